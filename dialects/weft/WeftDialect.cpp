@@ -1,0 +1,108 @@
+//===- WeftDialect.cpp - The weft dialect ---------------------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftDialect.h"
+#include "weft/Dialect/WeftOps.h"
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace weft;
+
+#include "dialects/weft/WeftDialect.cpp.inc"
+#include "dialects/weft/WeftEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/weft/WeftAttrs.cpp.inc"
+
+void WeftDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/weft/WeftOps.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/weft/WeftAttrs.cpp.inc"
+      >();
+}
+
+Operation *WeftDialect::materializeConstant(OpBuilder &builder, Attribute value,
+                                            Type type, Location loc) {
+  auto elements = dyn_cast<ElementsAttr>(value);
+  if (!elements || elements.getType() != type)
+    return nullptr;
+  return ConstantOp::create(builder, loc, elements);
+}
+
+/// Checks a `weft.sharding` attribute attached to a value of `type`.
+static LogicalResult verifyShardingAttachment(Operation *op, Attribute attr,
+                                              Type type, const Twine &what) {
+  auto sharding = dyn_cast<ShardingAttr>(attr);
+  if (!sharding)
+    return op->emitError() << "'" << WeftDialect::getShardingAttrName()
+                           << "' on " << what
+                           << " must be a #weft.sharding, got " << attr;
+  return verifyShardingFor(sharding, type, op, [&] {
+    return op->emitError() << "invalid sharding of " << what << ": ";
+  });
+}
+
+LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName() != getShardingAttrName())
+    return op->emitError() << "unknown weft attribute '" << attr.getName()
+                           << "' (the dialect defines '"
+                           << getShardingAttrName() << "')";
+  auto list = dyn_cast<ArrayAttr>(attr.getValue());
+  if (!list || list.size() != op->getNumResults())
+    return op->emitError() << "'" << getShardingAttrName()
+                           << "' on an op must be an array with one "
+                              "#weft.sharding per result ("
+                           << op->getNumResults() << ")";
+  for (auto [index, entry] : llvm::enumerate(list))
+    if (failed(verifyShardingAttachment(op, entry,
+                                        op->getResult(index).getType(),
+                                        "result #" + Twine(index))))
+      return failure();
+  return success();
+}
+
+LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
+                                                    unsigned regionIndex,
+                                                    unsigned argIndex,
+                                                    NamedAttribute attr) {
+  if (attr.getName() != getShardingAttrName())
+    return op->emitError() << "unknown weft argument attribute '"
+                           << attr.getName() << "'";
+  Region &region = op->getRegion(regionIndex);
+  Type type;
+  if (!region.empty())
+    type = region.getArgument(argIndex).getType();
+  else if (auto func = dyn_cast<FunctionOpInterface>(op))
+    type = func.getArgumentTypes()[argIndex];
+  else
+    return op->emitError() << "cannot find the type of argument #" << argIndex;
+  return verifyShardingAttachment(op, attr.getValue(), type,
+                                  "argument #" + Twine(argIndex));
+}
+
+LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
+                                                       unsigned regionIndex,
+                                                       unsigned resultIndex,
+                                                       NamedAttribute attr) {
+  if (attr.getName() != getShardingAttrName())
+    return op->emitError() << "unknown weft result attribute '"
+                           << attr.getName() << "'";
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return op->emitError() << "'" << getShardingAttrName()
+                           << "' result attributes are only meaningful on "
+                              "functions";
+  return verifyShardingAttachment(op, attr.getValue(),
+                                  func.getResultTypes()[resultIndex],
+                                  "result #" + Twine(resultIndex));
+}

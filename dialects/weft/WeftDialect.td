@@ -1,0 +1,65 @@
+//===- WeftDialect.td - The weft dialect -------------------*- tablegen -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_DIALECT_TD
+#define WEFT_DIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Weft_Dialect : Dialect {
+  let name = "weft";
+  let cppNamespace = "::weft";
+  let summary = "Transformer graphs, their parallel layout and their collectives.";
+  let description = [{
+    The `weft` dialect is the IR that Weft's importers produce, its planner costs, and its
+    partitioner rewrites. It has three parts:
+
+    * **compute ops** on statically shaped builtin tensors (`f32`, `f16`, `bf16`, `i64`,
+      `i32`, `i1`) at the level of a transformer graph: `weft.linear`, `weft.attention`,
+      `weft.layer_norm` are single ops, not decompositions;
+    * a **parallel vocabulary**: a module-level `weft.mesh` with named axes, the
+      `#weft.sharding` attribute (per-dimension split axes plus the axes over which a value
+      is a pending partial sum), and NCCL-shaped collectives over named mesh axes;
+    * **structure**: `weft.layer` marks one repetition of a repeated block so that it is
+      costed once and pipeline stages split at its boundaries.
+
+    Shapes are static: importers bind dynamic dimensions (batch, sequence) before they
+    build weft ops. Axis attributes are non-negative; importers normalize ONNX's negative
+    axes.
+
+    Two op interfaces carry the facts every later component reads: the sharding rule
+    (`ShardingRuleOpInterface`) and the cost (`CostOpInterface`).
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasConstantMaterializer = 1;
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// The discardable attribute that carries a value's sharding: on an op, an
+    /// array with one `#weft.sharding` per result; on a function argument or
+    /// result, one `#weft.sharding`.
+    static constexpr ::llvm::StringLiteral getShardingAttrName() {
+      return ::llvm::StringLiteral("weft.sharding");
+    }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Weft_FloatType : AnyTypeOf<[F32, F16, BF16], "f32, f16 or bf16">;
+def Weft_IntType : AnyTypeOf<[I64, I32], "i64 or i32">;
+
+def Weft_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32, I1]>;
+def Weft_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
+def Weft_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32]>;
+def Weft_IntTensor : StaticShapeTensorOf<[I64, I32]>;
+def Weft_BoolTensor : StaticShapeTensorOf<[I1]>;
+
+#endif // WEFT_DIALECT_TD

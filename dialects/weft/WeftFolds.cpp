@@ -1,0 +1,115 @@
+//===- WeftFolds.cpp - Folds of weft ops ----------------------------------===//
+//
+// Part of the Weft project.
+//
+// Identities that hold for every input, so that imported graphs lose the
+// no-op reshapes, transposes and arithmetic that exporters leave behind.
+// `x + 0` folds to `x` although IEEE gives +0 for -0 + 0: like XLA, Weft
+// treats the sign of zero as not significant.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+
+using namespace mlir;
+using namespace weft;
+
+/// True if `attr` is a splat constant whose elements all equal `value`.
+static bool isSplatOf(Attribute attr, int64_t value) {
+  auto splat = dyn_cast_or_null<SplatElementsAttr>(attr);
+  if (!splat)
+    return false;
+  Type elementType = splat.getElementType();
+  if (isa<FloatType>(elementType))
+    return splat.getSplatValue<APFloat>().isExactlyValue(
+        static_cast<double>(value));
+  if (isa<IntegerType>(elementType))
+    return splat.getSplatValue<APInt>().getSExtValue() == value;
+  return false;
+}
+
+/// `x op c` folds to `x` when `c` is the identity and broadcasting it does not
+/// change `x`'s shape.
+static OpFoldResult foldRightIdentity(Value result, Value lhs, Attribute rhs,
+                                      int64_t identity) {
+  if (isSplatOf(rhs, identity) && lhs.getType() == result.getType())
+    return lhs;
+  return {};
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValueAttr(); }
+
+OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
+  if (OpFoldResult folded =
+          foldRightIdentity(getResult(), getLhs(), adaptor.getRhs(), 0))
+    return folded;
+  return foldRightIdentity(getResult(), getRhs(), adaptor.getLhs(), 0);
+}
+
+OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
+  return foldRightIdentity(getResult(), getLhs(), adaptor.getRhs(), 0);
+}
+
+OpFoldResult MulOp::fold(FoldAdaptor adaptor) {
+  if (OpFoldResult folded =
+          foldRightIdentity(getResult(), getLhs(), adaptor.getRhs(), 1))
+    return folded;
+  return foldRightIdentity(getResult(), getRhs(), adaptor.getLhs(), 1);
+}
+
+OpFoldResult DivOp::fold(FoldAdaptor adaptor) {
+  return foldRightIdentity(getResult(), getLhs(), adaptor.getRhs(), 1);
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  return {};
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  // reshape(reshape(x)) is one reshape of x: row-major order is kept.
+  if (auto inner = getInput().getDefiningOp<ReshapeOp>()) {
+    getInputMutable().assign(inner.getInput());
+    return getResult();
+  }
+  return {};
+}
+
+OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  if (llvm::equal(getPermutation(),
+                  llvm::seq<int64_t>(0, getType().getRank())))
+    return getInput();
+  auto inner = getInput().getDefiningOp<TransposeOp>();
+  if (!inner)
+    return {};
+  // Result dim i is inner's dim perm[i], which is x's dim innerPerm[perm[i]].
+  SmallVector<int64_t> composed;
+  for (int64_t dim : getPermutation())
+    composed.push_back(inner.getPermutation()[dim]);
+  if (llvm::equal(composed, llvm::seq<int64_t>(0, getType().getRank())))
+    return inner.getInput();
+  getInputMutable().assign(inner.getInput());
+  setPermutation(composed);
+  return getResult();
+}
+
+OpFoldResult SliceOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  return {};
+}
+
+OpFoldResult ConcatOp::fold(FoldAdaptor) {
+  if (getInputs().size() == 1 && getInputs().front().getType() == getType())
+    return getInputs().front();
+  return {};
+}
+
+OpFoldResult BroadcastToOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  return {};
+}

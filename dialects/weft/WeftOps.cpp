@@ -1,0 +1,807 @@
+//===- WeftOps.cpp - Operations of the weft dialect -----------------------===//
+//
+// Part of the Weft project.
+//
+// Verifiers and result-type inference. Inference functions run on unverified
+// IR (from builders and the InferTypeOpInterface verifier), so each checks
+// what it relies on and reports a violated constraint instead of asserting.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/SmallSet.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace weft;
+
+//===----------------------------------------------------------------------===//
+// Custom directives
+//===----------------------------------------------------------------------===//
+
+/// Elementwise types print once when they are all equal, and as a function type
+/// `(operands) -> result` otherwise.
+static ParseResult parseElementwiseTypes(OpAsmParser &parser,
+                                         ArrayRef<Type *> types) {
+  SMLoc loc = parser.getCurrentLocation();
+  Type type;
+  if (parser.parseType(type))
+    return failure();
+  auto function = dyn_cast<FunctionType>(type);
+  if (!function) {
+    for (Type *slot : types)
+      *slot = type;
+    return success();
+  }
+  if (function.getNumInputs() + 1 != types.size() ||
+      function.getNumResults() != 1)
+    return parser.emitError(loc) << "expected " << types.size() - 1
+                                 << " operand types and one result type";
+  for (auto [slot, input] : llvm::zip(types.drop_back(), function.getInputs()))
+    *slot = input;
+  *types.back() = function.getResult(0);
+  return success();
+}
+
+static void printElementwiseTypes(OpAsmPrinter &printer,
+                                  ArrayRef<Type> types) {
+  if (llvm::all_equal(types)) {
+    printer << types.front();
+    return;
+  }
+  printer.printFunctionalType(types.drop_back(), types.take_back());
+}
+
+static ParseResult parseElementwiseTypes(OpAsmParser &parser, Type &lhs,
+                                         Type &rhs, Type &result) {
+  return parseElementwiseTypes(parser, {&lhs, &rhs, &result});
+}
+static ParseResult parseElementwiseTypes(OpAsmParser &parser, Type &condition,
+                                         Type &lhs, Type &rhs, Type &result) {
+  return parseElementwiseTypes(parser, {&condition, &lhs, &rhs, &result});
+}
+static void printElementwiseTypes(OpAsmPrinter &printer, Operation *, Type lhs,
+                                  Type rhs, Type result) {
+  printElementwiseTypes(printer, {lhs, rhs, result});
+}
+static void printElementwiseTypes(OpAsmPrinter &printer, Operation *,
+                                  Type condition, Type lhs, Type rhs,
+                                  Type result) {
+  printElementwiseTypes(printer, {condition, lhs, rhs, result});
+}
+
+#define GET_OP_CLASSES
+#include "dialects/weft/WeftOps.cpp.inc"
+
+#include "dialects/weft/WeftInterfaces.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType getTensor(Type type) {
+  return dyn_cast_or_null<RankedTensorType>(type);
+}
+
+/// Reports that `name` has the wrong rank; returns failure.
+static LogicalResult rankError(std::optional<Location> loc, StringRef name,
+                               Type type, StringRef expected) {
+  return emitOptionalError(loc, name, " must have ", expected, ", got ", type);
+}
+
+//===----------------------------------------------------------------------===//
+// Weights and constants
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParameterOp::verify() {
+  if (getName().empty())
+    return emitOpError("needs a non-empty name");
+  if (getValue() && getExternal())
+    return emitOpError("has both an inline value and external data; keep one");
+  if (std::optional<ElementsAttr> value = getValue();
+      value && value->getType() != getType())
+    return emitOpError("inline value of type ")
+           << value->getType() << " does not match the result type "
+           << getType();
+  if (ExternalDataAttr external = getExternalAttr()) {
+    int64_t bytes = getTensorBytes(getType());
+    if (external.getLength() != bytes)
+      return emitOpError("external data is ")
+             << external.getLength() << " bytes but " << getType()
+             << " needs " << bytes;
+  }
+  return success();
+}
+
+LogicalResult IotaOp::verify() {
+  if (static_cast<int64_t>(getDim()) >= getType().getRank())
+    return emitOpError("dim ") << getDim() << " is out of range for "
+                               << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+CompareOp::inferReturnTypes(MLIRContext *context,
+                            std::optional<Location> location, Adaptor adaptor,
+                            SmallVectorImpl<Type> &inferred) {
+  return inferBroadcastResultType(
+      location, {adaptor.getLhs().getType(), adaptor.getRhs().getType()},
+      IntegerType::get(context, 1), inferred);
+}
+
+LogicalResult WhereOp::inferReturnTypes(MLIRContext *context,
+                                        std::optional<Location> location,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &inferred) {
+  auto lhs = getTensor(adaptor.getLhs().getType());
+  return inferBroadcastResultType(location, adaptor.getOperands().getTypes(),
+                                  lhs ? lhs.getElementType() : Type(),
+                                  inferred);
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+/// Checks that `axis` is a dimension of `type`.
+static LogicalResult verifyAxis(Operation *op, int64_t axis, Type type) {
+  int64_t rank = cast<RankedTensorType>(type).getRank();
+  if (axis >= rank)
+    return op->emitOpError("axis ")
+           << axis << " is out of range for rank " << rank
+           << " (axes are in [0, rank))";
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  return verifyAxis(*this, getAxis(), getInput().getType());
+}
+LogicalResult LogSoftmaxOp::verify() {
+  return verifyAxis(*this, getAxis(), getInput().getType());
+}
+
+/// The checks layer_norm and rms_norm share: the axis, epsilon, and that the
+/// affine operands cover exactly the normalized dimensions.
+static LogicalResult verifyNormalization(Operation *op, int64_t axis,
+                                         APFloat epsilon, Value input,
+                                         ValueRange affine, Type result) {
+  if (failed(verifyAxis(op, axis, input.getType())))
+    return failure();
+  if (!epsilon.isNormal() || epsilon.isNegative())
+    return op->emitOpError("epsilon must be positive");
+  auto inputType = cast<RankedTensorType>(input.getType());
+  ArrayRef<int64_t> normalized = inputType.getShape().drop_front(axis);
+  for (Value operand : affine) {
+    auto type = cast<RankedTensorType>(operand.getType());
+    if (type.getShape() != normalized)
+      return op->emitOpError("scale and bias must have the normalized shape [")
+             << normalized << "] (input dimensions from axis " << axis
+             << " on), got " << type;
+    if (type.getElementType() != inputType.getElementType())
+      return op->emitOpError("scale and bias must have the input's element "
+                             "type ")
+             << inputType.getElementType() << ", got " << type;
+  }
+  if (result != inputType)
+    return op->emitOpError("result type ")
+           << result << " must equal the input type " << inputType;
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  SmallVector<Value> affine{getScale()};
+  if (getBias())
+    affine.push_back(getBias());
+  return verifyNormalization(*this, getAxis(), getEpsilon(), getInput(),
+                             affine, getType());
+}
+
+LogicalResult RMSNormOp::verify() {
+  return verifyNormalization(*this, getAxis(), getEpsilon(), getInput(),
+                             getScale(), getType());
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra and attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *context,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  auto lhs = getTensor(adaptor.getLhs().getType());
+  auto rhs = getTensor(adaptor.getRhs().getType());
+  if (!lhs || lhs.getRank() < 2)
+    return rankError(location, "lhs", adaptor.getLhs().getType(),
+                     "rank at least 2");
+  if (!rhs || rhs.getRank() < 2)
+    return rankError(location, "rhs", adaptor.getRhs().getType(),
+                     "rank at least 2");
+  int64_t m = lhs.getDimSize(lhs.getRank() - 2);
+  int64_t lhsK = lhs.getDimSize(lhs.getRank() - 1);
+  if (adaptor.getTransposeLhs())
+    std::swap(m, lhsK);
+  int64_t rhsK = rhs.getDimSize(rhs.getRank() - 2);
+  int64_t n = rhs.getDimSize(rhs.getRank() - 1);
+  if (adaptor.getTransposeRhs())
+    std::swap(rhsK, n);
+  if (lhsK != rhsK)
+    return emitOptionalError(location, "contracting dimensions differ: lhs has ",
+                             lhsK, ", rhs has ", rhsK,
+                             " (after transpose_lhs/transpose_rhs)");
+  std::optional<SmallVector<int64_t>> batch = broadcastShapes(
+      lhs.getShape().drop_back(2), rhs.getShape().drop_back(2));
+  if (!batch)
+    return emitOptionalError(location, "batch dimensions do not broadcast: ",
+                             lhs, " and ", rhs);
+  batch->append({m, n});
+  inferred.push_back(RankedTensorType::get(*batch, lhs.getElementType()));
+  return success();
+}
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *context,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  auto input = getTensor(adaptor.getInput().getType());
+  auto weight = getTensor(adaptor.getWeight().getType());
+  if (!input || input.getRank() < 1)
+    return rankError(location, "input", adaptor.getInput().getType(),
+                     "rank at least 1");
+  if (!weight || weight.getRank() != 2)
+    return rankError(location, "weight", adaptor.getWeight().getType(),
+                     "rank 2");
+  int64_t k = weight.getDimSize(0), n = weight.getDimSize(1);
+  if (adaptor.getTransposeWeight())
+    std::swap(k, n);
+  if (input.getShape().back() != k)
+    return emitOptionalError(
+        location, "input's last dimension (", input.getShape().back(),
+        ") must equal the weight's contracting dimension (", k,
+        "); the weight is [k, n], or [n, k] with transpose_weight");
+  if (Value biasValue = adaptor.getBias()) {
+    auto bias = getTensor(biasValue.getType());
+    if (!bias || bias.getRank() != 1)
+      return rankError(location, "bias", biasValue.getType(), "rank 1");
+    if (bias.getDimSize(0) != n)
+      return emitOptionalError(location, "bias has ", bias.getDimSize(0),
+                               " elements but the layer has ", n, " outputs");
+  }
+  SmallVector<int64_t> shape(input.getShape().drop_back());
+  shape.push_back(n);
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  auto q = getTensor(adaptor.getQ().getType());
+  auto k = getTensor(adaptor.getK().getType());
+  auto v = getTensor(adaptor.getV().getType());
+  for (auto [name, type] : {std::pair<StringRef, RankedTensorType>{"q", q},
+                            {"k", k},
+                            {"v", v}})
+    if (!type || type.getRank() != 4)
+      return emitOptionalError(location, name,
+                               " must be [batch, heads, seq, head_dim] "
+                               "(rank 4)");
+  if (k.getElementType() != q.getElementType() ||
+      v.getElementType() != q.getElementType())
+    return emitOptionalError(location,
+                             "q, k and v must have one element type");
+  int64_t batch = q.getDimSize(0), heads = q.getDimSize(1),
+          seq = q.getDimSize(2);
+  if (k.getDimSize(0) != batch || v.getDimSize(0) != batch)
+    return emitOptionalError(location, "k and v must have q's batch size ",
+                             batch);
+  if (k.getDimSize(1) != v.getDimSize(1) || k.getDimSize(2) != v.getDimSize(2))
+    return emitOptionalError(location,
+                             "k and v must agree on heads and sequence length");
+  if (k.getDimSize(3) != q.getDimSize(3))
+    return emitOptionalError(location, "q and k must have one head dimension, "
+                                       "got ",
+                             q.getDimSize(3), " and ", k.getDimSize(3));
+  int64_t kvHeads = k.getDimSize(1);
+  if (kvHeads == 0 || heads % kvHeads != 0)
+    return emitOptionalError(location, "query heads (", heads,
+                             ") must be a positive multiple of KV heads (",
+                             kvHeads, ")");
+  if (Value maskValue = adaptor.getMask()) {
+    auto mask = getTensor(maskValue.getType());
+    if (!mask || mask.getRank() > 4)
+      return rankError(location, "mask", maskValue.getType(), "rank at most 4");
+    if (!mask.getElementType().isInteger(1) &&
+        mask.getElementType() != q.getElementType())
+      return emitOptionalError(location, "mask must be i1 or q's element type ",
+                               q.getElementType());
+    SmallVector<int64_t> scores{batch, heads, seq, k.getDimSize(2)};
+    std::optional<SmallVector<int64_t>> joined =
+        broadcastShapes(scores, mask.getShape());
+    if (!joined || *joined != scores)
+      return emitOptionalError(location, "mask ", mask,
+                               " does not broadcast to the scores [", scores,
+                               "]");
+  }
+  if (adaptor.getScaleAttr() && !(adaptor.getScale().convertToFloat() > 0))
+    return emitOptionalError(location, "scale must be positive");
+  inferred.push_back(RankedTensorType::get(
+      {batch, heads, seq, v.getDimSize(3)}, q.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Indexing and data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *context,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  auto table = getTensor(adaptor.getTable().getType());
+  auto indices = getTensor(adaptor.getIndices().getType());
+  if (!table || table.getRank() != 2)
+    return rankError(location, "table", adaptor.getTable().getType(),
+                     "rank 2 ([vocab, hidden])");
+  if (!indices)
+    return emitOptionalError(location, "indices must be a ranked tensor");
+  SmallVector<int64_t> shape(indices.getShape());
+  shape.push_back(table.getDimSize(1));
+  inferred.push_back(RankedTensorType::get(shape, table.getElementType()));
+  return success();
+}
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *context,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  auto input = getTensor(adaptor.getInput().getType());
+  auto indices = getTensor(adaptor.getIndices().getType());
+  if (!input || !indices)
+    return emitOptionalError(location, "expects ranked tensors");
+  int64_t axis = adaptor.getAxis();
+  if (axis >= input.getRank())
+    return emitOptionalError(location, "axis ", axis,
+                             " is out of range for rank ", input.getRank(),
+                             " (axes are in [0, rank))");
+  SmallVector<int64_t> shape(input.getShape().take_front(axis));
+  llvm::append_range(shape, indices.getShape());
+  llvm::append_range(shape, input.getShape().drop_front(axis + 1));
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  if (getInput().getType().getNumElements() != getType().getNumElements())
+    return emitOpError("cannot reshape ")
+           << getInput().getType() << " (" << getInput().getType().getNumElements()
+           << " elements) to " << getType() << " (" << getType().getNumElements()
+           << " elements)";
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *context,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  auto input = getTensor(adaptor.getInput().getType());
+  if (!input)
+    return emitOptionalError(location, "expects a ranked tensor");
+  ArrayRef<int64_t> permutation = adaptor.getPermutation();
+  int64_t rank = input.getRank();
+  if (static_cast<int64_t>(permutation.size()) != rank)
+    return emitOptionalError(location, "permutation has ", permutation.size(),
+                             " entries for rank ", rank);
+  llvm::SmallSet<int64_t, 4> seen;
+  SmallVector<int64_t> shape;
+  for (int64_t dim : permutation) {
+    if (dim < 0 || dim >= rank || !seen.insert(dim).second)
+      return emitOptionalError(location, "[", permutation,
+                               "] is not a permutation of 0..", rank - 1);
+    shape.push_back(input.getDimSize(dim));
+  }
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *context,
+                                        std::optional<Location> location,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &inferred) {
+  auto input = getTensor(adaptor.getInput().getType());
+  if (!input)
+    return emitOptionalError(location, "expects a ranked tensor");
+  ArrayRef<int64_t> starts = adaptor.getStarts(), limits = adaptor.getLimits();
+  SmallVector<int64_t> strides(input.getRank(), 1);
+  if (std::optional<ArrayRef<int64_t>> given = adaptor.getStrides())
+    strides.assign(given->begin(), given->end());
+  size_t rank = input.getRank();
+  if (starts.size() != rank || limits.size() != rank || strides.size() != rank)
+    return emitOptionalError(location, "starts, limits and strides need one "
+                                       "entry per dimension (",
+                             rank, ")");
+  SmallVector<int64_t> shape;
+  for (size_t d = 0; d < rank; ++d) {
+    if (starts[d] < 0 || starts[d] > limits[d] ||
+        limits[d] > input.getDimSize(d))
+      return emitOptionalError(location, "dimension ", d,
+                               ": need 0 <= start <= limit <= size, got start ",
+                               starts[d], ", limit ", limits[d], ", size ",
+                               input.getDimSize(d));
+    if (strides[d] < 1)
+      return emitOptionalError(location, "dimension ", d,
+                               ": stride must be at least 1, got ", strides[d]);
+    shape.push_back(llvm::divideCeil(limits[d] - starts[d], strides[d]));
+  }
+  inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *context,
+                                         std::optional<Location> location,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return emitOptionalError(location, "needs at least one input");
+  auto first = getTensor(inputs.front().getType());
+  if (!first)
+    return emitOptionalError(location, "expects ranked tensors");
+  int64_t axis = adaptor.getAxis();
+  if (axis >= first.getRank())
+    return emitOptionalError(location, "axis ", axis,
+                             " is out of range for rank ", first.getRank(),
+                             " (axes are in [0, rank))");
+  SmallVector<int64_t> shape(first.getShape());
+  for (Value input : inputs.drop_front()) {
+    auto type = getTensor(input.getType());
+    if (!type || type.getRank() != first.getRank())
+      return emitOptionalError(location, "inputs must have one rank, got ",
+                               first, " and ", input.getType());
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (d == axis)
+        shape[d] += type.getDimSize(d);
+      else if (type.getDimSize(d) != shape[d])
+        return emitOptionalError(location, "inputs differ in dimension ", d,
+                                 " (only the axis ", axis, " may differ): ",
+                                 first, " and ", type);
+    }
+  }
+  inferred.push_back(RankedTensorType::get(shape, first.getElementType()));
+  return success();
+}
+
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *context,
+                                        std::optional<Location> location,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &inferred) {
+  auto input = getTensor(adaptor.getInput().getType());
+  if (!input)
+    return emitOptionalError(location, "expects a ranked tensor");
+  int64_t axis = adaptor.getAxis();
+  if (axis >= input.getRank())
+    return emitOptionalError(location, "axis ", axis,
+                             " is out of range for rank ", input.getRank(),
+                             " (axes are in [0, rank))");
+  ArrayRef<int64_t> sizes = adaptor.getSizes();
+  if (sizes.empty())
+    return emitOptionalError(location, "needs at least one size");
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 1)
+      return emitOptionalError(location, "sizes must be positive, got ", size);
+    total += size;
+  }
+  if (total != input.getDimSize(axis))
+    return emitOptionalError(location, "sizes add up to ", total,
+                             " but dimension ", axis, " has ",
+                             input.getDimSize(axis));
+  SmallVector<int64_t> shape(input.getShape());
+  for (int64_t size : sizes) {
+    shape[axis] = size;
+    inferred.push_back(RankedTensorType::get(shape, input.getElementType()));
+  }
+  return success();
+}
+
+LogicalResult BroadcastToOp::verify() {
+  ArrayRef<int64_t> from = getInput().getType().getShape();
+  ArrayRef<int64_t> to = getType().getShape();
+  std::optional<SmallVector<int64_t>> joined = broadcastShapes(from, to);
+  if (from.size() > to.size() || !joined || *joined != to)
+    return emitOpError("cannot broadcast ")
+           << getInput().getType() << " to " << getType()
+           << " (each input dimension, aligned at the end, must be 1 or equal "
+              "the result's)";
+  return success();
+}
+
+LogicalResult TriluOp::verify() {
+  if (getType().getRank() < 2)
+    return emitOpError("needs rank at least 2, got ") << getType();
+  return success();
+}
+
+LogicalResult
+CrossEntropyOp::inferReturnTypes(MLIRContext *context,
+                                 std::optional<Location> location,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &inferred) {
+  auto logits = getTensor(adaptor.getLogits().getType());
+  auto labels = getTensor(adaptor.getLabels().getType());
+  if (!logits || logits.getRank() < 1)
+    return rankError(location, "logits", adaptor.getLogits().getType(),
+                     "rank at least 1");
+  if (!labels || labels.getShape() != logits.getShape().drop_back())
+    return emitOptionalError(location, "labels must have shape [",
+                             logits.getShape().drop_back(),
+                             "] (logits without the class dimension), got ",
+                             adaptor.getLabels().getType());
+  ArrayRef<int64_t> shape;
+  if (adaptor.getReduction() == LossReduction::none)
+    shape = labels.getShape();
+  inferred.push_back(RankedTensorType::get(shape, logits.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Repeated structure
+//===----------------------------------------------------------------------===//
+
+void LayerOp::build(OpBuilder &builder, OperationState &state, StringRef kind,
+                    int64_t index, ValueRange inputs, TypeRange resultTypes) {
+  state.addAttribute(getKindAttrName(state.name), builder.getStringAttr(kind));
+  state.addAttribute(getIndexAttrName(state.name),
+                     builder.getI64IntegerAttr(index));
+  state.addOperands(inputs);
+  state.addTypes(resultTypes);
+  Block *body = new Block();
+  for (Value input : inputs)
+    body->addArgument(input.getType(), input.getLoc());
+  state.addRegion()->push_back(body);
+}
+
+LogicalResult LayerOp::verify() {
+  if (getKind().empty())
+    return emitOpError("needs a non-empty kind");
+  Block &body = getBody().front();
+  if (body.getArgumentTypes() != getInputs().getTypes())
+    return emitOpError("body arguments ")
+           << body.getArgumentTypes() << " must have the operand types "
+           << getInputs().getTypes();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yields ")
+           << yield.getValues().getTypes() << " but the layer returns "
+           << getResultTypes();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Mesh
+//===----------------------------------------------------------------------===//
+
+ParseResult MeshOp::parse(OpAsmParser &parser, OperationState &result) {
+  StringAttr name;
+  if (parser.parseSymbolName(name, SymbolTable::getSymbolAttrName(),
+                             result.attributes))
+    return failure();
+  SmallVector<Attribute> axes;
+  SmallVector<int64_t> shape;
+  if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Paren, [&] {
+        std::string axis;
+        int64_t size;
+        if (parser.parseKeywordOrString(&axis) || parser.parseEqual() ||
+            parser.parseInteger(size))
+          return failure();
+        axes.push_back(parser.getBuilder().getStringAttr(axis));
+        shape.push_back(size);
+        return success();
+      }))
+    return failure();
+  result.addAttribute(getAxesAttrName(result.name),
+                      parser.getBuilder().getArrayAttr(axes));
+  result.addAttribute(getShapeAttrName(result.name),
+                      parser.getBuilder().getDenseI64ArrayAttr(shape));
+  return parser.parseOptionalAttrDict(result.attributes);
+}
+
+void MeshOp::print(OpAsmPrinter &printer) {
+  printer << ' ';
+  printer.printSymbolName(getSymName());
+  printer << '(';
+  llvm::interleaveComma(llvm::zip(getAxes(), getShape()), printer,
+                        [&](auto axisAndSize) {
+                          auto [axis, size] = axisAndSize;
+                          printer.printKeywordOrString(
+                              cast<StringAttr>(axis).getValue());
+                          printer << " = " << size;
+                        });
+  printer << ')';
+  printer.printOptionalAttrDict(
+      (*this)->getAttrs(),
+      {SymbolTable::getSymbolAttrName(), getAxesAttrName(), getShapeAttrName()});
+}
+
+LogicalResult MeshOp::verify() {
+  if (getAxes().empty())
+    return emitOpError("needs at least one axis");
+  if (getAxes().size() != getShape().size())
+    return emitOpError("has ") << getAxes().size() << " axis names but "
+                               << getShape().size() << " sizes";
+  llvm::StringSet<> seen;
+  for (auto [axis, size] : llvm::zip(getAxes(), getShape())) {
+    StringRef name = cast<StringAttr>(axis).getValue();
+    if (name.empty())
+      return emitOpError("axis names must not be empty");
+    if (!seen.insert(name).second)
+      return emitOpError("axis '") << name << "' is declared twice";
+    if (size < 1)
+      return emitOpError("axis '") << name << "' has size " << size
+                                   << "; sizes must be at least 1";
+  }
+  return success();
+}
+
+std::optional<int64_t> MeshOp::getAxisSize(StringRef axis) {
+  for (auto [name, size] : llvm::zip(getAxes(), getShape()))
+    if (cast<StringAttr>(name).getValue() == axis)
+      return size;
+  return std::nullopt;
+}
+
+int64_t MeshOp::getNumDevices() {
+  int64_t devices = 1;
+  for (int64_t size : getShape())
+    devices *= size;
+  return devices;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// Resolves a collective's mesh and axes and returns the size of its groups.
+static FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshRef,
+                                      ArrayAttr axes,
+                                      SymbolTableCollection &symbolTable) {
+  auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(op, meshRef);
+  if (!mesh)
+    return op->emitOpError("mesh ")
+           << meshRef << " is not a weft.mesh in the enclosing module; "
+           << "declare it, e.g. 'weft.mesh " << meshRef << "(tp = 2)'";
+  if (axes.empty())
+    return op->emitOpError("needs at least one mesh axis");
+  int64_t size = 1;
+  llvm::StringSet<> seen;
+  for (StringRef axis : axes.getAsValueRange<StringAttr>()) {
+    if (!seen.insert(axis).second)
+      return op->emitOpError("names mesh axis '") << axis << "' twice";
+    std::optional<int64_t> axisSize = mesh.getAxisSize(axis);
+    if (!axisSize)
+      return op->emitOpError("mesh ")
+             << meshRef << " has no axis '" << axis << "'";
+    size *= *axisSize;
+  }
+  return size;
+}
+
+/// Checks `dim` against the operand and that the result is the operand with
+/// dimension `dim` changed to `expected`.
+static LogicalResult verifyResizedDim(Operation *op, RankedTensorType operand,
+                                      RankedTensorType result, int64_t dim,
+                                      int64_t expected) {
+  SmallVector<int64_t> shape(operand.getShape());
+  shape[dim] = expected;
+  if (result.getShape() != ArrayRef<int64_t>(shape))
+    return op->emitOpError("result shape must be [")
+           << shape << "], got " << result;
+  return success();
+}
+
+static LogicalResult verifyDimInRange(Operation *op, StringRef name,
+                                      int64_t dim, RankedTensorType type) {
+  if (dim >= type.getRank())
+    return op->emitOpError()
+           << name << " " << dim << " is out of range for " << type;
+  return success();
+}
+
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &table) {
+  return verifyGroup(*this, getMeshAttr(), getAxes(), table);
+}
+
+LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  if (failed(group) ||
+      failed(verifyDimInRange(*this, "dim", getDim(), getInput().getType())))
+    return failure();
+  return verifyResizedDim(*this, getInput().getType(), getType(), getDim(),
+                          getInput().getType().getDimSize(getDim()) * *group);
+}
+
+LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  if (failed(group) ||
+      failed(verifyDimInRange(*this, "dim", getDim(), getInput().getType())))
+    return failure();
+  int64_t size = getInput().getType().getDimSize(getDim());
+  if (size % *group != 0)
+    return emitOpError("dimension ")
+           << getDim() << " of size " << size
+           << " does not divide by the group size " << *group;
+  return verifyResizedDim(*this, getInput().getType(), getType(), getDim(),
+                          size / *group);
+}
+
+LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  RankedTensorType input = getInput().getType();
+  if (failed(group) ||
+      failed(verifyDimInRange(*this, "split_dim", getSplitDim(), input)) ||
+      failed(verifyDimInRange(*this, "concat_dim", getConcatDim(), input)))
+    return failure();
+  SmallVector<int64_t> shape(input.getShape());
+  if (shape[getSplitDim()] % *group != 0)
+    return emitOpError("split dimension ")
+           << getSplitDim() << " of size " << shape[getSplitDim()]
+           << " does not divide by the group size " << *group;
+  shape[getSplitDim()] /= *group;
+  shape[getConcatDim()] *= *group;
+  if (getType().getShape() != ArrayRef<int64_t>(shape))
+    return emitOpError("result shape must be [")
+           << shape << "], got " << getType();
+  return success();
+}
+
+LogicalResult
+CollectivePermuteOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  if (failed(group))
+    return failure();
+  if (getShift() % *group == 0)
+    return emitOpError("shift ") << getShift()
+                                 << " is a multiple of the group size "
+                                 << *group << ", so nothing moves";
+  return success();
+}
+
+/// Checks a point-to-point offset against the group size.
+static LogicalResult verifyPeerOffset(Operation *op, int64_t offset,
+                                      int64_t group) {
+  if (offset == 0 || offset <= -group || offset >= group)
+    return op->emitOpError("offset ")
+           << offset << " must be non-zero with magnitude below the group "
+           << "size " << group;
+  return success();
+}
+
+LogicalResult SendOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  return failed(group) ? failure()
+                       : verifyPeerOffset(*this, getOffset(), *group);
+}
+
+LogicalResult RecvOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  return failed(group) ? failure()
+                       : verifyPeerOffset(*this, getOffset(), *group);
+}
+
+LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  if (failed(group))
+    return failure();
+  if (static_cast<int64_t>(getRoot()) >= *group)
+    return emitOpError("root ") << getRoot() << " is not a rank of a group of "
+                                << *group;
+  return success();
+}

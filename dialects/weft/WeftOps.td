@@ -1,0 +1,1077 @@
+//===- WeftOps.td - Operations of the weft dialect ---------*- tablegen -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_OPS_TD
+#define WEFT_OPS_TD
+
+include "WeftDialect.td"
+include "WeftEnums.td"
+include "WeftAttrs.td"
+include "WeftInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+class Weft_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Weft_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Weights and constants
+//===----------------------------------------------------------------------===//
+
+def Weft_ParameterOp : Weft_Op<"parameter", [Pure]> {
+  let summary = "A named weight of the model: inline, in external storage, or shape only.";
+  let description = [{
+    A trainable (or frozen) weight. Its bytes are either inline (`value`), in a byte range
+    of a file (`external`, as ONNX external data), or absent: a module imported for
+    planning keeps only names, shapes and dtypes. The name is the key that plans, weight
+    loaders and checkpoints use.
+
+    ```mlir
+    %w = weft.parameter "h.0.mlp.fc1.weight" : tensor<768x3072xf32>
+    %b = weft.parameter "h.0.mlp.fc1.bias" = dense<0.0> : tensor<3072xf32>
+    %e = weft.parameter "wte.weight" external #weft.external<"model.onnx.data",
+             offset = 0, length = 154389504> : tensor<50257x768xf32>
+    ```
+
+    **Constraints**
+    - `name` is not empty;
+    - at most one of `value` and `external` is given;
+    - `value`, if given, has the result's type;
+    - `external`, if given, has a `length` of exactly the result's size in bytes
+      (`i1` takes one byte per element).
+  }];
+  let arguments = (ins StrAttr:$name,
+                       OptionalAttr<ElementsAttr>:$value,
+                       OptionalAttr<Weft_ExternalDataAttr>:$external);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $name (`=` $value^)? (`external` $external^)? attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Weft_ConstantOp : Weft_Op<"constant",
+    [ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+  let summary = "A tensor whose elements are given in the IR.";
+  let description = [{
+    ```mlir
+    %zero = weft.constant dense<0.0> : tensor<4x8xf32>
+    ```
+
+    **Constraints**
+    - `value` has the result's type (a statically shaped tensor of a weft element type).
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+}
+
+def Weft_IotaOp : Weft_Op<"iota", [Pure]> {
+  let summary = "Integers 0, 1, 2, ... counted along one dimension.";
+  let description = [{
+    Element `[i0, ..., in]` of the result is `i_dim`, converted to the element type.
+    Position ids and causal masks are built from it.
+
+    ```mlir
+    %pos = weft.iota dim 1 : tensor<2x128xi64>
+    ```
+
+    **Constraints**
+    - `dim` is a dimension of the result: `0 <= dim < rank`;
+    - the element type is numeric (not `i1`).
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+  let results = (outs Weft_NumericTensor:$result);
+  let assemblyFormat = "`dim` $dim attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops
+//===----------------------------------------------------------------------===//
+
+class Weft_BinaryElementwiseOp<string mnemonic, Type tensorType, string what,
+                               list<Trait> traits = []>
+    : Weft_Op<mnemonic, !listconcat(traits, [
+        Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor,
+        DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Weft_CostOpInterface>])> {
+  let summary = "Elementwise " # what # ", with numpy broadcasting.";
+  let description = [{
+    Computes `}] # what # [{` of each pair of elements. Operand shapes broadcast as in
+    numpy: shapes are aligned at their trailing dimensions; a dimension of size 1 (or a
+    missing leading one) stretches to the other's size. The result has the broadcast
+    shape. The type list is written once when all types are equal.
+
+    ```mlir
+    %c = weft.}] # mnemonic # [{ %a, %b : tensor<4x8xf32>
+    %d = weft.}] # mnemonic # [{ %a, %bias : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    ```
+
+    **Constraints**
+    - operands and result have one element type;
+    - the operand shapes broadcast, and the result has the broadcast shape.
+  }];
+  let arguments = (ins tensorType:$lhs, tensorType:$rhs);
+  let results = (outs tensorType:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` custom<ElementwiseTypes>(type($lhs), type($rhs), type($result))
+  }];
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> location, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &inferredReturnTypes) {
+      return ::weft::inferBroadcastResultType(location, adaptor.getOperands().getTypes(),
+          /*elementType=*/nullptr, inferredReturnTypes);
+    }
+    ::weft::ShardingRule $cppClass::getShardingRule() {
+      return ::weft::getElementwiseShardingRule(getOperation());
+    }
+    ::weft::OpCost $cppClass::estimateCost(::mlir::TypeRange operandTypes,
+                                           ::mlir::TypeRange resultTypes) {
+      return ::weft::estimateElementwiseCost(operandTypes, resultTypes,
+                                             /*flopsPerElement=*/1);
+    }
+  }];
+}
+
+def Weft_AddOp : Weft_BinaryElementwiseOp<"add", Weft_NumericTensor, "x + y",
+                                          [Commutative]> {
+  let hasFolder = 1;
+}
+def Weft_SubOp : Weft_BinaryElementwiseOp<"sub", Weft_NumericTensor, "x - y"> {
+  let hasFolder = 1;
+}
+def Weft_MulOp : Weft_BinaryElementwiseOp<"mul", Weft_NumericTensor, "x * y",
+                                          [Commutative]> {
+  let hasFolder = 1;
+}
+def Weft_DivOp : Weft_BinaryElementwiseOp<"div", Weft_NumericTensor, "x / y"> {
+  let hasFolder = 1;
+}
+def Weft_PowOp : Weft_BinaryElementwiseOp<"pow", Weft_FloatTensor, "x raised to y">;
+def Weft_MaximumOp : Weft_BinaryElementwiseOp<"maximum", Weft_NumericTensor,
+                                              "max(x, y)", [Commutative]>;
+def Weft_MinimumOp : Weft_BinaryElementwiseOp<"minimum", Weft_NumericTensor,
+                                              "min(x, y)", [Commutative]>;
+
+def Weft_CompareOp : Weft_Op<"compare", [Pure, SameOperandsElementType,
+    InferTypeOpAdaptor]> {
+  let summary = "Elementwise comparison to an i1 tensor, with numpy broadcasting.";
+  let description = [{
+    ```mlir
+    %m = weft.compare ge, %row, %col : (tensor<128x1xi64>, tensor<1x128xi64>) -> tensor<128x128xi1>
+    ```
+
+    **Constraints**
+    - both operands have one element type (any weft element type);
+    - the operand shapes broadcast; the result is `i1` with the broadcast shape.
+  }];
+  let arguments = (ins Weft_ComparePredicate:$predicate, Weft_Tensor:$lhs,
+                       Weft_Tensor:$rhs);
+  let results = (outs Weft_BoolTensor:$result);
+  let assemblyFormat = [{
+    $predicate `,` $lhs `,` $rhs attr-dict `:`
+    custom<ElementwiseTypes>(type($lhs), type($rhs), type($result))
+  }];
+}
+
+def Weft_WhereOp : Weft_Op<"where", [Pure,
+    AllElementTypesMatch<["lhs", "rhs", "result"]>, InferTypeOpAdaptor]> {
+  let summary = "Elementwise select: `cond ? lhs : rhs`, with numpy broadcasting.";
+  let description = [{
+    ```mlir
+    %s = weft.where %mask, %scores, %neg_inf
+        : (tensor<1x1x128x128xi1>, tensor<2x12x128x128xf32>, tensor<2x12x128x128xf32>)
+          -> tensor<2x12x128x128xf32>
+    ```
+
+    **Constraints**
+    - `condition` is an `i1` tensor;
+    - `lhs`, `rhs` and the result have one element type;
+    - the three shapes broadcast; the result has the broadcast shape.
+  }];
+  let arguments = (ins Weft_BoolTensor:$condition, Weft_Tensor:$lhs, Weft_Tensor:$rhs);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $lhs `,` $rhs attr-dict `:`
+    custom<ElementwiseTypes>(type($condition), type($lhs), type($rhs), type($result))
+  }];
+}
+
+// `flops` counts the arithmetic of the definition per element, a
+// transcendental function (exp, erf, tanh, sqrt) as one.
+class Weft_UnaryElementwiseOp<string mnemonic, Type tensorType, string what,
+                              int flops = 1, list<Trait> traits = []>
+    : Weft_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
+        DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
+        DeclareOpInterfaceMethods<Weft_CostOpInterface>])> {
+  let summary = "Elementwise " # what # ".";
+  let description = [{
+    Computes `}] # what # [{` of each element.
+
+    ```mlir
+    %y = weft.}] # mnemonic # [{ %x : tensor<4x8xf32>
+    ```
+
+    **Constraints**
+    - the result has the operand's type.
+  }];
+  let arguments = (ins tensorType:$input);
+  let results = (outs tensorType:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let extraClassDefinition = [{
+    ::weft::ShardingRule $cppClass::getShardingRule() {
+      return ::weft::getElementwiseShardingRule(getOperation());
+    }
+    ::weft::OpCost $cppClass::estimateCost(::mlir::TypeRange operandTypes,
+                                           ::mlir::TypeRange resultTypes) {
+      return ::weft::estimateElementwiseCost(operandTypes, resultTypes,
+                                             /*flopsPerElement=*/}] # flops # [{);
+    }
+  }];
+}
+
+def Weft_NegOp : Weft_UnaryElementwiseOp<"neg", Weft_NumericTensor, "-x">;
+def Weft_ExpOp : Weft_UnaryElementwiseOp<"exp", Weft_FloatTensor, "e^x">;
+def Weft_LogOp : Weft_UnaryElementwiseOp<"log", Weft_FloatTensor, "ln(x)">;
+def Weft_SqrtOp : Weft_UnaryElementwiseOp<"sqrt", Weft_FloatTensor, "sqrt(x)">;
+def Weft_RsqrtOp : Weft_UnaryElementwiseOp<"rsqrt", Weft_FloatTensor, "1 / sqrt(x)", 2>;
+def Weft_TanhOp : Weft_UnaryElementwiseOp<"tanh", Weft_FloatTensor, "tanh(x)">;
+def Weft_ErfOp : Weft_UnaryElementwiseOp<"erf", Weft_FloatTensor, "erf(x)">;
+def Weft_SigmoidOp : Weft_UnaryElementwiseOp<"sigmoid", Weft_FloatTensor,
+                                             "1 / (1 + e^-x)", 3>;
+def Weft_ReluOp : Weft_UnaryElementwiseOp<"relu", Weft_NumericTensor, "max(x, 0)">;
+def Weft_SiluOp : Weft_UnaryElementwiseOp<"silu", Weft_FloatTensor,
+                                          "x * sigmoid(x) (swish)", 4>;
+
+def Weft_GeluOp : Weft_Op<"gelu", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
+    DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
+  let summary = "Elementwise GELU, exact (erf) or tanh-approximated.";
+  let description = [{
+    `erf` (the default): `0.5 * x * (1 + erf(x / sqrt(2)))`, PyTorch's `approximate='none'`.
+    `tanh`: `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`, GPT-2's form.
+
+    ```mlir
+    %y = weft.gelu %x : tensor<4x3072xf32>
+    %z = weft.gelu %x approximation tanh : tensor<4x3072xf32>
+    ```
+
+    **Constraints**
+    - the result has the operand's type.
+  }];
+  let arguments = (ins Weft_FloatTensor:$input,
+                       DefaultValuedAttr<Weft_GeluApproximation,
+                                         "::weft::GeluApproximation::erf">:$approximation);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`approximation` $approximation^)? attr-dict `:` type($input)
+  }];
+}
+
+def Weft_CastOp : Weft_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+  let summary = "Elementwise conversion to another element type.";
+  let description = [{
+    Floats round to nearest even; float to integer truncates toward zero; to `i1` is
+    `x != 0`.
+
+    ```mlir
+    %h = weft.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+    ```
+
+    **Constraints**
+    - the result has the operand's shape.
+  }];
+  let arguments = (ins Weft_Tensor:$input);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+class Weft_ReduceOp<string mnemonic, Type tensorType, string what>
+    : Weft_Op<mnemonic, [Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor]> {
+  let summary = "The " # what # " over the given dimensions.";
+  let description = [{
+    Reduces `input` over the dimensions in `axes`. With `keep_dims` the reduced dimensions
+    stay with size 1; without, they are removed.
+
+    ```mlir
+    %r = weft.}] # mnemonic # [{ %x axes [2] keep_dims : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
+    ```
+
+    **Constraints**
+    - `axes` is not empty, each axis is a dimension of the input (`0 <= a < rank`), and
+      no axis repeats;
+    - the result has the input's element type and the reduced shape.
+  }];
+  let arguments = (ins tensorType:$input, DenseI64ArrayAttr:$axes, UnitAttr:$keep_dims);
+  let results = (outs tensorType:$result);
+  let assemblyFormat = [{
+    $input `axes` $axes (`keep_dims` $keep_dims^)? attr-dict `:` type($input) `->` type($result)
+  }];
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> location, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &inferredReturnTypes) {
+      return ::weft::inferReduceResultType(location, adaptor.getInput().getType(),
+          adaptor.getAxes(), adaptor.getKeepDims(), inferredReturnTypes);
+    }
+  }];
+}
+
+def Weft_ReduceSumOp : Weft_ReduceOp<"reduce_sum", Weft_NumericTensor, "sum">;
+def Weft_ReduceMeanOp : Weft_ReduceOp<"reduce_mean", Weft_FloatTensor, "mean">;
+def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum">;
+
+class Weft_SoftmaxLikeOp<string mnemonic, string what>
+    : Weft_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = what # " along one dimension.";
+  let description = [{
+    Computed stably (the maximum is subtracted first).
+
+    ```mlir
+    %p = weft.}] # mnemonic # [{ %scores axis 3 : tensor<2x12x128x128xf32>
+    ```
+
+    **Constraints**
+    - `axis` is a dimension of the input: `0 <= axis < rank`;
+    - the result has the input's type.
+  }];
+  let arguments = (ins Weft_FloatTensor:$input,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Weft_SoftmaxOp : Weft_SoftmaxLikeOp<"softmax", "Softmax">;
+def Weft_LogSoftmaxOp : Weft_SoftmaxLikeOp<"log_softmax", "Log of softmax">;
+
+def Weft_LayerNormOp : Weft_Op<"layer_norm", [Pure]> {
+  let summary = "Layer normalization over the trailing dimensions from `axis` on.";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon) * scale + bias`, where mean and (biased) variance
+    are taken over dimensions `axis` to `rank - 1`, as ONNX `LayerNormalization` and
+    `torch.nn.LayerNorm`.
+
+    ```mlir
+    %y = weft.layer_norm %x, %gamma, %beta axis 2 epsilon 1.0e-05
+        : (tensor<2x128x768xf32>, tensor<768xf32>, tensor<768xf32>) -> tensor<2x128x768xf32>
+    ```
+
+    **Constraints**
+    - `axis` is a dimension of the input: `0 <= axis < rank`;
+    - `epsilon` is positive;
+    - `scale` (and `bias`, if given) has shape `input.shape[axis:]`;
+    - all operands and the result have one element type, and the result has the input's
+      type.
+  }];
+  let arguments = (ins Weft_FloatTensor:$input, Weft_FloatTensor:$scale,
+                       Optional<Weft_FloatTensor>:$bias,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis, F32Attr:$epsilon);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? `axis` $axis `epsilon` $epsilon attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Weft_RMSNormOp : Weft_Op<"rms_norm", [Pure]> {
+  let summary = "Root-mean-square normalization over the trailing dimensions from `axis`.";
+  let description = [{
+    `x / sqrt(mean(x^2) + epsilon) * scale`, mean over dimensions `axis` to `rank - 1`,
+    as in LLaMA.
+
+    ```mlir
+    %y = weft.rms_norm %x, %gamma axis 2 epsilon 1.0e-06
+        : (tensor<2x128x4096xbf16>, tensor<4096xbf16>) -> tensor<2x128x4096xbf16>
+    ```
+
+    **Constraints**
+    - `axis` is a dimension of the input: `0 <= axis < rank`;
+    - `epsilon` is positive;
+    - `scale` has shape `input.shape[axis:]`;
+    - all operands and the result have one element type, and the result has the input's
+      type.
+  }];
+  let arguments = (ins Weft_FloatTensor:$input, Weft_FloatTensor:$scale,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis, F32Attr:$epsilon);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale `axis` $axis `epsilon` $epsilon attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra and attention
+//===----------------------------------------------------------------------===//
+
+def Weft_MatmulOp : Weft_Op<"matmul", [Pure, SameOperandsAndResultElementType,
+    InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
+    DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
+  let summary = "Batched matrix product, with optional transposes and broadcast batch dimensions.";
+  let description = [{
+    Multiplies the matrices in the last two dimensions; leading (batch) dimensions
+    broadcast as in numpy. `transpose_lhs` / `transpose_rhs` swap an operand's last two
+    dimensions first, so `Q Kᵀ` needs no separate transpose.
+
+    ```mlir
+    %s = weft.matmul %q, %k transpose_rhs
+        : (tensor<2x12x128x64xf32>, tensor<2x12x128x64xf32>) -> tensor<2x12x128x128xf32>
+    ```
+
+    **Constraints**
+    - both operands have rank at least 2 and one element type;
+    - the contracting dimensions agree: `lhs[..., m, k]` and `rhs[..., k, n]` (after the
+      transposes);
+    - the batch dimensions broadcast;
+    - the result is `[broadcast batch..., m, n]`.
+  }];
+  let arguments = (ins Weft_NumericTensor:$lhs, Weft_NumericTensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Weft_NumericTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`transpose_lhs` $transpose_lhs^)? (`transpose_rhs` $transpose_rhs^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Weft_LinearOp : Weft_Op<"linear", [Pure, SameOperandsAndResultElementType,
+    InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
+    DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
+  let summary = "A dense layer: `input · weight + bias` over the last dimension.";
+  let description = [{
+    `input` is `[..., k]`; `weight` is `[k, n]` (as ONNX `MatMul` operands exported from
+    torch), or `[n, k]` with `transpose_weight` (as `torch.nn.Linear.weight` and ONNX
+    `Gemm` with `transB`); `bias`, if given, is `[n]`. The result is `[..., n]`. Megatron
+    tensor parallelism splits `n` (column-parallel) or `k` (row-parallel).
+
+    ```mlir
+    %h = weft.linear %x, %w, %b
+        : (tensor<2x128x768xf32>, tensor<768x3072xf32>, tensor<3072xf32>) -> tensor<2x128x3072xf32>
+    ```
+
+    **Constraints**
+    - `input` has rank at least 1, `weight` rank 2, `bias` rank 1;
+    - `weight`'s contracting dimension equals `input`'s last dimension;
+    - `bias` has `weight`'s output size;
+    - all operands and the result have one element type;
+    - the result is `input.shape[:-1] + [n]`.
+  }];
+  let arguments = (ins Weft_NumericTensor:$input, Weft_NumericTensor:$weight,
+                       Optional<Weft_NumericTensor>:$bias, UnitAttr:$transpose_weight);
+  let results = (outs Weft_NumericTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? (`transpose_weight` $transpose_weight^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Weft_AttentionOp : Weft_Op<"attention", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Scaled dot-product attention with causal or explicit masks and grouped KV heads.";
+  let description = [{
+    `softmax(scale · Q Kᵀ + mask) · V` per head. `q` is `[batch, heads, seq, head_dim]`,
+    `k` is `[batch, kv_heads, kv_seq, head_dim]`, `v` is `[batch, kv_heads, kv_seq,
+    v_head_dim]`. With grouped-query attention, `heads` is a multiple of `kv_heads` and
+    query head `h` reads KV head `h / (heads / kv_heads)`. `causal` masks key positions after
+    the query position (aligned at the top-left). `mask`, if given, broadcasts to `[batch,
+    heads, seq, kv_seq]`: an `i1` mask keeps positions where it is true; a float mask is
+    added to the scores.
+
+    ```mlir
+    %o = weft.attention %q, %k, %v scale 0.125 causal
+        : (tensor<2x32x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16>)
+          -> tensor<2x32x128x64xbf16>
+    ```
+
+    **Constraints**
+    - `q`, `k`, `v` have rank 4 and one float element type;
+    - `k` and `v` have `q`'s batch size, and each other's head count and sequence length;
+    - `q` and `k` have one head dimension;
+    - the query head count is a positive multiple of the KV head count;
+    - `mask`, if given, has rank at most 4, is `i1` or `q`'s element type, and broadcasts
+      to `[batch, heads, seq, kv_seq]`;
+    - `scale` is positive;
+    - the result is `[batch, heads, seq, v_head_dim]` of `q`'s element type.
+  }];
+  let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
+                       Optional<Weft_Tensor>:$mask, F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v (`mask` $mask^)? `scale` $scale (`causal` $causal^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Indexing and data movement
+//===----------------------------------------------------------------------===//
+
+def Weft_EmbeddingOp : Weft_Op<"embedding", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Looks up rows of an embedding table by token id.";
+  let description = [{
+    `result[i..., :] = table[indices[i...], :]`. The op that vocabulary-parallel
+    partitioning splits along the table's rows.
+
+    ```mlir
+    %h = weft.embedding %wte[%tokens] : (tensor<50257x768xf32>, tensor<2x128xi64>) -> tensor<2x128x768xf32>
+    ```
+
+    **Constraints**
+    - `table` has rank 2;
+    - the result is `indices.shape + [table.shape[1]]` with the table's element type.
+  }];
+  let arguments = (ins Weft_FloatTensor:$table, Weft_IntTensor:$indices);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `[` $indices `]` attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Weft_GatherOp : Weft_Op<"gather", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Takes slices of `input` along one dimension at the given indices (ONNX Gather).";
+  let description = [{
+    The result is `input.shape[:axis] + indices.shape + input.shape[axis+1:]`. Indices
+    are in `[0, input.shape[axis])`.
+
+    ```mlir
+    %r = weft.gather %x[%idx] axis 1 : (tensor<4x10x8xf32>, tensor<3xi64>) -> tensor<4x3x8xf32>
+    ```
+
+    **Constraints**
+    - `axis` is a dimension of the input: `0 <= axis < rank`;
+    - the result has the input's element type and the shape above.
+  }];
+  let arguments = (ins Weft_Tensor:$input, Weft_IntTensor:$indices,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `[` $indices `]` `axis` $axis attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Weft_ReshapeOp : Weft_Op<"reshape", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "The same elements, in row-major order, under another shape.";
+  let description = [{
+    ```mlir
+    %heads = weft.reshape %x : tensor<2x128x768xf32> -> tensor<2x128x12x64xf32>
+    ```
+
+    **Constraints**
+    - the result has the input's element type and number of elements.
+  }];
+  let arguments = (ins Weft_Tensor:$input);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Weft_TransposeOp : Weft_Op<"transpose", [Pure, SameOperandsAndResultElementType,
+    InferTypeOpAdaptor]> {
+  let summary = "Permutes dimensions: result dimension i is input dimension permutation[i].";
+  let description = [{
+    ```mlir
+    %t = weft.transpose %x permutation [0, 2, 1, 3]
+        : tensor<2x128x12x64xf32> -> tensor<2x12x128x64xf32>
+    ```
+
+    **Constraints**
+    - `permutation` is a permutation of `0 .. rank-1`;
+    - `result.shape[i] == input.shape[permutation[i]]`, with the input's element type.
+  }];
+  let arguments = (ins Weft_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `permutation` $permutation attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def Weft_SliceOp : Weft_Op<"slice", [Pure, SameOperandsAndResultElementType,
+    InferTypeOpAdaptor]> {
+  let summary = "A strided box of a tensor, given by start, limit and stride per dimension.";
+  let description = [{
+    Dimension `d` of the result takes input indices `starts[d], starts[d] + strides[d],
+    ...` below `limits[d]`: `ceil((limits[d] - starts[d]) / strides[d])` of them.
+    Without `strides`, every stride is 1.
+
+    ```mlir
+    %q = weft.slice %qkv starts [0, 0, 0] limits [2, 128, 768]
+        : tensor<2x128x2304xf32> -> tensor<2x128x768xf32>
+    ```
+
+    **Constraints**
+    - `starts`, `limits` and `strides` (if given) have one entry per dimension;
+    - `0 <= starts[d] <= limits[d] <= input.shape[d]` and `strides[d] >= 1`;
+    - the result has the input's element type and the shape above.
+  }];
+  let arguments = (ins Weft_Tensor:$input, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$limits, OptionalAttr<DenseI64ArrayAttr>:$strides);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `starts` $starts `limits` $limits (`strides` $strides^)? attr-dict `:`
+    type($input) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def Weft_ConcatOp : Weft_Op<"concat", [Pure, SameOperandsAndResultElementType,
+    InferTypeOpAdaptor]> {
+  let summary = "Joins tensors along one dimension.";
+  let description = [{
+    ```mlir
+    %kv = weft.concat %past, %k axis 2
+        : (tensor<2x12x96x64xf32>, tensor<2x12x32x64xf32>) -> tensor<2x12x128x64xf32>
+    ```
+
+    **Constraints**
+    - at least one input; all inputs have one rank and one element type;
+    - `axis` is a dimension: `0 <= axis < rank`;
+    - inputs agree on every dimension but `axis`; the result's `axis` dimension is the sum.
+  }];
+  let arguments = (ins Variadic<Weft_Tensor>:$inputs,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $inputs `axis` $axis attr-dict `:` functional-type($inputs, results)
+  }];
+  let hasFolder = 1;
+}
+
+def Weft_SplitOp : Weft_Op<"split", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Cuts a tensor along one dimension into pieces of the given sizes.";
+  let description = [{
+    ```mlir
+    %q, %k, %v = weft.split %qkv axis 2 sizes [768, 768, 768]
+        : tensor<2x128x2304xf32> -> (tensor<2x128x768xf32>, tensor<2x128x768xf32>,
+                                     tensor<2x128x768xf32>)
+    ```
+
+    **Constraints**
+    - `axis` is a dimension: `0 <= axis < rank`;
+    - there is one result per entry of `sizes`, and at least one;
+    - every size is positive and the sizes add up to the input's `axis` dimension;
+    - result `i` is the input's shape with `sizes[i]` at `axis`, same element type.
+  }];
+  let arguments = (ins Weft_Tensor:$input,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis,
+                       DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<Weft_Tensor>:$results);
+  let assemblyFormat = [{
+    $input `axis` $axis `sizes` $sizes attr-dict `:` type($input) `->` type($results)
+  }];
+}
+
+def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [Pure, SameOperandsAndResultElementType]> {
+  let summary = "Expands a tensor to a larger shape by numpy broadcasting.";
+  let description = [{
+    (The collective that sends one rank's tensor to all others is `weft.broadcast`.)
+
+    ```mlir
+    %b = weft.broadcast_to %bias : tensor<768xf32> -> tensor<2x128x768xf32>
+    ```
+
+    **Constraints**
+    - the result's rank is at least the input's;
+    - aligned at the trailing dimensions, each input dimension is 1 or equals the
+      result's;
+    - same element type.
+  }];
+  let arguments = (ins Weft_Tensor:$input);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Weft_TriluOp : Weft_Op<"trilu", [Pure, SameOperandsAndResultType]> {
+  let summary = "Keeps the lower (or upper) triangle of the last two dimensions; zeroes the rest.";
+  let description = [{
+    As ONNX `Trilu`: element `[..., i, j]` is kept when `j - i <= diagonal` (lower) or
+    `j - i >= diagonal` (with `upper`), else it becomes zero (false for `i1`).
+
+    ```mlir
+    %causal = weft.trilu %ones : tensor<128x128xi1>
+    %strict = weft.trilu %ones upper diagonal 1 : tensor<128x128xf32>
+    ```
+
+    **Constraints**
+    - the input has rank at least 2;
+    - the result has the input's type.
+  }];
+  let arguments = (ins Weft_Tensor:$input, UnitAttr:$upper,
+                       DefaultValuedAttr<I64Attr, "0">:$diagonal);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input (`upper` $upper^)? (`diagonal` $diagonal^)? attr-dict `:` type($input)
+  }];
+  let hasVerifier = 1;
+}
+
+def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [Pure, InferTypeOpAdaptor]> {
+  let summary = "Softmax cross-entropy of logits against integer class labels.";
+  let description = [{
+    Per position, `logsumexp(logits[..., :]) - logits[..., label]`. Positions whose label
+    equals `ignore_index` contribute zero and are not counted by `mean`. `reduction` is
+    `none` (a loss per position), `mean` or `sum` (a scalar).
+
+    ```mlir
+    %loss = weft.cross_entropy %logits, %labels reduction mean ignore_index -100
+        : (tensor<2x128x50257xf32>, tensor<2x128xi64>) -> tensor<f32>
+    ```
+
+    **Constraints**
+    - `logits` has rank at least 1 and `labels` has rank `logits.rank - 1`;
+    - `labels.shape == logits.shape[:-1]`;
+    - the result has `logits`' element type, shape `labels.shape` for `none` and rank 0
+      otherwise.
+  }];
+  let arguments = (ins Weft_FloatTensor:$logits, Weft_IntTensor:$labels,
+                       Weft_LossReduction:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `reduction` $reduction (`ignore_index` $ignore_index^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Repeated structure
+//===----------------------------------------------------------------------===//
+
+def Weft_LayerOp : Weft_Op<"layer", [IsolatedFromAbove,
+    SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "One repetition of a repeated block (a transformer layer).";
+  let description = [{
+    The body computes the layer from the block arguments (the operands) and yields its
+    results. The body is isolated from above: its weights are `weft.parameter` ops inside
+    it, so a layer can move to another pipeline stage as a unit.
+
+    Layers with the same `kind` are one structure repeated: the same body up to the names
+    and values of their parameters. The cost model costs a kind once; the pipeline
+    splitter cuts only between layers. `index` is the position in the repetition.
+
+    ```mlir
+    %h1 = weft.layer "gpt2_block"(%h0) index 0 : (tensor<2x128x768xf32>) -> tensor<2x128x768xf32> {
+    ^bb0(%x: tensor<2x128x768xf32>):
+      %g = weft.parameter "h.0.ln_1.weight" : tensor<768xf32>
+      ...
+      weft.yield %out : tensor<2x128x768xf32>
+    }
+    ```
+
+    **Constraints**
+    - `kind` is not empty and `index` is not negative;
+    - the body's arguments have the operands' types;
+    - the terminator yields values of the results' types.
+  }];
+  let arguments = (ins StrAttr:$kind, ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+                       Variadic<AnyType>:$inputs);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $kind `(` $inputs `)` `index` $index attr-dict `:` functional-type($inputs, $results)
+    $body
+  }];
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    OpBuilder<(ins "::llvm::StringRef":$kind, "int64_t":$index,
+                   "::mlir::ValueRange":$inputs, "::mlir::TypeRange":$resultTypes)>
+  ];
+}
+
+def Weft_YieldOp : Weft_Op<"yield", [Pure, Terminator, ReturnLike,
+    HasParent<"LayerOp">]> {
+  let summary = "Ends a weft.layer body with the layer's results.";
+  let description = [{
+    ```mlir
+    weft.yield %out : tensor<2x128x768xf32>
+    ```
+
+    **Constraints**
+    - the parent is a `weft.layer`, whose results have the yielded values' types.
+  }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+  let builders = [OpBuilder<(ins), [{
+    build($_builder, $_state, ::mlir::ValueRange());
+  }]>];
+}
+
+//===----------------------------------------------------------------------===//
+// Mesh and collectives
+//===----------------------------------------------------------------------===//
+
+def Weft_MeshOp : Weft_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "A logical grid of devices with named axes.";
+  let description = [{
+    Declares the devices a program runs on as an n-dimensional grid whose axes have names
+    and sizes; the device count is the product of the sizes. Shardings and collectives
+    refer to the mesh by symbol and to its axes by name. Axis order is major to minor:
+    the last axis varies fastest over consecutive device ids, so the axes that should
+    stay inside a node (tensor parallelism) go last.
+
+    ```mlir
+    weft.mesh @world(dp = 16, pp = 4, tp = 8)
+    ```
+
+    **Constraints**
+    - at least one axis;
+    - axis names are not empty and do not repeat;
+    - every axis size is at least 1.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axes,
+                       DenseI64ArrayAttr:$shape);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The size of the named axis, or std::nullopt if the mesh has no such axis.
+    std::optional<int64_t> getAxisSize(::llvm::StringRef axis);
+    /// The number of devices in the mesh.
+    int64_t getNumDevices();
+  }];
+}
+
+class Weft_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : Weft_Op<mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  code commonDescription = [{
+    Collectives are not `Pure`: every rank of a group must run them in the same order,
+    so no pass may drop, duplicate or reorder one on its own.
+
+    The group is every set of ranks that differ only in their coordinates along `axes`
+    of `mesh`; its size is the product of those axes' sizes, and a rank's index in the
+    group is its coordinate linearized over `axes` in the order given.
+  }];
+  code commonConstraints = [{
+    - `mesh` names a `weft.mesh` in the enclosing module;
+    - `axes` is not empty, names axes of that mesh, and names none twice;
+  }];
+}
+
+def Weft_AllReduceOp : Weft_CollectiveOp<"all_reduce",
+    [SameOperandsAndResultType]> {
+  let summary = "Combines a tensor across the ranks of a mesh-axis group; all get the result.";
+  let description = [{
+    Every rank of the group ends with the elementwise `kind` (sum, max, min, avg) of the
+    group's inputs.
+  }] # commonDescription # [{
+
+    ```mlir
+    %y = weft.all_reduce sum %x over @world ["tp"] : tensor<2x128x768xf32>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - the result has the operand's type.
+  }];
+  let arguments = (ins Weft_ReductionKind:$kind, Weft_NumericTensor:$input,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes);
+  let results = (outs Weft_NumericTensor:$result);
+  let assemblyFormat = [{
+    $kind $input `over` $mesh $axes attr-dict `:` type($input)
+  }];
+}
+
+def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather",
+    [SameOperandsAndResultElementType]> {
+  let summary = "Concatenates the group's tensors along one dimension; all get the result.";
+  let description = [{
+    The result holds the inputs of group ranks 0, 1, ... in order along `dim`.
+  }] # commonDescription # [{
+
+    ```mlir
+    %full = weft.all_gather %x over @world ["tp"] dim 2
+        : tensor<2x128x192xf32> -> tensor<2x128x768xf32>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `dim` is a dimension of the operand;
+    - the result equals the operand's shape except `result[dim] == operand[dim] *
+      group size`, with the same element type.
+  }];
+  let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `dim` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter",
+    [SameOperandsAndResultElementType]> {
+  let summary = "Combines the group's tensors and leaves each rank one slice along a dimension.";
+  let description = [{
+    Rank `i` of the group gets slice `i` (of `group size` equal slices along `dim`) of the
+    elementwise `kind` of the group's inputs. What Megatron sequence parallelism does after
+    a row-parallel linear, and ZeRO-2 with gradients.
+  }] # commonDescription # [{
+
+    ```mlir
+    %part = weft.reduce_scatter sum %x over @world ["tp"] dim 1
+        : tensor<2x128x768xf32> -> tensor<2x32x768xf32>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `dim` is a dimension of the operand, divisible by the group size;
+    - the result equals the operand's shape except `result[dim] == operand[dim] /
+      group size`, with the same element type.
+  }];
+  let arguments = (ins Weft_ReductionKind:$kind, Weft_NumericTensor:$input,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+  let results = (outs Weft_NumericTensor:$result);
+  let assemblyFormat = [{
+    $kind $input `over` $mesh $axes `dim` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def Weft_AllToAllOp : Weft_CollectiveOp<"all_to_all",
+    [SameOperandsAndResultElementType]> {
+  let summary = "Splits along one dimension, exchanges the pieces, concatenates along another.";
+  let description = [{
+    Each rank cuts its input into `group size` pieces along `split_dim`, sends piece `j`
+    to group rank `j`, and concatenates what it receives, in group-rank order, along
+    `concat_dim`. DeepSpeed-Ulysses uses it to turn a sequence split into a head split
+    around attention and back.
+  }] # commonDescription # [{
+
+    ```mlir
+    %heads = weft.all_to_all %x over @world ["sp"] split_dim 1 concat_dim 2
+        : tensor<2x12x32x64xf32> -> tensor<2x3x128x64xf32>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `split_dim` and `concat_dim` are dimensions of the operand;
+    - `operand[split_dim]` is divisible by the group size;
+    - the result equals the operand's shape except `result[split_dim] /= group size`
+      and then `result[concat_dim] *= group size`, with the same element type.
+  }];
+  let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$split_dim,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$concat_dim);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `split_dim` $split_dim `concat_dim` $concat_dim attr-dict `:`
+    type($input) `->` type($result)
+  }];
+}
+
+def Weft_CollectivePermuteOp : Weft_CollectiveOp<"collective_permute",
+    [SameOperandsAndResultType]> {
+  let summary = "Ring shift: each rank sends its tensor `shift` places along the group.";
+  let description = [{
+    Group rank `i` sends its input to group rank `(i + shift) mod n` and receives from
+    `(i - shift) mod n`. Ring attention passes K/V blocks this way.
+  }] # commonDescription # [{
+
+    ```mlir
+    %next_kv = weft.collective_permute %kv over @world ["cp"] shift 1 : tensor<2x8x64x64xf32>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `shift` is not a multiple of the group size (that would be a copy);
+    - the result has the operand's type.
+  }];
+  let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$shift);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `shift` $shift attr-dict `:` type($input)
+  }];
+}
+
+def Weft_SendOp : Weft_CollectiveOp<"send"> {
+  let summary = "Sends a tensor to the rank `offset` places along the group (pipeline P2P).";
+  let description = [{
+    Point-to-point: group rank `i` sends to group rank `i + offset`, which must exist (no
+    wrap-around). The receiving rank runs a `weft.recv` with the opposite offset and the
+    same `tag`. Pipeline stages pass activations forward and gradients back this way.
+  }] # commonDescription # [{
+
+    ```mlir
+    weft.send %act to @world ["pp"] offset 1 tag 3 : tensor<1x128x768xbf16>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `offset` is not zero and its magnitude is less than the group size;
+    - `tag` is not negative.
+  }];
+  let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$offset,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$tag);
+  let assemblyFormat = [{
+    $input `to` $mesh $axes `offset` $offset (`tag` $tag^)? attr-dict `:` type($input)
+  }];
+}
+
+def Weft_RecvOp : Weft_CollectiveOp<"recv"> {
+  let summary = "Receives a tensor from the rank `offset` places along the group.";
+  let description = [{
+    The counterpart of `weft.send`: group rank `i` receives from group rank `i + offset`.
+  }] # commonDescription # [{
+
+    ```mlir
+    %act = weft.recv from @world ["pp"] offset -1 tag 3 : tensor<1x128x768xbf16>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `offset` is not zero and its magnitude is less than the group size;
+    - `tag` is not negative.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes, I64Attr:$offset,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntNonNegative]>, "0">:$tag);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    `from` $mesh $axes `offset` $offset (`tag` $tag^)? attr-dict `:` type($result)
+  }];
+}
+
+def Weft_BroadcastOp : Weft_CollectiveOp<"broadcast", [SameOperandsAndResultType]> {
+  let summary = "Every rank of the group gets the tensor of group rank `root`.";
+  let description = [{
+    (Shape broadcasting is `weft.broadcast_to`.)
+  }] # commonDescription # [{
+
+    ```mlir
+    %w = weft.broadcast %x over @world ["dp"] root 0 : tensor<768x768xf32>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `0 <= root < group size`;
+    - the result has the operand's type.
+  }];
+  let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$root);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `root` $root attr-dict `:` type($input)
+  }];
+}
+
+#endif // WEFT_OPS_TD

@@ -1,0 +1,84 @@
+//===- WeftInterfaces.h - Sharding-rule and cost interfaces -----*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The facts every compute op states about itself: how its dimensions relate
+// (ShardingRule) and what it costs (OpCost). The planner, the partitioner and
+// the cost model read only these, so the plan that is costed is the plan that
+// is emitted.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_DIALECT_WEFTINTERFACES_H
+#define WEFT_DIALECT_WEFTINTERFACES_H
+
+#include "mlir/IR/OpDefinition.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <string>
+
+namespace weft {
+
+/// An op's factor rule. The iteration space is a list of factors; each operand
+/// and result dimension is the product of a list of factors, major to minor
+/// (one for most ops, several where a reshape merges dimensions, none for a
+/// broadcast dimension of size 1). A factor that occurs in no result is a
+/// reduction factor: splitting it leaves the results partial sums.
+struct ShardingRule {
+  enum class FactorKind { Parallel, Reduction };
+
+  /// Factors of one tensor dimension, major to minor.
+  using DimFactors = llvm::SmallVector<int64_t, 1>;
+  /// The factors of every dimension of one tensor.
+  using TensorFactors = llvm::SmallVector<DimFactors, 4>;
+
+  llvm::SmallVector<int64_t> factorSizes;
+  llvm::SmallVector<TensorFactors> operands;
+  llvm::SmallVector<TensorFactors> results;
+
+  /// Adds a factor of the given size and returns its index.
+  int64_t addFactor(int64_t size) {
+    factorSizes.push_back(size);
+    return static_cast<int64_t>(factorSizes.size()) - 1;
+  }
+  int64_t getNumFactors() const {
+    return static_cast<int64_t>(factorSizes.size());
+  }
+  /// A factor is a reduction factor if no result dimension names it.
+  FactorKind getFactorKind(int64_t factor) const;
+
+  /// Renders the rule as "([i, k], [k, j]) -> ([i, j]) {i=4, j=8, k=16}
+  /// reduction={k}", naming factors i, j, k, ... in order of first use.
+  std::string str() const;
+};
+
+/// What running an op once costs, counted, not timed.
+struct OpCost {
+  /// Floating-point operations (a multiply-add is two).
+  double flops = 0;
+  /// Bytes the op must read from and write to memory at least once.
+  int64_t bytesRead = 0;
+  int64_t bytesWritten = 0;
+};
+
+/// Bytes that a tensor of `type` occupies (i1 takes one byte per element).
+int64_t getTensorBytes(mlir::Type type);
+
+/// The rule of an elementwise op with numpy broadcasting: one parallel factor
+/// per result dimension; an operand dimension of size 1 that broadcasts has
+/// no factor.
+ShardingRule getElementwiseShardingRule(mlir::Operation *op);
+
+/// The cost of an elementwise op doing `flopsPerElement` operations per result
+/// element and touching each operand and result once.
+OpCost estimateElementwiseCost(mlir::TypeRange operandTypes,
+                               mlir::TypeRange resultTypes,
+                               int64_t flopsPerElement);
+
+} // namespace weft
+
+#include "dialects/weft/WeftInterfaces.h.inc"
+
+#endif // WEFT_DIALECT_WEFTINTERFACES_H

@@ -1,0 +1,44 @@
+//===- WeftOps.h - Operations of the weft dialect ---------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_DIALECT_WEFTOPS_H
+#define WEFT_DIALECT_WEFTOPS_H
+
+#include "weft/Dialect/WeftDialect.h"
+#include "weft/Dialect/WeftInterfaces.h"
+#include "weft/Dialect/WeftShape.h"
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#define GET_OP_CLASSES
+#include "dialects/weft/WeftOps.h.inc"
+
+namespace weft {
+
+/// Verifies that `sharding` can describe a value of `type`: its mesh exists
+/// (looked up from `from`), names only that mesh's axes, has one entry per
+/// dimension, and splits each dimension into equal parts.
+llvm::LogicalResult
+verifyShardingFor(ShardingAttr sharding, mlir::Type type, mlir::Operation *from,
+                  llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
+
+/// The shape one rank holds of a tensor of shape `globalShape` sharded by
+/// `sharding` over `mesh`. The sharding must be valid for that shape.
+llvm::SmallVector<int64_t> getLocalShape(ShardingAttr sharding, MeshOp mesh,
+                                         llvm::ArrayRef<int64_t> globalShape);
+
+} // namespace weft
+
+#endif // WEFT_DIALECT_WEFTOPS_H

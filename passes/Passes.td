@@ -1,0 +1,56 @@
+//===- Passes.td - Weft's passes ---------------------------*- tablegen -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PASSES_TD
+#define WEFT_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def WeftCanonicalize : Pass<"weft-canonicalize"> {
+  let summary = "Folds weft ops and removes what no longer has a use.";
+  let description = [{
+    Applies every weft op's folds and canonical rewrites to a fixed point, and erases ops
+    that are dead afterwards. It removes what exporters leave behind:
+
+    - `weft.reshape` of a `weft.reshape` becomes one reshape; a reshape to the same type
+      disappears;
+    - `weft.transpose` of a `weft.transpose` composes into one (none, if the composition
+      is the identity); an identity permutation disappears;
+    - `x + 0`, `x - 0`, `x * 1`, `x / 1` become `x` when the constant's broadcast does not
+      change `x`'s shape (`+0` is treated as an identity for `-0.0` too, as XLA does);
+    - a `weft.cast`, `weft.slice`, `weft.broadcast_to` or single-input `weft.concat` to the
+      operand's own type disappears.
+
+    Collectives are never removed: they are not pure.
+
+    ```
+    weft-opt -weft-canonicalize model.mlir
+    ```
+  }];
+  let options = [
+    Option<"maxIterations", "max-iterations", "int64_t", /*default=*/"10",
+           "How many times to sweep the IR before giving up on a fixed point">
+  ];
+}
+
+def WeftPrintOpFacts : Pass<"weft-print-op-facts"> {
+  let summary = "Reports each op's sharding rule and cost as remarks.";
+  let description = [{
+    Emits a remark on every op that implements the sharding-rule or cost interface, with
+    what the planner and partitioner will read: the factor rule (Shardy notation, with
+    factor sizes and reduction factors) and the FLOPs and bytes the op reads and writes
+    at its current shapes. Use it to check an op's facts, or to see what a model is
+    made of.
+
+    ```
+    weft-opt -weft-print-op-facts model.mlir
+    // remark: sharding rule ([i, k], [k, j]) -> ([i, j]) {i=4, k=16, j=8} reduction={k};
+    //         cost: 1024 flops, 768 bytes read, 128 bytes written
+    ```
+  }];
+}
+
+#endif // WEFT_PASSES_TD

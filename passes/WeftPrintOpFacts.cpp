@@ -1,0 +1,40 @@
+//===- WeftPrintOpFacts.cpp - Report sharding rules and costs -------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Passes.h"
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTPRINTOPFACTS
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+
+namespace {
+struct WeftPrintOpFacts
+    : public weft::impl::WeftPrintOpFactsBase<WeftPrintOpFacts> {
+  void runOnOperation() override {
+    getOperation()->walk([](Operation *op) {
+      auto ruleOp = dyn_cast<weft::ShardingRuleOpInterface>(op);
+      auto costOp = dyn_cast<weft::CostOpInterface>(op);
+      if (!ruleOp && !costOp)
+        return;
+      InFlightDiagnostic remark = op->emitRemark();
+      if (ruleOp)
+        remark << "sharding rule " << ruleOp.getShardingRule().str();
+      if (ruleOp && costOp)
+        remark << "; ";
+      if (costOp) {
+        weft::OpCost cost = costOp.getCost();
+        remark << "cost: " << static_cast<int64_t>(cost.flops) << " flops, "
+               << cost.bytesRead << " bytes read, " << cost.bytesWritten
+               << " bytes written";
+      }
+    });
+  }
+};
+} // namespace

@@ -1,0 +1,33 @@
+# -*- Python -*-
+# lit configuration for Weft's IR tests.
+#
+# WEFT_VERIFY_ROUNDTRIP=1 runs every test's weft-opt with --verify-roundtrip:
+# each parsed module is also printed in generic and custom form, re-parsed and
+# compared, so a printer/parser mismatch in any op fails the test that uses it.
+
+import os
+import stat
+
+import lit.formats
+
+config.name = "Weft"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.weft_obj_root, "test")
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit", "Inputs"]
+
+path = [config.weft_tools_dir, config.llvm_tools_dir]
+if os.environ.get("WEFT_VERIFY_ROUNDTRIP") == "1":
+    wrapper_dir = os.path.join(config.test_exec_root, "roundtrip-bin")
+    os.makedirs(wrapper_dir, exist_ok=True)
+    wrapper = os.path.join(wrapper_dir, "weft-opt")
+    with open(wrapper, "w") as f:
+        f.write('#!/bin/sh\nexec "%s" --verify-roundtrip "$@"\n'
+                % os.path.join(config.weft_tools_dir, "weft-opt"))
+    os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
+    path.insert(0, wrapper_dir)
+    config.available_features.add("verify-roundtrip")
+config.environment["PATH"] = os.pathsep.join(path + [config.environment.get("PATH", os.environ.get("PATH", ""))])
+config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(("%weft_test_dir", config.test_source_root))
