@@ -54,7 +54,7 @@ static LogicalResult verifyShardingAttachment(Operation *op, Attribute attr,
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   if (attr.getName() != getShardingAttrName())
-    return op->emitError() << "unknown weft attribute '" << attr.getName()
+    return op->emitError() << "unknown weft attribute '" << attr.getName().getValue()
                            << "' (the dialect defines '"
                            << getShardingAttrName() << "')";
   auto list = dyn_cast<ArrayAttr>(attr.getValue());
@@ -77,7 +77,7 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
                                                     NamedAttribute attr) {
   if (attr.getName() != getShardingAttrName())
     return op->emitError() << "unknown weft argument attribute '"
-                           << attr.getName() << "'";
+                           << attr.getName().getValue() << "'";
   Region &region = op->getRegion(regionIndex);
   Type type;
   if (!region.empty())
@@ -96,7 +96,7 @@ LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
                                                        NamedAttribute attr) {
   if (attr.getName() != getShardingAttrName())
     return op->emitError() << "unknown weft result attribute '"
-                           << attr.getName() << "'";
+                           << attr.getName().getValue() << "'";
   auto func = dyn_cast<FunctionOpInterface>(op);
   if (!func)
     return op->emitError() << "'" << getShardingAttrName()

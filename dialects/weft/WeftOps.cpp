@@ -73,6 +73,33 @@ static void printElementwiseTypes(OpAsmPrinter &printer, Operation *,
   printElementwiseTypes(printer, {condition, lhs, rhs, result});
 }
 
+/// A parameter's type, then its inline value if it has one, which takes that
+/// type (as in memref.global): `: tensor<4xf32> = dense<[...]>`.
+static ParseResult parseParameterTypeAndValue(OpAsmParser &parser, Type &type,
+                                              ElementsAttr &value) {
+  if (parser.parseColonType(type))
+    return failure();
+  if (failed(parser.parseOptionalEqual()))
+    return success();
+  SMLoc loc = parser.getCurrentLocation();
+  Attribute attr;
+  if (parser.parseAttribute(attr, type))
+    return failure();
+  value = dyn_cast<ElementsAttr>(attr);
+  if (!value)
+    return parser.emitError(loc, "expected an elements attribute (dense<...>)");
+  return success();
+}
+
+static void printParameterTypeAndValue(OpAsmPrinter &printer, Operation *,
+                                       Type type, ElementsAttr value) {
+  printer << ": " << type;
+  if (!value)
+    return;
+  printer << " = ";
+  printer.printAttributeWithoutType(value);
+}
+
 #define GET_OP_CLASSES
 #include "dialects/weft/WeftOps.cpp.inc"
 

@@ -34,9 +34,9 @@ def Weft_ParameterOp : Weft_Op<"parameter", [Pure]> {
 
     ```mlir
     %w = weft.parameter "h.0.mlp.fc1.weight" : tensor<768x3072xf32>
-    %b = weft.parameter "h.0.mlp.fc1.bias" = dense<0.0> : tensor<3072xf32>
-    %e = weft.parameter "wte.weight" external #weft.external<"model.onnx.data",
-             offset = 0, length = 154389504> : tensor<50257x768xf32>
+    %b = weft.parameter "h.0.mlp.fc1.bias" : tensor<3072xf32> = dense<0.0>
+    %e = weft.parameter "wte.weight" external <"model.onnx.data", offset = 0,
+             length = 154389504> : tensor<50257x768xf32>
     ```
 
     **Constraints**
@@ -51,7 +51,8 @@ def Weft_ParameterOp : Weft_Op<"parameter", [Pure]> {
                        OptionalAttr<Weft_ExternalDataAttr>:$external);
   let results = (outs Weft_Tensor:$result);
   let assemblyFormat = [{
-    $name (`=` $value^)? (`external` $external^)? attr-dict `:` type($result)
+    $name (`external` $external^)? attr-dict
+    custom<ParameterTypeAndValue>(type($result), $value)
   }];
   let hasVerifier = 1;
 }
@@ -674,7 +675,7 @@ def Weft_SplitOp : Weft_Op<"split", [Pure, InferTypeOpAdaptor]> {
                        DenseI64ArrayAttr:$sizes);
   let results = (outs Variadic<Weft_Tensor>:$results);
   let assemblyFormat = [{
-    $input `axis` $axis `sizes` $sizes attr-dict `:` type($input) `->` type($results)
+    $input `axis` $axis `sizes` $sizes attr-dict `:` type($input) `->` `(` type($results) `)`
   }];
 }
 
