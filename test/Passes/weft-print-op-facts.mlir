@@ -1,0 +1,53 @@
+// RUN: weft-opt %s -weft-print-op-facts -verify-diagnostics -split-input-file -mlir-print-op-on-diagnostic=false
+
+// The facts the planner reads: factor rules in Shardy's notation (a factor
+// missing from the results is a reduction) and FLOPs / bytes at these shapes.
+
+func.func @matmul(%a: tensor<4x16xf32>, %b: tensor<16x8xf32>) -> tensor<4x8xf32> {
+  // expected-remark @+1 {{sharding rule ([i, j], [j, k]) -> ([i, k]) {i=4, j=16, k=8} reduction={j}; cost: 1024 flops, 768 bytes read, 128 bytes written}}
+  %0 = weft.matmul %a, %b : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Q Kᵀ per head: batch and heads are parallel, the head dimension reduces.
+func.func @batched_transposed(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x4x32x8xbf16>) -> tensor<2x4x16x32xbf16> {
+  // expected-remark @+1 {{sharding rule ([i, j, k, l], [i, j, m, l]) -> ([i, j, k, m]) {i=2, j=4, k=16, l=8, m=32} reduction={l}; cost: 65536 flops, 6144 bytes read, 8192 bytes written}}
+  %0 = weft.matmul %q, %k transpose_rhs : (tensor<2x4x16x8xbf16>, tensor<2x4x32x8xbf16>) -> tensor<2x4x16x32xbf16>
+  return %0 : tensor<2x4x16x32xbf16>
+}
+
+// -----
+
+// A broadcast batch dimension of size 1 has no factor.
+func.func @broadcast_batch(%a: tensor<3x1x5x7xf32>, %b: tensor<4x7x9xf32>) -> tensor<3x4x5x9xf32> {
+  // expected-remark @+1 {{sharding rule ([i, 1, j, k], [l, k, m]) -> ([i, l, j, m]) {i=3, j=5, k=7, l=4, m=9} reduction={k}; cost: 7560 flops, 1428 bytes read, 2160 bytes written}}
+  %0 = weft.matmul %a, %b : (tensor<3x1x5x7xf32>, tensor<4x7x9xf32>) -> tensor<3x4x5x9xf32>
+  return %0 : tensor<3x4x5x9xf32>
+}
+
+// -----
+
+// Megatron's column- and row-parallel splits are the n and k factors.
+func.func @linear(%x: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %b: tensor<64xf32>, %wt: tensor<64x32xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>) {
+  // expected-remark @+1 {{sharding rule ([i, j, k], [k, l], [l]) -> ([i, j, l]) {i=2, j=8, k=32, l=64} reduction={k}; cost: 66560 flops, 10496 bytes read, 4096 bytes written}}
+  %0 = weft.linear %x, %w, %b : (tensor<2x8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  // expected-remark @+1 {{sharding rule ([i, j, k], [l, k]) -> ([i, j, l]) {i=2, j=8, k=32, l=64} reduction={k}; cost: 65536 flops, 10240 bytes read, 4096 bytes written}}
+  %1 = weft.linear %x, %wt transpose_weight : (tensor<2x8x32xf32>, tensor<64x32xf32>) -> tensor<2x8x64xf32>
+  return %0, %1 : tensor<2x8x64xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
+func.func @elementwise(%x: tensor<4x8xf32>, %b: tensor<8xf32>, %h: tensor<4x8xbf16>) -> (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  // expected-remark @+1 {{sharding rule ([i, j], [j]) -> ([i, j]) {i=4, j=8}; cost: 32 flops, 160 bytes read, 128 bytes written}}
+  %0 = weft.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  // expected-remark @+1 {{sharding rule ([i, j]) -> ([i, j]) {i=4, j=8}; cost: 128 flops, 64 bytes read, 64 bytes written}}
+  %1 = weft.silu %h : tensor<4x8xbf16>
+  // expected-remark @+1 {{cost: 160 flops, 128 bytes read, 128 bytes written}}
+  %2 = weft.gelu %x : tensor<4x8xf32>
+  // expected-remark @+1 {{cost: 288 flops, 128 bytes read, 128 bytes written}}
+  %3 = weft.gelu %x approximation tanh : tensor<4x8xf32>
+  return %0, %1, %2, %3 : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>
+}
