@@ -201,8 +201,8 @@ static LogicalResult verifyNormalization(Operation *op, int64_t axis,
                                          ValueRange affine, Type result) {
   if (failed(verifyAxis(op, axis, input.getType())))
     return failure();
-  if (!epsilon.isNormal() || epsilon.isNegative())
-    return op->emitOpError("epsilon must be positive");
+  if (epsilon.isNegative() || epsilon.isZero() || !epsilon.isFinite())
+    return op->emitOpError("epsilon must be positive and finite");
   auto inputType = cast<RankedTensorType>(input.getType());
   ArrayRef<int64_t> normalized = inputType.getShape().drop_front(axis);
   for (Value operand : affine) {

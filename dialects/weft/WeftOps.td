@@ -374,7 +374,7 @@ def Weft_LayerNormOp : Weft_Op<"layer_norm", [Pure]> {
 
     **Constraints**
     - `axis` is a dimension of the input: `0 <= axis < rank`;
-    - `epsilon` is positive;
+    - `epsilon` is positive and finite;
     - `scale` (and `bias`, if given) has shape `input.shape[axis:]`;
     - all operands and the result have one element type, and the result has the input's
       type.
@@ -403,7 +403,7 @@ def Weft_RMSNormOp : Weft_Op<"rms_norm", [Pure]> {
 
     **Constraints**
     - `axis` is a dimension of the input: `0 <= axis < rank`;
-    - `epsilon` is positive;
+    - `epsilon` is positive and finite;
     - `scale` has shape `input.shape[axis:]`;
     - all operands and the result have one element type, and the result has the input's
       type.

@@ -302,6 +302,14 @@ func.func @layer_norm_epsilon(%x: tensor<4x8xf32>, %g: tensor<8xf32>) {
 
 // -----
 
+func.func @layer_norm_epsilon_infinite(%x: tensor<4x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{epsilon must be positive and finite}}
+  %0 = weft.layer_norm %x, %g axis 1 epsilon 0x7F800000 : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
 func.func @layer_norm_scale_shape(%x: tensor<4x8xf32>, %g: tensor<4x8xf32>) {
   // expected-error @+1 {{scale and bias must have the normalized shape [8] (input dimensions from axis 1 on), got 'tensor<4x8xf32>'}}
   %0 = weft.layer_norm %x, %g axis 1 epsilon 1.0e-05 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
