@@ -4,7 +4,8 @@
 Each input file is truncated at many points, has tokens deleted, duplicated
 and swapped, and has its numbers replaced by extreme values. For every variant
 weft-opt must either succeed (exit 0) or report an error diagnostic and exit 1:
-a signal, another exit code, a hang, or an exit 1 without 'error:' fails.
+a signal, another exit code, a hang, an exit 1 without 'error:', or a
+sanitizer report (in an ASan/UBSan build) fails.
 """
 
 import argparse
@@ -63,7 +64,9 @@ def main():
                 failures.append((path, name, "timed out", variant))
                 continue
             stderr = result.stderr.decode(errors="replace")
-            if result.returncode == 0:
+            if "Sanitizer" in stderr or "runtime error:" in stderr:
+                failures.append((path, name, "sanitizer report: " + stderr[-2000:], variant))
+            elif result.returncode == 0:
                 accepted += 1
             elif result.returncode == 1 and "error:" in stderr:
                 rejected += 1

@@ -1,0 +1,54 @@
+//===- OnnxImporter.h - Import ONNX models into the weft dialect -*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Reads an ONNX model as torch.onnx.export writes it (opsets 13-17, binary
+// `.onnx` or ONNX's text format `.onnxtxt`, weights inline or in external
+// files), binds its dynamic dimensions, runs ONNX shape inference with data
+// propagation, folds shape computations to constants and builds a func.func
+// of weft ops on static shapes. Every op's location names its ONNX node.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_IMPORT_ONNXIMPORTER_H
+#define WEFT_IMPORT_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <optional>
+
+namespace weft {
+
+struct OnnxImportOptions {
+  /// Static shapes for graph inputs, by input name: they bind the input's
+  /// dynamic dimensions (and must agree with its static ones).
+  llvm::StringMap<llvm::SmallVector<int64_t>> inputShapes;
+  /// Binds every dynamic dimension named like a batch ("batch", "N", ...) or
+  /// a sequence ("sequence", "seq_len", ...) that inputShapes leaves open.
+  std::optional<int64_t> batchSize;
+  std::optional<int64_t> sequenceLength;
+  /// Without weights, parameters keep only names, shapes and dtypes: the
+  /// weight bytes are never read (for planning).
+  bool loadWeights = true;
+  /// The name of the function the graph becomes.
+  std::string functionName = "main";
+};
+
+/// Parses `--input-shape` values such as "tokens=8x1024" into `options`.
+llvm::LogicalResult parseInputShape(llvm::StringRef text,
+                                    OnnxImportOptions &options,
+                                    std::string &error);
+
+/// Imports the model at `path`. Problems are reported as diagnostics on
+/// `context` (at the ONNX node they concern) and yield a null result.
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(llvm::StringRef path,
+                                                  const OnnxImportOptions &options,
+                                                  mlir::MLIRContext *context);
+
+} // namespace weft
+
+#endif // WEFT_IMPORT_ONNXIMPORTER_H

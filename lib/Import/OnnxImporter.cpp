@@ -1,0 +1,1047 @@
+//===- OnnxImporter.cpp - ONNX graph to weft ops --------------------------===//
+//
+// Part of the Weft project.
+//
+// Converts an OnnxModel (static, shape-inferred) node by node. Values whose
+// contents are known at import time (initializers needed as shapes, Constant,
+// Shape, ConstantOfShape, Range, and whatever ONNX's data propagation
+// computed) are kept as attributes and only materialized as weft.constant
+// when an op consumes them as data, so shape subgraphs disappear.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OnnxModel.h"
+#include "weft/Dialect/WeftOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <functional>
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+
+/// Converts ONNX element types to the weft ones; null for unsupported types.
+Type convertElementType(int32_t dataType, MLIRContext *context) {
+  Builder b(context);
+  switch (dataType) {
+  case onnx::TensorProto::FLOAT:
+    return b.getF32Type();
+  case onnx::TensorProto::FLOAT16:
+    return b.getF16Type();
+  case onnx::TensorProto::BFLOAT16:
+    return b.getBF16Type();
+  case onnx::TensorProto::INT64:
+    return b.getI64Type();
+  case onnx::TensorProto::INT32:
+    return b.getI32Type();
+  case onnx::TensorProto::BOOL:
+    return b.getI1Type();
+  default:
+    return {};
+  }
+}
+
+std::string dataTypeName(int32_t dataType) {
+  return onnx::TensorProto::DataType_Name(
+      static_cast<onnx::TensorProto::DataType>(dataType));
+}
+
+class GraphImporter {
+public:
+  GraphImporter(OnnxModel &model, llvm::StringRef path,
+                const OnnxImportOptions &options, MLIRContext *context)
+      : model(model), graph(model.proto.graph()), path(path),
+        options(options), context(context), builder(context) {}
+
+  OwningOpRef<ModuleOp> run();
+
+private:
+  using Handler = std::function<LogicalResult(const onnx::NodeProto &)>;
+
+  // Setup.
+  LogicalResult checkSupported();
+  void collectValueInfo();
+  LogicalResult importInitializers();
+  LogicalResult importNode(const onnx::NodeProto &node, int index);
+
+  // Values.
+  InFlightDiagnostic error() { return emitError(loc); }
+  Value input(const onnx::NodeProto &node, int index);
+  bool hasInput(const onnx::NodeProto &node, int index) {
+    return index < node.input_size() && !node.input(index).empty();
+  }
+  std::optional<DenseElementsAttr> constantInput(const onnx::NodeProto &node,
+                                                 int index);
+  FailureOr<SmallVector<int64_t>> intsInput(const onnx::NodeProto &node,
+                                            int index, llvm::StringRef what);
+  FailureOr<RankedTensorType> outputType(const onnx::NodeProto &node,
+                                         int index = 0);
+  void setOutput(const onnx::NodeProto &node, int index, Value value) {
+    values[node.output(index)] = value;
+  }
+  void setConstant(const std::string &name, DenseElementsAttr value) {
+    constants[name] = value;
+  }
+  FailureOr<DenseElementsAttr> tensorToAttr(const onnx::TensorProto &tensor,
+                                            llvm::StringRef what);
+  FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+  Value materialize(DenseElementsAttr value) {
+    return ConstantOp::create(builder, loc, value);
+  }
+
+  // Attributes.
+  const onnx::AttributeProto *attribute(const onnx::NodeProto &node,
+                                        llvm::StringRef name);
+  int64_t intAttr(const onnx::NodeProto &node, llvm::StringRef name,
+                  int64_t fallback);
+  float floatAttr(const onnx::NodeProto &node, llvm::StringRef name,
+                  float fallback);
+  std::optional<SmallVector<int64_t>> intsAttr(const onnx::NodeProto &node,
+                                               llvm::StringRef name);
+
+  // Op conversions.
+  void registerHandlers();
+  template <typename OpTy> void addBinary(llvm::StringRef opType);
+  template <typename OpTy> void addUnary(llvm::StringRef opType);
+  void addCompare(llvm::StringRef opType, ComparePredicate predicate);
+  template <typename OpTy> void addReduce(llvm::StringRef opType);
+  LogicalResult importMatMul(const onnx::NodeProto &node);
+  LogicalResult importGemm(const onnx::NodeProto &node);
+  LogicalResult importReshapeLike(const onnx::NodeProto &node);
+  LogicalResult importSlice(const onnx::NodeProto &node);
+  LogicalResult importSplit(const onnx::NodeProto &node);
+  LogicalResult importConstant(const onnx::NodeProto &node);
+
+  OnnxModel &model;
+  const onnx::GraphProto &graph;
+  std::string path;
+  const OnnxImportOptions &options;
+  MLIRContext *context;
+  OpBuilder builder;
+  Location loc = UnknownLoc::get(context);
+
+  llvm::StringMap<Handler> handlers;
+  llvm::StringMap<const onnx::TypeProto *> valueTypes;
+  llvm::StringMap<Value> values;
+  llvm::StringMap<DenseElementsAttr> constants;
+};
+
+//===----------------------------------------------------------------------===//
+// Values and attributes
+//===----------------------------------------------------------------------===//
+
+void GraphImporter::collectValueInfo() {
+  for (const auto *list : {&graph.input(), &graph.value_info(), &graph.output()})
+    for (const onnx::ValueInfoProto &info : *list)
+      valueTypes[info.name()] = &info.type();
+}
+
+FailureOr<RankedTensorType> GraphImporter::outputType(const onnx::NodeProto &node,
+                                                      int index) {
+  const std::string &name = node.output(index);
+  auto it = valueTypes.find(name);
+  if (it == valueTypes.end() || !it->second->has_tensor_type() ||
+      !it->second->tensor_type().has_shape())
+    return error() << "ONNX shape inference gave no shape for output '" << name
+                   << "'";
+  const onnx::TypeProto::Tensor &tensor = it->second->tensor_type();
+  Type element = convertElementType(tensor.elem_type(), context);
+  if (!element)
+    return error() << "output '" << name << "' has element type "
+                   << dataTypeName(tensor.elem_type())
+                   << ", which Weft does not support (f32, f16, bf16, i64, i32, "
+                      "bool)";
+  SmallVector<int64_t> shape;
+  for (const onnx::TensorShapeProto::Dimension &dim : tensor.shape().dim()) {
+    if (!dim.has_dim_value())
+      return error() << "output '" << name
+                     << "' has a dynamic dimension after shape inference; bind "
+                        "the model's dynamic inputs with --input-shape";
+    shape.push_back(dim.dim_value());
+  }
+  return RankedTensorType::get(shape, element);
+}
+
+Value GraphImporter::input(const onnx::NodeProto &node, int index) {
+  if (!hasInput(node, index))
+    return {};
+  const std::string &name = node.input(index);
+  auto it = values.find(name);
+  if (it != values.end())
+    return it->second;
+  auto constant = constants.find(name);
+  if (constant == constants.end())
+    return {};
+  Value value = materialize(constant->second);
+  values[name] = value;
+  return value;
+}
+
+std::optional<DenseElementsAttr>
+GraphImporter::constantInput(const onnx::NodeProto &node, int index) {
+  if (!hasInput(node, index))
+    return std::nullopt;
+  auto it = constants.find(node.input(index));
+  if (it == constants.end())
+    return std::nullopt;
+  return it->second;
+}
+
+FailureOr<SmallVector<int64_t>>
+GraphImporter::intsInput(const onnx::NodeProto &node, int index,
+                         llvm::StringRef what) {
+  std::optional<DenseElementsAttr> value = constantInput(node, index);
+  if (!value || !isa<IntegerType>(value->getElementType()))
+    return error() << what << " (input " << index
+                   << ") must be a constant integer tensor known at import "
+                      "time; Weft needs static shapes";
+  SmallVector<int64_t> ints;
+  for (const APInt &v : value->getValues<APInt>())
+    ints.push_back(v.getSExtValue());
+  return ints;
+}
+
+FailureOr<int64_t> GraphImporter::normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    return error() << "axis " << axis << " is out of range for rank " << rank;
+  return axis < 0 ? axis + rank : axis;
+}
+
+const onnx::AttributeProto *
+GraphImporter::attribute(const onnx::NodeProto &node, llvm::StringRef name) {
+  for (const onnx::AttributeProto &attr : node.attribute())
+    if (attr.name() == name)
+      return &attr;
+  return nullptr;
+}
+
+int64_t GraphImporter::intAttr(const onnx::NodeProto &node,
+                               llvm::StringRef name, int64_t fallback) {
+  const onnx::AttributeProto *attr = attribute(node, name);
+  return attr ? attr->i() : fallback;
+}
+
+float GraphImporter::floatAttr(const onnx::NodeProto &node,
+                               llvm::StringRef name, float fallback) {
+  const onnx::AttributeProto *attr = attribute(node, name);
+  return attr ? attr->f() : fallback;
+}
+
+std::optional<SmallVector<int64_t>>
+GraphImporter::intsAttr(const onnx::NodeProto &node, llvm::StringRef name) {
+  const onnx::AttributeProto *attr = attribute(node, name);
+  if (!attr)
+    return std::nullopt;
+  return SmallVector<int64_t>(attr->ints().begin(), attr->ints().end());
+}
+
+FailureOr<DenseElementsAttr>
+GraphImporter::tensorToAttr(const onnx::TensorProto &tensor,
+                            llvm::StringRef what) {
+  Type element = convertElementType(tensor.data_type(), context);
+  if (!element)
+    return error() << what << " '" << tensor.name() << "' has element type "
+                   << dataTypeName(tensor.data_type())
+                   << ", which Weft does not support";
+  SmallVector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
+  auto type = RankedTensorType::get(shape, element);
+  int64_t count = type.getNumElements();
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL)
+    return error() << what << " '" << tensor.name()
+                   << "' is stored as external data, but its value is needed "
+                      "at import time";
+  if (tensor.has_raw_data()) {
+    const std::string &raw = tensor.raw_data();
+    int64_t width = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+    if (static_cast<int64_t>(raw.size()) != count * width)
+      return error() << what << " '" << tensor.name() << "' has "
+                     << raw.size() << " bytes of data for " << type;
+    if (element.isInteger(1)) {
+      SmallVector<bool> bits;
+      for (char byte : raw)
+        bits.push_back(byte != 0);
+      return DenseElementsAttr::get(type, bits);
+    }
+    return DenseElementsAttr::getFromRawBuffer(
+        type, ArrayRef<char>(raw.data(), raw.size()));
+  }
+  auto checkCount = [&](int64_t size) -> LogicalResult {
+    if (size != count)
+      return error() << what << " '" << tensor.name() << "' has " << size
+                     << " values for " << type;
+    return success();
+  };
+  switch (tensor.data_type()) {
+  case onnx::TensorProto::FLOAT: {
+    if (failed(checkCount(tensor.float_data_size())))
+      return failure();
+    return DenseElementsAttr::get(
+        type, ArrayRef<float>(tensor.float_data().data(), count));
+  }
+  case onnx::TensorProto::INT64: {
+    if (failed(checkCount(tensor.int64_data_size())))
+      return failure();
+    return DenseElementsAttr::get(
+        type, ArrayRef<int64_t>(tensor.int64_data().data(), count));
+  }
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16: {
+    // These are stored widened in int32_data (the 16-bit floats as bits).
+    if (failed(checkCount(tensor.int32_data_size())))
+      return failure();
+    SmallVector<APInt> ints;
+    unsigned width = type.getElementTypeBitWidth();
+    for (int32_t v : tensor.int32_data())
+      ints.push_back(APInt(width, static_cast<uint64_t>(v), /*isSigned=*/true,
+                           /*implicitTrunc=*/true));
+    if (isa<FloatType>(element)) {
+      SmallVector<APFloat> floats;
+      for (const APInt &bits : ints)
+        floats.emplace_back(cast<FloatType>(element).getFloatSemantics(),
+                            bits);
+      return DenseElementsAttr::get(type, floats);
+    }
+    return DenseElementsAttr::get(type, ints);
+  }
+  default:
+    return error() << what << " '" << tensor.name() << "' has no data";
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Op conversions
+//===----------------------------------------------------------------------===//
+
+template <typename OpTy>
+void GraphImporter::addBinary(llvm::StringRef opType) {
+  handlers[opType] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value lhs = input(node, 0), rhs = input(node, 1);
+    auto lhsType = cast<RankedTensorType>(lhs.getType());
+    auto rhsType = cast<RankedTensorType>(rhs.getType());
+    // ONNX Pow takes an exponent of any numeric type; weft's has the base's.
+    if (lhsType.getElementType() != rhsType.getElementType())
+      rhs = CastOp::create(builder, loc,
+                           rhsType.clone(lhsType.getElementType()), rhs);
+    setOutput(node, 0, OpTy::create(builder, loc, lhs, rhs));
+    return success();
+  };
+}
+
+template <typename OpTy>
+void GraphImporter::addUnary(llvm::StringRef opType) {
+  handlers[opType] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    setOutput(node, 0, OpTy::create(builder, loc, input(node, 0)));
+    return success();
+  };
+}
+
+void GraphImporter::addCompare(llvm::StringRef opType,
+                               ComparePredicate predicate) {
+  handlers[opType] = [this,
+                      predicate](const onnx::NodeProto &node) -> LogicalResult {
+    setOutput(node, 0,
+              CompareOp::create(builder, loc, predicate, input(node, 0),
+                                input(node, 1)));
+    return success();
+  };
+}
+
+template <typename OpTy>
+void GraphImporter::addReduce(llvm::StringRef opType) {
+  handlers[opType] = [this, opType](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    int64_t rank = cast<RankedTensorType>(data.getType()).getRank();
+    // ReduceSum takes its axes as an input from opset 13; the others as an
+    // attribute until opset 18.
+    SmallVector<int64_t> axes;
+    if (opType == "ReduceSum" && hasInput(node, 1)) {
+      FailureOr<SmallVector<int64_t>> given = intsInput(node, 1, "axes");
+      if (failed(given))
+        return failure();
+      axes = *given;
+    } else if (std::optional<SmallVector<int64_t>> given =
+                   intsAttr(node, "axes")) {
+      axes = *given;
+    }
+    if (axes.empty()) {
+      if (opType == "ReduceSum" && intAttr(node, "noop_with_empty_axes", 0)) {
+        setOutput(node, 0, data);
+        return success();
+      }
+      for (int64_t d = 0; d < rank; ++d)
+        axes.push_back(d);
+    }
+    for (int64_t &axis : axes) {
+      FailureOr<int64_t> normalized = normalizeAxis(axis, rank);
+      if (failed(normalized))
+        return failure();
+      axis = *normalized;
+    }
+    llvm::sort(axes);
+    bool keepDims = intAttr(node, "keepdims", 1) != 0;
+    if (rank == 0) {
+      setOutput(node, 0, data);
+      return success();
+    }
+    setOutput(node, 0, OpTy::create(builder, loc, data, axes, keepDims));
+    return success();
+  };
+}
+
+LogicalResult GraphImporter::importMatMul(const onnx::NodeProto &node) {
+  Value lhs = input(node, 0), rhs = input(node, 1);
+  auto lhsType = cast<RankedTensorType>(lhs.getType());
+  auto rhsType = cast<RankedTensorType>(rhs.getType());
+  FailureOr<RankedTensorType> resultType = outputType(node);
+  if (failed(resultType))
+    return failure();
+  // numpy.matmul promotes 1-D operands to matrices and drops the added dim.
+  if (lhsType.getRank() == 1)
+    lhs = ReshapeOp::create(
+        builder, loc, RankedTensorType::get({1, lhsType.getDimSize(0)},
+                                            lhsType.getElementType()),
+        lhs);
+  if (rhsType.getRank() == 1)
+    rhs = ReshapeOp::create(
+        builder, loc, RankedTensorType::get({rhsType.getDimSize(0), 1},
+                                            rhsType.getElementType()),
+        rhs);
+  Value product = MatmulOp::create(builder, loc, lhs, rhs, false, false);
+  if (product.getType() != *resultType)
+    product = ReshapeOp::create(builder, loc, *resultType, product);
+  setOutput(node, 0, product);
+  return success();
+}
+
+LogicalResult GraphImporter::importGemm(const onnx::NodeProto &node) {
+  Value a = input(node, 0), b = input(node, 1), c = input(node, 2);
+  bool transA = intAttr(node, "transA", 0), transB = intAttr(node, "transB", 0);
+  float alpha = floatAttr(node, "alpha", 1.0f),
+        beta = floatAttr(node, "beta", 1.0f);
+  auto outputElement = cast<RankedTensorType>(a.getType()).getElementType();
+  int64_t n = cast<RankedTensorType>(b.getType()).getDimSize(transB ? 0 : 1);
+  bool biasIsVector =
+      !c || cast<RankedTensorType>(c.getType()).getShape() == ArrayRef<int64_t>{n};
+  // The common case, a dense layer: Y = A·B(ᵀ) + c.
+  if (!transA && alpha == 1.0f && beta == 1.0f && biasIsVector) {
+    setOutput(node, 0, LinearOp::create(builder, loc, a, b, c, transB));
+    return success();
+  }
+  Value y = MatmulOp::create(builder, loc, a, b, transA, transB);
+  auto scalar = [&](float value) {
+    return materialize(DenseElementsAttr::get(
+        RankedTensorType::get({}, outputElement),
+        FloatAttr::get(outputElement, value).getValue()));
+  };
+  if (alpha != 1.0f)
+    y = MulOp::create(builder, loc, y, scalar(alpha));
+  if (c) {
+    if (beta != 1.0f)
+      c = MulOp::create(builder, loc, c, scalar(beta));
+    y = AddOp::create(builder, loc, y, c);
+  }
+  setOutput(node, 0, y);
+  return success();
+}
+
+/// Reshape, Flatten, Squeeze and Unsqueeze all keep the elements in order and
+/// change only the shape, which shape inference already computed.
+LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
+  FailureOr<RankedTensorType> type = outputType(node);
+  if (failed(type))
+    return failure();
+  Value data = input(node, 0);
+  if (std::optional<DenseElementsAttr> value = constantInput(node, 0)) {
+    setConstant(node.output(0), value->reshape(*type));
+    return success();
+  }
+  setOutput(node, 0, data.getType() == *type
+                         ? data
+                         : ReshapeOp::create(builder, loc, *type, data).getResult());
+  return success();
+}
+
+LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
+  Value data = input(node, 0);
+  auto type = cast<RankedTensorType>(data.getType());
+  int64_t rank = type.getRank();
+  FailureOr<SmallVector<int64_t>> starts = intsInput(node, 1, "starts");
+  FailureOr<SmallVector<int64_t>> ends = intsInput(node, 2, "ends");
+  if (failed(starts) || failed(ends))
+    return failure();
+  SmallVector<int64_t> axes, steps(starts->size(), 1);
+  if (hasInput(node, 3)) {
+    FailureOr<SmallVector<int64_t>> given = intsInput(node, 3, "axes");
+    if (failed(given))
+      return failure();
+    axes = *given;
+  } else {
+    for (int64_t i = 0; i < static_cast<int64_t>(starts->size()); ++i)
+      axes.push_back(i);
+  }
+  if (hasInput(node, 4)) {
+    FailureOr<SmallVector<int64_t>> given = intsInput(node, 4, "steps");
+    if (failed(given))
+      return failure();
+    steps = *given;
+  }
+  if (axes.size() != starts->size() || ends->size() != starts->size() ||
+      steps.size() != starts->size())
+    return error() << "Slice needs one start, end, axis and step per sliced axis";
+  SmallVector<int64_t> lo(rank, 0), hi(type.getShape()), stride(rank, 1);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    FailureOr<int64_t> axis = normalizeAxis(axes[i], rank);
+    if (failed(axis))
+      return failure();
+    int64_t size = type.getDimSize(*axis);
+    if (steps[i] < 1)
+      return error() << "Slice with step " << steps[i]
+                     << " is not supported (only positive steps)";
+    auto clampIndex = [&](int64_t index) {
+      if (index < 0)
+        index += size;
+      return std::clamp<int64_t>(index, 0, size);
+    };
+    lo[*axis] = clampIndex((*starts)[i]);
+    hi[*axis] = std::max(lo[*axis], clampIndex((*ends)[i]));
+    stride[*axis] = steps[i];
+  }
+  bool unitStrides = llvm::all_of(stride, [](int64_t s) { return s == 1; });
+  setOutput(node, 0,
+            SliceOp::create(builder, loc, data, lo, hi,
+                            unitStrides ? DenseI64ArrayAttr()
+                                        : builder.getDenseI64ArrayAttr(stride)));
+  return success();
+}
+
+LogicalResult GraphImporter::importSplit(const onnx::NodeProto &node) {
+  Value data = input(node, 0);
+  auto type = cast<RankedTensorType>(data.getType());
+  FailureOr<int64_t> axis =
+      normalizeAxis(intAttr(node, "axis", 0), type.getRank());
+  if (failed(axis))
+    return failure();
+  SmallVector<int64_t> sizes;
+  if (hasInput(node, 1)) {
+    FailureOr<SmallVector<int64_t>> given = intsInput(node, 1, "split");
+    if (failed(given))
+      return failure();
+    sizes = *given;
+  } else if (std::optional<SmallVector<int64_t>> given =
+                 intsAttr(node, "split")) {
+    sizes = *given;
+  } else {
+    int64_t parts = node.output_size();
+    int64_t size = type.getDimSize(*axis);
+    int64_t chunk = (size + parts - 1) / parts;
+    for (int64_t i = 0; i < parts; ++i)
+      sizes.push_back(std::min(chunk, size - i * chunk));
+  }
+  auto split = SplitOp::create(builder, loc, data, *axis, sizes);
+  for (int i = 0; i < node.output_size(); ++i)
+    setOutput(node, i, split.getResult(i));
+  return success();
+}
+
+LogicalResult GraphImporter::importConstant(const onnx::NodeProto &node) {
+  const onnx::AttributeProto &attr = node.attribute(0);
+  Builder b(context);
+  if (attr.name() == "value") {
+    FailureOr<DenseElementsAttr> value = tensorToAttr(attr.t(), "constant");
+    if (failed(value))
+      return failure();
+    setConstant(node.output(0), *value);
+    return success();
+  }
+  auto scalarOrVector = [&](Type element, bool scalar, auto values) {
+    SmallVector<int64_t> shape;
+    if (!scalar)
+      shape.push_back(static_cast<int64_t>(values.size()));
+    return DenseElementsAttr::get(RankedTensorType::get(shape, element),
+                                  llvm::ArrayRef(values));
+  };
+  if (attr.name() == "value_float")
+    setConstant(node.output(0), scalarOrVector(b.getF32Type(), true,
+                                               SmallVector<float>{attr.f()}));
+  else if (attr.name() == "value_floats")
+    setConstant(node.output(0),
+                scalarOrVector(b.getF32Type(), false,
+                               SmallVector<float>(attr.floats().begin(),
+                                                  attr.floats().end())));
+  else if (attr.name() == "value_int")
+    setConstant(node.output(0), scalarOrVector(b.getI64Type(), true,
+                                               SmallVector<int64_t>{attr.i()}));
+  else if (attr.name() == "value_ints")
+    setConstant(node.output(0),
+                scalarOrVector(b.getI64Type(), false,
+                               SmallVector<int64_t>(attr.ints().begin(),
+                                                    attr.ints().end())));
+  else
+    return error() << "Constant with attribute '" << attr.name()
+                   << "' is not supported";
+  return success();
+}
+
+void GraphImporter::registerHandlers() {
+  addBinary<AddOp>("Add");
+  addBinary<SubOp>("Sub");
+  addBinary<MulOp>("Mul");
+  addBinary<DivOp>("Div");
+  addBinary<PowOp>("Pow");
+  addBinary<MaximumOp>("Max");
+  addBinary<MinimumOp>("Min");
+  addUnary<NegOp>("Neg");
+  addUnary<ExpOp>("Exp");
+  addUnary<LogOp>("Log");
+  addUnary<SqrtOp>("Sqrt");
+  addUnary<TanhOp>("Tanh");
+  addUnary<ErfOp>("Erf");
+  addUnary<SigmoidOp>("Sigmoid");
+  addUnary<ReluOp>("Relu");
+  addCompare("Equal", ComparePredicate::eq);
+  addCompare("Less", ComparePredicate::lt);
+  addCompare("LessOrEqual", ComparePredicate::le);
+  addCompare("Greater", ComparePredicate::gt);
+  addCompare("GreaterOrEqual", ComparePredicate::ge);
+  addReduce<ReduceSumOp>("ReduceSum");
+  addReduce<ReduceMeanOp>("ReduceMean");
+  addReduce<ReduceMaxOp>("ReduceMax");
+  for (llvm::StringRef opType : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+    handlers[opType] = [this](const onnx::NodeProto &node) {
+      return importReshapeLike(node);
+    };
+  handlers["MatMul"] = [this](const onnx::NodeProto &node) {
+    return importMatMul(node);
+  };
+  handlers["Gemm"] = [this](const onnx::NodeProto &node) {
+    return importGemm(node);
+  };
+  handlers["Slice"] = [this](const onnx::NodeProto &node) {
+    return importSlice(node);
+  };
+  handlers["Split"] = [this](const onnx::NodeProto &node) {
+    return importSplit(node);
+  };
+  handlers["Constant"] = [this](const onnx::NodeProto &node) {
+    return importConstant(node);
+  };
+  handlers["Identity"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    if (std::optional<DenseElementsAttr> value = constantInput(node, 0))
+      setConstant(node.output(0), *value);
+    else
+      setOutput(node, 0, input(node, 0));
+    return success();
+  };
+  handlers["Where"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    setOutput(node, 0,
+              WhereOp::create(builder, loc, input(node, 0), input(node, 1),
+                              input(node, 2)));
+    return success();
+  };
+  handlers["Cast"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    FailureOr<RankedTensorType> type = outputType(node);
+    if (failed(type))
+      return failure();
+    setOutput(node, 0, CastOp::create(builder, loc, *type, input(node, 0)));
+    return success();
+  };
+  handlers["Transpose"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    int64_t rank = cast<RankedTensorType>(data.getType()).getRank();
+    SmallVector<int64_t> perm;
+    if (std::optional<SmallVector<int64_t>> given = intsAttr(node, "perm"))
+      perm = *given;
+    else
+      for (int64_t d = rank - 1; d >= 0; --d)
+        perm.push_back(d);
+    setOutput(node, 0, TransposeOp::create(builder, loc, data, perm));
+    return success();
+  };
+  handlers["Concat"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    SmallVector<Value> inputs;
+    for (int i = 0; i < node.input_size(); ++i)
+      inputs.push_back(input(node, i));
+    int64_t rank = cast<RankedTensorType>(inputs[0].getType()).getRank();
+    FailureOr<int64_t> axis = normalizeAxis(intAttr(node, "axis", 0), rank);
+    if (failed(axis))
+      return failure();
+    setOutput(node, 0, ConcatOp::create(builder, loc, inputs, *axis));
+    return success();
+  };
+  handlers["Gather"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    auto type = cast<RankedTensorType>(data.getType());
+    FailureOr<int64_t> axis =
+        normalizeAxis(intAttr(node, "axis", 0), type.getRank());
+    if (failed(axis))
+      return failure();
+    Value indices = input(node, 1);
+    // ONNX allows negative indices; known ones are made non-negative here.
+    if (std::optional<DenseElementsAttr> known = constantInput(node, 1)) {
+      int64_t size = type.getDimSize(*axis);
+      SmallVector<APInt> fixed;
+      for (APInt index : known->getValues<APInt>()) {
+        if (index.isNegative())
+          index += APInt(index.getBitWidth(), size);
+        fixed.push_back(index);
+      }
+      indices = materialize(DenseElementsAttr::get(known->getType(), fixed));
+    }
+    if (*axis == 0 && type.getRank() == 2 && isa<FloatType>(type.getElementType()))
+      setOutput(node, 0, EmbeddingOp::create(builder, loc, data, indices));
+    else
+      setOutput(node, 0, GatherOp::create(builder, loc, data, indices, *axis));
+    return success();
+  };
+  handlers["Softmax"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    FailureOr<int64_t> axis = normalizeAxis(
+        intAttr(node, "axis", -1), cast<RankedTensorType>(data.getType()).getRank());
+    if (failed(axis))
+      return failure();
+    setOutput(node, 0, SoftmaxOp::create(builder, loc, data, *axis));
+    return success();
+  };
+  handlers["LogSoftmax"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    FailureOr<int64_t> axis = normalizeAxis(
+        intAttr(node, "axis", -1), cast<RankedTensorType>(data.getType()).getRank());
+    if (failed(axis))
+      return failure();
+    setOutput(node, 0, LogSoftmaxOp::create(builder, loc, data, *axis));
+    return success();
+  };
+  handlers["LayerNormalization"] =
+      [this](const onnx::NodeProto &node) -> LogicalResult {
+    for (int i = 1; i < node.output_size(); ++i)
+      if (!node.output(i).empty())
+        return error() << "LayerNormalization's Mean and InvStdDev outputs are "
+                          "not supported";
+    Value data = input(node, 0);
+    FailureOr<int64_t> axis = normalizeAxis(
+        intAttr(node, "axis", -1), cast<RankedTensorType>(data.getType()).getRank());
+    if (failed(axis))
+      return failure();
+    setOutput(node, 0,
+              LayerNormOp::create(builder, loc, data.getType(), data,
+                                  input(node, 1), input(node, 2), *axis,
+                                  llvm::APFloat(floatAttr(node, "epsilon", 1e-5f))));
+    return success();
+  };
+  handlers["Expand"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    FailureOr<RankedTensorType> type = outputType(node);
+    if (failed(type))
+      return failure();
+    Value data = input(node, 0);
+    setOutput(node, 0, data.getType() == *type
+                           ? data
+                           : BroadcastToOp::create(builder, loc, *type, data)
+                                 .getResult());
+    return success();
+  };
+  handlers["Trilu"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    int64_t k = 0;
+    if (hasInput(node, 1)) {
+      FailureOr<SmallVector<int64_t>> given = intsInput(node, 1, "k");
+      if (failed(given) || given->size() != 1)
+        return failure();
+      k = given->front();
+    }
+    Value data = input(node, 0);
+    // ONNX's Trilu keeps the upper triangle unless told otherwise.
+    bool upper = intAttr(node, "upper", 1) != 0;
+    setOutput(node, 0,
+              TriluOp::create(builder, loc, data, upper, k));
+    return success();
+  };
+  handlers["Shape"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    auto type = cast<RankedTensorType>(input(node, 0).getType());
+    int64_t rank = type.getRank();
+    int64_t start = intAttr(node, "start", 0), end = intAttr(node, "end", rank);
+    start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+    end = std::clamp<int64_t>(end < 0 ? end + rank : end, start, rank);
+    SmallVector<int64_t> dims(type.getShape().slice(start, end - start));
+    setConstant(node.output(0),
+                DenseElementsAttr::get(
+                    RankedTensorType::get({end - start}, builder.getI64Type()),
+                    llvm::ArrayRef(dims)));
+    return success();
+  };
+  handlers["ConstantOfShape"] =
+      [this](const onnx::NodeProto &node) -> LogicalResult {
+    FailureOr<RankedTensorType> type = outputType(node);
+    if (failed(type))
+      return failure();
+    Attribute element = builder.getZeroAttr(type->getElementType());
+    if (const onnx::AttributeProto *value = attribute(node, "value")) {
+      FailureOr<DenseElementsAttr> given =
+          tensorToAttr(value->t(), "ConstantOfShape value");
+      if (failed(given))
+        return failure();
+      element = *given->getValues<Attribute>().begin();
+    }
+    setConstant(node.output(0), DenseElementsAttr::get(*type, element));
+    return success();
+  };
+  handlers["Range"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    FailureOr<RankedTensorType> type = outputType(node);
+    if (failed(type))
+      return failure();
+    std::optional<DenseElementsAttr> start = constantInput(node, 0),
+                                     delta = constantInput(node, 2);
+    if (!start || !delta)
+      return error() << "Range needs start and delta known at import time";
+    Type element = type->getElementType();
+    SmallVector<Attribute> elements;
+    for (int64_t i = 0; i < type->getNumElements(); ++i) {
+      if (isa<FloatType>(element)) {
+        double first = (*start->getValues<APFloat>().begin()).convertToDouble();
+        double step = (*delta->getValues<APFloat>().begin()).convertToDouble();
+        elements.push_back(FloatAttr::get(element, first + i * step));
+      } else {
+        int64_t first = (*start->getValues<APInt>().begin()).getSExtValue();
+        int64_t step = (*delta->getValues<APInt>().begin()).getSExtValue();
+        elements.push_back(IntegerAttr::get(element, first + i * step));
+      }
+    }
+    setConstant(node.output(0), DenseElementsAttr::get(*type, elements));
+    return success();
+  };
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+LogicalResult GraphImporter::checkSupported() {
+  // One diagnostic with every unsupported op type, each with a node name, so
+  // that a user sees the whole list at once.
+  llvm::StringMap<std::string> unsupported;
+  SmallVector<std::string> order;
+  for (auto [index, node] : llvm::enumerate(graph.node())) {
+    bool defaultDomain = node.domain().empty() || node.domain() == "ai.onnx";
+    std::string key = defaultDomain ? node.op_type()
+                                    : node.domain() + "." + node.op_type();
+    if (defaultDomain && handlers.count(node.op_type()))
+      continue;
+    if (unsupported.count(key))
+      continue;
+    unsupported[key] = node.name().empty()
+                           ? "node #" + std::to_string(index)
+                           : "'" + node.name() + "'";
+    order.push_back(key);
+  }
+  if (order.empty())
+    return success();
+  InFlightDiagnostic diag =
+      emitError(FileLineColLoc::get(context, path, 0, 0))
+      << "the model uses " << order.size()
+      << " op type(s) that Weft does not import: ";
+  llvm::interleaveComma(order, diag, [&](const std::string &key) {
+    diag << key << " (e.g. " << unsupported[key] << ")";
+  });
+  return diag;
+}
+
+LogicalResult GraphImporter::importInitializers() {
+  for (const onnx::TensorProto &tensor : graph.initializer()) {
+    Type element = convertElementType(tensor.data_type(), context);
+    if (!element)
+      return emitError(FileLineColLoc::get(context, path, 0, 0))
+             << "initializer '" << tensor.name() << "' has element type "
+             << dataTypeName(tensor.data_type())
+             << ", which Weft does not support";
+    SmallVector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
+    auto type = RankedTensorType::get(shape, element);
+    loc = NameLoc::get(builder.getStringAttr(tensor.name()),
+                       FileLineColLoc::get(context, path, 0, 0));
+    // Small integer initializers are shapes, axes and indices: keep their
+    // values for folding whether or not weights are loaded.
+    bool small = type.getNumElements() <= 64 && isa<IntegerType>(element);
+    bool external = tensor.data_location() == onnx::TensorProto::EXTERNAL;
+    if (small && !external) {
+      FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");
+      if (failed(value))
+        return failure();
+      setConstant(tensor.name(), *value);
+      continue;
+    }
+    ElementsAttr inlineValue;
+    ExternalDataAttr externalData;
+    if (external) {
+      std::string location;
+      int64_t offset = 0, length = getTensorBytes(type);
+      for (const onnx::StringStringEntryProto &entry : tensor.external_data()) {
+        if (entry.key() == "location")
+          location = entry.value();
+        else if (entry.key() == "offset")
+          offset = std::stoll(entry.value());
+        else if (entry.key() == "length")
+          length = std::stoll(entry.value());
+      }
+      externalData = ExternalDataAttr::get(context, location, offset, length);
+    } else if (options.loadWeights) {
+      FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");
+      if (failed(value))
+        return failure();
+      inlineValue = *value;
+    }
+    values[tensor.name()] = ParameterOp::create(
+        builder, loc, type, builder.getStringAttr(tensor.name()), inlineValue,
+        options.loadWeights ? externalData : ExternalDataAttr());
+  }
+  return success();
+}
+
+LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) {
+  std::string name = node.name().empty()
+                         ? node.op_type() + "#" + std::to_string(index)
+                         : node.name();
+  loc = NameLoc::get(builder.getStringAttr(name),
+                     FileLineColLoc::get(context, path, 0, 0));
+  // Data propagation already computed this node's outputs: a shape value.
+  bool allKnown = node.output_size() > 0;
+  for (const std::string &output : node.output()) {
+    auto data = model.shapeData.find(output);
+    auto type = valueTypes.find(output);
+    if (data == model.shapeData.end() || type == valueTypes.end() ||
+        llvm::any_of(data->second.dim(), [](const auto &dim) {
+          return !dim.has_dim_value();
+        }) ||
+        type->second->tensor_type().elem_type() != onnx::TensorProto::INT64)
+      allKnown = false;
+  }
+  if (allKnown) {
+    for (int i = 0; i < node.output_size(); ++i) {
+      FailureOr<RankedTensorType> type = outputType(node, i);
+      if (failed(type))
+        return failure();
+      SmallVector<int64_t> known;
+      for (const auto &dim : model.shapeData[node.output(i)].dim())
+        known.push_back(dim.dim_value());
+      if (static_cast<int64_t>(known.size()) != type->getNumElements())
+        return error() << "data propagation gave " << known.size()
+                       << " values for " << *type;
+      setConstant(node.output(i),
+                  DenseElementsAttr::get(*type, llvm::ArrayRef(known)));
+    }
+    return success();
+  }
+  // Every tensor input must exist (as a value or a known constant), except
+  // for handlers that read constants themselves.
+  for (int i = 0; i < node.input_size(); ++i) {
+    const std::string &input = node.input(i);
+    if (!input.empty() && !values.count(input) && !constants.count(input))
+      return error() << "input '" << input << "' is not defined before use";
+  }
+  if (failed(handlers[node.op_type()](node)))
+    return failure();
+  // The converted ops must produce what ONNX inferred.
+  for (int i = 0; i < node.output_size(); ++i) {
+    const std::string &output = node.output(i);
+    auto value = values.find(output);
+    if (output.empty() || value == values.end())
+      continue;
+    FailureOr<RankedTensorType> expected = outputType(node, i);
+    if (failed(expected))
+      return failure();
+    if (value->second.getType() != *expected)
+      return error() << node.op_type() << " produced " << value->second.getType()
+                     << " but ONNX infers " << *expected
+                     << " for output '" << output << "'";
+  }
+  return success();
+}
+
+OwningOpRef<ModuleOp> GraphImporter::run() {
+  registerHandlers();
+  collectValueInfo();
+  if (failed(checkSupported()))
+    return nullptr;
+  Location fileLoc = FileLineColLoc::get(context, path, 0, 0);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  builder.setInsertionPointToEnd(module->getBody());
+
+  llvm::StringSet<> initializers;
+  for (const onnx::TensorProto &init : graph.initializer())
+    initializers.insert(init.name());
+  SmallVector<Type> argTypes;
+  SmallVector<const onnx::ValueInfoProto *> args;
+  for (const onnx::ValueInfoProto &in : graph.input()) {
+    if (initializers.contains(in.name()))
+      continue;
+    loc = NameLoc::get(builder.getStringAttr(in.name()), fileLoc);
+    onnx::NodeProto pseudo;
+    pseudo.add_output(in.name());
+    FailureOr<RankedTensorType> type = outputType(pseudo);
+    if (failed(type))
+      return nullptr;
+    argTypes.push_back(*type);
+    args.push_back(&in);
+  }
+  SmallVector<Type> resultTypes;
+  for (const onnx::ValueInfoProto &out : graph.output()) {
+    loc = NameLoc::get(builder.getStringAttr(out.name()), fileLoc);
+    onnx::NodeProto pseudo;
+    pseudo.add_output(out.name());
+    FailureOr<RankedTensorType> type = outputType(pseudo);
+    if (failed(type))
+      return nullptr;
+    resultTypes.push_back(*type);
+  }
+  auto func = func::FuncOp::create(builder, fileLoc, options.functionName,
+                                    builder.getFunctionType(argTypes, resultTypes));
+  Block *entry = func.addEntryBlock();
+  for (auto [arg, info] : llvm::zip(entry->getArguments(), args)) {
+    values[info->name()] = arg;
+    func.setArgAttr(arg.getArgNumber(), "onnx.name",
+                    builder.getStringAttr(info->name()));
+  }
+  builder.setInsertionPointToEnd(entry);
+  if (failed(importInitializers()))
+    return nullptr;
+  for (auto [index, node] : llvm::enumerate(graph.node()))
+    if (failed(importNode(node, index)))
+      return nullptr;
+  SmallVector<Value> results;
+  for (const onnx::ValueInfoProto &out : graph.output()) {
+    loc = NameLoc::get(builder.getStringAttr(out.name()), fileLoc);
+    Value value = values.lookup(out.name());
+    if (!value) {
+      auto constant = constants.find(out.name());
+      if (constant == constants.end()) {
+        emitError(loc) << "graph output '" << out.name() << "' is never computed";
+        return nullptr;
+      }
+      value = materialize(constant->second);
+    }
+    results.push_back(value);
+  }
+  func::ReturnOp::create(builder, fileLoc, results);
+  if (failed(verify(*module)))
+    return nullptr;
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> weft::importOnnxModel(llvm::StringRef path,
+                                            const OnnxImportOptions &options,
+                                            MLIRContext *context) {
+  context->loadDialect<WeftDialect, func::FuncDialect>();
+  OnnxModel model;
+  std::string message;
+  if (!loadOnnxModel(path, options, model, message)) {
+    emitError(FileLineColLoc::get(context, path, 0, 0)) << message;
+    return nullptr;
+  }
+  return GraphImporter(model, path, options, context).run();
+}

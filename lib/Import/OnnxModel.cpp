@@ -1,0 +1,219 @@
+//===- OnnxModel.cpp - Load, upgrade, bind and infer an ONNX model --------===//
+//
+// Part of the Weft project.
+//
+// Everything here works on the protobuf, before any MLIR is built. ONNX's
+// library reports problems by throwing; each call is wrapped so that a bad
+// model becomes an error message, never an escaping exception.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OnnxModel.h"
+
+#include "onnx/checker.h"
+#include "onnx/defs/parser.h"
+#include "onnx/defs/schema.h"
+#include "onnx/shape_inference/implementation.h"
+#include "onnx/version_converter/convert.h"
+
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <fcntl.h>
+#include <limits>
+#include <unistd.h>
+
+using namespace weft;
+
+LogicalResult weft::parseInputShape(llvm::StringRef text,
+                                    OnnxImportOptions &options,
+                                    std::string &error) {
+  auto [name, dims] = text.rsplit('=');
+  if (name.empty() || dims.empty() || name == text) {
+    error = "expected NAME=DIMS such as tokens=8x1024, got '" + text.str() + "'";
+    return llvm::failure();
+  }
+  llvm::SmallVector<int64_t> shape;
+  llvm::SmallVector<llvm::StringRef> parts;
+  if (dims != "scalar")
+    dims.split(parts, 'x');
+  for (llvm::StringRef part : parts) {
+    int64_t size;
+    if (part.getAsInteger(10, size) || size < 0) {
+      error = "dimension '" + part.str() + "' of --input-shape " + text.str() +
+              " is not a non-negative integer";
+      return llvm::failure();
+    }
+    shape.push_back(size);
+  }
+  options.inputShapes[name] = shape;
+  return llvm::success();
+}
+
+static bool readModel(llvm::StringRef path, onnx::ModelProto &proto,
+                      std::string &error) {
+  if (path.ends_with(".onnxtxt")) {
+    auto buffer = llvm::MemoryBuffer::getFile(path);
+    if (!buffer) {
+      error = "cannot read " + path.str() + ": " + buffer.getError().message();
+      return false;
+    }
+    onnx::Common::Status status =
+        onnx::OnnxParser::Parse(proto, (*buffer)->getBuffer().str().c_str());
+    if (!status.IsOK()) {
+      error = "cannot parse ONNX text format: " + status.ErrorMessage();
+      return false;
+    }
+    return true;
+  }
+  int fd = ::open(path.str().c_str(), O_RDONLY);
+  if (fd < 0) {
+    error = "cannot open " + path.str() + ": " + std::strerror(errno);
+    return false;
+  }
+  google::protobuf::io::FileInputStream file(fd);
+  file.SetCloseOnDelete(true);
+  google::protobuf::io::CodedInputStream coded(&file);
+  // A model with inline weights may exceed protobuf's 64 MB default.
+  coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  if (!proto.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
+    error = "not an ONNX model (the protobuf does not parse; is the file "
+            "truncated or of another format?)";
+    return false;
+  }
+  return true;
+}
+
+static int64_t getDefaultOpset(const onnx::ModelProto &proto) {
+  for (const onnx::OperatorSetIdProto &opset : proto.opset_import())
+    if (opset.domain().empty() || opset.domain() == "ai.onnx")
+      return opset.version();
+  return 0;
+}
+
+/// Batch and sequence dimension names that torch.onnx.export and common
+/// exporters use for dynamic axes.
+static bool isBatchName(llvm::StringRef name) {
+  std::string lower = name.lower();
+  return llvm::is_contained({"batch", "batch_size", "n", "b", "bsz"},
+                            lower) ||
+         llvm::StringRef(lower).starts_with("batch");
+}
+static bool isSequenceName(llvm::StringRef name) {
+  std::string lower = name.lower();
+  return llvm::is_contained(
+             {"sequence", "seq", "seq_len", "sequence_length", "s", "t",
+              "tokens", "length"},
+             lower) ||
+         llvm::StringRef(lower).starts_with("seq");
+}
+
+static bool bindInputs(onnx::GraphProto &graph,
+                       const OnnxImportOptions &options, std::string &error) {
+  llvm::StringSet<> initializers;
+  for (const onnx::TensorProto &init : graph.initializer())
+    initializers.insert(init.name());
+  llvm::SmallVector<std::string> unbound;
+  for (onnx::ValueInfoProto &input : *graph.mutable_input()) {
+    if (initializers.contains(input.name()))
+      continue;
+    if (!input.type().has_tensor_type()) {
+      error = "input '" + input.name() + "' is not a tensor";
+      return false;
+    }
+    onnx::TensorShapeProto *shape =
+        input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    auto given = options.inputShapes.find(input.name());
+    if (given != options.inputShapes.end()) {
+      const llvm::SmallVector<int64_t> &dims = given->second;
+      if (input.type().tensor_type().has_shape() &&
+          shape->dim_size() != static_cast<int>(dims.size())) {
+        error = "--input-shape gives " + std::to_string(dims.size()) +
+                " dimensions for input '" + input.name() + "' of rank " +
+                std::to_string(shape->dim_size());
+        return false;
+      }
+      shape->clear_dim();
+      for (int64_t size : dims)
+        shape->add_dim()->set_dim_value(size);
+      continue;
+    }
+    for (auto [index, dim] : llvm::enumerate(*shape->mutable_dim())) {
+      if (dim.has_dim_value())
+        continue;
+      std::string name = dim.dim_param();
+      if (options.batchSize && isBatchName(name)) {
+        dim.set_dim_value(*options.batchSize);
+        continue;
+      }
+      if (options.sequenceLength && isSequenceName(name)) {
+        dim.set_dim_value(*options.sequenceLength);
+        continue;
+      }
+      unbound.push_back("'" + input.name() + "' dimension " +
+                        std::to_string(index) +
+                        (name.empty() ? "" : " ('" + name + "')"));
+    }
+  }
+  if (!unbound.empty()) {
+    error = "dynamic input dimensions are not bound: " +
+            llvm::join(unbound, ", ") +
+            "; bind them with --input-shape NAME=DxDx... (or --batch-size / "
+            "--seq-len)";
+    return false;
+  }
+  return true;
+}
+
+bool weft::loadOnnxModel(llvm::StringRef path,
+                         const OnnxImportOptions &options, OnnxModel &model,
+                         std::string &error) {
+  if (!readModel(path, model.proto, error))
+    return false;
+  try {
+    onnx::checker::check_model(model.proto);
+  } catch (const std::exception &e) {
+    error = std::string("not a valid ONNX model: ") + e.what();
+    return false;
+  }
+  model.opset = getDefaultOpset(model.proto);
+  if (model.opset > kMaxOnnxOpset) {
+    error = "opset " + std::to_string(model.opset) +
+            " is newer than Weft supports (" + std::to_string(kMinOnnxOpset) +
+            "-" + std::to_string(kMaxOnnxOpset) +
+            "); export with opset_version=" + std::to_string(kMaxOnnxOpset);
+    return false;
+  }
+  if (model.opset < kMinOnnxOpset) {
+    try {
+      model.proto =
+          onnx::version_conversion::ConvertVersion(model.proto, kMinOnnxOpset);
+    } catch (const std::exception &e) {
+      error = "cannot upgrade opset " + std::to_string(model.opset) +
+              " to " + std::to_string(kMinOnnxOpset) + ": " + e.what() +
+              "; re-export with opset_version between " +
+              std::to_string(kMinOnnxOpset) + " and " +
+              std::to_string(kMaxOnnxOpset);
+      return false;
+    }
+    model.opset = kMinOnnxOpset;
+  }
+  if (!bindInputs(*model.proto.mutable_graph(), options, error))
+    return false;
+  try {
+    onnx::ShapeInferenceOptions inference(/*check_type=*/true,
+                                          /*strict_mode=*/1,
+                                          /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(model.proto,
+                                       onnx::OpSchemaRegistry::Instance(),
+                                       inference, &model.shapeData);
+  } catch (const std::exception &e) {
+    error = std::string("shape inference failed: ") + e.what();
+    return false;
+  }
+  return true;
+}

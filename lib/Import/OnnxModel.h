@@ -1,0 +1,39 @@
+//===- OnnxModel.h - Load, upgrade, bind and infer an ONNX model -*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_LIB_IMPORT_ONNXMODEL_H
+#define WEFT_LIB_IMPORT_ONNXMODEL_H
+
+#include "weft/Import/OnnxImporter.h"
+
+#include "onnx/onnx_pb.h"
+
+#include <string>
+#include <unordered_map>
+
+namespace weft {
+
+/// The opsets whose semantics the importer implements.
+constexpr int64_t kMinOnnxOpset = 13;
+constexpr int64_t kMaxOnnxOpset = 17;
+
+/// An ONNX model ready to convert: upgraded to a supported opset, its inputs
+/// bound to static shapes and every value's type inferred.
+struct OnnxModel {
+  onnx::ModelProto proto;
+  int64_t opset = 0;
+  /// Values that ONNX's data propagation computed (shape arithmetic), by name.
+  std::unordered_map<std::string, onnx::TensorShapeProto> shapeData;
+};
+
+/// Reads, checks, upgrades, binds and shape-infers the model at `path`. On
+/// failure returns false with a message that says what to do in `error`.
+bool loadOnnxModel(llvm::StringRef path, const OnnxImportOptions &options,
+                   OnnxModel &model, std::string &error);
+
+} // namespace weft
+
+#endif // WEFT_LIB_IMPORT_ONNXMODEL_H
