@@ -21,6 +21,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <fcntl.h>
@@ -29,7 +30,7 @@
 
 using namespace weft;
 
-LogicalResult weft::parseInputShape(llvm::StringRef text,
+llvm::LogicalResult weft::parseInputShape(llvm::StringRef text,
                                     OnnxImportOptions &options,
                                     std::string &error) {
   auto [name, dims] = text.rsplit('=');
