@@ -523,8 +523,9 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *context,
     return emitOptionalError(location, "needs at least one size");
   int64_t total = 0;
   for (int64_t size : sizes) {
-    if (size < 1)
-      return emitOptionalError(location, "sizes must be positive, got ", size);
+    if (size < 0)
+      return emitOptionalError(location, "sizes must not be negative, got ",
+                               size);
     total += size;
   }
   if (total != input.getDimSize(axis))

@@ -157,7 +157,7 @@ def Weft_MulOp : Weft_BinaryElementwiseOp<"mul", Weft_NumericTensor, "x * y",
 def Weft_DivOp : Weft_BinaryElementwiseOp<"div", Weft_NumericTensor, "x / y"> {
   let hasFolder = 1;
 }
-def Weft_PowOp : Weft_BinaryElementwiseOp<"pow", Weft_FloatTensor, "x raised to y">;
+def Weft_PowOp : Weft_BinaryElementwiseOp<"pow", Weft_NumericTensor, "x raised to y">;
 def Weft_MaximumOp : Weft_BinaryElementwiseOp<"maximum", Weft_NumericTensor,
                                               "max(x, y)", [Commutative]>;
 def Weft_MinimumOp : Weft_BinaryElementwiseOp<"minimum", Weft_NumericTensor,
@@ -667,7 +667,8 @@ def Weft_SplitOp : Weft_Op<"split", [Pure, InferTypeOpAdaptor]> {
     **Constraints**
     - `axis` is a dimension: `0 <= axis < rank`;
     - there is one result per entry of `sizes`, and at least one;
-    - every size is positive and the sizes add up to the input's `axis` dimension;
+    - no size is negative (a piece may be empty, as in ONNX) and the sizes add up to the
+      input's `axis` dimension;
     - result `i` is the input's shape with `sizes[i]` at `axis`, same element type.
   }];
   let arguments = (ins Weft_Tensor:$input,

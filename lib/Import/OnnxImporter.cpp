@@ -12,6 +12,7 @@
 
 #include "OnnxModel.h"
 #include "weft/Dialect/WeftOps.h"
+#include "weft/Exec/Interpreter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -82,6 +83,13 @@ private:
                                             int index, llvm::StringRef what);
   FailureOr<RankedTensorType> outputType(const onnx::NodeProto &node,
                                          int index = 0);
+  /// The type ONNX inferred for an output, if it inferred a static one.
+  std::optional<RankedTensorType> knownOutputType(const onnx::NodeProto &node,
+                                                  int index = 0);
+  /// Evaluates the ops just built for `node`, whose inputs are all constants,
+  /// and keeps its outputs as constants instead.
+  LogicalResult foldNode(const onnx::NodeProto &node,
+                         ArrayRef<Operation *> created);
   void setOutput(const onnx::NodeProto &node, int index, Value value) {
     values[node.output(index)] = value;
   }
@@ -168,6 +176,25 @@ FailureOr<RankedTensorType> GraphImporter::outputType(const onnx::NodeProto &nod
   return RankedTensorType::get(shape, element);
 }
 
+std::optional<RankedTensorType>
+GraphImporter::knownOutputType(const onnx::NodeProto &node, int index) {
+  auto it = valueTypes.find(node.output(index));
+  if (it == valueTypes.end() || !it->second->has_tensor_type() ||
+      !it->second->tensor_type().has_shape())
+    return std::nullopt;
+  const onnx::TypeProto::Tensor &tensor = it->second->tensor_type();
+  Type element = convertElementType(tensor.elem_type(), context);
+  if (!element)
+    return std::nullopt;
+  SmallVector<int64_t> shape;
+  for (const onnx::TensorShapeProto::Dimension &dim : tensor.shape().dim()) {
+    if (!dim.has_dim_value())
+      return std::nullopt;
+    shape.push_back(dim.dim_value());
+  }
+  return RankedTensorType::get(shape, element);
+}
+
 Value GraphImporter::input(const onnx::NodeProto &node, int index) {
   if (!hasInput(node, index))
     return {};
@@ -178,9 +205,8 @@ Value GraphImporter::input(const onnx::NodeProto &node, int index) {
   auto constant = constants.find(name);
   if (constant == constants.end())
     return {};
-  Value value = materialize(constant->second);
-  values[name] = value;
-  return value;
+  // Not cached: a folded node erases the constants it used.
+  return materialize(constant->second);
 }
 
 std::optional<DenseElementsAttr>
@@ -455,10 +481,33 @@ LogicalResult GraphImporter::importGemm(const onnx::NodeProto &node) {
 /// Reshape, Flatten, Squeeze and Unsqueeze all keep the elements in order and
 /// change only the shape, which shape inference already computed.
 LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
-  FailureOr<RankedTensorType> type = outputType(node);
-  if (failed(type))
-    return failure();
   Value data = input(node, 0);
+  std::optional<RankedTensorType> type = knownOutputType(node);
+  if (!type && node.op_type() == "Reshape") {
+    // ONNX could not propagate the shape; it is a constant here.
+    FailureOr<SmallVector<int64_t>> shape = intsInput(node, 1, "shape");
+    if (failed(shape))
+      return failure();
+    auto dataType = cast<RankedTensorType>(data.getType());
+    int64_t known = 1, inferIndex = -1;
+    for (auto [index, size] : llvm::enumerate(*shape)) {
+      if (size == 0 && !intAttr(node, "allowzero", 0))
+        size = dataType.getDimSize(index);
+      if (size == -1)
+        inferIndex = index;
+      else
+        known *= size;
+    }
+    if (inferIndex >= 0)
+      (*shape)[inferIndex] = known ? dataType.getNumElements() / known : 0;
+    type = RankedTensorType::get(*shape, dataType.getElementType());
+  }
+  if (!type) {
+    FailureOr<RankedTensorType> inferred = outputType(node);
+    if (failed(inferred))
+      return failure();
+    type = *inferred;
+  }
   if (std::optional<DenseElementsAttr> value = constantInput(node, 0)) {
     setConstant(node.output(0), value->reshape(*type));
     return success();
@@ -497,28 +546,47 @@ LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
       steps.size() != starts->size())
     return error() << "Slice needs one start, end, axis and step per sliced axis";
   SmallVector<int64_t> lo(rank, 0), hi(type.getShape()), stride(rank, 1);
+  // Axes walked backwards (negative steps) become gathers of the indices
+  // ONNX's Slice visits, after the forward slice.
+  SmallVector<std::pair<int64_t, SmallVector<int64_t>>> reversed;
   for (size_t i = 0; i < axes.size(); ++i) {
     FailureOr<int64_t> axis = normalizeAxis(axes[i], rank);
     if (failed(axis))
       return failure();
     int64_t size = type.getDimSize(*axis);
-    if (steps[i] < 1)
-      return error() << "Slice with step " << steps[i]
-                     << " is not supported (only positive steps)";
-    auto clampIndex = [&](int64_t index) {
-      if (index < 0)
-        index += size;
-      return std::clamp<int64_t>(index, 0, size);
-    };
-    lo[*axis] = clampIndex((*starts)[i]);
-    hi[*axis] = std::max(lo[*axis], clampIndex((*ends)[i]));
-    stride[*axis] = steps[i];
+    int64_t step = steps[i];
+    if (step == 0)
+      return error() << "Slice step must not be 0";
+    int64_t start = (*starts)[i], end = (*ends)[i];
+    if (start < 0)
+      start += size;
+    if (end < 0)
+      end += size;
+    if (step > 0) {
+      lo[*axis] = std::clamp<int64_t>(start, 0, size);
+      hi[*axis] = std::max(lo[*axis], std::clamp<int64_t>(end, 0, size));
+      stride[*axis] = step;
+      continue;
+    }
+    start = std::clamp<int64_t>(start, 0, size - 1);
+    end = std::clamp<int64_t>(end, -1, size - 1);
+    SmallVector<int64_t> indices;
+    for (int64_t index = start; index > end; index += step)
+      indices.push_back(index);
+    reversed.push_back({*axis, indices});
   }
   bool unitStrides = llvm::all_of(stride, [](int64_t s) { return s == 1; });
-  setOutput(node, 0,
-            SliceOp::create(builder, loc, data, lo, hi,
-                            unitStrides ? DenseI64ArrayAttr()
-                                        : builder.getDenseI64ArrayAttr(stride)));
+  Value result = SliceOp::create(builder, loc, data, lo, hi,
+                                 unitStrides ? DenseI64ArrayAttr()
+                                             : builder.getDenseI64ArrayAttr(stride));
+  for (auto &[axis, indices] : reversed) {
+    Value constant = materialize(DenseElementsAttr::get(
+        RankedTensorType::get({static_cast<int64_t>(indices.size())},
+                              builder.getI64Type()),
+        llvm::ArrayRef(indices)));
+    result = GatherOp::create(builder, loc, result, constant, axis);
+  }
+  setOutput(node, 0, result);
   return success();
 }
 
@@ -640,6 +708,46 @@ void GraphImporter::registerHandlers() {
       setOutput(node, 0, input(node, 0));
     return success();
   };
+  // Boolean logic with the ops weft has, exactly: or = a ? a : b,
+  // and = a ? b : a, xor = a != b, not = a == false.
+  handlers["Or"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value a = input(node, 0), b = input(node, 1);
+    setOutput(node, 0, WhereOp::create(builder, loc, a, a, b));
+    return success();
+  };
+  handlers["And"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value a = input(node, 0), b = input(node, 1);
+    setOutput(node, 0, WhereOp::create(builder, loc, a, b, a));
+    return success();
+  };
+  handlers["Xor"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    setOutput(node, 0, CompareOp::create(builder, loc, ComparePredicate::ne,
+                                         input(node, 0), input(node, 1)));
+    return success();
+  };
+  handlers["Not"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value falses = materialize(DenseElementsAttr::get(
+        RankedTensorType::get({}, builder.getI1Type()), false));
+    setOutput(node, 0, CompareOp::create(builder, loc, ComparePredicate::eq,
+                                         input(node, 0), falses));
+    return success();
+  };
+  handlers["Reciprocal"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    auto type = cast<RankedTensorType>(data.getType());
+    Value one = materialize(DenseElementsAttr::get(
+        RankedTensorType::get({}, type.getElementType()),
+        FloatAttr::get(type.getElementType(), 1.0).getValue()));
+    setOutput(node, 0, DivOp::create(builder, loc, one, data));
+    return success();
+  };
+  handlers["Size"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    auto type = cast<RankedTensorType>(input(node, 0).getType());
+    setConstant(node.output(0),
+                DenseElementsAttr::get(RankedTensorType::get({}, builder.getI64Type()),
+                                       llvm::ArrayRef<int64_t>{type.getNumElements()}));
+    return success();
+  };
   handlers["Where"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     setOutput(node, 0,
               WhereOp::create(builder, loc, input(node, 0), input(node, 1),
@@ -647,10 +755,14 @@ void GraphImporter::registerHandlers() {
     return success();
   };
   handlers["Cast"] = [this](const onnx::NodeProto &node) -> LogicalResult {
-    FailureOr<RankedTensorType> type = outputType(node);
-    if (failed(type))
-      return failure();
-    setOutput(node, 0, CastOp::create(builder, loc, *type, input(node, 0)));
+    Value data = input(node, 0);
+    int32_t to = static_cast<int32_t>(intAttr(node, "to", 0));
+    Type element = convertElementType(to, context);
+    if (!element)
+      return error() << "Cast to " << dataTypeName(to)
+                     << ", which Weft does not support";
+    auto type = cast<RankedTensorType>(data.getType()).clone(element);
+    setOutput(node, 0, CastOp::create(builder, loc, type, data));
     return success();
   };
   handlers["Transpose"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -721,19 +833,40 @@ void GraphImporter::registerHandlers() {
   };
   handlers["LayerNormalization"] =
       [this](const onnx::NodeProto &node) -> LogicalResult {
-    for (int i = 1; i < node.output_size(); ++i)
-      if (!node.output(i).empty())
-        return error() << "LayerNormalization's Mean and InvStdDev outputs are "
-                          "not supported";
     Value data = input(node, 0);
-    FailureOr<int64_t> axis = normalizeAxis(
-        intAttr(node, "axis", -1), cast<RankedTensorType>(data.getType()).getRank());
+    auto type = cast<RankedTensorType>(data.getType());
+    FailureOr<int64_t> axis =
+        normalizeAxis(intAttr(node, "axis", -1), type.getRank());
     if (failed(axis))
       return failure();
+    float epsilon = floatAttr(node, "epsilon", 1e-5f);
     setOutput(node, 0,
               LayerNormOp::create(builder, loc, data.getType(), data,
                                   input(node, 1), input(node, 2), *axis,
-                                  llvm::APFloat(floatAttr(node, "epsilon", 1e-5f))));
+                                  llvm::APFloat(epsilon)));
+    // The optional Mean and InvStdDev outputs (training exports) are the
+    // statistics over the normalized dimensions, kept as size-1 dimensions.
+    bool wantsStats = false;
+    for (int i = 1; i < node.output_size(); ++i)
+      wantsStats |= !node.output(i).empty();
+    if (!wantsStats)
+      return success();
+    SmallVector<int64_t> axes;
+    for (int64_t d = *axis; d < type.getRank(); ++d)
+      axes.push_back(d);
+    Value mean = ReduceMeanOp::create(builder, loc, data, axes, true);
+    Value centered = SubOp::create(builder, loc, data, mean);
+    Value squared = MulOp::create(builder, loc, centered, centered);
+    Value variance = ReduceMeanOp::create(builder, loc, squared, axes, true);
+    Value eps = materialize(DenseElementsAttr::get(
+        RankedTensorType::get({}, type.getElementType()),
+        FloatAttr::get(type.getElementType(), epsilon).getValue()));
+    Value invStdDev =
+        RsqrtOp::create(builder, loc, AddOp::create(builder, loc, variance, eps));
+    if (node.output_size() > 1 && !node.output(1).empty())
+      setOutput(node, 1, mean);
+    if (node.output_size() > 2 && !node.output(2).empty())
+      setOutput(node, 2, invStdDev);
     return success();
   };
   handlers["Expand"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -777,10 +910,7 @@ void GraphImporter::registerHandlers() {
   };
   handlers["ConstantOfShape"] =
       [this](const onnx::NodeProto &node) -> LogicalResult {
-    FailureOr<RankedTensorType> type = outputType(node);
-    if (failed(type))
-      return failure();
-    Attribute element = builder.getZeroAttr(type->getElementType());
+    Attribute element = builder.getZeroAttr(builder.getF32Type());
     if (const onnx::AttributeProto *value = attribute(node, "value")) {
       FailureOr<DenseElementsAttr> given =
           tensorToAttr(value->t(), "ConstantOfShape value");
@@ -788,7 +918,16 @@ void GraphImporter::registerHandlers() {
         return failure();
       element = *given->getValues<Attribute>().begin();
     }
-    setConstant(node.output(0), DenseElementsAttr::get(*type, element));
+    RankedTensorType type;
+    if (std::optional<RankedTensorType> known = knownOutputType(node)) {
+      type = *known;
+    } else {
+      FailureOr<SmallVector<int64_t>> shape = intsInput(node, 0, "shape");
+      if (failed(shape))
+        return failure();
+      type = RankedTensorType::get(*shape, cast<TypedAttr>(element).getType());
+    }
+    setConstant(node.output(0), DenseElementsAttr::get(type, element));
     return success();
   };
   handlers["Range"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -874,6 +1013,14 @@ LogicalResult GraphImporter::importInitializers() {
       setConstant(tensor.name(), *value);
       continue;
     }
+    // A float scalar (an epsilon, a Range bound) stays a parameter, and its
+    // value is also known for folding.
+    if (type.getRank() == 0 && !external) {
+      FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");
+      if (failed(value))
+        return failure();
+      setConstant(tensor.name(), *value);
+    }
     ElementsAttr inlineValue;
     ExternalDataAttr externalData;
     if (external) {
@@ -942,22 +1089,65 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) 
     if (!input.empty() && !values.count(input) && !constants.count(input))
       return error() << "input '" << input << "' is not defined before use";
   }
+  bool allConstant = llvm::all_of(node.input(), [&](const std::string &in) {
+    return in.empty() || (constants.count(in) && !values.count(in));
+  });
+  Block *block = builder.getInsertionBlock();
+  Operation *last = block->empty() ? nullptr : &block->back();
   if (failed(handlers[node.op_type()](node)))
     return failure();
-  // The converted ops must produce what ONNX inferred.
+  SmallVector<Operation *> created;
+  for (Operation &op : llvm::make_range(
+           last ? std::next(last->getIterator()) : block->begin(), block->end()))
+    created.push_back(&op);
+  for (Operation *op : created)
+    if (failed(mlir::verify(op)))
+      return failure();
+  // The converted ops must produce what ONNX inferred, where it inferred.
   for (int i = 0; i < node.output_size(); ++i) {
     const std::string &output = node.output(i);
     auto value = values.find(output);
     if (output.empty() || value == values.end())
       continue;
-    FailureOr<RankedTensorType> expected = outputType(node, i);
-    if (failed(expected))
-      return failure();
-    if (value->second.getType() != *expected)
+    std::optional<RankedTensorType> expected = knownOutputType(node, i);
+    if (expected && value->second.getType() != *expected)
       return error() << node.op_type() << " produced " << value->second.getType()
                      << " but ONNX infers " << *expected
                      << " for output '" << output << "'";
   }
+  if (allConstant && !created.empty())
+    return foldNode(node, created);
+  return success();
+}
+
+LogicalResult GraphImporter::foldNode(const onnx::NodeProto &node,
+                                      ArrayRef<Operation *> created) {
+  SmallVector<Value> outputs;
+  int64_t elements = 0;
+  for (const std::string &output : node.output()) {
+    Value value = values.lookup(output);
+    if (!value)
+      return success();
+    outputs.push_back(value);
+    elements += cast<RankedTensorType>(value.getType()).getNumElements();
+  }
+  // Shape arithmetic is small; leave big constant computations to the
+  // program rather than bloat the IR.
+  if (elements > (1 << 16) ||
+      llvm::any_of(created, [](Operation *op) { return isa<ParameterOp>(op); }))
+    return success();
+  FailureOr<std::vector<rt::HostTensor>> folded =
+      evaluate(created, outputs, InterpreterOptions());
+  if (failed(folded))
+    return failure();
+  for (auto [index, value] : llvm::enumerate(outputs)) {
+    setConstant(node.output(index),
+                toElementsAttr((*folded)[index],
+                               cast<RankedTensorType>(value.getType())));
+    values.erase(node.output(index));
+  }
+  for (Operation *op : llvm::reverse(created))
+    op->erase();
   return success();
 }
 

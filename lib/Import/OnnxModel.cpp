@@ -113,12 +113,50 @@ static bool isSequenceName(llvm::StringRef name) {
          llvm::StringRef(lower).starts_with("seq");
 }
 
+/// Turns the graph inputs that `options` gives values for into initializers.
+static void makeInputsConstant(onnx::GraphProto &graph,
+                               const OnnxImportOptions &options) {
+  llvm::StringSet<> initializers;
+  for (const onnx::TensorProto &init : graph.initializer())
+    initializers.insert(init.name());
+  size_t position = 0;
+  for (const onnx::ValueInfoProto &input : graph.input()) {
+    if (initializers.contains(input.name()))
+      continue;
+    size_t index = position++;
+    if (index >= options.constantInputsByPosition.size() ||
+        !options.constantInputsByPosition[index])
+      continue;
+    const OnnxImportOptions::InputValue &value =
+        *options.constantInputsByPosition[index];
+    onnx::TensorProto *tensor = graph.add_initializer();
+    tensor->set_name(input.name());
+    tensor->set_data_type(value.onnxType);
+    for (int64_t d : value.shape)
+      tensor->add_dims(d);
+    for (double v : value.values) {
+      switch (value.onnxType) {
+      case onnx::TensorProto::INT64:
+        tensor->add_int64_data(static_cast<int64_t>(v));
+        break;
+      case onnx::TensorProto::INT32:
+      case onnx::TensorProto::BOOL:
+        tensor->add_int32_data(static_cast<int32_t>(v));
+        break;
+      default:
+        tensor->add_float_data(static_cast<float>(v));
+      }
+    }
+  }
+}
+
 static bool bindInputs(onnx::GraphProto &graph,
                        const OnnxImportOptions &options, std::string &error) {
   llvm::StringSet<> initializers;
   for (const onnx::TensorProto &init : graph.initializer())
     initializers.insert(init.name());
   llvm::SmallVector<std::string> unbound;
+  size_t position = 0;
   for (onnx::ValueInfoProto &input : *graph.mutable_input()) {
     if (initializers.contains(input.name()))
       continue;
@@ -128,18 +166,38 @@ static bool bindInputs(onnx::GraphProto &graph,
     }
     onnx::TensorShapeProto *shape =
         input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (options.makeInputsDynamic)
+      for (auto [index, dim] : llvm::enumerate(*shape->mutable_dim()))
+        dim.set_dim_param(input.name() + "_d" + std::to_string(index));
+    const llvm::SmallVector<int64_t> *dims = nullptr;
+    std::string source = "--input-shape";
     auto given = options.inputShapes.find(input.name());
     if (given != options.inputShapes.end()) {
-      const llvm::SmallVector<int64_t> &dims = given->second;
-      if (input.type().tensor_type().has_shape() &&
-          shape->dim_size() != static_cast<int>(dims.size())) {
-        error = "--input-shape gives " + std::to_string(dims.size()) +
+      dims = &given->second;
+    } else if (position < options.inputShapesByPosition.size()) {
+      dims = &options.inputShapesByPosition[position];
+      source = "the input file";
+    }
+    ++position;
+    if (dims) {
+      bool ranked = input.type().tensor_type().has_shape();
+      if (ranked && shape->dim_size() != static_cast<int>(dims->size())) {
+        error = source + " gives " + std::to_string(dims->size()) +
                 " dimensions for input '" + input.name() + "' of rank " +
                 std::to_string(shape->dim_size());
         return false;
       }
+      for (int i = 0; ranked && i < shape->dim_size(); ++i)
+        if (shape->dim(i).has_dim_value() &&
+            shape->dim(i).dim_value() != (*dims)[i]) {
+          error = source + " gives size " + std::to_string((*dims)[i]) +
+                  " for dimension " + std::to_string(i) + " of input '" +
+                  input.name() + "', which the model fixes at " +
+                  std::to_string(shape->dim(i).dim_value());
+          return false;
+        }
       shape->clear_dim();
-      for (int64_t size : dims)
+      for (int64_t size : *dims)
         shape->add_dim()->set_dim_value(size);
       continue;
     }
@@ -203,6 +261,7 @@ bool weft::loadOnnxModel(llvm::StringRef path,
     }
     model.opset = kMinOnnxOpset;
   }
+  makeInputsConstant(*model.proto.mutable_graph(), options);
   if (!bindInputs(*model.proto.mutable_graph(), options, error))
     return false;
   try {

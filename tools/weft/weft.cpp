@@ -4,6 +4,8 @@
 //
 //   weft import model.onnx [-o model.mlir] [--input-shape NAME=DxD...]
 //                          [--batch-size N] [--seq-len N] [--no-weights] [--stats]
+//   weft run model.onnx|model.mlir [--data-dir DIR | -i FILE...] [-o DIR]
+//                          [--check] [--rtol R] [--atol A] [--input-shape ...]
 //
 // Diagnostics name the file and, for a model, the ONNX node they concern;
 // every failure exits non-zero.
@@ -11,12 +13,16 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Dialect/WeftOps.h"
+#include "weft/Exec/Interpreter.h"
+#include "weft/Exec/TensorFiles.h"
 #include "weft/Import/OnnxImporter.h"
 #include "weft/InitAll.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -30,22 +36,64 @@ namespace cl = llvm::cl;
 static cl::SubCommand importCommand("import",
                                     "Import an ONNX model into the weft dialect");
 
-static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
-                                      cl::desc("<model.onnx | model.onnxtxt>"),
-                                      cl::sub(importCommand));
-static cl::opt<std::string> outputPath("o", cl::desc("Output file (default: stdout)"),
-                                       cl::value_desc("file"), cl::init("-"),
-                                       cl::sub(importCommand));
+static cl::SubCommand runCommand("run", "Run a model on the CPU");
+
+static cl::opt<std::string>
+    modelPath(cl::Positional, cl::Required,
+              cl::desc("<model.onnx | model.onnxtxt | model.mlir>"),
+              cl::sub(importCommand), cl::sub(runCommand));
+static cl::opt<std::string>
+    outputPath("o",
+               cl::desc("import: output file (default: stdout); run: "
+                        "directory for output_N.pb (or .npy) files"),
+               cl::value_desc("path"), cl::init("-"), cl::sub(importCommand),
+               cl::sub(runCommand));
 static cl::list<std::string>
     inputShapes("input-shape",
                 cl::desc("Static shape of an input: NAME=DxDx... (repeatable)"),
-                cl::value_desc("NAME=DIMS"), cl::sub(importCommand));
+                cl::value_desc("NAME=DIMS"), cl::sub(importCommand),
+                cl::sub(runCommand));
 static cl::opt<int64_t> batchSize("batch-size",
                                   cl::desc("Binds dynamic batch dimensions"),
-                                  cl::init(-1), cl::sub(importCommand));
+                                  cl::init(-1), cl::sub(importCommand),
+                                  cl::sub(runCommand));
 static cl::opt<int64_t> seqLen("seq-len",
                                cl::desc("Binds dynamic sequence dimensions"),
-                               cl::init(-1), cl::sub(importCommand));
+                               cl::init(-1), cl::sub(importCommand),
+                               cl::sub(runCommand));
+static cl::opt<bool> dynamicInputs(
+    "dynamic-inputs",
+    cl::desc("Forget the model's input shapes and bind them from the inputs "
+             "(tests the binding path)"),
+    cl::Hidden, cl::sub(importCommand), cl::sub(runCommand));
+
+static cl::opt<bool> foldSmallInputs(
+    "fold-small-inputs",
+    cl::desc("Make integer inputs of at most 64 elements, and scalars, "
+             "constants of the model, as exported models hold shapes, axes "
+             "and split sizes (the ONNX node tests pass them as inputs)"),
+    cl::sub(runCommand));
+static cl::opt<std::string>
+    dataDir("data-dir",
+            cl::desc("Directory with input_N.pb (and output_N.pb for --check), "
+                     "as in the ONNX backend tests"),
+            cl::value_desc("dir"), cl::sub(runCommand));
+static cl::list<std::string> inputFiles("i",
+                                        cl::desc("Input file (.pb or .npy), "
+                                                 "in argument order"),
+                                        cl::value_desc("file"),
+                                        cl::sub(runCommand));
+static cl::opt<bool> check("check",
+                           cl::desc("Compare outputs with --data-dir's "
+                                    "output_N.pb; exit 1 on a mismatch"),
+                           cl::sub(runCommand));
+static cl::opt<double> relativeTolerance("rtol", cl::desc("Relative tolerance of --check"),
+                            cl::init(1e-3), cl::sub(runCommand));
+static cl::opt<double> absoluteTolerance("atol", cl::desc("Absolute tolerance of --check"),
+                            cl::init(1e-7), cl::sub(runCommand));
+static cl::opt<std::string>
+    outputFormat("output-format", cl::desc("pb (ONNX TensorProto) or npy"),
+                 cl::init("pb"), cl::sub(runCommand));
 static cl::opt<bool> noWeights(
     "no-weights",
     cl::desc("Keep only names, shapes and dtypes of weights (for planning)"),
@@ -90,23 +138,37 @@ static void printDiagnostic(Diagnostic &diag) {
   err << diag.str() << '\n';
 }
 
-static int runImport(MLIRContext &context) {
+static int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "weft") << message << '\n';
+  return 1;
+}
+
+/// The import options that the command line gives.
+static std::optional<weft::OnnxImportOptions> importOptions() {
   weft::OnnxImportOptions options;
   for (const std::string &shape : inputShapes) {
     std::string error;
     if (failed(weft::parseInputShape(shape, options, error))) {
-      llvm::WithColor::error(llvm::errs(), "weft") << error << '\n';
-      return 1;
+      fail(error);
+      return std::nullopt;
     }
   }
   if (batchSize >= 0)
     options.batchSize = batchSize;
   if (seqLen >= 0)
     options.sequenceLength = seqLen;
-  options.loadWeights = !noWeights;
+  options.makeInputsDynamic = dynamicInputs;
+  return options;
+}
+
+static int runImport(MLIRContext &context) {
+  std::optional<weft::OnnxImportOptions> options = importOptions();
+  if (!options)
+    return 1;
+  options->loadWeights = !noWeights;
 
   OwningOpRef<ModuleOp> module =
-      weft::importOnnxModel(modelPath, options, &context);
+      weft::importOnnxModel(modelPath, *options, &context);
   if (!module)
     return 1;
 
@@ -114,10 +176,8 @@ static int runImport(MLIRContext &context) {
   if (printModule) {
     std::string error;
     auto output = openOutputFile(outputPath, &error);
-    if (!output) {
-      llvm::WithColor::error(llvm::errs(), "weft") << error << '\n';
-      return 1;
-    }
+    if (!output)
+      return fail(error);
     module->print(output->os());
     output->keep();
   }
@@ -148,6 +208,145 @@ static int runImport(MLIRContext &context) {
   return 0;
 }
 
+/// Compares as numpy.testing.assert_allclose (NaN equals NaN).
+static bool compareOutput(size_t index, const weft::rt::HostTensor &actual,
+                          const weft::rt::HostTensor &expected) {
+  llvm::raw_ostream &os = llvm::outs();
+  if (actual.shape != expected.shape) {
+    os << "output #" << index << ": shape " << weft::rt::shapeString(actual.shape)
+       << ", expected " << weft::rt::shapeString(expected.shape) << ": MISMATCH\n";
+    return false;
+  }
+  double maxAbs = 0, maxRel = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < actual.numel(); ++i) {
+    double a = actual.at(i), e = expected.at(i);
+    if (std::isnan(a) && std::isnan(e))
+      continue;
+    double diff = std::isinf(a) && a == e ? 0.0 : std::abs(a - e);
+    maxAbs = std::max(maxAbs, diff);
+    if (e != 0)
+      maxRel = std::max(maxRel, diff / std::abs(e));
+    if (!(diff <= absoluteTolerance + relativeTolerance * std::abs(e)))
+      ++bad;
+  }
+  os << "output #" << index << ": " << actual.numel()
+     << " elements, max abs error " << llvm::format("%.3g", maxAbs)
+     << ", max rel error " << llvm::format("%.3g", maxRel) << ": "
+     << (bad ? "MISMATCH (" + std::to_string(bad) + " elements)" : "OK") << '\n';
+  return bad == 0;
+}
+
+static int runModel(MLIRContext &context) {
+  std::vector<std::string> inputs(inputFiles.begin(), inputFiles.end());
+  if (!dataDir.empty()) {
+    for (int i = 0;; ++i) {
+      llvm::SmallString<256> path(dataDir);
+      llvm::sys::path::append(path, "input_" + std::to_string(i) + ".pb");
+      if (!llvm::sys::fs::exists(path))
+        break;
+      inputs.push_back(path.str().str());
+    }
+  }
+  std::vector<weft::rt::HostTensor> tensors;
+  for (const std::string &path : inputs) {
+    weft::rt::HostTensor tensor;
+    std::string error;
+    if (!weft::readTensorFile(path, tensor, error))
+      return fail(error);
+    tensors.push_back(std::move(tensor));
+  }
+
+  OwningOpRef<ModuleOp> module;
+  llvm::StringRef path = modelPath;
+  if (path.ends_with(".mlir")) {
+    module = parseSourceFile<ModuleOp>(path, &context);
+  } else {
+    std::optional<weft::OnnxImportOptions> options = importOptions();
+    if (!options)
+      return 1;
+    std::vector<weft::rt::HostTensor> remaining;
+    for (const weft::rt::HostTensor &tensor : tensors) {
+      options->inputShapesByPosition.emplace_back(tensor.shape.begin(),
+                                                  tensor.shape.end());
+      bool small = (!tensor.isFloat() && tensor.numel() <= 64) ||
+                   tensor.shape.empty();
+      if (!foldSmallInputs || !small) {
+        options->constantInputsByPosition.emplace_back();
+        remaining.push_back(tensor);
+        continue;
+      }
+      // onnx::TensorProto::DataType codes of the runtime's element types.
+      static const int32_t onnxTypes[] = {1 /*FLOAT*/, 10 /*FLOAT16*/,
+                                          16 /*BFLOAT16*/, 7 /*INT64*/,
+                                          6 /*INT32*/, 9 /*BOOL*/};
+      weft::OnnxImportOptions::InputValue value;
+      value.shape = tensor.shape;
+      value.onnxType = onnxTypes[static_cast<int>(tensor.dtype)];
+      for (int64_t i = 0; i < tensor.numel(); ++i)
+        value.values.push_back(tensor.at(i));
+      options->constantInputsByPosition.push_back(std::move(value));
+    }
+    tensors = std::move(remaining);
+    module = weft::importOnnxModel(path, *options, &context);
+  }
+  if (!module)
+    return 1;
+  func::FuncOp func = module->lookupSymbol<func::FuncOp>("main");
+  if (!func)
+    for (auto candidate : module->getOps<func::FuncOp>())
+      if (!func)
+        func = candidate;
+  if (!func)
+    return fail(path + " has no function to run");
+
+  weft::InterpreterOptions options;
+  options.weightsDir = llvm::sys::path::parent_path(path).str();
+  if (options.weightsDir.empty())
+    options.weightsDir = ".";
+  FailureOr<std::vector<weft::rt::HostTensor>> outputs =
+      weft::interpret(func, tensors, options);
+  if (failed(outputs))
+    return 1;
+
+  if (outputPath != "-") {
+    if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
+      return fail("cannot create " + outputPath + ": " + ec.message());
+    for (auto [index, tensor] : llvm::enumerate(*outputs)) {
+      llvm::SmallString<256> file(outputPath);
+      llvm::sys::path::append(file, "output_" + std::to_string(index) + "." +
+                                        outputFormat);
+      std::string error;
+      if (!weft::writeTensorFile(file.str().str(), tensor, error))
+        return fail(error);
+    }
+  }
+  if (check) {
+    if (dataDir.empty())
+      return fail("--check needs --data-dir with output_N.pb files");
+    bool ok = true;
+    for (auto [index, tensor] : llvm::enumerate(*outputs)) {
+      llvm::SmallString<256> file(dataDir);
+      llvm::sys::path::append(file, "output_" + std::to_string(index) + ".pb");
+      weft::rt::HostTensor expected;
+      std::string error;
+      if (!weft::readTensorFile(file.str().str(), expected, error))
+        return fail(error);
+      ok &= compareOutput(index, tensor, expected);
+    }
+    return ok ? 0 : 1;
+  }
+  if (outputPath == "-")
+    for (auto [index, tensor] : llvm::enumerate(*outputs)) {
+      llvm::outs() << "output #" << index << ": " << weft::rt::dtypeName(tensor.dtype)
+                   << weft::rt::shapeString(tensor.shape) << " =";
+      for (int64_t i = 0; i < std::min<int64_t>(tensor.numel(), 8); ++i)
+        llvm::outs() << ' ' << tensor.at(i);
+      llvm::outs() << (tensor.numel() > 8 ? " ...\n" : "\n");
+    }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(
@@ -164,6 +363,8 @@ int main(int argc, char **argv) {
 
   if (importCommand)
     return runImport(context);
+  if (runCommand)
+    return runModel(context);
   cl::PrintHelpMessage();
   return 1;
 }

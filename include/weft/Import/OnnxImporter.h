@@ -20,6 +20,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <optional>
+#include <vector>
 
 namespace weft {
 
@@ -31,6 +32,21 @@ struct OnnxImportOptions {
   /// a sequence ("sequence", "seq_len", ...) that inputShapes leaves open.
   std::optional<int64_t> batchSize;
   std::optional<int64_t> sequenceLength;
+  /// Shapes for graph inputs by position (for inputs read from files), used
+  /// where inputShapes names no shape.
+  std::vector<llvm::SmallVector<int64_t>> inputShapesByPosition;
+  /// Forgets the model's input shapes so that all must be bound: how the
+  /// conformance tests exercise binding.
+  bool makeInputsDynamic = false;
+  /// Values for graph inputs by position: each given one becomes an
+  /// initializer before shape inference, so it can serve as a shape, axes or
+  /// split sizes (as in an exported model, where those are constants).
+  struct InputValue {
+    std::vector<int64_t> shape;
+    std::vector<double> values;
+    int32_t onnxType = 0; // onnx::TensorProto::DataType
+  };
+  std::vector<std::optional<InputValue>> constantInputsByPosition;
   /// Without weights, parameters keep only names, shapes and dtypes: the
   /// weight bytes are never read (for planning).
   bool loadWeights = true;

@@ -142,9 +142,9 @@ func.func @binary_result_shape(%a: tensor<4x8xf32>, %b: tensor<8xf32>) {
 
 // -----
 
-func.func @pow_int(%a: tensor<4xi32>) {
-  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or 16-bit float or bfloat16 type values}}
-  %0 = weft.pow %a, %a : tensor<4xi32>
+func.func @pow_bool(%a: tensor<4xi1>) {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or 16-bit float or bfloat16 type or 64-bit signless integer or 32-bit signless integer values}}
+  %0 = weft.pow %a, %a : tensor<4xi1>
   return
 }
 
@@ -802,10 +802,10 @@ func.func @split_sum(%x: tensor<4x8xf32>) {
 
 // -----
 
-func.func @split_positive(%x: tensor<4x8xf32>) {
-  // expected-error @+2 {{sizes must be positive, got 0}}
+func.func @split_negative(%x: tensor<4x8xf32>) {
+  // expected-error @+2 {{sizes must not be negative, got -1}}
   // expected-error @+1 {{failed to infer returned types}}
-  %0:2 = weft.split %x axis 1 sizes [8, 0] : tensor<4x8xf32> -> (tensor<4x8xf32>, tensor<4x0xf32>)
+  %0:2 = weft.split %x axis 1 sizes [9, -1] : tensor<4x8xf32> -> (tensor<4x9xf32>, tensor<4x0xf32>)
   return
 }
 

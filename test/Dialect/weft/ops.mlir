@@ -139,6 +139,8 @@ func.func @data_movement(%table: tensor<100x16xf32>, %ids: tensor<2x8xi64>, %x: 
   %6 = weft.concat %5, %x axis 2 : (tensor<2x8x8xf32>, tensor<2x8x16xf32>) -> tensor<2x8x24xf32>
   // CHECK: weft.split %{{.*}} axis 2 sizes [4, 12] : tensor<2x8x16xf32> -> (tensor<2x8x4xf32>, tensor<2x8x12xf32>)
   %7:2 = weft.split %x axis 2 sizes [4, 12] : tensor<2x8x16xf32> -> (tensor<2x8x4xf32>, tensor<2x8x12xf32>)
+  // CHECK: weft.split %{{.*}} axis 0 sizes [0, 2] : tensor<2x8x16xf32> -> (tensor<0x8x16xf32>, tensor<2x8x16xf32>)
+  %empty:2 = weft.split %x axis 0 sizes [0, 2] : tensor<2x8x16xf32> -> (tensor<0x8x16xf32>, tensor<2x8x16xf32>)
   // CHECK: weft.broadcast_to %{{.*}} : tensor<8x1xf32> -> tensor<2x8x16xf32>
   %b = weft.constant dense<1.0> : tensor<8x1xf32>
   %8 = weft.broadcast_to %b : tensor<8x1xf32> -> tensor<2x8x16xf32>

@@ -1,0 +1,54 @@
+//===- Interpreter.h - Run weft functions on the CPU ------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// Evaluates a func.func of weft ops op by op with the runtime's CPU kernels,
+// in f32 for floats (bf16/f16 values rounded where their type demands) and
+// i64 for integers. It is the reference that imports and partitioned programs
+// are checked against.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_EXEC_INTERPRETER_H
+#define WEFT_EXEC_INTERPRETER_H
+
+#include "weft/runtime/HostTensor.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <string>
+#include <vector>
+
+namespace weft {
+
+struct InterpreterOptions {
+  /// Directory that external parameter locations are relative to.
+  std::string weightsDir = ".";
+};
+
+/// The runtime element type of a weft element type.
+rt::DType toDType(mlir::Type elementType);
+
+/// Converts constant elements to a host tensor.
+rt::HostTensor toHostTensor(mlir::ElementsAttr value);
+
+/// Converts a host tensor to constant elements of `type` (same shape).
+mlir::DenseElementsAttr toElementsAttr(const rt::HostTensor &tensor,
+                                       mlir::RankedTensorType type);
+
+/// Evaluates `ops` in order (each operand defined by an earlier one of them)
+/// and returns the values of `results`: constant folding with the kernels
+/// that run models.
+llvm::FailureOr<std::vector<rt::HostTensor>>
+evaluate(llvm::ArrayRef<mlir::Operation *> ops, mlir::ValueRange results,
+         const InterpreterOptions &options);
+
+/// Runs `func` on `inputs`. Problems (missing weights, out-of-range indices,
+/// ops the CPU backend cannot run) are diagnostics at the op, and failure.
+llvm::FailureOr<std::vector<rt::HostTensor>>
+interpret(mlir::func::FuncOp func, const std::vector<rt::HostTensor> &inputs,
+          const InterpreterOptions &options);
+
+} // namespace weft
+
+#endif // WEFT_EXEC_INTERPRETER_H

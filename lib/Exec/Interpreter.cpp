@@ -1,0 +1,408 @@
+//===- Interpreter.cpp - Run weft functions on the CPU --------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Exec/Interpreter.h"
+#include "weft/Dialect/WeftOps.h"
+#include "weft/runtime/CpuKernels.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Path.h"
+
+#include <cstring>
+#include <fstream>
+
+using namespace mlir;
+using namespace weft;
+using rt::DType;
+using rt::HostTensor;
+
+DType weft::toDType(Type elementType) {
+  if (elementType.isF16())
+    return DType::F16;
+  if (elementType.isBF16())
+    return DType::BF16;
+  if (elementType.isF32())
+    return DType::F32;
+  if (elementType.isInteger(64))
+    return DType::I64;
+  if (elementType.isInteger(32))
+    return DType::I32;
+  return DType::Bool;
+}
+
+static std::vector<int64_t> toVector(ArrayRef<int64_t> values) {
+  return std::vector<int64_t>(values.begin(), values.end());
+}
+
+static rt::Shape shapeOf(Type type) {
+  ArrayRef<int64_t> shape = cast<RankedTensorType>(type).getShape();
+  return rt::Shape(shape.begin(), shape.end());
+}
+
+HostTensor weft::toHostTensor(ElementsAttr value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  HostTensor tensor(toDType(type.getElementType()), shapeOf(type));
+  int64_t i = 0;
+  if (tensor.isFloat()) {
+    for (APFloat element : value.getValues<APFloat>()) {
+      bool lost;
+      element.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
+      tensor.floats[i++] = element.convertToFloat();
+    }
+  } else {
+    bool isBool = tensor.dtype == DType::Bool;
+    for (APInt element : value.getValues<APInt>())
+      tensor.ints[i++] = isBool ? element.getZExtValue() : element.getSExtValue();
+  }
+  return tensor;
+}
+
+/// Reads a parameter's bytes from its external file.
+static FailureOr<HostTensor> readExternal(ParameterOp op,
+                                          ExternalDataAttr external,
+                                          const InterpreterOptions &options) {
+  llvm::SmallString<256> path(options.weightsDir);
+  llvm::sys::path::append(path, external.getLocation());
+  std::ifstream file(path.str().str(), std::ios::binary);
+  if (!file)
+    return op.emitError("cannot open external data file '")
+           << path << "' for parameter '" << op.getName() << "'";
+  std::string bytes(external.getLength(), '\0');
+  file.seekg(external.getOffset());
+  file.read(bytes.data(), external.getLength());
+  if (file.gcount() != external.getLength())
+    return op.emitError("external data file '")
+           << path << "' is shorter than offset " << external.getOffset()
+           << " + length " << external.getLength();
+  HostTensor tensor(toDType(op.getType().getElementType()), shapeOf(op.getType()));
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    const char *at = bytes.data() + i * rt::dtypeBytes(tensor.dtype);
+    switch (tensor.dtype) {
+    case DType::F32:
+      std::memcpy(&tensor.floats[i], at, 4);
+      break;
+    case DType::F16:
+    case DType::BF16: {
+      uint16_t bits;
+      std::memcpy(&bits, at, 2);
+      tensor.floats[i] = tensor.dtype == DType::F16 ? rt::f16BitsToFloat(bits)
+                                                    : rt::bf16BitsToFloat(bits);
+      break;
+    }
+    case DType::I64:
+      std::memcpy(&tensor.ints[i], at, 8);
+      break;
+    case DType::I32: {
+      int32_t value;
+      std::memcpy(&value, at, 4);
+      tensor.ints[i] = value;
+      break;
+    }
+    case DType::Bool:
+      tensor.ints[i] = *at != 0;
+      break;
+    }
+  }
+  return tensor;
+}
+
+namespace {
+
+class Interpreter {
+public:
+  explicit Interpreter(const InterpreterOptions &options) : options(options) {}
+
+  FailureOr<std::vector<HostTensor>> runBlock(Block &block,
+                                              const std::vector<HostTensor> &args);
+  FailureOr<std::vector<HostTensor>> runOps(ArrayRef<Operation *> ops,
+                                            ValueRange results) {
+    for (Operation *op : ops)
+      if (failed(run(op)))
+        return failure();
+    std::vector<HostTensor> tensors;
+    for (Value value : results)
+      tensors.push_back(get(value));
+    return tensors;
+  }
+
+private:
+  LogicalResult run(Operation *op);
+  const HostTensor &get(Value value) { return values.find(value)->second; }
+  void set(Value value, HostTensor tensor) {
+    values.insert_or_assign(value, std::move(tensor));
+  }
+  LogicalResult setOrFail(Operation *op, Value value,
+                          absl::StatusOr<HostTensor> result) {
+    if (!result.ok())
+      return op->emitError() << result.status().message();
+    set(value, std::move(*result));
+    return success();
+  }
+
+  const InterpreterOptions &options;
+  llvm::DenseMap<Value, HostTensor> values;
+};
+
+} // namespace
+
+FailureOr<std::vector<HostTensor>>
+Interpreter::runBlock(Block &block, const std::vector<HostTensor> &args) {
+  for (auto [arg, tensor] : llvm::zip(block.getArguments(), args))
+    set(arg, tensor);
+  for (Operation &op : block) {
+    if (op.hasTrait<OpTrait::IsTerminator>()) {
+      std::vector<HostTensor> results;
+      for (Value operand : op.getOperands())
+        results.push_back(get(operand));
+      return results;
+    }
+    if (failed(run(&op)))
+      return failure();
+  }
+  return block.getParentOp()->emitError("block has no terminator");
+}
+
+LogicalResult Interpreter::run(Operation *op) {
+  using rt::BinaryKind;
+  using rt::UnaryKind;
+  auto result = [&](HostTensor tensor) {
+    set(op->getResult(0), std::move(tensor));
+    return success();
+  };
+  auto binaryOp = [&](BinaryKind kind) {
+    return result(rt::binary(kind, get(op->getOperand(0)), get(op->getOperand(1))));
+  };
+  auto unaryOp = [&](UnaryKind kind) {
+    return result(rt::unary(kind, get(op->getOperand(0))));
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ParameterOp param) -> LogicalResult {
+        if (std::optional<ElementsAttr> value = param.getValue())
+          return result(toHostTensor(*value));
+        if (ExternalDataAttr external = param.getExternalAttr()) {
+          FailureOr<HostTensor> tensor = readExternal(param, external, options);
+          return failed(tensor) ? failure() : result(std::move(*tensor));
+        }
+        return param.emitError("parameter '")
+               << param.getName()
+               << "' has no value: the module was imported without weights "
+                  "(--no-weights); import it with weights to run it";
+      })
+      .Case([&](ConstantOp c) { return result(toHostTensor(c.getValue())); })
+      .Case([&](IotaOp iota) {
+        return result(rt::iota(toDType(iota.getType().getElementType()),
+                               shapeOf(iota.getType()), iota.getDim()));
+      })
+      .Case([&](AddOp) { return binaryOp(BinaryKind::Add); })
+      .Case([&](SubOp) { return binaryOp(BinaryKind::Sub); })
+      .Case([&](MulOp) { return binaryOp(BinaryKind::Mul); })
+      .Case([&](DivOp) { return binaryOp(BinaryKind::Div); })
+      .Case([&](PowOp) { return binaryOp(BinaryKind::Pow); })
+      .Case([&](MaximumOp) { return binaryOp(BinaryKind::Max); })
+      .Case([&](MinimumOp) { return binaryOp(BinaryKind::Min); })
+      .Case([&](CompareOp compare) {
+        static const rt::CompareKind kinds[] = {
+            rt::CompareKind::Eq, rt::CompareKind::Ne, rt::CompareKind::Lt,
+            rt::CompareKind::Le, rt::CompareKind::Gt, rt::CompareKind::Ge};
+        return result(rt::compare(kinds[static_cast<int>(compare.getPredicate())],
+                                  get(compare.getLhs()), get(compare.getRhs())));
+      })
+      .Case([&](WhereOp where) {
+        return result(rt::where(get(where.getCondition()), get(where.getLhs()),
+                                get(where.getRhs())));
+      })
+      .Case([&](NegOp) { return unaryOp(UnaryKind::Neg); })
+      .Case([&](ExpOp) { return unaryOp(UnaryKind::Exp); })
+      .Case([&](LogOp) { return unaryOp(UnaryKind::Log); })
+      .Case([&](SqrtOp) { return unaryOp(UnaryKind::Sqrt); })
+      .Case([&](RsqrtOp) { return unaryOp(UnaryKind::Rsqrt); })
+      .Case([&](TanhOp) { return unaryOp(UnaryKind::Tanh); })
+      .Case([&](ErfOp) { return unaryOp(UnaryKind::Erf); })
+      .Case([&](SigmoidOp) { return unaryOp(UnaryKind::Sigmoid); })
+      .Case([&](ReluOp) { return unaryOp(UnaryKind::Relu); })
+      .Case([&](SiluOp) { return unaryOp(UnaryKind::Silu); })
+      .Case([&](GeluOp gelu) {
+        return unaryOp(gelu.getApproximation() == GeluApproximation::tanh
+                           ? UnaryKind::GeluTanh
+                           : UnaryKind::GeluErf);
+      })
+      .Case([&](CastOp c) {
+        return result(rt::cast(get(c.getInput()),
+                               toDType(c.getType().getElementType())));
+      })
+      .Case([&](ReduceSumOp r) {
+        return result(rt::reduce(rt::ReduceKind::Sum, get(r.getInput()),
+                                 toVector(r.getAxes()),
+                                 r.getKeepDims()));
+      })
+      .Case([&](ReduceMeanOp r) {
+        return result(rt::reduce(rt::ReduceKind::Mean, get(r.getInput()),
+                                 toVector(r.getAxes()),
+                                 r.getKeepDims()));
+      })
+      .Case([&](ReduceMaxOp r) {
+        return result(rt::reduce(rt::ReduceKind::Max, get(r.getInput()),
+                                 toVector(r.getAxes()),
+                                 r.getKeepDims()));
+      })
+      .Case([&](SoftmaxOp s) {
+        return result(rt::softmax(get(s.getInput()), s.getAxis(), false));
+      })
+      .Case([&](LogSoftmaxOp s) {
+        return result(rt::softmax(get(s.getInput()), s.getAxis(), true));
+      })
+      .Case([&](LayerNormOp n) {
+        const HostTensor *bias = n.getBias() ? &get(n.getBias()) : nullptr;
+        return result(rt::normalize(get(n.getInput()), get(n.getScale()), bias,
+                                    n.getAxis(),
+                                    n.getEpsilon().convertToFloat(), false));
+      })
+      .Case([&](RMSNormOp n) {
+        return result(rt::normalize(get(n.getInput()), get(n.getScale()), nullptr,
+                                    n.getAxis(),
+                                    n.getEpsilon().convertToFloat(), true));
+      })
+      .Case([&](MatmulOp m) {
+        return result(rt::matmul(get(m.getLhs()), get(m.getRhs()),
+                                 m.getTransposeLhs(), m.getTransposeRhs()));
+      })
+      .Case([&](LinearOp l) {
+        const HostTensor *bias = l.getBias() ? &get(l.getBias()) : nullptr;
+        return result(rt::linear(get(l.getInput()), get(l.getWeight()), bias,
+                                 l.getTransposeWeight()));
+      })
+      .Case([&](AttentionOp a) {
+        const HostTensor *mask = a.getMask() ? &get(a.getMask()) : nullptr;
+        return result(rt::attention(get(a.getQ()), get(a.getK()), get(a.getV()),
+                                    mask, a.getScale().convertToFloat(),
+                                    a.getCausal()));
+      })
+      .Case([&](EmbeddingOp e) {
+        return setOrFail(op, e.getResult(),
+                         rt::gather(get(e.getTable()), get(e.getIndices()), 0));
+      })
+      .Case([&](GatherOp g) {
+        return setOrFail(op, g.getResult(),
+                         rt::gather(get(g.getInput()), get(g.getIndices()),
+                                    g.getAxis()));
+      })
+      .Case([&](ReshapeOp r) {
+        return result(rt::reshape(get(r.getInput()), shapeOf(r.getType())));
+      })
+      .Case([&](TransposeOp t) {
+        return result(rt::transpose(get(t.getInput()),
+                                    toVector(t.getPermutation())));
+      })
+      .Case([&](SliceOp s) {
+        std::vector<int64_t> strides(s.getStarts().size(), 1);
+        if (std::optional<ArrayRef<int64_t>> given = s.getStrides())
+          strides.assign(given->begin(), given->end());
+        return result(rt::slice(get(s.getInput()),
+                                toVector(s.getStarts()),
+                                toVector(s.getLimits()),
+                                strides));
+      })
+      .Case([&](ConcatOp c) {
+        std::vector<const HostTensor *> inputs;
+        for (Value input : c.getInputs())
+          inputs.push_back(&get(input));
+        return result(rt::concat(inputs, c.getAxis()));
+      })
+      .Case([&](SplitOp s) {
+        std::vector<HostTensor> pieces =
+            rt::split(get(s.getInput()), s.getAxis(),
+                      toVector(s.getSizes()));
+        for (auto [value, piece] : llvm::zip(s.getResults(), pieces))
+          set(value, std::move(piece));
+        return success();
+      })
+      .Case([&](BroadcastToOp b) {
+        return result(rt::broadcastTo(get(b.getInput()), shapeOf(b.getType())));
+      })
+      .Case([&](TriluOp t) {
+        return result(rt::trilu(get(t.getInput()), t.getUpper(), t.getDiagonal()));
+      })
+      .Case([&](CrossEntropyOp c) {
+        static const rt::LossReduction reductions[] = {
+            rt::LossReduction::None, rt::LossReduction::Mean,
+            rt::LossReduction::Sum};
+        return setOrFail(
+            op, c.getResult(),
+            rt::crossEntropy(get(c.getLogits()), get(c.getLabels()),
+                             reductions[static_cast<int>(c.getReduction())],
+                             c.getIgnoreIndex()));
+      })
+      .Case([&](LayerOp layer) -> LogicalResult {
+        std::vector<HostTensor> args;
+        for (Value input : layer.getInputs())
+          args.push_back(get(input));
+        Interpreter body(options);
+        FailureOr<std::vector<HostTensor>> results =
+            body.runBlock(layer.getBody().front(), args);
+        if (failed(results))
+          return failure();
+        for (auto [value, tensor] : llvm::zip(layer.getResults(), *results))
+          set(value, std::move(tensor));
+        return success();
+      })
+      .Default([&](Operation *other) {
+        return other->emitError("the CPU interpreter cannot run '")
+               << other->getName()
+               << "' (collectives need several devices: partition the "
+                  "program and run it with --devices)";
+      });
+}
+
+DenseElementsAttr weft::toElementsAttr(const HostTensor &tensor,
+                                       RankedTensorType type) {
+  Type element = type.getElementType();
+  if (auto floatType = dyn_cast<FloatType>(element)) {
+    SmallVector<APFloat> values;
+    for (float value : tensor.floats) {
+      APFloat converted(value);
+      bool lost;
+      converted.convert(floatType.getFloatSemantics(),
+                        APFloat::rmNearestTiesToEven, &lost);
+      values.push_back(converted);
+    }
+    return DenseElementsAttr::get(type, values);
+  }
+  unsigned width = element.getIntOrFloatBitWidth();
+  SmallVector<APInt> values;
+  for (int64_t value : tensor.ints)
+    values.push_back(APInt(width, static_cast<uint64_t>(value),
+                           /*isSigned=*/width > 1, /*implicitTrunc=*/true));
+  return DenseElementsAttr::get(type, values);
+}
+
+FailureOr<std::vector<HostTensor>>
+weft::evaluate(ArrayRef<Operation *> ops, ValueRange results,
+               const InterpreterOptions &options) {
+  return Interpreter(options).runOps(ops, results);
+}
+
+FailureOr<std::vector<HostTensor>>
+weft::interpret(func::FuncOp func, const std::vector<HostTensor> &inputs,
+                const InterpreterOptions &options) {
+  FunctionType type = func.getFunctionType();
+  if (inputs.size() != type.getNumInputs())
+    return func.emitError("@")
+           << func.getSymName() << " takes " << type.getNumInputs()
+           << " inputs, got " << inputs.size();
+  std::vector<HostTensor> converted;
+  for (auto [index, input] : llvm::enumerate(inputs)) {
+    auto expected = cast<RankedTensorType>(type.getInput(index));
+    rt::Shape shape = shapeOf(expected);
+    if (input.shape != shape)
+      return func.emitError("input #")
+             << index << " has shape " << rt::shapeString(input.shape)
+             << " but @" << func.getSymName() << " expects " << expected;
+    DType dtype = toDType(expected.getElementType());
+    converted.push_back(input.dtype == dtype ? input : rt::cast(input, dtype));
+  }
+  return Interpreter(options).runBlock(func.getBody().front(), converted);
+}

@@ -1,0 +1,79 @@
+//===- CpuKernels.h - Reference CPU kernels for weft ops --------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// One function per weft op semantics, on HostTensors. Shapes are assumed
+// verified (the compiler checked them); what only data can get wrong, such as
+// an out-of-range index, is reported as a Status. GEMMs go through BLAS.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_RUNTIME_CPUKERNELS_H
+#define WEFT_RUNTIME_CPUKERNELS_H
+
+#include "weft/runtime/HostTensor.h"
+
+#include "absl/status/statusor.h"
+
+#include <optional>
+
+namespace weft::rt {
+
+enum class BinaryKind { Add, Sub, Mul, Div, Pow, Max, Min };
+enum class CompareKind { Eq, Ne, Lt, Le, Gt, Ge };
+enum class UnaryKind {
+  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Relu, Silu, GeluErf, GeluTanh
+};
+enum class ReduceKind { Sum, Mean, Max };
+enum class LossReduction { None, Mean, Sum };
+
+/// numpy broadcast of two shapes; std::nullopt if they do not broadcast.
+std::optional<Shape> broadcastShape(const Shape &a, const Shape &b);
+
+HostTensor binary(BinaryKind kind, const HostTensor &lhs, const HostTensor &rhs);
+HostTensor compare(CompareKind kind, const HostTensor &lhs, const HostTensor &rhs);
+HostTensor where(const HostTensor &cond, const HostTensor &lhs,
+                 const HostTensor &rhs);
+HostTensor unary(UnaryKind kind, const HostTensor &input);
+HostTensor cast(const HostTensor &input, DType to);
+
+HostTensor reduce(ReduceKind kind, const HostTensor &input,
+                  const std::vector<int64_t> &axes, bool keepDims);
+HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax);
+/// Normalizes over dimensions [axis, rank); `bias` may be null; with `rms`,
+/// the root mean square normalization of LLaMA (no centering, no bias).
+HostTensor normalize(const HostTensor &input, const HostTensor &scale,
+                     const HostTensor *bias, int64_t axis, float epsilon,
+                     bool rms);
+
+HostTensor matmul(const HostTensor &lhs, const HostTensor &rhs,
+                  bool transposeLhs, bool transposeRhs);
+HostTensor linear(const HostTensor &input, const HostTensor &weight,
+                  const HostTensor *bias, bool transposeWeight);
+/// softmax(scale·QKᵀ + mask)·V per head, with grouped KV heads.
+HostTensor attention(const HostTensor &q, const HostTensor &k,
+                     const HostTensor &v, const HostTensor *mask, float scale,
+                     bool causal);
+
+/// Gathers along `axis`; negative indices count from the end (as ONNX).
+absl::StatusOr<HostTensor> gather(const HostTensor &input,
+                                  const HostTensor &indices, int64_t axis);
+HostTensor reshape(const HostTensor &input, const Shape &shape);
+HostTensor transpose(const HostTensor &input, const std::vector<int64_t> &perm);
+HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
+                 const std::vector<int64_t> &limits,
+                 const std::vector<int64_t> &strides);
+HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis);
+std::vector<HostTensor> split(const HostTensor &input, int64_t axis,
+                              const std::vector<int64_t> &sizes);
+HostTensor broadcastTo(const HostTensor &input, const Shape &shape);
+HostTensor trilu(const HostTensor &input, bool upper, int64_t diagonal);
+HostTensor iota(DType dtype, const Shape &shape, int64_t dim);
+absl::StatusOr<HostTensor> crossEntropy(const HostTensor &logits,
+                                        const HostTensor &labels,
+                                        LossReduction reduction,
+                                        std::optional<int64_t> ignoreIndex);
+
+} // namespace weft::rt
+
+#endif // WEFT_RUNTIME_CPUKERNELS_H

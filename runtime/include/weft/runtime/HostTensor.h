@@ -1,0 +1,60 @@
+//===- HostTensor.h - A tensor in host memory -------------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// The CPU backend computes floats in f32 and integers (and booleans) in i64;
+// a tensor remembers the element type it stands for so that casts to bf16 or
+// f16 round as the real type would, and outputs are written in that type.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_RUNTIME_HOSTTENSOR_H
+#define WEFT_RUNTIME_HOSTTENSOR_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft::rt {
+
+enum class DType { F32, F16, BF16, I64, I32, Bool };
+
+/// True for the types stored as floats.
+inline bool isFloat(DType type) {
+  return type == DType::F32 || type == DType::F16 || type == DType::BF16;
+}
+const char *dtypeName(DType type);
+int64_t dtypeBytes(DType type);
+
+using Shape = std::vector<int64_t>;
+int64_t numElements(const Shape &shape);
+std::string shapeString(const Shape &shape);
+
+struct HostTensor {
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<float> floats;  // when isFloat(dtype)
+  std::vector<int64_t> ints;  // otherwise (booleans as 0 / 1)
+
+  HostTensor() = default;
+  HostTensor(DType dtype, Shape shape);
+
+  int64_t numel() const { return numElements(shape); }
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  bool isFloat() const { return weft::rt::isFloat(dtype); }
+  /// Element `i` as a double, whatever the storage.
+  double at(int64_t i) const { return isFloat() ? floats[i] : ints[i]; }
+};
+
+/// Rounds an f32 to the nearest bf16 / f16 (ties to even), returned as f32.
+float roundToBF16(float value);
+float roundToF16(float value);
+/// Conversions between 16-bit storage and f32.
+float bf16BitsToFloat(uint16_t bits);
+float f16BitsToFloat(uint16_t bits);
+uint16_t floatToBF16Bits(float value);
+uint16_t floatToF16Bits(float value);
+
+} // namespace weft::rt
+
+#endif // WEFT_RUNTIME_HOSTTENSOR_H
