@@ -53,4 +53,30 @@ def WeftPrintOpFacts : Pass<"weft-print-op-facts"> {
   }];
 }
 
+def WeftRaise : Pass<"weft-raise"> {
+  let summary = "Raises decomposed forms that exporters write to single weft ops.";
+  let description = [{
+    `torch.onnx.export` writes layer norms, GELUs and attention as chains of elementwise
+    ops. The planner, cost model and partitioner need them as single ops: a layer_norm's
+    sharding rule and an attention's cost and sequence-parallel forms exist only for the
+    op. This pass rewrites, whatever the operand order of commutative ops:
+
+    - `x * 0.5 * (1 + erf(x / sqrt(2)))` into `weft.gelu` (erf form);
+    - `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))` into `weft.gelu`
+      with `approximation tanh` (GPT-2's form);
+    - `x * sigmoid(x)` into `weft.silu`;
+    - `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* gamma] [+ beta]` over
+      trailing dimensions into `weft.layer_norm`;
+    - `x * rsqrt(mean(x^2) + eps) [* w]` (also written `x / sqrt(...)` or
+      `x * (1 / sqrt(...))`) into `weft.rms_norm`;
+    - `matmul(x, W) [+ b]` with `W` a rank-2 parameter (and `b` a rank-1 parameter of the
+      output size) into `weft.linear`;
+    - `softmax(q · kᵀ / c [+ additive mask | where(mask, ., -big)]) · v` on rank-4 heads into
+      `weft.attention`; a constant lower-triangular mask becomes `causal`.
+
+    Run `-weft-canonicalize` first so that folded constants are visible. `weft import`
+    runs both unless given `--no-raise`.
+  }];
+}
+
 #endif // WEFT_PASSES_TD

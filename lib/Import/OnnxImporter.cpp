@@ -426,9 +426,6 @@ LogicalResult GraphImporter::importMatMul(const onnx::NodeProto &node) {
   Value lhs = input(node, 0), rhs = input(node, 1);
   auto lhsType = cast<RankedTensorType>(lhs.getType());
   auto rhsType = cast<RankedTensorType>(rhs.getType());
-  FailureOr<RankedTensorType> resultType = outputType(node);
-  if (failed(resultType))
-    return failure();
   // numpy.matmul promotes 1-D operands to matrices and drops the added dim.
   if (lhsType.getRank() == 1)
     lhs = ReshapeOp::create(
@@ -441,8 +438,17 @@ LogicalResult GraphImporter::importMatMul(const onnx::NodeProto &node) {
                                             rhsType.getElementType()),
         rhs);
   Value product = MatmulOp::create(builder, loc, lhs, rhs, false, false);
-  if (product.getType() != *resultType)
-    product = ReshapeOp::create(builder, loc, *resultType, product);
+  if (lhsType.getRank() == 1 || rhsType.getRank() == 1) {
+    auto productType = cast<RankedTensorType>(product.getType());
+    SmallVector<int64_t> shape(productType.getShape());
+    if (rhsType.getRank() == 1)
+      shape.erase(shape.end() - 1);
+    if (lhsType.getRank() == 1)
+      shape.erase(shape.end() - (rhsType.getRank() == 1 ? 1 : 2));
+    product = ReshapeOp::create(
+        builder, loc, RankedTensorType::get(shape, productType.getElementType()),
+        product);
+  }
   setOutput(node, 0, product);
   return success();
 }
@@ -501,6 +507,47 @@ LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
     if (inferIndex >= 0)
       (*shape)[inferIndex] = known ? dataType.getNumElements() / known : 0;
     type = RankedTensorType::get(*shape, dataType.getElementType());
+  }
+  if (!type && node.op_type() != "Reshape") {
+    auto dataType = cast<RankedTensorType>(data.getType());
+    ArrayRef<int64_t> in = dataType.getShape();
+    SmallVector<int64_t> shape;
+    SmallVector<int64_t> axes;
+    if (node.op_type() != "Flatten") {
+      if (hasInput(node, 1)) {
+        FailureOr<SmallVector<int64_t>> given = intsInput(node, 1, "axes");
+        if (failed(given))
+          return failure();
+        axes = *given;
+      } else if (std::optional<SmallVector<int64_t>> given = intsAttr(node, "axes")) {
+        axes = *given;
+      }
+    }
+    if (node.op_type() == "Unsqueeze") {
+      int64_t rank = dataType.getRank() + static_cast<int64_t>(axes.size());
+      SmallVector<bool> inserted(rank, false);
+      for (int64_t axis : axes)
+        inserted[axis < 0 ? axis + rank : axis] = true;
+      for (int64_t d = 0, next = 0; d < rank; ++d)
+        shape.push_back(inserted[d] ? 1 : in[next++]);
+    } else if (node.op_type() == "Squeeze") {
+      for (int64_t d = 0; d < dataType.getRank(); ++d) {
+        bool listed = llvm::any_of(axes, [&](int64_t axis) {
+          return (axis < 0 ? axis + dataType.getRank() : axis) == d;
+        });
+        if (axes.empty() ? in[d] != 1 : !listed)
+          shape.push_back(in[d]);
+      }
+    } else {
+      int64_t axis = intAttr(node, "axis", 1);
+      if (axis < 0)
+        axis += dataType.getRank();
+      int64_t outer = 1;
+      for (int64_t d = 0; d < axis; ++d)
+        outer *= in[d];
+      shape = {outer, outer ? dataType.getNumElements() / outer : 0};
+    }
+    type = RankedTensorType::get(shape, dataType.getElementType());
   }
   if (!type) {
     FailureOr<RankedTensorType> inferred = outputType(node);
@@ -870,10 +917,20 @@ void GraphImporter::registerHandlers() {
     return success();
   };
   handlers["Expand"] = [this](const onnx::NodeProto &node) -> LogicalResult {
-    FailureOr<RankedTensorType> type = outputType(node);
-    if (failed(type))
-      return failure();
     Value data = input(node, 0);
+    std::optional<RankedTensorType> type = knownOutputType(node);
+    if (!type) {
+      // Expand broadcasts both ways: the result is broadcast(input, shape).
+      FailureOr<SmallVector<int64_t>> shape = intsInput(node, 1, "shape");
+      if (failed(shape))
+        return failure();
+      auto dataType = cast<RankedTensorType>(data.getType());
+      std::optional<SmallVector<int64_t>> joined =
+          broadcastShapes(dataType.getShape(), *shape);
+      if (!joined)
+        return error() << "Expand shape does not broadcast with " << dataType;
+      type = RankedTensorType::get(*joined, dataType.getElementType());
+    }
     setOutput(node, 0, data.getType() == *type
                            ? data
                            : BroadcastToOp::create(builder, loc, *type, data)
@@ -931,13 +988,27 @@ void GraphImporter::registerHandlers() {
     return success();
   };
   handlers["Range"] = [this](const onnx::NodeProto &node) -> LogicalResult {
-    FailureOr<RankedTensorType> type = outputType(node);
-    if (failed(type))
-      return failure();
     std::optional<DenseElementsAttr> start = constantInput(node, 0),
+                                     limit = constantInput(node, 1),
                                      delta = constantInput(node, 2);
-    if (!start || !delta)
-      return error() << "Range needs start and delta known at import time";
+    if (!start || !limit || !delta)
+      return error() << "Range needs start, limit and delta known at import "
+                        "time";
+    std::optional<RankedTensorType> type = knownOutputType(node);
+    if (!type) {
+      auto scalar = [](DenseElementsAttr v) {
+        return isa<FloatType>(v.getElementType())
+                   ? (*v.getValues<APFloat>().begin()).convertToDouble()
+                   : static_cast<double>(
+                         (*v.getValues<APInt>().begin()).getSExtValue());
+      };
+      double step = scalar(*delta);
+      if (step == 0)
+        return error() << "Range delta must not be 0";
+      int64_t count = std::max<int64_t>(
+          0, static_cast<int64_t>(std::ceil((scalar(*limit) - scalar(*start)) / step)));
+      type = RankedTensorType::get({count}, start->getElementType());
+    }
     Type element = type->getElementType();
     SmallVector<Attribute> elements;
     for (int64_t i = 0; i < type->getNumElements(); ++i) {
@@ -1004,7 +1075,9 @@ LogicalResult GraphImporter::importInitializers() {
                        FileLineColLoc::get(context, path, 0, 0));
     // Small integer initializers are shapes, axes and indices: keep their
     // values for folding whether or not weights are loaded.
-    bool small = type.getNumElements() <= 64 && isa<IntegerType>(element);
+    // Boolean tensors (masks, causal buffers) are never trained: constants.
+    bool small = (type.getNumElements() <= 64 && isa<IntegerType>(element)) ||
+                 (element.isInteger(1) && type.getNumElements() <= (1 << 20));
     bool external = tensor.data_location() == onnx::TensorProto::EXTERNAL;
     if (small && !external) {
       FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");
@@ -1177,18 +1250,9 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     argTypes.push_back(*type);
     args.push_back(&in);
   }
-  SmallVector<Type> resultTypes;
-  for (const onnx::ValueInfoProto &out : graph.output()) {
-    loc = NameLoc::get(builder.getStringAttr(out.name()), fileLoc);
-    onnx::NodeProto pseudo;
-    pseudo.add_output(out.name());
-    FailureOr<RankedTensorType> type = outputType(pseudo);
-    if (failed(type))
-      return nullptr;
-    resultTypes.push_back(*type);
-  }
+  // Result types are set once the graph is converted, from the values.
   auto func = func::FuncOp::create(builder, fileLoc, options.functionName,
-                                    builder.getFunctionType(argTypes, resultTypes));
+                                    builder.getFunctionType(argTypes, {}));
   Block *entry = func.addEntryBlock();
   for (auto [arg, info] : llvm::zip(entry->getArguments(), args)) {
     values[info->name()] = arg;
@@ -1216,6 +1280,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     results.push_back(value);
   }
   func::ReturnOp::create(builder, fileLoc, results);
+  func.setType(builder.getFunctionType(argTypes, ValueRange(results).getTypes()));
   if (failed(verify(*module)))
     return nullptr;
   return module;

@@ -17,10 +17,12 @@
 #include "weft/Exec/TensorFiles.h"
 #include "weft/Import/OnnxImporter.h"
 #include "weft/InitAll.h"
+#include "weft/Passes/Passes.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/CommandLine.h"
@@ -98,6 +100,11 @@ static cl::opt<bool> noWeights(
     "no-weights",
     cl::desc("Keep only names, shapes and dtypes of weights (for planning)"),
     cl::sub(importCommand));
+static cl::opt<bool> noRaise(
+    "no-raise",
+    cl::desc("Keep the decomposed forms the exporter wrote (do not run "
+             "-weft-canonicalize and -weft-raise after import)"),
+    cl::sub(importCommand), cl::sub(runCommand));
 static cl::opt<bool> stats("stats",
                            cl::desc("Print op counts (instead of the module "
                                     "when no -o is given)"),
@@ -161,14 +168,29 @@ static std::optional<weft::OnnxImportOptions> importOptions() {
   return options;
 }
 
+/// Imports `path` and, unless --no-raise, folds and raises it.
+static OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
+                                         const weft::OnnxImportOptions &options,
+                                         MLIRContext &context) {
+  OwningOpRef<ModuleOp> module = weft::importOnnxModel(path, options, &context);
+  if (!module || noRaise)
+    return module;
+  PassManager pm(&context);
+  pm.addPass(weft::createWeftCanonicalize());
+  pm.addPass(weft::createWeftRaise());
+  pm.addPass(weft::createWeftCanonicalize());
+  if (failed(pm.run(*module)))
+    return nullptr;
+  return module;
+}
+
 static int runImport(MLIRContext &context) {
   std::optional<weft::OnnxImportOptions> options = importOptions();
   if (!options)
     return 1;
   options->loadWeights = !noWeights;
 
-  OwningOpRef<ModuleOp> module =
-      weft::importOnnxModel(modelPath, *options, &context);
+  OwningOpRef<ModuleOp> module = importModel(modelPath, *options, context);
   if (!module)
     return 1;
 
@@ -288,7 +310,7 @@ static int runModel(MLIRContext &context) {
       options->constantInputsByPosition.push_back(std::move(value));
     }
     tensors = std::move(remaining);
-    module = weft::importOnnxModel(path, *options, &context);
+    module = importModel(path, *options, context);
   }
   if (!module)
     return 1;

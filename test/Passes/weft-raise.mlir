@@ -1,0 +1,194 @@
+// RUN: weft-opt %s -split-input-file -weft-raise | FileCheck %s
+
+// CHECK-LABEL: func.func @gelu_erf
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8xf32>)
+// CHECK-NEXT: %[[G:.*]] = weft.gelu %[[X]] : tensor<4x8xf32>
+// CHECK-NEXT: return %[[G]]
+func.func @gelu_erf(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %sqrt2 = weft.constant dense<1.41421354> : tensor<f32>
+  %one = weft.constant dense<1.0> : tensor<f32>
+  %half = weft.constant dense<0.5> : tensor<f32>
+  %0 = weft.div %x, %sqrt2 : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %1 = weft.erf %0 : tensor<4x8xf32>
+  %2 = weft.add %1, %one : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %3 = weft.mul %x, %2 : tensor<4x8xf32>
+  %4 = weft.mul %3, %half : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  return %4 : tensor<4x8xf32>
+}
+
+// -----
+
+// GPT-2's form, 0.5 * x first.
+// CHECK-LABEL: func.func @gelu_tanh
+// CHECK-NEXT: %[[G:.*]] = weft.gelu %arg0 approximation tanh : tensor<4x8xf32>
+// CHECK-NEXT: return %[[G]]
+func.func @gelu_tanh(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %half = weft.constant dense<0.5> : tensor<f32>
+  %three = weft.constant dense<3.0> : tensor<f32>
+  %c = weft.constant dense<0.044715> : tensor<f32>
+  %k = weft.constant dense<0.797884583> : tensor<f32>
+  %one = weft.constant dense<1.0> : tensor<f32>
+  %hx = weft.mul %x, %half : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %cube = weft.pow %x, %three : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %cc = weft.mul %cube, %c : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %in = weft.add %x, %cc : tensor<4x8xf32>
+  %sc = weft.mul %in, %k : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %t = weft.tanh %sc : tensor<4x8xf32>
+  %a = weft.add %t, %one : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %y = weft.mul %hx, %a : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+// A wrong constant is not GELU: nothing changes.
+// CHECK-LABEL: func.func @not_gelu
+// CHECK: weft.erf
+// CHECK-NOT: weft.gelu
+func.func @not_gelu(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %two = weft.constant dense<2.0> : tensor<f32>
+  %one = weft.constant dense<1.0> : tensor<f32>
+  %half = weft.constant dense<0.5> : tensor<f32>
+  %0 = weft.div %x, %two : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %1 = weft.erf %0 : tensor<4x8xf32>
+  %2 = weft.add %1, %one : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %3 = weft.mul %x, %2 : tensor<4x8xf32>
+  %4 = weft.mul %3, %half : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  return %4 : tensor<4x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @silu
+// CHECK-NEXT: %[[S:.*]] = weft.silu %arg0
+// CHECK-NEXT: return %[[S]]
+func.func @silu(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %s = weft.sigmoid %x : tensor<4x8xf32>
+  %y = weft.mul %s, %x : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @layer_norm
+// CHECK-SAME: (%[[X:.*]]: tensor<2x4x8xf32>)
+// CHECK: %[[G:.*]] = weft.parameter "ln.weight"
+// CHECK: %[[B:.*]] = weft.parameter "ln.bias"
+// CHECK: %[[Y:.*]] = weft.layer_norm %[[X]], %[[G]], %[[B]] axis 2 epsilon 9.99999974E-6
+// CHECK-NOT: weft.reduce_mean
+// CHECK: return %[[Y]]
+func.func @layer_norm(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %g = weft.parameter "ln.weight" : tensor<8xf32>
+  %b = weft.parameter "ln.bias" : tensor<8xf32>
+  %eps = weft.constant dense<1.0e-05> : tensor<f32>
+  %two = weft.constant dense<2.0> : tensor<f32>
+  %m = weft.reduce_mean %x axes [2] keep_dims : tensor<2x4x8xf32> -> tensor<2x4x1xf32>
+  %d = weft.sub %x, %m : (tensor<2x4x8xf32>, tensor<2x4x1xf32>) -> tensor<2x4x8xf32>
+  %p = weft.pow %d, %two : (tensor<2x4x8xf32>, tensor<f32>) -> tensor<2x4x8xf32>
+  %v = weft.reduce_mean %p axes [2] keep_dims : tensor<2x4x8xf32> -> tensor<2x4x1xf32>
+  %e = weft.add %v, %eps : (tensor<2x4x1xf32>, tensor<f32>) -> tensor<2x4x1xf32>
+  %s = weft.sqrt %e : tensor<2x4x1xf32>
+  %n = weft.div %d, %s : (tensor<2x4x8xf32>, tensor<2x4x1xf32>) -> tensor<2x4x8xf32>
+  %y = weft.mul %n, %g : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %z = weft.add %y, %b : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  return %z : tensor<2x4x8xf32>
+}
+
+// -----
+
+// LLaMA's RMSNorm: w * (x * (1 / sqrt(mean(x^2) + eps))).
+// CHECK-LABEL: func.func @rms_norm
+// CHECK: %[[W:.*]] = weft.parameter "norm.weight"
+// CHECK: %[[Y:.*]] = weft.rms_norm %arg0, %[[W]] axis 2 epsilon 9.99999997E-7
+// CHECK-NEXT: return %[[Y]]
+func.func @rms_norm(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %w = weft.parameter "norm.weight" : tensor<8xf32>
+  %eps = weft.constant dense<1.0e-06> : tensor<f32>
+  %two = weft.constant dense<2.0> : tensor<f32>
+  %one = weft.constant dense<1.0> : tensor<f32>
+  %sq = weft.pow %x, %two : (tensor<2x4x8xf32>, tensor<f32>) -> tensor<2x4x8xf32>
+  %m = weft.reduce_mean %sq axes [2] keep_dims : tensor<2x4x8xf32> -> tensor<2x4x1xf32>
+  %e = weft.add %m, %eps : (tensor<2x4x1xf32>, tensor<f32>) -> tensor<2x4x1xf32>
+  %s = weft.sqrt %e : tensor<2x4x1xf32>
+  %r = weft.div %one, %s : (tensor<f32>, tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+  %n = weft.mul %x, %r : (tensor<2x4x8xf32>, tensor<2x4x1xf32>) -> tensor<2x4x8xf32>
+  %y = weft.mul %w, %n : (tensor<8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @linear
+// CHECK: %[[W:.*]] = weft.parameter "fc.weight"
+// CHECK: %[[B:.*]] = weft.parameter "fc.bias"
+// CHECK: %[[Y:.*]] = weft.linear %arg0, %[[W]], %[[B]] : (tensor<2x4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
+// CHECK-NEXT: return %[[Y]]
+func.func @linear(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf32> {
+  %w = weft.parameter "fc.weight" : tensor<8x16xf32>
+  %b = weft.parameter "fc.bias" : tensor<16xf32>
+  %m = weft.matmul %x, %w : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  %y = weft.add %b, %m : (tensor<16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  return %y : tensor<2x4x16xf32>
+}
+
+// -----
+
+// A product of two activations is no linear layer.
+// CHECK-LABEL: func.func @activation_matmul
+// CHECK: weft.matmul
+// CHECK-NOT: weft.linear
+func.func @activation_matmul(%x: tensor<2x4x8xf32>, %y: tensor<8x16xf32>) -> tensor<2x4x16xf32> {
+  %m = weft.matmul %x, %y : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  return %m : tensor<2x4x16xf32>
+}
+
+// -----
+
+// Attention with k transposed together with the head permute (as torch fuses
+// them), a constant causal mask applied with where, and a scale by division.
+// CHECK-LABEL: func.func @causal_attention
+// CHECK-SAME: (%[[Q:.*]]: tensor<1x2x4x8xf32>, %[[KS:.*]]: tensor<1x4x2x8xf32>, %[[V:.*]]: tensor<1x2x4x8xf32>)
+// CHECK: %[[K:.*]] = weft.transpose %[[KS]] permutation [0, 2, 1, 3]
+// CHECK: %[[O:.*]] = weft.attention %[[Q]], %[[K]], %[[V]] scale 0.353553385 causal
+// CHECK-NOT: weft.softmax
+// CHECK: return %[[O]]
+func.func @causal_attention(%q: tensor<1x2x4x8xf32>, %kseq: tensor<1x4x2x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %kt = weft.transpose %kseq permutation [0, 2, 3, 1] : tensor<1x4x2x8xf32> -> tensor<1x2x8x4xf32>
+  %s = weft.matmul %q, %kt : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %c = weft.constant dense<2.82842708> : tensor<f32>
+  %sc = weft.div %s, %c : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %mask = weft.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %min = weft.constant dense<-3.40282347E+38> : tensor<f32>
+  %w = weft.where %mask, %sc, %min : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// An additive padding mask computed at run time stays a mask operand.
+// CHECK-LABEL: func.func @masked_attention
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %arg3 scale 1.250000e-01 :
+func.func @masked_attention(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xf32>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %c = weft.constant dense<0.125> : tensor<f32>
+  %sc = weft.mul %s, %c : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %w = weft.add %sc, %m : (tensor<2x2x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
+// Softmax probabilities used twice are not fused away.
+// CHECK-LABEL: func.func @probabilities_escape
+// CHECK: weft.softmax
+// CHECK-NOT: weft.attention
+func.func @probabilities_escape(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x8xf32>, %v: tensor<1x1x4x8xf32>) -> (tensor<1x1x4x8xf32>, tensor<1x1x4x4xf32>) {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x4xf32>
+  %p = weft.softmax %s axis 3 : tensor<1x1x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x1x4x4xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x8xf32>
+  return %o, %p : tensor<1x1x4x8xf32>, tensor<1x1x4x4xf32>
+}
