@@ -6,7 +6,8 @@ packages=(
   cmake ninja-build g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libgtest-dev
-  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
+  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
+  libopenblas-dev libabsl-dev
 )
 
 missing=()

@@ -228,13 +228,49 @@ static bool bindInputs(onnx::GraphProto &graph,
   return true;
 }
 
+/// What ONNX's checker should see: its external-data check opens the weight
+/// files relative to the working directory, which is wrong for models
+/// elsewhere and for planning without the weights. External initializers
+/// become graph inputs of the same type; Weft reads their bytes only to run.
+static const onnx::ModelProto &
+withoutExternalData(const onnx::ModelProto &proto) {
+  static thread_local onnx::ModelProto copy;
+  auto isExternal = [](const onnx::TensorProto &tensor) {
+    return tensor.data_location() == onnx::TensorProto::EXTERNAL;
+  };
+  if (llvm::none_of(proto.graph().initializer(), isExternal))
+    return proto;
+  copy = proto;
+  onnx::GraphProto *graph = copy.mutable_graph();
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
+  for (const onnx::TensorProto &tensor : graph->initializer()) {
+    if (!isExternal(tensor)) {
+      *kept.Add() = tensor;
+      continue;
+    }
+    bool listed = llvm::any_of(graph->input(), [&](const onnx::ValueInfoProto &in) {
+      return in.name() == tensor.name();
+    });
+    if (listed)
+      continue;
+    onnx::ValueInfoProto *input = graph->add_input();
+    input->set_name(tensor.name());
+    onnx::TypeProto::Tensor *type = input->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(tensor.data_type());
+    for (int64_t d : tensor.dims())
+      type->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  graph->mutable_initializer()->Swap(&kept);
+  return copy;
+}
+
 bool weft::loadOnnxModel(llvm::StringRef path,
                          const OnnxImportOptions &options, OnnxModel &model,
                          std::string &error) {
   if (!readModel(path, model.proto, error))
     return false;
   try {
-    onnx::checker::check_model(model.proto);
+    onnx::checker::check_model(withoutExternalData(model.proto));
   } catch (const std::exception &e) {
     error = std::string("not a valid ONNX model: ") + e.what();
     return false;

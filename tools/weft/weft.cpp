@@ -363,7 +363,7 @@ static int runModel(MLIRContext &context) {
       llvm::outs() << "output #" << index << ": " << weft::rt::dtypeName(tensor.dtype)
                    << weft::rt::shapeString(tensor.shape) << " =";
       for (int64_t i = 0; i < std::min<int64_t>(tensor.numel(), 8); ++i)
-        llvm::outs() << ' ' << tensor.at(i);
+        llvm::outs() << ' ' << llvm::format("%g", tensor.at(i));
       llvm::outs() << (tensor.numel() > 8 ? " ...\n" : "\n");
     }
   return 0;
