@@ -79,4 +79,22 @@ def WeftRaise : Pass<"weft-raise"> {
   }];
 }
 
+def WeftMarkLayers : Pass<"weft-mark-layers", "::mlir::func::FuncOp"> {
+  let summary = "Wraps each repetition of a repeated block in a weft.layer.";
+  let description = [{
+    Exporters name each node after the module that produced it (`/h.0/attn/MatMul`,
+    `/layers.3/mlp/down_proj/MatMul`). This pass reads those names from the ops'
+    locations, finds the scope repeated most often (`h`, `layers`, `encoder.layer`), and
+    wraps the ops of each repetition, which appear one block after another, in a
+    `weft.layer` of that kind and index. Weights used only by one repetition move into
+    its body; constants it uses are copied in; every other value from outside becomes a
+    layer input. The result is what the cost model (one cost per kind) and the pipeline
+    splitter (cuts between layers) work on.
+
+    The function is left unchanged when fewer than two repetitions are found or when
+    their ops interleave.
+  }];
+  let dependentDialects = ["::weft::WeftDialect"];
+}
+
 #endif // WEFT_PASSES_TD

@@ -102,8 +102,8 @@ static cl::opt<bool> noWeights(
     cl::sub(importCommand));
 static cl::opt<bool> noRaise(
     "no-raise",
-    cl::desc("Keep the decomposed forms the exporter wrote (do not run "
-             "-weft-canonicalize and -weft-raise after import)"),
+    cl::desc("Keep the graph as the exporter wrote it (do not run "
+             "-weft-canonicalize, -weft-raise and -weft-mark-layers)"),
     cl::sub(importCommand), cl::sub(runCommand));
 static cl::opt<bool> stats("stats",
                            cl::desc("Print op counts (instead of the module "
@@ -179,6 +179,7 @@ static OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
   pm.addPass(weft::createWeftCanonicalize());
   pm.addPass(weft::createWeftRaise());
   pm.addPass(weft::createWeftCanonicalize());
+  pm.addNestedPass<func::FuncOp>(weft::createWeftMarkLayers());
   if (failed(pm.run(*module)))
     return nullptr;
   return module;
