@@ -283,8 +283,13 @@ bool weft::loadOnnxModel(llvm::StringRef path,
             "); export with opset_version=" + std::to_string(kMaxOnnxOpset);
     return false;
   }
+  makeInputsConstant(*model.proto.mutable_graph(), options);
+  if (!bindInputs(*model.proto.mutable_graph(), options, error))
+    return false;
   if (model.opset < kMinOnnxOpset) {
     try {
+      // Some adapters (Softmax 12 -> 13) need shapes: infer them first.
+      onnx::shape_inference::InferShapes(model.proto);
       model.proto =
           onnx::version_conversion::ConvertVersion(model.proto, kMinOnnxOpset);
     } catch (const std::exception &e) {
@@ -297,9 +302,6 @@ bool weft::loadOnnxModel(llvm::StringRef path,
     }
     model.opset = kMinOnnxOpset;
   }
-  makeInputsConstant(*model.proto.mutable_graph(), options);
-  if (!bindInputs(*model.proto.mutable_graph(), options, error))
-    return false;
   try {
     onnx::ShapeInferenceOptions inference(/*check_type=*/true,
                                           /*strict_mode=*/1,
