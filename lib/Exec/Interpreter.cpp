@@ -179,6 +179,11 @@ LogicalResult Interpreter::run(Operation *op) {
   auto unaryOp = [&](UnaryKind kind) {
     return result(rt::unary(kind, get(op->getOperand(0))));
   };
+  auto reduceOp = [&](rt::ReduceKind kind, auto reduction) {
+    return result(rt::reduce(kind, get(reduction.getInput()),
+                             toVector(reduction.getAxes()),
+                             reduction.getKeepDims()));
+  };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParameterOp param) -> LogicalResult {
         if (std::optional<ElementsAttr> value = param.getValue())
@@ -234,21 +239,9 @@ LogicalResult Interpreter::run(Operation *op) {
         return result(rt::cast(get(c.getInput()),
                                toDType(c.getType().getElementType())));
       })
-      .Case([&](ReduceSumOp r) {
-        return result(rt::reduce(rt::ReduceKind::Sum, get(r.getInput()),
-                                 toVector(r.getAxes()),
-                                 r.getKeepDims()));
-      })
-      .Case([&](ReduceMeanOp r) {
-        return result(rt::reduce(rt::ReduceKind::Mean, get(r.getInput()),
-                                 toVector(r.getAxes()),
-                                 r.getKeepDims()));
-      })
-      .Case([&](ReduceMaxOp r) {
-        return result(rt::reduce(rt::ReduceKind::Max, get(r.getInput()),
-                                 toVector(r.getAxes()),
-                                 r.getKeepDims()));
-      })
+      .Case([&](ReduceSumOp r) { return reduceOp(rt::ReduceKind::Sum, r); })
+      .Case([&](ReduceMeanOp r) { return reduceOp(rt::ReduceKind::Mean, r); })
+      .Case([&](ReduceMaxOp r) { return reduceOp(rt::ReduceKind::Max, r); })
       .Case([&](SoftmaxOp s) {
         return result(rt::softmax(get(s.getInput()), s.getAxis(), false));
       })

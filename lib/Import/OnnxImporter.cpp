@@ -119,6 +119,7 @@ private:
   template <typename OpTy> void addUnary(llvm::StringRef opType);
   void addCompare(llvm::StringRef opType, ComparePredicate predicate);
   template <typename OpTy> void addReduce(llvm::StringRef opType);
+  template <typename OpTy> void addSoftmax(llvm::StringRef opType);
   LogicalResult importMatMul(const onnx::NodeProto &node);
   LogicalResult importGemm(const onnx::NodeProto &node);
   LogicalResult importReshapeLike(const onnx::NodeProto &node);
@@ -376,6 +377,20 @@ void GraphImporter::addCompare(llvm::StringRef opType,
     setOutput(node, 0,
               CompareOp::create(builder, loc, predicate, input(node, 0),
                                 input(node, 1)));
+    return success();
+  };
+}
+
+/// Softmax and LogSoftmax from opset 13 on: one axis, -1 by default.
+template <typename OpTy>
+void GraphImporter::addSoftmax(llvm::StringRef opType) {
+  handlers[opType] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    FailureOr<int64_t> axis = normalizeAxis(
+        intAttr(node, "axis", -1), cast<RankedTensorType>(data.getType()).getRank());
+    if (failed(axis))
+      return failure();
+    setOutput(node, 0, OpTy::create(builder, loc, data, *axis));
     return success();
   };
 }
@@ -860,24 +875,8 @@ void GraphImporter::registerHandlers() {
       setOutput(node, 0, GatherOp::create(builder, loc, data, indices, *axis));
     return success();
   };
-  handlers["Softmax"] = [this](const onnx::NodeProto &node) -> LogicalResult {
-    Value data = input(node, 0);
-    FailureOr<int64_t> axis = normalizeAxis(
-        intAttr(node, "axis", -1), cast<RankedTensorType>(data.getType()).getRank());
-    if (failed(axis))
-      return failure();
-    setOutput(node, 0, SoftmaxOp::create(builder, loc, data, *axis));
-    return success();
-  };
-  handlers["LogSoftmax"] = [this](const onnx::NodeProto &node) -> LogicalResult {
-    Value data = input(node, 0);
-    FailureOr<int64_t> axis = normalizeAxis(
-        intAttr(node, "axis", -1), cast<RankedTensorType>(data.getType()).getRank());
-    if (failed(axis))
-      return failure();
-    setOutput(node, 0, LogSoftmaxOp::create(builder, loc, data, *axis));
-    return success();
-  };
+  addSoftmax<SoftmaxOp>("Softmax");
+  addSoftmax<LogSoftmaxOp>("LogSoftmax");
   handlers["LayerNormalization"] =
       [this](const onnx::NodeProto &node) -> LogicalResult {
     Value data = input(node, 0);
