@@ -18,8 +18,8 @@ def Weft_Dialect : Dialect {
     The `weft` dialect is the IR that Weft's importers produce, its planner costs, and its
     partitioner rewrites. It has three parts:
 
-    * **compute ops** on statically shaped builtin tensors (`f32`, `f16`, `bf16`, `i64`,
-      `i32`, `i1`) at the level of a transformer graph: `weft.linear`, `weft.attention`,
+    * **compute ops** on statically shaped builtin tensors (`f32`, `f64`, `f16`, `bf16`,
+      `i64`, `i32`, `i1`) at the level of a transformer graph: `weft.linear`, `weft.attention`,
       `weft.layer_norm` are single ops, not decompositions;
     * a **parallel vocabulary**: a module-level `weft.mesh` with named axes, the
       `#weft.sharding` attribute (per-dimension split axes plus the axes over which a value
@@ -53,12 +53,12 @@ def Weft_Dialect : Dialect {
 // Type constraints
 //===----------------------------------------------------------------------===//
 
-def Weft_FloatType : AnyTypeOf<[F32, F16, BF16], "f32, f16 or bf16">;
+def Weft_FloatType : AnyTypeOf<[F32, F64, F16, BF16], "f32, f64, f16 or bf16">;
 def Weft_IntType : AnyTypeOf<[I64, I32], "i64 or i32">;
 
-def Weft_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32, I1]>;
-def Weft_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
-def Weft_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32]>;
+def Weft_Tensor : StaticShapeTensorOf<[F32, F64, F16, BF16, I64, I32, I1]>;
+def Weft_FloatTensor : StaticShapeTensorOf<[F32, F64, F16, BF16]>;
+def Weft_NumericTensor : StaticShapeTensorOf<[F32, F64, F16, BF16, I64, I32]>;
 def Weft_IntTensor : StaticShapeTensorOf<[I64, I32]>;
 def Weft_BoolTensor : StaticShapeTensorOf<[I1]>;
 

@@ -27,6 +27,8 @@ DType weft::toDType(Type elementType) {
     return DType::BF16;
   if (elementType.isF32())
     return DType::F32;
+  if (elementType.isF64())
+    return DType::F64;
   if (elementType.isInteger(64))
     return DType::I64;
   if (elementType.isInteger(32))
@@ -85,6 +87,12 @@ static FailureOr<HostTensor> readExternal(ParameterOp op,
     case DType::F32:
       std::memcpy(&tensor.floats[i], at, 4);
       break;
+    case DType::F64: {
+      double value;
+      std::memcpy(&value, at, 8);
+      tensor.floats[i] = static_cast<float>(value);
+      break;
+    }
     case DType::F16:
     case DType::BF16: {
       uint16_t bits;

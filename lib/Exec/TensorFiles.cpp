@@ -74,7 +74,7 @@ bool weft::readTensorFile(const std::string &path, HostTensor &tensor,
   case onnx::TensorProto::FLOAT:
   case onnx::TensorProto::DOUBLE: {
     bool isDouble = proto.data_type() == onnx::TensorProto::DOUBLE;
-    tensor = HostTensor(DType::F32, shape);
+    tensor = HostTensor(isDouble ? DType::F64 : DType::F32, shape);
     if (!checkRaw(isDouble ? 8 : 4, isDouble ? proto.double_data_size()
                                              : proto.float_data_size()))
       return false;
@@ -162,6 +162,11 @@ bool weft::writeTensorFile(const std::string &path, const HostTensor &tensor,
     case DType::I64:
       append(&tensor.ints[i], 8);
       break;
+    case DType::F64: {
+      double value = tensor.floats[i];
+      append(&value, 8);
+      break;
+    }
     case DType::I32: {
       int32_t value = static_cast<int32_t>(tensor.ints[i]);
       append(&value, 4);
@@ -175,7 +180,8 @@ bool weft::writeTensorFile(const std::string &path, const HostTensor &tensor,
   static const onnx::TensorProto::DataType types[] = {
       onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT16,
       onnx::TensorProto::BFLOAT16, onnx::TensorProto::INT64,
-      onnx::TensorProto::INT32, onnx::TensorProto::BOOL};
+      onnx::TensorProto::INT32, onnx::TensorProto::BOOL,
+      onnx::TensorProto::DOUBLE};
   proto.set_data_type(types[static_cast<int>(tensor.dtype)]);
   proto.set_raw_data(raw);
   std::ofstream file(path, std::ios::binary);

@@ -33,6 +33,8 @@ Type convertElementType(int32_t dataType, MLIRContext *context) {
   switch (dataType) {
   case onnx::TensorProto::FLOAT:
     return b.getF32Type();
+  case onnx::TensorProto::DOUBLE:
+    return b.getF64Type();
   case onnx::TensorProto::FLOAT16:
     return b.getF16Type();
   case onnx::TensorProto::BFLOAT16:
@@ -164,8 +166,8 @@ FailureOr<RankedTensorType> GraphImporter::outputType(const onnx::NodeProto &nod
   if (!element)
     return error() << "output '" << name << "' has element type "
                    << dataTypeName(tensor.elem_type())
-                   << ", which Weft does not support (f32, f16, bf16, i64, i32, "
-                      "bool)";
+                   << ", which Weft does not support (f32, f64, f16, bf16, i64, "
+                      "i32, bool)";
   SmallVector<int64_t> shape;
   for (const onnx::TensorShapeProto::Dimension &dim : tensor.shape().dim()) {
     if (!dim.has_dim_value())
@@ -310,6 +312,12 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &tensor,
       return failure();
     return DenseElementsAttr::get(
         type, ArrayRef<float>(tensor.float_data().data(), count));
+  }
+  case onnx::TensorProto::DOUBLE: {
+    if (failed(checkCount(tensor.double_data_size())))
+      return failure();
+    return DenseElementsAttr::get(
+        type, ArrayRef<double>(tensor.double_data().data(), count));
   }
   case onnx::TensorProto::INT64: {
     if (failed(checkCount(tensor.int64_data_size())))

@@ -143,6 +143,9 @@ static void makeInputsConstant(onnx::GraphProto &graph,
       case onnx::TensorProto::BOOL:
         tensor->add_int32_data(static_cast<int32_t>(v));
         break;
+      case onnx::TensorProto::DOUBLE:
+        tensor->add_double_data(v);
+        break;
       default:
         tensor->add_float_data(static_cast<float>(v));
       }

@@ -25,6 +25,8 @@ const char *dtypeName(DType type) {
     return "i32";
   case DType::Bool:
     return "i1";
+  case DType::F64:
+    return "f64";
   }
   return "?";
 }
@@ -38,6 +40,7 @@ int64_t dtypeBytes(DType type) {
   case DType::BF16:
     return 2;
   case DType::I64:
+  case DType::F64:
     return 8;
   case DType::Bool:
     return 1;

@@ -76,7 +76,10 @@ absl::StatusOr<HostTensor> readNpy(const std::string &path) {
     size_t width = type == "<f8" ? 8 : type == "<f4" ? 4 : 2;
     if (absl::Status status = need(width); !status.ok())
       return status;
-    tensor = HostTensor(type == "<f2" ? DType::F16 : DType::F32, shape);
+    tensor = HostTensor(type == "<f2"   ? DType::F16
+                        : type == "<f8" ? DType::F64
+                                        : DType::F32,
+                        shape);
     for (int64_t i = 0; i < count; ++i) {
       if (width == 4) {
         std::memcpy(&tensor.floats[i], data + 4 * i, 4);
@@ -125,6 +128,9 @@ absl::Status writeNpy(const std::string &path, const HostTensor &tensor) {
   case DType::F16:
     descr = "<f2";
     break;
+  case DType::F64:
+    descr = "<f8";
+    break;
   case DType::I64:
     descr = "<i8";
     break;
@@ -167,6 +173,11 @@ absl::Status writeNpy(const std::string &path, const HostTensor &tensor) {
     case DType::I64:
       file.write(reinterpret_cast<const char *>(&tensor.ints[i]), 8);
       break;
+    case DType::F64: {
+      double value = tensor.floats[i];
+      file.write(reinterpret_cast<const char *>(&value), 8);
+      break;
+    }
     case DType::I32: {
       int32_t value = static_cast<int32_t>(tensor.ints[i]);
       file.write(reinterpret_cast<const char *>(&value), 4);

@@ -300,9 +300,10 @@ static int runModel(MLIRContext &context) {
         continue;
       }
       // onnx::TensorProto::DataType codes of the runtime's element types.
-      static const int32_t onnxTypes[] = {1 /*FLOAT*/, 10 /*FLOAT16*/,
+      static const int32_t onnxTypes[] = {1 /*FLOAT*/,  10 /*FLOAT16*/,
                                           16 /*BFLOAT16*/, 7 /*INT64*/,
-                                          6 /*INT32*/, 9 /*BOOL*/};
+                                          6 /*INT32*/, 9 /*BOOL*/,
+                                          11 /*DOUBLE*/};
       weft::OnnxImportOptions::InputValue value;
       value.shape = tensor.shape;
       value.onnxType = onnxTypes[static_cast<int>(tensor.dtype)];

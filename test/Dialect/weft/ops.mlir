@@ -75,6 +75,8 @@ func.func @unary(%x: tensor<4x8xf32>, %i: tensor<4xi64>) {
   %11 = weft.gelu %x approximation tanh : tensor<4x8xf32>
   // CHECK: weft.cast %{{.*}} : tensor<4x8xf32> -> tensor<4x8xbf16>
   %12 = weft.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+  // CHECK: weft.cast %{{.*}} : tensor<4x8xf32> -> tensor<4x8xf64>
+  %13 = weft.cast %x : tensor<4x8xf32> -> tensor<4x8xf64>
   return
 }
 

@@ -17,11 +17,14 @@
 
 namespace weft::rt {
 
-enum class DType { F32, F16, BF16, I64, I32, Bool };
+/// F64 is computed in f32 like the 16-bit types; it keeps its type so that
+/// files are read and written as doubles.
+enum class DType { F32, F16, BF16, I64, I32, Bool, F64 };
 
 /// True for the types stored as floats.
 inline bool isFloat(DType type) {
-  return type == DType::F32 || type == DType::F16 || type == DType::BF16;
+  return type == DType::F32 || type == DType::F16 || type == DType::BF16 ||
+         type == DType::F64;
 }
 const char *dtypeName(DType type);
 int64_t dtypeBytes(DType type);
