@@ -231,19 +231,19 @@ static bool bindInputs(onnx::GraphProto &graph,
   return true;
 }
 
-/// What ONNX's checker should see: its external-data check opens the weight
-/// files relative to the working directory, which is wrong for models
-/// elsewhere and for planning without the weights. External initializers
-/// become graph inputs of the same type; Weft reads their bytes only to run.
-static const onnx::ModelProto &
+/// What ONNX's checker should see, if not the model itself: its external-data
+/// check opens the weight files relative to the working directory, which is
+/// wrong for models elsewhere and for planning without the weights. External
+/// initializers become graph inputs of the same type; Weft reads their bytes
+/// only to run.
+static std::optional<onnx::ModelProto>
 withoutExternalData(const onnx::ModelProto &proto) {
-  static thread_local onnx::ModelProto copy;
   auto isExternal = [](const onnx::TensorProto &tensor) {
     return tensor.data_location() == onnx::TensorProto::EXTERNAL;
   };
   if (llvm::none_of(proto.graph().initializer(), isExternal))
-    return proto;
-  copy = proto;
+    return std::nullopt;
+  onnx::ModelProto copy = proto;
   onnx::GraphProto *graph = copy.mutable_graph();
   google::protobuf::RepeatedPtrField<onnx::TensorProto> kept;
   for (const onnx::TensorProto &tensor : graph->initializer()) {
@@ -273,7 +273,8 @@ bool weft::loadOnnxModel(llvm::StringRef path,
   if (!readModel(path, model.proto, error))
     return false;
   try {
-    onnx::checker::check_model(withoutExternalData(model.proto));
+    std::optional<onnx::ModelProto> checked = withoutExternalData(model.proto);
+    onnx::checker::check_model(checked ? *checked : model.proto);
   } catch (const std::exception &e) {
     error = std::string("not a valid ONNX model: ") + e.what();
     return false;

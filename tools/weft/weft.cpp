@@ -23,6 +23,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/CommandLine.h"
@@ -103,7 +104,7 @@ static cl::opt<bool> noWeights(
 static cl::opt<bool> noRaise(
     "no-raise",
     cl::desc("Keep the graph as the exporter wrote it (do not run "
-             "-weft-canonicalize, -weft-raise and -weft-mark-layers)"),
+             "-weft-canonicalize, -cse, -weft-raise and -weft-mark-layers)"),
     cl::sub(importCommand), cl::sub(runCommand));
 static cl::opt<bool> stats("stats",
                            cl::desc("Print op counts (instead of the module "
@@ -177,8 +178,10 @@ static OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
     return module;
   PassManager pm(&context);
   pm.addPass(weft::createWeftCanonicalize());
+  pm.addPass(createCSEPass());
   pm.addPass(weft::createWeftRaise());
   pm.addPass(weft::createWeftCanonicalize());
+  pm.addPass(createCSEPass());
   pm.addNestedPass<func::FuncOp>(weft::createWeftMarkLayers());
   if (failed(pm.run(*module)))
     return nullptr;
