@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds Weft and runs its main job on the bundled example: one GPT-2 block,
+# Builds Weft and runs its main jobs on bundled examples: one GPT-2 block,
 # partitioned by hand for 2-way tensor parallelism, canonicalized by weft-opt,
-# with the sharding rule and cost of every op the planner will read.
+# with the sharding rule and cost of every op the planner will read; then a
+# small GPT-2 export imported, raised and run against torch.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WEFT_BUILD_DIR:-$root/build}
@@ -15,3 +16,14 @@ echo "== weft-opt -weft-canonicalize -weft-print-op-facts $(basename "$example")
   -mlir-print-op-on-diagnostic=false -o "$out" 2>&1 |
   sed -n 's/^.*gpt2_block_tp2.mlir:\([0-9]*\):[0-9]*: remark: /line \1: /p'
 echo "== canonical module written to $out ($(grep -c 'weft\.' "$out") weft ops)"
+
+# The importer and the CPU backend on a real export: a small GPT-2 written by
+# torch.onnx.export with dynamic axes, imported with its ops raised, then run
+# and checked against torch's outputs.
+model="$root/test/models/gpt2/gpt2-opset17-dynamic.onnx"
+echo "== weft import $(basename "$model") --batch-size 2 --seq-len 8 --stats"
+"$build/bin/weft" import "$model" --batch-size 2 --seq-len 8 --no-weights --stats \
+  -o "$build/examples/gpt2.mlir"
+echo "== weft run $(basename "$model") --check (against torch)"
+"$build/bin/weft" run "$model" --data-dir "$root/test/models/gpt2/test_data_set_0" \
+  --check --rtol 1e-4 --atol 1e-5
