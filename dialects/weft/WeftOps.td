@@ -526,8 +526,8 @@ def Weft_AttentionOp : Weft_Op<"attention", [Pure, InferTypeOpAdaptor]> {
 def Weft_EmbeddingOp : Weft_Op<"embedding", [Pure, InferTypeOpAdaptor]> {
   let summary = "Looks up rows of an embedding table by token id.";
   let description = [{
-    `result[i..., :] = table[indices[i...], :]`. The op that vocabulary-parallel
-    partitioning splits along the table's rows.
+    `result[i..., :] = table[indices[i...], :]`, with indices as in `weft.gather`. The
+    op that vocabulary-parallel partitioning splits along the table's rows.
 
     ```mlir
     %h = weft.embedding %wte[%tokens] : (tensor<50257x768xf32>, tensor<2x128xi64>) -> tensor<2x128x768xf32>
@@ -548,7 +548,8 @@ def Weft_GatherOp : Weft_Op<"gather", [Pure, InferTypeOpAdaptor]> {
   let summary = "Takes slices of `input` along one dimension at the given indices (ONNX Gather).";
   let description = [{
     The result is `input.shape[:axis] + indices.shape + input.shape[axis+1:]`. Indices
-    are in `[0, input.shape[axis])`.
+    are in `[-input.shape[axis], input.shape[axis])`; a negative index counts from the
+    end, as in ONNX. An index outside that range is an error when the program runs.
 
     ```mlir
     %r = weft.gather %x[%idx] axis 1 : (tensor<4x10x8xf32>, tensor<3xi64>) -> tensor<4x3x8xf32>
