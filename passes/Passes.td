@@ -72,7 +72,9 @@ def WeftRaise : Pass<"weft-raise"> {
     - `matmul(x, W) [+ b]` with `W` a rank-2 parameter (and `b` a rank-1 parameter of the
       output size) into `weft.linear`;
     - `softmax(q · kᵀ / c [+ additive mask | where(mask, ., -big)]) · v` on rank-4 heads into
-      `weft.attention`; a constant lower-triangular mask becomes `causal`.
+      `weft.attention`; a constant lower-triangular mask becomes `causal`;
+    - attention on K/V whose heads were repeated (`repeat_kv`: reshape, broadcast_to,
+      reshape) into grouped-query attention on the K/V heads themselves.
 
     Run `-weft-canonicalize` first so that folded constants are visible. `weft import`
     runs both unless given `--no-raise`.

@@ -520,11 +520,53 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
   }
 };
 
+/// If `value` is `reshape(broadcast_to(reshape(kv)))` that repeats each of
+/// kv's heads `rep` times in a row (HF's repeat_kv), returns kv and rep.
+std::optional<std::pair<Value, int64_t>> unrepeatHeads(Value value) {
+  auto merge = value.getDefiningOp<ReshapeOp>();
+  auto expand = merge ? merge.getInput().getDefiningOp<BroadcastToOp>() : nullptr;
+  auto split = expand ? expand.getInput().getDefiningOp<ReshapeOp>() : nullptr;
+  if (!split)
+    return std::nullopt;
+  auto kvType = split.getInput().getType();
+  ArrayRef<int64_t> kv = kvType.getShape();
+  ArrayRef<int64_t> unit = split.getType().getShape();
+  ArrayRef<int64_t> expanded = expand.getType().getShape();
+  ArrayRef<int64_t> merged = merge.getType().getShape();
+  // [b, g, s, d] -> [b, g, 1, s, d] -> [b, g, rep, s, d] -> [b, g*rep, s, d]
+  if (kv.size() != 4 || unit.size() != 5 || merged.size() != 4 ||
+      unit != ArrayRef<int64_t>{kv[0], kv[1], 1, kv[2], kv[3]} ||
+      expanded[0] != kv[0] || expanded[1] != kv[1] || expanded[3] != kv[2] ||
+      expanded[4] != kv[3] ||
+      merged != ArrayRef<int64_t>{kv[0], kv[1] * expanded[2], kv[2], kv[3]})
+    return std::nullopt;
+  return std::make_pair(split.getInput(), expanded[2]);
+}
+
+/// Grouped-query attention written with repeated KV heads becomes attention
+/// on the KV heads themselves, so the planner sees the smaller KV.
+struct RaiseGroupedQuery : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionOp attention,
+                                PatternRewriter &rewriter) const override {
+    std::optional<std::pair<Value, int64_t>> k = unrepeatHeads(attention.getK());
+    std::optional<std::pair<Value, int64_t>> v = unrepeatHeads(attention.getV());
+    if (!k || !v || k->second != v->second || k->second == 1)
+      return failure();
+    rewriter.modifyOpInPlace(attention, [&] {
+      attention.getKMutable().assign(k->first);
+      attention.getVMutable().assign(v->first);
+    });
+    return success();
+  }
+};
+
 struct WeftRaise : public weft::impl::WeftRaiseBase<WeftRaise> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<RaiseGeluErf, RaiseGeluTanh, RaiseSilu, RaiseLayerNorm,
-                 RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseAttention>(
+                 RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseAttention,
+                 RaiseGroupedQuery>(
         &getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       getOperation()->emitWarning("weft-raise did not reach a fixed point");

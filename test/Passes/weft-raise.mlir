@@ -192,3 +192,34 @@ func.func @probabilities_escape(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x8xf32>
   %o = weft.matmul %p, %v : (tensor<1x1x4x4xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x8xf32>
   return %o, %p : tensor<1x1x4x8xf32>, tensor<1x1x4x4xf32>
 }
+
+// -----
+
+// Grouped-query attention written with repeat_kv (each KV head repeated twice
+// in a row) becomes attention on the 2 KV heads.
+// CHECK-LABEL: func.func @repeated_kv_heads
+// CHECK-SAME: (%[[Q:.*]]: tensor<1x4x8x16xf32>, %[[K:.*]]: tensor<1x2x8x16xf32>, %[[V:.*]]: tensor<1x2x8x16xf32>)
+// CHECK: weft.attention %[[Q]], %[[K]], %[[V]] scale 2.500000e-01 causal : (tensor<1x4x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>) -> tensor<1x4x8x16xf32>
+func.func @repeated_kv_heads(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>, %v: tensor<1x2x8x16xf32>) -> tensor<1x4x8x16xf32> {
+  %k5 = weft.reshape %k : tensor<1x2x8x16xf32> -> tensor<1x2x1x8x16xf32>
+  %kx = weft.broadcast_to %k5 : tensor<1x2x1x8x16xf32> -> tensor<1x2x2x8x16xf32>
+  %kr = weft.reshape %kx : tensor<1x2x2x8x16xf32> -> tensor<1x4x8x16xf32>
+  %v5 = weft.reshape %v : tensor<1x2x8x16xf32> -> tensor<1x2x1x8x16xf32>
+  %vx = weft.broadcast_to %v5 : tensor<1x2x1x8x16xf32> -> tensor<1x2x2x8x16xf32>
+  %vr = weft.reshape %vx : tensor<1x2x2x8x16xf32> -> tensor<1x4x8x16xf32>
+  %o = weft.attention %q, %kr, %vr scale 0.25 causal : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
+  return %o : tensor<1x4x8x16xf32>
+}
+
+// -----
+
+// Heads tiled (kv0, kv1, kv0, kv1) are not grouped-query order: left alone.
+// CHECK-LABEL: func.func @tiled_kv_heads
+// CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} scale 2.500000e-01 : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>)
+func.func @tiled_kv_heads(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>) -> tensor<1x4x8x16xf32> {
+  %k5 = weft.reshape %k : tensor<1x2x8x16xf32> -> tensor<1x1x2x8x16xf32>
+  %kx = weft.broadcast_to %k5 : tensor<1x1x2x8x16xf32> -> tensor<1x2x2x8x16xf32>
+  %kr = weft.reshape %kx : tensor<1x2x2x8x16xf32> -> tensor<1x4x8x16xf32>
+  %o = weft.attention %q, %kr, %kr scale 0.25 : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
+  return %o : tensor<1x4x8x16xf32>
+}
