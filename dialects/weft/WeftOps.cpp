@@ -626,7 +626,7 @@ ParseResult MeshOp::parse(OpAsmParser &parser, OperationState &result) {
   SmallVector<int64_t> shape;
   if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Paren, [&] {
         std::string axis;
-        int64_t size;
+        int64_t size = 0;
         if (parser.parseKeywordOrString(&axis) || parser.parseEqual() ||
             parser.parseInteger(size))
           return failure();
