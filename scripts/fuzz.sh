@@ -24,4 +24,4 @@ for test in test_matmul_2d test_softmax_axis_1 test_layer_normalization_4d_axis1
 done
 cd "$corpus"
 "$build/bin/onnx-import-fuzzer" ${WEFT_FUZZ_ARGS:--seed=1 -runs=4000} \
-  -rss_limit_mb=4096 -timeout=30 "$corpus" 2>&1 | tail -4
+  -rss_limit_mb=4096 -timeout=30 "$corpus" 2>&1 | tail -80

@@ -104,6 +104,25 @@ private:
   Value materialize(DenseElementsAttr value) {
     return ConstantOp::create(builder, loc, value);
   }
+  /// Creates an OpTy with the result types its own inference computes. Unlike
+  /// the inferring builders, which abort when operands do not fit (a model
+  /// that ONNX's checks let through), a misfit is a diagnostic at the node:
+  /// the node fails and the value is null.
+  template <typename OpTy, typename... Args> Value createChecked(Args &&...args) {
+    OperationState state(loc, OpTy::getOperationName());
+    OpTy::build(builder, state, Type(NoneType::get(context)),
+                std::forward<Args>(args)...);
+    SmallVector<Type> types;
+    if (llvm::any_of(state.operands, [](Value v) { return !v; }) ||
+        failed(OpTy::inferReturnTypes(
+            context, loc, state.operands, state.attributes.getDictionary(context),
+            state.getRawProperties(), state.regions, types))) {
+      nodeFailed = true;
+      return {};
+    }
+    state.types.assign(types.begin(), types.end());
+    return builder.create(state)->getResult(0);
+  }
 
   // Attributes.
   const onnx::AttributeProto *attribute(const onnx::NodeProto &node,
@@ -141,6 +160,8 @@ private:
   llvm::StringMap<const onnx::TypeProto *> valueTypes;
   llvm::StringMap<Value> values;
   llvm::StringMap<DenseElementsAttr> constants;
+  /// Set when an op of the current node could not be created.
+  bool nodeFailed = false;
 };
 
 //===----------------------------------------------------------------------===//
@@ -365,7 +386,7 @@ void GraphImporter::addBinary(llvm::StringRef opType) {
     if (lhsType.getElementType() != rhsType.getElementType())
       rhs = CastOp::create(builder, loc,
                            rhsType.clone(lhsType.getElementType()), rhs);
-    setOutput(node, 0, OpTy::create(builder, loc, lhs, rhs));
+    setOutput(node, 0, createChecked<OpTy>(lhs, rhs));
     return success();
   };
 }
@@ -383,8 +404,7 @@ void GraphImporter::addCompare(llvm::StringRef opType,
   handlers[opType] = [this,
                       predicate](const onnx::NodeProto &node) -> LogicalResult {
     setOutput(node, 0,
-              CompareOp::create(builder, loc, predicate, input(node, 0),
-                                input(node, 1)));
+              createChecked<CompareOp>(predicate, input(node, 0), input(node, 1)));
     return success();
   };
 }
@@ -440,7 +460,7 @@ void GraphImporter::addReduce(llvm::StringRef opType) {
       setOutput(node, 0, data);
       return success();
     }
-    setOutput(node, 0, OpTy::create(builder, loc, data, axes, keepDims));
+    setOutput(node, 0, createChecked<OpTy>(data, axes, keepDims));
     return success();
   };
 }
@@ -460,7 +480,9 @@ LogicalResult GraphImporter::importMatMul(const onnx::NodeProto &node) {
         builder, loc, RankedTensorType::get({rhsType.getDimSize(0), 1},
                                             rhsType.getElementType()),
         rhs);
-  Value product = MatmulOp::create(builder, loc, lhs, rhs, false, false);
+  Value product = createChecked<MatmulOp>(lhs, rhs, false, false);
+  if (!product)
+    return failure();
   if (lhsType.getRank() == 1 || rhsType.getRank() == 1) {
     auto productType = cast<RankedTensorType>(product.getType());
     SmallVector<int64_t> shape(productType.getShape());
@@ -487,21 +509,21 @@ LogicalResult GraphImporter::importGemm(const onnx::NodeProto &node) {
       !c || cast<RankedTensorType>(c.getType()).getShape() == ArrayRef<int64_t>{n};
   // The common case, a dense layer: Y = A·B(ᵀ) + c.
   if (!transA && alpha == 1.0f && beta == 1.0f && biasIsVector) {
-    setOutput(node, 0, LinearOp::create(builder, loc, a, b, c, transB));
+    setOutput(node, 0, createChecked<LinearOp>(a, b, c, transB));
     return success();
   }
-  Value y = MatmulOp::create(builder, loc, a, b, transA, transB);
+  Value y = createChecked<MatmulOp>(a, b, transA, transB);
   auto scalar = [&](float value) {
     return materialize(DenseElementsAttr::get(
         RankedTensorType::get({}, outputElement),
         FloatAttr::get(outputElement, value).getValue()));
   };
   if (alpha != 1.0f)
-    y = MulOp::create(builder, loc, y, scalar(alpha));
+    y = createChecked<MulOp>(y, scalar(alpha));
   if (c) {
     if (beta != 1.0f)
-      c = MulOp::create(builder, loc, c, scalar(beta));
-    y = AddOp::create(builder, loc, y, c);
+      c = createChecked<MulOp>(c, scalar(beta));
+    y = createChecked<AddOp>(y, c);
   }
   setOutput(node, 0, y);
   return success();
@@ -646,15 +668,15 @@ LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
     reversed.push_back({*axis, indices});
   }
   bool unitStrides = llvm::all_of(stride, [](int64_t s) { return s == 1; });
-  Value result = SliceOp::create(builder, loc, data, lo, hi,
-                                 unitStrides ? DenseI64ArrayAttr()
-                                             : builder.getDenseI64ArrayAttr(stride));
+  Value result = createChecked<SliceOp>(
+      data, lo, hi,
+      unitStrides ? DenseI64ArrayAttr() : builder.getDenseI64ArrayAttr(stride));
   for (auto &[axis, indices] : reversed) {
     Value constant = materialize(DenseElementsAttr::get(
         RankedTensorType::get({static_cast<int64_t>(indices.size())},
                               builder.getI64Type()),
         llvm::ArrayRef(indices)));
-    result = GatherOp::create(builder, loc, result, constant, axis);
+    result = createChecked<GatherOp>(result, constant, axis);
   }
   setOutput(node, 0, result);
   return success();
@@ -683,6 +705,18 @@ LogicalResult GraphImporter::importSplit(const onnx::NodeProto &node) {
     for (int64_t i = 0; i < parts; ++i)
       sizes.push_back(std::min(chunk, size - i * chunk));
   }
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 0)
+      return error() << "Split sizes must not be negative, got " << size;
+    total += size;
+  }
+  if (total != type.getDimSize(*axis) ||
+      static_cast<int>(sizes.size()) != node.output_size())
+    return error() << "Split sizes add up to " << total << " in "
+                   << sizes.size() << " pieces, but dimension " << *axis
+                   << " has " << type.getDimSize(*axis) << " and the node has "
+                   << node.output_size() << " outputs";
   auto split = SplitOp::create(builder, loc, data, *axis, sizes);
   for (int i = 0; i < node.output_size(); ++i)
     setOutput(node, i, split.getResult(i));
@@ -782,24 +816,24 @@ void GraphImporter::registerHandlers() {
   // and = a ? b : a, xor = a != b, not = a == false.
   handlers["Or"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     Value a = input(node, 0), b = input(node, 1);
-    setOutput(node, 0, WhereOp::create(builder, loc, a, a, b));
+    setOutput(node, 0, createChecked<WhereOp>(a, a, b));
     return success();
   };
   handlers["And"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     Value a = input(node, 0), b = input(node, 1);
-    setOutput(node, 0, WhereOp::create(builder, loc, a, b, a));
+    setOutput(node, 0, createChecked<WhereOp>(a, b, a));
     return success();
   };
   handlers["Xor"] = [this](const onnx::NodeProto &node) -> LogicalResult {
-    setOutput(node, 0, CompareOp::create(builder, loc, ComparePredicate::ne,
-                                         input(node, 0), input(node, 1)));
+    setOutput(node, 0, createChecked<CompareOp>(ComparePredicate::ne,
+                                                input(node, 0), input(node, 1)));
     return success();
   };
   handlers["Not"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     Value falses = materialize(DenseElementsAttr::get(
         RankedTensorType::get({}, builder.getI1Type()), false));
-    setOutput(node, 0, CompareOp::create(builder, loc, ComparePredicate::eq,
-                                         input(node, 0), falses));
+    setOutput(node, 0,
+              createChecked<CompareOp>(ComparePredicate::eq, input(node, 0), falses));
     return success();
   };
   handlers["Reciprocal"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -808,7 +842,7 @@ void GraphImporter::registerHandlers() {
     Value one = materialize(DenseElementsAttr::get(
         RankedTensorType::get({}, type.getElementType()),
         FloatAttr::get(type.getElementType(), 1.0).getValue()));
-    setOutput(node, 0, DivOp::create(builder, loc, one, data));
+    setOutput(node, 0, createChecked<DivOp>(one, data));
     return success();
   };
   handlers["Size"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -820,8 +854,8 @@ void GraphImporter::registerHandlers() {
   };
   handlers["Where"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     setOutput(node, 0,
-              WhereOp::create(builder, loc, input(node, 0), input(node, 1),
-                              input(node, 2)));
+              createChecked<WhereOp>(input(node, 0), input(node, 1),
+                                     input(node, 2)));
     return success();
   };
   handlers["Cast"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -844,7 +878,7 @@ void GraphImporter::registerHandlers() {
     else
       for (int64_t d = rank - 1; d >= 0; --d)
         perm.push_back(d);
-    setOutput(node, 0, TransposeOp::create(builder, loc, data, perm));
+    setOutput(node, 0, createChecked<TransposeOp>(data, perm));
     return success();
   };
   handlers["Concat"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -855,7 +889,7 @@ void GraphImporter::registerHandlers() {
     FailureOr<int64_t> axis = normalizeAxis(intAttr(node, "axis", 0), rank);
     if (failed(axis))
       return failure();
-    setOutput(node, 0, ConcatOp::create(builder, loc, inputs, *axis));
+    setOutput(node, 0, createChecked<ConcatOp>(inputs, *axis));
     return success();
   };
   handlers["Gather"] = [this](const onnx::NodeProto &node) -> LogicalResult {
@@ -878,9 +912,9 @@ void GraphImporter::registerHandlers() {
       indices = materialize(DenseElementsAttr::get(known->getType(), fixed));
     }
     if (*axis == 0 && type.getRank() == 2 && isa<FloatType>(type.getElementType()))
-      setOutput(node, 0, EmbeddingOp::create(builder, loc, data, indices));
+      setOutput(node, 0, createChecked<EmbeddingOp>(data, indices));
     else
-      setOutput(node, 0, GatherOp::create(builder, loc, data, indices, *axis));
+      setOutput(node, 0, createChecked<GatherOp>(data, indices, *axis));
     return success();
   };
   addSoftmax<SoftmaxOp>("Softmax");
@@ -908,15 +942,17 @@ void GraphImporter::registerHandlers() {
     SmallVector<int64_t> axes;
     for (int64_t d = *axis; d < type.getRank(); ++d)
       axes.push_back(d);
-    Value mean = ReduceMeanOp::create(builder, loc, data, axes, true);
-    Value centered = SubOp::create(builder, loc, data, mean);
-    Value squared = MulOp::create(builder, loc, centered, centered);
-    Value variance = ReduceMeanOp::create(builder, loc, squared, axes, true);
+    Value mean = createChecked<ReduceMeanOp>(data, axes, true);
+    Value centered = createChecked<SubOp>(data, mean);
+    Value squared = createChecked<MulOp>(centered, centered);
+    Value variance = createChecked<ReduceMeanOp>(squared, axes, true);
     Value eps = materialize(DenseElementsAttr::get(
         RankedTensorType::get({}, type.getElementType()),
         FloatAttr::get(type.getElementType(), epsilon).getValue()));
-    Value invStdDev =
-        RsqrtOp::create(builder, loc, AddOp::create(builder, loc, variance, eps));
+    Value shifted = createChecked<AddOp>(variance, eps);
+    if (!shifted)
+      return failure();
+    Value invStdDev = RsqrtOp::create(builder, loc, shifted);
     if (node.output_size() > 1 && !node.output(1).empty())
       setOutput(node, 1, mean);
     if (node.output_size() > 2 && !node.output(2).empty())
@@ -1174,7 +1210,8 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) 
   });
   Block *block = builder.getInsertionBlock();
   Operation *last = block->empty() ? nullptr : &block->back();
-  if (failed(handlers[node.op_type()](node)))
+  nodeFailed = false;
+  if (failed(handlers[node.op_type()](node)) || nodeFailed)
     return failure();
   SmallVector<Operation *> created;
   for (Operation &op : llvm::make_range(
