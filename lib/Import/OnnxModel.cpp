@@ -22,6 +22,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/CrashRecoveryContext.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <fcntl.h>
@@ -267,6 +268,35 @@ withoutExternalData(const onnx::ModelProto &proto) {
   return copy;
 }
 
+/// Runs `fn`, a call into ONNX's library, so that neither its exceptions nor
+/// its crashes escape: libonnx 1.12's shape inference dereferences missing
+/// types on some malformed models (found by the importer's fuzzer). A crash
+/// becomes an error message; the model is not used afterwards.
+static bool callOnnx(llvm::function_ref<void()> fn, const std::string &what,
+                     std::string &error) {
+  llvm::CrashRecoveryContext::Enable();
+  llvm::CrashRecoveryContext recovery;
+  std::string thrown;
+  bool completed = recovery.RunSafely([&] {
+    try {
+      fn();
+    } catch (const std::exception &e) {
+      thrown = e.what();
+    }
+  });
+  if (!completed) {
+    error = what + " crashed inside ONNX's library on this model; the model is "
+                   "malformed (check it with onnx.checker and "
+                   "onnx.shape_inference)";
+    return false;
+  }
+  if (!thrown.empty()) {
+    error = what + " failed: " + thrown;
+    return false;
+  }
+  return true;
+}
+
 bool weft::loadOnnxModel(llvm::StringRef path,
                          const OnnxImportOptions &options, OnnxModel &model,
                          std::string &error) {
@@ -291,14 +321,18 @@ bool weft::loadOnnxModel(llvm::StringRef path,
   if (!bindInputs(*model.proto.mutable_graph(), options, error))
     return false;
   if (model.opset < kMinOnnxOpset) {
-    try {
-      // Some adapters (Softmax 12 -> 13) need shapes: infer them first.
-      onnx::shape_inference::InferShapes(model.proto);
-      model.proto =
-          onnx::version_conversion::ConvertVersion(model.proto, kMinOnnxOpset);
-    } catch (const std::exception &e) {
-      error = "cannot upgrade opset " + std::to_string(model.opset) +
-              " to " + std::to_string(kMinOnnxOpset) + ": " + e.what() +
+    std::string why;
+    bool upgraded = callOnnx(
+        [&] {
+          // Some adapters (Softmax 12 -> 13) need shapes: infer them first.
+          onnx::shape_inference::InferShapes(model.proto);
+          model.proto = onnx::version_conversion::ConvertVersion(model.proto,
+                                                                 kMinOnnxOpset);
+        },
+        "the version converter", why);
+    if (!upgraded) {
+      error = "cannot upgrade opset " + std::to_string(model.opset) + " to " +
+              std::to_string(kMinOnnxOpset) + ": " + why +
               "; re-export with opset_version between " +
               std::to_string(kMinOnnxOpset) + " and " +
               std::to_string(kMaxOnnxOpset);
@@ -306,16 +340,14 @@ bool weft::loadOnnxModel(llvm::StringRef path,
     }
     model.opset = kMinOnnxOpset;
   }
-  try {
-    onnx::ShapeInferenceOptions inference(/*check_type=*/true,
-                                          /*strict_mode=*/1,
-                                          /*data_prop=*/true);
-    onnx::shape_inference::InferShapes(model.proto,
-                                       onnx::OpSchemaRegistry::Instance(),
-                                       inference, &model.shapeData);
-  } catch (const std::exception &e) {
-    error = std::string("shape inference failed: ") + e.what();
-    return false;
-  }
-  return true;
+  return callOnnx(
+      [&] {
+        onnx::ShapeInferenceOptions inference(/*check_type=*/true,
+                                              /*strict_mode=*/1,
+                                              /*data_prop=*/true);
+        onnx::shape_inference::InferShapes(model.proto,
+                                           onnx::OpSchemaRegistry::Instance(),
+                                           inference, &model.shapeData);
+      },
+      "ONNX shape inference", error);
 }
