@@ -6,6 +6,8 @@
 
 #include "weft/runtime/CpuKernels.h"
 
+#include "Parallel.h"
+
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
@@ -82,6 +84,10 @@ double applyBinary(BinaryKind kind, double a, double b, bool isInt) {
   return 0;
 }
 
+/// Elements (or rows times their length) below which a loop stays on one
+/// thread: starting threads costs more than small loops.
+constexpr int64_t kGrain = 1 << 15;
+
 /// Rounds a computed float to the precision its type holds.
 float roundTo(DType dtype, float value) {
   if (dtype == DType::BF16)
@@ -107,16 +113,26 @@ std::optional<Shape> broadcastShape(const Shape &a, const Shape &b) {
   return out;
 }
 
-HostTensor binary(BinaryKind kind, const HostTensor &lhs, const HostTensor &rhs) {
+HostTensor binary(BinaryKind kind, const HostTensor &lhs,
+                  const HostTensor &rhs) {
   Shape shape = *broadcastShape(lhs.shape, rhs.shape);
   HostTensor out(lhs.dtype, shape);
+  if (lhs.isFloat() && lhs.shape == rhs.shape) {
+    parallelFor(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        out.floats[i] =
+            roundTo(lhs.dtype, static_cast<float>(applyBinary(
+                                   kind, lhs.floats[i], rhs.floats[i], false)));
+    });
+    return out;
+  }
   std::array<std::vector<int64_t>, 2> strides{
       broadcastStrides(lhs.shape, shape), broadcastStrides(rhs.shape, shape)};
   if (lhs.isFloat()) {
     forEachBroadcast<2>(shape, strides, [&](int64_t i, const auto &at) {
       out.floats[i] = roundTo(
-          lhs.dtype, static_cast<float>(applyBinary(
-                         kind, lhs.floats[at[0]], rhs.floats[at[1]], false)));
+          lhs.dtype, static_cast<float>(applyBinary(kind, lhs.floats[at[0]],
+                                                    rhs.floats[at[1]], false)));
     });
   } else {
     forEachBroadcast<2>(shape, strides, [&](int64_t i, const auto &at) {
@@ -132,9 +148,8 @@ HostTensor binary(BinaryKind kind, const HostTensor &lhs, const HostTensor &rhs)
         out.ints[i] = a * b;
         break;
       default:
-        out.ints[i] = static_cast<int64_t>(
-            applyBinary(kind, static_cast<double>(a), static_cast<double>(b),
-                        true));
+        out.ints[i] = static_cast<int64_t>(applyBinary(
+            kind, static_cast<double>(a), static_cast<double>(b), true));
       }
       if (lhs.dtype == DType::I32)
         out.ints[i] = static_cast<int32_t>(out.ints[i]);
@@ -143,7 +158,8 @@ HostTensor binary(BinaryKind kind, const HostTensor &lhs, const HostTensor &rhs)
   return out;
 }
 
-HostTensor compare(CompareKind kind, const HostTensor &lhs, const HostTensor &rhs) {
+HostTensor compare(CompareKind kind, const HostTensor &lhs,
+                   const HostTensor &rhs) {
   Shape shape = *broadcastShape(lhs.shape, rhs.shape);
   HostTensor out(DType::Bool, shape);
   std::array<std::vector<int64_t>, 2> strides{
@@ -178,7 +194,8 @@ HostTensor compare(CompareKind kind, const HostTensor &lhs, const HostTensor &rh
 
 HostTensor where(const HostTensor &cond, const HostTensor &lhs,
                  const HostTensor &rhs) {
-  Shape shape = *broadcastShape(*broadcastShape(cond.shape, lhs.shape), rhs.shape);
+  Shape shape =
+      *broadcastShape(*broadcastShape(cond.shape, lhs.shape), rhs.shape);
   HostTensor out(lhs.dtype, shape);
   std::array<std::vector<int64_t>, 3> strides{
       broadcastStrides(cond.shape, shape), broadcastStrides(lhs.shape, shape),
@@ -203,48 +220,51 @@ HostTensor unary(UnaryKind kind, const HostTensor &input) {
     return out;
   }
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = 0; i < input.numel(); ++i) {
-    float x = input.floats[i], y = 0;
-    switch (kind) {
-    case UnaryKind::Neg:
-      y = -x;
-      break;
-    case UnaryKind::Exp:
-      y = std::exp(x);
-      break;
-    case UnaryKind::Log:
-      y = std::log(x);
-      break;
-    case UnaryKind::Sqrt:
-      y = std::sqrt(x);
-      break;
-    case UnaryKind::Rsqrt:
-      y = 1.0f / std::sqrt(x);
-      break;
-    case UnaryKind::Tanh:
-      y = std::tanh(x);
-      break;
-    case UnaryKind::Erf:
-      y = std::erf(x);
-      break;
-    case UnaryKind::Sigmoid:
-      y = 1.0f / (1.0f + std::exp(-x));
-      break;
-    case UnaryKind::Relu:
-      y = std::max(x, 0.0f);
-      break;
-    case UnaryKind::Silu:
-      y = x / (1.0f + std::exp(-x));
-      break;
-    case UnaryKind::GeluErf:
-      y = 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
-      break;
-    case UnaryKind::GeluTanh:
-      y = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-      break;
+  parallelFor(input.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float x = input.floats[i], y = 0;
+      switch (kind) {
+      case UnaryKind::Neg:
+        y = -x;
+        break;
+      case UnaryKind::Exp:
+        y = std::exp(x);
+        break;
+      case UnaryKind::Log:
+        y = std::log(x);
+        break;
+      case UnaryKind::Sqrt:
+        y = std::sqrt(x);
+        break;
+      case UnaryKind::Rsqrt:
+        y = 1.0f / std::sqrt(x);
+        break;
+      case UnaryKind::Tanh:
+        y = std::tanh(x);
+        break;
+      case UnaryKind::Erf:
+        y = std::erf(x);
+        break;
+      case UnaryKind::Sigmoid:
+        y = 1.0f / (1.0f + std::exp(-x));
+        break;
+      case UnaryKind::Relu:
+        y = std::max(x, 0.0f);
+        break;
+      case UnaryKind::Silu:
+        y = x / (1.0f + std::exp(-x));
+        break;
+      case UnaryKind::GeluErf:
+        y = 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
+        break;
+      case UnaryKind::GeluTanh:
+        y = 0.5f * x *
+            (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+        break;
+      }
+      out.floats[i] = roundTo(input.dtype, y);
     }
-    out.floats[i] = roundTo(input.dtype, y);
-  }
+  });
   return out;
 }
 
@@ -272,11 +292,11 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
   for (int64_t axis : axes)
     kept[axis] = 1;
   HostTensor accum(input.isFloat() ? DType::F32 : DType::I64, kept);
-  std::vector<double> sums(accum.numel(),
-                           kind == ReduceKind::Max
-                               ? -std::numeric_limits<double>::infinity()
-                               : 0.0);
-  std::array<std::vector<int64_t>, 1> strides{broadcastStrides(kept, input.shape)};
+  std::vector<double> sums(
+      accum.numel(),
+      kind == ReduceKind::Max ? -std::numeric_limits<double>::infinity() : 0.0);
+  std::array<std::vector<int64_t>, 1> strides{
+      broadcastStrides(kept, input.shape)};
   forEachBroadcast<1>(input.shape, strides, [&](int64_t i, const auto &at) {
     double x = input.at(i);
     if (kind == ReduceKind::Max)
@@ -309,24 +329,28 @@ HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax) {
   for (int64_t d = axis + 1; d < input.rank(); ++d)
     inner *= input.shape[d];
   int64_t outer = input.numel() / std::max<int64_t>(size * inner, 1);
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t in = 0; in < inner; ++in) {
-      const float *x = input.floats.data() + o * size * inner + in;
-      float *y = out.floats.data() + o * size * inner + in;
-      float max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < size; ++j)
-        max = std::max(max, x[j * inner]);
-      double sum = 0;
-      for (int64_t j = 0; j < size; ++j)
-        sum += std::exp(static_cast<double>(x[j * inner]) - max);
-      for (int64_t j = 0; j < size; ++j) {
-        double shifted = static_cast<double>(x[j * inner]) - max;
-        y[j * inner] = roundTo(input.dtype,
-                               static_cast<float>(logSoftmax
-                                                      ? shifted - std::log(sum)
-                                                      : std::exp(shifted) / sum));
-      }
-    }
+  parallelFor(
+      outer * inner, std::max<int64_t>(1, kGrain / std::max<int64_t>(size, 1)),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          int64_t o = row / inner, in = row % inner;
+          const float *x = input.floats.data() + o * size * inner + in;
+          float *y = out.floats.data() + o * size * inner + in;
+          float max = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < size; ++j)
+            max = std::max(max, x[j * inner]);
+          double sum = 0;
+          for (int64_t j = 0; j < size; ++j)
+            sum += std::exp(static_cast<double>(x[j * inner]) - max);
+          for (int64_t j = 0; j < size; ++j) {
+            double shifted = static_cast<double>(x[j * inner]) - max;
+            y[j * inner] = roundTo(
+                input.dtype,
+                static_cast<float>(logSoftmax ? shifted - std::log(sum)
+                                              : std::exp(shifted) / sum));
+          }
+        }
+      });
   return out;
 }
 
@@ -338,26 +362,30 @@ HostTensor normalize(const HostTensor &input, const HostTensor &scale,
   for (int64_t d = axis; d < input.rank(); ++d)
     size *= input.shape[d];
   int64_t rows = input.numel() / std::max<int64_t>(size, 1);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *x = input.floats.data() + r * size;
-    float *y = out.floats.data() + r * size;
-    double mean = 0, square = 0;
-    for (int64_t j = 0; j < size; ++j) {
-      mean += x[j];
-      square += static_cast<double>(x[j]) * x[j];
-    }
-    mean /= size;
-    square /= size;
-    double center = rms ? 0.0 : mean;
-    double variance = rms ? square : std::max(square - mean * mean, 0.0);
-    double inv = 1.0 / std::sqrt(variance + epsilon);
-    for (int64_t j = 0; j < size; ++j) {
-      double value = (x[j] - center) * inv * scale.floats[j];
-      if (bias)
-        value += bias->floats[j];
-      y[j] = roundTo(input.dtype, static_cast<float>(value));
-    }
-  }
+  parallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(size, 1)),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  const float *x = input.floats.data() + r * size;
+                  float *y = out.floats.data() + r * size;
+                  double mean = 0, square = 0;
+                  for (int64_t j = 0; j < size; ++j) {
+                    mean += x[j];
+                    square += static_cast<double>(x[j]) * x[j];
+                  }
+                  mean /= size;
+                  square /= size;
+                  double center = rms ? 0.0 : mean;
+                  double variance =
+                      rms ? square : std::max(square - mean * mean, 0.0);
+                  double inv = 1.0 / std::sqrt(variance + epsilon);
+                  for (int64_t j = 0; j < size; ++j) {
+                    double value = (x[j] - center) * inv * scale.floats[j];
+                    if (bias)
+                      value += bias->floats[j];
+                    y[j] = roundTo(input.dtype, static_cast<float>(value));
+                  }
+                }
+              });
   return out;
 }
 
@@ -375,8 +403,8 @@ HostTensor matmul(const HostTensor &lhs, const HostTensor &rhs,
   shape.push_back(m);
   shape.push_back(n);
   HostTensor out(lhs.dtype, shape);
-  std::array<std::vector<int64_t>, 2> strides{broadcastStrides(lhsBatch, batch),
-                                              broadcastStrides(rhsBatch, batch)};
+  std::array<std::vector<int64_t>, 2> strides{
+      broadcastStrides(lhsBatch, batch), broadcastStrides(rhsBatch, batch)};
   int64_t lhsMatrix = m * k, rhsMatrix = k * n;
   forEachBroadcast<2>(batch, strides, [&](int64_t b, const auto &at) {
     if (lhs.isFloat()) {
@@ -410,7 +438,8 @@ HostTensor linear(const HostTensor &input, const HostTensor &weight,
                   const HostTensor *bias, bool transposeWeight) {
   int64_t k = input.shape.back();
   int64_t n = transposeWeight ? weight.shape[0] : weight.shape[1];
-  HostTensor flat = reshape(input, {input.numel() / std::max<int64_t>(k, 1), k});
+  HostTensor flat =
+      reshape(input, {input.numel() / std::max<int64_t>(k, 1), k});
   HostTensor product = matmul(flat, weight, false, transposeWeight);
   Shape shape(input.shape.begin(), input.shape.end() - 1);
   shape.push_back(n);
@@ -455,7 +484,8 @@ HostTensor attention(const HostTensor &q, const HostTensor &k,
         for (int64_t j = 0; j < kvSeq; ++j)
           sum += std::exp(static_cast<double>(row[j]) - max);
         for (int64_t j = 0; j < kvSeq; ++j)
-          row[j] = static_cast<float>(std::exp(static_cast<double>(row[j]) - max) / sum);
+          row[j] = static_cast<float>(
+              std::exp(static_cast<double>(row[j]) - max) / sum);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, vDim, kvSeq,
                   1.0f, scores.data(), kvSeq, vp, vDim, 0.0f,
@@ -487,9 +517,9 @@ absl::StatusOr<HostTensor> gather(const HostTensor &input,
       if (index < 0)
         index += size;
       if (index < 0 || index >= size)
-        return absl::OutOfRangeError(absl::StrCat(
-            "index ", indices.ints[n], " is out of range for a dimension of ",
-            size));
+        return absl::OutOfRangeError(
+            absl::StrCat("index ", indices.ints[n],
+                         " is out of range for a dimension of ", size));
       int64_t from = (o * size + index) * inner, to = (o * count + n) * inner;
       if (input.isFloat())
         std::copy_n(input.floats.data() + from, inner, out.floats.data() + to);
@@ -505,7 +535,8 @@ HostTensor reshape(const HostTensor &input, const Shape &shape) {
   return out;
 }
 
-HostTensor transpose(const HostTensor &input, const std::vector<int64_t> &perm) {
+HostTensor transpose(const HostTensor &input,
+                     const std::vector<int64_t> &perm) {
   Shape shape;
   for (int64_t d : perm)
     shape.push_back(input.shape[d]);
@@ -588,7 +619,8 @@ std::vector<HostTensor> split(const HostTensor &input, int64_t axis,
 
 HostTensor broadcastTo(const HostTensor &input, const Shape &shape) {
   HostTensor out(input.dtype, shape);
-  std::array<std::vector<int64_t>, 1> strides{broadcastStrides(input.shape, shape)};
+  std::array<std::vector<int64_t>, 1> strides{
+      broadcastStrides(input.shape, shape)};
   forEachBroadcast<1>(shape, strides, [&](int64_t i, const auto &at) {
     if (out.isFloat())
       out.floats[i] = input.floats[at[0]];
@@ -641,9 +673,8 @@ absl::StatusOr<HostTensor> crossEntropy(const HostTensor &logits,
     if (ignoreIndex && label == *ignoreIndex)
       continue;
     if (label < 0 || label >= classes)
-      return absl::OutOfRangeError(absl::StrCat("label ", label,
-                                                " is not a class in [0, ",
-                                                classes, ")"));
+      return absl::OutOfRangeError(absl::StrCat(
+          "label ", label, " is not a class in [0, ", classes, ")"));
     const float *row = logits.floats.data() + r * classes;
     float max = *std::max_element(row, row + classes);
     double sum = 0;

@@ -1,0 +1,155 @@
+//===- RuntimeKernelsTest.cpp - The runtime's CPU kernels -----------------===//
+//
+// Part of the Weft project.
+//
+// Large inputs take the multi-threaded paths; each result is compared with a
+// plain scalar computation.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/NpyFile.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+
+using namespace weft::rt;
+
+namespace {
+
+HostTensor randomTensor(Shape shape, unsigned seed) {
+  HostTensor tensor(DType::F32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (float &value : tensor.floats)
+    value = normal(rng);
+  return tensor;
+}
+
+TEST(RuntimeKernels, LargeUnaryAndBinaryMatchScalar) {
+  HostTensor x = randomTensor({256, 512}, 1), y = randomTensor({256, 512}, 2);
+  HostTensor t = unary(UnaryKind::Tanh, x);
+  HostTensor s = binary(BinaryKind::Add, x, y);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    ASSERT_EQ(t.floats[i], std::tanh(x.floats[i])) << i;
+    ASSERT_EQ(s.floats[i], x.floats[i] + y.floats[i]) << i;
+  }
+}
+
+TEST(RuntimeKernels, BroadcastingBinary) {
+  HostTensor a(DType::F32, {2, 3}), b(DType::F32, {3});
+  for (int i = 0; i < 6; ++i)
+    a.floats[i] = static_cast<float>(i);
+  b.floats = {10, 20, 30};
+  HostTensor sum = binary(BinaryKind::Add, a, b);
+  EXPECT_EQ(sum.shape, Shape({2, 3}));
+  EXPECT_EQ(sum.floats, std::vector<float>({10, 21, 32, 13, 24, 35}));
+}
+
+TEST(RuntimeKernels, LargeSoftmaxRowsSumToOne) {
+  HostTensor x = randomTensor({4096, 64}, 3);
+  HostTensor p = softmax(x, 1, false);
+  for (int64_t row = 0; row < 4096; ++row) {
+    double sum = 0, max = -1e30;
+    for (int64_t j = 0; j < 64; ++j)
+      max = std::max<double>(max, x.floats[row * 64 + j]);
+    for (int64_t j = 0; j < 64; ++j)
+      sum += std::exp(x.floats[row * 64 + j] - max);
+    for (int64_t j = 0; j < 64; ++j)
+      ASSERT_NEAR(p.floats[row * 64 + j], std::exp(x.floats[row * 64 + j] - max) / sum,
+                  1e-6)
+          << row;
+  }
+}
+
+TEST(RuntimeKernels, LargeLayerNormMatchesScalar) {
+  HostTensor x = randomTensor({2048, 64}, 4), scale = randomTensor({64}, 5),
+             bias = randomTensor({64}, 6);
+  HostTensor y = normalize(x, scale, &bias, 1, 1e-5f, /*rms=*/false);
+  for (int64_t row = 0; row < 2048; ++row) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < 64; ++j)
+      mean += x.floats[row * 64 + j];
+    mean /= 64;
+    for (int64_t j = 0; j < 64; ++j)
+      var += std::pow(x.floats[row * 64 + j] - mean, 2);
+    var /= 64;
+    for (int64_t j = 0; j < 64; ++j) {
+      double expected = (x.floats[row * 64 + j] - mean) / std::sqrt(var + 1e-5) *
+                            scale.floats[j] +
+                        bias.floats[j];
+      ASSERT_NEAR(y.floats[row * 64 + j], expected, 1e-4) << row;
+    }
+  }
+}
+
+TEST(RuntimeKernels, GatherCountsNegativeIndicesFromTheEnd) {
+  HostTensor table(DType::F32, {4, 2});
+  for (int i = 0; i < 8; ++i)
+    table.floats[i] = static_cast<float>(i);
+  HostTensor indices(DType::I64, {2});
+  indices.ints = {-1, 1};
+  absl::StatusOr<HostTensor> rows = gather(table, indices, 0);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->floats, std::vector<float>({6, 7, 2, 3}));
+  indices.ints = {4, 0};
+  EXPECT_FALSE(gather(table, indices, 0).ok());
+}
+
+TEST(RuntimeKernels, CausalGroupedQueryAttentionMatchesNaive) {
+  // 4 query heads over 2 KV heads: query head h reads KV head h / 2.
+  int64_t seq = 5, dim = 3;
+  HostTensor q = randomTensor({1, 4, seq, dim}, 7), k = randomTensor({1, 2, seq, dim}, 8),
+             v = randomTensor({1, 2, seq, dim}, 9);
+  float scale = 0.5f;
+  HostTensor out = attention(q, k, v, nullptr, scale, /*causal=*/true);
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t i = 0; i < seq; ++i) {
+      std::vector<double> weights;
+      double max = -1e30;
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < dim; ++d)
+          dot += q.floats[(h * seq + i) * dim + d] * k.floats[((h / 2) * seq + j) * dim + d];
+        weights.push_back(dot * scale);
+        max = std::max(max, weights.back());
+      }
+      double sum = 0;
+      for (double &w : weights)
+        sum += (w = std::exp(w - max));
+      for (int64_t d = 0; d < dim; ++d) {
+        double expected = 0;
+        for (int64_t j = 0; j <= i; ++j)
+          expected += weights[j] / sum * v.floats[((h / 2) * seq + j) * dim + d];
+        ASSERT_NEAR(out.floats[(h * seq + i) * dim + d], expected, 1e-5)
+            << "head " << h << " row " << i;
+      }
+    }
+}
+
+TEST(RuntimeKernels, SixteenBitRounding) {
+  // 1 + 2^-8 lies halfway between two bf16 values: ties go to even (1.0).
+  EXPECT_EQ(roundToBF16(1.00390625f), 1.0f);
+  EXPECT_EQ(roundToBF16(1.01171875f), 1.015625f);
+  EXPECT_EQ(roundToF16(65504.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(roundToF16(65536.0f)));
+  EXPECT_EQ(f16BitsToFloat(floatToF16Bits(5.96046448e-08f)), 5.96046448e-08f);
+}
+
+TEST(RuntimeKernels, NpyRoundTrip) {
+  HostTensor tensor = randomTensor({3, 4}, 10);
+  std::string path = ::testing::TempDir() + "weft-npy-roundtrip.npy";
+  ASSERT_TRUE(writeNpy(path, tensor).ok());
+  absl::StatusOr<HostTensor> read = readNpy(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->shape, tensor.shape);
+  EXPECT_EQ(read->floats, tensor.floats);
+  EXPECT_FALSE(readNpy(path).ok());
+}
+
+} // namespace
