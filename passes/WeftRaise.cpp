@@ -56,8 +56,6 @@ bool isConstant(Value value, double expected, double relTol = 1e-4) {
                                                       1e-12;
 }
 
-bool hasOneUse(Value value) { return value.hasOneUse(); }
-
 /// The only user of `value`, if it is an OpTy.
 template <typename OpTy> OpTy soleUser(Value value) {
   if (!value.hasOneUse())
@@ -147,7 +145,7 @@ Operation *matchHalfXTimes(Value a, Value x) {
   // (0.5 * x) * a
   if (std::optional<std::pair<Value, double>> half = scaledBy(other);
       half && half->first == x && std::abs(half->second - 0.5) < 1e-6 &&
-      hasOneUse(other))
+      other.hasOneUse())
     return first;
   // (0.5 * a) * x
   if (isConstant(other, 0.5)) {
@@ -175,7 +173,7 @@ struct RaiseGeluErf : OpRewritePattern<ErfOp> {
   LogicalResult matchAndRewrite(ErfOp erf, PatternRewriter &rewriter) const override {
     std::optional<std::pair<Value, double>> scaled = scaledBy(erf.getInput());
     if (!scaled || std::abs(scaled->second - M_SQRT1_2) > 1e-4 ||
-        !hasOneUse(erf.getInput()))
+        !erf.getInput().hasOneUse())
       return failure();
     Value x = scaled->first;
     AddOp add = plusOne(erf.getResult());
@@ -439,7 +437,7 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
     bool causal = false;
     if (auto where = scores.getDefiningOp<WhereOp>()) {
       std::optional<double> fill = splatValue(where.getRhs());
-      if (!fill || *fill > -1e4 || !hasOneUse(scores))
+      if (!fill || *fill > -1e4 || !scores.hasOneUse())
         return failure();
       if (isCausalMask(where.getCondition(), /*boolean=*/true))
         causal = true;

@@ -1250,8 +1250,7 @@ LogicalResult GraphImporter::foldNode(const onnx::NodeProto &node,
   }
   // Shape arithmetic is small; leave big constant computations to the
   // program rather than bloat the IR.
-  if (elements > (1 << 16) ||
-      llvm::any_of(created, [](Operation *op) { return isa<ParameterOp>(op); }))
+  if (elements > (1 << 16))
     return success();
   FailureOr<std::vector<rt::HostTensor>> folded =
       evaluate(created, outputs, InterpreterOptions());
