@@ -20,11 +20,14 @@ include "mlir/Interfaces/ControlFlowInterfaces.td"
 class Weft_Op<string mnemonic, list<Trait> traits = []>
     : Op<Weft_Dialect, mnemonic, traits>;
 
+// Every op says what it costs; the planner's cost model reads only this.
+defvar WeftCost = DeclareOpInterfaceMethods<Weft_CostOpInterface>;
+
 //===----------------------------------------------------------------------===//
 // Weights and constants
 //===----------------------------------------------------------------------===//
 
-def Weft_ParameterOp : Weft_Op<"parameter", [Pure]> {
+def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, Pure]> {
   let summary = "A named weight of the model: inline, in external storage, or shape only.";
   let description = [{
     A trainable (or frozen) weight. Its bytes are either inline (`value`), in a byte range
@@ -58,7 +61,7 @@ def Weft_ParameterOp : Weft_Op<"parameter", [Pure]> {
 }
 
 def Weft_ConstantOp : Weft_Op<"constant",
-    [ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+    [WeftCost, ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
   let summary = "A tensor whose elements are given in the IR.";
   let description = [{
     ```mlir
@@ -74,7 +77,7 @@ def Weft_ConstantOp : Weft_Op<"constant",
   let hasFolder = 1;
 }
 
-def Weft_IotaOp : Weft_Op<"iota", [Pure]> {
+def Weft_IotaOp : Weft_Op<"iota", [WeftCost, Pure]> {
   let summary = "Integers 0, 1, 2, ... counted along one dimension.";
   let description = [{
     Element `[i0, ..., in]` of the result is `i_dim`, converted to the element type.
@@ -163,7 +166,7 @@ def Weft_MaximumOp : Weft_BinaryElementwiseOp<"maximum", Weft_NumericTensor,
 def Weft_MinimumOp : Weft_BinaryElementwiseOp<"minimum", Weft_NumericTensor,
                                               "min(x, y)", [Commutative]>;
 
-def Weft_CompareOp : Weft_Op<"compare", [Pure, SameOperandsElementType,
+def Weft_CompareOp : Weft_Op<"compare", [WeftCost, Pure, SameOperandsElementType,
     InferTypeOpAdaptor]> {
   let summary = "Elementwise comparison to an i1 tensor, with numpy broadcasting.";
   let description = [{
@@ -184,7 +187,7 @@ def Weft_CompareOp : Weft_Op<"compare", [Pure, SameOperandsElementType,
   }];
 }
 
-def Weft_WhereOp : Weft_Op<"where", [Pure,
+def Weft_WhereOp : Weft_Op<"where", [WeftCost, Pure,
     AllElementTypesMatch<["lhs", "rhs", "result"]>, InferTypeOpAdaptor]> {
   let summary = "Elementwise select: `cond ? lhs : rhs`, with numpy broadcasting.";
   let description = [{
@@ -278,7 +281,7 @@ def Weft_GeluOp : Weft_Op<"gelu", [Pure, SameOperandsAndResultType,
   }];
 }
 
-def Weft_CastOp : Weft_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+def Weft_CastOp : Weft_Op<"cast", [WeftCost, Pure, SameOperandsAndResultShape]> {
   let summary = "Elementwise conversion to another element type.";
   let description = [{
     Floats round to nearest even; float to integer truncates toward zero; to `i1` is
@@ -302,7 +305,7 @@ def Weft_CastOp : Weft_Op<"cast", [Pure, SameOperandsAndResultShape]> {
 //===----------------------------------------------------------------------===//
 
 class Weft_ReduceOp<string mnemonic, Type tensorType, string what>
-    : Weft_Op<mnemonic, [Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor]> {
+    : Weft_Op<mnemonic, [WeftCost, Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor]> {
   let summary = "The " # what # " over the given dimensions.";
   let description = [{
     Reduces `input` over the dimensions in `axes`. With `keep_dims` the reduced dimensions
@@ -337,7 +340,7 @@ def Weft_ReduceMeanOp : Weft_ReduceOp<"reduce_mean", Weft_FloatTensor, "mean">;
 def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum">;
 
 class Weft_SoftmaxLikeOp<string mnemonic, string what>
-    : Weft_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : Weft_Op<mnemonic, [WeftCost, Pure, SameOperandsAndResultType]> {
   let summary = what # " along one dimension.";
   let description = [{
     Computed stably (the maximum is subtracted first).
@@ -360,7 +363,7 @@ class Weft_SoftmaxLikeOp<string mnemonic, string what>
 def Weft_SoftmaxOp : Weft_SoftmaxLikeOp<"softmax", "Softmax">;
 def Weft_LogSoftmaxOp : Weft_SoftmaxLikeOp<"log_softmax", "Log of softmax">;
 
-def Weft_LayerNormOp : Weft_Op<"layer_norm", [Pure]> {
+def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftCost, Pure]> {
   let summary = "Layer normalization over the trailing dimensions from `axis` on.";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * scale + bias`, where mean and (biased) variance
@@ -390,7 +393,7 @@ def Weft_LayerNormOp : Weft_Op<"layer_norm", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Weft_RMSNormOp : Weft_Op<"rms_norm", [Pure]> {
+def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftCost, Pure]> {
   let summary = "Root-mean-square normalization over the trailing dimensions from `axis`.";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * scale`, mean over dimensions `axis` to `rank - 1`,
@@ -483,7 +486,7 @@ def Weft_LinearOp : Weft_Op<"linear", [Pure, SameOperandsAndResultElementType,
   }];
 }
 
-def Weft_AttentionOp : Weft_Op<"attention", [Pure, InferTypeOpAdaptor]> {
+def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, Pure, InferTypeOpAdaptor]> {
   let summary = "Scaled dot-product attention with causal or explicit masks and grouped KV heads.";
   let description = [{
     `softmax(scale · Q Kᵀ + mask) · V` per head. `q` is `[batch, heads, seq, head_dim]`,
@@ -523,7 +526,7 @@ def Weft_AttentionOp : Weft_Op<"attention", [Pure, InferTypeOpAdaptor]> {
 // Indexing and data movement
 //===----------------------------------------------------------------------===//
 
-def Weft_EmbeddingOp : Weft_Op<"embedding", [Pure, InferTypeOpAdaptor]> {
+def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, Pure, InferTypeOpAdaptor]> {
   let summary = "Looks up rows of an embedding table by token id.";
   let description = [{
     `result[i..., :] = table[indices[i...], :]`, with indices as in `weft.gather`. The
@@ -544,7 +547,7 @@ def Weft_EmbeddingOp : Weft_Op<"embedding", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
-def Weft_GatherOp : Weft_Op<"gather", [Pure, InferTypeOpAdaptor]> {
+def Weft_GatherOp : Weft_Op<"gather", [WeftCost, Pure, InferTypeOpAdaptor]> {
   let summary = "Takes slices of `input` along one dimension at the given indices (ONNX Gather).";
   let description = [{
     The result is `input.shape[:axis] + indices.shape + input.shape[axis+1:]`. Indices
@@ -567,7 +570,7 @@ def Weft_GatherOp : Weft_Op<"gather", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
-def Weft_ReshapeOp : Weft_Op<"reshape", [Pure, SameOperandsAndResultElementType]> {
+def Weft_ReshapeOp : Weft_Op<"reshape", [WeftCost, Pure, SameOperandsAndResultElementType]> {
   let summary = "The same elements, in row-major order, under another shape.";
   let description = [{
     ```mlir
@@ -584,7 +587,7 @@ def Weft_ReshapeOp : Weft_Op<"reshape", [Pure, SameOperandsAndResultElementType]
   let hasFolder = 1;
 }
 
-def Weft_TransposeOp : Weft_Op<"transpose", [Pure, SameOperandsAndResultElementType,
+def Weft_TransposeOp : Weft_Op<"transpose", [WeftCost, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "Permutes dimensions: result dimension i is input dimension permutation[i].";
   let description = [{
@@ -605,7 +608,7 @@ def Weft_TransposeOp : Weft_Op<"transpose", [Pure, SameOperandsAndResultElementT
   let hasFolder = 1;
 }
 
-def Weft_SliceOp : Weft_Op<"slice", [Pure, SameOperandsAndResultElementType,
+def Weft_SliceOp : Weft_Op<"slice", [WeftCost, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "A strided box of a tensor, given by start, limit and stride per dimension.";
   let description = [{
@@ -633,7 +636,7 @@ def Weft_SliceOp : Weft_Op<"slice", [Pure, SameOperandsAndResultElementType,
   let hasFolder = 1;
 }
 
-def Weft_ConcatOp : Weft_Op<"concat", [Pure, SameOperandsAndResultElementType,
+def Weft_ConcatOp : Weft_Op<"concat", [WeftCost, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "Joins tensors along one dimension.";
   let description = [{
@@ -656,7 +659,7 @@ def Weft_ConcatOp : Weft_Op<"concat", [Pure, SameOperandsAndResultElementType,
   let hasFolder = 1;
 }
 
-def Weft_SplitOp : Weft_Op<"split", [Pure, InferTypeOpAdaptor]> {
+def Weft_SplitOp : Weft_Op<"split", [WeftCost, Pure, InferTypeOpAdaptor]> {
   let summary = "Cuts a tensor along one dimension into pieces of the given sizes.";
   let description = [{
     ```mlir
@@ -681,7 +684,7 @@ def Weft_SplitOp : Weft_Op<"split", [Pure, InferTypeOpAdaptor]> {
   }];
 }
 
-def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [Pure, SameOperandsAndResultElementType]> {
+def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, Pure, SameOperandsAndResultElementType]> {
   let summary = "Expands a tensor to a larger shape by numpy broadcasting.";
   let description = [{
     (The collective that sends one rank's tensor to all others is `weft.broadcast`.)
@@ -703,7 +706,7 @@ def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [Pure, SameOperandsAndResultEle
   let hasFolder = 1;
 }
 
-def Weft_TriluOp : Weft_Op<"trilu", [Pure, SameOperandsAndResultType]> {
+def Weft_TriluOp : Weft_Op<"trilu", [WeftCost, Pure, SameOperandsAndResultType]> {
   let summary = "Keeps the lower (or upper) triangle of the last two dimensions; zeroes the rest.";
   let description = [{
     As ONNX `Trilu`: element `[..., i, j]` is kept when `j - i <= diagonal` (lower) or
@@ -727,7 +730,7 @@ def Weft_TriluOp : Weft_Op<"trilu", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [Pure, InferTypeOpAdaptor]> {
+def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftCost, Pure, InferTypeOpAdaptor]> {
   let summary = "Softmax cross-entropy of logits against integer class labels.";
   let description = [{
     Per position, `logsumexp(logits[..., :]) - logits[..., label]`. Positions whose label
@@ -759,7 +762,7 @@ def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [Pure, InferTypeOpAdaptor]> {
 // Repeated structure
 //===----------------------------------------------------------------------===//
 
-def Weft_LayerOp : Weft_Op<"layer", [IsolatedFromAbove,
+def Weft_LayerOp : Weft_Op<"layer", [WeftCost, IsolatedFromAbove,
     SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
   let summary = "One repetition of a repeated block (a transformer layer).";
   let description = [{
@@ -801,7 +804,7 @@ def Weft_LayerOp : Weft_Op<"layer", [IsolatedFromAbove,
   ];
 }
 
-def Weft_YieldOp : Weft_Op<"yield", [Pure, Terminator, ReturnLike,
+def Weft_YieldOp : Weft_Op<"yield", [WeftCost, Pure, Terminator, ReturnLike,
     HasParent<"LayerOp">]> {
   let summary = "Ends a weft.layer body with the layer's results.";
   let description = [{
@@ -823,7 +826,7 @@ def Weft_YieldOp : Weft_Op<"yield", [Pure, Terminator, ReturnLike,
 // Mesh and collectives
 //===----------------------------------------------------------------------===//
 
-def Weft_MeshOp : Weft_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+def Weft_MeshOp : Weft_Op<"mesh", [WeftCost, Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "A logical grid of devices with named axes.";
   let description = [{
     Declares the devices a program runs on as an n-dimensional grid whose axes have names
@@ -854,7 +857,7 @@ def Weft_MeshOp : Weft_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 }
 
 class Weft_CollectiveOp<string mnemonic, list<Trait> traits = []>
-    : Weft_Op<mnemonic, !listconcat(traits, [
+    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
   code commonDescription = [{
     Collectives are not `Pure`: every rank of a group must run them in the same order,

@@ -1,0 +1,210 @@
+//===- WeftCosts.cpp - What each weft op costs ----------------------------===//
+//
+// Part of the Weft project.
+//
+// CostOpInterface for the ops whose cost is not given next to their sharding
+// rule in WeftInterfaces.cpp. Counts are of the work a good kernel must do:
+// FLOPs it executes and bytes it must move through memory at least once. Views
+// (reshape) and storage (parameter, constant) cost nothing; data movement ops
+// read and write their tensors once.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftInterfaces.h"
+#include "weft/Dialect/WeftOps.h"
+
+using namespace mlir;
+using namespace weft;
+
+static int64_t bytesOf(TypeRange types) {
+  int64_t bytes = 0;
+  for (Type type : types)
+    if (isa<RankedTensorType>(type))
+      bytes += getTensorBytes(type);
+  return bytes;
+}
+
+static double elementsOf(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor ? static_cast<double>(tensor.getNumElements()) : 0.0;
+}
+
+/// Reads every operand and writes every result once, doing `flopsPerElement`
+/// operations per element of the first operand.
+static OpCost streamCost(TypeRange operandTypes, TypeRange resultTypes,
+                         double flopsPerElement) {
+  OpCost cost;
+  if (!operandTypes.empty())
+    cost.flops = flopsPerElement * elementsOf(operandTypes.front());
+  cost.bytesRead = bytesOf(operandTypes);
+  cost.bytesWritten = bytesOf(resultTypes);
+  return cost;
+}
+
+/// Moves data without arithmetic: reads what it writes.
+static OpCost moveCost(TypeRange resultTypes) {
+  OpCost cost;
+  cost.bytesRead = bytesOf(resultTypes);
+  cost.bytesWritten = cost.bytesRead;
+  return cost;
+}
+
+// Storage and views.
+OpCost ParameterOp::estimateCost(TypeRange, TypeRange) { return {}; }
+OpCost ConstantOp::estimateCost(TypeRange, TypeRange) { return {}; }
+OpCost ReshapeOp::estimateCost(TypeRange, TypeRange) { return {}; }
+OpCost YieldOp::estimateCost(TypeRange, TypeRange) { return {}; }
+OpCost MeshOp::estimateCost(TypeRange, TypeRange) { return {}; }
+OpCost IotaOp::estimateCost(TypeRange, TypeRange resultTypes) {
+  OpCost cost;
+  cost.bytesWritten = bytesOf(resultTypes);
+  return cost;
+}
+
+// Elementwise-shaped ops.
+OpCost CompareOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return estimateElementwiseCost(operandTypes, resultTypes, 1);
+}
+OpCost WhereOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return estimateElementwiseCost(operandTypes, resultTypes, 1);
+}
+OpCost CastOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return estimateElementwiseCost(operandTypes, resultTypes, 1);
+}
+OpCost TriluOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return estimateElementwiseCost(operandTypes, resultTypes, 1);
+}
+
+// Reductions and normalizations: one pass over the input (the kernels keep a
+// row in registers or shared memory).
+OpCost ReduceSumOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 1);
+}
+OpCost ReduceMeanOp::estimateCost(TypeRange operandTypes,
+                                  TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 1);
+}
+OpCost ReduceMaxOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 1);
+}
+// max, subtract, exp, sum, divide.
+OpCost SoftmaxOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 5);
+}
+OpCost LogSoftmaxOp::estimateCost(TypeRange operandTypes,
+                                  TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 5);
+}
+// mean, centre, square, sum, rsqrt-scale, gain, bias.
+OpCost LayerNormOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 8);
+}
+OpCost RMSNormOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 5);
+}
+// logsumexp over the classes, one pick.
+OpCost CrossEntropyOp::estimateCost(TypeRange operandTypes,
+                                    TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 5);
+}
+
+// Fused attention (flash-attention style): Q Kᵀ and P V as GEMMs, the softmax
+// in registers, the S×S scores never in memory. A causal mask skips the
+// blocks above the diagonal, about half of the work when seq == kv_seq.
+OpCost AttentionOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  auto q = cast<RankedTensorType>(operandTypes[0]);
+  auto k = cast<RankedTensorType>(operandTypes[1]);
+  auto v = cast<RankedTensorType>(operandTypes[2]);
+  double batchHeads = static_cast<double>(q.getDimSize(0)) * q.getDimSize(1);
+  double seq = q.getDimSize(2), kvSeq = k.getDimSize(2);
+  double pairs = seq * kvSeq;
+  if (getCausal()) {
+    // Query i sees keys 0..i (top-left aligned), capped at kv_seq.
+    double visible = 0;
+    if (kvSeq >= seq)
+      visible = seq * (seq + 1) / 2;
+    else
+      visible = kvSeq * (kvSeq + 1) / 2 + (seq - kvSeq) * kvSeq;
+    pairs = visible;
+  }
+  OpCost cost;
+  cost.flops = batchHeads * pairs *
+               (2.0 * q.getDimSize(3) + 2.0 * v.getDimSize(3) + 5.0);
+  cost.bytesRead = bytesOf(operandTypes);
+  cost.bytesWritten = bytesOf(resultTypes);
+  return cost;
+}
+
+// Indexing: read the rows that are picked, write them.
+OpCost EmbeddingOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  OpCost cost = moveCost(resultTypes);
+  cost.bytesRead += bytesOf(operandTypes.drop_front());
+  return cost;
+}
+OpCost GatherOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  OpCost cost = moveCost(resultTypes);
+  cost.bytesRead += bytesOf(operandTypes.drop_front());
+  return cost;
+}
+OpCost TransposeOp::estimateCost(TypeRange, TypeRange resultTypes) {
+  return moveCost(resultTypes);
+}
+OpCost SliceOp::estimateCost(TypeRange, TypeRange resultTypes) {
+  return moveCost(resultTypes);
+}
+OpCost ConcatOp::estimateCost(TypeRange, TypeRange resultTypes) {
+  return moveCost(resultTypes);
+}
+OpCost SplitOp::estimateCost(TypeRange, TypeRange resultTypes) {
+  return moveCost(resultTypes);
+}
+OpCost BroadcastToOp::estimateCost(TypeRange operandTypes,
+                                   TypeRange resultTypes) {
+  OpCost cost;
+  cost.bytesRead = bytesOf(operandTypes);
+  cost.bytesWritten = bytesOf(resultTypes);
+  return cost;
+}
+
+// A layer costs what its body costs (for the body's own types; the types
+// passed in are those of the layer's boundary and do not change the body).
+OpCost LayerOp::estimateCost(TypeRange, TypeRange) {
+  OpCost total;
+  getBody().walk([&](CostOpInterface op) {
+    OpCost cost = op.getCost();
+    total.flops += cost.flops;
+    total.bytesRead += cost.bytesRead;
+    total.bytesWritten += cost.bytesWritten;
+  });
+  return total;
+}
+
+// Collectives: the local work of the kernel (reading the input, writing the
+// result, reducing what arrives). The bytes on the wire depend on the group
+// size and algorithm; the planner's communication model counts those.
+OpCost AllReduceOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 1);
+}
+OpCost ReduceScatterOp::estimateCost(TypeRange operandTypes,
+                                     TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 1);
+}
+OpCost AllGatherOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 0);
+}
+OpCost AllToAllOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 0);
+}
+OpCost CollectivePermuteOp::estimateCost(TypeRange operandTypes,
+                                         TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 0);
+}
+OpCost SendOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 0);
+}
+OpCost RecvOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 0);
+}
+OpCost BroadcastOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 0);
+}
