@@ -170,7 +170,7 @@ static std::optional<weft::OnnxImportOptions> importOptions() {
 }
 
 /// Imports `path` and, unless --no-raise, folds and raises it.
-static OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
+OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
                                          const weft::OnnxImportOptions &options,
                                          MLIRContext &context) {
   OwningOpRef<ModuleOp> module = weft::importOnnxModel(path, options, &context);
@@ -374,6 +374,32 @@ static int runModel(MLIRContext &context) {
   return 0;
 }
 
+/// A model for the planner: an ONNX file imported without weights, or weft
+/// IR, both raised and with their layers marked.
+OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
+                                           MLIRContext &context) {
+  if (!path.ends_with(".mlir")) {
+    weft::OnnxImportOptions options;
+    options.loadWeights = false;
+    return importModel(path, options, context);
+  }
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(path, &context);
+  if (!module)
+    return nullptr;
+  PassManager pm(&context);
+  pm.addPass(weft::createWeftRaise());
+  pm.addPass(weft::createWeftCanonicalize());
+  pm.addNestedPass<func::FuncOp>(weft::createWeftMarkLayers());
+  if (failed(pm.run(*module)))
+    return nullptr;
+  return module;
+}
+
+int runPlan(MLIRContext &context);
+int runCalibrate();
+bool planCommandSelected();
+bool calibrateCommandSelected();
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(
@@ -392,6 +418,10 @@ int main(int argc, char **argv) {
     return runImport(context);
   if (runCommand)
     return runModel(context);
+  if (planCommandSelected())
+    return runPlan(context);
+  if (calibrateCommandSelected())
+    return runCalibrate();
   cl::PrintHelpMessage();
   return 1;
 }

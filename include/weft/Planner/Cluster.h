@@ -1,0 +1,47 @@
+//===- Cluster.h - GPU catalog and cluster descriptions ---------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PLANNER_CLUSTER_H
+#define WEFT_PLANNER_CLUSTER_H
+
+#include "weft/plan.pb.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace weft::planner {
+
+/// Names of the GPUs in the built-in catalog (a100-40g, a100-80g, h100, h200).
+std::vector<std::string> gpuCatalogNames();
+
+/// The catalog entry for `name` (case-insensitive; "a100" is the 80 GB part,
+/// "h100-sxm" and "h200-sxm" are aliases), or an error listing the names.
+llvm::Expected<plan::Gpu> lookupGpu(llvm::StringRef name);
+
+/// Parses "GPU:PERNODExNODES" (e.g. "h100:8x128") or "GPU:N" (one node of N)
+/// into a cluster with the GPU's usual node (NICs, latencies).
+llvm::Expected<plan::Cluster> parseClusterShorthand(llvm::StringRef spec);
+
+/// Reads a cluster from a JSON (.json) or protobuf text file. The `gpu` field
+/// may give only a `name` from the catalog; fields that are set override it.
+llvm::Expected<plan::Cluster> loadClusterFile(llvm::StringRef path);
+
+/// `--cluster` accepts a shorthand or a file path.
+llvm::Expected<plan::Cluster> resolveCluster(llvm::StringRef spec);
+
+/// Checks that every rate and count is positive and finite.
+llvm::Error validateCluster(const plan::Cluster &cluster);
+
+inline int64_t totalGpus(const plan::Cluster &cluster) {
+  return static_cast<int64_t>(cluster.gpus_per_node()) * cluster.nodes();
+}
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_CLUSTER_H

@@ -1,0 +1,146 @@
+//===- CostModel.h - Time and memory of a training step ---------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// An analytical, calibrated cost model (docs/cost-model.md). Compute comes
+// from the ops' CostOpInterface applied to the weft IR one rank runs for a
+// layer (planner::buildRankProgram), turned into time by a roofline with a
+// GEMM efficiency curve; collectives in that IR are timed by an alpha-beta
+// model per algorithm and link; the pipeline is costed by simulating the
+// schedule's timeline; memory counts weights, gradients, optimizer states per
+// ZeRO stage, the activations the schedule keeps in flight and workspace.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PLANNER_COSTMODEL_H
+#define WEFT_PLANNER_COSTMODEL_H
+
+#include "weft/Planner/Model.h"
+#include "weft/plan.pb.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace weft::planner {
+
+/// One box of the pipeline timeline.
+struct TimelineEvent {
+  enum Kind { Forward, Backward, WeightGrad, DataParallelComm, Optimizer };
+  Kind kind;
+  int stage;
+  int microBatch;
+  int chunk;
+  double start;
+  double end;
+};
+
+/// What one layer (or the embedding, or the head) costs one rank for one
+/// micro-batch, in seconds and bytes.
+struct BlockCost {
+  double forward = 0;        // compute
+  double backwardInput = 0;  // gradients of activations
+  double backwardWeight = 0; // gradients of weights
+  double attentionCore = 0;  // forward of the attention core (selective)
+  double tpComm = 0;         // forward; backward repeats it
+  double seqComm = 0;        // Ulysses all-to-all and ring steps, exposed
+  double savedBytes = 0;     // activations kept for backward, no recompute
+  double savedBytesSelective = 0;
+  double inputBytes = 0;     // the block's input (kept by full recompute)
+  double flops = 0;          // forward FLOPs executed
+};
+
+/// Counts kept for reports.
+struct SearchCounters {
+  int64_t evaluated = 0;
+  int64_t simulated = 0;
+};
+
+class CostModel {
+public:
+  CostModel(plan::ModelSpec model, plan::Cluster cluster,
+            plan::TrainingConfig training);
+  ~CostModel();
+
+  const plan::ModelSpec &model() const { return modelSpec; }
+  const plan::Cluster &cluster() const { return clusterSpec; }
+  const plan::TrainingConfig &training() const { return trainingConfig; }
+
+  /// Why `plan` cannot run (a shape it does not divide, more GPUs than the
+  /// cluster has, an unknown combination), or "" when it can.
+  std::string checkPlan(const plan::Plan &plan) const;
+
+  /// Fills `plan`'s stage_layers (when empty), time, memory, throughput and
+  /// MFU. With `timeline`, also returns the simulated pipeline. The plan must
+  /// pass checkPlan.
+  void evaluate(plan::Plan &plan, std::vector<TimelineEvent> *timeline = nullptr);
+
+  /// Peak memory per GPU in bytes (the worst stage) without simulating;
+  /// stage_layers must be set.
+  double peakMemoryBytes(const plan::Plan &plan);
+
+  /// A lower bound on the step time that is cheap to compute (no bubble).
+  double stepLowerBound(const plan::Plan &plan);
+
+  /// Balanced stage boundaries: layers per pipeline stage, chosen by dynamic
+  /// programming over the layers' times with the embedding on the first stage
+  /// and the output layer on the last.
+  std::vector<int32_t> balanceStages(const plan::Plan &plan);
+
+  /// Costs of one layer, the embedding and the head for the plan's shapes.
+  const BlockCost &layerCost(const plan::Plan &plan);
+  const BlockCost &embeddingCost(const plan::Plan &plan);
+  const BlockCost &headCost(const plan::Plan &plan);
+
+  /// The rank's weft IR for the plan's layer shapes (for --print-ir).
+  std::string rankProgramText(const plan::Plan &plan);
+
+  /// Time of a collective of `bytes` (the full, gathered size for all_gather
+  /// and reduce_scatter) over a group of `size` ranks placed `stride` apart.
+  double collectiveTime(llvm::StringRef kind, double bytes, int64_t size,
+                        int64_t stride) const;
+
+  SearchCounters counters;
+
+private:
+  struct Blocks {
+    BlockCost layer, embedding, head;
+  };
+  const Blocks &blocks(const plan::Plan &plan);
+  double dataParallelShard(const plan::Plan &plan) const;
+  double stageParameters(const plan::Plan &plan, int stage) const;
+  struct StageTimes {
+    std::vector<double> forward, backward, weight; // per stage, per chunk
+    double p2p = 0;
+  };
+  StageTimes stageTimes(const plan::Plan &plan);
+  double simulate(const plan::Plan &plan, const StageTimes &times,
+                  std::vector<TimelineEvent> *timeline);
+  void fillMemory(plan::Plan &plan);
+
+  plan::ModelSpec modelSpec;
+  plan::Cluster clusterSpec;
+  plan::TrainingConfig trainingConfig;
+  std::unique_ptr<mlir::MLIRContext> context;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, Blocks> cache;
+  std::map<std::tuple<int, int, int64_t, int64_t>, std::vector<int32_t>>
+      stageCache;
+};
+
+/// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
+const char *scheduleName(plan::Schedule schedule);
+const char *recomputeName(plan::Recompute recompute);
+
+/// Parses "tp=8,pp=8,dp=16,mbs=1,v=3,schedule=interleaved,recompute=full"
+/// (also cp, ulysses, sp, zero, m, stages=12/12/...). Unset degrees are 1;
+/// dp defaults to what the cluster leaves.
+llvm::Expected<plan::Plan> parsePlanSpec(llvm::StringRef text,
+                                         const CostModel &model);
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_COSTMODEL_H

@@ -1,0 +1,74 @@
+//===- Model.h - Transformer shapes for the planner -------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PLANNER_MODEL_H
+#define WEFT_PLANNER_MODEL_H
+
+#include "weft/plan.pb.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace weft::planner {
+
+/// Names of the built-in presets (gpt3-*, megatron-*, llama2-*, llama3-*).
+std::vector<std::string> presetNames();
+
+/// The preset `name`, or an error that lists the presets.
+llvm::Expected<plan::ModelSpec> lookupPreset(llvm::StringRef name);
+
+/// Checks a spec: positive sizes, heads divisible by KV heads, hidden by heads.
+llvm::Error validateModel(const plan::ModelSpec &model);
+
+/// Parameters of the whole model (embedding, layers, final norm, output layer).
+double parameterCount(const plan::ModelSpec &model);
+
+/// Parameters of one transformer layer.
+double layerParameterCount(const plan::ModelSpec &model);
+
+/// Model FLOPs of one training step (forward + backward, no recomputation),
+/// Narayanan et al.'s count generalized to GQA and SwiGLU: 6 FLOPs per
+/// parameter of the GEMMs per token, plus 12·s·h per token per layer for
+/// attention scores.
+double modelFlopsPerStep(const plan::ModelSpec &model, int64_t globalBatch,
+                         int64_t seqLen);
+
+/// Reads the transformer shape out of an imported weft module: the number of
+/// `weft.layer` blocks, the attention and linear shapes inside the first,
+/// the embedding table and the output projection. Errors name what is
+/// missing (e.g. a module without layer markers).
+llvm::Expected<plan::ModelSpec> extractModelSpec(mlir::ModuleOp module,
+                                                 llvm::StringRef source);
+
+/// Per-rank shapes of one transformer layer under a plan.
+struct LayerShape {
+  int64_t batch = 1;
+  int64_t seq = 1;          // full sequence length
+  int64_t tp = 1;
+  int64_t cp = 1;           // ring degree
+  int64_t ulysses = 1;
+  bool sequenceParallel = false;
+  bool flashAttention = true;
+  bool dropout = false;
+  bool causal = true;
+};
+
+/// Builds, in weft IR, what one rank runs for one layer's forward (a
+/// `func.func @layer` with the local shapes of `shape`) and, as
+/// `@embedding` and `@head`, the input embedding and the output layer with
+/// loss. The cost model costs these ops through CostOpInterface.
+mlir::OwningOpRef<mlir::ModuleOp>
+buildRankProgram(mlir::MLIRContext &context, const plan::ModelSpec &model,
+                 const LayerShape &shape);
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_MODEL_H

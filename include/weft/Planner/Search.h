@@ -1,0 +1,52 @@
+//===- Search.h - Searching the 4D plan space --------------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PLANNER_SEARCH_H
+#define WEFT_PLANNER_SEARCH_H
+
+#include "weft/Planner/CostModel.h"
+
+#include <functional>
+#include <vector>
+
+namespace weft::planner {
+
+struct SearchOptions {
+  /// How many plans to return (distinct meshes and schedules).
+  int top = 5;
+  /// Let tensor parallelism span nodes.
+  bool tpAcrossNodes = false;
+  /// Largest micro-batch size tried.
+  int maxMicroBatch = 16;
+  /// Called with the fraction done, at most every few milliseconds.
+  std::function<void(double)> progress;
+};
+
+struct SearchResult {
+  /// The fastest plans that fit, best first (each with its breakdown).
+  std::vector<plan::Plan> plans;
+  /// When nothing fits: the plan with the smallest peak memory.
+  plan::Plan smallestMemory;
+  bool anyFits = false;
+  int64_t candidates = 0;
+  int64_t simulated = 0;
+  double seconds = 0;
+};
+
+/// Enumerates dp x tp x pp x cp x ulysses, micro-batch size, schedule (1F1B,
+/// GPipe, interleaved with v chunks, ZB-H1, ZeroPP), ZeRO 0-3, Megatron SP and
+/// recomputation; balances stages by dynamic programming; prunes on memory,
+/// then on a bubble-free lower bound; simulates the survivors' timelines.
+/// Deterministic: the same input gives the same plans in the same order.
+SearchResult searchPlans(CostModel &model, const SearchOptions &options);
+
+/// Orders plans by predicted step time, then by a fixed key, so that equal
+/// times give a deterministic order.
+bool planBefore(const plan::Plan &a, const plan::Plan &b);
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_SEARCH_H

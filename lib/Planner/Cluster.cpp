@@ -1,0 +1,251 @@
+//===- Cluster.cpp - GPU catalog and cluster descriptions -----------------===//
+//
+// Part of the Weft project.
+//
+// Catalog figures come from vendor datasheets as collected in
+// ../shared/data/calibration/hardware_constants.csv and nccl_busbw_reference.csv;
+// the efficiencies are fitted by `weft calibrate` (docs/cost-model.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/Cluster.h"
+
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cmath>
+
+using namespace weft;
+using namespace weft::planner;
+using llvm::StringRef;
+
+namespace {
+struct CatalogEntry {
+  const char *name;
+  double bf16, fp16, fp32, hbmGib, hbmGbps, nvlink, busbw;
+  int nics;
+  double nicGbits;
+};
+// name, bf16, fp16, fp32 TF; HBM GiB, GB/s; NVLink GB/s per direction, NCCL
+// ring busbw; NICs per 8-GPU node and their Gbit/s (DGX A100: 8 x HDR 200;
+// DGX H100/H200: 8 x NDR 400).
+const CatalogEntry kCatalog[] = {
+    {"a100-40g", 312, 312, 19.5, 40, 1555, 300, 230, 8, 200},
+    {"a100-80g", 312, 312, 19.5, 80, 2039, 300, 230, 8, 200},
+    {"h100", 989, 989, 67, 80, 3350, 450, 370, 8, 400},
+    {"h200", 989, 989, 67, 140, 4800, 450, 370, 8, 400},
+};
+
+// Fitted on the calibration data (weft calibrate; docs/cost-model.md).
+constexpr double kGemmEfficiencyAmpere = 0.80;
+constexpr double kGemmEfficiencyHopper = 0.72;
+constexpr double kGemmHalfFlops = 2.0e9;
+constexpr double kMemoryEfficiency = 0.80;
+constexpr double kKernelOverheadUs = 4.0;
+} // namespace
+
+std::vector<std::string> planner::gpuCatalogNames() {
+  std::vector<std::string> names;
+  for (const CatalogEntry &entry : kCatalog)
+    names.push_back(entry.name);
+  return names;
+}
+
+static plan::Gpu toGpu(const CatalogEntry &entry) {
+  plan::Gpu gpu;
+  gpu.set_name(entry.name);
+  gpu.set_bf16_tflops(entry.bf16);
+  gpu.set_fp16_tflops(entry.fp16);
+  gpu.set_fp32_tflops(entry.fp32);
+  gpu.set_hbm_gib(entry.hbmGib);
+  gpu.set_hbm_gbps(entry.hbmGbps);
+  gpu.set_nvlink_gbps(entry.nvlink);
+  gpu.set_nvlink_busbw_gbps(entry.busbw);
+  bool hopper = StringRef(entry.name).starts_with("h");
+  gpu.set_gemm_efficiency(hopper ? kGemmEfficiencyHopper
+                                 : kGemmEfficiencyAmpere);
+  gpu.set_gemm_half_flops(kGemmHalfFlops);
+  gpu.set_memory_efficiency(kMemoryEfficiency);
+  gpu.set_kernel_overhead_us(kKernelOverheadUs);
+  return gpu;
+}
+
+static const CatalogEntry *findEntry(StringRef name) {
+  std::string lower = name.lower();
+  StringRef key(lower);
+  key.consume_back("-sxm");
+  key.consume_back("sxm");
+  if (key == "a100")
+    key = "a100-80g";
+  if (key == "h100-80g")
+    key = "h100";
+  if (key == "h200-141g")
+    key = "h200";
+  for (const CatalogEntry &entry : kCatalog)
+    if (key == entry.name)
+      return &entry;
+  return nullptr;
+}
+
+llvm::Expected<plan::Gpu> planner::lookupGpu(StringRef name) {
+  if (const CatalogEntry *entry = findEntry(name))
+    return toGpu(*entry);
+  return llvm::createStringError(
+      "unknown GPU '" + name.str() + "'; the catalog has " +
+      llvm::join(gpuCatalogNames(), ", ") +
+      " (or describe it in a cluster file, see docs/plan-schema.md)");
+}
+
+static plan::Cluster defaultCluster(const plan::Gpu &gpu, int64_t perNode,
+                                    int64_t nodes) {
+  plan::Cluster cluster;
+  const CatalogEntry *entry = findEntry(gpu.name());
+  cluster.set_name(gpu.name() + ":" + std::to_string(perNode) + "x" +
+                   std::to_string(nodes));
+  *cluster.mutable_gpu() = gpu;
+  cluster.set_gpus_per_node(perNode);
+  cluster.set_nodes(nodes);
+  cluster.set_nics_per_node(entry ? entry->nics : 8);
+  cluster.set_nic_gbits(entry ? entry->nicGbits : 200);
+  cluster.set_nic_efficiency(0.9);
+  cluster.set_intra_node_latency_us(5);
+  cluster.set_inter_node_latency_us(10);
+  return cluster;
+}
+
+llvm::Expected<plan::Cluster> planner::parseClusterShorthand(StringRef spec) {
+  auto [gpuName, shape] = spec.split(':');
+  auto usage = [&](const llvm::Twine &why) {
+    return llvm::createStringError(
+        "cluster '" + spec.str() + "': " + why.str() +
+        "; write GPU:PERNODExNODES (e.g. h100:8x128) or GPU:N for one node");
+  };
+  if (shape.empty())
+    return usage("missing the GPU count after ':'");
+  llvm::Expected<plan::Gpu> gpu = lookupGpu(gpuName);
+  if (!gpu)
+    return gpu.takeError();
+  int64_t perNode = 0, nodes = 1;
+  auto [first, second] = shape.split('x');
+  if (first.getAsInteger(10, perNode) ||
+      (!second.empty() && second.getAsInteger(10, nodes)))
+    return usage("'" + shape.str() + "' is not a GPU count");
+  if (perNode <= 0 || nodes <= 0)
+    return usage("there must be at least one GPU per node and one node");
+  if (perNode > 1024 || nodes > 1000000)
+    return usage("more GPUs than any cluster has");
+  plan::Cluster cluster = defaultCluster(*gpu, perNode, nodes);
+  if (llvm::Error error = validateCluster(cluster))
+    return error;
+  return cluster;
+}
+
+llvm::Error planner::validateCluster(const plan::Cluster &cluster) {
+  auto positive = [](double value) { return std::isfinite(value) && value > 0; };
+  const plan::Gpu &gpu = cluster.gpu();
+  std::vector<std::pair<const char *, double>> checks = {
+      {"gpus_per_node", double(cluster.gpus_per_node())},
+      {"nodes", double(cluster.nodes())},
+      {"nics_per_node", double(cluster.nics_per_node())},
+      {"nic_gbits", cluster.nic_gbits()},
+      {"nic_efficiency", cluster.nic_efficiency()},
+      {"gpu.bf16_tflops", gpu.bf16_tflops()},
+      {"gpu.fp16_tflops", gpu.fp16_tflops()},
+      {"gpu.fp32_tflops", gpu.fp32_tflops()},
+      {"gpu.hbm_gib", gpu.hbm_gib()},
+      {"gpu.hbm_gbps", gpu.hbm_gbps()},
+      {"gpu.nvlink_busbw_gbps", gpu.nvlink_busbw_gbps()},
+      {"gpu.gemm_efficiency", gpu.gemm_efficiency()},
+      {"gpu.memory_efficiency", gpu.memory_efficiency()},
+  };
+  for (auto &[name, value] : checks)
+    if (!positive(value))
+      return llvm::createStringError(
+          "cluster '" + cluster.name() + "': " + name +
+          " must be positive (it is " + std::to_string(value) + ")");
+  if (gpu.gemm_efficiency() > 1 || gpu.memory_efficiency() > 1 ||
+      cluster.nic_efficiency() > 1)
+    return llvm::createStringError("cluster '" + cluster.name() +
+                                   "': efficiencies are fractions in (0, 1]");
+  if (gpu.gemm_half_flops() < 0 || gpu.kernel_overhead_us() < 0 ||
+      cluster.intra_node_latency_us() < 0 ||
+      cluster.inter_node_latency_us() < 0)
+    return llvm::createStringError(
+        "cluster '" + cluster.name() +
+        "': latencies and gemm_half_flops must not be negative");
+  return llvm::Error::success();
+}
+
+namespace {
+/// Collects protobuf text-format errors with their line and column.
+class TextErrors : public google::protobuf::io::ErrorCollector {
+public:
+  void AddError(int line, int column, const std::string &message) override {
+    if (text.empty())
+      text = std::to_string(line + 1) + ":" + std::to_string(column + 1) +
+             ": " + message;
+  }
+  std::string text;
+};
+} // namespace
+
+llvm::Expected<plan::Cluster> planner::loadClusterFile(StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return llvm::createStringError("cannot read cluster file '" + path.str() +
+                                   "': " + buffer.getError().message());
+  std::string text = (*buffer)->getBuffer().str();
+  plan::Cluster parsed;
+  if (path.ends_with(".json")) {
+    auto status = google::protobuf::util::JsonStringToMessage(text, &parsed);
+    if (!status.ok())
+      return llvm::createStringError(
+          path.str() + ": not a valid Cluster in JSON: " +
+          std::string(status.message()) +
+          " (fields are listed in docs/plan-schema.md)");
+  } else {
+    google::protobuf::TextFormat::Parser parser;
+    TextErrors errors;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFromString(text, &parsed))
+      return llvm::createStringError(path.str() + ":" + errors.text +
+                                     " (a Cluster in protobuf text format)");
+  }
+  if (parsed.gpus_per_node() <= 0 || parsed.nodes() <= 0)
+    return llvm::createStringError(
+        path.str() + ": gpus_per_node and nodes must be positive (they are " +
+        std::to_string(parsed.gpus_per_node()) + " and " +
+        std::to_string(parsed.nodes()) + ")");
+  // Start from the catalog when the GPU is named there; the file overrides.
+  plan::Cluster cluster;
+  if (!parsed.gpu().name().empty() && findEntry(parsed.gpu().name())) {
+    plan::Gpu gpu = *lookupGpu(parsed.gpu().name());
+    cluster = defaultCluster(gpu, parsed.gpus_per_node(), parsed.nodes());
+  } else {
+    cluster.set_nic_efficiency(0.9);
+    cluster.mutable_gpu()->set_memory_efficiency(kMemoryEfficiency);
+    cluster.mutable_gpu()->set_gemm_efficiency(kGemmEfficiencyHopper);
+    cluster.mutable_gpu()->set_gemm_half_flops(kGemmHalfFlops);
+    cluster.mutable_gpu()->set_kernel_overhead_us(kKernelOverheadUs);
+  }
+  cluster.MergeFrom(parsed);
+  if (cluster.name().empty())
+    cluster.set_name(llvm::sys::path::filename(path).str());
+  if (llvm::Error error = validateCluster(cluster))
+    return llvm::createStringError(path.str() + ": " +
+                                   llvm::toString(std::move(error)));
+  return cluster;
+}
+
+llvm::Expected<plan::Cluster> planner::resolveCluster(StringRef spec) {
+  if (spec.ends_with(".json") || spec.ends_with(".txtpb") ||
+      spec.ends_with(".textproto") || spec.ends_with(".pbtxt") ||
+      spec.contains('/'))
+    return loadClusterFile(spec);
+  return parseClusterShorthand(spec);
+}

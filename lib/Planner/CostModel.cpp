@@ -1,0 +1,1135 @@
+//===- CostModel.cpp - Time and memory of a training step -----------------===//
+//
+// Part of the Weft project. The model is described in docs/cost-model.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/CostModel.h"
+
+#include "weft/Dialect/WeftDialect.h"
+#include "weft/Dialect/WeftInterfaces.h"
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Planner/Cluster.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+using namespace weft;
+using namespace weft::planner;
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+/// Flash attention reaches this fraction of the GEMM efficiency (softmax and
+/// masking inside the kernel).
+constexpr double kAttentionEfficiency = 0.85;
+/// The backward of flash attention recomputes the scores: 2.5x the forward.
+constexpr double kAttentionBackward = 2.5;
+/// Backward of streaming ops: read the gradient and the saved input, write
+/// the gradient.
+constexpr double kStreamingBackward = 1.5;
+/// Mixed-precision Adam: bf16 weight, fp32 gradient (Megatron's main_grad),
+/// fp32 master weight, momentum and variance.
+constexpr double kWeightBytes = 2, kGradBytes = 4, kOptimizerBytes = 12;
+/// Bytes an Adam step touches per parameter (reads and writes).
+constexpr double kAdamBytesPerParam = 30;
+/// cuBLAS workspace, NCCL buffers and allocator slack per GPU.
+constexpr double kWorkspaceBytes = 1.0 * kGiB;
+} // namespace
+
+const char *planner::scheduleName(plan::Schedule schedule) {
+  switch (schedule) {
+  case plan::SCHEDULE_GPIPE:
+    return "GPipe";
+  case plan::SCHEDULE_INTERLEAVED:
+    return "interleaved";
+  case plan::SCHEDULE_ZB_H1:
+    return "ZB-H1";
+  case plan::SCHEDULE_ZEROPP:
+    return "ZeroPP";
+  default:
+    return "1F1B";
+  }
+}
+
+const char *planner::recomputeName(plan::Recompute recompute) {
+  switch (recompute) {
+  case plan::RECOMPUTE_SELECTIVE:
+    return "selective";
+  case plan::RECOMPUTE_FULL:
+    return "full";
+  default:
+    return "none";
+  }
+}
+
+CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
+                     plan::TrainingConfig training)
+    : modelSpec(std::move(model)), clusterSpec(std::move(cluster)),
+      trainingConfig(std::move(training)),
+      context(std::make_unique<MLIRContext>(MLIRContext::Threading::DISABLED)) {
+  context->loadDialect<WeftDialect, func::FuncDialect>();
+  if (trainingConfig.seq_len() <= 0)
+    trainingConfig.set_seq_len(modelSpec.seq_len());
+}
+
+CostModel::~CostModel() = default;
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+double CostModel::collectiveTime(llvm::StringRef kind, double bytes,
+                                 int64_t size, int64_t stride) const {
+  if (size <= 1 || bytes <= 0)
+    return 0;
+  const plan::Gpu &gpu = clusterSpec.gpu();
+  const int64_t perNodeGpus = clusterSpec.gpus_per_node();
+  const double intraBw = gpu.nvlink_busbw_gbps() * 1e9;
+  const double interBw = clusterSpec.nics_per_node() *
+                         clusterSpec.nic_gbits() / 8 * 1e9 *
+                         clusterSpec.nic_efficiency() / perNodeGpus;
+  const double alphaIntra = clusterSpec.intra_node_latency_us() * 1e-6;
+  const double alphaInter = clusterSpec.inter_node_latency_us() * 1e-6;
+  // Ranks of one group that share a node, and the nodes the group spans.
+  int64_t perNode = stride >= perNodeGpus
+                        ? 1
+                        : std::min<int64_t>(size, perNodeGpus / stride);
+  perNode = std::max<int64_t>(perNode, 1);
+  int64_t nodes = (size + perNode - 1) / perNode;
+
+  auto flat = [&](llvm::StringRef what, double s, int64_t n, double bw,
+                  double alpha) -> double {
+    if (n <= 1)
+      return 0;
+    double frac = double(n - 1) / n;
+    if (what == "all_reduce") {
+      double ring = 2 * frac * s / bw + 2 * (n - 1) * alpha;
+      double tree = 2 * s / bw + 2 * std::log2(double(n)) * alpha;
+      return std::min(ring, tree);
+    }
+    if (what == "all_gather" || what == "reduce_scatter" ||
+        what == "all_to_all")
+      return frac * s / bw + (n - 1) * alpha;
+    // Point to point (a ring step, a pipeline send).
+    return s / bw + alpha;
+  };
+  if (kind == "permute" || kind == "send")
+    return flat(kind, bytes, 2, nodes > 1 ? interBw : intraBw,
+                nodes > 1 ? alphaInter : alphaIntra);
+  if (nodes == 1)
+    return flat(kind, bytes, size, intraBw, alphaIntra);
+  if (perNode == 1)
+    return flat(kind, bytes, size, interBw, alphaInter);
+  // Hierarchical: inside the node over NVLink, across nodes on each GPU's
+  // share of the NICs with 1/perNode of the data.
+  if (kind == "all_to_all") {
+    double crossing = double(size - perNode) / size;
+    return bytes * double(perNode - 1) / size / intraBw +
+           bytes * crossing / interBw + (size - 1) * alphaInter;
+  }
+  if (kind == "all_reduce")
+    return flat("reduce_scatter", bytes, perNode, intraBw, alphaIntra) +
+           flat("all_reduce", bytes / perNode, nodes, interBw, alphaInter) +
+           flat("all_gather", bytes, perNode, intraBw, alphaIntra);
+  return flat(kind, bytes, perNode, intraBw, alphaIntra) +
+         flat(kind, bytes / perNode, nodes, interBw, alphaInter);
+}
+
+//===----------------------------------------------------------------------===//
+// Blocks: costing the rank's IR through CostOpInterface
+//===----------------------------------------------------------------------===//
+
+namespace {
+bool isDropoutMask(Value value) {
+  auto param = value.getDefiningOp<ParameterOp>();
+  return param && param.getName() == "dropout.mask";
+}
+bool isParameter(Value value) {
+  return value.getDefiningOp<ParameterOp>() != nullptr;
+}
+double bytesOf(Value value) {
+  return double(getTensorBytes(value.getType()));
+}
+/// Scores-sized: [b, heads, seq, kv_seq] with kv_seq > head_dim (the S x S
+/// tensors of unfused attention).
+bool isScores(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  return type && type.getRank() == 4 && type.getDimSize(3) > 256 &&
+         type.getDimSize(2) == type.getDimSize(3);
+}
+} // namespace
+
+const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
+  auto key = std::make_tuple<int64_t, int64_t, int64_t, int64_t, bool>(
+      plan.micro_batch(), plan.tp(), plan.ulysses(), plan.cp(),
+      plan.sequence_parallel());
+  auto found = cache.find(key);
+  if (found != cache.end())
+    return found->second;
+
+  LayerShape shape;
+  shape.batch = plan.micro_batch();
+  shape.seq = trainingConfig.seq_len();
+  shape.tp = plan.tp();
+  shape.cp = plan.cp();
+  shape.ulysses = plan.ulysses();
+  shape.sequenceParallel = plan.sequence_parallel();
+  shape.flashAttention = trainingConfig.flash_attention();
+  shape.dropout = trainingConfig.dropout();
+  OwningOpRef<ModuleOp> module = buildRankProgram(*context, modelSpec, shape);
+
+  const plan::Gpu &gpu = clusterSpec.gpu();
+  const double peak = (trainingConfig.dtype() == "fp16" ? gpu.fp16_tflops()
+                                                        : gpu.bf16_tflops()) *
+                      1e12;
+  const double vectorPeak = gpu.fp32_tflops() * 1e12;
+  const double hbm = gpu.hbm_gbps() * 1e9 * gpu.memory_efficiency();
+  const double overhead = gpu.kernel_overhead_us() * 1e-6;
+  const int64_t c = plan.cp();
+  auto roofline = [&](Operation *op, const OpCost &cost) {
+    double bytes = double(cost.bytesRead + cost.bytesWritten);
+    if (cost.flops == 0 && bytes == 0)
+      return 0.0;
+    double compute;
+    if (isa<LinearOp, MatmulOp, AttentionOp>(op)) {
+      double eff = gpu.gemm_efficiency() * cost.flops /
+                   (cost.flops + gpu.gemm_half_flops());
+      if (isa<AttentionOp>(op))
+        eff *= kAttentionEfficiency;
+      compute = cost.flops / (peak * std::max(eff, 1e-3));
+    } else {
+      compute = cost.flops / vectorPeak;
+    }
+    return std::max(compute, bytes / hbm) + overhead;
+  };
+  auto strideOf = [&](llvm::StringRef axis) -> int64_t {
+    if (axis == "tp")
+      return 1;
+    if (axis == "ulysses")
+      return plan.tp();
+    return int64_t(plan.tp()) * plan.ulysses();
+  };
+  auto sizeOf = [&](llvm::StringRef axis) -> int64_t {
+    if (axis == "tp")
+      return plan.tp();
+    if (axis == "ulysses")
+      return plan.ulysses();
+    return plan.cp();
+  };
+
+  auto costFunc = [&](func::FuncOp func) {
+    BlockCost block;
+    llvm::DenseSet<Value> saved, savedSelective;
+    double ringComm = 0, ringCompute = 0;
+    auto save = [&](Value value, bool attentionCore) {
+      if (!value || isParameter(value))
+        return;
+      // SP saves the scattered input and gathers it again in backward.
+      if (auto gather = value.getDefiningOp<AllGatherOp>())
+        value = gather.getInput();
+      saved.insert(value);
+      if (!attentionCore)
+        savedSelective.insert(value);
+    };
+    block.inputBytes = bytesOf(func.getArgument(0));
+    func.walk([&](Operation *op) {
+      llvm::StringRef name = op->getName().stripDialect();
+      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
+              CollectivePermuteOp>(op)) {
+        auto axes = op->getAttrOfType<ArrayAttr>("axes");
+        llvm::StringRef axis = cast<StringAttr>(axes[0]).getValue();
+        double bytes = std::max(bytesOf(op->getOperand(0)),
+                                bytesOf(op->getResult(0)));
+        llvm::StringRef kind = name == "collective_permute" ? "permute" : name;
+        double time = collectiveTime(kind, bytes, sizeOf(axis), strideOf(axis));
+        if (axis == "tp")
+          block.tpComm += time;
+        else if (axis == "cp")
+          ringComm += time * (c - 1);
+        else
+          block.seqComm += time;
+        return;
+      }
+      auto costed = dyn_cast<CostOpInterface>(op);
+      if (!costed || isa<func::FuncOp>(op))
+        return;
+      OpCost cost = costed.getCost();
+      double time = roofline(op, cost);
+      double flops = cost.flops;
+      if (auto linear = dyn_cast<LinearOp>(op)) {
+        block.forward += time;
+        block.backwardInput += time;
+        block.backwardWeight += time;
+        save(linear.getInput(), false);
+      } else if (auto attention = dyn_cast<AttentionOp>(op)) {
+        // Ring attention: c steps of one block each, half of them masked
+        // away by causal load balancing.
+        double steps = c > 1 ? 0.5 * c : 1;
+        time *= steps;
+        flops *= steps;
+        if (c > 1)
+          ringCompute += time / c;
+        block.forward += time;
+        block.backwardInput += kAttentionBackward * time;
+        block.attentionCore += time;
+        save(attention.getQ(), false);
+        save(attention.getK(), false);
+        save(attention.getV(), false);
+        save(attention.getResult(), false);
+      } else if (auto matmul = dyn_cast<MatmulOp>(op)) {
+        bool core = isScores(matmul.getResult()) || isScores(matmul.getLhs());
+        block.forward += time;
+        block.backwardInput += 2 * time;
+        if (core)
+          block.attentionCore += time;
+        save(matmul.getLhs(), core && isScores(matmul.getLhs()));
+        save(matmul.getRhs(), false);
+      } else {
+        bool core = op->getNumResults() && isScores(op->getResult(0));
+        block.forward += time;
+        block.backwardInput += kStreamingBackward * time;
+        if (core)
+          block.attentionCore += time;
+        if (auto mul = dyn_cast<MulOp>(op)) {
+          if (isDropoutMask(mul.getRhs())) {
+            // A one-byte mask per element.
+            double maskBytes = bytesOf(mul.getRhs()) / 2;
+            block.savedBytes += maskBytes;
+            if (!core)
+              block.savedBytesSelective += maskBytes;
+          } else {
+            save(mul.getLhs(), core);
+            save(mul.getRhs(), core);
+          }
+        } else if (isa<SoftmaxOp>(op)) {
+          save(op->getResult(0), core);
+        } else if (isa<LayerNormOp, RMSNormOp, GeluOp, SiluOp>(op)) {
+          save(op->getOperand(0), false);
+        } else if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+          save(ce.getLogits(), false);
+        }
+      }
+      block.flops += flops;
+    });
+    if (c > 1) // K and V blocks move while the previous block is computed.
+      block.seqComm += std::max(0.0, ringComm - ringCompute * (c - 1));
+    for (Value value : saved)
+      block.savedBytes += bytesOf(value);
+    for (Value value : savedSelective)
+      block.savedBytesSelective += bytesOf(value);
+    return block;
+  };
+
+  Blocks result;
+  module->walk([&](func::FuncOp func) {
+    if (func.getName() == "layer")
+      result.layer = costFunc(func);
+    else if (func.getName() == "embedding")
+      result.embedding = costFunc(func);
+    else if (func.getName() == "head")
+      result.head = costFunc(func);
+  });
+  return cache.emplace(key, result).first->second;
+}
+
+const BlockCost &CostModel::layerCost(const plan::Plan &plan) {
+  return blocks(plan).layer;
+}
+const BlockCost &CostModel::embeddingCost(const plan::Plan &plan) {
+  return blocks(plan).embedding;
+}
+const BlockCost &CostModel::headCost(const plan::Plan &plan) {
+  return blocks(plan).head;
+}
+
+std::string CostModel::rankProgramText(const plan::Plan &plan) {
+  LayerShape shape;
+  shape.batch = plan.micro_batch();
+  shape.seq = trainingConfig.seq_len();
+  shape.tp = plan.tp();
+  shape.cp = plan.cp();
+  shape.ulysses = plan.ulysses();
+  shape.sequenceParallel = plan.sequence_parallel();
+  shape.flashAttention = trainingConfig.flash_attention();
+  shape.dropout = trainingConfig.dropout();
+  OwningOpRef<ModuleOp> module = buildRankProgram(*context, modelSpec, shape);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  return text;
+}
+
+//===----------------------------------------------------------------------===//
+// Checking a plan
+//===----------------------------------------------------------------------===//
+
+static int virtualStages(const plan::Plan &plan) {
+  return (plan.schedule() == plan::SCHEDULE_INTERLEAVED ||
+          plan.schedule() == plan::SCHEDULE_ZEROPP)
+             ? std::max(1, plan.virtual_stages())
+             : 1;
+}
+
+std::string CostModel::checkPlan(const plan::Plan &plan) const {
+  std::string why;
+  llvm::raw_string_ostream os(why);
+  const plan::ModelSpec &m = modelSpec;
+  const int64_t seq = trainingConfig.seq_len();
+  if (plan.dp() < 1 || plan.tp() < 1 || plan.pp() < 1 || plan.cp() < 1 ||
+      plan.ulysses() < 1 || plan.micro_batch() < 1)
+    return "every degree and the micro-batch size must be at least 1";
+  int64_t gpus = int64_t(plan.dp()) * plan.tp() * plan.pp() * plan.cp() *
+                 plan.ulysses();
+  if (gpus > totalGpus(clusterSpec)) {
+    os << "the plan needs " << gpus << " GPUs (dp*tp*pp*cp*ulysses) but the "
+       << "cluster has " << totalGpus(clusterSpec);
+    return why;
+  }
+  if (plan.tp() > clusterSpec.gpus_per_node() && !plan.tp_across_nodes()) {
+    os << "tp=" << plan.tp() << " does not fit in a node of "
+       << clusterSpec.gpus_per_node() << " GPUs (allow it with tp across nodes)";
+    return why;
+  }
+  int64_t tu = int64_t(plan.tp()) * plan.ulysses();
+  if (m.heads() % tu) {
+    os << "heads (" << m.heads() << ") are not divisible by tp*ulysses (" << tu
+       << ")";
+    return why;
+  }
+  if (m.kv_heads() % plan.tp() && plan.tp() % m.kv_heads()) {
+    os << "kv_heads (" << m.kv_heads() << ") and tp (" << plan.tp()
+       << ") do not divide one another";
+    return why;
+  }
+  int64_t kvLocal = std::max<int64_t>(1, m.kv_heads() / plan.tp());
+  if (kvLocal % plan.ulysses()) {
+    os << "the " << kvLocal << " KV heads per tp rank are not divisible by "
+       << "ulysses=" << plan.ulysses();
+    return why;
+  }
+  if (m.ffn_hidden() % plan.tp()) {
+    os << "ffn_hidden (" << m.ffn_hidden() << ") is not divisible by tp="
+       << plan.tp();
+    return why;
+  }
+  int64_t seqSplit = int64_t(plan.cp()) * plan.ulysses() *
+                     (plan.cp() > 1 ? 2 : 1);
+  if (seq % seqSplit) {
+    os << "the sequence (" << seq << ") is not divisible by "
+       << (plan.cp() > 1 ? "2*cp*ulysses" : "ulysses") << " (" << seqSplit
+       << ")";
+    return why;
+  }
+  if (plan.sequence_parallel()) {
+    if (plan.tp() == 1)
+      return "sequence parallelism needs tp > 1";
+    if ((seq / plan.cp() / plan.ulysses()) % plan.tp()) {
+      os << "sequence parallelism: the " << seq / plan.cp() / plan.ulysses()
+         << " tokens per rank are not divisible by tp=" << plan.tp();
+      return why;
+    }
+  }
+  int64_t batch = trainingConfig.global_batch();
+  if (batch % (int64_t(plan.dp()) * plan.micro_batch())) {
+    os << "the global batch (" << batch << ") is not divisible by dp*mbs ("
+       << int64_t(plan.dp()) * plan.micro_batch() << ")";
+    return why;
+  }
+  int64_t micro = batch / plan.dp() / plan.micro_batch();
+  if (plan.num_micro_batches() != micro) {
+    os << "num_micro_batches is " << plan.num_micro_batches()
+       << " but global batch / (dp*mbs) is " << micro;
+    return why;
+  }
+  if (plan.pp() > m.layers()) {
+    os << "pp=" << plan.pp() << " is more than the " << m.layers()
+       << " layers";
+    return why;
+  }
+  int v = virtualStages(plan);
+  switch (plan.schedule()) {
+  case plan::SCHEDULE_INTERLEAVED:
+  case plan::SCHEDULE_ZEROPP:
+    if (plan.schedule() == plan::SCHEDULE_INTERLEAVED && v < 2)
+      return "the interleaved schedule needs v >= 2 chunks per stage";
+    if (m.layers() % (int64_t(plan.pp()) * v)) {
+      os << "layers (" << m.layers() << ") are not divisible by pp*v ("
+         << plan.pp() * v << ")";
+      return why;
+    }
+    if (plan.schedule() == plan::SCHEDULE_INTERLEAVED && plan.pp() < 2)
+      return "the interleaved schedule needs pp >= 2";
+    if (plan.schedule() == plan::SCHEDULE_INTERLEAVED && micro % plan.pp()) {
+      os << "the interleaved schedule needs the " << micro
+         << " micro-batches to be a multiple of pp=" << plan.pp();
+      return why;
+    }
+    if (plan.schedule() == plan::SCHEDULE_ZEROPP &&
+        (plan.tp() != 1 || plan.zero_stage() != 3))
+      return "ZeroPP is a TP-free pipeline with fully sharded data "
+             "parallelism: it needs tp=1 and zero=3";
+    break;
+  case plan::SCHEDULE_ZB_H1:
+  case plan::SCHEDULE_GPIPE:
+    if (plan.pp() < 2) {
+      os << scheduleName(plan.schedule()) << " needs pp >= 2";
+      return why;
+    }
+    break;
+  default:
+    break;
+  }
+  if (plan.zero_stage() < 0 || plan.zero_stage() > 3)
+    return "zero must be 0, 1, 2 or 3";
+  if (plan.stage_layers_size()) {
+    if (plan.stage_layers_size() != plan.pp()) {
+      os << "stages lists " << plan.stage_layers_size()
+         << " stages but pp=" << plan.pp();
+      return why;
+    }
+    int64_t sum = 0;
+    for (int32_t n : plan.stage_layers()) {
+      if (n < 1)
+        return "every pipeline stage needs at least one layer";
+      sum += n;
+    }
+    if (sum != m.layers()) {
+      os << "stages hold " << sum << " layers but the model has "
+         << m.layers();
+      return why;
+    }
+    if (v > 1)
+      for (int32_t n : plan.stage_layers())
+        if (n != plan.stage_layers(0))
+          return "interleaved schedules need equal stages";
+  }
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Stages, memory and time
+//===----------------------------------------------------------------------===//
+
+double CostModel::dataParallelShard(const plan::Plan &plan) const {
+  return double(plan.dp()) * plan.cp() * plan.ulysses();
+}
+
+double CostModel::stageParameters(const plan::Plan &plan, int stage) const {
+  const double t = plan.tp();
+  double layers = plan.stage_layers_size() ? plan.stage_layers(stage)
+                                           : double(modelSpec.layers()) /
+                                                 plan.pp();
+  double params = layers * layerParameterCount(modelSpec) / t;
+  double table = double(modelSpec.vocab()) * modelSpec.hidden() / t;
+  if (stage == 0)
+    params += table;
+  if (stage == plan.pp() - 1 && !(modelSpec.tied_embeddings() && plan.pp() == 1))
+    params += table;
+  return params;
+}
+
+std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
+  const int p = plan.pp();
+  const int64_t layers = modelSpec.layers();
+  if (virtualStages(plan) > 1 || p == 1)
+    return std::vector<int32_t>(p, int32_t(layers / p));
+  const BlockCost &layer = layerCost(plan);
+  const BlockCost &embed = embeddingCost(plan);
+  const BlockCost &head = headCost(plan);
+  auto total = [](const BlockCost &b) {
+    return b.forward + b.backwardInput + b.backwardWeight + 2 * b.tpComm;
+  };
+  double unit = std::max(total(layer), 1e-12);
+  // The stages' shape depends only on the extra work of the first and last
+  // stage relative to a layer; cache on those ratios.
+  int64_t firstExtra = std::llround(total(embed) / unit * 100);
+  int64_t lastExtra = std::llround(total(head) / unit * 100);
+  auto key = std::make_tuple(p, int(layers), firstExtra, lastExtra);
+  auto found = stageCache.find(key);
+  if (found != stageCache.end())
+    return found->second;
+  // best[s][n]: the smallest possible maximum stage time when the first n
+  // layers are placed on stages 0..s; costs in units of a layer (x100).
+  const int64_t inf = std::numeric_limits<int64_t>::max() / 4;
+  std::vector<std::vector<int64_t>> best(
+      p, std::vector<int64_t>(layers + 1, inf));
+  std::vector<std::vector<int32_t>> choice(
+      p, std::vector<int32_t>(layers + 1, 0));
+  auto stageCost = [&](int stage, int64_t count) {
+    int64_t cost = count * 100;
+    if (stage == 0)
+      cost += firstExtra;
+    if (stage == p - 1)
+      cost += lastExtra;
+    return cost;
+  };
+  for (int64_t n = 1; n <= layers; ++n)
+    best[0][n] = stageCost(0, n);
+  for (int s = 1; s < p; ++s)
+    for (int64_t n = s + 1; n <= layers; ++n)
+      for (int64_t k = 1; k <= n - s; ++k) { // k layers on stage s
+        int64_t value = std::max(best[s - 1][n - k], stageCost(s, k));
+        // Ties go to the earlier stages holding more layers (deterministic).
+        if (value < best[s][n]) {
+          best[s][n] = value;
+          choice[s][n] = int32_t(k);
+        }
+      }
+  std::vector<int32_t> stages(p);
+  int64_t n = layers;
+  for (int s = p - 1; s > 0; --s) {
+    stages[s] = choice[s][n];
+    n -= choice[s][n];
+  }
+  stages[0] = int32_t(n);
+  stageCache.emplace(key, stages);
+  return stages;
+}
+
+CostModel::StageTimes CostModel::stageTimes(const plan::Plan &plan) {
+  const int p = plan.pp(), v = virtualStages(plan);
+  const BlockCost &layer = layerCost(plan);
+  const BlockCost &embed = embeddingCost(plan);
+  const BlockCost &head = headCost(plan);
+  const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
+  StageTimes times;
+  times.forward.assign(p * v, 0);
+  times.backward.assign(p * v, 0);
+  times.weight.assign(p * v, 0);
+  double layerForward = layer.forward + layer.tpComm + layer.seqComm;
+  double recompute = 0;
+  if (plan.recompute() == plan::RECOMPUTE_FULL)
+    recompute = layerForward;
+  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
+    recompute = layer.attentionCore;
+  double layerBackward = layer.backwardInput + layer.tpComm + layer.seqComm +
+                         recompute + (zb ? 0 : layer.backwardWeight);
+  double layerWeight = zb ? layer.backwardWeight : 0;
+  const double shard = dataParallelShard(plan);
+  const int64_t shardStride = int64_t(plan.tp());
+  for (int c = 0; c < v; ++c)
+    for (int s = 0; s < p; ++s) {
+      int vs = c * p + s;
+      double layers = plan.stage_layers(s) / double(v);
+      double f = layers * layerForward;
+      double b = layers * layerBackward;
+      double w = layers * layerWeight;
+      if (vs == 0) {
+        f += embed.forward + embed.tpComm;
+        b += embed.backwardInput + embed.backwardWeight + embed.tpComm;
+      }
+      if (vs == p * v - 1) {
+        f += head.forward + head.tpComm;
+        b += head.backwardInput + head.tpComm + (zb ? 0 : head.backwardWeight);
+        w += zb ? head.backwardWeight : 0;
+      }
+      if (plan.zero_stage() == 3 && shard > 1) {
+        // Parameters of the chunk gathered before forward and backward,
+        // gradients reduce-scattered after backward, prefetched behind
+        // compute. ZeroPP gathers once per pipeline block of micro-batches.
+        double params = layers * layerParameterCount(modelSpec) / plan.tp();
+        double gather = collectiveTime("all_gather", params * kWeightBytes,
+                                       int64_t(shard), shardStride);
+        double scatter = collectiveTime("reduce_scatter", params * kGradBytes,
+                                        int64_t(shard), shardStride);
+        double reuse = plan.schedule() == plan::SCHEDULE_ZEROPP
+                           ? std::min<double>(p, plan.num_micro_batches())
+                           : 1;
+        f = std::max(f, gather / reuse);
+        b = std::max(b + w, (gather + scatter) / reuse) - w;
+      }
+      times.forward[vs] = f;
+      times.backward[vs] = b;
+      times.weight[vs] = w;
+    }
+  double activation = double(plan.micro_batch()) * trainingConfig.seq_len() /
+                      plan.cp() / plan.ulysses() * modelSpec.hidden() *
+                      kWeightBytes;
+  if (plan.sequence_parallel())
+    activation /= plan.tp();
+  int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() * plan.dp();
+  times.p2p = p > 1 ? collectiveTime("send", activation, 2, ppStride) : 0;
+  return times;
+}
+
+double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
+                           std::vector<TimelineEvent> *timeline) {
+  ++counters.simulated;
+  const int p = plan.pp(), v = virtualStages(plan);
+  const int m = plan.num_micro_batches();
+  const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
+  struct Step {
+    TimelineEvent::Kind kind;
+    int mb, chunk;
+  };
+  std::vector<std::vector<Step>> order(p);
+  for (int s = 0; s < p; ++s) {
+    std::vector<Step> &steps = order[s];
+    if (plan.schedule() == plan::SCHEDULE_GPIPE) {
+      for (int i = 0; i < m; ++i)
+        steps.push_back({TimelineEvent::Forward, i, 0});
+      for (int i = 0; i < m; ++i)
+        steps.push_back({TimelineEvent::Backward, i, 0});
+    } else if (v > 1) {
+      // Megatron's interleaved order: groups of p micro-batches per chunk.
+      int total = m * v;
+      auto mbOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+      auto chunkOf = [&](int k, bool forward) {
+        int c = (k % (p * v)) / p;
+        return forward ? c : v - 1 - c;
+      };
+      int warmup = std::min(total, (p - s - 1) * 2 + (v - 1) * p);
+      for (int k = 0; k < warmup; ++k)
+        steps.push_back({TimelineEvent::Forward, mbOf(k), chunkOf(k, true)});
+      for (int i = 0; i < total - warmup; ++i) {
+        int k = warmup + i;
+        steps.push_back({TimelineEvent::Forward, mbOf(k), chunkOf(k, true)});
+        steps.push_back({TimelineEvent::Backward, mbOf(i), chunkOf(i, false)});
+      }
+      for (int i = total - warmup; i < total; ++i)
+        steps.push_back({TimelineEvent::Backward, mbOf(i), chunkOf(i, false)});
+    } else {
+      int warmup = std::min(m, p - s - 1);
+      int deferred = zb ? p - s - 1 : 0; // ZB-H1: W fills the cool-down
+      int backwards = 0, weights = 0;
+      auto backward = [&](int mb) {
+        steps.push_back({TimelineEvent::Backward, mb, 0});
+        ++backwards;
+        if (zb && backwards - deferred > weights)
+          steps.push_back({TimelineEvent::WeightGrad, weights++, 0});
+      };
+      for (int i = 0; i < warmup; ++i)
+        steps.push_back({TimelineEvent::Forward, i, 0});
+      for (int i = 0; i < m - warmup; ++i) {
+        steps.push_back({TimelineEvent::Forward, warmup + i, 0});
+        backward(i);
+      }
+      for (int i = m - warmup; i < m; ++i)
+        backward(i);
+      while (zb && weights < m)
+        steps.push_back({TimelineEvent::WeightGrad, weights++, 0});
+    }
+  }
+  const int stages = p * v;
+  std::vector<double> fwdDone(size_t(stages) * m, -1), bwdDone(size_t(stages) * m, -1);
+  std::vector<double> freeAt(p, 0);
+  std::vector<size_t> next(p, 0);
+  size_t remaining = 0;
+  for (auto &steps : order)
+    remaining += steps.size();
+  while (remaining) {
+    bool progress = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < order[s].size()) {
+        const Step &step = order[s][next[s]];
+        int vs = step.chunk * p + s;
+        double ready = 0;
+        if (step.kind == TimelineEvent::Forward) {
+          if (vs > 0) {
+            double dep = fwdDone[size_t(vs - 1) * m + step.mb];
+            if (dep < 0)
+              break;
+            ready = dep + times.p2p;
+          }
+        } else if (step.kind == TimelineEvent::Backward) {
+          double dep = vs == stages - 1
+                           ? fwdDone[size_t(vs) * m + step.mb]
+                           : bwdDone[size_t(vs + 1) * m + step.mb];
+          if (dep < 0)
+            break;
+          ready = dep + (vs == stages - 1 ? 0 : times.p2p);
+        } else {
+          double dep = bwdDone[size_t(vs) * m + step.mb];
+          if (dep < 0)
+            break;
+          ready = dep;
+        }
+        double duration = step.kind == TimelineEvent::Forward
+                              ? times.forward[vs]
+                          : step.kind == TimelineEvent::Backward
+                              ? times.backward[vs]
+                              : times.weight[vs];
+        double start = std::max(freeAt[s], ready);
+        double end = start + duration;
+        freeAt[s] = end;
+        if (step.kind == TimelineEvent::Forward)
+          fwdDone[size_t(vs) * m + step.mb] = end;
+        else if (step.kind == TimelineEvent::Backward)
+          bwdDone[size_t(vs) * m + step.mb] = end;
+        if (timeline)
+          timeline->push_back({step.kind, s, step.mb, step.chunk, start, end});
+        ++next[s];
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress)
+      return std::numeric_limits<double>::infinity();
+  }
+  return *std::max_element(freeAt.begin(), freeAt.end());
+}
+
+void CostModel::fillMemory(plan::Plan &plan) {
+  const int p = plan.pp(), v = virtualStages(plan);
+  const int m = plan.num_micro_batches();
+  const BlockCost &layer = layerCost(plan);
+  const BlockCost &embed = embeddingCost(plan);
+  const BlockCost &head = headCost(plan);
+  const double shard = dataParallelShard(plan);
+  double perLayer = layer.savedBytes;
+  if (plan.recompute() == plan::RECOMPUTE_FULL)
+    perLayer = layer.inputBytes;
+  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
+    perLayer = layer.savedBytesSelective;
+  double capacity = clusterSpec.gpu().hbm_gib() -
+                    trainingConfig.memory_reserve_gib();
+  plan.clear_stage_memory();
+  plan::MemoryBreakdown worst;
+  for (int s = 0; s < p; ++s) {
+    double params = stageParameters(plan, s);
+    plan::MemoryBreakdown mem;
+    double weights = params * kWeightBytes;
+    if (plan.zero_stage() >= 3 && shard > 1) {
+      weights /= shard;
+      // Two layers' gathered weights (the one running and the prefetch).
+      weights += 2 * layerParameterCount(modelSpec) / plan.tp() * kWeightBytes;
+    }
+    double grads = params * kGradBytes /
+                   (plan.zero_stage() >= 2 ? shard : 1);
+    double optimizer = params * kOptimizerBytes /
+                       (plan.zero_stage() >= 1 ? shard : 1);
+    // Chunk-micro-batches whose activations the schedule holds at once.
+    double inFlight;
+    if (plan.schedule() == plan::SCHEDULE_GPIPE)
+      inFlight = m;
+    else if (v > 1)
+      inFlight = std::min<double>((p - s - 1) * 2 + (v - 1) * p + 1, double(m) * v);
+    else
+      inFlight = std::min<double>(p - s, m);
+    double layersPerChunk = double(plan.stage_layers(s)) / v;
+    double activations = inFlight * layersPerChunk * perLayer;
+    if (s == 0)
+      activations += std::min<double>(inFlight, m) * embed.savedBytes;
+    if (s == p - 1)
+      activations += head.savedBytes;
+    // One layer's full activations and gradients while it runs backward.
+    double workspace = kWorkspaceBytes + layer.savedBytes;
+    mem.set_weights_gib(weights / kGiB);
+    mem.set_gradients_gib(grads / kGiB);
+    mem.set_optimizer_gib(optimizer / kGiB);
+    mem.set_activations_gib(activations / kGiB);
+    mem.set_workspace_gib(workspace / kGiB);
+    mem.set_total_gib(
+        (weights + grads + optimizer + activations + workspace) / kGiB);
+    mem.set_capacity_gib(capacity);
+    *plan.add_stage_memory() = mem;
+    if (mem.total_gib() > worst.total_gib())
+      worst = mem;
+  }
+  *plan.mutable_memory() = worst;
+  plan.set_fits(worst.total_gib() <= capacity);
+}
+
+double CostModel::peakMemoryBytes(const plan::Plan &plan) {
+  plan::Plan copy = plan;
+  fillMemory(copy);
+  return copy.memory().total_gib() * kGiB;
+}
+
+namespace {
+struct DataParallelCost {
+  double total = 0, exposed = 0, optimizer = 0;
+};
+} // namespace
+
+static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
+                                     double stageParams, double lastBackward,
+                                     double firstForward, double shard) {
+  DataParallelCost cost;
+  const int64_t stride = plan.tp();
+  if (shard > 1 && plan.zero_stage() < 3) {
+    double grads = stageParams * kGradBytes;
+    double reduce = plan.zero_stage() == 0
+                        ? model.collectiveTime("all_reduce", grads,
+                                               int64_t(shard), stride)
+                        : model.collectiveTime("reduce_scatter", grads,
+                                               int64_t(shard), stride);
+    double gather = plan.zero_stage() == 0
+                        ? 0
+                        : model.collectiveTime("all_gather",
+                                               stageParams * kWeightBytes,
+                                               int64_t(shard), stride);
+    // Gradients reduce in buckets behind the last micro-batch's backward; the
+    // parameter all-gather runs behind the next step's first forward.
+    double buckets = 8;
+    cost.total = reduce + gather;
+    cost.exposed = std::max(reduce / buckets, reduce - lastBackward) +
+                   (gather > 0 ? std::max(gather / buckets, gather - firstForward)
+                               : 0);
+  }
+  double local = stageParams / (plan.zero_stage() >= 1 ? shard : 1);
+  const plan::Gpu &gpu = model.cluster().gpu();
+  cost.optimizer = local * kAdamBytesPerParam /
+                   (gpu.hbm_gbps() * 1e9 * gpu.memory_efficiency());
+  return cost;
+}
+
+double CostModel::stepLowerBound(const plan::Plan &plan) {
+  StageTimes times = stageTimes(plan);
+  const int p = plan.pp(), v = virtualStages(plan);
+  double busiest = 0;
+  for (int s = 0; s < p; ++s) {
+    double work = 0;
+    for (int c = 0; c < v; ++c)
+      work += times.forward[c * p + s] + times.backward[c * p + s] +
+              times.weight[c * p + s];
+    busiest = std::max(busiest, work);
+  }
+  double params = stageParameters(plan, 0);
+  DataParallelCost dp =
+      dataParallel(*this, plan, params, times.backward.back(),
+                   times.forward.front(), dataParallelShard(plan));
+  return busiest * plan.num_micro_batches() + dp.exposed + dp.optimizer;
+}
+
+void CostModel::evaluate(plan::Plan &plan,
+                         std::vector<TimelineEvent> *timeline) {
+  ++counters.evaluated;
+  if (plan.stage_layers_size() == 0) {
+    std::vector<int32_t> stages;
+    if (modelSpec.layers() % plan.pp() == 0)
+      stages.assign(plan.pp(), int32_t(modelSpec.layers() / plan.pp()));
+    else
+      stages = balanceStages(plan);
+    for (int32_t n : stages)
+      plan.add_stage_layers(n);
+  }
+  plan.set_gpus_used(int64_t(plan.dp()) * plan.tp() * plan.pp() * plan.cp() *
+                     plan.ulysses());
+  fillMemory(plan);
+  const int p = plan.pp(), v = virtualStages(plan);
+  const int m = plan.num_micro_batches();
+  StageTimes times = stageTimes(plan);
+  double pipeline = simulate(plan, times, timeline);
+
+  // Data parallelism and the optimizer, on the stage that finishes last.
+  const double shard = dataParallelShard(plan);
+  double dpExposed = 0, dpTotal = 0, optimizer = 0;
+  for (int s = 0; s < p; ++s) {
+    double lastBackward = 0, firstForward = 0;
+    for (int c = 0; c < v; ++c) {
+      lastBackward += times.backward[c * p + s] + times.weight[c * p + s];
+      firstForward += times.forward[c * p + s];
+    }
+    DataParallelCost cost = dataParallel(*this, plan, stageParameters(plan, s),
+                                         lastBackward, firstForward, shard);
+    dpExposed = std::max(dpExposed, cost.exposed);
+    dpTotal = std::max(dpTotal, cost.total);
+    optimizer = std::max(optimizer, cost.optimizer);
+  }
+  double step = pipeline + dpExposed + optimizer;
+  if (timeline) {
+    for (int s = 0; s < p; ++s) {
+      if (dpExposed > 0)
+        timeline->push_back({TimelineEvent::DataParallelComm, s, -1, 0,
+                             pipeline, pipeline + dpExposed});
+      timeline->push_back({TimelineEvent::Optimizer, s, -1, 0,
+                           pipeline + dpExposed, step});
+    }
+  }
+
+  // Breakdown on the busiest stage.
+  const BlockCost &layer = layerCost(plan);
+  int busiest = 0;
+  double busiestWork = -1;
+  for (int s = 0; s < p; ++s) {
+    double work = 0;
+    for (int c = 0; c < v; ++c)
+      work += times.forward[c * p + s] + times.backward[c * p + s] +
+              times.weight[c * p + s];
+    if (work > busiestWork) {
+      busiestWork = work;
+      busiest = s;
+    }
+  }
+  double layers = plan.stage_layers(busiest);
+  double recompute = 0;
+  if (plan.recompute() == plan::RECOMPUTE_FULL)
+    recompute = layer.forward + layer.tpComm + layer.seqComm;
+  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
+    recompute = layer.attentionCore;
+  plan::TimeBreakdown *time = plan.mutable_time();
+  time->set_step_s(step);
+  time->set_tp_comm_s(m * layers * layer.tpComm *
+                      (plan.recompute() == plan::RECOMPUTE_FULL ? 3 : 2));
+  time->set_cp_comm_s(m * layers * layer.seqComm *
+                      (plan.recompute() == plan::RECOMPUTE_FULL ? 3 : 2));
+  time->set_recompute_s(m * layers *
+                        (plan.recompute() == plan::RECOMPUTE_FULL
+                             ? layer.forward
+                             : recompute));
+  time->set_pp_comm_s(p > 1 ? 2.0 * m * v * times.p2p : 0);
+  double work = m * busiestWork;
+  time->set_compute_s(std::max(0.0, work - time->tp_comm_s() -
+                                        time->cp_comm_s() -
+                                        time->recompute_s()));
+  time->set_bubble_s(std::max(0.0, pipeline - work));
+  time->set_dp_comm_exposed_s(dpExposed);
+  time->set_dp_comm_total_s(dpTotal);
+  time->set_optimizer_s(optimizer);
+  time->set_bubble_fraction(step > 0 ? time->bubble_s() / step : 0);
+  time->set_comm_fraction(step > 0 ? (time->tp_comm_s() + time->cp_comm_s() +
+                                      time->pp_comm_s() + dpExposed) /
+                                         step
+                                   : 0);
+  double tokens = double(trainingConfig.global_batch()) *
+                  trainingConfig.seq_len();
+  plan.set_tokens_per_s(tokens / step);
+  double flops = modelFlopsPerStep(modelSpec, trainingConfig.global_batch(),
+                                   trainingConfig.seq_len());
+  double peak = (trainingConfig.dtype() == "fp16"
+                     ? clusterSpec.gpu().fp16_tflops()
+                     : clusterSpec.gpu().bf16_tflops()) *
+                1e12;
+  plan.set_model_tflops_per_gpu(flops / step / plan.gpus_used() / 1e12);
+  plan.set_mfu(flops / step / plan.gpus_used() / peak);
+}
+
+//===----------------------------------------------------------------------===//
+// Plans written by hand
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<plan::Plan> planner::parsePlanSpec(llvm::StringRef text,
+                                                  const CostModel &model) {
+  plan::Plan plan;
+  plan.set_tp(1);
+  plan.set_pp(1);
+  plan.set_cp(1);
+  plan.set_ulysses(1);
+  plan.set_micro_batch(1);
+  bool dpSet = false, mSet = false, vSet = false, scheduleSet = false;
+  auto bad = [&](const llvm::Twine &why) {
+    return llvm::createStringError("--evaluate \"" + text.str() + "\": " +
+                                   why.str());
+  };
+  llvm::SmallVector<llvm::StringRef> items;
+  text.split(items, ',', -1, false);
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.trim().split('=');
+    key = key.trim();
+    value = value.trim();
+    std::string lower = value.lower();
+    int64_t number = 0;
+    bool isNumber = !value.getAsInteger(10, number);
+    auto setNumber = [&](auto setter) -> llvm::Error {
+      if (!isNumber || number < 0 || number > (1 << 24))
+        return bad("'" + key + "' needs a count, got '" + value + "'");
+      setter(number);
+      return llvm::Error::success();
+    };
+    llvm::Error error = llvm::Error::success();
+    if (key == "tp")
+      error = setNumber([&](int64_t n) { plan.set_tp(n); });
+    else if (key == "pp")
+      error = setNumber([&](int64_t n) { plan.set_pp(n); });
+    else if (key == "dp")
+      error = setNumber([&](int64_t n) { plan.set_dp(n); dpSet = true; });
+    else if (key == "cp" || key == "ring")
+      error = setNumber([&](int64_t n) { plan.set_cp(n); });
+    else if (key == "ulysses")
+      error = setNumber([&](int64_t n) { plan.set_ulysses(n); });
+    else if (key == "mbs")
+      error = setNumber([&](int64_t n) { plan.set_micro_batch(n); });
+    else if (key == "m")
+      error = setNumber([&](int64_t n) { plan.set_num_micro_batches(n); mSet = true; });
+    else if (key == "v")
+      error = setNumber([&](int64_t n) { plan.set_virtual_stages(n); vSet = true; });
+    else if (key == "zero")
+      error = setNumber([&](int64_t n) { plan.set_zero_stage(n); });
+    else if (key == "sp")
+      plan.set_sequence_parallel(lower == "1" || lower == "on" ||
+                                 lower == "true" || lower == "yes");
+    else if (key == "schedule") {
+      scheduleSet = true;
+      if (lower == "1f1b")
+        plan.set_schedule(plan::SCHEDULE_1F1B);
+      else if (lower == "gpipe")
+        plan.set_schedule(plan::SCHEDULE_GPIPE);
+      else if (lower == "interleaved" || lower == "interleaved-1f1b")
+        plan.set_schedule(plan::SCHEDULE_INTERLEAVED);
+      else if (lower == "zb-h1" || lower == "zb" || lower == "zbh1")
+        plan.set_schedule(plan::SCHEDULE_ZB_H1);
+      else if (lower == "zeropp")
+        plan.set_schedule(plan::SCHEDULE_ZEROPP);
+      else
+        return bad("unknown schedule '" + value +
+                   "'; use gpipe, 1f1b, interleaved, zb-h1 or zeropp");
+    } else if (key == "recompute") {
+      if (lower == "none" || lower == "off")
+        plan.set_recompute(plan::RECOMPUTE_NONE);
+      else if (lower == "selective")
+        plan.set_recompute(plan::RECOMPUTE_SELECTIVE);
+      else if (lower == "full")
+        plan.set_recompute(plan::RECOMPUTE_FULL);
+      else
+        return bad("unknown recompute '" + value +
+                   "'; use none, selective or full");
+    } else if (key == "stages") {
+      llvm::SmallVector<llvm::StringRef> parts;
+      value.split(parts, '/');
+      for (llvm::StringRef part : parts) {
+        int64_t n = 0;
+        if (part.getAsInteger(10, n) || n < 1)
+          return bad("stages must be layer counts separated by '/', got '" +
+                     value + "'");
+        plan.add_stage_layers(n);
+      }
+    } else {
+      return bad("unknown key '" + key +
+                 "'; keys are tp, pp, dp, cp, ulysses, sp, mbs, m, v, "
+                 "schedule, zero, recompute, stages");
+    }
+    if (error)
+      return error;
+  }
+  if (plan.tp() < 1 || plan.pp() < 1 || plan.cp() < 1 || plan.ulysses() < 1 ||
+      plan.micro_batch() < 1)
+    return bad("degrees and mbs must be at least 1");
+  int64_t others = int64_t(plan.tp()) * plan.pp() * plan.cp() * plan.ulysses();
+  if (!dpSet) {
+    int64_t gpus = totalGpus(model.cluster());
+    if (gpus % others)
+      return bad("dp is not given and tp*pp*cp*ulysses (" +
+                 llvm::Twine(others) + ") does not divide the " +
+                 llvm::Twine(gpus) + " GPUs");
+    plan.set_dp(gpus / others);
+  }
+  if (plan.dp() < 1)
+    return bad("dp must be at least 1");
+  if (!mSet) {
+    int64_t batch = model.training().global_batch();
+    int64_t per = int64_t(plan.dp()) * plan.micro_batch();
+    if (batch % per)
+      return bad("the global batch (" + llvm::Twine(batch) +
+                 ") is not divisible by dp*mbs (" + llvm::Twine(per) + ")");
+    plan.set_num_micro_batches(batch / per);
+  }
+  if (!scheduleSet && vSet && plan.virtual_stages() > 1)
+    plan.set_schedule(plan::SCHEDULE_INTERLEAVED);
+  if (plan.schedule() == plan::SCHEDULE_INTERLEAVED && !vSet)
+    return bad("the interleaved schedule needs v (chunks per stage)");
+  if (plan.schedule() != plan::SCHEDULE_INTERLEAVED &&
+      plan.schedule() != plan::SCHEDULE_ZEROPP)
+    plan.set_virtual_stages(1);
+  if (plan.schedule() == plan::SCHEDULE_ZEROPP && !vSet)
+    plan.set_virtual_stages(1);
+  return plan;
+}

@@ -1,0 +1,535 @@
+//===- Report.cpp - Tables, explanations, HTML and exports of plans -------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/Report.h"
+
+#include "weft/Planner/Cluster.h"
+
+#include "google/protobuf/util/json_util.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+
+#include <cmath>
+
+using namespace weft;
+using namespace weft::planner;
+using llvm::format;
+
+std::string planner::describePlan(const plan::Plan &p) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "dp=" << p.dp() << " tp=" << p.tp() << " pp=" << p.pp();
+  if (p.cp() > 1)
+    os << " cp=" << p.cp();
+  if (p.ulysses() > 1)
+    os << " ulysses=" << p.ulysses();
+  if (p.sequence_parallel())
+    os << " sp";
+  os << " mbs=" << p.micro_batch() << " m=" << p.num_micro_batches() << " "
+     << scheduleName(p.schedule());
+  if (p.virtual_stages() > 1)
+    os << "(v=" << p.virtual_stages() << ")";
+  os << " zero=" << p.zero_stage() << " recompute=" << recomputeName(p.recompute());
+  return text;
+}
+
+static std::string scheduleCell(const plan::Plan &p) {
+  std::string s = p.pp() == 1 ? "-" : scheduleName(p.schedule());
+  if (p.virtual_stages() > 1)
+    s += " v=" + std::to_string(p.virtual_stages());
+  return s;
+}
+
+void planner::printPlanTable(llvm::raw_ostream &os,
+                             llvm::ArrayRef<plan::Plan> plans) {
+  os << format("%-3s %5s %3s %3s %3s %3s %-3s %4s %5s %-15s %4s %-9s %9s "
+               "%10s %6s %9s %7s %6s\n",
+               "#", "dp", "tp", "pp", "cp", "uly", "sp", "mbs", "m",
+               "schedule", "zero", "recompute", "step(s)", "tokens/s", "MFU",
+               "mem(GiB)", "bubble", "comm");
+  int rank = 0;
+  for (const plan::Plan &p : plans) {
+    ++rank;
+    os << format("%-3d %5d %3d %3d %3d %3d %-3s %4d %5d %-15s %4d %-9s %9.3f "
+                 "%10.4g %5.1f%% %9.1f %6.1f%% %5.1f%%\n",
+                 rank, p.dp(), p.tp(), p.pp(), p.cp(), p.ulysses(),
+                 p.sequence_parallel() ? "on" : "-", p.micro_batch(),
+                 p.num_micro_batches(), scheduleCell(p).c_str(), p.zero_stage(),
+                 recomputeName(p.recompute()), p.time().step_s(),
+                 p.tokens_per_s(), 100 * p.mfu(), p.memory().total_gib(),
+                 100 * p.time().bubble_fraction(),
+                 100 * p.time().comm_fraction());
+  }
+}
+
+void planner::printPlanBreakdown(llvm::raw_ostream &os, const plan::Plan &p) {
+  const plan::TimeBreakdown &t = p.time();
+  const plan::MemoryBreakdown &m = p.memory();
+  os << "plan: " << describePlan(p) << "\n";
+  os << "stages (layers):";
+  for (int32_t n : p.stage_layers())
+    os << ' ' << n;
+  os << "\n";
+  os << format("step %.3f s, %.4g tokens/s, MFU %.1f%%, %.1f model TFLOP/s "
+               "per GPU, %lld GPUs\n",
+               t.step_s(), p.tokens_per_s(), 100 * p.mfu(),
+               p.model_tflops_per_gpu(), (long long)p.gpus_used());
+  os << format("time (busiest stage): compute %.3f s, recompute %.3f s, tp "
+               "comm %.3f s, cp/ulysses comm %.3f s, pp comm %.3f s, bubble "
+               "%.3f s (%.1f%%), dp comm %.3f s exposed of %.3f s, optimizer "
+               "%.3f s\n",
+               t.compute_s(), t.recompute_s(), t.tp_comm_s(), t.cp_comm_s(),
+               t.pp_comm_s(), t.bubble_s(), 100 * t.bubble_fraction(),
+               t.dp_comm_exposed_s(), t.dp_comm_total_s(), t.optimizer_s());
+  os << format("memory per GPU (worst stage): weights %.1f, gradients %.1f, "
+               "optimizer %.1f, activations %.1f, workspace %.1f = %.1f GiB "
+               "of %.1f GiB%s\n",
+               m.weights_gib(), m.gradients_gib(), m.optimizer_gib(),
+               m.activations_gib(), m.workspace_gib(), m.total_gib(),
+               m.capacity_gib(), p.fits() ? "" : "  (does NOT fit)");
+}
+
+//===----------------------------------------------------------------------===//
+// --explain
+//===----------------------------------------------------------------------===//
+
+void planner::explainPlans(llvm::raw_ostream &os, CostModel &model,
+                           llvm::ArrayRef<plan::Plan> plans) {
+  if (plans.empty())
+    return;
+  const plan::Plan &win = plans.front();
+  const plan::TimeBreakdown &t = win.time();
+  os << "Why this plan: " << describePlan(win) << "\n";
+  if (plans.size() > 1) {
+    const plan::Plan &next = plans[1];
+    double gain = next.time().step_s() / t.step_s() - 1;
+    os << format("  - %.1f%% faster than the runner-up (%s).", 100 * gain,
+                 describePlan(next).c_str());
+    struct Diff {
+      const char *what;
+      double delta;
+    };
+    Diff diffs[] = {
+        {"pipeline bubble", next.time().bubble_s() - t.bubble_s()},
+        {"tensor-parallel communication",
+         next.time().tp_comm_s() - t.tp_comm_s()},
+        {"sequence-parallel communication",
+         next.time().cp_comm_s() - t.cp_comm_s()},
+        {"recomputation", next.time().recompute_s() - t.recompute_s()},
+        {"exposed data-parallel communication",
+         next.time().dp_comm_exposed_s() - t.dp_comm_exposed_s()},
+        {"compute (GEMM efficiency)", next.time().compute_s() - t.compute_s()},
+    };
+    const Diff *largest = &diffs[0];
+    for (const Diff &d : diffs)
+      if (d.delta > largest->delta)
+        largest = &d;
+    if (largest->delta > 0)
+      os << format(" The runner-up loses most to %s (%.3f s more per step).",
+                   largest->what, largest->delta);
+    os << "\n";
+  }
+  // What binds.
+  double memoryShare = win.memory().total_gib() / win.memory().capacity_gib();
+  os << "What binds:\n";
+  os << format("  - memory: %.1f of %.1f GiB (%.0f%%)%s\n",
+               win.memory().total_gib(), win.memory().capacity_gib(),
+               100 * memoryShare,
+               memoryShare > 0.85 ? ": memory decides the plan" : "");
+  if (win.pp() > 1)
+    os << format("  - pipeline bubble: %.1f%% of the step with %d "
+                 "micro-batches over %d stages\n",
+                 100 * t.bubble_fraction(), win.num_micro_batches(), win.pp());
+  double comm[] = {t.tp_comm_s(), t.cp_comm_s(), t.pp_comm_s(),
+                   t.dp_comm_exposed_s()};
+  const char *links[] = {"tensor parallel on NVLink",
+                         "context/Ulysses parallel",
+                         "pipeline sends between nodes",
+                         "data-parallel gradients across nodes (NICs)"};
+  int worst = int(std::max_element(std::begin(comm), std::end(comm)) - comm);
+  os << format("  - communication: %.1f%% of the step, mostly %s (%.3f s)\n",
+               100 * t.comm_fraction(), links[worst], comm[worst]);
+  if (win.recompute() != plan::RECOMPUTE_NONE)
+    os << format("  - recomputation costs %.3f s per step\n", t.recompute_s());
+
+  // What would change the answer: re-cost the winner under changes.
+  os << "What would change the answer:\n";
+  if (win.recompute() != plan::RECOMPUTE_NONE) {
+    plan::Plan without = win;
+    without.set_recompute(plan::RECOMPUTE_NONE);
+    without.clear_stage_layers();
+    model.evaluate(without);
+    if (without.fits())
+      os << "  - (recomputation is kept for memory headroom only)\n";
+    else
+      os << format("  - without recomputation it would take %.3f s per step "
+                   "but needs %.1f GiB per GPU (%.1f GiB more)\n",
+                   without.time().step_s(), without.memory().total_gib(),
+                   without.memory().total_gib() -
+                       without.memory().capacity_gib());
+  }
+  {
+    plan::Cluster faster = model.cluster();
+    faster.set_nic_gbits(faster.nic_gbits() * 2);
+    CostModel alt(model.model(), faster, model.training());
+    plan::Plan copy = win;
+    alt.evaluate(copy);
+    os << format("  - twice the inter-node bandwidth: %.3f s per step "
+                 "(%.1f%% faster) for this plan\n",
+                 copy.time().step_s(),
+                 100 * (t.step_s() / copy.time().step_s() - 1));
+  }
+  if (win.pp() > 1) {
+    plan::TrainingConfig bigger = model.training();
+    bigger.set_global_batch(bigger.global_batch() * 2);
+    CostModel alt(model.model(), model.cluster(), bigger);
+    plan::Plan copy = win;
+    copy.set_num_micro_batches(win.num_micro_batches() * 2);
+    alt.evaluate(copy);
+    os << format("  - twice the global batch: bubble %.1f%% instead of "
+                 "%.1f%%, MFU %.1f%%\n",
+                 100 * copy.time().bubble_fraction(),
+                 100 * t.bubble_fraction(), 100 * copy.mfu());
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// HTML
+//===----------------------------------------------------------------------===//
+
+static std::string escape(llvm::StringRef text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string planner::renderHtmlReport(CostModel &model,
+                                      const plan::PlanSet &set) {
+  std::string html;
+  llvm::raw_string_ostream os(html);
+  if (set.plans().empty())
+    return "";
+  plan::Plan win = set.plans(0);
+  std::vector<TimelineEvent> timeline;
+  model.evaluate(win, &timeline);
+  const double step = win.time().step_s();
+  const int stages = win.pp();
+
+  os << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>Weft "
+        "plan: "
+     << escape(set.model().name()) << " on " << escape(set.cluster().name())
+     << "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:"
+        "3px 8px;text-align:right}th{background:#eee}.k{display:inline-block;"
+        "width:12px;height:12px;margin:0 4px 0 12px}</style></head><body>\n";
+  os << "<h1>" << escape(set.model().name()) << " on "
+     << escape(set.cluster().name()) << "</h1>\n";
+  os << "<p>" << escape(describePlan(win)) << "<br>"
+     << format("step %.3f s, %.4g tokens/s, MFU %.1f%%, peak memory %.1f GiB "
+               "of %.1f GiB; %lld candidate plans evaluated in %.3f s",
+               step, win.tokens_per_s(), 100 * win.mfu(),
+               win.memory().total_gib(), win.memory().capacity_gib(),
+               (long long)set.candidates_evaluated(), set.search_seconds())
+     << "</p>\n";
+
+  // Timeline.
+  const char *colors[] = {"#4e79a7", "#59a14f", "#a0cbe8", "#f28e2b",
+                          "#9c9c9c"};
+  const char *names[] = {"forward", "backward", "weight gradient",
+                         "data-parallel communication", "optimizer"};
+  const double width = 1100, rowHeight = 18, left = 70;
+  os << "<h2>Pipeline timeline of one step</h2>\n<p>";
+  for (int k = 0; k < 5; ++k)
+    os << "<span class=\"k\" style=\"background:" << colors[k] << "\"></span>"
+       << names[k];
+  os << "</p>\n<svg id=\"timeline\" width=\"" << width + left + 10
+     << "\" height=\"" << stages * rowHeight + 30
+     << "\" xmlns=\"http://www.w3.org/2000/svg\">\n";
+  for (int s = 0; s < stages; ++s)
+    os << "<text x=\"0\" y=\"" << s * rowHeight + 13
+       << "\" font-size=\"11\">stage " << s << "</text>\n";
+  for (const TimelineEvent &e : timeline) {
+    double x = left + e.start / step * width;
+    double w = std::max(0.3, (e.end - e.start) / step * width);
+    os << "<rect class=\"ev\" x=\"" << format("%.2f", x) << "\" y=\""
+       << e.stage * rowHeight + 2 << "\" width=\"" << format("%.2f", w)
+       << "\" height=\"" << rowHeight - 4 << "\" fill=\"" << colors[e.kind]
+       << "\"><title>" << names[e.kind];
+    if (e.microBatch >= 0)
+      os << " mb " << e.microBatch << " chunk " << e.chunk;
+    os << format(" %.4f-%.4f s", e.start, e.end) << "</title></rect>\n";
+  }
+  os << "<text x=\"" << left << "\" y=\"" << stages * rowHeight + 24
+     << "\" font-size=\"11\">0 s</text><text x=\"" << left + width - 60
+     << "\" y=\"" << stages * rowHeight + 24 << "\" font-size=\"11\">"
+     << format("%.3f s", step) << "</text>\n</svg>\n";
+
+  // Memory per stage by kind.
+  const char *memColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                             "#9c9c9c"};
+  const char *memNames[] = {"weights", "gradients", "optimizer states",
+                            "activations", "workspace"};
+  double capacity = win.memory().capacity_gib();
+  double scale = 700 / std::max(capacity, win.memory().total_gib());
+  os << "<h2>Memory per GPU by kind (GiB)</h2>\n<p>";
+  for (int k = 0; k < 5; ++k)
+    os << "<span class=\"k\" style=\"background:" << memColors[k]
+       << "\"></span>" << memNames[k];
+  os << "</p>\n<svg id=\"memory\" width=\"900\" height=\""
+     << win.stage_memory_size() * rowHeight + 20
+     << "\" xmlns=\"http://www.w3.org/2000/svg\">\n";
+  for (int s = 0; s < win.stage_memory_size(); ++s) {
+    const plan::MemoryBreakdown &m = win.stage_memory(s);
+    double parts[] = {m.weights_gib(), m.gradients_gib(), m.optimizer_gib(),
+                      m.activations_gib(), m.workspace_gib()};
+    double x = left;
+    os << "<text x=\"0\" y=\"" << s * rowHeight + 13
+       << "\" font-size=\"11\">stage " << s << "</text>\n";
+    for (int k = 0; k < 5; ++k) {
+      double w = parts[k] * scale;
+      os << "<rect class=\"mem\" x=\"" << format("%.2f", x) << "\" y=\""
+         << s * rowHeight + 2 << "\" width=\"" << format("%.2f", w)
+         << "\" height=\"" << rowHeight - 4 << "\" fill=\"" << memColors[k]
+         << "\"><title>" << memNames[k] << format(" %.2f GiB", parts[k])
+         << "</title></rect>\n";
+      x += w;
+    }
+    os << "<text x=\"" << format("%.1f", x + 4) << "\" y=\""
+       << s * rowHeight + 13 << "\" font-size=\"11\">"
+       << format("%.1f", m.total_gib()) << "</text>\n";
+  }
+  os << "<line x1=\"" << format("%.1f", left + capacity * scale)
+     << "\" x2=\"" << format("%.1f", left + capacity * scale)
+     << "\" y1=\"0\" y2=\"" << win.stage_memory_size() * rowHeight
+     << "\" stroke=\"red\"><title>capacity</title></line>\n</svg>\n";
+
+  // Time by kind.
+  const plan::TimeBreakdown &t = win.time();
+  double kinds[] = {t.compute_s(), t.recompute_s(), t.tp_comm_s(),
+                    t.cp_comm_s(), t.pp_comm_s(), t.bubble_s(),
+                    t.dp_comm_exposed_s(), t.optimizer_s()};
+  const char *kindNames[] = {"compute", "recompute", "tp comm",
+                             "cp/ulysses comm", "pp comm", "bubble",
+                             "dp comm (exposed)", "optimizer"};
+  os << "<h2>Time by kind (busiest stage, s)</h2>\n<table><tr>";
+  for (const char *name : kindNames)
+    os << "<th>" << name << "</th>";
+  os << "</tr><tr>";
+  for (double value : kinds)
+    os << "<td>" << format("%.3f", value) << "</td>";
+  os << "</tr></table>\n";
+
+  // Runner-ups.
+  os << "<h2>Plans</h2>\n<table id=\"plans\"><tr><th>#</th><th>plan</th><th>"
+        "step (s)</th><th>tokens/s</th><th>MFU</th><th>memory (GiB)</th>"
+        "<th>bubble</th><th>comm</th></tr>\n";
+  for (int i = 0; i < set.plans_size(); ++i) {
+    const plan::Plan &p = set.plans(i);
+    os << "<tr><td>" << i + 1 << "</td><td style=\"text-align:left\">"
+       << escape(describePlan(p)) << "</td><td>"
+       << format("%.3f", p.time().step_s()) << "</td><td>"
+       << format("%.4g", p.tokens_per_s()) << "</td><td>"
+       << format("%.1f%%", 100 * p.mfu()) << "</td><td>"
+       << format("%.1f", p.memory().total_gib()) << "</td><td>"
+       << format("%.1f%%", 100 * p.time().bubble_fraction()) << "</td><td>"
+       << format("%.1f%%", 100 * p.time().comm_fraction())
+       << "</td></tr>\n";
+  }
+  os << "</table>\n";
+  // A self-check that a browser runs: counts what was drawn.
+  os << "<p id=\"render-check\"></p>\n<script>\n"
+        "document.getElementById('render-check').textContent = "
+        "'rendered: timeline boxes=' + "
+        "document.querySelectorAll('#timeline rect.ev').length + "
+        "' memory bars=' + document.querySelectorAll('#memory "
+        "rect.mem').length + ' plans=' + (document.querySelectorAll('#plans "
+        "tr').length - 1) + ' timeline width=' + "
+        "Math.round(document.getElementById('timeline').getBBox().width);\n"
+        "</script>\n</body></html>\n";
+  return html;
+}
+
+//===----------------------------------------------------------------------===//
+// Exports
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
+                                                const plan::Plan &p,
+                                                llvm::StringRef framework) {
+  const plan::ModelSpec &m = model.model();
+  const plan::TrainingConfig &tr = model.training();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  bool swiglu = m.ffn_kind() == plan::FFN_SWIGLU;
+  if (framework == "megatron") {
+    if (p.ulysses() > 1)
+      return llvm::createStringError(
+          "Megatron-LM has no Ulysses all-to-all attention; choose a plan "
+          "with ulysses=1 (its context parallelism is the ring, cp=)");
+    if (p.schedule() == plan::SCHEDULE_ZB_H1 ||
+        p.schedule() == plan::SCHEDULE_ZEROPP || p.schedule() == plan::SCHEDULE_GPIPE)
+      return llvm::createStringError(
+          llvm::Twine("Megatron-LM runs 1F1B and interleaved 1F1B, not ") +
+          scheduleName(p.schedule()));
+    if (p.zero_stage() >= 2)
+      return llvm::createStringError(
+          "Megatron-LM's distributed optimizer is ZeRO-1; ZeRO-2/3 plans "
+          "need DeepSpeed or torchtitan (FSDP)");
+    os << "# Megatron-LM (pretrain_gpt.py) arguments for: " << describePlan(p)
+       << "\n";
+    os << "--num-layers " << m.layers() << " --hidden-size " << m.hidden()
+       << " --num-attention-heads " << m.heads() << " --ffn-hidden-size "
+       << m.ffn_hidden() << " \\\n";
+    if (m.kv_heads() != m.heads())
+      os << "--group-query-attention --num-query-groups " << m.kv_heads()
+         << " \\\n";
+    if (swiglu)
+      os << "--swiglu --normalization RMSNorm --disable-bias-linear "
+            "--position-embedding-type rope \\\n";
+    if (!m.tied_embeddings())
+      os << "--untie-embeddings-and-output-weights \\\n";
+    os << "--seq-length " << tr.seq_len() << " --max-position-embeddings "
+       << tr.seq_len() << " \\\n";
+    os << "--micro-batch-size " << p.micro_batch() << " --global-batch-size "
+       << tr.global_batch() << " --" << (tr.dtype() == "fp16" ? "fp16" : "bf16")
+       << " \\\n";
+    os << "--tensor-model-parallel-size " << p.tp()
+       << " --pipeline-model-parallel-size " << p.pp()
+       << " --context-parallel-size " << p.cp() << " \\\n";
+    if (p.sequence_parallel())
+      os << "--sequence-parallel \\\n";
+    if (p.schedule() == plan::SCHEDULE_INTERLEAVED)
+      os << "--num-layers-per-virtual-pipeline-stage "
+         << m.layers() / (p.pp() * p.virtual_stages()) << " \\\n";
+    if (p.pp() > 1 && p.virtual_stages() <= 1) {
+      bool uneven = false;
+      for (int32_t n : p.stage_layers())
+        uneven |= n != p.stage_layers(1 % p.pp());
+      if (uneven)
+        os << "--decoder-first-pipeline-num-layers " << p.stage_layers(0)
+           << " --decoder-last-pipeline-num-layers "
+           << p.stage_layers(p.pp() - 1) << " \\\n";
+    }
+    if (p.zero_stage() == 1)
+      os << "--use-distributed-optimizer --overlap-grad-reduce "
+            "--overlap-param-gather \\\n";
+    else if (p.dp() > 1)
+      os << "--overlap-grad-reduce \\\n";
+    if (p.recompute() == plan::RECOMPUTE_FULL)
+      os << "--recompute-granularity full --recompute-method uniform "
+            "--recompute-num-layers 1 \\\n";
+    else if (p.recompute() == plan::RECOMPUTE_SELECTIVE)
+      os << "--recompute-granularity selective \\\n";
+    os << "# launch on " << p.gpus_used() << " GPUs (data parallel size "
+       << p.dp() << " follows from the world size)\n";
+    return text;
+  }
+  if (framework == "deepspeed") {
+    if (p.schedule() != plan::SCHEDULE_1F1B)
+      return llvm::createStringError(
+          llvm::Twine("DeepSpeed's pipeline engine runs 1F1B only, not ") +
+          scheduleName(p.schedule()));
+    if (p.cp() > 1)
+      return llvm::createStringError(
+          "DeepSpeed has no ring attention; choose a plan with cp=1 (its "
+          "sequence parallelism is Ulysses)");
+    if (p.pp() > 1 && p.zero_stage() >= 2)
+      return llvm::createStringError(
+          "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only");
+    int64_t accumulation = p.num_micro_batches();
+    os << "{\n  \"train_batch_size\": " << tr.global_batch()
+       << ",\n  \"train_micro_batch_size_per_gpu\": " << p.micro_batch()
+       << ",\n  \"gradient_accumulation_steps\": " << accumulation
+       << ",\n  \"" << (tr.dtype() == "fp16" ? "fp16" : "bf16")
+       << "\": {\"enabled\": true},\n  \"optimizer\": {\"type\": \"Adam\"},\n"
+       << "  \"zero_optimization\": {\"stage\": " << p.zero_stage()
+       << ", \"overlap_comm\": true, \"contiguous_gradients\": true},\n"
+       << "  \"activation_checkpointing\": {\"partition_activations\": "
+       << (p.recompute() == plan::RECOMPUTE_FULL ? "true" : "false")
+       << ", \"contiguous_memory_optimization\": false},\n"
+       << "  \"pipeline\": {\"stages\": " << p.pp()
+       << ", \"partition_method\": \"uniform\"},\n"
+       << "  \"sequence_parallel_size\": " << p.ulysses()
+       << ",\n  \"tensor_parallel\": {\"autotp_size\": " << p.tp()
+       << "},\n  \"weft_plan\": \"" << describePlan(p) << "\"\n}\n";
+    return text;
+  }
+  if (framework == "torchtitan") {
+    if (p.ulysses() > 1)
+      return llvm::createStringError(
+          "torchtitan has no Ulysses attention; choose a plan with ulysses=1");
+    if (p.zero_stage() == 1 || p.zero_stage() == 2)
+      return llvm::createStringError(
+          "torchtitan shards with FSDP2 (ZeRO-3) or replicates (ZeRO-0); "
+          "choose zero=0 or zero=3");
+    const char *schedule = "1F1B";
+    if (p.schedule() == plan::SCHEDULE_GPIPE)
+      schedule = "GPipe";
+    else if (p.schedule() == plan::SCHEDULE_INTERLEAVED)
+      schedule = "Interleaved1F1B";
+    else if (p.schedule() == plan::SCHEDULE_ZB_H1 ||
+             p.schedule() == plan::SCHEDULE_ZEROPP)
+      schedule = "InterleavedZeroBubble";
+    bool fsdp = p.zero_stage() == 3;
+    os << "# torchtitan job config for: " << describePlan(p) << "\n";
+    os << "[training]\nlocal_batch_size = "
+       << tr.global_batch() / p.dp() << "\nglobal_batch_size = "
+       << tr.global_batch() << "\nseq_len = " << tr.seq_len()
+       << "\nmixed_precision_param = \""
+       << (tr.dtype() == "fp16" ? "float16" : "bfloat16") << "\"\n\n";
+    os << "[parallelism]\ndata_parallel_replicate_degree = "
+       << (fsdp ? 1 : p.dp()) << "\ndata_parallel_shard_degree = "
+       << (fsdp ? p.dp() : 1) << "\ntensor_parallel_degree = " << p.tp()
+       << "\npipeline_parallel_degree = " << p.pp()
+       << "\ncontext_parallel_degree = " << p.cp()
+       << "\npipeline_parallel_schedule = \"" << schedule
+       << "\"\npipeline_parallel_microbatch_size = " << p.micro_batch()
+       << "\n";
+    if (p.tp() > 1)
+      os << "# torchtitan's TP always uses sequence parallelism for norms\n";
+    os << "\n[activation_checkpoint]\nmode = \""
+       << (p.recompute() == plan::RECOMPUTE_FULL        ? "full"
+           : p.recompute() == plan::RECOMPUTE_SELECTIVE ? "selective"
+                                                        : "none")
+       << "\"\n";
+    return text;
+  }
+  return llvm::createStringError("unknown framework '" + framework.str() +
+                                 "'; use megatron, deepspeed or torchtitan");
+}
+
+std::string planner::toJson(const google::protobuf::Message &message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+llvm::Error planner::fromJson(llvm::StringRef text,
+                              google::protobuf::Message &message,
+                              llvm::StringRef what) {
+  auto status = google::protobuf::util::JsonStringToMessage(
+      std::string(text), &message);
+  if (!status.ok())
+    return llvm::createStringError(what.str() + ": not a valid " +
+                                   message.GetTypeName() + " in JSON: " +
+                                   std::string(status.message()));
+  return llvm::Error::success();
+}

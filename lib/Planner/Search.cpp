@@ -1,0 +1,194 @@
+//===- Search.cpp - Searching the 4D plan space ---------------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/Search.h"
+
+#include "weft/Planner/Cluster.h"
+
+#include <chrono>
+#include <tuple>
+
+using namespace weft;
+using namespace weft::planner;
+
+static auto planKey(const plan::Plan &p) {
+  return std::make_tuple(p.zero_stage(), int(p.recompute()),
+                         p.sequence_parallel(), -p.dp(), p.tp(), p.pp(),
+                         p.cp(), p.ulysses(), p.micro_batch(),
+                         int(p.schedule()), p.virtual_stages());
+}
+
+bool planner::planBefore(const plan::Plan &a, const plan::Plan &b) {
+  double ta = a.time().step_s(), tb = b.time().step_s();
+  // Times within one part in 10^9 are ties, broken by the simpler plan.
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb))
+    return ta < tb;
+  return planKey(a) < planKey(b);
+}
+
+static bool sameShape(const plan::Plan &a, const plan::Plan &b) {
+  return a.dp() == b.dp() && a.tp() == b.tp() && a.pp() == b.pp() &&
+         a.cp() == b.cp() && a.ulysses() == b.ulysses() &&
+         a.schedule() == b.schedule() &&
+         a.virtual_stages() == b.virtual_stages();
+}
+
+SearchResult planner::searchPlans(CostModel &model,
+                                  const SearchOptions &options) {
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  SearchResult result;
+  const plan::ModelSpec &spec = model.model();
+  const int64_t gpus = totalGpus(model.cluster());
+  const int64_t perNode = model.cluster().gpus_per_node();
+  const int64_t batch = model.training().global_batch();
+  const int64_t seq = model.training().seq_len();
+  const int64_t layers = spec.layers();
+  const int top = std::max(1, options.top);
+  double smallest = std::numeric_limits<double>::infinity();
+
+  std::vector<int64_t> tps;
+  for (int64_t tp = 1; tp <= (options.tpAcrossNodes ? gpus : perNode); tp *= 2)
+    if (spec.heads() % tp == 0 && spec.ffn_hidden() % tp == 0 &&
+        (spec.kv_heads() % tp == 0 || tp % spec.kv_heads() == 0))
+      tps.push_back(tp);
+
+  // The plans kept: the best per mesh shape and schedule, best first.
+  std::vector<plan::Plan> best;
+  auto threshold = [&]() {
+    return int(best.size()) < top ? std::numeric_limits<double>::infinity()
+                                  : best.back().time().step_s();
+  };
+  auto offer = [&](plan::Plan &&candidate) {
+    for (auto it = best.begin(); it != best.end(); ++it)
+      if (sameShape(*it, candidate)) {
+        if (!planBefore(candidate, *it))
+          return;
+        best.erase(it);
+        break;
+      }
+    auto at = std::upper_bound(best.begin(), best.end(), candidate, planBefore);
+    best.insert(at, std::move(candidate));
+    if (int(best.size()) > top)
+      best.pop_back();
+  };
+
+  auto lastReport = start;
+  size_t tpIndex = 0;
+  for (int64_t tp : tps) {
+    ++tpIndex;
+    for (int64_t u = 1; u <= 64; u *= 2) {
+      if (spec.heads() % (tp * u) ||
+          std::max<int64_t>(1, spec.kv_heads() / tp) % u || seq % u)
+        break;
+      for (int64_t cp = 1; cp <= 64; cp *= 2) {
+        if (seq % (cp * u * (cp > 1 ? 2 : 1)))
+          break;
+        int64_t inner = tp * u * cp;
+        if (inner > gpus)
+          break;
+        for (int64_t pp = 1; pp <= layers && inner * pp <= gpus; ++pp) {
+          if (options.progress) {
+            auto now = Clock::now();
+            if (now - lastReport > std::chrono::milliseconds(50)) {
+              lastReport = now;
+              options.progress((tpIndex - 1 + double(pp) / layers) /
+                               tps.size());
+            }
+          }
+          // Data parallelism takes what is left, as far as the batch
+          // divides.
+          int64_t dp = gpus / (inner * pp);
+          while (dp > 1 && batch % dp)
+            --dp;
+          if (batch % dp)
+            continue;
+          for (int64_t mbs = 1; mbs <= options.maxMicroBatch; ++mbs) {
+            if ((batch / dp) % mbs)
+              continue;
+            int64_t micro = batch / dp / mbs;
+            struct Sched {
+              plan::Schedule schedule;
+              int v;
+            };
+            std::vector<Sched> schedules;
+            if (pp == 1) {
+              schedules.push_back({plan::SCHEDULE_1F1B, 1});
+            } else {
+              schedules.push_back({plan::SCHEDULE_1F1B, 1});
+              schedules.push_back({plan::SCHEDULE_GPIPE, 1});
+              schedules.push_back({plan::SCHEDULE_ZB_H1, 1});
+              for (int v : {2, 3, 4, 6, 8})
+                if (layers % (pp * v) == 0 && micro % pp == 0)
+                  schedules.push_back({plan::SCHEDULE_INTERLEAVED, v});
+              if (tp == 1)
+                for (int v : {1, 2})
+                  if (layers % (pp * v) == 0)
+                    schedules.push_back({plan::SCHEDULE_ZEROPP, v});
+            }
+            int64_t shard = dp * cp * u;
+            for (const Sched &sched : schedules) {
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                for (int rc = 0; rc < 3; ++rc) {
+                  for (int zero = 0; zero <= (shard > 1 ? 3 : 0); ++zero) {
+                    if (sched.schedule == plan::SCHEDULE_ZEROPP && zero != 3)
+                      continue;
+                    plan::Plan candidate;
+                    candidate.set_dp(dp);
+                    candidate.set_tp(tp);
+                    candidate.set_pp(pp);
+                    candidate.set_cp(cp);
+                    candidate.set_ulysses(u);
+                    candidate.set_sequence_parallel(sp);
+                    candidate.set_micro_batch(mbs);
+                    candidate.set_num_micro_batches(micro);
+                    candidate.set_schedule(sched.schedule);
+                    candidate.set_virtual_stages(sched.v);
+                    candidate.set_zero_stage(zero);
+                    candidate.set_recompute(plan::Recompute(rc));
+                    if (!model.checkPlan(candidate).empty())
+                      continue;
+                    for (int32_t n : model.balanceStages(candidate))
+                      candidate.add_stage_layers(n);
+                    ++result.candidates;
+                    double memory = model.peakMemoryBytes(candidate);
+                    double capacity =
+                        (model.cluster().gpu().hbm_gib() -
+                         model.training().memory_reserve_gib()) *
+                        1024.0 * 1024 * 1024;
+                    if (memory > capacity) {
+                      if (!result.anyFits && memory < smallest) {
+                        smallest = memory;
+                        result.smallestMemory = candidate;
+                      }
+                      continue;
+                    }
+                    if (model.stepLowerBound(candidate) >= threshold())
+                      continue;
+                    result.anyFits = true;
+                    model.evaluate(candidate);
+                    ++result.simulated;
+                    if (candidate.time().step_s() < threshold() ||
+                        int(best.size()) < top)
+                      offer(std::move(candidate));
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (!result.anyFits && result.candidates)
+    model.evaluate(result.smallestMemory);
+  result.plans = std::move(best);
+  result.seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  if (options.progress)
+    options.progress(1.0);
+  return result;
+}

@@ -1,0 +1,634 @@
+//===- PlanCommand.cpp - `weft plan` and `weft calibrate` -----------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/Cluster.h"
+#include "weft/Planner/CostModel.h"
+#include "weft/Planner/Model.h"
+#include "weft/Planner/Report.h"
+#include "weft/Planner/Search.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+using namespace mlir;
+using namespace weft;
+using namespace weft::planner;
+namespace cl = llvm::cl;
+
+mlir::OwningOpRef<mlir::ModuleOp>
+loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context);
+
+static cl::SubCommand planCommand(
+    "plan", "Choose a parallelization plan for training a model on a cluster");
+static cl::SubCommand calibrateCommand(
+    "calibrate",
+    "Compare the cost model with published training runs (per-row error)");
+
+bool planCommandSelected() { return bool(planCommand); }
+bool calibrateCommandSelected() { return bool(calibrateCommand); }
+
+static cl::OptionCategory planCategory("weft plan options");
+static cl::opt<std::string>
+    planModelFile(cl::Positional, cl::Optional,
+                  cl::desc("[model.onnx | model.mlir]"), cl::sub(planCommand),
+                  cl::cat(planCategory));
+static cl::opt<std::string> presetName(
+    "model",
+    cl::desc("A built-in model: gpt3-125m ... gpt3-175b, megatron-1.7b ... "
+             "megatron-1t, llama2-7b/13b/70b, llama3-8b/70b/405b, or 'gpt' / "
+             "'llama' with --layers, --hidden, ..."),
+    cl::sub(planCommand), cl::cat(planCategory));
+static cl::opt<int64_t> layersOpt("layers", cl::desc("Builder: layers"),
+                                  cl::init(0), cl::sub(planCommand));
+static cl::opt<int64_t> hiddenOpt("hidden", cl::desc("Builder: hidden size"),
+                                  cl::init(0), cl::sub(planCommand));
+static cl::opt<int64_t> headsOpt("heads", cl::desc("Builder: attention heads"),
+                                 cl::init(0), cl::sub(planCommand));
+static cl::opt<int64_t> kvHeadsOpt("kv-heads",
+                                   cl::desc("Builder: KV heads (GQA)"),
+                                   cl::init(0), cl::sub(planCommand));
+static cl::opt<int64_t> ffnOpt("ffn", cl::desc("Builder: FFN hidden size"),
+                               cl::init(0), cl::sub(planCommand));
+static cl::opt<std::string> ffnKindOpt("ffn-kind",
+                                       cl::desc("Builder: gelu or swiglu"),
+                                       cl::init(""), cl::sub(planCommand));
+static cl::opt<int64_t> vocabOpt("vocab", cl::desc("Builder: vocabulary"),
+                                 cl::init(0), cl::sub(planCommand));
+static cl::opt<std::string>
+    tiedOpt("tied", cl::desc("Builder: tied embeddings (yes/no)"),
+            cl::init(""), cl::sub(planCommand));
+static cl::opt<std::string> clusterOpt(
+    "cluster",
+    cl::desc("GPU:PERNODExNODES (e.g. h100:8x128, a100-80g:8x8) or a "
+             "cluster file (.json or protobuf text)"),
+    cl::sub(planCommand));
+static cl::opt<int64_t> globalBatch("global-batch",
+                                    cl::desc("Sequences per step"),
+                                    cl::init(0), cl::sub(planCommand));
+static cl::opt<int64_t> planSeqLen(
+    "seq-len", cl::desc("Sequence length (default: the model's)"),
+    cl::init(0), cl::sub(planCommand));
+static cl::opt<std::string> dtypeOpt("dtype", cl::desc("bf16 or fp16"),
+                                     cl::init("bf16"), cl::sub(planCommand));
+static cl::opt<double>
+    reserveOpt("memory-reserve",
+               cl::desc("GiB kept free per GPU (CUDA context, allocator)"),
+               cl::init(2.0), cl::sub(planCommand));
+static cl::opt<bool>
+    flashOpt("flash-attention",
+             cl::desc("Fused attention (default); =false keeps the S x S "
+                      "scores in memory"),
+             cl::init(true), cl::sub(planCommand));
+static cl::opt<bool> dropoutOpt("dropout",
+                                cl::desc("Dropout masks kept for backward"),
+                                cl::init(false), cl::sub(planCommand));
+static cl::opt<int> topOpt("top", cl::desc("Plans to print"), cl::init(5),
+                           cl::sub(planCommand));
+static cl::opt<std::string> jsonOpt("json",
+                                    cl::desc("Write the plans as JSON here"),
+                                    cl::sub(planCommand));
+static cl::opt<std::string>
+    reportOpt("report", cl::desc("Write a self-contained HTML report here"),
+              cl::sub(planCommand));
+static cl::opt<bool> explainOpt("explain",
+                                cl::desc("Explain why the first plan wins"),
+                                cl::sub(planCommand));
+static cl::opt<std::string> evaluateOpt(
+    "evaluate",
+    cl::desc("Cost a given plan instead of searching, e.g. "
+             "\"tp=8,pp=8,dp=16,mbs=1,v=3,schedule=interleaved,"
+             "recompute=full\""),
+    cl::sub(planCommand));
+static cl::opt<std::string>
+    evaluateJson("evaluate-json",
+                 cl::desc("Cost the first plan of a --json file again"),
+                 cl::sub(planCommand));
+static cl::opt<std::string>
+    exportOpt("export",
+              cl::desc("Print launch arguments for megatron, deepspeed or "
+                       "torchtitan"),
+              cl::sub(planCommand));
+static cl::opt<bool> tpAcross("tp-across-nodes",
+                              cl::desc("Let tensor parallelism span nodes"),
+                              cl::sub(planCommand));
+static cl::opt<bool> printIr(
+    "print-rank-ir",
+    cl::desc("Print the weft IR one rank runs for a layer of the first plan"),
+    cl::sub(planCommand));
+static cl::opt<bool> noProgress("no-progress", cl::desc("No progress bar"),
+                                cl::sub(planCommand));
+
+static cl::opt<std::string> calibrationDir(
+    "data", cl::desc("Directory with the calibration CSV files"),
+    cl::init(WEFT_CALIBRATION_DIR), cl::sub(calibrateCommand));
+static cl::opt<bool> calibrateSearch(
+    "search",
+    cl::desc("Also search each row's plan from model, GPUs, batch and "
+             "sequence only, and compare with the published one"),
+    cl::sub(calibrateCommand));
+
+static int planError(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "weft plan") << message << '\n';
+  return 1;
+}
+
+/// The model from a file, a preset, or the builder flags.
+static llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context) {
+  plan::ModelSpec spec;
+  if (!planModelFile.empty()) {
+    if (!presetName.empty())
+      return llvm::createStringError(
+          "give a model file or --model, not both");
+    if (!llvm::sys::fs::exists(planModelFile))
+      return llvm::createStringError("cannot read '" + planModelFile +
+                                     "': no such file");
+    OwningOpRef<ModuleOp> module =
+        loadModelForPlanning(planModelFile, context);
+    if (!module)
+      return llvm::createStringError("could not import '" + planModelFile +
+                                     "' (see the errors above)");
+    auto extracted = extractModelSpec(*module, planModelFile);
+    if (!extracted)
+      return extracted.takeError();
+    spec = *extracted;
+  } else if (presetName == "gpt" || presetName == "llama") {
+    spec.set_name(presetName);
+    spec.set_source("builder");
+    bool llama = presetName == "llama";
+    spec.set_ffn_kind(llama ? plan::FFN_SWIGLU : plan::FFN_GELU);
+    spec.set_vocab(llama ? 32000 : 51200);
+    spec.set_seq_len(2048);
+    spec.set_tied_embeddings(!llama);
+  } else if (!presetName.empty()) {
+    auto preset = lookupPreset(presetName);
+    if (!preset)
+      return preset.takeError();
+    spec = *preset;
+  } else {
+    return llvm::createStringError(
+        "no model: give an ONNX or .mlir file, or --model (a preset, or gpt / "
+        "llama with --layers, --hidden, --heads, ...)");
+  }
+  // Builder flags override (and complete) what was given.
+  if (layersOpt)
+    spec.set_layers(layersOpt);
+  if (hiddenOpt)
+    spec.set_hidden(hiddenOpt);
+  if (headsOpt)
+    spec.set_heads(headsOpt);
+  if (kvHeadsOpt)
+    spec.set_kv_heads(kvHeadsOpt);
+  else if (!spec.kv_heads())
+    spec.set_kv_heads(spec.heads());
+  if (ffnOpt)
+    spec.set_ffn_hidden(ffnOpt);
+  else if (!spec.ffn_hidden())
+    spec.set_ffn_hidden(4 * spec.hidden());
+  if (!ffnKindOpt.empty()) {
+    if (ffnKindOpt != "gelu" && ffnKindOpt != "swiglu")
+      return llvm::createStringError("--ffn-kind is gelu or swiglu, not '" +
+                                     ffnKindOpt + "'");
+    spec.set_ffn_kind(ffnKindOpt == "gelu" ? plan::FFN_GELU
+                                           : plan::FFN_SWIGLU);
+  }
+  if (vocabOpt)
+    spec.set_vocab(vocabOpt);
+  if (!tiedOpt.empty())
+    spec.set_tied_embeddings(tiedOpt == "yes" || tiedOpt == "true" ||
+                             tiedOpt == "1");
+  if (llvm::Error error = validateModel(spec))
+    return error;
+  return spec;
+}
+
+static void drawProgress(double fraction) {
+  static bool drawn = false;
+  if (fraction >= 1.0) {
+    if (drawn)
+      llvm::errs() << "\r" << std::string(60, ' ') << "\r";
+    return;
+  }
+  drawn = true;
+  int filled = int(fraction * 40);
+  llvm::errs() << "\rsearching [" << std::string(filled, '#')
+               << std::string(40 - filled, ' ') << "] "
+               << int(fraction * 100) << "%";
+  llvm::errs().flush();
+}
+
+int runPlan(MLIRContext &context) {
+  auto model = resolveModel(context);
+  if (!model)
+    return planError(llvm::toString(model.takeError()));
+  if (clusterOpt.empty())
+    return planError("no cluster: give --cluster GPU:PERNODExNODES (e.g. "
+                     "h100:8x16) or a cluster file");
+  auto cluster = resolveCluster(clusterOpt);
+  if (!cluster)
+    return planError(llvm::toString(cluster.takeError()));
+  plan::TrainingConfig training;
+  training.set_seq_len(planSeqLen ? int64_t(planSeqLen) : model->seq_len());
+  if (training.seq_len() <= 0)
+    return planError("no sequence length: give --seq-len");
+  if (globalBatch <= 0)
+    return planError("--global-batch (sequences per step) must be positive");
+  training.set_global_batch(globalBatch);
+  if (dtypeOpt != "bf16" && dtypeOpt != "fp16")
+    return planError("--dtype is bf16 or fp16 (with fp32 master weights), not '" +
+                     dtypeOpt + "'");
+  training.set_dtype(dtypeOpt);
+  training.set_optimizer("adam");
+  if (reserveOpt < 0 || reserveOpt >= cluster->gpu().hbm_gib())
+    return planError("--memory-reserve must be between 0 and the GPU's " +
+                     std::to_string(cluster->gpu().hbm_gib()) + " GiB");
+  training.set_memory_reserve_gib(reserveOpt);
+  training.set_flash_attention(flashOpt);
+  training.set_dropout(dropoutOpt);
+  model->set_seq_len(training.seq_len());
+
+  CostModel costModel(*model, *cluster, training);
+  plan::PlanSet set;
+  *set.mutable_model() = *model;
+  *set.mutable_cluster() = *cluster;
+  *set.mutable_training() = training;
+  llvm::raw_ostream &os = llvm::outs();
+  os << "model " << model->name() << ": " << model->layers() << " layers, hidden "
+     << model->hidden() << ", " << model->heads() << " heads ("
+     << model->kv_heads() << " KV), FFN " << model->ffn_hidden() << " "
+     << (model->ffn_kind() == plan::FFN_GELU ? "GELU" : "SwiGLU") << ", vocab "
+     << model->vocab() << llvm::format(", %.3g B parameters\n",
+                                       parameterCount(*model) / 1e9);
+  os << "cluster " << cluster->name() << ": " << totalGpus(*cluster) << " x "
+     << cluster->gpu().name() << " (" << cluster->gpus_per_node()
+     << " per node); global batch " << training.global_batch()
+     << ", sequence " << training.seq_len() << ", " << training.dtype()
+     << "\n";
+
+  // Cost one plan given by hand (or from a JSON file).
+  if (!evaluateOpt.empty() || !evaluateJson.empty()) {
+    plan::Plan given;
+    if (!evaluateJson.empty()) {
+      auto buffer = llvm::MemoryBuffer::getFile(evaluateJson);
+      if (!buffer)
+        return planError("cannot read '" + evaluateJson + "'");
+      plan::PlanSet saved;
+      if (llvm::Error error =
+              fromJson((*buffer)->getBuffer(), saved, evaluateJson))
+        return planError(llvm::toString(std::move(error)));
+      if (saved.plans().empty())
+        return planError(evaluateJson + ": the file holds no plans");
+      given = saved.plans(0);
+    } else {
+      auto parsed = parsePlanSpec(evaluateOpt, costModel);
+      if (!parsed)
+        return planError(llvm::toString(parsed.takeError()));
+      given = *parsed;
+    }
+    std::string why = costModel.checkPlan(given);
+    if (!why.empty())
+      return planError("the plan cannot run: " + why);
+    costModel.evaluate(given);
+    printPlanBreakdown(os, given);
+    *set.add_plans() = given;
+  } else {
+    SearchOptions options;
+    options.top = topOpt;
+    options.tpAcrossNodes = tpAcross;
+    bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
+    if (terminal && !noProgress) {
+      auto start = std::chrono::steady_clock::now();
+      options.progress = [start](double fraction) {
+        if (fraction >= 1.0 || std::chrono::steady_clock::now() - start >
+                                   std::chrono::seconds(1))
+          drawProgress(fraction);
+      };
+    }
+    SearchResult result = searchPlans(costModel, options);
+    set.set_candidates_evaluated(result.candidates);
+    set.set_candidates_simulated(result.simulated);
+    set.set_search_seconds(result.seconds);
+    if (result.candidates == 0)
+      return planError(
+          "no plan divides this model on this cluster: check that the "
+          "global batch, the heads (" +
+          llvm::Twine(model->heads()) + ") and the sequence (" +
+          llvm::Twine(training.seq_len()) + ") divide by the parallel degrees");
+    if (!result.anyFits) {
+      const plan::Plan &small = result.smallestMemory;
+      llvm::errs() << "weft plan: no plan fits in "
+                   << llvm::format("%.1f", small.memory().capacity_gib())
+                   << " GiB per GPU. The smallest-memory plan needs "
+                   << llvm::format("%.1f GiB (%.1f GiB over)",
+                                   small.memory().total_gib(),
+                                   small.memory().total_gib() -
+                                       small.memory().capacity_gib())
+                   << ":\n";
+      printPlanBreakdown(llvm::errs(), small);
+      llvm::errs() << "Use more GPUs, GPUs with more memory, or a smaller "
+                      "global batch or sequence.\n";
+      return 1;
+    }
+    os << llvm::format("searched %lld candidate plans (%lld simulated) in "
+                       "%.3f s\n",
+                       (long long)result.candidates,
+                       (long long)result.simulated, result.seconds);
+    for (plan::Plan &p : result.plans)
+      *set.add_plans() = p;
+    printPlanTable(os, result.plans);
+  }
+  const plan::Plan &first = set.plans(0);
+  if (explainOpt)
+    explainPlans(os, costModel, std::vector<plan::Plan>(set.plans().begin(),
+                                                        set.plans().end()));
+  if (printIr)
+    os << costModel.rankProgramText(first);
+  if (!exportOpt.empty()) {
+    auto text = exportPlan(costModel, first, exportOpt);
+    if (!text)
+      return planError(llvm::toString(text.takeError()));
+    os << *text;
+  }
+  auto writeFile = [&](llvm::StringRef path, llvm::StringRef text) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(path, ec);
+    if (ec)
+      return false;
+    out << text;
+    return true;
+  };
+  if (!jsonOpt.empty()) {
+    if (!writeFile(jsonOpt, toJson(set)))
+      return planError("cannot write '" + jsonOpt + "'");
+    os << "wrote " << jsonOpt << "\n";
+  }
+  if (!reportOpt.empty()) {
+    if (!writeFile(reportOpt, renderHtmlReport(costModel, set)))
+      return planError("cannot write '" + reportOpt + "'");
+    os << "wrote " << reportOpt << "\n";
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// weft calibrate
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A CSV file with a header row; quoted fields may hold commas.
+struct Csv {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  int column(llvm::StringRef name) const {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i] == name)
+        return int(i);
+    return -1;
+  }
+};
+
+std::vector<std::string> splitCsvLine(const std::string &line) {
+  std::vector<std::string> fields;
+  std::string field;
+  bool quoted = false;
+  for (char c : line) {
+    if (c == '"')
+      quoted = !quoted;
+    else if (c == ',' && !quoted) {
+      fields.push_back(field);
+      field.clear();
+    } else
+      field += c;
+  }
+  fields.push_back(field);
+  return fields;
+}
+
+llvm::Expected<Csv> readCsv(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    return llvm::createStringError("cannot read '" + path + "'");
+  Csv csv;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.empty())
+      continue;
+    if (csv.header.empty())
+      csv.header = splitCsvLine(line);
+    else
+      csv.rows.push_back(splitCsvLine(line));
+  }
+  return csv;
+}
+
+struct CalibrationRow {
+  std::string name;
+  plan::ModelSpec model;
+  plan::Cluster cluster;
+  plan::TrainingConfig training;
+  plan::Plan plan;
+  double measured = 0;
+  std::string note;
+};
+} // namespace
+
+static plan::ModelSpec gptSpec(const std::string &name, int64_t heads,
+                               int64_t hidden, int64_t layers, int64_t vocab,
+                               int64_t seq) {
+  plan::ModelSpec spec;
+  spec.set_name(name);
+  spec.set_layers(layers);
+  spec.set_hidden(hidden);
+  spec.set_heads(heads);
+  spec.set_kv_heads(heads);
+  spec.set_ffn_hidden(4 * hidden);
+  spec.set_ffn_kind(plan::FFN_GELU);
+  spec.set_vocab(vocab);
+  spec.set_seq_len(seq);
+  spec.set_tied_embeddings(true);
+  spec.set_source("calibration");
+  return spec;
+}
+
+static llvm::Expected<std::vector<CalibrationRow>>
+loadCalibrationRows(const std::string &dir) {
+  std::vector<CalibrationRow> rows;
+  auto num = [](const std::string &s) { return std::stod(s); };
+  {
+    auto csv = readCsv(dir + "/korthikanti2022_table5_end_to_end.csv");
+    if (!csv)
+      return csv.takeError();
+    for (auto &r : csv->rows) {
+      auto get = [&](const char *name) { return r.at(csv->column(name)); };
+      for (int mode = 0; mode < 2; ++mode) {
+        CalibrationRow row;
+        row.name = "Korthikanti " + get("model") +
+                   (mode ? " SP+selective" : " full recompute");
+        int64_t gpus = int64_t(num(get("gpus")));
+        row.model = gptSpec(get("model"), int64_t(num(get("heads"))),
+                            int64_t(num(get("hidden"))),
+                            int64_t(num(get("layers"))),
+                            int64_t(num(get("vocab"))),
+                            int64_t(num(get("seq_len"))));
+        auto cluster = parseClusterShorthand(
+            "a100-80g:8x" + std::to_string(std::max<int64_t>(1, gpus / 8)));
+        if (!cluster)
+          return cluster.takeError();
+        row.cluster = *cluster;
+        row.training.set_global_batch(int64_t(num(get("global_batch"))));
+        row.training.set_seq_len(int64_t(num(get("seq_len"))));
+        row.training.set_dtype("bf16");
+        row.training.set_memory_reserve_gib(2);
+        row.training.set_flash_attention(false); // Megatron 2022: unfused
+        row.training.set_dropout(true);
+        plan::Plan &p = row.plan;
+        p.set_tp(int(num(get("TP"))));
+        p.set_pp(int(num(get("PP"))));
+        p.set_dp(int(num(get("DP"))));
+        p.set_cp(1);
+        p.set_ulysses(1);
+        p.set_micro_batch(int(num(get("micro_batch"))));
+        p.set_num_micro_batches(row.training.global_batch() / p.dp() /
+                                p.micro_batch());
+        int v = int(num(get("pipeline_interleaving_calculon")));
+        p.set_schedule(v > 1 ? plan::SCHEDULE_INTERLEAVED
+                             : plan::SCHEDULE_1F1B);
+        p.set_virtual_stages(v);
+        p.set_sequence_parallel(mode == 1);
+        p.set_recompute(mode ? plan::RECOMPUTE_SELECTIVE
+                             : plan::RECOMPUTE_FULL);
+        row.measured = num(get(mode ? "iter_time_seqpar_selective_s"
+                                    : "iter_time_full_recompute_s"));
+        rows.push_back(row);
+      }
+    }
+  }
+  {
+    auto csv = readCsv(dir + "/megatron_core_h100_weak_scaling.csv");
+    if (!csv)
+      return csv.takeError();
+    for (auto &r : csv->rows) {
+      auto get = [&](const char *name) { return r.at(csv->column(name)); };
+      CalibrationRow row;
+      row.name = "Megatron-Core H100 " + get("model");
+      int64_t gpus = int64_t(num(get("num_gpus")));
+      row.model = gptSpec(get("model"), int64_t(num(get("attention_heads"))),
+                          int64_t(num(get("hidden_size"))),
+                          int64_t(num(get("layers"))),
+                          int64_t(num(get("vocab"))),
+                          int64_t(num(get("seq_len"))));
+      auto cluster = parseClusterShorthand("h100:8x" + std::to_string(gpus / 8));
+      if (!cluster)
+        return cluster.takeError();
+      row.cluster = *cluster;
+      row.training.set_global_batch(int64_t(num(get("global_batch"))));
+      row.training.set_seq_len(int64_t(num(get("seq_len"))));
+      row.training.set_dtype("bf16");
+      row.training.set_memory_reserve_gib(2);
+      row.training.set_flash_attention(true);
+      row.training.set_dropout(false);
+      plan::Plan &p = row.plan;
+      p.set_tp(int(num(get("tensor_parallel"))));
+      p.set_pp(int(num(get("pipeline_parallel"))));
+      p.set_dp(int(num(get("data_parallel"))));
+      p.set_cp(1);
+      p.set_ulysses(1);
+      // Not published: micro-batch 1, SP with TP, distributed optimizer,
+      // 1F1B, no recomputation (docs/cost-model.md lists these).
+      p.set_micro_batch(1);
+      p.set_num_micro_batches(row.training.global_batch() / p.dp());
+      p.set_schedule(plan::SCHEDULE_1F1B);
+      p.set_virtual_stages(1);
+      p.set_sequence_parallel(p.tp() > 1);
+      p.set_zero_stage(1);
+      p.set_recompute(plan::RECOMPUTE_NONE);
+      // Measured: model FLOPs per step over the published TFLOP/s per GPU.
+      row.measured = modelFlopsPerStep(row.model, row.training.global_batch(),
+                                       row.training.seq_len()) /
+                     (num(get("tflops_per_gpu")) * 1e12 * gpus);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+int runCalibrate() {
+  auto rows = loadCalibrationRows(calibrationDir);
+  if (!rows)
+    return planError(llvm::toString(rows.takeError()));
+  llvm::raw_ostream &os = llvm::outs();
+  os << llvm::format("%-36s %-44s %10s %10s %8s", "row", "published plan",
+                     "measured", "predicted", "error");
+  if (calibrateSearch)
+    os << llvm::format(" %10s %6s", "searched", "inside");
+  os << "\n";
+  double sumError = 0, maxError = 0;
+  int count = 0, searchedNotSlower = 0, inside = 0;
+  for (CalibrationRow &row : *rows) {
+    CostModel model(row.model, row.cluster, row.training);
+    std::string why = model.checkPlan(row.plan);
+    if (!why.empty())
+      return planError(row.name + ": the published plan does not check: " +
+                       why);
+    model.evaluate(row.plan);
+    double predicted = row.plan.time().step_s();
+    double error = predicted / row.measured - 1;
+    sumError += std::abs(error);
+    maxError = std::max(maxError, std::abs(error));
+    ++count;
+    std::string planText = "tp" + std::to_string(row.plan.tp()) + " pp" +
+                           std::to_string(row.plan.pp()) + " dp" +
+                           std::to_string(row.plan.dp()) + " mbs" +
+                           std::to_string(row.plan.micro_batch()) + " " +
+                           scheduleName(row.plan.schedule()) +
+                           (row.plan.virtual_stages() > 1
+                                ? " v" + std::to_string(row.plan.virtual_stages())
+                                : "") +
+                           (row.plan.sequence_parallel() ? " sp" : "") + " " +
+                           recomputeName(row.plan.recompute());
+    os << llvm::format("%-36s %-44s %9.3fs %9.3fs %+7.2f%%", row.name.c_str(),
+                       planText.c_str(), row.measured, predicted, 100 * error);
+    if (calibrateSearch) {
+      // From model, GPU count, batch and sequence only: the same training
+      // setup, the search picks everything else.
+      SearchOptions options;
+      options.top = 1;
+      SearchResult result = searchPlans(model, options);
+      double searched = result.plans.empty()
+                            ? std::numeric_limits<double>::infinity()
+                            : result.plans[0].time().step_s();
+      bool notSlower = searched <= predicted * (1 + 1e-9);
+      searchedNotSlower += notSlower;
+      bool isInside = row.plan.fits();
+      inside += isInside;
+      os << llvm::format(" %9.3fs %6s", searched, isInside ? "yes" : "NO");
+    }
+    os << "\n";
+  }
+  os << llvm::format("rows: %d, mean |error| %.2f%%, max |error| %.2f%% "
+                     "(Calculon on Korthikanti Table 5: mean 3.65%%, max "
+                     "8.87%%)\n",
+                     count, 100 * sumError / count, 100 * maxError);
+  if (calibrateSearch)
+    os << llvm::format("searched plan at least as fast as the published one: "
+                       "%d of %d rows; published plan inside the search space "
+                       "(divides and fits): %d of %d\n",
+                       searchedNotSlower, count, inside, count);
+  return 0;
+}
