@@ -42,11 +42,16 @@ const CatalogEntry kCatalog[] = {
 };
 
 // Fitted on the calibration data (weft calibrate; docs/cost-model.md).
+// A GEMM of F FLOPs reaches eff * F / (F + half) of peak: the half-way size
+// grows with the peak (a fixed ramp of ~30 us on A100, ~20 us on Hopper).
 constexpr double kGemmEfficiencyAmpere = 0.80;
+constexpr double kGemmHalfFlopsAmpere = 1.0e10;
 constexpr double kGemmEfficiencyHopper = 0.72;
-constexpr double kGemmHalfFlops = 2.0e9;
+constexpr double kGemmHalfFlopsHopper = 2.0e10;
 constexpr double kMemoryEfficiency = 0.80;
-constexpr double kKernelOverheadUs = 4.0;
+// Host time per op of an eager framework (PyTorch dispatch, launch): it
+// bounds small layers.
+constexpr double kKernelOverheadUs = 20.0;
 } // namespace
 
 std::vector<std::string> planner::gpuCatalogNames() {
@@ -69,7 +74,8 @@ static plan::Gpu toGpu(const CatalogEntry &entry) {
   bool hopper = StringRef(entry.name).starts_with("h");
   gpu.set_gemm_efficiency(hopper ? kGemmEfficiencyHopper
                                  : kGemmEfficiencyAmpere);
-  gpu.set_gemm_half_flops(kGemmHalfFlops);
+  gpu.set_gemm_half_flops(hopper ? kGemmHalfFlopsHopper
+                                  : kGemmHalfFlopsAmpere);
   gpu.set_memory_efficiency(kMemoryEfficiency);
   gpu.set_kernel_overhead_us(kKernelOverheadUs);
   return gpu;
@@ -230,7 +236,7 @@ llvm::Expected<plan::Cluster> planner::loadClusterFile(StringRef path) {
     cluster.set_nic_efficiency(0.9);
     cluster.mutable_gpu()->set_memory_efficiency(kMemoryEfficiency);
     cluster.mutable_gpu()->set_gemm_efficiency(kGemmEfficiencyHopper);
-    cluster.mutable_gpu()->set_gemm_half_flops(kGemmHalfFlops);
+    cluster.mutable_gpu()->set_gemm_half_flops(kGemmHalfFlopsHopper);
     cluster.mutable_gpu()->set_kernel_overhead_us(kKernelOverheadUs);
   }
   cluster.MergeFrom(parsed);

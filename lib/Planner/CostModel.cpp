@@ -34,7 +34,7 @@ constexpr double kAttentionEfficiency = 0.85;
 constexpr double kAttentionBackward = 2.5;
 /// Backward of streaming ops: read the gradient and the saved input, write
 /// the gradient.
-constexpr double kStreamingBackward = 1.5;
+constexpr double kStreamingBackward = 1.0;
 /// Mixed-precision Adam: bf16 weight, fp32 gradient (Megatron's main_grad),
 /// fp32 master weight, momentum and variance.
 constexpr double kWeightBytes = 2, kGradBytes = 4, kOptimizerBytes = 12;
@@ -266,6 +266,7 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       double flops = cost.flops;
       if (auto linear = dyn_cast<LinearOp>(op)) {
         block.forward += time;
+        block.linearForward += time;
         block.backwardInput += time;
         block.backwardWeight += time;
         save(linear.getInput(), false);
@@ -428,6 +429,8 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
        << ")";
     return why;
   }
+  if (plan.tp_comm_overlap() && !plan.sequence_parallel())
+    return "TP communication overlap needs sequence parallelism (sp)";
   if (plan.sequence_parallel()) {
     if (plan.tp() == 1)
       return "sequence parallelism needs tp > 1";
@@ -594,6 +597,18 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   return stages;
 }
 
+/// TP communication left on the critical path. With overlap, each collective
+/// runs as tp chunks pipelined with the GEMM next to it (`gemmScale` x the
+/// forward linear time in that pass); the first chunk cannot overlap.
+static double exposedTensorParallelComm(const plan::Plan &plan,
+                                        const BlockCost &block,
+                                        double gemmScale) {
+  if (!plan.tp_comm_overlap())
+    return block.tpComm;
+  return std::max(block.tpComm / plan.tp(),
+                  block.tpComm - gemmScale * block.linearForward);
+}
+
 CostModel::StageTimes CostModel::stageTimes(const plan::Plan &plan) {
   const int p = plan.pp(), v = virtualStages(plan);
   const BlockCost &layer = layerCost(plan);
@@ -604,13 +619,15 @@ CostModel::StageTimes CostModel::stageTimes(const plan::Plan &plan) {
   times.forward.assign(p * v, 0);
   times.backward.assign(p * v, 0);
   times.weight.assign(p * v, 0);
-  double layerForward = layer.forward + layer.tpComm + layer.seqComm;
+  double tpForward = exposedTensorParallelComm(plan, layer, 1);
+  double tpBackward = exposedTensorParallelComm(plan, layer, 2);
+  double layerForward = layer.forward + tpForward + layer.seqComm;
   double recompute = 0;
   if (plan.recompute() == plan::RECOMPUTE_FULL)
     recompute = layerForward;
   else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
     recompute = layer.attentionCore;
-  double layerBackward = layer.backwardInput + layer.tpComm + layer.seqComm +
+  double layerBackward = layer.backwardInput + tpBackward + layer.seqComm +
                          recompute + (zb ? 0 : layer.backwardWeight);
   double layerWeight = zb ? layer.backwardWeight : 0;
   const double shard = dataParallelShard(plan);
@@ -856,7 +873,9 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
   DataParallelCost cost;
   const int64_t stride = plan.tp();
   if (shard > 1 && plan.zero_stage() < 3) {
-    double grads = stageParams * kGradBytes;
+    double grads = stageParams * (model.training().grad_reduce_16bit()
+                                      ? kWeightBytes
+                                      : kGradBytes);
     double reduce = plan.zero_stage() == 0
                         ? model.collectiveTime("all_reduce", grads,
                                                int64_t(shard), stride)
@@ -968,8 +987,11 @@ void CostModel::evaluate(plan::Plan &plan,
     recompute = layer.attentionCore;
   plan::TimeBreakdown *time = plan.mutable_time();
   time->set_step_s(step);
-  time->set_tp_comm_s(m * layers * layer.tpComm *
-                      (plan.recompute() == plan::RECOMPUTE_FULL ? 3 : 2));
+  time->set_tp_comm_s(
+      m * layers *
+      (exposedTensorParallelComm(plan, layer, 1) *
+           (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
+       exposedTensorParallelComm(plan, layer, 2)));
   time->set_cp_comm_s(m * layers * layer.seqComm *
                       (plan.recompute() == plan::RECOMPUTE_FULL ? 3 : 2));
   time->set_recompute_s(m * layers *
@@ -1057,6 +1079,9 @@ llvm::Expected<plan::Plan> planner::parsePlanSpec(llvm::StringRef text,
     else if (key == "sp")
       plan.set_sequence_parallel(lower == "1" || lower == "on" ||
                                  lower == "true" || lower == "yes");
+    else if (key == "tp-overlap" || key == "tpoverlap")
+      plan.set_tp_comm_overlap(lower == "1" || lower == "on" ||
+                               lower == "true" || lower == "yes");
     else if (key == "schedule") {
       scheduleSet = true;
       if (lower == "1f1b")
@@ -1094,7 +1119,8 @@ llvm::Expected<plan::Plan> planner::parsePlanSpec(llvm::StringRef text,
       }
     } else {
       return bad("unknown key '" + key +
-                 "'; keys are tp, pp, dp, cp, ulysses, sp, mbs, m, v, "
+                 "'; keys are tp, pp, dp, cp, ulysses, sp, tp-overlap, mbs, "
+                 "m, v, "
                  "schedule, zero, recompute, stages");
     }
     if (error)

@@ -27,7 +27,7 @@ std::string planner::describePlan(const plan::Plan &p) {
   if (p.ulysses() > 1)
     os << " ulysses=" << p.ulysses();
   if (p.sequence_parallel())
-    os << " sp";
+    os << (p.tp_comm_overlap() ? " sp+overlap" : " sp");
   os << " mbs=" << p.micro_batch() << " m=" << p.num_micro_batches() << " "
      << scheduleName(p.schedule());
   if (p.virtual_stages() > 1)
@@ -412,6 +412,8 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
        << " --context-parallel-size " << p.cp() << " \\\n";
     if (p.sequence_parallel())
       os << "--sequence-parallel \\\n";
+    if (p.tp_comm_overlap())
+      os << "--tp-comm-overlap \\\n";
     if (p.schedule() == plan::SCHEDULE_INTERLEAVED)
       os << "--num-layers-per-virtual-pipeline-stage "
          << m.layers() / (p.pp() * p.virtual_stages()) << " \\\n";

@@ -143,6 +143,9 @@ SearchResult planner::searchPlans(CostModel &model,
                     candidate.set_cp(cp);
                     candidate.set_ulysses(u);
                     candidate.set_sequence_parallel(sp);
+                    // Overlap is free to ask for once SP splits the
+                    // collectives into all-gather and reduce-scatter.
+                    candidate.set_tp_comm_overlap(sp);
                     candidate.set_micro_batch(mbs);
                     candidate.set_num_micro_batches(micro);
                     candidate.set_schedule(sched.schedule);

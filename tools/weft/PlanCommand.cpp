@@ -97,6 +97,10 @@ static cl::opt<bool>
 static cl::opt<bool> dropoutOpt("dropout",
                                 cl::desc("Dropout masks kept for backward"),
                                 cl::init(false), cl::sub(planCommand));
+static cl::opt<bool> gradReduce16(
+    "grad-reduce-16bit",
+    cl::desc("Reduce data-parallel gradients in bf16/fp16 (default fp32)"),
+    cl::init(false), cl::sub(planCommand));
 static cl::opt<int> topOpt("top", cl::desc("Plans to print"), cl::init(5),
                            cl::sub(planCommand));
 static cl::opt<std::string> jsonOpt("json",
@@ -141,6 +145,24 @@ static cl::opt<bool> calibrateSearch(
     cl::desc("Also search each row's plan from model, GPUs, batch and "
              "sequence only, and compare with the published one"),
     cl::sub(calibrateCommand));
+
+static cl::opt<bool> calibrateVerbose(
+    "layer-times", cl::desc("Also print one layer's forward and backward time"),
+    cl::sub(calibrateCommand));
+static cl::list<std::string> calibrateSet(
+    "set", cl::desc("Override a GPU field for every row, or for one GPU: "
+                    "[GPU.]NAME=VALUE (e.g. h100.gemm_efficiency=0.7)"),
+    cl::sub(calibrateCommand));
+
+static cl::opt<bool> calibrateGrad16(
+    "h100-grad-reduce-16bit",
+    cl::desc("Assume the Megatron-Core H100 runs reduce gradients in bf16"),
+    cl::init(false), cl::sub(calibrateCommand));
+
+static cl::opt<int> calibratePp1Mbs(
+    "h100-pp1-mbs", cl::desc("Micro-batch size assumed for the Megatron-Core "
+                             "H100 rows without pipeline parallelism"),
+    cl::init(1), cl::sub(calibrateCommand));
 
 static int planError(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weft plan") << message << '\n';
@@ -259,6 +281,7 @@ int runPlan(MLIRContext &context) {
   training.set_memory_reserve_gib(reserveOpt);
   training.set_flash_attention(flashOpt);
   training.set_dropout(dropoutOpt);
+  training.set_grad_reduce_16bit(gradReduce16);
   model->set_seq_len(training.seq_len());
 
   CostModel costModel(*model, *cluster, training);
@@ -543,19 +566,23 @@ loadCalibrationRows(const std::string &dir) {
       row.training.set_memory_reserve_gib(2);
       row.training.set_flash_attention(true);
       row.training.set_dropout(false);
+      row.training.set_grad_reduce_16bit(calibrateGrad16);
       plan::Plan &p = row.plan;
       p.set_tp(int(num(get("tensor_parallel"))));
       p.set_pp(int(num(get("pipeline_parallel"))));
       p.set_dp(int(num(get("data_parallel"))));
       p.set_cp(1);
       p.set_ulysses(1);
-      // Not published: micro-batch 1, SP with TP, distributed optimizer,
+      // Not published: micro-batch 1, SP with TP and TP communication
+      // overlap, distributed optimizer,
       // 1F1B, no recomputation (docs/cost-model.md lists these).
-      p.set_micro_batch(1);
-      p.set_num_micro_batches(row.training.global_batch() / p.dp());
+      int64_t perRank = row.training.global_batch() / p.dp();
+      p.set_micro_batch(p.pp() == 1 ? calibratePp1Mbs : 1);
+      p.set_num_micro_batches(perRank / p.micro_batch());
       p.set_schedule(plan::SCHEDULE_1F1B);
       p.set_virtual_stages(1);
       p.set_sequence_parallel(p.tp() > 1);
+      p.set_tp_comm_overlap(p.tp() > 1);
       p.set_zero_stage(1);
       p.set_recompute(plan::RECOMPUTE_NONE);
       // Measured: model FLOPs per step over the published TFLOP/s per GPU.
@@ -581,6 +608,29 @@ int runCalibrate() {
   double sumError = 0, maxError = 0;
   int count = 0, searchedNotSlower = 0, inside = 0;
   for (CalibrationRow &row : *rows) {
+    for (const std::string &setting : calibrateSet) {
+      auto [key, value] = llvm::StringRef(setting).split('=');
+      // "h100.gemm_efficiency=0.7" applies to one GPU only.
+      if (key.contains('.')) {
+        auto [gpu, field] = key.split('.');
+        if (!llvm::StringRef(row.cluster.gpu().name()).starts_with(gpu))
+          continue;
+        key = field;
+      }
+      double number = 0;
+      if (value.getAsDouble(number))
+        return planError("--set " + setting + ": not NAME=NUMBER");
+      const auto *field =
+          plan::Gpu::descriptor()->FindFieldByName(key.str());
+      if (field && field->cpp_type() ==
+                       google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE)
+        plan::Gpu::GetReflection()->SetDouble(row.cluster.mutable_gpu(), field,
+                                              number);
+      else if (key == "nic_efficiency")
+        row.cluster.set_nic_efficiency(number);
+      else
+        return planError("--set: no GPU field '" + key.str() + "'");
+    }
     CostModel model(row.model, row.cluster, row.training);
     std::string why = model.checkPlan(row.plan);
     if (!why.empty())
@@ -604,6 +654,16 @@ int runCalibrate() {
                            recomputeName(row.plan.recompute());
     os << llvm::format("%-36s %-44s %9.3fs %9.3fs %+7.2f%%", row.name.c_str(),
                        planText.c_str(), row.measured, predicted, 100 * error);
+    if (calibrateVerbose) {
+      const BlockCost &layer = model.layerCost(row.plan);
+      os << llvm::format(" layer fwd %.2f ms (tp %.2f) bwd %.2f ms core %.2f "
+                         "ms",
+                         1e3 * (layer.forward + layer.tpComm),
+                         1e3 * layer.tpComm,
+                         1e3 * (layer.backwardInput + layer.backwardWeight +
+                                layer.tpComm),
+                         1e3 * layer.attentionCore);
+    }
     if (calibrateSearch) {
       // From model, GPU count, batch and sequence only: the same training
       // setup, the search picks everything else.

@@ -52,6 +52,7 @@ struct BlockCost {
   double savedBytesSelective = 0;
   double inputBytes = 0;     // the block's input (kept by full recompute)
   double flops = 0;          // forward FLOPs executed
+  double linearForward = 0;  // forward time of the linear layers
 };
 
 /// Counts kept for reports.
