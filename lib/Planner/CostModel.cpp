@@ -76,6 +76,7 @@ CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
       trainingConfig(std::move(training)),
       context(std::make_unique<MLIRContext>(MLIRContext::Threading::DISABLED)) {
   context->loadDialect<WeftDialect, func::FuncDialect>();
+  layerParams = layerParameterCount(modelSpec);
   if (trainingConfig.seq_len() <= 0)
     trainingConfig.set_seq_len(modelSpec.seq_len());
 }
@@ -171,9 +172,14 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   auto key = std::make_tuple<int64_t, int64_t, int64_t, int64_t, bool>(
       plan.micro_batch(), plan.tp(), plan.ulysses(), plan.cp(),
       plan.sequence_parallel());
+  if (lastBlocks && key == lastKey)
+    return *lastBlocks;
   auto found = cache.find(key);
-  if (found != cache.end())
+  if (found != cache.end()) {
+    lastKey = key;
+    lastBlocks = &found->second;
     return found->second;
+  }
 
   LayerShape shape;
   shape.batch = plan.micro_batch();
@@ -338,7 +344,9 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
     else if (func.getName() == "head")
       result.head = costFunc(func);
   });
-  return cache.emplace(key, result).first->second;
+  lastKey = key;
+  lastBlocks = &cache.emplace(key, result).first->second;
+  return *lastBlocks;
 }
 
 const BlockCost &CostModel::layerCost(const plan::Plan &plan) {
@@ -530,7 +538,7 @@ double CostModel::stageParameters(const plan::Plan &plan, int stage) const {
   double layers = plan.stage_layers_size() ? plan.stage_layers(stage)
                                            : double(modelSpec.layers()) /
                                                  plan.pp();
-  double params = layers * layerParameterCount(modelSpec) / t;
+  double params = layers * layerParams / t;
   double table = double(modelSpec.vocab()) * modelSpec.hidden() / t;
   if (stage == 0)
     params += table;
@@ -559,40 +567,51 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   auto found = stageCache.find(key);
   if (found != stageCache.end())
     return found->second;
-  // best[s][n]: the smallest possible maximum stage time when the first n
-  // layers are placed on stages 0..s; costs in units of a layer (x100).
-  const int64_t inf = std::numeric_limits<int64_t>::max() / 4;
-  std::vector<std::vector<int64_t>> best(
-      p, std::vector<int64_t>(layers + 1, inf));
-  std::vector<std::vector<int32_t>> choice(
-      p, std::vector<int32_t>(layers + 1, 0));
-  auto stageCost = [&](int stage, int64_t count) {
-    int64_t cost = count * 100;
-    if (stage == 0)
-      cost += firstExtra;
-    if (stage == p - 1)
-      cost += lastExtra;
-    return cost;
-  };
-  for (int64_t n = 1; n <= layers; ++n)
-    best[0][n] = stageCost(0, n);
-  for (int s = 1; s < p; ++s)
-    for (int64_t n = s + 1; n <= layers; ++n)
-      for (int64_t k = 1; k <= n - s; ++k) { // k layers on stage s
-        int64_t value = std::max(best[s - 1][n - k], stageCost(s, k));
-        // Ties go to the earlier stages holding more layers (deterministic).
-        if (value < best[s][n]) {
-          best[s][n] = value;
-          choice[s][n] = int32_t(k);
-        }
+  // Contiguous min-max partition of [embedding, layer 1..L, head] into p
+  // stages with at least one layer each: binary search on the largest stage
+  // cost, greedy packing from the front (so ties leave earlier stages
+  // fuller, deterministically). Costs are in hundredths of a layer.
+  std::vector<int64_t> costs(layers, 100);
+  auto pack = [&](int64_t limit, std::vector<int32_t> *out) -> bool {
+    std::vector<int32_t> counts;
+    int64_t current = firstExtra;
+    int32_t count = 0;
+    for (int64_t i = 0; i < layers; ++i) {
+      int64_t remainingLayers = layers - i;
+      int64_t remainingStages = p - int64_t(counts.size()) - 1;
+      bool last = i == layers - 1;
+      int64_t add = costs[i] + (last ? lastExtra : 0);
+      // Close the stage when the next layer does not fit, or when the
+      // stages left need one layer each.
+      if (count > 0 && (current + add > limit ||
+                        remainingLayers <= remainingStages)) {
+        counts.push_back(count);
+        current = 0;
+        count = 0;
       }
-  std::vector<int32_t> stages(p);
-  int64_t n = layers;
-  for (int s = p - 1; s > 0; --s) {
-    stages[s] = choice[s][n];
-    n -= choice[s][n];
+      current += add;
+      ++count;
+      if (current > limit || int64_t(counts.size()) >= p)
+        return false;
+    }
+    counts.push_back(count);
+    if (int64_t(counts.size()) != p)
+      return false;
+    if (out)
+      *out = counts;
+    return true;
+  };
+  int64_t low = 0, high = firstExtra + lastExtra + 100 * layers;
+  while (low < high) {
+    int64_t mid = low + (high - low) / 2;
+    if (pack(mid, nullptr))
+      high = mid;
+    else
+      low = mid + 1;
   }
-  stages[0] = int32_t(n);
+  std::vector<int32_t> stages;
+  if (!pack(low, &stages))
+    stages.assign(p, int32_t(layers / p));
   stageCache.emplace(key, stages);
   return stages;
 }
@@ -609,13 +628,12 @@ static double exposedTensorParallelComm(const plan::Plan &plan,
                   block.tpComm - gemmScale * block.linearForward);
 }
 
-CostModel::StageTimes CostModel::stageTimes(const plan::Plan &plan) {
+void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
   const int p = plan.pp(), v = virtualStages(plan);
   const BlockCost &layer = layerCost(plan);
   const BlockCost &embed = embeddingCost(plan);
   const BlockCost &head = headCost(plan);
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
-  StageTimes times;
   times.forward.assign(p * v, 0);
   times.backward.assign(p * v, 0);
   times.weight.assign(p * v, 0);
@@ -652,7 +670,7 @@ CostModel::StageTimes CostModel::stageTimes(const plan::Plan &plan) {
         // Parameters of the chunk gathered before forward and backward,
         // gradients reduce-scattered after backward, prefetched behind
         // compute. ZeroPP gathers once per pipeline block of micro-batches.
-        double params = layers * layerParameterCount(modelSpec) / plan.tp();
+        double params = layers * layerParams / plan.tp();
         double gather = collectiveTime("all_gather", params * kWeightBytes,
                                        int64_t(shard), shardStride);
         double scatter = collectiveTime("reduce_scatter", params * kGradBytes,
@@ -674,11 +692,33 @@ CostModel::StageTimes CostModel::stageTimes(const plan::Plan &plan) {
     activation /= plan.tp();
   int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() * plan.dp();
   times.p2p = p > 1 ? collectiveTime("send", activation, 2, ppStride) : 0;
-  return times;
 }
 
 double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
                            std::vector<TimelineEvent> *timeline) {
+  // Plans that differ only outside the pipeline (ZeRO-1 vs 2, DP overlap)
+  // share their timeline.
+  std::vector<double> key;
+  if (!timeline) {
+    key = {double(plan.schedule()), double(plan.pp()),
+           double(plan.virtual_stages()), double(plan.num_micro_batches()),
+           times.p2p};
+    key.insert(key.end(), times.forward.begin(), times.forward.end());
+    key.insert(key.end(), times.backward.begin(), times.backward.end());
+    key.insert(key.end(), times.weight.begin(), times.weight.end());
+    auto found = simulationCache.find(key);
+    if (found != simulationCache.end())
+      return found->second;
+  }
+  double makespan = runSimulation(plan, times, timeline);
+  if (!timeline)
+    simulationCache.emplace(std::move(key), makespan);
+  return makespan;
+}
+
+double CostModel::runSimulation(const plan::Plan &plan,
+                                const StageTimes &times,
+                                std::vector<TimelineEvent> *timeline) {
   ++counters.simulated;
   const int p = plan.pp(), v = virtualStages(plan);
   const int m = plan.num_micro_batches();
@@ -690,6 +730,7 @@ double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
   std::vector<std::vector<Step>> order(p);
   for (int s = 0; s < p; ++s) {
     std::vector<Step> &steps = order[s];
+    steps.reserve(size_t(m) * v * (zb ? 3 : 2));
     if (plan.schedule() == plan::SCHEDULE_GPIPE) {
       for (int i = 0; i < m; ++i)
         steps.push_back({TimelineEvent::Forward, i, 0});
@@ -794,58 +835,62 @@ double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
   return *std::max_element(freeAt.begin(), freeAt.end());
 }
 
-void CostModel::fillMemory(plan::Plan &plan) {
+CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan,
+                                              int s) {
   const int p = plan.pp(), v = virtualStages(plan);
   const int m = plan.num_micro_batches();
-  const BlockCost &layer = layerCost(plan);
-  const BlockCost &embed = embeddingCost(plan);
-  const BlockCost &head = headCost(plan);
+  const Blocks &b = blocks(plan);
   const double shard = dataParallelShard(plan);
-  double perLayer = layer.savedBytes;
+  double perLayer = b.layer.savedBytes;
   if (plan.recompute() == plan::RECOMPUTE_FULL)
-    perLayer = layer.inputBytes;
+    perLayer = b.layer.inputBytes;
   else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
-    perLayer = layer.savedBytesSelective;
-  double capacity = clusterSpec.gpu().hbm_gib() -
-                    trainingConfig.memory_reserve_gib();
+    perLayer = b.layer.savedBytesSelective;
+  StageMemory mem;
+  double params = stageParameters(plan, s);
+  mem.weights = params * kWeightBytes;
+  if (plan.zero_stage() >= 3 && shard > 1) {
+    mem.weights /= shard;
+    // Two layers' gathered weights (the one running and the prefetch).
+    mem.weights += 2 * layerParams / plan.tp() * kWeightBytes;
+  }
+  mem.gradients = params * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
+  mem.optimizer =
+      params * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);
+  // Chunk-micro-batches whose activations the schedule holds at once.
+  double inFlight;
+  if (plan.schedule() == plan::SCHEDULE_GPIPE)
+    inFlight = m;
+  else if (v > 1)
+    inFlight =
+        std::min<double>((p - s - 1) * 2 + (v - 1) * p + 1, double(m) * v);
+  else
+    inFlight = std::min<double>(p - s, m);
+  double layersPerChunk = double(plan.stage_layers(s)) / v;
+  mem.activations = inFlight * layersPerChunk * perLayer;
+  if (s == 0)
+    mem.activations += std::min<double>(inFlight, m) * b.embedding.savedBytes;
+  if (s == p - 1)
+    mem.activations += b.head.savedBytes;
+  // One layer's full activations and gradients while it runs backward.
+  mem.workspace = kWorkspaceBytes + b.layer.savedBytes;
+  return mem;
+}
+
+void CostModel::fillMemory(plan::Plan &plan) {
+  double capacity =
+      clusterSpec.gpu().hbm_gib() - trainingConfig.memory_reserve_gib();
   plan.clear_stage_memory();
   plan::MemoryBreakdown worst;
-  for (int s = 0; s < p; ++s) {
-    double params = stageParameters(plan, s);
+  for (int s = 0; s < plan.pp(); ++s) {
+    StageMemory stage = stageMemory(plan, s);
     plan::MemoryBreakdown mem;
-    double weights = params * kWeightBytes;
-    if (plan.zero_stage() >= 3 && shard > 1) {
-      weights /= shard;
-      // Two layers' gathered weights (the one running and the prefetch).
-      weights += 2 * layerParameterCount(modelSpec) / plan.tp() * kWeightBytes;
-    }
-    double grads = params * kGradBytes /
-                   (plan.zero_stage() >= 2 ? shard : 1);
-    double optimizer = params * kOptimizerBytes /
-                       (plan.zero_stage() >= 1 ? shard : 1);
-    // Chunk-micro-batches whose activations the schedule holds at once.
-    double inFlight;
-    if (plan.schedule() == plan::SCHEDULE_GPIPE)
-      inFlight = m;
-    else if (v > 1)
-      inFlight = std::min<double>((p - s - 1) * 2 + (v - 1) * p + 1, double(m) * v);
-    else
-      inFlight = std::min<double>(p - s, m);
-    double layersPerChunk = double(plan.stage_layers(s)) / v;
-    double activations = inFlight * layersPerChunk * perLayer;
-    if (s == 0)
-      activations += std::min<double>(inFlight, m) * embed.savedBytes;
-    if (s == p - 1)
-      activations += head.savedBytes;
-    // One layer's full activations and gradients while it runs backward.
-    double workspace = kWorkspaceBytes + layer.savedBytes;
-    mem.set_weights_gib(weights / kGiB);
-    mem.set_gradients_gib(grads / kGiB);
-    mem.set_optimizer_gib(optimizer / kGiB);
-    mem.set_activations_gib(activations / kGiB);
-    mem.set_workspace_gib(workspace / kGiB);
-    mem.set_total_gib(
-        (weights + grads + optimizer + activations + workspace) / kGiB);
+    mem.set_weights_gib(stage.weights / kGiB);
+    mem.set_gradients_gib(stage.gradients / kGiB);
+    mem.set_optimizer_gib(stage.optimizer / kGiB);
+    mem.set_activations_gib(stage.activations / kGiB);
+    mem.set_workspace_gib(stage.workspace / kGiB);
+    mem.set_total_gib(stage.total() / kGiB);
     mem.set_capacity_gib(capacity);
     *plan.add_stage_memory() = mem;
     if (mem.total_gib() > worst.total_gib())
@@ -856,9 +901,17 @@ void CostModel::fillMemory(plan::Plan &plan) {
 }
 
 double CostModel::peakMemoryBytes(const plan::Plan &plan) {
-  plan::Plan copy = plan;
-  fillMemory(copy);
-  return copy.memory().total_gib() * kGiB;
+  // A stage holds no more than the one before it when it has as many layers
+  // (it keeps fewer micro-batches in flight); the first and last stages also
+  // hold the embedding and the output layer.
+  double peak = 0;
+  const int p = plan.pp();
+  for (int s = 0; s < p; ++s) {
+    if (s > 0 && s < p - 1 && plan.stage_layers(s) <= plan.stage_layers(s - 1))
+      continue;
+    peak = std::max(peak, stageMemory(plan, s).total());
+  }
+  return peak;
 }
 
 namespace {
@@ -901,22 +954,55 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
   return cost;
 }
 
-double CostModel::stepLowerBound(const plan::Plan &plan) {
-  StageTimes times = stageTimes(plan);
-  const int p = plan.pp(), v = virtualStages(plan);
-  double busiest = 0;
+double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
+  // The work of each stage without ZeRO-3 prefetch limits and pipeline
+  // sends (both only add time), in closed form per stage.
+  const int p = plan.pp(), v = virtualStages(plan), m = plan.num_micro_batches();
+  const Blocks &b = blocks(plan);
+  const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
+  double tpF = exposedTensorParallelComm(plan, b.layer, 1);
+  double tpB = exposedTensorParallelComm(plan, b.layer, 2);
+  double layerF = b.layer.forward + tpF + b.layer.seqComm;
+  double recompute = plan.recompute() == plan::RECOMPUTE_FULL ? layerF
+                     : plan.recompute() == plan::RECOMPUTE_SELECTIVE
+                         ? b.layer.attentionCore
+                         : 0;
+  double layerB = b.layer.backwardInput + tpB + b.layer.seqComm + recompute;
+  double layerW = b.layer.backwardWeight;
+  double embedWork = b.embedding.forward + b.embedding.backwardInput +
+                     b.embedding.backwardWeight + 2 * b.embedding.tpComm;
+  double headWork = b.head.forward + b.head.backwardInput +
+                    b.head.backwardWeight + 2 * b.head.tpComm;
+  double bound = 0, before = 0;
   for (int s = 0; s < p; ++s) {
-    double work = 0;
-    for (int c = 0; c < v; ++c)
-      work += times.forward[c * p + s] + times.backward[c * p + s] +
-              times.weight[c * p + s];
-    busiest = std::max(busiest, work);
+    double layers = plan.stage_layers(s);
+    double work = layers * (layerF + layerB + layerW);
+    if (s == 0)
+      work += embedWork;
+    if (s == p - 1)
+      work += headWork;
+    bound = std::max(bound, before + m * work);
+    // Stage s waits for the first forward to pass the stages before it;
+    // after its last backward, the stages before it still run theirs
+    // (ZB-H1 may end on weight gradients nothing waits for).
+    double chunk = layers / v;
+    before += chunk * (layerF + layerB) + (s == 0 ? b.embedding.forward : 0);
+    if (!zb)
+      before += chunk * layerW;
   }
-  double params = stageParameters(plan, 0);
+  if (bound >= stopAt)
+    return bound;
+  StageTimes &times = scratchTimes;
+  stageTimes(plan, times);
+  double lastBackward = 0, firstForward = 0;
+  for (int c = 0; c < v; ++c) {
+    lastBackward += times.backward[c * p] + times.weight[c * p];
+    firstForward += times.forward[c * p];
+  }
   DataParallelCost dp =
-      dataParallel(*this, plan, params, times.backward.back(),
-                   times.forward.front(), dataParallelShard(plan));
-  return busiest * plan.num_micro_batches() + dp.exposed + dp.optimizer;
+      dataParallel(*this, plan, stageParameters(plan, 0), lastBackward,
+                   firstForward, dataParallelShard(plan));
+  return bound + dp.exposed + dp.optimizer;
 }
 
 void CostModel::evaluate(plan::Plan &plan,
@@ -936,7 +1022,8 @@ void CostModel::evaluate(plan::Plan &plan,
   fillMemory(plan);
   const int p = plan.pp(), v = virtualStages(plan);
   const int m = plan.num_micro_batches();
-  StageTimes times = stageTimes(plan);
+  StageTimes times;
+  stageTimes(plan, times);
   double pipeline = simulate(plan, times, timeline);
 
   // Data parallelism and the optimizer, on the stage that finishes last.

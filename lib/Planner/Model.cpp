@@ -436,7 +436,8 @@ OwningOpRef<ModuleOp> planner::buildRankProgram(MLIRContext &context,
       (void)kNext;
       (void)vNext;
     }
-    if (shape.flashAttention) {
+    // Ring attention is blockwise with an online softmax, fused by nature.
+    if (shape.flashAttention || c > 1) {
       attended = AttentionOp::create(
           builder, rb.loc, rb.type({b, headsLocal, seqRank, d}), q, k, v,
           Value(), scale, shape.causal && c == 1 ? builder.getUnitAttr()

@@ -130,38 +130,41 @@ SearchResult planner::searchPlans(CostModel &model,
                     schedules.push_back({plan::SCHEDULE_ZEROPP, v});
             }
             int64_t shard = dp * cp * u;
+            const double capacity = (model.cluster().gpu().hbm_gib() -
+                                     model.training().memory_reserve_gib()) *
+                                    1024.0 * 1024 * 1024;
             for (const Sched &sched : schedules) {
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                for (int rc = 0; rc < 3; ++rc) {
-                  for (int zero = 0; zero <= (shard > 1 ? 3 : 0); ++zero) {
-                    if (sched.schedule == plan::SCHEDULE_ZEROPP && zero != 3)
-                      continue;
-                    plan::Plan candidate;
-                    candidate.set_dp(dp);
-                    candidate.set_tp(tp);
-                    candidate.set_pp(pp);
-                    candidate.set_cp(cp);
-                    candidate.set_ulysses(u);
-                    candidate.set_sequence_parallel(sp);
-                    // Overlap is free to ask for once SP splits the
-                    // collectives into all-gather and reduce-scatter.
-                    candidate.set_tp_comm_overlap(sp);
-                    candidate.set_micro_batch(mbs);
-                    candidate.set_num_micro_batches(micro);
-                    candidate.set_schedule(sched.schedule);
-                    candidate.set_virtual_stages(sched.v);
-                    candidate.set_zero_stage(zero);
+                plan::Plan candidate;
+                candidate.set_dp(dp);
+                candidate.set_tp(tp);
+                candidate.set_pp(pp);
+                candidate.set_cp(cp);
+                candidate.set_ulysses(u);
+                candidate.set_sequence_parallel(sp);
+                // Overlap is free to ask for once SP splits the collectives
+                // into all-gather and reduce-scatter.
+                candidate.set_tp_comm_overlap(sp);
+                candidate.set_micro_batch(mbs);
+                candidate.set_num_micro_batches(micro);
+                candidate.set_schedule(sched.schedule);
+                candidate.set_virtual_stages(sched.v);
+                candidate.set_zero_stage(
+                    sched.schedule == plan::SCHEDULE_ZEROPP ? 3 : 0);
+                if (!model.checkPlan(candidate).empty())
+                  continue;
+                for (int32_t n : model.balanceStages(candidate))
+                  candidate.add_stage_layers(n);
+                for (int zero = 0; zero <= (shard > 1 ? 3 : 0); ++zero) {
+                  if (sched.schedule == plan::SCHEDULE_ZEROPP && zero != 3)
+                    continue;
+                  candidate.set_zero_stage(zero);
+                  // Recomputation only adds time: once one fits, the more
+                  // aggressive ones cannot win.
+                  for (int rc = 0; rc < 3; ++rc) {
                     candidate.set_recompute(plan::Recompute(rc));
-                    if (!model.checkPlan(candidate).empty())
-                      continue;
-                    for (int32_t n : model.balanceStages(candidate))
-                      candidate.add_stage_layers(n);
                     ++result.candidates;
                     double memory = model.peakMemoryBytes(candidate);
-                    double capacity =
-                        (model.cluster().gpu().hbm_gib() -
-                         model.training().memory_reserve_gib()) *
-                        1024.0 * 1024 * 1024;
                     if (memory > capacity) {
                       if (!result.anyFits && memory < smallest) {
                         smallest = memory;
@@ -169,14 +172,16 @@ SearchResult planner::searchPlans(CostModel &model,
                       }
                       continue;
                     }
-                    if (model.stepLowerBound(candidate) >= threshold())
-                      continue;
                     result.anyFits = true;
-                    model.evaluate(candidate);
-                    ++result.simulated;
-                    if (candidate.time().step_s() < threshold() ||
-                        int(best.size()) < top)
-                      offer(std::move(candidate));
+                    double limit = threshold();
+                    if (model.stepLowerBound(candidate, limit) < limit) {
+                      plan::Plan evaluated = candidate;
+                      model.evaluate(evaluated);
+                      ++result.simulated;
+                      if (evaluated.time().step_s() < threshold())
+                        offer(std::move(evaluated));
+                    }
+                    break;
                   }
                 }
               }

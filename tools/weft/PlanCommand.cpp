@@ -366,7 +366,7 @@ int runPlan(MLIRContext &context) {
                       "global batch or sequence.\n";
       return 1;
     }
-    os << llvm::format("searched %lld candidate plans (%lld simulated) in "
+    os << llvm::format("searched %lld candidate plans (%lld fully costed) in "
                        "%.3f s\n",
                        (long long)result.candidates,
                        (long long)result.simulated, result.seconds);

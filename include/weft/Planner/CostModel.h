@@ -20,6 +20,7 @@
 
 #include "mlir/IR/MLIRContext.h"
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -84,12 +85,16 @@ public:
   /// stage_layers must be set.
   double peakMemoryBytes(const plan::Plan &plan);
 
-  /// A lower bound on the step time that is cheap to compute (no bubble).
-  double stepLowerBound(const plan::Plan &plan);
+  /// A lower bound on the step time that is cheap to compute (no bubble
+  /// beyond the pipeline's fill and drain); returns early once it reaches
+  /// `stopAt`.
+  double stepLowerBound(const plan::Plan &plan,
+                        double stopAt = std::numeric_limits<double>::infinity());
 
-  /// Balanced stage boundaries: layers per pipeline stage, chosen by dynamic
-  /// programming over the layers' times with the embedding on the first stage
-  /// and the output layer on the last.
+  /// Balanced stage boundaries: layers per pipeline stage minimizing the
+  /// slowest stage, over the layers' times with the embedding on the first
+  /// stage and the output layer on the last (an exact min-max contiguous
+  /// partition: binary search on the bound, greedy packing).
   std::vector<int32_t> balanceStages(const plan::Plan &plan);
 
   /// Costs of one layer, the embedding and the head for the plan's shapes.
@@ -118,16 +123,32 @@ private:
     std::vector<double> forward, backward, weight; // per stage, per chunk
     double p2p = 0;
   };
-  StageTimes stageTimes(const plan::Plan &plan);
+  void stageTimes(const plan::Plan &plan, StageTimes &times);
+  StageTimes scratchTimes;
   double simulate(const plan::Plan &plan, const StageTimes &times,
                   std::vector<TimelineEvent> *timeline);
+  double runSimulation(const plan::Plan &plan, const StageTimes &times,
+                       std::vector<TimelineEvent> *timeline);
+  std::map<std::vector<double>, double> simulationCache;
+  struct StageMemory {
+    double weights = 0, gradients = 0, optimizer = 0, activations = 0,
+           workspace = 0;
+    double total() const {
+      return weights + gradients + optimizer + activations + workspace;
+    }
+  };
+  StageMemory stageMemory(const plan::Plan &plan, int stage);
   void fillMemory(plan::Plan &plan);
 
   plan::ModelSpec modelSpec;
   plan::Cluster clusterSpec;
   plan::TrainingConfig trainingConfig;
   std::unique_ptr<mlir::MLIRContext> context;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, Blocks> cache;
+  using BlockKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool>;
+  std::map<BlockKey, Blocks> cache;
+  BlockKey lastKey;
+  const Blocks *lastBlocks = nullptr;
+  double layerParams = 0;
   std::map<std::tuple<int, int, int64_t, int64_t>, std::vector<int32_t>>
       stageCache;
 };
