@@ -45,7 +45,7 @@ const CatalogEntry kCatalog[] = {
 // A GEMM of F FLOPs reaches eff * F / (F + half) of peak: the half-way size
 // grows with the peak (a fixed ramp of ~30 us on A100, ~20 us on Hopper).
 constexpr double kGemmEfficiencyAmpere = 0.80;
-constexpr double kGemmHalfFlopsAmpere = 1.0e10;
+constexpr double kGemmHalfFlopsAmpere = 1.5e10;
 constexpr double kGemmEfficiencyHopper = 0.72;
 constexpr double kGemmHalfFlopsHopper = 2.0e10;
 constexpr double kMemoryEfficiency = 0.80;

@@ -710,19 +710,27 @@ double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
     if (found != simulationCache.end())
       return found->second;
   }
-  double makespan = runSimulation(plan, times, timeline);
+  ++counters.simulated;
+  double makespan = simulatePipeline(plan.schedule(), plan.pp(),
+                                     virtualStages(plan),
+                                     plan.num_micro_batches(), times.forward,
+                                     times.backward, times.weight, times.p2p,
+                                     timeline);
   if (!timeline)
     simulationCache.emplace(std::move(key), makespan);
   return makespan;
 }
 
-double CostModel::runSimulation(const plan::Plan &plan,
-                                const StageTimes &times,
-                                std::vector<TimelineEvent> *timeline) {
-  ++counters.simulated;
-  const int p = plan.pp(), v = virtualStages(plan);
-  const int m = plan.num_micro_batches();
-  const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
+double planner::simulatePipeline(plan::Schedule schedule, int p, int v, int m,
+                                 const std::vector<double> &forward,
+                                 const std::vector<double> &backward,
+                                 const std::vector<double> &weight, double p2p,
+                                 std::vector<TimelineEvent> *timeline) {
+  struct {
+    const std::vector<double> &forward, &backward, &weight;
+    double p2p;
+  } times{forward, backward, weight, p2p};
+  const bool zb = schedule == plan::SCHEDULE_ZB_H1;
   struct Step {
     TimelineEvent::Kind kind;
     int mb, chunk;
@@ -731,7 +739,7 @@ double CostModel::runSimulation(const plan::Plan &plan,
   for (int s = 0; s < p; ++s) {
     std::vector<Step> &steps = order[s];
     steps.reserve(size_t(m) * v * (zb ? 3 : 2));
-    if (plan.schedule() == plan::SCHEDULE_GPIPE) {
+    if (schedule == plan::SCHEDULE_GPIPE) {
       for (int i = 0; i < m; ++i)
         steps.push_back({TimelineEvent::Forward, i, 0});
       for (int i = 0; i < m; ++i)
@@ -755,31 +763,36 @@ double CostModel::runSimulation(const plan::Plan &plan,
       for (int i = total - warmup; i < total; ++i)
         steps.push_back({TimelineEvent::Backward, mbOf(i), chunkOf(i, false)});
     } else {
+      // 1F1B order; ZB-H1 runs the same F/B order and slots the weight
+      // gradients (W) into the stage's idle gaps below.
       int warmup = std::min(m, p - s - 1);
-      int deferred = zb ? p - s - 1 : 0; // ZB-H1: W fills the cool-down
-      int backwards = 0, weights = 0;
-      auto backward = [&](int mb) {
-        steps.push_back({TimelineEvent::Backward, mb, 0});
-        ++backwards;
-        if (zb && backwards - deferred > weights)
-          steps.push_back({TimelineEvent::WeightGrad, weights++, 0});
-      };
       for (int i = 0; i < warmup; ++i)
         steps.push_back({TimelineEvent::Forward, i, 0});
       for (int i = 0; i < m - warmup; ++i) {
         steps.push_back({TimelineEvent::Forward, warmup + i, 0});
-        backward(i);
+        steps.push_back({TimelineEvent::Backward, i, 0});
       }
       for (int i = m - warmup; i < m; ++i)
-        backward(i);
-      while (zb && weights < m)
-        steps.push_back({TimelineEvent::WeightGrad, weights++, 0});
+        steps.push_back({TimelineEvent::Backward, i, 0});
     }
   }
   const int stages = p * v;
-  std::vector<double> fwdDone(size_t(stages) * m, -1), bwdDone(size_t(stages) * m, -1);
+  std::vector<double> fwdDone(size_t(stages) * m, -1),
+      bwdDone(size_t(stages) * m, -1);
   std::vector<double> freeAt(p, 0);
   std::vector<size_t> next(p, 0);
+  // ZB-H1: weight gradients whose B is done, per stage, oldest first. They
+  // run in idle gaps; at most p wait at once (each holds the inputs of its
+  // layer's GEMMs, bounded like 1F1B's in-flight activations).
+  std::vector<std::vector<int>> pendingW(p);
+  std::vector<size_t> pendingHead(p, 0);
+  auto runWeight = [&](int s) {
+    int mb = pendingW[s][pendingHead[s]++];
+    double start = freeAt[s], end = start + times.weight[s];
+    freeAt[s] = end;
+    if (timeline)
+      timeline->push_back({TimelineEvent::WeightGrad, s, mb, 0, start, end});
+  };
   size_t remaining = 0;
   for (auto &steps : order)
     remaining += steps.size();
@@ -797,31 +810,37 @@ double CostModel::runSimulation(const plan::Plan &plan,
               break;
             ready = dep + times.p2p;
           }
-        } else if (step.kind == TimelineEvent::Backward) {
+        } else {
           double dep = vs == stages - 1
                            ? fwdDone[size_t(vs) * m + step.mb]
                            : bwdDone[size_t(vs + 1) * m + step.mb];
           if (dep < 0)
             break;
           ready = dep + (vs == stages - 1 ? 0 : times.p2p);
-        } else {
-          double dep = bwdDone[size_t(vs) * m + step.mb];
-          if (dep < 0)
-            break;
-          ready = dep;
+        }
+        if (zb) {
+          size_t waiting = pendingW[s].size() - pendingHead[s];
+          // Fill a gap that fits a W; never hold more than p - s.
+          if (waiting && (freeAt[s] + times.weight[s] <= ready ||
+                          waiting >= size_t(p))) {
+            runWeight(s);
+            progress = true;
+            continue;
+          }
         }
         double duration = step.kind == TimelineEvent::Forward
                               ? times.forward[vs]
-                          : step.kind == TimelineEvent::Backward
-                              ? times.backward[vs]
-                              : times.weight[vs];
+                              : times.backward[vs];
         double start = std::max(freeAt[s], ready);
         double end = start + duration;
         freeAt[s] = end;
-        if (step.kind == TimelineEvent::Forward)
+        if (step.kind == TimelineEvent::Forward) {
           fwdDone[size_t(vs) * m + step.mb] = end;
-        else if (step.kind == TimelineEvent::Backward)
+        } else {
           bwdDone[size_t(vs) * m + step.mb] = end;
+          if (zb)
+            pendingW[s].push_back(step.mb);
+        }
         if (timeline)
           timeline->push_back({step.kind, s, step.mb, step.chunk, start, end});
         ++next[s];
@@ -832,6 +851,9 @@ double CostModel::runSimulation(const plan::Plan &plan,
     if (!progress)
       return std::numeric_limits<double>::infinity();
   }
+  for (int s = 0; s < p; ++s)
+    while (pendingHead[s] < pendingW[s].size())
+      runWeight(s);
   return *std::max_element(freeAt.begin(), freeAt.end());
 }
 

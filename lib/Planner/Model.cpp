@@ -454,9 +454,8 @@ OwningOpRef<ModuleOp> planner::buildRankProgram(MLIRContext &context,
       Value scores = MatmulOp::create(
           builder, rb.loc, rb.type({b, headsLocal, seqRank, seqRank}), q, kv,
           UnitAttr(), builder.getUnitAttr());
-      Value scaleTensor = rb.param("scale", {1});
-      scores = MulOp::create(builder, rb.loc, scores.getType(), scores,
-                             scaleTensor);
+      // The 1/sqrt(d) scale and the mask are fused into the softmax kernel
+      // (Megatron's scaled_masked_softmax), so they add no pass.
       Value probs = SoftmaxOp::create(builder, rb.loc, scores,
                                       builder.getI64IntegerAttr(3));
       if (shape.dropout)

@@ -53,7 +53,7 @@ void planner::printPlanTable(llvm::raw_ostream &os,
   int rank = 0;
   for (const plan::Plan &p : plans) {
     ++rank;
-    os << format("%-3d %5d %3d %3d %3d %3d %-3s %4d %5d %-15s %4d %-9s %9.3f "
+    os << format("%-3d %5d %3d %3d %3d %3d %-3s %4d %5d %-15s %4d %-9s %9.4g "
                  "%10.4g %5.1f%% %9.1f %6.1f%% %5.1f%%\n",
                  rank, p.dp(), p.tp(), p.pp(), p.cp(), p.ulysses(),
                  p.sequence_parallel() ? "on" : "-", p.micro_batch(),

@@ -366,10 +366,12 @@ int runPlan(MLIRContext &context) {
                       "global batch or sequence.\n";
       return 1;
     }
-    os << llvm::format("searched %lld candidate plans (%lld fully costed) in "
-                       "%.3f s\n",
-                       (long long)result.candidates,
-                       (long long)result.simulated, result.seconds);
+    // The time goes to stderr so that stdout is the same, byte for byte,
+    // for the same input.
+    os << "searched " << result.candidates << " candidate plans ("
+       << result.simulated << " fully costed)\n";
+    llvm::errs() << llvm::format("weft plan: search took %.3f s\n",
+                                 result.seconds);
     for (plan::Plan &p : result.plans)
       *set.add_plans() = p;
     printPlanTable(os, result.plans);

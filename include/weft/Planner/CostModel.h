@@ -127,8 +127,6 @@ private:
   StageTimes scratchTimes;
   double simulate(const plan::Plan &plan, const StageTimes &times,
                   std::vector<TimelineEvent> *timeline);
-  double runSimulation(const plan::Plan &plan, const StageTimes &times,
-                       std::vector<TimelineEvent> *timeline);
   std::map<std::vector<double>, double> simulationCache;
   struct StageMemory {
     double weights = 0, gradients = 0, optimizer = 0, activations = 0,
@@ -152,6 +150,17 @@ private:
   std::map<std::tuple<int, int, int64_t, int64_t>, std::vector<int32_t>>
       stageCache;
 };
+
+/// Simulates one step of a pipeline schedule over p stages with v chunks
+/// each and m micro-batches. forward/backward/weight hold the time of each
+/// virtual stage (chunk c of stage s at c*p + s); weight is used by ZB-H1
+/// only (other schedules fold it into backward). Returns the makespan, or
+/// infinity if the order deadlocks.
+double simulatePipeline(plan::Schedule schedule, int p, int v, int m,
+                        const std::vector<double> &forward,
+                        const std::vector<double> &backward,
+                        const std::vector<double> &weight, double p2p,
+                        std::vector<TimelineEvent> *timeline);
 
 /// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
 const char *scheduleName(plan::Schedule schedule);

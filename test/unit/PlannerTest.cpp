@@ -1,0 +1,307 @@
+//===- PlannerTest.cpp - The planner's cost model and search --------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/Cluster.h"
+#include "weft/Planner/CostModel.h"
+#include "weft/Planner/Model.h"
+#include "weft/Planner/Report.h"
+#include "weft/Planner/Search.h"
+
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+using namespace weft;
+using namespace weft::planner;
+
+namespace {
+
+plan::ModelSpec gpt22b() { return *lookupPreset("megatron-22b"); }
+
+plan::TrainingConfig megatron2022(int64_t batch) {
+  plan::TrainingConfig training;
+  training.set_global_batch(batch);
+  training.set_seq_len(2048);
+  training.set_dtype("bf16");
+  training.set_flash_attention(false);
+  training.set_dropout(true);
+  return training;
+}
+
+plan::Plan tpPlan(int tp, bool sp, int mbs) {
+  plan::Plan p;
+  p.set_dp(1);
+  p.set_tp(tp);
+  p.set_pp(1);
+  p.set_cp(1);
+  p.set_ulysses(1);
+  p.set_sequence_parallel(sp);
+  p.set_micro_batch(mbs);
+  p.set_num_micro_batches(1);
+  p.add_stage_layers(48);
+  return p;
+}
+
+// Korthikanti et al. 2022, Table 2: activation bytes per layer, from the IR
+// through the saved-tensor rules, must match the paper's formulas.
+TEST(PlannerMemory, ActivationsMatchKorthikantiFormulas) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
+  CostModel model(gpt22b(), cluster, megatron2022(1));
+  const double s = 2048, b = 1, h = 6144, a = 64, t = 8;
+  const double sbh = s * b * h;
+  const double attention = 5 * a * s / (h * t);
+
+  const BlockCost &plain = model.layerCost(tpPlan(8, false, 1));
+  EXPECT_NEAR(plain.savedBytes / sbh, 10 + 24 / t + attention, 1e-9);
+  EXPECT_NEAR(plain.savedBytesSelective / sbh, 10 + 24 / t, 1e-9);
+
+  const BlockCost &sp = model.layerCost(tpPlan(8, true, 1));
+  EXPECT_NEAR(sp.savedBytes / sbh, 34 / t + attention, 1e-9);
+  EXPECT_NEAR(sp.savedBytesSelective / sbh, 34 / t, 1e-9);
+  // Full recomputation keeps the layer input: 2sbh, split by SP.
+  EXPECT_NEAR(sp.inputBytes / sbh, 2 / t, 1e-9);
+  EXPECT_NEAR(plain.inputBytes / sbh, 2, 1e-9);
+
+  // No parallelism: sbh(34 + 5as/h).
+  plan::Plan single = tpPlan(1, false, 1);
+  EXPECT_NEAR(model.layerCost(single).savedBytes / sbh, 34 + 5 * a * s / h,
+              1e-9);
+}
+
+// The ops' own costs add up to the transformer FLOP count: per layer and
+// token, 24h^2 for the GEMMs and 4sh for attention (non-causal, unfused).
+TEST(PlannerCompute, LayerFlopsFromCostInterface) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
+  CostModel model(gpt22b(), cluster, megatron2022(1));
+  const BlockCost &layer = model.layerCost(tpPlan(1, false, 1));
+  const double s = 2048, h = 6144;
+  double expected = s * (24 * h * h + 4 * s * h);
+  // Biases, norms, GELU and softmax add well under 1%.
+  EXPECT_GT(layer.flops, expected);
+  EXPECT_LT(layer.flops, expected * 1.01);
+}
+
+// With equal stages, 1F1B and GPipe take (m + p - 1)(F + B); interleaving
+// with v chunks shrinks the bubble to (p - 1)(F + B) / v.
+TEST(PlannerPipeline, SimulatedScheduleMatchesClosedForm) {
+  plan::ModelSpec spec = gpt22b();
+  // One node: pipeline sends go over NVLink and are small.
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
+  plan::TrainingConfig training = megatron2022(64);
+  CostModel model(spec, cluster, training);
+  for (plan::Schedule schedule :
+       {plan::SCHEDULE_1F1B, plan::SCHEDULE_GPIPE, plan::SCHEDULE_INTERLEAVED}) {
+    plan::Plan p;
+    p.set_dp(1);
+    p.set_tp(1);
+    p.set_pp(8);
+    p.set_cp(1);
+    p.set_ulysses(1);
+    p.set_micro_batch(1);
+    p.set_num_micro_batches(64);
+    p.set_schedule(schedule);
+    p.set_virtual_stages(schedule == plan::SCHEDULE_INTERLEAVED ? 3 : 1);
+    p.set_recompute(plan::RECOMPUTE_FULL);
+    ASSERT_EQ(model.checkPlan(p), "");
+    std::vector<TimelineEvent> timeline;
+    model.evaluate(p, &timeline);
+    // Busy time of the busiest stage: the bubble is the rest of the pipeline.
+    double work = p.time().step_s() - p.time().bubble_s() -
+                  p.time().optimizer_s() - p.time().dp_comm_exposed_s();
+    double perMicroBatch = work / 64;
+    double v = p.virtual_stages();
+    double expectedBubble = 7 * perMicroBatch / v;
+    // Stage 0 and 7 carry the embedding and the head, and sends cost time:
+    // within 15% of the ideal bubble.
+    EXPECT_NEAR(p.time().bubble_s(), expectedBubble, 0.15 * expectedBubble)
+        << scheduleName(schedule);
+    EXPECT_FALSE(timeline.empty());
+  }
+}
+
+TEST(PlannerPipeline, ZeroBubbleShrinksTheBubble) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x8");
+  CostModel model(*lookupPreset("gpt3-13b"), cluster, megatron2022(64));
+  auto costed = [&](plan::Schedule schedule) {
+    plan::Plan p;
+    p.set_dp(1);
+    p.set_tp(8);
+    p.set_pp(8);
+    p.set_cp(1);
+    p.set_ulysses(1);
+    p.set_micro_batch(1);
+    p.set_num_micro_batches(64);
+    p.set_schedule(schedule);
+    p.set_virtual_stages(1);
+    EXPECT_EQ(model.checkPlan(p), "");
+    model.evaluate(p);
+    return p;
+  };
+  plan::Plan oneF = costed(plan::SCHEDULE_1F1B);
+  plan::Plan zb = costed(plan::SCHEDULE_ZB_H1);
+  // Less than the unit-time third: W is only the GEMMs' weight gradients,
+  // and the embedding and head unbalance the end stages.
+  EXPECT_LT(zb.time().bubble_s(), 0.8 * oneF.time().bubble_s());
+  EXPECT_LT(zb.time().step_s(), oneF.time().step_s());
+}
+
+// Alpha-beta: a ring all-reduce of S bytes over n GPUs on NVLink takes
+// 2(n-1)/n * S / busbw plus latency.
+TEST(PlannerCommunication, RingAllReduce) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x2");
+  CostModel model(gpt22b(), cluster, megatron2022(1));
+  double bytes = 1e9;
+  double t = model.collectiveTime("all_reduce", bytes, 8, 1);
+  double bw = cluster.gpu().nvlink_busbw_gbps() * 1e9;
+  EXPECT_NEAR(t, 2.0 * 7 / 8 * bytes / bw, 1e-4);
+  // Across nodes with one GPU per node, the NIC's share binds.
+  double across = model.collectiveTime("all_gather", bytes, 2, 8);
+  double nic = cluster.nics_per_node() * cluster.nic_gbits() / 8 * 1e9 *
+               cluster.nic_efficiency() / cluster.gpus_per_node();
+  EXPECT_NEAR(across, 0.5 * bytes / nic, 1e-4);
+  EXPECT_GT(across, model.collectiveTime("all_gather", bytes, 2, 1));
+  EXPECT_EQ(model.collectiveTime("all_reduce", bytes, 1, 1), 0);
+}
+
+TEST(PlannerStages, BalancedAroundEmbeddingAndHead) {
+  plan::ModelSpec spec = *lookupPreset("llama3-8b"); // vocabulary 128256
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x1");
+  plan::TrainingConfig training = megatron2022(8);
+  training.set_seq_len(4096);
+  training.set_flash_attention(true);
+  CostModel model(spec, cluster, training);
+  plan::Plan p;
+  p.set_dp(1);
+  p.set_tp(1);
+  p.set_pp(8);
+  p.set_cp(1);
+  p.set_ulysses(1);
+  p.set_micro_batch(1);
+  p.set_num_micro_batches(8);
+  std::vector<int32_t> stages = model.balanceStages(p);
+  ASSERT_EQ(stages.size(), 8u);
+  int total = 0;
+  for (int32_t n : stages) {
+    EXPECT_GE(n, 1);
+    total += n;
+  }
+  EXPECT_EQ(total, 32);
+  // The output layer over a 128K vocabulary is worth several layers: the
+  // last stage gets fewer layers than the middle ones.
+  EXPECT_LT(stages.back(), stages[3]);
+}
+
+TEST(PlannerChecks, ShapesMustDivide) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x8");
+  CostModel model(gpt22b(), cluster, megatron2022(64));
+  auto parse = [&](llvm::StringRef text) {
+    auto plan = parsePlanSpec(text, model);
+    EXPECT_TRUE(bool(plan)) << text.str();
+    return plan ? *plan : plan::Plan();
+  };
+  EXPECT_NE(model.checkPlan(parse("tp=8,ulysses=3,pp=1,dp=2")), "");
+  EXPECT_NE(model.checkPlan(parse("tp=16,pp=1,dp=4")).find("node"),
+            std::string::npos);
+  // 48 layers on 5 stages is fine unevenly, but not in 5 x 2 chunks.
+  EXPECT_EQ(model.checkPlan(parse("tp=8,pp=5,dp=1,m=64")), "");
+  EXPECT_NE(model.checkPlan(parse("tp=8,pp=5,dp=1,v=2,m=64")), "");
+  EXPECT_EQ(model.checkPlan(parse("tp=8,pp=4,dp=2")), "");
+  EXPECT_NE(model.checkPlan(parse("tp=8,pp=4,dp=2,v=5,schedule=interleaved")),
+            "");
+  auto bad = parsePlanSpec("tp=8,frobnicate=2", model);
+  EXPECT_FALSE(bool(bad));
+  llvm::consumeError(bad.takeError());
+}
+
+TEST(PlannerJson, RoundTripsThroughTheSchema) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x4");
+  plan::TrainingConfig training = megatron2022(128);
+  training.set_flash_attention(true);
+  CostModel model(*lookupPreset("gpt3-6.7b"), cluster, training);
+  SearchOptions options;
+  options.top = 3;
+  SearchResult result = searchPlans(model, options);
+  ASSERT_FALSE(result.plans.empty());
+  plan::PlanSet set;
+  *set.mutable_model() = model.model();
+  *set.mutable_cluster() = cluster;
+  *set.mutable_training() = training;
+  for (const plan::Plan &p : result.plans)
+    *set.add_plans() = p;
+  std::string json = toJson(set);
+  plan::PlanSet back;
+  ASSERT_FALSE(bool(fromJson(json, back, "test")));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(set, back));
+  EXPECT_EQ(toJson(back), json);
+}
+
+TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x8");
+  plan::TrainingConfig training = megatron2022(64);
+  SearchOptions options;
+  options.top = 4;
+  CostModel first(*lookupPreset("gpt3-13b"), cluster, training);
+  CostModel second(*lookupPreset("gpt3-13b"), cluster, training);
+  SearchResult a = searchPlans(first, options);
+  SearchResult b = searchPlans(second, options);
+  ASSERT_EQ(a.plans.size(), b.plans.size());
+  for (size_t i = 0; i < a.plans.size(); ++i)
+    EXPECT_TRUE(
+        google::protobuf::util::MessageDifferencer::Equals(a.plans[i], b.plans[i]));
+  EXPECT_EQ(a.candidates, b.candidates);
+  // Sorted, and no plan the search skipped beats the winner: cost a sample
+  // of plans by hand.
+  for (size_t i = 1; i < a.plans.size(); ++i)
+    EXPECT_LE(a.plans[i - 1].time().step_s(), a.plans[i].time().step_s());
+  for (const char *text :
+       {"tp=8,pp=8,dp=1,schedule=1f1b", "tp=4,pp=4,dp=4,mbs=2",
+        "tp=8,pp=2,dp=4,sp=1,tp-overlap=1", "tp=2,pp=8,dp=4,v=5"}) {
+    auto p = parsePlanSpec(text, first);
+    ASSERT_TRUE(bool(p));
+    if (!first.checkPlan(*p).empty())
+      continue;
+    first.evaluate(*p);
+    if (p->fits())
+      EXPECT_GE(p->time().step_s(), a.plans[0].time().step_s()) << text;
+  }
+}
+
+TEST(PlannerCluster, ShorthandAndErrors) {
+  auto cluster = parseClusterShorthand("H100:8x16");
+  ASSERT_TRUE(bool(cluster));
+  EXPECT_EQ(totalGpus(*cluster), 128);
+  for (const char *bad : {"h100:0x4", "tpu:8x2", "h100", "h100:8xlots"}) {
+    auto parsed = parseClusterShorthand(bad);
+    EXPECT_FALSE(bool(parsed)) << bad;
+    llvm::consumeError(parsed.takeError());
+  }
+}
+
+} // namespace
+
+namespace {
+// The schedules on unit times, against their closed forms (Narayanan et al.
+// 2021; Qi et al. 2024): F = 1, B = 2 (B = 1 + W = 1 for zero bubble).
+TEST(PlannerPipeline, UnitTimeSchedules) {
+  const int p = 4, m = 8;
+  std::vector<double> f(p, 1), b(p, 2), none(p, 0), bInput(p, 1), w(p, 1);
+  double oneF = simulatePipeline(plan::SCHEDULE_1F1B, p, 1, m, f, b, none, 0,
+                                 nullptr);
+  EXPECT_DOUBLE_EQ(oneF, (m + p - 1) * 3.0);
+  EXPECT_DOUBLE_EQ(simulatePipeline(plan::SCHEDULE_GPIPE, p, 1, m, f, b, none,
+                                    0, nullptr),
+                   (m + p - 1) * 3.0);
+  // ZB-H1: bubble about (p - 1)(F + B - W) instead of (p - 1)(F + B + W).
+  double zb = simulatePipeline(plan::SCHEDULE_ZB_H1, p, 1, m, f, bInput, w, 0,
+                               nullptr);
+  EXPECT_LE(zb, m * 3.0 + (p - 1) * 1.0 + 1e-9);
+  EXPECT_LT(zb, oneF);
+  // Interleaved with v = 2 chunks of half the work: bubble halves.
+  std::vector<double> half(2 * p, 0.5), halfB(2 * p, 1.0), none2(2 * p, 0);
+  double interleaved = simulatePipeline(plan::SCHEDULE_INTERLEAVED, p, 2, m,
+                                        half, halfB, none2, 0, nullptr);
+  EXPECT_DOUBLE_EQ(interleaved, m * 3.0 + (p - 1) * 3.0 / 2);
+}
+} // namespace
