@@ -31,3 +31,7 @@ if os.environ.get("WEFT_VERIFY_ROUNDTRIP") == "1":
 config.environment["PATH"] = os.pathsep.join(path + [config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%weft_test_dir", config.test_source_root))
+
+import shutil
+if shutil.which("chromium") or shutil.which("chromium-browser"):
+    config.available_features.add("chromium")

@@ -31,7 +31,8 @@ using namespace weft::planner;
 namespace cl = llvm::cl;
 
 mlir::OwningOpRef<mlir::ModuleOp>
-loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context);
+loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context,
+                     int64_t sequenceLength);
 
 static cl::SubCommand planCommand(
     "plan", "Choose a parallelization plan for training a model on a cluster");
@@ -180,7 +181,7 @@ static llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context) {
       return llvm::createStringError("cannot read '" + planModelFile +
                                      "': no such file");
     OwningOpRef<ModuleOp> module =
-        loadModelForPlanning(planModelFile, context);
+        loadModelForPlanning(planModelFile, context, planSeqLen);
     if (!module)
       return llvm::createStringError("could not import '" + planModelFile +
                                      "' (see the errors above)");

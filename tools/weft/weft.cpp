@@ -377,10 +377,16 @@ static int runModel(MLIRContext &context) {
 /// A model for the planner: an ONNX file imported without weights, or weft
 /// IR, both raised and with their layers marked.
 OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
-                                           MLIRContext &context) {
+                                           MLIRContext &context,
+                                           int64_t sequenceLength) {
   if (!path.ends_with(".mlir")) {
+    // Shapes only: dynamic batch axes become 1 (the planner sets its own
+    // micro-batches), dynamic sequence axes the --seq-len given.
     weft::OnnxImportOptions options;
     options.loadWeights = false;
+    options.batchSize = 1;
+    if (sequenceLength > 0)
+      options.sequenceLength = sequenceLength;
     return importModel(path, options, context);
   }
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(path, &context);
