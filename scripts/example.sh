@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds Weft and runs its main jobs on bundled examples: one GPT-2 block,
+# Builds Weft and runs its main jobs on bundled examples. First the planner:
+# LLaMA-3 70B on a bundled cluster of 64 DGX H100 nodes, the best plans as a
+# table, why the first wins, and an HTML report. Then one GPT-2 block,
 # partitioned by hand for 2-way tensor parallelism, canonicalized by weft-opt,
 # with the sharding rule and cost of every op the planner will read; then a
 # small GPT-2 export imported, raised and run against torch.
@@ -8,6 +10,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WEFT_BUILD_DIR:-$root/build}
 
 bash "$root/scripts/build.sh"
+mkdir -p "$build/examples"
+echo "== weft plan --model llama3-70b --cluster examples/clusters/dgx-h100-64-nodes.txtpb --global-batch 512"
+"$build/bin/weft" plan --model llama3-70b \
+  --cluster "$root/examples/clusters/dgx-h100-64-nodes.txtpb" --global-batch 512 \
+  --explain --report "$build/examples/plan.html" --json "$build/examples/plan.json"
+echo "== open $build/examples/plan.html for the timeline, memory and time charts"
+
 example="$root/examples/gpt2_block_tp2.mlir"
 out="$build/examples/gpt2_block_tp2.canonical.mlir"
 mkdir -p "$(dirname "$out")"

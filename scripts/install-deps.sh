@@ -9,6 +9,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
   libopenblas-dev libabsl-dev
   clang libclang-rt-14-dev
+  chromium
 )
 
 missing=()

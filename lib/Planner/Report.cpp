@@ -106,6 +106,11 @@ void planner::explainPlans(llvm::raw_ostream &os, CostModel &model,
   if (plans.size() > 1) {
     const plan::Plan &next = plans[1];
     double gain = next.time().step_s() / t.step_s() - 1;
+    if (gain < 1e-3) {
+      os << "  - ties with the runner-up (" << describePlan(next)
+         << ") within 0.1%; ties go to fewer ZeRO stages, less "
+            "recomputation, then more data parallelism.\n";
+    } else {
     os << format("  - %.1f%% faster than the runner-up (%s).", 100 * gain,
                  describePlan(next).c_str());
     struct Diff {
@@ -131,6 +136,7 @@ void planner::explainPlans(llvm::raw_ostream &os, CostModel &model,
       os << format(" The runner-up loses most to %s (%.3f s more per step).",
                    largest->what, largest->delta);
     os << "\n";
+    }
   }
   // What binds.
   double memoryShare = win.memory().total_gib() / win.memory().capacity_gib();
