@@ -8,6 +8,8 @@
 
 #include "weft/Planner/Cluster.h"
 
+#include <string>
+
 #include <chrono>
 #include <tuple>
 
@@ -199,4 +201,42 @@ SearchResult planner::searchPlans(CostModel &model,
   if (options.progress)
     options.progress(1.0);
   return result;
+}
+
+std::string planner::outsideSearchSpace(const CostModel &model,
+                                        const plan::Plan &plan,
+                                        const SearchOptions &options) {
+  std::string why = model.checkPlan(plan);
+  if (!why.empty())
+    return why;
+  auto powerOfTwo = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
+  if (!powerOfTwo(plan.tp()) || !powerOfTwo(plan.cp()) ||
+      !powerOfTwo(plan.ulysses()) || plan.cp() > 64 || plan.ulysses() > 64)
+    return "tp, cp and ulysses are searched over powers of two";
+  if (plan.tp() > model.cluster().gpus_per_node() && !options.tpAcrossNodes)
+    return "tp spans nodes";
+  if (plan.micro_batch() > options.maxMicroBatch)
+    return "micro-batch above the searched maximum";
+  int64_t inner = int64_t(plan.tp()) * plan.cp() * plan.ulysses() * plan.pp();
+  int64_t dp = totalGpus(model.cluster()) / inner;
+  int64_t batch = model.training().global_batch();
+  while (dp > 1 && batch % dp)
+    --dp;
+  if (plan.dp() != dp)
+    return "the search gives data parallelism all GPUs the batch allows (dp=" +
+           std::to_string(dp) + ")";
+  int v = plan.virtual_stages();
+  switch (plan.schedule()) {
+  case plan::SCHEDULE_INTERLEAVED:
+    if (v != 2 && v != 3 && v != 4 && v != 6 && v != 8)
+      return "interleaving is searched with v in {2, 3, 4, 6, 8}";
+    break;
+  case plan::SCHEDULE_ZEROPP:
+    if (v > 2)
+      return "ZeroPP is searched with v in {1, 2}";
+    break;
+  default:
+    break;
+  }
+  return "";
 }

@@ -678,9 +678,14 @@ int runCalibrate() {
                             : result.plans[0].time().step_s();
       bool notSlower = searched <= predicted * (1 + 1e-9);
       searchedNotSlower += notSlower;
-      bool isInside = row.plan.fits();
+      std::string outside = outsideSearchSpace(model, row.plan, options);
+      bool isInside = outside.empty() && row.plan.fits();
       inside += isInside;
       os << llvm::format(" %9.3fs %6s", searched, isInside ? "yes" : "NO");
+      if (!outside.empty())
+        os << " (" << outside << ")";
+      else if (!row.plan.fits())
+        os << " (does not fit in memory in the model)";
     }
     os << "\n";
   }

@@ -43,6 +43,12 @@ struct SearchResult {
 /// Deterministic: the same input gives the same plans in the same order.
 SearchResult searchPlans(CostModel &model, const SearchOptions &options);
 
+/// Whether the search enumerates `plan` (""), or why not. Plans that the
+/// search skips because a variant it does cost is never slower (SP without
+/// TP overlap; more recomputation than memory needs) count as enumerated.
+std::string outsideSearchSpace(const CostModel &model, const plan::Plan &plan,
+                               const SearchOptions &options);
+
 /// Orders plans by predicted step time, then by a fixed key, so that equal
 /// times give a deterministic order.
 bool planBefore(const plan::Plan &a, const plan::Plan &b);
