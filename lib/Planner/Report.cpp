@@ -107,9 +107,9 @@ void planner::explainPlans(llvm::raw_ostream &os, CostModel &model,
     const plan::Plan &next = plans[1];
     double gain = next.time().step_s() / t.step_s() - 1;
     if (gain < 1e-3) {
-      os << "  - ties with the runner-up (" << describePlan(next)
-         << ") within 0.1%; ties go to fewer ZeRO stages, less "
-            "recomputation, then more data parallelism.\n";
+      os << "  - within 0.1% of the runner-up (" << describePlan(next)
+         << "): the two are equally good as far as the model can tell (its "
+            "error is larger).\n";
     } else {
     os << format("  - %.1f%% faster than the runner-up (%s).", 100 * gain,
                  describePlan(next).c_str());
@@ -373,6 +373,38 @@ std::string planner::renderHtmlReport(CostModel &model,
 // Exports
 //===----------------------------------------------------------------------===//
 
+const char *planner::exportRestriction(const plan::Plan &p,
+                                       llvm::StringRef framework) {
+  if (framework == "megatron") {
+    if (p.ulysses() > 1)
+      return "Megatron-LM has no Ulysses all-to-all attention; choose a plan "
+             "with ulysses=1 (its context parallelism is the ring, cp=)";
+    if (p.schedule() == plan::SCHEDULE_ZB_H1 ||
+        p.schedule() == plan::SCHEDULE_ZEROPP ||
+        p.schedule() == plan::SCHEDULE_GPIPE)
+      return "Megatron-LM runs 1F1B and interleaved 1F1B only";
+    if (p.zero_stage() >= 2)
+      return "Megatron-LM's distributed optimizer is ZeRO-1; ZeRO-2/3 plans "
+             "need DeepSpeed or torchtitan (FSDP)";
+  } else if (framework == "deepspeed") {
+    if (p.schedule() != plan::SCHEDULE_1F1B)
+      return "DeepSpeed's pipeline engine runs 1F1B only";
+    if (p.cp() > 1)
+      return "DeepSpeed has no ring attention; choose a plan with cp=1 (its "
+             "sequence parallelism is Ulysses)";
+    if (p.pp() > 1 && p.zero_stage() >= 2)
+      return "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only";
+  } else if (framework == "torchtitan") {
+    if (p.ulysses() > 1)
+      return "torchtitan has no Ulysses attention; choose a plan with "
+             "ulysses=1";
+    if (p.zero_stage() == 1 || p.zero_stage() == 2)
+      return "torchtitan shards with FSDP2 (ZeRO-3) or replicates (ZeRO-0); "
+             "choose zero=0 or zero=3";
+  }
+  return nullptr;
+}
+
 llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                                                 const plan::Plan &p,
                                                 llvm::StringRef framework) {
@@ -381,20 +413,13 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
   std::string text;
   llvm::raw_string_ostream os(text);
   bool swiglu = m.ffn_kind() == plan::FFN_SWIGLU;
+  if (framework != "megatron" && framework != "deepspeed" &&
+      framework != "torchtitan")
+    return llvm::createStringError("unknown framework '" + framework.str() +
+                                   "'; use megatron, deepspeed or torchtitan");
+  if (const char *why = exportRestriction(p, framework))
+    return llvm::createStringError(why);
   if (framework == "megatron") {
-    if (p.ulysses() > 1)
-      return llvm::createStringError(
-          "Megatron-LM has no Ulysses all-to-all attention; choose a plan "
-          "with ulysses=1 (its context parallelism is the ring, cp=)");
-    if (p.schedule() == plan::SCHEDULE_ZB_H1 ||
-        p.schedule() == plan::SCHEDULE_ZEROPP || p.schedule() == plan::SCHEDULE_GPIPE)
-      return llvm::createStringError(
-          llvm::Twine("Megatron-LM runs 1F1B and interleaved 1F1B, not ") +
-          scheduleName(p.schedule()));
-    if (p.zero_stage() >= 2)
-      return llvm::createStringError(
-          "Megatron-LM's distributed optimizer is ZeRO-1; ZeRO-2/3 plans "
-          "need DeepSpeed or torchtitan (FSDP)");
     os << "# Megatron-LM (pretrain_gpt.py) arguments for: " << describePlan(p)
        << "\n";
     os << "--num-layers " << m.layers() << " --hidden-size " << m.hidden()
@@ -447,17 +472,6 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     return text;
   }
   if (framework == "deepspeed") {
-    if (p.schedule() != plan::SCHEDULE_1F1B)
-      return llvm::createStringError(
-          llvm::Twine("DeepSpeed's pipeline engine runs 1F1B only, not ") +
-          scheduleName(p.schedule()));
-    if (p.cp() > 1)
-      return llvm::createStringError(
-          "DeepSpeed has no ring attention; choose a plan with cp=1 (its "
-          "sequence parallelism is Ulysses)");
-    if (p.pp() > 1 && p.zero_stage() >= 2)
-      return llvm::createStringError(
-          "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only");
     int64_t accumulation = p.num_micro_batches();
     os << "{\n  \"train_batch_size\": " << tr.global_batch()
        << ",\n  \"train_micro_batch_size_per_gpu\": " << p.micro_batch()
@@ -477,13 +491,6 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     return text;
   }
   if (framework == "torchtitan") {
-    if (p.ulysses() > 1)
-      return llvm::createStringError(
-          "torchtitan has no Ulysses attention; choose a plan with ulysses=1");
-    if (p.zero_stage() == 1 || p.zero_stage() == 2)
-      return llvm::createStringError(
-          "torchtitan shards with FSDP2 (ZeRO-3) or replicates (ZeRO-0); "
-          "choose zero=0 or zero=3");
     const char *schedule = "1F1B";
     if (p.schedule() == plan::SCHEDULE_GPIPE)
       schedule = "GPipe";

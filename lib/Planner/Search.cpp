@@ -164,7 +164,9 @@ SearchResult planner::searchPlans(CostModel &model,
                   // Recomputation only adds time: once one fits, the more
                   // aggressive ones cannot win.
                   for (int rc = 0; rc < 3; ++rc) {
-                    candidate.set_recompute(plan::Recompute(rc));
+                      candidate.set_recompute(plan::Recompute(rc));
+                    if (options.accept && !options.accept(candidate))
+                      continue;
                     ++result.candidates;
                     double memory = model.peakMemoryBytes(candidate);
                     if (memory > capacity) {

@@ -342,6 +342,18 @@ int runPlan(MLIRContext &context) {
           drawProgress(fraction);
       };
     }
+    if (!exportOpt.empty()) {
+      std::string framework = exportOpt;
+      if (framework != "megatron" && framework != "deepspeed" &&
+          framework != "torchtitan")
+        return planError("unknown framework '" + framework +
+                         "'; use megatron, deepspeed or torchtitan");
+      // Search only what the framework can run.
+      options.accept = [framework](const plan::Plan &p) {
+        return exportRestriction(p, framework) == nullptr;
+      };
+      os << "plans restricted to what " << framework << " can run\n";
+    }
     SearchResult result = searchPlans(costModel, options);
     set.set_candidates_evaluated(result.candidates);
     set.set_candidates_simulated(result.simulated);

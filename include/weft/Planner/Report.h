@@ -38,6 +38,10 @@ llvm::Expected<std::string> exportPlan(const CostModel &model,
                                        const plan::Plan &plan,
                                        llvm::StringRef framework);
 
+/// Why `framework` cannot run `plan`, or null when it can (also null-free for
+/// an unknown framework). `weft plan --export F` searches only plans F runs.
+const char *exportRestriction(const plan::Plan &plan, llvm::StringRef framework);
+
 /// The PlanSet as JSON (proto field names, every field printed) and back.
 std::string toJson(const google::protobuf::Message &message);
 llvm::Error fromJson(llvm::StringRef text, google::protobuf::Message &message,

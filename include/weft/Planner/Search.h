@@ -21,6 +21,8 @@ struct SearchOptions {
   bool tpAcrossNodes = false;
   /// Largest micro-batch size tried.
   int maxMicroBatch = 16;
+  /// Only plans this accepts are kept (e.g. what a framework can run).
+  std::function<bool(const plan::Plan &)> accept;
   /// Called with the fraction done, at most every few milliseconds.
   std::function<void(double)> progress;
 };
