@@ -366,7 +366,7 @@ int runPlan(MLIRContext &context) {
           llvm::Twine(training.seq_len()) + ") divide by the parallel degrees");
     if (!result.anyFits) {
       const plan::Plan &small = result.smallestMemory;
-      llvm::errs() << "weft plan: no plan fits in "
+      llvm::WithColor::error(llvm::errs(), "weft plan") << "no plan fits in "
                    << llvm::format("%.1f", small.memory().capacity_gib())
                    << " GiB per GPU. The smallest-memory plan needs "
                    << llvm::format("%.1f GiB (%.1f GiB over)",
