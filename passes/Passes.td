@@ -99,4 +99,94 @@ def WeftMarkLayers : Pass<"weft-mark-layers", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::weft::WeftDialect"];
 }
 
+def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncOp"> {
+  let summary = "Splits a fused projection (one linear, then a split) into one linear per piece.";
+  let description = [{
+    GPT-2 computes Q, K and V with one linear of width 3h and splits the result.
+    Splitting that linear's columns over tensor parallelism would give each rank a
+    contiguous third of the columns, not a share of each of Q, K and V. This pass
+    rewrites `split(linear(x, W, b))` along the last dimension into one linear per
+    piece, with the weight's and bias's columns sliced into new parameters
+    (`NAME.part0`, ...), so that each piece is column-parallel on its own. Parameters
+    in external files are left fused (their columns are not one byte range).
+    ```
+    weft-opt -weft-unfuse-projections model.mlir
+    ```
+  }];
+}
+
+def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
+  let summary = "Puts a plan's shardings on a transformer's weights, inputs and activations.";
+  let description = [{
+    Declares `weft.mesh @mesh(dp, cp, ulysses, tp)` and annotates, with `weft.sharding`:
+    - the inputs and outputs: batch over `dp`, sequence over `cp` and `ulysses`;
+    - each layer's residual stream: batch over `dp`, sequence over `cp`, `ulysses`, and
+      `tp` with Megatron sequence parallelism (`sp`);
+    - each attention: heads over `tp` then `ulysses`, queries over `cp` (ring attention);
+    - Megatron tensor parallelism on the weights: the linears feeding attention and the
+      MLP's up (and gate) projections column-parallel, the attention output and MLP down
+      projections row-parallel;
+    - the token embedding's vocabulary and the output layer's columns over `tp`.
+    Weights and activations not named here get their shardings from
+    `-weft-propagate-sharding`. The layers (`weft.layer`) are inlined: the partitioned
+    program is one function. A plan that does not divide a shape (heads by tp x ulysses,
+    KV heads, the sequence by cp x ulysses, the batch by dp) is an error at the op.
+    ```
+    weft-opt -weft-apply-plan="tp=2 sp=1" model.mlir
+    weft-opt -weft-apply-plan="plan-file=plans.json" model.mlir
+    ```
+  }];
+  let options = [
+    Option<"dp", "dp", "int64_t", /*default=*/"1", "Data-parallel degree">,
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel degree">,
+    Option<"cp", "cp", "int64_t", /*default=*/"1", "Ring-attention (context) degree">,
+    Option<"ulysses", "ulysses", "int64_t", /*default=*/"1", "Ulysses degree">,
+    Option<"sp", "sp", "bool", /*default=*/"false", "Megatron sequence parallelism">,
+    Option<"planFile", "plan-file", "std::string", /*default=*/"\"\"",
+           "A weft plan --json file (its first plan) or a Plan in JSON">
+  ];
+}
+
+def WeftPropagateSharding : Pass<"weft-propagate-sharding", "::mlir::ModuleOp"> {
+  let summary = "Gives every value a sharding, from the annotated ones, through the ops' factor rules.";
+  let description = [{
+    Sweeps each function forward and backward until nothing changes. At every op, the
+    factor rule turns the shardings of its operands and results into mesh axes per
+    factor and back into shardings of the tensors that have none yet. Priority: an
+    annotation (`weft.sharding` already present) wins over a propagated sharding, and a
+    sharding found earlier wins over a later one; an axis splits one factor of an op, and
+    blocked factors (softmax axes, normalized or gathered dimensions) are never split.
+    Two annotations that give one factor different axes are an error at the op. Every
+    op result and argument ends with a `weft.sharding`.
+  }];
+}
+
+def WeftPartition : Pass<"weft-partition", "::mlir::ModuleOp"> {
+  let summary = "Rewrites a sharded program into the program every rank runs, with collectives.";
+  let description = [{
+    Each op gets its operands in the sharding its factor rule and result sharding need and
+    computes on per-rank shapes. Resharding inserts `weft.all_gather` (a dimension
+    loses axes), `weft.all_slice` (gains axes), `weft.all_to_all` (axes move between
+    dimensions) and, for partial sums, `weft.reduce_scatter` when a dimension gains the
+    partial axes, else `weft.all_reduce`. A row-parallel linear followed by a
+    sequence-split residual therefore becomes one reduce_scatter. Two lowerings are not
+    generic: a token embedding with a vocabulary-split table becomes a masked local
+    lookup whose result is partial, and an attention whose sequence is split over `cp`
+    becomes ring attention (K/V blocks passed around with `weft.collective_permute`,
+    online-softmax accumulation, causal masks from each block's positions). The
+    function's argument and result shardings stay as attributes, for the runner.
+  }];
+}
+
+def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::FuncOp"> {
+  let summary = "Removes collectives over size-1 groups and folds reduce-then-slice into reduce_scatter.";
+  let description = [{
+    - a collective whose axes all have size 1 is its input;
+    - `weft.all_slice` of a `weft.all_reduce` over the same axes becomes one
+      `weft.reduce_scatter`;
+    - `weft.all_slice` of a `weft.all_gather` on the same dimension and axes is the
+      gather's input.
+  }];
+}
+
 #endif // WEFT_PASSES_TD

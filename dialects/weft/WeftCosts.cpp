@@ -192,6 +192,9 @@ OpCost ReduceScatterOp::estimateCost(TypeRange operandTypes,
 OpCost AllGatherOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return streamCost(operandTypes, resultTypes, 0);
 }
+OpCost AllSliceOp::estimateCost(TypeRange, TypeRange resultTypes) {
+  return moveCost(resultTypes);
+}
 OpCost AllToAllOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return streamCost(operandTypes, resultTypes, 0);
 }

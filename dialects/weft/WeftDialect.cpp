@@ -51,8 +51,28 @@ static LogicalResult verifyShardingAttachment(Operation *op, Attribute attr,
   });
 }
 
+/// `weft.local_sharding` on a partitioned function's argument or result: how
+/// the per-rank value (its type is local) sits in the global tensor.
+static LogicalResult verifyLocalSharding(Operation *op, Attribute attr,
+                                         Type type, const Twine &what) {
+  auto sharding = dyn_cast<ShardingAttr>(attr);
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!sharding || !tensor ||
+      int64_t(sharding.getDims().size()) != tensor.getRank())
+    return op->emitError() << "weft.local_sharding of " << what
+                           << " must be a #weft.sharding with one entry per "
+                              "dimension";
+  return success();
+}
+
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
+  if (attr.getName() == "weft.context_parallel") {
+    if (!isa<AttentionOp>(op) || !isa<ArrayAttr>(attr.getValue()))
+      return op->emitError() << "'weft.context_parallel' is a list of mesh "
+                                "axes on a weft.attention";
+    return success();
+  }
   if (attr.getName() != getShardingAttrName())
     return op->emitError() << "unknown weft attribute '" << attr.getName().getValue()
                            << "' (the dialect defines '"
@@ -75,7 +95,8 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned regionIndex,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
-  if (attr.getName() != getShardingAttrName())
+  if (attr.getName() != getShardingAttrName() &&
+      attr.getName() != "weft.local_sharding")
     return op->emitError() << "unknown weft argument attribute '"
                            << attr.getName().getValue() << "'";
   Region &region = op->getRegion(regionIndex);
@@ -86,6 +107,9 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
     type = func.getArgumentTypes()[argIndex];
   else
     return op->emitError() << "cannot find the type of argument #" << argIndex;
+  if (attr.getName() == "weft.local_sharding")
+    return verifyLocalSharding(op, attr.getValue(), type,
+                               "argument #" + Twine(argIndex));
   return verifyShardingAttachment(op, attr.getValue(), type,
                                   "argument #" + Twine(argIndex));
 }
@@ -94,10 +118,15 @@ LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
                                                        unsigned regionIndex,
                                                        unsigned resultIndex,
                                                        NamedAttribute attr) {
-  if (attr.getName() != getShardingAttrName())
+  if (attr.getName() != getShardingAttrName() &&
+      attr.getName() != "weft.local_sharding")
     return op->emitError() << "unknown weft result attribute '"
                            << attr.getName().getValue() << "'";
   auto func = dyn_cast<FunctionOpInterface>(op);
+  if (func && attr.getName() == "weft.local_sharding")
+    return verifyLocalSharding(op, attr.getValue(),
+                               func.getResultTypes()[resultIndex],
+                               "result #" + Twine(resultIndex));
   if (!func)
     return op->emitError() << "'" << getShardingAttrName()
                            << "' result attributes are only meaningful on "

@@ -95,12 +95,22 @@ std::string ShardingRule::str() const {
                           [&](int64_t factor) { os << name(factor); });
     os << '}';
   }
+  SmallVector<int64_t> blockedFactors;
+  for (int64_t factor : order)
+    if (isBlocked(factor))
+      blockedFactors.push_back(factor);
+  if (!blockedFactors.empty()) {
+    os << " blocked={";
+    llvm::interleaveComma(blockedFactors, os,
+                          [&](int64_t factor) { os << name(factor); });
+    os << '}';
+  }
   return text;
 }
 
 /// Appends `operand` to `rule`, aligned at the trailing dimensions with the
 /// factors of `space`; a dimension of size 1 that broadcasts gets no factor.
-static void addBroadcastOperand(ShardingRule &rule,
+void weft::addBroadcastOperand(ShardingRule &rule,
                                 ArrayRef<int64_t> spaceFactors,
                                 ArrayRef<int64_t> spaceShape,
                                 ArrayRef<int64_t> operandShape) {
@@ -116,7 +126,7 @@ static void addBroadcastOperand(ShardingRule &rule,
 }
 
 /// One factor per dimension of `shape`.
-static SmallVector<int64_t> addFactors(ShardingRule &rule,
+SmallVector<int64_t> weft::addFactors(ShardingRule &rule,
                                        ArrayRef<int64_t> shape) {
   SmallVector<int64_t> factors;
   for (int64_t size : shape)
@@ -124,7 +134,7 @@ static SmallVector<int64_t> addFactors(ShardingRule &rule,
   return factors;
 }
 
-static ShardingRule::TensorFactors toTensor(ArrayRef<int64_t> factors) {
+ShardingRule::TensorFactors weft::toTensorFactors(ArrayRef<int64_t> factors) {
   ShardingRule::TensorFactors tensor;
   for (int64_t factor : factors)
     tensor.push_back({factor});
@@ -139,7 +149,7 @@ ShardingRule weft::getElementwiseShardingRule(Operation *op) {
   for (Type type : op->getOperandTypes())
     addBroadcastOperand(rule, factors, shape,
                         cast<RankedTensorType>(type).getShape());
-  rule.results.push_back(toTensor(factors));
+  rule.results.push_back(toTensorFactors(factors));
   return rule;
 }
 
@@ -196,7 +206,7 @@ ShardingRule MatmulOp::getShardingRule() {
     addOperand(rhs, k, n);
   SmallVector<int64_t> resultFactors(batch);
   resultFactors.append({m, n});
-  rule.results.push_back(toTensor(resultFactors));
+  rule.results.push_back(toTensorFactors(resultFactors));
   return rule;
 }
 
@@ -220,14 +230,14 @@ ShardingRule LinearOp::getShardingRule() {
   int64_t k = rule.addFactor(input.back());
   SmallVector<int64_t> inputFactors(rows);
   inputFactors.push_back(k);
-  rule.operands.push_back(toTensor(inputFactors));
-  rule.operands.push_back(getTransposeWeight() ? toTensor({n, k})
-                                               : toTensor({k, n}));
+  rule.operands.push_back(toTensorFactors(inputFactors));
+  rule.operands.push_back(getTransposeWeight() ? toTensorFactors({n, k})
+                                               : toTensorFactors({k, n}));
   if (getBias())
-    rule.operands.push_back(toTensor({n}));
+    rule.operands.push_back(toTensorFactors({n}));
   SmallVector<int64_t> resultFactors(rows);
   resultFactors.push_back(n);
-  rule.results.push_back(toTensor(resultFactors));
+  rule.results.push_back(toTensorFactors(resultFactors));
   return rule;
 }
 

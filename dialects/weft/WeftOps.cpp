@@ -756,6 +756,20 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &table) {
                           getInput().getType().getDimSize(getDim()) * *group);
 }
 
+LogicalResult AllSliceOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  if (failed(group) ||
+      failed(verifyDimInRange(*this, "dim", getDim(), getInput().getType())))
+    return failure();
+  int64_t size = getInput().getType().getDimSize(getDim());
+  if (size % *group != 0)
+    return emitOpError("dimension ")
+           << getDim() << " of size " << size
+           << " does not divide by the group size " << *group;
+  return verifyResizedDim(*this, getInput().getType(), getType(), getDim(),
+                          size / *group);
+}
+
 LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &table) {
   FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
   if (failed(group) ||

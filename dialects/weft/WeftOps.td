@@ -22,12 +22,14 @@ class Weft_Op<string mnemonic, list<Trait> traits = []>
 
 // Every op says what it costs; the planner's cost model reads only this.
 defvar WeftCost = DeclareOpInterfaceMethods<Weft_CostOpInterface>;
+// Ops whose factor rule is written in WeftShardingRules.cpp.
+defvar WeftRule = DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>;
 
 //===----------------------------------------------------------------------===//
 // Weights and constants
 //===----------------------------------------------------------------------===//
 
-def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, Pure]> {
+def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, WeftRule, Pure]> {
   let summary = "A named weight of the model: inline, in external storage, or shape only.";
   let description = [{
     A trainable (or frozen) weight. Its bytes are either inline (`value`), in a byte range
@@ -61,7 +63,7 @@ def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, Pure]> {
 }
 
 def Weft_ConstantOp : Weft_Op<"constant",
-    [WeftCost, ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+    [WeftCost, WeftRule, ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
   let summary = "A tensor whose elements are given in the IR.";
   let description = [{
     ```mlir
@@ -77,7 +79,7 @@ def Weft_ConstantOp : Weft_Op<"constant",
   let hasFolder = 1;
 }
 
-def Weft_IotaOp : Weft_Op<"iota", [WeftCost, Pure]> {
+def Weft_IotaOp : Weft_Op<"iota", [WeftCost, WeftRule, Pure]> {
   let summary = "Integers 0, 1, 2, ... counted along one dimension.";
   let description = [{
     Element `[i0, ..., in]` of the result is `i_dim`, converted to the element type.
@@ -166,7 +168,7 @@ def Weft_MaximumOp : Weft_BinaryElementwiseOp<"maximum", Weft_NumericTensor,
 def Weft_MinimumOp : Weft_BinaryElementwiseOp<"minimum", Weft_NumericTensor,
                                               "min(x, y)", [Commutative]>;
 
-def Weft_CompareOp : Weft_Op<"compare", [WeftCost, Pure, SameOperandsElementType,
+def Weft_CompareOp : Weft_Op<"compare", [WeftCost, WeftRule, Pure, SameOperandsElementType,
     InferTypeOpAdaptor]> {
   let summary = "Elementwise comparison to an i1 tensor, with numpy broadcasting.";
   let description = [{
@@ -187,7 +189,7 @@ def Weft_CompareOp : Weft_Op<"compare", [WeftCost, Pure, SameOperandsElementType
   }];
 }
 
-def Weft_WhereOp : Weft_Op<"where", [WeftCost, Pure,
+def Weft_WhereOp : Weft_Op<"where", [WeftCost, WeftRule, Pure,
     AllElementTypesMatch<["lhs", "rhs", "result"]>, InferTypeOpAdaptor]> {
   let summary = "Elementwise select: `cond ? lhs : rhs`, with numpy broadcasting.";
   let description = [{
@@ -281,7 +283,7 @@ def Weft_GeluOp : Weft_Op<"gelu", [Pure, SameOperandsAndResultType,
   }];
 }
 
-def Weft_CastOp : Weft_Op<"cast", [WeftCost, Pure, SameOperandsAndResultShape]> {
+def Weft_CastOp : Weft_Op<"cast", [WeftCost, WeftRule, Pure, SameOperandsAndResultShape]> {
   let summary = "Elementwise conversion to another element type.";
   let description = [{
     Floats round to nearest even; float to integer truncates toward zero; to `i1` is
@@ -305,7 +307,7 @@ def Weft_CastOp : Weft_Op<"cast", [WeftCost, Pure, SameOperandsAndResultShape]> 
 //===----------------------------------------------------------------------===//
 
 class Weft_ReduceOp<string mnemonic, Type tensorType, string what>
-    : Weft_Op<mnemonic, [WeftCost, Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor]> {
+    : Weft_Op<mnemonic, [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor]> {
   let summary = "The " # what # " over the given dimensions.";
   let description = [{
     Reduces `input` over the dimensions in `axes`. With `keep_dims` the reduced dimensions
@@ -340,7 +342,7 @@ def Weft_ReduceMeanOp : Weft_ReduceOp<"reduce_mean", Weft_FloatTensor, "mean">;
 def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum">;
 
 class Weft_SoftmaxLikeOp<string mnemonic, string what>
-    : Weft_Op<mnemonic, [WeftCost, Pure, SameOperandsAndResultType]> {
+    : Weft_Op<mnemonic, [WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
   let summary = what # " along one dimension.";
   let description = [{
     Computed stably (the maximum is subtracted first).
@@ -363,7 +365,7 @@ class Weft_SoftmaxLikeOp<string mnemonic, string what>
 def Weft_SoftmaxOp : Weft_SoftmaxLikeOp<"softmax", "Softmax">;
 def Weft_LogSoftmaxOp : Weft_SoftmaxLikeOp<"log_softmax", "Log of softmax">;
 
-def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftCost, Pure]> {
+def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftCost, WeftRule, Pure]> {
   let summary = "Layer normalization over the trailing dimensions from `axis` on.";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * scale + bias`, where mean and (biased) variance
@@ -393,7 +395,7 @@ def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftCost, Pure]> {
   let hasVerifier = 1;
 }
 
-def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftCost, Pure]> {
+def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftCost, WeftRule, Pure]> {
   let summary = "Root-mean-square normalization over the trailing dimensions from `axis`.";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * scale`, mean over dimensions `axis` to `rank - 1`,
@@ -486,7 +488,7 @@ def Weft_LinearOp : Weft_Op<"linear", [Pure, SameOperandsAndResultElementType,
   }];
 }
 
-def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, Pure, InferTypeOpAdaptor]> {
+def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
   let summary = "Scaled dot-product attention with causal or explicit masks and grouped KV heads.";
   let description = [{
     `softmax(scale · Q Kᵀ + mask) · V` per head. `q` is `[batch, heads, seq, head_dim]`,
@@ -526,7 +528,7 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, Pure, InferTypeOpAdaptor]
 // Indexing and data movement
 //===----------------------------------------------------------------------===//
 
-def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, Pure, InferTypeOpAdaptor]> {
+def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
   let summary = "Looks up rows of an embedding table by token id.";
   let description = [{
     `result[i..., :] = table[indices[i...], :]`, with indices as in `weft.gather`. The
@@ -547,7 +549,7 @@ def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, Pure, InferTypeOpAdaptor]
   }];
 }
 
-def Weft_GatherOp : Weft_Op<"gather", [WeftCost, Pure, InferTypeOpAdaptor]> {
+def Weft_GatherOp : Weft_Op<"gather", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
   let summary = "Takes slices of `input` along one dimension at the given indices (ONNX Gather).";
   let description = [{
     The result is `input.shape[:axis] + indices.shape + input.shape[axis+1:]`. Indices
@@ -570,7 +572,7 @@ def Weft_GatherOp : Weft_Op<"gather", [WeftCost, Pure, InferTypeOpAdaptor]> {
   }];
 }
 
-def Weft_ReshapeOp : Weft_Op<"reshape", [WeftCost, Pure, SameOperandsAndResultElementType]> {
+def Weft_ReshapeOp : Weft_Op<"reshape", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType]> {
   let summary = "The same elements, in row-major order, under another shape.";
   let description = [{
     ```mlir
@@ -587,7 +589,7 @@ def Weft_ReshapeOp : Weft_Op<"reshape", [WeftCost, Pure, SameOperandsAndResultEl
   let hasFolder = 1;
 }
 
-def Weft_TransposeOp : Weft_Op<"transpose", [WeftCost, Pure, SameOperandsAndResultElementType,
+def Weft_TransposeOp : Weft_Op<"transpose", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "Permutes dimensions: result dimension i is input dimension permutation[i].";
   let description = [{
@@ -608,7 +610,7 @@ def Weft_TransposeOp : Weft_Op<"transpose", [WeftCost, Pure, SameOperandsAndResu
   let hasFolder = 1;
 }
 
-def Weft_SliceOp : Weft_Op<"slice", [WeftCost, Pure, SameOperandsAndResultElementType,
+def Weft_SliceOp : Weft_Op<"slice", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "A strided box of a tensor, given by start, limit and stride per dimension.";
   let description = [{
@@ -636,7 +638,7 @@ def Weft_SliceOp : Weft_Op<"slice", [WeftCost, Pure, SameOperandsAndResultElemen
   let hasFolder = 1;
 }
 
-def Weft_ConcatOp : Weft_Op<"concat", [WeftCost, Pure, SameOperandsAndResultElementType,
+def Weft_ConcatOp : Weft_Op<"concat", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "Joins tensors along one dimension.";
   let description = [{
@@ -659,7 +661,7 @@ def Weft_ConcatOp : Weft_Op<"concat", [WeftCost, Pure, SameOperandsAndResultElem
   let hasFolder = 1;
 }
 
-def Weft_SplitOp : Weft_Op<"split", [WeftCost, Pure, InferTypeOpAdaptor]> {
+def Weft_SplitOp : Weft_Op<"split", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
   let summary = "Cuts a tensor along one dimension into pieces of the given sizes.";
   let description = [{
     ```mlir
@@ -684,7 +686,7 @@ def Weft_SplitOp : Weft_Op<"split", [WeftCost, Pure, InferTypeOpAdaptor]> {
   }];
 }
 
-def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, Pure, SameOperandsAndResultElementType]> {
+def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType]> {
   let summary = "Expands a tensor to a larger shape by numpy broadcasting.";
   let description = [{
     (The collective that sends one rank's tensor to all others is `weft.broadcast`.)
@@ -706,7 +708,7 @@ def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, Pure, SameOperandsAn
   let hasFolder = 1;
 }
 
-def Weft_TriluOp : Weft_Op<"trilu", [WeftCost, Pure, SameOperandsAndResultType]> {
+def Weft_TriluOp : Weft_Op<"trilu", [WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
   let summary = "Keeps the lower (or upper) triangle of the last two dimensions; zeroes the rest.";
   let description = [{
     As ONNX `Trilu`: element `[..., i, j]` is kept when `j - i <= diagonal` (lower) or
@@ -730,7 +732,7 @@ def Weft_TriluOp : Weft_Op<"trilu", [WeftCost, Pure, SameOperandsAndResultType]>
   let hasVerifier = 1;
 }
 
-def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftCost, Pure, InferTypeOpAdaptor]> {
+def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
   let summary = "Softmax cross-entropy of logits against integer class labels.";
   let description = [{
     Per position, `logsumexp(logits[..., :]) - logits[..., label]`. Positions whose label
@@ -913,6 +915,37 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather",
   }] # commonConstraints # [{
     - `dim` is a dimension of the operand;
     - the result equals the operand's shape except `result[dim] == operand[dim] *
+      group size`, with the same element type.
+  }];
+  let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+  let results = (outs Weft_Tensor:$result);
+  let assemblyFormat = [{
+    $input `over` $mesh $axes `dim` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def Weft_AllSliceOp : Weft_CollectiveOp<"all_slice",
+    [SameOperandsAndResultElementType]> {
+  let summary = "Each rank keeps its own slice of a tensor that all ranks hold; "
+                "no communication.";
+  let description = [{
+    The inverse of `all_gather`: every rank of the group holds the same `input`, and
+    rank `i` of the group keeps the `i`-th of `group size` equal slices along `dim`.
+    The partitioner uses it to split a replicated value (a constant, a position
+    table) the way its consumer needs. No data moves, but the result depends on the
+    rank, so it is ordered like the other collectives.
+  }] # commonDescription # [{
+
+    ```mlir
+    %mine = weft.all_slice %x over @world ["cp"] dim 1
+        : tensor<2x128x768xf32> -> tensor<2x32x768xf32>
+    ```
+
+    **Constraints**
+  }] # commonConstraints # [{
+    - `dim` is a dimension of the operand, divisible by the group size;
+    - the result equals the operand's shape except `result[dim] == operand[dim] /
       group size`, with the same element type.
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,

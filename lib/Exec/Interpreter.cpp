@@ -139,6 +139,7 @@ public:
 
 private:
   LogicalResult run(Operation *op);
+  LogicalResult runCollective(Operation *op);
   const HostTensor &get(Value value) { return values.find(value)->second; }
   void set(Value value, HostTensor tensor) {
     values.insert_or_assign(value, std::move(tensor));
@@ -350,12 +351,106 @@ LogicalResult Interpreter::run(Operation *op) {
           set(value, std::move(tensor));
         return success();
       })
+      .Case<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp,
+            CollectivePermuteOp>(
+          [&](Operation *collective) { return runCollective(collective); })
       .Default([&](Operation *other) {
         return other->emitError("the CPU interpreter cannot run '")
                << other->getName()
                << "' (collectives need several devices: partition the "
                   "program and run it with --devices)";
       });
+}
+
+std::vector<int> weft::groupRanks(ArrayRef<int64_t> meshShape,
+                                  ArrayRef<std::string> meshAxes,
+                                  ArrayRef<std::string> axes, int rank) {
+  // Coordinates of `rank`, row-major (last axis fastest).
+  size_t n = meshShape.size();
+  std::vector<int64_t> coords(n);
+  int64_t rest = rank;
+  for (size_t i = n; i-- > 0;) {
+    coords[i] = rest % meshShape[i];
+    rest /= meshShape[i];
+  }
+  std::vector<size_t> which;
+  for (const std::string &axis : axes)
+    for (size_t i = 0; i < n; ++i)
+      if (meshAxes[i] == axis)
+        which.push_back(i);
+  int64_t groupSize = 1;
+  for (size_t i : which)
+    groupSize *= meshShape[i];
+  std::vector<int> group;
+  for (int64_t g = 0; g < groupSize; ++g) {
+    std::vector<int64_t> c = coords;
+    int64_t rem = g;
+    for (size_t j = which.size(); j-- > 0;) {
+      c[which[j]] = rem % meshShape[which[j]];
+      rem /= meshShape[which[j]];
+    }
+    int64_t linear = 0;
+    for (size_t i = 0; i < n; ++i)
+      linear = linear * meshShape[i] + c[i];
+    group.push_back(int(linear));
+  }
+  return group;
+}
+
+LogicalResult Interpreter::runCollective(Operation *op) {
+  auto meshRef = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
+  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshRef);
+  if (!mesh)
+    return op->emitError("no weft.mesh ") << meshRef;
+  std::vector<std::string> meshAxes, axes;
+  for (StringRef axis : mesh.getAxes().getAsValueRange<StringAttr>())
+    meshAxes.push_back(axis.str());
+  for (StringRef axis :
+       op->getAttrOfType<ArrayAttr>("axes").getAsValueRange<StringAttr>())
+    axes.push_back(axis.str());
+  std::vector<int> group =
+      groupRanks(mesh.getShape(), meshAxes, axes, options.rank);
+  const HostTensor &input = get(op->getOperand(0));
+  int64_t index =
+      std::find(group.begin(), group.end(), options.rank) - group.begin();
+  if (auto slice = dyn_cast<AllSliceOp>(op)) {
+    set(slice.getResult(), rt::sliceForRank(input, slice.getDim(), index,
+                                            int64_t(group.size())));
+    return success();
+  }
+  if (!options.communicator)
+    return op->emitError("'")
+           << op->getName()
+           << "' needs several devices: run the partitioned program with "
+              "--devices";
+  rt::Communicator &comm = *options.communicator;
+  auto reduceOp = [](ReductionKind kind) {
+    switch (kind) {
+    case ReductionKind::max:
+      return rt::ReduceOp::Max;
+    case ReductionKind::min:
+      return rt::ReduceOp::Min;
+    case ReductionKind::avg:
+      return rt::ReduceOp::Avg;
+    default:
+      return rt::ReduceOp::Sum;
+    }
+  };
+  absl::StatusOr<HostTensor> result;
+  if (auto reduce = dyn_cast<AllReduceOp>(op))
+    result = comm.allReduce(options.rank, group, input,
+                            reduceOp(reduce.getKind()));
+  else if (auto gather = dyn_cast<AllGatherOp>(op))
+    result = comm.allGather(options.rank, group, input, gather.getDim());
+  else if (auto scatter = dyn_cast<ReduceScatterOp>(op))
+    result = comm.reduceScatter(options.rank, group, input, scatter.getDim(),
+                                reduceOp(scatter.getKind()));
+  else if (auto toAll = dyn_cast<AllToAllOp>(op))
+    result = comm.allToAll(options.rank, group, input, toAll.getSplitDim(),
+                           toAll.getConcatDim());
+  else if (auto permute = dyn_cast<CollectivePermuteOp>(op))
+    result = comm.permute(options.rank, group, input, permute.getShift());
+  return setOrFail(op, op->getResult(0), std::move(result));
 }
 
 DenseElementsAttr weft::toElementsAttr(const HostTensor &tensor,

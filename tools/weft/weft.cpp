@@ -18,6 +18,10 @@
 #include "weft/Import/OnnxImporter.h"
 #include "weft/InitAll.h"
 #include "weft/Passes/Passes.h"
+#include "weft/Passes/Sharding.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#include <thread>
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -97,6 +101,21 @@ static cl::opt<double> absoluteTolerance("atol", cl::desc("Absolute tolerance of
 static cl::opt<std::string>
     outputFormat("output-format", cl::desc("pb (ONNX TensorProto) or npy"),
                  cl::init("pb"), cl::sub(runCommand));
+static cl::opt<int> devices(
+    "devices",
+    cl::desc("Partition the model under --plan / --plan-spec and run it on N "
+             "simulated devices (threads)"),
+    cl::init(0), cl::sub(runCommand));
+static cl::opt<std::string>
+    planFile("plan", cl::desc("A plan: the JSON that weft plan --json writes"),
+             cl::sub(runCommand));
+static cl::opt<std::string> planSpec(
+    "plan-spec",
+    cl::desc("A plan written out: dp=2,tp=2,sp=1,cp=2,ulysses=2 (pp=1)"),
+    cl::sub(runCommand));
+static cl::opt<std::string> dumpPartitioned(
+    "dump-partitioned", cl::desc("Write the partitioned program here"),
+    cl::sub(runCommand));
 static cl::opt<bool> noWeights(
     "no-weights",
     cl::desc("Keep only names, shapes and dtypes of weights (for planning)"),
@@ -263,6 +282,162 @@ static bool compareOutput(size_t index, const weft::rt::HostTensor &actual,
   return bad == 0;
 }
 
+/// Partitions `module` under the plan given on the command line.
+static LogicalResult partitionModule(MLIRContext &context, ModuleOp module) {
+  weft::WeftApplyPlanOptions plan;
+  if (!planFile.empty()) {
+    plan.planFile = planFile;
+  } else {
+    llvm::SmallVector<llvm::StringRef> items;
+    llvm::StringRef(planSpec).split(items, ',', -1, false);
+    for (llvm::StringRef item : items) {
+      auto [key, value] = item.trim().split('=');
+      key = key.trim();
+      value = value.trim();
+      int64_t number = 0;
+      bool isNumber = !value.getAsInteger(10, number);
+      if (key == "sp") {
+        plan.sp = value == "1" || value == "on" || value == "true";
+        continue;
+      }
+      if (!isNumber || number < 1) {
+        fail("--plan-spec: '" + item + "' needs a positive count");
+        return failure();
+      }
+      if (key == "dp")
+        plan.dp = number;
+      else if (key == "tp")
+        plan.tp = number;
+      else if (key == "cp")
+        plan.cp = number;
+      else if (key == "ulysses")
+        plan.ulysses = number;
+      else if (key == "pp" && number == 1)
+        continue;
+      else {
+        fail("--plan-spec: unknown key '" + key +
+             "' (dp, tp, cp, ulysses, sp; pipeline stages are not "
+             "partitioned yet)");
+        return failure();
+      }
+    }
+  }
+  PassManager pm(&context);
+  pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
+  pm.addPass(weft::createWeftApplyPlan(plan));
+  pm.addPass(weft::createWeftPropagateSharding());
+  pm.addPass(weft::createWeftPartition());
+  pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
+  pm.addPass(weft::createWeftCanonicalize());
+  return pm.run(module);
+}
+
+/// The coordinate-linearized index of `rank` over `axes`.
+static int64_t indexOver(const weft::MeshInfo &mesh, int rank,
+                         llvm::ArrayRef<std::string> axes) {
+  int64_t index = 0;
+  for (const std::string &axis : axes)
+    index = index * mesh.size(axis) + mesh.coordinate(rank, axis);
+  return index;
+}
+
+static FailureOr<std::vector<weft::rt::HostTensor>>
+runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
+               const std::vector<weft::rt::HostTensor> &inputs,
+               const weft::InterpreterOptions &base) {
+  if (failed(partitionModule(context, module)))
+    return failure();
+  if (!dumpPartitioned.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(dumpPartitioned, ec);
+    module.print(out);
+  }
+  std::optional<weft::MeshInfo> mesh = weft::getMeshInfo(module);
+  int n = mesh ? int(mesh->numDevices()) : 1;
+  if (devices > 0 && devices != n) {
+    fail("the plan runs on " + llvm::Twine(n) + " devices, but --devices is " +
+         llvm::Twine(int(devices)));
+    return failure();
+  }
+  // Each rank's share of the inputs.
+  auto shardingOfArg = [&](unsigned i) {
+    auto attr =
+        func.getArgAttrOfType<weft::ShardingAttr>(i, "weft.local_sharding");
+    return attr ? weft::fromAttr(attr)
+                : weft::TensorSharding::replicated(inputs[i].rank());
+  };
+  weft::rt::InProcessCommunicator communicator(n);
+  std::vector<FailureOr<std::vector<weft::rt::HostTensor>>> results(
+      n, failure());
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::vector<weft::rt::HostTensor> mine;
+      for (unsigned i = 0; i < inputs.size(); ++i) {
+        weft::rt::HostTensor t = inputs[i];
+        weft::TensorSharding s = shardingOfArg(i);
+        for (size_t d = 0; d < s.dims.size(); ++d)
+          if (!s.dims[d].empty())
+            t = weft::rt::sliceForRank(t, d, indexOver(*mesh, rank, s.dims[d]),
+                                       mesh->product(s.dims[d]));
+        mine.push_back(std::move(t));
+      }
+      weft::InterpreterOptions options = base;
+      options.rank = rank;
+      options.communicator = &communicator;
+      results[rank] = weft::interpret(func, mine, options);
+      if (failed(results[rank]))
+        communicator.abort("rank " + std::to_string(rank) + " failed");
+    });
+  }
+  for (std::thread &t : threads)
+    t.join();
+  for (int rank = 0; rank < n; ++rank)
+    if (failed(results[rank]))
+      return failure();
+  // Gather each output from the ranks' blocks.
+  std::vector<weft::rt::HostTensor> outputs;
+  auto type = func.getFunctionType();
+  for (unsigned o = 0; o < type.getNumResults(); ++o) {
+    auto attr =
+        func.getResultAttrOfType<weft::ShardingAttr>(o, "weft.local_sharding");
+    weft::TensorSharding s =
+        attr ? weft::fromAttr(attr)
+             : weft::TensorSharding::replicated((*results[0])[o].rank());
+    const weft::rt::HostTensor &first = (*results[0])[o];
+    weft::rt::Shape shape = first.shape;
+    for (size_t d = 0; d < s.dims.size(); ++d)
+      shape[d] *= mesh->product(s.dims[d]);
+    weft::rt::HostTensor full(first.dtype, shape);
+    for (int rank = 0; rank < n; ++rank) {
+      const weft::rt::HostTensor &block = (*results[rank])[o];
+      std::vector<int64_t> offset(shape.size(), 0);
+      for (size_t d = 0; d < s.dims.size(); ++d)
+        offset[d] = indexOver(*mesh, rank, s.dims[d]) * block.shape[d];
+      std::vector<int64_t> index(shape.size(), 0);
+      for (int64_t e = 0; e < block.numel(); ++e) {
+        int64_t rest = e, target = 0;
+        for (size_t d = shape.size(); d-- > 0;) {
+          index[d] = rest % block.shape[d];
+          rest /= block.shape[d];
+        }
+        for (size_t d = 0; d < shape.size(); ++d)
+          target = target * shape[d] + offset[d] + index[d];
+        if (full.isFloat())
+          full.floats[target] = block.floats[e];
+        else
+          full.ints[target] = block.ints[e];
+      }
+    }
+    outputs.push_back(std::move(full));
+  }
+  llvm::errs() << "weft run: " << n << " devices; bytes sent per rank:";
+  for (int rank = 0; rank < n; ++rank)
+    llvm::errs() << ' ' << communicator.bytesSent(rank);
+  llvm::errs() << '\n';
+  return outputs;
+}
+
 static int runModel(MLIRContext &context) {
   std::vector<std::string> inputs(inputFiles.begin(), inputFiles.end());
   if (!dataDir.empty()) {
@@ -331,8 +506,12 @@ static int runModel(MLIRContext &context) {
   options.weightsDir = llvm::sys::path::parent_path(path).str();
   if (options.weightsDir.empty())
     options.weightsDir = ".";
-  FailureOr<std::vector<weft::rt::HostTensor>> outputs =
-      weft::interpret(func, tensors, options);
+  FailureOr<std::vector<weft::rt::HostTensor>> outputs;
+  if (devices > 0 || !planFile.empty() || !planSpec.empty()) {
+    outputs = runPartitioned(context, *module, func, tensors, options);
+  } else {
+    outputs = weft::interpret(func, tensors, options);
+  }
   if (failed(outputs))
     return 1;
 

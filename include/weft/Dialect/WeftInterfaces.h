@@ -37,12 +37,19 @@ struct ShardingRule {
   llvm::SmallVector<int64_t> factorSizes;
   llvm::SmallVector<TensorFactors> operands;
   llvm::SmallVector<TensorFactors> results;
+  /// Factors the op cannot split: it needs the whole dimension (a softmax or
+  /// normalization axis, a gathered or sliced dimension, a position-dependent
+  /// one). Propagation never shards them; the partitioner gathers them.
+  llvm::SmallVector<bool> blocked;
 
   /// Adds a factor of the given size and returns its index.
   int64_t addFactor(int64_t size) {
     factorSizes.push_back(size);
+    blocked.push_back(false);
     return static_cast<int64_t>(factorSizes.size()) - 1;
   }
+  void block(int64_t factor) { blocked[factor] = true; }
+  bool isBlocked(int64_t factor) const { return blocked[factor]; }
   int64_t getNumFactors() const {
     return static_cast<int64_t>(factorSizes.size());
   }
@@ -50,7 +57,8 @@ struct ShardingRule {
   FactorKind getFactorKind(int64_t factor) const;
 
   /// Renders the rule as "([i, k], [k, j]) -> ([i, j]) {i=4, j=8, k=16}
-  /// reduction={k}", naming factors i, j, k, ... in order of first use.
+  /// reduction={k} blocked={...}", naming factors i, j, k, ... in order of
+  /// first use.
   std::string str() const;
 };
 
@@ -70,6 +78,17 @@ int64_t getTensorBytes(mlir::Type type);
 /// per result dimension; an operand dimension of size 1 that broadcasts has
 /// no factor.
 ShardingRule getElementwiseShardingRule(mlir::Operation *op);
+
+/// Appends an operand aligned at the trailing dimensions with `spaceFactors`
+/// of a space of shape `spaceShape`; size-1 broadcast dimensions get none.
+void addBroadcastOperand(ShardingRule &rule, llvm::ArrayRef<int64_t> spaceFactors,
+                         llvm::ArrayRef<int64_t> spaceShape,
+                         llvm::ArrayRef<int64_t> operandShape);
+/// Adds one factor per dimension of `shape` and returns them.
+llvm::SmallVector<int64_t> addFactors(ShardingRule &rule,
+                                      llvm::ArrayRef<int64_t> shape);
+/// One single-factor dimension per entry.
+ShardingRule::TensorFactors toTensorFactors(llvm::ArrayRef<int64_t> factors);
 
 /// The cost of an elementwise op doing `flopsPerElement` operations per result
 /// element and touching each operand and result once.

@@ -12,6 +12,7 @@
 #ifndef WEFT_EXEC_INTERPRETER_H
 #define WEFT_EXEC_INTERPRETER_H
 
+#include "weft/runtime/Communicator.h"
 #include "weft/runtime/HostTensor.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -24,7 +25,17 @@ namespace weft {
 struct InterpreterOptions {
   /// Directory that external parameter locations are relative to.
   std::string weightsDir = ".";
+  /// For partitioned programs: this device's rank on the module's weft.mesh
+  /// (row-major over its axes) and the communicator its collectives use.
+  int rank = 0;
+  rt::Communicator *communicator = nullptr;
 };
+
+/// The global ranks of `rank`'s group over `axes` of `mesh`, in group order
+/// (coordinates along `axes` linearized, the first axis major).
+std::vector<int> groupRanks(llvm::ArrayRef<int64_t> meshShape,
+                            llvm::ArrayRef<std::string> meshAxes,
+                            llvm::ArrayRef<std::string> axes, int rank);
 
 /// The runtime element type of a weft element type.
 rt::DType toDType(mlir::Type elementType);

@@ -1155,6 +1155,33 @@ func.func @all_gather_element_type(%x: tensor<8xf32>) {
 // -----
 
 weft.mesh @world(dp = 2, tp = 4)
+func.func @all_slice_dim(%x: tensor<8xf32>) {
+  // expected-error @+1 {{dim 1 is out of range for 'tensor<8xf32>'}}
+  %0 = weft.all_slice %x over @world ["tp"] dim 1 : tensor<8xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @all_slice_divides(%x: tensor<6xf32>) {
+  // expected-error @+1 {{dimension 0 of size 6 does not divide by the group size 4}}
+  %0 = weft.all_slice %x over @world ["tp"] dim 0 : tensor<6xf32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @all_slice_shape(%x: tensor<8xf32>) {
+  // expected-error @+1 {{result shape must be [2], got 'tensor<4xf32>'}}
+  %0 = weft.all_slice %x over @world ["tp"] dim 0 : tensor<8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
 func.func @reduce_scatter_dim(%x: tensor<8xf32>) {
   // expected-error @+1 {{dim 3 is out of range for 'tensor<8xf32>'}}
   %0 = weft.reduce_scatter sum %x over @world ["tp"] dim 3 : tensor<8xf32> -> tensor<2xf32>

@@ -189,6 +189,8 @@ func.func @collectives(%x: tensor<2x8x16xf32>, %i: tensor<4xi32>) -> tensor<2x8x
   %2 = weft.all_reduce avg %x over @world ["dp"] : tensor<2x8x16xf32>
   // CHECK: weft.all_gather %{{.*}} over @world ["tp"] dim 2 : tensor<2x8x16xf32> -> tensor<2x8x64xf32>
   %3 = weft.all_gather %x over @world ["tp"] dim 2 : tensor<2x8x16xf32> -> tensor<2x8x64xf32>
+  // CHECK: weft.all_slice %{{.*}} over @world ["tp"] dim 1 : tensor<2x8x16xf32> -> tensor<2x2x16xf32>
+  %as = weft.all_slice %x over @world ["tp"] dim 1 : tensor<2x8x16xf32> -> tensor<2x2x16xf32>
   // CHECK: weft.reduce_scatter sum %{{.*}} over @world ["sp", "tp"] dim 1 : tensor<2x8x16xf32> -> tensor<2x1x16xf32>
   %4 = weft.reduce_scatter sum %x over @world ["sp", "tp"] dim 1 : tensor<2x8x16xf32> -> tensor<2x1x16xf32>
   // CHECK: weft.all_to_all %{{.*}} over @world ["sp"] split_dim 2 concat_dim 1 : tensor<2x8x16xf32> -> tensor<2x16x8xf32>

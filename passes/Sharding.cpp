@@ -1,0 +1,249 @@
+//===- Sharding.cpp - Shardings, factor assignment, meshes ----------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Passes/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <climits>
+
+using namespace mlir;
+using namespace weft;
+
+bool TensorSharding::uses(StringRef axis) const {
+  for (const auto &dim : dims)
+    for (const std::string &a : dim)
+      if (a == axis)
+        return true;
+  return llvm::is_contained(partial, axis);
+}
+
+bool TensorSharding::isReplicated() const {
+  for (const auto &dim : dims)
+    if (!dim.empty())
+      return false;
+  return partial.empty();
+}
+
+std::string TensorSharding::str() const {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << '[';
+  llvm::interleaveComma(dims, os, [&](const auto &dim) {
+    os << '[';
+    llvm::interleaveComma(dim, os);
+    os << ']';
+  });
+  os << ']';
+  if (!partial.empty()) {
+    os << " partial=[";
+    llvm::interleaveComma(partial, os);
+    os << ']';
+  }
+  return text;
+}
+
+int64_t MeshInfo::size(StringRef axis) const {
+  for (auto [name, size] : llvm::zip(axes, sizes))
+    if (name == axis)
+      return size;
+  return 1;
+}
+
+int64_t MeshInfo::product(ArrayRef<std::string> names) const {
+  int64_t total = 1;
+  for (const std::string &axis : names)
+    total *= size(axis);
+  return total;
+}
+
+int64_t MeshInfo::numDevices() const {
+  int64_t total = 1;
+  for (int64_t s : sizes)
+    total *= s;
+  return total;
+}
+
+int64_t MeshInfo::coordinate(int64_t rank, StringRef axis) const {
+  int64_t stride = 1;
+  for (int i = int(axes.size()) - 1; i >= 0; --i) {
+    if (axes[i] == axis)
+      return (rank / stride) % sizes[i];
+    stride *= sizes[i];
+  }
+  return 0;
+}
+
+std::optional<MeshInfo> weft::getMeshInfo(ModuleOp module) {
+  for (MeshOp mesh : module.getOps<MeshOp>()) {
+    MeshInfo info;
+    info.name = mesh.getSymName().str();
+    for (auto [axis, size] :
+         llvm::zip(mesh.getAxes().getAsValueRange<StringAttr>(),
+                   mesh.getShape())) {
+      info.axes.push_back(axis.str());
+      info.sizes.push_back(size);
+    }
+    return info;
+  }
+  return std::nullopt;
+}
+
+TensorSharding weft::fromAttr(ShardingAttr attr) {
+  TensorSharding sharding;
+  for (Attribute dim : attr.getDims()) {
+    sharding.dims.emplace_back();
+    for (StringRef axis : cast<ArrayAttr>(dim).getAsValueRange<StringAttr>())
+      sharding.dims.back().push_back(axis.str());
+  }
+  for (StringRef axis : attr.getPartial().getAsValueRange<StringAttr>())
+    sharding.partial.push_back(axis.str());
+  return sharding;
+}
+
+ShardingAttr weft::toAttr(MLIRContext *context, StringRef mesh,
+                          const TensorSharding &sharding) {
+  SmallVector<SmallVector<StringRef>> dims;
+  for (const auto &dim : sharding.dims) {
+    dims.emplace_back();
+    for (const std::string &axis : dim)
+      dims.back().push_back(axis);
+  }
+  SmallVector<StringRef> partial;
+  for (const std::string &axis : sharding.partial)
+    partial.push_back(axis);
+  return ShardingAttr::get(context, mesh, dims, partial);
+}
+
+static constexpr StringLiteral kShardingAttr = "weft.sharding";
+
+std::optional<TensorSharding> weft::getSharding(Value value) {
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    if (!func)
+      return std::nullopt;
+    if (auto attr = func.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(),
+                                                        kShardingAttr))
+      return fromAttr(attr);
+    return std::nullopt;
+  }
+  Operation *op = value.getDefiningOp();
+  auto array = op->getAttrOfType<ArrayAttr>(kShardingAttr);
+  unsigned index = cast<OpResult>(value).getResultNumber();
+  if (!array || index >= array.size())
+    return std::nullopt;
+  if (auto attr = dyn_cast<ShardingAttr>(array[index]))
+    return fromAttr(attr);
+  return std::nullopt;
+}
+
+void weft::setSharding(Value value, StringRef mesh,
+                       const TensorSharding &sharding) {
+  MLIRContext *context = value.getContext();
+  ShardingAttr attr = toAttr(context, mesh, sharding);
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      func.setArgAttr(arg.getArgNumber(), kShardingAttr, attr);
+    return;
+  }
+  Operation *op = value.getDefiningOp();
+  SmallVector<Attribute> entries;
+  if (auto array = op->getAttrOfType<ArrayAttr>(kShardingAttr))
+    entries.assign(array.begin(), array.end());
+  // Results without a sharding yet are replicated placeholders.
+  while (entries.size() < op->getNumResults()) {
+    auto type = cast<RankedTensorType>(op->getResult(entries.size()).getType());
+    entries.push_back(toAttr(context, mesh,
+                             TensorSharding::replicated(type.getRank())));
+  }
+  entries[cast<OpResult>(value).getResultNumber()] = attr;
+  op->setAttr(kShardingAttr, ArrayAttr::get(context, entries));
+}
+
+FactorAxes weft::assignFactorAxes(
+    const ShardingRule &rule, const MeshInfo &mesh,
+    ArrayRef<ShardedTensor> tensors,
+    function_ref<void(int64_t, const std::string &, const std::string &)>
+        conflict) {
+  int64_t n = rule.getNumFactors();
+  FactorAxes result;
+  result.axes.resize(n);
+  result.priority.assign(n, INT_MAX);
+  // Higher-priority tensors first, so they claim axes before others.
+  SmallVector<const ShardedTensor *> order;
+  for (const ShardedTensor &tensor : tensors)
+    if (tensor.sharding)
+      order.push_back(&tensor);
+  llvm::stable_sort(order, [](const ShardedTensor *a, const ShardedTensor *b) {
+    return a->priority < b->priority;
+  });
+  llvm::StringMap<int64_t> owner; // axis -> factor
+  for (const ShardedTensor *tensor : order) {
+    const auto &factors = *tensor->factors;
+    for (size_t dim = 0;
+         dim < factors.size() && dim < tensor->sharding->dims.size(); ++dim) {
+      const auto &axes = tensor->sharding->dims[dim];
+      if (axes.empty() || factors[dim].empty())
+        continue;
+      int64_t factor = factors[dim].front();
+      if (rule.isBlocked(factor) ||
+          rule.factorSizes[factor] % mesh.product(axes) != 0)
+        continue;
+      if (result.priority[factor] != INT_MAX) {
+        if (result.axes[factor] != axes && conflict &&
+            result.priority[factor] == 0 && tensor->priority == 0) {
+          std::string a, b;
+          for (const std::string &x : result.axes[factor])
+            a += (a.empty() ? "" : ",") + x;
+          for (const std::string &x : axes)
+            b += (b.empty() ? "" : ",") + x;
+          conflict(factor, a, b);
+        }
+        continue;
+      }
+      // An axis splits one factor only.
+      SmallVector<std::string, 2> kept;
+      for (const std::string &axis : axes)
+        if (!owner.count(axis))
+          kept.push_back(axis);
+      if (kept.size() != axes.size())
+        continue;
+      for (const std::string &axis : kept)
+        owner[axis] = factor;
+      result.axes[factor] = kept;
+      result.priority[factor] = tensor->priority;
+    }
+  }
+  return result;
+}
+
+TensorSharding weft::projectSharding(const ShardingRule::TensorFactors &factors,
+                                     const FactorAxes &assignment) {
+  TensorSharding sharding;
+  for (const auto &dim : factors) {
+    sharding.dims.emplace_back();
+    if (dim.empty())
+      continue;
+    // Only the major factor's axes describe a contiguous split.
+    bool minorSplit = false;
+    for (size_t i = 1; i < dim.size(); ++i)
+      minorSplit |= !assignment.axes[dim[i]].empty();
+    if (!minorSplit)
+      sharding.dims.back() = assignment.axes[dim.front()];
+  }
+  return sharding;
+}
+
+SmallVector<int64_t> weft::localShape(ArrayRef<int64_t> shape,
+                                      const TensorSharding &sharding,
+                                      const MeshInfo &mesh) {
+  SmallVector<int64_t> local(shape);
+  for (size_t dim = 0; dim < local.size() && dim < sharding.dims.size(); ++dim)
+    local[dim] /= mesh.product(sharding.dims[dim]);
+  return local;
+}

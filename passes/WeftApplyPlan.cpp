@@ -1,0 +1,523 @@
+//===- WeftApplyPlan.cpp - Plans onto IR: annotate, propagate, unfuse -----===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Exec/Interpreter.h"
+#include "weft/runtime/CpuKernels.h"
+#include "weft/Passes/Passes.h"
+#include "weft/Passes/Sharding.h"
+#include "weft/plan.pb.h"
+
+#include "google/protobuf/util/json_util.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <climits>
+#include <deque>
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTUNFUSEPROJECTIONS
+#define GEN_PASS_DEF_WEFTAPPLYPLAN
+#define GEN_PASS_DEF_WEFTPROPAGATESHARDING
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+using namespace weft;
+
+//===----------------------------------------------------------------------===//
+// -weft-unfuse-projections
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct WeftUnfuseProjections
+    : public weft::impl::WeftUnfuseProjectionsBase<WeftUnfuseProjections> {
+  void runOnOperation() override {
+    SmallVector<SplitOp> splits;
+    getOperation().walk([&](SplitOp split) { splits.push_back(split); });
+    for (SplitOp split : splits)
+      (void)unfuse(split);
+  }
+
+  /// A slice of a parameter's inline value along its last dimension.
+  static ParameterOp sliceParameter(OpBuilder &b, ParameterOp param,
+                                    int64_t start, int64_t size, int index) {
+    auto type = cast<RankedTensorType>(param.getType());
+    SmallVector<int64_t> starts(type.getRank(), 0);
+    SmallVector<int64_t> limits(type.getShape());
+    starts.back() = start;
+    limits.back() = start + size;
+    SmallVector<int64_t> shape(type.getShape());
+    shape.back() = size;
+    auto sliceType = RankedTensorType::get(shape, type.getElementType());
+    rt::HostTensor full = toHostTensor(*param.getValue());
+    std::vector<int64_t> st(starts.begin(), starts.end()),
+        li(limits.begin(), limits.end()), strides(starts.size(), 1);
+    rt::HostTensor piece = rt::slice(full, st, li, strides);
+    auto value = toElementsAttr(piece, sliceType);
+    return ParameterOp::create(
+        b, param.getLoc(), sliceType,
+        b.getStringAttr(param.getName() + ".part" + std::to_string(index)),
+        value, ExternalDataAttr());
+  }
+
+  LogicalResult unfuse(SplitOp split) {
+    auto linear = split.getInput().getDefiningOp<LinearOp>();
+    auto inputType = cast<RankedTensorType>(split.getInput().getType());
+    if (!linear || !linear->hasOneUse() ||
+        int64_t(split.getAxis()) != inputType.getRank() - 1 ||
+        linear.getTransposeWeight())
+      return failure();
+    auto weight = linear.getWeight().getDefiningOp<ParameterOp>();
+    ParameterOp bias =
+        linear.getBias() ? linear.getBias().getDefiningOp<ParameterOp>()
+                         : ParameterOp();
+    if (!weight || !weight.getValue() || (linear.getBias() && !bias) ||
+        (bias && !bias.getValue()))
+      return failure();
+    OpBuilder b(split);
+    int64_t offset = 0;
+    for (auto [index, result] : llvm::enumerate(split.getResults())) {
+      int64_t size = cast<RankedTensorType>(result.getType()).getShape().back();
+      ParameterOp w = sliceParameter(b, weight, offset, size, index);
+      ParameterOp bb =
+          bias ? sliceParameter(b, bias, offset, size, index) : ParameterOp();
+      auto piece = LinearOp::create(b, linear.getLoc(), result.getType(),
+                                    linear.getInput(), w,
+                                    bb ? bb.getResult() : Value(), UnitAttr());
+      result.replaceAllUsesWith(piece.getResult());
+      offset += size;
+    }
+    split.erase();
+    linear.erase();
+    if (weight->use_empty())
+      weight.erase();
+    if (bias && bias->use_empty())
+      bias.erase();
+    return success();
+  }
+};
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// -weft-apply-plan
+//===----------------------------------------------------------------------===//
+
+/// Inlines every top-level weft.layer of `func`; returns, per layer, the
+/// residual stream's value before and after it.
+static SmallVector<std::pair<Value, Value>> inlineLayers(func::FuncOp func) {
+  SmallVector<std::pair<Value, Value>> residuals;
+  SmallVector<LayerOp> layers(func.getBody().getOps<LayerOp>());
+  for (LayerOp layer : layers) {
+    IRMapping map;
+    Block &body = layer.getBody().front();
+    for (auto [arg, operand] : llvm::zip(body.getArguments(), layer.getInputs()))
+      map.map(arg, operand);
+    OpBuilder b(layer);
+    for (Operation &op : body.without_terminator())
+      b.clone(op, map);
+    auto yield = cast<YieldOp>(body.getTerminator());
+    SmallVector<Value> outs;
+    for (Value v : yield.getValues())
+      outs.push_back(map.lookupOrDefault(v));
+    Value in = layer.getNumOperands() ? layer->getOperand(0) : Value();
+    for (auto [result, out] : llvm::zip(layer.getResults(), outs))
+      result.replaceAllUsesWith(out);
+    if (in && !outs.empty())
+      residuals.push_back({in, outs.front()});
+    layer.erase();
+  }
+  return residuals;
+}
+
+namespace {
+struct PlanDegrees {
+  int64_t dp = 1, tp = 1, cp = 1, ulysses = 1;
+  bool sp = false;
+};
+
+struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
+  using WeftApplyPlanBase::WeftApplyPlanBase;
+
+  LogicalResult readPlan(ModuleOp module, PlanDegrees &degrees) {
+    degrees = {dp, tp, cp, ulysses, sp};
+    if (planFile.empty())
+      return success();
+    auto buffer = llvm::MemoryBuffer::getFile(planFile);
+    if (!buffer)
+      return module.emitError("cannot read plan file '") << planFile << "'";
+    std::string text = (*buffer)->getBuffer().str();
+    plan::PlanSet set;
+    plan::Plan single;
+    const plan::Plan *chosen = nullptr;
+    if (google::protobuf::util::JsonStringToMessage(text, &set).ok() &&
+        set.plans_size())
+      chosen = &set.plans(0);
+    else if (google::protobuf::util::JsonStringToMessage(text, &single).ok())
+      chosen = &single;
+    if (!chosen)
+      return module.emitError("'")
+             << planFile << "' is not a weft plan (a PlanSet from weft plan "
+             << "--json, or a Plan) in JSON";
+    if (chosen->pp() > 1)
+      return module.emitError("the plan in '")
+             << planFile << "' has pp=" << chosen->pp()
+             << "; pipeline stages are not partitioned yet, use pp=1";
+    degrees.dp = std::max(1, chosen->dp());
+    degrees.tp = std::max(1, chosen->tp());
+    degrees.cp = std::max(1, chosen->cp());
+    degrees.ulysses = std::max(1, chosen->ulysses());
+    degrees.sp = chosen->sequence_parallel();
+    return success();
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    PlanDegrees d;
+    if (failed(readPlan(module, d)))
+      return signalPassFailure();
+    if (d.dp < 1 || d.tp < 1 || d.cp < 1 || d.ulysses < 1) {
+      module.emitError("plan degrees must be at least 1");
+      return signalPassFailure();
+    }
+    if (d.sp && d.tp == 1)
+      d.sp = false;
+    func::FuncOp func;
+    for (auto f : module.getOps<func::FuncOp>())
+      if (!f.isExternal() && !func)
+        func = f;
+    if (!func) {
+      module.emitError("no function to partition");
+      return signalPassFailure();
+    }
+    if (getMeshInfo(module)) {
+      module.emitError("the module already has a weft.mesh; apply a plan to an "
+                       "unpartitioned model");
+      return signalPassFailure();
+    }
+    OpBuilder mb(module.getBodyRegion());
+    mb.setInsertionPointToStart(module.getBody());
+    MeshOp::create(mb, module.getLoc(), "mesh",
+                   mb.getStrArrayAttr({"dp", "cp", "ulysses", "tp"}),
+                   ArrayRef<int64_t>{d.dp, d.cp, d.ulysses, d.tp});
+
+    SmallVector<std::pair<Value, Value>> residuals = inlineLayers(func);
+    SmallVector<AttentionOp> attentions;
+    func.walk([&](AttentionOp op) { attentions.push_back(op); });
+    if (attentions.empty() && (d.tp > 1 || d.cp > 1 || d.ulysses > 1)) {
+      func.emitError("the plan splits heads or the sequence, but the model "
+                     "has no weft.attention (import it with the raise pass)");
+      return signalPassFailure();
+    }
+
+    // The plan must divide the shapes it splits.
+    int64_t seq = 0, hidden = 0;
+    for (AttentionOp att : attentions) {
+      auto q = att.getQ().getType(), k = att.getK().getType();
+      int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1);
+      seq = q.getDimSize(2);
+      if (heads % (d.tp * d.ulysses)) {
+        att.emitError("plan: the ")
+            << heads << " attention heads are not divisible by tp x ulysses ("
+            << d.tp * d.ulysses << ")";
+        return signalPassFailure();
+      }
+      if (kvHeads % (d.tp * d.ulysses)) {
+        att.emitError("plan: the ")
+            << kvHeads << " KV heads are not divisible by tp x ulysses ("
+            << d.tp * d.ulysses << ")";
+        return signalPassFailure();
+      }
+      int64_t seqSplit = d.cp * d.ulysses * (d.sp ? d.tp : 1);
+      if (seq % seqSplit || k.getDimSize(2) != seq) {
+        att.emitError("plan: the sequence (")
+            << seq << ") is not divisible by cp x ulysses" << (d.sp ? " x tp" : "")
+            << " (" << seqSplit << ")";
+        return signalPassFailure();
+      }
+    }
+    for (auto [in, out] : residuals) {
+      auto type = dyn_cast<RankedTensorType>(in.getType());
+      if (type && type.getRank() == 3)
+        hidden = type.getDimSize(2);
+    }
+    StringRef mesh = "mesh";
+    auto axesFor = [&](std::initializer_list<std::pair<const char *, int64_t>>
+                           list) {
+      SmallVector<std::string, 2> axes;
+      for (auto [name, size] : list)
+        if (size > 1)
+          axes.push_back(name);
+      return axes;
+    };
+    SmallVector<std::string, 2> batchAxes = axesFor({{"dp", d.dp}});
+    SmallVector<std::string, 2> seqAxes =
+        axesFor({{"cp", d.cp}, {"ulysses", d.ulysses}});
+    SmallVector<std::string, 2> residualSeq =
+        axesFor({{"cp", d.cp}, {"ulysses", d.ulysses}, {"tp", d.sp ? d.tp : 1}});
+    SmallVector<std::string, 2> tpAxes = axesFor({{"tp", d.tp}});
+    SmallVector<std::string, 2> headAxes =
+        axesFor({{"tp", d.tp}, {"ulysses", d.ulysses}});
+    SmallVector<std::string, 2> cpAxes = axesFor({{"cp", d.cp}});
+
+    // A [batch, sequence, ...] activation: batch and sequence split.
+    auto annotateActivation = [&](Value value, ArrayRef<std::string> seqSplit) {
+      auto type = dyn_cast<RankedTensorType>(value.getType());
+      if (!type || type.getRank() < 1)
+        return;
+      TensorSharding s = TensorSharding::replicated(type.getRank());
+      if (type.getDimSize(0) % std::max<int64_t>(d.dp, 1) == 0)
+        s.dims[0].assign(batchAxes.begin(), batchAxes.end());
+      if (type.getRank() >= 2 && seq && type.getDimSize(1) == seq)
+        s.dims[1].assign(seqSplit.begin(), seqSplit.end());
+      setSharding(value, mesh, s);
+    };
+    if (func.getNumArguments() &&
+        cast<RankedTensorType>(func.getArgument(0).getType()).getDimSize(0) %
+            d.dp) {
+      func.emitError("plan: the batch (")
+          << cast<RankedTensorType>(func.getArgument(0).getType()).getDimSize(0)
+          << ") is not divisible by dp (" << d.dp << ")";
+      return signalPassFailure();
+    }
+    for (BlockArgument arg : func.getArguments())
+      annotateActivation(arg, seqAxes);
+    for (auto [in, out] : residuals) {
+      annotateActivation(in, residualSeq);
+      annotateActivation(out, residualSeq);
+    }
+    for (AttentionOp att : attentions) {
+      TensorSharding s = TensorSharding::replicated(4);
+      s.dims[0].assign(batchAxes.begin(), batchAxes.end());
+      s.dims[1].assign(headAxes.begin(), headAxes.end());
+      s.dims[2].assign(cpAxes.begin(), cpAxes.end());
+      setSharding(att.getResult(), mesh, s);
+      if (d.cp > 1)
+        att->setAttr("weft.context_parallel", mb.getStrArrayAttr({"cp"}));
+    }
+
+    // Megatron's tensor parallelism on the weights.
+    if (d.tp > 1) {
+      llvm::DenseSet<Operation *> column, row;
+      for (AttentionOp att : attentions) {
+        // Backward from Q, K, V to the first linear on each path.
+        std::deque<std::pair<Value, int>> work;
+        for (Value v : {att.getQ(), att.getK(), att.getV()})
+          work.push_back({v, 0});
+        llvm::DenseSet<Value> seen;
+        while (!work.empty()) {
+          auto [v, depth] = work.front();
+          work.pop_front();
+          if (!seen.insert(v).second || depth > 24)
+            continue;
+          Operation *def = v.getDefiningOp();
+          if (!def || isa<ParameterOp, ConstantOp>(def))
+            continue;
+          if (isa<LinearOp>(def)) {
+            column.insert(def);
+            continue;
+          }
+          for (Value operand : def->getOperands())
+            work.push_back({operand, depth + 1});
+        }
+        // Forward from the result to the first linear.
+        std::deque<std::pair<Value, int>> forward = {{att.getResult(), 0}};
+        while (!forward.empty()) {
+          auto [v, depth] = forward.front();
+          forward.pop_front();
+          if (depth > 8)
+            continue;
+          for (Operation *user : v.getUsers()) {
+            if (isa<LinearOp>(user)) {
+              row.insert(user);
+              continue;
+            }
+            for (Value r : user->getResults())
+              forward.push_back({r, depth + 1});
+          }
+        }
+      }
+      int64_t vocab = 0;
+      func.walk([&](EmbeddingOp e) {
+        if (isa<BlockArgument>(e.getIndices()))
+          vocab = e.getTable().getType().getDimSize(0);
+      });
+      func.walk([&](LinearOp linear) {
+        if (column.contains(linear) || row.contains(linear))
+          return;
+        int64_t in = linear.getInput().getType().getShape().back();
+        int64_t out = linear.getType().getShape().back();
+        if (hidden && in == hidden && out != hidden)
+          column.insert(linear);
+        else if (hidden && in != hidden && out == hidden)
+          row.insert(linear);
+        if (vocab && out == vocab)
+          column.insert(linear);
+      });
+      auto annotateWeight = [&](Value v, int64_t dim) {
+        auto param = v.getDefiningOp<ParameterOp>();
+        auto type = cast<RankedTensorType>(v.getType());
+        if (!param || type.getDimSize(dim) % d.tp)
+          return;
+        TensorSharding s = TensorSharding::replicated(type.getRank());
+        s.dims[dim].assign(tpAxes.begin(), tpAxes.end());
+        setSharding(v, mesh, s);
+      };
+      for (Operation *op : column) {
+        auto linear = cast<LinearOp>(op);
+        annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 0 : 1);
+        if (linear.getBias())
+          annotateWeight(linear.getBias(), 0);
+      }
+      for (Operation *op : row) {
+        auto linear = cast<LinearOp>(op);
+        annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 1 : 0);
+      }
+      // Vocabulary-parallel token embedding.
+      func.walk([&](EmbeddingOp e) {
+        if (isa<BlockArgument>(e.getIndices()))
+          annotateWeight(e.getTable(), 0);
+      });
+    }
+    // Outputs: batch over dp, sequence as the inputs.
+    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+      auto type = cast<RankedTensorType>(value.getType());
+      TensorSharding s = TensorSharding::replicated(type.getRank());
+      if (type.getRank() >= 1 && type.getDimSize(0) % d.dp == 0)
+        s.dims[0].assign(batchAxes.begin(), batchAxes.end());
+      if (type.getRank() >= 2 && seq && type.getDimSize(1) == seq)
+        s.dims[1].assign(seqAxes.begin(), seqAxes.end());
+      func.setResultAttr(index, "weft.sharding",
+                         toAttr(module.getContext(), mesh, s));
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// -weft-propagate-sharding
+//===----------------------------------------------------------------------===//
+
+struct WeftPropagateSharding
+    : public weft::impl::WeftPropagateShardingBase<WeftPropagateSharding> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::optional<MeshInfo> mesh = getMeshInfo(module);
+    if (!mesh)
+      return; // nothing is sharded
+    bool failedConflict = false;
+    module.walk([&](func::FuncOp func) {
+      if (func.isExternal())
+        return;
+      if (failed(propagate(func, *mesh)))
+        failedConflict = true;
+    });
+    if (failedConflict)
+      signalPassFailure();
+  }
+
+  LogicalResult propagate(func::FuncOp func, const MeshInfo &mesh) {
+    llvm::DenseMap<Value, TensorSharding> shardings;
+    llvm::DenseMap<Value, int> priority;
+    auto seed = [&](Value v) {
+      if (std::optional<TensorSharding> s = getSharding(v)) {
+        shardings[v] = *s;
+        priority[v] = 0;
+      }
+    };
+    SmallVector<Operation *> ops;
+    for (BlockArgument arg : func.getArguments())
+      seed(arg);
+    func.walk([&](Operation *op) {
+      if (op == func.getOperation())
+        return;
+      for (Value r : op->getResults())
+        seed(r);
+      if (isa<ShardingRuleOpInterface>(op))
+        ops.push_back(op);
+    });
+    bool error = false;
+    auto step = [&](Operation *op) {
+      ShardingRule rule = cast<ShardingRuleOpInterface>(op).getShardingRule();
+      SmallVector<ShardedTensor> tensors;
+      SmallVector<Value> values;
+      for (auto [value, factors] : llvm::zip(op->getOperands(), rule.operands)) {
+        values.push_back(value);
+        auto it = shardings.find(value);
+        tensors.push_back({&factors,
+                           it == shardings.end() ? nullptr : &it->second,
+                           it == shardings.end() ? INT_MAX : priority[value]});
+      }
+      for (auto [value, factors] : llvm::zip(op->getResults(), rule.results)) {
+        values.push_back(value);
+        auto it = shardings.find(value);
+        tensors.push_back({&factors,
+                           it == shardings.end() ? nullptr : &it->second,
+                           it == shardings.end() ? INT_MAX : priority[value]});
+      }
+      FactorAxes axes = assignFactorAxes(
+          rule, mesh, tensors,
+          [&](int64_t, const std::string &a, const std::string &b) {
+            op->emitError("conflicting shardings: one annotation splits a "
+                          "dimension over [")
+                << a << "], another over [" << b
+                << "]; remove one, or reshard between them explicitly";
+            error = true;
+          });
+      bool changed = false;
+      for (auto [index, value] : llvm::enumerate(values)) {
+        const auto &factors = *tensors[index].factors;
+        TensorSharding proposed = projectSharding(factors, axes);
+        auto it = shardings.find(value);
+        if (it != shardings.end() && priority[value] == 0)
+          continue;
+        TensorSharding current =
+            it != shardings.end() ? it->second
+                                  : TensorSharding::replicated(factors.size());
+        bool grew = false;
+        for (size_t dim = 0; dim < current.dims.size(); ++dim) {
+          if (!current.dims[dim].empty() || proposed.dims[dim].empty())
+            continue;
+          bool free = true;
+          for (const std::string &axis : proposed.dims[dim])
+            free &= !current.uses(axis);
+          if (!free)
+            continue;
+          current.dims[dim] = proposed.dims[dim];
+          grew = true;
+        }
+        if (it == shardings.end() || grew) {
+          shardings[value] = current;
+          priority[value] = 1;
+          changed |= grew;
+        }
+      }
+      return changed;
+    };
+    for (int sweep = 0; sweep < 16; ++sweep) {
+      bool changed = false;
+      for (Operation *op : ops)
+        changed |= step(op);
+      for (Operation *op : llvm::reverse(ops))
+        changed |= step(op);
+      if (!changed)
+        break;
+    }
+    if (error)
+      return failure();
+    for (auto &[value, sharding] : shardings)
+      if (priority[value] != 0 || !isa<BlockArgument>(value))
+        setSharding(value, mesh.name, sharding);
+    return success();
+  }
+
+};
+} // namespace
+

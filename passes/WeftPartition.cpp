@@ -1,0 +1,651 @@
+//===- WeftPartition.cpp - SPMD partitioning and collective cleanup -------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Passes.h"
+#include "weft/Passes/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <climits>
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTPARTITION
+#define GEN_PASS_DEF_WEFTOPTIMIZECOLLECTIVES
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+
+/// Rewrites one function into the program each rank runs.
+class Partitioner {
+public:
+  Partitioner(func::FuncOp func, const MeshInfo &mesh)
+      : func(func), mesh(mesh), b(func.getContext()),
+        meshRef(FlatSymbolRefAttr::get(func.getContext(), mesh.name)) {}
+
+  LogicalResult run();
+
+private:
+  TensorSharding target(Value v) {
+    if (std::optional<TensorSharding> s = getSharding(v))
+      return *s;
+    return TensorSharding::replicated(
+        cast<RankedTensorType>(v.getType()).getRank());
+  }
+  RankedTensorType localType(Value global, const TensorSharding &s) {
+    auto type = cast<RankedTensorType>(global.getType());
+    return RankedTensorType::get(localShape(type.getShape(), s, mesh),
+                                 type.getElementType());
+  }
+  ArrayAttr axesAttr(ArrayRef<std::string> axes) {
+    SmallVector<StringRef> names(axes.begin(), axes.end());
+    return b.getStrArrayAttr(names);
+  }
+  static RankedTensorType resized(Value v, int64_t dim, int64_t factor,
+                                  bool multiply) {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[dim] = multiply ? shape[dim] * factor : shape[dim] / factor;
+    return RankedTensorType::get(shape, type.getElementType());
+  }
+  Value reshard(Location loc, Value value, TensorSharding from,
+                const TensorSharding &to);
+  /// The local value of `global` in sharding `want`.
+  Value operand(Location loc, Value global, const TensorSharding &want) {
+    Value v = reshard(loc, local.lookup(global), actual[global], want);
+    return v;
+  }
+  Value constant(Location loc, Type elementType, double value) {
+    auto type = RankedTensorType::get({}, elementType);
+    Attribute attr;
+    if (isa<FloatType>(elementType))
+      attr = DenseElementsAttr::get(type, b.getFloatAttr(elementType, value));
+    else if (elementType.isInteger(1))
+      attr = DenseElementsAttr::get(type, value != 0);
+    else
+      attr = DenseElementsAttr::get(
+          type, b.getIntegerAttr(elementType, int64_t(value)));
+    return ConstantOp::create(b, loc, cast<ElementsAttr>(attr));
+  }
+  /// A vector with one entry per rank of the group over `axes`, sliced to
+  /// this rank's entry: rank-dependent constants without a rank op.
+  Value perRank(Location loc, ArrayRef<int64_t> values,
+                ArrayRef<std::string> axes, Type elementType) {
+    auto type = RankedTensorType::get({int64_t(values.size())}, elementType);
+    SmallVector<APInt> ints;
+    for (int64_t v : values)
+      ints.push_back(APInt(elementType.getIntOrFloatBitWidth(), v, true));
+    Value full =
+        ConstantOp::create(b, loc, DenseElementsAttr::get(type, ints));
+    return AllSliceOp::create(b, loc, resized(full, 0, values.size(), false),
+                              full, meshRef, axesAttr(axes),
+                              b.getI64IntegerAttr(0));
+  }
+
+  LogicalResult partitionOp(Operation *op);
+  LogicalResult partitionGeneric(Operation *op);
+  LogicalResult partitionRingAttention(AttentionOp op);
+  LogicalResult partitionVocabEmbedding(EmbeddingOp op,
+                                        const TensorSharding &table);
+
+  func::FuncOp func;
+  const MeshInfo &mesh;
+  OpBuilder b;
+  FlatSymbolRefAttr meshRef;
+  llvm::DenseMap<Value, Value> local;
+  llvm::DenseMap<Value, TensorSharding> actual;
+  SmallVector<BlockArgument> globals;
+};
+
+Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
+                           const TensorSharding &to) {
+  if (from == to)
+    return value;
+  size_t rank = from.dims.size();
+  // 1. Pending sums: reduce-scatter onto a dimension that gains exactly the
+  //    partial axes, all-reduce what is left.
+  if (!from.partial.empty()) {
+    for (size_t d = 0; d < rank; ++d) {
+      const auto &have = from.dims[d], &want = to.dims[d];
+      if (want.size() <= have.size() ||
+          !std::equal(have.begin(), have.end(), want.begin()))
+        continue;
+      SmallVector<std::string, 2> extra(want.begin() + have.size(), want.end());
+      bool allPartial = true;
+      for (const std::string &axis : extra)
+        allPartial &= llvm::is_contained(from.partial, axis);
+      if (!allPartial)
+        continue;
+      int64_t n = mesh.product(extra);
+      value = ReduceScatterOp::create(
+          b, loc, resized(value, d, n, false),
+          ReductionKindAttr::get(b.getContext(), ReductionKind::sum), value,
+          meshRef, axesAttr(extra), b.getI64IntegerAttr(d));
+      from.dims[d] = want;
+      SmallVector<std::string, 2> rest;
+      for (const std::string &axis : from.partial)
+        if (!llvm::is_contained(extra, axis))
+          rest.push_back(axis);
+      from.partial = rest;
+      break;
+    }
+    if (!from.partial.empty()) {
+      value = AllReduceOp::create(
+          b, loc, value.getType(),
+          ReductionKindAttr::get(b.getContext(), ReductionKind::sum), value,
+          meshRef, axesAttr(from.partial));
+      from.partial.clear();
+    }
+  }
+  // 2. Axes leaving a dimension: to another dimension that gains exactly
+  //    them (all_to_all), or gathered.
+  for (size_t d = 0; d < rank; ++d) {
+    auto &have = from.dims[d];
+    const auto &want = to.dims[d];
+    size_t common = 0;
+    while (common < have.size() && common < want.size() &&
+           have[common] == want[common])
+      ++common;
+    if (common == have.size())
+      continue;
+    SmallVector<std::string, 2> leaving(have.begin() + common, have.end());
+    int64_t n = mesh.product(leaving);
+    bool moved = false;
+    for (size_t e = 0; e < rank && !moved; ++e) {
+      if (e == d)
+        continue;
+      const auto &eHave = from.dims[e], &eWant = to.dims[e];
+      if (eWant.size() != eHave.size() + leaving.size() ||
+          !std::equal(eHave.begin(), eHave.end(), eWant.begin()) ||
+          !std::equal(leaving.begin(), leaving.end(),
+                      eWant.begin() + eHave.size()))
+        continue;
+      auto type = cast<RankedTensorType>(value.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[e] /= n;
+      shape[d] *= n;
+      value = AllToAllOp::create(
+          b, loc, RankedTensorType::get(shape, type.getElementType()), value,
+          meshRef, axesAttr(leaving), b.getI64IntegerAttr(e),
+          b.getI64IntegerAttr(d));
+      from.dims[e] = eWant;
+      moved = true;
+    }
+    if (!moved)
+      value = AllGatherOp::create(b, loc, resized(value, d, n, true), value,
+                                  meshRef, axesAttr(leaving),
+                                  b.getI64IntegerAttr(d));
+    have.resize(common);
+  }
+  // 3. Axes arriving: each rank keeps its slice.
+  for (size_t d = 0; d < rank; ++d) {
+    auto &have = from.dims[d];
+    const auto &want = to.dims[d];
+    if (have.size() == want.size())
+      continue;
+    SmallVector<std::string, 2> arriving(want.begin() + have.size(),
+                                         want.end());
+    int64_t n = mesh.product(arriving);
+    value = AllSliceOp::create(b, loc, resized(value, d, n, false), value,
+                               meshRef, axesAttr(arriving),
+                               b.getI64IntegerAttr(d));
+    have = want;
+  }
+  return value;
+}
+
+LogicalResult Partitioner::run() {
+  Block &body = func.getBody().front();
+  // Arguments become per-rank.
+  SmallVector<Type> argTypes;
+  for (BlockArgument arg : body.getArguments()) {
+    TensorSharding s = target(arg);
+    RankedTensorType type = localType(arg, s);
+    argTypes.push_back(type);
+    actual[arg] = s;
+  }
+  SmallVector<Operation *> ops;
+  for (Operation &op : body)
+    ops.push_back(&op);
+  // Build the new body after the old ops, then drop the old ones.
+  globals.assign(body.getArguments().begin(), body.getArguments().end());
+  for (auto [arg, type] : llvm::zip(globals, argTypes)) {
+    Value fresh = body.addArgument(type, arg.getLoc());
+    local[arg] = fresh;
+  }
+  b.setInsertionPointToEnd(&body);
+  for (Operation *op : ops)
+    if (failed(partitionOp(op)))
+      return failure();
+  // Remove the global program.
+  for (Operation *op : llvm::reverse(ops)) {
+    op->dropAllUses();
+    op->erase();
+  }
+  unsigned globalArgs = argTypes.size();
+  SmallVector<DictionaryAttr> argAttrs;
+  for (unsigned i = 0; i < globalArgs; ++i)
+    argAttrs.push_back(func.getArgAttrDict(i));
+  for (unsigned i = 0; i < globalArgs; ++i)
+    body.getArgument(i).dropAllUses();
+  body.eraseArguments(0, globalArgs);
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  func.setType(FunctionType::get(func.getContext(), argTypes,
+                                 ret.getOperandTypes()));
+  // The signature is per-rank now: its shardings say where each rank's
+  // block sits in the global tensors.
+  for (unsigned i = 0; i < globalArgs; ++i) {
+    if (auto attr = argAttrs[i] ? argAttrs[i].getAs<ShardingAttr>("weft.sharding")
+                                : ShardingAttr()) {
+      func.removeArgAttr(i, StringAttr::get(func.getContext(), "weft.sharding"));
+      func.setArgAttr(i, "weft.local_sharding", attr);
+    }
+  }
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (auto attr = func.getResultAttrOfType<ShardingAttr>(i, "weft.sharding")) {
+      func.removeResultAttr(i, StringAttr::get(func.getContext(), "weft.sharding"));
+      func.setResultAttr(i, "weft.local_sharding", attr);
+    }
+  return success();
+}
+
+LogicalResult Partitioner::partitionOp(Operation *op) {
+  Location loc = op->getLoc();
+  if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+    SmallVector<Value> results;
+    for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+      TensorSharding want = TensorSharding::replicated(
+          cast<RankedTensorType>(value.getType()).getRank());
+      if (auto attr =
+              func.getResultAttrOfType<ShardingAttr>(index, "weft.sharding"))
+        want = fromAttr(attr);
+      results.push_back(operand(loc, value, want));
+    }
+    func::ReturnOp::create(b, loc, results);
+    return success();
+  }
+  if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp,
+          CollectivePermuteOp, SendOp, RecvOp, BroadcastOp>(op))
+    return op->emitError("the program is already partitioned (it has "
+                         "collectives); partition the original model");
+  if (isa<LayerOp>(op))
+    return op->emitError("weft.layer must be inlined before partitioning "
+                         "(run -weft-apply-plan)");
+  if (isa<ParameterOp, ConstantOp, IotaOp>(op)) {
+    // Built whole, then each rank keeps its shard.
+    Operation *copy = b.clone(*op);
+    copy->removeAttr("weft.sharding");
+    Value result = op->getResult(0);
+    TensorSharding want = target(result);
+    TensorSharding whole = TensorSharding::replicated(want.dims.size());
+    local[result] = reshard(loc, copy->getResult(0), whole, want);
+    actual[result] = want;
+    return success();
+  }
+  if (auto attention = dyn_cast<AttentionOp>(op))
+    if (attention->hasAttr("weft.context_parallel") && mesh.size("cp") > 1)
+      return partitionRingAttention(attention);
+  if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+    TensorSharding table = target(embedding.getTable());
+    if (!table.dims[0].empty())
+      return partitionVocabEmbedding(embedding, table);
+  }
+  if (!isa<ShardingRuleOpInterface>(op))
+    return op->emitError("cannot partition '")
+           << op->getName() << "': it has no sharding rule";
+  return partitionGeneric(op);
+}
+
+LogicalResult Partitioner::partitionGeneric(Operation *op) {
+  ShardingRule rule = cast<ShardingRuleOpInterface>(op).getShardingRule();
+  std::vector<TensorSharding> resultTargets, operandActual;
+  for (Value r : op->getResults())
+    resultTargets.push_back(target(r));
+  for (Value v : op->getOperands())
+    operandActual.push_back(actual[v]);
+  SmallVector<ShardedTensor> tensors;
+  for (auto [i, factors] : llvm::enumerate(rule.results))
+    tensors.push_back({&factors, &resultTargets[i], 0});
+  for (auto [i, factors] : llvm::enumerate(rule.operands))
+    tensors.push_back({&factors, &operandActual[i], 1});
+  FactorAxes axes = assignFactorAxes(rule, mesh, tensors);
+  IRMapping map;
+  for (auto [v, factors] : llvm::zip(op->getOperands(), rule.operands))
+    map.map(v, operand(op->getLoc(), v, projectSharding(factors, axes)));
+  Operation *copy = b.clone(*op, map);
+  copy->removeAttr("weft.sharding");
+  // Partial sums: split reduction factors.
+  SmallVector<std::string, 2> partial;
+  for (int64_t f = 0; f < rule.getNumFactors(); ++f)
+    if (rule.getFactorKind(f) == ShardingRule::FactorKind::Reduction)
+      for (const std::string &axis : axes.axes[f])
+        partial.push_back(axis);
+  // A bias added on every rank of a partial sum would be summed n times:
+  // each rank adds its 1/n.
+  if (auto linear = dyn_cast<LinearOp>(copy); linear && linear.getBias() &&
+                                               !partial.empty()) {
+    auto biasType = cast<RankedTensorType>(linear.getBias().getType());
+    b.setInsertionPoint(linear);
+    Value share = constant(op->getLoc(), biasType.getElementType(),
+                           1.0 / double(mesh.product(partial)));
+    Value scaled =
+        MulOp::create(b, op->getLoc(), biasType, linear.getBias(), share);
+    linear.getBiasMutable().assign(scaled);
+    b.setInsertionPointToEnd(linear->getBlock());
+  }
+  for (auto [i, r] : llvm::enumerate(op->getResults())) {
+    TensorSharding s = projectSharding(rule.results[i], axes);
+    s.partial = partial;
+    copy->getResult(i).setType(localType(r, s));
+    local[r] = copy->getResult(i);
+    actual[r] = s;
+  }
+  // Shape attributes that follow a split dimension.
+  if (auto slice = dyn_cast<SliceOp>(copy)) {
+    auto in = cast<RankedTensorType>(slice.getInput().getType());
+    auto out = cast<RankedTensorType>(slice.getType());
+    SmallVector<int64_t> limits(slice.getLimits());
+    for (int64_t d = 0; d < in.getRank(); ++d)
+      if (out.getDimSize(d) == in.getDimSize(d))
+        limits[d] = in.getDimSize(d);
+    slice.setLimits(limits);
+  }
+  if (auto split = dyn_cast<SplitOp>(copy)) {
+    SmallVector<int64_t> sizes;
+    for (Value r : split.getResults())
+      sizes.push_back(
+          cast<RankedTensorType>(r.getType()).getDimSize(split.getAxis()));
+    split.setSizes(sizes);
+  }
+  return success();
+}
+
+LogicalResult Partitioner::partitionVocabEmbedding(EmbeddingOp op,
+                                                   const TensorSharding &table) {
+  Location loc = op.getLoc();
+  const auto &vocabAxes = table.dims[0];
+  TensorSharding resultTarget = target(op.getResult());
+  // Indices follow the result's leading dimensions (minus the vocab axes).
+  auto indexType = cast<RankedTensorType>(op.getIndices().getType());
+  TensorSharding indexWant = TensorSharding::replicated(indexType.getRank());
+  for (int64_t d = 0; d < indexType.getRank(); ++d)
+    for (const std::string &axis : resultTarget.dims[d])
+      if (!llvm::is_contained(vocabAxes, axis))
+        indexWant.dims[d].push_back(axis);
+  TensorSharding tableWant = TensorSharding::replicated(2);
+  tableWant.dims[0] = vocabAxes;
+  Value ids = operand(loc, op.getIndices(), indexWant);
+  Value rows = operand(loc, op.getTable(), tableWant);
+  int64_t vocab = op.getTable().getType().getDimSize(0);
+  int64_t parts = mesh.product(vocabAxes);
+  int64_t shard = vocab / parts;
+  Type idType = indexType.getElementType();
+  SmallVector<int64_t> offsets;
+  for (int64_t i = 0; i < parts; ++i)
+    offsets.push_back(i * shard);
+  Value offset = perRank(loc, offsets, vocabAxes, idType);
+  if (!ids || !rows)
+    return op.emitError("internal: embedding operands were not partitioned");
+  Value shifted = SubOp::create(b, loc, ids.getType(), ids, offset);
+  auto boolType = RankedTensorType::get(
+      cast<RankedTensorType>(ids.getType()).getShape(), b.getI1Type());
+  Value zero = constant(loc, idType, 0);
+  Value geZero = CompareOp::create(
+      b, loc, boolType, ComparePredicateAttr::get(b.getContext(), ComparePredicate::ge),
+      shifted, zero);
+  Value ltShard = CompareOp::create(
+      b, loc, boolType, ComparePredicateAttr::get(b.getContext(), ComparePredicate::lt),
+      shifted, constant(loc, idType, shard));
+  Value valid = WhereOp::create(b, loc, boolType, geZero, ltShard,
+                                constant(loc, b.getI1Type(), 0));
+  Value safe = WhereOp::create(b, loc, shifted.getType(), valid, shifted, zero);
+  auto rowsType = cast<RankedTensorType>(rows.getType());
+  SmallVector<int64_t> outShape(boolType.getShape());
+  outShape.push_back(rowsType.getDimSize(1));
+  auto outType = RankedTensorType::get(outShape, rowsType.getElementType());
+  Value looked = EmbeddingOp::create(b, loc, outType, rows, safe);
+  SmallVector<int64_t> maskShape(boolType.getShape());
+  maskShape.push_back(1);
+  Value mask = ReshapeOp::create(
+      b, loc, RankedTensorType::get(maskShape, b.getI1Type()), valid);
+  Value result = WhereOp::create(b, loc, outType, mask, looked,
+                                 constant(loc, rowsType.getElementType(), 0));
+  TensorSharding s = indexWant;
+  s.dims.emplace_back();
+  s.partial = vocabAxes;
+  local[op.getResult()] = result;
+  actual[op.getResult()] = s;
+  return success();
+}
+
+LogicalResult Partitioner::partitionRingAttention(AttentionOp op) {
+  Location loc = op.getLoc();
+  SmallVector<std::string, 2> ring = {"cp"};
+  int64_t c = mesh.size("cp");
+  TensorSharding out = target(op.getResult());
+  TensorSharding qWant = TensorSharding::replicated(4);
+  qWant.dims[0] = out.dims[0];
+  qWant.dims[1] = out.dims[1];
+  qWant.dims[2] = ring;
+  TensorSharding kvWant = qWant;
+  Value q = operand(loc, op.getQ(), qWant);
+  Value k = operand(loc, op.getK(), kvWant);
+  Value v = operand(loc, op.getV(), kvWant);
+  auto qType = cast<RankedTensorType>(q.getType());
+  auto kType = cast<RankedTensorType>(k.getType());
+  auto vType = cast<RankedTensorType>(v.getType());
+  Type element = qType.getElementType();
+  int64_t batch = qType.getDimSize(0), heads = qType.getDimSize(1),
+          seq = qType.getDimSize(2), kvHeads = kType.getDimSize(1),
+          valueDim = vType.getDimSize(3);
+  Value mask;
+  if (Value globalMask = op.getMask()) {
+    auto maskType = cast<RankedTensorType>(globalMask.getType());
+    int64_t rank = maskType.getRank();
+    if (rank >= 2 && maskType.getDimSize(rank - 2) != 1)
+      return op.emitError("ring attention needs a mask that broadcasts over "
+                          "the queries (its query dimension is ")
+             << maskType.getDimSize(rank - 2) << "); use ulysses instead of cp";
+    TensorSharding maskWant = TensorSharding::replicated(rank);
+    if (maskType.getDimSize(rank - 1) != 1)
+      maskWant.dims[rank - 1] = ring;
+    if (rank == 4 && maskType.getDimSize(0) != 1)
+      maskWant.dims[0] = out.dims[0];
+    if (rank == 4 && maskType.getDimSize(1) != 1)
+      maskWant.dims[1] = out.dims[1];
+    mask = operand(loc, globalMask, maskWant);
+  }
+  // Grouped-query attention: each KV head serves heads / kvHeads queries.
+  auto expand = [&](Value kv, int64_t dim) -> Value {
+    if (kvHeads == heads)
+      return kv;
+    int64_t group = heads / kvHeads;
+    auto t = cast<RankedTensorType>(kv.getType());
+    Value r = ReshapeOp::create(
+        b, loc,
+        RankedTensorType::get({batch, kvHeads, 1, seq, dim}, element), kv);
+    r = BroadcastToOp::create(
+        b, loc,
+        RankedTensorType::get({batch, kvHeads, group, seq, dim}, element), r);
+    return ReshapeOp::create(
+        b, loc, RankedTensorType::get({batch, heads, seq, dim}, element), r);
+    (void)t;
+  };
+  // Positions of this rank's queries, and of the K/V block it holds.
+  int64_t total = seq * c;
+  SmallVector<int64_t> positions;
+  for (int64_t i = 0; i < total; ++i)
+    positions.push_back(i);
+  Type i64 = b.getI64Type();
+  auto posType = RankedTensorType::get({total}, i64);
+  SmallVector<APInt> posValues;
+  for (int64_t p : positions)
+    posValues.push_back(APInt(64, p));
+  Value allPositions =
+      ConstantOp::create(b, loc, DenseElementsAttr::get(posType, posValues));
+  Value qPos = AllSliceOp::create(b, loc, RankedTensorType::get({seq}, i64),
+                                  allPositions, meshRef, axesAttr(ring),
+                                  b.getI64IntegerAttr(0));
+  Value kPos = qPos;
+  auto scoresType =
+      RankedTensorType::get({batch, heads, seq, seq}, element);
+  auto statsType = RankedTensorType::get({batch, heads, seq, 1}, element);
+  auto outType = RankedTensorType::get({batch, heads, seq, valueDim}, element);
+  Value scale = constant(loc, element, op.getScale().convertToDouble());
+  Value negBig = constant(loc, element, -1.0e30);
+  Value m, l, o;
+  for (int64_t step = 0; step < c; ++step) {
+    if (step > 0) {
+      auto pass = [&](Value x) -> Value {
+        return CollectivePermuteOp::create(b, loc, x.getType(), x, meshRef,
+                                           axesAttr(ring),
+                                           b.getI64IntegerAttr(1));
+      };
+      k = pass(k);
+      v = pass(v);
+      kPos = pass(kPos);
+      if (mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1)
+        mask = pass(mask);
+    }
+    Value scores = MatmulOp::create(b, loc, scoresType, q,
+                                    expand(k, kType.getDimSize(3)), UnitAttr(),
+                                    b.getUnitAttr());
+    scores = MulOp::create(b, loc, scoresType, scores, scale);
+    if (mask) {
+      auto maskType = cast<RankedTensorType>(mask.getType());
+      if (maskType.getElementType().isInteger(1))
+        scores = WhereOp::create(b, loc, scoresType, mask, scores, negBig);
+      else
+        scores = AddOp::create(b, loc, scoresType, scores, mask);
+    }
+    if (op.getCausal()) {
+      Value rows = ReshapeOp::create(
+          b, loc, RankedTensorType::get({seq, 1}, i64), qPos);
+      Value cols = ReshapeOp::create(
+          b, loc, RankedTensorType::get({1, seq}, i64), kPos);
+      Value allowed = CompareOp::create(
+          b, loc, RankedTensorType::get({seq, seq}, b.getI1Type()),
+          ComparePredicateAttr::get(b.getContext(), ComparePredicate::ge),
+          rows, cols);
+      scores = WhereOp::create(b, loc, scoresType, allowed, scores, negBig);
+    }
+    Value blockMax = ReduceMaxOp::create(b, loc, statsType, scores,
+                                         b.getDenseI64ArrayAttr({3}),
+                                         b.getUnitAttr());
+    Value mNew = step == 0 ? blockMax
+                           : MaximumOp::create(b, loc, statsType, m, blockMax)
+                                 .getResult();
+    Value p = ExpOp::create(b, loc, scoresType,
+                            SubOp::create(b, loc, scoresType, scores, mNew));
+    Value rowSum = ReduceSumOp::create(b, loc, statsType, p,
+                                       b.getDenseI64ArrayAttr({3}),
+                                       b.getUnitAttr());
+    Value pv = MatmulOp::create(b, loc, outType, p, expand(v, valueDim),
+                                UnitAttr(), UnitAttr());
+    if (step == 0) {
+      l = rowSum;
+      o = pv;
+    } else {
+      Value alpha = ExpOp::create(b, loc, statsType,
+                                  SubOp::create(b, loc, statsType, m, mNew));
+      l = AddOp::create(b, loc, statsType,
+                        MulOp::create(b, loc, statsType, l, alpha), rowSum);
+      o = AddOp::create(b, loc, outType,
+                        MulOp::create(b, loc, outType, o, alpha), pv);
+    }
+    m = mNew;
+  }
+  Value result = DivOp::create(b, loc, outType, o, l);
+  local[op.getResult()] = result;
+  TensorSharding s = qWant;
+  s.dims[3].clear();
+  actual[op.getResult()] = s;
+  return success();
+}
+
+struct WeftPartition : public weft::impl::WeftPartitionBase<WeftPartition> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::optional<MeshInfo> mesh = getMeshInfo(module);
+    if (!mesh)
+      return;
+    for (auto func : llvm::to_vector(module.getOps<func::FuncOp>())) {
+      if (func.isExternal())
+        continue;
+      if (failed(Partitioner(func, *mesh).run()))
+        return signalPassFailure();
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// -weft-optimize-collectives
+//===----------------------------------------------------------------------===//
+
+struct WeftOptimizeCollectives
+    : public weft::impl::WeftOptimizeCollectivesBase<WeftOptimizeCollectives> {
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    auto module = func->getParentOfType<ModuleOp>();
+    std::optional<MeshInfo> mesh = module ? getMeshInfo(module) : std::nullopt;
+    if (!mesh)
+      return;
+    auto groupSize = [&](Operation *op) {
+      auto axes = op->getAttrOfType<ArrayAttr>("axes");
+      int64_t n = 1;
+      for (StringRef axis : axes.getAsValueRange<StringAttr>())
+        n *= mesh->size(axis);
+      return n;
+    };
+    SmallVector<Operation *> collectives;
+    func.walk([&](Operation *op) {
+      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
+              AllSliceOp, CollectivePermuteOp>(op))
+        collectives.push_back(op);
+    });
+    for (Operation *op : collectives) {
+      if (groupSize(op) == 1) {
+        op->getResult(0).replaceAllUsesWith(op->getOperand(0));
+        op->erase();
+      }
+    }
+    SmallVector<AllSliceOp> slices;
+    func.walk([&](AllSliceOp s) { slices.push_back(s); });
+    for (AllSliceOp slice : slices) {
+      Operation *producer = slice.getInput().getDefiningOp();
+      if (auto reduce = dyn_cast_or_null<AllReduceOp>(producer)) {
+        if (reduce.getAxes() != slice.getAxes() ||
+            reduce.getKind() != ReductionKind::sum)
+          continue;
+        OpBuilder b(slice);
+        auto scatter = ReduceScatterOp::create(
+            b, slice.getLoc(), slice.getType(), reduce.getKindAttr(),
+            reduce.getInput(), slice.getMeshAttr(), slice.getAxes(),
+            slice.getDimAttr());
+        slice.getResult().replaceAllUsesWith(scatter.getResult());
+        slice.erase();
+        if (reduce->use_empty())
+          reduce.erase();
+      } else if (auto gather = dyn_cast_or_null<AllGatherOp>(producer)) {
+        if (gather.getAxes() != slice.getAxes() ||
+            gather.getDim() != slice.getDim())
+          continue;
+        slice.getResult().replaceAllUsesWith(gather.getInput());
+        slice.erase();
+        if (gather->use_empty())
+          gather.erase();
+      }
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,132 @@
+//===- Communicator.h - Collectives among ranks -----------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// Collectives with NCCL's semantics over groups of ranks. The in-process
+// communicator runs N ranks as threads of one process: each collective is a
+// rendezvous of its group, every member gets every member's tensor and keeps
+// what NCCL would give it. It counts the bytes each rank sends under NCCL's
+// ring algorithms (all-reduce 2(n-1)/n of the buffer, all-gather and
+// reduce-scatter (n-1)/n of the full buffer, all-to-all (n-1)/n, a ring
+// shift the whole buffer), which is what the cost model counts.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_RUNTIME_COMMUNICATOR_H
+#define WEFT_RUNTIME_COMMUNICATOR_H
+
+#include "weft/runtime/HostTensor.h"
+
+#include "absl/status/statusor.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace weft::rt {
+
+enum class ReduceOp { Sum, Max, Min, Avg };
+
+/// Bytes of one element of `dtype` as stored (bf16 2, f32 4, i64 8, ...).
+int64_t elementBytes(DType dtype);
+/// Bytes of a tensor.
+inline int64_t tensorBytes(const HostTensor &t) {
+  return t.numel() * elementBytes(t.dtype);
+}
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int worldSize() const = 0;
+
+  /// `group` lists the global ranks of the caller's group in group order;
+  /// `rank` is the caller's global rank, a member of `group`.
+  virtual absl::StatusOr<HostTensor> allReduce(int rank,
+                                               const std::vector<int> &group,
+                                               const HostTensor &input,
+                                               ReduceOp op) = 0;
+  virtual absl::StatusOr<HostTensor> allGather(int rank,
+                                               const std::vector<int> &group,
+                                               const HostTensor &input,
+                                               int64_t dim) = 0;
+  virtual absl::StatusOr<HostTensor>
+  reduceScatter(int rank, const std::vector<int> &group,
+                const HostTensor &input, int64_t dim, ReduceOp op) = 0;
+  virtual absl::StatusOr<HostTensor> allToAll(int rank,
+                                              const std::vector<int> &group,
+                                              const HostTensor &input,
+                                              int64_t splitDim,
+                                              int64_t concatDim) = 0;
+  /// Group rank i sends to (i + shift) mod n and receives from (i - shift).
+  virtual absl::StatusOr<HostTensor> permute(int rank,
+                                             const std::vector<int> &group,
+                                             const HostTensor &input,
+                                             int64_t shift) = 0;
+  /// Bytes `rank` has sent so far.
+  virtual int64_t bytesSent(int rank) const = 0;
+};
+
+/// Rank i's slice of `input` along `dim` in a group of n (no communication).
+HostTensor sliceForRank(const HostTensor &input, int64_t dim, int64_t index,
+                        int64_t parts);
+
+/// N ranks as threads of one process.
+class InProcessCommunicator : public Communicator {
+public:
+  explicit InProcessCommunicator(
+      int worldSize,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+  int worldSize() const override { return size; }
+  absl::StatusOr<HostTensor> allReduce(int rank, const std::vector<int> &group,
+                                       const HostTensor &input,
+                                       ReduceOp op) override;
+  absl::StatusOr<HostTensor> allGather(int rank, const std::vector<int> &group,
+                                       const HostTensor &input,
+                                       int64_t dim) override;
+  absl::StatusOr<HostTensor> reduceScatter(int rank,
+                                           const std::vector<int> &group,
+                                           const HostTensor &input,
+                                           int64_t dim, ReduceOp op) override;
+  absl::StatusOr<HostTensor> allToAll(int rank, const std::vector<int> &group,
+                                      const HostTensor &input,
+                                      int64_t splitDim,
+                                      int64_t concatDim) override;
+  absl::StatusOr<HostTensor> permute(int rank, const std::vector<int> &group,
+                                     const HostTensor &input,
+                                     int64_t shift) override;
+  int64_t bytesSent(int rank) const override { return sent[rank].load(); }
+
+  /// Makes every waiting and future collective fail (a rank gave up).
+  void abort(const std::string &why);
+
+private:
+  /// Every member's tensor, in group order, once all have arrived.
+  absl::StatusOr<std::vector<HostTensor>>
+  exchange(int rank, const std::vector<int> &group, const HostTensor &mine,
+           const char *what);
+
+  struct Slot {
+    std::vector<HostTensor> tensors;
+    std::vector<bool> arrived;
+    int count = 0;
+    int leaving = 0;
+  };
+  int size;
+  std::chrono::milliseconds timeout;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::string, std::unique_ptr<Slot>> slots;
+  std::map<std::pair<int, std::string>, int64_t> sequence;
+  std::string aborted;
+  std::unique_ptr<std::atomic<int64_t>[]> sent;
+};
+
+} // namespace weft::rt
+
+#endif // WEFT_RUNTIME_COMMUNICATOR_H

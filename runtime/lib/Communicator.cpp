@@ -1,0 +1,206 @@
+//===- Communicator.cpp - Collectives among ranks -------------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/Communicator.h"
+
+#include "weft/runtime/CpuKernels.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+
+using namespace weft::rt;
+
+int64_t weft::rt::elementBytes(DType dtype) {
+  switch (dtype) {
+  case DType::F16:
+  case DType::BF16:
+    return 2;
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F64:
+  case DType::I64:
+    return 8;
+  case DType::Bool:
+    return 1;
+  }
+  return 4;
+}
+
+HostTensor weft::rt::sliceForRank(const HostTensor &input, int64_t dim,
+                                  int64_t index, int64_t parts) {
+  std::vector<int64_t> starts(input.rank(), 0), limits(input.shape),
+      strides(input.rank(), 1);
+  int64_t piece = input.shape[dim] / parts;
+  starts[dim] = index * piece;
+  limits[dim] = (index + 1) * piece;
+  return slice(input, starts, limits, strides);
+}
+
+InProcessCommunicator::InProcessCommunicator(int worldSize,
+                                             std::chrono::milliseconds timeout)
+    : size(worldSize), timeout(timeout),
+      sent(new std::atomic<int64_t>[worldSize]) {
+  for (int i = 0; i < worldSize; ++i)
+    sent[i] = 0;
+}
+
+void InProcessCommunicator::abort(const std::string &why) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (aborted.empty())
+    aborted = why;
+  changed.notify_all();
+}
+
+absl::StatusOr<std::vector<HostTensor>>
+InProcessCommunicator::exchange(int rank, const std::vector<int> &group,
+                                const HostTensor &mine, const char *what) {
+  auto position = std::find(group.begin(), group.end(), rank);
+  if (position == group.end())
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", rank, " is not in its group"));
+  size_t index = position - group.begin();
+  std::string groupKey;
+  for (int member : group)
+    absl::StrAppend(&groupKey, member, ",");
+  std::unique_lock<std::mutex> lock(mutex);
+  if (!aborted.empty())
+    return absl::AbortedError(aborted);
+  // The n-th collective of this group for this rank meets the n-th of the
+  // others: the same order on every rank, as NCCL requires.
+  int64_t n = sequence[{rank, groupKey}]++;
+  std::string key = absl::StrCat(groupKey, "#", n);
+  std::unique_ptr<Slot> &slot = slots[key];
+  if (!slot) {
+    slot = std::make_unique<Slot>();
+    slot->tensors.resize(group.size());
+    slot->arrived.assign(group.size(), false);
+  }
+  Slot *s = slot.get();
+  s->tensors[index] = mine;
+  s->arrived[index] = true;
+  ++s->count;
+  changed.notify_all();
+  bool done = changed.wait_for(lock, timeout, [&] {
+    return s->count == int(group.size()) || !aborted.empty();
+  });
+  if (!aborted.empty())
+    return absl::AbortedError(aborted);
+  if (!done) {
+    std::string missing;
+    for (size_t i = 0; i < group.size(); ++i)
+      if (!s->arrived[i])
+        absl::StrAppend(&missing, missing.empty() ? "" : ", ", group[i]);
+    std::string why =
+        absl::StrCat(what, " on rank ", rank, " timed out after ",
+                     timeout.count(), " ms waiting for rank(s) ", missing);
+    aborted = why;
+    changed.notify_all();
+    return absl::DeadlineExceededError(why);
+  }
+  std::vector<HostTensor> all = s->tensors;
+  if (++s->leaving == int(group.size()))
+    slots.erase(key);
+  return all;
+}
+
+static HostTensor combine(const HostTensor &a, const HostTensor &b,
+                          ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Max:
+    return binary(BinaryKind::Max, a, b);
+  case ReduceOp::Min:
+    return binary(BinaryKind::Min, a, b);
+  default:
+    return binary(BinaryKind::Add, a, b);
+  }
+}
+
+static HostTensor reduceAll(const std::vector<HostTensor> &all, ReduceOp op) {
+  // Every rank sums in group order, so all get bit-identical results.
+  HostTensor total = all[0];
+  for (size_t i = 1; i < all.size(); ++i)
+    total = combine(total, all[i], op);
+  if (op == ReduceOp::Avg) {
+    HostTensor n(total.dtype, {});
+    if (total.isFloat())
+      n.floats = {float(all.size())};
+    else
+      n.ints = {int64_t(all.size())};
+    total = binary(BinaryKind::Div, total, n);
+  }
+  return total;
+}
+
+absl::StatusOr<HostTensor>
+InProcessCommunicator::allReduce(int rank, const std::vector<int> &group,
+                                 const HostTensor &input, ReduceOp op) {
+  auto all = exchange(rank, group, input, "all_reduce");
+  if (!all.ok())
+    return all.status();
+  int64_t n = group.size();
+  sent[rank] += 2 * (n - 1) * tensorBytes(input) / n;
+  return reduceAll(*all, op);
+}
+
+absl::StatusOr<HostTensor>
+InProcessCommunicator::allGather(int rank, const std::vector<int> &group,
+                                 const HostTensor &input, int64_t dim) {
+  auto all = exchange(rank, group, input, "all_gather");
+  if (!all.ok())
+    return all.status();
+  sent[rank] += (int64_t(group.size()) - 1) * tensorBytes(input);
+  std::vector<const HostTensor *> parts;
+  for (const HostTensor &t : *all)
+    parts.push_back(&t);
+  return concat(parts, dim);
+}
+
+absl::StatusOr<HostTensor>
+InProcessCommunicator::reduceScatter(int rank, const std::vector<int> &group,
+                                     const HostTensor &input, int64_t dim,
+                                     ReduceOp op) {
+  auto all = exchange(rank, group, input, "reduce_scatter");
+  if (!all.ok())
+    return all.status();
+  int64_t n = group.size();
+  sent[rank] += (n - 1) * tensorBytes(input) / n;
+  int64_t index = std::find(group.begin(), group.end(), rank) - group.begin();
+  return sliceForRank(reduceAll(*all, op), dim, index, n);
+}
+
+absl::StatusOr<HostTensor>
+InProcessCommunicator::allToAll(int rank, const std::vector<int> &group,
+                                const HostTensor &input, int64_t splitDim,
+                                int64_t concatDim) {
+  auto all = exchange(rank, group, input, "all_to_all");
+  if (!all.ok())
+    return all.status();
+  int64_t n = group.size();
+  sent[rank] += (n - 1) * tensorBytes(input) / n;
+  int64_t index = std::find(group.begin(), group.end(), rank) - group.begin();
+  std::vector<HostTensor> pieces;
+  for (const HostTensor &t : *all)
+    pieces.push_back(sliceForRank(t, splitDim, index, n));
+  std::vector<const HostTensor *> parts;
+  for (const HostTensor &t : pieces)
+    parts.push_back(&t);
+  return concat(parts, concatDim);
+}
+
+absl::StatusOr<HostTensor>
+InProcessCommunicator::permute(int rank, const std::vector<int> &group,
+                               const HostTensor &input, int64_t shift) {
+  auto all = exchange(rank, group, input, "collective_permute");
+  if (!all.ok())
+    return all.status();
+  sent[rank] += tensorBytes(input);
+  int64_t n = group.size();
+  int64_t index = std::find(group.begin(), group.end(), rank) - group.begin();
+  int64_t from = ((index - shift) % n + n) % n;
+  return (*all)[from];
+}
