@@ -195,8 +195,16 @@ FactorAxes weft::assignFactorAxes(
           rule.factorSizes[factor] % mesh.product(axes) != 0)
         continue;
       if (result.priority[factor] != INT_MAX) {
-        if (result.axes[factor] != axes && conflict &&
-            result.priority[factor] == 0 && tensor->priority == 0) {
+        // One split refining the other (a prefix) is a reshard, not a
+        // conflict: [cp] then [cp, tp] slices once more.
+        const auto &held = result.axes[factor];
+        size_t common = 0;
+        while (common < held.size() && common < axes.size() &&
+               held[common] == axes[common])
+          ++common;
+        bool refines = common == std::min(held.size(), axes.size());
+        if (!refines && conflict && result.priority[factor] == 0 &&
+            tensor->priority == 0) {
           std::string a, b;
           for (const std::string &x : result.axes[factor])
             a += (a.empty() ? "" : ",") + x;

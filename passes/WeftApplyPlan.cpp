@@ -444,6 +444,7 @@ struct WeftPropagateSharding
         ops.push_back(op);
     });
     bool error = false;
+    llvm::DenseSet<Operation *> reported;
     auto step = [&](Operation *op) {
       ShardingRule rule = cast<ShardingRuleOpInterface>(op).getShardingRule();
       SmallVector<ShardedTensor> tensors;
@@ -465,6 +466,8 @@ struct WeftPropagateSharding
       FactorAxes axes = assignFactorAxes(
           rule, mesh, tensors,
           [&](int64_t, const std::string &a, const std::string &b) {
+            if (!reported.insert(op).second)
+              return;
             op->emitError("conflicting shardings: one annotation splits a "
                           "dimension over [")
                 << a << "], another over [" << b

@@ -15,7 +15,7 @@ config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir", ".onnxtxt", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.weft_obj_root, "test")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit", "Inputs", "models", "conformance", "bench"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit", "Inputs", "models", "conformance", "bench", "partition"]
 
 path = [config.weft_tools_dir, config.llvm_tools_dir]
 if os.environ.get("WEFT_VERIFY_ROUNDTRIP") == "1":
