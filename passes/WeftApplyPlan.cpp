@@ -481,6 +481,10 @@ struct WeftPropagateSharding
         auto it = shardings.find(value);
         if (it != shardings.end() && priority[value] == 0)
           continue;
+        // Weights are split only where the plan says (Megatron's column
+        // and row splits); elsewhere they stay whole.
+        if (value.getDefiningOp<ParameterOp>())
+          continue;
         TensorSharding current =
             it != shardings.end() ? it->second
                                   : TensorSharding::replicated(factors.size());

@@ -14,6 +14,7 @@
 #include "mlir/IR/IRMapping.h"
 
 #include <climits>
+#include <map>
 
 namespace weft {
 #define GEN_PASS_DEF_WEFTPARTITION
@@ -60,9 +61,15 @@ private:
   }
   Value reshard(Location loc, Value value, TensorSharding from,
                 const TensorSharding &to);
-  /// The local value of `global` in sharding `want`.
+  /// The local value of `global` in sharding `want` (each resharding of a
+  /// value is made once).
   Value operand(Location loc, Value global, const TensorSharding &want) {
+    auto key = std::make_pair(global.getAsOpaquePointer(), want.str());
+    auto found = reshards.find(key);
+    if (found != reshards.end())
+      return found->second;
     Value v = reshard(loc, local.lookup(global), actual[global], want);
+    reshards[key] = v;
     return v;
   }
   Value constant(Location loc, Type elementType, double value) {
@@ -105,6 +112,7 @@ private:
   llvm::DenseMap<Value, Value> local;
   llvm::DenseMap<Value, TensorSharding> actual;
   SmallVector<BlockArgument> globals;
+  std::map<std::pair<const void *, std::string>, Value> reshards;
 };
 
 Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
@@ -313,11 +321,19 @@ LogicalResult Partitioner::partitionGeneric(Operation *op) {
     resultTargets.push_back(target(r));
   for (Value v : op->getOperands())
     operandActual.push_back(actual[v]);
+  // Weights first (the plan fixed their splits), then what the results
+  // should be, then how the other operands are.
+  std::vector<TensorSharding> weightTargets(op->getNumOperands());
   SmallVector<ShardedTensor> tensors;
-  for (auto [i, factors] : llvm::enumerate(rule.results))
-    tensors.push_back({&factors, &resultTargets[i], 0});
   for (auto [i, factors] : llvm::enumerate(rule.operands))
-    tensors.push_back({&factors, &operandActual[i], 1});
+    if (op->getOperand(i).getDefiningOp<ParameterOp>()) {
+      weightTargets[i] = target(op->getOperand(i));
+      tensors.push_back({&factors, &weightTargets[i], 0});
+    }
+  for (auto [i, factors] : llvm::enumerate(rule.results))
+    tensors.push_back({&factors, &resultTargets[i], 1});
+  for (auto [i, factors] : llvm::enumerate(rule.operands))
+    tensors.push_back({&factors, &operandActual[i], 2});
   FactorAxes axes = assignFactorAxes(rule, mesh, tensors);
   IRMapping map;
   for (auto [v, factors] : llvm::zip(op->getOperands(), rule.operands))
