@@ -1,0 +1,52 @@
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="tp=2 sp=1" | FileCheck %s
+// RUN: weft-opt %s -split-input-file -weft-apply-plan="tp=2 ulysses=2" -verify-diagnostics
+
+// The plan's shardings on a transformer: Megatron's column-parallel Q/K/V and
+// MLP up projection, row-parallel attention output and MLP down projection,
+// heads over tp, the residual stream's sequence over tp (SP), a vocabulary-
+// parallel embedding and a column-parallel output layer. The layer is inlined.
+// CHECK: weft.mesh @mesh(dp = 1, cp = 1, ulysses = 1, tp = 2)
+// CHECK-NOT: weft.layer
+// CHECK: weft.parameter "embed" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}tp], []]>]}
+// CHECK: weft.embedding {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
+// CHECK: weft.parameter "q" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
+// CHECK: weft.parameter "k" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
+// CHECK: weft.parameter "v" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
+// CHECK: weft.attention {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], [], []]>]}
+// CHECK: weft.parameter "o" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}tp], []]>]}
+// CHECK: weft.parameter "up" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
+// CHECK: weft.parameter "down" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}tp], []]>]}
+// CHECK: weft.add {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
+// CHECK: weft.parameter "output" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
+
+func.func @heads(%q: tensor<1x6x8x4xf32>, %k: tensor<1x6x8x4xf32>, %v: tensor<1x6x8x4xf32>) -> tensor<1x6x8x4xf32> {
+  // expected-error @+1 {{plan: the 6 attention heads are not divisible by tp x ulysses (4)}}
+  %0 = weft.attention %q, %k, %v scale 5.000000e-01 : (tensor<1x6x8x4xf32>, tensor<1x6x8x4xf32>, tensor<1x6x8x4xf32>) -> tensor<1x6x8x4xf32>
+  return %0 : tensor<1x6x8x4xf32>
+}
+
+// -----
+
+func.func @kv_heads(%q: tensor<1x8x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> tensor<1x8x8x4xf32> {
+  // expected-error @+1 {{plan: the 2 KV heads are not divisible by tp x ulysses (4)}}
+  %0 = weft.attention %q, %k, %v scale 5.000000e-01 : (tensor<1x8x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x8x8x4xf32>
+  return %0 : tensor<1x8x8x4xf32>
+}
+
+// -----
+
+func.func @sequence(%q: tensor<1x8x5x4xf32>, %k: tensor<1x8x5x4xf32>, %v: tensor<1x8x5x4xf32>) -> tensor<1x8x5x4xf32> {
+  // expected-error @+1 {{plan: the sequence (5) is not divisible by cp x ulysses (2)}}
+  %0 = weft.attention %q, %k, %v scale 5.000000e-01 : (tensor<1x8x5x4xf32>, tensor<1x8x5x4xf32>, tensor<1x8x5x4xf32>) -> tensor<1x8x5x4xf32>
+  return %0 : tensor<1x8x5x4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{the module already has a weft.mesh; apply a plan to an unpartitioned model}}
+module {
+  weft.mesh @mesh(tp = 2)
+  func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+    return %x : tensor<4xf32>
+  }
+}

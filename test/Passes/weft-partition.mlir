@@ -1,0 +1,89 @@
+// The parallel forms, partitioned from one plan each: the collectives of a
+// one-layer GPT block (Inputs/gpt_block.mlir) under each form.
+
+// Megatron tensor parallelism: the vocabulary-parallel embedding's sum, then
+// exactly one all-reduce after attention and one after the MLP in forward;
+// the output layer is column-parallel and gathered at the end.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="tp=2" -weft-propagate-sharding \
+// RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=TP
+// TP: weft.mesh @mesh(dp = 1, cp = 1, ulysses = 1, tp = 2)
+// TP-LABEL: func.func @main
+// TP-SAME: tensor<2x8xi64> {weft.local_sharding = #weft.sharding<@mesh, {{\[\[}}], []]>}
+// TP: weft.embedding {{.*}} : (tensor<16x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
+// TP-NOT: weft.reduce_scatter
+// TP: weft.all_reduce sum {{.*}} over @mesh ["tp"] : tensor<2x8x16xf32>
+// TP: weft.linear {{.*}} -> tensor<2x8x8xf32>
+// TP: weft.attention {{.*}} -> tensor<2x2x8x4xf32>
+// TP: weft.linear {{.*}} : (tensor<2x8x8xf32>, tensor<8x16xf32>) -> tensor<2x8x16xf32>
+// TP-NEXT: weft.all_reduce sum {{.*}} over @mesh ["tp"]
+// TP: weft.linear {{.*}} -> tensor<2x8x16xf32>
+// TP: weft.gelu {{.*}} : tensor<2x8x16xf32>
+// TP: weft.linear {{.*}} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+// TP-NEXT: weft.all_reduce sum {{.*}} over @mesh ["tp"]
+// TP-NOT: weft.all_reduce
+// TP: weft.all_gather {{.*}} over @mesh ["tp"] dim 2 : tensor<2x8x16xf32> -> tensor<2x8x32xf32>
+// TP-NEXT: return
+
+// Megatron sequence parallelism: norms on sequence shards, an all-gather
+// before each column-parallel region and a reduce-scatter (never an
+// all-reduce, never an all-reduce then a slice) after each row-parallel one.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="tp=2 sp=1" -weft-propagate-sharding \
+// RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=SP
+// SP-NOT: weft.all_reduce
+// SP: weft.reduce_scatter sum {{.*}} over @mesh ["tp"] dim 1 : tensor<2x8x16xf32> -> tensor<2x4x16xf32>
+// SP: weft.rms_norm {{.*}} -> tensor<2x4x16xf32>
+// SP: weft.all_gather {{.*}} over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+// SP: weft.attention
+// SP: weft.linear {{.*}} : (tensor<2x8x8xf32>, tensor<8x16xf32>) -> tensor<2x8x16xf32>
+// SP-NEXT: weft.reduce_scatter sum {{.*}} over @mesh ["tp"] dim 1 : tensor<2x8x16xf32> -> tensor<2x4x16xf32>
+// SP: weft.rms_norm {{.*}} -> tensor<2x4x16xf32>
+// SP: weft.all_gather {{.*}} dim 1
+// SP: weft.gelu
+// SP: weft.linear
+// SP-NEXT: weft.reduce_scatter sum {{.*}} dim 1
+// SP-NOT: weft.all_reduce
+// SP-NOT: weft.all_slice {{.*}} : tensor<2x8x16xf32>
+
+// DeepSpeed-Ulysses: activations split on the sequence, an all-to-all to
+// split heads for Q, K and V, and one back after attention.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="ulysses=2" -weft-propagate-sharding \
+// RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=ULYSSES
+// ULYSSES: weft.rms_norm {{.*}} -> tensor<2x4x16xf32>
+// ULYSSES-COUNT-3: weft.all_to_all {{.*}} over @mesh ["ulysses"] split_dim 1 concat_dim 2 : tensor<2x4x4x4xf32> -> tensor<2x2x8x4xf32>
+// ULYSSES: weft.attention {{.*}} -> tensor<2x2x8x4xf32>
+// ULYSSES: weft.all_to_all {{.*}} over @mesh ["ulysses"] split_dim 1 concat_dim 2 : tensor<2x8x8xf32> -> tensor<2x4x16xf32>
+// ULYSSES-NOT: weft.all_reduce
+// ULYSSES-NOT: weft.all_gather
+
+// Ring attention (context parallelism): the sequence split over cp, K and V
+// passed around the ring with their positions, scores masked causally by
+// position, online-softmax accumulation; no weft.attention is left.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="cp=2" -weft-propagate-sharding \
+// RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=RING
+// RING-NOT: weft.attention
+// RING: weft.all_slice {{.*}} over @mesh ["cp"] dim 0 : tensor<8xi64> -> tensor<4xi64>
+// RING: weft.matmul {{.*}} transpose_rhs : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+// RING: weft.compare ge
+// RING: weft.reduce_max
+// RING: weft.exp
+// RING: weft.collective_permute {{.*}} over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
+// RING: weft.collective_permute {{.*}} over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
+// RING: weft.collective_permute {{.*}} over @mesh ["cp"] shift 1 : tensor<4xi64>
+// RING: weft.maximum
+// RING: weft.div
+// RING-NOT: weft.all_gather {{.*}} dim 2
+
+// The Ulysses x ring hybrid over a 2-D sequence mesh, with TP.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="tp=2 ulysses=2 cp=2" -weft-propagate-sharding \
+// RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=HYBRID
+// HYBRID: weft.mesh @mesh(dp = 1, cp = 2, ulysses = 2, tp = 2)
+// HYBRID: weft.all_to_all {{.*}} ["ulysses"]
+// HYBRID: weft.collective_permute {{.*}} ["cp"]
+
+// Data parallelism in forward: the batch is split, nothing is communicated.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="dp=2" -weft-propagate-sharding \
+// RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=DP
+// DP: func.func @main(%arg0: tensor<1x8xi64> {weft.local_sharding = #weft.sharding<@mesh, {{\[\[}}dp], []]>})
+// DP-NOT: weft.all_
+// DP-NOT: weft.reduce_scatter
+// DP: return {{.*}} : tensor<1x8x32xf32>

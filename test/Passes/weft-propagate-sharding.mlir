@@ -1,0 +1,45 @@
+// RUN: weft-opt %s -split-input-file -weft-propagate-sharding -verify-diagnostics | FileCheck %s
+
+// Through the factor rules: a column split of a linear's weight reaches its
+// result, a reshape's major factor (heads) and a transpose; a blocked factor
+// (the softmax axis) stays whole, so the softmax result is not split on it.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @column
+func.func @column(%x: tensor<2x8x16xf32>) -> tensor<2x4x8x4xf32> {
+  %w = weft.parameter "w" {weft.sharding = [#weft.sharding<@mesh, [[], [tp]]>]} : tensor<16x16xf32>
+  // CHECK: weft.linear {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
+  %y = weft.linear %x, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  // CHECK: weft.reshape {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], [tp], []]>]}
+  %r = weft.reshape %y : tensor<2x8x16xf32> -> tensor<2x8x4x4xf32>
+  // CHECK: weft.transpose {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], [], []]>]}
+  %t = weft.transpose %r permutation [0, 2, 1, 3] : tensor<2x8x4x4xf32> -> tensor<2x4x8x4xf32>
+  return %t : tensor<2x4x8x4xf32>
+}
+
+// -----
+
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @blocked
+func.func @blocked(%x: tensor<4x8xf32> {weft.sharding = #weft.sharding<@mesh, [[], [tp]]>}) -> tensor<4x8xf32> {
+  // CHECK: weft.softmax {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], []]>]}
+  %0 = weft.softmax %x axis 1 : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+weft.mesh @mesh(dp = 2, tp = 2)
+func.func @conflict(%x: tensor<4x8xf32> {weft.sharding = #weft.sharding<@mesh, [[dp], []]>}) -> tensor<4x8xf32> {
+  // expected-error @+1 {{conflicting shardings: one annotation splits a dimension over [dp], another over [tp]}}
+  %0 = weft.exp %x {weft.sharding = [#weft.sharding<@mesh, [[tp], []]>]} : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+weft.mesh @mesh(tp = 2)
+func.func @unknown_axis(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{invalid sharding of result #0: mesh @mesh has no axis 'sp'}}
+  %0 = weft.exp %x {weft.sharding = [#weft.sharding<@mesh, [[sp], []]>]} : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
