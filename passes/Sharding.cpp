@@ -214,12 +214,15 @@ FactorAxes weft::assignFactorAxes(
         }
         continue;
       }
-      // An axis splits one factor only.
+      // An axis splits one factor only: keep the major axes up to the first
+      // one another factor holds (a prefix is still a contiguous split).
       SmallVector<std::string, 2> kept;
-      for (const std::string &axis : axes)
-        if (!owner.count(axis))
-          kept.push_back(axis);
-      if (kept.size() != axes.size())
+      for (const std::string &axis : axes) {
+        if (owner.count(axis))
+          break;
+        kept.push_back(axis);
+      }
+      if (kept.empty() || rule.factorSizes[factor] % mesh.product(kept) != 0)
         continue;
       for (const std::string &axis : kept)
         owner[axis] = factor;

@@ -490,14 +490,19 @@ struct WeftPropagateSharding
                                   : TensorSharding::replicated(factors.size());
         bool grew = false;
         for (size_t dim = 0; dim < current.dims.size(); ++dim) {
-          if (!current.dims[dim].empty() || proposed.dims[dim].empty())
+          const auto &have = current.dims[dim];
+          const auto &want = proposed.dims[dim];
+          // Fill an unsplit dimension, or refine a split that the proposal
+          // extends ([cp] -> [cp, ulysses]); never change what is there.
+          if (want.size() <= have.size() ||
+              !std::equal(have.begin(), have.end(), want.begin()))
             continue;
           bool free = true;
-          for (const std::string &axis : proposed.dims[dim])
-            free &= !current.uses(axis);
+          for (size_t i = have.size(); i < want.size(); ++i)
+            free &= !current.uses(want[i]);
           if (!free)
             continue;
-          current.dims[dim] = proposed.dims[dim];
+          current.dims[dim] = want;
           grew = true;
         }
         if (it == shardings.end() || grew) {

@@ -256,6 +256,16 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
                                 bytesOf(op->getResult(0)));
         llvm::StringRef kind = name == "collective_permute" ? "permute" : name;
         double time = collectiveTime(kind, bytes, sizeOf(axis), strideOf(axis));
+        double n = double(sizeOf(axis));
+        double in = bytesOf(op->getOperand(0));
+        if (kind == "all_reduce")
+          block.commBytes += 2 * (n - 1) / n * in;
+        else if (kind == "all_gather")
+          block.commBytes += (n - 1) * in;
+        else if (kind == "reduce_scatter" || kind == "all_to_all")
+          block.commBytes += (n - 1) / n * in;
+        else if (kind == "permute")
+          block.commBytes += (plan.cp() - 1) * in;
         if (axis == "tp")
           block.tpComm += time;
         else if (axis == "cp")
@@ -1131,6 +1141,9 @@ void CostModel::evaluate(plan::Plan &plan,
                      : clusterSpec.gpu().bf16_tflops()) *
                 1e12;
   plan.set_model_tflops_per_gpu(flops / step / plan.gpus_used() / 1e12);
+  plan.set_forward_comm_bytes_layer(int64_t(layer.commBytes));
+  plan.set_forward_comm_bytes_embedding(int64_t(embeddingCost(plan).commBytes));
+  plan.set_forward_comm_bytes_head(int64_t(headCost(plan).commBytes));
   plan.set_mfu(flops / step / plan.gpus_used() / peak);
 }
 

@@ -222,6 +222,13 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   first.getBody().walk([&](SiluOp) { swiglu = true; });
   spec.set_ffn_kind(swiglu ? plan::FFN_SWIGLU : plan::FFN_GELU);
   int64_t ffn = 0;
+  // The MLP's width: what its activation (GELU, SiLU) reads.
+  first.getBody().walk([&](Operation *op) {
+    if (ffn || !isa<GeluOp, SiluOp>(op))
+      return;
+    if (auto linear = op->getOperand(0).getDefiningOp<LinearOp>())
+      ffn = linear.getType().getShape().back();
+  });
   llvm::SmallDenseSet<int64_t> attentionWidths = {
       hidden, spec.heads() * headDim, spec.kv_heads() * headDim,
       (spec.heads() + 2 * spec.kv_heads()) * headDim};

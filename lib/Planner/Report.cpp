@@ -84,6 +84,10 @@ void planner::printPlanBreakdown(llvm::raw_ostream &os, const plan::Plan &p) {
                t.compute_s(), t.recompute_s(), t.tp_comm_s(), t.cp_comm_s(),
                t.pp_comm_s(), t.bubble_s(), 100 * t.bubble_fraction(),
                t.dp_comm_exposed_s(), t.dp_comm_total_s(), t.optimizer_s());
+  os << "forward communication per rank and micro-batch: "
+     << p.forward_comm_bytes_layer() << " bytes per layer, "
+     << p.forward_comm_bytes_embedding() << " for the embedding, "
+     << p.forward_comm_bytes_head() << " for the output layer\n";
   os << format("memory per GPU (worst stage): weights %.1f, gradients %.1f, "
                "optimizer %.1f, activations %.1f, workspace %.1f = %.1f GiB "
                "of %.1f GiB%s\n",

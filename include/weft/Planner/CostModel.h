@@ -54,6 +54,9 @@ struct BlockCost {
   double inputBytes = 0;     // the block's input (kept by full recompute)
   double flops = 0;          // forward FLOPs executed
   double linearForward = 0;  // forward time of the linear layers
+  /// Bytes one rank sends in the block's forward collectives, counted like
+  /// NCCL's ring algorithms (the in-process communicator counts the same).
+  double commBytes = 0;
 };
 
 /// Counts kept for reports.
