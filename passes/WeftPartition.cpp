@@ -102,6 +102,8 @@ private:
   LogicalResult partitionOp(Operation *op);
   LogicalResult partitionGeneric(Operation *op);
   LogicalResult partitionRingAttention(AttentionOp op);
+  LogicalResult partitionVocabCrossEntropy(CrossEntropyOp op,
+                                           const TensorSharding &logits);
   LogicalResult partitionVocabEmbedding(EmbeddingOp op,
                                         const TensorSharding &table);
 
@@ -307,6 +309,12 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
     TensorSharding table = target(embedding.getTable());
     if (!table.dims[0].empty())
       return partitionVocabEmbedding(embedding, table);
+  }
+  if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+    const TensorSharding &logits = actual[ce.getLogits()];
+    if (!logits.dims.back().empty() ||
+        ce.getReduction() != LossReduction::none)
+      return partitionVocabCrossEntropy(ce, logits);
   }
   if (!isa<ShardingRuleOpInterface>(op))
     return op->emitError("cannot partition '")
@@ -586,6 +594,158 @@ LogicalResult Partitioner::partitionRingAttention(AttentionOp op) {
   TensorSharding s = qWant;
   s.dims[3].clear();
   actual[op.getResult()] = s;
+  return success();
+}
+
+/// Cross-entropy on logits whose classes are split: the log-sum-exp and the
+/// label's logit are each one all-reduce over the class axes (Megatron's
+/// vocabulary-parallel cross-entropy); no rank holds all logits.
+LogicalResult
+Partitioner::partitionVocabCrossEntropy(CrossEntropyOp op,
+                                        const TensorSharding &logitsSharding) {
+  Location loc = op.getLoc();
+  auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
+  int64_t rank = logitsType.getRank();
+  SmallVector<std::string, 2> classAxes(logitsSharding.dims.back());
+  // Positions as the logits have them (minus pending sums), classes split.
+  TensorSharding logitsWant = logitsSharding;
+  logitsWant.partial.clear();
+  TensorSharding labelsWant = TensorSharding::replicated(rank - 1);
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    labelsWant.dims[d] = logitsWant.dims[d];
+  Value logits = operand(loc, op.getLogits(), logitsWant);
+  Value labels = operand(loc, op.getLabels(), labelsWant);
+  auto localType = cast<RankedTensorType>(logits.getType());
+  auto labelType = cast<RankedTensorType>(labels.getType());
+  Type element = localType.getElementType();
+  Type idType = labelType.getElementType();
+  int64_t classes = localType.getShape().back();
+  SmallVector<int64_t> keptShape(localType.getShape());
+  keptShape.back() = 1;
+  auto keptType = RankedTensorType::get(keptShape, element);
+  auto rows = b.getDenseI64ArrayAttr({rank - 1});
+  auto group = axesAttr(classAxes);
+  auto sum = ReductionKindAttr::get(b.getContext(), ReductionKind::sum);
+  // log-sum-exp over all shards.
+  Value localMax = ReduceMaxOp::create(b, loc, keptType, logits, rows,
+                                       b.getUnitAttr());
+  bool split = !classAxes.empty();
+  Value globalMax =
+      split ? AllReduceOp::create(
+                  b, loc, keptType,
+                  ReductionKindAttr::get(b.getContext(), ReductionKind::max),
+                  localMax, meshRef, group)
+                  .getResult()
+            : localMax;
+  Value exps = ExpOp::create(
+      b, loc, localType, SubOp::create(b, loc, localType, logits, globalMax));
+  Value localSum =
+      ReduceSumOp::create(b, loc, keptType, exps, rows, b.getUnitAttr());
+  Value globalSum =
+      split ? AllReduceOp::create(b, loc, keptType, sum, localSum, meshRef,
+                                  group)
+                  .getResult()
+            : localSum;
+  Value lse = AddOp::create(b, loc, keptType,
+                            LogOp::create(b, loc, keptType, globalSum),
+                            globalMax);
+  // The label's logit, from the shard that holds it.
+  Value shifted = labels;
+  if (split) {
+    SmallVector<int64_t> offsets;
+    int64_t parts = mesh.product(classAxes);
+    for (int64_t i = 0; i < parts; ++i)
+      offsets.push_back(i * classes);
+    Value offset = perRank(loc, offsets, classAxes, idType);
+    shifted = SubOp::create(b, loc, labelType, labels, offset);
+  }
+  auto boolType = RankedTensorType::get(labelType.getShape(), b.getI1Type());
+  Value zero = constant(loc, idType, 0);
+  Value inShard = WhereOp::create(
+      b, loc, boolType,
+      CompareOp::create(b, loc, boolType,
+                        ComparePredicateAttr::get(b.getContext(),
+                                                  ComparePredicate::ge),
+                        shifted, zero),
+      CompareOp::create(b, loc, boolType,
+                        ComparePredicateAttr::get(b.getContext(),
+                                                  ComparePredicate::lt),
+                        shifted, constant(loc, idType, classes)),
+      constant(loc, b.getI1Type(), 0));
+  SmallVector<int64_t> columnShape(labelType.getShape());
+  columnShape.push_back(1);
+  Value column = ReshapeOp::create(
+      b, loc, RankedTensorType::get(columnShape, idType), shifted);
+  Value iota = IotaOp::create(b, loc, RankedTensorType::get(localType.getShape(), idType),
+                              b.getI64IntegerAttr(rank - 1));
+  auto hotType = RankedTensorType::get(localType.getShape(), b.getI1Type());
+  Value hot = CompareOp::create(
+      b, loc, hotType,
+      ComparePredicateAttr::get(b.getContext(), ComparePredicate::eq), iota,
+      column);
+  Value picked = ReduceSumOp::create(
+      b, loc, RankedTensorType::get(labelType.getShape(), element),
+      WhereOp::create(b, loc, localType, hot, logits,
+                      constant(loc, element, 0)),
+      rows, UnitAttr());
+  auto lossType = RankedTensorType::get(labelType.getShape(), element);
+  picked = WhereOp::create(b, loc, lossType, inShard, picked,
+                           constant(loc, element, 0));
+  Value target = split ? AllReduceOp::create(b, loc, lossType, sum, picked,
+                                             meshRef, group)
+                             .getResult()
+                       : picked;
+  Value loss = SubOp::create(
+      b, loc, lossType, ReshapeOp::create(b, loc, lossType, lse), target);
+  // Ignored positions count nothing.
+  Value counted;
+  if (std::optional<uint64_t> ignore = op.getIgnoreIndex()) {
+    Value keep = CompareOp::create(
+        b, loc, boolType,
+        ComparePredicateAttr::get(b.getContext(), ComparePredicate::ne),
+        labels, constant(loc, idType, double(int64_t(*ignore))));
+    loss = WhereOp::create(b, loc, lossType, keep, loss,
+                           constant(loc, element, 0));
+    counted = WhereOp::create(b, loc, lossType, keep,
+                              constant(loc, element, 1),
+                              constant(loc, element, 0));
+  }
+  TensorSharding result = labelsWant;
+  if (op.getReduction() != LossReduction::none) {
+    SmallVector<int64_t> all;
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      all.push_back(d);
+    auto scalar = RankedTensorType::get({}, element);
+    Value total = ReduceSumOp::create(b, loc, scalar, loss,
+                                      b.getDenseI64ArrayAttr(all), UnitAttr());
+    // Positions split across ranks: sum the partial totals (and counts).
+    SmallVector<std::string, 2> positionAxes;
+    for (const auto &dim : labelsWant.dims)
+      positionAxes.append(dim.begin(), dim.end());
+    if (!positionAxes.empty())
+      total = AllReduceOp::create(b, loc, scalar, sum, total, meshRef,
+                                  axesAttr(positionAxes));
+    if (op.getReduction() == LossReduction::mean) {
+      Value count;
+      if (counted) {
+        count = ReduceSumOp::create(b, loc, scalar, counted,
+                                    b.getDenseI64ArrayAttr(all), UnitAttr());
+        if (!positionAxes.empty())
+          count = AllReduceOp::create(b, loc, scalar, sum, count, meshRef,
+                                      axesAttr(positionAxes));
+      } else {
+        int64_t n = 1;
+        for (int64_t d = 0; d + 1 < rank; ++d)
+          n *= logitsType.getDimSize(d);
+        count = constant(loc, element, double(n));
+      }
+      total = DivOp::create(b, loc, scalar, total, count);
+    }
+    loss = total;
+    result = TensorSharding::replicated(0);
+  }
+  local[op.getResult()] = loss;
+  actual[op.getResult()] = result;
   return success();
 }
 

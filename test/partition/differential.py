@@ -53,7 +53,7 @@ def run(weft, model, inputs, out, extra):
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
-def cost_model_bytes(weft, model, spec, batch, tmp):
+def cost_model_bytes(weft, model, spec, batch, tmp, with_loss=False):
     """What the planner's cost model predicts one rank sends in forward for
     this plan (weft plan --evaluate), converted to what the partitioned f32
     program sends. The differences are explained and computed here:
@@ -92,6 +92,15 @@ def cost_model_bytes(weft, model, spec, batch, tmp):
         if sp:
             expected += (tp - 1) * b * (s_local // tp) * hidden * 4
         expected += (tp - 1) * b * s_local * (vocab // tp) * 4
+    if with_loss:
+        # Vocabulary-parallel cross-entropy: max, sum of exponentials and the
+        # label's logit, each an all-reduce over tp of one f32 per position;
+        # a mean over positions split across ranks sums two scalars.
+        if tp > 1:
+            expected += 3 * (2 * (tp - 1) * b * s_local * 4 // tp)
+        n = dp * cp * ulysses
+        if n > 1:
+            expected += 2 * (2 * (n - 1) * 4 // n)
     return expected, None
 
 
@@ -127,7 +136,8 @@ def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
         tensor = TensorProto()
         tensor.ParseFromString(open(inputs[0], "rb").read())
         batch = tensor.dims[0]
-    expected, error = cost_model_bytes(weft, model, spec, batch, tmp)
+    expected, error = cost_model_bytes(weft, model, spec, batch, tmp,
+                                       with_loss=len(reference) > 1)
     if error == "outside":
         return "ok", "%.2g" % worst
     if error:
@@ -196,15 +206,17 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(options.random):
             directory = os.path.join(tmp, "random%d" % seed)
-            config, text, ids = random_transformer.generate(1000 + seed)
+            config, text, tensors = random_transformer.generate(1000 + seed)
             os.makedirs(directory)
             with open(os.path.join(directory, "model.mlir"), "w") as f:
                 f.write(text)
-            np.save(os.path.join(directory, "input_0.npy"), ids)
+            paths = []
+            for index, tensor in enumerate(tensors):
+                paths.append(os.path.join(directory, "input_%d.npy" % index))
+                np.save(paths[-1], tensor)
             models.append(("random%d(%s)" % (seed, ",".join(
                 "%s=%s" % (k, v) for k, v in config.items() if k != "seed")),
-                os.path.join(directory, "model.mlir"),
-                [os.path.join(directory, "input_0.npy")]))
+                os.path.join(directory, "model.mlir"), paths))
         jobs = []
         with concurrent.futures.ThreadPoolExecutor(options.jobs) as pool:
             for name, model, inputs in models:

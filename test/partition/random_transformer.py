@@ -56,17 +56,24 @@ def generate(seed):
     ffn = hidden * rng.choice([2, 3])
     causal = rng.random() < 0.7
     layers = rng.choice([1, 2])
+    with_loss = rng.random() < 0.5
     vocab = 16 * rng.choice([2, 4])
     batch, seq = 2, rng.choice([8, 16])
     config = dict(seed=seed, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                   hidden=hidden, ffn=ffn, ffn_kind="swiglu" if swiglu else "gelu",
-                  causal=causal, layers=layers, vocab=vocab, batch=batch, seq=seq)
+                  causal=causal, layers=layers, vocab=vocab, batch=batch, seq=seq,
+                  loss=with_loss)
     w = Writer(nprng)
     B, S, H, D = batch, seq, hidden, head_dim
     act = tensor_type([B, S, H])
     w.lines.append("module {")
-    w.lines.append("  func.func @main(%%ids: %s) -> %s {" %
-                   (tensor_type([B, S], "i64"), tensor_type([B, S, vocab])))
+    if with_loss:
+        w.lines.append("  func.func @main(%%ids: %s, %%labels: %s) -> (%s, %s) {" %
+                       (tensor_type([B, S], "i64"), tensor_type([B, S], "i64"),
+                        tensor_type([B, S, vocab]), "tensor<f32>"))
+    else:
+        w.lines.append("  func.func @main(%%ids: %s) -> %s {" %
+                       (tensor_type([B, S], "i64"), tensor_type([B, S, vocab])))
     ind = "    "
     table = w.param("embed", [vocab, H], 0.5, ind)
     x = w.op(ind, "weft.embedding %s[%%ids] : (%s, %s) -> %s" %
@@ -136,12 +143,23 @@ def generate(seed):
         x = result
     nf = norm(ind, x, "final")
     logits = linear(ind, nf, H, vocab, "output", False)
-    w.lines.append("    return %s : %s" % (logits, tensor_type([B, S, vocab])))
+    if with_loss:
+        loss = w.op(ind, "weft.cross_entropy %s, %%labels reduction mean ignore_index -100 : (%s, %s) -> tensor<f32>" %
+                    (logits, tensor_type([B, S, vocab]), tensor_type([B, S], "i64")))
+        w.lines.append("    return %s, %s : %s, tensor<f32>" % (logits, loss, tensor_type([B, S, vocab])))
+    else:
+        w.lines.append("    return %s : %s" % (logits, tensor_type([B, S, vocab])))
     w.lines.append("  }")
     w.lines.append("}")
     ids = np.array([[rng.randrange(vocab) for _ in range(S)] for _ in range(B)],
                    dtype=np.int64)
-    return config, "\n".join(w.lines) + "\n", ids
+    inputs = [ids]
+    if with_loss:
+        # Next-token labels; the last position is ignored.
+        labels = np.roll(ids, -1, axis=1)
+        labels[:, -1] = -100
+        inputs.append(labels)
+    return config, "\n".join(w.lines) + "\n", inputs
 
 
 def main():
@@ -149,11 +167,12 @@ def main():
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="directory to write into")
     options = parser.parse_args()
-    config, text, ids = generate(options.seed)
+    config, text, inputs = generate(options.seed)
     os.makedirs(options.out, exist_ok=True)
     with open(os.path.join(options.out, "model.mlir"), "w") as f:
         f.write(text)
-    np.save(os.path.join(options.out, "input_0.npy"), ids)
+    for index, tensor in enumerate(inputs):
+        np.save(os.path.join(options.out, "input_%d.npy" % index), tensor)
     print(config)
 
 
