@@ -127,6 +127,9 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
       MLP's up (and gate) projections column-parallel, the attention output and MLP down
       projections row-parallel;
     - the token embedding's vocabulary and the output layer's columns over `tp`.
+    With `cp` > 1 the ring is load-balanced (`load-balance`, on by default): the function
+    gets `weft.load_balanced = ["cp"]`, and the sequence is laid out so that rank `i`
+    holds chunks `i` and `2cp - 1 - i` of `2cp`.
     Weights and activations not named here get their shardings from
     `-weft-propagate-sharding`. The layers (`weft.layer`) are inlined: the partitioned
     program is one function. A plan that does not divide a shape (heads by tp x ulysses,
@@ -142,6 +145,8 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
     Option<"cp", "cp", "int64_t", /*default=*/"1", "Ring-attention (context) degree">,
     Option<"ulysses", "ulysses", "int64_t", /*default=*/"1", "Ulysses degree">,
     Option<"sp", "sp", "bool", /*default=*/"false", "Megatron sequence parallelism">,
+    Option<"loadBalance", "load-balance", "bool", /*default=*/"true",
+           "Ring attention with each rank holding two mirrored sequence chunks">,
     Option<"planFile", "plan-file", "std::string", /*default=*/"\"\"",
            "A weft plan --json file (its first plan) or a Plan in JSON">
   ];

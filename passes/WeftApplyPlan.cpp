@@ -235,11 +235,13 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
             << d.tp * d.ulysses << ")";
         return signalPassFailure();
       }
-      int64_t seqSplit = d.cp * d.ulysses * (d.sp ? d.tp : 1);
+      int64_t seqSplit = d.cp * d.ulysses * (d.sp ? d.tp : 1) *
+                         (d.cp > 1 && loadBalance ? 2 : 1);
       if (seq % seqSplit || k.getDimSize(2) != seq) {
         att.emitError("plan: the sequence (")
-            << seq << ") is not divisible by cp x ulysses" << (d.sp ? " x tp" : "")
-            << " (" << seqSplit << ")";
+            << seq << ") is not divisible by "
+            << (d.cp > 1 && loadBalance ? "2 x " : "") << "cp x ulysses"
+            << (d.sp ? " x tp" : "") << " (" << seqSplit << ")";
         return signalPassFailure();
       }
     }
@@ -249,6 +251,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         hidden = type.getDimSize(2);
     }
     StringRef mesh = "mesh";
+    if (d.cp > 1 && loadBalance)
+      func->setAttr("weft.load_balanced", mb.getStrArrayAttr({"cp"}));
     auto axesFor = [&](std::initializer_list<std::pair<const char *, int64_t>>
                            list) {
       SmallVector<std::string, 2> axes;

@@ -32,7 +32,8 @@ class Partitioner {
 public:
   Partitioner(func::FuncOp func, const MeshInfo &mesh)
       : func(func), mesh(mesh), b(func.getContext()),
-        meshRef(FlatSymbolRefAttr::get(func.getContext(), mesh.name)) {}
+        meshRef(FlatSymbolRefAttr::get(func.getContext(), mesh.name)),
+        loadBalanced(func->hasAttr("weft.load_balanced")) {}
 
   LogicalResult run();
 
@@ -47,6 +48,14 @@ private:
     auto type = cast<RankedTensorType>(global.getType());
     return RankedTensorType::get(localShape(type.getShape(), s, mesh),
                                  type.getElementType());
+  }
+  /// Load-balanced rings lay the sequence out in mirrored chunks: slicing
+  /// and gathering over the ring axis (always the major axis of a sequence
+  /// split) use that order.
+  UnitAttr zigzag(ArrayRef<std::string> axes) {
+    return loadBalanced && !axes.empty() && axes.front() == "cp"
+               ? b.getUnitAttr()
+               : UnitAttr();
   }
   ArrayAttr axesAttr(ArrayRef<std::string> axes) {
     SmallVector<StringRef> names(axes.begin(), axes.end());
@@ -96,7 +105,7 @@ private:
         ConstantOp::create(b, loc, DenseElementsAttr::get(type, ints));
     return AllSliceOp::create(b, loc, resized(full, 0, values.size(), false),
                               full, meshRef, axesAttr(axes),
-                              b.getI64IntegerAttr(0));
+                              b.getI64IntegerAttr(0), UnitAttr());
   }
 
   LogicalResult partitionOp(Operation *op);
@@ -111,6 +120,7 @@ private:
   const MeshInfo &mesh;
   OpBuilder b;
   FlatSymbolRefAttr meshRef;
+  bool loadBalanced;
   llvm::DenseMap<Value, Value> local;
   llvm::DenseMap<Value, TensorSharding> actual;
   SmallVector<BlockArgument> globals;
@@ -194,7 +204,7 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
     if (!moved)
       value = AllGatherOp::create(b, loc, resized(value, d, n, true), value,
                                   meshRef, axesAttr(leaving),
-                                  b.getI64IntegerAttr(d));
+                                  b.getI64IntegerAttr(d), zigzag(leaving));
     have.resize(common);
   }
   // 3. Axes arriving: each rank keeps its slice.
@@ -208,7 +218,7 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
     int64_t n = mesh.product(arriving);
     value = AllSliceOp::create(b, loc, resized(value, d, n, false), value,
                                meshRef, axesAttr(arriving),
-                               b.getI64IntegerAttr(d));
+                               b.getI64IntegerAttr(d), zigzag(arriving));
     have = want;
   }
   return value;
@@ -519,7 +529,7 @@ LogicalResult Partitioner::partitionRingAttention(AttentionOp op) {
       ConstantOp::create(b, loc, DenseElementsAttr::get(posType, posValues));
   Value qPos = AllSliceOp::create(b, loc, RankedTensorType::get({seq}, i64),
                                   allPositions, meshRef, axesAttr(ring),
-                                  b.getI64IntegerAttr(0));
+                                  b.getI64IntegerAttr(0), zigzag(ring));
   Value kPos = qPos;
   auto scoresType =
       RankedTensorType::get({batch, heads, seq, seq}, element);
@@ -801,7 +811,7 @@ struct WeftOptimizeCollectives
       Operation *producer = slice.getInput().getDefiningOp();
       if (auto reduce = dyn_cast_or_null<AllReduceOp>(producer)) {
         if (reduce.getAxes() != slice.getAxes() ||
-            reduce.getKind() != ReductionKind::sum)
+            reduce.getKind() != ReductionKind::sum || slice.getZigzag())
           continue;
         OpBuilder b(slice);
         auto scatter = ReduceScatterOp::create(
@@ -814,7 +824,8 @@ struct WeftOptimizeCollectives
           reduce.erase();
       } else if (auto gather = dyn_cast_or_null<AllGatherOp>(producer)) {
         if (gather.getAxes() != slice.getAxes() ||
-            gather.getDim() != slice.getDim())
+            gather.getDim() != slice.getDim() ||
+            gather.getZigzag() != slice.getZigzag())
           continue;
         slice.getResult().replaceAllUsesWith(gather.getInput());
         slice.erase();

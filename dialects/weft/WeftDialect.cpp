@@ -67,6 +67,12 @@ static LogicalResult verifyLocalSharding(Operation *op, Attribute attr,
 
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
+  if (attr.getName() == "weft.load_balanced") {
+    if (!isa<FunctionOpInterface>(op) || !isa<ArrayAttr>(attr.getValue()))
+      return op->emitError() << "'weft.load_balanced' is a list of mesh axes "
+                                "on a function";
+    return success();
+  }
   if (attr.getName() == "weft.context_parallel") {
     if (!isa<AttentionOp>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.context_parallel' is a list of mesh "

@@ -903,7 +903,9 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather",
     [SameOperandsAndResultElementType]> {
   let summary = "Concatenates the group's tensors along one dimension; all get the result.";
   let description = [{
-    The result holds the inputs of group ranks 0, 1, ... in order along `dim`.
+    The result holds the inputs of group ranks 0, 1, ... in order along `dim`. With
+    `zigzag`, the inverse of `weft.all_slice ... zigzag`: each rank of the first axis
+    holds chunks `i` and `2n - 1 - i` of `2n`, and they go back to their places.
   }] # commonDescription # [{
 
     ```mlir
@@ -918,10 +920,11 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather",
       group size`, with the same element type.
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim, UnitAttr:$zigzag);
   let results = (outs Weft_Tensor:$result);
   let assemblyFormat = [{
-    $input `over` $mesh $axes `dim` $dim attr-dict `:` type($input) `->` type($result)
+    $input `over` $mesh $axes `dim` $dim (`zigzag` $zigzag^)? attr-dict `:` type($input)
+    `->` type($result)
   }];
 }
 
@@ -935,6 +938,11 @@ def Weft_AllSliceOp : Weft_CollectiveOp<"all_slice",
     The partitioner uses it to split a replicated value (a constant, a position
     table) the way its consumer needs. No data moves, but the result depends on the
     rank, so it is ordered like the other collectives.
+
+    With `zigzag` (load-balanced ring attention), the first axis of `axes` splits the
+    dimension into `2n` chunks and its rank `i` keeps chunks `i` and `2n - 1 - i`, so
+    that under a causal mask every rank has as much work; the other axes then split
+    that pair contiguously.
   }] # commonDescription # [{
 
     ```mlir
@@ -944,15 +952,17 @@ def Weft_AllSliceOp : Weft_CollectiveOp<"all_slice",
 
     **Constraints**
   }] # commonConstraints # [{
-    - `dim` is a dimension of the operand, divisible by the group size;
+    - `dim` is a dimension of the operand, divisible by the group size (by twice the
+      group size with `zigzag`);
     - the result equals the operand's shape except `result[dim] == operand[dim] /
       group size`, with the same element type.
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim, UnitAttr:$zigzag);
   let results = (outs Weft_Tensor:$result);
   let assemblyFormat = [{
-    $input `over` $mesh $axes `dim` $dim attr-dict `:` type($input) `->` type($result)
+    $input `over` $mesh $axes `dim` $dim (`zigzag` $zigzag^)? attr-dict `:` type($input)
+    `->` type($result)
   }];
 }
 
@@ -972,7 +982,8 @@ def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter",
 
     **Constraints**
   }] # commonConstraints # [{
-    - `dim` is a dimension of the operand, divisible by the group size;
+    - `dim` is a dimension of the operand, divisible by the group size (by twice the
+      group size with `zigzag`);
     - the result equals the operand's shape except `result[dim] == operand[dim] /
       group size`, with the same element type.
   }];

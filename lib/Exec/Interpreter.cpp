@@ -413,9 +413,18 @@ LogicalResult Interpreter::runCollective(Operation *op) {
   const HostTensor &input = get(op->getOperand(0));
   int64_t index =
       std::find(group.begin(), group.end(), options.rank) - group.begin();
+  // The size of the first axis (the zigzag's major axis).
+  int64_t major = 1;
+  for (auto [name, size] : llvm::zip(meshAxes, mesh.getShape()))
+    if (!axes.empty() && name == axes.front())
+      major = size;
   if (auto slice = dyn_cast<AllSliceOp>(op)) {
-    set(slice.getResult(), rt::sliceForRank(input, slice.getDim(), index,
-                                            int64_t(group.size())));
+    set(slice.getResult(),
+        slice.getZigzag()
+            ? rt::zigzagSlice(input, slice.getDim(), index, major,
+                              int64_t(group.size()))
+            : rt::sliceForRank(input, slice.getDim(), index,
+                               int64_t(group.size())));
     return success();
   }
   if (!options.communicator)
@@ -440,8 +449,12 @@ LogicalResult Interpreter::runCollective(Operation *op) {
   if (auto reduce = dyn_cast<AllReduceOp>(op))
     result = comm.allReduce(options.rank, group, input,
                             reduceOp(reduce.getKind()));
-  else if (auto gather = dyn_cast<AllGatherOp>(op))
+  else if (auto gather = dyn_cast<AllGatherOp>(op)) {
     result = comm.allGather(options.rank, group, input, gather.getDim());
+    if (result.ok() && gather.getZigzag())
+      result = rt::zigzagUnshuffle(*result, gather.getDim(), major,
+                                   int64_t(group.size()));
+  }
   else if (auto scatter = dyn_cast<ReduceScatterOp>(op))
     result = comm.reduceScatter(options.rank, group, input, scatter.getDim(),
                                 reduceOp(scatter.getKind()));

@@ -334,7 +334,7 @@ public:
     if (kind == "all_gather") {
       shape[dim] *= groupSize;
       return AllGatherOp::create(b, loc, type(shape), x, mesh, axes,
-                                 b.getI64IntegerAttr(dim));
+                                 b.getI64IntegerAttr(dim), UnitAttr());
     }
     if (kind == "reduce_scatter") {
       shape[dim] /= groupSize;

@@ -41,6 +41,38 @@ HostTensor weft::rt::sliceForRank(const HostTensor &input, int64_t dim,
   return slice(input, starts, limits, strides);
 }
 
+HostTensor weft::rt::zigzagSlice(const HostTensor &input, int64_t dim,
+                                 int64_t index, int64_t major, int64_t parts) {
+  int64_t minor = parts / major;
+  int64_t i1 = index / minor, i2 = index % minor;
+  HostTensor first = sliceForRank(input, dim, i1, 2 * major);
+  HostTensor second = sliceForRank(input, dim, 2 * major - 1 - i1, 2 * major);
+  HostTensor pair = concat({&first, &second}, dim);
+  return sliceForRank(pair, dim, i2, minor);
+}
+
+HostTensor weft::rt::zigzagUnshuffle(const HostTensor &gathered, int64_t dim,
+                                     int64_t major, int64_t parts) {
+  int64_t minor = parts / major;
+  std::vector<HostTensor> chunks(2 * major);
+  for (int64_t i1 = 0; i1 < major; ++i1) {
+    // The pair of rank i1 of the first axis, from its `minor` blocks.
+    std::vector<HostTensor> blocks;
+    for (int64_t i2 = 0; i2 < minor; ++i2)
+      blocks.push_back(sliceForRank(gathered, dim, i1 * minor + i2, parts));
+    std::vector<const HostTensor *> pointers;
+    for (const HostTensor &block : blocks)
+      pointers.push_back(&block);
+    HostTensor pair = concat(pointers, dim);
+    chunks[i1] = sliceForRank(pair, dim, 0, 2);
+    chunks[2 * major - 1 - i1] = sliceForRank(pair, dim, 1, 2);
+  }
+  std::vector<const HostTensor *> ordered;
+  for (const HostTensor &chunk : chunks)
+    ordered.push_back(&chunk);
+  return concat(ordered, dim);
+}
+
 InProcessCommunicator::InProcessCommunicator(int worldSize,
                                              std::chrono::milliseconds timeout)
     : size(worldSize), timeout(timeout),

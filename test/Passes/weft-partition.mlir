@@ -55,13 +55,16 @@
 // ULYSSES-NOT: weft.all_reduce
 // ULYSSES-NOT: weft.all_gather
 
-// Ring attention (context parallelism): the sequence split over cp, K and V
+// Ring attention (context parallelism): the sequence split over cp in mirrored
+// chunks (rank i holds chunks i and 2cp-1-i: load-balanced under the causal
+// mask), K and V
 // passed around the ring with their positions, scores masked causally by
 // position, online-softmax accumulation; no weft.attention is left.
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="cp=2" -weft-propagate-sharding \
 // RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=RING
+// RING: func.func @main{{.*}} attributes {weft.load_balanced = ["cp"]}
 // RING-NOT: weft.attention
-// RING: weft.all_slice {{.*}} over @mesh ["cp"] dim 0 : tensor<8xi64> -> tensor<4xi64>
+// RING: weft.all_slice {{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
 // RING: weft.matmul {{.*}} transpose_rhs : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
 // RING: weft.compare ge
 // RING: weft.reduce_max

@@ -366,6 +366,11 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
     return attr ? weft::fromAttr(attr)
                 : weft::TensorSharding::replicated(inputs[i].rank());
   };
+  // A load-balanced ring lays sequences out in mirrored chunks.
+  bool loadBalanced = func->hasAttr("weft.load_balanced");
+  auto zigzagDim = [&](llvm::ArrayRef<std::string> axes) {
+    return loadBalanced && !axes.empty() && axes.front() == "cp";
+  };
   weft::rt::InProcessCommunicator communicator(n);
   std::vector<FailureOr<std::vector<weft::rt::HostTensor>>> results(
       n, failure());
@@ -376,10 +381,16 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
       for (unsigned i = 0; i < inputs.size(); ++i) {
         weft::rt::HostTensor t = inputs[i];
         weft::TensorSharding s = shardingOfArg(i);
-        for (size_t d = 0; d < s.dims.size(); ++d)
-          if (!s.dims[d].empty())
-            t = weft::rt::sliceForRank(t, d, indexOver(*mesh, rank, s.dims[d]),
-                                       mesh->product(s.dims[d]));
+        for (size_t d = 0; d < s.dims.size(); ++d) {
+          if (s.dims[d].empty())
+            continue;
+          int64_t index = indexOver(*mesh, rank, s.dims[d]);
+          int64_t parts = mesh->product(s.dims[d]);
+          t = zigzagDim(s.dims[d])
+                  ? weft::rt::zigzagSlice(t, d, index,
+                                          mesh->size(s.dims[d].front()), parts)
+                  : weft::rt::sliceForRank(t, d, index, parts);
+        }
         mine.push_back(std::move(t));
       }
       weft::InterpreterOptions options = base;
@@ -429,6 +440,11 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
           full.ints[target] = block.ints[e];
       }
     }
+    // Blocks were placed in group order; undo the ring's mirrored layout.
+    for (size_t d = 0; d < s.dims.size(); ++d)
+      if (zigzagDim(s.dims[d]))
+        full = weft::rt::zigzagUnshuffle(full, d, mesh->size(s.dims[d].front()),
+                                         mesh->product(s.dims[d]));
     outputs.push_back(std::move(full));
   }
   llvm::errs() << "weft run: " << n << " devices; bytes sent per rank:";

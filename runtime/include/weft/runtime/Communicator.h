@@ -75,6 +75,17 @@ public:
 HostTensor sliceForRank(const HostTensor &input, int64_t dim, int64_t index,
                         int64_t parts);
 
+/// Load-balanced sequence layout (ring attention): the first axis of a group
+/// (size `major`) splits `dim` into 2 x major chunks and its rank i keeps
+/// chunks i and 2 major - 1 - i; the other axes split that pair contiguously.
+/// `index` is the rank's index in the group (first axis major).
+HostTensor zigzagSlice(const HostTensor &input, int64_t dim, int64_t index,
+                       int64_t major, int64_t parts);
+/// From the group's blocks concatenated in group order along `dim` back to the
+/// natural order: the inverse of zigzagSlice over all ranks.
+HostTensor zigzagUnshuffle(const HostTensor &gathered, int64_t dim,
+                           int64_t major, int64_t parts);
+
 /// N ranks as threads of one process.
 class InProcessCommunicator : public Communicator {
 public:
