@@ -184,13 +184,16 @@ def WeftPartition : Pass<"weft-partition", "::mlir::ModuleOp"> {
 }
 
 def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::FuncOp"> {
-  let summary = "Removes collectives over size-1 groups and folds reduce-then-slice into reduce_scatter.";
+  let summary = "Removes collectives over size-1 groups, folds reduce-then-slice into reduce_scatter, buckets independent all-reduces.";
   let description = [{
     - a collective whose axes all have size 1 is its input;
     - `weft.all_slice` of a `weft.all_reduce` over the same axes becomes one
       `weft.reduce_scatter`;
     - `weft.all_slice` of a `weft.all_gather` on the same dimension and axes is the
-      gather's input.
+      gather's input;
+    - all-reduces of one kind, group and element type whose inputs are all ready at
+      the first of them are bucketed into one (flattened, concatenated, reduced, split
+      back): one launch and one latency for gradient buckets, or a loss and its count.
   }];
 }
 

@@ -780,6 +780,74 @@ struct WeftPartition : public weft::impl::WeftPartitionBase<WeftPartition> {
 
 struct WeftOptimizeCollectives
     : public weft::impl::WeftOptimizeCollectivesBase<WeftOptimizeCollectives> {
+  /// Buckets all-reduces that do not depend on one another (same kind,
+  /// group and element type) into one: their inputs flattened and
+  /// concatenated, reduced once, split back. One launch and one latency
+  /// instead of several (gradient buckets, a loss and its count).
+  static void mergeAllReduces(func::FuncOp func) {
+    for (Block &block : func.getBody()) {
+      SmallVector<AllReduceOp> ops(block.getOps<AllReduceOp>());
+      llvm::DenseSet<Operation *> merged;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (merged.contains(ops[i]))
+          continue;
+        SmallVector<AllReduceOp> bucket = {ops[i]};
+        // Later all-reduces whose inputs are ready before the first one
+        // runs (defined before it) and match it.
+        for (size_t j = i + 1; j < ops.size(); ++j) {
+          AllReduceOp other = ops[j];
+          if (merged.contains(other) || other.getKind() != ops[i].getKind() ||
+              other.getAxes() != ops[i].getAxes() ||
+              other.getType().getElementType() !=
+                  ops[i].getType().getElementType())
+            continue;
+          Operation *def = other.getInput().getDefiningOp();
+          if (def && (def->getBlock() != &block ||
+                      !def->isBeforeInBlock(ops[i])))
+            continue;
+          bucket.push_back(other);
+        }
+        if (bucket.size() < 2)
+          continue;
+        OpBuilder b(ops[i]);
+        Location loc = ops[i].getLoc();
+        Type element = ops[i].getType().getElementType();
+        SmallVector<Value> flat;
+        int64_t total = 0;
+        for (AllReduceOp op : bucket) {
+          int64_t n = op.getType().getNumElements();
+          total += n;
+          flat.push_back(ReshapeOp::create(
+              b, loc, RankedTensorType::get({n}, element), op.getInput()));
+        }
+        auto flatType = RankedTensorType::get({total}, element);
+        Value joined = ConcatOp::create(b, loc, flatType, flat,
+                                        b.getI64IntegerAttr(0));
+        Value reduced = AllReduceOp::create(b, loc, flatType,
+                                            ops[i].getKindAttr(), joined,
+                                            ops[i].getMeshAttr(),
+                                            ops[i].getAxes());
+        SmallVector<Type> pieces;
+        SmallVector<int64_t> sizes;
+        for (AllReduceOp op : bucket) {
+          int64_t n = op.getType().getNumElements();
+          pieces.push_back(RankedTensorType::get({n}, element));
+          sizes.push_back(n);
+        }
+        auto split = SplitOp::create(b, loc, pieces, reduced,
+                                     b.getI64IntegerAttr(0),
+                                     b.getDenseI64ArrayAttr(sizes));
+        for (auto [op, piece] : llvm::zip(bucket, split.getResults())) {
+          Value back = ReshapeOp::create(b, loc, op.getType(), piece);
+          op.getResult().replaceAllUsesWith(back);
+          merged.insert(op);
+        }
+        for (AllReduceOp op : bucket)
+          op.erase();
+      }
+    }
+  }
+
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     auto module = func->getParentOfType<ModuleOp>();
@@ -805,6 +873,7 @@ struct WeftOptimizeCollectives
         op->erase();
       }
     }
+    mergeAllReduces(func);
     SmallVector<AllSliceOp> slices;
     func.walk([&](AllSliceOp s) { slices.push_back(s); });
     for (AllSliceOp slice : slices) {

@@ -1,0 +1,112 @@
+//===- CommunicatorTest.cpp - The in-process communicator -----------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/Communicator.h"
+#include "weft/runtime/CpuKernels.h"
+
+#include "gtest/gtest.h"
+
+#include <chrono>
+#include <thread>
+
+using namespace weft::rt;
+
+namespace {
+
+HostTensor vector(std::vector<float> values) {
+  HostTensor t(DType::F32, {int64_t(values.size())});
+  t.floats = std::move(values);
+  return t;
+}
+
+/// Runs `body(rank)` on `n` threads.
+template <typename Body> void onRanks(int n, Body body) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank)
+    threads.emplace_back([&, rank] { body(rank); });
+  for (std::thread &t : threads)
+    t.join();
+}
+
+TEST(Communicator, CollectivesFollowNcclSemantics) {
+  InProcessCommunicator comm(4);
+  std::vector<int> group = {0, 1, 2, 3};
+  std::vector<HostTensor> reduced(4), gathered(4), scattered(4), shifted(4),
+      exchanged(4);
+  onRanks(4, [&](int rank) {
+    float r = float(rank);
+    reduced[rank] = *comm.allReduce(rank, group, vector({r, 1}), ReduceOp::Sum);
+    gathered[rank] = *comm.allGather(rank, group, vector({r}), 0);
+    scattered[rank] = *comm.reduceScatter(
+        rank, group, vector({r, r, 2 * r, 2 * r}), 0, ReduceOp::Sum);
+    shifted[rank] = *comm.permute(rank, group, vector({r}), 1);
+    exchanged[rank] = *comm.allToAll(rank, group,
+                                     vector({10 * r, 10 * r + 1, 10 * r + 2,
+                                             10 * r + 3}),
+                                     0, 0);
+  });
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(reduced[rank].floats, (std::vector<float>{6, 4}));
+    EXPECT_EQ(gathered[rank].floats, (std::vector<float>{0, 1, 2, 3}));
+    float expected = rank < 2 ? 6 : 12;
+    EXPECT_EQ(scattered[rank].floats, (std::vector<float>{expected}));
+    // Rank i receives from i - 1.
+    EXPECT_EQ(shifted[rank].floats, (std::vector<float>{float((rank + 3) % 4)}));
+    // Rank i gets piece i of every rank, in rank order.
+    EXPECT_EQ(exchanged[rank].floats,
+              (std::vector<float>{float(rank), float(10 + rank),
+                                  float(20 + rank), float(30 + rank)}));
+  }
+  // Ring counts: all-reduce 2(n-1)/n * 8, all-gather 3 * 4, reduce-scatter
+  // 3/4 * 16, permute 4, all-to-all 3/4 * 16.
+  EXPECT_EQ(comm.bytesSent(0), 12 + 12 + 12 + 4 + 12);
+}
+
+TEST(Communicator, RankThatNeverJoinsTimesOut) {
+  InProcessCommunicator comm(3, std::chrono::milliseconds(200));
+  std::vector<absl::Status> status(3);
+  auto start = std::chrono::steady_clock::now();
+  onRanks(3, [&](int rank) {
+    if (rank == 2)
+      return; // never joins
+    status[rank] =
+        comm.allReduce(rank, {0, 1, 2}, vector({1}), ReduceOp::Sum).status();
+  });
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(elapsed, std::chrono::seconds(5));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(status[rank].ok());
+    EXPECT_NE(std::string(status[rank].message()).find("all_reduce"),
+              std::string::npos)
+        << status[rank];
+  }
+  // The first rank to time out names the missing rank.
+  bool named = false;
+  for (int rank = 0; rank < 2; ++rank)
+    named |= std::string(status[rank].message()).find("waiting for rank(s) 2") !=
+             std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+TEST(Communicator, ZigzagLayoutRoundTrips) {
+  HostTensor seq(DType::F32, {8});
+  seq.floats = {0, 1, 2, 3, 4, 5, 6, 7};
+  // Two ring ranks x two more: rank (i, j) holds chunks i and 3 - i, split.
+  std::vector<HostTensor> blocks;
+  for (int index = 0; index < 4; ++index)
+    blocks.push_back(zigzagSlice(seq, 0, index, 2, 4));
+  EXPECT_EQ(blocks[0].floats, (std::vector<float>{0, 1}));
+  EXPECT_EQ(blocks[1].floats, (std::vector<float>{6, 7}));
+  EXPECT_EQ(blocks[2].floats, (std::vector<float>{2, 3}));
+  EXPECT_EQ(blocks[3].floats, (std::vector<float>{4, 5}));
+  std::vector<const HostTensor *> all;
+  for (const HostTensor &b : blocks)
+    all.push_back(&b);
+  HostTensor gathered = concat(all, 0);
+  EXPECT_EQ(zigzagUnshuffle(gathered, 0, 2, 4).floats, seq.floats);
+}
+
+} // namespace
