@@ -36,3 +36,9 @@ echo "== weft import $(basename "$model") --batch-size 2 --seq-len 8 --stats"
 echo "== weft run $(basename "$model") --check (against torch)"
 "$build/bin/weft" run "$model" --data-dir "$root/test/models/gpt2/test_data_set_0" \
   --check --rtol 1e-4 --atol 1e-5
+
+# The same model partitioned for 2-way data x 2-way tensor (Megatron SP) x 2-way
+# ring parallelism and run on 8 simulated devices (threads), checked again.
+echo "== weft run $(basename "$model") --devices 8 --plan-spec dp=2,tp=2,sp=1,cp=2 --check"
+"$build/bin/weft" run "$model" --data-dir "$root/test/models/gpt2/test_data_set_0" \
+  --devices 8 --plan-spec "dp=2,tp=2,sp=1,cp=2" --check --rtol 1e-4 --atol 1e-5
