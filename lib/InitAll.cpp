@@ -26,3 +26,15 @@ void weft::registerAllPasses() {
   mlir::registerSymbolDCEPass();
   mlir::registerInlinerPass();
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+/// ASan builds: Debian's libMLIR is not instrumented, but the LLVM allocator
+/// templates inlined into Weft's code are, and they poison the unused end of
+/// a BumpPtrAllocator slab that libMLIR then allocates from without
+/// unpoisoning: a false "use-after-poison" on storage the context uniques
+/// (seen with #weft.sharding). Manual poisoning is turned off; every other
+/// check stays.
+extern "C" const char *__asan_default_options() {
+  return "allow_user_poisoning=0";
+}
+#endif
