@@ -35,3 +35,4 @@ config.substitutions.append(("%weft_test_dir", config.test_source_root))
 import shutil
 if shutil.which("chromium") or shutil.which("chromium-browser"):
     config.available_features.add("chromium")
+config.substitutions.append(("%weft_build_dir", config.weft_obj_root))

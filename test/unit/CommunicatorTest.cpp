@@ -110,3 +110,70 @@ TEST(Communicator, ZigzagLayoutRoundTrips) {
 }
 
 } // namespace
+
+#include "weft/runtime/Launch.h"
+
+#include <map>
+
+namespace {
+std::function<const char *(const char *)>
+environment(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(vars);
+  return [shared](const char *name) -> const char * {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(Launch, ReadsTorchrunMpiAndSlurm) {
+  auto torchrun = launchFromEnvironment(environment(
+      {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"},
+       {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},
+       {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  ASSERT_TRUE(torchrun.ok()) << torchrun.status();
+  EXPECT_EQ(torchrun->launcher, "torchrun");
+  EXPECT_EQ(torchrun->rank, 3);
+  EXPECT_EQ(torchrun->worldSize, 8);
+  EXPECT_EQ(torchrun->masterAddr, "node0");
+  EXPECT_EQ(torchrun->masterPort, 29500);
+  auto mpi = launchFromEnvironment(environment(
+      {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  ASSERT_TRUE(mpi.ok());
+  EXPECT_EQ(mpi->launcher, "mpirun");
+  EXPECT_EQ(mpi->worldSize, 4);
+  auto slurm = launchFromEnvironment(
+      environment({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"},
+                   {"SLURM_LOCALID", "1"}}));
+  ASSERT_TRUE(slurm.ok());
+  EXPECT_EQ(slurm->launcher, "slurm");
+  EXPECT_EQ(slurm->localRank, 1);
+  auto single = launchFromEnvironment(environment({}));
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->launcher, "single");
+  EXPECT_EQ(single->worldSize, 1);
+}
+
+TEST(Launch, BadEnvironmentsAreClearErrors) {
+  auto notNumber = launchFromEnvironment(
+      environment({{"RANK", "zero"}, {"WORLD_SIZE", "2"}}));
+  EXPECT_FALSE(notNumber.ok());
+  EXPECT_NE(notNumber.status().message().find("RANK='zero' is not a number"),
+            std::string::npos);
+  auto outside = launchFromEnvironment(
+      environment({{"RANK", "4"}, {"WORLD_SIZE", "4"}}));
+  EXPECT_NE(outside.status().message().find("rank 4 is outside a world of 4"),
+            std::string::npos);
+  auto half = launchFromEnvironment(environment({{"RANK", "1"}}));
+  EXPECT_NE(half.status().message().find("sets RANK but not WORLD_SIZE"),
+            std::string::npos);
+  LaunchInfo info;
+  info.worldSize = 2;
+  info.launcher = "mpirun";
+  absl::Status wrong = checkWorldSize(info, 4);
+  EXPECT_NE(std::string(wrong.message())
+                .find("partitioned for 4 ranks, but mpirun started 2"),
+            std::string::npos);
+  EXPECT_TRUE(checkWorldSize(info, 2).ok());
+}
+} // namespace
