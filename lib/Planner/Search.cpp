@@ -79,6 +79,7 @@ SearchResult planner::searchPlans(CostModel &model,
   };
 
   auto lastReport = start;
+  double reported = 0;
   size_t tpIndex = 0;
   for (int64_t tp : tps) {
     ++tpIndex;
@@ -97,8 +98,11 @@ SearchResult planner::searchPlans(CostModel &model,
             auto now = Clock::now();
             if (now - lastReport > std::chrono::milliseconds(50)) {
               lastReport = now;
-              options.progress((tpIndex - 1 + double(pp) / layers) /
-                               tps.size());
+              // Never backwards: the inner loops restart pp.
+              reported = std::max(reported,
+                                  (tpIndex - 1 + double(pp) / layers) /
+                                      tps.size());
+              options.progress(reported);
             }
           }
           // Data parallelism takes what is left, as far as the batch

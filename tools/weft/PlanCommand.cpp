@@ -137,6 +137,10 @@ static cl::opt<bool> printIr(
     cl::sub(planCommand));
 static cl::opt<bool> noProgress("no-progress", cl::desc("No progress bar"),
                                 cl::sub(planCommand));
+static cl::opt<int> progressAfterMs(
+    "progress-after-ms",
+    cl::desc("Show the progress bar once the search has run this long"),
+    cl::init(1000), cl::Hidden, cl::sub(planCommand));
 
 static cl::opt<std::string> calibrationDir(
     "data", cl::desc("Directory with the calibration CSV files"),
@@ -336,9 +340,9 @@ int runPlan(MLIRContext &context) {
     bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
     if (terminal && !noProgress) {
       auto start = std::chrono::steady_clock::now();
-      options.progress = [start](double fraction) {
-        if (fraction >= 1.0 || std::chrono::steady_clock::now() - start >
-                                   std::chrono::seconds(1))
+      auto after = std::chrono::milliseconds(int(progressAfterMs));
+      options.progress = [start, after](double fraction) {
+        if (fraction >= 1.0 || std::chrono::steady_clock::now() - start > after)
           drawProgress(fraction);
       };
     }
