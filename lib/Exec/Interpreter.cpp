@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Exec/Interpreter.h"
+#include "weft/runtime/Program.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/runtime/CpuKernels.h"
 
@@ -365,36 +366,10 @@ LogicalResult Interpreter::run(Operation *op) {
 std::vector<int> weft::groupRanks(ArrayRef<int64_t> meshShape,
                                   ArrayRef<std::string> meshAxes,
                                   ArrayRef<std::string> axes, int rank) {
-  // Coordinates of `rank`, row-major (last axis fastest).
-  size_t n = meshShape.size();
-  std::vector<int64_t> coords(n);
-  int64_t rest = rank;
-  for (size_t i = n; i-- > 0;) {
-    coords[i] = rest % meshShape[i];
-    rest /= meshShape[i];
-  }
-  std::vector<size_t> which;
-  for (const std::string &axis : axes)
-    for (size_t i = 0; i < n; ++i)
-      if (meshAxes[i] == axis)
-        which.push_back(i);
-  int64_t groupSize = 1;
-  for (size_t i : which)
-    groupSize *= meshShape[i];
-  std::vector<int> group;
-  for (int64_t g = 0; g < groupSize; ++g) {
-    std::vector<int64_t> c = coords;
-    int64_t rem = g;
-    for (size_t j = which.size(); j-- > 0;) {
-      c[which[j]] = rem % meshShape[which[j]];
-      rem /= meshShape[which[j]];
-    }
-    int64_t linear = 0;
-    for (size_t i = 0; i < n; ++i)
-      linear = linear * meshShape[i] + c[i];
-    group.push_back(int(linear));
-  }
-  return group;
+  rt::Mesh mesh;
+  mesh.axes.assign(meshAxes.begin(), meshAxes.end());
+  mesh.shape.assign(meshShape.begin(), meshShape.end());
+  return mesh.group(rank, std::vector<std::string>(axes.begin(), axes.end()));
 }
 
 LogicalResult Interpreter::runCollective(Operation *op) {

@@ -21,7 +21,9 @@
 #include "weft/Passes/Sharding.h"
 #include "mlir/Pass/PassRegistry.h"
 
-#include <thread>
+#include "weft/runtime/Program.h"
+
+#include <stdexcept>
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -332,15 +334,6 @@ static LogicalResult partitionModule(MLIRContext &context, ModuleOp module) {
   return pm.run(module);
 }
 
-/// The coordinate-linearized index of `rank` over `axes`.
-static int64_t indexOver(const weft::MeshInfo &mesh, int rank,
-                         llvm::ArrayRef<std::string> axes) {
-  int64_t index = 0;
-  for (const std::string &axis : axes)
-    index = index * mesh.size(axis) + mesh.coordinate(rank, axis);
-  return index;
-}
-
 static FailureOr<std::vector<weft::rt::HostTensor>>
 runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
                const std::vector<weft::rt::HostTensor> &inputs,
@@ -352,106 +345,65 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
     llvm::raw_fd_ostream out(dumpPartitioned, ec);
     module.print(out);
   }
-  std::optional<weft::MeshInfo> mesh = weft::getMeshInfo(module);
-  int n = mesh ? int(mesh->numDevices()) : 1;
+  std::optional<weft::MeshInfo> meshInfo = weft::getMeshInfo(module);
+  weft::rt::Mesh mesh;
+  if (meshInfo) {
+    mesh.axes.assign(meshInfo->axes.begin(), meshInfo->axes.end());
+    mesh.shape.assign(meshInfo->sizes.begin(), meshInfo->sizes.end());
+  }
+  if (func->hasAttr("weft.load_balanced"))
+    mesh.zigzagAxis = "cp";
+  int n = int(mesh.size());
   if (devices > 0 && devices != n) {
     fail("the plan runs on " + llvm::Twine(n) + " devices, but --devices is " +
          llvm::Twine(int(devices)));
     return failure();
   }
-  // Each rank's share of the inputs.
-  auto shardingOfArg = [&](unsigned i) {
-    auto attr =
-        func.getArgAttrOfType<weft::ShardingAttr>(i, "weft.local_sharding");
-    return attr ? weft::fromAttr(attr)
-                : weft::TensorSharding::replicated(inputs[i].rank());
+  auto layoutOf = [](weft::ShardingAttr attr, int64_t rank) {
+    weft::rt::Layout layout(rank);
+    if (!attr)
+      return layout;
+    weft::TensorSharding s = weft::fromAttr(attr);
+    for (size_t d = 0; d < s.dims.size() && d < layout.size(); ++d)
+      layout[d].assign(s.dims[d].begin(), s.dims[d].end());
+    return layout;
   };
-  // A load-balanced ring lays sequences out in mirrored chunks.
-  bool loadBalanced = func->hasAttr("weft.load_balanced");
-  auto zigzagDim = [&](llvm::ArrayRef<std::string> axes) {
-    return loadBalanced && !axes.empty() && axes.front() == "cp";
-  };
-  weft::rt::InProcessCommunicator communicator(n);
-  std::vector<FailureOr<std::vector<weft::rt::HostTensor>>> results(
-      n, failure());
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::vector<weft::rt::HostTensor> mine;
-      for (unsigned i = 0; i < inputs.size(); ++i) {
-        weft::rt::HostTensor t = inputs[i];
-        weft::TensorSharding s = shardingOfArg(i);
-        for (size_t d = 0; d < s.dims.size(); ++d) {
-          if (s.dims[d].empty())
-            continue;
-          int64_t index = indexOver(*mesh, rank, s.dims[d]);
-          int64_t parts = mesh->product(s.dims[d]);
-          t = zigzagDim(s.dims[d])
-                  ? weft::rt::zigzagSlice(t, d, index,
-                                          mesh->size(s.dims[d].front()), parts)
-                  : weft::rt::sliceForRank(t, d, index, parts);
-        }
-        mine.push_back(std::move(t));
-      }
-      weft::InterpreterOptions options = base;
-      options.rank = rank;
-      options.communicator = &communicator;
-      results[rank] = weft::interpret(func, mine, options);
-      if (failed(results[rank]))
-        communicator.abort("rank " + std::to_string(rank) + " failed");
-    });
-  }
-  for (std::thread &t : threads)
-    t.join();
-  for (int rank = 0; rank < n; ++rank)
-    if (failed(results[rank]))
-      return failure();
-  // Gather each output from the ranks' blocks.
-  std::vector<weft::rt::HostTensor> outputs;
-  auto type = func.getFunctionType();
-  for (unsigned o = 0; o < type.getNumResults(); ++o) {
-    auto attr =
-        func.getResultAttrOfType<weft::ShardingAttr>(o, "weft.local_sharding");
-    weft::TensorSharding s =
-        attr ? weft::fromAttr(attr)
-             : weft::TensorSharding::replicated((*results[0])[o].rank());
-    const weft::rt::HostTensor &first = (*results[0])[o];
-    weft::rt::Shape shape = first.shape;
-    for (size_t d = 0; d < s.dims.size(); ++d)
-      shape[d] *= mesh->product(s.dims[d]);
-    weft::rt::HostTensor full(first.dtype, shape);
-    for (int rank = 0; rank < n; ++rank) {
-      const weft::rt::HostTensor &block = (*results[rank])[o];
-      std::vector<int64_t> offset(shape.size(), 0);
-      for (size_t d = 0; d < s.dims.size(); ++d)
-        offset[d] = indexOver(*mesh, rank, s.dims[d]) * block.shape[d];
-      std::vector<int64_t> index(shape.size(), 0);
-      for (int64_t e = 0; e < block.numel(); ++e) {
-        int64_t rest = e, target = 0;
-        for (size_t d = shape.size(); d-- > 0;) {
-          index[d] = rest % block.shape[d];
-          rest /= block.shape[d];
-        }
-        for (size_t d = 0; d < shape.size(); ++d)
-          target = target * shape[d] + offset[d] + index[d];
-        if (full.isFloat())
-          full.floats[target] = block.floats[e];
-        else
-          full.ints[target] = block.ints[e];
-      }
-    }
-    // Blocks were placed in group order; undo the ring's mirrored layout.
-    for (size_t d = 0; d < s.dims.size(); ++d)
-      if (zigzagDim(s.dims[d]))
-        full = weft::rt::zigzagUnshuffle(full, d, mesh->size(s.dims[d].front()),
-                                         mesh->product(s.dims[d]));
-    outputs.push_back(std::move(full));
+  std::vector<weft::rt::Layout> inputLayouts, outputLayouts;
+  FunctionType type = func.getFunctionType();
+  for (unsigned i = 0; i < type.getNumInputs(); ++i)
+    inputLayouts.push_back(layoutOf(
+        func.getArgAttrOfType<weft::ShardingAttr>(i, "weft.local_sharding"),
+        cast<RankedTensorType>(type.getInput(i)).getRank()));
+  for (unsigned o = 0; o < type.getNumResults(); ++o)
+    outputLayouts.push_back(layoutOf(
+        func.getResultAttrOfType<weft::ShardingAttr>(o, "weft.local_sharding"),
+        cast<RankedTensorType>(type.getResult(o)).getRank()));
+  // Each rank interprets the partitioned function.
+  weft::rt::RankFunction rankFunction =
+      [&](weft::rt::RankContext &ctx,
+          const std::vector<weft::rt::HostTensor> &mine) {
+        weft::InterpreterOptions options = base;
+        options.rank = ctx.rank;
+        options.communicator = ctx.comm;
+        FailureOr<std::vector<weft::rt::HostTensor>> result =
+            weft::interpret(func, mine, options);
+        if (failed(result))
+          throw std::runtime_error("the interpreter failed (see above)");
+        return std::move(*result);
+      };
+  std::vector<int64_t> bytes;
+  absl::StatusOr<std::vector<weft::rt::HostTensor>> outputs =
+      weft::rt::runOnMesh(rankFunction, mesh, base.weightsDir, inputs,
+                          inputLayouts, outputLayouts, &bytes);
+  if (!outputs.ok()) {
+    fail(std::string(outputs.status().message()));
+    return failure();
   }
   llvm::errs() << "weft run: " << n << " devices; bytes sent per rank:";
-  for (int rank = 0; rank < n; ++rank)
-    llvm::errs() << ' ' << communicator.bytesSent(rank);
+  for (int64_t b : bytes)
+    llvm::errs() << ' ' << b;
   llvm::errs() << '\n';
-  return outputs;
+  return std::move(*outputs);
 }
 
 static int runModel(MLIRContext &context) {

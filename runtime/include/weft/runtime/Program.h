@@ -1,0 +1,90 @@
+//===- Program.h - What a partitioned rank program needs --------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// The services a rank program calls, whether the interpreter runs it or
+// `weft compile` generated it: its place on the mesh, collectives by mesh
+// axes, weights from files, and the driver that scatters inputs to N ranks,
+// runs them as threads over the in-process communicator and gathers outputs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_RUNTIME_PROGRAM_H
+#define WEFT_RUNTIME_PROGRAM_H
+
+#include "weft/runtime/Communicator.h"
+#include "weft/runtime/HostTensor.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace weft::rt {
+
+/// Mesh axes splitting each dimension of a tensor (major to minor).
+using Layout = std::vector<std::vector<std::string>>;
+
+struct Mesh {
+  std::vector<std::string> axes;
+  std::vector<int64_t> shape;
+  /// Sequences split over this axis use the load-balanced (zigzag) layout.
+  std::string zigzagAxis;
+  int64_t size() const;
+  int64_t axisSize(const std::string &axis) const;
+  /// Index of `rank` in its group over `axes` (coordinates linearized, the
+  /// first axis major) and the group's global ranks in group order.
+  int64_t indexIn(int rank, const std::vector<std::string> &axes) const;
+  std::vector<int> group(int rank, const std::vector<std::string> &axes) const;
+};
+
+struct RankContext {
+  int rank = 0;
+  Mesh mesh;
+  Communicator *comm = nullptr;
+  std::string weightsDir;
+};
+
+/// Rank `rank`'s block of a global tensor laid out as `layout`.
+HostTensor scatterBlock(const HostTensor &global, const Layout &layout,
+                        const Mesh &mesh, int rank);
+/// The global tensor from every rank's block.
+HostTensor gatherBlocks(const std::vector<HostTensor> &blocks,
+                        const Layout &layout, const Mesh &mesh);
+
+// Collectives by mesh axes; they throw std::runtime_error on failure.
+HostTensor allReduce(RankContext &ctx, const HostTensor &x, ReduceOp op,
+                     const std::vector<std::string> &axes);
+HostTensor allGather(RankContext &ctx, const HostTensor &x,
+                     const std::vector<std::string> &axes, int64_t dim,
+                     bool zigzag);
+HostTensor reduceScatter(RankContext &ctx, const HostTensor &x, ReduceOp op,
+                         const std::vector<std::string> &axes, int64_t dim);
+HostTensor allToAll(RankContext &ctx, const HostTensor &x,
+                    const std::vector<std::string> &axes, int64_t splitDim,
+                    int64_t concatDim);
+HostTensor allSlice(RankContext &ctx, const HostTensor &x,
+                    const std::vector<std::string> &axes, int64_t dim,
+                    bool zigzag);
+HostTensor permute(RankContext &ctx, const HostTensor &x,
+                   const std::vector<std::string> &axes, int64_t shift);
+/// A weight or constant written next to the program (`<weightsDir>/<name>`).
+HostTensor loadWeight(const RankContext &ctx, const std::string &name);
+/// The value of a kernel that may fail; throws its message.
+HostTensor valueOrThrow(absl::StatusOr<HostTensor> value);
+
+using RankFunction = std::function<std::vector<HostTensor>(
+    RankContext &, const std::vector<HostTensor> &)>;
+
+/// Runs `function` on every rank of `mesh` as threads: scatters `inputs` by
+/// `inputLayouts`, gathers outputs by `outputLayouts`. Fails (with the first
+/// rank's error, the others aborted) if any rank fails.
+absl::StatusOr<std::vector<HostTensor>>
+runOnMesh(const RankFunction &function, const Mesh &mesh,
+          const std::string &weightsDir, const std::vector<HostTensor> &inputs,
+          const std::vector<Layout> &inputLayouts,
+          const std::vector<Layout> &outputLayouts,
+          std::vector<int64_t> *bytesSent = nullptr);
+
+} // namespace weft::rt
+
+#endif // WEFT_RUNTIME_PROGRAM_H

@@ -1,0 +1,256 @@
+//===- Program.cpp - What a partitioned rank program needs ----------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/Program.h"
+
+#include "weft/runtime/NpyFile.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <stdexcept>
+#include <thread>
+
+using namespace weft::rt;
+
+int64_t Mesh::size() const {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    n *= s;
+  return n;
+}
+
+int64_t Mesh::axisSize(const std::string &axis) const {
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] == axis)
+      return shape[i];
+  return 1;
+}
+
+int64_t Mesh::indexIn(int rank, const std::vector<std::string> &names) const {
+  int64_t index = 0;
+  for (const std::string &name : names) {
+    int64_t stride = 1, coordinate = 0;
+    for (size_t i = axes.size(); i-- > 0;) {
+      if (axes[i] == name) {
+        coordinate = (rank / stride) % shape[i];
+        break;
+      }
+      stride *= shape[i];
+    }
+    index = index * axisSize(name) + coordinate;
+  }
+  return index;
+}
+
+std::vector<int> Mesh::group(int rank, const std::vector<std::string> &names) const {
+  size_t n = shape.size();
+  std::vector<int64_t> coords(n);
+  int64_t rest = rank;
+  for (size_t i = n; i-- > 0;) {
+    coords[i] = rest % shape[i];
+    rest /= shape[i];
+  }
+  std::vector<size_t> which;
+  for (const std::string &name : names)
+    for (size_t i = 0; i < n; ++i)
+      if (axes[i] == name)
+        which.push_back(i);
+  int64_t size = 1;
+  for (size_t i : which)
+    size *= shape[i];
+  std::vector<int> members;
+  for (int64_t g = 0; g < size; ++g) {
+    std::vector<int64_t> c = coords;
+    int64_t rem = g;
+    for (size_t j = which.size(); j-- > 0;) {
+      c[which[j]] = rem % shape[which[j]];
+      rem /= shape[which[j]];
+    }
+    int64_t linear = 0;
+    for (size_t i = 0; i < n; ++i)
+      linear = linear * shape[i] + c[i];
+    members.push_back(int(linear));
+  }
+  return members;
+}
+
+static bool isZigzag(const Mesh &mesh, const std::vector<std::string> &axes) {
+  return !mesh.zigzagAxis.empty() && !axes.empty() &&
+         axes.front() == mesh.zigzagAxis;
+}
+
+HostTensor weft::rt::scatterBlock(const HostTensor &global, const Layout &layout,
+                                  const Mesh &mesh, int rank) {
+  HostTensor block = global;
+  for (size_t d = 0; d < layout.size(); ++d) {
+    if (layout[d].empty())
+      continue;
+    int64_t parts = 1;
+    for (const std::string &axis : layout[d])
+      parts *= mesh.axisSize(axis);
+    int64_t index = mesh.indexIn(rank, layout[d]);
+    block = isZigzag(mesh, layout[d])
+                ? zigzagSlice(block, d, index, mesh.axisSize(layout[d].front()),
+                              parts)
+                : sliceForRank(block, d, index, parts);
+  }
+  return block;
+}
+
+HostTensor weft::rt::gatherBlocks(const std::vector<HostTensor> &blocks,
+                                  const Layout &layout, const Mesh &mesh) {
+  const HostTensor &first = blocks[0];
+  Shape shape = first.shape;
+  for (size_t d = 0; d < layout.size(); ++d)
+    for (const std::string &axis : layout[d])
+      shape[d] *= mesh.axisSize(axis);
+  HostTensor full(first.dtype, shape);
+  std::vector<int64_t> index(shape.size());
+  for (size_t rank = 0; rank < blocks.size(); ++rank) {
+    const HostTensor &block = blocks[rank];
+    std::vector<int64_t> offset(shape.size(), 0);
+    for (size_t d = 0; d < layout.size(); ++d)
+      offset[d] = mesh.indexIn(int(rank), layout[d]) * block.shape[d];
+    for (int64_t e = 0; e < block.numel(); ++e) {
+      int64_t rest = e, target = 0;
+      for (size_t d = shape.size(); d-- > 0;) {
+        index[d] = rest % block.shape[d];
+        rest /= block.shape[d];
+      }
+      for (size_t d = 0; d < shape.size(); ++d)
+        target = target * shape[d] + offset[d] + index[d];
+      if (full.isFloat())
+        full.floats[target] = block.floats[e];
+      else
+        full.ints[target] = block.ints[e];
+    }
+  }
+  // Blocks were placed in group order; undo a load-balanced layout.
+  for (size_t d = 0; d < layout.size(); ++d)
+    if (isZigzag(mesh, layout[d])) {
+      int64_t parts = 1;
+      for (const std::string &axis : layout[d])
+        parts *= mesh.axisSize(axis);
+      full = zigzagUnshuffle(full, d, mesh.axisSize(layout[d].front()), parts);
+    }
+  return full;
+}
+
+HostTensor weft::rt::valueOrThrow(absl::StatusOr<HostTensor> value) {
+  if (!value.ok())
+    throw std::runtime_error(std::string(value.status().message()));
+  return std::move(*value);
+}
+
+HostTensor weft::rt::allReduce(RankContext &ctx, const HostTensor &x,
+                               ReduceOp op,
+                               const std::vector<std::string> &axes) {
+  return valueOrThrow(
+      ctx.comm->allReduce(ctx.rank, ctx.mesh.group(ctx.rank, axes), x, op));
+}
+
+HostTensor weft::rt::allGather(RankContext &ctx, const HostTensor &x,
+                               const std::vector<std::string> &axes,
+                               int64_t dim, bool zigzag) {
+  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  HostTensor result =
+      valueOrThrow(ctx.comm->allGather(ctx.rank, group, x, dim));
+  if (zigzag)
+    result = zigzagUnshuffle(result, dim, ctx.mesh.axisSize(axes.front()),
+                             int64_t(group.size()));
+  return result;
+}
+
+HostTensor weft::rt::reduceScatter(RankContext &ctx, const HostTensor &x,
+                                   ReduceOp op,
+                                   const std::vector<std::string> &axes,
+                                   int64_t dim) {
+  return valueOrThrow(ctx.comm->reduceScatter(
+      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, dim, op));
+}
+
+HostTensor weft::rt::allToAll(RankContext &ctx, const HostTensor &x,
+                              const std::vector<std::string> &axes,
+                              int64_t splitDim, int64_t concatDim) {
+  return valueOrThrow(ctx.comm->allToAll(
+      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, splitDim, concatDim));
+}
+
+HostTensor weft::rt::allSlice(RankContext &ctx, const HostTensor &x,
+                              const std::vector<std::string> &axes,
+                              int64_t dim, bool zigzag) {
+  int64_t parts = 1;
+  for (const std::string &axis : axes)
+    parts *= ctx.mesh.axisSize(axis);
+  int64_t index = ctx.mesh.indexIn(ctx.rank, axes);
+  return zigzag ? zigzagSlice(x, dim, index, ctx.mesh.axisSize(axes.front()),
+                              parts)
+                : sliceForRank(x, dim, index, parts);
+}
+
+HostTensor weft::rt::permute(RankContext &ctx, const HostTensor &x,
+                             const std::vector<std::string> &axes,
+                             int64_t shift) {
+  return valueOrThrow(
+      ctx.comm->permute(ctx.rank, ctx.mesh.group(ctx.rank, axes), x, shift));
+}
+
+HostTensor weft::rt::loadWeight(const RankContext &ctx,
+                                const std::string &name) {
+  std::string path = ctx.weightsDir + "/" + name;
+  absl::StatusOr<HostTensor> tensor = readNpy(path);
+  if (!tensor.ok())
+    throw std::runtime_error(absl::StrCat("cannot load weight '", path,
+                                          "': ", tensor.status().message()));
+  return std::move(*tensor);
+}
+
+absl::StatusOr<std::vector<HostTensor>>
+weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
+                    const std::string &weightsDir,
+                    const std::vector<HostTensor> &inputs,
+                    const std::vector<Layout> &inputLayouts,
+                    const std::vector<Layout> &outputLayouts,
+                    std::vector<int64_t> *bytesSent) {
+  if (inputs.size() != inputLayouts.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("the program takes ", inputLayouts.size(),
+                     " inputs, got ", inputs.size()));
+  int n = int(mesh.size());
+  InProcessCommunicator comm(n);
+  std::vector<std::vector<HostTensor>> results(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank)
+    threads.emplace_back([&, rank] {
+      RankContext ctx{rank, mesh, &comm, weightsDir};
+      try {
+        std::vector<HostTensor> mine;
+        for (size_t i = 0; i < inputs.size(); ++i)
+          mine.push_back(scatterBlock(inputs[i], inputLayouts[i], mesh, rank));
+        results[rank] = function(ctx, mine);
+      } catch (const std::exception &e) {
+        errors[rank] = absl::StrCat("rank ", rank, ": ", e.what());
+        comm.abort(errors[rank]);
+      }
+    });
+  for (std::thread &t : threads)
+    t.join();
+  for (const std::string &error : errors)
+    if (!error.empty())
+      return absl::InternalError(error);
+  std::vector<HostTensor> outputs;
+  for (size_t o = 0; o < outputLayouts.size(); ++o) {
+    std::vector<HostTensor> blocks;
+    for (int rank = 0; rank < n; ++rank)
+      blocks.push_back(results[rank][o]);
+    outputs.push_back(gatherBlocks(blocks, outputLayouts[o], mesh));
+  }
+  if (bytesSent)
+    for (int rank = 0; rank < n; ++rank)
+      bytesSent->push_back(comm.bytesSent(rank));
+  return outputs;
+}
