@@ -36,3 +36,6 @@ import shutil
 if shutil.which("chromium") or shutil.which("chromium-browser"):
     config.available_features.add("chromium")
 config.substitutions.append(("%weft_build_dir", config.weft_obj_root))
+# Debian's python3 has numpy and onnx (python3-onnx); the one on PATH may not.
+config.substitutions.append(
+    ("%numpy_python", "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"))

@@ -19,6 +19,8 @@
 #include "weft/InitAll.h"
 #include "weft/Passes/Passes.h"
 #include "weft/Passes/Sharding.h"
+#include "weft/Codegen/CpuEmitter.h"
+#include "llvm/Support/Program.h"
 #include "mlir/Pass/PassRegistry.h"
 
 #include "weft/runtime/Program.h"
@@ -47,29 +49,34 @@ static cl::SubCommand importCommand("import",
 
 static cl::SubCommand runCommand("run", "Run a model on the CPU");
 
+static cl::SubCommand compileCommand(
+    "compile", "Partition a model under a plan and emit the rank program as "
+               "C++ with a CMake project");
+
 static cl::opt<std::string>
     modelPath(cl::Positional, cl::Required,
               cl::desc("<model.onnx | model.onnxtxt | model.mlir>"),
-              cl::sub(importCommand), cl::sub(runCommand));
+              cl::sub(importCommand), cl::sub(runCommand),
+              cl::sub(compileCommand));
 static cl::opt<std::string>
     outputPath("o",
                cl::desc("import: output file (default: stdout); run: "
                         "directory for output_N.pb (or .npy) files"),
                cl::value_desc("path"), cl::init("-"), cl::sub(importCommand),
-               cl::sub(runCommand));
+               cl::sub(runCommand), cl::sub(compileCommand));
 static cl::list<std::string>
     inputShapes("input-shape",
                 cl::desc("Static shape of an input: NAME=DxDx... (repeatable)"),
                 cl::value_desc("NAME=DIMS"), cl::sub(importCommand),
-                cl::sub(runCommand));
+                cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<int64_t> batchSize("batch-size",
                                   cl::desc("Binds dynamic batch dimensions"),
                                   cl::init(-1), cl::sub(importCommand),
-                                  cl::sub(runCommand));
+                                  cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<int64_t> seqLen("seq-len",
                                cl::desc("Binds dynamic sequence dimensions"),
                                cl::init(-1), cl::sub(importCommand),
-                               cl::sub(runCommand));
+                               cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<bool> dynamicInputs(
     "dynamic-inputs",
     cl::desc("Forget the model's input shapes and bind them from the inputs "
@@ -110,11 +117,21 @@ static cl::opt<int> devices(
     cl::init(0), cl::sub(runCommand));
 static cl::opt<std::string>
     planFile("plan", cl::desc("A plan: the JSON that weft plan --json writes"),
-             cl::sub(runCommand));
+             cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<std::string> planSpec(
     "plan-spec",
     cl::desc("A plan written out: dp=2,tp=2,sp=1,cp=2,ulysses=2 (pp=1)"),
-    cl::sub(runCommand));
+    cl::sub(runCommand), cl::sub(compileCommand));
+static cl::opt<std::string>
+    target("target", cl::desc("cpu (CUDA is not emitted yet)"),
+           cl::init("cpu"), cl::sub(compileCommand));
+static cl::opt<bool> buildProgram(
+    "build", cl::desc("Also configure and build the program with CMake"),
+    cl::sub(compileCommand));
+static cl::opt<std::string> runtimePrefix(
+    "runtime-prefix",
+    cl::desc("Where the runtime is installed (cmake --install); for --build"),
+    cl::sub(compileCommand));
 static cl::opt<std::string> dumpPartitioned(
     "dump-partitioned", cl::desc("Write the partitioned program here"),
     cl::sub(runCommand));
@@ -548,6 +565,57 @@ OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
   return module;
 }
 
+static int runCompile(MLIRContext &context) {
+  if (target != "cpu")
+    return fail("--target " + target +
+                ": only the CPU program is emitted so far (CUDA is issue 6's "
+                "next step)");
+  if (outputPath == "-")
+    return fail("weft compile needs -o DIR for the generated project");
+  if (planFile.empty() && planSpec.empty())
+    return fail("weft compile needs a plan: --plan plans.json or --plan-spec");
+  llvm::StringRef path = modelPath;
+  OwningOpRef<ModuleOp> module;
+  if (path.ends_with(".mlir")) {
+    module = parseSourceFile<ModuleOp>(path, &context);
+  } else {
+    std::optional<weft::OnnxImportOptions> options = importOptions();
+    if (!options)
+      return 1;
+    module = importModel(path, *options, context);
+  }
+  if (!module || failed(partitionModule(context, *module)))
+    return 1;
+  if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
+    return fail("cannot create " + outputPath + ": " + ec.message());
+  std::string origin = path.str() + (planSpec.empty() ? " under " + planFile
+                                                      : " under " + planSpec);
+  if (failed(weft::emitCpuProgram(*module, outputPath, origin)))
+    return 1;
+  llvm::outs() << "wrote " << outputPath << "/program.cpp, CMakeLists.txt, "
+               << "weights/\n";
+  if (!buildProgram)
+    return 0;
+  auto cmake = llvm::sys::findProgramByName("cmake");
+  if (!cmake)
+    return fail("--build needs cmake on the PATH");
+  std::string buildDir = outputPath + "/build";
+  std::vector<std::string> configure = {*cmake, "-S", outputPath, "-B",
+                                        buildDir, "-G", "Ninja"};
+  if (!runtimePrefix.empty())
+    configure.push_back("-DCMAKE_PREFIX_PATH=" + runtimePrefix);
+  std::vector<llvm::StringRef> configureArgs(configure.begin(), configure.end());
+  if (llvm::sys::ExecuteAndWait(*cmake, configureArgs) != 0)
+    return fail("configuring the generated project failed (is the runtime "
+                "installed? give --runtime-prefix)");
+  std::vector<std::string> build = {*cmake, "--build", buildDir};
+  std::vector<llvm::StringRef> buildArgs(build.begin(), build.end());
+  if (llvm::sys::ExecuteAndWait(*cmake, buildArgs) != 0)
+    return fail("building the generated program failed");
+  llvm::outs() << "built " << buildDir << "/program\n";
+  return 0;
+}
+
 int runPlan(MLIRContext &context);
 int runCalibrate();
 bool planCommandSelected();
@@ -571,6 +639,8 @@ int main(int argc, char **argv) {
     return runImport(context);
   if (runCommand)
     return runModel(context);
+  if (compileCommand)
+    return runCompile(context);
   if (planCommandSelected())
     return runPlan(context);
   if (calibrateCommandSelected())

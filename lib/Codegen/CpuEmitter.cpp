@@ -1,0 +1,552 @@
+//===- CpuEmitter.cpp - Partitioned programs as C++ for the CPU -----------===//
+//
+// Part of the Weft project.
+//
+// One statement per op: each SSA value is a `HostTensor` variable, each op a
+// call into the runtime (the same kernels the interpreter runs, the same
+// collectives by mesh axes), so a compiled program computes what `weft run`
+// computes. The function becomes `rankProgram`; a fixed driver scatters the
+// inputs to the mesh's ranks (threads over the in-process communicator),
+// runs them and gathers the outputs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Codegen/CpuEmitter.h"
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Exec/Interpreter.h"
+#include "weft/Passes/Sharding.h"
+#include "weft/runtime/NpyFile.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+
+const char *dtypeName(Type element) {
+  switch (toDType(element)) {
+  case rt::DType::F32:
+    return "DType::F32";
+  case rt::DType::F16:
+    return "DType::F16";
+  case rt::DType::BF16:
+    return "DType::BF16";
+  case rt::DType::I64:
+    return "DType::I64";
+  case rt::DType::I32:
+    return "DType::I32";
+  case rt::DType::Bool:
+    return "DType::Bool";
+  case rt::DType::F64:
+    return "DType::F64";
+  }
+  return "DType::F32";
+}
+
+/// A float as a C++ literal that reads back the same.
+std::string floatLiteral(float value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.9ef", double(value));
+  return text;
+}
+
+std::string ints(ArrayRef<int64_t> values) {
+  std::string text = "std::vector<int64_t>{";
+  for (size_t i = 0; i < values.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "}";
+}
+
+std::string strings(ArrayAttr axes) {
+  std::string text = "std::vector<std::string>{";
+  bool first = true;
+  for (StringRef axis : axes.getAsValueRange<StringAttr>()) {
+    text += (first ? "\"" : ", \"") + axis.str() + "\"";
+    first = false;
+  }
+  return text + "}";
+}
+
+std::string layout(const TensorSharding &sharding) {
+  std::string text = "Layout{";
+  for (size_t d = 0; d < sharding.dims.size(); ++d) {
+    text += d ? ", {" : "{";
+    for (size_t i = 0; i < sharding.dims[d].size(); ++i)
+      text += (i ? ", \"" : "\"") + sharding.dims[d][i] + "\"";
+    text += "}";
+  }
+  return text + "}";
+}
+
+const char *reduceOp(ReductionKind kind) {
+  switch (kind) {
+  case ReductionKind::max:
+    return "ReduceOp::Max";
+  case ReductionKind::min:
+    return "ReduceOp::Min";
+  case ReductionKind::avg:
+    return "ReduceOp::Avg";
+  default:
+    return "ReduceOp::Sum";
+  }
+}
+
+class Emitter {
+public:
+  Emitter(llvm::raw_ostream &os, StringRef weightsDir)
+      : os(os), weightsDir(weightsDir) {}
+
+  LogicalResult emitFunction(func::FuncOp func);
+
+private:
+  std::string name(Value v) {
+    auto [it, inserted] = names.try_emplace(v, "");
+    if (inserted)
+      it->second = "v" + std::to_string(counter++);
+    return it->second;
+  }
+  std::string shape(Value v) {
+    return ints(cast<RankedTensorType>(v.getType()).getShape());
+  }
+  void assign(Value result, const std::string &expression) {
+    os << "  HostTensor " << name(result) << " = " << expression << ";\n";
+  }
+  LogicalResult emitWeight(Operation *op, ElementsAttr value);
+  LogicalResult emitOp(Operation *op);
+
+  llvm::raw_ostream &os;
+  std::string weightsDir;
+  llvm::DenseMap<Value, std::string> names;
+  int counter = 0;
+  int weights = 0;
+};
+
+LogicalResult Emitter::emitWeight(Operation *op, ElementsAttr value) {
+  std::string file = "w" + std::to_string(weights++) + ".npy";
+  llvm::SmallString<256> path(weightsDir);
+  llvm::sys::path::append(path, file);
+  absl::Status status = rt::writeNpy(path.str().str(), toHostTensor(value));
+  if (!status.ok())
+    return op->emitError("cannot write ")
+           << path << ": " << std::string(status.message());
+  assign(op->getResult(0), "loadWeight(ctx, \"" + file + "\")");
+  return success();
+}
+
+LogicalResult Emitter::emitOp(Operation *op) {
+  auto arg = [&](unsigned i) { return name(op->getOperand(i)); };
+  auto optional = [&](Value v) {
+    return v ? "&" + name(v) : std::string("nullptr");
+  };
+  auto binary = [&](const char *kind) {
+    assign(op->getResult(0),
+           std::string("binary(BinaryKind::") + kind + ", " + arg(0) + ", " +
+               arg(1) + ")");
+    return success();
+  };
+  auto unary = [&](const char *kind) {
+    assign(op->getResult(0),
+           std::string("unary(UnaryKind::") + kind + ", " + arg(0) + ")");
+    return success();
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ParameterOp p) -> LogicalResult {
+        if (std::optional<ElementsAttr> value = p.getValue())
+          return emitWeight(op, *value);
+        return p.emitError("weft compile needs the weights inline: parameter '")
+               << p.getName() << "' has none (external data is not supported "
+               << "by the CPU emitter yet; import with weights)";
+      })
+      .Case([&](ConstantOp c) { return emitWeight(op, c.getValue()); })
+      .Case([&](IotaOp i) {
+        assign(i.getResult(), std::string("iota(") +
+                                  dtypeName(i.getType().getElementType()) +
+                                  ", " + shape(i.getResult()) + ", " +
+                                  std::to_string(i.getDim()) + ")");
+        return success();
+      })
+      .Case([&](AddOp) { return binary("Add"); })
+      .Case([&](SubOp) { return binary("Sub"); })
+      .Case([&](MulOp) { return binary("Mul"); })
+      .Case([&](DivOp) { return binary("Div"); })
+      .Case([&](PowOp) { return binary("Pow"); })
+      .Case([&](MaximumOp) { return binary("Max"); })
+      .Case([&](MinimumOp) { return binary("Min"); })
+      .Case([&](CompareOp c) {
+        static const char *kinds[] = {"Eq", "Ne", "Lt", "Le", "Gt", "Ge"};
+        assign(c.getResult(),
+               std::string("compare(CompareKind::") +
+                   kinds[static_cast<int>(c.getPredicate())] + ", " + arg(0) +
+                   ", " + arg(1) + ")");
+        return success();
+      })
+      .Case([&](WhereOp) {
+        assign(op->getResult(0),
+               "where(" + arg(0) + ", " + arg(1) + ", " + arg(2) + ")");
+        return success();
+      })
+      .Case([&](NegOp) { return unary("Neg"); })
+      .Case([&](ExpOp) { return unary("Exp"); })
+      .Case([&](LogOp) { return unary("Log"); })
+      .Case([&](SqrtOp) { return unary("Sqrt"); })
+      .Case([&](RsqrtOp) { return unary("Rsqrt"); })
+      .Case([&](TanhOp) { return unary("Tanh"); })
+      .Case([&](ErfOp) { return unary("Erf"); })
+      .Case([&](SigmoidOp) { return unary("Sigmoid"); })
+      .Case([&](ReluOp) { return unary("Relu"); })
+      .Case([&](SiluOp) { return unary("Silu"); })
+      .Case([&](GeluOp g) {
+        return unary(g.getApproximation() == GeluApproximation::tanh
+                         ? "GeluTanh"
+                         : "GeluErf");
+      })
+      .Case([&](CastOp c) {
+        assign(c.getResult(), "cast(" + arg(0) + ", " +
+                                  dtypeName(c.getType().getElementType()) + ")");
+        return success();
+      })
+      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](Operation *r) {
+        const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
+                           : isa<ReduceMeanOp>(r) ? "Mean"
+                                                  : "Max";
+        auto axes = r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+        bool keep = r->hasAttr("keep_dims");
+        assign(r->getResult(0), std::string("reduce(ReduceKind::") + kind +
+                                    ", " + arg(0) + ", " + ints(axes) + ", " +
+                                    (keep ? "true" : "false") + ")");
+        return success();
+      })
+      .Case([&](SoftmaxOp s) {
+        assign(s.getResult(), "softmax(" + arg(0) + ", " +
+                                  std::to_string(s.getAxis()) + ", false)");
+        return success();
+      })
+      .Case([&](LogSoftmaxOp s) {
+        assign(s.getResult(), "softmax(" + arg(0) + ", " +
+                                  std::to_string(s.getAxis()) + ", true)");
+        return success();
+      })
+      .Case([&](LayerNormOp n) {
+        assign(n.getResult(),
+               "normalize(" + name(n.getInput()) + ", " + name(n.getScale()) +
+                   ", " + optional(n.getBias()) + ", " +
+                   std::to_string(n.getAxis()) + ", " +
+                   floatLiteral(n.getEpsilon().convertToFloat()) +
+                   ", false)");
+        return success();
+      })
+      .Case([&](RMSNormOp n) {
+        assign(n.getResult(),
+               "normalize(" + name(n.getInput()) + ", " + name(n.getScale()) +
+                   ", nullptr, " + std::to_string(n.getAxis()) + ", " +
+                   floatLiteral(n.getEpsilon().convertToFloat()) +
+                   ", true)");
+        return success();
+      })
+      .Case([&](MatmulOp m) {
+        assign(m.getResult(), "matmul(" + arg(0) + ", " + arg(1) + ", " +
+                                  (m.getTransposeLhs() ? "true" : "false") +
+                                  ", " +
+                                  (m.getTransposeRhs() ? "true" : "false") + ")");
+        return success();
+      })
+      .Case([&](LinearOp l) {
+        assign(l.getResult(), "linear(" + name(l.getInput()) + ", " +
+                                  name(l.getWeight()) + ", " +
+                                  optional(l.getBias()) + ", " +
+                                  (l.getTransposeWeight() ? "true" : "false") +
+                                  ")");
+        return success();
+      })
+      .Case([&](AttentionOp a) {
+        assign(a.getResult(),
+               "attention(" + name(a.getQ()) + ", " + name(a.getK()) + ", " +
+                   name(a.getV()) + ", " + optional(a.getMask()) + ", " +
+                   floatLiteral(a.getScale().convertToFloat()) +
+                   ", " + (a.getCausal() ? "true" : "false") + ")");
+        return success();
+      })
+      .Case([&](EmbeddingOp e) {
+        assign(e.getResult(), "valueOrThrow(gather(" + name(e.getTable()) +
+                                  ", " + name(e.getIndices()) + ", 0))");
+        return success();
+      })
+      .Case([&](GatherOp g) {
+        assign(g.getResult(), "valueOrThrow(gather(" + name(g.getInput()) +
+                                  ", " + name(g.getIndices()) + ", " +
+                                  std::to_string(g.getAxis()) + "))");
+        return success();
+      })
+      .Case([&](ReshapeOp r) {
+        assign(r.getResult(),
+               "reshape(" + arg(0) + ", " + shape(r.getResult()) + ")");
+        return success();
+      })
+      .Case([&](TransposeOp t) {
+        assign(t.getResult(),
+               "transpose(" + arg(0) + ", " + ints(t.getPermutation()) + ")");
+        return success();
+      })
+      .Case([&](SliceOp s) {
+        SmallVector<int64_t> strides(s.getStarts().size(), 1);
+        if (std::optional<ArrayRef<int64_t>> given = s.getStrides())
+          strides.assign(given->begin(), given->end());
+        assign(s.getResult(), "slice(" + arg(0) + ", " + ints(s.getStarts()) +
+                                  ", " + ints(s.getLimits()) + ", " +
+                                  ints(strides) + ")");
+        return success();
+      })
+      .Case([&](ConcatOp c) {
+        std::string list = "{";
+        for (auto [i, input] : llvm::enumerate(c.getInputs()))
+          list += (i ? ", &" : "&") + name(input);
+        assign(c.getResult(), "concat(" + list + "}, " +
+                                  std::to_string(c.getAxis()) + ")");
+        return success();
+      })
+      .Case([&](SplitOp s) {
+        std::string pieces = "pieces" + std::to_string(counter++);
+        os << "  std::vector<HostTensor> " << pieces << " = split(" << arg(0)
+           << ", " << s.getAxis() << ", " << ints(s.getSizes()) << ");\n";
+        for (auto [i, r] : llvm::enumerate(s.getResults()))
+          assign(r, pieces + "[" + std::to_string(i) + "]");
+        return success();
+      })
+      .Case([&](BroadcastToOp b) {
+        assign(b.getResult(),
+               "broadcastTo(" + arg(0) + ", " + shape(b.getResult()) + ")");
+        return success();
+      })
+      .Case([&](TriluOp t) {
+        assign(t.getResult(), "trilu(" + arg(0) + ", " +
+                                  (t.getUpper() ? "true" : "false") + ", " +
+                                  std::to_string(t.getDiagonal()) + ")");
+        return success();
+      })
+      .Case([&](CrossEntropyOp c) {
+        static const char *reductions[] = {"None", "Mean", "Sum"};
+        std::string ignore =
+            c.getIgnoreIndex()
+                ? "std::optional<int64_t>(" +
+                      std::to_string(int64_t(*c.getIgnoreIndex())) + ")"
+                : "std::nullopt";
+        assign(c.getResult(),
+               "valueOrThrow(crossEntropy(" + arg(0) + ", " + arg(1) +
+                   ", LossReduction::" +
+                   reductions[static_cast<int>(c.getReduction())] + ", " +
+                   ignore + "))");
+        return success();
+      })
+      .Case([&](AllReduceOp c) {
+        assign(c.getResult(), "allReduce(ctx, " + arg(0) + ", " +
+                                  reduceOp(c.getKind()) + ", " +
+                                  strings(c.getAxes()) + ")");
+        return success();
+      })
+      .Case([&](AllGatherOp c) {
+        assign(c.getResult(), "allGather(ctx, " + arg(0) + ", " +
+                                  strings(c.getAxes()) + ", " +
+                                  std::to_string(c.getDim()) + ", " +
+                                  (c.getZigzag() ? "true" : "false") + ")");
+        return success();
+      })
+      .Case([&](ReduceScatterOp c) {
+        assign(c.getResult(), "reduceScatter(ctx, " + arg(0) + ", " +
+                                  reduceOp(c.getKind()) + ", " +
+                                  strings(c.getAxes()) + ", " +
+                                  std::to_string(c.getDim()) + ")");
+        return success();
+      })
+      .Case([&](AllToAllOp c) {
+        assign(c.getResult(), "allToAll(ctx, " + arg(0) + ", " +
+                                  strings(c.getAxes()) + ", " +
+                                  std::to_string(c.getSplitDim()) + ", " +
+                                  std::to_string(c.getConcatDim()) + ")");
+        return success();
+      })
+      .Case([&](AllSliceOp c) {
+        assign(c.getResult(), "allSlice(ctx, " + arg(0) + ", " +
+                                  strings(c.getAxes()) + ", " +
+                                  std::to_string(c.getDim()) + ", " +
+                                  (c.getZigzag() ? "true" : "false") + ")");
+        return success();
+      })
+      .Case([&](CollectivePermuteOp c) {
+        assign(c.getResult(), "permute(ctx, " + arg(0) + ", " +
+                                  strings(c.getAxes()) + ", " +
+                                  std::to_string(c.getShift()) + ")");
+        return success();
+      })
+      .Case([&](func::ReturnOp r) {
+        os << "  return {";
+        for (auto [i, v] : llvm::enumerate(r.getOperands()))
+          os << (i ? ", " : "") << name(v);
+        os << "};\n";
+        return success();
+      })
+      .Default([&](Operation *other) {
+        return other->emitError("weft compile cannot emit '")
+               << other->getName() << "' for the CPU";
+      });
+}
+
+LogicalResult Emitter::emitFunction(func::FuncOp func) {
+  os << "std::vector<HostTensor> rankProgram(RankContext &ctx, "
+        "const std::vector<HostTensor> &inputs) {\n";
+  for (auto [i, arg] : llvm::enumerate(func.getArguments()))
+    os << "  const HostTensor &" << name(arg) << " = inputs[" << i << "];\n";
+  for (Operation &op : func.getBody().front())
+    if (failed(emitOp(&op)))
+      return failure();
+  os << "}\n";
+  return success();
+}
+
+} // namespace
+
+LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
+                                   StringRef origin) {
+  func::FuncOp func;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (!f.isExternal() && !func)
+      func = f;
+  if (!func)
+    return module.emitError("no function to compile");
+  if (!llvm::all_of(func.getBody().getBlocks(), [](Block &) { return true; }) ||
+      !func.getBody().hasOneBlock())
+    return func.emitError("weft compile needs a single-block function");
+  for (Operation &op : func.getBody().front())
+    if (isa<LayerOp>(op))
+      return op.emitError("weft compile needs the layers inlined (partition "
+                          "the model with a plan, or -weft-apply-plan)");
+  llvm::SmallString<256> weightsDir(outDir);
+  llvm::sys::path::append(weightsDir, "weights");
+  if (std::error_code ec = llvm::sys::fs::create_directories(weightsDir))
+    return module.emitError("cannot create ") << weightsDir << ": "
+                                              << ec.message();
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  Emitter emitter(os, weightsDir);
+  if (failed(emitter.emitFunction(func)))
+    return failure();
+
+  // The mesh and how the arguments and results sit on it.
+  std::optional<MeshInfo> mesh = getMeshInfo(module);
+  std::string meshText = "Mesh{{";
+  std::string shapeText = "{";
+  if (mesh)
+    for (size_t i = 0; i < mesh->axes.size(); ++i) {
+      meshText += (i ? ", \"" : "\"") + mesh->axes[i] + "\"";
+      shapeText += (i ? ", " : "") + std::to_string(mesh->sizes[i]);
+    }
+  else
+    shapeText += "";
+  meshText += "}, " + shapeText + "}, \"" +
+              (func->hasAttr("weft.load_balanced") ? "cp" : "") + "\"}";
+  if (!mesh)
+    meshText = "Mesh{{}, {}, \"\"}";
+  auto layoutsOf = [&](bool results) {
+    std::string text = "{";
+    unsigned n = results ? func.getNumResults() : func.getNumArguments();
+    for (unsigned i = 0; i < n; ++i) {
+      auto attr = results ? func.getResultAttrOfType<ShardingAttr>(
+                                i, "weft.local_sharding")
+                          : func.getArgAttrOfType<ShardingAttr>(
+                                i, "weft.local_sharding");
+      Type type = results ? func.getResultTypes()[i] : func.getArgumentTypes()[i];
+      TensorSharding s =
+          attr ? fromAttr(attr)
+               : TensorSharding::replicated(cast<RankedTensorType>(type).getRank());
+      text += (i ? ", " : "") + layout(s);
+    }
+    return text + "}";
+  };
+
+  llvm::SmallString<256> programPath(outDir);
+  llvm::sys::path::append(programPath, "program.cpp");
+  std::error_code ec;
+  llvm::raw_fd_ostream program(programPath, ec);
+  if (ec)
+    return module.emitError("cannot write ") << programPath << ": "
+                                             << ec.message();
+  program << "// Generated by `weft compile` from " << origin
+          << ": the program every rank runs.\n"
+          << "// Build with the CMakeLists.txt next to it; run as\n"
+          << "//   program WEIGHTS_DIR OUTPUT_DIR INPUT_0.npy ...\n"
+          << "#include \"weft/runtime/CpuKernels.h\"\n"
+          << "#include \"weft/runtime/NpyFile.h\"\n"
+          << "#include \"weft/runtime/Program.h\"\n\n"
+          << "#include <iostream>\n#include <optional>\n#include <string>\n"
+          << "#include <vector>\n\n"
+          << "using namespace weft::rt;\n\nnamespace {\n\n"
+          << body << "\n"
+          << "const Mesh kMesh = " << meshText << ";\n"
+          << "const std::vector<Layout> kInputs = " << layoutsOf(false)
+          << ";\n"
+          << "const std::vector<Layout> kOutputs = " << layoutsOf(true)
+          << ";\n\n} // namespace\n\n"
+          << R"(int main(int argc, char **argv) {
+  if (argc != 3 + int(kInputs.size())) {
+    std::cerr << "usage: " << argv[0] << " WEIGHTS_DIR OUTPUT_DIR";
+    for (size_t i = 0; i < kInputs.size(); ++i)
+      std::cerr << " INPUT_" << i << ".npy";
+    std::cerr << "\n";
+    return 2;
+  }
+  std::vector<HostTensor> inputs;
+  for (size_t i = 0; i < kInputs.size(); ++i) {
+    auto tensor = readNpy(argv[3 + i]);
+    if (!tensor.ok()) {
+      std::cerr << "error: " << tensor.status().message() << "\n";
+      return 1;
+    }
+    inputs.push_back(std::move(*tensor));
+  }
+  std::vector<int64_t> bytes;
+  auto outputs = runOnMesh(rankProgram, kMesh, argv[1], inputs, kInputs,
+                           kOutputs, &bytes);
+  if (!outputs.ok()) {
+    std::cerr << "error: " << outputs.status().message() << "\n";
+    return 1;
+  }
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    std::string path = std::string(argv[2]) + "/output_" + std::to_string(i) + ".npy";
+    auto status = writeNpy(path, (*outputs)[i]);
+    if (!status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      return 1;
+    }
+  }
+  std::cout << kMesh.size() << " ranks; bytes sent per rank:";
+  for (int64_t b : bytes)
+    std::cout << ' ' << b;
+  std::cout << "\n";
+  return 0;
+}
+)";
+  llvm::SmallString<256> cmakePath(outDir);
+  llvm::sys::path::append(cmakePath, "CMakeLists.txt");
+  llvm::raw_fd_ostream cmake(cmakePath, ec);
+  if (ec)
+    return module.emitError("cannot write ") << cmakePath << ": "
+                                             << ec.message();
+  cmake << "# Generated by `weft compile`: the rank program against the "
+           "installed runtime.\n"
+           "cmake_minimum_required(VERSION 3.20)\n"
+           "project(WeftRankProgram CXX)\n"
+           "set(CMAKE_CXX_STANDARD 17)\n"
+           "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
+           "find_package(WeftRuntime REQUIRED)\n"
+           "add_executable(program program.cpp)\n"
+           "target_link_libraries(program PRIVATE Weft::WeftRuntime)\n";
+  return success();
+}
