@@ -19,6 +19,8 @@ config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit",
 
 path = [config.weft_tools_dir, config.llvm_tools_dir]
 if os.environ.get("WEFT_VERIFY_ROUNDTRIP") == "1":
+    # Its own scratch directory: ctest runs it next to the same lit tests.
+    config.test_exec_root = os.path.join(config.weft_obj_root, "test-roundtrip")
     wrapper_dir = os.path.join(config.test_exec_root, "roundtrip-bin")
     os.makedirs(wrapper_dir, exist_ok=True)
     wrapper = os.path.join(wrapper_dir, "weft-opt")
