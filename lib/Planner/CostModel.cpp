@@ -168,6 +168,19 @@ bool isScores(Value value) {
 }
 } // namespace
 
+LayerShape CostModel::layerShape(const plan::Plan &plan) const {
+  LayerShape shape;
+  shape.batch = plan.micro_batch();
+  shape.seq = trainingConfig.seq_len();
+  shape.tp = plan.tp();
+  shape.cp = plan.cp();
+  shape.ulysses = plan.ulysses();
+  shape.sequenceParallel = plan.sequence_parallel();
+  shape.flashAttention = trainingConfig.flash_attention();
+  shape.dropout = trainingConfig.dropout();
+  return shape;
+}
+
 const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   auto key = std::make_tuple<int64_t, int64_t, int64_t, int64_t, bool>(
       plan.micro_batch(), plan.tp(), plan.ulysses(), plan.cp(),
@@ -181,16 +194,8 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
     return found->second;
   }
 
-  LayerShape shape;
-  shape.batch = plan.micro_batch();
-  shape.seq = trainingConfig.seq_len();
-  shape.tp = plan.tp();
-  shape.cp = plan.cp();
-  shape.ulysses = plan.ulysses();
-  shape.sequenceParallel = plan.sequence_parallel();
-  shape.flashAttention = trainingConfig.flash_attention();
-  shape.dropout = trainingConfig.dropout();
-  OwningOpRef<ModuleOp> module = buildRankProgram(*context, modelSpec, shape);
+  OwningOpRef<ModuleOp> module =
+      buildRankProgram(*context, modelSpec, layerShape(plan));
 
   const plan::Gpu &gpu = clusterSpec.gpu();
   const double peak = (trainingConfig.dtype() == "fp16" ? gpu.fp16_tflops()
@@ -370,16 +375,8 @@ const BlockCost &CostModel::headCost(const plan::Plan &plan) {
 }
 
 std::string CostModel::rankProgramText(const plan::Plan &plan) {
-  LayerShape shape;
-  shape.batch = plan.micro_batch();
-  shape.seq = trainingConfig.seq_len();
-  shape.tp = plan.tp();
-  shape.cp = plan.cp();
-  shape.ulysses = plan.ulysses();
-  shape.sequenceParallel = plan.sequence_parallel();
-  shape.flashAttention = trainingConfig.flash_attention();
-  shape.dropout = trainingConfig.dropout();
-  OwningOpRef<ModuleOp> module = buildRankProgram(*context, modelSpec, shape);
+  OwningOpRef<ModuleOp> module =
+      buildRankProgram(*context, modelSpec, layerShape(plan));
   std::string text;
   llvm::raw_string_ostream os(text);
   module->print(os);

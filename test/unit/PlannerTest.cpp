@@ -263,8 +263,9 @@ TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
     if (!first.checkPlan(*p).empty())
       continue;
     first.evaluate(*p);
-    if (p->fits())
+    if (p->fits()) {
       EXPECT_GE(p->time().step_s(), a.plans[0].time().step_s()) << text;
+    }
   }
 }
 

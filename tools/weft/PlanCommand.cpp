@@ -508,6 +508,24 @@ static plan::ModelSpec gptSpec(const std::string &name, int64_t heads,
   return spec;
 }
 
+/// A row's cluster (nodes of 8 of `gpu`) and training setup.
+static llvm::Error setUpRow(CalibrationRow &row, const std::string &gpu,
+                            int64_t gpus, int64_t batch, int64_t seq,
+                            bool flash, bool dropout) {
+  auto cluster = parseClusterShorthand(
+      gpu + ":8x" + std::to_string(std::max<int64_t>(1, gpus / 8)));
+  if (!cluster)
+    return cluster.takeError();
+  row.cluster = *cluster;
+  row.training.set_global_batch(batch);
+  row.training.set_seq_len(seq);
+  row.training.set_dtype("bf16");
+  row.training.set_memory_reserve_gib(2);
+  row.training.set_flash_attention(flash);
+  row.training.set_dropout(dropout);
+  return llvm::Error::success();
+}
+
 static llvm::Expected<std::vector<CalibrationRow>>
 loadCalibrationRows(const std::string &dir) {
   std::vector<CalibrationRow> rows;
@@ -528,17 +546,12 @@ loadCalibrationRows(const std::string &dir) {
                             int64_t(num(get("layers"))),
                             int64_t(num(get("vocab"))),
                             int64_t(num(get("seq_len"))));
-        auto cluster = parseClusterShorthand(
-            "a100-80g:8x" + std::to_string(std::max<int64_t>(1, gpus / 8)));
-        if (!cluster)
-          return cluster.takeError();
-        row.cluster = *cluster;
-        row.training.set_global_batch(int64_t(num(get("global_batch"))));
-        row.training.set_seq_len(int64_t(num(get("seq_len"))));
-        row.training.set_dtype("bf16");
-        row.training.set_memory_reserve_gib(2);
-        row.training.set_flash_attention(false); // Megatron 2022: unfused
-        row.training.set_dropout(true);
+        // Megatron 2022: unfused attention, dropout.
+        if (llvm::Error error = setUpRow(
+                row, "a100-80g", gpus, int64_t(num(get("global_batch"))),
+                int64_t(num(get("seq_len"))), /*flash=*/false,
+                /*dropout=*/true))
+          return error;
         plan::Plan &p = row.plan;
         p.set_tp(int(num(get("TP"))));
         p.set_pp(int(num(get("PP"))));
@@ -575,16 +588,11 @@ loadCalibrationRows(const std::string &dir) {
                           int64_t(num(get("layers"))),
                           int64_t(num(get("vocab"))),
                           int64_t(num(get("seq_len"))));
-      auto cluster = parseClusterShorthand("h100:8x" + std::to_string(gpus / 8));
-      if (!cluster)
-        return cluster.takeError();
-      row.cluster = *cluster;
-      row.training.set_global_batch(int64_t(num(get("global_batch"))));
-      row.training.set_seq_len(int64_t(num(get("seq_len"))));
-      row.training.set_dtype("bf16");
-      row.training.set_memory_reserve_gib(2);
-      row.training.set_flash_attention(true);
-      row.training.set_dropout(false);
+      if (llvm::Error error =
+              setUpRow(row, "h100", gpus, int64_t(num(get("global_batch"))),
+                       int64_t(num(get("seq_len"))), /*flash=*/true,
+                       /*dropout=*/false))
+        return error;
       row.training.set_grad_reduce_16bit(calibrateGrad16);
       plan::Plan &p = row.plan;
       p.set_tp(int(num(get("tensor_parallel"))));

@@ -120,6 +120,8 @@ private:
     BlockCost layer, embedding, head;
   };
   const Blocks &blocks(const plan::Plan &plan);
+  /// The per-rank shapes of a layer under `plan`.
+  LayerShape layerShape(const plan::Plan &plan) const;
   double dataParallelShard(const plan::Plan &plan) const;
   double stageParameters(const plan::Plan &plan, int stage) const;
   struct StageTimes {
