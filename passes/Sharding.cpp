@@ -23,13 +23,6 @@ bool TensorSharding::uses(StringRef axis) const {
   return llvm::is_contained(partial, axis);
 }
 
-bool TensorSharding::isReplicated() const {
-  for (const auto &dim : dims)
-    if (!dim.empty())
-      return false;
-  return partial.empty();
-}
-
 std::string TensorSharding::str() const {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -60,23 +53,6 @@ int64_t MeshInfo::product(ArrayRef<std::string> names) const {
   for (const std::string &axis : names)
     total *= size(axis);
   return total;
-}
-
-int64_t MeshInfo::numDevices() const {
-  int64_t total = 1;
-  for (int64_t s : sizes)
-    total *= s;
-  return total;
-}
-
-int64_t MeshInfo::coordinate(int64_t rank, StringRef axis) const {
-  int64_t stride = 1;
-  for (int i = int(axes.size()) - 1; i >= 0; --i) {
-    if (axes[i] == axis)
-      return (rank / stride) % sizes[i];
-    stride *= sizes[i];
-  }
-  return 0;
 }
 
 std::optional<MeshInfo> weft::getMeshInfo(ModuleOp module) {

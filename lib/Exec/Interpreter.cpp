@@ -363,51 +363,29 @@ LogicalResult Interpreter::run(Operation *op) {
       });
 }
 
-std::vector<int> weft::groupRanks(ArrayRef<int64_t> meshShape,
-                                  ArrayRef<std::string> meshAxes,
-                                  ArrayRef<std::string> axes, int rank) {
-  rt::Mesh mesh;
-  mesh.axes.assign(meshAxes.begin(), meshAxes.end());
-  mesh.shape.assign(meshShape.begin(), meshShape.end());
-  return mesh.group(rank, std::vector<std::string>(axes.begin(), axes.end()));
-}
-
+/// Collectives go through the runtime's services (groups by mesh axes, the
+/// zigzag layout), as compiled programs do.
 LogicalResult Interpreter::runCollective(Operation *op) {
   auto meshRef = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
-  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshRef);
-  if (!mesh)
+  auto meshOp = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshRef);
+  if (!meshOp)
     return op->emitError("no weft.mesh ") << meshRef;
-  std::vector<std::string> meshAxes, axes;
-  for (StringRef axis : mesh.getAxes().getAsValueRange<StringAttr>())
-    meshAxes.push_back(axis.str());
+  rt::RankContext ctx;
+  ctx.rank = options.rank;
+  ctx.comm = options.communicator;
+  for (StringRef axis : meshOp.getAxes().getAsValueRange<StringAttr>())
+    ctx.mesh.axes.push_back(axis.str());
+  ctx.mesh.shape.assign(meshOp.getShape().begin(), meshOp.getShape().end());
+  std::vector<std::string> axes;
   for (StringRef axis :
        op->getAttrOfType<ArrayAttr>("axes").getAsValueRange<StringAttr>())
     axes.push_back(axis.str());
-  std::vector<int> group =
-      groupRanks(mesh.getShape(), meshAxes, axes, options.rank);
   const HostTensor &input = get(op->getOperand(0));
-  int64_t index =
-      std::find(group.begin(), group.end(), options.rank) - group.begin();
-  // The size of the first axis (the zigzag's major axis).
-  int64_t major = 1;
-  for (auto [name, size] : llvm::zip(meshAxes, mesh.getShape()))
-    if (!axes.empty() && name == axes.front())
-      major = size;
-  if (auto slice = dyn_cast<AllSliceOp>(op)) {
-    set(slice.getResult(),
-        slice.getZigzag()
-            ? rt::zigzagSlice(input, slice.getDim(), index, major,
-                              int64_t(group.size()))
-            : rt::sliceForRank(input, slice.getDim(), index,
-                               int64_t(group.size())));
-    return success();
-  }
-  if (!options.communicator)
+  if (!ctx.comm && !isa<AllSliceOp>(op))
     return op->emitError("'")
            << op->getName()
            << "' needs several devices: run the partitioned program with "
               "--devices";
-  rt::Communicator &comm = *options.communicator;
   auto reduceOp = [](ReductionKind kind) {
     switch (kind) {
     case ReductionKind::max:
@@ -420,25 +398,29 @@ LogicalResult Interpreter::runCollective(Operation *op) {
       return rt::ReduceOp::Sum;
     }
   };
-  absl::StatusOr<HostTensor> result;
-  if (auto reduce = dyn_cast<AllReduceOp>(op))
-    result = comm.allReduce(options.rank, group, input,
-                            reduceOp(reduce.getKind()));
-  else if (auto gather = dyn_cast<AllGatherOp>(op)) {
-    result = comm.allGather(options.rank, group, input, gather.getDim());
-    if (result.ok() && gather.getZigzag())
-      result = rt::zigzagUnshuffle(*result, gather.getDim(), major,
-                                   int64_t(group.size()));
+  try {
+    HostTensor result;
+    if (auto slice = dyn_cast<AllSliceOp>(op))
+      result = rt::allSlice(ctx, input, axes, slice.getDim(), slice.getZigzag());
+    else if (auto reduce = dyn_cast<AllReduceOp>(op))
+      result = rt::allReduce(ctx, input, reduceOp(reduce.getKind()), axes);
+    else if (auto gather = dyn_cast<AllGatherOp>(op))
+      result = rt::allGather(ctx, input, axes, gather.getDim(),
+                             gather.getZigzag());
+    else if (auto scatter = dyn_cast<ReduceScatterOp>(op))
+      result = rt::reduceScatter(ctx, input, reduceOp(scatter.getKind()), axes,
+                                 scatter.getDim());
+    else if (auto toAll = dyn_cast<AllToAllOp>(op))
+      result = rt::allToAll(ctx, input, axes, toAll.getSplitDim(),
+                            toAll.getConcatDim());
+    else
+      result = rt::permute(ctx, input, axes,
+                           cast<CollectivePermuteOp>(op).getShift());
+    set(op->getResult(0), std::move(result));
+    return success();
+  } catch (const std::exception &e) {
+    return op->emitError() << e.what();
   }
-  else if (auto scatter = dyn_cast<ReduceScatterOp>(op))
-    result = comm.reduceScatter(options.rank, group, input, scatter.getDim(),
-                                reduceOp(scatter.getKind()));
-  else if (auto toAll = dyn_cast<AllToAllOp>(op))
-    result = comm.allToAll(options.rank, group, input, toAll.getSplitDim(),
-                           toAll.getConcatDim());
-  else if (auto permute = dyn_cast<CollectivePermuteOp>(op))
-    result = comm.permute(options.rank, group, input, permute.getShift());
-  return setOrFail(op, op->getResult(0), std::move(result));
 }
 
 DenseElementsAttr weft::toElementsAttr(const HostTensor &tensor,

@@ -717,7 +717,6 @@ double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
     if (found != simulationCache.end())
       return found->second;
   }
-  ++counters.simulated;
   double makespan = simulatePipeline(plan.schedule(), plan.pp(),
                                      virtualStages(plan),
                                      plan.num_micro_batches(), times.forward,
@@ -1036,7 +1035,6 @@ double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
 
 void CostModel::evaluate(plan::Plan &plan,
                          std::vector<TimelineEvent> *timeline) {
-  ++counters.evaluated;
   if (plan.stage_layers_size() == 0) {
     std::vector<int32_t> stages;
     if (modelSpec.layers() % plan.pp() == 0)

@@ -123,7 +123,7 @@ def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
         worst = max(worst, float(np.abs(got - ref).max()) / scale)
     if worst > TOLERANCE:
         return "failed", "relative error %.3g > %g" % (worst, TOLERANCE)
-    bytes_error = check_bytes(proc.stderr, out + ".mlir", devices)
+    bytes_error = check_bytes(proc.stderr, out + ".mlir")
     if bytes_error:
         return "failed", bytes_error
     if not lm_head:
@@ -153,7 +153,7 @@ COLLECTIVE = re.compile(
 BYTES = {"f32": 4, "i64": 8, "i1": 1, "f16": 2, "bf16": 2, "i32": 4, "f64": 8}
 
 
-def check_bytes(stderr, partitioned, devices):
+def check_bytes(stderr, partitioned):
     """The communicator's bytes per rank equal NCCL's ring counts for the
     collectives in the partitioned program, the formulas the cost model uses:
     all_reduce 2(n-1)/n S, all_gather (n-1) S_in, reduce_scatter and

@@ -30,16 +30,22 @@ plan::TrainingConfig megatron2022(int64_t batch) {
   return training;
 }
 
-plan::Plan tpPlan(int tp, bool sp, int mbs) {
+// A plan with no data, context or Ulysses parallelism.
+plan::Plan tpPpPlan(int tp, int pp, int mbs, int numMicroBatches) {
   plan::Plan p;
   p.set_dp(1);
   p.set_tp(tp);
-  p.set_pp(1);
+  p.set_pp(pp);
   p.set_cp(1);
   p.set_ulysses(1);
-  p.set_sequence_parallel(sp);
   p.set_micro_batch(mbs);
-  p.set_num_micro_batches(1);
+  p.set_num_micro_batches(numMicroBatches);
+  return p;
+}
+
+plan::Plan tpPlan(int tp, bool sp, int mbs) {
+  plan::Plan p = tpPpPlan(tp, /*pp=*/1, mbs, /*numMicroBatches=*/1);
+  p.set_sequence_parallel(sp);
   p.add_stage_layers(48);
   return p;
 }
@@ -93,14 +99,7 @@ TEST(PlannerPipeline, SimulatedScheduleMatchesClosedForm) {
   CostModel model(spec, cluster, training);
   for (plan::Schedule schedule :
        {plan::SCHEDULE_1F1B, plan::SCHEDULE_GPIPE, plan::SCHEDULE_INTERLEAVED}) {
-    plan::Plan p;
-    p.set_dp(1);
-    p.set_tp(1);
-    p.set_pp(8);
-    p.set_cp(1);
-    p.set_ulysses(1);
-    p.set_micro_batch(1);
-    p.set_num_micro_batches(64);
+    plan::Plan p = tpPpPlan(/*tp=*/1, /*pp=*/8, /*mbs=*/1, 64);
     p.set_schedule(schedule);
     p.set_virtual_stages(schedule == plan::SCHEDULE_INTERLEAVED ? 3 : 1);
     p.set_recompute(plan::RECOMPUTE_FULL);
@@ -125,14 +124,7 @@ TEST(PlannerPipeline, ZeroBubbleShrinksTheBubble) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x8");
   CostModel model(*lookupPreset("gpt3-13b"), cluster, megatron2022(64));
   auto costed = [&](plan::Schedule schedule) {
-    plan::Plan p;
-    p.set_dp(1);
-    p.set_tp(8);
-    p.set_pp(8);
-    p.set_cp(1);
-    p.set_ulysses(1);
-    p.set_micro_batch(1);
-    p.set_num_micro_batches(64);
+    plan::Plan p = tpPpPlan(/*tp=*/8, /*pp=*/8, /*mbs=*/1, 64);
     p.set_schedule(schedule);
     p.set_virtual_stages(1);
     EXPECT_EQ(model.checkPlan(p), "");
@@ -172,14 +164,7 @@ TEST(PlannerStages, BalancedAroundEmbeddingAndHead) {
   training.set_seq_len(4096);
   training.set_flash_attention(true);
   CostModel model(spec, cluster, training);
-  plan::Plan p;
-  p.set_dp(1);
-  p.set_tp(1);
-  p.set_pp(8);
-  p.set_cp(1);
-  p.set_ulysses(1);
-  p.set_micro_batch(1);
-  p.set_num_micro_batches(8);
+  plan::Plan p = tpPpPlan(/*tp=*/1, /*pp=*/8, /*mbs=*/1, 8);
   std::vector<int32_t> stages = model.balanceStages(p);
   ASSERT_EQ(stages.size(), 8u);
   int total = 0;

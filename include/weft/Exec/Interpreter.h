@@ -31,11 +31,6 @@ struct InterpreterOptions {
   rt::Communicator *communicator = nullptr;
 };
 
-/// The global ranks of `rank`'s group over `axes` of `mesh`, in group order
-/// (coordinates along `axes` linearized, the first axis major).
-std::vector<int> groupRanks(llvm::ArrayRef<int64_t> meshShape,
-                            llvm::ArrayRef<std::string> meshAxes,
-                            llvm::ArrayRef<std::string> axes, int rank);
 
 /// The runtime element type of a weft element type.
 rt::DType toDType(mlir::Type elementType);

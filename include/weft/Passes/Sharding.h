@@ -38,7 +38,6 @@ struct TensorSharding {
   }
   bool operator!=(const TensorSharding &other) const { return !(*this == other); }
   bool uses(llvm::StringRef axis) const;
-  bool isReplicated() const;
   std::string str() const;
 };
 
@@ -49,9 +48,6 @@ struct MeshInfo {
   llvm::SmallVector<int64_t, 4> sizes;
   int64_t size(llvm::StringRef axis) const;
   int64_t product(llvm::ArrayRef<std::string> axes) const;
-  int64_t numDevices() const;
-  /// The coordinate of `rank` along `axis` (row-major, last axis fastest).
-  int64_t coordinate(int64_t rank, llvm::StringRef axis) const;
 };
 
 std::optional<MeshInfo> getMeshInfo(mlir::ModuleOp module);

@@ -59,12 +59,6 @@ struct BlockCost {
   double commBytes = 0;
 };
 
-/// Counts kept for reports.
-struct SearchCounters {
-  int64_t evaluated = 0;
-  int64_t simulated = 0;
-};
-
 class CostModel {
 public:
   CostModel(plan::ModelSpec model, plan::Cluster cluster,
@@ -113,7 +107,6 @@ public:
   double collectiveTime(llvm::StringRef kind, double bytes, int64_t size,
                         int64_t stride) const;
 
-  SearchCounters counters;
 
 private:
   struct Blocks {
