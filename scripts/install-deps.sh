@@ -8,6 +8,7 @@ packages=(
   libgtest-dev
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
   libopenblas-dev libabsl-dev
+  libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev
   chromium
 )

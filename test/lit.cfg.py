@@ -38,6 +38,11 @@ import shutil
 if shutil.which("chromium") or shutil.which("chromium-browser"):
     config.available_features.add("chromium")
 config.substitutions.append(("%weft_build_dir", config.weft_obj_root))
+# Open MPI's mpirun (scripts/install-deps.sh installs it), for ranks as
+# processes: 4 ranks on 2 cores need --oversubscribe, and CI runs as root.
+config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+config.substitutions.append(("%mpirun", "mpirun --oversubscribe"))
 # Debian's python3 has numpy and onnx (python3-onnx); the one on PATH may not.
 config.substitutions.append(
     ("%numpy_python", "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"))

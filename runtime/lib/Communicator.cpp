@@ -73,13 +73,15 @@ HostTensor weft::rt::zigzagUnshuffle(const HostTensor &gathered, int64_t dim,
   return concat(ordered, dim);
 }
 
-InProcessCommunicator::InProcessCommunicator(int worldSize,
-                                             std::chrono::milliseconds timeout)
-    : size(worldSize), timeout(timeout),
-      sent(new std::atomic<int64_t>[worldSize]) {
+ExchangeCommunicator::ExchangeCommunicator(int worldSize)
+    : size(worldSize), sent(new std::atomic<int64_t>[worldSize]) {
   for (int i = 0; i < worldSize; ++i)
     sent[i] = 0;
 }
+
+InProcessCommunicator::InProcessCommunicator(int worldSize,
+                                             std::chrono::milliseconds timeout)
+    : ExchangeCommunicator(worldSize), timeout(timeout) {}
 
 void InProcessCommunicator::abort(const std::string &why) {
   std::lock_guard<std::mutex> lock(mutex);
@@ -169,7 +171,7 @@ static HostTensor reduceAll(const std::vector<HostTensor> &all, ReduceOp op) {
 }
 
 absl::StatusOr<HostTensor>
-InProcessCommunicator::allReduce(int rank, const std::vector<int> &group,
+ExchangeCommunicator::allReduce(int rank, const std::vector<int> &group,
                                  const HostTensor &input, ReduceOp op) {
   auto all = exchange(rank, group, input, "all_reduce");
   if (!all.ok())
@@ -180,7 +182,7 @@ InProcessCommunicator::allReduce(int rank, const std::vector<int> &group,
 }
 
 absl::StatusOr<HostTensor>
-InProcessCommunicator::allGather(int rank, const std::vector<int> &group,
+ExchangeCommunicator::allGather(int rank, const std::vector<int> &group,
                                  const HostTensor &input, int64_t dim) {
   auto all = exchange(rank, group, input, "all_gather");
   if (!all.ok())
@@ -193,7 +195,7 @@ InProcessCommunicator::allGather(int rank, const std::vector<int> &group,
 }
 
 absl::StatusOr<HostTensor>
-InProcessCommunicator::reduceScatter(int rank, const std::vector<int> &group,
+ExchangeCommunicator::reduceScatter(int rank, const std::vector<int> &group,
                                      const HostTensor &input, int64_t dim,
                                      ReduceOp op) {
   auto all = exchange(rank, group, input, "reduce_scatter");
@@ -206,7 +208,7 @@ InProcessCommunicator::reduceScatter(int rank, const std::vector<int> &group,
 }
 
 absl::StatusOr<HostTensor>
-InProcessCommunicator::allToAll(int rank, const std::vector<int> &group,
+ExchangeCommunicator::allToAll(int rank, const std::vector<int> &group,
                                 const HostTensor &input, int64_t splitDim,
                                 int64_t concatDim) {
   auto all = exchange(rank, group, input, "all_to_all");
@@ -225,7 +227,7 @@ InProcessCommunicator::allToAll(int rank, const std::vector<int> &group,
 }
 
 absl::StatusOr<HostTensor>
-InProcessCommunicator::permute(int rank, const std::vector<int> &group,
+ExchangeCommunicator::permute(int rank, const std::vector<int> &group,
                                const HostTensor &input, int64_t shift) {
   auto all = exchange(rank, group, input, "collective_permute");
   if (!all.ok())

@@ -10,8 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 using namespace weft::rt;
 
@@ -214,34 +218,77 @@ weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
                     const std::vector<HostTensor> &inputs,
                     const std::vector<Layout> &inputLayouts,
                     const std::vector<Layout> &outputLayouts,
-                    std::vector<int64_t> *bytesSent) {
+                    std::vector<int64_t> *bytesSent,
+                    std::chrono::milliseconds timeout) {
   if (inputs.size() != inputLayouts.size())
     return absl::InvalidArgumentError(
         absl::StrCat("the program takes ", inputLayouts.size(),
                      " inputs, got ", inputs.size()));
   int n = int(mesh.size());
-  InProcessCommunicator comm(n);
-  std::vector<std::vector<HostTensor>> results(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
+  // The ranks' threads share this state and are detached, so that a rank
+  // stuck outside any collective cannot hang the run: once one rank fails,
+  // the others are aborted and get a short grace period to stop.
+  struct MeshRun {
+    MeshRun(int n, std::chrono::milliseconds timeout)
+        : comm(n, timeout), results(n), errors(n), finished(n, false) {}
+    InProcessCommunicator comm;
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::vector<HostTensor>> results;
+    std::vector<std::string> errors;
+    std::vector<bool> finished;
+    int count = 0;
+    bool failed = false;
+  };
+  auto run = std::make_shared<MeshRun>(n, timeout);
+  auto shared = std::make_shared<std::tuple<RankFunction, Mesh, std::string,
+                                            std::vector<HostTensor>,
+                                            std::vector<Layout>>>(
+      function, mesh, weightsDir, inputs, inputLayouts);
   for (int rank = 0; rank < n; ++rank)
-    threads.emplace_back([&, rank] {
-      RankContext ctx{rank, mesh, &comm, weightsDir};
+    std::thread([run, shared, rank] {
+      auto &[function, mesh, weightsDir, inputs, inputLayouts] = *shared;
+      RankContext ctx{rank, mesh, &run->comm, weightsDir};
+      std::vector<HostTensor> result;
+      std::string error;
       try {
         std::vector<HostTensor> mine;
         for (size_t i = 0; i < inputs.size(); ++i)
           mine.push_back(scatterBlock(inputs[i], inputLayouts[i], mesh, rank));
-        results[rank] = function(ctx, mine);
+        result = function(ctx, mine);
       } catch (const std::exception &e) {
-        errors[rank] = absl::StrCat("rank ", rank, ": ", e.what());
-        comm.abort(errors[rank]);
+        error = absl::StrCat("rank ", rank, ": ", e.what());
+        run->comm.abort(error);
       }
-    });
-  for (std::thread &t : threads)
-    t.join();
-  for (const std::string &error : errors)
-    if (!error.empty())
-      return absl::InternalError(error);
+      std::lock_guard<std::mutex> lock(run->mutex);
+      run->results[rank] = std::move(result);
+      run->errors[rank] = std::move(error);
+      run->failed |= !run->errors[rank].empty();
+      run->finished[rank] = true;
+      ++run->count;
+      run->changed.notify_all();
+    }).detach();
+  std::unique_lock<std::mutex> lock(run->mutex);
+  run->changed.wait(lock, [&] { return run->count == n || run->failed; });
+  if (run->failed) {
+    const auto grace = std::chrono::seconds(2);
+    if (!run->changed.wait_for(lock, grace, [&] { return run->count == n; })) {
+      std::string stuck;
+      for (int rank = 0; rank < n; ++rank)
+        if (!run->finished[rank])
+          absl::StrAppend(&stuck, stuck.empty() ? "" : ", ", rank);
+      for (const std::string &error : run->errors)
+        if (!error.empty())
+          return absl::DeadlineExceededError(absl::StrCat(
+              error, " (rank(s) ", stuck,
+              " did not stop and were left behind)"));
+    }
+    for (const std::string &error : run->errors)
+      if (!error.empty())
+        return absl::InternalError(error);
+  }
+  std::vector<std::vector<HostTensor>> &results = run->results;
+  InProcessCommunicator &comm = run->comm;
   std::vector<HostTensor> outputs;
   for (size_t o = 0; o < outputLayouts.size(); ++o) {
     std::vector<HostTensor> blocks;

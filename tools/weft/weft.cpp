@@ -115,6 +115,11 @@ static cl::opt<int> devices(
     cl::desc("Partition the model under --plan / --plan-spec and run it on N "
              "simulated devices (threads)"),
     cl::init(0), cl::sub(runCommand));
+static cl::opt<double> collectiveTimeout(
+    "collective-timeout",
+    cl::desc("With --devices: seconds a collective waits for its group "
+             "before the run fails naming the ranks that never joined"),
+    cl::init(300), cl::sub(runCommand));
 static cl::opt<std::string>
     planFile("plan", cl::desc("A plan: the JSON that weft plan --json writes"),
              cl::sub(runCommand), cl::sub(compileCommand));
@@ -411,7 +416,9 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
   std::vector<int64_t> bytes;
   absl::StatusOr<std::vector<weft::rt::HostTensor>> outputs =
       weft::rt::runOnMesh(rankFunction, mesh, base.weightsDir, inputs,
-                          inputLayouts, outputLayouts, &bytes);
+                          inputLayouts, outputLayouts, &bytes,
+                          std::chrono::milliseconds(
+                              int64_t(collectiveTimeout * 1000)));
   if (!outputs.ok()) {
     fail(std::string(outputs.status().message()));
     return failure();
@@ -492,6 +499,8 @@ static int runModel(MLIRContext &context) {
   if (options.weightsDir.empty())
     options.weightsDir = ".";
   FailureOr<std::vector<weft::rt::HostTensor>> outputs;
+  if (!(collectiveTimeout > 0))
+    return fail("--collective-timeout needs a positive number of seconds");
   if (devices > 0 || !planFile.empty() || !planSpec.empty()) {
     outputs = runPartitioned(context, *module, func, tensors, options);
   } else {

@@ -86,12 +86,13 @@ HostTensor zigzagSlice(const HostTensor &input, int64_t dim, int64_t index,
 HostTensor zigzagUnshuffle(const HostTensor &gathered, int64_t dim,
                            int64_t major, int64_t parts);
 
-/// N ranks as threads of one process.
-class InProcessCommunicator : public Communicator {
+/// The collectives computed from one exchange: every member of the group
+/// gets every member's tensor, in group order, and keeps what NCCL would
+/// give it. Backends provide the exchange; bytes are counted as NCCL's ring
+/// algorithms send them, whatever the exchange moved.
+class ExchangeCommunicator : public Communicator {
 public:
-  explicit InProcessCommunicator(
-      int worldSize,
-      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  explicit ExchangeCommunicator(int worldSize);
 
   int worldSize() const override { return size; }
   absl::StatusOr<HostTensor> allReduce(int rank, const std::vector<int> &group,
@@ -113,29 +114,47 @@ public:
                                      int64_t shift) override;
   int64_t bytesSent(int rank) const override { return sent[rank].load(); }
 
+protected:
+  /// Every member's tensor, in group order, once all have arrived. `what`
+  /// names the collective for errors (a timeout names it and the ranks that
+  /// never joined).
+  virtual absl::StatusOr<std::vector<HostTensor>>
+  exchange(int rank, const std::vector<int> &group, const HostTensor &mine,
+           const char *what) = 0;
+
+private:
+  int size;
+  std::unique_ptr<std::atomic<int64_t>[]> sent;
+};
+
+/// N ranks as threads of one process.
+class InProcessCommunicator : public ExchangeCommunicator {
+public:
+  explicit InProcessCommunicator(
+      int worldSize,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
   /// Makes every waiting and future collective fail (a rank gave up).
   void abort(const std::string &why);
 
-private:
-  /// Every member's tensor, in group order, once all have arrived.
+protected:
   absl::StatusOr<std::vector<HostTensor>>
   exchange(int rank, const std::vector<int> &group, const HostTensor &mine,
-           const char *what);
+           const char *what) override;
 
+private:
   struct Slot {
     std::vector<HostTensor> tensors;
     std::vector<bool> arrived;
     int count = 0;
     int leaving = 0;
   };
-  int size;
   std::chrono::milliseconds timeout;
   std::mutex mutex;
   std::condition_variable changed;
   std::map<std::string, std::unique_ptr<Slot>> slots;
   std::map<std::pair<int, std::string>, int64_t> sequence;
   std::string aborted;
-  std::unique_ptr<std::atomic<int64_t>[]> sent;
 };
 
 } // namespace weft::rt

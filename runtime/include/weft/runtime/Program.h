@@ -15,6 +15,7 @@
 #include "weft/runtime/Communicator.h"
 #include "weft/runtime/HostTensor.h"
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -75,15 +76,40 @@ HostTensor valueOrThrow(absl::StatusOr<HostTensor> value);
 using RankFunction = std::function<std::vector<HostTensor>(
     RankContext &, const std::vector<HostTensor> &)>;
 
+/// How long a collective waits for the rest of its group by default.
+constexpr std::chrono::milliseconds kDefaultCollectiveTimeout =
+    std::chrono::seconds(300);
+
 /// Runs `function` on every rank of `mesh` as threads: scatters `inputs` by
 /// `inputLayouts`, gathers outputs by `outputLayouts`. Fails (with the first
-/// rank's error, the others aborted) if any rank fails.
+/// rank's error, the others aborted) if any rank fails; a collective that
+/// waits longer than `timeout` for its group fails naming the missing ranks.
 absl::StatusOr<std::vector<HostTensor>>
 runOnMesh(const RankFunction &function, const Mesh &mesh,
           const std::string &weightsDir, const std::vector<HostTensor> &inputs,
           const std::vector<Layout> &inputLayouts,
           const std::vector<Layout> &outputLayouts,
-          std::vector<int64_t> *bytesSent = nullptr);
+          std::vector<int64_t> *bytesSent = nullptr,
+          std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
+
+/// A generated program: its rank function and how its arguments and results
+/// sit on the mesh.
+struct ProgramSpec {
+  RankFunction function;
+  Mesh mesh;
+  std::vector<Layout> inputs;
+  std::vector<Layout> outputs;
+};
+
+/// The `main` of a generated program:
+///   program [--collective-timeout SECONDS] WEIGHTS_DIR OUTPUT_DIR IN_0.npy ...
+/// Started alone, it runs every rank as a thread over the in-process
+/// communicator. Started by mpirun or srun with one process per rank, each
+/// process runs its rank over MPI. Either way it writes
+/// OUTPUT_DIR/output_<i>.npy (the global tensors, from rank 0) and prints the
+/// bytes each rank sent. Any failure prints `error: rank R: ...` and exits
+/// non-zero; a process job is aborted so that no rank is left waiting.
+int programMain(int argc, char **argv, const ProgramSpec &spec);
 
 } // namespace weft::rt
 

@@ -1,0 +1,217 @@
+//===- MpiCommunicator.cpp - One rank per process over MPI ----------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/MpiCommunicator.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <thread>
+
+#ifdef WEFT_RUNTIME_HAS_MPI
+#include <mpi.h>
+#endif
+
+using namespace weft::rt;
+
+#ifdef WEFT_RUNTIME_HAS_MPI
+
+bool weft::rt::mpiAvailable() { return true; }
+
+namespace {
+
+std::string mpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, length);
+}
+
+/// Process-wide MPI state: initialized by the first communicator, finalized
+/// at exit unless the job was aborted.
+void finalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized)
+    MPI_Finalize();
+}
+
+} // namespace
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>>
+MpiCommunicator::create(int expectedWorldSize,
+                        std::chrono::milliseconds timeout) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED,
+                               &provided);
+    if (code != MPI_SUCCESS)
+      return absl::UnavailableError(
+          absl::StrCat("MPI_Init failed: ", mpiError(code)));
+    std::atexit(finalizeAtExit);
+  }
+  // Errors come back as codes, so that they are reported with the rank and
+  // the collective instead of ending the job inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int size = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (size != expectedWorldSize)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the program was partitioned for ", expectedWorldSize,
+        " ranks but MPI started ", size, " (run it with mpirun -np ",
+        expectedWorldSize, ")"));
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(size, rank, timeout));
+}
+
+MpiCommunicator::~MpiCommunicator() = default;
+
+void MpiCommunicator::abortJob(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+absl::StatusOr<std::vector<HostTensor>>
+MpiCommunicator::exchange(int rank, const std::vector<int> &group,
+                          const HostTensor &mine, const char *what) {
+  if (!broken.empty())
+    return absl::AbortedError(broken);
+  auto position = std::find(group.begin(), group.end(), rank);
+  if (rank != myRank || position == group.end())
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", rank, " is not in its group"));
+  size_t index = position - group.begin();
+  std::string groupKey;
+  for (int member : group)
+    absl::StrAppend(&groupKey, member, ",");
+  // Messages between two ranks arrive in the order sent (MPI's
+  // non-overtaking rule) and every rank issues the same collectives in the
+  // same order; the tag only separates a group's consecutive collectives.
+  int tag = int(sequence[groupKey]++ % 32000);
+  if (mine.numel() > INT_MAX)
+    return absl::UnimplementedError(absl::StrCat(
+        what, ": a tensor of ", mine.numel(),
+        " elements is too large for one MPI message"));
+  int count = int(mine.numel());
+  MPI_Datatype type = mine.isFloat() ? MPI_FLOAT : MPI_INT64_T;
+  std::vector<HostTensor> all(group.size());
+  all[index] = mine;
+  std::vector<MPI_Request> receives, sends;
+  std::vector<size_t> from;
+  auto fail = [&](const std::string &why) {
+    broken = why;
+    return absl::InternalError(why);
+  };
+  for (size_t j = 0; j < group.size(); ++j) {
+    if (j == index)
+      continue;
+    all[j] = HostTensor(mine.dtype, mine.shape);
+    void *data = mine.isFloat() ? static_cast<void *>(all[j].floats.data())
+                                : static_cast<void *>(all[j].ints.data());
+    MPI_Request request;
+    int code = MPI_Irecv(data, count, type, group[j], tag, MPI_COMM_WORLD,
+                         &request);
+    if (code != MPI_SUCCESS)
+      return fail(absl::StrCat(what, " on rank ", rank,
+                               ": receiving from rank ", group[j], ": ",
+                               mpiError(code)));
+    receives.push_back(request);
+    from.push_back(j);
+  }
+  const void *payload = mine.isFloat()
+                            ? static_cast<const void *>(mine.floats.data())
+                            : static_cast<const void *>(mine.ints.data());
+  for (size_t j = 0; j < group.size(); ++j) {
+    if (j == index)
+      continue;
+    MPI_Request request;
+    int code = MPI_Isend(payload, count, type, group[j], tag, MPI_COMM_WORLD,
+                         &request);
+    if (code != MPI_SUCCESS)
+      return fail(absl::StrCat(what, " on rank ", rank, ": sending to rank ",
+                               group[j], ": ", mpiError(code)));
+    sends.push_back(request);
+  }
+  // Poll until every message is in or the deadline passes.
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<bool> received(receives.size(), false);
+  size_t pending = receives.size() + sends.size();
+  std::vector<bool> sent(sends.size(), false);
+  for (int spin = 0; pending > 0; ++spin) {
+    auto test = [&](std::vector<MPI_Request> &requests,
+                    std::vector<bool> &done) -> absl::Status {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (done[i])
+          continue;
+        int flag = 0;
+        MPI_Status status;
+        int code = MPI_Test(&requests[i], &flag, &status);
+        if (code != MPI_SUCCESS)
+          return absl::InternalError(mpiError(code));
+        if (flag) {
+          done[i] = true;
+          --pending;
+        }
+      }
+      return absl::OkStatus();
+    };
+    absl::Status status = test(receives, received);
+    if (status.ok())
+      status = test(sends, sent);
+    if (!status.ok())
+      return fail(absl::StrCat(what, " on rank ", rank, ": ",
+                               status.message(),
+                               " (do all ranks hold the same shapes?)"));
+    if (pending == 0)
+      break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string missing;
+      for (size_t i = 0; i < receives.size(); ++i)
+        if (!received[i])
+          absl::StrAppend(&missing, missing.empty() ? "" : ", ",
+                          group[from[i]]);
+      if (missing.empty())
+        missing = "(its messages were not taken)";
+      return fail(absl::StrCat(what, " on rank ", rank, " timed out after ",
+                               timeout.count(), " ms waiting for rank(s) ",
+                               missing));
+    }
+    // Oversubscribed ranks share cores: yield, then sleep, while waiting.
+    if (spin < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return all;
+}
+
+#else // !WEFT_RUNTIME_HAS_MPI
+
+bool weft::rt::mpiAvailable() { return false; }
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>>
+MpiCommunicator::create(int, std::chrono::milliseconds) {
+  return absl::UnimplementedError(
+      "this Weft runtime was built without MPI (install libopenmpi-dev and "
+      "rebuild), so it cannot run ranks as processes");
+}
+
+MpiCommunicator::~MpiCommunicator() = default;
+
+void MpiCommunicator::abortJob(int code) { std::exit(code); }
+
+absl::StatusOr<std::vector<HostTensor>>
+MpiCommunicator::exchange(int, const std::vector<int> &, const HostTensor &,
+                          const char *) {
+  return absl::UnimplementedError("MPI is not available");
+}
+
+#endif
