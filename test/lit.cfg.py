@@ -38,6 +38,10 @@ import shutil
 if shutil.which("chromium") or shutil.which("chromium-browser"):
     config.available_features.add("chromium")
 config.substitutions.append(("%weft_build_dir", config.weft_obj_root))
+# The CUDA toolkit (nvcc, cuBLASLt, NCCL): the runtime's CUDA backend and the
+# CUDA programs build without a GPU. .ci/run checks that it is there.
+if os.path.exists("/usr/local/cuda/bin/nvcc") or shutil.which("nvcc"):
+    config.available_features.add("cuda")
 # Open MPI's mpirun (scripts/install-deps.sh installs it), for ranks as
 # processes: 4 ranks on 2 cores need --oversubscribe, and CI runs as root.
 config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"

@@ -13,10 +13,11 @@
 
 #include "weft/Codegen/CpuEmitter.h"
 
+#include "EmitterCommon.h"
+
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Exec/Interpreter.h"
 #include "weft/Passes/Sharding.h"
-#include "weft/runtime/NpyFile.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -30,75 +31,9 @@
 using namespace mlir;
 using namespace weft;
 
+using namespace weft::codegen;
+
 namespace {
-
-const char *dtypeName(Type element) {
-  switch (toDType(element)) {
-  case rt::DType::F32:
-    return "DType::F32";
-  case rt::DType::F16:
-    return "DType::F16";
-  case rt::DType::BF16:
-    return "DType::BF16";
-  case rt::DType::I64:
-    return "DType::I64";
-  case rt::DType::I32:
-    return "DType::I32";
-  case rt::DType::Bool:
-    return "DType::Bool";
-  case rt::DType::F64:
-    return "DType::F64";
-  }
-  return "DType::F32";
-}
-
-/// A float as a C++ literal that reads back the same.
-std::string floatLiteral(float value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), "%.9ef", double(value));
-  return text;
-}
-
-std::string ints(ArrayRef<int64_t> values) {
-  std::string text = "std::vector<int64_t>{";
-  for (size_t i = 0; i < values.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(values[i]);
-  return text + "}";
-}
-
-std::string strings(ArrayAttr axes) {
-  std::string text = "std::vector<std::string>{";
-  bool first = true;
-  for (StringRef axis : axes.getAsValueRange<StringAttr>()) {
-    text += (first ? "\"" : ", \"") + axis.str() + "\"";
-    first = false;
-  }
-  return text + "}";
-}
-
-std::string layout(const TensorSharding &sharding) {
-  std::string text = "Layout{";
-  for (size_t d = 0; d < sharding.dims.size(); ++d) {
-    text += d ? ", {" : "{";
-    for (size_t i = 0; i < sharding.dims[d].size(); ++i)
-      text += (i ? ", \"" : "\"") + sharding.dims[d][i] + "\"";
-    text += "}";
-  }
-  return text + "}";
-}
-
-const char *reduceOp(ReductionKind kind) {
-  switch (kind) {
-  case ReductionKind::max:
-    return "ReduceOp::Max";
-  case ReductionKind::min:
-    return "ReduceOp::Min";
-  case ReductionKind::avg:
-    return "ReduceOp::Avg";
-  default:
-    return "ReduceOp::Sum";
-  }
-}
 
 class Emitter {
 public:
@@ -131,14 +66,10 @@ private:
 };
 
 LogicalResult Emitter::emitWeight(Operation *op, ElementsAttr value) {
-  std::string file = "w" + std::to_string(weights++) + ".npy";
-  llvm::SmallString<256> path(weightsDir);
-  llvm::sys::path::append(path, file);
-  absl::Status status = rt::writeNpy(path.str().str(), toHostTensor(value));
-  if (!status.ok())
-    return op->emitError("cannot write ")
-           << path << ": " << std::string(status.message());
-  assign(op->getResult(0), "loadWeight(ctx, \"" + file + "\")");
+  FailureOr<std::string> file = writeWeight(op, value, weightsDir, weights);
+  if (failed(file))
+    return failure();
+  assign(op->getResult(0), "loadWeight(ctx, \"" + *file + "\")");
   return success();
 }
 
@@ -415,105 +346,52 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
 
 LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
                                    StringRef origin) {
-  func::FuncOp func;
-  for (auto f : module.getOps<func::FuncOp>())
-    if (!f.isExternal() && !func)
-      func = f;
-  if (!func)
-    return module.emitError("no function to compile");
-  if (!llvm::all_of(func.getBody().getBlocks(), [](Block &) { return true; }) ||
-      !func.getBody().hasOneBlock())
-    return func.emitError("weft compile needs a single-block function");
-  for (Operation &op : func.getBody().front())
-    if (isa<LayerOp>(op))
-      return op.emitError("weft compile needs the layers inlined (partition "
-                          "the model with a plan, or -weft-apply-plan)");
-  llvm::SmallString<256> weightsDir(outDir);
-  llvm::sys::path::append(weightsDir, "weights");
-  if (std::error_code ec = llvm::sys::fs::create_directories(weightsDir))
-    return module.emitError("cannot create ") << weightsDir << ": "
-                                              << ec.message();
+  FailureOr<func::FuncOp> func = programFunction(module);
+  if (failed(func))
+    return failure();
+  FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
+  if (failed(weightsDir))
+    return failure();
   std::string body;
   llvm::raw_string_ostream os(body);
-  Emitter emitter(os, weightsDir);
-  if (failed(emitter.emitFunction(func)))
+  Emitter emitter(os, *weightsDir);
+  if (failed(emitter.emitFunction(*func)))
     return failure();
 
-  // The mesh and how the arguments and results sit on it.
-  std::optional<MeshInfo> mesh = getMeshInfo(module);
-  std::string meshText = "Mesh{{";
-  std::string shapeText = "{";
-  if (mesh)
-    for (size_t i = 0; i < mesh->axes.size(); ++i) {
-      meshText += (i ? ", \"" : "\"") + mesh->axes[i] + "\"";
-      shapeText += (i ? ", " : "") + std::to_string(mesh->sizes[i]);
-    }
-  else
-    shapeText += "";
-  meshText += "}, " + shapeText + "}, \"" +
-              (func->hasAttr("weft.load_balanced") ? "cp" : "") + "\"}";
-  if (!mesh)
-    meshText = "Mesh{{}, {}, \"\"}";
-  auto layoutsOf = [&](bool results) {
-    std::string text = "{";
-    unsigned n = results ? func.getNumResults() : func.getNumArguments();
-    for (unsigned i = 0; i < n; ++i) {
-      auto attr = results ? func.getResultAttrOfType<ShardingAttr>(
-                                i, "weft.local_sharding")
-                          : func.getArgAttrOfType<ShardingAttr>(
-                                i, "weft.local_sharding");
-      Type type = results ? func.getResultTypes()[i] : func.getArgumentTypes()[i];
-      TensorSharding s =
-          attr ? fromAttr(attr)
-               : TensorSharding::replicated(cast<RankedTensorType>(type).getRank());
-      text += (i ? ", " : "") + layout(s);
-    }
-    return text + "}";
-  };
-
-  llvm::SmallString<256> programPath(outDir);
-  llvm::sys::path::append(programPath, "program.cpp");
-  std::error_code ec;
-  llvm::raw_fd_ostream program(programPath, ec);
-  if (ec)
-    return module.emitError("cannot write ") << programPath << ": "
-                                             << ec.message();
-  program << "// Generated by `weft compile` from " << origin
-          << ": the program every rank runs.\n"
-          << "// Build with the CMakeLists.txt next to it; run as\n"
-          << "//   program [--collective-timeout S] WEIGHTS_DIR OUTPUT_DIR "
-             "INPUT_0.npy ...\n"
-          << "// alone (ranks as threads) or under mpirun (one process per "
-             "rank).\n"
-          << "#include \"weft/runtime/CpuKernels.h\"\n"
-          << "#include \"weft/runtime/NpyFile.h\"\n"
-          << "#include \"weft/runtime/Program.h\"\n\n"
-          << "#include <optional>\n#include <string>\n"
-          << "#include <vector>\n\n"
-          << "using namespace weft::rt;\n\nnamespace {\n\n"
-          << body << "\n"
-          << "const Mesh kMesh = " << meshText << ";\n"
-          << "const std::vector<Layout> kInputs = " << layoutsOf(false)
-          << ";\n"
-          << "const std::vector<Layout> kOutputs = " << layoutsOf(true)
-          << ";\n\n} // namespace\n\n"
-          << "int main(int argc, char **argv) {\n"
-          << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
-             "kOutputs});\n}\n";
-  llvm::SmallString<256> cmakePath(outDir);
-  llvm::sys::path::append(cmakePath, "CMakeLists.txt");
-  llvm::raw_fd_ostream cmake(cmakePath, ec);
-  if (ec)
-    return module.emitError("cannot write ") << cmakePath << ": "
-                                             << ec.message();
-  cmake << "# Generated by `weft compile`: the rank program against the "
-           "installed runtime.\n"
-           "cmake_minimum_required(VERSION 3.20)\n"
-           "project(WeftRankProgram CXX)\n"
-           "set(CMAKE_CXX_STANDARD 17)\n"
-           "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
-           "find_package(WeftRuntime REQUIRED)\n"
-           "add_executable(program program.cpp)\n"
-           "target_link_libraries(program PRIVATE Weft::WeftRuntime)\n";
-  return success();
+  std::string program;
+  llvm::raw_string_ostream out(program);
+  out << "// Generated by `weft compile` from " << origin
+      << ": the program every rank runs.\n"
+      << "// Build with the CMakeLists.txt next to it; run as\n"
+      << "//   program [--collective-timeout S] WEIGHTS_DIR OUTPUT_DIR "
+         "INPUT_0.npy ...\n"
+      << "// alone (ranks as threads) or under mpirun (one process per "
+         "rank).\n"
+      << "#include \"weft/runtime/CpuKernels.h\"\n"
+      << "#include \"weft/runtime/NpyFile.h\"\n"
+      << "#include \"weft/runtime/Program.h\"\n\n"
+      << "#include <optional>\n#include <string>\n#include <vector>\n\n"
+      << "using namespace weft::rt;\n\nnamespace {\n\n"
+      << body << "\n"
+      << "const Mesh kMesh = " << meshLiteral(module, *func) << ";\n"
+      << "const std::vector<Layout> kInputs = "
+      << layoutsLiteral(*func, false) << ";\n"
+      << "const std::vector<Layout> kOutputs = "
+      << layoutsLiteral(*func, true) << ";\n\n} // namespace\n\n"
+      << "int main(int argc, char **argv) {\n"
+      << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
+         "kOutputs});\n}\n";
+  if (failed(writeFile(module, outDir, "program.cpp", program)))
+    return failure();
+  return writeFile(
+      module, outDir, "CMakeLists.txt",
+      "# Generated by `weft compile`: the rank program against the "
+      "installed runtime.\n"
+      "cmake_minimum_required(VERSION 3.20)\n"
+      "project(WeftRankProgram CXX)\n"
+      "set(CMAKE_CXX_STANDARD 17)\n"
+      "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
+      "find_package(WeftRuntime REQUIRED)\n"
+      "add_executable(program program.cpp)\n"
+      "target_link_libraries(program PRIVATE Weft::WeftRuntime)\n");
 }

@@ -18,23 +18,21 @@
 
 using namespace weft::rt;
 
-namespace {
-
-struct Arguments {
-  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
-  std::string weightsDir, outputDir;
-  std::vector<std::string> inputs;
-};
-
-void usage(const char *program, const ProgramSpec &spec) {
-  std::cerr << "usage: " << program
-            << " [--collective-timeout SECONDS] WEIGHTS_DIR OUTPUT_DIR";
-  for (size_t i = 0; i < spec.inputs.size(); ++i)
-    std::cerr << " INPUT_" << i << ".npy";
-  std::cerr << "\n";
-}
-
-bool parse(int argc, char **argv, const ProgramSpec &spec, Arguments &args) {
+absl::StatusOr<ProgramArguments>
+weft::rt::parseProgramArguments(int argc, char **argv, size_t inputCount,
+                                int *exitCode) {
+  *exitCode = 2;
+  auto usage = [&](const std::string &error) {
+    if (!error.empty())
+      std::cerr << "error: " << error << "\n";
+    std::cerr << "usage: " << argv[0]
+              << " [--collective-timeout SECONDS] WEIGHTS_DIR OUTPUT_DIR";
+    for (size_t i = 0; i < inputCount; ++i)
+      std::cerr << " INPUT_" << i << ".npy";
+    std::cerr << "\n";
+    return absl::InvalidArgumentError(error.empty() ? "usage" : error);
+  };
+  ProgramArguments args;
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -43,88 +41,103 @@ bool parse(int argc, char **argv, const ProgramSpec &spec, Arguments &args) {
       value = argv[++i];
     else if (arg.rfind("--collective-timeout=", 0) == 0)
       value = arg.substr(std::strlen("--collective-timeout="));
-    else if (arg.rfind("--", 0) == 0) {
-      std::cerr << "error: unknown option '" << arg << "'\n";
-      return false;
-    } else {
+    else if (arg.rfind("--", 0) == 0)
+      return usage("unknown option '" + arg + "'");
+    else {
       positional.push_back(arg);
       continue;
     }
     double seconds = 0;
-    if (!absl::SimpleAtod(value, &seconds) || !(seconds > 0)) {
-      std::cerr << "error: --collective-timeout needs a positive number of "
-                   "seconds, not '"
-                << value << "'\n";
-      return false;
-    }
+    if (!absl::SimpleAtod(value, &seconds) || !(seconds > 0))
+      return usage("--collective-timeout needs a positive number of seconds, "
+                   "not '" + value + "'");
     args.timeout = std::chrono::milliseconds(int64_t(seconds * 1000));
   }
-  if (positional.size() != 2 + spec.inputs.size())
-    return false;
+  if (positional.size() != 2 + inputCount)
+    return usage("");
   args.weightsDir = positional[0];
   args.outputDir = positional[1];
-  args.inputs.assign(positional.begin() + 2, positional.end());
-  return true;
+  *exitCode = 1;
+  for (size_t i = 2; i < positional.size(); ++i) {
+    absl::StatusOr<HostTensor> tensor = readNpy(positional[i]);
+    if (!tensor.ok()) {
+      std::cerr << "error: " << tensor.status().message() << "\n";
+      return tensor.status();
+    }
+    args.inputs.push_back(std::move(*tensor));
+  }
+  *exitCode = 0;
+  return args;
 }
 
-absl::Status writeOutputs(const std::string &dir,
-                          const std::vector<HostTensor> &outputs) {
+std::vector<HostTensor> weft::rt::gatherFromProcesses(
+    Communicator &comm, int rank, const Mesh &mesh,
+    const std::vector<Layout> &layouts, const std::vector<HostTensor> &blocks,
+    int64_t bytesSent, std::vector<int64_t> &allBytesSent) {
+  int n = int(mesh.size());
+  std::vector<int> world;
+  for (int r = 0; r < n; ++r)
+    world.push_back(r);
+  HostTensor sent(DType::I64, {1});
+  sent.ints = {bytesSent};
+  allBytesSent = valueOrThrow(comm.allGather(rank, world, sent, 0)).ints;
+  std::vector<HostTensor> outputs;
+  for (size_t o = 0; o < layouts.size(); ++o) {
+    const HostTensor &block = blocks[o];
+    HostTensor rows = valueOrThrow(
+        comm.allGather(rank, world, reshape(block, {1, block.numel()}), 0));
+    std::vector<HostTensor> parts;
+    for (int r = 0; r < n; ++r)
+      parts.push_back(reshape(sliceForRank(rows, 0, r, n), block.shape));
+    outputs.push_back(gatherBlocks(parts, layouts[o], mesh));
+  }
+  return outputs;
+}
+
+int weft::rt::writeProgramOutputs(const std::string &dir,
+                                  const std::vector<HostTensor> &outputs,
+                                  int64_t ranks,
+                                  const std::vector<int64_t> &bytesSent) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     absl::Status status =
         writeNpy(absl::StrCat(dir, "/output_", i, ".npy"), outputs[i]);
-    if (!status.ok())
-      return status;
+    if (!status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      return 1;
+    }
   }
-  return absl::OkStatus();
-}
-
-void printBytes(int64_t ranks, const std::vector<int64_t> &bytes) {
   std::cout << ranks << " ranks; bytes sent per rank:";
-  for (int64_t b : bytes)
+  for (int64_t b : bytesSent)
     std::cout << ' ' << b;
   std::cout << "\n";
+  return 0;
 }
 
-/// One rank per process: runs this process's rank, then gathers the bytes
-/// sent and every rank's output blocks to rank 0, which writes them.
-int runAsProcess(const ProgramSpec &spec, const Arguments &args,
-                 const std::vector<HostTensor> &inputs) {
-  int n = int(spec.mesh.size());
-  auto created = MpiCommunicator::create(n, args.timeout);
+namespace {
+
+/// One rank per process over MPI.
+int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args) {
+  auto created = MpiCommunicator::create(int(spec.mesh.size()), args.timeout);
   if (!created.ok()) {
     std::cerr << "error: " << created.status().message() << "\n";
     return 1;
   }
   MpiCommunicator &comm = **created;
   int rank = comm.rank();
-  std::vector<int> world(n);
-  for (int r = 0; r < n; ++r)
-    world[r] = r;
   try {
     RankContext ctx{rank, spec.mesh, &comm, args.weightsDir};
     std::vector<HostTensor> mine;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      mine.push_back(scatterBlock(inputs[i], spec.inputs[i], spec.mesh, rank));
+    for (size_t i = 0; i < args.inputs.size(); ++i)
+      mine.push_back(
+          scatterBlock(args.inputs[i], spec.inputs[i], spec.mesh, rank));
     std::vector<HostTensor> results = spec.function(ctx, mine);
-    HostTensor sent(DType::I64, {1});
-    sent.ints = {comm.bytesSent(rank)};
-    HostTensor allSent = valueOrThrow(comm.allGather(rank, world, sent, 0));
-    std::vector<HostTensor> outputs;
-    for (size_t o = 0; o < spec.outputs.size(); ++o) {
-      const HostTensor &block = results[o];
-      HostTensor rows = valueOrThrow(
-          comm.allGather(rank, world, reshape(block, {1, block.numel()}), 0));
-      std::vector<HostTensor> blocks;
-      for (int r = 0; r < n; ++r)
-        blocks.push_back(reshape(sliceForRank(rows, 0, r, n), block.shape));
-      outputs.push_back(gatherBlocks(blocks, spec.outputs[o], spec.mesh));
-    }
-    if (rank == 0) {
-      absl::Status status = writeOutputs(args.outputDir, outputs);
-      if (!status.ok())
-        throw std::runtime_error(std::string(status.message()));
-      printBytes(n, allSent.ints);
-    }
+    std::vector<int64_t> bytes;
+    std::vector<HostTensor> outputs =
+        gatherFromProcesses(comm, rank, spec.mesh, spec.outputs, results,
+                            comm.bytesSent(rank), bytes);
+    if (rank == 0 && writeProgramOutputs(args.outputDir, outputs,
+                                         spec.mesh.size(), bytes) != 0)
+      comm.abortJob(1);
   } catch (const std::exception &e) {
     std::cerr << "error: rank " << rank << ": " << e.what() << std::endl;
     comm.abortJob(1);
@@ -135,11 +148,7 @@ int runAsProcess(const ProgramSpec &spec, const Arguments &args,
 } // namespace
 
 int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
-  Arguments args;
-  if (!parse(argc, argv, spec, args)) {
-    usage(argv[0], spec);
-    return 2;
-  }
+  int exitCode = 0;
   absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
   if (!launch.ok()) {
     std::cerr << "error: " << launch.status().message() << "\n";
@@ -160,30 +169,20 @@ int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
       return 2;
     }
   }
-  std::vector<HostTensor> inputs;
-  for (const std::string &path : args.inputs) {
-    absl::StatusOr<HostTensor> tensor = readNpy(path);
-    if (!tensor.ok()) {
-      std::cerr << "error: " << tensor.status().message() << "\n";
-      return 1;
-    }
-    inputs.push_back(std::move(*tensor));
-  }
+  absl::StatusOr<ProgramArguments> args =
+      parseProgramArguments(argc, argv, spec.inputs.size(), &exitCode);
+  if (!args.ok())
+    return exitCode;
   if (processes)
-    return runAsProcess(spec, args, inputs);
+    return runAsProcess(spec, *args);
   std::vector<int64_t> bytes;
   absl::StatusOr<std::vector<HostTensor>> outputs =
-      runOnMesh(spec.function, spec.mesh, args.weightsDir, inputs, spec.inputs,
-                spec.outputs, &bytes, args.timeout);
+      runOnMesh(spec.function, spec.mesh, args->weightsDir, args->inputs,
+                spec.inputs, spec.outputs, &bytes, args->timeout);
   if (!outputs.ok()) {
     std::cerr << "error: " << outputs.status().message() << "\n";
     return 1;
   }
-  absl::Status status = writeOutputs(args.outputDir, *outputs);
-  if (!status.ok()) {
-    std::cerr << "error: " << status.message() << "\n";
-    return 1;
-  }
-  printBytes(spec.mesh.size(), bytes);
-  return 0;
+  return writeProgramOutputs(args->outputDir, *outputs, spec.mesh.size(),
+                             bytes);
 }

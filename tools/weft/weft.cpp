@@ -20,6 +20,7 @@
 #include "weft/Passes/Passes.h"
 #include "weft/Passes/Sharding.h"
 #include "weft/Codegen/CpuEmitter.h"
+#include "weft/Codegen/CudaEmitter.h"
 #include "llvm/Support/Program.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -128,7 +129,9 @@ static cl::opt<std::string> planSpec(
     cl::desc("A plan written out: dp=2,tp=2,sp=1,cp=2,ulysses=2 (pp=1)"),
     cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<std::string>
-    target("target", cl::desc("cpu (CUDA is not emitted yet)"),
+    target("target",
+           cl::desc("cpu (C++ on the runtime's CPU kernels) or cuda (CUDA C++ "
+                    "on cuBLASLt, generated kernels and NCCL)"),
            cl::init("cpu"), cl::sub(compileCommand));
 static cl::opt<bool> buildProgram(
     "build", cl::desc("Also configure and build the program with CMake"),
@@ -575,10 +578,8 @@ OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
 }
 
 static int runCompile(MLIRContext &context) {
-  if (target != "cpu")
-    return fail("--target " + target +
-                ": only the CPU program is emitted so far (CUDA is issue 6's "
-                "next step)");
+  if (target != "cpu" && target != "cuda")
+    return fail("--target " + target + ": expected cpu or cuda");
   if (outputPath == "-")
     return fail("weft compile needs -o DIR for the generated project");
   if (planFile.empty() && planSpec.empty())
@@ -599,10 +600,26 @@ static int runCompile(MLIRContext &context) {
     return fail("cannot create " + outputPath + ": " + ec.message());
   std::string origin = path.str() + (planSpec.empty() ? " under " + planFile
                                                       : " under " + planSpec);
-  if (failed(weft::emitCpuProgram(*module, outputPath, origin)))
-    return 1;
-  llvm::outs() << "wrote " << outputPath << "/program.cpp, CMakeLists.txt, "
-               << "weights/\n";
+  if (target == "cuda") {
+    weft::CudaEmitStats stats;
+    if (failed(weft::emitCudaProgram(*module, outputPath, origin, stats)))
+      return 1;
+    llvm::outs() << "wrote " << outputPath << "/program.cu, CMakeLists.txt, "
+                 << "weights/\n"
+                 << "arena: " << stats.arenaBytes << " bytes per rank for "
+                 << stats.buffers << " buffers (" << stats.unsharedBytes
+                 << " without reuse)\n"
+                 << "kernels: " << stats.fusedKernels
+                 << " generated elementwise kernels for " << stats.fusedOps
+                 << " ops; " << stats.epilogues
+                 << " GEMM epilogues (bias, GELU); " << stats.collectives
+                 << " collectives on the communication stream\n";
+  } else {
+    if (failed(weft::emitCpuProgram(*module, outputPath, origin)))
+      return 1;
+    llvm::outs() << "wrote " << outputPath << "/program.cpp, CMakeLists.txt, "
+                 << "weights/\n";
+  }
   if (!buildProgram)
     return 0;
   auto cmake = llvm::sys::findProgramByName("cmake");

@@ -111,6 +111,31 @@ struct ProgramSpec {
 /// non-zero; a process job is aborted so that no rank is left waiting.
 int programMain(int argc, char **argv, const ProgramSpec &spec);
 
+// The pieces of programMain that the CUDA driver shares.
+
+/// A generated program's command line.
+struct ProgramArguments {
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  std::string weightsDir, outputDir;
+  std::vector<HostTensor> inputs;
+};
+/// Parses the command line and reads the inputs; prints the error (and the
+/// usage) and returns the exit code on failure.
+absl::StatusOr<ProgramArguments> parseProgramArguments(int argc, char **argv,
+                                                       size_t inputCount,
+                                                       int *exitCode);
+/// One rank per process: every rank's output blocks and bytes sent, gathered
+/// over `comm` to the global outputs (on every rank). Throws on failure.
+std::vector<HostTensor> gatherFromProcesses(
+    Communicator &comm, int rank, const Mesh &mesh,
+    const std::vector<Layout> &layouts, const std::vector<HostTensor> &blocks,
+    int64_t bytesSent, std::vector<int64_t> &allBytesSent);
+/// Writes OUTPUT_DIR/output_<i>.npy and prints the bytes each rank sent;
+/// returns the exit code.
+int writeProgramOutputs(const std::string &dir,
+                        const std::vector<HostTensor> &outputs, int64_t ranks,
+                        const std::vector<int64_t> &bytesSent);
+
 } // namespace weft::rt
 
 #endif // WEFT_RUNTIME_PROGRAM_H

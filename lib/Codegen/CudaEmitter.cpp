@@ -1,0 +1,804 @@
+//===- CudaEmitter.cpp - Partitioned programs as CUDA C++ -----------------===//
+//
+// Part of the Weft project.
+//
+// Three decisions before any text is printed, each over the function's ops
+// in order:
+//  1. fusion: an elementwise op whose only user is an elementwise op of the
+//     same shape is computed inside its user's kernel, so a chain becomes one
+//     generated kernel that reads its outside operands through broadcast
+//     strides; a GELU after a GEMM goes into cuBLASLt's epilogue;
+//  2. when each value is ready and last read: a collective's result is ready
+//     where its first user waits for the communication stream, and its
+//     operand stays alive until then (the collective reads it meanwhile);
+//     a reshape is a view, so it extends its source's life;
+//  3. buffer assignment: one arena per rank, each buffer placed first-fit
+//     among the buffers alive at its definition, 256-byte aligned.
+// Then each op prints as one statement: a generated kernel's launch, a call
+// into the runtime's kernels, or a collective issued on the communication
+// stream whose event the first user waits for.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Codegen/CudaEmitter.h"
+
+#include "EmitterCommon.h"
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Exec/Interpreter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <map>
+
+using namespace mlir;
+using namespace weft;
+using namespace weft::codegen;
+
+namespace {
+
+constexpr int64_t kAlignment = 256;
+
+bool isElementwise(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp,
+             CompareOp, WhereOp, NegOp, ExpOp, LogOp, SqrtOp, RsqrtOp, TanhOp,
+             ErfOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp, BroadcastToOp,
+             IotaOp>(op);
+}
+
+bool isCollective(Operation *op) {
+  return isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
+             CollectivePermuteOp>(op);
+}
+
+RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// The C++ element type on the device, or null if the GPU has none here.
+const char *deviceType(Type element) {
+  switch (toDType(element)) {
+  case rt::DType::F32:
+    return "float";
+  case rt::DType::BF16:
+    return "__nv_bfloat16";
+  case rt::DType::F16:
+    return "__half";
+  case rt::DType::I64:
+    return "int64_t";
+  case rt::DType::I32:
+    return "int32_t";
+  case rt::DType::Bool:
+    return "bool";
+  case rt::DType::F64:
+    return nullptr;
+  }
+  return nullptr;
+}
+
+int64_t bytesOf(Value v) {
+  RankedTensorType type = tensorType(v);
+  return type.getNumElements() * rt::dtypeBytes(toDType(type.getElementType()));
+}
+
+std::string shapeLiteral(Value v) {
+  std::string text = "{";
+  for (auto [i, d] : llvm::enumerate(tensorType(v).getShape()))
+    text += (i ? ", " : "") + std::to_string(d);
+  return text + "}";
+}
+
+int64_t normalizeAxis(int64_t axis, int64_t rank) {
+  return axis < 0 ? axis + rank : axis;
+}
+
+class CudaEmitter {
+public:
+  CudaEmitter(func::FuncOp func, std::string weightsDir, CudaEmitStats &stats)
+      : func(func), weightsDir(std::move(weightsDir)), stats(stats) {}
+
+  LogicalResult run();
+  std::string kernels;
+  std::string body;
+
+private:
+  // Decisions.
+  LogicalResult plan();
+  void assignBuffers();
+  int64_t useIndex(Operation *user);
+
+  // Printing.
+  LogicalResult emitOp(Operation *op, llvm::raw_ostream &os);
+  LogicalResult emitFusedKernel(Operation *root, llvm::raw_ostream &os);
+  std::string tensor(Value v) { return names.lookup(v); }
+  void define(Value v, llvm::raw_ostream &os);
+  void waitForOperands(Operation *op, llvm::raw_ostream &os);
+
+  func::FuncOp func;
+  std::string weightsDir;
+  CudaEmitStats &stats;
+
+  llvm::DenseMap<Operation *, int64_t> index;
+  /// Elementwise ops computed inside their user's kernel.
+  llvm::DenseSet<Operation *> inlined;
+  /// A GELU computed by the epilogue of this GEMM.
+  llvm::DenseMap<Operation *, Operation *> geluOf;
+  llvm::DenseSet<Operation *> absorbed;
+  /// A reshape's source (the value whose buffer it views).
+  llvm::DenseMap<Value, Value> aliasOf;
+  llvm::DenseMap<Value, int64_t> defined, lastUse, offset;
+  llvm::DenseMap<Value, std::string> names;
+  llvm::MapVector<Value, std::string> pendingEvents;
+  int64_t end = 0;
+  int counter = 0;
+  int weightFiles = 0;
+};
+
+Value rootOf(const llvm::DenseMap<Value, Value> &aliasOf, Value v) {
+  for (auto it = aliasOf.find(v); it != aliasOf.end(); it = aliasOf.find(v))
+    v = it->second;
+  return v;
+}
+
+/// Where `user` reads its operands: inlined ops read in their root's kernel.
+int64_t CudaEmitter::useIndex(Operation *user) {
+  while (inlined.contains(user))
+    user = *user->getResult(0).getUsers().begin();
+  if (absorbed.contains(user))
+    for (auto &[gemm, gelu] : geluOf)
+      if (gelu == user)
+        return index.lookup(gemm);
+  return index.lookup(user);
+}
+
+LogicalResult CudaEmitter::plan() {
+  Block &block = func.getBody().front();
+  int64_t i = 1;
+  for (Operation &op : block)
+    index[&op] = i++;
+  end = i;
+  for (Operation &op : block) {
+    for (Value r : op.getResults())
+      if (auto type = dyn_cast<RankedTensorType>(r.getType()))
+        if (!deviceType(type.getElementType()))
+          return op.emitError("weft compile --target cuda: ")
+                 << type.getElementType() << " tensors are not supported on "
+                 << "the GPU";
+    // A GELU (tanh) as the only user of a GEMM goes into its epilogue.
+    if (auto linear = dyn_cast<LinearOp>(op))
+      if (linear->hasOneUse())
+        if (auto gelu = dyn_cast<GeluOp>(*linear->getUsers().begin()))
+          if (gelu.getApproximation() == GeluApproximation::tanh &&
+              gelu.getType() == linear.getType()) {
+            geluOf[&op] = gelu;
+            absorbed.insert(gelu);
+          }
+    if (isElementwise(&op) && !absorbed.contains(&op) && op.hasOneUse()) {
+      Operation *user = *op.getUsers().begin();
+      if (isElementwise(user) && !absorbed.contains(user) &&
+          tensorType(user->getResult(0)).getShape() ==
+              tensorType(op.getResult(0)).getShape())
+        inlined.insert(&op);
+    }
+    if (auto reshape = dyn_cast<ReshapeOp>(op))
+      aliasOf[reshape.getResult()] = reshape->getOperand(0);
+  }
+  // When values are defined and last read (on their alias roots).
+  auto touch = [&](Value v, int64_t at) {
+    Value root = rootOf(aliasOf, v);
+    int64_t &last = lastUse[root];
+    last = std::max(last, at);
+  };
+  for (BlockArgument arg : func.getArguments())
+    defined[arg] = 0;
+  for (Operation &op : block) {
+    for (Value r : op.getResults())
+      defined[r] = index[&op];
+    for (Value r : op.getResults())
+      for (Operation *user : r.getUsers())
+        touch(r, isa<func::ReturnOp>(user) ? end : useIndex(user));
+    for (Value r : op.getResults())
+      touch(r, index[&op]);
+  }
+  for (BlockArgument arg : func.getArguments())
+    for (Operation *user : arg.getUsers())
+      touch(arg, isa<func::ReturnOp>(user) ? end : useIndex(user));
+  // A collective reads its operand on the communication stream until its
+  // first user waits for it.
+  for (Operation &op : block)
+    if (isCollective(&op)) {
+      int64_t wait = end;
+      for (Operation *user : op.getResult(0).getUsers())
+        wait = std::min(wait, isa<func::ReturnOp>(user) ? end : useIndex(user));
+      touch(op.getOperand(0), wait);
+    }
+  return success();
+}
+
+void CudaEmitter::assignBuffers() {
+  // Values that own a buffer, in order of definition.
+  std::vector<Value> owners;
+  for (BlockArgument arg : func.getArguments())
+    owners.push_back(arg);
+  for (Operation &op : func.getBody().front()) {
+    if (inlined.contains(&op) || isa<ReshapeOp, func::ReturnOp>(op))
+      continue;
+    if (geluOf.count(&op))
+      continue; // the GELU's result is the GEMM's output
+    for (Value r : op.getResults())
+      owners.push_back(r);
+  }
+  auto definedAt = [&](Value v) -> int64_t {
+    if (Operation *op = v.getDefiningOp())
+      if (absorbed.contains(op))
+        for (auto &[gemm, gelu] : geluOf)
+          if (gelu == op)
+            return index.lookup(gemm);
+    return defined.lookup(v);
+  };
+  std::stable_sort(owners.begin(), owners.end(), [&](Value a, Value b) {
+    return definedAt(a) < definedAt(b);
+  });
+  // Live buffers by offset: [offset, offset + bytes) until lastUse.
+  std::map<int64_t, std::pair<int64_t, int64_t>> live;
+  for (Value v : owners) {
+    int64_t at = definedAt(v);
+    for (auto it = live.begin(); it != live.end();)
+      it = it->second.second < at ? live.erase(it) : std::next(it);
+    int64_t size = (bytesOf(v) + kAlignment - 1) / kAlignment * kAlignment;
+    size = std::max(size, kAlignment);
+    int64_t place = 0;
+    for (auto &[start, entry] : live) {
+      if (start - place >= size)
+        break;
+      place = std::max(place, start + entry.first);
+    }
+    live[place] = {size, lastUse.lookup(v)};
+    offset[v] = place;
+    stats.arenaBytes = std::max(stats.arenaBytes, place + size);
+    stats.unsharedBytes += size;
+    ++stats.buffers;
+  }
+}
+
+void CudaEmitter::define(Value v, llvm::raw_ostream &os) {
+  std::string name = "v" + std::to_string(counter++);
+  names[v] = name;
+  RankedTensorType type = tensorType(v);
+  os << "  DeviceTensor " << name << " = at(ctx, " << offset.lookup(v) << ", "
+     << dtypeName(type.getElementType()) << ", " << shapeLiteral(v) << ");\n";
+}
+
+void CudaEmitter::waitForOperands(Operation *op, llvm::raw_ostream &os) {
+  for (Value operand : op->getOperands()) {
+    auto it = pendingEvents.find(operand);
+    if (it == pendingEvents.end())
+      continue;
+    os << "  waitFor(ctx, " << it->second << ");\n";
+    pendingEvents.erase(it);
+  }
+}
+
+/// The generated kernel of an elementwise chain ending at `root`.
+LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
+                                           llvm::raw_ostream &os) {
+  std::string kernelName = "fused" + std::to_string(stats.fusedKernels++);
+  RankedTensorType outType = tensorType(root->getResult(0));
+  ArrayRef<int64_t> outShape = outType.getShape();
+  std::vector<Value> inputs;
+  llvm::DenseMap<Value, std::string> computed;
+  std::string code;
+  llvm::raw_string_ostream k(code);
+  int temps = 0;
+  std::function<FailureOr<std::string>(Value)> expr =
+      [&](Value v) -> FailureOr<std::string> {
+    auto found = computed.find(v);
+    if (found != computed.end())
+      return found->second;
+    Type element = tensorType(v).getElementType();
+    bool isFloat = isa<FloatType>(element);
+    std::string type = isFloat ? "float" : "int64_t";
+    std::string name = "t" + std::to_string(temps++);
+    Operation *op = v.getDefiningOp();
+    if (!op || (!inlined.contains(op) && op != root)) {
+      // An outside operand, read through its broadcast strides.
+      size_t n = inputs.size();
+      inputs.push_back(v);
+      k << "    " << type << " " << name << " = " << (isFloat ? "loadF" : "loadI")
+        << "(in" << n << ", offsetOf(i, dims, s" << n << "));\n";
+      computed[v] = name;
+      return name;
+    }
+    ++stats.fusedOps;
+    SmallVector<std::string> args;
+    for (Value operand : op->getOperands()) {
+      FailureOr<std::string> a = expr(operand);
+      if (failed(a))
+        return failure();
+      args.push_back(*a);
+    }
+    auto floatOperands = [&] {
+      return op->getNumOperands() == 0 ||
+             isa<FloatType>(tensorType(op->getOperand(0)).getElementType());
+    };
+    std::string e;
+    auto binary = [&](const char *f, const char *i, bool call) {
+      bool fl = floatOperands();
+      const char *symbol = fl ? f : i;
+      e = call ? std::string(symbol) + "(" + args[0] + ", " + args[1] + ")"
+               : "(" + args[0] + " " + symbol + " " + args[1] + ")";
+    };
+    bool ok = true;
+    llvm::TypeSwitch<Operation *>(op)
+        .Case([&](AddOp) { binary("+", "+", false); })
+        .Case([&](SubOp) { binary("-", "-", false); })
+        .Case([&](MulOp) { binary("*", "*", false); })
+        .Case([&](DivOp) {
+          if (floatOperands())
+            binary("/", "/", false);
+          else
+            e = "(" + args[1] + " == 0 ? int64_t(0) : " + args[0] + " / " +
+                args[1] + ")";
+        })
+        .Case([&](PowOp) {
+          e = floatOperands() ? "powf(" + args[0] + ", " + args[1] + ")"
+                              : "int64_t(powf(float(" + args[0] +
+                                    "), float(" + args[1] + ")))";
+        })
+        .Case([&](MaximumOp) {
+          e = floatOperands() ? "fmaxf(" + args[0] + ", " + args[1] + ")"
+                              : "(" + args[0] + " > " + args[1] + " ? " +
+                                    args[0] + " : " + args[1] + ")";
+        })
+        .Case([&](MinimumOp) {
+          e = floatOperands() ? "fminf(" + args[0] + ", " + args[1] + ")"
+                              : "(" + args[0] + " < " + args[1] + " ? " +
+                                    args[0] + " : " + args[1] + ")";
+        })
+        .Case([&](CompareOp c) {
+          static const char *symbols[] = {"==", "!=", "<", "<=", ">", ">="};
+          e = "int64_t(" + args[0] + " " +
+              symbols[static_cast<int>(c.getPredicate())] + " " + args[1] +
+              ")";
+        })
+        .Case([&](WhereOp) {
+          e = "(" + args[0] + " != 0 ? " + args[1] + " : " + args[2] + ")";
+        })
+        .Case([&](NegOp) { e = "(-" + args[0] + ")"; })
+        .Case([&](ExpOp) { e = "expf(" + args[0] + ")"; })
+        .Case([&](LogOp) { e = "logf(" + args[0] + ")"; })
+        .Case([&](SqrtOp) { e = "sqrtf(" + args[0] + ")"; })
+        .Case([&](RsqrtOp) { e = "rsqrtf(" + args[0] + ")"; })
+        .Case([&](TanhOp) { e = "tanhf(" + args[0] + ")"; })
+        .Case([&](ErfOp) { e = "erff(" + args[0] + ")"; })
+        .Case([&](SigmoidOp) { e = "sigmoid(" + args[0] + ")"; })
+        .Case([&](ReluOp) {
+          e = floatOperands() ? "fmaxf(" + args[0] + ", 0.0f)"
+                              : "(" + args[0] + " > 0 ? " + args[0] + " : 0)";
+        })
+        .Case([&](SiluOp) { e = "silu(" + args[0] + ")"; })
+        .Case([&](GeluOp g) {
+          e = (g.getApproximation() == GeluApproximation::tanh ? "geluTanh("
+                                                                : "geluErf(") +
+              args[0] + ")";
+        })
+        .Case([&](CastOp c) {
+          bool from = floatOperands();
+          if (toDType(c.getType().getElementType()) == rt::DType::Bool)
+            e = "int64_t(" + args[0] + " != 0)";
+          else if (from == isFloat)
+            e = args[0];
+          else
+            e = type + "(" + args[0] + ")";
+        })
+        .Case([&](BroadcastToOp) { e = args[0]; })
+        .Case([&](IotaOp iota) {
+          e = type + "(coordinateOf(i, dims, " +
+              std::to_string(iota.getDim()) + "))";
+        })
+        .Default([&](Operation *) { ok = false; });
+    if (!ok)
+      return op->emitError("weft compile --target cuda cannot fuse '")
+             << op->getName() << "'";
+    // Round as the stored type would after each op (bf16 chains match).
+    if (isFloat)
+      e = "roundAs(" + e + ", static_cast<const " +
+          std::string(deviceType(element)) + " *>(nullptr))";
+    k << "    " << type << " " << name << " = " << e << ";\n";
+    computed[v] = name;
+    return name;
+  };
+  FailureOr<std::string> result = expr(root->getResult(0));
+  if (failed(result))
+    return failure();
+  const char *outC = deviceType(outType.getElementType());
+  bool outFloat = isa<FloatType>(outType.getElementType());
+  // The kernel.
+  llvm::raw_string_ostream ks(kernels);
+  ks << "// " << root->getName() << " and the "
+     << computed.size() - inputs.size() - 1
+     << " elementwise op(s) before it, in one pass.\n"
+     << "__global__ void " << kernelName << "(int64_t n, Dims dims";
+  for (size_t j = 0; j < inputs.size(); ++j)
+    ks << ", Strides s" << j << ", const "
+       << deviceType(tensorType(inputs[j]).getElementType()) << " *in" << j;
+  ks << ", " << outC << " *out) {\n"
+     << "  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; "
+        "i < n;\n       i += int64_t(gridDim.x) * blockDim.x) {\n"
+     << code << "    " << (outFloat ? "storeF" : "storeI") << "(out, i, "
+     << *result << ");\n  }\n}\n\n";
+  // The launch.
+  for (Value input : inputs) {
+    auto it = pendingEvents.find(input);
+    if (it != pendingEvents.end()) {
+      os << "  waitFor(ctx, " << it->second << ");\n";
+      pendingEvents.erase(it);
+    }
+  }
+  define(root->getResult(0), os);
+  int64_t n = outType.getNumElements();
+  std::string dims = "Dims{" + std::to_string(outShape.size()) + ", {";
+  for (auto [j, d] : llvm::enumerate(outShape))
+    dims += (j ? ", " : "") + std::to_string(d);
+  dims += "}}";
+  os << "  " << kernelName << "<<<gridFor(" << n
+     << "), kBlock, 0, ctx.compute>>>(\n      " << n << ", " << dims;
+  for (auto [j, input] : llvm::enumerate(inputs)) {
+    // Broadcast strides of the operand over the output's shape.
+    ArrayRef<int64_t> shape = tensorType(input).getShape();
+    SmallVector<int64_t> contiguous(shape.size(), 1);
+    for (int d = int(shape.size()) - 2; d >= 0; --d)
+      contiguous[d] = contiguous[d + 1] * shape[d + 1];
+    std::string strides = "Strides{{";
+    for (size_t d = 0; d < outShape.size(); ++d) {
+      int64_t od = int64_t(d) - int64_t(outShape.size() - shape.size());
+      int64_t s = od >= 0 && shape[od] != 1 ? contiguous[od] : 0;
+      strides += (d ? ", " : "") + std::to_string(s);
+    }
+    strides += "}}";
+    os << ",\n      " << strides << ", static_cast<const "
+       << deviceType(tensorType(input).getElementType()) << " *>("
+       << tensor(input) << ".data)";
+  }
+  os << ",\n      static_cast<" << outC << " *>(" << tensor(root->getResult(0))
+     << ".data));\n  checkLaunch(ctx);\n";
+  return success();
+}
+
+LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
+  if (inlined.contains(op) || absorbed.contains(op))
+    return success();
+  os << "  ctx.op = \"" << op->getName() << " #" << index.lookup(op)
+     << "\";\n";
+  if (isElementwise(op))
+    return emitFusedKernel(op, os);
+  waitForOperands(op, os);
+  auto out = [&]() -> std::string {
+    Value result = op->getResult(0);
+    define(result, os);
+    return tensor(result);
+  };
+  auto optional = [&](Value v) {
+    return v ? "&" + tensor(v) : std::string("nullptr");
+  };
+  auto weight = [&](ElementsAttr value) -> LogicalResult {
+    FailureOr<std::string> file =
+        writeWeight(op, value, weightsDir, weightFiles);
+    if (failed(file))
+      return failure();
+    std::string o = out();
+    os << "  loadWeight(ctx, \"" << *file << "\", " << o << ");\n";
+    return success();
+  };
+  auto collective = [&](const std::string &call) {
+    std::string event = "e" + std::to_string(counter);
+    std::string o = out();
+    os << "  cudaEvent_t " << event << " = " << call << ", " << o << ");\n";
+    pendingEvents[op->getResult(0)] = event;
+    ++stats.collectives;
+    return success();
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ParameterOp p) -> LogicalResult {
+        if (std::optional<ElementsAttr> value = p.getValue())
+          return weight(*value);
+        return p.emitError("weft compile needs the weights inline: parameter '")
+               << p.getName() << "' has none (import with weights)";
+      })
+      .Case([&](ConstantOp c) { return weight(c.getValue()); })
+      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](Operation *r) {
+        const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
+                           : isa<ReduceMeanOp>(r) ? "Mean"
+                                                  : "Max";
+        int64_t rank = tensorType(r->getOperand(0)).getRank();
+        SmallVector<int64_t> axes;
+        for (int64_t a :
+             r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef())
+          axes.push_back(normalizeAxis(a, rank));
+        std::string o = out();
+        os << "  reduce(ctx, ReduceKind::" << kind << ", "
+           << tensor(r->getOperand(0)) << ", " << ints(axes) << ", " << o
+           << ");\n";
+        return success();
+      })
+      .Case<SoftmaxOp, LogSoftmaxOp>([&](Operation *s) {
+        int64_t axis = s->getAttrOfType<IntegerAttr>("axis").getInt();
+        int64_t rank = tensorType(s->getOperand(0)).getRank();
+        std::string o = out();
+        os << "  softmax(ctx, " << tensor(s->getOperand(0)) << ", "
+           << normalizeAxis(axis, rank) << ", "
+           << (isa<LogSoftmaxOp>(s) ? "true" : "false") << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](LayerNormOp n) {
+        std::string o = out();
+        os << "  normalize(ctx, " << tensor(n.getInput()) << ", "
+           << tensor(n.getScale()) << ", " << optional(n.getBias()) << ", "
+           << normalizeAxis(n.getAxis(), n.getType().getRank()) << ", "
+           << floatLiteral(n.getEpsilon().convertToFloat()) << ", false, " << o
+           << ");\n";
+        return success();
+      })
+      .Case([&](RMSNormOp n) {
+        std::string o = out();
+        os << "  normalize(ctx, " << tensor(n.getInput()) << ", "
+           << tensor(n.getScale()) << ", nullptr, "
+           << normalizeAxis(n.getAxis(), n.getType().getRank()) << ", "
+           << floatLiteral(n.getEpsilon().convertToFloat()) << ", true, " << o
+           << ");\n";
+        return success();
+      })
+      .Case([&](MatmulOp m) -> LogicalResult {
+        RankedTensorType a = tensorType(m.getLhs()), b = tensorType(m.getRhs());
+        if (b.getRank() > 2 &&
+            (a.getRank() != b.getRank() ||
+             a.getShape().drop_back(2) != b.getShape().drop_back(2)))
+          return m.emitError("weft compile --target cuda: a batched matmul "
+                             "needs equal batch dimensions (or a 2-d rhs)");
+        std::string o = out();
+        os << "  matmul(ctx, " << tensor(m.getLhs()) << ", "
+           << tensor(m.getRhs()) << ", "
+           << (m.getTransposeLhs() ? "true" : "false") << ", "
+           << (m.getTransposeRhs() ? "true" : "false") << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](LinearOp l) {
+        Operation *gelu = geluOf.lookup(l.getOperation());
+        std::string epilogue =
+            gelu ? (l.getBias() ? "GeluBias" : "Gelu")
+                 : (l.getBias() ? "Bias" : "None");
+        if (gelu || l.getBias())
+          ++stats.epilogues;
+        Value result = gelu ? gelu->getResult(0) : Value(l.getResult());
+        define(result, os);
+        os << "  linear(ctx, " << tensor(l.getInput()) << ", "
+           << tensor(l.getWeight()) << ", " << optional(l.getBias()) << ", "
+           << (l.getTransposeWeight() ? "true" : "false") << ", Epilogue::"
+           << epilogue << ", " << tensor(result) << ");\n";
+        return success();
+      })
+      .Case([&](AttentionOp a) {
+        std::string o = out();
+        os << "  attention(ctx, " << tensor(a.getQ()) << ", "
+           << tensor(a.getK()) << ", " << tensor(a.getV()) << ", "
+           << optional(a.getMask()) << ", "
+           << floatLiteral(a.getScale().convertToFloat()) << ", "
+           << (a.getCausal() ? "true" : "false") << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](EmbeddingOp e) {
+        std::string o = out();
+        os << "  gather(ctx, " << tensor(e.getTable()) << ", "
+           << tensor(e.getIndices()) << ", 0, " << o << ");\n";
+        return success();
+      })
+      .Case([&](GatherOp g) {
+        std::string o = out();
+        os << "  gather(ctx, " << tensor(g.getInput()) << ", "
+           << tensor(g.getIndices()) << ", "
+           << normalizeAxis(g.getAxis(), tensorType(g.getInput()).getRank())
+           << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](ReshapeOp r) {
+        std::string name = "v" + std::to_string(counter++);
+        names[r.getResult()] = name;
+        os << "  DeviceTensor " << name << " = view(" << tensor(r->getOperand(0))
+           << ", " << shapeLiteral(r.getResult()) << ");\n";
+        return success();
+      })
+      .Case([&](TransposeOp t) {
+        std::string o = out();
+        os << "  transpose(ctx, " << tensor(t->getOperand(0)) << ", "
+           << ints(t.getPermutation()) << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](SliceOp s) {
+        SmallVector<int64_t> strides(s.getStarts().size(), 1);
+        if (std::optional<ArrayRef<int64_t>> given = s.getStrides())
+          strides.assign(given->begin(), given->end());
+        std::string o = out();
+        os << "  slice(ctx, " << tensor(s->getOperand(0)) << ", "
+           << ints(s.getStarts()) << ", " << ints(strides) << ", " << o
+           << ");\n";
+        return success();
+      })
+      .Case([&](ConcatOp c) {
+        std::string o = out();
+        int64_t axis = normalizeAxis(c.getAxis(), c.getType().getRank());
+        int64_t at = 0;
+        for (Value input : c.getInputs()) {
+          os << "  insert(ctx, " << tensor(input) << ", " << axis << ", " << at
+             << ", " << o << ");\n";
+          at += tensorType(input).getDimSize(axis);
+        }
+        return success();
+      })
+      .Case([&](SplitOp s) {
+        int64_t rank = tensorType(s->getOperand(0)).getRank();
+        int64_t axis = normalizeAxis(s.getAxis(), rank);
+        int64_t at = 0;
+        for (auto [i, r] : llvm::enumerate(s.getResults())) {
+          define(r, os);
+          SmallVector<int64_t> starts(rank, 0), steps(rank, 1);
+          starts[axis] = at;
+          os << "  slice(ctx, " << tensor(s->getOperand(0)) << ", "
+             << ints(starts) << ", " << ints(steps) << ", " << tensor(r)
+             << ");\n";
+          at += tensorType(r).getDimSize(axis);
+        }
+        return success();
+      })
+      .Case([&](TriluOp t) {
+        std::string o = out();
+        os << "  trilu(ctx, " << tensor(t->getOperand(0)) << ", "
+           << (t.getUpper() ? "true" : "false") << ", " << t.getDiagonal()
+           << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](AllReduceOp c) {
+        return collective("allReduce(ctx, " + tensor(c->getOperand(0)) + ", " +
+                          reduceOp(c.getKind()) + ", " + strings(c.getAxes()));
+      })
+      .Case([&](AllGatherOp c) {
+        return collective("allGather(ctx, " + tensor(c->getOperand(0)) + ", " +
+                          strings(c.getAxes()) + ", " +
+                          std::to_string(c.getDim()) + ", " +
+                          (c.getZigzag() ? "true" : "false"));
+      })
+      .Case([&](ReduceScatterOp c) {
+        return collective("reduceScatter(ctx, " + tensor(c->getOperand(0)) +
+                          ", " + reduceOp(c.getKind()) + ", " +
+                          strings(c.getAxes()) + ", " +
+                          std::to_string(c.getDim()));
+      })
+      .Case([&](AllToAllOp c) {
+        return collective("allToAll(ctx, " + tensor(c->getOperand(0)) + ", " +
+                          strings(c.getAxes()) + ", " +
+                          std::to_string(c.getSplitDim()) + ", " +
+                          std::to_string(c.getConcatDim()));
+      })
+      .Case([&](CollectivePermuteOp c) {
+        return collective("permute(ctx, " + tensor(c->getOperand(0)) + ", " +
+                          strings(c.getAxes()) + ", " +
+                          std::to_string(c.getShift()));
+      })
+      .Case([&](AllSliceOp c) {
+        std::string o = out();
+        os << "  allSlice(ctx, " << tensor(c->getOperand(0)) << ", "
+           << strings(c.getAxes()) << ", " << c.getDim() << ", "
+           << (c.getZigzag() ? "true" : "false") << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](func::ReturnOp r) {
+        for (auto &[value, event] : pendingEvents)
+          os << "  waitFor(ctx, " << event << ");\n";
+        pendingEvents.clear();
+        os << "  return {";
+        for (auto [i, v] : llvm::enumerate(r.getOperands()))
+          os << (i ? ", " : "") << "download(ctx, " << tensor(v) << ")";
+        os << "};\n";
+        return success();
+      })
+      .Default([&](Operation *other) {
+        return other->emitError("weft compile --target cuda cannot emit '")
+               << other->getName() << "' yet";
+      });
+}
+
+LogicalResult CudaEmitter::run() {
+  if (failed(plan()))
+    return failure();
+  assignBuffers();
+  llvm::raw_string_ostream os(body);
+  os << "std::vector<HostTensor> rankProgram(Context &ctx, "
+        "const std::vector<HostTensor> &inputs) {\n";
+  for (auto [i, arg] : llvm::enumerate(func.getArguments())) {
+    define(arg, os);
+    os << "  upload(ctx, inputs[" << i << "], " << tensor(arg) << ");\n";
+  }
+  for (Operation &op : func.getBody().front())
+    if (failed(emitOp(&op, os)))
+      return failure();
+  os << "}\n";
+  return success();
+}
+
+} // namespace
+
+LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
+                                    StringRef origin, CudaEmitStats &stats) {
+  FailureOr<func::FuncOp> func = programFunction(module);
+  if (failed(func))
+    return failure();
+  FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
+  if (failed(weightsDir))
+    return failure();
+  CudaEmitter emitter(*func, *weightsDir, stats);
+  if (failed(emitter.run()))
+    return failure();
+  std::string program;
+  llvm::raw_string_ostream out(program);
+  out << "// Generated by `weft compile --target cuda` from " << origin
+      << ":\n// the program every rank runs. Build with the CMakeLists.txt "
+         "next to it; run as\n"
+      << "//   program [--collective-timeout S] WEIGHTS_DIR OUTPUT_DIR "
+         "INPUT_0.npy ...\n"
+      << "// alone (ranks as threads sharing GPU 0) or under mpirun/srun "
+         "(one process\n// and GPU per rank, over NCCL).\n"
+      << "// Arena: " << stats.arenaBytes << " bytes per rank for "
+      << stats.buffers << " buffers (" << stats.unsharedBytes
+      << " without reuse).\n"
+      << "#include \"weft/runtime/cuda/Cuda.h\"\n"
+      << "#include \"weft/runtime/cuda/Elementwise.cuh\"\n\n"
+      << "#include <string>\n#include <vector>\n\n"
+      << "using namespace weft::rt;\nusing namespace weft::rt::cuda;\n\n"
+      << "namespace {\n\nconstexpr int kBlock = 256;\n\n"
+      << "unsigned gridFor(int64_t n) {\n"
+      << "  int64_t blocks = (n + kBlock - 1) / kBlock;\n"
+      << "  return unsigned(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);\n"
+      << "}\n\n"
+      << emitter.kernels << emitter.body << "\n"
+      << "const Mesh kMesh = " << meshLiteral(module, *func) << ";\n"
+      << "const std::vector<Layout> kInputs = "
+      << layoutsLiteral(*func, false) << ";\n"
+      << "const std::vector<Layout> kOutputs = "
+      << layoutsLiteral(*func, true) << ";\n"
+      << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n\n"
+      << "} // namespace\n\n"
+      << "int main(int argc, char **argv) {\n"
+      << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
+         "kOutputs, kArenaBytes});\n}\n";
+  if (failed(writeFile(module, outDir, "program.cu", program)))
+    return failure();
+  return writeFile(
+      module, outDir, "CMakeLists.txt",
+      "# Generated by `weft compile --target cuda`: the rank program against "
+      "the\n# installed runtime's CUDA backend, for A100 (sm_80) and H100/H200 "
+      "(sm_90).\n"
+      "cmake_minimum_required(VERSION 3.20)\n"
+      "if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND\n"
+      "   EXISTS /usr/local/cuda/bin/nvcc)\n"
+      "  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)\n"
+      "endif()\n"
+      "if(NOT CMAKE_CUDA_ARCHITECTURES)\n"
+      "  set(CMAKE_CUDA_ARCHITECTURES 80 90)\n"
+      "endif()\n"
+      "project(WeftRankProgram CXX CUDA)\n"
+      "set(CMAKE_CXX_STANDARD 17)\nset(CMAKE_CUDA_STANDARD 17)\n"
+      "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
+      "find_package(WeftRuntime REQUIRED)\n"
+      "if(NOT TARGET Weft::WeftRuntimeCuda)\n"
+      "  message(FATAL_ERROR \"this Weft runtime was built without its CUDA "
+      "backend\")\n"
+      "endif()\n"
+      "add_executable(program program.cu)\n"
+      "target_compile_options(program PRIVATE --Werror=all-warnings "
+      "-Xcompiler=-Wall)\n"
+      "target_link_libraries(program PRIVATE Weft::WeftRuntimeCuda)\n");
+}

@@ -1,0 +1,167 @@
+//===- EmitterCommon.cpp - What the CPU and CUDA emitters share -----------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "EmitterCommon.h"
+
+#include "weft/Exec/Interpreter.h"
+#include "weft/runtime/NpyFile.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+
+using namespace mlir;
+using namespace weft;
+
+const char *codegen::dtypeName(Type element) {
+  switch (toDType(element)) {
+  case rt::DType::F32:
+    return "DType::F32";
+  case rt::DType::F16:
+    return "DType::F16";
+  case rt::DType::BF16:
+    return "DType::BF16";
+  case rt::DType::I64:
+    return "DType::I64";
+  case rt::DType::I32:
+    return "DType::I32";
+  case rt::DType::Bool:
+    return "DType::Bool";
+  case rt::DType::F64:
+    return "DType::F64";
+  }
+  return "DType::F32";
+}
+
+std::string codegen::floatLiteral(float value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.9ef", double(value));
+  return text;
+}
+
+std::string codegen::ints(ArrayRef<int64_t> values) {
+  std::string text = "std::vector<int64_t>{";
+  for (size_t i = 0; i < values.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "}";
+}
+
+std::string codegen::strings(ArrayAttr axes) {
+  std::string text = "std::vector<std::string>{";
+  bool first = true;
+  for (StringRef axis : axes.getAsValueRange<StringAttr>()) {
+    text += (first ? "\"" : ", \"") + axis.str() + "\"";
+    first = false;
+  }
+  return text + "}";
+}
+
+const char *codegen::reduceOp(ReductionKind kind) {
+  switch (kind) {
+  case ReductionKind::max:
+    return "ReduceOp::Max";
+  case ReductionKind::min:
+    return "ReduceOp::Min";
+  case ReductionKind::avg:
+    return "ReduceOp::Avg";
+  default:
+    return "ReduceOp::Sum";
+  }
+}
+
+FailureOr<func::FuncOp> codegen::programFunction(ModuleOp module) {
+  func::FuncOp func;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (!f.isExternal() && !func)
+      func = f;
+  if (!func)
+    return module.emitError("no function to compile");
+  if (!func.getBody().hasOneBlock())
+    return func.emitError("weft compile needs a single-block function");
+  for (Operation &op : func.getBody().front())
+    if (isa<LayerOp>(op))
+      return op.emitError("weft compile needs the layers inlined (partition "
+                          "the model with a plan, or -weft-apply-plan)");
+  return func;
+}
+
+static std::string layoutLiteral(const TensorSharding &sharding) {
+  std::string text = "Layout{";
+  for (size_t d = 0; d < sharding.dims.size(); ++d) {
+    text += d ? ", {" : "{";
+    for (size_t i = 0; i < sharding.dims[d].size(); ++i)
+      text += (i ? ", \"" : "\"") + sharding.dims[d][i] + "\"";
+    text += "}";
+  }
+  return text + "}";
+}
+
+std::string codegen::meshLiteral(ModuleOp module, func::FuncOp func) {
+  std::optional<MeshInfo> mesh = getMeshInfo(module);
+  if (!mesh)
+    return "Mesh{{}, {}, \"\"}";
+  std::string axes = "{", sizes = "{";
+  for (size_t i = 0; i < mesh->axes.size(); ++i) {
+    axes += (i ? ", \"" : "\"") + mesh->axes[i] + "\"";
+    sizes += (i ? ", " : "") + std::to_string(mesh->sizes[i]);
+  }
+  return "Mesh{" + axes + "}, " + sizes + "}, \"" +
+         (func->hasAttr("weft.load_balanced") ? "cp" : "") + "\"}";
+}
+
+std::string codegen::layoutsLiteral(func::FuncOp func, bool results) {
+  std::string text = "{";
+  unsigned n = results ? func.getNumResults() : func.getNumArguments();
+  for (unsigned i = 0; i < n; ++i) {
+    auto attr = results ? func.getResultAttrOfType<ShardingAttr>(
+                              i, "weft.local_sharding")
+                        : func.getArgAttrOfType<ShardingAttr>(
+                              i, "weft.local_sharding");
+    Type type = results ? func.getResultTypes()[i] : func.getArgumentTypes()[i];
+    TensorSharding s =
+        attr ? fromAttr(attr)
+             : TensorSharding::replicated(cast<RankedTensorType>(type).getRank());
+    text += (i ? ", " : "") + layoutLiteral(s);
+  }
+  return text + "}";
+}
+
+FailureOr<std::string> codegen::writeWeight(Operation *op, ElementsAttr value,
+                                            StringRef weightsDir,
+                                            int &counter) {
+  std::string file = "w" + std::to_string(counter++) + ".npy";
+  llvm::SmallString<256> path(weightsDir);
+  llvm::sys::path::append(path, file);
+  absl::Status status = rt::writeNpy(path.str().str(), toHostTensor(value));
+  if (!status.ok())
+    return op->emitError("cannot write ")
+           << path << ": " << std::string(status.message());
+  return file;
+}
+
+FailureOr<std::string> codegen::weightsDirectory(ModuleOp module,
+                                                 StringRef outDir) {
+  llvm::SmallString<256> weightsDir(outDir);
+  llvm::sys::path::append(weightsDir, "weights");
+  if (std::error_code ec = llvm::sys::fs::create_directories(weightsDir))
+    return module.emitError("cannot create ") << weightsDir << ": "
+                                              << ec.message();
+  return weightsDir.str().str();
+}
+
+LogicalResult codegen::writeFile(ModuleOp module, StringRef outDir,
+                                 StringRef name, StringRef text) {
+  llvm::SmallString<256> path(outDir);
+  llvm::sys::path::append(path, name);
+  std::error_code ec;
+  llvm::raw_fd_ostream file(path, ec);
+  if (ec)
+    return module.emitError("cannot write ") << path << ": " << ec.message();
+  file << text;
+  return success();
+}

@@ -1,0 +1,54 @@
+//===- EmitterCommon.h - What the CPU and CUDA emitters share ---*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// C++ spellings of the runtime's enums and literals, the program's function
+// and mesh, weights written next to the program, and the CMake project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_LIB_CODEGEN_EMITTERCOMMON_H
+#define WEFT_LIB_CODEGEN_EMITTERCOMMON_H
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+
+namespace weft::codegen {
+
+/// "DType::BF16" for a tensor element type.
+const char *dtypeName(mlir::Type element);
+/// A float as a C++ literal that reads back the same.
+std::string floatLiteral(float value);
+/// "std::vector<int64_t>{1, 2}".
+std::string ints(llvm::ArrayRef<int64_t> values);
+/// "std::vector<std::string>{"tp"}".
+std::string strings(mlir::ArrayAttr axes);
+const char *reduceOp(ReductionKind kind);
+
+/// The one function to compile, checked: a single block, layers inlined.
+mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);
+/// "Mesh{{"dp", "tp"}, {2, 2}, "cp"}" and the layouts of the function's
+/// arguments ("{Layout{...}, ...}") and results.
+std::string meshLiteral(mlir::ModuleOp module, mlir::func::FuncOp func);
+std::string layoutsLiteral(mlir::func::FuncOp func, bool results);
+
+/// Writes `value` as `<outDir>/weights/w<N>.npy`; returns the file's name.
+mlir::FailureOr<std::string> writeWeight(mlir::Operation *op,
+                                         mlir::ElementsAttr value,
+                                         llvm::StringRef weightsDir,
+                                         int &counter);
+/// Creates `<outDir>/weights`.
+mlir::FailureOr<std::string> weightsDirectory(mlir::ModuleOp module,
+                                              llvm::StringRef outDir);
+/// Writes `<outDir>/<name>` with `text`.
+mlir::LogicalResult writeFile(mlir::ModuleOp module, llvm::StringRef outDir,
+                              llvm::StringRef name, llvm::StringRef text);
+
+} // namespace weft::codegen
+
+#endif // WEFT_LIB_CODEGEN_EMITTERCOMMON_H

@@ -1,0 +1,190 @@
+//===- Cuda.h - The CUDA backend of the runtime -----------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// What a generated CUDA rank program calls: device tensors in one arena per
+// rank (offsets assigned by `weft compile`), kernels for everything that is
+// not a generated elementwise kernel (GEMMs through cuBLASLt with fused bias
+// and GELU epilogues, flash attention, norms, softmax, reductions, data
+// movement), collectives on a communication stream ordered by events, and a
+// driver that runs ranks either as processes over NCCL (mpirun, srun,
+// torchrun) or as threads sharing one GPU over the in-process communicator.
+// Errors throw std::runtime_error naming the rank and the op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_RUNTIME_CUDA_CUDA_H
+#define WEFT_RUNTIME_CUDA_CUDA_H
+
+#include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/Program.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace weft::rt::cuda {
+
+/// A tensor in device memory (not owned: it lives in the rank's arena).
+struct DeviceTensor {
+  void *data = nullptr;
+  DType dtype = DType::F32;
+  Shape shape;
+  int64_t numel() const { return numElements(shape); }
+  int64_t bytes() const { return numel() * dtypeBytes(dtype); }
+};
+
+class DeviceCommunicator;
+
+/// One rank's state: its place on the mesh, its streams, cuBLASLt and its
+/// arena. `op` names the op being issued, for error messages.
+struct Context {
+  int rank = 0;
+  Mesh mesh;
+  std::string weightsDir;
+  cudaStream_t compute = nullptr;
+  cudaStream_t comm = nullptr;
+  void *blasLt = nullptr;          // cublasLtHandle_t
+  void *blasWorkspace = nullptr;
+  size_t blasWorkspaceBytes = 0;
+  char *arena = nullptr;
+  DeviceCommunicator *communicator = nullptr;
+  const char *op = "";
+};
+
+/// Throws "OP: what" (a CUDA, cuBLASLt or NCCL failure); the driver
+/// reports it as "rank R: OP: what".
+[[noreturn]] void fail(const Context &ctx, const std::string &what);
+/// Checks a CUDA call; the error names the rank, the op and `call`.
+void check(const Context &ctx, cudaError_t error, const char *call);
+/// Checks the launch of the kernel just issued.
+void checkLaunch(const Context &ctx);
+
+/// A view of `arena + offset`.
+inline DeviceTensor at(Context &ctx, int64_t offset, DType dtype, Shape shape) {
+  return DeviceTensor{ctx.arena + offset, dtype, std::move(shape)};
+}
+/// The same memory with another shape (reshape is free).
+inline DeviceTensor view(const DeviceTensor &t, Shape shape) {
+  return DeviceTensor{t.data, t.dtype, std::move(shape)};
+}
+
+// Host <-> device.
+void upload(Context &ctx, const HostTensor &host, const DeviceTensor &out);
+HostTensor download(Context &ctx, const DeviceTensor &t);
+/// A weight from `<weightsDir>/<name>` into `out` (its dtype converted).
+void loadWeight(Context &ctx, const std::string &name, const DeviceTensor &out);
+
+// Kernels. Float tensors may be f32, bf16 or f16 (computed in f32).
+enum class Epilogue { None, Bias, GeluBias, Gelu };
+/// out[..., N] = x[..., K] · w (w is [K, N], or [N, K] with transposeWeight)
+/// + bias, then GELU (tanh) with the GELU epilogues: one cuBLASLt call.
+void linear(Context &ctx, const DeviceTensor &x, const DeviceTensor &w,
+            const DeviceTensor *bias, bool transposeWeight, Epilogue epilogue,
+            const DeviceTensor &out);
+/// Batched matmul over equal leading dimensions.
+void matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
+            bool transposeA, bool transposeB, const DeviceTensor &out);
+/// Flash attention: tiles of K and V through shared memory, an online
+/// softmax per query row, no S x S matrix; causal, explicit masks
+/// (broadcast, boolean or additive) and grouped KV heads.
+void attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+               const DeviceTensor &v, const DeviceTensor *mask, float scale,
+               bool causal, const DeviceTensor &out);
+/// Layer or RMS norm over dimensions [axis, rank).
+void normalize(Context &ctx, const DeviceTensor &x, const DeviceTensor &scale,
+               const DeviceTensor *bias, int64_t axis, float epsilon, bool rms,
+               const DeviceTensor &out);
+void softmax(Context &ctx, const DeviceTensor &x, int64_t axis, bool log,
+             const DeviceTensor &out);
+void reduce(Context &ctx, ReduceKind kind, const DeviceTensor &x,
+            const std::vector<int64_t> &axes, const DeviceTensor &out);
+void transpose(Context &ctx, const DeviceTensor &x,
+               const std::vector<int64_t> &perm, const DeviceTensor &out);
+void slice(Context &ctx, const DeviceTensor &x,
+           const std::vector<int64_t> &starts,
+           const std::vector<int64_t> &strides, const DeviceTensor &out);
+/// Copies `x` into `out` at `offset` along `axis` (concat, one input).
+void insert(Context &ctx, const DeviceTensor &x, int64_t axis, int64_t offset,
+            const DeviceTensor &out);
+void gather(Context &ctx, const DeviceTensor &x, const DeviceTensor &indices,
+            int64_t axis, const DeviceTensor &out);
+void trilu(Context &ctx, const DeviceTensor &x, bool upper, int64_t diagonal,
+           const DeviceTensor &out);
+
+// Collectives by mesh axes, on the communication stream: each waits for the
+// compute stream's work so far and returns the event that marks its end,
+// which the consumers wait for (waitFor) before their kernels.
+cudaEvent_t allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
+                      const std::vector<std::string> &axes,
+                      const DeviceTensor &out);
+cudaEvent_t allGather(Context &ctx, const DeviceTensor &x,
+                      const std::vector<std::string> &axes, int64_t dim,
+                      bool zigzag, const DeviceTensor &out);
+cudaEvent_t reduceScatter(Context &ctx, const DeviceTensor &x, ReduceOp op,
+                          const std::vector<std::string> &axes, int64_t dim,
+                          const DeviceTensor &out);
+cudaEvent_t allToAll(Context &ctx, const DeviceTensor &x,
+                     const std::vector<std::string> &axes, int64_t splitDim,
+                     int64_t concatDim, const DeviceTensor &out);
+cudaEvent_t permute(Context &ctx, const DeviceTensor &x,
+                    const std::vector<std::string> &axes, int64_t shift,
+                    const DeviceTensor &out);
+/// This rank's block of `x` along `dim` (no communication).
+void allSlice(Context &ctx, const DeviceTensor &x,
+              const std::vector<std::string> &axes, int64_t dim, bool zigzag,
+              const DeviceTensor &out);
+/// The compute stream waits for a collective's end.
+void waitFor(Context &ctx, cudaEvent_t done);
+
+/// How the device communicator moves a collective's bytes.
+class DeviceCommunicator {
+public:
+  virtual ~DeviceCommunicator() = default;
+  /// Issues the collective on `ctx.comm`. `group` lists global ranks.
+  virtual void allReduce(Context &ctx, const std::vector<int> &group,
+                         const DeviceTensor &x, ReduceOp op,
+                         const DeviceTensor &out) = 0;
+  /// Gathers along dimension 0 of `out` (contiguous blocks, group order).
+  virtual void allGather0(Context &ctx, const std::vector<int> &group,
+                          const DeviceTensor &x, const DeviceTensor &out) = 0;
+  /// Reduces, then scatters along dimension 0 of `x`.
+  virtual void reduceScatter0(Context &ctx, const std::vector<int> &group,
+                              const DeviceTensor &x, ReduceOp op,
+                              const DeviceTensor &out) = 0;
+  /// Block i of `x` (dimension 0) goes to group rank i; block j of `out`
+  /// comes from group rank j.
+  virtual void allToAll0(Context &ctx, const std::vector<int> &group,
+                         const DeviceTensor &x, const DeviceTensor &out) = 0;
+  virtual void permute(Context &ctx, const std::vector<int> &group,
+                       const DeviceTensor &x, int64_t shift,
+                       const DeviceTensor &out) = 0;
+  virtual int64_t bytesSent() const = 0;
+};
+
+/// A generated CUDA program.
+struct CudaProgramSpec {
+  std::function<std::vector<HostTensor>(Context &,
+                                        const std::vector<HostTensor> &)>
+      function;
+  Mesh mesh;
+  std::vector<Layout> inputs;
+  std::vector<Layout> outputs;
+  /// Bytes of the rank's arena (buffer assignment by liveness).
+  int64_t arenaBytes = 0;
+};
+
+/// The `main` of a generated CUDA program (the CPU program's options):
+/// alone, the ranks run as threads sharing device 0 over the in-process
+/// communicator (device memory staged through the host); under mpirun,
+/// srun or torchrun, one process per rank on device LOCAL_RANK over NCCL,
+/// with a watchdog that aborts the communicators and exits non-zero when a
+/// collective fails or outlives --collective-timeout.
+int programMain(int argc, char **argv, const CudaProgramSpec &spec);
+
+} // namespace weft::rt::cuda
+
+#endif // WEFT_RUNTIME_CUDA_CUDA_H

@@ -1,0 +1,969 @@
+//===- CudaKernels.cu - The CUDA backend's kernels ------------------------===//
+//
+// Part of the Weft project.
+//
+// Kernels compute in f32 whatever the stored float type (f32, bf16, f16).
+// Data movement works on element bits (1, 2, 4 or 8 bytes), so it serves
+// every dtype. GEMMs go to cuBLASLt with f32 accumulation and their bias and
+// GELU epilogues fused.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/cuda/Cuda.h"
+#include "weft/runtime/cuda/Elementwise.cuh"
+
+#include <cublasLt.h>
+
+#include <cfloat>
+#include <string>
+
+using namespace weft::rt;
+using namespace weft::rt::cuda;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocksFor(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  return unsigned(blocks < 65535 * 32 ? (blocks > 0 ? blocks : 1)
+                                      : 65535 * 32);
+}
+
+Dims dimsOf(const Shape &shape) {
+  Dims dims{};
+  dims.rank = int(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d)
+    dims.size[d] = shape[d];
+  return dims;
+}
+
+Strides contiguous(const Shape &shape) {
+  Strides strides{};
+  int64_t s = 1;
+  for (int d = int(shape.size()) - 1; d >= 0; --d) {
+    strides.stride[d] = s;
+    s *= shape[d];
+  }
+  return strides;
+}
+
+void checkRank(const Context &ctx, const Shape &shape) {
+  if (shape.size() > size_t(kMaxRank))
+    fail(ctx, "tensors of rank " + std::to_string(shape.size()) +
+                  " exceed the CUDA kernels' " + std::to_string(kMaxRank));
+}
+
+// ---- Data movement on element bits -------------------------------------
+
+template <typename E>
+__global__ void copyStridedKernel(int64_t n, Dims dims, Strides from,
+                                  int64_t fromBase, Strides to, int64_t toBase,
+                                  const E *src, E *dst) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[toBase + offsetOf(i, dims, to)] = src[fromBase + offsetOf(i, dims, from)];
+}
+
+/// Copies the elements of `dims` from `src` (read through `from`) to `dst`
+/// (written through `to`).
+void copyStrided(Context &ctx, DType dtype, const Shape &shape,
+                 const Strides &from, int64_t fromBase, const void *src,
+                 const Strides &to, int64_t toBase, void *dst,
+                 cudaStream_t stream = nullptr) {
+  if (!stream)
+    stream = ctx.compute;
+  checkRank(ctx, shape);
+  int64_t n = numElements(shape);
+  if (n == 0)
+    return;
+  Dims dims = dimsOf(shape);
+  unsigned blocks = blocksFor(n);
+  switch (dtypeBytes(dtype)) {
+  case 1:
+    copyStridedKernel<<<blocks, kThreads, 0, stream>>>(
+        n, dims, from, fromBase, to, toBase, static_cast<const uint8_t *>(src),
+        static_cast<uint8_t *>(dst));
+    break;
+  case 2:
+    copyStridedKernel<<<blocks, kThreads, 0, stream>>>(
+        n, dims, from, fromBase, to, toBase,
+        static_cast<const uint16_t *>(src), static_cast<uint16_t *>(dst));
+    break;
+  case 4:
+    copyStridedKernel<<<blocks, kThreads, 0, stream>>>(
+        n, dims, from, fromBase, to, toBase,
+        static_cast<const uint32_t *>(src), static_cast<uint32_t *>(dst));
+    break;
+  default:
+    copyStridedKernel<<<blocks, kThreads, 0, stream>>>(
+        n, dims, from, fromBase, to, toBase,
+        static_cast<const uint64_t *>(src), static_cast<uint64_t *>(dst));
+    break;
+  }
+  checkLaunch(ctx);
+}
+
+template <typename E, typename I>
+__global__ void gatherKernel(int64_t n, int64_t axisSize, int64_t indexCount,
+                             int64_t inner, const E *src, const I *indices,
+                             E *dst, int *bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t in = i % inner;
+    int64_t j = (i / inner) % indexCount;
+    int64_t outer = i / (inner * indexCount);
+    int64_t index = int64_t(indices[j]);
+    if (index < 0)
+      index += axisSize;
+    if (index < 0 || index >= axisSize) {
+      *bad = 1;
+      continue;
+    }
+    dst[i] = src[(outer * axisSize + index) * inner + in];
+  }
+}
+
+template <typename E>
+void launchGather(Context &ctx, int64_t n, int64_t axisSize, int64_t count,
+                  int64_t inner, const void *src, const DeviceTensor &indices,
+                  void *dst, int *bad) {
+  unsigned blocks = blocksFor(n);
+  if (indices.dtype == DType::I32)
+    gatherKernel<<<blocks, kThreads, 0, ctx.compute>>>(
+        n, axisSize, count, inner, static_cast<const E *>(src),
+        static_cast<const int32_t *>(indices.data), static_cast<E *>(dst), bad);
+  else
+    gatherKernel<<<blocks, kThreads, 0, ctx.compute>>>(
+        n, axisSize, count, inner, static_cast<const E *>(src),
+        static_cast<const int64_t *>(indices.data), static_cast<E *>(dst), bad);
+}
+
+// ---- Rows: softmax and norms -------------------------------------------
+
+/// Block-wide sum or max of `value` (every thread gets the result).
+__device__ float blockReduce(float value, bool max, float *scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = max ? fmaxf(value, other) : value + other;
+  }
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = value;
+  __syncthreads();
+  int warps = (blockDim.x + 31) / 32;
+  value = threadIdx.x < unsigned(warps) ? scratch[threadIdx.x]
+                                        : (max ? -FLT_MAX : 0.0f);
+  if (warp == 0)
+    for (int offset = 16; offset > 0; offset /= 2) {
+      float other = __shfl_xor_sync(0xffffffffu, value, offset);
+      value = max ? fmaxf(value, other) : value + other;
+    }
+  if (threadIdx.x == 0)
+    scratch[0] = value;
+  __syncthreads();
+  float result = scratch[0];
+  __syncthreads();
+  return result;
+}
+
+template <typename T>
+__global__ void softmaxKernel(int64_t length, int64_t inner, bool log,
+                              const T *x, T *y) {
+  __shared__ float scratch[32];
+  int64_t row = blockIdx.x;
+  int64_t base = (row / inner) * length * inner + row % inner;
+  float max = -FLT_MAX;
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x)
+    max = fmaxf(max, loadF(x, base + j * inner));
+  max = blockReduce(max, true, scratch);
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x)
+    sum += expf(loadF(x, base + j * inner) - max);
+  sum = blockReduce(sum, false, scratch);
+  float logSum = logf(sum);
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    float v = loadF(x, base + j * inner) - max;
+    storeF(y, base + j * inner, log ? v - logSum : expf(v) / sum);
+  }
+}
+
+template <typename T>
+__global__ void normalizeKernel(int64_t length, float epsilon, bool rms,
+                                const T *x, const T *scale, const T *bias,
+                                T *y) {
+  __shared__ float scratch[32];
+  const T *row = x + blockIdx.x * length;
+  T *out = y + blockIdx.x * length;
+  float mean = 0;
+  if (!rms) {
+    float sum = 0;
+    for (int64_t j = threadIdx.x; j < length; j += blockDim.x)
+      sum += loadF(row, j);
+    mean = blockReduce(sum, false, scratch) / float(length);
+  }
+  float squares = 0;
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    float v = loadF(row, j) - mean;
+    squares += v * v;
+  }
+  float inv = rsqrtf(blockReduce(squares, false, scratch) / float(length) +
+                     epsilon);
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    float v = (loadF(row, j) - mean) * inv * loadF(scale, j);
+    if (bias)
+      v += loadF(bias, j);
+    storeF(out, j, v);
+  }
+}
+
+/// One output element per thread: loops over the reduced elements.
+template <typename T>
+__global__ void reduceKernel(int64_t n, Dims kept, Strides keptStrides,
+                             Dims reduced, Strides reducedStrides,
+                             int64_t reducedCount, int kind, const T *x,
+                             T *y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base = offsetOf(i, kept, keptStrides);
+    float acc = kind == 2 ? -FLT_MAX : 0.0f;
+    for (int64_t r = 0; r < reducedCount; ++r) {
+      float v = loadF(x, base + offsetOf(r, reduced, reducedStrides));
+      acc = kind == 2 ? fmaxf(acc, v) : acc + v;
+    }
+    storeF(y, i, kind == 1 ? acc / float(reducedCount) : acc);
+  }
+}
+
+template <typename T>
+__global__ void triluKernel(int64_t n, int64_t rows, int64_t cols, bool upper,
+                            int64_t diagonal, const T *x, T *y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t c = i % cols, r = (i / cols) % rows;
+    bool keep = upper ? c - r >= diagonal : c - r <= diagonal;
+    y[i] = keep ? x[i] : T(0);
+  }
+}
+
+// ---- Flash attention -----------------------------------------------------
+
+struct MaskView {
+  const void *data;
+  int kind;  // 0 none, 1 boolean, 2 additive f32, 3 additive bf16, 4 f16
+  int64_t stride[4];
+};
+
+__device__ inline float maskValue(const MaskView &mask, int64_t b, int64_t h,
+                                  int64_t i, int64_t j) {
+  int64_t at = b * mask.stride[0] + h * mask.stride[1] + i * mask.stride[2] +
+               j * mask.stride[3];
+  switch (mask.kind) {
+  case 1:
+    return static_cast<const bool *>(mask.data)[at] ? 0.0f : -INFINITY;
+  case 2:
+    return static_cast<const float *>(mask.data)[at];
+  case 3:
+    return loadF(static_cast<const __nv_bfloat16 *>(mask.data), at);
+  case 4:
+    return loadF(static_cast<const __half *>(mask.data), at);
+  default:
+    return 0.0f;
+  }
+}
+
+/// One thread per query row, kBlockQ rows per block; K and V go through
+/// shared memory kBlockK rows at a time and each row keeps a running max,
+/// sum and output (the online softmax), so no score matrix is stored.
+template <typename T, int kMaxDim, int kBlockK>
+__global__ void flashAttentionKernel(int64_t heads, int64_t kvHeads,
+                                     int64_t seq, int64_t kvSeq, int dim,
+                                     int vDim, float scale, bool causal,
+                                     MaskView mask, const T *q, const T *k,
+                                     const T *v, T *out) {
+  extern __shared__ float tiles[];
+  float *kTile = tiles;
+  float *vTile = tiles + kBlockK * dim;
+  // Each thread's scores for the current tile.
+  float *scores = vTile + kBlockK * vDim + threadIdx.x * kBlockK;
+  int64_t bh = blockIdx.y;
+  int64_t b = bh / heads, h = bh % heads;
+  int64_t kvh = h / (heads / kvHeads);
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  bool active = i < seq;
+  const T *qRow = q + (bh * seq + (active ? i : 0)) * dim;
+  const T *kHead = k + (b * kvHeads + kvh) * kvSeq * dim;
+  const T *vHead = v + (b * kvHeads + kvh) * kvSeq * vDim;
+  float qr[kMaxDim], acc[kMaxDim];
+#pragma unroll
+  for (int d = 0; d < kMaxDim; ++d) {
+    qr[d] = d < dim && active ? loadF(qRow, d) * scale : 0.0f;
+    acc[d] = 0.0f;
+  }
+  float runningMax = -INFINITY, runningSum = 0.0f;
+  int64_t lastRow = min(seq, int64_t(blockIdx.x + 1) * blockDim.x) - 1;
+  int64_t end = causal ? min(kvSeq, lastRow + 1) : kvSeq;
+  for (int64_t start = 0; start < end; start += kBlockK) {
+    int count = int(min(int64_t(kBlockK), end - start));
+    for (int64_t e = threadIdx.x; e < count * dim; e += blockDim.x)
+      kTile[e] = loadF(kHead, start * dim + e);
+    for (int64_t e = threadIdx.x; e < count * vDim; e += blockDim.x)
+      vTile[e] = loadF(vHead, start * vDim + e);
+    __syncthreads();
+    if (active) {
+      float tileMax = -INFINITY;
+#pragma unroll 1
+      for (int j = 0; j < count; ++j) {
+        float s = -INFINITY;
+        int64_t column = start + j;
+        if (!(causal && column > i)) {
+          s = 0.0f;
+#pragma unroll
+          for (int d = 0; d < kMaxDim; ++d)
+            if (d < dim)
+              s += qr[d] * kTile[j * dim + d];
+          if (mask.kind)
+            s += maskValue(mask, b, h, i, column);
+        }
+        scores[j] = s;
+        tileMax = fmaxf(tileMax, s);
+      }
+      float newMax = fmaxf(runningMax, tileMax);
+      if (newMax > -INFINITY) {
+        float correction = expf(runningMax - newMax);
+        runningSum *= correction;
+#pragma unroll
+        for (int d = 0; d < kMaxDim; ++d)
+          acc[d] *= correction;
+#pragma unroll 1
+        for (int j = 0; j < count; ++j) {
+          float p = scores[j] > -INFINITY ? expf(scores[j] - newMax) : 0.0f;
+          runningSum += p;
+#pragma unroll
+          for (int d = 0; d < kMaxDim; ++d)
+            if (d < vDim)
+              acc[d] += p * vTile[j * vDim + d];
+        }
+        runningMax = newMax;
+      }
+    }
+    __syncthreads();
+  }
+  if (active) {
+    T *outRow = out + (bh * seq + i) * vDim;
+    float inv = runningSum > 0 ? 1.0f / runningSum : 0.0f;
+#pragma unroll
+    for (int d = 0; d < kMaxDim; ++d)
+      if (d < vDim)
+        storeF(outRow, d, acc[d] * inv);
+  }
+}
+
+template <typename T, int kMaxDim, int kBlockK>
+void launchAttention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+                     const DeviceTensor &v, const MaskView &mask, float scale,
+                     bool causal, const DeviceTensor &out) {
+  constexpr int kBlockQ = 64;
+  int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2];
+  int dim = int(q.shape[3]), vDim = int(v.shape[3]);
+  size_t shared =
+      size_t(kBlockK) * size_t(dim + vDim + kBlockQ) * sizeof(float);
+  dim3 grid(unsigned((seq + kBlockQ - 1) / kBlockQ), unsigned(batch * heads));
+  flashAttentionKernel<T, kMaxDim, kBlockK>
+      <<<grid, kBlockQ, shared, ctx.compute>>>(
+          heads, k.shape[1], seq, k.shape[2], dim, vDim, scale, causal, mask,
+          static_cast<const T *>(q.data), static_cast<const T *>(k.data),
+          static_cast<const T *>(v.data), static_cast<T *>(out.data));
+  checkLaunch(ctx);
+}
+
+template <typename T>
+void dispatchAttention(Context &ctx, const DeviceTensor &q,
+                       const DeviceTensor &k, const DeviceTensor &v,
+                       const MaskView &mask, float scale, bool causal,
+                       const DeviceTensor &out) {
+  int64_t dim = std::max(q.shape[3], v.shape[3]);
+  if (dim <= 64)
+    launchAttention<T, 64, 32>(ctx, q, k, v, mask, scale, causal, out);
+  else if (dim <= 128)
+    launchAttention<T, 128, 32>(ctx, q, k, v, mask, scale, causal, out);
+  else if (dim <= 256)
+    launchAttention<T, 256, 16>(ctx, q, k, v, mask, scale, causal, out);
+  else
+    fail(ctx, "attention heads wider than 256 are not supported on CUDA");
+}
+
+// ---- Type dispatch for float kernels ------------------------------------
+
+template <typename F>
+void withFloatType(const Context &ctx, DType dtype, F &&f) {
+  switch (dtype) {
+  case DType::F32:
+    f(static_cast<float *>(nullptr));
+    return;
+  case DType::BF16:
+    f(static_cast<__nv_bfloat16 *>(nullptr));
+    return;
+  case DType::F16:
+    f(static_cast<__half *>(nullptr));
+    return;
+  default:
+    fail(ctx, std::string("expected a float tensor, got ") + dtypeName(dtype));
+  }
+}
+
+cudaDataType_t blasType(const Context &ctx, DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return CUDA_R_32F;
+  case DType::BF16:
+    return CUDA_R_16BF;
+  case DType::F16:
+    return CUDA_R_16F;
+  default:
+    fail(ctx, std::string("GEMMs take float tensors, not ") + dtypeName(dtype));
+  }
+}
+
+void checkBlas(const Context &ctx, cublasStatus_t status, const char *call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail(ctx, std::string(call) + ": " + cublasLtGetStatusString(status));
+}
+
+/// D (column-major m x n) = op(A) (m x k) * op(B) (k x n), `batch` times,
+/// through cuBLASLt with f32 accumulation and an optional epilogue.
+void gemm(Context &ctx, DType dtype, bool transA, bool transB, int64_t m,
+          int64_t n, int64_t k, const void *a, int64_t lda, int64_t strideA,
+          const void *b, int64_t ldb, int64_t strideB, void *d, int64_t ldd,
+          int64_t strideD, int64_t batch, Epilogue epilogue,
+          const void *bias) {
+  auto handle = static_cast<cublasLtHandle_t>(ctx.blasLt);
+  cudaDataType_t type = blasType(ctx, dtype);
+  cublasLtMatmulDesc_t desc = nullptr;
+  checkBlas(ctx, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            "cublasLtMatmulDescCreate");
+  cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
+                                 sizeof(opA));
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
+                                 sizeof(opB));
+  cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (epilogue) {
+  case Epilogue::Bias:
+    e = CUBLASLT_EPILOGUE_BIAS;
+    break;
+  case Epilogue::GeluBias:
+    e = CUBLASLT_EPILOGUE_GELU_BIAS;
+    break;
+  case Epilogue::Gelu:
+    e = CUBLASLT_EPILOGUE_GELU;
+    break;
+  case Epilogue::None:
+    break;
+  }
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e,
+                                 sizeof(e));
+  if (bias)
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                   &bias, sizeof(bias));
+  auto layout = [&](int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+    cublasLtMatrixLayout_t l = nullptr;
+    checkBlas(ctx,
+              cublasLtMatrixLayoutCreate(&l, type, uint64_t(rows),
+                                         uint64_t(cols), ld),
+              "cublasLtMatrixLayoutCreate");
+    if (batch > 1) {
+      int32_t count = int32_t(batch);
+      cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                       &count, sizeof(count));
+      cublasLtMatrixLayoutSetAttribute(
+          l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+          sizeof(stride));
+    }
+    return l;
+  };
+  cublasLtMatrixLayout_t la = transA ? layout(k, m, lda, strideA)
+                                     : layout(m, k, lda, strideA);
+  cublasLtMatrixLayout_t lb = transB ? layout(n, k, ldb, strideB)
+                                     : layout(k, n, ldb, strideB);
+  cublasLtMatrixLayout_t ld = layout(m, n, ldd, strideD);
+  cublasLtMatmulPreference_t preference = nullptr;
+  cublasLtMatmulPreferenceCreate(&preference);
+  uint64_t workspace = ctx.blasWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+      sizeof(workspace));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, desc, la, lb, ld, ld, preference, 1, &heuristic, &found);
+  float alpha = 1.0f, beta = 0.0f;
+  if (status == CUBLAS_STATUS_SUCCESS && found == 0)
+    status = CUBLAS_STATUS_NOT_SUPPORTED;
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmul(handle, desc, &alpha, a, la, b, lb, &beta, d, ld,
+                            d, ld, &heuristic.algo, ctx.blasWorkspace,
+                            ctx.blasWorkspaceBytes, ctx.compute);
+  cublasLtMatmulPreferenceDestroy(preference);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  checkBlas(ctx, status, "cublasLtMatmul");
+}
+
+} // namespace
+
+// ---- The kernels' entry points -------------------------------------------
+
+void cuda::linear(Context &ctx, const DeviceTensor &x, const DeviceTensor &w,
+                  const DeviceTensor *bias, bool transposeWeight,
+                  Epilogue epilogue, const DeviceTensor &out) {
+  int64_t kDim = x.shape.back();
+  int64_t nDim = transposeWeight ? w.shape[0] : w.shape[1];
+  int64_t mDim = x.numel() / kDim;
+  // Row-major out[M, N] = x[M, K] w[K, N] is column-major
+  // out^T[N, M] = w^T[N, K] x^T[K, M]: cuBLASLt's A is w, its B is x.
+  gemm(ctx, out.dtype, transposeWeight, false, nDim, mDim, kDim, w.data,
+       transposeWeight ? kDim : nDim, 0, x.data, kDim, 0, out.data, nDim, 0, 1,
+       bias ? epilogue : (epilogue == Epilogue::GeluBias ? Epilogue::Gelu
+                                                           : epilogue),
+       bias ? bias->data : nullptr);
+}
+
+void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
+                  bool transposeA, bool transposeB, const DeviceTensor &out) {
+  size_t ra = a.shape.size(), rb = b.shape.size();
+  int64_t mDim = out.shape[out.shape.size() - 2];
+  int64_t nDim = out.shape.back();
+  int64_t kDim = transposeA ? a.shape[ra - 2] : a.shape[ra - 1];
+  int64_t batch = out.numel() / (mDim * nDim);
+  int64_t strideA = ra > 2 ? mDim * kDim : 0;
+  int64_t strideB = rb > 2 ? kDim * nDim : 0;
+  // Column-major out^T = op(b)^T op(a)^T, as in linear.
+  gemm(ctx, out.dtype, transposeB, transposeA, nDim, mDim, kDim, b.data,
+       transposeB ? kDim : nDim, strideB, a.data, transposeA ? mDim : kDim,
+       strideA, out.data, nDim, mDim * nDim, batch, Epilogue::None, nullptr);
+}
+
+void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+                     const DeviceTensor &v, const DeviceTensor *mask,
+                     float scale, bool causal, const DeviceTensor &out) {
+  MaskView view{};
+  if (mask) {
+    // Broadcast the mask's dimensions (aligned right) over [B, H, S, Sk].
+    Strides strides = contiguous(mask->shape);
+    size_t rank = mask->shape.size();
+    for (size_t d = 0; d < 4; ++d) {
+      int64_t md = int64_t(d) - int64_t(4 - rank);
+      view.stride[d] =
+          md >= 0 && mask->shape[size_t(md)] != 1 ? strides.stride[md] : 0;
+    }
+    view.data = mask->data;
+    switch (mask->dtype) {
+    case DType::Bool:
+      view.kind = 1;
+      break;
+    case DType::F32:
+      view.kind = 2;
+      break;
+    case DType::BF16:
+      view.kind = 3;
+      break;
+    case DType::F16:
+      view.kind = 4;
+      break;
+    default:
+      fail(ctx, "an attention mask must be boolean or float");
+    }
+  }
+  withFloatType(ctx, q.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    dispatchAttention<T>(ctx, q, k, v, view, scale, causal, out);
+  });
+}
+
+void cuda::normalize(Context &ctx, const DeviceTensor &x,
+                     const DeviceTensor &scale, const DeviceTensor *bias,
+                     int64_t axis, float epsilon, bool rms,
+                     const DeviceTensor &out) {
+  int64_t length = 1;
+  for (size_t d = size_t(axis); d < x.shape.size(); ++d)
+    length *= x.shape[d];
+  int64_t rows = x.numel() / length;
+  if (scale.dtype != x.dtype || (bias && bias->dtype != x.dtype))
+    fail(ctx, "a norm's scale and bias must have the input's type");
+  withFloatType(ctx, x.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    normalizeKernel<<<unsigned(rows), kThreads, 0, ctx.compute>>>(
+        length, epsilon, rms, static_cast<const T *>(x.data),
+        static_cast<const T *>(scale.data),
+        bias ? static_cast<const T *>(bias->data) : nullptr,
+        static_cast<T *>(out.data));
+  });
+  checkLaunch(ctx);
+}
+
+void cuda::softmax(Context &ctx, const DeviceTensor &x, int64_t axis, bool log,
+                   const DeviceTensor &out) {
+  int64_t length = x.shape[size_t(axis)], inner = 1;
+  for (size_t d = size_t(axis) + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  int64_t rows = x.numel() / length;
+  withFloatType(ctx, x.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    softmaxKernel<<<unsigned(rows), kThreads, 0, ctx.compute>>>(
+        length, inner, log, static_cast<const T *>(x.data),
+        static_cast<T *>(out.data));
+  });
+  checkLaunch(ctx);
+}
+
+void cuda::reduce(Context &ctx, ReduceKind kind, const DeviceTensor &x,
+                  const std::vector<int64_t> &axes, const DeviceTensor &out) {
+  checkRank(ctx, x.shape);
+  Strides strides = contiguous(x.shape);
+  Shape keptShape, reducedShape;
+  Strides keptStrides{}, reducedStrides{};
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    bool reduced = false;
+    for (int64_t a : axes)
+      reduced |= a == int64_t(d);
+    if (reduced) {
+      reducedStrides.stride[reducedShape.size()] = strides.stride[d];
+      reducedShape.push_back(x.shape[d]);
+    } else {
+      keptStrides.stride[keptShape.size()] = strides.stride[d];
+      keptShape.push_back(x.shape[d]);
+    }
+  }
+  int64_t n = numElements(keptShape);
+  withFloatType(ctx, x.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    reduceKernel<<<blocksFor(n), kThreads, 0, ctx.compute>>>(
+        n, dimsOf(keptShape), keptStrides, dimsOf(reducedShape),
+        reducedStrides, numElements(reducedShape), int(kind),
+        static_cast<const T *>(x.data), static_cast<T *>(out.data));
+  });
+  checkLaunch(ctx);
+}
+
+void cuda::transpose(Context &ctx, const DeviceTensor &x,
+                     const std::vector<int64_t> &perm,
+                     const DeviceTensor &out) {
+  Strides in = contiguous(x.shape), from{};
+  for (size_t d = 0; d < perm.size(); ++d)
+    from.stride[d] = in.stride[perm[d]];
+  copyStrided(ctx, x.dtype, out.shape, from, 0, x.data, contiguous(out.shape),
+              0, out.data);
+}
+
+void cuda::slice(Context &ctx, const DeviceTensor &x,
+                 const std::vector<int64_t> &starts,
+                 const std::vector<int64_t> &strides,
+                 const DeviceTensor &out) {
+  Strides in = contiguous(x.shape), from{};
+  int64_t base = 0;
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    from.stride[d] = in.stride[d] * strides[d];
+    base += starts[d] * in.stride[d];
+  }
+  copyStrided(ctx, x.dtype, out.shape, from, base, x.data,
+              contiguous(out.shape), 0, out.data);
+}
+
+void cuda::insert(Context &ctx, const DeviceTensor &x, int64_t axis,
+                  int64_t offset, const DeviceTensor &out) {
+  Strides to = contiguous(out.shape);
+  copyStrided(ctx, x.dtype, x.shape, contiguous(x.shape), 0, x.data, to,
+              offset * to.stride[axis], out.data);
+}
+
+void cuda::gather(Context &ctx, const DeviceTensor &x,
+                  const DeviceTensor &indices, int64_t axis,
+                  const DeviceTensor &out) {
+  int64_t inner = 1;
+  for (size_t d = size_t(axis) + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  int64_t n = out.numel();
+  if (n == 0)
+    return;
+  int *bad = nullptr;
+  check(ctx, cudaMallocAsync(reinterpret_cast<void **>(&bad), sizeof(int),
+                             ctx.compute),
+        "cudaMallocAsync");
+  check(ctx, cudaMemsetAsync(bad, 0, sizeof(int), ctx.compute),
+        "cudaMemsetAsync");
+  int64_t axisSize = x.shape[size_t(axis)], count = indices.numel();
+  switch (dtypeBytes(x.dtype)) {
+  case 1:
+    launchGather<uint8_t>(ctx, n, axisSize, count, inner, x.data, indices,
+                          out.data, bad);
+    break;
+  case 2:
+    launchGather<uint16_t>(ctx, n, axisSize, count, inner, x.data, indices,
+                           out.data, bad);
+    break;
+  case 4:
+    launchGather<uint32_t>(ctx, n, axisSize, count, inner, x.data, indices,
+                           out.data, bad);
+    break;
+  default:
+    launchGather<uint64_t>(ctx, n, axisSize, count, inner, x.data, indices,
+                           out.data, bad);
+    break;
+  }
+  checkLaunch(ctx);
+  int flag = 0;
+  check(ctx, cudaMemcpyAsync(&flag, bad, sizeof(int), cudaMemcpyDeviceToHost,
+                             ctx.compute),
+        "cudaMemcpyAsync");
+  check(ctx, cudaFreeAsync(bad, ctx.compute), "cudaFreeAsync");
+  check(ctx, cudaStreamSynchronize(ctx.compute), "cudaStreamSynchronize");
+  if (flag)
+    fail(ctx, "an index is out of range for a dimension of " +
+                  std::to_string(axisSize));
+}
+
+void cuda::trilu(Context &ctx, const DeviceTensor &x, bool upper,
+                 int64_t diagonal, const DeviceTensor &out) {
+  int64_t n = x.numel();
+  int64_t rows = x.shape[x.shape.size() - 2], cols = x.shape.back();
+  withFloatType(ctx, x.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    triluKernel<<<blocksFor(n), kThreads, 0, ctx.compute>>>(
+        n, rows, cols, upper, diagonal, static_cast<const T *>(x.data),
+        static_cast<T *>(out.data));
+  });
+  checkLaunch(ctx);
+}
+
+void cuda::allSlice(Context &ctx, const DeviceTensor &x,
+                    const std::vector<std::string> &axes, int64_t dim,
+                    bool zigzag, const DeviceTensor &out) {
+  int64_t parts = 1;
+  for (const std::string &axis : axes)
+    parts *= ctx.mesh.axisSize(axis);
+  int64_t index = ctx.mesh.indexIn(ctx.rank, axes);
+  std::vector<int64_t> starts(x.shape.size(), 0), steps(x.shape.size(), 1);
+  if (!zigzag) {
+    starts[size_t(dim)] = index * (x.shape[size_t(dim)] / parts);
+    slice(ctx, x, starts, steps, out);
+    return;
+  }
+  // The load-balanced layout: chunks i and 2 major - 1 - i of the first
+  // axis, split among the other axes (as rt::zigzagSlice).
+  int64_t major = ctx.mesh.axisSize(axes.front()), minor = parts / major;
+  int64_t i1 = index / minor, i2 = index % minor;
+  int64_t chunk = x.shape[size_t(dim)] / (2 * major);
+  int64_t piece = 2 * chunk / minor;
+  Shape half = out.shape;
+  // Each rank's block is piece rows from the pair [chunk i1, chunk 2m-1-i1].
+  for (int64_t row = 0; row < piece;) {
+    int64_t inPair = i2 * piece + row;
+    int64_t source = inPair < chunk ? i1 * chunk + inPair
+                                    : (2 * major - 1 - i1) * chunk +
+                                          (inPair - chunk);
+    int64_t run = inPair < chunk ? std::min(piece - row, chunk - inPair)
+                                 : piece - row;
+    half[size_t(dim)] = run;
+    starts[size_t(dim)] = source;
+    Strides in = contiguous(x.shape), from{};
+    int64_t base = 0;
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      from.stride[d] = in.stride[d];
+      base += starts[d] * in.stride[d];
+    }
+    Strides to = contiguous(out.shape);
+    copyStrided(ctx, x.dtype, half, from, base, x.data, to,
+                row * to.stride[dim], out.data);
+    row += run;
+  }
+}
+
+// ---- Collectives -----------------------------------------------------------
+//
+// The communicator moves blocks along dimension 0; a collective along
+// another dimension rearranges on the communication stream around it, so
+// the compute stream only waits where the result is used.
+
+namespace {
+
+/// Moves dimension `from` of a tensor of `shape` to position `to`, on the
+/// communication stream.
+void moveDim(Context &ctx, DType dtype, const Shape &shape, size_t from,
+             size_t to, const void *src, void *dst) {
+  std::vector<int64_t> perm;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (d != from)
+      perm.push_back(int64_t(d));
+  perm.insert(perm.begin() + to, int64_t(from));
+  Strides in = contiguous(shape), strides{};
+  Shape out;
+  for (size_t d = 0; d < perm.size(); ++d) {
+    strides.stride[d] = in.stride[perm[d]];
+    out.push_back(shape[size_t(perm[d])]);
+  }
+  copyStrided(ctx, dtype, out, strides, 0, src, contiguous(out), 0, dst,
+              ctx.comm);
+}
+
+void *scratch(Context &ctx, int64_t bytes) {
+  void *p = nullptr;
+  check(ctx, cudaMallocAsync(&p, size_t(std::max<int64_t>(bytes, 1)), ctx.comm),
+        "cudaMallocAsync");
+  return p;
+}
+
+/// The communication stream waits for the compute stream's work so far.
+void startCollective(Context &ctx) {
+  if (!ctx.communicator)
+    fail(ctx, "no communicator");
+  cudaEvent_t ready;
+  check(ctx, cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
+        "cudaEventCreate");
+  check(ctx, cudaEventRecord(ready, ctx.compute), "cudaEventRecord");
+  check(ctx, cudaStreamWaitEvent(ctx.comm, ready, 0), "cudaStreamWaitEvent");
+  check(ctx, cudaEventDestroy(ready), "cudaEventDestroy");
+}
+
+cudaEvent_t endCollective(Context &ctx) {
+  cudaEvent_t done;
+  check(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+        "cudaEventCreate");
+  check(ctx, cudaEventRecord(done, ctx.comm), "cudaEventRecord");
+  return done;
+}
+
+/// [A, d, B] split in n along d, as n blocks [n, A, d/n, B] (or back).
+Shape blocked(const Shape &shape, int64_t dim, int64_t n) {
+  Shape out = shape;
+  out[size_t(dim)] /= n;
+  out.insert(out.begin(), n);
+  return out;
+}
+
+} // namespace
+
+cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
+                            const std::vector<std::string> &axes,
+                            const DeviceTensor &out) {
+  startCollective(ctx);
+  ctx.communicator->allReduce(ctx, ctx.mesh.group(ctx.rank, axes), x, op, out);
+  return endCollective(ctx);
+}
+
+cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
+                            const std::vector<std::string> &axes, int64_t dim,
+                            bool zigzag, const DeviceTensor &out) {
+  startCollective(ctx);
+  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  int64_t n = int64_t(group.size());
+  if (dim == 0 && !zigzag) {
+    ctx.communicator->allGather0(ctx, group, x, out);
+    return endCollective(ctx);
+  }
+  // Gather [n, x...], then move the group dimension next to `dim` (and, for
+  // the load-balanced layout, put the chunks back in their natural order).
+  Shape gathered = x.shape;
+  gathered.insert(gathered.begin(), n);
+  void *blocks = scratch(ctx, out.bytes());
+  ctx.communicator->allGather0(ctx, group, x,
+                               DeviceTensor{blocks, x.dtype, gathered});
+  if (!zigzag) {
+    moveDim(ctx, x.dtype, gathered, 0, size_t(dim), blocks, out.data);
+  } else {
+    // Block r = (i1, i2) holds rows [i2 p, (i2 + 1) p) of chunk pair i1:
+    // chunks i1 and 2 major - 1 - i1, each of c = 2 p / minor... rows.
+    int64_t major = ctx.mesh.axisSize(axes.front()), minor = n / major;
+    int64_t piece = x.shape[size_t(dim)];
+    int64_t chunk = piece * minor / 2;
+    Strides from = contiguous(gathered), to = contiguous(out.shape);
+    for (int64_t r = 0; r < n; ++r) {
+      int64_t i1 = r / minor, i2 = r % minor;
+      for (int64_t row = 0; row < piece;) {
+        int64_t inPair = i2 * piece + row;
+        bool first = inPair < chunk;
+        int64_t target = first ? i1 * chunk + inPair
+                               : (2 * major - 1 - i1) * chunk + inPair - chunk;
+        int64_t run = first ? std::min(piece - row, chunk - inPair)
+                            : piece - row;
+        Shape part = x.shape;
+        part[size_t(dim)] = run;
+        Strides fromPart{};
+        for (size_t d = 0; d < part.size(); ++d)
+          fromPart.stride[d] = from.stride[d + 1];
+        copyStrided(ctx, x.dtype, part, fromPart,
+                    r * from.stride[0] + row * from.stride[dim + 1], blocks, to,
+                    target * to.stride[dim], out.data, ctx.comm);
+        row += run;
+      }
+    }
+  }
+  check(ctx, cudaFreeAsync(blocks, ctx.comm), "cudaFreeAsync");
+  return endCollective(ctx);
+}
+
+cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
+                                ReduceOp op,
+                                const std::vector<std::string> &axes,
+                                int64_t dim, const DeviceTensor &out) {
+  startCollective(ctx);
+  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  int64_t n = int64_t(group.size());
+  if (dim == 0) {
+    ctx.communicator->reduceScatter0(ctx, group, x, op, out);
+    return endCollective(ctx);
+  }
+  // [A, n d, B] as [A, n, d, B], the n blocks moved to the front.
+  Shape split = x.shape;
+  split[size_t(dim)] /= n;
+  split.insert(split.begin() + dim, n);
+  void *blocks = scratch(ctx, x.bytes());
+  moveDim(ctx, x.dtype, split, size_t(dim), 0, x.data, blocks);
+  ctx.communicator->reduceScatter0(
+      ctx, group, DeviceTensor{blocks, x.dtype, blocked(x.shape, dim, n)}, op,
+      out);
+  check(ctx, cudaFreeAsync(blocks, ctx.comm), "cudaFreeAsync");
+  return endCollective(ctx);
+}
+
+cudaEvent_t cuda::allToAll(Context &ctx, const DeviceTensor &x,
+                           const std::vector<std::string> &axes,
+                           int64_t splitDim, int64_t concatDim,
+                           const DeviceTensor &out) {
+  startCollective(ctx);
+  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  int64_t n = int64_t(group.size());
+  // Send blocks: x split along splitDim, moved to the front.
+  Shape split = x.shape;
+  split[size_t(splitDim)] /= n;
+  split.insert(split.begin() + splitDim, n);
+  void *sendBlocks = scratch(ctx, x.bytes());
+  moveDim(ctx, x.dtype, split, size_t(splitDim), 0, x.data, sendBlocks);
+  Shape piece = x.shape;
+  piece[size_t(splitDim)] /= n;
+  Shape received = piece;
+  received.insert(received.begin(), n);
+  void *receiveBlocks = scratch(ctx, out.bytes());
+  ctx.communicator->allToAll0(ctx, group,
+                              DeviceTensor{sendBlocks, x.dtype, received},
+                              DeviceTensor{receiveBlocks, x.dtype, received});
+  // Block j (from group rank j) goes to position j along concatDim.
+  moveDim(ctx, x.dtype, received, 0, size_t(concatDim), receiveBlocks,
+          out.data);
+  check(ctx, cudaFreeAsync(sendBlocks, ctx.comm), "cudaFreeAsync");
+  check(ctx, cudaFreeAsync(receiveBlocks, ctx.comm), "cudaFreeAsync");
+  return endCollective(ctx);
+}
+
+cudaEvent_t cuda::permute(Context &ctx, const DeviceTensor &x,
+                          const std::vector<std::string> &axes, int64_t shift,
+                          const DeviceTensor &out) {
+  startCollective(ctx);
+  ctx.communicator->permute(ctx, ctx.mesh.group(ctx.rank, axes), x, shift,
+                            out);
+  return endCollective(ctx);
+}

@@ -1,0 +1,594 @@
+//===- CudaProgram.cpp - Devices, communicators and the CUDA driver -------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/cuda/Cuda.h"
+
+#include "weft/runtime/Launch.h"
+#include "weft/runtime/MpiCommunicator.h"
+#include "weft/runtime/NpyFile.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+#include <cublasLt.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace weft::rt;
+using namespace weft::rt::cuda;
+
+void cuda::fail(const Context &ctx, const std::string &what) {
+  // The drivers put "rank R: " in front, as for the CPU program.
+  throw std::runtime_error(absl::StrCat(ctx.op, ctx.op[0] ? ": " : "", what));
+}
+
+void cuda::check(const Context &ctx, cudaError_t error, const char *call) {
+  if (error != cudaSuccess)
+    fail(ctx, absl::StrCat(call, ": ", cudaGetErrorName(error), ": ",
+                           cudaGetErrorString(error)));
+}
+
+void cuda::checkLaunch(const Context &ctx) {
+  check(ctx, cudaGetLastError(), "kernel launch");
+}
+
+// ---- Host <-> device -------------------------------------------------------
+
+void cuda::upload(Context &ctx, const HostTensor &host,
+                  const DeviceTensor &out) {
+  if (host.shape != out.shape)
+    fail(ctx, absl::StrCat("a tensor of shape ", shapeString(host.shape),
+                           " where ", shapeString(out.shape), " was expected"));
+  int64_t n = host.numel();
+  std::vector<char> bytes(size_t(n * dtypeBytes(out.dtype)));
+  for (int64_t i = 0; i < n; ++i) {
+    char *at = bytes.data() + i * dtypeBytes(out.dtype);
+    double value = host.at(i);
+    switch (out.dtype) {
+    case DType::F32: {
+      float f = float(value);
+      std::memcpy(at, &f, 4);
+      break;
+    }
+    case DType::BF16: {
+      uint16_t b = floatToBF16Bits(float(value));
+      std::memcpy(at, &b, 2);
+      break;
+    }
+    case DType::F16: {
+      uint16_t b = floatToF16Bits(float(value));
+      std::memcpy(at, &b, 2);
+      break;
+    }
+    case DType::I64: {
+      int64_t v = host.isFloat() ? int64_t(value) : host.ints[size_t(i)];
+      std::memcpy(at, &v, 8);
+      break;
+    }
+    case DType::I32: {
+      int32_t v = int32_t(host.isFloat() ? int64_t(value) : host.ints[size_t(i)]);
+      std::memcpy(at, &v, 4);
+      break;
+    }
+    case DType::Bool:
+      *at = value != 0;
+      break;
+    case DType::F64:
+      fail(ctx, "f64 tensors are not supported on the GPU");
+    }
+  }
+  check(ctx, cudaMemcpyAsync(out.data, bytes.data(), bytes.size(),
+                             cudaMemcpyHostToDevice, ctx.compute),
+        "cudaMemcpyAsync");
+  check(ctx, cudaStreamSynchronize(ctx.compute), "cudaStreamSynchronize");
+}
+
+HostTensor cuda::download(Context &ctx, const DeviceTensor &t) {
+  std::vector<char> bytes(size_t(t.bytes()));
+  check(ctx, cudaStreamSynchronize(ctx.compute), "cudaStreamSynchronize");
+  check(ctx, cudaMemcpy(bytes.data(), t.data, bytes.size(),
+                        cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
+  HostTensor host(t.dtype, t.shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const char *at = bytes.data() + i * dtypeBytes(t.dtype);
+    switch (t.dtype) {
+    case DType::F32:
+      std::memcpy(&host.floats[size_t(i)], at, 4);
+      break;
+    case DType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, at, 2);
+      host.floats[size_t(i)] = bf16BitsToFloat(b);
+      break;
+    }
+    case DType::F16: {
+      uint16_t b;
+      std::memcpy(&b, at, 2);
+      host.floats[size_t(i)] = f16BitsToFloat(b);
+      break;
+    }
+    case DType::I64:
+      std::memcpy(&host.ints[size_t(i)], at, 8);
+      break;
+    case DType::I32: {
+      int32_t v;
+      std::memcpy(&v, at, 4);
+      host.ints[size_t(i)] = v;
+      break;
+    }
+    case DType::Bool:
+      host.ints[size_t(i)] = *at != 0;
+      break;
+    case DType::F64:
+      fail(ctx, "f64 tensors are not supported on the GPU");
+    }
+  }
+  return host;
+}
+
+void cuda::loadWeight(Context &ctx, const std::string &name,
+                      const DeviceTensor &out) {
+  std::string path = ctx.weightsDir + "/" + name;
+  absl::StatusOr<HostTensor> tensor = readNpy(path);
+  if (!tensor.ok())
+    fail(ctx, absl::StrCat("cannot load weight '", path,
+                           "': ", tensor.status().message()));
+  upload(ctx, *tensor, out);
+}
+
+void cuda::waitFor(Context &ctx, cudaEvent_t done) {
+  check(ctx, cudaStreamWaitEvent(ctx.compute, done, 0), "cudaStreamWaitEvent");
+  check(ctx, cudaEventDestroy(done), "cudaEventDestroy");
+}
+
+// ---- Communicators ---------------------------------------------------------
+
+namespace {
+
+ncclDataType_t ncclType(const Context &ctx, DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return ncclFloat32;
+  case DType::BF16:
+    return ncclBfloat16;
+  case DType::F16:
+    return ncclFloat16;
+  case DType::I64:
+    return ncclInt64;
+  case DType::I32:
+    return ncclInt32;
+  case DType::Bool:
+    return ncclUint8;
+  case DType::F64:
+    break;
+  }
+  fail(ctx, "f64 tensors are not supported by NCCL here");
+}
+
+ncclRedOp_t ncclOp(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Max:
+    return ncclMax;
+  case ReduceOp::Min:
+    return ncclMin;
+  case ReduceOp::Avg:
+    return ncclAvg;
+  case ReduceOp::Sum:
+    break;
+  }
+  return ncclSum;
+}
+
+/// Collectives that have been issued and not yet seen to finish, for the
+/// watchdog.
+struct InFlight {
+  std::string what;
+  std::chrono::steady_clock::time_point issued;
+  cudaEvent_t done;
+};
+
+/// One rank per process over NCCL: a communicator per mesh-axis group,
+/// split from the world's, and a watchdog thread. The watchdog polls
+/// ncclCommGetAsyncError and the collectives' completion events; on an
+/// error, or a collective older than the timeout, it names the collective,
+/// aborts every communicator and exits the process non-zero.
+class NcclCommunicator : public DeviceCommunicator {
+public:
+  NcclCommunicator(int rank, int worldSize, const ncclUniqueId &id,
+                   std::chrono::milliseconds timeout, const Context &ctx)
+      : rank(rank), timeout(timeout) {
+    checkNccl(ctx, ncclCommInitRank(&world, worldSize, id, rank),
+              "ncclCommInitRank");
+    watchdog = std::thread([this] { watch(); });
+  }
+  ~NcclCommunicator() override {
+    stopping = true;
+    watchdog.join();
+    std::lock_guard<std::mutex> lock(mutex);
+    for (InFlight &f : inFlight)
+      cudaEventDestroy(f.done);
+    for (auto &[group, comm] : groups)
+      ncclCommDestroy(comm);
+    ncclCommDestroy(world);
+  }
+
+  void allReduce(Context &ctx, const std::vector<int> &group,
+                 const DeviceTensor &x, ReduceOp op,
+                 const DeviceTensor &out) override {
+    int64_t n = int64_t(group.size());
+    sent += 2 * (n - 1) * x.bytes() / n;
+    checkNccl(ctx,
+              ncclAllReduce(x.data, out.data, size_t(x.numel()),
+                            ncclType(ctx, x.dtype), ncclOp(op),
+                            commFor(ctx, group), ctx.comm),
+              "ncclAllReduce");
+    track(ctx, "all_reduce");
+  }
+  void allGather0(Context &ctx, const std::vector<int> &group,
+                  const DeviceTensor &x, const DeviceTensor &out) override {
+    sent += (int64_t(group.size()) - 1) * x.bytes();
+    checkNccl(ctx,
+              ncclAllGather(x.data, out.data, size_t(x.numel()),
+                            ncclType(ctx, x.dtype), commFor(ctx, group),
+                            ctx.comm),
+              "ncclAllGather");
+    track(ctx, "all_gather");
+  }
+  void reduceScatter0(Context &ctx, const std::vector<int> &group,
+                      const DeviceTensor &x, ReduceOp op,
+                      const DeviceTensor &out) override {
+    int64_t n = int64_t(group.size());
+    sent += (n - 1) * x.bytes() / n;
+    checkNccl(ctx,
+              ncclReduceScatter(x.data, out.data, size_t(out.numel()),
+                                ncclType(ctx, x.dtype), ncclOp(op),
+                                commFor(ctx, group), ctx.comm),
+              "ncclReduceScatter");
+    track(ctx, "reduce_scatter");
+  }
+  void allToAll0(Context &ctx, const std::vector<int> &group,
+                 const DeviceTensor &x, const DeviceTensor &out) override {
+    int64_t n = int64_t(group.size());
+    sent += (n - 1) * x.bytes() / n;
+    ncclComm_t comm = commFor(ctx, group);
+    size_t count = size_t(x.numel() / n);
+    size_t bytes = size_t(x.bytes() / n);
+    checkNccl(ctx, ncclGroupStart(), "ncclGroupStart");
+    for (int64_t j = 0; j < n; ++j) {
+      checkNccl(ctx,
+                ncclSend(static_cast<char *>(x.data) + j * bytes, count,
+                         ncclType(ctx, x.dtype), int(j), comm, ctx.comm),
+                "ncclSend");
+      checkNccl(ctx,
+                ncclRecv(static_cast<char *>(out.data) + j * bytes, count,
+                         ncclType(ctx, x.dtype), int(j), comm, ctx.comm),
+                "ncclRecv");
+    }
+    checkNccl(ctx, ncclGroupEnd(), "ncclGroupEnd");
+    track(ctx, "all_to_all");
+  }
+  void permute(Context &ctx, const std::vector<int> &group,
+               const DeviceTensor &x, int64_t shift,
+               const DeviceTensor &out) override {
+    int64_t n = int64_t(group.size());
+    int64_t index = std::find(group.begin(), group.end(), ctx.rank) -
+                    group.begin();
+    int to = int(((index + shift) % n + n) % n);
+    int from = int(((index - shift) % n + n) % n);
+    sent += x.bytes();
+    ncclComm_t comm = commFor(ctx, group);
+    checkNccl(ctx, ncclGroupStart(), "ncclGroupStart");
+    checkNccl(ctx,
+              ncclSend(x.data, size_t(x.numel()), ncclType(ctx, x.dtype), to,
+                       comm, ctx.comm),
+              "ncclSend");
+    checkNccl(ctx,
+              ncclRecv(out.data, size_t(out.numel()), ncclType(ctx, x.dtype),
+                       from, comm, ctx.comm),
+              "ncclRecv");
+    checkNccl(ctx, ncclGroupEnd(), "ncclGroupEnd");
+    track(ctx, "collective_permute");
+  }
+  int64_t bytesSent() const override { return sent; }
+
+private:
+  void checkNccl(const Context &ctx, ncclResult_t result, const char *call) {
+    if (result != ncclSuccess)
+      fail(ctx, absl::StrCat(call, ": ", ncclGetErrorString(result), " (",
+                             ncclGetLastError(world), ")"));
+  }
+
+  /// The group's communicator, split from the world's the first time (every
+  /// rank reaches the same collective in the same order, so every rank
+  /// splits at the same point).
+  ncclComm_t commFor(const Context &ctx, const std::vector<int> &group) {
+    auto found = groups.find(group);
+    if (found != groups.end())
+      return found->second;
+    int key = int(std::find(group.begin(), group.end(), ctx.rank) -
+                  group.begin());
+    ncclComm_t comm = nullptr;
+    checkNccl(ctx, ncclCommSplit(world, group.front(), key, &comm, nullptr),
+              "ncclCommSplit");
+    std::lock_guard<std::mutex> lock(mutex);
+    groups[group] = comm;
+    return comm;
+  }
+
+  void track(const Context &ctx, const char *kind) {
+    cudaEvent_t done;
+    check(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+          "cudaEventCreate");
+    check(ctx, cudaEventRecord(done, ctx.comm), "cudaEventRecord");
+    std::lock_guard<std::mutex> lock(mutex);
+    inFlight.push_back({absl::StrCat(kind, " #", ++issued, " (", ctx.op, ")"),
+                        std::chrono::steady_clock::now(), done});
+  }
+
+  [[noreturn]] void abortAll(const std::string &why) {
+    std::cerr << "error: rank " << rank << ": watchdog: " << why
+              << "; aborting the NCCL communicators" << std::endl;
+    for (auto &[group, comm] : groups)
+      ncclCommAbort(comm);
+    ncclCommAbort(world);
+    std::_Exit(1);
+  }
+
+  void watch() {
+    while (!stopping) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::lock_guard<std::mutex> lock(mutex);
+      std::vector<ncclComm_t> all{world};
+      for (auto &[group, comm] : groups)
+        all.push_back(comm);
+      for (ncclComm_t comm : all) {
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(comm, &state) == ncclSuccess &&
+            state != ncclSuccess && state != ncclInProgress)
+          abortAll(absl::StrCat(
+              "NCCL reported ", ncclGetErrorString(state),
+              inFlight.empty() ? std::string()
+                               : " during " + inFlight.front().what));
+      }
+      auto now = std::chrono::steady_clock::now();
+      while (!inFlight.empty()) {
+        InFlight &oldest = inFlight.front();
+        cudaError_t query = cudaEventQuery(oldest.done);
+        if (query == cudaSuccess) {
+          cudaEventDestroy(oldest.done);
+          inFlight.erase(inFlight.begin());
+          continue;
+        }
+        if (query != cudaErrorNotReady)
+          abortAll(absl::StrCat(oldest.what, " failed: ",
+                                cudaGetErrorString(query)));
+        if (now - oldest.issued > timeout)
+          abortAll(absl::StrCat(
+              oldest.what, " did not complete within ",
+              std::chrono::duration_cast<std::chrono::milliseconds>(timeout)
+                  .count(),
+              " ms (a rank never joined it, or hangs)"));
+        break;
+      }
+    }
+  }
+
+  int rank;
+  std::chrono::milliseconds timeout;
+  ncclComm_t world = nullptr;
+  std::map<std::vector<int>, ncclComm_t> groups;
+  std::mutex mutex;
+  std::vector<InFlight> inFlight;
+  int64_t issued = 0;
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> sent{0};
+  std::thread watchdog;
+};
+
+/// Ranks as threads sharing one GPU: each collective stages its tensor
+/// through the host and meets the others in the in-process communicator
+/// (whose own timeout names the missing ranks).
+class InProcessDeviceCommunicator : public DeviceCommunicator {
+public:
+  InProcessDeviceCommunicator(InProcessCommunicator &host, int rank)
+      : host(host), rank(rank) {}
+
+  void allReduce(Context &ctx, const std::vector<int> &group,
+                 const DeviceTensor &x, ReduceOp op,
+                 const DeviceTensor &out) override {
+    finish(ctx, host.allReduce(rank, group, stage(ctx, x), op), out);
+  }
+  void allGather0(Context &ctx, const std::vector<int> &group,
+                  const DeviceTensor &x, const DeviceTensor &out) override {
+    finish(ctx, host.allGather(rank, group, stage(ctx, x), 0), out);
+  }
+  void reduceScatter0(Context &ctx, const std::vector<int> &group,
+                      const DeviceTensor &x, ReduceOp op,
+                      const DeviceTensor &out) override {
+    finish(ctx, host.reduceScatter(rank, group, stage(ctx, x), 0, op), out);
+  }
+  void allToAll0(Context &ctx, const std::vector<int> &group,
+                 const DeviceTensor &x, const DeviceTensor &out) override {
+    finish(ctx, host.allToAll(rank, group, stage(ctx, x), 0, 0), out);
+  }
+  void permute(Context &ctx, const std::vector<int> &group,
+               const DeviceTensor &x, int64_t shift,
+               const DeviceTensor &out) override {
+    finish(ctx, host.permute(rank, group, stage(ctx, x), shift), out);
+  }
+  int64_t bytesSent() const override { return host.bytesSent(rank); }
+
+private:
+  HostTensor stage(Context &ctx, const DeviceTensor &x) {
+    check(ctx, cudaStreamSynchronize(ctx.comm), "cudaStreamSynchronize");
+    std::swap(ctx.compute, ctx.comm);
+    HostTensor staged = download(ctx, x);
+    std::swap(ctx.compute, ctx.comm);
+    return staged;
+  }
+  void finish(Context &ctx, absl::StatusOr<HostTensor> result,
+              const DeviceTensor &out) {
+    if (!result.ok())
+      fail(ctx, std::string(result.status().message()));
+    std::swap(ctx.compute, ctx.comm);
+    upload(ctx, *result, out);
+    std::swap(ctx.compute, ctx.comm);
+  }
+
+  InProcessCommunicator &host;
+  int rank;
+};
+
+// ---- The driver ------------------------------------------------------------
+
+/// Streams, cuBLASLt and the arena of one rank, released at scope exit.
+struct RankResources {
+  Context ctx;
+  explicit RankResources(int rank, const CudaProgramSpec &spec,
+                         const std::string &weightsDir) {
+    ctx.rank = rank;
+    ctx.mesh = spec.mesh;
+    ctx.weightsDir = weightsDir;
+    check(ctx, cudaStreamCreateWithFlags(&ctx.compute, cudaStreamNonBlocking),
+          "cudaStreamCreate");
+    check(ctx, cudaStreamCreateWithFlags(&ctx.comm, cudaStreamNonBlocking),
+          "cudaStreamCreate");
+    cublasLtHandle_t handle = nullptr;
+    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS)
+      fail(ctx, "cublasLtCreate failed");
+    ctx.blasLt = handle;
+    ctx.blasWorkspaceBytes = size_t(32) << 20;
+    check(ctx, cudaMalloc(&ctx.blasWorkspace, ctx.blasWorkspaceBytes),
+          "cudaMalloc (cuBLASLt workspace)");
+    void *arena = nullptr;
+    check(ctx, cudaMalloc(&arena, size_t(std::max<int64_t>(spec.arenaBytes, 1))),
+          absl::StrCat("cudaMalloc (arena of ", spec.arenaBytes, " bytes)")
+              .c_str());
+    ctx.arena = static_cast<char *>(arena);
+  }
+  ~RankResources() {
+    cudaStreamSynchronize(ctx.compute);
+    cudaStreamSynchronize(ctx.comm);
+    cudaFree(ctx.arena);
+    cudaFree(ctx.blasWorkspace);
+    cublasLtDestroy(static_cast<cublasLtHandle_t>(ctx.blasLt));
+    cudaStreamDestroy(ctx.compute);
+    cudaStreamDestroy(ctx.comm);
+  }
+};
+
+int runAsThreads(const CudaProgramSpec &spec, const ProgramArguments &args) {
+  InProcessCommunicator host(int(spec.mesh.size()), args.timeout);
+  RankFunction function = [&](RankContext &rankCtx,
+                              const std::vector<HostTensor> &mine) {
+    RankResources resources(rankCtx.rank, spec, args.weightsDir);
+    InProcessDeviceCommunicator device(host, rankCtx.rank);
+    resources.ctx.communicator = &device;
+    return spec.function(resources.ctx, mine);
+  };
+  std::vector<int64_t> bytes;
+  absl::StatusOr<std::vector<HostTensor>> outputs =
+      runOnMesh(function, spec.mesh, args.weightsDir, args.inputs, spec.inputs,
+                spec.outputs, &bytes, args.timeout);
+  if (!outputs.ok()) {
+    std::cerr << "error: " << outputs.status().message() << "\n";
+    return 1;
+  }
+  return writeProgramOutputs(args.outputDir, *outputs, spec.mesh.size(),
+                             bytes);
+}
+
+int runAsProcess(const CudaProgramSpec &spec, const ProgramArguments &args,
+                 const LaunchInfo &launch) {
+  int n = int(spec.mesh.size());
+  if (launch.launcher == "torchrun") {
+    std::cerr << "error: started by torchrun: exchanging the NCCL id needs "
+                 "the TCP store, which this runtime does not have yet; start "
+                 "it with mpirun or srun\n";
+    return 2;
+  }
+  // MPI hands rank 0's NCCL id to the others, and gathers the outputs.
+  auto created = MpiCommunicator::create(n, args.timeout);
+  if (!created.ok()) {
+    std::cerr << "error: " << created.status().message() << "\n";
+    return 1;
+  }
+  MpiCommunicator &mpi = **created;
+  int rank = mpi.rank();
+  std::vector<int> world;
+  for (int r = 0; r < n; ++r)
+    world.push_back(r);
+  try {
+    int devices = 0;
+    Context probe;
+    probe.rank = rank;
+    check(probe, cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    if (devices == 0)
+      fail(probe, "no CUDA device");
+    check(probe, cudaSetDevice(launch.localRank % devices), "cudaSetDevice");
+    ncclUniqueId id;
+    static_assert(sizeof(id) % 8 == 0, "the NCCL id travels as int64s");
+    HostTensor mine(DType::I64, {1, int64_t(sizeof(id) / 8)});
+    if (rank == 0) {
+      if (ncclGetUniqueId(&id) != ncclSuccess)
+        fail(probe, "ncclGetUniqueId failed");
+      std::memcpy(mine.ints.data(), &id, sizeof(id));
+    }
+    HostTensor ids = valueOrThrow(mpi.allGather(rank, world, mine, 0));
+    std::memcpy(&id, ids.ints.data(), sizeof(id));
+    RankResources resources(rank, spec, args.weightsDir);
+    NcclCommunicator nccl(rank, n, id, args.timeout, resources.ctx);
+    resources.ctx.communicator = &nccl;
+    std::vector<HostTensor> blocks;
+    for (size_t i = 0; i < args.inputs.size(); ++i)
+      blocks.push_back(
+          scatterBlock(args.inputs[i], spec.inputs[i], spec.mesh, rank));
+    std::vector<HostTensor> results = spec.function(resources.ctx, blocks);
+    check(resources.ctx, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::vector<int64_t> bytes;
+    std::vector<HostTensor> outputs = gatherFromProcesses(
+        mpi, rank, spec.mesh, spec.outputs, results, nccl.bytesSent(), bytes);
+    if (rank == 0 &&
+        writeProgramOutputs(args.outputDir, outputs, n, bytes) != 0)
+      mpi.abortJob(1);
+  } catch (const std::exception &e) {
+    std::cerr << "error: rank " << rank << ": " << e.what() << std::endl;
+    mpi.abortJob(1);
+  }
+  return 0;
+}
+
+} // namespace
+
+int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
+  absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
+  if (!launch.ok()) {
+    std::cerr << "error: " << launch.status().message() << "\n";
+    return 2;
+  }
+  bool processes = launch->worldSize > 1;
+  if (processes) {
+    absl::Status status = checkWorldSize(*launch, int(spec.mesh.size()));
+    if (!status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      return 2;
+    }
+  }
+  int exitCode = 0;
+  absl::StatusOr<ProgramArguments> args =
+      parseProgramArguments(argc, argv, spec.inputs.size(), &exitCode);
+  if (!args.ok())
+    return exitCode;
+  return processes ? runAsProcess(spec, *args, *launch)
+                   : runAsThreads(spec, *args);
+}
