@@ -61,6 +61,7 @@ private:
   llvm::raw_ostream &os;
   std::string weightsDir;
   llvm::DenseMap<Value, std::string> names;
+  llvm::DenseMap<Operation *, std::string> shardFiles;
   int counter = 0;
   int weights = 0;
 };
@@ -69,6 +70,11 @@ LogicalResult Emitter::emitWeight(Operation *op, ElementsAttr value) {
   FailureOr<std::string> file = writeWeight(op, value, weightsDir, weights);
   if (failed(file))
     return failure();
+  // A weight sliced for this rank: read only the rank's shard.
+  if (AllSliceOp slice = shardingSlice(op)) {
+    shardFiles[slice] = *file;
+    return success();
+  }
   assign(op->getResult(0), "loadWeight(ctx, \"" + *file + "\")");
   return success();
 }
@@ -305,6 +311,13 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](AllSliceOp c) {
+        auto file = shardFiles.find(c);
+        if (file != shardFiles.end()) {
+          assign(c.getResult(), "loadWeightShard(ctx, \"" + file->second +
+                                    "\", " + strings(c.getAxes()) + ", " +
+                                    std::to_string(c.getDim()) + ")");
+          return success();
+        }
         assign(c.getResult(), "allSlice(ctx, " + arg(0) + ", " +
                                   strings(c.getAxes()) + ", " +
                                   std::to_string(c.getDim()) + ", " +

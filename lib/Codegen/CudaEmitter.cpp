@@ -133,6 +133,8 @@ private:
   llvm::DenseMap<Value, Value> aliasOf;
   llvm::DenseMap<Value, int64_t> defined, lastUse, offset;
   llvm::DenseMap<Value, std::string> names;
+  /// Weights read as this rank's shard by the all_slice that uses them.
+  llvm::DenseMap<Operation *, std::string> shardFiles;
   llvm::MapVector<Value, std::string> pendingEvents;
   int64_t end = 0;
   int counter = 0;
@@ -226,7 +228,8 @@ void CudaEmitter::assignBuffers() {
   for (BlockArgument arg : func.getArguments())
     owners.push_back(arg);
   for (Operation &op : func.getBody().front()) {
-    if (inlined.contains(&op) || isa<ReshapeOp, func::ReturnOp>(op))
+    if (inlined.contains(&op) || isa<ReshapeOp, func::ReturnOp>(op) ||
+        shardingSlice(&op))
       continue;
     if (geluOf.count(&op))
       continue; // the GELU's result is the GEMM's output
@@ -491,6 +494,10 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
         writeWeight(op, value, weightsDir, weightFiles);
     if (failed(file))
       return failure();
+    if (AllSliceOp slice = shardingSlice(op)) {
+      shardFiles[slice] = *file;
+      return success();
+    }
     std::string o = out();
     os << "  loadWeight(ctx, \"" << *file << "\", " << o << ");\n";
     return success();
@@ -690,6 +697,13 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
       })
       .Case([&](AllSliceOp c) {
         std::string o = out();
+        auto file = shardFiles.find(c);
+        if (file != shardFiles.end()) {
+          os << "  loadWeightShard(ctx, \"" << file->second << "\", "
+             << strings(c.getAxes()) << ", " << c.getDim() << ", " << o
+             << ");\n";
+          return success();
+        }
         os << "  allSlice(ctx, " << tensor(c->getOperand(0)) << ", "
            << strings(c.getAxes()) << ", " << c.getDim() << ", "
            << (c.getZigzag() ? "true" : "false") << ", " << o << ");\n";

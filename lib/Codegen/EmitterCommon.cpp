@@ -144,6 +144,15 @@ FailureOr<std::string> codegen::writeWeight(Operation *op, ElementsAttr value,
   return file;
 }
 
+AllSliceOp codegen::shardingSlice(Operation *weight) {
+  if (!isa<ParameterOp, ConstantOp>(weight) || !weight->hasOneUse())
+    return {};
+  auto slice = dyn_cast<AllSliceOp>(*weight->getUsers().begin());
+  if (!slice || slice.getZigzag())
+    return {};
+  return slice;
+}
+
 FailureOr<std::string> codegen::weightsDirectory(ModuleOp module,
                                                  StringRef outDir) {
   llvm::SmallString<256> weightsDir(outDir);

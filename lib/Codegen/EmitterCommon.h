@@ -42,6 +42,10 @@ mlir::FailureOr<std::string> writeWeight(mlir::Operation *op,
                                          mlir::ElementsAttr value,
                                          llvm::StringRef weightsDir,
                                          int &counter);
+/// The all_slice that is the only user of a weight (a parameter or
+/// constant), if any: each rank then reads only its shard of the file.
+AllSliceOp shardingSlice(mlir::Operation *weight);
+
 /// Creates `<outDir>/weights`.
 mlir::FailureOr<std::string> weightsDirectory(mlir::ModuleOp module,
                                               llvm::StringRef outDir);

@@ -19,30 +19,45 @@
 
 namespace weft::rt {
 
-absl::StatusOr<HostTensor> readNpy(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::string bytes((std::istreambuf_iterator<char>(file)),
-                    std::istreambuf_iterator<char>());
-  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
+namespace {
+
+struct NpyHeader {
+  std::string type;
+  Shape shape;
+  /// Where the data starts.
+  size_t dataOffset = 0;
+};
+
+/// Reads the header of an open .npy file.
+absl::StatusOr<NpyHeader> readHeader(std::ifstream &file,
+                                     const std::string &path) {
+  char prefix[12] = {};
+  file.read(prefix, sizeof(prefix));
+  size_t got = size_t(file.gcount());
+  if (got < 10 || std::memcmp(prefix, "\x93NUMPY", 6) != 0)
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a .npy file"));
   size_t headerLength, headerStart;
-  if (bytes[6] == 1) {
-    headerLength = static_cast<uint8_t>(bytes[8]) |
-                   (static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8);
+  if (prefix[6] == 1) {
+    headerLength = static_cast<uint8_t>(prefix[8]) |
+                   (static_cast<size_t>(static_cast<uint8_t>(prefix[9])) << 8);
     headerStart = 10;
   } else {
-    if (bytes.size() < 12)
+    if (got < 12)
       return absl::InvalidArgumentError(absl::StrCat(path, " is truncated"));
     headerLength = 0;
     for (int i = 3; i >= 0; --i)
-      headerLength = (headerLength << 8) | static_cast<uint8_t>(bytes[8 + i]);
+      headerLength = (headerLength << 8) | static_cast<uint8_t>(prefix[8 + i]);
     headerStart = 12;
   }
-  if (bytes.size() < headerStart + headerLength)
+  if (headerLength > (1u << 20))
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the .npy header is too long"));
+  std::string header(headerLength, '\0');
+  file.clear();
+  file.seekg(std::streamoff(headerStart));
+  file.read(header.data(), std::streamsize(headerLength));
+  if (size_t(file.gcount()) != headerLength)
     return absl::InvalidArgumentError(absl::StrCat(path, " is truncated"));
-  std::string header = bytes.substr(headerStart, headerLength);
   std::smatch descr, order, shapeMatch;
   if (!std::regex_search(header, descr, std::regex("'descr':\\s*'([^']*)'")) ||
       !std::regex_search(header, order,
@@ -54,15 +69,33 @@ absl::StatusOr<HostTensor> readNpy(const std::string &path) {
   if (order[1] == "True")
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": Fortran-order arrays are not supported"));
-  Shape shape;
+  NpyHeader result;
   std::string dims = shapeMatch[1];
   std::regex number("\\d+");
   for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number);
        it != std::sregex_iterator(); ++it)
-    shape.push_back(std::stoll(it->str()));
-  std::string type = descr[1];
-  const char *data = bytes.data() + headerStart + headerLength;
-  size_t available = bytes.size() - headerStart - headerLength;
+    result.shape.push_back(std::stoll(it->str()));
+  result.type = descr[1];
+  result.dataOffset = headerStart + headerLength;
+  return result;
+}
+
+/// Bytes per element of a supported .npy type, 0 if unsupported.
+size_t elementWidth(const std::string &type) {
+  if (type == "<f8" || type == "<i8")
+    return 8;
+  if (type == "<f4" || type == "<i4")
+    return 4;
+  if (type == "<f2")
+    return 2;
+  if (type == "|b1")
+    return 1;
+  return 0;
+}
+
+absl::StatusOr<HostTensor> decode(const std::string &path,
+                                  const std::string &type, const Shape &shape,
+                                  const char *data, size_t available) {
   int64_t count = numElements(shape);
   auto need = [&](size_t width) -> absl::Status {
     if (available < count * width)
@@ -116,6 +149,65 @@ absl::StatusOr<HostTensor> readNpy(const std::string &path) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat(path, ": element type '", type, "' is not supported"));
+}
+
+} // namespace
+
+absl::StatusOr<HostTensor> readNpy(const std::string &path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  absl::StatusOr<NpyHeader> header = readHeader(file, path);
+  if (!header.ok())
+    return header.status();
+  file.clear();
+  file.seekg(std::streamoff(header->dataOffset));
+  std::string bytes((std::istreambuf_iterator<char>(file)),
+                    std::istreambuf_iterator<char>());
+  return decode(path, header->type, header->shape, bytes.data(), bytes.size());
+}
+
+absl::StatusOr<HostTensor> readNpyShard(const std::string &path, int64_t dim,
+                                        int64_t index, int64_t parts) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  absl::StatusOr<NpyHeader> header = readHeader(file, path);
+  if (!header.ok())
+    return header.status();
+  const Shape &shape = header->shape;
+  size_t width = elementWidth(header->type);
+  if (width == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": element type '", header->type, "' is not supported"));
+  if (dim < 0 || dim >= int64_t(shape.size()) || parts <= 0 ||
+      shape[size_t(dim)] % parts != 0 || index < 0 || index >= parts)
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": shape ", shapeString(shape), " has no shard ", index, " of ",
+        parts, " along dimension ", dim));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[size_t(d)];
+  for (size_t d = size_t(dim) + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  int64_t piece = shape[size_t(dim)] / parts;
+  size_t run = size_t(piece * inner) * width;
+  std::string bytes(size_t(outer) * run, '\0');
+  // Only the shard's bytes: one contiguous run per outer index.
+  for (int64_t o = 0; o < outer; ++o) {
+    size_t from = header->dataOffset +
+                  size_t((o * shape[size_t(dim)] + index * piece) * inner) *
+                      width;
+    file.clear();
+    file.seekg(std::streamoff(from));
+    file.read(bytes.data() + size_t(o) * run, std::streamsize(run));
+    if (size_t(file.gcount()) != run)
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " is truncated (shape ", shapeString(shape), ")"));
+  }
+  Shape shard = shape;
+  shard[size_t(dim)] = piece;
+  return decode(path, header->type, shard, bytes.data(), bytes.size());
 }
 
 absl::Status writeNpy(const std::string &path, const HostTensor &tensor) {

@@ -186,10 +186,7 @@ HostTensor weft::rt::allToAll(RankContext &ctx, const HostTensor &x,
 HostTensor weft::rt::allSlice(RankContext &ctx, const HostTensor &x,
                               const std::vector<std::string> &axes,
                               int64_t dim, bool zigzag) {
-  int64_t parts = 1;
-  for (const std::string &axis : axes)
-    parts *= ctx.mesh.axisSize(axis);
-  int64_t index = ctx.mesh.indexIn(ctx.rank, axes);
+  auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
   return zigzag ? zigzagSlice(x, dim, index, ctx.mesh.axisSize(axes.front()),
                               parts)
                 : sliceForRank(x, dim, index, parts);
@@ -206,6 +203,28 @@ HostTensor weft::rt::loadWeight(const RankContext &ctx,
                                 const std::string &name) {
   std::string path = ctx.weightsDir + "/" + name;
   absl::StatusOr<HostTensor> tensor = readNpy(path);
+  if (!tensor.ok())
+    throw std::runtime_error(absl::StrCat("cannot load weight '", path,
+                                          "': ", tensor.status().message()));
+  return std::move(*tensor);
+}
+
+std::pair<int64_t, int64_t>
+weft::rt::shardOf(const Mesh &mesh, int rank,
+                  const std::vector<std::string> &axes) {
+  int64_t parts = 1;
+  for (const std::string &axis : axes)
+    parts *= mesh.axisSize(axis);
+  return {mesh.indexIn(rank, axes), parts};
+}
+
+HostTensor weft::rt::loadWeightShard(const RankContext &ctx,
+                                     const std::string &name,
+                                     const std::vector<std::string> &axes,
+                                     int64_t dim) {
+  std::string path = ctx.weightsDir + "/" + name;
+  auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
+  absl::StatusOr<HostTensor> tensor = readNpyShard(path, dim, index, parts);
   if (!tensor.ok())
     throw std::runtime_error(absl::StrCat("cannot load weight '", path,
                                           "': ", tensor.status().message()));

@@ -146,6 +146,18 @@ void cuda::loadWeight(Context &ctx, const std::string &name,
   upload(ctx, *tensor, out);
 }
 
+void cuda::loadWeightShard(Context &ctx, const std::string &name,
+                           const std::vector<std::string> &axes, int64_t dim,
+                           const DeviceTensor &out) {
+  std::string path = ctx.weightsDir + "/" + name;
+  auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
+  absl::StatusOr<HostTensor> tensor = readNpyShard(path, dim, index, parts);
+  if (!tensor.ok())
+    fail(ctx, absl::StrCat("cannot load weight '", path,
+                           "': ", tensor.status().message()));
+  upload(ctx, *tensor, out);
+}
+
 void cuda::waitFor(Context &ctx, cudaEvent_t done) {
   check(ctx, cudaStreamWaitEvent(ctx.compute, done, 0), "cudaStreamWaitEvent");
   check(ctx, cudaEventDestroy(done), "cudaEventDestroy");

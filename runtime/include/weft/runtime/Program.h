@@ -70,6 +70,14 @@ HostTensor permute(RankContext &ctx, const HostTensor &x,
                    const std::vector<std::string> &axes, int64_t shift);
 /// A weight or constant written next to the program (`<weightsDir>/<name>`).
 HostTensor loadWeight(const RankContext &ctx, const std::string &name);
+/// This rank's block, along `dim` over mesh `axes`, of a weight written next
+/// to the program, reading only that block from the file (what
+/// allSlice(loadWeight(...)) computes).
+HostTensor loadWeightShard(const RankContext &ctx, const std::string &name,
+                           const std::vector<std::string> &axes, int64_t dim);
+/// The shard's index and count for `rank` over `axes`.
+std::pair<int64_t, int64_t> shardOf(const Mesh &mesh, int rank,
+                                    const std::vector<std::string> &axes);
 /// The value of a kernel that may fail; throws its message.
 HostTensor valueOrThrow(absl::StatusOr<HostTensor> value);
 

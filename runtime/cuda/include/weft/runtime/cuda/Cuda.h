@@ -77,6 +77,11 @@ void upload(Context &ctx, const HostTensor &host, const DeviceTensor &out);
 HostTensor download(Context &ctx, const DeviceTensor &t);
 /// A weight from `<weightsDir>/<name>` into `out` (its dtype converted).
 void loadWeight(Context &ctx, const std::string &name, const DeviceTensor &out);
+/// This rank's block of a weight along `dim` over mesh `axes`, reading only
+/// that block from the file.
+void loadWeightShard(Context &ctx, const std::string &name,
+                     const std::vector<std::string> &axes, int64_t dim,
+                     const DeviceTensor &out);
 
 // Kernels. Float tensors may be f32, bf16 or f16 (computed in f32).
 enum class Epilogue { None, Bias, GeluBias, Gelu };
