@@ -4,7 +4,8 @@
 # table, why the first wins, and an HTML report. Then one GPT-2 block,
 # partitioned by hand for 2-way tensor parallelism, canonicalized by weft-opt,
 # with the sharding rule and cost of every op the planner will read; then a
-# small GPT-2 export imported, raised and run against torch.
+# small GPT-2 export imported, raised and run against torch, partitioned, and
+# compiled for the CPU and run on 4 simulated devices.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WEFT_BUILD_DIR:-$root/build}
@@ -42,3 +43,38 @@ echo "== weft run $(basename "$model") --check (against torch)"
 echo "== weft run $(basename "$model") --devices 8 --plan-spec dp=2,tp=2,sp=1,cp=2 --check"
 "$build/bin/weft" run "$model" --data-dir "$root/test/models/gpt2/test_data_set_0" \
   --devices 8 --plan-spec "dp=2,tp=2,sp=1,cp=2" --check --rtol 1e-4 --atol 1e-5
+
+# The same model compiled: the planner evaluates the chosen plan (2-way tensor
+# parallelism with Megatron SP x a load-balanced ring of 2) on 4 GPUs and
+# writes it as JSON; weft compile emits the rank program for the CPU against
+# the installed runtime and builds it; the program runs 4 simulated devices
+# (threads) and its output is checked against weft run under the same plan.
+out="$build/examples/gpt2-compiled"
+rm -rf "$out" && mkdir -p "$out/result" "$out/reference"
+plan="$build/examples/gpt2-plan.json"
+echo "== weft plan $(basename "$model") --cluster a100-80g:4x1 --evaluate dp=1,tp=2,pp=1,cp=2,sp=1 --json"
+"$build/bin/weft" plan "$model" --cluster a100-80g:4x1 --global-batch 2 --seq-len 8 \
+  --evaluate "dp=1,tp=2,pp=1,cp=2,sp=1" --json "$plan" | tail -2
+cmake --install "$build" --prefix "$out/runtime" > /dev/null
+echo "== weft compile $(basename "$model") --plan $(basename "$plan") --target cpu --build"
+"$build/bin/weft" compile "$model" --batch-size 2 --seq-len 8 --plan "$plan" --target cpu \
+  -o "$out/project" --build --runtime-prefix "$out/runtime" | grep -v "^\[" 
+python=/usr/bin/python3
+"$python" - "$root/test/models/gpt2/test_data_set_0/input_0.pb" "$out/input_0.npy" <<'PY'
+import sys, numpy, onnx
+from onnx import numpy_helper
+tensor = onnx.TensorProto()
+tensor.ParseFromString(open(sys.argv[1], "rb").read())
+numpy.save(sys.argv[2], numpy_helper.to_array(tensor))
+PY
+echo "== the compiled program on 4 simulated devices"
+"$out/project/build/program" "$out/project/weights" "$out/result" "$out/input_0.npy"
+"$build/bin/weft" run "$model" --batch-size 2 --seq-len 8 -i "$out/input_0.npy" --plan "$plan" \
+  -o "$out/reference" --output-format npy
+"$python" - "$out/result/output_0.npy" "$out/reference/output_0.npy" <<'PY'
+import sys, numpy
+a, b = numpy.load(sys.argv[1]), numpy.load(sys.argv[2])
+difference = float(abs(a - b).max() / abs(b).max())
+print("== compiled program vs weft run: max relative difference %g (limit 1e-5)" % difference)
+sys.exit(0 if difference <= 1e-5 else 1)
+PY

@@ -626,8 +626,9 @@ static int runCompile(MLIRContext &context) {
   if (!cmake)
     return fail("--build needs cmake on the PATH");
   std::string buildDir = outputPath + "/build";
-  std::vector<std::string> configure = {*cmake, "-S", outputPath, "-B",
-                                        buildDir, "-G", "Ninja"};
+  std::vector<std::string> configure = {*cmake,   "-S",     outputPath,
+                                        "-B",     buildDir, "-G",
+                                        "Ninja",  "--log-level=WARNING"};
   if (!runtimePrefix.empty())
     configure.push_back("-DCMAKE_PREFIX_PATH=" + runtimePrefix);
   std::vector<llvm::StringRef> configureArgs(configure.begin(), configure.end());
