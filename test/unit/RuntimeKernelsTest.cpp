@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/runtime/Communicator.h"
 #include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/NpyFile.h"
 
@@ -150,6 +151,28 @@ TEST(RuntimeKernels, NpyRoundTrip) {
   EXPECT_EQ(read->shape, tensor.shape);
   EXPECT_EQ(read->floats, tensor.floats);
   EXPECT_FALSE(readNpy(path).ok());
+}
+
+TEST(RuntimeKernels, NpyShardsAreTheSlicesOfTheArray) {
+  HostTensor tensor = randomTensor({4, 6, 2}, 11);
+  std::string path = ::testing::TempDir() + "weft-npy-shard.npy";
+  ASSERT_TRUE(writeNpy(path, tensor).ok());
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    int64_t parts = tensor.shape[dim];
+    for (int64_t index = 0; index < parts; ++index) {
+      absl::StatusOr<HostTensor> shard = readNpyShard(path, dim, index, parts);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      HostTensor expected = sliceForRank(tensor, dim, index, parts);
+      EXPECT_EQ(shard->shape, expected.shape);
+      EXPECT_EQ(shard->floats, expected.floats) << dim << " " << index;
+    }
+  }
+  // A split that does not divide, a dimension past the rank, a bad index.
+  EXPECT_FALSE(readNpyShard(path, 1, 0, 4).ok());
+  EXPECT_FALSE(readNpyShard(path, 3, 0, 1).ok());
+  EXPECT_FALSE(readNpyShard(path, 0, 4, 4).ok());
+  std::remove(path.c_str());
+  EXPECT_FALSE(readNpyShard(path, 0, 0, 1).ok());
 }
 
 } // namespace
