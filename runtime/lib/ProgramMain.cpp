@@ -9,6 +9,7 @@
 #include "weft/runtime/MpiCommunicator.h"
 #include "weft/runtime/NpyFile.h"
 #include "weft/runtime/Program.h"
+#include "weft/runtime/TcpStore.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -113,17 +114,67 @@ int weft::rt::writeProgramOutputs(const std::string &dir,
   return 0;
 }
 
+absl::StatusOr<std::unique_ptr<ProcessGroup>>
+ProcessGroup::join(const LaunchInfo &launch, int worldSize,
+                   std::chrono::milliseconds timeout) {
+  std::unique_ptr<ProcessGroup> group(new ProcessGroup());
+  group->size = worldSize;
+  group->timeout = timeout;
+  if (launch.launcher == "torchrun") {
+    auto store = TcpStore::connect(launch, timeout);
+    if (!store.ok())
+      return store.status();
+    group->store = std::move(*store);
+    group->myRank = launch.rank;
+    group->comm = std::make_unique<StoreCommunicator>(
+        *group->store, worldSize, launch.rank, timeout);
+    return group;
+  }
+  auto mpi = MpiCommunicator::create(worldSize, timeout);
+  if (!mpi.ok())
+    return mpi.status();
+  group->mpi = mpi->get();
+  group->myRank = (*mpi)->rank();
+  group->comm = std::move(*mpi);
+  return group;
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::abort(const std::string &why) {
+  std::cerr << "error: rank " << myRank << ": " << why << std::endl;
+  if (mpi)
+    mpi->abortJob(1);
+  std::string earlier;
+  if (store && !store->tryGet("abort", earlier).value_or(true))
+    (void)store->set("abort", absl::StrCat("rank ", myRank, " failed: ", why));
+  std::exit(1);
+}
+
+void ProcessGroup::finish() {
+  if (!store)
+    return;
+  (void)store->set(absl::StrCat("done/", myRank), "");
+  if (myRank != 0)
+    return;
+  for (int r = 1; r < size; ++r)
+    (void)store->get(absl::StrCat("done/", r), timeout);
+}
+
 namespace {
 
-/// One rank per process over MPI.
-int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args) {
-  auto created = MpiCommunicator::create(int(spec.mesh.size()), args.timeout);
-  if (!created.ok()) {
-    std::cerr << "error: " << created.status().message() << "\n";
+/// One rank per process: over MPI or the TCP store.
+int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args,
+                 const LaunchInfo &launch) {
+  auto joined = ProcessGroup::join(launch, int(spec.mesh.size()), args.timeout);
+  if (!joined.ok()) {
+    std::cerr << "error: rank " << launch.rank << ": "
+              << joined.status().message() << "\n";
     return 1;
   }
-  MpiCommunicator &comm = **created;
-  int rank = comm.rank();
+  ProcessGroup &group = **joined;
+  ExchangeCommunicator &comm = group.communicator();
+  int rank = group.rank();
   try {
     RankContext ctx{rank, spec.mesh, &comm, args.weightsDir};
     std::vector<HostTensor> mine;
@@ -137,11 +188,11 @@ int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args) {
                             comm.bytesSent(rank), bytes);
     if (rank == 0 && writeProgramOutputs(args.outputDir, outputs,
                                          spec.mesh.size(), bytes) != 0)
-      comm.abortJob(1);
+      group.abort("cannot write the outputs");
   } catch (const std::exception &e) {
-    std::cerr << "error: rank " << rank << ": " << e.what() << std::endl;
-    comm.abortJob(1);
+    group.abort(e.what());
   }
+  group.finish();
   return 0;
 }
 
@@ -161,20 +212,13 @@ int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
       std::cerr << "error: " << status.message() << "\n";
       return 2;
     }
-    if (launch->launcher == "torchrun") {
-      std::cerr << "error: started by torchrun: the CPU runtime runs ranks as "
-                   "processes over MPI only; start it with mpirun -np "
-                << spec.mesh.size()
-                << ", or with no launcher to run the ranks as threads\n";
-      return 2;
-    }
   }
   absl::StatusOr<ProgramArguments> args =
       parseProgramArguments(argc, argv, spec.inputs.size(), &exitCode);
   if (!args.ok())
     return exitCode;
   if (processes)
-    return runAsProcess(spec, *args);
+    return runAsProcess(spec, *args, *launch);
   std::vector<int64_t> bytes;
   absl::StatusOr<std::vector<HostTensor>> outputs =
       runOnMesh(spec.function, spec.mesh, args->weightsDir, args->inputs,

@@ -6,8 +6,14 @@
 
 #include "weft/runtime/Communicator.h"
 #include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/TcpStore.h"
 
 #include "gtest/gtest.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
@@ -177,3 +183,67 @@ TEST(Launch, BadEnvironmentsAreClearErrors) {
   EXPECT_TRUE(checkWorldSize(info, 2).ok());
 }
 } // namespace
+
+namespace {
+
+/// A loopback port that was free a moment ago.
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length);
+  int port = ntohs(address.sin_port);
+  ::close(fd);
+  return port;
+}
+
+} // namespace
+
+TEST(TcpStore, SetGetEraseAndTimeout) {
+  LaunchInfo launch;
+  launch.launcher = "torchrun";
+  launch.masterAddr = "127.0.0.1";
+  launch.masterPort = freePort();
+  auto store = TcpStore::connect(launch, std::chrono::seconds(5));
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->set("key", std::string("v\0alue", 6)).ok());
+  auto value = (*store)->get("key", std::chrono::seconds(1));
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, std::string("v\0alue", 6));
+  ASSERT_TRUE((*store)->erase("key").ok());
+  auto missing = (*store)->get("key", std::chrono::milliseconds(50));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(std::string(missing.status().message()).find("'key'"),
+            std::string::npos);
+  // No port is an error naming the variable.
+  launch.masterPort = 0;
+  EXPECT_NE(std::string(TcpStore::connect(launch, std::chrono::seconds(1))
+                            .status()
+                            .message())
+                .find("MASTER_PORT"),
+            std::string::npos);
+}
+
+TEST(TcpStore, TensorsRoundTripAndMalformedMessagesAreErrors) {
+  HostTensor f(DType::BF16, {2, 3});
+  f.floats = {1, 2, 3, 4, 5, 6.5f};
+  HostTensor i(DType::I64, {4});
+  i.ints = {1, -2, 3, 1LL << 40};
+  for (const HostTensor &t : {f, i}) {
+    auto back = deserializeTensor(serializeTensor(t));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->dtype, t.dtype);
+    EXPECT_EQ(back->shape, t.shape);
+    EXPECT_EQ(back->floats, t.floats);
+    EXPECT_EQ(back->ints, t.ints);
+  }
+  std::string bytes = serializeTensor(f);
+  EXPECT_FALSE(deserializeTensor(bytes.substr(0, bytes.size() - 1)).ok());
+  EXPECT_FALSE(deserializeTensor("").ok());
+  bytes[0] = char(100);
+  EXPECT_FALSE(deserializeTensor(bytes).ok());
+}

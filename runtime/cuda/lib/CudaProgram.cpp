@@ -7,7 +7,6 @@
 #include "weft/runtime/cuda/Cuda.h"
 
 #include "weft/runtime/Launch.h"
-#include "weft/runtime/MpiCommunicator.h"
 #include "weft/runtime/NpyFile.h"
 
 #include "absl/strings/numbers.h"
@@ -523,20 +522,17 @@ int runAsThreads(const CudaProgramSpec &spec, const ProgramArguments &args) {
 int runAsProcess(const CudaProgramSpec &spec, const ProgramArguments &args,
                  const LaunchInfo &launch) {
   int n = int(spec.mesh.size());
-  if (launch.launcher == "torchrun") {
-    std::cerr << "error: started by torchrun: exchanging the NCCL id needs "
-                 "the TCP store, which this runtime does not have yet; start "
-                 "it with mpirun or srun\n";
-    return 2;
-  }
-  // MPI hands rank 0's NCCL id to the others, and gathers the outputs.
-  auto created = MpiCommunicator::create(n, args.timeout);
-  if (!created.ok()) {
-    std::cerr << "error: " << created.status().message() << "\n";
+  // MPI or the TCP store hands rank 0's NCCL id to the others, and gathers
+  // the outputs.
+  auto joined = ProcessGroup::join(launch, n, args.timeout);
+  if (!joined.ok()) {
+    std::cerr << "error: rank " << launch.rank << ": "
+              << joined.status().message() << "\n";
     return 1;
   }
-  MpiCommunicator &mpi = **created;
-  int rank = mpi.rank();
+  ProcessGroup &group = **joined;
+  ExchangeCommunicator &host = group.communicator();
+  int rank = group.rank();
   std::vector<int> world;
   for (int r = 0; r < n; ++r)
     world.push_back(r);
@@ -556,7 +552,7 @@ int runAsProcess(const CudaProgramSpec &spec, const ProgramArguments &args,
         fail(probe, "ncclGetUniqueId failed");
       std::memcpy(mine.ints.data(), &id, sizeof(id));
     }
-    HostTensor ids = valueOrThrow(mpi.allGather(rank, world, mine, 0));
+    HostTensor ids = valueOrThrow(host.allGather(rank, world, mine, 0));
     std::memcpy(&id, ids.ints.data(), sizeof(id));
     RankResources resources(rank, spec, args.weightsDir);
     NcclCommunicator nccl(rank, n, id, args.timeout, resources.ctx);
@@ -569,14 +565,14 @@ int runAsProcess(const CudaProgramSpec &spec, const ProgramArguments &args,
     check(resources.ctx, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     std::vector<int64_t> bytes;
     std::vector<HostTensor> outputs = gatherFromProcesses(
-        mpi, rank, spec.mesh, spec.outputs, results, nccl.bytesSent(), bytes);
+        host, rank, spec.mesh, spec.outputs, results, nccl.bytesSent(), bytes);
     if (rank == 0 &&
         writeProgramOutputs(args.outputDir, outputs, n, bytes) != 0)
-      mpi.abortJob(1);
+      group.abort("cannot write the outputs");
   } catch (const std::exception &e) {
-    std::cerr << "error: rank " << rank << ": " << e.what() << std::endl;
-    mpi.abortJob(1);
+    group.abort(e.what());
   }
+  group.finish();
   return 0;
 }
 

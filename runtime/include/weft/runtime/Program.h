@@ -14,6 +14,9 @@
 
 #include "weft/runtime/Communicator.h"
 #include "weft/runtime/HostTensor.h"
+#include "weft/runtime/Launch.h"
+
+#include <memory>
 
 #include <chrono>
 #include <functional>
@@ -132,6 +135,32 @@ struct ProgramArguments {
 absl::StatusOr<ProgramArguments> parseProgramArguments(int argc, char **argv,
                                                        size_t inputCount,
                                                        int *exitCode);
+/// The host-side communicator of a job with one rank per process: MPI under
+/// mpirun or srun, a TCP store on rank 0 under torchrun.
+class ProcessGroup {
+public:
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>>
+  join(const LaunchInfo &launch, int worldSize,
+       std::chrono::milliseconds timeout);
+  ~ProcessGroup();
+  ExchangeCommunicator &communicator() { return *comm; }
+  int rank() const { return myRank; }
+  /// Prints "error: rank R: why" and ends the job with a non-zero exit:
+  /// MPI_Abort, or an "abort" key that fails the others' next wait.
+  [[noreturn]] void abort(const std::string &why);
+  /// The last step of every rank: with the store, rank 0 keeps serving
+  /// until every rank has said it is done.
+  void finish();
+
+private:
+  ProcessGroup() = default;
+  std::unique_ptr<class TcpStore> store;
+  std::unique_ptr<ExchangeCommunicator> comm;
+  class MpiCommunicator *mpi = nullptr;
+  int myRank = 0, size = 1;
+  std::chrono::milliseconds timeout{0};
+};
+
 /// One rank per process: every rank's output blocks and bytes sent, gathered
 /// over `comm` to the global outputs (on every rank). Throws on failure.
 std::vector<HostTensor> gatherFromProcesses(
