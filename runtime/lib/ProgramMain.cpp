@@ -142,7 +142,9 @@ ProcessGroup::join(const LaunchInfo &launch, int worldSize,
 ProcessGroup::~ProcessGroup() = default;
 
 void ProcessGroup::abort(const std::string &why) {
-  std::cerr << "error: rank " << myRank << ": " << why << std::endl;
+  // One write, so that the lines of several ranks do not interleave.
+  std::cerr << absl::StrCat("error: rank ", myRank, ": ", why, "\n")
+            << std::flush;
   if (mpi)
     mpi->abortJob(1);
   std::string earlier;
@@ -168,8 +170,8 @@ int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args,
                  const LaunchInfo &launch) {
   auto joined = ProcessGroup::join(launch, int(spec.mesh.size()), args.timeout);
   if (!joined.ok()) {
-    std::cerr << "error: rank " << launch.rank << ": "
-              << joined.status().message() << "\n";
+    std::cerr << absl::StrCat("error: rank ", launch.rank, ": ",
+                              joined.status().message(), "\n");
     return 1;
   }
   ProcessGroup &group = **joined;

@@ -347,8 +347,9 @@ private:
   }
 
   [[noreturn]] void abortAll(const std::string &why) {
-    std::cerr << "error: rank " << rank << ": watchdog: " << why
-              << "; aborting the NCCL communicators" << std::endl;
+    std::cerr << absl::StrCat("error: rank ", rank, ": watchdog: ", why,
+                              "; aborting the NCCL communicators\n")
+              << std::flush;
     for (auto &[group, comm] : groups)
       ncclCommAbort(comm);
     ncclCommAbort(world);
@@ -526,8 +527,8 @@ int runAsProcess(const CudaProgramSpec &spec, const ProgramArguments &args,
   // the outputs.
   auto joined = ProcessGroup::join(launch, n, args.timeout);
   if (!joined.ok()) {
-    std::cerr << "error: rank " << launch.rank << ": "
-              << joined.status().message() << "\n";
+    std::cerr << absl::StrCat("error: rank ", launch.rank, ": ",
+                              joined.status().message(), "\n");
     return 1;
   }
   ProcessGroup &group = **joined;
