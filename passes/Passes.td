@@ -99,6 +99,24 @@ def WeftMarkLayers : Pass<"weft-mark-layers", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::weft::WeftDialect"];
 }
 
+def WeftConvertFloatType : Pass<"weft-convert-float-type", "::mlir::func::FuncOp"> {
+  let summary = "Stores every f32 tensor as bf16 or f16: weights, activations, inputs and outputs.";
+  let description = [{
+    Inference in 16-bit floats, as the exported f32 model would run after `model.to(torch.bfloat16)`:
+    every `f32` tensor type in the function (arguments, results, every op's results and the
+    block arguments of nested regions) becomes `to`, and the values of constants and
+    parameters are rounded to it (nearest, ties to even). Kernels keep computing in f32
+    and round what they store, so a bf16 program accumulates in f32. Scalar attributes
+    (scales, epsilons) are unchanged; so are integer and boolean tensors.
+
+    Example: `weft-opt -weft-convert-float-type=to=bf16`.
+  }];
+  let options = [
+    Option<"to", "to", "std::string", /*default=*/"\"bf16\"",
+           "The 16-bit type: bf16 or f16">,
+  ];
+}
+
 def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncOp"> {
   let summary = "Splits a fused projection (one linear, then a split) into one linear per piece.";
   let description = [{

@@ -75,7 +75,11 @@ LogicalResult Emitter::emitWeight(Operation *op, ElementsAttr value) {
     shardFiles[slice] = *file;
     return success();
   }
-  assign(op->getResult(0), "loadWeight(ctx, \"" + *file + "\")");
+  assign(op->getResult(0),
+         "loadWeight(ctx, \"" + *file + "\", " +
+             dtypeName(cast<RankedTensorType>(op->getResult(0).getType())
+                           .getElementType()) +
+             ")");
   return success();
 }
 
@@ -313,9 +317,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](AllSliceOp c) {
         auto file = shardFiles.find(c);
         if (file != shardFiles.end()) {
-          assign(c.getResult(), "loadWeightShard(ctx, \"" + file->second +
-                                    "\", " + strings(c.getAxes()) + ", " +
-                                    std::to_string(c.getDim()) + ")");
+          assign(c.getResult(),
+                 "loadWeightShard(ctx, \"" + file->second + "\", " +
+                     strings(c.getAxes()) + ", " + std::to_string(c.getDim()) +
+                     ", " + dtypeName(c.getType().getElementType()) + ")");
           return success();
         }
         assign(c.getResult(), "allSlice(ctx, " + arg(0) + ", " +
@@ -347,7 +352,10 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   os << "std::vector<HostTensor> rankProgram(RankContext &ctx, "
         "const std::vector<HostTensor> &inputs) {\n";
   for (auto [i, arg] : llvm::enumerate(func.getArguments()))
-    os << "  const HostTensor &" << name(arg) << " = inputs[" << i << "];\n";
+    os << "  const HostTensor " << name(arg) << " = asType(inputs[" << i
+       << "], "
+       << dtypeName(cast<RankedTensorType>(arg.getType()).getElementType())
+       << ");\n";
   for (Operation &op : func.getBody().front())
     if (failed(emitOp(&op)))
       return failure();

@@ -6,6 +6,7 @@
 
 #include "weft/runtime/Program.h"
 
+#include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/NpyFile.h"
 
 #include "absl/strings/str_cat.h"
@@ -199,14 +200,18 @@ HostTensor weft::rt::permute(RankContext &ctx, const HostTensor &x,
       ctx.comm->permute(ctx.rank, ctx.mesh.group(ctx.rank, axes), x, shift));
 }
 
+HostTensor weft::rt::asType(const HostTensor &x, DType dtype) {
+  return x.dtype == dtype ? x : cast(x, dtype);
+}
+
 HostTensor weft::rt::loadWeight(const RankContext &ctx,
-                                const std::string &name) {
+                                const std::string &name, DType dtype) {
   std::string path = ctx.weightsDir + "/" + name;
   absl::StatusOr<HostTensor> tensor = readNpy(path);
   if (!tensor.ok())
     throw std::runtime_error(absl::StrCat("cannot load weight '", path,
                                           "': ", tensor.status().message()));
-  return std::move(*tensor);
+  return asType(*tensor, dtype);
 }
 
 std::pair<int64_t, int64_t>
@@ -221,14 +226,14 @@ weft::rt::shardOf(const Mesh &mesh, int rank,
 HostTensor weft::rt::loadWeightShard(const RankContext &ctx,
                                      const std::string &name,
                                      const std::vector<std::string> &axes,
-                                     int64_t dim) {
+                                     int64_t dim, DType dtype) {
   std::string path = ctx.weightsDir + "/" + name;
   auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
   absl::StatusOr<HostTensor> tensor = readNpyShard(path, dim, index, parts);
   if (!tensor.ok())
     throw std::runtime_error(absl::StrCat("cannot load weight '", path,
                                           "': ", tensor.status().message()));
-  return std::move(*tensor);
+  return asType(*tensor, dtype);
 }
 
 absl::StatusOr<std::vector<HostTensor>>

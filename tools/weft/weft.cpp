@@ -121,6 +121,11 @@ static cl::opt<double> collectiveTimeout(
     cl::desc("With --devices: seconds a collective waits for its group "
              "before the run fails naming the ranks that never joined"),
     cl::init(300), cl::sub(runCommand));
+static cl::opt<std::string> dtype(
+    "dtype",
+    cl::desc("f32 (as exported), or bf16 / f16: every f32 tensor stored in 16 "
+             "bits, computed with f32 accumulation (-weft-convert-float-type)"),
+    cl::init("f32"), cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<std::string>
     planFile("plan", cl::desc("A plan: the JSON that weft plan --json writes"),
              cl::sub(runCommand), cl::sub(compileCommand));
@@ -310,6 +315,21 @@ static bool compareOutput(size_t index, const weft::rt::HostTensor &actual,
 }
 
 /// Partitions `module` under the plan given on the command line.
+/// --dtype bf16|f16: every f32 tensor of the model in 16 bits.
+static LogicalResult convertDtype(MLIRContext &context, ModuleOp module) {
+  if (dtype == "f32")
+    return success();
+  if (dtype != "bf16" && dtype != "f16") {
+    fail("--dtype " + dtype + ": expected f32, bf16 or f16");
+    return failure();
+  }
+  PassManager pm(&context);
+  weft::WeftConvertFloatTypeOptions options;
+  options.to = dtype;
+  pm.addNestedPass<func::FuncOp>(weft::createWeftConvertFloatType(options));
+  return pm.run(module);
+}
+
 static LogicalResult partitionModule(MLIRContext &context, ModuleOp module) {
   weft::WeftApplyPlanOptions plan;
   if (!planFile.empty()) {
@@ -487,7 +507,7 @@ static int runModel(MLIRContext &context) {
     tensors = std::move(remaining);
     module = importModel(path, *options, context);
   }
-  if (!module)
+  if (!module || failed(convertDtype(context, *module)))
     return 1;
   func::FuncOp func = module->lookupSymbol<func::FuncOp>("main");
   if (!func)
@@ -594,7 +614,8 @@ static int runCompile(MLIRContext &context) {
       return 1;
     module = importModel(path, *options, context);
   }
-  if (!module || failed(partitionModule(context, *module)))
+  if (!module || failed(convertDtype(context, *module)) ||
+      failed(partitionModule(context, *module)))
     return 1;
   if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
     return fail("cannot create " + outputPath + ": " + ec.message());

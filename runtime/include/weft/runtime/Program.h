@@ -71,13 +71,19 @@ HostTensor allSlice(RankContext &ctx, const HostTensor &x,
                     bool zigzag);
 HostTensor permute(RankContext &ctx, const HostTensor &x,
                    const std::vector<std::string> &axes, int64_t shift);
-/// A weight or constant written next to the program (`<weightsDir>/<name>`).
-HostTensor loadWeight(const RankContext &ctx, const std::string &name);
+/// A weight or constant written next to the program (`<weightsDir>/<name>`),
+/// as `dtype` (a bf16 weight is stored as f32 in the file, which numpy
+/// lacks bf16 for).
+HostTensor loadWeight(const RankContext &ctx, const std::string &name,
+                      DType dtype);
 /// This rank's block, along `dim` over mesh `axes`, of a weight written next
 /// to the program, reading only that block from the file (what
 /// allSlice(loadWeight(...)) computes).
 HostTensor loadWeightShard(const RankContext &ctx, const std::string &name,
-                           const std::vector<std::string> &axes, int64_t dim);
+                           const std::vector<std::string> &axes, int64_t dim,
+                           DType dtype);
+/// `x` as `dtype` (an input read from a file in another type).
+HostTensor asType(const HostTensor &x, DType dtype);
 /// The shard's index and count for `rank` over `axes`.
 std::pair<int64_t, int64_t> shardOf(const Mesh &mesh, int rank,
                                     const std::vector<std::string> &axes);

@@ -1,0 +1,29 @@
+// RUN: weft-opt %s -split-input-file -weft-convert-float-type=to=bf16 | FileCheck %s
+// RUN: weft-opt %s -split-input-file -weft-convert-float-type=to=f16 | FileCheck %s --check-prefix=F16
+// RUN: not weft-opt %s -split-input-file -weft-convert-float-type=to=f8 2>&1 | FileCheck %s --check-prefix=BAD
+
+// Every f32 tensor becomes bf16: arguments, results, op results, constants
+// (rounded: 1.00390625 is not a bf16 and rounds to 1.0); integer tensors and
+// scalar attributes (the norm's epsilon) stay.
+// CHECK-LABEL: func.func @main(%arg0: tensor<2x4xbf16>, %arg1: tensor<2xi64>) -> (tensor<2x4xbf16>, tensor<2xi64>)
+// CHECK: weft.constant dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]> : tensor<4xbf16>
+// CHECK: weft.parameter "scale" : tensor<4xbf16> = dense<5.000000e-01>
+// CHECK: weft.add {{.*}} : (tensor<2x4xbf16>, tensor<4xbf16>) -> tensor<2x4xbf16>
+// CHECK: weft.layer_norm {{.*}} epsilon 9.99999974E-6 : {{.*}}tensor<2x4xbf16>
+// CHECK: weft.add {{.*}} : tensor<2xi64>
+// F16-LABEL: func.func @main(%arg0: tensor<2x4xf16>, %arg1: tensor<2xi64>) -> (tensor<2x4xf16>, tensor<2xi64>)
+func.func @main(%x: tensor<2x4xf32>, %i: tensor<2xi64>) -> (tensor<2x4xf32>, tensor<2xi64>) {
+  %c = weft.constant dense<[1.00390625, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %s = weft.parameter "scale" : tensor<4xf32> = dense<0.5>
+  %0 = weft.add %x, %c : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  %1 = weft.layer_norm %0, %s axis 1 epsilon 1.0e-5 : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  %2 = weft.add %i, %i : tensor<2xi64>
+  return %1, %2 : tensor<2x4xf32>, tensor<2xi64>
+}
+
+// -----
+
+// BAD: error: -weft-convert-float-type: 'to' must be bf16 or f16, not 'f8'
+func.func @bad(%x: tensor<2xf32>) -> tensor<2xf32> {
+  return %x : tensor<2xf32>
+}
