@@ -14,6 +14,9 @@
 #include <thread>
 
 #ifdef WEFT_RUNTIME_HAS_MPI
+// The C API only: no MPI C++ bindings (deprecated, and another library).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
