@@ -6,6 +6,8 @@
 
 #include "weft/runtime/cuda/Cuda.h"
 
+#include "Bytes.h"
+
 #include "weft/runtime/Launch.h"
 #include "weft/runtime/NpyFile.h"
 
@@ -25,11 +27,6 @@
 using namespace weft::rt;
 using namespace weft::rt::cuda;
 
-void cuda::fail(const Context &ctx, const std::string &what) {
-  // The drivers put "rank R: " in front, as for the CPU program.
-  throw std::runtime_error(absl::StrCat(ctx.op, ctx.op[0] ? ": " : "", what));
-}
-
 void cuda::check(const Context &ctx, cudaError_t error, const char *call) {
   if (error != cudaSuccess)
     fail(ctx, absl::StrCat(call, ": ", cudaGetErrorName(error), ": ",
@@ -44,47 +41,7 @@ void cuda::checkLaunch(const Context &ctx) {
 
 void cuda::upload(Context &ctx, const HostTensor &host,
                   const DeviceTensor &out) {
-  if (host.shape != out.shape)
-    fail(ctx, absl::StrCat("a tensor of shape ", shapeString(host.shape),
-                           " where ", shapeString(out.shape), " was expected"));
-  int64_t n = host.numel();
-  std::vector<char> bytes(size_t(n * dtypeBytes(out.dtype)));
-  for (int64_t i = 0; i < n; ++i) {
-    char *at = bytes.data() + i * dtypeBytes(out.dtype);
-    double value = host.at(i);
-    switch (out.dtype) {
-    case DType::F32: {
-      float f = float(value);
-      std::memcpy(at, &f, 4);
-      break;
-    }
-    case DType::BF16: {
-      uint16_t b = floatToBF16Bits(float(value));
-      std::memcpy(at, &b, 2);
-      break;
-    }
-    case DType::F16: {
-      uint16_t b = floatToF16Bits(float(value));
-      std::memcpy(at, &b, 2);
-      break;
-    }
-    case DType::I64: {
-      int64_t v = host.isFloat() ? int64_t(value) : host.ints[size_t(i)];
-      std::memcpy(at, &v, 8);
-      break;
-    }
-    case DType::I32: {
-      int32_t v = int32_t(host.isFloat() ? int64_t(value) : host.ints[size_t(i)]);
-      std::memcpy(at, &v, 4);
-      break;
-    }
-    case DType::Bool:
-      *at = value != 0;
-      break;
-    case DType::F64:
-      fail(ctx, "f64 tensors are not supported on the GPU");
-    }
-  }
+  std::vector<char> bytes = toDeviceBytes(ctx, host, out);
   check(ctx, cudaMemcpyAsync(out.data, bytes.data(), bytes.size(),
                              cudaMemcpyHostToDevice, ctx.compute),
         "cudaMemcpyAsync");
@@ -97,64 +54,7 @@ HostTensor cuda::download(Context &ctx, const DeviceTensor &t) {
   check(ctx, cudaMemcpy(bytes.data(), t.data, bytes.size(),
                         cudaMemcpyDeviceToHost),
         "cudaMemcpy");
-  HostTensor host(t.dtype, t.shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const char *at = bytes.data() + i * dtypeBytes(t.dtype);
-    switch (t.dtype) {
-    case DType::F32:
-      std::memcpy(&host.floats[size_t(i)], at, 4);
-      break;
-    case DType::BF16: {
-      uint16_t b;
-      std::memcpy(&b, at, 2);
-      host.floats[size_t(i)] = bf16BitsToFloat(b);
-      break;
-    }
-    case DType::F16: {
-      uint16_t b;
-      std::memcpy(&b, at, 2);
-      host.floats[size_t(i)] = f16BitsToFloat(b);
-      break;
-    }
-    case DType::I64:
-      std::memcpy(&host.ints[size_t(i)], at, 8);
-      break;
-    case DType::I32: {
-      int32_t v;
-      std::memcpy(&v, at, 4);
-      host.ints[size_t(i)] = v;
-      break;
-    }
-    case DType::Bool:
-      host.ints[size_t(i)] = *at != 0;
-      break;
-    case DType::F64:
-      fail(ctx, "f64 tensors are not supported on the GPU");
-    }
-  }
-  return host;
-}
-
-void cuda::loadWeight(Context &ctx, const std::string &name,
-                      const DeviceTensor &out) {
-  std::string path = ctx.weightsDir + "/" + name;
-  absl::StatusOr<HostTensor> tensor = readNpy(path);
-  if (!tensor.ok())
-    fail(ctx, absl::StrCat("cannot load weight '", path,
-                           "': ", tensor.status().message()));
-  upload(ctx, *tensor, out);
-}
-
-void cuda::loadWeightShard(Context &ctx, const std::string &name,
-                           const std::vector<std::string> &axes, int64_t dim,
-                           const DeviceTensor &out) {
-  std::string path = ctx.weightsDir + "/" + name;
-  auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
-  absl::StatusOr<HostTensor> tensor = readNpyShard(path, dim, index, parts);
-  if (!tensor.ok())
-    fail(ctx, absl::StrCat("cannot load weight '", path,
-                           "': ", tensor.status().message()));
-  upload(ctx, *tensor, out);
+  return fromDeviceBytes(ctx, bytes.data(), t);
 }
 
 void cuda::waitFor(Context &ctx, cudaEvent_t done) {

@@ -11,6 +11,12 @@
 // torchrun) or as threads sharing one GPU over the in-process communicator.
 // Errors throw std::runtime_error naming the rank and the op.
 //
+// Two libraries implement it: Weft::WeftRuntimeCuda (the GPU) and
+// Weft::WeftRuntimeCudaEmulation, which runs the same generated program on
+// the CPU (device memory is host memory, kernels are the CPU kernels, events
+// are null), so that CI executes the CUDA emitter's programs: their arena,
+// fusion, epilogues and collectives.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef WEFT_RUNTIME_CUDA_CUDA_H
@@ -52,6 +58,8 @@ struct Context {
   size_t blasWorkspaceBytes = 0;
   char *arena = nullptr;
   DeviceCommunicator *communicator = nullptr;
+  /// The host emulation's collectives (not used on a GPU).
+  Communicator *hostCommunicator = nullptr;
   const char *op = "";
 };
 

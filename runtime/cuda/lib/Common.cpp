@@ -1,0 +1,131 @@
+//===- Common.cpp - What the CUDA backend and its emulation share ---------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Bytes.h"
+
+#include "weft/runtime/NpyFile.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <cstring>
+
+using namespace weft::rt;
+using namespace weft::rt::cuda;
+
+void cuda::fail(const Context &ctx, const std::string &what) {
+  // The drivers put "rank R: " in front, as for the CPU program.
+  throw std::runtime_error(absl::StrCat(ctx.op, ctx.op[0] ? ": " : "", what));
+}
+
+std::vector<char> cuda::toDeviceBytes(const Context &ctx,
+                                      const HostTensor &host,
+                                      const DeviceTensor &out) {
+  if (host.shape != out.shape)
+    fail(ctx, absl::StrCat("a tensor of shape ", shapeString(host.shape),
+                           " where ", shapeString(out.shape), " was expected"));
+  int64_t n = host.numel();
+  int64_t width = dtypeBytes(out.dtype);
+  std::vector<char> bytes(size_t(n * width));
+  for (int64_t i = 0; i < n; ++i) {
+    char *at = bytes.data() + i * width;
+    double value = host.at(i);
+    int64_t integer = host.isFloat() ? int64_t(value) : host.ints[size_t(i)];
+    switch (out.dtype) {
+    case DType::F32: {
+      float f = float(value);
+      std::memcpy(at, &f, 4);
+      break;
+    }
+    case DType::BF16: {
+      uint16_t b = floatToBF16Bits(float(value));
+      std::memcpy(at, &b, 2);
+      break;
+    }
+    case DType::F16: {
+      uint16_t b = floatToF16Bits(float(value));
+      std::memcpy(at, &b, 2);
+      break;
+    }
+    case DType::I64:
+      std::memcpy(at, &integer, 8);
+      break;
+    case DType::I32: {
+      int32_t v = int32_t(integer);
+      std::memcpy(at, &v, 4);
+      break;
+    }
+    case DType::Bool:
+      *at = value != 0;
+      break;
+    case DType::F64:
+      fail(ctx, "f64 tensors are not supported on the GPU");
+    }
+  }
+  return bytes;
+}
+
+HostTensor cuda::fromDeviceBytes(const Context &ctx, const char *bytes,
+                                 const DeviceTensor &t) {
+  HostTensor host(t.dtype, t.shape);
+  int64_t width = dtypeBytes(t.dtype);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const char *at = bytes + i * width;
+    switch (t.dtype) {
+    case DType::F32:
+      std::memcpy(&host.floats[size_t(i)], at, 4);
+      break;
+    case DType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, at, 2);
+      host.floats[size_t(i)] = bf16BitsToFloat(b);
+      break;
+    }
+    case DType::F16: {
+      uint16_t b;
+      std::memcpy(&b, at, 2);
+      host.floats[size_t(i)] = f16BitsToFloat(b);
+      break;
+    }
+    case DType::I64:
+      std::memcpy(&host.ints[size_t(i)], at, 8);
+      break;
+    case DType::I32: {
+      int32_t v;
+      std::memcpy(&v, at, 4);
+      host.ints[size_t(i)] = v;
+      break;
+    }
+    case DType::Bool:
+      host.ints[size_t(i)] = *at != 0;
+      break;
+    case DType::F64:
+      fail(ctx, "f64 tensors are not supported on the GPU");
+    }
+  }
+  return host;
+}
+
+void cuda::loadWeight(Context &ctx, const std::string &name,
+                      const DeviceTensor &out) {
+  std::string path = ctx.weightsDir + "/" + name;
+  absl::StatusOr<HostTensor> tensor = readNpy(path);
+  if (!tensor.ok())
+    fail(ctx, absl::StrCat("cannot load weight '", path,
+                           "': ", tensor.status().message()));
+  upload(ctx, *tensor, out);
+}
+
+void cuda::loadWeightShard(Context &ctx, const std::string &name,
+                           const std::vector<std::string> &axes, int64_t dim,
+                           const DeviceTensor &out) {
+  std::string path = ctx.weightsDir + "/" + name;
+  auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
+  absl::StatusOr<HostTensor> tensor = readNpyShard(path, dim, index, parts);
+  if (!tensor.ok())
+    fail(ctx, absl::StrCat("cannot load weight '", path,
+                           "': ", tensor.status().message()));
+  upload(ctx, *tensor, out);
+}

@@ -1,0 +1,307 @@
+//===- HostDevice.cpp - The CUDA backend's API on the CPU -----------------===//
+//
+// Part of the Weft project.
+//
+// Weft::WeftRuntimeCudaEmulation: a generated CUDA program compiled as C++
+// runs here with its arena in host memory. Every entry point converts the
+// arena's bytes to host tensors, runs the CPU kernel (the interpreter's),
+// and writes the result's bytes back; a GEMM's GELU epilogue is the CPU's
+// GELU on the GEMM's rounded output, as the unfused program computes it.
+// Collectives go through the host communicator; events are null.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Bytes.h"
+
+#include "weft/runtime/Launch.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+using namespace weft::rt;
+using namespace weft::rt::cuda;
+
+void cuda::check(const Context &ctx, cudaError_t error, const char *call) {
+  if (error != cudaSuccess)
+    fail(ctx, absl::StrCat(call, " failed (", int(error), ")"));
+}
+
+void cuda::checkLaunch(const Context &) {}
+
+void cuda::upload(Context &ctx, const HostTensor &host,
+                  const DeviceTensor &out) {
+  std::vector<char> bytes = toDeviceBytes(ctx, host, out);
+  std::memcpy(out.data, bytes.data(), bytes.size());
+}
+
+HostTensor cuda::download(Context &ctx, const DeviceTensor &t) {
+  return fromDeviceBytes(ctx, static_cast<const char *>(t.data), t);
+}
+
+void cuda::waitFor(Context &, cudaEvent_t) {}
+
+namespace {
+
+/// The CPU kernel's result, stored as `out` (its dtype and shape).
+void store(Context &ctx, HostTensor value, const DeviceTensor &out) {
+  if (value.shape != out.shape && value.numel() == out.numel())
+    value = reshape(value, out.shape);
+  upload(ctx, asType(value, out.dtype), out);
+}
+
+RankContext hostContext(Context &ctx) {
+  if (!ctx.hostCommunicator)
+    fail(ctx, "no host communicator");
+  return RankContext{ctx.rank, ctx.mesh, ctx.hostCommunicator,
+                     ctx.weightsDir};
+}
+
+} // namespace
+
+void cuda::linear(Context &ctx, const DeviceTensor &x, const DeviceTensor &w,
+                  const DeviceTensor *bias, bool transposeWeight,
+                  Epilogue epilogue, const DeviceTensor &out) {
+  HostTensor b;
+  if (bias)
+    b = download(ctx, *bias);
+  HostTensor y = rt::linear(download(ctx, x), download(ctx, w),
+                            bias ? &b : nullptr, transposeWeight);
+  if (epilogue == Epilogue::Gelu || epilogue == Epilogue::GeluBias)
+    y = unary(UnaryKind::GeluTanh, y);
+  store(ctx, y, out);
+}
+
+void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
+                  bool transposeA, bool transposeB, const DeviceTensor &out) {
+  store(ctx,
+        rt::matmul(download(ctx, a), download(ctx, b), transposeA, transposeB),
+        out);
+}
+
+void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+                     const DeviceTensor &v, const DeviceTensor *mask,
+                     float scale, bool causal, const DeviceTensor &out) {
+  HostTensor m;
+  if (mask)
+    m = download(ctx, *mask);
+  store(ctx,
+        rt::attention(download(ctx, q), download(ctx, k), download(ctx, v),
+                      mask ? &m : nullptr, scale, causal),
+        out);
+}
+
+void cuda::normalize(Context &ctx, const DeviceTensor &x,
+                     const DeviceTensor &scale, const DeviceTensor *bias,
+                     int64_t axis, float epsilon, bool rms,
+                     const DeviceTensor &out) {
+  HostTensor b;
+  if (bias)
+    b = download(ctx, *bias);
+  store(ctx,
+        rt::normalize(download(ctx, x), download(ctx, scale),
+                      bias ? &b : nullptr, axis, epsilon, rms),
+        out);
+}
+
+void cuda::softmax(Context &ctx, const DeviceTensor &x, int64_t axis, bool log,
+                   const DeviceTensor &out) {
+  store(ctx, rt::softmax(download(ctx, x), axis, log), out);
+}
+
+void cuda::reduce(Context &ctx, ReduceKind kind, const DeviceTensor &x,
+                  const std::vector<int64_t> &axes, const DeviceTensor &out) {
+  store(ctx, rt::reduce(kind, download(ctx, x), axes, false), out);
+}
+
+void cuda::transpose(Context &ctx, const DeviceTensor &x,
+                     const std::vector<int64_t> &perm,
+                     const DeviceTensor &out) {
+  store(ctx, rt::transpose(download(ctx, x), perm), out);
+}
+
+void cuda::slice(Context &ctx, const DeviceTensor &x,
+                 const std::vector<int64_t> &starts,
+                 const std::vector<int64_t> &strides,
+                 const DeviceTensor &out) {
+  std::vector<int64_t> limits;
+  for (size_t d = 0; d < starts.size(); ++d)
+    limits.push_back(starts[d] + (out.shape[d] - 1) * strides[d] + 1);
+  store(ctx, rt::slice(download(ctx, x), starts, limits, strides), out);
+}
+
+void cuda::insert(Context &ctx, const DeviceTensor &x, int64_t axis,
+                  int64_t offset, const DeviceTensor &out) {
+  // Rows of x land at [offset, offset + x's size) along `axis` of out.
+  int64_t outer = 1, inner = dtypeBytes(x.dtype);
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= x.shape[size_t(d)];
+  for (size_t d = size_t(axis) + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  int64_t rows = x.shape[size_t(axis)], outRows = out.shape[size_t(axis)];
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(static_cast<char *>(out.data) +
+                    (o * outRows + offset) * inner,
+                static_cast<const char *>(x.data) + o * rows * inner,
+                size_t(rows * inner));
+}
+
+void cuda::gather(Context &ctx, const DeviceTensor &x,
+                  const DeviceTensor &indices, int64_t axis,
+                  const DeviceTensor &out) {
+  store(ctx,
+        valueOrThrow(rt::gather(download(ctx, x), download(ctx, indices), axis)),
+        out);
+}
+
+void cuda::trilu(Context &ctx, const DeviceTensor &x, bool upper,
+                 int64_t diagonal, const DeviceTensor &out) {
+  store(ctx, rt::trilu(download(ctx, x), upper, diagonal), out);
+}
+
+void cuda::allSlice(Context &ctx, const DeviceTensor &x,
+                    const std::vector<std::string> &axes, int64_t dim,
+                    bool zigzag, const DeviceTensor &out) {
+  RankContext host = hostContext(ctx);
+  store(ctx, rt::allSlice(host, download(ctx, x), axes, dim, zigzag), out);
+}
+
+cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
+                            const std::vector<std::string> &axes,
+                            const DeviceTensor &out) {
+  RankContext host = hostContext(ctx);
+  store(ctx, rt::allReduce(host, download(ctx, x), op, axes), out);
+  return nullptr;
+}
+
+cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
+                            const std::vector<std::string> &axes, int64_t dim,
+                            bool zigzag, const DeviceTensor &out) {
+  RankContext host = hostContext(ctx);
+  store(ctx, rt::allGather(host, download(ctx, x), axes, dim, zigzag), out);
+  return nullptr;
+}
+
+cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
+                                ReduceOp op,
+                                const std::vector<std::string> &axes,
+                                int64_t dim, const DeviceTensor &out) {
+  RankContext host = hostContext(ctx);
+  store(ctx, rt::reduceScatter(host, download(ctx, x), op, axes, dim), out);
+  return nullptr;
+}
+
+cudaEvent_t cuda::allToAll(Context &ctx, const DeviceTensor &x,
+                           const std::vector<std::string> &axes,
+                           int64_t splitDim, int64_t concatDim,
+                           const DeviceTensor &out) {
+  RankContext host = hostContext(ctx);
+  store(ctx,
+        rt::allToAll(host, download(ctx, x), axes, splitDim, concatDim), out);
+  return nullptr;
+}
+
+cudaEvent_t cuda::permute(Context &ctx, const DeviceTensor &x,
+                          const std::vector<std::string> &axes, int64_t shift,
+                          const DeviceTensor &out) {
+  RankContext host = hostContext(ctx);
+  store(ctx, rt::permute(host, download(ctx, x), axes, shift), out);
+  return nullptr;
+}
+
+namespace {
+
+/// One rank's arena in host memory.
+struct HostArena {
+  explicit HostArena(int64_t bytes)
+      : data(static_cast<char *>(
+            std::aligned_alloc(256, size_t((std::max<int64_t>(bytes, 1) + 255) /
+                                           256 * 256)))) {}
+  ~HostArena() { std::free(data); }
+  char *data;
+};
+
+std::vector<HostTensor> runRank(const CudaProgramSpec &spec, int rank,
+                                Communicator &comm,
+                                const std::string &weightsDir,
+                                const std::vector<HostTensor> &inputs) {
+  HostArena arena(spec.arenaBytes);
+  Context ctx;
+  ctx.rank = rank;
+  ctx.mesh = spec.mesh;
+  ctx.weightsDir = weightsDir;
+  ctx.arena = arena.data;
+  ctx.hostCommunicator = &comm;
+  return spec.function(ctx, inputs);
+}
+
+} // namespace
+
+int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
+  absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
+  if (!launch.ok()) {
+    std::cerr << "error: " << launch.status().message() << "\n";
+    return 2;
+  }
+  bool processes = launch->worldSize > 1;
+  if (processes) {
+    absl::Status status = checkWorldSize(*launch, int(spec.mesh.size()));
+    if (!status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      return 2;
+    }
+  }
+  int exitCode = 0;
+  absl::StatusOr<ProgramArguments> args =
+      parseProgramArguments(argc, argv, spec.inputs.size(), &exitCode);
+  if (!args.ok())
+    return exitCode;
+  if (!processes) {
+    RankFunction function = [&](RankContext &rankCtx,
+                                const std::vector<HostTensor> &mine) {
+      return runRank(spec, rankCtx.rank, *rankCtx.comm, args->weightsDir,
+                     mine);
+    };
+    std::vector<int64_t> bytes;
+    absl::StatusOr<std::vector<HostTensor>> outputs =
+        runOnMesh(function, spec.mesh, args->weightsDir, args->inputs,
+                  spec.inputs, spec.outputs, &bytes, args->timeout);
+    if (!outputs.ok()) {
+      std::cerr << "error: " << outputs.status().message() << "\n";
+      return 1;
+    }
+    return writeProgramOutputs(args->outputDir, *outputs, spec.mesh.size(),
+                               bytes);
+  }
+  auto joined = ProcessGroup::join(*launch, int(spec.mesh.size()),
+                                   args->timeout);
+  if (!joined.ok()) {
+    std::cerr << absl::StrCat("error: rank ", launch->rank, ": ",
+                              joined.status().message(), "\n");
+    return 1;
+  }
+  ProcessGroup &group = **joined;
+  int rank = group.rank();
+  try {
+    std::vector<HostTensor> mine;
+    for (size_t i = 0; i < args->inputs.size(); ++i)
+      mine.push_back(
+          scatterBlock(args->inputs[i], spec.inputs[i], spec.mesh, rank));
+    ExchangeCommunicator &comm = group.communicator();
+    std::vector<HostTensor> results =
+        runRank(spec, rank, comm, args->weightsDir, mine);
+    std::vector<int64_t> bytes;
+    std::vector<HostTensor> outputs =
+        gatherFromProcesses(comm, rank, spec.mesh, spec.outputs, results,
+                            comm.bytesSent(rank), bytes);
+    if (rank == 0 && writeProgramOutputs(args->outputDir, outputs,
+                                         spec.mesh.size(), bytes) != 0)
+      group.abort("cannot write the outputs");
+  } catch (const std::exception &e) {
+    group.abort(e.what());
+  }
+  group.finish();
+  return 0;
+}
