@@ -254,8 +254,10 @@ weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
   // the others are aborted and get a short grace period to stop.
   struct MeshRun {
     MeshRun(int n, std::chrono::milliseconds timeout)
-        : comm(n, timeout), results(n), errors(n), finished(n, false) {}
+        : comm(n, timeout), timeout(timeout), results(n), errors(n),
+          finished(n, false) {}
     InProcessCommunicator comm;
+    std::chrono::milliseconds timeout;
     std::mutex mutex;
     std::condition_variable changed;
     std::vector<std::vector<HostTensor>> results;
@@ -272,7 +274,7 @@ weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
   for (int rank = 0; rank < n; ++rank)
     std::thread([run, shared, rank] {
       auto &[function, mesh, weightsDir, inputs, inputLayouts] = *shared;
-      RankContext ctx{rank, mesh, &run->comm, weightsDir};
+      RankContext ctx{rank, mesh, &run->comm, weightsDir, run->timeout};
       std::vector<HostTensor> result;
       std::string error;
       try {

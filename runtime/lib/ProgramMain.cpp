@@ -166,9 +166,11 @@ void ProcessGroup::finish() {
 namespace {
 
 /// One rank per process: over MPI or the TCP store.
-int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args,
+int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
+                 const std::vector<Layout> &outputLayouts,
+                 const RankRunner &runner, const ProgramArguments &args,
                  const LaunchInfo &launch) {
-  auto joined = ProcessGroup::join(launch, int(spec.mesh.size()), args.timeout);
+  auto joined = ProcessGroup::join(launch, int(mesh.size()), args.timeout);
   if (!joined.ok()) {
     std::cerr << absl::StrCat("error: rank ", launch.rank, ": ",
                               joined.status().message(), "\n");
@@ -178,18 +180,19 @@ int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args,
   ExchangeCommunicator &comm = group.communicator();
   int rank = group.rank();
   try {
-    RankContext ctx{rank, spec.mesh, &comm, args.weightsDir};
+    RankContext ctx{rank, mesh, &comm, args.weightsDir, args.timeout};
     std::vector<HostTensor> mine;
     for (size_t i = 0; i < args.inputs.size(); ++i)
-      mine.push_back(
-          scatterBlock(args.inputs[i], spec.inputs[i], spec.mesh, rank));
-    std::vector<HostTensor> results = spec.function(ctx, mine);
+      mine.push_back(scatterBlock(args.inputs[i], inputLayouts[i], mesh, rank));
+    int64_t sent = -1;
+    std::vector<HostTensor> results = runner(ctx, launch, true, mine, sent);
+    if (sent < 0)
+      sent = comm.bytesSent(rank);
     std::vector<int64_t> bytes;
-    std::vector<HostTensor> outputs =
-        gatherFromProcesses(comm, rank, spec.mesh, spec.outputs, results,
-                            comm.bytesSent(rank), bytes);
-    if (rank == 0 && writeProgramOutputs(args.outputDir, outputs,
-                                         spec.mesh.size(), bytes) != 0)
+    std::vector<HostTensor> outputs = gatherFromProcesses(
+        comm, rank, mesh, outputLayouts, results, sent, bytes);
+    if (rank == 0 &&
+        writeProgramOutputs(args.outputDir, outputs, mesh.size(), bytes) != 0)
       group.abort("cannot write the outputs");
   } catch (const std::exception &e) {
     group.abort(e.what());
@@ -200,7 +203,10 @@ int runAsProcess(const ProgramSpec &spec, const ProgramArguments &args,
 
 } // namespace
 
-int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
+int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
+                         const std::vector<Layout> &inputs,
+                         const std::vector<Layout> &outputs,
+                         const RankRunner &runner) {
   int exitCode = 0;
   absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
   if (!launch.ok()) {
@@ -209,26 +215,38 @@ int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
   }
   bool processes = launch->worldSize > 1;
   if (processes) {
-    absl::Status status = checkWorldSize(*launch, int(spec.mesh.size()));
+    absl::Status status = checkWorldSize(*launch, int(mesh.size()));
     if (!status.ok()) {
       std::cerr << "error: " << status.message() << "\n";
       return 2;
     }
   }
   absl::StatusOr<ProgramArguments> args =
-      parseProgramArguments(argc, argv, spec.inputs.size(), &exitCode);
+      parseProgramArguments(argc, argv, inputs.size(), &exitCode);
   if (!args.ok())
     return exitCode;
   if (processes)
-    return runAsProcess(spec, *args, *launch);
+    return runAsProcess(mesh, inputs, outputs, runner, *args, *launch);
+  RankFunction function = [&](RankContext &ctx,
+                              const std::vector<HostTensor> &mine) {
+    int64_t unused = -1;
+    return runner(ctx, *launch, false, mine, unused);
+  };
   std::vector<int64_t> bytes;
-  absl::StatusOr<std::vector<HostTensor>> outputs =
-      runOnMesh(spec.function, spec.mesh, args->weightsDir, args->inputs,
-                spec.inputs, spec.outputs, &bytes, args->timeout);
-  if (!outputs.ok()) {
-    std::cerr << "error: " << outputs.status().message() << "\n";
+  absl::StatusOr<std::vector<HostTensor>> results =
+      runOnMesh(function, mesh, args->weightsDir, args->inputs, inputs,
+                outputs, &bytes, args->timeout);
+  if (!results.ok()) {
+    std::cerr << "error: " << results.status().message() << "\n";
     return 1;
   }
-  return writeProgramOutputs(args->outputDir, *outputs, spec.mesh.size(),
-                             bytes);
+  return writeProgramOutputs(args->outputDir, *results, mesh.size(), bytes);
+}
+
+int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
+  return runProgram(argc, argv, spec.mesh, spec.inputs, spec.outputs,
+                    [&](RankContext &ctx, const LaunchInfo &, bool,
+                        const std::vector<HostTensor> &inputs, int64_t &) {
+                      return spec.function(ctx, inputs);
+                    });
 }

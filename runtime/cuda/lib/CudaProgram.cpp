@@ -312,7 +312,7 @@ private:
 /// (whose own timeout names the missing ranks).
 class InProcessDeviceCommunicator : public DeviceCommunicator {
 public:
-  InProcessDeviceCommunicator(InProcessCommunicator &host, int rank)
+  InProcessDeviceCommunicator(Communicator &host, int rank)
       : host(host), rank(rank) {}
 
   void allReduce(Context &ctx, const std::vector<int> &group,
@@ -357,7 +357,7 @@ private:
     std::swap(ctx.compute, ctx.comm);
   }
 
-  InProcessCommunicator &host;
+  Communicator &host;
   int rank;
 };
 
@@ -399,105 +399,55 @@ struct RankResources {
   }
 };
 
-int runAsThreads(const CudaProgramSpec &spec, const ProgramArguments &args) {
-  InProcessCommunicator host(int(spec.mesh.size()), args.timeout);
-  RankFunction function = [&](RankContext &rankCtx,
-                              const std::vector<HostTensor> &mine) {
-    RankResources resources(rankCtx.rank, spec, args.weightsDir);
-    InProcessDeviceCommunicator device(host, rankCtx.rank);
-    resources.ctx.communicator = &device;
-    return spec.function(resources.ctx, mine);
-  };
-  std::vector<int64_t> bytes;
-  absl::StatusOr<std::vector<HostTensor>> outputs =
-      runOnMesh(function, spec.mesh, args.weightsDir, args.inputs, spec.inputs,
-                spec.outputs, &bytes, args.timeout);
-  if (!outputs.ok()) {
-    std::cerr << "error: " << outputs.status().message() << "\n";
-    return 1;
-  }
-  return writeProgramOutputs(args.outputDir, *outputs, spec.mesh.size(),
-                             bytes);
-}
+} // namespace
 
-int runAsProcess(const CudaProgramSpec &spec, const ProgramArguments &args,
-                 const LaunchInfo &launch) {
-  int n = int(spec.mesh.size());
-  // MPI or the TCP store hands rank 0's NCCL id to the others, and gathers
-  // the outputs.
-  auto joined = ProcessGroup::join(launch, n, args.timeout);
-  if (!joined.ok()) {
-    std::cerr << absl::StrCat("error: rank ", launch.rank, ": ",
-                              joined.status().message(), "\n");
-    return 1;
-  }
-  ProcessGroup &group = **joined;
-  ExchangeCommunicator &host = group.communicator();
-  int rank = group.rank();
+/// A rank as a process on device LOCAL_RANK over NCCL: rank 0's NCCL id
+/// reaches the others through the host communicator (MPI or the store).
+static std::vector<HostTensor>
+runOnNccl(const CudaProgramSpec &spec, RankContext &rankCtx,
+          const LaunchInfo &launch, const std::vector<HostTensor> &inputs,
+          int64_t &bytesSent) {
+  int rank = rankCtx.rank, n = int(spec.mesh.size());
   std::vector<int> world;
   for (int r = 0; r < n; ++r)
     world.push_back(r);
-  try {
-    int devices = 0;
-    Context probe;
-    probe.rank = rank;
-    check(probe, cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    if (devices == 0)
-      fail(probe, "no CUDA device");
-    check(probe, cudaSetDevice(launch.localRank % devices), "cudaSetDevice");
-    ncclUniqueId id;
-    static_assert(sizeof(id) % 8 == 0, "the NCCL id travels as int64s");
-    HostTensor mine(DType::I64, {1, int64_t(sizeof(id) / 8)});
-    if (rank == 0) {
-      if (ncclGetUniqueId(&id) != ncclSuccess)
-        fail(probe, "ncclGetUniqueId failed");
-      std::memcpy(mine.ints.data(), &id, sizeof(id));
-    }
-    HostTensor ids = valueOrThrow(host.allGather(rank, world, mine, 0));
-    std::memcpy(&id, ids.ints.data(), sizeof(id));
-    RankResources resources(rank, spec, args.weightsDir);
-    NcclCommunicator nccl(rank, n, id, args.timeout, resources.ctx);
-    resources.ctx.communicator = &nccl;
-    std::vector<HostTensor> blocks;
-    for (size_t i = 0; i < args.inputs.size(); ++i)
-      blocks.push_back(
-          scatterBlock(args.inputs[i], spec.inputs[i], spec.mesh, rank));
-    std::vector<HostTensor> results = spec.function(resources.ctx, blocks);
-    check(resources.ctx, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    std::vector<int64_t> bytes;
-    std::vector<HostTensor> outputs = gatherFromProcesses(
-        host, rank, spec.mesh, spec.outputs, results, nccl.bytesSent(), bytes);
-    if (rank == 0 &&
-        writeProgramOutputs(args.outputDir, outputs, n, bytes) != 0)
-      group.abort("cannot write the outputs");
-  } catch (const std::exception &e) {
-    group.abort(e.what());
+  int devices = 0;
+  Context probe;
+  probe.rank = rank;
+  check(probe, cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (devices == 0)
+    fail(probe, "no CUDA device");
+  check(probe, cudaSetDevice(launch.localRank % devices), "cudaSetDevice");
+  ncclUniqueId id;
+  static_assert(sizeof(id) % 8 == 0, "the NCCL id travels as int64s");
+  HostTensor mine(DType::I64, {1, int64_t(sizeof(id) / 8)});
+  if (rank == 0) {
+    if (ncclGetUniqueId(&id) != ncclSuccess)
+      fail(probe, "ncclGetUniqueId failed");
+    std::memcpy(mine.ints.data(), &id, sizeof(id));
   }
-  group.finish();
-  return 0;
+  HostTensor ids = valueOrThrow(rankCtx.comm->allGather(rank, world, mine, 0));
+  std::memcpy(&id, ids.ints.data(), sizeof(id));
+  RankResources resources(rank, spec, rankCtx.weightsDir);
+  NcclCommunicator nccl(rank, n, id, rankCtx.timeout, resources.ctx);
+  resources.ctx.communicator = &nccl;
+  std::vector<HostTensor> results = spec.function(resources.ctx, inputs);
+  check(resources.ctx, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  bytesSent = nccl.bytesSent();
+  return results;
 }
 
-} // namespace
-
 int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
-  absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
-  if (!launch.ok()) {
-    std::cerr << "error: " << launch.status().message() << "\n";
-    return 2;
-  }
-  bool processes = launch->worldSize > 1;
-  if (processes) {
-    absl::Status status = checkWorldSize(*launch, int(spec.mesh.size()));
-    if (!status.ok()) {
-      std::cerr << "error: " << status.message() << "\n";
-      return 2;
-    }
-  }
-  int exitCode = 0;
-  absl::StatusOr<ProgramArguments> args =
-      parseProgramArguments(argc, argv, spec.inputs.size(), &exitCode);
-  if (!args.ok())
-    return exitCode;
-  return processes ? runAsProcess(spec, *args, *launch)
-                   : runAsThreads(spec, *args);
+  return runProgram(
+      argc, argv, spec.mesh, spec.inputs, spec.outputs,
+      [&](RankContext &rankCtx, const LaunchInfo &launch, bool ownProcess,
+          const std::vector<HostTensor> &inputs, int64_t &bytesSent) {
+        if (ownProcess)
+          return runOnNccl(spec, rankCtx, launch, inputs, bytesSent);
+        // Threads sharing device 0, through the host communicator.
+        RankResources resources(rankCtx.rank, spec, rankCtx.weightsDir);
+        InProcessDeviceCommunicator device(*rankCtx.comm, rankCtx.rank);
+        resources.ctx.communicator = &device;
+        return spec.function(resources.ctx, inputs);
+      });
 }

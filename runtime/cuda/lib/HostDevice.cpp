@@ -223,85 +223,20 @@ struct HostArena {
   char *data;
 };
 
-std::vector<HostTensor> runRank(const CudaProgramSpec &spec, int rank,
-                                Communicator &comm,
-                                const std::string &weightsDir,
-                                const std::vector<HostTensor> &inputs) {
-  HostArena arena(spec.arenaBytes);
-  Context ctx;
-  ctx.rank = rank;
-  ctx.mesh = spec.mesh;
-  ctx.weightsDir = weightsDir;
-  ctx.arena = arena.data;
-  ctx.hostCommunicator = &comm;
-  return spec.function(ctx, inputs);
-}
-
 } // namespace
 
 int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
-  absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
-  if (!launch.ok()) {
-    std::cerr << "error: " << launch.status().message() << "\n";
-    return 2;
-  }
-  bool processes = launch->worldSize > 1;
-  if (processes) {
-    absl::Status status = checkWorldSize(*launch, int(spec.mesh.size()));
-    if (!status.ok()) {
-      std::cerr << "error: " << status.message() << "\n";
-      return 2;
-    }
-  }
-  int exitCode = 0;
-  absl::StatusOr<ProgramArguments> args =
-      parseProgramArguments(argc, argv, spec.inputs.size(), &exitCode);
-  if (!args.ok())
-    return exitCode;
-  if (!processes) {
-    RankFunction function = [&](RankContext &rankCtx,
-                                const std::vector<HostTensor> &mine) {
-      return runRank(spec, rankCtx.rank, *rankCtx.comm, args->weightsDir,
-                     mine);
-    };
-    std::vector<int64_t> bytes;
-    absl::StatusOr<std::vector<HostTensor>> outputs =
-        runOnMesh(function, spec.mesh, args->weightsDir, args->inputs,
-                  spec.inputs, spec.outputs, &bytes, args->timeout);
-    if (!outputs.ok()) {
-      std::cerr << "error: " << outputs.status().message() << "\n";
-      return 1;
-    }
-    return writeProgramOutputs(args->outputDir, *outputs, spec.mesh.size(),
-                               bytes);
-  }
-  auto joined = ProcessGroup::join(*launch, int(spec.mesh.size()),
-                                   args->timeout);
-  if (!joined.ok()) {
-    std::cerr << absl::StrCat("error: rank ", launch->rank, ": ",
-                              joined.status().message(), "\n");
-    return 1;
-  }
-  ProcessGroup &group = **joined;
-  int rank = group.rank();
-  try {
-    std::vector<HostTensor> mine;
-    for (size_t i = 0; i < args->inputs.size(); ++i)
-      mine.push_back(
-          scatterBlock(args->inputs[i], spec.inputs[i], spec.mesh, rank));
-    ExchangeCommunicator &comm = group.communicator();
-    std::vector<HostTensor> results =
-        runRank(spec, rank, comm, args->weightsDir, mine);
-    std::vector<int64_t> bytes;
-    std::vector<HostTensor> outputs =
-        gatherFromProcesses(comm, rank, spec.mesh, spec.outputs, results,
-                            comm.bytesSent(rank), bytes);
-    if (rank == 0 && writeProgramOutputs(args->outputDir, outputs,
-                                         spec.mesh.size(), bytes) != 0)
-      group.abort("cannot write the outputs");
-  } catch (const std::exception &e) {
-    group.abort(e.what());
-  }
-  group.finish();
-  return 0;
+  return runProgram(
+      argc, argv, spec.mesh, spec.inputs, spec.outputs,
+      [&](RankContext &rankCtx, const LaunchInfo &, bool,
+          const std::vector<HostTensor> &inputs, int64_t &) {
+        HostArena arena(spec.arenaBytes);
+        Context ctx;
+        ctx.rank = rankCtx.rank;
+        ctx.mesh = spec.mesh;
+        ctx.weightsDir = rankCtx.weightsDir;
+        ctx.arena = arena.data;
+        ctx.hostCommunicator = rankCtx.comm;
+        return spec.function(ctx, inputs);
+      });
 }

@@ -41,11 +41,17 @@ struct Mesh {
   std::vector<int> group(int rank, const std::vector<std::string> &axes) const;
 };
 
+/// How long a collective waits for the rest of its group by default.
+constexpr std::chrono::milliseconds kDefaultCollectiveTimeout =
+    std::chrono::seconds(300);
+
 struct RankContext {
   int rank = 0;
   Mesh mesh;
   Communicator *comm = nullptr;
   std::string weightsDir;
+  /// How long a collective may wait (for communicators a program creates).
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
 /// Rank `rank`'s block of a global tensor laid out as `layout`.
@@ -93,10 +99,6 @@ HostTensor valueOrThrow(absl::StatusOr<HostTensor> value);
 using RankFunction = std::function<std::vector<HostTensor>(
     RankContext &, const std::vector<HostTensor> &)>;
 
-/// How long a collective waits for the rest of its group by default.
-constexpr std::chrono::milliseconds kDefaultCollectiveTimeout =
-    std::chrono::seconds(300);
-
 /// Runs `function` on every rank of `mesh` as threads: scatters `inputs` by
 /// `inputLayouts`, gathers outputs by `outputLayouts`. Fails (with the first
 /// rank's error, the others aborted) if any rank fails; a collective that
@@ -128,7 +130,22 @@ struct ProgramSpec {
 /// non-zero; a process job is aborted so that no rank is left waiting.
 int programMain(int argc, char **argv, const ProgramSpec &spec);
 
-// The pieces of programMain that the CUDA driver shares.
+/// How a driver runs one rank. `ctx.comm` is the host communicator: the
+/// in-process one when the ranks are threads (`ownProcess` false), the
+/// process group's when each rank is a process. A runner whose collectives
+/// move their bytes elsewhere (NCCL) sets `bytesSent`; otherwise the host
+/// communicator's count is reported.
+using RankRunner = std::function<std::vector<HostTensor>(
+    RankContext &ctx, const LaunchInfo &launch, bool ownProcess,
+    const std::vector<HostTensor> &inputs, int64_t &bytesSent)>;
+
+/// The driver of every generated program (CPU, CUDA, CUDA emulated): the
+/// command line, the launcher's world, threads or processes, the outputs.
+int runProgram(int argc, char **argv, const Mesh &mesh,
+               const std::vector<Layout> &inputs,
+               const std::vector<Layout> &outputs, const RankRunner &runner);
+
+// The pieces of the driver.
 
 /// A generated program's command line.
 struct ProgramArguments {
