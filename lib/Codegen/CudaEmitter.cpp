@@ -117,7 +117,8 @@ private:
   LogicalResult emitFusedKernel(Operation *root, llvm::raw_ostream &os);
   std::string tensor(Value v) { return names.lookup(v); }
   void define(Value v, llvm::raw_ostream &os);
-  void waitForOperands(Operation *op, llvm::raw_ostream &os);
+  /// The compute stream waits for the collectives that produce `values`.
+  void waitFor(ValueRange values, llvm::raw_ostream &os);
 
   func::FuncOp func;
   std::string weightsDir;
@@ -151,10 +152,6 @@ Value rootOf(const llvm::DenseMap<Value, Value> &aliasOf, Value v) {
 int64_t CudaEmitter::useIndex(Operation *user) {
   while (inlined.contains(user))
     user = *user->getResult(0).getUsers().begin();
-  if (absorbed.contains(user))
-    for (auto &[gemm, gelu] : geluOf)
-      if (gelu == user)
-        return index.lookup(gemm);
   return index.lookup(user);
 }
 
@@ -179,6 +176,8 @@ LogicalResult CudaEmitter::plan() {
               gelu.getType() == linear.getType()) {
             geluOf[&op] = gelu;
             absorbed.insert(gelu);
+            // The GELU's result is the GEMM's output: made and read there.
+            index[gelu] = index[&op];
           }
     if (isElementwise(&op) && !absorbed.contains(&op) && op.hasOneUse()) {
       Operation *user = *op.getUsers().begin();
@@ -236,21 +235,13 @@ void CudaEmitter::assignBuffers() {
     for (Value r : op.getResults())
       owners.push_back(r);
   }
-  auto definedAt = [&](Value v) -> int64_t {
-    if (Operation *op = v.getDefiningOp())
-      if (absorbed.contains(op))
-        for (auto &[gemm, gelu] : geluOf)
-          if (gelu == op)
-            return index.lookup(gemm);
-    return defined.lookup(v);
-  };
   std::stable_sort(owners.begin(), owners.end(), [&](Value a, Value b) {
-    return definedAt(a) < definedAt(b);
+    return defined.lookup(a) < defined.lookup(b);
   });
   // Live buffers by offset: [offset, offset + bytes) until lastUse.
   std::map<int64_t, std::pair<int64_t, int64_t>> live;
   for (Value v : owners) {
-    int64_t at = definedAt(v);
+    int64_t at = defined.lookup(v);
     for (auto it = live.begin(); it != live.end();)
       it = it->second.second < at ? live.erase(it) : std::next(it);
     int64_t size = (bytesOf(v) + kAlignment - 1) / kAlignment * kAlignment;
@@ -277,8 +268,8 @@ void CudaEmitter::define(Value v, llvm::raw_ostream &os) {
      << dtypeName(type.getElementType()) << ", " << shapeLiteral(v) << ");\n";
 }
 
-void CudaEmitter::waitForOperands(Operation *op, llvm::raw_ostream &os) {
-  for (Value operand : op->getOperands()) {
+void CudaEmitter::waitFor(ValueRange values, llvm::raw_ostream &os) {
+  for (Value operand : values) {
     auto it = pendingEvents.find(operand);
     if (it == pendingEvents.end())
       continue;
@@ -435,13 +426,7 @@ LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
      << code << "    " << (outFloat ? "storeF" : "storeI") << "(out, i, "
      << *result << ");\n  }\n}\n\n";
   // The launch.
-  for (Value input : inputs) {
-    auto it = pendingEvents.find(input);
-    if (it != pendingEvents.end()) {
-      os << "  waitFor(ctx, " << it->second << ");\n";
-      pendingEvents.erase(it);
-    }
-  }
+  waitFor(inputs, os);
   define(root->getResult(0), os);
   int64_t n = outType.getNumElements();
   std::string dims = "Dims{" + std::to_string(outShape.size()) + ", {";
@@ -479,7 +464,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
      << "\";\n";
   if (isElementwise(op))
     return emitFusedKernel(op, os);
-  waitForOperands(op, os);
+  waitFor(op->getOperands(), os);
   auto out = [&]() -> std::string {
     Value result = op->getResult(0);
     define(result, os);

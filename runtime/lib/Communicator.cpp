@@ -79,6 +79,26 @@ ExchangeCommunicator::ExchangeCommunicator(int worldSize)
     sent[i] = 0;
 }
 
+absl::StatusOr<size_t>
+ExchangeCommunicator::indexIn(int rank, const std::vector<int> &group,
+                              const char *what, int owner) {
+  if (owner >= 0 && rank != owner)
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": rank ", rank, " called the communicator of rank ", owner));
+  auto position = std::find(group.begin(), group.end(), rank);
+  if (position == group.end())
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", rank, " is not in its group"));
+  return size_t(position - group.begin());
+}
+
+std::string ExchangeCommunicator::groupKey(const std::vector<int> &group) {
+  std::string key;
+  for (int member : group)
+    absl::StrAppend(&key, member, ",");
+  return key;
+}
+
 InProcessCommunicator::InProcessCommunicator(int worldSize,
                                              std::chrono::milliseconds timeout)
     : ExchangeCommunicator(worldSize), timeout(timeout) {}
@@ -93,21 +113,18 @@ void InProcessCommunicator::abort(const std::string &why) {
 absl::StatusOr<std::vector<HostTensor>>
 InProcessCommunicator::exchange(int rank, const std::vector<int> &group,
                                 const HostTensor &mine, const char *what) {
-  auto position = std::find(group.begin(), group.end(), rank);
-  if (position == group.end())
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": rank ", rank, " is not in its group"));
-  size_t index = position - group.begin();
-  std::string groupKey;
-  for (int member : group)
-    absl::StrAppend(&groupKey, member, ",");
+  absl::StatusOr<size_t> position = indexIn(rank, group, what);
+  if (!position.ok())
+    return position.status();
+  size_t index = *position;
+  std::string key = groupKey(group);
   std::unique_lock<std::mutex> lock(mutex);
   if (!aborted.empty())
     return absl::AbortedError(aborted);
   // The n-th collective of this group for this rank meets the n-th of the
   // others: the same order on every rank, as NCCL requires.
-  int64_t n = sequence[{rank, groupKey}]++;
-  std::string key = absl::StrCat(groupKey, "#", n);
+  int64_t n = sequence[{rank, key}]++;
+  absl::StrAppend(&key, "#", n);
   std::unique_ptr<Slot> &slot = slots[key];
   if (!slot) {
     slot = std::make_unique<Slot>();
@@ -203,7 +220,7 @@ ExchangeCommunicator::reduceScatter(int rank, const std::vector<int> &group,
     return all.status();
   int64_t n = group.size();
   sent[rank] += (n - 1) * tensorBytes(input) / n;
-  int64_t index = std::find(group.begin(), group.end(), rank) - group.begin();
+  int64_t index = int64_t(*indexIn(rank, group, ""));
   return sliceForRank(reduceAll(*all, op), dim, index, n);
 }
 
@@ -216,7 +233,7 @@ ExchangeCommunicator::allToAll(int rank, const std::vector<int> &group,
     return all.status();
   int64_t n = group.size();
   sent[rank] += (n - 1) * tensorBytes(input) / n;
-  int64_t index = std::find(group.begin(), group.end(), rank) - group.begin();
+  int64_t index = int64_t(*indexIn(rank, group, ""));
   std::vector<HostTensor> pieces;
   for (const HostTensor &t : *all)
     pieces.push_back(sliceForRank(t, splitDim, index, n));
@@ -234,7 +251,7 @@ ExchangeCommunicator::permute(int rank, const std::vector<int> &group,
     return all.status();
   sent[rank] += tensorBytes(input);
   int64_t n = group.size();
-  int64_t index = std::find(group.begin(), group.end(), rank) - group.begin();
+  int64_t index = int64_t(*indexIn(rank, group, ""));
   int64_t from = ((index - shift) % n + n) % n;
   return (*all)[from];
 }

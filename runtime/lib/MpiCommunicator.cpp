@@ -87,18 +87,14 @@ MpiCommunicator::exchange(int rank, const std::vector<int> &group,
                           const HostTensor &mine, const char *what) {
   if (!broken.empty())
     return absl::AbortedError(broken);
-  auto position = std::find(group.begin(), group.end(), rank);
-  if (rank != myRank || position == group.end())
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": rank ", rank, " is not in its group"));
-  size_t index = position - group.begin();
-  std::string groupKey;
-  for (int member : group)
-    absl::StrAppend(&groupKey, member, ",");
+  absl::StatusOr<size_t> position = indexIn(rank, group, what, myRank);
+  if (!position.ok())
+    return position.status();
+  size_t index = *position;
   // Messages between two ranks arrive in the order sent (MPI's
   // non-overtaking rule) and every rank issues the same collectives in the
   // same order; the tag only separates a group's consecutive collectives.
-  int tag = int(sequence[groupKey]++ % 32000);
+  int tag = int(sequence[groupKey(group)]++ % 32000);
   if (mine.numel() > INT_MAX)
     return absl::UnimplementedError(absl::StrCat(
         what, ": a tensor of ", mine.numel(),

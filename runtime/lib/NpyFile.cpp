@@ -151,13 +151,20 @@ absl::StatusOr<HostTensor> decode(const std::string &path,
       absl::StrCat(path, ": element type '", type, "' is not supported"));
 }
 
+/// Opens `path` and reads its header.
+absl::StatusOr<NpyHeader> openNpy(const std::string &path,
+                                  std::ifstream &file) {
+  file.open(path, std::ios::binary);
+  if (!file)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  return readHeader(file, path);
+}
+
 } // namespace
 
 absl::StatusOr<HostTensor> readNpy(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  absl::StatusOr<NpyHeader> header = readHeader(file, path);
+  std::ifstream file;
+  absl::StatusOr<NpyHeader> header = openNpy(path, file);
   if (!header.ok())
     return header.status();
   file.clear();
@@ -169,10 +176,8 @@ absl::StatusOr<HostTensor> readNpy(const std::string &path) {
 
 absl::StatusOr<HostTensor> readNpyShard(const std::string &path, int64_t dim,
                                         int64_t index, int64_t parts) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  absl::StatusOr<NpyHeader> header = readHeader(file, path);
+  std::ifstream file;
+  absl::StatusOr<NpyHeader> header = openNpy(path, file);
   if (!header.ok())
     return header.status();
   const Shape &shape = header->shape;

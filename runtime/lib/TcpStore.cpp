@@ -319,17 +319,14 @@ absl::StatusOr<HostTensor> weft::rt::deserializeTensor(const std::string &bytes)
 absl::StatusOr<std::vector<HostTensor>>
 StoreCommunicator::exchange(int rank, const std::vector<int> &group,
                             const HostTensor &mine, const char *what) {
-  auto position = std::find(group.begin(), group.end(), rank);
-  if (rank != myRank || position == group.end())
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": rank ", rank, " is not in its group"));
-  size_t index = size_t(position - group.begin());
-  std::string groupKey;
-  for (int member : group)
-    absl::StrAppend(&groupKey, member, ",");
-  int64_t n = sequence[groupKey]++;
+  absl::StatusOr<size_t> position = indexIn(rank, group, what, myRank);
+  if (!position.ok())
+    return position.status();
+  size_t index = *position;
+  std::string name = groupKey(group);
+  int64_t n = sequence[name]++;
   auto key = [&](int64_t number, size_t member) {
-    return absl::StrCat("x/", groupKey, "/", number, "/", member);
+    return absl::StrCat("x/", name, "/", number, "/", member);
   };
   if (absl::Status status = store.set(key(n, index), serializeTensor(mine));
       !status.ok())

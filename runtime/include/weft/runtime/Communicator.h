@@ -115,6 +115,14 @@ public:
   int64_t bytesSent(int rank) const override { return sent[rank].load(); }
 
 protected:
+  /// `rank`'s index in `group`, or an error naming the collective; with
+  /// `owner` (a communicator of one rank per process), also an error if
+  /// `rank` is another rank.
+  static absl::StatusOr<size_t> indexIn(int rank, const std::vector<int> &group,
+                                        const char *what, int owner = -1);
+  /// The group as a key ("0,2,"): a collective's name among its group's.
+  static std::string groupKey(const std::vector<int> &group);
+
   /// Every member's tensor, in group order, once all have arrived. `what`
   /// names the collective for errors (a timeout names it and the ranks that
   /// never joined).

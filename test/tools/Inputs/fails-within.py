@@ -1,5 +1,5 @@
 # Runs a command that must fail, and checks it ended within a time limit:
-#   collective-timeout.test.py TIMEOUT LIMIT COMMAND...
+#   fails-within.py TIMEOUT LIMIT COMMAND...
 # Prints the command's output, then its exit status and elapsed seconds;
 # exits non-zero if the command succeeded or took longer than LIMIT.
 import subprocess
