@@ -5,8 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Dialect/WeftOps.h"
-#include "weft/Exec/Interpreter.h"
-#include "weft/runtime/CpuKernels.h"
+#include "weft/Dialect/WeftElements.h"
 #include "weft/Passes/Passes.h"
 #include "weft/Passes/Sharding.h"
 #include "weft/plan.pb.h"
@@ -57,11 +56,7 @@ struct WeftUnfuseProjections
     SmallVector<int64_t> shape(type.getShape());
     shape.back() = size;
     auto sliceType = RankedTensorType::get(shape, type.getElementType());
-    rt::HostTensor full = toHostTensor(*param.getValue());
-    std::vector<int64_t> st(starts.begin(), starts.end()),
-        li(limits.begin(), limits.end()), strides(starts.size(), 1);
-    rt::HostTensor piece = rt::slice(full, st, li, strides);
-    auto value = toElementsAttr(piece, sliceType);
+    ElementsAttr value = sliceElements(*param.getValue(), starts, limits);
     return ParameterOp::create(
         b, param.getLoc(), sliceType,
         b.getStringAttr(param.getName() + ".part" + std::to_string(index)),

@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Dialect/WeftOps.h"
-#include "weft/Exec/Interpreter.h"
+#include "weft/Dialect/WeftElements.h"
 #include "weft/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -48,8 +48,7 @@ struct WeftConvertFloatType
       auto type = dyn_cast<RankedTensorType>(value.getType());
       if (!type || !type.getElementType().isF32())
         return value;
-      rt::HostTensor host = toHostTensor(value);
-      return toElementsAttr(host, cast<RankedTensorType>(convert(type)));
+      return convertFloatElements(value, cast<RankedTensorType>(convert(type)));
     };
     func.walk([&](Operation *op) {
       for (OpResult result : op->getResults())
