@@ -4,10 +4,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "weft/Dialect/WeftOps.h"
+#include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftElements.h"
+#include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
-#include "weft/Passes/Sharding.h"
 #include "weft/plan.pb.h"
 
 #include "google/protobuf/util/json_util.h"
@@ -247,7 +247,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     }
     StringRef mesh = "mesh";
     if (d.cp > 1 && loadBalance)
-      func->setAttr("weft.load_balanced", mb.getStrArrayAttr({"cp"}));
+      func->setAttr(WeftDialect::getLoadBalancedAttrName(),
+                    mb.getStrArrayAttr({"cp"}));
     auto axesFor = [&](std::initializer_list<std::pair<const char *, int64_t>>
                            list) {
       SmallVector<std::string, 2> axes;
@@ -299,7 +300,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       s.dims[2].assign(cpAxes.begin(), cpAxes.end());
       setSharding(att.getResult(), mesh, s);
       if (d.cp > 1)
-        att->setAttr("weft.context_parallel", mb.getStrArrayAttr({"cp"}));
+        att->setAttr(WeftDialect::getContextParallelAttrName(),
+                     mb.getStrArrayAttr({"cp"}));
     }
 
     // Megatron's tensor parallelism on the weights.
@@ -394,7 +396,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         s.dims[0].assign(batchAxes.begin(), batchAxes.end());
       if (type.getRank() >= 2 && seq && type.getDimSize(1) == seq)
         s.dims[1].assign(seqAxes.begin(), seqAxes.end());
-      func.setResultAttr(index, "weft.sharding",
+      func.setResultAttr(index, WeftDialect::getShardingAttrName(),
                          toAttr(module.getContext(), mesh, s));
     }
   }

@@ -4,9 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
-#include "weft/Passes/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -33,7 +33,7 @@ public:
   Partitioner(func::FuncOp func, const MeshInfo &mesh)
       : func(func), mesh(mesh), b(func.getContext()),
         meshRef(FlatSymbolRefAttr::get(func.getContext(), mesh.name)),
-        loadBalanced(func->hasAttr("weft.load_balanced")) {}
+        loadBalanced(func->hasAttr(WeftDialect::getLoadBalancedAttrName())) {}
 
   LogicalResult run();
 
@@ -265,16 +265,22 @@ LogicalResult Partitioner::run() {
   // The signature is per-rank now: its shardings say where each rank's
   // block sits in the global tensors.
   for (unsigned i = 0; i < globalArgs; ++i) {
-    if (auto attr = argAttrs[i] ? argAttrs[i].getAs<ShardingAttr>("weft.sharding")
+    if (auto attr = argAttrs[i] ? argAttrs[i].getAs<ShardingAttr>(
+                                      WeftDialect::getShardingAttrName())
                                 : ShardingAttr()) {
-      func.removeArgAttr(i, StringAttr::get(func.getContext(), "weft.sharding"));
-      func.setArgAttr(i, "weft.local_sharding", attr);
+      func.removeArgAttr(i,
+                         StringAttr::get(func.getContext(),
+                                         WeftDialect::getShardingAttrName()));
+      func.setArgAttr(i, WeftDialect::getLocalShardingAttrName(), attr);
     }
   }
   for (unsigned i = 0; i < func.getNumResults(); ++i)
-    if (auto attr = func.getResultAttrOfType<ShardingAttr>(i, "weft.sharding")) {
-      func.removeResultAttr(i, StringAttr::get(func.getContext(), "weft.sharding"));
-      func.setResultAttr(i, "weft.local_sharding", attr);
+    if (auto attr = func.getResultAttrOfType<ShardingAttr>(
+            i, WeftDialect::getShardingAttrName())) {
+      func.removeResultAttr(
+          i, StringAttr::get(func.getContext(),
+                             WeftDialect::getShardingAttrName()));
+      func.setResultAttr(i, WeftDialect::getLocalShardingAttrName(), attr);
     }
   return success();
 }
@@ -286,8 +292,8 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
     for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
       TensorSharding want = TensorSharding::replicated(
           cast<RankedTensorType>(value.getType()).getRank());
-      if (auto attr =
-              func.getResultAttrOfType<ShardingAttr>(index, "weft.sharding"))
+      if (auto attr = func.getResultAttrOfType<ShardingAttr>(
+              index, WeftDialect::getShardingAttrName()))
         want = fromAttr(attr);
       results.push_back(operand(loc, value, want));
     }
@@ -304,7 +310,7 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
   if (isa<ParameterOp, ConstantOp, IotaOp>(op)) {
     // Built whole, then each rank keeps its shard.
     Operation *copy = b.clone(*op);
-    copy->removeAttr("weft.sharding");
+    copy->removeAttr(WeftDialect::getShardingAttrName());
     Value result = op->getResult(0);
     TensorSharding want = target(result);
     TensorSharding whole = TensorSharding::replicated(want.dims.size());
@@ -313,7 +319,8 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
     return success();
   }
   if (auto attention = dyn_cast<AttentionOp>(op))
-    if (attention->hasAttr("weft.context_parallel") && mesh.size("cp") > 1)
+    if (attention->hasAttr(WeftDialect::getContextParallelAttrName()) &&
+        mesh.size("cp") > 1)
       return partitionRingAttention(attention);
   if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
     TensorSharding table = target(embedding.getTable());
@@ -357,7 +364,7 @@ LogicalResult Partitioner::partitionGeneric(Operation *op) {
   for (auto [v, factors] : llvm::zip(op->getOperands(), rule.operands))
     map.map(v, operand(op->getLoc(), v, projectSharding(factors, axes)));
   Operation *copy = b.clone(*op, map);
-  copy->removeAttr("weft.sharding");
+  copy->removeAttr(WeftDialect::getShardingAttrName());
   // Partial sums: split reduction factors.
   SmallVector<std::string, 2> partial;
   for (int64_t f = 0; f < rule.getNumFactors(); ++f)

@@ -67,13 +67,13 @@ static LogicalResult verifyLocalSharding(Operation *op, Attribute attr,
 
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
-  if (attr.getName() == "weft.load_balanced") {
+  if (attr.getName() == WeftDialect::getLoadBalancedAttrName()) {
     if (!isa<FunctionOpInterface>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.load_balanced' is a list of mesh axes "
                                 "on a function";
     return success();
   }
-  if (attr.getName() == "weft.context_parallel") {
+  if (attr.getName() == WeftDialect::getContextParallelAttrName()) {
     if (!isa<AttentionOp>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.context_parallel' is a list of mesh "
                                 "axes on a weft.attention";
@@ -102,7 +102,7 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
   if (attr.getName() != getShardingAttrName() &&
-      attr.getName() != "weft.local_sharding")
+      attr.getName() != WeftDialect::getLocalShardingAttrName())
     return op->emitError() << "unknown weft argument attribute '"
                            << attr.getName().getValue() << "'";
   Region &region = op->getRegion(regionIndex);
@@ -113,7 +113,7 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
     type = func.getArgumentTypes()[argIndex];
   else
     return op->emitError() << "cannot find the type of argument #" << argIndex;
-  if (attr.getName() == "weft.local_sharding")
+  if (attr.getName() == WeftDialect::getLocalShardingAttrName())
     return verifyLocalSharding(op, attr.getValue(), type,
                                "argument #" + Twine(argIndex));
   return verifyShardingAttachment(op, attr.getValue(), type,
@@ -125,11 +125,11 @@ LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
                                                        unsigned resultIndex,
                                                        NamedAttribute attr) {
   if (attr.getName() != getShardingAttrName() &&
-      attr.getName() != "weft.local_sharding")
+      attr.getName() != WeftDialect::getLocalShardingAttrName())
     return op->emitError() << "unknown weft result attribute '"
                            << attr.getName().getValue() << "'";
   auto func = dyn_cast<FunctionOpInterface>(op);
-  if (func && attr.getName() == "weft.local_sharding")
+  if (func && attr.getName() == WeftDialect::getLocalShardingAttrName())
     return verifyLocalSharding(op, attr.getValue(),
                                func.getResultTypes()[resultIndex],
                                "result #" + Twine(resultIndex));

@@ -46,6 +46,21 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getShardingAttrName() {
       return ::llvm::StringLiteral("weft.sharding");
     }
+    /// On a partitioned function's argument or result: where the per-rank
+    /// value (of local type) sits in the global tensor, a `#weft.sharding`.
+    static constexpr ::llvm::StringLiteral getLocalShardingAttrName() {
+      return ::llvm::StringLiteral("weft.local_sharding");
+    }
+    /// On a function: the mesh axes whose sequence split uses the
+    /// load-balanced (zigzag) layout of ring attention, an array of names.
+    static constexpr ::llvm::StringLiteral getLoadBalancedAttrName() {
+      return ::llvm::StringLiteral("weft.load_balanced");
+    }
+    /// On a `weft.attention`: the mesh axes of its ring (context
+    /// parallelism), an array of names.
+    static constexpr ::llvm::StringLiteral getContextParallelAttrName() {
+      return ::llvm::StringLiteral("weft.context_parallel");
+    }
   }];
 }
 

@@ -15,9 +15,9 @@
 
 #include "EmitterCommon.h"
 
+#include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Exec/Interpreter.h"
-#include "weft/Passes/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/TypeSwitch.h"

@@ -111,7 +111,8 @@ std::string codegen::meshLiteral(ModuleOp module, func::FuncOp func) {
     sizes += (i ? ", " : "") + std::to_string(mesh->sizes[i]);
   }
   return "Mesh{" + axes + "}, " + sizes + "}, \"" +
-         (func->hasAttr("weft.load_balanced") ? "cp" : "") + "\"}";
+         (func->hasAttr(WeftDialect::getLoadBalancedAttrName()) ? "cp" : "") +
+         "\"}";
 }
 
 std::string codegen::layoutsLiteral(func::FuncOp func, bool results) {
@@ -119,9 +120,9 @@ std::string codegen::layoutsLiteral(func::FuncOp func, bool results) {
   unsigned n = results ? func.getNumResults() : func.getNumArguments();
   for (unsigned i = 0; i < n; ++i) {
     auto attr = results ? func.getResultAttrOfType<ShardingAttr>(
-                              i, "weft.local_sharding")
+                              i, WeftDialect::getLocalShardingAttrName())
                         : func.getArgAttrOfType<ShardingAttr>(
-                              i, "weft.local_sharding");
+                              i, WeftDialect::getLocalShardingAttrName());
     Type type = results ? func.getResultTypes()[i] : func.getArgumentTypes()[i];
     TensorSharding s =
         attr ? fromAttr(attr)

@@ -10,8 +10,8 @@
 #ifndef WEFT_LIB_CODEGEN_EMITTERCOMMON_H
 #define WEFT_LIB_CODEGEN_EMITTERCOMMON_H
 
+#include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
-#include "weft/Passes/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -12,17 +12,17 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mlir/Pass/PassRegistry.h"
+#include "weft/Codegen/CpuEmitter.h"
+#include "weft/Codegen/CudaEmitter.h"
+#include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Exec/Interpreter.h"
 #include "weft/Exec/TensorFiles.h"
 #include "weft/Import/OnnxImporter.h"
 #include "weft/InitAll.h"
 #include "weft/Passes/Passes.h"
-#include "weft/Passes/Sharding.h"
-#include "weft/Codegen/CpuEmitter.h"
-#include "weft/Codegen/CudaEmitter.h"
 #include "llvm/Support/Program.h"
-#include "mlir/Pass/PassRegistry.h"
 
 #include "weft/runtime/Program.h"
 
@@ -396,7 +396,7 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
     mesh.axes.assign(meshInfo->axes.begin(), meshInfo->axes.end());
     mesh.shape.assign(meshInfo->sizes.begin(), meshInfo->sizes.end());
   }
-  if (func->hasAttr("weft.load_balanced"))
+  if (func->hasAttr(weft::WeftDialect::getLoadBalancedAttrName()))
     mesh.zigzagAxis = "cp";
   int n = int(mesh.size());
   if (devices > 0 && devices != n) {
@@ -416,13 +416,15 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
   std::vector<weft::rt::Layout> inputLayouts, outputLayouts;
   FunctionType type = func.getFunctionType();
   for (unsigned i = 0; i < type.getNumInputs(); ++i)
-    inputLayouts.push_back(layoutOf(
-        func.getArgAttrOfType<weft::ShardingAttr>(i, "weft.local_sharding"),
-        cast<RankedTensorType>(type.getInput(i)).getRank()));
+    inputLayouts.push_back(
+        layoutOf(func.getArgAttrOfType<weft::ShardingAttr>(
+                     i, weft::WeftDialect::getLocalShardingAttrName()),
+                 cast<RankedTensorType>(type.getInput(i)).getRank()));
   for (unsigned o = 0; o < type.getNumResults(); ++o)
-    outputLayouts.push_back(layoutOf(
-        func.getResultAttrOfType<weft::ShardingAttr>(o, "weft.local_sharding"),
-        cast<RankedTensorType>(type.getResult(o)).getRank()));
+    outputLayouts.push_back(
+        layoutOf(func.getResultAttrOfType<weft::ShardingAttr>(
+                     o, weft::WeftDialect::getLocalShardingAttrName()),
+                 cast<RankedTensorType>(type.getResult(o)).getRank()));
   // Each rank interprets the partitioned function.
   weft::rt::RankFunction rankFunction =
       [&](weft::rt::RankContext &ctx,

@@ -2,14 +2,16 @@
 //
 // Part of the Weft project.
 //
-// What propagation and partitioning share: a tensor's sharding as plain data,
-// its conversion from and to #weft.sharding, and the assignment of mesh axes
-// to an op's factors from the shardings of its operands and results.
+// The sharding data model of the dialect: a tensor's sharding as plain data,
+// its conversion from and to #weft.sharding, where a value's sharding is
+// attached, and the assignment of mesh axes to an op's factors from the
+// shardings of its operands and results. Propagation, partitioning, the
+// emitters and the runners all read shardings through these.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef WEFT_PASSES_SHARDING_H
-#define WEFT_PASSES_SHARDING_H
+#ifndef WEFT_DIALECT_SHARDING_H
+#define WEFT_DIALECT_SHARDING_H
 
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftInterfaces.h"
@@ -36,7 +38,9 @@ struct TensorSharding {
   bool operator==(const TensorSharding &other) const {
     return dims == other.dims && partial == other.partial;
   }
-  bool operator!=(const TensorSharding &other) const { return !(*this == other); }
+  bool operator!=(const TensorSharding &other) const {
+    return !(*this == other);
+  }
   bool uses(llvm::StringRef axis) const;
   std::string str() const;
 };
@@ -80,12 +84,12 @@ struct ShardedTensor {
 /// divides), skipping blocked factors; where tensors disagree the lower
 /// priority wins, and an axis is given to one factor only. Reports
 /// disagreements between priority-0 (annotated) tensors through `conflict`.
-FactorAxes assignFactorAxes(
-    const ShardingRule &rule, const MeshInfo &mesh,
-    llvm::ArrayRef<ShardedTensor> tensors,
-    llvm::function_ref<void(int64_t factor, const std::string &a,
-                            const std::string &b)>
-        conflict = nullptr);
+FactorAxes
+assignFactorAxes(const ShardingRule &rule, const MeshInfo &mesh,
+                 llvm::ArrayRef<ShardedTensor> tensors,
+                 llvm::function_ref<void(int64_t factor, const std::string &a,
+                                         const std::string &b)>
+                     conflict = nullptr);
 
 /// The sharding of a tensor with `factors` under `assignment`: each dimension
 /// takes its major factor's axes (when that factor is the only one with
@@ -100,4 +104,4 @@ llvm::SmallVector<int64_t> localShape(llvm::ArrayRef<int64_t> shape,
 
 } // namespace weft
 
-#endif // WEFT_PASSES_SHARDING_H
+#endif // WEFT_DIALECT_SHARDING_H

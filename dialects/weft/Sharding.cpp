@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "weft/Passes/Sharding.h"
+#include "weft/Dialect/Sharding.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -59,9 +59,8 @@ std::optional<MeshInfo> weft::getMeshInfo(ModuleOp module) {
   for (MeshOp mesh : module.getOps<MeshOp>()) {
     MeshInfo info;
     info.name = mesh.getSymName().str();
-    for (auto [axis, size] :
-         llvm::zip(mesh.getAxes().getAsValueRange<StringAttr>(),
-                   mesh.getShape())) {
+    for (auto [axis, size] : llvm::zip(
+             mesh.getAxes().getAsValueRange<StringAttr>(), mesh.getShape())) {
       info.axes.push_back(axis.str());
       info.sizes.push_back(size);
     }
@@ -96,7 +95,8 @@ ShardingAttr weft::toAttr(MLIRContext *context, StringRef mesh,
   return ShardingAttr::get(context, mesh, dims, partial);
 }
 
-static constexpr StringLiteral kShardingAttr = "weft.sharding";
+static constexpr StringLiteral kShardingAttr =
+    WeftDialect::getShardingAttrName();
 
 std::optional<TensorSharding> weft::getSharding(Value value) {
   if (auto arg = dyn_cast<BlockArgument>(value)) {
@@ -134,8 +134,8 @@ void weft::setSharding(Value value, StringRef mesh,
   // Results without a sharding yet are replicated placeholders.
   while (entries.size() < op->getNumResults()) {
     auto type = cast<RankedTensorType>(op->getResult(entries.size()).getType());
-    entries.push_back(toAttr(context, mesh,
-                             TensorSharding::replicated(type.getRank())));
+    entries.push_back(
+        toAttr(context, mesh, TensorSharding::replicated(type.getRank())));
   }
   entries[cast<OpResult>(value).getResultNumber()] = attr;
   op->setAttr(kShardingAttr, ArrayAttr::get(context, entries));
