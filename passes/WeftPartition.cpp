@@ -300,8 +300,7 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
     func::ReturnOp::create(b, loc, results);
     return success();
   }
-  if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp,
-          CollectivePermuteOp, SendOp, RecvOp, BroadcastOp>(op))
+  if (isa<CollectiveOpInterface>(op))
     return op->emitError("the program is already partitioned (it has "
                          "collectives); partition the original model");
   if (isa<LayerOp>(op))
@@ -861,21 +860,15 @@ struct WeftOptimizeCollectives
     std::optional<MeshInfo> mesh = module ? getMeshInfo(module) : std::nullopt;
     if (!mesh)
       return;
-    auto groupSize = [&](Operation *op) {
-      auto axes = op->getAttrOfType<ArrayAttr>("axes");
-      int64_t n = 1;
-      for (StringRef axis : axes.getAsValueRange<StringAttr>())
-        n *= mesh->size(axis);
-      return n;
-    };
-    SmallVector<Operation *> collectives;
-    func.walk([&](Operation *op) {
-      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
-              AllSliceOp, CollectivePermuteOp>(op))
+    // Over a group of one rank, a collective from a value to a value is
+    // that value (point-to-point ops have no such identity).
+    SmallVector<CollectiveOpInterface> collectives;
+    func.walk([&](CollectiveOpInterface op) {
+      if (op->getNumOperands() == 1 && op->getNumResults() == 1)
         collectives.push_back(op);
     });
-    for (Operation *op : collectives) {
-      if (groupSize(op) == 1) {
+    for (CollectiveOpInterface op : collectives) {
+      if (op.getGroupSize() == 1) {
         op->getResult(0).replaceAllUsesWith(op->getOperand(0));
         op->erase();
       }

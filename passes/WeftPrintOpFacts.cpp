@@ -21,6 +21,7 @@ struct WeftPrintOpFacts
     getOperation()->walk([](Operation *op) {
       auto ruleOp = dyn_cast<weft::ShardingRuleOpInterface>(op);
       auto costOp = dyn_cast<weft::CostOpInterface>(op);
+      auto collective = dyn_cast<weft::CollectiveOpInterface>(op);
       if (!ruleOp && !costOp)
         return;
       InFlightDiagnostic remark = op->emitRemark();
@@ -33,6 +34,15 @@ struct WeftPrintOpFacts
         remark << "cost: " << static_cast<int64_t>(cost.flops) << " flops, "
                << cost.bytesRead << " bytes read, " << cost.bytesWritten
                << " bytes written";
+      }
+      if (op->hasTrait<weft::OpTrait::Elementwise>())
+        remark << "; elementwise";
+      if (collective) {
+        int64_t group = collective.getGroupSize();
+        remark << "; "
+               << weft::stringifyCollectiveKind(collective.getCollectiveKind())
+               << " over a group of " << group << ": "
+               << collective.getBytesSent(group) << " bytes sent per rank";
       }
     });
   }

@@ -26,6 +26,76 @@ static int64_t sumBytes(TypeRange types) {
 }
 
 //===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+StringRef weft::stringifyCollectiveKind(CollectiveKind kind) {
+  switch (kind) {
+  case CollectiveKind::AllReduce:
+    return "all_reduce";
+  case CollectiveKind::AllGather:
+    return "all_gather";
+  case CollectiveKind::ReduceScatter:
+    return "reduce_scatter";
+  case CollectiveKind::AllToAll:
+    return "all_to_all";
+  case CollectiveKind::Permute:
+    return "collective_permute";
+  case CollectiveKind::AllSlice:
+    return "all_slice";
+  case CollectiveKind::Send:
+    return "send";
+  case CollectiveKind::Recv:
+    return "recv";
+  case CollectiveKind::Broadcast:
+    return "broadcast";
+  }
+  llvm_unreachable("unknown collective kind");
+}
+
+int64_t weft::getCollectiveGroupSize(Operation *op) {
+  auto collective = cast<CollectiveOpInterface>(op);
+  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
+      op, collective.getMeshAttr());
+  if (!mesh)
+    return 0;
+  int64_t size = 1;
+  for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>()) {
+    std::optional<int64_t> axisSize = mesh.getAxisSize(axis);
+    if (!axisSize)
+      return 0;
+    size *= *axisSize;
+  }
+  return size;
+}
+
+int64_t weft::getCollectiveBytesSent(Operation *op, int64_t n) {
+  auto collective = cast<CollectiveOpInterface>(op);
+  if (n <= 1)
+    return 0;
+  // The operand's bytes (a recv has none; it sends nothing).
+  int64_t bytes =
+      op->getNumOperands() ? getTensorBytes(op->getOperand(0).getType()) : 0;
+  switch (collective.getCollectiveKind()) {
+  case CollectiveKind::AllReduce:
+    return 2 * (n - 1) * bytes / n;
+  case CollectiveKind::AllGather:
+    return (n - 1) * bytes;
+  case CollectiveKind::ReduceScatter:
+  case CollectiveKind::AllToAll:
+  case CollectiveKind::Broadcast:
+    return (n - 1) * bytes / n;
+  case CollectiveKind::Permute:
+  case CollectiveKind::Send:
+    return bytes;
+  case CollectiveKind::AllSlice:
+  case CollectiveKind::Recv:
+    return 0;
+  }
+  llvm_unreachable("unknown collective kind");
+}
+
+//===----------------------------------------------------------------------===//
 // ShardingRule
 //===----------------------------------------------------------------------===//
 

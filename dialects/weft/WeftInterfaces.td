@@ -51,4 +51,56 @@ def Weft_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def Weft_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
+  let cppNamespace = "::weft";
+  let description = [{
+    A collective over a group of ranks of a `weft.mesh`: which kind it is, the group
+    (the mesh axes it spans and their size), and how many bytes each rank puts on the
+    wire. The cost model times collectives from these facts, the CUDA backend schedules
+    them on its communication stream, and the runtime's communicators count the same
+    bytes, so a plan's predicted traffic is checked against a run.
+
+    Bytes sent per rank follow NCCL's ring algorithms, for an operand of `S` bytes and
+    a group of `n`: all_reduce `2(n-1)S/n`, all_gather `(n-1)S`, reduce_scatter and
+    all_to_all `(n-1)S/n`, collective_permute and send `S`, broadcast `(n-1)S/n` on
+    average, recv and all_slice nothing (all_slice keeps a local slice).
+  }];
+  let methods = [
+    InterfaceMethod<"Returns which collective this is.",
+      "::weft::CollectiveKind", "getCollectiveKind", (ins)>,
+    InterfaceMethod<"Returns the mesh the group lives on.",
+      "::mlir::FlatSymbolRefAttr", "getMeshAttr", (ins)>,
+    InterfaceMethod<"Returns the mesh axes that span the group, major first.",
+      "::mlir::ArrayAttr", "getAxes", (ins)>,
+    InterfaceMethod<[{
+        Returns the number of ranks in the group (the product of the axes' sizes on
+        the mesh), or 0 if the mesh or an axis cannot be found.
+      }],
+      "int64_t", "getGroupSize", (ins), [{}], [{
+        return ::weft::getCollectiveGroupSize($_op.getOperation());
+      }]>,
+    InterfaceMethod<[{
+        Returns the bytes one rank sends for this collective in a group of
+        `groupSize` ranks, counted like NCCL's ring algorithms.
+      }],
+      "int64_t", "getBytesSent", (ins "int64_t":$groupSize), [{}], [{
+        return ::weft::getCollectiveBytesSent($_op.getOperation(), groupSize);
+      }]>,
+    InterfaceMethod<[{
+        Returns true if the collective moves data between ranks (every kind but
+        all_slice, which keeps a local slice).
+      }],
+      "bool", "communicates", (ins), [{}], [{
+        return $_op.getCollectiveKind() != ::weft::CollectiveKind::AllSlice;
+      }]>
+  ];
+}
+
+// An op whose every result element is computed from the operand elements at the
+// same position (numpy broadcasting) or from its own coordinates, with no other
+// data dependence: such ops chain into one generated kernel.
+def Weft_Elementwise : NativeOpTrait<"Elementwise"> {
+  let cppNamespace = "::weft::OpTrait";
+}
+
 #endif // WEFT_INTERFACES_TD

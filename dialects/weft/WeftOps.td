@@ -79,7 +79,7 @@ def Weft_ConstantOp : Weft_Op<"constant",
   let hasFolder = 1;
 }
 
-def Weft_IotaOp : Weft_Op<"iota", [WeftCost, WeftRule, Pure]> {
+def Weft_IotaOp : Weft_Op<"iota", [WeftCost, WeftRule, Pure, Weft_Elementwise]> {
   let summary = "Integers 0, 1, 2, ... counted along one dimension.";
   let description = [{
     Element `[i0, ..., in]` of the result is `i_dim`, converted to the element type.
@@ -106,7 +106,7 @@ def Weft_IotaOp : Weft_Op<"iota", [WeftCost, WeftRule, Pure]> {
 class Weft_BinaryElementwiseOp<string mnemonic, Type tensorType, string what,
                                list<Trait> traits = []>
     : Weft_Op<mnemonic, !listconcat(traits, [
-        Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor,
+        Pure, Weft_Elementwise, SameOperandsAndResultElementType, InferTypeOpAdaptor,
         DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
         DeclareOpInterfaceMethods<Weft_CostOpInterface>])> {
   let summary = "Elementwise " # what # ", with numpy broadcasting.";
@@ -168,7 +168,7 @@ def Weft_MaximumOp : Weft_BinaryElementwiseOp<"maximum", Weft_NumericTensor,
 def Weft_MinimumOp : Weft_BinaryElementwiseOp<"minimum", Weft_NumericTensor,
                                               "min(x, y)", [Commutative]>;
 
-def Weft_CompareOp : Weft_Op<"compare", [WeftCost, WeftRule, Pure, SameOperandsElementType,
+def Weft_CompareOp : Weft_Op<"compare", [WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsElementType,
     InferTypeOpAdaptor]> {
   let summary = "Elementwise comparison to an i1 tensor, with numpy broadcasting.";
   let description = [{
@@ -189,7 +189,7 @@ def Weft_CompareOp : Weft_Op<"compare", [WeftCost, WeftRule, Pure, SameOperandsE
   }];
 }
 
-def Weft_WhereOp : Weft_Op<"where", [WeftCost, WeftRule, Pure,
+def Weft_WhereOp : Weft_Op<"where", [WeftCost, WeftRule, Pure, Weft_Elementwise,
     AllElementTypesMatch<["lhs", "rhs", "result"]>, InferTypeOpAdaptor]> {
   let summary = "Elementwise select: `cond ? lhs : rhs`, with numpy broadcasting.";
   let description = [{
@@ -216,7 +216,8 @@ def Weft_WhereOp : Weft_Op<"where", [WeftCost, WeftRule, Pure,
 // transcendental function (exp, erf, tanh, sqrt) as one.
 class Weft_UnaryElementwiseOp<string mnemonic, Type tensorType, string what,
                               int flops = 1, list<Trait> traits = []>
-    : Weft_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
+    : Weft_Op<mnemonic, !listconcat(traits, [Pure, Weft_Elementwise,
+        SameOperandsAndResultType,
         DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
         DeclareOpInterfaceMethods<Weft_CostOpInterface>])> {
   let summary = "Elementwise " # what # ".";
@@ -258,7 +259,7 @@ def Weft_ReluOp : Weft_UnaryElementwiseOp<"relu", Weft_NumericTensor, "max(x, 0)
 def Weft_SiluOp : Weft_UnaryElementwiseOp<"silu", Weft_FloatTensor,
                                           "x * sigmoid(x) (swish)", 4>;
 
-def Weft_GeluOp : Weft_Op<"gelu", [Pure, SameOperandsAndResultType,
+def Weft_GeluOp : Weft_Op<"gelu", [Pure, Weft_Elementwise, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
     DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
   let summary = "Elementwise GELU, exact (erf) or tanh-approximated.";
@@ -283,7 +284,7 @@ def Weft_GeluOp : Weft_Op<"gelu", [Pure, SameOperandsAndResultType,
   }];
 }
 
-def Weft_CastOp : Weft_Op<"cast", [WeftCost, WeftRule, Pure, SameOperandsAndResultShape]> {
+def Weft_CastOp : Weft_Op<"cast", [WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultShape]> {
   let summary = "Elementwise conversion to another element type.";
   let description = [{
     Floats round to nearest even; float to integer truncates toward zero; to `i1` is
@@ -686,7 +687,7 @@ def Weft_SplitOp : Weft_Op<"split", [WeftCost, WeftRule, Pure, InferTypeOpAdapto
   }];
 }
 
-def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType]> {
+def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultElementType]> {
   let summary = "Expands a tensor to a larger shape by numpy broadcasting.";
   let description = [{
     (The collective that sends one rank's tensor to all others is `weft.broadcast`.)
@@ -858,9 +859,15 @@ def Weft_MeshOp : Weft_Op<"mesh", [WeftCost, Symbol, HasParent<"::mlir::ModuleOp
   }];
 }
 
-class Weft_CollectiveOp<string mnemonic, list<Trait> traits = []>
-    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost,
+// `kind` names the op's CollectiveKind.
+class Weft_CollectiveOp<string mnemonic, string kind, list<Trait> traits = []>
+    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost, Weft_CollectiveOpInterface,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  let extraClassDeclaration = [{
+    ::weft::CollectiveKind getCollectiveKind() {
+      return ::weft::CollectiveKind::}] # kind # [{;
+    }
+  }];
   code commonDescription = [{
     Collectives are not `Pure`: every rank of a group must run them in the same order,
     so no pass may drop, duplicate or reorder one on its own.
@@ -875,7 +882,7 @@ class Weft_CollectiveOp<string mnemonic, list<Trait> traits = []>
   }];
 }
 
-def Weft_AllReduceOp : Weft_CollectiveOp<"all_reduce",
+def Weft_AllReduceOp : Weft_CollectiveOp<"all_reduce", "AllReduce",
     [SameOperandsAndResultType]> {
   let summary = "Combines a tensor across the ranks of a mesh-axis group; all get the result.";
   let description = [{
@@ -899,7 +906,7 @@ def Weft_AllReduceOp : Weft_CollectiveOp<"all_reduce",
   }];
 }
 
-def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather",
+def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather", "AllGather",
     [SameOperandsAndResultElementType]> {
   let summary = "Concatenates the group's tensors along one dimension; all get the result.";
   let description = [{
@@ -928,7 +935,7 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather",
   }];
 }
 
-def Weft_AllSliceOp : Weft_CollectiveOp<"all_slice",
+def Weft_AllSliceOp : Weft_CollectiveOp<"all_slice", "AllSlice",
     [SameOperandsAndResultElementType]> {
   let summary = "Each rank keeps its own slice of a tensor that all ranks hold; "
                 "no communication.";
@@ -966,7 +973,7 @@ def Weft_AllSliceOp : Weft_CollectiveOp<"all_slice",
   }];
 }
 
-def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter",
+def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter", "ReduceScatter",
     [SameOperandsAndResultElementType]> {
   let summary = "Combines the group's tensors and leaves each rank one slice along a dimension.";
   let description = [{
@@ -996,7 +1003,7 @@ def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter",
   }];
 }
 
-def Weft_AllToAllOp : Weft_CollectiveOp<"all_to_all",
+def Weft_AllToAllOp : Weft_CollectiveOp<"all_to_all", "AllToAll",
     [SameOperandsAndResultElementType]> {
   let summary = "Splits along one dimension, exchanges the pieces, concatenates along another.";
   let description = [{
@@ -1028,7 +1035,7 @@ def Weft_AllToAllOp : Weft_CollectiveOp<"all_to_all",
   }];
 }
 
-def Weft_CollectivePermuteOp : Weft_CollectiveOp<"collective_permute",
+def Weft_CollectivePermuteOp : Weft_CollectiveOp<"collective_permute", "Permute",
     [SameOperandsAndResultType]> {
   let summary = "Ring shift: each rank sends its tensor `shift` places along the group.";
   let description = [{
@@ -1053,7 +1060,7 @@ def Weft_CollectivePermuteOp : Weft_CollectiveOp<"collective_permute",
   }];
 }
 
-def Weft_SendOp : Weft_CollectiveOp<"send"> {
+def Weft_SendOp : Weft_CollectiveOp<"send", "Send"> {
   let summary = "Sends a tensor to the rank `offset` places along the group (pipeline P2P).";
   let description = [{
     Point-to-point: group rank `i` sends to group rank `i + offset`, which must exist (no
@@ -1078,7 +1085,7 @@ def Weft_SendOp : Weft_CollectiveOp<"send"> {
   }];
 }
 
-def Weft_RecvOp : Weft_CollectiveOp<"recv"> {
+def Weft_RecvOp : Weft_CollectiveOp<"recv", "Recv"> {
   let summary = "Receives a tensor from the rank `offset` places along the group.";
   let description = [{
     The counterpart of `weft.send`: group rank `i` receives from group rank `i + offset`.
@@ -1101,7 +1108,7 @@ def Weft_RecvOp : Weft_CollectiveOp<"recv"> {
   }];
 }
 
-def Weft_BroadcastOp : Weft_CollectiveOp<"broadcast", [SameOperandsAndResultType]> {
+def Weft_BroadcastOp : Weft_CollectiveOp<"broadcast", "Broadcast", [SameOperandsAndResultType]> {
   let summary = "Every rank of the group gets the tensor of group rank `root`.";
   let description = [{
     (Shape broadcasting is `weft.broadcast_to`.)

@@ -45,15 +45,12 @@ namespace {
 constexpr int64_t kAlignment = 256;
 
 bool isElementwise(Operation *op) {
-  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp,
-             CompareOp, WhereOp, NegOp, ExpOp, LogOp, SqrtOp, RsqrtOp, TanhOp,
-             ErfOp, SigmoidOp, ReluOp, SiluOp, GeluOp, CastOp, BroadcastToOp,
-             IotaOp>(op);
+  return op->hasTrait<weft::OpTrait::Elementwise>();
 }
 
 bool isCollective(Operation *op) {
-  return isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
-             CollectivePermuteOp>(op);
+  auto collective = dyn_cast<CollectiveOpInterface>(op);
+  return collective && collective.communicates();
 }
 
 RankedTensorType tensorType(Value v) {

@@ -164,7 +164,7 @@ Interpreter::runBlock(Block &block, const std::vector<HostTensor> &args) {
   for (auto [arg, tensor] : llvm::zip(block.getArguments(), args))
     set(arg, tensor);
   for (Operation &op : block) {
-    if (op.hasTrait<OpTrait::IsTerminator>()) {
+    if (op.hasTrait<mlir::OpTrait::IsTerminator>()) {
       std::vector<HostTensor> results;
       for (Value operand : op.getOperands())
         results.push_back(get(operand));

@@ -51,3 +51,36 @@ func.func @elementwise(%x: tensor<4x8xf32>, %b: tensor<8xf32>, %h: tensor<4x8xbf
   %3 = weft.gelu %x approximation tanh : tensor<4x8xf32>
   return %0, %1, %2, %3 : tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// Elementwise ops say so (they chain into one generated kernel).
+func.func @elementwise(%x: tensor<4x8xf32>, %y: tensor<8xf32>) -> tensor<4x8xf32> {
+  // expected-remark @+1 {{cost: 32 flops, 160 bytes read, 128 bytes written; elementwise}}
+  %0 = weft.add %x, %y : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  // expected-remark @+1 {{bytes written; elementwise}}
+  %1 = weft.gelu %0 approximation tanh : tensor<4x8xf32>
+  return %1 : tensor<4x8xf32>
+}
+
+// -----
+
+// Collectives: the group's size on the mesh and the bytes each rank puts on
+// the wire, counted like NCCL's ring algorithms (what the communicators count).
+// expected-remark @+1 {{cost: 0 flops}}
+weft.mesh @mesh(dp = 2, tp = 4)
+func.func @collectives(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<16x8xf32>, tensor<1x8xf32>, tensor<4x8xf32>, tensor<1x8xf32>, tensor<1x32xf32>) {
+  // expected-remark @+1 {{all_reduce over a group of 4: 192 bytes sent per rank}}
+  %0 = weft.all_reduce sum %x over @mesh ["tp"] : tensor<4x8xf32>
+  // expected-remark @+1 {{all_gather over a group of 4: 384 bytes sent per rank}}
+  %1 = weft.all_gather %x over @mesh ["tp"] dim 0 : tensor<4x8xf32> -> tensor<16x8xf32>
+  // expected-remark @+1 {{reduce_scatter over a group of 4: 96 bytes sent per rank}}
+  %2 = weft.reduce_scatter sum %x over @mesh ["tp"] dim 0 : tensor<4x8xf32> -> tensor<1x8xf32>
+  // expected-remark @+1 {{collective_permute over a group of 8: 128 bytes sent per rank}}
+  %3 = weft.collective_permute %x over @mesh ["dp", "tp"] shift 1 : tensor<4x8xf32>
+  // expected-remark @+1 {{all_slice over a group of 4: 0 bytes sent per rank}}
+  %4 = weft.all_slice %x over @mesh ["tp"] dim 0 : tensor<4x8xf32> -> tensor<1x8xf32>
+  // expected-remark @+1 {{all_to_all over a group of 4: 96 bytes sent per rank}}
+  %5 = weft.all_to_all %x over @mesh ["tp"] split_dim 0 concat_dim 1 : tensor<4x8xf32> -> tensor<1x32xf32>
+  return %0, %1, %2, %3, %4, %5 : tensor<4x8xf32>, tensor<16x8xf32>, tensor<1x8xf32>, tensor<4x8xf32>, tensor<1x8xf32>, tensor<1x32xf32>
+}

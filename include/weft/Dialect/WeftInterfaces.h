@@ -71,6 +71,30 @@ struct OpCost {
   int64_t bytesWritten = 0;
 };
 
+/// The kinds of collective (CollectiveOpInterface).
+enum class CollectiveKind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Permute,
+  AllSlice,
+  Send,
+  Recv,
+  Broadcast,
+};
+
+/// The NCCL-style name of a kind: "all_reduce", "collective_permute", ...
+llvm::StringRef stringifyCollectiveKind(CollectiveKind kind);
+
+/// The size of a collective's group: the product of its axes' sizes on its
+/// mesh (0 if the mesh or an axis is missing).
+int64_t getCollectiveGroupSize(mlir::Operation *op);
+
+/// The bytes one rank sends for collective `op` in a group of `groupSize`
+/// ranks (NCCL's ring counts; see CollectiveOpInterface).
+int64_t getCollectiveBytesSent(mlir::Operation *op, int64_t groupSize);
+
 /// Bytes that a tensor of `type` occupies (i1 takes one byte per element).
 int64_t getTensorBytes(mlir::Type type);
 
@@ -95,6 +119,15 @@ ShardingRule::TensorFactors toTensorFactors(llvm::ArrayRef<int64_t> factors);
 OpCost estimateElementwiseCost(mlir::TypeRange operandTypes,
                                mlir::TypeRange resultTypes,
                                int64_t flopsPerElement);
+
+namespace OpTrait {
+/// Every result element is computed from the operand elements at the same
+/// (broadcast) position or from its own coordinates: ops with this trait
+/// chain into one generated elementwise kernel.
+template <typename ConcreteType>
+class Elementwise : public mlir::OpTrait::TraitBase<ConcreteType, Elementwise> {
+};
+} // namespace OpTrait
 
 } // namespace weft
 
