@@ -42,8 +42,9 @@ def WeftPrintOpFacts : Pass<"weft-print-op-facts"> {
     Emits a remark on every op that implements the sharding-rule or cost interface, with
     what the planner and partitioner will read: the factor rule (Shardy notation, with
     factor sizes and reduction factors) and the FLOPs and bytes the op reads and writes
-    at its current shapes. Use it to check an op's facts, or to see what a model is
-    made of.
+    at its current shapes; whether the op is elementwise (it chains into a generated
+    kernel); and for a collective its group size on the mesh and the bytes each rank
+    sends. Use it to check an op's facts, or to see what a model is made of.
 
     ```
     weft-opt -weft-print-op-facts model.mlir
