@@ -26,7 +26,21 @@ def Weft_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   let methods = [
     InterfaceMethod<
       "Returns the factor rule of this op for its current operand and result types.",
-      "::weft::ShardingRule", "getShardingRule", (ins)>
+      "::weft::ShardingRule", "getShardingRule", (ins)>,
+    InterfaceMethod<[{
+        Builds this op's part of the program every rank runs (`-weft-partition`):
+        reads its operands' local values through `state` in the shardings it needs,
+        creates local ops with the state's builder, and records its results' local
+        values and shardings. The default is the generic partition by the factor rule
+        (`partitionByFactorRule`); an op whose partitioned form is another algorithm
+        (ring attention for a split key sequence, a vocabulary-parallel lookup)
+        implements it.
+      }],
+      "::mlir::LogicalResult", "partition", (ins "::weft::PartitionState &":$state),
+      [{}], [{
+        return ::mlir::success(::mlir::succeeded(
+            ::weft::partitionByFactorRule($_op.getOperation(), state)));
+      }]>
   ];
 }
 

@@ -24,12 +24,16 @@ class Weft_Op<string mnemonic, list<Trait> traits = []>
 defvar WeftCost = DeclareOpInterfaceMethods<Weft_CostOpInterface>;
 // Ops whose factor rule is written in WeftShardingRules.cpp.
 defvar WeftRule = DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>;
+// Ops that also partition themselves (WeftPartitionRules.cpp) instead of by
+// the generic factor partition.
+defvar WeftRulePartition =
+    DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface, ["partition"]>;
 
 //===----------------------------------------------------------------------===//
 // Weights and constants
 //===----------------------------------------------------------------------===//
 
-def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, WeftRule, Pure]> {
+def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, WeftRulePartition, Pure]> {
   let summary = "A named weight of the model: inline, in external storage, or shape only.";
   let description = [{
     A trainable (or frozen) weight. Its bytes are either inline (`value`), in a byte range
@@ -63,7 +67,7 @@ def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, WeftRule, Pure]> {
 }
 
 def Weft_ConstantOp : Weft_Op<"constant",
-    [WeftCost, WeftRule, ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+    [WeftCost, WeftRulePartition, ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
   let summary = "A tensor whose elements are given in the IR.";
   let description = [{
     ```mlir
@@ -79,7 +83,7 @@ def Weft_ConstantOp : Weft_Op<"constant",
   let hasFolder = 1;
 }
 
-def Weft_IotaOp : Weft_Op<"iota", [WeftCost, WeftRule, Pure, Weft_Elementwise]> {
+def Weft_IotaOp : Weft_Op<"iota", [WeftCost, WeftRulePartition, Pure, Weft_Elementwise]> {
   let summary = "Integers 0, 1, 2, ... counted along one dimension.";
   let description = [{
     Element `[i0, ..., in]` of the result is `i_dim`, converted to the element type.
@@ -459,7 +463,7 @@ def Weft_MatmulOp : Weft_Op<"matmul", [Pure, SameOperandsAndResultElementType,
 }
 
 def Weft_LinearOp : Weft_Op<"linear", [Pure, SameOperandsAndResultElementType,
-    InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
+    InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface, ["partition"]>,
     DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
   let summary = "A dense layer: `input · weight + bias` over the last dimension.";
   let description = [{
@@ -489,7 +493,7 @@ def Weft_LinearOp : Weft_Op<"linear", [Pure, SameOperandsAndResultElementType,
   }];
 }
 
-def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
+def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Scaled dot-product attention with causal or explicit masks and grouped KV heads.";
   let description = [{
     `softmax(scale · Q Kᵀ + mask) · V` per head. `q` is `[batch, heads, seq, head_dim]`,
@@ -529,7 +533,7 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRule, Pure, InferType
 // Indexing and data movement
 //===----------------------------------------------------------------------===//
 
-def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
+def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Looks up rows of an embedding table by token id.";
   let description = [{
     `result[i..., :] = table[indices[i...], :]`, with indices as in `weft.gather`. The
@@ -611,7 +615,7 @@ def Weft_TransposeOp : Weft_Op<"transpose", [WeftCost, WeftRule, Pure, SameOpera
   let hasFolder = 1;
 }
 
-def Weft_SliceOp : Weft_Op<"slice", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
+def Weft_SliceOp : Weft_Op<"slice", [WeftCost, WeftRulePartition, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "A strided box of a tensor, given by start, limit and stride per dimension.";
   let description = [{
@@ -662,7 +666,7 @@ def Weft_ConcatOp : Weft_Op<"concat", [WeftCost, WeftRule, Pure, SameOperandsAnd
   let hasFolder = 1;
 }
 
-def Weft_SplitOp : Weft_Op<"split", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
+def Weft_SplitOp : Weft_Op<"split", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Cuts a tensor along one dimension into pieces of the given sizes.";
   let description = [{
     ```mlir
@@ -733,7 +737,7 @@ def Weft_TriluOp : Weft_Op<"trilu", [WeftCost, WeftRule, Pure, SameOperandsAndRe
   let hasVerifier = 1;
 }
 
-def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
+def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Softmax cross-entropy of logits against integer class labels.";
   let description = [{
     Per position, `logsumexp(logits[..., :]) - logits[..., label]`. Positions whose label

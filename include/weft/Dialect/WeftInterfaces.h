@@ -71,6 +71,12 @@ struct OpCost {
   int64_t bytesWritten = 0;
 };
 
+class PartitionState;
+/// The generic partition by an op's factor rule (see Partition.h); returns
+/// the local op.
+mlir::FailureOr<mlir::Operation *> partitionByFactorRule(mlir::Operation *op,
+                                                         PartitionState &state);
+
 /// The kinds of collective (CollectiveOpInterface).
 enum class CollectiveKind {
   AllReduce,

@@ -1,0 +1,594 @@
+//===- WeftPartitionRules.cpp - How weft ops partition themselves ---------===//
+//
+// Part of the Weft project.
+//
+// ShardingRuleOpInterface::partition: the generic partition by an op's factor
+// rule, and the ops whose rank program is another algorithm than their
+// factor rule gives: parameters and constants (built whole, each rank keeps
+// its shard), a linear whose bias meets a partial sum, slices and splits
+// whose attributes follow a split dimension, the vocabulary-parallel
+// embedding and cross-entropy (Megatron), and ring attention (Li et al.
+// 2021; Liu et al. 2023) for a key sequence split over a ring.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/Partition.h"
+#include "weft/Dialect/WeftOps.h"
+
+#include "mlir/IR/IRMapping.h"
+
+using namespace mlir;
+using namespace weft;
+
+//===----------------------------------------------------------------------===//
+// PartitionState helpers
+//===----------------------------------------------------------------------===//
+
+PartitionState::~PartitionState() = default;
+
+FlatSymbolRefAttr PartitionState::meshRef() {
+  return FlatSymbolRefAttr::get(builder().getContext(), mesh().name);
+}
+
+ArrayAttr PartitionState::axesAttr(ArrayRef<std::string> axes) {
+  SmallVector<StringRef> names(axes.begin(), axes.end());
+  return builder().getStrArrayAttr(names);
+}
+
+UnitAttr PartitionState::zigzagAttr(ArrayRef<std::string> axes) {
+  return isZigzag(axes) ? builder().getUnitAttr() : UnitAttr();
+}
+
+RankedTensorType PartitionState::localType(Value global,
+                                           const TensorSharding &sharding) {
+  auto type = cast<RankedTensorType>(global.getType());
+  return RankedTensorType::get(localShape(type.getShape(), sharding, mesh()),
+                               type.getElementType());
+}
+
+Value PartitionState::constant(Location loc, Type elementType, double value) {
+  OpBuilder &b = builder();
+  auto type = RankedTensorType::get({}, elementType);
+  Attribute attr;
+  if (isa<FloatType>(elementType))
+    attr = DenseElementsAttr::get(type, b.getFloatAttr(elementType, value));
+  else if (elementType.isInteger(1))
+    attr = DenseElementsAttr::get(type, value != 0);
+  else
+    attr = DenseElementsAttr::get(
+        type, b.getIntegerAttr(elementType, int64_t(value)));
+  return ConstantOp::create(b, loc, cast<ElementsAttr>(attr));
+}
+
+Value PartitionState::perRank(Location loc, ArrayRef<int64_t> values,
+                              ArrayRef<std::string> axes, Type elementType) {
+  OpBuilder &b = builder();
+  auto type = RankedTensorType::get({int64_t(values.size())}, elementType);
+  SmallVector<APInt> ints;
+  for (int64_t v : values)
+    ints.push_back(APInt(elementType.getIntOrFloatBitWidth(), v, true));
+  Value full = ConstantOp::create(b, loc, DenseElementsAttr::get(type, ints));
+  auto sliceType = RankedTensorType::get({1}, elementType);
+  return AllSliceOp::create(b, loc, sliceType, full, meshRef(), axesAttr(axes),
+                            b.getI64IntegerAttr(0), UnitAttr());
+}
+
+//===----------------------------------------------------------------------===//
+// The generic partition
+//===----------------------------------------------------------------------===//
+
+FailureOr<Operation *> weft::partitionByFactorRule(Operation *op,
+                                                   PartitionState &state) {
+  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+  if (!ruleOp)
+    return op->emitError("cannot partition '")
+           << op->getName() << "': it has no sharding rule";
+  ShardingRule rule = ruleOp.getShardingRule();
+  std::vector<TensorSharding> resultTargets, operandActual;
+  for (Value r : op->getResults())
+    resultTargets.push_back(state.target(r));
+  for (Value v : op->getOperands())
+    operandActual.push_back(state.actual(v));
+  // Weights first (the plan fixed their splits), then what the results
+  // should be, then how the other operands are.
+  std::vector<TensorSharding> weightTargets(op->getNumOperands());
+  SmallVector<ShardedTensor> tensors;
+  for (auto [i, factors] : llvm::enumerate(rule.operands))
+    if (op->getOperand(i).getDefiningOp<ParameterOp>()) {
+      weightTargets[i] = state.target(op->getOperand(i));
+      tensors.push_back({&factors, &weightTargets[i], 0});
+    }
+  for (auto [i, factors] : llvm::enumerate(rule.results))
+    tensors.push_back({&factors, &resultTargets[i], 1});
+  for (auto [i, factors] : llvm::enumerate(rule.operands))
+    tensors.push_back({&factors, &operandActual[i], 2});
+  FactorAxes axes = assignFactorAxes(rule, state.mesh(), tensors);
+  IRMapping map;
+  for (auto [v, factors] : llvm::zip(op->getOperands(), rule.operands))
+    map.map(v, state.operand(op->getLoc(), v, projectSharding(factors, axes)));
+  Operation *copy = state.builder().clone(*op, map);
+  copy->removeAttr(WeftDialect::getShardingAttrName());
+  // Partial sums: split reduction factors.
+  SmallVector<std::string, 2> partial;
+  for (int64_t f = 0; f < rule.getNumFactors(); ++f)
+    if (rule.getFactorKind(f) == ShardingRule::FactorKind::Reduction)
+      for (const std::string &axis : axes.axes[f])
+        partial.push_back(axis);
+  for (auto [i, r] : llvm::enumerate(op->getResults())) {
+    TensorSharding s = projectSharding(rule.results[i], axes);
+    s.partial = partial;
+    copy->getResult(i).setType(state.localType(r, s));
+    state.setResult(r, copy->getResult(i), s);
+  }
+  return copy;
+}
+
+LogicalResult weft::partitionWhole(Operation *op, PartitionState &state) {
+  Operation *copy = state.builder().clone(*op);
+  copy->removeAttr(WeftDialect::getShardingAttrName());
+  Value result = op->getResult(0);
+  TensorSharding want = state.target(result);
+  TensorSharding whole = TensorSharding::replicated(want.dims.size());
+  state.setResult(result,
+                  state.reshard(op->getLoc(), copy->getResult(0), whole, want),
+                  want);
+  return success();
+}
+
+LogicalResult ParameterOp::partition(PartitionState &state) {
+  return partitionWhole(*this, state);
+}
+LogicalResult ConstantOp::partition(PartitionState &state) {
+  return partitionWhole(*this, state);
+}
+LogicalResult IotaOp::partition(PartitionState &state) {
+  return partitionWhole(*this, state);
+}
+
+/// A bias added on every rank of a partial sum would be summed n times: each
+/// rank adds its 1/n.
+LogicalResult LinearOp::partition(PartitionState &state) {
+  FailureOr<Operation *> copy = partitionByFactorRule(*this, state);
+  if (failed(copy))
+    return failure();
+  auto linear = cast<LinearOp>(*copy);
+  const TensorSharding &result = state.actual(getResult());
+  if (!linear.getBias() || result.partial.empty())
+    return success();
+  OpBuilder &b = state.builder();
+  auto biasType = cast<RankedTensorType>(linear.getBias().getType());
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(linear);
+  Value share =
+      state.constant(getLoc(), biasType.getElementType(),
+                     1.0 / double(state.mesh().product(result.partial)));
+  Value scaled = MulOp::create(b, getLoc(), biasType, linear.getBias(), share);
+  linear.getBiasMutable().assign(scaled);
+  return success();
+}
+
+/// The limits of a dimension that is kept whole follow its local size.
+LogicalResult SliceOp::partition(PartitionState &state) {
+  FailureOr<Operation *> copy = partitionByFactorRule(*this, state);
+  if (failed(copy))
+    return failure();
+  auto slice = cast<SliceOp>(*copy);
+  auto in = cast<RankedTensorType>(slice.getInput().getType());
+  auto out = cast<RankedTensorType>(slice.getType());
+  SmallVector<int64_t> limits(slice.getLimits());
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (out.getDimSize(d) == in.getDimSize(d))
+      limits[d] = in.getDimSize(d);
+  slice.setLimits(limits);
+  return success();
+}
+
+/// The sizes of the pieces are their local sizes.
+LogicalResult SplitOp::partition(PartitionState &state) {
+  FailureOr<Operation *> copy = partitionByFactorRule(*this, state);
+  if (failed(copy))
+    return failure();
+  auto split = cast<SplitOp>(*copy);
+  SmallVector<int64_t> sizes;
+  for (Value r : split.getResults())
+    sizes.push_back(
+        cast<RankedTensorType>(r.getType()).getDimSize(split.getAxis()));
+  split.setSizes(sizes);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Vocabulary-parallel embedding
+//===----------------------------------------------------------------------===//
+
+/// An embedding whose table is split over the vocabulary: each rank looks up
+/// the ids in its shard (the others give zero rows), and the result is a
+/// partial sum over the vocabulary axes.
+static LogicalResult partitionVocabEmbedding(EmbeddingOp op,
+                                             const TensorSharding &table,
+                                             PartitionState &state) {
+  Location loc = op.getLoc();
+  OpBuilder &b = state.builder();
+  const auto &vocabAxes = table.dims[0];
+  TensorSharding resultTarget = state.target(op.getResult());
+  // Indices follow the result's leading dimensions (minus the vocab axes).
+  auto indexType = cast<RankedTensorType>(op.getIndices().getType());
+  TensorSharding indexWant = TensorSharding::replicated(indexType.getRank());
+  for (int64_t d = 0; d < indexType.getRank(); ++d)
+    for (const std::string &axis : resultTarget.dims[d])
+      if (!llvm::is_contained(vocabAxes, axis))
+        indexWant.dims[d].push_back(axis);
+  TensorSharding tableWant = TensorSharding::replicated(2);
+  tableWant.dims[0] = vocabAxes;
+  Value ids = state.operand(loc, op.getIndices(), indexWant);
+  Value rows = state.operand(loc, op.getTable(), tableWant);
+  int64_t vocab = op.getTable().getType().getDimSize(0);
+  int64_t parts = state.mesh().product(vocabAxes);
+  int64_t shard = vocab / parts;
+  Type idType = indexType.getElementType();
+  SmallVector<int64_t> offsets;
+  for (int64_t i = 0; i < parts; ++i)
+    offsets.push_back(i * shard);
+  Value offset = state.perRank(loc, offsets, vocabAxes, idType);
+  if (!ids || !rows)
+    return op.emitError("internal: embedding operands were not partitioned");
+  Value shifted = SubOp::create(b, loc, ids.getType(), ids, offset);
+  auto boolType = RankedTensorType::get(
+      cast<RankedTensorType>(ids.getType()).getShape(), b.getI1Type());
+  Value zero = state.constant(loc, idType, 0);
+  Value geZero = CompareOp::create(
+      b, loc, boolType,
+      ComparePredicateAttr::get(b.getContext(), ComparePredicate::ge), shifted,
+      zero);
+  Value ltShard = CompareOp::create(
+      b, loc, boolType,
+      ComparePredicateAttr::get(b.getContext(), ComparePredicate::lt), shifted,
+      state.constant(loc, idType, shard));
+  Value valid = WhereOp::create(b, loc, boolType, geZero, ltShard,
+                                state.constant(loc, b.getI1Type(), 0));
+  Value safe = WhereOp::create(b, loc, shifted.getType(), valid, shifted, zero);
+  auto rowsType = cast<RankedTensorType>(rows.getType());
+  SmallVector<int64_t> outShape(boolType.getShape());
+  outShape.push_back(rowsType.getDimSize(1));
+  auto outType = RankedTensorType::get(outShape, rowsType.getElementType());
+  Value looked = EmbeddingOp::create(b, loc, outType, rows, safe);
+  SmallVector<int64_t> maskShape(boolType.getShape());
+  maskShape.push_back(1);
+  Value mask = ReshapeOp::create(
+      b, loc, RankedTensorType::get(maskShape, b.getI1Type()), valid);
+  Value result =
+      WhereOp::create(b, loc, outType, mask, looked,
+                      state.constant(loc, rowsType.getElementType(), 0));
+  TensorSharding s = indexWant;
+  s.dims.emplace_back();
+  s.partial = vocabAxes;
+  state.setResult(op.getResult(), result, s);
+  return success();
+}
+
+LogicalResult EmbeddingOp::partition(PartitionState &state) {
+  TensorSharding table = state.target(getTable());
+  if (!table.dims[0].empty())
+    return partitionVocabEmbedding(*this, table, state);
+  return success(succeeded(partitionByFactorRule(*this, state)));
+}
+
+//===----------------------------------------------------------------------===//
+// Ring attention
+//===----------------------------------------------------------------------===//
+
+static LogicalResult partitionRingAttention(AttentionOp op,
+                                            PartitionState &state) {
+  Location loc = op.getLoc();
+  OpBuilder &b = state.builder();
+  SmallVector<std::string, 2> ring = {"cp"};
+  int64_t c = state.mesh().size("cp");
+  TensorSharding out = state.target(op.getResult());
+  TensorSharding qWant = TensorSharding::replicated(4);
+  qWant.dims[0] = out.dims[0];
+  qWant.dims[1] = out.dims[1];
+  qWant.dims[2] = ring;
+  TensorSharding kvWant = qWant;
+  Value q = state.operand(loc, op.getQ(), qWant);
+  Value k = state.operand(loc, op.getK(), kvWant);
+  Value v = state.operand(loc, op.getV(), kvWant);
+  auto qType = cast<RankedTensorType>(q.getType());
+  auto kType = cast<RankedTensorType>(k.getType());
+  auto vType = cast<RankedTensorType>(v.getType());
+  Type element = qType.getElementType();
+  int64_t batch = qType.getDimSize(0), heads = qType.getDimSize(1),
+          seq = qType.getDimSize(2), kvHeads = kType.getDimSize(1),
+          valueDim = vType.getDimSize(3);
+  Value mask;
+  if (Value globalMask = op.getMask()) {
+    auto maskType = cast<RankedTensorType>(globalMask.getType());
+    int64_t rank = maskType.getRank();
+    if (rank >= 2 && maskType.getDimSize(rank - 2) != 1)
+      return op.emitError("ring attention needs a mask that broadcasts over "
+                          "the queries (its query dimension is ")
+             << maskType.getDimSize(rank - 2) << "); use ulysses instead of cp";
+    TensorSharding maskWant = TensorSharding::replicated(rank);
+    if (maskType.getDimSize(rank - 1) != 1)
+      maskWant.dims[rank - 1] = ring;
+    if (rank == 4 && maskType.getDimSize(0) != 1)
+      maskWant.dims[0] = out.dims[0];
+    if (rank == 4 && maskType.getDimSize(1) != 1)
+      maskWant.dims[1] = out.dims[1];
+    mask = state.operand(loc, globalMask, maskWant);
+  }
+  // Grouped-query attention: each KV head serves heads / kvHeads queries.
+  auto expand = [&](Value kv, int64_t dim) -> Value {
+    if (kvHeads == heads)
+      return kv;
+    int64_t group = heads / kvHeads;
+    auto t = cast<RankedTensorType>(kv.getType());
+    Value r = ReshapeOp::create(
+        b, loc, RankedTensorType::get({batch, kvHeads, 1, seq, dim}, element),
+        kv);
+    r = BroadcastToOp::create(
+        b, loc,
+        RankedTensorType::get({batch, kvHeads, group, seq, dim}, element), r);
+    return ReshapeOp::create(
+        b, loc, RankedTensorType::get({batch, heads, seq, dim}, element), r);
+    (void)t;
+  };
+  // Positions of this rank's queries, and of the K/V block it holds.
+  int64_t total = seq * c;
+  SmallVector<int64_t> positions;
+  for (int64_t i = 0; i < total; ++i)
+    positions.push_back(i);
+  Type i64 = b.getI64Type();
+  auto posType = RankedTensorType::get({total}, i64);
+  SmallVector<APInt> posValues;
+  for (int64_t p : positions)
+    posValues.push_back(APInt(64, p));
+  Value allPositions =
+      ConstantOp::create(b, loc, DenseElementsAttr::get(posType, posValues));
+  Value qPos = AllSliceOp::create(
+      b, loc, RankedTensorType::get({seq}, i64), allPositions, state.meshRef(),
+      state.axesAttr(ring), b.getI64IntegerAttr(0), state.zigzagAttr(ring));
+  Value kPos = qPos;
+  auto scoresType = RankedTensorType::get({batch, heads, seq, seq}, element);
+  auto statsType = RankedTensorType::get({batch, heads, seq, 1}, element);
+  auto outType = RankedTensorType::get({batch, heads, seq, valueDim}, element);
+  Value scale = state.constant(loc, element, op.getScale().convertToDouble());
+  Value negBig = state.constant(loc, element, -1.0e30);
+  Value m, l, o;
+  for (int64_t step = 0; step < c; ++step) {
+    if (step > 0) {
+      auto pass = [&](Value x) -> Value {
+        return CollectivePermuteOp::create(
+            b, loc, x.getType(), x, state.meshRef(), state.axesAttr(ring),
+            b.getI64IntegerAttr(1));
+      };
+      k = pass(k);
+      v = pass(v);
+      kPos = pass(kPos);
+      if (mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1)
+        mask = pass(mask);
+    }
+    Value scores =
+        MatmulOp::create(b, loc, scoresType, q, expand(k, kType.getDimSize(3)),
+                         UnitAttr(), b.getUnitAttr());
+    scores = MulOp::create(b, loc, scoresType, scores, scale);
+    if (mask) {
+      auto maskType = cast<RankedTensorType>(mask.getType());
+      if (maskType.getElementType().isInteger(1))
+        scores = WhereOp::create(b, loc, scoresType, mask, scores, negBig);
+      else
+        scores = AddOp::create(b, loc, scoresType, scores, mask);
+    }
+    if (op.getCausal()) {
+      Value rows =
+          ReshapeOp::create(b, loc, RankedTensorType::get({seq, 1}, i64), qPos);
+      Value cols =
+          ReshapeOp::create(b, loc, RankedTensorType::get({1, seq}, i64), kPos);
+      Value allowed = CompareOp::create(
+          b, loc, RankedTensorType::get({seq, seq}, b.getI1Type()),
+          ComparePredicateAttr::get(b.getContext(), ComparePredicate::ge), rows,
+          cols);
+      scores = WhereOp::create(b, loc, scoresType, allowed, scores, negBig);
+    }
+    Value blockMax =
+        ReduceMaxOp::create(b, loc, statsType, scores,
+                            b.getDenseI64ArrayAttr({3}), b.getUnitAttr());
+    Value mNew =
+        step == 0
+            ? blockMax
+            : MaximumOp::create(b, loc, statsType, m, blockMax).getResult();
+    Value p = ExpOp::create(b, loc, scoresType,
+                            SubOp::create(b, loc, scoresType, scores, mNew));
+    Value rowSum = ReduceSumOp::create(
+        b, loc, statsType, p, b.getDenseI64ArrayAttr({3}), b.getUnitAttr());
+    Value pv = MatmulOp::create(b, loc, outType, p, expand(v, valueDim),
+                                UnitAttr(), UnitAttr());
+    if (step == 0) {
+      l = rowSum;
+      o = pv;
+    } else {
+      Value alpha = ExpOp::create(b, loc, statsType,
+                                  SubOp::create(b, loc, statsType, m, mNew));
+      l = AddOp::create(b, loc, statsType,
+                        MulOp::create(b, loc, statsType, l, alpha), rowSum);
+      o = AddOp::create(b, loc, outType,
+                        MulOp::create(b, loc, outType, o, alpha), pv);
+    }
+    m = mNew;
+  }
+  Value result = DivOp::create(b, loc, outType, o, l);
+  TensorSharding s = qWant;
+  s.dims[3].clear();
+  state.setResult(op.getResult(), result, s);
+  return success();
+}
+
+LogicalResult AttentionOp::partition(PartitionState &state) {
+  if ((*this)->hasAttr(WeftDialect::getContextParallelAttrName()) &&
+      state.mesh().size("cp") > 1)
+    return partitionRingAttention(*this, state);
+  return success(succeeded(partitionByFactorRule(*this, state)));
+}
+
+//===----------------------------------------------------------------------===//
+// Vocabulary-parallel cross-entropy
+//===----------------------------------------------------------------------===//
+
+/// Cross-entropy on logits whose classes are split: the log-sum-exp and the
+/// label's logit are each one all-reduce over the class axes (Megatron's
+/// vocabulary-parallel cross-entropy); no rank holds all logits.
+static LogicalResult
+partitionVocabCrossEntropy(CrossEntropyOp op,
+                           const TensorSharding &logitsSharding,
+                           PartitionState &state) {
+  Location loc = op.getLoc();
+  OpBuilder &b = state.builder();
+  auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
+  int64_t rank = logitsType.getRank();
+  SmallVector<std::string, 2> classAxes(logitsSharding.dims.back());
+  // Positions as the logits have them (minus pending sums), classes split.
+  TensorSharding logitsWant = logitsSharding;
+  logitsWant.partial.clear();
+  TensorSharding labelsWant = TensorSharding::replicated(rank - 1);
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    labelsWant.dims[d] = logitsWant.dims[d];
+  Value logits = state.operand(loc, op.getLogits(), logitsWant);
+  Value labels = state.operand(loc, op.getLabels(), labelsWant);
+  auto localType = cast<RankedTensorType>(logits.getType());
+  auto labelType = cast<RankedTensorType>(labels.getType());
+  Type element = localType.getElementType();
+  Type idType = labelType.getElementType();
+  int64_t classes = localType.getShape().back();
+  SmallVector<int64_t> keptShape(localType.getShape());
+  keptShape.back() = 1;
+  auto keptType = RankedTensorType::get(keptShape, element);
+  auto rows = b.getDenseI64ArrayAttr({rank - 1});
+  auto group = state.axesAttr(classAxes);
+  auto sum = ReductionKindAttr::get(b.getContext(), ReductionKind::sum);
+  // log-sum-exp over all shards.
+  Value localMax =
+      ReduceMaxOp::create(b, loc, keptType, logits, rows, b.getUnitAttr());
+  bool split = !classAxes.empty();
+  Value globalMax =
+      split ? AllReduceOp::create(
+                  b, loc, keptType,
+                  ReductionKindAttr::get(b.getContext(), ReductionKind::max),
+                  localMax, state.meshRef(), group)
+                  .getResult()
+            : localMax;
+  Value exps = ExpOp::create(
+      b, loc, localType, SubOp::create(b, loc, localType, logits, globalMax));
+  Value localSum =
+      ReduceSumOp::create(b, loc, keptType, exps, rows, b.getUnitAttr());
+  Value globalSum = split ? AllReduceOp::create(b, loc, keptType, sum, localSum,
+                                                state.meshRef(), group)
+                                .getResult()
+                          : localSum;
+  Value lse = AddOp::create(
+      b, loc, keptType, LogOp::create(b, loc, keptType, globalSum), globalMax);
+  // The label's logit, from the shard that holds it.
+  Value shifted = labels;
+  if (split) {
+    SmallVector<int64_t> offsets;
+    int64_t parts = state.mesh().product(classAxes);
+    for (int64_t i = 0; i < parts; ++i)
+      offsets.push_back(i * classes);
+    Value offset = state.perRank(loc, offsets, classAxes, idType);
+    shifted = SubOp::create(b, loc, labelType, labels, offset);
+  }
+  auto boolType = RankedTensorType::get(labelType.getShape(), b.getI1Type());
+  Value zero = state.constant(loc, idType, 0);
+  Value inShard = WhereOp::create(
+      b, loc, boolType,
+      CompareOp::create(
+          b, loc, boolType,
+          ComparePredicateAttr::get(b.getContext(), ComparePredicate::ge),
+          shifted, zero),
+      CompareOp::create(
+          b, loc, boolType,
+          ComparePredicateAttr::get(b.getContext(), ComparePredicate::lt),
+          shifted, state.constant(loc, idType, classes)),
+      state.constant(loc, b.getI1Type(), 0));
+  SmallVector<int64_t> columnShape(labelType.getShape());
+  columnShape.push_back(1);
+  Value column = ReshapeOp::create(
+      b, loc, RankedTensorType::get(columnShape, idType), shifted);
+  Value iota = IotaOp::create(
+      b, loc, RankedTensorType::get(localType.getShape(), idType),
+      b.getI64IntegerAttr(rank - 1));
+  auto hotType = RankedTensorType::get(localType.getShape(), b.getI1Type());
+  Value hot = CompareOp::create(
+      b, loc, hotType,
+      ComparePredicateAttr::get(b.getContext(), ComparePredicate::eq), iota,
+      column);
+  Value picked = ReduceSumOp::create(
+      b, loc, RankedTensorType::get(labelType.getShape(), element),
+      WhereOp::create(b, loc, localType, hot, logits,
+                      state.constant(loc, element, 0)),
+      rows, UnitAttr());
+  auto lossType = RankedTensorType::get(labelType.getShape(), element);
+  picked = WhereOp::create(b, loc, lossType, inShard, picked,
+                           state.constant(loc, element, 0));
+  Value target = split ? AllReduceOp::create(b, loc, lossType, sum, picked,
+                                             state.meshRef(), group)
+                             .getResult()
+                       : picked;
+  Value loss = SubOp::create(b, loc, lossType,
+                             ReshapeOp::create(b, loc, lossType, lse), target);
+  // Ignored positions count nothing.
+  Value counted;
+  if (std::optional<uint64_t> ignore = op.getIgnoreIndex()) {
+    Value keep = CompareOp::create(
+        b, loc, boolType,
+        ComparePredicateAttr::get(b.getContext(), ComparePredicate::ne), labels,
+        state.constant(loc, idType, double(int64_t(*ignore))));
+    loss = WhereOp::create(b, loc, lossType, keep, loss,
+                           state.constant(loc, element, 0));
+    counted =
+        WhereOp::create(b, loc, lossType, keep, state.constant(loc, element, 1),
+                        state.constant(loc, element, 0));
+  }
+  TensorSharding result = labelsWant;
+  if (op.getReduction() != LossReduction::none) {
+    SmallVector<int64_t> all;
+    for (int64_t d = 0; d + 1 < rank; ++d)
+      all.push_back(d);
+    auto scalar = RankedTensorType::get({}, element);
+    Value total = ReduceSumOp::create(b, loc, scalar, loss,
+                                      b.getDenseI64ArrayAttr(all), UnitAttr());
+    // Positions split across ranks: sum the partial totals (and counts).
+    SmallVector<std::string, 2> positionAxes;
+    for (const auto &dim : labelsWant.dims)
+      positionAxes.append(dim.begin(), dim.end());
+    if (!positionAxes.empty())
+      total = AllReduceOp::create(b, loc, scalar, sum, total, state.meshRef(),
+                                  state.axesAttr(positionAxes));
+    if (op.getReduction() == LossReduction::mean) {
+      Value count;
+      if (counted) {
+        count = ReduceSumOp::create(b, loc, scalar, counted,
+                                    b.getDenseI64ArrayAttr(all), UnitAttr());
+        if (!positionAxes.empty())
+          count =
+              AllReduceOp::create(b, loc, scalar, sum, count, state.meshRef(),
+                                  state.axesAttr(positionAxes));
+      } else {
+        int64_t n = 1;
+        for (int64_t d = 0; d + 1 < rank; ++d)
+          n *= logitsType.getDimSize(d);
+        count = state.constant(loc, element, double(n));
+      }
+      total = DivOp::create(b, loc, scalar, total, count);
+    }
+    loss = total;
+    result = TensorSharding::replicated(0);
+  }
+  state.setResult(op.getResult(), loss, result);
+  return success();
+}
+
+LogicalResult CrossEntropyOp::partition(PartitionState &state) {
+  const TensorSharding &logits = state.actual(getLogits());
+  if (!logits.dims.back().empty() || getReduction() != LossReduction::none)
+    return partitionVocabCrossEntropy(*this, logits, state);
+  return success(succeeded(partitionByFactorRule(*this, state)));
+}
