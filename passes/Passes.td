@@ -100,6 +100,20 @@ def WeftMarkLayers : Pass<"weft-mark-layers", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::weft::WeftDialect"];
 }
 
+def WeftInlineLayers : Pass<"weft-inline-layers", "::mlir::func::FuncOp"> {
+  let summary = "Replaces each weft.layer by its body: one flat function for the emitters.";
+  let description = [{
+    Layers are structure for the planner and for pipeline stages: they are kept through
+    apply-plan, propagation and partitioning. The emitters print one flat function, so
+    `weft compile` inlines them last. Each layer's body ops are cloned before it, with
+    its arguments replaced by its inputs and its results by the yielded values.
+
+    ```
+    weft-opt -weft-inline-layers model.mlir
+    ```
+  }];
+}
+
 def WeftConvertFloatType : Pass<"weft-convert-float-type", "::mlir::func::FuncOp"> {
   let summary = "Stores every f32 tensor as bf16 or f16: weights, activations, inputs and outputs.";
   let description = [{
@@ -150,8 +164,9 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
     gets `weft.load_balanced = ["cp"]`, and the sequence is laid out so that rank `i`
     holds chunks `i` and `2cp - 1 - i` of `2cp`.
     Weights and activations not named here get their shardings from
-    `-weft-propagate-sharding`. The layers (`weft.layer`) are inlined: the partitioned
-    program is one function. A plan that does not divide a shape (heads by tp x ulysses,
+    `-weft-propagate-sharding`. Layers (`weft.layer`) stay regions: each layer's residual
+    input and output are annotated at its boundary (the body's first argument gets its
+    sharding in `weft.input_shardings` on the layer). A plan that does not divide a shape (heads by tp x ulysses,
     KV heads, the sequence by cp x ulysses, the batch by dp) is an error at the op.
     ```
     weft-opt -weft-apply-plan="tp=2 sp=1" model.mlir
@@ -174,8 +189,9 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
 def WeftPropagateSharding : Pass<"weft-propagate-sharding", "::mlir::ModuleOp"> {
   let summary = "Gives every value a sharding, from the annotated ones, through the ops' factor rules.";
   let description = [{
-    Sweeps each function forward and backward until nothing changes. At every op, the
-    factor rule turns the shardings of its operands and results into mesh axes per
+    Sweeps each function forward and backward until nothing changes; a layer's input
+    and its body argument, and a yielded value and the layer's result, share a
+    sharding. At every op, the factor rule turns the shardings of its operands and results into mesh axes per
     factor and back into shardings of the tensors that have none yet. Priority: an
     annotation (`weft.sharding` already present) wins over a propagated sharding, and a
     sharding found earlier wins over a later one; an axis splits one factor of an op, and
@@ -197,7 +213,10 @@ def WeftPartition : Pass<"weft-partition", "::mlir::ModuleOp"> {
     generic: a token embedding with a vocabulary-split table becomes a masked local
     lookup whose result is partial, and an attention whose sequence is split over `cp`
     becomes ring attention (K/V blocks passed around with `weft.collective_permute`,
-    online-softmax accumulation, causal masks from each block's positions). The
+    online-softmax accumulation, causal masks from each block's positions). Each op
+    partitions itself (`ShardingRuleOpInterface::partition`). A `weft.layer` stays a
+    layer: its inputs are resharded to its body arguments' shardings, its body is
+    partitioned, and its yielded values are resharded to its results' shardings. The
     function's argument and result shardings stay as attributes, for the runner.
   }];
 }

@@ -105,29 +105,20 @@ struct WeftUnfuseProjections
 // -weft-apply-plan
 //===----------------------------------------------------------------------===//
 
-/// Inlines every top-level weft.layer of `func`; returns, per layer, the
-/// residual stream's value before and after it.
-static SmallVector<std::pair<Value, Value>> inlineLayers(func::FuncOp func) {
-  SmallVector<std::pair<Value, Value>> residuals;
-  SmallVector<LayerOp> layers(func.getBody().getOps<LayerOp>());
-  for (LayerOp layer : layers) {
-    IRMapping map;
+/// The residual stream at each top-level layer's boundary: the values that
+/// carry it into the layer (its first input and the body's first argument)
+/// and out of it (the first yielded value and the layer's first result).
+static SmallVector<Value> layerResiduals(func::FuncOp func) {
+  SmallVector<Value> residuals;
+  for (LayerOp layer : func.getBody().getOps<LayerOp>()) {
+    if (layer.getInputs().empty() || layer.getNumResults() == 0)
+      continue;
     Block &body = layer.getBody().front();
-    for (auto [arg, operand] : llvm::zip(body.getArguments(), layer.getInputs()))
-      map.map(arg, operand);
-    OpBuilder b(layer);
-    for (Operation &op : body.without_terminator())
-      b.clone(op, map);
-    auto yield = cast<YieldOp>(body.getTerminator());
-    SmallVector<Value> outs;
-    for (Value v : yield.getValues())
-      outs.push_back(map.lookupOrDefault(v));
-    Value in = layer.getNumOperands() ? layer->getOperand(0) : Value();
-    for (auto [result, out] : llvm::zip(layer.getResults(), outs))
-      result.replaceAllUsesWith(out);
-    if (in && !outs.empty())
-      residuals.push_back({in, outs.front()});
-    layer.erase();
+    residuals.push_back(layer.getInputs().front());
+    residuals.push_back(body.getArgument(0));
+    residuals.push_back(
+        cast<YieldOp>(body.getTerminator()).getValues().front());
+    residuals.push_back(layer.getResult(0));
   }
   return residuals;
 }
@@ -203,7 +194,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
                    mb.getStrArrayAttr({"dp", "cp", "ulysses", "tp"}),
                    ArrayRef<int64_t>{d.dp, d.cp, d.ulysses, d.tp});
 
-    SmallVector<std::pair<Value, Value>> residuals = inlineLayers(func);
+    SmallVector<Value> residuals = layerResiduals(func);
     SmallVector<AttentionOp> attentions;
     func.walk([&](AttentionOp op) { attentions.push_back(op); });
     if (attentions.empty() && (d.tp > 1 || d.cp > 1 || d.ulysses > 1)) {
@@ -240,8 +231,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         return signalPassFailure();
       }
     }
-    for (auto [in, out] : residuals) {
-      auto type = dyn_cast<RankedTensorType>(in.getType());
+    for (Value residual : residuals) {
+      auto type = dyn_cast<RankedTensorType>(residual.getType());
       if (type && type.getRank() == 3)
         hidden = type.getDimSize(2);
     }
@@ -289,10 +280,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     }
     for (BlockArgument arg : func.getArguments())
       annotateActivation(arg, seqAxes);
-    for (auto [in, out] : residuals) {
-      annotateActivation(in, residualSeq);
-      annotateActivation(out, residualSeq);
-    }
+    for (Value residual : residuals)
+      annotateActivation(residual, residualSeq);
     for (AttentionOp att : attentions) {
       TensorSharding s = TensorSharding::replicated(4);
       s.dims[0].assign(batchAxes.begin(), batchAxes.end());
@@ -433,31 +422,66 @@ struct WeftPropagateSharding
         priority[v] = 0;
       }
     };
-    SmallVector<Operation *> ops;
+    // A step relates the operands and results of an op through its factor
+    // rule, or one value to another across a layer's boundary (an input and
+    // its body argument, a yielded value and the layer's result) through
+    // the identity rule.
+    struct Step {
+      Operation *op;
+      ShardingRule rule;
+      SmallVector<Value, 4> operands, results;
+    };
+    std::vector<Step> steps;
+    auto identity = [&](Operation *op, Value from, Value to) {
+      Step edge{op, {}, {from}, {to}};
+      auto shape = cast<RankedTensorType>(from.getType()).getShape();
+      SmallVector<int64_t> factors = addFactors(edge.rule, shape);
+      edge.rule.operands.push_back(toTensorFactors(factors));
+      edge.rule.results.push_back(toTensorFactors(factors));
+      steps.push_back(std::move(edge));
+    };
     for (BlockArgument arg : func.getArguments())
       seed(arg);
-    func.walk([&](Operation *op) {
+    func.walk<WalkOrder::PreOrder>([&](Operation *op) {
       if (op == func.getOperation())
         return;
       for (Value r : op->getResults())
         seed(r);
-      if (isa<ShardingRuleOpInterface>(op))
-        ops.push_back(op);
+      if (auto layer = dyn_cast<LayerOp>(op)) {
+        Block &body = layer.getBody().front();
+        for (auto [input, arg] :
+             llvm::zip(layer.getInputs(), body.getArguments())) {
+          seed(arg);
+          identity(op, input, arg);
+        }
+        return;
+      }
+      if (auto yield = dyn_cast<YieldOp>(op)) {
+        for (auto [value, result] :
+             llvm::zip(yield.getValues(), op->getParentOp()->getResults()))
+          identity(op, value, result);
+        return;
+      }
+      if (auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op))
+        steps.push_back({op, ruleOp.getShardingRule(),
+                         SmallVector<Value, 4>(op->getOperands()),
+                         SmallVector<Value, 4>(op->getResults())});
     });
     bool error = false;
     llvm::DenseSet<Operation *> reported;
-    auto step = [&](Operation *op) {
-      ShardingRule rule = cast<ShardingRuleOpInterface>(op).getShardingRule();
+    auto step = [&](const Step &current) {
+      Operation *op = current.op;
+      const ShardingRule &rule = current.rule;
       SmallVector<ShardedTensor> tensors;
       SmallVector<Value> values;
-      for (auto [value, factors] : llvm::zip(op->getOperands(), rule.operands)) {
+      for (auto [value, factors] : llvm::zip(current.operands, rule.operands)) {
         values.push_back(value);
         auto it = shardings.find(value);
         tensors.push_back({&factors,
                            it == shardings.end() ? nullptr : &it->second,
                            it == shardings.end() ? INT_MAX : priority[value]});
       }
-      for (auto [value, factors] : llvm::zip(op->getResults(), rule.results)) {
+      for (auto [value, factors] : llvm::zip(current.results, rule.results)) {
         values.push_back(value);
         auto it = shardings.find(value);
         tensors.push_back({&factors,
@@ -516,10 +540,10 @@ struct WeftPropagateSharding
     };
     for (int sweep = 0; sweep < 16; ++sweep) {
       bool changed = false;
-      for (Operation *op : ops)
-        changed |= step(op);
-      for (Operation *op : llvm::reverse(ops))
-        changed |= step(op);
+      for (const Step &current : steps)
+        changed |= step(current);
+      for (const Step &current : llvm::reverse(steps))
+        changed |= step(current);
       if (!changed)
         break;
     }

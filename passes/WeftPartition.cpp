@@ -82,6 +82,7 @@ private:
     return RankedTensorType::get(shape, type.getElementType());
   }
   LogicalResult partitionOp(Operation *op);
+  LogicalResult partitionLayer(LayerOp layer);
 
   func::FuncOp func;
   const MeshInfo &meshInfo;
@@ -251,6 +252,49 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
+/// A layer stays one region: its inputs are resharded to its body
+/// arguments' shardings at the boundary, its body is partitioned in place of
+/// the original, and the yielded values are resharded to the layer results'
+/// shardings, so that the layer can still move to a pipeline stage whole.
+LogicalResult Partitioner::partitionLayer(LayerOp layer) {
+  Location loc = layer.getLoc();
+  Block &body = layer.getBody().front();
+  SmallVector<Value> inputs;
+  std::vector<TensorSharding> inputShardings;
+  for (auto [input, arg] : llvm::zip(layer.getInputs(), body.getArguments())) {
+    inputShardings.push_back(target(arg));
+    inputs.push_back(operand(loc, input, inputShardings.back()));
+  }
+  SmallVector<Type> resultTypes;
+  std::vector<TensorSharding> resultShardings;
+  for (Value result : layer.getResults()) {
+    resultShardings.push_back(target(result));
+    resultTypes.push_back(localType(result, resultShardings.back()));
+  }
+  auto local = LayerOp::create(b, loc, layer.getKind(), layer.getIndex(),
+                               inputs, resultTypes);
+  Block *localBody = &local.getBody().front();
+  for (auto [arg, localArg, sharding] : llvm::zip(
+           body.getArguments(), localBody->getArguments(), inputShardings))
+    setResult(arg, localArg, sharding);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(localBody);
+    for (Operation &op : body.without_terminator())
+      if (failed(partitionOp(&op)))
+        return failure();
+    auto yield = cast<YieldOp>(body.getTerminator());
+    SmallVector<Value> yielded;
+    for (auto [value, sharding] : llvm::zip(yield.getValues(), resultShardings))
+      yielded.push_back(operand(yield.getLoc(), value, sharding));
+    YieldOp::create(b, yield.getLoc(), yielded);
+  }
+  for (auto [result, localResult, sharding] :
+       llvm::zip(layer.getResults(), local.getResults(), resultShardings))
+    setResult(result, localResult, sharding);
+  return success();
+}
+
 LogicalResult Partitioner::partitionOp(Operation *op) {
   Location loc = op->getLoc();
   if (auto ret = dyn_cast<func::ReturnOp>(op)) {
@@ -269,9 +313,8 @@ LogicalResult Partitioner::partitionOp(Operation *op) {
   if (isa<CollectiveOpInterface>(op))
     return op->emitError("the program is already partitioned (it has "
                          "collectives); partition the original model");
-  if (isa<LayerOp>(op))
-    return op->emitError("weft.layer must be inlined before partitioning "
-                         "(run -weft-apply-plan)");
+  if (auto layer = dyn_cast<LayerOp>(op))
+    return partitionLayer(layer);
   auto partitionable = dyn_cast<ShardingRuleOpInterface>(op);
   if (!partitionable)
     return op->emitError("cannot partition '")
@@ -305,7 +348,10 @@ struct WeftOptimizeCollectives
   /// concatenated, reduced once, split back. One launch and one latency
   /// instead of several (gradient buckets, a loss and its count).
   static void mergeAllReduces(func::FuncOp func) {
-    for (Block &block : func.getBody()) {
+    SmallVector<Block *> blocks;
+    func.walk([&](Block *block) { blocks.push_back(block); });
+    for (Block *blockPtr : blocks) {
+      Block &block = *blockPtr;
       SmallVector<AllReduceOp> ops(block.getOps<AllReduceOp>());
       llvm::DenseSet<Operation *> merged;
       for (size_t i = 0; i < ops.size(); ++i) {

@@ -100,6 +100,15 @@ static constexpr StringLiteral kShardingAttr =
 
 std::optional<TensorSharding> weft::getSharding(Value value) {
   if (auto arg = dyn_cast<BlockArgument>(value)) {
+    if (auto layer = dyn_cast<LayerOp>(arg.getOwner()->getParentOp())) {
+      auto list = layer->getAttrOfType<ArrayAttr>(
+          WeftDialect::getInputShardingsAttrName());
+      if (!list || arg.getArgNumber() >= list.size())
+        return std::nullopt;
+      if (auto attr = dyn_cast<ShardingAttr>(list[arg.getArgNumber()]))
+        return fromAttr(attr);
+      return std::nullopt;
+    }
     auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
     if (!func)
       return std::nullopt;
@@ -123,8 +132,23 @@ void weft::setSharding(Value value, StringRef mesh,
   MLIRContext *context = value.getContext();
   ShardingAttr attr = toAttr(context, mesh, sharding);
   if (auto arg = dyn_cast<BlockArgument>(value)) {
-    if (auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+    Operation *owner = arg.getOwner()->getParentOp();
+    if (auto func = dyn_cast<func::FuncOp>(owner))
       func.setArgAttr(arg.getArgNumber(), kShardingAttr, attr);
+    if (auto layer = dyn_cast<LayerOp>(owner)) {
+      StringRef name = WeftDialect::getInputShardingsAttrName();
+      SmallVector<Attribute> entries;
+      if (auto list = layer->getAttrOfType<ArrayAttr>(name))
+        entries.assign(list.begin(), list.end());
+      // Inputs without a sharding yet are replicated placeholders.
+      for (Value input : layer.getInputs().drop_front(entries.size()))
+        entries.push_back(
+            toAttr(context, mesh,
+                   TensorSharding::replicated(
+                       cast<RankedTensorType>(input.getType()).getRank())));
+      entries[arg.getArgNumber()] = attr;
+      layer->setAttr(name, ArrayAttr::get(context, entries));
+    }
     return;
   }
   Operation *op = value.getDefiningOp();

@@ -79,6 +79,20 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                 "axes on a weft.attention";
     return success();
   }
+  if (attr.getName() == getInputShardingsAttrName()) {
+    auto layer = dyn_cast<LayerOp>(op);
+    auto list = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!layer || !list || list.size() != layer.getInputs().size())
+      return op->emitError() << "'" << getInputShardingsAttrName()
+                             << "' is an array with one #weft.sharding per "
+                                "input of a weft.layer";
+    for (auto [index, entry] : llvm::enumerate(list))
+      if (failed(verifyShardingAttachment(op, entry,
+                                          layer.getInputs()[index].getType(),
+                                          "layer input #" + Twine(index))))
+        return failure();
+    return success();
+  }
   if (attr.getName() != getShardingAttrName())
     return op->emitError() << "unknown weft attribute '" << attr.getName().getValue()
                            << "' (the dialect defines '"

@@ -56,6 +56,12 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getLoadBalancedAttrName() {
       return ::llvm::StringLiteral("weft.load_balanced");
     }
+    /// On a `weft.layer`: the shardings of its body's arguments, an array
+    /// with one `#weft.sharding` per input (a layer's inputs are resharded to
+    /// these at its boundary).
+    static constexpr ::llvm::StringLiteral getInputShardingsAttrName() {
+      return ::llvm::StringLiteral("weft.input_shardings");
+    }
     /// On a `weft.attention`: the mesh axes of its ring (context
     /// parallelism), an array of names.
     static constexpr ::llvm::StringLiteral getContextParallelAttrName() {

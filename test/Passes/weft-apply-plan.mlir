@@ -4,11 +4,12 @@
 // The plan's shardings on a transformer: Megatron's column-parallel Q/K/V and
 // MLP up projection, row-parallel attention output and MLP down projection,
 // heads over tp, the residual stream's sequence over tp (SP), a vocabulary-
-// parallel embedding and a column-parallel output layer. The layer is inlined.
+// parallel embedding and a column-parallel output layer. The layer stays a
+// region; its residual stream is annotated at its boundary.
 // CHECK: weft.mesh @mesh(dp = 1, cp = 1, ulysses = 1, tp = 2)
-// CHECK-NOT: weft.layer
 // CHECK: weft.parameter "embed" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}tp], []]>]}
 // CHECK: weft.embedding {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
+// CHECK: weft.layer "h"(%{{.*}}) index 0 {weft.input_shardings = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>], weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
 // CHECK: weft.parameter "q" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
 // CHECK: weft.parameter "k" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
 // CHECK: weft.parameter "v" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
@@ -17,6 +18,7 @@
 // CHECK: weft.parameter "up" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
 // CHECK: weft.parameter "down" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}tp], []]>]}
 // CHECK: weft.add {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
+// CHECK-NEXT: weft.yield
 // CHECK: weft.parameter "output" {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp]]>]}
 
 func.func @heads(%q: tensor<1x6x8x4xf32>, %k: tensor<1x6x8x4xf32>, %v: tensor<1x6x8x4xf32>) -> tensor<1x6x8x4xf32> {

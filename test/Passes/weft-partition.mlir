@@ -6,12 +6,15 @@
 // the output layer is column-parallel and gathered at the end.
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="tp=2" -weft-propagate-sharding \
 // RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=TP
+// The layer stays a layer, of local types, with its collectives inside.
 // TP: weft.mesh @mesh(dp = 1, cp = 1, ulysses = 1, tp = 2)
 // TP-LABEL: func.func @main
 // TP-SAME: tensor<2x8xi64> {weft.local_sharding = #weft.sharding<@mesh, {{\[\[}}], []]>}
 // TP: weft.embedding {{.*}} : (tensor<16x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
 // TP-NOT: weft.reduce_scatter
 // TP: weft.all_reduce sum {{.*}} over @mesh ["tp"] : tensor<2x8x16xf32>
+// TP-NEXT: weft.layer "h"(%{{.*}}) index 0 : (tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+// TP-NEXT: ^bb0(%{{.*}}: tensor<2x8x16xf32>):
 // TP: weft.linear {{.*}} -> tensor<2x8x8xf32>
 // TP: weft.attention {{.*}} -> tensor<2x2x8x4xf32>
 // TP: weft.linear {{.*}} : (tensor<2x8x8xf32>, tensor<8x16xf32>) -> tensor<2x8x16xf32>
@@ -20,6 +23,7 @@
 // TP: weft.gelu {{.*}} : tensor<2x8x16xf32>
 // TP: weft.linear {{.*}} : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
 // TP-NEXT: weft.all_reduce sum {{.*}} over @mesh ["tp"]
+// TP: weft.yield %{{.*}} : tensor<2x8x16xf32>
 // TP-NOT: weft.all_reduce
 // TP: weft.all_gather {{.*}} over @mesh ["tp"] dim 2 : tensor<2x8x16xf32> -> tensor<2x8x32xf32>
 // TP-NEXT: return

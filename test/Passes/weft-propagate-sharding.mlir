@@ -43,3 +43,23 @@ func.func @unknown_axis(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = weft.exp %x {weft.sharding = [#weft.sharding<@mesh, [[sp], []]>]} : tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+// Across a layer's boundary: the input's sharding reaches the body argument
+// (weft.input_shardings) and the ops inside, and the yielded value's sharding
+// reaches the layer's result and its users outside.
+weft.mesh @mesh(dp = 2)
+// CHECK-LABEL: func.func @through_layer
+func.func @through_layer(%x: tensor<4x8xf32> {weft.sharding = #weft.sharding<@mesh, [[dp], []]>}) -> tensor<4x8xf32> {
+  // CHECK: weft.layer "h"(%arg0) index 0 {weft.input_shardings = [#weft.sharding<@mesh, {{\[\[}}dp], []]>], weft.sharding = [#weft.sharding<@mesh, {{\[\[}}dp], []]>]}
+  %0 = weft.layer "h"(%x) index 0 : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    // CHECK: weft.exp {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}dp], []]>]}
+    %e = weft.exp %a : tensor<4x8xf32>
+    weft.yield %e : tensor<4x8xf32>
+  }
+  // CHECK: weft.neg {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}dp], []]>]}
+  %1 = weft.neg %0 : tensor<4x8xf32>
+  return %1 : tensor<4x8xf32>
+}

@@ -619,6 +619,12 @@ static int runCompile(MLIRContext &context) {
   if (!module || failed(convertDtype(context, *module)) ||
       failed(partitionModule(context, *module)))
     return 1;
+  {
+    PassManager pm(&context);
+    pm.addNestedPass<func::FuncOp>(weft::createWeftInlineLayers());
+    if (failed(pm.run(*module)))
+      return 1;
+  }
   if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
     return fail("cannot create " + outputPath + ": " + ec.message());
   std::string origin = path.str() + (planSpec.empty() ? " under " + planFile

@@ -61,7 +61,8 @@ ShardingAttr toAttr(mlir::MLIRContext *context, llvm::StringRef mesh,
                     const TensorSharding &sharding);
 
 /// The sharding annotated or propagated on `value` (the `weft.sharding` of
-/// its op or function argument), if any.
+/// its op or function argument, or the `weft.input_shardings` entry of a
+/// layer body's argument), if any.
 std::optional<TensorSharding> getSharding(mlir::Value value);
 void setSharding(mlir::Value value, llvm::StringRef mesh,
                  const TensorSharding &sharding);

@@ -1073,6 +1073,39 @@ func.func @sharding_op_result(%x: tensor<6xf32>) {
 
 // -----
 
+weft.mesh @world(dp = 2, tp = 4)
+func.func @input_shardings_per_input(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'weft.input_shardings' is an array with one #weft.sharding per input of a weft.layer}}
+  %0 = weft.layer "h"(%x) index 0 {weft.input_shardings = []} : (tensor<8xf32>) -> tensor<8xf32> {
+  ^bb0(%a: tensor<8xf32>):
+    weft.yield %a : tensor<8xf32>
+  }
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @input_shardings_on_layers_only(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'weft.input_shardings' is an array with one #weft.sharding per input of a weft.layer}}
+  %0 = weft.exp %x {weft.input_shardings = [#weft.sharding<@world, [[tp]]>]} : tensor<8xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @input_shardings_divide(%x: tensor<6xf32>) {
+  // expected-error @+1 {{invalid sharding of layer input #0: dimension 0 of size 6 does not split into 4 equal parts}}
+  %0 = weft.layer "h"(%x) index 0 {weft.input_shardings = [#weft.sharding<@world, [[tp]]>]} : (tensor<6xf32>) -> tensor<6xf32> {
+  ^bb0(%a: tensor<6xf32>):
+    weft.yield %a : tensor<6xf32>
+  }
+  return
+}
+
+// -----
+
 func.func @unknown_weft_attribute(%x: tensor<8xf32>) {
   // expected-error @+1 {{unknown weft attribute 'weft.shard' (the dialect defines 'weft.sharding')}}
   %0 = weft.exp %x {weft.shard = 1} : tensor<8xf32>
