@@ -7,6 +7,7 @@
 #include "weft/InitAll.h"
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Passes/Passes.h"
+#include "weft/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -21,6 +22,7 @@ void weft::registerAllDialects(mlir::DialectRegistry &registry) {
 
 void weft::registerAllPasses() {
   registerWeftPasses();
+  registerWeftPipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

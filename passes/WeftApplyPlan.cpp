@@ -8,9 +8,9 @@
 #include "weft/Dialect/WeftElements.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
+#include "weft/Plan/Plan.h"
 #include "weft/plan.pb.h"
 
-#include "google/protobuf/util/json_util.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -132,30 +132,24 @@ struct PlanDegrees {
 struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
   using WeftApplyPlanBase::WeftApplyPlanBase;
 
+  /// The degrees to apply: the options, or the plan file's, which must
+  /// not hold fields that this program cannot apply.
   LogicalResult readPlan(ModuleOp module, PlanDegrees &degrees) {
     degrees = {dp, tp, cp, ulysses, sp};
     if (planFile.empty())
       return success();
-    auto buffer = llvm::MemoryBuffer::getFile(planFile);
-    if (!buffer)
-      return module.emitError("cannot read plan file '") << planFile << "'";
-    std::string text = (*buffer)->getBuffer().str();
-    plan::PlanSet set;
-    plan::Plan single;
-    const plan::Plan *chosen = nullptr;
-    if (google::protobuf::util::JsonStringToMessage(text, &set).ok() &&
-        set.plans_size())
-      chosen = &set.plans(0);
-    else if (google::protobuf::util::JsonStringToMessage(text, &single).ok())
-      chosen = &single;
+    llvm::Expected<plan::Plan> chosen = readPlanFile(planFile);
     if (!chosen)
-      return module.emitError("'")
-             << planFile << "' is not a weft plan (a PlanSet from weft plan "
-             << "--json, or a Plan) in JSON";
-    if (chosen->pp() > 1)
-      return module.emitError("the plan in '")
-             << planFile << "' has pp=" << chosen->pp()
-             << "; pipeline stages are not partitioned yet, use pp=1";
+      return module.emitError(llvm::toString(chosen.takeError()));
+    std::vector<std::string> unapplied = unappliedPlanFields(*chosen);
+    if (!unapplied.empty()) {
+      InFlightDiagnostic diag = module.emitError("the plan in '")
+                                << planFile << "' has fields a forward "
+                                << "program does not apply:";
+      for (const std::string &field : unapplied)
+        diag << "\n  " << field;
+      return diag;
+    }
     degrees.dp = std::max(1, chosen->dp());
     degrees.tp = std::max(1, chosen->tp());
     degrees.cp = std::max(1, chosen->cp());

@@ -52,9 +52,9 @@ echo "== weft run $(basename "$model") --devices 8 --plan-spec dp=2,tp=2,sp=1,cp
 out="$build/examples/gpt2-compiled"
 rm -rf "$out" && mkdir -p "$out/result" "$out/reference"
 plan="$build/examples/gpt2-plan.json"
-echo "== weft plan $(basename "$model") --cluster a100-80g:4x1 --evaluate dp=1,tp=2,pp=1,cp=2,sp=1 --json"
+echo "== weft plan $(basename "$model") --cluster a100-80g:4x1 --evaluate dp=1,tp=2,pp=1,cp=2,sp=1,mbs=2 --json"
 "$build/bin/weft" plan "$model" --cluster a100-80g:4x1 --global-batch 2 --seq-len 8 \
-  --evaluate "dp=1,tp=2,pp=1,cp=2,sp=1" --json "$plan" | tail -2
+  --evaluate "dp=1,tp=2,pp=1,cp=2,sp=1,mbs=2" --json "$plan" | tail -2
 cmake --install "$build" --prefix "$out/runtime" > /dev/null
 echo "== weft compile $(basename "$model") --plan $(basename "$plan") --target cpu --build"
 "$build/bin/weft" compile "$model" --batch-size 2 --seq-len 8 --plan "$plan" --target cpu \

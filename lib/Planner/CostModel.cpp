@@ -9,6 +9,7 @@
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftInterfaces.h"
 #include "weft/Dialect/WeftOps.h"
+#include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -43,32 +44,6 @@ constexpr double kAdamBytesPerParam = 30;
 /// cuBLAS workspace, NCCL buffers and allocator slack per GPU.
 constexpr double kWorkspaceBytes = 1.0 * kGiB;
 } // namespace
-
-const char *planner::scheduleName(plan::Schedule schedule) {
-  switch (schedule) {
-  case plan::SCHEDULE_GPIPE:
-    return "GPipe";
-  case plan::SCHEDULE_INTERLEAVED:
-    return "interleaved";
-  case plan::SCHEDULE_ZB_H1:
-    return "ZB-H1";
-  case plan::SCHEDULE_ZEROPP:
-    return "ZeroPP";
-  default:
-    return "1F1B";
-  }
-}
-
-const char *planner::recomputeName(plan::Recompute recompute) {
-  switch (recompute) {
-  case plan::RECOMPUTE_SELECTIVE:
-    return "selective";
-  case plan::RECOMPUTE_FULL:
-    return "full";
-  default:
-    return "none";
-  }
-}
 
 CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
                      plan::TrainingConfig training)
@@ -1148,106 +1123,16 @@ void CostModel::evaluate(plan::Plan &plan,
 
 llvm::Expected<plan::Plan> planner::parsePlanSpec(llvm::StringRef text,
                                                   const CostModel &model) {
-  plan::Plan plan;
-  plan.set_tp(1);
-  plan.set_pp(1);
-  plan.set_cp(1);
-  plan.set_ulysses(1);
-  plan.set_micro_batch(1);
-  bool dpSet = false, mSet = false, vSet = false, scheduleSet = false;
+  llvm::Expected<PlanSpec> spec = weft::parsePlanSpec(text, "--evaluate");
+  if (!spec)
+    return spec.takeError();
+  plan::Plan plan = spec->plan;
   auto bad = [&](const llvm::Twine &why) {
     return llvm::createStringError("--evaluate \"" + text.str() + "\": " +
                                    why.str());
   };
-  llvm::SmallVector<llvm::StringRef> items;
-  text.split(items, ',', -1, false);
-  for (llvm::StringRef item : items) {
-    auto [key, value] = item.trim().split('=');
-    key = key.trim();
-    value = value.trim();
-    std::string lower = value.lower();
-    int64_t number = 0;
-    bool isNumber = !value.getAsInteger(10, number);
-    auto setNumber = [&](auto setter) -> llvm::Error {
-      if (!isNumber || number < 0 || number > (1 << 24))
-        return bad("'" + key + "' needs a count, got '" + value + "'");
-      setter(number);
-      return llvm::Error::success();
-    };
-    llvm::Error error = llvm::Error::success();
-    if (key == "tp")
-      error = setNumber([&](int64_t n) { plan.set_tp(n); });
-    else if (key == "pp")
-      error = setNumber([&](int64_t n) { plan.set_pp(n); });
-    else if (key == "dp")
-      error = setNumber([&](int64_t n) { plan.set_dp(n); dpSet = true; });
-    else if (key == "cp" || key == "ring")
-      error = setNumber([&](int64_t n) { plan.set_cp(n); });
-    else if (key == "ulysses")
-      error = setNumber([&](int64_t n) { plan.set_ulysses(n); });
-    else if (key == "mbs")
-      error = setNumber([&](int64_t n) { plan.set_micro_batch(n); });
-    else if (key == "m")
-      error = setNumber([&](int64_t n) { plan.set_num_micro_batches(n); mSet = true; });
-    else if (key == "v")
-      error = setNumber([&](int64_t n) { plan.set_virtual_stages(n); vSet = true; });
-    else if (key == "zero")
-      error = setNumber([&](int64_t n) { plan.set_zero_stage(n); });
-    else if (key == "sp")
-      plan.set_sequence_parallel(lower == "1" || lower == "on" ||
-                                 lower == "true" || lower == "yes");
-    else if (key == "tp-overlap" || key == "tpoverlap")
-      plan.set_tp_comm_overlap(lower == "1" || lower == "on" ||
-                               lower == "true" || lower == "yes");
-    else if (key == "schedule") {
-      scheduleSet = true;
-      if (lower == "1f1b")
-        plan.set_schedule(plan::SCHEDULE_1F1B);
-      else if (lower == "gpipe")
-        plan.set_schedule(plan::SCHEDULE_GPIPE);
-      else if (lower == "interleaved" || lower == "interleaved-1f1b")
-        plan.set_schedule(plan::SCHEDULE_INTERLEAVED);
-      else if (lower == "zb-h1" || lower == "zb" || lower == "zbh1")
-        plan.set_schedule(plan::SCHEDULE_ZB_H1);
-      else if (lower == "zeropp")
-        plan.set_schedule(plan::SCHEDULE_ZEROPP);
-      else
-        return bad("unknown schedule '" + value +
-                   "'; use gpipe, 1f1b, interleaved, zb-h1 or zeropp");
-    } else if (key == "recompute") {
-      if (lower == "none" || lower == "off")
-        plan.set_recompute(plan::RECOMPUTE_NONE);
-      else if (lower == "selective")
-        plan.set_recompute(plan::RECOMPUTE_SELECTIVE);
-      else if (lower == "full")
-        plan.set_recompute(plan::RECOMPUTE_FULL);
-      else
-        return bad("unknown recompute '" + value +
-                   "'; use none, selective or full");
-    } else if (key == "stages") {
-      llvm::SmallVector<llvm::StringRef> parts;
-      value.split(parts, '/');
-      for (llvm::StringRef part : parts) {
-        int64_t n = 0;
-        if (part.getAsInteger(10, n) || n < 1)
-          return bad("stages must be layer counts separated by '/', got '" +
-                     value + "'");
-        plan.add_stage_layers(n);
-      }
-    } else {
-      return bad("unknown key '" + key +
-                 "'; keys are tp, pp, dp, cp, ulysses, sp, tp-overlap, mbs, "
-                 "m, v, "
-                 "schedule, zero, recompute, stages");
-    }
-    if (error)
-      return error;
-  }
-  if (plan.tp() < 1 || plan.pp() < 1 || plan.cp() < 1 || plan.ulysses() < 1 ||
-      plan.micro_batch() < 1)
-    return bad("degrees and mbs must be at least 1");
   int64_t others = int64_t(plan.tp()) * plan.pp() * plan.cp() * plan.ulysses();
-  if (!dpSet) {
+  if (!spec->dpGiven) {
     int64_t gpus = totalGpus(model.cluster());
     if (gpus % others)
       return bad("dp is not given and tp*pp*cp*ulysses (" +
@@ -1255,9 +1140,7 @@ llvm::Expected<plan::Plan> planner::parsePlanSpec(llvm::StringRef text,
                  llvm::Twine(gpus) + " GPUs");
     plan.set_dp(gpus / others);
   }
-  if (plan.dp() < 1)
-    return bad("dp must be at least 1");
-  if (!mSet) {
+  if (!spec->microBatchesGiven) {
     int64_t batch = model.training().global_batch();
     int64_t per = int64_t(plan.dp()) * plan.micro_batch();
     if (batch % per)
@@ -1265,14 +1148,11 @@ llvm::Expected<plan::Plan> planner::parsePlanSpec(llvm::StringRef text,
                  ") is not divisible by dp*mbs (" + llvm::Twine(per) + ")");
     plan.set_num_micro_batches(batch / per);
   }
-  if (!scheduleSet && vSet && plan.virtual_stages() > 1)
-    plan.set_schedule(plan::SCHEDULE_INTERLEAVED);
-  if (plan.schedule() == plan::SCHEDULE_INTERLEAVED && !vSet)
+  if (plan.schedule() == plan::SCHEDULE_INTERLEAVED &&
+      !spec->virtualStagesGiven)
     return bad("the interleaved schedule needs v (chunks per stage)");
   if (plan.schedule() != plan::SCHEDULE_INTERLEAVED &&
       plan.schedule() != plan::SCHEDULE_ZEROPP)
-    plan.set_virtual_stages(1);
-  if (plan.schedule() == plan::SCHEDULE_ZEROPP && !vSet)
     plan.set_virtual_stages(1);
   return plan;
 }

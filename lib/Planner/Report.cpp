@@ -530,25 +530,3 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
   return llvm::createStringError("unknown framework '" + framework.str() +
                                  "'; use megatron, deepspeed or torchtitan");
 }
-
-std::string planner::toJson(const google::protobuf::Message &message) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
-}
-
-llvm::Error planner::fromJson(llvm::StringRef text,
-                              google::protobuf::Message &message,
-                              llvm::StringRef what) {
-  auto status = google::protobuf::util::JsonStringToMessage(
-      std::string(text), &message);
-  if (!status.ok())
-    return llvm::createStringError(what.str() + ": not a valid " +
-                                   message.GetTypeName() + " in JSON: " +
-                                   std::string(status.message()));
-  return llvm::Error::success();
-}

@@ -22,6 +22,8 @@
 #include "weft/Import/OnnxImporter.h"
 #include "weft/InitAll.h"
 #include "weft/Passes/Passes.h"
+#include "weft/Pipelines/Pipelines.h"
+#include "weft/Plan/Plan.h"
 #include "llvm/Support/Program.h"
 
 #include "weft/runtime/Program.h"
@@ -228,12 +230,7 @@ OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
   if (!module || noRaise)
     return module;
   PassManager pm(&context);
-  pm.addPass(weft::createWeftCanonicalize());
-  pm.addPass(createCSEPass());
-  pm.addPass(weft::createWeftRaise());
-  pm.addPass(weft::createWeftCanonicalize());
-  pm.addPass(createCSEPass());
-  pm.addNestedPass<func::FuncOp>(weft::createWeftMarkLayers());
+  weft::buildPrepareModelPipeline(pm);
   if (failed(pm.run(*module)))
     return nullptr;
   return module;
@@ -330,52 +327,50 @@ static LogicalResult convertDtype(MLIRContext &context, ModuleOp module) {
   return pm.run(module);
 }
 
+/// The plan given on the command line (--plan or --plan-spec), read once.
+static llvm::Expected<weft::plan::Plan> commandLinePlan() {
+  if (!planFile.empty() && !planSpec.empty())
+    return llvm::createStringError("give --plan or --plan-spec, not both");
+  if (!planFile.empty())
+    return weft::readPlanFile(planFile);
+  llvm::Expected<weft::PlanSpec> spec =
+      weft::parsePlanSpec(planSpec, "--plan-spec");
+  if (!spec)
+    return spec.takeError();
+  weft::plan::Plan plan = spec->plan;
+  // Without mbs, the micro-batch is whatever the model's batch over dp is.
+  if (!spec->mbsGiven)
+    plan.set_micro_batch(0);
+  return plan;
+}
+
+/// Partitions `module` under the plan given on the command line: every field
+/// of the plan is applied, or the run stops naming the fields it cannot
+/// apply.
 static LogicalResult partitionModule(MLIRContext &context, ModuleOp module) {
-  weft::WeftApplyPlanOptions plan;
-  if (!planFile.empty()) {
-    plan.planFile = planFile;
-  } else {
-    llvm::SmallVector<llvm::StringRef> items;
-    llvm::StringRef(planSpec).split(items, ',', -1, false);
-    for (llvm::StringRef item : items) {
-      auto [key, value] = item.trim().split('=');
-      key = key.trim();
-      value = value.trim();
-      int64_t number = 0;
-      bool isNumber = !value.getAsInteger(10, number);
-      if (key == "sp") {
-        plan.sp = value == "1" || value == "on" || value == "true";
-        continue;
-      }
-      if (!isNumber || number < 1) {
-        fail("--plan-spec: '" + item + "' needs a positive count");
-        return failure();
-      }
-      if (key == "dp")
-        plan.dp = number;
-      else if (key == "tp")
-        plan.tp = number;
-      else if (key == "cp")
-        plan.cp = number;
-      else if (key == "ulysses")
-        plan.ulysses = number;
-      else if (key == "pp" && number == 1)
-        continue;
-      else {
-        fail("--plan-spec: unknown key '" + key +
-             "' (dp, tp, cp, ulysses, sp; pipeline stages are not "
-             "partitioned yet)");
-        return failure();
-      }
-    }
+  llvm::Expected<weft::plan::Plan> plan = commandLinePlan();
+  if (!plan) {
+    fail(llvm::toString(plan.takeError()));
+    return failure();
+  }
+  std::optional<int64_t> perRankBatch;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && func.getNumArguments() && plan->dp() > 0)
+      if (auto type =
+              dyn_cast<RankedTensorType>(func.getArgumentTypes().front()))
+        if (type.getRank() > 0 && type.getDimSize(0) % plan->dp() == 0)
+          perRankBatch = type.getDimSize(0) / plan->dp();
+  std::vector<std::string> unapplied =
+      weft::unappliedPlanFields(*plan, perRankBatch);
+  if (!unapplied.empty()) {
+    std::string list;
+    for (const std::string &field : unapplied)
+      list += "\n  " + field;
+    fail("the plan has fields that a forward program does not apply:" + list);
+    return failure();
   }
   PassManager pm(&context);
-  pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
-  pm.addPass(weft::createWeftApplyPlan(plan));
-  pm.addPass(weft::createWeftPropagateSharding());
-  pm.addPass(weft::createWeftPartition());
-  pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
-  pm.addPass(weft::createWeftCanonicalize());
+  weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan));
   return pm.run(module);
 }
 
@@ -591,9 +586,7 @@ OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
   if (!module)
     return nullptr;
   PassManager pm(&context);
-  pm.addPass(weft::createWeftRaise());
-  pm.addPass(weft::createWeftCanonicalize());
-  pm.addNestedPass<func::FuncOp>(weft::createWeftMarkLayers());
+  weft::buildPrepareModelPipeline(pm);
   if (failed(pm.run(*module)))
     return nullptr;
   return module;
@@ -621,7 +614,10 @@ static int runCompile(MLIRContext &context) {
     return 1;
   {
     PassManager pm(&context);
-    pm.addNestedPass<func::FuncOp>(weft::createWeftInlineLayers());
+    if (target == "cuda")
+      weft::buildCudaTargetPipeline(pm);
+    else
+      weft::buildCpuTargetPipeline(pm);
     if (failed(pm.run(*module)))
       return 1;
   }

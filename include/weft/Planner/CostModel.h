@@ -15,6 +15,7 @@
 #ifndef WEFT_PLANNER_COSTMODEL_H
 #define WEFT_PLANNER_COSTMODEL_H
 
+#include "weft/Plan/Plan.h"
 #include "weft/Planner/Model.h"
 #include "weft/plan.pb.h"
 
@@ -160,13 +161,9 @@ double simulatePipeline(plan::Schedule schedule, int p, int v, int m,
                         const std::vector<double> &weight, double p2p,
                         std::vector<TimelineEvent> *timeline);
 
-/// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
-const char *scheduleName(plan::Schedule schedule);
-const char *recomputeName(plan::Recompute recompute);
-
-/// Parses "tp=8,pp=8,dp=16,mbs=1,v=3,schedule=interleaved,recompute=full"
-/// (also cp, ulysses, sp, zero, m, stages=12/12/...). Unset degrees are 1;
-/// dp defaults to what the cluster leaves.
+/// A plan written for `--evaluate` (weft::parsePlanSpec's form) with what the
+/// text leaves out filled in from the cluster and the batch: dp takes the
+/// GPUs the other degrees leave, m the micro-batches of the global batch.
 llvm::Expected<plan::Plan> parsePlanSpec(llvm::StringRef text,
                                          const CostModel &model);
 

@@ -7,6 +7,7 @@
 #ifndef WEFT_PLANNER_REPORT_H
 #define WEFT_PLANNER_REPORT_H
 
+#include "weft/Plan/Plan.h"
 #include "weft/Planner/CostModel.h"
 #include "weft/Planner/Search.h"
 
@@ -41,11 +42,6 @@ llvm::Expected<std::string> exportPlan(const CostModel &model,
 /// Why `framework` cannot run `plan`, or null when it can (also null-free for
 /// an unknown framework). `weft plan --export F` searches only plans F runs.
 const char *exportRestriction(const plan::Plan &plan, llvm::StringRef framework);
-
-/// The PlanSet as JSON (proto field names, every field printed) and back.
-std::string toJson(const google::protobuf::Message &message);
-llvm::Error fromJson(llvm::StringRef text, google::protobuf::Message &message,
-                     llvm::StringRef what);
 
 /// A one-line description: "dp=8 tp=8 pp=16 mbs=1 interleaved(v=3) ...".
 std::string describePlan(const plan::Plan &plan);

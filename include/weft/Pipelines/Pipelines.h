@@ -1,0 +1,82 @@
+//===- Pipelines.h - The pass pipelines Weft runs ---------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// The one definition of each pipeline: `weft import`/`run`/`compile`, the
+// planner, weft-opt (as registered pipelines) and the C++ API all build their
+// pass managers from these, so that the program the planner costs is built
+// by the same passes as the program `weft compile` emits.
+//
+//   weft-prepare-model        fold, raise and mark layers (after import)
+//   weft-partition-with-plan  apply a plan's degrees, propagate, partition
+//   weft-prepare-cpu          what the CPU emitter needs (layers inlined)
+//   weft-prepare-cuda         what the CUDA emitter needs (layers inlined)
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PIPELINES_PIPELINES_H
+#define WEFT_PIPELINES_PIPELINES_H
+
+#include "weft/Passes/Passes.h"
+#include "weft/plan.pb.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+/// The partition pipeline's options: the plan's degrees (also a plan written
+/// out, `plan=dp=2,tp=2,sp=1`, or a plan file).
+struct PartitionPipelineOptions
+    : public mlir::PassPipelineOptions<PartitionPipelineOptions> {
+  Option<int64_t> dp{*this, "dp", llvm::cl::desc("Data-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<int64_t> tp{*this, "tp", llvm::cl::desc("Tensor-parallel degree"),
+                     llvm::cl::init(1)};
+  Option<int64_t> cp{*this, "cp",
+                     llvm::cl::desc("Ring-attention (context) degree"),
+                     llvm::cl::init(1)};
+  Option<int64_t> ulysses{*this, "ulysses", llvm::cl::desc("Ulysses degree"),
+                          llvm::cl::init(1)};
+  Option<bool> sp{*this, "sp", llvm::cl::desc("Megatron sequence parallelism"),
+                  llvm::cl::init(false)};
+  Option<bool> loadBalance{
+      *this, "load-balance",
+      llvm::cl::desc("Ring attention with mirrored sequence chunks"),
+      llvm::cl::init(true)};
+  Option<std::string> planFile{
+      *this, "plan-file",
+      llvm::cl::desc("A weft plan --json file (its first plan) or a Plan"),
+      llvm::cl::init("")};
+};
+
+/// The apply-plan options that carry `plan`'s degrees.
+WeftApplyPlanOptions applyPlanOptions(const plan::Plan &plan);
+
+/// After import: fold what exporters leave, raise decomposed forms to weft
+/// ops, mark repeated layers.
+void buildPrepareModelPipeline(mlir::OpPassManager &pm);
+
+/// Applies a plan's degrees and partitions: unfuse fused projections, apply
+/// the plan, propagate shardings, partition into the rank program (layers
+/// kept), clean up collectives, canonicalize.
+void buildPartitionPipeline(mlir::OpPassManager &pm,
+                            const WeftApplyPlanOptions &options);
+
+/// What the CPU emitter prints: one flat function.
+void buildCpuTargetPipeline(mlir::OpPassManager &pm);
+
+/// What the CUDA emitter prints: one flat function.
+void buildCudaTargetPipeline(mlir::OpPassManager &pm);
+
+/// Registers the pipelines with MLIR (weft-opt's -weft-partition-with-plan
+/// and the others).
+void registerWeftPipelines();
+
+} // namespace weft
+
+#endif // WEFT_PIPELINES_PIPELINES_H

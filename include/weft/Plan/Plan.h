@@ -1,0 +1,73 @@
+//===- Plan.h - Plans as text and files -------------------------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// The one reader of each way a plan is written: the short form
+// "tp=8,pp=8,dp=16,mbs=1,v=3,schedule=interleaved" that `weft plan
+// --evaluate`, `weft run --plan-spec`, `weft compile --plan-spec` and the
+// `-weft-apply-plan` pass take, and the JSON that `weft plan --json` writes
+// (a PlanSet, whose first plan is used, or a single Plan).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PLAN_PLAN_H
+#define WEFT_PLAN_PLAN_H
+
+#include "weft/plan.pb.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+/// A plan written out, with which fields the text gave (the others keep the
+/// defaults below, or are filled in by whoever knows the cluster and batch).
+struct PlanSpec {
+  /// dp, tp, pp, cp and ulysses default to 1, mbs to 1, schedule to 1F1B,
+  /// v to 1, zero to 0, recompute to none.
+  plan::Plan plan;
+  bool dpGiven = false, mbsGiven = false, microBatchesGiven = false,
+       virtualStagesGiven = false, scheduleGiven = false;
+};
+
+/// Parses "tp=8,pp=8,dp=16,mbs=1,m=32,v=3,schedule=interleaved,zero=1,
+/// recompute=full,sp=1,cp=2,ulysses=2,tp-overlap=1,stages=12/12/11/13".
+/// Errors start with `origin` (the option the text came from) and the text,
+/// name the key and say what it takes; a key given twice is an error.
+llvm::Expected<PlanSpec> parsePlanSpec(llvm::StringRef text,
+                                       llvm::StringRef origin = "plan");
+
+/// The short form of `plan`'s degrees and choices (the inverse of
+/// parsePlanSpec for the fields it takes).
+std::string formatPlanSpec(const plan::Plan &plan);
+
+/// Reads a plan from a JSON file: the first plan of a PlanSet (what `weft
+/// plan --json` writes) or a single Plan.
+llvm::Expected<plan::Plan> readPlanFile(llvm::StringRef path);
+
+/// The fields of `plan` that a forward program built by
+/// the partition pipeline does not apply, each as "field=value: why; what to
+/// do". Empty when the program applies the whole plan. `perRankBatch` (the
+/// model's batch over dp), when given, must be the plan's mbs x m.
+std::vector<std::string>
+unappliedPlanFields(const plan::Plan &plan,
+                    std::optional<int64_t> perRankBatch = std::nullopt);
+
+/// `message` as indented JSON with the proto field names.
+std::string toJson(const google::protobuf::Message &message);
+/// Parses `text` into `message`; the error names `what` (a file).
+llvm::Error fromJson(llvm::StringRef text, google::protobuf::Message &message,
+                     llvm::StringRef what);
+
+/// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
+const char *scheduleName(plan::Schedule schedule);
+/// "none", "selective", "full".
+const char *recomputeName(plan::Recompute recompute);
+
+} // namespace weft
+
+#endif // WEFT_PLAN_PLAN_H

@@ -1,0 +1,82 @@
+//===- Pipelines.cpp - The pass pipelines Weft runs -----------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Pipelines/Pipelines.h"
+
+#include "weft/Plan/Plan.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace weft;
+
+WeftApplyPlanOptions weft::applyPlanOptions(const plan::Plan &plan) {
+  WeftApplyPlanOptions options;
+  options.dp = std::max(1, plan.dp());
+  options.tp = std::max(1, plan.tp());
+  options.cp = std::max(1, plan.cp());
+  options.ulysses = std::max(1, plan.ulysses());
+  options.sp = plan.sequence_parallel();
+  return options;
+}
+
+void weft::buildPrepareModelPipeline(OpPassManager &pm) {
+  pm.addPass(createWeftCanonicalize());
+  pm.addPass(createCSEPass());
+  pm.addPass(createWeftRaise());
+  pm.addPass(createWeftCanonicalize());
+  pm.addPass(createCSEPass());
+  pm.addNestedPass<func::FuncOp>(createWeftMarkLayers());
+}
+
+void weft::buildPartitionPipeline(OpPassManager &pm,
+                                  const WeftApplyPlanOptions &options) {
+  pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
+  pm.addPass(createWeftApplyPlan(options));
+  pm.addPass(createWeftPropagateSharding());
+  pm.addPass(createWeftPartition());
+  pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
+  pm.addPass(createWeftCanonicalize());
+}
+
+void weft::buildCpuTargetPipeline(OpPassManager &pm) {
+  pm.addNestedPass<func::FuncOp>(createWeftInlineLayers());
+}
+
+void weft::buildCudaTargetPipeline(OpPassManager &pm) {
+  pm.addNestedPass<func::FuncOp>(createWeftInlineLayers());
+}
+
+void weft::registerWeftPipelines() {
+  PassPipelineRegistration<>(
+      "weft-prepare-model",
+      "Fold what exporters leave, raise decomposed forms, mark layers",
+      buildPrepareModelPipeline);
+  PassPipelineRegistration<PartitionPipelineOptions>(
+      "weft-partition-with-plan",
+      "Apply a plan's degrees and partition into the rank program "
+      "(-weft-unfuse-projections, -weft-apply-plan, -weft-propagate-sharding, "
+      "-weft-partition, -weft-optimize-collectives, -weft-canonicalize)",
+      [](OpPassManager &pm, const PartitionPipelineOptions &options) {
+        WeftApplyPlanOptions apply;
+        apply.dp = options.dp;
+        apply.tp = options.tp;
+        apply.cp = options.cp;
+        apply.ulysses = options.ulysses;
+        apply.sp = options.sp;
+        apply.loadBalance = options.loadBalance;
+        apply.planFile = options.planFile;
+        buildPartitionPipeline(pm, apply);
+      });
+  PassPipelineRegistration<>("weft-prepare-cpu",
+                             "What the CPU emitter prints: layers inlined",
+                             buildCpuTargetPipeline);
+  PassPipelineRegistration<>("weft-prepare-cuda",
+                             "What the CUDA emitter prints: layers inlined",
+                             buildCudaTargetPipeline);
+}

@@ -1,0 +1,296 @@
+//===- Plan.cpp - Plans as text and files ---------------------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Plan/Plan.h"
+
+#include "google/protobuf/util/json_util.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+using namespace weft;
+
+const char *weft::scheduleName(plan::Schedule schedule) {
+  switch (schedule) {
+  case plan::SCHEDULE_GPIPE:
+    return "GPipe";
+  case plan::SCHEDULE_INTERLEAVED:
+    return "interleaved";
+  case plan::SCHEDULE_ZB_H1:
+    return "ZB-H1";
+  case plan::SCHEDULE_ZEROPP:
+    return "ZeroPP";
+  default:
+    return "1F1B";
+  }
+}
+
+const char *weft::recomputeName(plan::Recompute recompute) {
+  switch (recompute) {
+  case plan::RECOMPUTE_SELECTIVE:
+    return "selective";
+  case plan::RECOMPUTE_FULL:
+    return "full";
+  default:
+    return "none";
+  }
+}
+
+static bool isTrue(llvm::StringRef value) {
+  std::string lower = value.lower();
+  return lower == "1" || lower == "on" || lower == "true" || lower == "yes";
+}
+
+static bool isBoolean(llvm::StringRef value) {
+  std::string lower = value.lower();
+  return isTrue(value) || lower == "0" || lower == "off" || lower == "false" ||
+         lower == "no";
+}
+
+llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
+                                             llvm::StringRef origin) {
+  PlanSpec spec;
+  plan::Plan &plan = spec.plan;
+  plan.set_dp(1);
+  plan.set_tp(1);
+  plan.set_pp(1);
+  plan.set_cp(1);
+  plan.set_ulysses(1);
+  plan.set_micro_batch(1);
+  plan.set_virtual_stages(1);
+  auto bad = [&](const llvm::Twine &why) {
+    return llvm::createStringError(origin.str() + " \"" + text.str() +
+                                   "\": " + why.str());
+  };
+  llvm::SmallVector<llvm::StringRef> items;
+  text.split(items, ',', -1, false);
+  llvm::StringSet<> seen;
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.trim().split('=');
+    key = key.trim();
+    value = value.trim();
+    if (key == "ring")
+      key = "cp";
+    if (key == "tpoverlap")
+      key = "tp-overlap";
+    if (!seen.insert(key).second)
+      return bad("'" + key + "' is given twice");
+    std::string lower = value.lower();
+    int64_t number = 0;
+    bool isNumber = !value.getAsInteger(10, number);
+    auto count = [&](int64_t least) -> llvm::Expected<int> {
+      if (!isNumber || number < least || number > (1 << 24))
+        return bad("'" + key + "' needs a count of at least " +
+                   llvm::Twine(least) + ", got '" + value + "'");
+      return int(number);
+    };
+    auto flag = [&]() -> llvm::Expected<bool> {
+      if (!isBoolean(value))
+        return bad("'" + key + "' is 1 or 0 (on/off, true/false), got '" +
+                   value + "'");
+      return isTrue(value);
+    };
+    if (key == "dp" || key == "tp" || key == "pp" || key == "cp" ||
+        key == "ulysses" || key == "mbs" || key == "m" || key == "v") {
+      llvm::Expected<int> n = count(1);
+      if (!n)
+        return n.takeError();
+      if (key == "dp") {
+        plan.set_dp(*n);
+        spec.dpGiven = true;
+      } else if (key == "tp") {
+        plan.set_tp(*n);
+      } else if (key == "pp") {
+        plan.set_pp(*n);
+      } else if (key == "cp") {
+        plan.set_cp(*n);
+      } else if (key == "ulysses") {
+        plan.set_ulysses(*n);
+      } else if (key == "mbs") {
+        plan.set_micro_batch(*n);
+        spec.mbsGiven = true;
+      } else if (key == "m") {
+        plan.set_num_micro_batches(*n);
+        spec.microBatchesGiven = true;
+      } else {
+        plan.set_virtual_stages(*n);
+        spec.virtualStagesGiven = true;
+      }
+    } else if (key == "zero") {
+      llvm::Expected<int> n = count(0);
+      if (!n)
+        return n.takeError();
+      if (*n > 3)
+        return bad("'zero' is a ZeRO stage: 0, 1, 2 or 3, got '" + value + "'");
+      plan.set_zero_stage(*n);
+    } else if (key == "sp" || key == "tp-overlap") {
+      llvm::Expected<bool> on = flag();
+      if (!on)
+        return on.takeError();
+      if (key == "sp")
+        plan.set_sequence_parallel(*on);
+      else
+        plan.set_tp_comm_overlap(*on);
+    } else if (key == "schedule") {
+      spec.scheduleGiven = true;
+      if (lower == "1f1b")
+        plan.set_schedule(plan::SCHEDULE_1F1B);
+      else if (lower == "gpipe")
+        plan.set_schedule(plan::SCHEDULE_GPIPE);
+      else if (lower == "interleaved" || lower == "interleaved-1f1b")
+        plan.set_schedule(plan::SCHEDULE_INTERLEAVED);
+      else if (lower == "zb-h1" || lower == "zb" || lower == "zbh1")
+        plan.set_schedule(plan::SCHEDULE_ZB_H1);
+      else if (lower == "zeropp")
+        plan.set_schedule(plan::SCHEDULE_ZEROPP);
+      else
+        return bad("unknown schedule '" + value +
+                   "'; use gpipe, 1f1b, interleaved, zb-h1 or zeropp");
+    } else if (key == "recompute") {
+      if (lower == "none" || lower == "off")
+        plan.set_recompute(plan::RECOMPUTE_NONE);
+      else if (lower == "selective")
+        plan.set_recompute(plan::RECOMPUTE_SELECTIVE);
+      else if (lower == "full")
+        plan.set_recompute(plan::RECOMPUTE_FULL);
+      else
+        return bad("unknown recompute '" + value +
+                   "'; use none, selective or full");
+    } else if (key == "stages") {
+      llvm::SmallVector<llvm::StringRef> parts;
+      value.split(parts, '/');
+      for (llvm::StringRef part : parts) {
+        int64_t n = 0;
+        if (part.getAsInteger(10, n) || n < 1 || n > (1 << 24))
+          return bad("stages must be layer counts separated by '/', got '" +
+                     value + "'");
+        plan.add_stage_layers(int(n));
+      }
+    } else {
+      return bad("unknown key '" + key +
+                 "'; keys are dp, tp, pp, cp, ulysses, sp, tp-overlap, mbs, "
+                 "m, v, schedule, zero, recompute, stages");
+    }
+  }
+  // v > 1 alone means the interleaved schedule.
+  if (!spec.scheduleGiven && plan.virtual_stages() > 1)
+    plan.set_schedule(plan::SCHEDULE_INTERLEAVED);
+  return spec;
+}
+
+std::string weft::formatPlanSpec(const plan::Plan &plan) {
+  std::string text =
+      "dp=" + std::to_string(plan.dp()) + ",tp=" + std::to_string(plan.tp()) +
+      ",pp=" + std::to_string(plan.pp()) + ",cp=" + std::to_string(plan.cp()) +
+      ",ulysses=" + std::to_string(plan.ulysses()) +
+      ",sp=" + (plan.sequence_parallel() ? "1" : "0") +
+      ",mbs=" + std::to_string(plan.micro_batch());
+  if (plan.num_micro_batches())
+    text += ",m=" + std::to_string(plan.num_micro_batches());
+  text += std::string(",schedule=") + scheduleName(plan.schedule());
+  if (plan.virtual_stages() > 1)
+    text += ",v=" + std::to_string(plan.virtual_stages());
+  text += ",zero=" + std::to_string(plan.zero_stage()) +
+          ",recompute=" + recomputeName(plan.recompute());
+  if (plan.tp_comm_overlap())
+    text += ",tp-overlap=1";
+  if (plan.stage_layers_size()) {
+    text += ",stages=";
+    for (int i = 0; i < plan.stage_layers_size(); ++i)
+      text += (i ? "/" : "") + std::to_string(plan.stage_layers(i));
+  }
+  return text;
+}
+
+std::string weft::toJson(const google::protobuf::Message &message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+llvm::Error weft::fromJson(llvm::StringRef text,
+                           google::protobuf::Message &message,
+                           llvm::StringRef what) {
+  auto status =
+      google::protobuf::util::JsonStringToMessage(std::string(text), &message);
+  if (!status.ok())
+    return llvm::createStringError(
+        what.str() + ": not a valid " + message.GetTypeName() +
+        " in JSON: " + std::string(status.message()));
+  return llvm::Error::success();
+}
+
+llvm::Expected<plan::Plan> weft::readPlanFile(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return llvm::createStringError("cannot read plan file '" + path.str() +
+                                   "': " + buffer.getError().message());
+  llvm::StringRef text = (*buffer)->getBuffer();
+  plan::PlanSet set;
+  if (llvm::Error error = fromJson(text, set, path))
+    llvm::consumeError(std::move(error));
+  else if (set.plans_size())
+    return set.plans(0);
+  plan::Plan single;
+  if (llvm::Error error = fromJson(text, single, path)) {
+    llvm::consumeError(std::move(error));
+    return llvm::createStringError(
+        "'" + path.str() +
+        "' is not a weft plan (a PlanSet from weft plan --json, or a Plan) in "
+        "JSON");
+  }
+  return single;
+}
+
+std::vector<std::string>
+weft::unappliedPlanFields(const plan::Plan &plan,
+                          std::optional<int64_t> perRankBatch) {
+  std::vector<std::string> fields;
+  auto refuse = [&](const std::string &field, const std::string &why) {
+    fields.push_back(field + ": " + why);
+  };
+  if (plan.pp() > 1)
+    refuse("pp=" + std::to_string(plan.pp()),
+           "pipeline stages are not compiled yet; use pp=1");
+  if (plan.pp() <= 1 && plan.schedule() != plan::SCHEDULE_1F1B)
+    refuse(std::string("schedule=") + scheduleName(plan.schedule()),
+           "a pipeline schedule needs pipeline stages; leave it out with pp=1");
+  if (plan.virtual_stages() > 1)
+    refuse("v=" + std::to_string(plan.virtual_stages()),
+           "interleaved chunks need pipeline stages; use v=1");
+  if (plan.stage_layers_size() > 1)
+    refuse("stages", "pipeline stages are not compiled yet; use pp=1");
+  if (plan.zero_stage() > 0)
+    refuse("zero=" + std::to_string(plan.zero_stage()),
+           "ZeRO shards optimizer state and gradients, which a forward "
+           "program does not have; use zero=0");
+  if (plan.recompute() != plan::RECOMPUTE_NONE)
+    refuse(std::string("recompute=") + recomputeName(plan.recompute()),
+           "recomputation is part of a training step, which a forward program "
+           "does not have; use recompute=none");
+  if (plan.tp_comm_overlap())
+    refuse("tp-overlap=1", "generated programs do not overlap tensor-parallel "
+                           "communication with GEMMs; use tp-overlap=0");
+  if (plan.num_micro_batches() > 1)
+    refuse("m=" + std::to_string(plan.num_micro_batches()),
+           "a forward program runs its per-rank batch at once; use m=1 and "
+           "mbs = the batch over dp");
+  if (perRankBatch && plan.micro_batch() > 0) {
+    int64_t planned =
+        int64_t(plan.micro_batch()) * std::max(1, plan.num_micro_batches());
+    if (planned != *perRankBatch)
+      refuse("mbs=" + std::to_string(plan.micro_batch()),
+             "the model's batch over dp=" + std::to_string(plan.dp()) + " is " +
+                 std::to_string(*perRankBatch) +
+                 " per rank, not mbs x m = " + std::to_string(planned) +
+                 "; bind the batch on import (--batch-size) or change mbs");
+  }
+  return fields;
+}
