@@ -498,7 +498,7 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
     auto attention = AttentionOp::create(
         rewriter, output.getLoc(), output.getType(), q, k, v, mask,
         rewriter.getF32FloatAttr(static_cast<float>(scale)),
-        causal ? rewriter.getUnitAttr() : UnitAttr());
+        causal ? rewriter.getUnitAttr() : UnitAttr(), FloatAttr());
     // Shapes that only look like attention (a mask that does not broadcast,
     // heads that do not group) are left alone, silently.
     LogicalResult valid = success();

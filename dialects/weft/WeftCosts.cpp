@@ -71,6 +71,9 @@ OpCost WhereOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
 OpCost CastOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return estimateElementwiseCost(operandTypes, resultTypes, 1);
 }
+OpCost DropoutOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return estimateElementwiseCost(operandTypes, resultTypes, 1);
+}
 OpCost TriluOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return estimateElementwiseCost(operandTypes, resultTypes, 1);
 }
@@ -87,13 +90,13 @@ OpCost ReduceMeanOp::estimateCost(TypeRange operandTypes,
 OpCost ReduceMaxOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return streamCost(operandTypes, resultTypes, 1);
 }
-// max, subtract, exp, sum, divide.
+// (scale,) max, subtract, exp, sum, divide; the causal mask is a compare.
 OpCost SoftmaxOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
-  return streamCost(operandTypes, resultTypes, 5);
+  return streamCost(operandTypes, resultTypes, getCausal() ? 6 : 5);
 }
 OpCost LogSoftmaxOp::estimateCost(TypeRange operandTypes,
                                   TypeRange resultTypes) {
-  return streamCost(operandTypes, resultTypes, 5);
+  return streamCost(operandTypes, resultTypes, getCausal() ? 6 : 5);
 }
 // mean, centre, square, sum, rsqrt-scale, gain, bias.
 OpCost LayerNormOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
@@ -110,15 +113,20 @@ OpCost CrossEntropyOp::estimateCost(TypeRange operandTypes,
 
 // Fused attention (flash-attention style): Q Kᵀ and P V as GEMMs, the softmax
 // in registers, the S×S scores never in memory. A causal mask skips the
-// blocks above the diagonal, about half of the work when seq == kv_seq.
-OpCost AttentionOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+// blocks above the diagonal, about half of the work when seq == kv_seq; with
+// explicit positions (a ring step) half of the pairs are visible on average
+// over the ranks of a load-balanced ring, which is what the cost counts.
+static OpCost fusedAttentionCost(TypeRange operandTypes, TypeRange resultTypes,
+                                 bool causal, bool positions) {
   auto q = cast<RankedTensorType>(operandTypes[0]);
   auto k = cast<RankedTensorType>(operandTypes[1]);
   auto v = cast<RankedTensorType>(operandTypes[2]);
   double batchHeads = static_cast<double>(q.getDimSize(0)) * q.getDimSize(1);
   double seq = q.getDimSize(2), kvSeq = k.getDimSize(2);
   double pairs = seq * kvSeq;
-  if (getCausal()) {
+  if (causal && positions) {
+    pairs = 0.5 * seq * kvSeq;
+  } else if (causal) {
     // Query i sees keys 0..i (top-left aligned), capped at kv_seq.
     double visible = 0;
     if (kvSeq >= seq)
@@ -133,6 +141,17 @@ OpCost AttentionOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) 
   cost.bytesRead = bytesOf(operandTypes);
   cost.bytesWritten = bytesOf(resultTypes);
   return cost;
+}
+
+OpCost AttentionOp::estimateCost(TypeRange operandTypes,
+                                 TypeRange resultTypes) {
+  return fusedAttentionCost(operandTypes, resultTypes, getCausal(), false);
+}
+
+OpCost AttentionBlockOp::estimateCost(TypeRange operandTypes,
+                                      TypeRange resultTypes) {
+  return fusedAttentionCost(operandTypes, resultTypes, getCausal(),
+                            bool(getQPositions()));
 }
 
 // Indexing: read the rows that are picked, write them.

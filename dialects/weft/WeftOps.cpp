@@ -187,11 +187,37 @@ static LogicalResult verifyAxis(Operation *op, int64_t axis, Type type) {
   return success();
 }
 
+/// The checks softmax and log_softmax share: the axis, the scale, and that a
+/// causal mask runs along the last dimension of rows.
+static LogicalResult verifySoftmaxLike(Operation *op, int64_t axis,
+                                       APFloat scale, bool causal, Type input) {
+  if (failed(verifyAxis(op, axis, input)))
+    return failure();
+  if (scale.isNegative() || scale.isZero() || !scale.isFinite())
+    return op->emitOpError("scale must be positive and finite");
+  auto type = cast<RankedTensorType>(input);
+  if (causal && (type.getRank() < 2 || axis != type.getRank() - 1))
+    return op->emitOpError("a causal softmax runs along the last dimension "
+                           "(")
+           << type.getRank() - 1
+           << ") of a tensor of rank at least 2, not axis " << axis;
+  return success();
+}
+
 LogicalResult SoftmaxOp::verify() {
-  return verifyAxis(*this, getAxis(), getInput().getType());
+  return verifySoftmaxLike(*this, getAxis(), getScaleAttr().getValue(),
+                           getCausal(), getInput().getType());
 }
 LogicalResult LogSoftmaxOp::verify() {
-  return verifyAxis(*this, getAxis(), getInput().getType());
+  return verifySoftmaxLike(*this, getAxis(), getScaleAttr().getValue(),
+                           getCausal(), getInput().getType());
+}
+
+LogicalResult DropoutOp::verify() {
+  double ratio = getRatio().convertToDouble();
+  if (!(ratio >= 0 && ratio < 1))
+    return emitOpError("ratio must be in [0, 1), got ") << ratio;
+  return success();
 }
 
 /// The checks layer_norm and rms_norm share: the axis, epsilon, and that the
@@ -307,13 +333,15 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *context,
   return success();
 }
 
-LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
-                                            std::optional<Location> location,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &inferred) {
-  auto q = getTensor(adaptor.getQ().getType());
-  auto k = getTensor(adaptor.getK().getType());
-  auto v = getTensor(adaptor.getV().getType());
+/// The checks weft.attention and weft.attention_block share; on success,
+/// the output type.
+static FailureOr<RankedTensorType>
+inferAttentionOutput(std::optional<Location> location, Value qValue,
+                     Value kValue, Value vValue, Value maskValue,
+                     FloatAttr scaleAttr) {
+  auto q = getTensor(qValue.getType());
+  auto k = getTensor(kValue.getType());
+  auto v = getTensor(vValue.getType());
   for (auto [name, type] : {std::pair<StringRef, RankedTensorType>{"q", q},
                             {"k", k},
                             {"v", v}})
@@ -342,7 +370,7 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
     return emitOptionalError(location, "query heads (", heads,
                              ") must be a positive multiple of KV heads (",
                              kvHeads, ")");
-  if (Value maskValue = adaptor.getMask()) {
+  if (maskValue) {
     auto mask = getTensor(maskValue.getType());
     if (!mask || mask.getRank() > 4)
       return rankError(location, "mask", maskValue.getType(), "rank at most 4");
@@ -358,11 +386,64 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
                                " does not broadcast to the scores [", scores,
                                "]");
   }
-  if (adaptor.getScaleAttr() && !(adaptor.getScale().convertToFloat() > 0))
+  if (scaleAttr && !(scaleAttr.getValueAsDouble() > 0))
     return emitOptionalError(location, "scale must be positive");
-  inferred.push_back(RankedTensorType::get(
-      {batch, heads, seq, v.getDimSize(3)}, q.getElementType()));
+  return RankedTensorType::get({batch, heads, seq, v.getDimSize(3)},
+                               q.getElementType());
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
+                                            std::optional<Location> location,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> output = inferAttentionOutput(
+      location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
+      adaptor.getMask(), adaptor.getScaleAttr());
+  if (failed(output))
+    return failure();
+  if (FloatAttr dropout = adaptor.getDropoutAttr()) {
+    double ratio = dropout.getValueAsDouble();
+    if (!(ratio >= 0 && ratio < 1))
+      return emitOptionalError(location, "dropout must be in [0, 1), got ",
+                               ratio);
+  }
+  inferred.push_back(*output);
   return success();
+}
+
+LogicalResult AttentionBlockOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  FailureOr<RankedTensorType> output = inferAttentionOutput(
+      location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
+      adaptor.getMask(), adaptor.getScaleAttr());
+  if (failed(output))
+    return failure();
+  inferred.push_back(*output);
+  SmallVector<int64_t> lseShape(output->getShape().drop_back());
+  lseShape.push_back(1);
+  inferred.push_back(
+      RankedTensorType::get(lseShape, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult AttentionBlockOp::verify() {
+  Value qPositions = getQPositions(), kPositions = getKPositions();
+  if (bool(qPositions) != bool(kPositions))
+    return emitOpError("q_positions and k_positions are given together");
+  if (!qPositions)
+    return success();
+  auto check = [&](Value positions, StringRef name,
+                   int64_t size) -> LogicalResult {
+    auto type = cast<RankedTensorType>(positions.getType());
+    if (type.getRank() != 1 || type.getDimSize(0) != size)
+      return emitOpError() << name << " must be a vector of " << size
+                           << " positions, got " << type;
+    return success();
+  };
+  if (failed(check(qPositions, "q_positions", getQ().getType().getDimSize(2))))
+    return failure();
+  return check(kPositions, "k_positions", getK().getType().getDimSize(2));
 }
 
 //===----------------------------------------------------------------------===//

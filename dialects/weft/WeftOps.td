@@ -288,6 +288,30 @@ def Weft_GeluOp : Weft_Op<"gelu", [Pure, Weft_Elementwise, SameOperandsAndResult
   }];
 }
 
+def Weft_DropoutOp : Weft_Op<"dropout", [WeftCost, WeftRule, Pure, Weft_Elementwise,
+    SameOperandsAndResultType]> {
+  let summary = "Dropout: zeroes elements with probability `ratio` in training; the identity in a forward program.";
+  let description = [{
+    In a training step each element is kept with probability `1 - ratio` and scaled by
+    `1 / (1 - ratio)`, or zeroed; backward reads the mask of kept elements (one byte per
+    element). A forward (inference) program keeps every element unchanged, as PyTorch's
+    eval mode does, so weft's forward programs and kernels treat it as the identity.
+    The planner costs the training step, with the mask it saves.
+
+    ```mlir
+    %y = weft.dropout %x ratio 1.000000e-01 : tensor<2x128x768xbf16>
+    ```
+
+    **Constraints**
+    - `0 <= ratio < 1`;
+    - the result has the input's type.
+  }];
+  let arguments = (ins Weft_FloatTensor:$input, F64Attr:$ratio);
+  let results = (outs Weft_FloatTensor:$result);
+  let assemblyFormat = "$input `ratio` $ratio attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Weft_CastOp : Weft_Op<"cast", [WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultShape]> {
   let summary = "Elementwise conversion to another element type.";
   let description = [{
@@ -348,22 +372,36 @@ def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum"
 
 class Weft_SoftmaxLikeOp<string mnemonic, string what>
     : Weft_Op<mnemonic, [WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
-  let summary = what # " along one dimension.";
+  let summary = what # " along one dimension, optionally scaled and causally masked.";
   let description = [{
-    Computed stably (the maximum is subtracted first).
+    Computed stably (the maximum is subtracted first) on `scale · input`. With `causal`,
+    the entries of row `i` (dimension `rank - 2`) past column `i` (the last dimension,
+    which must be `axis`) are masked out first: Megatron's fused scale-and-causal-mask
+    softmax, what unfused attention runs on its scores.
 
     ```mlir
     %p = weft.}] # mnemonic # [{ %scores axis 3 : tensor<2x12x128x128xf32>
+    %q = weft.}] # mnemonic # [{ %scores axis 3 scale 0.125 causal : tensor<2x12x128x128xbf16>
     ```
 
     **Constraints**
     - `axis` is a dimension of the input: `0 <= axis < rank`;
+    - `scale` is positive and finite;
+    - with `causal`, the input has rank at least 2 and `axis` is its last dimension;
     - the result has the input's type.
   }];
   let arguments = (ins Weft_FloatTensor:$input,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$scale, UnitAttr:$causal);
   let results = (outs Weft_FloatTensor:$result);
-  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input `axis` $axis (`scale` $scale^)? (`causal` $causal^)? attr-dict `:` type($input)
+  }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$input, "int64_t":$axis), [{
+      build($_builder, $_state, input, axis, ::llvm::APFloat(1.0f), false);
+    }]>
+  ];
   let hasVerifier = 1;
 }
 
@@ -502,7 +540,9 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRulePartition, Pure, 
     query head `h` reads KV head `h / (heads / kv_heads)`. `causal` masks key positions after
     the query position (aligned at the top-left). `mask`, if given, broadcasts to `[batch,
     heads, seq, kv_seq]`: an `i1` mask keeps positions where it is true; a float mask is
-    added to the scores.
+    added to the scores. `dropout` is the probability with which training drops an
+    attention probability; a forward (inference) program keeps them all, as PyTorch's
+    eval mode does.
 
     ```mlir
     %o = weft.attention %q, %k, %v scale 0.125 causal
@@ -518,15 +558,68 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRulePartition, Pure, 
     - `mask`, if given, has rank at most 4, is `i1` or `q`'s element type, and broadcasts
       to `[batch, heads, seq, kv_seq]`;
     - `scale` is positive;
+    - `dropout`, if given, is in `[0, 1)`;
     - the result is `[batch, heads, seq, v_head_dim]` of `q`'s element type.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
-                       Optional<Weft_Tensor>:$mask, F32Attr:$scale, UnitAttr:$causal);
+                       Optional<Weft_Tensor>:$mask, F32Attr:$scale, UnitAttr:$causal,
+                       OptionalAttr<F64Attr>:$dropout);
   let results = (outs Weft_FloatTensor:$result);
   let assemblyFormat = [{
-    $q `,` $k `,` $v (`mask` $mask^)? `scale` $scale (`causal` $causal^)? attr-dict `:`
-    functional-type(operands, results)
+    $q `,` $k `,` $v (`mask` $mask^)? `scale` $scale (`causal` $causal^)?
+    (`dropout` $dropout^)? attr-dict `:` functional-type(operands, results)
   }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k, "::mlir::Value":$v,
+                   "::mlir::Value":$mask, "::llvm::APFloat":$scale, "bool":$causal), [{
+      build($_builder, $_state, q, k, v, mask, scale, causal, ::mlir::FloatAttr());
+    }]>
+  ];
+}
+
+def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftCost, WeftRule, Pure,
+    AttrSizedOperandSegments, InferTypeOpAdaptor]> {
+  let summary = "Attention of queries over one block of keys and values, with its log-sum-exp.";
+  let description = [{
+    One step of blockwise attention (ring attention, Li et al. 2021 and Liu et al. 2023;
+    the form FlashAttention returns): `softmax(scale · Q Kᵀ + mask) · V` over this block
+    of keys only, and per query row the log-sum-exp `lse` of its scaled, masked scores.
+    Blocks combine exactly: for two blocks `a` and `b`, `lse = log(exp(lse_a) +
+    exp(lse_b))` and `out = out_a · exp(lse_a - lse) + out_b · exp(lse_b - lse)`. The
+    partitioner lowers attention over a key sequence split around a ring of ranks to
+    one block per ring step and such merges.
+
+    Shapes, grouped KV heads and `mask` are as in `weft.attention`. `q_positions` and
+    `k_positions` give the sequence position of each query and key; with `causal`, key
+    `j` is masked for query `i` when `k_positions[j] > q_positions[i]` (without
+    positions, when `j > i`). A query whose keys are all masked gets a zero output and
+    `lse = -1e30`, which a merge weighs by zero. `lse` is `f32` whatever the element
+    type of `q`, as FlashAttention keeps it.
+
+    ```mlir
+    %o, %lse = weft.attention_block %q, %k, %v positions %qp, %kp scale 0.125 causal
+        : (tensor<1x8x64x64xbf16>, tensor<1x8x64x64xbf16>, tensor<1x8x64x64xbf16>,
+           tensor<64xi64>, tensor<64xi64>) -> (tensor<1x8x64x64xbf16>, tensor<1x8x64x1xf32>)
+    ```
+
+    **Constraints**
+    - `q`, `k`, `v` and `mask` are as for `weft.attention`;
+    - `q_positions` and `k_positions` are given together, are integer vectors, and have
+      `seq` and `kv_seq` elements;
+    - `scale` is positive;
+    - `result` is `[batch, heads, seq, v_head_dim]` of `q`'s element type and `lse` is
+      `[batch, heads, seq, 1]` of `f32`.
+  }];
+  let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
+                       Optional<Weft_Tensor>:$mask, Optional<Weft_IntTensor>:$q_positions,
+                       Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
+                       UnitAttr:$causal);
+  let results = (outs Weft_FloatTensor:$result, F32Tensor:$lse);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v (`mask` $mask^)? (`positions` $q_positions^ `,` $k_positions)?
+    `scale` $scale (`causal` $causal^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

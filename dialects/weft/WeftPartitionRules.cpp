@@ -277,6 +277,14 @@ LogicalResult EmbeddingOp::partition(PartitionState &state) {
 // Ring attention
 //===----------------------------------------------------------------------===//
 
+/// Attention whose sequence is split over a ring of `cp` ranks: each rank
+/// keeps its queries and passes its K/V block (and the block's positions)
+/// around the ring; at each of the `cp` steps it attends to the block it
+/// holds (weft.attention_block) and merges the result into its running
+/// output through the blocks' log-sum-exps, in f32. The next step's block is
+/// sent before the current one is computed, so the two can overlap. Causal
+/// masks come from the positions, which the load-balanced (zigzag) layout
+/// makes every rank's share of the work equal.
 static LogicalResult partitionRingAttention(AttentionOp op,
                                             PartitionState &state) {
   Location loc = op.getLoc();
@@ -293,12 +301,10 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   Value k = state.operand(loc, op.getK(), kvWant);
   Value v = state.operand(loc, op.getV(), kvWant);
   auto qType = cast<RankedTensorType>(q.getType());
-  auto kType = cast<RankedTensorType>(k.getType());
   auto vType = cast<RankedTensorType>(v.getType());
   Type element = qType.getElementType();
   int64_t batch = qType.getDimSize(0), heads = qType.getDimSize(1),
-          seq = qType.getDimSize(2), kvHeads = kType.getDimSize(1),
-          valueDim = vType.getDimSize(3);
+          seq = qType.getDimSize(2), valueDim = vType.getDimSize(3);
   Value mask;
   if (Value globalMask = op.getMask()) {
     auto maskType = cast<RankedTensorType>(globalMask.getType());
@@ -316,106 +322,87 @@ static LogicalResult partitionRingAttention(AttentionOp op,
       maskWant.dims[1] = out.dims[1];
     mask = state.operand(loc, globalMask, maskWant);
   }
-  // Grouped-query attention: each KV head serves heads / kvHeads queries.
-  auto expand = [&](Value kv, int64_t dim) -> Value {
-    if (kvHeads == heads)
-      return kv;
-    int64_t group = heads / kvHeads;
-    auto t = cast<RankedTensorType>(kv.getType());
-    Value r = ReshapeOp::create(
-        b, loc, RankedTensorType::get({batch, kvHeads, 1, seq, dim}, element),
-        kv);
-    r = BroadcastToOp::create(
-        b, loc,
-        RankedTensorType::get({batch, kvHeads, group, seq, dim}, element), r);
-    return ReshapeOp::create(
-        b, loc, RankedTensorType::get({batch, heads, seq, dim}, element), r);
-    (void)t;
-  };
   // Positions of this rank's queries, and of the K/V block it holds.
-  int64_t total = seq * c;
-  SmallVector<int64_t> positions;
-  for (int64_t i = 0; i < total; ++i)
-    positions.push_back(i);
   Type i64 = b.getI64Type();
-  auto posType = RankedTensorType::get({total}, i64);
-  SmallVector<APInt> posValues;
-  for (int64_t p : positions)
-    posValues.push_back(APInt(64, p));
+  auto posType = RankedTensorType::get({seq * c}, i64);
+  SmallVector<APInt> positions;
+  for (int64_t i = 0; i < seq * c; ++i)
+    positions.push_back(APInt(64, i));
   Value allPositions =
-      ConstantOp::create(b, loc, DenseElementsAttr::get(posType, posValues));
+      ConstantOp::create(b, loc, DenseElementsAttr::get(posType, positions));
   Value qPos = AllSliceOp::create(
       b, loc, RankedTensorType::get({seq}, i64), allPositions, state.meshRef(),
       state.axesAttr(ring), b.getI64IntegerAttr(0), state.zigzagAttr(ring));
   Value kPos = qPos;
-  auto scoresType = RankedTensorType::get({batch, heads, seq, seq}, element);
-  auto statsType = RankedTensorType::get({batch, heads, seq, 1}, element);
+  bool passMask =
+      mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1;
+  auto pass = [&](Value x) -> Value {
+    return CollectivePermuteOp::create(b, loc, x.getType(), x, state.meshRef(),
+                                       state.axesAttr(ring),
+                                       b.getI64IntegerAttr(1));
+  };
+  Type f32 = b.getF32Type();
   auto outType = RankedTensorType::get({batch, heads, seq, valueDim}, element);
-  Value scale = state.constant(loc, element, op.getScale().convertToDouble());
-  Value negBig = state.constant(loc, element, -1.0e30);
-  Value m, l, o;
+  auto accType = RankedTensorType::get({batch, heads, seq, valueDim}, f32);
+  auto lseType = RankedTensorType::get({batch, heads, seq, 1}, f32);
+  FloatAttr scale = op.getScaleAttr();
+  UnitAttr causal = op.getCausal() ? b.getUnitAttr() : UnitAttr();
+  auto castTo = [&](Value x, RankedTensorType type) -> Value {
+    return x.getType() == type ? x
+                               : CastOp::create(b, loc, type, x).getResult();
+  };
+  Value acc, lse;
   for (int64_t step = 0; step < c; ++step) {
-    if (step > 0) {
-      auto pass = [&](Value x) -> Value {
-        return CollectivePermuteOp::create(
-            b, loc, x.getType(), x, state.meshRef(), state.axesAttr(ring),
-            b.getI64IntegerAttr(1));
-      };
-      k = pass(k);
-      v = pass(v);
-      kPos = pass(kPos);
-      if (mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1)
-        mask = pass(mask);
+    // The block for the next step leaves before this one is computed.
+    Value kNext, vNext, kPosNext, maskNext;
+    if (step + 1 < c) {
+      kNext = pass(k);
+      vNext = pass(v);
+      if (causal)
+        kPosNext = pass(kPos);
+      if (passMask)
+        maskNext = pass(mask);
     }
-    Value scores =
-        MatmulOp::create(b, loc, scoresType, q, expand(k, kType.getDimSize(3)),
-                         UnitAttr(), b.getUnitAttr());
-    scores = MulOp::create(b, loc, scoresType, scores, scale);
-    if (mask) {
-      auto maskType = cast<RankedTensorType>(mask.getType());
-      if (maskType.getElementType().isInteger(1))
-        scores = WhereOp::create(b, loc, scoresType, mask, scores, negBig);
-      else
-        scores = AddOp::create(b, loc, scoresType, scores, mask);
-    }
-    if (op.getCausal()) {
-      Value rows =
-          ReshapeOp::create(b, loc, RankedTensorType::get({seq, 1}, i64), qPos);
-      Value cols =
-          ReshapeOp::create(b, loc, RankedTensorType::get({1, seq}, i64), kPos);
-      Value allowed = CompareOp::create(
-          b, loc, RankedTensorType::get({seq, seq}, b.getI1Type()),
-          ComparePredicateAttr::get(b.getContext(), ComparePredicate::ge), rows,
-          cols);
-      scores = WhereOp::create(b, loc, scoresType, allowed, scores, negBig);
-    }
-    Value blockMax =
-        ReduceMaxOp::create(b, loc, statsType, scores,
-                            b.getDenseI64ArrayAttr({3}), b.getUnitAttr());
-    Value mNew =
-        step == 0
-            ? blockMax
-            : MaximumOp::create(b, loc, statsType, m, blockMax).getResult();
-    Value p = ExpOp::create(b, loc, scoresType,
-                            SubOp::create(b, loc, scoresType, scores, mNew));
-    Value rowSum = ReduceSumOp::create(
-        b, loc, statsType, p, b.getDenseI64ArrayAttr({3}), b.getUnitAttr());
-    Value pv = MatmulOp::create(b, loc, outType, p, expand(v, valueDim),
-                                UnitAttr(), UnitAttr());
+    auto block = AttentionBlockOp::create(
+        b, loc, TypeRange{outType, lseType}, q, k, v, mask,
+        causal ? qPos : Value(), causal ? kPos : Value(), scale, causal);
+    Value blockOut = castTo(block.getResult(), accType);
     if (step == 0) {
-      l = rowSum;
-      o = pv;
+      acc = blockOut;
+      lse = block.getLse();
     } else {
-      Value alpha = ExpOp::create(b, loc, statsType,
-                                  SubOp::create(b, loc, statsType, m, mNew));
-      l = AddOp::create(b, loc, statsType,
-                        MulOp::create(b, loc, statsType, l, alpha), rowSum);
-      o = AddOp::create(b, loc, outType,
-                        MulOp::create(b, loc, outType, o, alpha), pv);
+      // lse = max + log(exp(lse_a - max) + exp(lse_b - max));
+      // acc = acc · exp(lse_a - lse) + out_b · exp(lse_b - lse).
+      // (One op per statement: the IR's order does not depend on the order
+      // in which a compiler evaluates arguments.)
+      Value blockLse = block.getLse();
+      auto expOfDifference = [&](Value x, Value y) -> Value {
+        Value difference = SubOp::create(b, loc, lseType, x, y);
+        return ExpOp::create(b, loc, lseType, difference);
+      };
+      Value top = MaximumOp::create(b, loc, lseType, lse, blockLse);
+      Value old = expOfDifference(lse, top);
+      Value fresh = expOfDifference(blockLse, top);
+      Value sum = AddOp::create(b, loc, lseType, old, fresh);
+      Value logSum = LogOp::create(b, loc, lseType, sum);
+      Value merged = AddOp::create(b, loc, lseType, top, logSum);
+      Value keep = expOfDifference(lse, merged);
+      Value take = expOfDifference(blockLse, merged);
+      Value kept = MulOp::create(b, loc, accType, acc, keep);
+      Value taken = MulOp::create(b, loc, accType, blockOut, take);
+      acc = AddOp::create(b, loc, accType, kept, taken);
+      lse = merged;
     }
-    m = mNew;
+    if (step + 1 < c) {
+      k = kNext;
+      v = vNext;
+      if (causal)
+        kPos = kPosNext;
+      if (passMask)
+        mask = maskNext;
+    }
   }
-  Value result = DivOp::create(b, loc, outType, o, l);
+  Value result = castTo(acc, outType);
   TensorSharding s = qWant;
   s.dims[3].clear();
   state.setResult(op.getResult(), result, s);

@@ -46,6 +46,9 @@ ShardingRule WhereOp::getShardingRule() {
 ShardingRule CastOp::getShardingRule() {
   return getElementwiseShardingRule(*this);
 }
+ShardingRule DropoutOp::getShardingRule() {
+  return getElementwiseShardingRule(*this);
+}
 // Which elements are kept depends on the row and column index.
 ShardingRule TriluOp::getShardingRule() {
   ShardingRule rule = getElementwiseShardingRule(*this);
@@ -86,20 +89,24 @@ ShardingRule ReduceMaxOp::getShardingRule() {
   return reductionRule(*this, getAxes(), getKeepDims(), false);
 }
 
-/// Softmax-like: every dimension passes through, the axis is needed whole.
-static ShardingRule alongAxisRule(Operation *op, int64_t axis) {
+/// Softmax-like: every dimension passes through, the axis is needed whole
+/// (and with a causal mask, the rows too: which entries are masked depends on
+/// the row's position).
+static ShardingRule alongAxisRule(Operation *op, int64_t axis, bool causal) {
   ShardingRule rule;
   SmallVector<int64_t> factors = addFactors(rule, shapeOf(op->getOperand(0)));
   rule.block(factors[axis]);
+  if (causal && factors.size() >= 2)
+    rule.block(factors[factors.size() - 2]);
   rule.operands.push_back(toTensorFactors(factors));
   rule.results.push_back(toTensorFactors(factors));
   return rule;
 }
 ShardingRule SoftmaxOp::getShardingRule() {
-  return alongAxisRule(*this, getAxis());
+  return alongAxisRule(*this, getAxis(), getCausal());
 }
 ShardingRule LogSoftmaxOp::getShardingRule() {
-  return alongAxisRule(*this, getAxis());
+  return alongAxisRule(*this, getAxis(), getCausal());
 }
 
 /// Normalizations: the normalized dimensions (axis..rank) are needed whole;
@@ -125,11 +132,15 @@ ShardingRule RMSNormOp::getShardingRule() { return normRule(*this, getAxis()); }
 /// (major) times the group (minor), so splitting KV heads splits both. The
 /// key sequence and the head dimension of Q and K are contracted inside the
 /// softmax: blocked (the partitioner lowers a split key sequence to ring
-/// attention). A causal query sequence is position-dependent: blocked.
-ShardingRule AttentionOp::getShardingRule() {
+/// attention). A causal query sequence is position-dependent: blocked,
+/// unless the queries' positions are operands (attention_block), which
+/// split with them.
+static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
+                                  Value maskValue, Value qPositions,
+                                  Value kPositions, bool causal, bool withLse) {
   ShardingRule rule;
-  ArrayRef<int64_t> q = shapeOf(getQ()), k = shapeOf(getK()),
-                    v = shapeOf(getV());
+  ArrayRef<int64_t> q = shapeOf(qValue), k = shapeOf(kValue),
+                    v = shapeOf(vValue);
   int64_t batch = rule.addFactor(q[0]);
   int64_t kvHeads = rule.addFactor(k[1]);
   int64_t group = q[1] != k[1] ? rule.addFactor(q[1] / k[1]) : -1;
@@ -139,7 +150,7 @@ ShardingRule AttentionOp::getShardingRule() {
   int64_t valueDim = rule.addFactor(v[3]);
   rule.block(kvSeq);
   rule.block(headDim);
-  if (getCausal())
+  if (causal && !qPositions)
     rule.block(seq);
   ShardingRule::DimFactors queryHeads = {kvHeads};
   if (q[1] != k[1])
@@ -147,7 +158,7 @@ ShardingRule AttentionOp::getShardingRule() {
   rule.operands.push_back({{batch}, queryHeads, {seq}, {headDim}});
   rule.operands.push_back({{batch}, {kvHeads}, {kvSeq}, {headDim}});
   rule.operands.push_back({{batch}, {kvHeads}, {kvSeq}, {valueDim}});
-  if (Value mask = getMask()) {
+  if (Value mask = maskValue) {
     SmallVector<ShardingRule::DimFactors> space = {
         {batch}, queryHeads, {seq}, {kvSeq}};
     SmallVector<int64_t> spaceShape = {q[0], q[1], q[2], k[2]};
@@ -160,8 +171,24 @@ ShardingRule AttentionOp::getShardingRule() {
                            : ShardingRule::DimFactors{});
     rule.operands.push_back(tensor);
   }
+  if (qPositions) {
+    rule.operands.push_back({{seq}});
+    rule.operands.push_back({{kvSeq}});
+  }
   rule.results.push_back({{batch}, queryHeads, {seq}, {valueDim}});
+  if (withLse)
+    rule.results.push_back({{batch}, queryHeads, {seq}, {}});
   return rule;
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  return attentionRule(getQ(), getK(), getV(), getMask(), Value(), Value(),
+                       getCausal(), /*withLse=*/false);
+}
+
+ShardingRule AttentionBlockOp::getShardingRule() {
+  return attentionRule(getQ(), getK(), getV(), getMask(), getQPositions(),
+                       getKPositions(), getCausal(), /*withLse=*/true);
 }
 
 /// Embedding: the vocabulary is gathered from (blocked here; the partitioner

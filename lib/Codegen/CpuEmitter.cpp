@@ -167,13 +167,34 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](SoftmaxOp s) {
-        assign(s.getResult(), "softmax(" + arg(0) + ", " +
-                                  std::to_string(s.getAxis()) + ", false)");
+        assign(s.getResult(),
+               "softmax(" + arg(0) + ", " + std::to_string(s.getAxis()) +
+                   ", false, " + floatLiteral(s.getScale().convertToFloat()) +
+                   ", " + (s.getCausal() ? "true" : "false") + ")");
         return success();
       })
       .Case([&](LogSoftmaxOp s) {
-        assign(s.getResult(), "softmax(" + arg(0) + ", " +
-                                  std::to_string(s.getAxis()) + ", true)");
+        assign(s.getResult(),
+               "softmax(" + arg(0) + ", " + std::to_string(s.getAxis()) +
+                   ", true, " + floatLiteral(s.getScale().convertToFloat()) +
+                   ", " + (s.getCausal() ? "true" : "false") + ")");
+        return success();
+      })
+      .Case([&](DropoutOp) {
+        // A forward program keeps every element (PyTorch's eval mode).
+        assign(op->getResult(0), arg(0));
+        return success();
+      })
+      .Case([&](AttentionBlockOp a) {
+        std::string block = "block" + std::to_string(counter++);
+        os << "  AttentionBlock " << block << " = attentionBlock("
+           << name(a.getQ()) << ", " << name(a.getK()) << ", " << name(a.getV())
+           << ", " << optional(a.getMask()) << ", "
+           << optional(a.getQPositions()) << ", " << optional(a.getKPositions())
+           << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
+           << (a.getCausal() ? "true" : "false") << ");\n";
+        assign(a.getResult(), block + ".output");
+        assign(a.getLse(), block + ".lse");
         return success();
       })
       .Case([&](LayerNormOp n) {

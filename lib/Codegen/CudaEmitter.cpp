@@ -388,6 +388,8 @@ LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
             e = type + "(" + args[0] + ")";
         })
         .Case([&](BroadcastToOp) { e = args[0]; })
+        // A forward program keeps every element (PyTorch's eval mode).
+        .Case([&](DropoutOp) { e = args[0]; })
         .Case([&](IotaOp iota) {
           e = type + "(coordinateOf(i, dims, " +
               std::to_string(iota.getDim()) + "))";
@@ -517,10 +519,14 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
       .Case<SoftmaxOp, LogSoftmaxOp>([&](Operation *s) {
         int64_t axis = s->getAttrOfType<IntegerAttr>("axis").getInt();
         int64_t rank = tensorType(s->getOperand(0)).getRank();
+        auto scale = s->getAttrOfType<FloatAttr>("scale");
         std::string o = out();
         os << "  softmax(ctx, " << tensor(s->getOperand(0)) << ", "
            << normalizeAxis(axis, rank) << ", "
-           << (isa<LogSoftmaxOp>(s) ? "true" : "false") << ", " << o << ");\n";
+           << (isa<LogSoftmaxOp>(s) ? "true" : "false") << ", "
+           << floatLiteral(scale ? float(scale.getValueAsDouble()) : 1.0f)
+           << ", " << (s->hasAttr("causal") ? "true" : "false") << ", " << o
+           << ");\n";
         return success();
       })
       .Case([&](LayerNormOp n) {
@@ -577,6 +583,18 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << optional(a.getMask()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << o << ");\n";
+        return success();
+      })
+      .Case([&](AttentionBlockOp a) {
+        define(a.getResult(), os);
+        define(a.getLse(), os);
+        os << "  attentionBlock(ctx, " << tensor(a.getQ()) << ", "
+           << tensor(a.getK()) << ", " << tensor(a.getV()) << ", "
+           << optional(a.getMask()) << ", " << optional(a.getQPositions())
+           << ", " << optional(a.getKPositions()) << ", "
+           << floatLiteral(a.getScale().convertToFloat()) << ", "
+           << (a.getCausal() ? "true" : "false") << ", "
+           << tensor(a.getResult()) << ", " << tensor(a.getLse()) << ");\n";
         return success();
       })
       .Case([&](EmbeddingOp e) {

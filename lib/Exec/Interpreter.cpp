@@ -253,11 +253,17 @@ LogicalResult Interpreter::run(Operation *op) {
       .Case([&](ReduceMeanOp r) { return reduceOp(rt::ReduceKind::Mean, r); })
       .Case([&](ReduceMaxOp r) { return reduceOp(rt::ReduceKind::Max, r); })
       .Case([&](SoftmaxOp s) {
-        return result(rt::softmax(get(s.getInput()), s.getAxis(), false));
+        return result(rt::softmax(get(s.getInput()), s.getAxis(), false,
+                                  s.getScale().convertToFloat(),
+                                  s.getCausal()));
       })
       .Case([&](LogSoftmaxOp s) {
-        return result(rt::softmax(get(s.getInput()), s.getAxis(), true));
+        return result(rt::softmax(get(s.getInput()), s.getAxis(), true,
+                                  s.getScale().convertToFloat(),
+                                  s.getCausal()));
       })
+      // A forward program keeps every element (PyTorch's eval mode).
+      .Case([&](DropoutOp d) { return result(get(d.getInput())); })
       .Case([&](LayerNormOp n) {
         const HostTensor *bias = n.getBias() ? &get(n.getBias()) : nullptr;
         return result(rt::normalize(get(n.getInput()), get(n.getScale()), bias,
@@ -283,6 +289,16 @@ LogicalResult Interpreter::run(Operation *op) {
         return result(rt::attention(get(a.getQ()), get(a.getK()), get(a.getV()),
                                     mask, a.getScale().convertToFloat(),
                                     a.getCausal()));
+      })
+      .Case([&](AttentionBlockOp a) {
+        auto optional = [&](Value v) { return v ? &get(v) : nullptr; };
+        rt::AttentionBlock block = rt::attentionBlock(
+            get(a.getQ()), get(a.getK()), get(a.getV()), optional(a.getMask()),
+            optional(a.getQPositions()), optional(a.getKPositions()),
+            a.getScale().convertToFloat(), a.getCausal());
+        set(a.getResult(), std::move(block.output));
+        set(a.getLse(), std::move(block.lse));
+        return success();
       })
       .Case([&](EmbeddingOp e) {
         return setOrFail(op, e.getResult(),

@@ -447,8 +447,9 @@ OwningOpRef<ModuleOp> planner::buildRankProgram(MLIRContext &context,
     if (shape.flashAttention || c > 1) {
       attended = AttentionOp::create(
           builder, rb.loc, rb.type({b, headsLocal, seqRank, d}), q, k, v,
-          Value(), scale, shape.causal && c == 1 ? builder.getUnitAttr()
-                                                 : UnitAttr());
+          Value(), scale,
+          shape.causal && c == 1 ? builder.getUnitAttr() : UnitAttr(),
+          FloatAttr());
     } else {
       // Megatron's unfused path: scores and probabilities in memory.
       Value kv = k, vv = v;
@@ -463,8 +464,8 @@ OwningOpRef<ModuleOp> planner::buildRankProgram(MLIRContext &context,
           UnitAttr(), builder.getUnitAttr());
       // The 1/sqrt(d) scale and the mask are fused into the softmax kernel
       // (Megatron's scaled_masked_softmax), so they add no pass.
-      Value probs = SoftmaxOp::create(builder, rb.loc, scores,
-                                      builder.getI64IntegerAttr(3));
+      Value probs =
+          SoftmaxOp::create(builder, rb.loc, scores, 3, llvm::APFloat(1.0f));
       if (shape.dropout)
         probs = rb.dropout(probs);
       attended = MatmulOp::create(builder, rb.loc,

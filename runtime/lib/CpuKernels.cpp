@@ -322,28 +322,38 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
   return out;
 }
 
-HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax) {
+HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax,
+                   float scale, bool causal) {
   HostTensor out(input.dtype, input.shape);
   int64_t size = input.shape[axis];
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < input.rank(); ++d)
     inner *= input.shape[d];
   int64_t outer = input.numel() / std::max<int64_t>(size * inner, 1);
+  // A causal softmax runs along the last dimension: the row's position is
+  // its index along the dimension before it.
+  int64_t rows =
+      causal && input.rank() >= 2 ? input.shape[input.rank() - 2] : 1;
+  const float negInf = -std::numeric_limits<float>::infinity();
   parallelFor(
       outer * inner, std::max<int64_t>(1, kGrain / std::max<int64_t>(size, 1)),
       [&](int64_t begin, int64_t end) {
+        std::vector<float> scaled(size);
         for (int64_t row = begin; row < end; ++row) {
           int64_t o = row / inner, in = row % inner;
           const float *x = input.floats.data() + o * size * inner + in;
           float *y = out.floats.data() + o * size * inner + in;
-          float max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < size; ++j)
-            max = std::max(max, x[j * inner]);
-          double sum = 0;
-          for (int64_t j = 0; j < size; ++j)
-            sum += std::exp(static_cast<double>(x[j * inner]) - max);
+          int64_t visible = causal ? o % rows + 1 : size;
+          float max = negInf;
           for (int64_t j = 0; j < size; ++j) {
-            double shifted = static_cast<double>(x[j * inner]) - max;
+            scaled[j] = j < visible ? x[j * inner] * scale : negInf;
+            max = std::max(max, scaled[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < visible; ++j)
+            sum += std::exp(static_cast<double>(scaled[j]) - max);
+          for (int64_t j = 0; j < size; ++j) {
+            double shifted = static_cast<double>(scaled[j]) - max;
             y[j * inner] = roundTo(
                 input.dtype,
                 static_cast<float>(logSoftmax ? shifted - std::log(sum)
@@ -447,14 +457,27 @@ HostTensor linear(const HostTensor &input, const HostTensor &weight,
   return bias ? binary(BinaryKind::Add, product, *bias) : product;
 }
 
-HostTensor attention(const HostTensor &q, const HostTensor &k,
-                     const HostTensor &v, const HostTensor *mask, float scale,
-                     bool causal) {
+/// Attention per head; with `lse`, also each row's log-sum-exp, and rows
+/// whose keys are all masked are zero with lse -1e30 (the block form).
+static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
+                                const HostTensor &v, const HostTensor *mask,
+                                const HostTensor *qPositions,
+                                const HostTensor *kPositions, float scale,
+                                bool causal, HostTensor *lse) {
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
   int64_t kvHeads = k.shape[1], kvSeq = k.shape[2], vDim = v.shape[3];
   int64_t group = heads / kvHeads;
   HostTensor out(q.dtype, {batch, heads, seq, vDim});
+  if (lse)
+    *lse = HostTensor(DType::F32, {batch, heads, seq, 1});
+  auto hidden = [&](int64_t i, int64_t j) {
+    if (!causal)
+      return false;
+    if (qPositions)
+      return kPositions->ints[j] > qPositions->ints[i];
+    return j > i;
+  };
   HostTensor fullMask;
   if (mask)
     fullMask = broadcastTo(*mask, {batch, heads, seq, kvSeq});
@@ -472,7 +495,7 @@ HostTensor attention(const HostTensor &q, const HostTensor &k,
         float *row = scores.data() + i * kvSeq;
         for (int64_t j = 0; j < kvSeq; ++j) {
           int64_t at = ((b * heads + h) * seq + i) * kvSeq + j;
-          if (causal && j > i)
+          if (hidden(i, j))
             row[j] = negInf;
           else if (mask && !fullMask.isFloat() && fullMask.ints[at] == 0)
             row[j] = negInf;
@@ -480,12 +503,21 @@ HostTensor attention(const HostTensor &q, const HostTensor &k,
             row[j] += fullMask.floats[at];
         }
         float max = *std::max_element(row, row + kvSeq);
+        if (lse && max == negInf) {
+          // Every key masked: no contribution (the merge weighs it by 0).
+          std::fill(row, row + kvSeq, 0.0f);
+          lse->floats[(b * heads + h) * seq + i] = -1e30f;
+          continue;
+        }
         double sum = 0;
         for (int64_t j = 0; j < kvSeq; ++j)
           sum += std::exp(static_cast<double>(row[j]) - max);
         for (int64_t j = 0; j < kvSeq; ++j)
           row[j] = static_cast<float>(
               std::exp(static_cast<double>(row[j]) - max) / sum);
+        if (lse)
+          lse->floats[(b * heads + h) * seq + i] =
+              static_cast<float>(max + std::log(sum));
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, vDim, kvSeq,
                   1.0f, scores.data(), kvSeq, vp, vDim, 0.0f,
@@ -495,6 +527,23 @@ HostTensor attention(const HostTensor &q, const HostTensor &k,
     for (float &value : out.floats)
       value = roundTo(out.dtype, value);
   return out;
+}
+
+HostTensor attention(const HostTensor &q, const HostTensor &k,
+                     const HostTensor &v, const HostTensor *mask, float scale,
+                     bool causal) {
+  return attentionImpl(q, k, v, mask, nullptr, nullptr, scale, causal, nullptr);
+}
+
+AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
+                              const HostTensor &v, const HostTensor *mask,
+                              const HostTensor *qPositions,
+                              const HostTensor *kPositions, float scale,
+                              bool causal) {
+  AttentionBlock block;
+  block.output = attentionImpl(q, k, v, mask, qPositions, kPositions, scale,
+                               causal, &block.lse);
+  return block;
 }
 
 absl::StatusOr<HostTensor> gather(const HostTensor &input,

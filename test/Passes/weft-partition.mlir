@@ -61,24 +61,26 @@
 
 // Ring attention (context parallelism): the sequence split over cp in mirrored
 // chunks (rank i holds chunks i and 2cp-1-i: load-balanced under the causal
-// mask), K and V
-// passed around the ring with their positions, scores masked causally by
-// position, online-softmax accumulation; no weft.attention is left.
+// mask). Each step's K/V block and its positions leave for the next rank
+// before this step's block is attended to (fused, masked causally by
+// position); the blocks merge through their log-sum-exps, in f32. No
+// weft.attention and no S x S matrix is left.
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="cp=2" -weft-propagate-sharding \
 // RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=RING
 // RING: func.func @main{{.*}} attributes {weft.load_balanced = ["cp"]}
-// RING-NOT: weft.attention
-// RING: weft.all_slice {{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
-// RING: weft.matmul {{.*}} transpose_rhs : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
-// RING: weft.compare ge
-// RING: weft.reduce_max
-// RING: weft.exp
-// RING: weft.collective_permute {{.*}} over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
-// RING: weft.collective_permute {{.*}} over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
-// RING: weft.collective_permute {{.*}} over @mesh ["cp"] shift 1 : tensor<4xi64>
-// RING: weft.maximum
-// RING: weft.div
+// RING-NOT: weft.attention %
+// RING: %[[QPOS:.*]] = weft.all_slice {{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
+// RING-NEXT: %[[K1:.*]] = weft.collective_permute %[[K0:.*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
+// RING-NEXT: %[[V1:.*]] = weft.collective_permute %[[V0:.*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
+// RING-NEXT: %[[KPOS:.*]] = weft.collective_permute %[[QPOS]] over @mesh ["cp"] shift 1 : tensor<4xi64>
+// RING-NEXT: %[[O0:.*]], %[[L0:.*]] = weft.attention_block %[[Q:.*]], %[[K0]], %[[V0]] positions %[[QPOS]], %[[QPOS]] scale 5.000000e-01 causal
+// RING-NEXT: %[[O1:.*]], %[[L1:.*]] = weft.attention_block %[[Q]], %[[K1]], %[[V1]] positions %[[QPOS]], %[[KPOS]] scale 5.000000e-01 causal
+// RING-NEXT: %[[TOP:.*]] = weft.maximum %[[L0]], %[[L1]] : tensor<2x4x4x1xf32>
+// RING: weft.log
+// RING: weft.mul %[[O0]]
+// RING: weft.mul %[[O1]]
 // RING-NOT: weft.all_gather {{.*}} dim 2
+// RING-NOT: weft.matmul
 
 // The Ulysses x ring hybrid over a 2-D sequence mesh, with TP.
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="tp=2 ulysses=2 cp=2" -weft-propagate-sharding \

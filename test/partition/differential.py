@@ -53,13 +53,13 @@ def run(weft, model, inputs, out, extra):
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
-def cost_model_bytes(weft, model, spec, batch, tmp, with_loss=False):
+def cost_model_bytes(weft, model, spec, batch, tmp, with_loss=False, causal=True):
     """What the planner's cost model predicts one rank sends in forward for
     this plan (weft plan --evaluate), converted to what the partitioned f32
     program sends. The differences are explained and computed here:
     - the cost model's activations are bf16, the test programs f32: x2;
-    - ring attention also passes each K/V block's positions (i64) around the
-      ring, (cp - 1) x seq/(cp*ulysses) x 8 bytes per layer;
+    - causal ring attention also passes each K/V block's positions (i64)
+      around the ring, (cp - 1) x seq/(cp*ulysses) x 8 bytes per layer;
     - the output layer differs: the test models return logits, so the program
       gathers them over tp (and, with SP, gathers the final norm's sequence
       shards first), where the cost model's training step keeps them
@@ -87,7 +87,8 @@ def cost_model_bytes(weft, model, spec, batch, tmp, with_loss=False):
     b, s_local = batch // dp, seq // (cp * ulysses)
     expected = 2 * (layers * int(plan["forward_comm_bytes_layer"]) +
                     int(plan["forward_comm_bytes_embedding"]))
-    expected += layers * (cp - 1) * (seq // cp) * 8
+    if causal:
+        expected += layers * (cp - 1) * (seq // cp) * 8
     if tp > 1:
         if sp:
             expected += (tp - 1) * b * (s_local // tp) * hidden * 4
@@ -105,7 +106,7 @@ def cost_model_bytes(weft, model, spec, batch, tmp, with_loss=False):
 
 
 def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
-               lm_head=True):
+               lm_head=True, causal=True):
     out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name + spec))
     proc = run(weft, model, inputs, out,
                ["--devices", str(devices), "--plan-spec", spec,
@@ -137,7 +138,8 @@ def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
         tensor.ParseFromString(open(inputs[0], "rb").read())
         batch = tensor.dims[0]
     expected, error = cost_model_bytes(weft, model, spec, batch, tmp,
-                                       with_loss=len(reference) > 1)
+                                       with_loss=len(reference) > 1,
+                                       causal=causal)
     if error == "outside":
         return "ok", "%.2g" % worst
     if error:
@@ -229,10 +231,11 @@ def main():
                              for f in sorted(os.listdir(ref_dir))]
                 # BERT returns hidden states: no output layer to compare.
                 lm_head = not name.startswith("bert")
+                causal = "causal=False" not in name
                 for spec, devices in plans():
                     jobs.append((name, spec, pool.submit(
                         check_pair, options.weft, name, model, inputs, reference,
-                        spec, devices, tmp, lm_head)))
+                        spec, devices, tmp, lm_head, causal)))
             for name, spec, job in jobs:
                 status, detail = job.result()
                 counts[status] += 1

@@ -132,6 +132,76 @@ TEST(RuntimeKernels, CausalGroupedQueryAttentionMatchesNaive) {
     }
 }
 
+TEST(RuntimeKernels, CausalScaledSoftmaxIsTheMaskedSoftmax) {
+  // softmax(scale x) with the entries past the diagonal masked: each row i of
+  // the last two dimensions sees columns 0..i only.
+  HostTensor x = randomTensor({2, 3, 6, 6}, 11);
+  float scale = 0.25f;
+  HostTensor p = softmax(x, 3, false, scale, /*causal=*/true);
+  HostTensor logp = softmax(x, 3, true, scale, /*causal=*/true);
+  for (int64_t r = 0; r < 2 * 3 * 6; ++r) {
+    int64_t i = r % 6;
+    double max = -1e30, sum = 0;
+    for (int64_t j = 0; j <= i; ++j)
+      max = std::max<double>(max, scale * x.floats[r * 6 + j]);
+    for (int64_t j = 0; j <= i; ++j)
+      sum += std::exp(scale * x.floats[r * 6 + j] - max);
+    for (int64_t j = 0; j < 6; ++j) {
+      double expected =
+          j <= i ? std::exp(scale * x.floats[r * 6 + j] - max) / sum : 0.0;
+      ASSERT_NEAR(p.floats[r * 6 + j], expected, 1e-6) << r << ", " << j;
+      if (j <= i)
+        ASSERT_NEAR(logp.floats[r * 6 + j], std::log(expected), 1e-5);
+      else
+        ASSERT_TRUE(std::isinf(logp.floats[r * 6 + j]));
+    }
+  }
+}
+
+TEST(RuntimeKernels, MergedAttentionBlocksAreAttention) {
+  // Causal grouped-query attention over 8 keys equals two blocks of 4 keys
+  // (with positions) merged by their log-sum-exps: what ring attention does.
+  int64_t seq = 8, half = 4, dim = 3;
+  HostTensor q = randomTensor({1, 4, seq, dim}, 21),
+             k = randomTensor({1, 2, seq, dim}, 22),
+             v = randomTensor({1, 2, seq, dim}, 23);
+  float scale = 0.5f;
+  HostTensor full = attention(q, k, v, nullptr, scale, /*causal=*/true);
+  HostTensor qPos(DType::I64, {seq});
+  for (int64_t i = 0; i < seq; ++i)
+    qPos.ints[i] = i;
+  std::vector<AttentionBlock> blocks;
+  for (int64_t b = 0; b < 2; ++b) {
+    HostTensor kb = slice(k, {0, 0, b * half, 0}, {1, 2, (b + 1) * half, dim},
+                          {1, 1, 1, 1});
+    HostTensor vb = slice(v, {0, 0, b * half, 0}, {1, 2, (b + 1) * half, dim},
+                          {1, 1, 1, 1});
+    HostTensor kPos(DType::I64, {half});
+    for (int64_t j = 0; j < half; ++j)
+      kPos.ints[j] = b * half + j;
+    blocks.push_back(
+        attentionBlock(q, kb, vb, nullptr, &qPos, &kPos, scale, true));
+  }
+  // Rows 0..3 see no key of the second block: zero output, lse -1e30.
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t i = 0; i < half; ++i) {
+      EXPECT_EQ(blocks[1].lse.floats[h * seq + i], -1e30f);
+      for (int64_t d = 0; d < dim; ++d)
+        EXPECT_EQ(blocks[1].output.floats[(h * seq + i) * dim + d], 0.0f);
+    }
+  for (int64_t row = 0; row < 4 * seq; ++row) {
+    double a = blocks[0].lse.floats[row], b = blocks[1].lse.floats[row];
+    double m = std::max(a, b);
+    double lse = m + std::log(std::exp(a - m) + std::exp(b - m));
+    for (int64_t d = 0; d < dim; ++d) {
+      double merged =
+          blocks[0].output.floats[row * dim + d] * std::exp(a - lse) +
+          blocks[1].output.floats[row * dim + d] * std::exp(b - lse);
+      ASSERT_NEAR(merged, full.floats[row * dim + d], 1e-5) << row << ", " << d;
+    }
+  }
+}
+
 TEST(RuntimeKernels, SixteenBitRounding) {
   // 1 + 2^-8 lies halfway between two bf16 values: ties go to even (1.0).
   EXPECT_EQ(roundToBF16(1.00390625f), 1.0f);

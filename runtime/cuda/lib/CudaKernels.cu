@@ -168,23 +168,31 @@ __device__ float blockReduce(float value, bool max, float *scratch) {
   return result;
 }
 
+/// One block per row of `length` entries `inner` apart, on `scale · x`.
+/// With `rows` > 0 (causal; the softmax axis is the last), row r is at
+/// position r % rows and sees its first position + 1 entries.
 template <typename T>
 __global__ void softmaxKernel(int64_t length, int64_t inner, bool log,
-                              const T *x, T *y) {
+                              float scale, int64_t rows, const T *x, T *y) {
   __shared__ float scratch[32];
   int64_t row = blockIdx.x;
   int64_t base = (row / inner) * length * inner + row % inner;
+  int64_t visible = rows > 0 ? min(length, row % rows + 1) : length;
   float max = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < length; j += blockDim.x)
-    max = fmaxf(max, loadF(x, base + j * inner));
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
+    max = fmaxf(max, loadF(x, base + j * inner) * scale);
   max = blockReduce(max, true, scratch);
   float sum = 0;
-  for (int64_t j = threadIdx.x; j < length; j += blockDim.x)
-    sum += expf(loadF(x, base + j * inner) - max);
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
+    sum += expf(loadF(x, base + j * inner) * scale - max);
   sum = blockReduce(sum, false, scratch);
   float logSum = logf(sum);
   for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
-    float v = loadF(x, base + j * inner) - max;
+    if (j >= visible) {
+      storeF(y, base + j * inner, log ? -INFINITY : 0.0f);
+      continue;
+    }
+    float v = loadF(x, base + j * inner) * scale - max;
     storeF(y, base + j * inner, log ? v - logSum : expf(v) / sum);
   }
 }
@@ -275,13 +283,15 @@ __device__ inline float maskValue(const MaskView &mask, int64_t b, int64_t h,
 
 /// One thread per query row, kBlockQ rows per block; K and V go through
 /// shared memory kBlockK rows at a time and each row keeps a running max,
-/// sum and output (the online softmax), so no score matrix is stored.
+/// sum and output (the online softmax), so no score matrix is stored. With
+/// positions (a ring step), the causal mask compares them; with `lse`, each
+/// row's log-sum-exp is written too.
 template <typename T, int kMaxDim, int kBlockK>
-__global__ void flashAttentionKernel(int64_t heads, int64_t kvHeads,
-                                     int64_t seq, int64_t kvSeq, int dim,
-                                     int vDim, float scale, bool causal,
-                                     MaskView mask, const T *q, const T *k,
-                                     const T *v, T *out) {
+__global__ void
+flashAttentionKernel(int64_t heads, int64_t kvHeads, int64_t seq, int64_t kvSeq,
+                     int dim, int vDim, float scale, bool causal, MaskView mask,
+                     const int64_t *qPos, const int64_t *kPos, const T *q,
+                     const T *k, const T *v, T *out, float *lse) {
   extern __shared__ float tiles[];
   float *kTile = tiles;
   float *vTile = tiles + kBlockK * dim;
@@ -303,7 +313,7 @@ __global__ void flashAttentionKernel(int64_t heads, int64_t kvHeads,
   }
   float runningMax = -INFINITY, runningSum = 0.0f;
   int64_t lastRow = min(seq, int64_t(blockIdx.x + 1) * blockDim.x) - 1;
-  int64_t end = causal ? min(kvSeq, lastRow + 1) : kvSeq;
+  int64_t end = causal && !qPos ? min(kvSeq, lastRow + 1) : kvSeq;
   for (int64_t start = 0; start < end; start += kBlockK) {
     int count = int(min(int64_t(kBlockK), end - start));
     for (int64_t e = threadIdx.x; e < count * dim; e += blockDim.x)
@@ -317,7 +327,9 @@ __global__ void flashAttentionKernel(int64_t heads, int64_t kvHeads,
       for (int j = 0; j < count; ++j) {
         float s = -INFINITY;
         int64_t column = start + j;
-        if (!(causal && column > i)) {
+        bool hidden =
+            causal && (qPos ? kPos[column] > qPos[active ? i : 0] : column > i);
+        if (!hidden) {
           s = 0.0f;
 #pragma unroll
           for (int d = 0; d < kMaxDim; ++d)
@@ -357,13 +369,23 @@ __global__ void flashAttentionKernel(int64_t heads, int64_t kvHeads,
     for (int d = 0; d < kMaxDim; ++d)
       if (d < vDim)
         storeF(outRow, d, acc[d] * inv);
+    if (lse)
+      lse[bh * seq + i] =
+          runningSum > 0 ? runningMax + logf(runningSum) : -1e30f;
   }
 }
+
+/// What a block of keys adds to attention: positions and the log-sum-exp.
+struct BlockView {
+  const int64_t *qPos = nullptr, *kPos = nullptr;
+  float *lse = nullptr;
+};
 
 template <typename T, int kMaxDim, int kBlockK>
 void launchAttention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const MaskView &mask, float scale,
-                     bool causal, const DeviceTensor &out) {
+                     bool causal, const BlockView &block,
+                     const DeviceTensor &out) {
   constexpr int kBlockQ = 64;
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2];
   int dim = int(q.shape[3]), vDim = int(v.shape[3]);
@@ -373,8 +395,9 @@ void launchAttention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
   flashAttentionKernel<T, kMaxDim, kBlockK>
       <<<grid, kBlockQ, shared, ctx.compute>>>(
           heads, k.shape[1], seq, k.shape[2], dim, vDim, scale, causal, mask,
-          static_cast<const T *>(q.data), static_cast<const T *>(k.data),
-          static_cast<const T *>(v.data), static_cast<T *>(out.data));
+          block.qPos, block.kPos, static_cast<const T *>(q.data),
+          static_cast<const T *>(k.data), static_cast<const T *>(v.data),
+          static_cast<T *>(out.data), block.lse);
   checkLaunch(ctx);
 }
 
@@ -382,14 +405,14 @@ template <typename T>
 void dispatchAttention(Context &ctx, const DeviceTensor &q,
                        const DeviceTensor &k, const DeviceTensor &v,
                        const MaskView &mask, float scale, bool causal,
-                       const DeviceTensor &out) {
+                       const BlockView &block, const DeviceTensor &out) {
   int64_t dim = std::max(q.shape[3], v.shape[3]);
   if (dim <= 64)
-    launchAttention<T, 64, 32>(ctx, q, k, v, mask, scale, causal, out);
+    launchAttention<T, 64, 32>(ctx, q, k, v, mask, scale, causal, block, out);
   else if (dim <= 128)
-    launchAttention<T, 128, 32>(ctx, q, k, v, mask, scale, causal, out);
+    launchAttention<T, 128, 32>(ctx, q, k, v, mask, scale, causal, block, out);
   else if (dim <= 256)
-    launchAttention<T, 256, 16>(ctx, q, k, v, mask, scale, causal, out);
+    launchAttention<T, 256, 16>(ctx, q, k, v, mask, scale, causal, block, out);
   else
     fail(ctx, "attention heads wider than 256 are not supported on CUDA");
 }
@@ -548,9 +571,8 @@ void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
        strideA, out.data, nDim, mDim * nDim, batch, Epilogue::None, nullptr);
 }
 
-void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
-                     const DeviceTensor &v, const DeviceTensor *mask,
-                     float scale, bool causal, const DeviceTensor &out) {
+/// The kernel's view of an attention mask broadcast over [B, H, S, Sk].
+static MaskView maskView(Context &ctx, const DeviceTensor *mask) {
   MaskView view{};
   if (mask) {
     // Broadcast the mask's dimensions (aligned right) over [B, H, S, Sk].
@@ -579,9 +601,40 @@ void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
       fail(ctx, "an attention mask must be boolean or float");
     }
   }
+  return view;
+}
+
+void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+                     const DeviceTensor &v, const DeviceTensor *mask,
+                     float scale, bool causal, const DeviceTensor &out) {
+  MaskView view = maskView(ctx, mask);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
-    dispatchAttention<T>(ctx, q, k, v, view, scale, causal, out);
+    dispatchAttention<T>(ctx, q, k, v, view, scale, causal, BlockView{}, out);
+  });
+}
+
+void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
+                          const DeviceTensor &k, const DeviceTensor &v,
+                          const DeviceTensor *mask,
+                          const DeviceTensor *qPositions,
+                          const DeviceTensor *kPositions, float scale,
+                          bool causal, const DeviceTensor &out,
+                          const DeviceTensor &lse) {
+  MaskView view = maskView(ctx, mask);
+  BlockView block;
+  if (qPositions) {
+    if (qPositions->dtype != DType::I64 || kPositions->dtype != DType::I64)
+      fail(ctx, "attention positions must be i64 on CUDA");
+    block.qPos = static_cast<const int64_t *>(qPositions->data);
+    block.kPos = static_cast<const int64_t *>(kPositions->data);
+  }
+  if (lse.dtype != DType::F32)
+    fail(ctx, "an attention block's log-sum-exp is f32");
+  block.lse = static_cast<float *>(lse.data);
+  withFloatType(ctx, q.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    dispatchAttention<T>(ctx, q, k, v, view, scale, causal, block, out);
   });
 }
 
@@ -607,15 +660,17 @@ void cuda::normalize(Context &ctx, const DeviceTensor &x,
 }
 
 void cuda::softmax(Context &ctx, const DeviceTensor &x, int64_t axis, bool log,
-                   const DeviceTensor &out) {
+                   float scale, bool causal, const DeviceTensor &out) {
   int64_t length = x.shape[size_t(axis)], inner = 1;
   for (size_t d = size_t(axis) + 1; d < x.shape.size(); ++d)
     inner *= x.shape[d];
   int64_t rows = x.numel() / length;
+  int64_t positions =
+      causal && x.shape.size() >= 2 ? x.shape[x.shape.size() - 2] : 0;
   withFloatType(ctx, x.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     softmaxKernel<<<unsigned(rows), kThreads, 0, ctx.compute>>>(
-        length, inner, log, static_cast<const T *>(x.data),
+        length, inner, log, scale, positions, static_cast<const T *>(x.data),
         static_cast<T *>(out.data));
   });
   checkLaunch(ctx);

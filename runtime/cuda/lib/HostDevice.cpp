@@ -93,6 +93,27 @@ void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
         out);
 }
 
+void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
+                          const DeviceTensor &k, const DeviceTensor &v,
+                          const DeviceTensor *mask,
+                          const DeviceTensor *qPositions,
+                          const DeviceTensor *kPositions, float scale,
+                          bool causal, const DeviceTensor &out,
+                          const DeviceTensor &lse) {
+  HostTensor m, qp, kp;
+  if (mask)
+    m = download(ctx, *mask);
+  if (qPositions) {
+    qp = download(ctx, *qPositions);
+    kp = download(ctx, *kPositions);
+  }
+  rt::AttentionBlock block = rt::attentionBlock(
+      download(ctx, q), download(ctx, k), download(ctx, v), mask ? &m : nullptr,
+      qPositions ? &qp : nullptr, kPositions ? &kp : nullptr, scale, causal);
+  store(ctx, block.output, out);
+  store(ctx, block.lse, lse);
+}
+
 void cuda::normalize(Context &ctx, const DeviceTensor &x,
                      const DeviceTensor &scale, const DeviceTensor *bias,
                      int64_t axis, float epsilon, bool rms,
@@ -107,8 +128,8 @@ void cuda::normalize(Context &ctx, const DeviceTensor &x,
 }
 
 void cuda::softmax(Context &ctx, const DeviceTensor &x, int64_t axis, bool log,
-                   const DeviceTensor &out) {
-  store(ctx, rt::softmax(download(ctx, x), axis, log), out);
+                   float scale, bool causal, const DeviceTensor &out) {
+  store(ctx, rt::softmax(download(ctx, x), axis, log, scale, causal), out);
 }
 
 void cuda::reduce(Context &ctx, ReduceKind kind, const DeviceTensor &x,

@@ -286,6 +286,46 @@ func.func @log_softmax_negative_axis(%x: tensor<4x8xf32>) {
 
 // -----
 
+func.func @softmax_scale(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{scale must be positive and finite}}
+  %0 = weft.softmax %x axis 1 scale -1.0 : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_causal_axis(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{a causal softmax runs along the last dimension (1) of a tensor of rank at least 2, not axis 0}}
+  %0 = weft.softmax %x axis 0 causal : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_causal_rank(%x: tensor<8xf32>) {
+  // expected-error @+1 {{a causal softmax runs along the last dimension (0) of a tensor of rank at least 2, not axis 0}}
+  %0 = weft.log_softmax %x axis 0 causal : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @dropout_ratio(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{ratio must be in [0, 1), got 1}}
+  %0 = weft.dropout %x ratio 1.0 : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @dropout_type(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %0 = "weft.dropout"(%x) {ratio = 0.1 : f64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  return
+}
+
+// -----
+
 func.func @layer_norm_axis(%x: tensor<4x8xf32>, %g: tensor<8xf32>) {
   // expected-error @+1 {{axis 3 is out of range for rank 2}}
   %0 = weft.layer_norm %x, %g axis 3 epsilon 1.0e-05 : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
@@ -575,6 +615,57 @@ func.func @attention_scale(%q: tensor<2x4x16x8xf32>) {
   // expected-error @+2 {{scale must be positive}}
   // expected-error @+1 {{failed to infer returned types}}
   %0 = weft.attention %q, %q, %q scale 0.0 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_dropout(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{dropout must be in [0, 1), got 1.5}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = weft.attention %q, %q, %q scale 0.125 dropout 1.5 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_block_shapes(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x4xf32>) {
+  // expected-error @+2 {{q and k must have one head dimension, got 8 and 4}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:2 = weft.attention_block %q, %k, %k scale 0.125 : (tensor<2x4x16x8xf32>, tensor<2x4x16x4xf32>, tensor<2x4x16x4xf32>) -> (tensor<2x4x16x4xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_block_scale(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{scale must be positive}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:2 = weft.attention_block %q, %q, %q scale 0.0 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_block_lse(%q: tensor<2x4x16x8xbf16>) {
+  // expected-error @+1 {{result #1 must be tensor of 32-bit float values, but got 'tensor<2x4x16x1xbf16>'}}
+  %0:2 = weft.attention_block %q, %q, %q scale 0.125 : (tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>) -> (tensor<2x4x16x8xbf16>, tensor<2x4x16x1xbf16>)
+  return
+}
+
+// -----
+
+func.func @attention_block_positions_together(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>) {
+  // expected-error @+1 {{q_positions and k_positions are given together}}
+  %0:2 = "weft.attention_block"(%q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_block_positions_size(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>, %kp: tensor<8xi64>) {
+  // expected-error @+1 {{k_positions must be a vector of 16 positions, got 'tensor<8xi64>'}}
+  %0:2 = weft.attention_block %q, %q, %q positions %p, %kp scale 0.125 causal : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>, tensor<8xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
   return
 }
 

@@ -92,6 +92,10 @@ func.func @reductions(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %g2: tensor<8x
   %3 = weft.softmax %x axis 2 : tensor<2x8x16xf32>
   // CHECK: weft.log_softmax %{{.*}} axis 0 : tensor<2x8x16xf32>
   %4 = weft.log_softmax %x axis 0 : tensor<2x8x16xf32>
+  // CHECK: weft.softmax %{{.*}} axis 2 scale 1.250000e-01 causal : tensor<2x8x16xf32>
+  %s = weft.softmax %x axis 2 scale 0.125 causal : tensor<2x8x16xf32>
+  // CHECK: weft.dropout %{{.*}} ratio 1.000000e-01 : tensor<2x8x16xf32>
+  %d = weft.dropout %x ratio 0.1 : tensor<2x8x16xf32>
   // CHECK: weft.layer_norm %{{.*}}, %{{.*}}, %{{.*}} axis 2 epsilon 9.99999974E-6 : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %5 = weft.layer_norm %x, %g, %g axis 2 epsilon 1.0e-05 : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   // CHECK: weft.layer_norm %{{.*}}, %{{.*}} axis 1 epsilon
@@ -120,6 +124,18 @@ func.func @linear_algebra(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>, 
   %5 = weft.attention %q, %k, %v mask %mask scale 0.125 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<1x1x16x32xi1>) -> tensor<2x4x16x4xbf16>
   // CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} scale 1.250000e-01 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16x32xbf16>) -> tensor<2x4x16x4xbf16>
   %6 = weft.attention %q, %k, %v mask %bias_mask scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16x32xbf16>) -> tensor<2x4x16x4xbf16>
+  // CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} scale 1.250000e-01 causal dropout 1.000000e-01 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>) -> tensor<2x4x16x4xbf16>
+  %7 = weft.attention %q, %k, %v scale 0.125 causal dropout 0.1 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>) -> tensor<2x4x16x4xbf16>
+  return
+}
+
+// CHECK-LABEL: func.func @attention_block
+func.func @attention_block(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>, %v: tensor<2x2x32x4xbf16>,
+                           %qp: tensor<16xi64>, %kp: tensor<32xi64>, %mask: tensor<2x1x1x32xi1>) {
+  // CHECK: weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} positions %{{.*}}, %{{.*}} scale 1.250000e-01 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
+  %0:2 = weft.attention_block %q, %k, %v positions %qp, %kp scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
+  // CHECK: weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} scale 1.250000e-01 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
+  %1:2 = weft.attention_block %q, %k, %v mask %mask scale 0.125 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
   return
 }
 

@@ -39,7 +39,11 @@ HostTensor cast(const HostTensor &input, DType to);
 
 HostTensor reduce(ReduceKind kind, const HostTensor &input,
                   const std::vector<int64_t> &axes, bool keepDims);
-HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax);
+/// Softmax (or its log) along `axis` of `scale · input`; with `causal`,
+/// entries past the diagonal of the last two dimensions (axis is the last)
+/// are masked out first.
+HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax,
+                   float scale = 1.0f, bool causal = false);
 /// Normalizes over dimensions [axis, rank); `bias` may be null; with `rms`,
 /// the root mean square normalization of LLaMA (no centering, no bias).
 HostTensor normalize(const HostTensor &input, const HostTensor &scale,
@@ -54,6 +58,21 @@ HostTensor linear(const HostTensor &input, const HostTensor &weight,
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
                      bool causal);
+
+/// A value of a block of keys (weft.attention_block): the attention output
+/// over this block and, per query row, the log-sum-exp of its scaled, masked
+/// scores (f32, [batch, heads, seq, 1]). With positions, a causal mask hides
+/// key j from query i when kPositions[j] > qPositions[i]. A row whose keys
+/// are all masked gets a zero output and lse = -1e30.
+struct AttentionBlock {
+  HostTensor output;
+  HostTensor lse;
+};
+AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
+                              const HostTensor &v, const HostTensor *mask,
+                              const HostTensor *qPositions,
+                              const HostTensor *kPositions, float scale,
+                              bool causal);
 
 /// Gathers along `axis`; negative indices count from the end (as ONNX).
 absl::StatusOr<HostTensor> gather(const HostTensor &input,

@@ -107,12 +107,23 @@ void matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 void attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                const DeviceTensor &v, const DeviceTensor *mask, float scale,
                bool causal, const DeviceTensor &out);
+/// One block of keys (weft.attention_block): as attention, with a causal
+/// mask by explicit positions when given (key j hidden from query i when
+/// kPositions[j] > qPositions[i]), and each row's log-sum-exp in `lse` (f32;
+/// -1e30 and a zero output for a row whose keys are all masked).
+void attentionBlock(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+                    const DeviceTensor &v, const DeviceTensor *mask,
+                    const DeviceTensor *qPositions,
+                    const DeviceTensor *kPositions, float scale, bool causal,
+                    const DeviceTensor &out, const DeviceTensor &lse);
 /// Layer or RMS norm over dimensions [axis, rank).
 void normalize(Context &ctx, const DeviceTensor &x, const DeviceTensor &scale,
                const DeviceTensor *bias, int64_t axis, float epsilon, bool rms,
                const DeviceTensor &out);
+/// Softmax (or its log) of `scale · x` along `axis`; with `causal`, entries
+/// past the diagonal of the last two dimensions are masked first.
 void softmax(Context &ctx, const DeviceTensor &x, int64_t axis, bool log,
-             const DeviceTensor &out);
+             float scale, bool causal, const DeviceTensor &out);
 void reduce(Context &ctx, ReduceKind kind, const DeviceTensor &x,
             const std::vector<int64_t> &axes, const DeviceTensor &out);
 void transpose(Context &ctx, const DeviceTensor &x,
