@@ -43,8 +43,10 @@ def WeftPrintOpFacts : Pass<"weft-print-op-facts"> {
     what the planner and partitioner will read: the factor rule (Shardy notation, with
     factor sizes and reduction factors) and the FLOPs and bytes the op reads and writes
     at its current shapes; whether the op is elementwise (it chains into a generated
-    kernel); and for a collective its group size on the mesh and the bytes each rank
-    sends. Use it to check an op's facts, or to see what a model is made of.
+    kernel); what its backward saves and costs (and whether it belongs to the attention
+    core that selective recomputation recomputes); and for a collective its group size
+    on the mesh and the bytes each rank sends. Use it to check an op's facts, or to see
+    what a model is made of.
 
     ```
     weft-opt -weft-print-op-facts model.mlir
@@ -112,6 +114,50 @@ def WeftInlineLayers : Pass<"weft-inline-layers", "::mlir::func::FuncOp"> {
     weft-opt -weft-inline-layers model.mlir
     ```
   }];
+}
+
+def WeftDecomposeAttention : Pass<"weft-decompose-attention", "::mlir::func::FuncOp"> {
+  let summary = "Lowers fused attention to Megatron's unfused form: scores and probabilities in memory.";
+  let description = [{
+    Without a fused (flash) attention kernel, attention runs as Megatron-LM's unfused
+    path: `scores = Q Kᵀ` (a batched matmul), `probs = softmax(scale · scores)` with the
+    causal mask fused into the softmax (Megatron's `FusedScaleMaskSoftmax`), dropout on
+    the probabilities when the attention has one, and `probs · V`. An explicit mask is
+    added (float) or selected (`i1`) after scaling. Grouped KV heads are repeated to the
+    query heads first (reshape, broadcast_to, reshape). Every op it creates carries
+    `weft.attention_core`: selective recomputation recomputes them in backward. The
+    S × S scores and probabilities are then tensors of the program, which is what the
+    planner's memory model counts under `--flash-attention=false`.
+
+    `weft.attention_block` (ring attention's fused steps) is left alone.
+
+    ```
+    weft-opt -weft-decompose-attention model.mlir
+    ```
+  }];
+}
+
+def WeftAppendLoss : Pass<"weft-append-loss", "::mlir::ModuleOp"> {
+  let summary = "Replaces a model's logits output by the per-token cross-entropy against labels.";
+  let description = [{
+    The head of a training step: the first result of the module's function (logits
+    `[..., classes]`) becomes `cross_entropy(cast<f32>(logits), labels)` with reduction
+    `none`, one loss per position, and the labels (`i64`, the logits' shape without the
+    classes) become the function's last argument. Other results are kept. The planner
+    costs a model's training step with this loss; `weft run --loss` and `weft compile
+    --loss` build the same program.
+
+    ```
+    weft-opt -weft-append-loss model.mlir
+    weft-opt -weft-append-loss="ignore-index=-100" model.mlir
+    ```
+  }];
+  let options = [
+    Option<"ignoreIndex", "ignore-index", "int64_t",
+           /*default=*/"std::numeric_limits<int64_t>::min()",
+           "A label that counts no loss (PyTorch uses -100); none by default">
+  ];
+  let dependentDialects = ["::weft::WeftDialect"];
 }
 
 def WeftConvertFloatType : Pass<"weft-convert-float-type", "::mlir::func::FuncOp"> {

@@ -37,6 +37,36 @@ struct WeftPrintOpFacts
       }
       if (op->hasTrait<weft::OpTrait::Elementwise>())
         remark << "; elementwise";
+      if (auto differentiable = dyn_cast<weft::DifferentiableOpInterface>(op)) {
+        SmallVector<weft::SavedTensor> saved;
+        differentiable.getSavedForBackward(saved);
+        remark << "; backward saves ";
+        if (saved.empty())
+          remark << "nothing";
+        for (auto [i, tensor] : llvm::enumerate(saved)) {
+          remark << (i ? ", " : "");
+          if (auto result = dyn_cast<OpResult>(tensor.value);
+              result && result.getOwner() == op)
+            remark << "result #" << result.getResultNumber();
+          else
+            for (OpOperand &use : op->getOpOperands())
+              if (use.get() == tensor.value) {
+                remark << "operand #" << use.getOperandNumber();
+                break;
+              }
+          if (tensor.maskOnly)
+            remark << " (a 1-byte mask)";
+        }
+        weft::BackwardCost backward = differentiable.estimateBackwardCost(
+            op->getOperandTypes(), op->getResultTypes());
+        remark << ", costs "
+               << static_cast<int64_t>(backward.inputGradient.flops)
+               << " flops for inputs and "
+               << static_cast<int64_t>(backward.weightGradient.flops)
+               << " for weights";
+        if (differentiable.isAttentionCore())
+          remark << "; attention core";
+      }
       if (collective) {
         int64_t group = collective.getGroupSize();
         remark << "; "

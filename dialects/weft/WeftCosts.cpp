@@ -140,6 +140,7 @@ static OpCost fusedAttentionCost(TypeRange operandTypes, TypeRange resultTypes,
                (2.0 * q.getDimSize(3) + 2.0 * v.getDimSize(3) + 5.0);
   cost.bytesRead = bytesOf(operandTypes);
   cost.bytesWritten = bytesOf(resultTypes);
+  cost.unit = OpCost::Unit::FusedAttention;
   return cost;
 }
 

@@ -79,6 +79,12 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                 "axes on a weft.attention";
     return success();
   }
+  if (attr.getName() == getAttentionCoreAttrName()) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitError()
+             << "'" << getAttentionCoreAttrName() << "' is a unit attribute";
+    return success();
+  }
   if (attr.getName() == getInputShardingsAttrName()) {
     auto layer = dyn_cast<LayerOp>(op);
     auto list = dyn_cast<ArrayAttr>(attr.getValue());

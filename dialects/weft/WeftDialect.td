@@ -62,6 +62,12 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getInputShardingsAttrName() {
       return ::llvm::StringLiteral("weft.input_shardings");
     }
+    /// On an op made from a `weft.attention` by -weft-decompose-attention:
+    /// it belongs to the attention core, which selective recomputation
+    /// recomputes in backward (a unit attribute).
+    static constexpr ::llvm::StringLiteral getAttentionCoreAttrName() {
+      return ::llvm::StringLiteral("weft.attention_core");
+    }
     /// On a `weft.attention`: the mesh axes of its ring (context
     /// parallelism), an array of names.
     static constexpr ::llvm::StringLiteral getContextParallelAttrName() {

@@ -289,6 +289,7 @@ OpCost MatmulOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   cost.flops = 2.0 * static_cast<double>(result.getNumElements()) * k;
   cost.bytesRead = sumBytes(operandTypes);
   cost.bytesWritten = sumBytes(resultTypes);
+  cost.unit = OpCost::Unit::Matrix;
   return cost;
 }
 
@@ -321,5 +322,6 @@ OpCost LinearOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
     cost.flops += static_cast<double>(result.getNumElements());
   cost.bytesRead = sumBytes(operandTypes);
   cost.bytesWritten = sumBytes(resultTypes);
+  cost.unit = OpCost::Unit::Matrix;
   return cost;
 }

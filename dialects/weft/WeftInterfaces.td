@@ -65,6 +65,49 @@ def Weft_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def Weft_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::weft";
+  let description = [{
+    What a training step's backward needs from an op: the values its gradient reads
+    (kept from forward until backward, or recomputed), and what computing its gradients
+    costs. The planner's memory model sums the saved values of the program one rank
+    runs, and its time model costs backward from these, so that both follow the IR.
+    Selective recomputation (Korthikanti et al. 2022) recomputes the attention core:
+    `weft.attention` and `weft.attention_block`, and the ops that
+    `-weft-decompose-attention` makes of them, which say so.
+
+    The defaults: an op saves nothing, and its gradient costs one pass like its forward.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Appends the values this op's backward reads: operands or results, or one byte per
+        element of a value (`maskOnly`, a dropout mask). Parameters and constants may be
+        listed; the memory model counts activations only.
+      }],
+      "void", "getSavedForBackward",
+      (ins "::llvm::SmallVectorImpl<::weft::SavedTensor> &":$saved), [{}], [{
+        (void)saved;
+      }]>,
+    InterfaceMethod<[{
+        Returns what computing this op's gradients costs for operands and results of the
+        given types: the input gradients, and the weight gradients of an op that has a
+        weight operand (`weft.linear`).
+      }],
+      "::weft::BackwardCost", "estimateBackwardCost",
+      (ins "::mlir::TypeRange":$operandTypes, "::mlir::TypeRange":$resultTypes), [{}], [{
+        return ::weft::estimateStreamingBackwardCost($_op.getOperation(), operandTypes,
+                                                     resultTypes);
+      }]>,
+    InterfaceMethod<[{
+        Returns true if the op belongs to the attention core that selective
+        recomputation recomputes in backward instead of saving its results.
+      }],
+      "bool", "isAttentionCore", (ins), [{}], [{
+        return $_op->hasAttr(::weft::WeftDialect::getAttentionCoreAttrName());
+      }]>
+  ];
+}
+
 def Weft_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
   let cppNamespace = "::weft";
   let description = [{

@@ -24,6 +24,16 @@ class Weft_Op<string mnemonic, list<Trait> traits = []>
 defvar WeftCost = DeclareOpInterfaceMethods<Weft_CostOpInterface>;
 // Ops whose factor rule is written in WeftShardingRules.cpp.
 defvar WeftRule = DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>;
+// What backward needs (WeftBackward.cpp): the defaults (saves nothing, one
+// pass like the forward), saved values of their own, and also a backward
+// cost of their own (GEMMs and attention).
+defvar WeftBackward = Weft_DifferentiableOpInterface;
+defvar WeftSaves =
+    DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface, ["getSavedForBackward"]>;
+defvar WeftGradients = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
+    ["getSavedForBackward", "estimateBackwardCost"]>;
+defvar WeftAttentionCore = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
+    ["getSavedForBackward", "estimateBackwardCost", "isAttentionCore"]>;
 // Ops that also partition themselves (WeftPartitionRules.cpp) instead of by
 // the generic factor partition.
 defvar WeftRulePartition =
@@ -33,7 +43,7 @@ defvar WeftRulePartition =
 // Weights and constants
 //===----------------------------------------------------------------------===//
 
-def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, WeftRulePartition, Pure]> {
+def Weft_ParameterOp : Weft_Op<"parameter", [WeftBackward, WeftCost, WeftRulePartition, Pure]> {
   let summary = "A named weight of the model: inline, in external storage, or shape only.";
   let description = [{
     A trainable (or frozen) weight. Its bytes are either inline (`value`), in a byte range
@@ -67,7 +77,7 @@ def Weft_ParameterOp : Weft_Op<"parameter", [WeftCost, WeftRulePartition, Pure]>
 }
 
 def Weft_ConstantOp : Weft_Op<"constant",
-    [WeftCost, WeftRulePartition, ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+    [WeftBackward, WeftCost, WeftRulePartition, ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
   let summary = "A tensor whose elements are given in the IR.";
   let description = [{
     ```mlir
@@ -83,7 +93,7 @@ def Weft_ConstantOp : Weft_Op<"constant",
   let hasFolder = 1;
 }
 
-def Weft_IotaOp : Weft_Op<"iota", [WeftCost, WeftRulePartition, Pure, Weft_Elementwise]> {
+def Weft_IotaOp : Weft_Op<"iota", [WeftBackward, WeftCost, WeftRulePartition, Pure, Weft_Elementwise]> {
   let summary = "Integers 0, 1, 2, ... counted along one dimension.";
   let description = [{
     Element `[i0, ..., in]` of the result is `i_dim`, converted to the element type.
@@ -153,26 +163,29 @@ class Weft_BinaryElementwiseOp<string mnemonic, Type tensorType, string what,
 }
 
 def Weft_AddOp : Weft_BinaryElementwiseOp<"add", Weft_NumericTensor, "x + y",
-                                          [Commutative]> {
+                                          [Commutative, WeftBackward]> {
   let hasFolder = 1;
 }
-def Weft_SubOp : Weft_BinaryElementwiseOp<"sub", Weft_NumericTensor, "x - y"> {
+def Weft_SubOp : Weft_BinaryElementwiseOp<"sub", Weft_NumericTensor, "x - y",
+                                          [WeftBackward]> {
   let hasFolder = 1;
 }
 def Weft_MulOp : Weft_BinaryElementwiseOp<"mul", Weft_NumericTensor, "x * y",
-                                          [Commutative]> {
+                                          [WeftSaves, Commutative]> {
   let hasFolder = 1;
 }
-def Weft_DivOp : Weft_BinaryElementwiseOp<"div", Weft_NumericTensor, "x / y"> {
+def Weft_DivOp : Weft_BinaryElementwiseOp<"div", Weft_NumericTensor, "x / y",
+                                          [WeftSaves]> {
   let hasFolder = 1;
 }
-def Weft_PowOp : Weft_BinaryElementwiseOp<"pow", Weft_NumericTensor, "x raised to y">;
+def Weft_PowOp : Weft_BinaryElementwiseOp<"pow", Weft_NumericTensor, "x raised to y",
+                                          [WeftSaves]>;
 def Weft_MaximumOp : Weft_BinaryElementwiseOp<"maximum", Weft_NumericTensor,
-                                              "max(x, y)", [Commutative]>;
+                                              "max(x, y)", [WeftSaves, Commutative]>;
 def Weft_MinimumOp : Weft_BinaryElementwiseOp<"minimum", Weft_NumericTensor,
-                                              "min(x, y)", [Commutative]>;
+                                              "min(x, y)", [WeftSaves, Commutative]>;
 
-def Weft_CompareOp : Weft_Op<"compare", [WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsElementType,
+def Weft_CompareOp : Weft_Op<"compare", [WeftBackward, WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsElementType,
     InferTypeOpAdaptor]> {
   let summary = "Elementwise comparison to an i1 tensor, with numpy broadcasting.";
   let description = [{
@@ -193,7 +206,7 @@ def Weft_CompareOp : Weft_Op<"compare", [WeftCost, WeftRule, Pure, Weft_Elementw
   }];
 }
 
-def Weft_WhereOp : Weft_Op<"where", [WeftCost, WeftRule, Pure, Weft_Elementwise,
+def Weft_WhereOp : Weft_Op<"where", [WeftSaves, WeftCost, WeftRule, Pure, Weft_Elementwise,
     AllElementTypesMatch<["lhs", "rhs", "result"]>, InferTypeOpAdaptor]> {
   let summary = "Elementwise select: `cond ? lhs : rhs`, with numpy broadcasting.";
   let description = [{
@@ -250,20 +263,21 @@ class Weft_UnaryElementwiseOp<string mnemonic, Type tensorType, string what,
   }];
 }
 
-def Weft_NegOp : Weft_UnaryElementwiseOp<"neg", Weft_NumericTensor, "-x">;
-def Weft_ExpOp : Weft_UnaryElementwiseOp<"exp", Weft_FloatTensor, "e^x">;
-def Weft_LogOp : Weft_UnaryElementwiseOp<"log", Weft_FloatTensor, "ln(x)">;
-def Weft_SqrtOp : Weft_UnaryElementwiseOp<"sqrt", Weft_FloatTensor, "sqrt(x)">;
-def Weft_RsqrtOp : Weft_UnaryElementwiseOp<"rsqrt", Weft_FloatTensor, "1 / sqrt(x)", 2>;
-def Weft_TanhOp : Weft_UnaryElementwiseOp<"tanh", Weft_FloatTensor, "tanh(x)">;
-def Weft_ErfOp : Weft_UnaryElementwiseOp<"erf", Weft_FloatTensor, "erf(x)">;
+def Weft_NegOp : Weft_UnaryElementwiseOp<"neg", Weft_NumericTensor, "-x", 1,
+                                        [WeftBackward]>;
+def Weft_ExpOp : Weft_UnaryElementwiseOp<"exp", Weft_FloatTensor, "e^x", 1, [WeftSaves]>;
+def Weft_LogOp : Weft_UnaryElementwiseOp<"log", Weft_FloatTensor, "ln(x)", 1, [WeftSaves]>;
+def Weft_SqrtOp : Weft_UnaryElementwiseOp<"sqrt", Weft_FloatTensor, "sqrt(x)", 1, [WeftSaves]>;
+def Weft_RsqrtOp : Weft_UnaryElementwiseOp<"rsqrt", Weft_FloatTensor, "1 / sqrt(x)", 2, [WeftSaves]>;
+def Weft_TanhOp : Weft_UnaryElementwiseOp<"tanh", Weft_FloatTensor, "tanh(x)", 1, [WeftSaves]>;
+def Weft_ErfOp : Weft_UnaryElementwiseOp<"erf", Weft_FloatTensor, "erf(x)", 1, [WeftSaves]>;
 def Weft_SigmoidOp : Weft_UnaryElementwiseOp<"sigmoid", Weft_FloatTensor,
-                                             "1 / (1 + e^-x)", 3>;
-def Weft_ReluOp : Weft_UnaryElementwiseOp<"relu", Weft_NumericTensor, "max(x, 0)">;
+                                             "1 / (1 + e^-x)", 3, [WeftSaves]>;
+def Weft_ReluOp : Weft_UnaryElementwiseOp<"relu", Weft_NumericTensor, "max(x, 0)", 1, [WeftSaves]>;
 def Weft_SiluOp : Weft_UnaryElementwiseOp<"silu", Weft_FloatTensor,
-                                          "x * sigmoid(x) (swish)", 4>;
+                                          "x * sigmoid(x) (swish)", 4, [WeftSaves]>;
 
-def Weft_GeluOp : Weft_Op<"gelu", [Pure, Weft_Elementwise, SameOperandsAndResultType,
+def Weft_GeluOp : Weft_Op<"gelu", [WeftSaves, Pure, Weft_Elementwise, SameOperandsAndResultType,
     DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
     DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
   let summary = "Elementwise GELU, exact (erf) or tanh-approximated.";
@@ -288,7 +302,7 @@ def Weft_GeluOp : Weft_Op<"gelu", [Pure, Weft_Elementwise, SameOperandsAndResult
   }];
 }
 
-def Weft_DropoutOp : Weft_Op<"dropout", [WeftCost, WeftRule, Pure, Weft_Elementwise,
+def Weft_DropoutOp : Weft_Op<"dropout", [WeftSaves, WeftCost, WeftRule, Pure, Weft_Elementwise,
     SameOperandsAndResultType]> {
   let summary = "Dropout: zeroes elements with probability `ratio` in training; the identity in a forward program.";
   let description = [{
@@ -312,7 +326,7 @@ def Weft_DropoutOp : Weft_Op<"dropout", [WeftCost, WeftRule, Pure, Weft_Elementw
   let hasVerifier = 1;
 }
 
-def Weft_CastOp : Weft_Op<"cast", [WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultShape]> {
+def Weft_CastOp : Weft_Op<"cast", [WeftBackward, WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultShape]> {
   let summary = "Elementwise conversion to another element type.";
   let description = [{
     Floats round to nearest even; float to integer truncates toward zero; to `i1` is
@@ -335,8 +349,10 @@ def Weft_CastOp : Weft_Op<"cast", [WeftCost, WeftRule, Pure, Weft_Elementwise, S
 // Reductions and normalizations
 //===----------------------------------------------------------------------===//
 
-class Weft_ReduceOp<string mnemonic, Type tensorType, string what>
-    : Weft_Op<mnemonic, [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType, InferTypeOpAdaptor]> {
+class Weft_ReduceOp<string mnemonic, Type tensorType, string what,
+                    list<Trait> traits = [WeftBackward]>
+    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost, WeftRule, Pure,
+        SameOperandsAndResultElementType, InferTypeOpAdaptor])> {
   let summary = "The " # what # " over the given dimensions.";
   let description = [{
     Reduces `input` over the dimensions in `axes`. With `keep_dims` the reduced dimensions
@@ -368,10 +384,11 @@ class Weft_ReduceOp<string mnemonic, Type tensorType, string what>
 
 def Weft_ReduceSumOp : Weft_ReduceOp<"reduce_sum", Weft_NumericTensor, "sum">;
 def Weft_ReduceMeanOp : Weft_ReduceOp<"reduce_mean", Weft_FloatTensor, "mean">;
-def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum">;
+def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum",
+                                     [WeftSaves]>;
 
 class Weft_SoftmaxLikeOp<string mnemonic, string what>
-    : Weft_Op<mnemonic, [WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
+    : Weft_Op<mnemonic, [WeftSaves, WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
   let summary = what # " along one dimension, optionally scaled and causally masked.";
   let description = [{
     Computed stably (the maximum is subtracted first) on `scale · input`. With `causal`,
@@ -408,7 +425,7 @@ class Weft_SoftmaxLikeOp<string mnemonic, string what>
 def Weft_SoftmaxOp : Weft_SoftmaxLikeOp<"softmax", "Softmax">;
 def Weft_LogSoftmaxOp : Weft_SoftmaxLikeOp<"log_softmax", "Log of softmax">;
 
-def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftCost, WeftRule, Pure]> {
+def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftSaves, WeftCost, WeftRule, Pure]> {
   let summary = "Layer normalization over the trailing dimensions from `axis` on.";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * scale + bias`, where mean and (biased) variance
@@ -438,7 +455,7 @@ def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftCost, WeftRule, Pure]> {
   let hasVerifier = 1;
 }
 
-def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftCost, WeftRule, Pure]> {
+def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftSaves, WeftCost, WeftRule, Pure]> {
   let summary = "Root-mean-square normalization over the trailing dimensions from `axis`.";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * scale`, mean over dimensions `axis` to `rank - 1`,
@@ -470,7 +487,7 @@ def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftCost, WeftRule, Pure]> {
 // Linear algebra and attention
 //===----------------------------------------------------------------------===//
 
-def Weft_MatmulOp : Weft_Op<"matmul", [Pure, SameOperandsAndResultElementType,
+def Weft_MatmulOp : Weft_Op<"matmul", [WeftGradients, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
     DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
   let summary = "Batched matrix product, with optional transposes and broadcast batch dimensions.";
@@ -500,7 +517,7 @@ def Weft_MatmulOp : Weft_Op<"matmul", [Pure, SameOperandsAndResultElementType,
   }];
 }
 
-def Weft_LinearOp : Weft_Op<"linear", [Pure, SameOperandsAndResultElementType,
+def Weft_LinearOp : Weft_Op<"linear", [WeftGradients, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface, ["partition"]>,
     DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
   let summary = "A dense layer: `input · weight + bias` over the last dimension.";
@@ -531,7 +548,7 @@ def Weft_LinearOp : Weft_Op<"linear", [Pure, SameOperandsAndResultElementType,
   }];
 }
 
-def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
+def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Scaled dot-product attention with causal or explicit masks and grouped KV heads.";
   let description = [{
     `softmax(scale · Q Kᵀ + mask) · V` per head. `q` is `[batch, heads, seq, head_dim]`,
@@ -577,7 +594,7 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftCost, WeftRulePartition, Pure, 
   ];
 }
 
-def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftCost, WeftRule, Pure,
+def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftCost, WeftRule, Pure,
     AttrSizedOperandSegments, InferTypeOpAdaptor]> {
   let summary = "Attention of queries over one block of keys and values, with its log-sum-exp.";
   let description = [{
@@ -626,7 +643,7 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftCost, WeftRule, Pure
 // Indexing and data movement
 //===----------------------------------------------------------------------===//
 
-def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
+def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftSaves, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Looks up rows of an embedding table by token id.";
   let description = [{
     `result[i..., :] = table[indices[i...], :]`, with indices as in `weft.gather`. The
@@ -647,7 +664,7 @@ def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftCost, WeftRulePartition, Pure, 
   }];
 }
 
-def Weft_GatherOp : Weft_Op<"gather", [WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
+def Weft_GatherOp : Weft_Op<"gather", [WeftSaves, WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
   let summary = "Takes slices of `input` along one dimension at the given indices (ONNX Gather).";
   let description = [{
     The result is `input.shape[:axis] + indices.shape + input.shape[axis+1:]`. Indices
@@ -670,7 +687,7 @@ def Weft_GatherOp : Weft_Op<"gather", [WeftCost, WeftRule, Pure, InferTypeOpAdap
   }];
 }
 
-def Weft_ReshapeOp : Weft_Op<"reshape", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType]> {
+def Weft_ReshapeOp : Weft_Op<"reshape", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultElementType]> {
   let summary = "The same elements, in row-major order, under another shape.";
   let description = [{
     ```mlir
@@ -687,7 +704,7 @@ def Weft_ReshapeOp : Weft_Op<"reshape", [WeftCost, WeftRule, Pure, SameOperandsA
   let hasFolder = 1;
 }
 
-def Weft_TransposeOp : Weft_Op<"transpose", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
+def Weft_TransposeOp : Weft_Op<"transpose", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "Permutes dimensions: result dimension i is input dimension permutation[i].";
   let description = [{
@@ -708,7 +725,7 @@ def Weft_TransposeOp : Weft_Op<"transpose", [WeftCost, WeftRule, Pure, SameOpera
   let hasFolder = 1;
 }
 
-def Weft_SliceOp : Weft_Op<"slice", [WeftCost, WeftRulePartition, Pure, SameOperandsAndResultElementType,
+def Weft_SliceOp : Weft_Op<"slice", [WeftBackward, WeftCost, WeftRulePartition, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "A strided box of a tensor, given by start, limit and stride per dimension.";
   let description = [{
@@ -736,7 +753,7 @@ def Weft_SliceOp : Weft_Op<"slice", [WeftCost, WeftRulePartition, Pure, SameOper
   let hasFolder = 1;
 }
 
-def Weft_ConcatOp : Weft_Op<"concat", [WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
+def Weft_ConcatOp : Weft_Op<"concat", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor]> {
   let summary = "Joins tensors along one dimension.";
   let description = [{
@@ -759,7 +776,7 @@ def Weft_ConcatOp : Weft_Op<"concat", [WeftCost, WeftRule, Pure, SameOperandsAnd
   let hasFolder = 1;
 }
 
-def Weft_SplitOp : Weft_Op<"split", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
+def Weft_SplitOp : Weft_Op<"split", [WeftBackward, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Cuts a tensor along one dimension into pieces of the given sizes.";
   let description = [{
     ```mlir
@@ -784,7 +801,7 @@ def Weft_SplitOp : Weft_Op<"split", [WeftCost, WeftRulePartition, Pure, InferTyp
   }];
 }
 
-def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultElementType]> {
+def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftBackward, WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultElementType]> {
   let summary = "Expands a tensor to a larger shape by numpy broadcasting.";
   let description = [{
     (The collective that sends one rank's tensor to all others is `weft.broadcast`.)
@@ -806,7 +823,7 @@ def Weft_BroadcastToOp : Weft_Op<"broadcast_to", [WeftCost, WeftRule, Pure, Weft
   let hasFolder = 1;
 }
 
-def Weft_TriluOp : Weft_Op<"trilu", [WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
+def Weft_TriluOp : Weft_Op<"trilu", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
   let summary = "Keeps the lower (or upper) triangle of the last two dimensions; zeroes the rest.";
   let description = [{
     As ONNX `Trilu`: element `[..., i, j]` is kept when `j - i <= diagonal` (lower) or
@@ -830,7 +847,7 @@ def Weft_TriluOp : Weft_Op<"trilu", [WeftCost, WeftRule, Pure, SameOperandsAndRe
   let hasVerifier = 1;
 }
 
-def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
+def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftSaves, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Softmax cross-entropy of logits against integer class labels.";
   let description = [{
     Per position, `logsumexp(logits[..., :]) - logits[..., label]`. Positions whose label

@@ -154,6 +154,12 @@ static cl::opt<bool> noWeights(
     "no-weights",
     cl::desc("Keep only names, shapes and dtypes of weights (for planning)"),
     cl::sub(importCommand));
+static cl::opt<bool> withLoss(
+    "loss",
+    cl::desc("Replace the model's logits by the per-token cross-entropy "
+             "against labels (-weft-append-loss), the head of a training "
+             "step; run: the last input is the labels (i64)"),
+    cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<bool> noRaise(
     "no-raise",
     cl::desc("Keep the graph as the exporter wrote it (do not run "
@@ -312,6 +318,15 @@ static bool compareOutput(size_t index, const weft::rt::HostTensor &actual,
 }
 
 /// Partitions `module` under the plan given on the command line.
+/// --loss: the model's logits become the per-token loss against labels.
+static LogicalResult appendLoss(MLIRContext &context, ModuleOp module) {
+  if (!withLoss)
+    return success();
+  PassManager pm(&context);
+  pm.addPass(weft::createWeftAppendLoss());
+  return pm.run(module);
+}
+
 /// --dtype bf16|f16: every f32 tensor of the model in 16 bits.
 static LogicalResult convertDtype(MLIRContext &context, ModuleOp module) {
   if (dtype == "f32")
@@ -479,6 +494,12 @@ static int runModel(MLIRContext &context) {
     if (!options)
       return 1;
     std::vector<weft::rt::HostTensor> remaining;
+    // With --loss, the labels are an input of the loss, not of the model.
+    std::optional<weft::rt::HostTensor> labels;
+    if (withLoss && !tensors.empty()) {
+      labels = std::move(tensors.back());
+      tensors.pop_back();
+    }
     for (const weft::rt::HostTensor &tensor : tensors) {
       options->inputShapesByPosition.emplace_back(tensor.shape.begin(),
                                                   tensor.shape.end());
@@ -502,9 +523,12 @@ static int runModel(MLIRContext &context) {
       options->constantInputsByPosition.push_back(std::move(value));
     }
     tensors = std::move(remaining);
+    if (labels)
+      tensors.push_back(std::move(*labels));
     module = importModel(path, *options, context);
   }
-  if (!module || failed(convertDtype(context, *module)))
+  if (!module || failed(convertDtype(context, *module)) ||
+      failed(appendLoss(context, *module)))
     return 1;
   func::FuncOp func = module->lookupSymbol<func::FuncOp>("main");
   if (!func)
@@ -610,6 +634,7 @@ static int runCompile(MLIRContext &context) {
     module = importModel(path, *options, context);
   }
   if (!module || failed(convertDtype(context, *module)) ||
+      failed(appendLoss(context, *module)) ||
       failed(partitionModule(context, *module)))
     return 1;
   {

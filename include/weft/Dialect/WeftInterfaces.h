@@ -14,6 +14,8 @@
 #ifndef WEFT_DIALECT_WEFTINTERFACES_H
 #define WEFT_DIALECT_WEFTINTERFACES_H
 
+#include "weft/Dialect/WeftDialect.h"
+
 #include "mlir/IR/OpDefinition.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -64,12 +66,46 @@ struct ShardingRule {
 
 /// What running an op once costs, counted, not timed.
 struct OpCost {
+  /// Which units do the arithmetic: vector units, matrix (tensor) cores, or
+  /// a fused attention kernel (matrix cores with a softmax in between).
+  enum class Unit { Vector, Matrix, FusedAttention };
   /// Floating-point operations (a multiply-add is two).
   double flops = 0;
   /// Bytes the op must read from and write to memory at least once.
   int64_t bytesRead = 0;
   int64_t bytesWritten = 0;
+  Unit unit = Unit::Vector;
+  /// Kernel launches the work takes.
+  int kernels = 1;
+
+  /// This cost `times` over (flops and bytes scaled).
+  OpCost scaled(double times) const {
+    OpCost cost = *this;
+    cost.flops *= times;
+    cost.bytesRead = int64_t(double(bytesRead) * times);
+    cost.bytesWritten = int64_t(double(bytesWritten) * times);
+    return cost;
+  }
 };
+
+/// A value an op's backward reads (DifferentiableOpInterface): the value
+/// itself, or one byte per element of it (which elements dropout kept).
+struct SavedTensor {
+  mlir::Value value;
+  bool maskOnly = false;
+};
+
+/// What an op's gradients cost: of its inputs, and of its weight (if it has
+/// a weight operand).
+struct BackwardCost {
+  OpCost inputGradient;
+  OpCost weightGradient;
+};
+
+/// The default backward cost: one pass like the op's forward.
+BackwardCost estimateStreamingBackwardCost(mlir::Operation *op,
+                                           mlir::TypeRange operandTypes,
+                                           mlir::TypeRange resultTypes);
 
 class PartitionState;
 /// The generic partition by an op's factor rule (see Partition.h); returns

@@ -1,0 +1,230 @@
+//===- WeftBackward.cpp - What each op's backward reads and costs ---------===//
+//
+// Part of the Weft project.
+//
+// DifferentiableOpInterface: the values each op's gradient reads, and what
+// computing its gradients costs. These are the facts behind Korthikanti et
+// al.'s activation-memory formulas (a linear keeps its input, a norm its
+// input, a softmax its output, dropout a one-byte mask) and behind the usual
+// backward-to-forward ratios (a GEMM's gradient is two GEMMs of its size;
+// flash attention's backward recomputes the scores, about 2.5 times its
+// forward).
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftInterfaces.h"
+#include "weft/Dialect/WeftOps.h"
+
+#include "mlir/IR/Matchers.h"
+
+using namespace mlir;
+using namespace weft;
+
+BackwardCost weft::estimateStreamingBackwardCost(Operation *op,
+                                                 TypeRange operandTypes,
+                                                 TypeRange resultTypes) {
+  BackwardCost cost;
+  if (auto costed = dyn_cast<CostOpInterface>(op))
+    cost.inputGradient = costed.estimateCost(operandTypes, resultTypes);
+  cost.weightGradient.kernels = 0;
+  return cost;
+}
+
+/// A constant has no gradient; everything else (activations, weights) has.
+static bool needsGradient(Value value) {
+  return !matchPattern(value, m_Constant());
+}
+
+static void save(SmallVectorImpl<SavedTensor> &saved, Value value) {
+  saved.push_back({value, false});
+}
+
+/// A product-like op: each operand's gradient reads the other operand.
+static void saveForProduct(SmallVectorImpl<SavedTensor> &saved, Value lhs,
+                           Value rhs) {
+  if (needsGradient(lhs) && needsGradient(rhs)) {
+    save(saved, lhs);
+    save(saved, rhs);
+  } else if (needsGradient(lhs)) {
+    save(saved, rhs);
+  } else if (needsGradient(rhs)) {
+    save(saved, lhs);
+  }
+}
+
+/// An op whose gradient reads all of its operands that have one.
+static void saveVariableOperands(SmallVectorImpl<SavedTensor> &saved,
+                                 Operation *op) {
+  bool any = llvm::any_of(op->getOperands(), needsGradient);
+  if (!any)
+    return;
+  for (Value operand : op->getOperands())
+    if (needsGradient(operand))
+      save(saved, operand);
+}
+
+void MulOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  saveForProduct(saved, getLhs(), getRhs());
+}
+// d(x/y) = dz/y and -dz·x/y².
+void DivOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  saveVariableOperands(saved, *this);
+}
+void PowOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  saveVariableOperands(saved, *this);
+}
+// Which operand won is found by comparing them again.
+void MaximumOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  saveVariableOperands(saved, *this);
+}
+void MinimumOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  saveVariableOperands(saved, *this);
+}
+// The gradient goes to the branch the condition chose.
+void WhereOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  if (needsGradient(getCondition()) &&
+      (needsGradient(getLhs()) || needsGradient(getRhs())))
+    save(saved, getCondition());
+}
+
+// Unary functions read their input; exp reads its result (e^x is its own
+// derivative).
+void ExpOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getResult());
+}
+void LogOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void SqrtOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void RsqrtOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void TanhOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void ErfOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void SigmoidOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void ReluOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void SiluOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void GeluOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+// Which elements were kept: one byte each.
+void DropoutOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  saved.push_back({getResult(), /*maskOnly=*/true});
+}
+// The gradient goes to the maxima, found by comparing input and result.
+void ReduceMaxOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+  save(saved, getResult());
+}
+// d softmax reads the probabilities; d log_softmax their logarithms.
+void SoftmaxOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getResult());
+}
+void LogSoftmaxOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getResult());
+}
+// Norms read their input (and the per-row statistics, which are small).
+void LayerNormOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void RMSNormOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+// The gradient of a lookup is scattered back to the rows that were read.
+void EmbeddingOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getIndices());
+}
+void GatherOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getIndices());
+}
+// softmax(logits) - onehot(label) needs the logits.
+void CrossEntropyOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getLogits());
+  save(saved, getLabels());
+}
+
+//===----------------------------------------------------------------------===//
+// GEMMs and attention
+//===----------------------------------------------------------------------===//
+
+void MatmulOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  saveForProduct(saved, getLhs(), getRhs());
+}
+
+/// Both operands' gradients are GEMMs of the forward's size.
+BackwardCost MatmulOp::estimateBackwardCost(TypeRange operandTypes,
+                                            TypeRange resultTypes) {
+  BackwardCost cost;
+  cost.inputGradient = estimateCost(operandTypes, resultTypes).scaled(2);
+  cost.inputGradient.kernels = 2;
+  cost.weightGradient.kernels = 0;
+  return cost;
+}
+
+void LinearOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+  save(saved, getWeight());
+}
+
+/// dX = dY·Wᵀ and dW = Xᵀ·dY: each a GEMM of the forward's size.
+BackwardCost LinearOp::estimateBackwardCost(TypeRange operandTypes,
+                                            TypeRange resultTypes) {
+  BackwardCost cost;
+  cost.inputGradient = estimateCost(operandTypes, resultTypes);
+  cost.weightGradient = cost.inputGradient;
+  return cost;
+}
+
+/// Flash attention's backward recomputes the scores and runs four GEMMs
+/// where the forward runs two: about 2.5 times the forward's work.
+static constexpr double kAttentionBackward = 2.5;
+
+void AttentionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getQ());
+  save(saved, getK());
+  save(saved, getV());
+  save(saved, getResult());
+}
+
+BackwardCost AttentionOp::estimateBackwardCost(TypeRange operandTypes,
+                                               TypeRange resultTypes) {
+  BackwardCost cost;
+  cost.inputGradient =
+      estimateCost(operandTypes, resultTypes).scaled(kAttentionBackward);
+  cost.weightGradient.kernels = 0;
+  return cost;
+}
+
+bool AttentionOp::isAttentionCore() { return true; }
+
+void AttentionBlockOp::getSavedForBackward(
+    SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getQ());
+  save(saved, getK());
+  save(saved, getV());
+  save(saved, getResult());
+  save(saved, getLse());
+}
+
+BackwardCost AttentionBlockOp::estimateBackwardCost(TypeRange operandTypes,
+                                                    TypeRange resultTypes) {
+  BackwardCost cost;
+  cost.inputGradient =
+      estimateCost(operandTypes, resultTypes).scaled(kAttentionBackward);
+  cost.weightGradient.kernels = 0;
+  return cost;
+}
+
+bool AttentionBlockOp::isAttentionCore() { return true; }

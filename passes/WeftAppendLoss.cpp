@@ -1,0 +1,69 @@
+//===- WeftAppendLoss.cpp - A model's logits into a per-token loss --------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <limits>
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTAPPENDLOSS
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+struct WeftAppendLoss : public weft::impl::WeftAppendLossBase<WeftAppendLoss> {
+  using WeftAppendLossBase::WeftAppendLossBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp func;
+    for (auto f : module.getOps<func::FuncOp>())
+      if (!f.isExternal() && !func)
+        func = f;
+    if (!func || func.getNumResults() == 0) {
+      module.emitError(
+          "-weft-append-loss needs a function that returns logits");
+      return signalPassFailure();
+    }
+    auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+    Value logits = ret.getOperand(0);
+    auto type = cast<RankedTensorType>(logits.getType());
+    if (type.getRank() < 2 || !isa<FloatType>(type.getElementType())) {
+      ret.emitError("the model's first result is ")
+          << type << ", not logits [..., classes] of a float type; a loss "
+          << "needs logits";
+      return signalPassFailure();
+    }
+    OpBuilder b(ret);
+    Location loc = ret.getLoc();
+    ArrayRef<int64_t> positions = type.getShape().drop_back();
+    auto labelType = RankedTensorType::get(positions, b.getI64Type());
+    BlockArgument labels =
+        func.getBody().front().addArgument(labelType, func.getLoc());
+    auto f32 = RankedTensorType::get(type.getShape(), b.getF32Type());
+    Value wide = logits;
+    if (type != f32)
+      wide = CastOp::create(b, loc, f32, logits);
+    IntegerAttr ignore;
+    if (ignoreIndex != std::numeric_limits<int64_t>::min())
+      ignore = b.getI64IntegerAttr(ignoreIndex);
+    Value loss = CrossEntropyOp::create(
+        b, loc, RankedTensorType::get(positions, b.getF32Type()), wide, labels,
+        LossReductionAttr::get(b.getContext(), LossReduction::none), ignore);
+    ret->setOperand(0, loss);
+    SmallVector<Type> results(ret.getOperandTypes());
+    func.setType(FunctionType::get(
+        b.getContext(), func.getBody().front().getArgumentTypes(), results));
+  }
+};
+} // namespace
