@@ -186,8 +186,10 @@ def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncO
     contiguous third of the columns, not a share of each of Q, K and V. This pass
     rewrites `split(linear(x, W, b))` along the last dimension into one linear per
     piece, with the weight's and bias's columns sliced into new parameters
-    (`NAME.part0`, ...), so that each piece is column-parallel on its own. Parameters
-    in external files are left fused (their columns are not one byte range).
+    (`NAME.part0`, ...), so that each piece is column-parallel on its own. Shape-only
+    parameters (a model imported for planning) become shape-only pieces, so the planner
+    costs the program that runs. Parameters in external files are left fused (their
+    columns are not one byte range).
     ```
     weft-opt -weft-unfuse-projections model.mlir
     ```

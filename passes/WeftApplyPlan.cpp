@@ -45,7 +45,8 @@ struct WeftUnfuseProjections
       (void)unfuse(split);
   }
 
-  /// A slice of a parameter's inline value along its last dimension.
+  /// A slice of a parameter along its last dimension: of its inline value,
+  /// or shape only when it has none (a model imported for planning).
   static ParameterOp sliceParameter(OpBuilder &b, ParameterOp param,
                                     int64_t start, int64_t size, int index) {
     auto type = cast<RankedTensorType>(param.getType());
@@ -56,7 +57,9 @@ struct WeftUnfuseProjections
     SmallVector<int64_t> shape(type.getShape());
     shape.back() = size;
     auto sliceType = RankedTensorType::get(shape, type.getElementType());
-    ElementsAttr value = sliceElements(*param.getValue(), starts, limits);
+    ElementsAttr value = param.getValue()
+                             ? sliceElements(*param.getValue(), starts, limits)
+                             : ElementsAttr();
     return ParameterOp::create(
         b, param.getLoc(), sliceType,
         b.getStringAttr(param.getName() + ".part" + std::to_string(index)),
@@ -74,8 +77,10 @@ struct WeftUnfuseProjections
     ParameterOp bias =
         linear.getBias() ? linear.getBias().getDefiningOp<ParameterOp>()
                          : ParameterOp();
-    if (!weight || !weight.getValue() || (linear.getBias() && !bias) ||
-        (bias && !bias.getValue()))
+    // Parameters in external files stay fused: their columns are not one
+    // byte range.
+    if (!weight || weight.getExternal() || (linear.getBias() && !bias) ||
+        (bias && bias.getExternal()))
       return failure();
     OpBuilder b(split);
     int64_t offset = 0;

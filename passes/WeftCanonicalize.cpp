@@ -34,6 +34,9 @@ struct WeftCanonicalize
   void runOnOperation() override {
     GreedyRewriteConfig config;
     config.setMaxIterations(maxIterations);
+    // Folds and dead ops only: merging blocks and dropping block arguments
+    // is not what this pass promises (and costs a walk of every region).
+    config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
     if (failed(applyPatternsGreedily(getOperation(), patterns, config))) {
       getOperation()->emitWarning()
           << "weft-canonicalize did not reach a fixed point in "

@@ -71,12 +71,17 @@ int64_t weft::getCollectiveGroupSize(Operation *op) {
 
 int64_t weft::getCollectiveBytesSent(Operation *op, int64_t n) {
   auto collective = cast<CollectiveOpInterface>(op);
-  if (n <= 1)
-    return 0;
   // The operand's bytes (a recv has none; it sends nothing).
   int64_t bytes =
       op->getNumOperands() ? getTensorBytes(op->getOperand(0).getType()) : 0;
-  switch (collective.getCollectiveKind()) {
+  return collectiveBytesSent(collective.getCollectiveKind(), bytes, n);
+}
+
+int64_t weft::collectiveBytesSent(CollectiveKind kind, int64_t bytes,
+                                  int64_t n) {
+  if (n <= 1)
+    return 0;
+  switch (kind) {
   case CollectiveKind::AllReduce:
     return 2 * (n - 1) * bytes / n;
   case CollectiveKind::AllGather:

@@ -1159,7 +1159,8 @@ LogicalResult GraphImporter::importInitializers() {
     }
     values[tensor.name()] = ParameterOp::create(
         builder, loc, type, builder.getStringAttr(tensor.name()), inlineValue,
-        options.loadWeights ? externalData : ExternalDataAttr());
+        options.loadWeights || options.keepExternalData ? externalData
+                                                        : ExternalDataAttr());
   }
   return success();
 }

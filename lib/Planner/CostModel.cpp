@@ -11,6 +11,7 @@
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
+#include "weft/Planner/RankProgram.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -31,11 +32,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 /// Flash attention reaches this fraction of the GEMM efficiency (softmax and
 /// masking inside the kernel).
 constexpr double kAttentionEfficiency = 0.85;
-/// The backward of flash attention recomputes the scores: 2.5x the forward.
-constexpr double kAttentionBackward = 2.5;
-/// Backward of streaming ops: read the gradient and the saved input, write
-/// the gradient.
-constexpr double kStreamingBackward = 1.0;
+/// Dropout as Megatron-LM trains GPT: after attention's probabilities, its
+/// output projection and the MLP.
+constexpr double kDropoutRatio = 0.1;
 /// Mixed-precision Adam: bf16 weight, fp32 gradient (Megatron's main_grad),
 /// fp32 master weight, momentum and variance.
 constexpr double kWeightBytes = 2, kGradBytes = 4, kOptimizerBytes = 12;
@@ -46,14 +45,33 @@ constexpr double kWorkspaceBytes = 1.0 * kGiB;
 } // namespace
 
 CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
-                     plan::TrainingConfig training)
+                     plan::TrainingConfig training, ModelSource source)
     : modelSpec(std::move(model)), clusterSpec(std::move(cluster)),
       trainingConfig(std::move(training)),
       context(std::make_unique<MLIRContext>(MLIRContext::Threading::DISABLED)) {
   context->loadDialect<WeftDialect, func::FuncDialect>();
-  layerParams = layerParameterCount(modelSpec);
   if (trainingConfig.seq_len() <= 0)
     trainingConfig.set_seq_len(modelSpec.seq_len());
+  ownModel = bool(source);
+  if (!source) {
+    // The built-in transformer of the spec, one layer (the cost model costs
+    // one and multiplies).
+    plan::ModelSpec spec = modelSpec;
+    std::optional<double> dropout;
+    if (trainingConfig.dropout())
+      dropout = kDropoutRatio;
+    source.build = [spec, dropout](MLIRContext &ctx, int64_t batch,
+                                   int64_t seq) {
+      TransformerShape shape;
+      shape.batch = batch;
+      shape.seq = seq;
+      shape.layers = 1;
+      shape.dropout = dropout;
+      return buildTransformer(ctx, spec, shape);
+    };
+  }
+  programs = std::make_unique<RankProgramBuilder>(
+      *context, std::move(source), trainingConfig, modelSpec.vocab());
 }
 
 CostModel::~CostModel() = default;
@@ -97,7 +115,7 @@ double CostModel::collectiveTime(llvm::StringRef kind, double bytes,
     // Point to point (a ring step, a pipeline send).
     return s / bw + alpha;
   };
-  if (kind == "permute" || kind == "send")
+  if (kind == "permute" || kind == "collective_permute" || kind == "send")
     return flat(kind, bytes, 2, nodes > 1 ? interBw : intraBw,
                 nodes > 1 ? alphaInter : alphaIntra);
   if (nodes == 1)
@@ -120,223 +138,277 @@ double CostModel::collectiveTime(llvm::StringRef kind, double bytes,
 }
 
 //===----------------------------------------------------------------------===//
-// Blocks: costing the rank's IR through CostOpInterface
+// Blocks: costing the rank's program op by op
 //===----------------------------------------------------------------------===//
 
-namespace {
-bool isDropoutMask(Value value) {
-  auto param = value.getDefiningOp<ParameterOp>();
-  return param && param.getName() == "dropout.mask";
-}
-bool isParameter(Value value) {
-  return value.getDefiningOp<ParameterOp>() != nullptr;
-}
-double bytesOf(Value value) {
-  return double(getTensorBytes(value.getType()));
-}
-/// Scores-sized: [b, heads, seq, kv_seq] with kv_seq > head_dim (the S x S
-/// tensors of unfused attention).
-bool isScores(Value value) {
-  auto type = dyn_cast<RankedTensorType>(value.getType());
-  return type && type.getRank() == 4 && type.getDimSize(3) > 256 &&
-         type.getDimSize(2) == type.getDimSize(3);
-}
-} // namespace
-
-LayerShape CostModel::layerShape(const plan::Plan &plan) const {
-  LayerShape shape;
-  shape.batch = plan.micro_batch();
-  shape.seq = trainingConfig.seq_len();
-  shape.tp = plan.tp();
-  shape.cp = plan.cp();
-  shape.ulysses = plan.ulysses();
-  shape.sequenceParallel = plan.sequence_parallel();
-  shape.flashAttention = trainingConfig.flash_attention();
-  shape.dropout = trainingConfig.dropout();
-  return shape;
-}
-
-const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
-  auto key = std::make_tuple<int64_t, int64_t, int64_t, int64_t, bool>(
-      plan.micro_batch(), plan.tp(), plan.ulysses(), plan.cp(),
-      plan.sequence_parallel());
-  if (lastBlocks && key == lastKey)
-    return *lastBlocks;
-  auto found = cache.find(key);
-  if (found != cache.end()) {
-    lastKey = key;
-    lastBlocks = &found->second;
-    return found->second;
-  }
-
-  OwningOpRef<ModuleOp> module =
-      buildRankProgram(*context, modelSpec, layerShape(plan));
-
+double CostModel::opTime(const OpCost &cost) const {
+  double bytes = double(cost.bytesRead + cost.bytesWritten);
+  if (cost.flops == 0 && bytes == 0)
+    return 0.0;
   const plan::Gpu &gpu = clusterSpec.gpu();
   const double peak = (trainingConfig.dtype() == "fp16" ? gpu.fp16_tflops()
                                                         : gpu.bf16_tflops()) *
                       1e12;
-  const double vectorPeak = gpu.fp32_tflops() * 1e12;
   const double hbm = gpu.hbm_gbps() * 1e9 * gpu.memory_efficiency();
-  const double overhead = gpu.kernel_overhead_us() * 1e-6;
-  const int64_t c = plan.cp();
-  auto roofline = [&](Operation *op, const OpCost &cost) {
-    double bytes = double(cost.bytesRead + cost.bytesWritten);
-    if (cost.flops == 0 && bytes == 0)
-      return 0.0;
-    double compute;
-    if (isa<LinearOp, MatmulOp, AttentionOp>(op)) {
-      double eff = gpu.gemm_efficiency() * cost.flops /
-                   (cost.flops + gpu.gemm_half_flops());
-      if (isa<AttentionOp>(op))
-        eff *= kAttentionEfficiency;
-      compute = cost.flops / (peak * std::max(eff, 1e-3));
-    } else {
-      compute = cost.flops / vectorPeak;
-    }
-    return std::max(compute, bytes / hbm) + overhead;
-  };
-  auto strideOf = [&](llvm::StringRef axis) -> int64_t {
-    if (axis == "tp")
-      return 1;
-    if (axis == "ulysses")
-      return plan.tp();
-    return int64_t(plan.tp()) * plan.ulysses();
-  };
-  auto sizeOf = [&](llvm::StringRef axis) -> int64_t {
-    if (axis == "tp")
-      return plan.tp();
-    if (axis == "ulysses")
-      return plan.ulysses();
-    return plan.cp();
-  };
+  int kernels = std::max(cost.kernels, 1);
+  double compute;
+  if (cost.unit == OpCost::Unit::Vector) {
+    compute = cost.flops / (gpu.fp32_tflops() * 1e12);
+  } else {
+    // The efficiency curve is per kernel: a backward of two GEMMs runs two
+    // GEMMs of the forward's size.
+    double perKernel = cost.flops / kernels;
+    double eff =
+        gpu.gemm_efficiency() * perKernel / (perKernel + gpu.gemm_half_flops());
+    if (cost.unit == OpCost::Unit::FusedAttention)
+      eff *= kAttentionEfficiency;
+    compute = cost.flops / (peak * std::max(eff, 1e-3));
+  }
+  return std::max(compute, bytes / hbm) +
+         kernels * gpu.kernel_overhead_us() * 1e-6;
+}
 
-  auto costFunc = [&](func::FuncOp func) {
-    BlockCost block;
-    llvm::DenseSet<Value> saved, savedSelective;
-    double ringComm = 0, ringCompute = 0;
-    auto save = [&](Value value, bool attentionCore) {
-      if (!value || isParameter(value))
-        return;
-      // SP saves the scattered input and gathers it again in backward.
-      if (auto gather = value.getDefiningOp<AllGatherOp>())
-        value = gather.getInput();
-      saved.insert(value);
-      if (!attentionCore)
-        savedSelective.insert(value);
-    };
-    block.inputBytes = bytesOf(func.getArgument(0));
-    func.walk([&](Operation *op) {
-      llvm::StringRef name = op->getName().stripDialect();
-      if (isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
-              CollectivePermuteOp>(op)) {
-        auto axes = op->getAttrOfType<ArrayAttr>("axes");
-        llvm::StringRef axis = cast<StringAttr>(axes[0]).getValue();
-        double bytes = std::max(bytesOf(op->getOperand(0)),
-                                bytesOf(op->getResult(0)));
-        llvm::StringRef kind = name == "collective_permute" ? "permute" : name;
-        double time = collectiveTime(kind, bytes, sizeOf(axis), strideOf(axis));
-        double n = double(sizeOf(axis));
-        double in = bytesOf(op->getOperand(0));
-        if (kind == "all_reduce")
-          block.commBytes += 2 * (n - 1) / n * in;
-        else if (kind == "all_gather")
-          block.commBytes += (n - 1) * in;
-        else if (kind == "reduce_scatter" || kind == "all_to_all")
-          block.commBytes += (n - 1) / n * in;
-        else if (kind == "permute")
-          block.commBytes += (plan.cp() - 1) * in;
-        if (axis == "tp")
-          block.tpComm += time;
-        else if (axis == "cp")
-          ringComm += time * (c - 1);
-        else
-          block.seqComm += time;
-        return;
-      }
-      auto costed = dyn_cast<CostOpInterface>(op);
-      if (!costed || isa<func::FuncOp>(op))
-        return;
-      OpCost cost = costed.getCost();
-      double time = roofline(op, cost);
-      double flops = cost.flops;
-      if (auto linear = dyn_cast<LinearOp>(op)) {
-        block.forward += time;
-        block.linearForward += time;
-        block.backwardInput += time;
-        block.backwardWeight += time;
-        save(linear.getInput(), false);
-      } else if (auto attention = dyn_cast<AttentionOp>(op)) {
-        // Ring attention: c steps of one block each, half of them masked
-        // away by causal load balancing.
-        double steps = c > 1 ? 0.5 * c : 1;
-        time *= steps;
-        flops *= steps;
-        if (c > 1)
-          ringCompute += time / c;
-        block.forward += time;
-        block.backwardInput += kAttentionBackward * time;
-        block.attentionCore += time;
-        save(attention.getQ(), false);
-        save(attention.getK(), false);
-        save(attention.getV(), false);
-        save(attention.getResult(), false);
-      } else if (auto matmul = dyn_cast<MatmulOp>(op)) {
-        bool core = isScores(matmul.getResult()) || isScores(matmul.getLhs());
-        block.forward += time;
-        block.backwardInput += 2 * time;
-        if (core)
-          block.attentionCore += time;
-        save(matmul.getLhs(), core && isScores(matmul.getLhs()));
-        save(matmul.getRhs(), false);
-      } else {
-        bool core = op->getNumResults() && isScores(op->getResult(0));
-        block.forward += time;
-        block.backwardInput += kStreamingBackward * time;
-        if (core)
-          block.attentionCore += time;
-        if (auto mul = dyn_cast<MulOp>(op)) {
-          if (isDropoutMask(mul.getRhs())) {
-            // A one-byte mask per element.
-            double maskBytes = bytesOf(mul.getRhs()) / 2;
-            block.savedBytes += maskBytes;
-            if (!core)
-              block.savedBytesSelective += maskBytes;
-          } else {
-            save(mul.getLhs(), core);
-            save(mul.getRhs(), core);
+/// Lagrange weights of x for linear interpolation between x0 and x1.
+static std::pair<double, double> linearWeights(double x, double x0, double x1) {
+  return {(x1 - x) / (x1 - x0), (x - x0) / (x1 - x0)};
+}
+
+bool CostModel::exactProfile(const ProgramShape &shape, int64_t microBatch,
+                             ProfileTerms &terms, std::string &error) {
+  if (!programs->hasMicroBatch(microBatch, error))
+    return false;
+  auto [found, inserted] = exactCache.try_emplace(shape);
+  ShapeProfiles &entry = found->second;
+  if (inserted) {
+    // Two micro-batch sizes give every other one (counts are affine in it).
+    OwningOpRef<ModuleOp> program = programs->build(shape, 1, entry.error);
+    if (program) {
+      entry.one = profileProgram(*program);
+      program = programs->build(shape, 2, entry.error);
+    }
+    if (program) {
+      entry.two = profileProgram(*program);
+      entry.affine = sameOps(entry.one, entry.two);
+    }
+  }
+  if (!entry.error.empty()) {
+    error = entry.error;
+    return false;
+  }
+  if (entry.affine) {
+    auto [w1, w2] = linearWeights(double(microBatch), 1, 2);
+    terms = {{&entry.one, w1}, {&entry.two, w2}};
+    return true;
+  }
+  // The program's ops depend on the batch: build it at this one.
+  auto exact = entry.exact.find(microBatch);
+  if (exact == entry.exact.end()) {
+    OwningOpRef<ModuleOp> program = programs->build(shape, microBatch, error);
+    if (!program)
+      return false;
+    exact = entry.exact.emplace(microBatch, profileProgram(*program)).first;
+  }
+  terms = {{&exact->second, 1.0}};
+  return true;
+}
+
+bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
+  // A family is the programs that differ only in sizes: tp > 1 or not,
+  // ulysses > 1 or not, the ring (whose steps are unrolled) and SP. Its
+  // members' counts are multilinear in (micro-batch, 1/tp, 1/ulysses), so
+  // the programs at the corners (micro-batch 1 and 2, tp 2 and 4, ulysses 2
+  // and 4) give all of them. That needs every dimension a member splits to
+  // divide by its degrees, as it does for built-in models (checkPlan).
+  if (ownModel || exactPrograms)
+    return false;
+  const int64_t tp = plan.tp(), u = plan.ulysses();
+  if ((tp > 1 && modelSpec.vocab() % (tp * 4) && modelSpec.vocab() % tp) ||
+      modelSpec.vocab() % 4)
+    return false;
+  FamilyKey key{tp > 1, u > 1, plan.cp(), plan.sequence_parallel()};
+  auto [found, inserted] = familyCache.try_emplace(key);
+  Family &family = found->second;
+  if (inserted) {
+    std::vector<int64_t> tps =
+        key.tp ? std::vector<int64_t>{2, 4} : std::vector<int64_t>{1};
+    std::vector<int64_t> us =
+        key.ulysses ? std::vector<int64_t>{2, 4} : std::vector<int64_t>{1};
+    std::string error;
+    for (int64_t mbs : {1, 2})
+      for (int64_t t : tps)
+        for (int64_t uu : us) {
+          ProgramShape shape{2, t, key.cp, uu, key.sp};
+          OwningOpRef<ModuleOp> program = programs->build(shape, mbs, error);
+          if (!program) {
+            family.valid = false;
+            return false;
           }
-        } else if (isa<SoftmaxOp>(op)) {
-          save(op->getResult(0), core);
-        } else if (isa<LayerNormOp, RMSNormOp, GeluOp, SiluOp>(op)) {
-          save(op->getOperand(0), false);
-        } else if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-          save(ce.getLogits(), false);
+          family.corners.push_back(profileProgram(*program));
+          if (!sameOps(family.corners.front(), family.corners.back())) {
+            family.valid = false;
+            return false;
+          }
         }
+    family.valid = true;
+  }
+  if (!family.valid)
+    return false;
+  auto mbs = linearWeights(double(plan.micro_batch()), 1, 2);
+  auto t =
+      key.tp ? linearWeights(1.0 / tp, 0.5, 0.25) : std::make_pair(1.0, 0.0);
+  auto uw = key.ulysses ? linearWeights(1.0 / u, 0.5, 0.25)
+                        : std::make_pair(1.0, 0.0);
+  terms.clear();
+  size_t index = 0;
+  for (double wm : {mbs.first, mbs.second})
+    for (int ti = 0; ti < (key.tp ? 2 : 1); ++ti)
+      for (int ui = 0; ui < (key.ulysses ? 2 : 1); ++ui) {
+        double w = wm * (ti ? t.second : t.first) * (ui ? uw.second : uw.first);
+        terms.push_back({&family.corners[index++], w});
       }
-      block.flops += flops;
-    });
-    if (c > 1) // K and V blocks move while the previous block is computed.
-      block.seqComm += std::max(0.0, ringComm - ringCompute * (c - 1));
-    for (Value value : saved)
-      block.savedBytes += bytesOf(value);
-    for (Value value : savedSelective)
-      block.savedBytesSelective += bytesOf(value);
-    return block;
-  };
+  return true;
+}
+
+const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
+  const int64_t dp = std::max(1, plan.dp());
+  BlockKey key{plan.micro_batch(),       plan.tp(), plan.ulysses(), plan.cp(),
+               plan.sequence_parallel(), 0};
+  if (lastBlocks) {
+    BlockKey last = key;
+    if (lastDpDependent)
+      std::get<5>(last) = dp;
+    if (last == lastKey)
+      return *lastBlocks;
+  }
+  bool byDp = dpDependent.count(key);
+  if (byDp)
+    std::get<5>(key) = dp;
+  auto found = cache.find(key);
+  if (found != cache.end()) {
+    lastKey = key;
+    lastDpDependent = byDp;
+    lastBlocks = &found->second;
+    return found->second;
+  }
 
   Blocks result;
-  module->walk([&](func::FuncOp func) {
-    if (func.getName() == "layer")
-      result.layer = costFunc(func);
-    else if (func.getName() == "embedding")
-      result.embedding = costFunc(func);
-    else if (func.getName() == "head")
-      result.head = costFunc(func);
-  });
+  // Local shapes do not depend on dp, only the batch each rank gets. The
+  // program is built at dp = 2 so that what it communicates over dp in
+  // forward (an attention mask gathered over the batch, say) is in it;
+  // those collectives are costed at the plan's dp. A program with such
+  // collectives has a dp = 1 form of its own (nothing gathered), built
+  // for plans without data parallelism.
+  ProgramShape shape{byDp && dp == 1 ? 1 : 2, plan.tp(), plan.cp(),
+                     plan.ulysses(), plan.sequence_parallel()};
+  ProfileTerms terms;
+  if ((byDp || !familyProfile(plan, terms)) &&
+      !exactProfile(shape, plan.micro_batch(), terms, result.error)) {
+    // A program that cannot be built never wins.
+    double infinity = std::numeric_limits<double>::infinity();
+    for (BlockCost *block : {&result.layer, &result.embedding, &result.head})
+      block->forward = infinity;
+  } else {
+    // Each count is the weighted sum of the measured programs' counts.
+    auto sum = [&](auto field) {
+      double total = 0;
+      for (auto &[profile, weight] : terms)
+        total += weight * field(*profile);
+      return total;
+    };
+    auto cost = [&](size_t i, auto which) {
+      OpCost c = which(terms.front().first->ops[i]);
+      c.flops =
+          sum([&](const ProgramProfile &p) { return which(p.ops[i]).flops; });
+      c.bytesRead = int64_t(std::llround(sum([&](const ProgramProfile &p) {
+        return double(which(p.ops[i]).bytesRead);
+      })));
+      c.bytesWritten = int64_t(std::llround(sum([&](const ProgramProfile &p) {
+        return double(which(p.ops[i]).bytesWritten);
+      })));
+      return c;
+    };
+    const ProgramProfile &first = *terms.front().first;
+    BlockCost *byKind[3] = {&result.embedding, &result.layer, &result.head};
+    double ringComm[3] = {0, 0, 0}, ringSteps[3] = {0, 0, 0};
+    for (size_t i = 0; i < first.ops.size(); ++i) {
+      const OpRecord &op = first.ops[i];
+      int kind = int(op.block);
+      BlockCost &block = *byKind[kind];
+      if (op.collective) {
+        double bytes = sum([&](const ProgramProfile &p) {
+          return double(p.ops[i].fullBytes);
+        });
+        if (op.axes & kDpAxis)
+          byDp = true;
+        int64_t group =
+            groupSize(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
+        int64_t stride =
+            groupStride(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
+        double time = collectiveTime(stringifyCollectiveKind(op.kind), bytes,
+                                     group, stride);
+        double operand = sum([&](const ProgramProfile &p) {
+          return double(p.ops[i].operandBytes);
+        });
+        block.commBytes += double(collectiveBytesSent(
+            op.kind, int64_t(std::llround(operand)), group));
+        if (op.commClass == CommClass::TensorParallel)
+          block.tpComm += time;
+        else if (op.commClass == CommClass::Ring)
+          ringComm[kind] += time;
+        else
+          block.seqComm += time;
+        continue;
+      }
+      OpCost forwardCost = cost(i, [](const OpRecord &r) { return r.forward; });
+      double forward = opTime(forwardCost);
+      block.forward += forward;
+      block.flops += forwardCost.flops;
+      block.backwardInput += opTime(
+          cost(i, [](const OpRecord &r) { return r.backward.inputGradient; }));
+      OpCost weight =
+          cost(i, [](const OpRecord &r) { return r.backward.weightGradient; });
+      block.backwardWeight += opTime(weight);
+      if (op.attentionCore)
+        block.attentionCore += forward;
+      if (weight.flops > 0)
+        block.linearForward += forward;
+      if (op.ringStep)
+        ringSteps[kind] += forward;
+    }
+    // A ring's next K/V block travels while the current one is attended to:
+    // c - 1 sends overlap c - 1 of the c steps.
+    double c = plan.cp();
+    for (int kind = 0; kind < 3; ++kind) {
+      BlockCost &block = *byKind[kind];
+      if (c > 1)
+        block.seqComm +=
+            std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
+      auto memory = [&](double BlockMemory::*field) {
+        return sum(
+            [&](const ProgramProfile &p) { return p.memory[kind].*field; });
+      };
+      block.savedBytes = memory(&BlockMemory::savedBytes);
+      block.savedBytesSelective = memory(&BlockMemory::savedBytesSelective);
+      block.inputBytes = memory(&BlockMemory::inputBytes);
+      block.parameters = memory(&BlockMemory::parameters);
+      block.sharedParameters = memory(&BlockMemory::sharedParameters);
+    }
+  }
+  if (byDp && !std::get<5>(key)) {
+    dpDependent.insert(key);
+    // Costed from the dp = 2 program: right for every dp > 1.
+    if (dp == 1)
+      return blocks(plan);
+    std::get<5>(key) = dp;
+  }
   lastKey = key;
-  lastBlocks = &cache.emplace(key, result).first->second;
+  lastDpDependent = byDp;
+  lastBlocks = &cache.emplace(key, std::move(result)).first->second;
   return *lastBlocks;
+}
+
+std::string CostModel::programError(const plan::Plan &plan) {
+  return blocks(plan).error;
 }
 
 const BlockCost &CostModel::layerCost(const plan::Plan &plan) {
@@ -349,9 +421,18 @@ const BlockCost &CostModel::headCost(const plan::Plan &plan) {
   return blocks(plan).head;
 }
 
+OwningOpRef<ModuleOp> CostModel::rankProgram(const plan::Plan &plan,
+                                             std::string &error) {
+  ProgramShape shape{std::max(1, plan.dp()), plan.tp(), plan.cp(),
+                     plan.ulysses(), plan.sequence_parallel()};
+  return programs->build(shape, plan.micro_batch(), error);
+}
+
 std::string CostModel::rankProgramText(const plan::Plan &plan) {
-  OwningOpRef<ModuleOp> module =
-      buildRankProgram(*context, modelSpec, layerShape(plan));
+  std::string error;
+  OwningOpRef<ModuleOp> module = rankProgram(plan, error);
+  if (!module)
+    return "// no rank program: " + error + "\n";
   std::string text;
   llvm::raw_string_ostream os(text);
   module->print(os);
@@ -515,17 +596,22 @@ double CostModel::dataParallelShard(const plan::Plan &plan) const {
   return double(plan.dp()) * plan.cp() * plan.ulysses();
 }
 
-double CostModel::stageParameters(const plan::Plan &plan, int stage) const {
-  const double t = plan.tp();
+double CostModel::stageParameters(const plan::Plan &plan, int stage,
+                                  const Blocks &b) const {
   double layers = plan.stage_layers_size() ? plan.stage_layers(stage)
                                            : double(modelSpec.layers()) /
                                                  plan.pp();
-  double params = layers * layerParams / t;
-  double table = double(modelSpec.vocab()) * modelSpec.hidden() / t;
+  // The shards this rank holds, as the rank program declares them.
+  double params = layers * b.layer.parameters;
   if (stage == 0)
-    params += table;
-  if (stage == plan.pp() - 1 && !(modelSpec.tied_embeddings() && plan.pp() == 1))
-    params += table;
+    params += b.embedding.parameters;
+  if (stage == plan.pp() - 1) {
+    params += b.head.parameters;
+    // A weight the head shares with the embedding (tied) is a second copy
+    // on another stage.
+    if (plan.pp() > 1)
+      params += b.head.sharedParameters;
+  }
   return params;
 }
 
@@ -652,7 +738,7 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         // Parameters of the chunk gathered before forward and backward,
         // gradients reduce-scattered after backward, prefetched behind
         // compute. ZeroPP gathers once per pipeline block of micro-batches.
-        double params = layers * layerParams / plan.tp();
+        double params = layers * layer.parameters;
         double gather = collectiveTime("all_gather", params * kWeightBytes,
                                        int64_t(shard), shardStride);
         double scatter = collectiveTime("reduce_scatter", params * kGradBytes,
@@ -838,11 +924,10 @@ double planner::simulatePipeline(plan::Schedule schedule, int p, int v, int m,
   return *std::max_element(freeAt.begin(), freeAt.end());
 }
 
-CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan,
-                                              int s) {
+CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
+                                              const Blocks &b) const {
   const int p = plan.pp(), v = virtualStages(plan);
   const int m = plan.num_micro_batches();
-  const Blocks &b = blocks(plan);
   const double shard = dataParallelShard(plan);
   double perLayer = b.layer.savedBytes;
   if (plan.recompute() == plan::RECOMPUTE_FULL)
@@ -850,12 +935,12 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan,
   else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
     perLayer = b.layer.savedBytesSelective;
   StageMemory mem;
-  double params = stageParameters(plan, s);
+  double params = stageParameters(plan, s, b);
   mem.weights = params * kWeightBytes;
   if (plan.zero_stage() >= 3 && shard > 1) {
     mem.weights /= shard;
     // Two layers' gathered weights (the one running and the prefetch).
-    mem.weights += 2 * layerParams / plan.tp() * kWeightBytes;
+    mem.weights += 2 * b.layer.parameters * kWeightBytes;
   }
   mem.gradients = params * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
   mem.optimizer =
@@ -886,7 +971,7 @@ void CostModel::fillMemory(plan::Plan &plan) {
   plan.clear_stage_memory();
   plan::MemoryBreakdown worst;
   for (int s = 0; s < plan.pp(); ++s) {
-    StageMemory stage = stageMemory(plan, s);
+    StageMemory stage = stageMemory(plan, s, blocks(plan));
     plan::MemoryBreakdown mem;
     mem.set_weights_gib(stage.weights / kGiB);
     mem.set_gradients_gib(stage.gradients / kGiB);
@@ -909,10 +994,11 @@ double CostModel::peakMemoryBytes(const plan::Plan &plan) {
   // hold the embedding and the output layer.
   double peak = 0;
   const int p = plan.pp();
+  const Blocks &b = blocks(plan);
   for (int s = 0; s < p; ++s) {
     if (s > 0 && s < p - 1 && plan.stage_layers(s) <= plan.stage_layers(s - 1))
       continue;
-    peak = std::max(peak, stageMemory(plan, s).total());
+    peak = std::max(peak, stageMemory(plan, s, b).total());
   }
   return peak;
 }
@@ -1003,7 +1089,7 @@ double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
     firstForward += times.forward[c * p];
   }
   DataParallelCost dp =
-      dataParallel(*this, plan, stageParameters(plan, 0), lastBackward,
+      dataParallel(*this, plan, stageParameters(plan, 0, b), lastBackward,
                    firstForward, dataParallelShard(plan));
   return bound + dp.exposed + dp.optimizer;
 }
@@ -1037,8 +1123,9 @@ void CostModel::evaluate(plan::Plan &plan,
       lastBackward += times.backward[c * p + s] + times.weight[c * p + s];
       firstForward += times.forward[c * p + s];
     }
-    DataParallelCost cost = dataParallel(*this, plan, stageParameters(plan, s),
-                                         lastBackward, firstForward, shard);
+    DataParallelCost cost =
+        dataParallel(*this, plan, stageParameters(plan, s, blocks(plan)),
+                     lastBackward, firstForward, shard);
     dpExposed = std::max(dpExposed, cost.exposed);
     dpTotal = std::max(dpTotal, cost.total);
     optimizer = std::max(optimizer, cost.optimizer);

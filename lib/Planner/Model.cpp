@@ -18,6 +18,7 @@
 #include "llvm/Support/Path.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 using namespace weft;
@@ -265,40 +266,40 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
 }
 
 //===----------------------------------------------------------------------===//
-// One rank's program
+// The model as IR
 //===----------------------------------------------------------------------===//
 
 namespace {
-/// Builds weft ops with the planner's local shapes.
-class RankBuilder {
+/// Builds the global (unpartitioned) ops of a transformer in f32.
+class TransformerBuilder {
 public:
-  RankBuilder(OpBuilder &builder, Type elementType)
-      : b(builder), loc(builder.getUnknownLoc()), elementType(elementType) {}
+  TransformerBuilder(OpBuilder &builder, const plan::ModelSpec &model)
+      : b(builder), loc(builder.getUnknownLoc()), model(model) {}
 
   RankedTensorType type(ArrayRef<int64_t> shape, Type element = {}) {
-    return RankedTensorType::get(shape, element ? element : elementType);
+    return RankedTensorType::get(shape, element ? element : b.getF32Type());
   }
-  Value param(llvm::StringRef name, ArrayRef<int64_t> shape) {
+  Value param(const llvm::Twine &name, ArrayRef<int64_t> shape) {
     return ParameterOp::create(b, loc, type(shape), b.getStringAttr(name),
                                ElementsAttr(), ExternalDataAttr());
   }
-  Value linear(Value x, int64_t out, llvm::StringRef name, bool bias) {
+  Value linear(Value x, int64_t out, const llvm::Twine &name, bool bias) {
     auto in = cast<RankedTensorType>(x.getType());
     SmallVector<int64_t> shape(in.getShape());
     int64_t inner = shape.back();
     shape.back() = out;
-    Value w = param(name, {inner, out});
-    Value biasValue = bias ? param((name + ".bias").str(), {out}) : Value();
+    Value w = param(name + ".weight", {inner, out});
+    Value biasValue = bias ? param(name + ".bias", {out}) : Value();
     return LinearOp::create(b, loc, type(shape), x, w, biasValue, UnitAttr());
   }
-  Value norm(Value x, bool layerNorm, llvm::StringRef name) {
+  Value norm(Value x, const llvm::Twine &name) {
     auto in = cast<RankedTensorType>(x.getType());
     int64_t h = in.getShape().back();
-    Value scale = param(name, {h});
-    if (layerNorm)
+    Value scale = param(name + ".weight", {h});
+    if (gelu())
       return LayerNormOp::create(b, loc, in, x, scale,
-                                 param((name + ".bias").str(), {h}),
-                                 in.getRank() - 1, llvm::APFloat(1e-5f));
+                                 param(name + ".bias", {h}), in.getRank() - 1,
+                                 llvm::APFloat(1e-5f));
     return RMSNormOp::create(b, loc, in, x, scale, in.getRank() - 1,
                              llvm::APFloat(1e-5f));
   }
@@ -313,228 +314,113 @@ public:
     return TransposeOp::create(b, loc, type(shape), x,
                                b.getDenseI64ArrayAttr(perm));
   }
-  Value dropout(Value x) {
-    // Dropout multiplies by a saved mask (counted as a tensor of x's type).
-    Value mask = param("dropout.mask", cast<RankedTensorType>(x.getType()).getShape());
-    return MulOp::create(b, loc, x, mask);
-  }
-  Value collective(llvm::StringRef kind, Value x, llvm::StringRef axis,
-                   int64_t groupSize, int64_t dim, int64_t concatDim = 0) {
-    if (groupSize <= 1)
+  Value dropout(Value x, std::optional<double> ratio) {
+    if (!ratio)
       return x;
-    auto in = cast<RankedTensorType>(x.getType());
-    auto mesh = FlatSymbolRefAttr::get(b.getContext(), "mesh");
-    ArrayAttr axes = b.getStrArrayAttr({axis});
-    SmallVector<int64_t> shape(in.getShape());
-    if (kind == "all_reduce")
-      return AllReduceOp::create(b, loc, in,
-                                 ReductionKindAttr::get(b.getContext(),
-                                                        ReductionKind::sum),
-                                 x, mesh, axes);
-    if (kind == "all_gather") {
-      shape[dim] *= groupSize;
-      return AllGatherOp::create(b, loc, type(shape), x, mesh, axes,
-                                 b.getI64IntegerAttr(dim), UnitAttr());
-    }
-    if (kind == "reduce_scatter") {
-      shape[dim] /= groupSize;
-      return ReduceScatterOp::create(
-          b, loc, type(shape),
-          ReductionKindAttr::get(b.getContext(), ReductionKind::sum), x, mesh,
-          axes, b.getI64IntegerAttr(dim));
-    }
-    if (kind == "all_to_all") {
-      shape[dim] /= groupSize;
-      shape[concatDim] *= groupSize;
-      return AllToAllOp::create(b, loc, type(shape), x, mesh, axes,
-                                b.getI64IntegerAttr(dim),
-                                b.getI64IntegerAttr(concatDim));
-    }
-    // One step of the ring: every rank passes its block to the next.
-    return CollectivePermuteOp::create(b, loc, in, x, mesh, axes,
-                                       b.getI64IntegerAttr(1));
+    return DropoutOp::create(b, loc, x, llvm::APFloat(*ratio));
   }
+  bool gelu() const { return model.ffn_kind() == plan::FFN_GELU; }
+
+  /// One transformer block on [batch, seq, hidden], in the body of a
+  /// weft.layer: pre-norm attention and MLP with residuals, as GPT-2/3
+  /// (LayerNorm, GELU, biases) or LLaMA (RMSNorm, SwiGLU) write it.
+  Value block(Value x, int64_t index, std::optional<double> dropoutRatio);
 
   OpBuilder &b;
   Location loc;
-  Type elementType;
+  const plan::ModelSpec &model;
 };
 } // namespace
 
-OwningOpRef<ModuleOp> planner::buildRankProgram(MLIRContext &context,
+Value TransformerBuilder::block(Value x, int64_t index,
+                                std::optional<double> dropoutRatio) {
+  auto in = cast<RankedTensorType>(x.getType());
+  const int64_t batch = in.getDimSize(0), seq = in.getDimSize(1);
+  const int64_t h = model.hidden(), heads = model.heads(),
+                kvHeads = model.kv_heads(), d = h / heads;
+  const int64_t group = heads / kvHeads;
+  std::string prefix = "layers." + std::to_string(index);
+  // Q, K and V from one GEMM whose columns are grouped by KV head
+  // ([kv_heads, group + 2, head_dim], Megatron's layout): splitting the
+  // columns over tensor-parallel ranks gives each rank whole heads.
+  Value normed = norm(x, prefix + ".attn_norm");
+  Value qkv =
+      linear(normed, kvHeads * (group + 2) * d, prefix + ".qkv", gelu());
+  Value grouped = reshape(qkv, {batch, seq, kvHeads, group + 2, d});
+  auto split = SplitOp::create(b, loc,
+                               TypeRange{type({batch, seq, kvHeads, group, d}),
+                                         type({batch, seq, kvHeads, 1, d}),
+                                         type({batch, seq, kvHeads, 1, d})},
+                               grouped, b.getI64IntegerAttr(3),
+                               b.getDenseI64ArrayAttr({group, 1, 1}));
+  Value q = transpose(reshape(split.getResult(0), {batch, seq, heads, d}),
+                      {0, 2, 1, 3});
+  Value k = transpose(reshape(split.getResult(1), {batch, seq, kvHeads, d}),
+                      {0, 2, 1, 3});
+  Value v = transpose(reshape(split.getResult(2), {batch, seq, kvHeads, d}),
+                      {0, 2, 1, 3});
+  FloatAttr attentionDropout =
+      dropoutRatio ? b.getF64FloatAttr(*dropoutRatio) : FloatAttr();
+  Value attended = AttentionOp::create(
+      b, loc, type({batch, heads, seq, d}), q, k, v, Value(),
+      b.getF32FloatAttr(1.0f / std::sqrt(float(d))), b.getUnitAttr(),
+      attentionDropout);
+  Value merged = reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, h});
+  Value projected = linear(merged, h, prefix + ".attn_out", gelu());
+  Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));
+  Value normed2 = norm(residual, prefix + ".mlp_norm");
+  int64_t ffn = model.ffn_hidden();
+  Value activated;
+  if (gelu()) {
+    Value up = linear(normed2, ffn, prefix + ".mlp_up", true);
+    activated = GeluOp::create(
+        b, loc, up,
+        GeluApproximationAttr::get(b.getContext(), GeluApproximation::tanh));
+  } else {
+    Value gate = linear(normed2, ffn, prefix + ".mlp_gate", false);
+    Value up = linear(normed2, ffn, prefix + ".mlp_up", false);
+    activated = MulOp::create(b, loc, SiluOp::create(b, loc, gate), up);
+  }
+  Value down = linear(activated, h, prefix + ".mlp_down", gelu());
+  return AddOp::create(b, loc, residual, dropout(down, dropoutRatio));
+}
+
+OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
                                                 const plan::ModelSpec &model,
-                                                const LayerShape &shape) {
+                                                const TransformerShape &shape) {
   context.loadDialect<WeftDialect, func::FuncDialect>();
   OpBuilder builder(&context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(builder.getUnknownLoc());
   builder.setInsertionPointToEnd(module->getBody());
-  RankBuilder rb(builder, builder.getBF16Type());
-  MeshOp::create(builder, rb.loc, "mesh",
-                 builder.getStrArrayAttr({"tp", "ulysses", "cp"}),
-                 ArrayRef<int64_t>{shape.tp, shape.ulysses, shape.cp});
-
-  const int64_t b = shape.batch, h = model.hidden();
-  const int64_t t = shape.tp, u = shape.ulysses, c = shape.cp;
-  const int64_t d = h / model.heads();
-  const int64_t seqRank = shape.seq / c;      // tokens of a rank's chunk
-  const int64_t seqDense = seqRank / u;       // tokens outside attention
-  const int64_t seqNorm = shape.sequenceParallel ? seqDense / t : seqDense;
-  const int64_t heads = model.heads() / t;
-  const int64_t kvHeads = std::max<int64_t>(1, model.kv_heads() / t);
-  const bool gelu = model.ffn_kind() == plan::FFN_GELU;
-
-  auto makeFunc = [&](llvm::StringRef name, ArrayRef<Type> inputs) {
-    auto func = func::FuncOp::create(builder, rb.loc, name,
-                                     builder.getFunctionType(inputs, {}));
-    Block *entry = func.addEntryBlock();
-    builder.setInsertionPointToStart(entry);
-    return func;
-  };
-  auto finish = [&](func::FuncOp func, Value result) {
-    func::ReturnOp::create(builder, rb.loc, result);
-    func.setType(builder.getFunctionType(func.getArgumentTypes(),
-                                         {result.getType()}));
-    builder.setInsertionPointToEnd(module->getBody());
-  };
-  // Megatron's f and g: gather the sequence (SP) before a column-parallel
-  // region, reduce (or reduce-scatter with SP) after a row-parallel one.
-  auto enterTensorParallel = [&](Value x) {
-    return shape.sequenceParallel ? rb.collective("all_gather", x, "tp", t, 1)
-                                  : x;
-  };
-  auto leaveTensorParallel = [&](Value x) {
-    return shape.sequenceParallel
-               ? rb.collective("reduce_scatter", x, "tp", t, 1)
-               : rb.collective("all_reduce", x, "tp", t, 0);
-  };
-
-  // @layer: one transformer block.
-  {
-    func::FuncOp func = makeFunc("layer", {rb.type({b, seqNorm, h})});
-    Value x = func.getArgument(0);
-    Value normed = rb.norm(x, gelu, "attn_norm");
-    Value full = enterTensorParallel(normed);
-    int64_t qkvWidth = (heads + 2 * kvHeads) * d;
-    Value qkv = rb.linear(full, qkvWidth, "qkv", gelu);
-    auto split = SplitOp::create(
-        builder, rb.loc,
-        TypeRange{rb.type({b, seqDense, heads * d}),
-                  rb.type({b, seqDense, kvHeads * d}),
-                  rb.type({b, seqDense, kvHeads * d})},
-        qkv, builder.getI64IntegerAttr(2),
-        builder.getDenseI64ArrayAttr({heads * d, kvHeads * d, kvHeads * d}));
-    auto toHeads = [&](Value v, int64_t n) {
-      Value r = rb.reshape(v, {b, seqDense, n, d});
-      // Ulysses: sequence-split to head-split.
-      r = rb.collective("all_to_all", r, "ulysses", u, 2, 1);
-      return rb.transpose(r, {0, 2, 1, 3});
-    };
-    Value q = toHeads(split.getResult(0), heads);
-    Value k = toHeads(split.getResult(1), kvHeads);
-    Value v = toHeads(split.getResult(2), kvHeads);
-    int64_t headsLocal = heads / u, kvLocal = std::max<int64_t>(1, kvHeads / u);
-    Value attended;
-    auto scale = builder.getF32FloatAttr(1.0f / std::sqrt(float(d)));
-    if (c > 1) {
-      // Ring attention: K and V blocks go around the ring; each step attends
-      // to one block (the cost model multiplies a step by the ring size).
-      Value kNext = rb.collective("permute", k, "cp", c, 2);
-      Value vNext = rb.collective("permute", v, "cp", c, 2);
-      (void)kNext;
-      (void)vNext;
-    }
-    // Ring attention is blockwise with an online softmax, fused by nature.
-    if (shape.flashAttention || c > 1) {
-      attended = AttentionOp::create(
-          builder, rb.loc, rb.type({b, headsLocal, seqRank, d}), q, k, v,
-          Value(), scale,
-          shape.causal && c == 1 ? builder.getUnitAttr() : UnitAttr(),
-          FloatAttr());
-    } else {
-      // Megatron's unfused path: scores and probabilities in memory.
-      Value kv = k, vv = v;
-      if (kvLocal != headsLocal) {
-        kv = BroadcastToOp::create(builder, rb.loc,
-                                   rb.type({b, headsLocal, seqRank, d}), k);
-        vv = BroadcastToOp::create(builder, rb.loc,
-                                   rb.type({b, headsLocal, seqRank, d}), v);
-      }
-      Value scores = MatmulOp::create(
-          builder, rb.loc, rb.type({b, headsLocal, seqRank, seqRank}), q, kv,
-          UnitAttr(), builder.getUnitAttr());
-      // The 1/sqrt(d) scale and the mask are fused into the softmax kernel
-      // (Megatron's scaled_masked_softmax), so they add no pass.
-      Value probs =
-          SoftmaxOp::create(builder, rb.loc, scores, 3, llvm::APFloat(1.0f));
-      if (shape.dropout)
-        probs = rb.dropout(probs);
-      attended = MatmulOp::create(builder, rb.loc,
-                                  rb.type({b, headsLocal, seqRank, d}), probs,
-                                  vv, UnitAttr(), UnitAttr());
-    }
-    Value back = rb.transpose(attended, {0, 2, 1, 3});
-    back = rb.collective("all_to_all", back, "ulysses", u, 1, 2);
-    back = rb.reshape(back, {b, seqDense, heads * d});
-    Value projected = rb.linear(back, h, "attn_out", gelu);
-    projected = leaveTensorParallel(projected);
-    if (shape.dropout)
-      projected = rb.dropout(projected);
-    Value residual = AddOp::create(builder, rb.loc, x, projected);
-    Value normed2 = rb.norm(residual, gelu, "mlp_norm");
-    Value full2 = enterTensorParallel(normed2);
-    int64_t ffn = model.ffn_hidden() / t;
-    Value hiddenAct;
-    if (gelu) {
-      Value up = rb.linear(full2, ffn, "mlp_up", true);
-      hiddenAct = GeluOp::create(builder, rb.loc, up,
-                                 GeluApproximationAttr::get(
-                                     &context, GeluApproximation::tanh));
-    } else {
-      Value gate = rb.linear(full2, ffn, "mlp_gate", false);
-      Value up = rb.linear(full2, ffn, "mlp_up", false);
-      hiddenAct = MulOp::create(builder, rb.loc,
-                                SiluOp::create(builder, rb.loc, gate), up);
-    }
-    Value down = rb.linear(hiddenAct, h, "mlp_down", gelu);
-    down = leaveTensorParallel(down);
-    if (shape.dropout)
-      down = rb.dropout(down);
-    finish(func, AddOp::create(builder, rb.loc, residual, down));
+  TransformerBuilder tb(builder, model);
+  const int64_t batch = shape.batch, seq = shape.seq, h = model.hidden(),
+                vocab = model.vocab();
+  auto tokens = RankedTensorType::get({batch, seq}, builder.getI64Type());
+  auto logitsType = tb.type({batch, seq, vocab});
+  auto func = func::FuncOp::create(
+      builder, tb.loc, "main", builder.getFunctionType({tokens}, {logitsType}));
+  builder.setInsertionPointToStart(func.addEntryBlock());
+  Value table = tb.param("embedding.weight", {vocab, h});
+  Value x = EmbeddingOp::create(builder, tb.loc, tb.type({batch, seq, h}),
+                                table, func.getArgument(0));
+  int64_t layers = shape.layers > 0 ? shape.layers : model.layers();
+  for (int64_t i = 0; i < layers; ++i) {
+    auto layer = LayerOp::create(builder, tb.loc, "block", i, ValueRange{x},
+                                 TypeRange{x.getType()});
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&layer.getBody().front());
+    Value out =
+        tb.block(layer.getBody().front().getArgument(0), i, shape.dropout);
+    YieldOp::create(builder, tb.loc, out);
+    x = layer.getResult(0);
   }
-
-  // @embedding: vocabulary-parallel token embedding.
-  {
-    Type indexType = RankedTensorType::get({b, seqDense},
-                                           builder.getI64Type());
-    func::FuncOp func = makeFunc("embedding", {indexType});
-    Value table = rb.param("embedding", {model.vocab() / t, h});
-    Value rows = EmbeddingOp::create(builder, rb.loc, rb.type({b, seqDense, h}),
-                                     table, func.getArgument(0));
-    finish(func, leaveTensorParallel(rows));
-  }
-
-  // @head: final norm, vocabulary-parallel output layer, cross-entropy.
-  {
-    Type labelType = RankedTensorType::get({b, seqDense}, builder.getI64Type());
-    func::FuncOp func =
-        makeFunc("head", {rb.type({b, seqNorm, h}), labelType});
-    Value normed = rb.norm(func.getArgument(0), gelu, "final_norm");
-    Value full = enterTensorParallel(normed);
-    Value logits = rb.linear(full, model.vocab() / t, "output", false);
-    Value logits32 = CastOp::create(
-        builder, rb.loc, rb.type({b, seqDense, model.vocab() / t},
-                                 builder.getF32Type()),
-        logits);
-    Value labels = func.getArgument(1);
-    // Vocabulary-parallel cross-entropy: max and sum of exp over the shards.
-    Value loss = CrossEntropyOp::create(
-        builder, rb.loc,
-        RankedTensorType::get({b, seqDense}, builder.getF32Type()), logits32,
-        labels, LossReductionAttr::get(&context, LossReduction::none),
-        IntegerAttr());
-    loss = rb.collective("all_reduce", loss, "tp", t, 0);
-    loss = rb.collective("all_reduce", loss, "tp", t, 0);
-    finish(func, loss);
-  }
+  Value normed = tb.norm(x, "final_norm");
+  Value logits;
+  if (model.tied_embeddings())
+    logits = LinearOp::create(builder, tb.loc, logitsType, normed, table,
+                              Value(), builder.getUnitAttr());
+  else
+    logits = tb.linear(normed, vocab, "output", false);
+  func::ReturnOp::create(builder, tb.loc, logits);
   return module;
 }

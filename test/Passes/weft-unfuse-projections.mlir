@@ -1,4 +1,4 @@
-// RUN: weft-opt %s -weft-unfuse-projections | FileCheck %s
+// RUN: weft-opt %s -split-input-file -weft-unfuse-projections | FileCheck %s
 
 // GPT-2's fused Q/K/V projection becomes one linear per piece, with the
 // weight's and bias's columns sliced into new parameters.
@@ -16,4 +16,34 @@ func.func @qkv(%x: tensor<1x2x2xf32>) -> (tensor<1x2x2xf32>, tensor<1x2x1xf32>) 
   %y = weft.linear %x, %w, %b : (tensor<1x2x2xf32>, tensor<2x3xf32>, tensor<3xf32>) -> tensor<1x2x3xf32>
   %p:2 = weft.split %y axis 2 sizes [2, 1] : tensor<1x2x3xf32> -> (tensor<1x2x2xf32>, tensor<1x2x1xf32>)
   return %p#0, %p#1 : tensor<1x2x2xf32>, tensor<1x2x1xf32>
+}
+
+// -----
+
+// Shape-only parameters (a model imported for planning) become shape-only
+// pieces: the planner costs the program that runs.
+// CHECK-LABEL: func.func @shape_only
+func.func @shape_only(%x: tensor<1x2x4xf32>) -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>) {
+  %w = weft.parameter "c_attn" : tensor<4x8xf32>
+  %b = weft.parameter "c_attn.bias" : tensor<8xf32>
+  // CHECK-DAG: weft.parameter "c_attn.part0" : tensor<4x4xf32>{{$}}
+  // CHECK-DAG: weft.parameter "c_attn.bias.part1" : tensor<4xf32>{{$}}
+  // CHECK-NOT: weft.split
+  %y = weft.linear %x, %w, %b : (tensor<1x2x4xf32>, tensor<4x8xf32>, tensor<8xf32>) -> tensor<1x2x8xf32>
+  %p:2 = weft.split %y axis 2 sizes [4, 4] : tensor<1x2x8xf32> -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>)
+  return %p#0, %p#1 : tensor<1x2x4xf32>, tensor<1x2x4xf32>
+}
+
+// -----
+
+// A weight in an external file stays fused: its columns are not one byte
+// range.
+// CHECK-LABEL: func.func @external
+func.func @external(%x: tensor<1x2x4xf32>) -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>) {
+  %w = weft.parameter "c_attn" external <"model.onnx.data", offset = 0, length = 128> : tensor<4x8xf32>
+  // CHECK: weft.linear
+  // CHECK: weft.split
+  %y = weft.linear %x, %w : (tensor<1x2x4xf32>, tensor<4x8xf32>) -> tensor<1x2x8xf32>
+  %p:2 = weft.split %y axis 2 sizes [4, 4] : tensor<1x2x8xf32> -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>)
+  return %p#0, %p#1 : tensor<1x2x4xf32>, tensor<1x2x4xf32>
 }

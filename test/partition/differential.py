@@ -12,7 +12,9 @@ to 1e-5 relative to the output's magnitude: max|partitioned - reference| <=
 (heads by tp x ulysses, KV heads, the sequence by cp x ulysses) is refused by
 weft with a located 'plan:' error; it is counted as skipped, not checked. The
 bytes each rank sent are checked against the count expected from the
-partitioned program's collectives (see check_bytes).
+partitioned program's collectives (see check_bytes). Then the program the
+planner costs for that plan must be the program weft runs, and its bytes the
+ones the plan reports (see check_identity).
 """
 import argparse
 import concurrent.futures
@@ -53,60 +55,121 @@ def run(weft, model, inputs, out, extra):
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
-def cost_model_bytes(weft, model, spec, batch, tmp, with_loss=False, causal=True):
-    """What the planner's cost model predicts one rank sends in forward for
-    this plan (weft plan --evaluate), converted to what the partitioned f32
-    program sends. The differences are explained and computed here:
-    - the cost model's activations are bf16, the test programs f32: x2;
-    - causal ring attention also passes each K/V block's positions (i64)
-      around the ring, (cp - 1) x seq/(cp*ulysses) x 8 bytes per layer;
-    - the output layer differs: the test models return logits, so the program
-      gathers them over tp (and, with SP, gathers the final norm's sequence
-      shards first), where the cost model's training step keeps them
-      vocabulary-parallel for the cross-entropy. Those bytes are computed from
-      the shapes."""
+SSA = re.compile(r"%[A-Za-z0-9_#]+")
+SEGMENT = re.compile(r"weft\.layer \"")
+
+
+def normalize(lines):
+    """One segment of a rank program, without what may differ between the
+    costed and the emitted program: weights (the planner's are shapes only),
+    parameter names and layer indices (the costed program is one layer), and
+    SSA names (renumbered in order of appearance)."""
+    names = {}
+    out = []
+    for line in lines:
+        if "weft.parameter" in line:
+            line = re.sub(r" = dense<.*$", "", line)
+        line = re.sub(r'weft\.parameter "[^"]*"', 'weft.parameter "_"', line)
+        line = re.sub(r" index \d+ ", " index _ ", line)
+        line = SSA.sub(lambda m: names.setdefault(m.group(0), "%%v%d" % len(names)), line)
+        out.append(line.strip())
+    return out
+
+
+def segments(text):
+    """A rank program's function as (prefix, [layers], suffix): the lines
+    before the first top-level weft.layer, each layer's lines, and the lines
+    after the last (anything between two layers is a segment of its own)."""
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.lstrip().startswith("module"))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    lines = lines[start:end + 1]
+    parts, current, depth, layers = [], [], 0, []
+    for line in lines:
+        if depth == 0 and SEGMENT.search(line) and "{" in line:
+            parts.append(current)
+            current, depth = [line], 1
+            continue
+        if depth > 0:
+            current.append(line)
+            depth += line.count("{") - line.count("}")
+            if depth == 0:
+                layers.append(current)
+                current = []
+            continue
+        current.append(line)
+    parts.append(current)
+    return parts[0], layers, [p for p in parts[1:] if p]
+
+
+def check_identity(weft, model, inputs, spec, devices, tmp, loss):
+    """The program the planner costs is the program weft runs: for this plan
+    (one micro-batch of the whole batch, bf16, with a training step's loss
+    when the model ends in logits), `weft plan --evaluate --print-rank-ir`
+    prints one layer of the rank program it measured, and `weft run
+    --dump-partitioned` writes the program it runs. Each layer of the run
+    program must equal the costed layer, and what comes before and after the
+    layers must be equal, up to weights, parameter names and SSA names. The
+    bytes each rank sent must equal the plan's per-layer, embedding and
+    output-layer figures: layers x layer + embedding + head."""
     degrees = dict(item.split("=") for item in spec.split(","))
-    dp, tp, sp = int(degrees["dp"]), int(degrees["tp"]), int(degrees["sp"])
-    ulysses, cp = int(degrees["ulysses"]), int(degrees["cp"])
-    out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", model + spec) + ".plan.json")
+    dp = int(degrees["dp"])
+    base = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", model + spec))
+    tokens = input_array(inputs[0])
+    batch, seq = tokens.shape[0], tokens.shape[1]
     proc = subprocess.run(
         [weft, "plan", model, "--cluster", "a100-80g:8x1", "--global-batch", str(batch),
-         "--evaluate", "%s,pp=1,mbs=%d" % (spec, batch // dp), "--json", out],
-        capture_output=True, text=True)
+         "--seq-len", str(seq),
+         "--evaluate", "%s,pp=1,mbs=%d" % (spec, batch // dp), "--print-rank-ir",
+         "--json", base + ".plan.json"], capture_output=True, text=True)
     if proc.returncode != 0:
-        if "2*cp*ulysses" in proc.stderr:
-            # The cost model's ring is load-balanced (two mirrored chunks per
-            # rank) and needs the sequence to divide by 2 x cp x ulysses.
-            return None, "outside"
-        return None, "weft plan --evaluate failed: " + proc.stderr[-300:]
+        return "weft plan --evaluate failed: " + proc.stderr[-400:]
+    costed = proc.stdout
     import json
-    data = json.load(open(out))
-    plan, spec_model = data["plans"][0], data["model"]
-    layers, hidden, vocab = int(spec_model["layers"]), int(spec_model["hidden"]), int(spec_model["vocab"])
-    seq = int(data["training"]["seq_len"])
-    b, s_local = batch // dp, seq // (cp * ulysses)
-    expected = 2 * (layers * int(plan["forward_comm_bytes_layer"]) +
-                    int(plan["forward_comm_bytes_embedding"]))
-    if causal:
-        expected += layers * (cp - 1) * (seq // cp) * 8
-    if tp > 1:
-        if sp:
-            expected += (tp - 1) * b * (s_local // tp) * hidden * 4
-        expected += (tp - 1) * b * s_local * (vocab // tp) * 4
-    if with_loss:
-        # Vocabulary-parallel cross-entropy: max, sum of exponentials and the
-        # label's logit, each an all-reduce over tp of one f32 per position;
-        # a mean over positions split across ranks sums two scalars.
-        if tp > 1:
-            expected += 3 * (2 * (tp - 1) * b * s_local * 4 // tp)
-        n = dp * cp * ulysses
-        if n > 1:
-            expected += 2 * (2 * (n - 1) * 4 // n)
-    return expected, None
+    data = json.load(open(base + ".plan.json"))
+    plan, vocab = data["plans"][0], int(data["model"]["vocab"])
+    extra = ["--dtype", "bf16", "--devices", str(devices), "--plan-spec", spec,
+             "--dump-partitioned", base + ".run.mlir"]
+    paths = list(inputs)
+    if loss:
+        paths.append(base + ".labels.npy")
+        np.save(paths[-1], (tokens.astype(np.int64) + 1) % vocab)
+        extra.append("--loss")
+    proc = run(weft, model, paths, base + ".run", extra)
+    if proc.returncode != 0:
+        return "weft run --dtype bf16 failed: " + proc.stderr[-400:]
+    prefix, layers, rest = segments(costed)
+    run_prefix, run_layers, run_rest = segments(open(base + ".run.mlir").read())
+    if len(layers) != 1:
+        return "the costed program has %d layers, expected 1" % len(layers)
+    expected = [normalize(prefix)] + [normalize(layers[0])] * len(run_layers) + \
+        [normalize(p) for p in rest]
+    got = [normalize(run_prefix)] + [normalize(l) for l in run_layers] + \
+        [normalize(p) for p in run_rest]
+    if len(got) != len(expected):
+        return "the run program has %d segments, the costed one %d" % (len(got), len(expected))
+    for index, (a, b) in enumerate(zip(expected, got)):
+        if a != b:
+            diff = next(i for i in range(min(len(a), len(b)) + 1)
+                        if i >= min(len(a), len(b)) or a[i] != b[i])
+            return ("segment %d differs at line %d: costed '%s', run '%s'" %
+                    (index, diff, a[diff] if diff < len(a) else "<end>",
+                     b[diff] if diff < len(b) else "<end>"))
+    predicted = (len(run_layers) * int(plan["forward_comm_bytes_layer"]) +
+                 int(plan["forward_comm_bytes_embedding"]) +
+                 int(plan["forward_comm_bytes_head"]))
+    counted = re.search(r"bytes sent per rank: (\d+)", proc.stderr)
+    counted = int(counted.group(1)) if counted else 0
+    if counted != predicted:
+        return ("the communicator counted %d bytes per rank, the plan predicts %d "
+                "(%d layers x %s + %s + %s)" %
+                (counted, predicted, len(run_layers), plan["forward_comm_bytes_layer"],
+                 plan["forward_comm_bytes_embedding"], plan["forward_comm_bytes_head"]))
+    return None
 
 
 def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
-               lm_head=True, causal=True):
+               lm_head=True):
     out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name + spec))
     proc = run(weft, model, inputs, out,
                ["--devices", str(devices), "--plan-spec", spec,
@@ -127,26 +190,19 @@ def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
     bytes_error = check_bytes(proc.stderr, out + ".mlir")
     if bytes_error:
         return "failed", bytes_error
-    if not lm_head:
-        return "ok", "%.2g" % worst
-    counted = int(re.search(r"bytes sent per rank: (\d+)", proc.stderr).group(1))
-    batch = int(np.load(inputs[0]).shape[0]) if inputs[0].endswith(".npy") else None
-    if batch is None:
-        import onnx.numpy_helper  # noqa: F401  (only for .pb inputs)
-        from onnx import TensorProto
-        tensor = TensorProto()
-        tensor.ParseFromString(open(inputs[0], "rb").read())
-        batch = tensor.dims[0]
-    expected, error = cost_model_bytes(weft, model, spec, batch, tmp,
-                                       with_loss=len(reference) > 1,
-                                       causal=causal)
-    if error == "outside":
-        return "ok", "%.2g" % worst
+    error = check_identity(weft, model, inputs, spec, devices, tmp, lm_head)
     if error:
-        return "failed", error
-    if counted != expected:
-        return "failed", "the communicator counted %d bytes per rank, the cost model predicts %d" % (counted, expected)
-    return "ok+cost", "%.2g" % worst
+        return "failed", "costed != run: " + error
+    return "ok", "%.2g" % worst
+
+
+def input_array(path):
+    if path.endswith(".npy"):
+        return np.load(path)
+    from onnx import TensorProto, numpy_helper
+    tensor = TensorProto()
+    tensor.ParseFromString(open(path, "rb").read())
+    return numpy_helper.to_array(tensor)
 
 
 COLLECTIVE = re.compile(
@@ -198,13 +254,18 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     options = parser.parse_args()
     models = []
-    for name in ["gpt2", "bert", "llama"]:
+    # The static exports, and the dynamic ones (batch and sequence axes
+    # symbolic, as torch.onnx.export with dynamic_axes writes them), whose
+    # programs the planner builds at its own batch.
+    for name, suffix in itertools.product(["gpt2", "bert", "llama"],
+                                          ["", "-dynamic"]):
         data = os.path.join(ROOT, "test", "models", name, "test_data_set_0")
         inputs = sorted(os.path.join(data, f) for f in os.listdir(data)
                         if f.startswith("input_"))
-        models.append((name, os.path.join(ROOT, "test", "models", name,
-                                          name + "-opset17.onnx"), inputs))
-    failures, counts = [], {"ok": 0, "ok+cost": 0, "skipped": 0, "failed": 0}
+        models.append((name + suffix, os.path.join(
+            ROOT, "test", "models", name, name + "-opset17" + suffix + ".onnx"),
+            inputs))
+    failures, counts = [], {"ok": 0, "skipped": 0, "failed": 0}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(options.random):
             directory = os.path.join(tmp, "random%d" % seed)
@@ -231,11 +292,10 @@ def main():
                              for f in sorted(os.listdir(ref_dir))]
                 # BERT returns hidden states: no output layer to compare.
                 lm_head = not name.startswith("bert")
-                causal = "causal=False" not in name
                 for spec, devices in plans():
                     jobs.append((name, spec, pool.submit(
                         check_pair, options.weft, name, model, inputs, reference,
-                        spec, devices, tmp, lm_head, causal)))
+                        spec, devices, tmp, lm_head)))
             for name, spec, job in jobs:
                 status, detail = job.result()
                 counts[status] += 1
@@ -243,15 +303,16 @@ def main():
                     failures.append("%s %s: %s" % (name, spec, detail))
     for failure in failures[:20]:
         print("FAIL:", failure)
-    ok = counts["ok"] + counts["ok+cost"]
+    ok = counts["ok"]
     print("checked %d (model, plan) pairs on %d models: %d equal to the "
           "unpartitioned result within %g relative, with the bytes each rank "
-          "sent equal to the program's collectives' ring counts; of these, %d "
-          "also equal to the cost model's prediction (weft plan --evaluate; "
-          "the %d others are BERT, whose output is not a vocabulary); %d "
-          "failed; %d skipped (the plan does not divide the model's shapes)" %
-          (ok + counts["failed"], len(models), ok, TOLERANCE, counts["ok+cost"],
-           counts["ok"], counts["failed"], counts["skipped"]))
+          "sent equal to the program's collectives' ring counts, and the bf16 "
+          "training-step program weft runs equal to the one the planner costs "
+          "(weft plan --evaluate --print-rank-ir), its bytes per rank equal to "
+          "the plan's; %d failed; %d skipped (the plan does not divide the "
+          "model's shapes)" %
+          (ok + counts["failed"], len(models), ok, TOLERANCE, counts["failed"],
+           counts["skipped"]))
     return 1 if failures or ok < 200 else 0
 
 

@@ -89,6 +89,58 @@ TEST(PlannerCompute, LayerFlopsFromCostInterface) {
   EXPECT_LT(layer.flops, expected * 1.01);
 }
 
+// The cost model builds one program per family of shapes (tp > 1 or not,
+// ulysses > 1 or not, the ring, SP) at the corners micro-batch {1, 2} x
+// tp {2, 4} x ulysses {2, 4} and derives the others, whose counts are
+// multilinear in (micro-batch, 1/tp, 1/ulysses). The derived costs must be
+// those of the programs built at their own sizes.
+TEST(PlannerPrograms, FamilyCornersGiveEveryMember) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x16");
+  struct Case {
+    const char *model;
+    int tp, ulysses, cp, mbs;
+    bool sp, flash;
+  };
+  for (Case c : {Case{"gpt3-175b", 8, 4, 2, 3, true, true},
+                 Case{"gpt3-175b", 8, 1, 1, 5, false, false},
+                 Case{"llama3-70b", 8, 1, 2, 2, true, true},
+                 Case{"llama3-70b", 2, 4, 1, 7, true, true},
+                 Case{"gpt3-13b", 1, 8, 4, 4, false, true}}) {
+    plan::TrainingConfig training = megatron2022(64);
+    training.set_flash_attention(c.flash);
+    plan::ModelSpec spec = *lookupPreset(c.model);
+    training.set_seq_len(spec.seq_len());
+    CostModel derived(spec, cluster, training);
+    CostModel exact(spec, cluster, training);
+    exact.setExactPrograms(true);
+    plan::Plan p = tpPpPlan(c.tp, 1, c.mbs, 1);
+    p.set_ulysses(c.ulysses);
+    p.set_cp(c.cp);
+    p.set_sequence_parallel(c.sp);
+    SCOPED_TRACE(std::string(c.model) + " tp=" + std::to_string(c.tp) +
+                 " ulysses=" + std::to_string(c.ulysses) + " cp=" +
+                 std::to_string(c.cp) + " mbs=" + std::to_string(c.mbs));
+    for (auto get : {&CostModel::layerCost, &CostModel::embeddingCost,
+                     &CostModel::headCost}) {
+      const BlockCost &a = (derived.*get)(p), &b = (exact.*get)(p);
+      auto near = [](double x, double y) {
+        return std::abs(x - y) <= 1e-9 * std::max(std::abs(y), 1e-12);
+      };
+      EXPECT_TRUE(near(a.forward, b.forward)) << a.forward << " " << b.forward;
+      EXPECT_TRUE(near(a.backwardInput, b.backwardInput));
+      EXPECT_TRUE(near(a.backwardWeight, b.backwardWeight));
+      EXPECT_TRUE(near(a.tpComm, b.tpComm)) << a.tpComm << " " << b.tpComm;
+      EXPECT_TRUE(near(a.seqComm, b.seqComm)) << a.seqComm << " " << b.seqComm;
+      EXPECT_TRUE(near(a.savedBytes, b.savedBytes));
+      EXPECT_TRUE(near(a.savedBytesSelective, b.savedBytesSelective));
+      EXPECT_TRUE(near(a.parameters, b.parameters));
+      EXPECT_TRUE(near(a.commBytes, b.commBytes))
+          << a.commBytes << " " << b.commBytes;
+      EXPECT_TRUE(near(a.flops, b.flops));
+    }
+  }
+}
+
 // With equal stages, 1F1B and GPipe take (m + p - 1)(F + B); interleaving
 // with v chunks shrinks the bubble to (p - 1)(F + B) / v.
 TEST(PlannerPipeline, SimulatedScheduleMatchesClosedForm) {

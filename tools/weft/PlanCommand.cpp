@@ -10,7 +10,9 @@
 #include "weft/Planner/Report.h"
 #include "weft/Planner/Search.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -32,7 +34,7 @@ namespace cl = llvm::cl;
 
 mlir::OwningOpRef<mlir::ModuleOp>
 loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context,
-                     int64_t sequenceLength);
+                     int64_t sequenceLength, int64_t batch = 1);
 
 static cl::SubCommand planCommand(
     "plan", "Choose a parallelization plan for training a model on a cluster");
@@ -133,7 +135,9 @@ static cl::opt<bool> tpAcross("tp-across-nodes",
                               cl::sub(planCommand));
 static cl::opt<bool> printIr(
     "print-rank-ir",
-    cl::desc("Print the weft IR one rank runs for a layer of the first plan"),
+    cl::desc("Print the weft IR one rank runs for a micro-batch of the first "
+             "plan, one layer of each kind: the program the cost model "
+             "measured"),
     cl::sub(planCommand));
 static cl::opt<bool> noProgress("no-progress", cl::desc("No progress bar"),
                                 cl::sub(planCommand));
@@ -172,6 +176,44 @@ static cl::opt<int> calibratePp1Mbs(
 static int planError(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weft plan") << message << '\n';
   return 1;
+}
+
+/// The [batch, seq] that a model's first input is bound to.
+static std::pair<int64_t, int64_t> inputShape(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && func.getNumArguments())
+      if (auto type =
+              dyn_cast<RankedTensorType>(func.getArgumentTypes().front()))
+        if (type.getRank() >= 2)
+          return {type.getDimSize(0), type.getDimSize(1)};
+  return {0, 0};
+}
+
+/// The model file as the cost model's source of IR: imported (without
+/// weights) at each batch it asks for, or at its own batch when that is
+/// static. Import errors while building are the cost model's, not printed.
+static ModelSource fileModelSource(llvm::StringRef path, int64_t seq,
+                                   MLIRContext &probeContext) {
+  ModelSource source;
+  std::string file = path.str();
+  source.build = [file](MLIRContext &context, int64_t batch,
+                        int64_t seqLen) -> OwningOpRef<ModuleOp> {
+    ScopedDiagnosticHandler quiet(&context,
+                                  [](Diagnostic &) { return success(); });
+    OwningOpRef<ModuleOp> module =
+        loadModelForPlanning(file, context, seqLen, batch);
+    if (!module || inputShape(*module) != std::make_pair(batch, seqLen))
+      return nullptr;
+    return module;
+  };
+  // A batch the importer binds is dynamic; a .mlir module's is its own.
+  ScopedDiagnosticHandler quiet(&probeContext,
+                                [](Diagnostic &) { return success(); });
+  OwningOpRef<ModuleOp> probe =
+      loadModelForPlanning(path, probeContext, seq, 3);
+  if (probe && inputShape(*probe).first != 3)
+    source.staticBatch = inputShape(*probe).first;
+  return source;
 }
 
 /// The model from a file, a preset, or the builder flags.
@@ -289,18 +331,30 @@ int runPlan(MLIRContext &context) {
   training.set_grad_reduce_16bit(gradReduce16);
   model->set_seq_len(training.seq_len());
 
-  CostModel costModel(*model, *cluster, training);
+  ModelSource source;
+  if (!planModelFile.empty())
+    source = fileModelSource(planModelFile, training.seq_len(), context);
+  CostModel costModel(*model, *cluster, training, source);
   plan::PlanSet set;
   *set.mutable_model() = *model;
   *set.mutable_cluster() = *cluster;
   *set.mutable_training() = training;
   llvm::raw_ostream &os = llvm::outs();
-  os << "model " << model->name() << ": " << model->layers() << " layers, hidden "
-     << model->hidden() << ", " << model->heads() << " heads ("
-     << model->kv_heads() << " KV), FFN " << model->ffn_hidden() << " "
-     << (model->ffn_kind() == plan::FFN_GELU ? "GELU" : "SwiGLU") << ", vocab "
-     << model->vocab() << llvm::format(", %.3g B parameters\n",
-                                       parameterCount(*model) / 1e9);
+  os << "model " << model->name() << ": " << model->layers()
+     << " layers, hidden " << model->hidden() << ", " << model->heads()
+     << " heads (" << model->kv_heads() << " KV), FFN " << model->ffn_hidden()
+     << " " << (model->ffn_kind() == plan::FFN_GELU ? "GELU" : "SwiGLU")
+     << ", vocab " << model->vocab()
+     << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
+  // What the cost model costs: a file's own IR, or the transformer a
+  // preset or the builder flags describe.
+  if (source)
+    os << "; costed from its own IR"
+       << (source.staticBatch
+               ? " (a static batch of " + std::to_string(*source.staticBatch) +
+                     ": micro-batches that divide it)"
+               : std::string());
+  os << "\n";
   os << "cluster " << cluster->name() << ": " << totalGpus(*cluster) << " x "
      << cluster->gpu().name() << " (" << cluster->gpus_per_node()
      << " per node); global batch " << training.global_batch()
@@ -328,6 +382,8 @@ int runPlan(MLIRContext &context) {
       given = *parsed;
     }
     std::string why = costModel.checkPlan(given);
+    if (why.empty())
+      why = costModel.programError(given);
     if (!why.empty())
       return planError("the plan cannot run: " + why);
     costModel.evaluate(given);

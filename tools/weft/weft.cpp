@@ -595,13 +595,15 @@ static int runModel(MLIRContext &context) {
 /// IR, both raised and with their layers marked.
 OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
                                            MLIRContext &context,
-                                           int64_t sequenceLength) {
+                                           int64_t sequenceLength,
+                                           int64_t batch) {
   if (!path.ends_with(".mlir")) {
-    // Shapes only: dynamic batch axes become 1 (the planner sets its own
+    // Shapes only: dynamic batch axes become `batch` (the planner's
     // micro-batches), dynamic sequence axes the --seq-len given.
     weft::OnnxImportOptions options;
     options.loadWeights = false;
-    options.batchSize = 1;
+    options.keepExternalData = true;
+    options.batchSize = batch;
     if (sequenceLength > 0)
       options.sequenceLength = sequenceLength;
     return importModel(path, options, context);

@@ -137,6 +137,11 @@ int64_t getCollectiveGroupSize(mlir::Operation *op);
 /// ranks (NCCL's ring counts; see CollectiveOpInterface).
 int64_t getCollectiveBytesSent(mlir::Operation *op, int64_t groupSize);
 
+/// The bytes one rank sends for a collective of `kind` whose operand has
+/// `operandBytes`, in a group of `groupSize` ranks (NCCL's ring counts).
+int64_t collectiveBytesSent(CollectiveKind kind, int64_t operandBytes,
+                            int64_t groupSize);
+
 /// Bytes that a tensor of `type` occupies (i1 takes one byte per element).
 int64_t getTensorBytes(mlir::Type type);
 

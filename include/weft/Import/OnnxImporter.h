@@ -50,6 +50,12 @@ struct OnnxImportOptions {
   /// Without weights, parameters keep only names, shapes and dtypes: the
   /// weight bytes are never read (for planning).
   bool loadWeights = true;
+  /// With `loadWeights` off, parameters stored in external files still name
+  /// their byte ranges (which are not read). The planner imports this way:
+  /// which parameters are external decides how passes may rewrite them
+  /// (-weft-unfuse-projections), and the program it costs must be the one
+  /// that runs.
+  bool keepExternalData = false;
   /// The name of the function the graph becomes.
   std::string functionName = "main";
 };

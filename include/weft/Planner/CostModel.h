@@ -3,12 +3,12 @@
 // Part of the Weft project.
 //
 // An analytical, calibrated cost model (docs/cost-model.md). Compute comes
-// from the ops' CostOpInterface applied to the weft IR one rank runs for a
-// layer (planner::buildRankProgram), turned into time by a roofline with a
-// GEMM efficiency curve; collectives in that IR are timed by an alpha-beta
-// model per algorithm and link; the pipeline is costed by simulating the
-// schedule's timeline; memory counts weights, gradients, optimizer states per
-// ZeRO stage, the activations the schedule keeps in flight and workspace.
+// from the ops' CostOpInterface applied to the program one rank runs, built
+// by the partition pipeline (RankProgram.h), turned into time by a roofline
+// with a GEMM efficiency curve; collectives in that IR are timed by an
+// alpha-beta model per algorithm and link; the pipeline is costed by simulating
+// the schedule's timeline; memory counts weights, gradients, optimizer states
+// per ZeRO stage, the activations the schedule keeps in flight and workspace.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +17,7 @@
 
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/Model.h"
+#include "weft/Planner/RankProgram.h"
 #include "weft/plan.pb.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -24,6 +25,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -58,12 +60,18 @@ struct BlockCost {
   /// Bytes one rank sends in the block's forward collectives, counted like
   /// NCCL's ring algorithms (the in-process communicator counts the same).
   double commBytes = 0;
+  /// Parameters (elements) the rank holds for the block, and those of them
+  /// another block also reads (a tied embedding's table, in the head).
+  double parameters = 0;
+  double sharedParameters = 0;
 };
 
 class CostModel {
 public:
+  /// `source` builds the model's IR; without one, the cost model builds the
+  /// transformer that `model` describes (buildTransformer).
   CostModel(plan::ModelSpec model, plan::Cluster cluster,
-            plan::TrainingConfig training);
+            plan::TrainingConfig training, ModelSource source = {});
   ~CostModel();
 
   const plan::ModelSpec &model() const { return modelSpec; }
@@ -100,8 +108,22 @@ public:
   const BlockCost &embeddingCost(const plan::Plan &plan);
   const BlockCost &headCost(const plan::Plan &plan);
 
-  /// The rank's weft IR for the plan's layer shapes (for --print-ir).
+  /// The program one rank runs for `plan` (one layer of the repeated kind):
+  /// the IR the cost model costs, built with the plan's dp (the costed one
+  /// is built with dp = 1: a rank's program does not depend on dp beyond
+  /// the batch it gets). Null with `error` set if it cannot be built.
+  mlir::OwningOpRef<mlir::ModuleOp> rankProgram(const plan::Plan &plan,
+                                                std::string &error);
+  /// rankProgram, printed (for --print-rank-ir).
   std::string rankProgramText(const plan::Plan &plan);
+  /// Why the rank program of `plan` cannot be built, or "".
+  std::string programError(const plan::Plan &plan);
+  /// True if the cost model costs the model's own IR (an import), false if
+  /// it costs the transformer its ModelSpec describes.
+  bool costsOwnModel() const { return ownModel; }
+  /// Builds every rank program at its exact sizes instead of deriving a
+  /// family's members from its corners (for tests; slower).
+  void setExactPrograms(bool exact) { exactPrograms = exact; }
 
   /// Time of a collective of `bytes` (the full, gathered size for all_gather
   /// and reduce_scatter) over a group of `size` ranks placed `stride` apart.
@@ -112,12 +134,27 @@ public:
 private:
   struct Blocks {
     BlockCost layer, embedding, head;
+    std::string error;
   };
   const Blocks &blocks(const plan::Plan &plan);
-  /// The per-rank shapes of a layer under `plan`.
-  LayerShape layerShape(const plan::Plan &plan) const;
+  /// Measured profiles with weights whose weighted sums are a rank
+  /// program's counts (every count of a program is a weighted sum of
+  /// theirs).
+  using ProfileTerms =
+      llvm::SmallVector<std::pair<const ProgramProfile *, double>, 8>;
+  /// The program of `shape` at `microBatch` from programs of that shape
+  /// (at micro-batches 1 and 2, or built at `microBatch` when its ops
+  /// depend on the batch).
+  bool exactProfile(const ProgramShape &shape, int64_t microBatch,
+                    ProfileTerms &terms, std::string &error);
+  /// The program of `plan` from its family's corners (see CostModel.cpp),
+  /// or false when that does not apply.
+  bool familyProfile(const plan::Plan &plan, ProfileTerms &terms);
+  /// Time of one op's work: a roofline with the GPU's efficiency curves.
+  double opTime(const OpCost &cost) const;
   double dataParallelShard(const plan::Plan &plan) const;
-  double stageParameters(const plan::Plan &plan, int stage) const;
+  double stageParameters(const plan::Plan &plan, int stage,
+                         const Blocks &blocks) const;
   struct StageTimes {
     std::vector<double> forward, backward, weight; // per stage, per chunk
     double p2p = 0;
@@ -134,18 +171,48 @@ private:
       return weights + gradients + optimizer + activations + workspace;
     }
   };
-  StageMemory stageMemory(const plan::Plan &plan, int stage);
+  StageMemory stageMemory(const plan::Plan &plan, int stage,
+                          const Blocks &blocks) const;
   void fillMemory(plan::Plan &plan);
 
   plan::ModelSpec modelSpec;
   plan::Cluster clusterSpec;
   plan::TrainingConfig trainingConfig;
   std::unique_ptr<mlir::MLIRContext> context;
-  using BlockKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool>;
+  std::unique_ptr<RankProgramBuilder> programs;
+  bool ownModel = false;
+  struct ShapeProfiles {
+    ProgramProfile one, two;
+    bool affine = false;
+    std::map<int64_t, ProgramProfile> exact;
+    std::string error;
+  };
+  std::map<ProgramShape, ShapeProfiles> exactCache;
+  struct FamilyKey {
+    bool tp, ulysses;
+    int64_t cp;
+    bool sp;
+    bool operator<(const FamilyKey &o) const {
+      return std::tie(tp, ulysses, cp, sp) <
+             std::tie(o.tp, o.ulysses, o.cp, o.sp);
+    }
+  };
+  struct Family {
+    std::vector<ProgramProfile> corners;
+    bool valid = false;
+  };
+  std::map<FamilyKey, Family> familyCache;
+  bool exactPrograms = false;
+  /// (micro-batch, tp, ulysses, cp, sp, dp): dp is 0 for the programs
+  /// that have no collective over dp in forward (their costs do not
+  /// depend on it), which are most.
+  using BlockKey =
+      std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t>;
   std::map<BlockKey, Blocks> cache;
+  std::set<BlockKey> dpDependent;
   BlockKey lastKey;
+  bool lastDpDependent = false;
   const Blocks *lastBlocks = nullptr;
-  double layerParams = 0;
   std::map<std::tuple<int, int, int64_t, int64_t>, std::vector<int32_t>>
       stageCache;
 };

@@ -14,6 +14,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,26 +49,25 @@ double modelFlopsPerStep(const plan::ModelSpec &model, int64_t globalBatch,
 llvm::Expected<plan::ModelSpec> extractModelSpec(mlir::ModuleOp module,
                                                  llvm::StringRef source);
 
-/// Per-rank shapes of one transformer layer under a plan.
-struct LayerShape {
+/// What the builder makes of a ModelSpec.
+struct TransformerShape {
   int64_t batch = 1;
-  int64_t seq = 1;          // full sequence length
-  int64_t tp = 1;
-  int64_t cp = 1;           // ring degree
-  int64_t ulysses = 1;
-  bool sequenceParallel = false;
-  bool flashAttention = true;
-  bool dropout = false;
-  bool causal = true;
+  int64_t seq = 1;
+  /// Layers to build (0: the model's count).
+  int64_t layers = 0;
+  /// Dropout after attention, its output projection and the MLP, at this
+  /// ratio, as Megatron-LM trains GPT (none when not given).
+  std::optional<double> dropout;
 };
 
-/// Builds, in weft IR, what one rank runs for one layer's forward (a
-/// `func.func @layer` with the local shapes of `shape`) and, as
-/// `@embedding` and `@head`, the input embedding and the output layer with
-/// loss. The cost model costs these ops through CostOpInterface.
+/// The model as a module of the weft dialect, as an import would give it:
+/// `func.func @main(tokens: [batch, seq] i64) -> logits [batch, seq, vocab]`
+/// in f32, the embedding, each transformer block a `weft.layer "block"`, the
+/// final norm and the output projection (the embedding table when tied).
+/// Weights are shape-only parameters.
 mlir::OwningOpRef<mlir::ModuleOp>
-buildRankProgram(mlir::MLIRContext &context, const plan::ModelSpec &model,
-                 const LayerShape &shape);
+buildTransformer(mlir::MLIRContext &context, const plan::ModelSpec &model,
+                 const TransformerShape &shape);
 
 } // namespace weft::planner
 

@@ -1,0 +1,168 @@
+//===- RankProgram.h - The program the cost model costs ---------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// The planner costs the program a rank runs, built by the same passes that
+// `weft compile` runs: the model (a built-in transformer or an import) with
+// one layer of its repeated kind, in the training dtype, with its
+// cross-entropy loss, partitioned by the partition pipeline under the plan's
+// degrees. What the cost model then reads of it is a ProgramProfile: every
+// op's cost, backward cost and collective facts, and what each block saves
+// for backward, all from op interfaces.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PLANNER_RANKPROGRAM_H
+#define WEFT_PLANNER_RANKPROGRAM_H
+
+#include "weft/Dialect/WeftInterfaces.h"
+#include "weft/plan.pb.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft::planner {
+
+/// Where the model's IR comes from.
+struct ModelSource {
+  /// Builds the model's forward program (f32, layers marked with weft.layer)
+  /// for a batch and sequence length, or returns null when it cannot.
+  std::function<mlir::OwningOpRef<mlir::ModuleOp>(mlir::MLIRContext &context,
+                                                  int64_t batch, int64_t seq)>
+      build;
+  /// The one batch it builds, for a model whose batch is static (an export
+  /// without a dynamic batch axis, a .mlir module). A rank's micro-batch m
+  /// is then this batch split over B / m data-parallel ranks.
+  std::optional<int64_t> staticBatch;
+  explicit operator bool() const { return bool(build); }
+};
+
+/// What a rank program depends on besides its micro-batch.
+struct ProgramShape {
+  int64_t dp = 1, tp = 1, cp = 1, ulysses = 1;
+  bool sp = false;
+  bool operator<(const ProgramShape &other) const {
+    return std::tie(dp, tp, cp, ulysses, sp) <
+           std::tie(other.dp, other.tp, other.cp, other.ulysses, other.sp);
+  }
+};
+
+/// Builds rank programs: the model at a batch (cached), cut to one layer of
+/// its repeated kind, prepared for a training step and partitioned.
+class RankProgramBuilder {
+public:
+  RankProgramBuilder(mlir::MLIRContext &context, ModelSource source,
+                     plan::TrainingConfig training, int64_t vocab);
+
+  /// The program one rank runs for `shape` at micro-batch `microBatch`
+  /// (the model built at batch microBatch x dp; a static-batch model at its
+  /// batch, with dp = batch / microBatch), or null with `error` set.
+  mlir::OwningOpRef<mlir::ModuleOp>
+  build(const ProgramShape &shape, int64_t microBatch, std::string &error);
+  /// Whether the model has programs at `microBatch` (a static-batch model
+  /// only at divisors of its batch); if not, why in `error`.
+  bool hasMicroBatch(int64_t microBatch, std::string &error) const;
+
+private:
+  mlir::OwningOpRef<mlir::ModuleOp> model(int64_t batch, std::string &error);
+
+  mlir::MLIRContext &context;
+  ModelSource source;
+  plan::TrainingConfig training;
+  int64_t vocab;
+  std::map<int64_t, mlir::OwningOpRef<mlir::ModuleOp>> models;
+};
+
+/// The blocks of a rank program: the ops before its (one) transformer
+/// layer, the layer, the ops after it.
+enum class BlockKind { Embedding = 0, Layer = 1, Head = 2 };
+
+/// Which parallel dimension a collective serves, for the time breakdown and
+/// the overlap rules: tensor parallelism (its group spans "tp"), the ring
+/// of context parallelism (a permute over "cp"), other sequence parallelism
+/// (Ulysses' all-to-all, gathers over cp).
+enum class CommClass { TensorParallel, Ring, Sequence };
+
+/// One op of a rank program, as the cost model reads it.
+struct OpRecord {
+  BlockKind block = BlockKind::Embedding;
+  /// Which op it is (profiles of one shape at two batches have the same).
+  mlir::OperationName name;
+  bool collective = false;
+  // Computation (collective == false).
+  OpCost forward;
+  BackwardCost backward;
+  bool attentionCore = false;
+  /// A fused attention step of a ring (its time hides the ring's sends).
+  bool ringStep = false;
+  // Communication (collective == true).
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  CommClass commClass = CommClass::TensorParallel;
+  int64_t group = 1, stride = 1;
+  /// The mesh axes of the group (MeshAxes bits), to place it on another
+  /// mesh of the same axes.
+  unsigned axes = 0;
+  /// The operand's bytes, and the full (gathered) size the time model
+  /// takes; the bytes one rank sends follow from the first and the group
+  /// (collectiveBytesSent).
+  int64_t operandBytes = 0, fullBytes = 0;
+};
+
+/// The partition pipeline's mesh axes, major to minor, as bits.
+enum MeshAxes : unsigned {
+  kDpAxis = 1,
+  kCpAxis = 2,
+  kUlyssesAxis = 4,
+  kTpAxis = 8
+};
+
+/// The size of a group over `axes` on the mesh (dp, cp, ulysses, tp) of the
+/// given sizes, and the distance between its consecutive ranks.
+int64_t groupSize(unsigned axes, int64_t dp, int64_t cp, int64_t ulysses,
+                  int64_t tp);
+int64_t groupStride(unsigned axes, int64_t dp, int64_t cp, int64_t ulysses,
+                    int64_t tp);
+
+/// What a block keeps for backward and holds as weights, in bytes/elements.
+struct BlockMemory {
+  /// Activations saved for backward without recomputation, and with
+  /// selective recomputation (the attention core recomputed from its
+  /// inputs).
+  double savedBytes = 0, savedBytesSelective = 0;
+  /// The layer's input, which full recomputation keeps.
+  double inputBytes = 0;
+  /// Parameters (elements) this rank holds for the block, and those of them
+  /// that another block also uses (a tied embedding).
+  double parameters = 0, sharedParameters = 0;
+};
+
+struct ProgramProfile {
+  std::vector<OpRecord> ops;
+  BlockMemory memory[3];
+};
+
+/// Reads `rankProgram` (from RankProgramBuilder) through the op interfaces.
+ProgramProfile profileProgram(mlir::ModuleOp rankProgram);
+
+/// True if the two profiles have the same ops, block by block: the program
+/// of one shape at two batches, whose counts are then affine in the batch
+/// (weights do not grow with it, the rest grows linearly).
+bool sameOps(const ProgramProfile &one, const ProgramProfile &two);
+
+/// A count at micro-batch `k` from its values at micro-batches 1 and 2.
+inline double atMicroBatch(double one, double two, int64_t k) {
+  return one + double(k - 1) * (two - one);
+}
+/// An op's cost at micro-batch `k` from its costs at 1 and 2.
+OpCost atMicroBatch(const OpCost &one, const OpCost &two, int64_t k);
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_RANKPROGRAM_H

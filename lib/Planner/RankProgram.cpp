@@ -1,0 +1,419 @@
+//===- RankProgram.cpp - The program the cost model costs -----------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/RankProgram.h"
+
+#include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+
+using namespace mlir;
+using namespace weft;
+using namespace weft::planner;
+
+//===----------------------------------------------------------------------===//
+// Building
+//===----------------------------------------------------------------------===//
+
+RankProgramBuilder::RankProgramBuilder(MLIRContext &context, ModelSource source,
+                                       plan::TrainingConfig training,
+                                       int64_t vocab)
+    : context(context), source(std::move(source)),
+      training(std::move(training)), vocab(vocab) {}
+
+static func::FuncOp entryFunction(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal())
+      return func;
+  return {};
+}
+
+/// The layers of the kind that repeats most, in order.
+static SmallVector<LayerOp> repeatedLayers(func::FuncOp func) {
+  llvm::StringMap<SmallVector<LayerOp>> byKind;
+  SmallVector<std::string> kinds;
+  for (LayerOp layer : func.getBody().getOps<LayerOp>()) {
+    auto &list = byKind[layer.getKind()];
+    if (list.empty())
+      kinds.push_back(layer.getKind().str());
+    list.push_back(layer);
+  }
+  SmallVector<LayerOp> best;
+  for (const std::string &kind : kinds)
+    if (byKind[kind].size() > best.size())
+      best = byKind[kind];
+  return best;
+}
+
+/// Keeps the first layer of the repeated kind: the layers of a kind are one
+/// structure, so the cost model costs one and multiplies. The others must
+/// form a chain (each the next one's first input), which the last one's
+/// users then read from the first.
+static LogicalResult keepOneLayer(func::FuncOp func, std::string &error) {
+  SmallVector<LayerOp> layers = repeatedLayers(func);
+  if (layers.size() <= 1)
+    return success();
+  for (size_t i = 1; i < layers.size(); ++i) {
+    LayerOp before = layers[i - 1], layer = layers[i];
+    if (layer.getInputs().empty() ||
+        layer.getInputs().front() != before->getResult(0) ||
+        layer.getResultTypes() != before.getResultTypes()) {
+      error = "layer " + std::to_string(i) + " of kind '" +
+              layer.getKind().str() +
+              "' does not take the previous layer's output as its first "
+              "input; the planner costs repeated layers that form a chain";
+      return failure();
+    }
+    for (size_t r = 0; r < before->getNumResults(); ++r)
+      for (Operation *user : before->getResult(r).getUsers())
+        if (user != layer.getOperation()) {
+          error = "the output of layer " + std::to_string(i - 1) +
+                  " is used outside the chain of layers";
+          return failure();
+        }
+  }
+  layers.back()->replaceAllUsesWith(layers.front()->getResults());
+  for (size_t i = layers.size(); i-- > 1;)
+    layers[i].erase();
+  return success();
+}
+
+OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
+                                                std::string &error) {
+  auto found = models.find(batch);
+  if (found == models.end()) {
+    OwningOpRef<ModuleOp> module =
+        source.build(context, batch, training.seq_len());
+    if (!module) {
+      error = "the model cannot be built at batch " + std::to_string(batch) +
+              " and sequence " + std::to_string(training.seq_len());
+      return nullptr;
+    }
+    func::FuncOp func = entryFunction(*module);
+    if (!func) {
+      error = "the model has no function";
+      return nullptr;
+    }
+    if (failed(keepOneLayer(func, error)))
+      return nullptr;
+    // The training step's dtype and loss, which no plan changes.
+    PassManager pm(&context);
+    pm.enableVerifier(false);
+    WeftConvertFloatTypeOptions dtype;
+    dtype.to = training.dtype() == "fp16" ? "f16" : "bf16";
+    pm.addNestedPass<func::FuncOp>(createWeftConvertFloatType(dtype));
+    // A language model's training step ends in its loss.
+    auto logits = dyn_cast<RankedTensorType>(
+        func.getResultTypes().empty() ? Type() : func.getResultTypes()[0]);
+    if (logits && logits.getRank() >= 2 && logits.getShape().back() == vocab)
+      pm.addPass(createWeftAppendLoss());
+    if (failed(pm.run(*module))) {
+      error = "the model's training step cannot be built";
+      return nullptr;
+    }
+    found = models.emplace(batch, std::move(module)).first;
+  }
+  return found->second->clone();
+}
+
+bool RankProgramBuilder::hasMicroBatch(int64_t microBatch,
+                                       std::string &error) const {
+  if (microBatch > 0 &&
+      (!source.staticBatch || *source.staticBatch % microBatch == 0))
+    return true;
+  error = "the model's batch is static (" +
+          std::to_string(source.staticBatch.value_or(0)) +
+          "): a micro-batch of " + std::to_string(microBatch) +
+          " does not divide it; export it with a dynamic batch axis";
+  return false;
+}
+
+OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
+                                                int64_t microBatch,
+                                                std::string &error) {
+  if (!hasMicroBatch(microBatch, error))
+    return nullptr;
+  ProgramShape shape = given;
+  if (source.staticBatch)
+    shape.dp = *source.staticBatch / microBatch;
+  OwningOpRef<ModuleOp> module = model(microBatch * shape.dp, error);
+  if (!module)
+    return nullptr;
+  // Capture diagnostics as the error instead of printing them.
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    if (diag.getSeverity() == DiagnosticSeverity::Error && error.empty())
+      error = diag.str();
+    return success();
+  });
+  PassManager pm(&context);
+  // The same passes are verified in weft run, weft compile and the tests;
+  // the planner builds hundreds of these programs.
+  pm.enableVerifier(false);
+  plan::Plan degrees;
+  degrees.set_dp(int(shape.dp));
+  degrees.set_tp(int(shape.tp));
+  degrees.set_cp(int(shape.cp));
+  degrees.set_ulysses(int(shape.ulysses));
+  degrees.set_sequence_parallel(shape.sp);
+  buildPartitionPipeline(pm, applyPlanOptions(degrees));
+  if (!training.flash_attention())
+    pm.addNestedPass<func::FuncOp>(createWeftDecomposeAttention());
+  if (failed(pm.run(*module))) {
+    if (error.empty())
+      error = "partitioning failed";
+    return nullptr;
+  }
+  return module;
+}
+
+//===----------------------------------------------------------------------===//
+// Profiling
+//===----------------------------------------------------------------------===//
+
+/// Weights and constants: held by the rank, not produced per micro-batch
+/// (an all_slice of one is the shard the rank holds).
+static bool isPersistent(Value value) {
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return false;
+  if (isa<ParameterOp>(def) || matchPattern(value, m_Constant()))
+    return true;
+  if (auto slice = dyn_cast<AllSliceOp>(def))
+    return isPersistent(slice.getInput());
+  return false;
+}
+
+/// Where an activation lives: a reshape is a view of its input; a value
+/// all-gathered from shards (Megatron SP) is kept as the shard and gathered
+/// again in backward.
+static Value storedAs(Value value) {
+  while (true) {
+    if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
+      value = reshape.getInput();
+      continue;
+    }
+    if (auto gather = value.getDefiningOp<CollectiveOpInterface>())
+      if (gather.getCollectiveKind() == CollectiveKind::AllGather) {
+        value = gather->getOperand(0);
+        continue;
+      }
+    return value;
+  }
+}
+
+static double bytesOf(Value value, bool maskOnly) {
+  auto type = cast<RankedTensorType>(value.getType());
+  return maskOnly ? double(type.getNumElements())
+                  : double(getTensorBytes(type));
+}
+
+int64_t planner::groupSize(unsigned axes, int64_t dp, int64_t cp,
+                           int64_t ulysses, int64_t tp) {
+  return (axes & kDpAxis ? dp : 1) * (axes & kCpAxis ? cp : 1) *
+         (axes & kUlyssesAxis ? ulysses : 1) * (axes & kTpAxis ? tp : 1);
+}
+
+int64_t planner::groupStride(unsigned axes, int64_t dp, int64_t cp,
+                             int64_t ulysses, int64_t tp) {
+  // Row-major over (dp, cp, ulysses, tp): the minor axis of the group sets
+  // the distance.
+  if (axes & kTpAxis)
+    return 1;
+  if (axes & kUlyssesAxis)
+    return tp;
+  if (axes & kCpAxis)
+    return tp * ulysses;
+  return tp * ulysses * cp;
+}
+
+namespace {
+/// Accumulates what a block saves for backward.
+struct SavedSet {
+  llvm::DenseSet<std::pair<Value, int>> all, selective;
+  double bytes(const llvm::DenseSet<std::pair<Value, int>> &set) const {
+    double total = 0;
+    for (auto [value, maskOnly] : set)
+      total += bytesOf(value, maskOnly);
+    return total;
+  }
+};
+} // namespace
+
+ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
+  ProgramProfile profile;
+  func::FuncOp func = entryFunction(rankProgram);
+  std::optional<MeshInfo> mesh = getMeshInfo(rankProgram);
+  MeshInfo noMesh;
+  const MeshInfo &meshInfo = mesh ? *mesh : noMesh;
+  SmallVector<LayerOp> layers = repeatedLayers(func);
+  LayerOp layer = layers.empty() ? LayerOp() : layers.front();
+  SavedSet saved[3];
+  llvm::DenseSet<Operation *> parameters[3];
+
+  auto visit = [&](Operation *op, BlockKind block) {
+    int b = int(block);
+    if (auto param = dyn_cast<ParameterOp>(op))
+      parameters[b].insert(op);
+    // Computation and communication.
+    if (auto collective = dyn_cast<CollectiveOpInterface>(op);
+        collective && collective.communicates()) {
+      OpRecord record{block, op->getName()};
+      record.collective = true;
+      record.kind = collective.getCollectiveKind();
+      record.group = 1;
+      for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>())
+        record.group *= meshInfo.size(axis);
+      int64_t in = op->getNumOperands()
+                       ? getTensorBytes(op->getOperand(0).getType())
+                       : 0;
+      record.operandBytes = in;
+      int64_t out =
+          op->getNumResults() ? getTensorBytes(op->getResult(0).getType()) : 0;
+      record.fullBytes = std::max(in, out);
+      for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>())
+        record.axes |= axis == "dp"        ? kDpAxis
+                       : axis == "cp"      ? kCpAxis
+                       : axis == "ulysses" ? kUlyssesAxis
+                       : axis == "tp"      ? kTpAxis
+                                           : 0u;
+      record.stride =
+          groupStride(record.axes, meshInfo.size("dp"), meshInfo.size("cp"),
+                      meshInfo.size("ulysses"), meshInfo.size("tp"));
+      bool overTp = record.axes & kTpAxis, overCp = record.axes & kCpAxis;
+      record.commClass = overTp ? CommClass::TensorParallel
+                         : overCp && record.kind == CollectiveKind::Permute
+                             ? CommClass::Ring
+                             : CommClass::Sequence;
+      profile.ops.push_back(std::move(record));
+    } else if (auto costed = dyn_cast<CostOpInterface>(op)) {
+      // The shard of a weight is the rank's to hold: no work per step.
+      bool load =
+          isa<CollectiveOpInterface>(op) && isPersistent(op->getOperand(0));
+      if (!load && !isa<LayerOp, YieldOp, MeshOp>(op)) {
+        OpRecord record{block, op->getName()};
+        record.forward = costed.getCost();
+        if (auto differentiable = dyn_cast<DifferentiableOpInterface>(op)) {
+          record.backward = differentiable.estimateBackwardCost(
+              op->getOperandTypes(), op->getResultTypes());
+          record.attentionCore = differentiable.isAttentionCore();
+        } else {
+          record.backward.inputGradient = record.forward;
+          record.backward.weightGradient.kernels = 0;
+        }
+        record.ringStep = isa<AttentionBlockOp>(op);
+        profile.ops.push_back(std::move(record));
+      }
+    }
+    // Saved for backward.
+    auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
+    if (!differentiable)
+      return;
+    SmallVector<SavedTensor> values;
+    differentiable.getSavedForBackward(values);
+    bool core = differentiable.isAttentionCore();
+    for (const SavedTensor &tensor : values) {
+      if (isPersistent(tensor.value))
+        continue;
+      auto key = std::make_pair(storedAs(tensor.value), int(tensor.maskOnly));
+      saved[b].all.insert(key);
+      if (!core)
+        saved[b].selective.insert(key);
+    }
+    // Selective recomputation reruns the core from its inputs: those made
+    // outside the core stay.
+    if (core)
+      for (Value operand : op->getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        auto producer = dyn_cast_or_null<DifferentiableOpInterface>(def);
+        if (isPersistent(operand) || (producer && producer.isAttentionCore()))
+          continue;
+        saved[b].selective.insert({storedAs(operand), 0});
+      }
+  };
+
+  BlockKind block = BlockKind::Embedding;
+  for (Operation &op : func.getBody().front()) {
+    if (layer && &op == layer.getOperation()) {
+      layer.getBody().walk(
+          [&](Operation *inner) { visit(inner, BlockKind::Layer); });
+      block = BlockKind::Head;
+      continue;
+    }
+    op.walk([&](Operation *inner) { visit(inner, block); });
+  }
+
+  for (int b = 0; b < 3; ++b) {
+    profile.memory[b].savedBytes = saved[b].bytes(saved[b].all);
+    profile.memory[b].savedBytesSelective = saved[b].bytes(saved[b].selective);
+  }
+  if (layer)
+    profile.memory[int(BlockKind::Layer)].inputBytes =
+        bytesOf(layer.getBody().front().getArgument(0), false);
+  // Parameters: the shard each rank holds; a weight that another block also
+  // reads (a tied embedding) is also counted as shared by that block.
+  auto heldElements = [](Operation *param) {
+    Value value = param->getResult(0);
+    if (value.hasOneUse())
+      if (auto slice = dyn_cast<AllSliceOp>(*value.getUsers().begin()))
+        value = slice.getResult();
+    return double(cast<RankedTensorType>(value.getType()).getNumElements());
+  };
+  mlir::Block &body = func.getBody().front();
+  auto blockOf = [&](Operation *op) {
+    if (layer && layer->isAncestor(op))
+      return BlockKind::Layer;
+    Operation *top = body.findAncestorOpInBlock(*op);
+    if (layer && top && layer->isBeforeInBlock(top))
+      return BlockKind::Head;
+    return BlockKind::Embedding;
+  };
+  for (int b = 0; b < 3; ++b)
+    for (Operation *param : parameters[b]) {
+      double elements = heldElements(param);
+      profile.memory[b].parameters += elements;
+      llvm::SmallDenseSet<int, 4> readers;
+      SmallVector<Value> frontier = {param->getResult(0)};
+      while (!frontier.empty()) {
+        Value value = frontier.pop_back_val();
+        for (Operation *user : value.getUsers()) {
+          if (isa<AllSliceOp>(user)) {
+            frontier.push_back(user->getResult(0));
+            continue;
+          }
+          readers.insert(int(blockOf(user)));
+        }
+      }
+      for (int reader : readers)
+        if (reader != b)
+          profile.memory[reader].sharedParameters += elements;
+    }
+  return profile;
+}
+
+OpCost planner::atMicroBatch(const OpCost &one, const OpCost &two, int64_t k) {
+  OpCost cost = one;
+  cost.flops = atMicroBatch(one.flops, two.flops, k);
+  cost.bytesRead =
+      int64_t(atMicroBatch(double(one.bytesRead), double(two.bytesRead), k));
+  cost.bytesWritten = int64_t(
+      atMicroBatch(double(one.bytesWritten), double(two.bytesWritten), k));
+  return cost;
+}
+
+bool planner::sameOps(const ProgramProfile &one, const ProgramProfile &two) {
+  if (one.ops.size() != two.ops.size())
+    return false;
+  for (auto [a, b] : llvm::zip(one.ops, two.ops))
+    if (a.name != b.name || a.block != b.block || a.collective != b.collective)
+      return false;
+  return true;
+}
