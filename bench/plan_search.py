@@ -42,11 +42,40 @@ def run(weft, args):
     return proc.returncode, out.decode(), err.decode(), wall
 
 
+def search_seconds(weft, args):
+    code, _, err, _ = run(weft, args)
+    took = re.search(r"search took ([0-9.]+) s", err)
+    return float(took.group(1)) if code == 0 and took else None
+
+
+def compare(weft, baseline, repeats=5):
+    """Search times of two builds measured in one run, alternating so that
+    both see the same machine."""
+    print("weft plan search, one core (taskset -c 0), best of %d, this build "
+          "against %s" % (repeats, baseline))
+    for name, args in CASES:
+        ours, theirs = [], []
+        for _ in range(repeats):
+            ours.append(search_seconds(weft, args))
+            theirs.append(search_seconds(baseline, args))
+        if None in ours or None in theirs:
+            print(f"{name}: FAILED")
+            return 1
+        print(f"{name}\n  search {min(ours):.3f} s, baseline {min(theirs):.3f} s, "
+              f"ratio {min(ours) / min(theirs):.2f}")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--weft", required=True)
     parser.add_argument("--case", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", help="another weft binary (an older build): "
+                        "run both alternately, 5 times per case, and print the "
+                        "best search time of each and their ratio")
     options = parser.parse_args()
+    if options.baseline:
+        return compare(options.weft, options.baseline)
     if options.case is not None:
         import resource
         name, args = CASES[options.case]

@@ -325,11 +325,7 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   // Positions of this rank's queries, and of the K/V block it holds.
   Type i64 = b.getI64Type();
   auto posType = RankedTensorType::get({seq * c}, i64);
-  SmallVector<APInt> positions;
-  for (int64_t i = 0; i < seq * c; ++i)
-    positions.push_back(APInt(64, i));
-  Value allPositions =
-      ConstantOp::create(b, loc, DenseElementsAttr::get(posType, positions));
+  Value allPositions = IotaOp::create(b, loc, posType, 0);
   Value qPos = AllSliceOp::create(
       b, loc, RankedTensorType::get({seq}, i64), allPositions, state.meshRef(),
       state.axesAttr(ring), b.getI64IntegerAttr(0), state.zigzagAttr(ring));

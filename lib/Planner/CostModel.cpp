@@ -15,11 +15,13 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -80,9 +82,9 @@ CostModel::~CostModel() = default;
 // Communication
 //===----------------------------------------------------------------------===//
 
-double CostModel::collectiveTime(llvm::StringRef kind, double bytes,
+double CostModel::collectiveTime(CollectiveKind kind, double bytes,
                                  int64_t size, int64_t stride) const {
-  if (size <= 1 || bytes <= 0)
+  if (size <= 1 || bytes <= 0 || kind == CollectiveKind::AllSlice)
     return 0;
   const plan::Gpu &gpu = clusterSpec.gpu();
   const int64_t perNodeGpus = clusterSpec.gpus_per_node();
@@ -99,23 +101,29 @@ double CostModel::collectiveTime(llvm::StringRef kind, double bytes,
   perNode = std::max<int64_t>(perNode, 1);
   int64_t nodes = (size + perNode - 1) / perNode;
 
-  auto flat = [&](llvm::StringRef what, double s, int64_t n, double bw,
+  auto flat = [&](CollectiveKind what, double s, int64_t n, double bw,
                   double alpha) -> double {
     if (n <= 1)
       return 0;
     double frac = double(n - 1) / n;
-    if (what == "all_reduce") {
+    switch (what) {
+    case CollectiveKind::AllReduce: {
       double ring = 2 * frac * s / bw + 2 * (n - 1) * alpha;
       double tree = 2 * s / bw + 2 * std::log2(double(n)) * alpha;
       return std::min(ring, tree);
     }
-    if (what == "all_gather" || what == "reduce_scatter" ||
-        what == "all_to_all")
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllToAll:
+    case CollectiveKind::Broadcast:
       return frac * s / bw + (n - 1) * alpha;
-    // Point to point (a ring step, a pipeline send).
-    return s / bw + alpha;
+    default:
+      // Point to point (a ring step, a pipeline send).
+      return s / bw + alpha;
+    }
   };
-  if (kind == "permute" || kind == "collective_permute" || kind == "send")
+  if (kind == CollectiveKind::Permute || kind == CollectiveKind::Send ||
+      kind == CollectiveKind::Recv)
     return flat(kind, bytes, 2, nodes > 1 ? interBw : intraBw,
                 nodes > 1 ? alphaInter : alphaIntra);
   if (nodes == 1)
@@ -124,15 +132,17 @@ double CostModel::collectiveTime(llvm::StringRef kind, double bytes,
     return flat(kind, bytes, size, interBw, alphaInter);
   // Hierarchical: inside the node over NVLink, across nodes on each GPU's
   // share of the NICs with 1/perNode of the data.
-  if (kind == "all_to_all") {
+  if (kind == CollectiveKind::AllToAll) {
     double crossing = double(size - perNode) / size;
     return bytes * double(perNode - 1) / size / intraBw +
            bytes * crossing / interBw + (size - 1) * alphaInter;
   }
-  if (kind == "all_reduce")
-    return flat("reduce_scatter", bytes, perNode, intraBw, alphaIntra) +
-           flat("all_reduce", bytes / perNode, nodes, interBw, alphaInter) +
-           flat("all_gather", bytes, perNode, intraBw, alphaIntra);
+  if (kind == CollectiveKind::AllReduce)
+    return flat(CollectiveKind::ReduceScatter, bytes, perNode, intraBw,
+                alphaIntra) +
+           flat(CollectiveKind::AllReduce, bytes / perNode, nodes, interBw,
+                alphaInter) +
+           flat(CollectiveKind::AllGather, bytes, perNode, intraBw, alphaIntra);
   return flat(kind, bytes, perNode, intraBw, alphaIntra) +
          flat(kind, bytes / perNode, nodes, interBw, alphaInter);
 }
@@ -173,6 +183,19 @@ static std::pair<double, double> linearWeights(double x, double x0, double x1) {
   return {(x1 - x) / (x1 - x0), (x - x0) / (x1 - x0)};
 }
 
+bool CostModel::measure(const ProgramShape &shape, int64_t microBatch,
+                        ProgramProfile &profile, std::string &error) {
+  auto start = std::chrono::steady_clock::now();
+  OwningOpRef<ModuleOp> program = programs->build(shape, microBatch, error);
+  if (program)
+    profile = profileProgram(*program);
+  ++stats.programs;
+  stats.programSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return bool(program);
+}
+
 bool CostModel::exactProfile(const ProgramShape &shape, int64_t microBatch,
                              ProfileTerms &terms, std::string &error) {
   if (!programs->hasMicroBatch(microBatch, error))
@@ -181,15 +204,9 @@ bool CostModel::exactProfile(const ProgramShape &shape, int64_t microBatch,
   ShapeProfiles &entry = found->second;
   if (inserted) {
     // Two micro-batch sizes give every other one (counts are affine in it).
-    OwningOpRef<ModuleOp> program = programs->build(shape, 1, entry.error);
-    if (program) {
-      entry.one = profileProgram(*program);
-      program = programs->build(shape, 2, entry.error);
-    }
-    if (program) {
-      entry.two = profileProgram(*program);
+    if (measure(shape, 1, entry.one, entry.error) &&
+        measure(shape, 2, entry.two, entry.error))
       entry.affine = sameOps(entry.one, entry.two);
-    }
   }
   if (!entry.error.empty()) {
     error = entry.error;
@@ -203,10 +220,10 @@ bool CostModel::exactProfile(const ProgramShape &shape, int64_t microBatch,
   // The program's ops depend on the batch: build it at this one.
   auto exact = entry.exact.find(microBatch);
   if (exact == entry.exact.end()) {
-    OwningOpRef<ModuleOp> program = programs->build(shape, microBatch, error);
-    if (!program)
+    ProgramProfile profile;
+    if (!measure(shape, microBatch, profile, error))
       return false;
-    exact = entry.exact.emplace(microBatch, profileProgram(*program)).first;
+    exact = entry.exact.emplace(microBatch, std::move(profile)).first;
   }
   terms = {{&exact->second, 1.0}};
   return true;
@@ -238,12 +255,11 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
       for (int64_t t : tps)
         for (int64_t uu : us) {
           ProgramShape shape{2, t, key.cp, uu, key.sp};
-          OwningOpRef<ModuleOp> program = programs->build(shape, mbs, error);
-          if (!program) {
+          family.corners.emplace_back();
+          if (!measure(shape, mbs, family.corners.back(), error)) {
             family.valid = false;
             return false;
           }
-          family.corners.push_back(profileProgram(*program));
           if (!sameOps(family.corners.front(), family.corners.back())) {
             family.valid = false;
             return false;
@@ -301,6 +317,15 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   ProgramShape shape{byDp && dp == 1 ? 1 : 2, plan.tp(), plan.cp(),
                      plan.ulysses(), plan.sequence_parallel()};
   ProfileTerms terms;
+  auto startCombine = std::chrono::steady_clock::now();
+  double programsBefore = stats.programSeconds;
+  auto countCombine = llvm::make_scope_exit([&] {
+    ++stats.shapes;
+    stats.shapeSeconds += std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - startCombine)
+                              .count() -
+                          (stats.programSeconds - programsBefore);
+  });
   if ((byDp || !familyProfile(plan, terms)) &&
       !exactProfile(shape, plan.micro_batch(), terms, result.error)) {
     // A program that cannot be built never wins.
@@ -315,42 +340,38 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
         total += weight * field(*profile);
       return total;
     };
-    auto cost = [&](size_t i, auto which) {
-      OpCost c = which(terms.front().first->ops[i]);
-      c.flops =
-          sum([&](const ProgramProfile &p) { return which(p.ops[i]).flops; });
-      c.bytesRead = int64_t(std::llround(sum([&](const ProgramProfile &p) {
-        return double(which(p.ops[i]).bytesRead);
-      })));
-      c.bytesWritten = int64_t(std::llround(sum([&](const ProgramProfile &p) {
-        return double(which(p.ops[i]).bytesWritten);
-      })));
+    const ProgramProfile &first = *terms.front().first;
+    std::vector<double> &counts = scratchCounts;
+    counts.assign(first.counts.size(), 0.0);
+    for (auto &[profile, weight] : terms) {
+      const double *from = profile->counts.data();
+      for (size_t j = 0, e = counts.size(); j < e; ++j)
+        counts[j] += weight * from[j];
+    }
+    auto cost = [&](const OpCost &like, const double *at) {
+      OpCost c = like;
+      c.flops = at[0];
+      c.bytesRead = int64_t(std::llround(at[1]));
+      c.bytesWritten = int64_t(std::llround(at[2]));
       return c;
     };
-    const ProgramProfile &first = *terms.front().first;
     BlockCost *byKind[3] = {&result.embedding, &result.layer, &result.head};
     double ringComm[3] = {0, 0, 0}, ringSteps[3] = {0, 0, 0};
     for (size_t i = 0; i < first.ops.size(); ++i) {
       const OpRecord &op = first.ops[i];
+      const double *at = counts.data() + i * kCountFields;
       int kind = int(op.block);
       BlockCost &block = *byKind[kind];
       if (op.collective) {
-        double bytes = sum([&](const ProgramProfile &p) {
-          return double(p.ops[i].fullBytes);
-        });
         if (op.axes & kDpAxis)
           byDp = true;
         int64_t group =
             groupSize(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
         int64_t stride =
             groupStride(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
-        double time = collectiveTime(stringifyCollectiveKind(op.kind), bytes,
-                                     group, stride);
-        double operand = sum([&](const ProgramProfile &p) {
-          return double(p.ops[i].operandBytes);
-        });
+        double time = collectiveTime(op.kind, at[kFullBytes], group, stride);
         block.commBytes += double(collectiveBytesSent(
-            op.kind, int64_t(std::llround(operand)), group));
+            op.kind, int64_t(std::llround(at[kOperandBytes])), group));
         if (op.commClass == CommClass::TensorParallel)
           block.tpComm += time;
         else if (op.commClass == CommClass::Ring)
@@ -359,14 +380,14 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
           block.seqComm += time;
         continue;
       }
-      OpCost forwardCost = cost(i, [](const OpRecord &r) { return r.forward; });
+      OpCost forwardCost = cost(op.forward, at + kForwardFlops);
       double forward = opTime(forwardCost);
       block.forward += forward;
       block.flops += forwardCost.flops;
-      block.backwardInput += opTime(
-          cost(i, [](const OpRecord &r) { return r.backward.inputGradient; }));
+      block.backwardInput +=
+          opTime(cost(op.backward.inputGradient, at + kInputGradientFlops));
       OpCost weight =
-          cost(i, [](const OpRecord &r) { return r.backward.weightGradient; });
+          cost(op.backward.weightGradient, at + kWeightGradientFlops);
       block.backwardWeight += opTime(weight);
       if (op.attentionCore)
         block.attentionCore += forward;
@@ -739,10 +760,12 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         // gradients reduce-scattered after backward, prefetched behind
         // compute. ZeroPP gathers once per pipeline block of micro-batches.
         double params = layers * layer.parameters;
-        double gather = collectiveTime("all_gather", params * kWeightBytes,
-                                       int64_t(shard), shardStride);
-        double scatter = collectiveTime("reduce_scatter", params * kGradBytes,
-                                        int64_t(shard), shardStride);
+        double gather =
+            collectiveTime(CollectiveKind::AllGather, params * kWeightBytes,
+                           int64_t(shard), shardStride);
+        double scatter =
+            collectiveTime(CollectiveKind::ReduceScatter, params * kGradBytes,
+                           int64_t(shard), shardStride);
         double reuse = plan.schedule() == plan::SCHEDULE_ZEROPP
                            ? std::min<double>(p, plan.num_micro_batches())
                            : 1;
@@ -759,7 +782,8 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
   if (plan.sequence_parallel())
     activation /= plan.tp();
   int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() * plan.dp();
-  times.p2p = p > 1 ? collectiveTime("send", activation, 2, ppStride) : 0;
+  times.p2p =
+      p > 1 ? collectiveTime(CollectiveKind::Send, activation, 2, ppStride) : 0;
 }
 
 double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
@@ -1019,13 +1043,13 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
                                       ? kWeightBytes
                                       : kGradBytes);
     double reduce = plan.zero_stage() == 0
-                        ? model.collectiveTime("all_reduce", grads,
+                        ? model.collectiveTime(CollectiveKind::AllReduce, grads,
                                                int64_t(shard), stride)
-                        : model.collectiveTime("reduce_scatter", grads,
-                                               int64_t(shard), stride);
+                        : model.collectiveTime(CollectiveKind::ReduceScatter,
+                                               grads, int64_t(shard), stride);
     double gather = plan.zero_stage() == 0
                         ? 0
-                        : model.collectiveTime("all_gather",
+                        : model.collectiveTime(CollectiveKind::AllGather,
                                                stageParams * kWeightBytes,
                                                int64_t(shard), stride);
     // Gradients reduce in buckets behind the last micro-batch's backward; the
@@ -1043,9 +1067,9 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
   return cost;
 }
 
-double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
-  // The work of each stage without ZeRO-3 prefetch limits and pipeline
-  // sends (both only add time), in closed form per stage.
+double CostModel::workLowerBound(const plan::Plan &plan) {
+  // The work of each stage without ZeRO-3 prefetch limits, pipeline sends
+  // and data parallelism (all only add time), in closed form per stage.
   const int p = plan.pp(), v = virtualStages(plan), m = plan.num_micro_batches();
   const Blocks &b = blocks(plan);
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
@@ -1079,6 +1103,51 @@ double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
     if (!zb)
       before += chunk * layerW;
   }
+  return bound;
+}
+
+bool CostModel::isMeasured(const plan::Plan &plan) const {
+  BlockKey key{plan.micro_batch(),       plan.tp(), plan.ulysses(), plan.cp(),
+               plan.sequence_parallel(), 0};
+  if (cache.count(key))
+    return true;
+  FamilyKey family{plan.tp() > 1, plan.ulysses() > 1, plan.cp(),
+                   plan.sequence_parallel()};
+  auto found = familyCache.find(family);
+  if (found != familyCache.end() && found->second.valid)
+    return true;
+  return exactCache.count(ProgramShape{2, plan.tp(), plan.cp(), plan.ulysses(),
+                                       plan.sequence_parallel()});
+}
+
+double CostModel::relativeWorkBound(const plan::Plan &plan) {
+  // The relative has a ring too: without one, attention is another kernel
+  // (Megatron's unfused path when flash attention is off).
+  for (int64_t cp = plan.cp() / 2; cp >= 2; cp /= 2) {
+    plan::Plan relative = plan;
+    relative.set_cp(int(cp));
+    if (!isMeasured(relative))
+      continue;
+    const Blocks &b = blocks(relative);
+    if (!b.error.empty())
+      return 0;
+    auto work = [&](const BlockCost &block) {
+      return block.forward + block.backwardInput + block.backwardWeight +
+             exposedTensorParallelComm(plan, block, 1) +
+             exposedTensorParallelComm(plan, block, 2);
+    };
+    double total =
+        modelSpec.layers() * work(b.layer) + work(b.embedding) + work(b.head);
+    double ratio = double(plan.cp()) / double(cp);
+    return plan.num_micro_batches() * total / plan.pp() / ratio;
+  }
+  return 0;
+}
+
+double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
+  double bound = workLowerBound(plan);
+  const Blocks &b = blocks(plan);
+  const int p = plan.pp(), v = virtualStages(plan);
   if (bound >= stopAt)
     return bound;
   StageTimes &times = scratchTimes;

@@ -396,6 +396,17 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
         if (reader != b)
           profile.memory[reader].sharedParameters += elements;
     }
+  profile.counts.reserve(profile.ops.size() * kCountFields);
+  for (const OpRecord &op : profile.ops) {
+    for (const OpCost *cost : {&op.forward, &op.backward.inputGradient,
+                               &op.backward.weightGradient}) {
+      profile.counts.push_back(cost->flops);
+      profile.counts.push_back(double(cost->bytesRead));
+      profile.counts.push_back(double(cost->bytesWritten));
+    }
+    profile.counts.push_back(double(op.fullBytes));
+    profile.counts.push_back(double(op.operandBytes));
+  }
   return profile;
 }
 

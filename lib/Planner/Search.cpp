@@ -159,8 +159,29 @@ SearchResult planner::searchPlans(CostModel &model,
                     sched.schedule == plan::SCHEDULE_ZEROPP ? 3 : 0);
                 if (!model.checkPlan(candidate).empty())
                   continue;
+                int zeros = sched.schedule == plan::SCHEDULE_ZEROPP ? 1
+                            : shard > 1                             ? 4
+                                                                    : 1;
+                // A ring's programs are the largest to build: first bound
+                // the plan from a measured one with a shorter ring.
+                if (cp > 1 && options.boundFromRelatives &&
+                    !model.isMeasured(candidate) &&
+                    model.relativeWorkBound(candidate) >= threshold()) {
+                  if (!options.accept)
+                    result.candidates += zeros;
+                  continue;
+                }
                 for (int32_t n : model.balanceStages(candidate))
                   candidate.add_stage_layers(n);
+                // Neither ZeRO nor recomputation makes the computation
+                // shorter: when it alone cannot beat the plans kept, none
+                // of their variants can.
+                candidate.set_recompute(plan::RECOMPUTE_NONE);
+                if (model.workLowerBound(candidate) >= threshold()) {
+                  if (!options.accept)
+                    result.candidates += zeros;
+                  continue;
+                }
                 for (int zero = 0; zero <= (shard > 1 ? 3 : 0); ++zero) {
                   if (sched.schedule == plan::SCHEDULE_ZEROPP && zero != 3)
                     continue;

@@ -197,16 +197,17 @@ TEST(PlannerCommunication, RingAllReduce) {
   plan::Cluster cluster = *parseClusterShorthand("h100:8x2");
   CostModel model(gpt22b(), cluster, megatron2022(1));
   double bytes = 1e9;
-  double t = model.collectiveTime("all_reduce", bytes, 8, 1);
+  double t = model.collectiveTime(CollectiveKind::AllReduce, bytes, 8, 1);
   double bw = cluster.gpu().nvlink_busbw_gbps() * 1e9;
   EXPECT_NEAR(t, 2.0 * 7 / 8 * bytes / bw, 1e-4);
   // Across nodes with one GPU per node, the NIC's share binds.
-  double across = model.collectiveTime("all_gather", bytes, 2, 8);
+  double across = model.collectiveTime(CollectiveKind::AllGather, bytes, 2, 8);
   double nic = cluster.nics_per_node() * cluster.nic_gbits() / 8 * 1e9 *
                cluster.nic_efficiency() / cluster.gpus_per_node();
   EXPECT_NEAR(across, 0.5 * bytes / nic, 1e-4);
-  EXPECT_GT(across, model.collectiveTime("all_gather", bytes, 2, 1));
-  EXPECT_EQ(model.collectiveTime("all_reduce", bytes, 1, 1), 0);
+  EXPECT_GT(across,
+            model.collectiveTime(CollectiveKind::AllGather, bytes, 2, 1));
+  EXPECT_EQ(model.collectiveTime(CollectiveKind::AllReduce, bytes, 1, 1), 0);
 }
 
 TEST(PlannerStages, BalancedAroundEmbeddingAndHead) {
@@ -304,6 +305,35 @@ TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
       EXPECT_GE(p->time().step_s(), a.plans[0].time().step_s()) << text;
     }
   }
+}
+
+// Bounding context-parallel plans from measured ones with a shorter ring
+// (instead of building their programs) prunes only plans that cannot win:
+// the search returns the same plans as without the bound, on a long
+// sequence where context parallelism matters.
+TEST(PlannerSearch, RelativeBoundsKeepTheBestPlans) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x16");
+  plan::TrainingConfig training = megatron2022(64);
+  training.set_seq_len(32768);
+  SearchOptions bounded, exhaustive;
+  bounded.top = exhaustive.top = 5;
+  exhaustive.boundFromRelatives = false;
+  CostModel first(*lookupPreset("llama2-7b"), cluster, training);
+  CostModel second(*lookupPreset("llama2-7b"), cluster, training);
+  SearchResult a = searchPlans(first, bounded);
+  SearchResult b = searchPlans(second, exhaustive);
+  ASSERT_EQ(a.plans.size(), b.plans.size());
+  bool anyRing = false;
+  for (size_t i = 0; i < a.plans.size(); ++i) {
+    google::protobuf::util::MessageDifferencer differencer;
+    std::string differences;
+    differencer.ReportDifferencesToString(&differences);
+    EXPECT_TRUE(differencer.Compare(a.plans[i], b.plans[i]))
+        << "plan " << i << ": " << differences;
+    anyRing |= a.plans[i].cp() > 1;
+  }
+  EXPECT_TRUE(anyRing) << "the case should exercise context parallelism";
+  EXPECT_LT(first.statistics().programs, second.statistics().programs);
 }
 
 TEST(PlannerCluster, ShorthandAndErrors) {

@@ -139,6 +139,11 @@ static cl::opt<bool> printIr(
              "plan, one layer of each kind: the program the cost model "
              "measured"),
     cl::sub(planCommand));
+static cl::opt<bool> noRelativeBounds(
+    "no-relative-bounds",
+    cl::desc("Build and measure every plan shape instead of bounding "
+             "context-parallel ones from shorter rings (to check the bound)"),
+    cl::Hidden, cl::sub(planCommand));
 static cl::opt<bool> noProgress("no-progress", cl::desc("No progress bar"),
                                 cl::sub(planCommand));
 static cl::opt<int> progressAfterMs(
@@ -393,6 +398,7 @@ int runPlan(MLIRContext &context) {
     SearchOptions options;
     options.top = topOpt;
     options.tpAcrossNodes = tpAcross;
+    options.boundFromRelatives = !noRelativeBounds;
     bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
     if (terminal && !noProgress) {
       auto start = std::chrono::steady_clock::now();
@@ -443,8 +449,14 @@ int runPlan(MLIRContext &context) {
     // for the same input.
     os << "searched " << result.candidates << " candidate plans ("
        << result.simulated << " fully costed)\n";
-    llvm::errs() << llvm::format("weft plan: search took %.3f s\n",
-                                 result.seconds);
+    llvm::errs() << llvm::format(
+        "weft plan: search took %.3f s, of which %.3f s building and "
+        "measuring %lld rank programs and %.3f s costing %lld plan shapes "
+        "from them\n",
+        result.seconds, costModel.statistics().programSeconds,
+        (long long)costModel.statistics().programs,
+        costModel.statistics().shapeSeconds,
+        (long long)costModel.statistics().shapes);
     for (plan::Plan &p : result.plans)
       *set.add_plans() = p;
     printPlanTable(os, result.plans);

@@ -91,6 +91,26 @@ public:
   /// stage_layers must be set.
   double peakMemoryBytes(const plan::Plan &plan);
 
+  /// The part of stepLowerBound that ZeRO and data parallelism do not
+  /// change: each stage's computation and the pipeline's fill and drain.
+  /// Recomputation only adds to it.
+  double workLowerBound(const plan::Plan &plan);
+
+  /// True if the rank programs that cost `plan` are already measured.
+  bool isMeasured(const plan::Plan &plan) const;
+
+  /// For a context-parallel plan whose programs are not measured yet: a
+  /// lower bound on workLowerBound from a measured plan that differs only in
+  /// a smaller cp of at least 2, without building a program. The two
+  /// programs have the same kinds of ops (a ring of fused attention
+  /// blocks), and splitting the sequence c/c' times more splits each op's
+  /// work no more than that (its flops, its activation bytes and its
+  /// tensor-parallel bytes shrink by c/c', its weights, kernel launches and
+  /// latencies do not, a ring step's merge runs c times on 1/c of the
+  /// output, and a smaller GEMM is no more efficient); the ring's sends are
+  /// left out. 0 when no such plan is measured.
+  double relativeWorkBound(const plan::Plan &plan);
+
   /// A lower bound on the step time that is cheap to compute (no bubble
   /// beyond the pipeline's fill and drain); returns early once it reaches
   /// `stopAt`.
@@ -125,11 +145,21 @@ public:
   /// family's members from its corners (for tests; slower).
   void setExactPrograms(bool exact) { exactPrograms = exact; }
 
+  /// What costing has done so far: rank programs built and measured, and
+  /// the time that took.
+  struct Statistics {
+    int64_t programs = 0;
+    double programSeconds = 0;
+    /// Plan shapes (micro-batch, tp, ulysses, cp, sp) costed from them.
+    int64_t shapes = 0;
+    double shapeSeconds = 0;
+  };
+  const Statistics &statistics() const { return stats; }
+
   /// Time of a collective of `bytes` (the full, gathered size for all_gather
   /// and reduce_scatter) over a group of `size` ranks placed `stride` apart.
-  double collectiveTime(llvm::StringRef kind, double bytes, int64_t size,
+  double collectiveTime(CollectiveKind kind, double bytes, int64_t size,
                         int64_t stride) const;
-
 
 private:
   struct Blocks {
@@ -145,6 +175,9 @@ private:
   /// The program of `shape` at `microBatch` from programs of that shape
   /// (at micro-batches 1 and 2, or built at `microBatch` when its ops
   /// depend on the batch).
+  /// Builds the rank program of `shape` at `microBatch` and profiles it.
+  bool measure(const ProgramShape &shape, int64_t microBatch,
+               ProgramProfile &profile, std::string &error);
   bool exactProfile(const ProgramShape &shape, int64_t microBatch,
                     ProfileTerms &terms, std::string &error);
   /// The program of `plan` from its family's corners (see CostModel.cpp),
@@ -203,6 +236,8 @@ private:
   };
   std::map<FamilyKey, Family> familyCache;
   bool exactPrograms = false;
+  Statistics stats;
+  std::vector<double> scratchCounts;
   /// (micro-batch, tp, ulysses, cp, sp, dp): dp is 0 for the programs
   /// that have no collective over dp in forward (their costs do not
   /// depend on it), which are most.

@@ -143,9 +143,29 @@ struct BlockMemory {
   double parameters = 0, sharedParameters = 0;
 };
 
+/// The counts of an op that vary with sizes, in the order ProgramProfile
+/// lays them out.
+enum CountField : unsigned {
+  kForwardFlops,
+  kForwardRead,
+  kForwardWritten,
+  kInputGradientFlops,
+  kInputGradientRead,
+  kInputGradientWritten,
+  kWeightGradientFlops,
+  kWeightGradientRead,
+  kWeightGradientWritten,
+  kFullBytes,
+  kOperandBytes,
+  kCountFields
+};
+
 struct ProgramProfile {
   std::vector<OpRecord> ops;
   BlockMemory memory[3];
+  /// ops[i]'s counts at counts[i * kCountFields + field]: a weighted sum of
+  /// profiles is a sum of these arrays.
+  std::vector<double> counts;
 };
 
 /// Reads `rankProgram` (from RankProgramBuilder) through the op interfaces.

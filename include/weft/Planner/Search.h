@@ -21,6 +21,10 @@ struct SearchOptions {
   bool tpAcrossNodes = false;
   /// Largest micro-batch size tried.
   int maxMicroBatch = 16;
+  /// Bound a context-parallel plan from a measured one with a shorter ring
+  /// before building its programs (CostModel::relativeWorkBound). Off, every
+  /// plan shape that divides is built and measured (for tests).
+  bool boundFromRelatives = true;
   /// Only plans this accepts are kept (e.g. what a framework can run).
   std::function<bool(const plan::Plan &)> accept;
   /// Called with the fraction done, at most every few milliseconds.
