@@ -116,6 +116,71 @@ def WeftInlineLayers : Pass<"weft-inline-layers", "::mlir::func::FuncOp"> {
   }];
 }
 
+def WeftFuseElementwise : Pass<"weft-fuse-elementwise", "::mlir::func::FuncOp"> {
+  let summary = "Groups what the CUDA backend runs as one kernel into weft.fusion ops.";
+  let description = [{
+    The CUDA backend's fusion decisions, made here and visible in the IR:
+
+    - a `weft.linear` whose only user is a tanh `weft.gelu` of the same type becomes a
+      `weft.fusion epilogue`: one cuBLASLt call with the `GELU_BIAS` (or `GELU`)
+      epilogue;
+    - an elementwise op (with the `Elementwise` trait) whose only user is an
+      elementwise op computing a tensor of the same shape is computed inside its user's
+      kernel: each chain of two or more such ops becomes a `weft.fusion elementwise`
+      whose operands are the values the chain reads from outside, in the order the
+      kernel reads them. An elementwise op left alone is a kernel of its own.
+
+    Ops of different blocks are never fused: a fusion stays inside its layer. Ops of
+    the attention core (`weft.attention_core`, which selective recomputation
+    recomputes) are fused only with each other, and their fusion carries the mark. The
+    planner costs the program after this pass, so that what it costs is what the GPU
+    runs.
+
+    ```
+    weft-opt -weft-fuse-elementwise model.mlir
+    ```
+  }];
+}
+
+def WeftScheduleCollectives : Pass<"weft-schedule-collectives", "::mlir::func::FuncOp"> {
+  let summary = "Overlaps each collective with the computation that follows it, up to its first reader.";
+  let description = [{
+    The CUDA backend issues collectives on a communication stream. This pass decides
+    where the computation waits for each one: right before the first op of its block
+    that reads the result, where it inserts a `weft.wait`; every reader then reads the
+    wait's result. A collective whose result is unread is waited for before the
+    block's terminator. Until its wait a collective reads its operand, which
+    `-weft-assign-buffers` keeps alive that long.
+
+    ```
+    weft-opt -weft-schedule-collectives model.mlir
+    ```
+  }];
+}
+
+def WeftAssignBuffers : Pass<"weft-assign-buffers", "::mlir::func::FuncOp"> {
+  let summary = "Places each tensor of a flat function in one arena, reusing memory by liveness.";
+  let description = [{
+    The CUDA backend's memory plan: one arena per rank; each value that needs a buffer
+    is placed first-fit, 256-byte aligned, among the buffers alive when it is defined.
+    A value is alive from its op to the last op that reads it (the function's return
+    reads to the end); a `weft.reshape` and a `weft.wait` are views of their operand,
+    which they keep alive; a collective's operand stays alive until the collective's
+    `weft.wait`; a weight whose only user is an `all_slice` has no buffer of its own
+    (each rank reads its shard from the file into the slice's).
+
+    Results: `weft.buffer_offsets` on each op (a byte offset per result, -1 for a
+    result without a buffer), `weft.buffer_offset` on each argument, and on the
+    function `weft.arena_bytes` (the arena), `weft.buffers` (how many) and
+    `weft.unshared_bytes` (what the buffers would take without reuse). Needs a flat
+    function (`-weft-inline-layers` first).
+
+    ```
+    weft-opt -weft-assign-buffers model.mlir
+    ```
+  }];
+}
+
 def WeftDecomposeAttention : Pass<"weft-decompose-attention", "::mlir::func::FuncOp"> {
   let summary = "Lowers fused attention to Megatron's unfused form: scores and probabilities in memory.";
   let description = [{

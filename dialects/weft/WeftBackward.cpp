@@ -187,6 +187,77 @@ BackwardCost LinearOp::estimateBackwardCost(TypeRange operandTypes,
   return cost;
 }
 
+/// What the body keeps, seen from outside: a body argument is the operand;
+/// a value inside is kept by the epilogue (cuBLASLt writes the GEMM's result
+/// as an auxiliary output), or recomputed from the operands by an
+/// elementwise fusion's backward kernel, which then keeps its operands. A
+/// mask (dropout's) is kept as it is: it cannot be recomputed.
+void FusionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  Block &body = getBody().front();
+  bool recompute = false;
+  for (Operation &op : body.without_terminator()) {
+    auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
+    if (!differentiable)
+      continue;
+    SmallVector<SavedTensor> inner;
+    differentiable.getSavedForBackward(inner);
+    for (SavedTensor tensor : inner) {
+      if (auto arg = dyn_cast<BlockArgument>(tensor.value)) {
+        saved.push_back({getInputs()[arg.getArgNumber()], tensor.maskOnly});
+        continue;
+      }
+      if (tensor.maskOnly || getKind() == FusionKind::epilogue)
+        saved.push_back(tensor);
+      else
+        recompute = true;
+    }
+  }
+  if (recompute)
+    for (Value input : getInputs())
+      if (needsGradient(input))
+        save(saved, input);
+}
+
+/// The backward of an elementwise chain is one kernel too: it reads the
+/// kept operands and the result's gradient and writes the operands'
+/// gradients. An epilogue's is the GEMM's backward, with the GELU's
+/// derivative in the input-gradient GEMM's epilogue (cuBLASLt's DGELU).
+BackwardCost FusionOp::estimateBackwardCost(TypeRange operandTypes,
+                                            TypeRange resultTypes) {
+  BackwardCost cost;
+  cost.weightGradient.kernels = 0;
+  double flops = 0;
+  for (Operation &op : getBody().front().without_terminator()) {
+    auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
+    if (!differentiable)
+      continue;
+    BackwardCost part = differentiable.estimateBackwardCost(
+        op.getOperandTypes(), op.getResultTypes());
+    if (getKind() == FusionKind::epilogue && isa<LinearOp>(op)) {
+      cost = part;
+      continue;
+    }
+    flops += part.inputGradient.flops;
+  }
+  if (getKind() == FusionKind::epilogue) {
+    cost.inputGradient.flops += flops;
+    // The GELU's derivative reads the kept GEMM result.
+    cost.inputGradient.bytesRead += getTensorBytes(getType());
+    return cost;
+  }
+  int64_t inputs = 0;
+  for (Type type : operandTypes)
+    if (isa<RankedTensorType>(type))
+      inputs += getTensorBytes(type);
+  int64_t result = 0;
+  for (Type type : resultTypes)
+    result += getTensorBytes(type);
+  cost.inputGradient.flops = flops;
+  cost.inputGradient.bytesRead = inputs + result;
+  cost.inputGradient.bytesWritten = inputs;
+  return cost;
+}
+
 /// Flash attention's backward recomputes the scores and runs four GEMMs
 /// where the forward runs two: about 2.5 times the forward's work.
 static constexpr double kAttentionBackward = 2.5;

@@ -54,6 +54,31 @@ OpCost ParameterOp::estimateCost(TypeRange, TypeRange) { return {}; }
 OpCost ConstantOp::estimateCost(TypeRange, TypeRange) { return {}; }
 OpCost ReshapeOp::estimateCost(TypeRange, TypeRange) { return {}; }
 OpCost YieldOp::estimateCost(TypeRange, TypeRange) { return {}; }
+OpCost WaitOp::estimateCost(TypeRange, TypeRange) { return {}; }
+
+// One kernel: the body's arithmetic, its operands read once and its result
+// written once (the values inside are never stored). The body's ops are
+// costed at their own types: a fusion is costed where it stands.
+OpCost FusionOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  OpCost cost;
+  if (getKind() == FusionKind::epilogue) {
+    // The GEMM as it is; the epilogue's arithmetic rides along.
+    for (Operation &op : getBody().front().without_terminator()) {
+      OpCost part = cast<CostOpInterface>(op).getCost();
+      if (isa<LinearOp>(op))
+        cost = part;
+      else
+        cost.flops += part.flops;
+    }
+    cost.kernels = 1;
+    return cost;
+  }
+  for (Operation &op : getBody().front().without_terminator())
+    cost.flops += cast<CostOpInterface>(op).getCost().flops;
+  cost.bytesRead = bytesOf(operandTypes);
+  cost.bytesWritten = bytesOf(resultTypes);
+  return cost;
+}
 OpCost MeshOp::estimateCost(TypeRange, TypeRange) { return {}; }
 OpCost IotaOp::estimateCost(TypeRange, TypeRange resultTypes) {
   OpCost cost;

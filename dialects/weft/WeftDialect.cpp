@@ -85,6 +85,27 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
              << "'" << getAttentionCoreAttrName() << "' is a unit attribute";
     return success();
   }
+  if (attr.getName() == getBufferOffsetsAttrName()) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!offsets || offsets.size() != int64_t(op->getNumResults()))
+      return op->emitError() << "'" << getBufferOffsetsAttrName()
+                             << "' is an array of i64 with one offset per "
+                                "result";
+    for (int64_t offset : offsets.asArrayRef())
+      if (offset < -1)
+        return op->emitError() << "'" << getBufferOffsetsAttrName()
+                               << "' holds offsets >= 0, or -1 for no buffer";
+    return success();
+  }
+  if (attr.getName() == getArenaBytesAttrName() ||
+      attr.getName() == getBuffersAttrName() ||
+      attr.getName() == getUnsharedBytesAttrName()) {
+    auto value = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<FunctionOpInterface>(op) || !value || value.getInt() < 0)
+      return op->emitError() << "'" << attr.getName().getValue()
+                             << "' is a count (i64 >= 0) on a function";
+    return success();
+  }
   if (attr.getName() == getInputShardingsAttrName()) {
     auto layer = dyn_cast<LayerOp>(op);
     auto list = dyn_cast<ArrayAttr>(attr.getValue());
@@ -121,6 +142,13 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned regionIndex,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
+  if (attr.getName() == getBufferOffsetAttrName()) {
+    auto offset = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!offset || offset.getInt() < 0)
+      return op->emitError() << "'" << getBufferOffsetAttrName()
+                             << "' is an arena offset (i64 >= 0)";
+    return success();
+  }
   if (attr.getName() != getShardingAttrName() &&
       attr.getName() != WeftDialect::getLocalShardingAttrName())
     return op->emitError() << "unknown weft argument attribute '"

@@ -73,6 +73,26 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getContextParallelAttrName() {
       return ::llvm::StringLiteral("weft.context_parallel");
     }
+    /// From -weft-assign-buffers. On an op: the arena offset of each result's
+    /// buffer, -1 for a result without one (an array of i64); on a function
+    /// argument: its buffer's offset (i64).
+    static constexpr ::llvm::StringLiteral getBufferOffsetsAttrName() {
+      return ::llvm::StringLiteral("weft.buffer_offsets");
+    }
+    static constexpr ::llvm::StringLiteral getBufferOffsetAttrName() {
+      return ::llvm::StringLiteral("weft.buffer_offset");
+    }
+    /// From -weft-assign-buffers, on the function: the arena's bytes, the
+    /// number of buffers in it, and their bytes without reuse (i64 each).
+    static constexpr ::llvm::StringLiteral getArenaBytesAttrName() {
+      return ::llvm::StringLiteral("weft.arena_bytes");
+    }
+    static constexpr ::llvm::StringLiteral getBuffersAttrName() {
+      return ::llvm::StringLiteral("weft.buffers");
+    }
+    static constexpr ::llvm::StringLiteral getUnsharedBytesAttrName() {
+      return ::llvm::StringLiteral("weft.unshared_bytes");
+    }
   }];
 }
 

@@ -48,4 +48,12 @@ def Weft_LossReduction : I32EnumAttr<"LossReduction",
   let cppNamespace = "::weft";
 }
 
+def Weft_FusionKind : I32EnumAttr<"FusionKind",
+    "how a weft.fusion runs: one generated elementwise kernel, or a GEMM with its epilogue", [
+      I32EnumAttrCase<"elementwise", 0>,
+      I32EnumAttrCase<"epilogue", 1>
+    ]> {
+  let cppNamespace = "::weft";
+}
+
 #endif // WEFT_ENUMS_TD

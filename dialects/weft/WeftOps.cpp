@@ -694,6 +694,53 @@ LogicalResult LayerOp::verify() {
   return success();
 }
 
+LogicalResult FusionOp::verify() {
+  Block &body = getBody().front();
+  if (body.getArgumentTypes() != getInputs().getTypes())
+    return emitOpError("body arguments ")
+           << body.getArgumentTypes() << " must have the operand types "
+           << getInputs().getTypes();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().size() != 1 ||
+      yield.getValues().front().getType() != getType())
+    return emitOpError("yields ") << yield.getValues().getTypes()
+                                  << " but the fusion returns " << getType();
+  auto shape = getType().getShape();
+  if (getKind() == FusionKind::elementwise) {
+    for (Operation &op : body.without_terminator()) {
+      if (!op.hasTrait<weft::OpTrait::Elementwise>())
+        return emitOpError("of kind elementwise holds '")
+               << op.getName() << "', which is not elementwise";
+      for (Type type : op.getResultTypes())
+        if (cast<RankedTensorType>(type).getShape() != shape)
+          return emitOpError("of kind elementwise holds '")
+                 << op.getName() << "' of shape " << type
+                 << ", not the fusion's";
+    }
+    return success();
+  }
+  // An epilogue: linear, then a tanh GELU of its result.
+  auto ops = body.without_terminator();
+  auto it = ops.begin();
+  auto linear = it != ops.end() ? dyn_cast<LinearOp>(*it) : LinearOp();
+  GeluOp gelu = linear && ++it != ops.end() ? dyn_cast<GeluOp>(*it) : GeluOp();
+  if (!linear || !gelu || std::next(it) != ops.end() ||
+      gelu.getInput() != linear.getResult() ||
+      gelu.getApproximation() != GeluApproximation::tanh ||
+      yield.getValues().front() != gelu.getResult())
+    return emitOpError("of kind epilogue must hold a weft.linear and a tanh "
+                       "weft.gelu of its result");
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  auto collective = getInput().getDefiningOp<CollectiveOpInterface>();
+  if (!collective || !collective.communicates())
+    return emitOpError("waits for a value that no communicating collective "
+                       "produced");
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Mesh
 //===----------------------------------------------------------------------===//

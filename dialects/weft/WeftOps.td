@@ -921,16 +921,90 @@ def Weft_LayerOp : Weft_Op<"layer", [WeftCost, IsolatedFromAbove,
   ];
 }
 
+def Weft_FusionOp : Weft_Op<"fusion", [WeftGradients, WeftCost, IsolatedFromAbove,
+    SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "Ops that run as one kernel: an elementwise chain, or a GEMM and its epilogue.";
+  let description = [{
+    What `-weft-fuse-elementwise` decides, for the CUDA backend: the body runs as one
+    kernel that reads the operands and writes the result, and the values inside it are
+    never stored. `kind` says which kernel:
+
+    - `elementwise`: a generated kernel. Every op of the body is elementwise (it has the
+      `Elementwise` trait) and computes a tensor of the result's shape; operands of other
+      shapes are read through broadcast strides.
+    - `epilogue`: a cuBLASLt GEMM whose epilogue applies the rest: the body is one
+      `weft.linear` and a tanh `weft.gelu` of its result (`GELU_BIAS` with a bias).
+
+    The planner costs the fusion as the kernel it is: its body's flops, its operands
+    read once and its result written once. In backward it keeps what its body's ops
+    keep; values inside an elementwise fusion are recomputed from its operands (as
+    Megatron's fused bias-GELU and bias-dropout-add kernels do), and the GEMM's
+    result is kept by the epilogue (cuBLASLt's `GELU_AUX`).
+
+    ```mlir
+    %y = weft.fusion elementwise (%h, %c, %z) : (tensor<4x64xf32>, tensor<64xf32>, tensor<4x64xf32>) -> tensor<4x64xf32> {
+    ^bb0(%a: tensor<4x64xf32>, %b: tensor<64xf32>, %d: tensor<4x64xf32>):
+      %0 = weft.add %a, %b : (tensor<4x64xf32>, tensor<64xf32>) -> tensor<4x64xf32>
+      %1 = weft.exp %0 : tensor<4x64xf32>
+      %2 = weft.mul %1, %d : tensor<4x64xf32>
+      weft.yield %2 : tensor<4x64xf32>
+    }
+    ```
+
+    **Constraints**
+    - the body's arguments have the operands' types, and it yields one value of the
+      result's type;
+    - `elementwise`: every op of the body is elementwise and its result has the fusion's
+      shape;
+    - `epilogue`: the body is a `weft.linear` and a tanh `weft.gelu` of its result.
+  }];
+  let arguments = (ins Weft_FusionKind:$kind, Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs AnyRankedTensor:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $kind `(` $inputs `)` attr-dict `:` functional-type($inputs, $result) $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Weft_WaitOp : Weft_Op<"wait", [WeftCost, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Where the computation waits for a collective's result.";
+  let description = [{
+    What `-weft-schedule-collectives` decides, for the CUDA backend: a collective runs on
+    the communication stream from where it stands, overlapping the computation that
+    follows, until the first op that reads its result; that op reads it through a
+    `weft.wait`, where the compute stream waits for the collective's event. Until then
+    the collective reads its operand, whose buffer stays alive. The result is the
+    operand; on backends without streams the op does nothing.
+
+    Not `Pure`: it marks a point in the program, which no pass may move or drop.
+
+    ```mlir
+    %g = weft.all_gather %x over @mesh ["tp"] dim 1 : tensor<2x4x32xf32> -> tensor<2x8x32xf32>
+    %h = weft.layer_norm ...            // overlaps the gather
+    %w = weft.wait %g : tensor<2x8x32xf32>
+    ```
+
+    **Constraints**
+    - the operand is the result of a collective that communicates.
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Weft_YieldOp : Weft_Op<"yield", [WeftCost, Pure, Terminator, ReturnLike,
-    HasParent<"LayerOp">]> {
-  let summary = "Ends a weft.layer body with the layer's results.";
+    ParentOneOf<["LayerOp", "FusionOp"]>]> {
+  let summary = "Ends a weft.layer or weft.fusion body with its results.";
   let description = [{
     ```mlir
     weft.yield %out : tensor<2x128x768xf32>
     ```
 
     **Constraints**
-    - the parent is a `weft.layer`, whose results have the yielded values' types.
+    - the parent is a `weft.layer` or a `weft.fusion`, whose results have the yielded
+      values' types.
   }];
   let arguments = (ins Variadic<AnyType>:$values);
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";

@@ -2,21 +2,13 @@
 //
 // Part of the Weft project.
 //
-// Three decisions before any text is printed, each over the function's ops
-// in order:
-//  1. fusion: an elementwise op whose only user is an elementwise op of the
-//     same shape is computed inside its user's kernel, so a chain becomes one
-//     generated kernel that reads its outside operands through broadcast
-//     strides; a GELU after a GEMM goes into cuBLASLt's epilogue;
-//  2. when each value is ready and last read: a collective's result is ready
-//     where its first user waits for the communication stream, and its
-//     operand stays alive until then (the collective reads it meanwhile);
-//     a reshape is a view, so it extends its source's life;
-//  3. buffer assignment: one arena per rank, each buffer placed first-fit
-//     among the buffers alive at its definition, 256-byte aligned.
-// Then each op prints as one statement: a generated kernel's launch, a call
-// into the runtime's kernels, or a collective issued on the communication
-// stream whose event the first user waits for.
+// Prints what the CUDA target pipeline decided (weft-prepare-cuda): each
+// weft.fusion is one kernel (a generated elementwise kernel, or a cuBLASLt
+// GEMM with its epilogue), each tensor lives at the arena offset
+// -weft-assign-buffers gave it, and each collective is issued on the
+// communication stream where it stands and waited for at its weft.wait. An
+// elementwise op outside a fusion is a generated kernel of its own. Each op
+// prints as one statement; nothing is decided here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,12 +21,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
-#include <map>
 
 using namespace mlir;
 using namespace weft;
@@ -42,15 +32,8 @@ using namespace weft::codegen;
 
 namespace {
 
-constexpr int64_t kAlignment = 256;
-
 bool isElementwise(Operation *op) {
   return op->hasTrait<weft::OpTrait::Elementwise>();
-}
-
-bool isCollective(Operation *op) {
-  auto collective = dyn_cast<CollectiveOpInterface>(op);
-  return collective && collective.communicates();
 }
 
 RankedTensorType tensorType(Value v) {
@@ -78,11 +61,6 @@ const char *deviceType(Type element) {
   return nullptr;
 }
 
-int64_t bytesOf(Value v) {
-  RankedTensorType type = tensorType(v);
-  return type.getNumElements() * rt::dtypeBytes(toDType(type.getElementType()));
-}
-
 std::string shapeLiteral(Value v) {
   std::string text = "{";
   for (auto [i, d] : llvm::enumerate(tensorType(v).getShape()))
@@ -104,182 +82,82 @@ public:
   std::string body;
 
 private:
-  // Decisions.
-  LogicalResult plan();
-  void assignBuffers();
-  int64_t useIndex(Operation *user);
-
-  // Printing.
+  LogicalResult check();
   LogicalResult emitOp(Operation *op, llvm::raw_ostream &os);
-  LogicalResult emitFusedKernel(Operation *root, llvm::raw_ostream &os);
+  /// A generated kernel computing `ops` (in order) into `result`; `outside`
+  /// gives the tensor a value read from outside the kernel stands for.
+  LogicalResult emitElementwiseKernel(Operation *at, ArrayRef<Operation *> ops,
+                                      Value result,
+                                      llvm::function_ref<Value(Value)> outside,
+                                      llvm::raw_ostream &os);
   std::string tensor(Value v) { return names.lookup(v); }
+  int64_t offsetOf(Value v);
   void define(Value v, llvm::raw_ostream &os);
-  /// The compute stream waits for the collectives that produce `values`.
-  void waitFor(ValueRange values, llvm::raw_ostream &os);
 
   func::FuncOp func;
   std::string weightsDir;
   CudaEmitStats &stats;
 
   llvm::DenseMap<Operation *, int64_t> index;
-  /// Elementwise ops computed inside their user's kernel.
-  llvm::DenseSet<Operation *> inlined;
-  /// A GELU computed by the epilogue of this GEMM.
-  llvm::DenseMap<Operation *, Operation *> geluOf;
-  llvm::DenseSet<Operation *> absorbed;
-  /// A reshape's source (the value whose buffer it views).
-  llvm::DenseMap<Value, Value> aliasOf;
-  llvm::DenseMap<Value, int64_t> defined, lastUse, offset;
   llvm::DenseMap<Value, std::string> names;
   /// Weights read as this rank's shard by the all_slice that uses them.
   llvm::DenseMap<Operation *, std::string> shardFiles;
-  llvm::MapVector<Value, std::string> pendingEvents;
-  int64_t end = 0;
+  /// The event of each collective in flight, by its result.
+  llvm::DenseMap<Value, std::string> events;
   int counter = 0;
   int weightFiles = 0;
 };
 
-Value rootOf(const llvm::DenseMap<Value, Value> &aliasOf, Value v) {
-  for (auto it = aliasOf.find(v); it != aliasOf.end(); it = aliasOf.find(v))
-    v = it->second;
-  return v;
-}
-
-/// Where `user` reads its operands: inlined ops read in their root's kernel.
-int64_t CudaEmitter::useIndex(Operation *user) {
-  while (inlined.contains(user))
-    user = *user->getResult(0).getUsers().begin();
-  return index.lookup(user);
-}
-
-LogicalResult CudaEmitter::plan() {
+/// Checks that the program is what the emitter prints: types the GPU has,
+/// and the target pipeline's decisions on every op.
+LogicalResult CudaEmitter::check() {
+  if (!func->hasAttr(WeftDialect::getArenaBytesAttrName()))
+    return func.emitError("the CUDA emitter prints a program prepared for "
+                          "it: run the weft-cuda-kernels and "
+                          "weft-prepare-cuda pipelines first (weft compile "
+                          "--target cuda does)");
   Block &block = func.getBody().front();
   int64_t i = 1;
-  for (Operation &op : block)
-    index[&op] = i++;
-  end = i;
   for (Operation &op : block) {
+    index[&op] = i++;
     for (Value r : op.getResults())
       if (auto type = dyn_cast<RankedTensorType>(r.getType()))
         if (!deviceType(type.getElementType()))
           return op.emitError("weft compile --target cuda: ")
                  << type.getElementType() << " tensors are not supported on "
                  << "the GPU";
-    // A GELU (tanh) as the only user of a GEMM goes into its epilogue.
-    if (auto linear = dyn_cast<LinearOp>(op))
-      if (linear->hasOneUse())
-        if (auto gelu = dyn_cast<GeluOp>(*linear->getUsers().begin()))
-          if (gelu.getApproximation() == GeluApproximation::tanh &&
-              gelu.getType() == linear.getType()) {
-            geluOf[&op] = gelu;
-            absorbed.insert(gelu);
-            // The GELU's result is the GEMM's output: made and read there.
-            index[gelu] = index[&op];
-          }
-    if (isElementwise(&op) && !absorbed.contains(&op) && op.hasOneUse()) {
-      Operation *user = *op.getUsers().begin();
-      if (isElementwise(user) && !absorbed.contains(user) &&
-          tensorType(user->getResult(0)).getShape() ==
-              tensorType(op.getResult(0)).getShape())
-        inlined.insert(&op);
-    }
-    if (auto reshape = dyn_cast<ReshapeOp>(op))
-      aliasOf[reshape.getResult()] = reshape->getOperand(0);
+    if (op.getNumResults() &&
+        !op.hasAttr(WeftDialect::getBufferOffsetsAttrName()))
+      return op.emitError("has no buffer: run -weft-assign-buffers first");
   }
-  // When values are defined and last read (on their alias roots).
-  auto touch = [&](Value v, int64_t at) {
-    Value root = rootOf(aliasOf, v);
-    int64_t &last = lastUse[root];
-    last = std::max(last, at);
-  };
-  for (BlockArgument arg : func.getArguments())
-    defined[arg] = 0;
-  for (Operation &op : block) {
-    for (Value r : op.getResults())
-      defined[r] = index[&op];
-    for (Value r : op.getResults())
-      for (Operation *user : r.getUsers())
-        touch(r, isa<func::ReturnOp>(user) ? end : useIndex(user));
-    for (Value r : op.getResults())
-      touch(r, index[&op]);
-  }
-  for (BlockArgument arg : func.getArguments())
-    for (Operation *user : arg.getUsers())
-      touch(arg, isa<func::ReturnOp>(user) ? end : useIndex(user));
-  // A collective reads its operand on the communication stream until its
-  // first user waits for it.
-  for (Operation &op : block)
-    if (isCollective(&op)) {
-      int64_t wait = end;
-      for (Operation *user : op.getResult(0).getUsers())
-        wait = std::min(wait, isa<func::ReturnOp>(user) ? end : useIndex(user));
-      touch(op.getOperand(0), wait);
-    }
   return success();
 }
 
-void CudaEmitter::assignBuffers() {
-  // Values that own a buffer, in order of definition.
-  std::vector<Value> owners;
-  for (BlockArgument arg : func.getArguments())
-    owners.push_back(arg);
-  for (Operation &op : func.getBody().front()) {
-    if (inlined.contains(&op) || isa<ReshapeOp, func::ReturnOp>(op) ||
-        shardingSlice(&op))
-      continue;
-    if (geluOf.count(&op))
-      continue; // the GELU's result is the GEMM's output
-    for (Value r : op.getResults())
-      owners.push_back(r);
-  }
-  std::stable_sort(owners.begin(), owners.end(), [&](Value a, Value b) {
-    return defined.lookup(a) < defined.lookup(b);
-  });
-  // Live buffers by offset: [offset, offset + bytes) until lastUse.
-  std::map<int64_t, std::pair<int64_t, int64_t>> live;
-  for (Value v : owners) {
-    int64_t at = defined.lookup(v);
-    for (auto it = live.begin(); it != live.end();)
-      it = it->second.second < at ? live.erase(it) : std::next(it);
-    int64_t size = (bytesOf(v) + kAlignment - 1) / kAlignment * kAlignment;
-    size = std::max(size, kAlignment);
-    int64_t place = 0;
-    for (auto &[start, entry] : live) {
-      if (start - place >= size)
-        break;
-      place = std::max(place, start + entry.first);
-    }
-    live[place] = {size, lastUse.lookup(v)};
-    offset[v] = place;
-    stats.arenaBytes = std::max(stats.arenaBytes, place + size);
-    stats.unsharedBytes += size;
-    ++stats.buffers;
-  }
+int64_t CudaEmitter::offsetOf(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return func
+        .getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                       WeftDialect::getBufferOffsetAttrName())
+        .getInt();
+  auto offsets = v.getDefiningOp()->getAttrOfType<DenseI64ArrayAttr>(
+      WeftDialect::getBufferOffsetsAttrName());
+  return offsets[cast<OpResult>(v).getResultNumber()];
 }
 
 void CudaEmitter::define(Value v, llvm::raw_ostream &os) {
   std::string name = "v" + std::to_string(counter++);
   names[v] = name;
   RankedTensorType type = tensorType(v);
-  os << "  DeviceTensor " << name << " = at(ctx, " << offset.lookup(v) << ", "
+  os << "  DeviceTensor " << name << " = at(ctx, " << offsetOf(v) << ", "
      << dtypeName(type.getElementType()) << ", " << shapeLiteral(v) << ");\n";
 }
 
-void CudaEmitter::waitFor(ValueRange values, llvm::raw_ostream &os) {
-  for (Value operand : values) {
-    auto it = pendingEvents.find(operand);
-    if (it == pendingEvents.end())
-      continue;
-    os << "  waitFor(ctx, " << it->second << ");\n";
-    pendingEvents.erase(it);
-  }
-}
-
-/// The generated kernel of an elementwise chain ending at `root`.
-LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
-                                           llvm::raw_ostream &os) {
+LogicalResult CudaEmitter::emitElementwiseKernel(
+    Operation *at, ArrayRef<Operation *> ops, Value result,
+    llvm::function_ref<Value(Value)> outside, llvm::raw_ostream &os) {
   std::string kernelName = "fused" + std::to_string(stats.fusedKernels++);
-  RankedTensorType outType = tensorType(root->getResult(0));
+  llvm::DenseSet<Operation *> members(ops.begin(), ops.end());
+  RankedTensorType outType = tensorType(result);
   ArrayRef<int64_t> outShape = outType.getShape();
   std::vector<Value> inputs;
   llvm::DenseMap<Value, std::string> computed;
@@ -296,10 +174,10 @@ LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
     std::string type = isFloat ? "float" : "int64_t";
     std::string name = "t" + std::to_string(temps++);
     Operation *op = v.getDefiningOp();
-    if (!op || (!inlined.contains(op) && op != root)) {
+    if (!op || !members.contains(op)) {
       // An outside operand, read through its broadcast strides.
       size_t n = inputs.size();
-      inputs.push_back(v);
+      inputs.push_back(outside(v));
       k << "    " << type << " " << name << " = " << (isFloat ? "loadF" : "loadI")
         << "(in" << n << ", offsetOf(i, dims, s" << n << "));\n";
       computed[v] = name;
@@ -406,14 +284,14 @@ LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
     computed[v] = name;
     return name;
   };
-  FailureOr<std::string> result = expr(root->getResult(0));
-  if (failed(result))
+  FailureOr<std::string> value = expr(result);
+  if (failed(value))
     return failure();
   const char *outC = deviceType(outType.getElementType());
   bool outFloat = isa<FloatType>(outType.getElementType());
   // The kernel.
   llvm::raw_string_ostream ks(kernels);
-  ks << "// " << root->getName() << " and the "
+  ks << "// " << ops.back()->getName() << " and the "
      << computed.size() - inputs.size() - 1
      << " elementwise op(s) before it, in one pass.\n"
      << "WEFT_GLOBAL void " << kernelName << "(int64_t n, Dims dims";
@@ -423,10 +301,9 @@ LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
   ks << ", " << outC << " *out) {\n"
      << "  WEFT_ELEMENTS(i, n) {\n"
      << code << "    " << (outFloat ? "storeF" : "storeI") << "(out, i, "
-     << *result << ");\n  }\n}\n\n";
+     << *value << ");\n  }\n}\n\n";
   // The launch.
-  waitFor(inputs, os);
-  define(root->getResult(0), os);
+  define(at->getResult(0), os);
   int64_t n = outType.getNumElements();
   std::string dims = "Dims{" + std::to_string(outShape.size()) + ", {";
   for (auto [j, d] : llvm::enumerate(outShape))
@@ -451,19 +328,17 @@ LogicalResult CudaEmitter::emitFusedKernel(Operation *root,
        << deviceType(tensorType(input).getElementType()) << " *>("
        << tensor(input) << ".data)";
   }
-  os << ",\n      static_cast<" << outC << " *>(" << tensor(root->getResult(0))
+  os << ",\n      static_cast<" << outC << " *>(" << tensor(at->getResult(0))
      << ".data));\n  checkLaunch(ctx);\n";
   return success();
 }
 
 LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
-  if (inlined.contains(op) || absorbed.contains(op))
-    return success();
   os << "  ctx.op = \"" << op->getName() << " #" << index.lookup(op)
      << "\";\n";
   if (isElementwise(op))
-    return emitFusedKernel(op, os);
-  waitFor(op->getOperands(), os);
+    return emitElementwiseKernel(
+        op, {op}, op->getResult(0), [](Value v) { return v; }, os);
   auto out = [&]() -> std::string {
     Value result = op->getResult(0);
     define(result, os);
@@ -489,7 +364,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
     std::string event = "e" + std::to_string(counter);
     std::string o = out();
     os << "  cudaEvent_t " << event << " = " << call << ", " << o << ");\n";
-    pendingEvents[op->getResult(0)] = event;
+    events[op->getResult(0)] = event;
     ++stats.collectives;
     return success();
   };
@@ -562,18 +437,45 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
         return success();
       })
       .Case([&](LinearOp l) {
-        Operation *gelu = geluOf.lookup(l.getOperation());
-        std::string epilogue =
-            gelu ? (l.getBias() ? "GeluBias" : "Gelu")
-                 : (l.getBias() ? "Bias" : "None");
-        if (gelu || l.getBias())
+        if (l.getBias())
           ++stats.epilogues;
-        Value result = gelu ? gelu->getResult(0) : Value(l.getResult());
-        define(result, os);
+        std::string o = out();
         os << "  linear(ctx, " << tensor(l.getInput()) << ", "
            << tensor(l.getWeight()) << ", " << optional(l.getBias()) << ", "
-           << (l.getTransposeWeight() ? "true" : "false") << ", Epilogue::"
-           << epilogue << ", " << tensor(result) << ");\n";
+           << (l.getTransposeWeight() ? "true" : "false")
+           << ", Epilogue::" << (l.getBias() ? "Bias" : "None") << ", " << o
+           << ");\n";
+        return success();
+      })
+      .Case([&](FusionOp f) -> LogicalResult {
+        Block &body = f.getBody().front();
+        auto outside = [&](Value v) -> Value {
+          return f.getInputs()[cast<BlockArgument>(v).getArgNumber()];
+        };
+        if (f.getKind() == FusionKind::elementwise) {
+          SmallVector<Operation *> ops;
+          for (Operation &inner : body.without_terminator())
+            ops.push_back(&inner);
+          return emitElementwiseKernel(
+              f, ops, cast<YieldOp>(body.getTerminator()).getValues().front(),
+              outside, os);
+        }
+        // A GEMM with the GELU in its epilogue.
+        auto l = cast<LinearOp>(body.front());
+        ++stats.epilogues;
+        std::string o = out();
+        os << "  linear(ctx, " << tensor(outside(l.getInput())) << ", "
+           << tensor(outside(l.getWeight())) << ", "
+           << (l.getBias() ? "&" + tensor(outside(l.getBias()))
+                           : std::string("nullptr"))
+           << ", " << (l.getTransposeWeight() ? "true" : "false")
+           << ", Epilogue::" << (l.getBias() ? "GeluBias" : "Gelu") << ", " << o
+           << ");\n";
+        return success();
+      })
+      .Case([&](WaitOp w) {
+        os << "  waitFor(ctx, " << events.lookup(w.getInput()) << ");\n";
+        names[w.getResult()] = tensor(w.getInput());
         return success();
       })
       .Case([&](AttentionOp a) {
@@ -708,10 +610,21 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << (c.getZigzag() ? "true" : "false") << ", " << o << ");\n";
         return success();
       })
+      .Case([&](CrossEntropyOp c) {
+        static const char *reductions[] = {"None", "Mean", "Sum"};
+        std::string o = out();
+        os << "  crossEntropy(ctx, " << tensor(c.getLogits()) << ", "
+           << tensor(c.getLabels()) << ", LossReduction::"
+           << reductions[static_cast<int>(c.getReduction())] << ", ";
+        if (c.getIgnoreIndex())
+          os << "std::optional<int64_t>(" << int64_t(*c.getIgnoreIndex())
+             << ")";
+        else
+          os << "std::nullopt";
+        os << ", " << o << ");\n";
+        return success();
+      })
       .Case([&](func::ReturnOp r) {
-        for (auto &[value, event] : pendingEvents)
-          os << "  waitFor(ctx, " << event << ");\n";
-        pendingEvents.clear();
         os << "  return {";
         for (auto [i, v] : llvm::enumerate(r.getOperands()))
           os << (i ? ", " : "") << "download(ctx, " << tensor(v) << ")";
@@ -725,9 +638,14 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
 }
 
 LogicalResult CudaEmitter::run() {
-  if (failed(plan()))
+  if (failed(check()))
     return failure();
-  assignBuffers();
+  auto count = [&](StringRef name) {
+    return func->getAttrOfType<IntegerAttr>(name).getInt();
+  };
+  stats.arenaBytes = count(WeftDialect::getArenaBytesAttrName());
+  stats.buffers = int(count(WeftDialect::getBuffersAttrName()));
+  stats.unsharedBytes = count(WeftDialect::getUnsharedBytesAttrName());
   llvm::raw_string_ostream os(body);
   os << "std::vector<HostTensor> rankProgram(Context &ctx, "
         "const std::vector<HostTensor> &inputs) {\n";
@@ -755,6 +673,18 @@ LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
   CudaEmitter emitter(*func, *weightsDir, stats);
   if (failed(emitter.run()))
     return failure();
+  // The mesh-axis sets of the communicating collectives, in program order:
+  // every rank creates their communicators at start-up.
+  SmallVector<std::string> communicators;
+  func->walk([&](CollectiveOpInterface collective) {
+    std::string axes = strings(collective.getAxes());
+    if (collective.communicates() && !llvm::is_contained(communicators, axes))
+      communicators.push_back(axes);
+  });
+  std::string communicatorList = "{";
+  for (const std::string &axes : communicators)
+    communicatorList += (communicatorList.size() > 1 ? ", " : "") + axes;
+  communicatorList += "}";
   std::string program;
   llvm::raw_string_ostream out(program);
   out << "// Generated by `weft compile --target cuda` from " << origin
@@ -774,15 +704,18 @@ LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
       << "namespace {\n\n"
       << emitter.kernels << emitter.body << "\n"
       << "const Mesh kMesh = " << meshLiteral(module, *func) << ";\n"
-      << "const std::vector<Layout> kInputs = "
-      << layoutsLiteral(*func, false) << ";\n"
-      << "const std::vector<Layout> kOutputs = "
-      << layoutsLiteral(*func, true) << ";\n"
-      << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n\n"
+      << "const std::vector<Layout> kInputs = " << layoutsLiteral(*func, false)
+      << ";\n"
+      << "const std::vector<Layout> kOutputs = " << layoutsLiteral(*func, true)
+      << ";\n"
+      << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n"
+      << "// The communicators every rank creates at start-up.\n"
+      << "const std::vector<std::vector<std::string>> kCommunicators = "
+      << communicatorList << ";\n\n"
       << "} // namespace\n\n"
       << "int main(int argc, char **argv) {\n"
       << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
-         "kOutputs, kArenaBytes});\n}\n";
+         "kOutputs, kArenaBytes, kCommunicators});\n}\n";
   if (failed(writeFile(module, outDir, "program.cu", program)))
     return failure();
   if (failed(writeFile(module, outDir, "program_host.cpp",

@@ -48,8 +48,14 @@ void weft::buildCpuTargetPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createWeftInlineLayers());
 }
 
+void weft::buildCudaKernelPipeline(OpPassManager &pm) {
+  pm.addNestedPass<func::FuncOp>(createWeftFuseElementwise());
+}
+
 void weft::buildCudaTargetPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createWeftInlineLayers());
+  pm.addNestedPass<func::FuncOp>(createWeftScheduleCollectives());
+  pm.addNestedPass<func::FuncOp>(createWeftAssignBuffers());
 }
 
 void weft::registerWeftPipelines() {
@@ -76,7 +82,16 @@ void weft::registerWeftPipelines() {
   PassPipelineRegistration<>("weft-prepare-cpu",
                              "What the CPU emitter prints: layers inlined",
                              buildCpuTargetPipeline);
-  PassPipelineRegistration<>("weft-prepare-cuda",
-                             "What the CUDA emitter prints: layers inlined",
-                             buildCudaTargetPipeline);
+  PassPipelineRegistration<>(
+      "weft-cuda-kernels",
+      "The kernels the CUDA backend runs, which the planner costs "
+      "(-weft-fuse-elementwise)",
+      buildCudaKernelPipeline);
+  PassPipelineRegistration<>(
+      "weft-prepare-cuda",
+      "What the CUDA emitter prints, after -weft-cuda-kernels: layers "
+      "inlined, collectives scheduled, buffers assigned "
+      "(-weft-inline-layers, -weft-schedule-collectives, "
+      "-weft-assign-buffers)",
+      buildCudaTargetPipeline);
 }

@@ -69,9 +69,10 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
   text.split(items, ',', -1, false);
   llvm::StringSet<> seen;
   for (llvm::StringRef item : items) {
-    auto [key, value] = item.trim().split('=');
-    key = key.trim();
-    value = value.trim();
+    std::pair<llvm::StringRef, llvm::StringRef> keyValue =
+        item.trim().split('=');
+    llvm::StringRef key = keyValue.first.trim();
+    llvm::StringRef value = keyValue.second.trim();
     if (key == "ring")
       key = "cp";
     if (key == "tpoverlap")

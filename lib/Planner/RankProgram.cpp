@@ -167,6 +167,8 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
   buildPartitionPipeline(pm, applyPlanOptions(degrees));
   if (!training.flash_attention())
     pm.addNestedPass<func::FuncOp>(createWeftDecomposeAttention());
+  // The kernels the GPU runs (weft compile --target cuda makes the same).
+  buildCudaKernelPipeline(pm);
   if (failed(pm.run(*module))) {
     if (error.empty())
       error = "partitioning failed";
@@ -340,15 +342,23 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
       }
   };
 
+  // A fusion is one kernel: it is costed as a whole, not its body's ops.
+  auto visitAll = [&](Operation *root, BlockKind kind) {
+    root->walk<WalkOrder::PreOrder>([&](Operation *inner) {
+      if (inner == root && isa<LayerOp>(inner))
+        return WalkResult::advance();
+      visit(inner, kind);
+      return isa<FusionOp>(inner) ? WalkResult::skip() : WalkResult::advance();
+    });
+  };
   BlockKind block = BlockKind::Embedding;
   for (Operation &op : func.getBody().front()) {
     if (layer && &op == layer.getOperation()) {
-      layer.getBody().walk(
-          [&](Operation *inner) { visit(inner, BlockKind::Layer); });
+      visitAll(&op, BlockKind::Layer);
       block = BlockKind::Head;
       continue;
     }
-    op.walk([&](Operation *inner) { visit(inner, block); });
+    visitAll(&op, block);
   }
 
   for (int b = 0; b < 3; ++b) {

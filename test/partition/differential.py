@@ -103,15 +103,17 @@ def segments(text):
 
 
 def check_identity(weft, model, inputs, spec, devices, tmp, loss):
-    """The program the planner costs is the program weft runs: for this plan
+    """The program the planner costs is the program weft emits: for this plan
     (one micro-batch of the whole batch, bf16, with a training step's loss
     when the model ends in logits), `weft plan --evaluate --print-rank-ir`
-    prints one layer of the rank program it measured, and `weft run
-    --dump-partitioned` writes the program it runs. Each layer of the run
-    program must equal the costed layer, and what comes before and after the
-    layers must be equal, up to weights, parameter names and SSA names. The
-    bytes each rank sent must equal the plan's per-layer, embedding and
-    output-layer figures: layers x layer + embedding + head."""
+    prints one layer of the rank program it measured, with its kernels
+    (fusions), and `weft compile --target cuda --dump-partitioned` writes
+    the program the CUDA emitter prints, before its layers are inlined. Each
+    of its layers must equal the costed layer, and what comes before and
+    after the layers must be equal, up to weights, parameter names and SSA
+    names. The bytes each rank sent when `weft run` ran the same partition
+    must equal the plan's per-layer, embedding and output-layer figures:
+    layers x layer + embedding + head."""
     degrees = dict(item.split("=") for item in spec.split(","))
     dp = int(degrees["dp"])
     base = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", model + spec))
@@ -128,18 +130,26 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
     import json
     data = json.load(open(base + ".plan.json"))
     plan, vocab = data["plans"][0], int(data["model"]["vocab"])
-    extra = ["--dtype", "bf16", "--devices", str(devices), "--plan-spec", spec,
-             "--dump-partitioned", base + ".run.mlir"]
+    extra = ["--dtype", "bf16", "--devices", str(devices), "--plan-spec", spec]
     paths = list(inputs)
     if loss:
         paths.append(base + ".labels.npy")
         np.save(paths[-1], (tokens.astype(np.int64) + 1) % vocab)
         extra.append("--loss")
-    proc = run(weft, model, paths, base + ".run", extra)
+    ran = run(weft, model, paths, base + ".run", extra)
+    if ran.returncode != 0:
+        return "weft run --dtype bf16 failed: " + ran.stderr[-400:]
+    compile_args = [weft, "compile", model, "--target", "cuda", "--dtype", "bf16",
+                    "--plan-spec", spec, "--batch-size", str(batch),
+                    "--seq-len", str(seq), "-o", base + ".cuda",
+                    "--dump-partitioned", base + ".emitted.mlir"]
+    if loss:
+        compile_args.append("--loss")
+    proc = subprocess.run(compile_args, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        return "weft run --dtype bf16 failed: " + proc.stderr[-400:]
+        return "weft compile --target cuda failed: " + proc.stderr[-400:]
     prefix, layers, rest = segments(costed)
-    run_prefix, run_layers, run_rest = segments(open(base + ".run.mlir").read())
+    run_prefix, run_layers, run_rest = segments(open(base + ".emitted.mlir").read())
     if len(layers) != 1:
         return "the costed program has %d layers, expected 1" % len(layers)
     expected = [normalize(prefix)] + [normalize(layers[0])] * len(run_layers) + \
@@ -147,18 +157,18 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
     got = [normalize(run_prefix)] + [normalize(l) for l in run_layers] + \
         [normalize(p) for p in run_rest]
     if len(got) != len(expected):
-        return "the run program has %d segments, the costed one %d" % (len(got), len(expected))
+        return "the emitted program has %d segments, the costed one %d" % (len(got), len(expected))
     for index, (a, b) in enumerate(zip(expected, got)):
         if a != b:
             diff = next(i for i in range(min(len(a), len(b)) + 1)
                         if i >= min(len(a), len(b)) or a[i] != b[i])
-            return ("segment %d differs at line %d: costed '%s', run '%s'" %
+            return ("segment %d differs at line %d: costed '%s', emitted '%s'" %
                     (index, diff, a[diff] if diff < len(a) else "<end>",
                      b[diff] if diff < len(b) else "<end>"))
     predicted = (len(run_layers) * int(plan["forward_comm_bytes_layer"]) +
                  int(plan["forward_comm_bytes_embedding"]) +
                  int(plan["forward_comm_bytes_head"]))
-    counted = re.search(r"bytes sent per rank: (\d+)", proc.stderr)
+    counted = re.search(r"bytes sent per rank: (\d+)", ran.stderr)
     counted = int(counted.group(1)) if counted else 0
     if counted != predicted:
         return ("the communicator counted %d bytes per rank, the plan predicts %d "
@@ -307,7 +317,8 @@ def main():
     print("checked %d (model, plan) pairs on %d models: %d equal to the "
           "unpartitioned result within %g relative, with the bytes each rank "
           "sent equal to the program's collectives' ring counts, and the bf16 "
-          "training-step program weft runs equal to the one the planner costs "
+          "training-step program weft compiles for CUDA equal to the one the "
+          "planner costs "
           "(weft plan --evaluate --print-rank-ir), its bytes per rank equal to "
           "the plan's; %d failed; %d skipped (the plan does not divide the "
           "model's shapes)" %

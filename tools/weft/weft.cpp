@@ -148,8 +148,16 @@ static cl::opt<std::string> runtimePrefix(
     cl::desc("Where the runtime is installed (cmake --install); for --build"),
     cl::sub(compileCommand));
 static cl::opt<std::string> dumpPartitioned(
-    "dump-partitioned", cl::desc("Write the partitioned program here"),
-    cl::sub(runCommand));
+    "dump-partitioned",
+    cl::desc("Write the partitioned program here, with its layers (weft "
+             "compile --target cuda: with its kernels, the fusions the "
+             "planner costs)"),
+    cl::sub(runCommand), cl::sub(compileCommand));
+static cl::opt<std::string> dumpEmitted(
+    "dump-emitted",
+    cl::desc("Write the program the emitter prints here: layers inlined, and "
+             "for --target cuda its kernels, waits and buffers"),
+    cl::sub(compileCommand));
 static cl::opt<bool> noWeights(
     "no-weights",
     cl::desc("Keep only names, shapes and dtypes of weights (for planning)"),
@@ -639,14 +647,29 @@ static int runCompile(MLIRContext &context) {
       failed(appendLoss(context, *module)) ||
       failed(partitionModule(context, *module)))
     return 1;
+  auto dump = [&](const std::string &file) {
+    if (file.empty())
+      return;
+    std::error_code ec;
+    llvm::raw_fd_ostream out(file, ec);
+    module->print(out);
+  };
   {
-    PassManager pm(&context);
-    if (target == "cuda")
-      weft::buildCudaTargetPipeline(pm);
-    else
-      weft::buildCpuTargetPipeline(pm);
-    if (failed(pm.run(*module)))
+    // What the target runs as kernels (what the planner costs), then what
+    // its emitter needs.
+    PassManager kernels(&context), prepare(&context);
+    if (target == "cuda") {
+      weft::buildCudaKernelPipeline(kernels);
+      weft::buildCudaTargetPipeline(prepare);
+    } else {
+      weft::buildCpuTargetPipeline(prepare);
+    }
+    if (failed(kernels.run(*module)))
       return 1;
+    dump(dumpPartitioned);
+    if (failed(prepare.run(*module)))
+      return 1;
+    dump(dumpEmitted);
   }
   if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
     return fail("cannot create " + outputPath + ": " + ec.message());

@@ -10,7 +10,10 @@
 //   weft-prepare-model        fold, raise and mark layers (after import)
 //   weft-partition-with-plan  apply a plan's degrees, propagate, partition
 //   weft-prepare-cpu          what the CPU emitter needs (layers inlined)
-//   weft-prepare-cuda         what the CUDA emitter needs (layers inlined)
+//   weft-cuda-kernels         the kernels the GPU runs (fusions); the planner
+//                             costs the program after this
+//   weft-prepare-cuda         what the CUDA emitter needs (layers inlined,
+//                             waits for collectives, buffers in an arena)
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,7 +73,13 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
 /// What the CPU emitter prints: one flat function.
 void buildCpuTargetPipeline(mlir::OpPassManager &pm);
 
-/// What the CUDA emitter prints: one flat function.
+/// The kernels the CUDA backend runs: GEMM epilogues and elementwise chains
+/// as weft.fusion ops (layers kept). The planner costs this program.
+void buildCudaKernelPipeline(mlir::OpPassManager &pm);
+
+/// What the CUDA emitter prints, after buildCudaKernelPipeline: one flat
+/// function, a weft.wait where the computation waits for each collective,
+/// and every tensor's place in the arena.
 void buildCudaTargetPipeline(mlir::OpPassManager &pm);
 
 /// Registers the pipelines with MLIR (weft-opt's -weft-partition-with-plan

@@ -92,6 +92,8 @@ enum class CommClass { TensorParallel, Ring, Sequence };
 
 /// One op of a rank program, as the cost model reads it.
 struct OpRecord {
+  OpRecord(BlockKind block, mlir::OperationName name)
+      : block(block), name(name) {}
   BlockKind block = BlockKind::Embedding;
   /// Which op it is (profiles of one shape at two batches have the same).
   mlir::OperationName name;

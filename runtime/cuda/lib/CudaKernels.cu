@@ -197,6 +197,59 @@ __global__ void softmaxKernel(int64_t length, int64_t inner, bool log,
   }
 }
 
+/// Cross-entropy, one block per row of `classes` logits: the row's loss,
+/// log sum exp(x) - x[label] in f32, and whether it counts (an ignored
+/// label does not). A label that is no class is flagged in `bad`.
+template <typename T>
+__global__ void crossEntropyKernel(int64_t classes, const T *logits,
+                                   const int64_t *labels, bool ignore,
+                                   int64_t ignoreIndex, float *losses,
+                                   float *counted, int *bad) {
+  __shared__ float scratch[32];
+  const T *row = logits + blockIdx.x * classes;
+  int64_t label = labels[blockIdx.x];
+  float max = -FLT_MAX;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
+    max = fmaxf(max, loadF(row, j));
+  max = blockReduce(max, true, scratch);
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
+    sum += expf(loadF(row, j) - max);
+  sum = blockReduce(sum, false, scratch);
+  if (threadIdx.x != 0)
+    return;
+  bool skip = ignore && label == ignoreIndex;
+  if (!skip && (label < 0 || label >= classes)) {
+    *bad = 1;
+    skip = true;
+  }
+  losses[blockIdx.x] = skip ? 0.0f : logf(sum) + max - loadF(row, label);
+  counted[blockIdx.x] = skip ? 0.0f : 1.0f;
+}
+
+/// The losses as the output: per row (`reduction` 0), their mean over the
+/// counted rows (1) or their sum (2), in one block.
+template <typename T>
+__global__ void lossReductionKernel(int64_t rows, int reduction,
+                                    const float *losses, const float *counted,
+                                    T *out) {
+  __shared__ float scratch[32];
+  if (reduction == 0) {
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+      storeF(out, r, losses[r]);
+    return;
+  }
+  float total = 0, count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    total += losses[r];
+    count += counted[r];
+  }
+  total = blockReduce(total, false, scratch);
+  count = blockReduce(count, false, scratch);
+  if (threadIdx.x == 0)
+    storeF(out, 0, reduction == 2 ? total : count > 0 ? total / count : NAN);
+}
+
 template <typename T>
 __global__ void normalizeKernel(int64_t length, float epsilon, bool rms,
                                 const T *x, const T *scale, const T *bias,
@@ -780,6 +833,51 @@ void cuda::gather(Context &ctx, const DeviceTensor &x,
   if (flag)
     fail(ctx, "an index is out of range for a dimension of " +
                   std::to_string(axisSize));
+}
+
+void cuda::crossEntropy(Context &ctx, const DeviceTensor &logits,
+                        const DeviceTensor &labels, LossReduction reduction,
+                        std::optional<int64_t> ignoreIndex,
+                        const DeviceTensor &out) {
+  int64_t classes = logits.shape.back(), rows = labels.numel();
+  if (labels.dtype != DType::I64)
+    fail(ctx, "cross-entropy labels must be i64");
+  if (rows == 0)
+    return;
+  // Per-row losses and counts, then the flag of a bad label.
+  float *work = nullptr;
+  check(ctx,
+        cudaMallocAsync(reinterpret_cast<void **>(&work),
+                        size_t(2 * rows) * sizeof(float) + sizeof(int),
+                        ctx.compute),
+        "cudaMallocAsync");
+  float *losses = work, *counted = work + rows;
+  int *bad = reinterpret_cast<int *>(work + 2 * rows);
+  check(ctx, cudaMemsetAsync(bad, 0, sizeof(int), ctx.compute),
+        "cudaMemsetAsync");
+  int kind = reduction == LossReduction::None   ? 0
+             : reduction == LossReduction::Mean ? 1
+                                                : 2;
+  withFloatType(ctx, logits.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    crossEntropyKernel<<<unsigned(rows), kThreads, 0, ctx.compute>>>(
+        classes, static_cast<const T *>(logits.data),
+        static_cast<const int64_t *>(labels.data), ignoreIndex.has_value(),
+        ignoreIndex.value_or(0), losses, counted, bad);
+    lossReductionKernel<<<1, kThreads, 0, ctx.compute>>>(
+        rows, kind, losses, counted, static_cast<T *>(out.data));
+  });
+  checkLaunch(ctx);
+  int flag = 0;
+  check(ctx,
+        cudaMemcpyAsync(&flag, bad, sizeof(int), cudaMemcpyDeviceToHost,
+                        ctx.compute),
+        "cudaMemcpyAsync");
+  check(ctx, cudaFreeAsync(work, ctx.compute), "cudaFreeAsync");
+  check(ctx, cudaStreamSynchronize(ctx.compute), "cudaStreamSynchronize");
+  if (flag)
+    fail(ctx, "a cross-entropy label is not a class in [0, " +
+                  std::to_string(classes) + ")");
 }
 
 void cuda::trilu(Context &ctx, const DeviceTensor &x, bool upper,

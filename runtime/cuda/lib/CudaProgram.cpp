@@ -109,17 +109,33 @@ struct InFlight {
 };
 
 /// One rank per process over NCCL: a communicator per mesh-axis group,
-/// split from the world's, and a watchdog thread. The watchdog polls
-/// ncclCommGetAsyncError and the collectives' completion events; on an
+/// split from the world's at start-up, and a watchdog thread. The watchdog
+/// polls ncclCommGetAsyncError and the collectives' completion events; on an
 /// error, or a collective older than the timeout, it names the collective,
 /// aborts every communicator and exits the process non-zero.
 class NcclCommunicator : public DeviceCommunicator {
 public:
+  /// Joins the world and splits it once per axis set of `communicators`,
+  /// in their order: every rank splits at the same points, before any
+  /// collective of the program.
   NcclCommunicator(int rank, int worldSize, const ncclUniqueId &id,
-                   std::chrono::milliseconds timeout, const Context &ctx)
+                   std::chrono::milliseconds timeout, const Context &ctx,
+                   const Mesh &mesh,
+                   const std::vector<std::vector<std::string>> &communicators)
       : rank(rank), timeout(timeout) {
     checkNccl(ctx, ncclCommInitRank(&world, worldSize, id, rank),
               "ncclCommInitRank");
+    for (const std::vector<std::string> &axes : communicators) {
+      std::vector<int> group = mesh.group(rank, axes);
+      if (groups.count(group))
+        continue;
+      int key =
+          int(std::find(group.begin(), group.end(), rank) - group.begin());
+      ncclComm_t comm = nullptr;
+      checkNccl(ctx, ncclCommSplit(world, group.front(), key, &comm, nullptr),
+                "ncclCommSplit");
+      groups[group] = comm;
+    }
     watchdog = std::thread([this] { watch(); });
   }
   ~NcclCommunicator() override {
@@ -219,21 +235,14 @@ private:
                              ncclGetLastError(world), ")"));
   }
 
-  /// The group's communicator, split from the world's the first time (every
-  /// rank reaches the same collective in the same order, so every rank
-  /// splits at the same point).
+  /// The group's communicator, made at start-up.
   ncclComm_t commFor(const Context &ctx, const std::vector<int> &group) {
     auto found = groups.find(group);
-    if (found != groups.end())
-      return found->second;
-    int key = int(std::find(group.begin(), group.end(), ctx.rank) -
-                  group.begin());
-    ncclComm_t comm = nullptr;
-    checkNccl(ctx, ncclCommSplit(world, group.front(), key, &comm, nullptr),
-              "ncclCommSplit");
-    std::lock_guard<std::mutex> lock(mutex);
-    groups[group] = comm;
-    return comm;
+    if (found == groups.end())
+      fail(ctx, "a collective over a group whose NCCL communicator was not "
+                "created at start-up (the program's communicator list misses "
+                "its mesh axes)");
+    return found->second;
   }
 
   void track(const Context &ctx, const char *kind) {
@@ -429,7 +438,8 @@ runOnNccl(const CudaProgramSpec &spec, RankContext &rankCtx,
   HostTensor ids = valueOrThrow(rankCtx.comm->allGather(rank, world, mine, 0));
   std::memcpy(&id, ids.ints.data(), sizeof(id));
   RankResources resources(rank, spec, rankCtx.weightsDir);
-  NcclCommunicator nccl(rank, n, id, rankCtx.timeout, resources.ctx);
+  NcclCommunicator nccl(rank, n, id, rankCtx.timeout, resources.ctx, spec.mesh,
+                        spec.communicators);
   resources.ctx.communicator = &nccl;
   std::vector<HostTensor> results = spec.function(resources.ctx, inputs);
   check(resources.ctx, cudaDeviceSynchronize(), "cudaDeviceSynchronize");

@@ -177,6 +177,17 @@ void cuda::gather(Context &ctx, const DeviceTensor &x,
         out);
 }
 
+void cuda::crossEntropy(Context &ctx, const DeviceTensor &logits,
+                        const DeviceTensor &labels, LossReduction reduction,
+                        std::optional<int64_t> ignoreIndex,
+                        const DeviceTensor &out) {
+  store(ctx,
+        valueOrThrow(rt::crossEntropy(download(ctx, logits),
+                                      download(ctx, labels), reduction,
+                                      ignoreIndex)),
+        out);
+}
+
 void cuda::trilu(Context &ctx, const DeviceTensor &x, bool upper,
                  int64_t diagonal, const DeviceTensor &out) {
   store(ctx, rt::trilu(download(ctx, x), upper, diagonal), out);

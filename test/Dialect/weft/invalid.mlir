@@ -1039,7 +1039,7 @@ func.func @layer_isolated(%x: tensor<4xf32>) {
 // -----
 
 func.func @yield_outside_layer(%x: tensor<4xf32>) {
-  // expected-error @+1 {{expects parent op 'weft.layer'}}
+  // expected-error @+1 {{expects parent op to be one of 'weft.layer, weft.fusion'}}
   weft.yield %x : tensor<4xf32>
 }
 
@@ -1436,4 +1436,104 @@ func.func @broadcast_type(%x: tensor<8xf32>) {
   // expected-error @+1 {{requires the same type for all operands and results}}
   %0 = "weft.broadcast"(%x) <{mesh = @world, axes = ["tp"], root = 0 : i64}> : (tensor<8xf32>) -> tensor<8xi32>
   return
+}
+
+// -----
+
+func.func @fusion_not_elementwise(%x: tensor<4x8xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{of kind elementwise holds 'weft.reduce_sum', which is not elementwise}}
+  %0 = weft.fusion elementwise(%x) : (tensor<4x8xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    %s = weft.reduce_sum %a axes [1] : tensor<4x8xf32> -> tensor<4xf32>
+    weft.yield %s : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fusion_shape(%v: tensor<8xf32>, %x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{of kind elementwise holds 'weft.exp' of shape 'tensor<8xf32>', not the fusion's}}
+  %0 = weft.fusion elementwise(%v, %x) : (tensor<8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<8xf32>, %b: tensor<4x8xf32>):
+    %e = weft.exp %a : tensor<8xf32>
+    %s = weft.add %b, %e : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    weft.yield %s : tensor<4x8xf32>
+  }
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @fusion_arguments(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{body arguments 'tensor<8xf32>' must have the operand types 'tensor<4xf32>'}}
+  %0 = weft.fusion elementwise(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<8xf32>):
+    %e = weft.exp %a : tensor<8xf32>
+    weft.yield %e : tensor<8xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fusion_yield(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{yields 'tensor<4xi64>' but the fusion returns 'tensor<4xf32>'}}
+  %0 = weft.fusion elementwise(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %c = weft.cast %a : tensor<4xf32> -> tensor<4xi64>
+    weft.yield %c : tensor<4xi64>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fusion_epilogue(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{of kind epilogue must hold a weft.linear and a tanh weft.gelu of its result}}
+  %0 = weft.fusion epilogue(%x, %w) : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<8x8xf32>):
+    %l = weft.linear %a, %b : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+    %g = weft.gelu %l : tensor<4x8xf32>
+    weft.yield %g : tensor<4x8xf32>
+  }
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @wait_not_collective(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{waits for a value that no communicating collective produced}}
+  %0 = weft.wait %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @buffer_offsets(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'weft.buffer_offsets' is an array of i64 with one offset per result}}
+  %0 = weft.exp %x {weft.buffer_offsets = array<i64: 0, 256>} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @buffer_offset_negative(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'weft.buffer_offsets' holds offsets >= 0, or -1 for no buffer}}
+  %0 = weft.exp %x {weft.buffer_offsets = array<i64: -2>} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'weft.buffer_offset' is an arena offset (i64 >= 0)}}
+func.func @buffer_offset_argument(%x: tensor<4xf32> {weft.buffer_offset = -1 : i64}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'weft.arena_bytes' is a count (i64 >= 0) on a function}}
+func.func @arena_bytes(%x: tensor<4xf32>) -> tensor<4xf32> attributes {weft.arena_bytes = "big"} {
+  return %x : tensor<4xf32>
 }

@@ -231,3 +231,26 @@ func.func @shardings(%x: tensor<2x8x16xf32> {weft.sharding = #weft.sharding<@wor
   %0 = weft.reduce_sum %x axes [2] {weft.sharding = [#weft.sharding<@world, [[dp], [sp]], partial = [tp]>]} : tensor<2x8x16xf32> -> tensor<2x8xf32>
   return %0 : tensor<2x8xf32>
 }
+
+// CHECK-LABEL: func.func @fusion_and_wait
+// CHECK: weft.fusion elementwise(%{{.*}}, %{{.*}}) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+// CHECK: weft.fusion epilogue
+// CHECK: weft.wait %{{.*}} : tensor<4x8xf32>
+weft.mesh @mesh(tp = 2)
+func.func @fusion_and_wait(%x: tensor<4x8xf32>, %v: tensor<8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  %0 = weft.fusion elementwise(%x, %v) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<8xf32>):
+    %s = weft.add %a, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    %e = weft.exp %s : tensor<4x8xf32>
+    weft.yield %e : tensor<4x8xf32>
+  }
+  %1 = weft.fusion epilogue(%0, %w) : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<8x8xf32>):
+    %l = weft.linear %a, %b : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+    %g = weft.gelu %l approximation tanh : tensor<4x8xf32>
+    weft.yield %g : tensor<4x8xf32>
+  }
+  %2 = weft.all_reduce sum %1 over @mesh ["tp"] : tensor<4x8xf32>
+  %3 = weft.wait %2 : tensor<4x8xf32>
+  return %3 : tensor<4x8xf32>
+}

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,12 @@ void insert(Context &ctx, const DeviceTensor &x, int64_t axis, int64_t offset,
             const DeviceTensor &out);
 void gather(Context &ctx, const DeviceTensor &x, const DeviceTensor &indices,
             int64_t axis, const DeviceTensor &out);
+/// Per-token cross-entropy of `logits` (classes last) against i64
+/// `labels`, reduced as `reduction`; a label outside the classes is an
+/// error (the stream is synchronized to find out).
+void crossEntropy(Context &ctx, const DeviceTensor &logits,
+                  const DeviceTensor &labels, LossReduction reduction,
+                  std::optional<int64_t> ignoreIndex, const DeviceTensor &out);
 void trilu(Context &ctx, const DeviceTensor &x, bool upper, int64_t diagonal,
            const DeviceTensor &out);
 
@@ -199,6 +206,12 @@ struct CudaProgramSpec {
   std::vector<Layout> outputs;
   /// Bytes of the rank's arena (buffer assignment by liveness).
   int64_t arenaBytes = 0;
+  /// The mesh-axis sets the program's collectives run over, in one order
+  /// for every rank: over NCCL, each rank's group communicator for each set
+  /// is created at start-up, before the program runs (a split is a
+  /// collective over the world: every rank must reach it, whatever its
+  /// program does next).
+  std::vector<std::vector<std::string>> communicators;
 };
 
 /// The `main` of a generated CUDA program (the CPU program's options):

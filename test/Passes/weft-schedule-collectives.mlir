@@ -1,0 +1,57 @@
+// RUN: weft-opt %s -split-input-file -weft-schedule-collectives | FileCheck %s
+
+// The gather runs on the communication stream while the norm computes; the
+// computation waits for it right before the linear, its first reader, and
+// every reader reads the wait.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @overlap
+// CHECK: %[[G:.*]] = weft.all_gather
+// CHECK-NEXT: %[[N:.*]] = weft.rms_norm
+// CHECK-NEXT: %[[W:.*]] = weft.wait %[[G]] : tensor<2x8x16xf32>
+// CHECK-NEXT: weft.linear %[[W]]
+// CHECK-NEXT: weft.add %[[W]], %[[N]]
+func.func @overlap(%x: tensor<2x4x16xf32>, %y: tensor<2x8x16xf32>, %s: tensor<16xf32>, %w: tensor<16x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %g = weft.all_gather %x over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+  %n = weft.rms_norm %y, %s axis 2 epsilon 1.0E-5 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %l = weft.linear %g, %w : (tensor<2x8x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  %a = weft.add %g, %n : tensor<2x8x16xf32>
+  return %l, %a : tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// Read only by the return: waited for before it. Never read: waited for
+// before the terminator all the same. An all_slice communicates nothing:
+// no wait.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @ends
+// CHECK: %[[R:.*]] = weft.all_reduce sum
+// CHECK-NEXT: %[[U:.*]] = weft.all_reduce sum
+// CHECK-NEXT: %[[S:.*]] = weft.all_slice
+// CHECK-NEXT: %[[WR:.*]] = weft.wait %[[R]]
+// CHECK-NEXT: weft.wait %[[U]]
+// CHECK-NEXT: return %[[WR]], %[[S]]
+func.func @ends(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<2xf32>) {
+  %r = weft.all_reduce sum %x over @mesh ["tp"] : tensor<4xf32>
+  %u = weft.all_reduce sum %x over @mesh ["tp"] : tensor<4xf32>
+  %s = weft.all_slice %x over @mesh ["tp"] dim 0 : tensor<4xf32> -> tensor<2xf32>
+  return %r, %s : tensor<4xf32>, tensor<2xf32>
+}
+
+// -----
+
+// Inside a layer, the wait stays in the layer's body.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @layer
+// CHECK: weft.layer
+// CHECK: weft.all_reduce
+// CHECK-NEXT: weft.wait
+// CHECK-NEXT: weft.yield
+func.func @layer(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = weft.layer "block"(%x) index 0 : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %r = weft.all_reduce sum %a over @mesh ["tp"] : tensor<4xf32>
+    weft.yield %r : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
