@@ -13,6 +13,8 @@
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/RankProgram.h"
 
+#include "CostModelDetail.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -28,23 +30,7 @@
 using namespace mlir;
 using namespace weft;
 using namespace weft::planner;
-
-namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-/// Flash attention reaches this fraction of the GEMM efficiency (softmax and
-/// masking inside the kernel).
-constexpr double kAttentionEfficiency = 0.85;
-/// Dropout as Megatron-LM trains GPT: after attention's probabilities, its
-/// output projection and the MLP.
-constexpr double kDropoutRatio = 0.1;
-/// Mixed-precision Adam: bf16 weight, fp32 gradient (Megatron's main_grad),
-/// fp32 master weight, momentum and variance.
-constexpr double kWeightBytes = 2, kGradBytes = 4, kOptimizerBytes = 12;
-/// Bytes an Adam step touches per parameter (reads and writes).
-constexpr double kAdamBytesPerParam = 30;
-/// cuBLAS workspace, NCCL buffers and allocator slack per GPU.
-constexpr double kWorkspaceBytes = 1.0 * kGiB;
-} // namespace
+using namespace weft::planner::detail;
 
 CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
                      plan::TrainingConfig training, ModelSource source)
@@ -84,67 +70,7 @@ CostModel::~CostModel() = default;
 
 double CostModel::collectiveTime(CollectiveKind kind, double bytes,
                                  int64_t size, int64_t stride) const {
-  if (size <= 1 || bytes <= 0 || kind == CollectiveKind::AllSlice)
-    return 0;
-  const plan::Gpu &gpu = clusterSpec.gpu();
-  const int64_t perNodeGpus = clusterSpec.gpus_per_node();
-  const double intraBw = gpu.nvlink_busbw_gbps() * 1e9;
-  const double interBw = clusterSpec.nics_per_node() *
-                         clusterSpec.nic_gbits() / 8 * 1e9 *
-                         clusterSpec.nic_efficiency() / perNodeGpus;
-  const double alphaIntra = clusterSpec.intra_node_latency_us() * 1e-6;
-  const double alphaInter = clusterSpec.inter_node_latency_us() * 1e-6;
-  // Ranks of one group that share a node, and the nodes the group spans.
-  int64_t perNode = stride >= perNodeGpus
-                        ? 1
-                        : std::min<int64_t>(size, perNodeGpus / stride);
-  perNode = std::max<int64_t>(perNode, 1);
-  int64_t nodes = (size + perNode - 1) / perNode;
-
-  auto flat = [&](CollectiveKind what, double s, int64_t n, double bw,
-                  double alpha) -> double {
-    if (n <= 1)
-      return 0;
-    double frac = double(n - 1) / n;
-    switch (what) {
-    case CollectiveKind::AllReduce: {
-      double ring = 2 * frac * s / bw + 2 * (n - 1) * alpha;
-      double tree = 2 * s / bw + 2 * std::log2(double(n)) * alpha;
-      return std::min(ring, tree);
-    }
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll:
-    case CollectiveKind::Broadcast:
-      return frac * s / bw + (n - 1) * alpha;
-    default:
-      // Point to point (a ring step, a pipeline send).
-      return s / bw + alpha;
-    }
-  };
-  if (kind == CollectiveKind::Permute || kind == CollectiveKind::Send ||
-      kind == CollectiveKind::Recv)
-    return flat(kind, bytes, 2, nodes > 1 ? interBw : intraBw,
-                nodes > 1 ? alphaInter : alphaIntra);
-  if (nodes == 1)
-    return flat(kind, bytes, size, intraBw, alphaIntra);
-  if (perNode == 1)
-    return flat(kind, bytes, size, interBw, alphaInter);
-  // Hierarchical: inside the node over NVLink, across nodes on each GPU's
-  // share of the NICs with 1/perNode of the data.
-  if (kind == CollectiveKind::AllToAll) {
-    double crossing = double(size - perNode) / size;
-    return bytes * double(perNode - 1) / size / intraBw +
-           bytes * crossing / interBw + (size - 1) * alphaInter;
-  }
-  if (kind == CollectiveKind::AllReduce)
-    return flat(CollectiveKind::ReduceScatter, bytes, perNode, intraBw,
-                alphaIntra) +
-           flat(CollectiveKind::AllReduce, bytes / perNode, nodes, interBw,
-                alphaInter) +
-           flat(CollectiveKind::AllGather, bytes, perNode, intraBw, alphaIntra);
-  return flat(kind, bytes, perNode, intraBw, alphaIntra) +
-         flat(kind, bytes / perNode, nodes, interBw, alphaInter);
+  return Network(clusterSpec).collectiveTime(kind, bytes, size, stride);
 }
 
 //===----------------------------------------------------------------------===//
@@ -319,7 +245,7 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   ProfileTerms terms;
   auto startCombine = std::chrono::steady_clock::now();
   double programsBefore = stats.programSeconds;
-  auto countCombine = llvm::make_scope_exit([&] {
+  llvm::scope_exit countCombine([&] {
     ++stats.shapes;
     stats.shapeSeconds += std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - startCombine)
@@ -464,13 +390,6 @@ std::string CostModel::rankProgramText(const plan::Plan &plan) {
 // Checking a plan
 //===----------------------------------------------------------------------===//
 
-static int virtualStages(const plan::Plan &plan) {
-  return (plan.schedule() == plan::SCHEDULE_INTERLEAVED ||
-          plan.schedule() == plan::SCHEDULE_ZEROPP)
-             ? std::max(1, plan.virtual_stages())
-             : 1;
-}
-
 std::string CostModel::checkPlan(const plan::Plan &plan) const {
   std::string why;
   llvm::raw_string_ostream os(why);
@@ -612,29 +531,6 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
 //===----------------------------------------------------------------------===//
 // Stages, memory and time
 //===----------------------------------------------------------------------===//
-
-double CostModel::dataParallelShard(const plan::Plan &plan) const {
-  return double(plan.dp()) * plan.cp() * plan.ulysses();
-}
-
-double CostModel::stageParameters(const plan::Plan &plan, int stage,
-                                  const Blocks &b) const {
-  double layers = plan.stage_layers_size() ? plan.stage_layers(stage)
-                                           : double(modelSpec.layers()) /
-                                                 plan.pp();
-  // The shards this rank holds, as the rank program declares them.
-  double params = layers * b.layer.parameters;
-  if (stage == 0)
-    params += b.embedding.parameters;
-  if (stage == plan.pp() - 1) {
-    params += b.head.parameters;
-    // A weight the head shares with the embedding (tied) is a second copy
-    // on another stage.
-    if (plan.pp() > 1)
-      params += b.head.sharedParameters;
-  }
-  return params;
-}
 
 std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   const int p = plan.pp();
@@ -786,6 +682,14 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
       p > 1 ? collectiveTime(CollectiveKind::Send, activation, 2, ppStride) : 0;
 }
 
+PipelineSchedule CostModel::pipelineSchedule(const plan::Plan &plan) {
+  StageTimes times;
+  stageTimes(plan, times);
+  return buildPipelineSchedule(plan.schedule(), plan.pp(), virtualStages(plan),
+                               plan.num_micro_batches(), times.forward,
+                               times.backward, times.weight, times.p2p);
+}
+
 double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
                            std::vector<TimelineEvent> *timeline) {
   // Plans that differ only outside the pipeline (ZeRO-1 vs 2, DP overlap)
@@ -810,221 +714,6 @@ double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
   if (!timeline)
     simulationCache.emplace(std::move(key), makespan);
   return makespan;
-}
-
-double planner::simulatePipeline(plan::Schedule schedule, int p, int v, int m,
-                                 const std::vector<double> &forward,
-                                 const std::vector<double> &backward,
-                                 const std::vector<double> &weight, double p2p,
-                                 std::vector<TimelineEvent> *timeline) {
-  struct {
-    const std::vector<double> &forward, &backward, &weight;
-    double p2p;
-  } times{forward, backward, weight, p2p};
-  const bool zb = schedule == plan::SCHEDULE_ZB_H1;
-  struct Step {
-    TimelineEvent::Kind kind;
-    int mb, chunk;
-  };
-  std::vector<std::vector<Step>> order(p);
-  for (int s = 0; s < p; ++s) {
-    std::vector<Step> &steps = order[s];
-    steps.reserve(size_t(m) * v * (zb ? 3 : 2));
-    if (schedule == plan::SCHEDULE_GPIPE) {
-      for (int i = 0; i < m; ++i)
-        steps.push_back({TimelineEvent::Forward, i, 0});
-      for (int i = 0; i < m; ++i)
-        steps.push_back({TimelineEvent::Backward, i, 0});
-    } else if (v > 1) {
-      // Megatron's interleaved order: groups of p micro-batches per chunk.
-      int total = m * v;
-      auto mbOf = [&](int k) { return (k / (p * v)) * p + k % p; };
-      auto chunkOf = [&](int k, bool forward) {
-        int c = (k % (p * v)) / p;
-        return forward ? c : v - 1 - c;
-      };
-      int warmup = std::min(total, (p - s - 1) * 2 + (v - 1) * p);
-      for (int k = 0; k < warmup; ++k)
-        steps.push_back({TimelineEvent::Forward, mbOf(k), chunkOf(k, true)});
-      for (int i = 0; i < total - warmup; ++i) {
-        int k = warmup + i;
-        steps.push_back({TimelineEvent::Forward, mbOf(k), chunkOf(k, true)});
-        steps.push_back({TimelineEvent::Backward, mbOf(i), chunkOf(i, false)});
-      }
-      for (int i = total - warmup; i < total; ++i)
-        steps.push_back({TimelineEvent::Backward, mbOf(i), chunkOf(i, false)});
-    } else {
-      // 1F1B order; ZB-H1 runs the same F/B order and slots the weight
-      // gradients (W) into the stage's idle gaps below.
-      int warmup = std::min(m, p - s - 1);
-      for (int i = 0; i < warmup; ++i)
-        steps.push_back({TimelineEvent::Forward, i, 0});
-      for (int i = 0; i < m - warmup; ++i) {
-        steps.push_back({TimelineEvent::Forward, warmup + i, 0});
-        steps.push_back({TimelineEvent::Backward, i, 0});
-      }
-      for (int i = m - warmup; i < m; ++i)
-        steps.push_back({TimelineEvent::Backward, i, 0});
-    }
-  }
-  const int stages = p * v;
-  std::vector<double> fwdDone(size_t(stages) * m, -1),
-      bwdDone(size_t(stages) * m, -1);
-  std::vector<double> freeAt(p, 0);
-  std::vector<size_t> next(p, 0);
-  // ZB-H1: weight gradients whose B is done, per stage, oldest first. They
-  // run in idle gaps; at most p wait at once (each holds the inputs of its
-  // layer's GEMMs, bounded like 1F1B's in-flight activations).
-  std::vector<std::vector<int>> pendingW(p);
-  std::vector<size_t> pendingHead(p, 0);
-  auto runWeight = [&](int s) {
-    int mb = pendingW[s][pendingHead[s]++];
-    double start = freeAt[s], end = start + times.weight[s];
-    freeAt[s] = end;
-    if (timeline)
-      timeline->push_back({TimelineEvent::WeightGrad, s, mb, 0, start, end});
-  };
-  size_t remaining = 0;
-  for (auto &steps : order)
-    remaining += steps.size();
-  while (remaining) {
-    bool progress = false;
-    for (int s = 0; s < p; ++s) {
-      while (next[s] < order[s].size()) {
-        const Step &step = order[s][next[s]];
-        int vs = step.chunk * p + s;
-        double ready = 0;
-        if (step.kind == TimelineEvent::Forward) {
-          if (vs > 0) {
-            double dep = fwdDone[size_t(vs - 1) * m + step.mb];
-            if (dep < 0)
-              break;
-            ready = dep + times.p2p;
-          }
-        } else {
-          double dep = vs == stages - 1
-                           ? fwdDone[size_t(vs) * m + step.mb]
-                           : bwdDone[size_t(vs + 1) * m + step.mb];
-          if (dep < 0)
-            break;
-          ready = dep + (vs == stages - 1 ? 0 : times.p2p);
-        }
-        if (zb) {
-          size_t waiting = pendingW[s].size() - pendingHead[s];
-          // Fill a gap that fits a W; never hold more than p - s.
-          if (waiting && (freeAt[s] + times.weight[s] <= ready ||
-                          waiting >= size_t(p))) {
-            runWeight(s);
-            progress = true;
-            continue;
-          }
-        }
-        double duration = step.kind == TimelineEvent::Forward
-                              ? times.forward[vs]
-                              : times.backward[vs];
-        double start = std::max(freeAt[s], ready);
-        double end = start + duration;
-        freeAt[s] = end;
-        if (step.kind == TimelineEvent::Forward) {
-          fwdDone[size_t(vs) * m + step.mb] = end;
-        } else {
-          bwdDone[size_t(vs) * m + step.mb] = end;
-          if (zb)
-            pendingW[s].push_back(step.mb);
-        }
-        if (timeline)
-          timeline->push_back({step.kind, s, step.mb, step.chunk, start, end});
-        ++next[s];
-        --remaining;
-        progress = true;
-      }
-    }
-    if (!progress)
-      return std::numeric_limits<double>::infinity();
-  }
-  for (int s = 0; s < p; ++s)
-    while (pendingHead[s] < pendingW[s].size())
-      runWeight(s);
-  return *std::max_element(freeAt.begin(), freeAt.end());
-}
-
-CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
-                                              const Blocks &b) const {
-  const int p = plan.pp(), v = virtualStages(plan);
-  const int m = plan.num_micro_batches();
-  const double shard = dataParallelShard(plan);
-  double perLayer = b.layer.savedBytes;
-  if (plan.recompute() == plan::RECOMPUTE_FULL)
-    perLayer = b.layer.inputBytes;
-  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
-    perLayer = b.layer.savedBytesSelective;
-  StageMemory mem;
-  double params = stageParameters(plan, s, b);
-  mem.weights = params * kWeightBytes;
-  if (plan.zero_stage() >= 3 && shard > 1) {
-    mem.weights /= shard;
-    // Two layers' gathered weights (the one running and the prefetch).
-    mem.weights += 2 * b.layer.parameters * kWeightBytes;
-  }
-  mem.gradients = params * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
-  mem.optimizer =
-      params * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);
-  // Chunk-micro-batches whose activations the schedule holds at once.
-  double inFlight;
-  if (plan.schedule() == plan::SCHEDULE_GPIPE)
-    inFlight = m;
-  else if (v > 1)
-    inFlight =
-        std::min<double>((p - s - 1) * 2 + (v - 1) * p + 1, double(m) * v);
-  else
-    inFlight = std::min<double>(p - s, m);
-  double layersPerChunk = double(plan.stage_layers(s)) / v;
-  mem.activations = inFlight * layersPerChunk * perLayer;
-  if (s == 0)
-    mem.activations += std::min<double>(inFlight, m) * b.embedding.savedBytes;
-  if (s == p - 1)
-    mem.activations += b.head.savedBytes;
-  // One layer's full activations and gradients while it runs backward.
-  mem.workspace = kWorkspaceBytes + b.layer.savedBytes;
-  return mem;
-}
-
-void CostModel::fillMemory(plan::Plan &plan) {
-  double capacity =
-      clusterSpec.gpu().hbm_gib() - trainingConfig.memory_reserve_gib();
-  plan.clear_stage_memory();
-  plan::MemoryBreakdown worst;
-  for (int s = 0; s < plan.pp(); ++s) {
-    StageMemory stage = stageMemory(plan, s, blocks(plan));
-    plan::MemoryBreakdown mem;
-    mem.set_weights_gib(stage.weights / kGiB);
-    mem.set_gradients_gib(stage.gradients / kGiB);
-    mem.set_optimizer_gib(stage.optimizer / kGiB);
-    mem.set_activations_gib(stage.activations / kGiB);
-    mem.set_workspace_gib(stage.workspace / kGiB);
-    mem.set_total_gib(stage.total() / kGiB);
-    mem.set_capacity_gib(capacity);
-    *plan.add_stage_memory() = mem;
-    if (mem.total_gib() > worst.total_gib())
-      worst = mem;
-  }
-  *plan.mutable_memory() = worst;
-  plan.set_fits(worst.total_gib() <= capacity);
-}
-
-double CostModel::peakMemoryBytes(const plan::Plan &plan) {
-  // A stage holds no more than the one before it when it has as many layers
-  // (it keeps fewer micro-batches in flight); the first and last stages also
-  // hold the embedding and the output layer.
-  double peak = 0;
-  const int p = plan.pp();
-  const Blocks &b = blocks(plan);
-  for (int s = 0; s < p; ++s) {
-    if (s > 0 && s < p - 1 && plan.stage_layers(s) <= plan.stage_layers(s - 1))
-      continue;
-    peak = std::max(peak, stageMemory(plan, s, b).total());
-  }
-  return peak;
 }
 
 namespace {

@@ -373,3 +373,65 @@ TEST(PlannerPipeline, UnitTimeSchedules) {
   EXPECT_DOUBLE_EQ(interleaved, m * 3.0 + (p - 1) * 3.0 / 2);
 }
 } // namespace
+
+namespace {
+// The schedules as data: every rank's step list runs (each receive finds
+// its send, nothing deadlocks), holds each micro-batch's forward and
+// backward once per chunk (and ZB-H1's weight gradient), and 1F1B keeps at
+// most p - s micro-batches in flight on stage s.
+TEST(PlannerPipeline, StepListsRunAndMatchTheirSchedules) {
+  struct Case {
+    plan::Schedule kind;
+    int p, v, m;
+  };
+  for (Case c :
+       {Case{plan::SCHEDULE_GPIPE, 4, 1, 8}, Case{plan::SCHEDULE_1F1B, 4, 1, 8},
+        Case{plan::SCHEDULE_1F1B, 4, 1, 2}, Case{plan::SCHEDULE_ZB_H1, 4, 1, 8},
+        Case{plan::SCHEDULE_INTERLEAVED, 4, 2, 8},
+        Case{plan::SCHEDULE_INTERLEAVED, 2, 3, 4},
+        Case{plan::SCHEDULE_1F1B, 1, 1, 3}}) {
+    PipelineSchedule schedule = buildPipelineSchedule(c.kind, c.p, c.v, c.m);
+    SCOPED_TRACE(schedule.str());
+    EXPECT_EQ(checkPipelineSchedule(schedule), "");
+    for (int s = 0; s < c.p; ++s) {
+      int forward = 0, backward = 0, weight = 0, inFlight = 0, peak = 0;
+      for (const PipelineStep &step : schedule.ranks[s]) {
+        forward += step.kind == PipelineStep::Forward;
+        backward += step.kind == PipelineStep::Backward;
+        weight += step.kind == PipelineStep::WeightGrad;
+        inFlight += step.kind == PipelineStep::Forward;
+        inFlight -= step.kind == PipelineStep::Backward;
+        peak = std::max(peak, inFlight);
+      }
+      EXPECT_EQ(forward, c.m * c.v);
+      EXPECT_EQ(backward, c.m * c.v);
+      EXPECT_EQ(weight, c.kind == plan::SCHEDULE_ZB_H1 ? c.m : 0);
+      if (c.kind == plan::SCHEDULE_1F1B || c.kind == plan::SCHEDULE_ZB_H1) {
+        EXPECT_EQ(peak, std::min(c.m, c.p - s));
+      } else if (c.kind == plan::SCHEDULE_GPIPE) {
+        EXPECT_EQ(peak, c.m);
+      }
+    }
+  }
+  // 1F1B on two stages, two micro-batches, exactly.
+  EXPECT_EQ(buildPipelineSchedule(plan::SCHEDULE_1F1B, 2, 1, 2).str(),
+            "rank 0: F0 >a1:0 F1 >a1:1 <g1:0 B0 <g1:1 B1\n"
+            "rank 1: <a0:0 F0 B0 >g0:0 <a0:1 F1 B1 >g0:1\n");
+}
+
+// The checker finds what is wrong with a step list.
+TEST(PlannerPipeline, CheckerFindsBrokenStepLists) {
+  PipelineSchedule schedule =
+      buildPipelineSchedule(plan::SCHEDULE_1F1B, 2, 1, 2);
+  PipelineSchedule noSend = schedule;
+  noSend.ranks[0].erase(noSend.ranks[0].begin() + 1); // >a1:0
+  EXPECT_NE(checkPipelineSchedule(noSend).find("deadlock"), std::string::npos);
+  PipelineSchedule swapped = schedule;
+  // Rank 1 runs B0 before the forward it needs.
+  std::swap(swapped.ranks[1][1], swapped.ranks[1][2]);
+  EXPECT_NE(checkPipelineSchedule(swapped), "");
+  PipelineSchedule missing = schedule;
+  missing.ranks[1].pop_back(); // >g0:1, so rank 0's B1 never runs
+  EXPECT_NE(checkPipelineSchedule(missing), "");
+}
+} // namespace

@@ -139,6 +139,13 @@ static cl::opt<bool> printIr(
              "plan, one layer of each kind: the program the cost model "
              "measured"),
     cl::sub(planCommand));
+static cl::opt<bool> printSchedule(
+    "print-schedule",
+    cl::desc("Print the first plan's pipeline schedule as each pipeline rank "
+             "runs it: forward (F), backward (B) and weight-gradient (W) "
+             "steps by micro-batch, sends (>) and receives (<) of "
+             "activations (a) and gradients (g) by peer rank"),
+    cl::sub(planCommand));
 static cl::opt<bool> noRelativeBounds(
     "no-relative-bounds",
     cl::desc("Build and measure every plan shape instead of bounding "
@@ -467,6 +474,16 @@ int runPlan(MLIRContext &context) {
                                                         set.plans().end()));
   if (printIr)
     os << costModel.rankProgramText(first);
+  if (printSchedule) {
+    planner::PipelineSchedule schedule = costModel.pipelineSchedule(first);
+    std::string problem = planner::checkPipelineSchedule(schedule);
+    if (!problem.empty())
+      return planError("the pipeline schedule does not run: " + problem);
+    os << "pipeline schedule: " << scheduleName(first.schedule()) << ", "
+       << schedule.stages << " ranks x " << schedule.chunks << " chunks, "
+       << schedule.microBatches << " micro-batches\n"
+       << schedule.str();
+  }
   if (!exportOpt.empty()) {
     auto text = exportPlan(costModel, first, exportOpt);
     if (!text)

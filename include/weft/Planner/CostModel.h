@@ -17,6 +17,8 @@
 
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/Model.h"
+#include "weft/Planner/Network.h"
+#include "weft/Planner/PipelineSchedule.h"
 #include "weft/Planner/RankProgram.h"
 #include "weft/plan.pb.h"
 
@@ -31,17 +33,6 @@
 #include <vector>
 
 namespace weft::planner {
-
-/// One box of the pipeline timeline.
-struct TimelineEvent {
-  enum Kind { Forward, Backward, WeightGrad, DataParallelComm, Optimizer };
-  Kind kind;
-  int stage;
-  int microBatch;
-  int chunk;
-  double start;
-  double end;
-};
 
 /// What one layer (or the embedding, or the head) costs one rank for one
 /// micro-batch, in seconds and bytes.
@@ -136,6 +127,10 @@ public:
                                                 std::string &error);
   /// rankProgram, printed (for --print-rank-ir).
   std::string rankProgramText(const plan::Plan &plan);
+  /// The step lists of `plan`'s pipeline schedule, as the cost model times
+  /// them (ZB-H1's weight gradients where its stage times put them). The
+  /// plan must pass checkPlan.
+  PipelineSchedule pipelineSchedule(const plan::Plan &plan);
   /// Why the rank program of `plan` cannot be built, or "".
   std::string programError(const plan::Plan &plan);
   /// True if the cost model costs the model's own IR (an import), false if
@@ -251,17 +246,6 @@ private:
   std::map<std::tuple<int, int, int64_t, int64_t>, std::vector<int32_t>>
       stageCache;
 };
-
-/// Simulates one step of a pipeline schedule over p stages with v chunks
-/// each and m micro-batches. forward/backward/weight hold the time of each
-/// virtual stage (chunk c of stage s at c*p + s); weight is used by ZB-H1
-/// only (other schedules fold it into backward). Returns the makespan, or
-/// infinity if the order deadlocks.
-double simulatePipeline(plan::Schedule schedule, int p, int v, int m,
-                        const std::vector<double> &forward,
-                        const std::vector<double> &backward,
-                        const std::vector<double> &weight, double p2p,
-                        std::vector<TimelineEvent> *timeline);
 
 /// A plan written for `--evaluate` (weft::parsePlanSpec's form) with what the
 /// text leaves out filled in from the cluster and the batch: dp takes the

@@ -1,0 +1,101 @@
+//===- PipelineSchedule.h - The steps of a pipeline schedule ----*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// A pipeline schedule as data: for each pipeline rank, the ordered list of
+// its steps (forward, backward, weight gradient of one micro-batch on one
+// model chunk, and the sends and receives between stages). The cost model
+// times a step list by simulating it; the pipeline executor runs the same
+// lists.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_PLANNER_PIPELINESCHEDULE_H
+#define WEFT_PLANNER_PIPELINESCHEDULE_H
+
+#include "weft/plan.pb.h"
+
+#include <string>
+#include <vector>
+
+namespace weft::planner {
+
+/// One box of the pipeline timeline.
+struct TimelineEvent {
+  enum Kind { Forward, Backward, WeightGrad, DataParallelComm, Optimizer };
+  Kind kind;
+  int stage;
+  int microBatch;
+  int chunk;
+  double start;
+  double end;
+};
+
+/// One step of a pipeline rank.
+struct PipelineStep {
+  enum Kind { Forward, Backward, WeightGrad, Send, Recv };
+  Kind kind;
+  int microBatch;
+  /// The model chunk on this rank: virtual stage chunk * stages + rank.
+  int chunk;
+  /// Send and Recv: the rank at the other end, and whether the tensor is a
+  /// gradient (after a backward) or an activation (after a forward).
+  int peer = -1;
+  bool gradient = false;
+  bool operator==(const PipelineStep &o) const {
+    return kind == o.kind && microBatch == o.microBatch && chunk == o.chunk &&
+           peer == o.peer && gradient == o.gradient;
+  }
+};
+
+/// Per pipeline rank, its steps in the order it runs them.
+struct PipelineSchedule {
+  plan::Schedule kind = plan::SCHEDULE_1F1B;
+  int stages = 1, chunks = 1, microBatches = 1;
+  std::vector<std::vector<PipelineStep>> ranks;
+  /// One line per rank: `rank 0: F0 >a1 F1 >a1 <g1 B0 ...` (F/B/W and the
+  /// micro-batch, `.c` for chunk c when chunks > 1; `>` sends and `<`
+  /// receives an activation `a` or gradient `g` to or from the rank).
+  std::string str() const;
+};
+
+/// The forward and backward steps of `stage`, in the schedule's order
+/// (GPipe; 1F1B, also ZB-H1's and ZeroPP's order; Megatron's interleaved
+/// order for v > 1).
+std::vector<PipelineStep> forwardBackwardOrder(plan::Schedule schedule, int p,
+                                               int v, int m, int stage);
+
+/// Simulates one step of a pipeline schedule over p stages with v chunks
+/// each and m micro-batches. forward/backward/weight hold the time of each
+/// virtual stage (chunk c of stage s at c*p + s); weight is used by ZB-H1
+/// only (other schedules fold it into backward), whose weight gradients
+/// fill the stage's idle gaps. Returns the makespan, or infinity if the
+/// order deadlocks.
+double simulatePipeline(plan::Schedule schedule, int p, int v, int m,
+                        const std::vector<double> &forward,
+                        const std::vector<double> &backward,
+                        const std::vector<double> &weight, double p2p,
+                        std::vector<TimelineEvent> *timeline);
+
+/// The schedule's step lists with these stage times: each rank's compute
+/// steps in the order the simulation runs them (for ZB-H1 this places the
+/// weight gradients), a receive before each step whose input comes from
+/// another rank, a send after each step whose output goes to one.
+PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
+                                       int m,
+                                       const std::vector<double> &forward,
+                                       const std::vector<double> &backward,
+                                       const std::vector<double> &weight,
+                                       double p2p);
+/// The same with unit times (forward, backward and weight gradient alike).
+PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
+                                       int m);
+
+/// Runs the step lists as ranks would, a send completing when posted and a
+/// receive waiting for its send; an empty string if every step runs, else
+/// why not (a deadlock, a receive without a send, a missing step).
+std::string checkPipelineSchedule(const PipelineSchedule &schedule);
+
+} // namespace weft::planner
+
+#endif // WEFT_PLANNER_PIPELINESCHEDULE_H

@@ -1,0 +1,122 @@
+//===- Memory.cpp - Memory of a pipeline stage ----------------------------===//
+//
+// Part of the Weft project. The model is described in docs/cost-model.md.
+//
+// The memory part of the cost model: per pipeline stage, the weights,
+// gradients and optimizer states each ZeRO stage leaves a rank, the
+// activations the schedule keeps in flight (as the rank program saves them,
+// less what recomputation drops), and workspace.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/CostModel.h"
+
+#include "CostModelDetail.h"
+
+#include <algorithm>
+
+using namespace weft;
+using namespace weft::planner;
+using namespace weft::planner::detail;
+
+double CostModel::dataParallelShard(const plan::Plan &plan) const {
+  return double(plan.dp()) * plan.cp() * plan.ulysses();
+}
+
+double CostModel::stageParameters(const plan::Plan &plan, int stage,
+                                  const Blocks &b) const {
+  double layers = plan.stage_layers_size()
+                      ? plan.stage_layers(stage)
+                      : double(modelSpec.layers()) / plan.pp();
+  // The shards this rank holds, as the rank program declares them.
+  double params = layers * b.layer.parameters;
+  if (stage == 0)
+    params += b.embedding.parameters;
+  if (stage == plan.pp() - 1) {
+    params += b.head.parameters;
+    // A weight the head shares with the embedding (tied) is a second copy
+    // on another stage.
+    if (plan.pp() > 1)
+      params += b.head.sharedParameters;
+  }
+  return params;
+}
+
+CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
+                                              const Blocks &b) const {
+  const int p = plan.pp(), v = virtualStages(plan);
+  const int m = plan.num_micro_batches();
+  const double shard = dataParallelShard(plan);
+  double perLayer = b.layer.savedBytes;
+  if (plan.recompute() == plan::RECOMPUTE_FULL)
+    perLayer = b.layer.inputBytes;
+  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
+    perLayer = b.layer.savedBytesSelective;
+  StageMemory mem;
+  double params = stageParameters(plan, s, b);
+  mem.weights = params * kWeightBytes;
+  if (plan.zero_stage() >= 3 && shard > 1) {
+    mem.weights /= shard;
+    // Two layers' gathered weights (the one running and the prefetch).
+    mem.weights += 2 * b.layer.parameters * kWeightBytes;
+  }
+  mem.gradients = params * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
+  mem.optimizer =
+      params * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);
+  // Chunk-micro-batches whose activations the schedule holds at once.
+  double inFlight;
+  if (plan.schedule() == plan::SCHEDULE_GPIPE)
+    inFlight = m;
+  else if (v > 1)
+    inFlight =
+        std::min<double>((p - s - 1) * 2 + (v - 1) * p + 1, double(m) * v);
+  else
+    inFlight = std::min<double>(p - s, m);
+  double layersPerChunk = double(plan.stage_layers(s)) / v;
+  mem.activations = inFlight * layersPerChunk * perLayer;
+  if (s == 0)
+    mem.activations += std::min<double>(inFlight, m) * b.embedding.savedBytes;
+  if (s == p - 1)
+    mem.activations += b.head.savedBytes;
+  // One layer's full activations and gradients while it runs backward.
+  mem.workspace = kWorkspaceBytes + b.layer.savedBytes;
+  return mem;
+}
+
+void CostModel::fillMemory(plan::Plan &plan) {
+  double capacity =
+      clusterSpec.gpu().hbm_gib() - trainingConfig.memory_reserve_gib();
+  plan.clear_stage_memory();
+  plan::MemoryBreakdown worst;
+  for (int s = 0; s < plan.pp(); ++s) {
+    StageMemory stage = stageMemory(plan, s, blocks(plan));
+    plan::MemoryBreakdown mem;
+    mem.set_weights_gib(stage.weights / kGiB);
+    mem.set_gradients_gib(stage.gradients / kGiB);
+    mem.set_optimizer_gib(stage.optimizer / kGiB);
+    mem.set_activations_gib(stage.activations / kGiB);
+    mem.set_workspace_gib(stage.workspace / kGiB);
+    mem.set_total_gib(stage.total() / kGiB);
+    mem.set_capacity_gib(capacity);
+    *plan.add_stage_memory() = mem;
+    if (mem.total_gib() > worst.total_gib())
+      worst = mem;
+  }
+  *plan.mutable_memory() = worst;
+  plan.set_fits(worst.total_gib() <= capacity);
+}
+
+double CostModel::peakMemoryBytes(const plan::Plan &plan) {
+  // A stage holds no more than the one before it when it has as many layers
+  // (it keeps fewer micro-batches in flight); the first and last stages also
+  // hold the embedding and the output layer.
+  double peak = 0;
+  const int p = plan.pp();
+  const Blocks &b = blocks(plan);
+  for (int s = 0; s < p; ++s) {
+    if (s > 0 && s < p - 1 && plan.stage_layers(s) <= plan.stage_layers(s - 1))
+      continue;
+    peak = std::max(peak, stageMemory(plan, s, b).total());
+  }
+  return peak;
+}

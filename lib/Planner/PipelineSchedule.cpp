@@ -1,0 +1,347 @@
+//===- PipelineSchedule.cpp - The steps of a pipeline schedule ------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/PipelineSchedule.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+using namespace weft;
+using namespace weft::planner;
+
+std::vector<PipelineStep> planner::forwardBackwardOrder(plan::Schedule schedule,
+                                                        int p, int v, int m,
+                                                        int s) {
+  std::vector<PipelineStep> steps;
+  steps.reserve(size_t(m) * v * 2);
+  auto forward = [&](int mb, int chunk) {
+    steps.push_back({PipelineStep::Forward, mb, chunk});
+  };
+  auto backward = [&](int mb, int chunk) {
+    steps.push_back({PipelineStep::Backward, mb, chunk});
+  };
+  if (schedule == plan::SCHEDULE_GPIPE) {
+    for (int i = 0; i < m; ++i)
+      forward(i, 0);
+    for (int i = 0; i < m; ++i)
+      backward(i, 0);
+  } else if (v > 1) {
+    // Megatron's interleaved order: groups of p micro-batches per chunk.
+    int total = m * v;
+    auto mbOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+    auto chunkOf = [&](int k, bool isForward) {
+      int c = (k % (p * v)) / p;
+      return isForward ? c : v - 1 - c;
+    };
+    int warmup = std::min(total, (p - s - 1) * 2 + (v - 1) * p);
+    for (int k = 0; k < warmup; ++k)
+      forward(mbOf(k), chunkOf(k, true));
+    for (int i = 0; i < total - warmup; ++i) {
+      int k = warmup + i;
+      forward(mbOf(k), chunkOf(k, true));
+      backward(mbOf(i), chunkOf(i, false));
+    }
+    for (int i = total - warmup; i < total; ++i)
+      backward(mbOf(i), chunkOf(i, false));
+  } else {
+    // 1F1B order; ZB-H1 runs the same F/B order and slots the weight
+    // gradients (W) into the stage's idle gaps (simulatePipeline).
+    int warmup = std::min(m, p - s - 1);
+    for (int i = 0; i < warmup; ++i)
+      forward(i, 0);
+    for (int i = 0; i < m - warmup; ++i) {
+      forward(warmup + i, 0);
+      backward(i, 0);
+    }
+    for (int i = m - warmup; i < m; ++i)
+      backward(i, 0);
+  }
+  return steps;
+}
+
+double planner::simulatePipeline(plan::Schedule schedule, int p, int v, int m,
+                                 const std::vector<double> &forward,
+                                 const std::vector<double> &backward,
+                                 const std::vector<double> &weight, double p2p,
+                                 std::vector<TimelineEvent> *timeline) {
+  struct {
+    const std::vector<double> &forward, &backward, &weight;
+    double p2p;
+  } times{forward, backward, weight, p2p};
+  const bool zb = schedule == plan::SCHEDULE_ZB_H1;
+  std::vector<std::vector<PipelineStep>> order(p);
+  for (int s = 0; s < p; ++s)
+    order[s] = forwardBackwardOrder(schedule, p, v, m, s);
+  const int stages = p * v;
+  std::vector<double> fwdDone(size_t(stages) * m, -1),
+      bwdDone(size_t(stages) * m, -1);
+  std::vector<double> freeAt(p, 0);
+  std::vector<size_t> next(p, 0);
+  // ZB-H1: weight gradients whose B is done, per stage, oldest first. They
+  // run in idle gaps; at most p wait at once (each holds the inputs of its
+  // layer's GEMMs, bounded like 1F1B's in-flight activations).
+  std::vector<std::vector<int>> pendingW(p);
+  std::vector<size_t> pendingHead(p, 0);
+  auto runWeight = [&](int s) {
+    int mb = pendingW[s][pendingHead[s]++];
+    double start = freeAt[s], end = start + times.weight[s];
+    freeAt[s] = end;
+    if (timeline)
+      timeline->push_back({TimelineEvent::WeightGrad, s, mb, 0, start, end});
+  };
+  size_t remaining = 0;
+  for (auto &steps : order)
+    remaining += steps.size();
+  while (remaining) {
+    bool progress = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < order[s].size()) {
+        const PipelineStep &step = order[s][next[s]];
+        bool isForward = step.kind == PipelineStep::Forward;
+        int vs = step.chunk * p + s;
+        double ready = 0;
+        if (isForward) {
+          if (vs > 0) {
+            double dep = fwdDone[size_t(vs - 1) * m + step.microBatch];
+            if (dep < 0)
+              break;
+            ready = dep + times.p2p;
+          }
+        } else {
+          double dep = vs == stages - 1
+                           ? fwdDone[size_t(vs) * m + step.microBatch]
+                           : bwdDone[size_t(vs + 1) * m + step.microBatch];
+          if (dep < 0)
+            break;
+          ready = dep + (vs == stages - 1 ? 0 : times.p2p);
+        }
+        if (zb) {
+          size_t waiting = pendingW[s].size() - pendingHead[s];
+          // Fill a gap that fits a W; never hold more than p - s.
+          if (waiting &&
+              (freeAt[s] + times.weight[s] <= ready || waiting >= size_t(p))) {
+            runWeight(s);
+            progress = true;
+            continue;
+          }
+        }
+        double duration = isForward ? times.forward[vs] : times.backward[vs];
+        double start = std::max(freeAt[s], ready);
+        double end = start + duration;
+        freeAt[s] = end;
+        if (isForward) {
+          fwdDone[size_t(vs) * m + step.microBatch] = end;
+        } else {
+          bwdDone[size_t(vs) * m + step.microBatch] = end;
+          if (zb)
+            pendingW[s].push_back(step.microBatch);
+        }
+        if (timeline)
+          timeline->push_back(
+              {isForward ? TimelineEvent::Forward : TimelineEvent::Backward, s,
+               step.microBatch, step.chunk, start, end});
+        ++next[s];
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress)
+      return std::numeric_limits<double>::infinity();
+  }
+  for (int s = 0; s < p; ++s)
+    while (pendingHead[s] < pendingW[s].size())
+      runWeight(s);
+  return *std::max_element(freeAt.begin(), freeAt.end());
+}
+
+PipelineSchedule
+planner::buildPipelineSchedule(plan::Schedule schedule, int p, int v, int m,
+                               const std::vector<double> &forward,
+                               const std::vector<double> &backward,
+                               const std::vector<double> &weight, double p2p) {
+  PipelineSchedule result;
+  result.kind = schedule;
+  result.stages = p;
+  result.chunks = v;
+  result.microBatches = m;
+  result.ranks.resize(size_t(p));
+  std::vector<TimelineEvent> timeline;
+  simulatePipeline(schedule, p, v, m, forward, backward, weight, p2p,
+                   &timeline);
+  // Each rank's compute steps in the order it ran them (the simulation
+  // appends a rank's events in that order).
+  const int last = p * v - 1;
+  for (const TimelineEvent &event : timeline) {
+    if (event.stage < 0 || event.stage >= p)
+      continue;
+    std::vector<PipelineStep> &steps = result.ranks[size_t(event.stage)];
+    int vs = event.chunk * p + event.stage;
+    switch (event.kind) {
+    case TimelineEvent::Forward:
+      if (vs > 0)
+        steps.push_back({PipelineStep::Recv, event.microBatch, event.chunk,
+                         (event.stage + p - 1) % p, false});
+      steps.push_back({PipelineStep::Forward, event.microBatch, event.chunk});
+      if (vs < last)
+        steps.push_back({PipelineStep::Send, event.microBatch, event.chunk,
+                         (event.stage + 1) % p, false});
+      break;
+    case TimelineEvent::Backward:
+      if (vs < last)
+        steps.push_back({PipelineStep::Recv, event.microBatch, event.chunk,
+                         (event.stage + 1) % p, true});
+      steps.push_back({PipelineStep::Backward, event.microBatch, event.chunk});
+      if (vs > 0)
+        steps.push_back({PipelineStep::Send, event.microBatch, event.chunk,
+                         (event.stage + p - 1) % p, true});
+      break;
+    case TimelineEvent::WeightGrad:
+      steps.push_back(
+          {PipelineStep::WeightGrad, event.microBatch, event.chunk});
+      break;
+    default:
+      break;
+    }
+  }
+  return result;
+}
+
+PipelineSchedule planner::buildPipelineSchedule(plan::Schedule schedule, int p,
+                                                int v, int m) {
+  std::vector<double> ones(size_t(p) * v, 1.0);
+  std::vector<double> weight(size_t(p) * v,
+                             schedule == plan::SCHEDULE_ZB_H1 ? 1.0 : 0.0);
+  return buildPipelineSchedule(schedule, p, v, m, ones, ones, weight, 0);
+}
+
+std::string PipelineSchedule::str() const {
+  std::ostringstream os;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    os << "rank " << r << ":";
+    for (const PipelineStep &step : ranks[r]) {
+      os << ' ';
+      switch (step.kind) {
+      case PipelineStep::Forward:
+        os << 'F';
+        break;
+      case PipelineStep::Backward:
+        os << 'B';
+        break;
+      case PipelineStep::WeightGrad:
+        os << 'W';
+        break;
+      case PipelineStep::Send:
+        os << '>' << (step.gradient ? 'g' : 'a') << step.peer << ':';
+        break;
+      case PipelineStep::Recv:
+        os << '<' << (step.gradient ? 'g' : 'a') << step.peer << ':';
+        break;
+      }
+      os << step.microBatch;
+      if (chunks > 1)
+        os << '.' << step.chunk;
+    }
+    os << '\n';
+  }
+  return os.str();
+}
+
+std::string planner::checkPipelineSchedule(const PipelineSchedule &schedule) {
+  const int p = schedule.stages, v = schedule.chunks, m = schedule.microBatches;
+  if (int(schedule.ranks.size()) != p)
+    return "the schedule has " + std::to_string(schedule.ranks.size()) +
+           " ranks for " + std::to_string(p) + " stages";
+  const int last = p * v - 1;
+  const bool split = schedule.kind == plan::SCHEDULE_ZB_H1;
+  // What has happened: (virtual stage, micro-batch) forward and backward
+  // done; messages posted (from, to, gradient, micro-batch, sender's chunk).
+  std::set<std::pair<int, int>> forwardDone, backwardDone, weightDone;
+  std::set<std::tuple<int, int, bool, int, int>> posted;
+  // Received by a virtual stage: (virtual stage, gradient, micro-batch).
+  std::set<std::tuple<int, bool, int>> received;
+  std::vector<size_t> next(size_t(p), 0);
+  auto describe = [&](int rank, const PipelineStep &step) {
+    PipelineSchedule one;
+    one.chunks = v;
+    one.ranks = {{step}};
+    std::string text = one.str();
+    return "rank " + std::to_string(rank) + "'s step '" +
+           text.substr(text.find(':') + 2, text.size() - text.find(':') - 3) +
+           "'";
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      while (next[r] < schedule.ranks[r].size()) {
+        const PipelineStep &step = schedule.ranks[r][next[r]];
+        int vs = step.chunk * p + r;
+        int mb = step.microBatch;
+        if (step.chunk < 0 || step.chunk >= v || mb < 0 || mb >= m)
+          return describe(r, step) + " is outside the schedule";
+        bool ready = true;
+        switch (step.kind) {
+        case PipelineStep::Forward:
+          // Its input: received (vs > 0) or the batch.
+          ready = vs == 0 || received.count({vs, false, mb});
+          if (ready && !forwardDone.insert({vs, mb}).second)
+            return describe(r, step) + " runs twice";
+          break;
+        case PipelineStep::Backward:
+          ready = forwardDone.count({vs, mb}) &&
+                  (vs == last || received.count({vs, true, mb}));
+          if (ready && !backwardDone.insert({vs, mb}).second)
+            return describe(r, step) + " runs twice";
+          break;
+        case PipelineStep::WeightGrad:
+          ready = backwardDone.count({vs, mb});
+          if (ready && !weightDone.insert({vs, mb}).second)
+            return describe(r, step) + " runs twice";
+          break;
+        case PipelineStep::Send: {
+          bool done = step.gradient ? backwardDone.count({vs, mb})
+                                    : forwardDone.count({vs, mb});
+          if (!done)
+            return describe(r, step) + " sends what its rank has not computed";
+          posted.insert({r, step.peer, step.gradient, mb, step.chunk});
+          break;
+        }
+        case PipelineStep::Recv: {
+          // The sender's chunk: the previous virtual stage for an
+          // activation, the next for a gradient.
+          int from = step.gradient ? vs + 1 : vs - 1;
+          if (from < 0 || from > last || from % p != step.peer)
+            return describe(r, step) + " receives from the wrong rank";
+          ready = posted.count({step.peer, r, step.gradient, mb, from / p});
+          if (ready)
+            received.insert({vs, step.gradient, mb});
+          break;
+        }
+        }
+        if (!ready)
+          break;
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r)
+    if (next[r] < schedule.ranks[r].size())
+      return "deadlock: " + describe(r, schedule.ranks[r][next[r]]) +
+             " never runs";
+  for (int vs = 0; vs <= last; ++vs)
+    for (int mb = 0; mb < m; ++mb)
+      if (!forwardDone.count({vs, mb}) || !backwardDone.count({vs, mb}) ||
+          (split && !weightDone.count({vs, mb})))
+        return "virtual stage " + std::to_string(vs) +
+               " misses a step of "
+               "micro-batch " +
+               std::to_string(mb);
+  return "";
+}
