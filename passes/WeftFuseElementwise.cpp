@@ -120,7 +120,13 @@ struct WeftFuseElementwise
     // Every chain is found before any is rewritten (fusing erases ops, and
     // a new op may take an erased one's address); the values a chain reads
     // are taken when it is fused (an earlier chain may have replaced them).
-    SmallVector<llvm::SetVector<Operation *>> chains;
+    // Each chain's ops in block order, sorted now: moving ops invalidates
+    // the block's op order, and recomputing it per chain is quadratic.
+    struct Chain {
+      llvm::SetVector<Operation *> members;
+      SmallVector<Operation *> ordered;
+    };
+    SmallVector<Chain> chains;
     for (Operation *root : roots) {
       llvm::SetVector<Operation *> members;
       std::function<void(Operation *)> collect = [&](Operation *op) {
@@ -131,10 +137,17 @@ struct WeftFuseElementwise
             collect(def);
       };
       collect(root);
-      if (members.size() >= 2)
-        chains.push_back(std::move(members));
+      if (members.size() < 2)
+        continue;
+      SmallVector<Operation *> ordered(members.begin(), members.end());
+      llvm::sort(ordered, [](Operation *a, Operation *b) {
+        return a->isBeforeInBlock(b);
+      });
+      chains.push_back({std::move(members), std::move(ordered)});
     }
-    for (llvm::SetVector<Operation *> &members : chains) {
+    for (Chain &chain : chains) {
+      llvm::SetVector<Operation *> &members = chain.members;
+      ArrayRef<Operation *> ordered = chain.ordered;
       Operation *root = members.front();
       // The values the chain reads from outside, in the order the kernel
       // reads them (operands left to right, depth first).
@@ -149,10 +162,6 @@ struct WeftFuseElementwise
         }
       };
       collect(root);
-      SmallVector<Operation *> ordered(members.begin(), members.end());
-      llvm::sort(ordered, [](Operation *a, Operation *b) {
-        return a->isBeforeInBlock(b);
-      });
       // The chain runs where its root stands: move its ops there, so that
       // values they read from outside are all defined.
       for (Operation *op : ordered)

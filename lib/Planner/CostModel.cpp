@@ -556,35 +556,36 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   // stages with at least one layer each: binary search on the largest stage
   // cost, greedy packing from the front (so ties leave earlier stages
   // fuller, deterministically). Costs are in hundredths of a layer.
-  std::vector<int64_t> costs(layers, 100);
   auto pack = [&](int64_t limit, std::vector<int32_t> *out) -> bool {
-    std::vector<int32_t> counts;
+    // Stages closed so far (their layer counts go to `out` when given).
+    int64_t closed = 0;
+    if (out)
+      out->clear();
     int64_t current = firstExtra;
     int32_t count = 0;
     for (int64_t i = 0; i < layers; ++i) {
       int64_t remainingLayers = layers - i;
-      int64_t remainingStages = p - int64_t(counts.size()) - 1;
+      int64_t remainingStages = p - closed - 1;
       bool last = i == layers - 1;
-      int64_t add = costs[i] + (last ? lastExtra : 0);
+      int64_t add = 100 + (last ? lastExtra : 0);
       // Close the stage when the next layer does not fit, or when the
       // stages left need one layer each.
       if (count > 0 && (current + add > limit ||
                         remainingLayers <= remainingStages)) {
-        counts.push_back(count);
+        if (out)
+          out->push_back(count);
+        ++closed;
         current = 0;
         count = 0;
       }
       current += add;
       ++count;
-      if (current > limit || int64_t(counts.size()) >= p)
+      if (current > limit || closed >= p)
         return false;
     }
-    counts.push_back(count);
-    if (int64_t(counts.size()) != p)
-      return false;
     if (out)
-      *out = counts;
-    return true;
+      out->push_back(count);
+    return closed + 1 == p;
   };
   int64_t low = 0, high = firstExtra + lastExtra + 100 * layers;
   while (low < high) {
