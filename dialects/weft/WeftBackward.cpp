@@ -262,40 +262,44 @@ BackwardCost FusionOp::estimateBackwardCost(TypeRange operandTypes,
 /// where the forward runs two: about 2.5 times the forward's work.
 static constexpr double kAttentionBackward = 2.5;
 
+/// What fused attention keeps for its backward (Q, K, V and its output),
+/// and its backward's cost: no weights, kAttentionBackward x the forward.
+template <typename AttentionLike>
+static void saveAttention(AttentionLike op,
+                          SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, op.getQ());
+  save(saved, op.getK());
+  save(saved, op.getV());
+  save(saved, op.getResult());
+}
+static BackwardCost attentionBackward(const OpCost &forward) {
+  BackwardCost cost;
+  cost.inputGradient = forward.scaled(kAttentionBackward);
+  cost.weightGradient.kernels = 0;
+  return cost;
+}
+
 void AttentionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
-  save(saved, getQ());
-  save(saved, getK());
-  save(saved, getV());
-  save(saved, getResult());
+  saveAttention(*this, saved);
 }
 
 BackwardCost AttentionOp::estimateBackwardCost(TypeRange operandTypes,
                                                TypeRange resultTypes) {
-  BackwardCost cost;
-  cost.inputGradient =
-      estimateCost(operandTypes, resultTypes).scaled(kAttentionBackward);
-  cost.weightGradient.kernels = 0;
-  return cost;
+  return attentionBackward(estimateCost(operandTypes, resultTypes));
 }
 
 bool AttentionOp::isAttentionCore() { return true; }
 
 void AttentionBlockOp::getSavedForBackward(
     SmallVectorImpl<SavedTensor> &saved) {
-  save(saved, getQ());
-  save(saved, getK());
-  save(saved, getV());
-  save(saved, getResult());
+  // And the block's log-sum-exps, which merge the ring's blocks.
+  saveAttention(*this, saved);
   save(saved, getLse());
 }
 
 BackwardCost AttentionBlockOp::estimateBackwardCost(TypeRange operandTypes,
                                                     TypeRange resultTypes) {
-  BackwardCost cost;
-  cost.inputGradient =
-      estimateCost(operandTypes, resultTypes).scaled(kAttentionBackward);
-  cost.weightGradient.kernels = 0;
-  return cost;
+  return attentionBackward(estimateCost(operandTypes, resultTypes));
 }
 
 bool AttentionBlockOp::isAttentionCore() { return true; }
