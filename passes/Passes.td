@@ -215,13 +215,52 @@ def WeftAppendLoss : Pass<"weft-append-loss", "::mlir::ModuleOp"> {
     ```
     weft-opt -weft-append-loss model.mlir
     weft-opt -weft-append-loss="ignore-index=-100" model.mlir
+    weft-opt -weft-append-loss="reduction=mean ignore-index=-100" model.mlir
     ```
+
+    With `reduction=mean` the first result is the scalar training loss: the per-position
+    losses summed and divided by the number of counted positions (all of them, or those
+    whose label is not `ignore-index`), as `torch.nn.functional.cross_entropy` computes
+    it. Both sums are ordinary reductions, so a partitioned program takes the mean over
+    the tokens of every rank.
   }];
   let options = [
     Option<"ignoreIndex", "ignore-index", "int64_t",
            /*default=*/"std::numeric_limits<int64_t>::min()",
-           "A label that counts no loss (PyTorch uses -100); none by default">
+           "A label that counts no loss (PyTorch uses -100); none by default">,
+    Option<"reduction", "reduction", "std::string", /*default=*/"\"none\"",
+           "none: one loss per position; mean: the mean over the positions "
+           "whose label is counted (a training step's scalar loss)">
   ];
+  let dependentDialects = ["::weft::WeftDialect"];
+}
+
+def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
+  let summary = "Builds a training step's backward: the gradient of the loss for every parameter.";
+  let description = [{
+    Reverse-mode differentiation of each function whose first result is a scalar float
+    (the loss, as `-weft-append-loss=reduction=mean` makes it). Every op builds its own
+    vector-Jacobian product from weft ops (`DifferentiableOpInterface::buildGradients`);
+    the pass only sweeps the ops in reverse and adds up the gradients of each value.
+    A `weft.layer` gets a backward layer of kind `<kind>.backward` that takes the layer's
+    inputs and its results' gradients, recomputes the body (full recomputation) and
+    yields the inputs' and the body parameters' gradients, so backward keeps the layer
+    structure that pipeline stages are cut along.
+
+    The function then returns the loss and, for every parameter the loss depends on, its
+    gradient, marked `{weft.gradient_of = "name"}`; a parameter read in several places
+    (tied embeddings) gets one summed gradient. Other results are dropped. The result is
+    an ordinary program: `-weft-partition-with-plan` partitions it (data-parallel
+    gradient reduction is the all-reduce that a replicated parameter's partial gradient
+    needs), and the interpreter and emitters run it.
+
+    ```
+    weft-opt -weft-append-loss=reduction=mean -weft-differentiate model.mlir
+    ```
+
+    An op without a gradient (a pipeline send, a fusion, a strided slice) stops the pass
+    with a diagnostic at the op.
+  }];
   let dependentDialects = ["::weft::WeftDialect"];
 }
 

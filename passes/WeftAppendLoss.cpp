@@ -20,6 +20,38 @@ namespace weft {
 using namespace mlir;
 using namespace weft;
 
+/// The sum of the per-position losses over the number of positions whose
+/// label counts.
+static Value meanOverCounted(OpBuilder &b, Location loc, Value losses,
+                             Value labels, IntegerAttr ignore) {
+  auto type = cast<RankedTensorType>(losses.getType());
+  auto scalar = RankedTensorType::get({}, type.getElementType());
+  SmallVector<int64_t> all =
+      llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+  Value sum = ReduceSumOp::create(b, loc, scalar, losses, all, false);
+  Value count;
+  if (ignore) {
+    auto labelType = cast<RankedTensorType>(labels.getType());
+    Value ignored = ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(
+            RankedTensorType::get({}, labelType.getElementType()),
+            b.getIntegerAttr(labelType.getElementType(), ignore.getInt()))));
+    Value counted = CompareOp::create(
+        b, loc, RankedTensorType::get(labelType.getShape(), b.getI1Type()),
+        ComparePredicate::ne, labels, ignored);
+    Value ones = CastOp::create(b, loc, type, counted);
+    count = ReduceSumOp::create(b, loc, scalar, ones, all, false);
+  } else {
+    count = ConstantOp::create(
+        b, loc,
+        cast<ElementsAttr>(DenseElementsAttr::get(
+            scalar, b.getFloatAttr(type.getElementType(),
+                                   double(type.getNumElements())))));
+  }
+  return DivOp::create(b, loc, scalar, sum, count);
+}
+
 namespace {
 struct WeftAppendLoss : public weft::impl::WeftAppendLossBase<WeftAppendLoss> {
   using WeftAppendLossBase::WeftAppendLossBase;
@@ -60,6 +92,13 @@ struct WeftAppendLoss : public weft::impl::WeftAppendLossBase<WeftAppendLoss> {
     Value loss = CrossEntropyOp::create(
         b, loc, RankedTensorType::get(positions, b.getF32Type()), wide, labels,
         LossReductionAttr::get(b.getContext(), LossReduction::none), ignore);
+    if (reduction == "mean") {
+      loss = meanOverCounted(b, loc, loss, labels, ignore);
+    } else if (reduction != "none") {
+      module.emitError("-weft-append-loss: reduction '")
+          << reduction << "' is not none or mean";
+      return signalPassFailure();
+    }
     ret->setOperand(0, loss);
     SmallVector<Type> results(ret.getOperandTypes());
     func.setType(FunctionType::get(

@@ -172,6 +172,13 @@ LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
                                                        unsigned regionIndex,
                                                        unsigned resultIndex,
                                                        NamedAttribute attr) {
+  if (attr.getName() == getGradientOfAttrName()) {
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return op->emitError() << "'" << getGradientOfAttrName()
+                             << "' names a parameter (a non-empty string)";
+    return success();
+  }
   if (attr.getName() != getShardingAttrName() &&
       attr.getName() != WeftDialect::getLocalShardingAttrName())
     return op->emitError() << "unknown weft result attribute '"

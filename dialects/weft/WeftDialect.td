@@ -65,6 +65,11 @@ def Weft_Dialect : Dialect {
     /// On an op made from a `weft.attention` by -weft-decompose-attention:
     /// it belongs to the attention core, which selective recomputation
     /// recomputes in backward (a unit attribute).
+    // On a training step's result (-weft-differentiate): the name of the
+    // parameter whose gradient it is.
+    static constexpr ::llvm::StringLiteral getGradientOfAttrName() {
+      return ::llvm::StringLiteral("weft.gradient_of");
+    }
     static constexpr ::llvm::StringLiteral getAttentionCoreAttrName() {
       return ::llvm::StringLiteral("weft.attention_core");
     }

@@ -76,6 +76,10 @@ def Weft_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
     `weft.attention` and `weft.attention_block`, and the ops that
     `-weft-decompose-attention` makes of them, which say so.
 
+    Gradients themselves are IR: each op builds its vector-Jacobian product from weft
+    ops (`buildGradients`), so the backward program is partitioned, costed and emitted
+    like the forward one.
+
     The defaults: an op saves nothing, and its gradient costs one pass like its forward.
   }];
   let methods = [
@@ -98,6 +102,16 @@ def Weft_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
         return ::weft::estimateStreamingBackwardCost($_op.getOperation(), operandTypes,
                                                      resultTypes);
       }]>,
+    InterfaceMethod<[{
+        Builds the op's vector-Jacobian product (`-weft-differentiate`): reads the
+        gradients that reached its results from `state` (`state.gradient(result)`,
+        null where none did), creates the ops that compute its operands' gradients
+        with `state.builder()`, and adds them with `state.accumulate(operand, grad)`
+        (which sums gradients that broadcast back to the operand's shape). A
+        parameter adds its gradient by name (`state.accumulateParameter`). Fails, with
+        a diagnostic at the op, where the op has no gradient.
+      }],
+      "::mlir::LogicalResult", "buildGradients", (ins "::weft::GradientState &":$state)>,
     InterfaceMethod<[{
         Returns true if the op belongs to the attention core that selective
         recomputation recomputes in backward instead of saving its results.

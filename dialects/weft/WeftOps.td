@@ -27,13 +27,15 @@ defvar WeftRule = DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>;
 // What backward needs (WeftBackward.cpp): the defaults (saves nothing, one
 // pass like the forward), saved values of their own, and also a backward
 // cost of their own (GEMMs and attention).
-defvar WeftBackward = Weft_DifferentiableOpInterface;
-defvar WeftSaves =
-    DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface, ["getSavedForBackward"]>;
+// Every differentiable op builds its own gradient (WeftGradients.cpp).
+defvar WeftBackward =
+    DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface, ["buildGradients"]>;
+defvar WeftSaves = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
+    ["getSavedForBackward", "buildGradients"]>;
 defvar WeftGradients = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
-    ["getSavedForBackward", "estimateBackwardCost"]>;
+    ["getSavedForBackward", "estimateBackwardCost", "buildGradients"]>;
 defvar WeftAttentionCore = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
-    ["getSavedForBackward", "estimateBackwardCost", "isAttentionCore"]>;
+    ["getSavedForBackward", "estimateBackwardCost", "isAttentionCore", "buildGradients"]>;
 // Ops that also partition themselves (WeftPartitionRules.cpp) instead of by
 // the generic factor partition.
 defvar WeftRulePartition =
@@ -879,7 +881,7 @@ def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftSaves, WeftCost, WeftRul
 // Repeated structure
 //===----------------------------------------------------------------------===//
 
-def Weft_LayerOp : Weft_Op<"layer", [WeftCost, IsolatedFromAbove,
+def Weft_LayerOp : Weft_Op<"layer", [WeftBackward, WeftCost, IsolatedFromAbove,
     SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
   let summary = "One repetition of a repeated block (a transformer layer).";
   let description = [{
@@ -1049,7 +1051,7 @@ def Weft_MeshOp : Weft_Op<"mesh", [WeftCost, Symbol, HasParent<"::mlir::ModuleOp
 
 // `kind` names the op's CollectiveKind.
 class Weft_CollectiveOp<string mnemonic, string kind, list<Trait> traits = []>
-    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost, Weft_CollectiveOpInterface,
+    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost, WeftBackward, Weft_CollectiveOpInterface,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
   let extraClassDeclaration = [{
     ::weft::CollectiveKind getCollectiveKind() {

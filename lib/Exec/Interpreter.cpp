@@ -196,6 +196,17 @@ LogicalResult Interpreter::run(Operation *op) {
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParameterOp param) -> LogicalResult {
+        if (options.parameters) {
+          auto it = options.parameters->find(param.getName());
+          if (it != options.parameters->end()) {
+            if (it->second.shape != shapeOf(param.getType()))
+              return param.emitError("parameter '")
+                     << param.getName() << "' is given with shape "
+                     << rt::shapeString(it->second.shape) << ", expected "
+                     << param.getType();
+            return result(it->second);
+          }
+        }
         if (std::optional<ElementsAttr> value = param.getValue())
           return result(toHostTensor(*value));
         if (ExternalDataAttr external = param.getExternalAttr()) {

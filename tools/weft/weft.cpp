@@ -397,17 +397,14 @@ static LogicalResult partitionModule(MLIRContext &context, ModuleOp module) {
   return pm.run(module);
 }
 
-static FailureOr<std::vector<weft::rt::HostTensor>>
-runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
-               const std::vector<weft::rt::HostTensor> &inputs,
-               const weft::InterpreterOptions &base) {
-  if (failed(partitionModule(context, module)))
-    return failure();
-  if (!dumpPartitioned.empty()) {
-    std::error_code ec;
-    llvm::raw_fd_ostream out(dumpPartitioned, ec);
-    module.print(out);
-  }
+/// Runs the partitioned `func` of `module` on the devices of its weft.mesh
+/// (threads): each rank interprets it; the inputs are split and the outputs
+/// assembled by their local shardings. `bytes` gets the bytes each rank sent.
+FailureOr<std::vector<weft::rt::HostTensor>>
+runOnMeshDevices(ModuleOp module, func::FuncOp func,
+                 const std::vector<weft::rt::HostTensor> &inputs,
+                 const weft::InterpreterOptions &base, int expectedDevices,
+                 double timeoutSeconds, std::vector<int64_t> &bytes) {
   std::optional<weft::MeshInfo> meshInfo = weft::getMeshInfo(module);
   weft::rt::Mesh mesh;
   if (meshInfo) {
@@ -417,9 +414,9 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
   if (func->hasAttr(weft::WeftDialect::getLoadBalancedAttrName()))
     mesh.zigzagAxis = "cp";
   int n = int(mesh.size());
-  if (devices > 0 && devices != n) {
+  if (expectedDevices > 0 && expectedDevices != n) {
     fail("the plan runs on " + llvm::Twine(n) + " devices, but --devices is " +
-         llvm::Twine(int(devices)));
+         llvm::Twine(expectedDevices));
     return failure();
   }
   auto layoutOf = [](weft::ShardingAttr attr, int64_t rank) {
@@ -456,21 +453,40 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
           throw std::runtime_error("the interpreter failed (see above)");
         return std::move(*result);
       };
-  std::vector<int64_t> bytes;
   absl::StatusOr<std::vector<weft::rt::HostTensor>> outputs =
-      weft::rt::runOnMesh(rankFunction, mesh, base.weightsDir, inputs,
-                          inputLayouts, outputLayouts, &bytes,
-                          std::chrono::milliseconds(
-                              int64_t(collectiveTimeout * 1000)));
+      weft::rt::runOnMesh(
+          rankFunction, mesh, base.weightsDir, inputs, inputLayouts,
+          outputLayouts, &bytes,
+          std::chrono::milliseconds(int64_t(timeoutSeconds * 1000)));
   if (!outputs.ok()) {
     fail(std::string(outputs.status().message()));
     return failure();
   }
-  llvm::errs() << "weft run: " << n << " devices; bytes sent per rank:";
+  return std::move(*outputs);
+}
+
+static FailureOr<std::vector<weft::rt::HostTensor>>
+runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
+               const std::vector<weft::rt::HostTensor> &inputs,
+               const weft::InterpreterOptions &base) {
+  if (failed(partitionModule(context, module)))
+    return failure();
+  if (!dumpPartitioned.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(dumpPartitioned, ec);
+    module.print(out);
+  }
+  std::vector<int64_t> bytes;
+  FailureOr<std::vector<weft::rt::HostTensor>> outputs = runOnMeshDevices(
+      module, func, inputs, base, devices, collectiveTimeout, bytes);
+  if (failed(outputs))
+    return failure();
+  llvm::errs() << "weft run: " << bytes.size()
+               << " devices; bytes sent per rank:";
   for (int64_t b : bytes)
     llvm::errs() << ' ' << b;
   llvm::errs() << '\n';
-  return std::move(*outputs);
+  return outputs;
 }
 
 static int runModel(MLIRContext &context) {
@@ -720,6 +736,8 @@ static int runCompile(MLIRContext &context) {
 
 int runPlan(MLIRContext &context);
 int runCalibrate();
+int runTrain(MLIRContext &context);
+bool trainCommandSelected();
 bool planCommandSelected();
 bool calibrateCommandSelected();
 
@@ -747,6 +765,8 @@ int main(int argc, char **argv) {
     return runPlan(context);
   if (calibrateCommandSelected())
     return runCalibrate();
+  if (trainCommandSelected())
+    return runTrain(context);
   cl::PrintHelpMessage();
   return 1;
 }

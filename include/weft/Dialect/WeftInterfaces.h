@@ -108,6 +108,7 @@ BackwardCost estimateStreamingBackwardCost(mlir::Operation *op,
                                            mlir::TypeRange resultTypes);
 
 class PartitionState;
+class GradientState;
 /// The generic partition by an op's factor rule (see Partition.h); returns
 /// the local op.
 mlir::FailureOr<mlir::Operation *> partitionByFactorRule(mlir::Operation *op,

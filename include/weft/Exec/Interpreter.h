@@ -16,6 +16,7 @@
 #include "weft/runtime/HostTensor.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ struct InterpreterOptions {
   /// (row-major over its axes) and the communicator its collectives use.
   int rank = 0;
   rt::Communicator *communicator = nullptr;
+  /// Parameter values by name that replace the module's (a training run's
+  /// current weights); parameters not in it read their own values.
+  const llvm::StringMap<rt::HostTensor> *parameters = nullptr;
 };
 
 

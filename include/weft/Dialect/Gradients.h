@@ -1,0 +1,112 @@
+//===- Gradients.h - Reverse-mode differentiation of weft IR -----*- C++
+//-*-===//
+//
+// Part of the Weft project.
+//
+// The state of a reverse sweep: the gradient accumulated for each value, the
+// builder that backward ops are created with, and the gradients of the
+// parameters by name. Each op's DifferentiableOpInterface::buildGradients
+// reads its results' gradients from it and adds its operands'; the sweep
+// itself (differentiateOps) knows no op by name.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_DIALECT_GRADIENTS_H
+#define WEFT_DIALECT_GRADIENTS_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+
+namespace weft {
+
+class GradientState {
+public:
+  explicit GradientState(mlir::OpBuilder &builder) : b(builder) {}
+
+  mlir::OpBuilder &builder() { return b; }
+
+  /// Marks `value` as depending on something trained (a parameter, or an
+  /// input the caller differentiates): only such values get gradients.
+  void markActive(mlir::Value value);
+  /// True if `value` is a float tensor that depends on a trained value.
+  bool needsGradient(mlir::Value value) const { return active.contains(value); }
+
+  /// The gradient accumulated for `value`, or null if none reached it.
+  mlir::Value gradient(mlir::Value value) const {
+    return gradients.lookup(value);
+  }
+  /// The gradient of `value`, or zeros of its type if none reached it.
+  mlir::Value gradientOrZeros(mlir::Location loc, mlir::Value value);
+  /// Sets the gradient of `value` (the seed of a sweep).
+  void setGradient(mlir::Value value, mlir::Value grad) {
+    gradients[value] = grad;
+  }
+
+  /// Adds `grad` to the gradient of `operand`, if it needs one: a gradient
+  /// of a broadcast shape is summed over the broadcast dimensions and cast to
+  /// the operand's element type first.
+  void accumulate(mlir::Location loc, mlir::Value operand, mlir::Value grad);
+
+  /// Adds the gradient of the parameter called `name`. Parameters are one
+  /// weight wherever they are read (tied embeddings): gradients add up.
+  void accumulateParameter(mlir::Location loc, llvm::StringRef name,
+                           mlir::Value grad);
+  /// The parameters' gradients, in the order they were first reached.
+  llvm::ArrayRef<std::pair<std::string, mlir::Value>>
+  getParameterGradients() const {
+    return parameterGradients;
+  }
+
+  // Builders the gradients of many ops need.
+
+  /// A splat constant of `type` (a tensor type) with `value`.
+  mlir::Value splat(mlir::Location loc, mlir::Type type, double value);
+  /// A scalar constant of `elementType`, broadcasting against any tensor.
+  mlir::Value scalar(mlir::Location loc, mlir::Type elementType, double value);
+  /// `grad` summed down to `shape` (numpy broadcasting in reverse).
+  mlir::Value unbroadcast(mlir::Location loc, mlir::Value grad,
+                          llvm::ArrayRef<int64_t> shape);
+  /// `value` broadcast to `type`'s shape after restoring the dimensions in
+  /// `axes` that a reduction without keep_dims removed.
+  mlir::Value expandReduced(mlir::Location loc, mlir::Value value,
+                            llvm::ArrayRef<int64_t> axes,
+                            mlir::RankedTensorType type);
+
+private:
+  mlir::OpBuilder &b;
+  llvm::DenseSet<mlir::Value> active;
+  llvm::DenseMap<mlir::Value, mlir::Value> gradients;
+  llvm::SmallVector<std::pair<std::string, mlir::Value>> parameterGradients;
+  llvm::StringMap<unsigned> parameterIndex;
+};
+
+/// Marks the results of parameters, and of ops with an active operand, as
+/// active, in program order.
+void propagateActivity(GradientState &state,
+                       llvm::ArrayRef<mlir::Operation *> ops);
+
+/// Differentiates `ops` (in program order, each operand defined by an earlier
+/// one of them or active through `state`) in reverse: for every op with a
+/// result that has a gradient, builds its gradients at the builder's
+/// insertion point. Activity flows forward first: results of parameters,
+/// and of ops with an active operand, are active. Fails, with a diagnostic
+/// at the op, for an op that has no gradient.
+mlir::LogicalResult differentiateOps(GradientState &state,
+                                     llvm::ArrayRef<mlir::Operation *> ops);
+
+class AttentionOp;
+/// Builds `op` decomposed at `b`'s insertion point, as Megatron's unfused
+/// path computes it (grouped KV heads repeated, Q Kᵀ, scale and mask,
+/// softmax, dropout, P V), the ops marked as the attention core; returns the
+/// output. -weft-decompose-attention and attention's gradient build it.
+mlir::Value buildDecomposedAttention(mlir::OpBuilder &b, AttentionOp op);
+
+} // namespace weft
+
+#endif // WEFT_DIALECT_GRADIENTS_H

@@ -1,0 +1,800 @@
+//===- TrainCommand.cpp - weft train
+//---------------------------------------===//
+//
+// Part of the Weft project.
+//
+//   weft train model.onnx|model.mlir --data tokens.bin [--plan-spec ...]
+//              [--steps N] [--batch-size B] [--seq-len S] [--lr ...]
+//
+// Builds the training step as IR (-weft-append-loss=reduction=mean,
+// -weft-unfuse-projections, -weft-differentiate), partitions it under the
+// plan like any program, and runs it step by step on simulated devices; the
+// optimizer (AdamW or SGD with momentum, with global-norm clipping and a
+// warm-up + cosine schedule) updates the weights between steps, as
+// torch.optim does. Checkpoints are written to a temporary directory and
+// renamed, so a crash never leaves a half checkpoint.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Exec/Interpreter.h"
+#include "weft/Exec/TensorFiles.h"
+#include "weft/Import/OnnxImporter.h"
+#include "weft/Passes/Passes.h"
+#include "weft/Pipelines/Pipelines.h"
+#include "weft/Plan/Plan.h"
+#include "weft/runtime/CpuKernels.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+using weft::rt::HostTensor;
+
+OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
+                                  const weft::OnnxImportOptions &options,
+                                  MLIRContext &context);
+FailureOr<std::vector<HostTensor>>
+runOnMeshDevices(ModuleOp module, func::FuncOp func,
+                 const std::vector<HostTensor> &inputs,
+                 const weft::InterpreterOptions &base, int expectedDevices,
+                 double timeoutSeconds, std::vector<int64_t> &bytes);
+
+static cl::SubCommand trainCommand(
+    "train", "Train a model on simulated devices under a plan, from a token "
+             "file");
+
+static cl::opt<std::string> model(cl::Positional, cl::Required,
+                                  cl::desc("<model.onnx | model.mlir>"),
+                                  cl::sub(trainCommand));
+static cl::opt<std::string>
+    dataPath("data",
+             cl::desc("Tokens: .npy (integer) or raw binary (--data-dtype), "
+                      "the files GPT training scripts write"),
+             cl::value_desc("file"), cl::sub(trainCommand));
+static cl::opt<std::string>
+    dataDtype("data-dtype",
+              cl::desc("Element type of a raw token file: u16 (default), "
+                       "u32, i32 or i64"),
+              cl::init("u16"), cl::sub(trainCommand));
+static cl::opt<int64_t> batch("batch-size",
+                              cl::desc("Sequences per micro-batch"),
+                              cl::init(2), cl::sub(trainCommand));
+static cl::opt<int64_t> seqLen("seq-len", cl::desc("Tokens per sequence"),
+                               cl::init(8), cl::sub(trainCommand));
+static cl::opt<int64_t> steps("steps", cl::desc("Optimizer steps to run"),
+                              cl::init(20), cl::sub(trainCommand));
+static cl::opt<int64_t>
+    gradAccum("grad-accum",
+              cl::desc("Micro-batches whose gradients one step averages"),
+              cl::init(1), cl::sub(trainCommand));
+static cl::opt<std::string> optimizer("optimizer",
+                                      cl::desc("adamw (default) or sgd"),
+                                      cl::init("adamw"), cl::sub(trainCommand));
+static cl::opt<double> learningRate("lr", cl::desc("Peak learning rate"),
+                                    cl::init(1e-3), cl::sub(trainCommand));
+static cl::opt<double> minLr("min-lr",
+                             cl::desc("Learning rate at the end of the cosine "
+                                      "decay (default: the peak, no decay)"),
+                             cl::init(-1), cl::sub(trainCommand));
+static cl::opt<int64_t> warmup("warmup", cl::desc("Steps of linear warm-up"),
+                               cl::init(0), cl::sub(trainCommand));
+static cl::opt<double> weightDecay("weight-decay",
+                                   cl::desc("AdamW's decoupled weight decay; "
+                                            "SGD's L2 term"),
+                                   cl::init(0.01), cl::sub(trainCommand));
+static cl::opt<double> beta1("beta1", cl::init(0.9), cl::sub(trainCommand),
+                             cl::desc("AdamW's first-moment decay"));
+static cl::opt<double> beta2("beta2", cl::init(0.999), cl::sub(trainCommand),
+                             cl::desc("AdamW's second-moment decay"));
+static cl::opt<double> adamEps("eps", cl::init(1e-8), cl::sub(trainCommand),
+                               cl::desc("AdamW's epsilon"));
+static cl::opt<double> momentum("momentum", cl::init(0.9),
+                                cl::sub(trainCommand),
+                                cl::desc("SGD's momentum"));
+static cl::opt<double>
+    clipGrad("clip-grad",
+             cl::desc("Scale gradients whose global L2 norm exceeds this "
+                      "(0: no clipping)"),
+             cl::init(0), cl::sub(trainCommand));
+static cl::opt<int64_t> ignoreIndex(
+    "ignore-index", cl::desc("A label that counts no loss (PyTorch: -100)"),
+    cl::init(std::numeric_limits<int64_t>::min()), cl::sub(trainCommand));
+static cl::opt<std::string>
+    freeze("freeze",
+           cl::desc("Parameters whose names match this regex are not trained "
+                    "(buffers that ONNX stores as initializers: rotary "
+                    "tables)"),
+           cl::sub(trainCommand));
+static cl::opt<std::string> planSpec("plan-spec",
+                                     cl::desc("dp=2,tp=2,sp=1,ulysses=2"),
+                                     cl::sub(trainCommand));
+static cl::opt<std::string> planFile("plan",
+                                     cl::desc("A plan (weft plan --json)"),
+                                     cl::sub(trainCommand));
+static cl::opt<int> devices("devices",
+                            cl::desc("Simulated devices (must match the plan)"),
+                            cl::init(0), cl::sub(trainCommand));
+static cl::opt<double>
+    collectiveTimeout("collective-timeout",
+                      cl::desc("Seconds a collective waits for its group"),
+                      cl::init(300), cl::sub(trainCommand));
+static cl::opt<std::string>
+    logPath("log", cl::desc("Loss log: .csv or .jsonl, one line per step"),
+            cl::sub(trainCommand));
+static cl::opt<std::string>
+    saveDir("save", cl::desc("Checkpoint directory (step-N/ and latest)"),
+            cl::sub(trainCommand));
+static cl::opt<int64_t>
+    saveEvery("save-every",
+              cl::desc("Write a checkpoint every N steps (and at the end)"),
+              cl::init(0), cl::sub(trainCommand));
+static cl::opt<std::string>
+    resumeDir("resume",
+              cl::desc("Continue from a checkpoint: a step-N directory, or a "
+                       "--save directory (its latest)"),
+              cl::sub(trainCommand));
+static cl::opt<std::string>
+    dumpStep("dump-step", cl::desc("Write the training step's IR here"),
+             cl::sub(trainCommand));
+
+bool trainCommandSelected() { return bool(trainCommand); }
+
+static int trainError(const llvm::Twine &message) {
+  llvm::errs() << "weft train: error: " << message << '\n';
+  return 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Tokens
+//===----------------------------------------------------------------------===//
+
+/// Reads a token file: .npy of u16/u32/i32/i64, or raw little-endian words.
+static bool readTokens(llvm::StringRef path, std::vector<int64_t> &tokens,
+                       std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
+  if (!buffer) {
+    error = "cannot read " + path.str() + ": " + buffer.getError().message();
+    return false;
+  }
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  std::string type = dataDtype;
+  if (path.ends_with(".npy")) {
+    if (!bytes.starts_with("\x93NUMPY") || bytes.size() < 10) {
+      error = path.str() + ": not a .npy file";
+      return false;
+    }
+    unsigned major = uint8_t(bytes[6]);
+    size_t headerLen = major == 1 ? uint8_t(bytes[8]) | (uint8_t(bytes[9]) << 8)
+                       : bytes.size() >= 12
+                           ? uint32_t(uint8_t(bytes[8])) |
+                                 (uint32_t(uint8_t(bytes[9])) << 8) |
+                                 (uint32_t(uint8_t(bytes[10])) << 16) |
+                                 (uint32_t(uint8_t(bytes[11])) << 24)
+                           : 0;
+    size_t start = (major == 1 ? 10 : 12) + headerLen;
+    if (start > bytes.size()) {
+      error = path.str() + ": truncated .npy header";
+      return false;
+    }
+    llvm::StringRef header = bytes.substr(major == 1 ? 10 : 12, headerLen);
+    static const std::pair<const char *, const char *> descrs[] = {
+        {"<u2", "u16"}, {"<u4", "u32"}, {"<i4", "i32"}, {"<i8", "i64"}};
+    type.clear();
+    for (auto [descr, name] : descrs)
+      if (header.contains(descr))
+        type = name;
+    if (type.empty() || header.contains("'fortran_order': True")) {
+      error = path.str() + ": tokens must be a C-order .npy of uint16, "
+                           "uint32, int32 or int64";
+      return false;
+    }
+    bytes = bytes.drop_front(start);
+  }
+  size_t width = type == "u16"                    ? 2
+                 : type == "u32" || type == "i32" ? 4
+                 : type == "i64"                  ? 8
+                                                  : 0;
+  if (!width) {
+    error = "--data-dtype " + type + ": expected u16, u32, i32 or i64";
+    return false;
+  }
+  if (bytes.size() % width) {
+    error = path.str() + ": " + std::to_string(bytes.size()) +
+            " bytes is not a whole number of " + type + " tokens";
+    return false;
+  }
+  tokens.resize(bytes.size() / width);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const char *p = bytes.data() + i * width;
+    if (width == 2) {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      tokens[i] = v;
+    } else if (width == 4) {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      tokens[i] = type == "i32" ? int64_t(int32_t(v)) : int64_t(v);
+    } else {
+      std::memcpy(&tokens[i], p, 8);
+    }
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// The optimizer (torch.optim's update rules, single-tensor form)
+//===----------------------------------------------------------------------===//
+
+struct ParamState {
+  std::string name;
+  HostTensor value;
+  std::vector<float> m, v; // AdamW's moments; SGD's momentum buffer in m
+  bool frozen = false;
+};
+
+static double scheduledLr(int64_t step) {
+  double peak = learningRate;
+  double floor = minLr < 0 ? peak : double(minLr);
+  if (warmup > 0 && step < warmup)
+    return peak * double(step + 1) / double(warmup);
+  int64_t decay = std::max<int64_t>(steps - warmup, 1);
+  double progress = std::min(1.0, double(step - warmup) / double(decay));
+  return floor + 0.5 * (peak - floor) * (1 + std::cos(M_PI * progress));
+}
+
+/// One update of `p` with gradient `g` at step `t` (1-based), as
+/// torch.optim.AdamW / SGD(momentum) compute it in f32.
+static void update(ParamState &p, const std::vector<float> &g, double lr,
+                   int64_t t) {
+  std::vector<float> &w = p.value.floats;
+  if (p.m.empty())
+    p.m.assign(w.size(), 0.0f);
+  if (optimizer == "sgd") {
+    float decay = float(weightDecay), mu = float(momentum);
+    for (size_t i = 0; i < w.size(); ++i) {
+      float d = g[i] + (decay != 0 ? decay * w[i] : 0.0f);
+      p.m[i] = t == 1 ? d : mu * p.m[i] + d;
+      w[i] -= float(lr) * p.m[i];
+    }
+    return;
+  }
+  if (p.v.empty())
+    p.v.assign(w.size(), 0.0f);
+  float shrink = float(1.0 - lr * weightDecay);
+  float b1 = float(beta1), b2 = float(beta2);
+  double correction1 = 1 - std::pow(double(beta1), double(t));
+  double correction2 = 1 - std::pow(double(beta2), double(t));
+  float stepSize = float(lr / correction1);
+  float root2 = float(std::sqrt(correction2));
+  float eps = float(adamEps);
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] *= shrink;
+    p.m[i] += (g[i] - p.m[i]) * (1 - b1);
+    p.v[i] = p.v[i] * b2 + (1 - b2) * g[i] * g[i];
+    float denom = std::sqrt(p.v[i]) / root2 + eps;
+    w[i] -= stepSize * (p.m[i] / denom);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints
+//===----------------------------------------------------------------------===//
+
+static std::string fileOf(size_t index, llvm::StringRef kind) {
+  return (llvm::Twine(kind) + "-" + llvm::Twine(index) + ".npy").str();
+}
+
+static HostTensor vectorTensor(const std::vector<float> &values,
+                               const weft::rt::Shape &shape) {
+  HostTensor t(weft::rt::DType::F32, shape);
+  if (!values.empty())
+    t.floats = values;
+  return t;
+}
+
+/// Writes step-N/ under a temporary name, then renames it and points
+/// `latest` at it (also by rename): a reader sees a whole checkpoint or the
+/// previous one.
+static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
+                           std::string &error) {
+  std::string name = "step-" + std::to_string(step);
+  llvm::SmallString<256> dir(saveDir), tmp(saveDir);
+  llvm::sys::path::append(dir, name);
+  llvm::sys::path::append(tmp, name + ".tmp");
+  llvm::sys::fs::remove_directories(tmp);
+  if (std::error_code ec = llvm::sys::fs::create_directories(tmp)) {
+    error = "cannot create " + tmp.str().str() + ": " + ec.message();
+    return false;
+  }
+  llvm::json::Array entries;
+  for (auto [index, p] : llvm::enumerate(params)) {
+    llvm::json::Array shape;
+    for (int64_t d : p.value.shape)
+      shape.push_back(d);
+    llvm::json::Object entry{{"name", p.name},
+                             {"shape", std::move(shape)},
+                             {"value", fileOf(index, "param")}};
+    auto write = [&](const HostTensor &t, llvm::StringRef kind) {
+      llvm::SmallString<256> file(tmp);
+      llvm::sys::path::append(file, fileOf(index, kind));
+      return weft::writeTensorFile(file.str().str(), t, error);
+    };
+    if (!write(p.value, "param"))
+      return false;
+    if (!p.m.empty()) {
+      if (!write(vectorTensor(p.m, p.value.shape), "m"))
+        return false;
+      entry["m"] = fileOf(index, "m");
+    }
+    if (!p.v.empty()) {
+      if (!write(vectorTensor(p.v, p.value.shape), "v"))
+        return false;
+      entry["v"] = fileOf(index, "v");
+    }
+    entries.push_back(std::move(entry));
+  }
+  llvm::json::Object manifest{{"format", "weft-checkpoint-1"},
+                              {"step", step},
+                              {"optimizer", optimizer.getValue()},
+                              {"parameters", std::move(entries)}};
+  llvm::SmallString<256> manifestPath(tmp);
+  llvm::sys::path::append(manifestPath, "manifest.json");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(manifestPath, ec);
+    if (ec) {
+      error = "cannot write " + manifestPath.str().str() + ": " + ec.message();
+      return false;
+    }
+    out << llvm::json::Value(std::move(manifest)) << '\n';
+  }
+  llvm::sys::fs::remove_directories(dir);
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, dir)) {
+    error = "cannot rename " + tmp.str().str() + ": " + ec.message();
+    return false;
+  }
+  llvm::SmallString<256> latest(saveDir), latestTmp(saveDir);
+  llvm::sys::path::append(latest, "latest");
+  llvm::sys::path::append(latestTmp, "latest.tmp");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(latestTmp, ec);
+    if (ec) {
+      error = "cannot write " + latestTmp.str().str() + ": " + ec.message();
+      return false;
+    }
+    out << name << '\n';
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(latestTmp, latest)) {
+    error = "cannot rename " + latestTmp.str().str() + ": " + ec.message();
+    return false;
+  }
+  return true;
+}
+
+/// Loads a checkpoint into `params` (which name the model's parameters);
+/// returns the step it was written after, or -1 with `error` naming the
+/// file that is missing, corrupt or does not match the model.
+static int64_t loadCheckpoint(std::vector<ParamState> &params,
+                              std::string &error) {
+  llvm::SmallString<256> dir(resumeDir);
+  llvm::SmallString<256> latest(resumeDir);
+  llvm::sys::path::append(latest, "latest");
+  if (llvm::sys::fs::exists(latest)) {
+    auto text = llvm::MemoryBuffer::getFile(latest);
+    if (!text) {
+      error = "cannot read " + latest.str().str();
+      return -1;
+    }
+    dir = resumeDir;
+    llvm::sys::path::append(dir, (*text)->getBuffer().trim());
+  }
+  llvm::SmallString<256> manifestPath(dir);
+  llvm::sys::path::append(manifestPath, "manifest.json");
+  auto text = llvm::MemoryBuffer::getFile(manifestPath);
+  if (!text) {
+    error = manifestPath.str().str() +
+            ": cannot read the checkpoint's "
+            "manifest (" +
+            text.getError().message() + ")";
+    return -1;
+  }
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*text)->getBuffer());
+  if (!json) {
+    error = manifestPath.str().str() +
+            ": corrupt manifest: " + llvm::toString(json.takeError());
+    return -1;
+  }
+  const llvm::json::Object *root = json->getAsObject();
+  const llvm::json::Array *entries =
+      root ? root->getArray("parameters") : nullptr;
+  std::optional<int64_t> step = root ? root->getInteger("step") : std::nullopt;
+  if (!entries || !step || root->getString("format") != "weft-checkpoint-1") {
+    error = manifestPath.str().str() +
+            ": not a weft checkpoint manifest (format weft-checkpoint-1 with "
+            "step and parameters)";
+    return -1;
+  }
+  if (std::optional<llvm::StringRef> opt = root->getString("optimizer"))
+    if (*opt != optimizer) {
+      error = manifestPath.str().str() + ": written by --optimizer " +
+              opt->str() + ", resumed with --optimizer " + optimizer;
+      return -1;
+    }
+  llvm::StringMap<const llvm::json::Object *> byName;
+  for (const llvm::json::Value &entry : *entries)
+    if (const llvm::json::Object *object = entry.getAsObject())
+      if (std::optional<llvm::StringRef> name = object->getString("name"))
+        byName[*name] = object;
+  if (byName.size() != params.size()) {
+    error = manifestPath.str().str() + ": holds " +
+            std::to_string(byName.size()) + " parameters, the model trains " +
+            std::to_string(params.size());
+    return -1;
+  }
+  for (ParamState &p : params) {
+    const llvm::json::Object *entry = byName.lookup(p.name);
+    if (!entry) {
+      error = manifestPath.str().str() + ": has no parameter '" + p.name + "'";
+      return -1;
+    }
+    auto read = [&](llvm::StringRef key, HostTensor &out) {
+      std::optional<llvm::StringRef> file = entry->getString(key);
+      if (!file)
+        return false;
+      llvm::SmallString<256> path(dir);
+      llvm::sys::path::append(path, *file);
+      std::string why;
+      if (!weft::readTensorFile(path.str().str(), out, why)) {
+        error = why;
+        return false;
+      }
+      if (out.shape != p.value.shape || !out.isFloat()) {
+        error = path.str().str() + ": holds " +
+                weft::rt::shapeString(out.shape) + " for '" + p.name +
+                "', the model's is " + weft::rt::shapeString(p.value.shape);
+        return false;
+      }
+      return true;
+    };
+    HostTensor value, m, v;
+    if (!read("value", value)) {
+      if (error.empty())
+        error = manifestPath.str().str() + ": no value for '" + p.name + "'";
+      return -1;
+    }
+    p.value.floats = value.floats;
+    p.m.clear();
+    p.v.clear();
+    if (entry->getString("m")) {
+      if (!read("m", m))
+        return -1;
+      p.m = m.floats;
+    }
+    if (entry->getString("v")) {
+      if (!read("v", v))
+        return -1;
+      p.v = v.floats;
+    }
+  }
+  return *step;
+}
+
+//===----------------------------------------------------------------------===//
+// The command
+//===----------------------------------------------------------------------===//
+
+static OwningOpRef<ModuleOp> loadModel(MLIRContext &context) {
+  llvm::StringRef path = model;
+  if (path.ends_with(".mlir"))
+    return parseSourceFile<ModuleOp>(path, &context);
+  weft::OnnxImportOptions options;
+  options.batchSize = batch;
+  options.sequenceLength = seqLen;
+  return importModel(path, options, context);
+}
+
+static std::optional<weft::plan::Plan> trainingPlan() {
+  if (!planFile.empty() && !planSpec.empty()) {
+    trainError("give --plan or --plan-spec, not both");
+    return std::nullopt;
+  }
+  weft::plan::Plan plan;
+  if (!planFile.empty()) {
+    llvm::Expected<weft::plan::Plan> read = weft::readPlanFile(planFile);
+    if (!read) {
+      trainError(llvm::toString(read.takeError()));
+      return std::nullopt;
+    }
+    plan = *read;
+  } else if (!planSpec.empty()) {
+    llvm::Expected<weft::PlanSpec> spec =
+        weft::parsePlanSpec(planSpec, "--plan-spec");
+    if (!spec) {
+      trainError(llvm::toString(spec.takeError()));
+      return std::nullopt;
+    }
+    plan = spec->plan;
+  }
+  // What a training step does not apply yet is refused by name.
+  std::vector<std::string> refused;
+  if (plan.pp() > 1)
+    refused.push_back(
+        "pp=" + std::to_string(plan.pp()) +
+        ": pipeline stages are not built yet; use tp/sp/ulysses/dp");
+  if (plan.cp() > 1)
+    refused.push_back("cp=" + std::to_string(plan.cp()) +
+                      ": ring attention's backward is not verified yet (its "
+                      "gradients differ from the unpartitioned run); use "
+                      "ulysses for the sequence");
+  if (plan.zero_stage() > 0)
+    refused.push_back("zero=" + std::to_string(plan.zero_stage()) +
+                      ": the optimizer state is not sharded yet (the update "
+                      "is the same without it)");
+  if (!refused.empty()) {
+    std::string list;
+    for (const std::string &field : refused)
+      list += "\n  " + field;
+    trainError("the plan has fields that weft train does not apply:" + list);
+    return std::nullopt;
+  }
+  return plan;
+}
+
+int runTrain(MLIRContext &context) {
+  if (dataPath.empty())
+    return trainError("--data is required: a token file (.npy or raw "
+                      "u16/u32 binary)");
+  if (steps <= 0 || batch <= 0 || seqLen <= 0 || gradAccum <= 0)
+    return trainError("--steps, --batch-size, --seq-len and --grad-accum "
+                      "must be positive");
+  if (optimizer != "adamw" && optimizer != "sgd")
+    return trainError("--optimizer " + optimizer + ": expected adamw or sgd");
+  if (!(collectiveTimeout > 0))
+    return trainError("--collective-timeout needs a positive number");
+  std::optional<llvm::Regex> frozen;
+  if (!freeze.empty()) {
+    frozen.emplace(freeze);
+    std::string why;
+    if (!frozen->isValid(why))
+      return trainError("--freeze: " + why);
+  }
+  std::optional<weft::plan::Plan> plan = trainingPlan();
+  if (!plan)
+    return 1;
+  std::vector<int64_t> tokens;
+  std::string error;
+  if (!readTokens(dataPath, tokens, error))
+    return trainError(error);
+  int64_t window = batch * seqLen + 1;
+  if (int64_t(tokens.size()) < window)
+    return trainError(dataPath + " has " + std::to_string(tokens.size()) +
+                      " tokens; one micro-batch needs " +
+                      std::to_string(window));
+
+  OwningOpRef<ModuleOp> module = loadModel(context);
+  if (!module)
+    return 1;
+  // The training step as IR.
+  {
+    PassManager pm(&context);
+    weft::WeftAppendLossOptions loss;
+    loss.reduction = "mean";
+    loss.ignoreIndex = ignoreIndex;
+    pm.addPass(weft::createWeftAppendLoss(loss));
+    pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
+    pm.addPass(weft::createWeftDifferentiate());
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+  func::FuncOp func;
+  for (auto candidate : module->getOps<func::FuncOp>())
+    if (!func && !candidate.isExternal())
+      func = candidate;
+  FunctionType type = func.getFunctionType();
+  // Inputs: token ids first, other integer inputs (attention masks) all
+  // ones, the labels last.
+  for (unsigned i = 0; i < type.getNumInputs(); ++i) {
+    auto input = cast<RankedTensorType>(type.getInput(i));
+    if (!input.getElementType().isInteger() || input.getRank() != 2 ||
+        input.getDimSize(0) != batch || input.getDimSize(1) != seqLen)
+      return trainError(
+          "the model's input #" + std::to_string(i) +
+          " is not [batch, seq] integers (token ids, attention mask): weft "
+          "train feeds token windows of [" +
+          std::to_string(batch) + ", " + std::to_string(seqLen) +
+          "] (import the model with these shapes, or give --batch-size and "
+          "--seq-len)");
+  }
+  // The trained parameters and their first values.
+  weft::InterpreterOptions options;
+  options.weightsDir = llvm::sys::path::parent_path(model).str();
+  if (options.weightsDir.empty())
+    options.weightsDir = ".";
+  std::vector<ParamState> params;
+  llvm::StringMap<unsigned> index;
+  for (unsigned r = 1; r < type.getNumResults(); ++r) {
+    auto name = func.getResultAttrOfType<StringAttr>(
+        r, weft::WeftDialect::getGradientOfAttrName());
+    ParamState p;
+    p.name = name.getValue().str();
+    p.frozen = frozen && frozen->match(p.name);
+    index[p.name] = params.size();
+    params.push_back(std::move(p));
+  }
+  bool missing = false;
+  func.walk([&](weft::ParameterOp param) {
+    auto it = index.find(param.getName());
+    if (it == index.end() || !params[it->second].value.shape.empty() || missing)
+      return;
+    FailureOr<std::vector<HostTensor>> value =
+        weft::evaluate({param.getOperation()}, param->getResults(), options);
+    if (failed(value)) {
+      missing = true;
+      return;
+    }
+    params[it->second].value =
+        weft::rt::cast((*value)[0], weft::rt::DType::F32);
+  });
+  if (missing)
+    return 1;
+  if (!dumpStep.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(dumpStep, ec);
+    module->print(out);
+  }
+  bool partitioned = plan->dp() > 1 || plan->tp() > 1 || plan->ulysses() > 1 ||
+                     plan->sequence_parallel() || devices > 1;
+  if (partitioned) {
+    PassManager pm(&context);
+    weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan));
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+  int64_t start = 0;
+  if (!resumeDir.empty()) {
+    start = loadCheckpoint(params, error);
+    if (start < 0)
+      return trainError(error);
+    llvm::errs() << "weft train: resumed from " << resumeDir << " at step "
+                 << start << '\n';
+  }
+
+  std::unique_ptr<llvm::raw_fd_ostream> log;
+  bool jsonl = llvm::StringRef(logPath).ends_with(".jsonl");
+  if (!logPath.empty()) {
+    std::error_code ec;
+    log = std::make_unique<llvm::raw_fd_ostream>(
+        logPath, ec,
+        start > 0 ? llvm::sys::fs::OF_Append : llvm::sys::fs::OF_None);
+    if (ec)
+      return trainError("cannot write " + logPath + ": " + ec.message());
+    if (!jsonl && start == 0)
+      *log << "step,loss,lr,grad_norm,tokens,seconds\n";
+  }
+
+  llvm::StringMap<HostTensor> current;
+  options.parameters = &current;
+  int64_t positions = int64_t(tokens.size()) - window + 1;
+  auto begin = std::chrono::steady_clock::now();
+  int64_t tokensSeen = 0;
+  for (int64_t step = start; step < steps; ++step) {
+    auto stepBegin = std::chrono::steady_clock::now();
+    for (const ParamState &p : params)
+      current[p.name] = p.value;
+    std::vector<std::vector<float>> grads(params.size());
+    double lossSum = 0;
+    std::vector<int64_t> bytes;
+    for (int64_t micro = 0; micro < gradAccum; ++micro) {
+      // Consecutive windows through the file, wrapping around.
+      int64_t offset =
+          ((step * gradAccum + micro) * batch * seqLen) % positions;
+      HostTensor ids(weft::rt::DType::I64, {batch, seqLen});
+      HostTensor labels(weft::rt::DType::I64, {batch, seqLen});
+      HostTensor ones(weft::rt::DType::I64, {batch, seqLen});
+      for (int64_t i = 0; i < batch * seqLen; ++i) {
+        int64_t at = (offset + i) % int64_t(tokens.size());
+        ids.ints[i] = tokens[at];
+        labels.ints[i] = tokens[(at + 1) % int64_t(tokens.size())];
+        ones.ints[i] = 1;
+      }
+      std::vector<HostTensor> inputs{ids};
+      for (unsigned i = 1; i + 1 < type.getNumInputs(); ++i)
+        inputs.push_back(ones);
+      inputs.push_back(labels);
+      FailureOr<std::vector<HostTensor>> outputs =
+          partitioned ? runOnMeshDevices(*module, func, inputs, options,
+                                         devices, collectiveTimeout, bytes)
+                      : weft::interpret(func, inputs, options);
+      if (failed(outputs))
+        return 1;
+      lossSum += (*outputs)[0].at(0);
+      for (size_t k = 0; k < params.size(); ++k) {
+        const std::vector<float> &g = (*outputs)[k + 1].floats;
+        if (grads[k].empty())
+          grads[k] = g;
+        else
+          for (size_t i = 0; i < g.size(); ++i)
+            grads[k][i] += g[i];
+      }
+      tokensSeen += batch * seqLen;
+    }
+    double loss = lossSum / double(gradAccum);
+    if (!std::isfinite(loss))
+      return trainError("step " + std::to_string(step + 1) +
+                        ": the loss is not finite (" + std::to_string(loss) +
+                        "); lower --lr or clip gradients (--clip-grad)");
+    double sq = 0;
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (params[k].frozen)
+        continue;
+      for (float &g : grads[k]) {
+        g /= float(gradAccum);
+        sq += double(g) * double(g);
+      }
+    }
+    double norm = std::sqrt(sq);
+    if (clipGrad > 0 && norm > clipGrad) {
+      float scale = float(clipGrad / (norm + 1e-6));
+      for (std::vector<float> &g : grads)
+        for (float &x : g)
+          x *= scale;
+    }
+    double lr = scheduledLr(step);
+    for (size_t k = 0; k < params.size(); ++k)
+      if (!params[k].frozen)
+        update(params[k], grads[k], lr, step + 1);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+            .count();
+    double stepSeconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - stepBegin)
+                             .count();
+    double rate = double(tokensSeen) / std::max(seconds, 1e-9);
+    double eta = stepSeconds * double(steps - step - 1);
+    llvm::outs() << llvm::format("step %lld/%lld  loss %.6f  lr %.3e  "
+                                 "grad_norm %.4f  tokens/s %.0f  eta %.0fs\n",
+                                 (long long)(step + 1),
+                                 (long long)steps.getValue(), loss, lr, norm,
+                                 rate, eta);
+    llvm::outs().flush();
+    if (log) {
+      if (jsonl)
+        *log << llvm::formatv("{{\"step\": {0}, \"loss\": {1:f9}, \"lr\": "
+                              "{2:e6}, \"grad_norm\": {3:f6}, \"tokens\": "
+                              "{4}, \"seconds\": {5:f3}}\n",
+                              step + 1, loss, lr, norm, tokensSeen, seconds);
+      else
+        *log << llvm::formatv("{0},{1:f9},{2:e6},{3:f6},{4},{5:f3}\n", step + 1,
+                              loss, lr, norm, tokensSeen, seconds);
+      log->flush();
+    }
+    bool last = step + 1 == steps;
+    if (!saveDir.empty() &&
+        (last || (saveEvery > 0 && (step + 1) % saveEvery == 0))) {
+      if (!saveCheckpoint(params, step + 1, error))
+        return trainError(error);
+    }
+  }
+  return 0;
+}
