@@ -6,7 +6,7 @@ packages=(
   cmake ninja-build g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libgtest-dev
-  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx
+  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx python3-torch
   libopenblas-dev libabsl-dev
   libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev

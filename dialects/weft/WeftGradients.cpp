@@ -131,9 +131,14 @@ void GradientState::accumulateParameter(Location loc, StringRef name,
 
 void weft::propagateActivity(GradientState &state, ArrayRef<Operation *> ops) {
   for (Operation *op : ops) {
-    bool active = isa<ParameterOp>(op) ||
-                  llvm::any_of(op->getOperands(),
-                               [&](Value v) { return state.needsGradient(v); });
+    // A region (a layer) that holds parameters depends on them.
+    bool active =
+        isa<ParameterOp>(op) ||
+        llvm::any_of(op->getOperands(),
+                     [&](Value v) { return state.needsGradient(v); }) ||
+        (op->getNumRegions() && op->walk([](ParameterOp) {
+                                    return WalkResult::interrupt();
+                                  }).wasInterrupted());
     if (active)
       for (Value result : op->getResults())
         state.markActive(result);

@@ -1,5 +1,7 @@
 // RUN: weft-opt %s -split-input-file -weft-append-loss -verify-diagnostics | FileCheck %s
 // RUN: weft-opt %s -split-input-file -weft-append-loss="ignore-index=-100" -verify-diagnostics | FileCheck %s --check-prefix=IGNORE
+// RUN: weft-opt %s -split-input-file -weft-append-loss="reduction=mean ignore-index=-100" -verify-diagnostics | FileCheck %s --check-prefix=MEAN
+// RUN: weft-opt %s -split-input-file -weft-append-loss="reduction=mean" -verify-diagnostics | FileCheck %s --check-prefix=MEANALL
 
 // The logits become a per-token loss against labels, a new last argument;
 // the loss is computed in f32 from bf16 logits, and other results stay.
@@ -8,6 +10,21 @@
 // CHECK-NEXT: %[[L:.*]] = weft.cross_entropy %[[W]], %arg1 reduction none : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<2x8xf32>
 // CHECK-NEXT: return %[[L]], %arg0
 // IGNORE: weft.cross_entropy {{.*}} reduction none ignore_index -100
+
+// The training loss: the sum over the positions whose label counts, divided
+// by how many there are.
+// MEAN-LABEL: func.func @lm(%arg0: tensor<2x8x16xbf16>, %arg1: tensor<2x8xi64>) -> (tensor<f32>, tensor<2x8x16xbf16>)
+// MEAN: %[[L:.*]] = weft.cross_entropy {{.*}} reduction none ignore_index -100
+// MEAN-NEXT: %[[S:.*]] = weft.reduce_sum %[[L]] axes [0, 1] : tensor<2x8xf32> -> tensor<f32>
+// MEAN-NEXT: %[[I:.*]] = weft.constant dense<-100> : tensor<i64>
+// MEAN-NEXT: %[[K:.*]] = weft.compare ne, %arg1, %[[I]]
+// MEAN-NEXT: %[[F:.*]] = weft.cast %[[K]] : tensor<2x8xi1> -> tensor<2x8xf32>
+// MEAN-NEXT: %[[N:.*]] = weft.reduce_sum %[[F]] axes [0, 1] : tensor<2x8xf32> -> tensor<f32>
+// MEAN-NEXT: %[[M:.*]] = weft.div %[[S]], %[[N]] : tensor<f32>
+// MEAN-NEXT: return %[[M]], %arg0
+// MEANALL: %[[S:.*]] = weft.reduce_sum
+// MEANALL-NEXT: %[[N:.*]] = weft.constant dense<1.600000e+01> : tensor<f32>
+// MEANALL-NEXT: weft.div %[[S]], %[[N]] : tensor<f32>
 func.func @lm(%logits: tensor<2x8x16xbf16>) -> (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>) {
   return %logits, %logits : tensor<2x8x16xbf16>, tensor<2x8x16xbf16>
 }

@@ -683,13 +683,16 @@ int runTrain(MLIRContext &context) {
   std::unique_ptr<llvm::raw_fd_ostream> log;
   bool jsonl = llvm::StringRef(logPath).ends_with(".jsonl");
   if (!logPath.empty()) {
+    uint64_t existing = 0;
+    if (start > 0 && llvm::sys::fs::file_size(logPath, existing))
+      existing = 0;
     std::error_code ec;
     log = std::make_unique<llvm::raw_fd_ostream>(
         logPath, ec,
         start > 0 ? llvm::sys::fs::OF_Append : llvm::sys::fs::OF_None);
     if (ec)
       return trainError("cannot write " + logPath + ": " + ec.message());
-    if (!jsonl && start == 0)
+    if (!jsonl && existing == 0)
       *log << "step,loss,lr,grad_norm,tokens,seconds\n";
   }
 

@@ -1,0 +1,109 @@
+// RUN: weft-opt -weft-differentiate -split-input-file -verify-diagnostics %s | FileCheck %s
+
+// A dense layer, GELU and the mean cross-entropy: each op's gradient is built
+// from weft ops; the function returns the loss and one gradient per parameter.
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME: -> (tensor<f32>, tensor<8x16xf32> {weft.gradient_of = "fc.weight"}, tensor<16xf32> {weft.gradient_of = "fc.bias"})
+// CHECK: %[[LOSS:.*]] = weft.cross_entropy
+// CHECK: weft.softmax
+// CHECK: weft.iota dim 1 : tensor<4x16xi64>
+// CHECK: weft.compare eq
+// CHECK: weft.erf
+// CHECK: %[[DW:.*]] = weft.matmul %arg0, %{{.*}} transpose_lhs : (tensor<4x8xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+// CHECK: %[[SUM:.*]] = weft.reduce_sum %{{.*}} axes [0] keep_dims
+// CHECK: %[[DB:.*]] = weft.reshape %[[SUM]] : tensor<1x16xf32> -> tensor<16xf32>
+// CHECK: return %[[LOSS]], %[[DW]], %[[DB]]
+func.func @mlp(%x: tensor<4x8xf32>, %labels: tensor<4xi64>) -> tensor<f32> {
+  %w = weft.parameter "fc.weight" : tensor<8x16xf32> = dense<0.5>
+  %b = weft.parameter "fc.bias" : tensor<16xf32> = dense<0.0>
+  %h = weft.linear %x, %w, %b : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %a = weft.gelu %h : tensor<4x16xf32>
+  %l = weft.cross_entropy %a, %labels reduction mean : (tensor<4x16xf32>, tensor<4xi64>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A weight read twice (tied) gets one gradient, the sum of both uses.
+// CHECK-LABEL: func.func @tied
+// CHECK-SAME: -> (tensor<f32>, tensor<4xf32> {weft.gradient_of = "w"})
+// CHECK: %[[A:.*]] = weft.mul
+// CHECK: %[[B:.*]] = weft.mul
+// CHECK: %[[G:.*]] = weft.add
+// CHECK: return %{{.*}}, %[[G]]
+func.func @tied(%x: tensor<4xf32>) -> tensor<f32> {
+  %w = weft.parameter "w" : tensor<4xf32> = dense<2.0>
+  %w2 = weft.parameter "w" : tensor<4xf32> = dense<2.0>
+  %y = weft.mul %x, %w : tensor<4xf32>
+  %z = weft.add %y, %w2 : tensor<4xf32>
+  %s = weft.reduce_sum %z axes [0] : tensor<4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// A layer's gradient is a backward layer: it takes the layer's inputs and its
+// result's gradient, recomputes the body, and yields the gradients of the
+// inputs that need one (none here: %x is data) and of the body's parameters.
+// CHECK-LABEL: func.func @layers
+// CHECK: %[[L:.*]] = weft.layer "block"(%arg0) index 0
+// CHECK: %[[B:.*]] = weft.layer "block.backward"(%arg0, %{{.*}}) index 0 : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<4xf32>
+// CHECK: weft.parameter "block.0.scale"
+// CHECK: weft.rms_norm
+// CHECK: weft.rsqrt
+// CHECK: weft.yield
+// CHECK: return %{{.*}}, %[[B]] :
+func.func @layers(%x: tensor<2x4xf32>) -> tensor<f32> {
+  %y = weft.layer "block"(%x) index 0 : (tensor<2x4xf32>) -> tensor<2x4xf32> {
+  ^bb0(%in: tensor<2x4xf32>):
+    %g = weft.parameter "block.0.scale" : tensor<4xf32> = dense<1.5>
+    %n = weft.rms_norm %in, %g axis 1 epsilon 1.0e-5 : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+    weft.yield %n : tensor<2x4xf32>
+  }
+  %s = weft.reduce_mean %y axes [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// Collectives differentiate to their transposes: an all-gather's gradient is
+// a reduce-scatter of the result's gradient.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @gathered
+// CHECK: weft.all_gather
+// CHECK: weft.reduce_scatter sum %{{.*}} over @mesh ["tp"] dim 0 : tensor<4xf32> -> tensor<2xf32>
+func.func @gathered(%x: tensor<4xf32>) -> tensor<f32> {
+  %w = weft.parameter "w" : tensor<2xf32> = dense<1.0>
+  %g = weft.all_gather %w over @mesh ["tp"] dim 0 : tensor<2xf32> -> tensor<4xf32>
+  %p = weft.mul %g, %x : tensor<4xf32>
+  %s = weft.reduce_sum %p axes [0] : tensor<4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{does not return a scalar loss first}}
+func.func @not_a_loss(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %w = weft.parameter "w" : tensor<4xf32> = dense<1.0>
+  %y = weft.mul %x, %w : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{the loss depends on no parameter}}
+func.func @nothing_to_train(%x: tensor<4xf32>) -> tensor<f32> {
+  %s = weft.reduce_sum %x axes [0] : tensor<4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+func.func @strided(%x: tensor<4xf32>) -> tensor<f32> {
+  %w = weft.parameter "w" : tensor<4xf32> = dense<1.0>
+  %y = weft.mul %x, %w : tensor<4xf32>
+  // expected-error @+1 {{the gradient of a strided slice is not built yet}}
+  %z = weft.slice %y starts [0] limits [4] strides [2] : tensor<4xf32> -> tensor<2xf32>
+  %s = weft.reduce_sum %z axes [0] : tensor<2xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}

@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""Trains GPT-2-, BERT- and LLaMA-style models for 20 AdamW steps in PyTorch and in
+`weft train`, from the same initial weights and tokens, and compares the loss of every
+step and the final weights (relative 1e-4), then checks that each partitioned plan
+trains like the unpartitioned run (5 steps, relative 1e-5 on losses and weights).
+
+The models are the modules of test/models/export_models.py, exported in training mode
+(torch.onnx.TrainingMode.TRAINING, no constant folding): an inference export folds
+parameter transposes into new initializers and merges initializers with equal values
+(every LayerNorm weight starts at ones), so its parameters are no longer the module's.
+
+Needs Debian's python3-torch (1.13) and python3-onnx; run by ctest as
+`training-against-torch`.
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "models"))
+import export_models as em  # noqa: E402
+
+STEPS, LR, WD = 20, 1e-3, 0.01
+CLASSES = 32  # BERT's head is its hidden size: labels below 32 fit every model
+
+MODELS = {
+    "gpt2": (em.GPT2, ["input_ids"], []),
+    "bert": (em.Bert, ["input_ids", "attention_mask"], []),
+    # The rotary tables are buffers that ONNX stores as initializers.
+    "llama": (em.Llama, ["input_ids"], ["--freeze", "_cached$"]),
+}
+
+PLANS = ["dp=2", "tp=2", "dp=2,tp=2", "tp=2,sp=true", "ulysses=2", "dp=2,tp=2,sp=true"]
+
+
+def build(name):
+    cls, _, _ = MODELS[name]
+    torch.manual_seed(1)
+    return cls()
+
+
+def example_inputs(name):
+    ids = torch.zeros(em.BATCH, em.SEQ, dtype=torch.long)
+    if name == "bert":
+        return (ids, torch.ones(em.BATCH, em.SEQ, dtype=torch.long))
+    return (ids,)
+
+
+def export(name, path):
+    model = build(name).train()
+    torch.onnx.export(model, example_inputs(name), path, opset_version=17,
+                      input_names=MODELS[name][1], output_names=["logits"],
+                      training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False)
+
+
+def windows(tokens, step, batch, seq):
+    positions = len(tokens) - (batch * seq + 1) + 1
+    offset = (step * batch * seq) % positions
+    at = (offset + np.arange(batch * seq)) % len(tokens)
+    ids = tokens[at].reshape(batch, seq).astype(np.int64)
+    labels = tokens[(at + 1) % len(tokens)].reshape(batch, seq).astype(np.int64)
+    return torch.from_numpy(ids), torch.from_numpy(labels)
+
+
+def torch_run(name, tokens, steps):
+    model = build(name)
+    params = [p for _, p in model.named_parameters()]
+    opt = torch.optim.AdamW(params, lr=LR, weight_decay=WD, foreach=False)
+    losses = []
+    peak = {n: np.zeros(p.shape) for n, p in model.named_parameters()}
+    for step in range(steps):
+        ids, labels = windows(tokens, step, em.BATCH, em.SEQ)
+        inputs = (ids, torch.ones_like(ids)) if name == "bert" else (ids,)
+        logits = model(*inputs)
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        for n, p in model.named_parameters():
+            peak[n] = np.maximum(peak[n], np.abs(p.grad.numpy()))
+        opt.step()
+        losses.append(loss.item())
+    # Elements the loss does not depend on: a key bias shifts every score of a
+    # row alike, and softmax cancels it, so its gradient is rounding noise that
+    # Adam's normalized step turns into +-lr either way. They are not compared.
+    top = max(float(v.max()) for v in peak.values())
+    noise = {n: v < 1e-6 * top for n, v in peak.items()}
+    return losses, {n: p.detach().numpy() for n, p in model.named_parameters()}, noise
+
+
+def weft_run(weft, onnx_path, work, name, steps, plan=None):
+    out = os.path.join(work, "ck-%s" % (plan or "single").replace(",", "_").replace("=", ""))
+    log = out + ".csv"
+    cmd = [weft, "train", onnx_path, "--data", os.path.join(work, "tokens.npy"),
+           "--steps", str(steps), "--lr", str(LR), "--weight-decay", str(WD),
+           "--batch-size", str(em.BATCH), "--seq-len", str(em.SEQ),
+           "--log", log, "--save", out] + MODELS[name][2]
+    if plan:
+        cmd += ["--plan-spec", plan]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError("%s failed:\n%s%s" % (" ".join(cmd), result.stdout, result.stderr))
+    with open(log) as f:
+        losses = [float(row["loss"]) for row in csv.DictReader(f)]
+    step_dir = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
+    manifest = json.load(open(os.path.join(step_dir, "manifest.json")))
+    weights = {}
+    for entry in manifest["parameters"]:
+        weights[entry["name"]] = np.load(os.path.join(step_dir, entry["value"]))
+    # Fused projections that -weft-unfuse-projections split come back whole.
+    merged = {}
+    for key in sorted(weights, key=lambda k: (k.rsplit(".part", 1)[0], k)):
+        base, _, part = key.rpartition(".part")
+        if base and part.isdigit():
+            merged.setdefault(base, []).append(weights[key])
+        else:
+            merged[key] = [weights[key]]
+    return losses, {k: np.concatenate(v, axis=-1) for k, v in merged.items()}
+
+
+def relative(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--weft", required=True)
+    args = parser.parse_args()
+    failures, checked, pairs = [], 0, 0
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, CLASSES, size=4096).astype(np.uint16)
+    with tempfile.TemporaryDirectory() as work:
+        np.save(os.path.join(work, "tokens.npy"), tokens)
+        for name in MODELS:
+            onnx_path = os.path.join(work, name + ".onnx")
+            export(name, onnx_path)
+            expected_losses, expected, noise = torch_run(name, tokens, STEPS)
+            ignored = 0
+            losses, weights = weft_run(args.weft, onnx_path, work, name, STEPS)
+            loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, expected_losses))
+            weight_err = 0.0
+            for key, value in expected.items():
+                if key not in weights:
+                    failures.append("%s: weft trained no parameter %s" % (name, key))
+                    continue
+                keep = ~noise[key]
+                if keep.any():
+                    weight_err = max(weight_err, relative(weights[key][keep], value[keep]))
+                ignored += int(noise[key].sum())
+            print("%s: %d steps, loss %.5f -> %.5f (torch %.5f -> %.5f); max relative "
+                  "error: loss %.2e, weights %.2e over %d tensors (%d elements with a "
+                  "rounding-noise gradient not compared)"
+                  % (name, STEPS, losses[0], losses[-1], expected_losses[0],
+                     expected_losses[-1], loss_err, weight_err, len(expected), ignored))
+            if len(losses) != STEPS or loss_err > 1e-4 or weight_err > 1e-4:
+                failures.append("%s: weft train differs from torch (loss %.2e, weights %.2e)"
+                                % (name, loss_err, weight_err))
+            checked += 1
+            # Partitioned = unpartitioned, 5 steps.
+            base_losses, base = weft_run(args.weft, onnx_path, work, name, 5)
+            for plan in PLANS:
+                try:
+                    plan_losses, plan_weights = weft_run(args.weft, onnx_path, work, name, 5, plan)
+                except RuntimeError as e:
+                    failures.append(str(e))
+                    continue
+                err = relative(plan_losses, base_losses)
+                for k in base:
+                    keep = ~noise[k] if k in noise else np.ones(base[k].shape, bool)
+                    if keep.any():
+                        err = max(err, relative(plan_weights[k][keep], base[k][keep]))
+                pairs += 1
+                if err > 1e-5:
+                    failures.append("%s under %s: differs from the unpartitioned run by %.2e"
+                                    % (name, plan, err))
+                else:
+                    print("%s under %s: 5 steps equal to the unpartitioned run (%.1e)"
+                          % (name, plan, err))
+        # Resume: 3 steps, then 2 more from the step-3 checkpoint, equal the
+        # uninterrupted 5 bit for bit; a corrupt manifest is refused by name.
+        name = "gpt2"
+        onnx_path = os.path.join(work, name + ".onnx")
+        whole, _ = weft_run(args.weft, onnx_path, work, name, 5)
+        first = os.path.join(work, "resume")
+        base_cmd = [args.weft, "train", onnx_path, "--data", os.path.join(work, "tokens.npy"),
+                    "--lr", str(LR), "--weight-decay", str(WD), "--save", first,
+                    "--log", first + ".csv"]
+        subprocess.run(base_cmd + ["--steps", "5", "--save-every", "3"], check=True,
+                       capture_output=True)
+        os.remove(first + ".csv")
+        with open(os.path.join(first, "latest"), "w") as f:
+            f.write("step-3\n")
+        subprocess.run(base_cmd + ["--steps", "5", "--resume", first], check=True,
+                       capture_output=True)
+        with open(first + ".csv") as f:
+            resumed = [float(row["loss"]) for row in csv.DictReader(f)]
+        if resumed != whole[3:]:
+            failures.append("resume: steps 4-5 after resuming give %s, the uninterrupted "
+                            "run %s" % (resumed, whole[3:]))
+        else:
+            print("resume from step 3: steps 4-5 equal the uninterrupted run bit for bit")
+        latest = open(os.path.join(first, "latest")).read().strip()
+        manifest = os.path.join(first, latest, "manifest.json")
+        with open(manifest, "w") as f:
+            f.write("{ not json")
+        bad = subprocess.run(base_cmd + ["--steps", "5", "--resume", first],
+                             capture_output=True, text=True)
+        if bad.returncode == 0 or "manifest.json" not in bad.stderr:
+            failures.append("a corrupt checkpoint was not refused by name: %s" % bad.stderr)
+        else:
+            print("a corrupt checkpoint is refused: " + bad.stderr.strip().splitlines()[-1])
+    print("checked %d models against torch and %d (model, plan) training pairs; %d failed"
+          % (checked, pairs, len(failures)))
+    for failure in failures:
+        print("FAILED: " + failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
