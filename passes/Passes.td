@@ -258,9 +258,20 @@ def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
     weft-opt -weft-append-loss=reduction=mean -weft-differentiate model.mlir
     ```
 
+    `recompute` chooses what a backward layer recomputes (Korthikanti et al. 2022):
+    `full` recomputes the layer's forward inside the backward layer; `selective`
+    recomputes only the attention core (the ops that say `isAttentionCore`) and takes
+    every other value it reads from the forward layer, which yields it as an extra
+    result; `none` takes every value from the forward layer. Parameters and constants are
+    read again in every mode.
+
     An op without a gradient (a pipeline send, a fusion, a strided slice) stops the pass
     with a diagnostic at the op.
   }];
+  let options = [
+    Option<"recompute", "recompute", "std::string", /*default=*/"\"full\"",
+           "What backward layers recompute: full, selective (the attention core) or none">
+  ];
   let dependentDialects = ["::weft::WeftDialect"];
 }
 

@@ -13,6 +13,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSwitch.h"
 
 namespace weft {
 #define GEN_PASS_DEF_WEFTDIFFERENTIATE
@@ -25,13 +26,26 @@ using namespace weft;
 namespace {
 struct WeftDifferentiate
     : public weft::impl::WeftDifferentiateBase<WeftDifferentiate> {
+  using WeftDifferentiateBase::WeftDifferentiateBase;
+
   void runOnOperation() override {
+    std::optional<Recompute> mode =
+        llvm::StringSwitch<std::optional<Recompute>>(recompute)
+            .Case("full", Recompute::Full)
+            .Case("selective", Recompute::Selective)
+            .Case("none", Recompute::None)
+            .Default(std::nullopt);
+    if (!mode) {
+      getOperation().emitError("-weft-differentiate: recompute '")
+          << recompute << "' is not full, selective or none";
+      return signalPassFailure();
+    }
     bool any = false;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
       any = true;
-      if (failed(differentiate(func)))
+      if (failed(differentiate(func, *mode)))
         return signalPassFailure();
     }
     if (!any) {
@@ -41,7 +55,7 @@ struct WeftDifferentiate
     }
   }
 
-  static LogicalResult differentiate(func::FuncOp func) {
+  static LogicalResult differentiate(func::FuncOp func, Recompute mode) {
     auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
     auto lossType =
         ret.getNumOperands()
@@ -59,7 +73,7 @@ struct WeftDifferentiate
     for (Operation &op : func.getBody().front().without_terminator())
       ops.push_back(&op);
     OpBuilder b(ret);
-    GradientState state(b);
+    GradientState state(b, mode);
     propagateActivity(state, ops);
     if (!state.needsGradient(loss))
       return func.emitError("@")

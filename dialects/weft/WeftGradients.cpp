@@ -936,9 +936,11 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
   for (auto [arg, local] :
        llvm::zip(body.getArguments(), block->getArguments()))
     map.map(arg, local);
-  SmallVector<Operation *> forward;
-  for (Operation &op : body.without_terminator())
+  SmallVector<Operation *> forward, originals;
+  for (Operation &op : body.without_terminator()) {
     forward.push_back(inner.clone(op, map));
+    originals.push_back(&op);
+  }
   GradientState local(inner);
   for (auto [index, input] : llvm::enumerate(getInputs()))
     if (state.needsGradient(input))
@@ -966,9 +968,68 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
     names.push_back(name);
   }
   YieldOp::create(inner, loc, yielded);
+  // Without full recomputation, the backward layer takes what it reads of
+  // the forward from the forward layer, which yields it: every value (none),
+  // or every value but the attention core's (selective). Parameters and
+  // constants are read again, not kept. Walking backward, a value is kept
+  // only if the backward ops or a recomputed op still read it.
+  SmallVector<Value> saved;
+  if (state.getRecompute() != Recompute::Full) {
+    // Values computed from the layer's inputs are activations; the rest
+    // (a transposed weight) is recomputed from the parameters.
+    llvm::DenseSet<Value> fromInputs(block->getArguments().begin(),
+                                     block->getArguments().end());
+    for (Operation *clone : forward)
+      if (llvm::any_of(clone->getOperands(),
+                       [&](Value v) { return fromInputs.contains(v); }))
+        fromInputs.insert(clone->result_begin(), clone->result_end());
+    for (size_t i = forward.size(); i-- > 0;) {
+      Operation *clone = forward[i], *original = originals[i];
+      auto differentiable = dyn_cast<DifferentiableOpInterface>(clone);
+      bool recomputed =
+          llvm::none_of(clone->getResults(),
+                        [&](Value v) { return fromInputs.contains(v); }) ||
+          (state.getRecompute() == Recompute::Selective && differentiable &&
+           differentiable.isAttentionCore());
+      if (!recomputed)
+        for (auto [value, kept] :
+             llvm::zip(clone->getResults(), original->getResults())) {
+          if (value.use_empty())
+            continue;
+          value.replaceAllUsesWith(block->addArgument(value.getType(), loc));
+          saved.push_back(kept);
+        }
+      if (clone->use_empty())
+        clone->erase();
+    }
+  }
   SmallVector<Type> types;
   for (Value v : yielded)
     types.push_back(v.getType());
+  LayerOp forwardLayer = *this;
+  if (!saved.empty()) {
+    auto yield = cast<YieldOp>(body.getTerminator());
+    SmallVector<Value> values(yield.getValues());
+    values.append(saved.begin(), saved.end());
+    OpBuilder yb(yield);
+    YieldOp::create(yb, yield.getLoc(), values);
+    yield.erase();
+    SmallVector<Type> resultTypes(getResultTypes());
+    for (Value v : saved)
+      resultTypes.push_back(v.getType());
+    OpBuilder fb(getOperation());
+    forwardLayer = LayerOp::create(fb, loc, getKind(), getIndex(), getInputs(),
+                                   resultTypes);
+    forwardLayer->setAttrs(getOperation()->getAttrs());
+    forwardLayer.getBody().front().erase();
+    forwardLayer.getBody().getBlocks().splice(forwardLayer.getBody().end(),
+                                              getBody().getBlocks());
+    for (auto [old, widened] :
+         llvm::zip(getResults(), forwardLayer.getResults()))
+      old.replaceAllUsesWith(widened);
+    for (unsigned i = getNumResults(); i < forwardLayer.getNumResults(); ++i)
+      inputs.push_back(forwardLayer.getResult(i));
+  }
   auto backward = LayerOp::create(b, loc, (getKind() + ".backward").str(),
                                   getIndex(), inputs, types);
   backward.getBody().front().erase();
@@ -978,6 +1039,9 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
     state.accumulate(loc, input, backward.getResult(r++));
   for (const std::string &name : names)
     state.accumulateParameter(loc, name, backward.getResult(r++));
+  // The widened forward layer replaces this one; the sweep has passed it.
+  if (forwardLayer != *this)
+    getOperation()->erase();
   return success();
 }
 

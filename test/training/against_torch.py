@@ -38,7 +38,10 @@ MODELS = {
     "llama": (em.Llama, ["input_ids"], ["--freeze", "_cached$"]),
 }
 
-PLANS = ["dp=2", "tp=2", "dp=2,tp=2", "tp=2,sp=true", "ulysses=2", "dp=2,tp=2,sp=true"]
+# (plan, recompute): every plan form that partitions, and the recompute modes.
+PLANS = [("dp=2", "full"), ("tp=2", "full"), ("dp=2,tp=2", "full"), ("tp=2,sp=true", "full"),
+         ("ulysses=2", "full"), ("dp=2,tp=2,sp=true", "full"), (None, "selective"),
+         (None, "none"), ("dp=2,tp=2,sp=true", "selective"), ("dp=2,ulysses=2", "none")]
 
 
 def build(name):
@@ -97,13 +100,14 @@ def torch_run(name, tokens, steps):
     return losses, {n: p.detach().numpy() for n, p in model.named_parameters()}, noise
 
 
-def weft_run(weft, onnx_path, work, name, steps, plan=None):
-    out = os.path.join(work, "ck-%s" % (plan or "single").replace(",", "_").replace("=", ""))
+def weft_run(weft, onnx_path, work, name, steps, plan=None, recompute="full"):
+    out = os.path.join(work, "ck-%s-%s" % ((plan or "single").replace(",", "_").replace("=", ""),
+                                           recompute))
     log = out + ".csv"
     cmd = [weft, "train", onnx_path, "--data", os.path.join(work, "tokens.npy"),
            "--steps", str(steps), "--lr", str(LR), "--weight-decay", str(WD),
            "--batch-size", str(em.BATCH), "--seq-len", str(em.SEQ),
-           "--log", log, "--save", out] + MODELS[name][2]
+           "--log", log, "--save", out, "--recompute", recompute] + MODELS[name][2]
     if plan:
         cmd += ["--plan-spec", plan]
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -168,9 +172,11 @@ def main():
             checked += 1
             # Partitioned = unpartitioned, 5 steps.
             base_losses, base = weft_run(args.weft, onnx_path, work, name, 5)
-            for plan in PLANS:
+            for plan, recompute in PLANS:
+                label = "%s, recompute %s" % (plan or "one device", recompute)
                 try:
-                    plan_losses, plan_weights = weft_run(args.weft, onnx_path, work, name, 5, plan)
+                    plan_losses, plan_weights = weft_run(args.weft, onnx_path, work, name, 5,
+                                                         plan, recompute)
                 except RuntimeError as e:
                     failures.append(str(e))
                     continue
@@ -182,10 +188,10 @@ def main():
                 pairs += 1
                 if err > 1e-5:
                     failures.append("%s under %s: differs from the unpartitioned run by %.2e"
-                                    % (name, plan, err))
+                                    % (name, label, err))
                 else:
                     print("%s under %s: 5 steps equal to the unpartitioned run (%.1e)"
-                          % (name, plan, err))
+                          % (name, label, err))
         # Resume: 3 steps, then 2 more from the step-3 checkpoint, equal the
         # uninterrupted 5 bit for bit; a corrupt manifest is refused by name.
         name = "gpt2"

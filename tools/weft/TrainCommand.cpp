@@ -124,6 +124,11 @@ static cl::opt<std::string>
                     "(buffers that ONNX stores as initializers: rotary "
                     "tables)"),
            cl::sub(trainCommand));
+static cl::opt<std::string>
+    recompute("recompute",
+              cl::desc("What backward recomputes of each layer: full "
+                       "(default), selective (the attention core) or none"),
+              cl::init("full"), cl::sub(trainCommand));
 static cl::opt<std::string> planSpec("plan-spec",
                                      cl::desc("dp=2,tp=2,sp=1,ulysses=2"),
                                      cl::sub(trainCommand));
@@ -603,7 +608,9 @@ int runTrain(MLIRContext &context) {
     loss.ignoreIndex = ignoreIndex;
     pm.addPass(weft::createWeftAppendLoss(loss));
     pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
-    pm.addPass(weft::createWeftDifferentiate());
+    weft::WeftDifferentiateOptions differentiate;
+    differentiate.recompute = recompute;
+    pm.addPass(weft::createWeftDifferentiate(differentiate));
     if (failed(pm.run(*module)))
       return 1;
   }

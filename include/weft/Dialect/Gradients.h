@@ -25,9 +25,17 @@
 
 namespace weft {
 
+/// What a layer's backward recomputes instead of keeping from forward
+/// (Korthikanti et al. 2022): the whole layer, the attention core, or nothing.
+enum class Recompute { Full, Selective, None };
+
 class GradientState {
 public:
-  explicit GradientState(mlir::OpBuilder &builder) : b(builder) {}
+  explicit GradientState(mlir::OpBuilder &builder,
+                         Recompute recompute = Recompute::Full)
+      : b(builder), recompute(recompute) {}
+
+  Recompute getRecompute() const { return recompute; }
 
   mlir::OpBuilder &builder() { return b; }
 
@@ -80,6 +88,7 @@ public:
 
 private:
   mlir::OpBuilder &b;
+  Recompute recompute;
   llvm::DenseSet<mlir::Value> active;
   llvm::DenseMap<mlir::Value, mlir::Value> gradients;
   llvm::SmallVector<std::pair<std::string, mlir::Value>> parameterGradients;
