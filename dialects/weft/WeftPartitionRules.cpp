@@ -103,10 +103,15 @@ FailureOr<Operation *> weft::partitionByFactorRule(Operation *op,
   for (auto [i, factors] : llvm::enumerate(rule.operands))
     tensors.push_back({&factors, &operandActual[i], 2});
   FactorAxes axes = assignFactorAxes(rule, state.mesh(), tensors);
-  IRMapping map;
+  // Operand by operand: one value read twice (Q Kᵀ of a shared projection)
+  // may be needed in two shardings.
+  SmallVector<Value> locals;
   for (auto [v, factors] : llvm::zip(op->getOperands(), rule.operands))
-    map.map(v, state.operand(op->getLoc(), v, projectSharding(factors, axes)));
-  Operation *copy = state.builder().clone(*op, map);
+    locals.push_back(
+        state.operand(op->getLoc(), v, projectSharding(factors, axes)));
+  Operation *copy = state.builder().clone(*op);
+  for (auto [i, local] : llvm::enumerate(locals))
+    copy->setOperand(unsigned(i), local);
   copy->removeAttr(WeftDialect::getShardingAttrName());
   // Partial sums: split reduction factors.
   SmallVector<std::string, 2> partial;
