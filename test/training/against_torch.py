@@ -225,6 +225,37 @@ def main():
             failures.append("a corrupt checkpoint was not refused by name: %s" % bad.stderr)
         else:
             print("a corrupt checkpoint is refused: " + bad.stderr.strip().splitlines()[-1])
+        # SIGKILL at an arbitrary point, checkpointing every step: whatever the
+        # kill interrupted (a step, a checkpoint half written), the last
+        # checkpoint loads and the resumed run continues the uninterrupted losses.
+        killed = os.path.join(work, "killed")
+        long_cmd = [args.weft, "train", onnx_path, "--data", os.path.join(work, "tokens.npy"),
+                    "--lr", str(LR), "--weight-decay", str(WD), "--steps", "40"]
+        subprocess.run(long_cmd + ["--log", killed + "-whole.csv"], check=True,
+                       capture_output=True)
+        with open(killed + "-whole.csv") as f:
+            uninterrupted = [float(row["loss"]) for row in csv.DictReader(f)]
+        proc = subprocess.Popen(long_cmd + ["--save", killed, "--save-every", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        seen = 0
+        for line in proc.stdout:
+            seen += line.startswith("step ")
+            if seen == 12:
+                proc.kill()
+                break
+        proc.wait()
+        result = subprocess.run(long_cmd + ["--resume", killed, "--log", killed + "-resumed.csv"],
+                                capture_output=True, text=True)
+        resumed_at = int(result.stderr.split("at step ")[-1].split()[0]) if "at step" in result.stderr else -1
+        with open(killed + "-resumed.csv") as f:
+            after = [float(row["loss"]) for row in csv.DictReader(f)]
+        if result.returncode != 0 or resumed_at < 1 or after != uninterrupted[resumed_at:]:
+            failures.append("resume after SIGKILL: exit %d, resumed at step %d, losses %s vs %s"
+                            % (result.returncode, resumed_at, after, uninterrupted[resumed_at:]))
+        else:
+            print("killed (SIGKILL) after step 12 of 40 while checkpointing every step: resumed "
+                  "at step %d, the remaining %d losses equal the uninterrupted run's"
+                  % (resumed_at, len(after)))
     print("checked %d models against torch and %d (model, plan) training pairs; %d failed"
           % (checked, pairs, len(failures)))
     for failure in failures:
