@@ -204,22 +204,11 @@ struct Grad {
   Location loc;
   OpBuilder &b() { return state.builder(); }
   Value dy(Value result) { return state.gradient(result); }
-  Type typeOf(Value x, Value y) {
-    auto tx = tensorType(x), ty = tensorType(y);
-    return tx.getRank() >= ty.getRank() ? tx : ty;
-  }
-  Value add(Value x, Value y) {
-    return AddOp::create(b(), loc, typeOf(x, y), x, y);
-  }
-  Value sub(Value x, Value y) {
-    return SubOp::create(b(), loc, typeOf(x, y), x, y);
-  }
-  Value mul(Value x, Value y) {
-    return MulOp::create(b(), loc, typeOf(x, y), x, y);
-  }
-  Value div(Value x, Value y) {
-    return DivOp::create(b(), loc, typeOf(x, y), x, y);
-  }
+  // Result types follow the ops' own inference (numpy broadcasting).
+  Value add(Value x, Value y) { return AddOp::create(b(), loc, x, y); }
+  Value sub(Value x, Value y) { return SubOp::create(b(), loc, x, y); }
+  Value mul(Value x, Value y) { return MulOp::create(b(), loc, x, y); }
+  Value div(Value x, Value y) { return DivOp::create(b(), loc, x, y); }
   Value neg(Value x) { return NegOp::create(b(), loc, x.getType(), x); }
   Value scalar(Value like, double v) {
     return state.scalar(loc, tensorType(like).getElementType(), v);
@@ -253,21 +242,7 @@ struct Grad {
     return ReshapeOp::create(b(), loc, withShape(tensorType(x), shape), x);
   }
   Value matmul(Value x, Value y, bool tx, bool ty) {
-    auto a = tensorType(x), c = tensorType(y);
-    int64_t m = a.getDimSize(a.getRank() - (tx ? 1 : 2));
-    int64_t n = c.getDimSize(c.getRank() - (ty ? 2 : 1));
-    // Batch dimensions broadcast.
-    SmallVector<int64_t> batch;
-    int64_t ra = a.getRank() - 2, rc = c.getRank() - 2, r = std::max(ra, rc);
-    for (int64_t i = 0; i < r; ++i) {
-      int64_t da = i - (r - ra) >= 0 ? a.getDimSize(i - (r - ra)) : 1;
-      int64_t dc = i - (r - rc) >= 0 ? c.getDimSize(i - (r - rc)) : 1;
-      batch.push_back(da == 1 ? dc : da);
-    }
-    batch.push_back(m);
-    batch.push_back(n);
-    return MatmulOp::create(b(), loc, withShape(a, batch), x, y,
-                            tx ? b().getUnitAttr() : UnitAttr(),
+    return MatmulOp::create(b(), loc, x, y, tx ? b().getUnitAttr() : UnitAttr(),
                             ty ? b().getUnitAttr() : UnitAttr());
   }
   Value cast(Value x, Type element) {
@@ -326,9 +301,7 @@ LogicalResult PowOp::buildGradients(GradientState &state) {
   Value dy = g.dy(getResult());
   if (g.needs(getLhs())) {
     Value exponent = g.sub(getRhs(), g.scalar(getRhs(), 1.0));
-    Value power =
-        PowOp::create(state.builder(), getLoc(), g.typeOf(getLhs(), exponent),
-                      getLhs(), exponent);
+    Value power = PowOp::create(state.builder(), getLoc(), getLhs(), exponent);
     g.to(getLhs(), g.mul(dy, g.mul(power, getRhs())));
   }
   if (g.needs(getRhs())) {

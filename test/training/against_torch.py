@@ -96,7 +96,9 @@ def torch_run(name, tokens, steps):
     # row alike, and softmax cancels it, so its gradient is rounding noise that
     # Adam's normalized step turns into +-lr either way. They are not compared.
     top = max(float(v.max()) for v in peak.values())
-    noise = {n: v < 1e-6 * top for n, v in peak.items()}
+    # Elements with no gradient at all (embedding rows no token reads) are
+    # compared: only weight decay moves them, on both sides.
+    noise = {n: (v > 0) & (v < 1e-6 * top) for n, v in peak.items()}
     return losses, {n: p.detach().numpy() for n, p in model.named_parameters()}, noise
 
 

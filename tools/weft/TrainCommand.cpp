@@ -254,6 +254,7 @@ struct ParamState {
   HostTensor value;
   std::vector<float> m, v; // AdamW's moments; SGD's momentum buffer in m
   bool frozen = false;
+  bool loaded = false;
 };
 
 static double scheduledLr(int64_t step) {
@@ -316,6 +317,30 @@ static HostTensor vectorTensor(const std::vector<float> &values,
   return t;
 }
 
+static bool writeText(llvm::StringRef path, llvm::StringRef text,
+                      std::string &error) {
+  std::error_code ec;
+  llvm::raw_fd_ostream out(path, ec);
+  if (!ec) {
+    out << text;
+    out.close();
+    ec = out.error();
+  }
+  if (ec)
+    error = "cannot write " + path.str() + ": " + ec.message();
+  return !ec;
+}
+
+static bool renameOver(llvm::StringRef from, llvm::StringRef to,
+                       std::string &error) {
+  if (std::error_code ec = llvm::sys::fs::rename(from, to)) {
+    error =
+        "cannot rename " + from.str() + " to " + to.str() + ": " + ec.message();
+    return false;
+  }
+  return true;
+}
+
 /// Writes step-N/ under a temporary name, then renames it and points
 /// `latest` at it (also by rename): a reader sees a whole checkpoint or the
 /// previous one.
@@ -363,36 +388,16 @@ static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
                               {"parameters", std::move(entries)}};
   llvm::SmallString<256> manifestPath(tmp);
   llvm::sys::path::append(manifestPath, "manifest.json");
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream out(manifestPath, ec);
-    if (ec) {
-      error = "cannot write " + manifestPath.str().str() + ": " + ec.message();
-      return false;
-    }
-    out << llvm::json::Value(std::move(manifest)) << '\n';
-  }
+  std::string text;
+  llvm::raw_string_ostream(text)
+      << llvm::json::Value(std::move(manifest)) << '\n';
   llvm::sys::fs::remove_directories(dir);
-  if (std::error_code ec = llvm::sys::fs::rename(tmp, dir)) {
-    error = "cannot rename " + tmp.str().str() + ": " + ec.message();
-    return false;
-  }
   llvm::SmallString<256> latest(saveDir), latestTmp(saveDir);
   llvm::sys::path::append(latest, "latest");
   llvm::sys::path::append(latestTmp, "latest.tmp");
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream out(latestTmp, ec);
-    if (ec) {
-      error = "cannot write " + latestTmp.str().str() + ": " + ec.message();
-      return false;
-    }
-    out << name << '\n';
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(latestTmp, latest)) {
-    error = "cannot rename " + latestTmp.str().str() + ": " + ec.message();
-    return false;
-  }
+  return writeText(manifestPath, text, error) && renameOver(tmp, dir, error) &&
+         writeText(latestTmp, name + "\n", error) &&
+         renameOver(latestTmp, latest, error);
   return true;
 }
 
@@ -652,7 +657,7 @@ int runTrain(MLIRContext &context) {
   bool missing = false;
   func.walk([&](weft::ParameterOp param) {
     auto it = index.find(param.getName());
-    if (it == index.end() || !params[it->second].value.shape.empty() || missing)
+    if (it == index.end() || params[it->second].loaded || missing)
       return;
     FailureOr<std::vector<HostTensor>> value =
         weft::evaluate({param.getOperation()}, param->getResults(), options);
@@ -662,6 +667,7 @@ int runTrain(MLIRContext &context) {
     }
     params[it->second].value =
         weft::rt::cast((*value)[0], weft::rt::DType::F32);
+    params[it->second].loaded = true;
   });
   if (missing)
     return 1;
