@@ -14,8 +14,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 using namespace weft::rt;
 
@@ -165,6 +167,25 @@ void ProcessGroup::finish() {
 
 namespace {
 
+/// Fault injection for checking the failure paths of a real program: the
+/// rank named by WEFT_STALL_RANK sleeps WEFT_STALL_SECONDS (600 unless set)
+/// before it runs, as a rank stuck in a kernel or on a lost node would. The
+/// other ranks must then fail within --collective-timeout, naming it.
+void stallIfAsked(int rank) {
+  const char *stallRank = std::getenv("WEFT_STALL_RANK");
+  int which = -1;
+  if (!stallRank || !absl::SimpleAtoi(stallRank, &which) || which != rank)
+    return;
+  double seconds = 600;
+  if (const char *text = std::getenv("WEFT_STALL_SECONDS"))
+    (void)absl::SimpleAtod(text, &seconds);
+  std::cerr << absl::StrCat("rank ", rank, ": stalling for ", seconds,
+                            " s (WEFT_STALL_RANK)\n")
+            << std::flush;
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(int64_t(seconds * 1000)));
+}
+
 /// One rank per process: over MPI or the TCP store.
 int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
                  const std::vector<Layout> &outputLayouts,
@@ -185,6 +206,7 @@ int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
     for (size_t i = 0; i < args.inputs.size(); ++i)
       mine.push_back(scatterBlock(args.inputs[i], inputLayouts[i], mesh, rank));
     int64_t sent = -1;
+    stallIfAsked(rank);
     std::vector<HostTensor> results = runner(ctx, launch, true, mine, sent);
     if (sent < 0)
       sent = comm.bytesSent(rank);
@@ -230,6 +252,7 @@ int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
   RankFunction function = [&](RankContext &ctx,
                               const std::vector<HostTensor> &mine) {
     int64_t unused = -1;
+    stallIfAsked(ctx.rank);
     return runner(ctx, *launch, false, mine, unused);
   };
   std::vector<int64_t> bytes;

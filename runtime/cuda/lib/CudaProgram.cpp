@@ -361,6 +361,15 @@ private:
               const DeviceTensor &out) {
     if (!result.ok())
       fail(ctx, std::string(result.status().message()));
+    // The device primitives move bytes: a gather along dimension 0 of the
+    // host communicator concatenates what `out` holds stacked ([n, ...]),
+    // and a reduce-scatter leaves the leading 1 of the scattered block.
+    // Same elements, same order; only the shape differs.
+    if (result->numel() != out.numel())
+      fail(ctx,
+           absl::StrCat("the in-process collective returned ", result->numel(),
+                        " elements where ", out.numel(), " were expected"));
+    result->shape = out.shape;
     std::swap(ctx.compute, ctx.comm);
     upload(ctx, *result, out);
     std::swap(ctx.compute, ctx.comm);

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Runs Weft's generated CUDA programs on a GPU and checks them against the
+# CPU reference (weft run) of the same model, plan and dtype. Whoever next has
+# a GPU runs this first.
+#
+#   scripts/gpu-check.sh              on a machine with Weft built and a GPU:
+#                                     prepare into build/gpu-check, then run
+#   scripts/gpu-check.sh prepare DIR  where Weft is built (no GPU needed):
+#                                     compile every case for sm_80/sm_90,
+#                                     compute the CPU references, copy the
+#                                     shared libraries the programs need
+#                                     beside them, and pack DIR.tar.xz
+#   scripts/gpu-check.sh run DIR      on the GPU machine (needs only python3
+#                                     with numpy, the CUDA driver, cuBLASLt
+#                                     and NCCL): run and compare every case
+#
+# The cases: the bundled GPT-2, BERT and LLaMA exports (hidden 32) and the
+# same architectures exported at hidden 128 with 64-wide heads and 160
+# tokens (tiles that do not divide the sequence), each on 1 rank, 2 ranks
+# (tp=2 with Megatron SP) and 4 ranks (tp=2 with ring attention, cp=2), in
+# f32 and bf16, plus GPT-2's bf16 training-step loss. Ranks run as threads
+# sharing GPU 0 (the in-process device communicator). f32 must be within
+# 1e-5 of the CPU output and bf16 within 2e-2 (max |gpu - cpu| / max |cpu|).
+# Then the watchdog: a 4-rank program with one rank stalled must fail
+# within its --collective-timeout, naming the rank. With more than one GPU the
+# 2-rank programs also run as processes over NCCL (torchrun's environment).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${WEFT_BUILD_DIR:-$root/build}
+python=${WEFT_PYTHON:-/usr/bin/python3}
+
+prepare() {
+  local dir=$1
+  local weft=$build/bin/weft
+  [[ -x $weft ]] || { echo "error: $weft not found: build Weft first (scripts/build.sh)" >&2; exit 1; }
+  rm -rf "$dir" && mkdir -p "$dir/cases" "$dir/lib"
+  dir=$(cd "$dir" && pwd)
+  local work
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  cmake --install "$build" --prefix "$work/prefix" >/dev/null
+
+  # The bundled models, and the same architectures at a size where tiles
+  # and heads look like a real model's.
+  mkdir -p "$work/models/small" "$work/models/medium"
+  cp -r "$root/test/models/gpt2" "$root/test/models/bert" "$root/test/models/llama" "$work/models/small/"
+  (cd "$root/test/models" && "$python" - "$work/models/medium" >/dev/null <<'EOF'
+import sys
+import export_models as e
+e.HIDDEN, e.HEADS, e.LAYERS, e.VOCAB, e.MAX_SEQ = 128, 2, 1, 256, 256
+e.BATCH, e.SEQ, e.HEAD_DIM = 2, 160, 64
+e.main(sys.argv[1])
+EOF
+  )
+
+  local cases=()
+  for size in small medium; do
+    for model in gpt2 bert llama; do
+      for plan in "tp=1" "tp=2,sp=1" "tp=2,cp=2"; do
+        [[ $size == medium && $plan == "tp=2,sp=1" ]] && continue
+        for dtype in f32 bf16; do
+          cases+=("$size $model $plan $dtype")
+        done
+      done
+    done
+  done
+  cases+=("small gpt2 tp=2,sp=1 bf16 loss")
+
+  local failed=0
+  for spec in "${cases[@]}"; do
+    read -r size model plan dtype loss <<<"$spec"
+    local name="$size-$model-${plan//[=,]/_}-$dtype${loss:+-loss}"
+    local src="$work/models/$size/$model"
+    local out="$dir/cases/$name"
+    mkdir -p "$out/reference"
+    local inputs=()
+    for pb in "$src"/test_data_set_0/input_*.pb; do
+      local npy="$out/$(basename "${pb%.pb}").npy"
+      "$python" -c "import sys, numpy, onnx; from onnx import numpy_helper; t = onnx.TensorProto(); t.ParseFromString(open(sys.argv[1], 'rb').read()); numpy.save(sys.argv[2], numpy_helper.to_array(t))" "$pb" "$npy"
+      inputs+=("$npy")
+    done
+    local flags=(--plan-spec "$plan" --dtype "$dtype")
+    if [[ -n ${loss:-} ]]; then
+      "$python" -c "import sys, numpy; x = numpy.load(sys.argv[1]); numpy.save(sys.argv[2], (x.astype(numpy.int64) + 1) % 64)" "${inputs[0]}" "$out/labels.npy"
+      inputs+=("$out/labels.npy")
+      flags+=(--loss)
+    fi
+    local runIn=()
+    for npy in "${inputs[@]}"; do runIn+=(-i "$npy"); done
+    if ! "$weft" compile "$src/$model-opset17.onnx" "${flags[@]}" --target cuda -o "$work/$name" \
+        --build --runtime-prefix "$work/prefix" >"$work/$name.log" 2>&1 ||
+       ! "$weft" run "$src/$model-opset17.onnx" "${flags[@]}" "${runIn[@]}" \
+        -o "$out/reference" --output-format npy >>"$work/$name.log" 2>&1; then
+      echo "FAILED to prepare $name:" >&2
+      cat "$work/$name.log" >&2
+      failed=1
+      continue
+    fi
+    cp "$work/$name/build/program" "$out/program"
+    strip "$out/program"
+    cp -r "$work/$name/weights" "$out/weights"
+    local ranks
+    ranks=$("$python" -c "import sys, math; print(math.prod(int(f.split('=')[1]) for f in sys.argv[1].split(',') if f.split('=')[0] in ('tp', 'dp', 'cp', 'pp')))" "$plan")
+    printf '%s %s %s\n' "$ranks" "$dtype" "$(basename -a "${inputs[@]}" | tr '\n' ' ')" >"$out/case.txt"
+    echo "prepared $name ($ranks ranks)"
+  done
+
+  # The shared libraries the programs link, except the C runtime and the
+  # CUDA libraries, which the GPU machine has.
+  ldd "$dir"/cases/*/program | awk '/=> \// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcudart|libcublas|libcublasLt|libnccl)\.so' |
+    while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+  tar -C "$(dirname "$dir")" -cJf "$dir.tar.xz" "$(basename "$dir")"
+  echo "packed $dir.tar.xz ($(du -h "$dir.tar.xz" | cut -f1)); ${#cases[@]} cases"
+  return $failed
+}
+
+run() {
+  local dir=$1
+  if [[ -f $dir.tar.xz && ! -d $dir ]]; then
+    tar -C "$(dirname "$dir")" -xJf "$dir.tar.xz"
+  fi
+  dir=$(cd "$dir" && pwd)
+  # cuBLASLt and NCCL: the CUDA toolkit's, else the Python wheels'.
+  local libs="$dir/lib"
+  for want in libcublasLt.so.13 libnccl.so.2 libcudart.so.13; do
+    local found
+    found=$(find /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /opt /usr/local/lib \
+      -name "$want" 2>/dev/null | head -1 || true)
+    [[ -n $found ]] && libs="$libs:$(dirname "$found")"
+  done
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+
+  local failed=0 passed=0
+  local table=()
+  compare() { # name reference-dir output-dir tolerance
+    "$python" - "$@" <<'EOF'
+import glob, os, sys
+import numpy
+name, ref, out, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+worst = 0.0
+for r in sorted(glob.glob(os.path.join(ref, "output_*.npy"))):
+    o = os.path.join(out, os.path.basename(r))
+    if not os.path.exists(o):
+        print("%s: %s missing" % (name, os.path.basename(r))); sys.exit(1)
+    a, b = numpy.load(o).astype(numpy.float64), numpy.load(r).astype(numpy.float64)
+    if a.shape != b.shape:
+        print("%s: shape %s, expected %s" % (name, a.shape, b.shape)); sys.exit(1)
+    if not numpy.all(numpy.isfinite(a)):
+        print("%s: non-finite values" % name); sys.exit(1)
+    worst = max(worst, float(numpy.abs(a - b).max() / max(numpy.abs(b).max(), 1e-30)))
+print("%.2e" % worst)
+sys.exit(0 if worst <= tol else 1)
+EOF
+  }
+  for case in "$dir"/cases/*/; do
+    local name ranks dtype inputs
+    name=$(basename "$case")
+    read -r ranks dtype inputs <"$case/case.txt"
+    local tol=1e-5
+    [[ $dtype == bf16 ]] && tol=2e-2
+    local args=()
+    for i in $inputs; do args+=("$case/$i"); done
+    rm -rf "$case/out" && mkdir -p "$case/out"
+    local start end result
+    start=$(date +%s.%N)
+    if ! timeout 300 "$case/program" --collective-timeout 60 "$case/weights" "$case/out" "${args[@]}" \
+        >"$case/run.log" 2>&1; then
+      result="FAIL (exit): $(tail -3 "$case/run.log" | tr '\n' ' ')"
+      failed=$((failed + 1))
+    else
+      end=$(date +%s.%N)
+      local error
+      if error=$(compare "$name" "$case/reference" "$case/out" "$tol"); then
+        result="ok   max rel error $error (<= $tol), $(awk "BEGIN {printf \"%.2f\", $end - $start}") s"
+        passed=$((passed + 1))
+      else
+        result="FAIL $error (tolerance $tol)"
+        failed=$((failed + 1))
+      fi
+    fi
+    table+=("$(printf '%-36s %d ranks  %s' "$name" "$ranks" "$result")")
+    echo "${table[-1]}"
+  done
+
+  # The watchdog: rank 3 of a 4-rank program stalls; the others must fail
+  # within the 3 s timeout, naming it, and the program exit non-zero.
+  local stall
+  stall=$(ls -d "$dir"/cases/medium-gpt2-tp_2_cp_2-f32 2>/dev/null || true)
+  if [[ -n $stall ]]; then
+    local ranks dtype inputs
+    read -r ranks dtype inputs <"$stall/case.txt"
+    local args=()
+    for i in $inputs; do args+=("$stall/$i"); done
+    local start code=0
+    start=$(date +%s)
+    WEFT_STALL_RANK=3 timeout 120 "$stall/program" --collective-timeout 3 "$stall/weights" "$stall/out" "${args[@]}" \
+      >"$dir/watchdog.log" 2>&1 || code=$?
+    local took=$(($(date +%s) - start))
+    cat "$dir/watchdog.log"
+    if [[ $code -ne 0 && $code -ne 124 && $took -le 60 ]] && grep -q "waiting for rank(s) 3" "$dir/watchdog.log"; then
+      table+=("watchdog: rank 3 stalled; exit $code after $took s, naming rank 3: ok")
+      passed=$((passed + 1))
+    else
+      table+=("watchdog: FAIL (exit $code after $took s)")
+      failed=$((failed + 1))
+    fi
+    echo "${table[-1]}"
+  fi
+
+  # NCCL, one process per rank, where the machine has a GPU per rank.
+  if [[ $gpus -ge 2 ]]; then
+    for case in "$dir"/cases/*tp_2_sp_1*/; do
+      local name ranks dtype inputs
+      name=$(basename "$case")
+      read -r ranks dtype inputs <"$case/case.txt"
+      local tol=1e-5
+      [[ $dtype == bf16 ]] && tol=2e-2
+      local args=()
+      for i in $inputs; do args+=("$case/$i"); done
+      rm -rf "$case/out" && mkdir -p "$case/out"
+      local result
+      if "$python" "$root/test/tools/Inputs/torchrun-env.py" --nproc "$ranks" \
+          "$case/program" --collective-timeout 60 "$case/weights" "$case/out" "${args[@]}" >"$case/nccl.log" 2>&1 &&
+         error=$(compare "$name" "$case/reference" "$case/out" "$tol"); then
+        result="ok   max rel error $error"
+        passed=$((passed + 1))
+      else
+        result="FAIL: $(tail -3 "$case/nccl.log" | tr '\n' ' ')"
+        failed=$((failed + 1))
+      fi
+      table+=("$(printf 'nccl %-31s %d ranks  %s' "$name" "$ranks" "$result")")
+      echo "${table[-1]}"
+    done
+  else
+    table+=("nccl: not run (the machine has $gpus GPU; NCCL needs a GPU per rank)")
+  fi
+
+  echo
+  echo "== summary"
+  printf '%s\n' "${table[@]}"
+  echo "$passed passed, $failed failed"
+  [[ $failed -eq 0 ]]
+}
+
+case "${1:-all}" in
+prepare) prepare "${2:?usage: gpu-check.sh prepare DIR}" ;;
+run) run "${2:?usage: gpu-check.sh run DIR}" ;;
+all)
+  prepare "$build/gpu-check"
+  run "$build/gpu-check"
+  ;;
+*)
+  echo "usage: gpu-check.sh [prepare DIR | run DIR]" >&2
+  exit 2
+  ;;
+esac
