@@ -13,6 +13,8 @@
 #   scripts/gpu-check.sh run DIR      on the GPU machine (needs only python3
 #                                     with numpy, the CUDA driver, cuBLASLt
 #                                     and NCCL): run and compare every case
+#   scripts/gpu-check.sh bench DIR    on the GPU machine: the runtime's
+#                                     attention and GEMMs against PyTorch's
 #
 # The cases: the bundled GPT-2, BERT and LLaMA exports (hidden 32) and the
 # same architectures exported at hidden 128 with 64-wide heads and 160
@@ -105,6 +107,11 @@ EOF
     echo "prepared $name ($ranks ranks)"
   done
 
+  # The kernel benchmark (bench/cuda_kernels.cpp), when it was built.
+  if [[ -x $build/bin/cuda-kernels-bench ]]; then
+    cp "$build/bin/cuda-kernels-bench" "$dir/" && strip "$dir/cuda-kernels-bench"
+  fi
+
   # The shared libraries the programs link, except the C runtime and the
   # CUDA libraries, which the GPU machine has.
   ldd "$dir"/cases/*/program | awk '/=> \// {print $3}' | sort -u |
@@ -115,7 +122,7 @@ EOF
   return $failed
 }
 
-run() {
+unpack() {
   local dir=$1
   if [[ -f $dir.tar.xz && ! -d $dir ]]; then
     tar -C "$(dirname "$dir")" -xJf "$dir.tar.xz"
@@ -130,6 +137,23 @@ run() {
     [[ -n $found ]] && libs="$libs:$(dirname "$found")"
   done
   export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# Weft's attention and GEMMs against PyTorch's on the same GPU, one after
+# the other in one run (bench/cuda_kernels.cpp, bench/cuda_torch.py).
+bench() {
+  local dir=$1
+  unpack "$dir"
+  dir=$(cd "$dir" && pwd)
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader || true
+  "$dir/cuda-kernels-bench"
+  "$python" "$root/bench/cuda_torch.py"
+}
+
+run() {
+  local dir=$1
+  unpack "$dir"
+  dir=$(cd "$dir" && pwd)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   local gpus
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
@@ -249,6 +273,7 @@ EOF
 case "${1:-all}" in
 prepare) prepare "${2:?usage: gpu-check.sh prepare DIR}" ;;
 run) run "${2:?usage: gpu-check.sh run DIR}" ;;
+bench) bench "${2:?usage: gpu-check.sh bench DIR}" ;;
 all)
   prepare "$build/gpu-check"
   run "$build/gpu-check"

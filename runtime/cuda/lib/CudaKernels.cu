@@ -16,6 +16,7 @@
 
 #include <cfloat>
 #include <string>
+#include <type_traits>
 
 using namespace weft::rt;
 using namespace weft::rt::cuda;
@@ -454,12 +455,364 @@ void launchAttention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
   checkLaunch(ctx);
 }
 
+// ---- Flash attention on tensor cores (bf16, f16; heads of 64 or 128) -----
+
+/// A 16 x 8 x 16 product on the tensor cores, f32 accumulation:
+/// c += a (16 x 16, row-major fragments) * b (16 x 8, column-major).
+template <typename T>
+__device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4],
+                                uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+#endif
+}
+
+template <typename T> __device__ inline uint32_t packPair(float x, float y) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<uint32_t *>(&pair);
+  } else {
+    __half2 pair = __floats2half2_rn(x, y);
+    return *reinterpret_cast<uint32_t *>(&pair);
+  }
+}
+
+template <typename T> __device__ inline uint32_t load32(const T *at) {
+  return *reinterpret_cast<const uint32_t *>(at);
+}
+
+__device__ inline uint32_t sharedAddress(const void *at) {
+  return uint32_t(__cvta_generic_to_shared(at));
+}
+
+/// 16 bytes from global to shared memory without passing through
+/// registers (cp.async); zeros where `valid` is false.
+__device__ inline void copyAsync16(void *shared, const void *global,
+                                   bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   sharedAddress(shared)),
+               "l"(global), "r"(valid ? 16 : 0));
+#endif
+}
+
+__device__ inline void commitAsync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int kPending> __device__ inline void waitAsync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+/// Four 8 x 8 matrices of 16-bit elements from shared memory, each thread
+/// naming one row (ldmatrix); `.trans` hands each thread a column pair.
+template <bool kTranspose>
+__device__ inline void loadMatrices(uint32_t (&r)[4], const void *row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (kTranspose)
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(sharedAddress(row)));
+  else
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(sharedAddress(row)));
+#endif
+}
+
+/// FlashAttention-2's forward on mma.sync: a block of 4 warps takes 64
+/// query rows (16 per warp, held as A fragments in registers) and walks the
+/// keys 64 at a time. K and V tiles arrive in shared memory by cp.async,
+/// double-buffered so that the next tile loads while this one is used;
+/// rows are padded by 8 elements so that ldmatrix reads 32 distinct banks,
+/// and V's B fragments come transposed by ldmatrix.trans. S = Q Kᵀ stays in
+/// registers; the online softmax (in base 2: max and sum across the 4
+/// threads of a row) rescales the output accumulators, and P, converted to
+/// T in registers, is the A operand of P V. Masks, causal positions (ring
+/// steps) and the log-sum-exp are applied per score, as in the CUDA-core
+/// kernel.
+template <typename T, int kDim>
+__global__ void __launch_bounds__(128)
+    flashAttentionMmaKernel(int64_t heads, int64_t kvHeads, int64_t seq,
+                            int64_t kvSeq, float scale, bool causal,
+                            MaskView mask, const int64_t *qPos,
+                            const int64_t *kPos, const T *q, const T *k,
+                            const T *v, T *out, float *lse) {
+  constexpr int kRows = 64, kKeys = 64, kPitch = kDim + 8, kChunks = kDim / 8;
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  extern __shared__ uint4 sharedTiles[];
+  T *qTile = reinterpret_cast<T *>(sharedTiles);
+  T *kTiles = qTile + kRows * kPitch;      // [2][kKeys][kPitch]
+  T *vTiles = kTiles + 2 * kKeys * kPitch; // [2][kKeys][kPitch]
+  int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  int g = lane / 4, t = lane % 4;
+  int64_t bh = blockIdx.y, b = bh / heads, h = bh % heads;
+  int64_t kvh = h / (heads / kvHeads);
+  // Under a causal mask the last query blocks see the most keys: they are
+  // started first, so that the short ones fill the tail.
+  int64_t row0 = int64_t(gridDim.x - 1 - blockIdx.x) * kRows;
+  const T *qHead = q + bh * seq * kDim;
+  const T *kHead = k + (b * kvHeads + kvh) * kvSeq * kDim;
+  const T *vHead = v + (b * kvHeads + kvh) * kvSeq * kDim;
+  int64_t lastRow = min(seq, row0 + kRows) - 1;
+  int64_t end = causal && !qPos ? min(kvSeq, lastRow + 1) : kvSeq;
+
+  auto loadTile = [&](int64_t start, int buffer) {
+    T *kTile = kTiles + buffer * kKeys * kPitch;
+    T *vTile = vTiles + buffer * kKeys * kPitch;
+    for (int e = int(threadIdx.x); e < kKeys * kChunks; e += 128) {
+      int r = e / kChunks, c = e % kChunks;
+      bool valid = start + r < kvSeq;
+      int64_t at = valid ? (start + r) * kDim + c * 8 : 0;
+      copyAsync16(kTile + r * kPitch + c * 8, kHead + at, valid);
+      copyAsync16(vTile + r * kPitch + c * 8, vHead + at, valid);
+    }
+    commitAsync();
+  };
+
+  for (int e = int(threadIdx.x); e < kRows * kChunks; e += 128) {
+    int r = e / kChunks, c = e % kChunks;
+    bool valid = row0 + r < seq;
+    copyAsync16(qTile + r * kPitch + c * 8,
+                qHead + (valid ? (row0 + r) * kDim + c * 8 : 0), valid);
+  }
+  commitAsync();
+  if (end > 0) {
+    loadTile(0, 0);
+    waitAsync<1>();
+  } else {
+    waitAsync<0>();
+  }
+  __syncthreads();
+  int warpRow = warp * 16;
+  uint32_t qa[kDim / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kDim / 16; ++kk) {
+    const T *top = qTile + (warpRow + g) * kPitch + kk * 16 + t * 2;
+    const T *bottom = top + 8 * kPitch;
+    qa[kk][0] = load32(top);
+    qa[kk][1] = load32(bottom);
+    qa[kk][2] = load32(top + 8);
+    qa[kk][3] = load32(bottom + 8);
+  }
+  float o[kDim / 8][4];
+#pragma unroll
+  for (int d = 0; d < kDim / 8; ++d)
+    o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  // The running max is in base-2 units (scores times log2 e).
+  float rowMax[2] = {-INFINITY, -INFINITY}, rowSum[2] = {0.0f, 0.0f};
+  int64_t rows[2] = {row0 + warpRow + g, row0 + warpRow + g + 8};
+  // ldmatrix.x4: lane l names row l % 8 of matrix l / 8.
+  int matrix = lane / 8, matrixRow = lane % 8;
+
+  int buffer = 0;
+  for (int64_t start = 0; start < end; start += kKeys, buffer ^= 1) {
+    if (start + kKeys < end) {
+      loadTile(start + kKeys, buffer ^ 1);
+      waitAsync<1>();
+    } else {
+      waitAsync<0>();
+    }
+    __syncthreads();
+    const T *kTile = kTiles + buffer * kKeys * kPitch;
+    const T *vTile = vTiles + buffer * kKeys * kPitch;
+
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDim / 16; ++kk)
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; n += 2) {
+        // Matrices: keys n*8.. and (n+1)*8.., dimensions kk*16.. and +8.
+        uint32_t frag[4];
+        loadMatrices<false>(
+            frag, kTile + ((n + matrix / 2) * 8 + matrixRow) * kPitch +
+                      kk * 16 + (matrix & 1) * 8);
+        mma16816<T>(s[n], qa[kk], frag[0], frag[1]);
+        mma16816<T>(s[n + 1], qa[kk], frag[2], frag[3]);
+      }
+
+    float tileMax[2] = {-INFINITY, -INFINITY};
+    // Scores that need a look at their indices: the last, partial tile, a
+    // mask, positions, or a tile that reaches past the warp's first row
+    // under a causal mask. The others are only scaled.
+    bool edge = start + kKeys > kvSeq || mask.kind ||
+                (causal && (qPos || start + kKeys - 1 > row0 + warpRow));
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * (scale * kLog2e);
+        if (edge) {
+          int64_t i = rows[e / 2], j = start + n * 8 + t * 2 + (e & 1);
+          bool hidden = j >= kvSeq;
+          if (!hidden && causal)
+            hidden = qPos ? i < seq && kPos[j] > qPos[i] : j > i;
+          if (hidden)
+            x = -INFINITY;
+          else if (mask.kind && i < seq)
+            x += maskValue(mask, b, h, i, j) * kLog2e;
+        }
+        s[n][e] = x;
+        tileMax[e / 2] = fmaxf(tileMax[e / 2], x);
+      }
+    float base[2], correction[2], tileSum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tileMax[r] =
+          fmaxf(tileMax[r], __shfl_xor_sync(0xffffffff, tileMax[r], 1));
+      tileMax[r] =
+          fmaxf(tileMax[r], __shfl_xor_sync(0xffffffff, tileMax[r], 2));
+      float newMax = fmaxf(rowMax[r], tileMax[r]);
+      base[r] = newMax == -INFINITY ? 0.0f : newMax;
+      correction[r] = exp2f(rowMax[r] - base[r]);
+      rowMax[r] = newMax;
+    }
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float p = exp2f(s[n][e] - base[e / 2]);
+        s[n][e] = p;
+        tileSum[e / 2] += p;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      rowSum[r] = rowSum[r] * correction[r] + tileSum[r];
+#pragma unroll
+    for (int d = 0; d < kDim / 8; ++d) {
+      o[d][0] *= correction[0];
+      o[d][1] *= correction[0];
+      o[d][2] *= correction[1];
+      o[d][3] *= correction[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t pa[4] = {packPair<T>(s[2 * kk][0], s[2 * kk][1]),
+                        packPair<T>(s[2 * kk][2], s[2 * kk][3]),
+                        packPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                        packPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int d = 0; d < kDim / 8; d += 2) {
+        // Transposed matrices: keys kk*16.. and +8, dimensions d*8.. and
+        // (d+1)*8.. of V stored [key][dim].
+        uint32_t frag[4];
+        loadMatrices<true>(
+            frag, vTile + (kk * 16 + (matrix & 1) * 8 + matrixRow) * kPitch +
+                      (d + matrix / 2) * 8);
+        mma16816<T>(o[d], pa, frag[0], frag[1]);
+        mma16816<T>(o[d + 1], pa, frag[2], frag[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rowSum[r] += __shfl_xor_sync(0xffffffff, rowSum[r], 1);
+    rowSum[r] += __shfl_xor_sync(0xffffffff, rowSum[r], 2);
+    int64_t i = rows[r];
+    if (i >= seq)
+      continue;
+    float inv = rowSum[r] > 0 ? 1.0f / rowSum[r] : 0.0f;
+    T *outRow = out + (bh * seq + i) * kDim;
+#pragma unroll
+    for (int d = 0; d < kDim / 8; ++d)
+      *reinterpret_cast<uint32_t *>(outRow + d * 8 + t * 2) =
+          packPair<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    if (lse && t == 0)
+      lse[bh * seq + i] =
+          rowSum[r] > 0 ? rowMax[r] * kLn2 + logf(rowSum[r]) : -1e30f;
+  }
+}
+
+/// Whether the tensor-core kernel takes this attention: 16-bit floats,
+/// heads of 64 or 128 for Q, K and V alike, 16-byte aligned tensors, and a
+/// device of compute capability 8.0 or later.
+template <typename T>
+bool tensorCoreAttention(Context &ctx, const DeviceTensor &q,
+                         const DeviceTensor &k, const DeviceTensor &v,
+                         const DeviceTensor &out) {
+  if constexpr (std::is_same<T, float>::value) {
+    return false;
+  } else {
+    int64_t dim = q.shape[3];
+    if ((dim != 64 && dim != 128) || k.shape[3] != dim || v.shape[3] != dim)
+      return false;
+    for (const DeviceTensor *t : {&q, &k, &v, &out})
+      if (reinterpret_cast<uintptr_t>(t->data) % 16)
+        return false;
+    static int major = [&] {
+      int device = 0, value = 0;
+      check(ctx, cudaGetDevice(&device), "cudaGetDevice");
+      check(ctx,
+            cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
+                                   device),
+            "cudaDeviceGetAttribute");
+      return value;
+    }();
+    return major >= 8;
+  }
+}
+
+template <typename T, int kDim>
+void launchAttentionMma(Context &ctx, const DeviceTensor &q,
+                        const DeviceTensor &k, const DeviceTensor &v,
+                        const MaskView &mask, float scale, bool causal,
+                        const BlockView &block, const DeviceTensor &out) {
+  constexpr int kRows = 64, kKeys = 64;
+  size_t shared = size_t(kRows + 4 * kKeys) * (kDim + 8) * sizeof(T);
+  static bool raised = false;
+  if (!raised) {
+    check(ctx,
+          cudaFuncSetAttribute(flashAttentionMmaKernel<T, kDim>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(shared)),
+          "cudaFuncSetAttribute");
+    raised = true;
+  }
+  int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2];
+  dim3 grid(unsigned((seq + kRows - 1) / kRows), unsigned(batch * heads));
+  flashAttentionMmaKernel<T, kDim><<<grid, 128, shared, ctx.compute>>>(
+      heads, k.shape[1], seq, k.shape[2], scale, causal, mask, block.qPos,
+      block.kPos, static_cast<const T *>(q.data),
+      static_cast<const T *>(k.data), static_cast<const T *>(v.data),
+      static_cast<T *>(out.data), block.lse);
+  checkLaunch(ctx);
+}
+
 template <typename T>
 void dispatchAttention(Context &ctx, const DeviceTensor &q,
                        const DeviceTensor &k, const DeviceTensor &v,
                        const MaskView &mask, float scale, bool causal,
                        const BlockView &block, const DeviceTensor &out) {
   int64_t dim = std::max(q.shape[3], v.shape[3]);
+  if (tensorCoreAttention<T>(ctx, q, k, v, out)) {
+    if (dim == 64)
+      launchAttentionMma<T, 64>(ctx, q, k, v, mask, scale, causal, block, out);
+    else
+      launchAttentionMma<T, 128>(ctx, q, k, v, mask, scale, causal, block, out);
+    return;
+  }
   if (dim <= 64)
     launchAttention<T, 64, 32>(ctx, q, k, v, mask, scale, causal, block, out);
   else if (dim <= 128)
