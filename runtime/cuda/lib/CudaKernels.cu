@@ -781,15 +781,17 @@ void launchAttentionMma(Context &ctx, const DeviceTensor &q,
                         const BlockView &block, const DeviceTensor &out) {
   constexpr int kRows = 64, kKeys = 64;
   size_t shared = size_t(kRows + 4 * kKeys) * (kDim + 8) * sizeof(T);
-  static bool raised = false;
-  if (!raised) {
+  // Raised once per process; ranks as threads may get here together, and a
+  // static's initialization is thread-safe.
+  static const bool raised = [&] {
     check(ctx,
           cudaFuncSetAttribute(flashAttentionMmaKernel<T, kDim>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(shared)),
           "cudaFuncSetAttribute");
-    raised = true;
-  }
+    return true;
+  }();
+  (void)raised;
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2];
   dim3 grid(unsigned((seq + kRows - 1) / kRows), unsigned(batch * heads));
   flashAttentionMmaKernel<T, kDim><<<grid, 128, shared, ctx.compute>>>(
@@ -806,6 +808,10 @@ void dispatchAttention(Context &ctx, const DeviceTensor &q,
                        const MaskView &mask, float scale, bool causal,
                        const BlockView &block, const DeviceTensor &out) {
   int64_t dim = std::max(q.shape[3], v.shape[3]);
+  // A block row per (batch, head): the grid's y extent.
+  if (q.shape[0] * q.shape[1] > 65535)
+    fail(ctx, "attention over more than 65535 (batch x heads) pairs is not "
+              "supported on CUDA; split the batch");
   if (tensorCoreAttention<T>(ctx, q, k, v, out)) {
     if (dim == 64)
       launchAttentionMma<T, 64>(ctx, q, k, v, mask, scale, causal, block, out);
