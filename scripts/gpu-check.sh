@@ -180,34 +180,38 @@ print("%.2e" % worst)
 sys.exit(0 if worst <= tol else 1)
 EOF
   }
-  for case in "$dir"/cases/*/; do
+  # Runs one case as threads sharing GPU 0 (threads) or one process per
+  # GPU over NCCL (nccl), and compares its outputs with the CPU's.
+  checkCase() { # threads|nccl case-dir
+    local mode=$1 case=$2
     local name ranks dtype inputs
     name=$(basename "$case")
     read -r ranks dtype inputs <"$case/case.txt"
     local tol=1e-5
     [[ $dtype == bf16 ]] && tol=2e-2
-    local args=()
+    local args=() launcher=()
     for i in $inputs; do args+=("$case/$i"); done
+    [[ $mode == nccl ]] && launcher=("$python" "$root/test/tools/Inputs/torchrun-env.py" --nproc "$ranks")
     rm -rf "$case/out" && mkdir -p "$case/out"
-    local start end result
+    local start end result error
     start=$(date +%s.%N)
-    if ! timeout 300 "$case/program" --collective-timeout 60 "$case/weights" "$case/out" "${args[@]}" \
-        >"$case/run.log" 2>&1; then
-      result="FAIL (exit): $(tail -3 "$case/run.log" | tr '\n' ' ')"
+    if ! timeout 300 "${launcher[@]}" "$case/program" --collective-timeout 60 "$case/weights" "$case/out" \
+        "${args[@]}" >"$case/$mode.log" 2>&1; then
+      result="FAIL (exit): $(tail -3 "$case/$mode.log" | tr '\n' ' ')"
       failed=$((failed + 1))
+    elif end=$(date +%s.%N) && error=$(compare "$name" "$case/reference" "$case/out" "$tol"); then
+      result="ok   max rel error $error (<= $tol), $(awk "BEGIN {printf \"%.2f\", $end - $start}") s"
+      passed=$((passed + 1))
     else
-      end=$(date +%s.%N)
-      local error
-      if error=$(compare "$name" "$case/reference" "$case/out" "$tol"); then
-        result="ok   max rel error $error (<= $tol), $(awk "BEGIN {printf \"%.2f\", $end - $start}") s"
-        passed=$((passed + 1))
-      else
-        result="FAIL $error (tolerance $tol)"
-        failed=$((failed + 1))
-      fi
+      result="FAIL $error (tolerance $tol)"
+      failed=$((failed + 1))
     fi
+    [[ $mode == nccl ]] && name="nccl $name"
     table+=("$(printf '%-36s %d ranks  %s' "$name" "$ranks" "$result")")
     echo "${table[-1]}"
+  }
+  for case in "$dir"/cases/*/; do
+    checkCase threads "$case"
   done
 
   # The watchdog: rank 3 of a 4-rank program stalls; the others must fail
@@ -238,26 +242,7 @@ EOF
   # NCCL, one process per rank, where the machine has a GPU per rank.
   if [[ $gpus -ge 2 ]]; then
     for case in "$dir"/cases/*tp_2_sp_1*/; do
-      local name ranks dtype inputs
-      name=$(basename "$case")
-      read -r ranks dtype inputs <"$case/case.txt"
-      local tol=1e-5
-      [[ $dtype == bf16 ]] && tol=2e-2
-      local args=()
-      for i in $inputs; do args+=("$case/$i"); done
-      rm -rf "$case/out" && mkdir -p "$case/out"
-      local result
-      if "$python" "$root/test/tools/Inputs/torchrun-env.py" --nproc "$ranks" \
-          "$case/program" --collective-timeout 60 "$case/weights" "$case/out" "${args[@]}" >"$case/nccl.log" 2>&1 &&
-         error=$(compare "$name" "$case/reference" "$case/out" "$tol"); then
-        result="ok   max rel error $error"
-        passed=$((passed + 1))
-      else
-        result="FAIL: $(tail -3 "$case/nccl.log" | tr '\n' ' ')"
-        failed=$((failed + 1))
-      fi
-      table+=("$(printf 'nccl %-31s %d ranks  %s' "$name" "$ranks" "$result")")
-      echo "${table[-1]}"
+      checkCase nccl "$case"
     done
   else
     table+=("nccl: not run (the machine has $gpus GPU; NCCL needs a GPU per rank)")
