@@ -356,7 +356,9 @@ static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
     return false;
   }
   llvm::json::Array entries;
-  for (auto [index, p] : llvm::enumerate(params)) {
+  for (auto [position, p] : llvm::enumerate(params)) {
+    // A copy: C++17 lambdas cannot capture a structured binding.
+    size_t index = position;
     llvm::json::Array shape;
     for (int64_t d : p.value.shape)
       shape.push_back(d);
