@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the ONNX importer's libFuzzer target with clang (ASan + coverage) in
-# $WEFT_FUZZ_BUILD_DIR (build-fuzz/) and runs it on a corpus seeded from the test
+# Builds the ONNX importer's libFuzzer target, weft and weft-opt with clang (ASan +
+# coverage) in $WEFT_FUZZ_BUILD_DIR (build-fuzz/) and runs the fuzzer on a corpus seeded from the test
 # models. Deterministic by default (fixed seed and run count); WEFT_FUZZ_ARGS
 # overrides, e.g. WEFT_FUZZ_ARGS="-max_total_time=600" for a longer search.
 set -euo pipefail
@@ -12,7 +12,9 @@ if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DWEFT_BUILD_FUZZERS=ON
 fi
-ninja -C "$build" -j "${WEFT_JOBS:-2}" onnx-import-fuzzer
+# The tools too: clang in C++17 mode refuses what GCC lets through (a lambda
+# capturing a structured binding), and the main build is GCC's.
+ninja -C "$build" -j "${WEFT_JOBS:-2}" onnx-import-fuzzer weft weft-opt
 
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
