@@ -160,13 +160,14 @@ double relativeError(const HostTensor &got, const HostTensor &want) {
   return std::sqrt(diff / norm);
 }
 
-/// The tensor-core kernel's cases against the f32 CUDA-core kernel on the
-/// same (bf16-rounded) inputs: grouped KV heads, sequences that are not a
-/// multiple of the 64-row tile, more keys than queries, an additive mask
-/// with -inf entries, and a ring step's positions with the log-sum-exp.
-void checkAttention(Context &ctx, std::mt19937 &rng, int64_t b, int64_t heads,
-                    int64_t kvHeads, int64_t s, int64_t kvS, int64_t d,
-                    bool causal, bool withMask, bool withPositions) {
+/// The tensor-core kernel's cases, in bf16 or f16, against the f32 CUDA-core
+/// kernel on the same (bf16-rounded, so exact in either) inputs: grouped KV
+/// heads, sequences that are not a multiple of the 64-row tile, more keys than
+/// queries, an additive mask with -inf entries, and a ring step's positions
+/// with the log-sum-exp.
+void checkAttention(Context &ctx, std::mt19937 &rng, DType type, int64_t b,
+                    int64_t heads, int64_t kvHeads, int64_t s, int64_t kvS,
+                    int64_t d, bool causal, bool withMask, bool withPositions) {
   HostTensor qh = randomHost({b, heads, s, d}, rng);
   HostTensor kh = randomHost({b, kvHeads, kvS, d}, rng);
   HostTensor vh = randomHost({b, kvHeads, kvS, d}, rng);
@@ -187,7 +188,7 @@ void checkAttention(Context &ctx, std::mt19937 &rng, int64_t b, int64_t heads,
   DeviceTensor kp = deviceCopy(ctx, kPos, DType::I64);
   float scale = 1.0f / std::sqrt(float(d));
   HostTensor results[2], lses[2];
-  DType types[2] = {DType::BF16, DType::F32};
+  DType types[2] = {type, DType::F32};
   std::vector<DeviceTensor> owned{mask, qp, kp};
   for (int r = 0; r < 2; ++r) {
     DeviceTensor q = deviceCopy(ctx, qh, types[r]);
@@ -212,15 +213,15 @@ void checkAttention(Context &ctx, std::mt19937 &rng, int64_t b, int64_t heads,
       lseError = std::max(
           lseError, double(std::fabs(lses[0].floats[i] - lses[1].floats[i])));
   bool ok = error < 1e-2 && lseError < 1e-2;
-  std::printf("check attention b=%ld h=%ld/%ld s=%ld keys=%ld d=%ld%s%s%s: "
-              "relative error %.2e%s (%s)\n",
-              long(b), long(heads), long(kvHeads), long(s), long(kvS), long(d),
-              causal ? " causal" : "", withMask ? " mask" : "",
-              withPositions ? " positions+lse" : "", error,
-              withPositions
-                  ? (", lse max error " + std::to_string(lseError)).c_str()
-                  : "",
-              ok ? "ok" : "FAIL");
+  std::printf(
+      "check attention %s b=%ld h=%ld/%ld s=%ld keys=%ld d=%ld%s%s%s: "
+      "relative error %.2e%s (%s)\n",
+      dtypeName(type), long(b), long(heads), long(kvHeads), long(s), long(kvS),
+      long(d), causal ? " causal" : "", withMask ? " mask" : "",
+      withPositions ? " positions+lse" : "", error,
+      withPositions ? (", lse max error " + std::to_string(lseError)).c_str()
+                    : "",
+      ok ? "ok" : "FAIL");
   std::fflush(stdout);
   failures += ok ? 0 : 1;
   for (DeviceTensor &t : owned)
@@ -259,13 +260,16 @@ int main(int argc, char **argv) {
           "cudaMalloc");
     std::mt19937 rng(0);
     if (!gemmOnly) {
-      for (int64_t d : {int64_t(64), int64_t(128)}) {
-        checkAttention(ctx, rng, 2, 4, 2, 100, 100, d, true, false, false);
-        checkAttention(ctx, rng, 1, 3, 3, 130, 200, d, false, true, false);
-        checkAttention(ctx, rng, 2, 2, 1, 64, 64, d, true, true, false);
-        checkAttention(ctx, rng, 1, 4, 2, 70, 90, d, true, false, true);
-        checkAttention(ctx, rng, 1, 2, 2, 33, 130, d, true, true, true);
-      }
+      for (DType type : {DType::BF16, DType::F16})
+        for (int64_t d : {int64_t(64), int64_t(128)}) {
+          checkAttention(ctx, rng, type, 2, 4, 2, 100, 100, d, true, false,
+                         false);
+          checkAttention(ctx, rng, type, 1, 3, 3, 130, 200, d, false, true,
+                         false);
+          checkAttention(ctx, rng, type, 2, 2, 1, 64, 64, d, true, true, false);
+          checkAttention(ctx, rng, type, 1, 4, 2, 70, 90, d, true, false, true);
+          checkAttention(ctx, rng, type, 1, 2, 2, 33, 130, d, true, true, true);
+        }
       benchAttention(ctx, rng, "gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96, 2048,
                      128);
       benchAttention(ctx, rng, "gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96, 2048,
