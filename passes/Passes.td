@@ -82,6 +82,11 @@ def WeftRaise : Pass<"weft-raise"> {
     Run `-weft-canonicalize` first so that folded constants are visible. `weft import`
     runs both unless given `--no-raise`.
   }];
+  let options = [
+    Option<"explain", "explain", "bool", /*default=*/"false",
+           "Emit a remark at each softmax that is not raised to weft.attention, "
+           "naming the op that stopped the match">,
+  ];
 }
 
 def WeftMarkLayers : Pass<"weft-mark-layers", "::mlir::func::FuncOp"> {

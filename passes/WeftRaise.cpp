@@ -259,14 +259,24 @@ Affine matchAffine(Value normalized, ArrayRef<int64_t> normalizedShape) {
 struct RaiseLayerNorm : OpRewritePattern<DivOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(DivOp div, PatternRewriter &rewriter) const override {
-    // (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)
-    auto centered = div.getLhs().getDefiningOp<SubOp>();
+    // (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps), or the centered
+    // value times (1 / sqrt(...)) (torch.rsqrt's export).
     auto sqrt = div.getRhs().getDefiningOp<SqrtOp>();
-    if (!centered || !sqrt)
+    if (!sqrt)
+      return failure();
+    Value normalizedValue = div.getResult();
+    auto centered = div.getLhs().getDefiningOp<SubOp>();
+    if (!centered && isConstant(div.getLhs(), 1.0))
+      if (auto mul = soleUser<MulOp>(div.getResult())) {
+        centered = otherOperand(mul, div.getResult()).getDefiningOp<SubOp>();
+        normalizedValue = mul.getResult();
+      }
+    if (!centered)
       return failure();
     auto mean = centered.getRhs().getDefiningOp<ReduceMeanOp>();
     Value x = centered.getLhs();
-    if (!mean || mean.getInput() != x || x.getType() != div.getType())
+    if (!mean || mean.getInput() != x ||
+        x.getType() != normalizedValue.getType())
       return failure();
     std::optional<int64_t> axis = trailingAxis(mean);
     auto sum = sqrt.getInput().getDefiningOp<AddOp>();
@@ -281,7 +291,7 @@ struct RaiseLayerNorm : OpRewritePattern<DivOp> {
         continue;
       auto type = cast<RankedTensorType>(x.getType());
       ArrayRef<int64_t> normalized = type.getShape().drop_front(*axis);
-      Affine affine = matchAffine(div.getResult(), normalized);
+      Affine affine = matchAffine(normalizedValue, normalized);
       rewriter.setInsertionPoint(affine.root);
       Value scale = affine.scale ? affine.scale
                                  : ones(rewriter, div.getLoc(), normalized,
@@ -387,133 +397,386 @@ struct RaiseLinearBias : OpRewritePattern<AddOp> {
   }
 };
 
-/// True if `value` is a constant whose last two dimensions keep (true / 0) the
-/// lower triangle including the diagonal and mask the rest, the same in every
-/// leading position: a causal mask aligned at the top left.
-bool isCausalMask(Value value, bool boolean) {
+/// Whether the softmax patterns record why they did not match.
+using Explanations = llvm::DenseMap<Operation *, std::string>;
+
+/// "'weft.where' (node '/h.0/attn/Where')", naming the ONNX node an op came
+/// from when its location says.
+std::string describe(Operation *op) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "'" << op->getName() << "'";
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location part : fused.getLocations())
+      if (isa<NameLoc>(part)) {
+        loc = part;
+        break;
+      }
+  if (auto name = dyn_cast<NameLoc>(loc))
+    os << " (node '" << name.getName().getValue() << "')";
+  return text;
+}
+
+std::string describe(Value value) {
+  if (Operation *op = value.getDefiningOp())
+    return describe(op);
+  return "a function argument";
+}
+
+/// A float-to-float cast's input (softmax in f32 with casts around it).
+Value throughCast(Value value) {
+  if (auto cast = value.getDefiningOp<CastOp>())
+    if (isa<FloatType>(getElementTypeOrSelf(cast.getInput().getType())) &&
+        isa<FloatType>(getElementTypeOrSelf(cast.getType())))
+      return cast.getInput();
+  return value;
+}
+
+/// True if `value` is computed from a matmul through scaling, masking and
+/// casts: the scores side of a masked sum, as opposed to the mask.
+bool reachesProduct(Value value, int depth = 8) {
+  Operation *op = value.getDefiningOp();
+  if (!op || depth == 0)
+    return false;
+  if (isa<MatmulOp>(op))
+    return true;
+  if (!isa<MulOp, DivOp, AddOp, SubOp, WhereOp, CastOp, MaximumOp, MinimumOp>(
+          op))
+    return false;
+  return llvm::any_of(op->getOperands(),
+                      [&](Value v) { return reachesProduct(v, depth - 1); });
+}
+
+/// The elements of a constant (or a broadcast of one).
+DenseElementsAttr constantElements(Value value) {
+  if (auto broadcast = value.getDefiningOp<BroadcastToOp>())
+    value = broadcast.getInput();
   auto constant = value.getDefiningOp<ConstantOp>();
-  auto elements = constant ? dyn_cast<DenseElementsAttr>(constant.getValue())
-                           : DenseElementsAttr();
+  return constant ? dyn_cast<DenseElementsAttr>(constant.getValue())
+                  : DenseElementsAttr();
+}
+
+/// True if `value` is a constant mask whose last two dimensions keep the
+/// lower triangle including the diagonal and mask the rest, the same in
+/// every leading position: a causal mask aligned at the top left. A boolean
+/// mask keeps where it equals `trueKeeps`; an additive one keeps where it is
+/// 0 and masks where it is -1e4 or less (-inf, finfo.min, -1e9).
+bool isCausalMask(Value value, bool trueKeeps = true) {
+  DenseElementsAttr elements = constantElements(value);
   if (!elements)
     return false;
   auto type = cast<RankedTensorType>(elements.getType());
   if (type.getRank() < 2)
     return false;
   int64_t rows = type.getDimSize(type.getRank() - 2), cols = type.getShape().back();
+  if (rows < 2 || cols < 2)
+    return false;
+  auto at = [&](int64_t i, bool keep) {
+    int64_t col = i % cols, row = (i / cols) % rows;
+    return keep == (col <= row);
+  };
   int64_t i = 0;
-  if (boolean) {
-    for (bool keep : elements.getValues<bool>()) {
-      int64_t col = i % cols, row = (i / cols) % rows;
-      if (keep != (col <= row))
+  if (elements.getElementType().isInteger(1)) {
+    for (bool element : elements.getValues<bool>())
+      if (!at(i++, element == trueKeeps))
         return false;
-      ++i;
-    }
     return true;
   }
+  if (!isa<FloatType>(elements.getElementType()))
+    return false;
   for (APFloat v : elements.getValues<APFloat>()) {
-    int64_t col = i % cols, row = (i / cols) % rows;
     double d = v.convertToDouble();
-    if (col <= row ? d != 0.0 : d > -1e4)
+    if ((d != 0.0 && d > -1e4) || !at(i++, d == 0.0))
       return false;
-    ++i;
   }
   return true;
 }
 
+/// A large negative fill: masked scores are -1e4 or less (-inf, finfo.min).
+bool isMaskFill(Value value) {
+  std::optional<double> fill = splatValue(value);
+  return fill && *fill <= -1e4;
+}
+
+/// What a softmax turns out to be part of: softmax(scale · q kᵀ [masked]) · v.
+struct AttentionMatch {
+  MatmulOp output;
+  Value q, k, v;
+  /// Set when kᵀ was given as a transpose; k is then its input, permuted.
+  TransposeOp keyTranspose;
+  double scale = 1.0;
+  bool causal = false;
+  Value mask;
+  /// The mask is boolean and masks where it is true (where(m, -inf, s)).
+  bool invertMask = false;
+  std::optional<double> dropout;
+};
+
+/// Recognises attention by what the ops around a softmax compute, whatever
+/// order exporters wrote them in: the probabilities (maybe cast back from
+/// f32, maybe through dropout) multiply v; the scores are q·kᵀ scaled by a
+/// constant (after the product, on q, on kᵀ, or split over both), masked by
+/// where(keep, s, -big), where(drop, -big, s) or s + bias in any nesting,
+/// and maybe cast to f32. On failure, `why` names the op that stopped it.
+FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
+  auto fail = [&](const llvm::Twine &reason) {
+    why = reason.str();
+    return failure();
+  };
+  auto scoresType = softmax.getType();
+  if (scoresType.getRank() != 4)
+    return fail("the scores have rank " + llvm::Twine(scoresType.getRank()) +
+                ", not [batch, heads, queries, keys]");
+  if (softmax.getAxis() != 3)
+    return fail("the softmax is not over the last (key) dimension");
+  AttentionMatch match;
+  Value probs = softmax.getResult();
+  if (auto cast = soleUser<CastOp>(probs))
+    if (throughCast(cast.getResult()) == probs)
+      probs = cast.getResult();
+  if (auto dropout = soleUser<DropoutOp>(probs)) {
+    match.dropout = dropout.getRatio().convertToDouble();
+    probs = dropout.getResult();
+  }
+  match.output = soleUser<MatmulOp>(probs);
+  if (!match.output || match.output.getLhs() != probs ||
+      match.output.getTransposeLhs() || match.output.getTransposeRhs()) {
+    if (!probs.hasOneUse())
+      return fail(
+          "the probabilities have " +
+          llvm::Twine(std::distance(probs.use_begin(), probs.use_end())) +
+          " uses, not one product with V");
+    return fail("the probabilities are used by " +
+                describe(*probs.getUsers().begin()) + ", not as P in P·V");
+  }
+  match.v = match.output.getRhs();
+
+  // Peel masks and scales off the scores until the product q·kᵀ.
+  Value scores = throughCast(softmax.getInput());
+  // Peeling goes from the softmax inwards: a scale met before a mask is
+  // applied after it.
+  bool scaledOutside = false;
+  auto takeMask = [&](Value mask, bool invert) -> LogicalResult {
+    if (match.mask)
+      return fail("the scores carry two masks that are not causal (" +
+                  describe(match.mask) + " and " + describe(mask) +
+                  "); weft.attention takes one");
+    match.mask = mask;
+    match.invertMask = invert;
+    return success();
+  };
+  for (int depth = 0; depth < 8 && !scores.getDefiningOp<MatmulOp>(); ++depth) {
+    Operation *op = scores.getDefiningOp();
+    if (!op)
+      return fail("the scores are a function argument, not q·kᵀ");
+    if (auto where = dyn_cast<WhereOp>(op)) {
+      bool keepsTrue;
+      if (isMaskFill(where.getRhs()) && reachesProduct(where.getLhs())) {
+        keepsTrue = true;
+        scores = where.getLhs();
+      } else if (isMaskFill(where.getLhs()) && reachesProduct(where.getRhs())) {
+        keepsTrue = false;
+        scores = where.getRhs();
+      } else {
+        return fail(describe(op) +
+                    " selects between values neither of which is a constant "
+                    "fill of -1e4 or less, so it is not a mask");
+      }
+      if (isCausalMask(where.getCondition(), keepsTrue))
+        match.causal = true;
+      else if (failed(takeMask(where.getCondition(), !keepsTrue)))
+        return failure();
+      continue;
+    }
+    if (auto add = dyn_cast<AddOp>(op)) {
+      bool lhsScores = reachesProduct(add.getLhs()),
+           rhsScores = reachesProduct(add.getRhs());
+      if (lhsScores == rhsScores)
+        return fail(describe(op) +
+                    (lhsScores ? " adds two products" : " adds no product") +
+                    ", so it is not scores plus a mask");
+      Value bias = lhsScores ? add.getRhs() : add.getLhs();
+      scores = lhsScores ? add.getLhs() : add.getRhs();
+      if (!isa<FloatType>(getElementTypeOrSelf(bias.getType())))
+        return fail(describe(op) + " adds a non-float bias");
+      if (isCausalMask(bias)) {
+        match.causal = true;
+        continue;
+      }
+      // A scale applied after an additive mask scales the mask too.
+      if (scaledOutside)
+        return fail(describe(op) +
+                    " adds a mask that a later scale multiplies");
+      if (failed(takeMask(bias, false)))
+        return failure();
+      continue;
+    }
+    if (std::optional<std::pair<Value, double>> scaled = scaledBy(scores)) {
+      if (scaled->second <= 0)
+        return fail(describe(op) + " scales the scores by " +
+                    std::to_string(scaled->second) + ", which is not positive");
+      scaledOutside = true;
+      match.scale *= scaled->second;
+      scores = scaled->first;
+      continue;
+    }
+    if (auto cast = dyn_cast<CastOp>(op);
+        cast && throughCast(scores) != scores) {
+      scores = throughCast(scores);
+      continue;
+    }
+    return fail("the scores come from " + describe(op) +
+                ", which is neither q·kᵀ, a constant scale nor a mask");
+  }
+  auto qk = scores.getDefiningOp<MatmulOp>();
+  if (!qk)
+    return fail("the scores are not a product q·kᵀ");
+  if (qk.getTransposeLhs())
+    return fail(describe(qk.getOperation()) +
+                " transposes its left operand; q·kᵀ does not");
+  match.q = qk.getLhs();
+  if (std::optional<std::pair<Value, double>> scaled = scaledBy(match.q);
+      scaled && scaled->second > 0 && match.q.hasOneUse()) {
+    match.scale *= scaled->second;
+    match.q = scaled->first;
+  }
+  Value k = qk.getRhs();
+  if (std::optional<std::pair<Value, double>> scaled = scaledBy(k);
+      scaled && scaled->second > 0 && k.hasOneUse()) {
+    match.scale *= scaled->second;
+    k = scaled->first;
+  }
+  if (!qk.getTransposeRhs()) {
+    // kᵀ = transpose(x, P) for any P (exporters fuse the head permute
+    // with the transpose), so k = transpose(x, P with its last two swapped).
+    match.keyTranspose = k.getDefiningOp<TransposeOp>();
+    if (!match.keyTranspose || match.keyTranspose.getPermutation().size() != 4)
+      return fail("kᵀ comes from " + describe(k) +
+                  ", not from a transpose of k");
+  } else {
+    match.k = k;
+  }
+  for (Value operand :
+       {match.q, match.keyTranspose ? match.keyTranspose.getInput() : k,
+        match.v})
+    if (cast<RankedTensorType>(operand.getType()).getRank() != 4)
+      return fail("q, k or v (" + describe(operand) + ") is not rank 4");
+  return match;
+}
+
 struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
-  using OpRewritePattern::OpRewritePattern;
+  RaiseAttention(MLIRContext *context, Explanations *explanations)
+      : OpRewritePattern(context), explanations(explanations) {}
+
   LogicalResult matchAndRewrite(SoftmaxOp softmax,
                                 PatternRewriter &rewriter) const override {
-    auto scoresType = softmax.getType();
-    if (scoresType.getRank() != 4 || softmax.getAxis() != 3)
-      return failure();
-    auto output = soleUser<MatmulOp>(softmax.getResult());
-    if (!output || output.getLhs() != softmax.getResult() ||
-        output.getTransposeLhs() || output.getTransposeRhs())
-      return failure();
-    Value v = output.getRhs();
-    // The scores: scaled q·kᵀ, maybe masked.
-    Value scores = softmax.getInput(), mask;
-    bool causal = false;
-    if (auto where = scores.getDefiningOp<WhereOp>()) {
-      std::optional<double> fill = splatValue(where.getRhs());
-      if (!fill || *fill > -1e4 || !scores.hasOneUse())
-        return failure();
-      if (isCausalMask(where.getCondition(), /*boolean=*/true))
-        causal = true;
-      else
-        mask = where.getCondition();
-      scores = where.getLhs();
-    } else if (auto add = scores.getDefiningOp<AddOp>()) {
-      for (auto [inner, additive] : {std::pair{add.getLhs(), add.getRhs()},
-                                     std::pair{add.getRhs(), add.getLhs()}}) {
-        if (!inner.getDefiningOp<MatmulOp>() && !scaledBy(inner))
-          continue;
-        if (isCausalMask(additive, /*boolean=*/false))
-          causal = true;
-        else
-          mask = additive;
-        scores = inner;
-        break;
-      }
-      if (scores == softmax.getInput())
-        return failure();
-    }
-    double scale = 1.0;
-    if (!scores.getDefiningOp<MatmulOp>()) {
-      std::optional<std::pair<Value, double>> scaled = scaledBy(scores);
-      if (!scaled || scaled->second <= 0)
-        return failure();
-      scores = scaled->first;
-      scale = scaled->second;
-    }
-    auto qk = scores.getDefiningOp<MatmulOp>();
-    if (!qk || qk.getTransposeLhs())
-      return failure();
-    Value q = qk.getLhs(), k = qk.getRhs();
-    TransposeOp keyTranspose;
-    if (!qk.getTransposeRhs()) {
-      // kᵀ = transpose(x, P) for any P (exporters fuse the head permute
-      // with the transpose), so k = transpose(x, P with its last two swapped).
-      keyTranspose = k.getDefiningOp<TransposeOp>();
-      if (!keyTranspose || keyTranspose.getPermutation().size() != 4)
-        return failure();
-    }
-    rewriter.setInsertionPoint(output);
-    if (keyTranspose) {
-      ArrayRef<int64_t> perm = keyTranspose.getPermutation();
+    std::string why;
+    FailureOr<AttentionMatch> found = matchAttention(softmax, why);
+    if (failed(found))
+      return explain(softmax, why);
+    AttentionMatch &match = *found;
+    rewriter.setInsertionPoint(match.output);
+    SmallVector<Operation *> created;
+    Value k = match.k;
+    if (match.keyTranspose) {
+      ArrayRef<int64_t> perm = match.keyTranspose.getPermutation();
       SmallVector<int64_t> keyPerm{perm[0], perm[1], perm[3], perm[2]};
-      k = TransposeOp::create(rewriter, keyTranspose.getLoc(),
-                              keyTranspose.getInput(), keyPerm);
+      k = TransposeOp::create(rewriter, match.keyTranspose.getLoc(),
+                              match.keyTranspose.getInput(), keyPerm);
+      created.push_back(k.getDefiningOp());
     }
-    auto qType = dyn_cast<RankedTensorType>(q.getType());
-    auto kType = dyn_cast<RankedTensorType>(k.getType());
-    auto vType = dyn_cast<RankedTensorType>(v.getType());
-    if (!qType || !kType || !vType || qType.getRank() != 4 ||
-        kType.getRank() != 4 || vType.getRank() != 4) {
-      if (keyTranspose)
-        rewriter.eraseOp(k.getDefiningOp());
-      return failure();
+    Value mask = match.mask;
+    if (mask && match.invertMask) {
+      // where(m, -big, s) keeps where m is false: the mask is m == false.
+      Value falses = ConstantOp::create(
+          rewriter, mask.getLoc(),
+          DenseElementsAttr::get(
+              RankedTensorType::get({}, rewriter.getI1Type()), false));
+      created.push_back(falses.getDefiningOp());
+      mask = CompareOp::create(rewriter, mask.getLoc(), ComparePredicate::eq,
+                               mask, falses);
+      created.push_back(mask.getDefiningOp());
     }
     auto attention = AttentionOp::create(
-        rewriter, output.getLoc(), output.getType(), q, k, v, mask,
-        rewriter.getF32FloatAttr(static_cast<float>(scale)),
-        causal ? rewriter.getUnitAttr() : UnitAttr(), FloatAttr());
+        rewriter, match.output.getLoc(), match.output.getType(), match.q, k,
+        match.v, mask,
+        rewriter.getF32FloatAttr(static_cast<float>(match.scale)),
+        match.causal ? rewriter.getUnitAttr() : UnitAttr(),
+        match.dropout && *match.dropout > 0
+            ? rewriter.getF64FloatAttr(*match.dropout)
+            : FloatAttr());
     // Shapes that only look like attention (a mask that does not broadcast,
-    // heads that do not group) are left alone, silently.
+    // heads that do not group) are left alone.
     LogicalResult valid = success();
     {
-      ScopedDiagnosticHandler quiet(getContext(),
-                                    [](Diagnostic &) { return success(); });
+      ScopedDiagnosticHandler quiet(getContext(), [&](Diagnostic &diag) {
+        why = "the parts do not form a valid weft.attention: " + diag.str();
+        return success();
+      });
       valid = verify(attention, /*verifyRecursively=*/false);
     }
     if (failed(valid)) {
       rewriter.eraseOp(attention);
-      if (keyTranspose)
-        rewriter.eraseOp(k.getDefiningOp());
-      return failure();
+      for (Operation *op : llvm::reverse(created))
+        rewriter.eraseOp(op);
+      return explain(softmax, why);
     }
-    rewriter.replaceOp(output, attention.getResult());
+    rewriter.replaceOp(match.output, attention.getResult());
+    return success();
+  }
+
+private:
+  LogicalResult explain(SoftmaxOp softmax, const std::string &why) const {
+    if (explanations)
+      (*explanations)[softmax] = why;
+    return failure();
+  }
+  Explanations *explanations;
+};
+
+/// A float mask that sums a constant causal bias with another mask (HF's
+/// causal + padding, maybe clamped at finfo.min) is a causal attention with
+/// the other mask alone: the planner sees causal work and ring attention a
+/// mask that broadcasts over the queries.
+struct FactorCausalMask : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionOp attention,
+                                PatternRewriter &rewriter) const override {
+    Value mask = attention.getMask();
+    if (!mask || attention.getCausal() ||
+        !isa<FloatType>(getElementTypeOrSelf(mask.getType())))
+      return failure();
+    Value sum = mask, floor;
+    if (auto clamp = mask.getDefiningOp<MaximumOp>()) {
+      for (auto [inner, bound] : {std::pair{clamp.getLhs(), clamp.getRhs()},
+                                  std::pair{clamp.getRhs(), clamp.getLhs()}})
+        if (isMaskFill(bound)) {
+          sum = inner;
+          floor = bound;
+        }
+      if (!floor)
+        return failure();
+    }
+    auto add = sum.getDefiningOp<AddOp>();
+    if (!add)
+      return failure();
+    Value rest;
+    if (isCausalMask(add.getLhs()))
+      rest = add.getRhs();
+    else if (isCausalMask(add.getRhs()))
+      rest = add.getLhs();
+    if (!rest)
+      return failure();
+    rewriter.setInsertionPoint(attention);
+    if (floor)
+      rest = MaximumOp::create(rewriter, mask.getLoc(), rest, floor);
+    rewriter.modifyOpInPlace(attention, [&] {
+      attention.getMaskMutable().assign(rest);
+      attention.setCausal(true);
+    });
+    if (failed(verify(attention, /*verifyRecursively=*/false)))
+      return failure();
     return success();
   }
 };
@@ -560,14 +823,27 @@ struct RaiseGroupedQuery : OpRewritePattern<AttentionOp> {
 };
 
 struct WeftRaise : public weft::impl::WeftRaiseBase<WeftRaise> {
+  using WeftRaiseBase::WeftRaiseBase;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
+    Explanations explanations;
     patterns.add<RaiseGeluErf, RaiseGeluTanh, RaiseSilu, RaiseLayerNorm,
-                 RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseAttention,
-                 RaiseGroupedQuery>(
-        &getContext());
+                 RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseGroupedQuery,
+                 FactorCausalMask>(&getContext());
+    patterns.add<RaiseAttention>(&getContext(),
+                                 explain ? &explanations : nullptr);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       getOperation()->emitWarning("weft-raise did not reach a fixed point");
+    if (!explain)
+      return;
+    // Every softmax left over says why it is not attention.
+    getOperation()->walk([&](SoftmaxOp softmax) {
+      auto it = explanations.find(softmax);
+      softmax.emitRemark() << "not raised to weft.attention: "
+                           << (it != explanations.end()
+                                   ? it->second
+                                   : "no attention pattern was tried");
+    });
   }
 };
 

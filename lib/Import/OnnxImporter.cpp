@@ -147,6 +147,8 @@ private:
   LogicalResult importSlice(const onnx::NodeProto &node);
   LogicalResult importSplit(const onnx::NodeProto &node);
   LogicalResult importConstant(const onnx::NodeProto &node);
+  LogicalResult importEinsum(const onnx::NodeProto &node);
+  LogicalResult importDropout(const onnx::NodeProto &node);
 
   OnnxModel &model;
   const onnx::GraphProto &graph;
@@ -723,6 +725,235 @@ LogicalResult GraphImporter::importSplit(const onnx::NodeProto &node) {
   return success();
 }
 
+LogicalResult GraphImporter::importEinsum(const onnx::NodeProto &node) {
+  // Two-operand einsums are batched matrix products: each index is a batch
+  // index (in both operands and the result), a contracted one (in both, not
+  // in the result) or a free one of one operand. The product is
+  // transpose + reshape to [batch, m, k] x [batch, k, n], one weft.matmul,
+  // and reshape + transpose to the result's order.
+  const onnx::AttributeProto *attr = attribute(node, "equation");
+  std::string equation;
+  for (char c : attr ? attr->s() : std::string())
+    if (c != ' ')
+      equation.push_back(c);
+  if (node.input_size() != 2)
+    return error() << "Einsum '" << equation << "' with " << node.input_size()
+                   << " operands is not supported; Weft imports two-operand "
+                      "products (batched matrix multiplies)";
+  Value a = input(node, 0), b = input(node, 1);
+  auto aType = cast<RankedTensorType>(a.getType());
+  auto bType = cast<RankedTensorType>(b.getType());
+  size_t arrow = equation.find("->");
+  size_t comma = equation.find(',');
+  if (comma == std::string::npos ||
+      (arrow != std::string::npos && arrow < comma))
+    return error() << "Einsum equation '" << equation << "' is malformed";
+  std::string terms[3] = {
+      equation.substr(0, comma),
+      equation.substr(comma + 1, arrow == std::string::npos
+                                     ? std::string::npos
+                                     : arrow - comma - 1),
+      arrow == std::string::npos ? std::string() : equation.substr(arrow + 2)};
+  // '...' stands for the leading dimensions not named; give them letters
+  // that no equation uses (digits).
+  int64_t ranks[2] = {aType.getRank(), bType.getRank()};
+  int64_t ellipsisDims = -1;
+  for (int i = 0; i < 3; ++i) {
+    size_t dots = terms[i].find("...");
+    if (dots == std::string::npos)
+      continue;
+    int64_t named = static_cast<int64_t>(terms[i].size()) - 3;
+    int64_t dims = i < 2 ? ranks[i] - named : ellipsisDims;
+    if (i < 2 && ellipsisDims >= 0 && dims != ellipsisDims)
+      return error() << "Einsum '" << equation
+                     << "': '...' covers different ranks in the two operands; "
+                        "Weft does not broadcast einsum operands";
+    if (dims < 0 || dims > 9)
+      return error() << "Einsum '" << equation
+                     << "' does not fit its operands' ranks";
+    ellipsisDims = dims;
+    std::string letters;
+    for (int64_t d = 0; d < dims; ++d)
+      letters.push_back(static_cast<char>('0' + d));
+    terms[i].replace(dots, 3, letters);
+  }
+  if (arrow == std::string::npos) {
+    // Implicit output: the indices that occur once, in alphabetical order.
+    std::string all = terms[0] + terms[1];
+    for (char c = '0'; c <= 'z'; ++c)
+      if (std::count(all.begin(), all.end(), c) == 1)
+        terms[2].push_back(c);
+  }
+  for (int i = 0; i < 2; ++i)
+    if (static_cast<int64_t>(terms[i].size()) != ranks[i])
+      return error() << "Einsum '" << equation << "': operand " << i
+                     << " has rank " << ranks[i] << " but its term '"
+                     << terms[i] << "' names " << terms[i].size()
+                     << " dimensions";
+  for (const std::string &term : terms)
+    for (char c : term)
+      if (std::count(term.begin(), term.end(), c) != 1)
+        return error() << "Einsum '" << equation
+                       << "' repeats an index within one term (a diagonal or "
+                          "trace), which Weft does not import";
+  auto in = [](const std::string &term, char c) {
+    return term.find(c) != std::string::npos;
+  };
+  std::string batch, contracted, free[2];
+  for (char c : terms[0]) {
+    if (in(terms[1], c))
+      (in(terms[2], c) ? batch : contracted).push_back(c);
+    else if (in(terms[2], c))
+      free[0].push_back(c);
+    else
+      return error() << "Einsum '" << equation << "' sums index '" << c
+                     << "' of one operand only, which Weft does not import";
+  }
+  for (char c : terms[1])
+    if (!in(terms[0], c)) {
+      if (!in(terms[2], c))
+        return error() << "Einsum '" << equation << "' sums index '" << c
+                       << "' of one operand only, which Weft does not import";
+      free[1].push_back(c);
+    }
+  for (char c : terms[2])
+    if (!in(terms[0], c) && !in(terms[1], c))
+      return error() << "Einsum '" << equation << "': the result index '" << c
+                     << "' is in neither operand";
+  Value operands[2] = {a, b};
+  RankedTensorType types[2] = {aType, bType};
+  auto size = [&](int i, char c) {
+    return types[i].getDimSize(static_cast<int64_t>(terms[i].find(c)));
+  };
+  for (char c : batch + contracted)
+    if (size(0, c) != size(1, c))
+      return error() << "Einsum '" << equation << "': index '" << c
+                     << "' has size " << size(0, c) << " in operand 0 and "
+                     << size(1, c) << " in operand 1";
+  // Operand i in the order [batch, outer, inner]: a's is [batch, m, k]
+  // (or [batch, k, m], transposed by the matmul), b's [batch, k, n] (or
+  // [batch, n, k]).
+  auto product = [](ArrayRef<int64_t> dims) {
+    int64_t p = 1;
+    for (int64_t d : dims)
+      p *= d;
+    return p;
+  };
+  bool transposed[2] = {false, false};
+  for (int i = 0; i < 2; ++i) {
+    std::string natural =
+        batch + (i == 0 ? free[0] + contracted : contracted + free[1]);
+    std::string swapped =
+        batch + (i == 0 ? contracted + free[0] : free[1] + contracted);
+    std::string order = natural;
+    if (terms[i] != natural && terms[i] == swapped) {
+      order = swapped;
+      transposed[i] = true;
+    }
+    Value value = operands[i];
+    if (terms[i] != order) {
+      SmallVector<int64_t> perm;
+      for (char c : order)
+        perm.push_back(static_cast<int64_t>(terms[i].find(c)));
+      value = createChecked<TransposeOp>(value, perm);
+    }
+    SmallVector<int64_t> shape;
+    for (char c : batch)
+      shape.push_back(size(i, c));
+    SmallVector<int64_t> outer, inner;
+    for (char c : i == 0 ? free[0] : contracted)
+      outer.push_back(size(i, c));
+    for (char c : i == 0 ? contracted : free[1])
+      inner.push_back(size(i, c));
+    if (transposed[i])
+      std::swap(outer, inner);
+    shape.push_back(product(outer));
+    shape.push_back(product(inner));
+    auto shaped = RankedTensorType::get(shape, types[i].getElementType());
+    if (value && value.getType() != shaped)
+      value = ReshapeOp::create(builder, loc, shaped, value);
+    operands[i] = value;
+  }
+  if (!operands[0] || !operands[1])
+    return failure();
+  Value result = createChecked<MatmulOp>(operands[0], operands[1],
+                                         transposed[0], transposed[1]);
+  if (!result)
+    return failure();
+  std::string produced = batch + free[0] + free[1];
+  SmallVector<int64_t> shape;
+  for (char c : produced)
+    shape.push_back(in(terms[0], c) ? size(0, c) : size(1, c));
+  auto resultType = cast<RankedTensorType>(result.getType());
+  if (ArrayRef<int64_t>(shape) != resultType.getShape())
+    result = ReshapeOp::create(builder, loc, resultType.clone(shape), result);
+  if (produced != terms[2]) {
+    SmallVector<int64_t> perm;
+    for (char c : terms[2])
+      perm.push_back(static_cast<int64_t>(produced.find(c)));
+    result = createChecked<TransposeOp>(result, perm);
+  }
+  setOutput(node, 0, result);
+  return success();
+}
+
+LogicalResult GraphImporter::importDropout(const onnx::NodeProto &node) {
+  // Opsets before 12 give the ratio as an attribute and mean inference;
+  // later ones take ratio and training_mode as inputs (inference unless
+  // training_mode is true). In training, weft.dropout keeps the ratio (a
+  // forward program treats it as the identity, as eval mode does).
+  Value data = input(node, 0);
+  double ratio = floatAttr(node, "ratio", 0.5f);
+  bool training = false;
+  if (model.opset >= 12) {
+    ratio = 0.5;
+    if (hasInput(node, 1)) {
+      std::optional<DenseElementsAttr> given = constantInput(node, 1);
+      if (!given || !isa<FloatType>(given->getElementType()) ||
+          given->getNumElements() != 1)
+        return error() << "Dropout's ratio (input 1) must be a constant scalar";
+      ratio = (*given->getValues<APFloat>().begin()).convertToDouble();
+    }
+    if (hasInput(node, 2)) {
+      std::optional<DenseElementsAttr> given = constantInput(node, 2);
+      if (!given || given->getNumElements() != 1 ||
+          !given->getElementType().isInteger(1))
+        return error()
+               << "Dropout's training_mode (input 2) must be a constant "
+                  "boolean";
+      training = *given->getValues<bool>().begin();
+    }
+  }
+  if (training && (ratio < 0 || ratio >= 1))
+    return error() << "Dropout ratio " << ratio << " is outside [0, 1)";
+  auto used = [&](const std::string &name) {
+    for (const onnx::NodeProto &other : graph.node())
+      for (const std::string &in : other.input())
+        if (in == name)
+          return true;
+    for (const onnx::ValueInfoProto &out : graph.output())
+      if (out.name() == name)
+        return true;
+    return false;
+  };
+  if (node.output_size() > 1 && !node.output(1).empty() &&
+      used(node.output(1))) {
+    if (training && ratio > 0)
+      return error() << "Dropout's mask output in a training export is not "
+                        "supported; export without using the mask";
+    auto type = cast<RankedTensorType>(data.getType());
+    setConstant(node.output(1),
+                DenseElementsAttr::get(type.clone(builder.getI1Type()), true));
+  }
+  setOutput(node, 0,
+            training && ratio > 0
+                ? DropoutOp::create(builder, loc, data.getType(), data,
+                                    builder.getF64FloatAttr(ratio))
+                      .getResult()
+                : data);
+  return success();
+}
+
 LogicalResult GraphImporter::importConstant(const onnx::NodeProto &node) {
   const onnx::AttributeProto &attr = node.attribute(0);
   Builder b(context);
@@ -979,6 +1210,33 @@ void GraphImporter::registerHandlers() {
                            : BroadcastToOp::create(builder, loc, *type, data)
                                  .getResult());
     return success();
+  };
+  handlers["Clip"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    // clamp(x, min, max) = minimum(maximum(x, min), max); opsets before 11
+    // give the bounds as attributes, later ones as optional inputs.
+    Value result = input(node, 0);
+    auto type = cast<RankedTensorType>(result.getType());
+    auto bound = [&](int index, llvm::StringRef name) -> Value {
+      if (hasInput(node, index))
+        return input(node, index);
+      if (const onnx::AttributeProto *attr = attribute(node, name))
+        return materialize(DenseElementsAttr::get(
+            RankedTensorType::get({}, type.getElementType()),
+            FloatAttr::get(type.getElementType(), attr->f()).getValue()));
+      return {};
+    };
+    if (Value low = bound(1, "min"))
+      result = createChecked<MaximumOp>(result, low);
+    if (Value high = bound(2, "max"); high && result)
+      result = createChecked<MinimumOp>(result, high);
+    setOutput(node, 0, result);
+    return success();
+  };
+  handlers["Einsum"] = [this](const onnx::NodeProto &node) {
+    return importEinsum(node);
+  };
+  handlers["Dropout"] = [this](const onnx::NodeProto &node) {
+    return importDropout(node);
   };
   handlers["Trilu"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     int64_t k = 0;

@@ -1,0 +1,472 @@
+#!/usr/bin/python3
+"""A corpus of transformer formulations as people write them, exported to ONNX.
+
+Run with Debian's python3-torch (/usr/bin/python3):
+
+    /usr/bin/python3 test/raising/corpus.py OUT_DIR [NAME...]
+
+Each formulation is a small two-layer decoder (or encoder) whose attention,
+normalization or MLP is written in one of the ways that model code and
+exporters produce: masks applied by torch.where in either polarity, by
+masked_fill (nanoGPT, minGPT), or by adding a 0/-inf, 0/-1e4 or finfo.min bias
+(causal, an HF-style `(1 - mask) * min` padding mask from an input, or both);
+the 1/sqrt(d) scale after the matmul, on q, split over q and k (the form
+torch 2's scaled_dot_product_attention exports) or folded into the query
+weight; k transposed before the matmul, by a fused permute, or by einsum;
+softmax in f32 with casts around it, dropout kept in a training export; fused
+QKV projections cut by split, chunk or slicing; grouped-query K/V expanded by
+expand + reshape or repeat_interleave; rotary embeddings in the half-rotation
+(LLaMA / NeoX) and interleaved (GPT-J) forms; nn.MultiheadAttention; layer
+norms and RMS norms written out by hand; GELU (erf, tanh, sigmoid
+approximation written out), SiLU, SwiGLU with a fused gate/up projection.
+
+For every formulation it writes, at opsets 14 and 17, a static export and one
+with dynamic batch and sequence axes (NAME/NAME-opsetN[-dynamic].onnx), and
+NAME/test_data_set_0/ with the inputs and torch's outputs (.npy). The list of
+formulations is FORMS; `--list` prints it.
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+HIDDEN, HEADS, LAYERS, VOCAB, MAX_SEQ = 32, 4, 2, 64, 16
+HEAD_DIM = HIDDEN // HEADS
+KV_HEADS = 2
+BATCH, SEQ = 2, 8
+
+# Each formulation: a dict of choices for the generic block below. Defaults:
+DEFAULTS = dict(
+    qkv="separate",      # separate | split | chunk | slice | view5 (reshape to [b,s,3,h,d])
+    keys="transpose",    # transpose | permute (one fused permute to [b,h,d,s]) | einsum | mT
+    scale="div",         # div | mul | q | qk_sqrt | folded | k
+    mask="where_keep",   # none | where_keep | where_fill | masked_fill | masked_fill_triu |
+                         # add_inf | add_min | add_1e4 | padding_hf | padding_bert |
+                         # causal_padding | where_eq
+    softmax="plain",     # plain | f32 | module | dim3
+    dropout=False,       # keep a Dropout node (exported in training mode, p = 0)
+    kv_heads=HEADS,      # < HEADS: grouped-query attention
+    repeat="expand",     # expand (HF repeat_kv) | interleave (repeat_interleave)
+    rotary="none",       # none | half | interleaved
+    attention="manual",  # manual | mha (nn.MultiheadAttention)
+    norm="layernorm",    # layernorm | ln_manual | ln_rsqrt | ln_nobias | rms | rms_div |
+                         # rms_f32 | rms_mean_sq
+    mlp="gelu",          # gelu | gelu_tanh | gelu_new | gelu_sigmoid | relu | silu_manual |
+                         # swiglu | swiglu_fused
+    causal=True,
+    dynamic=True,        # also export with dynamic batch and sequence axes
+)
+
+FORMS = {
+    # Masks.
+    "hf_gpt2_where": dict(mask="where_keep", mlp="gelu_new"),
+    "nanogpt_masked_fill": dict(mask="masked_fill", qkv="split", scale="mul"),
+    "mingpt_masked_fill_tril": dict(mask="where_eq", qkv="split"),
+    "masked_fill_triu_bool": dict(mask="masked_fill_triu"),
+    "where_fill_first": dict(mask="where_fill"),
+    "additive_triu_inf": dict(mask="add_inf"),
+    "additive_triu_finfo_min": dict(mask="add_min"),
+    "additive_triu_1e4": dict(mask="add_1e4"),
+    "padding_hf_finfo_min": dict(mask="padding_hf", causal=False),
+    "padding_bert_1e4": dict(mask="padding_bert", causal=False, mlp="gelu"),
+    "causal_plus_padding": dict(mask="causal_padding"),
+    "encoder_no_mask": dict(mask="none", causal=False),
+    # Scale.
+    "scale_on_q": dict(scale="q"),
+    "scale_on_k": dict(scale="k"),
+    "scale_split_q_k_sdpa": dict(scale="qk_sqrt", mask="add_inf"),
+    "scale_folded_in_weight": dict(scale="folded"),
+    "sdpa_bool_causal_bias": dict(scale="qk_sqrt", mask="sdpa_causal"),
+    # Keys.
+    "keys_fused_permute": dict(keys="permute"),
+    "keys_einsum": dict(keys="einsum", scale="q"),
+    "keys_mT": dict(keys="mT"),
+    # Softmax.
+    "softmax_f32_cast": dict(softmax="f32", mask="add_min"),
+    "softmax_module": dict(softmax="module"),
+    "softmax_dim3": dict(softmax="dim3"),
+    "dropout_training_export": dict(dropout=True),
+    # Fused QKV.
+    "qkv_chunk": dict(qkv="chunk"),
+    "qkv_slice": dict(qkv="slice"),
+    "qkv_view5": dict(qkv="view5"),
+    # Grouped-query attention and rotary embeddings.
+    "gqa_expand_reshape": dict(kv_heads=KV_HEADS, repeat="expand", mask="add_inf",
+                               norm="rms", mlp="swiglu"),
+    # torch 1.13 exports repeat_interleave with dynamic axes as a Reshape to
+    # [0, -1, 0, d] of a 5-D tensor, which no runtime can run (weft refuses it
+    # at the MatMul that follows): static exports only.
+    "gqa_repeat_interleave": dict(kv_heads=KV_HEADS, repeat="interleave", mask="add_inf",
+                                  norm="rms", mlp="swiglu", dynamic=False),
+    "rotary_half_llama": dict(rotary="half", mask="add_inf", norm="rms", mlp="swiglu"),
+    "rotary_interleaved_gptj": dict(rotary="interleaved", mask="where_keep"),
+    "llama_gqa_rotary": dict(rotary="half", kv_heads=KV_HEADS, mask="add_inf",
+                             norm="rms_f32", mlp="swiglu_fused", softmax="f32"),
+    # nn.MultiheadAttention.
+    "torch_multihead_attention": dict(attention="mha", mask="add_inf"),
+    # Norms.
+    "layernorm_manual": dict(norm="ln_manual"),
+    "layernorm_rsqrt": dict(norm="ln_rsqrt"),
+    "layernorm_no_bias": dict(norm="ln_nobias"),
+    "rmsnorm_div_sqrt": dict(norm="rms_div"),
+    "rmsnorm_mean_of_square": dict(norm="rms_mean_sq"),
+    # MLPs.
+    "gelu_tanh_module": dict(mlp="gelu_tanh"),
+    "gelu_sigmoid_approx": dict(mlp="gelu_sigmoid"),
+    "relu_mlp": dict(mlp="relu"),
+    "silu_written_out": dict(mlp="silu_manual"),
+}
+
+
+class Norm(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.eps = 1e-5
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(HIDDEN))
+        self.bias = nn.Parameter(0.1 * torch.randn(HIDDEN))
+        if kind == "layernorm":
+            self.ln = nn.LayerNorm(HIDDEN)
+
+    def forward(self, x):
+        k = self.kind
+        if k == "layernorm":
+            return self.ln(x)
+        if k in ("ln_manual", "ln_rsqrt", "ln_nobias"):
+            mean = x.mean(-1, keepdim=True)
+            centered = x - mean
+            var = (centered * centered).mean(-1, keepdim=True) if k == "ln_nobias" \
+                else centered.pow(2).mean(-1, keepdim=True)
+            if k == "ln_rsqrt":
+                y = centered * torch.rsqrt(var + self.eps)
+            else:
+                y = centered / torch.sqrt(var + self.eps)
+            return y * self.weight if k == "ln_nobias" else y * self.weight + self.bias
+        if k == "rms":
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        if k == "rms_div":
+            return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        if k == "rms_f32":
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+            return self.weight * h.type_as(x)
+        if k == "rms_mean_sq":
+            return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps) * self.weight
+        raise ValueError(k)
+
+
+class Mlp(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        inner = 4 * HIDDEN
+        if kind == "swiglu_fused":
+            self.gate_up = nn.Linear(HIDDEN, 2 * inner, bias=False)
+        else:
+            self.up = nn.Linear(HIDDEN, inner, bias=not kind.startswith("swiglu"))
+        if kind == "swiglu":
+            self.gate = nn.Linear(HIDDEN, inner, bias=False)
+        self.down = nn.Linear(inner, HIDDEN, bias=not kind.startswith("swiglu"))
+
+    def forward(self, x):
+        k = self.kind
+        if k == "swiglu":
+            return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+        if k == "swiglu_fused":
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(nn.functional.silu(gate) * up)
+        h = self.up(x)
+        if k == "gelu":
+            h = nn.functional.gelu(h)
+        elif k == "gelu_tanh":
+            h = nn.functional.gelu(h, approximate="tanh")
+        elif k == "gelu_new":
+            h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                            (h + 0.044715 * torch.pow(h, 3.0))))
+        elif k == "gelu_sigmoid":
+            h = h * torch.sigmoid(1.702 * h)
+        elif k == "relu":
+            h = torch.relu(h)
+        elif k == "silu_manual":
+            h = h * torch.sigmoid(h)
+        else:
+            raise ValueError(k)
+        return self.down(h)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x):
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+        kv = f["kv_heads"] * HEAD_DIM
+        if f["attention"] == "mha":
+            self.mha = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
+            return
+        if f["qkv"] == "separate":
+            self.q = nn.Linear(HIDDEN, HIDDEN)
+            self.k = nn.Linear(HIDDEN, kv)
+            self.v = nn.Linear(HIDDEN, kv)
+        else:
+            self.qkv = nn.Linear(HIDDEN, HIDDEN + 2 * kv)
+        self.o = nn.Linear(HIDDEN, HIDDEN)
+        self.drop = nn.Dropout(0.1)
+        if f["scale"] == "folded":
+            with torch.no_grad():
+                weight = self.q.weight if f["qkv"] == "separate" else self.qkv.weight[:HIDDEN]
+                bias = self.q.bias if f["qkv"] == "separate" else self.qkv.bias[:HIDDEN]
+                weight.mul_(HEAD_DIM ** -0.5)
+                bias.mul_(HEAD_DIM ** -0.5)
+        if f["mask"] in ("where_keep", "where_fill", "masked_fill", "where_eq"):
+            self.register_buffer("bias", torch.tril(torch.ones(MAX_SEQ, MAX_SEQ))
+                                 .view(1, 1, MAX_SEQ, MAX_SEQ).to(
+                                     torch.bool if f["mask"] != "where_eq" and
+                                     f["mask"] != "masked_fill" else torch.float32))
+
+    def project(self, x):
+        f, b, s = self.f, x.shape[0], x.shape[1]
+        kv = f["kv_heads"] * HEAD_DIM
+        if f["qkv"] == "separate":
+            return self.q(x), self.k(x), self.v(x)
+        h = self.qkv(x)
+        if f["qkv"] == "split":
+            return h.split([HIDDEN, kv, kv], dim=2)
+        if f["qkv"] == "chunk":
+            assert kv == HIDDEN
+            return h.chunk(3, dim=-1)
+        if f["qkv"] == "slice":
+            return h[:, :, :HIDDEN], h[:, :, HIDDEN:HIDDEN + kv], h[:, :, HIDDEN + kv:]
+        if f["qkv"] == "view5":
+            h = h.view(b, s, 3, HEADS, HEAD_DIM)
+            return (h[:, :, 0].reshape(b, s, HIDDEN), h[:, :, 1].reshape(b, s, HIDDEN),
+                    h[:, :, 2].reshape(b, s, HIDDEN))
+        raise ValueError(f["qkv"])
+
+    def rotary(self, t, cos, sin):
+        if self.f["rotary"] == "half":
+            return t * cos + rotate_half(t) * sin
+        if self.f["rotary"] == "interleaved":
+            return t * cos + rotate_every_two(t) * sin
+        return t
+
+    def forward(self, x, cos, sin, padding):
+        f, b, s = self.f, x.shape[0], x.shape[1]
+        if f["attention"] == "mha":
+            causal = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+            return self.mha(x, x, x, attn_mask=causal, need_weights=False)[0]
+        q, k, v = self.project(x)
+        kvh = f["kv_heads"]
+        q = q.view(b, s, HEADS, HEAD_DIM).transpose(1, 2)
+        v = v.view(b, s, kvh, HEAD_DIM).transpose(1, 2)
+        if f["keys"] == "permute" and f["rotary"] == "none" and kvh == HEADS:
+            kt = k.view(b, s, kvh, HEAD_DIM).permute(0, 2, 3, 1)
+            k = None
+        else:
+            k = k.view(b, s, kvh, HEAD_DIM).transpose(1, 2)
+        q, k = self.rotary(q, cos, sin), (self.rotary(k, cos, sin) if k is not None else k)
+        if kvh != HEADS:
+            rep = HEADS // kvh
+            if f["repeat"] == "expand":
+                expand = lambda t: t[:, :, None, :, :].expand(b, kvh, rep, s, HEAD_DIM) \
+                    .reshape(b, HEADS, s, HEAD_DIM)
+            else:
+                expand = lambda t: torch.repeat_interleave(t, rep, dim=1)
+            k, v = expand(k), expand(v)
+        scale = HEAD_DIM ** -0.5
+        if f["scale"] == "q":
+            q = q * scale
+        elif f["scale"] == "qk_sqrt":
+            q = q * math.sqrt(scale)
+        elif f["scale"] == "k" and k is not None:
+            k = k * scale
+        if k is not None:
+            if f["keys"] == "mT":
+                kt = k.transpose(-2, -1).contiguous()
+            else:
+                kt = k.transpose(-2, -1)
+        if f["scale"] == "qk_sqrt":
+            kt = kt * math.sqrt(scale)
+        if f["keys"] == "einsum":
+            w = torch.einsum("bhqd,bhkd->bhqk", q, k)
+        else:
+            w = torch.matmul(q, kt)
+        if f["scale"] == "div":
+            w = w / math.sqrt(HEAD_DIM)
+        elif f["scale"] == "mul":
+            w = w * (1.0 / math.sqrt(HEAD_DIM))
+        w = self.apply_mask(w, s, padding)
+        if f["softmax"] == "f32":
+            p = nn.functional.softmax(w.float(), dim=-1).type_as(w)
+        elif f["softmax"] == "module":
+            p = nn.Softmax(dim=-1)(w)
+        elif f["softmax"] == "dim3":
+            p = torch.softmax(w, dim=3)
+        else:
+            p = nn.functional.softmax(w, dim=-1)
+        if f["dropout"]:
+            p = self.drop(p)
+        o = torch.matmul(p, v).transpose(1, 2).reshape(b, s, HIDDEN)
+        return self.o(o)
+
+    def apply_mask(self, w, s, padding):
+        m = self.f["mask"]
+        minimum = torch.finfo(w.dtype).min
+        if m == "none":
+            return w
+        if m == "where_keep":
+            return torch.where(self.bias[:, :, :s, :s], w,
+                               torch.full([], minimum, dtype=w.dtype))
+        if m == "where_fill":
+            return torch.where(~self.bias[:, :, :s, :s],
+                               torch.tensor(float("-inf"), dtype=w.dtype), w)
+        if m == "masked_fill":
+            return w.masked_fill(self.bias[:, :, :s, :s] == 0, float("-inf"))
+        if m == "where_eq":
+            return torch.where(self.bias[:, :, :s, :s] == 1, w,
+                               torch.tensor(-1e9, dtype=w.dtype))
+        if m == "masked_fill_triu":
+            upper = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+            return w.masked_fill(upper, float("-inf"))
+        if m == "sdpa_causal":
+            # torch 2's scaled_dot_product_attention(is_causal=True) export: a
+            # bool tril turned into a 0 / -inf bias, added.
+            keep = torch.ones(s, s, dtype=torch.bool).tril(diagonal=0)
+            bias = torch.zeros(s, s, dtype=w.dtype).masked_fill(~keep,
+                                                                float("-inf"))
+            return w + bias
+        if m == "add_inf":
+            return w + torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+        if m == "add_min":
+            return w + torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
+        if m == "add_1e4":
+            return w + (1.0 - torch.tril(torch.ones(s, s))) * -10000.0
+        if m == "padding_hf":
+            return w + (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
+        if m == "padding_bert":
+            return w + (1.0 - padding[:, None, None, :].to(w.dtype)) * -10000.0
+        if m == "causal_padding":
+            causal = torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
+            pad = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
+            return w + (causal + pad).clamp(min=minimum)
+        raise ValueError(m)
+
+
+class Block(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.norm1 = Norm(f["norm"])
+        self.attn = Attention(f)
+        self.norm2 = Norm(f["norm"])
+        self.mlp = Mlp(f["mlp"])
+
+    def forward(self, x, cos, sin, padding):
+        x = x + self.attn(self.norm1(x), cos, sin, padding)
+        return x + self.mlp(self.norm2(x))
+
+
+class Model(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.pos = nn.Embedding(MAX_SEQ, HIDDEN)
+        self.blocks = nn.ModuleList(Block(f) for _ in range(LAYERS))
+        self.norm = Norm(f["norm"])
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+        freqs = torch.outer(torch.arange(MAX_SEQ).float(), inv_freq)
+        if f["rotary"] == "interleaved":
+            emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        else:
+            emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cached", emb.cos())
+        self.register_buffer("sin_cached", emb.sin())
+
+    def uses_padding(self):
+        return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding")
+
+    def forward(self, input_ids, attention_mask=None):
+        s = input_ids.shape[1]
+        cos, sin = self.cos_cached[:s], self.sin_cached[:s]
+        positions = torch.arange(s, dtype=torch.long).unsqueeze(0)
+        x = self.embed(input_ids) + self.pos(positions)
+        for block in self.blocks:
+            x = block(x, cos, sin, attention_mask)
+        return self.head(self.norm(x))
+
+
+def form(name):
+    f = dict(DEFAULTS)
+    f.update(FORMS[name])
+    return f
+
+
+def export(name, out_dir):
+    f = form(name)
+    torch.manual_seed(1)
+    model = Model(f)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=generator)
+    inputs, names = (ids,), ["input_ids"]
+    if model.uses_padding():
+        mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+        mask[1, SEQ - 3:] = 0
+        inputs, names = (ids, mask), ["input_ids", "attention_mask"]
+    model.eval()
+    with torch.no_grad():
+        expected = model(*inputs)
+    directory = os.path.join(out_dir, name)
+    data = os.path.join(directory, "test_data_set_0")
+    os.makedirs(data, exist_ok=True)
+    for i, tensor in enumerate(inputs):
+        np.save(os.path.join(data, "input_%d.npy" % i), tensor.numpy())
+    np.save(os.path.join(data, "output_0.npy"), expected.numpy())
+    paths = []
+    for opset in (14, 17):
+        for dynamic in (False, True) if f["dynamic"] else (False,):
+            path = os.path.join(directory, "%s-opset%d%s.onnx"
+                                % (name, opset, "-dynamic" if dynamic else ""))
+            axes = {n: {0: "batch", 1: "sequence"} for n in names}
+            axes["logits"] = {0: "batch", 1: "sequence"}
+            mode = torch.onnx.TrainingMode.EVAL
+            if f["dropout"]:
+                # A training export keeps the Dropout nodes (weft's forward
+                # program treats them as the identity, as eval mode does).
+                model.train()
+                mode = torch.onnx.TrainingMode.TRAINING
+            torch.onnx.export(model, inputs, path, opset_version=opset,
+                              input_names=names, output_names=["logits"],
+                              dynamic_axes=axes if dynamic else None,
+                              do_constant_folding=not f["dropout"], training=mode)
+            model.eval()
+            paths.append(path)
+    return paths
+
+
+def main(argv):
+    if argv and argv[0] == "--list":
+        for name in FORMS:
+            print(name)
+        return
+    out_dir = argv[0] if argv else "corpus"
+    names = argv[1:] or list(FORMS)
+    for name in names:
+        export(name, out_dir)
+        print("wrote %s" % os.path.join(out_dir, name))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
