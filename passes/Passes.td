@@ -74,10 +74,27 @@ def WeftRaise : Pass<"weft-raise"> {
       `x * (1 / sqrt(...))`) into `weft.rms_norm`;
     - `matmul(x, W) [+ b]` with `W` a rank-2 parameter (and `b` a rank-1 parameter of the
       output size) into `weft.linear`;
-    - `softmax(q · kᵀ / c [+ additive mask | where(mask, ., -big)]) · v` on rank-4 heads into
-      `weft.attention`; a constant lower-triangular mask becomes `causal`;
-    - attention on K/V whose heads were repeated (`repeat_kv`: reshape, broadcast_to,
-      reshape) into grouped-query attention on the K/V heads themselves.
+    - `softmax(scores) · v` into `weft.attention`, recognised by what the ops around the
+      softmax compute rather than by one textual form. From the softmax inwards it peels,
+      in any nesting: masks by `where(keep, s, fill)` or `where(drop, fill, s)` (torch's
+      `masked_fill`) with a constant fill of -1e4 or less (-inf, finfo.min, -1e9), and
+      additive biases (`s + bias`, 0/-inf, 0/-1e4, `(1 - mask) * min`); constant scales
+      after the product, on q, on kᵀ or split over both (torch 2's SDPA export); and
+      float casts (softmax in f32). After the softmax it accepts a cast back and dropout
+      (kept as the attention's `dropout`). A constant mask that keeps the lower triangle
+      becomes `causal`, whichever polarity and form wrote it; a mask computed at run time
+      becomes the `mask` operand (`m == false` when it marks dropped positions). Scores
+      of rank 3 (batch and heads merged, as `nn.MultiheadAttention` and bmm code write
+      them) are raised on `[batch, heads, seq, head_dim]` views of their operands;
+    - attention on K/V whose heads were repeated (HF's `repeat_kv`: reshape,
+      broadcast_to, reshape; or `repeat_interleave`'s static export: split, repeat,
+      concat) into grouped-query attention on the K/V heads themselves;
+    - an attention whose float mask sums a constant causal bias with another mask
+      (HF's causal + padding, maybe clamped at finfo.min) into a causal attention with
+      the other mask alone.
+
+    With `explain=true` (`weft import --explain-raise`) every softmax left unraised gets
+    a remark that names the op (and ONNX node) that stopped the attention match.
 
     Run `-weft-canonicalize` first so that folded constants are visible. `weft import`
     runs both unless given `--no-raise`.
@@ -304,7 +321,9 @@ def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncO
     GPT-2 computes Q, K and V with one linear of width 3h and splits the result.
     Splitting that linear's columns over tensor parallelism would give each rank a
     contiguous third of the columns, not a share of each of Q, K and V. This pass
-    rewrites `split(linear(x, W, b))` along the last dimension into one linear per
+    rewrites a linear whose output is only cut along its last dimension — by one
+    `split`, by slices (`h[..., :d]`), or by a view to `[..., n, rest]` indexed with
+    constants on `n` (`qkv.view(b, s, 3, h, d)[:, :, i]`) — into one linear per
     piece, with the weight's and bias's columns sliced into new parameters
     (`NAME.part0`, ...), so that each piece is column-parallel on its own. Shape-only
     parameters (a model imported for planning) become shape-only pieces, so the planner

@@ -39,10 +39,100 @@ namespace {
 struct WeftUnfuseProjections
     : public weft::impl::WeftUnfuseProjectionsBase<WeftUnfuseProjections> {
   void runOnOperation() override {
-    SmallVector<SplitOp> splits;
-    getOperation().walk([&](SplitOp split) { splits.push_back(split); });
-    for (SplitOp split : splits)
-      (void)unfuse(split);
+    SmallVector<LinearOp> linears;
+    getOperation().walk([&](LinearOp linear) { linears.push_back(linear); });
+    for (LinearOp linear : linears)
+      (void)unfuse(linear);
+  }
+
+  /// The value of a one-element integer constant.
+  static std::optional<int64_t> constantIndex(Value value) {
+    auto constant = value.getDefiningOp<ConstantOp>();
+    auto elements = constant ? dyn_cast<DenseElementsAttr>(constant.getValue())
+                             : DenseElementsAttr();
+    if (!elements || elements.getNumElements() != 1 ||
+        !isa<IntegerType>(elements.getElementType()))
+      return std::nullopt;
+    return (*elements.getValues<APInt>().begin()).getSExtValue();
+  }
+
+  /// A piece of a fused projection's output: columns [start, start + size)
+  /// of the last dimension, which `result` holds (maybe reshaped).
+  struct Piece {
+    Value result;
+    int64_t start, size;
+  };
+
+  /// How the fused output is cut, if it is only cut along its last
+  /// dimension: by one split (GPT-2's c_attn.split), by slices
+  /// (h[..., :d], h[..., d:2d], ...), or viewed as [..., n, rest] and indexed
+  /// on n with constants (qkv.view(b, s, 3, h, d)[:, :, i]).
+  static std::optional<SmallVector<Piece>> piecesOf(LinearOp linear) {
+    Value out = linear.getResult();
+    auto type = cast<RankedTensorType>(out.getType());
+    int64_t rank = type.getRank(), width = type.getShape().back();
+    SmallVector<Piece> pieces;
+    if (out.use_empty())
+      return std::nullopt;
+    if (auto split = dyn_cast<SplitOp>(*out.getUsers().begin());
+        split && out.hasOneUse()) {
+      if (int64_t(split.getAxis()) != rank - 1)
+        return std::nullopt;
+      int64_t offset = 0;
+      for (Value result : split.getResults()) {
+        int64_t size =
+            cast<RankedTensorType>(result.getType()).getShape().back();
+        pieces.push_back({result, offset, size});
+        offset += size;
+      }
+      return pieces;
+    }
+    if (auto reshape = dyn_cast<ReshapeOp>(*out.getUsers().begin());
+        reshape && out.hasOneUse()) {
+      // [..., width] -> [..., n, rest...] with the leading dims kept.
+      ArrayRef<int64_t> shape = reshape.getType().getShape();
+      if (int64_t(shape.size()) <= rank ||
+          shape.take_front(rank - 1) != type.getShape().drop_back() ||
+          reshape->use_empty())
+        return std::nullopt;
+      int64_t n = shape[rank - 1], rest = width / std::max<int64_t>(n, 1);
+      for (Operation *user : reshape->getUsers()) {
+        auto gather = dyn_cast<GatherOp>(user);
+        std::optional<int64_t> index =
+            gather ? constantIndex(gather.getIndices()) : std::nullopt;
+        if (!gather || int64_t(gather.getAxis()) != rank - 1 || !index ||
+            cast<RankedTensorType>(gather.getIndices().getType()).getRank() !=
+                0 ||
+            *index < 0 || *index >= n)
+          return std::nullopt;
+        pieces.push_back({gather.getResult(), *index * rest, rest});
+      }
+      llvm::sort(pieces, [](const Piece &a, const Piece &b) {
+        return a.start < b.start;
+      });
+      return pieces;
+    }
+    for (Operation *user : out.getUsers()) {
+      auto slice = dyn_cast<SliceOp>(user);
+      if (!slice ||
+          (slice.getStrides() &&
+           llvm::any_of(*slice.getStrides(), [](int64_t s) { return s != 1; })))
+        return std::nullopt;
+      ArrayRef<int64_t> starts = slice.getStarts(), limits = slice.getLimits();
+      for (int64_t d = 0; d + 1 < rank; ++d)
+        if (starts[d] != 0 || limits[d] != type.getDimSize(d))
+          return std::nullopt;
+      pieces.push_back(
+          {slice.getResult(), starts.back(), limits.back() - starts.back()});
+    }
+    // Only a true cut: slices that each take a part, not the whole.
+    if (pieces.size() < 2)
+      return std::nullopt;
+    // Users come in no particular order; name the parts by column.
+    llvm::sort(pieces, [](const Piece &a, const Piece &b) {
+      return a.start < b.start;
+    });
+    return pieces;
   }
 
   /// A slice of a parameter along its last dimension: of its inline value,
@@ -66,36 +156,58 @@ struct WeftUnfuseProjections
         value, ExternalDataAttr());
   }
 
-  LogicalResult unfuse(SplitOp split) {
-    auto linear = split.getInput().getDefiningOp<LinearOp>();
-    auto inputType = cast<RankedTensorType>(split.getInput().getType());
-    if (!linear || !linear->hasOneUse() ||
-        int64_t(split.getAxis()) != inputType.getRank() - 1 ||
-        linear.getTransposeWeight())
+  LogicalResult unfuse(LinearOp linear) {
+    if (linear.getTransposeWeight())
       return failure();
     auto weight = linear.getWeight().getDefiningOp<ParameterOp>();
     ParameterOp bias =
         linear.getBias() ? linear.getBias().getDefiningOp<ParameterOp>()
                          : ParameterOp();
     // Parameters in external files stay fused: their columns are not one
-    // byte range.
-    if (!weight || weight.getExternal() || (linear.getBias() && !bias) ||
-        (bias && bias.getExternal()))
+    // byte range. A bias that is not a parameter of its own (exporters
+    // share equal initializers, e.g. nn.MultiheadAttention's zero in_proj
+    // biases across layers) is sliced as a value.
+    if (!weight || weight.getExternal() || (bias && bias.getExternal()))
       return failure();
-    OpBuilder b(split);
-    int64_t offset = 0;
-    for (auto [index, result] : llvm::enumerate(split.getResults())) {
-      int64_t size = cast<RankedTensorType>(result.getType()).getShape().back();
-      ParameterOp w = sliceParameter(b, weight, offset, size, index);
-      ParameterOp bb =
-          bias ? sliceParameter(b, bias, offset, size, index) : ParameterOp();
-      auto piece = LinearOp::create(b, linear.getLoc(), result.getType(),
-                                    linear.getInput(), w,
-                                    bb ? bb.getResult() : Value(), UnitAttr());
-      result.replaceAllUsesWith(piece.getResult());
-      offset += size;
+    std::optional<SmallVector<Piece>> pieces = piecesOf(linear);
+    if (!pieces)
+      return failure();
+    SmallVector<Operation *> cuts;
+    for (Piece &piece : *pieces)
+      if (Operation *cut = piece.result.getDefiningOp();
+          !llvm::is_contained(cuts, cut))
+        cuts.push_back(cut);
+    OpBuilder b(linear);
+    b.setInsertionPointAfter(linear);
+    auto outType = linear.getType();
+    for (auto [index, piece] : llvm::enumerate(*pieces)) {
+      ParameterOp w = sliceParameter(b, weight, piece.start, piece.size, index);
+      Value pieceBias;
+      if (bias)
+        pieceBias = sliceParameter(b, bias, piece.start, piece.size, index);
+      else if (linear.getBias())
+        pieceBias = SliceOp::create(b, linear.getLoc(), linear.getBias(),
+                                    ArrayRef<int64_t>{piece.start},
+                                    ArrayRef<int64_t>{piece.start + piece.size},
+                                    DenseI64ArrayAttr());
+      SmallVector<int64_t> shape(outType.getShape());
+      shape.back() = piece.size;
+      Value value =
+          LinearOp::create(b, linear.getLoc(), outType.clone(shape),
+                           linear.getInput(), w, pieceBias, UnitAttr());
+      if (value.getType() != piece.result.getType())
+        value = ReshapeOp::create(b, piece.result.getLoc(),
+                                  piece.result.getType(), value);
+      piece.result.replaceAllUsesWith(value);
     }
-    split.erase();
+    for (Operation *cut : cuts) {
+      Value input = cut->getOperand(0);
+      cut->erase();
+      // The view between the projection and the indexing (view5 form).
+      if (Operation *view = input.getDefiningOp();
+          view && view != linear && view->use_empty())
+        view->erase();
+    }
     linear.erase();
     if (weight->use_empty())
       weight.erase();

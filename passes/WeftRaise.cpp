@@ -368,11 +368,22 @@ struct RaiseLinear : OpRewritePattern<MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(MatmulOp matmul,
                                 PatternRewriter &rewriter) const override {
-    if (matmul.getTransposeLhs() || !isWeight(matmul.getRhs(), 2) ||
-        matmul.getLhs().getType().getRank() < 2)
+    if (matmul.getTransposeLhs() || matmul.getLhs().getType().getRank() < 2)
       return failure();
-    rewriter.replaceOpWithNewOp<LinearOp>(matmul, matmul.getLhs(), matmul.getRhs(),
-                                          Value(), matmul.getTransposeRhs());
+    Value weight = matmul.getRhs();
+    bool transposed = matmul.getTransposeRhs();
+    // Training exports (no constant folding) keep Transpose(W) before the
+    // MatMul of nn.Linear.
+    if (auto transpose = weight.getDefiningOp<TransposeOp>();
+        transpose && isWeight(transpose.getInput(), 2) &&
+        transpose.getPermutation() == ArrayRef<int64_t>{1, 0}) {
+      weight = transpose.getInput();
+      transposed = !transposed;
+    }
+    if (!isWeight(weight, 2))
+      return failure();
+    rewriter.replaceOpWithNewOp<LinearOp>(matmul, matmul.getLhs(), weight,
+                                          Value(), transposed);
     return success();
   }
 };
@@ -505,6 +516,9 @@ struct AttentionMatch {
   Value q, k, v;
   /// Set when kᵀ was given as a transpose; k is then its input, permuted.
   TransposeOp keyTranspose;
+  /// Batch and heads merged into one dimension ([b·h, l, d] operands, as
+  /// nn.MultiheadAttention and bmm-based code write it); `k` is then kᵀ.
+  bool merged = false;
   double scale = 1.0;
   bool causal = false;
   Value mask;
@@ -512,6 +526,69 @@ struct AttentionMatch {
   bool invertMask = false;
   std::optional<double> dropout;
 };
+
+/// How a [b·h, l, d] operand of merged-heads attention (or a [b·h, d, l]
+/// kᵀ) comes from a tensor with batch and heads apart: a reshape of
+/// [b, h, l, d] (`seqFirst` false), or nn.MultiheadAttention's
+/// transpose(reshape([l, b, h·d] -> [l, b·h, d])) (`seqFirst` true).
+struct MergedHeads {
+  Value source;
+  bool seqFirst;
+  int64_t batch, heads;
+};
+
+std::optional<MergedHeads> matchMergedHeads(Value value, bool keyTransposed) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() != 3)
+    return std::nullopt;
+  if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
+    ArrayRef<int64_t> apart = reshape.getInput().getType().getShape();
+    if (apart.size() == 4 && apart[0] * apart[1] == type.getDimSize(0) &&
+        apart.drop_front(2) == type.getShape().drop_front())
+      return MergedHeads{reshape.getInput(), false, apart[0], apart[1]};
+    return std::nullopt;
+  }
+  auto transpose = value.getDefiningOp<TransposeOp>();
+  auto reshape =
+      transpose ? transpose.getInput().getDefiningOp<ReshapeOp>() : ReshapeOp();
+  if (!reshape || transpose.getPermutation() !=
+                      (keyTransposed ? ArrayRef<int64_t>{1, 2, 0}
+                                     : ArrayRef<int64_t>{1, 0, 2}))
+    return std::nullopt;
+  ArrayRef<int64_t> seq = reshape.getInput().getType().getShape();
+  ArrayRef<int64_t> merged = reshape.getType().getShape();
+  // [l, b, h·d] -> [l, b·h, d]
+  if (seq.size() != 3 || merged.size() != 3 || seq[0] != merged[0] ||
+      seq[1] == 0 || merged[1] % seq[1] != 0 ||
+      (merged[1] / seq[1]) * merged[2] != seq[2])
+    return std::nullopt;
+  return MergedHeads{reshape.getInput(), true, seq[1], merged[1] / seq[1]};
+}
+
+/// The [b, h, l, d] tensor (k, not kᵀ, for a key) of a matched operand.
+Value unmergeHeads(PatternRewriter &rewriter, Location loc,
+                   const MergedHeads &heads, bool keyTransposed,
+                   SmallVectorImpl<Operation *> &created) {
+  Value value = heads.source;
+  if (heads.seqFirst) {
+    ArrayRef<int64_t> seq = cast<RankedTensorType>(value.getType()).getShape();
+    auto type =
+        cast<RankedTensorType>(value.getType())
+            .clone({seq[0], heads.batch, heads.heads, seq[2] / heads.heads});
+    value = ReshapeOp::create(rewriter, loc, type, value);
+    created.push_back(value.getDefiningOp());
+    value = TransposeOp::create(rewriter, loc, value,
+                                ArrayRef<int64_t>{1, 2, 0, 3});
+    created.push_back(value.getDefiningOp());
+    return value;
+  }
+  if (keyTransposed) {
+    value = TransposeOp::create(rewriter, loc, value,
+                                ArrayRef<int64_t>{0, 1, 3, 2});
+    created.push_back(value.getDefiningOp());
+  }
+  return value;
+}
 
 /// Recognises attention by what the ops around a softmax compute, whatever
 /// order exporters wrote them in: the probabilities (maybe cast back from
@@ -525,12 +602,15 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
     return failure();
   };
   auto scoresType = softmax.getType();
-  if (scoresType.getRank() != 4)
-    return fail("the scores have rank " + llvm::Twine(scoresType.getRank()) +
-                ", not [batch, heads, queries, keys]");
-  if (softmax.getAxis() != 3)
+  int64_t rank = scoresType.getRank();
+  if (rank != 4 && rank != 3)
+    return fail("the scores have rank " + llvm::Twine(rank) +
+                ", not [batch, heads, queries, keys] (or [batch·heads, "
+                "queries, keys])");
+  if (softmax.getAxis() != uint64_t(rank - 1))
     return fail("the softmax is not over the last (key) dimension");
   AttentionMatch match;
+  match.merged = rank == 3;
   Value probs = softmax.getResult();
   if (auto cast = soleUser<CastOp>(probs))
     if (throughCast(cast.getResult()) == probs)
@@ -647,6 +727,21 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
     match.scale *= scaled->second;
     k = scaled->first;
   }
+  if (match.merged) {
+    match.k = k;
+    if (qk.getTransposeRhs())
+      return fail(describe(qk.getOperation()) +
+                  " transposes k inside the product of merged heads");
+    for (auto [operand, keyTransposed] :
+         {std::pair{match.q, false}, std::pair{k, true},
+          std::pair{match.v, false}})
+      if (!matchMergedHeads(operand, keyTransposed))
+        return fail(
+            "the merged batch·heads operand " + describe(operand) +
+            " is not a reshape of [batch, heads, seq, head_dim] nor "
+            "nn.MultiheadAttention's [seq, batch·heads, head_dim] view");
+    return match;
+  }
   if (!qk.getTransposeRhs()) {
     // kᵀ = transpose(x, P) for any P (exporters fuse the head permute
     // with the transpose), so k = transpose(x, P with its last two swapped).
@@ -678,7 +773,22 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
     AttentionMatch &match = *found;
     rewriter.setInsertionPoint(match.output);
     SmallVector<Operation *> created;
-    Value k = match.k;
+    Value q = match.q, k = match.k, v = match.v;
+    Type resultType = match.output.getType();
+    std::optional<MergedHeads> mergedQuery;
+    if (match.merged) {
+      mergedQuery = matchMergedHeads(q, false);
+      Location loc = match.output.getLoc();
+      q = unmergeHeads(rewriter, loc, *mergedQuery, false, created);
+      k = unmergeHeads(rewriter, loc, *matchMergedHeads(k, true), true,
+                       created);
+      v = unmergeHeads(rewriter, loc, *matchMergedHeads(v, false), false,
+                       created);
+      auto qType = cast<RankedTensorType>(q.getType());
+      resultType = qType.clone(
+          {qType.getDimSize(0), qType.getDimSize(1), qType.getDimSize(2),
+           cast<RankedTensorType>(v.getType()).getDimSize(3)});
+    }
     if (match.keyTranspose) {
       ArrayRef<int64_t> perm = match.keyTranspose.getPermutation();
       SmallVector<int64_t> keyPerm{perm[0], perm[1], perm[3], perm[2]};
@@ -698,9 +808,23 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
                                mask, falses);
       created.push_back(mask.getDefiningOp());
     }
+    if (mask && match.merged) {
+      // A [1 or b·h, l, s] mask of merged heads, as [1 or b, 1 or h, l, s].
+      auto maskType = cast<RankedTensorType>(mask.getType());
+      auto qType = cast<RankedTensorType>(q.getType());
+      if (maskType.getRank() == 3) {
+        bool perHead = maskType.getDimSize(0) != 1;
+        mask = ReshapeOp::create(
+            rewriter, mask.getLoc(),
+            maskType.clone({perHead ? qType.getDimSize(0) : 1,
+                            perHead ? qType.getDimSize(1) : 1,
+                            maskType.getDimSize(1), maskType.getDimSize(2)}),
+            mask);
+        created.push_back(mask.getDefiningOp());
+      }
+    }
     auto attention = AttentionOp::create(
-        rewriter, match.output.getLoc(), match.output.getType(), match.q, k,
-        match.v, mask,
+        rewriter, match.output.getLoc(), resultType, q, k, v, mask,
         rewriter.getF32FloatAttr(static_cast<float>(match.scale)),
         match.causal ? rewriter.getUnitAttr() : UnitAttr(),
         match.dropout && *match.dropout > 0
@@ -722,7 +846,29 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
         rewriter.eraseOp(op);
       return explain(softmax, why);
     }
-    rewriter.replaceOp(match.output, attention.getResult());
+    if (!match.merged) {
+      rewriter.replaceOp(match.output, attention.getResult());
+      return success();
+    }
+    // Back to merged heads for the ops that follow. nn.MultiheadAttention
+    // then writes transpose(out, [1, 0, 2]) and a reshape to [l·b, h·d] (or
+    // [l, b, h·d]): that is transpose(attention, [2, 0, 1, 3]) reshaped,
+    // with heads kept apart so that splitting them needs no gather.
+    Value out = attention.getResult();
+    if (auto back = soleUser<TransposeOp>(match.output.getResult());
+        back && mergedQuery->seqFirst &&
+        back.getPermutation() == ArrayRef<int64_t>{1, 0, 2})
+      if (auto flat = soleUser<ReshapeOp>(back.getResult())) {
+        Value seqFirst = TransposeOp::create(rewriter, back.getLoc(), out,
+                                             ArrayRef<int64_t>{2, 0, 1, 3});
+        rewriter.setInsertionPoint(flat);
+        rewriter.replaceOpWithNewOp<ReshapeOp>(flat, flat.getType(), seqFirst);
+        rewriter.eraseOp(back);
+        rewriter.eraseOp(match.output);
+        return success();
+      }
+    rewriter.replaceOpWithNewOp<ReshapeOp>(match.output, match.output.getType(),
+                                           out);
     return success();
   }
 
@@ -782,8 +928,38 @@ struct FactorCausalMask : OpRewritePattern<AttentionOp> {
 };
 
 /// If `value` is `reshape(broadcast_to(reshape(kv)))` that repeats each of
-/// kv's heads `rep` times in a row (HF's repeat_kv), returns kv and rep.
+/// kv's heads `rep` times in a row (HF's repeat_kv), or the concatenation
+/// over heads of such repeats of each head of a split (repeat_interleave's
+/// static export), returns kv and rep.
+std::optional<std::pair<Value, int64_t>> unrepeatHeads(Value value);
+
+std::optional<std::pair<Value, int64_t>> unrepeatSplitHeads(ConcatOp concat) {
+  if (concat.getAxis() != 1 || concat.getInputs().empty())
+    return std::nullopt;
+  SplitOp split;
+  int64_t rep = 0;
+  for (auto [index, piece] : llvm::enumerate(concat.getInputs())) {
+    std::optional<std::pair<Value, int64_t>> repeated = unrepeatHeads(piece);
+    if (!repeated)
+      return std::nullopt;
+    auto result = dyn_cast<OpResult>(repeated->first);
+    auto from = result ? dyn_cast<SplitOp>(result.getOwner()) : SplitOp();
+    if (!from || result.getResultNumber() != index ||
+        (split && from != split) || (rep && repeated->second != rep))
+      return std::nullopt;
+    split = from;
+    rep = repeated->second;
+  }
+  if (split.getAxis() != 1 ||
+      split.getNumResults() != concat.getInputs().size() ||
+      llvm::any_of(split.getSizes(), [](int64_t size) { return size != 1; }))
+    return std::nullopt;
+  return std::make_pair(split.getInput(), rep);
+}
+
 std::optional<std::pair<Value, int64_t>> unrepeatHeads(Value value) {
+  if (auto concat = value.getDefiningOp<ConcatOp>())
+    return unrepeatSplitHeads(concat);
   auto merge = value.getDefiningOp<ReshapeOp>();
   auto expand = merge ? merge.getInput().getDefiningOp<BroadcastToOp>() : nullptr;
   auto split = expand ? expand.getInput().getDefiningOp<ReshapeOp>() : nullptr;

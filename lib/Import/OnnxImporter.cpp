@@ -148,6 +148,8 @@ private:
   LogicalResult importSplit(const onnx::NodeProto &node);
   LogicalResult importConstant(const onnx::NodeProto &node);
   LogicalResult importEinsum(const onnx::NodeProto &node);
+  LogicalResult importUnaryEinsum(const onnx::NodeProto &node,
+                                  const std::string &equation);
   LogicalResult importDropout(const onnx::NodeProto &node);
 
   OnnxModel &model;
@@ -725,6 +727,60 @@ LogicalResult GraphImporter::importSplit(const onnx::NodeProto &node) {
   return success();
 }
 
+LogicalResult GraphImporter::importUnaryEinsum(const onnx::NodeProto &node,
+                                               const std::string &equation) {
+  // One operand: sum the indices the result drops, then order the rest.
+  Value data = input(node, 0);
+  auto type = cast<RankedTensorType>(data.getType());
+  size_t arrow = equation.find("->");
+  std::string term = equation.substr(0, arrow), result;
+  if (term.find("...") != std::string::npos ||
+      (arrow != std::string::npos &&
+       equation.find("...", arrow) != std::string::npos))
+    return error() << "Einsum '" << equation
+                   << "': '...' with one operand is not supported";
+  if (static_cast<int64_t>(term.size()) != type.getRank())
+    return error() << "Einsum '" << equation << "': the operand has rank "
+                   << type.getRank() << " but its term names " << term.size()
+                   << " dimensions";
+  for (char c : term)
+    if (std::count(term.begin(), term.end(), c) != 1)
+      return error() << "Einsum '" << equation
+                     << "' repeats an index within one term (a diagonal or "
+                        "trace), which Weft does not import";
+  if (arrow != std::string::npos) {
+    result = equation.substr(arrow + 2);
+  } else {
+    result = term;
+    llvm::sort(result);
+  }
+  SmallVector<int64_t> summed;
+  std::string kept;
+  for (auto [index, c] : llvm::enumerate(term)) {
+    if (result.find(c) == std::string::npos)
+      summed.push_back(static_cast<int64_t>(index));
+    else
+      kept.push_back(c);
+  }
+  for (char c : result)
+    if (kept.find(c) == std::string::npos)
+      return error() << "Einsum '" << equation << "': the result index '" << c
+                     << "' is not in the operand";
+  Value value = data;
+  if (!summed.empty())
+    value = createChecked<ReduceSumOp>(value, summed, false);
+  if (value && kept != result) {
+    SmallVector<int64_t> perm;
+    for (char c : result)
+      perm.push_back(static_cast<int64_t>(kept.find(c)));
+    value = createChecked<TransposeOp>(value, perm);
+  }
+  if (!value)
+    return failure();
+  setOutput(node, 0, value);
+  return success();
+}
+
 LogicalResult GraphImporter::importEinsum(const onnx::NodeProto &node) {
   // Two-operand einsums are batched matrix products: each index is a batch
   // index (in both operands and the result), a contracted one (in both, not
@@ -736,10 +792,13 @@ LogicalResult GraphImporter::importEinsum(const onnx::NodeProto &node) {
   for (char c : attr ? attr->s() : std::string())
     if (c != ' ')
       equation.push_back(c);
+  if (node.input_size() == 1)
+    return importUnaryEinsum(node, equation);
   if (node.input_size() != 2)
     return error() << "Einsum '" << equation << "' with " << node.input_size()
-                   << " operands is not supported; Weft imports two-operand "
-                      "products (batched matrix multiplies)";
+                   << " operands is not supported; Weft imports one operand "
+                      "(transpose, sums) and two-operand products (batched "
+                      "matrix multiplies)";
   Value a = input(node, 0), b = input(node, 1);
   auto aType = cast<RankedTensorType>(a.getType());
   auto bType = cast<RankedTensorType>(b.getType());
@@ -907,13 +966,6 @@ LogicalResult GraphImporter::importDropout(const onnx::NodeProto &node) {
   bool training = false;
   if (model.opset >= 12) {
     ratio = 0.5;
-    if (hasInput(node, 1)) {
-      std::optional<DenseElementsAttr> given = constantInput(node, 1);
-      if (!given || !isa<FloatType>(given->getElementType()) ||
-          given->getNumElements() != 1)
-        return error() << "Dropout's ratio (input 1) must be a constant scalar";
-      ratio = (*given->getValues<APFloat>().begin()).convertToDouble();
-    }
     if (hasInput(node, 2)) {
       std::optional<DenseElementsAttr> given = constantInput(node, 2);
       if (!given || given->getNumElements() != 1 ||
@@ -922,6 +974,31 @@ LogicalResult GraphImporter::importDropout(const onnx::NodeProto &node) {
                << "Dropout's training_mode (input 2) must be a constant "
                   "boolean";
       training = *given->getValues<bool>().begin();
+    }
+    // The ratio matters only in training (inference ignores it, so a
+    // ratio given as a graph input is fine there).
+    if (training && hasInput(node, 1)) {
+      std::optional<DenseElementsAttr> given = constantInput(node, 1);
+      if (!given || !isa<FloatType>(given->getElementType()) ||
+          given->getNumElements() != 1)
+        return error() << "Dropout's ratio (input 1) must be a constant scalar";
+      // The shortest decimal that reads back as the stored float: 0.1, not
+      // 0.10000000149.
+      APFloat stored = *given->getValues<APFloat>().begin();
+      ratio = stored.convertToDouble();
+      bool losesInfo = false;
+      stored.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven,
+                     &losesInfo);
+      float single = stored.convertToFloat();
+      for (int digits = 1; digits <= 9; ++digits) {
+        char text[32];
+        std::snprintf(text, sizeof(text), "%.*g", digits,
+                      static_cast<double>(single));
+        if (static_cast<float>(std::strtod(text, nullptr)) == single) {
+          ratio = std::strtod(text, nullptr);
+          break;
+        }
+      }
     }
   }
   if (training && (ratio < 0 || ratio >= 1))

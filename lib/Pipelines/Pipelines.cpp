@@ -25,10 +25,12 @@ WeftApplyPlanOptions weft::applyPlanOptions(const plan::Plan &plan) {
   return options;
 }
 
-void weft::buildPrepareModelPipeline(OpPassManager &pm) {
+void weft::buildPrepareModelPipeline(OpPassManager &pm, bool explainRaise) {
   pm.addPass(createWeftCanonicalize());
   pm.addPass(createCSEPass());
-  pm.addPass(createWeftRaise());
+  WeftRaiseOptions raise;
+  raise.explain = explainRaise;
+  pm.addPass(createWeftRaise(raise));
   pm.addPass(createWeftCanonicalize());
   pm.addPass(createCSEPass());
   pm.addNestedPass<func::FuncOp>(createWeftMarkLayers());
@@ -62,7 +64,7 @@ void weft::registerWeftPipelines() {
   PassPipelineRegistration<>(
       "weft-prepare-model",
       "Fold what exporters leave, raise decomposed forms, mark layers",
-      buildPrepareModelPipeline);
+      [](OpPassManager &pm) { buildPrepareModelPipeline(pm); });
   PassPipelineRegistration<PartitionPipelineOptions>(
       "weft-partition-with-plan",
       "Apply a plan's degrees and partition into the rank program "

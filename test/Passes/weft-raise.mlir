@@ -223,3 +223,131 @@ func.func @tiled_kv_heads(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>) ->
   %o = weft.attention %q, %kr, %kr scale 0.25 : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
   return %o : tensor<1x4x8x16xf32>
 }
+
+// -----
+
+// nanoGPT's masked_fill(mask == 0, -inf): where(drop, -inf, scores), the
+// other polarity, with a constant condition that drops the upper triangle.
+// CHECK-LABEL: func.func @masked_fill_causal
+// CHECK: weft.attention %arg0, %arg1, %arg2 scale 0.353553385 causal :
+// CHECK-NOT: weft.softmax
+func.func @masked_fill_causal(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %c = weft.constant dense<0.353553385> : tensor<f32>
+  %sc = weft.mul %s, %c : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %drop = weft.constant dense<[[[[false, true, true, true], [false, false, true, true], [false, false, false, true], [false, false, false, false]]]]> : tensor<1x1x4x4xi1>
+  %inf = weft.constant dense<0xFF800000> : tensor<f32>
+  %w = weft.where %drop, %inf, %sc : (tensor<1x1x4x4xi1>, tensor<f32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// A run-time boolean mask in the dropping polarity becomes a keep mask
+// (m == false); the scale split over q and kᵀ (torch 2's SDPA export) is
+// one scale; softmax in f32 with casts around it and dropout after it.
+// CHECK-LABEL: func.func @sdpa_form
+// CHECK: %[[F:.*]] = weft.constant dense<false> : tensor<i1>
+// CHECK: %[[KEEP:.*]] = weft.compare eq, %arg3, %[[F]]
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %[[KEEP]] scale 0.12497{{[0-9]+}} dropout 1.000000e-01 :
+// CHECK-NOT: weft.softmax
+func.func @sdpa_form(%q: tensor<2x2x4x8xbf16>, %k: tensor<2x2x4x8xbf16>, %v: tensor<2x2x4x8xbf16>, %m: tensor<2x1x1x4xi1>) -> tensor<2x2x4x8xbf16> {
+  %c = weft.constant dense<0.353553385> : tensor<bf16>
+  %qs = weft.mul %q, %c : (tensor<2x2x4x8xbf16>, tensor<bf16>) -> tensor<2x2x4x8xbf16>
+  %kt = weft.transpose %k permutation [0, 1, 3, 2] : tensor<2x2x4x8xbf16> -> tensor<2x2x8x4xbf16>
+  %ks = weft.mul %kt, %c : (tensor<2x2x8x4xbf16>, tensor<bf16>) -> tensor<2x2x8x4xbf16>
+  %s = weft.matmul %qs, %ks : (tensor<2x2x4x8xbf16>, tensor<2x2x8x4xbf16>) -> tensor<2x2x4x4xbf16>
+  %inf = weft.constant dense<0xFF80> : tensor<bf16>
+  %w = weft.where %m, %inf, %s : (tensor<2x1x1x4xi1>, tensor<bf16>, tensor<2x2x4x4xbf16>) -> tensor<2x2x4x4xbf16>
+  %wf = weft.cast %w : tensor<2x2x4x4xbf16> -> tensor<2x2x4x4xf32>
+  %pf = weft.softmax %wf axis 3 : tensor<2x2x4x4xf32>
+  %p = weft.cast %pf : tensor<2x2x4x4xf32> -> tensor<2x2x4x4xbf16>
+  %pd = weft.dropout %p ratio 0.1 : tensor<2x2x4x4xbf16>
+  %o = weft.matmul %pd, %v : (tensor<2x2x4x4xbf16>, tensor<2x2x4x8xbf16>) -> tensor<2x2x4x8xbf16>
+  return %o : tensor<2x2x4x8xbf16>
+}
+
+// -----
+
+// HF's causal + padding bias, clamped at finfo.min: causal is factored out,
+// the padding bias (clamped) stays the mask, so that it broadcasts over the
+// queries.
+// CHECK-LABEL: func.func @causal_plus_padding
+// CHECK: %[[MIN:.*]] = weft.constant dense<-3.40282347E+38> : tensor<f32>
+// CHECK: %[[PAD:.*]] = weft.maximum %arg3, %[[MIN]]
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %[[PAD]] scale 1.000000e+00 causal :
+func.func @causal_plus_padding(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %pad: tensor<2x1x1x4xf32>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %causal = weft.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %sum = weft.add %causal, %pad : (tensor<1x1x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x1x4x4xf32>
+  %min = weft.constant dense<-3.40282347E+38> : tensor<f32>
+  %bias = weft.maximum %sum, %min : (tensor<2x1x4x4xf32>, tensor<f32>) -> tensor<2x1x4x4xf32>
+  %w = weft.add %s, %bias : (tensor<2x2x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
+// nn.MultiheadAttention: batch and heads merged ([b·h, l, d] operands viewed
+// from [l, b, h·d]); raised on [b, h, l, d] with the heads kept apart
+// through the output's transpose and reshape.
+// CHECK-LABEL: func.func @multihead_attention
+// CHECK: %[[Q:.*]] = weft.reshape %arg0 : tensor<4x2x16xf32> -> tensor<4x2x2x8xf32>
+// CHECK: %[[QH:.*]] = weft.transpose %[[Q]] permutation [1, 2, 0, 3] : tensor<4x2x2x8xf32> -> tensor<2x2x4x8xf32>
+// CHECK: %[[O:.*]] = weft.attention %[[QH]], %{{.*}}, %{{.*}} scale 0.353553385 causal : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+// CHECK: %[[T:.*]] = weft.transpose %[[O]] permutation [2, 0, 1, 3] : tensor<2x2x4x8xf32> -> tensor<4x2x2x8xf32>
+// CHECK: %[[R:.*]] = weft.reshape %[[T]] : tensor<4x2x2x8xf32> -> tensor<8x16xf32>
+// CHECK: return %[[R]]
+func.func @multihead_attention(%xq: tensor<4x2x16xf32>, %xk: tensor<4x2x16xf32>, %xv: tensor<4x2x16xf32>) -> tensor<8x16xf32> {
+  %q0 = weft.reshape %xq : tensor<4x2x16xf32> -> tensor<4x4x8xf32>
+  %q = weft.transpose %q0 permutation [1, 0, 2] : tensor<4x4x8xf32> -> tensor<4x4x8xf32>
+  %k0 = weft.reshape %xk : tensor<4x2x16xf32> -> tensor<4x4x8xf32>
+  %kt = weft.transpose %k0 permutation [1, 2, 0] : tensor<4x4x8xf32> -> tensor<4x8x4xf32>
+  %v0 = weft.reshape %xv : tensor<4x2x16xf32> -> tensor<4x4x8xf32>
+  %v = weft.transpose %v0 permutation [1, 0, 2] : tensor<4x4x8xf32> -> tensor<4x4x8xf32>
+  %c = weft.constant dense<2.82842708> : tensor<f32>
+  %qs = weft.div %q, %c : (tensor<4x4x8xf32>, tensor<f32>) -> tensor<4x4x8xf32>
+  %s = weft.matmul %qs, %kt : (tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<4x4x4xf32>
+  %causal = weft.constant dense<[[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]]> : tensor<1x4x4xf32>
+  %w = weft.add %s, %causal : (tensor<4x4x4xf32>, tensor<1x4x4xf32>) -> tensor<4x4x4xf32>
+  %p = weft.softmax %w axis 2 : tensor<4x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<4x4x4xf32>, tensor<4x4x8xf32>) -> tensor<4x4x8xf32>
+  %ot = weft.transpose %o permutation [1, 0, 2] : tensor<4x4x8xf32> -> tensor<4x4x8xf32>
+  %flat = weft.reshape %ot : tensor<4x4x8xf32> -> tensor<8x16xf32>
+  return %flat : tensor<8x16xf32>
+}
+
+// -----
+
+// repeat_interleave's static export: the KV heads split one by one, each
+// repeated, concatenated: grouped-query attention on the 2 KV heads.
+// CHECK-LABEL: func.func @repeat_interleave_kv
+// CHECK: weft.attention %arg0, %arg1, %arg1 scale 2.500000e-01 causal : (tensor<1x4x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>)
+func.func @repeat_interleave_kv(%q: tensor<1x4x8x16xf32>, %kv: tensor<1x2x8x16xf32>) -> tensor<1x4x8x16xf32> {
+  %h:2 = weft.split %kv axis 1 sizes [1, 1] : tensor<1x2x8x16xf32> -> (tensor<1x1x8x16xf32>, tensor<1x1x8x16xf32>)
+  %a0 = weft.reshape %h#0 : tensor<1x1x8x16xf32> -> tensor<1x1x1x8x16xf32>
+  %a1 = weft.broadcast_to %a0 : tensor<1x1x1x8x16xf32> -> tensor<1x1x2x8x16xf32>
+  %a2 = weft.reshape %a1 : tensor<1x1x2x8x16xf32> -> tensor<1x2x8x16xf32>
+  %b0 = weft.reshape %h#1 : tensor<1x1x8x16xf32> -> tensor<1x1x1x8x16xf32>
+  %b1 = weft.broadcast_to %b0 : tensor<1x1x1x8x16xf32> -> tensor<1x1x2x8x16xf32>
+  %b2 = weft.reshape %b1 : tensor<1x1x2x8x16xf32> -> tensor<1x2x8x16xf32>
+  %r = weft.concat %a2, %b2 axis 1 : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>) -> tensor<1x4x8x16xf32>
+  %o = weft.attention %q, %r, %r scale 0.25 causal : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32>
+  return %o : tensor<1x4x8x16xf32>
+}
+
+// -----
+
+// Training exports keep Transpose(W) before nn.Linear's MatMul.
+// CHECK-LABEL: func.func @linear_of_transposed_weight
+// CHECK: weft.linear %arg0, %[[W:.*]] transpose_weight : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+func.func @linear_of_transposed_weight(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf32> {
+  %w = weft.parameter "fc.weight" : tensor<16x8xf32>
+  %wt = weft.transpose %w permutation [1, 0] : tensor<16x8xf32> -> tensor<8x16xf32>
+  %y = weft.matmul %x, %wt : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  return %y : tensor<2x4x16xf32>
+}

@@ -47,3 +47,49 @@ func.func @external(%x: tensor<1x2x4xf32>) -> (tensor<1x2x4xf32>, tensor<1x2x4xf
   %p:2 = weft.split %y axis 2 sizes [4, 4] : tensor<1x2x8xf32> -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>)
   return %p#0, %p#1 : tensor<1x2x4xf32>, tensor<1x2x4xf32>
 }
+
+// -----
+
+// Slicing the fused output (h[..., :d], h[..., d:2d], h[..., 2d:]) cuts it
+// just as split does.
+// CHECK-LABEL: func.func @qkv_slices
+// CHECK: %[[W0:.*]] = weft.parameter "qkv.weight.part0" : tensor<8x8xf32> = dense<1.000000e+00>
+// CHECK: %[[Q:.*]] = weft.linear %arg0, %[[W0]], %{{.*}} : (tensor<2x4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+// CHECK: "qkv.bias.part1" : tensor<8xf32>
+// CHECK: %[[K:.*]] = weft.linear
+// CHECK: "qkv.weight.part2" : tensor<8x8xf32> = dense<3.000000e+00>
+// CHECK: %[[V:.*]] = weft.linear
+// CHECK-NOT: weft.slice
+// CHECK: return %[[Q]], %[[K]], %[[V]]
+func.func @qkv_slices(%x: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) {
+  %w = weft.parameter "qkv.weight" : tensor<8x24xf32> = dense<[[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]]>
+  %b = weft.parameter "qkv.bias" : tensor<24xf32>
+  %h = weft.linear %x, %w, %b : (tensor<2x4x8xf32>, tensor<8x24xf32>, tensor<24xf32>) -> tensor<2x4x24xf32>
+  %q = weft.slice %h starts [0, 0, 0] limits [2, 4, 8] : tensor<2x4x24xf32> -> tensor<2x4x8xf32>
+  %k = weft.slice %h starts [0, 0, 8] limits [2, 4, 16] : tensor<2x4x24xf32> -> tensor<2x4x8xf32>
+  %v = weft.slice %h starts [0, 0, 16] limits [2, 4, 24] : tensor<2x4x24xf32> -> tensor<2x4x8xf32>
+  return %q, %k, %v : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+}
+
+// -----
+
+// qkv.view(b, s, 3, h, d)[:, :, i]: a view to [..., 3, h, d] indexed with
+// constants on the 3; each piece's linear is viewed as [..., h, d]. A bias
+// that is not a parameter of its own is sliced as a value.
+// CHECK-LABEL: func.func @qkv_view
+// CHECK: %[[B:.*]] = weft.slice %arg1 starts [8] limits [16] : tensor<24xf32> -> tensor<8xf32>
+// CHECK: %[[K:.*]] = weft.linear %arg0, %{{.*}}, %[[B]] : (tensor<2x4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+// CHECK: weft.reshape %[[K]] : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+// CHECK-NOT: weft.gather
+func.func @qkv_view(%x: tensor<2x4x8xf32>, %b: tensor<24xf32>) -> (tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>) {
+  %w = weft.parameter "qkv.weight" : tensor<8x24xf32>
+  %h = weft.linear %x, %w, %b : (tensor<2x4x8xf32>, tensor<8x24xf32>, tensor<24xf32>) -> tensor<2x4x24xf32>
+  %r = weft.reshape %h : tensor<2x4x24xf32> -> tensor<2x4x3x2x4xf32>
+  %i0 = weft.constant dense<0> : tensor<i64>
+  %i1 = weft.constant dense<1> : tensor<i64>
+  %i2 = weft.constant dense<2> : tensor<i64>
+  %q = weft.gather %r[%i0] axis 2 : (tensor<2x4x3x2x4xf32>, tensor<i64>) -> tensor<2x4x2x4xf32>
+  %k = weft.gather %r[%i1] axis 2 : (tensor<2x4x3x2x4xf32>, tensor<i64>) -> tensor<2x4x2x4xf32>
+  %v = weft.gather %r[%i2] axis 2 : (tensor<2x4x3x2x4xf32>, tensor<i64>) -> tensor<2x4x2x4xf32>
+  return %q, %k, %v : tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>
+}

@@ -23,7 +23,7 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "exp"
        "softmax", "logsoftmax", "layer_normalization", "gather", "reshape",
        "transpose", "split", "slice", "concat", "unsqueeze", "squeeze", "shape",
        "constant", "constantofshape", "cast", "expand", "range", "equal", "less",
-       "where", "tril", "triu", "identity"]
+       "where", "tril", "triu", "identity", "clip", "einsum", "dropout"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(reduce_sum_square|gather_elements|constant_pad|"
                        r"split_to_sequence)")

@@ -41,6 +41,16 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu", "gelu_new": "gelu", "relu": 
                "gelu_sigmoid": "sigmoid"}
 
 
+# Under tp=2 each rank of Megatron's split of these models sends, in f32
+# (2 x 8 x 32 x 4 B = 2 KiB residuals): per layer two all-reduces of the
+# residual (2 (n-1)/n S = S bytes each, 8 KiB for 2 layers), one all-reduce
+# for the vocabulary-parallel embedding (2 KiB) and the all-gather of the
+# column-split head's logits (2 KiB): 12 KiB, whatever the formulation. A
+# fused QKV cut into a contiguous half, K/V heads repeated before the split
+# or linears left unraised would show here as more or fewer bytes.
+MEGATRON_TP2_BYTES = 12288
+
+
 def stats(weft, path):
     proc = subprocess.run([weft, "import", path, "--batch-size", str(corpus.BATCH),
                            "--seq-len", str(corpus.SEQ), "--no-weights", "--stats"],
@@ -85,7 +95,8 @@ def run(weft, path, inputs, out, extra=()):
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         return None, proc.stderr.strip()[-600:]
-    return np.load(os.path.join(out, "output_0.npy")), None
+    sent = re.search(r"bytes sent per rank: (\d+)", proc.stderr)
+    return np.load(os.path.join(out, "output_0.npy")), int(sent.group(1)) if sent else None
 
 
 def check_form(weft, name, root, tmp):
@@ -106,7 +117,7 @@ def check_form(weft, name, root, tmp):
                 continue
             problems += ["%s: %s" % (variant, p) for p in check_raised(counts, f)]
             got, error = run(weft, path, inputs, os.path.join(tmp, name + variant))
-            if error:
+            if got is None:
                 problems.append("%s: run failed: %s" % (variant, error))
                 continue
             if not np.allclose(got, expected, rtol=1e-4, atol=1e-5):
@@ -118,11 +129,16 @@ def check_form(weft, name, root, tmp):
     worst = {}
     if base is not None:
         for spec in ("tp=2", "cp=2"):
-            got, error = run(weft, path, inputs, os.path.join(tmp, name + spec),
-                             ["--devices", "2", "--plan-spec", spec])
-            if error:
-                problems.append("%s: run failed: %s" % (spec, error))
+            got, sent = run(weft, path, inputs, os.path.join(tmp, name + spec),
+                            ["--devices", "2", "--plan-spec", spec])
+            if got is None:
+                problems.append("%s: run failed: %s" % (spec, sent))
                 continue
+            if spec == "tp=2" and sent != MEGATRON_TP2_BYTES:
+                problems.append("tp=2: each rank sent %s bytes; Megatron's column/row split "
+                                "of this model sends %d (two all-reduces of the residual "
+                                "per layer, the embedding's and the head's)"
+                                % (sent, MEGATRON_TP2_BYTES))
             scale = max(float(np.abs(base).max()), 1e-30)
             worst[spec] = float(np.abs(got - base).max()) / scale
             if worst[spec] > 1e-5:

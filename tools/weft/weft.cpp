@@ -173,6 +173,11 @@ static cl::opt<bool> noRaise(
     cl::desc("Keep the graph as the exporter wrote it (do not run "
              "-weft-canonicalize, -cse, -weft-raise and -weft-mark-layers)"),
     cl::sub(importCommand), cl::sub(runCommand));
+static cl::opt<bool> explainRaise(
+    "explain-raise",
+    cl::desc("Say, for each softmax not raised to weft.attention, which op "
+             "stopped the match (a remark naming its ONNX node)"),
+    cl::sub(importCommand));
 static cl::opt<bool> stats("stats",
                            cl::desc("Print op counts (instead of the module "
                                     "when no -o is given)"),
@@ -244,7 +249,7 @@ OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
   if (!module || noRaise)
     return module;
   PassManager pm(&context);
-  weft::buildPrepareModelPipeline(pm);
+  weft::buildPrepareModelPipeline(pm, explainRaise);
   if (failed(pm.run(*module)))
     return nullptr;
   return module;

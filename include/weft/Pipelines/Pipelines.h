@@ -62,7 +62,10 @@ WeftApplyPlanOptions applyPlanOptions(const plan::Plan &plan);
 
 /// After import: fold what exporters leave, raise decomposed forms to weft
 /// ops, mark repeated layers.
-void buildPrepareModelPipeline(mlir::OpPassManager &pm);
+/// With `explainRaise`, each softmax left unraised gets a remark naming the
+/// op that stopped the attention match (`weft import --explain-raise`).
+void buildPrepareModelPipeline(mlir::OpPassManager &pm,
+                               bool explainRaise = false);
 
 /// Applies a plan's degrees and partitions: unfuse fused projections, apply
 /// the plan, propagate shardings, partition into the rank program (layers

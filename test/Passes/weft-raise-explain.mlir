@@ -1,0 +1,57 @@
+// RUN: weft-opt %s -split-input-file -weft-raise=explain=true -verify-diagnostics
+
+// Each softmax that is almost attention but not quite says which op stopped
+// the match (`weft import --explain-raise` prints the same, with node names).
+
+func.func @fill_not_negative(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>, %m: tensor<1x1x4x4xi1>) -> tensor<1x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %zero = weft.constant dense<0.0> : tensor<f32>
+  %w = weft.where %m, %s, %zero : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: 'weft.where' selects between values neither of which is a constant fill of -1e4 or less, so it is not a mask}}
+  %p = weft.softmax %w axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+func.func @probabilities_escape(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x8xf32>, %v: tensor<1x1x4x8xf32>) -> (tensor<1x1x4x8xf32>, tensor<1x1x4x4xf32>) {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: the probabilities have 2 uses, not one product with V}}
+  %p = weft.softmax %s axis 3 : tensor<1x1x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x1x4x4xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x8xf32>
+  return %o, %p : tensor<1x1x4x8xf32>, tensor<1x1x4x4xf32>
+}
+
+// -----
+
+func.func @scaled_after_mask(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xf32>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %w = weft.add %s, %m : (tensor<2x2x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x2x4x4xf32>
+  %c = weft.constant dense<0.125> : tensor<f32>
+  %sc = weft.mul %w, %c : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: 'weft.add' adds a mask that a later scale multiplies}}
+  %p = weft.softmax %sc axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
+func.func @softmax_over_queries(%s: tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> {
+  // expected-remark @below {{not raised to weft.attention: the softmax is not over the last (key) dimension}}
+  %p = weft.softmax %s axis 2 : tensor<1x2x4x4xf32>
+  return %p : tensor<1x2x4x4xf32>
+}
+
+// -----
+
+func.func @two_masks(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xf32>, %n: tensor<2x1x4x1xf32>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %w = weft.add %s, %m : (tensor<2x2x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x2x4x4xf32>
+  %w2 = weft.add %w, %n : (tensor<2x2x4x4xf32>, tensor<2x1x4x1xf32>) -> tensor<2x2x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: the scores carry two masks that are not causal (a function argument and a function argument); weft.attention takes one}}
+  %p = weft.softmax %w2 axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
