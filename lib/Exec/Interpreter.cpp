@@ -148,7 +148,7 @@ private:
   LogicalResult setOrFail(Operation *op, Value value,
                           absl::StatusOr<HostTensor> result) {
     if (!result.ok())
-      return op->emitError() << result.status().message();
+      return op->emitError() << std::string(result.status().message());
     set(value, std::move(*result));
     return success();
   }

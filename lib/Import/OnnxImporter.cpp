@@ -19,6 +19,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Path.h"
 
 #include <functional>
 
@@ -1478,13 +1479,37 @@ LogicalResult GraphImporter::importInitializers() {
       std::string location;
       int64_t offset = 0, length = getTensorBytes(type);
       for (const onnx::StringStringEntryProto &entry : tensor.external_data()) {
-        if (entry.key() == "location")
+        if (entry.key() == "location") {
           location = entry.value();
-        else if (entry.key() == "offset")
-          offset = std::stoll(entry.value());
-        else if (entry.key() == "length")
-          length = std::stoll(entry.value());
+          continue;
+        }
+        if (entry.key() != "offset" && entry.key() != "length")
+          continue;
+        int64_t number = 0;
+        if (llvm::StringRef(entry.value()).getAsInteger(10, number) ||
+            number < 0)
+          return emitError(loc)
+                 << "initializer '" << tensor.name() << "': external data "
+                 << entry.key() << " '" << entry.value()
+                 << "' is not a non-negative integer";
+        (entry.key() == "offset" ? offset : length) = number;
       }
+      // ONNX: locations are relative to the model's directory. An absolute
+      // path or one through '..' would read files outside it.
+      bool escapes =
+          location.empty() || llvm::sys::path::is_absolute(location) ||
+          llvm::sys::path::is_absolute(location,
+                                       llvm::sys::path::Style::windows);
+      for (auto it = llvm::sys::path::begin(location),
+                end = llvm::sys::path::end(location);
+           it != end && !escapes; ++it)
+        escapes = *it == "..";
+      if (escapes)
+        return emitError(loc)
+               << "initializer '" << tensor.name()
+               << "': external data location '" << location
+               << "' is not a path inside the model's directory; ONNX "
+                  "requires locations relative to it, without '..'";
       externalData = ExternalDataAttr::get(context, location, offset, length);
     } else if (options.loadWeights) {
       FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");

@@ -200,6 +200,31 @@ static bool bindInputs(onnx::GraphProto &graph,
                   std::to_string(shape->dim(i).dim_value());
           return false;
         }
+      // A dynamic dimension that --batch-size or --seq-len also binds must
+      // agree with the size given here: a contradiction is an error, not a
+      // silent choice of one.
+      for (int i = 0; ranked && i < shape->dim_size(); ++i) {
+        if (shape->dim(i).has_dim_value())
+          continue;
+        const std::string &name = shape->dim(i).dim_param();
+        std::optional<int64_t> flag;
+        const char *flagName = "";
+        if (options.batchSize && isBatchName(name)) {
+          flag = options.batchSize;
+          flagName = "--batch-size";
+        } else if (options.sequenceLength && isSequenceName(name)) {
+          flag = options.sequenceLength;
+          flagName = "--seq-len";
+        }
+        if (flag && *flag != (*dims)[i]) {
+          error = std::string(flagName) + " " + std::to_string(*flag) +
+                  " contradicts " + source + ", which gives " +
+                  std::to_string((*dims)[i]) + " for dimension " +
+                  std::to_string(i) + " ('" + name + "') of input '" +
+                  input.name() + "'";
+          return false;
+        }
+      }
       shape->clear_dim();
       for (int64_t size : *dims)
         shape->add_dim()->set_dim_value(size);

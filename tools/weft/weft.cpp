@@ -494,9 +494,74 @@ runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
   return outputs;
 }
 
+/// Input files that do not fit the model are refused before anything runs:
+/// a float file for an integer input (token ids would be truncated), and
+/// token ids outside the vocabulary of an embedding the input feeds (the
+/// partitioned, vocabulary-parallel embedding would read zeros for them).
+/// Integer widths and float formats convert (int32 or uint16 token files,
+/// f32 data for a bf16 model).
+static LogicalResult
+checkInputFiles(func::FuncOp func,
+                const std::vector<weft::rt::HostTensor> &tensors,
+                const std::vector<std::string> &paths) {
+  FunctionType type = func.getFunctionType();
+  if (tensors.size() != type.getNumInputs())
+    return success(); // the interpreter says how many it takes
+  for (auto [index, tensor] : llvm::enumerate(tensors)) {
+    std::string file =
+        index < paths.size() ? paths[index] : "input #" + std::to_string(index);
+    Type element =
+        cast<RankedTensorType>(type.getInput(index)).getElementType();
+    std::string name = "input #" + std::to_string(index);
+    if (auto onnxName = func.getArgAttrOfType<StringAttr>(index, "onnx.name"))
+      name += " ('" + onnxName.getValue().str() + "')";
+    if (tensor.isFloat() && !isa<FloatType>(element)) {
+      std::string expected;
+      llvm::raw_string_ostream os(expected);
+      os << element;
+      fail(file + ": holds " + weft::rt::dtypeName(tensor.dtype) +
+           " values, but " + name + " of the model is " + expected +
+           "; write the file with the model's integer type (float values would "
+           "be "
+           "truncated)");
+      return failure();
+    }
+    BlockArgument argument = func.getArgument(index);
+    for (Operation *user : argument.getUsers()) {
+      auto embedding = dyn_cast<weft::EmbeddingOp>(user);
+      if (!embedding || embedding.getIndices() != argument)
+        continue;
+      int64_t vocab = embedding.getTable().getType().getDimSize(0);
+      for (int64_t i = 0; i < tensor.numel(); ++i) {
+        double id = tensor.at(i);
+        if (id < 0 || id >= static_cast<double>(vocab)) {
+          fail(file + ": token id " + std::to_string(static_cast<int64_t>(id)) +
+               " at element " + std::to_string(i) + " of " + name +
+               " is outside the embedding's vocabulary [0, " +
+               std::to_string(vocab) + ")");
+          return failure();
+        }
+      }
+    }
+  }
+  return success();
+}
+
 static int runModel(MLIRContext &context) {
   std::vector<std::string> inputs(inputFiles.begin(), inputFiles.end());
+  if (devices.getNumOccurrences() && devices < 1)
+    return fail(
+        "--devices " + std::to_string(devices) +
+        ": give at least 1 device (or leave it out to run unpartitioned)");
   if (!dataDir.empty()) {
+    if (!llvm::sys::fs::is_directory(dataDir))
+      return fail("--data-dir " + dataDir + " is not a directory");
+    llvm::SmallString<256> first(dataDir);
+    llvm::sys::path::append(first, "input_0.pb");
+    if (!llvm::sys::fs::exists(first) && inputs.empty())
+      return fail("--data-dir " + dataDir +
+                  " has no input_0.pb (ONNX's test-data layout: input_N.pb, "
+                  "output_N.pb)");
     for (int i = 0;; ++i) {
       llvm::SmallString<256> path(dataDir);
       llvm::sys::path::append(path, "input_" + std::to_string(i) + ".pb");
@@ -513,6 +578,8 @@ static int runModel(MLIRContext &context) {
       return fail(error);
     tensors.push_back(std::move(tensor));
   }
+  // The files of the inputs the function takes (small ones may be folded).
+  std::vector<std::string> tensorPaths = inputs;
 
   OwningOpRef<ModuleOp> module;
   llvm::StringRef path = modelPath;
@@ -525,11 +592,14 @@ static int runModel(MLIRContext &context) {
     std::vector<weft::rt::HostTensor> remaining;
     // With --loss, the labels are an input of the loss, not of the model.
     std::optional<weft::rt::HostTensor> labels;
+    std::string labelsPath;
     if (withLoss && !tensors.empty()) {
       labels = std::move(tensors.back());
       tensors.pop_back();
+      labelsPath = tensorPaths.back();
     }
-    for (const weft::rt::HostTensor &tensor : tensors) {
+    std::vector<std::string> remainingPaths;
+    for (auto [index, tensor] : llvm::enumerate(tensors)) {
       options->inputShapesByPosition.emplace_back(tensor.shape.begin(),
                                                   tensor.shape.end());
       bool small = (!tensor.isFloat() && tensor.numel() <= 64) ||
@@ -537,6 +607,7 @@ static int runModel(MLIRContext &context) {
       if (!foldSmallInputs || !small) {
         options->constantInputsByPosition.emplace_back();
         remaining.push_back(tensor);
+        remainingPaths.push_back(tensorPaths[index]);
         continue;
       }
       // onnx::TensorProto::DataType codes of the runtime's element types.
@@ -552,8 +623,11 @@ static int runModel(MLIRContext &context) {
       options->constantInputsByPosition.push_back(std::move(value));
     }
     tensors = std::move(remaining);
-    if (labels)
+    tensorPaths = std::move(remainingPaths);
+    if (labels) {
       tensors.push_back(std::move(*labels));
+      tensorPaths.push_back(labelsPath);
+    }
     module = importModel(path, *options, context);
   }
   if (!module || failed(convertDtype(context, *module)) ||
@@ -566,6 +640,9 @@ static int runModel(MLIRContext &context) {
         func = candidate;
   if (!func)
     return fail(path + " has no function to run");
+
+  if (failed(checkInputFiles(func, tensors, tensorPaths)))
+    return 1;
 
   weft::InterpreterOptions options;
   options.weightsDir = llvm::sys::path::parent_path(path).str();
