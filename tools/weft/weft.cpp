@@ -574,12 +574,14 @@ static int runModel(MLIRContext &context) {
   if (!dataDir.empty()) {
     if (!llvm::sys::fs::is_directory(dataDir))
       return fail("--data-dir " + dataDir + " is not a directory");
-    llvm::SmallString<256> first(dataDir);
-    llvm::sys::path::append(first, "input_0.pb");
-    if (!llvm::sys::fs::exists(first) && inputs.empty())
+    // A model without inputs has only output_N.pb files.
+    llvm::SmallString<256> input(dataDir), output(dataDir);
+    llvm::sys::path::append(input, "input_0.pb");
+    llvm::sys::path::append(output, "output_0.pb");
+    if (!llvm::sys::fs::exists(input) && !llvm::sys::fs::exists(output))
       return fail("--data-dir " + dataDir +
-                  " has no input_0.pb (ONNX's test-data layout: input_N.pb, "
-                  "output_N.pb)");
+                  " has neither input_0.pb nor output_0.pb (ONNX's test-data "
+                  "layout: input_N.pb, output_N.pb)");
     for (int i = 0;; ++i) {
       llvm::SmallString<256> path(dataDir);
       llvm::sys::path::append(path, "input_" + std::to_string(i) + ".pb");
