@@ -16,6 +16,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -101,6 +102,14 @@ int weft::rt::writeProgramOutputs(const std::string &dir,
                                   const std::vector<HostTensor> &outputs,
                                   int64_t ranks,
                                   const std::vector<int64_t> &bytesSent) {
+  // The output directory is created (with its parents), as `weft run -o` does.
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "error: cannot create the output directory " << dir << ": "
+              << ec.message() << "\n";
+    return 1;
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     absl::Status status =
         writeNpy(absl::StrCat(dir, "/output_", i, ".npy"), outputs[i]);
