@@ -1440,7 +1440,51 @@ LogicalResult GraphImporter::checkSupported() {
   return diag;
 }
 
+/// Initializers that only feed comparisons (through slices, reshapes, casts
+/// and the like): mask buffers such as nanoGPT's float `tril(ones)` causal
+/// buffer, compared with 0 after slicing. A comparison has no gradient, so
+/// these are never trained; they are constants, which lets raising see a
+/// causal mask that an export with dynamic axes computes at run time.
+static llvm::StringSet<> maskBuffers(const onnx::GraphProto &graph) {
+  llvm::StringMap<SmallVector<std::pair<const onnx::NodeProto *, int>>>
+      consumers;
+  for (const onnx::NodeProto &node : graph.node())
+    for (int i = 0; i < node.input_size(); ++i)
+      consumers[node.input(i)].push_back({&node, i});
+  llvm::StringSet<> outputs;
+  for (const onnx::ValueInfoProto &output : graph.output())
+    outputs.insert(output.name());
+  static const llvm::StringSet<> comparisons = {
+      "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not"};
+  static const llvm::StringSet<> routes = {
+      "Slice",  "Reshape", "Unsqueeze", "Squeeze",   "Cast",
+      "Gather", "Expand",  "Identity",  "Transpose", "Flatten"};
+  std::function<bool(const std::string &, int)> onlyCompared =
+      [&](const std::string &name, int depth) {
+        auto it = consumers.find(name);
+        if (depth > 8 || outputs.contains(name) || it == consumers.end())
+          return false;
+        for (auto [node, index] : it->second) {
+          if (comparisons.contains(node->op_type()) ||
+              (node->op_type() == "Where" && index == 0))
+            continue;
+          if (!routes.contains(node->op_type()) || index != 0)
+            return false;
+          for (const std::string &out : node->output())
+            if (!out.empty() && !onlyCompared(out, depth + 1))
+              return false;
+        }
+        return true;
+      };
+  llvm::StringSet<> buffers;
+  for (const onnx::TensorProto &tensor : graph.initializer())
+    if (onlyCompared(tensor.name(), 0))
+      buffers.insert(tensor.name());
+  return buffers;
+}
+
 LogicalResult GraphImporter::importInitializers() {
+  llvm::StringSet<> masks = maskBuffers(graph);
   for (const onnx::TensorProto &tensor : graph.initializer()) {
     Type element = convertElementType(tensor.data_type(), context);
     if (!element)
@@ -1454,9 +1498,11 @@ LogicalResult GraphImporter::importInitializers() {
                        FileLineColLoc::get(context, path, 0, 0));
     // Small integer initializers are shapes, axes and indices: keep their
     // values for folding whether or not weights are loaded.
-    // Boolean tensors (masks, causal buffers) are never trained: constants.
+    // Boolean tensors and buffers that only feed comparisons (masks, causal
+    // buffers) are never trained: constants.
     bool small = (type.getNumElements() <= 64 && isa<IntegerType>(element)) ||
-                 (element.isInteger(1) && type.getNumElements() <= (1 << 20));
+                 ((element.isInteger(1) || masks.contains(tensor.name())) &&
+                  type.getNumElements() <= (1 << 20));
     bool external = tensor.data_location() == onnx::TensorProto::EXTERNAL;
     if (small && !external) {
       FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");

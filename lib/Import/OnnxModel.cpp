@@ -64,8 +64,17 @@ static bool readModel(llvm::StringRef path, onnx::ModelProto &proto,
       error = "cannot read " + path.str() + ": " + buffer.getError().message();
       return false;
     }
-    onnx::Common::Status status =
-        onnx::OnnxParser::Parse(proto, (*buffer)->getBuffer().str().c_str());
+    // ONNX's parser reports most errors as a status but throws from the
+    // std::sto* conversions on literals it cannot read (e.g. `-inf`).
+    onnx::Common::Status status;
+    try {
+      status =
+          onnx::OnnxParser::Parse(proto, (*buffer)->getBuffer().str().c_str());
+    } catch (const std::exception &e) {
+      error = "cannot parse ONNX text format: a literal could not be read (" +
+              std::string(e.what()) + ")";
+      return false;
+    }
     if (!status.IsOK()) {
       error = "cannot parse ONNX text format: " + status.ErrorMessage();
       return false;

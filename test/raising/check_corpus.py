@@ -52,16 +52,20 @@ MEGATRON_TP2_BYTES = 12288
 
 
 def stats(weft, path):
+    """Counts of each weft op in the imported module, and of causal attentions
+    (as "attention_causal")."""
     proc = subprocess.run([weft, "import", path, "--batch-size", str(corpus.BATCH),
-                           "--seq-len", str(corpus.SEQ), "--no-weights", "--stats"],
+                           "--seq-len", str(corpus.SEQ), "--no-weights"],
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         return None, proc.stderr.strip()[-400:]
     counts = {}
     for line in proc.stdout.splitlines():
-        m = re.match(r"\s*(\d+)\s+weft\.(\w+)", line)
+        m = re.match(r"\s*(?:%[\w#:]+ = )?weft\.(\w+)", line)
         if m:
-            counts[m.group(2)] = int(m.group(1))
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+            if m.group(1) == "attention" and re.search(r" causal[ :]", line):
+                counts["attention_causal"] = counts.get("attention_causal", 0) + 1
     return counts, None
 
 
@@ -72,6 +76,10 @@ def check_raised(counts, f):
         problems.append("%d weft.attention, expected %d" % (counts.get("attention", 0), layers))
     if counts.get("softmax", 0):
         problems.append("%d weft.softmax left" % counts["softmax"])
+    causal = counts.get("attention_causal", 0)
+    if causal != (layers if corpus.is_causal(f) else 0):
+        problems.append("%d causal weft.attention, expected %d" %
+                        (causal, layers if corpus.is_causal(f) else 0))
     norm = NORMS[f["norm"]]
     if counts.get(norm, 0) != 2 * layers + 1:
         problems.append("%d weft.%s, expected %d" % (counts.get(norm, 0), norm, 2 * layers + 1))

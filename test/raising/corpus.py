@@ -42,7 +42,8 @@ BATCH, SEQ = 2, 8
 # Each formulation: a dict of choices for the generic block below. Defaults:
 DEFAULTS = dict(
     qkv="separate",      # separate | split | chunk | slice | view5 (reshape to [b,s,3,h,d])
-    keys="transpose",    # transpose | permute (one fused permute to [b,h,d,s]) | einsum | mT
+    keys="transpose",    # transpose | permute (one fused permute to [b,h,d,s]) | einsum |
+                         # bmm (heads merged with the batch: [b*h, s, d], torch.bmm)
     scale="div",         # div | mul | q | qk_sqrt | folded | k
     mask="where_keep",   # none | where_keep | where_fill | masked_fill | masked_fill_triu |
                          # add_inf | add_min | add_1e4 | padding_hf | padding_bert |
@@ -57,7 +58,6 @@ DEFAULTS = dict(
                          # rms_f32 | rms_mean_sq
     mlp="gelu",          # gelu | gelu_tanh | gelu_new | gelu_sigmoid | relu | silu_manual |
                          # swiglu | swiglu_fused
-    causal=True,
     dynamic=True,        # also export with dynamic batch and sequence axes
 )
 
@@ -71,10 +71,10 @@ FORMS = {
     "additive_triu_inf": dict(mask="add_inf"),
     "additive_triu_finfo_min": dict(mask="add_min"),
     "additive_triu_1e4": dict(mask="add_1e4"),
-    "padding_hf_finfo_min": dict(mask="padding_hf", causal=False),
-    "padding_bert_1e4": dict(mask="padding_bert", causal=False, mlp="gelu"),
+    "padding_hf_finfo_min": dict(mask="padding_hf"),
+    "padding_bert_1e4": dict(mask="padding_bert", mlp="gelu"),
     "causal_plus_padding": dict(mask="causal_padding"),
-    "encoder_no_mask": dict(mask="none", causal=False),
+    "encoder_no_mask": dict(mask="none"),
     # Scale.
     "scale_on_q": dict(scale="q"),
     "scale_on_k": dict(scale="k"),
@@ -84,7 +84,7 @@ FORMS = {
     # Keys.
     "keys_fused_permute": dict(keys="permute"),
     "keys_einsum": dict(keys="einsum", scale="q"),
-    "keys_mT": dict(keys="mT"),
+    "bmm_merged_heads": dict(keys="bmm", mask="add_inf"),
     # Softmax.
     "softmax_f32_cast": dict(softmax="f32", mask="add_min"),
     "softmax_module": dict(softmax="module"),
@@ -293,14 +293,14 @@ class Attention(nn.Module):
         elif f["scale"] == "k" and k is not None:
             k = k * scale
         if k is not None:
-            if f["keys"] == "mT":
-                kt = k.transpose(-2, -1).contiguous()
-            else:
-                kt = k.transpose(-2, -1)
+            kt = k.transpose(-2, -1)
         if f["scale"] == "qk_sqrt":
             kt = kt * math.sqrt(scale)
         if f["keys"] == "einsum":
             w = torch.einsum("bhqd,bhkd->bhqk", q, k)
+        elif f["keys"] == "bmm":
+            merge = lambda t: t.reshape(b * HEADS, s, HEAD_DIM)
+            w = torch.bmm(merge(q), merge(k).transpose(1, 2))
         else:
             w = torch.matmul(q, kt)
         if f["scale"] == "div":
@@ -318,8 +318,11 @@ class Attention(nn.Module):
             p = nn.functional.softmax(w, dim=-1)
         if f["dropout"]:
             p = self.drop(p)
-        o = torch.matmul(p, v).transpose(1, 2).reshape(b, s, HIDDEN)
-        return self.o(o)
+        if f["keys"] == "bmm":
+            o = torch.bmm(p, v.reshape(b * HEADS, s, HEAD_DIM)).reshape(b, HEADS, s, HEAD_DIM)
+        else:
+            o = torch.matmul(p, v)
+        return self.o(o.transpose(1, 2).reshape(b, s, HIDDEN))
 
     def apply_mask(self, w, s, padding):
         m = self.f["mask"]
@@ -406,6 +409,12 @@ class Model(nn.Module):
         for block in self.blocks:
             x = block(x, cos, sin, attention_mask)
         return self.head(self.norm(x))
+
+
+def is_causal(f):
+    """Whether the formulation's attention is causal (every mask form but
+    the padding-only ones and none)."""
+    return f["mask"] not in ("none", "padding_hf", "padding_bert")
 
 
 def form(name):
