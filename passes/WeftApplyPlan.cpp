@@ -136,7 +136,8 @@ struct WeftUnfuseProjections
   }
 
   /// A slice of a parameter along its last dimension: of its inline value,
-  /// or shape only when it has none (a model imported for planning).
+  /// a column window of its external data, or shape only when it has
+  /// neither (a model imported for planning).
   static ParameterOp sliceParameter(OpBuilder &b, ParameterOp param,
                                     int64_t start, int64_t size, int index) {
     auto type = cast<RankedTensorType>(param.getType());
@@ -150,10 +151,16 @@ struct WeftUnfuseProjections
     ElementsAttr value = param.getValue()
                              ? sliceElements(*param.getValue(), starts, limits)
                              : ElementsAttr();
+    ExternalDataAttr external;
+    if (ExternalDataAttr whole = param.getExternalAttr())
+      external = ExternalDataAttr::get(
+          b.getContext(), whole.getLocation(), whole.getOffset(),
+          whole.getLength(), whole.getColumnStart() + start,
+          whole.getRowWidth() ? whole.getRowWidth() : type.getShape().back());
     return ParameterOp::create(
         b, param.getLoc(), sliceType,
         b.getStringAttr(param.getName() + ".part" + std::to_string(index)),
-        value, ExternalDataAttr());
+        value, external);
   }
 
   LogicalResult unfuse(LinearOp linear) {
@@ -163,11 +170,11 @@ struct WeftUnfuseProjections
     ParameterOp bias =
         linear.getBias() ? linear.getBias().getDefiningOp<ParameterOp>()
                          : ParameterOp();
-    // Parameters in external files stay fused: their columns are not one
-    // byte range. A bias that is not a parameter of its own (exporters
-    // share equal initializers, e.g. nn.MultiheadAttention's zero in_proj
-    // biases across layers) is sliced as a value.
-    if (!weight || weight.getExternal() || (bias && bias.getExternal()))
+    // Parameters in external files become column windows of the same
+    // bytes. A bias that is not a parameter of its own (exporters share
+    // equal initializers, e.g. nn.MultiheadAttention's zero in_proj biases
+    // across layers) is sliced as a value.
+    if (!weight)
       return failure();
     std::optional<SmallVector<Piece>> pieces = piecesOf(linear);
     if (!pieces)

@@ -205,9 +205,41 @@ SmallVector<int64_t> weft::getLocalShape(ShardingAttr sharding, MeshOp mesh,
 // ExternalDataAttr
 //===----------------------------------------------------------------------===//
 
+// <"file", offset = O, length = L[, columns = S of W]>
+Attribute ExternalDataAttr::parse(AsmParser &parser, Type) {
+  std::string location;
+  int64_t offset = 0, length = 0, columnStart = 0, rowWidth = 0;
+  if (parser.parseLess() || parser.parseString(&location) ||
+      parser.parseComma() || parser.parseKeyword("offset") ||
+      parser.parseEqual() || parser.parseInteger(offset) ||
+      parser.parseComma() || parser.parseKeyword("length") ||
+      parser.parseEqual() || parser.parseInteger(length))
+    return {};
+  if (succeeded(parser.parseOptionalComma()) &&
+      (parser.parseKeyword("columns") || parser.parseEqual() ||
+       parser.parseInteger(columnStart) || parser.parseKeyword("of") ||
+       parser.parseInteger(rowWidth)))
+    return {};
+  if (parser.parseGreater())
+    return {};
+  return getChecked([&] { return parser.emitError(parser.getNameLoc()); },
+                    parser.getContext(), StringRef(location), offset, length,
+                    columnStart, rowWidth);
+}
+
+void ExternalDataAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  printer.printString(getLocation());
+  printer << ", offset = " << getOffset() << ", length = " << getLength();
+  if (getRowWidth())
+    printer << ", columns = " << getColumnStart() << " of " << getRowWidth();
+  printer << ">";
+}
+
 LogicalResult
 ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                         StringRef location, int64_t offset, int64_t length) {
+                         StringRef location, int64_t offset, int64_t length,
+                         int64_t columnStart, int64_t rowWidth) {
   if (location.empty())
     return emitError() << "external data needs a file location";
   if (offset < 0)
@@ -216,5 +248,10 @@ ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (length < 0)
     return emitError() << "external data length must not be negative, got "
                        << length;
+  if (columnStart < 0 || rowWidth < 0 || (columnStart > 0 && rowWidth == 0))
+    return emitError() << "external data columns " << columnStart << " of "
+                       << rowWidth
+                       << ": the row width must be positive and the first "
+                          "column not negative";
   return success();
 }

@@ -74,20 +74,37 @@ def Weft_ExternalDataAttr : Weft_Attr<"ExternalData", "external"> {
     ONNX external data), `offset` and `length` are in bytes. The bytes are read only when
     a program runs; planning never touches them.
 
+    A parameter may be a window of columns of the stored tensor: `columns = S of W` says
+    that the file holds rows of `W` elements (the stored tensor's last dimension) and the
+    parameter is columns `S` to `S + n` of each, `n` being the parameter's last
+    dimension. `-weft-unfuse-projections` cuts a fused QKV weight stored in a file this
+    way, without reading it.
+
     ```mlir
     #weft.external<"model.onnx.data", offset = 4096, length = 9437184>
+    #weft.external<"model.onnx.data", offset = 4096, length = 9437184, columns = 768 of 2304>
     ```
 
     **Constraints**
     - `location` is not empty;
-    - `offset` and `length` are not negative.
+    - `offset` and `length` are not negative;
+    - with `columns`, `W` is positive and `S` is not negative.
   }];
   let parameters = (ins
     StringRefParameter<"file path relative to the model">:$location,
     "int64_t":$offset,
-    "int64_t":$length
+    "int64_t":$length,
+    DefaultValuedParameter<"int64_t", "0", "first stored column">:$columnStart,
+    DefaultValuedParameter<"int64_t", "0",
+                           "stored row width; 0: the parameter is the whole range">:$rowWidth
   );
-  let assemblyFormat = "`<` $location `,` `offset` `=` $offset `,` `length` `=` $length `>`";
+  let builders = [
+    AttrBuilder<(ins "::llvm::StringRef":$location, "int64_t":$offset,
+                     "int64_t":$length), [{
+      return $_get($_ctxt, location, offset, length, 0, 0);
+    }]>
+  ];
+  let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
 }
 

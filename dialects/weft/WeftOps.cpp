@@ -134,7 +134,18 @@ LogicalResult ParameterOp::verify() {
            << value->getType() << " does not match the result type "
            << getType();
   if (ExternalDataAttr external = getExternalAttr()) {
-    int64_t bytes = getTensorBytes(getType());
+    // A column window reads whole stored rows: the range holds `rowWidth`
+    // columns for each of the parameter's rows.
+    auto type = cast<RankedTensorType>(getType());
+    int64_t bytes = getTensorBytes(type);
+    int64_t columns = type.getRank() ? type.getShape().back() : 1;
+    if (int64_t width = external.getRowWidth()) {
+      if (type.getRank() == 0 || external.getColumnStart() + columns > width)
+        return emitOpError("external data columns ")
+               << external.getColumnStart() << " of " << width
+               << " cannot hold " << type;
+      bytes = columns ? bytes / columns * width : 0;
+    }
     if (external.getLength() != bytes)
       return emitOpError("external data is ")
              << external.getLength() << " bytes but " << getType()

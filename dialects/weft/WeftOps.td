@@ -65,7 +65,9 @@ def Weft_ParameterOp : Weft_Op<"parameter", [WeftBackward, WeftCost, WeftRulePar
     - at most one of `value` and `external` is given;
     - `value`, if given, has the result's type;
     - `external`, if given, has a `length` of exactly the result's size in bytes
-      (`i1` takes one byte per element).
+      (`i1` takes one byte per element), or, with a column window `S of W`, the size
+      of the stored rows of `W` columns, and `S` plus the result's last dimension is at
+      most `W`.
   }];
   let arguments = (ins StrAttr:$name,
                        OptionalAttr<ElementsAttr>:$value,

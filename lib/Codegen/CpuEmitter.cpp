@@ -37,8 +37,8 @@ namespace {
 
 class Emitter {
 public:
-  Emitter(llvm::raw_ostream &os, StringRef weightsDir)
-      : os(os), weightsDir(weightsDir) {}
+  Emitter(llvm::raw_ostream &os, StringRef weightsDir, StringRef externalDir)
+      : os(os), weightsDir(weightsDir), externalDir(externalDir) {}
 
   LogicalResult emitFunction(func::FuncOp func);
 
@@ -55,19 +55,21 @@ private:
   void assign(Value result, const std::string &expression) {
     os << "  HostTensor " << name(result) << " = " << expression << ";\n";
   }
-  LogicalResult emitWeight(Operation *op, ElementsAttr value);
+  LogicalResult emitWeight(Operation *op);
   LogicalResult emitOp(Operation *op);
 
   llvm::raw_ostream &os;
   std::string weightsDir;
+  std::string externalDir;
   llvm::DenseMap<Value, std::string> names;
   llvm::DenseMap<Operation *, std::string> shardFiles;
   int counter = 0;
   int weights = 0;
 };
 
-LogicalResult Emitter::emitWeight(Operation *op, ElementsAttr value) {
-  FailureOr<std::string> file = writeWeight(op, value, weightsDir, weights);
+LogicalResult Emitter::emitWeight(Operation *op) {
+  FailureOr<std::string> file =
+      writeWeight(op, weightsDir, externalDir, weights);
   if (failed(file))
     return failure();
   // A weight sliced for this rank: read only the rank's shard.
@@ -100,14 +102,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return success();
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case([&](ParameterOp p) -> LogicalResult {
-        if (std::optional<ElementsAttr> value = p.getValue())
-          return emitWeight(op, *value);
-        return p.emitError("weft compile needs the weights inline: parameter '")
-               << p.getName() << "' has none (external data is not supported "
-               << "by the CPU emitter yet; import with weights)";
-      })
-      .Case([&](ConstantOp c) { return emitWeight(op, c.getValue()); })
+      .Case<ParameterOp, ConstantOp>(
+          [&](Operation *weight) { return emitWeight(weight); })
       .Case([&](IotaOp i) {
         assign(i.getResult(), std::string("iota(") +
                                   dtypeName(i.getType().getElementType()) +
@@ -387,16 +383,16 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
 } // namespace
 
 LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
-                                   StringRef origin) {
+                                   StringRef origin, StringRef externalDir) {
   FailureOr<func::FuncOp> func = programFunction(module);
-  if (failed(func))
+  if (failed(func) || failed(checkWeights(*func, externalDir)))
     return failure();
   FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
   if (failed(weightsDir))
     return failure();
   std::string body;
   llvm::raw_string_ostream os(body);
-  Emitter emitter(os, *weightsDir);
+  Emitter emitter(os, *weightsDir, externalDir);
   if (failed(emitter.emitFunction(*func)))
     return failure();
 

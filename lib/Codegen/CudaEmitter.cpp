@@ -74,8 +74,10 @@ int64_t normalizeAxis(int64_t axis, int64_t rank) {
 
 class CudaEmitter {
 public:
-  CudaEmitter(func::FuncOp func, std::string weightsDir, CudaEmitStats &stats)
-      : func(func), weightsDir(std::move(weightsDir)), stats(stats) {}
+  CudaEmitter(func::FuncOp func, std::string weightsDir,
+              std::string externalDir, CudaEmitStats &stats)
+      : func(func), weightsDir(std::move(weightsDir)),
+        externalDir(std::move(externalDir)), stats(stats) {}
 
   LogicalResult run();
   std::string kernels;
@@ -96,6 +98,7 @@ private:
 
   func::FuncOp func;
   std::string weightsDir;
+  std::string externalDir;
   CudaEmitStats &stats;
 
   llvm::DenseMap<Operation *, int64_t> index;
@@ -347,9 +350,9 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
   auto optional = [&](Value v) {
     return v ? "&" + tensor(v) : std::string("nullptr");
   };
-  auto weight = [&](ElementsAttr value) -> LogicalResult {
+  auto weight = [&]() -> LogicalResult {
     FailureOr<std::string> file =
-        writeWeight(op, value, weightsDir, weightFiles);
+        writeWeight(op, weightsDir, externalDir, weightFiles);
     if (failed(file))
       return failure();
     if (AllSliceOp slice = shardingSlice(op)) {
@@ -369,13 +372,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
     return success();
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case([&](ParameterOp p) -> LogicalResult {
-        if (std::optional<ElementsAttr> value = p.getValue())
-          return weight(*value);
-        return p.emitError("weft compile needs the weights inline: parameter '")
-               << p.getName() << "' has none (import with weights)";
-      })
-      .Case([&](ConstantOp c) { return weight(c.getValue()); })
+      .Case<ParameterOp, ConstantOp>([&](Operation *) { return weight(); })
       .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](Operation *r) {
         const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
                            : isa<ReduceMeanOp>(r) ? "Mean"
@@ -663,14 +660,15 @@ LogicalResult CudaEmitter::run() {
 } // namespace
 
 LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
-                                    StringRef origin, CudaEmitStats &stats) {
+                                    StringRef origin, StringRef externalDir,
+                                    CudaEmitStats &stats) {
   FailureOr<func::FuncOp> func = programFunction(module);
-  if (failed(func))
+  if (failed(func) || failed(checkWeights(*func, externalDir)))
     return failure();
   FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
   if (failed(weightsDir))
     return failure();
-  CudaEmitter emitter(*func, *weightsDir, stats);
+  CudaEmitter emitter(*func, *weightsDir, externalDir.str(), stats);
   if (failed(emitter.run()))
     return failure();
   // The mesh-axis sets of the communicating collectives, in program order:

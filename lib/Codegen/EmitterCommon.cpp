@@ -132,13 +132,61 @@ std::string codegen::layoutsLiteral(func::FuncOp func, bool results) {
   return text + "}";
 }
 
-FailureOr<std::string> codegen::writeWeight(Operation *op, ElementsAttr value,
-                                            StringRef weightsDir,
+LogicalResult codegen::checkWeights(func::FuncOp func, StringRef externalDir) {
+  WalkResult walk = func.walk([&](ParameterOp p) {
+    if (p.getValue())
+      return WalkResult::advance();
+    ExternalDataAttr external = p.getExternalAttr();
+    if (!external) {
+      p.emitError("weft compile needs the weights: parameter '")
+          << p.getName()
+          << "' has none (the model was imported without weights; import "
+             "it with weights, or compile the ONNX file)";
+      return WalkResult::interrupt();
+    }
+    llvm::SmallString<256> path(externalDir);
+    llvm::sys::path::append(path, external.getLocation());
+    uint64_t size = 0;
+    if (std::error_code ec = llvm::sys::fs::file_size(path, size)) {
+      p.emitError("cannot read external data file '")
+          << path << "' for parameter '" << p.getName()
+          << "': " << ec.message();
+      return WalkResult::interrupt();
+    }
+    if (size < static_cast<uint64_t>(external.getOffset()) +
+                   static_cast<uint64_t>(external.getLength())) {
+      p.emitError("external data file '")
+          << path << "' has " << size << " bytes, fewer than offset "
+          << external.getOffset() << " + length " << external.getLength()
+          << " of parameter '" << p.getName() << "'";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
+FailureOr<std::string> codegen::writeWeight(Operation *op, StringRef weightsDir,
+                                            StringRef externalDir,
                                             int &counter) {
+  rt::HostTensor tensor;
+  if (auto c = dyn_cast<ConstantOp>(op)) {
+    tensor = toHostTensor(c.getValue());
+  } else {
+    auto p = cast<ParameterOp>(op);
+    if (std::optional<ElementsAttr> value = p.getValue()) {
+      tensor = toHostTensor(*value);
+    } else {
+      FailureOr<rt::HostTensor> read = readExternalParameter(p, externalDir);
+      if (failed(read))
+        return failure();
+      tensor = std::move(*read);
+    }
+  }
   std::string file = "w" + std::to_string(counter++) + ".npy";
   llvm::SmallString<256> path(weightsDir);
   llvm::sys::path::append(path, file);
-  absl::Status status = rt::writeNpy(path.str().str(), toHostTensor(value));
+  absl::Status status = rt::writeNpy(path.str().str(), tensor);
   if (!status.ok())
     return op->emitError("cannot write ")
            << path << ": " << std::string(status.message());

@@ -37,10 +37,17 @@ mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);
 std::string meshLiteral(mlir::ModuleOp module, mlir::func::FuncOp func);
 std::string layoutsLiteral(mlir::func::FuncOp func, bool results);
 
-/// Writes `value` as `<outDir>/weights/w<N>.npy`; returns the file's name.
+/// Checks, before anything is written, that every parameter of `func` has
+/// its weights: inline, or in an external-data file under `externalDir` that
+/// is long enough.
+mlir::LogicalResult checkWeights(mlir::func::FuncOp func,
+                                 llvm::StringRef externalDir);
+/// Writes the value of a constant or parameter `op` (inline, or read from
+/// its external-data file under `externalDir`) as
+/// `<weightsDir>/w<N>.npy`; returns the file's name.
 mlir::FailureOr<std::string> writeWeight(mlir::Operation *op,
-                                         mlir::ElementsAttr value,
                                          llvm::StringRef weightsDir,
+                                         llvm::StringRef externalDir,
                                          int &counter);
 /// The all_slice that is the only user of a weight (a parameter or
 /// constant), if any: each rank then reads only its shard of the file.

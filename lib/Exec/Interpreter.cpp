@@ -64,11 +64,14 @@ HostTensor weft::toHostTensor(ElementsAttr value) {
   return tensor;
 }
 
-/// Reads a parameter's bytes from its external file.
-static FailureOr<HostTensor> readExternal(ParameterOp op,
-                                          ExternalDataAttr external,
-                                          const InterpreterOptions &options) {
-  llvm::SmallString<256> path(options.weightsDir);
+FailureOr<HostTensor> weft::readExternalParameter(Operation *param,
+                                                  StringRef dir) {
+  auto op = cast<ParameterOp>(param);
+  ExternalDataAttr external = op.getExternalAttr();
+  if (!external)
+    return op.emitError("parameter '")
+           << op.getName() << "' is not stored as external data";
+  llvm::SmallString<256> path(dir);
   llvm::sys::path::append(path, external.getLocation());
   std::ifstream file(path.str().str(), std::ios::binary);
   if (!file)
@@ -82,8 +85,13 @@ static FailureOr<HostTensor> readExternal(ParameterOp op,
            << path << "' is shorter than offset " << external.getOffset()
            << " + length " << external.getLength();
   HostTensor tensor(toDType(op.getType().getElementType()), shapeOf(op.getType()));
+  // A column window: element i is column start + i % columns of stored row
+  // i / columns.
+  int64_t width = external.getRowWidth(), start = external.getColumnStart();
+  int64_t columns = tensor.shape.empty() ? 1 : tensor.shape.back();
   for (int64_t i = 0; i < tensor.numel(); ++i) {
-    const char *at = bytes.data() + i * rt::dtypeBytes(tensor.dtype);
+    int64_t stored = width ? i / columns * width + start + i % columns : i;
+    const char *at = bytes.data() + stored * rt::dtypeBytes(tensor.dtype);
     switch (tensor.dtype) {
     case DType::F32:
       std::memcpy(&tensor.floats[i], at, 4);
@@ -209,8 +217,9 @@ LogicalResult Interpreter::run(Operation *op) {
         }
         if (std::optional<ElementsAttr> value = param.getValue())
           return result(toHostTensor(*value));
-        if (ExternalDataAttr external = param.getExternalAttr()) {
-          FailureOr<HostTensor> tensor = readExternal(param, external, options);
+        if (param.getExternalAttr()) {
+          FailureOr<HostTensor> tensor =
+              readExternalParameter(param, options.weightsDir);
           return failed(tensor) ? failure() : result(std::move(*tensor));
         }
         return param.emitError("parameter '")

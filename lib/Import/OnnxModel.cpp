@@ -45,9 +45,13 @@ llvm::LogicalResult weft::parseInputShape(llvm::StringRef text,
     dims.split(parts, 'x');
   for (llvm::StringRef part : parts) {
     int64_t size;
+    if (part == "batch" || part == "seq") {
+      shape.push_back(part == "batch" ? kBatchDim : kSequenceDim);
+      continue;
+    }
     if (part.getAsInteger(10, size) || size < 0) {
       error = "dimension '" + part.str() + "' of --input-shape " + text.str() +
-              " is not a non-negative integer";
+              " is not a non-negative integer, 'batch' or 'seq'";
       return llvm::failure();
     }
     shape.push_back(size);
@@ -169,6 +173,23 @@ static bool bindInputs(onnx::GraphProto &graph,
   for (const onnx::TensorProto &init : graph.initializer())
     initializers.insert(init.name());
   llvm::SmallVector<std::string> unbound;
+  // A name that is no input is a typo, not a shape to ignore.
+  llvm::SmallVector<std::string> inputs;
+  for (const onnx::ValueInfoProto &input : graph.input())
+    if (!initializers.contains(input.name()))
+      inputs.push_back("'" + input.name() + "'");
+  for (const auto &entry : options.inputShapes)
+    if (!llvm::any_of(graph.input(), [&](const onnx::ValueInfoProto &input) {
+          return input.name() == entry.getKey() &&
+                 !initializers.contains(input.name());
+        })) {
+      error =
+          "--input-shape names '" + entry.getKey().str() +
+          "', which is not an input of the model (its inputs: " +
+          (inputs.empty() ? std::string("none") : llvm::join(inputs, ", ")) +
+          ")";
+      return false;
+    }
   size_t position = 0;
   for (onnx::ValueInfoProto &input : *graph.mutable_input()) {
     if (initializers.contains(input.name()))
@@ -183,10 +204,26 @@ static bool bindInputs(onnx::GraphProto &graph,
       for (auto [index, dim] : llvm::enumerate(*shape->mutable_dim()))
         dim.set_dim_param(input.name() + "_d" + std::to_string(index));
     const llvm::SmallVector<int64_t> *dims = nullptr;
+    llvm::SmallVector<int64_t> resolved;
     std::string source = "--input-shape";
     auto given = options.inputShapes.find(input.name());
     if (given != options.inputShapes.end()) {
-      dims = &given->second;
+      // `batch` and `seq` take the sizes the batch and sequence flags give.
+      for (int64_t size : given->second) {
+        std::optional<int64_t> bound = size == kBatchDim ? options.batchSize
+                                       : size == kSequenceDim
+                                           ? options.sequenceLength
+                                           : std::optional<int64_t>(size);
+        if (!bound) {
+          error = "--input-shape for '" + input.name() + "' uses '" +
+                  (size == kBatchDim ? "batch" : "seq") + "', but no " +
+                  (size == kBatchDim ? "--batch-size" : "--seq-len") +
+                  " is given";
+          return false;
+        }
+        resolved.push_back(*bound);
+      }
+      dims = &resolved;
     } else if (position < options.inputShapesByPosition.size()) {
       dims = &options.inputShapesByPosition[position];
       source = "the input file";

@@ -36,16 +36,19 @@ func.func @shape_only(%x: tensor<1x2x4xf32>) -> (tensor<1x2x4xf32>, tensor<1x2x4
 
 // -----
 
-// A weight in an external file stays fused: its columns are not one byte
-// range.
+// A weight and bias in an external file become column windows of the same
+// bytes: nothing is read, and the pieces are what tp splits.
 // CHECK-LABEL: func.func @external
-func.func @external(%x: tensor<1x2x4xf32>) -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>) {
+func.func @external(%x: tensor<1x2x4xf32>) -> (tensor<1x2x2xf32>, tensor<1x2x6xf32>) {
   %w = weft.parameter "c_attn" external <"model.onnx.data", offset = 0, length = 128> : tensor<4x8xf32>
-  // CHECK: weft.linear
-  // CHECK: weft.split
-  %y = weft.linear %x, %w : (tensor<1x2x4xf32>, tensor<4x8xf32>) -> tensor<1x2x8xf32>
-  %p:2 = weft.split %y axis 2 sizes [4, 4] : tensor<1x2x8xf32> -> (tensor<1x2x4xf32>, tensor<1x2x4xf32>)
-  return %p#0, %p#1 : tensor<1x2x4xf32>, tensor<1x2x4xf32>
+  %b = weft.parameter "c_attn.bias" external <"model.onnx.data", offset = 128, length = 32> : tensor<8xf32>
+  // CHECK-DAG: weft.parameter "c_attn.part0" external <"model.onnx.data", offset = 0, length = 128, columns = 0 of 8> : tensor<4x2xf32>
+  // CHECK-DAG: weft.parameter "c_attn.part1" external <"model.onnx.data", offset = 0, length = 128, columns = 2 of 8> : tensor<4x6xf32>
+  // CHECK-DAG: weft.parameter "c_attn.bias.part1" external <"model.onnx.data", offset = 128, length = 32, columns = 2 of 8> : tensor<6xf32>
+  // CHECK-NOT: weft.split
+  %y = weft.linear %x, %w, %b : (tensor<1x2x4xf32>, tensor<4x8xf32>, tensor<8xf32>) -> tensor<1x2x8xf32>
+  %p:2 = weft.split %y axis 2 sizes [2, 6] : tensor<1x2x8xf32> -> (tensor<1x2x2xf32>, tensor<1x2x6xf32>)
+  return %p#0, %p#1 : tensor<1x2x2xf32>, tensor<1x2x6xf32>
 }
 
 // -----

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/CostModel.h"
 #include "weft/Planner/Model.h"
@@ -34,7 +35,8 @@ namespace cl = llvm::cl;
 
 mlir::OwningOpRef<mlir::ModuleOp>
 loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context,
-                     int64_t sequenceLength, int64_t batch = 1);
+                     int64_t sequenceLength, int64_t batch = 1,
+                     llvm::ArrayRef<std::string> shapes = {});
 
 static cl::SubCommand planCommand(
     "plan", "Choose a parallelization plan for training a model on a cluster");
@@ -86,6 +88,12 @@ static cl::opt<int64_t> globalBatch("global-batch",
 static cl::opt<int64_t> planSeqLen(
     "seq-len", cl::desc("Sequence length (default: the model's)"),
     cl::init(0), cl::sub(planCommand));
+static cl::list<std::string> planInputShapes(
+    "input-shape",
+    cl::desc("Shape of a model input, as for import: NAME=DxDx..., where a "
+             "dimension may be 'batch' (the micro-batch the planner chooses) "
+             "or 'seq' (--seq-len); repeatable"),
+    cl::value_desc("NAME=DIMS"), cl::sub(planCommand));
 static cl::opt<std::string> dtypeOpt("dtype", cl::desc("bf16 or fp16"),
                                      cl::init("bf16"), cl::sub(planCommand));
 static cl::opt<double>
@@ -208,12 +216,14 @@ static ModelSource fileModelSource(llvm::StringRef path, int64_t seq,
                                    MLIRContext &probeContext) {
   ModelSource source;
   std::string file = path.str();
-  source.build = [file](MLIRContext &context, int64_t batch,
-                        int64_t seqLen) -> OwningOpRef<ModuleOp> {
+  std::vector<std::string> shapes(planInputShapes.begin(),
+                                  planInputShapes.end());
+  source.build = [file, shapes](MLIRContext &context, int64_t batch,
+                                int64_t seqLen) -> OwningOpRef<ModuleOp> {
     ScopedDiagnosticHandler quiet(&context,
                                   [](Diagnostic &) { return success(); });
     OwningOpRef<ModuleOp> module =
-        loadModelForPlanning(file, context, seqLen, batch);
+        loadModelForPlanning(file, context, seqLen, batch, shapes);
     if (!module || inputShape(*module) != std::make_pair(batch, seqLen))
       return nullptr;
     return module;
@@ -222,7 +232,7 @@ static ModelSource fileModelSource(llvm::StringRef path, int64_t seq,
   ScopedDiagnosticHandler quiet(&probeContext,
                                 [](Diagnostic &) { return success(); });
   OwningOpRef<ModuleOp> probe =
-      loadModelForPlanning(path, probeContext, seq, 3);
+      loadModelForPlanning(path, probeContext, seq, 3, shapes);
   if (probe && inputShape(*probe).first != 3)
     source.staticBatch = inputShape(*probe).first;
   return source;
@@ -231,6 +241,18 @@ static ModelSource fileModelSource(llvm::StringRef path, int64_t seq,
 /// The model from a file, a preset, or the builder flags.
 static llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context) {
   plan::ModelSpec spec;
+  if (!planInputShapes.empty() &&
+      (planModelFile.empty() ||
+       llvm::StringRef(planModelFile).ends_with(".mlir")))
+    return llvm::createStringError(
+        "--input-shape binds the inputs of an ONNX model; a .mlir module or "
+        "a built-in model has its shapes already");
+  for (const std::string &shape : planInputShapes) {
+    weft::OnnxImportOptions unused;
+    std::string error;
+    if (failed(weft::parseInputShape(shape, unused, error)))
+      return llvm::createStringError(error);
+  }
   if (!planModelFile.empty()) {
     if (!presetName.empty())
       return llvm::createStringError(
@@ -239,7 +261,9 @@ static llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context) {
       return llvm::createStringError("cannot read '" + planModelFile +
                                      "': no such file");
     OwningOpRef<ModuleOp> module =
-        loadModelForPlanning(planModelFile, context, planSeqLen);
+        loadModelForPlanning(planModelFile, context, planSeqLen, 1,
+                             std::vector<std::string>(planInputShapes.begin(),
+                                                      planInputShapes.end()));
     if (!module)
       return llvm::createStringError("could not import '" + planModelFile +
                                      "' (see the errors above)");
@@ -401,6 +425,7 @@ int runPlan(MLIRContext &context) {
     costModel.evaluate(given);
     printPlanBreakdown(os, given);
     *set.add_plans() = given;
+
   } else {
     SearchOptions options;
     options.top = topOpt;

@@ -722,11 +722,20 @@ static int runModel(MLIRContext &context) {
 OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
                                            MLIRContext &context,
                                            int64_t sequenceLength,
-                                           int64_t batch) {
+                                           int64_t batch,
+                                           llvm::ArrayRef<std::string> shapes) {
   if (!path.ends_with(".mlir")) {
     // Shapes only: dynamic batch axes become `batch` (the planner's
-    // micro-batches), dynamic sequence axes the --seq-len given.
+    // micro-batches), dynamic sequence axes the --seq-len given; inputs
+    // named in --input-shape take its shapes.
     weft::OnnxImportOptions options;
+    for (const std::string &shape : shapes) {
+      std::string error;
+      if (failed(weft::parseInputShape(shape, options, error))) {
+        emitError(UnknownLoc::get(&context)) << error;
+        return nullptr;
+      }
+    }
     options.loadWeights = false;
     options.keepExternalData = true;
     options.batchSize = batch;
@@ -793,10 +802,23 @@ static int runCompile(MLIRContext &context) {
     return fail("cannot create " + outputPath + ": " + ec.message());
   std::string origin = path.str() + (planSpec.empty() ? " under " + planFile
                                                       : " under " + planSpec);
+  // External-data locations are relative to the model's directory.
+  std::string externalDir = llvm::sys::path::parent_path(path).str();
+  if (externalDir.empty())
+    externalDir = ".";
+  // A failed emission leaves no half-written weights behind.
+  std::string weightsDir = outputPath + "/weights";
+  bool hadWeights = llvm::sys::fs::exists(weightsDir);
+  auto emitFailed = [&]() {
+    if (!hadWeights)
+      llvm::sys::fs::remove_directories(weightsDir);
+    return 1;
+  };
   if (target == "cuda") {
     weft::CudaEmitStats stats;
-    if (failed(weft::emitCudaProgram(*module, outputPath, origin, stats)))
-      return 1;
+    if (failed(weft::emitCudaProgram(*module, outputPath, origin, externalDir,
+                                     stats)))
+      return emitFailed();
     llvm::outs() << "wrote " << outputPath << "/program.cu, CMakeLists.txt, "
                  << "weights/\n"
                  << "arena: " << stats.arenaBytes << " bytes per rank for "
@@ -808,8 +830,8 @@ static int runCompile(MLIRContext &context) {
                  << " GEMM epilogues (bias, GELU); " << stats.collectives
                  << " collectives on the communication stream\n";
   } else {
-    if (failed(weft::emitCpuProgram(*module, outputPath, origin)))
-      return 1;
+    if (failed(weft::emitCpuProgram(*module, outputPath, origin, externalDir)))
+      return emitFailed();
     llvm::outs() << "wrote " << outputPath << "/program.cpp, CMakeLists.txt, "
                  << "weights/\n";
   }

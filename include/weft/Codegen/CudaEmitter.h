@@ -33,11 +33,13 @@ struct CudaEmitStats {
 /// Writes the rank program of a partitioned `module` as CUDA C++ against the
 /// runtime's CUDA backend (`weft/runtime/cuda/Cuda.h`) into `outDir`:
 /// `program.cu`, `weights/*.npy` and a `CMakeLists.txt` that builds it for
-/// sm_80 and sm_90 with find_package(WeftRuntime). Errors are diagnostics at
-/// the op.
+/// sm_80 and sm_90 with find_package(WeftRuntime). Parameters stored as
+/// external data are read from `externalDir` (the ONNX model's directory).
+/// Errors are diagnostics at the op.
 mlir::LogicalResult emitCudaProgram(mlir::ModuleOp module,
                                     llvm::StringRef outDir,
                                     llvm::StringRef origin,
+                                    llvm::StringRef externalDir,
                                     CudaEmitStats &stats);
 
 } // namespace weft

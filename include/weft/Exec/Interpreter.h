@@ -42,6 +42,11 @@ rt::DType toDType(mlir::Type elementType);
 /// Converts constant elements to a host tensor.
 rt::HostTensor toHostTensor(mlir::ElementsAttr value);
 
+/// Reads a parameter stored as external data (ONNX's large-model format) from
+/// `dir`, the directory its location is relative to.
+llvm::FailureOr<rt::HostTensor> readExternalParameter(mlir::Operation *param,
+                                                      llvm::StringRef dir);
+
 /// Converts a host tensor to constant elements of `type` (same shape).
 mlir::DenseElementsAttr toElementsAttr(const rt::HostTensor &tensor,
                                        mlir::RankedTensorType type);

@@ -26,7 +26,8 @@ namespace weft {
 
 struct OnnxImportOptions {
   /// Static shapes for graph inputs, by input name: they bind the input's
-  /// dynamic dimensions (and must agree with its static ones).
+  /// dynamic dimensions (and must agree with its static ones). kBatchDim
+  /// and kSequenceDim stand for batchSize and sequenceLength.
   llvm::StringMap<llvm::SmallVector<int64_t>> inputShapes;
   /// Binds every dynamic dimension named like a batch ("batch", "N", ...) or
   /// a sequence ("sequence", "seq_len", ...) that inputShapes leaves open.
@@ -60,7 +61,13 @@ struct OnnxImportOptions {
   std::string functionName = "main";
 };
 
-/// Parses `--input-shape` values such as "tokens=8x1024" into `options`.
+/// In `inputShapes`: a dimension that `batchSize` / `sequenceLength` binds.
+constexpr int64_t kBatchDim = -1;
+constexpr int64_t kSequenceDim = -2;
+
+/// Parses `--input-shape` values such as "tokens=8x1024" into `options`. A
+/// dimension may be `batch` or `seq`: the size that --batch-size / --seq-len
+/// (or the planner's micro-batch and sequence length) give.
 llvm::LogicalResult parseInputShape(llvm::StringRef text,
                                     OnnxImportOptions &options,
                                     std::string &error);

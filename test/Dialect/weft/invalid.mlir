@@ -78,6 +78,30 @@ func.func @external_negative_length() {
 
 // -----
 
+func.func @external_columns_too_wide() {
+  // expected-error @+1 {{external data columns 2 of 3 cannot hold 'tensor<2x2xbf16>'}}
+  %0 = weft.parameter "w" external <"w.bin", offset = 0, length = 12, columns = 2 of 3> : tensor<2x2xbf16>
+  return
+}
+
+// -----
+
+func.func @external_columns_length() {
+  // expected-error @+1 {{external data is 8 bytes but 'tensor<2x2xbf16>' needs 12}}
+  %0 = weft.parameter "w" external <"w.bin", offset = 0, length = 8, columns = 1 of 3> : tensor<2x2xbf16>
+  return
+}
+
+// -----
+
+func.func @external_columns_negative() {
+  // expected-error @+1 {{external data columns -1 of 3: the row width must be positive and the first column not negative}}
+  %0 = weft.parameter "w" external <"w.bin", offset = 0, length = 12, columns = -1 of 3> : tensor<2x2xbf16>
+  return
+}
+
+// -----
+
 //===--- weft.constant ---===//
 
 func.func @constant_type() {

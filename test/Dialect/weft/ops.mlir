@@ -17,6 +17,11 @@ func.func @weights() -> (tensor<768x3072xf32>, tensor<4xf32>, tensor<2x3xbf16>, 
   %b = weft.parameter "bias" : tensor<4xf32> = dense<[1.0, 2.0, 3.0, 4.0]>
   // CHECK: weft.parameter "emb" external <"model.onnx.data", offset = 64, length = 12> : tensor<2x3xbf16>
   %e = weft.parameter "emb" external <"model.onnx.data", offset = 64, length = 12> : tensor<2x3xbf16>
+  // A column window of stored rows of 3: rows of 3 bf16, columns 1 and 2.
+  // CHECK: weft.parameter "emb.part1" external <"model.onnx.data", offset = 64, length = 12, columns = 1 of 3> : tensor<2x2xbf16>
+  %e1 = weft.parameter "emb.part1" external <"model.onnx.data", offset = 64, length = 12, columns = 1 of 3> : tensor<2x2xbf16>
+  // CHECK: weft.parameter "emb.part0" external <"model.onnx.data", offset = 64, length = 12, columns = 0 of 3> : tensor<2x1xbf16>
+  %e0 = weft.parameter "emb.part0" external <"model.onnx.data", offset = 64, length = 12, columns = 0 of 3> : tensor<2x1xbf16>
   // CHECK: weft.iota dim 1 : tensor<2x4xi64>
   %i = weft.iota dim 1 : tensor<2x4xi64>
   // CHECK: weft.constant dense<[true, false]> : tensor<2xi1>
