@@ -398,6 +398,13 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
   if (plan.dp() < 1 || plan.tp() < 1 || plan.pp() < 1 || plan.cp() < 1 ||
       plan.ulysses() < 1 || plan.micro_batch() < 1)
     return "every degree and the micro-batch size must be at least 1";
+  // Ring attention is blockwise attention with an online softmax: a fused
+  // kernel. Megatron-LM's context parallelism likewise needs
+  // TransformerEngine's fused attention.
+  if (plan.cp() > 1 && !trainingConfig.flash_attention())
+    return "ring attention (cp > 1) needs fused (flash) attention, which "
+           "--flash-attention=false rules out; split the sequence with "
+           "ulysses or sp instead";
   int64_t gpus = int64_t(plan.dp()) * plan.tp() * plan.pp() * plan.cp() *
                  plan.ulysses();
   if (gpus > totalGpus(clusterSpec)) {
@@ -623,6 +630,8 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
   times.forward.assign(p * v, 0);
   times.backward.assign(p * v, 0);
   times.weight.assign(p * v, 0);
+  times.shardComm.assign(p * v, 0);
+  times.shardExposed.assign(p * v, 0);
   double tpForward = exposedTensorParallelComm(plan, layer, 1);
   double tpBackward = exposedTensorParallelComm(plan, layer, 2);
   double layerForward = layer.forward + tpForward + layer.seqComm;
@@ -660,14 +669,19 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         double gather =
             collectiveTime(CollectiveKind::AllGather, params * kWeightBytes,
                            int64_t(shard), shardStride);
-        double scatter =
-            collectiveTime(CollectiveKind::ReduceScatter, params * kGradBytes,
-                           int64_t(shard), shardStride);
+        double scatter = collectiveTime(
+            CollectiveKind::ReduceScatter,
+            params * (trainingConfig.grad_reduce_16bit() ? kWeightBytes
+                                                         : kGradBytes),
+            int64_t(shard), shardStride);
         double reuse = plan.schedule() == plan::SCHEDULE_ZEROPP
                            ? std::min<double>(p, plan.num_micro_batches())
                            : 1;
+        double computeOnly = f + b;
         f = std::max(f, gather / reuse);
         b = std::max(b + w, (gather + scatter) / reuse) - w;
+        times.shardComm[vs] = (2 * gather + scatter) / reuse;
+        times.shardExposed[vs] = f + b - computeOnly;
       }
       times.forward[vs] = f;
       times.backward[vs] = b;
@@ -890,6 +904,9 @@ void CostModel::evaluate(plan::Plan &plan,
     optimizer = std::max(optimizer, cost.optimizer);
   }
   double step = pipeline + dpExposed + optimizer;
+  // ZeRO-3's collectives run inside the pipeline (per micro-batch and
+  // chunk); they are data-parallel communication in the breakdown.
+  double shardTotal = 0, shardExposed = 0;
   if (timeline) {
     for (int s = 0; s < p; ++s) {
       if (dpExposed > 0)
@@ -914,6 +931,10 @@ void CostModel::evaluate(plan::Plan &plan,
       busiest = s;
     }
   }
+  for (int c = 0; c < v; ++c) {
+    shardTotal += m * times.shardComm[c * p + busiest];
+    shardExposed += m * times.shardExposed[c * p + busiest];
+  }
   double layers = plan.stage_layers(busiest);
   double recompute = 0;
   if (plan.recompute() == plan::RECOMPUTE_FULL)
@@ -937,14 +958,15 @@ void CostModel::evaluate(plan::Plan &plan,
   double work = m * busiestWork;
   time->set_compute_s(std::max(0.0, work - time->tp_comm_s() -
                                         time->cp_comm_s() -
-                                        time->recompute_s()));
+                                        time->recompute_s() - shardExposed));
   time->set_bubble_s(std::max(0.0, pipeline - work));
-  time->set_dp_comm_exposed_s(dpExposed);
-  time->set_dp_comm_total_s(dpTotal);
+  time->set_dp_comm_exposed_s(dpExposed + shardExposed);
+  time->set_dp_comm_total_s(dpTotal + shardTotal);
   time->set_optimizer_s(optimizer);
   time->set_bubble_fraction(step > 0 ? time->bubble_s() / step : 0);
   time->set_comm_fraction(step > 0 ? (time->tp_comm_s() + time->cp_comm_s() +
-                                      time->pp_comm_s() + dpExposed) /
+                                      time->pp_comm_s() +
+                                      time->dp_comm_exposed_s()) /
                                          step
                                    : 0);
   double tokens = double(trainingConfig.global_batch()) *

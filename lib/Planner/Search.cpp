@@ -88,7 +88,8 @@ SearchResult planner::searchPlans(CostModel &model,
           std::max<int64_t>(1, spec.kv_heads() / tp) % u || seq % u)
         break;
       for (int64_t cp = 1; cp <= 64; cp *= 2) {
-        if (seq % (cp * u * (cp > 1 ? 2 : 1)))
+        if (seq % (cp * u * (cp > 1 ? 2 : 1)) ||
+            (cp > 1 && !model.training().flash_attention()))
           break;
         int64_t inner = tp * u * cp;
         if (inner > gpus)

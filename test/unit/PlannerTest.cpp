@@ -314,7 +314,9 @@ TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
 TEST(PlannerSearch, RelativeBoundsKeepTheBestPlans) {
   plan::Cluster cluster = *parseClusterShorthand("h100:8x16");
   plan::TrainingConfig training = megatron2022(64);
-  training.set_seq_len(32768);
+  training.set_seq_len(131072);
+  // Ring attention needs fused attention (without it cp > 1 cannot run).
+  training.set_flash_attention(true);
   SearchOptions bounded, exhaustive;
   bounded.top = exhaustive.top = 5;
   exhaustive.boundFromRelatives = false;

@@ -19,6 +19,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/WithColor.h"
@@ -129,6 +130,11 @@ static cl::opt<std::string> evaluateOpt(
              "\"tp=8,pp=8,dp=16,mbs=1,v=3,schedule=interleaved,"
              "recompute=full\""),
     cl::sub(planCommand));
+static cl::opt<bool> allowOom(
+    "allow-oom",
+    cl::desc("With --evaluate: cost a plan that does not fit in memory and "
+             "exit 0"),
+    cl::init(false), cl::sub(planCommand));
 static cl::opt<std::string>
     evaluateJson("evaluate-json",
                  cl::desc("Cost the first plan of a --json file again"),
@@ -398,6 +404,7 @@ int runPlan(MLIRContext &context) {
      << "\n";
 
   // Cost one plan given by hand (or from a JSON file).
+  double overMemory = 0;
   if (!evaluateOpt.empty() || !evaluateJson.empty()) {
     plan::Plan given;
     if (!evaluateJson.empty()) {
@@ -425,7 +432,9 @@ int runPlan(MLIRContext &context) {
     costModel.evaluate(given);
     printPlanBreakdown(os, given);
     *set.add_plans() = given;
-
+    overMemory = given.fits() || allowOom ? 0
+                                          : given.memory().total_gib() -
+                                                given.memory().capacity_gib();
   } else {
     SearchOptions options;
     options.top = topOpt;
@@ -533,6 +542,19 @@ int runPlan(MLIRContext &context) {
       return planError("cannot write '" + reportOpt + "'");
     os << "wrote " << reportOpt << "\n";
   }
+  // A plan that does not fit would fail on the cluster: say by how much, and
+  // fail, unless the user asked to cost it anyway.
+  if (overMemory > 0) {
+    os.flush();
+    const plan::MemoryBreakdown &m = first.memory();
+    return planError(llvm::formatv(
+        "the plan does not fit: {0:F1} GiB per GPU on its worst stage, "
+        "{1:F1} GiB over the {2:F1} GiB available (the GPU's memory less "
+        "--memory-reserve); use more memory-saving degrees (tp, pp, zero, "
+        "recompute) or a smaller micro-batch, or give --allow-oom to cost it "
+        "anyway",
+        m.total_gib(), overMemory, m.capacity_gib()));
+  }
   return 0;
 }
 
@@ -591,6 +613,12 @@ llvm::Expected<Csv> readCsv(const std::string &path) {
 
 struct CalibrationRow {
   std::string name;
+  /// Validation rows are never fitted to: they report the model's error on
+  /// data it was not tuned on.
+  bool validation = false;
+  /// Set for validation rows: the plan as --evaluate text, parsed once the
+  /// row's cost model exists.
+  std::string planSpec;
   plan::ModelSpec model;
   plan::Cluster cluster;
   plan::TrainingConfig training;
@@ -732,19 +760,105 @@ loadCalibrationRows(const std::string &dir) {
   return rows;
 }
 
+/// validation.csv: published runs from other sources than the calibration
+/// files, one row per run with its model, cluster, batch, sequence and plan
+/// (as --evaluate text); `measured_step_s` is seconds, or `tflops:X` for a
+/// published X model TFLOP/s per GPU.
+static llvm::Error loadValidationRows(const std::string &dir,
+                                      std::vector<CalibrationRow> &rows) {
+  std::string path = dir + "/validation.csv";
+  if (!llvm::sys::fs::exists(path))
+    return llvm::Error::success();
+  auto csv = readCsv(path);
+  if (!csv)
+    return csv.takeError();
+  for (const char *name :
+       {"name", "gpu", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
+        "ffn_kind", "vocab", "tied", "seq_len", "global_batch", "flash", "plan",
+        "measured_step_s"})
+    if (csv->column(name) < 0)
+      return llvm::createStringError(path + ": no column '" + name + "'");
+  for (auto &r : csv->rows) {
+    auto get = [&](const char *name) { return r.at(csv->column(name)); };
+    auto integer = [&](const char *name) -> llvm::Expected<int64_t> {
+      int64_t value = 0;
+      if (llvm::StringRef(get(name)).getAsInteger(10, value) || value < 0)
+        return llvm::createStringError(path + ": row '" + get("name") +
+                                       "': " + name + " '" + get(name) +
+                                       "' is not a count");
+      return value;
+    };
+    CalibrationRow row;
+    row.validation = true;
+    row.name = get("name");
+    int64_t values[10];
+    const char *names[10] = {"gpus",         "layers", "hidden", "heads",
+                             "kv_heads",     "ffn",    "vocab",  "seq_len",
+                             "global_batch", "flash"};
+    for (int i = 0; i < 10; ++i) {
+      auto value = integer(names[i]);
+      if (!value)
+        return value.takeError();
+      values[i] = *value;
+    }
+    plan::ModelSpec &m = row.model;
+    m.set_name(row.name);
+    m.set_layers(values[1]);
+    m.set_hidden(values[2]);
+    m.set_heads(values[3]);
+    m.set_kv_heads(values[4]);
+    m.set_ffn_hidden(values[5]);
+    m.set_ffn_kind(get("ffn_kind") == "swiglu" ? plan::FFN_SWIGLU
+                                               : plan::FFN_GELU);
+    m.set_vocab(values[6]);
+    m.set_seq_len(values[7]);
+    m.set_tied_embeddings(get("tied") == "yes");
+    m.set_source("validation");
+    if (llvm::Error error = validateModel(m))
+      return error;
+    if (llvm::Error error = setUpRow(row, get("gpu"), values[0], values[8],
+                                     values[7], values[9] != 0,
+                                     /*dropout=*/false))
+      return error;
+    row.planSpec = get("plan");
+    llvm::StringRef measured = get("measured_step_s");
+    double number = 0;
+    bool tflops = measured.consume_front("tflops:");
+    if (measured.getAsDouble(number) || number <= 0)
+      return llvm::createStringError(
+          path + ": row '" + row.name + "': measured_step_s '" +
+          get("measured_step_s") + "' is not seconds or tflops:X");
+    // A published TFLOP/s per GPU: the step that model FLOPs take at it.
+    row.measured = tflops ? modelFlopsPerStep(m, values[8], values[7]) /
+                                (number * 1e12 * values[0])
+                          : number;
+    rows.push_back(row);
+  }
+  return llvm::Error::success();
+}
+
 int runCalibrate() {
   auto rows = loadCalibrationRows(calibrationDir);
   if (!rows)
     return planError(llvm::toString(rows.takeError()));
+  if (llvm::Error error = loadValidationRows(calibrationDir, *rows))
+    return planError(llvm::toString(std::move(error)));
   llvm::raw_ostream &os = llvm::outs();
   os << llvm::format("%-36s %-44s %10s %10s %8s", "row", "published plan",
                      "measured", "predicted", "error");
   if (calibrateSearch)
     os << llvm::format(" %10s %6s", "searched", "inside");
   os << "\n";
-  double sumError = 0, maxError = 0;
-  int count = 0, searchedNotSlower = 0, inside = 0;
+  struct Stats {
+    double sum = 0, signedSum = 0, max = 0;
+    int count = 0, searchedNotSlower = 0, inside = 0;
+  } sets[2];
+  bool headed[2] = {false, false};
   for (CalibrationRow &row : *rows) {
+    Stats &stats = sets[row.validation];
+    if (!headed[row.validation] && row.validation)
+      os << "-- validation rows (other sources; never fitted to) --\n";
+    headed[row.validation] = true;
     for (const std::string &setting : calibrateSet) {
       auto [key, value] = llvm::StringRef(setting).split('=');
       // "h100.gemm_efficiency=0.7" applies to one GPU only.
@@ -769,6 +883,12 @@ int runCalibrate() {
         return planError("--set: no GPU field '" + key.str() + "'");
     }
     CostModel model(row.model, row.cluster, row.training);
+    if (!row.planSpec.empty()) {
+      auto parsed = parsePlanSpec(row.planSpec, model);
+      if (!parsed)
+        return planError(row.name + ": " + llvm::toString(parsed.takeError()));
+      row.plan = *parsed;
+    }
     std::string why = model.checkPlan(row.plan);
     if (!why.empty())
       return planError(row.name + ": the published plan does not check: " +
@@ -776,19 +896,24 @@ int runCalibrate() {
     model.evaluate(row.plan);
     double predicted = row.plan.time().step_s();
     double error = predicted / row.measured - 1;
-    sumError += std::abs(error);
-    maxError = std::max(maxError, std::abs(error));
-    ++count;
-    std::string planText = "tp" + std::to_string(row.plan.tp()) + " pp" +
-                           std::to_string(row.plan.pp()) + " dp" +
-                           std::to_string(row.plan.dp()) + " mbs" +
-                           std::to_string(row.plan.micro_batch()) + " " +
-                           scheduleName(row.plan.schedule()) +
-                           (row.plan.virtual_stages() > 1
-                                ? " v" + std::to_string(row.plan.virtual_stages())
-                                : "") +
-                           (row.plan.sequence_parallel() ? " sp" : "") + " " +
-                           recomputeName(row.plan.recompute());
+    stats.sum += std::abs(error);
+    stats.signedSum += error;
+    stats.max = std::max(stats.max, std::abs(error));
+    ++stats.count;
+    std::string planText =
+        "tp" + std::to_string(row.plan.tp()) + " pp" +
+        std::to_string(row.plan.pp()) + " dp" + std::to_string(row.plan.dp()) +
+        (row.plan.cp() > 1 ? " cp" + std::to_string(row.plan.cp()) : "") +
+        (row.plan.zero_stage() > 1
+             ? " zero" + std::to_string(row.plan.zero_stage())
+             : "") +
+        " mbs" + std::to_string(row.plan.micro_batch()) + " " +
+        scheduleName(row.plan.schedule()) +
+        (row.plan.virtual_stages() > 1
+             ? " v" + std::to_string(row.plan.virtual_stages())
+             : "") +
+        (row.plan.sequence_parallel() ? " sp" : "") + " " +
+        recomputeName(row.plan.recompute());
     os << llvm::format("%-36s %-44s %9.3fs %9.3fs %+7.2f%%", row.name.c_str(),
                        planText.c_str(), row.measured, predicted, 100 * error);
     if (calibrateVerbose) {
@@ -811,10 +936,10 @@ int runCalibrate() {
                             ? std::numeric_limits<double>::infinity()
                             : result.plans[0].time().step_s();
       bool notSlower = searched <= predicted * (1 + 1e-9);
-      searchedNotSlower += notSlower;
+      stats.searchedNotSlower += notSlower;
       std::string outside = outsideSearchSpace(model, row.plan, options);
       bool isInside = outside.empty() && row.plan.fits();
-      inside += isInside;
+      stats.inside += isInside;
       os << llvm::format(" %9.3fs %6s", searched, isInside ? "yes" : "NO");
       if (!outside.empty())
         os << " (" << outside << ")";
@@ -823,14 +948,24 @@ int runCalibrate() {
     }
     os << "\n";
   }
-  os << llvm::format("rows: %d, mean |error| %.2f%%, max |error| %.2f%% "
-                     "(Calculon on Korthikanti Table 5: mean 3.65%%, max "
-                     "8.87%%)\n",
-                     count, 100 * sumError / count, 100 * maxError);
-  if (calibrateSearch)
-    os << llvm::format("searched plan at least as fast as the published one: "
-                       "%d of %d rows; published plan inside the search space "
-                       "(divides and fits): %d of %d\n",
-                       searchedNotSlower, count, inside, count);
+  for (int set = 0; set < 2; ++set) {
+    const Stats &stats = sets[set];
+    if (!stats.count)
+      continue;
+    os << llvm::format("%s rows: %d, mean |error| %.2f%%, max |error| %.2f%%, "
+                       "signed mean %+.2f%%",
+                       set ? "validation" : "calibration", stats.count,
+                       100 * stats.sum / stats.count, 100 * stats.max,
+                       100 * stats.signedSum / stats.count);
+    os << (set ? "\n"
+               : " (Calculon on Korthikanti Table 5: mean 3.65%, max "
+                 "8.87%)\n");
+    if (calibrateSearch)
+      os << llvm::format("  searched plan at least as fast as the published "
+                         "one: %d of %d rows; published plan inside the "
+                         "search space (divides and fits): %d of %d\n",
+                         stats.searchedNotSlower, stats.count, stats.inside,
+                         stats.count);
+  }
   return 0;
 }

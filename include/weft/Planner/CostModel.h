@@ -185,6 +185,10 @@ private:
                          const Blocks &blocks) const;
   struct StageTimes {
     std::vector<double> forward, backward, weight; // per stage, per chunk
+    /// ZeRO-3 per micro-batch and chunk: the parameter all-gathers (forward
+    /// and backward) and gradient reduce-scatter, and the part of them that
+    /// compute does not hide (already inside forward and backward).
+    std::vector<double> shardComm, shardExposed;
     double p2p = 0;
   };
   void stageTimes(const plan::Plan &plan, StageTimes &times);
