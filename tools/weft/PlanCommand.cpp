@@ -821,7 +821,8 @@ static llvm::Error loadValidationRows(const std::string &dir,
                                      /*dropout=*/false))
       return error;
     row.planSpec = get("plan");
-    llvm::StringRef measured = get("measured_step_s");
+    std::string measuredText = get("measured_step_s");
+    llvm::StringRef measured = measuredText;
     double number = 0;
     bool tflops = measured.consume_front("tflops:");
     if (measured.getAsDouble(number) || number <= 0)
