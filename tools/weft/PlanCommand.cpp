@@ -791,34 +791,48 @@ static llvm::Error loadValidationRows(const std::string &dir,
     CalibrationRow row;
     row.validation = true;
     row.name = get("name");
-    int64_t values[10];
-    const char *names[10] = {"gpus",         "layers", "hidden", "heads",
-                             "kv_heads",     "ffn",    "vocab",  "seq_len",
-                             "global_batch", "flash"};
-    for (int i = 0; i < 10; ++i) {
-      auto value = integer(names[i]);
+    // Counts by column name; the words in ffn_kind and tied are checked, so
+    // a typo in the data is an error, not a different model.
+    llvm::StringMap<int64_t> n;
+    for (const char *name :
+         {"gpus", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab",
+          "seq_len", "global_batch", "flash"}) {
+      auto value = integer(name);
       if (!value)
         return value.takeError();
-      values[i] = *value;
+      n[name] = *value;
     }
+    auto word = [&](const char *name, const char *yes,
+                    const char *no) -> llvm::Expected<bool> {
+      if (get(name) != yes && get(name) != no)
+        return llvm::createStringError(path + ": row '" + row.name +
+                                       "': " + name + " '" + get(name) +
+                                       "' is not " + yes + " or " + no);
+      return get(name) == yes;
+    };
+    auto swiglu = word("ffn_kind", "swiglu", "gelu");
+    if (!swiglu)
+      return swiglu.takeError();
+    auto tied = word("tied", "yes", "no");
+    if (!tied)
+      return tied.takeError();
     plan::ModelSpec &m = row.model;
     m.set_name(row.name);
-    m.set_layers(values[1]);
-    m.set_hidden(values[2]);
-    m.set_heads(values[3]);
-    m.set_kv_heads(values[4]);
-    m.set_ffn_hidden(values[5]);
-    m.set_ffn_kind(get("ffn_kind") == "swiglu" ? plan::FFN_SWIGLU
-                                               : plan::FFN_GELU);
-    m.set_vocab(values[6]);
-    m.set_seq_len(values[7]);
-    m.set_tied_embeddings(get("tied") == "yes");
+    m.set_layers(n["layers"]);
+    m.set_hidden(n["hidden"]);
+    m.set_heads(n["heads"]);
+    m.set_kv_heads(n["kv_heads"]);
+    m.set_ffn_hidden(n["ffn"]);
+    m.set_ffn_kind(*swiglu ? plan::FFN_SWIGLU : plan::FFN_GELU);
+    m.set_vocab(n["vocab"]);
+    m.set_seq_len(n["seq_len"]);
+    m.set_tied_embeddings(*tied);
     m.set_source("validation");
     if (llvm::Error error = validateModel(m))
       return error;
-    if (llvm::Error error = setUpRow(row, get("gpu"), values[0], values[8],
-                                     values[7], values[9] != 0,
-                                     /*dropout=*/false))
+    if (llvm::Error error =
+            setUpRow(row, get("gpu"), n["gpus"], n["global_batch"],
+                     n["seq_len"], n["flash"] != 0, /*dropout=*/false))
       return error;
     row.planSpec = get("plan");
     std::string measuredText = get("measured_step_s");
@@ -830,9 +844,10 @@ static llvm::Error loadValidationRows(const std::string &dir,
           path + ": row '" + row.name + "': measured_step_s '" +
           get("measured_step_s") + "' is not seconds or tflops:X");
     // A published TFLOP/s per GPU: the step that model FLOPs take at it.
-    row.measured = tflops ? modelFlopsPerStep(m, values[8], values[7]) /
-                                (number * 1e12 * values[0])
-                          : number;
+    row.measured = tflops
+                       ? modelFlopsPerStep(m, n["global_batch"], n["seq_len"]) /
+                             (number * 1e12 * n["gpus"])
+                       : number;
     rows.push_back(row);
   }
   return llvm::Error::success();
