@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Exec/TensorFiles.h"
+#include "weft/runtime/FileWrite.h"
 #include "weft/runtime/NpyFile.h"
 
 #include "onnx/onnx_pb.h"
@@ -74,10 +75,10 @@ bool weft::readTensorFile(const std::string &path, HostTensor &tensor,
   case onnx::TensorProto::FLOAT:
   case onnx::TensorProto::DOUBLE: {
     bool isDouble = proto.data_type() == onnx::TensorProto::DOUBLE;
-    tensor = HostTensor(isDouble ? DType::F64 : DType::F32, shape);
     if (!checkRaw(isDouble ? 8 : 4, isDouble ? proto.double_data_size()
                                              : proto.float_data_size()))
       return false;
+    tensor = HostTensor(isDouble ? DType::F64 : DType::F32, shape);
     for (int64_t i = 0; i < count; ++i)
       tensor.floats[i] =
           hasRaw ? (isDouble ? static_cast<float>(load<double>(raw.data(), i))
@@ -92,9 +93,9 @@ bool weft::readTensorFile(const std::string &path, HostTensor &tensor,
   // bfloat16); Weft, which has no uint16, reads them as bfloat16.
   case onnx::TensorProto::UINT16: {
     bool isHalf = proto.data_type() == onnx::TensorProto::FLOAT16;
-    tensor = HostTensor(isHalf ? DType::F16 : DType::BF16, shape);
     if (!checkRaw(2, proto.int32_data_size()))
       return false;
+    tensor = HostTensor(isHalf ? DType::F16 : DType::BF16, shape);
     for (int64_t i = 0; i < count; ++i) {
       uint16_t bits = hasRaw ? load<uint16_t>(raw.data(), i)
                              : static_cast<uint16_t>(proto.int32_data(i));
@@ -103,18 +104,18 @@ bool weft::readTensorFile(const std::string &path, HostTensor &tensor,
     return true;
   }
   case onnx::TensorProto::INT64:
-    tensor = HostTensor(DType::I64, shape);
     if (!checkRaw(8, proto.int64_data_size()))
       return false;
+    tensor = HostTensor(DType::I64, shape);
     for (int64_t i = 0; i < count; ++i)
       tensor.ints[i] = hasRaw ? load<int64_t>(raw.data(), i) : proto.int64_data(i);
     return true;
   case onnx::TensorProto::INT32:
   case onnx::TensorProto::BOOL: {
     bool isBool = proto.data_type() == onnx::TensorProto::BOOL;
-    tensor = HostTensor(isBool ? DType::Bool : DType::I32, shape);
     if (!checkRaw(isBool ? 1 : 4, proto.int32_data_size()))
       return false;
+    tensor = HostTensor(isBool ? DType::Bool : DType::I32, shape);
     for (int64_t i = 0; i < count; ++i)
       tensor.ints[i] = hasRaw ? (isBool ? raw[i] != 0 : load<int32_t>(raw.data(), i))
                               : proto.int32_data(i);
@@ -184,10 +185,13 @@ bool weft::writeTensorFile(const std::string &path, const HostTensor &tensor,
       onnx::TensorProto::DOUBLE};
   proto.set_data_type(types[static_cast<int>(tensor.dtype)]);
   proto.set_raw_data(raw);
-  std::ofstream file(path, std::ios::binary);
-  if (!file || !proto.SerializeToOstream(&file)) {
-    error = "cannot write " + path;
+  std::string bytes;
+  if (!proto.SerializeToString(&bytes)) {
+    error = "cannot serialize " + path;
     return false;
   }
-  return true;
+  absl::Status status = rt::writeFileAtomically(path, bytes);
+  if (!status.ok())
+    error = std::string(status.message());
+  return status.ok();
 }

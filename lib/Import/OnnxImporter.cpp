@@ -71,6 +71,7 @@ private:
   // Setup.
   LogicalResult checkSupported();
   void collectValueInfo();
+  LogicalResult checkDeclaredShapes();
   LogicalResult importInitializers();
   LogicalResult importNode(const onnx::NodeProto &node, int index);
 
@@ -172,6 +173,69 @@ private:
 //===----------------------------------------------------------------------===//
 // Values and attributes
 //===----------------------------------------------------------------------===//
+
+/// The most elements a tensor of an imported model may declare: far above
+/// any real tensor (2^48 f32 values are a petabyte), far below where element
+/// counts and byte sizes overflow int64.
+static constexpr int64_t kMaxTensorElements = int64_t(1) << 48;
+/// The most values a Range folds into (positions of a 16M-token sequence).
+static constexpr int64_t kMaxRangeElements = int64_t(1) << 24;
+
+/// The element count of `dims`, or -1 when a dimension is negative or the
+/// count exceeds kMaxTensorElements.
+static int64_t boundedElementCount(ArrayRef<int64_t> dims) {
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 0)
+      return -1;
+    if (d != 0 && count > kMaxTensorElements / d)
+      return -1;
+    count *= d;
+  }
+  return count;
+}
+
+static std::string dimsText(ArrayRef<int64_t> dims) {
+  std::string text = "[";
+  for (auto [i, d] : llvm::enumerate(dims))
+    text += (i ? ", " : "") + std::to_string(d);
+  return text + "]";
+}
+
+/// Every shape the file declares (inputs, outputs, value infos that shape
+/// inference wrote, initializers) is checked before any is used to size
+/// anything: a negative dimension or an element count that would overflow
+/// is an error naming the value.
+LogicalResult GraphImporter::checkDeclaredShapes() {
+  Location fileLoc = FileLineColLoc::get(context, path, 0, 0);
+  auto check = [&](ArrayRef<int64_t> dims, const std::string &name,
+                   const char *what) -> LogicalResult {
+    if (boundedElementCount(dims) >= 0)
+      return success();
+    return emitError(fileLoc)
+           << what << " '" << name << "' declares shape " << dimsText(dims)
+           << ", which has a negative dimension or more than 2^48 elements";
+  };
+  for (const auto *list :
+       {&graph.input(), &graph.value_info(), &graph.output()})
+    for (const onnx::ValueInfoProto &info : *list) {
+      if (!info.type().has_tensor_type() ||
+          !info.type().tensor_type().has_shape())
+        continue;
+      SmallVector<int64_t> dims;
+      for (const auto &dim : info.type().tensor_type().shape().dim())
+        if (dim.has_dim_value())
+          dims.push_back(dim.dim_value());
+      if (failed(check(dims, info.name(), "value")))
+        return failure();
+    }
+  for (const onnx::TensorProto &tensor : graph.initializer()) {
+    SmallVector<int64_t> dims(tensor.dims().begin(), tensor.dims().end());
+    if (failed(check(dims, tensor.name(), "initializer")))
+      return failure();
+  }
+  return success();
+}
 
 void GraphImporter::collectValueInfo() {
   for (const auto *list : {&graph.input(), &graph.value_info(), &graph.output()})
@@ -305,6 +369,11 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &tensor,
                    << dataTypeName(tensor.data_type())
                    << ", which Weft does not support";
   SmallVector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
+  if (boundedElementCount(shape) < 0)
+    return error() << what << " '" << tensor.name() << "' declares shape "
+                   << dimsText(shape)
+                   << ", which has a negative dimension or more than 2^48 "
+                      "elements";
   auto type = RankedTensorType::get(shape, element);
   int64_t count = type.getNumElements();
   if (tensor.data_location() == onnx::TensorProto::EXTERNAL)
@@ -547,15 +616,28 @@ LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
     auto dataType = cast<RankedTensorType>(data.getType());
     int64_t known = 1, inferIndex = -1;
     for (auto [index, size] : llvm::enumerate(*shape)) {
-      if (size == 0 && !intAttr(node, "allowzero", 0))
+      if (size == 0 && !intAttr(node, "allowzero", 0)) {
+        if (int64_t(index) >= dataType.getRank())
+          return error() << "Reshape copies dimension " << index
+                         << " (a 0 in its shape), which its rank-"
+                         << dataType.getRank() << " input lacks";
         size = dataType.getDimSize(index);
-      if (size == -1)
+      }
+      if (size == -1 && inferIndex < 0) {
         inferIndex = index;
-      else
-        known *= size;
+        continue;
+      }
+      if (size < 0 || (size > 0 && known > kMaxTensorElements / size))
+        return error() << "Reshape to " << dimsText(*shape)
+                       << " is not a shape (at most one -1, no other "
+                          "negative size)";
+      known *= size;
     }
     if (inferIndex >= 0)
       (*shape)[inferIndex] = known ? dataType.getNumElements() / known : 0;
+    if (boundedElementCount(*shape) != dataType.getNumElements())
+      return error() << "Reshape of " << dataType << " to " << dimsText(*shape)
+                     << " changes the number of elements";
     type = RankedTensorType::get(*shape, dataType.getElementType());
   }
   if (!type && node.op_type() != "Reshape") {
@@ -573,14 +655,34 @@ LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
         axes = *given;
       }
     }
+    // Every axis is checked against the rank before it indexes anything.
+    auto badAxis = [&](int64_t axis, int64_t rank) {
+      return error() << node.op_type() << " axis " << axis << " is outside ["
+                     << -rank << ", " << rank << ") for its rank-" << rank
+                     << " tensor";
+    };
     if (node.op_type() == "Unsqueeze") {
       int64_t rank = dataType.getRank() + static_cast<int64_t>(axes.size());
       SmallVector<bool> inserted(rank, false);
-      for (int64_t axis : axes)
-        inserted[axis < 0 ? axis + rank : axis] = true;
+      for (int64_t axis : axes) {
+        if (axis < -rank || axis >= rank)
+          return badAxis(axis, rank);
+        int64_t at = axis < 0 ? axis + rank : axis;
+        if (inserted[at])
+          return error() << "Unsqueeze lists axis " << axis << " twice";
+        inserted[at] = true;
+      }
       for (int64_t d = 0, next = 0; d < rank; ++d)
         shape.push_back(inserted[d] ? 1 : in[next++]);
     } else if (node.op_type() == "Squeeze") {
+      for (int64_t axis : axes) {
+        int64_t rank = dataType.getRank();
+        if (axis < -rank || axis >= rank)
+          return badAxis(axis, rank);
+        if (in[axis < 0 ? axis + rank : axis] != 1)
+          return error() << "Squeeze axis " << axis << " has size "
+                         << in[axis < 0 ? axis + rank : axis] << ", not 1";
+      }
       for (int64_t d = 0; d < dataType.getRank(); ++d) {
         bool listed = llvm::any_of(axes, [&](int64_t axis) {
           return (axis < 0 ? axis + dataType.getRank() : axis) == d;
@@ -590,6 +692,10 @@ LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
       }
     } else {
       int64_t axis = intAttr(node, "axis", 1);
+      if (axis < -dataType.getRank() || axis > dataType.getRank())
+        return error() << "Flatten axis " << axis << " is outside ["
+                       << -dataType.getRank() << ", " << dataType.getRank()
+                       << "] for its rank-" << dataType.getRank() << " tensor";
       if (axis < 0)
         axis += dataType.getRank();
       int64_t outer = 1;
@@ -1384,23 +1490,48 @@ void GraphImporter::registerHandlers() {
       double step = scalar(*delta);
       if (step == 0)
         return error() << "Range delta must not be 0";
-      int64_t count = std::max<int64_t>(
-          0, static_cast<int64_t>(std::ceil((scalar(*limit) - scalar(*start)) / step)));
+      double steps = std::ceil((scalar(*limit) - scalar(*start)) / step);
+      if (!(steps <= double(kMaxRangeElements)))
+        return error() << "Range from " << scalar(*start) << " to "
+                       << scalar(*limit) << " by " << step
+                       << " would hold more than " << kMaxRangeElements
+                       << " values, which Weft does not materialise at import";
+      int64_t count = std::max<int64_t>(0, static_cast<int64_t>(steps));
       type = RankedTensorType::get({count}, start->getElementType());
     }
+    // Range is folded into a constant: its size is bounded, so that a model
+    // (or a --seq-len) asking for 2^40 positions is an error, not minutes
+    // of attribute building.
+    if (type->getNumElements() > kMaxRangeElements)
+      return error() << "Range would hold " << type->getNumElements()
+                     << " values, more than the " << kMaxRangeElements
+                     << " Weft materialises at import; check the range's "
+                        "bounds (or --seq-len)";
     Type element = type->getElementType();
-    SmallVector<Attribute> elements;
-    for (int64_t i = 0; i < type->getNumElements(); ++i) {
-      if (isa<FloatType>(element)) {
-        double first = (*start->getValues<APFloat>().begin()).convertToDouble();
-        double step = (*delta->getValues<APFloat>().begin()).convertToDouble();
-        elements.push_back(FloatAttr::get(element, first + i * step));
-      } else {
-        int64_t first = (*start->getValues<APInt>().begin()).getSExtValue();
-        int64_t step = (*delta->getValues<APInt>().begin()).getSExtValue();
-        elements.push_back(IntegerAttr::get(element, first + i * step));
+    if (auto floatType = dyn_cast<FloatType>(element)) {
+      double first = (*start->getValues<APFloat>().begin()).convertToDouble();
+      double step = (*delta->getValues<APFloat>().begin()).convertToDouble();
+      SmallVector<APFloat> elements;
+      elements.reserve(type->getNumElements());
+      for (int64_t i = 0; i < type->getNumElements(); ++i) {
+        APFloat value(first + double(i) * step);
+        bool lost;
+        value.convert(floatType.getFloatSemantics(),
+                      APFloat::rmNearestTiesToEven, &lost);
+        elements.push_back(value);
       }
+      setConstant(node.output(0), DenseElementsAttr::get(*type, elements));
+      return success();
     }
+    int64_t first = (*start->getValues<APInt>().begin()).getSExtValue();
+    int64_t step = (*delta->getValues<APInt>().begin()).getSExtValue();
+    unsigned width = element.getIntOrFloatBitWidth();
+    SmallVector<APInt> elements;
+    elements.reserve(type->getNumElements());
+    for (int64_t i = 0; i < type->getNumElements(); ++i)
+      elements.push_back(APInt(width,
+                               uint64_t(first) + uint64_t(i) * uint64_t(step),
+                               /*isSigned=*/true, /*implicitTrunc=*/true));
     setConstant(node.output(0), DenseElementsAttr::get(*type, elements));
     return success();
   };
@@ -1578,7 +1709,13 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) 
   loc = NameLoc::get(builder.getStringAttr(name),
                      FileLineColLoc::get(context, path, 0, 0));
   // Data propagation already computed this node's outputs: a shape value.
-  bool allKnown = node.output_size() > 0;
+  // Not where every input is a constant: Weft folds those itself, exactly
+  // (ONNX 1.14's propagation of Add / Sub / Mul wraps values at 32 bits:
+  // 718103552000 + 2 came out as 844013570).
+  bool inputsConstant = llvm::all_of(node.input(), [&](const std::string &in) {
+    return in.empty() || (constants.count(in) && !values.count(in));
+  });
+  bool allKnown = node.output_size() > 0 && !inputsConstant;
   for (const std::string &output : node.output()) {
     auto data = model.shapeData.find(output);
     auto type = valueTypes.find(output);
@@ -1677,7 +1814,7 @@ LogicalResult GraphImporter::foldNode(const onnx::NodeProto &node,
 OwningOpRef<ModuleOp> GraphImporter::run() {
   registerHandlers();
   collectValueInfo();
-  if (failed(checkSupported()))
+  if (failed(checkDeclaredShapes()) || failed(checkSupported()))
     return nullptr;
   Location fileLoc = FileLineColLoc::get(context, path, 0, 0);
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);

@@ -55,6 +55,26 @@ int64_t numElements(const Shape &shape) {
   return n;
 }
 
+static constexpr int64_t kMaxCount = int64_t(1) << 62;
+
+int64_t checkedNumElements(const Shape &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      return -1;
+    if (d != 0 && n > kMaxCount / d)
+      return -1;
+    n *= d;
+  }
+  return n;
+}
+
+int64_t checkedBytes(int64_t count, int64_t width) {
+  if (count < 0 || width <= 0 || count > kMaxCount / width)
+    return -1;
+  return count * width;
+}
+
 std::string shapeString(const Shape &shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i)

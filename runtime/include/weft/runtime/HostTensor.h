@@ -31,6 +31,12 @@ int64_t dtypeBytes(DType type);
 
 using Shape = std::vector<int64_t>;
 int64_t numElements(const Shape &shape);
+/// The element count of a shape that came from outside (a file, a peer):
+/// -1 when a dimension is negative or the product exceeds 2^62, so that
+/// callers never compute a size that wrapped around.
+int64_t checkedNumElements(const Shape &shape);
+/// `count * width` in bytes, or -1 when it exceeds 2^62 (or count < 0).
+int64_t checkedBytes(int64_t count, int64_t width);
 std::string shapeString(const Shape &shape);
 
 struct HostTensor {
