@@ -143,8 +143,10 @@ llvm::Expected<plan::Cluster> planner::parseClusterShorthand(StringRef spec) {
     return usage("'" + shape.str() + "' is not a GPU count");
   if (perNode <= 0 || nodes <= 0)
     return usage("there must be at least one GPU per node and one node");
-  if (perNode > 1024 || nodes > 1000000)
-    return usage("more GPUs than any cluster has");
+  if (perNode > kMaxGpusPerNode || nodes > kMaxTotalGpus)
+    return usage("more GPUs than the planner takes (at most " +
+                 std::to_string(kMaxGpusPerNode) + " per node and " +
+                 std::to_string(kMaxTotalGpus) + " in all)");
   plan::Cluster cluster = defaultCluster(*gpu, perNode, nodes);
   if (llvm::Error error = validateCluster(cluster))
     return error;
@@ -153,6 +155,10 @@ llvm::Expected<plan::Cluster> planner::parseClusterShorthand(StringRef spec) {
 
 llvm::Error planner::validateCluster(const plan::Cluster &cluster) {
   auto positive = [](double value) { return std::isfinite(value) && value > 0; };
+  if (cluster.nodes() <= 0 || cluster.gpus_per_node() <= 0)
+    return llvm::createStringError(
+        "cluster '" + cluster.name() +
+        "': gpus_per_node and nodes must be positive");
   const plan::Gpu &gpu = cluster.gpu();
   std::vector<std::pair<const char *, double>> checks = {
       {"gpus_per_node", double(cluster.gpus_per_node())},
@@ -178,12 +184,32 @@ llvm::Error planner::validateCluster(const plan::Cluster &cluster) {
       cluster.nic_efficiency() > 1)
     return llvm::createStringError("cluster '" + cluster.name() +
                                    "': efficiencies are fractions in (0, 1]");
-  if (gpu.gemm_half_flops() < 0 || gpu.kernel_overhead_us() < 0 ||
-      cluster.intra_node_latency_us() < 0 ||
-      cluster.inter_node_latency_us() < 0)
+  std::vector<std::pair<const char *, double>> nonNegative = {
+      {"gpu.gemm_half_flops", gpu.gemm_half_flops()},
+      {"gpu.kernel_overhead_us", gpu.kernel_overhead_us()},
+      {"intra_node_latency_us", cluster.intra_node_latency_us()},
+      {"inter_node_latency_us", cluster.inter_node_latency_us()},
+  };
+  // NaN fails every comparison, so the test is written to catch it.
+  for (auto &[name, value] : nonNegative)
+    if (!(std::isfinite(value) && value >= 0))
+      return llvm::createStringError(
+          "cluster '" + cluster.name() + "': " + name +
+          " must be a finite number, zero or more (it is " +
+          std::to_string(value) + ")");
+  // What the search handles in seconds; no cluster is larger.
+  if (cluster.gpus_per_node() > kMaxGpusPerNode)
     return llvm::createStringError(
-        "cluster '" + cluster.name() +
-        "': latencies and gemm_half_flops must not be negative");
+        "cluster '" + cluster.name() + "': gpus_per_node is " +
+        std::to_string(cluster.gpus_per_node()) +
+        "; the planner takes at most " + std::to_string(kMaxGpusPerNode) +
+        " GPUs per node");
+  if (totalGpus(cluster) > kMaxTotalGpus)
+    return llvm::createStringError("cluster '" + cluster.name() +
+                                   "': " + std::to_string(totalGpus(cluster)) +
+                                   " GPUs; the planner takes at most " +
+                                   std::to_string(kMaxTotalGpus) +
+                                   " (2^20) in all");
   return llvm::Error::success();
 }
 

@@ -377,6 +377,41 @@ TEST(PlannerPipeline, UnitTimeSchedules) {
 } // namespace
 
 namespace {
+// Many micro-batches are extrapolated from two simulations a period apart
+// (a global batch of millions of sequences used to simulate each one, for
+// minutes and gigabytes); the result must be the exact simulation's, on
+// uneven stage times, for every schedule.
+TEST(PlannerPipeline, ManyMicroBatchesExtrapolateExactly) {
+  struct Case {
+    plan::Schedule schedule;
+    int p, v;
+  };
+  for (Case c :
+       {Case{plan::SCHEDULE_1F1B, 4, 1}, Case{plan::SCHEDULE_GPIPE, 3, 1},
+        Case{plan::SCHEDULE_ZB_H1, 4, 1},
+        Case{plan::SCHEDULE_INTERLEAVED, 4, 2},
+        Case{plan::SCHEDULE_INTERLEAVED, 3, 3}}) {
+    int stages = c.p * c.v;
+    std::vector<double> f, b, w;
+    for (int s = 0; s < stages; ++s) {
+      f.push_back(1.0 + 0.37 * (s % 3));
+      b.push_back(2.1 + 0.23 * ((s + 1) % 4));
+      w.push_back(c.schedule == plan::SCHEDULE_ZB_H1 ? 0.9 + 0.1 * s : 0);
+    }
+    for (int m : {c.p * 97, c.p * 250}) {
+      double exact = simulatePipelineExactly(c.schedule, c.p, c.v, m, f, b, w,
+                                             0.05, nullptr);
+      double fast =
+          simulatePipeline(c.schedule, c.p, c.v, m, f, b, w, 0.05, nullptr);
+      EXPECT_NEAR(fast, exact, 1e-9 * exact)
+          << "schedule " << int(c.schedule) << " p=" << c.p << " v=" << c.v
+          << " m=" << m;
+    }
+  }
+}
+} // namespace
+
+namespace {
 // The schedules as data: every rank's step list runs (each receive finds
 // its send, nothing deadlocks), holds each micro-batch's forward and
 // backward once per chunk (and ZB-H1's weight gradient), and 1F1B keeps at

@@ -83,6 +83,8 @@ static cl::opt<std::string> clusterOpt(
     cl::desc("GPU:PERNODExNODES (e.g. h100:8x128, a100-80g:8x8) or a "
              "cluster file (.json or protobuf text)"),
     cl::sub(planCommand));
+static constexpr int64_t kMaxGlobalBatch = int64_t(1) << 24;
+static constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
 static cl::opt<int64_t> globalBatch("global-batch",
                                     cl::desc("Sequences per step"),
                                     cl::init(0), cl::sub(planCommand));
@@ -358,13 +360,24 @@ int runPlan(MLIRContext &context) {
     return planError("no sequence length: give --seq-len");
   if (globalBatch <= 0)
     return planError("--global-batch (sequences per step) must be positive");
+  // Bounds far beyond any training run, so that every input the search
+  // accepts it answers in seconds.
+  if (globalBatch > kMaxGlobalBatch)
+    return planError("--global-batch " + std::to_string(globalBatch) +
+                     " is more sequences per step than the planner takes (at "
+                     "most " +
+                     std::to_string(kMaxGlobalBatch) + ")");
+  if (training.seq_len() > kMaxSeqLen)
+    return planError("--seq-len " + std::to_string(training.seq_len()) +
+                     " is longer than the planner takes (at most " +
+                     std::to_string(kMaxSeqLen) + " tokens)");
   training.set_global_batch(globalBatch);
   if (dtypeOpt != "bf16" && dtypeOpt != "fp16")
     return planError("--dtype is bf16 or fp16 (with fp32 master weights), not '" +
                      dtypeOpt + "'");
   training.set_dtype(dtypeOpt);
   training.set_optimizer("adam");
-  if (reserveOpt < 0 || reserveOpt >= cluster->gpu().hbm_gib())
+  if (!(reserveOpt >= 0 && reserveOpt < cluster->gpu().hbm_gib()))
     return planError("--memory-reserve must be between 0 and the GPU's " +
                      std::to_string(cluster->gpu().hbm_gib()) + " GiB");
   training.set_memory_reserve_gib(reserveOpt);

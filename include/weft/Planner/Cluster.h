@@ -35,7 +35,12 @@ llvm::Expected<plan::Cluster> loadClusterFile(llvm::StringRef path);
 /// `--cluster` accepts a shorthand or a file path.
 llvm::Expected<plan::Cluster> resolveCluster(llvm::StringRef spec);
 
-/// Checks that every rate and count is positive and finite.
+/// The largest cluster the planner takes: its search stays within seconds.
+constexpr int64_t kMaxGpusPerNode = 1024;
+constexpr int64_t kMaxTotalGpus = int64_t(1) << 20;
+
+/// Checks that every rate and count is positive and finite, latencies and
+/// overheads finite and not negative, and the size within the bounds above.
 llvm::Error validateCluster(const plan::Cluster &cluster);
 
 inline int64_t totalGpus(const plan::Cluster &cluster) {

@@ -70,12 +70,21 @@ std::vector<PipelineStep> forwardBackwardOrder(plan::Schedule schedule, int p,
 /// virtual stage (chunk c of stage s at c*p + s); weight is used by ZB-H1
 /// only (other schedules fold it into backward), whose weight gradients
 /// fill the stage's idle gaps. Returns the makespan, or infinity if the
-/// order deadlocks.
+/// order deadlocks. Without a timeline, many micro-batches are not simulated
+/// one by one: past the warm-up every schedule repeats with a period of p
+/// micro-batches (one for v = 1), so the makespan is linear in m there and is
+/// extrapolated from two simulated counts (simulatePipelineExactly does not).
 double simulatePipeline(plan::Schedule schedule, int p, int v, int m,
                         const std::vector<double> &forward,
                         const std::vector<double> &backward,
                         const std::vector<double> &weight, double p2p,
                         std::vector<TimelineEvent> *timeline);
+/// The same, every micro-batch simulated.
+double simulatePipelineExactly(plan::Schedule schedule, int p, int v, int m,
+                               const std::vector<double> &forward,
+                               const std::vector<double> &backward,
+                               const std::vector<double> &weight, double p2p,
+                               std::vector<TimelineEvent> *timeline);
 
 /// The schedule's step lists with these stage times: each rank's compute
 /// steps in the order the simulation runs them (for ZB-H1 this places the
