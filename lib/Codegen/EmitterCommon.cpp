@@ -7,6 +7,7 @@
 #include "EmitterCommon.h"
 
 #include "weft/Exec/Interpreter.h"
+#include "weft/runtime/FileWrite.h"
 #include "weft/runtime/NpyFile.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -44,6 +45,40 @@ std::string codegen::floatLiteral(float value) {
   return text;
 }
 
+std::string codegen::quoted(StringRef text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      // Three octal digits: an escape that never swallows what follows.
+      char escape[5];
+      std::snprintf(escape, sizeof(escape), "\\%03o", unsigned(c));
+      out += escape;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string codegen::commentText(StringRef text) {
+  // A comment line ends at a newline (or a backslash before one): control
+  // characters and backslashes are written as they would be in a string.
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\\' || c < 0x20 || c == 0x7f) {
+      char escape[5];
+      std::snprintf(escape, sizeof(escape), "\\%03o", unsigned(c));
+      out += escape;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
 std::string codegen::ints(ArrayRef<int64_t> values) {
   std::string text = "std::vector<int64_t>{";
   for (size_t i = 0; i < values.size(); ++i)
@@ -55,7 +90,7 @@ std::string codegen::strings(ArrayAttr axes) {
   std::string text = "std::vector<std::string>{";
   bool first = true;
   for (StringRef axis : axes.getAsValueRange<StringAttr>()) {
-    text += (first ? "\"" : ", \"") + axis.str() + "\"";
+    text += (first ? "" : ", ") + quoted(axis);
     first = false;
   }
   return text + "}";
@@ -95,7 +130,7 @@ static std::string layoutLiteral(const TensorSharding &sharding) {
   for (size_t d = 0; d < sharding.dims.size(); ++d) {
     text += d ? ", {" : "{";
     for (size_t i = 0; i < sharding.dims[d].size(); ++i)
-      text += (i ? ", \"" : "\"") + sharding.dims[d][i] + "\"";
+      text += (i ? ", " : "") + codegen::quoted(sharding.dims[d][i]);
     text += "}";
   }
   return text + "}";
@@ -107,7 +142,7 @@ std::string codegen::meshLiteral(ModuleOp module, func::FuncOp func) {
     return "Mesh{{}, {}, \"\"}";
   std::string axes = "{", sizes = "{";
   for (size_t i = 0; i < mesh->axes.size(); ++i) {
-    axes += (i ? ", \"" : "\"") + mesh->axes[i] + "\"";
+    axes += (i ? ", " : "") + quoted(mesh->axes[i]);
     sizes += (i ? ", " : "") + std::to_string(mesh->sizes[i]);
   }
   return "Mesh{" + axes + "}, " + sizes + "}, \"" +
@@ -128,6 +163,17 @@ std::string codegen::layoutsLiteral(func::FuncOp func, bool results) {
         attr ? fromAttr(attr)
              : TensorSharding::replicated(cast<RankedTensorType>(type).getRank());
     text += (i ? ", " : "") + layoutLiteral(s);
+  }
+  return text + "}";
+}
+
+std::string codegen::inputTypesLiteral(func::FuncOp func) {
+  std::string text = "{";
+  for (auto [i, type] : llvm::enumerate(func.getArgumentTypes())) {
+    auto tensor = cast<RankedTensorType>(type);
+    text += std::string(i ? ", " : "") + "TensorType{" +
+            dtypeName(tensor.getElementType()) + ", " +
+            ints(tensor.getShape()) + "}";
   }
   return text + "}";
 }
@@ -216,10 +262,9 @@ LogicalResult codegen::writeFile(ModuleOp module, StringRef outDir,
                                  StringRef name, StringRef text) {
   llvm::SmallString<256> path(outDir);
   llvm::sys::path::append(path, name);
-  std::error_code ec;
-  llvm::raw_fd_ostream file(path, ec);
-  if (ec)
-    return module.emitError("cannot write ") << path << ": " << ec.message();
-  file << text;
+  absl::Status status =
+      rt::writeFileAtomically(path.str().str(), std::string_view(text));
+  if (!status.ok())
+    return module.emitError(std::string(status.message()));
   return success();
 }

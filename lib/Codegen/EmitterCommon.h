@@ -24,6 +24,13 @@ namespace weft::codegen {
 const char *dtypeName(mlir::Type element);
 /// A float as a C++ literal that reads back the same.
 std::string floatLiteral(float value);
+/// `text` as a C++ string literal, every quote, backslash and control or
+/// non-ASCII byte escaped: what reaches generated source from a model (axis
+/// names, paths) cannot end the literal.
+std::string quoted(llvm::StringRef text);
+/// `text` for a `//` comment: control characters and backslashes escaped, so
+/// that a newline in a path cannot start a line of code.
+std::string commentText(llvm::StringRef text);
 /// "std::vector<int64_t>{1, 2}".
 std::string ints(llvm::ArrayRef<int64_t> values);
 /// "std::vector<std::string>{"tp"}".
@@ -36,6 +43,9 @@ mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);
 /// arguments ("{Layout{...}, ...}") and results.
 std::string meshLiteral(mlir::ModuleOp module, mlir::func::FuncOp func);
 std::string layoutsLiteral(mlir::func::FuncOp func, bool results);
+/// The arguments' element types and block shapes:
+/// "{TensorType{DType::I64, {1, 8}}, ...}".
+std::string inputTypesLiteral(mlir::func::FuncOp func);
 
 /// Checks, before anything is written, that every parameter of `func` has
 /// its weights: inline, or in an external-data file under `externalDir` that

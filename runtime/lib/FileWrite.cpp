@@ -15,7 +15,9 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 
 using namespace weft::rt;
 
@@ -67,6 +69,43 @@ absl::Status weft::rt::writeFileAtomically(const std::string &path,
     int error = errno;
     ::unlink(temporary.c_str());
     return fail("rename", error);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status weft::rt::removeStaleOutputs(const std::string &dir,
+                                          size_t written,
+                                          const std::string &writtenExtension) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  if (ec)
+    return ec == std::errc::no_such_file_or_directory
+               ? absl::OkStatus()
+               : absl::PermissionDeniedError(
+                     absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  for (; it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    std::string stem = name.substr(0, name.rfind('.'));
+    std::string extension = name.rfind('.') == std::string::npos
+                                ? ""
+                                : name.substr(name.rfind('.'));
+    if (stem.rfind("output_", 0) != 0 || stem.size() == 7 ||
+        stem.find_first_not_of("0123456789", 7) != std::string::npos ||
+        (extension != ".npy" && extension != ".pb"))
+      continue;
+    // The index, saturating (the name holds digits only).
+    size_t index = 0;
+    for (char digit : stem.substr(7))
+      index = index > (SIZE_MAX - 9) / 10 ? SIZE_MAX
+                                          : index * 10 + size_t(digit - '0');
+    if (extension == writtenExtension && index < written)
+      continue;
+    std::error_code removeError;
+    std::filesystem::remove(it->path(), removeError);
+    if (removeError)
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot remove the stale output ", it->path().string(),
+                       ": ", removeError.message()));
   }
   return absl::OkStatus();
 }

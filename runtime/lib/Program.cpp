@@ -204,13 +204,29 @@ HostTensor weft::rt::asType(const HostTensor &x, DType dtype) {
   return x.dtype == dtype ? x : cast(x, dtype);
 }
 
-HostTensor weft::rt::loadWeight(const RankContext &ctx,
-                                const std::string &name, DType dtype) {
+absl::Status weft::rt::checkWeight(const HostTensor &read, DType dtype,
+                                   const Shape &shape,
+                                   const std::string &path) {
+  DType stored = dtype == DType::BF16 ? DType::F32 : dtype;
+  if (read.dtype != stored || read.shape != shape)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight '", path, "' holds ", dtypeName(read.dtype),
+        shapeString(read.shape), ", but the program was compiled for ",
+        dtypeName(stored), shapeString(shape),
+        " (were the weights written for another model or plan?)"));
+  return absl::OkStatus();
+}
+
+HostTensor weft::rt::loadWeight(const RankContext &ctx, const std::string &name,
+                                DType dtype, const Shape &shape) {
   std::string path = ctx.weightsDir + "/" + name;
   absl::StatusOr<HostTensor> tensor = readNpy(path);
   if (!tensor.ok())
     throw std::runtime_error(absl::StrCat("cannot load weight '", path,
                                           "': ", tensor.status().message()));
+  if (absl::Status status = checkWeight(*tensor, dtype, shape, path);
+      !status.ok())
+    throw std::runtime_error(std::string(status.message()));
   return asType(*tensor, dtype);
 }
 
@@ -226,14 +242,35 @@ weft::rt::shardOf(const Mesh &mesh, int rank,
 HostTensor weft::rt::loadWeightShard(const RankContext &ctx,
                                      const std::string &name,
                                      const std::vector<std::string> &axes,
-                                     int64_t dim, DType dtype) {
+                                     int64_t dim, DType dtype,
+                                     const Shape &shape) {
   std::string path = ctx.weightsDir + "/" + name;
   auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
   absl::StatusOr<HostTensor> tensor = readNpyShard(path, dim, index, parts);
   if (!tensor.ok())
     throw std::runtime_error(absl::StrCat("cannot load weight '", path,
                                           "': ", tensor.status().message()));
+  if (absl::Status status = checkWeight(*tensor, dtype, shape, path);
+      !status.ok())
+    throw std::runtime_error(std::string(status.message()));
   return asType(*tensor, dtype);
+}
+
+absl::Status weft::rt::checkInput(const HostTensor &input,
+                                  const TensorType &block, const Layout &layout,
+                                  const Mesh &mesh, const std::string &what) {
+  Shape global = block.shape;
+  for (size_t d = 0; d < global.size() && d < layout.size(); ++d)
+    for (const std::string &axis : layout[d])
+      global[d] *= mesh.axisSize(axis);
+  auto kind = [](DType t) { return isFloat(t) ? 0 : t == DType::Bool ? 2 : 1; };
+  if (input.shape != global || kind(input.dtype) != kind(block.dtype))
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " holds ", dtypeName(input.dtype), shapeString(input.shape),
+        ", but the program was compiled for ", dtypeName(block.dtype),
+        shapeString(global),
+        kind(block.dtype) == 1 ? " (an i32 or i64 file)" : ""));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<HostTensor>>

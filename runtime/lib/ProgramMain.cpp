@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/FileWrite.h"
 #include "weft/runtime/Launch.h"
 #include "weft/runtime/MpiCommunicator.h"
 #include "weft/runtime/NpyFile.h"
@@ -68,6 +69,7 @@ weft::rt::parseProgramArguments(int argc, char **argv, size_t inputCount,
       std::cerr << "error: " << tensor.status().message() << "\n";
       return tensor.status();
     }
+    args.inputPaths.push_back(positional[i]);
     args.inputs.push_back(std::move(*tensor));
   }
   *exitCode = 0;
@@ -117,6 +119,11 @@ int weft::rt::writeProgramOutputs(const std::string &dir,
       std::cerr << "error: " << status.message() << "\n";
       return 1;
     }
+  }
+  if (absl::Status status = removeStaleOutputs(dir, outputs.size(), ".npy");
+      !status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
+    return 1;
   }
   std::cout << ranks << " ranks; bytes sent per rank:";
   for (int64_t b : bytesSent)
@@ -237,7 +244,8 @@ int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
 int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
                          const std::vector<Layout> &inputs,
                          const std::vector<Layout> &outputs,
-                         const RankRunner &runner) {
+                         const RankRunner &runner,
+                         const std::vector<TensorType> &inputTypes) {
   int exitCode = 0;
   absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
   if (!launch.ok()) {
@@ -256,6 +264,14 @@ int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
       parseProgramArguments(argc, argv, inputs.size(), &exitCode);
   if (!args.ok())
     return exitCode;
+  for (size_t i = 0; i < inputTypes.size() && i < args->inputs.size(); ++i)
+    if (absl::Status status =
+            checkInput(args->inputs[i], inputTypes[i], inputs[i], mesh,
+                       absl::StrCat(args->inputPaths[i], " (input #", i, ")"));
+        !status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      return 1;
+    }
   if (processes)
     return runAsProcess(mesh, inputs, outputs, runner, *args, *launch);
   RankFunction function = [&](RankContext &ctx,
@@ -276,9 +292,10 @@ int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
 }
 
 int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
-  return runProgram(argc, argv, spec.mesh, spec.inputs, spec.outputs,
-                    [&](RankContext &ctx, const LaunchInfo &, bool,
-                        const std::vector<HostTensor> &inputs, int64_t &) {
-                      return spec.function(ctx, inputs);
-                    });
+  return runProgram(
+      argc, argv, spec.mesh, spec.inputs, spec.outputs,
+      [&](RankContext &ctx, const LaunchInfo &, bool,
+          const std::vector<HostTensor> &inputs,
+          int64_t &) { return spec.function(ctx, inputs); },
+      spec.inputTypes);
 }

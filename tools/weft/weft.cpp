@@ -26,6 +26,7 @@
 #include "weft/Plan/Plan.h"
 #include "llvm/Support/Program.h"
 
+#include "weft/runtime/FileWrite.h"
 #include "weft/runtime/Program.h"
 
 #include <stdexcept>
@@ -146,6 +147,12 @@ static cl::opt<std::string>
            cl::init("cpu"), cl::sub(compileCommand));
 static cl::opt<bool> buildProgram(
     "build", cl::desc("Also configure and build the program with CMake"),
+    cl::sub(compileCommand));
+static cl::opt<bool> forceOutput(
+    "force",
+    cl::desc("Write the project into a non-empty directory that is not an "
+             "earlier weft compile output (replacing only what weft compile "
+             "writes there)"),
     cl::sub(compileCommand));
 static cl::opt<std::string> runtimePrefix(
     "runtime-prefix",
@@ -690,6 +697,10 @@ static int runModel(MLIRContext &context) {
       if (!weft::writeTensorFile(file.str().str(), tensor, error))
         return fail(error);
     }
+    if (absl::Status status = weft::rt::removeStaleOutputs(
+            outputPath, outputs->size(), "." + outputFormat);
+        !status.ok())
+      return fail(std::string(status.message()));
   }
   if (check) {
     if (dataDir.empty())
@@ -753,6 +764,42 @@ OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
   return module;
 }
 
+/// The file that marks a directory as weft compile's output.
+static constexpr const char *kProjectMarker = ".weft-project";
+
+/// Makes `dir` ready for a new project: created if missing; if it holds an
+/// earlier project (the marker), or --force is given, what weft compile
+/// writes there is removed first (stale weights of another model would
+/// otherwise be read, and a stale build/program run); any other non-empty
+/// directory is refused. Returns an error message, empty on success.
+static std::string prepareProjectDirectory(const std::string &dir, bool force) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return "cannot create " + dir + ": " + ec.message();
+  std::error_code ec;
+  bool empty = llvm::sys::fs::directory_iterator(dir, ec) ==
+               llvm::sys::fs::directory_iterator();
+  if (ec)
+    return "cannot list " + dir + ": " + ec.message();
+  if (empty)
+    return "";
+  if (!force && !llvm::sys::fs::exists(dir + "/" + kProjectMarker))
+    return dir + " is not empty and is not a project weft compile wrote; "
+                 "give a new or empty directory, or --force to replace what "
+                 "weft compile writes there";
+  for (const char *generated : {"weights", "build"})
+    if (std::error_code removeError =
+            llvm::sys::fs::remove_directories(dir + "/" + generated))
+      return "cannot remove " + dir + "/" + generated + ": " +
+             removeError.message();
+  for (const char *generated : {"program.cpp", "program.cu", "program_host.cpp",
+                                "CMakeLists.txt", kProjectMarker})
+    if (std::error_code removeError =
+            llvm::sys::fs::remove(dir + "/" + generated))
+      return "cannot remove " + dir + "/" + generated + ": " +
+             removeError.message();
+  return "";
+}
+
 static int runCompile(MLIRContext &context) {
   if (target != "cpu" && target != "cuda")
     return fail("--target " + target + ": expected cpu or cuda");
@@ -798,20 +845,20 @@ static int runCompile(MLIRContext &context) {
       return 1;
     dump(dumpEmitted);
   }
-  if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
-    return fail("cannot create " + outputPath + ": " + ec.message());
+  if (std::string error = prepareProjectDirectory(outputPath, forceOutput);
+      !error.empty())
+    return fail(error);
   std::string origin = path.str() + (planSpec.empty() ? " under " + planFile
                                                       : " under " + planSpec);
   // External-data locations are relative to the model's directory.
   std::string externalDir = llvm::sys::path::parent_path(path).str();
   if (externalDir.empty())
     externalDir = ".";
-  // A failed emission leaves no half-written weights behind.
+  // A failed emission leaves no half-written weights behind (the directory
+  // was cleared of an earlier project's files above).
   std::string weightsDir = outputPath + "/weights";
-  bool hadWeights = llvm::sys::fs::exists(weightsDir);
   auto emitFailed = [&]() {
-    if (!hadWeights)
-      llvm::sys::fs::remove_directories(weightsDir);
+    llvm::sys::fs::remove_directories(weightsDir);
     return 1;
   };
   if (target == "cuda") {
@@ -835,6 +882,12 @@ static int runCompile(MLIRContext &context) {
     llvm::outs() << "wrote " << outputPath << "/program.cpp, CMakeLists.txt, "
                  << "weights/\n";
   }
+  if (absl::Status status = weft::rt::writeFileAtomically(
+          outputPath + "/" + kProjectMarker,
+          "A project written by weft compile; weft compile -o may replace "
+          "it.\n");
+      !status.ok())
+    return fail(std::string(status.message()));
   if (!buildProgram)
     return 0;
   auto cmake = llvm::sys::findProgramByName("cmake");

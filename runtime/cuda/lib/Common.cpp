@@ -115,6 +115,9 @@ void cuda::loadWeight(Context &ctx, const std::string &name,
   if (!tensor.ok())
     fail(ctx, absl::StrCat("cannot load weight '", path,
                            "': ", tensor.status().message()));
+  if (absl::Status status = checkWeight(*tensor, out.dtype, out.shape, path);
+      !status.ok())
+    fail(ctx, std::string(status.message()));
   upload(ctx, *tensor, out);
 }
 
@@ -127,5 +130,8 @@ void cuda::loadWeightShard(Context &ctx, const std::string &name,
   if (!tensor.ok())
     fail(ctx, absl::StrCat("cannot load weight '", path,
                            "': ", tensor.status().message()));
+  if (absl::Status status = checkWeight(*tensor, out.dtype, out.shape, path);
+      !status.ok())
+    fail(ctx, std::string(status.message()));
   upload(ctx, *tensor, out);
 }

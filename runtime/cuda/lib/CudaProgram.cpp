@@ -468,5 +468,6 @@ int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
         InProcessDeviceCommunicator device(*rankCtx.comm, rankCtx.rank);
         resources.ctx.communicator = &device;
         return spec.function(resources.ctx, inputs);
-      });
+      },
+      spec.inputTypes);
 }

@@ -270,5 +270,6 @@ int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
         ctx.arena = arena.data;
         ctx.hostCommunicator = rankCtx.comm;
         return spec.function(ctx, inputs);
-      });
+      },
+      spec.inputTypes);
 }

@@ -24,6 +24,14 @@ namespace weft::rt {
 absl::Status writeFileAtomically(const std::string &path,
                                  std::string_view bytes);
 
+/// Removes the `output_<N>.npy` / `output_<N>.pb` files an earlier run left
+/// in `dir` and this one did not write (the first `written` outputs with
+/// `extension`, ".npy" or ".pb"): called after the outputs are written, so
+/// that a failed run leaves the earlier outputs whole and a run with fewer
+/// outputs leaves none of another run's behind.
+absl::Status removeStaleOutputs(const std::string &dir, size_t written,
+                                const std::string &extension);
+
 } // namespace weft::rt
 
 #endif // WEFT_RUNTIME_FILEWRITE_H

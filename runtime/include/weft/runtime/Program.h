@@ -81,13 +81,18 @@ HostTensor permute(RankContext &ctx, const HostTensor &x,
 /// as `dtype` (a bf16 weight is stored as f32 in the file, which numpy
 /// lacks bf16 for).
 HostTensor loadWeight(const RankContext &ctx, const std::string &name,
-                      DType dtype);
+                      DType dtype, const Shape &shape);
 /// This rank's block, along `dim` over mesh `axes`, of a weight written next
 /// to the program, reading only that block from the file (what
 /// allSlice(loadWeight(...)) computes).
 HostTensor loadWeightShard(const RankContext &ctx, const std::string &name,
                            const std::vector<std::string> &axes, int64_t dim,
-                           DType dtype);
+                           DType dtype, const Shape &shape);
+/// Checks a weight file's contents against what the program was compiled
+/// for: the shape (of the block read) and the element type `weft compile`
+/// wrote (bf16 is stored as f32, which numpy has).
+absl::Status checkWeight(const HostTensor &read, DType dtype,
+                         const Shape &shape, const std::string &path);
 /// `x` as `dtype` (an input read from a file in another type).
 HostTensor asType(const HostTensor &x, DType dtype);
 /// The shard's index and count for `rank` over `axes`.
@@ -111,13 +116,31 @@ runOnMesh(const RankFunction &function, const Mesh &mesh,
           std::vector<int64_t> *bytesSent = nullptr,
           std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
 
-/// A generated program: its rank function and how its arguments and results
-/// sit on the mesh.
+/// The element type and one rank's block shape of a program argument, as
+/// compiled: every input file is checked against it before it is scattered.
+struct TensorType {
+  DType dtype = DType::F32;
+  Shape shape;
+};
+
+/// Checks a global input read from `what` against the block type each rank
+/// was compiled for (the global shape is the block's times the mesh axes of
+/// its layout): the same shape, and an element type of the same kind (any
+/// float for a float input; i32 or i64 for an integer one, as GPT token
+/// files come; bool for bool), so that nothing is read out of bounds or
+/// silently truncated.
+absl::Status checkInput(const HostTensor &input, const TensorType &block,
+                        const Layout &layout, const Mesh &mesh,
+                        const std::string &what);
+
+/// A generated program: its rank function, how its arguments and results
+/// sit on the mesh, and the argument types it was compiled for.
 struct ProgramSpec {
   RankFunction function;
   Mesh mesh;
   std::vector<Layout> inputs;
   std::vector<Layout> outputs;
+  std::vector<TensorType> inputTypes;
 };
 
 /// The `main` of a generated program:
@@ -143,7 +166,8 @@ using RankRunner = std::function<std::vector<HostTensor>(
 /// command line, the launcher's world, threads or processes, the outputs.
 int runProgram(int argc, char **argv, const Mesh &mesh,
                const std::vector<Layout> &inputs,
-               const std::vector<Layout> &outputs, const RankRunner &runner);
+               const std::vector<Layout> &outputs, const RankRunner &runner,
+               const std::vector<TensorType> &inputTypes = {});
 
 // The pieces of the driver.
 
@@ -151,6 +175,7 @@ int runProgram(int argc, char **argv, const Mesh &mesh,
 struct ProgramArguments {
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   std::string weightsDir, outputDir;
+  std::vector<std::string> inputPaths;
   std::vector<HostTensor> inputs;
 };
 /// Parses the command line and reads the inputs; prints the error (and the

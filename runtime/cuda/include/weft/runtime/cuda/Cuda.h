@@ -212,6 +212,8 @@ struct CudaProgramSpec {
   /// collective over the world: every rank must reach it, whatever its
   /// program does next).
   std::vector<std::vector<std::string>> communicators;
+  /// The argument types it was compiled for (checked against the inputs).
+  std::vector<TensorType> inputTypes;
 };
 
 /// The `main` of a generated CUDA program (the CPU program's options):
