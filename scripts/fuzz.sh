@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the ONNX importer's libFuzzer target, weft and weft-opt with clang (ASan +
-# coverage) in $WEFT_FUZZ_BUILD_DIR (build-fuzz/) and runs the fuzzer on a corpus seeded from the test
-# models. Deterministic by default (fixed seed and run count); WEFT_FUZZ_ARGS
-# overrides, e.g. WEFT_FUZZ_ARGS="-max_total_time=600" for a longer search.
+# Builds the libFuzzer targets (the ONNX importer, the tensor file readers,
+# the TCP store), weft and weft-opt with clang (ASan + coverage) in
+# $WEFT_FUZZ_BUILD_DIR (build-fuzz/) and runs each fuzzer on a corpus seeded
+# from the test files. Deterministic by default (fixed seed and run count);
+# WEFT_FUZZ_ARGS overrides for every fuzzer, e.g.
+# WEFT_FUZZ_ARGS="-max_total_time=600" for a longer search.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WEFT_FUZZ_BUILD_DIR:-$root/build-fuzz}
@@ -14,10 +16,12 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 # The tools too: clang in C++17 mode refuses what GCC lets through (a lambda
 # capturing a structured binding), and the main build is GCC's.
-ninja -C "$build" -j "${WEFT_JOBS:-2}" onnx-import-fuzzer weft weft-opt
+ninja -C "$build" -j "${WEFT_JOBS:-2}" onnx-import-fuzzer npy-fuzzer store-fuzzer weft weft-opt
 
 corpus=$(mktemp -d)
-trap 'rm -rf "$corpus"' EXIT
+npy_corpus=$(mktemp -d)
+store_corpus=$(mktemp -d)
+trap 'rm -rf "$corpus" "$npy_corpus" "$store_corpus"' EXIT
 cp "$root"/test/models/*/*.onnx "$corpus"/
 for test in test_matmul_2d test_softmax_axis_1 test_layer_normalization_4d_axis1 \
             test_slice test_gather_0 test_reshape_reduced_dims test_where_example; do
@@ -30,3 +34,18 @@ cd "$corpus"
 ASAN_OPTIONS=detect_leaks=0 "$build/bin/onnx-import-fuzzer" \
   ${WEFT_FUZZ_ARGS:--seed=1 -runs=4000} -rss_limit_mb=4096 -timeout=30 "$corpus" 2>&1 |
   tail -80
+
+# The readers of .npy and .pb files, seeded with the test inputs.
+cp "$root"/test/Import/Inputs/*.npy "$npy_corpus"/
+for pb in "$root"/test/models/*/test_data_set_0/*.pb; do
+  cp "$pb" "$npy_corpus/$(basename "$(dirname "$(dirname "$pb")")")-$(basename "$pb")"
+done
+"$build/bin/npy-fuzzer" ${WEFT_FUZZ_ARGS:--seed=1 -runs=20000} -rss_limit_mb=2048 \
+  -timeout=30 "$npy_corpus" 2>&1 | tail -20
+
+# The TCP store: frames from strangers and from members (an odd first byte).
+printf 'G\0\0\0\0\0\0\0\0\377\377\377\377\377\377\377\357' > "$store_corpus/wrap"
+printf 'S\1\0\0\0\0\0\0\0k\1\0\0\0\0\0\0\0v' > "$store_corpus/set"
+printf 'G\5\0\0\0\0\0\0\0abort\0\0\0\0\0\0\0\0' > "$store_corpus/get"
+"$build/bin/store-fuzzer" ${WEFT_FUZZ_ARGS:--seed=1 -runs=5000} -rss_limit_mb=2048 \
+  -timeout=30 "$store_corpus" 2>&1 | tail -20

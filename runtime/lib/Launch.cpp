@@ -80,6 +80,11 @@ absl::StatusOr<LaunchInfo> weft::rt::launchFromEnvironment(
   if (!port.ok())
     return port.status();
   info.masterPort = *port;
+  if (const char *secret = env("WEFT_STORE_SECRET"); secret && *secret)
+    info.storeSecret = secret;
+  else if (const char *run = env("TORCHELASTIC_RUN_ID");
+           run && *run && std::string(run) != "none")
+    info.storeSecret = run;
   return info;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -168,6 +169,11 @@ void ProcessGroup::abort(const std::string &why) {
   std::string earlier;
   if (store && !store->tryGet("abort", earlier).value_or(true))
     (void)store->set("abort", absl::StrCat("rank ", myRank, " failed: ", why));
+  // Rank 0 serves the store: it stays a moment, so that the others (some
+  // perhaps still joining) read the abort instead of finding no store.
+  if (store && myRank == 0)
+    std::this_thread::sleep_for(
+        std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2)));
   std::exit(1);
 }
 
@@ -177,8 +183,11 @@ void ProcessGroup::finish() {
   (void)store->set(absl::StrCat("done/", myRank), "");
   if (myRank != 0)
     return;
+  // Rank 0 serves the store until every rank is done, or one is lost (the
+  // store's abort, which its get reports at once).
   for (int r = 1; r < size; ++r)
-    (void)store->get(absl::StrCat("done/", r), timeout);
+    if (!store->get(absl::StrCat("done/", r), timeout).ok())
+      break;
 }
 
 namespace {

@@ -4,15 +4,20 @@
 # when a worker fails the others are stopped, and the exit status is the
 # first failure's. (torchrun itself comes from PyPI, which is not reachable
 # here; the program under test cannot tell the difference.)
-#   torchrun-env.py --nproc N COMMAND...
+# With --keep-going the others are left running, as workers on other nodes
+# are when one node's worker dies: they must notice by themselves.
+#   torchrun-env.py [--keep-going] --nproc N COMMAND...
 import os
 import socket
 import subprocess
 import sys
 import time
 
+keep_going = len(sys.argv) > 1 and sys.argv[1] == "--keep-going"
+if keep_going:
+    del sys.argv[1]
 if len(sys.argv) < 4 or sys.argv[1] != "--nproc":
-    sys.exit("usage: torchrun-env.py --nproc N COMMAND...")
+    sys.exit("usage: torchrun-env.py [--keep-going] --nproc N COMMAND...")
 n = int(sys.argv[2])
 command = sys.argv[3:]
 with socket.socket() as probe:
@@ -33,8 +38,9 @@ while workers and time.monotonic() < deadline:
         workers.remove(worker)
         if code != 0 and status == 0:
             status = code
-            for other in workers:
-                other.terminate()
+            if not keep_going:
+                for other in workers:
+                    other.terminate()
     time.sleep(0.02)
 for worker in workers:
     worker.kill()

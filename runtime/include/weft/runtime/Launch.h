@@ -27,6 +27,11 @@ struct LaunchInfo {
   /// empty when the launcher does not say (MPI exchanges it itself).
   std::string masterAddr;
   int masterPort = 0;
+  /// The per-job secret every rank presents to the TCP store:
+  /// WEFT_STORE_SECRET, else torchrun's TORCHELASTIC_RUN_ID (a random id
+  /// under --standalone; not when it is "none"). Empty: the store accepts
+  /// connections only on a loopback MASTER_ADDR.
+  std::string storeSecret;
   /// "torchrun", "mpirun", "slurm" or "single".
   std::string launcher = "single";
 };

@@ -8,10 +8,14 @@
 // program hands rank 0's NCCL unique id over it; the CPU program exchanges
 // its collectives' tensors over it (StoreCommunicator).
 //
-// Wire format, both ways: a one-byte request ('S' set, 'G' get, 'D' delete),
-// then length-prefixed (u64, little-endian) key and value. A get answers
-// with a one-byte found flag and the value; a missing key is asked again
-// until the deadline.
+// Wire format, both ways: a one-byte request ('S' set, 'G' get, 'D' delete,
+// 'H' hello), then length-prefixed (u64, little-endian) key and value. A get
+// answers with a one-byte found flag and the value; a missing key is asked
+// again until the deadline. A connection's first request is a hello with
+// the job's secret as key and the rank as value; the server drops a client
+// that sends anything else first, a wrong secret, a rank already joined,
+// or a frame longer than its bounds. The threat model (docs/runtime.md):
+// the secret keeps other users and processes out; traffic is not encrypted.
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,6 +57,8 @@ private:
                        bool *found);
 
   int socket = -1;
+  /// How long one request may wait for its answer.
+  std::chrono::milliseconds timeout{0};
   std::unique_ptr<Server> server;
 };
 
