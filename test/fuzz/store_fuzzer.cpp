@@ -82,10 +82,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   ::close(fd);
+  // Answered, and promptly (a member may legitimately overwrite or delete
+  // the probe key between the two requests, so its value is not checked).
   auto start = std::chrono::steady_clock::now();
   std::string value;
   if (!live.store->set("probe", "1").ok() ||
-      !live.store->tryGet("probe", value).ok() || value != "1" ||
+      !live.store->tryGet("probe", value).ok() ||
       std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
     std::fprintf(stderr, "store_fuzzer: the store stopped serving its rank\n");
     std::abort();
