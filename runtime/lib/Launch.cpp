@@ -80,6 +80,14 @@ absl::StatusOr<LaunchInfo> weft::rt::launchFromEnvironment(
   if (!port.ok())
     return port.status();
   info.masterPort = *port;
+  // The store's own port, where MASTER_PORT is taken (a launcher's agent
+  // may serve its own store there).
+  bool hasStorePort = false;
+  auto storePort = readInt(env, "WEFT_STORE_PORT", 0, &hasStorePort);
+  if (!storePort.ok())
+    return storePort.status();
+  if (hasStorePort)
+    info.masterPort = *storePort;
   if (const char *secret = env("WEFT_STORE_SECRET"); secret && *secret)
     info.storeSecret = secret;
   else if (const char *run = env("TORCHELASTIC_RUN_ID");

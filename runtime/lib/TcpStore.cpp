@@ -353,7 +353,9 @@ TcpStore::connect(const LaunchInfo &launch, std::chrono::milliseconds timeout) {
       ::close(server->listener);
       return absl::UnavailableError(absl::StrCat(
           "rank 0 cannot serve the store on ", host, ":", launch.masterPort,
-          ": ", why, " (MASTER_ADDR must be an address of rank 0's node)"));
+          ": ", why,
+          " (MASTER_ADDR must be an address of rank 0's node; if the port is "
+          "taken, set WEFT_STORE_PORT to a free one for every rank)"));
     }
     Server *raw = server.get();
     server->thread = std::thread([raw] { raw->run(); });

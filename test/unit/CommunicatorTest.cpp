@@ -142,6 +142,27 @@ TEST(Launch, ReadsTorchrunMpiAndSlurm) {
   EXPECT_EQ(torchrun->worldSize, 8);
   EXPECT_EQ(torchrun->masterAddr, "node0");
   EXPECT_EQ(torchrun->masterPort, 29500);
+  EXPECT_EQ(torchrun->storeSecret, "");
+  // The store's secret and port: WEFT_STORE_SECRET, else torchrun's run id
+  // (not "none"); WEFT_STORE_PORT where MASTER_PORT is taken.
+  auto secured =
+      launchFromEnvironment(environment({{"RANK", "0"},
+                                         {"WORLD_SIZE", "2"},
+                                         {"MASTER_PORT", "29500"},
+                                         {"WEFT_STORE_PORT", "29600"},
+                                         {"TORCHELASTIC_RUN_ID", "a1b2"}}));
+  ASSERT_TRUE(secured.ok()) << secured.status();
+  EXPECT_EQ(secured->masterPort, 29600);
+  EXPECT_EQ(secured->storeSecret, "a1b2");
+  auto explicitSecret =
+      launchFromEnvironment(environment({{"RANK", "0"},
+                                         {"WORLD_SIZE", "2"},
+                                         {"TORCHELASTIC_RUN_ID", "none"},
+                                         {"WEFT_STORE_SECRET", "s"}}));
+  EXPECT_EQ(explicitSecret->storeSecret, "s");
+  auto noSecret = launchFromEnvironment(environment(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "none"}}));
+  EXPECT_EQ(noSecret->storeSecret, "");
   auto mpi = launchFromEnvironment(environment(
       {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));

@@ -24,7 +24,8 @@ struct LaunchInfo {
   int worldSize = 1;
   int localRank = 0;
   /// Where rank 0 listens to hand out the NCCL unique id (torchrun's store);
-  /// empty when the launcher does not say (MPI exchanges it itself).
+  /// empty when the launcher does not say (MPI exchanges it itself). The
+  /// port is WEFT_STORE_PORT when set, else MASTER_PORT.
   std::string masterAddr;
   int masterPort = 0;
   /// The per-job secret every rank presents to the TCP store:
