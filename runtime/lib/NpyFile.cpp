@@ -316,21 +316,30 @@ absl::StatusOr<NpyHeader> openNpy(const std::string &path,
 
 } // namespace
 
+/// The bytes of the data `header` declares, checked against the file before
+/// anything is allocated: a file is exactly its header and its data.
+static absl::StatusOr<int64_t> checkedDataBytes(const std::string &path,
+                                                const NpyHeader &header,
+                                                std::ifstream &file) {
+  absl::StatusOr<int64_t> need = dataBytes(path, header.type, header.shape);
+  if (!need.ok())
+    return need.status();
+  int64_t available = fileSize(file) - int64_t(header.dataOffset);
+  if (available != *need)
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " holds ", available, " data bytes, but shape ",
+        shapeString(header.shape), " of ", header.type, " needs ", *need));
+  return need;
+}
+
 absl::StatusOr<HostTensor> readNpy(const std::string &path) {
   std::ifstream file;
   absl::StatusOr<NpyHeader> header = openNpy(path, file);
   if (!header.ok())
     return header.status();
-  absl::StatusOr<int64_t> need = dataBytes(path, header->type, header->shape);
+  absl::StatusOr<int64_t> need = checkedDataBytes(path, *header, file);
   if (!need.ok())
     return need.status();
-  // The declared size is checked against the file before anything is
-  // allocated, and a file is exactly its header and its data.
-  int64_t available = fileSize(file) - int64_t(header->dataOffset);
-  if (available != *need)
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " holds ", available, " data bytes, but shape ",
-        shapeString(header->shape), " of ", header->type, " needs ", *need));
   std::string bytes(size_t(*need), '\0');
   file.clear();
   file.seekg(std::streamoff(header->dataOffset));
@@ -347,14 +356,9 @@ absl::StatusOr<HostTensor> readNpyShard(const std::string &path, int64_t dim,
   if (!header.ok())
     return header.status();
   const Shape &shape = header->shape;
-  absl::StatusOr<int64_t> need = dataBytes(path, header->type, shape);
-  if (!need.ok())
+  if (absl::StatusOr<int64_t> need = checkedDataBytes(path, *header, file);
+      !need.ok())
     return need.status();
-  int64_t available = fileSize(file) - int64_t(header->dataOffset);
-  if (available != *need)
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " holds ", available, " data bytes, but shape ",
-        shapeString(shape), " of ", header->type, " needs ", *need));
   size_t width = elementWidth(header->type);
   if (dim < 0 || dim >= int64_t(shape.size()) || parts <= 0 ||
       shape[size_t(dim)] % parts != 0 || index < 0 || index >= parts)

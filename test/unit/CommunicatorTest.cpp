@@ -8,6 +8,8 @@
 #include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/TcpStore.h"
 
+#include "FreePort.h"
+
 #include "gtest/gtest.h"
 
 #include <arpa/inet.h>
@@ -207,20 +209,7 @@ TEST(Launch, BadEnvironmentsAreClearErrors) {
 
 namespace {
 
-/// A loopback port that was free a moment ago.
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length);
-  int port = ntohs(address.sin_port);
-  ::close(fd);
-  return port;
-}
+using weft::test::freeLoopbackPort;
 
 } // namespace
 
@@ -228,7 +217,7 @@ TEST(TcpStore, SetGetEraseAndTimeout) {
   LaunchInfo launch;
   launch.launcher = "torchrun";
   launch.masterAddr = "127.0.0.1";
-  launch.masterPort = freePort();
+  launch.masterPort = freeLoopbackPort();
   auto store = TcpStore::connect(launch, std::chrono::seconds(5));
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->set("key", std::string("v\0alue", 6)).ok());

@@ -12,6 +12,8 @@
 #include "weft/runtime/Communicator.h"
 #include "weft/runtime/TcpStore.h"
 
+#include "FreePort.h"
+
 #include "gtest/gtest.h"
 
 #include <arpa/inet.h>
@@ -29,18 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-int freeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length);
-  int port = ntohs(address.sin_port);
-  ::close(fd);
-  return port;
-}
+using weft::test::freeLoopbackPort;
 
 LaunchInfo launchOf(int rank, int world, int port, std::string secret) {
   LaunchInfo launch;
