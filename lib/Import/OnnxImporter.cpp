@@ -184,15 +184,8 @@ static constexpr int64_t kMaxRangeElements = int64_t(1) << 24;
 /// The element count of `dims`, or -1 when a dimension is negative or the
 /// count exceeds kMaxTensorElements.
 static int64_t boundedElementCount(ArrayRef<int64_t> dims) {
-  int64_t count = 1;
-  for (int64_t d : dims) {
-    if (d < 0)
-      return -1;
-    if (d != 0 && count > kMaxTensorElements / d)
-      return -1;
-    count *= d;
-  }
-  return count;
+  int64_t count = rt::checkedNumElements(rt::Shape(dims.begin(), dims.end()));
+  return count > kMaxTensorElements ? -1 : count;
 }
 
 static std::string dimsText(ArrayRef<int64_t> dims) {

@@ -151,8 +151,8 @@ static cl::opt<bool> buildProgram(
 static cl::opt<bool> forceOutput(
     "force",
     cl::desc("Write the project into a non-empty directory that is not an "
-             "earlier weft compile output (replacing only what weft compile "
-             "writes there)"),
+             "earlier weft compile output (writing its files over what is "
+             "there, removing nothing else)"),
     cl::sub(compileCommand));
 static cl::opt<std::string> runtimePrefix(
     "runtime-prefix",
@@ -767,11 +767,13 @@ OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
 /// The file that marks a directory as weft compile's output.
 static constexpr const char *kProjectMarker = ".weft-project";
 
-/// Makes `dir` ready for a new project: created if missing; if it holds an
-/// earlier project (the marker), or --force is given, what weft compile
-/// writes there is removed first (stale weights of another model would
-/// otherwise be read, and a stale build/program run); any other non-empty
-/// directory is refused. Returns an error message, empty on success.
+/// Makes `dir` ready for a new project: created if missing. An earlier
+/// project (the marker) is cleared of what weft compile wrote there, its
+/// weights and build included (stale weights of another model would
+/// otherwise be read, and a stale build/program run). Any other non-empty
+/// directory is refused, unless `force`: then the project's files are
+/// written over and nothing else there is removed (its build/ or weights/
+/// may be the user's). Returns an error message, empty on success.
 static std::string prepareProjectDirectory(const std::string &dir, bool force) {
   if (std::error_code ec = llvm::sys::fs::create_directories(dir))
     return "cannot create " + dir + ": " + ec.message();
@@ -782,10 +784,11 @@ static std::string prepareProjectDirectory(const std::string &dir, bool force) {
     return "cannot list " + dir + ": " + ec.message();
   if (empty)
     return "";
-  if (!force && !llvm::sys::fs::exists(dir + "/" + kProjectMarker))
-    return dir + " is not empty and is not a project weft compile wrote; "
-                 "give a new or empty directory, or --force to replace what "
-                 "weft compile writes there";
+  if (!llvm::sys::fs::exists(dir + "/" + kProjectMarker))
+    return force ? ""
+                 : dir + " is not empty and is not a project weft compile "
+                         "wrote; give a new or empty directory, or --force to "
+                         "write the project's files over what is there";
   for (const char *generated : {"weights", "build"})
     if (std::error_code removeError =
             llvm::sys::fs::remove_directories(dir + "/" + generated))
@@ -854,11 +857,13 @@ static int runCompile(MLIRContext &context) {
   std::string externalDir = llvm::sys::path::parent_path(path).str();
   if (externalDir.empty())
     externalDir = ".";
-  // A failed emission leaves no half-written weights behind (the directory
-  // was cleared of an earlier project's files above).
+  // A failed emission leaves no half-written weights behind (an earlier
+  // project's were cleared above; a weights/ that --force found is kept).
   std::string weightsDir = outputPath + "/weights";
+  bool hadWeights = llvm::sys::fs::exists(weightsDir);
   auto emitFailed = [&]() {
-    llvm::sys::fs::remove_directories(weightsDir);
+    if (!hadWeights)
+      llvm::sys::fs::remove_directories(weightsDir);
     return 1;
   };
   if (target == "cuda") {
