@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Driver/Driver.h"
 #include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/CostModel.h"
@@ -33,11 +34,6 @@ using namespace mlir;
 using namespace weft;
 using namespace weft::planner;
 namespace cl = llvm::cl;
-
-mlir::OwningOpRef<mlir::ModuleOp>
-loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context,
-                     int64_t sequenceLength, int64_t batch = 1,
-                     llvm::ArrayRef<std::string> shapes = {});
 
 static cl::SubCommand planCommand(
     "plan", "Choose a parallelization plan for training a model on a cluster");
@@ -83,8 +79,6 @@ static cl::opt<std::string> clusterOpt(
     cl::desc("GPU:PERNODExNODES (e.g. h100:8x128, a100-80g:8x8) or a "
              "cluster file (.json or protobuf text)"),
     cl::sub(planCommand));
-static constexpr int64_t kMaxGlobalBatch = int64_t(1) << 24;
-static constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
 static cl::opt<int64_t> globalBatch("global-batch",
                                     cl::desc("Sequences per step"),
                                     cl::init(0), cl::sub(planCommand));
@@ -206,127 +200,16 @@ static int planError(const llvm::Twine &message) {
   return 1;
 }
 
-/// The [batch, seq] that a model's first input is bound to.
-static std::pair<int64_t, int64_t> inputShape(ModuleOp module) {
-  for (auto func : module.getOps<func::FuncOp>())
-    if (!func.isExternal() && func.getNumArguments())
-      if (auto type =
-              dyn_cast<RankedTensorType>(func.getArgumentTypes().front()))
-        if (type.getRank() >= 2)
-          return {type.getDimSize(0), type.getDimSize(1)};
-  return {0, 0};
-}
-
-/// The model file as the cost model's source of IR: imported (without
-/// weights) at each batch it asks for, or at its own batch when that is
-/// static. Import errors while building are the cost model's, not printed.
-static ModelSource fileModelSource(llvm::StringRef path, int64_t seq,
-                                   MLIRContext &probeContext) {
-  ModelSource source;
-  std::string file = path.str();
-  std::vector<std::string> shapes(planInputShapes.begin(),
-                                  planInputShapes.end());
-  source.build = [file, shapes](MLIRContext &context, int64_t batch,
-                                int64_t seqLen) -> OwningOpRef<ModuleOp> {
-    ScopedDiagnosticHandler quiet(&context,
-                                  [](Diagnostic &) { return success(); });
-    OwningOpRef<ModuleOp> module =
-        loadModelForPlanning(file, context, seqLen, batch, shapes);
-    if (!module || inputShape(*module) != std::make_pair(batch, seqLen))
-      return nullptr;
-    return module;
-  };
-  // A batch the importer binds is dynamic; a .mlir module's is its own.
-  ScopedDiagnosticHandler quiet(&probeContext,
-                                [](Diagnostic &) { return success(); });
-  OwningOpRef<ModuleOp> probe =
-      loadModelForPlanning(path, probeContext, seq, 3, shapes);
-  if (probe && inputShape(*probe).first != 3)
-    source.staticBatch = inputShape(*probe).first;
-  return source;
-}
-
-/// The model from a file, a preset, or the builder flags.
-static llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context) {
-  plan::ModelSpec spec;
-  if (!planInputShapes.empty() &&
-      (planModelFile.empty() ||
-       llvm::StringRef(planModelFile).ends_with(".mlir")))
-    return llvm::createStringError(
-        "--input-shape binds the inputs of an ONNX model; a .mlir module or "
-        "a built-in model has its shapes already");
-  for (const std::string &shape : planInputShapes) {
-    weft::OnnxImportOptions unused;
-    std::string error;
-    if (failed(weft::parseInputShape(shape, unused, error)))
-      return llvm::createStringError(error);
-  }
-  if (!planModelFile.empty()) {
-    if (!presetName.empty())
-      return llvm::createStringError(
-          "give a model file or --model, not both");
-    if (!llvm::sys::fs::exists(planModelFile))
-      return llvm::createStringError("cannot read '" + planModelFile +
-                                     "': no such file");
-    OwningOpRef<ModuleOp> module =
-        loadModelForPlanning(planModelFile, context, planSeqLen, 1,
-                             std::vector<std::string>(planInputShapes.begin(),
-                                                      planInputShapes.end()));
-    if (!module)
-      return llvm::createStringError("could not import '" + planModelFile +
-                                     "' (see the errors above)");
-    auto extracted = extractModelSpec(*module, planModelFile);
-    if (!extracted)
-      return extracted.takeError();
-    spec = *extracted;
-  } else if (presetName == "gpt" || presetName == "llama") {
-    spec.set_name(presetName);
-    spec.set_source("builder");
-    bool llama = presetName == "llama";
-    spec.set_ffn_kind(llama ? plan::FFN_SWIGLU : plan::FFN_GELU);
-    spec.set_vocab(llama ? 32000 : 51200);
-    spec.set_seq_len(2048);
-    spec.set_tied_embeddings(!llama);
-  } else if (!presetName.empty()) {
-    auto preset = lookupPreset(presetName);
-    if (!preset)
-      return preset.takeError();
-    spec = *preset;
-  } else {
-    return llvm::createStringError(
-        "no model: give an ONNX or .mlir file, or --model (a preset, or gpt / "
-        "llama with --layers, --hidden, --heads, ...)");
-  }
-  // Builder flags override (and complete) what was given.
-  if (layersOpt)
-    spec.set_layers(layersOpt);
-  if (hiddenOpt)
-    spec.set_hidden(hiddenOpt);
-  if (headsOpt)
-    spec.set_heads(headsOpt);
-  if (kvHeadsOpt)
-    spec.set_kv_heads(kvHeadsOpt);
-  else if (!spec.kv_heads())
-    spec.set_kv_heads(spec.heads());
-  if (ffnOpt)
-    spec.set_ffn_hidden(ffnOpt);
-  else if (!spec.ffn_hidden())
-    spec.set_ffn_hidden(4 * spec.hidden());
-  if (!ffnKindOpt.empty()) {
-    if (ffnKindOpt != "gelu" && ffnKindOpt != "swiglu")
-      return llvm::createStringError("--ffn-kind is gelu or swiglu, not '" +
-                                     ffnKindOpt + "'");
-    spec.set_ffn_kind(ffnKindOpt == "gelu" ? plan::FFN_GELU
-                                           : plan::FFN_SWIGLU);
-  }
-  if (vocabOpt)
-    spec.set_vocab(vocabOpt);
-  if (!tiedOpt.empty())
-    spec.set_tied_embeddings(tiedOpt == "yes" || tiedOpt == "true" ||
-                             tiedOpt == "1");
-  if (llvm::Error error = validateModel(spec))
-    return error;
-  return spec;
+static int planError(llvm::Error error) {
+  int status = 1;
+  llvm::handleAllErrors(
+      std::move(error),
+      [](const weft::driver::DiagnosedError &e) {
+        // The diagnostics were printed; say what they stopped.
+        planError(e.message() + " (see the errors above)");
+      },
+      [&](const llvm::ErrorInfoBase &e) { status = planError(e.message()); });
+  return status;
 }
 
 static void drawProgress(double fraction) {
@@ -344,176 +227,76 @@ static void drawProgress(double fraction) {
   llvm::errs().flush();
 }
 
+/// The request the command line makes.
+static weft::driver::PlanRequest planRequest() {
+  weft::driver::PlanRequest request;
+  request.modelFile = planModelFile;
+  request.preset = presetName;
+  request.layers = layersOpt;
+  request.hidden = hiddenOpt;
+  request.heads = headsOpt;
+  request.kvHeads = kvHeadsOpt;
+  request.ffn = ffnOpt;
+  request.ffnKind = ffnKindOpt;
+  request.vocab = vocabOpt;
+  request.tied = tiedOpt;
+  request.inputShapes.assign(planInputShapes.begin(), planInputShapes.end());
+  request.cluster = clusterOpt;
+  request.globalBatch = globalBatch;
+  request.seqLen = planSeqLen;
+  request.dtype = dtypeOpt;
+  request.memoryReserveGib = reserveOpt;
+  request.flashAttention = flashOpt;
+  request.dropout = dropoutOpt;
+  request.gradReduce16bit = gradReduce16;
+  request.top = topOpt;
+  request.tpAcrossNodes = tpAcross;
+  request.boundFromRelatives = !noRelativeBounds;
+  request.evaluate = evaluateOpt;
+  request.evaluateJson = evaluateJson;
+  request.allowOom = allowOom;
+  request.exportFramework = exportOpt;
+  bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
+  if (terminal && !noProgress) {
+    auto start = std::chrono::steady_clock::now();
+    auto after = std::chrono::milliseconds(int(progressAfterMs));
+    request.progress = [start, after](double fraction) {
+      if (fraction >= 1.0 || std::chrono::steady_clock::now() - start > after)
+        drawProgress(fraction);
+    };
+  }
+  return request;
+}
+
 int runPlan(MLIRContext &context) {
-  auto model = resolveModel(context);
-  if (!model)
-    return planError(llvm::toString(model.takeError()));
-  if (clusterOpt.empty())
-    return planError("no cluster: give --cluster GPU:PERNODExNODES (e.g. "
-                     "h100:8x16) or a cluster file");
-  auto cluster = resolveCluster(clusterOpt);
-  if (!cluster)
-    return planError(llvm::toString(cluster.takeError()));
-  plan::TrainingConfig training;
-  training.set_seq_len(planSeqLen ? int64_t(planSeqLen) : model->seq_len());
-  if (training.seq_len() <= 0)
-    return planError("no sequence length: give --seq-len");
-  if (globalBatch <= 0)
-    return planError("--global-batch (sequences per step) must be positive");
-  // Bounds far beyond any training run, so that every input the search
-  // accepts it answers in seconds.
-  if (globalBatch > kMaxGlobalBatch)
-    return planError("--global-batch " + std::to_string(globalBatch) +
-                     " is more sequences per step than the planner takes (at "
-                     "most " +
-                     std::to_string(kMaxGlobalBatch) + ")");
-  if (training.seq_len() > kMaxSeqLen)
-    return planError("--seq-len " + std::to_string(training.seq_len()) +
-                     " is longer than the planner takes (at most " +
-                     std::to_string(kMaxSeqLen) + " tokens)");
-  training.set_global_batch(globalBatch);
-  if (dtypeOpt != "bf16" && dtypeOpt != "fp16")
-    return planError("--dtype is bf16 or fp16 (with fp32 master weights), not '" +
-                     dtypeOpt + "'");
-  training.set_dtype(dtypeOpt);
-  training.set_optimizer("adam");
-  if (!(reserveOpt >= 0 && reserveOpt < cluster->gpu().hbm_gib()))
-    return planError("--memory-reserve must be between 0 and the GPU's " +
-                     std::to_string(cluster->gpu().hbm_gib()) + " GiB");
-  training.set_memory_reserve_gib(reserveOpt);
-  training.set_flash_attention(flashOpt);
-  training.set_dropout(dropoutOpt);
-  training.set_grad_reduce_16bit(gradReduce16);
-  model->set_seq_len(training.seq_len());
-
-  ModelSource source;
-  if (!planModelFile.empty())
-    source = fileModelSource(planModelFile, training.seq_len(), context);
-  CostModel costModel(*model, *cluster, training, source);
-  plan::PlanSet set;
-  *set.mutable_model() = *model;
-  *set.mutable_cluster() = *cluster;
-  *set.mutable_training() = training;
+  weft::driver::PlanRequest request = planRequest();
+  llvm::Expected<weft::driver::PlanOutcome> outcome =
+      weft::driver::planModel(context, request);
+  if (!outcome)
+    return planError(outcome.takeError());
+  CostModel &costModel = *outcome->costModel;
+  const plan::PlanSet &set = outcome->set;
   llvm::raw_ostream &os = llvm::outs();
-  os << "model " << model->name() << ": " << model->layers()
-     << " layers, hidden " << model->hidden() << ", " << model->heads()
-     << " heads (" << model->kv_heads() << " KV), FFN " << model->ffn_hidden()
-     << " " << (model->ffn_kind() == plan::FFN_GELU ? "GELU" : "SwiGLU")
-     << ", vocab " << model->vocab()
-     << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
-  // What the cost model costs: a file's own IR, or the transformer a
-  // preset or the builder flags describe.
-  if (source)
-    os << "; costed from its own IR"
-       << (source.staticBatch
-               ? " (a static batch of " + std::to_string(*source.staticBatch) +
-                     ": micro-batches that divide it)"
-               : std::string());
-  os << "\n";
-  os << "cluster " << cluster->name() << ": " << totalGpus(*cluster) << " x "
-     << cluster->gpu().name() << " (" << cluster->gpus_per_node()
-     << " per node); global batch " << training.global_batch()
-     << ", sequence " << training.seq_len() << ", " << training.dtype()
-     << "\n";
-
-  // Cost one plan given by hand (or from a JSON file).
-  double overMemory = 0;
-  if (!evaluateOpt.empty() || !evaluateJson.empty()) {
-    plan::Plan given;
-    if (!evaluateJson.empty()) {
-      auto buffer = llvm::MemoryBuffer::getFile(evaluateJson);
-      if (!buffer)
-        return planError("cannot read '" + evaluateJson + "'");
-      plan::PlanSet saved;
-      if (llvm::Error error =
-              fromJson((*buffer)->getBuffer(), saved, evaluateJson))
-        return planError(llvm::toString(std::move(error)));
-      if (saved.plans().empty())
-        return planError(evaluateJson + ": the file holds no plans");
-      given = saved.plans(0);
-    } else {
-      auto parsed = parsePlanSpec(evaluateOpt, costModel);
-      if (!parsed)
-        return planError(llvm::toString(parsed.takeError()));
-      given = *parsed;
-    }
-    std::string why = costModel.checkPlan(given);
-    if (why.empty())
-      why = costModel.programError(given);
-    if (!why.empty())
-      return planError("the plan cannot run: " + why);
-    costModel.evaluate(given);
-    printPlanBreakdown(os, given);
-    *set.add_plans() = given;
-    overMemory = given.fits() || allowOom ? 0
-                                          : given.memory().total_gib() -
-                                                given.memory().capacity_gib();
+  os << outcome->header;
+  if (outcome->evaluated) {
+    printPlanBreakdown(os, set.plans(0));
   } else {
-    SearchOptions options;
-    options.top = topOpt;
-    options.tpAcrossNodes = tpAcross;
-    options.boundFromRelatives = !noRelativeBounds;
-    bool terminal = llvm::sys::Process::StandardErrIsDisplayed();
-    if (terminal && !noProgress) {
-      auto start = std::chrono::steady_clock::now();
-      auto after = std::chrono::milliseconds(int(progressAfterMs));
-      options.progress = [start, after](double fraction) {
-        if (fraction >= 1.0 || std::chrono::steady_clock::now() - start > after)
-          drawProgress(fraction);
-      };
-    }
-    if (!exportOpt.empty()) {
-      std::string framework = exportOpt;
-      if (framework != "megatron" && framework != "deepspeed" &&
-          framework != "torchtitan")
-        return planError("unknown framework '" + framework +
-                         "'; use megatron, deepspeed or torchtitan");
-      // Search only what the framework can run.
-      options.accept = [framework](const plan::Plan &p) {
-        return exportRestriction(p, framework) == nullptr;
-      };
-      os << "plans restricted to what " << framework << " can run\n";
-    }
-    SearchResult result = searchPlans(costModel, options);
-    set.set_candidates_evaluated(result.candidates);
-    set.set_candidates_simulated(result.simulated);
-    set.set_search_seconds(result.seconds);
-    if (result.candidates == 0)
-      return planError(
-          "no plan divides this model on this cluster: check that the "
-          "global batch, the heads (" +
-          llvm::Twine(model->heads()) + ") and the sequence (" +
-          llvm::Twine(training.seq_len()) + ") divide by the parallel degrees");
-    if (!result.anyFits) {
-      const plan::Plan &small = result.smallestMemory;
-      llvm::WithColor::error(llvm::errs(), "weft plan") << "no plan fits in "
-                   << llvm::format("%.1f", small.memory().capacity_gib())
-                   << " GiB per GPU. The smallest-memory plan needs "
-                   << llvm::format("%.1f GiB (%.1f GiB over)",
-                                   small.memory().total_gib(),
-                                   small.memory().total_gib() -
-                                       small.memory().capacity_gib())
-                   << ":\n";
-      printPlanBreakdown(llvm::errs(), small);
-      llvm::errs() << "Use more GPUs, GPUs with more memory, or a smaller "
-                      "global batch or sequence.\n";
-      return 1;
-    }
+    if (!exportOpt.empty())
+      os << "plans restricted to what " << exportOpt << " can run\n";
     // The time goes to stderr so that stdout is the same, byte for byte,
     // for the same input.
-    os << "searched " << result.candidates << " candidate plans ("
-       << result.simulated << " fully costed)\n";
+    os << "searched " << set.candidates_evaluated() << " candidate plans ("
+       << set.candidates_simulated() << " fully costed)\n";
     llvm::errs() << llvm::format(
         "weft plan: search took %.3f s, of which %.3f s building and "
         "measuring %lld rank programs and %.3f s costing %lld plan shapes "
         "from them\n",
-        result.seconds, costModel.statistics().programSeconds,
+        set.search_seconds(), costModel.statistics().programSeconds,
         (long long)costModel.statistics().programs,
         costModel.statistics().shapeSeconds,
         (long long)costModel.statistics().shapes);
-    for (plan::Plan &p : result.plans)
-      *set.add_plans() = p;
-    printPlanTable(os, result.plans);
+    printPlanTable(
+        os, std::vector<plan::Plan>(set.plans().begin(), set.plans().end()));
   }
   const plan::Plan &first = set.plans(0);
   if (explainOpt)
@@ -557,16 +340,9 @@ int runPlan(MLIRContext &context) {
   }
   // A plan that does not fit would fail on the cluster: say by how much, and
   // fail, unless the user asked to cost it anyway.
-  if (overMemory > 0) {
+  if (outcome->overMemoryGib > 0) {
     os.flush();
-    const plan::MemoryBreakdown &m = first.memory();
-    return planError(llvm::formatv(
-        "the plan does not fit: {0:F1} GiB per GPU on its worst stage, "
-        "{1:F1} GiB over the {2:F1} GiB available (the GPU's memory less "
-        "--memory-reserve); use more memory-saving degrees (tp, pp, zero, "
-        "recompute) or a smaller micro-batch, or give --allow-oom to cost it "
-        "anyway",
-        m.total_gib(), overMemory, m.capacity_gib()));
+    return planError(weft::driver::overMemoryMessage(*outcome));
   }
   return 0;
 }

@@ -18,6 +18,7 @@
 
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
+#include "weft/Driver/Driver.h"
 #include "weft/Exec/Interpreter.h"
 #include "weft/Exec/TensorFiles.h"
 #include "weft/Import/OnnxImporter.h"
@@ -38,6 +39,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
+#include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -49,14 +51,22 @@ using namespace mlir;
 namespace cl = llvm::cl;
 using weft::rt::HostTensor;
 
-OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
-                                  const weft::OnnxImportOptions &options,
-                                  MLIRContext &context);
-FailureOr<std::vector<HostTensor>>
+/// Runs a partitioned step on its devices; an error is printed.
+static FailureOr<std::vector<HostTensor>>
 runOnMeshDevices(ModuleOp module, func::FuncOp func,
                  const std::vector<HostTensor> &inputs,
                  const weft::InterpreterOptions &base, int expectedDevices,
-                 double timeoutSeconds, std::vector<int64_t> &bytes);
+                 double timeoutSeconds, std::vector<int64_t> &bytes) {
+  llvm::Expected<std::vector<HostTensor>> outputs =
+      weft::driver::runOnMeshDevices(module, func, inputs, base,
+                                     expectedDevices, timeoutSeconds, bytes);
+  if (!outputs) {
+    llvm::WithColor::error(llvm::errs(), "weft")
+        << llvm::toString(outputs.takeError()) << '\n';
+    return failure();
+  }
+  return std::move(*outputs);
+}
 
 static cl::SubCommand trainCommand(
     "train", "Train a model on simulated devices under a plan, from a token "
@@ -523,7 +533,7 @@ static OwningOpRef<ModuleOp> loadModel(MLIRContext &context) {
   weft::OnnxImportOptions options;
   options.batchSize = batch;
   options.sequenceLength = seqLen;
-  return importModel(path, options, context);
+  return weft::driver::importModel(path, options, context);
 }
 
 static std::optional<weft::plan::Plan> trainingPlan() {

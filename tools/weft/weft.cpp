@@ -17,6 +17,7 @@
 #include "weft/Codegen/CudaEmitter.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
+#include "weft/Driver/Driver.h"
 #include "weft/Exec/Interpreter.h"
 #include "weft/Exec/TensorFiles.h"
 #include "weft/Import/OnnxImporter.h"
@@ -197,25 +198,8 @@ static cl::opt<bool> stats("stats",
 /// Prints "path: node 'name': error: message" for importer locations and
 /// "path:line:col: error: message" for source locations.
 static void printDiagnostic(Diagnostic &diag) {
-  Location loc = diag.getLocation();
-  std::string where;
-  llvm::raw_string_ostream os(where);
-  auto printFile = [&](FileLineColLoc file) {
-    os << file.getFilename().getValue();
-    if (file.getLine() != 0)
-      os << ':' << file.getLine() << ':' << file.getColumn();
-  };
-  if (auto name = dyn_cast<NameLoc>(loc)) {
-    if (auto file = dyn_cast<FileLineColLoc>(name.getChildLoc()))
-      printFile(file);
-    os << ": node '" << name.getName().getValue() << "'";
-  } else if (auto file = dyn_cast<FileLineColLoc>(loc)) {
-    printFile(file);
-  } else {
-    os << loc;
-  }
   llvm::raw_ostream &err = llvm::errs();
-  err << where << ": ";
+  err << weft::driver::describeLocation(diag.getLocation()) << ": ";
   switch (diag.getSeverity()) {
   case DiagnosticSeverity::Error:
     llvm::WithColor(err, llvm::HighlightColor::Error) << "error: ";
@@ -234,45 +218,39 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
-/// The import options that the command line gives.
-static std::optional<weft::OnnxImportOptions> importOptions() {
-  weft::OnnxImportOptions options;
-  for (const std::string &shape : inputShapes) {
-    std::string error;
-    if (failed(weft::parseInputShape(shape, options, error))) {
-      fail(error);
-      return std::nullopt;
-    }
-  }
-  if (batchSize >= 0)
-    options.batchSize = batchSize;
-  if (seqLen >= 0)
-    options.sequenceLength = seqLen;
-  options.makeInputsDynamic = dynamicInputs;
+/// Prints a driver's error (one whose diagnostics were printed as they came
+/// adds nothing) and returns 1.
+static int fail(llvm::Error error) {
+  int status = 1;
+  llvm::handleAllErrors(
+      std::move(error), [](const weft::driver::DiagnosedError &) {},
+      [&](const llvm::ErrorInfoBase &e) { status = fail(e.message()); });
+  return status;
+}
+
+/// How the command line imports and prepares a model.
+static weft::driver::ModelOptions modelOptions() {
+  weft::driver::ModelOptions options;
+  options.inputShapes.assign(inputShapes.begin(), inputShapes.end());
+  options.batchSize = batchSize;
+  options.seqLen = seqLen;
+  options.dynamicInputs = dynamicInputs;
+  options.raise = !noRaise;
+  options.explainRaise = explainRaise;
+  options.dtype = dtype;
+  options.loss = withLoss;
   return options;
 }
 
-/// Imports `path` and, unless --no-raise, folds and raises it.
-OwningOpRef<ModuleOp> importModel(llvm::StringRef path,
-                                         const weft::OnnxImportOptions &options,
-                                         MLIRContext &context) {
-  OwningOpRef<ModuleOp> module = weft::importOnnxModel(path, options, &context);
-  if (!module || noRaise)
-    return module;
-  PassManager pm(&context);
-  weft::buildPrepareModelPipeline(pm, explainRaise);
-  if (failed(pm.run(*module)))
-    return nullptr;
-  return module;
-}
-
 static int runImport(MLIRContext &context) {
-  std::optional<weft::OnnxImportOptions> options = importOptions();
+  llvm::Expected<weft::OnnxImportOptions> options =
+      weft::driver::importOptions(modelOptions());
   if (!options)
-    return 1;
+    return fail(options.takeError());
   options->loadWeights = !noWeights;
 
-  OwningOpRef<ModuleOp> module = importModel(modelPath, *options, context);
+  OwningOpRef<ModuleOp> module = weft::driver::importModel(
+      modelPath, *options, context, !noRaise, explainRaise);
   if (!module)
     return 1;
 
@@ -355,223 +333,6 @@ static bool compareOutput(size_t index, const weft::rt::HostTensor &actual,
   return bad == 0;
 }
 
-/// Partitions `module` under the plan given on the command line.
-/// --loss: the model's logits become the per-token loss against labels.
-static LogicalResult appendLoss(MLIRContext &context, ModuleOp module) {
-  if (!withLoss)
-    return success();
-  PassManager pm(&context);
-  pm.addPass(weft::createWeftAppendLoss());
-  return pm.run(module);
-}
-
-/// --dtype bf16|f16: every f32 tensor of the model in 16 bits.
-static LogicalResult convertDtype(MLIRContext &context, ModuleOp module) {
-  if (dtype == "f32")
-    return success();
-  if (dtype != "bf16" && dtype != "f16") {
-    fail("--dtype " + dtype + ": expected f32, bf16 or f16");
-    return failure();
-  }
-  PassManager pm(&context);
-  weft::WeftConvertFloatTypeOptions options;
-  options.to = dtype;
-  pm.addNestedPass<func::FuncOp>(weft::createWeftConvertFloatType(options));
-  return pm.run(module);
-}
-
-/// The plan given on the command line (--plan or --plan-spec), read once.
-static llvm::Expected<weft::plan::Plan> commandLinePlan() {
-  if (!planFile.empty() && !planSpec.empty())
-    return llvm::createStringError("give --plan or --plan-spec, not both");
-  if (!planFile.empty())
-    return weft::readPlanFile(planFile);
-  llvm::Expected<weft::PlanSpec> spec =
-      weft::parsePlanSpec(planSpec, "--plan-spec");
-  if (!spec)
-    return spec.takeError();
-  weft::plan::Plan plan = spec->plan;
-  // Without mbs, the micro-batch is whatever the model's batch over dp is.
-  if (!spec->mbsGiven)
-    plan.set_micro_batch(0);
-  return plan;
-}
-
-/// Partitions `module` under the plan given on the command line: every field
-/// of the plan is applied, or the run stops naming the fields it cannot
-/// apply.
-static LogicalResult partitionModule(MLIRContext &context, ModuleOp module) {
-  llvm::Expected<weft::plan::Plan> plan = commandLinePlan();
-  if (!plan) {
-    fail(llvm::toString(plan.takeError()));
-    return failure();
-  }
-  std::optional<int64_t> perRankBatch;
-  for (auto func : module.getOps<func::FuncOp>())
-    if (!func.isExternal() && func.getNumArguments() && plan->dp() > 0)
-      if (auto type =
-              dyn_cast<RankedTensorType>(func.getArgumentTypes().front()))
-        if (type.getRank() > 0 && type.getDimSize(0) % plan->dp() == 0)
-          perRankBatch = type.getDimSize(0) / plan->dp();
-  std::vector<std::string> unapplied =
-      weft::unappliedPlanFields(*plan, perRankBatch);
-  if (!unapplied.empty()) {
-    std::string list;
-    for (const std::string &field : unapplied)
-      list += "\n  " + field;
-    fail("the plan has fields that a forward program does not apply:" + list);
-    return failure();
-  }
-  PassManager pm(&context);
-  weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan));
-  return pm.run(module);
-}
-
-/// Runs the partitioned `func` of `module` on the devices of its weft.mesh
-/// (threads): each rank interprets it; the inputs are split and the outputs
-/// assembled by their local shardings. `bytes` gets the bytes each rank sent.
-FailureOr<std::vector<weft::rt::HostTensor>>
-runOnMeshDevices(ModuleOp module, func::FuncOp func,
-                 const std::vector<weft::rt::HostTensor> &inputs,
-                 const weft::InterpreterOptions &base, int expectedDevices,
-                 double timeoutSeconds, std::vector<int64_t> &bytes) {
-  std::optional<weft::MeshInfo> meshInfo = weft::getMeshInfo(module);
-  weft::rt::Mesh mesh;
-  if (meshInfo) {
-    mesh.axes.assign(meshInfo->axes.begin(), meshInfo->axes.end());
-    mesh.shape.assign(meshInfo->sizes.begin(), meshInfo->sizes.end());
-  }
-  if (func->hasAttr(weft::WeftDialect::getLoadBalancedAttrName()))
-    mesh.zigzagAxis = "cp";
-  int n = int(mesh.size());
-  if (expectedDevices > 0 && expectedDevices != n) {
-    fail("the plan runs on " + llvm::Twine(n) + " devices, but --devices is " +
-         llvm::Twine(expectedDevices));
-    return failure();
-  }
-  auto layoutOf = [](weft::ShardingAttr attr, int64_t rank) {
-    weft::rt::Layout layout(rank);
-    if (!attr)
-      return layout;
-    weft::TensorSharding s = weft::fromAttr(attr);
-    for (size_t d = 0; d < s.dims.size() && d < layout.size(); ++d)
-      layout[d].assign(s.dims[d].begin(), s.dims[d].end());
-    return layout;
-  };
-  std::vector<weft::rt::Layout> inputLayouts, outputLayouts;
-  FunctionType type = func.getFunctionType();
-  for (unsigned i = 0; i < type.getNumInputs(); ++i)
-    inputLayouts.push_back(
-        layoutOf(func.getArgAttrOfType<weft::ShardingAttr>(
-                     i, weft::WeftDialect::getLocalShardingAttrName()),
-                 cast<RankedTensorType>(type.getInput(i)).getRank()));
-  for (unsigned o = 0; o < type.getNumResults(); ++o)
-    outputLayouts.push_back(
-        layoutOf(func.getResultAttrOfType<weft::ShardingAttr>(
-                     o, weft::WeftDialect::getLocalShardingAttrName()),
-                 cast<RankedTensorType>(type.getResult(o)).getRank()));
-  // Each rank interprets the partitioned function.
-  weft::rt::RankFunction rankFunction =
-      [&](weft::rt::RankContext &ctx,
-          const std::vector<weft::rt::HostTensor> &mine) {
-        weft::InterpreterOptions options = base;
-        options.rank = ctx.rank;
-        options.communicator = ctx.comm;
-        FailureOr<std::vector<weft::rt::HostTensor>> result =
-            weft::interpret(func, mine, options);
-        if (failed(result))
-          throw std::runtime_error("the interpreter failed (see above)");
-        return std::move(*result);
-      };
-  absl::StatusOr<std::vector<weft::rt::HostTensor>> outputs =
-      weft::rt::runOnMesh(
-          rankFunction, mesh, base.weightsDir, inputs, inputLayouts,
-          outputLayouts, &bytes,
-          std::chrono::milliseconds(int64_t(timeoutSeconds * 1000)));
-  if (!outputs.ok()) {
-    fail(std::string(outputs.status().message()));
-    return failure();
-  }
-  return std::move(*outputs);
-}
-
-static FailureOr<std::vector<weft::rt::HostTensor>>
-runPartitioned(MLIRContext &context, ModuleOp module, func::FuncOp func,
-               const std::vector<weft::rt::HostTensor> &inputs,
-               const weft::InterpreterOptions &base) {
-  if (failed(partitionModule(context, module)))
-    return failure();
-  if (!dumpPartitioned.empty()) {
-    std::error_code ec;
-    llvm::raw_fd_ostream out(dumpPartitioned, ec);
-    module.print(out);
-  }
-  std::vector<int64_t> bytes;
-  FailureOr<std::vector<weft::rt::HostTensor>> outputs = runOnMeshDevices(
-      module, func, inputs, base, devices, collectiveTimeout, bytes);
-  if (failed(outputs))
-    return failure();
-  llvm::errs() << "weft run: " << bytes.size()
-               << " devices; bytes sent per rank:";
-  for (int64_t b : bytes)
-    llvm::errs() << ' ' << b;
-  llvm::errs() << '\n';
-  return outputs;
-}
-
-/// Input files that do not fit the model are refused before anything runs:
-/// a float file for an integer input (token ids would be truncated), and
-/// token ids outside the vocabulary of an embedding the input feeds (the
-/// partitioned, vocabulary-parallel embedding would read zeros for them).
-/// Integer widths and float formats convert (int32 or uint16 token files,
-/// f32 data for a bf16 model).
-static LogicalResult
-checkInputFiles(func::FuncOp func,
-                const std::vector<weft::rt::HostTensor> &tensors,
-                const std::vector<std::string> &paths) {
-  FunctionType type = func.getFunctionType();
-  if (tensors.size() != type.getNumInputs())
-    return success(); // the interpreter says how many it takes
-  for (auto [index, tensor] : llvm::enumerate(tensors)) {
-    std::string file =
-        index < paths.size() ? paths[index] : "input #" + std::to_string(index);
-    Type element =
-        cast<RankedTensorType>(type.getInput(index)).getElementType();
-    std::string name = "input #" + std::to_string(index);
-    if (auto onnxName = func.getArgAttrOfType<StringAttr>(index, "onnx.name"))
-      name += " ('" + onnxName.getValue().str() + "')";
-    if (tensor.isFloat() && !isa<FloatType>(element)) {
-      std::string expected;
-      llvm::raw_string_ostream os(expected);
-      os << element;
-      fail(file + ": holds " + weft::rt::dtypeName(tensor.dtype) +
-           " values, but " + name + " of the model is " + expected +
-           "; write the file with the model's integer type (float values would "
-           "be "
-           "truncated)");
-      return failure();
-    }
-    BlockArgument argument = func.getArgument(index);
-    for (Operation *user : argument.getUsers()) {
-      auto embedding = dyn_cast<weft::EmbeddingOp>(user);
-      if (!embedding || embedding.getIndices() != argument)
-        continue;
-      int64_t vocab = embedding.getTable().getType().getDimSize(0);
-      for (int64_t i = 0; i < tensor.numel(); ++i) {
-        double id = tensor.at(i);
-        if (id < 0 || id >= static_cast<double>(vocab)) {
-          fail(file + ": token id " + std::to_string(static_cast<int64_t>(id)) +
-               " at element " + std::to_string(i) + " of " + name +
-               " is outside the embedding's vocabulary [0, " +
-               std::to_string(vocab) + ")");
-          return failure();
-        }
-      }
-    }
-  }
-  return success();
-}
-
 static int runModel(MLIRContext &context) {
   std::vector<std::string> inputs(inputFiles.begin(), inputFiles.end());
   if (devices.getNumOccurrences() && devices < 1)
@@ -597,94 +358,40 @@ static int runModel(MLIRContext &context) {
       inputs.push_back(path.str().str());
     }
   }
-  std::vector<weft::rt::HostTensor> tensors;
+  weft::driver::RunRequest request;
+  request.model = modelPath;
+  request.options = modelOptions();
+  request.inputNames = inputs;
   for (const std::string &path : inputs) {
     weft::rt::HostTensor tensor;
     std::string error;
     if (!weft::readTensorFile(path, tensor, error))
       return fail(error);
-    tensors.push_back(std::move(tensor));
+    request.inputs.push_back(std::move(tensor));
   }
-  // The files of the inputs the function takes (small ones may be folded).
-  std::vector<std::string> tensorPaths = inputs;
-
-  OwningOpRef<ModuleOp> module;
-  llvm::StringRef path = modelPath;
-  if (path.ends_with(".mlir")) {
-    module = parseSourceFile<ModuleOp>(path, &context);
-  } else {
-    std::optional<weft::OnnxImportOptions> options = importOptions();
-    if (!options)
-      return 1;
-    std::vector<weft::rt::HostTensor> remaining;
-    // With --loss, the labels are an input of the loss, not of the model.
-    std::optional<weft::rt::HostTensor> labels;
-    std::string labelsPath;
-    if (withLoss && !tensors.empty()) {
-      labels = std::move(tensors.back());
-      tensors.pop_back();
-      labelsPath = tensorPaths.back();
-    }
-    std::vector<std::string> remainingPaths;
-    for (auto [index, tensor] : llvm::enumerate(tensors)) {
-      options->inputShapesByPosition.emplace_back(tensor.shape.begin(),
-                                                  tensor.shape.end());
-      bool small = (!tensor.isFloat() && tensor.numel() <= 64) ||
-                   tensor.shape.empty();
-      if (!foldSmallInputs || !small) {
-        options->constantInputsByPosition.emplace_back();
-        remaining.push_back(tensor);
-        remainingPaths.push_back(tensorPaths[index]);
-        continue;
-      }
-      // onnx::TensorProto::DataType codes of the runtime's element types.
-      static const int32_t onnxTypes[] = {1 /*FLOAT*/,  10 /*FLOAT16*/,
-                                          16 /*BFLOAT16*/, 7 /*INT64*/,
-                                          6 /*INT32*/, 9 /*BOOL*/,
-                                          11 /*DOUBLE*/};
-      weft::OnnxImportOptions::InputValue value;
-      value.shape = tensor.shape;
-      value.onnxType = onnxTypes[static_cast<int>(tensor.dtype)];
-      for (int64_t i = 0; i < tensor.numel(); ++i)
-        value.values.push_back(tensor.at(i));
-      options->constantInputsByPosition.push_back(std::move(value));
-    }
-    tensors = std::move(remaining);
-    tensorPaths = std::move(remainingPaths);
-    if (labels) {
-      tensors.push_back(std::move(*labels));
-      tensorPaths.push_back(labelsPath);
-    }
-    module = importModel(path, *options, context);
-  }
-  if (!module || failed(convertDtype(context, *module)) ||
-      failed(appendLoss(context, *module)))
-    return 1;
-  func::FuncOp func = module->lookupSymbol<func::FuncOp>("main");
-  if (!func)
-    for (auto candidate : module->getOps<func::FuncOp>())
-      if (!func)
-        func = candidate;
-  if (!func)
-    return fail(path + " has no function to run");
-
-  if (failed(checkInputFiles(func, tensors, tensorPaths)))
-    return 1;
-
-  weft::InterpreterOptions options;
-  options.weightsDir = llvm::sys::path::parent_path(path).str();
-  if (options.weightsDir.empty())
-    options.weightsDir = ".";
-  FailureOr<std::vector<weft::rt::HostTensor>> outputs;
-  if (!(collectiveTimeout > 0))
-    return fail("--collective-timeout needs a positive number of seconds");
+  request.foldSmallInputs = foldSmallInputs;
+  request.devices = devices;
+  request.collectiveTimeoutSeconds = collectiveTimeout;
+  request.dumpPartitioned = dumpPartitioned;
   if (devices > 0 || !planFile.empty() || !planSpec.empty()) {
-    outputs = runPartitioned(context, *module, func, tensors, options);
-  } else {
-    outputs = weft::interpret(func, tensors, options);
+    llvm::Expected<weft::plan::Plan> plan =
+        weft::driver::resolvePlan(planFile, planSpec);
+    if (!plan)
+      return fail(plan.takeError());
+    request.plan = std::move(*plan);
   }
-  if (failed(outputs))
-    return 1;
+  llvm::Expected<weft::driver::RunOutcome> outcome =
+      weft::driver::runModel(context, request);
+  if (!outcome)
+    return fail(outcome.takeError());
+  if (request.plan) {
+    llvm::errs() << "weft run: " << outcome->bytesSent.size()
+                 << " devices; bytes sent per rank:";
+    for (int64_t b : outcome->bytesSent)
+      llvm::errs() << ' ' << b;
+    llvm::errs() << '\n';
+  }
+  std::vector<weft::rt::HostTensor> *outputs = &outcome->outputs;
 
   if (outputPath != "-") {
     if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
@@ -728,191 +435,34 @@ static int runModel(MLIRContext &context) {
   return 0;
 }
 
-/// A model for the planner: an ONNX file imported without weights, or weft
-/// IR, both raised and with their layers marked.
-OwningOpRef<ModuleOp> loadModelForPlanning(llvm::StringRef path,
-                                           MLIRContext &context,
-                                           int64_t sequenceLength,
-                                           int64_t batch,
-                                           llvm::ArrayRef<std::string> shapes) {
-  if (!path.ends_with(".mlir")) {
-    // Shapes only: dynamic batch axes become `batch` (the planner's
-    // micro-batches), dynamic sequence axes the --seq-len given; inputs
-    // named in --input-shape take its shapes.
-    weft::OnnxImportOptions options;
-    for (const std::string &shape : shapes) {
-      std::string error;
-      if (failed(weft::parseInputShape(shape, options, error))) {
-        emitError(UnknownLoc::get(&context)) << error;
-        return nullptr;
-      }
-    }
-    options.loadWeights = false;
-    options.keepExternalData = true;
-    options.batchSize = batch;
-    if (sequenceLength > 0)
-      options.sequenceLength = sequenceLength;
-    return importModel(path, options, context);
-  }
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(path, &context);
-  if (!module)
-    return nullptr;
-  PassManager pm(&context);
-  weft::buildPrepareModelPipeline(pm);
-  if (failed(pm.run(*module)))
-    return nullptr;
-  return module;
-}
-
-/// The file that marks a directory as weft compile's output.
-static constexpr const char *kProjectMarker = ".weft-project";
-
-/// Makes `dir` ready for a new project: created if missing. An earlier
-/// project (the marker) is cleared of what weft compile wrote there, its
-/// weights and build included (stale weights of another model would
-/// otherwise be read, and a stale build/program run). Any other non-empty
-/// directory is refused, unless `force`: then the project's files are
-/// written over and nothing else there is removed (its build/ or weights/
-/// may be the user's). Returns an error message, empty on success.
-static std::string prepareProjectDirectory(const std::string &dir, bool force) {
-  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
-    return "cannot create " + dir + ": " + ec.message();
-  std::error_code ec;
-  bool empty = llvm::sys::fs::directory_iterator(dir, ec) ==
-               llvm::sys::fs::directory_iterator();
-  if (ec)
-    return "cannot list " + dir + ": " + ec.message();
-  if (empty)
-    return "";
-  if (!llvm::sys::fs::exists(dir + "/" + kProjectMarker))
-    return force ? ""
-                 : dir + " is not empty and is not a project weft compile "
-                         "wrote; give a new or empty directory, or --force to "
-                         "write the project's files over what is there";
-  for (const char *generated : {"weights", "build"})
-    if (std::error_code removeError =
-            llvm::sys::fs::remove_directories(dir + "/" + generated))
-      return "cannot remove " + dir + "/" + generated + ": " +
-             removeError.message();
-  for (const char *generated : {"program.cpp", "program.cu", "program_host.cpp",
-                                "CMakeLists.txt", kProjectMarker})
-    if (std::error_code removeError =
-            llvm::sys::fs::remove(dir + "/" + generated))
-      return "cannot remove " + dir + "/" + generated + ": " +
-             removeError.message();
-  return "";
-}
-
 static int runCompile(MLIRContext &context) {
+  if (planFile.empty() && planSpec.empty())
+    return fail("weft compile needs a plan: --plan plans.json or --plan-spec");
   if (target != "cpu" && target != "cuda")
     return fail("--target " + target + ": expected cpu or cuda");
   if (outputPath == "-")
     return fail("weft compile needs -o DIR for the generated project");
-  if (planFile.empty() && planSpec.empty())
-    return fail("weft compile needs a plan: --plan plans.json or --plan-spec");
-  llvm::StringRef path = modelPath;
-  OwningOpRef<ModuleOp> module;
-  if (path.ends_with(".mlir")) {
-    module = parseSourceFile<ModuleOp>(path, &context);
-  } else {
-    std::optional<weft::OnnxImportOptions> options = importOptions();
-    if (!options)
-      return 1;
-    module = importModel(path, *options, context);
-  }
-  if (!module || failed(convertDtype(context, *module)) ||
-      failed(appendLoss(context, *module)) ||
-      failed(partitionModule(context, *module)))
-    return 1;
-  auto dump = [&](const std::string &file) {
-    if (file.empty())
-      return;
-    std::error_code ec;
-    llvm::raw_fd_ostream out(file, ec);
-    module->print(out);
-  };
-  {
-    // What the target runs as kernels (what the planner costs), then what
-    // its emitter needs.
-    PassManager kernels(&context), prepare(&context);
-    if (target == "cuda") {
-      weft::buildCudaKernelPipeline(kernels);
-      weft::buildCudaTargetPipeline(prepare);
-    } else {
-      weft::buildCpuTargetPipeline(prepare);
-    }
-    if (failed(kernels.run(*module)))
-      return 1;
-    dump(dumpPartitioned);
-    if (failed(prepare.run(*module)))
-      return 1;
-    dump(dumpEmitted);
-  }
-  if (std::string error = prepareProjectDirectory(outputPath, forceOutput);
-      !error.empty())
-    return fail(error);
-  std::string origin = path.str() + (planSpec.empty() ? " under " + planFile
-                                                      : " under " + planSpec);
-  // External-data locations are relative to the model's directory.
-  std::string externalDir = llvm::sys::path::parent_path(path).str();
-  if (externalDir.empty())
-    externalDir = ".";
-  // A failed emission leaves no half-written weights behind (an earlier
-  // project's were cleared above; a weights/ that --force found is kept).
-  std::string weightsDir = outputPath + "/weights";
-  bool hadWeights = llvm::sys::fs::exists(weightsDir);
-  auto emitFailed = [&]() {
-    if (!hadWeights)
-      llvm::sys::fs::remove_directories(weightsDir);
-    return 1;
-  };
-  if (target == "cuda") {
-    weft::CudaEmitStats stats;
-    if (failed(weft::emitCudaProgram(*module, outputPath, origin, externalDir,
-                                     stats)))
-      return emitFailed();
-    llvm::outs() << "wrote " << outputPath << "/program.cu, CMakeLists.txt, "
-                 << "weights/\n"
-                 << "arena: " << stats.arenaBytes << " bytes per rank for "
-                 << stats.buffers << " buffers (" << stats.unsharedBytes
-                 << " without reuse)\n"
-                 << "kernels: " << stats.fusedKernels
-                 << " generated elementwise kernels for " << stats.fusedOps
-                 << " ops; " << stats.epilogues
-                 << " GEMM epilogues (bias, GELU); " << stats.collectives
-                 << " collectives on the communication stream\n";
-  } else {
-    if (failed(weft::emitCpuProgram(*module, outputPath, origin, externalDir)))
-      return emitFailed();
-    llvm::outs() << "wrote " << outputPath << "/program.cpp, CMakeLists.txt, "
-                 << "weights/\n";
-  }
-  if (absl::Status status = weft::rt::writeFileAtomically(
-          outputPath + "/" + kProjectMarker,
-          "A project written by weft compile; weft compile -o may replace "
-          "it.\n");
-      !status.ok())
-    return fail(std::string(status.message()));
-  if (!buildProgram)
-    return 0;
-  auto cmake = llvm::sys::findProgramByName("cmake");
-  if (!cmake)
-    return fail("--build needs cmake on the PATH");
-  std::string buildDir = outputPath + "/build";
-  std::vector<std::string> configure = {*cmake,   "-S",     outputPath,
-                                        "-B",     buildDir, "-G",
-                                        "Ninja",  "--log-level=WARNING"};
-  if (!runtimePrefix.empty())
-    configure.push_back("-DCMAKE_PREFIX_PATH=" + runtimePrefix);
-  std::vector<llvm::StringRef> configureArgs(configure.begin(), configure.end());
-  if (llvm::sys::ExecuteAndWait(*cmake, configureArgs) != 0)
-    return fail("configuring the generated project failed (is the runtime "
-                "installed? give --runtime-prefix)");
-  std::vector<std::string> build = {*cmake, "--build", buildDir};
-  std::vector<llvm::StringRef> buildArgs(build.begin(), build.end());
-  if (llvm::sys::ExecuteAndWait(*cmake, buildArgs) != 0)
-    return fail("building the generated program failed");
-  llvm::outs() << "built " << buildDir << "/program\n";
+  llvm::Expected<weft::plan::Plan> plan =
+      weft::driver::resolvePlan(planFile, planSpec);
+  if (!plan)
+    return fail(plan.takeError());
+  weft::driver::CompileRequest request;
+  request.model = modelPath;
+  request.options = modelOptions();
+  request.plan = std::move(*plan);
+  request.planOrigin = planSpec.empty() ? planFile : planSpec;
+  request.target = target;
+  request.outputDir = outputPath;
+  request.force = forceOutput;
+  request.build = buildProgram;
+  request.runtimePrefix = runtimePrefix;
+  request.dumpPartitioned = dumpPartitioned;
+  request.dumpEmitted = dumpEmitted;
+  llvm::Expected<weft::driver::CompileOutcome> outcome =
+      weft::driver::compileModel(context, request);
+  if (!outcome)
+    return fail(outcome.takeError());
+  llvm::outs() << outcome->summary;
   return 0;
 }
 

@@ -1,0 +1,284 @@
+//===- Driver.h - Plan, run and compile as library calls --------*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// What `weft plan`, `weft run` and `weft compile` do, as functions that take
+// a request and return a result or an error: the command line and the Python
+// package are two front ends over these, so that both give the same answer
+// for the same request. Nothing here prints; errors are returned (with the
+// diagnostics that MLIR reported while the call ran, when a collector is
+// installed on the context).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_DRIVER_DRIVER_H
+#define WEFT_DRIVER_DRIVER_H
+
+#include "weft/Import/OnnxImporter.h"
+#include "weft/Planner/CostModel.h"
+#include "weft/plan.pb.h"
+#include "weft/runtime/HostTensor.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/Error.h"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft {
+struct InterpreterOptions;
+namespace driver {
+
+//===----------------------------------------------------------------------===//
+// Diagnostics
+//===----------------------------------------------------------------------===//
+
+/// "path: node 'name'" for an importer location, "path:line:col" for a
+/// source location: where a diagnostic points, as the command line prints it.
+std::string describeLocation(mlir::Location loc);
+
+/// Collects the diagnostics reported on `context` while it lives, one
+/// "where: error: message" line each (notes attached to a diagnostic
+/// follow it), instead of printing them.
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(mlir::MLIRContext &context);
+  /// Every line collected so far.
+  const std::string &text() const { return collected; }
+  /// `error`'s message after what was collected: the whole account of a
+  /// failed call.
+  std::string message(llvm::Error error) const;
+
+private:
+  std::string collected;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+/// An error whose account is in the diagnostics already reported on the
+/// context: a front end that prints diagnostics as they come adds nothing;
+/// one that collects them shows them, or this summary when there were none.
+class DiagnosedError : public llvm::ErrorInfo<DiagnosedError> {
+public:
+  static char ID;
+  explicit DiagnosedError(std::string summary) : summary(std::move(summary)) {}
+  void log(llvm::raw_ostream &os) const override { os << summary; }
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+
+private:
+  std::string summary;
+};
+
+/// Makes a DiagnosedError.
+llvm::Error diagnosed(const llvm::Twine &summary);
+
+//===----------------------------------------------------------------------===//
+// Models
+//===----------------------------------------------------------------------===//
+
+/// How a model file becomes a weft module for running or compiling.
+struct ModelOptions {
+  /// NAME=DxDx... for inputs whose shapes the file leaves dynamic.
+  std::vector<std::string> inputShapes;
+  /// Binds dynamic batch / sequence dimensions (-1: not given).
+  int64_t batchSize = -1;
+  int64_t seqLen = -1;
+  /// Forget the model's input shapes (bind them from the inputs).
+  bool dynamicInputs = false;
+  /// Fold and raise (-weft-canonicalize, -cse, -weft-raise, mark layers).
+  bool raise = true;
+  /// Remarks on each softmax not raised to weft.attention.
+  bool explainRaise = false;
+  /// f32, bf16 or f16: every f32 tensor of the model in this type.
+  std::string dtype = "f32";
+  /// Replace the logits by the per-token loss against labels.
+  bool loss = false;
+};
+
+/// The importer's options for `options` (an error for a malformed
+/// --input-shape).
+llvm::Expected<OnnxImportOptions> importOptions(const ModelOptions &options);
+
+/// Imports `path` (ONNX) and, when `raise`, folds and raises it. Null on
+/// failure (the diagnostics say why).
+mlir::OwningOpRef<mlir::ModuleOp> importModel(llvm::StringRef path,
+                                              const OnnxImportOptions &options,
+                                              mlir::MLIRContext &context,
+                                              bool raise = true,
+                                              bool explainRaise = false);
+
+/// A model for the planner: an ONNX file imported without weights at
+/// `batch` and `sequenceLength`, or weft IR, both raised and with their
+/// layers marked. Null on failure.
+mlir::OwningOpRef<mlir::ModuleOp>
+loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context,
+                     int64_t sequenceLength, int64_t batch = 1,
+                     llvm::ArrayRef<std::string> shapes = {});
+
+/// Converts the float type (`dtype`: f32 leaves it) and appends the loss
+/// (`loss`) as ModelOptions say.
+llvm::Error prepareModule(mlir::MLIRContext &context, mlir::ModuleOp module,
+                          const ModelOptions &options);
+
+/// The function a module runs: `main`, or its first function.
+mlir::func::FuncOp entryFunction(mlir::ModuleOp module);
+
+//===----------------------------------------------------------------------===//
+// Plans
+//===----------------------------------------------------------------------===//
+
+/// What `weft plan` is asked: a model (a file, a preset, or the builder
+/// fields), a cluster and a training setup; and either a search or the
+/// costing of one plan (`evaluate` / `evaluateJson`).
+struct PlanRequest {
+  std::string modelFile; ///< .onnx or .mlir
+  std::string preset;    ///< a preset name, or "gpt" / "llama" (builder)
+  /// Builder fields; 0 / empty keep the preset's or the builder's default.
+  int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, ffn = 0, vocab = 0;
+  std::string ffnKind; ///< gelu or swiglu
+  std::string tied;    ///< yes / no
+  std::vector<std::string> inputShapes;
+  std::string cluster; ///< GPU:PERNODExNODES or a cluster file
+  int64_t globalBatch = 0;
+  int64_t seqLen = 0; ///< 0: the model's
+  std::string dtype = "bf16";
+  double memoryReserveGib = 2.0;
+  bool flashAttention = true;
+  bool dropout = false;
+  bool gradReduce16bit = false;
+  int top = 5;
+  bool tpAcrossNodes = false;
+  bool boundFromRelatives = true;
+  /// Cost this plan ("tp=8,pp=8,...") instead of searching.
+  std::string evaluate;
+  /// Cost the first plan of this `weft plan --json` file instead.
+  std::string evaluateJson;
+  /// With evaluate: a plan that does not fit is not an error.
+  bool allowOom = false;
+  /// Search only what this framework runs (megatron, deepspeed,
+  /// torchtitan).
+  std::string exportFramework;
+  /// Called with the fraction of the search done.
+  std::function<void(double)> progress;
+};
+
+/// What `weft plan` answers: the plans (with model, cluster and training,
+/// as `--json` writes them) and the cost model that costed them, for
+/// explanations, schedules, exports and reports.
+struct PlanOutcome {
+  plan::PlanSet set;
+  std::unique_ptr<planner::CostModel> costModel;
+  /// The model and cluster lines `weft plan` prints first.
+  std::string header;
+  /// True when one plan was costed (evaluate) rather than searched.
+  bool evaluated = false;
+  /// With evaluate: GiB by which the plan exceeds the memory available (0
+  /// when it fits or allowOom).
+  double overMemoryGib = 0;
+};
+
+/// Plans as `weft plan` does. `context` holds the IR the cost model builds;
+/// it must outlive the outcome's cost model.
+llvm::Expected<PlanOutcome> planModel(mlir::MLIRContext &context,
+                                      const PlanRequest &request);
+
+/// The error for an evaluated plan that does not fit (overMemoryGib > 0).
+std::string overMemoryMessage(const PlanOutcome &outcome);
+
+/// The plan from a JSON file or the short form (exactly one of them given):
+/// what --plan and --plan-spec take. Without mbs in the short form, the
+/// micro-batch is left to the model's batch over dp.
+llvm::Expected<plan::Plan> resolvePlan(llvm::StringRef planFile,
+                                       llvm::StringRef planSpec);
+
+/// Partitions `module` under `plan`: every field of the plan is applied, or
+/// the error names the fields a forward program cannot apply.
+llvm::Error partitionModule(mlir::MLIRContext &context, mlir::ModuleOp module,
+                            const plan::Plan &plan);
+
+//===----------------------------------------------------------------------===//
+// Running
+//===----------------------------------------------------------------------===//
+
+/// Runs the partitioned `func` of `module` on the devices of its weft.mesh
+/// (threads): each rank interprets it; the inputs are split and the outputs
+/// assembled by their local shardings. `bytes` gets the bytes each rank
+/// sent. `expectedDevices` (> 0) must be the mesh's size.
+llvm::Expected<std::vector<rt::HostTensor>>
+runOnMeshDevices(mlir::ModuleOp module, mlir::func::FuncOp func,
+                 const std::vector<rt::HostTensor> &inputs,
+                 const InterpreterOptions &base, int expectedDevices,
+                 double timeoutSeconds, std::vector<int64_t> &bytes);
+
+/// What `weft run` is asked.
+struct RunRequest {
+  std::string model; ///< .onnx, .onnxtxt or .mlir
+  ModelOptions options;
+  /// In the function's argument order; with options.loss, the labels last.
+  std::vector<rt::HostTensor> inputs;
+  /// Where each input came from, for errors (defaults to "input #N").
+  std::vector<std::string> inputNames;
+  /// Integer inputs of at most 64 elements, and scalars, become constants.
+  bool foldSmallInputs = false;
+  /// Partition under this plan and run on its devices.
+  std::optional<plan::Plan> plan;
+  /// > 0: the plan's device count, checked.
+  int devices = 0;
+  double collectiveTimeoutSeconds = 300;
+  /// Write the partitioned module here.
+  std::string dumpPartitioned;
+};
+
+struct RunOutcome {
+  std::vector<rt::HostTensor> outputs;
+  /// Bytes each rank sent (empty when unpartitioned).
+  std::vector<int64_t> bytesSent;
+};
+
+/// Imports (or parses), partitions when a plan is given, and runs.
+llvm::Expected<RunOutcome> runModel(mlir::MLIRContext &context,
+                                    const RunRequest &request);
+
+//===----------------------------------------------------------------------===//
+// Compiling
+//===----------------------------------------------------------------------===//
+
+/// What `weft compile` is asked.
+struct CompileRequest {
+  std::string model;
+  ModelOptions options;
+  plan::Plan plan;
+  /// How the plan was given, for the generated source's header.
+  std::string planOrigin;
+  std::string target = "cpu"; ///< cpu or cuda
+  std::string outputDir;
+  /// Write into a non-empty directory that weft compile did not write.
+  bool force = false;
+  /// Configure and build the project with CMake.
+  bool build = false;
+  std::string runtimePrefix;
+  std::string dumpPartitioned, dumpEmitted;
+};
+
+struct CompileOutcome {
+  /// What was written (and built), as `weft compile` prints it.
+  std::string summary;
+  /// The built program (with build), else empty.
+  std::string program;
+};
+
+llvm::Expected<CompileOutcome> compileModel(mlir::MLIRContext &context,
+                                            const CompileRequest &request);
+
+} // namespace driver
+} // namespace weft
+
+#endif // WEFT_DRIVER_DRIVER_H

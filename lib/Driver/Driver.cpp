@@ -1,0 +1,629 @@
+//===- Driver.cpp - Models, running and compiling as library calls --------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Driver/Driver.h"
+#include "weft/Codegen/CpuEmitter.h"
+#include "weft/Codegen/CudaEmitter.h"
+#include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Exec/Interpreter.h"
+#include "weft/Passes/Passes.h"
+#include "weft/Pipelines/Pipelines.h"
+#include "weft/Plan/Plan.h"
+#include "weft/runtime/FileWrite.h"
+#include "weft/runtime/Program.h"
+
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <stdexcept>
+
+using namespace mlir;
+using namespace weft;
+using weft::rt::HostTensor;
+
+char driver::DiagnosedError::ID = 0;
+
+llvm::Error driver::diagnosed(const llvm::Twine &summary) {
+  return llvm::make_error<DiagnosedError>(summary.str());
+}
+
+//===----------------------------------------------------------------------===//
+// Diagnostics
+//===----------------------------------------------------------------------===//
+
+std::string driver::describeLocation(Location loc) {
+  std::string where;
+  llvm::raw_string_ostream os(where);
+  auto printFile = [&](FileLineColLoc file) {
+    os << file.getFilename().getValue();
+    if (file.getLine() != 0)
+      os << ':' << file.getLine() << ':' << file.getColumn();
+  };
+  if (auto name = dyn_cast<NameLoc>(loc)) {
+    if (auto file = dyn_cast<FileLineColLoc>(name.getChildLoc()))
+      printFile(file);
+    os << ": node '" << name.getName().getValue() << "'";
+  } else if (auto file = dyn_cast<FileLineColLoc>(loc)) {
+    printFile(file);
+  } else {
+    os << loc;
+  }
+  return where;
+}
+
+static const char *severityName(DiagnosticSeverity severity) {
+  switch (severity) {
+  case DiagnosticSeverity::Error:
+    return "error";
+  case DiagnosticSeverity::Warning:
+    return "warning";
+  case DiagnosticSeverity::Remark:
+    return "remark";
+  default:
+    return "note";
+  }
+}
+
+driver::DiagnosticCollector::DiagnosticCollector(MLIRContext &context)
+    : handler(&context, [this](Diagnostic &diag) {
+        auto add = [this](Diagnostic &d) {
+          collected += describeLocation(d.getLocation()) + ": " +
+                       severityName(d.getSeverity()) + ": " + d.str() + "\n";
+        };
+        add(diag);
+        for (Diagnostic &note : diag.getNotes())
+          add(note);
+        return success();
+      }) {}
+
+std::string driver::DiagnosticCollector::message(llvm::Error error) const {
+  std::string summary;
+  bool reported = false;
+  llvm::handleAllErrors(
+      std::move(error),
+      [&](const DiagnosedError &e) {
+        summary = e.message();
+        reported = true;
+      },
+      [&](const llvm::ErrorInfoBase &e) { summary = e.message(); });
+  std::string text = collected;
+  if (!(reported && !collected.empty()))
+    text += summary;
+  while (!text.empty() && text.back() == '\n')
+    text.pop_back();
+  return text;
+}
+
+//===----------------------------------------------------------------------===//
+// Models
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<OnnxImportOptions>
+driver::importOptions(const ModelOptions &given) {
+  OnnxImportOptions options;
+  for (const std::string &shape : given.inputShapes) {
+    std::string error;
+    if (failed(parseInputShape(shape, options, error)))
+      return llvm::createStringError(error);
+  }
+  if (given.batchSize >= 0)
+    options.batchSize = given.batchSize;
+  if (given.seqLen >= 0)
+    options.sequenceLength = given.seqLen;
+  options.makeInputsDynamic = given.dynamicInputs;
+  return options;
+}
+
+OwningOpRef<ModuleOp> driver::importModel(llvm::StringRef path,
+                                          const OnnxImportOptions &options,
+                                          MLIRContext &context, bool raise,
+                                          bool explainRaise) {
+  OwningOpRef<ModuleOp> module = importOnnxModel(path, options, &context);
+  if (!module || !raise)
+    return module;
+  PassManager pm(&context);
+  buildPrepareModelPipeline(pm, explainRaise);
+  if (failed(pm.run(*module)))
+    return nullptr;
+  return module;
+}
+
+OwningOpRef<ModuleOp>
+driver::loadModelForPlanning(llvm::StringRef path, MLIRContext &context,
+                             int64_t sequenceLength, int64_t batch,
+                             llvm::ArrayRef<std::string> shapes) {
+  if (!path.ends_with(".mlir")) {
+    // Shapes only: dynamic batch axes become `batch` (the planner's
+    // micro-batches), dynamic sequence axes the --seq-len given; inputs
+    // named in --input-shape take its shapes.
+    OnnxImportOptions options;
+    for (const std::string &shape : shapes) {
+      std::string error;
+      if (failed(parseInputShape(shape, options, error))) {
+        emitError(UnknownLoc::get(&context)) << error;
+        return nullptr;
+      }
+    }
+    options.loadWeights = false;
+    options.keepExternalData = true;
+    options.batchSize = batch;
+    if (sequenceLength > 0)
+      options.sequenceLength = sequenceLength;
+    return importModel(path, options, context);
+  }
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(path, &context);
+  if (!module)
+    return nullptr;
+  PassManager pm(&context);
+  buildPrepareModelPipeline(pm);
+  if (failed(pm.run(*module)))
+    return nullptr;
+  return module;
+}
+
+llvm::Error driver::prepareModule(MLIRContext &context, ModuleOp module,
+                                  const ModelOptions &options) {
+  if (options.dtype != "f32") {
+    if (options.dtype != "bf16" && options.dtype != "f16")
+      return llvm::createStringError("--dtype " + options.dtype +
+                                     ": expected f32, bf16 or f16");
+    PassManager pm(&context);
+    WeftConvertFloatTypeOptions convert;
+    convert.to = options.dtype;
+    pm.addNestedPass<func::FuncOp>(createWeftConvertFloatType(convert));
+    if (failed(pm.run(module)))
+      return diagnosed("converting the model to " + options.dtype + " failed");
+  }
+  if (options.loss) {
+    PassManager pm(&context);
+    pm.addPass(createWeftAppendLoss());
+    if (failed(pm.run(module)))
+      return diagnosed("appending the loss failed");
+  }
+  return llvm::Error::success();
+}
+
+func::FuncOp driver::entryFunction(ModuleOp module) {
+  if (auto main = module.lookupSymbol<func::FuncOp>("main"))
+    return main;
+  for (auto candidate : module.getOps<func::FuncOp>())
+    return candidate;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Plans
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<plan::Plan> driver::resolvePlan(llvm::StringRef planFile,
+                                               llvm::StringRef planSpec) {
+  if (!planFile.empty() && !planSpec.empty())
+    return llvm::createStringError("give --plan or --plan-spec, not both");
+  if (!planFile.empty())
+    return readPlanFile(planFile);
+  llvm::Expected<PlanSpec> spec = parsePlanSpec(planSpec, "--plan-spec");
+  if (!spec)
+    return spec.takeError();
+  plan::Plan plan = spec->plan;
+  // Without mbs, the micro-batch is whatever the model's batch over dp is.
+  if (!spec->mbsGiven)
+    plan.set_micro_batch(0);
+  return plan;
+}
+
+llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
+                                    const plan::Plan &plan) {
+  std::optional<int64_t> perRankBatch;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && func.getNumArguments() && plan.dp() > 0)
+      if (auto type =
+              dyn_cast<RankedTensorType>(func.getArgumentTypes().front()))
+        if (type.getRank() > 0 && type.getDimSize(0) % plan.dp() == 0)
+          perRankBatch = type.getDimSize(0) / plan.dp();
+  std::vector<std::string> unapplied = unappliedPlanFields(plan, perRankBatch);
+  if (!unapplied.empty()) {
+    std::string list;
+    for (const std::string &field : unapplied)
+      list += "\n  " + field;
+    return llvm::createStringError(
+        "the plan has fields that a forward program does not apply:" + list);
+  }
+  PassManager pm(&context);
+  buildPartitionPipeline(pm, applyPlanOptions(plan));
+  if (failed(pm.run(module)))
+    return diagnosed("partitioning the model under the plan failed");
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Running
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<std::vector<HostTensor>>
+driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
+                         const std::vector<HostTensor> &inputs,
+                         const InterpreterOptions &base, int expectedDevices,
+                         double timeoutSeconds, std::vector<int64_t> &bytes) {
+  std::optional<MeshInfo> meshInfo = getMeshInfo(module);
+  rt::Mesh mesh;
+  if (meshInfo) {
+    mesh.axes.assign(meshInfo->axes.begin(), meshInfo->axes.end());
+    mesh.shape.assign(meshInfo->sizes.begin(), meshInfo->sizes.end());
+  }
+  if (func->hasAttr(WeftDialect::getLoadBalancedAttrName()))
+    mesh.zigzagAxis = "cp";
+  int n = int(mesh.size());
+  if (expectedDevices > 0 && expectedDevices != n)
+    return llvm::createStringError("the plan runs on " + llvm::Twine(n) +
+                                   " devices, but --devices is " +
+                                   llvm::Twine(expectedDevices));
+  auto layoutOf = [](ShardingAttr attr, int64_t rank) {
+    rt::Layout layout(rank);
+    if (!attr)
+      return layout;
+    TensorSharding s = fromAttr(attr);
+    for (size_t d = 0; d < s.dims.size() && d < layout.size(); ++d)
+      layout[d].assign(s.dims[d].begin(), s.dims[d].end());
+    return layout;
+  };
+  std::vector<rt::Layout> inputLayouts, outputLayouts;
+  FunctionType type = func.getFunctionType();
+  for (unsigned i = 0; i < type.getNumInputs(); ++i)
+    inputLayouts.push_back(
+        layoutOf(func.getArgAttrOfType<ShardingAttr>(
+                     i, WeftDialect::getLocalShardingAttrName()),
+                 cast<RankedTensorType>(type.getInput(i)).getRank()));
+  for (unsigned o = 0; o < type.getNumResults(); ++o)
+    outputLayouts.push_back(
+        layoutOf(func.getResultAttrOfType<ShardingAttr>(
+                     o, WeftDialect::getLocalShardingAttrName()),
+                 cast<RankedTensorType>(type.getResult(o)).getRank()));
+  // Each rank interprets the partitioned function.
+  rt::RankFunction rankFunction = [&](rt::RankContext &ctx,
+                                      const std::vector<HostTensor> &mine) {
+    InterpreterOptions options = base;
+    options.rank = ctx.rank;
+    options.communicator = ctx.comm;
+    FailureOr<std::vector<HostTensor>> result = interpret(func, mine, options);
+    if (failed(result))
+      throw std::runtime_error("the interpreter failed (see the errors "
+                               "reported)");
+    return std::move(*result);
+  };
+  absl::StatusOr<std::vector<HostTensor>> outputs = rt::runOnMesh(
+      rankFunction, mesh, base.weightsDir, inputs, inputLayouts, outputLayouts,
+      &bytes, std::chrono::milliseconds(int64_t(timeoutSeconds * 1000)));
+  if (!outputs.ok())
+    return llvm::createStringError(std::string(outputs.status().message()));
+  return std::move(*outputs);
+}
+
+/// Inputs that do not fit the model are refused before anything runs: a
+/// float tensor for an integer input (token ids would be truncated), and
+/// token ids outside the vocabulary of an embedding the input feeds (the
+/// partitioned, vocabulary-parallel embedding would read zeros for them).
+/// Integer widths and float formats convert (int32 or uint16 token files,
+/// f32 data for a bf16 model).
+static llvm::Error checkInputs(func::FuncOp func,
+                               const std::vector<HostTensor> &tensors,
+                               const std::vector<std::string> &paths) {
+  FunctionType type = func.getFunctionType();
+  if (tensors.size() != type.getNumInputs())
+    return llvm::Error::success(); // the interpreter says how many it takes
+  for (auto [index, tensor] : llvm::enumerate(tensors)) {
+    std::string file = index < paths.size() && !paths[index].empty()
+                           ? paths[index]
+                           : "input #" + std::to_string(index);
+    Type element =
+        cast<RankedTensorType>(type.getInput(index)).getElementType();
+    std::string name = "input #" + std::to_string(index);
+    if (auto onnxName = func.getArgAttrOfType<StringAttr>(index, "onnx.name"))
+      name += " ('" + onnxName.getValue().str() + "')";
+    if (tensor.isFloat() && !isa<FloatType>(element)) {
+      std::string expected;
+      llvm::raw_string_ostream os(expected);
+      os << element;
+      return llvm::createStringError(
+          file + ": holds " + rt::dtypeName(tensor.dtype) + " values, but " +
+          name + " of the model is " + expected +
+          "; write the file with the model's integer type (float values would "
+          "be truncated)");
+    }
+    BlockArgument argument = func.getArgument(index);
+    for (Operation *user : argument.getUsers()) {
+      auto embedding = dyn_cast<EmbeddingOp>(user);
+      if (!embedding || embedding.getIndices() != argument)
+        continue;
+      int64_t vocab = embedding.getTable().getType().getDimSize(0);
+      for (int64_t i = 0; i < tensor.numel(); ++i) {
+        double id = tensor.at(i);
+        if (id < 0 || id >= static_cast<double>(vocab))
+          return llvm::createStringError(
+              file + ": token id " + std::to_string(static_cast<int64_t>(id)) +
+              " at element " + std::to_string(i) + " of " + name +
+              " is outside the embedding's vocabulary [0, " +
+              std::to_string(vocab) + ")");
+      }
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// Writes `module` to `path` when a path is given.
+static llvm::Error dumpModule(ModuleOp module, llvm::StringRef path) {
+  if (path.empty())
+    return llvm::Error::success();
+  std::error_code ec;
+  llvm::raw_fd_ostream out(path, ec);
+  if (ec)
+    return llvm::createStringError("cannot write " + path + ": " +
+                                   ec.message());
+  module.print(out);
+  return llvm::Error::success();
+}
+
+llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
+                                                    const RunRequest &request) {
+  if (request.devices < 0)
+    return llvm::createStringError(
+        "--devices " + std::to_string(request.devices) +
+        ": give at least 1 device (or leave it out to run unpartitioned)");
+  if (!(request.collectiveTimeoutSeconds > 0))
+    return llvm::createStringError(
+        "--collective-timeout needs a positive number of seconds");
+  std::vector<HostTensor> tensors = request.inputs;
+  std::vector<std::string> names = request.inputNames;
+  names.resize(tensors.size());
+
+  OwningOpRef<ModuleOp> module;
+  llvm::StringRef path = request.model;
+  if (path.ends_with(".mlir")) {
+    module = parseSourceFile<ModuleOp>(path, &context);
+  } else {
+    auto options = importOptions(request.options);
+    if (!options)
+      return options.takeError();
+    std::vector<HostTensor> remaining;
+    std::vector<std::string> remainingNames;
+    // With a loss, the labels are an input of the loss, not of the model.
+    std::optional<HostTensor> labels;
+    std::string labelsName;
+    if (request.options.loss && !tensors.empty()) {
+      labels = std::move(tensors.back());
+      tensors.pop_back();
+      labelsName = names.back();
+      names.pop_back();
+    }
+    for (auto [index, tensor] : llvm::enumerate(tensors)) {
+      options->inputShapesByPosition.emplace_back(tensor.shape.begin(),
+                                                  tensor.shape.end());
+      bool small =
+          (!tensor.isFloat() && tensor.numel() <= 64) || tensor.shape.empty();
+      if (!request.foldSmallInputs || !small) {
+        options->constantInputsByPosition.emplace_back();
+        remaining.push_back(tensor);
+        remainingNames.push_back(names[index]);
+        continue;
+      }
+      // onnx::TensorProto::DataType codes of the runtime's element types.
+      static const int32_t onnxTypes[] = {
+          1 /*FLOAT*/, 10 /*FLOAT16*/, 16 /*BFLOAT16*/,
+          7 /*INT64*/, 6 /*INT32*/,    9 /*BOOL*/,
+          11 /*DOUBLE*/};
+      OnnxImportOptions::InputValue value;
+      value.shape = tensor.shape;
+      value.onnxType = onnxTypes[static_cast<int>(tensor.dtype)];
+      for (int64_t i = 0; i < tensor.numel(); ++i)
+        value.values.push_back(tensor.at(i));
+      options->constantInputsByPosition.push_back(std::move(value));
+    }
+    tensors = std::move(remaining);
+    names = std::move(remainingNames);
+    if (labels) {
+      tensors.push_back(std::move(*labels));
+      names.push_back(labelsName);
+    }
+    module = importModel(path, *options, context, request.options.raise);
+  }
+  if (!module)
+    return diagnosed("could not load '" + path + "'");
+  if (llvm::Error error = prepareModule(context, *module, request.options))
+    return error;
+  func::FuncOp func = entryFunction(*module);
+  if (!func)
+    return llvm::createStringError(path + " has no function to run");
+  if (llvm::Error error = checkInputs(func, tensors, names))
+    return error;
+
+  InterpreterOptions options;
+  options.weightsDir = llvm::sys::path::parent_path(path).str();
+  if (options.weightsDir.empty())
+    options.weightsDir = ".";
+  RunOutcome outcome;
+  if (request.plan) {
+    if (llvm::Error error = partitionModule(context, *module, *request.plan))
+      return error;
+    if (llvm::Error error = dumpModule(*module, request.dumpPartitioned))
+      return error;
+    auto outputs =
+        runOnMeshDevices(*module, func, tensors, options, request.devices,
+                         request.collectiveTimeoutSeconds, outcome.bytesSent);
+    if (!outputs)
+      return outputs.takeError();
+    outcome.outputs = std::move(*outputs);
+    return outcome;
+  }
+  FailureOr<std::vector<HostTensor>> outputs =
+      interpret(func, tensors, options);
+  if (failed(outputs))
+    return diagnosed("running '" + path + "' failed");
+  outcome.outputs = std::move(*outputs);
+  return outcome;
+}
+
+//===----------------------------------------------------------------------===//
+// Compiling
+//===----------------------------------------------------------------------===//
+
+/// The file that marks a directory as weft compile's output.
+static constexpr const char *kProjectMarker = ".weft-project";
+
+/// Makes `dir` ready for a new project: created if missing. An earlier
+/// project (the marker) is cleared of what weft compile wrote there, its
+/// weights and build included (stale weights of another model would
+/// otherwise be read, and a stale build/program run). Any other non-empty
+/// directory is refused, unless `force`: then the project's files are
+/// written over and nothing else there is removed (its build/ or weights/
+/// may be the user's). Returns an error message, empty on success.
+static std::string prepareProjectDirectory(const std::string &dir, bool force) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return "cannot create " + dir + ": " + ec.message();
+  std::error_code ec;
+  bool empty = llvm::sys::fs::directory_iterator(dir, ec) ==
+               llvm::sys::fs::directory_iterator();
+  if (ec)
+    return "cannot list " + dir + ": " + ec.message();
+  if (empty)
+    return "";
+  if (!llvm::sys::fs::exists(dir + "/" + kProjectMarker))
+    return force ? ""
+                 : dir + " is not empty and is not a project weft compile "
+                         "wrote; give a new or empty directory, or --force to "
+                         "write the project's files over what is there";
+  for (const char *generated : {"weights", "build"})
+    if (std::error_code removeError =
+            llvm::sys::fs::remove_directories(dir + "/" + generated))
+      return "cannot remove " + dir + "/" + generated + ": " +
+             removeError.message();
+  for (const char *generated : {"program.cpp", "program.cu", "program_host.cpp",
+                                "CMakeLists.txt", kProjectMarker})
+    if (std::error_code removeError =
+            llvm::sys::fs::remove(dir + "/" + generated))
+      return "cannot remove " + dir + "/" + generated + ": " +
+             removeError.message();
+  return "";
+}
+
+llvm::Expected<driver::CompileOutcome>
+driver::compileModel(MLIRContext &context, const CompileRequest &request) {
+  const std::string &target = request.target;
+  const std::string &outputPath = request.outputDir;
+  if (target != "cpu" && target != "cuda")
+    return llvm::createStringError("--target " + target +
+                                   ": expected cpu or cuda");
+  if (outputPath.empty() || outputPath == "-")
+    return llvm::createStringError(
+        "weft compile needs -o DIR for the generated project");
+  llvm::StringRef path = request.model;
+  OwningOpRef<ModuleOp> module;
+  if (path.ends_with(".mlir")) {
+    module = parseSourceFile<ModuleOp>(path, &context);
+  } else {
+    auto options = importOptions(request.options);
+    if (!options)
+      return options.takeError();
+    module = importModel(path, *options, context, request.options.raise);
+  }
+  if (!module)
+    return diagnosed("could not load '" + path + "'");
+  if (llvm::Error error = prepareModule(context, *module, request.options))
+    return error;
+  if (llvm::Error error = partitionModule(context, *module, request.plan))
+    return error;
+  {
+    // What the target runs as kernels (what the planner costs), then what
+    // its emitter needs.
+    PassManager kernels(&context), prepare(&context);
+    if (target == "cuda") {
+      buildCudaKernelPipeline(kernels);
+      buildCudaTargetPipeline(prepare);
+    } else {
+      buildCpuTargetPipeline(prepare);
+    }
+    if (failed(kernels.run(*module)))
+      return diagnosed("building the kernels failed");
+    if (llvm::Error error = dumpModule(*module, request.dumpPartitioned))
+      return error;
+    if (failed(prepare.run(*module)))
+      return diagnosed("preparing the program for its emitter failed");
+    if (llvm::Error error = dumpModule(*module, request.dumpEmitted))
+      return error;
+  }
+  if (std::string error = prepareProjectDirectory(outputPath, request.force);
+      !error.empty())
+    return llvm::createStringError(error);
+  std::string origin = path.str() + " under " + request.planOrigin;
+  // External-data locations are relative to the model's directory.
+  std::string externalDir = llvm::sys::path::parent_path(path).str();
+  if (externalDir.empty())
+    externalDir = ".";
+  // A failed emission leaves no half-written weights behind (an earlier
+  // project's were cleared above; a weights/ that --force found is kept).
+  std::string weightsDir = outputPath + "/weights";
+  bool hadWeights = llvm::sys::fs::exists(weightsDir);
+  auto emitFailed = [&]() {
+    if (!hadWeights)
+      llvm::sys::fs::remove_directories(weightsDir);
+    return diagnosed("emitting the program failed");
+  };
+  CompileOutcome outcome;
+  llvm::raw_string_ostream os(outcome.summary);
+  if (target == "cuda") {
+    CudaEmitStats stats;
+    if (failed(
+            emitCudaProgram(*module, outputPath, origin, externalDir, stats)))
+      return emitFailed();
+    os << "wrote " << outputPath << "/program.cu, CMakeLists.txt, "
+       << "weights/\n"
+       << "arena: " << stats.arenaBytes << " bytes per rank for "
+       << stats.buffers << " buffers (" << stats.unsharedBytes
+       << " without reuse)\n"
+       << "kernels: " << stats.fusedKernels
+       << " generated elementwise kernels for " << stats.fusedOps << " ops; "
+       << stats.epilogues << " GEMM epilogues (bias, GELU); "
+       << stats.collectives << " collectives on the communication stream\n";
+  } else {
+    if (failed(emitCpuProgram(*module, outputPath, origin, externalDir)))
+      return emitFailed();
+    os << "wrote " << outputPath << "/program.cpp, CMakeLists.txt, "
+       << "weights/\n";
+  }
+  if (absl::Status status = rt::writeFileAtomically(
+          outputPath + "/" + kProjectMarker,
+          "A project written by weft compile; weft compile -o may replace "
+          "it.\n");
+      !status.ok())
+    return llvm::createStringError(std::string(status.message()));
+  if (!request.build)
+    return outcome;
+  auto cmake = llvm::sys::findProgramByName("cmake");
+  if (!cmake)
+    return llvm::createStringError("--build needs cmake on the PATH");
+  std::string buildDir = outputPath + "/build";
+  std::vector<std::string> configure = {
+      *cmake,   "-S", outputPath, "-B",
+      buildDir, "-G", "Ninja",    "--log-level=WARNING"};
+  if (!request.runtimePrefix.empty())
+    configure.push_back("-DCMAKE_PREFIX_PATH=" + request.runtimePrefix);
+  std::vector<llvm::StringRef> configureArgs(configure.begin(),
+                                             configure.end());
+  if (llvm::sys::ExecuteAndWait(*cmake, configureArgs) != 0)
+    return llvm::createStringError(
+        "configuring the generated project failed (is the runtime "
+        "installed? give --runtime-prefix)");
+  std::vector<std::string> build = {*cmake, "--build", buildDir};
+  std::vector<llvm::StringRef> buildArgs(build.begin(), build.end());
+  if (llvm::sys::ExecuteAndWait(*cmake, buildArgs) != 0)
+    return llvm::createStringError("building the generated program failed");
+  outcome.program = buildDir + "/program";
+  os << "built " << outcome.program << "\n";
+  return outcome;
+}

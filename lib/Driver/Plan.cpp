@@ -1,0 +1,345 @@
+//===- Plan.cpp - weft plan as a library call -----------------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Plan/Plan.h"
+#include "weft/Driver/Driver.h"
+#include "weft/Planner/Cluster.h"
+#include "weft/Planner/Model.h"
+#include "weft/Planner/Report.h"
+#include "weft/Planner/Search.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace weft;
+using namespace weft::planner;
+
+namespace {
+/// Bounds far beyond any training run, so that every input the search
+/// accepts it answers in seconds.
+constexpr int64_t kMaxGlobalBatch = int64_t(1) << 24;
+constexpr int64_t kMaxSeqLen = int64_t(1) << 24;
+
+llvm::Error planError(const llvm::Twine &message) {
+  return llvm::createStringError(message);
+}
+
+/// The [batch, seq] that a model's first input is bound to.
+std::pair<int64_t, int64_t> inputShape(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && func.getNumArguments())
+      if (auto type =
+              dyn_cast<RankedTensorType>(func.getArgumentTypes().front()))
+        if (type.getRank() >= 2)
+          return {type.getDimSize(0), type.getDimSize(1)};
+  return {0, 0};
+}
+
+/// The model file as the cost model's source of IR: imported (without
+/// weights) at each batch it asks for, or at its own batch when that is
+/// static. Import errors while building are the cost model's, not reported.
+ModelSource fileModelSource(llvm::StringRef path,
+                            const std::vector<std::string> &shapes, int64_t seq,
+                            MLIRContext &probeContext) {
+  ModelSource source;
+  std::string file = path.str();
+  source.build = [file, shapes](MLIRContext &context, int64_t batch,
+                                int64_t seqLen) -> OwningOpRef<ModuleOp> {
+    ScopedDiagnosticHandler quiet(&context,
+                                  [](Diagnostic &) { return success(); });
+    OwningOpRef<ModuleOp> module =
+        driver::loadModelForPlanning(file, context, seqLen, batch, shapes);
+    if (!module || inputShape(*module) != std::make_pair(batch, seqLen))
+      return nullptr;
+    return module;
+  };
+  // A batch the importer binds is dynamic; a .mlir module's is its own.
+  ScopedDiagnosticHandler quiet(&probeContext,
+                                [](Diagnostic &) { return success(); });
+  OwningOpRef<ModuleOp> probe =
+      driver::loadModelForPlanning(path, probeContext, seq, 3, shapes);
+  if (probe && inputShape(*probe).first != 3)
+    source.staticBatch = inputShape(*probe).first;
+  return source;
+}
+
+/// The model from a file, a preset, or the builder fields.
+llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context,
+                                             const driver::PlanRequest &r) {
+  plan::ModelSpec spec;
+  if (!r.inputShapes.empty() &&
+      (r.modelFile.empty() || llvm::StringRef(r.modelFile).ends_with(".mlir")))
+    return planError(
+        "--input-shape binds the inputs of an ONNX model; a .mlir module or "
+        "a built-in model has its shapes already");
+  for (const std::string &shape : r.inputShapes) {
+    OnnxImportOptions unused;
+    std::string error;
+    if (failed(parseInputShape(shape, unused, error)))
+      return planError(error);
+  }
+  if (!r.modelFile.empty()) {
+    if (!r.preset.empty())
+      return planError("give a model file or --model, not both");
+    if (!llvm::sys::fs::exists(r.modelFile))
+      return planError("cannot read '" + r.modelFile + "': no such file");
+    OwningOpRef<ModuleOp> module = driver::loadModelForPlanning(
+        r.modelFile, context, r.seqLen, 1, r.inputShapes);
+    if (!module)
+      return driver::diagnosed("could not import '" + r.modelFile + "'");
+    auto extracted = extractModelSpec(*module, r.modelFile);
+    if (!extracted)
+      return extracted.takeError();
+    spec = *extracted;
+  } else if (r.preset == "gpt" || r.preset == "llama") {
+    spec.set_name(r.preset);
+    spec.set_source("builder");
+    bool llama = r.preset == "llama";
+    spec.set_ffn_kind(llama ? plan::FFN_SWIGLU : plan::FFN_GELU);
+    spec.set_vocab(llama ? 32000 : 51200);
+    spec.set_seq_len(2048);
+    spec.set_tied_embeddings(!llama);
+  } else if (!r.preset.empty()) {
+    auto preset = lookupPreset(r.preset);
+    if (!preset)
+      return preset.takeError();
+    spec = *preset;
+  } else {
+    return planError(
+        "no model: give an ONNX or .mlir file, or --model (a preset, or gpt / "
+        "llama with --layers, --hidden, --heads, ...)");
+  }
+  // Builder fields override (and complete) what was given.
+  if (r.layers)
+    spec.set_layers(r.layers);
+  if (r.hidden)
+    spec.set_hidden(r.hidden);
+  if (r.heads)
+    spec.set_heads(r.heads);
+  if (r.kvHeads)
+    spec.set_kv_heads(r.kvHeads);
+  else if (!spec.kv_heads())
+    spec.set_kv_heads(spec.heads());
+  if (r.ffn)
+    spec.set_ffn_hidden(r.ffn);
+  else if (!spec.ffn_hidden())
+    spec.set_ffn_hidden(4 * spec.hidden());
+  if (!r.ffnKind.empty()) {
+    if (r.ffnKind != "gelu" && r.ffnKind != "swiglu")
+      return planError("--ffn-kind is gelu or swiglu, not '" + r.ffnKind + "'");
+    spec.set_ffn_kind(r.ffnKind == "gelu" ? plan::FFN_GELU : plan::FFN_SWIGLU);
+  }
+  if (r.vocab)
+    spec.set_vocab(r.vocab);
+  if (!r.tied.empty()) {
+    if (r.tied != "yes" && r.tied != "no" && r.tied != "true" &&
+        r.tied != "false" && r.tied != "1" && r.tied != "0")
+      return planError("--tied is yes or no, not '" + r.tied + "'");
+    spec.set_tied_embeddings(r.tied == "yes" || r.tied == "true" ||
+                             r.tied == "1");
+  }
+  if (llvm::Error error = validateModel(spec))
+    return error;
+  return spec;
+}
+
+/// The training setup of the request, checked.
+llvm::Expected<plan::TrainingConfig>
+resolveTraining(const driver::PlanRequest &r, const plan::ModelSpec &model,
+                const plan::Cluster &cluster) {
+  plan::TrainingConfig training;
+  training.set_seq_len(r.seqLen ? r.seqLen : model.seq_len());
+  if (training.seq_len() <= 0)
+    return planError("no sequence length: give --seq-len");
+  if (r.globalBatch <= 0)
+    return planError("--global-batch (sequences per step) must be positive");
+  if (r.globalBatch > kMaxGlobalBatch)
+    return planError("--global-batch " + std::to_string(r.globalBatch) +
+                     " is more sequences per step than the planner takes (at "
+                     "most " +
+                     std::to_string(kMaxGlobalBatch) + ")");
+  if (training.seq_len() > kMaxSeqLen)
+    return planError("--seq-len " + std::to_string(training.seq_len()) +
+                     " is longer than the planner takes (at most " +
+                     std::to_string(kMaxSeqLen) + " tokens)");
+  training.set_global_batch(r.globalBatch);
+  if (r.dtype != "bf16" && r.dtype != "fp16")
+    return planError(
+        "--dtype is bf16 or fp16 (with fp32 master weights), not '" + r.dtype +
+        "'");
+  training.set_dtype(r.dtype);
+  training.set_optimizer("adam");
+  if (!(r.memoryReserveGib >= 0 &&
+        r.memoryReserveGib < cluster.gpu().hbm_gib()))
+    return planError("--memory-reserve must be between 0 and the GPU's " +
+                     std::to_string(cluster.gpu().hbm_gib()) + " GiB");
+  training.set_memory_reserve_gib(r.memoryReserveGib);
+  training.set_flash_attention(r.flashAttention);
+  training.set_dropout(r.dropout);
+  training.set_grad_reduce_16bit(r.gradReduce16bit);
+  return training;
+}
+
+/// The plan to cost instead of searching: from a --json file or the short
+/// form, checked against the model and cluster.
+llvm::Expected<plan::Plan> givenPlan(const driver::PlanRequest &r,
+                                     CostModel &costModel) {
+  plan::Plan given;
+  if (!r.evaluateJson.empty()) {
+    auto buffer = llvm::MemoryBuffer::getFile(r.evaluateJson);
+    if (!buffer)
+      return planError("cannot read '" + r.evaluateJson + "'");
+    plan::PlanSet saved;
+    if (llvm::Error error =
+            fromJson((*buffer)->getBuffer(), saved, r.evaluateJson))
+      return error;
+    if (saved.plans().empty())
+      return planError(r.evaluateJson + ": the file holds no plans");
+    given = saved.plans(0);
+  } else {
+    auto parsed = parsePlanSpec(r.evaluate, costModel);
+    if (!parsed)
+      return parsed.takeError();
+    given = *parsed;
+  }
+  std::string why = costModel.checkPlan(given);
+  if (why.empty())
+    why = costModel.programError(given);
+  if (!why.empty())
+    return planError("the plan cannot run: " + why);
+  return given;
+}
+} // namespace
+
+llvm::Expected<driver::PlanOutcome>
+driver::planModel(MLIRContext &context, const PlanRequest &request) {
+  if (!request.evaluate.empty() && !request.evaluateJson.empty())
+    return planError("give --evaluate or --evaluate-json, not both");
+  auto model = resolveModel(context, request);
+  if (!model)
+    return model.takeError();
+  if (request.cluster.empty())
+    return planError("no cluster: give --cluster GPU:PERNODExNODES (e.g. "
+                     "h100:8x16) or a cluster file");
+  auto cluster = resolveCluster(request.cluster);
+  if (!cluster)
+    return cluster.takeError();
+  auto training = resolveTraining(request, *model, *cluster);
+  if (!training)
+    return training.takeError();
+  model->set_seq_len(training->seq_len());
+
+  PlanOutcome outcome;
+  ModelSource source;
+  if (!request.modelFile.empty())
+    source = fileModelSource(request.modelFile, request.inputShapes,
+                             training->seq_len(), context);
+  outcome.costModel =
+      std::make_unique<CostModel>(*model, *cluster, *training, source);
+  CostModel &costModel = *outcome.costModel;
+  plan::PlanSet &set = outcome.set;
+  *set.mutable_model() = *model;
+  *set.mutable_cluster() = *cluster;
+  *set.mutable_training() = *training;
+
+  llvm::raw_string_ostream os(outcome.header);
+  os << "model " << model->name() << ": " << model->layers()
+     << " layers, hidden " << model->hidden() << ", " << model->heads()
+     << " heads (" << model->kv_heads() << " KV), FFN " << model->ffn_hidden()
+     << " " << (model->ffn_kind() == plan::FFN_GELU ? "GELU" : "SwiGLU")
+     << ", vocab " << model->vocab()
+     << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
+  // What the cost model costs: a file's own IR, or the transformer a
+  // preset or the builder fields describe.
+  if (source)
+    os << "; costed from its own IR"
+       << (source.staticBatch
+               ? " (a static batch of " + std::to_string(*source.staticBatch) +
+                     ": micro-batches that divide it)"
+               : std::string());
+  os << "\n";
+  os << "cluster " << cluster->name() << ": " << totalGpus(*cluster) << " x "
+     << cluster->gpu().name() << " (" << cluster->gpus_per_node()
+     << " per node); global batch " << training->global_batch() << ", sequence "
+     << training->seq_len() << ", " << training->dtype() << "\n";
+
+  // Cost one plan given by hand (or from a JSON file).
+  if (!request.evaluate.empty() || !request.evaluateJson.empty()) {
+    auto given = givenPlan(request, costModel);
+    if (!given)
+      return given.takeError();
+    costModel.evaluate(*given);
+    outcome.evaluated = true;
+    if (!given->fits() && !request.allowOom)
+      outcome.overMemoryGib =
+          given->memory().total_gib() - given->memory().capacity_gib();
+    *set.add_plans() = std::move(*given);
+    return outcome;
+  }
+
+  SearchOptions options;
+  options.top = request.top;
+  options.tpAcrossNodes = request.tpAcrossNodes;
+  options.boundFromRelatives = request.boundFromRelatives;
+  options.progress = request.progress;
+  if (!request.exportFramework.empty()) {
+    std::string framework = request.exportFramework;
+    if (framework != "megatron" && framework != "deepspeed" &&
+        framework != "torchtitan")
+      return planError("unknown framework '" + framework +
+                       "'; use megatron, deepspeed or torchtitan");
+    // Search only what the framework can run.
+    options.accept = [framework](const plan::Plan &p) {
+      return exportRestriction(p, framework) == nullptr;
+    };
+  }
+  if (request.top < 1)
+    return planError("--top must be at least 1");
+  SearchResult result = searchPlans(costModel, options);
+  set.set_candidates_evaluated(result.candidates);
+  set.set_candidates_simulated(result.simulated);
+  set.set_search_seconds(result.seconds);
+  if (result.candidates == 0)
+    return planError(
+        "no plan divides this model on this cluster: check that the "
+        "global batch, the heads (" +
+        llvm::Twine(model->heads()) + ") and the sequence (" +
+        llvm::Twine(training->seq_len()) + ") divide by the parallel degrees");
+  if (!result.anyFits) {
+    const plan::Plan &small = result.smallestMemory;
+    std::string message;
+    llvm::raw_string_ostream error(message);
+    error << "no plan fits in "
+          << llvm::format("%.1f", small.memory().capacity_gib())
+          << " GiB per GPU. The smallest-memory plan needs "
+          << llvm::format(
+                 "%.1f GiB (%.1f GiB over)", small.memory().total_gib(),
+                 small.memory().total_gib() - small.memory().capacity_gib())
+          << ":\n";
+    printPlanBreakdown(error, small);
+    error << "Use more GPUs, GPUs with more memory, or a smaller global "
+             "batch or sequence.";
+    return planError(message);
+  }
+  for (plan::Plan &p : result.plans)
+    *set.add_plans() = p;
+  return outcome;
+}
+
+std::string driver::overMemoryMessage(const PlanOutcome &outcome) {
+  const plan::MemoryBreakdown &m = outcome.set.plans(0).memory();
+  return llvm::formatv(
+      "the plan does not fit: {0:F1} GiB per GPU on its worst stage, "
+      "{1:F1} GiB over the {2:F1} GiB available (the GPU's memory less "
+      "--memory-reserve); use more memory-saving degrees (tp, pp, zero, "
+      "recompute) or a smaller micro-batch, or give --allow-oom to cost it "
+      "anyway",
+      m.total_gib(), outcome.overMemoryGib, m.capacity_gib());
+}
