@@ -10,3 +10,4 @@ if [ ! -f "$build/build.ninja" ]; then
     ${WEFT_CMAKE_ARGS:-}
 fi
 ninja -C "$build" -j "${WEFT_JOBS:-2}"
+bash "$root/scripts/install-python.sh"

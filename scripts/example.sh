@@ -86,3 +86,11 @@ echo "== weft train gpt2-opset17.onnx --plan-spec dp=2,tp=2 --steps 12"
 "$build/bin/weft" train "$root/test/models/gpt2/gpt2-opset17.onnx" \
   --data "$build/examples/tokens.npy" --steps 12 --lr 3e-3 --warmup 2 --min-lr 3e-4 \
   --plan-spec dp=2,tp=2 --devices 4 --log "$build/examples/loss.csv"
+
+# Python: the same planner, runs and compiler from a script (examples/python_api.py):
+# a plan for GPT-3 175B, and a GPT written in PyTorch run on 4 simulated devices.
+echo "== /usr/bin/python3 examples/python_api.py (import weft)"
+if [ -d "$build/python/weft" ]; then
+  PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -W ignore \
+    "$root/examples/python_api.py" | grep -E "^best:|max relative difference|^wrote|^weft.Error"
+fi

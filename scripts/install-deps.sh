@@ -8,6 +8,7 @@ packages=(
   libgtest-dev
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata python3-onnx python3-torch
   libopenblas-dev libabsl-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest
   libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev
   chromium
