@@ -191,6 +191,24 @@ llvm::Error driver::prepareModule(MLIRContext &context, ModuleOp module,
   return llvm::Error::success();
 }
 
+/// A model file's module: weft IR parsed, or ONNX imported with
+/// `onnxOptions` (and raised unless `options` say not), then converted to
+/// the dtype and given the loss that `options` ask for.
+static llvm::Expected<OwningOpRef<ModuleOp>>
+loadModule(MLIRContext &context, llvm::StringRef path,
+           const OnnxImportOptions &onnxOptions,
+           const driver::ModelOptions &options) {
+  OwningOpRef<ModuleOp> module =
+      path.ends_with(".mlir")
+          ? parseSourceFile<ModuleOp>(path, &context)
+          : driver::importModel(path, onnxOptions, context, options.raise);
+  if (!module)
+    return driver::diagnosed("could not load '" + path + "'");
+  if (llvm::Error error = driver::prepareModule(context, *module, options))
+    return error;
+  return module;
+}
+
 func::FuncOp driver::entryFunction(ModuleOp module) {
   if (auto main = module.lookupSymbol<func::FuncOp>("main"))
     return main;
@@ -383,14 +401,14 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
   std::vector<std::string> names = request.inputNames;
   names.resize(tensors.size());
 
-  OwningOpRef<ModuleOp> module;
   llvm::StringRef path = request.model;
-  if (path.ends_with(".mlir")) {
-    module = parseSourceFile<ModuleOp>(path, &context);
-  } else {
-    auto options = importOptions(request.options);
-    if (!options)
-      return options.takeError();
+  OnnxImportOptions onnxOptions;
+  if (!path.ends_with(".mlir")) {
+    auto parsed = importOptions(request.options);
+    if (!parsed)
+      return parsed.takeError();
+    onnxOptions = std::move(*parsed);
+    OnnxImportOptions *options = &onnxOptions;
     std::vector<HostTensor> remaining;
     std::vector<std::string> remainingNames;
     // With a loss, the labels are an input of the loss, not of the model.
@@ -431,12 +449,11 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
       tensors.push_back(std::move(*labels));
       names.push_back(labelsName);
     }
-    module = importModel(path, *options, context, request.options.raise);
   }
-  if (!module)
-    return diagnosed("could not load '" + path + "'");
-  if (llvm::Error error = prepareModule(context, *module, request.options))
-    return error;
+  auto loaded = loadModule(context, path, onnxOptions, request.options);
+  if (!loaded)
+    return loaded.takeError();
+  OwningOpRef<ModuleOp> module = std::move(*loaded);
   func::FuncOp func = entryFunction(*module);
   if (!func)
     return llvm::createStringError(path + " has no function to run");
@@ -523,19 +540,13 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
     return llvm::createStringError(
         "weft compile needs -o DIR for the generated project");
   llvm::StringRef path = request.model;
-  OwningOpRef<ModuleOp> module;
-  if (path.ends_with(".mlir")) {
-    module = parseSourceFile<ModuleOp>(path, &context);
-  } else {
-    auto options = importOptions(request.options);
-    if (!options)
-      return options.takeError();
-    module = importModel(path, *options, context, request.options.raise);
-  }
-  if (!module)
-    return diagnosed("could not load '" + path + "'");
-  if (llvm::Error error = prepareModule(context, *module, request.options))
-    return error;
+  auto onnxOptions = importOptions(request.options);
+  if (!onnxOptions)
+    return onnxOptions.takeError();
+  auto loaded = loadModule(context, path, *onnxOptions, request.options);
+  if (!loaded)
+    return loaded.takeError();
+  OwningOpRef<ModuleOp> module = std::move(*loaded);
   if (llvm::Error error = partitionModule(context, *module, request.plan))
     return error;
   {
