@@ -436,12 +436,9 @@ static int runModel(MLIRContext &context) {
 }
 
 static int runCompile(MLIRContext &context) {
+  // The target and -o are checked by the driver.
   if (planFile.empty() && planSpec.empty())
     return fail("weft compile needs a plan: --plan plans.json or --plan-spec");
-  if (target != "cpu" && target != "cuda")
-    return fail("--target " + target + ": expected cpu or cuda");
-  if (outputPath == "-")
-    return fail("weft compile needs -o DIR for the generated project");
   llvm::Expected<weft::plan::Plan> plan =
       weft::driver::resolvePlan(planFile, planSpec);
   if (!plan)

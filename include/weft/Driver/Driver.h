@@ -5,9 +5,10 @@
 // What `weft plan`, `weft run` and `weft compile` do, as functions that take
 // a request and return a result or an error: the command line and the Python
 // package are two front ends over these, so that both give the same answer
-// for the same request. Nothing here prints; errors are returned (with the
-// diagnostics that MLIR reported while the call ran, when a collector is
-// installed on the context).
+// for the same request. Nothing here prints (except CMake's own output when
+// compileModel builds); errors are returned, and the diagnostics MLIR
+// reported while the call ran are gathered by a DiagnosticCollector on the
+// context.
 //
 //===----------------------------------------------------------------------===//
 
