@@ -468,12 +468,26 @@ DenseElementsAttr constantElements(Value value) {
                   : DenseElementsAttr();
 }
 
-/// True if `value` is a constant mask whose last two dimensions keep the
-/// lower triangle including the diagonal and mask the rest, the same in
-/// every leading position: a causal mask aligned at the top left. A boolean
+/// True if `value` is a constant mask (or a top-left window of one) whose
+/// last two dimensions keep the lower triangle including the diagonal and
+/// mask the rest, the same in every leading position: a causal mask aligned
+/// at the top left. A boolean
 /// mask keeps where it equals `trueKeeps`; an additive one keeps where it is
 /// 0 and masks where it is -1e4 or less (-inf, finfo.min, -1e9).
 bool isCausalMask(Value value, bool trueKeeps = true) {
+  // A window of a causal mask that starts at its top left corner, in unit
+  // steps, is causal: HF's GPT-2 slices its max-positions x max-positions
+  // tril buffer to [:s, :s] (a buffer too large to fold into a constant).
+  if (auto slice = value.getDefiningOp<SliceOp>()) {
+    ArrayRef<int64_t> starts = slice.getStarts();
+    int64_t rank = static_cast<int64_t>(starts.size());
+    std::optional<ArrayRef<int64_t>> strides = slice.getStrides();
+    bool unit = !strides || llvm::all_of(strides->take_back(2),
+                                         [](int64_t s) { return s == 1; });
+    if (rank >= 2 && starts[rank - 2] == 0 && starts[rank - 1] == 0 && unit)
+      return isCausalMask(slice.getInput(), trueKeeps);
+    return false;
+  }
   DenseElementsAttr elements = constantElements(value);
   if (!elements)
     return false;
