@@ -57,12 +57,27 @@ private:
   }
   LogicalResult emitWeight(Operation *op);
   LogicalResult emitOp(Operation *op);
+  /// True if `op` reads `v` last (and once): the tensor can move into the op
+  /// or be freed after it.
+  bool diesAt(Value v, Operation *op) const {
+    auto last = lastUse.find(v);
+    return last != lastUse.end() && last->second == op &&
+           llvm::count(op->getOperands(), v) == 1;
+  }
+  /// `v` for an op that may take its buffer where `op` reads it last.
+  std::string moved(Value v, Operation *op) {
+    return diesAt(v, op) ? "std::move(" + name(v) + ")" : name(v);
+  }
 
   llvm::raw_ostream &os;
   std::string weightsDir;
   std::string externalDir;
   llvm::DenseMap<Value, std::string> names;
   llvm::DenseMap<Operation *, std::string> shardFiles;
+  /// The op that reads each value last; the returned values are read by the
+  /// return. A tensor is freed after its last reader, so that a program
+  /// holds only what is still to be read (the interpreter's rule too).
+  llvm::DenseMap<Value, Operation *> lastUse;
   int counter = 0;
   int weights = 0;
 };
@@ -176,9 +191,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
                    ", " + (s.getCausal() ? "true" : "false") + ")");
         return success();
       })
-      .Case([&](DropoutOp) {
+      .Case([&](DropoutOp d) {
         // A forward program keeps every element (PyTorch's eval mode).
-        assign(op->getResult(0), arg(0));
+        assign(op->getResult(0), moved(d.getInput(), op));
         return success();
       })
       .Case([&](AttentionBlockOp a) {
@@ -189,8 +204,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << optional(a.getQPositions()) << ", " << optional(a.getKPositions())
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ");\n";
-        assign(a.getResult(), block + ".output");
-        assign(a.getLse(), block + ".lse");
+        assign(a.getResult(), "std::move(" + block + ".output)");
+        assign(a.getLse(), "std::move(" + block + ".lse)");
         return success();
       })
       .Case([&](LayerNormOp n) {
@@ -245,8 +260,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](ReshapeOp r) {
-        assign(r.getResult(),
-               "reshape(" + arg(0) + ", " + shape(r.getResult()) + ")");
+        // A view: the buffer moves over where the input dies here.
+        assign(r.getResult(), "reshape(" + moved(r.getInput(), op) + ", " +
+                                  shape(r.getResult()) + ")");
         return success();
       })
       .Case([&](TransposeOp t) {
@@ -276,7 +292,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         os << "  std::vector<HostTensor> " << pieces << " = split(" << arg(0)
            << ", " << s.getAxis() << ", " << ints(s.getSizes()) << ");\n";
         for (auto [i, r] : llvm::enumerate(s.getResults()))
-          assign(r, pieces + "[" + std::to_string(i) + "]");
+          assign(r, "std::move(" + pieces + "[" + std::to_string(i) + "])");
         return success();
       })
       .Case([&](BroadcastToOp b) {
@@ -354,10 +370,11 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](func::ReturnOp r) {
-        os << "  return {";
-        for (auto [i, v] : llvm::enumerate(r.getOperands()))
-          os << (i ? ", " : "") << name(v);
-        os << "};\n";
+        // Moved into the result, not copied (a braced list would copy).
+        os << "  std::vector<HostTensor> results;\n";
+        for (Value v : r.getOperands())
+          os << "  results.push_back(" << moved(v, op) << ");\n";
+        os << "  return results;\n";
         return success();
       })
       .Default([&](Operation *other) {
@@ -370,13 +387,29 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
   os << "std::vector<HostTensor> rankProgram(RankContext &ctx, "
         "const std::vector<HostTensor> &inputs) {\n";
   for (auto [i, arg] : llvm::enumerate(func.getArguments()))
-    os << "  const HostTensor " << name(arg) << " = asType(inputs[" << i
-       << "], "
+    os << "  HostTensor " << name(arg) << " = asType(inputs[" << i << "], "
        << dtypeName(cast<RankedTensorType>(arg.getType()).getElementType())
        << ");\n";
-  for (Operation &op : func.getBody().front())
+  Block &body = func.getBody().front();
+  for (Operation &op : body)
+    op.walk([&](Operation *inner) {
+      for (Value operand : inner->getOperands())
+        lastUse[operand] = &op;
+    });
+  for (Operation &op : body) {
     if (failed(emitOp(&op)))
       return failure();
+    if (op.hasTrait<mlir::OpTrait::IsTerminator>())
+      continue;
+    // Free what this op read last (moved-from tensors are already empty).
+    llvm::SmallPtrSet<Value, 4> freed;
+    for (Value operand : op.getOperands()) {
+      auto last = lastUse.find(operand);
+      if (last != lastUse.end() && last->second == &op &&
+          names.count(operand) && freed.insert(operand).second)
+        os << "  release(" << name(operand) << ");\n";
+    }
+  }
   os << "}\n";
   return success();
 }

@@ -14,6 +14,7 @@
 #include "weft/Pipelines/Pipelines.h"
 #include "weft/Plan/Plan.h"
 #include "weft/runtime/FileWrite.h"
+#include "weft/runtime/Profile.h"
 #include "weft/runtime/Program.h"
 
 #include "mlir/Parser/Parser.h"
@@ -23,6 +24,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <stdexcept>
 
 using namespace mlir;
@@ -450,6 +452,12 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
       names.push_back(labelsName);
     }
   }
+  auto started = std::chrono::steady_clock::now();
+  auto secondsSinceStart = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         started)
+        .count();
+  };
   auto loaded = loadModule(context, path, onnxOptions, request.options);
   if (!loaded)
     return loaded.takeError();
@@ -457,6 +465,8 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
   func::FuncOp func = entryFunction(*module);
   if (!func)
     return llvm::createStringError(path + " has no function to run");
+  if (request.profile)
+    rt::Profiler::get().enable();
   if (llvm::Error error = checkInputs(func, tensors, names))
     return error;
 
@@ -470,6 +480,7 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
       return error;
     if (llvm::Error error = dumpModule(*module, request.dumpPartitioned))
       return error;
+    outcome.importSeconds = secondsSinceStart();
     auto outputs =
         runOnMeshDevices(*module, func, tensors, options, request.devices,
                          request.collectiveTimeoutSeconds, outcome.bytesSent);
@@ -478,8 +489,12 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
     outcome.outputs = std::move(*outputs);
     return outcome;
   }
-  FailureOr<std::vector<HostTensor>> outputs =
-      interpret(func, tensors, options);
+  outcome.importSeconds = secondsSinceStart();
+  FailureOr<std::vector<HostTensor>> outputs = failure();
+  {
+    rt::RankProfile profile;
+    outputs = interpret(func, tensors, options);
+  }
   if (failed(outputs))
     return diagnosed("running '" + path + "' failed");
   outcome.outputs = std::move(*outputs);

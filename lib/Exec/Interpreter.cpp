@@ -5,9 +5,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Exec/Interpreter.h"
-#include "weft/runtime/Program.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/Profile.h"
+#include "weft/runtime/Program.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -48,9 +49,41 @@ static rt::Shape shapeOf(Type type) {
 
 HostTensor weft::toHostTensor(ElementsAttr value) {
   auto type = cast<RankedTensorType>(value.getType());
-  HostTensor tensor(toDType(type.getElementType()), shapeOf(type));
+  DType dtype = toDType(type.getElementType());
+  // f32 and i64 weights are used where the module holds them: the context
+  // keeps attributes alive as long as any module of it, so a weight is not
+  // copied (the interpreter copies what it returns, see interpret()).
+  auto dense = dyn_cast<DenseElementsAttr>(value);
+  if (dense && !dense.isSplat() &&
+      (dtype == DType::F32 || dtype == DType::I64)) {
+    ArrayRef<char> raw = dense.getRawData();
+    HostTensor tensor;
+    tensor.dtype = dtype;
+    tensor.shape = shapeOf(type);
+    size_t n = static_cast<size_t>(tensor.numel());
+    // The storage is borrowed, never written through: kernels write only
+    // their results.
+    char *data = const_cast<char *>(raw.data());
+    if (dtype == DType::F32)
+      tensor.floats = rt::Storage<float>::borrow(
+          reinterpret_cast<float *>(data), n, nullptr);
+    else
+      tensor.ints = rt::Storage<int64_t>::borrow(
+          reinterpret_cast<int64_t *>(data), n, nullptr);
+    return tensor;
+  }
+  HostTensor tensor = HostTensor::uninitialized(dtype, shapeOf(type));
   int64_t i = 0;
   if (tensor.isFloat()) {
+    if (dense && dense.isSplat()) {
+      APFloat element = dense.getSplatValue<APFloat>();
+      bool lost;
+      element.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven,
+                      &lost);
+      std::fill(tensor.floats.begin(), tensor.floats.end(),
+                element.convertToFloat());
+      return tensor;
+    }
     for (APFloat element : value.getValues<APFloat>()) {
       bool lost;
       element.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
@@ -134,7 +167,7 @@ public:
   explicit Interpreter(const InterpreterOptions &options) : options(options) {}
 
   FailureOr<std::vector<HostTensor>> runBlock(Block &block,
-                                              const std::vector<HostTensor> &args);
+                                              std::vector<HostTensor> args);
   FailureOr<std::vector<HostTensor>> runOps(ArrayRef<Operation *> ops,
                                             ValueRange results) {
     for (Operation *op : ops)
@@ -150,6 +183,23 @@ private:
   LogicalResult run(Operation *op);
   LogicalResult runCollective(Operation *op);
   const HostTensor &get(Value value) { return values.find(value)->second; }
+  /// True if `op` is the last to read `value` (and reads it once): the
+  /// value dies there.
+  bool diesAt(Value value, Operation *op) const {
+    auto last = lastUse.find(value);
+    return last != lastUse.end() && last->second == op &&
+           llvm::count(op->getOperands(), value) == 1;
+  }
+  /// `value`'s tensor for `op`: moved out where `op` is its last reader,
+  /// copied otherwise.
+  HostTensor take(Value value, Operation *op) {
+    if (!diesAt(value, op))
+      return get(value);
+    auto it = values.find(value);
+    HostTensor tensor = std::move(it->second);
+    values.erase(it);
+    return tensor;
+  }
   void set(Value value, HostTensor tensor) {
     values.insert_or_assign(value, std::move(tensor));
   }
@@ -163,23 +213,39 @@ private:
 
   const InterpreterOptions &options;
   llvm::DenseMap<Value, HostTensor> values;
+  /// The op of the block being run that reads each value last (an op with
+  /// regions reads what its regions read). Values die there: a run holds
+  /// only the tensors still to be read, as PyTorch's eager mode does.
+  llvm::DenseMap<Value, Operation *> lastUse;
 };
 
 } // namespace
 
 FailureOr<std::vector<HostTensor>>
-Interpreter::runBlock(Block &block, const std::vector<HostTensor> &args) {
+Interpreter::runBlock(Block &block, std::vector<HostTensor> args) {
   for (auto [arg, tensor] : llvm::zip(block.getArguments(), args))
-    set(arg, tensor);
+    set(arg, std::move(tensor));
+  lastUse.clear();
+  for (Operation &op : block)
+    op.walk([&](Operation *inner) {
+      for (Value operand : inner->getOperands())
+        lastUse[operand] = &op;
+    });
   for (Operation &op : block) {
     if (op.hasTrait<mlir::OpTrait::IsTerminator>()) {
       std::vector<HostTensor> results;
       for (Value operand : op.getOperands())
-        results.push_back(get(operand));
+        results.push_back(take(operand, &op));
       return results;
     }
     if (failed(run(&op)))
       return failure();
+    // What this op read last is no longer needed.
+    for (Value operand : op.getOperands()) {
+      auto last = lastUse.find(operand);
+      if (last != lastUse.end() && last->second == &op)
+        values.erase(operand);
+    }
   }
   return block.getParentOp()->emitError("block has no terminator");
 }
@@ -204,6 +270,7 @@ LogicalResult Interpreter::run(Operation *op) {
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParameterOp param) -> LogicalResult {
+        rt::ProfileScope profile("weight");
         if (options.parameters) {
           auto it = options.parameters->find(param.getName());
           if (it != options.parameters->end()) {
@@ -227,7 +294,10 @@ LogicalResult Interpreter::run(Operation *op) {
                << "' has no value: the module was imported without weights "
                   "(--no-weights); import it with weights to run it";
       })
-      .Case([&](ConstantOp c) { return result(toHostTensor(c.getValue())); })
+      .Case([&](ConstantOp c) {
+        rt::ProfileScope profile("weight");
+        return result(toHostTensor(c.getValue()));
+      })
       .Case([&](IotaOp iota) {
         return result(rt::iota(toDType(iota.getType().getElementType()),
                                shapeOf(iota.getType()), iota.getDim()));
@@ -283,7 +353,7 @@ LogicalResult Interpreter::run(Operation *op) {
                                   s.getCausal()));
       })
       // A forward program keeps every element (PyTorch's eval mode).
-      .Case([&](DropoutOp d) { return result(get(d.getInput())); })
+      .Case([&](DropoutOp d) { return result(take(d.getInput(), op)); })
       .Case([&](LayerNormOp n) {
         const HostTensor *bias = n.getBias() ? &get(n.getBias()) : nullptr;
         return result(rt::normalize(get(n.getInput()), get(n.getScale()), bias,
@@ -330,7 +400,10 @@ LogicalResult Interpreter::run(Operation *op) {
                                     g.getAxis()));
       })
       .Case([&](ReshapeOp r) {
-        return result(rt::reshape(get(r.getInput()), shapeOf(r.getType())));
+        // A view: the buffer moves over where the input dies here.
+        HostTensor tensor = take(r.getInput(), op);
+        tensor.shape = shapeOf(r.getType());
+        return result(std::move(tensor));
       })
       .Case([&](TransposeOp t) {
         return result(rt::transpose(get(t.getInput()),
@@ -378,10 +451,10 @@ LogicalResult Interpreter::run(Operation *op) {
       .Case([&](LayerOp layer) -> LogicalResult {
         std::vector<HostTensor> args;
         for (Value input : layer.getInputs())
-          args.push_back(get(input));
+          args.push_back(take(input, op));
         Interpreter body(options);
         FailureOr<std::vector<HostTensor>> results =
-            body.runBlock(layer.getBody().front(), args);
+            body.runBlock(layer.getBody().front(), std::move(args));
         if (failed(results))
           return failure();
         for (auto [value, tensor] : llvm::zip(layer.getResults(), *results))
@@ -506,5 +579,12 @@ weft::interpret(func::FuncOp func, const std::vector<HostTensor> &inputs,
     DType dtype = toDType(expected.getElementType());
     converted.push_back(input.dtype == dtype ? input : rt::cast(input, dtype));
   }
-  return Interpreter(options).runBlock(func.getBody().front(), converted);
+  FailureOr<std::vector<HostTensor>> results = Interpreter(options).runBlock(
+      func.getBody().front(), std::move(converted));
+  // A result may be a weight the module holds: the caller gets its own copy.
+  if (succeeded(results))
+    for (HostTensor &result : *results)
+      if (result.floats.borrowed() || result.ints.borrowed())
+        result = HostTensor(result);
+  return results;
 }

@@ -1686,6 +1686,9 @@ LogicalResult GraphImporter::importInitializers() {
       if (failed(value))
         return failure();
       inlineValue = *value;
+      // The module holds the weight now: free the protobuf's copy, so that
+      // a model's weights are in memory once, not twice, during import.
+      delete const_cast<onnx::TensorProto &>(tensor).release_raw_data();
     }
     values[tensor.name()] = ParameterOp::create(
         builder, loc, type, builder.getStringAttr(tensor.name()), inlineValue,

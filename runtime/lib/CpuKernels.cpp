@@ -8,6 +8,8 @@
 
 #include "Parallel.h"
 
+#include "weft/runtime/Profile.h"
+
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
@@ -37,29 +39,84 @@ std::vector<int64_t> broadcastStrides(const Shape &shape, const Shape &out) {
   return strides;
 }
 
+/// Elements (or rows times their length) below which a loop stays on one
+/// thread: starting threads costs more than small loops.
+constexpr int64_t kGrain = 1 << 15;
+
 /// Calls fn(outIndex, inputOffsets...) for every element of `out`, with the
-/// offsets of each input read through broadcast strides.
+/// offsets of each input read through broadcast strides; chunks of the
+/// output run in parallel (fn must then only write element outIndex)
+/// unless `serial`.
 template <size_t N, typename Fn>
 void forEachBroadcast(const Shape &out,
-                      const std::array<std::vector<int64_t>, N> &strides,
-                      Fn fn) {
+                      const std::array<std::vector<int64_t>, N> &strides, Fn fn,
+                      bool serial = false) {
   int64_t total = numElements(out);
   size_t rank = out.size();
-  std::vector<int64_t> index(rank, 0);
-  std::array<int64_t, N> offsets{};
-  for (int64_t i = 0; i < total; ++i) {
-    fn(i, offsets);
-    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
-      ++index[d];
-      for (size_t k = 0; k < N; ++k)
-        offsets[k] += strides[k][d];
-      if (index[d] < out[d])
-        break;
-      for (size_t k = 0; k < N; ++k)
-        offsets[k] -= strides[k][d] * index[d];
-      index[d] = 0;
-    }
+  parallelFor(
+      total, serial ? total + 1 : kGrain, [&](int64_t begin, int64_t end) {
+        // The multi-index of `begin` and the offsets it reads.
+        std::vector<int64_t> index(rank, 0);
+        std::array<int64_t, N> offsets{};
+        int64_t rest = begin;
+        for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+          index[d] = out[d] ? rest % out[d] : 0;
+          rest = out[d] ? rest / out[d] : 0;
+          for (size_t k = 0; k < N; ++k)
+            offsets[k] += strides[k][d] * index[d];
+        }
+        for (int64_t i = begin; i < end; ++i) {
+          fn(i, offsets);
+          for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+            ++index[d];
+            for (size_t k = 0; k < N; ++k)
+              offsets[k] += strides[k][d];
+            if (index[d] < out[d])
+              break;
+            for (size_t k = 0; k < N; ++k)
+              offsets[k] -= strides[k][d] * index[d];
+            index[d] = 0;
+          }
+        }
+      });
+}
+
+/// Copies `input` read through `strides` (one per output dimension, from
+/// element `base`) into a new tensor of `shape`: runs along the last
+/// dimension are copied whole when it is contiguous in the input.
+HostTensor gatherStrided(const HostTensor &input, const Shape &shape,
+                         int64_t base, const std::vector<int64_t> &strides) {
+  HostTensor out = HostTensor::uninitialized(input.dtype, shape);
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t run = rank ? shape.back() : 1;
+  if (rank == 0 || strides.back() != 1 || run == 0) {
+    std::array<std::vector<int64_t>, 1> walk{strides};
+    forEachBroadcast<1>(shape, walk, [&](int64_t i, const auto &at) {
+      if (out.isFloat())
+        out.floats[i] = input.floats[base + at[0]];
+      else
+        out.ints[i] = input.ints[base + at[0]];
+    });
+    return out;
   }
+  int64_t runs = out.numel() / run;
+  parallelFor(runs, std::max<int64_t>(1, kGrain / run),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  int64_t offset = base, rest = r;
+                  for (int64_t d = rank - 2; d >= 0; --d) {
+                    offset += (rest % shape[d]) * strides[d];
+                    rest /= shape[d];
+                  }
+                  if (out.isFloat())
+                    std::copy_n(input.floats.data() + offset, run,
+                                out.floats.data() + r * run);
+                  else
+                    std::copy_n(input.ints.data() + offset, run,
+                                out.ints.data() + r * run);
+                }
+              });
+  return out;
 }
 
 double applyBinary(BinaryKind kind, double a, double b, bool isInt) {
@@ -83,10 +140,6 @@ double applyBinary(BinaryKind kind, double a, double b, bool isInt) {
   }
   return 0;
 }
-
-/// Elements (or rows times their length) below which a loop stays on one
-/// thread: starting threads costs more than small loops.
-constexpr int64_t kGrain = 1 << 15;
 
 /// Rounds a computed float to the precision its type holds.
 float roundTo(DType dtype, float value) {
@@ -115,8 +168,9 @@ std::optional<Shape> broadcastShape(const Shape &a, const Shape &b) {
 
 HostTensor binary(BinaryKind kind, const HostTensor &lhs,
                   const HostTensor &rhs) {
+  ProfileScope profile("binary");
   Shape shape = *broadcastShape(lhs.shape, rhs.shape);
-  HostTensor out(lhs.dtype, shape);
+  HostTensor out = HostTensor::uninitialized(lhs.dtype, shape);
   if (lhs.isFloat() && lhs.shape == rhs.shape) {
     parallelFor(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
@@ -160,8 +214,9 @@ HostTensor binary(BinaryKind kind, const HostTensor &lhs,
 
 HostTensor compare(CompareKind kind, const HostTensor &lhs,
                    const HostTensor &rhs) {
+  ProfileScope profile("compare");
   Shape shape = *broadcastShape(lhs.shape, rhs.shape);
-  HostTensor out(DType::Bool, shape);
+  HostTensor out = HostTensor::uninitialized(DType::Bool, shape);
   std::array<std::vector<int64_t>, 2> strides{
       broadcastStrides(lhs.shape, shape), broadcastStrides(rhs.shape, shape)};
   forEachBroadcast<2>(shape, strides, [&](int64_t i, const auto &at) {
@@ -194,9 +249,10 @@ HostTensor compare(CompareKind kind, const HostTensor &lhs,
 
 HostTensor where(const HostTensor &cond, const HostTensor &lhs,
                  const HostTensor &rhs) {
+  ProfileScope profile("where");
   Shape shape =
       *broadcastShape(*broadcastShape(cond.shape, lhs.shape), rhs.shape);
-  HostTensor out(lhs.dtype, shape);
+  HostTensor out = HostTensor::uninitialized(lhs.dtype, shape);
   std::array<std::vector<int64_t>, 3> strides{
       broadcastStrides(cond.shape, shape), broadcastStrides(lhs.shape, shape),
       broadcastStrides(rhs.shape, shape)};
@@ -211,7 +267,8 @@ HostTensor where(const HostTensor &cond, const HostTensor &lhs,
 }
 
 HostTensor unary(UnaryKind kind, const HostTensor &input) {
-  HostTensor out(input.dtype, input.shape);
+  ProfileScope profile("unary");
+  HostTensor out = HostTensor::uninitialized(input.dtype, input.shape);
   if (!input.isFloat()) {
     for (int64_t i = 0; i < input.numel(); ++i) {
       int64_t x = input.ints[i];
@@ -258,8 +315,11 @@ HostTensor unary(UnaryKind kind, const HostTensor &input) {
         y = 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
         break;
       case UnaryKind::GeluTanh:
-        y = 0.5f * x *
-            (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+        // 0.5 (1 + tanh(u)) is the logistic function of 2u: one exp
+        // instead of a tanh (about 4x cheaper), the same value to float
+        // rounding.
+        y = x / (1.0f +
+                 std::exp(-2.0f * kSqrt2OverPi * (x + 0.044715f * x * x * x)));
         break;
       }
       out.floats[i] = roundTo(input.dtype, y);
@@ -269,7 +329,8 @@ HostTensor unary(UnaryKind kind, const HostTensor &input) {
 }
 
 HostTensor cast(const HostTensor &input, DType to) {
-  HostTensor out(to, input.shape);
+  ProfileScope profile("cast");
+  HostTensor out = HostTensor::uninitialized(to, input.shape);
   for (int64_t i = 0; i < input.numel(); ++i) {
     double x = input.at(i);
     if (isFloat(to))
@@ -288,6 +349,7 @@ HostTensor cast(const HostTensor &input, DType to) {
 
 HostTensor reduce(ReduceKind kind, const HostTensor &input,
                   const std::vector<int64_t> &axes, bool keepDims) {
+  ProfileScope profile("reduce");
   Shape kept = input.shape;
   for (int64_t axis : axes)
     kept[axis] = 1;
@@ -297,13 +359,16 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
       kind == ReduceKind::Max ? -std::numeric_limits<double>::infinity() : 0.0);
   std::array<std::vector<int64_t>, 1> strides{
       broadcastStrides(kept, input.shape)};
-  forEachBroadcast<1>(input.shape, strides, [&](int64_t i, const auto &at) {
-    double x = input.at(i);
-    if (kind == ReduceKind::Max)
-      sums[at[0]] = std::isnan(x) ? x : std::max(sums[at[0]], x);
-    else
-      sums[at[0]] += x;
-  });
+  forEachBroadcast<1>(
+      input.shape, strides,
+      [&](int64_t i, const auto &at) {
+        double x = input.at(i);
+        if (kind == ReduceKind::Max)
+          sums[at[0]] = std::isnan(x) ? x : std::max(sums[at[0]], x);
+        else
+          sums[at[0]] += x;
+      },
+      /*serial=*/true);
   int64_t count = 1;
   for (int64_t axis : axes)
     count *= input.shape[axis];
@@ -311,7 +376,7 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
   for (int64_t d = 0; d < input.rank(); ++d)
     if (keepDims || std::find(axes.begin(), axes.end(), d) == axes.end())
       shape.push_back(kept[d]);
-  HostTensor out(input.dtype, shape);
+  HostTensor out = HostTensor::uninitialized(input.dtype, shape);
   for (size_t i = 0; i < sums.size(); ++i) {
     double value = kind == ReduceKind::Mean ? sums[i] / count : sums[i];
     if (out.isFloat())
@@ -324,7 +389,8 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
 
 HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax,
                    float scale, bool causal) {
-  HostTensor out(input.dtype, input.shape);
+  ProfileScope profile("softmax");
+  HostTensor out = HostTensor::uninitialized(input.dtype, input.shape);
   int64_t size = input.shape[axis];
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < input.rank(); ++d)
@@ -367,7 +433,8 @@ HostTensor softmax(const HostTensor &input, int64_t axis, bool logSoftmax,
 HostTensor normalize(const HostTensor &input, const HostTensor &scale,
                      const HostTensor *bias, int64_t axis, float epsilon,
                      bool rms) {
-  HostTensor out(input.dtype, input.shape);
+  ProfileScope profile("normalize");
+  HostTensor out = HostTensor::uninitialized(input.dtype, input.shape);
   int64_t size = 1;
   for (int64_t d = axis; d < input.rank(); ++d)
     size *= input.shape[d];
@@ -401,6 +468,7 @@ HostTensor normalize(const HostTensor &input, const HostTensor &scale,
 
 HostTensor matmul(const HostTensor &lhs, const HostTensor &rhs,
                   bool transposeLhs, bool transposeRhs) {
+  ProfileScope profile("matmul");
   int64_t lr = lhs.rank(), rr = rhs.rank();
   int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1];
   if (transposeLhs)
@@ -412,32 +480,36 @@ HostTensor matmul(const HostTensor &lhs, const HostTensor &rhs,
   Shape shape = batch;
   shape.push_back(m);
   shape.push_back(n);
-  HostTensor out(lhs.dtype, shape);
+  HostTensor out = HostTensor::uninitialized(lhs.dtype, shape);
   std::array<std::vector<int64_t>, 2> strides{
       broadcastStrides(lhsBatch, batch), broadcastStrides(rhsBatch, batch)};
   int64_t lhsMatrix = m * k, rhsMatrix = k * n;
-  forEachBroadcast<2>(batch, strides, [&](int64_t b, const auto &at) {
-    if (lhs.isFloat()) {
-      cblas_sgemm(CblasRowMajor, transposeLhs ? CblasTrans : CblasNoTrans,
-                  transposeRhs ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
-                  lhs.floats.data() + at[0] * lhsMatrix, transposeLhs ? m : k,
-                  rhs.floats.data() + at[1] * rhsMatrix, transposeRhs ? k : n,
-                  0.0f, out.floats.data() + b * m * n, n);
-      return;
-    }
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        int64_t sum = 0;
-        for (int64_t p = 0; p < k; ++p) {
-          int64_t a = lhs.ints[at[0] * lhsMatrix +
-                               (transposeLhs ? p * m + i : i * k + p)];
-          int64_t c = rhs.ints[at[1] * rhsMatrix +
-                               (transposeRhs ? j * k + p : p * n + j)];
-          sum += a * c;
+  forEachBroadcast<2>(
+      batch, strides,
+      [&](int64_t b, const auto &at) {
+        if (lhs.isFloat()) {
+          cblas_sgemm(
+              CblasRowMajor, transposeLhs ? CblasTrans : CblasNoTrans,
+              transposeRhs ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+              lhs.floats.data() + at[0] * lhsMatrix, transposeLhs ? m : k,
+              rhs.floats.data() + at[1] * rhsMatrix, transposeRhs ? k : n, 0.0f,
+              out.floats.data() + b * m * n, n);
+          return;
         }
-        out.ints[b * m * n + i * n + j] = sum;
-      }
-  });
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            int64_t sum = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              int64_t a = lhs.ints[at[0] * lhsMatrix +
+                                   (transposeLhs ? p * m + i : i * k + p)];
+              int64_t c = rhs.ints[at[1] * rhsMatrix +
+                                   (transposeRhs ? j * k + p : p * n + j)];
+              sum += a * c;
+            }
+            out.ints[b * m * n + i * n + j] = sum;
+          }
+      },
+      /*serial=*/true);
   if (out.dtype != DType::F32 && out.isFloat())
     for (float &value : out.floats)
       value = roundTo(out.dtype, value);
@@ -446,19 +518,51 @@ HostTensor matmul(const HostTensor &lhs, const HostTensor &rhs,
 
 HostTensor linear(const HostTensor &input, const HostTensor &weight,
                   const HostTensor *bias, bool transposeWeight) {
+  ProfileScope profile("linear");
   int64_t k = input.shape.back();
   int64_t n = transposeWeight ? weight.shape[0] : weight.shape[1];
-  HostTensor flat =
-      reshape(input, {input.numel() / std::max<int64_t>(k, 1), k});
-  HostTensor product = matmul(flat, weight, false, transposeWeight);
   Shape shape(input.shape.begin(), input.shape.end() - 1);
   shape.push_back(n);
-  product = reshape(product, shape);
-  return bias ? binary(BinaryKind::Add, product, *bias) : product;
+  bool rowBias = bias && bias->isFloat() && bias->numel() == n &&
+                 (bias->rank() == 1 || bias->numel() == bias->shape.back());
+  if (!input.isFloat() || !weight.isFloat() || (bias && !rowBias)) {
+    // The general form: a matmul on the rows, then a broadcast add.
+    HostTensor flat = input;
+    flat.shape = {input.numel() / std::max<int64_t>(k, 1), k};
+    HostTensor product = matmul(flat, weight, false, transposeWeight);
+    product.shape = shape;
+    return bias ? binary(BinaryKind::Add, product, *bias) : product;
+  }
+  // Rows of the input times the weight, the bias added by the GEMM itself
+  // (its C, with beta 1): no copies for the reshapes, no separate add.
+  int64_t m = input.numel() / std::max<int64_t>(k, 1);
+  HostTensor out = HostTensor::uninitialized(input.dtype, shape);
+  if (bias)
+    parallelFor(m, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t r = begin; r < end; ++r)
+                    std::copy_n(bias->floats.data(), n,
+                                out.floats.data() + r * n);
+                });
+  if (m && n)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans,
+                transposeWeight ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                input.floats.data(), k, weight.floats.data(),
+                transposeWeight ? k : n, bias ? 1.0f : 0.0f, out.floats.data(),
+                n);
+  if (out.dtype != DType::F32)
+    for (float &value : out.floats)
+      value = roundTo(out.dtype, value);
+  return out;
 }
 
-/// Attention per head; with `lse`, also each row's log-sum-exp, and rows
-/// whose keys are all masked are zero with lse -1e30 (the block form).
+/// Attention per head, in blocks of query rows: for each block, the scores
+/// against the keys it can see (a causal block sees keys up to its last
+/// row, so the upper triangle is neither multiplied nor stored), a softmax
+/// over each row with one exp per score (rows in parallel), and the block's
+/// output. A mask is read through broadcast strides, never expanded. With
+/// `lse`, also each row's log-sum-exp, and rows whose keys are all masked are
+/// zero with lse -1e30 (the block form of ring attention).
 static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
                                 const HostTensor &v, const HostTensor *mask,
                                 const HostTensor *qPositions,
@@ -468,20 +572,18 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
           dim = q.shape[3];
   int64_t kvHeads = k.shape[1], kvSeq = k.shape[2], vDim = v.shape[3];
   int64_t group = heads / kvHeads;
-  HostTensor out(q.dtype, {batch, heads, seq, vDim});
+  HostTensor out =
+      HostTensor::uninitialized(q.dtype, {batch, heads, seq, vDim});
   if (lse)
-    *lse = HostTensor(DType::F32, {batch, heads, seq, 1});
-  auto hidden = [&](int64_t i, int64_t j) {
-    if (!causal)
-      return false;
-    if (qPositions)
-      return kPositions->ints[j] > qPositions->ints[i];
-    return j > i;
-  };
-  HostTensor fullMask;
+    *lse = HostTensor::uninitialized(DType::F32, {batch, heads, seq, 1});
+  // Causal by position (ring blocks) or by index (top-left aligned).
+  bool byPosition = causal && qPositions;
+  bool byIndex = causal && !qPositions;
+  std::vector<int64_t> maskStrides;
   if (mask)
-    fullMask = broadcastTo(*mask, {batch, heads, seq, kvSeq});
-  std::vector<float> scores(seq * kvSeq);
+    maskStrides = broadcastStrides(mask->shape, {batch, heads, seq, kvSeq});
+  constexpr int64_t kRows = 128;
+  std::vector<float> scores(std::min(seq, kRows) * kvSeq);
   const float negInf = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
@@ -489,39 +591,79 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
       const float *qp = q.floats.data() + ((b * heads + h) * seq) * dim;
       const float *kp = k.floats.data() + ((b * kvHeads + kvh) * kvSeq) * dim;
       const float *vp = v.floats.data() + ((b * kvHeads + kvh) * kvSeq) * vDim;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, kvSeq, dim,
-                  scale, qp, dim, kp, dim, 0.0f, scores.data(), kvSeq);
-      for (int64_t i = 0; i < seq; ++i) {
-        float *row = scores.data() + i * kvSeq;
-        for (int64_t j = 0; j < kvSeq; ++j) {
-          int64_t at = ((b * heads + h) * seq + i) * kvSeq + j;
-          if (hidden(i, j))
-            row[j] = negInf;
-          else if (mask && !fullMask.isFloat() && fullMask.ints[at] == 0)
-            row[j] = negInf;
-          else if (mask && fullMask.isFloat())
-            row[j] += fullMask.floats[at];
-        }
-        float max = *std::max_element(row, row + kvSeq);
-        if (lse && max == negInf) {
-          // Every key masked: no contribution (the merge weighs it by 0).
-          std::fill(row, row + kvSeq, 0.0f);
-          lse->floats[(b * heads + h) * seq + i] = -1e30f;
+      float *op = out.floats.data() + ((b * heads + h) * seq) * vDim;
+      float *lp = lse ? lse->floats.data() + (b * heads + h) * seq : nullptr;
+      for (int64_t i0 = 0; i0 < seq; i0 += kRows) {
+        int64_t rows = std::min(kRows, seq - i0);
+        // Keys this block can see: all, or (causal by index) up to its last
+        // row.
+        int64_t keys = byIndex ? std::min(kvSeq, i0 + rows) : kvSeq;
+        if (keys == 0) {
+          std::fill(op + i0 * vDim, op + (i0 + rows) * vDim, 0.0f);
+          if (lp)
+            std::fill(lp + i0, lp + i0 + rows, -1e30f);
           continue;
         }
-        double sum = 0;
-        for (int64_t j = 0; j < kvSeq; ++j)
-          sum += std::exp(static_cast<double>(row[j]) - max);
-        for (int64_t j = 0; j < kvSeq; ++j)
-          row[j] = static_cast<float>(
-              std::exp(static_cast<double>(row[j]) - max) / sum);
-        if (lse)
-          lse->floats[(b * heads + h) * seq + i] =
-              static_cast<float>(max + std::log(sum));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, dim,
+                    scale, qp + i0 * dim, dim, kp, dim, 0.0f, scores.data(),
+                    keys);
+        parallelFor(
+            rows, std::max<int64_t>(1, kGrain / (8 * keys)),
+            [&](int64_t begin, int64_t end) {
+              for (int64_t r = begin; r < end; ++r) {
+                int64_t i = i0 + r;
+                float *row = scores.data() + r * keys;
+                int64_t visible = byIndex ? std::min(keys, i + 1) : keys;
+                if (byPosition)
+                  for (int64_t j = 0; j < keys; ++j)
+                    if (kPositions->ints[j] > qPositions->ints[i])
+                      row[j] = negInf;
+                if (mask) {
+                  const int64_t base = b * maskStrides[0] + h * maskStrides[1] +
+                                       i * maskStrides[2];
+                  const int64_t step = maskStrides[3];
+                  if (mask->isFloat()) {
+                    const float *m = mask->floats.data() + base;
+                    for (int64_t j = 0; j < visible; ++j)
+                      row[j] += m[j * step];
+                  } else {
+                    const int64_t *m = mask->ints.data() + base;
+                    for (int64_t j = 0; j < visible; ++j)
+                      if (m[j * step] == 0)
+                        row[j] = negInf;
+                  }
+                }
+                float max = negInf;
+                for (int64_t j = 0; j < visible; ++j)
+                  max = std::max(max, row[j]);
+                if (max == negInf) {
+                  // Every key masked: a zero row in the block form (the merge
+                  // weighs it by 0); otherwise NaN, as softmax(-inf, ...) is.
+                  std::fill(row, row + keys,
+                            lse ? 0.0f
+                                : std::numeric_limits<float>::quiet_NaN());
+                  if (lp)
+                    lp[i] = -1e30f;
+                  continue;
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < visible; ++j) {
+                  float e = std::exp(row[j] - max);
+                  row[j] = e;
+                  sum += e;
+                }
+                float inv = static_cast<float>(1.0 / sum);
+                for (int64_t j = 0; j < visible; ++j)
+                  row[j] *= inv;
+                std::fill(row + visible, row + keys, 0.0f);
+                if (lp)
+                  lp[i] = static_cast<float>(max + std::log(sum));
+              }
+            });
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, vDim, keys,
+                    1.0f, scores.data(), keys, vp, vDim, 0.0f, op + i0 * vDim,
+                    vDim);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, seq, vDim, kvSeq,
-                  1.0f, scores.data(), kvSeq, vp, vDim, 0.0f,
-                  out.floats.data() + ((b * heads + h) * seq) * vDim, vDim);
     }
   if (out.dtype != DType::F32)
     for (float &value : out.floats)
@@ -532,6 +674,7 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
                      bool causal) {
+  ProfileScope profile("attention");
   return attentionImpl(q, k, v, mask, nullptr, nullptr, scale, causal, nullptr);
 }
 
@@ -540,6 +683,7 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor *qPositions,
                               const HostTensor *kPositions, float scale,
                               bool causal) {
+  ProfileScope profile("attention_block");
   AttentionBlock block;
   block.output = attentionImpl(q, k, v, mask, qPositions, kPositions, scale,
                                causal, &block.lse);
@@ -548,10 +692,11 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 
 absl::StatusOr<HostTensor> gather(const HostTensor &input,
                                   const HostTensor &indices, int64_t axis) {
+  ProfileScope profile("gather");
   Shape shape(input.shape.begin(), input.shape.begin() + axis);
   shape.insert(shape.end(), indices.shape.begin(), indices.shape.end());
   shape.insert(shape.end(), input.shape.begin() + axis + 1, input.shape.end());
-  HostTensor out(input.dtype, shape);
+  HostTensor out = HostTensor::uninitialized(input.dtype, shape);
   int64_t size = input.shape[axis];
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < input.rank(); ++d)
@@ -584,53 +729,46 @@ HostTensor reshape(const HostTensor &input, const Shape &shape) {
   return out;
 }
 
+HostTensor reshape(HostTensor &&input, const Shape &shape) {
+  HostTensor out = std::move(input);
+  out.shape = shape;
+  return out;
+}
+
 HostTensor transpose(const HostTensor &input,
                      const std::vector<int64_t> &perm) {
+  ProfileScope profile("transpose");
   Shape shape;
-  for (int64_t d : perm)
+  std::vector<int64_t> own = stridesOf(input.shape), strides;
+  for (int64_t d : perm) {
     shape.push_back(input.shape[d]);
-  HostTensor out(input.dtype, shape);
-  std::vector<int64_t> own = stridesOf(input.shape);
-  std::array<std::vector<int64_t>, 1> strides{{{}}};
-  for (int64_t d : perm)
-    strides[0].push_back(own[d]);
-  forEachBroadcast<1>(shape, strides, [&](int64_t i, const auto &at) {
-    if (out.isFloat())
-      out.floats[i] = input.floats[at[0]];
-    else
-      out.ints[i] = input.ints[at[0]];
-  });
-  return out;
+    strides.push_back(own[d]);
+  }
+  return gatherStrided(input, shape, 0, strides);
 }
 
 HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
                  const std::vector<int64_t> &limits,
                  const std::vector<int64_t> &steps) {
+  ProfileScope profile("slice");
   Shape shape;
   int64_t base = 0;
-  std::vector<int64_t> own = stridesOf(input.shape);
-  std::array<std::vector<int64_t>, 1> strides{{{}}};
+  std::vector<int64_t> own = stridesOf(input.shape), strides;
   for (int64_t d = 0; d < input.rank(); ++d) {
     shape.push_back((limits[d] - starts[d] + steps[d] - 1) / steps[d]);
     base += starts[d] * own[d];
-    strides[0].push_back(own[d] * steps[d]);
+    strides.push_back(own[d] * steps[d]);
   }
-  HostTensor out(input.dtype, shape);
-  forEachBroadcast<1>(shape, strides, [&](int64_t i, const auto &at) {
-    if (out.isFloat())
-      out.floats[i] = input.floats[base + at[0]];
-    else
-      out.ints[i] = input.ints[base + at[0]];
-  });
-  return out;
+  return gatherStrided(input, shape, base, strides);
 }
 
 HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis) {
+  ProfileScope profile("concat");
   Shape shape = inputs.front()->shape;
   shape[axis] = 0;
   for (const HostTensor *input : inputs)
     shape[axis] += input->shape[axis];
-  HostTensor out(inputs.front()->dtype, shape);
+  HostTensor out = HostTensor::uninitialized(inputs.front()->dtype, shape);
   int64_t outer = 1;
   for (int64_t d = 0; d < axis; ++d)
     outer *= shape[d];
@@ -653,6 +791,7 @@ HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis) {
 
 std::vector<HostTensor> split(const HostTensor &input, int64_t axis,
                               const std::vector<int64_t> &sizes) {
+  ProfileScope profile("split");
   std::vector<HostTensor> pieces;
   std::vector<int64_t> starts(input.rank(), 0), limits(input.shape),
       steps(input.rank(), 1);
@@ -667,19 +806,12 @@ std::vector<HostTensor> split(const HostTensor &input, int64_t axis,
 }
 
 HostTensor broadcastTo(const HostTensor &input, const Shape &shape) {
-  HostTensor out(input.dtype, shape);
-  std::array<std::vector<int64_t>, 1> strides{
-      broadcastStrides(input.shape, shape)};
-  forEachBroadcast<1>(shape, strides, [&](int64_t i, const auto &at) {
-    if (out.isFloat())
-      out.floats[i] = input.floats[at[0]];
-    else
-      out.ints[i] = input.ints[at[0]];
-  });
-  return out;
+  ProfileScope profile("broadcast_to");
+  return gatherStrided(input, shape, 0, broadcastStrides(input.shape, shape));
 }
 
 HostTensor trilu(const HostTensor &input, bool upper, int64_t diagonal) {
+  ProfileScope profile("trilu");
   HostTensor out = input;
   int64_t rows = input.shape[input.rank() - 2], cols = input.shape.back();
   for (int64_t i = 0; i < out.numel(); ++i) {
@@ -696,7 +828,8 @@ HostTensor trilu(const HostTensor &input, bool upper, int64_t diagonal) {
 }
 
 HostTensor iota(DType dtype, const Shape &shape, int64_t dim) {
-  HostTensor out(dtype, shape);
+  ProfileScope profile("iota");
+  HostTensor out = HostTensor::uninitialized(dtype, shape);
   std::vector<int64_t> strides = stridesOf(shape);
   for (int64_t i = 0; i < out.numel(); ++i) {
     int64_t value = (i / strides[dim]) % shape[dim];
@@ -712,6 +845,7 @@ absl::StatusOr<HostTensor> crossEntropy(const HostTensor &logits,
                                         const HostTensor &labels,
                                         LossReduction reduction,
                                         std::optional<int64_t> ignoreIndex) {
+  ProfileScope profile("cross_entropy");
   int64_t classes = logits.shape.back();
   int64_t rows = labels.numel();
   HostTensor losses(logits.dtype, labels.shape);

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/runtime/HostTensor.h"
+#include "weft/runtime/Profile.h"
 
 #include <cmath>
 #include <cstring>
@@ -88,6 +89,20 @@ HostTensor::HostTensor(DType dtype, Shape shape)
     floats.assign(numel(), 0.0f);
   else
     ints.assign(numel(), 0);
+  noteAllocation(isFloat() ? numel() * 4 : numel() * 8);
+}
+
+HostTensor HostTensor::uninitialized(DType dtype, Shape shape) {
+  HostTensor tensor;
+  tensor.dtype = dtype;
+  tensor.shape = std::move(shape);
+  int64_t n = tensor.numel();
+  if (weft::rt::isFloat(dtype))
+    tensor.floats = Storage<float>::uninitialized(n);
+  else
+    tensor.ints = Storage<int64_t>::uninitialized(n);
+  noteAllocation(tensor.isFloat() ? n * 4 : n * 8);
+  return tensor;
 }
 
 static uint32_t bitsOf(float value) {

@@ -8,9 +8,11 @@
 
 #include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/NpyFile.h"
+#include "weft/runtime/Profile.h"
 
 #include "absl/strings/str_cat.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -112,25 +114,36 @@ HostTensor weft::rt::gatherBlocks(const std::vector<HostTensor> &blocks,
   for (size_t d = 0; d < layout.size(); ++d)
     for (const std::string &axis : layout[d])
       shape[d] *= mesh.axisSize(axis);
-  HostTensor full(first.dtype, shape);
-  std::vector<int64_t> index(shape.size());
-  for (size_t rank = 0; rank < blocks.size(); ++rank) {
-    const HostTensor &block = blocks[rank];
-    std::vector<int64_t> offset(shape.size(), 0);
+  bool replicated = std::all_of(layout.begin(), layout.end(),
+                                [](const auto &axes) { return axes.empty(); });
+  if (replicated)
+    return first;
+  HostTensor full = HostTensor::uninitialized(first.dtype, shape);
+  // Each block's runs along its last dimension are contiguous in the block
+  // and in the whole: copied whole.
+  size_t rank = shape.size();
+  for (size_t r = 0; r < blocks.size(); ++r) {
+    const HostTensor &block = blocks[r];
+    std::vector<int64_t> offset(rank, 0);
     for (size_t d = 0; d < layout.size(); ++d)
-      offset[d] = mesh.indexIn(int(rank), layout[d]) * block.shape[d];
-    for (int64_t e = 0; e < block.numel(); ++e) {
-      int64_t rest = e, target = 0;
-      for (size_t d = shape.size(); d-- > 0;) {
-        index[d] = rest % block.shape[d];
-        rest /= block.shape[d];
+      offset[d] = mesh.indexIn(int(r), layout[d]) * block.shape[d];
+    int64_t run = rank ? block.shape.back() : 1;
+    int64_t runs = run ? block.numel() / run : 0;
+    for (int64_t i = 0; i < runs; ++i) {
+      int64_t rest = i, target = 0, stride = 1;
+      for (size_t d = rank; d-- > 0;) {
+        int64_t at = d + 1 == rank ? 0 : rest % block.shape[d];
+        if (d + 1 != rank)
+          rest /= block.shape[d];
+        target += (offset[d] + at) * stride;
+        stride *= shape[d];
       }
-      for (size_t d = 0; d < shape.size(); ++d)
-        target = target * shape[d] + offset[d] + index[d];
       if (full.isFloat())
-        full.floats[target] = block.floats[e];
+        std::copy_n(block.floats.data() + i * run, run,
+                    full.floats.data() + target);
       else
-        full.ints[target] = block.ints[e];
+        std::copy_n(block.ints.data() + i * run, run,
+                    full.ints.data() + target);
     }
   }
   // Blocks were placed in group order; undo a load-balanced layout.
@@ -153,6 +166,7 @@ HostTensor weft::rt::valueOrThrow(absl::StatusOr<HostTensor> value) {
 HostTensor weft::rt::allReduce(RankContext &ctx, const HostTensor &x,
                                ReduceOp op,
                                const std::vector<std::string> &axes) {
+  ProfileScope profile("all_reduce");
   return valueOrThrow(
       ctx.comm->allReduce(ctx.rank, ctx.mesh.group(ctx.rank, axes), x, op));
 }
@@ -160,6 +174,7 @@ HostTensor weft::rt::allReduce(RankContext &ctx, const HostTensor &x,
 HostTensor weft::rt::allGather(RankContext &ctx, const HostTensor &x,
                                const std::vector<std::string> &axes,
                                int64_t dim, bool zigzag) {
+  ProfileScope profile("all_gather");
   std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
   HostTensor result =
       valueOrThrow(ctx.comm->allGather(ctx.rank, group, x, dim));
@@ -173,6 +188,7 @@ HostTensor weft::rt::reduceScatter(RankContext &ctx, const HostTensor &x,
                                    ReduceOp op,
                                    const std::vector<std::string> &axes,
                                    int64_t dim) {
+  ProfileScope profile("reduce_scatter");
   return valueOrThrow(ctx.comm->reduceScatter(
       ctx.rank, ctx.mesh.group(ctx.rank, axes), x, dim, op));
 }
@@ -180,6 +196,7 @@ HostTensor weft::rt::reduceScatter(RankContext &ctx, const HostTensor &x,
 HostTensor weft::rt::allToAll(RankContext &ctx, const HostTensor &x,
                               const std::vector<std::string> &axes,
                               int64_t splitDim, int64_t concatDim) {
+  ProfileScope profile("all_to_all");
   return valueOrThrow(ctx.comm->allToAll(
       ctx.rank, ctx.mesh.group(ctx.rank, axes), x, splitDim, concatDim));
 }
@@ -187,6 +204,7 @@ HostTensor weft::rt::allToAll(RankContext &ctx, const HostTensor &x,
 HostTensor weft::rt::allSlice(RankContext &ctx, const HostTensor &x,
                               const std::vector<std::string> &axes,
                               int64_t dim, bool zigzag) {
+  ProfileScope profile("all_slice");
   auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
   return zigzag ? zigzagSlice(x, dim, index, ctx.mesh.axisSize(axes.front()),
                               parts)
@@ -196,6 +214,7 @@ HostTensor weft::rt::allSlice(RankContext &ctx, const HostTensor &x,
 HostTensor weft::rt::permute(RankContext &ctx, const HostTensor &x,
                              const std::vector<std::string> &axes,
                              int64_t shift) {
+  ProfileScope profile("collective_permute");
   return valueOrThrow(
       ctx.comm->permute(ctx.rank, ctx.mesh.group(ctx.rank, axes), x, shift));
 }
@@ -219,6 +238,7 @@ absl::Status weft::rt::checkWeight(const HostTensor &read, DType dtype,
 
 HostTensor weft::rt::loadWeight(const RankContext &ctx, const std::string &name,
                                 DType dtype, const Shape &shape) {
+  ProfileScope profile("weight");
   std::string path = ctx.weightsDir + "/" + name;
   absl::StatusOr<HostTensor> tensor = readNpy(path);
   if (!tensor.ok())
@@ -244,6 +264,7 @@ HostTensor weft::rt::loadWeightShard(const RankContext &ctx,
                                      const std::vector<std::string> &axes,
                                      int64_t dim, DType dtype,
                                      const Shape &shape) {
+  ProfileScope profile("weight");
   std::string path = ctx.weightsDir + "/" + name;
   auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
   absl::StatusOr<HostTensor> tensor = readNpyShard(path, dim, index, parts);
@@ -318,6 +339,7 @@ weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
         std::vector<HostTensor> mine;
         for (size_t i = 0; i < inputs.size(); ++i)
           mine.push_back(scatterBlock(inputs[i], inputLayouts[i], mesh, rank));
+        RankProfile profile;
         result = function(ctx, mine);
       } catch (const std::exception &e) {
         error = absl::StrCat("rank ", rank, ": ", e.what());
@@ -356,7 +378,7 @@ weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
   for (size_t o = 0; o < outputLayouts.size(); ++o) {
     std::vector<HostTensor> blocks;
     for (int rank = 0; rank < n; ++rank)
-      blocks.push_back(results[rank][o]);
+      blocks.push_back(std::move(results[rank][o]));
     outputs.push_back(gatherBlocks(blocks, outputLayouts[o], mesh));
   }
   if (bytesSent)

@@ -9,6 +9,7 @@
 #include "weft/runtime/Launch.h"
 #include "weft/runtime/MpiCommunicator.h"
 #include "weft/runtime/NpyFile.h"
+#include "weft/runtime/Profile.h"
 #include "weft/runtime/Program.h"
 #include "weft/runtime/TcpStore.h"
 
@@ -87,7 +88,8 @@ std::vector<HostTensor> weft::rt::gatherFromProcesses(
     world.push_back(r);
   HostTensor sent(DType::I64, {1});
   sent.ints = {bytesSent};
-  allBytesSent = valueOrThrow(comm.allGather(rank, world, sent, 0)).ints;
+  allBytesSent =
+      valueOrThrow(comm.allGather(rank, world, sent, 0)).ints.toVector();
   std::vector<HostTensor> outputs;
   for (size_t o = 0; o < layouts.size(); ++o) {
     const HostTensor &block = blocks[o];
@@ -232,7 +234,11 @@ int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
       mine.push_back(scatterBlock(args.inputs[i], inputLayouts[i], mesh, rank));
     int64_t sent = -1;
     stallIfAsked(rank);
-    std::vector<HostTensor> results = runner(ctx, launch, true, mine, sent);
+    std::vector<HostTensor> results;
+    {
+      RankProfile profile;
+      results = runner(ctx, launch, true, mine, sent);
+    }
     if (sent < 0)
       sent = comm.bytesSent(rank);
     std::vector<int64_t> bytes;
@@ -241,6 +247,8 @@ int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
     if (rank == 0 &&
         writeProgramOutputs(args.outputDir, outputs, mesh.size(), bytes) != 0)
       group.abort("cannot write the outputs");
+    if (Profiler::get().enabled())
+      Profiler::get().print(std::cerr << "rank " << rank << ": ");
   } catch (const std::exception &e) {
     group.abort(e.what());
   }
@@ -256,6 +264,7 @@ int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
                          const RankRunner &runner,
                          const std::vector<TensorType> &inputTypes) {
   int exitCode = 0;
+  Profiler::get().enableFromEnvironment();
   absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
   if (!launch.ok()) {
     std::cerr << "error: " << launch.status().message() << "\n";
@@ -297,7 +306,11 @@ int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
     std::cerr << "error: " << results.status().message() << "\n";
     return 1;
   }
-  return writeProgramOutputs(args->outputDir, *results, mesh.size(), bytes);
+  int written =
+      writeProgramOutputs(args->outputDir, *results, mesh.size(), bytes);
+  if (Profiler::get().enabled())
+    Profiler::get().print(std::cerr);
+  return written;
 }
 
 int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {

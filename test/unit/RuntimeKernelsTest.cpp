@@ -246,3 +246,93 @@ TEST(RuntimeKernels, NpyShardsAreTheSlicesOfTheArray) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(RuntimeKernels, StorageCopiesOwnedAndBorrowedElements) {
+  std::vector<float> memory = {1, 2, 3};
+  Storage<float> borrowed = Storage<float>::borrow(memory.data(), 3, nullptr);
+  EXPECT_TRUE(borrowed.borrowed());
+  EXPECT_EQ(borrowed.data(), memory.data());
+  // A copy owns its elements: writing it leaves the borrowed memory alone.
+  Storage<float> copy = borrowed;
+  EXPECT_FALSE(copy.borrowed());
+  copy[0] = 10;
+  EXPECT_EQ(memory[0], 1);
+  EXPECT_EQ(copy, (std::vector<float>{10, 2, 3}));
+  // A move takes the borrowed pointer as it is.
+  Storage<float> moved = std::move(borrowed);
+  EXPECT_EQ(moved.data(), memory.data());
+  EXPECT_TRUE(borrowed.empty());
+  // Kept alive by its keeper.
+  auto owner = std::make_shared<std::vector<float>>(4, 7.0f);
+  Storage<float> kept =
+      Storage<float>::borrow(owner->data(), owner->size(), owner);
+  owner.reset();
+  EXPECT_EQ(kept, (std::vector<float>{7, 7, 7, 7}));
+  EXPECT_EQ(Storage<float>::uninitialized(5).size(), 5u);
+  EXPECT_EQ(Storage<int64_t>(3), (std::vector<int64_t>{0, 0, 0}));
+}
+
+TEST(RuntimeKernels, ReshapeOfATemporaryMovesItsBuffer) {
+  HostTensor x = randomTensor({4, 6}, 3);
+  const float *data = x.floats.data();
+  HostTensor y = reshape(std::move(x), {2, 12});
+  EXPECT_EQ(y.floats.data(), data);
+  EXPECT_EQ(y.shape, (Shape{2, 12}));
+}
+
+TEST(RuntimeKernels, LinearWithBiasIsMatmulPlusBias) {
+  HostTensor x = randomTensor({3, 5, 16}, 11), w = randomTensor({24, 16}, 12),
+             b = randomTensor({24}, 13);
+  HostTensor got = linear(x, w, &b, /*transposeWeight=*/true);
+  HostTensor flat = reshape(x, {15, 16});
+  HostTensor expected =
+      binary(BinaryKind::Add, matmul(flat, w, false, true), b);
+  ASSERT_EQ(got.shape, (Shape{3, 5, 24}));
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(got.floats[i], expected.floats[i], 1e-5) << i;
+}
+
+// Several blocks of query rows (the kernel works in blocks of 128): causal
+// attention equals attention under the explicit tril mask, boolean or
+// additive, and a padding mask of shape [b, 1, 1, kv] is read through
+// broadcast strides.
+TEST(RuntimeKernels, BlockedAttentionEqualsItsMasks) {
+  int64_t seq = 300, dim = 8;
+  HostTensor q = randomTensor({2, 4, seq, dim}, 21),
+             k = randomTensor({2, 2, seq, dim}, 22),
+             v = randomTensor({2, 2, seq, dim}, 23);
+  HostTensor keep(DType::Bool, {1, 1, seq, seq}),
+      additive(DType::F32, {1, 1, seq, seq});
+  for (int64_t i = 0; i < seq; ++i)
+    for (int64_t j = 0; j < seq; ++j) {
+      keep.ints[i * seq + j] = j <= i;
+      additive.floats[i * seq + j] =
+          j <= i ? 0.0f : -std::numeric_limits<float>::infinity();
+    }
+  HostTensor causal = attention(q, k, v, nullptr, 0.25f, true);
+  HostTensor byBool = attention(q, k, v, &keep, 0.25f, false);
+  HostTensor byFloat = attention(q, k, v, &additive, 0.25f, false);
+  for (int64_t i = 0; i < causal.numel(); ++i) {
+    ASSERT_NEAR(causal.floats[i], byBool.floats[i], 1e-5) << i;
+    ASSERT_NEAR(causal.floats[i], byFloat.floats[i], 1e-5) << i;
+  }
+  // Padding: batch 1 sees only its first 200 keys, which equals attention
+  // over those keys alone.
+  HostTensor padding(DType::Bool, {2, 1, 1, seq});
+  for (int64_t j = 0; j < seq; ++j) {
+    padding.ints[j] = 1;
+    padding.ints[seq + j] = j < 200;
+  }
+  HostTensor padded = attention(q, k, v, &padding, 0.25f, false);
+  std::vector<int64_t> starts = {1, 0, 0, 0}, steps = {1, 1, 1, 1};
+  HostTensor q1 = slice(q, starts, {2, 4, seq, dim}, steps),
+             k1 = slice(k, starts, {2, 2, 200, dim}, steps),
+             v1 = slice(v, starts, {2, 2, 200, dim}, steps);
+  HostTensor alone = attention(q1, k1, v1, nullptr, 0.25f, false);
+  for (int64_t i = 0; i < alone.numel(); ++i)
+    ASSERT_NEAR(padded.floats[4 * seq * dim + i], alone.floats[i], 1e-5) << i;
+}
+
+} // namespace

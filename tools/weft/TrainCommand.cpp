@@ -281,7 +281,7 @@ static double scheduledLr(int64_t step) {
 /// torch.optim.AdamW / SGD(momentum) compute it in f32.
 static void update(ParamState &p, const std::vector<float> &g, double lr,
                    int64_t t) {
-  std::vector<float> &w = p.value.floats;
+  weft::rt::Storage<float> &w = p.value.floats;
   if (p.m.empty())
     p.m.assign(w.size(), 0.0f);
   if (optimizer == "sgd") {
@@ -511,12 +511,12 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
     if (entry->getString("m")) {
       if (!read("m", m))
         return -1;
-      p.m = m.floats;
+      p.m = m.floats.toVector();
     }
     if (entry->getString("v")) {
       if (!read("v", v))
         return -1;
-      p.v = v.floats;
+      p.v = v.floats.toVector();
     }
   }
   return *step;
@@ -758,9 +758,9 @@ int runTrain(MLIRContext &context) {
         return 1;
       lossSum += (*outputs)[0].at(0);
       for (size_t k = 0; k < params.size(); ++k) {
-        const std::vector<float> &g = (*outputs)[k + 1].floats;
+        const weft::rt::Storage<float> &g = (*outputs)[k + 1].floats;
         if (grads[k].empty())
-          grads[k] = g;
+          grads[k] = g.toVector();
         else
           for (size_t i = 0; i < g.size(); ++i)
             grads[k][i] += g[i];

@@ -28,20 +28,23 @@
 #include "llvm/Support/Program.h"
 
 #include "weft/runtime/FileWrite.h"
+#include "weft/runtime/Profile.h"
 #include "weft/runtime/Program.h"
 
+#include <sstream>
 #include <stdexcept>
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Transforms/Passes.h"
 #include "mlir/Support/FileUtilities.h"
-#include "llvm/Support/Path.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -190,6 +193,11 @@ static cl::opt<bool> explainRaise(
     cl::desc("Say, for each softmax not raised to weft.attention, which op "
              "stopped the match (a remark naming its ONNX node)"),
     cl::sub(importCommand));
+static cl::opt<bool> profileRun(
+    "profile",
+    cl::desc("Print the import time, the forward time (less reading weights) "
+             "and time and bytes per kernel kind, summed over ranks"),
+    cl::sub(runCommand));
 static cl::opt<bool> stats("stats",
                            cl::desc("Print op counts (instead of the module "
                                     "when no -o is given)"),
@@ -373,6 +381,7 @@ static int runModel(MLIRContext &context) {
   request.devices = devices;
   request.collectiveTimeoutSeconds = collectiveTimeout;
   request.dumpPartitioned = dumpPartitioned;
+  request.profile = profileRun;
   if (devices > 0 || !planFile.empty() || !planSpec.empty()) {
     llvm::Expected<weft::plan::Plan> plan =
         weft::driver::resolvePlan(planFile, planSpec);
@@ -392,6 +401,14 @@ static int runModel(MLIRContext &context) {
     llvm::errs() << '\n';
   }
   std::vector<weft::rt::HostTensor> *outputs = &outcome->outputs;
+  if (profileRun) {
+    llvm::errs() << llvm::format("weft: import %.6f s (reading, converting "
+                                 "and preparing the module)\n",
+                                 outcome->importSeconds);
+    std::ostringstream table;
+    weft::rt::Profiler::get().print(table);
+    llvm::errs() << table.str();
+  }
 
   if (outputPath != "-") {
     if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))

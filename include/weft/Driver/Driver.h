@@ -236,12 +236,17 @@ struct RunRequest {
   double collectiveTimeoutSeconds = 300;
   /// Write the partitioned module here.
   std::string dumpPartitioned;
+  /// Count time and bytes per kernel kind (rt::Profiler; the caller prints).
+  bool profile = false;
 };
 
 struct RunOutcome {
   std::vector<rt::HostTensor> outputs;
   /// Bytes each rank sent (empty when unpartitioned).
   std::vector<int64_t> bytesSent;
+  /// Seconds spent importing (or parsing) and preparing the module, and
+  /// partitioning it under the plan: what precedes the run.
+  double importSeconds = 0;
 };
 
 /// Imports (or parses), partitions when a plan is given, and runs.

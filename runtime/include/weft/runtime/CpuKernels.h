@@ -78,6 +78,10 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 absl::StatusOr<HostTensor> gather(const HostTensor &input,
                                   const HostTensor &indices, int64_t axis);
 HostTensor reshape(const HostTensor &input, const Shape &shape);
+/// `input`'s elements under a new shape: the buffer moves, nothing is copied.
+HostTensor reshape(HostTensor &&input, const Shape &shape);
+/// Frees a tensor a program no longer reads.
+inline void release(HostTensor &tensor) { tensor = HostTensor(); }
 HostTensor transpose(const HostTensor &input, const std::vector<int64_t> &perm);
 HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
                  const std::vector<int64_t> &limits,

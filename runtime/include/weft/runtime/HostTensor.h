@@ -11,6 +11,8 @@
 #ifndef WEFT_RUNTIME_HOSTTENSOR_H
 #define WEFT_RUNTIME_HOSTTENSOR_H
 
+#include "weft/runtime/Storage.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,11 +44,14 @@ std::string shapeString(const Shape &shape);
 struct HostTensor {
   DType dtype = DType::F32;
   Shape shape;
-  std::vector<float> floats;  // when isFloat(dtype)
-  std::vector<int64_t> ints;  // otherwise (booleans as 0 / 1)
+  Storage<float> floats; // when isFloat(dtype)
+  Storage<int64_t> ints; // otherwise (booleans as 0 / 1)
 
   HostTensor() = default;
+  /// Zero-filled.
   HostTensor(DType dtype, Shape shape);
+  /// Not initialized: for kernels that write every element.
+  static HostTensor uninitialized(DType dtype, Shape shape);
 
   int64_t numel() const { return numElements(shape); }
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
