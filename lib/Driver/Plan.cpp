@@ -9,6 +9,7 @@
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/Model.h"
 #include "weft/Planner/Report.h"
+#include "weft/Planner/Risk.h"
 #include "weft/Planner/Search.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -277,6 +278,12 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       return given.takeError();
     costModel.evaluate(*given);
     outcome.evaluated = true;
+    outcome.band = validationErrorBand();
+    {
+      std::vector<plan::Plan> one{*given};
+      preferRobust(one, costModel, outcome.band, 0);
+      *given = one.front();
+    }
     if (!given->fits() && !request.allowOom)
       outcome.overMemoryGib =
           given->memory().total_gib() - given->memory().capacity_gib();
@@ -285,7 +292,9 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   }
 
   SearchOptions options;
-  options.top = request.top;
+  // Keep more than asked for, so that near-equal plans with fewer risks
+  // are among them.
+  options.top = std::max(request.top, 12);
   options.tpAcrossNodes = request.tpAcrossNodes;
   options.boundFromRelatives = request.boundFromRelatives;
   options.progress = request.progress;
@@ -328,6 +337,32 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
              "batch or sequence.";
     return planError(message);
   }
+  outcome.band = validationErrorBand();
+  double tolerance =
+      request.riskTolerance < 0 ? outcome.band.spread : request.riskTolerance;
+  // Plans with fewer risks than the fastest, predicted within the
+  // tolerance of it: a second search bounded by that time from the start.
+  double fastestRisk = assessRisk(result.plans.front(), costModel, false).score;
+  if (tolerance > 0 && fastestRisk > 0) {
+    SearchOptions safer = options;
+    safer.top = 8;
+    safer.progress = nullptr;
+    safer.limit = result.plans.front().time().step_s() * (1 + tolerance);
+    auto base = options.accept;
+    safer.accept = [&](const plan::Plan &p) {
+      return (!base || base(p)) &&
+             assessRisk(p, costModel, false).score < fastestRisk - 1e-9;
+    };
+    SearchResult alternatives = searchPlans(costModel, safer);
+    for (plan::Plan &p : alternatives.plans)
+      result.plans.push_back(std::move(p));
+    std::stable_sort(result.plans.begin(), result.plans.end(), planBefore);
+    set.set_search_seconds(set.search_seconds() + alternatives.seconds);
+  }
+  outcome.robust =
+      preferRobust(result.plans, costModel, outcome.band, tolerance);
+  if (int(result.plans.size()) > request.top)
+    result.plans.resize(request.top);
   for (plan::Plan &p : result.plans)
     *set.add_plans() = p;
   return outcome;

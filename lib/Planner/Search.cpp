@@ -61,8 +61,9 @@ SearchResult planner::searchPlans(CostModel &model,
   // The plans kept: the best per mesh shape and schedule, best first.
   std::vector<plan::Plan> best;
   auto threshold = [&]() {
-    return int(best.size()) < top ? std::numeric_limits<double>::infinity()
-                                  : best.back().time().step_s();
+    return int(best.size()) < top
+               ? options.limit
+               : std::min(options.limit, best.back().time().step_s());
   };
   auto offer = [&](plan::Plan &&candidate) {
     for (auto it = best.begin(); it != best.end(); ++it)

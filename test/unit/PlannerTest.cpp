@@ -8,6 +8,7 @@
 #include "weft/Planner/CostModel.h"
 #include "weft/Planner/Model.h"
 #include "weft/Planner/Report.h"
+#include "weft/Planner/Risk.h"
 #include "weft/Planner/Search.h"
 
 #include "google/protobuf/util/message_differencer.h"
@@ -472,3 +473,52 @@ TEST(PlannerPipeline, CheckerFindsBrokenStepLists) {
   EXPECT_NE(checkPipelineSchedule(missing), "");
 }
 } // namespace
+
+// The band is percentiles of measured/predicted, interpolated linearly; the
+// spread is the sample standard deviation of their logarithms.
+TEST(PlannerRisk, ErrorBandPercentiles) {
+  std::vector<double> ratios;
+  for (int i = 1; i <= 11; ++i)
+    ratios.push_back(1.0 + 0.01 * i); // 1.01 .. 1.11
+  ratios.push_back(-1);               // ignored: not a ratio
+  ErrorBand band = errorBandOf(ratios);
+  EXPECT_EQ(band.rows, 11);
+  EXPECT_NEAR(band.low, 1.02, 1e-12);
+  EXPECT_NEAR(band.median, 1.06, 1e-12);
+  EXPECT_NEAR(band.high, 1.10, 1e-12);
+  EXPECT_GT(band.spread, 0.03);
+  EXPECT_LT(band.spread, 0.04);
+  EXPECT_EQ(errorBandOf({}).rows, 0);
+}
+
+// Among near-equal plans the one with fewer risks goes first; outside the
+// tolerance, speed wins.
+TEST(PlannerRisk, PreferRobustWithinTolerance) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
+  plan::TrainingConfig training = megatron2022(8);
+  CostModel model(gpt22b(), cluster, training);
+  plan::Plan pipelined = tpPpPlan(4, 2, 1, 8);
+  pipelined.set_schedule(plan::SCHEDULE_ZB_H1);
+  for (int i = 0; i < 2; ++i)
+    pipelined.add_stage_layers(24);
+  pipelined.mutable_time()->set_step_s(1.00);
+  plan::Plan flat = tpPlan(8, true, 1);
+  flat.mutable_time()->set_step_s(1.04);
+  ErrorBand band;
+  band.low = 1.1;
+  band.high = 1.3;
+  EXPECT_GT(assessRisk(pipelined, model).score, 0);
+  EXPECT_EQ(assessRisk(flat, model).score, 0);
+
+  std::vector<plan::Plan> plans{pipelined, flat};
+  RobustChoice choice = preferRobust(plans, model, band, 0.05);
+  EXPECT_EQ(choice.chosen, 1u);
+  EXPECT_EQ(plans[0].tp(), 8);
+  EXPECT_NEAR(plans[0].time().step_low_s(), 1.04 * 1.1, 1e-12);
+  EXPECT_NEAR(plans[0].time().step_high_s(), 1.04 * 1.3, 1e-12);
+  EXPECT_GT(plans[1].risks_size(), 0);
+
+  std::vector<plan::Plan> strict{pipelined, flat};
+  EXPECT_EQ(preferRobust(strict, model, band, 0.03).chosen, 0u);
+  EXPECT_EQ(strict[0].pp(), 2);
+}

@@ -10,6 +10,7 @@
 #include "weft/Planner/CostModel.h"
 #include "weft/Planner/Model.h"
 #include "weft/Planner/Report.h"
+#include "weft/Planner/Risk.h"
 #include "weft/Planner/Search.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -111,6 +112,12 @@ static cl::opt<bool> gradReduce16(
     cl::init(false), cl::sub(planCommand));
 static cl::opt<int> topOpt("top", cl::desc("Plans to print"), cl::init(5),
                            cl::sub(planCommand));
+static cl::opt<double> riskToleranceOpt(
+    "risk-tolerance",
+    cl::desc("Plans predicted within this fraction of the fastest count as "
+             "equal and the one with fewer risks goes first (default: the "
+             "model's measured spread; 0: fastest first)"),
+    cl::init(-1), cl::sub(planCommand));
 static cl::opt<std::string> jsonOpt("json",
                                     cl::desc("Write the plans as JSON here"),
                                     cl::sub(planCommand));
@@ -250,6 +257,7 @@ static weft::driver::PlanRequest planRequest() {
   request.dropout = dropoutOpt;
   request.gradReduce16bit = gradReduce16;
   request.top = topOpt;
+  request.riskTolerance = riskToleranceOpt;
   request.tpAcrossNodes = tpAcross;
   request.boundFromRelatives = !noRelativeBounds;
   request.evaluate = evaluateOpt;
@@ -266,6 +274,39 @@ static weft::driver::PlanRequest planRequest() {
     };
   }
   return request;
+}
+
+/// How sure the model is of the first plan's time, what the plan risks,
+/// and whether a near-equal plan with fewer risks was put first.
+static void printConfidence(llvm::raw_ostream &os,
+                            const weft::driver::PlanOutcome &outcome,
+                            const plan::Plan &first) {
+  const planner::ErrorBand &band = outcome.band;
+  os << llvm::format("expected step %.3f-%.3f s: published runs measured "
+                     "%.2f-%.2fx the model's step (10th-90th percentile of "
+                     "%d validation rows, weft calibrate)\n",
+                     first.time().step_low_s(), first.time().step_high_s(),
+                     band.low, band.high, band.rows);
+  if (first.risks_size()) {
+    os << "risks:";
+    for (const std::string &why : first.risks())
+      os << "\n  - " << why;
+    os << "\n";
+  }
+  const planner::RobustChoice &robust = outcome.robust;
+  if (robust.chosen == 0)
+    return;
+  os << llvm::format("preferred to the fastest plan (%s, predicted %.1f%% "
+                     "faster: within the model's %.1f%% spread between "
+                     "plans) for fewer risks (score %.1f vs %.1f); the "
+                     "fastest risks:",
+                     robust.fastest.c_str(),
+                     100 * (robust.chosenStep / robust.fastestStep - 1),
+                     100 * robust.tolerance, robust.chosenRisk.score,
+                     robust.fastestRisk.score);
+  for (const std::string &why : robust.fastestRisk.reasons)
+    os << "\n  - " << why;
+  os << "\n  (--risk-tolerance=0 puts the fastest first)\n";
 }
 
 int runPlan(MLIRContext &context) {
@@ -299,6 +340,7 @@ int runPlan(MLIRContext &context) {
         os, std::vector<plan::Plan>(set.plans().begin(), set.plans().end()));
   }
   const plan::Plan &first = set.plans(0);
+  printConfidence(os, *outcome, first);
   if (explainOpt)
     explainPlans(os, costModel, std::vector<plan::Plan>(set.plans().begin(),
                                                         set.plans().end()));
@@ -619,10 +661,39 @@ static llvm::Error loadValidationRows(const std::string &dir,
     m.set_source("validation");
     if (llvm::Error error = validateModel(m))
       return error;
+    // Optional columns: dropout (Megatron's default 0.1 on hidden states and
+    // attention probabilities, which its published scripts leave on) and
+    // network (the cluster's NICs where they differ from the GPU's default
+    // node, as nics_per_node=N;nic_gbits=G).
+    bool dropout = false;
+    if (csv->column("dropout") >= 0) {
+      auto value = word("dropout", "yes", "no");
+      if (!value)
+        return value.takeError();
+      dropout = *value;
+    }
     if (llvm::Error error =
             setUpRow(row, get("gpu"), n["gpus"], n["global_batch"],
-                     n["seq_len"], n["flash"] != 0, /*dropout=*/false))
+                     n["seq_len"], n["flash"] != 0, dropout))
       return error;
+    if (csv->column("network") >= 0 && !get("network").empty()) {
+      std::string network = get("network");
+      llvm::SmallVector<llvm::StringRef> settings;
+      llvm::StringRef(network).split(settings, ';');
+      for (llvm::StringRef setting : settings) {
+        auto [key, value] = setting.split('=');
+        double number = 0;
+        if (value.getAsDouble(number) || number <= 0 ||
+            (key != "nics_per_node" && key != "nic_gbits"))
+          return llvm::createStringError(
+              path + ": row '" + row.name + "': network '" + setting.str() +
+              "' is not nics_per_node=N or nic_gbits=G");
+        if (key == "nics_per_node")
+          row.cluster.set_nics_per_node(int32_t(number));
+        else
+          row.cluster.set_nic_gbits(number);
+      }
+    }
     row.planSpec = get("plan");
     std::string measuredText = get("measured_step_s");
     llvm::StringRef measured = measuredText;
@@ -659,6 +730,7 @@ int runCalibrate() {
     int count = 0, searchedNotSlower = 0, inside = 0;
   } sets[2];
   bool headed[2] = {false, false};
+  std::vector<double> validationRatios;
   for (CalibrationRow &row : *rows) {
     Stats &stats = sets[row.validation];
     if (!headed[row.validation] && row.validation)
@@ -701,6 +773,8 @@ int runCalibrate() {
     model.evaluate(row.plan);
     double predicted = row.plan.time().step_s();
     double error = predicted / row.measured - 1;
+    if (row.validation)
+      validationRatios.push_back(row.measured / predicted);
     stats.sum += std::abs(error);
     stats.signedSum += error;
     stats.max = std::max(stats.max, std::abs(error));
@@ -771,6 +845,24 @@ int runCalibrate() {
                          "search space (divides and fits): %d of %d\n",
                          stats.searchedNotSlower, stats.count, stats.inside,
                          stats.count);
+  }
+  if (!validationRatios.empty()) {
+    // The band `weft plan` prints with every plan; it is compiled in
+    // (planner::validationErrorBand) and must follow the model.
+    ErrorBand band = errorBandOf(validationRatios);
+    ErrorBand used = validationErrorBand();
+    os << llvm::format("error band: measured/predicted on %d validation rows: "
+                       "10th percentile %.3f, median %.3f, 90th percentile "
+                       "%.3f, spread (sd of log) %.3f\n",
+                       band.rows, band.low, band.median, band.high,
+                       band.spread);
+    auto same = [](double a, double b) { return std::abs(a - b) < 5e-4; };
+    bool current = band.rows == used.rows && same(band.low, used.low) &&
+                   same(band.median, used.median) &&
+                   same(band.high, used.high) && same(band.spread, used.spread);
+    os << (current ? "  the planner's band is current\n"
+                   : "  STALE: the planner's band (lib/Planner/Risk.cpp) "
+                     "differs; copy these figures there\n");
   }
   return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/CostModel.h"
+#include "weft/Planner/Risk.h"
 #include "weft/plan.pb.h"
 #include "weft/runtime/HostTensor.h"
 
@@ -156,6 +157,10 @@ struct PlanRequest {
   bool dropout = false;
   bool gradReduce16bit = false;
   int top = 5;
+  /// Plans predicted within this fraction of the fastest count as equal,
+  /// and the one with the fewest risks goes first (planner/Risk.h); < 0:
+  /// the model's measured spread on published runs; 0: fastest first.
+  double riskTolerance = -1;
   bool tpAcrossNodes = false;
   bool boundFromRelatives = true;
   /// Cost this plan ("tp=8,pp=8,...") instead of searching.
@@ -184,6 +189,10 @@ struct PlanOutcome {
   /// With evaluate: GiB by which the plan exceeds the memory available (0
   /// when it fits or allowOom).
   double overMemoryGib = 0;
+  /// The model's error band and, after a search, which near-equal plan was
+  /// preferred for its lower risk (chosen == 0: the fastest).
+  planner::ErrorBand band;
+  planner::RobustChoice robust;
 };
 
 /// Plans as `weft plan` does. `context` holds the IR the cost model builds;

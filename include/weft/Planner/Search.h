@@ -10,6 +10,7 @@
 #include "weft/Planner/CostModel.h"
 
 #include <functional>
+#include <limits>
 #include <vector>
 
 namespace weft::planner {
@@ -25,6 +26,9 @@ struct SearchOptions {
   /// before building its programs (CostModel::relativeWorkBound). Off, every
   /// plan shape that divides is built and measured (for tests).
   bool boundFromRelatives = true;
+  /// Only plans predicted faster than this (seconds per step) are kept:
+  /// the bound prunes from the start.
+  double limit = std::numeric_limits<double>::infinity();
   /// Only plans this accepts are kept (e.g. what a framework can run).
   std::function<bool(const plan::Plan &)> accept;
   /// Called with the fraction done, at most every few milliseconds.
