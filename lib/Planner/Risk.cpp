@@ -78,10 +78,16 @@ PlanRisk planner::assessRisk(const plan::Plan &plan, const CostModel &model,
         llvm::formatv("{0} pipeline stages: every validation row with a "
                       "pipeline ran slower than predicted",
                       plan.pp()));
-    if (minLayers > 0 && minLayers * std::max(1, plan.virtual_stages()) <= 2)
-      add(1, llvm::formatv("stages of {0} layer(s): sends, imbalance and "
-                           "launch costs per stage weigh most here",
-                           minLayers));
+    // Interleaving splits each stage into v chunks of layers.
+    double chunk = double(minLayers) / std::max(1, plan.virtual_stages());
+    if (minLayers > 0 && chunk <= 2) {
+      std::string layers = chunk == std::floor(chunk)
+                               ? std::to_string(int(chunk))
+                               : llvm::formatv("{0:F1}", chunk).str();
+      add(1, llvm::formatv("stage chunks of {0} layer(s): sends, imbalance "
+                           "and launch costs per stage weigh most here",
+                           layers));
+    }
     if (plan.num_micro_batches() < 2 * plan.pp())
       add(1, llvm::formatv("{0} micro-batches over {1} stages: the bubble "
                            "decides the step",
