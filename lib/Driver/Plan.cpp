@@ -279,11 +279,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     costModel.evaluate(*given);
     outcome.evaluated = true;
     outcome.band = validationErrorBand();
-    {
-      std::vector<plan::Plan> one{*given};
-      preferRobust(one, costModel, outcome.band, 0);
-      *given = one.front();
-    }
+    annotateRisk(*given, costModel, outcome.band);
     if (!given->fits() && !request.allowOom)
       outcome.overMemoryGib =
           given->memory().total_gib() - given->memory().capacity_gib();
@@ -292,9 +288,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   }
 
   SearchOptions options;
-  // Keep more than asked for, so that near-equal plans with fewer risks
-  // are among them.
-  options.top = std::max(request.top, 12);
+  options.top = request.top;
   options.tpAcrossNodes = request.tpAcrossNodes;
   options.boundFromRelatives = request.boundFromRelatives;
   options.progress = request.progress;

@@ -75,8 +75,8 @@ PlanRisk planner::assessRisk(const plan::Plan &plan, const CostModel &model,
     for (int32_t n : plan.stage_layers())
       minLayers = std::min<int>(minLayers, n);
     add(plan.pp() > 16 ? 2 : 1,
-        llvm::formatv("{0} pipeline stages: every validation row with a "
-                      "pipeline ran slower than predicted",
+        llvm::formatv("{0} pipeline stages: most pipelined validation rows "
+                      "ran slower than predicted (weft calibrate)",
                       plan.pp()));
     // Interleaving splits each stage into v chunks of layers.
     double chunk = double(minLayers) / std::max(1, plan.virtual_stages());
@@ -120,6 +120,18 @@ PlanRisk planner::assessRisk(const plan::Plan &plan, const CostModel &model,
   return risk;
 }
 
+void planner::annotateRisk(plan::Plan &plan, const CostModel &model,
+                           const ErrorBand &band) {
+  PlanRisk risk = assessRisk(plan, model);
+  plan.clear_risks();
+  for (const std::string &why : risk.reasons)
+    plan.add_risks(why);
+  plan.set_risk_score(risk.score);
+  double step = plan.time().step_s();
+  plan.mutable_time()->set_step_low_s(step * band.low);
+  plan.mutable_time()->set_step_high_s(step * band.high);
+}
+
 RobustChoice planner::preferRobust(std::vector<plan::Plan> &plans,
                                    const CostModel &model,
                                    const ErrorBand &band, double tolerance) {
@@ -127,30 +139,23 @@ RobustChoice planner::preferRobust(std::vector<plan::Plan> &plans,
   choice.tolerance = tolerance;
   if (plans.empty())
     return choice;
-  std::vector<PlanRisk> risks;
-  for (plan::Plan &p : plans) {
-    PlanRisk risk = assessRisk(p, model);
-    p.clear_risks();
-    for (const std::string &why : risk.reasons)
-      p.add_risks(why);
-    p.set_risk_score(risk.score);
-    double step = p.time().step_s();
-    p.mutable_time()->set_step_low_s(step * band.low);
-    p.mutable_time()->set_step_high_s(step * band.high);
-    risks.push_back(std::move(risk));
-  }
+  for (plan::Plan &p : plans)
+    annotateRisk(p, model, band);
   double limit = plans.front().time().step_s() * (1 + tolerance);
   size_t best = 0;
   for (size_t i = 1; i < plans.size(); ++i)
     if (plans[i].time().step_s() <= limit &&
-        risks[i].score < risks[best].score - 1e-9)
+        plans[i].risk_score() < plans[best].risk_score() - 1e-9)
       best = i;
+  auto riskOf = [](const plan::Plan &p) {
+    return PlanRisk{p.risk_score(), {p.risks().begin(), p.risks().end()}};
+  };
   choice.chosen = best;
   choice.fastestStep = plans.front().time().step_s();
   choice.chosenStep = plans[best].time().step_s();
   choice.fastest = describePlan(plans.front());
-  choice.fastestRisk = risks.front();
-  choice.chosenRisk = risks[best];
+  choice.fastestRisk = riskOf(plans.front());
+  choice.chosenRisk = riskOf(plans[best]);
   if (best != 0)
     std::rotate(plans.begin(), plans.begin() + best, plans.begin() + best + 1);
   return choice;

@@ -1,5 +1,4 @@
-//===- Risk.h - How sure the planner is, and what a plan risks ---*- C++
-//-*-===//
+//===- Risk.h - How sure the planner is, what a plan risks ------*- C++ -*-===//
 //
 // Part of the Weft project. docs/cost-model.md ("Robust answers") describes
 // the band and the risk score.
@@ -32,7 +31,8 @@ ErrorBand errorBandOf(std::vector<double> ratios);
 
 /// The band `weft calibrate` measured on bench/calibration/validation.csv
 /// when the cost model last changed. `weft calibrate` recomputes it and says
-/// whether this copy is stale; test/Planner/calibrate.test fails if it is.
+/// whether this copy is stale; test/Planner/calibrate-validation.test fails
+/// if it is.
 ErrorBand validationErrorBand();
 
 /// What a plan risks beyond its predicted time: the parts of it the model
@@ -47,6 +47,10 @@ struct PlanRisk {
 PlanRisk assessRisk(const plan::Plan &plan, const CostModel &model,
                     bool reasons = true);
 
+/// Sets the plan's risks, risk score and the band of its step.
+void annotateRisk(plan::Plan &plan, const CostModel &model,
+                  const ErrorBand &band);
+
 /// The outcome of preferring a lower-risk plan among near-equal ones.
 struct RobustChoice {
   /// Index (in the list before reordering) of the plan now first; 0 when
@@ -60,8 +64,8 @@ struct RobustChoice {
 
 /// Among the plans (fastest first) whose predicted step is within
 /// `tolerance` (relative) of the fastest, moves the one with the lowest
-/// risk score to the front (ties: the faster). Fills each plan's risks and
-/// the band of its step from `band`.
+/// risk score to the front (ties: the faster). Annotates every plan
+/// (annotateRisk).
 RobustChoice preferRobust(std::vector<plan::Plan> &plans,
                           const CostModel &model, const ErrorBand &band,
                           double tolerance);
