@@ -335,6 +335,44 @@ def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncO
   }];
 }
 
+def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
+  let summary = "Cuts a model into pipeline stages: one function per stage, joined by the values they pass.";
+  let description = [{
+    The model's function (with its `weft.layer`s, from `-weft-mark-layers`) becomes
+    `stages x chunks` functions, one per virtual stage `k` in model order, named
+    `@<function>_stage<k>` and marked `weft.pipeline_stage = {stage = k, rank = k mod
+    stages, chunk = k / stages}`; the module gets `weft.pipeline = {stages, chunks}`.
+    Virtual stage `k` runs on pipeline rank `k mod stages` (Megatron's interleaved
+    order: rank `r` holds chunks `r`, `r + stages`, ...). Whole layers are cut:
+    - layers go to virtual stages in order, `stage-layers` per pipeline rank (split
+      evenly over its chunks), or evenly when it is not given;
+    - the ops before the first layer (the embedding) run on stage 0, the ops after the
+      last layer (final norm, output layer, loss) on the last, every other op on the
+      stage of its latest operand;
+    - parameters and what is computed from the model's inputs and constants alone
+      (masks, position ids, rotary tables) are rebuilt on every stage that reads them,
+      never sent; a tied weight is read by name on each stage that uses it;
+    - the values a stage passes on are the results marked `weft.sent_to = k + 1`, and
+      the next stage's arguments marked `weft.received_from = k` in the same order,
+      forwarded through stages that do not read them; arguments that are the model's
+      inputs carry `weft.model_input = i`, results that are its outputs
+      `weft.model_output = j`.
+    A model with fewer layers than virtual stages, or whose layers do not divide, is an
+    error that says what to give.
+    ```
+    weft-opt -weft-split-stages="stages=2 chunks=2" model.mlir
+    weft-opt -weft-split-stages="stages=2 stage-layers=3/1" model.mlir
+    ```
+  }];
+  let options = [
+    Option<"stages", "stages", "int64_t", /*default=*/"1", "Pipeline ranks (pp)">,
+    Option<"chunks", "chunks", "int64_t", /*default=*/"1",
+           "Model chunks per pipeline rank (v, interleaved schedules)">,
+    Option<"stageLayers", "stage-layers", "std::string", /*default=*/"\"\"",
+           "Layers on each pipeline rank, separated by '/' (e.g. 3/1)">
+  ];
+}
+
 def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
   let summary = "Puts a plan's shardings on a transformer's weights, inputs and activations.";
   let description = [{

@@ -293,11 +293,16 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     }
     if (d.sp && d.tp == 1)
       d.sp = false;
-    func::FuncOp func;
+    // The model's function, or each of its pipeline stages
+    // (-weft-split-stages): every one is partitioned over the same mesh,
+    // with the pipeline axis `pp` first and splitting no tensor.
+    SmallVector<func::FuncOp> functions;
     for (auto f : module.getOps<func::FuncOp>())
-      if (!f.isExternal() && !func)
-        func = f;
-    if (!func) {
+      if (!f.isExternal() &&
+          (functions.empty() ||
+           f->hasAttr(WeftDialect::getPipelineStageAttrName())))
+        functions.push_back(f);
+    if (functions.empty()) {
       module.emitError("no function to partition");
       return signalPassFailure();
     }
@@ -306,19 +311,44 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
                        "unpartitioned model");
       return signalPassFailure();
     }
+    int64_t pp = 1;
+    if (auto pipeline = module->getAttrOfType<DictionaryAttr>(
+            WeftDialect::getPipelineAttrName()))
+      if (auto stages = pipeline.getAs<IntegerAttr>("stages"))
+        pp = stages.getInt();
     OpBuilder mb(module.getBodyRegion());
     mb.setInsertionPointToStart(module.getBody());
-    MeshOp::create(mb, module.getLoc(), "mesh",
-                   mb.getStrArrayAttr({"dp", "cp", "ulysses", "tp"}),
-                   ArrayRef<int64_t>{d.dp, d.cp, d.ulysses, d.tp});
+    if (pp > 1)
+      MeshOp::create(mb, module.getLoc(), "mesh",
+                     mb.getStrArrayAttr({"pp", "dp", "cp", "ulysses", "tp"}),
+                     ArrayRef<int64_t>{pp, d.dp, d.cp, d.ulysses, d.tp});
+    else
+      MeshOp::create(mb, module.getLoc(), "mesh",
+                     mb.getStrArrayAttr({"dp", "cp", "ulysses", "tp"}),
+                     ArrayRef<int64_t>{d.dp, d.cp, d.ulysses, d.tp});
+    // The token embedding's vocabulary, which the output layer may share
+    // from another stage.
+    int64_t vocab = 0;
+    module.walk([&](EmbeddingOp e) {
+      if (isa<BlockArgument>(e.getIndices()))
+        vocab = e.getTable().getType().getDimSize(0);
+    });
+    for (func::FuncOp func : functions)
+      if (failed(annotate(func, d, vocab, mb)))
+        return signalPassFailure();
+  }
 
+  /// Annotates one function (the model, or one pipeline stage) under `d`.
+  LogicalResult annotate(func::FuncOp func, const PlanDegrees &d, int64_t vocab,
+                         OpBuilder &mb) {
+    ModuleOp module = getOperation();
     SmallVector<Value> residuals = layerResiduals(func);
     SmallVector<AttentionOp> attentions;
     func.walk([&](AttentionOp op) { attentions.push_back(op); });
     if (attentions.empty() && (d.tp > 1 || d.cp > 1 || d.ulysses > 1)) {
       func.emitError("the plan splits heads or the sequence, but the model "
                      "has no weft.attention (import it with the raise pass)");
-      return signalPassFailure();
+      return failure();
     }
 
     // The plan must divide the shapes it splits.
@@ -331,13 +361,13 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         att.emitError("plan: the ")
             << heads << " attention heads are not divisible by tp x ulysses ("
             << d.tp * d.ulysses << ")";
-        return signalPassFailure();
+        return failure();
       }
       if (kvHeads % (d.tp * d.ulysses)) {
         att.emitError("plan: the ")
             << kvHeads << " KV heads are not divisible by tp x ulysses ("
             << d.tp * d.ulysses << ")";
-        return signalPassFailure();
+        return failure();
       }
       int64_t seqSplit = d.cp * d.ulysses * (d.sp ? d.tp : 1) *
                          (d.cp > 1 && loadBalance ? 2 : 1);
@@ -346,7 +376,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
             << seq << ") is not divisible by "
             << (d.cp > 1 && loadBalance ? "2 x " : "") << "cp x ulysses"
             << (d.sp ? " x tp" : "") << " (" << seqSplit << ")";
-        return signalPassFailure();
+        return failure();
       }
     }
     for (Value residual : residuals) {
@@ -394,10 +424,18 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       func.emitError("plan: the batch (")
           << cast<RankedTensorType>(func.getArgument(0).getType()).getDimSize(0)
           << ") is not divisible by dp (" << d.dp << ")";
-      return signalPassFailure();
+      return failure();
     }
-    for (BlockArgument arg : func.getArguments())
-      annotateActivation(arg, seqAxes);
+    // A [batch, sequence, hidden] activation between layers.
+    auto isResidual = [&](RankedTensorType type) {
+      return type.getRank() == 3 && hidden && type.getDimSize(2) == hidden;
+    };
+    for (BlockArgument arg : func.getArguments()) {
+      bool received = func.getArgAttr(arg.getArgNumber(),
+                                      WeftDialect::getReceivedFromAttrName()) &&
+                      isResidual(cast<RankedTensorType>(arg.getType()));
+      annotateActivation(arg, received ? residualSeq : seqAxes);
+    }
     for (Value residual : residuals)
       annotateActivation(residual, residualSeq);
     for (AttentionOp att : attentions) {
@@ -452,11 +490,6 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           }
         }
       }
-      int64_t vocab = 0;
-      func.walk([&](EmbeddingOp e) {
-        if (isa<BlockArgument>(e.getIndices()))
-          vocab = e.getTable().getType().getDimSize(0);
-      });
       func.walk([&](LinearOp linear) {
         if (column.contains(linear) || row.contains(linear))
           return;
@@ -494,18 +527,24 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           annotateWeight(e.getTable(), 0);
       });
     }
-    // Outputs: batch over dp, sequence as the inputs.
+    // Outputs: batch over dp, sequence as the inputs; what a pipeline stage
+    // sends on as the residual stream between layers (with Megatron SP, the
+    // next stage receives the tp-split sequence).
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
     for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
       auto type = cast<RankedTensorType>(value.getType());
       TensorSharding s = TensorSharding::replicated(type.getRank());
       if (type.getRank() >= 1 && type.getDimSize(0) % d.dp == 0)
         s.dims[0].assign(batchAxes.begin(), batchAxes.end());
+      bool sent = func.getResultAttr(index, WeftDialect::getSentToAttrName()) &&
+                  isResidual(type);
       if (type.getRank() >= 2 && seq && type.getDimSize(1) == seq)
-        s.dims[1].assign(seqAxes.begin(), seqAxes.end());
+        s.dims[1].assign(sent ? residualSeq.begin() : seqAxes.begin(),
+                         sent ? residualSeq.end() : seqAxes.end());
       func.setResultAttr(index, WeftDialect::getShardingAttrName(),
                          toAttr(module.getContext(), mesh, s));
     }
+    return success();
   }
 };
 

@@ -67,6 +67,26 @@ static LogicalResult verifyLocalSharding(Operation *op, Attribute attr,
 
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
+  if (attr.getName() == getPipelineAttrName() ||
+      attr.getName() == getPipelineStageAttrName()) {
+    bool onModule = attr.getName() == getPipelineAttrName();
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    SmallVector<StringRef, 3> keys =
+        onModule ? SmallVector<StringRef, 3>{"stages", "chunks"}
+                 : SmallVector<StringRef, 3>{"stage", "rank", "chunk"};
+    bool good =
+        dict && (onModule ? isa<ModuleOp>(op) : isa<FunctionOpInterface>(op));
+    for (StringRef key : keys) {
+      auto value = dict ? dict.getAs<IntegerAttr>(key) : IntegerAttr();
+      good &= value && value.getInt() >= (onModule ? 1 : 0);
+    }
+    if (!good)
+      return op->emitError()
+             << "'" << attr.getName().getValue() << "' is "
+             << (onModule ? "{stages, chunks} (i64 >= 1) on a module"
+                          : "{stage, rank, chunk} (i64 >= 0) on a function");
+    return success();
+  }
   if (attr.getName() == WeftDialect::getLoadBalancedAttrName()) {
     if (!isa<FunctionOpInterface>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.load_balanced' is a list of mesh axes "
@@ -138,10 +158,23 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
   return success();
 }
 
+/// A pipeline stage's argument or result attribute: an index (i64 >= 0).
+static LogicalResult verifyStageIndex(Operation *op, NamedAttribute attr) {
+  auto index = dyn_cast<IntegerAttr>(attr.getValue());
+  if (!index || index.getInt() < 0 || !isa<FunctionOpInterface>(op))
+    return op->emitError() << "'" << attr.getName().getValue()
+                           << "' is an index (i64 >= 0) on a function's "
+                              "argument or result";
+  return success();
+}
+
 LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned regionIndex,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
+  if (attr.getName() == getModelInputAttrName() ||
+      attr.getName() == getReceivedFromAttrName())
+    return verifyStageIndex(op, attr);
   if (attr.getName() == getBufferOffsetAttrName()) {
     auto offset = dyn_cast<IntegerAttr>(attr.getValue());
     if (!offset || offset.getInt() < 0)
@@ -172,6 +205,9 @@ LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
                                                        unsigned regionIndex,
                                                        unsigned resultIndex,
                                                        NamedAttribute attr) {
+  if (attr.getName() == getModelOutputAttrName() ||
+      attr.getName() == getSentToAttrName())
+    return verifyStageIndex(op, attr);
   if (attr.getName() == getGradientOfAttrName()) {
     auto name = dyn_cast<StringAttr>(attr.getValue());
     if (!name || name.getValue().empty())

@@ -98,6 +98,30 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getUnsharedBytesAttrName() {
       return ::llvm::StringLiteral("weft.unshared_bytes");
     }
+    /// From -weft-split-stages. On the module: `{stages, chunks}` of the
+    /// pipeline; on each stage's function: `{stage, rank, chunk}` (virtual
+    /// stage in model order, the pipeline rank running it, its chunk there).
+    static constexpr ::llvm::StringLiteral getPipelineAttrName() {
+      return ::llvm::StringLiteral("weft.pipeline");
+    }
+    static constexpr ::llvm::StringLiteral getPipelineStageAttrName() {
+      return ::llvm::StringLiteral("weft.pipeline_stage");
+    }
+    /// On a stage's argument: the index of the model input it is (i64), or
+    /// the virtual stage it is received from (i64); on a stage's result: the
+    /// index of the model output it is, or the stage it is sent to.
+    static constexpr ::llvm::StringLiteral getModelInputAttrName() {
+      return ::llvm::StringLiteral("weft.model_input");
+    }
+    static constexpr ::llvm::StringLiteral getReceivedFromAttrName() {
+      return ::llvm::StringLiteral("weft.received_from");
+    }
+    static constexpr ::llvm::StringLiteral getModelOutputAttrName() {
+      return ::llvm::StringLiteral("weft.model_output");
+    }
+    static constexpr ::llvm::StringLiteral getSentToAttrName() {
+      return ::llvm::StringLiteral("weft.sent_to");
+    }
   }];
 }
 

@@ -240,7 +240,7 @@ llvm::Expected<plan::Plan> driver::resolvePlan(llvm::StringRef planFile,
 }
 
 llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
-                                    const plan::Plan &plan) {
+                                    const plan::Plan &plan, bool pipelined) {
   std::optional<int64_t> perRankBatch;
   for (auto func : module.getOps<func::FuncOp>())
     if (!func.isExternal() && func.getNumArguments() && plan.dp() > 0)
@@ -248,7 +248,8 @@ llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
               dyn_cast<RankedTensorType>(func.getArgumentTypes().front()))
         if (type.getRank() > 0 && type.getDimSize(0) % plan.dp() == 0)
           perRankBatch = type.getDimSize(0) / plan.dp();
-  std::vector<std::string> unapplied = unappliedPlanFields(plan, perRankBatch);
+  std::vector<std::string> unapplied =
+      unappliedPlanFields(plan, perRankBatch, pipelined);
   if (!unapplied.empty()) {
     std::string list;
     for (const std::string &field : unapplied)
@@ -257,6 +258,15 @@ llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
         "the plan has fields that a forward program does not apply:" + list);
   }
   PassManager pm(&context);
+  if (plan.pp() > 1) {
+    WeftSplitStagesOptions split;
+    split.stages = plan.pp();
+    split.chunks = std::max(1, plan.virtual_stages());
+    for (int32_t layers : plan.stage_layers())
+      split.stageLayers +=
+          (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
+    pm.addPass(createWeftSplitStages(split));
+  }
   buildPartitionPipeline(pm, applyPlanOptions(plan));
   if (failed(pm.run(module)))
     return diagnosed("partitioning the model under the plan failed");
@@ -404,6 +414,11 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
   names.resize(tensors.size());
 
   llvm::StringRef path = request.model;
+  const int microBatches = request.plan && request.plan->pp() > 1
+                               ? std::max(1, request.plan->num_micro_batches())
+                               : 1;
+  // The whole batches, which a pipeline cuts into micro-batches.
+  std::vector<HostTensor> wholeBatches;
   OnnxImportOptions onnxOptions;
   if (!path.ends_with(".mlir")) {
     auto parsed = importOptions(request.options);
@@ -425,6 +440,16 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
     for (auto [index, tensor] : llvm::enumerate(tensors)) {
       options->inputShapesByPosition.emplace_back(tensor.shape.begin(),
                                                   tensor.shape.end());
+      // A pipeline's stages run one micro-batch at a time: the model is
+      // imported at the micro-batch's shape.
+      if (microBatches > 1 && !tensor.shape.empty()) {
+        if (tensor.shape[0] % microBatches)
+          return llvm::createStringError(
+              names[index] + ": the batch (" + std::to_string(tensor.shape[0]) +
+              ") does not divide into m=" + std::to_string(microBatches) +
+              " micro-batches");
+        options->inputShapesByPosition.back()[0] /= microBatches;
+      }
       bool small =
           (!tensor.isFloat() && tensor.numel() <= 64) || tensor.shape.empty();
       if (!request.foldSmallInputs || !small) {
@@ -452,6 +477,11 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
       names.push_back(labelsName);
     }
   }
+  wholeBatches = tensors;
+  if (microBatches > 1)
+    for (HostTensor &tensor : tensors)
+      if (!tensor.shape.empty() && tensor.shape[0] % microBatches == 0)
+        tensor = rt::sliceForRank(tensor, 0, 0, microBatches);
   auto started = std::chrono::steady_clock::now();
   auto secondsSinceStart = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -459,6 +489,14 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
         .count();
   };
   auto loaded = loadModule(context, path, onnxOptions, request.options);
+  if (!loaded && microBatches > 1 && !path.ends_with(".mlir"))
+    return llvm::joinErrors(
+        loaded.takeError(),
+        llvm::createStringError(
+            "the plan's pipeline runs m=" + std::to_string(microBatches) +
+            " micro-batches, so the model is imported at the batch over m; "
+            "an export that fixes its batch needs m=1 (or export it with a "
+            "dynamic batch axis)"));
   if (!loaded)
     return loaded.takeError();
   OwningOpRef<ModuleOp> module = std::move(*loaded);
@@ -475,6 +513,35 @@ llvm::Expected<driver::RunOutcome> driver::runModel(MLIRContext &context,
   if (options.weightsDir.empty())
     options.weightsDir = ".";
   RunOutcome outcome;
+  if (request.plan && request.plan->pp() > 1) {
+    if (llvm::Error error = partitionModule(context, *module, *request.plan,
+                                            /*pipelined=*/true))
+      return error;
+    if (llvm::Error error = dumpModule(*module, request.dumpPartitioned))
+      return error;
+    outcome.importSeconds = secondsSinceStart();
+    std::vector<TraceEvent> trace;
+    auto outputs = runPipelineOnMeshDevices(
+        *module, *request.plan, wholeBatches, options, request.devices,
+        request.collectiveTimeoutSeconds, outcome.bytesSent,
+        request.tracePath.empty() ? nullptr : &trace);
+    if (!outputs)
+      return outputs.takeError();
+    if (!request.tracePath.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream out(request.tracePath, ec);
+      if (ec)
+        return llvm::createStringError("cannot write " + request.tracePath +
+                                       ": " + ec.message());
+      out << chromeTrace(trace, int(outcome.bytesSent.size()),
+                         request.plan->pp());
+    }
+    outcome.outputs = std::move(*outputs);
+    return outcome;
+  }
+  if (!request.tracePath.empty())
+    return llvm::createStringError(
+        "--trace records a pipeline's steps: give a plan with pp > 1");
   if (request.plan) {
     if (llvm::Error error = partitionModule(context, *module, *request.plan))
       return error;

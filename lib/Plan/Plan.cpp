@@ -252,22 +252,26 @@ llvm::Expected<plan::Plan> weft::readPlanFile(llvm::StringRef path) {
 
 std::vector<std::string>
 weft::unappliedPlanFields(const plan::Plan &plan,
-                          std::optional<int64_t> perRankBatch) {
+                          std::optional<int64_t> perRankBatch, bool pipelined) {
   std::vector<std::string> fields;
   auto refuse = [&](const std::string &field, const std::string &why) {
     fields.push_back(field + ": " + why);
   };
-  if (plan.pp() > 1)
+  const bool staged = pipelined && plan.pp() > 1;
+  if (plan.pp() > 1 && !pipelined)
     refuse("pp=" + std::to_string(plan.pp()),
-           "pipeline stages are not compiled yet; use pp=1");
+           "weft compile does not emit pipeline stages yet; run the plan with "
+           "weft run --plan, or use pp=1");
+  if (staged && plan.schedule() == plan::SCHEDULE_ZEROPP && plan.tp() > 1)
+    refuse("schedule=ZeroPP", "ZeroPP is a TP-free pipeline; use tp=1");
   if (plan.pp() <= 1 && plan.schedule() != plan::SCHEDULE_1F1B)
     refuse(std::string("schedule=") + scheduleName(plan.schedule()),
            "a pipeline schedule needs pipeline stages; leave it out with pp=1");
-  if (plan.virtual_stages() > 1)
+  if (plan.virtual_stages() > 1 && !staged)
     refuse("v=" + std::to_string(plan.virtual_stages()),
            "interleaved chunks need pipeline stages; use v=1");
-  if (plan.stage_layers_size() > 1)
-    refuse("stages", "pipeline stages are not compiled yet; use pp=1");
+  if (plan.stage_layers_size() > 1 && !staged)
+    refuse("stages", "stage boundaries need pipeline stages (pp > 1)");
   if (plan.zero_stage() > 0)
     refuse("zero=" + std::to_string(plan.zero_stage()),
            "ZeRO shards optimizer state and gradients, which a forward "
@@ -279,13 +283,13 @@ weft::unappliedPlanFields(const plan::Plan &plan,
   if (plan.tp_comm_overlap())
     refuse("tp-overlap=1", "generated programs do not overlap tensor-parallel "
                            "communication with GEMMs; use tp-overlap=0");
-  if (plan.num_micro_batches() > 1)
+  if (plan.num_micro_batches() > 1 && !staged)
     refuse("m=" + std::to_string(plan.num_micro_batches()),
-           "a forward program runs its per-rank batch at once; use m=1 and "
-           "mbs = the batch over dp");
+           "a forward program without pipeline stages runs its per-rank batch "
+           "at once; use m=1 and mbs = the batch over dp");
   if (perRankBatch && plan.micro_batch() > 0) {
-    int64_t planned =
-        int64_t(plan.micro_batch()) * std::max(1, plan.num_micro_batches());
+    int64_t planned = int64_t(plan.micro_batch()) *
+                      (staged ? 1 : std::max(1, plan.num_micro_batches()));
     if (planned != *perRankBatch)
       refuse("mbs=" + std::to_string(plan.micro_batch()),
              "the model's batch over dp=" + std::to_string(plan.dp()) + " is " +

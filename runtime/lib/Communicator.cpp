@@ -73,6 +73,18 @@ HostTensor weft::rt::zigzagUnshuffle(const HostTensor &gathered, int64_t dim,
   return concat(ordered, dim);
 }
 
+absl::Status Communicator::send(int, int, const HostTensor &) {
+  return absl::UnimplementedError(
+      "this communicator has no point-to-point send (pipeline stages run on "
+      "the in-process communicator only)");
+}
+
+absl::StatusOr<HostTensor> Communicator::recv(int, int) {
+  return absl::UnimplementedError(
+      "this communicator has no point-to-point recv (pipeline stages run on "
+      "the in-process communicator only)");
+}
+
 ExchangeCommunicator::ExchangeCommunicator(int worldSize)
     : size(worldSize), sent(new std::atomic<int64_t>[worldSize]) {
   for (int i = 0; i < worldSize; ++i)
@@ -254,4 +266,41 @@ ExchangeCommunicator::permute(int rank, const std::vector<int> &group,
   int64_t index = int64_t(*indexIn(rank, group, ""));
   int64_t from = ((index - shift) % n + n) % n;
   return (*all)[from];
+}
+
+absl::Status InProcessCommunicator::send(int rank, int peer,
+                                         const HostTensor &input) {
+  if (peer < 0 || peer >= worldSize() || peer == rank)
+    return absl::InvalidArgumentError(
+        absl::StrCat("send on rank ", rank, ": no peer rank ", peer));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!aborted.empty())
+    return absl::AbortedError(aborted);
+  mailboxes[{rank, peer}].push_back(input);
+  countSent(rank, tensorBytes(input));
+  changed.notify_all();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor> InProcessCommunicator::recv(int rank, int peer) {
+  if (peer < 0 || peer >= worldSize() || peer == rank)
+    return absl::InvalidArgumentError(
+        absl::StrCat("recv on rank ", rank, ": no peer rank ", peer));
+  std::unique_lock<std::mutex> lock(mutex);
+  std::deque<HostTensor> &box = mailboxes[{peer, rank}];
+  bool done = changed.wait_for(
+      lock, timeout, [&] { return !box.empty() || !aborted.empty(); });
+  if (!aborted.empty())
+    return absl::AbortedError(aborted);
+  if (!done) {
+    std::string why = absl::StrCat("recv on rank ", rank, " from rank ", peer,
+                                   " timed out after ", timeout.count(),
+                                   " ms: rank ", peer, " never sent");
+    aborted = why;
+    changed.notify_all();
+    return absl::DeadlineExceededError(why);
+  }
+  HostTensor tensor = std::move(box.front());
+  box.pop_front();
+  return tensor;
 }

@@ -294,18 +294,9 @@ absl::Status weft::rt::checkInput(const HostTensor &input,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<HostTensor>>
-weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
-                    const std::string &weightsDir,
-                    const std::vector<HostTensor> &inputs,
-                    const std::vector<Layout> &inputLayouts,
-                    const std::vector<Layout> &outputLayouts,
-                    std::vector<int64_t> *bytesSent,
-                    std::chrono::milliseconds timeout) {
-  if (inputs.size() != inputLayouts.size())
-    return absl::InvalidArgumentError(
-        absl::StrCat("the program takes ", inputLayouts.size(),
-                     " inputs, got ", inputs.size()));
+absl::StatusOr<std::vector<std::vector<HostTensor>>> weft::rt::runRanks(
+    const RankBody &body, const Mesh &mesh, const std::string &weightsDir,
+    std::vector<int64_t> *bytesSent, std::chrono::milliseconds timeout) {
   int n = int(mesh.size());
   // The ranks' threads share this state and are detached, so that a rank
   // stuck outside any collective cannot hang the run: once one rank fails,
@@ -325,22 +316,17 @@ weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
     bool failed = false;
   };
   auto run = std::make_shared<MeshRun>(n, timeout);
-  auto shared = std::make_shared<std::tuple<RankFunction, Mesh, std::string,
-                                            std::vector<HostTensor>,
-                                            std::vector<Layout>>>(
-      function, mesh, weightsDir, inputs, inputLayouts);
+  auto shared = std::make_shared<std::tuple<RankBody, Mesh, std::string>>(
+      body, mesh, weightsDir);
   for (int rank = 0; rank < n; ++rank)
     std::thread([run, shared, rank] {
-      auto &[function, mesh, weightsDir, inputs, inputLayouts] = *shared;
+      auto &[body, mesh, weightsDir] = *shared;
       RankContext ctx{rank, mesh, &run->comm, weightsDir, run->timeout};
       std::vector<HostTensor> result;
       std::string error;
       try {
-        std::vector<HostTensor> mine;
-        for (size_t i = 0; i < inputs.size(); ++i)
-          mine.push_back(scatterBlock(inputs[i], inputLayouts[i], mesh, rank));
         RankProfile profile;
-        result = function(ctx, mine);
+        result = body(ctx);
       } catch (const std::exception &e) {
         error = absl::StrCat("rank ", rank, ": ", e.what());
         run->comm.abort(error);
@@ -372,17 +358,49 @@ weft::rt::runOnMesh(const RankFunction &function, const Mesh &mesh,
       if (!error.empty())
         return absl::InternalError(error);
   }
-  std::vector<std::vector<HostTensor>> &results = run->results;
-  InProcessCommunicator &comm = run->comm;
+  if (bytesSent)
+    for (int rank = 0; rank < n; ++rank)
+      bytesSent->push_back(run->comm.bytesSent(rank));
+  return std::move(run->results);
+}
+
+absl::StatusOr<std::vector<HostTensor>> weft::rt::runOnMesh(
+    const RankFunction &function, const Mesh &mesh,
+    const std::string &weightsDir, const std::vector<HostTensor> &inputs,
+    const std::vector<Layout> &inputLayouts,
+    const std::vector<Layout> &outputLayouts, std::vector<int64_t> *bytesSent,
+    std::chrono::milliseconds timeout) {
+  if (inputs.size() != inputLayouts.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("the program takes ", inputLayouts.size(), " inputs, got ",
+                     inputs.size()));
+  // The inputs are shared by the ranks' threads, which may outlive this
+  // call when a rank is left behind.
+  auto shared =
+      std::make_shared<std::pair<std::vector<HostTensor>, std::vector<Layout>>>(
+          inputs, inputLayouts);
+  RankBody body = [function, shared](RankContext &ctx) {
+    std::vector<HostTensor> mine;
+    for (size_t i = 0; i < shared->first.size(); ++i)
+      mine.push_back(scatterBlock(shared->first[i], shared->second[i], ctx.mesh,
+                                  ctx.rank));
+    return function(ctx, mine);
+  };
+  auto results = runRanks(body, mesh, weightsDir, bytesSent, timeout);
+  if (!results.ok())
+    return results.status();
+  int n = int(mesh.size());
   std::vector<HostTensor> outputs;
   for (size_t o = 0; o < outputLayouts.size(); ++o) {
     std::vector<HostTensor> blocks;
-    for (int rank = 0; rank < n; ++rank)
-      blocks.push_back(std::move(results[rank][o]));
+    for (int rank = 0; rank < n; ++rank) {
+      if (o >= (*results)[rank].size())
+        return absl::InternalError(
+            absl::StrCat("rank ", rank, " returned ", (*results)[rank].size(),
+                         " outputs, not ", outputLayouts.size()));
+      blocks.push_back(std::move((*results)[rank][o]));
+    }
     outputs.push_back(gatherBlocks(blocks, outputLayouts[o], mesh));
   }
-  if (bytesSent)
-    for (int rank = 0; rank < n; ++rank)
-      bytesSent->push_back(comm.bytesSent(rank));
   return outputs;
 }

@@ -45,7 +45,10 @@ class Writer:
         return v
 
 
-def generate(seed):
+def generate(seed, layers=None, batch=None):
+    """A random transformer from `seed`; `layers` and `batch` override the
+    drawn depth and the batch of 2 (the weights depend on neither the batch
+    nor, for the layers both have, the depth)."""
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
     heads = rng.choice([2, 4, 8])
@@ -55,10 +58,11 @@ def generate(seed):
     swiglu = rng.random() < 0.5
     ffn = hidden * rng.choice([2, 3])
     causal = rng.random() < 0.7
-    layers = rng.choice([1, 2])
+    drawn_layers = rng.choice([1, 2])
+    layers = layers or drawn_layers
     with_loss = rng.random() < 0.5
     vocab = 16 * rng.choice([2, 4])
-    batch, seq = 2, rng.choice([8, 16])
+    batch, seq = batch or 2, rng.choice([8, 16])
     config = dict(seed=seed, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                   hidden=hidden, ffn=ffn, ffn_kind="swiglu" if swiglu else "gelu",
                   causal=causal, layers=layers, vocab=vocab, batch=batch, seq=seq,

@@ -99,6 +99,49 @@ TEST(Communicator, RankThatNeverJoinsTimesOut) {
   EXPECT_TRUE(named);
 }
 
+TEST(Communicator, PointToPointKeepsOrderAndCountsBytes) {
+  InProcessCommunicator comm(2);
+  std::vector<HostTensor> got;
+  onRanks(2, [&](int rank) {
+    if (rank == 0) {
+      // Sends return at once: the receiver need not be waiting.
+      ASSERT_TRUE(comm.send(0, 1, vector({1, 2})).ok());
+      ASSERT_TRUE(comm.send(0, 1, vector({3})).ok());
+      return;
+    }
+    got.push_back(*comm.recv(1, 0));
+    got.push_back(*comm.recv(1, 0));
+  });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].floats, (std::vector<float>{1, 2}));
+  EXPECT_EQ(got[1].floats, (std::vector<float>{3}));
+  EXPECT_EQ(comm.bytesSent(0), 12);
+  EXPECT_EQ(comm.bytesSent(1), 0);
+  EXPECT_FALSE(comm.send(0, 0, vector({1})).ok()); // not to itself
+  EXPECT_FALSE(comm.recv(1, 5).ok());              // no such rank
+}
+
+TEST(Communicator, ReceiveFromADeadStageTimesOutNamingIt) {
+  InProcessCommunicator comm(3, std::chrono::milliseconds(200));
+  auto start = std::chrono::steady_clock::now();
+  // Rank 0, the stage that died, never sends.
+  absl::Status waited = comm.recv(1, 0).status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(std::string(waited.message())
+                .find("recv on rank 1 from rank 0 timed out after 200 ms: "
+                      "rank 0 never sent"),
+            std::string::npos)
+      << waited;
+  // The next stage, waiting on rank 1, is aborted with the same account
+  // rather than left waiting for its own timeout.
+  absl::Status next = comm.recv(2, 1).status();
+  EXPECT_EQ(next.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(std::string(next.message()).find("rank 0 never sent"),
+            std::string::npos)
+      << next;
+}
+
 TEST(Communicator, ZigzagLayoutRoundTrips) {
   HostTensor seq(DType::F32, {8});
   seq.floats = {0, 1, 2, 3, 4, 5, 6, 7};

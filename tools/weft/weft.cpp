@@ -193,6 +193,12 @@ static cl::opt<bool> explainRaise(
     cl::desc("Say, for each softmax not raised to weft.attention, which op "
              "stopped the match (a remark naming its ONNX node)"),
     cl::sub(importCommand));
+static cl::opt<std::string> traceFile(
+    "trace",
+    cl::desc("With a plan with pp > 1: write every rank's pipeline steps "
+             "(forward, send, receive) as a Chrome-trace / Perfetto JSON "
+             "timeline here"),
+    cl::sub(runCommand));
 static cl::opt<bool> profileRun(
     "profile",
     cl::desc("Print the import time, the forward time (less reading weights) "
@@ -382,6 +388,7 @@ static int runModel(MLIRContext &context) {
   request.collectiveTimeoutSeconds = collectiveTimeout;
   request.dumpPartitioned = dumpPartitioned;
   request.profile = profileRun;
+  request.tracePath = traceFile;
   if (devices > 0 || !planFile.empty() || !planSpec.empty()) {
     llvm::Expected<weft::plan::Plan> plan =
         weft::driver::resolvePlan(planFile, planSpec);

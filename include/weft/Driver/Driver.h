@@ -17,6 +17,7 @@
 
 #include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/CostModel.h"
+#include "weft/Planner/PipelineSchedule.h"
 #include "weft/Planner/Risk.h"
 #include "weft/plan.pb.h"
 #include "weft/runtime/HostTensor.h"
@@ -210,9 +211,12 @@ llvm::Expected<plan::Plan> resolvePlan(llvm::StringRef planFile,
                                        llvm::StringRef planSpec);
 
 /// Partitions `module` under `plan`: every field of the plan is applied, or
-/// the error names the fields a forward program cannot apply.
+/// the error names the fields a forward program cannot apply. With
+/// `pipelined` (the caller runs pipeline stages: runPipelineOnMeshDevices),
+/// a plan with pp > 1 first cuts the model into its stages
+/// (-weft-split-stages) and every stage is partitioned.
 llvm::Error partitionModule(mlir::MLIRContext &context, mlir::ModuleOp module,
-                            const plan::Plan &plan);
+                            const plan::Plan &plan, bool pipelined = false);
 
 //===----------------------------------------------------------------------===//
 // Running
@@ -227,6 +231,42 @@ runOnMeshDevices(mlir::ModuleOp module, mlir::func::FuncOp func,
                  const std::vector<rt::HostTensor> &inputs,
                  const InterpreterOptions &base, int expectedDevices,
                  double timeoutSeconds, std::vector<int64_t> &bytes);
+
+/// One step a rank ran, in microseconds from the run's start.
+struct TraceEvent {
+  int rank;
+  std::string name;     ///< the step as PipelineSchedule::str prints it
+  std::string category; ///< compute or p2p
+  double start, end;
+};
+
+/// A step as PipelineSchedule::str prints it (`F3`, `>a1:3`, `<a0:3.1`).
+std::string stepName(const planner::PipelineStep &step, int chunks);
+
+/// What a forward run executes of the plan's pipeline schedule: each
+/// rank's forward steps and their activation sends and receives, in the
+/// schedule's order (planner::buildPipelineSchedule with the plan's pp, v
+/// and m). An error when the schedule cannot run those.
+llvm::Expected<planner::PipelineSchedule>
+forwardSchedule(const plan::Plan &plan);
+
+/// Events as a Chrome-trace / Perfetto JSON timeline, one track per rank.
+std::string chromeTrace(const std::vector<TraceEvent> &events, int ranks,
+                        int stages);
+
+/// Runs a module cut into pipeline stages and partitioned over a mesh whose
+/// first axis is pp: the inputs (whole batches) are cut into the plan's m
+/// micro-batches, every rank runs its pipeline rank's forward steps, stages
+/// pass their values by point-to-point send and receive, and the outputs
+/// are gathered from the stages that return them and joined. `bytes` gets
+/// the bytes each rank sent (collectives and sends); `trace`, when given,
+/// every step each rank ran.
+llvm::Expected<std::vector<rt::HostTensor>>
+runPipelineOnMeshDevices(mlir::ModuleOp module, const plan::Plan &plan,
+                         const std::vector<rt::HostTensor> &inputs,
+                         const InterpreterOptions &base, int expectedDevices,
+                         double timeoutSeconds, std::vector<int64_t> &bytes,
+                         std::vector<TraceEvent> *trace = nullptr);
 
 /// What `weft run` is asked.
 struct RunRequest {
@@ -247,6 +287,9 @@ struct RunRequest {
   std::string dumpPartitioned;
   /// Count time and bytes per kernel kind (rt::Profiler; the caller prints).
   bool profile = false;
+  /// Write each rank's steps here as a Chrome-trace JSON timeline (plans
+  /// with pipeline stages).
+  std::string tracePath;
 };
 
 struct RunOutcome {

@@ -52,10 +52,14 @@ llvm::Expected<plan::Plan> readPlanFile(llvm::StringRef path);
 /// The fields of `plan` that a forward program built by
 /// the partition pipeline does not apply, each as "field=value: why; what to
 /// do". Empty when the program applies the whole plan. `perRankBatch` (the
-/// model's batch over dp), when given, must be the plan's mbs x m.
+/// model's batch over dp), when given, must be the plan's mbs x m. With
+/// `pipelined` (a runner that executes pipeline stages, `weft run`), pp > 1
+/// and its schedule, chunks, stage boundaries and micro-batches apply, and
+/// `perRankBatch` is one micro-batch's (mbs).
 std::vector<std::string>
 unappliedPlanFields(const plan::Plan &plan,
-                    std::optional<int64_t> perRankBatch = std::nullopt);
+                    std::optional<int64_t> perRankBatch = std::nullopt,
+                    bool pipelined = false);
 
 /// `message` as indented JSON with the proto field names.
 std::string toJson(const google::protobuf::Message &message);

@@ -1561,3 +1561,32 @@ func.func @buffer_offset_argument(%x: tensor<4xf32> {weft.buffer_offset = -1 : i
 func.func @arena_bytes(%x: tensor<4xf32>) -> tensor<4xf32> attributes {weft.arena_bytes = "big"} {
   return %x : tensor<4xf32>
 }
+
+// -----
+
+//===--- pipeline stages (-weft-split-stages) ---===//
+
+// expected-error @+1 {{'weft.pipeline' is {stages, chunks} (i64 >= 1) on a module}}
+module attributes {weft.pipeline = {stages = 0 : i64, chunks = 1 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'weft.pipeline_stage' is {stage, rank, chunk} (i64 >= 0) on a function}}
+func.func @stage_missing_rank(%x: tensor<4xf32>) -> tensor<4xf32> attributes {weft.pipeline_stage = {stage = 1 : i64, chunk = 0 : i64}} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'weft.model_input' is an index (i64 >= 0) on a function's argument or result}}
+func.func @model_input_negative(%x: tensor<4xf32> {weft.model_input = -1 : i64}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'weft.sent_to' is an index (i64 >= 0) on a function's argument or result}}
+func.func @sent_to_string(%x: tensor<4xf32>) -> (tensor<4xf32> {weft.sent_to = "next"}) {
+  return %x : tensor<4xf32>
+}

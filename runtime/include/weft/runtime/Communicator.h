@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,6 +68,13 @@ public:
                                              const std::vector<int> &group,
                                              const HostTensor &input,
                                              int64_t shift) = 0;
+  /// Point-to-point, as a pipeline's stages pass activations: `send`
+  /// returns once `input` is posted for `peer` (the receiver need not be
+  /// waiting); `recv` waits for the next tensor that `peer` sent to `rank`.
+  /// Tensors between two ranks arrive in the order they were sent. The
+  /// default says the communicator has none.
+  virtual absl::Status send(int rank, int peer, const HostTensor &input);
+  virtual absl::StatusOr<HostTensor> recv(int rank, int peer);
   /// Bytes `rank` has sent so far.
   virtual int64_t bytesSent(int rank) const = 0;
 };
@@ -115,6 +123,9 @@ public:
   int64_t bytesSent(int rank) const override { return sent[rank].load(); }
 
 protected:
+  /// Counts a point-to-point send's bytes.
+  void countSent(int rank, int64_t bytes) { sent[rank] += bytes; }
+
   /// `rank`'s index in `group`, or an error naming the collective; with
   /// `owner` (a communicator of one rank per process), also an error if
   /// `rank` is another rank.
@@ -145,6 +156,9 @@ public:
   /// Makes every waiting and future collective fail (a rank gave up).
   void abort(const std::string &why);
 
+  absl::Status send(int rank, int peer, const HostTensor &input) override;
+  absl::StatusOr<HostTensor> recv(int rank, int peer) override;
+
 protected:
   absl::StatusOr<std::vector<HostTensor>>
   exchange(int rank, const std::vector<int> &group, const HostTensor &mine,
@@ -162,6 +176,8 @@ private:
   std::condition_variable changed;
   std::map<std::string, std::unique_ptr<Slot>> slots;
   std::map<std::pair<int, std::string>, int64_t> sequence;
+  /// Posted point-to-point tensors by (sender, receiver), oldest first.
+  std::map<std::pair<int, int>, std::deque<HostTensor>> mailboxes;
   std::string aborted;
 };
 

@@ -104,6 +104,18 @@ HostTensor valueOrThrow(absl::StatusOr<HostTensor> value);
 using RankFunction = std::function<std::vector<HostTensor>(
     RankContext &, const std::vector<HostTensor> &)>;
 
+/// What one rank does, given its context; it throws std::runtime_error on
+/// failure.
+using RankBody = std::function<std::vector<HostTensor>(RankContext &)>;
+
+/// Runs `body` on every rank of `mesh` as threads over one in-process
+/// communicator and returns each rank's results (indexed by rank). Fails
+/// (with the first rank's error, the others aborted) if any rank fails.
+absl::StatusOr<std::vector<std::vector<HostTensor>>>
+runRanks(const RankBody &body, const Mesh &mesh, const std::string &weightsDir,
+         std::vector<int64_t> *bytesSent = nullptr,
+         std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
+
 /// Runs `function` on every rank of `mesh` as threads: scatters `inputs` by
 /// `inputLayouts`, gathers outputs by `outputLayouts`. Fails (with the first
 /// rank's error, the others aborted) if any rank fails; a collective that
