@@ -346,9 +346,8 @@ def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
     order: rank `r` holds chunks `r`, `r + stages`, ...). Whole layers are cut:
     - layers go to virtual stages in order, `stage-layers` per pipeline rank (split
       evenly over its chunks), or evenly when it is not given;
-    - the ops before the first layer (the embedding) run on stage 0, the ops after the
-      last layer (final norm, output layer, loss) on the last, every other op on the
-      stage of its latest operand;
+    - every other op runs on the stage of its latest operand, so the embedding runs on
+      stage 0 and the final norm, output layer and loss on the last;
     - parameters and what is computed from the model's inputs and constants alone
       (masks, position ids, rotary tables) are rebuilt on every stage that reads them,
       never sent; a tied weight is read by name on each stage that uses it;
@@ -376,7 +375,10 @@ def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
 def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
   let summary = "Puts a plan's shardings on a transformer's weights, inputs and activations.";
   let description = [{
-    Declares `weft.mesh @mesh(dp, cp, ulysses, tp)` and annotates, with `weft.sharding`:
+    Declares `weft.mesh @mesh(dp, cp, ulysses, tp)` (with `pp` first when the module is
+    split into pipeline stages by `-weft-split-stages`: then every stage's function is
+    annotated, and the values stages pass on as the residual stream) and annotates,
+    with `weft.sharding`:
     - the inputs and outputs: batch over `dp`, sequence over `cp` and `ulysses`;
     - each layer's residual stream: batch over `dp`, sequence over `cp`, `ulysses`, and
       `tp` with Megatron sequence parallelism (`sp`);

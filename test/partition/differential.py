@@ -221,6 +221,17 @@ COLLECTIVE = re.compile(
 BYTES = {"f32": 4, "i64": 8, "i1": 1, "f16": 2, "bf16": 2, "i32": 4, "f64": 8}
 
 
+def ring_bytes(kind, n, size):
+    """Bytes one rank sends in a collective of `kind` over `n` ranks on a
+    tensor of `size` bytes, as NCCL's ring algorithms send them."""
+    return {"all_reduce": 2 * (n - 1) * size // n,
+            "all_gather": (n - 1) * size,
+            "reduce_scatter": (n - 1) * size // n,
+            "all_to_all": (n - 1) * size // n,
+            "collective_permute": size,
+            "all_slice": 0}[kind]
+
+
 def check_bytes(stderr, partitioned):
     """The communicator's bytes per rank equal NCCL's ring counts for the
     collectives in the partitioned program, the formulas the cost model uses:
@@ -245,12 +256,7 @@ def check_bytes(stderr, partitioned):
         size = BYTES[dtype]
         for d in filter(None, shape.split("x")):
             size *= int(d)
-        expected += {"all_reduce": 2 * (n - 1) * size // n,
-                     "all_gather": (n - 1) * size,
-                     "reduce_scatter": (n - 1) * size // n,
-                     "all_to_all": (n - 1) * size // n,
-                     "collective_permute": size,
-                     "all_slice": 0}[kind]
+        expected += ring_bytes(kind, n, size)
     # Every rank runs the same program: each sends the same bytes.
     if any(c != expected for c in counted):
         return "bytes sent %s, the program's collectives say %d per rank" % (counted, expected)

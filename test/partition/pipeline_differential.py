@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import random_transformer  # noqa: E402
-from differential import BYTES, COLLECTIVE, run  # noqa: E402
+from differential import BYTES, COLLECTIVE, ring_bytes, run  # noqa: E402
 
 TOLERANCE = 1e-5
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
@@ -71,12 +71,7 @@ def expected_bytes(partitioned, p, m):
             size = BYTES[dtype]
             for d in filter(None, shape.split("x")):
                 size *= int(d)
-            total += {"all_reduce": 2 * (n - 1) * size // n,
-                      "all_gather": (n - 1) * size,
-                      "reduce_scatter": (n - 1) * size // n,
-                      "all_to_all": (n - 1) * size // n,
-                      "collective_permute": size,
-                      "all_slice": 0}[kind]
+            total += ring_bytes(kind, n, size)
         per_rank[rank] += total * m
     return per_rank
 
