@@ -277,6 +277,17 @@ llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
 // Running
 //===----------------------------------------------------------------------===//
 
+rt::Layout driver::layoutOf(Attribute localSharding, int64_t rank) {
+  rt::Layout layout(rank);
+  auto attr = dyn_cast_or_null<ShardingAttr>(localSharding);
+  if (!attr)
+    return layout;
+  TensorSharding s = fromAttr(attr);
+  for (size_t d = 0; d < s.dims.size() && d < layout.size(); ++d)
+    layout[d].assign(s.dims[d].begin(), s.dims[d].end());
+  return layout;
+}
+
 llvm::Expected<std::vector<HostTensor>>
 driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
                          const std::vector<HostTensor> &inputs,
@@ -295,15 +306,6 @@ driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
     return llvm::createStringError("the plan runs on " + llvm::Twine(n) +
                                    " devices, but --devices is " +
                                    llvm::Twine(expectedDevices));
-  auto layoutOf = [](ShardingAttr attr, int64_t rank) {
-    rt::Layout layout(rank);
-    if (!attr)
-      return layout;
-    TensorSharding s = fromAttr(attr);
-    for (size_t d = 0; d < s.dims.size() && d < layout.size(); ++d)
-      layout[d].assign(s.dims[d].begin(), s.dims[d].end());
-    return layout;
-  };
   std::vector<rt::Layout> inputLayouts, outputLayouts;
   FunctionType type = func.getFunctionType();
   for (unsigned i = 0; i < type.getNumInputs(); ++i)

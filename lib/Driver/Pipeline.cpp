@@ -43,17 +43,6 @@ struct Stage {
 };
 } // namespace
 
-/// The per-rank layout a partitioned function's argument or result has.
-static rt::Layout layoutOf(ShardingAttr attr, int64_t rank) {
-  rt::Layout layout(rank);
-  if (!attr)
-    return layout;
-  TensorSharding s = fromAttr(attr);
-  for (size_t d = 0; d < s.dims.size() && d < layout.size(); ++d)
-    layout[d].assign(s.dims[d].begin(), s.dims[d].end());
-  return layout;
-}
-
 static int64_t intEntry(DictionaryAttr dict, StringRef key) {
   auto value = dict ? dict.getAs<IntegerAttr>(key) : IntegerAttr();
   return value ? value.getInt() : -1;
@@ -195,20 +184,18 @@ llvm::Expected<std::vector<HostTensor>> driver::runPipelineOnMeshDevices(
             "stage " + llvm::Twine(k) + " reads model input #" +
             llvm::Twine(input.getInt()) + ", but " +
             llvm::Twine(inputs.size()) + " inputs were given");
-      stage.argLayouts.push_back(
-          layoutOf(func.getArgAttrOfType<ShardingAttr>(
-                       i, WeftDialect::getLocalShardingAttrName()),
-                   cast<RankedTensorType>(type.getInput(i)).getRank()));
+      stage.argLayouts.push_back(driver::layoutOf(
+          func.getArgAttr(i, WeftDialect::getLocalShardingAttrName()),
+          cast<RankedTensorType>(type.getInput(i)).getRank()));
     }
     for (unsigned o = 0; o < type.getNumResults(); ++o) {
       auto output = func.getResultAttrOfType<IntegerAttr>(
           o, WeftDialect::getModelOutputAttrName());
       stage.modelOutput.push_back(output ? int(output.getInt()) : -1);
       stage.sent += !output;
-      stage.resultLayouts.push_back(
-          layoutOf(func.getResultAttrOfType<ShardingAttr>(
-                       o, WeftDialect::getLocalShardingAttrName()),
-                   cast<RankedTensorType>(type.getResult(o)).getRank()));
+      stage.resultLayouts.push_back(driver::layoutOf(
+          func.getResultAttr(o, WeftDialect::getLocalShardingAttrName()),
+          cast<RankedTensorType>(type.getResult(o)).getRank()));
     }
   }
   int outputs = 0;

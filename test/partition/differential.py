@@ -232,6 +232,33 @@ def ring_bytes(kind, n, size):
             "all_slice": 0}[kind]
 
 
+def tensor_bytes(shape, dtype):
+    """Bytes of a tensor<AxBx...xT> from its shape text and element type."""
+    size = BYTES[dtype]
+    for d in filter(None, shape.split("x")):
+        size *= int(d)
+    return size
+
+
+def mesh_sizes(text):
+    """Axis sizes of the partitioned module's weft.mesh."""
+    mesh = re.search(r"weft\.mesh @mesh\(([^)]*)\)", text)
+    return dict((k.strip(), int(v)) for k, v in
+                (item.split("=") for item in mesh.group(1).split(",")))
+
+
+def collective_bytes(line, sizes):
+    """Bytes one rank sends in the collective on `line` (0 if none)."""
+    found = COLLECTIVE.search(line)
+    if not found:
+        return 0
+    kind, axes, shape, dtype = found.groups()
+    n = 1
+    for axis in re.findall(r'"(\w+)"', axes):
+        n *= sizes[axis]
+    return ring_bytes(kind, n, tensor_bytes(shape, dtype))
+
+
 def check_bytes(stderr, partitioned):
     """The communicator's bytes per rank equal NCCL's ring counts for the
     collectives in the partitioned program, the formulas the cost model uses:
@@ -241,22 +268,8 @@ def check_bytes(stderr, partitioned):
     if not counted:
         return "no byte counts in weft's output"
     counted = [int(x) for x in counted.group(1).split()]
-    mesh = re.search(r"weft\.mesh @mesh\(([^)]*)\)", open(partitioned).read())
-    sizes = dict((k.strip(), int(v)) for k, v in
-                 (item.split("=") for item in mesh.group(1).split(",")))
-    expected = 0
-    for line in open(partitioned):
-        m = COLLECTIVE.search(line)
-        if not m:
-            continue
-        kind, axes, shape, dtype = m.groups()
-        n = 1
-        for axis in re.findall(r'"(\w+)"', axes):
-            n *= sizes[axis]
-        size = BYTES[dtype]
-        for d in filter(None, shape.split("x")):
-            size *= int(d)
-        expected += ring_bytes(kind, n, size)
+    sizes = mesh_sizes(open(partitioned).read())
+    expected = sum(collective_bytes(line, sizes) for line in open(partitioned))
     # Every rank runs the same program: each sends the same bytes.
     if any(c != expected for c in counted):
         return "bytes sent %s, the program's collectives say %d per rank" % (counted, expected)

@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import random_transformer  # noqa: E402
-from differential import BYTES, COLLECTIVE, ring_bytes, run  # noqa: E402
+from differential import collective_bytes, mesh_sizes, run, tensor_bytes  # noqa: E402
 
 TOLERANCE = 1e-5
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
@@ -42,9 +42,7 @@ def expected_bytes(partitioned, p, m):
     """Per pipeline rank: every stage function's collectives and sent values
     (local types), once per micro-batch."""
     text = open(partitioned).read()
-    mesh = re.search(r"weft\.mesh @mesh\(([^)]*)\)", text)
-    sizes = dict((k.strip(), int(v)) for k, v in
-                 (item.split("=") for item in mesh.group(1).split(",")))
+    sizes = mesh_sizes(text)
     per_rank = [0] * p
     for chunk in text.split("func.func @")[1:]:
         stage = re.match(r"\w+_stage(\d+)\(", chunk)
@@ -52,26 +50,11 @@ def expected_bytes(partitioned, p, m):
             continue
         rank = int(stage.group(1)) % p
         header = chunk.split("{\n", 1)[0]
-        total = 0
-        for shape, dtype in re.findall(
-                r"tensor<([0-9x]*?)x?(f32|i64|i1|f16|bf16|i32|f64)> \{[^}]*weft\.sent_to",
-                header.split("->", 1)[1] if "->" in header else ""):
-            size = BYTES[dtype]
-            for d in filter(None, shape.split("x")):
-                size *= int(d)
-            total += size
-        for line in chunk.splitlines():
-            found = COLLECTIVE.search(line)
-            if not found:
-                continue
-            kind, axes, shape, dtype = found.groups()
-            n = 1
-            for axis in re.findall(r'"(\w+)"', axes):
-                n *= sizes[axis]
-            size = BYTES[dtype]
-            for d in filter(None, shape.split("x")):
-                size *= int(d)
-            total += ring_bytes(kind, n, size)
+        results = header.split("->", 1)[1] if "->" in header else ""
+        total = sum(tensor_bytes(shape, dtype) for shape, dtype in re.findall(
+            r"tensor<([0-9x]*?)x?(f32|i64|i1|f16|bf16|i32|f64)> \{[^}]*weft\.sent_to",
+            results))
+        total += sum(collective_bytes(line, sizes) for line in chunk.splitlines())
         per_rank[rank] += total * m
     return per_rank
 

@@ -21,6 +21,7 @@
 #include "weft/Planner/Risk.h"
 #include "weft/plan.pb.h"
 #include "weft/runtime/HostTensor.h"
+#include "weft/runtime/Program.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -267,6 +268,10 @@ runPipelineOnMeshDevices(mlir::ModuleOp module, const plan::Plan &plan,
                          const InterpreterOptions &base, int expectedDevices,
                          double timeoutSeconds, std::vector<int64_t> &bytes,
                          std::vector<TraceEvent> *trace = nullptr);
+
+/// The layout (mesh axes per dimension) of a partitioned function's
+/// argument or result from its `weft.local_sharding` (replicated when null).
+rt::Layout layoutOf(mlir::Attribute localSharding, int64_t rank);
 
 /// What `weft run` is asked.
 struct RunRequest {
