@@ -372,6 +372,33 @@ def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
   ];
 }
 
+def WeftSchedulePipeline : Pass<"weft-schedule-pipeline", "::mlir::ModuleOp"> {
+  let summary = "Writes a pipeline schedule's per-rank step lists into a module cut into stages.";
+  let description = [{
+    On a module cut by `-weft-split-stages`, adds to its `weft.pipeline` the schedule
+    every pipeline rank runs: `schedule` (its name), `micro_batches` and `steps`, one
+    list per pipeline rank of the steps it runs in order. They are the lists the cost
+    model simulates (`planner::buildPipelineSchedule`, printed by `weft plan
+    --print-schedule`): `F<mb>` a forward of micro-batch `mb`, `>a<r>:<mb>` a send of
+    its activations to pipeline rank `r`, `<a<r>:<mb>` a receive from it, `.c` after
+    the micro-batch the model chunk with interleaved stages. The stages are forward
+    programs, so the lists hold the forward steps and the activations' transfers
+    (no backward, weight-gradient or gradient steps). The runtime
+    (`weft run`) and the programs `weft compile` writes execute exactly these
+    lists. A schedule that cannot run (the interleaved schedule with micro-batches
+    not a multiple of the stages) is an error.
+    ```
+    weft-opt -weft-split-stages="stages=2" -weft-schedule-pipeline="schedule=1f1b micro-batches=4" model.mlir
+    ```
+  }];
+  let options = [
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"1f1b\"",
+           "gpipe, 1f1b, interleaved, zb-h1 or zeropp">,
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
+           "Micro-batches per step (m)">
+  ];
+}
+
 def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
   let summary = "Puts a plan's shardings on a transformer's weights, inputs and activations.";
   let description = [{

@@ -6,6 +6,8 @@
 
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftOps.h"
+#include "weft/Plan/Plan.h"
+#include "weft/Planner/PipelineSchedule.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -65,6 +67,50 @@ static LogicalResult verifyLocalSharding(Operation *op, Attribute attr,
   return success();
 }
 
+/// The schedule in a module's `weft.pipeline` (-weft-schedule-pipeline):
+/// `schedule`, `micro_batches` and `steps` (one list of step names per
+/// pipeline rank), all or none.
+static LogicalResult verifyPipelineSchedule(Operation *op,
+                                            DictionaryAttr pipeline) {
+  auto name = pipeline.getAs<StringAttr>("schedule");
+  auto micro = pipeline.getAs<IntegerAttr>("micro_batches");
+  auto steps = pipeline.getAs<ArrayAttr>("steps");
+  if (!name && !micro && !steps && !pipeline.get("schedule") &&
+      !pipeline.get("micro_batches") && !pipeline.get("steps"))
+    return success();
+  const int64_t p = pipeline.getAs<IntegerAttr>("stages").getInt();
+  const int64_t v = pipeline.getAs<IntegerAttr>("chunks").getInt();
+  if (!name || !parseScheduleName(name.getValue()) || !micro ||
+      micro.getInt() < 1 || !steps || int64_t(steps.size()) != p)
+    return op->emitError() << "'" << WeftDialect::getPipelineAttrName()
+                           << "' with a schedule needs schedule (a schedule's "
+                              "name), micro_batches (i64 >= 1) and steps (one "
+                              "list per stage, "
+                           << p << ")";
+  for (auto [rank, list] : llvm::enumerate(steps)) {
+    auto names = dyn_cast<ArrayAttr>(list);
+    if (!names)
+      return op->emitError() << "the steps of pipeline rank " << rank
+                             << " are not a list of step names";
+    for (Attribute entry : names) {
+      auto text = dyn_cast<StringAttr>(entry);
+      std::optional<planner::PipelineStep> step =
+          text ? planner::parseStepName(text.str()) : std::nullopt;
+      bool transfer = step && (step->kind == planner::PipelineStep::Send ||
+                               step->kind == planner::PipelineStep::Recv);
+      if (!step || step->chunk >= v || step->microBatch >= micro.getInt() ||
+          (transfer && (step->peer >= p || step->peer == int64_t(rank))))
+        return op->emitError()
+               << "pipeline rank " << rank << " has the step " << entry
+               << ", which is not F/B/W<mb>[.chunk] or >a|<a|>g|<g<peer>:<mb>"
+                  "[.chunk] with micro-batch < "
+               << micro.getInt() << ", chunk < " << v
+               << " and another pipeline rank < " << p << " as peer";
+    }
+  }
+  return success();
+}
+
 LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   if (attr.getName() == getPipelineAttrName() ||
@@ -85,6 +131,8 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
              << "'" << attr.getName().getValue() << "' is "
              << (onModule ? "{stages, chunks} (i64 >= 1) on a module"
                           : "{stage, rank, chunk} (i64 >= 0) on a function");
+    if (onModule)
+      return verifyPipelineSchedule(op, dict);
     return success();
   }
   if (attr.getName() == WeftDialect::getLoadBalancedAttrName()) {

@@ -15,6 +15,7 @@
 
 #include "EmitterCommon.h"
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Exec/Interpreter.h"
@@ -40,7 +41,10 @@ public:
   Emitter(llvm::raw_ostream &os, StringRef weightsDir, StringRef externalDir)
       : os(os), weightsDir(weightsDir), externalDir(externalDir) {}
 
-  LogicalResult emitFunction(func::FuncOp func);
+  /// Emits `func` as `std::vector<HostTensor> NAME(RankContext &, inputs)`.
+  /// Weight files are numbered across the functions one emitter writes.
+  LogicalResult emitFunction(func::FuncOp func,
+                             StringRef functionName = "rankProgram");
 
 private:
   std::string name(Value v) {
@@ -383,9 +387,13 @@ LogicalResult Emitter::emitOp(Operation *op) {
       });
 }
 
-LogicalResult Emitter::emitFunction(func::FuncOp func) {
-  os << "std::vector<HostTensor> rankProgram(RankContext &ctx, "
-        "const std::vector<HostTensor> &inputs) {\n";
+LogicalResult Emitter::emitFunction(func::FuncOp func, StringRef functionName) {
+  names.clear();
+  shardFiles.clear();
+  lastUse.clear();
+  counter = 0;
+  os << "std::vector<HostTensor> " << functionName
+     << "(RankContext &ctx, const std::vector<HostTensor> &inputs) {\n";
   for (auto [i, arg] : llvm::enumerate(func.getArguments()))
     os << "  HostTensor " << name(arg) << " = asType(inputs[" << i << "], "
        << dtypeName(cast<RankedTensorType>(arg.getType()).getElementType())
@@ -416,24 +424,102 @@ LogicalResult Emitter::emitFunction(func::FuncOp func) {
 
 } // namespace
 
+/// The runtime's PipelineProgram of a pipelined module, as C++: the stage
+/// functions `stage<k>` (emitted before it), how they connect, and every
+/// pipeline rank's steps from the module's schedule.
+static std::string pipelineLiteral(ModuleOp module, const PipelineInfo &info) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto indices = [](const std::vector<int> &values) {
+    std::string list = "{";
+    for (size_t i = 0; i < values.size(); ++i)
+      list += (i ? ", " : "") + std::to_string(values[i]);
+    return list + "}";
+  };
+  static const char *kinds[] = {"Forward", "Backward", "WeightGrad", "Send",
+                                "Recv"};
+  os << "PipelineProgram makeProgram() {\n"
+     << "  PipelineProgram program;\n"
+     << "  program.mesh = "
+     << meshLiteral(module, info.virtualStages.front().func) << ";\n"
+     << "  program.stages = " << info.stages << ";\n"
+     << "  program.chunks = " << info.chunks << ";\n"
+     << "  program.microBatches = " << info.microBatches << ";\n";
+  for (auto [k, stage] : llvm::enumerate(info.virtualStages))
+    os << "  program.virtualStages.push_back(PipelineStage{stage" << k << ", "
+       << indices(stage.modelInput) << ", " << indices(stage.modelOutput)
+       << ", " << layoutsLiteral(stage.func, false) << ", "
+       << layoutsLiteral(stage.func, true) << "});\n";
+  os << "  // The " << info.schedule
+     << " schedule's steps, per pipeline rank (from the IR).\n"
+     << "  program.steps.resize(" << info.steps.size() << ");\n";
+  for (auto [rank, steps] : llvm::enumerate(info.steps))
+    for (const auto &[step, name] : steps)
+      os << "  program.steps[" << rank
+         << "].push_back({PipelineStep::" << kinds[step.kind] << ", "
+         << step.microBatch << ", " << step.chunk << ", " << step.peer << ", "
+         << quoted(name) << "});\n";
+  // Each model input's type: one micro-batch's block on the first stage
+  // that reads it.
+  std::vector<std::string> types;
+  for (PipelineStageInfo stage : info.virtualStages)
+    for (auto [a, input] : llvm::enumerate(stage.modelInput)) {
+      if (input < 0)
+        continue;
+      if (types.size() <= size_t(input))
+        types.resize(size_t(input) + 1);
+      if (!types[size_t(input)].empty())
+        continue;
+      auto tensor = cast<RankedTensorType>(stage.func.getArgumentTypes()[a]);
+      types[size_t(input)] = std::string("TensorType{") +
+                             dtypeName(tensor.getElementType()) + ", " +
+                             ints(tensor.getShape()) + "}";
+    }
+  os << "  program.inputTypes = {";
+  for (size_t i = 0; i < types.size(); ++i)
+    os << (i ? ", " : "") << types[i];
+  os << "};\n  return program;\n}\n";
+  return text;
+}
+
 LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
                                    StringRef origin, StringRef externalDir) {
-  FailureOr<func::FuncOp> func = programFunction(module);
-  if (failed(func) || failed(checkWeights(*func, externalDir)))
+  FailureOr<std::optional<PipelineInfo>> pipeline = readPipeline(module);
+  if (failed(pipeline))
     return failure();
+  std::vector<func::FuncOp> functions;
+  if (*pipeline) {
+    for (const PipelineStageInfo &stage : (*pipeline)->virtualStages) {
+      if (failed(checkProgramFunction(stage.func)))
+        return failure();
+      functions.push_back(stage.func);
+    }
+  } else {
+    FailureOr<func::FuncOp> func = programFunction(module);
+    if (failed(func))
+      return failure();
+    functions.push_back(*func);
+  }
+  for (func::FuncOp func : functions)
+    if (failed(checkWeights(func, externalDir)))
+      return failure();
   FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
   if (failed(weightsDir))
     return failure();
   std::string body;
   llvm::raw_string_ostream os(body);
   Emitter emitter(os, *weightsDir, externalDir);
-  if (failed(emitter.emitFunction(*func)))
-    return failure();
+  for (auto [k, func] : llvm::enumerate(functions))
+    if (failed(emitter.emitFunction(
+            func, *pipeline ? "stage" + std::to_string(k) : "rankProgram")))
+      return failure();
 
   std::string program;
   llvm::raw_string_ostream out(program);
   out << "// Generated by `weft compile` from " << commentText(origin)
-      << ": the program every rank runs.\n"
+      << (*pipeline ? ": the pipeline stages and the schedule each rank "
+                      "runs.\n"
+                    : ": the program every rank runs.\n")
       << "// Build with the CMakeLists.txt next to it; run as\n"
       << "//   program [--collective-timeout S] WEIGHTS_DIR OUTPUT_DIR "
          "INPUT_0.npy ...\n"
@@ -441,20 +527,28 @@ LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
          "rank).\n"
       << "#include \"weft/runtime/CpuKernels.h\"\n"
       << "#include \"weft/runtime/NpyFile.h\"\n"
+      << (*pipeline ? "#include \"weft/runtime/Pipeline.h\"\n" : "")
       << "#include \"weft/runtime/Program.h\"\n\n"
       << "#include <optional>\n#include <string>\n#include <vector>\n\n"
       << "using namespace weft::rt;\n\nnamespace {\n\n"
-      << body << "\n"
-      << "const Mesh kMesh = " << meshLiteral(module, *func) << ";\n"
-      << "const std::vector<Layout> kInputs = " << layoutsLiteral(*func, false)
-      << ";\n"
-      << "const std::vector<Layout> kOutputs = " << layoutsLiteral(*func, true)
-      << ";\n"
-      << "const std::vector<TensorType> kInputTypes = "
-      << inputTypesLiteral(*func) << ";\n\n} // namespace\n\n"
-      << "int main(int argc, char **argv) {\n"
-      << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
-         "kOutputs, kInputTypes});\n}\n";
+      << body << "\n";
+  if (*pipeline) {
+    out << pipelineLiteral(module, **pipeline) << "\n} // namespace\n\n"
+        << "int main(int argc, char **argv) {\n"
+        << "  return pipelineProgramMain(argc, argv, makeProgram());\n}\n";
+  } else {
+    func::FuncOp func = functions.front();
+    out << "const Mesh kMesh = " << meshLiteral(module, func) << ";\n"
+        << "const std::vector<Layout> kInputs = " << layoutsLiteral(func, false)
+        << ";\n"
+        << "const std::vector<Layout> kOutputs = " << layoutsLiteral(func, true)
+        << ";\n"
+        << "const std::vector<TensorType> kInputTypes = "
+        << inputTypesLiteral(func) << ";\n\n} // namespace\n\n"
+        << "int main(int argc, char **argv) {\n"
+        << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
+           "kOutputs, kInputTypes});\n}\n";
+  }
   if (failed(writeFile(module, outDir, "program.cpp", program)))
     return failure();
   return writeFile(

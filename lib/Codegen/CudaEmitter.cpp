@@ -662,6 +662,9 @@ LogicalResult CudaEmitter::run() {
 LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
                                     StringRef origin, StringRef externalDir,
                                     CudaEmitStats &stats) {
+  if (module->hasAttr(WeftDialect::getPipelineAttrName()))
+    return module.emitError("the CUDA target does not emit pipeline stages "
+                            "yet; compile them with --target cpu");
   FailureOr<func::FuncOp> func = programFunction(module);
   if (failed(func) || failed(checkWeights(*func, externalDir)))
     return failure();

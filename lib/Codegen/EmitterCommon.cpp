@@ -116,13 +116,19 @@ FailureOr<func::FuncOp> codegen::programFunction(ModuleOp module) {
       func = f;
   if (!func)
     return module.emitError("no function to compile");
+  if (failed(checkProgramFunction(func)))
+    return failure();
+  return func;
+}
+
+LogicalResult codegen::checkProgramFunction(func::FuncOp func) {
   if (!func.getBody().hasOneBlock())
     return func.emitError("weft compile needs a single-block function");
   for (Operation &op : func.getBody().front())
     if (isa<LayerOp>(op))
       return op.emitError("weft compile needs the layers inlined (partition "
                           "the model with a plan, or -weft-apply-plan)");
-  return func;
+  return success();
 }
 
 static std::string layoutLiteral(const TensorSharding &sharding) {

@@ -39,6 +39,8 @@ const char *reduceOp(ReductionKind kind);
 
 /// The one function to compile, checked: a single block, layers inlined.
 mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);
+/// Whether `func` can be emitted: one block, the layers inlined.
+mlir::LogicalResult checkProgramFunction(mlir::func::FuncOp func);
 /// "Mesh{{"dp", "tp"}, {2, 2}, "cp"}" and the layouts of the function's
 /// arguments ("{Layout{...}, ...}") and results.
 std::string meshLiteral(mlir::ModuleOp module, mlir::func::FuncOp func);

@@ -266,6 +266,10 @@ llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
       split.stageLayers +=
           (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
     pm.addPass(createWeftSplitStages(split));
+    WeftSchedulePipelineOptions schedule;
+    schedule.schedule = scheduleName(plan.schedule());
+    schedule.microBatches = std::max(1, plan.num_micro_batches());
+    pm.addPass(createWeftSchedulePipeline(schedule));
   }
   buildPartitionPipeline(pm, applyPlanOptions(plan));
   if (failed(pm.run(module)))
@@ -627,11 +631,28 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   auto onnxOptions = importOptions(request.options);
   if (!onnxOptions)
     return onnxOptions.takeError();
+  // Pipeline stages run one micro-batch at a time: with m > 1 the model is
+  // imported at --batch-size over m; the program takes whole batches.
+  const bool pipelined = request.plan.pp() > 1 && target == "cpu";
+  const int microBatches =
+      pipelined ? std::max(1, request.plan.num_micro_batches()) : 1;
+  if (microBatches > 1) {
+    if (request.options.batchSize < 1 ||
+        request.options.batchSize % microBatches)
+      return llvm::createStringError(
+          "the plan's pipeline runs m=" + std::to_string(microBatches) +
+          " micro-batches: give --batch-size, the whole batch the program "
+          "takes, "
+          "as a multiple of m (each stage runs batch/m at a time; an "
+          "export that fixes its batch needs m=1)");
+    onnxOptions->batchSize = request.options.batchSize / microBatches;
+  }
   auto loaded = loadModule(context, path, *onnxOptions, request.options);
   if (!loaded)
     return loaded.takeError();
   OwningOpRef<ModuleOp> module = std::move(*loaded);
-  if (llvm::Error error = partitionModule(context, *module, request.plan))
+  if (llvm::Error error =
+          partitionModule(context, *module, request.plan, pipelined))
     return error;
   {
     // What the target runs as kernels (what the planner costs), then what

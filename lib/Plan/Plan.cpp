@@ -28,6 +28,21 @@ const char *weft::scheduleName(plan::Schedule schedule) {
   }
 }
 
+std::optional<plan::Schedule> weft::parseScheduleName(llvm::StringRef name) {
+  std::string lower = name.lower();
+  if (lower == "1f1b")
+    return plan::SCHEDULE_1F1B;
+  if (lower == "gpipe")
+    return plan::SCHEDULE_GPIPE;
+  if (lower == "interleaved" || lower == "interleaved-1f1b")
+    return plan::SCHEDULE_INTERLEAVED;
+  if (lower == "zb-h1" || lower == "zb" || lower == "zbh1")
+    return plan::SCHEDULE_ZB_H1;
+  if (lower == "zeropp")
+    return plan::SCHEDULE_ZEROPP;
+  return std::nullopt;
+}
+
 const char *weft::recomputeName(plan::Recompute recompute) {
   switch (recompute) {
   case plan::RECOMPUTE_SELECTIVE:
@@ -137,19 +152,11 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
         plan.set_tp_comm_overlap(*on);
     } else if (key == "schedule") {
       spec.scheduleGiven = true;
-      if (lower == "1f1b")
-        plan.set_schedule(plan::SCHEDULE_1F1B);
-      else if (lower == "gpipe")
-        plan.set_schedule(plan::SCHEDULE_GPIPE);
-      else if (lower == "interleaved" || lower == "interleaved-1f1b")
-        plan.set_schedule(plan::SCHEDULE_INTERLEAVED);
-      else if (lower == "zb-h1" || lower == "zb" || lower == "zbh1")
-        plan.set_schedule(plan::SCHEDULE_ZB_H1);
-      else if (lower == "zeropp")
-        plan.set_schedule(plan::SCHEDULE_ZEROPP);
-      else
+      std::optional<plan::Schedule> schedule = parseScheduleName(lower);
+      if (!schedule)
         return bad("unknown schedule '" + value +
                    "'; use gpipe, 1f1b, interleaved, zb-h1 or zeropp");
+      plan.set_schedule(*schedule);
     } else if (key == "recompute") {
       if (lower == "none" || lower == "off")
         plan.set_recompute(plan::RECOMPUTE_NONE);
@@ -260,8 +267,8 @@ weft::unappliedPlanFields(const plan::Plan &plan,
   const bool staged = pipelined && plan.pp() > 1;
   if (plan.pp() > 1 && !pipelined)
     refuse("pp=" + std::to_string(plan.pp()),
-           "weft compile does not emit pipeline stages yet; run the plan with "
-           "weft run --plan, or use pp=1");
+           "pipeline stages run under weft run --plan and weft compile "
+           "--target cpu; this target does not emit them yet (use pp=1)");
   if (staged && plan.schedule() == plan::SCHEDULE_ZEROPP && plan.tp() > 1)
     refuse("schedule=ZeroPP", "ZeroPP is a TP-free pipeline; use tp=1");
   if (plan.pp() <= 1 && plan.schedule() != plan::SCHEDULE_1F1B)

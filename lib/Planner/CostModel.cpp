@@ -687,14 +687,22 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
       times.backward[vs] = b;
       times.weight[vs] = w;
     }
-  double activation = double(plan.micro_batch()) * trainingConfig.seq_len() /
-                      plan.cp() / plan.ulysses() * modelSpec.hidden() *
-                      kWeightBytes;
-  if (plan.sequence_parallel())
-    activation /= plan.tp();
+  double activation =
+      stageActivationBytes(plan, trainingConfig.seq_len(), modelSpec.hidden());
   int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() * plan.dp();
   times.p2p =
       p > 1 ? collectiveTime(CollectiveKind::Send, activation, 2, ppStride) : 0;
+}
+
+double planner::stageActivationBytes(const plan::Plan &plan,
+                                     int64_t sequenceLength, int64_t hidden) {
+  // One rank's block of the residual stream: the micro-batch, its sequence
+  // split over cp and ulysses (and tp with Megatron SP), bf16.
+  double bytes = double(plan.micro_batch()) * sequenceLength / plan.cp() /
+                 plan.ulysses() * hidden * kWeightBytes;
+  if (plan.sequence_parallel())
+    bytes /= plan.tp();
+  return bytes;
 }
 
 PipelineSchedule CostModel::pipelineSchedule(const plan::Plan &plan) {
@@ -982,6 +990,10 @@ void CostModel::evaluate(plan::Plan &plan,
   plan.set_forward_comm_bytes_layer(int64_t(layer.commBytes));
   plan.set_forward_comm_bytes_embedding(int64_t(embeddingCost(plan).commBytes));
   plan.set_forward_comm_bytes_head(int64_t(headCost(plan).commBytes));
+  plan.set_forward_p2p_bytes(
+      p > 1 ? int64_t(stageActivationBytes(plan, trainingConfig.seq_len(),
+                                           modelSpec.hidden()))
+            : 0);
   plan.set_mfu(flops / step / plan.gpus_used() / peak);
 }
 

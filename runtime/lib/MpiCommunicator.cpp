@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/runtime/MpiCommunicator.h"
+#include "weft/runtime/TcpStore.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -75,11 +76,106 @@ MpiCommunicator::create(int expectedWorldSize,
       new MpiCommunicator(size, rank, timeout));
 }
 
-MpiCommunicator::~MpiCommunicator() = default;
+/// The tag of point-to-point tensors (collectives use 0 to 31999).
+constexpr int kPointToPointTag = 32100;
+
+MpiCommunicator::~MpiCommunicator() {
+  // A posted send must be done before MPI finalizes; its receiver has it by
+  // now unless the job failed, so wait at most the timeout.
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pending.empty() && std::chrono::steady_clock::now() < deadline) {
+    reapSends();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
 
 void MpiCommunicator::abortJob(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
+}
+
+void MpiCommunicator::reapSends() {
+  std::vector<PendingSend> still;
+  for (PendingSend &send : pending) {
+    int flag = 0;
+    MPI_Test(static_cast<MPI_Request *>(send.request.get()), &flag,
+             MPI_STATUS_IGNORE);
+    if (!flag)
+      still.push_back(std::move(send));
+  }
+  pending = std::move(still);
+}
+
+absl::Status MpiCommunicator::send(int rank, int peer,
+                                   const HostTensor &input) {
+  if (!broken.empty())
+    return absl::AbortedError(broken);
+  if (rank != myRank || peer < 0 || peer >= worldSize() || peer == rank)
+    return absl::InvalidArgumentError(absl::StrCat("send on rank ", rank,
+                                                   " (process rank ", myRank,
+                                                   "): no peer rank ", peer));
+  reapSends();
+  auto bytes = std::make_shared<std::string>(serializeTensor(input));
+  if (bytes->size() > size_t(INT_MAX))
+    return absl::UnimplementedError(
+        absl::StrCat("send on rank ", rank, ": a tensor of ", bytes->size(),
+                     " bytes is too large for one MPI message"));
+  auto request = std::make_shared<MPI_Request>();
+  int code = MPI_Isend(bytes->data(), int(bytes->size()), MPI_BYTE, peer,
+                       kPointToPointTag, MPI_COMM_WORLD, request.get());
+  if (code != MPI_SUCCESS) {
+    broken = absl::StrCat("send on rank ", rank, " to rank ", peer, ": ",
+                          mpiError(code));
+    return absl::InternalError(broken);
+  }
+  pending.push_back({request, bytes});
+  countSent(rank, tensorBytes(input));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor> MpiCommunicator::recv(int rank, int peer) {
+  if (!broken.empty())
+    return absl::AbortedError(broken);
+  if (rank != myRank || peer < 0 || peer >= worldSize() || peer == rank)
+    return absl::InvalidArgumentError(absl::StrCat("recv on rank ", rank,
+                                                   " (process rank ", myRank,
+                                                   "): no peer rank ", peer));
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int spin = 0;; ++spin) {
+    reapSends();
+    int flag = 0;
+    MPI_Status status;
+    int code =
+        MPI_Iprobe(peer, kPointToPointTag, MPI_COMM_WORLD, &flag, &status);
+    if (code != MPI_SUCCESS) {
+      broken = absl::StrCat("recv on rank ", rank, " from rank ", peer, ": ",
+                            mpiError(code));
+      return absl::InternalError(broken);
+    }
+    if (flag) {
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      std::string bytes(size_t(std::max(count, 0)), '\0');
+      code = MPI_Recv(bytes.data(), count, MPI_BYTE, peer, kPointToPointTag,
+                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (code != MPI_SUCCESS) {
+        broken = absl::StrCat("recv on rank ", rank, " from rank ", peer, ": ",
+                              mpiError(code));
+        return absl::InternalError(broken);
+      }
+      return deserializeTensor(bytes);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      broken = absl::StrCat("recv on rank ", rank, " from rank ", peer,
+                            " timed out after ", timeout.count(), " ms: rank ",
+                            peer, " never sent");
+      return absl::DeadlineExceededError(broken);
+    }
+    if (spin < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 absl::StatusOr<std::vector<HostTensor>>
@@ -206,6 +302,16 @@ MpiCommunicator::create(int, std::chrono::milliseconds) {
 MpiCommunicator::~MpiCommunicator() = default;
 
 void MpiCommunicator::abortJob(int code) { std::exit(code); }
+
+void MpiCommunicator::reapSends() {}
+
+absl::Status MpiCommunicator::send(int, int, const HostTensor &) {
+  return absl::UnimplementedError("MPI is not available");
+}
+
+absl::StatusOr<HostTensor> MpiCommunicator::recv(int, int) {
+  return absl::UnimplementedError("MPI is not available");
+}
 
 absl::StatusOr<std::vector<HostTensor>>
 MpiCommunicator::exchange(int, const std::vector<int> &, const HostTensor &,

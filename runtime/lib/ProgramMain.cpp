@@ -9,6 +9,7 @@
 #include "weft/runtime/Launch.h"
 #include "weft/runtime/MpiCommunicator.h"
 #include "weft/runtime/NpyFile.h"
+#include "weft/runtime/Pipeline.h"
 #include "weft/runtime/Profile.h"
 #include "weft/runtime/Program.h"
 #include "weft/runtime/TcpStore.h"
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -213,6 +215,37 @@ void stallIfAsked(int rank) {
       std::chrono::milliseconds(int64_t(seconds * 1000)));
 }
 
+/// The pipeline's stage functions with the fault injection of a real
+/// program: the rank named by WEFT_STALL_RANK stalls (stallIfAsked) and the
+/// one named by WEFT_KILL_RANK kills itself with SIGKILL (no handler runs,
+/// no message is sent; ranks as processes only), each in its first forward
+/// step, after the schedule has started: the others must fail naming the
+/// step and the rank they miss.
+PipelineProgram withFaults(const PipelineProgram &program, bool processes) {
+  int kill = -1;
+  if (const char *text = std::getenv("WEFT_KILL_RANK"); text && processes)
+    (void)absl::SimpleAtoi(text, &kill);
+  PipelineProgram faulty = program;
+  for (PipelineStage &stage : faulty.virtualStages)
+    stage.function = [function = stage.function,
+                      kill](RankContext &ctx,
+                            const std::vector<HostTensor> &inputs) {
+      thread_local bool started = false;
+      if (!started) {
+        started = true;
+        stallIfAsked(ctx.rank);
+        if (ctx.rank == kill) {
+          std::cerr << absl::StrCat("rank ", ctx.rank,
+                                    ": killing itself (WEFT_KILL_RANK)\n")
+                    << std::flush;
+          std::raise(SIGKILL);
+        }
+      }
+      return function(ctx, inputs);
+    };
+  return faulty;
+}
+
 /// One rank per process: over MPI or the TCP store.
 int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
                  const std::vector<Layout> &outputLayouts,
@@ -256,6 +289,89 @@ int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
   return 0;
 }
 
+/// A pipelined program, one rank per process: each runs its schedule; the
+/// stages' outputs then go to rank 0 point-to-point (after the bytes sent
+/// were counted), which assembles and writes them.
+int runPipelineAsProcess(const PipelineProgram &program,
+                         const ProgramArguments &args,
+                         const LaunchInfo &launch) {
+  auto joined =
+      ProcessGroup::join(launch, int(program.mesh.size()), args.timeout);
+  if (!joined.ok()) {
+    std::cerr << absl::StrCat("error: rank ", launch.rank, ": ",
+                              joined.status().message(), "\n");
+    return 1;
+  }
+  ProcessGroup &group = **joined;
+  ExchangeCommunicator &comm = group.communicator();
+  const int rank = group.rank(), n = int(program.mesh.size());
+  try {
+    RankContext ctx{rank, program.mesh, &comm, args.weightsDir, args.timeout};
+    auto micro = splitMicroBatches(args.inputs, program.microBatches);
+    if (!micro.ok())
+      throw std::runtime_error(std::string(micro.status().message()));
+    std::vector<HostTensor> results;
+    {
+      RankProfile profile;
+      results = runPipelineRank(ctx, program, *micro);
+    }
+    std::vector<int> world;
+    for (int r = 0; r < n; ++r)
+      world.push_back(r);
+    HostTensor sent(DType::I64, {1});
+    sent.ints = {comm.bytesSent(rank)};
+    std::vector<int64_t> bytes =
+        valueOrThrow(comm.allGather(rank, world, sent, 0)).ints.toVector();
+    if (rank != 0) {
+      HostTensor count(DType::I64, {1});
+      count.ints = {int64_t(results.size())};
+      if (absl::Status status = comm.send(rank, 0, count); !status.ok())
+        throw std::runtime_error(std::string(status.message()));
+      for (const HostTensor &result : results)
+        if (absl::Status status = comm.send(rank, 0, result); !status.ok())
+          throw std::runtime_error(std::string(status.message()));
+    } else {
+      std::vector<std::vector<HostTensor>> perRank(static_cast<size_t>(n));
+      perRank[0] = std::move(results);
+      for (int r = 1; r < n; ++r) {
+        HostTensor count = valueOrThrow(comm.recv(0, r));
+        for (int64_t i = 0; i < (count.numel() ? count.ints[0] : 0); ++i)
+          perRank[size_t(r)].push_back(valueOrThrow(comm.recv(0, r)));
+      }
+      auto outputs = assemblePipelineOutputs(program, perRank);
+      if (!outputs.ok())
+        throw std::runtime_error(std::string(outputs.status().message()));
+      if (writeProgramOutputs(args.outputDir, *outputs, n, bytes) != 0)
+        group.abort("cannot write the outputs");
+    }
+    if (Profiler::get().enabled())
+      Profiler::get().print(std::cerr << "rank " << rank << ": ");
+  } catch (const std::exception &e) {
+    group.abort(e.what());
+  }
+  group.finish();
+  return 0;
+}
+
+/// The launcher's world, checked against the program's ranks; nullopt (and
+/// the exit code in `exitCode`) if it does not fit.
+std::optional<LaunchInfo> launchFor(const Mesh &mesh, int *exitCode) {
+  absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
+  if (!launch.ok()) {
+    std::cerr << "error: " << launch.status().message() << "\n";
+    *exitCode = 2;
+    return std::nullopt;
+  }
+  if (launch->worldSize > 1)
+    if (absl::Status status = checkWorldSize(*launch, int(mesh.size()));
+        !status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      *exitCode = 2;
+      return std::nullopt;
+    }
+  return *launch;
+}
+
 } // namespace
 
 int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
@@ -265,19 +381,10 @@ int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
                          const std::vector<TensorType> &inputTypes) {
   int exitCode = 0;
   Profiler::get().enableFromEnvironment();
-  absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
-  if (!launch.ok()) {
-    std::cerr << "error: " << launch.status().message() << "\n";
-    return 2;
-  }
+  std::optional<LaunchInfo> launch = launchFor(mesh, &exitCode);
+  if (!launch)
+    return exitCode;
   bool processes = launch->worldSize > 1;
-  if (processes) {
-    absl::Status status = checkWorldSize(*launch, int(mesh.size()));
-    if (!status.ok()) {
-      std::cerr << "error: " << status.message() << "\n";
-      return 2;
-    }
-  }
   absl::StatusOr<ProgramArguments> args =
       parseProgramArguments(argc, argv, inputs.size(), &exitCode);
   if (!args.ok())
@@ -320,4 +427,57 @@ int weft::rt::programMain(int argc, char **argv, const ProgramSpec &spec) {
           const std::vector<HostTensor> &inputs,
           int64_t &) { return spec.function(ctx, inputs); },
       spec.inputTypes);
+}
+
+int weft::rt::pipelineProgramMain(int argc, char **argv,
+                                  const PipelineProgram &program) {
+  int exitCode = 0;
+  Profiler::get().enableFromEnvironment();
+  std::optional<LaunchInfo> launch = launchFor(program.mesh, &exitCode);
+  if (!launch)
+    return exitCode;
+  const size_t inputCount = program.numInputs();
+  absl::StatusOr<ProgramArguments> args =
+      parseProgramArguments(argc, argv, inputCount, &exitCode);
+  if (!args.ok())
+    return exitCode;
+  if (absl::Status status = checkPipelineProgram(program, inputCount);
+      !status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
+    return 1;
+  }
+  // Each input against one micro-batch's block on the first stage that
+  // reads it, times the micro-batches along the batch.
+  for (size_t i = 0; i < program.inputTypes.size() && i < inputCount; ++i) {
+    TensorType whole = program.inputTypes[i];
+    Layout layout;
+    for (const PipelineStage &stage : program.virtualStages)
+      for (size_t a = 0; a < stage.modelInput.size() && layout.empty(); ++a)
+        if (stage.modelInput[a] == int(i))
+          layout = stage.argLayouts[a];
+    if (!whole.shape.empty())
+      whole.shape[0] *= program.microBatches;
+    if (absl::Status status =
+            checkInput(args->inputs[i], whole, layout, program.mesh,
+                       absl::StrCat(args->inputPaths[i], " (input #", i, ")"));
+        !status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      return 1;
+    }
+  }
+  PipelineProgram faulty = withFaults(program, launch->worldSize > 1);
+  if (launch->worldSize > 1)
+    return runPipelineAsProcess(faulty, *args, *launch);
+  std::vector<int64_t> bytes;
+  auto outputs = runPipelineOnMesh(faulty, args->weightsDir, args->inputs,
+                                   &bytes, args->timeout);
+  if (!outputs.ok()) {
+    std::cerr << "error: " << outputs.status().message() << "\n";
+    return 1;
+  }
+  int written = writeProgramOutputs(args->outputDir, *outputs,
+                                    program.mesh.size(), bytes);
+  if (Profiler::get().enabled())
+    Profiler::get().print(std::cerr);
+  return written;
 }

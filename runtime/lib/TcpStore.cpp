@@ -597,3 +597,50 @@ StoreCommunicator::exchange(int rank, const std::vector<int> &group,
   }
   return all;
 }
+
+absl::Status StoreCommunicator::send(int rank, int peer,
+                                     const HostTensor &input) {
+  if (rank != myRank || peer < 0 || peer >= worldSize() || peer == rank)
+    return absl::InvalidArgumentError(absl::StrCat("send on rank ", rank,
+                                                   " (process rank ", myRank,
+                                                   "): no peer rank ", peer));
+  int64_t n = sentTo[{rank, peer}]++;
+  if (absl::Status status = store.set(
+          absl::StrCat("p/", rank, "/", peer, "/", n), serializeTensor(input));
+      !status.ok())
+    return status;
+  countSent(rank, tensorBytes(input));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostTensor> StoreCommunicator::recv(int rank, int peer) {
+  if (rank != myRank || peer < 0 || peer >= worldSize() || peer == rank)
+    return absl::InvalidArgumentError(absl::StrCat("recv on rank ", rank,
+                                                   " (process rank ", myRank,
+                                                   "): no peer rank ", peer));
+  std::string key =
+      absl::StrCat("p/", peer, "/", rank, "/", receivedFrom[{peer, rank}]);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int attempt = 0;; ++attempt) {
+    std::string bytes;
+    absl::StatusOr<bool> found = store.tryGet(key, bytes);
+    if (!found.ok())
+      return found.status();
+    if (*found) {
+      ++receivedFrom[{peer, rank}];
+      if (absl::Status status = store.erase(key); !status.ok())
+        return status;
+      return deserializeTensor(bytes);
+    }
+    std::string why;
+    absl::StatusOr<bool> aborted = store.tryGet("abort", why);
+    if (aborted.ok() && *aborted)
+      return absl::AbortedError(why);
+    if (std::chrono::steady_clock::now() > deadline)
+      return absl::DeadlineExceededError(absl::StrCat(
+          "recv on rank ", rank, " from rank ", peer, " timed out after ",
+          timeout.count(), " ms: rank ", peer, " never sent"));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(attempt < 50 ? 200 : 5000));
+  }
+}

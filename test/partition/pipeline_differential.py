@@ -10,6 +10,10 @@ max|reference|).
 For each pair it also checks what ran against what was planned:
 - the bytes each rank sent equal its stages' collectives (NCCL ring counts)
   plus the activations it sent to the next stage, per micro-batch;
+- on the random transformers, what a stage sends per micro-batch equals the
+  cost model's forward_p2p_bytes for the plan (`weft plan --evaluate
+  --json` on a GPT of the same hidden size, heads and sequence; bf16 there,
+  f32 here);
 - the order of the steps each rank ran (weft run --trace) is exactly the
   forward part of the schedule `weft plan --print-schedule` prints for the
   plan (the step list the cost model simulates).
@@ -59,6 +63,41 @@ def expected_bytes(partitioned, p, m):
     return per_rank
 
 
+def sent_per_step(partitioned):
+    """The bytes stage 0's ranks send in one send step (its values marked
+    weft.sent_to, local types)."""
+    text = open(partitioned).read()
+    for chunk in text.split("func.func @")[1:]:
+        if re.match(r"\w+_stage0\(", chunk):
+            header = chunk.split("{\n", 1)[0]
+            results = header.split("->", 1)[1] if "->" in header else ""
+            return sum(tensor_bytes(shape, dtype) for shape, dtype in re.findall(
+                r"tensor<([0-9x]*?)x?(f32|i64|i1|f16|bf16|i32|f64)> \{[^}]*weft\.sent_to",
+                results))
+    return None
+
+
+def predicted_p2p(weft, spec, dims, devices):
+    """The cost model's forward_p2p_bytes (bf16) for the plan on a GPT of the
+    model's hidden size, heads and sequence (`weft plan --evaluate --json`),
+    or an error."""
+    hidden, heads, seq, batch, m = dims
+    dp = int(re.search(r"dp=(\d+)", spec).group(1)) if "dp=" in spec else 1
+    keep = [item for item in spec.split(",") if not item.startswith("stages=")]
+    if "zeropp" in spec:
+        keep.append("zero=3")  # the planner's ZeroPP shards parameters
+    proc = subprocess.run(
+        [weft, "plan", "--model", "gpt", "--layers", "8", "--hidden", str(hidden),
+         "--heads", str(heads), "--cluster", "a100-80g:%dx1" % devices,
+         "--global-batch", str(batch), "--seq-len", str(seq), "--evaluate",
+         ",".join(keep + ["mbs=%d" % (batch // m // dp)]), "--allow-oom", "--json", "-"],
+        capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None, "weft plan --evaluate failed: " + proc.stderr[-400:]
+    plan = json.JSONDecoder().raw_decode(proc.stdout)[0]["plans"][0]
+    return int(plan.get("forward_p2p_bytes", 0)), None
+
+
 def planned_order(weft, spec, p):
     """The forward steps of each rank in `weft plan --print-schedule` for the
     plan's pipeline (pp, v, m, schedule) on a model the planner builds."""
@@ -87,7 +126,8 @@ def planned_order(weft, spec, p):
     return ranks, None
 
 
-def check_pair(weft, name, model, inputs, reference, spec, p, m, devices, tmp):
+def check_pair(weft, name, model, inputs, reference, spec, p, m, devices, tmp,
+               dims=None):
     out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name + spec))
     proc = run(weft, model, inputs, out,
                ["--devices", str(devices), "--plan-spec", spec,
@@ -115,6 +155,17 @@ def check_pair(weft, name, model, inputs, reference, spec, p, m, devices, tmp):
     if counted != expected:
         return "failed", "bytes sent %s, the stages' programs say %s" % (
             counted, expected)
+    if dims:
+        # The cost model's point-to-point figure is the residual stream's
+        # block in bf16: the f32 program sends twice its bytes per send.
+        predicted, error = predicted_p2p(weft, spec, dims + (m,), devices)
+        if error:
+            return "failed", error
+        sent = sent_per_step(out + ".mlir")
+        if sent != 2 * predicted:
+            return "failed", ("stage 0 sends %s bytes per micro-batch, the cost "
+                              "model's forward_p2p_bytes is %d (bf16; %d in f32)" %
+                              (sent, predicted, 2 * predicted))
     order, error = planned_order(weft, spec, p)
     if error:
         return "failed", error
@@ -197,7 +248,7 @@ def main():
                 # export; a sample on the static one.
                 if not suffix:
                     chosen = chosen[::4]
-                cases.append((name + suffix, model, model, inputs, chosen))
+                cases.append((name + suffix, model, model, inputs, chosen, None))
         # Random transformers of 4 and 8 layers, generated at the whole
         # batch (the reference) and at one micro-batch of 2 (the stages).
         for seed in range(options.random):
@@ -232,11 +283,12 @@ def main():
                 cases.append(("random%d(layers=%d,%s)" % (seed, layers, ",".join(
                     "%s=%s" % (k, v) for k, v in config.items()
                     if k not in ("seed", "layers", "batch"))), whole, micro, paths,
-                    [(spec, p, m, devices)]))
+                    [(spec, p, m, devices)],
+                    (config["hidden"], config["heads"], config["seq"], 2 * m)))
         jobs = []
         references = {}
         with concurrent.futures.ThreadPoolExecutor(options.jobs) as pool:
-            for name, whole, micro, inputs, chosen in cases:
+            for name, whole, micro, inputs, chosen, dims in cases:
                 key = (whole, tuple(inputs))
                 if key not in references:
                     ref_dir = os.path.join(tmp, "ref%d" % len(references))
@@ -249,7 +301,7 @@ def main():
                 for spec, p, m, devices in chosen:
                     jobs.append((name, spec, pool.submit(
                         check_pair, options.weft, name, micro, inputs,
-                        references[key], spec, p, m, devices, tmp)))
+                        references[key], spec, p, m, devices, tmp, dims)))
             for name, spec, job in jobs:
                 status, detail = job.result()
                 counts[status] += 1
@@ -262,8 +314,10 @@ def main():
     ok = counts["ok"]
     print("checked %d (model, plan) pairs with pipeline stages on %d models: %d "
           "equal to the unpartitioned result within %g relative, with the bytes "
-          "each rank sent equal to its stages' collectives and sends, and each "
-          "rank's executed steps equal to weft plan's schedule; %d failed; %d "
+          "each rank sent equal to its stages' collectives and sends (and, on "
+          "the random transformers, each send equal to the cost model's "
+          "forward_p2p_bytes), and each rank's executed steps equal to weft "
+          "plan's schedule; %d failed; %d "
           "skipped (the plan does not divide the model's shapes)" %
           (ok + counts["failed"], len(set(c[0] for c in cases)), ok, TOLERANCE, counts["failed"],
            counts["skipped"]))

@@ -15,12 +15,14 @@
 #ifndef WEFT_DRIVER_DRIVER_H
 #define WEFT_DRIVER_DRIVER_H
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/CostModel.h"
 #include "weft/Planner/PipelineSchedule.h"
 #include "weft/Planner/Risk.h"
 #include "weft/plan.pb.h"
 #include "weft/runtime/HostTensor.h"
+#include "weft/runtime/Pipeline.h"
 #include "weft/runtime/Program.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -241,23 +243,15 @@ struct TraceEvent {
   double start, end;
 };
 
-/// A step as PipelineSchedule::str prints it (`F3`, `>a1:3`, `<a0:3.1`).
-std::string stepName(const planner::PipelineStep &step, int chunks);
-
-/// What a forward run executes of the plan's pipeline schedule: each
-/// rank's forward steps and their activation sends and receives, in the
-/// schedule's order (planner::buildPipelineSchedule with the plan's pp, v
-/// and m). An error when the schedule cannot run those.
-llvm::Expected<planner::PipelineSchedule>
-forwardSchedule(const plan::Plan &plan);
-
 /// Events as a Chrome-trace / Perfetto JSON timeline, one track per rank.
 std::string chromeTrace(const std::vector<TraceEvent> &events, int ranks,
                         int stages);
 
-/// Runs a module cut into pipeline stages and partitioned over a mesh whose
-/// first axis is pp: the inputs (whole batches) are cut into the plan's m
-/// micro-batches, every rank runs its pipeline rank's forward steps, stages
+/// Runs a module cut into pipeline stages, scheduled, and partitioned over a
+/// mesh whose first axis is pp: the inputs (whole batches) are cut into the
+/// module's m micro-batches, every rank runs its pipeline rank's steps
+/// from the module's schedule (the plan's pp, v and m must be the
+/// module's), stages
 /// pass their values by point-to-point send and receive, and the outputs
 /// are gathered from the stages that return them and joined. `bytes` gets
 /// the bytes each rank sent (collectives and sends); `trace`, when given,
@@ -268,6 +262,11 @@ runPipelineOnMeshDevices(mlir::ModuleOp module, const plan::Plan &plan,
                          const InterpreterOptions &base, int expectedDevices,
                          double timeoutSeconds, std::vector<int64_t> &bytes,
                          std::vector<TraceEvent> *trace = nullptr);
+
+/// The runtime's description of a pipelined module (everything but the
+/// stage functions, which the caller provides: interpreted or compiled).
+llvm::Expected<rt::PipelineProgram> pipelineProgram(mlir::ModuleOp module,
+                                                    const PipelineInfo &info);
 
 /// The layout (mesh axes per dimension) of a partitioned function's
 /// argument or result from its `weft.local_sharding` (replicated when null).

@@ -69,6 +69,9 @@ llvm::Error fromJson(llvm::StringRef text, google::protobuf::Message &message,
 
 /// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
 const char *scheduleName(plan::Schedule schedule);
+/// A schedule by name as plan specs write it (gpipe, 1f1b, interleaved,
+/// zb-h1, zeropp; any case), or nullopt.
+std::optional<plan::Schedule> parseScheduleName(llvm::StringRef name);
 /// "none", "selective", "full".
 const char *recomputeName(plan::Recompute recompute);
 

@@ -251,6 +251,13 @@ private:
       stageCache;
 };
 
+/// The bytes of the activations one rank sends to the next pipeline stage
+/// for one micro-batch on one chunk: its block of the residual stream (the
+/// micro-batch x the sequence over cp, ulysses and, with Megatron SP, tp x
+/// hidden) in bf16.
+double stageActivationBytes(const plan::Plan &plan, int64_t sequenceLength,
+                            int64_t hidden);
+
 /// A plan written for `--evaluate` (weft::parsePlanSpec's form) with what the
 /// text leaves out filled in from the cluster and the batch: dp takes the
 /// GPUs the other degrees leave, m the micro-batches of the global batch.

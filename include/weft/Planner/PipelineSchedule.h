@@ -15,6 +15,7 @@
 
 #include "weft/plan.pb.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,16 @@ PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
 /// The same with unit times (forward, backward and weight gradient alike).
 PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
                                        int m);
+
+/// A step as `PipelineSchedule::str` writes it (`F3`, `B0.1`, `>a1:2`,
+/// `<g0:2.1`; the `.chunk` only when the schedule has chunks > 1), and back
+/// (nullopt for a malformed name; a missing chunk is 0).
+std::string stepName(const PipelineStep &step, int chunks);
+std::optional<PipelineStep> parseStepName(const std::string &name);
+
+/// The schedule with only its forward steps and the activations' sends and
+/// receives: what a forward program (no backward) runs.
+PipelineSchedule forwardSteps(const PipelineSchedule &schedule);
 
 /// Runs the step lists as ranks would, a send completing when posted and a
 /// receive waiting for its send; an empty string if every step runs, else

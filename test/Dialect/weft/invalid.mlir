@@ -1590,3 +1590,28 @@ func.func @model_input_negative(%x: tensor<4xf32> {weft.model_input = -1 : i64})
 func.func @sent_to_string(%x: tensor<4xf32>) -> (tensor<4xf32> {weft.sent_to = "next"}) {
   return %x : tensor<4xf32>
 }
+
+// -----
+
+// A schedule in weft.pipeline (-weft-schedule-pipeline) has all three fields.
+// expected-error @+1 {{'weft.pipeline' with a schedule needs schedule (a schedule's name), micro_batches (i64 >= 1) and steps (one list per stage, 2)}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0"]]}} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline rank 1 has the step "F0.1", which is not F/B/W<mb>[.chunk] or >a|<a|>g|<g<peer>:<mb>[.chunk] with micro-batch < 1, chunk < 1 and another pipeline rank < 2 as peer}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0"], ["<a0:0", "F0.1"]]}} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline rank 0 has the step ">a0:0", which is not}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a0:0"], ["<a0:0", "F0"]]}} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline rank 0 has the step "X0", which is not}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["X0"], []]}} {
+}

@@ -21,6 +21,8 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace weft::rt {
 
@@ -37,12 +39,21 @@ public:
   /// Ends every process of the job with `code` (MPI_Abort).
   [[noreturn]] void abortJob(int code);
 
+  /// Point-to-point on their own tag: a send is posted (its buffer kept
+  /// until MPI is done with it) and returns; a receive probes for the
+  /// peer's next tensor until the timeout.
+  absl::Status send(int rank, int peer, const HostTensor &input) override;
+  absl::StatusOr<HostTensor> recv(int rank, int peer) override;
+
 protected:
   absl::StatusOr<std::vector<HostTensor>>
   exchange(int rank, const std::vector<int> &group, const HostTensor &mine,
            const char *what) override;
 
 private:
+  /// Forgets the posted sends MPI is done with.
+  void reapSends();
+
   MpiCommunicator(int worldSize, int rank, std::chrono::milliseconds timeout)
       : ExchangeCommunicator(worldSize), myRank(rank), timeout(timeout) {}
 
@@ -50,6 +61,13 @@ private:
   std::chrono::milliseconds timeout;
   std::map<std::string, int64_t> sequence;
   std::string broken;
+  /// Posted sends (an MPI_Request, stored opaquely so that this header
+  /// needs no MPI) and the bytes they send.
+  struct PendingSend {
+    std::shared_ptr<void> request;
+    std::shared_ptr<std::string> bytes;
+  };
+  std::vector<PendingSend> pending;
 };
 
 /// Whether this runtime was built with MPI.

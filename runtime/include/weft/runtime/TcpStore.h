@@ -73,6 +73,12 @@ public:
       : ExchangeCommunicator(worldSize), store(store), myRank(rank),
         timeout(timeout) {}
 
+  /// Point-to-point through the store: a send sets the key of the pair's
+  /// next message; a receive waits for it (or the job's abort) until the
+  /// timeout, then deletes it.
+  absl::Status send(int rank, int peer, const HostTensor &input) override;
+  absl::StatusOr<HostTensor> recv(int rank, int peer) override;
+
 protected:
   absl::StatusOr<std::vector<HostTensor>>
   exchange(int rank, const std::vector<int> &group, const HostTensor &mine,
@@ -83,6 +89,8 @@ private:
   int myRank;
   std::chrono::milliseconds timeout;
   std::map<std::string, int64_t> sequence;
+  /// Messages sent and received so far, by (sender, receiver).
+  std::map<std::pair<int, int>, int64_t> sentTo, receivedFrom;
 };
 
 /// A tensor as bytes and back (dtype, shape, then the stored values).

@@ -246,33 +246,99 @@ PipelineSchedule planner::buildPipelineSchedule(plan::Schedule schedule, int p,
   return buildPipelineSchedule(schedule, p, v, m, ones, ones, weight, 0);
 }
 
+std::string planner::stepName(const PipelineStep &step, int chunks) {
+  std::string name;
+  switch (step.kind) {
+  case PipelineStep::Forward:
+    name = "F";
+    break;
+  case PipelineStep::Backward:
+    name = "B";
+    break;
+  case PipelineStep::WeightGrad:
+    name = "W";
+    break;
+  case PipelineStep::Send:
+  case PipelineStep::Recv:
+    name = std::string(step.kind == PipelineStep::Send ? ">" : "<") +
+           (step.gradient ? "g" : "a") + std::to_string(step.peer) + ":";
+    break;
+  }
+  name += std::to_string(step.microBatch);
+  if (chunks > 1)
+    name += "." + std::to_string(step.chunk);
+  return name;
+}
+
+std::optional<PipelineStep> planner::parseStepName(const std::string &name) {
+  PipelineStep step{PipelineStep::Forward, 0, 0};
+  size_t at = 0;
+  // A non-negative decimal number at `at`, or -1.
+  auto number = [&]() -> int {
+    size_t begin = at;
+    int64_t value = 0;
+    while (at < name.size() && name[at] >= '0' && name[at] <= '9' &&
+           at - begin < 9)
+      value = value * 10 + (name[at++] - '0');
+    return at == begin ? -1 : int(value);
+  };
+  if (name.empty())
+    return std::nullopt;
+  switch (name[at++]) {
+  case 'F':
+    break;
+  case 'B':
+    step.kind = PipelineStep::Backward;
+    break;
+  case 'W':
+    step.kind = PipelineStep::WeightGrad;
+    break;
+  case '>':
+  case '<':
+    step.kind = name[0] == '>' ? PipelineStep::Send : PipelineStep::Recv;
+    if (at >= name.size() || (name[at] != 'a' && name[at] != 'g'))
+      return std::nullopt;
+    step.gradient = name[at++] == 'g';
+    step.peer = number();
+    if (step.peer < 0 || at >= name.size() || name[at++] != ':')
+      return std::nullopt;
+    break;
+  default:
+    return std::nullopt;
+  }
+  step.microBatch = number();
+  if (step.microBatch < 0)
+    return std::nullopt;
+  if (at < name.size() && name[at] == '.') {
+    ++at;
+    step.chunk = number();
+    if (step.chunk < 0)
+      return std::nullopt;
+  }
+  if (at != name.size())
+    return std::nullopt;
+  return step;
+}
+
+PipelineSchedule planner::forwardSteps(const PipelineSchedule &schedule) {
+  PipelineSchedule forward = schedule;
+  for (std::vector<PipelineStep> &steps : forward.ranks)
+    steps.erase(std::remove_if(steps.begin(), steps.end(),
+                               [](const PipelineStep &step) {
+                                 return step.kind == PipelineStep::Backward ||
+                                        step.kind == PipelineStep::WeightGrad ||
+                                        step.gradient;
+                               }),
+                steps.end());
+  return forward;
+}
+
 std::string PipelineSchedule::str() const {
   std::ostringstream os;
   for (size_t r = 0; r < ranks.size(); ++r) {
     os << "rank " << r << ":";
-    for (const PipelineStep &step : ranks[r]) {
-      os << ' ';
-      switch (step.kind) {
-      case PipelineStep::Forward:
-        os << 'F';
-        break;
-      case PipelineStep::Backward:
-        os << 'B';
-        break;
-      case PipelineStep::WeightGrad:
-        os << 'W';
-        break;
-      case PipelineStep::Send:
-        os << '>' << (step.gradient ? 'g' : 'a') << step.peer << ':';
-        break;
-      case PipelineStep::Recv:
-        os << '<' << (step.gradient ? 'g' : 'a') << step.peer << ':';
-        break;
-      }
-      os << step.microBatch;
-      if (chunks > 1)
-        os << '.' << step.chunk;
-    }
+    for (const PipelineStep &step : ranks[r])
+      os << ' ' << stepName(step, chunks);
     os << '\n';
   }
   return os.str();

@@ -1,0 +1,77 @@
+//===- Pipeline.cpp - A module cut into pipeline stages, as read ----------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/Pipeline.h"
+
+#include "weft/Dialect/WeftDialect.h"
+
+using namespace mlir;
+using namespace weft;
+
+static int64_t intEntry(DictionaryAttr dict, StringRef key) {
+  auto value = dict ? dict.getAs<IntegerAttr>(key) : IntegerAttr();
+  return value ? value.getInt() : -1;
+}
+
+FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
+  auto pipeline =
+      module->getAttrOfType<DictionaryAttr>(WeftDialect::getPipelineAttrName());
+  if (!pipeline)
+    return std::optional<PipelineInfo>();
+  PipelineInfo info;
+  info.stages = int(intEntry(pipeline, "stages"));
+  info.chunks = int(intEntry(pipeline, "chunks"));
+  info.microBatches = int(intEntry(pipeline, "micro_batches"));
+  auto steps = pipeline.getAs<ArrayAttr>("steps");
+  auto schedule = pipeline.getAs<StringAttr>("schedule");
+  if (info.stages < 1 || info.chunks < 1 || info.microBatches < 1 || !steps ||
+      !schedule || int64_t(steps.size()) != info.stages)
+    return module.emitError(
+        "the module is cut into pipeline stages but has no schedule; run "
+        "-weft-schedule-pipeline");
+  info.schedule = schedule.str();
+  for (Attribute list : steps) {
+    auto &mine = info.steps.emplace_back();
+    for (Attribute entry : cast<ArrayAttr>(list)) {
+      std::string name = cast<StringAttr>(entry).str();
+      std::optional<planner::PipelineStep> step = planner::parseStepName(name);
+      if (!step)
+        return module.emitError("the pipeline schedule has a malformed step '")
+               << name << "'";
+      mine.emplace_back(*step, name);
+    }
+  }
+  info.virtualStages.resize(size_t(info.stages) * info.chunks);
+  for (auto func : module.getOps<func::FuncOp>()) {
+    auto at = func->getAttrOfType<DictionaryAttr>(
+        WeftDialect::getPipelineStageAttrName());
+    int64_t k = intEntry(at, "stage");
+    if (!at)
+      continue;
+    if (k < 0 || k >= int64_t(info.virtualStages.size()))
+      return func.emitError("pipeline stage ")
+             << k << " is outside the module's " << info.virtualStages.size()
+             << " virtual stages";
+    PipelineStageInfo &stage = info.virtualStages[size_t(k)];
+    stage.func = func;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto input = func.getArgAttrOfType<IntegerAttr>(
+          i, WeftDialect::getModelInputAttrName());
+      stage.modelInput.push_back(input ? int(input.getInt()) : -1);
+    }
+    for (unsigned o = 0; o < func.getNumResults(); ++o) {
+      auto output = func.getResultAttrOfType<IntegerAttr>(
+          o, WeftDialect::getModelOutputAttrName());
+      stage.modelOutput.push_back(output ? int(output.getInt()) : -1);
+    }
+  }
+  for (size_t k = 0; k < info.virtualStages.size(); ++k)
+    if (!info.virtualStages[k].func)
+      return module.emitError("the module has no function for pipeline "
+                              "stage ")
+             << k;
+  return std::optional<PipelineInfo>(std::move(info));
+}

@@ -1,0 +1,52 @@
+//===- Pipeline.h - A module cut into pipeline stages, as read --*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// What a consumer of a pipelined module (-weft-split-stages, then
+// -weft-schedule-pipeline) needs, read from its attributes once: the stage
+// functions by virtual stage, how their arguments and results connect, and
+// every pipeline rank's steps. The runner and the emitters read it here, so
+// they run and print the same thing.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_DIALECT_PIPELINE_H
+#define WEFT_DIALECT_PIPELINE_H
+
+#include "weft/Planner/PipelineSchedule.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+struct PipelineStageInfo {
+  mlir::func::FuncOp func;
+  /// Per argument: the model input it is (>= 0) or -1 for a received value.
+  std::vector<int> modelInput;
+  /// Per result: the model output it is (>= 0) or -1 for a sent value.
+  std::vector<int> modelOutput;
+};
+
+struct PipelineInfo {
+  int stages = 1, chunks = 1, microBatches = 1;
+  std::string schedule;
+  /// By virtual stage.
+  std::vector<PipelineStageInfo> virtualStages;
+  /// By pipeline rank: each step and its name in the IR.
+  std::vector<std::vector<std::pair<planner::PipelineStep, std::string>>> steps;
+};
+
+/// The pipeline of `module`; nullopt if it is not cut into stages. A module
+/// that is cut but not scheduled, or whose stages do not fit together, is
+/// an error reported at the module (failure).
+mlir::FailureOr<std::optional<PipelineInfo>>
+readPipeline(mlir::ModuleOp module);
+
+} // namespace weft
+
+#endif // WEFT_DIALECT_PIPELINE_H
