@@ -178,25 +178,38 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
     return None
 
 
-def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
-               lm_head=True):
-    out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name + spec))
-    proc = run(weft, model, inputs, out,
-               ["--devices", str(devices), "--plan-spec", spec,
-                "--dump-partitioned", out + ".mlir"])
+def run_and_compare(weft, model, inputs, out, extra, reference, tolerance):
+    """Runs `weft run` with `extra` options and compares its outputs with
+    `reference`: (None, proc, worst relative error) when they agree within
+    `tolerance`, else ((status, detail), proc, worst) with status "skipped"
+    (the plan does not divide the model) or "failed"."""
+    proc = run(weft, model, inputs, out, extra)
     if proc.returncode != 0:
         if "plan:" in proc.stderr:
-            return "skipped", proc.stderr.strip().splitlines()[-1]
-        return "failed", proc.stderr[-800:]
+            return ("skipped", proc.stderr.strip().splitlines()[-1]), proc, 0.0
+        return ("failed", proc.stderr[-800:]), proc, 0.0
     worst = 0.0
     for index, ref in enumerate(reference):
         got = np.load(os.path.join(out, "output_%d.npy" % index))
         if got.shape != ref.shape:
-            return "failed", "output %d has shape %s, expected %s" % (index, got.shape, ref.shape)
+            return ("failed", "output %d has shape %s, expected %s" % (
+                index, got.shape, ref.shape)), proc, worst
         scale = max(float(np.abs(ref).max()), 1e-30)
         worst = max(worst, float(np.abs(got - ref).max()) / scale)
-    if worst > TOLERANCE:
-        return "failed", "relative error %.3g > %g" % (worst, TOLERANCE)
+    if worst > tolerance:
+        return ("failed", "relative error %.3g > %g" % (worst, tolerance)), proc, worst
+    return None, proc, worst
+
+
+def check_pair(weft, name, model, inputs, reference, spec, devices, tmp,
+               lm_head=True):
+    out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name + spec))
+    verdict, proc, worst = run_and_compare(
+        weft, model, inputs, out,
+        ["--devices", str(devices), "--plan-spec", spec,
+         "--dump-partitioned", out + ".mlir"], reference, TOLERANCE)
+    if verdict:
+        return verdict
     bytes_error = check_bytes(proc.stderr, out + ".mlir")
     if bytes_error:
         return "failed", bytes_error

@@ -33,13 +33,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import random_transformer  # noqa: E402
-from differential import collective_bytes, mesh_sizes, run, tensor_bytes  # noqa: E402
+from differential import (collective_bytes, mesh_sizes, run,  # noqa: E402
+                          run_and_compare, tensor_bytes)
 
 TOLERANCE = 1e-5
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
              ("zeropp", 1)]
 INNER = ["", "tp=2", "tp=2,sp=1", "dp=2", "cp=2", "ulysses=2", "dp=2,tp=2",
          "tp=2,cp=2"]
+
+
+def sent_bytes(function):
+    """The bytes of a stage function's results marked weft.sent_to (local
+    types), from its text after `func.func @`."""
+    header = function.split("{\n", 1)[0]
+    results = header.split("->", 1)[1] if "->" in header else ""
+    return sum(tensor_bytes(shape, dtype) for shape, dtype in re.findall(
+        r"tensor<([0-9x]*?)x?(f32|i64|i1|f16|bf16|i32|f64)> \{[^}]*weft\.sent_to",
+        results))
 
 
 def expected_bytes(partitioned, p, m):
@@ -53,11 +64,7 @@ def expected_bytes(partitioned, p, m):
         if not stage:
             continue
         rank = int(stage.group(1)) % p
-        header = chunk.split("{\n", 1)[0]
-        results = header.split("->", 1)[1] if "->" in header else ""
-        total = sum(tensor_bytes(shape, dtype) for shape, dtype in re.findall(
-            r"tensor<([0-9x]*?)x?(f32|i64|i1|f16|bf16|i32|f64)> \{[^}]*weft\.sent_to",
-            results))
+        total = sent_bytes(chunk)
         total += sum(collective_bytes(line, sizes) for line in chunk.splitlines())
         per_rank[rank] += total * m
     return per_rank
@@ -69,11 +76,7 @@ def sent_per_step(partitioned):
     text = open(partitioned).read()
     for chunk in text.split("func.func @")[1:]:
         if re.match(r"\w+_stage0\(", chunk):
-            header = chunk.split("{\n", 1)[0]
-            results = header.split("->", 1)[1] if "->" in header else ""
-            return sum(tensor_bytes(shape, dtype) for shape, dtype in re.findall(
-                r"tensor<([0-9x]*?)x?(f32|i64|i1|f16|bf16|i32|f64)> \{[^}]*weft\.sent_to",
-                results))
+            return sent_bytes(chunk)
     return None
 
 
@@ -129,23 +132,13 @@ def planned_order(weft, spec, p):
 def check_pair(weft, name, model, inputs, reference, spec, p, m, devices, tmp,
                dims=None):
     out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name + spec))
-    proc = run(weft, model, inputs, out,
-               ["--devices", str(devices), "--plan-spec", spec,
-                "--dump-partitioned", out + ".mlir", "--trace", out + ".json"])
-    if proc.returncode != 0:
-        if "plan:" in proc.stderr:
-            return "skipped", proc.stderr.strip().splitlines()[-1]
-        return "failed", proc.stderr[-800:]
-    worst = 0.0
-    for index, ref in enumerate(reference):
-        got = np.load(os.path.join(out, "output_%d.npy" % index))
-        if got.shape != ref.shape:
-            return "failed", "output %d has shape %s, expected %s" % (
-                index, got.shape, ref.shape)
-        scale = max(float(np.abs(ref).max()), 1e-30)
-        worst = max(worst, float(np.abs(got - ref).max()) / scale)
-    if worst > TOLERANCE:
-        return "failed", "relative error %.3g > %g" % (worst, TOLERANCE)
+    verdict, proc, worst = run_and_compare(
+        weft, model, inputs, out,
+        ["--devices", str(devices), "--plan-spec", spec,
+         "--dump-partitioned", out + ".mlir", "--trace", out + ".json"],
+        reference, TOLERANCE)
+    if verdict:
+        return verdict
     counted = re.search(r"bytes sent per rank:((?: \d+)+)", proc.stderr)
     if not counted:
         return "failed", "no byte counts in weft's output"
