@@ -379,11 +379,13 @@ def WeftSchedulePipeline : Pass<"weft-schedule-pipeline", "::mlir::ModuleOp"> {
     every pipeline rank runs: `schedule` (its name), `micro_batches` and `steps`, one
     list per pipeline rank of the steps it runs in order. They are the lists the cost
     model simulates (`planner::buildPipelineSchedule`, printed by `weft plan
-    --print-schedule`): `F<mb>` a forward of micro-batch `mb`, `>a<r>:<mb>` a send of
-    its activations to pipeline rank `r`, `<a<r>:<mb>` a receive from it, `.c` after
-    the micro-batch the model chunk with interleaved stages. The stages are forward
-    programs, so the lists hold the forward steps and the activations' transfers
-    (no backward, weight-gradient or gradient steps). The runtime
+    --print-schedule`): `F<mb>` a forward of micro-batch `mb`, `B<mb>` its backward,
+    `W<mb>` its weight gradients (ZB-H1 and ZeroPP), `>a<r>:<mb>` a send of its
+    activations to pipeline rank `r`, `<a<r>:<mb>` a receive from it, `>g`/`<g` the
+    same for gradients, `.c` after the micro-batch the model chunk with interleaved
+    stages. Forward programs get the forward steps and the activations' transfers
+    only; stages differentiated by `-weft-differentiate` (training) get the whole
+    list. The runtime
     (`weft run`) and the programs `weft compile` writes execute exactly these
     lists. A schedule that cannot run (the interleaved schedule with micro-batches
     not a multiple of the stages) is an error.
@@ -397,6 +399,36 @@ def WeftSchedulePipeline : Pass<"weft-schedule-pipeline", "::mlir::ModuleOp"> {
     Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
            "Micro-batches per step (m)">
   ];
+}
+
+def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
+  let summary = "Cuts each differentiated pipeline stage into its forward, backward and weight-gradient steps' functions.";
+  let description = [{
+    On a module cut into pipeline stages whose stages `-weft-differentiate` turned into
+    forward-and-backward functions (usually after partitioning, so that what is cut is
+    the per-rank program with its collectives), splits each stage's function by what
+    its results need:
+    - the **forward** function (`role = "forward"`, the stage's name) computes what the
+      stage sends on (`weft.sent_to`) and the model outputs (the loss);
+    - the **backward** function (`@<stage>_backward`, `role = "backward"`) computes the
+      gradients sent back to the previous stage (`weft.gradient_to`) and, unless the
+      schedule has weight-gradient steps, the parameters' gradients;
+    - with a schedule that has `W` steps (ZB-H1, ZeroPP), the **weight** function
+      (`@<stage>_weight`, `role = "weight"`) computes the parameters' gradients
+      (`weft.gradient_of`) after the backward has sent its gradients on.
+
+    Each op goes to the first function whose results need it; a value one function makes
+    and a later one reads is returned by the first and taken by the second with the same
+    `weft.saved` slot: these are the activations a pipeline rank keeps per micro-batch
+    between its steps (with `-weft-differentiate="recompute=full"` the layer inputs
+    only, since the backward recomputes the rest). Ops without operands (parameters,
+    constants) are rebuilt where they are read instead of kept. The functions' other
+    arguments keep their `weft.model_input`, `weft.received_from` and
+    `weft.cotangent_of` marks.
+    ```
+    weft-opt -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline -weft-split-backward model.mlir
+    ```
+  }];
 }
 
 def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {

@@ -431,9 +431,14 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       return type.getRank() == 3 && hidden && type.getDimSize(2) == hidden;
     };
     for (BlockArgument arg : func.getArguments()) {
-      bool received = func.getArgAttr(arg.getArgNumber(),
-                                      WeftDialect::getReceivedFromAttrName()) &&
-                      isResidual(cast<RankedTensorType>(arg.getType()));
+      // What a stage receives from the previous one, and the gradient of
+      // what it sent to the next, come as the residual stream.
+      bool received =
+          (func.getArgAttr(arg.getArgNumber(),
+                           WeftDialect::getReceivedFromAttrName()) ||
+           func.getArgAttr(arg.getArgNumber(),
+                           WeftDialect::getCotangentOfAttrName())) &&
+          isResidual(cast<RankedTensorType>(arg.getType()));
       annotateActivation(arg, received ? residualSeq : seqAxes);
     }
     for (Value residual : residuals)
@@ -536,8 +541,10 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       TensorSharding s = TensorSharding::replicated(type.getRank());
       if (type.getRank() >= 1 && type.getDimSize(0) % d.dp == 0)
         s.dims[0].assign(batchAxes.begin(), batchAxes.end());
-      bool sent = func.getResultAttr(index, WeftDialect::getSentToAttrName()) &&
-                  isResidual(type);
+      bool sent =
+          (func.getResultAttr(index, WeftDialect::getSentToAttrName()) ||
+           func.getResultAttr(index, WeftDialect::getGradientToAttrName())) &&
+          isResidual(type);
       if (type.getRank() >= 2 && seq && type.getDimSize(1) == seq)
         s.dims[1].assign(sent ? residualSeq.begin() : seqAxes.begin(),
                          sent ? residualSeq.end() : seqAxes.end());

@@ -41,11 +41,14 @@ struct WeftDifferentiate
       return signalPassFailure();
     }
     bool any = false;
+    const bool split =
+        getOperation()->hasAttr(WeftDialect::getPipelineAttrName());
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
       any = true;
-      if (failed(differentiate(func, *mode)))
+      if (failed(split ? differentiateStage(func, *mode)
+                       : differentiate(func, *mode)))
         return signalPassFailure();
     }
     if (!any) {
@@ -53,6 +56,109 @@ struct WeftDifferentiate
                                "differentiate");
       signalPassFailure();
     }
+  }
+
+  /// A pipeline stage's backward (a vector-Jacobian product): the gradient
+  /// of each float value the stage sends on comes back as a new argument
+  /// (weft.cotangent_of), the loss (model output #0, on the last stage) is
+  /// seeded with 1; the stage returns, after its own results, the gradient
+  /// of each float value it received (weft.gradient_to the previous stage)
+  /// and its parameters' gradients (weft.gradient_of).
+  static LogicalResult differentiateStage(func::FuncOp func, Recompute mode) {
+    auto stageAttr = func->getAttrOfType<DictionaryAttr>(
+        WeftDialect::getPipelineStageAttrName());
+    if (!stageAttr)
+      return func.emitError("@")
+             << func.getSymName()
+             << " is not a pipeline stage of the split module (no "
+             << WeftDialect::getPipelineStageAttrName() << ")";
+    for (unsigned r = 0; r < func.getNumResults(); ++r)
+      if (func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
+        return func.emitError("@")
+               << func.getSymName() << " is already differentiated";
+    const int64_t stage = stageAttr.getAs<IntegerAttr>("stage").getInt();
+    Block &body = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    OpBuilder b(ret);
+    GradientState state(b, mode);
+    auto isFloat = [](Type type) {
+      auto tensor = dyn_cast<RankedTensorType>(type);
+      return tensor && isa<FloatType>(tensor.getElementType());
+    };
+    SmallVector<BlockArgument> received;
+    for (BlockArgument arg : func.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(),
+                          WeftDialect::getReceivedFromAttrName()) &&
+          isFloat(arg.getType())) {
+        received.push_back(arg);
+        state.markActive(arg);
+      }
+    propagateActivity(state, ops);
+    bool seeded = false;
+    unsigned numResults = ret.getNumOperands();
+    for (unsigned r = 0; r < numResults; ++r) {
+      Value value = ret.getOperand(r);
+      if (func.getResultAttr(r, WeftDialect::getSentToAttrName())) {
+        if (!isFloat(value.getType()))
+          continue;
+        unsigned index = func.getNumArguments();
+        if (failed(
+                func.insertArgument(index, value.getType(),
+                                    b.getDictionaryAttr(b.getNamedAttr(
+                                        WeftDialect::getCotangentOfAttrName(),
+                                        b.getI64IntegerAttr(r))),
+                                    ret.getLoc())))
+          return failure();
+        BlockArgument cotangent = func.getArgument(index);
+        if (state.needsGradient(value))
+          state.setGradient(value, cotangent);
+        seeded = true;
+        continue;
+      }
+      auto output = func.getResultAttrOfType<IntegerAttr>(
+          r, WeftDialect::getModelOutputAttrName());
+      auto type = dyn_cast<RankedTensorType>(value.getType());
+      if (output && output.getInt() == 0 && type && type.getRank() == 0 &&
+          isFloat(type)) {
+        if (state.needsGradient(value))
+          state.setGradient(value, state.splat(ret.getLoc(), type, 1.0));
+        seeded = true;
+      }
+    }
+    if (!seeded)
+      return func.emitError("@")
+             << func.getSymName()
+             << " neither sends a float value on nor returns the scalar loss "
+                "as model output #0: run -weft-append-loss=reduction=mean "
+                "before -weft-split-stages";
+    if (failed(differentiateOps(state, ops)))
+      return failure();
+    SmallVector<Value> results(ret.getOperands());
+    SmallVector<DictionaryAttr> attrs;
+    for (unsigned r = 0; r < numResults; ++r)
+      attrs.push_back(func.getResultAttrDict(r)
+                          ? func.getResultAttrDict(r)
+                          : DictionaryAttr::get(func.getContext()));
+    for (BlockArgument arg : received) {
+      results.push_back(state.gradientOrZeros(ret.getLoc(), arg));
+      attrs.push_back(b.getDictionaryAttr(
+          b.getNamedAttr(WeftDialect::getGradientToAttrName(),
+                         b.getI64IntegerAttr(stage - 1))));
+    }
+    for (const auto &[name, grad] : state.getParameterGradients()) {
+      results.push_back(grad);
+      attrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+          WeftDialect::getGradientOfAttrName(), b.getStringAttr(name))));
+    }
+    func::ReturnOp::create(b, ret.getLoc(), results);
+    ret.erase();
+    func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
+                                   ValueRange(results).getTypes()));
+    func.setAllResultAttrs(attrs);
+    return success();
   }
 
   static LogicalResult differentiate(func::FuncOp func, Recompute mode) {

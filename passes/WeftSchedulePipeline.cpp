@@ -14,6 +14,7 @@
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/PipelineSchedule.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
 namespace weft {
@@ -74,10 +75,18 @@ struct WeftSchedulePipeline
           << scheduleName(*kind) << " schedule cannot run: " << problem;
       return signalPassFailure();
     }
-    planner::PipelineSchedule forward = planner::forwardSteps(full);
+    // A training step (stages differentiated: they return gradients) runs
+    // the whole list; a forward program its forward steps.
+    bool training = false;
+    for (auto func : module.getOps<func::FuncOp>())
+      for (unsigned r = 0; r < func.getNumResults(); ++r)
+        training |=
+            bool(func.getResultAttr(r, WeftDialect::getGradientOfAttrName()));
+    planner::PipelineSchedule list =
+        training ? full : planner::forwardSteps(full);
     Builder b(&getContext());
     SmallVector<Attribute> ranks;
-    for (const std::vector<planner::PipelineStep> &steps : forward.ranks) {
+    for (const std::vector<planner::PipelineStep> &steps : list.ranks) {
       SmallVector<Attribute> names;
       for (const planner::PipelineStep &step : steps)
         names.push_back(b.getStringAttr(planner::stepName(step, v)));

@@ -56,6 +56,11 @@ FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
              << k << " is outside the module's " << info.virtualStages.size()
              << " virtual stages";
     PipelineStageInfo &stage = info.virtualStages[size_t(k)];
+    auto role = at.getAs<StringAttr>("role");
+    if (role && role.getValue() != "forward") {
+      (role.getValue() == "backward" ? stage.backward : stage.weight) = func;
+      continue;
+    }
     stage.func = func;
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
       auto input = func.getArgAttrOfType<IntegerAttr>(
@@ -65,7 +70,11 @@ FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
     for (unsigned o = 0; o < func.getNumResults(); ++o) {
       auto output = func.getResultAttrOfType<IntegerAttr>(
           o, WeftDialect::getModelOutputAttrName());
-      stage.modelOutput.push_back(output ? int(output.getInt()) : -1);
+      auto saved = func.getResultAttrOfType<IntegerAttr>(
+          o, WeftDialect::getSavedAttrName());
+      stage.modelOutput.push_back(output  ? int(output.getInt())
+                                  : saved ? int(-2 - saved.getInt())
+                                          : -1);
     }
   }
   for (size_t k = 0; k < info.virtualStages.size(); ++k)

@@ -133,6 +133,15 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                           : "{stage, rank, chunk} (i64 >= 0) on a function");
     if (onModule)
       return verifyPipelineSchedule(op, dict);
+    if (Attribute role = dict.get("role")) {
+      auto text = dyn_cast<StringAttr>(role);
+      if (!text ||
+          (text.getValue() != "forward" && text.getValue() != "backward" &&
+           text.getValue() != "weight"))
+        return op->emitError()
+               << "'" << attr.getName().getValue() << "' has role " << role
+               << ", not \"forward\", \"backward\" or \"weight\"";
+    }
     return success();
   }
   if (attr.getName() == WeftDialect::getLoadBalancedAttrName()) {
@@ -221,7 +230,9 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
   if (attr.getName() == getModelInputAttrName() ||
-      attr.getName() == getReceivedFromAttrName())
+      attr.getName() == getReceivedFromAttrName() ||
+      attr.getName() == getCotangentOfAttrName() ||
+      attr.getName() == getSavedAttrName())
     return verifyStageIndex(op, attr);
   if (attr.getName() == getBufferOffsetAttrName()) {
     auto offset = dyn_cast<IntegerAttr>(attr.getValue());
@@ -254,7 +265,9 @@ LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
                                                        unsigned resultIndex,
                                                        NamedAttribute attr) {
   if (attr.getName() == getModelOutputAttrName() ||
-      attr.getName() == getSentToAttrName())
+      attr.getName() == getSentToAttrName() ||
+      attr.getName() == getGradientToAttrName() ||
+      attr.getName() == getSavedAttrName())
     return verifyStageIndex(op, attr);
   if (attr.getName() == getGradientOfAttrName()) {
     auto name = dyn_cast<StringAttr>(attr.getValue());

@@ -100,7 +100,10 @@ def Weft_Dialect : Dialect {
     }
     /// From -weft-split-stages. On the module: `{stages, chunks}` of the
     /// pipeline; on each stage's function: `{stage, rank, chunk}` (virtual
-    /// stage in model order, the pipeline rank running it, its chunk there).
+    /// stage in model order, the pipeline rank running it, its chunk there)
+    /// and, once -weft-split-backward cut a training stage, its `role`:
+    /// "forward", "backward" (input gradients) or "weight" (weight
+    /// gradients).
     static constexpr ::llvm::StringLiteral getPipelineAttrName() {
       return ::llvm::StringLiteral("weft.pipeline");
     }
@@ -121,6 +124,24 @@ def Weft_Dialect : Dialect {
     }
     static constexpr ::llvm::StringLiteral getSentToAttrName() {
       return ::llvm::StringLiteral("weft.sent_to");
+    }
+    /// From -weft-differentiate on a split module. On a stage's argument:
+    /// the gradient of the stage's result with this index (a value it sends
+    /// on), received back from the next stage (i64); on a stage's result:
+    /// the gradient of a received value, sent back to this virtual stage
+    /// (i64).
+    static constexpr ::llvm::StringLiteral getCotangentOfAttrName() {
+      return ::llvm::StringLiteral("weft.cotangent_of");
+    }
+    static constexpr ::llvm::StringLiteral getGradientToAttrName() {
+      return ::llvm::StringLiteral("weft.gradient_to");
+    }
+    /// From -weft-split-backward. On a stage's result: a value kept on the
+    /// rank for a later step of the same micro-batch (the backward, or the
+    /// weight gradient), in this slot (i64); on an argument: the slot it
+    /// reads.
+    static constexpr ::llvm::StringLiteral getSavedAttrName() {
+      return ::llvm::StringLiteral("weft.saved");
     }
   }];
 }

@@ -61,6 +61,36 @@ std::string driver::chromeTrace(const std::vector<TraceEvent> &events,
   return out;
 }
 
+/// `func` interpreted on the rank that runs it.
+static rt::RankFunction interpreted(func::FuncOp func,
+                                    const InterpreterOptions &base) {
+  return [func, base](rt::RankContext &ctx,
+                      const std::vector<HostTensor> &args) mutable {
+    InterpreterOptions options = base;
+    options.rank = ctx.rank;
+    options.communicator = ctx.comm;
+    FailureOr<std::vector<HostTensor>> out = interpret(func, args, options);
+    if (failed(out))
+      throw std::runtime_error("the interpreter failed on " +
+                               func.getSymName().str() +
+                               " (see the errors reported)");
+    return std::move(*out);
+  };
+}
+
+void driver::interpretStages(rt::PipelineProgram &program,
+                             const PipelineInfo &info,
+                             const InterpreterOptions &base) {
+  for (auto [k, stage] : llvm::enumerate(program.virtualStages)) {
+    const PipelineStageInfo &from = info.virtualStages[k];
+    stage.function = interpreted(from.func, base);
+    if (from.backward)
+      stage.backward.function = interpreted(from.backward, base);
+    if (from.weight)
+      stage.weight.function = interpreted(from.weight, base);
+  }
+}
+
 llvm::Expected<std::vector<HostTensor>> driver::runPipelineOnMeshDevices(
     ModuleOp module, const plan::Plan &plan,
     const std::vector<HostTensor> &inputs, const InterpreterOptions &base,
@@ -90,22 +120,7 @@ llvm::Expected<std::vector<HostTensor>> driver::runPipelineOnMeshDevices(
     return llvm::createStringError("the plan runs on " + llvm::Twine(n) +
                                    " devices, but --devices is " +
                                    llvm::Twine(expectedDevices));
-  // Each stage's function, interpreted on the rank that runs it.
-  for (auto [k, stage] : llvm::enumerate(program->virtualStages)) {
-    func::FuncOp func = info.virtualStages[k].func;
-    stage.function = [func, base](rt::RankContext &ctx,
-                                  const std::vector<HostTensor> &args) mutable {
-      InterpreterOptions options = base;
-      options.rank = ctx.rank;
-      options.communicator = ctx.comm;
-      FailureOr<std::vector<HostTensor>> out = interpret(func, args, options);
-      if (failed(out))
-        throw std::runtime_error("the interpreter failed on " +
-                                 func.getSymName().str() +
-                                 " (see the errors reported)");
-      return std::move(*out);
-    };
-  }
+  interpretStages(*program, info, base);
   std::mutex traceMutex;
   rt::StepObserver observe = [&](int rank, const rt::PipelineStep &step,
                                  double start, double end) {
@@ -137,6 +152,19 @@ driver::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
   program.stages = info.stages;
   program.chunks = info.chunks;
   program.microBatches = info.microBatches;
+  llvm::StringMap<int> gradientIndex;
+  auto layoutsOf = [](func::FuncOp func, std::vector<rt::Layout> &args,
+                      std::vector<rt::Layout> &results) {
+    FunctionType type = func.getFunctionType();
+    for (unsigned i = 0; i < type.getNumInputs(); ++i)
+      args.push_back(driver::layoutOf(
+          func.getArgAttr(i, WeftDialect::getLocalShardingAttrName()),
+          cast<RankedTensorType>(type.getInput(i)).getRank()));
+    for (unsigned o = 0; o < type.getNumResults(); ++o)
+      results.push_back(driver::layoutOf(
+          func.getResultAttr(o, WeftDialect::getLocalShardingAttrName()),
+          cast<RankedTensorType>(type.getResult(o)).getRank()));
+  };
   for (const PipelineStageInfo &from : info.virtualStages) {
     func::FuncOp func = from.func;
     if (func->hasAttr(WeftDialect::getLoadBalancedAttrName()))
@@ -144,21 +172,71 @@ driver::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
     rt::PipelineStage &stage = program.virtualStages.emplace_back();
     stage.modelInput = from.modelInput;
     stage.modelOutput = from.modelOutput;
-    FunctionType type = func.getFunctionType();
-    for (unsigned i = 0; i < type.getNumInputs(); ++i)
-      stage.argLayouts.push_back(driver::layoutOf(
-          func.getArgAttr(i, WeftDialect::getLocalShardingAttrName()),
-          cast<RankedTensorType>(type.getInput(i)).getRank()));
-    for (unsigned o = 0; o < type.getNumResults(); ++o)
-      stage.resultLayouts.push_back(driver::layoutOf(
-          func.getResultAttr(o, WeftDialect::getLocalShardingAttrName()),
-          cast<RankedTensorType>(type.getResult(o)).getRank()));
+    layoutsOf(func, stage.argLayouts, stage.resultLayouts);
+    // The forward's sent float values, by result: the index of each one's
+    // gradient among those the next stage sends back.
+    std::map<unsigned, int> cotangentIndex;
+    for (unsigned o = 0; o < func.getNumResults(); ++o)
+      if (from.modelOutput[o] == -1 &&
+          isa<FloatType>(getElementTypeOrSelf(func.getResultTypes()[o])))
+        cotangentIndex.emplace(o, int(cotangentIndex.size()));
+    auto step = [&](func::FuncOp piece,
+                    rt::PipelineStepFunction &to) -> llvm::Error {
+      if (!piece)
+        return llvm::Error::success();
+      layoutsOf(piece, to.argLayouts, to.resultLayouts);
+      int sentBack = 0;
+      for (unsigned i = 0; i < piece.getNumArguments(); ++i) {
+        auto attr = [&](StringRef name) {
+          return piece.getArgAttrOfType<IntegerAttr>(i, name);
+        };
+        if (auto input = attr(WeftDialect::getModelInputAttrName()))
+          to.args.push_back({rt::PipelineRef::Input, int(input.getInt())});
+        else if (auto saved = attr(WeftDialect::getSavedAttrName()))
+          to.args.push_back({rt::PipelineRef::Saved, int(saved.getInt())});
+        else if (auto of = attr(WeftDialect::getCotangentOfAttrName());
+                 of && cotangentIndex.count(unsigned(of.getInt())))
+          to.args.push_back({rt::PipelineRef::Cotangent,
+                             cotangentIndex[unsigned(of.getInt())]});
+        else
+          return llvm::createStringError(
+              "argument #" + llvm::Twine(i) + " of @" + piece.getSymName() +
+              " is not a model input, a kept value or the gradient of a "
+              "value the stage sends");
+      }
+      for (unsigned o = 0; o < piece.getNumResults(); ++o) {
+        if (auto saved = piece.getResultAttrOfType<IntegerAttr>(
+                o, WeftDialect::getSavedAttrName())) {
+          to.results.push_back({rt::PipelineRef::Saved, int(saved.getInt())});
+        } else if (piece.getResultAttr(o,
+                                       WeftDialect::getGradientToAttrName())) {
+          to.results.push_back({rt::PipelineRef::GradientSent, sentBack++});
+        } else if (auto name = piece.getResultAttrOfType<StringAttr>(
+                       o, WeftDialect::getGradientOfAttrName())) {
+          auto [it, added] = gradientIndex.try_emplace(
+              name.getValue(), int(program.gradientNames.size()));
+          if (added)
+            program.gradientNames.push_back(name.str());
+          to.results.push_back({rt::PipelineRef::Gradient, it->second});
+        } else {
+          return llvm::createStringError(
+              "result #" + llvm::Twine(o) + " of @" + piece.getSymName() +
+              " is not a kept value, a gradient sent back or a parameter's "
+              "gradient");
+        }
+      }
+      return llvm::Error::success();
+    };
+    if (llvm::Error error = step(from.backward, stage.backward))
+      return error;
+    if (llvm::Error error = step(from.weight, stage.weight))
+      return error;
   }
   for (const auto &steps : info.steps) {
     std::vector<rt::PipelineStep> &mine = program.steps.emplace_back();
     for (const auto &[step, name] : steps)
       mine.push_back({rt::PipelineStep::Kind(step.kind), step.microBatch,
-                      step.chunk, step.peer, name});
+                      step.chunk, step.peer, name, step.gradient});
   }
   return program;
 }

@@ -116,6 +116,22 @@ weft::rt::splitMicroBatches(const std::vector<HostTensor> &inputs, int m) {
   return micro;
 }
 
+/// `into` += `add` (float tensors of one shape); `into` is owned.
+static void accumulateInto(HostTensor &into, const HostTensor &add) {
+  if (into.shape != add.shape || !into.isFloat() || !add.isFloat())
+    throw std::runtime_error("a gradient changed shape between micro-batches");
+  for (size_t i = 0; i < into.floats.size(); ++i)
+    into.floats[i] += add.floats[i];
+}
+
+/// Values a stage sends back as gradients.
+static int gradientsSentBy(const PipelineStage &stage) {
+  int count = 0;
+  for (const PipelineRef &ref : stage.backward.results)
+    count += ref.kind == PipelineRef::GradientSent;
+  return count;
+}
+
 std::vector<HostTensor>
 weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                           const std::vector<std::vector<HostTensor>> &micro,
@@ -134,17 +150,107 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     return absl::StrCat("pipeline stage ", step.chunk * p + s, ", step ",
                         step.name, ": ");
   };
-  // Values received for, and to be sent by, (micro-batch, virtual stage).
-  std::map<std::pair<int, int>, std::vector<HostTensor>> received, toSend;
+  // What a rank holds for one (micro-batch, virtual stage) between steps.
+  struct Held {
+    std::vector<HostTensor> received, cotangents, toSend, gradientsToSend;
+    std::map<int, HostTensor> saved;
+    bool computed = false, backwardDone = false;
+  };
+  std::map<std::pair<int, int>, Held> held;
   std::map<std::pair<int, int>, HostTensor> results; // (output, mb)
+  std::map<int, HostTensor> gradients;               // summed over mbs
+  bool weightSteps = false;
+  for (const PipelineStep &step : program.steps[size_t(s)])
+    weightSteps |= step.kind == PipelineStep::WeightGrad;
+  // A backward or weight-gradient step's function on one micro-batch.
+  auto runStepFunction = [&](const PipelineStep &step,
+                             const PipelineStepFunction &fn, Held &mine) {
+    if (!fn.function)
+      return;
+    std::vector<HostTensor> args;
+    for (size_t a = 0; a < fn.args.size(); ++a) {
+      const PipelineRef &ref = fn.args[a];
+      switch (ref.kind) {
+      case PipelineRef::Input:
+        args.push_back(
+            scatterBlock(micro[size_t(ref.index)][size_t(step.microBatch)],
+                         fn.argLayouts[a], ctx.mesh, ctx.rank));
+        break;
+      case PipelineRef::Cotangent:
+        if (size_t(ref.index) >= mine.cotangents.size())
+          throw std::runtime_error(where(step) +
+                                   "the schedule runs a backward before "
+                                   "receiving its gradients");
+        args.push_back(mine.cotangents[size_t(ref.index)]);
+        break;
+      case PipelineRef::Saved: {
+        auto found = mine.saved.find(ref.index);
+        if (found == mine.saved.end())
+          throw std::runtime_error(
+              where(step) + absl::StrCat("the value kept in slot ", ref.index,
+                                         " was not computed before this step"));
+        args.push_back(found->second);
+        break;
+      }
+      default:
+        throw std::runtime_error(where(step) + "a malformed argument");
+      }
+    }
+    std::vector<HostTensor> out;
+    try {
+      out = fn.function(ctx, args);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(where(step) + e.what());
+    }
+    if (out.size() != fn.results.size())
+      throw std::runtime_error(
+          where(step) + absl::StrCat("the step returned ", out.size(),
+                                     " values, not ", fn.results.size()));
+    for (size_t r = 0; r < out.size(); ++r) {
+      const PipelineRef &ref = fn.results[r];
+      switch (ref.kind) {
+      case PipelineRef::Saved:
+        mine.saved[ref.index] = std::move(out[r]);
+        break;
+      case PipelineRef::GradientSent:
+        if (mine.gradientsToSend.size() <= size_t(ref.index))
+          mine.gradientsToSend.resize(size_t(ref.index) + 1);
+        mine.gradientsToSend[size_t(ref.index)] = std::move(out[r]);
+        break;
+      case PipelineRef::Gradient: {
+        auto found = gradients.find(ref.index);
+        if (found == gradients.end()) {
+          HostTensor copy(out[r].dtype, out[r].shape);
+          std::copy(out[r].floats.begin(), out[r].floats.end(),
+                    copy.floats.begin());
+          gradients.emplace(ref.index, std::move(copy));
+        } else {
+          accumulateInto(found->second, out[r]);
+        }
+        break;
+      }
+      default:
+        throw std::runtime_error(where(step) + "a malformed result");
+      }
+    }
+  };
   for (const PipelineStep &step : program.steps[size_t(s)]) {
     double start = micros();
     const int k = step.chunk * p + s;
     const PipelineStage &stage = program.virtualStages[size_t(k)];
+    Held &mine = held[{step.microBatch, k}];
     switch (step.kind) {
     case PipelineStep::Recv: {
-      std::vector<HostTensor> &values = received[{step.microBatch, k}];
-      for (int i = 0, n = countOf(stage.modelInput); i < n; ++i) {
+      // Activations from the previous virtual stage, or gradients from the
+      // next.
+      std::vector<HostTensor> &values =
+          step.gradient ? mine.cotangents : mine.received;
+      int n = step.gradient
+                  ? (size_t(k + 1) < program.virtualStages.size()
+                         ? gradientsSentBy(program.virtualStages[size_t(k + 1)])
+                         : 0)
+                  : countOf(stage.modelInput);
+      for (int i = 0; i < n; ++i) {
         absl::StatusOr<HostTensor> value =
             ctx.comm->recv(ctx.rank, global(step.peer));
         if (!value.ok())
@@ -155,22 +261,23 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
       break;
     }
     case PipelineStep::Send: {
-      auto found = toSend.find({step.microBatch, k});
-      if (found == toSend.end())
+      bool ready = step.gradient ? mine.backwardDone : mine.computed;
+      if (!ready)
         throw std::runtime_error(where(step) +
                                  "the schedule sends a micro-batch before "
                                  "computing it");
-      for (const HostTensor &value : found->second)
+      std::vector<HostTensor> &values =
+          step.gradient ? mine.gradientsToSend : mine.toSend;
+      for (const HostTensor &value : values)
         if (absl::Status sent =
                 ctx.comm->send(ctx.rank, global(step.peer), value);
             !sent.ok())
           throw std::runtime_error(where(step) + std::string(sent.message()));
-      toSend.erase(found);
+      values.clear();
       break;
     }
     case PipelineStep::Forward: {
       std::vector<HostTensor> args;
-      std::vector<HostTensor> &got = received[{step.microBatch, k}];
       size_t next = 0;
       for (size_t a = 0; a < stage.modelInput.size(); ++a) {
         int input = stage.modelInput[a];
@@ -180,13 +287,13 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                            stage.argLayouts[a], ctx.mesh, ctx.rank));
           continue;
         }
-        if (next >= got.size())
+        if (next >= mine.received.size())
           throw std::runtime_error(where(step) +
                                    "the schedule runs a forward before "
                                    "receiving its inputs");
-        args.push_back(std::move(got[next++]));
+        args.push_back(std::move(mine.received[next++]));
       }
-      received.erase({step.microBatch, k});
+      mine.received.clear();
       std::vector<HostTensor> out;
       try {
         out = stage.function(ctx, args);
@@ -198,19 +305,39 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                                  absl::StrCat("the stage returned ", out.size(),
                                               " values, not ",
                                               stage.modelOutput.size()));
-      std::vector<HostTensor> &sending = toSend[{step.microBatch, k}];
       for (size_t r = 0; r < out.size(); ++r) {
-        if (stage.modelOutput[r] < 0)
-          sending.push_back(std::move(out[r]));
+        int to = stage.modelOutput[r];
+        if (to == -1)
+          mine.toSend.push_back(std::move(out[r]));
+        else if (to <= -2)
+          mine.saved[-2 - to] = std::move(out[r]);
         else
-          results[{stage.modelOutput[r], step.microBatch}] = std::move(out[r]);
+          results[{to, step.microBatch}] = std::move(out[r]);
+      }
+      mine.computed = true;
+      break;
+    }
+    case PipelineStep::Backward:
+    case PipelineStep::WeightGrad: {
+      if (!program.training())
+        throw std::runtime_error(where(step) +
+                                 "the stages are forward programs, which "
+                                 "have no backward or weight-gradient step");
+      if (!mine.computed)
+        throw std::runtime_error(where(step) +
+                                 "the schedule runs a backward before the "
+                                 "forward of its micro-batch");
+      bool backward = step.kind == PipelineStep::Backward;
+      runStepFunction(step, backward ? stage.backward : stage.weight, mine);
+      if (backward)
+        mine.backwardDone = true;
+      // What the micro-batch kept is freed after its last step.
+      if (!backward || !weightSteps) {
+        mine.saved.clear();
+        mine.cotangents.clear();
       }
       break;
     }
-    default:
-      throw std::runtime_error(where(step) +
-                               "the stages are forward programs, which have "
-                               "no backward or weight-gradient step");
     }
     if (observer)
       (*observer)(ctx.rank, step, start, micros());
@@ -218,16 +345,19 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
   std::vector<HostTensor> mine;
   for (auto &[key, value] : results)
     mine.push_back(std::move(value));
+  for (auto &[index, value] : gradients)
+    mine.push_back(std::move(value));
   return mine;
 }
 
-absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineOutputs(
+absl::StatusOr<std::vector<std::vector<HostTensor>>>
+weft::rt::assemblePipelineMicroOutputs(
     const PipelineProgram &program,
     const std::vector<std::vector<HostTensor>> &perRank) {
   const int p = program.stages, m = program.microBatches;
   const int n = int(program.mesh.size()), perStage = n / p;
   const auto &stages = program.virtualStages;
-  std::vector<HostTensor> assembled;
+  std::vector<std::vector<HostTensor>> assembled;
   for (int o = 0, outputs = int(program.numOutputs()); o < outputs; ++o) {
     int owner = -1;
     Layout layout;
@@ -248,7 +378,7 @@ absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineOutputs(
         for (int output : stages[k].modelOutput)
           if (output >= 0 && output < o)
             position += m;
-    std::vector<HostTensor> micro;
+    std::vector<HostTensor> &micro = assembled.emplace_back();
     for (int b = 0; b < m; ++b) {
       std::vector<HostTensor> blocks;
       for (int rank = 0; rank < n; ++rank) {
@@ -262,24 +392,94 @@ absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineOutputs(
       }
       micro.push_back(gatherBlocks(blocks, layout, program.mesh));
     }
-    if (m == 1) {
-      assembled.push_back(std::move(micro.front()));
+  }
+  return assembled;
+}
+
+absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineOutputs(
+    const PipelineProgram &program,
+    const std::vector<std::vector<HostTensor>> &perRank) {
+  auto micro = assemblePipelineMicroOutputs(program, perRank);
+  if (!micro.ok())
+    return micro.status();
+  std::vector<HostTensor> assembled;
+  for (size_t o = 0; o < micro->size(); ++o) {
+    std::vector<HostTensor> &blocks = (*micro)[o];
+    if (blocks.size() == 1) {
+      assembled.push_back(std::move(blocks.front()));
       continue;
     }
-    if (micro.front().rank() == 0)
+    if (blocks.front().rank() == 0)
       return absl::InvalidArgumentError(absl::StrCat(
           "model output #", o,
           " is a scalar, which micro-batches cannot be joined into (a mean "
           "loss?); return it per token or use m=1"));
     std::vector<const HostTensor *> parts;
-    for (const HostTensor &t : micro)
+    for (const HostTensor &t : blocks)
       parts.push_back(&t);
     assembled.push_back(concat(parts, 0));
   }
   return assembled;
 }
 
-absl::StatusOr<std::vector<HostTensor>> weft::rt::runPipelineOnMesh(
+absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineGradients(
+    const PipelineProgram &program,
+    const std::vector<std::vector<HostTensor>> &perRank) {
+  const int p = program.stages, m = program.microBatches;
+  const int n = int(program.mesh.size()), perStage = n / p;
+  const auto &stages = program.virtualStages;
+  std::vector<HostTensor> summed(program.gradientNames.size());
+  std::vector<bool> found(program.gradientNames.size(), false);
+  for (int rank = 0; rank < p; ++rank) {
+    // Where this pipeline rank's gradients start in its results, and the
+    // layout of each.
+    int position = 0;
+    std::map<int, Layout> layouts;
+    for (size_t k = 0; k < stages.size(); ++k) {
+      if (int(k) % p != rank)
+        continue;
+      for (int output : stages[k].modelOutput)
+        position += output >= 0 ? m : 0;
+      for (const PipelineStepFunction *fn :
+           {&stages[k].backward, &stages[k].weight})
+        for (size_t r = 0; r < fn->results.size(); ++r)
+          if (fn->results[r].kind == PipelineRef::Gradient)
+            layouts.try_emplace(fn->results[r].index, fn->resultLayouts[r]);
+    }
+    for (auto &[index, layout] : layouts) {
+      if (index < 0 || size_t(index) >= summed.size())
+        return absl::InvalidArgumentError(
+            absl::StrCat("pipeline rank ", rank, " returns gradient #", index,
+                         " of ", summed.size()));
+      std::vector<HostTensor> blocks;
+      for (int r = 0; r < n; ++r) {
+        const std::vector<HostTensor> &theirs =
+            perRank[size_t(rank * perStage + r % perStage)];
+        if (size_t(position) >= theirs.size())
+          return absl::InternalError(
+              absl::StrCat("the ranks of pipeline rank ", rank,
+                           " did not return the gradient of ",
+                           program.gradientNames[size_t(index)]));
+        blocks.push_back(theirs[size_t(position)]);
+      }
+      HostTensor whole = gatherBlocks(blocks, layout, program.mesh);
+      if (!found[size_t(index)])
+        summed[size_t(index)] = std::move(whole);
+      else
+        accumulateInto(summed[size_t(index)], whole);
+      found[size_t(index)] = true;
+      ++position;
+    }
+  }
+  for (size_t i = 0; i < found.size(); ++i)
+    if (!found[i])
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no stage returns the gradient of ", program.gradientNames[i]));
+  return summed;
+}
+
+/// Every rank's runPipelineRank results, each rank a thread.
+static absl::StatusOr<std::vector<std::vector<HostTensor>>> runPipelineRanks(
     const PipelineProgram &program, const std::string &weightsDir,
     const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
     std::chrono::milliseconds timeout, const StepObserver *observer) {
@@ -306,8 +506,36 @@ absl::StatusOr<std::vector<HostTensor>> weft::rt::runPipelineOnMesh(
                            shared->observer ? &*shared->observer : nullptr,
                            started);
   };
-  auto ran = runRanks(body, program.mesh, weightsDir, bytesSent, timeout);
+  return runRanks(body, program.mesh, weightsDir, bytesSent, timeout);
+}
+
+absl::StatusOr<std::vector<HostTensor>> weft::rt::runPipelineOnMesh(
+    const PipelineProgram &program, const std::string &weightsDir,
+    const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
+    std::chrono::milliseconds timeout, const StepObserver *observer) {
+  auto ran = runPipelineRanks(program, weightsDir, inputs, bytesSent, timeout,
+                              observer);
   if (!ran.ok())
     return ran.status();
   return assemblePipelineOutputs(program, *ran);
+}
+
+absl::StatusOr<PipelineTrainingResult> weft::rt::runPipelineTrainingOnMesh(
+    const PipelineProgram &program, const std::string &weightsDir,
+    const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
+    std::chrono::milliseconds timeout, const StepObserver *observer) {
+  auto ran = runPipelineRanks(program, weightsDir, inputs, bytesSent, timeout,
+                              observer);
+  if (!ran.ok())
+    return ran.status();
+  PipelineTrainingResult result;
+  auto outputs = assemblePipelineMicroOutputs(program, *ran);
+  if (!outputs.ok())
+    return outputs.status();
+  result.outputs = std::move(*outputs);
+  auto gradients = assemblePipelineGradients(program, *ran);
+  if (!gradients.ok())
+    return gradients.status();
+  result.gradients = std::move(*gradients);
+  return result;
 }

@@ -355,6 +355,27 @@ int runPlan(MLIRContext &context) {
        << schedule.stages << " ranks x " << schedule.chunks << " chunks, "
        << schedule.microBatches << " micro-batches\n"
        << schedule.str();
+    // The bubble in units of one step: the schedule simulated with every
+    // forward, backward and weight-gradient step one slot long.
+    bool weightSteps = false;
+    for (const auto &steps : schedule.ranks)
+      for (const planner::PipelineStep &step : steps)
+        weightSteps |= step.kind == planner::PipelineStep::WeightGrad;
+    const size_t k = size_t(schedule.stages) * schedule.chunks;
+    std::vector<double> ones(k, 1.0), weight(k, weightSteps ? 1.0 : 0.0);
+    std::vector<planner::TimelineEvent> timeline;
+    double makespan = planner::simulatePipelineExactly(
+        first.schedule(), schedule.stages, schedule.chunks,
+        schedule.microBatches, ones, ones, weight, 0.0, &timeline);
+    std::vector<double> busy(size_t(schedule.stages), 0.0);
+    for (const planner::TimelineEvent &event : timeline)
+      if (event.stage >= 0 && event.stage < schedule.stages &&
+          event.kind <= planner::TimelineEvent::WeightGrad)
+        busy[size_t(event.stage)] += event.end - event.start;
+    os << "idle slots per rank:";
+    for (double b : busy)
+      os << ' ' << llvm::format("%.0f", makespan - b);
+    os << '\n';
   }
   if (!exportOpt.empty()) {
     auto text = exportPlan(costModel, first, exportOpt);

@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -170,6 +171,17 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     dumpStep("dump-step", cl::desc("Write the training step's IR here"),
              cl::sub(trainCommand));
+static cl::opt<std::string> tracePath(
+    "trace",
+    cl::desc("With pp > 1: write the first step's executed pipeline steps "
+             "per rank here (Chrome trace / Perfetto JSON)"),
+    cl::sub(trainCommand));
+static cl::opt<std::string> dumpPartitioned(
+    "dump-partitioned",
+    cl::desc("Write the partitioned training step's IR here (with pp > 1: "
+             "each stage's forward, backward and weight-gradient functions "
+             "and the schedule)"),
+    cl::sub(trainCommand));
 
 bool trainCommandSelected() { return bool(trainCommand); }
 
@@ -560,10 +572,12 @@ static std::optional<weft::plan::Plan> trainingPlan() {
   }
   // What a training step does not apply yet is refused by name.
   std::vector<std::string> refused;
-  if (plan.pp() > 1)
+  if (plan.pp() > 1 && gradAccum > 1 &&
+      gradAccum != std::max(1, plan.num_micro_batches()))
     refused.push_back(
-        "pp=" + std::to_string(plan.pp()) +
-        ": pipeline stages are not built yet; use tp/sp/ulysses/dp");
+        "m=" + std::to_string(std::max(1, plan.num_micro_batches())) +
+        ": a pipeline step runs the plan's m micro-batches, so --grad-accum " +
+        std::to_string(gradAccum) + " must be 1 or m");
   if (plan.cp() > 1)
     refused.push_back("cp=" + std::to_string(plan.cp()) +
                       ": ring attention's backward is not verified yet (its "
@@ -617,7 +631,9 @@ int runTrain(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = loadModel(context);
   if (!module)
     return 1;
-  // The training step as IR.
+  // The training step as IR: the loss, then (with pp > 1) the stages, the
+  // backward, and the pipeline's schedule.
+  const bool pipelined = plan->pp() > 1;
   {
     PassManager pm(&context);
     weft::WeftAppendLossOptions loss;
@@ -625,9 +641,6 @@ int runTrain(MLIRContext &context) {
     loss.ignoreIndex = ignoreIndex;
     pm.addPass(weft::createWeftAppendLoss(loss));
     pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
-    weft::WeftDifferentiateOptions differentiate;
-    differentiate.recompute = recompute;
-    pm.addPass(weft::createWeftDifferentiate(differentiate));
     if (failed(pm.run(*module)))
       return 1;
   }
@@ -636,6 +649,31 @@ int runTrain(MLIRContext &context) {
     if (!func && !candidate.isExternal())
       func = candidate;
   FunctionType type = func.getFunctionType();
+  {
+    PassManager pm(&context);
+    if (pipelined) {
+      weft::WeftSplitStagesOptions split;
+      split.stages = plan->pp();
+      split.chunks = std::max(1, plan->virtual_stages());
+      for (int32_t layers : plan->stage_layers())
+        split.stageLayers +=
+            (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
+      pm.addPass(weft::createWeftSplitStages(split));
+    }
+    weft::WeftDifferentiateOptions differentiate;
+    differentiate.recompute = recompute;
+    pm.addPass(weft::createWeftDifferentiate(differentiate));
+    if (pipelined) {
+      weft::WeftSchedulePipelineOptions schedule;
+      schedule.schedule = weft::scheduleName(plan->schedule());
+      schedule.microBatches = std::max(1, plan->num_micro_batches());
+      pm.addPass(weft::createWeftSchedulePipeline(schedule));
+    }
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+  // The step's function (split into stages' functions with pp > 1).
+  func = pipelined ? func::FuncOp() : *module->getOps<func::FuncOp>().begin();
   // Inputs: token ids first, other integer inputs (attention masks) all
   // ones, the labels last.
   for (unsigned i = 0; i < type.getNumInputs(); ++i) {
@@ -657,17 +695,22 @@ int runTrain(MLIRContext &context) {
     options.weightsDir = ".";
   std::vector<ParamState> params;
   llvm::StringMap<unsigned> index;
-  for (unsigned r = 1; r < type.getNumResults(); ++r) {
-    auto name = func.getResultAttrOfType<StringAttr>(
-        r, weft::WeftDialect::getGradientOfAttrName());
-    ParamState p;
-    p.name = name.getValue().str();
-    p.frozen = frozen && frozen->match(p.name);
-    index[p.name] = params.size();
-    params.push_back(std::move(p));
-  }
+  // The trained parameters: those whose gradients the step returns (each
+  // stage's, with pp > 1; a tied weight once).
+  for (auto candidate : module->getOps<func::FuncOp>())
+    for (unsigned r = 0; r < candidate.getNumResults(); ++r) {
+      auto name = candidate.getResultAttrOfType<StringAttr>(
+          r, weft::WeftDialect::getGradientOfAttrName());
+      if (!name || index.count(name.getValue()))
+        continue;
+      ParamState p;
+      p.name = name.getValue().str();
+      p.frozen = frozen && frozen->match(p.name);
+      index[p.name] = params.size();
+      params.push_back(std::move(p));
+    }
   bool missing = false;
-  func.walk([&](weft::ParameterOp param) {
+  module->walk([&](weft::ParameterOp param) {
     auto it = index.find(param.getName());
     if (it == index.end() || params[it->second].loaded || missing)
       return;
@@ -689,12 +732,23 @@ int runTrain(MLIRContext &context) {
     module->print(out);
   }
   bool partitioned = plan->dp() > 1 || plan->tp() > 1 || plan->ulysses() > 1 ||
-                     plan->sequence_parallel() || devices > 1;
+                     plan->sequence_parallel() || devices > 1 || pipelined;
   if (partitioned) {
     PassManager pm(&context);
     weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan));
+    // Each stage's forward, backward and weight-gradient steps apart.
+    if (pipelined)
+      pm.addPass(weft::createWeftSplitBackward());
     if (failed(pm.run(*module)))
       return 1;
+  }
+  if (!dumpPartitioned.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(dumpPartitioned, ec);
+    if (ec)
+      return trainError("cannot write " + dumpPartitioned + ": " +
+                        ec.message());
+    module->print(out);
   }
   int64_t start = 0;
   if (!resumeDir.empty()) {
@@ -723,6 +777,31 @@ int runTrain(MLIRContext &context) {
 
   llvm::StringMap<HostTensor> current;
   options.parameters = &current;
+  // With pp > 1: the pipeline the runtime executes, its stages interpreted.
+  std::optional<weft::rt::PipelineProgram> pipeline;
+  std::optional<weft::PipelineInfo> pipelineInfo;
+  std::vector<int> gradientOf; // the parameter of each pipeline gradient
+  const int64_t windows =
+      pipelined ? std::max(1, plan->num_micro_batches()) : gradAccum;
+  if (pipelined) {
+    FailureOr<std::optional<weft::PipelineInfo>> read =
+        weft::readPipeline(*module);
+    if (failed(read) || !*read)
+      return 1;
+    pipelineInfo = **read;
+    llvm::Expected<weft::rt::PipelineProgram> program =
+        weft::driver::pipelineProgram(*module, *pipelineInfo);
+    if (!program)
+      return trainError(llvm::toString(program.takeError()));
+    if (devices > 0 && int64_t(program->mesh.size()) != devices)
+      return trainError(
+          "the plan runs on " + std::to_string(program->mesh.size()) +
+          " devices, but --devices is " + std::to_string(devices));
+    weft::driver::interpretStages(*program, *pipelineInfo, options);
+    for (const std::string &name : program->gradientNames)
+      gradientOf.push_back(int(index.lookup(name)));
+    pipeline = std::move(*program);
+  }
   int64_t positions = int64_t(tokens.size()) - window + 1;
   auto begin = std::chrono::steady_clock::now();
   int64_t tokensSeen = 0;
@@ -733,23 +812,67 @@ int runTrain(MLIRContext &context) {
     std::vector<std::vector<float>> grads(params.size());
     double lossSum = 0;
     std::vector<int64_t> bytes;
-    for (int64_t micro = 0; micro < gradAccum; ++micro) {
-      // Consecutive windows through the file, wrapping around.
-      int64_t offset =
-          ((step * gradAccum + micro) * batch * seqLen) % positions;
-      HostTensor ids(weft::rt::DType::I64, {batch, seqLen});
-      HostTensor labels(weft::rt::DType::I64, {batch, seqLen});
-      HostTensor ones(weft::rt::DType::I64, {batch, seqLen});
-      for (int64_t i = 0; i < batch * seqLen; ++i) {
-        int64_t at = (offset + i) % int64_t(tokens.size());
-        ids.ints[i] = tokens[at];
-        labels.ints[i] = tokens[(at + 1) % int64_t(tokens.size())];
-        ones.ints[i] = 1;
+    // Consecutive windows through the file, wrapping around: one per
+    // micro-batch, `count` of them from window `first`.
+    auto windowInputs = [&](int64_t first, int64_t count) {
+      HostTensor ids(weft::rt::DType::I64, {count * batch, seqLen});
+      HostTensor labels(weft::rt::DType::I64, {count * batch, seqLen});
+      HostTensor ones(weft::rt::DType::I64, {count * batch, seqLen});
+      for (int64_t w = 0; w < count; ++w) {
+        int64_t offset = ((first + w) * batch * seqLen) % positions;
+        for (int64_t i = 0; i < batch * seqLen; ++i) {
+          int64_t at = (offset + i) % int64_t(tokens.size());
+          int64_t to = w * batch * seqLen + i;
+          ids.ints[to] = tokens[at];
+          labels.ints[to] = tokens[(at + 1) % int64_t(tokens.size())];
+          ones.ints[to] = 1;
+        }
       }
       std::vector<HostTensor> inputs{ids};
       for (unsigned i = 1; i + 1 < type.getNumInputs(); ++i)
         inputs.push_back(ones);
       inputs.push_back(labels);
+      return inputs;
+    };
+    if (pipeline) {
+      // One pipeline step runs the m micro-batches of the schedule.
+      std::vector<weft::driver::TraceEvent> trace;
+      std::mutex traceMutex;
+      weft::rt::StepObserver observe = [&](int rank,
+                                           const weft::rt::PipelineStep &ran,
+                                           double start, double end) {
+        std::lock_guard<std::mutex> lock(traceMutex);
+        bool compute = ran.kind != weft::rt::PipelineStep::Send &&
+                       ran.kind != weft::rt::PipelineStep::Recv;
+        trace.push_back(
+            {rank, ran.name, compute ? "compute" : "p2p", start, end});
+      };
+      const bool tracing = !tracePath.empty() && step == start;
+      auto ran = weft::rt::runPipelineTrainingOnMesh(
+          *pipeline, options.weightsDir, windowInputs(step * windows, windows),
+          &bytes, std::chrono::milliseconds(int64_t(collectiveTimeout * 1000)),
+          tracing ? &observe : nullptr);
+      if (!ran.ok())
+        return trainError(std::string(ran.status().message()));
+      if (tracing) {
+        std::string error;
+        if (!writeText(tracePath,
+                       weft::driver::chromeTrace(
+                           trace, int(pipeline->mesh.size()), pipeline->stages),
+                       error))
+          return trainError(error);
+      }
+      if (ran->outputs.empty() || int64_t(ran->outputs[0].size()) != windows)
+        return trainError("the pipeline returned no loss per micro-batch");
+      for (const HostTensor &microLoss : ran->outputs[0])
+        lossSum += microLoss.at(0);
+      for (size_t g = 0; g < ran->gradients.size(); ++g)
+        grads[size_t(gradientOf[g])] = ran->gradients[g].floats.toVector();
+      tokensSeen += windows * batch * seqLen;
+    }
+    for (int64_t micro = 0; !pipeline && micro < gradAccum; ++micro) {
+      std::vector<HostTensor> inputs =
+          windowInputs(step * gradAccum + micro, 1);
       FailureOr<std::vector<HostTensor>> outputs =
           partitioned ? runOnMeshDevices(*module, func, inputs, options,
                                          devices, collectiveTimeout, bytes)
@@ -767,7 +890,7 @@ int runTrain(MLIRContext &context) {
       }
       tokensSeen += batch * seqLen;
     }
-    double loss = lossSum / double(gradAccum);
+    double loss = lossSum / double(windows);
     if (!std::isfinite(loss))
       return trainError("step " + std::to_string(step + 1) +
                         ": the loss is not finite (" + std::to_string(loss) +
@@ -777,7 +900,7 @@ int runTrain(MLIRContext &context) {
       if (params[k].frozen)
         continue;
       for (float &g : grads[k]) {
-        g /= float(gradAccum);
+        g /= float(windows);
         sq += double(g) * double(g);
       }
     }

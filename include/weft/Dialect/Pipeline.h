@@ -28,8 +28,12 @@ struct PipelineStageInfo {
   mlir::func::FuncOp func;
   /// Per argument: the model input it is (>= 0) or -1 for a received value.
   std::vector<int> modelInput;
-  /// Per result: the model output it is (>= 0) or -1 for a sent value.
+  /// Per result: the model output it is (>= 0), -1 for a sent value, or
+  /// -2 - j for a value kept in slot j (weft.saved) for a later step.
   std::vector<int> modelOutput;
+  /// A training step's (-weft-split-backward): the functions of the
+  /// stage's backward and weight-gradient steps; null when absent.
+  mlir::func::FuncOp backward, weight;
 };
 
 struct PipelineInfo {

@@ -267,6 +267,10 @@ runPipelineOnMeshDevices(mlir::ModuleOp module, const plan::Plan &plan,
 /// stage functions, which the caller provides: interpreted or compiled).
 llvm::Expected<rt::PipelineProgram> pipelineProgram(mlir::ModuleOp module,
                                                     const PipelineInfo &info);
+/// Gives `program`'s stage functions (forward, backward and weight-gradient
+/// steps) as `info`'s functions interpreted on the rank that runs them.
+void interpretStages(rt::PipelineProgram &program, const PipelineInfo &info,
+                     const InterpreterOptions &base);
 
 /// The layout (mesh axes per dimension) of a partitioned function's
 /// argument or result from its `weft.local_sharding` (replicated when null).

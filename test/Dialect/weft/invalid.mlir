@@ -1593,6 +1593,34 @@ func.func @sent_to_string(%x: tensor<4xf32>) -> (tensor<4xf32> {weft.sent_to = "
 
 // -----
 
+// expected-error @+1 {{'weft.pipeline_stage' has role "loss", not "forward", "backward" or "weight"}}
+func.func @stage_bad_role(%x: tensor<4xf32>) -> tensor<4xf32> attributes {weft.pipeline_stage = {stage = 0 : i64, rank = 0 : i64, chunk = 0 : i64, role = "loss"}} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'weft.saved' is an index (i64 >= 0) on a function's argument or result}}
+func.func @saved_negative(%x: tensor<4xf32>) -> (tensor<4xf32> {weft.saved = -1 : i64}) {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'weft.cotangent_of' is an index (i64 >= 0) on a function's argument or result}}
+func.func @cotangent_of_string(%x: tensor<4xf32> {weft.cotangent_of = "out"}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'weft.gradient_to' is an index (i64 >= 0) on a function's argument or result}}
+func.func @gradient_to_float(%x: tensor<4xf32>) -> (tensor<4xf32> {weft.gradient_to = 1.0 : f32}) {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
 // A schedule in weft.pipeline (-weft-schedule-pipeline) has all three fields.
 // expected-error @+1 {{'weft.pipeline' with a schedule needs schedule (a schedule's name), micro_batches (i64 >= 1) and steps (one list per stage, 2)}}
 module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0"]]}} {

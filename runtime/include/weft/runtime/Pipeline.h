@@ -38,6 +38,41 @@ struct PipelineStep {
   int peer = -1;
   /// The step as the schedule names it (`F0`, `>a1:0`, ...), for traces.
   std::string name;
+  /// Send and Recv: the tensors are gradients (after a backward), not
+  /// activations.
+  bool gradient = false;
+};
+
+/// Where an argument of a backward or weight-gradient step's function comes
+/// from, or where one of its results goes.
+struct PipelineRef {
+  enum Kind {
+    /// Argument: model input #index (this micro-batch's block).
+    Input,
+    /// Argument: the gradient of the stage's index-th sent value, received
+    /// back from the next stage.
+    Cotangent,
+    /// Argument or result: the value kept in slot #index for this
+    /// micro-batch between the stage's steps.
+    Saved,
+    /// Result: the gradient of parameter #index (PipelineProgram::
+    /// gradientNames), summed over the micro-batches.
+    Gradient,
+    /// Result: the gradient of the stage's index-th received value, sent
+    /// back to the previous stage.
+    GradientSent,
+  };
+  Kind kind = Input;
+  int index = 0;
+};
+
+/// The function of a backward or weight-gradient step of one stage.
+struct PipelineStepFunction {
+  /// Empty: the step has nothing to compute on this stage (the first
+  /// stage's input-gradient step when weight gradients have their own).
+  RankFunction function;
+  std::vector<PipelineRef> args, results;
+  std::vector<Layout> argLayouts, resultLayouts;
 };
 
 /// One virtual stage.
@@ -46,10 +81,14 @@ struct PipelineStage {
   /// Per argument: the model input it is (>= 0), or -1 for a value received
   /// from the previous stage (in order).
   std::vector<int> modelInput;
-  /// Per result: the model output it is (>= 0), or -1 for a value sent to
-  /// the next stage (in order).
+  /// Per result: the model output it is (>= 0), -1 for a value sent to
+  /// the next stage (in order), or -2 - j for a value kept in slot j for
+  /// this micro-batch's backward.
   std::vector<int> modelOutput;
   std::vector<Layout> argLayouts, resultLayouts;
+  /// A training step's: the backward (input gradients, and the weight
+  /// gradients unless `weight` computes them) and weight-gradient steps.
+  PipelineStepFunction backward, weight;
 };
 
 struct PipelineProgram {
@@ -63,9 +102,12 @@ struct PipelineProgram {
   /// Per model input, as one micro-batch's block on the stage that reads it
   /// first (checked against the input files); may be empty.
   std::vector<TensorType> inputTypes;
+  /// A training step's: the parameters whose gradients the stages return.
+  std::vector<std::string> gradientNames;
 
   size_t numInputs() const;
   size_t numOutputs() const;
+  bool training() const { return !gradientNames.empty(); }
 };
 
 /// Whether the stages fit together (each stage sends what the next
@@ -85,7 +127,9 @@ using StepObserver = std::function<void(int rank, const PipelineStep &step,
                                         double start, double end)>;
 
 /// Runs rank `ctx.rank`'s steps. Returns, for each model output its stage
-/// holds, the blocks of the m micro-batches, in (output, micro-batch) order.
+/// holds, the blocks of the m micro-batches, in (output, micro-batch) order;
+/// then, in a training step, the gradient blocks of the parameters its
+/// stages have (by gradient index, each summed over the micro-batches).
 /// Throws std::runtime_error naming the stage, step and peer on failure.
 std::vector<HostTensor>
 runPipelineRank(RankContext &ctx, const PipelineProgram &program,
@@ -100,6 +144,34 @@ runPipelineRank(RankContext &ctx, const PipelineProgram &program,
 absl::StatusOr<std::vector<HostTensor>>
 assemblePipelineOutputs(const PipelineProgram &program,
                         const std::vector<std::vector<HostTensor>> &perRank);
+
+/// The same, each micro-batch's outputs apart: [output][micro-batch].
+absl::StatusOr<std::vector<std::vector<HostTensor>>>
+assemblePipelineMicroOutputs(
+    const PipelineProgram &program,
+    const std::vector<std::vector<HostTensor>> &perRank);
+
+/// A training step's parameter gradients (by PipelineProgram::gradientNames)
+/// from every rank's runPipelineRank results: each gathered from the blocks
+/// of its stage's ranks, and summed over the stages that read the parameter
+/// (tied weights: the input embedding on the first stage and the output
+/// layer on the last).
+absl::StatusOr<std::vector<HostTensor>>
+assemblePipelineGradients(const PipelineProgram &program,
+                          const std::vector<std::vector<HostTensor>> &perRank);
+
+/// Every rank of a training step as a thread: per micro-batch the model
+/// outputs ([output][micro-batch]), and the summed parameter gradients.
+struct PipelineTrainingResult {
+  std::vector<std::vector<HostTensor>> outputs;
+  std::vector<HostTensor> gradients;
+};
+absl::StatusOr<PipelineTrainingResult> runPipelineTrainingOnMesh(
+    const PipelineProgram &program, const std::string &weightsDir,
+    const std::vector<HostTensor> &inputs,
+    std::vector<int64_t> *bytesSent = nullptr,
+    std::chrono::milliseconds timeout = kDefaultCollectiveTimeout,
+    const StepObserver *observer = nullptr);
 
 /// Every rank as a thread over the in-process communicator.
 absl::StatusOr<std::vector<HostTensor>>

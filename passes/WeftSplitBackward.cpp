@@ -1,0 +1,265 @@
+//===- WeftSplitBackward.cpp - A training stage's steps as functions ------===//
+//
+// Part of the Weft project.
+//
+// Cuts each differentiated pipeline stage (forward and backward in one
+// function) into the functions of its schedule's steps: forward, backward
+// (input gradients) and, for schedules with W steps, weight gradients. An op
+// goes to the first function whose results need it; what a later function
+// reads from an earlier one is kept on the rank in a numbered slot
+// (weft.saved).
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTSPLITBACKWARD
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+enum Role { Forward = 0, Backward = 1, Weight = 2 };
+constexpr const char *roleNames[] = {"forward", "backward", "weight"};
+
+/// Ops that read nothing (parameters, constants): rebuilt in every function
+/// that reads them rather than kept between steps.
+bool isRebuilt(Operation *op) {
+  return op->getNumOperands() == 0 && op->getNumRegions() == 0;
+}
+
+/// The values `op` reads: its operands and what its regions use from above.
+SmallVector<Value> readsOf(Operation *op) {
+  SmallVector<Value> values(op->getOperands());
+  if (op->getNumRegions()) {
+    llvm::SetVector<Value> above;
+    getUsedValuesDefinedAbove(op->getRegions(), above);
+    values.append(above.begin(), above.end());
+  }
+  return values;
+}
+
+struct WeftSplitBackward
+    : public weft::impl::WeftSplitBackwardBase<WeftSplitBackward> {
+  using WeftSplitBackwardBase::WeftSplitBackwardBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto pipeline = module->getAttrOfType<DictionaryAttr>(
+        WeftDialect::getPipelineAttrName());
+    if (!pipeline) {
+      module.emitError("-weft-split-backward: the module is not cut into "
+                       "pipeline stages; run -weft-split-stages and "
+                       "-weft-differentiate first");
+      return signalPassFailure();
+    }
+    // Weight-gradient steps in the schedule: their own function.
+    bool weightSteps = false;
+    if (auto steps = pipeline.getAs<ArrayAttr>("steps"))
+      for (Attribute list : steps)
+        if (auto names = dyn_cast<ArrayAttr>(list))
+          for (Attribute name : names)
+            if (auto text = dyn_cast<StringAttr>(name))
+              weightSteps |= text.getValue().starts_with("W");
+    SmallVector<func::FuncOp> stages;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func->hasAttr(WeftDialect::getPipelineStageAttrName()))
+        stages.push_back(func);
+    bool any = false;
+    for (func::FuncOp func : stages) {
+      auto stage = func->getAttrOfType<DictionaryAttr>(
+          WeftDialect::getPipelineStageAttrName());
+      if (stage.get("role")) {
+        func.emitError("-weft-split-backward: @")
+            << func.getSymName() << " is already split (it has a role)";
+        return signalPassFailure();
+      }
+      bool differentiated = false;
+      for (unsigned r = 0; r < func.getNumResults(); ++r)
+        differentiated |=
+            func.getResultAttr(r, WeftDialect::getGradientOfAttrName()) ||
+            func.getResultAttr(r, WeftDialect::getGradientToAttrName());
+      if (!differentiated)
+        continue;
+      any = true;
+      if (failed(split(func, weightSteps)))
+        return signalPassFailure();
+    }
+    if (!any) {
+      module.emitError("-weft-split-backward: no pipeline stage returns "
+                       "gradients; run -weft-differentiate on the split "
+                       "module first");
+      signalPassFailure();
+    }
+  }
+
+  LogicalResult split(func::FuncOp func, bool weightSteps) {
+    if (!func.getBody().hasOneBlock())
+      return func.emitError("-weft-split-backward: @")
+             << func.getSymName() << " has more than one block";
+    Block &body = func.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    auto roleOfResult = [&](unsigned r) {
+      if (func.getResultAttr(r, WeftDialect::getGradientToAttrName()))
+        return Backward;
+      if (func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
+        return weightSteps ? Weight : Backward;
+      return Forward;
+    };
+    // Each op to the first role whose results need it.
+    llvm::DenseMap<Operation *, Role> owner;
+    SmallVector<llvm::DenseSet<Operation *>, 3> rebuiltIn(3);
+    for (Role role : {Forward, Backward, Weight}) {
+      SmallVector<Value> work;
+      for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+        if (roleOfResult(r) == role)
+          work.push_back(ret.getOperand(r));
+      while (!work.empty()) {
+        Value value = work.pop_back_val();
+        Operation *def = value.getDefiningOp();
+        if (!def || def->getBlock() != &body)
+          continue;
+        if (isRebuilt(def)) {
+          rebuiltIn[role].insert(def);
+          continue;
+        }
+        if (!owner.try_emplace(def, role).second)
+          continue;
+        llvm::append_range(work, readsOf(def));
+      }
+    }
+
+    // Per role: the values it reads that are made elsewhere.
+    llvm::MapVector<Value, int64_t> slots; // a value kept between steps
+    SmallVector<llvm::SetVector<Value>, 3> reads(3);
+    // A value received from the previous stage is the forward step's: a
+    // later step that reads it keeps it.
+    auto isReceived = [&](Value value) {
+      auto arg = dyn_cast<BlockArgument>(value);
+      return arg && func.getArgAttr(arg.getArgNumber(),
+                                    WeftDialect::getReceivedFromAttrName());
+    };
+    auto producer = [&](Value value) {
+      Operation *def = value.getDefiningOp();
+      return def ? owner.lookup(def) : Forward;
+    };
+    auto noteRead = [&](Role role, Value value) {
+      Operation *def = value.getDefiningOp();
+      if (!def && (role == Forward || !isReceived(value))) {
+        reads[role].insert(value); // a function argument
+        return;
+      }
+      if (!def) {
+        reads[role].insert(value);
+        slots.try_emplace(value, int64_t(slots.size()));
+        return;
+      }
+      if (isRebuilt(def) || owner.lookup(def) == role)
+        return;
+      reads[role].insert(value);
+      slots.try_emplace(value, int64_t(slots.size()));
+    };
+    for (Operation *op : ops) {
+      auto it = owner.find(op);
+      if (it == owner.end())
+        continue;
+      for (Value value : readsOf(op))
+        noteRead(it->second, value);
+    }
+    for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+      noteRead(roleOfResult(r), ret.getOperand(r));
+
+    MLIRContext *ctx = &getContext();
+    OpBuilder b(func);
+    auto stageAttr = func->getAttrOfType<DictionaryAttr>(
+        WeftDialect::getPipelineStageAttrName());
+    auto i64 = [&](int64_t n) { return b.getI64IntegerAttr(n); };
+    for (Role role : {Forward, Backward, Weight}) {
+      bool hasResults = false;
+      for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+        hasResults |= roleOfResult(r) == role;
+      if (!hasResults)
+        continue;
+      // Arguments: the function's own (in order), then the kept values.
+      SmallVector<Value> args;
+      SmallVector<DictionaryAttr> argAttrs;
+      for (BlockArgument arg : func.getArguments())
+        if (reads[role].contains(arg) &&
+            (role == Forward || !slots.count(arg))) {
+          args.push_back(arg);
+          argAttrs.push_back(func.getArgAttrDict(arg.getArgNumber()));
+        }
+      for (auto [value, slot] : slots)
+        if (reads[role].contains(value) && producer(value) != role) {
+          args.push_back(value);
+          argAttrs.push_back(b.getDictionaryAttr(
+              b.getNamedAttr(WeftDialect::getSavedAttrName(), i64(slot))));
+        }
+      // Results: the role's own, then what later roles keep from it.
+      SmallVector<Value> results;
+      SmallVector<DictionaryAttr> resultAttrs;
+      for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+        if (roleOfResult(r) == role) {
+          results.push_back(ret.getOperand(r));
+          resultAttrs.push_back(func.getResultAttrDict(r));
+        }
+      for (auto [value, slot] : slots) {
+        if (producer(value) != role)
+          continue;
+        results.push_back(value);
+        resultAttrs.push_back(b.getDictionaryAttr(
+            b.getNamedAttr(WeftDialect::getSavedAttrName(), i64(slot))));
+      }
+      std::string name = func.getSymName().str();
+      if (role != Forward)
+        name += std::string("_") + roleNames[role];
+      auto piece = func::FuncOp::create(
+          b, func.getLoc(), name,
+          FunctionType::get(ctx, ValueRange(args).getTypes(),
+                            ValueRange(results).getTypes()));
+      NamedAttrList stage(stageAttr);
+      stage.set("role", b.getStringAttr(roleNames[role]));
+      piece->setAttr(WeftDialect::getPipelineStageAttrName(),
+                     stage.getDictionary(ctx));
+      for (NamedAttribute attr : func->getAttrs())
+        if (attr.getName() == WeftDialect::getLoadBalancedAttrName())
+          piece->setAttr(attr.getName(), attr.getValue());
+      Block *entry = piece.addEntryBlock();
+      IRMapping map;
+      for (auto [position, value] : llvm::enumerate(args)) {
+        map.map(value, entry->getArgument(position));
+        if (argAttrs[position])
+          piece.setArgAttrs(position, argAttrs[position]);
+      }
+      OpBuilder inside = OpBuilder::atBlockEnd(entry);
+      for (Operation *op : ops)
+        if (rebuiltIn[role].contains(op) ||
+            (owner.count(op) && owner.lookup(op) == role))
+          inside.clone(*op, map);
+      SmallVector<Value> mapped;
+      for (Value value : results)
+        mapped.push_back(map.lookup(value));
+      func::ReturnOp::create(inside, ret.getLoc(), mapped);
+      for (auto [position, attrs] : llvm::enumerate(resultAttrs))
+        if (attrs)
+          piece.setResultAttrs(position, attrs);
+    }
+    func.erase();
+    return success();
+  }
+};
+} // namespace

@@ -1,0 +1,62 @@
+// The training step of a model cut into pipeline stages: -weft-differentiate
+// gives each stage its backward (the gradient of what it sends comes back as
+// an argument, the gradient of what it received goes back as a result), the
+// schedule then holds backward steps and gradient transfers, and
+// -weft-split-backward cuts each stage into the functions of its steps.
+// RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate | FileCheck %s --check-prefix=VJP
+// RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-split-backward | FileCheck %s
+// RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=ZB
+// RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-apply-plan="dp=2" -weft-propagate-sharding -weft-partition -weft-split-backward | FileCheck %s --check-prefix=DP
+// RUN: weft-opt %S/Inputs/split-backward-errors.mlir -split-input-file -weft-split-backward -verify-diagnostics
+// RUN: weft-opt %S/Inputs/differentiate-stage-errors.mlir -split-input-file -weft-differentiate -verify-diagnostics
+
+// VJP-LABEL: func.func @lm_stage0(
+// VJP-SAME: %arg0: tensor<2x8xi64> {weft.model_input = 0 : i64}, %arg1: tensor<2x8x16xf32> {weft.cotangent_of = 0 : i64})
+// VJP-SAME: -> (tensor<2x8x16xf32> {weft.sent_to = 1 : i64}, tensor<16x16xf32> {weft.gradient_of = "h.1.w"}, tensor<16x16xf32> {weft.gradient_of = "h.0.w"}, tensor<32x16xf32> {weft.gradient_of = "wte"})
+// VJP-LABEL: func.func @lm_stage1(
+// VJP-SAME: %arg2: tensor<2x8x16xf32> {weft.received_from = 0 : i64})
+// VJP-SAME: -> (tensor<f32> {weft.model_output = 0 : i64}, tensor<2x8x16xf32> {weft.gradient_to = 0 : i64}, tensor<32x16xf32> {weft.gradient_of = "wte"}
+// The loss is seeded with 1 on the last stage.
+// VJP: weft.constant dense<1.000000e+00> : tensor<f32>
+
+// CHECK: weft.pipeline = {chunks = 1 : i64, micro_batches = 2 : i64, schedule = "1F1B", stages = 2 : i64, steps = {{\[}}["F0", ">a1:0", "F1", ">a1:1", "<g1:0", "B0", "<g1:1", "B1"], ["<a0:0", "F0", "B0", ">g0:0", "<a0:1", "F1", "B1", ">g0:1"]]}
+// The forward returns what it sends and keeps what its backward reads.
+// CHECK-LABEL: func.func @lm_stage0(
+// CHECK-SAME: %arg0: tensor<2x8xi64> {weft.model_input = 0 : i64})
+// CHECK-SAME: -> (tensor<2x8x16xf32> {weft.sent_to = 1 : i64}, tensor<2x8x16xf32> {weft.saved = 0 : i64},
+// CHECK-SAME: role = "forward", stage = 0
+// CHECK: return
+// CHECK-LABEL: func.func @lm_stage0_backward(
+// CHECK-SAME: {weft.cotangent_of = 0 : i64}, %arg2: tensor<2x8x16xf32> {weft.saved = 0 : i64}
+// CHECK-SAME: -> (tensor<16x16xf32> {weft.gradient_of = "h.1.w"}, tensor<16x16xf32> {weft.gradient_of = "h.0.w"}, tensor<32x16xf32> {weft.gradient_of = "wte"})
+// CHECK-SAME: role = "backward", stage = 0
+// A received value the backward reads is kept by the forward.
+// CHECK-LABEL: func.func @lm_stage1(
+// CHECK-SAME: %arg2: tensor<2x8x16xf32> {weft.received_from = 0 : i64})
+// CHECK-SAME: -> (tensor<f32> {weft.model_output = 0 : i64}
+// CHECK: return %{{.*}}, %arg2 :
+// CHECK-LABEL: func.func @lm_stage1_backward(
+// CHECK-SAME: -> (tensor<2x8x16xf32> {weft.gradient_to = 0 : i64}, tensor<32x16xf32> {weft.gradient_of = "wte"}
+// CHECK-NOT: func.func @lm_stage1_weight
+
+// ZB-H1: weight gradients are their own step (W). The first stage receives
+// nothing, so its input-gradient step has nothing to compute.
+// ZB: "<g1:0", "B0", "W0"
+// ZB-NOT: func.func @lm_stage0_backward
+// ZB-LABEL: func.func @lm_stage0_weight(
+// ZB-SAME: {weft.cotangent_of = 0 : i64}
+// ZB-SAME: -> (tensor<16x16xf32> {weft.gradient_of = "h.1.w"}
+// ZB-SAME: role = "weight"
+// ZB-LABEL: func.func @lm_stage1_backward(
+// ZB-SAME: -> (tensor<2x8x16xf32> {weft.gradient_to = 0 : i64}, {{[^{]*}}{weft.saved =
+// ZB-NOT: gradient_of
+// ZB-LABEL: func.func @lm_stage1_weight(
+// ZB-SAME: {weft.gradient_of = "wte"
+
+// Partitioned first, cut after: the kept values are per-rank blocks, and the
+// gradient of what a stage sent comes back split like it.
+// DP: weft.mesh @mesh(pp = 2, dp = 2, cp = 1, ulysses = 1, tp = 1)
+// DP-LABEL: func.func @lm_stage0(
+// DP-SAME: -> (tensor<1x8x16xf32> {weft.local_sharding = #weft.sharding<@mesh, {{\[}}[dp], [], []]>, weft.sent_to = 1 : i64}, tensor<1x8x16xf32> {weft.saved = 0 : i64}
+// DP-LABEL: func.func @lm_stage0_backward(
+// DP-SAME: %arg1: tensor<1x8x16xf32> {weft.cotangent_of = 0 : i64, weft.local_sharding = #weft.sharding<@mesh, {{\[}}[dp], [], []]>}
