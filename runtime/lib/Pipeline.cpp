@@ -162,6 +162,22 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
   bool weightSteps = false;
   for (const PipelineStep &step : program.steps[size_t(s)])
     weightSteps |= step.kind == PipelineStep::WeightGrad;
+  // A step's function on `args`, its failures and a wrong result count
+  // named with the step.
+  auto call = [&](const PipelineStep &step, const RankFunction &function,
+                  const std::vector<HostTensor> &args, size_t results) {
+    std::vector<HostTensor> out;
+    try {
+      out = function(ctx, args);
+    } catch (const std::exception &e) {
+      throw std::runtime_error(where(step) + e.what());
+    }
+    if (out.size() != results)
+      throw std::runtime_error(where(step) +
+                               absl::StrCat("the step returned ", out.size(),
+                                            " values, not ", results));
+    return out;
+  };
   // A backward or weight-gradient step's function on one micro-batch.
   auto runStepFunction = [&](const PipelineStep &step,
                              const PipelineStepFunction &fn, Held &mine) {
@@ -196,16 +212,8 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
         throw std::runtime_error(where(step) + "a malformed argument");
       }
     }
-    std::vector<HostTensor> out;
-    try {
-      out = fn.function(ctx, args);
-    } catch (const std::exception &e) {
-      throw std::runtime_error(where(step) + e.what());
-    }
-    if (out.size() != fn.results.size())
-      throw std::runtime_error(
-          where(step) + absl::StrCat("the step returned ", out.size(),
-                                     " values, not ", fn.results.size()));
+    std::vector<HostTensor> out =
+        call(step, fn.function, args, fn.results.size());
     for (size_t r = 0; r < out.size(); ++r) {
       const PipelineRef &ref = fn.results[r];
       switch (ref.kind) {
@@ -294,17 +302,8 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
         args.push_back(std::move(mine.received[next++]));
       }
       mine.received.clear();
-      std::vector<HostTensor> out;
-      try {
-        out = stage.function(ctx, args);
-      } catch (const std::exception &e) {
-        throw std::runtime_error(where(step) + e.what());
-      }
-      if (out.size() != stage.modelOutput.size())
-        throw std::runtime_error(where(step) +
-                                 absl::StrCat("the stage returned ", out.size(),
-                                              " values, not ",
-                                              stage.modelOutput.size()));
+      std::vector<HostTensor> out =
+          call(step, stage.function, args, stage.modelOutput.size());
       for (size_t r = 0; r < out.size(); ++r) {
         int to = stage.modelOutput[r];
         if (to == -1)

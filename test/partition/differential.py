@@ -234,6 +234,25 @@ COLLECTIVE = re.compile(
 BYTES = {"f32": 4, "i64": 8, "i1": 1, "f16": 2, "bf16": 2, "i32": 4, "f64": 8}
 
 
+def print_schedule(weft, spec, p):
+    """`weft plan --print-schedule`'s output for the plan's pipeline (pp, v,
+    m, schedule) on a GPT the planner builds, or (None, why)."""
+    keep = [item for item in spec.split(",")
+            if item.split("=")[0] in ("pp", "v", "m", "schedule")]
+    if "zeropp" in spec:
+        keep.append("zero=3")  # the planner's ZeroPP shards parameters
+    m = int(re.search(r"m=(\d+)", spec).group(1))
+    proc = subprocess.run(
+        [weft, "plan", "--model", "gpt", "--layers", "8", "--hidden", "64",
+         "--heads", "4", "--cluster", "a100-80g:%dx1" % p, "--global-batch", str(m),
+         "--seq-len", "128", "--evaluate", ",".join(keep + ["mbs=1"]),
+         "--allow-oom", "--print-schedule"],
+        capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None, proc.stderr[-400:]
+    return proc.stdout, None
+
+
 def ring_bytes(kind, n, size):
     """Bytes one rank sends in a collective of `kind` over `n` ranks on a
     tensor of `size` bytes, as NCCL's ring algorithms send them."""

@@ -33,8 +33,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import random_transformer  # noqa: E402
-from differential import (collective_bytes, mesh_sizes, run,  # noqa: E402
-                          run_and_compare, tensor_bytes)
+from differential import (collective_bytes, mesh_sizes,  # noqa: E402
+                          print_schedule, run, run_and_compare,
+                          tensor_bytes)
 
 TOLERANCE = 1e-5
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
@@ -104,28 +105,18 @@ def predicted_p2p(weft, spec, dims, devices):
 def planned_order(weft, spec, p):
     """The forward steps of each rank in `weft plan --print-schedule` for the
     plan's pipeline (pp, v, m, schedule) on a model the planner builds."""
-    keep = [item for item in spec.split(",")
-            if item.split("=")[0] in ("pp", "v", "m", "schedule")]
-    if "zeropp" in spec:
-        keep.append("zero=3")  # the planner's ZeroPP shards parameters
-    m = int(re.search(r"m=(\d+)", spec).group(1))
-    proc = subprocess.run(
-        [weft, "plan", "--model", "gpt", "--layers", "8", "--hidden", "64",
-         "--heads", "4", "--cluster", "a100-80g:%dx1" % p, "--global-batch", str(m),
-         "--seq-len", "128", "--evaluate", ",".join(keep + ["mbs=1"]),
-         "--allow-oom", "--print-schedule"],
-        capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        return None, proc.stderr[-400:]
+    stdout, error = print_schedule(weft, spec, p)
+    if error:
+        return None, error
     ranks = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         found = re.match(r"\s*rank (\d+): (.*)", line)
         if found and int(found.group(1)) < p:
             steps = [s for s in found.group(2).split()
                      if s[0] == "F" or s[:2] in (">a", "<a")]
             ranks[int(found.group(1))] = steps
     if len(ranks) != p:
-        return None, "no schedule in weft plan's output:\n" + proc.stdout[-400:]
+        return None, "no schedule in weft plan's output:\n" + stdout[-400:]
     return ranks, None
 
 

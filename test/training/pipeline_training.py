@@ -41,8 +41,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "partition"))
 import export_models as em  # noqa: E402
+from differential import print_schedule  # noqa: E402
 
 LR, STEPS = 0.05, 5
 MODELS = {
@@ -94,21 +95,11 @@ def relative(a, b):
 def planned(weft, spec, p):
     """Per pipeline rank: the schedule's steps and the cost model's idle
     slots, from `weft plan --print-schedule` for the plan's pipeline."""
-    keep = [item for item in spec.split(",")
-            if item.split("=")[0] in ("pp", "v", "m", "schedule")]
-    if "zeropp" in spec:
-        keep.append("zero=3")  # the planner's ZeroPP shards parameters
-    m = int(re.search(r"m=(\d+)", spec).group(1))
-    proc = subprocess.run(
-        [weft, "plan", "--model", "gpt", "--layers", "8", "--hidden", "64",
-         "--heads", "4", "--cluster", "a100-80g:%dx1" % p, "--global-batch", str(m),
-         "--seq-len", "128", "--evaluate", ",".join(keep + ["mbs=1"]),
-         "--allow-oom", "--print-schedule"],
-        capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        return None, None, proc.stderr[-400:]
+    stdout, error = print_schedule(weft, spec, p)
+    if error:
+        return None, None, error
     ranks, idle = {}, None
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         found = re.match(r"\s*rank (\d+): (.*)", line)
         if found and int(found.group(1)) < p:
             ranks[int(found.group(1))] = found.group(2).split()
@@ -116,7 +107,7 @@ def planned(weft, spec, p):
         if found:
             idle = [int(x) for x in found.group(1).split()]
     if len(ranks) != p or idle is None:
-        return None, None, "no schedule in weft plan's output:\n" + proc.stdout[-600:]
+        return None, None, "no schedule in weft plan's output:\n" + stdout[-600:]
     return ranks, idle, None
 
 

@@ -618,6 +618,9 @@ int runTrain(MLIRContext &context) {
   std::optional<weft::plan::Plan> plan = trainingPlan();
   if (!plan)
     return 1;
+  if (!tracePath.empty() && plan->pp() <= 1)
+    return trainError("--trace records a pipeline's steps: give a plan with "
+                      "pp > 1");
   std::vector<int64_t> tokens;
   std::string error;
   if (!readTokens(dataPath, tokens, error))
