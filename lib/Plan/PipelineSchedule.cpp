@@ -89,37 +89,61 @@ double planner::simulatePipeline(plan::Schedule schedule, int p, int v, int m,
   return b + (b - a) * double(m - first - period) / double(period);
 }
 
-double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
-                                        int m,
-                                        const std::vector<double> &forward,
-                                        const std::vector<double> &backward,
-                                        const std::vector<double> &weight,
-                                        double p2p,
-                                        std::vector<TimelineEvent> *timeline) {
-  struct {
-    const std::vector<double> &forward, &backward, &weight;
-    double p2p;
-  } times{forward, backward, weight, p2p};
-  const bool zb = schedule == plan::SCHEDULE_ZB_H1;
-  std::vector<std::vector<PipelineStep>> order(p);
-  for (int s = 0; s < p; ++s)
-    order[s] = forwardBackwardOrder(schedule, p, v, m, s);
+namespace {
+/// The stage times a simulation reads.
+struct StageTimesRef {
+  const std::vector<double> &forward, &backward, &weight;
+  double p2p;
+};
+} // namespace
+
+/// Runs each rank's compute steps in `order` with these times, a step
+/// starting when its rank is free and its input has arrived. With
+/// `placeWeights` (ZB-H1's unit-time pass), `order` holds F and B only and
+/// each W is placed greedily: it runs in the first idle gap that fits it, or
+/// when p weight gradients wait; `order` comes back with the W steps where
+/// they ran. Returns the makespan, or infinity if the order deadlocks.
+static double runOrder(std::vector<std::vector<PipelineStep>> &order, int p,
+                       int v, int m, const StageTimesRef &times,
+                       bool placeWeights,
+                       std::vector<TimelineEvent> *timeline) {
   const int stages = p * v;
   std::vector<double> fwdDone(size_t(stages) * m, -1),
       bwdDone(size_t(stages) * m, -1);
   std::vector<double> freeAt(p, 0);
   std::vector<size_t> next(p, 0);
-  // ZB-H1: weight gradients whose B is done, per stage, oldest first. They
-  // run in idle gaps; at most p wait at once (each holds the inputs of its
-  // layer's GEMMs, bounded like 1F1B's in-flight activations).
+  // Weight gradients whose B is done and that wait for a gap, per rank,
+  // oldest first (placeWeights only).
   std::vector<std::vector<int>> pendingW(p);
   std::vector<size_t> pendingHead(p, 0);
-  auto runWeight = [&](int s) {
-    int mb = pendingW[s][pendingHead[s]++];
-    double start = freeAt[s], end = start + times.weight[s];
+  std::vector<std::vector<PipelineStep>> placed(placeWeights ? p : 0);
+  auto run = [&](int s, const PipelineStep &step, double ready) {
+    bool isForward = step.kind == PipelineStep::Forward;
+    int vs = step.chunk * p + s;
+    double duration = isForward                             ? times.forward[vs]
+                      : step.kind == PipelineStep::Backward ? times.backward[vs]
+                                                            : times.weight[vs];
+    double start = std::max(freeAt[s], ready);
+    double end = start + duration;
     freeAt[s] = end;
+    if (isForward)
+      fwdDone[size_t(vs) * m + step.microBatch] = end;
+    else if (step.kind == PipelineStep::Backward)
+      bwdDone[size_t(vs) * m + step.microBatch] = end;
+    if (placeWeights) {
+      placed[s].push_back(step);
+      if (step.kind == PipelineStep::Backward)
+        pendingW[s].push_back(step.microBatch);
+    }
     if (timeline)
-      timeline->push_back({TimelineEvent::WeightGrad, s, mb, 0, start, end});
+      timeline->push_back({isForward ? TimelineEvent::Forward
+                           : step.kind == PipelineStep::Backward
+                               ? TimelineEvent::Backward
+                               : TimelineEvent::WeightGrad,
+                           s, step.microBatch, step.chunk, start, end});
+  };
+  auto runWeight = [&](int s) {
+    run(s, {PipelineStep::WeightGrad, pendingW[s][pendingHead[s]++], 0}, 0);
   };
   size_t remaining = 0;
   for (auto &steps : order)
@@ -129,27 +153,28 @@ double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
     for (int s = 0; s < p; ++s) {
       while (next[s] < order[s].size()) {
         const PipelineStep &step = order[s][next[s]];
-        bool isForward = step.kind == PipelineStep::Forward;
         int vs = step.chunk * p + s;
         double ready = 0;
-        if (isForward) {
+        if (step.kind == PipelineStep::Forward) {
           if (vs > 0) {
             double dep = fwdDone[size_t(vs - 1) * m + step.microBatch];
             if (dep < 0)
               break;
             ready = dep + times.p2p;
           }
-        } else {
+        } else if (step.kind == PipelineStep::Backward) {
           double dep = vs == stages - 1
                            ? fwdDone[size_t(vs) * m + step.microBatch]
                            : bwdDone[size_t(vs + 1) * m + step.microBatch];
           if (dep < 0)
             break;
           ready = dep + (vs == stages - 1 ? 0 : times.p2p);
+        } else if (bwdDone[size_t(vs) * m + step.microBatch] < 0) {
+          break; // A W before its B: the order deadlocks.
         }
-        if (zb) {
+        if (placeWeights) {
           size_t waiting = pendingW[s].size() - pendingHead[s];
-          // Fill a gap that fits a W; never hold more than p - s.
+          // Fill a gap that fits a W; never hold more than p.
           if (waiting &&
               (freeAt[s] + times.weight[s] <= ready || waiting >= size_t(p))) {
             runWeight(s);
@@ -157,21 +182,7 @@ double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
             continue;
           }
         }
-        double duration = isForward ? times.forward[vs] : times.backward[vs];
-        double start = std::max(freeAt[s], ready);
-        double end = start + duration;
-        freeAt[s] = end;
-        if (isForward) {
-          fwdDone[size_t(vs) * m + step.microBatch] = end;
-        } else {
-          bwdDone[size_t(vs) * m + step.microBatch] = end;
-          if (zb)
-            pendingW[s].push_back(step.microBatch);
-        }
-        if (timeline)
-          timeline->push_back(
-              {isForward ? TimelineEvent::Forward : TimelineEvent::Backward, s,
-               step.microBatch, step.chunk, start, end});
+        run(s, step, ready);
         ++next[s];
         --remaining;
         progress = true;
@@ -180,10 +191,42 @@ double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
     if (!progress)
       return std::numeric_limits<double>::infinity();
   }
-  for (int s = 0; s < p; ++s)
+  for (int s = 0; s < int(pendingW.size()); ++s)
     while (pendingHead[s] < pendingW[s].size())
       runWeight(s);
+  if (placeWeights)
+    order = std::move(placed);
   return *std::max_element(freeAt.begin(), freeAt.end());
+}
+
+std::vector<std::vector<PipelineStep>>
+planner::computeStepOrder(plan::Schedule schedule, int p, int v, int m) {
+  std::vector<std::vector<PipelineStep>> order(p);
+  for (int s = 0; s < p; ++s)
+    order[s] = forwardBackwardOrder(schedule, p, v, m, s);
+  if (schedule != plan::SCHEDULE_ZB_H1)
+    return order;
+  // ZB-H1's weight gradients go where a unit-time run of the 1F1B order
+  // leaves them room. The list does not depend on the stage times, so the
+  // program the pipeline pass writes and the list the cost model times are
+  // one.
+  std::vector<double> ones(size_t(p) * v, 1.0);
+  runOrder(order, p, v, m, {ones, ones, ones, 0.0}, /*placeWeights=*/true,
+           nullptr);
+  return order;
+}
+
+double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
+                                        int m,
+                                        const std::vector<double> &forward,
+                                        const std::vector<double> &backward,
+                                        const std::vector<double> &weight,
+                                        double p2p,
+                                        std::vector<TimelineEvent> *timeline) {
+  std::vector<std::vector<PipelineStep>> order =
+      computeStepOrder(schedule, p, v, m);
+  return runOrder(order, p, v, m, {forward, backward, weight, p2p},
+                  /*placeWeights=*/false, timeline);
 }
 
 PipelineSchedule

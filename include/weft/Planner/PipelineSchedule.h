@@ -66,15 +66,26 @@ struct PipelineSchedule {
 std::vector<PipelineStep> forwardBackwardOrder(plan::Schedule schedule, int p,
                                                int v, int m, int stage);
 
+/// Each rank's forward, backward and weight-gradient steps in the order it
+/// runs them: forwardBackwardOrder, and for ZB-H1 each W placed in the
+/// first idle gap that fits it when every step takes one slot (a W runs
+/// early when p of them wait). The order does not depend on stage times: it
+/// is the list the pipeline pass writes into IR and the one the cost model
+/// times.
+std::vector<std::vector<PipelineStep>> computeStepOrder(plan::Schedule schedule,
+                                                        int p, int v, int m);
+
 /// Simulates one step of a pipeline schedule over p stages with v chunks
-/// each and m micro-batches. forward/backward/weight hold the time of each
+/// each and m micro-batches: the ranks run computeStepOrder's lists, a step
+/// starting when its rank is free and its input has arrived (p2p after the
+/// producing step). forward/backward/weight hold the time of each
 /// virtual stage (chunk c of stage s at c*p + s); weight is used by ZB-H1
-/// only (other schedules fold it into backward), whose weight gradients
-/// fill the stage's idle gaps. Returns the makespan, or infinity if the
-/// order deadlocks. Without a timeline, many micro-batches are not simulated
-/// one by one: past the warm-up every schedule repeats with a period of p
-/// micro-batches (one for v = 1), so the makespan is linear in m there and is
-/// extrapolated from two simulated counts (simulatePipelineExactly does not).
+/// only (other schedules fold it into backward). Returns the makespan, or
+/// infinity if the order deadlocks. Without a timeline, many micro-batches are
+/// not simulated one by one: past the warm-up every schedule repeats with a
+/// period of p micro-batches (one for v = 1), so the makespan is linear in m
+/// there and is extrapolated from two simulated counts (simulatePipelineExactly
+/// does not).
 double simulatePipeline(plan::Schedule schedule, int p, int v, int m,
                         const std::vector<double> &forward,
                         const std::vector<double> &backward,
@@ -88,8 +99,8 @@ double simulatePipelineExactly(plan::Schedule schedule, int p, int v, int m,
                                std::vector<TimelineEvent> *timeline);
 
 /// The schedule's step lists with these stage times: each rank's compute
-/// steps in the order the simulation runs them (for ZB-H1 this places the
-/// weight gradients), a receive before each step whose input comes from
+/// steps in computeStepOrder's order (the times only fill the timeline), a
+/// receive before each step whose input comes from
 /// another rank, a send after each step whose output goes to one.
 PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
                                        int m,
