@@ -5,7 +5,8 @@
 # partitioned by hand for 2-way tensor parallelism, canonicalized by weft-opt,
 # with the sharding rule and cost of every op the planner will read; then a
 # small GPT-2 export imported, raised and run against torch, partitioned, and
-# compiled for the CPU and run on 4 simulated devices.
+# compiled for the CPU and run on 4 simulated devices; a plan where the search
+# picks pipeline stages, run on 4 simulated devices; and training.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${WEFT_BUILD_DIR:-$root/build}
@@ -86,6 +87,39 @@ echo "== weft train gpt2-opset17.onnx --plan-spec dp=2,tp=2 --steps 12"
 "$build/bin/weft" train "$root/test/models/gpt2/gpt2-opset17.onnx" \
   --data "$build/examples/tokens.npy" --steps 12 --lr 3e-3 --warmup 2 --min-lr 3e-4 \
   --plan-spec dp=2,tp=2 --devices 4 --log "$build/examples/loss.csv"
+
+# Pipeline stages where the search picks them: a GPT of 26M parameters on four
+# single-GPU nodes over 1 Gb/s Ethernet. The plan is run on 4 simulated devices
+# (weft import --model builds the model with seeded random weights at the
+# plan's micro-batch) and checked against one device on the whole batch.
+gpt=(--model gpt --layers 8 --hidden 512 --heads 8 --vocab 2048 --seq-len 128)
+echo "== weft plan ${gpt[*]} --cluster ethernet-4-nodes.json --global-batch 16"
+"$build/bin/weft" plan "${gpt[@]}" --cluster "$root/examples/clusters/ethernet-4-nodes.json" \
+  --global-batch 16 --top 3 --no-progress --json "$build/examples/gpt-plan.json"
+"${WEFT_NUMPY_PYTHON:-/usr/bin/python3}" - "$build/examples/gpt-plan.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))["plans"][0]
+print("== the search's plan: pp=%d, %d micro-batches of %d, %s" % (
+    plan.get("pp", 1), plan.get("num_micro_batches", 1), plan.get("micro_batch", 1),
+    plan.get("schedule", "").replace("SCHEDULE_", "")))
+sys.exit(0 if plan.get("pp", 1) > 1 else 1)
+PY
+"$build/bin/weft" import "${gpt[@]}" --batch-size 2 -o "$build/examples/gpt-micro/model.mlir"
+"$build/bin/weft" import "${gpt[@]}" --batch-size 16 -o "$build/examples/gpt-whole/model.mlir"
+"${WEFT_NUMPY_PYTHON:-/usr/bin/python3}" -c "import numpy as n; n.save('$build/examples/gpt-batch.npy', (n.arange(2048).reshape(16, 128) * 7919 % 2048).astype(n.int64))"
+echo "== weft run gpt-micro/model.mlir --devices 4 --plan gpt-plan.json"
+"$build/bin/weft" run "$build/examples/gpt-micro/model.mlir" -i "$build/examples/gpt-batch.npy" \
+  --devices 4 --plan "$build/examples/gpt-plan.json" -o "$build/examples/gpt-pp" --output-format npy
+"$build/bin/weft" run "$build/examples/gpt-whole/model.mlir" -i "$build/examples/gpt-batch.npy" \
+  -o "$build/examples/gpt-one" --output-format npy
+"${WEFT_NUMPY_PYTHON:-/usr/bin/python3}" - "$build/examples" <<'PY'
+import numpy as n, sys
+a = n.load(sys.argv[1] + "/gpt-one/output_0.npy")
+b = n.load(sys.argv[1] + "/gpt-pp/output_0.npy")
+difference = float(abs(a - b).max() / abs(a).max())
+print("== pipelined run vs one device: max relative difference %g (limit 1e-5)" % difference)
+sys.exit(0 if difference <= 1e-5 else 1)
+PY
 
 # Python: the same planner, runs and compiler from a script (examples/python_api.py):
 # a plan for GPT-3 175B, and a GPT written in PyTorch run on 4 simulated devices.

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Plan/Plan.h"
+#include "weft/Dialect/WeftOps.h"
 #include "weft/Driver/Driver.h"
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/Model.h"
@@ -16,7 +17,11 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <random>
 
 using namespace mlir;
 using namespace weft;
@@ -71,9 +76,11 @@ ModelSource fileModelSource(llvm::StringRef path,
   return source;
 }
 
+} // namespace
+
 /// The model from a file, a preset, or the builder fields.
-llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context,
-                                             const driver::PlanRequest &r) {
+llvm::Expected<plan::ModelSpec>
+driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
   plan::ModelSpec spec;
   if (!r.inputShapes.empty() &&
       (r.modelFile.empty() || llvm::StringRef(r.modelFile).ends_with(".mlir")))
@@ -151,6 +158,7 @@ llvm::Expected<plan::ModelSpec> resolveModel(MLIRContext &context,
   return spec;
 }
 
+namespace {
 /// The training setup of the request, checked.
 llvm::Expected<plan::TrainingConfig>
 resolveTraining(const driver::PlanRequest &r, const plan::ModelSpec &model,
@@ -223,7 +231,7 @@ llvm::Expected<driver::PlanOutcome>
 driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (!request.evaluate.empty() && !request.evaluateJson.empty())
     return planError("give --evaluate or --evaluate-json, not both");
-  auto model = resolveModel(context, request);
+  auto model = driver::resolveModelSpec(context, request);
   if (!model)
     return model.takeError();
   if (request.cluster.empty())
@@ -371,4 +379,59 @@ std::string driver::overMemoryMessage(const PlanOutcome &outcome) {
       "recompute) or a smaller micro-batch, or give --allow-oom to cost it "
       "anyway",
       m.total_gib(), outcome.overMemoryGib, m.capacity_gib());
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
+    MLIRContext &context, const plan::ModelSpec &model, int64_t batch,
+    int64_t seq, uint64_t seed, llvm::StringRef weightsPath) {
+  if (batch <= 0 || seq <= 0 || batch > kMaxGlobalBatch || seq > kMaxSeqLen)
+    return planError("the model's batch and sequence must be positive (they "
+                     "are " +
+                     llvm::Twine(batch) + " and " + llvm::Twine(seq) + ")");
+  // Refuse what would not fit in memory here before writing a byte.
+  double elements = parameterCount(model);
+  if (elements * 4 > double(int64_t(1) << 36))
+    return planError(llvm::formatv("the model has {0:e2} parameters ({1:f1} "
+                                   "GiB in f32); weights are written for "
+                                   "models of at most 64 GiB",
+                                   elements, elements * 4 / (1 << 30))
+                         .str());
+  TransformerShape shape;
+  shape.batch = batch;
+  shape.seq = seq;
+  OwningOpRef<ModuleOp> module = buildTransformer(context, model, shape);
+  std::error_code ec;
+  llvm::raw_fd_ostream out(weightsPath, ec);
+  if (ec)
+    return planError("cannot write '" + weightsPath + "': " + ec.message());
+  // Normal deviates by Box-Muller over a fixed 64-bit generator, so that a
+  // seed gives the same weights with every standard library.
+  std::mt19937_64 random(seed);
+  auto uniform = [&] { return (double(random() >> 11) + 0.5) * 0x1.0p-53; };
+  auto normal = [&] {
+    double radius = std::sqrt(-2.0 * std::log(uniform()));
+    return radius * std::cos(2.0 * M_PI * uniform());
+  };
+  std::string location = llvm::sys::path::filename(weightsPath).str();
+  int64_t offset = 0;
+  std::vector<float> values;
+  module->walk([&](ParameterOp param) {
+    auto type = cast<RankedTensorType>(param.getType());
+    values.assign(size_t(type.getNumElements()), 0.0f);
+    bool matrix = type.getRank() >= 2;
+    bool scale = type.getRank() == 1 && param.getName().ends_with(".weight");
+    for (float &value : values)
+      value = matrix ? float(0.02 * normal()) : scale ? 1.0f : 0.0f;
+    int64_t length = int64_t(values.size()) * 4;
+    // The module is built little-endian; raw f32 as the runtime reads it.
+    out.write(reinterpret_cast<const char *>(values.data()), size_t(length));
+    param.setExternalAttr(
+        ExternalDataAttr::get(&context, location, offset, length));
+    offset += length;
+  });
+  out.close();
+  if (out.has_error())
+    return planError("cannot write '" + weightsPath +
+                     "': " + out.error().message());
+  return module;
 }

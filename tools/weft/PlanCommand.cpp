@@ -43,6 +43,7 @@ static cl::SubCommand calibrateCommand(
     "Compare the cost model with published training runs (per-row error)");
 
 bool planCommandSelected() { return bool(planCommand); }
+llvm::cl::SubCommand &importSubCommand();
 bool calibrateCommandSelected() { return bool(calibrateCommand); }
 
 static cl::OptionCategory planCategory("weft plan options");
@@ -55,26 +56,33 @@ static cl::opt<std::string> presetName(
     cl::desc("A built-in model: gpt3-125m ... gpt3-175b, megatron-1.7b ... "
              "megatron-1t, llama2-7b/13b/70b, llama3-8b/70b/405b, or 'gpt' / "
              "'llama' with --layers, --hidden, ..."),
-    cl::sub(planCommand), cl::cat(planCategory));
+    cl::sub(planCommand), cl::sub(importSubCommand()), cl::cat(planCategory));
 static cl::opt<int64_t> layersOpt("layers", cl::desc("Builder: layers"),
-                                  cl::init(0), cl::sub(planCommand));
+                                  cl::init(0), cl::sub(planCommand),
+                                  cl::sub(importSubCommand()));
 static cl::opt<int64_t> hiddenOpt("hidden", cl::desc("Builder: hidden size"),
-                                  cl::init(0), cl::sub(planCommand));
+                                  cl::init(0), cl::sub(planCommand),
+                                  cl::sub(importSubCommand()));
 static cl::opt<int64_t> headsOpt("heads", cl::desc("Builder: attention heads"),
-                                 cl::init(0), cl::sub(planCommand));
+                                 cl::init(0), cl::sub(planCommand),
+                                 cl::sub(importSubCommand()));
 static cl::opt<int64_t> kvHeadsOpt("kv-heads",
                                    cl::desc("Builder: KV heads (GQA)"),
-                                   cl::init(0), cl::sub(planCommand));
+                                   cl::init(0), cl::sub(planCommand),
+                                   cl::sub(importSubCommand()));
 static cl::opt<int64_t> ffnOpt("ffn", cl::desc("Builder: FFN hidden size"),
-                               cl::init(0), cl::sub(planCommand));
+                               cl::init(0), cl::sub(planCommand),
+                               cl::sub(importSubCommand()));
 static cl::opt<std::string> ffnKindOpt("ffn-kind",
                                        cl::desc("Builder: gelu or swiglu"),
-                                       cl::init(""), cl::sub(planCommand));
+                                       cl::init(""), cl::sub(planCommand),
+                                       cl::sub(importSubCommand()));
 static cl::opt<int64_t> vocabOpt("vocab", cl::desc("Builder: vocabulary"),
-                                 cl::init(0), cl::sub(planCommand));
+                                 cl::init(0), cl::sub(planCommand),
+                                 cl::sub(importSubCommand()));
 static cl::opt<std::string>
-    tiedOpt("tied", cl::desc("Builder: tied embeddings (yes/no)"),
-            cl::init(""), cl::sub(planCommand));
+    tiedOpt("tied", cl::desc("Builder: tied embeddings (yes/no)"), cl::init(""),
+            cl::sub(planCommand), cl::sub(importSubCommand()));
 static cl::opt<std::string> clusterOpt(
     "cluster",
     cl::desc("GPU:PERNODExNODES (e.g. h100:8x128, a100-80g:8x8) or a "
@@ -234,10 +242,9 @@ static void drawProgress(double fraction) {
   llvm::errs().flush();
 }
 
-/// The request the command line makes.
-static weft::driver::PlanRequest planRequest() {
+/// The built-in model the command line names (import --model).
+weft::driver::PlanRequest builtinModelRequest() {
   weft::driver::PlanRequest request;
-  request.modelFile = planModelFile;
   request.preset = presetName;
   request.layers = layersOpt;
   request.hidden = hiddenOpt;
@@ -247,6 +254,13 @@ static weft::driver::PlanRequest planRequest() {
   request.ffnKind = ffnKindOpt;
   request.vocab = vocabOpt;
   request.tied = tiedOpt;
+  return request;
+}
+
+/// The request the command line makes.
+static weft::driver::PlanRequest planRequest() {
+  weft::driver::PlanRequest request = builtinModelRequest();
+  request.modelFile = planModelFile;
   request.inputShapes.assign(planInputShapes.begin(), planInputShapes.end());
   request.cluster = clusterOpt;
   request.globalBatch = globalBatch;

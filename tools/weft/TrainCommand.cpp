@@ -87,9 +87,12 @@ static cl::opt<std::string>
                        "u32, i32 or i64"),
               cl::init("u16"), cl::sub(trainCommand));
 static cl::opt<int64_t> batch("batch-size",
-                              cl::desc("Sequences per micro-batch"),
+                              cl::desc("Sequences per micro-batch (default 2; "
+                                       "a .mlir module's own)"),
                               cl::init(2), cl::sub(trainCommand));
-static cl::opt<int64_t> seqLen("seq-len", cl::desc("Tokens per sequence"),
+static cl::opt<int64_t> seqLen("seq-len",
+                               cl::desc("Tokens per sequence (default 8; a "
+                                        ".mlir module's own)"),
                                cl::init(8), cl::sub(trainCommand));
 static cl::opt<int64_t> steps("steps", cl::desc("Optimizer steps to run"),
                               cl::init(20), cl::sub(trainCommand));
@@ -625,15 +628,30 @@ int runTrain(MLIRContext &context) {
   std::string error;
   if (!readTokens(dataPath, tokens, error))
     return trainError(error);
+  OwningOpRef<ModuleOp> module = loadModel(context);
+  if (!module)
+    return 1;
+  // A .mlir module has its shapes: its token input gives the micro-batch
+  // and sequence unless they are given.
+  if (llvm::StringRef(model).ends_with(".mlir") && !batch.getNumOccurrences() &&
+      !seqLen.getNumOccurrences())
+    for (auto candidate : module->getOps<func::FuncOp>()) {
+      auto input = candidate.isExternal() || !candidate.getNumArguments()
+                       ? RankedTensorType()
+                       : dyn_cast<RankedTensorType>(
+                             candidate.getArgumentTypes().front());
+      if (input && input.getRank() == 2 && input.hasStaticShape() &&
+          input.getElementType().isInteger()) {
+        batch = input.getDimSize(0);
+        seqLen = input.getDimSize(1);
+      }
+      break;
+    }
   int64_t window = batch * seqLen + 1;
   if (int64_t(tokens.size()) < window)
     return trainError(dataPath + " has " + std::to_string(tokens.size()) +
                       " tokens; one micro-batch needs " +
                       std::to_string(window));
-
-  OwningOpRef<ModuleOp> module = loadModel(context);
-  if (!module)
-    return 1;
   // The training step as IR: the loss, then (with pp > 1) the stages, the
   // backward, and the pipeline's schedule.
   const bool pipelined = plan->pp() > 1;

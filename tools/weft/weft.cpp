@@ -25,6 +25,7 @@
 #include "weft/Passes/Passes.h"
 #include "weft/Pipelines/Pipelines.h"
 #include "weft/Plan/Plan.h"
+#include "weft/Planner/Model.h"
 #include "llvm/Support/Program.h"
 
 #include "weft/runtime/FileWrite.h"
@@ -43,6 +44,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -52,8 +54,15 @@
 using namespace mlir;
 namespace cl = llvm::cl;
 
-static cl::SubCommand importCommand("import",
-                                    "Import an ONNX model into the weft dialect");
+/// The import subcommand, built on first use: PlanCommand.cpp adds the
+/// built-in model's options (--model, --layers, ...) to it.
+llvm::cl::SubCommand &importSubCommand() {
+  static cl::SubCommand command(
+      "import", "Import an ONNX model into the weft dialect, or build a "
+                "built-in one (--model) with random weights");
+  return command;
+}
+static cl::SubCommand &importCommand = importSubCommand();
 
 static cl::SubCommand runCommand("run", "Run a model on the CPU");
 
@@ -62,7 +71,7 @@ static cl::SubCommand compileCommand(
                "C++ with a CMake project");
 
 static cl::opt<std::string>
-    modelPath(cl::Positional, cl::Required,
+    modelPath(cl::Positional, cl::Optional,
               cl::desc("<model.onnx | model.onnxtxt | model.mlir>"),
               cl::sub(importCommand), cl::sub(runCommand),
               cl::sub(compileCommand));
@@ -256,7 +265,59 @@ static weft::driver::ModelOptions modelOptions() {
   return options;
 }
 
+weft::driver::PlanRequest builtinModelRequest();
+
+static cl::opt<uint64_t>
+    seedOpt("seed", cl::desc("import --model: the seed of the random weights"),
+            cl::init(0), cl::sub(importCommand));
+
+/// weft import --model: the built-in model at --batch-size x --seq-len,
+/// its weights drawn from --seed into <output stem>.weights beside it.
+static int runBuildModel(MLIRContext &context,
+                         const weft::driver::PlanRequest &request) {
+  if (!modelPath.empty())
+    return fail("give a model file or --model, not both");
+  if (outputPath == "-" || !llvm::StringRef(outputPath).ends_with(".mlir"))
+    return fail("--model writes a module and its weights: give -o "
+                "DIR/NAME.mlir (the weights go to DIR/NAME.weights)");
+  auto spec = weft::driver::resolveModelSpec(context, request);
+  if (!spec)
+    return fail(spec.takeError());
+  int64_t batch = batchSize.getNumOccurrences() ? int64_t(batchSize) : 1;
+  int64_t seq = seqLen.getNumOccurrences() ? int64_t(seqLen) : spec->seq_len();
+  llvm::SmallString<256> weights(outputPath);
+  llvm::sys::path::replace_extension(weights, "weights");
+  llvm::StringRef dir = llvm::sys::path::parent_path(outputPath);
+  if (!dir.empty())
+    if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+      return fail("cannot create '" + dir.str() + "': " + ec.message());
+  auto module = weft::driver::buildModelWithWeights(context, *spec, batch, seq,
+                                                    seedOpt, weights);
+  if (!module)
+    return fail(module.takeError());
+  std::string error;
+  auto output = openOutputFile(outputPath, &error);
+  if (!output)
+    return fail(error);
+  (*module)->print(output->os());
+  output->keep();
+  llvm::errs() << llvm::formatv(
+      "weft import: {0} ({1} layers, hidden {2}, {3} heads, vocab {4}; {5:e2} "
+      "parameters) at batch {6} x sequence {7}: {8}, weights (seed {9}) in "
+      "{10}\n",
+      spec->name(), spec->layers(), spec->hidden(), spec->heads(),
+      spec->vocab(), weft::planner::parameterCount(*spec), batch, seq,
+      outputPath, uint64_t(seedOpt), weights);
+  return 0;
+}
+
 static int runImport(MLIRContext &context) {
+  weft::driver::PlanRequest builtin = builtinModelRequest();
+  if (!builtin.preset.empty())
+    return runBuildModel(context, builtin);
+  if (modelPath.empty())
+    return fail("no model: give an ONNX or .mlir file, or --model (a preset, "
+                "or gpt / llama with --layers, --hidden, ...)");
   llvm::Expected<weft::OnnxImportOptions> options =
       weft::driver::importOptions(modelOptions());
   if (!options)
@@ -510,6 +571,8 @@ int main(int argc, char **argv) {
 
   if (importCommand)
     return runImport(context);
+  if ((runCommand || compileCommand) && modelPath.empty())
+    return fail("no model: give an ONNX or .mlir file");
   if (runCommand)
     return runModel(context);
   if (compileCommand)

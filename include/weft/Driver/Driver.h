@@ -204,6 +204,23 @@ struct PlanOutcome {
 llvm::Expected<PlanOutcome> planModel(mlir::MLIRContext &context,
                                       const PlanRequest &request);
 
+/// The model a request names (a file, or --model with the builder fields),
+/// as `weft plan` reads it; an error says what is missing or wrong.
+llvm::Expected<plan::ModelSpec> resolveModelSpec(mlir::MLIRContext &context,
+                                                 const PlanRequest &request);
+
+/// A built-in model as the module an import gives it (`@main`: tokens
+/// [batch, seq] i64 -> logits [batch, seq, vocab], each block a weft.layer),
+/// with its weights drawn from `seed` as GPT-2 initialises them (N(0, 0.02)
+/// for matrices and the embedding, 1 for norm scales, 0 for biases) and
+/// written as raw little-endian f32 to `weightsPath`, one parameter after
+/// another; each parameter names its byte range there as external data
+/// relative to the module's directory (the file's name only).
+llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
+buildModelWithWeights(mlir::MLIRContext &context, const plan::ModelSpec &model,
+                      int64_t batch, int64_t seq, uint64_t seed,
+                      llvm::StringRef weightsPath);
+
 /// The error for an evaluated plan that does not fit (overMemoryGib > 0).
 std::string overMemoryMessage(const PlanOutcome &outcome);
 
