@@ -348,9 +348,10 @@ def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
       evenly over its chunks), or evenly when it is not given;
     - every other op runs on the stage of its latest operand, so the embedding runs on
       stage 0 and the final norm, output layer and loss on the last;
-    - parameters and what is computed from the model's inputs and constants alone
-      (masks, position ids, rotary tables) are rebuilt on every stage that reads them,
-      never sent; a tied weight is read by name on each stage that uses it;
+    - parameters and what is computed from the model's inputs, constants and
+      parameters alone, no activation (masks, position ids, rotary tables gathered
+      from a cached buffer) are rebuilt on every stage that reads them, never sent
+      (nor their gradients); a tied weight is read by name on each stage that uses it;
     - the values a stage passes on are the results marked `weft.sent_to = k + 1`, and
       the next stage's arguments marked `weft.received_from = k` in the same order,
       forwarded through stages that do not read them; arguments that are the model's

@@ -148,7 +148,11 @@ struct WeftSplitStages
       return signalPassFailure();
 
     // Which ops are rebuilt wherever they are read (parameters, and what
-    // the inputs and constants alone compute), and the stage of the rest.
+    // the inputs, constants and parameters alone compute: position ids,
+    // masks, rotary tables gathered from a cached buffer), and the stage of
+    // the rest. Rebuilding them is cheaper than sending them, and their
+    // gradients (if any reach a parameter) are summed across stages as a
+    // tied weight's are.
     llvm::DenseSet<Operation *> rebuilt, inputDerived;
     llvm::DenseMap<Operation *, int64_t> stageOf;
     int64_t layerIndex = 0, currentStage = 0, left = (*perStage)[0];
@@ -165,6 +169,7 @@ struct WeftSplitStages
       }
       if (isa<ParameterOp>(op)) {
         rebuilt.insert(op);
+        inputDerived.insert(op);
         continue;
       }
       bool fromInputs = op->getNumRegions() == 0;

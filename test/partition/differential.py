@@ -19,6 +19,7 @@ ones the plan reports (see check_identity).
 import argparse
 import concurrent.futures
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -251,6 +252,27 @@ def print_schedule(weft, spec, p):
     if proc.returncode != 0:
         return None, proc.stderr[-400:]
     return proc.stdout, None
+
+
+def predicted_p2p(weft, spec, dims, devices):
+    """The cost model's forward_p2p_bytes (bf16) for the plan on a GPT of the
+    model's hidden size, heads and sequence (`weft plan --evaluate --json`),
+    or an error."""
+    hidden, heads, seq, batch, m = dims
+    dp = int(re.search(r"dp=(\d+)", spec).group(1)) if "dp=" in spec else 1
+    keep = [item for item in spec.split(",") if not item.startswith("stages=")]
+    if "zeropp" in spec:
+        keep.append("zero=3")  # the planner's ZeroPP shards parameters
+    proc = subprocess.run(
+        [weft, "plan", "--model", "gpt", "--layers", "8", "--hidden", str(hidden),
+         "--heads", str(heads), "--cluster", "a100-80g:%dx1" % devices,
+         "--global-batch", str(batch), "--seq-len", str(seq), "--evaluate",
+         ",".join(keep + ["mbs=%d" % (batch // m // dp)]), "--allow-oom", "--json", "-"],
+        capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None, "weft plan --evaluate failed: " + proc.stderr[-400:]
+    plan = json.JSONDecoder().raw_decode(proc.stdout)[0]["plans"][0]
+    return int(plan.get("forward_p2p_bytes", 0)), None
 
 
 def ring_bytes(kind, n, size):

@@ -20,7 +20,12 @@ For each pair it also checks that the order in which each rank ran its steps
 idle slots of each rank in that executed order (every compute step one slot,
 a receive waiting for its send) equal the bubble of the cost model's
 simulation of the same schedule in the same units (`weft plan
---print-schedule`'s `idle slots` line).
+--print-schedule`'s `idle slots` line). On the pairs whose only transfers are
+the pipeline's (no tp, dp or Ulysses), the bytes each rank sent in a step
+(`weft train` prints them) must equal the number of its sends in the
+schedule times the cost model's forward_p2p_bytes for the plan (the residual
+stream's block of one micro-batch in bf16; twice that in the f32 program):
+an activation's gradient is the activation's size.
 
 Needs Debian's python3-torch (1.13) and python3-onnx; run by ctest as
 `training-pipeline-differential`.
@@ -43,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
 sys.path.insert(0, os.path.join(HERE, "..", "partition"))
 import export_models as em  # noqa: E402
-from differential import print_schedule  # noqa: E402
+from differential import predicted_p2p, print_schedule  # noqa: E402
 
 LR, STEPS = 0.05, 5
 MODELS = {
@@ -77,14 +82,17 @@ def train(weft, model, name, work, out, extra):
            "--save", out] + MODELS[name][2] + extra
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        return None, None, "%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:])
+        return None, None, None, "%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:])
+    # What each rank sent in the first step (none without devices).
+    counted = re.search(r"bytes sent per rank in step 1:((?: \d+)+)", proc.stderr)
+    counted = [int(x) for x in counted.group(1).split()] if counted else None
     with open(log) as f:
         losses = [float(row["loss"]) for row in csv.DictReader(f)]
     step_dir = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
     manifest = json.load(open(os.path.join(step_dir, "manifest.json")))
     weights = {e["name"]: np.load(os.path.join(step_dir, e["value"]))
                for e in manifest["parameters"]}
-    return losses, weights, None
+    return losses, weights, counted, None
 
 
 def relative(a, b):
@@ -154,7 +162,7 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
                tmp):
     out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", "%s_%s_%s" % (
         name, spec, recompute)))
-    losses, weights, error = train(
+    losses, weights, counted, error = train(
         weft, model, name, work, out,
         ["--plan-spec", spec, "--devices", str(devices), "--recompute", recompute,
          "--trace", out + ".json"])
@@ -184,6 +192,23 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
     if slots != idle:
         return "failed", "the executed order idles %s slots per rank, the cost model's " \
             "simulation %s" % (slots, idle)
+    if devices == p:
+        # Only point-to-point transfers: every send, an activation or its
+        # gradient, is the residual stream's block of one micro-batch, the
+        # cost model's forward_p2p_bytes (bf16; twice that in f32).
+        m = int(re.search(r"\bm=(\d+)", spec).group(1))
+        predicted, error = predicted_p2p(
+            weft, spec, (em.HIDDEN, em.HEADS, em.SEQ, em.BATCH * m, m), devices)
+        if error:
+            return "failed", error
+        expected = [2 * predicted * sum(step[0] == ">" for step in order[r])
+                    for r in range(p)]
+        if counted != expected:
+            return "failed", "ranks sent %s bytes in a step; the schedule's sends " \
+                "at the cost model's forward_p2p_bytes (%d bf16) say %s" % (
+                    counted, predicted, expected)
+        return "bytes", "losses %.1e, weights %.1e, idle slots %s, bytes %s" % (
+            err, weight_err, slots, counted)
     return "ok", "losses %.1e, weights %.1e, idle slots %s" % (err, weight_err, slots)
 
 
@@ -227,7 +252,7 @@ def main():
     options = parser.parse_args()
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 32, size=4096).astype(np.uint16)
-    failures, counts = [], {"ok": 0, "failed": 0}
+    failures, counts = [], {"ok": 0, "bytes": 0, "failed": 0}
     sizes = [("gpt2", 2), ("bert", 2), ("llama", 2)]
     if not options.quick:
         sizes += [("gpt2", 4), ("llama", 4), ("bert", 4), ("gpt2", 8)]
@@ -253,7 +278,7 @@ def main():
                     if key in references:
                         continue
                     out = os.path.join(work, "ref_%s%d_%d_%s" % (name, layers, m, recompute))
-                    losses, weights, error = train(
+                    losses, weights, _, error = train(
                         options.weft, model, name, work, out,
                         ["--grad-accum", str(m), "--recompute", recompute])
                     if error:
@@ -273,12 +298,14 @@ def main():
                     failures.append("%s %s recompute=%s: %s" % (label, spec, recompute, detail))
     for failure in failures[:40]:
         print("FAIL:", failure)
-    good = counts["ok"]
+    good = counts["ok"] + counts["bytes"]
     print("trained %d (model, plan) pairs with pipeline stages for %d steps: %d equal to "
           "the unpartitioned run (losses and weights within 1e-5 relative), with "
           "each rank's executed steps equal to weft plan's schedule and its idle "
-          "slots to the cost model's; %d failed" % (
-              good + counts["failed"], STEPS, good, counts["failed"]))
+          "slots to the cost model's, and on the %d pairs without tp/dp/ulysses the "
+          "bytes each rank sent in a step to the cost model's forward_p2p_bytes per "
+          "send; %d failed" % (
+              good + counts["failed"], STEPS, good, counts["bytes"], counts["failed"]))
     return 1 if failures or good < (20 if options.quick else 150) else 0
 
 

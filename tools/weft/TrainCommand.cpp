@@ -911,6 +911,19 @@ int runTrain(MLIRContext &context) {
       }
       tokensSeen += batch * seqLen;
     }
+    if (step == start && !bytes.empty()) {
+      // What each rank sent in the step (every run of the step's programs
+      // appends one count per rank): the figure the cost model predicts.
+      size_t ranks = pipeline ? pipeline->mesh.size() : size_t(int(devices));
+      std::vector<int64_t> perRank(ranks, 0);
+      for (size_t i = 0; i < bytes.size(); ++i)
+        perRank[i % ranks] += bytes[i];
+      llvm::errs() << "weft train: bytes sent per rank in step " << step + 1
+                   << ":";
+      for (int64_t b : perRank)
+        llvm::errs() << ' ' << b;
+      llvm::errs() << '\n';
+    }
     double loss = lossSum / double(windows);
     if (!std::isfinite(loss))
       return trainError("step " + std::to_string(step + 1) +
