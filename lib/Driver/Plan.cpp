@@ -385,8 +385,8 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
     MLIRContext &context, const plan::ModelSpec &model, int64_t batch,
     int64_t seq, uint64_t seed, llvm::StringRef weightsPath) {
   if (batch <= 0 || seq <= 0 || batch > kMaxGlobalBatch || seq > kMaxSeqLen)
-    return planError("the model's batch and sequence must be positive (they "
-                     "are " +
+    return planError("the model's batch and sequence must be from 1 to 2^24 "
+                     "(they are " +
                      llvm::Twine(batch) + " and " + llvm::Twine(seq) + ")");
   // Refuse what would not fit in memory here before writing a byte.
   double elements = parameterCount(model);
@@ -400,10 +400,13 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
   shape.batch = batch;
   shape.seq = seq;
   OwningOpRef<ModuleOp> module = buildTransformer(context, model, shape);
+  // Written under a temporary name and renamed when whole, so that an
+  // interrupted import never leaves weights that look complete.
+  std::string partial = (weightsPath + ".partial").str();
   std::error_code ec;
-  llvm::raw_fd_ostream out(weightsPath, ec);
+  llvm::raw_fd_ostream out(partial, ec);
   if (ec)
-    return planError("cannot write '" + weightsPath + "': " + ec.message());
+    return planError("cannot write '" + partial + "': " + ec.message());
   // Normal deviates by Box-Muller over a fixed 64-bit generator, so that a
   // seed gives the same weights with every standard library.
   std::mt19937_64 random(seed);
@@ -430,8 +433,14 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
     offset += length;
   });
   out.close();
-  if (out.has_error())
-    return planError("cannot write '" + weightsPath +
-                     "': " + out.error().message());
+  if (out.has_error()) {
+    std::string why = out.error().message();
+    out.clear_error();
+    llvm::sys::fs::remove(partial);
+    return planError("cannot write '" + partial + "': " + why);
+  }
+  if (std::error_code renamed = llvm::sys::fs::rename(partial, weightsPath))
+    return planError("cannot rename '" + partial + "' to '" + weightsPath +
+                     "': " + renamed.message());
   return module;
 }
