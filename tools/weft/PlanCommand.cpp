@@ -132,6 +132,14 @@ static cl::opt<std::string> jsonOpt("json",
 static cl::opt<std::string>
     reportOpt("report", cl::desc("Write a self-contained HTML report here"),
               cl::sub(planCommand));
+static cl::opt<std::string> traceOpt(
+    "trace",
+    cl::desc("Write the first plan's predicted timeline here as a "
+             "Chrome-trace / Perfetto JSON: one track per pipeline rank, "
+             "the schedule's F/B/W steps named as weft run/train --trace "
+             "names the executed ones, then data-parallel communication and "
+             "the optimizer"),
+    cl::value_desc("trace.json"), cl::sub(planCommand));
 static cl::opt<bool> explainOpt("explain",
                                 cl::desc("Explain why the first plan wins"),
                                 cl::sub(planCommand));
@@ -409,6 +417,50 @@ int runPlan(MLIRContext &context) {
     if (!writeFile(jsonOpt, toJson(set)))
       return planError("cannot write '" + jsonOpt + "'");
     os << "wrote " << jsonOpt << "\n";
+  }
+  if (!traceOpt.empty()) {
+    // The cost model's simulation of the plan's schedule (the list the
+    // pipeline pass writes into the IR), in microseconds.
+    plan::Plan first = set.plans(0);
+    std::vector<planner::TimelineEvent> timeline;
+    costModel.evaluate(first, &timeline);
+    const int stages = std::max(1, int(first.pp()));
+    const int chunks =
+        std::max(1, int(costModel.pipelineSchedule(first).chunks));
+    std::vector<weft::driver::TraceEvent> events;
+    for (const planner::TimelineEvent &event : timeline) {
+      if (event.stage < 0 || event.stage >= stages)
+        continue;
+      std::string name;
+      std::string category = "compute";
+      switch (event.kind) {
+      case planner::TimelineEvent::Forward:
+      case planner::TimelineEvent::Backward:
+      case planner::TimelineEvent::WeightGrad:
+        name =
+            planner::stepName({event.kind == planner::TimelineEvent::Forward
+                                   ? planner::PipelineStep::Forward
+                               : event.kind == planner::TimelineEvent::Backward
+                                   ? planner::PipelineStep::Backward
+                                   : planner::PipelineStep::WeightGrad,
+                               event.microBatch, event.chunk},
+                              chunks);
+        break;
+      case planner::TimelineEvent::DataParallelComm:
+        name = "dp comm";
+        category = "collective";
+        break;
+      case planner::TimelineEvent::Optimizer:
+        name = "optimizer";
+        break;
+      }
+      events.push_back(
+          {event.stage, name, category, event.start * 1e6, event.end * 1e6});
+    }
+    if (!writeFile(traceOpt, weft::driver::chromeTrace(events, stages, stages)))
+      return planError("cannot write '" + traceOpt + "'");
+    os << "wrote " << traceOpt << " (predicted timeline of "
+       << describePlan(first) << ")\n";
   }
   if (!reportOpt.empty()) {
     if (!writeFile(reportOpt, renderHtmlReport(costModel, set)))
