@@ -494,7 +494,8 @@ def WeftPartition : Pass<"weft-partition", "::mlir::ModuleOp"> {
     Each op gets its operands in the sharding its factor rule and result sharding need and
     computes on per-rank shapes. Resharding inserts `weft.all_gather` (a dimension
     loses axes), `weft.all_slice` (gains axes), `weft.all_to_all` (axes move between
-    dimensions) and, for partial sums, `weft.reduce_scatter` when a dimension gains the
+    dimensions; a load-balanced ring's zigzag `cp` split moves by gather and slice, as
+    an all-to-all moves contiguous chunks) and, for partial sums, `weft.reduce_scatter` when a dimension gains the
     partial axes, else `weft.all_reduce`. A row-parallel linear followed by a
     sequence-split residual therefore becomes one reduce_scatter. Two lowerings are not
     generic: a token embedding with a vocabulary-split table becomes a masked local

@@ -148,7 +148,12 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
     SmallVector<std::string, 2> leaving(have.begin() + common, have.end());
     int64_t n = meshInfo.product(leaving);
     bool moved = false;
-    for (size_t e = 0; e < rank && !moved; ++e) {
+    // An all-to-all moves contiguous chunks; a load-balanced ring's
+    // sequence is laid out in mirrored (zigzag) chunks, which only its
+    // gather and slice know. Moving a zigzag split to another dimension by
+    // all-to-all would scramble both (the backward of causal ring attention,
+    // whose dS moves from query-split to key-split, did).
+    for (size_t e = 0; e < rank && !moved && !isZigzag(leaving); ++e) {
       if (e == d)
         continue;
       const auto &eHave = from.dims[e], &eWant = to.dims[e];

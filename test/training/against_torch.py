@@ -41,7 +41,8 @@ MODELS = {
 # (plan, recompute): every plan form that partitions, and the recompute modes.
 PLANS = [("dp=2", "full"), ("tp=2", "full"), ("dp=2,tp=2", "full"), ("tp=2,sp=true", "full"),
          ("ulysses=2", "full"), ("dp=2,tp=2,sp=true", "full"), (None, "selective"),
-         (None, "none"), ("dp=2,tp=2,sp=true", "selective"), ("dp=2,ulysses=2", "none")]
+         (None, "none"), ("dp=2,tp=2,sp=true", "selective"), ("dp=2,ulysses=2", "none"),
+         ("cp=2", "full"), ("dp=2,cp=2", "selective"), ("cp=2,tp=2,sp=true", "none")]
 
 
 def build(name):

@@ -2,7 +2,8 @@
 """Differential test of pipelined training: `weft train` with pp in {2, 4}, each
 schedule (GPipe, 1F1B, interleaved with v = 2, ZB-H1, ZeroPP's step order),
 m in {p, 2p} micro-batches, uneven stage boundaries and each recompute mode,
-combined with tp, Megatron SP, dp and Ulysses up to 8 simulated devices, on
+combined with tp, Megatron SP, dp, Ulysses and ring attention (cp) up to 8
+simulated devices, on
 GPT-2-, BERT- and LLaMA-style models of 2, 4 and 8 layers (the modules of
 test/models/export_models.py exported in training mode, as
 training/against_torch.py does), trains 5 AdamW steps like the unpartitioned
@@ -21,7 +22,7 @@ idle slots of each rank in that executed order (every compute step one slot,
 a receive waiting for its send) equal the bubble of the cost model's
 simulation of the same schedule in the same units (`weft plan
 --print-schedule`'s `idle slots` line). On the pairs whose only transfers are
-the pipeline's (no tp, dp or Ulysses), the bytes each rank sent in a step
+the pipeline's (no tp, dp, Ulysses or cp), the bytes each rank sent in a step
 (`weft train` prints them) must equal the number of its sends in the
 schedule times the cost model's forward_p2p_bytes for the plan (the residual
 stream's block of one micro-batch in bf16; twice that in the f32 program):
@@ -58,7 +59,7 @@ MODELS = {
 }
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
              ("zeropp", 1)]
-INNER = ["", "tp=2", "tp=2,sp=true", "dp=2", "ulysses=2", "dp=2,tp=2"]
+INNER = ["", "tp=2", "tp=2,sp=true", "dp=2", "ulysses=2", "dp=2,tp=2", "cp=2"]
 
 
 def export(name, layers, path):
@@ -225,7 +226,7 @@ def plans(layers):
                 n = 1
                 for item in filter(None, inner.split(",")):
                     key, value = item.split("=")
-                    n *= int(value) if key in ("tp", "dp", "ulysses") else 1
+                    n *= int(value) if key in ("tp", "dp", "ulysses", "cp") else 1
                 if p * n > 8 or (schedule == "zeropp" and "tp" in inner):
                     continue
                 for m in (p, 2 * p):
@@ -302,7 +303,7 @@ def main():
     print("trained %d (model, plan) pairs with pipeline stages for %d steps: %d equal to "
           "the unpartitioned run (losses and weights within 1e-5 relative), with "
           "each rank's executed steps equal to weft plan's schedule and its idle "
-          "slots to the cost model's, and on the %d pairs without tp/dp/ulysses the "
+          "slots to the cost model's, and on the %d pairs without tp/dp/ulysses/cp the "
           "bytes each rank sent in a step to the cost model's forward_p2p_bytes per "
           "send; %d failed" % (
               good + counts["failed"], STEPS, good, counts["bytes"], counts["failed"]))

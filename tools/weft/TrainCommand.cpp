@@ -581,11 +581,6 @@ static std::optional<weft::plan::Plan> trainingPlan() {
         "m=" + std::to_string(std::max(1, plan.num_micro_batches())) +
         ": a pipeline step runs the plan's m micro-batches, so --grad-accum " +
         std::to_string(gradAccum) + " must be 1 or m");
-  if (plan.cp() > 1)
-    refused.push_back("cp=" + std::to_string(plan.cp()) +
-                      ": ring attention's backward is not verified yet (its "
-                      "gradients differ from the unpartitioned run); use "
-                      "ulysses for the sequence");
   if (plan.zero_stage() > 0)
     refused.push_back("zero=" + std::to_string(plan.zero_stage()) +
                       ": the optimizer state is not sharded yet (the update "
@@ -753,7 +748,8 @@ int runTrain(MLIRContext &context) {
     module->print(out);
   }
   bool partitioned = plan->dp() > 1 || plan->tp() > 1 || plan->ulysses() > 1 ||
-                     plan->sequence_parallel() || devices > 1 || pipelined;
+                     plan->cp() > 1 || plan->sequence_parallel() ||
+                     devices > 1 || pipelined;
   if (partitioned) {
     PassManager pm(&context);
     weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan));
@@ -914,7 +910,8 @@ int runTrain(MLIRContext &context) {
     if (step == start && !bytes.empty()) {
       // What each rank sent in the step (every run of the step's programs
       // appends one count per rank): the figure the cost model predicts.
-      size_t ranks = pipeline ? pipeline->mesh.size() : size_t(int(devices));
+      size_t ranks = std::max<size_t>(
+          1, pipeline ? bytes.size() : bytes.size() / size_t(gradAccum));
       std::vector<int64_t> perRank(ranks, 0);
       for (size_t i = 0; i < bytes.size(); ++i)
         perRank[i % ranks] += bytes[i];
