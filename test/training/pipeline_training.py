@@ -161,8 +161,12 @@ def idle_slots(order):
 
 def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
                tmp):
+    # Named after the model file (llama2, llama4, ...): pairs of models of
+    # one family with the same plan run concurrently, and must not share
+    # their log, checkpoints or trace.
+    stem = os.path.splitext(os.path.basename(model))[0]
     out = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", "%s_%s_%s" % (
-        name, spec, recompute)))
+        stem, spec, recompute)))
     losses, weights, counted, error = train(
         weft, model, name, work, out,
         ["--plan-spec", spec, "--devices", str(devices), "--recompute", recompute,
