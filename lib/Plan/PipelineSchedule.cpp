@@ -51,8 +51,8 @@ std::vector<PipelineStep> planner::forwardBackwardOrder(plan::Schedule schedule,
     for (int i = total - warmup; i < total; ++i)
       backward(mbOf(i), chunkOf(i, false));
   } else {
-    // 1F1B order; ZB-H1 runs the same F/B order and slots the weight
-    // gradients (W) into the stage's idle gaps (simulatePipeline).
+    // 1F1B order; ZB-H1 runs the same F/B order, and computeStepOrder
+    // places its weight gradients (W) in the idle gaps.
     int warmup = std::min(m, p - s - 1);
     for (int i = 0; i < warmup; ++i)
       forward(i, 0);
