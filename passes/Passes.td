@@ -473,6 +473,29 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
   ];
 }
 
+def WeftCompressCollectives : Pass<"weft-compress-collectives", "::mlir::ModuleOp"> {
+  let summary = "Sets the codec of each float collective from a per-mesh-axis policy.";
+  let description = [{
+    A plan's compression policy gives a codec per mesh axis (`dp:int8,tp:bf16`; codecs
+    `bf16`, `fp8`, `int8`; axes `dp`, `tp`, `cp`, `ulysses`). Every all_reduce,
+    all_gather, reduce_scatter, all_to_all and collective_permute over float tensors gets
+    the codec of its axes: the mildest of them (bf16 milder than fp8, fp8 than int8),
+    and none if one of its axes has none. Collectives over integer tensors (token counts,
+    indices) and ops that take no codec (all_slice, send, recv) are left alone; a codec
+    already set is replaced. Data-parallel gradients are the all-reduces over `dp`, so
+    `dp:int8` compresses them aggressively while `tp:bf16` compresses tensor-parallel
+    activations and their gradients mildly. What the codec costs in accuracy is the
+    user's call: `weft train` prints the loss, and `bench/compression.sh` compares it.
+    ```
+    weft-opt -weft-compress-collectives="policy=dp:int8,tp:bf16" partitioned.mlir
+    ```
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"\"",
+           "axis:codec pairs separated by ',' (dp:int8,tp:bf16)">
+  ];
+}
+
 def WeftPropagateSharding : Pass<"weft-propagate-sharding", "::mlir::ModuleOp"> {
   let summary = "Gives every value a sharding, from the annotated ones, through the ops' factor rules.";
   let description = [{

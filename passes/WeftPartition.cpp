@@ -117,7 +117,8 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
       value = ReduceScatterOp::create(
           b, loc, resized(value, d, n, false),
           ReductionKindAttr::get(b.getContext(), ReductionKind::sum), value,
-          meshRef(), axesAttr(extra), b.getI64IntegerAttr(d));
+          meshRef(), axesAttr(extra), b.getI64IntegerAttr(d),
+          CollectiveCodecAttr());
       from.dims[d] = want;
       SmallVector<std::string, 2> rest;
       for (const std::string &axis : from.partial)
@@ -130,7 +131,7 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
       value = AllReduceOp::create(
           b, loc, value.getType(),
           ReductionKindAttr::get(b.getContext(), ReductionKind::sum), value,
-          meshRef(), axesAttr(from.partial));
+          meshRef(), axesAttr(from.partial), CollectiveCodecAttr());
       from.partial.clear();
     }
   }
@@ -169,14 +170,15 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
       value = AllToAllOp::create(
           b, loc, RankedTensorType::get(shape, type.getElementType()), value,
           meshRef(), axesAttr(leaving), b.getI64IntegerAttr(e),
-          b.getI64IntegerAttr(d));
+          b.getI64IntegerAttr(d), CollectiveCodecAttr());
       from.dims[e] = eWant;
       moved = true;
     }
     if (!moved)
       value = AllGatherOp::create(b, loc, resized(value, d, n, true), value,
                                   meshRef(), axesAttr(leaving),
-                                  b.getI64IntegerAttr(d), zigzagAttr(leaving));
+                                  b.getI64IntegerAttr(d), zigzagAttr(leaving),
+                                  CollectiveCodecAttr());
     have.resize(common);
   }
   // 3. Axes arriving: each rank keeps its slice.
@@ -369,6 +371,7 @@ struct WeftOptimizeCollectives
           AllReduceOp other = ops[j];
           if (merged.contains(other) || other.getKind() != ops[i].getKind() ||
               other.getAxes() != ops[i].getAxes() ||
+              other.getCodecAttr() != ops[i].getCodecAttr() ||
               other.getType().getElementType() !=
                   ops[i].getType().getElementType())
             continue;
@@ -394,10 +397,9 @@ struct WeftOptimizeCollectives
         auto flatType = RankedTensorType::get({total}, element);
         Value joined = ConcatOp::create(b, loc, flatType, flat,
                                         b.getI64IntegerAttr(0));
-        Value reduced = AllReduceOp::create(b, loc, flatType,
-                                            ops[i].getKindAttr(), joined,
-                                            ops[i].getMeshAttr(),
-                                            ops[i].getAxes());
+        Value reduced = AllReduceOp::create(
+            b, loc, flatType, ops[i].getKindAttr(), joined,
+            ops[i].getMeshAttr(), ops[i].getAxes(), ops[i].getCodecAttr());
         SmallVector<Type> pieces;
         SmallVector<int64_t> sizes;
         for (AllReduceOp op : bucket) {
@@ -451,7 +453,7 @@ struct WeftOptimizeCollectives
         auto scatter = ReduceScatterOp::create(
             b, slice.getLoc(), slice.getType(), reduce.getKindAttr(),
             reduce.getInput(), slice.getMeshAttr(), slice.getAxes(),
-            slice.getDimAttr());
+            slice.getDimAttr(), reduce.getCodecAttr());
         slice.getResult().replaceAllUsesWith(scatter.getResult());
         slice.erase();
         if (reduce->use_empty())

@@ -56,4 +56,15 @@ def Weft_FusionKind : I32EnumAttr<"FusionKind",
   let cppNamespace = "::weft";
 }
 
+def Weft_CollectiveCodec : I32EnumAttr<"CollectiveCodec",
+    "how a collective encodes the floats it sends: bf16, fp8 (e4m3) or int8 with one "
+    "f32 scale per block of 128 elements", [
+      I32EnumAttrCase<"none", 0>,
+      I32EnumAttrCase<"bf16", 1>,
+      I32EnumAttrCase<"fp8", 2>,
+      I32EnumAttrCase<"int8", 3>
+    ]> {
+  let cppNamespace = "::weft";
+}
+
 #endif // WEFT_ENUMS_TD

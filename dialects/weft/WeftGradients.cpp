@@ -1046,7 +1046,8 @@ LogicalResult AllGatherOp::buildGradients(GradientState &state) {
                    ReduceScatterOp::create(
                        state.builder(), getLoc(), getInput().getType(),
                        ReductionKindAttr::get(getContext(), ReductionKind::sum),
-                       dy, getMeshAttr(), getAxesAttr(), getDimAttr()));
+                       dy, getMeshAttr(), getAxesAttr(), getDimAttr(),
+                       getCodecAttr()));
   return success();
 }
 LogicalResult ReduceScatterOp::buildGradients(GradientState &state) {
@@ -1054,9 +1055,10 @@ LogicalResult ReduceScatterOp::buildGradients(GradientState &state) {
     return emitError("only a summing reduce-scatter has a gradient");
   Value dy = state.gradient(getResult());
   state.accumulate(getLoc(), getInput(),
-                   AllGatherOp::create(
-                       state.builder(), getLoc(), getInput().getType(), dy,
-                       getMeshAttr(), getAxesAttr(), getDimAttr(), UnitAttr()));
+                   AllGatherOp::create(state.builder(), getLoc(),
+                                       getInput().getType(), dy, getMeshAttr(),
+                                       getAxesAttr(), getDimAttr(), UnitAttr(),
+                                       getCodecAttr()));
   return success();
 }
 LogicalResult AllSliceOp::buildGradients(GradientState &state) {
@@ -1065,7 +1067,7 @@ LogicalResult AllSliceOp::buildGradients(GradientState &state) {
                    AllGatherOp::create(state.builder(), getLoc(),
                                        getInput().getType(), dy, getMeshAttr(),
                                        getAxesAttr(), getDimAttr(),
-                                       getZigzagAttr()));
+                                       getZigzagAttr(), CollectiveCodecAttr()));
   return success();
 }
 LogicalResult AllToAllOp::buildGradients(GradientState &state) {
@@ -1074,7 +1076,7 @@ LogicalResult AllToAllOp::buildGradients(GradientState &state) {
                    AllToAllOp::create(state.builder(), getLoc(),
                                       getInput().getType(), dy, getMeshAttr(),
                                       getAxesAttr(), getConcatDimAttr(),
-                                      getSplitDimAttr()));
+                                      getSplitDimAttr(), getCodecAttr()));
   return success();
 }
 LogicalResult CollectivePermuteOp::buildGradients(GradientState &state) {
@@ -1085,7 +1087,8 @@ LogicalResult CollectivePermuteOp::buildGradients(GradientState &state) {
                    CollectivePermuteOp::create(
                        state.builder(), getLoc(), getInput().getType(), dy,
                        getMeshAttr(), getAxesAttr(),
-                       state.builder().getI64IntegerAttr(back)));
+                       state.builder().getI64IntegerAttr(back),
+                       getCodecAttr()));
   return success();
 }
 LogicalResult SendOp::buildGradients(GradientState &) {

@@ -71,10 +71,43 @@ int64_t weft::getCollectiveGroupSize(Operation *op) {
 
 int64_t weft::getCollectiveBytesSent(Operation *op, int64_t n) {
   auto collective = cast<CollectiveOpInterface>(op);
-  // The operand's bytes (a recv has none; it sends nothing).
+  // The operand's bytes as encoded (a recv has none; it sends nothing).
   int64_t bytes =
-      op->getNumOperands() ? getTensorBytes(op->getOperand(0).getType()) : 0;
+      op->getNumOperands()
+          ? getWireBytes(op->getOperand(0).getType(), collective.getWireCodec())
+          : 0;
   return collectiveBytesSent(collective.getCollectiveKind(), bytes, n);
+}
+
+CollectiveCodec weft::getCollectiveCodec(Operation *op) {
+  if (auto codec = op->getAttrOfType<CollectiveCodecAttr>("codec"))
+    return codec.getValue();
+  return CollectiveCodec::none;
+}
+
+int64_t weft::codecWireBytes(int64_t numElements, int64_t elementBytes,
+                             bool isFloat, CollectiveCodec codec) {
+  if (!isFloat)
+    return numElements * elementBytes;
+  switch (codec) {
+  case CollectiveCodec::none:
+    return numElements * elementBytes;
+  case CollectiveCodec::bf16:
+    return numElements * std::min<int64_t>(elementBytes, 2);
+  case CollectiveCodec::fp8:
+  case CollectiveCodec::int8:
+    return numElements + 4 * ((numElements + kCodecBlock - 1) / kCodecBlock);
+  }
+  llvm_unreachable("unknown codec");
+}
+
+int64_t weft::getWireBytes(Type type, CollectiveCodec codec) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || codec == CollectiveCodec::none)
+    return getTensorBytes(type);
+  int64_t width = std::max<int64_t>(1, tensor.getElementTypeBitWidth() / 8);
+  return codecWireBytes(tensor.getNumElements(), width,
+                        isa<FloatType>(tensor.getElementType()), codec);
 }
 
 int64_t weft::collectiveBytesSent(CollectiveKind kind, int64_t bytes,

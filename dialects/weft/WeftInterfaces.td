@@ -134,7 +134,9 @@ def Weft_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
     Bytes sent per rank follow NCCL's ring algorithms, for an operand of `S` bytes and
     a group of `n`: all_reduce `2(n-1)S/n`, all_gather `(n-1)S`, reduce_scatter and
     all_to_all `(n-1)S/n`, collective_permute and send `S`, broadcast `(n-1)S/n` on
-    average, recv and all_slice nothing (all_slice keeps a local slice).
+    average, recv and all_slice nothing (all_slice keeps a local slice). Under a codec
+    `S` is the encoded size: bf16 two bytes per element, fp8 and int8 one byte per
+    element plus a four-byte scale per block of 128.
   }];
   let methods = [
     InterfaceMethod<"Returns which collective this is.",
@@ -151,8 +153,17 @@ def Weft_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
         return ::weft::getCollectiveGroupSize($_op.getOperation());
       }]>,
     InterfaceMethod<[{
+        Returns how the collective encodes the floats it sends: its `codec`
+        attribute (all_reduce, all_gather, reduce_scatter, all_to_all,
+        collective_permute), or none.
+      }],
+      "::weft::CollectiveCodec", "getWireCodec", (ins), [{}], [{
+        return ::weft::getCollectiveCodec($_op.getOperation());
+      }]>,
+    InterfaceMethod<[{
         Returns the bytes one rank sends for this collective in a group of
-        `groupSize` ranks, counted like NCCL's ring algorithms.
+        `groupSize` ranks, counted like NCCL's ring algorithms, of the operand
+        as encoded by its codec.
       }],
       "int64_t", "getBytesSent", (ins "int64_t":$groupSize), [{}], [{
         return ::weft::getCollectiveBytesSent($_op.getOperation(), groupSize);

@@ -847,6 +847,14 @@ static FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshRef,
            << "declare it, e.g. 'weft.mesh " << meshRef << "(tp = 2)'";
   if (axes.empty())
     return op->emitOpError("needs at least one mesh axis");
+  CollectiveCodec codec = getCollectiveCodec(op);
+  if (codec != CollectiveCodec::none && op->getNumOperands() &&
+      !isa<FloatType>(
+          cast<RankedTensorType>(op->getOperand(0).getType()).getElementType()))
+    return op->emitOpError("codec ")
+           << stringifyCollectiveCodec(codec)
+           << " compresses floats; this collective sends "
+           << op->getOperand(0).getType() << " (drop the codec)";
   int64_t size = 1;
   llvm::StringSet<> seen;
   for (StringRef axis : axes.getAsValueRange<StringAttr>()) {

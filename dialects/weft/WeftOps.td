@@ -1067,10 +1067,19 @@ class Weft_CollectiveOp<string mnemonic, string kind, list<Trait> traits = []>
     The group is every set of ranks that differ only in their coordinates along `axes`
     of `mesh`; its size is the product of those axes' sizes, and a rank's index in the
     group is its coordinate linearized over `axes` in the order given.
+
+    all_reduce, all_gather, reduce_scatter, all_to_all and collective_permute take an
+    optional `codec` (bf16, fp8, int8) that compresses the floats each rank sends:
+    bf16 rounds to nearest even; fp8 (e4m3) and int8 scale each block of 128 elements by
+    its largest magnitude and send the scale as an f32. Every rank of the group
+    reconstructs the same values from what was sent (an all_reduce encodes each rank's
+    summand and then the sum), so replicas stay identical. `-weft-compress-collectives`
+    sets codecs from a plan's policy.
   }];
   code commonConstraints = [{
     - `mesh` names a `weft.mesh` in the enclosing module;
     - `axes` is not empty, names axes of that mesh, and names none twice;
+    - a `codec` other than none needs a float operand;
   }];
 }
 
@@ -1091,10 +1100,11 @@ def Weft_AllReduceOp : Weft_CollectiveOp<"all_reduce", "AllReduce",
     - the result has the operand's type.
   }];
   let arguments = (ins Weft_ReductionKind:$kind, Weft_NumericTensor:$input,
-                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes);
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       OptionalAttr<Weft_CollectiveCodec>:$codec);
   let results = (outs Weft_NumericTensor:$result);
   let assemblyFormat = [{
-    $kind $input `over` $mesh $axes attr-dict `:` type($input)
+    $kind $input `over` $mesh $axes (`codec` $codec^)? attr-dict `:` type($input)
   }];
 }
 
@@ -1119,11 +1129,12 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather", "AllGather",
       group size`, with the same element type.
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim, UnitAttr:$zigzag);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim, UnitAttr:$zigzag,
+                       OptionalAttr<Weft_CollectiveCodec>:$codec);
   let results = (outs Weft_Tensor:$result);
   let assemblyFormat = [{
-    $input `over` $mesh $axes `dim` $dim (`zigzag` $zigzag^)? attr-dict `:` type($input)
-    `->` type($result)
+    $input `over` $mesh $axes `dim` $dim (`zigzag` $zigzag^)? (`codec` $codec^)? attr-dict
+    `:` type($input) `->` type($result)
   }];
 }
 
@@ -1188,10 +1199,12 @@ def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter", "ReduceScatter",
   }];
   let arguments = (ins Weft_ReductionKind:$kind, Weft_NumericTensor:$input,
                        FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim,
+                       OptionalAttr<Weft_CollectiveCodec>:$codec);
   let results = (outs Weft_NumericTensor:$result);
   let assemblyFormat = [{
-    $kind $input `over` $mesh $axes `dim` $dim attr-dict `:` type($input) `->` type($result)
+    $kind $input `over` $mesh $axes `dim` $dim (`codec` $codec^)? attr-dict `:` type($input)
+    `->` type($result)
   }];
 }
 
@@ -1219,11 +1232,12 @@ def Weft_AllToAllOp : Weft_CollectiveOp<"all_to_all", "AllToAll",
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$split_dim,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$concat_dim);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$concat_dim,
+                       OptionalAttr<Weft_CollectiveCodec>:$codec);
   let results = (outs Weft_Tensor:$result);
   let assemblyFormat = [{
-    $input `over` $mesh $axes `split_dim` $split_dim `concat_dim` $concat_dim attr-dict `:`
-    type($input) `->` type($result)
+    $input `over` $mesh $axes `split_dim` $split_dim `concat_dim` $concat_dim
+    (`codec` $codec^)? attr-dict `:` type($input) `->` type($result)
   }];
 }
 
@@ -1245,10 +1259,10 @@ def Weft_CollectivePermuteOp : Weft_CollectiveOp<"collective_permute", "Permute"
     - the result has the operand's type.
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       I64Attr:$shift);
+                       I64Attr:$shift, OptionalAttr<Weft_CollectiveCodec>:$codec);
   let results = (outs Weft_Tensor:$result);
   let assemblyFormat = [{
-    $input `over` $mesh $axes `shift` $shift attr-dict `:` type($input)
+    $input `over` $mesh $axes `shift` $shift (`codec` $codec^)? attr-dict `:` type($input)
   }];
 }
 

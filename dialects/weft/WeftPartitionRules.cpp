@@ -338,9 +338,9 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   bool passMask =
       mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1;
   auto pass = [&](Value x) -> Value {
-    return CollectivePermuteOp::create(b, loc, x.getType(), x, state.meshRef(),
-                                       state.axesAttr(ring),
-                                       b.getI64IntegerAttr(1));
+    return CollectivePermuteOp::create(
+        b, loc, x.getType(), x, state.meshRef(), state.axesAttr(ring),
+        b.getI64IntegerAttr(1), CollectiveCodecAttr());
   };
   Type f32 = b.getF32Type();
   auto outType = RankedTensorType::get({batch, heads, seq, valueDim}, element);
@@ -460,17 +460,18 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
       split ? AllReduceOp::create(
                   b, loc, keptType,
                   ReductionKindAttr::get(b.getContext(), ReductionKind::max),
-                  localMax, state.meshRef(), group)
+                  localMax, state.meshRef(), group, CollectiveCodecAttr())
                   .getResult()
             : localMax;
   Value exps = ExpOp::create(
       b, loc, localType, SubOp::create(b, loc, localType, logits, globalMax));
   Value localSum =
       ReduceSumOp::create(b, loc, keptType, exps, rows, b.getUnitAttr());
-  Value globalSum = split ? AllReduceOp::create(b, loc, keptType, sum, localSum,
-                                                state.meshRef(), group)
-                                .getResult()
-                          : localSum;
+  Value globalSum =
+      split ? AllReduceOp::create(b, loc, keptType, sum, localSum,
+                                  state.meshRef(), group, CollectiveCodecAttr())
+                  .getResult()
+            : localSum;
   Value lse = AddOp::create(
       b, loc, keptType, LogOp::create(b, loc, keptType, globalSum), globalMax);
   // The label's logit, from the shard that holds it.
@@ -516,10 +517,11 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
   auto lossType = RankedTensorType::get(labelType.getShape(), element);
   picked = WhereOp::create(b, loc, lossType, inShard, picked,
                            state.constant(loc, element, 0));
-  Value target = split ? AllReduceOp::create(b, loc, lossType, sum, picked,
-                                             state.meshRef(), group)
-                             .getResult()
-                       : picked;
+  Value target =
+      split ? AllReduceOp::create(b, loc, lossType, sum, picked,
+                                  state.meshRef(), group, CollectiveCodecAttr())
+                  .getResult()
+            : picked;
   Value loss = SubOp::create(b, loc, lossType,
                              ReshapeOp::create(b, loc, lossType, lse), target);
   // Ignored positions count nothing.
@@ -549,16 +551,17 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
       positionAxes.append(dim.begin(), dim.end());
     if (!positionAxes.empty())
       total = AllReduceOp::create(b, loc, scalar, sum, total, state.meshRef(),
-                                  state.axesAttr(positionAxes));
+                                  state.axesAttr(positionAxes),
+                                  CollectiveCodecAttr());
     if (op.getReduction() == LossReduction::mean) {
       Value count;
       if (counted) {
         count = ReduceSumOp::create(b, loc, scalar, counted,
                                     b.getDenseI64ArrayAttr(all), UnitAttr());
         if (!positionAxes.empty())
-          count =
-              AllReduceOp::create(b, loc, scalar, sum, count, state.meshRef(),
-                                  state.axesAttr(positionAxes));
+          count = AllReduceOp::create(
+              b, loc, scalar, sum, count, state.meshRef(),
+              state.axesAttr(positionAxes), CollectiveCodecAttr());
       } else {
         int64_t n = 1;
         for (int64_t d = 0; d + 1 < rank; ++d)

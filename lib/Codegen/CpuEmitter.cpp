@@ -327,28 +327,28 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](AllReduceOp c) {
         assign(c.getResult(), "allReduce(ctx, " + arg(0) + ", " +
                                   reduceOp(c.getKind()) + ", " +
-                                  strings(c.getAxes()) + ")");
+                                  strings(c.getAxes()) + codecArg(c) + ")");
         return success();
       })
       .Case([&](AllGatherOp c) {
-        assign(c.getResult(), "allGather(ctx, " + arg(0) + ", " +
-                                  strings(c.getAxes()) + ", " +
-                                  std::to_string(c.getDim()) + ", " +
-                                  (c.getZigzag() ? "true" : "false") + ")");
+        assign(c.getResult(),
+               "allGather(ctx, " + arg(0) + ", " + strings(c.getAxes()) + ", " +
+                   std::to_string(c.getDim()) + ", " +
+                   (c.getZigzag() ? "true" : "false") + codecArg(c) + ")");
         return success();
       })
       .Case([&](ReduceScatterOp c) {
-        assign(c.getResult(), "reduceScatter(ctx, " + arg(0) + ", " +
-                                  reduceOp(c.getKind()) + ", " +
-                                  strings(c.getAxes()) + ", " +
-                                  std::to_string(c.getDim()) + ")");
+        assign(c.getResult(),
+               "reduceScatter(ctx, " + arg(0) + ", " + reduceOp(c.getKind()) +
+                   ", " + strings(c.getAxes()) + ", " +
+                   std::to_string(c.getDim()) + codecArg(c) + ")");
         return success();
       })
       .Case([&](AllToAllOp c) {
-        assign(c.getResult(), "allToAll(ctx, " + arg(0) + ", " +
-                                  strings(c.getAxes()) + ", " +
-                                  std::to_string(c.getSplitDim()) + ", " +
-                                  std::to_string(c.getConcatDim()) + ")");
+        assign(c.getResult(),
+               "allToAll(ctx, " + arg(0) + ", " + strings(c.getAxes()) + ", " +
+                   std::to_string(c.getSplitDim()) + ", " +
+                   std::to_string(c.getConcatDim()) + codecArg(c) + ")");
         return success();
       })
       .Case([&](AllSliceOp c) {
@@ -368,9 +368,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](CollectivePermuteOp c) {
-        assign(c.getResult(), "permute(ctx, " + arg(0) + ", " +
-                                  strings(c.getAxes()) + ", " +
-                                  std::to_string(c.getShift()) + ")");
+        assign(c.getResult(),
+               "permute(ctx, " + arg(0) + ", " + strings(c.getAxes()) + ", " +
+                   std::to_string(c.getShift()) + codecArg(c) + ")");
         return success();
       })
       .Case([&](func::ReturnOp r) {

@@ -132,6 +132,13 @@ LogicalResult CudaEmitter::check() {
     if (op.getNumResults() &&
         !op.hasAttr(WeftDialect::getBufferOffsetsAttrName()))
       return op.emitError("has no buffer: run -weft-assign-buffers first");
+    if (isa<CollectiveOpInterface>(op) &&
+        getCollectiveCodec(&op) != CollectiveCodec::none)
+      return op.emitError("weft compile --target cuda: compressed "
+                          "collectives (codec ")
+             << stringifyCollectiveCodec(getCollectiveCodec(&op))
+             << ") run on the CPU targets only; compile without a "
+                "compression policy";
   }
   return success();
 }

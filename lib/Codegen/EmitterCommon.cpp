@@ -96,6 +96,20 @@ std::string codegen::strings(ArrayAttr axes) {
   return text + "}";
 }
 
+std::string codegen::codecArg(Operation *collective) {
+  switch (getCollectiveCodec(collective)) {
+  case CollectiveCodec::bf16:
+    return ", Codec::BF16";
+  case CollectiveCodec::fp8:
+    return ", Codec::FP8";
+  case CollectiveCodec::int8:
+    return ", Codec::Int8";
+  case CollectiveCodec::none:
+    break;
+  }
+  return "";
+}
+
 const char *codegen::reduceOp(ReductionKind kind) {
   switch (kind) {
   case ReductionKind::max:

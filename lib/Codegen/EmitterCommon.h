@@ -36,6 +36,9 @@ std::string ints(llvm::ArrayRef<int64_t> values);
 /// "std::vector<std::string>{"tp"}".
 std::string strings(mlir::ArrayAttr axes);
 const char *reduceOp(ReductionKind kind);
+/// ", Codec::Int8" for a collective with a codec, "" without one (the
+/// runtime's collectives default to none).
+std::string codecArg(mlir::Operation *collective);
 
 /// The one function to compile, checked: a single block, layers inlined.
 mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);

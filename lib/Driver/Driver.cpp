@@ -271,7 +271,7 @@ llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
     schedule.microBatches = std::max(1, plan.num_micro_batches());
     pm.addPass(createWeftSchedulePipeline(schedule));
   }
-  buildPartitionPipeline(pm, applyPlanOptions(plan));
+  buildPartitionPipeline(pm, applyPlanOptions(plan), plan.compress());
   if (failed(pm.run(module)))
     return diagnosed("partitioning the model under the plan failed");
   return llvm::Error::success();

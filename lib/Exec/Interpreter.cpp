@@ -38,6 +38,12 @@ DType weft::toDType(Type elementType) {
   return DType::Bool;
 }
 
+/// The runtime's codec of the same name.
+static rt::Codec runtimeCodec(CollectiveCodec codec) {
+  return rt::parseCodec(stringifyCollectiveCodec(codec).str())
+      .value_or(rt::Codec::None);
+}
+
 static std::vector<int64_t> toVector(ArrayRef<int64_t> values) {
   return std::vector<int64_t>(values.begin(), values.end());
 }
@@ -507,24 +513,27 @@ LogicalResult Interpreter::runCollective(Operation *op) {
       return rt::ReduceOp::Sum;
     }
   };
+  rt::Codec codec =
+      runtimeCodec(cast<CollectiveOpInterface>(op).getWireCodec());
   try {
     HostTensor result;
     if (auto slice = dyn_cast<AllSliceOp>(op))
       result = rt::allSlice(ctx, input, axes, slice.getDim(), slice.getZigzag());
     else if (auto reduce = dyn_cast<AllReduceOp>(op))
-      result = rt::allReduce(ctx, input, reduceOp(reduce.getKind()), axes);
+      result =
+          rt::allReduce(ctx, input, reduceOp(reduce.getKind()), axes, codec);
     else if (auto gather = dyn_cast<AllGatherOp>(op))
       result = rt::allGather(ctx, input, axes, gather.getDim(),
-                             gather.getZigzag());
+                             gather.getZigzag(), codec);
     else if (auto scatter = dyn_cast<ReduceScatterOp>(op))
       result = rt::reduceScatter(ctx, input, reduceOp(scatter.getKind()), axes,
-                                 scatter.getDim());
+                                 scatter.getDim(), codec);
     else if (auto toAll = dyn_cast<AllToAllOp>(op))
       result = rt::allToAll(ctx, input, axes, toAll.getSplitDim(),
-                            toAll.getConcatDim());
+                            toAll.getConcatDim(), codec);
     else
       result = rt::permute(ctx, input, axes,
-                           cast<CollectivePermuteOp>(op).getShift());
+                           cast<CollectivePermuteOp>(op).getShift(), codec);
     set(op->getResult(0), std::move(result));
     return success();
   } catch (const std::exception &e) {

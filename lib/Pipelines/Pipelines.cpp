@@ -37,13 +37,19 @@ void weft::buildPrepareModelPipeline(OpPassManager &pm, bool explainRaise) {
 }
 
 void weft::buildPartitionPipeline(OpPassManager &pm,
-                                  const WeftApplyPlanOptions &options) {
+                                  const WeftApplyPlanOptions &options,
+                                  llvm::StringRef compress) {
   pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
   pm.addPass(createWeftApplyPlan(options));
   pm.addPass(createWeftPropagateSharding());
   pm.addPass(createWeftPartition());
   pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
   pm.addPass(createWeftCanonicalize());
+  if (!compress.empty()) {
+    WeftCompressCollectivesOptions codecs;
+    codecs.policy = compress.str();
+    pm.addPass(createWeftCompressCollectives(codecs));
+  }
 }
 
 void weft::buildCpuTargetPipeline(OpPassManager &pm) {
@@ -69,7 +75,8 @@ void weft::registerWeftPipelines() {
       "weft-partition-with-plan",
       "Apply a plan's degrees and partition into the rank program "
       "(-weft-unfuse-projections, -weft-apply-plan, -weft-propagate-sharding, "
-      "-weft-partition, -weft-optimize-collectives, -weft-canonicalize)",
+      "-weft-partition, -weft-optimize-collectives, -weft-canonicalize, and "
+      "with compress=, -weft-compress-collectives)",
       [](OpPassManager &pm, const PartitionPipelineOptions &options) {
         WeftApplyPlanOptions apply;
         apply.dp = options.dp;
@@ -79,7 +86,7 @@ void weft::registerWeftPipelines() {
         apply.sp = options.sp;
         apply.loadBalance = options.loadBalance;
         apply.planFile = options.planFile;
-        buildPartitionPipeline(pm, apply);
+        buildPartitionPipeline(pm, apply, options.compress);
       });
   PassPipelineRegistration<>("weft-prepare-cpu",
                              "What the CPU emitter prints: layers inlined",

@@ -7,9 +7,12 @@
 #include "weft/Plan/Plan.h"
 
 #include "google/protobuf/util/json_util.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
 
 using namespace weft;
 
@@ -54,6 +57,71 @@ const char *weft::recomputeName(plan::Recompute recompute) {
   }
 }
 
+static const char *const kCompressAxes[] = {"dp", "cp", "ulysses", "tp"};
+static const char *const kCodecs[] = {"none", "bf16", "fp8", "int8"};
+
+llvm::Expected<CompressPolicy> weft::parseCompressPolicy(llvm::StringRef text) {
+  CompressPolicy policy;
+  llvm::SmallVector<llvm::StringRef> items;
+  text.split(items, ',', -1, false);
+  llvm::SmallVector<llvm::StringRef> all;
+  for (llvm::StringRef item : items) {
+    llvm::SmallVector<llvm::StringRef> parts;
+    item.split(parts, '/', -1, false);
+    for (llvm::StringRef part : parts) {
+      llvm::SmallVector<llvm::StringRef> pieces;
+      part.split(pieces, ';', -1, false);
+      all.append(pieces.begin(), pieces.end());
+    }
+  }
+  for (llvm::StringRef item : all) {
+    auto [axisText, codecText] = item.trim().split(':');
+    std::string axis = axisText.trim().lower(),
+                codec = codecText.trim().lower();
+    auto bad = [&](const llvm::Twine &why) {
+      return llvm::createStringError("compression policy \"" + text.str() +
+                                     "\": " + why.str());
+    };
+    if (axis == "pp")
+      return bad("pipeline sends are not compressed yet; leave pp out");
+    if (!llvm::is_contained(kCompressAxes, axis))
+      return bad("'" + item.trim() +
+                 "' names no mesh axis; use axis:codec with axis dp, tp, cp "
+                 "or ulysses");
+    if (!llvm::is_contained(kCodecs, codec))
+      return bad("unknown codec '" + codecText.trim() + "' for " + axis +
+                 "; use bf16, fp8, int8 or none");
+    for (auto &[seenAxis, seenCodec] : policy)
+      if (seenAxis == axis)
+        return bad("axis " + axis + " is given twice");
+    policy.emplace_back(axis, codec);
+  }
+  return policy;
+}
+
+std::string weft::formatCompressPolicy(const CompressPolicy &policy) {
+  std::string text;
+  for (const char *axis : kCompressAxes)
+    for (auto &[name, codec] : policy)
+      if (name == axis && codec != "none")
+        text += (text.empty() ? "" : ",") + name + ":" + codec;
+  return text;
+}
+
+std::string weft::codecForAxes(const CompressPolicy &policy,
+                               llvm::ArrayRef<std::string> axes) {
+  int mildest = -1;
+  for (const std::string &axis : axes) {
+    int level = 0;
+    for (auto &[name, codec] : policy)
+      if (name == axis)
+        level = int(std::find(std::begin(kCodecs), std::end(kCodecs), codec) -
+                    std::begin(kCodecs));
+    mildest = mildest < 0 ? level : std::min(mildest, level);
+  }
+  return kCodecs[std::max(mildest, 0)];
+}
+
 static bool isTrue(llvm::StringRef value) {
   std::string lower = value.lower();
   return lower == "1" || lower == "on" || lower == "true" || lower == "yes";
@@ -80,8 +148,18 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
     return llvm::createStringError(origin.str() + " \"" + text.str() +
                                    "\": " + why.str());
   };
-  llvm::SmallVector<llvm::StringRef> items;
-  text.split(items, ',', -1, false);
+  llvm::SmallVector<llvm::StringRef> pieces;
+  text.split(pieces, ',', -1, false);
+  // "compress=dp:int8,tp:bf16": the items after compress= without '=' are
+  // more of its policy.
+  llvm::SmallVector<std::string> items;
+  for (llvm::StringRef piece : pieces) {
+    if (!items.empty() && !piece.contains('=') && piece.contains(':') &&
+        llvm::StringRef(items.back()).trim().starts_with("compress="))
+      items.back() += "," + piece.str();
+    else
+      items.push_back(piece.str());
+  }
   llvm::StringSet<> seen;
   for (llvm::StringRef item : items) {
     std::pair<llvm::StringRef, llvm::StringRef> keyValue =
@@ -167,6 +245,11 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
       else
         return bad("unknown recompute '" + value +
                    "'; use none, selective or full");
+    } else if (key == "compress") {
+      llvm::Expected<CompressPolicy> policy = parseCompressPolicy(value);
+      if (!policy)
+        return bad(llvm::toString(policy.takeError()));
+      plan.set_compress(formatCompressPolicy(*policy));
     } else if (key == "stages") {
       llvm::SmallVector<llvm::StringRef> parts;
       value.split(parts, '/');
@@ -180,7 +263,7 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
     } else {
       return bad("unknown key '" + key +
                  "'; keys are dp, tp, pp, cp, ulysses, sp, tp-overlap, mbs, "
-                 "m, v, schedule, zero, recompute, stages");
+                 "m, v, schedule, zero, recompute, stages, compress");
     }
   }
   // v > 1 alone means the interleaved schedule.
@@ -205,6 +288,8 @@ std::string weft::formatPlanSpec(const plan::Plan &plan) {
           ",recompute=" + recomputeName(plan.recompute());
   if (plan.tp_comm_overlap())
     text += ",tp-overlap=1";
+  if (!plan.compress().empty())
+    text += ",compress=" + plan.compress();
   if (plan.stage_layers_size()) {
     text += ",stages=";
     for (int i = 0; i < plan.stage_layers_size(); ++i)

@@ -73,6 +73,45 @@ double CostModel::collectiveTime(CollectiveKind kind, double bytes,
   return Network(clusterSpec).collectiveTime(kind, bytes, size, stride);
 }
 
+CollectiveCodec CostModel::codecFor(const plan::Plan &plan,
+                                    llvm::ArrayRef<std::string> axes) {
+  if (plan.compress().empty())
+    return CollectiveCodec::none;
+  llvm::Expected<CompressPolicy> policy = parseCompressPolicy(plan.compress());
+  if (!policy) {
+    llvm::consumeError(policy.takeError());
+    return CollectiveCodec::none;
+  }
+  return symbolizeCollectiveCodec(codecForAxes(*policy, axes))
+      .value_or(CollectiveCodec::none);
+}
+
+double CostModel::wireBytes(double bytes, double width, CollectiveCodec codec) {
+  if (codec == CollectiveCodec::none || width <= 0)
+    return bytes;
+  return double(codecWireBytes(std::llround(bytes / width), std::llround(width),
+                               true, codec));
+}
+
+double CostModel::codecTime(CollectiveKind kind, double bytes, double wire,
+                            CollectiveCodec codec) const {
+  if (codec == CollectiveCodec::none)
+    return 0;
+  const plan::Gpu &gpu = clusterSpec.gpu();
+  double phases = kind == CollectiveKind::AllReduce ? 2 : 1;
+  return phases * 2 * (bytes + wire) /
+         (gpu.hbm_gbps() * 1e9 * gpu.memory_efficiency());
+}
+
+std::vector<std::string> CostModel::gradientAxes(const plan::Plan &plan) {
+  std::vector<std::string> axes = {"dp"};
+  if (plan.cp() > 1)
+    axes.push_back("cp");
+  if (plan.ulysses() > 1)
+    axes.push_back("ulysses");
+  return axes;
+}
+
 //===----------------------------------------------------------------------===//
 // Blocks: costing the rank's program op by op
 //===----------------------------------------------------------------------===//
@@ -168,7 +207,8 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
   if ((tp > 1 && modelSpec.vocab() % (tp * 4) && modelSpec.vocab() % tp) ||
       modelSpec.vocab() % 4)
     return false;
-  FamilyKey key{tp > 1, u > 1, plan.cp(), plan.sequence_parallel()};
+  FamilyKey key{tp > 1, u > 1, plan.cp(), plan.sequence_parallel(),
+                plan.compress()};
   auto [found, inserted] = familyCache.try_emplace(key);
   Family &family = found->second;
   if (inserted) {
@@ -180,7 +220,7 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
     for (int64_t mbs : {1, 2})
       for (int64_t t : tps)
         for (int64_t uu : us) {
-          ProgramShape shape{2, t, key.cp, uu, key.sp};
+          ProgramShape shape{2, t, key.cp, uu, key.sp, key.compress};
           family.corners.emplace_back();
           if (!measure(shape, mbs, family.corners.back(), error)) {
             family.valid = false;
@@ -214,7 +254,7 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
 const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   const int64_t dp = std::max(1, plan.dp());
   BlockKey key{plan.micro_batch(),       plan.tp(), plan.ulysses(), plan.cp(),
-               plan.sequence_parallel(), 0};
+               plan.sequence_parallel(), 0,         plan.compress()};
   if (lastBlocks) {
     BlockKey last = key;
     if (lastDpDependent)
@@ -240,8 +280,9 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   // those collectives are costed at the plan's dp. A program with such
   // collectives has a dp = 1 form of its own (nothing gathered), built
   // for plans without data parallelism.
-  ProgramShape shape{byDp && dp == 1 ? 1 : 2, plan.tp(), plan.cp(),
-                     plan.ulysses(), plan.sequence_parallel()};
+  ProgramShape shape{
+      byDp && dp == 1 ? 1 : 2,  plan.tp(),      plan.cp(), plan.ulysses(),
+      plan.sequence_parallel(), plan.compress()};
   ProfileTerms terms;
   auto startCombine = std::chrono::steady_clock::now();
   double programsBefore = stats.programSeconds;
@@ -295,9 +336,16 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
             groupSize(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
         int64_t stride =
             groupStride(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
-        double time = collectiveTime(op.kind, at[kFullBytes], group, stride);
+        // The codec the program's collective carries: raw bytes are
+        // interpolated exactly, then encoded.
+        CollectiveCodec codec =
+            op.floatOperand ? op.codec : CollectiveCodec::none;
+        double full = wireBytes(at[kFullBytes], op.elementBytes, codec);
+        double operand = wireBytes(at[kOperandBytes], op.elementBytes, codec);
+        double time = collectiveTime(op.kind, full, group, stride) +
+                      codecTime(op.kind, at[kFullBytes], full, codec);
         block.commBytes += double(collectiveBytesSent(
-            op.kind, int64_t(std::llround(at[kOperandBytes])), group));
+            op.kind, int64_t(std::llround(operand)), group));
         if (op.commClass == CommClass::TensorParallel)
           block.tpComm += time;
         else if (op.commClass == CommClass::Ring)
@@ -370,8 +418,9 @@ const BlockCost &CostModel::headCost(const plan::Plan &plan) {
 
 OwningOpRef<ModuleOp> CostModel::rankProgram(const plan::Plan &plan,
                                              std::string &error) {
-  ProgramShape shape{std::max(1, plan.dp()), plan.tp(), plan.cp(),
-                     plan.ulysses(), plan.sequence_parallel()};
+  ProgramShape shape{
+      std::max(1, plan.dp()),   plan.tp(),      plan.cp(), plan.ulysses(),
+      plan.sequence_parallel(), plan.compress()};
   return programs->build(shape, plan.micro_batch(), error);
 }
 
@@ -666,14 +715,21 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         // gradients reduce-scattered after backward, prefetched behind
         // compute. ZeroPP gathers once per pipeline block of micro-batches.
         double params = layers * layer.parameters;
-        double gather =
-            collectiveTime(CollectiveKind::AllGather, params * kWeightBytes,
-                           int64_t(shard), shardStride);
-        double scatter = collectiveTime(
-            CollectiveKind::ReduceScatter,
-            params * (trainingConfig.grad_reduce_16bit() ? kWeightBytes
-                                                         : kGradBytes),
-            int64_t(shard), shardStride);
+        CollectiveCodec codec = codecFor(plan, gradientAxes(plan));
+        double gradWidth =
+            trainingConfig.grad_reduce_16bit() ? kWeightBytes : kGradBytes;
+        double gatherWire =
+            wireBytes(params * kWeightBytes, kWeightBytes, codec);
+        double scatterWire = wireBytes(params * gradWidth, gradWidth, codec);
+        double gather = collectiveTime(CollectiveKind::AllGather, gatherWire,
+                                       int64_t(shard), shardStride) +
+                        codecTime(CollectiveKind::AllGather,
+                                  params * kWeightBytes, gatherWire, codec);
+        double scatter =
+            collectiveTime(CollectiveKind::ReduceScatter, scatterWire,
+                           int64_t(shard), shardStride) +
+            codecTime(CollectiveKind::ReduceScatter, params * gradWidth,
+                      scatterWire, codec);
         double reuse = plan.schedule() == plan::SCHEDULE_ZEROPP
                            ? std::min<double>(p, plan.num_micro_batches())
                            : 1;
@@ -751,19 +807,29 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
   DataParallelCost cost;
   const int64_t stride = plan.tp();
   if (shard > 1 && plan.zero_stage() < 3) {
-    double grads = stageParams * (model.training().grad_reduce_16bit()
-                                      ? kWeightBytes
-                                      : kGradBytes);
-    double reduce = plan.zero_stage() == 0
-                        ? model.collectiveTime(CollectiveKind::AllReduce, grads,
-                                               int64_t(shard), stride)
-                        : model.collectiveTime(CollectiveKind::ReduceScatter,
-                                               grads, int64_t(shard), stride);
-    double gather = plan.zero_stage() == 0
-                        ? 0
-                        : model.collectiveTime(CollectiveKind::AllGather,
-                                               stageParams * kWeightBytes,
-                                               int64_t(shard), stride);
+    // Under a compression policy the gradients (and ZeRO's parameter
+    // gathers) go encoded, and encoding and decoding take memory passes.
+    CollectiveCodec codec =
+        CostModel::codecFor(plan, CostModel::gradientAxes(plan));
+    double width =
+        model.training().grad_reduce_16bit() ? kWeightBytes : kGradBytes;
+    double grads = stageParams * width;
+    double gradWire = CostModel::wireBytes(grads, width, codec);
+    CollectiveKind reduceKind = plan.zero_stage() == 0
+                                    ? CollectiveKind::AllReduce
+                                    : CollectiveKind::ReduceScatter;
+    double reduce =
+        model.collectiveTime(reduceKind, gradWire, int64_t(shard), stride) +
+        model.codecTime(reduceKind, grads, gradWire, codec);
+    double params = stageParams * kWeightBytes;
+    double paramWire = CostModel::wireBytes(params, kWeightBytes, codec);
+    double gather =
+        plan.zero_stage() == 0
+            ? 0
+            : model.collectiveTime(CollectiveKind::AllGather, paramWire,
+                                   int64_t(shard), stride) +
+                  model.codecTime(CollectiveKind::AllGather, params, paramWire,
+                                  codec);
     // Gradients reduce in buckets behind the last micro-batch's backward; the
     // parameter all-gather runs behind the next step's first forward.
     double buckets = 8;
@@ -820,16 +886,17 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
 
 bool CostModel::isMeasured(const plan::Plan &plan) const {
   BlockKey key{plan.micro_batch(),       plan.tp(), plan.ulysses(), plan.cp(),
-               plan.sequence_parallel(), 0};
+               plan.sequence_parallel(), 0,         plan.compress()};
   if (cache.count(key))
     return true;
   FamilyKey family{plan.tp() > 1, plan.ulysses() > 1, plan.cp(),
-                   plan.sequence_parallel()};
+                   plan.sequence_parallel(), plan.compress()};
   auto found = familyCache.find(family);
   if (found != familyCache.end() && found->second.valid)
     return true;
   return exactCache.count(ProgramShape{2, plan.tp(), plan.cp(), plan.ulysses(),
-                                       plan.sequence_parallel()});
+                                       plan.sequence_parallel(),
+                                       plan.compress()});
 }
 
 double CostModel::relativeWorkBound(const plan::Plan &plan) {

@@ -164,7 +164,7 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
   degrees.set_cp(int(shape.cp));
   degrees.set_ulysses(int(shape.ulysses));
   degrees.set_sequence_parallel(shape.sp);
-  buildPartitionPipeline(pm, applyPlanOptions(degrees));
+  buildPartitionPipeline(pm, applyPlanOptions(degrees), shape.compress);
   if (!training.flash_attention())
     pm.addNestedPass<func::FuncOp>(createWeftDecomposeAttention());
   // The kernels the GPU runs (weft compile --target cuda makes the same).
@@ -278,6 +278,13 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
                        ? getTensorBytes(op->getOperand(0).getType())
                        : 0;
       record.operandBytes = in;
+      if (op->getNumOperands()) {
+        auto operand = cast<RankedTensorType>(op->getOperand(0).getType());
+        record.elementBytes =
+            std::max<int64_t>(1, operand.getElementTypeBitWidth() / 8);
+        record.floatOperand = isa<FloatType>(operand.getElementType());
+      }
+      record.codec = collective.getWireCodec();
       int64_t out =
           op->getNumResults() ? getTensorBytes(op->getResult(0).getType()) : 0;
       record.fullBytes = std::max(in, out);

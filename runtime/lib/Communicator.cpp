@@ -201,22 +201,25 @@ static HostTensor reduceAll(const std::vector<HostTensor> &all, ReduceOp op) {
 
 absl::StatusOr<HostTensor>
 ExchangeCommunicator::allReduce(int rank, const std::vector<int> &group,
-                                 const HostTensor &input, ReduceOp op) {
-  auto all = exchange(rank, group, input, "all_reduce");
+                                const HostTensor &input, ReduceOp op,
+                                Codec codec) {
+  auto all = exchange(rank, group, roundTrip(input, codec), "all_reduce");
   if (!all.ok())
     return all.status();
   int64_t n = group.size();
-  sent[rank] += 2 * (n - 1) * tensorBytes(input) / n;
-  return reduceAll(*all, op);
+  sent[rank] += 2 * (n - 1) * wireBytes(input, codec) / n;
+  // The ring's second phase sends the reduced chunks, encoded again.
+  return roundTrip(reduceAll(*all, op), codec);
 }
 
 absl::StatusOr<HostTensor>
 ExchangeCommunicator::allGather(int rank, const std::vector<int> &group,
-                                 const HostTensor &input, int64_t dim) {
-  auto all = exchange(rank, group, input, "all_gather");
+                                const HostTensor &input, int64_t dim,
+                                Codec codec) {
+  auto all = exchange(rank, group, roundTrip(input, codec), "all_gather");
   if (!all.ok())
     return all.status();
-  sent[rank] += (int64_t(group.size()) - 1) * tensorBytes(input);
+  sent[rank] += (int64_t(group.size()) - 1) * wireBytes(input, codec);
   std::vector<const HostTensor *> parts;
   for (const HostTensor &t : *all)
     parts.push_back(&t);
@@ -225,26 +228,26 @@ ExchangeCommunicator::allGather(int rank, const std::vector<int> &group,
 
 absl::StatusOr<HostTensor>
 ExchangeCommunicator::reduceScatter(int rank, const std::vector<int> &group,
-                                     const HostTensor &input, int64_t dim,
-                                     ReduceOp op) {
-  auto all = exchange(rank, group, input, "reduce_scatter");
+                                    const HostTensor &input, int64_t dim,
+                                    ReduceOp op, Codec codec) {
+  auto all = exchange(rank, group, roundTrip(input, codec), "reduce_scatter");
   if (!all.ok())
     return all.status();
   int64_t n = group.size();
-  sent[rank] += (n - 1) * tensorBytes(input) / n;
+  sent[rank] += (n - 1) * wireBytes(input, codec) / n;
   int64_t index = int64_t(*indexIn(rank, group, ""));
   return sliceForRank(reduceAll(*all, op), dim, index, n);
 }
 
 absl::StatusOr<HostTensor>
 ExchangeCommunicator::allToAll(int rank, const std::vector<int> &group,
-                                const HostTensor &input, int64_t splitDim,
-                                int64_t concatDim) {
-  auto all = exchange(rank, group, input, "all_to_all");
+                               const HostTensor &input, int64_t splitDim,
+                               int64_t concatDim, Codec codec) {
+  auto all = exchange(rank, group, roundTrip(input, codec), "all_to_all");
   if (!all.ok())
     return all.status();
   int64_t n = group.size();
-  sent[rank] += (n - 1) * tensorBytes(input) / n;
+  sent[rank] += (n - 1) * wireBytes(input, codec) / n;
   int64_t index = int64_t(*indexIn(rank, group, ""));
   std::vector<HostTensor> pieces;
   for (const HostTensor &t : *all)
@@ -257,11 +260,13 @@ ExchangeCommunicator::allToAll(int rank, const std::vector<int> &group,
 
 absl::StatusOr<HostTensor>
 ExchangeCommunicator::permute(int rank, const std::vector<int> &group,
-                               const HostTensor &input, int64_t shift) {
-  auto all = exchange(rank, group, input, "collective_permute");
+                              const HostTensor &input, int64_t shift,
+                              Codec codec) {
+  auto all =
+      exchange(rank, group, roundTrip(input, codec), "collective_permute");
   if (!all.ok())
     return all.status();
-  sent[rank] += tensorBytes(input);
+  sent[rank] += wireBytes(input, codec);
   int64_t n = group.size();
   int64_t index = int64_t(*indexIn(rank, group, ""));
   int64_t from = ((index - shift) % n + n) % n;

@@ -165,19 +165,20 @@ HostTensor weft::rt::valueOrThrow(absl::StatusOr<HostTensor> value) {
 
 HostTensor weft::rt::allReduce(RankContext &ctx, const HostTensor &x,
                                ReduceOp op,
-                               const std::vector<std::string> &axes) {
+                               const std::vector<std::string> &axes,
+                               Codec codec) {
   ProfileScope profile("all_reduce");
-  return valueOrThrow(
-      ctx.comm->allReduce(ctx.rank, ctx.mesh.group(ctx.rank, axes), x, op));
+  return valueOrThrow(ctx.comm->allReduce(
+      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, op, codec));
 }
 
 HostTensor weft::rt::allGather(RankContext &ctx, const HostTensor &x,
                                const std::vector<std::string> &axes,
-                               int64_t dim, bool zigzag) {
+                               int64_t dim, bool zigzag, Codec codec) {
   ProfileScope profile("all_gather");
   std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
   HostTensor result =
-      valueOrThrow(ctx.comm->allGather(ctx.rank, group, x, dim));
+      valueOrThrow(ctx.comm->allGather(ctx.rank, group, x, dim, codec));
   if (zigzag)
     result = zigzagUnshuffle(result, dim, ctx.mesh.axisSize(axes.front()),
                              int64_t(group.size()));
@@ -187,18 +188,19 @@ HostTensor weft::rt::allGather(RankContext &ctx, const HostTensor &x,
 HostTensor weft::rt::reduceScatter(RankContext &ctx, const HostTensor &x,
                                    ReduceOp op,
                                    const std::vector<std::string> &axes,
-                                   int64_t dim) {
+                                   int64_t dim, Codec codec) {
   ProfileScope profile("reduce_scatter");
   return valueOrThrow(ctx.comm->reduceScatter(
-      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, dim, op));
+      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, dim, op, codec));
 }
 
 HostTensor weft::rt::allToAll(RankContext &ctx, const HostTensor &x,
                               const std::vector<std::string> &axes,
-                              int64_t splitDim, int64_t concatDim) {
+                              int64_t splitDim, int64_t concatDim,
+                              Codec codec) {
   ProfileScope profile("all_to_all");
   return valueOrThrow(ctx.comm->allToAll(
-      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, splitDim, concatDim));
+      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, splitDim, concatDim, codec));
 }
 
 HostTensor weft::rt::allSlice(RankContext &ctx, const HostTensor &x,
@@ -213,10 +215,10 @@ HostTensor weft::rt::allSlice(RankContext &ctx, const HostTensor &x,
 
 HostTensor weft::rt::permute(RankContext &ctx, const HostTensor &x,
                              const std::vector<std::string> &axes,
-                             int64_t shift) {
+                             int64_t shift, Codec codec) {
   ProfileScope profile("collective_permute");
-  return valueOrThrow(
-      ctx.comm->permute(ctx.rank, ctx.mesh.group(ctx.rank, axes), x, shift));
+  return valueOrThrow(ctx.comm->permute(
+      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, shift, codec));
 }
 
 HostTensor weft::rt::asType(const HostTensor &x, DType dtype) {

@@ -752,7 +752,8 @@ int runTrain(MLIRContext &context) {
                      devices > 1 || pipelined;
   if (partitioned) {
     PassManager pm(&context);
-    weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan));
+    weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan),
+                                 plan->compress());
     // Each stage's forward, backward and weight-gradient steps apart.
     if (pipelined)
       pm.addPass(weft::createWeftSplitBackward());

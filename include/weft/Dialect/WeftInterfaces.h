@@ -146,6 +146,23 @@ int64_t collectiveBytesSent(CollectiveKind kind, int64_t operandBytes,
 /// Bytes that a tensor of `type` occupies (i1 takes one byte per element).
 int64_t getTensorBytes(mlir::Type type);
 
+/// How collective `op` encodes what it sends: its `codec` attribute, or none.
+CollectiveCodec getCollectiveCodec(mlir::Operation *op);
+
+/// Elements that share one f32 scale under the fp8 and int8 codecs.
+constexpr int64_t kCodecBlock = 128;
+
+/// Bytes that `numElements` elements of `elementBytes` bytes each take on the
+/// wire under `codec` (floats only; other types are sent as they are): bf16
+/// two bytes (never more than the element), fp8 and int8 one byte plus four
+/// per block of kCodecBlock. The runtime counts the same
+/// (weft/runtime/Codec.h).
+int64_t codecWireBytes(int64_t numElements, int64_t elementBytes, bool isFloat,
+                       CollectiveCodec codec);
+
+/// Bytes a tensor of `type` takes on the wire under `codec`.
+int64_t getWireBytes(mlir::Type type, CollectiveCodec codec);
+
 /// The rule of an elementwise op with numpy broadcasting: one parallel factor
 /// per result dimension; an operand dimension of size 1 that broadcasts has
 /// no factor.

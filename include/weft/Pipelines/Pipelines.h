@@ -55,6 +55,10 @@ struct PartitionPipelineOptions
       *this, "plan-file",
       llvm::cl::desc("A weft plan --json file (its first plan) or a Plan"),
       llvm::cl::init("")};
+  Option<std::string> compress{
+      *this, "compress",
+      llvm::cl::desc("Compression policy, axis:codec pairs (dp:int8,tp:bf16)"),
+      llvm::cl::init("")};
 };
 
 /// The apply-plan options that carry `plan`'s degrees.
@@ -69,9 +73,11 @@ void buildPrepareModelPipeline(mlir::OpPassManager &pm,
 
 /// Applies a plan's degrees and partitions: unfuse fused projections, apply
 /// the plan, propagate shardings, partition into the rank program (layers
-/// kept), clean up collectives, canonicalize.
+/// kept), clean up collectives, canonicalize; with a compression policy
+/// (plan::Plan::compress), set the collectives' codecs last.
 void buildPartitionPipeline(mlir::OpPassManager &pm,
-                            const WeftApplyPlanOptions &options);
+                            const WeftApplyPlanOptions &options,
+                            llvm::StringRef compress = "");
 
 /// What the CPU emitter prints: one flat function.
 void buildCpuTargetPipeline(mlir::OpPassManager &pm);

@@ -35,7 +35,9 @@ struct PlanSpec {
 };
 
 /// Parses "tp=8,pp=8,dp=16,mbs=1,m=32,v=3,schedule=interleaved,zero=1,
-/// recompute=full,sp=1,cp=2,ulysses=2,tp-overlap=1,stages=12/12/11/13".
+/// recompute=full,sp=1,cp=2,ulysses=2,tp-overlap=1,stages=12/12/11/13,
+/// compress=dp:int8,tp:bf16" (the items after compress= that have no '='
+/// continue its policy).
 /// Errors start with `origin` (the option the text came from) and the text,
 /// name the key and say what it takes; a key given twice is an error.
 llvm::Expected<PlanSpec> parsePlanSpec(llvm::StringRef text,
@@ -66,6 +68,22 @@ std::string toJson(const google::protobuf::Message &message);
 /// Parses `text` into `message`; the error names `what` (a file).
 llvm::Error fromJson(llvm::StringRef text, google::protobuf::Message &message,
                      llvm::StringRef what);
+
+/// A compression policy: the codec ("bf16", "fp8", "int8") of each mesh axis
+/// it names, as plan::Plan::compress writes it ("dp:int8,tp:bf16").
+using CompressPolicy = std::vector<std::pair<std::string, std::string>>;
+
+/// Parses "dp:int8,tp:bf16" (items also separated by '/' or ';'); errors
+/// name the item and say what is allowed. Axes are dp, tp, cp and ulysses.
+llvm::Expected<CompressPolicy> parseCompressPolicy(llvm::StringRef text);
+/// The canonical text of a policy: axes in mesh order (dp, cp, ulysses, tp),
+/// separated by ','.
+std::string formatCompressPolicy(const CompressPolicy &policy);
+/// The codec of a collective over `axes` under `policy`: the mildest of the
+/// axes' codecs (bf16 milder than fp8, fp8 than int8), "none" if an axis has
+/// none.
+std::string codecForAxes(const CompressPolicy &policy,
+                         llvm::ArrayRef<std::string> axes);
 
 /// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
 const char *scheduleName(plan::Schedule schedule);

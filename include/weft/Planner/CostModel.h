@@ -156,6 +156,21 @@ public:
   double collectiveTime(CollectiveKind kind, double bytes, int64_t size,
                         int64_t stride) const;
 
+  /// The codec the plan's compression policy gives a collective over `axes`
+  /// (codecForAxes, which -weft-compress-collectives applies too).
+  static CollectiveCodec codecFor(const plan::Plan &plan,
+                                  llvm::ArrayRef<std::string> axes);
+  /// Bytes of `bytes` in elements of `width` bytes as `codec` sends them.
+  static double wireBytes(double bytes, double width, CollectiveCodec codec);
+  /// Time to encode what a collective of `kind` sends (`bytes` raw, `wire`
+  /// encoded) and decode what it receives: memory-bound passes, two per
+  /// phase (an all-reduce has two phases).
+  double codecTime(CollectiveKind kind, double bytes, double wire,
+                   CollectiveCodec codec) const;
+  /// The data-parallel gradient group's axes: dp, with cp and ulysses (whose
+  /// ranks hold the same weights) where the plan has them.
+  static std::vector<std::string> gradientAxes(const plan::Plan &plan);
+
 private:
   struct Blocks {
     BlockCost layer, embedding, head;
@@ -224,9 +239,10 @@ private:
     bool tp, ulysses;
     int64_t cp;
     bool sp;
+    std::string compress;
     bool operator<(const FamilyKey &o) const {
-      return std::tie(tp, ulysses, cp, sp) <
-             std::tie(o.tp, o.ulysses, o.cp, o.sp);
+      return std::tie(tp, ulysses, cp, sp, compress) <
+             std::tie(o.tp, o.ulysses, o.cp, o.sp, o.compress);
     }
   };
   struct Family {
@@ -237,11 +253,12 @@ private:
   bool exactPrograms = false;
   Statistics stats;
   std::vector<double> scratchCounts;
-  /// (micro-batch, tp, ulysses, cp, sp, dp): dp is 0 for the programs
+  /// (micro-batch, tp, ulysses, cp, sp, dp, compression policy): dp is 0
+  /// for the programs
   /// that have no collective over dp in forward (their costs do not
   /// depend on it), which are most.
-  using BlockKey =
-      std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t>;
+  using BlockKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t,
+                              std::string>;
   std::map<BlockKey, Blocks> cache;
   std::set<BlockKey> dpDependent;
   BlockKey lastKey;

@@ -48,9 +48,13 @@ struct ModelSource {
 struct ProgramShape {
   int64_t dp = 1, tp = 1, cp = 1, ulysses = 1;
   bool sp = false;
+  /// The plan's compression policy (plan::Plan::compress): the program's
+  /// collectives carry its codecs.
+  std::string compress;
   bool operator<(const ProgramShape &other) const {
-    return std::tie(dp, tp, cp, ulysses, sp) <
-           std::tie(other.dp, other.tp, other.cp, other.ulysses, other.sp);
+    return std::tie(dp, tp, cp, ulysses, sp, compress) <
+           std::tie(other.dp, other.tp, other.cp, other.ulysses, other.sp,
+                    other.compress);
   }
 };
 
@@ -115,6 +119,12 @@ struct OpRecord {
   /// takes; the bytes one rank sends follow from the first and the group
   /// (collectiveBytesSent).
   int64_t operandBytes = 0, fullBytes = 0;
+  /// The operand's element width in bytes, and whether it is a float (what
+  /// a compression codec applies to).
+  int64_t elementBytes = 0;
+  bool floatOperand = false;
+  /// How the collective encodes what it sends (its codec in the IR).
+  CollectiveCodec codec = CollectiveCodec::none;
 };
 
 /// The partition pipeline's mesh axes, major to minor, as bits.

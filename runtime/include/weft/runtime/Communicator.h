@@ -15,6 +15,7 @@
 #ifndef WEFT_RUNTIME_COMMUNICATOR_H
 #define WEFT_RUNTIME_COMMUNICATOR_H
 
+#include "weft/runtime/Codec.h"
 #include "weft/runtime/HostTensor.h"
 
 #include "absl/status/statusor.h"
@@ -46,28 +47,28 @@ public:
   virtual int worldSize() const = 0;
 
   /// `group` lists the global ranks of the caller's group in group order;
-  /// `rank` is the caller's global rank, a member of `group`.
-  virtual absl::StatusOr<HostTensor> allReduce(int rank,
-                                               const std::vector<int> &group,
-                                               const HostTensor &input,
-                                               ReduceOp op) = 0;
-  virtual absl::StatusOr<HostTensor> allGather(int rank,
-                                               const std::vector<int> &group,
-                                               const HostTensor &input,
-                                               int64_t dim) = 0;
+  /// `rank` is the caller's global rank, a member of `group`. With a
+  /// `codec`, what each rank sends is encoded (Codec.h): every member
+  /// reconstructs the same values, an all-reduce encodes both its phases
+  /// (each rank's summand, then the sum), and the bytes counted are the
+  /// encoded ones.
+  virtual absl::StatusOr<HostTensor>
+  allReduce(int rank, const std::vector<int> &group, const HostTensor &input,
+            ReduceOp op, Codec codec = Codec::None) = 0;
+  virtual absl::StatusOr<HostTensor>
+  allGather(int rank, const std::vector<int> &group, const HostTensor &input,
+            int64_t dim, Codec codec = Codec::None) = 0;
   virtual absl::StatusOr<HostTensor>
   reduceScatter(int rank, const std::vector<int> &group,
-                const HostTensor &input, int64_t dim, ReduceOp op) = 0;
-  virtual absl::StatusOr<HostTensor> allToAll(int rank,
-                                              const std::vector<int> &group,
-                                              const HostTensor &input,
-                                              int64_t splitDim,
-                                              int64_t concatDim) = 0;
+                const HostTensor &input, int64_t dim, ReduceOp op,
+                Codec codec = Codec::None) = 0;
+  virtual absl::StatusOr<HostTensor>
+  allToAll(int rank, const std::vector<int> &group, const HostTensor &input,
+           int64_t splitDim, int64_t concatDim, Codec codec = Codec::None) = 0;
   /// Group rank i sends to (i + shift) mod n and receives from (i - shift).
-  virtual absl::StatusOr<HostTensor> permute(int rank,
-                                             const std::vector<int> &group,
-                                             const HostTensor &input,
-                                             int64_t shift) = 0;
+  virtual absl::StatusOr<HostTensor>
+  permute(int rank, const std::vector<int> &group, const HostTensor &input,
+          int64_t shift, Codec codec = Codec::None) = 0;
   /// Point-to-point, as a pipeline's stages pass activations: `send`
   /// returns once `input` is posted for `peer` (the receiver need not be
   /// waiting); `recv` waits for the next tensor that `peer` sent to `rank`.
@@ -104,22 +105,23 @@ public:
 
   int worldSize() const override { return size; }
   absl::StatusOr<HostTensor> allReduce(int rank, const std::vector<int> &group,
-                                       const HostTensor &input,
-                                       ReduceOp op) override;
+                                       const HostTensor &input, ReduceOp op,
+                                       Codec codec = Codec::None) override;
   absl::StatusOr<HostTensor> allGather(int rank, const std::vector<int> &group,
-                                       const HostTensor &input,
-                                       int64_t dim) override;
+                                       const HostTensor &input, int64_t dim,
+                                       Codec codec = Codec::None) override;
   absl::StatusOr<HostTensor> reduceScatter(int rank,
                                            const std::vector<int> &group,
-                                           const HostTensor &input,
-                                           int64_t dim, ReduceOp op) override;
+                                           const HostTensor &input, int64_t dim,
+                                           ReduceOp op,
+                                           Codec codec = Codec::None) override;
   absl::StatusOr<HostTensor> allToAll(int rank, const std::vector<int> &group,
-                                      const HostTensor &input,
-                                      int64_t splitDim,
-                                      int64_t concatDim) override;
+                                      const HostTensor &input, int64_t splitDim,
+                                      int64_t concatDim,
+                                      Codec codec = Codec::None) override;
   absl::StatusOr<HostTensor> permute(int rank, const std::vector<int> &group,
-                                     const HostTensor &input,
-                                     int64_t shift) override;
+                                     const HostTensor &input, int64_t shift,
+                                     Codec codec = Codec::None) override;
   int64_t bytesSent(int rank) const override { return sent[rank].load(); }
 
 protected:

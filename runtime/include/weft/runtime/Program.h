@@ -61,22 +61,26 @@ HostTensor scatterBlock(const HostTensor &global, const Layout &layout,
 HostTensor gatherBlocks(const std::vector<HostTensor> &blocks,
                         const Layout &layout, const Mesh &mesh);
 
-// Collectives by mesh axes; they throw std::runtime_error on failure.
+// Collectives by mesh axes; they throw std::runtime_error on failure. A
+// `codec` compresses what the collective sends (Codec.h).
 HostTensor allReduce(RankContext &ctx, const HostTensor &x, ReduceOp op,
-                     const std::vector<std::string> &axes);
+                     const std::vector<std::string> &axes,
+                     Codec codec = Codec::None);
 HostTensor allGather(RankContext &ctx, const HostTensor &x,
                      const std::vector<std::string> &axes, int64_t dim,
-                     bool zigzag);
+                     bool zigzag, Codec codec = Codec::None);
 HostTensor reduceScatter(RankContext &ctx, const HostTensor &x, ReduceOp op,
-                         const std::vector<std::string> &axes, int64_t dim);
+                         const std::vector<std::string> &axes, int64_t dim,
+                         Codec codec = Codec::None);
 HostTensor allToAll(RankContext &ctx, const HostTensor &x,
                     const std::vector<std::string> &axes, int64_t splitDim,
-                    int64_t concatDim);
+                    int64_t concatDim, Codec codec = Codec::None);
 HostTensor allSlice(RankContext &ctx, const HostTensor &x,
                     const std::vector<std::string> &axes, int64_t dim,
                     bool zigzag);
 HostTensor permute(RankContext &ctx, const HostTensor &x,
-                   const std::vector<std::string> &axes, int64_t shift);
+                   const std::vector<std::string> &axes, int64_t shift,
+                   Codec codec = Codec::None);
 /// A weight or constant written next to the program (`<weightsDir>/<name>`),
 /// as `dtype` (a bf16 weight is stored as f32 in the file, which numpy
 /// lacks bf16 for).

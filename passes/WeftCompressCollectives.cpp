@@ -1,0 +1,62 @@
+//===- WeftCompressCollectives.cpp - Codecs on collectives from a policy --===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Passes.h"
+#include "weft/Plan/Plan.h"
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTCOMPRESSCOLLECTIVES
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+
+/// Whether the op's definition has a `codec` attribute (the collectives
+/// that can send compressed).
+bool takesCodec(Operation *op) {
+  std::optional<RegisteredOperationName> name = op->getRegisteredInfo();
+  return name && llvm::any_of(name->getAttributeNames(), [](StringAttr attr) {
+           return attr.getValue() == "codec";
+         });
+}
+
+struct WeftCompressCollectives
+    : public weft::impl::WeftCompressCollectivesBase<WeftCompressCollectives> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    llvm::Expected<CompressPolicy> parsed = parseCompressPolicy(policy);
+    if (!parsed) {
+      module.emitError("-weft-compress-collectives: ")
+          << llvm::toString(parsed.takeError());
+      return signalPassFailure();
+    }
+    module.walk([&](CollectiveOpInterface collective) {
+      Operation *op = collective.getOperation();
+      if (!takesCodec(op) || op->getNumOperands() == 0 ||
+          !isa<FloatType>(cast<RankedTensorType>(op->getOperand(0).getType())
+                              .getElementType()))
+        return;
+      std::vector<std::string> axes;
+      for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>())
+        axes.push_back(axis.str());
+      std::optional<CollectiveCodec> codec =
+          symbolizeCollectiveCodec(codecForAxes(*parsed, axes));
+      if (!codec || *codec == CollectiveCodec::none)
+        op->removeAttr("codec");
+      else
+        op->setAttr("codec",
+                    CollectiveCodecAttr::get(op->getContext(), *codec));
+    });
+  }
+};
+
+} // namespace

@@ -1,0 +1,104 @@
+//===- Codec.cpp - Compression of what collectives send -------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/Codec.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace weft::rt;
+
+const char *weft::rt::codecName(Codec codec) {
+  switch (codec) {
+  case Codec::BF16:
+    return "bf16";
+  case Codec::FP8:
+    return "fp8";
+  case Codec::Int8:
+    return "int8";
+  case Codec::None:
+    break;
+  }
+  return "none";
+}
+
+std::optional<Codec> weft::rt::parseCodec(const std::string &name) {
+  for (Codec codec : {Codec::None, Codec::BF16, Codec::FP8, Codec::Int8})
+    if (name == codecName(codec))
+      return codec;
+  return std::nullopt;
+}
+
+int64_t weft::rt::wireBytes(int64_t numel, DType dtype, Codec codec) {
+  int64_t width = dtypeBytes(dtype);
+  if (!isFloat(dtype))
+    return numel * width;
+  switch (codec) {
+  case Codec::None:
+    return numel * width;
+  case Codec::BF16:
+    return numel * std::min<int64_t>(width, 2);
+  case Codec::FP8:
+  case Codec::Int8:
+    return numel + 4 * ((numel + kCodecBlock - 1) / kCodecBlock);
+  }
+  return numel * width;
+}
+
+float weft::rt::roundToE4M3(float value) {
+  if (std::isnan(value))
+    return value;
+  float magnitude = std::fabs(value);
+  constexpr float kMax = 448.0f;
+  if (magnitude >= kMax)
+    return std::copysign(kMax, value);
+  // Below the smallest normal (2^-6) the step is the subnormal one, 2^-9;
+  // above it, 3 mantissa bits: a step of 2^(e - 3) in [2^e, 2^(e+1)).
+  int exponent = 0;
+  std::frexp(magnitude, &exponent); // magnitude = f * 2^exponent, f in [.5, 1)
+  int e = std::max(exponent - 1, -6);
+  float step = std::ldexp(1.0f, e - 3);
+  float rounded = std::nearbyint(magnitude / step) * step;
+  return std::copysign(std::min(rounded, kMax), value);
+}
+
+HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
+  if (codec == Codec::None || !x.isFloat())
+    return x;
+  HostTensor out = HostTensor::uninitialized(x.dtype, x.shape);
+  const int64_t n = x.numel();
+  const float *in = x.floats.data();
+  float *result = out.floats.data();
+  if (codec == Codec::BF16) {
+    for (int64_t i = 0; i < n; ++i)
+      result[i] = roundToBF16(in[i]);
+    return out;
+  }
+  // One scale per block maps the block's largest magnitude to the format's
+  // largest value; the scale travels as an f32.
+  const float top = codec == Codec::FP8 ? 448.0f : 127.0f;
+  for (int64_t start = 0; start < n; start += kCodecBlock) {
+    int64_t end = std::min(n, start + kCodecBlock);
+    float amax = 0;
+    for (int64_t i = start; i < end; ++i)
+      amax = std::max(amax, std::fabs(in[i]));
+    if (amax == 0 || !std::isfinite(amax)) {
+      // Nothing to scale (zeros), or a non-finite value: sent as is, so an
+      // overflow stays visible to loss scaling.
+      for (int64_t i = start; i < end; ++i)
+        result[i] = amax == 0 ? 0.0f : in[i];
+      continue;
+    }
+    float scale = amax / top;
+    for (int64_t i = start; i < end; ++i) {
+      float v = in[i] / scale;
+      float q = codec == Codec::FP8 ? roundToE4M3(v)
+                                    : std::clamp(std::nearbyint(v), -top, top);
+      result[i] = q * scale;
+    }
+  }
+  return out;
+}

@@ -1,0 +1,179 @@
+//===- CodecTest.cpp - Compressed collectives -----------------------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/Codec.h"
+#include "weft/Dialect/WeftInterfaces.h"
+#include "weft/Plan/Plan.h"
+#include "weft/runtime/Communicator.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+using namespace weft::rt;
+
+namespace {
+
+HostTensor randomTensor(int64_t n, unsigned seed, float scale = 1) {
+  HostTensor t(DType::F32, {n});
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0, scale);
+  for (int64_t i = 0; i < n; ++i)
+    t.floats[i] = normal(gen);
+  return t;
+}
+
+TEST(Codec, E4M3RoundsToNearestEvenAndSaturates) {
+  EXPECT_EQ(roundToE4M3(1.0f), 1.0f);
+  // Steps of 1/8 in [1, 2): 1.0625 is a tie, to the even 1.0; 1.1875 to 1.25.
+  EXPECT_EQ(roundToE4M3(1.0625f), 1.0f);
+  EXPECT_EQ(roundToE4M3(1.1875f), 1.25f);
+  EXPECT_EQ(roundToE4M3(-3.3f), -3.25f);
+  EXPECT_EQ(roundToE4M3(448.0f), 448.0f);
+  EXPECT_EQ(roundToE4M3(1e6f), 448.0f);
+  EXPECT_EQ(roundToE4M3(-1e6f), -448.0f);
+  // Subnormals: steps of 2^-9 below 2^-6.
+  EXPECT_EQ(roundToE4M3(std::ldexp(1.0f, -9)), std::ldexp(1.0f, -9));
+  EXPECT_EQ(roundToE4M3(std::ldexp(1.0f, -10)), 0.0f);
+  EXPECT_EQ(roundToE4M3(3 * std::ldexp(1.0f, -10)), std::ldexp(1.0f, -8));
+  EXPECT_EQ(roundToE4M3(0.0f), 0.0f);
+}
+
+TEST(Codec, WireBytesCountPayloadAndScales) {
+  EXPECT_EQ(wireBytes(1000, DType::F32, Codec::None), 4000);
+  EXPECT_EQ(wireBytes(1000, DType::F32, Codec::BF16), 2000);
+  EXPECT_EQ(wireBytes(1000, DType::BF16, Codec::BF16), 2000);
+  // 1000 one-byte values and ceil(1000 / 128) = 8 f32 scales.
+  EXPECT_EQ(wireBytes(1000, DType::F32, Codec::Int8), 1032);
+  EXPECT_EQ(wireBytes(1000, DType::BF16, Codec::FP8), 1032);
+  EXPECT_EQ(wireBytes(1000, DType::I64, Codec::Int8), 8000);
+  // The dialect's count (what the cost model and the IR say) is the same.
+  for (int64_t n : {1, 127, 128, 129, 1000, 65536})
+    for (auto [codec, dialect] :
+         {std::pair(Codec::None, weft::CollectiveCodec::none),
+          {Codec::BF16, weft::CollectiveCodec::bf16},
+          {Codec::FP8, weft::CollectiveCodec::fp8},
+          {Codec::Int8, weft::CollectiveCodec::int8}})
+      for (auto [dtype, width] :
+           {std::pair(DType::F32, 4), {DType::BF16, 2}, {DType::F16, 2}})
+        EXPECT_EQ(wireBytes(n, dtype, codec),
+                  weft::codecWireBytes(n, width, true, dialect))
+            << n << " " << codecName(codec);
+}
+
+TEST(Codec, RoundTripErrorIsBoundedPerBlock) {
+  HostTensor x = randomTensor(1000, 7);
+  // A block with a large outlier: the others lose precision in that block
+  // only.
+  x.floats[5] = 100;
+  for (Codec codec : {Codec::BF16, Codec::FP8, Codec::Int8}) {
+    HostTensor y = roundTrip(x, codec);
+    ASSERT_EQ(y.shape, x.shape);
+    for (int64_t block = 0; block < 1000; block += kCodecBlock) {
+      float amax = 0;
+      for (int64_t i = block; i < std::min<int64_t>(1000, block + kCodecBlock);
+           ++i)
+        amax = std::max(amax, std::fabs(x.floats[i]));
+      for (int64_t i = block; i < std::min<int64_t>(1000, block + kCodecBlock);
+           ++i) {
+        float error = std::fabs(y.floats[i] - x.floats[i]);
+        float v = std::fabs(x.floats[i]);
+        switch (codec) {
+        case Codec::BF16: // 8 significant bits: half an ulp of 2^-8
+          EXPECT_LE(error, v * std::ldexp(1.0f, -8)) << i;
+          break;
+        case Codec::Int8: // half a step of amax / 127
+          EXPECT_LE(error, amax / 127 / 2 * 1.0001f) << i;
+          break;
+        default: // e4m3: 3 mantissa bits, or the subnormal step
+          EXPECT_LE(error, std::max(v * 0.0625f * 1.0001f,
+                                    amax / 448 * std::ldexp(1.0f, -10)))
+              << i;
+        }
+      }
+    }
+  }
+  HostTensor zeros(DType::F32, {300});
+  EXPECT_EQ(roundTrip(zeros, Codec::Int8).floats, zeros.floats);
+  HostTensor ints(DType::I64, {3});
+  ints.ints = {1, 2, 3};
+  EXPECT_EQ(roundTrip(ints, Codec::Int8).ints, ints.ints);
+}
+
+TEST(Codec, CompressedCollectivesAgreeOnEveryRankAndCountEncodedBytes) {
+  constexpr int n = 4;
+  constexpr int64_t size = 1024;
+  std::vector<int> group = {0, 1, 2, 3};
+  for (Codec codec : {Codec::None, Codec::BF16, Codec::FP8, Codec::Int8}) {
+    InProcessCommunicator comm(n);
+    std::vector<HostTensor> reduced(n), gathered(n), inputs(n);
+    for (int rank = 0; rank < n; ++rank)
+      inputs[rank] = randomTensor(size, 100 + rank);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < n; ++rank)
+      threads.emplace_back([&, rank] {
+        reduced[rank] =
+            *comm.allReduce(rank, group, inputs[rank], ReduceOp::Sum, codec);
+        gathered[rank] = *comm.allGather(rank, group, inputs[rank], 0, codec);
+      });
+    for (std::thread &t : threads)
+      t.join();
+    // What the ring sends: the summands encoded, then the sum encoded.
+    HostTensor expected = roundTrip(inputs[0], codec);
+    for (int rank = 1; rank < n; ++rank) {
+      HostTensor next = roundTrip(inputs[rank], codec);
+      for (int64_t i = 0; i < size; ++i)
+        expected.floats[i] += next.floats[i];
+    }
+    expected = roundTrip(expected, codec);
+    double worst = 0;
+    for (int rank = 0; rank < n; ++rank) {
+      EXPECT_EQ(reduced[rank].floats, expected.floats) << codecName(codec);
+      EXPECT_EQ(gathered[rank].floats, gathered[0].floats);
+      // Bytes: all-reduce 2(n-1)/n and all-gather (n-1) of the encoded size.
+      int64_t wire = wireBytes(size, DType::F32, codec);
+      EXPECT_EQ(comm.bytesSent(rank), 2 * (n - 1) * wire / n + (n - 1) * wire);
+    }
+    // The exact sum, for scale: every codec stays close.
+    for (int64_t i = 0; i < size; ++i) {
+      double exact = 0;
+      for (int rank = 0; rank < n; ++rank)
+        exact += inputs[rank].floats[i];
+      worst = std::max(worst, std::fabs(exact - reduced[0].floats[i]));
+    }
+    EXPECT_LE(worst, codec == Codec::None   ? 1e-5
+                     : codec == Codec::BF16 ? 0.05
+                                            : 0.6)
+        << codecName(codec);
+  }
+}
+
+TEST(Codec, PolicyParsesAndPicksTheMildestCodecOfAGroup) {
+  auto policy = weft::parseCompressPolicy("tp:bf16,dp:int8");
+  ASSERT_TRUE(bool(policy));
+  EXPECT_EQ(weft::formatCompressPolicy(*policy), "dp:int8,tp:bf16");
+  EXPECT_EQ(weft::codecForAxes(*policy, {"dp"}), "int8");
+  EXPECT_EQ(weft::codecForAxes(*policy, {"dp", "tp"}), "bf16");
+  EXPECT_EQ(weft::codecForAxes(*policy, {"dp", "cp"}), "none");
+  EXPECT_EQ(weft::codecForAxes(*policy, {"cp"}), "none");
+  for (const char *bad :
+       {"dp:int4", "pp:bf16", "xx:bf16", "dp:int8,dp:bf16", "dp"}) {
+    auto parsed = weft::parseCompressPolicy(bad);
+    EXPECT_FALSE(bool(parsed)) << bad;
+    if (!parsed)
+      llvm::consumeError(parsed.takeError());
+  }
+  auto spec = weft::parsePlanSpec("dp=2,tp=2,compress=dp:int8,tp:bf16,mbs=2");
+  ASSERT_TRUE(bool(spec));
+  EXPECT_EQ(spec->plan.compress(), "dp:int8,tp:bf16");
+  EXPECT_EQ(spec->plan.micro_batch(), 2);
+  EXPECT_NE(weft::formatPlanSpec(spec->plan).find("compress=dp:int8,tp:bf16"),
+            std::string::npos);
+}
+
+} // namespace
