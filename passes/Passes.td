@@ -481,8 +481,10 @@ def WeftCompressCollectives : Pass<"weft-compress-collectives", "::mlir::ModuleO
     all_gather, reduce_scatter, all_to_all and collective_permute over float tensors gets
     the codec of its axes: the mildest of them (bf16 milder than fp8, fp8 than int8),
     and none if one of its axes has none. Collectives over integer tensors (token counts,
-    indices) and ops that take no codec (all_slice, send, recv) are left alone; a codec
-    already set is replaced. Data-parallel gradients are the all-reduces over `dp`, so
+    indices), ops that take no codec (all_slice, send, recv) and collectives whose codec
+    is already set are left alone: the partitioner pins the loss's statistics (the
+    vocabulary-parallel cross-entropy's maxima, sums and target logits, and the
+    token totals) to `codec none`, since they are few and decide the loss. Data-parallel gradients are the all-reduces over `dp`, so
     `dp:int8` compresses them aggressively while `tp:bf16` compresses tensor-parallel
     activations and their gradients mildly. What the codec costs in accuracy is the
     user's call: `weft train` prints the loss, and `bench/compression.sh` compares it.

@@ -41,7 +41,10 @@ struct WeftCompressCollectives
     }
     module.walk([&](CollectiveOpInterface collective) {
       Operation *op = collective.getOperation();
-      if (!takesCodec(op) || op->getNumOperands() == 0 ||
+      // A codec already set (the loss's statistics are pinned to none by
+      // the partitioner) stays.
+      if (!takesCodec(op) || op->hasAttr("codec") ||
+          op->getNumOperands() == 0 ||
           !isa<FloatType>(cast<RankedTensorType>(op->getOperand(0).getType())
                               .getElementType()))
         return;
@@ -50,9 +53,7 @@ struct WeftCompressCollectives
         axes.push_back(axis.str());
       std::optional<CollectiveCodec> codec =
           symbolizeCollectiveCodec(codecForAxes(*parsed, axes));
-      if (!codec || *codec == CollectiveCodec::none)
-        op->removeAttr("codec");
-      else
+      if (codec && *codec != CollectiveCodec::none)
         op->setAttr("codec",
                     CollectiveCodecAttr::get(op->getContext(), *codec));
     });

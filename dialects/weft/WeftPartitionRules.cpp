@@ -452,6 +452,10 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
   auto rows = b.getDenseI64ArrayAttr({rank - 1});
   auto group = state.axesAttr(classAxes);
   auto sum = ReductionKindAttr::get(b.getContext(), ReductionKind::sum);
+  // The loss's statistics (per-token maxima, sums, target logits, totals)
+  // are few and decide the loss: pinned uncompressed, whatever the plan's
+  // compression policy.
+  auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
   // log-sum-exp over all shards.
   Value localMax =
       ReduceMaxOp::create(b, loc, keptType, logits, rows, b.getUnitAttr());
@@ -460,18 +464,17 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
       split ? AllReduceOp::create(
                   b, loc, keptType,
                   ReductionKindAttr::get(b.getContext(), ReductionKind::max),
-                  localMax, state.meshRef(), group, CollectiveCodecAttr())
+                  localMax, state.meshRef(), group, exact)
                   .getResult()
             : localMax;
   Value exps = ExpOp::create(
       b, loc, localType, SubOp::create(b, loc, localType, logits, globalMax));
   Value localSum =
       ReduceSumOp::create(b, loc, keptType, exps, rows, b.getUnitAttr());
-  Value globalSum =
-      split ? AllReduceOp::create(b, loc, keptType, sum, localSum,
-                                  state.meshRef(), group, CollectiveCodecAttr())
-                  .getResult()
-            : localSum;
+  Value globalSum = split ? AllReduceOp::create(b, loc, keptType, sum, localSum,
+                                                state.meshRef(), group, exact)
+                                .getResult()
+                          : localSum;
   Value lse = AddOp::create(
       b, loc, keptType, LogOp::create(b, loc, keptType, globalSum), globalMax);
   // The label's logit, from the shard that holds it.
@@ -517,11 +520,10 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
   auto lossType = RankedTensorType::get(labelType.getShape(), element);
   picked = WhereOp::create(b, loc, lossType, inShard, picked,
                            state.constant(loc, element, 0));
-  Value target =
-      split ? AllReduceOp::create(b, loc, lossType, sum, picked,
-                                  state.meshRef(), group, CollectiveCodecAttr())
-                  .getResult()
-            : picked;
+  Value target = split ? AllReduceOp::create(b, loc, lossType, sum, picked,
+                                             state.meshRef(), group, exact)
+                             .getResult()
+                       : picked;
   Value loss = SubOp::create(b, loc, lossType,
                              ReshapeOp::create(b, loc, lossType, lse), target);
   // Ignored positions count nothing.
@@ -551,17 +553,16 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
       positionAxes.append(dim.begin(), dim.end());
     if (!positionAxes.empty())
       total = AllReduceOp::create(b, loc, scalar, sum, total, state.meshRef(),
-                                  state.axesAttr(positionAxes),
-                                  CollectiveCodecAttr());
+                                  state.axesAttr(positionAxes), exact);
     if (op.getReduction() == LossReduction::mean) {
       Value count;
       if (counted) {
         count = ReduceSumOp::create(b, loc, scalar, counted,
                                     b.getDenseI64ArrayAttr(all), UnitAttr());
         if (!positionAxes.empty())
-          count = AllReduceOp::create(
-              b, loc, scalar, sum, count, state.meshRef(),
-              state.axesAttr(positionAxes), CollectiveCodecAttr());
+          count =
+              AllReduceOp::create(b, loc, scalar, sum, count, state.meshRef(),
+                                  state.axesAttr(positionAxes), exact);
       } else {
         int64_t n = 1;
         for (int64_t d = 0; d + 1 < rank; ++d)

@@ -9,13 +9,13 @@ weft.mesh @mesh(dp = 2, tp = 2)
 func.func @loss(%logits: tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mesh, [[dp], [], [tp]]>},
                 %labels: tensor<4x8xi64> {weft.sharding = #weft.sharding<@mesh, [[dp], []]>}) -> tensor<f32> {
   // CHECK-NOT: weft.all_gather
-  // CHECK: weft.all_reduce max {{.*}} over @mesh ["tp"] : tensor<2x8x1xf32>
-  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["tp"] : tensor<2x8x1xf32>
+  // CHECK: weft.all_reduce max {{.*}} over @mesh ["tp"] codec none : tensor<2x8x1xf32>
+  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["tp"] codec none : tensor<2x8x1xf32>
   // CHECK: weft.all_slice {{.*}} over @mesh ["tp"] dim 0 : tensor<2xi64> -> tensor<1xi64>
   // CHECK: weft.iota dim 2 : tensor<2x8x16xi64>
-  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["tp"] : tensor<2x8xf32>
-  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["dp"] : tensor<f32>
-  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["dp"] : tensor<f32>
+  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["tp"] codec none : tensor<2x8xf32>
+  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["dp"] codec none : tensor<f32>
+  // CHECK: weft.all_reduce sum {{.*}} over @mesh ["dp"] codec none : tensor<f32>
   // CHECK: weft.div
   // CHECK-NOT: weft.cross_entropy
   %0 = weft.cross_entropy %logits, %labels reduction mean ignore_index -100 : (tensor<4x8x32xf32>, tensor<4x8xi64>) -> tensor<f32>

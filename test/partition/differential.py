@@ -103,7 +103,7 @@ def segments(text):
     return parts[0], layers, [p for p in parts[1:] if p]
 
 
-def check_identity(weft, model, inputs, spec, devices, tmp, loss):
+def check_identity(weft, model, inputs, spec, devices, tmp, loss, emitted=True):
     """The program the planner costs is the program weft emits: for this plan
     (one micro-batch of the whole batch, bf16, with a training step's loss
     when the model ends in logits), `weft plan --evaluate --print-rank-ir`
@@ -114,9 +114,10 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
     after the layers must be equal, up to weights, parameter names and SSA
     names. The bytes each rank sent when `weft run` ran the same partition
     must equal the plan's per-layer, embedding and output-layer figures:
-    layers x layer + embedding + head."""
-    degrees = dict(item.split("=") for item in spec.split(","))
-    dp = int(degrees["dp"])
+    layers x layer + embedding + head. Without `emitted`, only the bytes are
+    checked (the CUDA target does not emit compressed collectives)."""
+    degrees = dict(item.split("=") for item in spec.split(",") if "=" in item)
+    dp = int(degrees.get("dp", 1))
     base = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", model + spec))
     tokens = input_array(inputs[0])
     batch, seq = tokens.shape[0], tokens.shape[1]
@@ -131,7 +132,8 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
     import json
     data = json.load(open(base + ".plan.json"))
     plan, vocab = data["plans"][0], int(data["model"]["vocab"])
-    extra = ["--dtype", "bf16", "--devices", str(devices), "--plan-spec", spec]
+    extra = ["--dtype", "bf16", "--devices", str(devices), "--plan-spec", spec,
+             "--dump-partitioned", base + ".ran.mlir"]
     paths = list(inputs)
     if loss:
         paths.append(base + ".labels.npy")
@@ -146,6 +148,8 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
                     "--dump-partitioned", base + ".emitted.mlir"]
     if loss:
         compile_args.append("--loss")
+    if not emitted:
+        return check_predicted_bytes(ran, plan, len(segments(open(base + ".ran.mlir").read())[1]))
     proc = subprocess.run(compile_args, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         return "weft compile --target cuda failed: " + proc.stderr[-400:]
@@ -166,7 +170,13 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
             return ("segment %d differs at line %d: costed '%s', emitted '%s'" %
                     (index, diff, a[diff] if diff < len(a) else "<end>",
                      b[diff] if diff < len(b) else "<end>"))
-    predicted = (len(run_layers) * int(plan["forward_comm_bytes_layer"]) +
+    return check_predicted_bytes(ran, plan, len(run_layers))
+
+
+def check_predicted_bytes(ran, plan, layers):
+    """The bytes per rank `weft run` counted equal the plan's figures:
+    layers x layer + embedding + head; None or the error."""
+    predicted = (layers * int(plan["forward_comm_bytes_layer"]) +
                  int(plan["forward_comm_bytes_embedding"]) +
                  int(plan["forward_comm_bytes_head"]))
     counted = re.search(r"bytes sent per rank: (\d+)", ran.stderr)
@@ -174,7 +184,7 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss):
     if counted != predicted:
         return ("the communicator counted %d bytes per rank, the plan predicts %d "
                 "(%d layers x %s + %s + %s)" %
-                (counted, predicted, len(run_layers), plan["forward_comm_bytes_layer"],
+                (counted, predicted, layers, plan["forward_comm_bytes_layer"],
                  plan["forward_comm_bytes_embedding"], plan["forward_comm_bytes_head"]))
     return None
 
@@ -231,7 +241,8 @@ def input_array(path):
 
 COLLECTIVE = re.compile(
     r"weft\.(all_reduce|all_gather|reduce_scatter|all_to_all|collective_permute|all_slice)"
-    r" (?:\w+ )?%\S+ over @\w+ \[([^\]]*)\].*: tensor<([0-9x]*)x?(f32|i64|i1|f16|bf16|i32|f64)>")
+    r" (?:\w+ )?%\S+ over @\w+ \[([^\]]*)\](.*): tensor<([0-9x]*)x?(f32|i64|i1|f16|bf16|i32|f64)>")
+CODEC = re.compile(r" codec (none|bf16|fp8|int8)\b")
 BYTES = {"f32": 4, "i64": 8, "i1": 1, "f16": 2, "bf16": 2, "i32": 4, "f64": 8}
 
 
@@ -286,12 +297,18 @@ def ring_bytes(kind, n, size):
             "all_slice": 0}[kind]
 
 
-def tensor_bytes(shape, dtype):
-    """Bytes of a tensor<AxBx...xT> from its shape text and element type."""
-    size = BYTES[dtype]
+def tensor_bytes(shape, dtype, codec="none"):
+    """Bytes of a tensor<AxBx...xT> from its shape text and element type, as
+    `codec` sends it: bf16 2 bytes per float, fp8 and int8 one byte per
+    float plus a 4-byte scale per block of 128."""
+    count = 1
     for d in filter(None, shape.split("x")):
-        size *= int(d)
-    return size
+        count *= int(d)
+    if dtype in ("f32", "f16", "bf16", "f64") and codec != "none":
+        if codec == "bf16":
+            return count * min(BYTES[dtype], 2)
+        return count + 4 * ((count + 127) // 128)
+    return count * BYTES[dtype]
 
 
 def mesh_sizes(text):
@@ -306,11 +323,13 @@ def collective_bytes(line, sizes):
     found = COLLECTIVE.search(line)
     if not found:
         return 0
-    kind, axes, shape, dtype = found.groups()
+    kind, axes, attributes, shape, dtype = found.groups()
+    codec = CODEC.search(attributes)
     n = 1
     for axis in re.findall(r'"(\w+)"', axes):
         n *= sizes[axis]
-    return ring_bytes(kind, n, tensor_bytes(shape, dtype))
+    return ring_bytes(kind, n, tensor_bytes(shape, dtype,
+                                            codec.group(1) if codec else "none"))
 
 
 def check_bytes(stderr, partitioned):

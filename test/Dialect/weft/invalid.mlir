@@ -1267,6 +1267,24 @@ func.func @collective_unknown_axis(%x: tensor<8xf32>) {
 // -----
 
 weft.mesh @world(dp = 2, tp = 4)
+func.func @codec_on_integers(%x: tensor<8xi64>) {
+  // expected-error @+1 {{codec int8 compresses floats; this collective sends 'tensor<8xi64>' (drop the codec)}}
+  %0 = weft.all_reduce sum %x over @world ["dp"] codec int8 : tensor<8xi64>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @codec_unknown(%x: tensor<8xf32>) {
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'codec' [none, bf16, fp8, int8]}}
+  %0 = weft.all_gather %x over @world ["tp"] dim 0 codec int4 : tensor<8xf32> -> tensor<32xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
 func.func @all_reduce_type(%x: tensor<8xf32>) {
   // expected-error @+1 {{requires the same type for all operands and results}}
   %0 = "weft.all_reduce"(%x) <{kind = 0 : i32, mesh = @world, axes = ["tp"]}> : (tensor<8xf32>) -> tensor<8xf16>

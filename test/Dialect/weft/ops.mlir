@@ -227,6 +227,22 @@ func.func @collectives(%x: tensor<2x8x16xf32>, %i: tensor<4xi32>) -> tensor<2x8x
   return %8 : tensor<2x8x16xf32>
 }
 
+// Compressed collectives: the codec follows the axes (and a zigzag flag).
+// CHECK-LABEL: func.func @compressed_collectives
+func.func @compressed_collectives(%x: tensor<2x8x16xf32>, %h: tensor<2x8x16xbf16>) -> tensor<2x8x16xf32> {
+  // CHECK: weft.all_reduce sum %{{.*}} over @world ["dp"] codec int8 : tensor<2x8x16xf32>
+  %0 = weft.all_reduce sum %x over @world ["dp"] codec int8 : tensor<2x8x16xf32>
+  // CHECK: weft.all_gather %{{.*}} over @world ["tp"] dim 1 zigzag codec fp8 : tensor<2x8x16xf32> -> tensor<2x32x16xf32>
+  %1 = weft.all_gather %x over @world ["tp"] dim 1 zigzag codec fp8 : tensor<2x8x16xf32> -> tensor<2x32x16xf32>
+  // CHECK: weft.reduce_scatter sum %{{.*}} over @world ["tp"] dim 2 codec bf16 : tensor<2x8x16xbf16> -> tensor<2x8x4xbf16>
+  %2 = weft.reduce_scatter sum %h over @world ["tp"] dim 2 codec bf16 : tensor<2x8x16xbf16> -> tensor<2x8x4xbf16>
+  // CHECK: weft.all_to_all %{{.*}} over @world ["sp"] split_dim 2 concat_dim 1 codec int8 : tensor<2x8x16xf32> -> tensor<2x16x8xf32>
+  %3 = weft.all_to_all %x over @world ["sp"] split_dim 2 concat_dim 1 codec int8 : tensor<2x8x16xf32> -> tensor<2x16x8xf32>
+  // CHECK: weft.collective_permute %{{.*}} over @world ["tp"] shift 1 codec none : tensor<2x8x16xf32>
+  %4 = weft.collective_permute %x over @world ["tp"] shift 1 codec none : tensor<2x8x16xf32>
+  return %4 : tensor<2x8x16xf32>
+}
+
 // CHECK-LABEL: func.func @shardings
 // CHECK-SAME: {weft.sharding = #weft.sharding<@world, {{\[\[}}dp], [], [sp, tp]]>}
 // CHECK-SAME: {weft.sharding = #weft.sharding<@world, {{\[\[}}], []], partial = [tp]>}
