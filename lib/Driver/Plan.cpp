@@ -313,7 +313,49 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   }
   if (request.top < 1)
     return planError("--top must be at least 1");
-  SearchResult result = searchPlans(costModel, options);
+  // The compression policies plans are costed under: one (none, or the
+  // user's), or with "auto" the ones worth trying on a bf16 run: int8
+  // gradients, and fp8 activations besides (bf16 activations are already
+  // 16-bit); bf16 gradients where they reduce in fp32.
+  std::vector<std::string> policies = {""};
+  if (request.compress == "auto") {
+    policies = {"", "dp:int8", "dp:int8,cp:fp8,ulysses:fp8,tp:fp8"};
+    if (!training->grad_reduce_16bit())
+      policies.insert(policies.begin() + 1, "dp:bf16");
+  } else if (!request.compress.empty()) {
+    llvm::Expected<CompressPolicy> parsed =
+        parseCompressPolicy(request.compress);
+    if (!parsed)
+      return planError("--compress: " + llvm::toString(parsed.takeError()) +
+                       " (or --compress=auto)");
+    policies = {formatCompressPolicy(*parsed)};
+  }
+  auto search = [&](const SearchOptions &base,
+                    const std::vector<std::string> &policies) {
+    SearchResult merged;
+    for (size_t i = 0; i < policies.size(); ++i) {
+      SearchOptions each = base;
+      each.compress = policies[i];
+      if (base.progress)
+        each.progress = [&, i](double done) {
+          base.progress((double(i) + done) / double(policies.size()));
+        };
+      SearchResult found = searchPlans(costModel, each);
+      if (i == 0) {
+        merged = std::move(found);
+        continue;
+      }
+      merged.candidates += found.candidates;
+      merged.simulated += found.simulated;
+      merged.seconds += found.seconds;
+      merged.anyFits |= found.anyFits;
+      for (plan::Plan &p : found.plans)
+        merged.plans.push_back(std::move(p));
+    }
+    std::stable_sort(merged.plans.begin(), merged.plans.end(), planBefore);
+    return merged;
+  };
+  SearchResult result = search(options, policies);
   set.set_candidates_evaluated(result.candidates);
   set.set_candidates_simulated(result.simulated);
   set.set_search_seconds(result.seconds);
@@ -344,25 +386,69 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       request.riskTolerance < 0 ? outcome.band.spread : request.riskTolerance;
   // Plans with fewer risks than the fastest, predicted within the
   // tolerance of it: a second search bounded by that time from the start.
-  double fastestRisk = assessRisk(result.plans.front(), costModel, false).score;
-  if (tolerance > 0 && fastestRisk > 0) {
+  auto addSafer = [&](SearchResult &found,
+                      const std::vector<std::string> &list) {
+    double fastestRisk =
+        assessRisk(found.plans.front(), costModel, false).score;
+    if (tolerance <= 0 || fastestRisk <= 0)
+      return;
     SearchOptions safer = options;
     safer.top = 8;
     safer.progress = nullptr;
-    safer.limit = result.plans.front().time().step_s() * (1 + tolerance);
+    safer.limit = found.plans.front().time().step_s() * (1 + tolerance);
     auto base = options.accept;
     safer.accept = [&](const plan::Plan &p) {
       return (!base || base(p)) &&
              assessRisk(p, costModel, false).score < fastestRisk - 1e-9;
     };
-    SearchResult alternatives = searchPlans(costModel, safer);
+    SearchResult alternatives = search(safer, list);
     for (plan::Plan &p : alternatives.plans)
-      result.plans.push_back(std::move(p));
-    std::stable_sort(result.plans.begin(), result.plans.end(), planBefore);
+      found.plans.push_back(std::move(p));
+    std::stable_sort(found.plans.begin(), found.plans.end(), planBefore);
     set.set_search_seconds(set.search_seconds() + alternatives.seconds);
+  };
+  addSafer(result, policies);
+  // What weft plan answers without compression, for --compress=auto to
+  // compare with: the same search and choice among uncompressed plans.
+  std::vector<plan::Plan> uncompressed;
+  if (request.compress == "auto") {
+    SearchResult plain = search(options, {""});
+    set.set_search_seconds(set.search_seconds() + plain.seconds);
+    if (!plain.plans.empty()) {
+      addSafer(plain, {""});
+      uncompressed = std::move(plain.plans);
+    }
   }
   outcome.robust =
       preferRobust(result.plans, costModel, outcome.band, tolerance);
+  if (request.compress == "auto" && !result.plans.empty()) {
+    preferRobust(uncompressed, costModel, outcome.band, tolerance);
+    const plan::Plan &answer = result.plans.front();
+    std::string tried;
+    for (const std::string &policy : policies)
+      if (!policy.empty())
+        tried += (tried.empty() ? "" : "; ") + policy;
+    llvm::raw_string_ostream note(outcome.compression);
+    if (uncompressed.empty())
+      note << "compression: only compressed plans were found";
+    else if (answer.compress().empty())
+      note << "compression does not change the answer: no compressed plan is "
+              "predicted faster by more than the model's spread between "
+              "plans, and compression changes the numerics";
+    else
+      note << llvm::format(
+          "compression changes the answer: with compress=%s it is predicted "
+          "%.4g s, %.1f%% faster than the answer without compression (%s, "
+          "%.4g s)",
+          answer.compress().c_str(), answer.time().step_s(),
+          100 * (uncompressed.front().time().step_s() / answer.time().step_s() -
+                 1),
+          describePlan(uncompressed.front()).c_str(),
+          uncompressed.front().time().step_s());
+    note << " (tried " << tried
+         << "). Codecs change the training numerics: compare the loss with "
+            "an uncompressed run before relying on it.\n";
+  }
   if (int(result.plans.size()) > request.top)
     result.plans.resize(request.top);
   for (plan::Plan &p : result.plans)

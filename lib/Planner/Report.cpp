@@ -33,6 +33,8 @@ std::string planner::describePlan(const plan::Plan &p) {
   if (p.virtual_stages() > 1)
     os << "(v=" << p.virtual_stages() << ")";
   os << " zero=" << p.zero_stage() << " recompute=" << recomputeName(p.recompute());
+  if (!p.compress().empty())
+    os << " compress=" << p.compress();
   return text;
 }
 
@@ -45,16 +47,20 @@ static std::string scheduleCell(const plan::Plan &p) {
 
 void planner::printPlanTable(llvm::raw_ostream &os,
                              llvm::ArrayRef<plan::Plan> plans) {
+  // A compression column only when a plan compresses.
+  bool compressed = llvm::any_of(
+      plans, [](const plan::Plan &p) { return !p.compress().empty(); });
   os << format("%-3s %5s %3s %3s %3s %3s %-3s %4s %5s %-15s %4s %-9s %9s "
-               "%10s %6s %9s %7s %6s\n",
-               "#", "dp", "tp", "pp", "cp", "uly", "sp", "mbs", "m",
-               "schedule", "zero", "recompute", "step(s)", "tokens/s", "MFU",
-               "mem(GiB)", "bubble", "comm");
+               "%10s %6s %9s %7s %6s",
+               "#", "dp", "tp", "pp", "cp", "uly", "sp", "mbs", "m", "schedule",
+               "zero", "recompute", "step(s)", "tokens/s", "MFU", "mem(GiB)",
+               "bubble", "comm");
+  os << (compressed ? "  compress\n" : "\n");
   int rank = 0;
   for (const plan::Plan &p : plans) {
     ++rank;
     os << format("%-3d %5d %3d %3d %3d %3d %-3s %4d %5d %-15s %4d %-9s %9.4g "
-                 "%10.4g %5.1f%% %9.1f %6.1f%% %5.1f%%\n",
+                 "%10.4g %5.1f%% %9.1f %6.1f%% %5.1f%%",
                  rank, p.dp(), p.tp(), p.pp(), p.cp(), p.ulysses(),
                  p.sequence_parallel() ? "on" : "-", p.micro_batch(),
                  p.num_micro_batches(), scheduleCell(p).c_str(), p.zero_stage(),
@@ -62,6 +68,9 @@ void planner::printPlanTable(llvm::raw_ostream &os,
                  p.tokens_per_s(), 100 * p.mfu(), p.memory().total_gib(),
                  100 * p.time().bubble_fraction(),
                  100 * p.time().comm_fraction());
+    if (compressed)
+      os << "  " << (p.compress().empty() ? "-" : p.compress());
+    os << "\n";
   }
 }
 

@@ -114,6 +114,11 @@ PlanRisk planner::assessRisk(const plan::Plan &plan, const CostModel &model,
                       shortSeq ? ": all-to-alls this small rarely pay" : ""));
   if (plan.tp_across_nodes())
     add(2, "tensor parallelism across nodes");
+  if (!plan.compress().empty())
+    add(1, llvm::formatv("compressed collectives ({0}) change the training "
+                         "numerics: compare the loss with an uncompressed run "
+                         "(weft train --plan-spec ...,compress={0})",
+                         plan.compress()));
   if (plan.zero_stage() == 3 && plan.schedule() != plan::SCHEDULE_ZEROPP)
     add(0.5, "ZeRO-3 gathers every layer's weights per micro-batch: the "
              "overlap the model assumes is its least checked part");

@@ -6,6 +6,7 @@
 
 #include "weft/Planner/Search.h"
 
+#include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
 
 #include <string>
@@ -79,6 +80,26 @@ SearchResult planner::searchPlans(CostModel &model,
       best.pop_back();
   };
 
+  // The policy as each candidate carries it: only the axes it splits
+  // (indexed by dp > 1, cp > 1, ulysses > 1, tp > 1).
+  std::string policies[16];
+  if (!options.compress.empty()) {
+    llvm::Expected<CompressPolicy> policy =
+        parseCompressPolicy(options.compress);
+    if (!policy) {
+      llvm::consumeError(policy.takeError());
+    } else {
+      const char *axes[] = {"dp", "cp", "ulysses", "tp"};
+      for (int mask = 0; mask < 16; ++mask) {
+        CompressPolicy kept;
+        for (auto &[axis, codec] : *policy)
+          for (int bit = 0; bit < 4; ++bit)
+            if ((mask >> bit & 1) && axis == axes[bit])
+              kept.emplace_back(axis, codec);
+        policies[mask] = formatCompressPolicy(kept);
+      }
+    }
+  }
   auto lastReport = start;
   double reported = 0;
   size_t tpIndex = 0;
@@ -145,6 +166,8 @@ SearchResult planner::searchPlans(CostModel &model,
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
                 plan::Plan candidate;
                 candidate.set_dp(dp);
+                candidate.set_compress(policies[(dp > 1) | (cp > 1) << 1 |
+                                                (u > 1) << 2 | (tp > 1) << 3]);
                 candidate.set_tp(tp);
                 candidate.set_pp(pp);
                 candidate.set_cp(cp);

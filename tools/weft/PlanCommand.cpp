@@ -163,6 +163,13 @@ static cl::opt<std::string>
               cl::desc("Print launch arguments for megatron, deepspeed or "
                        "torchtitan"),
               cl::sub(planCommand));
+static cl::opt<std::string> compressOpt(
+    "compress",
+    cl::desc("Compressed collectives: cost every plan under a policy "
+             "(dp:int8,tp:fp8; codecs bf16, fp8, int8; axes dp, tp, cp, "
+             "ulysses), or 'auto' to also search with compression and say "
+             "what it gains"),
+    cl::value_desc("policy|auto"), cl::init(""), cl::sub(planCommand));
 static cl::opt<bool> tpAcross("tp-across-nodes",
                               cl::desc("Let tensor parallelism span nodes"),
                               cl::sub(planCommand));
@@ -281,6 +288,7 @@ static weft::driver::PlanRequest planRequest() {
   request.top = topOpt;
   request.riskTolerance = riskToleranceOpt;
   request.tpAcrossNodes = tpAcross;
+  request.compress = compressOpt;
   request.boundFromRelatives = !noRelativeBounds;
   request.evaluate = evaluateOpt;
   request.evaluateJson = evaluateJson;
@@ -363,6 +371,7 @@ int runPlan(MLIRContext &context) {
   }
   const plan::Plan &first = set.plans(0);
   printConfidence(os, *outcome, first);
+  os << outcome->compression;
   if (explainOpt)
     explainPlans(os, costModel, std::vector<plan::Plan>(set.plans().begin(),
                                                         set.plans().end()));

@@ -173,6 +173,10 @@ struct PlanRequest {
   std::string evaluateJson;
   /// With evaluate: a plan that does not fit is not an error.
   bool allowOom = false;
+  /// Compressed collectives: a policy every plan is costed under
+  /// ("dp:int8,tp:fp8"), or "auto": the search also tries dp:bf16, dp:int8
+  /// and dp:int8 with fp8 activations, and says what compression gains.
+  std::string compress;
   /// Search only what this framework runs (megatron, deepspeed,
   /// torchtitan).
   std::string exportFramework;
@@ -193,6 +197,9 @@ struct PlanOutcome {
   /// With evaluate: GiB by which the plan exceeds the memory available (0
   /// when it fits or allowOom).
   double overMemoryGib = 0;
+  /// With compress=auto: what compression changes (the best uncompressed
+  /// plan and its time against the answer), for the output and --explain.
+  std::string compression;
   /// The model's error band and, after a search, which near-equal plan was
   /// preferred for its lower risk (chosen == 0: the fastest).
   planner::ErrorBand band;

@@ -29,6 +29,9 @@ struct SearchOptions {
   /// Only plans predicted faster than this (seconds per step) are kept:
   /// the bound prunes from the start.
   double limit = std::numeric_limits<double>::infinity();
+  /// The compression policy every candidate is costed under
+  /// (plan::Plan::compress; empty: none).
+  std::string compress;
   /// Only plans this accepts are kept (e.g. what a framework can run).
   std::function<bool(const plan::Plan &)> accept;
   /// Called with the fraction done, at most every few milliseconds.
