@@ -477,7 +477,10 @@ def WeftCompressCollectives : Pass<"weft-compress-collectives", "::mlir::ModuleO
   let summary = "Sets the codec of each float collective from a per-mesh-axis policy.";
   let description = [{
     A plan's compression policy gives a codec per mesh axis (`dp:int8,tp:bf16`; codecs
-    `bf16`, `fp8`, `int8`; axes `dp`, `tp`, `cp`, `ulysses`). Every all_reduce,
+    `bf16`, `fp8`, `int8`, and for `dp` also `topk` and `topk_noef`; axes `dp`, `tp`,
+    `cp`, `ulysses`). Top-k (the largest 1% of a summed gradient, with or without error
+    feedback) goes on summing all-reduces only; the group's other collectives stay
+    uncompressed. Every all_reduce,
     all_gather, reduce_scatter, all_to_all and collective_permute over float tensors gets
     the codec of its axes: the mildest of them (bf16 milder than fp8, fp8 than int8),
     and none if one of its axes has none. Collectives over integer tensors (token counts,

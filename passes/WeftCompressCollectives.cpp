@@ -53,6 +53,13 @@ struct WeftCompressCollectives
         axes.push_back(axis.str());
       std::optional<CollectiveCodec> codec =
           symbolizeCollectiveCodec(codecForAxes(*parsed, axes));
+      // Top-k sends a summed gradient's largest elements: summing
+      // all-reduces only; the group's other collectives go uncompressed.
+      auto reduce = dyn_cast<AllReduceOp>(op);
+      if (codec && isTopK(*codec) &&
+          (!reduce || (reduce.getKind() != ReductionKind::sum &&
+                       reduce.getKind() != ReductionKind::avg)))
+        return;
       if (codec && *codec != CollectiveCodec::none)
         op->setAttr("codec",
                     CollectiveCodecAttr::get(op->getContext(), *codec));

@@ -58,11 +58,14 @@ def Weft_FusionKind : I32EnumAttr<"FusionKind",
 
 def Weft_CollectiveCodec : I32EnumAttr<"CollectiveCodec",
     "how a collective encodes the floats it sends: bf16, fp8 (e4m3) or int8 with one "
-    "f32 scale per block of 128 elements", [
+    "f32 scale per block of 128 elements, or the top 1% of a summed gradient by "
+    "magnitude with (topk) or without (topk_noef) error feedback", [
       I32EnumAttrCase<"none", 0>,
       I32EnumAttrCase<"bf16", 1>,
       I32EnumAttrCase<"fp8", 2>,
-      I32EnumAttrCase<"int8", 3>
+      I32EnumAttrCase<"int8", 3>,
+      I32EnumAttrCase<"topk", 4>,
+      I32EnumAttrCase<"topk_noef", 5>
     ]> {
   let cppNamespace = "::weft";
 }

@@ -76,6 +76,9 @@ int64_t weft::getCollectiveBytesSent(Operation *op, int64_t n) {
       op->getNumOperands()
           ? getWireBytes(op->getOperand(0).getType(), collective.getWireCodec())
           : 0;
+  // A top-k all-reduce gathers every rank's kept elements.
+  if (isTopK(collective.getWireCodec()))
+    return n > 1 ? (n - 1) * bytes : 0;
   return collectiveBytesSent(collective.getCollectiveKind(), bytes, n);
 }
 
@@ -97,6 +100,9 @@ int64_t weft::codecWireBytes(int64_t numElements, int64_t elementBytes,
   case CollectiveCodec::fp8:
   case CollectiveCodec::int8:
     return numElements + 4 * ((numElements + kCodecBlock - 1) / kCodecBlock);
+  case CollectiveCodec::topk:
+  case CollectiveCodec::topk_noef:
+    return 8 * ((numElements + kTopKFraction - 1) / kTopKFraction);
   }
   llvm_unreachable("unknown codec");
 }

@@ -324,7 +324,12 @@ LogicalResult Emitter::emitOp(Operation *op) {
                    ignore + "))");
         return success();
       })
-      .Case([&](AllReduceOp c) {
+      .Case([&](AllReduceOp c) -> LogicalResult {
+        if (getCollectiveCodec(c) == CollectiveCodec::topk)
+          return c.emitError("weft compile: top-k with error feedback keeps "
+                             "a residual across training steps, which "
+                             "compiled (forward) programs do not run; train "
+                             "with weft train, or use topk_noef");
         assign(c.getResult(), "allReduce(ctx, " + arg(0) + ", " +
                                   reduceOp(c.getKind()) + ", " +
                                   strings(c.getAxes()) + codecArg(c) + ")");

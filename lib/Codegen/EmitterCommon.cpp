@@ -104,6 +104,10 @@ std::string codegen::codecArg(Operation *collective) {
     return ", Codec::FP8";
   case CollectiveCodec::int8:
     return ", Codec::Int8";
+  case CollectiveCodec::topk:
+    return ", Codec::TopK";
+  case CollectiveCodec::topk_noef:
+    return ", Codec::TopKNoEF";
   case CollectiveCodec::none:
     break;
   }

@@ -515,13 +515,22 @@ LogicalResult Interpreter::runCollective(Operation *op) {
   };
   rt::Codec codec =
       runtimeCodec(cast<CollectiveOpInterface>(op).getWireCodec());
+  HostTensor sent;
+  if (codec == rt::Codec::TopK) {
+    if (!options.feedback)
+      return op->emitError("top-k with error feedback carries what it does "
+                           "not send to the next step: train with weft "
+                           "train, or use topk_noef");
+    sent = options.feedback->withFeedback(options.rank, op, input);
+  }
+  const HostTensor &operand = codec == rt::Codec::TopK ? sent : input;
   try {
     HostTensor result;
     if (auto slice = dyn_cast<AllSliceOp>(op))
       result = rt::allSlice(ctx, input, axes, slice.getDim(), slice.getZigzag());
     else if (auto reduce = dyn_cast<AllReduceOp>(op))
       result =
-          rt::allReduce(ctx, input, reduceOp(reduce.getKind()), axes, codec);
+          rt::allReduce(ctx, operand, reduceOp(reduce.getKind()), axes, codec);
     else if (auto gather = dyn_cast<AllGatherOp>(op))
       result = rt::allGather(ctx, input, axes, gather.getDim(),
                              gather.getZigzag(), codec);

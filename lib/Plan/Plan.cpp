@@ -58,7 +58,9 @@ const char *weft::recomputeName(plan::Recompute recompute) {
 }
 
 static const char *const kCompressAxes[] = {"dp", "cp", "ulysses", "tp"};
-static const char *const kCodecs[] = {"none", "bf16", "fp8", "int8"};
+// Mildest first: a group takes the first of its axes' codecs in this order.
+static const char *const kCodecs[] = {"none", "bf16", "fp8",
+                                      "int8", "topk", "topk_noef"};
 
 llvm::Expected<CompressPolicy> weft::parseCompressPolicy(llvm::StringRef text) {
   CompressPolicy policy;
@@ -90,7 +92,11 @@ llvm::Expected<CompressPolicy> weft::parseCompressPolicy(llvm::StringRef text) {
                  "or ulysses");
     if (!llvm::is_contained(kCodecs, codec))
       return bad("unknown codec '" + codecText.trim() + "' for " + axis +
-                 "; use bf16, fp8, int8 or none");
+                 "; use bf16, fp8, int8, topk, topk_noef or none");
+    if (codec.rfind("topk", 0) == 0 && axis != "dp")
+      return bad("top-k sends a summed gradient's largest elements: it "
+                 "compresses data-parallel gradients (dp) only, not " +
+                 axis);
     for (auto &[seenAxis, seenCodec] : policy)
       if (seenAxis == axis)
         return bad("axis " + axis + " is given twice");

@@ -342,10 +342,16 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
             op.floatOperand ? op.codec : CollectiveCodec::none;
         double full = wireBytes(at[kFullBytes], op.elementBytes, codec);
         double operand = wireBytes(at[kOperandBytes], op.elementBytes, codec);
-        double time = collectiveTime(op.kind, full, group, stride) +
-                      codecTime(op.kind, at[kFullBytes], full, codec);
-        block.commBytes += double(collectiveBytesSent(
-            op.kind, int64_t(std::llround(operand)), group));
+        // A top-k all-reduce is an all-gather of each rank's kept part.
+        CollectiveKind sentAs =
+            isTopK(codec) ? CollectiveKind::AllGather : op.kind;
+        double encoded = full;
+        if (isTopK(codec))
+          full = operand * double(group);
+        double time = collectiveTime(sentAs, full, group, stride) +
+                      codecTime(sentAs, at[kFullBytes], encoded, codec);
+        block.commBytes += double(
+            collectiveBytesSent(sentAs, int64_t(std::llround(operand)), group));
         if (op.commClass == CommClass::TensorParallel)
           block.tpComm += time;
         else if (op.commClass == CommClass::Ring)
@@ -715,7 +721,10 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         // gradients reduce-scattered after backward, prefetched behind
         // compute. ZeroPP gathers once per pipeline block of micro-batches.
         double params = layers * layer.parameters;
+        // Top-k compresses summing all-reduces only, not ZeRO's collectives.
         CollectiveCodec codec = codecFor(plan, gradientAxes(plan));
+        if (isTopK(codec))
+          codec = CollectiveCodec::none;
         double gradWidth =
             trainingConfig.grad_reduce_16bit() ? kWeightBytes : kGradBytes;
         double gatherWire =
@@ -814,13 +823,23 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
     double width =
         model.training().grad_reduce_16bit() ? kWeightBytes : kGradBytes;
     double grads = stageParams * width;
+    // Top-k compresses the all-reduce of ZeRO 0 only (sent as an all-gather
+    // of each rank's kept elements); ZeRO's reduce-scatters go as they are.
+    if (isTopK(codec) && plan.zero_stage() > 0)
+      codec = CollectiveCodec::none;
     double gradWire = CostModel::wireBytes(grads, width, codec);
     CollectiveKind reduceKind = plan.zero_stage() == 0
                                     ? CollectiveKind::AllReduce
                                     : CollectiveKind::ReduceScatter;
     double reduce =
-        model.collectiveTime(reduceKind, gradWire, int64_t(shard), stride) +
-        model.codecTime(reduceKind, grads, gradWire, codec);
+        isTopK(codec)
+            ? model.collectiveTime(CollectiveKind::AllGather, shard * gradWire,
+                                   int64_t(shard), stride) +
+                  model.codecTime(CollectiveKind::AllGather, grads, gradWire,
+                                  codec)
+            : model.collectiveTime(reduceKind, gradWire, int64_t(shard),
+                                   stride) +
+                  model.codecTime(reduceKind, grads, gradWire, codec);
     double params = stageParams * kWeightBytes;
     double paramWire = CostModel::wireBytes(params, kWeightBytes, codec);
     double gather =

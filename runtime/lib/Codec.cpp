@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 using namespace weft::rt;
 
@@ -19,6 +20,10 @@ const char *weft::rt::codecName(Codec codec) {
     return "fp8";
   case Codec::Int8:
     return "int8";
+  case Codec::TopK:
+    return "topk";
+  case Codec::TopKNoEF:
+    return "topk_noef";
   case Codec::None:
     break;
   }
@@ -26,7 +31,8 @@ const char *weft::rt::codecName(Codec codec) {
 }
 
 std::optional<Codec> weft::rt::parseCodec(const std::string &name) {
-  for (Codec codec : {Codec::None, Codec::BF16, Codec::FP8, Codec::Int8})
+  for (Codec codec : {Codec::None, Codec::BF16, Codec::FP8, Codec::Int8,
+                      Codec::TopK, Codec::TopKNoEF})
     if (name == codecName(codec))
       return codec;
   return std::nullopt;
@@ -44,8 +50,31 @@ int64_t weft::rt::wireBytes(int64_t numel, DType dtype, Codec codec) {
   case Codec::FP8:
   case Codec::Int8:
     return numel + 4 * ((numel + kCodecBlock - 1) / kCodecBlock);
+  case Codec::TopK:
+  case Codec::TopKNoEF:
+    return 8 * ((numel + kTopKFraction - 1) / kTopKFraction);
   }
   return numel * width;
+}
+
+HostTensor FeedbackStore::withFeedback(int rank, const void *site,
+                                       const HostTensor &x) {
+  HostTensor total = x;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = residuals.find({rank, site});
+    if (found != residuals.end() && found->second.shape == x.shape &&
+        found->second.floats.size() == total.floats.size())
+      for (size_t i = 0; i < total.floats.size(); ++i)
+        total.floats[i] += found->second.floats[i];
+  }
+  HostTensor kept = roundTrip(total, Codec::TopK);
+  HostTensor left = total;
+  for (size_t i = 0; i < left.floats.size(); ++i)
+    left.floats[i] -= kept.floats[i];
+  std::lock_guard<std::mutex> lock(mutex);
+  residuals[{rank, site}] = std::move(left);
+  return total;
 }
 
 float weft::rt::roundToE4M3(float value) {
@@ -75,6 +104,22 @@ HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
   if (codec == Codec::BF16) {
     for (int64_t i = 0; i < n; ++i)
       result[i] = roundToBF16(in[i]);
+    return out;
+  }
+  if (isTopK(codec) && n > 0) {
+    int64_t k = (n + kTopKFraction - 1) / kTopKFraction;
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; ++i)
+      order[i] = i;
+    auto larger = [&](int64_t a, int64_t b) {
+      float x = std::fabs(in[a]), y = std::fabs(in[b]);
+      return x > y || (x == y && a < b);
+    };
+    std::nth_element(order.begin(), order.begin() + (k - 1), order.end(),
+                     larger);
+    std::fill(result, result + n, 0.0f);
+    for (int64_t i = 0; i < k; ++i)
+      result[order[i]] = in[order[i]];
     return out;
   }
   // One scale per block maps the block's largest magnitude to the format's

@@ -171,6 +171,11 @@ InProcessCommunicator::exchange(int rank, const std::vector<int> &group,
   return all;
 }
 
+static absl::Status topKOnlySums(const char *what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": top-k compresses summing all-reduces only"));
+}
+
 static HostTensor combine(const HostTensor &a, const HostTensor &b,
                           ReduceOp op) {
   switch (op) {
@@ -207,6 +212,12 @@ ExchangeCommunicator::allReduce(int rank, const std::vector<int> &group,
   if (!all.ok())
     return all.status();
   int64_t n = group.size();
+  if (isTopK(codec)) {
+    // Each rank's kept elements go to every other: an all-gather of the
+    // sparse parts, summed where they arrive.
+    sent[rank] += (n - 1) * wireBytes(input, codec);
+    return reduceAll(*all, op);
+  }
   sent[rank] += 2 * (n - 1) * wireBytes(input, codec) / n;
   // The ring's second phase sends the reduced chunks, encoded again.
   return roundTrip(reduceAll(*all, op), codec);
@@ -216,6 +227,8 @@ absl::StatusOr<HostTensor>
 ExchangeCommunicator::allGather(int rank, const std::vector<int> &group,
                                 const HostTensor &input, int64_t dim,
                                 Codec codec) {
+  if (isTopK(codec))
+    return topKOnlySums("all_gather");
   auto all = exchange(rank, group, roundTrip(input, codec), "all_gather");
   if (!all.ok())
     return all.status();
@@ -230,6 +243,8 @@ absl::StatusOr<HostTensor>
 ExchangeCommunicator::reduceScatter(int rank, const std::vector<int> &group,
                                     const HostTensor &input, int64_t dim,
                                     ReduceOp op, Codec codec) {
+  if (isTopK(codec))
+    return topKOnlySums("reduce_scatter");
   auto all = exchange(rank, group, roundTrip(input, codec), "reduce_scatter");
   if (!all.ok())
     return all.status();
@@ -243,6 +258,8 @@ absl::StatusOr<HostTensor>
 ExchangeCommunicator::allToAll(int rank, const std::vector<int> &group,
                                const HostTensor &input, int64_t splitDim,
                                int64_t concatDim, Codec codec) {
+  if (isTopK(codec))
+    return topKOnlySums("all_to_all");
   auto all = exchange(rank, group, roundTrip(input, codec), "all_to_all");
   if (!all.ok())
     return all.status();
@@ -262,6 +279,8 @@ absl::StatusOr<HostTensor>
 ExchangeCommunicator::permute(int rank, const std::vector<int> &group,
                               const HostTensor &input, int64_t shift,
                               Codec codec) {
+  if (isTopK(codec))
+    return topKOnlySums("collective_permute");
   auto all =
       exchange(rank, group, roundTrip(input, codec), "collective_permute");
   if (!all.ok())

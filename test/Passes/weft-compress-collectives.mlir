@@ -1,5 +1,6 @@
 // RUN: weft-opt %s -weft-compress-collectives="policy=dp:int8,tp:bf16" | FileCheck %s
 // RUN: weft-opt %s -weft-compress-collectives="policy=tp:fp8/cp:bf16" | FileCheck %s --check-prefix=FP8
+// RUN: weft-opt %s -weft-compress-collectives="policy=dp:topk,tp:int8" | FileCheck %s --check-prefix=TOPK
 // RUN: not weft-opt %s -weft-compress-collectives="policy=pp:int8" 2>&1 | FileCheck %s --check-prefix=BADAXIS
 // RUN: not weft-opt %s -weft-compress-collectives="policy=dp:int4" 2>&1 | FileCheck %s --check-prefix=BADCODEC
 
@@ -11,6 +12,11 @@ weft.mesh @mesh(dp = 2, cp = 2, tp = 2)
 func.func @policy(%x: tensor<4x8xf32>, %n: tensor<4xi64>) -> tensor<4x8xf32> {
   // CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] codec int8 : tensor<4x8xf32>
   // FP8: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<4x8xf32>
+  // Top-k goes on summing all-reduces only: over dp and tp the milder int8.
+  // TOPK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] codec topk : tensor<4x8xf32>
+  // TOPK: weft.reduce_scatter sum %{{.*}} over @mesh ["dp", "tp"] dim 1 codec int8 :
+  // TOPK: weft.all_gather %{{.*}} over @mesh ["dp", "cp"] dim 1 :
+  // TOPK: weft.all_slice
   %0 = weft.all_reduce sum %x over @mesh ["dp"] : tensor<4x8xf32>
   // CHECK: weft.all_reduce sum %{{.*}} over @mesh ["tp"] codec bf16 : tensor<4x8xf32>
   // FP8: weft.all_reduce sum %{{.*}} over @mesh ["tp"] codec fp8 : tensor<4x8xf32>
@@ -39,5 +45,5 @@ func.func @policy(%x: tensor<4x8xf32>, %n: tensor<4xi64>) -> tensor<4x8xf32> {
 }
 
 // BADAXIS: error: -weft-compress-collectives: compression policy "pp:int8": pipeline sends are not compressed yet; leave pp out
-// BADCODEC: error: -weft-compress-collectives: compression policy "dp:int4": unknown codec 'int4' for dp; use bf16, fp8, int8 or none
+// BADCODEC: error: -weft-compress-collectives: compression policy "dp:int4": unknown codec 'int4' for dp; use bf16, fp8, int8, topk, topk_noef or none
 

@@ -242,7 +242,7 @@ def input_array(path):
 COLLECTIVE = re.compile(
     r"weft\.(all_reduce|all_gather|reduce_scatter|all_to_all|collective_permute|all_slice)"
     r" (?:\w+ )?%\S+ over @\w+ \[([^\]]*)\](.*): tensor<([0-9x]*)x?(f32|i64|i1|f16|bf16|i32|f64)>")
-CODEC = re.compile(r" codec (none|bf16|fp8|int8)\b")
+CODEC = re.compile(r" codec (none|bf16|fp8|int8|topk_noef|topk)\b")
 BYTES = {"f32": 4, "i64": 8, "i1": 1, "f16": 2, "bf16": 2, "i32": 4, "f64": 8}
 
 
@@ -300,13 +300,16 @@ def ring_bytes(kind, n, size):
 def tensor_bytes(shape, dtype, codec="none"):
     """Bytes of a tensor<AxBx...xT> from its shape text and element type, as
     `codec` sends it: bf16 2 bytes per float, fp8 and int8 one byte per
-    float plus a 4-byte scale per block of 128."""
+    float plus a 4-byte scale per block of 128, top-k an index and a value
+    (8 bytes) for each of the largest 1 %."""
     count = 1
     for d in filter(None, shape.split("x")):
         count *= int(d)
     if dtype in ("f32", "f16", "bf16", "f64") and codec != "none":
         if codec == "bf16":
             return count * min(BYTES[dtype], 2)
+        if codec.startswith("topk"):
+            return 8 * ((count + 99) // 100)
         return count + 4 * ((count + 127) // 128)
     return count * BYTES[dtype]
 
@@ -328,8 +331,11 @@ def collective_bytes(line, sizes):
     n = 1
     for axis in re.findall(r'"(\w+)"', axes):
         n *= sizes[axis]
-    return ring_bytes(kind, n, tensor_bytes(shape, dtype,
-                                            codec.group(1) if codec else "none"))
+    codec = codec.group(1) if codec else "none"
+    if codec.startswith("topk"):
+        # A top-k all-reduce gathers every rank's kept elements.
+        return (n - 1) * tensor_bytes(shape, dtype, codec)
+    return ring_bytes(kind, n, tensor_bytes(shape, dtype, codec))
 
 
 def check_bytes(stderr, partitioned):

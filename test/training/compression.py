@@ -20,10 +20,12 @@ Ulysses, ring) and the hybrid policy:
 
 Training: the bundled GPT-2 trains 200 AdamW steps on 4 simulated devices
 (dp=2 x tp=2) on tokens of a random bigram chain, uncompressed, with the
-hybrid policy (dp:int8,tp:bf16) and with fp8 everywhere; the mean loss of the
-last 20 steps with the hybrid policy is within 2 % of the uncompressed run's
-(printed side by side), and the bytes of step 1 equal the training program's
-collectives' counts.
+hybrid policy (dp:int8,tp:bf16), with fp8 everywhere, and with top-k (1 %)
+gradients with and without error feedback; the mean loss of the last 20
+steps with the hybrid policy is within 2 % of the uncompressed run's
+(printed side by side), top-k with error feedback ends closer to it than
+without, and the bytes of step 1 equal the training program's collectives'
+counts.
 
 Needs Debian's python3-numpy; run by ctest as `compression`.
 """
@@ -158,7 +160,8 @@ def train(weft, tmp, steps):
     bigram_tokens(tokens)
     rows, failures = {}, []
     for label, policy in [("none", ""), ("hybrid", "dp:int8,tp:bf16"),
-                          ("fp8", "dp:fp8,tp:fp8")]:
+                          ("fp8", "dp:fp8,tp:fp8"), ("topk", "dp:topk"),
+                          ("topk_noef", "dp:topk_noef")]:
         spec = "dp=2,tp=2" + (",compress=" + policy if policy else "")
         log = os.path.join(tmp, "train_%s.csv" % label)
         dump = os.path.join(tmp, "train_%s.mlir" % label)
@@ -185,6 +188,14 @@ def train(weft, tmp, steps):
         if abs(hybrid - base) > 0.02 * base:
             failures.append("the hybrid policy's loss %.4f is not within 2%% of the "
                             "uncompressed run's %.4f" % (hybrid, base))
+    if {"none", "topk", "topk_noef"} <= set(rows):
+        base = np.mean(rows["none"][1][-20:])
+        feedback = abs(np.mean(rows["topk"][1][-20:]) - base)
+        plain = abs(np.mean(rows["topk_noef"][1][-20:]) - base)
+        if not feedback < plain:
+            failures.append("top-k with error feedback ends %.4f from the uncompressed "
+                            "loss, without it %.4f: error feedback should diverge less"
+                            % (feedback, plain))
     return rows, failures
 
 
@@ -231,7 +242,7 @@ def main():
               % options.steps)
         print("%-18s %12s %12s %14s" % ("policy", "final loss", "vs none", "bytes step 1"))
         base = np.mean(trained["none"][1][-20:]) if "none" in trained else float("nan")
-        for label in ["none", "hybrid", "fp8"]:
+        for label in ["none", "hybrid", "fp8", "topk", "topk_noef"]:
             if label in trained:
                 policy, losses, sent = trained[label]
                 final = np.mean(losses[-20:])

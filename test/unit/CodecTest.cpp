@@ -153,6 +153,68 @@ TEST(Codec, CompressedCollectivesAgreeOnEveryRankAndCountEncodedBytes) {
   }
 }
 
+TEST(Codec, TopKKeepsTheLargestPercentAndFeedsTheRestBack) {
+  HostTensor x = randomTensor(1000, 11);
+  HostTensor kept = roundTrip(x, Codec::TopK);
+  // ceil(1000 / 100) = 10 elements survive, the largest by magnitude.
+  std::vector<float> magnitudes;
+  for (float v : x.floats.toVector())
+    magnitudes.push_back(std::fabs(v));
+  std::sort(magnitudes.rbegin(), magnitudes.rend());
+  int nonzero = 0;
+  for (int64_t i = 0; i < 1000; ++i)
+    if (kept.floats[i] != 0) {
+      ++nonzero;
+      EXPECT_EQ(kept.floats[i], x.floats[i]);
+      EXPECT_GE(std::fabs(x.floats[i]), magnitudes[9]);
+    }
+  EXPECT_EQ(nonzero, 10);
+  EXPECT_EQ(wireBytes(1000, DType::F32, Codec::TopK), 80);
+  EXPECT_EQ(weft::codecWireBytes(1000, 4, true, weft::CollectiveCodec::topk),
+            80);
+
+  // Error feedback: over steps, what was sent plus what is still held back
+  // is exactly what was fed in.
+  FeedbackStore store;
+  int site = 0;
+  HostTensor fedIn(DType::F32, {1000}), sentSum(DType::F32, {1000});
+  for (int step = 0; step < 5; ++step) {
+    HostTensor g = randomTensor(1000, 20 + step);
+    HostTensor total = store.withFeedback(0, &site, g);
+    HostTensor sent = roundTrip(total, Codec::TopK);
+    for (int64_t i = 0; i < 1000; ++i) {
+      fedIn.floats[i] += g.floats[i];
+      sentSum.floats[i] += sent.floats[i];
+    }
+  }
+  HostTensor residual =
+      store.withFeedback(0, &site, HostTensor(DType::F32, {1000}));
+  for (int64_t i = 0; i < 1000; ++i)
+    EXPECT_NEAR(sentSum.floats[i] + residual.floats[i], fedIn.floats[i], 1e-5);
+
+  // The all-reduce sums every rank's kept part and counts an all-gather of
+  // them: (n - 1) x 8 bytes x 10.
+  InProcessCommunicator comm(2);
+  std::vector<HostTensor> out(2);
+  std::vector<HostTensor> in = {randomTensor(1000, 1), randomTensor(1000, 2)};
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank)
+    threads.emplace_back([&, rank] {
+      out[rank] =
+          *comm.allReduce(rank, {0, 1}, in[rank], ReduceOp::Sum, Codec::TopK);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  HostTensor a = roundTrip(in[0], Codec::TopK);
+  HostTensor b = roundTrip(in[1], Codec::TopK);
+  for (int64_t i = 0; i < 1000; ++i)
+    EXPECT_EQ(out[0].floats[i], a.floats[i] + b.floats[i]);
+  EXPECT_EQ(out[1].floats, out[0].floats);
+  EXPECT_EQ(comm.bytesSent(0), 80);
+  // Only summing all-reduces take top-k.
+  EXPECT_FALSE(comm.allGather(0, {0}, in[0], 0, Codec::TopK).ok());
+}
+
 TEST(Codec, PolicyParsesAndPicksTheMildestCodecOfAGroup) {
   auto policy = weft::parseCompressPolicy("tp:bf16,dp:int8");
   ASSERT_TRUE(bool(policy));
@@ -161,8 +223,11 @@ TEST(Codec, PolicyParsesAndPicksTheMildestCodecOfAGroup) {
   EXPECT_EQ(weft::codecForAxes(*policy, {"dp", "tp"}), "bf16");
   EXPECT_EQ(weft::codecForAxes(*policy, {"dp", "cp"}), "none");
   EXPECT_EQ(weft::codecForAxes(*policy, {"cp"}), "none");
+  EXPECT_EQ(weft::codecForAxes(*weft::parseCompressPolicy("dp:topk,cp:int8"),
+                               {"dp", "cp"}),
+            "int8");
   for (const char *bad :
-       {"dp:int4", "pp:bf16", "xx:bf16", "dp:int8,dp:bf16", "dp"}) {
+       {"dp:int4", "pp:bf16", "xx:bf16", "dp:int8,dp:bf16", "dp", "tp:topk"}) {
     auto parsed = weft::parseCompressPolicy(bad);
     EXPECT_FALSE(bool(parsed)) << bad;
     if (!parsed)

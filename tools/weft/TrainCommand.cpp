@@ -706,6 +706,10 @@ int runTrain(MLIRContext &context) {
   }
   // The trained parameters and their first values.
   weft::InterpreterOptions options;
+  // Top-k's error feedback: what each rank's gradient all-reduce did not
+  // send, carried from step to step (not part of a checkpoint).
+  weft::rt::FeedbackStore feedback;
+  options.feedback = &feedback;
   options.weightsDir = llvm::sys::path::parent_path(model).str();
   if (options.weightsDir.empty())
     options.weightsDir = ".";

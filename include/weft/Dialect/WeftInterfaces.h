@@ -151,6 +151,16 @@ CollectiveCodec getCollectiveCodec(mlir::Operation *op);
 
 /// Elements that share one f32 scale under the fp8 and int8 codecs.
 constexpr int64_t kCodecBlock = 128;
+/// The elements top-k keeps: ceil(numElements / kTopKFraction), each sent as
+/// a 4-byte index and a 4-byte value.
+constexpr int64_t kTopKFraction = 100;
+
+/// Whether `codec` is top-k (with or without error feedback): a sparse sum
+/// that only a summing all_reduce sends (as an all-gather of each rank's
+/// kept elements).
+inline bool isTopK(CollectiveCodec codec) {
+  return codec == CollectiveCodec::topk || codec == CollectiveCodec::topk_noef;
+}
 
 /// Bytes that `numElements` elements of `elementBytes` bytes each take on the
 /// wire under `codec` (floats only; other types are sent as they are): bf16

@@ -33,6 +33,9 @@ struct InterpreterOptions {
   /// Parameter values by name that replace the module's (a training run's
   /// current weights); parameters not in it read their own values.
   const llvm::StringMap<rt::HostTensor> *parameters = nullptr;
+  /// The residuals of top-k all-reduces with error feedback, kept across a
+  /// training run's steps; such an all-reduce needs one.
+  rt::FeedbackStore *feedback = nullptr;
 };
 
 

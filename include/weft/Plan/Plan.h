@@ -69,8 +69,9 @@ std::string toJson(const google::protobuf::Message &message);
 llvm::Error fromJson(llvm::StringRef text, google::protobuf::Message &message,
                      llvm::StringRef what);
 
-/// A compression policy: the codec ("bf16", "fp8", "int8") of each mesh axis
-/// it names, as plan::Plan::compress writes it ("dp:int8,tp:bf16").
+/// A compression policy: the codec ("bf16", "fp8", "int8", and for dp
+/// "topk" or "topk_noef") of each mesh axis it names, as
+/// plan::Plan::compress writes it ("dp:int8,tp:bf16").
 using CompressPolicy = std::vector<std::pair<std::string, std::string>>;
 
 /// Parses "dp:int8,tp:bf16" (items also separated by '/' or ';'); errors

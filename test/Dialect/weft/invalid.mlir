@@ -1276,8 +1276,26 @@ func.func @codec_on_integers(%x: tensor<8xi64>) {
 // -----
 
 weft.mesh @world(dp = 2, tp = 4)
+func.func @topk_on_gather(%x: tensor<8xf32>) {
+  // expected-error @+1 {{codec topk sends a summed gradient's largest elements: only an all_reduce sum or avg takes it}}
+  %0 = weft.all_gather %x over @world ["dp"] dim 0 codec topk : tensor<8xf32> -> tensor<16xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @topk_on_max(%x: tensor<8xf32>) {
+  // expected-error @+1 {{codec topk_noef sends a summed gradient's largest elements: only an all_reduce sum or avg takes it}}
+  %0 = weft.all_reduce max %x over @world ["dp"] codec topk_noef : tensor<8xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
 func.func @codec_unknown(%x: tensor<8xf32>) {
-  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'codec' [none, bf16, fp8, int8]}}
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'codec' [none, bf16, fp8, int8, topk, topk_noef]}}
   %0 = weft.all_gather %x over @world ["tp"] dim 0 codec int4 : tensor<8xf32> -> tensor<32xf32>
   return
 }

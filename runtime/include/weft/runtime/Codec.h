@@ -17,17 +17,28 @@
 
 #include "weft/runtime/HostTensor.h"
 
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
 namespace weft::rt {
 
-enum class Codec { None, BF16, FP8, Int8 };
+/// TopK and TopKNoEF keep the largest 1% of a summed gradient's elements by
+/// magnitude (a 4-byte index and a 4-byte value each); with TopK the rest is
+/// carried to the next step's gradient (error feedback, kept by the caller).
+enum class Codec { None, BF16, FP8, Int8, TopK, TopKNoEF };
 
 /// Elements that share one scale under fp8 and int8.
 constexpr int64_t kCodecBlock = 128;
+/// Top-k keeps ceil(numel / kTopKFraction) elements.
+constexpr int64_t kTopKFraction = 100;
 
-/// "none", "bf16", "fp8", "int8".
+inline bool isTopK(Codec codec) {
+  return codec == Codec::TopK || codec == Codec::TopKNoEF;
+}
+
+/// "none", "bf16", "fp8", "int8", "topk", "topk_noef".
 const char *codecName(Codec codec);
 std::optional<Codec> parseCodec(const std::string &name);
 
@@ -39,8 +50,25 @@ inline int64_t wireBytes(const HostTensor &t, Codec codec) {
 }
 
 /// What a receiver reconstructs from `x` encoded under `codec` (`x` itself
-/// for None and for integer tensors). Blocks run over the flattened tensor.
+/// for None and for integer tensors). Blocks run over the flattened tensor;
+/// top-k keeps the largest magnitudes (the lower index first among equal
+/// ones) and zeroes the rest.
 HostTensor roundTrip(const HostTensor &x, Codec codec);
+
+/// The error-feedback residuals of top-k collectives: what each rank's call
+/// site did not send, added to what it sends next (a training run keeps one
+/// store for all its steps). Thread-safe: ranks are threads.
+class FeedbackStore {
+public:
+  /// `x` plus the residual kept for (`rank`, `site`), which becomes what
+  /// top-k of the sum leaves out. The caller all-reduces the sum under
+  /// Codec::TopK, which sends exactly the kept part.
+  HostTensor withFeedback(int rank, const void *site, const HostTensor &x);
+
+private:
+  std::mutex mutex;
+  std::map<std::pair<int, const void *>, HostTensor> residuals;
+};
 
 /// One value of e4m3 (no infinities, max 448), rounded to nearest even and
 /// saturated.
