@@ -616,6 +616,16 @@ int runTrain(MLIRContext &context) {
   std::optional<weft::plan::Plan> plan = trainingPlan();
   if (!plan)
     return 1;
+  // Top-k's error feedback is state a checkpoint does not hold: a resumed
+  // run would not continue the uncheckpointed one exactly.
+  llvm::Expected<weft::CompressPolicy> policy =
+      weft::parseCompressPolicy(plan->compress());
+  if (!policy)
+    return trainError(llvm::toString(policy.takeError()));
+  if (!resumeDir.empty() && weft::codecForAxes(*policy, {"dp"}) == "topk")
+    return trainError("--resume with compress=dp:topk: the error-feedback "
+                      "residuals are not in checkpoints, so the resumed run "
+                      "would differ; use dp:topk_noef or another codec");
   if (!tracePath.empty() && plan->pp() <= 1)
     return trainError("--trace records a pipeline's steps: give a plan with "
                       "pp > 1");
