@@ -130,14 +130,15 @@ HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
     float amax = 0;
     for (int64_t i = start; i < end; ++i)
       amax = std::max(amax, std::fabs(in[i]));
-    if (amax == 0 || !std::isfinite(amax)) {
-      // Nothing to scale (zeros), or a non-finite value: sent as is, so an
-      // overflow stays visible to loss scaling.
+    float scale = amax / top;
+    if (amax == 0 || !std::isfinite(amax) || scale == 0) {
+      // Nothing to scale (zeros, or magnitudes so small the scale
+      // underflows), or a non-finite value: sent as is, so an overflow stays
+      // visible to loss scaling.
       for (int64_t i = start; i < end; ++i)
-        result[i] = amax == 0 ? 0.0f : in[i];
+        result[i] = in[i];
       continue;
     }
-    float scale = amax / top;
     for (int64_t i = start; i < end; ++i) {
       float v = in[i] / scale;
       float q = codec == Codec::FP8 ? roundToE4M3(v)

@@ -100,6 +100,14 @@ TEST(Codec, RoundTripErrorIsBoundedPerBlock) {
   }
   HostTensor zeros(DType::F32, {300});
   EXPECT_EQ(roundTrip(zeros, Codec::Int8).floats, zeros.floats);
+  // Magnitudes whose scale would underflow go as they are (never NaN).
+  HostTensor tiny(DType::F32, {4});
+  tiny.floats = {1e-45f, 0.0f, -1e-45f, 0.0f};
+  for (Codec codec : {Codec::FP8, Codec::Int8})
+    EXPECT_EQ(roundTrip(tiny, codec).floats, tiny.floats);
+  HostTensor infinite(DType::F32, {2});
+  infinite.floats = {INFINITY, 1.0f};
+  EXPECT_EQ(roundTrip(infinite, Codec::Int8).floats[0], INFINITY);
   HostTensor ints(DType::I64, {3});
   ints.ints = {1, 2, 3};
   EXPECT_EQ(roundTrip(ints, Codec::Int8).ints, ints.ints);
