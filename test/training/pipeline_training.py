@@ -274,7 +274,11 @@ def main():
                 if layers == 8:
                     chosen = [c for c in chosen if c[2] == 4]
                 if layers > 2 and not options.all:
-                    chosen = chosen[::4] + [c for c in chosen if "stages=" in c[0]]
+                    # The sample and the uneven stages, each once: a pair run
+                    # twice at once would write the same log and checkpoints.
+                    sample = chosen[::4]
+                    chosen = sample + [c for c in chosen
+                                       if "stages=" in c[0] and c not in sample]
                 # The unpartitioned runs: m micro-batches per step as
                 # --grad-accum m, per recompute mode.
                 references = {}
