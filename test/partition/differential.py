@@ -355,6 +355,31 @@ def check_bytes(stderr, partitioned):
     return None
 
 
+def committed_model(name, suffix=""):
+    """A committed export (test/models/NAME/NAME-opset17SUFFIX.onnx) and its
+    test inputs: (path, [input paths])."""
+    data = os.path.join(ROOT, "test", "models", name, "test_data_set_0")
+    inputs = sorted(os.path.join(data, f) for f in os.listdir(data)
+                    if f.startswith("input_"))
+    return (os.path.join(ROOT, "test", "models", name,
+                         name + "-opset17" + suffix + ".onnx"), inputs)
+
+
+def random_model(tmp, index, seed):
+    """A random transformer (random_transformer.generate(seed)) written to
+    tmp/random<index>/ with its inputs: (config, model path, [input paths])."""
+    directory = os.path.join(tmp, "random%d" % index)
+    config, text, tensors = random_transformer.generate(seed)
+    os.makedirs(directory)
+    with open(os.path.join(directory, "model.mlir"), "w") as f:
+        f.write(text)
+    paths = []
+    for position, tensor in enumerate(tensors):
+        paths.append(os.path.join(directory, "input_%d.npy" % position))
+        np.save(paths[-1], tensor)
+    return config, os.path.join(directory, "model.mlir"), paths
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--weft", required=True)
@@ -367,27 +392,14 @@ def main():
     # programs the planner builds at its own batch.
     for name, suffix in itertools.product(["gpt2", "bert", "llama"],
                                           ["", "-dynamic"]):
-        data = os.path.join(ROOT, "test", "models", name, "test_data_set_0")
-        inputs = sorted(os.path.join(data, f) for f in os.listdir(data)
-                        if f.startswith("input_"))
-        models.append((name + suffix, os.path.join(
-            ROOT, "test", "models", name, name + "-opset17" + suffix + ".onnx"),
-            inputs))
+        models.append((name + suffix,) + committed_model(name, suffix))
     failures, counts = [], {"ok": 0, "skipped": 0, "failed": 0}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(options.random):
-            directory = os.path.join(tmp, "random%d" % seed)
-            config, text, tensors = random_transformer.generate(1000 + seed)
-            os.makedirs(directory)
-            with open(os.path.join(directory, "model.mlir"), "w") as f:
-                f.write(text)
-            paths = []
-            for index, tensor in enumerate(tensors):
-                paths.append(os.path.join(directory, "input_%d.npy" % index))
-                np.save(paths[-1], tensor)
+            config, model, paths = random_model(tmp, seed, 1000 + seed)
             models.append(("random%d(%s)" % (seed, ",".join(
                 "%s=%s" % (k, v) for k, v in config.items() if k != "seed")),
-                os.path.join(directory, "model.mlir"), paths))
+                model, paths))
         jobs = []
         with concurrent.futures.ThreadPoolExecutor(options.jobs) as pool:
             for name, model, inputs in models:

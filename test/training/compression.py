@@ -43,9 +43,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "partition"))
-import random_transformer  # noqa: E402
 from differential import (COLLECTIVE, CODEC, check_bytes, check_identity,  # noqa: E402
-                          collective_bytes, input_array, mesh_sizes, run)
+                          collective_bytes, committed_model, mesh_sizes, random_model,
+                          run)
 
 # What a codec may cost a forward pass (largest error over the output's
 # largest magnitude); int8 and fp8 are per-block scaled.
@@ -205,26 +205,12 @@ def main():
     parser.add_argument("--random", type=int, default=3, help="random transformers")
     parser.add_argument("--steps", type=int, default=200)
     options = parser.parse_args()
-    models = []
-    for name in ["gpt2", "llama", "bert"]:
-        data = os.path.join(ROOT, "test", "models", name, "test_data_set_0")
-        inputs = sorted(os.path.join(data, f) for f in os.listdir(data)
-                        if f.startswith("input_"))
-        models.append((name, os.path.join(ROOT, "test", "models", name,
-                                          name + "-opset17.onnx"), inputs))
+    models = [(name,) + committed_model(name) for name in ["gpt2", "llama", "bert"]]
     rows, failures = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(options.random):
-            directory = os.path.join(tmp, "random%d" % seed)
-            os.makedirs(directory)
-            config, text, tensors = random_transformer.generate(2000 + seed)
-            with open(os.path.join(directory, "model.mlir"), "w") as f:
-                f.write(text)
-            paths = []
-            for index, tensor in enumerate(tensors):
-                paths.append(os.path.join(directory, "input_%d.npy" % index))
-                np.save(paths[-1], tensor)
-            models.append(("random%d" % seed, os.path.join(directory, "model.mlir"), paths))
+            _, model, paths = random_model(tmp, seed, 2000 + seed)
+            models.append(("random%d" % seed, model, paths))
         for name, model, inputs in models:
             got, failed = forward(options.weft, name, model, inputs, tmp,
                                   not name.startswith("bert"))
