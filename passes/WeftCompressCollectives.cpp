@@ -43,24 +43,16 @@ struct WeftCompressCollectives
       Operation *op = collective.getOperation();
       // A codec already set (the loss's statistics are pinned to none by
       // the partitioner) stays.
-      if (!takesCodec(op) || op->hasAttr("codec") ||
-          op->getNumOperands() == 0 ||
-          !isa<FloatType>(cast<RankedTensorType>(op->getOperand(0).getType())
-                              .getElementType()))
+      if (!takesCodec(op) || op->hasAttr("codec"))
         return;
       std::vector<std::string> axes;
       for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>())
         axes.push_back(axis.str());
       std::optional<CollectiveCodec> codec =
           symbolizeCollectiveCodec(codecForAxes(*parsed, axes));
-      // Top-k sends a summed gradient's largest elements: summing
-      // all-reduces only; the group's other collectives go uncompressed.
-      auto reduce = dyn_cast<AllReduceOp>(op);
-      if (codec && isTopK(*codec) &&
-          (!reduce || (reduce.getKind() != ReductionKind::sum &&
-                       reduce.getKind() != ReductionKind::avg)))
-        return;
-      if (codec && *codec != CollectiveCodec::none)
+      // Integer collectives, and for top-k all but summing all-reduces, go
+      // uncompressed.
+      if (codec && *codec != CollectiveCodec::none && codecApplies(op, *codec))
         op->setAttr("codec",
                     CollectiveCodecAttr::get(op->getContext(), *codec));
     });

@@ -82,6 +82,18 @@ int64_t weft::getCollectiveBytesSent(Operation *op, int64_t n) {
   return collectiveBytesSent(collective.getCollectiveKind(), bytes, n);
 }
 
+bool weft::codecApplies(Operation *op, CollectiveCodec codec) {
+  if (codec == CollectiveCodec::none)
+    return true;
+  if (op->getNumOperands() == 0 ||
+      !isa<FloatType>(
+          cast<RankedTensorType>(op->getOperand(0).getType()).getElementType()))
+    return false;
+  auto reduce = dyn_cast<AllReduceOp>(op);
+  return !isTopK(codec) || (reduce && (reduce.getKind() == ReductionKind::sum ||
+                                       reduce.getKind() == ReductionKind::avg));
+}
+
 CollectiveCodec weft::getCollectiveCodec(Operation *op) {
   if (auto codec = op->getAttrOfType<CollectiveCodecAttr>("codec"))
     return codec.getValue();

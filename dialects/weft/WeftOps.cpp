@@ -855,14 +855,11 @@ static FailureOr<int64_t> verifyGroup(Operation *op, FlatSymbolRefAttr meshRef,
            << stringifyCollectiveCodec(codec)
            << " compresses floats; this collective sends "
            << op->getOperand(0).getType() << " (drop the codec)";
-  if (isTopK(codec)) {
-    auto reduce = dyn_cast<AllReduceOp>(op);
-    if (!reduce || (reduce.getKind() != ReductionKind::sum &&
-                    reduce.getKind() != ReductionKind::avg))
-      return op->emitOpError("codec ")
-             << stringifyCollectiveCodec(codec)
-             << " sends a summed gradient's largest elements: only an "
-                "all_reduce sum or avg takes it";
+  if (!codecApplies(op, codec)) {
+    return op->emitOpError("codec ")
+           << stringifyCollectiveCodec(codec)
+           << " sends a summed gradient's largest elements: only an "
+              "all_reduce sum or avg takes it";
   }
   int64_t size = 1;
   llvm::StringSet<> seen;

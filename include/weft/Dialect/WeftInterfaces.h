@@ -170,6 +170,11 @@ inline bool isTopK(CollectiveCodec codec) {
 int64_t codecWireBytes(int64_t numElements, int64_t elementBytes, bool isFloat,
                        CollectiveCodec codec);
 
+/// Whether collective `op` can send under `codec`: none always; otherwise a
+/// float operand, and for top-k a summing all_reduce. The verifier refuses
+/// the others and -weft-compress-collectives skips them.
+bool codecApplies(mlir::Operation *op, CollectiveCodec codec);
+
 /// Bytes a tensor of `type` takes on the wire under `codec`.
 int64_t getWireBytes(mlir::Type type, CollectiveCodec codec);
 
