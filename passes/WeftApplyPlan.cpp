@@ -251,6 +251,9 @@ namespace {
 struct PlanDegrees {
   int64_t dp = 1, tp = 1, cp = 1, ulysses = 1;
   bool sp = false;
+  /// AxoNN's 3-D tensor-parallel grid (1 x 1 x 1: unused).
+  int64_t gx = 1, gy = 1, gz = 1;
+  bool threeD() const { return gx * gy * gz > 1; }
 };
 
 struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
@@ -259,7 +262,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
   /// The degrees to apply: the options, or the plan file's, which must
   /// not hold fields that this program cannot apply.
   LogicalResult readPlan(ModuleOp module, PlanDegrees &degrees) {
-    degrees = {dp, tp, cp, ulysses, sp};
+    degrees = {dp, tp, cp, ulysses, sp, gx, gy, gz};
     if (planFile.empty())
       return success();
     llvm::Expected<plan::Plan> chosen = readPlanFile(planFile);
@@ -279,6 +282,9 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     degrees.cp = std::max(1, chosen->cp());
     degrees.ulysses = std::max(1, chosen->ulysses());
     degrees.sp = chosen->sequence_parallel();
+    degrees.gx = std::max(1, chosen->gx());
+    degrees.gy = std::max(1, chosen->gy());
+    degrees.gz = std::max(1, chosen->gz());
     return success();
   }
 
@@ -287,8 +293,16 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     PlanDegrees d;
     if (failed(readPlan(module, d)))
       return signalPassFailure();
-    if (d.dp < 1 || d.tp < 1 || d.cp < 1 || d.ulysses < 1) {
+    if (d.dp < 1 || d.tp < 1 || d.cp < 1 || d.ulysses < 1 || d.gx < 1 ||
+        d.gy < 1 || d.gz < 1) {
       module.emitError("plan degrees must be at least 1");
+      return signalPassFailure();
+    }
+    if (d.threeD() && (d.tp > 1 || d.cp > 1 || d.ulysses > 1 || d.sp)) {
+      module.emitError(
+          "plan: 3-D tensor parallelism (tp3d) takes the place of Megatron's "
+          "tp and does not combine with tp, sp, cp or ulysses yet; use tp3d "
+          "with dp (and pp)");
       return signalPassFailure();
     }
     if (d.sp && d.tp == 1)
@@ -318,7 +332,20 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         pp = stages.getInt();
     OpBuilder mb(module.getBodyRegion());
     mb.setInsertionPointToStart(module.getBody());
-    if (pp > 1)
+    if (d.threeD()) {
+      // The 3-D grid's axes: gz (depth) major, gx minor, as AxoNN lays
+      // its groups out (the gx all-reduces are the largest).
+      SmallVector<StringRef> names;
+      SmallVector<int64_t> sizes;
+      if (pp > 1) {
+        names.push_back("pp");
+        sizes.push_back(pp);
+      }
+      names.append({"dp", "gz", "gy", "gx"});
+      sizes.append({d.dp, d.gz, d.gy, d.gx});
+      MeshOp::create(mb, module.getLoc(), "mesh", mb.getStrArrayAttr(names),
+                     sizes);
+    } else if (pp > 1)
       MeshOp::create(mb, module.getLoc(), "mesh",
                      mb.getStrArrayAttr({"pp", "dp", "cp", "ulysses", "tp"}),
                      ArrayRef<int64_t>{pp, d.dp, d.cp, d.ulysses, d.tp});
@@ -341,7 +368,6 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
   /// Annotates one function (the model, or one pipeline stage) under `d`.
   LogicalResult annotate(func::FuncOp func, const PlanDegrees &d, int64_t vocab,
                          OpBuilder &mb) {
-    ModuleOp module = getOperation();
     SmallVector<Value> residuals = layerResiduals(func);
     SmallVector<AttentionOp> attentions;
     func.walk([&](AttentionOp op) { attentions.push_back(op); });
@@ -357,6 +383,13 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       auto q = att.getQ().getType(), k = att.getK().getType();
       int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1);
       seq = q.getDimSize(2);
+      if (d.threeD() && (heads % d.gy || kvHeads % d.gy)) {
+        att.emitError("plan: the ")
+            << heads << " attention heads (" << kvHeads
+            << " KV heads) are not divisible by gy (" << d.gy
+            << "), the 3-D grid's axis that splits them";
+        return failure();
+      }
       if (heads % (d.tp * d.ulysses)) {
         att.emitError("plan: the ")
             << heads << " attention heads are not divisible by tp x ulysses ("
@@ -396,14 +429,17 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           axes.push_back(name);
       return axes;
     };
-    SmallVector<std::string, 2> batchAxes = axesFor({{"dp", d.dp}});
+    SmallVector<std::string, 2> batchAxes =
+        axesFor({{"dp", d.dp}, {"gz", d.gz}});
+    const int64_t batchSplit = d.dp * d.gz;
     SmallVector<std::string, 2> seqAxes =
         axesFor({{"cp", d.cp}, {"ulysses", d.ulysses}});
     SmallVector<std::string, 2> residualSeq =
         axesFor({{"cp", d.cp}, {"ulysses", d.ulysses}, {"tp", d.sp ? d.tp : 1}});
     SmallVector<std::string, 2> tpAxes = axesFor({{"tp", d.tp}});
     SmallVector<std::string, 2> headAxes =
-        axesFor({{"tp", d.tp}, {"ulysses", d.ulysses}});
+        d.threeD() ? axesFor({{"gy", d.gy}})
+                   : axesFor({{"tp", d.tp}, {"ulysses", d.ulysses}});
     SmallVector<std::string, 2> cpAxes = axesFor({{"cp", d.cp}});
 
     // A [batch, sequence, ...] activation: batch and sequence split.
@@ -412,7 +448,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       if (!type || type.getRank() < 1)
         return;
       TensorSharding s = TensorSharding::replicated(type.getRank());
-      if (type.getDimSize(0) % std::max<int64_t>(d.dp, 1) == 0)
+      if (type.getDimSize(0) % batchSplit == 0)
         s.dims[0].assign(batchAxes.begin(), batchAxes.end());
       if (type.getRank() >= 2 && seq && type.getDimSize(1) == seq)
         s.dims[1].assign(seqSplit.begin(), seqSplit.end());
@@ -420,10 +456,11 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     };
     if (func.getNumArguments() &&
         cast<RankedTensorType>(func.getArgument(0).getType()).getDimSize(0) %
-            d.dp) {
+            batchSplit) {
       func.emitError("plan: the batch (")
           << cast<RankedTensorType>(func.getArgument(0).getType()).getDimSize(0)
-          << ") is not divisible by dp (" << d.dp << ")";
+          << ") is not divisible by dp" << (d.gz > 1 ? " x gz" : "") << " ("
+          << batchSplit << ")";
       return failure();
     }
     // A [batch, sequence, hidden] activation between layers.
@@ -454,8 +491,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
                      mb.getStrArrayAttr({"cp"}));
     }
 
-    // Megatron's tensor parallelism on the weights.
-    if (d.tp > 1) {
+    // Megatron's tensor parallelism on the weights (or AxoNN's 3-D).
+    if (d.tp > 1 || d.threeD()) {
       llvm::DenseSet<Operation *> column, row;
       for (AttentionOp att : attentions) {
         // Backward from Q, K, V to the first linear on each path.
@@ -516,6 +553,11 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         s.dims[dim].assign(tpAxes.begin(), tpAxes.end());
         setSharding(v, mesh, s);
       };
+      if (d.threeD()) {
+        annotate3d(func, column, row, d, mesh);
+        return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
+                               isResidual);
+      }
       for (Operation *op : column) {
         auto linear = cast<LinearOp>(op);
         annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 0 : 1);
@@ -532,14 +574,99 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           annotateWeight(e.getTable(), 0);
       });
     }
-    // Outputs: batch over dp, sequence as the inputs; what a pipeline stage
-    // sends on as the residual stream between layers (with Megatron SP, the
-    // next stage receives the tp-split sequence).
+    return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
+                           isResidual);
+  }
+
+  /// AxoNN's 3-D tensor parallelism on the weights: the linears that read
+  /// the residual stream (`column`) contract over gx and split their
+  /// outputs over gy; those that give it back (`row`) contract over gy and
+  /// split their outputs over gx, so the first's output feeds the second
+  /// unchanged. Every such weight is stored split over gz as well and
+  /// all-gathered before use. The token embedding's vocabulary goes over gy,
+  /// like the output layer's.
+  void annotate3d(func::FuncOp func, const llvm::DenseSet<Operation *> &column,
+                  const llvm::DenseSet<Operation *> &row, const PlanDegrees &d,
+                  StringRef mesh) {
+    // Splits `dim` of a weight over `axis` (when it divides), keeping what
+    // another use of the same weight (a tied embedding) has put there.
+    auto sizeOf = [&](StringRef axis) -> int64_t {
+      return axis == "gx"   ? d.gx
+             : axis == "gy" ? d.gy
+             : axis == "gz" ? d.gz
+                            : 1;
+    };
+    auto split = [&](Value v, int64_t dim, StringRef axis, int64_t size) {
+      auto param = v.getDefiningOp<ParameterOp>();
+      auto type = cast<RankedTensorType>(v.getType());
+      if (!param || size == 1 || dim >= type.getRank())
+        return;
+      TensorSharding s =
+          getSharding(v).value_or(TensorSharding::replicated(type.getRank()));
+      int64_t already = 1;
+      for (const std::string &held : s.dims[dim])
+        already *= sizeOf(held);
+      if (s.uses(axis) || type.getDimSize(dim) % (already * size))
+        return;
+      s.dims[dim].push_back(axis.str());
+      setSharding(v, mesh, s);
+    };
+    auto store = [&](Value v) {
+      auto param = v.getDefiningOp<ParameterOp>();
+      auto type = cast<RankedTensorType>(v.getType());
+      if (!param || d.gz == 1 || type.getRank() != 2)
+        return;
+      TensorSharding s =
+          getSharding(v).value_or(TensorSharding::replicated(type.getRank()));
+      int64_t split = 1;
+      for (const std::string &axis : s.dims[0])
+        split *= sizeOf(axis);
+      if (type.getDimSize(0) % (split * d.gz) == 0)
+        param->setAttr(WeftDialect::getStoredOverAttrName(),
+                       OpBuilder(param).getStrArrayAttr({"gz"}));
+    };
+    for (Operation *op : column) {
+      auto linear = cast<LinearOp>(op);
+      bool t = linear.getTransposeWeight();
+      split(linear.getWeight(), t ? 1 : 0, "gx", d.gx);
+      split(linear.getWeight(), t ? 0 : 1, "gy", d.gy);
+      if (linear.getBias())
+        split(linear.getBias(), 0, "gy", d.gy);
+    }
+    for (Operation *op : row) {
+      auto linear = cast<LinearOp>(op);
+      bool t = linear.getTransposeWeight();
+      split(linear.getWeight(), t ? 1 : 0, "gy", d.gy);
+      split(linear.getWeight(), t ? 0 : 1, "gx", d.gx);
+      if (linear.getBias())
+        split(linear.getBias(), 0, "gx", d.gx);
+    }
+    func.walk([&](EmbeddingOp e) {
+      if (isa<BlockArgument>(e.getIndices()))
+        split(e.getTable(), 0, "gy", d.gy);
+    });
+    for (auto set : {&column, &row})
+      for (Operation *op : *set)
+        store(cast<LinearOp>(op).getWeight());
+  }
+
+  /// Outputs: batch over dp, sequence as the inputs; what a pipeline stage
+  /// sends on as the residual stream between layers (with Megatron SP, the
+  /// next stage receives the tp-split sequence).
+  LogicalResult annotateOutputs(
+      func::FuncOp func, const PlanDegrees &d, ArrayRef<std::string> batchAxes,
+      ArrayRef<std::string> seqAxes, ArrayRef<std::string> residualSeq,
+      llvm::function_ref<bool(RankedTensorType)> isResidual) {
+    ModuleOp module = getOperation();
+    StringRef mesh = "mesh";
+    int64_t seq = 0;
+    func.walk(
+        [&](AttentionOp att) { seq = att.getQ().getType().getDimSize(2); });
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
     for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
       auto type = cast<RankedTensorType>(value.getType());
       TensorSharding s = TensorSharding::replicated(type.getRank());
-      if (type.getRank() >= 1 && type.getDimSize(0) % d.dp == 0)
+      if (type.getRank() >= 1 && type.getDimSize(0) % (d.dp * d.gz) == 0)
         s.dims[0].assign(batchAxes.begin(), batchAxes.end());
       bool sent =
           (func.getResultAttr(index, WeftDialect::getSentToAttrName()) ||

@@ -150,6 +150,14 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                 "on a function";
     return success();
   }
+  if (attr.getName() == WeftDialect::getStoredOverAttrName()) {
+    auto axes = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!isa<ParameterOp>(op) || !axes || axes.empty() ||
+        !llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }))
+      return op->emitError() << "'weft.stored_over' is a non-empty list of "
+                                "mesh axes on a weft.parameter";
+    return success();
+  }
   if (attr.getName() == WeftDialect::getContextParallelAttrName()) {
     if (!isa<AttentionOp>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.context_parallel' is a list of mesh "

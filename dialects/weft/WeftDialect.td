@@ -56,6 +56,14 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getLoadBalancedAttrName() {
       return ::llvm::StringLiteral("weft.load_balanced");
     }
+    /// On a `weft.parameter`: mesh axes over which each rank stores only a
+    /// shard of its (already split) weight, an array of names. The
+    /// partitioner splits the weight's first dimension further over them
+    /// and all-gathers it before use (AxoNN's depth axis, FSDP); the
+    /// gradient of that gather is a reduce-scatter.
+    static constexpr ::llvm::StringLiteral getStoredOverAttrName() {
+      return ::llvm::StringLiteral("weft.stored_over");
+    }
     /// On a `weft.layer`: the shardings of its body's arguments, an array
     /// with one `#weft.sharding` per input (a layer's inputs are resharded to
     /// these at its boundary).

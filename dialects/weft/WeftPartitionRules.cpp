@@ -140,8 +140,39 @@ LogicalResult weft::partitionWhole(Operation *op, PartitionState &state) {
   return success();
 }
 
+/// A weight stored over more axes than it is used with (`weft.stored_over`,
+/// AxoNN's depth axis): each rank keeps the shard of its first dimension
+/// split further over those axes, and all-gathers it where it is used.
 LogicalResult ParameterOp::partition(PartitionState &state) {
-  return partitionWhole(*this, state);
+  auto stored =
+      (*this)->getAttrOfType<ArrayAttr>(WeftDialect::getStoredOverAttrName());
+  if (!stored || stored.empty())
+    return partitionWhole(*this, state);
+  Value result = getResult();
+  TensorSharding want = state.target(result);
+  TensorSharding storage = want;
+  auto type = cast<RankedTensorType>(result.getType());
+  int64_t split = 1;
+  for (StringAttr axis : stored.getAsRange<StringAttr>()) {
+    if (storage.uses(axis.getValue()))
+      return emitError("stored over mesh axis '")
+             << axis.getValue() << "', which already splits it";
+    storage.dims.front().push_back(axis.getValue().str());
+  }
+  split = state.mesh().product(storage.dims.front());
+  if (type.getRank() < 1 || type.getDimSize(0) % split)
+    return emitError("the weight's first dimension (")
+           << (type.getRank() ? type.getDimSize(0) : 0)
+           << ") is not divisible by the " << split
+           << " shards it is stored in; store it over fewer axes";
+  Operation *copy = state.builder().clone(*getOperation());
+  copy->removeAttr(WeftDialect::getShardingAttrName());
+  copy->removeAttr(WeftDialect::getStoredOverAttrName());
+  TensorSharding whole = TensorSharding::replicated(type.getRank());
+  Value shard =
+      state.reshard(getLoc(), copy->getResult(0), std::move(whole), storage);
+  state.setResult(result, state.reshard(getLoc(), shard, storage, want), want);
+  return success();
 }
 LogicalResult ConstantOp::partition(PartitionState &state) {
   return partitionWhole(*this, state);

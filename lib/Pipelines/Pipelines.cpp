@@ -22,6 +22,9 @@ WeftApplyPlanOptions weft::applyPlanOptions(const plan::Plan &plan) {
   options.cp = std::max(1, plan.cp());
   options.ulysses = std::max(1, plan.ulysses());
   options.sp = plan.sequence_parallel();
+  options.gx = std::max(1, plan.gx());
+  options.gy = std::max(1, plan.gy());
+  options.gz = std::max(1, plan.gz());
   return options;
 }
 

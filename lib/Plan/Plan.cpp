@@ -128,6 +128,15 @@ std::string weft::codecForAxes(const CompressPolicy &policy,
   return kCodecs[std::max(mildest, 0)];
 }
 
+bool weft::uses3dTensorParallel(const plan::Plan &plan) {
+  return plan.gx() > 1 || plan.gy() > 1 || plan.gz() > 1;
+}
+
+int64_t weft::tensor3dSize(const plan::Plan &plan) {
+  return int64_t(std::max(1, plan.gx())) * std::max(1, plan.gy()) *
+         std::max(1, plan.gz());
+}
+
 static bool isTrue(llvm::StringRef value) {
   std::string lower = value.lower();
   return lower == "1" || lower == "on" || lower == "true" || lower == "yes";
@@ -256,6 +265,21 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
       if (!policy)
         return bad(llvm::toString(policy.takeError()));
       plan.set_compress(formatCompressPolicy(*policy));
+    } else if (key == "tp3d") {
+      llvm::SmallVector<llvm::StringRef> parts;
+      llvm::StringRef(lower).split(parts, 'x');
+      int64_t g[3] = {0, 0, 0};
+      bool good = parts.size() == 3;
+      for (size_t i = 0; good && i < 3; ++i)
+        good = !parts[i].trim().getAsInteger(10, g[i]) && g[i] >= 1 &&
+               g[i] <= (1 << 12);
+      if (!good)
+        return bad("'tp3d' is AxoNN's 3-D tensor-parallel grid Gx x Gy x Gz, "
+                   "three counts joined by 'x' (tp3d=2x2x2), got '" +
+                   value + "'");
+      plan.set_gx(int(g[0]));
+      plan.set_gy(int(g[1]));
+      plan.set_gz(int(g[2]));
     } else if (key == "stages") {
       llvm::SmallVector<llvm::StringRef> parts;
       value.split(parts, '/');
@@ -269,7 +293,7 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
     } else {
       return bad("unknown key '" + key +
                  "'; keys are dp, tp, pp, cp, ulysses, sp, tp-overlap, mbs, "
-                 "m, v, schedule, zero, recompute, stages, compress");
+                 "m, v, schedule, zero, recompute, stages, compress, tp3d");
     }
   }
   // v > 1 alone means the interleaved schedule.
@@ -287,6 +311,10 @@ std::string weft::formatPlanSpec(const plan::Plan &plan) {
       ",mbs=" + std::to_string(plan.micro_batch());
   if (plan.num_micro_batches())
     text += ",m=" + std::to_string(plan.num_micro_batches());
+  if (uses3dTensorParallel(plan))
+    text += ",tp3d=" + std::to_string(std::max(1, plan.gx())) + "x" +
+            std::to_string(std::max(1, plan.gy())) + "x" +
+            std::to_string(std::max(1, plan.gz()));
   text += std::string(",schedule=") + scheduleName(plan.schedule());
   if (plan.virtual_stages() > 1)
     text += ",v=" + std::to_string(plan.virtual_stages());

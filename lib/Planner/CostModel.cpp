@@ -68,6 +68,14 @@ CostModel::~CostModel() = default;
 // Communication
 //===----------------------------------------------------------------------===//
 
+/// The 3-D tensor-parallel grid of a plan as a cache key ("" without one).
+static std::string gridKey(const plan::Plan &plan) {
+  if (!uses3dTensorParallel(plan))
+    return "";
+  return std::to_string(plan.gx()) + ":" + std::to_string(plan.gy()) + ":" +
+         std::to_string(plan.gz());
+}
+
 double CostModel::collectiveTime(CollectiveKind kind, double bytes,
                                  int64_t size, int64_t stride) const {
   return Network(clusterSpec).collectiveTime(kind, bytes, size, stride);
@@ -167,10 +175,17 @@ bool CostModel::exactProfile(const ProgramShape &shape, int64_t microBatch,
     return false;
   auto [found, inserted] = exactCache.try_emplace(shape);
   ShapeProfiles &entry = found->second;
+  // The smallest micro-batch the program splits: 3-D tensor parallelism's
+  // depth axis splits it gz ways.
+  const int64_t unit = std::max<int64_t>(1, shape.gz);
   if (inserted) {
     // Two micro-batch sizes give every other one (counts are affine in it).
-    if (measure(shape, 1, entry.one, entry.error) &&
-        measure(shape, 2, entry.two, entry.error))
+    std::string unused;
+    if (unit > 1 && (!programs->hasMicroBatch(unit, unused) ||
+                     !programs->hasMicroBatch(2 * unit, unused)))
+      entry.affine = false; // built at each micro-batch below
+    else if (measure(shape, unit, entry.one, entry.error) &&
+             measure(shape, 2 * unit, entry.two, entry.error))
       entry.affine = sameOps(entry.one, entry.two);
   }
   if (!entry.error.empty()) {
@@ -178,7 +193,8 @@ bool CostModel::exactProfile(const ProgramShape &shape, int64_t microBatch,
     return false;
   }
   if (entry.affine) {
-    auto [w1, w2] = linearWeights(double(microBatch), 1, 2);
+    auto [w1, w2] =
+        linearWeights(double(microBatch), double(unit), double(2 * unit));
     terms = {{&entry.one, w1}, {&entry.two, w2}};
     return true;
   }
@@ -201,7 +217,7 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
   // the programs at the corners (micro-batch 1 and 2, tp 2 and 4, ulysses 2
   // and 4) give all of them. That needs every dimension a member splits to
   // divide by its degrees, as it does for built-in models (checkPlan).
-  if (ownModel || exactPrograms)
+  if (ownModel || exactPrograms || uses3dTensorParallel(plan))
     return false;
   const int64_t tp = plan.tp(), u = plan.ulysses();
   if ((tp > 1 && modelSpec.vocab() % (tp * 4) && modelSpec.vocab() % tp) ||
@@ -253,8 +269,9 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
 
 const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   const int64_t dp = std::max(1, plan.dp());
-  BlockKey key{plan.micro_batch(),       plan.tp(), plan.ulysses(), plan.cp(),
-               plan.sequence_parallel(), 0,         plan.compress()};
+  BlockKey key{
+      plan.micro_batch(),       plan.tp(), plan.ulysses(),  plan.cp(),
+      plan.sequence_parallel(), 0,         plan.compress(), gridKey(plan)};
   if (lastBlocks) {
     BlockKey last = key;
     if (lastDpDependent)
@@ -280,9 +297,7 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   // those collectives are costed at the plan's dp. A program with such
   // collectives has a dp = 1 form of its own (nothing gathered), built
   // for plans without data parallelism.
-  ProgramShape shape{
-      byDp && dp == 1 ? 1 : 2,  plan.tp(),      plan.cp(), plan.ulysses(),
-      plan.sequence_parallel(), plan.compress()};
+  ProgramShape shape = ProgramShape::of(plan, byDp && dp == 1 ? 1 : 2);
   ProfileTerms terms;
   auto startCombine = std::chrono::steady_clock::now();
   double programsBefore = stats.programSeconds;
@@ -332,10 +347,10 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       if (op.collective) {
         if (op.axes & kDpAxis)
           byDp = true;
-        int64_t group =
-            groupSize(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
-        int64_t stride =
-            groupStride(op.axes, dp, plan.cp(), plan.ulysses(), plan.tp());
+        AxisSizes sizes = AxisSizes::of(plan);
+        sizes.dp = dp;
+        int64_t group = groupSize(op.axes, sizes);
+        int64_t stride = groupStride(op.axes, sizes);
         // The codec the program's collective carries: raw bytes are
         // interpolated exactly, then encoded.
         CollectiveCodec codec =
@@ -424,10 +439,8 @@ const BlockCost &CostModel::headCost(const plan::Plan &plan) {
 
 OwningOpRef<ModuleOp> CostModel::rankProgram(const plan::Plan &plan,
                                              std::string &error) {
-  ProgramShape shape{
-      std::max(1, plan.dp()),   plan.tp(),      plan.cp(), plan.ulysses(),
-      plan.sequence_parallel(), plan.compress()};
-  return programs->build(shape, plan.micro_batch(), error);
+  return programs->build(ProgramShape::of(plan, std::max(1, plan.dp())),
+                         plan.micro_batch(), error);
 }
 
 std::string CostModel::rankProgramText(const plan::Plan &plan) {
@@ -461,11 +474,36 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
            "--flash-attention=false rules out; split the sequence with "
            "ulysses or sp instead";
   int64_t gpus = int64_t(plan.dp()) * plan.tp() * plan.pp() * plan.cp() *
-                 plan.ulysses();
+                 plan.ulysses() * tensor3dSize(plan);
   if (gpus > totalGpus(clusterSpec)) {
-    os << "the plan needs " << gpus << " GPUs (dp*tp*pp*cp*ulysses) but the "
+    os << "the plan needs " << gpus << " GPUs (dp*tp*pp*cp*ulysses"
+       << (uses3dTensorParallel(plan) ? "*gx*gy*gz" : "") << ") but the "
        << "cluster has " << totalGpus(clusterSpec);
     return why;
+  }
+  if (uses3dTensorParallel(plan)) {
+    if (plan.gx() < 1 || plan.gy() < 1 || plan.gz() < 1)
+      return "the 3-D tensor-parallel grid's degrees must be at least 1";
+    if (plan.tp() > 1 || plan.cp() > 1 || plan.ulysses() > 1 ||
+        plan.sequence_parallel() || plan.tp_comm_overlap())
+      return "3-D tensor parallelism (tp3d) takes the place of Megatron's tp "
+             "and does not combine with tp, sp, tp-overlap, cp or ulysses";
+    if (m.heads() % plan.gy() || m.kv_heads() % plan.gy()) {
+      os << "heads (" << m.heads() << ", " << m.kv_heads()
+         << " KV) are not divisible by gy=" << plan.gy();
+      return why;
+    }
+    int64_t g = int64_t(plan.gx()) * plan.gy() * plan.gz();
+    if (m.hidden() % g || m.ffn_hidden() % g) {
+      os << "hidden (" << m.hidden() << ") and ffn_hidden (" << m.ffn_hidden()
+         << ") must be divisible by gx*gy*gz (" << g << ")";
+      return why;
+    }
+    if (plan.micro_batch() % plan.gz()) {
+      os << "the micro-batch (" << plan.micro_batch()
+         << ") is split over gz=" << plan.gz() << " and must divide by it";
+      return why;
+    }
   }
   if (plan.tp() > clusterSpec.gpus_per_node() && !plan.tp_across_nodes()) {
     os << "tp=" << plan.tp() << " does not fit in a node of "
@@ -699,7 +737,7 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
                          recompute + (zb ? 0 : layer.backwardWeight);
   double layerWeight = zb ? layer.backwardWeight : 0;
   const double shard = dataParallelShard(plan);
-  const int64_t shardStride = int64_t(plan.tp());
+  const int64_t shardStride = int64_t(plan.tp()) * tensor3dSize(plan);
   for (int c = 0; c < v; ++c)
     for (int s = 0; s < p; ++s) {
       int vs = c * p + s;
@@ -754,20 +792,23 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
     }
   double activation =
       stageActivationBytes(plan, trainingConfig.seq_len(), modelSpec.hidden());
-  int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() * plan.dp();
+  int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() *
+                     plan.dp() * tensor3dSize(plan);
   times.p2p =
       p > 1 ? collectiveTime(CollectiveKind::Send, activation, 2, ppStride) : 0;
 }
 
 double planner::stageActivationBytes(const plan::Plan &plan,
                                      int64_t sequenceLength, int64_t hidden) {
-  // One rank's block of the residual stream: the micro-batch, its sequence
-  // split over cp and ulysses (and tp with Megatron SP), bf16.
+  // One rank's block of the residual stream: the micro-batch (split over gz
+  // with 3-D tensor parallelism), its sequence split over cp and ulysses
+  // (and tp with Megatron SP), bf16.
   double bytes = double(plan.micro_batch()) * sequenceLength / plan.cp() /
                  plan.ulysses() * hidden * kWeightBytes;
   if (plan.sequence_parallel())
     bytes /= plan.tp();
-  return bytes;
+  // AxoNN's depth axis splits the micro-batch.
+  return bytes / std::max(1, plan.gz());
 }
 
 PipelineSchedule CostModel::pipelineSchedule(const plan::Plan &plan) {
@@ -814,7 +855,7 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
                                      double stageParams, double lastBackward,
                                      double firstForward, double shard) {
   DataParallelCost cost;
-  const int64_t stride = plan.tp();
+  const int64_t stride = int64_t(plan.tp()) * tensor3dSize(plan);
   if (shard > 1 && plan.zero_stage() < 3) {
     // Under a compression policy the gradients (and ZeRO's parameter
     // gathers) go encoded, and encoding and decoding take memory passes.
@@ -904,8 +945,9 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
 }
 
 bool CostModel::isMeasured(const plan::Plan &plan) const {
-  BlockKey key{plan.micro_batch(),       plan.tp(), plan.ulysses(), plan.cp(),
-               plan.sequence_parallel(), 0,         plan.compress()};
+  BlockKey key{
+      plan.micro_batch(),       plan.tp(), plan.ulysses(),  plan.cp(),
+      plan.sequence_parallel(), 0,         plan.compress(), gridKey(plan)};
   if (cache.count(key))
     return true;
   FamilyKey family{plan.tp() > 1, plan.ulysses() > 1, plan.cp(),
@@ -913,9 +955,7 @@ bool CostModel::isMeasured(const plan::Plan &plan) const {
   auto found = familyCache.find(family);
   if (found != familyCache.end() && found->second.valid)
     return true;
-  return exactCache.count(ProgramShape{2, plan.tp(), plan.cp(), plan.ulysses(),
-                                       plan.sequence_parallel(),
-                                       plan.compress()});
+  return exactCache.count(ProgramShape::of(plan, 2));
 }
 
 double CostModel::relativeWorkBound(const plan::Plan &plan) {
@@ -973,7 +1013,7 @@ void CostModel::evaluate(plan::Plan &plan,
       plan.add_stage_layers(n);
   }
   plan.set_gpus_used(int64_t(plan.dp()) * plan.tp() * plan.pp() * plan.cp() *
-                     plan.ulysses());
+                     plan.ulysses() * tensor3dSize(plan));
   fillMemory(plan);
   const int p = plan.pp(), v = virtualStages(plan);
   const int m = plan.num_micro_batches();

@@ -6,6 +6,9 @@
 
 #include "weft/Planner/RankProgram.h"
 
+#include "llvm/ADT/StringSwitch.h"
+#include <array>
+
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Pipelines/Pipelines.h"
@@ -164,6 +167,9 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
   degrees.set_cp(int(shape.cp));
   degrees.set_ulysses(int(shape.ulysses));
   degrees.set_sequence_parallel(shape.sp);
+  degrees.set_gx(int(shape.gx));
+  degrees.set_gy(int(shape.gy));
+  degrees.set_gz(int(shape.gz));
   buildPartitionPipeline(pm, applyPlanOptions(degrees), shape.compress);
   if (!training.flash_attention())
     pm.addNestedPass<func::FuncOp>(createWeftDecomposeAttention());
@@ -191,6 +197,10 @@ static bool isPersistent(Value value) {
     return true;
   if (auto slice = dyn_cast<AllSliceOp>(def))
     return isPersistent(slice.getInput());
+  // A weight stored in shards (weft.stored_over) and gathered before use is
+  // still a weight: gathered again when needed, not kept as an activation.
+  if (auto gather = dyn_cast<AllGatherOp>(def))
+    return isPersistent(gather.getInput());
   return false;
 }
 
@@ -218,23 +228,74 @@ static double bytesOf(Value value, bool maskOnly) {
                   : double(getTensorBytes(type));
 }
 
-int64_t planner::groupSize(unsigned axes, int64_t dp, int64_t cp,
-                           int64_t ulysses, int64_t tp) {
-  return (axes & kDpAxis ? dp : 1) * (axes & kCpAxis ? cp : 1) *
-         (axes & kUlyssesAxis ? ulysses : 1) * (axes & kTpAxis ? tp : 1);
+ProgramShape ProgramShape::of(const plan::Plan &plan, int64_t dp) {
+  ProgramShape shape;
+  shape.dp = dp;
+  shape.tp = std::max(1, plan.tp());
+  shape.cp = std::max(1, plan.cp());
+  shape.ulysses = std::max(1, plan.ulysses());
+  shape.sp = plan.sequence_parallel();
+  shape.compress = plan.compress();
+  shape.gx = std::max(1, plan.gx());
+  shape.gy = std::max(1, plan.gy());
+  shape.gz = std::max(1, plan.gz());
+  return shape;
 }
 
-int64_t planner::groupStride(unsigned axes, int64_t dp, int64_t cp,
-                             int64_t ulysses, int64_t tp) {
-  // Row-major over (dp, cp, ulysses, tp): the minor axis of the group sets
-  // the distance.
-  if (axes & kTpAxis)
-    return 1;
-  if (axes & kUlyssesAxis)
-    return tp;
-  if (axes & kCpAxis)
-    return tp * ulysses;
-  return tp * ulysses * cp;
+AxisSizes AxisSizes::of(const plan::Plan &plan) {
+  AxisSizes sizes;
+  sizes.dp = std::max(1, plan.dp());
+  sizes.cp = std::max(1, plan.cp());
+  sizes.ulysses = std::max(1, plan.ulysses());
+  sizes.tp = std::max(1, plan.tp());
+  sizes.gx = std::max(1, plan.gx());
+  sizes.gy = std::max(1, plan.gy());
+  sizes.gz = std::max(1, plan.gz());
+  return sizes;
+}
+
+unsigned planner::meshAxisBit(llvm::StringRef axis) {
+  return llvm::StringSwitch<unsigned>(axis)
+      .Case("dp", kDpAxis)
+      .Case("cp", kCpAxis)
+      .Case("ulysses", kUlyssesAxis)
+      .Case("tp", kTpAxis)
+      .Case("gx", kGxAxis)
+      .Case("gy", kGyAxis)
+      .Case("gz", kGzAxis)
+      .Default(0);
+}
+
+/// The axes major to minor, with their bits and sizes.
+static std::array<std::pair<unsigned, int64_t>, 7>
+orderedAxes(const AxisSizes &s) {
+  return {{{kDpAxis, s.dp},
+           {kGzAxis, s.gz},
+           {kCpAxis, s.cp},
+           {kUlyssesAxis, s.ulysses},
+           {kGyAxis, s.gy},
+           {kGxAxis, s.gx},
+           {kTpAxis, s.tp}}};
+}
+
+int64_t planner::groupSize(unsigned axes, const AxisSizes &sizes) {
+  int64_t size = 1;
+  for (auto [bit, n] : orderedAxes(sizes))
+    if (axes & bit)
+      size *= n;
+  return size;
+}
+
+int64_t planner::groupStride(unsigned axes, const AxisSizes &sizes) {
+  // Row-major: the axes minor to the group's minor axis set the distance.
+  int64_t stride = 1;
+  auto ordered = orderedAxes(sizes);
+  for (auto it = ordered.rbegin(); it != ordered.rend(); ++it) {
+    if (axes & it->first)
+      return stride;
+    stride *= it->second;
+  }
+  return stride;
 }
 
 namespace {
@@ -288,16 +349,22 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
       int64_t out =
           op->getNumResults() ? getTensorBytes(op->getResult(0).getType()) : 0;
       record.fullBytes = std::max(in, out);
+      AxisSizes sizes;
+      for (auto [axis, size] : llvm::zip(meshInfo.axes, meshInfo.sizes)) {
+        for (auto [name, field] : {std::make_pair("dp", &sizes.dp),
+                                   {"cp", &sizes.cp},
+                                   {"ulysses", &sizes.ulysses},
+                                   {"tp", &sizes.tp},
+                                   {"gx", &sizes.gx},
+                                   {"gy", &sizes.gy},
+                                   {"gz", &sizes.gz}})
+          if (axis == name)
+            *field = size;
+      }
       for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>())
-        record.axes |= axis == "dp"        ? kDpAxis
-                       : axis == "cp"      ? kCpAxis
-                       : axis == "ulysses" ? kUlyssesAxis
-                       : axis == "tp"      ? kTpAxis
-                                           : 0u;
-      record.stride =
-          groupStride(record.axes, meshInfo.size("dp"), meshInfo.size("cp"),
-                      meshInfo.size("ulysses"), meshInfo.size("tp"));
-      bool overTp = record.axes & kTpAxis, overCp = record.axes & kCpAxis;
+        record.axes |= meshAxisBit(axis);
+      record.stride = groupStride(record.axes, sizes);
+      bool overTp = record.axes & kTensorAxes, overCp = record.axes & kCpAxis;
       record.commClass = overTp ? CommClass::TensorParallel
                          : overCp && record.kind == CollectiveKind::Permute
                              ? CommClass::Ring

@@ -46,6 +46,12 @@ def plans():
             continue
         spec = "dp=%d,tp=%d,sp=%d,ulysses=%d,cp=%d" % (dp, tp, sp, ulysses, cp)
         grid.append((spec, tp * ulysses * cp * dp))
+    # AxoNN's 3-D tensor parallelism: each axis alone, each pair, the cube,
+    # 4-way on one axis, and with dp.
+    for dp, gx, gy, gz in [(1, 2, 1, 1), (1, 1, 2, 1), (1, 1, 1, 2), (1, 2, 2, 1),
+                           (1, 2, 1, 2), (1, 1, 2, 2), (1, 2, 2, 2), (1, 4, 2, 1),
+                           (2, 2, 2, 1), (2, 1, 4, 1)]:
+        grid.append(("dp=%d,tp3d=%dx%dx%d" % (dp, gx, gy, gz), dp * gx * gy * gz))
     return grid
 
 

@@ -2,7 +2,8 @@
 """Differential test of pipelined training: `weft train` with pp in {2, 4}, each
 schedule (GPipe, 1F1B, interleaved with v = 2, ZB-H1, ZeroPP's step order),
 m in {p, 2p} micro-batches, uneven stage boundaries and each recompute mode,
-combined with tp, Megatron SP, dp, Ulysses and ring attention (cp) up to 8
+combined with tp, Megatron SP, dp, Ulysses, ring attention (cp) and AxoNN's
+3-D tensor parallelism (tp3d=1x2x2) up to 8
 simulated devices, on
 GPT-2-, BERT- and LLaMA-style models of 2, 4 and 8 layers (the modules of
 test/models/export_models.py exported in training mode, as
@@ -59,7 +60,8 @@ MODELS = {
 }
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
              ("zeropp", 1)]
-INNER = ["", "tp=2", "tp=2,sp=true", "dp=2", "ulysses=2", "dp=2,tp=2", "cp=2"]
+INNER = ["", "tp=2", "tp=2,sp=true", "dp=2", "ulysses=2", "dp=2,tp=2", "cp=2",
+         "tp3d=1x2x2"]
 
 
 def export(name, layers, path):
@@ -230,7 +232,10 @@ def plans(layers):
                 n = 1
                 for item in filter(None, inner.split(",")):
                     key, value = item.split("=")
-                    n *= int(value) if key in ("tp", "dp", "ulysses", "cp") else 1
+                    if key == "tp3d":
+                        n *= int(np.prod([int(g) for g in value.split("x")]))
+                    else:
+                        n *= int(value) if key in ("tp", "dp", "ulysses", "cp") else 1
                 if p * n > 8 or (schedule == "zeropp" and "tp" in inner):
                     continue
                 for m in (p, 2 * p):

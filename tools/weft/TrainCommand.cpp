@@ -762,8 +762,8 @@ int runTrain(MLIRContext &context) {
     module->print(out);
   }
   bool partitioned = plan->dp() > 1 || plan->tp() > 1 || plan->ulysses() > 1 ||
-                     plan->cp() > 1 || plan->sequence_parallel() ||
-                     devices > 1 || pipelined;
+                     weft::uses3dTensorParallel(*plan) || plan->cp() > 1 ||
+                     plan->sequence_parallel() || devices > 1 || pipelined;
   if (partitioned) {
     PassManager pm(&context);
     weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan),

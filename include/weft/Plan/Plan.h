@@ -36,8 +36,8 @@ struct PlanSpec {
 
 /// Parses "tp=8,pp=8,dp=16,mbs=1,m=32,v=3,schedule=interleaved,zero=1,
 /// recompute=full,sp=1,cp=2,ulysses=2,tp-overlap=1,stages=12/12/11/13,
-/// compress=dp:int8,tp:bf16" (the items after compress= that have no '='
-/// continue its policy).
+/// compress=dp:int8,tp:bf16,tp3d=2x2x2" (the items after compress= that
+/// have no '=' continue its policy; tp3d is Gx x Gy x Gz).
 /// Errors start with `origin` (the option the text came from) and the text,
 /// name the key and say what it takes; a key given twice is an error.
 llvm::Expected<PlanSpec> parsePlanSpec(llvm::StringRef text,
@@ -85,6 +85,12 @@ std::string formatCompressPolicy(const CompressPolicy &policy);
 /// none.
 std::string codecForAxes(const CompressPolicy &policy,
                          llvm::ArrayRef<std::string> axes);
+
+/// Whether `plan` uses AxoNN's 3-D tensor parallelism (gx, gy or gz > 1).
+bool uses3dTensorParallel(const plan::Plan &plan);
+/// gx x gy x gz (unset axes count 1): the GPUs of one model replica's 3-D
+/// tensor-parallel grid.
+int64_t tensor3dSize(const plan::Plan &plan);
 
 /// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
 const char *scheduleName(plan::Schedule schedule);

@@ -257,8 +257,10 @@ private:
   /// for the programs
   /// that have no collective over dp in forward (their costs do not
   /// depend on it), which are most.
+  /// (mbs, tp, ulysses, cp, sp, dp when the program depends on it,
+  /// compress, the 3-D grid as gx:gy:gz).
   using BlockKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t,
-                              std::string>;
+                              std::string, std::string>;
   std::map<BlockKey, Blocks> cache;
   std::set<BlockKey> dpDependent;
   BlockKey lastKey;

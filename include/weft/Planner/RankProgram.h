@@ -51,10 +51,13 @@ struct ProgramShape {
   /// The plan's compression policy (plan::Plan::compress): the program's
   /// collectives carry its codecs.
   std::string compress;
+  /// AxoNN's 3-D tensor-parallel grid (plan::Plan::gx, gy, gz).
+  int64_t gx = 1, gy = 1, gz = 1;
+  static ProgramShape of(const plan::Plan &plan, int64_t dp);
   bool operator<(const ProgramShape &other) const {
-    return std::tie(dp, tp, cp, ulysses, sp, compress) <
+    return std::tie(dp, tp, cp, ulysses, sp, compress, gx, gy, gz) <
            std::tie(other.dp, other.tp, other.cp, other.ulysses, other.sp,
-                    other.compress);
+                    other.compress, other.gx, other.gy, other.gz);
   }
 };
 
@@ -127,20 +130,35 @@ struct OpRecord {
   CollectiveCodec codec = CollectiveCodec::none;
 };
 
-/// The partition pipeline's mesh axes, major to minor, as bits.
+/// The partition pipeline's mesh axes as bits. Its meshes are (dp, cp,
+/// ulysses, tp) and, with AxoNN's 3-D tensor parallelism, (dp, gz, gy, gx):
+/// both are the order dp, gz, cp, ulysses, gy, gx, tp with the unused axes
+/// of size 1.
 enum MeshAxes : unsigned {
   kDpAxis = 1,
   kCpAxis = 2,
   kUlyssesAxis = 4,
-  kTpAxis = 8
+  kTpAxis = 8,
+  kGxAxis = 16,
+  kGyAxis = 32,
+  kGzAxis = 64,
+  /// The axes of one model replica's tensor parallelism.
+  kTensorAxes = kTpAxis | kGxAxis | kGyAxis | kGzAxis
 };
 
-/// The size of a group over `axes` on the mesh (dp, cp, ulysses, tp) of the
-/// given sizes, and the distance between its consecutive ranks.
-int64_t groupSize(unsigned axes, int64_t dp, int64_t cp, int64_t ulysses,
-                  int64_t tp);
-int64_t groupStride(unsigned axes, int64_t dp, int64_t cp, int64_t ulysses,
-                    int64_t tp);
+/// The sizes of the mesh axes (1 for an axis a mesh does not have).
+struct AxisSizes {
+  int64_t dp = 1, cp = 1, ulysses = 1, tp = 1, gx = 1, gy = 1, gz = 1;
+  static AxisSizes of(const plan::Plan &plan);
+};
+
+/// The bit of a mesh axis by name (0 for pp and unknown names).
+unsigned meshAxisBit(llvm::StringRef axis);
+
+/// The size of a group over `axes` on a mesh of the given sizes, and the
+/// distance between its consecutive ranks.
+int64_t groupSize(unsigned axes, const AxisSizes &sizes);
+int64_t groupStride(unsigned axes, const AxisSizes &sizes);
 
 /// What a block keeps for backward and holds as weights, in bytes/elements.
 struct BlockMemory {
