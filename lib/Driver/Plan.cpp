@@ -298,6 +298,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   SearchOptions options;
   options.top = request.top;
   options.tpAcrossNodes = request.tpAcrossNodes;
+  options.tensor3d = request.tensor3d;
   options.boundFromRelatives = request.boundFromRelatives;
   options.progress = request.progress;
   if (!request.exportFramework.empty()) {
@@ -448,6 +449,33 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     note << " (tried " << tried
          << "). Codecs change the training numerics: compare the loss with "
             "an uncompressed run before relying on it.\n";
+  }
+  // When the answer is AxoNN's grid: what Megatron's tensor parallelism
+  // would have given (the same search without grids).
+  if (!result.plans.empty() && uses3dTensorParallel(result.plans.front())) {
+    SearchOptions megatron = options;
+    megatron.tensor3d = false;
+    megatron.progress = nullptr;
+    SearchResult plain = search(megatron, policies);
+    set.set_search_seconds(set.search_seconds() + plain.seconds);
+    llvm::raw_string_ostream note(outcome.tensor3d);
+    const plan::Plan &answer = result.plans.front();
+    if (plain.plans.empty()) {
+      note << "3-D tensor parallelism changes the answer: no plan without it "
+              "fits\n";
+    } else {
+      addSafer(plain, policies);
+      preferRobust(plain.plans, costModel, outcome.band, tolerance);
+      note << llvm::format(
+          "3-D tensor parallelism changes the answer: AxoNN's grid "
+          "tp3d=%dx%dx%d is predicted %.4g s, %.1f%% faster than the answer "
+          "with Megatron's tensor parallelism (%s, %.4g s)\n",
+          answer.gx(), answer.gy(), answer.gz(), answer.time().step_s(),
+          100 * (plain.plans.front().time().step_s() / answer.time().step_s() -
+                 1),
+          describePlan(plain.plans.front()).c_str(),
+          plain.plans.front().time().step_s());
+    }
   }
   if (int(result.plans.size()) > request.top)
     result.plans.resize(request.top);

@@ -87,6 +87,9 @@ void weft::registerWeftPipelines() {
         apply.cp = options.cp;
         apply.ulysses = options.ulysses;
         apply.sp = options.sp;
+        apply.gx = options.gx;
+        apply.gy = options.gy;
+        apply.gz = options.gz;
         apply.loadBalance = options.loadBalance;
         apply.planFile = options.planFile;
         buildPartitionPipeline(pm, apply, options.compress);

@@ -22,6 +22,8 @@ std::string planner::describePlan(const plan::Plan &p) {
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "dp=" << p.dp() << " tp=" << p.tp() << " pp=" << p.pp();
+  if (uses3dTensorParallel(p))
+    os << " tp3d=" << p.gx() << "x" << p.gy() << "x" << p.gz();
   if (p.cp() > 1)
     os << " cp=" << p.cp();
   if (p.ulysses() > 1)
@@ -55,7 +57,11 @@ void planner::printPlanTable(llvm::raw_ostream &os,
                "#", "dp", "tp", "pp", "cp", "uly", "sp", "mbs", "m", "schedule",
                "zero", "recompute", "step(s)", "tokens/s", "MFU", "mem(GiB)",
                "bubble", "comm");
-  os << (compressed ? "  compress\n" : "\n");
+  // And a 3-D tensor-parallel column (Gx x Gy x Gz) only when a plan has
+  // one.
+  bool grid = llvm::any_of(
+      plans, [](const plan::Plan &p) { return uses3dTensorParallel(p); });
+  os << (grid ? "  tp3d " : "") << (compressed ? "  compress\n" : "\n");
   int rank = 0;
   for (const plan::Plan &p : plans) {
     ++rank;
@@ -68,6 +74,13 @@ void planner::printPlanTable(llvm::raw_ostream &os,
                  p.tokens_per_s(), 100 * p.mfu(), p.memory().total_gib(),
                  100 * p.time().bubble_fraction(),
                  100 * p.time().comm_fraction());
+    if (grid)
+      os << format("  %-5s",
+                   uses3dTensorParallel(p)
+                       ? (std::to_string(p.gx()) + "x" +
+                          std::to_string(p.gy()) + "x" + std::to_string(p.gz()))
+                             .c_str()
+                       : "-");
     if (compressed)
       os << "  " << (p.compress().empty() ? "-" : p.compress());
     os << "\n";

@@ -18,10 +18,12 @@ using namespace weft;
 using namespace weft::planner;
 
 static auto planKey(const plan::Plan &p) {
+  // Megatron's tensor parallelism before AxoNN's grid at equal times: it is
+  // what frameworks commonly run.
   return std::make_tuple(p.zero_stage(), int(p.recompute()),
-                         p.sequence_parallel(), -p.dp(), p.tp(), p.pp(),
-                         p.cp(), p.ulysses(), p.micro_batch(),
-                         int(p.schedule()), p.virtual_stages());
+                         p.sequence_parallel(), -p.dp(), tensor3dSize(p),
+                         p.tp(), p.pp(), p.cp(), p.ulysses(), p.micro_batch(),
+                         int(p.schedule()), p.virtual_stages(), p.gx(), p.gy());
 }
 
 bool planner::planBefore(const plan::Plan &a, const plan::Plan &b) {
@@ -34,8 +36,8 @@ bool planner::planBefore(const plan::Plan &a, const plan::Plan &b) {
 
 static bool sameShape(const plan::Plan &a, const plan::Plan &b) {
   return a.dp() == b.dp() && a.tp() == b.tp() && a.pp() == b.pp() &&
-         a.cp() == b.cp() && a.ulysses() == b.ulysses() &&
-         a.schedule() == b.schedule() &&
+         a.cp() == b.cp() && a.ulysses() == b.ulysses() && a.gx() == b.gx() &&
+         a.gy() == b.gy() && a.gz() == b.gz() && a.schedule() == b.schedule() &&
          a.virtual_stages() == b.virtual_stages();
 }
 
@@ -58,6 +60,26 @@ SearchResult planner::searchPlans(CostModel &model,
     if (spec.heads() % tp == 0 && spec.ffn_hidden() % tp == 0 &&
         (spec.kv_heads() % tp == 0 || tp % spec.kv_heads() == 0))
       tps.push_back(tp);
+  // The tensor-parallel forms: Megatron's tp, then AxoNN's grids.
+  struct Tensor {
+    int64_t tp = 1, gx = 1, gy = 1, gz = 1;
+    int64_t size() const { return tp * gx * gy * gz; }
+    bool grid() const { return gx * gy * gz > 1; }
+  };
+  std::vector<Tensor> tensors;
+  for (int64_t tp : tps)
+    tensors.push_back({tp, 1, 1, 1});
+  if (options.tensor3d)
+    for (int64_t gx = 1; gx <= perNode; gx *= 2)
+      for (int64_t gy = 1; gx * gy <= perNode; gy *= 2)
+        for (int64_t gz = 1; gz <= 4; gz *= 2) {
+          int64_t g = gx * gy * gz;
+          if (gx * gy < 4 || ((gx == 1 || gy == 1) && gz == 1) || g > gpus ||
+              spec.heads() % gy || spec.kv_heads() % gy || spec.hidden() % g ||
+              spec.ffn_hidden() % g)
+            continue;
+          tensors.push_back({1, gx, gy, gz});
+        }
 
   // The plans kept: the best per mesh shape and schedule, best first.
   std::vector<plan::Plan> best;
@@ -103,17 +125,19 @@ SearchResult planner::searchPlans(CostModel &model,
   auto lastReport = start;
   double reported = 0;
   size_t tpIndex = 0;
-  for (int64_t tp : tps) {
+  for (const Tensor &tensor : tensors) {
     ++tpIndex;
+    const int64_t tp = tensor.tp;
     for (int64_t u = 1; u <= 64; u *= 2) {
-      if (spec.heads() % (tp * u) ||
+      // AxoNN's grids take the place of every other head and sequence split.
+      if ((tensor.grid() && u > 1) || spec.heads() % (tp * u) ||
           std::max<int64_t>(1, spec.kv_heads() / tp) % u || seq % u)
         break;
       for (int64_t cp = 1; cp <= 64; cp *= 2) {
-        if (seq % (cp * u * (cp > 1 ? 2 : 1)) ||
+        if ((tensor.grid() && cp > 1) || seq % (cp * u * (cp > 1 ? 2 : 1)) ||
             (cp > 1 && !model.training().flash_attention()))
           break;
-        int64_t inner = tp * u * cp;
+        int64_t inner = tensor.size() * u * cp;
         if (inner > gpus)
           break;
         for (int64_t pp = 1; pp <= layers && inner * pp <= gpus; ++pp) {
@@ -122,9 +146,9 @@ SearchResult planner::searchPlans(CostModel &model,
             if (now - lastReport > std::chrono::milliseconds(50)) {
               lastReport = now;
               // Never backwards: the inner loops restart pp.
-              reported = std::max(reported,
-                                  (tpIndex - 1 + double(pp) / layers) /
-                                      tps.size());
+              reported =
+                  std::max(reported, (tpIndex - 1 + double(pp) / layers) /
+                                         tensors.size());
               options.progress(reported);
             }
           }
@@ -153,7 +177,7 @@ SearchResult planner::searchPlans(CostModel &model,
               for (int v : {2, 3, 4, 6, 8})
                 if (layers % (pp * v) == 0 && micro % pp == 0)
                   schedules.push_back({plan::SCHEDULE_INTERLEAVED, v});
-              if (tp == 1)
+              if (tp == 1 && !tensor.grid())
                 for (int v : {1, 2})
                   if (layers % (pp * v) == 0)
                     schedules.push_back({plan::SCHEDULE_ZEROPP, v});
@@ -169,6 +193,11 @@ SearchResult planner::searchPlans(CostModel &model,
                 candidate.set_compress(policies[(dp > 1) | (cp > 1) << 1 |
                                                 (u > 1) << 2 | (tp > 1) << 3]);
                 candidate.set_tp(tp);
+                if (tensor.grid()) {
+                  candidate.set_gx(int(tensor.gx));
+                  candidate.set_gy(int(tensor.gy));
+                  candidate.set_gz(int(tensor.gz));
+                }
                 candidate.set_pp(pp);
                 candidate.set_cp(cp);
                 candidate.set_ulysses(u);
@@ -267,9 +296,23 @@ std::string planner::outsideSearchSpace(const CostModel &model,
     return "tp, cp and ulysses are searched over powers of two";
   if (plan.tp() > model.cluster().gpus_per_node() && !options.tpAcrossNodes)
     return "tp spans nodes";
+  if (uses3dTensorParallel(plan)) {
+    int64_t gx = plan.gx(), gy = plan.gy(), gz = plan.gz();
+    if (!options.tensor3d)
+      return "3-D tensor parallelism is not searched (--tp3d=false)";
+    if (!powerOfTwo(gx) || !powerOfTwo(gy) || !powerOfTwo(gz) || gz > 4)
+      return "the 3-D grid is searched over powers of two, gz up to 4";
+    if (gx * gy > model.cluster().gpus_per_node())
+      return "the 3-D grid's weight split (gx*gy) spans nodes";
+    if (gx * gy < 4 || ((gx == 1 || gy == 1) && gz == 1))
+      return "3-D grids are searched with weights split at least 4 ways "
+             "(gx*gy >= 4), over both gx and gy or with gz > 1 (one axis "
+             "alone is Megatron's tp)";
+  }
   if (plan.micro_batch() > options.maxMicroBatch)
     return "micro-batch above the searched maximum";
-  int64_t inner = int64_t(plan.tp()) * plan.cp() * plan.ulysses() * plan.pp();
+  int64_t inner = int64_t(plan.tp()) * plan.cp() * plan.ulysses() * plan.pp() *
+                  tensor3dSize(plan);
   int64_t dp = totalGpus(model.cluster()) / inner;
   int64_t batch = model.training().global_batch();
   while (dp > 1 && batch % dp)

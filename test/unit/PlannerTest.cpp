@@ -522,3 +522,85 @@ TEST(PlannerRisk, PreferRobustWithinTolerance) {
   EXPECT_EQ(preferRobust(strict, model, band, 0.03).chosen, 0u);
   EXPECT_EQ(strict[0].pp(), 2);
 }
+
+// AxoNN's 3-D tensor parallelism: the plan form parses and prints, the
+// checks refuse what the partitioner cannot run, and the forward bytes per
+// rank the cost model reads from the partitioned program equal the closed
+// form of the algorithm (docs/cost-model.md, "3-D tensor parallelism"):
+// each weight's gz shard all-gathered, partial sums over gx after the
+// linears that read the residual stream and over gy after those that give it
+// back, and the residual stream gathered back over gx.
+TEST(PlannerTensor3d, PlanFormChecksAndForwardBytes) {
+  llvm::Expected<PlanSpec> spec = parsePlanSpec("dp=2,tp3d=2x4x1,mbs=4");
+  ASSERT_TRUE(bool(spec));
+  EXPECT_EQ(spec->plan.gx(), 2);
+  EXPECT_EQ(spec->plan.gy(), 4);
+  EXPECT_EQ(spec->plan.gz(), 1);
+  EXPECT_TRUE(uses3dTensorParallel(spec->plan));
+  EXPECT_EQ(tensor3dSize(spec->plan), 8);
+  EXPECT_NE(formatPlanSpec(spec->plan).find(",tp3d=2x4x1"), std::string::npos);
+  for (const char *bad : {"tp3d=2x2", "tp3d=2x0x1", "tp3d=axbxc"}) {
+    auto refused = parsePlanSpec(bad);
+    EXPECT_FALSE(bool(refused)) << bad;
+    llvm::consumeError(refused.takeError());
+  }
+  // One mesh order for both meshes: dp, gz, cp, ulysses, gy, gx, tp.
+  AxisSizes sizes;
+  sizes.dp = 2;
+  sizes.gz = 2;
+  sizes.gy = 4;
+  sizes.gx = 2;
+  EXPECT_EQ(groupSize(kGxAxis | kGyAxis, sizes), 8);
+  EXPECT_EQ(groupStride(kGxAxis, sizes), 1);
+  EXPECT_EQ(groupStride(kGyAxis, sizes), 2);
+  EXPECT_EQ(groupStride(kGzAxis, sizes), 8);
+  EXPECT_EQ(groupStride(kDpAxis, sizes), 16);
+
+  plan::ModelSpec gpt = gpt22b();
+  gpt.set_layers(2);
+  gpt.set_hidden(64);
+  gpt.set_heads(4);
+  gpt.set_kv_heads(4);
+  gpt.set_ffn_hidden(256);
+  gpt.set_vocab(512);
+  gpt.set_seq_len(128);
+  plan::TrainingConfig training = megatron2022(4);
+  training.set_seq_len(128);
+  training.set_dropout(false);
+  CostModel model(gpt, *parseClusterShorthand("a100-80g:8x1"), training);
+  auto plan = [](int gx, int gy, int gz) {
+    plan::Plan p = tpPpPlan(1, 1, /*mbs=*/4, /*numMicroBatches=*/1);
+    p.set_gx(gx);
+    p.set_gy(gy);
+    p.set_gz(gz);
+    return p;
+  };
+  EXPECT_NE(model.checkPlan(plan(2, 8, 1)).find("gy"), std::string::npos);
+  EXPECT_NE(model.checkPlan(plan(1, 1, 8)).find("micro-batch"),
+            std::string::npos);
+  plan::Plan withTp = plan(2, 2, 1);
+  withTp.set_tp(2);
+  EXPECT_NE(model.checkPlan(withTp).find("does not combine"),
+            std::string::npos);
+  const int64_t b = 4, s = 128, h = 64, f = 256, bf16 = 2;
+  for (auto [gx, gy, gz] :
+       {std::make_tuple(2, 2, 2), std::make_tuple(4, 2, 1),
+        std::make_tuple(1, 2, 4), std::make_tuple(2, 4, 1)}) {
+    plan::Plan p = plan(gx, gy, gz);
+    ASSERT_EQ(model.checkPlan(p), "");
+    model.evaluate(p);
+    auto gather = [&](int64_t in, int64_t out) {
+      return (gz - 1) * in * out / (gx * gy * gz) * bf16;
+    };
+    auto allReduce = [&](int64_t n, int64_t elements) {
+      return 2 * (n - 1) * elements / n * bf16;
+    };
+    int64_t rows = b / gz * s;
+    int64_t expected =
+        gather(h, 3 * h) + gather(h, h) + gather(h, f) + gather(f, h) +
+        allReduce(gx, rows * 3 * h / gy) + allReduce(gx, rows * f / gy) +
+        2 * allReduce(gy, rows * h / gx) + 2 * (gx - 1) * rows * h / gx * bf16;
+    EXPECT_EQ(p.forward_comm_bytes_layer(), expected)
+        << gx << "x" << gy << "x" << gz;
+  }
+}

@@ -173,6 +173,11 @@ static cl::opt<std::string> compressOpt(
 static cl::opt<bool> tpAcross("tp-across-nodes",
                               cl::desc("Let tensor parallelism span nodes"),
                               cl::sub(planCommand));
+static cl::opt<bool> tensor3dOpt(
+    "tp3d",
+    cl::desc("Also search AxoNN's 3-D tensor parallelism (grids Gx x Gy x "
+             "Gz; on by default, --tp3d=false searches Megatron's tp only)"),
+    cl::init(true), cl::sub(planCommand));
 static cl::opt<bool> printIr(
     "print-rank-ir",
     cl::desc("Print the weft IR one rank runs for a micro-batch of the first "
@@ -288,6 +293,7 @@ static weft::driver::PlanRequest planRequest() {
   request.top = topOpt;
   request.riskTolerance = riskToleranceOpt;
   request.tpAcrossNodes = tpAcross;
+  request.tensor3d = tensor3dOpt;
   request.compress = compressOpt;
   request.boundFromRelatives = !noRelativeBounds;
   request.evaluate = evaluateOpt;
@@ -371,7 +377,7 @@ int runPlan(MLIRContext &context) {
   }
   const plan::Plan &first = set.plans(0);
   printConfidence(os, *outcome, first);
-  os << outcome->compression;
+  os << outcome->compression << outcome->tensor3d;
   if (explainOpt)
     explainPlans(os, costModel, std::vector<plan::Plan>(set.plans().begin(),
                                                         set.plans().end()));

@@ -166,6 +166,8 @@ struct PlanRequest {
   /// the model's measured spread on published runs; 0: fastest first.
   double riskTolerance = -1;
   bool tpAcrossNodes = false;
+  /// Also search AxoNN's 3-D tensor parallelism (planner::SearchOptions).
+  bool tensor3d = true;
   bool boundFromRelatives = true;
   /// Cost this plan ("tp=8,pp=8,...") instead of searching.
   std::string evaluate;
@@ -200,6 +202,10 @@ struct PlanOutcome {
   /// With compress=auto: what compression changes (the best uncompressed
   /// plan and its time against the answer), for the output and --explain.
   std::string compression;
+  /// When the answer is a 3-D tensor-parallel grid: what it gains over the
+  /// answer with Megatron's tensor parallelism (a second search without
+  /// grids), for the output and --explain.
+  std::string tensor3d;
   /// The model's error band and, after a search, which near-equal plan was
   /// preferred for its lower risk (chosen == 0: the fastest).
   planner::ErrorBand band;

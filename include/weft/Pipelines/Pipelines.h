@@ -47,6 +47,16 @@ struct PartitionPipelineOptions
                           llvm::cl::init(1)};
   Option<bool> sp{*this, "sp", llvm::cl::desc("Megatron sequence parallelism"),
                   llvm::cl::init(false)};
+  Option<int64_t> gx{*this, "gx",
+                     llvm::cl::desc("3-D tensor parallelism: the gx axis"),
+                     llvm::cl::init(1)};
+  Option<int64_t> gy{*this, "gy",
+                     llvm::cl::desc("3-D tensor parallelism: the gy axis"),
+                     llvm::cl::init(1)};
+  Option<int64_t> gz{
+      *this, "gz",
+      llvm::cl::desc("3-D tensor parallelism: the gz (depth) axis"),
+      llvm::cl::init(1)};
   Option<bool> loadBalance{
       *this, "load-balance",
       llvm::cl::desc("Ring attention with mirrored sequence chunks"),

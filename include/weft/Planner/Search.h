@@ -20,6 +20,10 @@ struct SearchOptions {
   int top = 5;
   /// Let tensor parallelism span nodes.
   bool tpAcrossNodes = false;
+  /// Also search AxoNN's 3-D tensor parallelism: grids Gx x Gy x Gz whose
+  /// Gx x Gy (the weight split) fits in a node and is at least 4 (over both
+  /// axes, or over one with Gz > 1), and Gz up to 4.
+  bool tensor3d = true;
   /// Largest micro-batch size tried.
   int maxMicroBatch = 16;
   /// Bound a context-parallel plan from a measured one with a shorter ring

@@ -1221,6 +1221,22 @@ func.func @input_shardings_divide(%x: tensor<6xf32>) {
 
 // -----
 
+func.func @stored_over_not_a_parameter(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'weft.stored_over' is a non-empty list of mesh axes on a weft.parameter}}
+  %0 = weft.exp %x {weft.stored_over = ["gz"]} : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @stored_over_empty() {
+  // expected-error @+1 {{'weft.stored_over' is a non-empty list of mesh axes on a weft.parameter}}
+  %0 = weft.parameter "w" {weft.stored_over = []} : tensor<8x8xf32>
+  return
+}
+
+// -----
+
 func.func @unknown_weft_attribute(%x: tensor<8xf32>) {
   // expected-error @+1 {{unknown weft attribute 'weft.shard' (the dialect defines 'weft.sharding')}}
   %0 = weft.exp %x {weft.shard = 1} : tensor<8xf32>
