@@ -367,7 +367,9 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
                       codecTime(sentAs, at[kFullBytes], encoded, codec);
         block.commBytes += double(
             collectiveBytesSent(sentAs, int64_t(std::llround(operand)), group));
-        if (op.commClass == CommClass::TensorParallel)
+        if (op.commClass == CommClass::WeightGather)
+          block.weightGather += time;
+        else if (op.commClass == CommClass::TensorParallel)
           block.tpComm += time;
         else if (op.commClass == CommClass::Ring)
           ringComm[kind] += time;
@@ -714,6 +716,16 @@ static double exposedTensorParallelComm(const plan::Plan &plan,
                   block.tpComm - gemmScale * block.linearForward);
 }
 
+/// The part of a block's weight gathers (forward) or of its gradients'
+/// reduce-scatters (backward, the same bytes) that its compute in that pass
+/// does not hide: the next block's weights are gathered while this one
+/// computes.
+static double exposedWeightGather(const BlockCost &block, bool backward) {
+  double compute =
+      backward ? block.backwardInput + block.backwardWeight : block.forward;
+  return std::max(0.0, block.weightGather - compute);
+}
+
 void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
   const int p = plan.pp(), v = virtualStages(plan);
   const BlockCost &layer = layerCost(plan);
@@ -727,14 +739,16 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
   times.shardExposed.assign(p * v, 0);
   double tpForward = exposedTensorParallelComm(plan, layer, 1);
   double tpBackward = exposedTensorParallelComm(plan, layer, 2);
-  double layerForward = layer.forward + tpForward + layer.seqComm;
+  double layerForward = layer.forward + tpForward + layer.seqComm +
+                        exposedWeightGather(layer, false);
   double recompute = 0;
   if (plan.recompute() == plan::RECOMPUTE_FULL)
     recompute = layerForward;
   else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
     recompute = layer.attentionCore;
   double layerBackward = layer.backwardInput + tpBackward + layer.seqComm +
-                         recompute + (zb ? 0 : layer.backwardWeight);
+                         recompute + (zb ? 0 : layer.backwardWeight) +
+                         exposedWeightGather(layer, true);
   double layerWeight = zb ? layer.backwardWeight : 0;
   const double shard = dataParallelShard(plan);
   const int64_t shardStride = int64_t(plan.tp()) * tensor3dSize(plan);
@@ -746,12 +760,14 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
       double b = layers * layerBackward;
       double w = layers * layerWeight;
       if (vs == 0) {
-        f += embed.forward + embed.tpComm;
-        b += embed.backwardInput + embed.backwardWeight + embed.tpComm;
+        f += embed.forward + embed.tpComm + exposedWeightGather(embed, false);
+        b += embed.backwardInput + embed.backwardWeight + embed.tpComm +
+             exposedWeightGather(embed, true);
       }
       if (vs == p * v - 1) {
-        f += head.forward + head.tpComm;
-        b += head.backwardInput + head.tpComm + (zb ? 0 : head.backwardWeight);
+        f += head.forward + head.tpComm + exposedWeightGather(head, false);
+        b += head.backwardInput + head.tpComm + (zb ? 0 : head.backwardWeight) +
+             exposedWeightGather(head, true);
         w += zb ? head.backwardWeight : 0;
       }
       if (plan.zero_stage() == 3 && shard > 1) {
@@ -913,12 +929,14 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
   double tpF = exposedTensorParallelComm(plan, b.layer, 1);
   double tpB = exposedTensorParallelComm(plan, b.layer, 2);
-  double layerF = b.layer.forward + tpF + b.layer.seqComm;
+  double layerF = b.layer.forward + tpF + b.layer.seqComm +
+                  exposedWeightGather(b.layer, false);
   double recompute = plan.recompute() == plan::RECOMPUTE_FULL ? layerF
                      : plan.recompute() == plan::RECOMPUTE_SELECTIVE
                          ? b.layer.attentionCore
                          : 0;
-  double layerB = b.layer.backwardInput + tpB + b.layer.seqComm + recompute;
+  double layerB = b.layer.backwardInput + tpB + b.layer.seqComm + recompute +
+                  exposedWeightGather(b.layer, true);
   double layerW = b.layer.backwardWeight;
   double embedWork = b.embedding.forward + b.embedding.backwardInput +
                      b.embedding.backwardWeight + 2 * b.embedding.tpComm;
@@ -1072,16 +1090,18 @@ void CostModel::evaluate(plan::Plan &plan,
   double layers = plan.stage_layers(busiest);
   double recompute = 0;
   if (plan.recompute() == plan::RECOMPUTE_FULL)
-    recompute = layer.forward + layer.tpComm + layer.seqComm;
+    recompute = layer.forward + layer.tpComm + layer.seqComm +
+                exposedWeightGather(layer, false);
   else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
     recompute = layer.attentionCore;
   plan::TimeBreakdown *time = plan.mutable_time();
   time->set_step_s(step);
-  time->set_tp_comm_s(
-      m * layers *
-      (exposedTensorParallelComm(plan, layer, 1) *
-           (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
-       exposedTensorParallelComm(plan, layer, 2)));
+  time->set_tp_comm_s(m * layers *
+                      ((exposedTensorParallelComm(plan, layer, 1) +
+                        exposedWeightGather(layer, false)) *
+                           (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
+                       exposedTensorParallelComm(plan, layer, 2) +
+                       exposedWeightGather(layer, true)));
   time->set_cp_comm_s(m * layers * layer.seqComm *
                       (plan.recompute() == plan::RECOMPUTE_FULL ? 3 : 2));
   time->set_recompute_s(m * layers *
@@ -1137,12 +1157,14 @@ llvm::Expected<plan::Plan> planner::parsePlanSpec(llvm::StringRef text,
     return llvm::createStringError("--evaluate \"" + text.str() + "\": " +
                                    why.str());
   };
-  int64_t others = int64_t(plan.tp()) * plan.pp() * plan.cp() * plan.ulysses();
+  int64_t others = int64_t(plan.tp()) * plan.pp() * plan.cp() * plan.ulysses() *
+                   tensor3dSize(plan);
   if (!spec->dpGiven) {
     int64_t gpus = totalGpus(model.cluster());
     if (gpus % others)
-      return bad("dp is not given and tp*pp*cp*ulysses (" +
-                 llvm::Twine(others) + ") does not divide the " +
+      return bad("dp is not given and tp*pp*cp*ulysses" +
+                 llvm::Twine(uses3dTensorParallel(plan) ? "*gx*gy*gz" : "") +
+                 " (" + llvm::Twine(others) + ") does not divide the " +
                  llvm::Twine(gpus) + " GPUs");
     plan.set_dp(gpus / others);
   }

@@ -365,7 +365,11 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
         record.axes |= meshAxisBit(axis);
       record.stride = groupStride(record.axes, sizes);
       bool overTp = record.axes & kTensorAxes, overCp = record.axes & kCpAxis;
-      record.commClass = overTp ? CommClass::TensorParallel
+      record.commClass = record.kind == CollectiveKind::AllGather &&
+                                 op->getNumOperands() &&
+                                 isPersistent(op->getOperand(0))
+                             ? CommClass::WeightGather
+                         : overTp ? CommClass::TensorParallel
                          : overCp && record.kind == CollectiveKind::Permute
                              ? CommClass::Ring
                              : CommClass::Sequence;

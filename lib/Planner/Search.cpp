@@ -72,7 +72,7 @@ SearchResult planner::searchPlans(CostModel &model,
   if (options.tensor3d)
     for (int64_t gx = 1; gx <= perNode; gx *= 2)
       for (int64_t gy = 1; gx * gy <= perNode; gy *= 2)
-        for (int64_t gz = 1; gz <= 4; gz *= 2) {
+        for (int64_t gz = 1; gz <= 8; gz *= 2) {
           int64_t g = gx * gy * gz;
           if (gx * gy < 4 || ((gx == 1 || gy == 1) && gz == 1) || g > gpus ||
               spec.heads() % gy || spec.kv_heads() % gy || spec.hidden() % g ||
@@ -140,7 +140,10 @@ SearchResult planner::searchPlans(CostModel &model,
         int64_t inner = tensor.size() * u * cp;
         if (inner > gpus)
           break;
-        for (int64_t pp = 1; pp <= layers && inner * pp <= gpus; ++pp) {
+        // AxoNN's grids are searched as its 4D algorithm runs them, without
+        // pipeline stages (the plan form takes pp; the search does not try it).
+        const int64_t maxPp = tensor.grid() ? 1 : layers;
+        for (int64_t pp = 1; pp <= maxPp && inner * pp <= gpus; ++pp) {
           if (options.progress) {
             auto now = Clock::now();
             if (now - lastReport > std::chrono::milliseconds(50)) {
@@ -300,10 +303,13 @@ std::string planner::outsideSearchSpace(const CostModel &model,
     int64_t gx = plan.gx(), gy = plan.gy(), gz = plan.gz();
     if (!options.tensor3d)
       return "3-D tensor parallelism is not searched (--tp3d=false)";
-    if (!powerOfTwo(gx) || !powerOfTwo(gy) || !powerOfTwo(gz) || gz > 4)
-      return "the 3-D grid is searched over powers of two, gz up to 4";
+    if (!powerOfTwo(gx) || !powerOfTwo(gy) || !powerOfTwo(gz) || gz > 8)
+      return "the 3-D grid is searched over powers of two, gz up to 8";
     if (gx * gy > model.cluster().gpus_per_node())
       return "the 3-D grid's weight split (gx*gy) spans nodes";
+    if (plan.pp() > 1)
+      return "3-D grids are searched without pipeline stages, as AxoNN's 4D "
+             "algorithm (dp x 3-D) runs them";
     if (gx * gy < 4 || ((gx == 1 || gy == 1) && gz == 1))
       return "3-D grids are searched with weights split at least 4 ways "
              "(gx*gy >= 4), over both gx and gy or with gz > 1 (one axis "

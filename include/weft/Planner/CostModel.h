@@ -42,6 +42,10 @@ struct BlockCost {
   double backwardWeight = 0; // gradients of weights
   double attentionCore = 0;  // forward of the attention core (selective)
   double tpComm = 0;         // forward; backward repeats it
+  // All-gathers of weights stored in shards (3-D tensor parallelism's gz),
+  // forward; backward reduce-scatters their gradients in the same time.
+  // Prefetched: only what exceeds the block's compute is exposed.
+  double weightGather = 0;
   double seqComm = 0;        // Ulysses all-to-all and ring steps, exposed
   double savedBytes = 0;     // activations kept for backward, no recompute
   double savedBytesSelective = 0;

@@ -95,7 +95,11 @@ enum class BlockKind { Embedding = 0, Layer = 1, Head = 2 };
 /// the overlap rules: tensor parallelism (its group spans "tp"), the ring
 /// of context parallelism (a permute over "cp"), other sequence parallelism
 /// (Ulysses' all-to-all, gathers over cp).
-enum class CommClass { TensorParallel, Ring, Sequence };
+/// What a collective is for: tensor parallelism's activations, a ring's
+/// K/V steps, Ulysses' all-to-alls, or the all-gather of a weight stored in
+/// shards (3-D tensor parallelism's gz axis), which does not depend on the
+/// activations and is prefetched behind compute.
+enum class CommClass { TensorParallel, Ring, Sequence, WeightGather };
 
 /// One op of a rank program, as the cost model reads it.
 struct OpRecord {

@@ -22,7 +22,8 @@ struct SearchOptions {
   bool tpAcrossNodes = false;
   /// Also search AxoNN's 3-D tensor parallelism: grids Gx x Gy x Gz whose
   /// Gx x Gy (the weight split) fits in a node and is at least 4 (over both
-  /// axes, or over one with Gz > 1), and Gz up to 4.
+  /// axes, or over one with Gz > 1), and Gz up to 8, without pipeline
+  /// stages (AxoNN's 4D: dp x 3-D).
   bool tensor3d = true;
   /// Largest micro-batch size tried.
   int maxMicroBatch = 16;
