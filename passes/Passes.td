@@ -174,6 +174,12 @@ def WeftScheduleCollectives : Pass<"weft-schedule-collectives", "::mlir::func::F
     block's terminator. Until its wait a collective reads its operand, which
     `-weft-assign-buffers` keeps alive that long.
 
+    Weights stored in shards (`weft.stored_over`, 3-D tensor parallelism's `gz`) are
+    all-gathered before use; such a gather, with the weight and slices it reads, is
+    first moved up to just before the previous gathered weight's first reader, so it
+    runs while that GEMM computes (prefetch one weight ahead: at most two gathered
+    weights are alive at once).
+
     ```
     weft-opt -weft-schedule-collectives model.mlir
     ```

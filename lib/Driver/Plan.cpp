@@ -13,6 +13,8 @@
 #include "weft/Planner/Risk.h"
 #include "weft/Planner/Search.h"
 
+#include "google/protobuf/util/message_differencer.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -403,8 +405,12 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
              assessRisk(p, costModel, false).score < fastestRisk - 1e-9;
     };
     SearchResult alternatives = search(safer, list);
+    // A plan both searches kept is listed once.
     for (plan::Plan &p : alternatives.plans)
-      found.plans.push_back(std::move(p));
+      if (llvm::none_of(found.plans, [&](const plan::Plan &q) {
+            return google::protobuf::util::MessageDifferencer::Equals(p, q);
+          }))
+        found.plans.push_back(std::move(p));
     std::stable_sort(found.plans.begin(), found.plans.end(), planBefore);
     set.set_search_seconds(set.search_seconds() + alternatives.seconds);
   };

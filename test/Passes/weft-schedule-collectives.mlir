@@ -55,3 +55,53 @@ func.func @layer(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// Weights stored in shards are gathered one weight ahead: the second
+// weight's slice and gather move up before the first weight's linear, which
+// they overlap; its wait stays before its own linear. The first weight has
+// nothing before it to hide behind.
+weft.mesh @mesh(gz = 2)
+// CHECK-LABEL: func.func @prefetch
+// CHECK: %[[G1:.*]] = weft.all_gather %{{.*}} over @mesh ["gz"]
+// CHECK-NEXT: weft.parameter "w2"
+// CHECK-NEXT: weft.all_slice
+// CHECK-NEXT: %[[G2:.*]] = weft.all_gather %{{.*}} over @mesh ["gz"]
+// CHECK-NEXT: %[[W1:.*]] = weft.wait %[[G1]]
+// CHECK-NEXT: %[[A:.*]] = weft.linear %{{.*}}, %[[W1]]
+// CHECK-NEXT: %[[R:.*]] = weft.relu %[[A]]
+// CHECK-NEXT: %[[W2:.*]] = weft.wait %[[G2]]
+// CHECK-NEXT: weft.linear %[[R]], %[[W2]]
+func.func @prefetch(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %p1 = weft.parameter "w1" : tensor<16x16xf32>
+  %s1 = weft.all_slice %p1 over @mesh ["gz"] dim 0 : tensor<16x16xf32> -> tensor<8x16xf32>
+  %g1 = weft.all_gather %s1 over @mesh ["gz"] dim 0 : tensor<8x16xf32> -> tensor<16x16xf32>
+  %a = weft.linear %x, %g1 : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
+  %r = weft.relu %a : tensor<4x16xf32>
+  %p2 = weft.parameter "w2" : tensor<16x16xf32>
+  %s2 = weft.all_slice %p2 over @mesh ["gz"] dim 0 : tensor<16x16xf32> -> tensor<8x16xf32>
+  %g2 = weft.all_gather %s2 over @mesh ["gz"] dim 0 : tensor<8x16xf32> -> tensor<16x16xf32>
+  %b = weft.linear %r, %g2 : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
+  return %b : tensor<4x16xf32>
+}
+
+// -----
+
+// A gather of an activation is not moved: only weights are known before
+// the step.
+weft.mesh @mesh(gz = 2)
+// CHECK-LABEL: func.func @activation
+// CHECK: weft.linear
+// CHECK-NEXT: weft.relu
+// CHECK-NEXT: weft.all_gather %{{.*}} over @mesh ["gz"]
+func.func @activation(%x: tensor<4x16xf32>, %y: tensor<2x16xf32>) -> tensor<4x16xf32> {
+  %p1 = weft.parameter "w1" : tensor<16x16xf32>
+  %s1 = weft.all_slice %p1 over @mesh ["gz"] dim 0 : tensor<16x16xf32> -> tensor<8x16xf32>
+  %g1 = weft.all_gather %s1 over @mesh ["gz"] dim 0 : tensor<8x16xf32> -> tensor<16x16xf32>
+  %a = weft.linear %x, %g1 : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
+  %r = weft.relu %y : tensor<2x16xf32>
+  %g2 = weft.all_gather %r over @mesh ["gz"] dim 0 : tensor<2x16xf32> -> tensor<4x16xf32>
+  %b = weft.add %a, %g2 : tensor<4x16xf32>
+  return %b : tensor<4x16xf32>
+}
