@@ -490,7 +490,7 @@ def WeftCompressCollectives : Pass<"weft-compress-collectives", "::mlir::ModuleO
   let description = [{
     A plan's compression policy gives a codec per mesh axis (`dp:int8,tp:bf16`; codecs
     `bf16`, `fp8`, `int8`, and for `dp` also `topk` and `topk_noef`; axes `dp`, `tp`,
-    `cp`, `ulysses`). Top-k (the largest 1% of a summed gradient, with or without error
+    `cp`, `ulysses`, and the 3-D grid's `gx`, `gy`, `gz`). Top-k (the largest 1% of a summed gradient, with or without error
     feedback) goes on summing all-reduces only; the group's other collectives stay
     uncompressed. Every all_reduce,
     all_gather, reduce_scatter, all_to_all and collective_permute over float tensors gets

@@ -103,20 +103,21 @@ SearchResult planner::searchPlans(CostModel &model,
   };
 
   // The policy as each candidate carries it: only the axes it splits
-  // (indexed by dp > 1, cp > 1, ulysses > 1, tp > 1).
-  std::string policies[16];
+  // (indexed by the bits of dp, cp, ulysses, tp, gx, gy, gz > 1).
+  const char *const policyAxes[] = {"dp", "cp", "ulysses", "tp",
+                                    "gx", "gy", "gz"};
+  std::vector<std::string> policies(1u << 7);
   if (!options.compress.empty()) {
     llvm::Expected<CompressPolicy> policy =
         parseCompressPolicy(options.compress);
     if (!policy) {
       llvm::consumeError(policy.takeError());
     } else {
-      const char *axes[] = {"dp", "cp", "ulysses", "tp"};
-      for (int mask = 0; mask < 16; ++mask) {
+      for (unsigned mask = 0; mask < policies.size(); ++mask) {
         CompressPolicy kept;
         for (auto &[axis, codec] : *policy)
-          for (int bit = 0; bit < 4; ++bit)
-            if ((mask >> bit & 1) && axis == axes[bit])
+          for (int bit = 0; bit < 7; ++bit)
+            if ((mask >> bit & 1) && axis == policyAxes[bit])
               kept.emplace_back(axis, codec);
         policies[mask] = formatCompressPolicy(kept);
       }
@@ -193,8 +194,10 @@ SearchResult planner::searchPlans(CostModel &model,
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
                 plan::Plan candidate;
                 candidate.set_dp(dp);
-                candidate.set_compress(policies[(dp > 1) | (cp > 1) << 1 |
-                                                (u > 1) << 2 | (tp > 1) << 3]);
+                candidate.set_compress(
+                    policies[(dp > 1) | (cp > 1) << 1 | (u > 1) << 2 |
+                             (tp > 1) << 3 | (tensor.gx > 1) << 4 |
+                             (tensor.gy > 1) << 5 | (tensor.gz > 1) << 6]);
                 candidate.set_tp(tp);
                 if (tensor.grid()) {
                   candidate.set_gx(int(tensor.gx));

@@ -59,6 +59,9 @@ SPECS = [
     ("dp=1,cp=2", "cp:bf16", 2),
     ("dp=2,cp=2", "cp:int8", 4),
     ("dp=2,tp=2", "dp:int8,tp:bf16", 4),
+    # AxoNN's 3-D grid: its activations' all-reduces over gx and gy and its
+    # weights' gathers over gz, each axis with its own codec.
+    ("dp=1,tp3d=2x2x2", "gx:int8,gy:bf16,gz:bf16", 8),
 ]
 
 

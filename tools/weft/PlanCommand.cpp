@@ -167,8 +167,8 @@ static cl::opt<std::string> compressOpt(
     "compress",
     cl::desc("Compressed collectives: cost every plan under a policy "
              "(dp:int8,tp:fp8; codecs bf16, fp8, int8; axes dp, tp, cp, "
-             "ulysses), or 'auto' to also search with compression and say "
-             "what it gains"),
+             "ulysses, gx, gy, gz), or 'auto' to also search with "
+             "compression and say what it gains"),
     cl::value_desc("policy|auto"), cl::init(""), cl::sub(planCommand));
 static cl::opt<bool> tpAcross("tp-across-nodes",
                               cl::desc("Let tensor parallelism span nodes"),
