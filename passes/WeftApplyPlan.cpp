@@ -625,22 +625,18 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         param->setAttr(WeftDialect::getStoredOverAttrName(),
                        OpBuilder(param).getStrArrayAttr({"gz"}));
     };
-    for (Operation *op : column) {
-      auto linear = cast<LinearOp>(op);
-      bool t = linear.getTransposeWeight();
-      split(linear.getWeight(), t ? 1 : 0, "gx", d.gx);
-      split(linear.getWeight(), t ? 0 : 1, "gy", d.gy);
-      if (linear.getBias())
-        split(linear.getBias(), 0, "gy", d.gy);
-    }
-    for (Operation *op : row) {
-      auto linear = cast<LinearOp>(op);
-      bool t = linear.getTransposeWeight();
-      split(linear.getWeight(), t ? 1 : 0, "gy", d.gy);
-      split(linear.getWeight(), t ? 0 : 1, "gx", d.gx);
-      if (linear.getBias())
-        split(linear.getBias(), 0, "gx", d.gx);
-    }
+    // (linears, the axis of their contraction, the axis of their outputs)
+    for (auto [linears, in, out] :
+         {std::make_tuple(&column, StringRef("gx"), StringRef("gy")),
+          std::make_tuple(&row, StringRef("gy"), StringRef("gx"))})
+      for (Operation *op : *linears) {
+        auto linear = cast<LinearOp>(op);
+        bool t = linear.getTransposeWeight();
+        split(linear.getWeight(), t ? 1 : 0, in, sizeOf(in));
+        split(linear.getWeight(), t ? 0 : 1, out, sizeOf(out));
+        if (linear.getBias())
+          split(linear.getBias(), 0, out, sizeOf(out));
+      }
     func.walk([&](EmbeddingOp e) {
       if (isa<BlockArgument>(e.getIndices()))
         split(e.getTable(), 0, "gy", d.gy);

@@ -322,6 +322,15 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
   SavedSet saved[3];
   llvm::DenseSet<Operation *> parameters[3];
 
+  AxisSizes sizes;
+  sizes.dp = meshInfo.size("dp");
+  sizes.cp = meshInfo.size("cp");
+  sizes.ulysses = meshInfo.size("ulysses");
+  sizes.tp = meshInfo.size("tp");
+  sizes.gx = meshInfo.size("gx");
+  sizes.gy = meshInfo.size("gy");
+  sizes.gz = meshInfo.size("gz");
+
   auto visit = [&](Operation *op, BlockKind block) {
     int b = int(block);
     if (auto param = dyn_cast<ParameterOp>(op))
@@ -349,18 +358,6 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
       int64_t out =
           op->getNumResults() ? getTensorBytes(op->getResult(0).getType()) : 0;
       record.fullBytes = std::max(in, out);
-      AxisSizes sizes;
-      for (auto [axis, size] : llvm::zip(meshInfo.axes, meshInfo.sizes)) {
-        for (auto [name, field] : {std::make_pair("dp", &sizes.dp),
-                                   {"cp", &sizes.cp},
-                                   {"ulysses", &sizes.ulysses},
-                                   {"tp", &sizes.tp},
-                                   {"gx", &sizes.gx},
-                                   {"gy", &sizes.gy},
-                                   {"gz", &sizes.gz}})
-          if (axis == name)
-            *field = size;
-      }
       for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>())
         record.axes |= meshAxisBit(axis);
       record.stride = groupStride(record.axes, sizes);
