@@ -152,10 +152,16 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
   }
   if (attr.getName() == WeftDialect::getStoredOverAttrName()) {
     auto axes = dyn_cast<ArrayAttr>(attr.getValue());
+    auto type = op->getNumResults() == 1
+                    ? dyn_cast<RankedTensorType>(op->getResult(0).getType())
+                    : RankedTensorType();
     if (!isa<ParameterOp>(op) || !axes || axes.empty() ||
         !llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }))
       return op->emitError() << "'weft.stored_over' is a non-empty list of "
                                 "mesh axes on a weft.parameter";
+    if (!type || type.getRank() < 1)
+      return op->emitError() << "'weft.stored_over' splits a weight's first "
+                                "dimension; a scalar weight has none";
     return success();
   }
   if (attr.getName() == WeftDialect::getContextParallelAttrName()) {

@@ -152,18 +152,18 @@ LogicalResult ParameterOp::partition(PartitionState &state) {
   TensorSharding want = state.target(result);
   TensorSharding storage = want;
   auto type = cast<RankedTensorType>(result.getType());
-  int64_t split = 1;
+  if (type.getRank() < 1)
+    return emitError("a scalar weight cannot be stored in shards");
   for (StringAttr axis : stored.getAsRange<StringAttr>()) {
     if (storage.uses(axis.getValue()))
       return emitError("stored over mesh axis '")
              << axis.getValue() << "', which already splits it";
     storage.dims.front().push_back(axis.getValue().str());
   }
-  split = state.mesh().product(storage.dims.front());
-  if (type.getRank() < 1 || type.getDimSize(0) % split)
+  int64_t split = state.mesh().product(storage.dims.front());
+  if (type.getDimSize(0) % split)
     return emitError("the weight's first dimension (")
-           << (type.getRank() ? type.getDimSize(0) : 0)
-           << ") is not divisible by the " << split
+           << type.getDimSize(0) << ") is not divisible by the " << split
            << " shards it is stored in; store it over fewer axes";
   Operation *copy = state.builder().clone(*getOperation());
   copy->removeAttr(WeftDialect::getShardingAttrName());

@@ -1229,6 +1229,14 @@ func.func @stored_over_not_a_parameter(%x: tensor<8xf32>) {
 
 // -----
 
+func.func @stored_over_scalar() {
+  // expected-error @+1 {{'weft.stored_over' splits a weight's first dimension; a scalar weight has none}}
+  %0 = weft.parameter "s" {weft.stored_over = ["gz"]} : tensor<f32>
+  return
+}
+
+// -----
+
 func.func @stored_over_empty() {
   // expected-error @+1 {{'weft.stored_over' is a non-empty list of mesh axes on a weft.parameter}}
   %0 = weft.parameter "w" {weft.stored_over = []} : tensor<8x8xf32>
