@@ -490,7 +490,7 @@ def WeftCompressCollectives : Pass<"weft-compress-collectives", "::mlir::ModuleO
   let description = [{
     A plan's compression policy gives a codec per mesh axis (`dp:int8,tp:bf16`; codecs
     `bf16`, `fp8`, `int8`, and for `dp` also `topk` and `topk_noef`; axes `dp`, `tp`,
-    `cp`, `ulysses`, and the 3-D grid's `gx`, `gy`, `gz`). Top-k (the largest 1% of a summed gradient, with or without error
+    `cp`, `ulysses`, the 3-D grid's `gx`, `gy`, `gz`, and `pp`). Top-k (the largest 1% of a summed gradient, with or without error
     feedback) goes on summing all-reduces only; the group's other collectives stay
     uncompressed. Every all_reduce,
     all_gather, reduce_scatter, all_to_all and collective_permute over float tensors gets
@@ -502,7 +502,12 @@ def WeftCompressCollectives : Pass<"weft-compress-collectives", "::mlir::ModuleO
     token totals) to `codec none`, since they are few and decide the loss. Data-parallel gradients are the all-reduces over `dp`, so
     `dp:int8` compresses them aggressively while `tp:bf16` compresses tensor-parallel
     activations and their gradients mildly. What the codec costs in accuracy is the
-    user's call: `weft train` prints the loss, and `bench/compression.sh` compares it.
+    user's call: `weft train` prints the loss, and `test/training/compression.py` compares it with the uncompressed run's.
+
+    A pipeline's stages pass activations and their gradients with point-to-point sends
+    that the runtime's executor runs from the module's schedule: `pp`'s codec (bf16, fp8
+    or int8) goes into that schedule, `weft.pipeline = {..., codec = "int8"}`, and the
+    executor sends every float under it. A module without pipeline stages ignores `pp`.
     ```
     weft-opt -weft-compress-collectives="policy=dp:int8,tp:bf16" partitioned.mlir
     ```

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
 #include "weft/Plan/Plan.h"
@@ -56,6 +57,18 @@ struct WeftCompressCollectives
         op->setAttr("codec",
                     CollectiveCodecAttr::get(op->getContext(), *codec));
     });
+    // A pipeline's sends of activations and of their gradients go between
+    // the ranks of the pp axis: the module's `weft.pipeline` carries their
+    // codec, which the executor applies to every float it sends.
+    StringAttr name =
+        StringAttr::get(&getContext(), WeftDialect::getPipelineAttrName());
+    auto pipeline = module->getAttrOfType<DictionaryAttr>(name);
+    std::string codec = codecForAxes(*parsed, {"pp"});
+    if (pipeline && codec != "none" && !pipeline.get("codec")) {
+      NamedAttrList entries(pipeline);
+      entries.set("codec", StringAttr::get(&getContext(), codec));
+      module->setAttr(name, entries.getDictionary(&getContext()));
+    }
   }
 };
 

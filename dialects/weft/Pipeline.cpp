@@ -33,6 +33,8 @@ FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
         "the module is cut into pipeline stages but has no schedule; run "
         "-weft-schedule-pipeline");
   info.schedule = schedule.str();
+  if (auto codec = pipeline.getAs<StringAttr>("codec"))
+    info.codec = codec.str();
   for (Attribute list : steps) {
     auto &mine = info.steps.emplace_back();
     for (Attribute entry : cast<ArrayAttr>(list)) {

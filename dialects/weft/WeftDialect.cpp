@@ -131,8 +131,20 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
              << "'" << attr.getName().getValue() << "' is "
              << (onModule ? "{stages, chunks} (i64 >= 1) on a module"
                           : "{stage, rank, chunk} (i64 >= 0) on a function");
-    if (onModule)
+    if (onModule) {
+      if (Attribute codec = dict.get("codec")) {
+        auto text = dyn_cast<StringAttr>(codec);
+        std::optional<CollectiveCodec> parsed =
+            text ? symbolizeCollectiveCodec(text.getValue()) : std::nullopt;
+        if (!parsed || *parsed == CollectiveCodec::topk ||
+            *parsed == CollectiveCodec::topk_noef)
+          return op->emitError()
+                 << "'" << attr.getName().getValue() << "' has codec " << codec
+                 << ": a pipeline's sends take \"none\", \"bf16\", \"fp8\" "
+                    "or \"int8\" (top-k compresses summed gradients only)";
+      }
       return verifyPipelineSchedule(op, dict);
+    }
     if (Attribute role = dict.get("role")) {
       auto text = dyn_cast<StringAttr>(role);
       if (!text ||

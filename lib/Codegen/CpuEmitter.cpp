@@ -450,6 +450,11 @@ static std::string pipelineLiteral(ModuleOp module, const PipelineInfo &info) {
      << "  program.stages = " << info.stages << ";\n"
      << "  program.chunks = " << info.chunks << ";\n"
      << "  program.microBatches = " << info.microBatches << ";\n";
+  if (std::optional<CollectiveCodec> codec =
+          symbolizeCollectiveCodec(info.codec);
+      codec && *codec != CollectiveCodec::none)
+    os << "  // What the stages send: " << info.codec << " (pp's codec).\n"
+       << "  program.codec = " << codecLiteral(*codec) << ";\n";
   for (auto [k, stage] : llvm::enumerate(info.virtualStages))
     os << "  program.virtualStages.push_back(PipelineStage{stage" << k << ", "
        << indices(stage.modelInput) << ", " << indices(stage.modelOutput)

@@ -96,22 +96,29 @@ std::string codegen::strings(ArrayAttr axes) {
   return text + "}";
 }
 
-std::string codegen::codecArg(Operation *collective) {
-  switch (getCollectiveCodec(collective)) {
+const char *codegen::codecLiteral(CollectiveCodec codec) {
+  switch (codec) {
   case CollectiveCodec::bf16:
-    return ", Codec::BF16";
+    return "Codec::BF16";
   case CollectiveCodec::fp8:
-    return ", Codec::FP8";
+    return "Codec::FP8";
   case CollectiveCodec::int8:
-    return ", Codec::Int8";
+    return "Codec::Int8";
   case CollectiveCodec::topk:
-    return ", Codec::TopK";
+    return "Codec::TopK";
   case CollectiveCodec::topk_noef:
-    return ", Codec::TopKNoEF";
+    return "Codec::TopKNoEF";
   case CollectiveCodec::none:
     break;
   }
-  return "";
+  return "Codec::None";
+}
+
+std::string codegen::codecArg(Operation *collective) {
+  CollectiveCodec codec = getCollectiveCodec(collective);
+  if (codec == CollectiveCodec::none)
+    return "";
+  return std::string(", ") + codecLiteral(codec);
 }
 
 const char *codegen::reduceOp(ReductionKind kind) {

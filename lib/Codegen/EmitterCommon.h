@@ -39,6 +39,8 @@ const char *reduceOp(ReductionKind kind);
 /// ", Codec::Int8" for a collective with a codec, "" without one (the
 /// runtime's collectives default to none).
 std::string codecArg(mlir::Operation *collective);
+/// The runtime's name of `codec` ("Codec::BF16").
+const char *codecLiteral(CollectiveCodec codec);
 
 /// The one function to compile, checked: a single block, layers inlined.
 mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);

@@ -152,6 +152,7 @@ driver::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
   program.stages = info.stages;
   program.chunks = info.chunks;
   program.microBatches = info.microBatches;
+  program.codec = rt::parseCodec(info.codec).value_or(rt::Codec::None);
   llvm::StringMap<int> gradientIndex;
   auto layoutsOf = [](func::FuncOp func, std::vector<rt::Layout> &args,
                       std::vector<rt::Layout> &results) {

@@ -318,11 +318,12 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     return planError("--top must be at least 1");
   // The compression policies plans are costed under: one (none, or the
   // user's), or with "auto" the ones worth trying on a bf16 run: int8
-  // gradients, and fp8 activations besides (bf16 activations are already
-  // 16-bit); bf16 gradients where they reduce in fp32.
+  // gradients, and fp8 activations besides, the pipeline's sends included
+  // (bf16 activations are already 16-bit); bf16 gradients where they reduce
+  // in fp32.
   std::vector<std::string> policies = {""};
   if (request.compress == "auto") {
-    policies = {"", "dp:int8", "dp:int8,cp:fp8,ulysses:fp8,tp:fp8"};
+    policies = {"", "dp:int8", "pp:fp8,dp:int8,cp:fp8,ulysses:fp8,tp:fp8"};
     if (!training->grad_reduce_16bit())
       policies.insert(policies.begin() + 1, "dp:bf16");
   } else if (!request.compress.empty()) {

@@ -57,9 +57,10 @@ const char *weft::recomputeName(plan::Recompute recompute) {
   }
 }
 
-// In mesh order (the 3-D grid's axes where they stand in its mesh).
-static const char *const kCompressAxes[] = {"dp", "gz", "cp", "ulysses",
-                                            "gy", "gx", "tp"};
+// In mesh order (the 3-D grid's axes where they stand in its mesh; pp, the
+// pipeline's sends, first).
+static const char *const kCompressAxes[] = {"pp",      "dp", "gz", "cp",
+                                            "ulysses", "gy", "gx", "tp"};
 // Mildest first: a group takes the first of its axes' codecs in this order.
 static const char *const kCodecs[] = {"none", "bf16", "fp8",
                                       "int8", "topk", "topk_noef"};
@@ -86,12 +87,10 @@ llvm::Expected<CompressPolicy> weft::parseCompressPolicy(llvm::StringRef text) {
       return llvm::createStringError("compression policy \"" + text.str() +
                                      "\": " + why.str());
     };
-    if (axis == "pp")
-      return bad("pipeline sends are not compressed yet; leave pp out");
     if (!llvm::is_contained(kCompressAxes, axis))
       return bad("'" + item.trim() +
-                 "' names no mesh axis; use axis:codec with axis dp, tp, cp, "
-                 "ulysses, or the 3-D grid's gx, gy, gz");
+                 "' names no mesh axis; use axis:codec with axis dp, tp, pp, "
+                 "cp, ulysses, or the 3-D grid's gx, gy, gz");
     if (!llvm::is_contained(kCodecs, codec))
       return bad("unknown codec '" + codecText.trim() + "' for " + axis +
                  "; use bf16, fp8, int8, topk, topk_noef or none");

@@ -103,7 +103,9 @@ double CostModel::wireBytes(double bytes, double width, CollectiveCodec codec) {
 
 double CostModel::codecTime(CollectiveKind kind, double bytes, double wire,
                             CollectiveCodec codec) const {
-  if (codec == CollectiveCodec::none)
+  // Nothing to encode when the codec does not narrow the data (bf16 on
+  // bf16 activations): the runtime sends them as they are.
+  if (codec == CollectiveCodec::none || wire >= bytes)
     return 0;
   const plan::Gpu &gpu = clusterSpec.gpu();
   double phases = kind == CollectiveKind::AllReduce ? 2 : 1;
@@ -810,8 +812,15 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
       stageActivationBytes(plan, trainingConfig.seq_len(), modelSpec.hidden());
   int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() *
                      plan.dp() * tensor3dSize(plan);
-  times.p2p =
-      p > 1 ? collectiveTime(CollectiveKind::Send, activation, 2, ppStride) : 0;
+  // A policy's pp codec compresses every send, activations and gradients
+  // alike: the encoded bytes on the link, plus encoding and decoding.
+  CollectiveCodec codec =
+      p > 1 ? codecFor(plan, {"pp"}) : CollectiveCodec::none;
+  double wire = wireBytes(activation, kWeightBytes, codec);
+  times.p2p = p > 1
+                  ? collectiveTime(CollectiveKind::Send, wire, 2, ppStride) +
+                        codecTime(CollectiveKind::Send, activation, wire, codec)
+                  : 0;
 }
 
 double planner::stageActivationBytes(const plan::Plan &plan,
@@ -1137,8 +1146,10 @@ void CostModel::evaluate(plan::Plan &plan,
   plan.set_forward_comm_bytes_embedding(int64_t(embeddingCost(plan).commBytes));
   plan.set_forward_comm_bytes_head(int64_t(headCost(plan).commBytes));
   plan.set_forward_p2p_bytes(
-      p > 1 ? int64_t(stageActivationBytes(plan, trainingConfig.seq_len(),
-                                           modelSpec.hidden()))
+      p > 1 ? int64_t(
+                  wireBytes(stageActivationBytes(plan, trainingConfig.seq_len(),
+                                                 modelSpec.hidden()),
+                            kWeightBytes, codecFor(plan, {"pp"})))
             : 0);
   plan.set_mfu(flops / step / plan.gpus_used() / peak);
 }

@@ -73,7 +73,7 @@ HostTensor weft::rt::zigzagUnshuffle(const HostTensor &gathered, int64_t dim,
   return concat(ordered, dim);
 }
 
-absl::Status Communicator::send(int, int, const HostTensor &) {
+absl::Status Communicator::send(int, int, const HostTensor &, Codec) {
   return absl::UnimplementedError(
       "this communicator has no point-to-point send (pipeline stages run on "
       "the in-process communicator only)");
@@ -293,15 +293,15 @@ ExchangeCommunicator::permute(int rank, const std::vector<int> &group,
 }
 
 absl::Status InProcessCommunicator::send(int rank, int peer,
-                                         const HostTensor &input) {
+                                         const HostTensor &input, Codec codec) {
   if (peer < 0 || peer >= worldSize() || peer == rank)
     return absl::InvalidArgumentError(
         absl::StrCat("send on rank ", rank, ": no peer rank ", peer));
   std::lock_guard<std::mutex> lock(mutex);
   if (!aborted.empty())
     return absl::AbortedError(aborted);
-  mailboxes[{rank, peer}].push_back(input);
-  countSent(rank, tensorBytes(input));
+  mailboxes[{rank, peer}].push_back(roundTrip(input, codec));
+  countSent(rank, wireBytes(input, codec));
   changed.notify_all();
   return absl::OkStatus();
 }

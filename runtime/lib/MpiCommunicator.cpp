@@ -106,8 +106,8 @@ void MpiCommunicator::reapSends() {
   pending = std::move(still);
 }
 
-absl::Status MpiCommunicator::send(int rank, int peer,
-                                   const HostTensor &input) {
+absl::Status MpiCommunicator::send(int rank, int peer, const HostTensor &input,
+                                   Codec codec) {
   if (!broken.empty())
     return absl::AbortedError(broken);
   if (rank != myRank || peer < 0 || peer >= worldSize() || peer == rank)
@@ -115,7 +115,8 @@ absl::Status MpiCommunicator::send(int rank, int peer,
                                                    " (process rank ", myRank,
                                                    "): no peer rank ", peer));
   reapSends();
-  auto bytes = std::make_shared<std::string>(serializeTensor(input));
+  auto bytes =
+      std::make_shared<std::string>(serializeTensor(roundTrip(input, codec)));
   if (bytes->size() > size_t(INT_MAX))
     return absl::UnimplementedError(
         absl::StrCat("send on rank ", rank, ": a tensor of ", bytes->size(),
@@ -129,7 +130,7 @@ absl::Status MpiCommunicator::send(int rank, int peer,
     return absl::InternalError(broken);
   }
   pending.push_back({request, bytes});
-  countSent(rank, tensorBytes(input));
+  countSent(rank, wireBytes(input, codec));
   return absl::OkStatus();
 }
 
@@ -305,7 +306,7 @@ void MpiCommunicator::abortJob(int code) { std::exit(code); }
 
 void MpiCommunicator::reapSends() {}
 
-absl::Status MpiCommunicator::send(int, int, const HostTensor &) {
+absl::Status MpiCommunicator::send(int, int, const HostTensor &, Codec) {
   return absl::UnimplementedError("MPI is not available");
 }
 

@@ -277,8 +277,8 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
       std::vector<HostTensor> &values =
           step.gradient ? mine.gradientsToSend : mine.toSend;
       for (const HostTensor &value : values)
-        if (absl::Status sent =
-                ctx.comm->send(ctx.rank, global(step.peer), value);
+        if (absl::Status sent = ctx.comm->send(ctx.rank, global(step.peer),
+                                               value, program.codec);
             !sent.ok())
           throw std::runtime_error(where(step) + std::string(sent.message()));
       values.clear();

@@ -599,17 +599,18 @@ StoreCommunicator::exchange(int rank, const std::vector<int> &group,
 }
 
 absl::Status StoreCommunicator::send(int rank, int peer,
-                                     const HostTensor &input) {
+                                     const HostTensor &input, Codec codec) {
   if (rank != myRank || peer < 0 || peer >= worldSize() || peer == rank)
     return absl::InvalidArgumentError(absl::StrCat("send on rank ", rank,
                                                    " (process rank ", myRank,
                                                    "): no peer rank ", peer));
   int64_t n = sentTo[{rank, peer}]++;
-  if (absl::Status status = store.set(
-          absl::StrCat("p/", rank, "/", peer, "/", n), serializeTensor(input));
+  if (absl::Status status =
+          store.set(absl::StrCat("p/", rank, "/", peer, "/", n),
+                    serializeTensor(roundTrip(input, codec)));
       !status.ok())
     return status;
-  countSent(rank, tensorBytes(input));
+  countSent(rank, wireBytes(input, codec));
   return absl::OkStatus();
 }
 

@@ -1,7 +1,13 @@
 // RUN: weft-opt %s -weft-compress-collectives="policy=dp:int8,tp:bf16" | FileCheck %s
 // RUN: weft-opt %s -weft-compress-collectives="policy=tp:fp8/cp:bf16" | FileCheck %s --check-prefix=FP8
 // RUN: weft-opt %s -weft-compress-collectives="policy=dp:topk,tp:int8" | FileCheck %s --check-prefix=TOPK
-// RUN: not weft-opt %s -weft-compress-collectives="policy=pp:int8" 2>&1 | FileCheck %s --check-prefix=BADAXIS
+// RUN: not weft-opt %s -weft-compress-collectives="policy=ep:int8" 2>&1 | FileCheck %s --check-prefix=BADAXIS
+// RUN: not weft-opt %s -weft-compress-collectives="policy=pp:topk" 2>&1 | FileCheck %s --check-prefix=PPTOPK
+// A pipeline's sends (pp) take their codec in the module's weft.pipeline;
+// a policy without pp leaves it out, and a module without stages ignores pp.
+// RUN: weft-opt %S/weft-schedule-pipeline.mlir -weft-split-stages="stages=2" -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-compress-collectives="policy=pp:int8,tp:bf16" | FileCheck %s --check-prefix=PIPE
+// RUN: weft-opt %S/weft-schedule-pipeline.mlir -weft-split-stages="stages=2" -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-compress-collectives="policy=tp:bf16" | FileCheck %s --check-prefix=NOPIPE
+// RUN: weft-opt %s -weft-compress-collectives="policy=pp:bf16,tp:int8" | FileCheck %s --check-prefix=NOSTAGES
 // RUN: not weft-opt %s -weft-compress-collectives="policy=dp:int4" 2>&1 | FileCheck %s --check-prefix=BADCODEC
 
 // Each float collective gets the codec of its axes (the mildest of several);
@@ -44,6 +50,11 @@ func.func @policy(%x: tensor<4x8xf32>, %n: tensor<4xi64>) -> tensor<4x8xf32> {
   return %7 : tensor<4x8xf32>
 }
 
-// BADAXIS: error: -weft-compress-collectives: compression policy "pp:int8": pipeline sends are not compressed yet; leave pp out
+// BADAXIS: error: -weft-compress-collectives: compression policy "ep:int8": 'ep:int8' names no mesh axis; use axis:codec with axis dp, tp, pp, cp, ulysses, or the 3-D grid's gx, gy, gz
+// PPTOPK: error: -weft-compress-collectives: compression policy "pp:topk": top-k sends a summed gradient's largest elements: it compresses data-parallel gradients (dp) only, not pp
+// PIPE: module attributes {weft.pipeline = {chunks = 1 : i64, codec = "int8", micro_batches = 2 : i64, schedule = "1F1B", stages = 2 : i64,
+// NOPIPE: module attributes {weft.pipeline = {chunks = 1 : i64, micro_batches = 2 : i64, schedule = "1F1B", stages = 2 : i64,
+// NOSTAGES-NOT: weft.pipeline
+// NOSTAGES: weft.all_reduce sum %{{.*}} over @mesh ["tp"] codec int8 : tensor<4x8xf32>
 // BADCODEC: error: -weft-compress-collectives: compression policy "dp:int4": unknown codec 'int4' for dp; use bf16, fp8, int8, topk, topk_noef or none
 

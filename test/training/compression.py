@@ -18,6 +18,14 @@ Ulysses, ring) and the hybrid policy:
   figures for the plan (`weft plan --evaluate`), whose rank program carries
   the same codecs.
 
+Pipelines (pp's codec on the stages' sends of activations and gradients):
+the committed exports with a dynamic batch at pp=2, m=2 and random
+transformers of 4 layers at pp=2, m=1 under pp:bf16, pp:int8 and pp:fp8,
+and pp=2, tp=2 under pp:bf16,tp:int8: outputs within the codec's bound; with
+sends only, each rank's bytes equal its activation sends in the schedule
+times the cost model's forward_p2p_bytes under the policy; with tp, adding
+pp's codec saves exactly those sends' bytes.
+
 Training: the bundled GPT-2 trains 200 AdamW steps on 4 simulated devices
 (dp=2 x tp=2) on tokens of a random bigram chain, uncompressed, with the
 hybrid policy (dp:int8,tp:bf16), with fp8 everywhere, and with top-k (1 %)
@@ -25,7 +33,9 @@ gradients with and without error feedback; the mean loss of the last 20
 steps with the hybrid policy is within 2 % of the uncompressed run's
 (printed side by side), top-k with error feedback ends closer to it than
 without, and the bytes of step 1 equal the training program's collectives'
-counts.
+counts. Pipelined (pp=2 x tp=2, m=2), pp:bf16,tp:bf16 ends within 2 % of
+the uncompressed pipeline and saves exactly the schedule's sends at the cost
+model's figures against tp:bf16 alone.
 
 Needs Debian's python3-numpy; run by ctest as `compression`.
 """
@@ -44,8 +54,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "partition"))
 from differential import (COLLECTIVE, CODEC, check_bytes, check_identity,  # noqa: E402
-                          collective_bytes, committed_model, mesh_sizes, random_model,
-                          run)
+                          collective_bytes, committed_model, mesh_sizes, predicted_p2p,
+                          print_schedule, random_model, run)
+sys.path.insert(0, os.path.join(HERE, "..", "models"))
+import export_models as em  # noqa: E402
+import random_transformer  # noqa: E402
 
 # What a codec may cost a forward pass (largest error over the output's
 # largest magnitude); int8 and fp8 are per-block scaled.
@@ -62,6 +75,17 @@ SPECS = [
     # AxoNN's 3-D grid: its activations' all-reduces over gx and gy and its
     # weights' gathers over gz, each axis with its own codec.
     ("dp=1,tp3d=2x2x2", "gx:int8,gy:bf16,gz:bf16", 8),
+]
+
+
+# Pipeline sends (pp's codec): every activation a stage sends on and every
+# gradient it sends back. (plan, policy, devices); m is 1 on models whose
+# loss is one scalar per batch.
+PIPELINE_SPECS = [
+    ("pp=2,m=2", "pp:bf16", 2),
+    ("pp=2,m=2", "pp:int8", 2),
+    ("pp=2,m=2", "pp:fp8", 2),
+    ("pp=2,m=2,tp=2", "pp:bf16,tp:int8", 4),
 ]
 
 
@@ -146,6 +170,98 @@ def forward(weft, name, model, inputs, tmp, lm_head):
     return rows, failures
 
 
+def pipeline_sends(weft, spec, p):
+    """Per pipeline rank, the activations it sends in the schedule of the
+    plan's pipeline (`weft plan --print-schedule`'s ">a" steps; a forward
+    run sends no gradients), or (None, why)."""
+    stdout, error = print_schedule(weft, spec, p)
+    if error:
+        return None, error
+    sends = {}
+    for line in stdout.splitlines():
+        found = re.match(r"\s*rank (\d+): (.*)", line)
+        if found and int(found.group(1)) < p:
+            sends[int(found.group(1))] = sum(
+                step.startswith(">a") for step in found.group(2).split())
+    if len(sends) != p:
+        return None, "no schedule in weft plan's output:\n" + stdout[-600:]
+    return [sends[r] for r in range(p)], None
+
+
+def pipeline_forward(weft, name, model, inputs, dims, m, tmp):
+    """The pipeline's codec on one model: outputs within the codec's bound of
+    the unpartitioned run; with pipeline sends only, the bytes each rank sent
+    equal its sends in the schedule times the cost model's forward_p2p_bytes
+    under the policy (and twice its bf16 figure without one, the f32
+    program); with tp too, adding pp's codec to the policy saves exactly the
+    sends' bytes it promises (tp's collectives are the same). `m`
+    micro-batches: the model is imported at the micro-batch. Returns (rows,
+    failures)."""
+    rows, failures = [], []
+    base = os.path.join(tmp, "pp_" + re.sub(r"[^a-z0-9]+", "_", name))
+    ref = run(weft, model, inputs, base + ".ref", [])
+    if ref.returncode != 0:
+        return rows, ["%s: does not run: %s" % (name, ref.stderr[-300:])]
+    reference = [np.load(os.path.join(base + ".ref", f))
+                 for f in sorted(os.listdir(base + ".ref"))]
+    hidden, heads, seq, batch = dims
+    for plan, policy, devices in PIPELINE_SPECS:
+        plan = plan.replace("m=2", "m=%d" % m)
+        spec = "%s,compress=%s" % (plan, policy)
+        out = base + re.sub(r"[^a-z0-9]+", "_", spec)
+        others = ",".join(c for c in policy.split(",") if not c.startswith("pp:"))
+        before_spec = plan + (",compress=" + others if others else "")
+        before = run(weft, model, inputs, out + ".before",
+                     ["--devices", str(devices), "--plan-spec", before_spec])
+        if before.returncode != 0:
+            if "plan:" in before.stderr:
+                continue  # the plan does not divide this model
+            failures.append("%s %s: %s" % (name, before_spec, before.stderr[-300:]))
+            continue
+        ran = run(weft, model, inputs, out, ["--devices", str(devices), "--plan-spec", spec])
+        if ran.returncode != 0:
+            failures.append("%s %s: %s" % (name, spec, ran.stderr[-300:]))
+            continue
+        counted, plain = counted_bytes(ran.stderr), counted_bytes(before.stderr)
+        sends, error = pipeline_sends(weft, plan, 2)
+        encoded = plain_bf16 = None
+        if not error:
+            encoded, error = predicted_p2p(weft, spec, (hidden, heads, seq, batch, m), devices)
+        if not error:
+            plain_bf16, error = predicted_p2p(weft, plan, (hidden, heads, seq, batch, m),
+                                              devices)
+        if not error:
+            per_rank = devices // 2
+            stage = [sends[r // per_rank] for r in range(devices)]
+            if devices == 2:
+                want = [n * encoded for n in stage]
+                want_plain = [n * 2 * plain_bf16 for n in stage]
+                if counted != want or plain != want_plain:
+                    error = ("sent %s bytes per rank (%s without the codec); the schedule's "
+                             "sends at the cost model's forward_p2p_bytes (%d encoded, %d "
+                             "bf16) say %s (%s)" % (counted, plain, encoded, plain_bf16,
+                                                    want, want_plain))
+            else:
+                saved = [b - a for a, b in zip(counted, plain)]
+                want = [n * (2 * plain_bf16 - encoded) for n in stage]
+                if saved != want:
+                    error = ("pp's codec saved %s bytes per rank; the schedule's sends at "
+                             "the cost model's forward_p2p_bytes (%d encoded, %d bf16) "
+                             "say %s" % (saved, encoded, plain_bf16, want))
+        worst = 0.0
+        for index, want_out in enumerate(reference):
+            got = np.load(os.path.join(out, "output_%d.npy" % index))
+            worst = max(worst, float(np.abs(got - want_out).max()) /
+                        max(float(np.abs(want_out).max()), 1e-30))
+        bound = max(BOUNDS[c.split(":")[1]] for c in policy.split(","))
+        if not error and worst > bound:
+            error = "output error %.3g exceeds the codec's bound %g" % (worst, bound)
+        rows.append((name, spec, plain[0], counted[0], worst))
+        if error:
+            failures.append("%s %s: %s" % (name, spec, error))
+    return rows, failures
+
+
 def bigram_tokens(path, count=40000, vocab=64, seed=0):
     rng = np.random.default_rng(seed)
     successors = rng.integers(0, vocab, size=(vocab, 4))
@@ -191,6 +307,55 @@ def train(weft, tmp, steps):
         if abs(hybrid - base) > 0.02 * base:
             failures.append("the hybrid policy's loss %.4f is not within 2%% of the "
                             "uncompressed run's %.4f" % (hybrid, base))
+    # Pipelined: pp=2 x tp=2, the stages' sends (activations and their
+    # gradients) under pp's codec. Adding pp:bf16 to tp:bf16 must save
+    # exactly the schedule's sends at the cost model's figures, and the
+    # loss stay within 2 % of the uncompressed pipeline's.
+    plan = "pp=2,tp=2,m=2"
+    piped = {}
+    for label, policy in [("pp none", ""), ("pp tp", "tp:bf16"),
+                          ("pp hybrid", "pp:bf16,tp:bf16")]:
+        spec = plan + (",compress=" + policy if policy else "")
+        log = os.path.join(tmp, "train_%s.csv" % label.replace(" ", "_"))
+        proc = subprocess.run(
+            [weft, "train", model, "--data", tokens, "--steps", str(steps), "--lr", "3e-3",
+             "--warmup", "10", "--min-lr", "3e-4", "--plan-spec", spec, "--devices", "4",
+             "--log", log],
+            capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            failures.append("weft train %s: %s" % (spec, proc.stderr[-400:]))
+            continue
+        with open(log) as f:
+            losses = [float(row["loss"]) for row in csv.DictReader(f)]
+        counted = counted_bytes(proc.stderr)
+        piped[label] = (policy or "none", losses, counted[0] if counted else 0)
+        rows[label] = piped[label]
+        if label == "pp hybrid" and "pp tp" in piped and counted:
+            _, _, before = piped["pp tp"]
+            stdout, error = print_schedule(weft, plan, 2)
+            dims = (em.HIDDEN, em.HEADS, em.SEQ, 2 * em.BATCH, 2)
+            encoded = plain = None
+            if not error:
+                encoded, error = predicted_p2p(weft, spec, dims, 4)
+            if not error:
+                plain, error = predicted_p2p(weft, plan, dims, 4)
+            if error:
+                failures.append("weft train %s: %s" % (spec, error))
+            else:
+                sends = len(re.findall(r"\s>[ag]\d", " " + stdout.split("rank 0:")[1]
+                                       .split("\n")[0]))
+                want = sends * (2 * plain - encoded)
+                if before - counted[0] != want:
+                    failures.append(
+                        "weft train %s: pp:bf16 saved %d bytes on rank 0 in step 1; its %d "
+                        "sends at the cost model's forward_p2p_bytes (%d encoded, %d bf16) "
+                        "say %d" % (spec, before - counted[0], sends, encoded, plain, want))
+    if "pp none" in piped and "pp hybrid" in piped:
+        base = np.mean(piped["pp none"][1][-20:])
+        hybrid = np.mean(piped["pp hybrid"][1][-20:])
+        if abs(hybrid - base) > 0.02 * base:
+            failures.append("pipelined: the pp:bf16,tp:bf16 loss %.4f is not within 2%% "
+                            "of the uncompressed pipeline's %.4f" % (hybrid, base))
     if {"none", "topk", "topk_noef"} <= set(rows):
         base = np.mean(rows["none"][1][-20:])
         feedback = abs(np.mean(rows["topk"][1][-20:]) - base)
@@ -219,6 +384,28 @@ def main():
                                   not name.startswith("bert"))
             rows += got
             failures += failed
+        # Pipelines: the committed exports with a dynamic batch (imported at
+        # the micro-batch; m = 2) and random transformers of 4 layers (their
+        # batch fixed in the IR, and a mean loss one scalar per batch: m = 1).
+        staged = [(name + "-dynamic",) + committed_model(name, "-dynamic") +
+                  ((em.HIDDEN, em.HEADS, em.SEQ, em.BATCH), 2)
+                  for name in ["gpt2", "llama", "bert"]]
+        for seed in range(options.random):
+            config, text, tensors = random_transformer.generate(2000 + seed, 4)
+            directory = os.path.join(tmp, "staged%d" % seed)
+            os.makedirs(directory)
+            open(os.path.join(directory, "model.mlir"), "w").write(text)
+            paths = []
+            for position, tensor in enumerate(tensors):
+                paths.append(os.path.join(directory, "input_%d.npy" % position))
+                np.save(paths[-1], tensor)
+            staged.append(("random%d-4layers" % seed, os.path.join(directory, "model.mlir"),
+                           paths, (config["hidden"], config["heads"], config["seq"],
+                                   config["batch"]), 1))
+        for name, model, inputs, dims, m in staged:
+            got, failed = pipeline_forward(options.weft, name, model, inputs, dims, m, tmp)
+            rows += got
+            failures += failed
         trained, failed = train(options.weft, tmp, options.steps)
         failures += failed
     print("%-10s %-36s %10s %10s %7s %9s" % ("model", "plan", "bytes", "encoded", "ratio",
@@ -237,11 +424,21 @@ def main():
                 final = np.mean(losses[-20:])
                 print("%-18s %12.4f %+11.2f%% %14d" % (policy, final,
                                                        100 * (final - base) / base, sent))
+        print("\nweft train gpt2-opset17.onnx, pp=2 x tp=2, m=2, %d steps (mean of the "
+              "last 20; bytes of rank 0):" % options.steps)
+        base = np.mean(trained["pp none"][1][-20:]) if "pp none" in trained else float("nan")
+        for label in ["pp none", "pp tp", "pp hybrid"]:
+            if label in trained:
+                policy, losses, sent = trained[label]
+                final = np.mean(losses[-20:])
+                print("%-18s %12.4f %+11.2f%% %14d" % (policy, final,
+                                                       100 * (final - base) / base, sent))
     for failure in failures[:20]:
         print("FAIL:", failure)
     print("checked %d (model, compressed plan) pairs: the bytes each rank sent equal "
           "the program's codec-encoded ring counts, the uncompressed program's "
-          "recounted under the policy and the cost model's, and outputs within "
+          "recounted under the policy and the cost model's (pipelines: the schedule's "
+          "sends at the cost model's forward_p2p_bytes), and outputs within "
           "each codec's bound; trained %d policies; %d failed" %
           (len(rows), len(trained), len(failures)))
     return 1 if failures or len(rows) < 20 else 0

@@ -39,6 +39,8 @@ struct PipelineStageInfo {
 struct PipelineInfo {
   int stages = 1, chunks = 1, microBatches = 1;
   std::string schedule;
+  /// The codec of the stages' sends ("none", "bf16", "fp8", "int8").
+  std::string codec = "none";
   /// By virtual stage.
   std::vector<PipelineStageInfo> virtualStages;
   /// By pipeline rank: each step and its name in the IR.

@@ -75,11 +75,12 @@ llvm::Error fromJson(llvm::StringRef text, google::protobuf::Message &message,
 using CompressPolicy = std::vector<std::pair<std::string, std::string>>;
 
 /// Parses "dp:int8,tp:bf16" (items also separated by '/' or ';'); errors
-/// name the item and say what is allowed. Axes are dp, tp, cp, ulysses and
+/// name the item and say what is allowed. Axes are dp, tp, pp (the
+/// pipeline's sends of activations and their gradients), cp, ulysses and
 /// the 3-D grid's gx, gy and gz.
 llvm::Expected<CompressPolicy> parseCompressPolicy(llvm::StringRef text);
-/// The canonical text of a policy: axes in mesh order (dp, gz, cp, ulysses,
-/// gy, gx, tp),
+/// The canonical text of a policy: axes in mesh order (pp, dp, gz, cp,
+/// ulysses, gy, gx, tp),
 /// separated by ','.
 std::string formatCompressPolicy(const CompressPolicy &policy);
 /// The codec of a collective over `axes` under `policy`: the mildest of the

@@ -168,7 +168,8 @@ public:
   static double wireBytes(double bytes, double width, CollectiveCodec codec);
   /// Time to encode what a collective of `kind` sends (`bytes` raw, `wire`
   /// encoded) and decode what it receives: memory-bound passes, two per
-  /// phase (an all-reduce has two phases).
+  /// phase (an all-reduce has two phases); none when the codec does not
+  /// narrow the data (`wire` >= `bytes`: bf16 on bf16).
   double codecTime(CollectiveKind kind, double bytes, double wire,
                    CollectiveCodec codec) const;
   /// The data-parallel gradient group's axes: dp, with cp and ulysses (whose

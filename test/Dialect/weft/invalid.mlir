@@ -1688,6 +1688,26 @@ module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule
 
 // -----
 
+// A pipeline's codec (-weft-compress-collectives, pp's) is one the stages'
+// sends can take: top-k compresses summed gradients only.
+// expected-error @+1 {{'weft.pipeline' has codec "topk": a pipeline's sends take "none", "bf16", "fp8" or "int8" (top-k compresses summed gradients only)}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, codec = "topk"}} {
+}
+
+// -----
+
+// expected-error @+1 {{'weft.pipeline' has codec 8 : i64: a pipeline's sends take}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, codec = 8}} {
+}
+
+// -----
+
+// expected-error @+1 {{'weft.pipeline' has codec "int4": a pipeline's sends take}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, codec = "int4"}} {
+}
+
+// -----
+
 // expected-error @+1 {{pipeline rank 1 has the step "F0.1", which is not F/B/W<mb>[.chunk] or >a|<a|>g|<g<peer>:<mb>[.chunk] with micro-batch < 1, chunk < 1 and another pipeline rank < 2 as peer}}
 module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0"], ["<a0:0", "F0.1"]]}} {
 }

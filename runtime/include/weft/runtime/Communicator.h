@@ -72,9 +72,12 @@ public:
   /// Point-to-point, as a pipeline's stages pass activations: `send`
   /// returns once `input` is posted for `peer` (the receiver need not be
   /// waiting); `recv` waits for the next tensor that `peer` sent to `rank`.
-  /// Tensors between two ranks arrive in the order they were sent. The
-  /// default says the communicator has none.
-  virtual absl::Status send(int rank, int peer, const HostTensor &input);
+  /// Tensors between two ranks arrive in the order they were sent. With a
+  /// `codec`, the receiver gets what the encoded floats decode to and the
+  /// bytes counted are the encoded ones. The default says the communicator
+  /// has none.
+  virtual absl::Status send(int rank, int peer, const HostTensor &input,
+                            Codec codec = Codec::None);
   virtual absl::StatusOr<HostTensor> recv(int rank, int peer);
   /// Bytes `rank` has sent so far.
   virtual int64_t bytesSent(int rank) const = 0;
@@ -158,7 +161,8 @@ public:
   /// Makes every waiting and future collective fail (a rank gave up).
   void abort(const std::string &why);
 
-  absl::Status send(int rank, int peer, const HostTensor &input) override;
+  absl::Status send(int rank, int peer, const HostTensor &input,
+                    Codec codec = Codec::None) override;
   absl::StatusOr<HostTensor> recv(int rank, int peer) override;
 
 protected:

@@ -42,7 +42,8 @@ public:
   /// Point-to-point on their own tag: a send is posted (its buffer kept
   /// until MPI is done with it) and returns; a receive probes for the
   /// peer's next tensor until the timeout.
-  absl::Status send(int rank, int peer, const HostTensor &input) override;
+  absl::Status send(int rank, int peer, const HostTensor &input,
+                    Codec codec = Codec::None) override;
   absl::StatusOr<HostTensor> recv(int rank, int peer) override;
 
 protected:

@@ -18,6 +18,7 @@
 #ifndef WEFT_RUNTIME_PIPELINE_H
 #define WEFT_RUNTIME_PIPELINE_H
 
+#include "weft/runtime/Codec.h"
 #include "weft/runtime/Program.h"
 
 #include <chrono>
@@ -104,6 +105,10 @@ struct PipelineProgram {
   std::vector<TensorType> inputTypes;
   /// A training step's: the parameters whose gradients the stages return.
   std::vector<std::string> gradientNames;
+  /// The codec of every send (activations and their gradients; floats only,
+  /// Codec.h): the receiver gets what it decodes, the bytes counted are the
+  /// encoded ones.
+  Codec codec = Codec::None;
 
   size_t numInputs() const;
   size_t numOutputs() const;

@@ -76,7 +76,8 @@ public:
   /// Point-to-point through the store: a send sets the key of the pair's
   /// next message; a receive waits for it (or the job's abort) until the
   /// timeout, then deletes it.
-  absl::Status send(int rank, int peer, const HostTensor &input) override;
+  absl::Status send(int rank, int peer, const HostTensor &input,
+                    Codec codec = Codec::None) override;
   absl::StatusOr<HostTensor> recv(int rank, int peer) override;
 
 protected:
