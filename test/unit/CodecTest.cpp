@@ -223,6 +223,23 @@ TEST(Codec, TopKKeepsTheLargestPercentAndFeedsTheRestBack) {
   EXPECT_FALSE(comm.allGather(0, {0}, in[0], 0, Codec::TopK).ok());
 }
 
+// A pipeline's point-to-point send under a codec: the receiver gets what
+// the encoding decodes to, and the sender counts the encoded bytes (1000
+// floats as int8: 1000 + 8 scales x 4).
+TEST(Codec, PointToPointSendsEncoded) {
+  InProcessCommunicator comm(2);
+  HostTensor x = randomTensor(1000, 3);
+  ASSERT_TRUE(comm.send(0, 1, x, Codec::Int8).ok());
+  absl::StatusOr<HostTensor> got = comm.recv(1, 0);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->floats, roundTrip(x, Codec::Int8).floats);
+  EXPECT_NE(got->floats, x.floats);
+  EXPECT_EQ(comm.bytesSent(0), 1000 + 8 * 4);
+  ASSERT_TRUE(comm.send(0, 1, x).ok());
+  EXPECT_EQ(comm.recv(1, 0)->floats, x.floats);
+  EXPECT_EQ(comm.bytesSent(0), 1032 + 4000);
+}
+
 TEST(Codec, PolicyParsesAndPicksTheMildestCodecOfAGroup) {
   auto policy = weft::parseCompressPolicy("tp:bf16,dp:int8");
   ASSERT_TRUE(bool(policy));
@@ -234,8 +251,13 @@ TEST(Codec, PolicyParsesAndPicksTheMildestCodecOfAGroup) {
   EXPECT_EQ(weft::codecForAxes(*weft::parseCompressPolicy("dp:topk,cp:int8"),
                                {"dp", "cp"}),
             "int8");
+  // pp names the pipeline's sends, first in mesh order.
+  auto piped = weft::parseCompressPolicy("tp:bf16,pp:int8");
+  ASSERT_TRUE(bool(piped));
+  EXPECT_EQ(weft::formatCompressPolicy(*piped), "pp:int8,tp:bf16");
+  EXPECT_EQ(weft::codecForAxes(*piped, {"pp"}), "int8");
   for (const char *bad :
-       {"dp:int4", "pp:bf16", "xx:bf16", "dp:int8,dp:bf16", "dp", "tp:topk"}) {
+       {"dp:int4", "pp:topk", "xx:bf16", "dp:int8,dp:bf16", "dp", "tp:topk"}) {
     auto parsed = weft::parseCompressPolicy(bad);
     EXPECT_FALSE(bool(parsed)) << bad;
     if (!parsed)
