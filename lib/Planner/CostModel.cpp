@@ -412,6 +412,7 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       block.inputBytes = memory(&BlockMemory::inputBytes);
       block.parameters = memory(&BlockMemory::parameters);
       block.sharedParameters = memory(&BlockMemory::sharedParameters);
+      block.gatheredWeight = memory(&BlockMemory::gatheredWeight);
     }
   }
   if (byDp && !std::get<5>(key)) {

@@ -60,6 +60,15 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
     // Two layers' gathered weights (the one running and the prefetch).
     mem.weights += 2 * b.layer.parameters * kWeightBytes;
   }
+  // Weights stored in shards over AxoNN's depth axis are gathered one
+  // ahead (-weft-schedule-collectives): the one in use and the prefetched
+  // one, at most two of the stage's largest.
+  double gathered = b.layer.gatheredWeight;
+  if (s == 0)
+    gathered = std::max(gathered, b.embedding.gatheredWeight);
+  if (s == p - 1)
+    gathered = std::max(gathered, b.head.gatheredWeight);
+  mem.weights += 2 * gathered * kWeightBytes;
   mem.gradients = params * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
   mem.optimizer =
       params * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);

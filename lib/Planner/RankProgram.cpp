@@ -445,11 +445,15 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
         bytesOf(layer.getBody().front().getArgument(0), false);
   // Parameters: the shard each rank holds; a weight that another block also
   // reads (a tied embedding) is also counted as shared by that block.
+  // The shard a rank keeps: the end of the chain of all_slices the weight
+  // goes through (one per dimension it is split along).
   auto heldElements = [](Operation *param) {
     Value value = param->getResult(0);
-    if (value.hasOneUse())
+    while (value.hasOneUse())
       if (auto slice = dyn_cast<AllSliceOp>(*value.getUsers().begin()))
         value = slice.getResult();
+      else
+        break;
     return double(cast<RankedTensorType>(value.getType()).getNumElements());
   };
   mlir::Block &body = func.getBody().front();
@@ -473,6 +477,17 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
           if (isa<AllSliceOp>(user)) {
             frontier.push_back(user->getResult(0));
             continue;
+          }
+          // A weight stored in shards and all-gathered where it is used
+          // (weft.stored_over; then perhaps over more axes): the gathered
+          // copy is held while the ops that read it run.
+          if (auto gather = dyn_cast<AllGatherOp>(user)) {
+            BlockMemory &memory = profile.memory[int(blockOf(user))];
+            memory.gatheredWeight = std::max(
+                memory.gatheredWeight,
+                double(cast<RankedTensorType>(gather.getResult().getType())
+                           .getNumElements()));
+            frontier.push_back(gather.getResult());
           }
           readers.insert(int(blockOf(user)));
         }

@@ -602,5 +602,18 @@ TEST(PlannerTensor3d, PlanFormChecksAndForwardBytes) {
         2 * allReduce(gy, rows * h / gx) + 2 * (gx - 1) * rows * h / gx * bf16;
     EXPECT_EQ(p.forward_comm_bytes_layer(), expected)
         << gx << "x" << gy << "x" << gz;
+    // Weights per rank: each linear's shard (split over gx and gy, stored
+    // over gz: the vocabulary over gy), the biases and norms, and two copies
+    // of the largest weight gathered for use (the one in use and the one
+    // prefetched): the embedding table's vocabulary shard, gathered over gz
+    // and gx to the full hidden size.
+    const int64_t layers = 2, vocab = 512;
+    int64_t stored =
+        (vocab * h + layers * (4 * h * h + 2 * h * f)) / (gx * gy * gz) +
+        layers * (4 * h + 3 * h / gy + 2 * h / gx + f / gy) + 2 * h;
+    int64_t gathered = 2 * (vocab / gy) * h;
+    EXPECT_EQ(std::llround(p.memory().weights_gib() * (1 << 30)),
+              (stored + gathered) * bf16)
+        << gx << "x" << gy << "x" << gz;
   }
 }

@@ -59,6 +59,9 @@ struct BlockCost {
   /// another block also reads (a tied embedding's table, in the head).
   double parameters = 0;
   double sharedParameters = 0;
+  /// The largest weight the block gathers from its stored shards before
+  /// use (elements of the gathered form; BlockMemory::gatheredWeight).
+  double gatheredWeight = 0;
 };
 
 class CostModel {

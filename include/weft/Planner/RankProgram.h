@@ -175,6 +175,10 @@ struct BlockMemory {
   /// Parameters (elements) this rank holds for the block, and those of them
   /// that another block also uses (a tied embedding).
   double parameters = 0, sharedParameters = 0;
+  /// The largest weight the block all-gathers from the shards it is stored
+  /// in before using it (weft.stored_over, AxoNN's depth axis), in elements
+  /// of its gathered form; 0 when it gathers none.
+  double gatheredWeight = 0;
 };
 
 /// The counts of an op that vary with sizes, in the order ProgramProfile
