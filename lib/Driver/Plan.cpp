@@ -390,17 +390,20 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       request.riskTolerance < 0 ? outcome.band.spread : request.riskTolerance;
   // Plans with fewer risks than the fastest, predicted within the
   // tolerance of it: a second search bounded by that time from the start.
-  auto addSafer = [&](SearchResult &found,
+  // `found` came from a search with `from`: the lower-risk alternatives
+  // are searched within the same space (without grids when `from` has
+  // none).
+  auto addSafer = [&](SearchResult &found, const SearchOptions &from,
                       const std::vector<std::string> &list) {
     double fastestRisk =
         assessRisk(found.plans.front(), costModel, false).score;
     if (tolerance <= 0 || fastestRisk <= 0)
       return;
-    SearchOptions safer = options;
+    SearchOptions safer = from;
     safer.top = 8;
     safer.progress = nullptr;
     safer.limit = found.plans.front().time().step_s() * (1 + tolerance);
-    auto base = options.accept;
+    auto base = from.accept;
     safer.accept = [&](const plan::Plan &p) {
       return (!base || base(p)) &&
              assessRisk(p, costModel, false).score < fastestRisk - 1e-9;
@@ -415,7 +418,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     std::stable_sort(found.plans.begin(), found.plans.end(), planBefore);
     set.set_search_seconds(set.search_seconds() + alternatives.seconds);
   };
-  addSafer(result, policies);
+  addSafer(result, options, policies);
   // What weft plan answers without compression, for --compress=auto to
   // compare with: the same search and choice among uncompressed plans.
   std::vector<plan::Plan> uncompressed;
@@ -423,7 +426,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     SearchResult plain = search(options, {""});
     set.set_search_seconds(set.search_seconds() + plain.seconds);
     if (!plain.plans.empty()) {
-      addSafer(plain, {""});
+      addSafer(plain, options, {""});
       uncompressed = std::move(plain.plans);
     }
   }
@@ -471,17 +474,19 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       note << "3-D tensor parallelism changes the answer: no plan without it "
               "fits\n";
     } else {
-      addSafer(plain, policies);
+      addSafer(plain, megatron, policies);
       preferRobust(plain.plans, costModel, outcome.band, tolerance);
+      double gain =
+          plain.plans.front().time().step_s() / answer.time().step_s() - 1;
       note << llvm::format(
           "3-D tensor parallelism changes the answer: AxoNN's grid "
-          "tp3d=%dx%dx%d is predicted %.4g s, %.1f%% faster than the answer "
-          "with Megatron's tensor parallelism (%s, %.4g s)\n",
+          "tp3d=%dx%dx%d is predicted %.4g s, %.1f%% %s than the answer "
+          "with Megatron's tensor parallelism (%s, %.4g s)%s\n",
           answer.gx(), answer.gy(), answer.gz(), answer.time().step_s(),
-          100 * (plain.plans.front().time().step_s() / answer.time().step_s() -
-                 1),
+          100 * std::fabs(gain), gain >= 0 ? "faster" : "slower",
           describePlan(plain.plans.front()).c_str(),
-          plain.plans.front().time().step_s());
+          plain.plans.front().time().step_s(),
+          gain >= 0 ? "" : "; it is first for fewer risks");
     }
   }
   if (int(result.plans.size()) > request.top)

@@ -6,6 +6,8 @@
 
 #include "weft/Planner/Risk.h"
 
+#include "weft/Plan/Plan.h"
+
 #include "weft/Planner/Report.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -114,6 +116,12 @@ PlanRisk planner::assessRisk(const plan::Plan &plan, const CostModel &model,
                       shortSeq ? ": all-to-alls this small rarely pay" : ""));
   if (plan.tp_across_nodes())
     add(2, "tensor parallelism across nodes");
+  if (uses3dTensorParallel(plan))
+    add(1, llvm::formatv("AxoNN's 3-D tensor parallelism (tp3d={0}x{1}x{2}): "
+                         "one published system runs it and no calibration "
+                         "or validation row does; the overlap of its weight "
+                         "gathers is the model's assumption",
+                         plan.gx(), plan.gy(), plan.gz()));
   if (!plan.compress().empty())
     add(1, llvm::formatv("compressed collectives ({0}) change the training "
                          "numerics: compare the loss with an uncompressed run "
