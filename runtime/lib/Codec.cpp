@@ -77,6 +77,17 @@ HostTensor FeedbackStore::withFeedback(int rank, const void *site,
   return total;
 }
 
+std::map<std::pair<int, const void *>, HostTensor>
+FeedbackStore::residualsKept() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return residuals;
+}
+
+void FeedbackStore::restore(int rank, const void *site, HostTensor residual) {
+  std::lock_guard<std::mutex> lock(mutex);
+  residuals[{rank, site}] = std::move(residual);
+}
+
 float weft::rt::roundToE4M3(float value) {
   if (std::isnan(value))
     return value;

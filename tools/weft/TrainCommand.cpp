@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 
 using namespace mlir;
@@ -366,11 +367,21 @@ static bool renameOver(llvm::StringRef from, llvm::StringRef to,
   return true;
 }
 
+/// Top-k's error feedback in a checkpoint: each rank's residual of each
+/// top-k all-reduce with error feedback (`sites`, numbered in the
+/// partitioned module's walk order, which the same model and plan give
+/// again), for the plan they belong to.
+struct Residuals {
+  weft::rt::FeedbackStore *store = nullptr;
+  std::vector<Operation *> sites;
+  std::string plan;
+};
+
 /// Writes step-N/ under a temporary name, then renames it and points
 /// `latest` at it (also by rename): a reader sees a whole checkpoint or the
 /// previous one.
 static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
-                           std::string &error) {
+                           const Residuals &residuals, std::string &error) {
   std::string name = "step-" + std::to_string(step);
   llvm::SmallString<256> dir(saveDir), tmp(saveDir);
   llvm::sys::path::append(dir, name);
@@ -413,6 +424,29 @@ static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
                               {"step", step},
                               {"optimizer", optimizer.getValue()},
                               {"parameters", std::move(entries)}};
+  if (!residuals.sites.empty()) {
+    // By rank and site, so that the manifest does not depend on addresses.
+    std::map<std::pair<int, int64_t>, HostTensor> ordered;
+    for (auto &[key, residual] : residuals.store->residualsKept()) {
+      auto site = llvm::find(residuals.sites, key.second);
+      if (site != residuals.sites.end())
+        ordered[{key.first, site - residuals.sites.begin()}] = residual;
+    }
+    llvm::json::Array kept;
+    for (auto &[key, residual] : ordered) {
+      auto [rank, index] = key;
+      std::string file = "feedback-" + std::to_string(rank) + "-" +
+                         std::to_string(index) + ".npy";
+      llvm::SmallString<256> path(tmp);
+      llvm::sys::path::append(path, file);
+      if (!weft::writeTensorFile(path.str().str(), residual, error))
+        return false;
+      kept.push_back(
+          llvm::json::Object{{"rank", rank}, {"site", index}, {"file", file}});
+    }
+    manifest["feedback"] = llvm::json::Object{{"plan", residuals.plan},
+                                              {"residuals", std::move(kept)}};
+  }
   llvm::SmallString<256> manifestPath(tmp);
   llvm::sys::path::append(manifestPath, "manifest.json");
   std::string text;
@@ -432,7 +466,7 @@ static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
 /// returns the step it was written after, or -1 with `error` naming the
 /// file that is missing, corrupt or does not match the model.
 static int64_t loadCheckpoint(std::vector<ParamState> &params,
-                              std::string &error) {
+                              const Residuals &residuals, std::string &error) {
   llvm::SmallString<256> dir(resumeDir);
   llvm::SmallString<256> latest(resumeDir);
   llvm::sys::path::append(latest, "latest");
@@ -534,6 +568,65 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
       p.v = v.floats.toVector();
     }
   }
+  if (residuals.sites.empty())
+    return *step;
+  // Top-k's residuals: each rank's, for each all-reduce, as they were.
+  const llvm::json::Object *feedback = root->getObject("feedback");
+  if (!feedback) {
+    error = manifestPath.str().str() +
+            ": holds no top-k error-feedback residuals (written by a run "
+            "without compress=dp:topk), so resuming with dp:topk would not "
+            "continue it; resume with the codec it was written with";
+    return -1;
+  }
+  std::optional<llvm::StringRef> plan = feedback->getString("plan");
+  if (!plan || *plan != residuals.plan) {
+    error = manifestPath.str().str() +
+            ": its top-k residuals belong to the "
+            "plan " +
+            (plan ? plan->str() : std::string("(none)")) + ", not " +
+            residuals.plan +
+            " (they are per rank and per all-reduce): resume with that plan";
+    return -1;
+  }
+  const llvm::json::Array *kept = feedback->getArray("residuals");
+  for (size_t i = 0; kept && i < kept->size(); ++i) {
+    const llvm::json::Object *entry = (*kept)[i].getAsObject();
+    std::optional<int64_t> rank =
+        entry ? entry->getInteger("rank") : std::nullopt;
+    std::optional<int64_t> site =
+        entry ? entry->getInteger("site") : std::nullopt;
+    std::optional<llvm::StringRef> file =
+        entry ? entry->getString("file") : std::nullopt;
+    if (!rank || !site || !file || *rank < 0 || *rank >= devices || *site < 0 ||
+        *site >= int64_t(residuals.sites.size())) {
+      error = manifestPath.str().str() + ": top-k residual #" +
+              std::to_string(i) + " is not {rank < " + std::to_string(devices) +
+              ", site < " + std::to_string(residuals.sites.size()) + ", file}";
+      return -1;
+    }
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, *file);
+    HostTensor residual;
+    std::string why;
+    if (!weft::readTensorFile(path.str().str(), residual, why)) {
+      error = why;
+      return -1;
+    }
+    Operation *op = residuals.sites[size_t(*site)];
+    auto type = cast<RankedTensorType>(op->getOperand(0).getType());
+    if (residual.shape !=
+            weft::rt::Shape(type.getShape().begin(), type.getShape().end()) ||
+        !residual.isFloat()) {
+      error = path.str().str() + ": holds " +
+              weft::rt::shapeString(residual.shape) +
+              " for a top-k all-reduce of " +
+              weft::rt::shapeString(weft::rt::Shape(type.getShape().begin(),
+                                                    type.getShape().end()));
+      return -1;
+    }
+    residuals.store->restore(int(*rank), op, std::move(residual));
+  }
   return *step;
 }
 
@@ -616,16 +709,10 @@ int runTrain(MLIRContext &context) {
   std::optional<weft::plan::Plan> plan = trainingPlan();
   if (!plan)
     return 1;
-  // Top-k's error feedback is state a checkpoint does not hold: a resumed
-  // run would not continue the uncheckpointed one exactly.
   llvm::Expected<weft::CompressPolicy> policy =
       weft::parseCompressPolicy(plan->compress());
   if (!policy)
     return trainError(llvm::toString(policy.takeError()));
-  if (!resumeDir.empty() && weft::codecForAxes(*policy, {"dp"}) == "topk")
-    return trainError("--resume with compress=dp:topk: the error-feedback "
-                      "residuals are not in checkpoints, so the resumed run "
-                      "would differ; use dp:topk_noef or another codec");
   if (!tracePath.empty() && plan->pp() <= 1)
     return trainError("--trace records a pipeline's steps: give a plan with "
                       "pp > 1");
@@ -717,7 +804,7 @@ int runTrain(MLIRContext &context) {
   // The trained parameters and their first values.
   weft::InterpreterOptions options;
   // Top-k's error feedback: what each rank's gradient all-reduce did not
-  // send, carried from step to step (not part of a checkpoint).
+  // send, carried from step to step (and in checkpoints).
   weft::rt::FeedbackStore feedback;
   options.feedback = &feedback;
   options.weightsDir = llvm::sys::path::parent_path(model).str();
@@ -782,9 +869,17 @@ int runTrain(MLIRContext &context) {
                         ec.message());
     module->print(out);
   }
+  // The top-k all-reduces whose residuals checkpoints keep.
+  Residuals residuals;
+  residuals.store = &feedback;
+  residuals.plan = weft::formatPlanSpec(*plan);
+  module->walk([&](weft::CollectiveOpInterface collective) {
+    if (collective.getWireCodec() == weft::CollectiveCodec::topk)
+      residuals.sites.push_back(collective.getOperation());
+  });
   int64_t start = 0;
   if (!resumeDir.empty()) {
-    start = loadCheckpoint(params, error);
+    start = loadCheckpoint(params, residuals, error);
     if (start < 0)
       return trainError(error);
     llvm::errs() << "weft train: resumed from " << resumeDir << " at step "
@@ -989,7 +1084,7 @@ int runTrain(MLIRContext &context) {
     bool last = step + 1 == steps;
     if (!saveDir.empty() &&
         (last || (saveEvery > 0 && (step + 1) % saveEvery == 0))) {
-      if (!saveCheckpoint(params, step + 1, error))
+      if (!saveCheckpoint(params, step + 1, residuals, error))
         return trainError(error);
     }
   }

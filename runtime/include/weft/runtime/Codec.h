@@ -65,8 +65,13 @@ public:
   /// Codec::TopK, which sends exactly the kept part.
   HostTensor withFeedback(int rank, const void *site, const HostTensor &x);
 
+  /// Every residual kept, by (rank, site): what a checkpoint saves.
+  std::map<std::pair<int, const void *>, HostTensor> residualsKept() const;
+  /// Sets the residual of (`rank`, `site`), as a checkpoint holds it.
+  void restore(int rank, const void *site, HostTensor residual);
+
 private:
-  std::mutex mutex;
+  mutable std::mutex mutex;
   std::map<std::pair<int, const void *>, HostTensor> residuals;
 };
 
