@@ -815,8 +815,9 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
                      plan.dp() * tensor3dSize(plan);
   // A policy's pp codec compresses every send, activations and gradients
   // alike: the encoded bytes on the link, plus encoding and decoding.
-  CollectiveCodec codec =
-      p > 1 ? codecFor(plan, {"pp"}) : CollectiveCodec::none;
+  CollectiveCodec codec = p > 1 && !plan.compress().empty()
+                              ? codecFor(plan, {"pp"})
+                              : CollectiveCodec::none;
   double wire = wireBytes(activation, kWeightBytes, codec);
   times.p2p = p > 1
                   ? collectiveTime(CollectiveKind::Send, wire, 2, ppStride) +
