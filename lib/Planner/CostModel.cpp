@@ -68,12 +68,23 @@ CostModel::~CostModel() = default;
 // Communication
 //===----------------------------------------------------------------------===//
 
-/// The 3-D tensor-parallel grid of a plan as a cache key ("" without one).
-static std::string gridKey(const plan::Plan &plan) {
-  if (!uses3dTensorParallel(plan))
-    return "";
-  return std::to_string(plan.gx()) + ":" + std::to_string(plan.gy()) + ":" +
-         std::to_string(plan.gz());
+CostModel::BlockKey CostModel::blockKey(const plan::Plan &plan) const {
+  // Policies are few (one per search, a handful with --compress=auto).
+  auto policy = llvm::find(policyNames, plan.compress());
+  int64_t index = policy - policyNames.begin();
+  if (policy == policyNames.end())
+    policyNames.push_back(plan.compress());
+  bool grid = uses3dTensorParallel(plan);
+  return {plan.micro_batch(),
+          plan.tp(),
+          plan.ulysses(),
+          plan.cp(),
+          plan.sequence_parallel(),
+          0,
+          index,
+          grid ? plan.gx() : 0,
+          grid ? plan.gy() : 0,
+          grid ? plan.gz() : 0};
 }
 
 double CostModel::collectiveTime(CollectiveKind kind, double bytes,
@@ -271,9 +282,7 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
 
 const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   const int64_t dp = std::max(1, plan.dp());
-  BlockKey key{
-      plan.micro_batch(),       plan.tp(), plan.ulysses(),  plan.cp(),
-      plan.sequence_parallel(), 0,         plan.compress(), gridKey(plan)};
+  BlockKey key = blockKey(plan);
   if (lastBlocks) {
     BlockKey last = key;
     if (lastDpDependent)
@@ -974,10 +983,7 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
 }
 
 bool CostModel::isMeasured(const plan::Plan &plan) const {
-  BlockKey key{
-      plan.micro_batch(),       plan.tp(), plan.ulysses(),  plan.cp(),
-      plan.sequence_parallel(), 0,         plan.compress(), gridKey(plan)};
-  if (cache.count(key))
+  if (cache.count(blockKey(plan)))
     return true;
   FamilyKey family{plan.tp() > 1, plan.ulysses() > 1, plan.cp(),
                    plan.sequence_parallel(), plan.compress()};

@@ -265,10 +265,13 @@ private:
   /// for the programs
   /// that have no collective over dp in forward (their costs do not
   /// depend on it), which are most.
-  /// (mbs, tp, ulysses, cp, sp, dp when the program depends on it,
-  /// compress, the 3-D grid as gx:gy:gz).
+  /// (mbs, tp, ulysses, cp, sp, dp when the program depends on it, the
+  /// compression policy as its index in `policyNames`, the 3-D grid's gx,
+  /// gy, gz or zeros): integers, compared many times per candidate.
   using BlockKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t,
-                              std::string, std::string>;
+                              int64_t, int64_t, int64_t, int64_t>;
+  BlockKey blockKey(const plan::Plan &plan) const;
+  mutable std::vector<std::string> policyNames;
   std::map<BlockKey, Blocks> cache;
   std::set<BlockKey> dpDependent;
   BlockKey lastKey;
