@@ -119,6 +119,21 @@ def recounted(partitioned, policy):
     return total
 
 
+def output_error(out, reference, policy):
+    """The largest error of the outputs in `out` over the reference's largest
+    magnitude, and an error message if it exceeds the bound of the policy's
+    harshest codec (else None)."""
+    worst = 0.0
+    for index, want in enumerate(reference):
+        got = np.load(os.path.join(out, "output_%d.npy" % index))
+        worst = max(worst, float(np.abs(got - want).max()) /
+                    max(float(np.abs(want).max()), 1e-30))
+    bound = max(BOUNDS[c.split(":")[1]] for c in policy.split(","))
+    if worst > bound:
+        return worst, "output error %.3g exceeds the codec's bound %g" % (worst, bound)
+    return worst, None
+
+
 def forward(weft, name, model, inputs, tmp, lm_head):
     """Runs every (plan, policy) of SPECS on one model; returns (rows,
     failures)."""
@@ -151,14 +166,8 @@ def forward(weft, name, model, inputs, tmp, lm_head):
         if not error and counted[0] != expected:
             error = ("sent %d bytes per rank; the uncompressed program's collectives "
                      "recounted under the policy say %d" % (counted[0], expected))
-        worst = 0.0
-        for index, want in enumerate(reference):
-            got = np.load(os.path.join(out, "output_%d.npy" % index))
-            worst = max(worst, float(np.abs(got - want).max()) /
-                        max(float(np.abs(want).max()), 1e-30))
-        bound = max(BOUNDS[c.split(":")[1]] for c in policy.split(","))
-        if not error and worst > bound:
-            error = "output error %.3g exceeds the codec's bound %g" % (worst, bound)
+        worst, bound_error = output_error(out, reference, policy)
+        error = error or bound_error
         if not error:
             error = check_identity(weft, model, inputs, spec, devices, tmp, lm_head,
                                    emitted=False)
@@ -248,14 +257,8 @@ def pipeline_forward(weft, name, model, inputs, dims, m, tmp):
                     error = ("pp's codec saved %s bytes per rank; the schedule's sends at "
                              "the cost model's forward_p2p_bytes (%d encoded, %d bf16) "
                              "say %s" % (saved, encoded, plain_bf16, want))
-        worst = 0.0
-        for index, want_out in enumerate(reference):
-            got = np.load(os.path.join(out, "output_%d.npy" % index))
-            worst = max(worst, float(np.abs(got - want_out).max()) /
-                        max(float(np.abs(want_out).max()), 1e-30))
-        bound = max(BOUNDS[c.split(":")[1]] for c in policy.split(","))
-        if not error and worst > bound:
-            error = "output error %.3g exceeds the codec's bound %g" % (worst, bound)
+        worst, bound_error = output_error(out, reference, policy)
+        error = error or bound_error
         rows.append((name, spec, plain[0], counted[0], worst))
         if error:
             failures.append("%s %s: %s" % (name, spec, error))
