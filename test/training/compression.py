@@ -179,10 +179,10 @@ def forward(weft, name, model, inputs, tmp, lm_head):
     return rows, failures
 
 
-def pipeline_sends(weft, spec, p):
-    """Per pipeline rank, the activations it sends in the schedule of the
-    plan's pipeline (`weft plan --print-schedule`'s ">a" steps; a forward
-    run sends no gradients), or (None, why)."""
+def pipeline_sends(weft, spec, p, kinds=(">a",)):
+    """Per pipeline rank, the sends of `kinds` in the schedule of the plan's
+    pipeline (`weft plan --print-schedule`; ">a" activations, which is all
+    a forward run sends, ">g" gradients), or (None, why)."""
     stdout, error = print_schedule(weft, spec, p)
     if error:
         return None, error
@@ -191,7 +191,7 @@ def pipeline_sends(weft, spec, p):
         found = re.match(r"\s*rank (\d+): (.*)", line)
         if found and int(found.group(1)) < p:
             sends[int(found.group(1))] = sum(
-                step.startswith(">a") for step in found.group(2).split())
+                step.startswith(kinds) for step in found.group(2).split())
     if len(sends) != p:
         return None, "no schedule in weft plan's output:\n" + stdout[-600:]
     return [sends[r] for r in range(p)], None
@@ -274,6 +274,21 @@ def bigram_tokens(path, count=40000, vocab=64, seed=0):
     np.save(path, np.array(tokens, dtype=np.uint16))
 
 
+def train_run(weft, model, tokens, steps, spec, log, extra=()):
+    """`weft train` for `steps` steps under `spec` on 4 simulated devices:
+    (losses, bytes per rank in step 1, stderr), or (None, None, why)."""
+    proc = subprocess.run(
+        [weft, "train", model, "--data", tokens, "--steps", str(steps), "--lr", "3e-3",
+         "--warmup", "10", "--min-lr", "3e-4", "--plan-spec", spec, "--devices", "4",
+         "--log", log] + list(extra),
+        capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return None, None, "weft train %s: %s" % (spec, proc.stderr[-400:])
+    with open(log) as f:
+        losses = [float(row["loss"]) for row in csv.DictReader(f)]
+    return losses, counted_bytes(proc.stderr), proc.stderr
+
+
 def train(weft, tmp, steps):
     """200 steps of the bundled GPT-2 under each policy; returns (rows,
     failures)."""
@@ -287,17 +302,11 @@ def train(weft, tmp, steps):
         spec = "dp=2,tp=2" + (",compress=" + policy if policy else "")
         log = os.path.join(tmp, "train_%s.csv" % label)
         dump = os.path.join(tmp, "train_%s.mlir" % label)
-        proc = subprocess.run(
-            [weft, "train", model, "--data", tokens, "--steps", str(steps), "--lr", "3e-3",
-             "--warmup", "10", "--min-lr", "3e-4", "--plan-spec", spec, "--devices", "4",
-             "--log", log, "--dump-partitioned", dump],
-            capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            failures.append("weft train %s: %s" % (spec, proc.stderr[-400:]))
+        losses, counted, error = train_run(weft, model, tokens, steps, spec, log,
+                                           ["--dump-partitioned", dump])
+        if losses is None:
+            failures.append(error)
             continue
-        with open(log) as f:
-            losses = [float(row["loss"]) for row in csv.DictReader(f)]
-        counted = counted_bytes(proc.stderr)
         sizes = mesh_sizes(open(dump).read())
         expected = sum(collective_bytes(line, sizes) for line in open(dump))
         if counted is None or any(c != expected for c in counted):
@@ -320,22 +329,15 @@ def train(weft, tmp, steps):
                           ("pp hybrid", "pp:bf16,tp:bf16")]:
         spec = plan + (",compress=" + policy if policy else "")
         log = os.path.join(tmp, "train_%s.csv" % label.replace(" ", "_"))
-        proc = subprocess.run(
-            [weft, "train", model, "--data", tokens, "--steps", str(steps), "--lr", "3e-3",
-             "--warmup", "10", "--min-lr", "3e-4", "--plan-spec", spec, "--devices", "4",
-             "--log", log],
-            capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            failures.append("weft train %s: %s" % (spec, proc.stderr[-400:]))
+        losses, counted, error = train_run(weft, model, tokens, steps, spec, log)
+        if losses is None:
+            failures.append(error)
             continue
-        with open(log) as f:
-            losses = [float(row["loss"]) for row in csv.DictReader(f)]
-        counted = counted_bytes(proc.stderr)
         piped[label] = (policy or "none", losses, counted[0] if counted else 0)
         rows[label] = piped[label]
         if label == "pp hybrid" and "pp tp" in piped and counted:
             _, _, before = piped["pp tp"]
-            stdout, error = print_schedule(weft, plan, 2)
+            sends, error = pipeline_sends(weft, plan, 2, (">a", ">g"))
             dims = (em.HIDDEN, em.HEADS, em.SEQ, 2 * em.BATCH, 2)
             encoded = plain = None
             if not error:
@@ -345,8 +347,7 @@ def train(weft, tmp, steps):
             if error:
                 failures.append("weft train %s: %s" % (spec, error))
             else:
-                sends = len(re.findall(r"\s>[ag]\d", " " + stdout.split("rank 0:")[1]
-                                       .split("\n")[0]))
+                sends = sends[0]
                 want = sends * (2 * plain - encoded)
                 if before - counted[0] != want:
                     failures.append(
