@@ -133,12 +133,13 @@ LogicalResult CudaEmitter::check() {
         !op.hasAttr(WeftDialect::getBufferOffsetsAttrName()))
       return op.emitError("has no buffer: run -weft-assign-buffers first");
     if (isa<CollectiveOpInterface>(op) &&
-        getCollectiveCodec(&op) != CollectiveCodec::none)
-      return op.emitError("weft compile --target cuda: compressed "
-                          "collectives (codec ")
+        (getCollectiveCodec(&op) == CollectiveCodec::topk ||
+         getCollectiveCodec(&op) == CollectiveCodec::topk_noef))
+      return op.emitError("weft compile --target cuda: top-k collectives "
+                          "(codec ")
              << stringifyCollectiveCodec(getCollectiveCodec(&op))
-             << ") run on the CPU targets only; compile without a "
-                "compression policy";
+             << ") run on the CPU targets only; use bf16, fp8 or int8 for "
+                "the GPU";
   }
   return success();
 }
@@ -373,7 +374,8 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
   auto collective = [&](const std::string &call) {
     std::string event = "e" + std::to_string(counter);
     std::string o = out();
-    os << "  cudaEvent_t " << event << " = " << call << ", " << o << ");\n";
+    os << "  cudaEvent_t " << event << " = " << call << ", " << o
+       << codecArg(op) << ");\n";
     events[op->getResult(0)] = event;
     ++stats.collectives;
     return success();

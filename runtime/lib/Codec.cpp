@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/runtime/Codec.h"
+#include "weft/runtime/CodecElements.h"
 
 #include <algorithm>
 #include <cmath>
@@ -89,20 +90,7 @@ void FeedbackStore::restore(int rank, const void *site, HostTensor residual) {
 }
 
 float weft::rt::roundToE4M3(float value) {
-  if (std::isnan(value))
-    return value;
-  float magnitude = std::fabs(value);
-  constexpr float kMax = 448.0f;
-  if (magnitude >= kMax)
-    return std::copysign(kMax, value);
-  // Below the smallest normal (2^-6) the step is the subnormal one, 2^-9;
-  // above it, 3 mantissa bits: a step of 2^(e - 3) in [2^e, 2^(e+1)).
-  int exponent = 0;
-  std::frexp(magnitude, &exponent); // magnitude = f * 2^exponent, f in [.5, 1)
-  int e = std::max(exponent - 1, -6);
-  float step = std::ldexp(1.0f, e - 3);
-  float rounded = std::nearbyint(magnitude / step) * step;
-  return std::copysign(std::min(rounded, kMax), value);
+  return codec::decodeE4M3(codec::encodeE4M3(value));
 }
 
 HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
@@ -135,14 +123,18 @@ HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
   }
   // One scale per block maps the block's largest magnitude to the format's
   // largest value; the scale travels as an f32.
-  const float top = codec == Codec::FP8 ? 448.0f : 127.0f;
+  const float top = codec == Codec::FP8 ? codec::kE4M3Max : codec::kInt8Max;
   for (int64_t start = 0; start < n; start += kCodecBlock) {
     int64_t end = std::min(n, start + kCodecBlock);
     float amax = 0;
-    for (int64_t i = start; i < end; ++i)
-      amax = std::max(amax, std::fabs(in[i]));
+    for (int64_t i = start; i < end; ++i) {
+      float a = std::fabs(in[i]);
+      // A NaN sticks (the block is then sent unscaled).
+      if (amax == amax && !(a <= amax))
+        amax = a;
+    }
     float scale = amax / top;
-    if (amax == 0 || !std::isfinite(amax) || scale == 0) {
+    if (!codec::scaled(amax, scale)) {
       // Nothing to scale (zeros, or magnitudes so small the scale
       // underflows), or a non-finite value: sent as is, so an overflow stays
       // visible to loss scaling.
@@ -152,8 +144,8 @@ HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
     }
     for (int64_t i = start; i < end; ++i) {
       float v = in[i] / scale;
-      float q = codec == Codec::FP8 ? roundToE4M3(v)
-                                    : std::clamp(std::nearbyint(v), -top, top);
+      float q = codec == Codec::FP8 ? codec::decodeE4M3(codec::encodeE4M3(v))
+                                    : float(codec::encodeInt8(v));
       result[i] = q * scale;
     }
   }

@@ -44,6 +44,68 @@ TEST(Codec, E4M3RoundsToNearestEvenAndSaturates) {
   EXPECT_EQ(roundToE4M3(0.0f), 0.0f);
 }
 
+// The element functions the CUDA kernels share with the CPU round trip:
+// every finite e4m3 code decodes and encodes back to itself, every float
+// encodes to the nearest code (ties to the even mantissa, saturated at 448),
+// and int8 rounds ties to even and clamps.
+TEST(Codec, SharedElementFunctionsEncodeToTheNearestCode) {
+  std::vector<std::pair<float, uint8_t>> codes;
+  for (int b = 0; b < 256; ++b) {
+    float v = codec::decodeE4M3(uint8_t(b));
+    if ((b & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(v)) << b;
+      continue;
+    }
+    EXPECT_EQ(codec::encodeE4M3(v), b) << "code " << b << " = " << v;
+    codes.push_back({v, uint8_t(b)});
+  }
+  EXPECT_EQ(codec::decodeE4M3(0x7e), 448.0f);
+  EXPECT_EQ(codec::decodeE4M3(0x01), std::ldexp(1.0f, -9));
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> mantissa(-1, 1);
+  std::uniform_int_distribution<int> exponent(-12, 10);
+  for (int t = 0; t < 20000; ++t) {
+    float v = std::ldexp(mantissa(gen), exponent(gen));
+    float best = 0;
+    uint8_t bestBits = 0;
+    float bestDistance = INFINITY;
+    for (auto [c, bits] : codes) {
+      float d = std::fabs(c - v);
+      if (std::signbit(c) != std::signbit(v) && c != 0)
+        continue;
+      if (d < bestDistance ||
+          (d == bestDistance && (bits & 1) == 0 && (bestBits & 1) == 1)) {
+        best = c;
+        bestBits = bits;
+        bestDistance = d;
+      }
+    }
+    EXPECT_EQ(std::fabs(codec::decodeE4M3(codec::encodeE4M3(v))),
+              std::fabs(best))
+        << v;
+  }
+  EXPECT_EQ(codec::encodeE4M3(1e9f), 0x7e);
+  EXPECT_EQ(codec::encodeE4M3(-1e9f), 0xfe);
+  EXPECT_EQ(codec::encodeE4M3(NAN), 0x7f);
+  EXPECT_EQ(codec::encodeInt8(2.5f), 2);
+  EXPECT_EQ(codec::encodeInt8(-2.5f), -2);
+  EXPECT_EQ(codec::encodeInt8(3.5f), 4);
+  EXPECT_EQ(codec::encodeInt8(300.0f), 127);
+  EXPECT_EQ(codec::encodeInt8(-300.0f), -127);
+  EXPECT_EQ(codec::encodeInt8(NAN), 0);
+  // A segment: the payload padded to 4 bytes, then a scale per block.
+  EXPECT_EQ(codec::segmentBytes(1000, 1, true), 1000 + 4 * 8);
+  EXPECT_EQ(codec::segmentBytes(1001, 1, true), 1004 + 4 * 8);
+  EXPECT_EQ(codec::segmentBytes(1001, 2, false), 2004);
+  // A NaN in a block leaves it unscaled: the CPU keeps its values.
+  HostTensor x = randomTensor(256, 3);
+  x.floats[5] = NAN;
+  HostTensor back = roundTrip(x, Codec::Int8);
+  EXPECT_TRUE(std::isnan(back.floats[5]));
+  EXPECT_EQ(back.floats[6], x.floats[6]);
+  EXPECT_NE(back.floats[200], x.floats[200]);
+}
+
 TEST(Codec, WireBytesCountPayloadAndScales) {
   EXPECT_EQ(wireBytes(1000, DType::F32, Codec::None), 4000);
   EXPECT_EQ(wireBytes(1000, DType::F32, Codec::BF16), 2000);

@@ -9,12 +9,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/runtime/CodecElements.h"
 #include "weft/runtime/cuda/Cuda.h"
 #include "weft/runtime/cuda/Elementwise.cuh"
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -1357,24 +1360,271 @@ Shape blocked(const Shape &shape, int64_t dim, int64_t n) {
   return out;
 }
 
+// ---- Compressed collectives ----------------------------------------------
+//
+// Under a codec a collective moves encoded segments (CodecElements.h) through
+// the communicator's byte-moving primitives, as i32 words: a segment is a
+// run of `count` elements (a rank's tensor, or one destination's block).
+// Encoding and decoding run on the communication stream; every element
+// function is the CPU runtime's (rt::roundTrip), so blocks of 128 that line
+// up with the CPU's (the whole tensor for all-gather, permute and
+// all-reduce; block-aligned blocks along dimension 0 for all-to-all and
+// reduce-scatter) decode to the CPU's values.
+
+/// Segments of `count` elements under `codec`, `bytes` each.
+struct Wire {
+  Codec codec;
+  int64_t count;
+  int64_t bytes;
+};
+
+Wire wireFor(const Context &ctx, Codec codec, int64_t count) {
+  if (codec != Codec::BF16 && codec != Codec::FP8 && codec != Codec::Int8)
+    fail(ctx, std::string("the ") + codecName(codec) +
+                  " codec runs on the CPU targets only (top-k sums sparse "
+                  "gradients there)");
+  bool blockScales = codec != Codec::BF16;
+  return Wire{codec, count,
+              codec::segmentBytes(count, blockScales ? 1 : 2, blockScales)};
+}
+
+/// `segments` segments as the communicator's unit: i32 words, one row each.
+DeviceTensor words(void *data, const Wire &wire, int64_t segments) {
+  return DeviceTensor{data, DType::I32, {segments, wire.bytes / 4}};
+}
+
+/// The larger of two magnitudes; a NaN wins (its block is not scaled).
+__device__ inline float nanMax(float a, float b) {
+  return a > b || a != a ? a : b;
+}
+
+/// Segment blockIdx.y holds elements [y count, (y + 1) count) of `x` (zeros
+/// past `total`); one thread per element, one thread block per codec block.
+template <typename T>
+__global__ void __launch_bounds__(codec::kBlock)
+    encodeKernel(const T *x, int64_t total, Wire wire, char *out) {
+  int64_t i = int64_t(blockIdx.x) * codec::kBlock + threadIdx.x;
+  int64_t global = int64_t(blockIdx.y) * wire.count + i;
+  float v = i < wire.count && global < total ? loadF(x, global) : 0.0f;
+  char *segment = out + int64_t(blockIdx.y) * wire.bytes;
+  if (wire.codec == Codec::BF16) {
+    if (i < wire.count)
+      reinterpret_cast<__nv_bfloat16 *>(segment)[i] = __float2bfloat16_rn(v);
+    return;
+  }
+  __shared__ float amax[codec::kBlock];
+  amax[threadIdx.x] = fabsf(v);
+  __syncthreads();
+  for (unsigned half = codec::kBlock / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half)
+      amax[threadIdx.x] = nanMax(amax[threadIdx.x], amax[threadIdx.x + half]);
+    __syncthreads();
+  }
+  float top = wire.codec == Codec::FP8 ? codec::kE4M3Max : codec::kInt8Max;
+  float a = amax[0], scale = a / top;
+  bool scaled = codec::scaled(a, scale);
+  if (i < wire.count) {
+    float q = scaled ? v / scale : 0.0f;
+    reinterpret_cast<uint8_t *>(segment)[i] =
+        wire.codec == Codec::FP8 ? codec::encodeE4M3(q)
+                                 : uint8_t(codec::encodeInt8(q));
+  }
+  // An unscaled block decodes to zeros (scale 0) or, when it held a
+  // non-finite value, to NaN, which loss scaling sees.
+  if (threadIdx.x == 0)
+    reinterpret_cast<float *>(segment +
+                              codec::payloadBytes(wire.count, 1))[blockIdx.x] =
+        scaled ? scale : (a - a == 0 ? 0.0f : NAN);
+}
+
+__device__ inline float decodeAt(const char *segment, const Wire &wire,
+                                 int64_t i) {
+  if (wire.codec == Codec::BF16)
+    return __bfloat162float(
+        reinterpret_cast<const __nv_bfloat16 *>(segment)[i]);
+  uint8_t bits = reinterpret_cast<const uint8_t *>(segment)[i];
+  float q =
+      wire.codec == Codec::FP8 ? codec::decodeE4M3(bits) : float(int8_t(bits));
+  // Rounded as the CPU's q * scale (never fused into the caller's sum).
+  return __fmul_rn(
+      q, reinterpret_cast<const float *>(
+             segment + codec::payloadBytes(wire.count, 1))[i / codec::kBlock]);
+}
+
+/// out[s count + i] = element i of segment s, below `total`.
+template <typename T>
+__global__ void decodeKernel(const char *in, Wire wire, int64_t total, T *out) {
+  for (int64_t at = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; at < total;
+       at += int64_t(gridDim.x) * blockDim.x)
+    storeF(out, at,
+           decodeAt(in + at / wire.count * wire.bytes, wire, at % wire.count));
+}
+
+/// out[i] = element i of every segment, reduced in group (segment) order as
+/// the CPU communicator reduces.
+template <typename T>
+__global__ void decodeReduceKernel(const char *in, Wire wire, int64_t segments,
+                                   ReduceOp op, T *out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+       i < wire.count; i += int64_t(gridDim.x) * blockDim.x) {
+    float acc = decodeAt(in, wire, i);
+    for (int64_t s = 1; s < segments; ++s) {
+      float v = decodeAt(in + s * wire.bytes, wire, i);
+      acc = op == ReduceOp::Max   ? (v > acc ? v : acc)
+            : op == ReduceOp::Min ? (v < acc ? v : acc)
+                                  : __fadd_rn(acc, v);
+    }
+    if (op == ReduceOp::Avg)
+      acc = acc / float(segments);
+    storeF(out, i, acc);
+  }
+}
+
+/// Encodes `x` as `segments` segments of `wire.count` elements (zeros past
+/// its end) into `out`.
+void encode(Context &ctx, const DeviceTensor &x, const Wire &wire,
+            int64_t segments, void *out) {
+  if (wire.count == 0 || segments == 0)
+    return;
+  dim3 grid(unsigned((wire.count + codec::kBlock - 1) / codec::kBlock),
+            unsigned(segments));
+  withFloatType(ctx, x.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    encodeKernel<T><<<grid, unsigned(codec::kBlock), 0, ctx.comm>>>(
+        static_cast<const T *>(x.data), x.numel(), wire,
+        static_cast<char *>(out));
+  });
+  checkLaunch(ctx);
+}
+
+/// Decodes consecutive segments into `out` (its elements in order).
+void decode(Context &ctx, const void *in, const Wire &wire,
+            const DeviceTensor &out) {
+  if (out.numel() == 0)
+    return;
+  withFloatType(ctx, out.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    decodeKernel<T><<<blocksFor(out.numel()), kThreads, 0, ctx.comm>>>(
+        static_cast<const char *>(in), wire, out.numel(),
+        static_cast<T *>(out.data));
+  });
+  checkLaunch(ctx);
+}
+
+/// Decodes `segments` segments and reduces them elementwise into `out`
+/// (`wire.count` elements).
+void decodeReduce(Context &ctx, const void *in, const Wire &wire,
+                  int64_t segments, ReduceOp op, const DeviceTensor &out) {
+  if (wire.count == 0)
+    return;
+  withFloatType(ctx, out.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    decodeReduceKernel<T><<<blocksFor(wire.count), kThreads, 0, ctx.comm>>>(
+        static_cast<const char *>(in), wire, segments, op,
+        static_cast<T *>(out.data));
+  });
+  checkLaunch(ctx);
+}
+
+bool compressed(Codec codec, const DeviceTensor &x) {
+  return codec != Codec::None && isFloat(x.dtype);
+}
+
+int64_t indexIn(const Context &ctx, const std::vector<int> &group) {
+  for (size_t i = 0; i < group.size(); ++i)
+    if (group[i] == ctx.rank)
+      return int64_t(i);
+  fail(ctx, "rank " + std::to_string(ctx.rank) + " is not in its group");
+}
+
+/// Every rank's `x` stacked along a new dimension 0 of `stacked`, in group
+/// order (encoded on the wire under a codec).
+void gatherStacked(Context &ctx, const std::vector<int> &group,
+                   const DeviceTensor &x, Codec codec,
+                   const DeviceTensor &stacked) {
+  if (!compressed(codec, x)) {
+    ctx.communicator->allGather0(ctx, group, x, stacked);
+    return;
+  }
+  int64_t n = int64_t(group.size());
+  Wire wire = wireFor(ctx, codec, x.numel());
+  void *mine = scratch(ctx, wire.bytes), *all = scratch(ctx, n * wire.bytes);
+  encode(ctx, x, wire, 1, mine);
+  ctx.communicator->allGather0(ctx, group, words(mine, wire, 1),
+                               words(all, wire, n));
+  decode(ctx, all, wire, stacked);
+  check(ctx, cudaFreeAsync(mine, ctx.comm), "cudaFreeAsync");
+  check(ctx, cudaFreeAsync(all, ctx.comm), "cudaFreeAsync");
+}
+
+/// Block i of `blocks` (elements [i count, (i + 1) count), zeros past its
+/// end) to group rank i, encoded; `out` receives block j from group rank j
+/// (decoded, in order), or, with `op`, the reduction of the n blocks this
+/// rank receives (`count` elements).
+void exchangeBlocks(Context &ctx, const std::vector<int> &group,
+                    const DeviceTensor &blocks, int64_t count, Codec codec,
+                    std::optional<ReduceOp> op, const DeviceTensor &out) {
+  int64_t n = int64_t(group.size());
+  Wire wire = wireFor(ctx, codec, count);
+  void *sent = scratch(ctx, n * wire.bytes),
+       *received = scratch(ctx, n * wire.bytes);
+  encode(ctx, blocks, wire, n, sent);
+  ctx.communicator->allToAll0(ctx, group, words(sent, wire, n),
+                              words(received, wire, n));
+  if (op)
+    decodeReduce(ctx, received, wire, n, *op, out);
+  else
+    decode(ctx, received, wire, out);
+  check(ctx, cudaFreeAsync(sent, ctx.comm), "cudaFreeAsync");
+  check(ctx, cudaFreeAsync(received, ctx.comm), "cudaFreeAsync");
+}
+
+/// An all-reduce of encoded data: each rank reduces a run of whole codec
+/// blocks (the last ranks' runs padded with zeros), encodes its sums again
+/// and all-gathers them: 2 (n - 1) segments sent per rank, as a ring.
+void compressedAllReduce(Context &ctx, const std::vector<int> &group,
+                         const DeviceTensor &x, ReduceOp op, Codec codec,
+                         const DeviceTensor &out) {
+  int64_t n = int64_t(group.size()), total = x.numel();
+  int64_t codecBlocks = (total + codec::kBlock - 1) / codec::kBlock;
+  int64_t run = (codecBlocks + n - 1) / n * codec::kBlock;
+  Wire wire = wireFor(ctx, codec, run);
+  void *sums = scratch(ctx, run * 4), *mine = scratch(ctx, wire.bytes),
+       *all = scratch(ctx, n * wire.bytes);
+  exchangeBlocks(ctx, group, x, run, codec, op,
+                 DeviceTensor{sums, DType::F32, {run}});
+  int64_t start = indexIn(ctx, group) * run;
+  int64_t valid = std::max<int64_t>(0, std::min(run, total - start));
+  encode(ctx, DeviceTensor{sums, DType::F32, {valid}}, wire, 1, mine);
+  ctx.communicator->allGather0(ctx, group, words(mine, wire, 1),
+                               words(all, wire, n));
+  decode(ctx, all, wire, DeviceTensor{out.data, out.dtype, {total}});
+  for (void *p : {sums, mine, all})
+    check(ctx, cudaFreeAsync(p, ctx.comm), "cudaFreeAsync");
+}
+
 } // namespace
 
 cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
                             const std::vector<std::string> &axes,
-                            const DeviceTensor &out) {
+                            const DeviceTensor &out, Codec codec) {
   startCollective(ctx);
-  ctx.communicator->allReduce(ctx, ctx.mesh.group(ctx.rank, axes), x, op, out);
+  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  if (compressed(codec, x))
+    compressedAllReduce(ctx, group, x, op, codec, out);
+  else
+    ctx.communicator->allReduce(ctx, group, x, op, out);
   return endCollective(ctx);
 }
 
 cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
                             const std::vector<std::string> &axes, int64_t dim,
-                            bool zigzag, const DeviceTensor &out) {
+                            bool zigzag, const DeviceTensor &out, Codec codec) {
   startCollective(ctx);
   std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
   int64_t n = int64_t(group.size());
   if (dim == 0 && !zigzag) {
-    ctx.communicator->allGather0(ctx, group, x, out);
+    gatherStacked(ctx, group, x, codec, out);
     return endCollective(ctx);
   }
   // Gather [n, x...], then move the group dimension next to `dim` (and, for
@@ -1382,8 +1632,7 @@ cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
   Shape gathered = x.shape;
   gathered.insert(gathered.begin(), n);
   void *blocks = scratch(ctx, out.bytes());
-  ctx.communicator->allGather0(ctx, group, x,
-                               DeviceTensor{blocks, x.dtype, gathered});
+  gatherStacked(ctx, group, x, codec, DeviceTensor{blocks, x.dtype, gathered});
   if (!zigzag) {
     moveDim(ctx, x.dtype, gathered, 0, size_t(dim), blocks, out.data);
   } else {
@@ -1421,12 +1670,19 @@ cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
 cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
                                 ReduceOp op,
                                 const std::vector<std::string> &axes,
-                                int64_t dim, const DeviceTensor &out) {
+                                int64_t dim, const DeviceTensor &out,
+                                Codec codec) {
   startCollective(ctx);
   std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
   int64_t n = int64_t(group.size());
+  auto scatter0 = [&](const DeviceTensor &blocks) {
+    if (compressed(codec, x))
+      exchangeBlocks(ctx, group, blocks, out.numel(), codec, op, out);
+    else
+      ctx.communicator->reduceScatter0(ctx, group, blocks, op, out);
+  };
   if (dim == 0) {
-    ctx.communicator->reduceScatter0(ctx, group, x, op, out);
+    scatter0(x);
     return endCollective(ctx);
   }
   // [A, n d, B] as [A, n, d, B], the n blocks moved to the front.
@@ -1435,9 +1691,7 @@ cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
   split.insert(split.begin() + dim, n);
   void *blocks = scratch(ctx, x.bytes());
   moveDim(ctx, x.dtype, split, size_t(dim), 0, x.data, blocks);
-  ctx.communicator->reduceScatter0(
-      ctx, group, DeviceTensor{blocks, x.dtype, blocked(x.shape, dim, n)}, op,
-      out);
+  scatter0(DeviceTensor{blocks, x.dtype, blocked(x.shape, dim, n)});
   check(ctx, cudaFreeAsync(blocks, ctx.comm), "cudaFreeAsync");
   return endCollective(ctx);
 }
@@ -1445,7 +1699,7 @@ cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
 cudaEvent_t cuda::allToAll(Context &ctx, const DeviceTensor &x,
                            const std::vector<std::string> &axes,
                            int64_t splitDim, int64_t concatDim,
-                           const DeviceTensor &out) {
+                           const DeviceTensor &out, Codec codec) {
   startCollective(ctx);
   std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
   int64_t n = int64_t(group.size());
@@ -1460,9 +1714,14 @@ cudaEvent_t cuda::allToAll(Context &ctx, const DeviceTensor &x,
   Shape received = piece;
   received.insert(received.begin(), n);
   void *receiveBlocks = scratch(ctx, out.bytes());
-  ctx.communicator->allToAll0(ctx, group,
-                              DeviceTensor{sendBlocks, x.dtype, received},
-                              DeviceTensor{receiveBlocks, x.dtype, received});
+  if (compressed(codec, x))
+    exchangeBlocks(ctx, group, DeviceTensor{sendBlocks, x.dtype, received},
+                   numElements(piece), codec, std::nullopt,
+                   DeviceTensor{receiveBlocks, x.dtype, received});
+  else
+    ctx.communicator->allToAll0(ctx, group,
+                                DeviceTensor{sendBlocks, x.dtype, received},
+                                DeviceTensor{receiveBlocks, x.dtype, received});
   // Block j (from group rank j) goes to position j along concatDim.
   moveDim(ctx, x.dtype, received, 0, size_t(concatDim), receiveBlocks,
           out.data);
@@ -1473,9 +1732,20 @@ cudaEvent_t cuda::allToAll(Context &ctx, const DeviceTensor &x,
 
 cudaEvent_t cuda::permute(Context &ctx, const DeviceTensor &x,
                           const std::vector<std::string> &axes, int64_t shift,
-                          const DeviceTensor &out) {
+                          const DeviceTensor &out, Codec codec) {
   startCollective(ctx);
-  ctx.communicator->permute(ctx, ctx.mesh.group(ctx.rank, axes), x, shift,
-                            out);
+  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  if (!compressed(codec, x)) {
+    ctx.communicator->permute(ctx, group, x, shift, out);
+    return endCollective(ctx);
+  }
+  Wire wire = wireFor(ctx, codec, x.numel());
+  void *mine = scratch(ctx, wire.bytes), *theirs = scratch(ctx, wire.bytes);
+  encode(ctx, x, wire, 1, mine);
+  ctx.communicator->permute(ctx, group, words(mine, wire, 1), shift,
+                            words(theirs, wire, 1));
+  decode(ctx, theirs, wire, out);
+  check(ctx, cudaFreeAsync(mine, ctx.comm), "cudaFreeAsync");
+  check(ctx, cudaFreeAsync(theirs, ctx.comm), "cudaFreeAsync");
   return endCollective(ctx);
 }

@@ -202,44 +202,48 @@ void cuda::allSlice(Context &ctx, const DeviceTensor &x,
 
 cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
                             const std::vector<std::string> &axes,
-                            const DeviceTensor &out) {
+                            const DeviceTensor &out, Codec codec) {
   RankContext host = hostContext(ctx);
-  store(ctx, rt::allReduce(host, download(ctx, x), op, axes), out);
+  store(ctx, rt::allReduce(host, download(ctx, x), op, axes, codec), out);
   return nullptr;
 }
 
 cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
                             const std::vector<std::string> &axes, int64_t dim,
-                            bool zigzag, const DeviceTensor &out) {
+                            bool zigzag, const DeviceTensor &out, Codec codec) {
   RankContext host = hostContext(ctx);
-  store(ctx, rt::allGather(host, download(ctx, x), axes, dim, zigzag), out);
+  store(ctx, rt::allGather(host, download(ctx, x), axes, dim, zigzag, codec),
+        out);
   return nullptr;
 }
 
 cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
                                 ReduceOp op,
                                 const std::vector<std::string> &axes,
-                                int64_t dim, const DeviceTensor &out) {
+                                int64_t dim, const DeviceTensor &out,
+                                Codec codec) {
   RankContext host = hostContext(ctx);
-  store(ctx, rt::reduceScatter(host, download(ctx, x), op, axes, dim), out);
+  store(ctx, rt::reduceScatter(host, download(ctx, x), op, axes, dim, codec),
+        out);
   return nullptr;
 }
 
 cudaEvent_t cuda::allToAll(Context &ctx, const DeviceTensor &x,
                            const std::vector<std::string> &axes,
                            int64_t splitDim, int64_t concatDim,
-                           const DeviceTensor &out) {
+                           const DeviceTensor &out, Codec codec) {
   RankContext host = hostContext(ctx);
   store(ctx,
-        rt::allToAll(host, download(ctx, x), axes, splitDim, concatDim), out);
+        rt::allToAll(host, download(ctx, x), axes, splitDim, concatDim, codec),
+        out);
   return nullptr;
 }
 
 cudaEvent_t cuda::permute(Context &ctx, const DeviceTensor &x,
                           const std::vector<std::string> &axes, int64_t shift,
-                          const DeviceTensor &out) {
+                          const DeviceTensor &out, Codec codec) {
   RankContext host = hostContext(ctx);
-  store(ctx, rt::permute(host, download(ctx, x), axes, shift), out);
+  store(ctx, rt::permute(host, download(ctx, x), axes, shift, codec), out);
   return nullptr;
 }
 

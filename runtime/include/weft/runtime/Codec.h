@@ -15,6 +15,7 @@
 #ifndef WEFT_RUNTIME_CODEC_H
 #define WEFT_RUNTIME_CODEC_H
 
+#include "weft/runtime/CodecElements.h"
 #include "weft/runtime/HostTensor.h"
 
 #include <map>
@@ -30,7 +31,7 @@ namespace weft::rt {
 enum class Codec { None, BF16, FP8, Int8, TopK, TopKNoEF };
 
 /// Elements that share one scale under fp8 and int8.
-constexpr int64_t kCodecBlock = 128;
+constexpr int64_t kCodecBlock = codec::kBlock;
 /// Top-k keeps ceil(numel / kTopKFraction) elements.
 constexpr int64_t kTopKFraction = 100;
 

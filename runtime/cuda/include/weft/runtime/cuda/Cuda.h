@@ -148,22 +148,31 @@ void trilu(Context &ctx, const DeviceTensor &x, bool upper, int64_t diagonal,
 
 // Collectives by mesh axes, on the communication stream: each waits for the
 // compute stream's work so far and returns the event that marks its end,
-// which the consumers wait for (waitFor) before their kernels.
+// which the consumers wait for (waitFor) before their kernels. Under a
+// `codec` (bf16, fp8 or int8; Codec.h) a collective sends encoded segments
+// (CodecElements.h), encoded and decoded by kernels on the communication
+// stream: an all-gather, permute or all-to-all encodes what it sends and
+// decodes what arrives; a reduce-scatter sends each rank its encoded block
+// and sums the decoded blocks in group order; an all-reduce is that
+// reduce-scatter over blocks of whole 128-element codec blocks, its sums
+// encoded again and all-gathered. Top-k runs on the CPU targets only.
 cudaEvent_t allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
                       const std::vector<std::string> &axes,
-                      const DeviceTensor &out);
+                      const DeviceTensor &out, Codec codec = Codec::None);
 cudaEvent_t allGather(Context &ctx, const DeviceTensor &x,
                       const std::vector<std::string> &axes, int64_t dim,
-                      bool zigzag, const DeviceTensor &out);
+                      bool zigzag, const DeviceTensor &out,
+                      Codec codec = Codec::None);
 cudaEvent_t reduceScatter(Context &ctx, const DeviceTensor &x, ReduceOp op,
                           const std::vector<std::string> &axes, int64_t dim,
-                          const DeviceTensor &out);
+                          const DeviceTensor &out, Codec codec = Codec::None);
 cudaEvent_t allToAll(Context &ctx, const DeviceTensor &x,
                      const std::vector<std::string> &axes, int64_t splitDim,
-                     int64_t concatDim, const DeviceTensor &out);
+                     int64_t concatDim, const DeviceTensor &out,
+                     Codec codec = Codec::None);
 cudaEvent_t permute(Context &ctx, const DeviceTensor &x,
                     const std::vector<std::string> &axes, int64_t shift,
-                    const DeviceTensor &out);
+                    const DeviceTensor &out, Codec codec = Codec::None);
 /// This rank's block of `x` along `dim` (no communication).
 void allSlice(Context &ctx, const DeviceTensor &x,
               const std::vector<std::string> &axes, int64_t dim, bool zigzag,
