@@ -100,9 +100,16 @@ HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
   const int64_t n = x.numel();
   const float *in = x.floats.data();
   float *result = out.floats.data();
+  // What arrives is stored in the tensor's type (a bf16 tensor holds bf16
+  // values, as the GPU's decode kernels store them).
+  auto stored = [&](float value) {
+    if (x.dtype == DType::BF16)
+      return roundToBF16(value);
+    return x.dtype == DType::F16 ? roundToF16(value) : value;
+  };
   if (codec == Codec::BF16) {
     for (int64_t i = 0; i < n; ++i)
-      result[i] = roundToBF16(in[i]);
+      result[i] = stored(roundToBF16(in[i]));
     return out;
   }
   if (isTopK(codec) && n > 0) {
@@ -146,7 +153,7 @@ HostTensor weft::rt::roundTrip(const HostTensor &x, Codec codec) {
       float v = in[i] / scale;
       float q = codec == Codec::FP8 ? codec::decodeE4M3(codec::encodeE4M3(v))
                                     : float(codec::encodeInt8(v));
-      result[i] = q * scale;
+      result[i] = stored(q * scale);
     }
   }
   return out;

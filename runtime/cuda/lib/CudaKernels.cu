@@ -1460,19 +1460,26 @@ __global__ void decodeKernel(const char *in, Wire wire, int64_t total, T *out) {
            decodeAt(in + at / wire.count * wire.bytes, wire, at % wire.count));
 }
 
+/// `value` as a T holds it.
+template <typename T> __device__ inline float roundAs(float value) {
+  T stored;
+  storeF(&stored, 0, value);
+  return loadF(&stored, 0);
+}
+
 /// out[i] = element i of every segment, reduced in group (segment) order as
-/// the CPU communicator reduces.
+/// the CPU communicator reduces (each partial result rounded to T).
 template <typename T>
 __global__ void decodeReduceKernel(const char *in, Wire wire, int64_t segments,
                                    ReduceOp op, T *out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
        i < wire.count; i += int64_t(gridDim.x) * blockDim.x) {
-    float acc = decodeAt(in, wire, i);
+    float acc = roundAs<T>(decodeAt(in, wire, i));
     for (int64_t s = 1; s < segments; ++s) {
-      float v = decodeAt(in + s * wire.bytes, wire, i);
-      acc = op == ReduceOp::Max   ? (v > acc ? v : acc)
-            : op == ReduceOp::Min ? (v < acc ? v : acc)
-                                  : __fadd_rn(acc, v);
+      float v = roundAs<T>(decodeAt(in + s * wire.bytes, wire, i));
+      acc = roundAs<T>(op == ReduceOp::Max   ? (v > acc ? v : acc)
+                       : op == ReduceOp::Min ? (v < acc ? v : acc)
+                                             : __fadd_rn(acc, v));
     }
     if (op == ReduceOp::Avg)
       acc = acc / float(segments);
@@ -1589,13 +1596,14 @@ void compressedAllReduce(Context &ctx, const std::vector<int> &group,
   int64_t codecBlocks = (total + codec::kBlock - 1) / codec::kBlock;
   int64_t run = (codecBlocks + n - 1) / n * codec::kBlock;
   Wire wire = wireFor(ctx, codec, run);
-  void *sums = scratch(ctx, run * 4), *mine = scratch(ctx, wire.bytes),
-       *all = scratch(ctx, n * wire.bytes);
+  // The sums are held in x's type, as the CPU's (and NCCL's) are.
+  void *sums = scratch(ctx, run * dtypeBytes(x.dtype)),
+       *mine = scratch(ctx, wire.bytes), *all = scratch(ctx, n * wire.bytes);
   exchangeBlocks(ctx, group, x, run, codec, op,
-                 DeviceTensor{sums, DType::F32, {run}});
+                 DeviceTensor{sums, x.dtype, {run}});
   int64_t start = indexIn(ctx, group) * run;
   int64_t valid = std::max<int64_t>(0, std::min(run, total - start));
-  encode(ctx, DeviceTensor{sums, DType::F32, {valid}}, wire, 1, mine);
+  encode(ctx, DeviceTensor{sums, x.dtype, {valid}}, wire, 1, mine);
   ctx.communicator->allGather0(ctx, group, words(mine, wire, 1),
                                words(all, wire, n));
   decode(ctx, all, wire, DeviceTensor{out.data, out.dtype, {total}});
