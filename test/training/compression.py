@@ -289,6 +289,18 @@ def train_run(weft, model, tokens, steps, spec, log, extra=()):
     return losses, counted_bytes(proc.stderr), proc.stderr
 
 
+def loss_within_2_percent(rows, base_key, compressed_key, what, against, failures):
+    """The compressed run's final loss (mean of the last 20 steps) within 2 %
+    of the uncompressed run's."""
+    if base_key not in rows or compressed_key not in rows:
+        return
+    base = np.mean(rows[base_key][1][-20:])
+    compressed = np.mean(rows[compressed_key][1][-20:])
+    if abs(compressed - base) > 0.02 * base:
+        failures.append("%s %.4f is not within 2%% of %s %.4f"
+                        % (what, compressed, against, base))
+
+
 def train(weft, tmp, steps):
     """200 steps of the bundled GPT-2 under each policy; returns (rows,
     failures)."""
@@ -313,12 +325,8 @@ def train(weft, tmp, steps):
             failures.append("weft train %s: step 1 sent %s bytes per rank, the training "
                             "program's collectives say %d" % (spec, counted, expected))
         rows[label] = (policy or "none", losses, counted[0] if counted else 0)
-    if "none" in rows and "hybrid" in rows:
-        base = np.mean(rows["none"][1][-20:])
-        hybrid = np.mean(rows["hybrid"][1][-20:])
-        if abs(hybrid - base) > 0.02 * base:
-            failures.append("the hybrid policy's loss %.4f is not within 2%% of the "
-                            "uncompressed run's %.4f" % (hybrid, base))
+    loss_within_2_percent(rows, "none", "hybrid", "the hybrid policy's loss",
+                          "the uncompressed run's", failures)
     # Pipelined: pp=2 x tp=2, the stages' sends (activations and their
     # gradients) under pp's codec. Adding pp:bf16 to tp:bf16 must save
     # exactly the schedule's sends at the cost model's figures, and the
@@ -354,12 +362,9 @@ def train(weft, tmp, steps):
                         "weft train %s: pp:bf16 saved %d bytes on rank 0 in step 1; its %d "
                         "sends at the cost model's forward_p2p_bytes (%d encoded, %d bf16) "
                         "say %d" % (spec, before - counted[0], sends, encoded, plain, want))
-    if "pp none" in piped and "pp hybrid" in piped:
-        base = np.mean(piped["pp none"][1][-20:])
-        hybrid = np.mean(piped["pp hybrid"][1][-20:])
-        if abs(hybrid - base) > 0.02 * base:
-            failures.append("pipelined: the pp:bf16,tp:bf16 loss %.4f is not within 2%% "
-                            "of the uncompressed pipeline's %.4f" % (hybrid, base))
+    loss_within_2_percent(piped, "pp none", "pp hybrid",
+                          "pipelined: the pp:bf16,tp:bf16 loss",
+                          "the uncompressed pipeline's", failures)
     if {"none", "topk", "topk_noef"} <= set(rows):
         base = np.mean(rows["none"][1][-20:])
         feedback = abs(np.mean(rows["topk"][1][-20:]) - base)
