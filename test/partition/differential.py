@@ -271,6 +271,22 @@ def print_schedule(weft, spec, p):
     return proc.stdout, None
 
 
+def schedule_steps(weft, spec, p):
+    """Per pipeline rank (below p), its steps in print_schedule's output,
+    with that output: (ranks, stdout, None), or (None, None, why)."""
+    stdout, error = print_schedule(weft, spec, p)
+    if error:
+        return None, None, error
+    ranks = {}
+    for line in stdout.splitlines():
+        found = re.match(r"\s*rank (\d+): (.*)", line)
+        if found and int(found.group(1)) < p:
+            ranks[int(found.group(1))] = found.group(2).split()
+    if len(ranks) != p:
+        return None, None, "no schedule in weft plan's output:\n" + stdout[-600:]
+    return ranks, stdout, None
+
+
 def predicted_p2p(weft, spec, dims, devices):
     """The cost model's forward_p2p_bytes (bf16) for the plan on a GPT of the
     model's hidden size, heads and sequence (`weft plan --evaluate --json`),

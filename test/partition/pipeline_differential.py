@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import random_transformer  # noqa: E402
 from differential import (collective_bytes, mesh_sizes, predicted_p2p,  # noqa: E402
-                          print_schedule, run, run_and_compare,
+                          run, run_and_compare, schedule_steps,
                           tensor_bytes)
 
 TOLERANCE = 1e-5
@@ -83,19 +83,11 @@ def sent_per_step(partitioned):
 def planned_order(weft, spec, p):
     """The forward steps of each rank in `weft plan --print-schedule` for the
     plan's pipeline (pp, v, m, schedule) on a model the planner builds."""
-    stdout, error = print_schedule(weft, spec, p)
+    ranks, _, error = schedule_steps(weft, spec, p)
     if error:
         return None, error
-    ranks = {}
-    for line in stdout.splitlines():
-        found = re.match(r"\s*rank (\d+): (.*)", line)
-        if found and int(found.group(1)) < p:
-            steps = [s for s in found.group(2).split()
-                     if s[0] == "F" or s[:2] in (">a", "<a")]
-            ranks[int(found.group(1))] = steps
-    if len(ranks) != p:
-        return None, "no schedule in weft plan's output:\n" + stdout[-400:]
-    return ranks, None
+    return {r: [s for s in steps if s[0] == "F" or s[:2] in (">a", "<a")]
+            for r, steps in ranks.items()}, None
 
 
 def check_pair(weft, name, model, inputs, reference, spec, p, m, devices, tmp,

@@ -55,7 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "partition"))
 from differential import (COLLECTIVE, CODEC, check_bytes, check_identity,  # noqa: E402
                           collective_bytes, committed_model, mesh_sizes, predicted_p2p,
-                          print_schedule, random_model, run)
+                          random_model, run, schedule_steps)
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
 import export_models as em  # noqa: E402
 import random_transformer  # noqa: E402
@@ -183,18 +183,11 @@ def pipeline_sends(weft, spec, p, kinds=(">a",)):
     """Per pipeline rank, the sends of `kinds` in the schedule of the plan's
     pipeline (`weft plan --print-schedule`; ">a" activations, which is all
     a forward run sends, ">g" gradients), or (None, why)."""
-    stdout, error = print_schedule(weft, spec, p)
+    ranks, _, error = schedule_steps(weft, spec, p)
     if error:
         return None, error
-    sends = {}
-    for line in stdout.splitlines():
-        found = re.match(r"\s*rank (\d+): (.*)", line)
-        if found and int(found.group(1)) < p:
-            sends[int(found.group(1))] = sum(
-                step.startswith(kinds) for step in found.group(2).split())
-    if len(sends) != p:
-        return None, "no schedule in weft plan's output:\n" + stdout[-600:]
-    return [sends[r] for r in range(p)], None
+    return [sum(step.startswith(kinds) for step in ranks[r])
+            for r in range(p)], None
 
 
 def pipeline_forward(weft, name, model, inputs, dims, m, tmp):
