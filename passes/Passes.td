@@ -529,7 +529,9 @@ def WeftPropagateSharding : Pass<"weft-propagate-sharding", "::mlir::ModuleOp"> 
     sharding found earlier wins over a later one; an axis splits one factor of an op, and
     blocked factors (softmax axes, normalized or gathered dimensions) are never split.
     Two annotations that give one factor different axes are an error at the op. Every
-    op result and argument ends with a `weft.sharding`.
+    op result and argument ends with a `weft.sharding`. An op's results (and a layer
+    body's arguments) share one attribute list: where one of them is annotated, the
+    others hold `unit` (not decided), which propagation fills.
   }];
 }
 
@@ -551,6 +553,44 @@ def WeftPartition : Pass<"weft-partition", "::mlir::ModuleOp"> {
     layer: its inputs are resharded to its body arguments' shardings, its body is
     partitioned, and its yielded values are resharded to its results' shardings. The
     function's argument and result shardings stay as attributes, for the runner.
+  }];
+}
+
+def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::ModuleOp"> {
+  let summary = "Moves a partitioned training step's gradient all-reduces into a function run once per step.";
+  let description = [{
+    The partitioner all-reduces a partial sum where it arises, so a data-parallel
+    gradient is reduced inside the backward layer that computes it, once per micro-batch.
+    For each result of a partitioned function that is a gradient (`weft.gradient_of`)
+    and comes from sum all-reduces of one group through layer boundaries and additive
+    ops only (`Additive`: a tied embedding's two gradients summed, a transposed weight's
+    gradient, a sum over the batch), each value on the way read once, this pass removes
+    those all-reduces: the step returns the partial sum (its `weft.local_sharding` lists
+    the reduction's axes as `partial`), and a new function `@<step>_reduce_gradients`
+    all-reduces each such result over the same group, with the same codec. A sum
+    all-reduce of a value that is itself such an all-reduce over other axes is one
+    all-reduce over both (the partitioner reduces a gradient partial over dp and ulysses
+    in two steps; once per step it is one all-reduce over the dp x ulysses group). The step names it in
+    `weft.gradient_reduction`. A runner sums the partial gradients of a step's
+    micro-batches on each rank and calls it once per optimizer step, as PyTorch DDP's
+    `no_sync()` accumulation and Megatron-LM's gradient buffers do: the bytes of the
+    gradient reduction no longer grow with the number of micro-batches. Other results,
+    and pipeline stages (`weft.pipeline_stage`), are left as they are.
+
+    ```mlir
+    // before: the step all-reduces the gradient over dp
+    %g = weft.all_reduce sum %p over @mesh ["dp"] : tensor<4x4xf32>
+    return %loss, %g : tensor<f32>, tensor<4x4xf32>
+    // after
+    func.func @step(...) -> (tensor<f32>, tensor<4x4xf32> {weft.gradient_of = "w",
+        weft.local_sharding = #weft.sharding<@mesh, [[], []], partial = ["dp"]>})
+        attributes {weft.gradient_reduction = @step_reduce_gradients}
+    func.func @step_reduce_gradients(%g: tensor<4x4xf32> {...partial = ["dp"]>})
+        -> (tensor<4x4xf32> {weft.gradient_of = "w", ...}) {
+      %r = weft.all_reduce sum %g over @mesh ["dp"] : tensor<4x4xf32>
+      return %r : tensor<4x4xf32>
+    }
+    ```
   }];
 }
 

@@ -480,6 +480,30 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     }
     for (Value residual : residuals)
       annotateActivation(residual, residualSeq);
+    // Other [batch, sequence, hidden] values crossing a layer's boundary:
+    // a backward layer takes the residual stream's gradient after its
+    // forward inputs (and a cross-attention layer an encoder's output).
+    // Left to propagation, they come whole and every rank's backward
+    // gathers the batch.
+    for (LayerOp layer : func.getBody().getOps<LayerOp>()) {
+      Block &body = layer.getBody().front();
+      auto yield = cast<YieldOp>(body.getTerminator());
+      for (auto [input, arg] :
+           llvm::zip(layer.getInputs(), body.getArguments()))
+        if (isResidual(cast<RankedTensorType>(input.getType())) &&
+            !getSharding(arg)) {
+          annotateActivation(input, residualSeq);
+          annotateActivation(arg, residualSeq);
+        }
+      for (auto [result, yielded] :
+           llvm::zip(layer.getResults(), yield.getValues()))
+        if (isa<RankedTensorType>(result.getType()) &&
+            isResidual(cast<RankedTensorType>(result.getType())) &&
+            !getSharding(result)) {
+          annotateActivation(result, residualSeq);
+          annotateActivation(yielded, residualSeq);
+        }
+    }
     for (AttentionOp att : attentions) {
       TensorSharding s = TensorSharding::replicated(4);
       s.dims[0].assign(batchAxes.begin(), batchAxes.end());
@@ -659,9 +683,24 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     func.walk(
         [&](AttentionOp att) { seq = att.getQ().getType().getDimSize(2); });
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    // A training step's gradient is laid out as its parameter is (split
+    // where the plan splits the weight, whole over dp), not as a batch.
+    llvm::StringMap<ParameterOp> parameters;
+    func.walk([&](ParameterOp p) { parameters.try_emplace(p.getName(), p); });
     for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
       auto type = cast<RankedTensorType>(value.getType());
       TensorSharding s = TensorSharding::replicated(type.getRank());
+      if (auto of = func.getResultAttrOfType<StringAttr>(
+              index, WeftDialect::getGradientOfAttrName())) {
+        ParameterOp param = parameters.lookup(of.getValue());
+        std::optional<TensorSharding> weight =
+            param ? getSharding(param.getResult()) : std::nullopt;
+        if (weight && weight->dims.size() == s.dims.size())
+          s = *weight;
+        func.setResultAttr(index, WeftDialect::getShardingAttrName(),
+                           toAttr(module.getContext(), mesh, s));
+        continue;
+      }
       if (type.getRank() >= 1 && type.getDimSize(0) % (d.dp * d.gz) == 0)
         s.dims[0].assign(batchAxes.begin(), batchAxes.end());
       bool sent =
@@ -754,6 +793,21 @@ struct WeftPropagateSharding
                          SmallVector<Value, 4>(op->getOperands()),
                          SmallVector<Value, 4>(op->getResults())});
     });
+    // A training step's gradient is returned in its parameter's sharding
+    // (-weft-apply-plan): the value returned takes it as an annotation, so
+    // the gradient is computed where it is kept (a column-parallel weight's
+    // gradient split over tp) instead of computed whole and sliced.
+    auto ret = dyn_cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    for (unsigned r = 0; ret && r < func.getNumResults(); ++r) {
+      auto attr = func.getResultAttrOfType<ShardingAttr>(
+          r, WeftDialect::getShardingAttrName());
+      Value value = ret.getOperand(r);
+      if (attr && func.getResultAttr(r, WeftDialect::getGradientOfAttrName()) &&
+          !shardings.count(value) && !isa<BlockArgument>(value)) {
+        shardings[value] = fromAttr(attr);
+        priority[value] = 0;
+      }
+    }
     bool error = false;
     llvm::DenseSet<Operation *> reported;
     auto step = [&](const Step &current) {

@@ -140,12 +140,10 @@ void weft::setSharding(Value value, StringRef mesh,
       SmallVector<Attribute> entries;
       if (auto list = layer->getAttrOfType<ArrayAttr>(name))
         entries.assign(list.begin(), list.end());
-      // Inputs without a sharding yet are replicated placeholders.
-      for (Value input : layer.getInputs().drop_front(entries.size()))
-        entries.push_back(
-            toAttr(context, mesh,
-                   TensorSharding::replicated(
-                       cast<RankedTensorType>(input.getType()).getRank())));
+      // Inputs without a sharding yet hold `unit`: not decided (a
+      // replicated entry would read as an annotation).
+      for (size_t i = entries.size(); i < layer.getInputs().size(); ++i)
+        entries.push_back(UnitAttr::get(context));
       entries[arg.getArgNumber()] = attr;
       layer->setAttr(name, ArrayAttr::get(context, entries));
     }
@@ -155,12 +153,10 @@ void weft::setSharding(Value value, StringRef mesh,
   SmallVector<Attribute> entries;
   if (auto array = op->getAttrOfType<ArrayAttr>(kShardingAttr))
     entries.assign(array.begin(), array.end());
-  // Results without a sharding yet are replicated placeholders.
-  while (entries.size() < op->getNumResults()) {
-    auto type = cast<RankedTensorType>(op->getResult(entries.size()).getType());
-    entries.push_back(
-        toAttr(context, mesh, TensorSharding::replicated(type.getRank())));
-  }
+  // Results without a sharding yet hold `unit`: not decided (a replicated
+  // entry would read as an annotation, and propagation would keep it).
+  while (entries.size() < op->getNumResults())
+    entries.push_back(UnitAttr::get(context));
   entries[cast<OpResult>(value).getResultNumber()] = attr;
   op->setAttr(kShardingAttr, ArrayAttr::get(context, entries));
 }

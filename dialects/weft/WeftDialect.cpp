@@ -156,6 +156,23 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
     }
     return success();
   }
+  if (attr.getName() == getGradientReductionAttrName()) {
+    auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue());
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    if (!ref || !func)
+      return op->emitError() << "'" << getGradientReductionAttrName()
+                             << "' names a function (@symbol) on a function";
+    auto module = op->getParentOfType<ModuleOp>();
+    auto target = module
+                      ? dyn_cast_or_null<FunctionOpInterface>(
+                            SymbolTable::lookupSymbolIn(module, ref.getAttr()))
+                      : FunctionOpInterface();
+    if (!target)
+      return op->emitError()
+             << "'" << getGradientReductionAttrName() << "' names " << ref
+             << ", which is not a function of the module";
+    return success();
+  }
   if (attr.getName() == WeftDialect::getLoadBalancedAttrName()) {
     if (!isa<FunctionOpInterface>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.load_balanced' is a list of mesh axes "
@@ -217,7 +234,8 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                              << "' is an array with one #weft.sharding per "
                                 "input of a weft.layer";
     for (auto [index, entry] : llvm::enumerate(list))
-      if (failed(verifyShardingAttachment(op, entry,
+      if (!isa<UnitAttr>(entry) &&
+          failed(verifyShardingAttachment(op, entry,
                                           layer.getInputs()[index].getType(),
                                           "layer input #" + Twine(index))))
         return failure();
@@ -233,10 +251,12 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                            << "' on an op must be an array with one "
                               "#weft.sharding per result ("
                            << op->getNumResults() << ")";
+  // `unit`: a result whose sharding is not decided yet (another result of
+  // the op is annotated).
   for (auto [index, entry] : llvm::enumerate(list))
-    if (failed(verifyShardingAttachment(op, entry,
-                                        op->getResult(index).getType(),
-                                        "result #" + Twine(index))))
+    if (!isa<UnitAttr>(entry) && failed(verifyShardingAttachment(
+                                     op, entry, op->getResult(index).getType(),
+                                     "result #" + Twine(index))))
       return failure();
   return success();
 }

@@ -41,8 +41,9 @@ def Weft_Dialect : Dialect {
   let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
     /// The discardable attribute that carries a value's sharding: on an op, an
-    /// array with one `#weft.sharding` per result; on a function argument or
-    /// result, one `#weft.sharding`.
+    /// array with one `#weft.sharding` per result (`unit` for a result whose
+    /// sharding is not decided yet); on a function argument or result, one
+    /// `#weft.sharding`.
     static constexpr ::llvm::StringLiteral getShardingAttrName() {
       return ::llvm::StringLiteral("weft.sharding");
     }
@@ -65,8 +66,8 @@ def Weft_Dialect : Dialect {
       return ::llvm::StringLiteral("weft.stored_over");
     }
     /// On a `weft.layer`: the shardings of its body's arguments, an array
-    /// with one `#weft.sharding` per input (a layer's inputs are resharded to
-    /// these at its boundary).
+    /// with one `#weft.sharding` per input, or `unit` where not decided yet (a
+    /// layer's inputs are resharded to these at its boundary).
     static constexpr ::llvm::StringLiteral getInputShardingsAttrName() {
       return ::llvm::StringLiteral("weft.input_shardings");
     }
@@ -153,6 +154,13 @@ def Weft_Dialect : Dialect {
     /// reads.
     static constexpr ::llvm::StringLiteral getSavedAttrName() {
       return ::llvm::StringLiteral("weft.saved");
+    }
+    /// From -weft-defer-gradient-reduction. On a partitioned training step:
+    /// the function (a symbol in the module) that reduces the gradients the
+    /// step returns as partial sums, run once per optimizer step on the sums
+    /// of its micro-batches' gradients.
+    static constexpr ::llvm::StringLiteral getGradientReductionAttrName() {
+      return ::llvm::StringLiteral("weft.gradient_reduction");
     }
   }];
 }

@@ -167,11 +167,11 @@ class Weft_BinaryElementwiseOp<string mnemonic, Type tensorType, string what,
 }
 
 def Weft_AddOp : Weft_BinaryElementwiseOp<"add", Weft_NumericTensor, "x + y",
-                                          [Commutative, WeftBackward]> {
+                                          [Commutative, WeftBackward, Weft_Additive]> {
   let hasFolder = 1;
 }
 def Weft_SubOp : Weft_BinaryElementwiseOp<"sub", Weft_NumericTensor, "x - y",
-                                          [WeftBackward]> {
+                                          [WeftBackward, Weft_Additive]> {
   let hasFolder = 1;
 }
 def Weft_MulOp : Weft_BinaryElementwiseOp<"mul", Weft_NumericTensor, "x * y",
@@ -268,7 +268,7 @@ class Weft_UnaryElementwiseOp<string mnemonic, Type tensorType, string what,
 }
 
 def Weft_NegOp : Weft_UnaryElementwiseOp<"neg", Weft_NumericTensor, "-x", 1,
-                                        [WeftBackward]>;
+                                        [WeftBackward, Weft_Additive]>;
 def Weft_ExpOp : Weft_UnaryElementwiseOp<"exp", Weft_FloatTensor, "e^x", 1, [WeftSaves]>;
 def Weft_LogOp : Weft_UnaryElementwiseOp<"log", Weft_FloatTensor, "ln(x)", 1, [WeftSaves]>;
 def Weft_SqrtOp : Weft_UnaryElementwiseOp<"sqrt", Weft_FloatTensor, "sqrt(x)", 1, [WeftSaves]>;
@@ -386,7 +386,8 @@ class Weft_ReduceOp<string mnemonic, Type tensorType, string what,
   }];
 }
 
-def Weft_ReduceSumOp : Weft_ReduceOp<"reduce_sum", Weft_NumericTensor, "sum">;
+def Weft_ReduceSumOp : Weft_ReduceOp<"reduce_sum", Weft_NumericTensor, "sum",
+                                      [WeftBackward, Weft_Additive]>;
 def Weft_ReduceMeanOp : Weft_ReduceOp<"reduce_mean", Weft_FloatTensor, "mean">;
 def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum",
                                      [WeftSaves]>;
@@ -691,7 +692,8 @@ def Weft_GatherOp : Weft_Op<"gather", [WeftSaves, WeftCost, WeftRule, Pure, Infe
   }];
 }
 
-def Weft_ReshapeOp : Weft_Op<"reshape", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultElementType]> {
+def Weft_ReshapeOp : Weft_Op<"reshape", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
+    Weft_Additive]> {
   let summary = "The same elements, in row-major order, under another shape.";
   let description = [{
     ```mlir
@@ -709,7 +711,7 @@ def Weft_ReshapeOp : Weft_Op<"reshape", [WeftBackward, WeftCost, WeftRule, Pure,
 }
 
 def Weft_TransposeOp : Weft_Op<"transpose", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,
-    InferTypeOpAdaptor]> {
+    InferTypeOpAdaptor, Weft_Additive]> {
   let summary = "Permutes dimensions: result dimension i is input dimension permutation[i].";
   let description = [{
     ```mlir

@@ -292,11 +292,9 @@ rt::Layout driver::layoutOf(Attribute localSharding, int64_t rank) {
   return layout;
 }
 
-llvm::Expected<std::vector<HostTensor>>
-driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
-                         const std::vector<HostTensor> &inputs,
-                         const InterpreterOptions &base, int expectedDevices,
-                         double timeoutSeconds, std::vector<int64_t> &bytes) {
+/// The mesh `func` runs on, checked against the devices asked for.
+static llvm::Expected<rt::Mesh> meshOf(ModuleOp module, func::FuncOp func,
+                                       int expectedDevices) {
   std::optional<MeshInfo> meshInfo = getMeshInfo(module);
   rt::Mesh mesh;
   if (meshInfo) {
@@ -310,36 +308,152 @@ driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
     return llvm::createStringError("the plan runs on " + llvm::Twine(n) +
                                    " devices, but --devices is " +
                                    llvm::Twine(expectedDevices));
-  std::vector<rt::Layout> inputLayouts, outputLayouts;
+  return mesh;
+}
+
+/// Where each argument and result of a partitioned function sits on the
+/// mesh (its weft.local_sharding).
+static std::pair<std::vector<rt::Layout>, std::vector<rt::Layout>>
+layoutsOf(func::FuncOp func) {
+  std::vector<rt::Layout> inputs, outputs;
   FunctionType type = func.getFunctionType();
   for (unsigned i = 0; i < type.getNumInputs(); ++i)
-    inputLayouts.push_back(
-        layoutOf(func.getArgAttrOfType<ShardingAttr>(
-                     i, WeftDialect::getLocalShardingAttrName()),
-                 cast<RankedTensorType>(type.getInput(i)).getRank()));
+    inputs.push_back(
+        driver::layoutOf(func.getArgAttrOfType<ShardingAttr>(
+                             i, WeftDialect::getLocalShardingAttrName()),
+                         cast<RankedTensorType>(type.getInput(i)).getRank()));
   for (unsigned o = 0; o < type.getNumResults(); ++o)
-    outputLayouts.push_back(
-        layoutOf(func.getResultAttrOfType<ShardingAttr>(
-                     o, WeftDialect::getLocalShardingAttrName()),
-                 cast<RankedTensorType>(type.getResult(o)).getRank()));
+    outputs.push_back(
+        driver::layoutOf(func.getResultAttrOfType<ShardingAttr>(
+                             o, WeftDialect::getLocalShardingAttrName()),
+                         cast<RankedTensorType>(type.getResult(o)).getRank()));
+  return {std::move(inputs), std::move(outputs)};
+}
+
+/// `func` interpreted on one rank; throws if the interpreter fails.
+static std::vector<HostTensor>
+interpretOnRank(func::FuncOp func, const std::vector<HostTensor> &in,
+                const InterpreterOptions &base, rt::RankContext &ctx) {
+  InterpreterOptions options = base;
+  options.rank = ctx.rank;
+  options.communicator = ctx.comm;
+  FailureOr<std::vector<HostTensor>> result = interpret(func, in, options);
+  if (failed(result))
+    throw std::runtime_error("the interpreter failed (see the errors "
+                             "reported)");
+  return std::move(*result);
+}
+
+llvm::Expected<std::vector<HostTensor>>
+driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
+                         const std::vector<HostTensor> &inputs,
+                         const InterpreterOptions &base, int expectedDevices,
+                         double timeoutSeconds, std::vector<int64_t> &bytes) {
+  llvm::Expected<rt::Mesh> mesh = meshOf(module, func, expectedDevices);
+  if (!mesh)
+    return mesh.takeError();
+  auto [inputLayouts, outputLayouts] = layoutsOf(func);
   // Each rank interprets the partitioned function.
   rt::RankFunction rankFunction = [&](rt::RankContext &ctx,
                                       const std::vector<HostTensor> &mine) {
-    InterpreterOptions options = base;
-    options.rank = ctx.rank;
-    options.communicator = ctx.comm;
-    FailureOr<std::vector<HostTensor>> result = interpret(func, mine, options);
-    if (failed(result))
-      throw std::runtime_error("the interpreter failed (see the errors "
-                               "reported)");
-    return std::move(*result);
+    return interpretOnRank(func, mine, base, ctx);
   };
   absl::StatusOr<std::vector<HostTensor>> outputs = rt::runOnMesh(
-      rankFunction, mesh, base.weightsDir, inputs, inputLayouts, outputLayouts,
+      rankFunction, *mesh, base.weightsDir, inputs, inputLayouts, outputLayouts,
       &bytes, std::chrono::milliseconds(int64_t(timeoutSeconds * 1000)));
   if (!outputs.ok())
     return llvm::createStringError(std::string(outputs.status().message()));
   return std::move(*outputs);
+}
+
+llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
+    ModuleOp module, func::FuncOp func,
+    const std::vector<std::vector<HostTensor>> &microBatches,
+    const InterpreterOptions &base, int expectedDevices, double timeoutSeconds,
+    std::vector<int64_t> &bytes) {
+  llvm::Expected<rt::Mesh> mesh = meshOf(module, func, expectedDevices);
+  if (!mesh)
+    return mesh.takeError();
+  auto [inputLayouts, outputLayouts] = layoutsOf(func);
+  // The function that reduces the partial gradients once per step, and
+  // which of the step's results it takes (those partial over some axes),
+  // in order.
+  func::FuncOp reduce;
+  if (auto ref = func->getAttrOfType<FlatSymbolRefAttr>(
+          WeftDialect::getGradientReductionAttrName()))
+    reduce = module.lookupSymbol<func::FuncOp>(ref);
+  std::vector<size_t> partial;
+  for (unsigned o = 0; o < func.getNumResults(); ++o)
+    if (auto local = func.getResultAttrOfType<ShardingAttr>(
+            o, WeftDialect::getLocalShardingAttrName()))
+      if (!local.getPartialAxes().empty())
+        partial.push_back(o);
+  if (!partial.empty() &&
+      (!reduce || reduce.getNumArguments() != partial.size()))
+    return llvm::createStringError(
+        "the training step returns " + llvm::Twine(partial.size()) +
+        " partial gradients but names no function that reduces them all "
+        "(weft.gradient_reduction)");
+  if (reduce) {
+    auto reduced = layoutsOf(reduce).second;
+    for (auto [k, o] : llvm::enumerate(partial))
+      outputLayouts[o] = reduced[k];
+  }
+  for (const std::vector<HostTensor> &micro : microBatches)
+    if (micro.size() != inputLayouts.size())
+      return llvm::createStringError(
+          "the training step takes " + llvm::Twine(inputLayouts.size()) +
+          " inputs, got " + llvm::Twine(micro.size()));
+  // Each rank runs the step on every micro-batch, sums its results (the
+  // loss, and the gradients: partial ones on the rank), then reduces the
+  // partial sums once.
+  rt::RankBody body = [&](rt::RankContext &ctx) {
+    std::vector<HostTensor> sums;
+    for (const std::vector<HostTensor> &micro : microBatches) {
+      std::vector<HostTensor> mine;
+      for (size_t i = 0; i < micro.size(); ++i)
+        mine.push_back(
+            rt::scatterBlock(micro[i], inputLayouts[i], ctx.mesh, ctx.rank));
+      std::vector<HostTensor> out = interpretOnRank(func, mine, base, ctx);
+      if (sums.empty()) {
+        sums = std::move(out);
+        continue;
+      }
+      for (size_t o = 0; o < out.size(); ++o) {
+        if (!out[o].isFloat() || out[o].shape != sums[o].shape)
+          throw std::runtime_error("the training step's result #" +
+                                   std::to_string(o) +
+                                   " is not a float tensor of one shape");
+        for (size_t e = 0; e < out[o].floats.size(); ++e)
+          sums[o].floats[e] += out[o].floats[e];
+      }
+    }
+    if (reduce && !partial.empty()) {
+      std::vector<HostTensor> in;
+      for (size_t o : partial)
+        in.push_back(std::move(sums[o]));
+      std::vector<HostTensor> out = interpretOnRank(reduce, in, base, ctx);
+      for (auto [k, o] : llvm::enumerate(partial))
+        sums[o] = std::move(out[k]);
+    }
+    return sums;
+  };
+  auto results =
+      rt::runRanks(body, *mesh, base.weightsDir, &bytes,
+                   std::chrono::milliseconds(int64_t(timeoutSeconds * 1000)));
+  if (!results.ok())
+    return llvm::createStringError(std::string(results.status().message()));
+  std::vector<HostTensor> outputs;
+  for (size_t o = 0; o < outputLayouts.size(); ++o) {
+    std::vector<HostTensor> blocks;
+    for (std::vector<HostTensor> &rank : *results) {
+      if (o >= rank.size())
+        return llvm::createStringError("a rank returned too few results");
+      blocks.push_back(std::move(rank[o]));
+    }
+    outputs.push_back(rt::gatherBlocks(blocks, outputLayouts[o], *mesh));
+  }
+  return outputs;
 }
 
 /// Inputs that do not fit the model are refused before anything runs: a

@@ -46,6 +46,7 @@ void weft::buildPartitionPipeline(OpPassManager &pm,
   pm.addPass(createWeftApplyPlan(options));
   pm.addPass(createWeftPropagateSharding());
   pm.addPass(createWeftPartition());
+  pm.addPass(createWeftDeferGradientReduction());
   pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
   pm.addPass(createWeftCanonicalize());
   if (!compress.empty()) {
@@ -78,7 +79,8 @@ void weft::registerWeftPipelines() {
       "weft-partition-with-plan",
       "Apply a plan's degrees and partition into the rank program "
       "(-weft-unfuse-projections, -weft-apply-plan, -weft-propagate-sharding, "
-      "-weft-partition, -weft-optimize-collectives, -weft-canonicalize, and "
+      "-weft-partition, -weft-defer-gradient-reduction, "
+      "-weft-optimize-collectives, -weft-canonicalize, and "
       "with compress=, -weft-compress-collectives)",
       [](OpPassManager &pm, const PartitionPipelineOptions &options) {
         WeftApplyPlanOptions apply;

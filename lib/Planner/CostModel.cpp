@@ -884,6 +884,7 @@ double CostModel::simulate(const plan::Plan &plan, const StageTimes &times,
 namespace {
 struct DataParallelCost {
   double total = 0, exposed = 0, optimizer = 0;
+  double reduceBytes = 0; // what one rank sends in the gradient reduction
 };
 } // namespace
 
@@ -908,6 +909,10 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
     CollectiveKind reduceKind = plan.zero_stage() == 0
                                     ? CollectiveKind::AllReduce
                                     : CollectiveKind::ReduceScatter;
+    const double n = shard;
+    cost.reduceBytes = isTopK(codec)            ? (n - 1) * gradWire
+                       : plan.zero_stage() == 0 ? 2 * (n - 1) / n * gradWire
+                                                : (n - 1) / n * gradWire;
     double reduce =
         isTopK(codec)
             ? model.collectiveTime(CollectiveKind::AllGather, shard * gradWire,
@@ -1058,7 +1063,7 @@ void CostModel::evaluate(plan::Plan &plan,
 
   // Data parallelism and the optimizer, on the stage that finishes last.
   const double shard = dataParallelShard(plan);
-  double dpExposed = 0, dpTotal = 0, optimizer = 0;
+  double dpExposed = 0, dpTotal = 0, optimizer = 0, reduceBytes = 0;
   for (int s = 0; s < p; ++s) {
     double lastBackward = 0, firstForward = 0;
     for (int c = 0; c < v; ++c) {
@@ -1071,7 +1076,9 @@ void CostModel::evaluate(plan::Plan &plan,
     dpExposed = std::max(dpExposed, cost.exposed);
     dpTotal = std::max(dpTotal, cost.total);
     optimizer = std::max(optimizer, cost.optimizer);
+    reduceBytes = std::max(reduceBytes, cost.reduceBytes);
   }
+  plan.set_grad_reduce_bytes(int64_t(std::llround(reduceBytes)));
   double step = pipeline + dpExposed + optimizer;
   // ZeRO-3's collectives run inside the pipeline (per micro-batch and
   // chunk); they are data-parallel communication in the breakdown.

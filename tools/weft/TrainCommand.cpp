@@ -53,23 +53,6 @@ using namespace mlir;
 namespace cl = llvm::cl;
 using weft::rt::HostTensor;
 
-/// Runs a partitioned step on its devices; an error is printed.
-static FailureOr<std::vector<HostTensor>>
-runOnMeshDevices(ModuleOp module, func::FuncOp func,
-                 const std::vector<HostTensor> &inputs,
-                 const weft::InterpreterOptions &base, int expectedDevices,
-                 double timeoutSeconds, std::vector<int64_t> &bytes) {
-  llvm::Expected<std::vector<HostTensor>> outputs =
-      weft::driver::runOnMeshDevices(module, func, inputs, base,
-                                     expectedDevices, timeoutSeconds, bytes);
-  if (!outputs) {
-    llvm::WithColor::error(llvm::errs(), "weft")
-        << llvm::toString(outputs.takeError()) << '\n';
-    return failure();
-  }
-  return std::move(*outputs);
-}
-
 static cl::SubCommand trainCommand(
     "train", "Train a model on simulated devices under a plan, from a token "
              "file");
@@ -997,13 +980,28 @@ int runTrain(MLIRContext &context) {
         grads[size_t(gradientOf[g])] = ran->gradients[g].floats.toVector();
       tokensSeen += windows * batch * seqLen;
     }
-    for (int64_t micro = 0; !pipeline && micro < gradAccum; ++micro) {
+    if (!pipeline && partitioned) {
+      // The step's micro-batches on the mesh, summed on each rank, and the
+      // partial gradients reduced once (-weft-defer-gradient-reduction).
+      std::vector<std::vector<HostTensor>> micro;
+      for (int64_t w = 0; w < gradAccum; ++w)
+        micro.push_back(windowInputs(step * gradAccum + w, 1));
+      llvm::Expected<std::vector<HostTensor>> outputs =
+          weft::driver::runTrainingStepOnMeshDevices(
+              *module, func, micro, options, devices, collectiveTimeout, bytes);
+      if (!outputs)
+        return trainError(llvm::toString(outputs.takeError()));
+      lossSum += (*outputs)[0].at(0);
+      for (size_t k = 0; k < params.size(); ++k)
+        grads[k] = (*outputs)[k + 1].floats.toVector();
+      tokensSeen += gradAccum * batch * seqLen;
+    }
+    for (int64_t micro = 0; !pipeline && !partitioned && micro < gradAccum;
+         ++micro) {
       std::vector<HostTensor> inputs =
           windowInputs(step * gradAccum + micro, 1);
       FailureOr<std::vector<HostTensor>> outputs =
-          partitioned ? runOnMeshDevices(*module, func, inputs, options,
-                                         devices, collectiveTimeout, bytes)
-                      : weft::interpret(func, inputs, options);
+          weft::interpret(func, inputs, options);
       if (failed(outputs))
         return 1;
       lossSum += (*outputs)[0].at(0);
@@ -1018,17 +1016,13 @@ int runTrain(MLIRContext &context) {
       tokensSeen += batch * seqLen;
     }
     if (step == start && !bytes.empty()) {
-      // What each rank sent in the step (every run of the step's programs
-      // appends one count per rank): the figure the cost model predicts.
-      size_t ranks = std::max<size_t>(
-          1, pipeline ? bytes.size() : bytes.size() / size_t(gradAccum));
-      std::vector<int64_t> perRank(ranks, 0);
-      for (size_t i = 0; i < bytes.size(); ++i)
-        perRank[i % ranks] += bytes[i];
+      // What each rank sent in the step (one count per rank): the figure the
+      // cost model predicts.
+      const std::vector<int64_t> &perRank = bytes;
       llvm::errs() << "weft train: bytes sent per rank in step " << step + 1
                    << ":";
-      for (int64_t b : perRank)
-        llvm::errs() << ' ' << b;
+      for (int64_t sent : perRank)
+        llvm::errs() << ' ' << sent;
       llvm::errs() << '\n';
     }
     double loss = lossSum / double(windows);

@@ -207,6 +207,10 @@ namespace OpTrait {
 template <typename ConcreteType>
 class Elementwise : public mlir::OpTrait::TraitBase<ConcreteType, Elementwise> {
 };
+/// op(x1 + x2, y1 + y2, ...) = op(x1, y1, ...) + op(x2, y2, ...): partial
+/// sums over one group stay partial sums through the op.
+template <typename ConcreteType>
+class Additive : public mlir::OpTrait::TraitBase<ConcreteType, Additive> {};
 } // namespace OpTrait
 
 } // namespace weft

@@ -265,6 +265,19 @@ runOnMeshDevices(mlir::ModuleOp module, mlir::func::FuncOp func,
                  const InterpreterOptions &base, int expectedDevices,
                  double timeoutSeconds, std::vector<int64_t> &bytes);
 
+/// Runs one training step of the partitioned `func` on the devices of its
+/// weft.mesh (threads): each rank runs `func` on each micro-batch's inputs
+/// and sums its results; the gradients the step returns as partial sums are
+/// then reduced once by the function its weft.gradient_reduction names
+/// (-weft-defer-gradient-reduction). Returns the summed results (loss and
+/// gradients), assembled by their local shardings. `bytes` gets the bytes
+/// each rank sent in the step.
+llvm::Expected<std::vector<rt::HostTensor>> runTrainingStepOnMeshDevices(
+    mlir::ModuleOp module, mlir::func::FuncOp func,
+    const std::vector<std::vector<rt::HostTensor>> &microBatches,
+    const InterpreterOptions &base, int expectedDevices, double timeoutSeconds,
+    std::vector<int64_t> &bytes);
+
 /// One step a rank ran, in microseconds from the run's start.
 struct TraceEvent {
   int rank;

@@ -1245,6 +1245,20 @@ func.func @stored_over_empty() {
 
 // -----
 
+// expected-error @+1 {{'weft.gradient_reduction' names @missing, which is not a function of the module}}
+func.func @gradient_reduction_missing() attributes {weft.gradient_reduction = @missing} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'weft.gradient_reduction' names a function (@symbol) on a function}}
+func.func @gradient_reduction_not_a_symbol() attributes {weft.gradient_reduction = "f"} {
+  return
+}
+
+// -----
+
 func.func @unknown_weft_attribute(%x: tensor<8xf32>) {
   // expected-error @+1 {{unknown weft attribute 'weft.shard' (the dialect defines 'weft.sharding')}}
   %0 = weft.exp %x {weft.shard = 1} : tensor<8xf32>

@@ -1,0 +1,230 @@
+//===- WeftDeferGradientReduction.cpp - One gradient reduction per step ---===//
+//
+// Part of the Weft project.
+//
+// The partitioner reduces a partial sum where it arises: a weight replicated
+// over the data-parallel axis whose gradient contracts the split batch is
+// all-reduced inside the backward layer that computes it. Run once per
+// micro-batch, that sends the gradients g times in a step of g micro-batches.
+// This pass moves those reductions out of the step into a function of their
+// own, which the runner calls once per step on the micro-batches' summed
+// partial gradients: the data-parallel gradient reduction of PyTorch DDP's
+// no_sync() accumulation and Megatron-LM's, and the bytes the cost model
+// counts once per step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <set>
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTDEFERGRADIENTREDUCTION
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+
+/// The reduction a gradient's chain ends in: sum all-reduces over these
+/// mesh axes, of one mesh and codec.
+struct Reduction {
+  FlatSymbolRefAttr mesh;
+  Attribute codec;
+  std::set<std::string> axes;
+  bool operator==(const Reduction &other) const {
+    return mesh == other.mesh && codec == other.codec && axes == other.axes;
+  }
+};
+
+/// The reduction `value` carries, if it is a sum all-reduce, or made from
+/// such all-reduces of one group by additive ops (`Additive`) and layer
+/// boundaries only, each value on the way read once: then the reductions can
+/// move past it. A sum all-reduce of a value that is itself such an
+/// all-reduce over other axes is one all-reduce over both (the partitioner
+/// reduces a gradient partial over dp and ulysses in two steps); it goes
+/// into `nested`.
+static std::optional<Reduction>
+reductionOf(Value value, llvm::DenseSet<Operation *> &nested) {
+  if (!value.hasOneUse() || !isa<RankedTensorType>(value.getType()))
+    return std::nullopt;
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return std::nullopt;
+  if (auto reduce = dyn_cast<AllReduceOp>(def)) {
+    if (reduce.getKind() != ReductionKind::sum)
+      return std::nullopt;
+    Reduction own{reduce.getMeshAttr(), reduce.getCodecAttr(), {}};
+    for (Attribute axis : reduce.getAxes())
+      own.axes.insert(cast<StringAttr>(axis).getValue().str());
+    std::optional<Reduction> inner = reductionOf(reduce.getInput(), nested);
+    if (inner && inner->mesh == own.mesh && inner->codec == own.codec &&
+        llvm::none_of(inner->axes, [&](const std::string &axis) {
+          return own.axes.count(axis);
+        })) {
+      own.axes.insert(inner->axes.begin(), inner->axes.end());
+      nested.insert(reduce);
+    }
+    return own;
+  }
+  if (auto layer = dyn_cast<LayerOp>(def)) {
+    auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+    unsigned index = cast<OpResult>(value).getResultNumber();
+    return reductionOf(yield.getValues()[index], nested);
+  }
+  if (!def->hasTrait<weft::OpTrait::Additive>() || def->getNumOperands() == 0 ||
+      def->getNumResults() != 1)
+    return std::nullopt;
+  std::optional<Reduction> common;
+  for (Value operand : def->getOperands()) {
+    std::optional<Reduction> r = reductionOf(operand, nested);
+    if (!r || (common && !(*r == *common)))
+      return std::nullopt;
+    common = r;
+  }
+  return common;
+}
+
+/// Removes the all-reduces `reductionOf` found: returns the value that now
+/// holds the partial sum in place of `value`.
+static Value removeReductions(Value value,
+                              const llvm::DenseSet<Operation *> &nested) {
+  Operation *def = value.getDefiningOp();
+  if (auto reduce = dyn_cast<AllReduceOp>(def)) {
+    Value input = reduce.getInput();
+    if (nested.contains(reduce))
+      input = removeReductions(input, nested);
+    reduce.getResult().replaceAllUsesWith(input);
+    reduce.erase();
+    return input;
+  }
+  if (auto layer = dyn_cast<LayerOp>(def)) {
+    auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+    unsigned index = cast<OpResult>(value).getResultNumber();
+    Value yielded = yield.getValues()[index];
+    Value partial = removeReductions(yielded, nested);
+    if (partial != yielded)
+      yield->setOperand(index, partial);
+    return value;
+  }
+  for (OpOperand &operand : def->getOpOperands()) {
+    Value partial = removeReductions(operand.get(), nested);
+    if (partial != operand.get())
+      operand.set(partial);
+  }
+  return value;
+}
+
+struct WeftDeferGradientReduction
+    : public weft::impl::WeftDeferGradientReductionBase<
+          WeftDeferGradientReduction> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    meshInfo = getMeshInfo(module);
+    SymbolTable symbols(module);
+    for (auto func : llvm::to_vector(module.getOps<func::FuncOp>()))
+      if (!func.isExternal() &&
+          !func->hasAttr(WeftDialect::getPipelineStageAttrName()) &&
+          !func->hasAttr(WeftDialect::getGradientReductionAttrName()))
+        defer(func, symbols);
+  }
+
+  std::optional<MeshInfo> meshInfo;
+
+  /// The reduction's axes in the order the mesh declares them.
+  SmallVector<StringRef, 4> axesInMeshOrder(const Reduction &reduction) {
+    SmallVector<StringRef, 4> ordered;
+    if (meshInfo)
+      for (const std::string &axis : meshInfo->axes)
+        if (reduction.axes.count(axis))
+          ordered.push_back(*reduction.axes.find(axis));
+    for (const std::string &axis : reduction.axes)
+      if (!llvm::is_contained(ordered, axis))
+        ordered.push_back(axis);
+    return ordered;
+  }
+
+  void defer(func::FuncOp func, SymbolTable &symbols) {
+    auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    struct Moved {
+      unsigned result;
+      Reduction reduction;
+    };
+    SmallVector<Moved> moved;
+    llvm::DenseSet<Operation *> nested;
+    for (unsigned r = 0; r < func.getNumResults(); ++r) {
+      if (!func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
+        continue;
+      if (std::optional<Reduction> reduction =
+              reductionOf(ret.getOperand(r), nested))
+        moved.push_back({r, *reduction});
+    }
+    if (moved.empty())
+      return;
+    // The reduction function: one argument and one result per moved
+    // gradient, each all-reduced as the step did (-weft-optimize-collectives
+    // then buckets them).
+    MLIRContext *context = func.getContext();
+    OpBuilder b(context);
+    SmallVector<Type> types;
+    for (const Moved &m : moved)
+      types.push_back(func.getResultTypes()[m.result]);
+    b.setInsertionPointAfter(func);
+    auto reduce = func::FuncOp::create(
+        b, func.getLoc(), (func.getName() + "_reduce_gradients").str(),
+        FunctionType::get(context, types, types));
+    symbols.insert(reduce);
+    Block *body = reduce.addEntryBlock();
+    b.setInsertionPointToEnd(body);
+    SmallVector<Value> reduced;
+    for (auto [index, m] : llvm::enumerate(moved)) {
+      reduced.push_back(AllReduceOp::create(
+          b, func.getLoc(), types[index],
+          ReductionKindAttr::get(context, ReductionKind::sum),
+          body->getArgument(index), m.reduction.mesh,
+          b.getStrArrayAttr(axesInMeshOrder(m.reduction)),
+          dyn_cast_or_null<CollectiveCodecAttr>(m.reduction.codec)));
+    }
+    func::ReturnOp::create(b, func.getLoc(), reduced);
+    // What each moved result is: a partial sum over the reduction's axes
+    // in the step, whole in the reduction function.
+    for (auto [index, m] : llvm::enumerate(moved)) {
+      SmallVector<StringRef, 4> axes = axesInMeshOrder(m.reduction);
+      auto local = func.getResultAttrOfType<ShardingAttr>(
+          m.result, WeftDialect::getLocalShardingAttrName());
+      StringRef mesh = m.reduction.mesh.getValue();
+      TensorSharding whole =
+          local ? fromAttr(local)
+                : TensorSharding::replicated(
+                      cast<RankedTensorType>(types[index]).getRank());
+      TensorSharding partial = whole;
+      partial.partial.append(axes.begin(), axes.end());
+      ShardingAttr partialAttr = toAttr(context, mesh, partial);
+      reduce.setResultAttr(index, WeftDialect::getLocalShardingAttrName(),
+                           local ? local : toAttr(context, mesh, whole));
+      reduce.setArgAttr(index, WeftDialect::getLocalShardingAttrName(),
+                        partialAttr);
+      func.setResultAttr(m.result, WeftDialect::getLocalShardingAttrName(),
+                         partialAttr);
+      reduce.setResultAttr(
+          index, WeftDialect::getGradientOfAttrName(),
+          func.getResultAttr(m.result, WeftDialect::getGradientOfAttrName()));
+    }
+    for (const Moved &m : moved)
+      ret->setOperand(m.result,
+                      removeReductions(ret.getOperand(m.result), nested));
+    func->setAttr(WeftDialect::getGradientReductionAttrName(),
+                  FlatSymbolRefAttr::get(reduce.getSymNameAttr()));
+  }
+};
+} // namespace

@@ -1,0 +1,102 @@
+// RUN: weft-opt %s -split-input-file -weft-defer-gradient-reduction | FileCheck %s
+
+// A partitioned training step: the gradient of `w` is all-reduced over dp in
+// the backward layer that computes it; the tied embedding's two gradients are
+// each all-reduced and then summed, one of them transposed. Both reductions
+// move to @step_reduce_gradients, which the runner calls once per step; the
+// step returns the partial sums. The loss is not a gradient: its all-reduce
+// stays.
+weft.mesh @mesh(dp = 2)
+// CHECK-LABEL: func.func @step
+// CHECK-SAME: -> (tensor<f32>, tensor<4x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], []], partial = [dp]>}, tensor<8x4xf32> {weft.gradient_of = "e", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], []], partial = [dp]>})
+// CHECK-SAME: attributes {weft.gradient_reduction = @step_reduce_gradients}
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<f32>
+// CHECK: weft.layer "h.backward"
+// CHECK-NOT: weft.all_reduce
+// CHECK: weft.yield
+// CHECK: %[[T:.*]] = weft.transpose
+// CHECK: %[[S:.*]] = weft.add %{{.*}}, %[[T]]
+// CHECK-NOT: weft.all_reduce
+// CHECK: return %{{.*}}, %{{.*}}, %[[S]] :
+// CHECK-LABEL: func.func @step_reduce_gradients
+// CHECK-SAME: (%[[A:.*]]: tensor<4x4xf32> {weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], []], partial = [dp]>}, %[[B:.*]]: tensor<8x4xf32> {weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], []], partial = [dp]>})
+// CHECK-SAME: -> (tensor<4x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], []]>}, tensor<8x4xf32> {weft.gradient_of = "e", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], []]>})
+// CHECK: %[[RA:.*]] = weft.all_reduce sum %[[A]] over @mesh ["dp"] : tensor<4x4xf32>
+// CHECK: %[[RB:.*]] = weft.all_reduce sum %[[B]] over @mesh ["dp"] : tensor<8x4xf32>
+// CHECK: return %[[RA]], %[[RB]]
+func.func @step(%x: tensor<2x4xf32>, %loss: tensor<f32>, %ge: tensor<8x4xf32>, %gt: tensor<4x8xf32>)
+    -> (tensor<f32>, tensor<4x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [[], []]>},
+        tensor<8x4xf32> {weft.gradient_of = "e", weft.local_sharding = #weft.sharding<@mesh, [[], []]>}) {
+  %l = weft.all_reduce sum %loss over @mesh ["dp"] : tensor<f32>
+  %g = weft.layer "h.backward"(%x) index 0 : (tensor<2x4xf32>) -> tensor<4x4xf32> {
+  ^bb0(%a: tensor<2x4xf32>):
+    %p = weft.matmul %a, %a transpose_lhs : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
+    %r = weft.all_reduce sum %p over @mesh ["dp"] : tensor<4x4xf32>
+    weft.yield %r : tensor<4x4xf32>
+  }
+  %e1 = weft.all_reduce sum %ge over @mesh ["dp"] : tensor<8x4xf32>
+  %e2 = weft.all_reduce sum %gt over @mesh ["dp"] : tensor<4x8xf32>
+  %t = weft.transpose %e2 permutation [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>
+  %sum = weft.add %e1, %t : tensor<8x4xf32>
+  return %l, %g, %sum : tensor<f32>, tensor<4x4xf32>, tensor<8x4xf32>
+}
+
+// -----
+
+// What cannot move stays: a reduced gradient that something else reads, a
+// max all-reduce, and a sum of reductions over different groups (one of the
+// summands would be added dp times over).
+weft.mesh @mesh(dp = 2, tp = 2)
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT: weft.gradient_reduction
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<4xf32>
+// CHECK: weft.all_reduce max
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<8xf32>
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["tp"] : tensor<8xf32>
+// CHECK-NOT: func.func @kept_reduce_gradients
+func.func @kept(%a: tensor<4xf32>, %b: tensor<4xf32>, %c: tensor<8xf32>, %d: tensor<8xf32>)
+    -> (tensor<4xf32> {weft.gradient_of = "a"}, tensor<4xf32>, tensor<4xf32> {weft.gradient_of = "b"},
+        tensor<8xf32> {weft.gradient_of = "c"}) {
+  %ra = weft.all_reduce sum %a over @mesh ["dp"] : tensor<4xf32>
+  %rb = weft.all_reduce max %b over @mesh ["dp"] : tensor<4xf32>
+  %rc = weft.all_reduce sum %c over @mesh ["dp"] : tensor<8xf32>
+  %rd = weft.all_reduce sum %d over @mesh ["tp"] : tensor<8xf32>
+  %s = weft.add %rc, %rd : tensor<8xf32>
+  return %ra, %ra, %rb, %s : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<8xf32>
+}
+
+// -----
+
+// A gradient without a local sharding (a replicated step) gets one: whole in
+// the reduction, partial in the step.
+weft.mesh @mesh(dp = 4)
+// CHECK-LABEL: func.func @unannotated
+// CHECK-SAME: -> (tensor<3xf32> {weft.gradient_of = "v", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[]], partial = [dp]>})
+// CHECK: return %arg0
+// CHECK-LABEL: func.func @unannotated_reduce_gradients
+// CHECK-SAME: -> (tensor<3xf32> {weft.gradient_of = "v", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[]]>})
+// CHECK: weft.all_reduce sum %arg0 over @mesh ["dp"] codec int8 : tensor<3xf32>
+func.func @unannotated(%v: tensor<3xf32>) -> (tensor<3xf32> {weft.gradient_of = "v"}) {
+  %r = weft.all_reduce sum %v over @mesh ["dp"] codec int8 : tensor<3xf32>
+  return %r : tensor<3xf32>
+}
+
+// -----
+
+// The partitioner reduces a gradient partial over ulysses (the sequence) and
+// dp (the batch) in two steps, a sum over the batch between them: once per
+// step it is one all-reduce over both axes, in the mesh's order.
+weft.mesh @mesh(dp = 2, ulysses = 2)
+// CHECK-LABEL: func.func @nested
+// CHECK-SAME: partial = [dp, ulysses]
+// CHECK-NOT: weft.all_reduce
+// CHECK: %[[S:.*]] = weft.reduce_sum %arg0
+// CHECK: return %[[S]]
+// CHECK-LABEL: func.func @nested_reduce_gradients
+// CHECK: weft.all_reduce sum %arg0 over @mesh ["dp", "ulysses"] : tensor<1x4xf32>
+func.func @nested(%g: tensor<2x4xf32>) -> (tensor<1x4xf32> {weft.gradient_of = "w"}) {
+  %u = weft.all_reduce sum %g over @mesh ["ulysses"] : tensor<2x4xf32>
+  %s = weft.reduce_sum %u axes [0] keep_dims : tensor<2x4xf32> -> tensor<1x4xf32>
+  %d = weft.all_reduce sum %s over @mesh ["dp"] : tensor<1x4xf32>
+  return %d : tensor<1x4xf32>
+}
