@@ -132,11 +132,16 @@ struct WeftDeferGradientReduction
     ModuleOp module = getOperation();
     meshInfo = getMeshInfo(module);
     SymbolTable symbols(module);
-    for (auto func : llvm::to_vector(module.getOps<func::FuncOp>()))
-      if (!func.isExternal() &&
-          !func->hasAttr(WeftDialect::getPipelineStageAttrName()) &&
+    for (auto func : llvm::to_vector(module.getOps<func::FuncOp>())) {
+      // A pipeline stage's training function is taken once
+      // -weft-split-backward has cut it into its steps' functions (a `role`):
+      // the executor reduces each step function's partial gradients.
+      auto stage = func->getAttrOfType<DictionaryAttr>(
+          WeftDialect::getPipelineStageAttrName());
+      if (!func.isExternal() && (!stage || stage.get("role")) &&
           !func->hasAttr(WeftDialect::getGradientReductionAttrName()))
         defer(func, symbols);
+    }
   }
 
   std::optional<MeshInfo> meshInfo;

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 
 using namespace weft::rt;
 
@@ -159,6 +160,9 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
   std::map<std::pair<int, int>, Held> held;
   std::map<std::pair<int, int>, HostTensor> results; // (output, mb)
   std::map<int, HostTensor> gradients;               // summed over mbs
+  // Partial gradients (summed over mbs, reduced once at the end), by
+  // (virtual stage, weight step?, result position).
+  std::map<std::tuple<int, bool, int>, HostTensor> partials;
   bool weightSteps = false;
   for (const PipelineStep &step : program.steps[size_t(s)])
     weightSteps |= step.kind == PipelineStep::WeightGrad;
@@ -178,9 +182,21 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                                             " values, not ", results));
     return out;
   };
+  // `into` += `add`, or `add` copied (owned) where `into` has nothing.
+  auto sumInto = [](auto &map, const auto &key, const HostTensor &add) {
+    auto found = map.find(key);
+    if (found != map.end()) {
+      accumulateInto(found->second, add);
+      return;
+    }
+    HostTensor copy(add.dtype, add.shape);
+    std::copy(add.floats.begin(), add.floats.end(), copy.floats.begin());
+    map.emplace(key, std::move(copy));
+  };
   // A backward or weight-gradient step's function on one micro-batch.
   auto runStepFunction = [&](const PipelineStep &step,
-                             const PipelineStepFunction &fn, Held &mine) {
+                             const PipelineStepFunction &fn, Held &mine,
+                             bool weightStep) {
     if (!fn.function)
       return;
     std::vector<HostTensor> args;
@@ -225,18 +241,15 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
           mine.gradientsToSend.resize(size_t(ref.index) + 1);
         mine.gradientsToSend[size_t(ref.index)] = std::move(out[r]);
         break;
-      case PipelineRef::Gradient: {
-        auto found = gradients.find(ref.index);
-        if (found == gradients.end()) {
-          HostTensor copy(out[r].dtype, out[r].shape);
-          std::copy(out[r].floats.begin(), out[r].floats.end(),
-                    copy.floats.begin());
-          gradients.emplace(ref.index, std::move(copy));
-        } else {
-          accumulateInto(found->second, out[r]);
-        }
+      case PipelineRef::Gradient:
+        if (std::find(fn.partial.begin(), fn.partial.end(), int(r)) !=
+            fn.partial.end())
+          sumInto(partials,
+                  std::make_tuple(step.chunk * p + s, weightStep, int(r)),
+                  out[r]);
+        else
+          sumInto(gradients, ref.index, out[r]);
         break;
-      }
       default:
         throw std::runtime_error(where(step) + "a malformed result");
       }
@@ -327,7 +340,8 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                                  "the schedule runs a backward before the "
                                  "forward of its micro-batch");
       bool backward = step.kind == PipelineStep::Backward;
-      runStepFunction(step, backward ? stage.backward : stage.weight, mine);
+      runStepFunction(step, backward ? stage.backward : stage.weight, mine,
+                      !backward);
       if (backward)
         mine.backwardDone = true;
       // What the micro-batch kept is freed after its last step.
@@ -340,6 +354,39 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     }
     if (observer)
       (*observer)(ctx.rank, step, start, micros());
+  }
+  // The partial gradients, reduced once per step (every rank of a stage
+  // runs the same reductions, in chunk order).
+  for (int c = 0; c < program.chunks; ++c) {
+    const int k = c * p + s;
+    const PipelineStage &stage = program.virtualStages[size_t(k)];
+    for (bool weightStep : {false, true}) {
+      const PipelineStepFunction &fn =
+          weightStep ? stage.weight : stage.backward;
+      if (fn.partial.empty())
+        continue;
+      PipelineStep reduction;
+      reduction.kind =
+          weightStep ? PipelineStep::WeightGrad : PipelineStep::Backward;
+      reduction.chunk = c;
+      reduction.name = "the gradient reduction";
+      if (!fn.reduce)
+        throw std::runtime_error(where(reduction) +
+                                 "partial gradients but no function that "
+                                 "reduces them");
+      std::vector<HostTensor> args;
+      for (int r : fn.partial) {
+        auto found = partials.find(std::make_tuple(k, weightStep, r));
+        if (found == partials.end())
+          throw std::runtime_error(where(reduction) +
+                                   "a partial gradient no step computed");
+        args.push_back(std::move(found->second));
+      }
+      std::vector<HostTensor> reduced =
+          call(reduction, fn.reduce, args, fn.partial.size());
+      for (size_t i = 0; i < reduced.size(); ++i)
+        sumInto(gradients, fn.results[size_t(fn.partial[i])].index, reduced[i]);
+    }
   }
   std::vector<HostTensor> mine;
   for (auto &[key, value] : results)

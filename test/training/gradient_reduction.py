@@ -26,7 +26,14 @@ with tp, Megatron SP, Ulysses, ring attention and AxoNN's 3-D grid, with
   run with --grad-accum 3 (relative 1e-5 on losses, 3e-5 on weights as
   against_torch.py; SGD, whose update is linear in the gradient, as
   pipeline_training.py: under AdamW a gradient of pure rounding noise, a key
-  bias's, moves by +-lr whatever the plan).
+  bias's, moves by +-lr whatever the plan);
+- with pipeline stages (pp=2 with dp, tp, Ulysses, ZB-H1's weight steps), each
+  rank's bytes in a step grow with the micro-batches m as a + b m, and the part
+  that does not grow (2 B(2) - B(4)) is exactly its stages' gradient reduction
+  functions' collectives (pipeline_training.py checks the same plans' losses and
+  weights against the unpartitioned run). Under ZB-H1 the last stage's layer weight
+  gradients reach the W step through kept slots and are reduced per micro-batch, so
+  its constant part is small (printed, docs/training.md).
 
 Run by ctest as `training-gradient-reduction`.
 """
@@ -49,6 +56,8 @@ import differential as diff  # noqa: E402
 
 PLANS = ["dp=2", "dp=2,tp=2", "dp=2,tp=2,sp=true", "dp=2,ulysses=2", "dp=2,cp=2",
          "dp=2,tp3d=2x2x1"]
+PIPELINE_PLANS = ["pp=2,dp=2", "pp=2,dp=2,tp=2", "pp=2,dp=2,schedule=zb-h1",
+                  "pp=2,dp=2,ulysses=2"]
 STEPS = 3
 RESULT = re.compile(r"tensor<([0-9x]*)x?(f32|bf16|f16)>\s*\{([^}]*)\}")
 
@@ -159,6 +168,52 @@ def check(weft, model, work, plan, g, extra, sizes_cache):
     return losses, weights, message
 
 
+def check_pipeline(weft, model, work, plan, extra):
+    """Under pipeline stages the executor sums each step function's partial
+    gradients over the micro-batches and calls its stage's reduction once:
+    each rank's bytes in a step are a + b m, where the part that does not grow
+    with m (a = 2 B(2) - B(4)) is exactly its stages' reduction functions'
+    collectives. Returns a message, or raises RuntimeError."""
+    counts, funcs, sizes = {}, None, None
+    for m in (2, 4):
+        tag = "%s-%s-m%d" % (os.path.basename(model).split(".")[0],
+                             plan.replace(",", "_").replace("=", ""), m)
+        dump = os.path.join(work, tag + ".mlir")
+        _, _, stderr = run(weft, model, work, tag, "%s,m=%d" % (plan, m), 1,
+                           extra + ["--dump-partitioned", dump])
+        counted = re.search(r"bytes sent per rank in step 1:((?: \d+)+)", stderr)
+        if not counted:
+            raise RuntimeError("%s: weft train printed no byte counts" % tag)
+        counts[m] = [int(x) for x in counted.group(1).split()]
+        if funcs is None:
+            text = open(dump).read()
+            funcs, sizes = functions(text), diff.mesh_sizes(text)
+    p = sizes["pp"]
+    per_stage = len(counts[2]) // p
+    reductions = [name for name in funcs if name.endswith("_reduce_gradients")]
+    if not reductions:
+        raise RuntimeError("%s: no stage has a gradient reduction function" % plan)
+    fixed = []
+    for rank in range(len(counts[2])):
+        stage = rank // per_stage
+        expected = 0
+        for name in reductions:
+            k = int(re.match(r"\w+_stage(\d+)_", name).group(1))
+            if k % p == stage:
+                expected += sum(diff.collective_bytes(line, sizes)
+                                for line in funcs[name][1])
+        constant = 2 * counts[2][rank] - counts[4][rank]
+        if constant != expected:
+            raise RuntimeError(
+                "%s: rank %d sent %d bytes with m=2 and %d with m=4: %d do not grow "
+                "with m, its stage's reduction functions send %d"
+                % (plan, rank, counts[2][rank], counts[4][rank], constant, expected))
+        fixed.append(constant)
+    return ("%s: per rank %s bytes with m=2, %s with m=4; the part that does not grow "
+            "with m is the stages' gradient reductions, %s"
+            % (plan, counts[2], counts[4], fixed))
+
+
 def run(weft, model, work, tag, plan, g, extra):
     out = os.path.join(work, "ck-" + tag)
     cmd = [weft, "train", model, "--data", os.path.join(work, "tokens.npy"),
@@ -234,8 +289,14 @@ def main():
                         message += "; losses and weights equal the unpartitioned run " \
                                    "(%.1e, %.1e)" % (err, werr)
                     print(message)
-    print("checked %d (model, plan, grad-accum) runs: the gradient reduction once per "
-          "step; %d failed" % (pairs, len(failures)))
+            for plan in PIPELINE_PLANS:
+                try:
+                    print(label + ", " + check_pipeline(args.weft, model, work, plan, extra))
+                    pairs += 1
+                except RuntimeError as e:
+                    failures.append(str(e))
+    print("checked %d (model, plan, grad-accum) runs and pipelined plans: the gradient "
+          "reduction once per step; %d failed" % (pairs, len(failures)))
     for failure in failures:
         print("FAILED: " + failure)
     return 1 if failures else 0

@@ -838,9 +838,13 @@ int runTrain(MLIRContext &context) {
     PassManager pm(&context);
     weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan),
                                  plan->compress());
-    // Each stage's forward, backward and weight-gradient steps apart.
-    if (pipelined)
+    // Each stage's forward, backward and weight-gradient steps apart, and
+    // their data-parallel gradient reductions once per step.
+    if (pipelined) {
       pm.addPass(weft::createWeftSplitBackward());
+      pm.addPass(weft::createWeftDeferGradientReduction());
+      pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
+    }
     if (failed(pm.run(*module)))
       return 1;
   }

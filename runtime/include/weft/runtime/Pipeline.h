@@ -74,6 +74,12 @@ struct PipelineStepFunction {
   RankFunction function;
   std::vector<PipelineRef> args, results;
   std::vector<Layout> argLayouts, resultLayouts;
+  /// The gradients the step returns as partial sums (positions in
+  /// `results`; -weft-defer-gradient-reduction): the executor sums them over
+  /// the micro-batches and calls `reduce` on those sums once, after the
+  /// rank's last step, which returns them reduced in the same order.
+  std::vector<int> partial;
+  RankFunction reduce;
 };
 
 /// One virtual stage.
