@@ -570,12 +570,15 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
     all-reduces each such result over the same group, with the same codec. A sum
     all-reduce of a value that is itself such an all-reduce over other axes is one
     all-reduce over both (the partitioner reduces a gradient partial over dp and ulysses
-    in two steps; once per step it is one all-reduce over the dp x ulysses group). The step names it in
-    `weft.gradient_reduction`. A runner sums the partial gradients of a step's
+    in two steps; once per step it is one all-reduce over the dp x ulysses group). The
+    step names it in `weft.gradient_reduction`. A runner sums the partial gradients of a step's
     micro-batches on each rank and calls it once per optimizer step, as PyTorch DDP's
     `no_sync()` accumulation and Megatron-LM's gradient buffers do: the bytes of the
-    gradient reduction no longer grow with the number of micro-batches. Other results,
-    and pipeline stages (`weft.pipeline_stage`), are left as they are.
+    gradient reduction no longer grow with the number of micro-batches. Other results
+    are left as they are, and so is a pipeline stage's function until
+    `-weft-split-backward` has cut it into its steps' functions (it has a `role`): then
+    each backward or weight-gradient function gets its own reduction, which the
+    pipeline executor calls after the rank's last step.
 
     ```mlir
     // before: the step all-reduces the gradient over dp
