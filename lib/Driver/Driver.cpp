@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <stdexcept>
+#include <tuple>
 
 using namespace mlir;
 using namespace weft;
@@ -374,7 +375,10 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
   llvm::Expected<rt::Mesh> mesh = meshOf(module, func, expectedDevices);
   if (!mesh)
     return mesh.takeError();
-  auto [inputLayouts, outputLayouts] = layoutsOf(func);
+  // (Not structured bindings: a lambda below captures them, which C++17
+  // does not allow.)
+  std::vector<rt::Layout> inputLayouts, outputLayouts;
+  std::tie(inputLayouts, outputLayouts) = layoutsOf(func);
   // The function that reduces the partial gradients once per step, and
   // which of the step's results it takes (those partial over some axes),
   // in order.
