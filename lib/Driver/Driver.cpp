@@ -367,6 +367,30 @@ driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
   return std::move(*outputs);
 }
 
+llvm::Expected<driver::GradientReduction>
+driver::gradientReductionOf(func::FuncOp step) {
+  GradientReduction found;
+  auto ref = step->getAttrOfType<FlatSymbolRefAttr>(
+      WeftDialect::getGradientReductionAttrName());
+  auto module = step->getParentOfType<ModuleOp>();
+  if (ref && module)
+    found.function = module.lookupSymbol<func::FuncOp>(ref);
+  for (unsigned o = 0; o < step.getNumResults(); ++o)
+    if (auto local = step.getResultAttrOfType<ShardingAttr>(
+            o, WeftDialect::getLocalShardingAttrName()))
+      if (!local.getPartialAxes().empty())
+        found.partial.push_back(int(o));
+  if (!found.partial.empty() &&
+      (!found.function ||
+       found.function.getNumArguments() != found.partial.size()))
+    return llvm::createStringError(
+        "@" + step.getSymName() + " returns " +
+        llvm::Twine(found.partial.size()) +
+        " partial gradients but names no function that reduces them all "
+        "(weft.gradient_reduction)");
+  return found;
+}
+
 llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
     ModuleOp module, func::FuncOp func,
     const std::vector<std::vector<HostTensor>> &microBatches,
@@ -379,29 +403,15 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
   // does not allow.)
   std::vector<rt::Layout> inputLayouts, outputLayouts;
   std::tie(inputLayouts, outputLayouts) = layoutsOf(func);
-  // The function that reduces the partial gradients once per step, and
-  // which of the step's results it takes (those partial over some axes),
-  // in order.
-  func::FuncOp reduce;
-  if (auto ref = func->getAttrOfType<FlatSymbolRefAttr>(
-          WeftDialect::getGradientReductionAttrName()))
-    reduce = module.lookupSymbol<func::FuncOp>(ref);
-  std::vector<size_t> partial;
-  for (unsigned o = 0; o < func.getNumResults(); ++o)
-    if (auto local = func.getResultAttrOfType<ShardingAttr>(
-            o, WeftDialect::getLocalShardingAttrName()))
-      if (!local.getPartialAxes().empty())
-        partial.push_back(o);
-  if (!partial.empty() &&
-      (!reduce || reduce.getNumArguments() != partial.size()))
-    return llvm::createStringError(
-        "the training step returns " + llvm::Twine(partial.size()) +
-        " partial gradients but names no function that reduces them all "
-        "(weft.gradient_reduction)");
+  llvm::Expected<GradientReduction> deferred = gradientReductionOf(func);
+  if (!deferred)
+    return deferred.takeError();
+  func::FuncOp reduce = deferred->function;
+  const std::vector<int> &partial = deferred->partial;
   if (reduce) {
     auto reduced = layoutsOf(reduce).second;
     for (auto [k, o] : llvm::enumerate(partial))
-      outputLayouts[o] = reduced[k];
+      outputLayouts[size_t(o)] = reduced[k];
   }
   for (const std::vector<HostTensor> &micro : microBatches)
     if (micro.size() != inputLayouts.size())
@@ -434,11 +444,11 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
     }
     if (reduce && !partial.empty()) {
       std::vector<HostTensor> in;
-      for (size_t o : partial)
-        in.push_back(std::move(sums[o]));
+      for (int o : partial)
+        in.push_back(std::move(sums[size_t(o)]));
       std::vector<HostTensor> out = interpretOnRank(reduce, in, base, ctx);
       for (auto [k, o] : llvm::enumerate(partial))
-        sums[o] = std::move(out[k]);
+        sums[size_t(o)] = std::move(out[k]);
     }
     return sums;
   };

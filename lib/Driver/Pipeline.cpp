@@ -78,16 +78,6 @@ static rt::RankFunction interpreted(func::FuncOp func,
   };
 }
 
-/// The function a step's weft.gradient_reduction names, or null.
-static func::FuncOp gradientReduction(func::FuncOp piece) {
-  auto ref = piece ? piece->getAttrOfType<FlatSymbolRefAttr>(
-                         WeftDialect::getGradientReductionAttrName())
-                   : FlatSymbolRefAttr();
-  auto module = piece ? piece->getParentOfType<ModuleOp>() : ModuleOp();
-  return ref && module ? module.lookupSymbol<func::FuncOp>(ref)
-                       : func::FuncOp();
-}
-
 void driver::interpretStages(rt::PipelineProgram &program,
                              const PipelineInfo &info,
                              const InterpreterOptions &base) {
@@ -99,8 +89,12 @@ void driver::interpretStages(rt::PipelineProgram &program,
       if (!piece)
         continue;
       to->function = interpreted(piece, base);
-      if (func::FuncOp reduce = gradientReduction(piece))
-        to->reduce = interpreted(reduce, base);
+      // pipelineProgram checked the reduction.
+      llvm::Expected<GradientReduction> deferred = gradientReductionOf(piece);
+      if (!deferred)
+        llvm::consumeError(deferred.takeError());
+      else if (deferred->function)
+        to->reduce = interpreted(deferred->function, base);
     }
   }
 }
@@ -233,12 +227,6 @@ driver::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
           if (added)
             program.gradientNames.push_back(name.str());
           to.results.push_back({rt::PipelineRef::Gradient, it->second});
-          // A partial sum, reduced once per step by the step's
-          // weft.gradient_reduction.
-          auto local = piece.getResultAttrOfType<ShardingAttr>(
-              o, WeftDialect::getLocalShardingAttrName());
-          if (local && !local.getPartialAxes().empty())
-            to.partial.push_back(int(o));
         } else {
           return llvm::createStringError(
               "result #" + llvm::Twine(o) + " of @" + piece.getSymName() +
@@ -246,14 +234,11 @@ driver::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
               "gradient");
         }
       }
-      func::FuncOp reduce = gradientReduction(piece);
-      if (!to.partial.empty() &&
-          (!reduce || reduce.getNumArguments() != to.partial.size()))
-        return llvm::createStringError(
-            "@" + piece.getSymName() + " returns " +
-            llvm::Twine(to.partial.size()) +
-            " partial gradients but names no function that reduces them all "
-            "(weft.gradient_reduction)");
+      // The gradients it returns as partial sums, reduced once per step.
+      llvm::Expected<GradientReduction> deferred = gradientReductionOf(piece);
+      if (!deferred)
+        return deferred.takeError();
+      to.partial = deferred->partial;
       return llvm::Error::success();
     };
     if (llvm::Error error = step(from.backward, stage.backward))

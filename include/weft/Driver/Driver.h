@@ -265,6 +265,17 @@ runOnMeshDevices(mlir::ModuleOp module, mlir::func::FuncOp func,
                  const InterpreterOptions &base, int expectedDevices,
                  double timeoutSeconds, std::vector<int64_t> &bytes);
 
+/// A partitioned training step's deferred gradient reduction
+/// (-weft-defer-gradient-reduction): the function its weft.gradient_reduction
+/// names (null if none), and the positions of the results the step returns
+/// as partial sums, which that function takes in this order. An error if the
+/// step returns partial sums that no named function reduces.
+struct GradientReduction {
+  mlir::func::FuncOp function;
+  std::vector<int> partial;
+};
+llvm::Expected<GradientReduction> gradientReductionOf(mlir::func::FuncOp step);
+
 /// Runs one training step of the partitioned `func` on the devices of its
 /// weft.mesh (threads): each rank runs `func` on each micro-batch's inputs
 /// and sums its results; the gradients the step returns as partial sums are
