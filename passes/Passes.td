@@ -556,6 +556,54 @@ def WeftPartition : Pass<"weft-partition", "::mlir::ModuleOp"> {
   }];
 }
 
+def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Builds a training run's optimizer step (AdamW or SGD with momentum) as a function.";
+  let description = [{
+    Adds `@optimizer_step`, the update a training run applies once per step, built from
+    weft ops: for every parameter whose gradient a function of the module returns
+    (`weft.gradient_of`; a parameter returned by several functions once, and none whose
+    name matches `freeze`), it takes the parameter, its gradient summed over the step's
+    micro-batches, and its optimizer state, and returns the new parameter and state.
+    The gradients are divided by the number of micro-batches (`grad_divisor`), their
+    global L2 norm is the function's first result, and with `max-grad-norm` > 0 every
+    gradient is scaled by `min(1, max / (norm + 1e-6))`, as
+    `torch.nn.utils.clip_grad_norm_` does. The update is torch.optim's single-tensor
+    form in f32, operation for operation:
+
+    - `adamw`: `p *= decay_factor; m = m + (g - m)(1 - β₁); v = v β₂ + (1 - β₂) g g;
+      p -= step_size · m / (sqrt(v) / bias_correction2_sqrt + ε)`;
+    - `sgd`: `d = g + λ p` (with weight decay λ); `b = μ b + d` (the buffer starts at
+      zero, which makes it `d` at the first step); `p -= lr · b`.
+
+    What changes from step to step comes in as scalars the runner computes on the host,
+    as torch.optim does in Python: `decay_factor` = 1 − lr·λ, `step_size` =
+    lr / (1 − β₁ᵗ), `bias_correction2_sqrt` = √(1 − β₂ᵗ) (AdamW), `lr` (SGD). Every
+    argument and result says what it holds in `weft.optimizer_slot` (`{role,
+    parameter}`); the function has `weft.optimizer = "adamw"` or `"sgd"`. On a
+    partitioned module a gradient's global shape comes from its `weft.local_sharding`.
+
+    ```
+    weft-opt -weft-differentiate -weft-build-optimizer model.mlir
+    weft-opt -weft-build-optimizer="optimizer=sgd momentum=0.9 max-grad-norm=1.0" step.mlir
+    ```
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "adamw or sgd (with momentum)">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.01",
+           "AdamW's decoupled weight decay; SGD's L2 penalty">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW's first-moment decay">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW's second-moment decay">,
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW's epsilon">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.9", "SGD's momentum">,
+    Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0",
+           "clip the gradients to this global L2 norm (0: no clipping)">,
+    Option<"freeze", "freeze", "std::string", /*default=*/"\"\"",
+           "a regular expression: parameters whose names match are not updated">
+  ];
+  let dependentDialects = ["::weft::WeftDialect", "::mlir::func::FuncDialect"];
+}
+
 def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::ModuleOp"> {
   let summary = "Moves a partitioned training step's gradient all-reduces into a function run once per step.";
   let description = [{

@@ -156,6 +156,14 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
     }
     return success();
   }
+  if (attr.getName() == getOptimizerAttrName()) {
+    auto rule = dyn_cast<StringAttr>(attr.getValue());
+    if (!rule || !isa<FunctionOpInterface>(op) ||
+        (rule.getValue() != "adamw" && rule.getValue() != "sgd"))
+      return op->emitError() << "'" << getOptimizerAttrName()
+                             << "' is \"adamw\" or \"sgd\" on a function";
+    return success();
+  }
   if (attr.getName() == getGradientReductionAttrName()) {
     auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue());
     auto func = dyn_cast<FunctionOpInterface>(op);
@@ -271,6 +279,41 @@ static LogicalResult verifyStageIndex(Operation *op, NamedAttribute attr) {
   return success();
 }
 
+/// A `weft.optimizer_slot`: {role, parameter} for a parameter's tensors,
+/// {role} for a step scalar; `result` says which side of the function.
+static LogicalResult verifyOptimizerSlot(Operation *op, NamedAttribute attr,
+                                         bool result) {
+  auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+  auto role = dict ? dict.getAs<StringAttr>("role") : StringAttr();
+  static const char *const perParameter[] = {"param", "grad", "exp_avg",
+                                             "exp_avg_sq", "momentum_buffer"};
+  static const char *const scalarArgs[] = {"grad_divisor", "decay_factor",
+                                           "step_size", "bias_correction2_sqrt",
+                                           "lr"};
+  bool isParameter = role &&
+                     llvm::is_contained(perParameter, role.getValue()) &&
+                     !(result && role.getValue() == "grad");
+  bool isScalar =
+      role && (result ? role.getValue() == "grad_norm"
+                      : llvm::is_contained(scalarArgs, role.getValue()));
+  Attribute parameter = dict ? dict.get("parameter") : Attribute();
+  auto name = dyn_cast_or_null<StringAttr>(parameter);
+  if (!isa<FunctionOpInterface>(op) || (!isParameter && !isScalar) ||
+      (isParameter && (!name || name.getValue().empty())) ||
+      (isScalar && parameter))
+    return op->emitError()
+           << "'" << attr.getName().getValue() << "' is {role, parameter} on "
+           << "a function's " << (result ? "result" : "argument")
+           << ": role is one of param, " << (result ? "" : "grad, ")
+           << "exp_avg, exp_avg_sq, momentum_buffer (with a parameter name) "
+              "or "
+           << (result ? "grad_norm"
+                      : "grad_divisor, decay_factor, step_size, "
+                        "bias_correction2_sqrt, lr")
+           << " (without one)";
+  return success();
+}
+
 LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned regionIndex,
                                                     unsigned argIndex,
@@ -280,6 +323,8 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
       attr.getName() == getCotangentOfAttrName() ||
       attr.getName() == getSavedAttrName())
     return verifyStageIndex(op, attr);
+  if (attr.getName() == getOptimizerSlotAttrName())
+    return verifyOptimizerSlot(op, attr, /*result=*/false);
   if (attr.getName() == getBufferOffsetAttrName()) {
     auto offset = dyn_cast<IntegerAttr>(attr.getValue());
     if (!offset || offset.getInt() < 0)
@@ -315,6 +360,8 @@ LogicalResult WeftDialect::verifyRegionResultAttribute(Operation *op,
       attr.getName() == getGradientToAttrName() ||
       attr.getName() == getSavedAttrName())
     return verifyStageIndex(op, attr);
+  if (attr.getName() == getOptimizerSlotAttrName())
+    return verifyOptimizerSlot(op, attr, /*result=*/true);
   if (attr.getName() == getGradientOfAttrName()) {
     auto name = dyn_cast<StringAttr>(attr.getValue());
     if (!name || name.getValue().empty())

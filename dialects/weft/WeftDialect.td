@@ -162,6 +162,19 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getGradientReductionAttrName() {
       return ::llvm::StringLiteral("weft.gradient_reduction");
     }
+    /// From -weft-build-optimizer. On a function: the update rule it
+    /// applies ("adamw" or "sgd"); it is a training run's optimizer step.
+    static constexpr ::llvm::StringLiteral getOptimizerAttrName() {
+      return ::llvm::StringLiteral("weft.optimizer");
+    }
+    /// On an optimizer step's argument or result: what it holds, as
+    /// {role = "...", parameter = "name"}. Per parameter: "param", "grad",
+    /// "exp_avg", "exp_avg_sq", "momentum_buffer"; step scalars (no
+    /// parameter): "grad_divisor", "decay_factor", "step_size",
+    /// "bias_correction2_sqrt", "lr", and the result "grad_norm".
+    static constexpr ::llvm::StringLiteral getOptimizerSlotAttrName() {
+      return ::llvm::StringLiteral("weft.optimizer_slot");
+    }
   }];
 }
 

@@ -276,38 +276,86 @@ static double scheduledLr(int64_t step) {
   return floor + 0.5 * (peak - floor) * (1 + std::cos(M_PI * progress));
 }
 
-/// One update of `p` with gradient `g` at step `t` (1-based), as
-/// torch.optim.AdamW / SGD(momentum) compute it in f32.
-static void update(ParamState &p, const std::vector<float> &g, double lr,
-                   int64_t t) {
-  weft::rt::Storage<float> &w = p.value.floats;
-  if (p.m.empty())
-    p.m.assign(w.size(), 0.0f);
-  if (optimizer == "sgd") {
-    float decay = float(weightDecay), mu = float(momentum);
-    for (size_t i = 0; i < w.size(); ++i) {
-      float d = g[i] + (decay != 0 ? decay * w[i] : 0.0f);
-      p.m[i] = t == 1 ? d : mu * p.m[i] + d;
-      w[i] -= float(lr) * p.m[i];
+/// Runs the optimizer step (-weft-build-optimizer's `@optimizer_step`) at
+/// step `t` (1-based) with learning rate `lr` on the summed gradients of
+/// `windows` micro-batches: the scalars torch.optim computes in Python on
+/// the host, the tensors from `params` and `grads`; the new values and
+/// state go back into `params`. Returns the gradients' global L2 norm.
+static FailureOr<double>
+runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
+             const llvm::StringMap<unsigned> &index,
+             const std::vector<std::vector<float>> &grads, int64_t windows,
+             double lr, int64_t t, const weft::InterpreterOptions &options) {
+  auto scalar = [](double value) {
+    HostTensor tensor(weft::rt::DType::F32, {});
+    tensor.floats[0] = float(value);
+    return tensor;
+  };
+  auto slotOf = [](DictionaryAttr slot) {
+    auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
+    auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
+    return std::make_pair(role ? role.getValue() : "",
+                          parameter ? parameter.getValue() : "");
+  };
+  std::vector<HostTensor> inputs;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    auto [role, parameter] = slotOf(step.getArgAttrOfType<DictionaryAttr>(
+        i, weft::WeftDialect::getOptimizerSlotAttrName()));
+    if (role == "grad_divisor")
+      inputs.push_back(scalar(double(windows)));
+    else if (role == "decay_factor")
+      inputs.push_back(scalar(1.0 - lr * weightDecay));
+    else if (role == "step_size")
+      inputs.push_back(scalar(lr / (1 - std::pow(double(beta1), double(t)))));
+    else if (role == "bias_correction2_sqrt")
+      inputs.push_back(
+          scalar(std::sqrt(1 - std::pow(double(beta2), double(t)))));
+    else if (role == "lr")
+      inputs.push_back(scalar(lr));
+    else if (index.count(parameter)) {
+      unsigned k = index.lookup(parameter);
+      const ParamState &p = params[k];
+      const std::vector<float> *values =
+          role == "grad"                                   ? &grads[k]
+          : role == "exp_avg" || role == "momentum_buffer" ? &p.m
+          : role == "exp_avg_sq"                           ? &p.v
+                                                           : nullptr;
+      if (role == "param")
+        inputs.push_back(p.value);
+      else if (values) {
+        HostTensor tensor(weft::rt::DType::F32, p.value.shape);
+        if (!values->empty())
+          tensor.floats = *values; // state starts at zero
+        inputs.push_back(std::move(tensor));
+      }
     }
-    return;
+    if (inputs.size() != i + 1)
+      return step.emitError()
+             << "argument #" << i << " of the optimizer step (" << role
+             << " of '" << parameter << "') is not something weft train holds";
   }
-  if (p.v.empty())
-    p.v.assign(w.size(), 0.0f);
-  float shrink = float(1.0 - lr * weightDecay);
-  float b1 = float(beta1), b2 = float(beta2);
-  double correction1 = 1 - std::pow(double(beta1), double(t));
-  double correction2 = 1 - std::pow(double(beta2), double(t));
-  float stepSize = float(lr / correction1);
-  float root2 = float(std::sqrt(correction2));
-  float eps = float(adamEps);
-  for (size_t i = 0; i < w.size(); ++i) {
-    w[i] *= shrink;
-    p.m[i] += (g[i] - p.m[i]) * (1 - b1);
-    p.v[i] = p.v[i] * b2 + (1 - b2) * g[i] * g[i];
-    float denom = std::sqrt(p.v[i]) / root2 + eps;
-    w[i] -= stepSize * (p.m[i] / denom);
+  FailureOr<std::vector<HostTensor>> outputs =
+      weft::interpret(step, inputs, options);
+  if (failed(outputs))
+    return failure();
+  double norm = 0;
+  for (unsigned r = 0; r < step.getNumResults(); ++r) {
+    auto [role, parameter] = slotOf(step.getResultAttrOfType<DictionaryAttr>(
+        r, weft::WeftDialect::getOptimizerSlotAttrName()));
+    HostTensor &out = (*outputs)[r];
+    if (role == "grad_norm") {
+      norm = out.at(0);
+      continue;
+    }
+    ParamState &p = params[index.lookup(parameter)];
+    if (role == "param")
+      p.value = std::move(out);
+    else if (role == "exp_avg_sq")
+      p.v = out.floats.toVector();
+    else
+      p.m = out.floats.toVector();
   }
+  return norm;
 }
 
 //===----------------------------------------------------------------------===//
@@ -848,6 +896,26 @@ int runTrain(MLIRContext &context) {
     if (failed(pm.run(*module)))
       return 1;
   }
+  // The optimizer step, as IR: run once per step on the summed gradients.
+  {
+    PassManager pm(&context);
+    weft::WeftBuildOptimizerOptions rule;
+    rule.optimizer = optimizer;
+    rule.weightDecay = weightDecay;
+    rule.beta1 = beta1;
+    rule.beta2 = beta2;
+    rule.eps = adamEps;
+    rule.momentum = momentum;
+    rule.maxGradNorm = clipGrad;
+    rule.freeze = freeze;
+    pm.addPass(weft::createWeftBuildOptimizer(rule));
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+  func::FuncOp optimizerStep;
+  for (auto candidate : module->getOps<func::FuncOp>())
+    if (candidate->hasAttr(weft::WeftDialect::getOptimizerAttrName()))
+      optimizerStep = candidate;
   if (!dumpPartitioned.empty()) {
     std::error_code ec;
     llvm::raw_fd_ostream out(dumpPartitioned, ec);
@@ -1034,26 +1102,11 @@ int runTrain(MLIRContext &context) {
       return trainError("step " + std::to_string(step + 1) +
                         ": the loss is not finite (" + std::to_string(loss) +
                         "); lower --lr or clip gradients (--clip-grad)");
-    double sq = 0;
-    for (size_t k = 0; k < params.size(); ++k) {
-      if (params[k].frozen)
-        continue;
-      for (float &g : grads[k]) {
-        g /= float(windows);
-        sq += double(g) * double(g);
-      }
-    }
-    double norm = std::sqrt(sq);
-    if (clipGrad > 0 && norm > clipGrad) {
-      float scale = float(clipGrad / (norm + 1e-6));
-      for (std::vector<float> &g : grads)
-        for (float &x : g)
-          x *= scale;
-    }
     double lr = scheduledLr(step);
-    for (size_t k = 0; k < params.size(); ++k)
-      if (!params[k].frozen)
-        update(params[k], grads[k], lr, step + 1);
+    FailureOr<double> norm = runOptimizer(optimizerStep, params, index, grads,
+                                          windows, lr, step + 1, options);
+    if (failed(norm))
+      return 1;
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
             .count();
@@ -1065,7 +1118,7 @@ int runTrain(MLIRContext &context) {
     llvm::outs() << llvm::format("step %lld/%lld  loss %.6f  lr %.3e  "
                                  "grad_norm %.4f  tokens/s %.0f  eta %.0fs\n",
                                  (long long)(step + 1),
-                                 (long long)steps.getValue(), loss, lr, norm,
+                                 (long long)steps.getValue(), loss, lr, *norm,
                                  rate, eta);
     llvm::outs().flush();
     if (log) {
@@ -1073,10 +1126,10 @@ int runTrain(MLIRContext &context) {
         *log << llvm::formatv("{{\"step\": {0}, \"loss\": {1:f9}, \"lr\": "
                               "{2:e6}, \"grad_norm\": {3:f6}, \"tokens\": "
                               "{4}, \"seconds\": {5:f3}}\n",
-                              step + 1, loss, lr, norm, tokensSeen, seconds);
+                              step + 1, loss, lr, *norm, tokensSeen, seconds);
       else
         *log << llvm::formatv("{0},{1:f9},{2:e6},{3:f6},{4},{5:f3}\n", step + 1,
-                              loss, lr, norm, tokensSeen, seconds);
+                              loss, lr, *norm, tokensSeen, seconds);
       log->flush();
     }
     bool last = step + 1 == steps;

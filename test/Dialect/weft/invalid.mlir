@@ -1737,3 +1737,24 @@ module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule
 // expected-error @+1 {{pipeline rank 0 has the step "X0", which is not}}
 module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["X0"], []]}} {
 }
+
+// -----
+
+// expected-error @+1 {{'weft.optimizer' is "adamw" or "sgd" on a function}}
+func.func @optimizer_unknown_rule() attributes {weft.optimizer = "lamb"} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'weft.optimizer_slot' is {role, parameter} on a function's argument: role is one of param, grad, exp_avg, exp_avg_sq, momentum_buffer (with a parameter name) or grad_divisor, decay_factor, step_size, bias_correction2_sqrt, lr (without one)}}
+func.func @optimizer_slot_without_parameter(%p: tensor<4xf32> {weft.optimizer_slot = {role = "param"}}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'weft.optimizer_slot' is {role, parameter} on a function's result: role is one of param, exp_avg, exp_avg_sq, momentum_buffer (with a parameter name) or grad_norm (without one)}}
+func.func @optimizer_slot_grad_result(%g: tensor<4xf32>) -> (tensor<4xf32> {weft.optimizer_slot = {role = "grad", parameter = "w"}}) {
+  return %g : tensor<4xf32>
+}
