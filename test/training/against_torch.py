@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Trains GPT-2-, BERT- and LLaMA-style models for 20 AdamW steps in PyTorch and in
-`weft train`, from the same initial weights and tokens, and compares the loss of every
-step and the final weights (relative 1e-4), then checks that each partitioned plan
+"""Trains GPT-2-, BERT- and LLaMA-style models for 20 AdamW steps, and for 10 steps of SGD
+with momentum, clipping and 2 micro-batches a step, in PyTorch and in `weft train`, from
+the same initial weights and tokens, and compares the loss of every step and the final
+weights (relative 1e-4), then checks that each partitioned plan
 trains like the unpartitioned run (5 steps, relative 1e-5 on losses, 3e-5 on weights).
 
 The models are the modules of test/models/export_models.py, exported in training mode
@@ -29,6 +30,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "models"))
 import export_models as em  # noqa: E402
 
 STEPS, LR, WD = 20, 1e-3, 0.01
+# SGD with momentum, clipping and gradient accumulation, against torch too.
+# The clipping norm is within each model's range of gradient norms, so that some
+# steps are clipped and some are not (the test fails otherwise).
+SGD_STEPS, SGD_LR, SGD_MOMENTUM, SGD_ACCUM = 10, 0.05, 0.9, 2
+SGD_CLIP = {"gpt2": 7.5, "bert": 1.4, "llama": 1.15}
 CLASSES = 32  # BERT's head is its hidden size: labels below 32 fit every model
 
 MODELS = {
@@ -76,24 +82,42 @@ def windows(tokens, step, batch, seq):
     return torch.from_numpy(ids), torch.from_numpy(labels)
 
 
-def torch_run(name, tokens, steps):
+def torch_run(name, tokens, steps, rule="adamw", lr=LR, clip=0.0, accum=1, norms=None):
+    """`steps` steps of torch.optim's AdamW or SGD(momentum=0.9), each over `accum`
+    consecutive windows (their gradients summed, then divided by `accum`, as
+    `weft train --grad-accum` does), clipped to a global norm of `clip` if > 0;
+    the norms before clipping go into `norms`."""
     model = build(name)
     params = [p for _, p in model.named_parameters()]
-    opt = torch.optim.AdamW(params, lr=LR, weight_decay=WD, foreach=False)
+    if rule == "adamw":
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=WD, foreach=False)
+    else:
+        opt = torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM, weight_decay=WD,
+                              foreach=False)
     losses = []
     peak = {n: np.zeros(p.shape) for n, p in model.named_parameters()}
     for step in range(steps):
-        ids, labels = windows(tokens, step, em.BATCH, em.SEQ)
-        inputs = (ids, torch.ones_like(ids)) if name == "bert" else (ids,)
-        logits = model(*inputs)
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
         opt.zero_grad()
-        loss.backward()
+        total = 0.0
+        for micro in range(accum):
+            ids, labels = windows(tokens, step * accum + micro, em.BATCH, em.SEQ)
+            inputs = (ids, torch.ones_like(ids)) if name == "bert" else (ids,)
+            logits = model(*inputs)
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+            loss.backward()
+            total += loss.item()
+        if accum > 1:
+            for p in params:
+                p.grad /= accum
         for n, p in model.named_parameters():
             peak[n] = np.maximum(peak[n], np.abs(p.grad.numpy()))
+        if clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            if norms is not None:
+                norms.append(float(norm))
         opt.step()
-        losses.append(loss.item())
+        losses.append(total / accum)
     # Elements the loss does not depend on: a key bias shifts every score of a
     # row alike, and softmax cancels it, so its gradient is rounding noise that
     # Adam's normalized step turns into +-lr either way. They are not compared.
@@ -104,21 +128,26 @@ def torch_run(name, tokens, steps):
     return losses, {n: p.detach().numpy() for n, p in model.named_parameters()}, noise
 
 
-def weft_run(weft, onnx_path, work, name, steps, plan=None, recompute="full"):
-    out = os.path.join(work, "ck-%s-%s" % ((plan or "single").replace(",", "_").replace("=", ""),
-                                           recompute))
+def weft_run(weft, onnx_path, work, name, steps, plan=None, recompute="full", extra=(),
+             norms=None):
+    out = os.path.join(work, "ck-%s-%s%s" % ((plan or "single").replace(",", "_").replace("=", ""),
+                                             recompute, "-".join(extra).replace("-", "")))
     log = out + ".csv"
     cmd = [weft, "train", onnx_path, "--data", os.path.join(work, "tokens.npy"),
            "--steps", str(steps), "--lr", str(LR), "--weight-decay", str(WD),
            "--batch-size", str(em.BATCH), "--seq-len", str(em.SEQ),
            "--log", log, "--save", out, "--recompute", recompute] + MODELS[name][2]
+    cmd += list(extra)
     if plan:
         cmd += ["--plan-spec", plan]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError("%s failed:\n%s%s" % (" ".join(cmd), result.stdout, result.stderr))
     with open(log) as f:
-        losses = [float(row["loss"]) for row in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    losses = [float(row["loss"]) for row in rows]
+    if norms is not None:
+        norms.extend(float(row["grad_norm"]) for row in rows)
     step_dir = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
     manifest = json.load(open(os.path.join(step_dir, "manifest.json")))
     weights = {}
@@ -173,6 +202,37 @@ def main():
             if len(losses) != STEPS or loss_err > 1e-4 or weight_err > 1e-4:
                 failures.append("%s: weft train differs from torch (loss %.2e, weights %.2e)"
                                 % (name, loss_err, weight_err))
+            checked += 1
+            # SGD with momentum, weight decay, clipping and 2 micro-batches a step:
+            # the other rule of the optimizer step, against torch.optim.SGD and
+            # clip_grad_norm_ (the norms before clipping too).
+            torch_norms, weft_norms = [], []
+            sgd_losses, sgd_expected, _ = torch_run(
+                name, tokens, SGD_STEPS, rule="sgd", lr=SGD_LR, clip=SGD_CLIP[name],
+                accum=SGD_ACCUM, norms=torch_norms)
+            sgd = ["--optimizer", "sgd", "--momentum", str(SGD_MOMENTUM), "--lr", str(SGD_LR),
+                   "--clip-grad", str(SGD_CLIP[name]), "--grad-accum", str(SGD_ACCUM)]
+            losses, weights = weft_run(args.weft, onnx_path, work, name, SGD_STEPS,
+                                       extra=sgd, norms=weft_norms)
+            loss_err = relative(losses, sgd_losses)
+            norm_err = relative(weft_norms, torch_norms)
+            weight_err = max(relative(weights[k], v) for k, v in sgd_expected.items()
+                             if k in weights)
+            clipped = sum(n > SGD_CLIP[name] for n in torch_norms)
+            print("%s: %d SGD steps (momentum %.1f, clip %.2f, %d micro-batches), loss "
+                  "%.5f -> %.5f; max relative error: loss %.2e, grad norm %.2e, weights "
+                  "%.2e; norms %.3f to %.3f, %d of %d steps clipped"
+                  % (name, SGD_STEPS, SGD_MOMENTUM, SGD_CLIP[name], SGD_ACCUM, losses[0], losses[-1],
+                     loss_err, norm_err, weight_err, min(torch_norms), max(torch_norms),
+                     clipped, SGD_STEPS))
+            if (len(losses) != SGD_STEPS or max(loss_err, norm_err, weight_err) > 1e-4
+                    or any(k not in weights for k in sgd_expected)):
+                failures.append("%s: weft train's SGD differs from torch (loss %.2e, norm "
+                                "%.2e, weights %.2e)" % (name, loss_err, norm_err, weight_err))
+            if clipped in (0, SGD_STEPS):
+                failures.append("%s: %d of %d SGD steps had a norm above %.2f: the test "
+                                "checks clipping only if some are and some are not"
+                                % (name, clipped, SGD_STEPS, SGD_CLIP[name]))
             checked += 1
             # Partitioned = unpartitioned, 5 steps.
             base_losses, base = weft_run(args.weft, onnx_path, work, name, 5)
@@ -270,7 +330,8 @@ def main():
             print("killed (SIGKILL) after step 12 of 40 while checkpointing every step: resumed "
                   "at step %d, the remaining %d losses equal the uninterrupted run's"
                   % (resumed_at, len(after)))
-    print("checked %d models against torch and %d (model, plan) training pairs; %d failed"
+    print("checked %d runs against torch (AdamW and SGD per model) and %d (model, plan) "
+          "training pairs; %d failed"
           % (checked, pairs, len(failures)))
     for failure in failures:
         print("FAILED: " + failure)
