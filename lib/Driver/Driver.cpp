@@ -433,14 +433,8 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
         sums = std::move(out);
         continue;
       }
-      for (size_t o = 0; o < out.size(); ++o) {
-        if (!out[o].isFloat() || out[o].shape != sums[o].shape)
-          throw std::runtime_error("the training step's result #" +
-                                   std::to_string(o) +
-                                   " is not a float tensor of one shape");
-        for (size_t e = 0; e < out[o].floats.size(); ++e)
-          sums[o].floats[e] += out[o].floats[e];
-      }
+      for (size_t o = 0; o < out.size(); ++o)
+        rt::accumulateInto(sums[o], out[o]);
     }
     if (reduce && !partial.empty()) {
       std::vector<HostTensor> in;

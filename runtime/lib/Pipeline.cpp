@@ -117,10 +117,10 @@ weft::rt::splitMicroBatches(const std::vector<HostTensor> &inputs, int m) {
   return micro;
 }
 
-/// `into` += `add` (float tensors of one shape); `into` is owned.
-static void accumulateInto(HostTensor &into, const HostTensor &add) {
+void weft::rt::accumulateInto(HostTensor &into, const HostTensor &add) {
   if (into.shape != add.shape || !into.isFloat() || !add.isFloat())
-    throw std::runtime_error("a gradient changed shape between micro-batches");
+    throw std::runtime_error("a gradient is not a float tensor of one shape "
+                             "in every micro-batch");
   for (size_t i = 0; i < into.floats.size(); ++i)
     into.floats[i] += add.floats[i];
 }

@@ -137,6 +137,10 @@ splitMicroBatches(const std::vector<HostTensor> &inputs, int m);
 using StepObserver = std::function<void(int rank, const PipelineStep &step,
                                         double start, double end)>;
 
+/// `into` += `add`, element by element: a gradient summed over micro-batches
+/// (float tensors of one shape; throws std::runtime_error otherwise).
+void accumulateInto(HostTensor &into, const HostTensor &add);
+
 /// Runs rank `ctx.rank`'s steps. Returns, for each model output its stage
 /// holds, the blocks of the m micro-batches, in (output, micro-batch) order;
 /// then, in a training step, the gradient blocks of the parameters its
