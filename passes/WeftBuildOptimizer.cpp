@@ -101,9 +101,11 @@ struct WeftBuildOptimizerPass
         trained.push_back({name.getValue().str(), shape});
       }
     if (trained.empty()) {
-      module.emitError() << "-weft-build-optimizer: no function returns a "
-                            "gradient (weft.gradient_of) of a trained "
-                            "parameter; run -weft-differentiate first";
+      module.emitError() << "-weft-build-optimizer: nothing to train: no "
+                            "function returns the gradient (weft.gradient_of) "
+                            "of a parameter that is not frozen (run "
+                            "-weft-differentiate first; check the freeze "
+                            "pattern)";
       return signalPassFailure();
     }
     build(module, trained);

@@ -90,7 +90,7 @@ func.func @again(%gw: tensor<8x8xf32>) -> (tensor<8x8xf32> {weft.gradient_of = "
 
 // -----
 
-// expected-error @+1 {{-weft-build-optimizer: no function returns a gradient (weft.gradient_of) of a trained parameter; run -weft-differentiate first}}
+// expected-error @+1 {{-weft-build-optimizer: nothing to train: no function returns the gradient (weft.gradient_of) of a parameter that is not frozen (run -weft-differentiate first; check the freeze pattern)}}
 module {
   func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
     return %x : tensor<4xf32>

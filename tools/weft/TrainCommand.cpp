@@ -262,7 +262,6 @@ struct ParamState {
   std::string name;
   HostTensor value;
   std::vector<float> m, v; // AdamW's moments; SGD's momentum buffer in m
-  bool frozen = false;
   bool loaded = false;
 };
 
@@ -730,13 +729,9 @@ int runTrain(MLIRContext &context) {
     return trainError("--optimizer " + optimizer + ": expected adamw or sgd");
   if (!(collectiveTimeout > 0))
     return trainError("--collective-timeout needs a positive number");
-  std::optional<llvm::Regex> frozen;
-  if (!freeze.empty()) {
-    frozen.emplace(freeze);
-    std::string why;
-    if (!frozen->isValid(why))
-      return trainError("--freeze: " + why);
-  }
+  // (The optimizer step leaves the frozen parameters out.)
+  if (std::string why; !freeze.empty() && !llvm::Regex(freeze).isValid(why))
+    return trainError("--freeze: " + why);
   std::optional<weft::plan::Plan> plan = trainingPlan();
   if (!plan)
     return 1;
@@ -853,7 +848,6 @@ int runTrain(MLIRContext &context) {
         continue;
       ParamState p;
       p.name = name.getValue().str();
-      p.frozen = frozen && frozen->match(p.name);
       index[p.name] = params.size();
       params.push_back(std::move(p));
     }
