@@ -13,7 +13,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
 
@@ -21,7 +20,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/SymbolTable.h"
-#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Regex.h"
 
 #include <map>
@@ -67,18 +66,17 @@ struct WeftBuildOptimizerPass
         func.emitError() << "the module already has an optimizer step";
         return signalPassFailure();
       }
-    std::optional<MeshInfo> mesh = getMeshInfo(module);
     // The trained parameters, in the order the step functions return their
     // gradients; a parameter returned by several functions (a tied weight in
     // two pipeline stages, a gradient and its reduction) once.
     std::vector<Trained> trained;
-    llvm::StringMap<size_t> seen;
+    llvm::StringSet<> seen;
     for (auto func : module.getOps<func::FuncOp>())
       for (unsigned r = 0; r < func.getNumResults(); ++r) {
         auto name = func.getResultAttrOfType<StringAttr>(
             r, WeftDialect::getGradientOfAttrName());
-        if (!name || seen.count(name.getValue()) ||
-            (frozen && frozen->match(name.getValue())))
+        if (!name || (frozen && frozen->match(name.getValue())) ||
+            !seen.insert(name.getValue()).second)
           continue;
         auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[r]);
         if (!type || !type.hasStaticShape()) {
@@ -91,13 +89,10 @@ struct WeftBuildOptimizerPass
         // the whole tensor.
         SmallVector<int64_t> shape(type.getShape());
         if (auto local = func.getResultAttrOfType<ShardingAttr>(
-                r, WeftDialect::getLocalShardingAttrName());
-            local && mesh) {
-          TensorSharding sharding = fromAttr(local);
-          for (size_t d = 0; d < shape.size() && d < sharding.dims.size(); ++d)
-            shape[d] *= mesh->product(sharding.dims[d]);
-        }
-        seen[name.getValue()] = trained.size();
+                r, WeftDialect::getLocalShardingAttrName()))
+          if (auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
+                  func, local.getMesh()))
+            shape = getGlobalShape(local, mesh, type.getShape());
         trained.push_back({name.getValue().str(), shape});
       }
     if (trained.empty()) {
@@ -194,7 +189,12 @@ struct WeftBuildOptimizerPass
     auto div = [&](Value x, Value y) -> Value {
       return DivOp::create(b, loc, x, y);
     };
+    // The step's scalars, by the roles listed above.
     Value divisor = body->getArgument(0);
+    Value decayFactor = adamw ? body->getArgument(1) : Value();
+    Value stepSize = adamw ? body->getArgument(2) : Value();
+    Value root2 = adamw ? body->getArgument(3) : Value();
+    Value lr = adamw ? Value() : body->getArgument(1);
     unsigned first = scalars.size();
     unsigned perParameter = 2 + state.size();
     // The averaged gradients and their global L2 norm
@@ -234,7 +234,7 @@ struct WeftBuildOptimizerPass
         // torch.optim.AdamW, single tensor: decoupled decay, the moments'
         // lerp and addcmul, and addcdiv with the bias corrections.
         Value m = body->getArgument(at + 2), v = body->getArgument(at + 3);
-        Value decayed = mul(p, body->getArgument(1));
+        Value decayed = mul(p, decayFactor);
         Value oneMinusBeta1 = constant(1.0f - float(beta1));
         Value m1 = add(m, mul(sub(g, m), oneMinusBeta1));
         Value oneMinusBeta2 = constant(1.0f - float(beta2));
@@ -242,8 +242,8 @@ struct WeftBuildOptimizerPass
         Value v1 = add(mul(v, constant(beta2)), gg);
         Value root = SqrtOp::create(b, loc, v1);
         Value epsilon = constant(eps);
-        Value denom = add(div(root, body->getArgument(3)), epsilon);
-        Value p1 = sub(decayed, mul(body->getArgument(2), div(m1, denom)));
+        Value denom = add(div(root, root2), epsilon);
+        Value p1 = sub(decayed, mul(stepSize, div(m1, denom)));
         returned.append({p1, m1, v1});
       } else {
         // torch.optim.SGD with momentum: L2 weight decay into the gradient,
@@ -251,7 +251,7 @@ struct WeftBuildOptimizerPass
         Value buffer = body->getArgument(at + 2);
         Value d = weightDecay != 0 ? add(g, mul(constant(weightDecay), p)) : g;
         Value b1 = add(mul(constant(momentum), buffer), d);
-        Value p1 = sub(p, mul(body->getArgument(1), b1));
+        Value p1 = sub(p, mul(lr, b1));
         returned.append({p1, b1});
       }
     }

@@ -201,6 +201,15 @@ SmallVector<int64_t> weft::getLocalShape(ShardingAttr sharding, MeshOp mesh,
   return local;
 }
 
+SmallVector<int64_t> weft::getGlobalShape(ShardingAttr sharding, MeshOp mesh,
+                                          ArrayRef<int64_t> localShape) {
+  SmallVector<int64_t> global(localShape);
+  for (auto [dim, size] : llvm::enumerate(global))
+    for (StringRef axis : sharding.getDimAxes(dim))
+      size *= mesh.getAxisSize(axis).value_or(1);
+  return global;
+}
+
 //===----------------------------------------------------------------------===//
 // ExternalDataAttr
 //===----------------------------------------------------------------------===//

@@ -39,6 +39,11 @@ verifyShardingFor(ShardingAttr sharding, mlir::Type type, mlir::Operation *from,
 llvm::SmallVector<int64_t> getLocalShape(ShardingAttr sharding, MeshOp mesh,
                                          llvm::ArrayRef<int64_t> globalShape);
 
+/// The inverse: the whole tensor's shape, from the block of `localShape`
+/// that one rank holds under `sharding` over `mesh`.
+llvm::SmallVector<int64_t> getGlobalShape(ShardingAttr sharding, MeshOp mesh,
+                                          llvm::ArrayRef<int64_t> localShape);
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_WEFTOPS_H
