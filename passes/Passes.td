@@ -582,6 +582,28 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     parameter}`); the function has `weft.optimizer = "adamw"` or `"sgd"`. On a
     partitioned module a gradient's global shape comes from its `weft.local_sharding`.
 
+    With `rank-local` on a partitioned module, the function is the step each rank runs:
+    every argument and result is the rank's block and carries its `weft.local_sharding`.
+    A gradient is taken as the step's reduction function returns it (reduced, and under
+    ZeRO, `-weft-defer-gradient-reduction=scatter=true`, reduce-scattered): its optimizer
+    state has the gradient's layout, the parameter comes in as the rank holds it, is cut
+    to the gradient's block with `weft.all_slice` over the axes the reduction scattered
+    over (no communication), updated, and `weft.all_gather`ed back — ZeRO-1/2's sharded
+    optimizer state and parameter all-gather, visible in IR. The norm sums each rank's
+    squares per group of mesh axes its blocks are split over and all-reduces each group's
+    sum over those axes, so a block held by several ranks counts once. With `stored-over`
+    (ZeRO-3), a parameter comes in and goes back as `-weft-shard-parameters` stores it
+    (split over those axes on its first dimension, by the same rule): it is all-gathered
+    to the rank's layout and cut to the gradient's block, and the update is gathered and
+    cut back; `-weft-optimize-collectives` folds a cut of a gather over the same axes, so
+    where the storage is the gradient's block no collective is left.
+
+    ```mlir
+    %pb = weft.all_slice %p over @mesh ["dp"] dim 0 : tensor<8x4xf32> -> tensor<4x4xf32>
+    ... AdamW on %pb, %g, %m, %v (tensor<4x4xf32>) ...
+    %p1 = weft.all_gather %pb1 over @mesh ["dp"] dim 0 : tensor<4x4xf32> -> tensor<8x4xf32>
+    ```
+
     ```
     weft-opt -weft-differentiate -weft-build-optimizer model.mlir
     weft-opt -weft-build-optimizer="optimizer=sgd momentum=0.9 max-grad-norm=1.0" step.mlir
@@ -599,9 +621,43 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0",
            "clip the gradients to this global L2 norm (0: no clipping)">,
     Option<"freeze", "freeze", "std::string", /*default=*/"\"\"",
-           "a regular expression: parameters whose names match are not updated">
+           "a regular expression: parameters whose names match are not updated">,
+    Option<"rankLocal", "rank-local", "bool", /*default=*/"false",
+           "on a partitioned module: the step each rank runs, on the blocks it holds">,
+    ListOption<"storedOver", "stored-over", "std::string",
+               "rank-local, ZeRO-3: the parameters come and go as -weft-shard-parameters "
+               "stored them over these axes">
   ];
   let dependentDialects = ["::weft::WeftDialect", "::mlir::func::FuncDialect"];
+}
+
+def WeftShardParameters : Pass<"weft-shard-parameters", "::mlir::ModuleOp"> {
+  let summary = "ZeRO-3: stores every weight split over the data-parallel group, gathered where it is used.";
+  let description = [{
+    Puts `weft.stored_over` on every `weft.parameter` whose first dimension, as the
+    rank holds it (its `weft.sharding` from `-weft-propagate-sharding`), the group
+    divides: the group is the mesh axes among `axes` (default `dp`, `cp`, `ulysses`) of
+    size > 1 that do not already split the weight, in mesh order. `-weft-partition` then
+    keeps each rank's block and all-gathers the weight before each use: in every layer,
+    and again in its backward layer, once per micro-batch, as PyTorch FSDP and DeepSpeed
+    ZeRO-3 do. A weight that already has `weft.stored_over` (3-D tensor parallelism's
+    `gz`), or whose rows the group does not divide, is left alone. Run between
+    `-weft-propagate-sharding` and `-weft-partition` (`-weft-partition-with-plan` with
+    `zero=3`); the gradients' reduction is then reduce-scattered
+    (`-weft-defer-gradient-reduction=scatter=true every-micro-batch=true`) and the
+    optimizer step updates the stored blocks (`-weft-build-optimizer` with
+    `stored-over`).
+
+    ```mlir
+    %w = weft.parameter "h.0.mlp.c_fc.weight" {weft.sharding = [#weft.sharding<@mesh, [[], ["tp"]]>],
+                                               weft.stored_over = ["dp"]} : tensor<32x128xf32>
+    ```
+  }];
+  let options = [
+    ListOption<"axes", "axes", "std::string",
+               "the mesh axes a weight may be stored over (default: dp, cp, ulysses)">
+  ];
+  let dependentDialects = ["::weft::WeftDialect"];
 }
 
 def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::ModuleOp"> {
@@ -642,7 +698,32 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
       return %r : tensor<4x4xf32>
     }
     ```
+
+    With `scatter` (ZeRO stages 1 and 2), each gradient the reduction function takes is
+    reduce-scattered instead, over the same group, along its first dimension whose local
+    size the group divides: every rank of the group keeps one block of the reduced
+    gradient, and the result's `weft.local_sharding` names the group on that dimension
+    (minor to the axes already there). A gradient with no such dimension is all-reduced
+    whole. `-weft-build-optimizer=rank-local=true` then updates each rank's block.
+    With `every-micro-batch` as well (ZeRO-2), the step is marked
+    `weft.reduce_every_micro_batch`: a runner calls the reduction after each micro-batch
+    and sums the reduced blocks, so a rank never holds more than its block of the
+    accumulated gradients, and the reduction's bytes grow with the micro-batches (as
+    DeepSpeed's stage 2 does); without it (ZeRO-1, Megatron's distributed optimizer), the
+    whole partial gradients accumulate and are reduce-scattered once.
+
+    ```mlir
+    %r = weft.reduce_scatter sum %g over @mesh ["dp"] dim 0
+        : tensor<4x4xf32> -> tensor<2x4xf32>
+    ```
   }];
+  let options = [
+    Option<"scatter", "scatter", "bool", /*default=*/"false",
+           "reduce-scatter each gradient (ZeRO 1/2): every rank keeps one block">,
+    Option<"everyMicroBatch", "every-micro-batch", "bool", /*default=*/"false",
+           "mark the step weft.reduce_every_micro_batch (ZeRO-2): the runner reduces "
+           "after each micro-batch and keeps only the reduced blocks">
+  ];
 }
 
 def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::FuncOp"> {

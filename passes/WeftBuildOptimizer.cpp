@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
 
@@ -35,10 +36,26 @@ using namespace weft;
 
 namespace {
 
-/// A trained parameter: its name and global shape.
+/// A trained parameter: its name and global shape, and where a rank-local
+/// step holds it.
 struct Trained {
   std::string name;
   SmallVector<int64_t> shape;
+  /// Rank-local: the mesh, the parameter's layout (`param`) and the layout
+  /// of the gradient the step gives and of the state (`block`): the
+  /// parameter's, or with ZeRO its block over the reduction's `scatter`
+  /// axes on dimension `dim`.
+  std::string mesh;
+  TensorSharding param, block;
+  SmallVector<std::string, 2> scatter;
+  int64_t dim = -1;
+  /// ZeRO-3: the axes the parameter is stored over on its first dimension
+  /// (-weft-shard-parameters), and its stored layout.
+  SmallVector<std::string, 2> stored;
+  TensorSharding storage;
+  /// The function and result the gradient is taken from.
+  func::FuncOp from;
+  unsigned result = 0;
 };
 
 struct WeftBuildOptimizerPass
@@ -69,14 +86,26 @@ struct WeftBuildOptimizerPass
     // The trained parameters, in the order the step functions return their
     // gradients; a parameter returned by several functions (a tied weight in
     // two pipeline stages, a gradient and its reduction) once.
+    // A gradient that a step's reduction function (weft.gradient_reduction)
+    // returns is taken as that function gives it: reduced, and with ZeRO
+    // scattered.
+    llvm::StringSet<> reductions;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (auto ref = func->getAttrOfType<FlatSymbolRefAttr>(
+              WeftDialect::getGradientReductionAttrName()))
+        reductions.insert(ref.getValue());
     std::vector<Trained> trained;
-    llvm::StringSet<> seen;
+    llvm::StringMap<size_t> seen;
+    std::optional<MeshInfo> meshInfo = getMeshInfo(module);
     for (auto func : module.getOps<func::FuncOp>())
       for (unsigned r = 0; r < func.getNumResults(); ++r) {
         auto name = func.getResultAttrOfType<StringAttr>(
             r, WeftDialect::getGradientOfAttrName());
-        if (!name || (frozen && frozen->match(name.getValue())) ||
-            !seen.insert(name.getValue()).second)
+        if (!name || (frozen && frozen->match(name.getValue())))
+          continue;
+        bool reduced = reductions.contains(func.getSymName());
+        auto known = seen.find(name.getValue());
+        if (known != seen.end() && !reduced)
           continue;
         auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[r]);
         if (!type || !type.hasStaticShape()) {
@@ -87,13 +116,67 @@ struct WeftBuildOptimizerPass
         }
         // A partitioned step returns each rank's block: the parameter is
         // the whole tensor.
-        SmallVector<int64_t> shape(type.getShape());
-        if (auto local = func.getResultAttrOfType<ShardingAttr>(
-                r, WeftDialect::getLocalShardingAttrName()))
+        Trained entry;
+        entry.name = name.getValue().str();
+        entry.shape.assign(type.getShape().begin(), type.getShape().end());
+        auto local = func.getResultAttrOfType<ShardingAttr>(
+            r, WeftDialect::getLocalShardingAttrName());
+        if (local)
           if (auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
                   func, local.getMesh()))
-            shape = getGlobalShape(local, mesh, type.getShape());
-        trained.push_back({name.getValue().str(), shape});
+            entry.shape = getGlobalShape(local, mesh, type.getShape());
+        if (rankLocal && local && meshInfo) {
+          entry.mesh = local.getMesh().getValue().str();
+          entry.block = fromAttr(local);
+          entry.from = func;
+          entry.result = r;
+          // The axes the reduction scattered over (its argument's partial
+          // ones) split the state, not the parameter.
+          entry.param = entry.block;
+          auto in = reduced ? func.getArgAttrOfType<ShardingAttr>(
+                                  r, WeftDialect::getLocalShardingAttrName())
+                            : ShardingAttr();
+          SmallVector<std::string, 2> partial;
+          if (in)
+            partial = fromAttr(in).partial;
+          for (auto [d, axes] : llvm::enumerate(entry.param.dims)) {
+            // (A reduce-scatter puts its axes minor to those already on
+            // the dimension.)
+            size_t kept = axes.size();
+            while (kept > 0 && llvm::is_contained(partial, axes[kept - 1]))
+              --kept;
+            if (kept == axes.size())
+              continue;
+            entry.scatter.assign(axes.begin() + kept, axes.end());
+            entry.dim = int64_t(d);
+            axes.resize(kept);
+          }
+        }
+        if (!entry.mesh.empty() && !storedOver.empty()) {
+          SmallVector<std::string, 4> axes(storedOver.begin(),
+                                           storedOver.end());
+          entry.stored =
+              zeroStorageAxes(entry.shape, entry.param, *meshInfo, axes);
+          entry.storage = entry.param;
+          if (!entry.stored.empty())
+            entry.storage.dims.front().append(entry.stored.begin(),
+                                              entry.stored.end());
+        }
+        if (known != seen.end()) {
+          trained[known->second] = std::move(entry);
+          continue;
+        }
+        seen[name.getValue()] = trained.size();
+        trained.push_back(std::move(entry));
+      }
+    for (Trained &entry : trained)
+      if (!entry.block.partial.empty()) {
+        entry.from.emitError()
+            << "the gradient of '" << entry.name << "' (result #"
+            << entry.result << ") is a partial sum (" << entry.block.str()
+            << ") that no reduction function (weft.gradient_reduction) "
+               "reduces: a rank-local optimizer step takes reduced gradients";
+        return signalPassFailure();
       }
     if (trained.empty()) {
       module.emitError() << "-weft-build-optimizer: nothing to train: no "
@@ -140,17 +223,47 @@ struct WeftBuildOptimizerPass
       state.push_back("exp_avg_sq");
     else
       state = {"momentum_buffer"};
+    // Rank-local: what each argument and result holds on a rank.
+    std::optional<MeshInfo> meshInfo = getMeshInfo(module);
+    std::string meshName;
+    for (const Trained &p : trained)
+      if (!p.mesh.empty())
+        meshName = p.mesh;
+    const bool local = !meshName.empty() && meshInfo;
+    std::vector<TensorSharding> argLayouts, resultLayouts;
+    if (local) {
+      argLayouts.assign(scalars.size(), TensorSharding::replicated(0));
+      resultLayouts.push_back(TensorSharding::replicated(0));
+    }
+    auto typeOf = [&](const Trained &p, const TensorSharding &layout) {
+      if (p.mesh.empty() || !meshInfo)
+        return RankedTensorType::get(p.shape, f32);
+      return RankedTensorType::get(localShape(p.shape, layout, *meshInfo), f32);
+    };
     for (const Trained &p : trained) {
-      auto type = RankedTensorType::get(p.shape, f32);
-      args.append({type, type});
+      TensorSharding whole = TensorSharding::replicated(p.shape.size());
+      const TensorSharding &paramLayout = p.mesh.empty()     ? whole
+                                          : p.stored.empty() ? p.param
+                                                             : p.storage;
+      const TensorSharding &blockLayout = p.mesh.empty() ? whole : p.block;
+      auto type = typeOf(p, paramLayout), block = typeOf(p, blockLayout);
+      args.append({type, block});
       argSlots.append({slot("param", p.name), slot("grad", p.name)});
       results.push_back(type);
       resultSlots.push_back(slot("param", p.name));
+      if (local) {
+        argLayouts.insert(argLayouts.end(), {paramLayout, blockLayout});
+        resultLayouts.push_back(paramLayout);
+      }
       for (StringRef role : state) {
-        args.push_back(type);
+        args.push_back(block);
         argSlots.push_back(slot(role, p.name));
-        results.push_back(type);
+        results.push_back(block);
         resultSlots.push_back(slot(role, p.name));
+        if (local) {
+          argLayouts.push_back(blockLayout);
+          resultLayouts.push_back(blockLayout);
+        }
       }
     }
     b.setInsertionPointToEnd(module.getBody());
@@ -163,6 +276,12 @@ struct WeftBuildOptimizerPass
       func.setArgAttr(i, WeftDialect::getOptimizerSlotAttrName(), dict);
     for (auto [i, dict] : llvm::enumerate(resultSlots))
       func.setResultAttr(i, WeftDialect::getOptimizerSlotAttrName(), dict);
+    for (auto [i, layout] : llvm::enumerate(argLayouts))
+      func.setArgAttr(i, WeftDialect::getLocalShardingAttrName(),
+                      toAttr(context, meshName, layout));
+    for (auto [i, layout] : llvm::enumerate(resultLayouts))
+      func.setResultAttr(i, WeftDialect::getLocalShardingAttrName(),
+                         toAttr(context, meshName, layout));
     Block *body = func.addEntryBlock();
     b.setInsertionPointToEnd(body);
 
@@ -198,9 +317,12 @@ struct WeftBuildOptimizerPass
     unsigned first = scalars.size();
     unsigned perParameter = 2 + state.size();
     // The averaged gradients and their global L2 norm
-    // (torch.nn.utils.clip_grad_norm_).
+    // (torch.nn.utils.clip_grad_norm_). Rank-local, each rank sums the
+    // squares of the blocks it holds, grouped by the mesh axes the blocks
+    // are split over; each group's sum is all-reduced over its axes (the
+    // ranks that hold the same block are not counted twice).
     SmallVector<Value> grads;
-    Value squares;
+    std::map<SmallVector<std::string, 4>, Value> squares;
     for (size_t k = 0; k < trained.size(); ++k) {
       Value g = div(body->getArgument(first + k * perParameter + 1), divisor);
       grads.push_back(g);
@@ -212,9 +334,28 @@ struct WeftBuildOptimizerPass
                                 b.getDenseI64ArrayAttr(llvm::to_vector(
                                     llvm::seq<int64_t>(0, type.getRank()))),
                                 /*keep_dims=*/false);
-      squares = squares ? add(squares, square) : square;
+      SmallVector<std::string, 4> split;
+      if (local && !trained[k].mesh.empty())
+        for (const std::string &axis : meshInfo->axes)
+          if (trained[k].block.uses(axis) && meshInfo->size(axis) > 1)
+            split.push_back(axis);
+      Value &sum = squares[split];
+      sum = sum ? add(sum, square) : square;
     }
-    Value norm = SqrtOp::create(b, loc, squares);
+    Value total;
+    for (auto &[axes, sum] : squares) {
+      Value whole = sum;
+      if (!axes.empty()) {
+        SmallVector<StringRef, 4> names(axes.begin(), axes.end());
+        whole = AllReduceOp::create(
+            b, loc, scalarType,
+            ReductionKindAttr::get(context, ReductionKind::sum), sum,
+            FlatSymbolRefAttr::get(context, meshName), b.getStrArrayAttr(names),
+            CollectiveCodecAttr());
+      }
+      total = total ? add(total, whole) : whole;
+    }
+    Value norm = SqrtOp::create(b, loc, total);
     if (maxGradNorm > 0) {
       // (Ops are built one statement each: the order of the IR does not
       // depend on the compiler's order of evaluating arguments.)
@@ -230,6 +371,39 @@ struct WeftBuildOptimizerPass
     for (size_t k = 0; k < trained.size(); ++k) {
       unsigned at = first + k * perParameter;
       Value p = body->getArgument(at), g = grads[k];
+      // ZeRO: the rank updates its block of the parameter, and the blocks
+      // are gathered back after the update.
+      const Trained &entry = trained[k];
+      SmallVector<StringRef, 2> scatter(entry.scatter.begin(),
+                                        entry.scatter.end());
+      auto meshRef = FlatSymbolRefAttr::get(context, meshName);
+      // ZeRO-3: the stored block to the rank's layout first (and back after);
+      // -weft-optimize-collectives folds the cut of a gather.
+      SmallVector<StringRef, 2> stored(entry.stored.begin(),
+                                       entry.stored.end());
+      RankedTensorType rankType = stored.empty()
+                                      ? cast<RankedTensorType>(p.getType())
+                                      : typeOf(entry, entry.param);
+      if (!stored.empty())
+        p = AllGatherOp::create(
+            b, loc, rankType, p, meshRef, b.getStrArrayAttr(stored),
+            b.getI64IntegerAttr(0), UnitAttr(), CollectiveCodecAttr());
+      if (!scatter.empty())
+        p = AllSliceOp::create(b, loc, g.getType(), p, meshRef,
+                               b.getStrArrayAttr(scatter),
+                               b.getI64IntegerAttr(entry.dim), UnitAttr());
+      auto gather = [&](Value block) -> Value {
+        if (!scatter.empty())
+          block = AllGatherOp::create(b, loc, rankType, block, meshRef,
+                                      b.getStrArrayAttr(scatter),
+                                      b.getI64IntegerAttr(entry.dim),
+                                      UnitAttr(), CollectiveCodecAttr());
+        if (!stored.empty())
+          block = AllSliceOp::create(b, loc, body->getArgument(at).getType(),
+                                     block, meshRef, b.getStrArrayAttr(stored),
+                                     b.getI64IntegerAttr(0), UnitAttr());
+        return block;
+      };
       if (adamw) {
         // torch.optim.AdamW, single tensor: decoupled decay, the moments'
         // lerp and addcmul, and addcdiv with the bias corrections.
@@ -244,7 +418,7 @@ struct WeftBuildOptimizerPass
         Value epsilon = constant(eps);
         Value denom = add(div(root, root2), epsilon);
         Value p1 = sub(decayed, mul(stepSize, div(m1, denom)));
-        returned.append({p1, m1, v1});
+        returned.append({gather(p1), m1, v1});
       } else {
         // torch.optim.SGD with momentum: L2 weight decay into the gradient,
         // the buffer (zero before the first step), and the step.
@@ -252,7 +426,7 @@ struct WeftBuildOptimizerPass
         Value d = weightDecay != 0 ? add(g, mul(constant(weightDecay), p)) : g;
         Value b1 = add(mul(constant(momentum), buffer), d);
         Value p1 = sub(p, mul(lr, b1));
-        returned.append({p1, b1});
+        returned.append({gather(p1), b1});
       }
     }
     func::ReturnOp::create(b, loc, returned);

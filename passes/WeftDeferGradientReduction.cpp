@@ -128,6 +128,8 @@ static Value removeReductions(Value value,
 struct WeftDeferGradientReduction
     : public weft::impl::WeftDeferGradientReductionBase<
           WeftDeferGradientReduction> {
+  using WeftDeferGradientReductionBase::WeftDeferGradientReductionBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     meshInfo = getMeshInfo(module);
@@ -192,15 +194,40 @@ struct WeftDeferGradientReduction
     Block *body = reduce.addEntryBlock();
     b.setInsertionPointToEnd(body);
     SmallVector<Value> reduced;
+    // With `scatter`, the dimension each gradient is reduce-scattered on
+    // (-1: all-reduced whole).
+    SmallVector<int64_t> scattered;
     for (auto [index, m] : llvm::enumerate(moved)) {
-      reduced.push_back(AllReduceOp::create(
-          b, func.getLoc(), types[index],
-          ReductionKindAttr::get(context, ReductionKind::sum),
-          body->getArgument(index), m.reduction.mesh,
-          b.getStrArrayAttr(axesInMeshOrder(m.reduction)),
-          dyn_cast_or_null<CollectiveCodecAttr>(m.reduction.codec)));
+      auto type = cast<RankedTensorType>(types[index]);
+      SmallVector<StringRef, 4> axes = axesInMeshOrder(m.reduction);
+      int64_t group = 1;
+      for (StringRef axis : axes)
+        group *= meshInfo ? meshInfo->size(axis) : 1;
+      int64_t dim = -1;
+      for (int64_t d = 0; scatter && group > 1 && d < type.getRank(); ++d)
+        if (type.getDimSize(d) % group == 0) {
+          dim = d;
+          break;
+        }
+      scattered.push_back(dim);
+      auto kind = ReductionKindAttr::get(context, ReductionKind::sum);
+      auto codec = dyn_cast_or_null<CollectiveCodecAttr>(m.reduction.codec);
+      if (dim < 0) {
+        reduced.push_back(AllReduceOp::create(
+            b, func.getLoc(), type, kind, body->getArgument(index),
+            m.reduction.mesh, b.getStrArrayAttr(axes), codec));
+        continue;
+      }
+      SmallVector<int64_t> block(type.getShape());
+      block[dim] /= group;
+      reduced.push_back(ReduceScatterOp::create(
+          b, func.getLoc(), type.clone(block), kind, body->getArgument(index),
+          m.reduction.mesh, b.getStrArrayAttr(axes), b.getI64IntegerAttr(dim),
+          codec));
     }
     func::ReturnOp::create(b, func.getLoc(), reduced);
+    reduce.setType(
+        FunctionType::get(context, types, ValueRange(reduced).getTypes()));
     // What each moved result is: a partial sum over the reduction's axes
     // in the step, whole in the reduction function.
     for (auto [index, m] : llvm::enumerate(moved)) {
@@ -215,8 +242,11 @@ struct WeftDeferGradientReduction
       TensorSharding partial = whole;
       partial.partial.append(axes.begin(), axes.end());
       ShardingAttr partialAttr = toAttr(context, mesh, partial);
+      TensorSharding kept = whole;
+      if (scattered[index] >= 0)
+        kept.dims[scattered[index]].append(axes.begin(), axes.end());
       reduce.setResultAttr(index, WeftDialect::getLocalShardingAttrName(),
-                           local ? local : toAttr(context, mesh, whole));
+                           toAttr(context, mesh, kept));
       reduce.setArgAttr(index, WeftDialect::getLocalShardingAttrName(),
                         partialAttr);
       func.setResultAttr(m.result, WeftDialect::getLocalShardingAttrName(),
@@ -230,6 +260,9 @@ struct WeftDeferGradientReduction
                       removeReductions(ret.getOperand(m.result), nested));
     func->setAttr(WeftDialect::getGradientReductionAttrName(),
                   FlatSymbolRefAttr::get(reduce.getSymNameAttr()));
+    if (everyMicroBatch)
+      func->setAttr(WeftDialect::getReduceEveryMicroBatchAttrName(),
+                    UnitAttr::get(context));
   }
 };
 } // namespace

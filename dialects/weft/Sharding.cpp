@@ -254,3 +254,19 @@ SmallVector<int64_t> weft::localShape(ArrayRef<int64_t> shape,
     local[dim] /= mesh.product(sharding.dims[dim]);
   return local;
 }
+
+SmallVector<std::string, 2>
+weft::zeroStorageAxes(ArrayRef<int64_t> shape, const TensorSharding &sharding,
+                      const MeshInfo &mesh, ArrayRef<std::string> axes) {
+  SmallVector<std::string, 2> stored;
+  if (shape.empty() || sharding.dims.empty())
+    return stored;
+  for (const std::string &axis : mesh.axes)
+    if (llvm::is_contained(axes, axis) && mesh.size(axis) > 1 &&
+        !sharding.uses(axis))
+      stored.push_back(axis);
+  int64_t rows = shape.front() / mesh.product(sharding.dims.front());
+  if (stored.empty() || rows % mesh.product(stored) != 0)
+    stored.clear();
+  return stored;
+}

@@ -181,6 +181,15 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
              << ", which is not a function of the module";
     return success();
   }
+  if (attr.getName() == getReduceEveryMicroBatchAttrName()) {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op) ||
+        !op->hasAttr(getGradientReductionAttrName()))
+      return op->emitError() << "'" << getReduceEveryMicroBatchAttrName()
+                             << "' is a unit attribute on a function that has "
+                                "a '"
+                             << getGradientReductionAttrName() << "'";
+    return success();
+  }
   if (attr.getName() == WeftDialect::getLoadBalancedAttrName()) {
     if (!isa<FunctionOpInterface>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.load_balanced' is a list of mesh axes "

@@ -162,6 +162,14 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getGradientReductionAttrName() {
       return ::llvm::StringLiteral("weft.gradient_reduction");
     }
+    /// From -weft-defer-gradient-reduction=every-micro-batch=true (ZeRO-2).
+    /// On a training step with a weft.gradient_reduction (unit): the runner
+    /// reduces after every micro-batch and sums the reduced (scattered)
+    /// blocks, so that a rank holds only its block of the accumulated
+    /// gradients, at the price of a reduction per micro-batch.
+    static constexpr ::llvm::StringLiteral getReduceEveryMicroBatchAttrName() {
+      return ::llvm::StringLiteral("weft.reduce_every_micro_batch");
+    }
     /// From -weft-build-optimizer. On a function: the update rule it
     /// applies ("adamw" or "sgd"); it is a training run's optimizer step.
     static constexpr ::llvm::StringLiteral getOptimizerAttrName() {

@@ -395,7 +395,7 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
     ModuleOp module, func::FuncOp func,
     const std::vector<std::vector<HostTensor>> &microBatches,
     const InterpreterOptions &base, int expectedDevices, double timeoutSeconds,
-    std::vector<int64_t> &bytes) {
+    std::vector<int64_t> &bytes, const MeshOptimizerStep *optimizer) {
   llvm::Expected<rt::Mesh> mesh = meshOf(module, func, expectedDevices);
   if (!mesh)
     return mesh.takeError();
@@ -418,10 +418,42 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
       return llvm::createStringError(
           "the training step takes " + llvm::Twine(inputLayouts.size()) +
           " inputs, got " + llvm::Twine(micro.size()));
+  // The optimizer step's layouts, and the step's results it consumes.
+  std::vector<rt::Layout> optimizerIn, optimizerOut;
+  std::vector<bool> consumed(outputLayouts.size(), false);
+  if (optimizer) {
+    std::tie(optimizerIn, optimizerOut) = layoutsOf(optimizer->function);
+    if (optimizer->inputs.size() != optimizerIn.size() ||
+        optimizer->gradientOf.size() != optimizerIn.size())
+      return llvm::createStringError(
+          "the optimizer step takes " + llvm::Twine(optimizerIn.size()) +
+          " arguments, got " + llvm::Twine(optimizer->inputs.size()));
+    for (int o : optimizer->gradientOf) {
+      if (o >= int(consumed.size()))
+        return llvm::createStringError(
+            "the optimizer step takes result #" + llvm::Twine(o) +
+            " of a step that returns " + llvm::Twine(consumed.size()));
+      if (o >= 0)
+        consumed[size_t(o)] = true;
+    }
+  }
   // Each rank runs the step on every micro-batch, sums its results (the
   // loss, and the gradients: partial ones on the rank), then reduces the
-  // partial sums once.
+  // partial sums once; or, with weft.reduce_every_micro_batch (ZeRO-2),
+  // reduces each micro-batch's and sums the reduced blocks.
+  const bool everyMicroBatch =
+      reduce && func->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName());
   rt::RankBody body = [&](rt::RankContext &ctx) {
+    auto reduceOn = [&](std::vector<HostTensor> &results) {
+      if (!reduce || partial.empty())
+        return;
+      std::vector<HostTensor> in;
+      for (int o : partial)
+        in.push_back(std::move(results[size_t(o)]));
+      std::vector<HostTensor> out = interpretOnRank(reduce, in, base, ctx);
+      for (auto [k, o] : llvm::enumerate(partial))
+        results[size_t(o)] = std::move(out[k]);
+    };
     std::vector<HostTensor> sums;
     for (const std::vector<HostTensor> &micro : microBatches) {
       std::vector<HostTensor> mine;
@@ -429,6 +461,8 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
         mine.push_back(
             rt::scatterBlock(micro[i], inputLayouts[i], ctx.mesh, ctx.rank));
       std::vector<HostTensor> out = interpretOnRank(func, mine, base, ctx);
+      if (everyMicroBatch)
+        reduceOn(out);
       if (sums.empty()) {
         sums = std::move(out);
         continue;
@@ -436,13 +470,21 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
       for (size_t o = 0; o < out.size(); ++o)
         rt::accumulateInto(sums[o], out[o]);
     }
-    if (reduce && !partial.empty()) {
+    if (!everyMicroBatch)
+      reduceOn(sums);
+    if (optimizer) {
       std::vector<HostTensor> in;
-      for (int o : partial)
-        in.push_back(std::move(sums[size_t(o)]));
-      std::vector<HostTensor> out = interpretOnRank(reduce, in, base, ctx);
-      for (auto [k, o] : llvm::enumerate(partial))
-        sums[size_t(o)] = std::move(out[k]);
+      for (size_t i = 0; i < optimizerIn.size(); ++i) {
+        int o = optimizer->gradientOf[i];
+        in.push_back(o >= 0 ? std::move(sums[size_t(o)])
+                            : rt::scatterBlock(optimizer->inputs[i],
+                                               optimizerIn[i], ctx.mesh,
+                                               ctx.rank));
+      }
+      std::vector<HostTensor> out =
+          interpretOnRank(optimizer->function, in, base, ctx);
+      for (HostTensor &result : out)
+        sums.push_back(std::move(result));
     }
     return sums;
   };
@@ -451,8 +493,15 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
                    std::chrono::milliseconds(int64_t(timeoutSeconds * 1000)));
   if (!results.ok())
     return llvm::createStringError(std::string(results.status().message()));
+  outputLayouts.insert(outputLayouts.end(), optimizerOut.begin(),
+                       optimizerOut.end());
+  consumed.resize(outputLayouts.size(), false);
   std::vector<HostTensor> outputs;
   for (size_t o = 0; o < outputLayouts.size(); ++o) {
+    if (consumed[o]) {
+      outputs.emplace_back();
+      continue;
+    }
     std::vector<HostTensor> blocks;
     for (std::vector<HostTensor> &rank : *results) {
       if (o >= rank.size())

@@ -41,12 +41,18 @@ void weft::buildPrepareModelPipeline(OpPassManager &pm, bool explainRaise) {
 
 void weft::buildPartitionPipeline(OpPassManager &pm,
                                   const WeftApplyPlanOptions &options,
-                                  llvm::StringRef compress) {
+                                  llvm::StringRef compress, int zeroStage) {
   pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
   pm.addPass(createWeftApplyPlan(options));
   pm.addPass(createWeftPropagateSharding());
+  // ZeRO-3: the weights stored in blocks over the data-parallel group.
+  if (zeroStage >= 3)
+    pm.addPass(createWeftShardParameters());
   pm.addPass(createWeftPartition());
-  pm.addPass(createWeftDeferGradientReduction());
+  WeftDeferGradientReductionOptions defer;
+  defer.scatter = zeroStage >= 1;
+  defer.everyMicroBatch = zeroStage >= 2;
+  pm.addPass(createWeftDeferGradientReduction(defer));
   pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
   pm.addPass(createWeftCanonicalize());
   if (!compress.empty()) {
@@ -81,7 +87,9 @@ void weft::registerWeftPipelines() {
       "(-weft-unfuse-projections, -weft-apply-plan, -weft-propagate-sharding, "
       "-weft-partition, -weft-defer-gradient-reduction, "
       "-weft-optimize-collectives, -weft-canonicalize, and "
-      "with compress=, -weft-compress-collectives)",
+      "with compress=, -weft-compress-collectives; with zero=1, 2 or 3 the "
+      "gradients are reduce-scattered, with 2 and 3 after every micro-batch, "
+      "and with 3 the weights stored in blocks, -weft-shard-parameters)",
       [](OpPassManager &pm, const PartitionPipelineOptions &options) {
         WeftApplyPlanOptions apply;
         apply.dp = options.dp;
@@ -94,7 +102,7 @@ void weft::registerWeftPipelines() {
         apply.gz = options.gz;
         apply.loadBalance = options.loadBalance;
         apply.planFile = options.planFile;
-        buildPartitionPipeline(pm, apply, options.compress);
+        buildPartitionPipeline(pm, apply, options.compress, int(options.zero));
       });
   PassPipelineRegistration<>("weft-prepare-cpu",
                              "What the CPU emitter prints: layers inlined",

@@ -885,6 +885,7 @@ namespace {
 struct DataParallelCost {
   double total = 0, exposed = 0, optimizer = 0;
   double reduceBytes = 0; // what one rank sends in the gradient reduction
+  double gatherBytes = 0; // and in ZeRO-1/2's parameter all-gather
 };
 } // namespace
 
@@ -924,6 +925,8 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
                   model.codecTime(reduceKind, grads, gradWire, codec);
     double params = stageParams * kWeightBytes;
     double paramWire = CostModel::wireBytes(params, kWeightBytes, codec);
+    if (plan.zero_stage() > 0)
+      cost.gatherBytes = (n - 1) / n * paramWire;
     double gather =
         plan.zero_stage() == 0
             ? 0
@@ -932,12 +935,20 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
                   model.codecTime(CollectiveKind::AllGather, params, paramWire,
                                   codec);
     // Gradients reduce in buckets behind the last micro-batch's backward; the
-    // parameter all-gather runs behind the next step's first forward.
+    // parameter all-gather runs behind the next step's first forward. ZeRO-2
+    // keeps only each rank's block of the accumulated gradients, so it
+    // reduce-scatters after every micro-batch (DeepSpeed's stage 2; weft
+    // train's weft.reduce_every_micro_batch): the earlier ones hide behind
+    // their backward and the next forward.
     double buckets = 8;
-    cost.total = reduce + gather;
-    cost.exposed = std::max(reduce / buckets, reduce - lastBackward) +
-                   (gather > 0 ? std::max(gather / buckets, gather - firstForward)
-                               : 0);
+    const double m = std::max(1, plan.num_micro_batches());
+    const double reductions = plan.zero_stage() == 2 ? m : 1;
+    cost.reduceBytes *= reductions;
+    cost.total = reductions * reduce + gather;
+    cost.exposed =
+        std::max(reduce / buckets, reduce - lastBackward) +
+        (reductions - 1) * std::max(0.0, reduce - lastBackward - firstForward) +
+        (gather > 0 ? std::max(gather / buckets, gather - firstForward) : 0);
   }
   double local = stageParams / (plan.zero_stage() >= 1 ? shard : 1);
   const plan::Gpu &gpu = model.cluster().gpu();
@@ -1063,7 +1074,8 @@ void CostModel::evaluate(plan::Plan &plan,
 
   // Data parallelism and the optimizer, on the stage that finishes last.
   const double shard = dataParallelShard(plan);
-  double dpExposed = 0, dpTotal = 0, optimizer = 0, reduceBytes = 0;
+  double dpExposed = 0, dpTotal = 0, optimizer = 0, reduceBytes = 0,
+         gatherBytes = 0;
   for (int s = 0; s < p; ++s) {
     double lastBackward = 0, firstForward = 0;
     for (int c = 0; c < v; ++c) {
@@ -1077,8 +1089,10 @@ void CostModel::evaluate(plan::Plan &plan,
     dpTotal = std::max(dpTotal, cost.total);
     optimizer = std::max(optimizer, cost.optimizer);
     reduceBytes = std::max(reduceBytes, cost.reduceBytes);
+    gatherBytes = std::max(gatherBytes, cost.gatherBytes);
   }
   plan.set_grad_reduce_bytes(int64_t(std::llround(reduceBytes)));
+  plan.set_param_gather_bytes(int64_t(std::llround(gatherBytes)));
   double step = pipeline + dpExposed + optimizer;
   // ZeRO-3's collectives run inside the pipeline (per micro-batch and
   // chunk); they are data-parallel communication in the breakdown.

@@ -1,4 +1,6 @@
 // RUN: weft-opt %s -split-input-file -weft-defer-gradient-reduction | FileCheck %s
+// RUN: weft-opt %s -split-input-file -weft-defer-gradient-reduction=scatter=true | FileCheck %s --check-prefix=SCATTER
+// RUN: weft-opt %s -split-input-file -weft-defer-gradient-reduction="scatter=true every-micro-batch=true" | FileCheck %s --check-prefix=EVERY
 
 // A partitioned training step: the gradient of `w` is all-reduced over dp in
 // the backward layer that computes it; the tied embedding's two gradients are
@@ -99,4 +101,37 @@ func.func @nested(%g: tensor<2x4xf32>) -> (tensor<1x4xf32> {weft.gradient_of = "
   %s = weft.reduce_sum %u axes [0] keep_dims : tensor<2x4xf32> -> tensor<1x4xf32>
   %d = weft.all_reduce sum %s over @mesh ["dp"] : tensor<1x4xf32>
   return %d : tensor<1x4xf32>
+}
+
+// -----
+
+// ZeRO (scatter=true): each gradient is reduce-scattered over its group along
+// its first dimension the group divides, and its reduced layout names the
+// group on that dimension, minor to the axes already there; a gradient no
+// dimension of which the group divides is all-reduced whole.
+weft.mesh @mesh(dp = 2, tp = 2)
+// SCATTER-LABEL: func.func @zero_reduce_gradients
+// SCATTER-SAME: -> (tensor<3x2xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], [tp, dp]]>}, tensor<3xf32> {weft.gradient_of = "b", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[]]>})
+// SCATTER: weft.reduce_scatter sum %arg0 over @mesh ["dp"] dim 1 : tensor<3x4xf32> -> tensor<3x2xf32>
+// SCATTER: weft.all_reduce sum %arg1 over @mesh ["dp"] : tensor<3xf32>
+func.func @zero(%w: tensor<3x4xf32>, %b: tensor<3xf32>)
+    -> (tensor<3x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [[], ["tp"]]>},
+        tensor<3xf32> {weft.gradient_of = "b", weft.local_sharding = #weft.sharding<@mesh, [[]]>}) {
+  %rw = weft.all_reduce sum %w over @mesh ["dp"] : tensor<3x4xf32>
+  %rb = weft.all_reduce sum %b over @mesh ["dp"] : tensor<3xf32>
+  return %rw, %rb : tensor<3x4xf32>, tensor<3xf32>
+}
+
+// -----
+
+// ZeRO-2 (every-micro-batch=true): the step says that its runner reduces
+// after every micro-batch.
+weft.mesh @mesh(dp = 2)
+// EVERY-LABEL: func.func @stage2
+// EVERY-SAME: attributes {weft.gradient_reduction = @stage2_reduce_gradients, weft.reduce_every_micro_batch}
+// EVERY: func.func @stage2_reduce_gradients
+// EVERY: weft.reduce_scatter sum %arg0 over @mesh ["dp"] dim 0 : tensor<4xf32> -> tensor<2xf32>
+func.func @stage2(%w: tensor<4xf32>) -> (tensor<4xf32> {weft.gradient_of = "w"}) {
+  %r = weft.all_reduce sum %w over @mesh ["dp"] : tensor<4xf32>
+  return %r : tensor<4xf32>
 }

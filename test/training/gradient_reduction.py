@@ -10,8 +10,9 @@ with tp, Megatron SP, Ulysses, ring attention and AxoNN's 3-D grid, with
 --grad-accum 1 and 3, this test checks:
 
 - the bytes each rank sent in step 1 equal g x the step function's collectives plus
-  the reduction function's once (NCCL ring counts of the dumped partitioned IR), so
-  the gradient reduction does not grow with the micro-batches;
+  the reduction function's and the optimizer step's (its gradient norm's all-reduce)
+  once (NCCL ring counts of the dumped partitioned IR), so the gradient reduction
+  does not grow with the micro-batches;
 - the cost model's `grad_reduce_bytes` (weft plan --evaluate) equals the ring
   all-reduce, over dp x cp x ulysses, of every gradient element a rank holds (the
   step's results' local types), and the reduction function sends exactly the ring
@@ -113,17 +114,23 @@ def check(weft, model, work, plan, g, extra, sizes_cache):
     step_bytes = sum(diff.collective_bytes(line, sizes) for line in funcs["main"][1])
     reduce_bytes = sum(diff.collective_bytes(line, sizes)
                        for line in funcs["main_reduce_gradients"][1])
+    # Each rank's optimizer step: the gradient norm's all-reduce over the
+    # axes its blocks are split over (a few bytes).
+    update_bytes = sum(diff.collective_bytes(line, sizes)
+                       for line in funcs.get("optimizer_step", ("", []))[1])
     counted = re.search(r"bytes sent per rank in step 1:((?: \d+)+)", stderr)
     if not counted:
         raise RuntimeError("%s: weft train printed no byte counts" % tag)
     counted = [int(x) for x in counted.group(1).split()]
-    expected = g * step_bytes + reduce_bytes
+    expected = g * step_bytes + reduce_bytes + update_bytes
     if any(c != expected for c in counted):
         raise RuntimeError("%s: ranks sent %s bytes in step 1; %d x %d (the step) + %d "
-                           "(the reduction) = %d" % (tag, counted, g, step_bytes,
-                                                     reduce_bytes, expected))
-    message = ("%s: step 1 sent %d bytes per rank = %d x %d (step) + %d (reduction)"
-               % (tag, counted[0], g, step_bytes, reduce_bytes))
+                           "(the reduction) + %d (the optimizer step) = %d"
+                           % (tag, counted, g, step_bytes, reduce_bytes, update_bytes,
+                              expected))
+    message = ("%s: step 1 sent %d bytes per rank = %d x %d (step) + %d (reduction) + %d "
+               "(optimizer step)" % (tag, counted[0], g, step_bytes, reduce_bytes,
+                                     update_bytes))
     # The cost model counts what the step returns: its grad_reduce_bytes is
     # the ring all-reduce, over dp x cp x ulysses (the ranks that hold one
     # weight shard), of every gradient element one rank holds (f32).

@@ -275,31 +275,35 @@ static double scheduledLr(int64_t step) {
   return floor + 0.5 * (peak - floor) * (1 + std::cos(M_PI * progress));
 }
 
-/// Runs the optimizer step (-weft-build-optimizer's `@optimizer_step`) at
-/// step `t` (1-based) with learning rate `lr` on the summed gradients of
-/// `windows` micro-batches: the scalars torch.optim computes in Python on
-/// the host, the tensors from `params` and `grads`; the new values and
-/// state go back into `params`. Returns the gradients' global L2 norm.
-static FailureOr<double>
-runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
-             const llvm::StringMap<unsigned> &index,
-             const std::vector<std::vector<float>> &grads, int64_t windows,
-             double lr, int64_t t, const weft::InterpreterOptions &options) {
+static std::pair<llvm::StringRef, llvm::StringRef> slotOf(DictionaryAttr slot) {
+  auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
+  auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
+  return {role ? role.getValue() : "", parameter ? parameter.getValue() : ""};
+}
+
+/// The arguments of the optimizer step (-weft-build-optimizer's
+/// `@optimizer_step`) at step `t` (1-based) with learning rate `lr`, on the
+/// summed gradients of `windows` micro-batches: the scalars torch.optim
+/// computes in Python on the host, the tensors from `params` and `grads`.
+/// Without `grads` (a rank-local step on the mesh), a gradient argument is
+/// an empty tensor and `gradientOf` gets the step's result that holds it
+/// (1 + the parameter's index; -1 for the other arguments).
+static FailureOr<std::vector<HostTensor>>
+optimizerInputs(func::FuncOp step, const std::vector<ParamState> &params,
+                const llvm::StringMap<unsigned> &index,
+                const std::vector<std::vector<float>> *grads, int64_t windows,
+                double lr, int64_t t, std::vector<int> &gradientOf) {
   auto scalar = [](double value) {
     HostTensor tensor(weft::rt::DType::F32, {});
     tensor.floats[0] = float(value);
     return tensor;
   };
-  auto slotOf = [](DictionaryAttr slot) {
-    auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
-    auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
-    return std::make_pair(role ? role.getValue() : "",
-                          parameter ? parameter.getValue() : "");
-  };
   std::vector<HostTensor> inputs;
+  gradientOf.clear();
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     auto [role, parameter] = slotOf(step.getArgAttrOfType<DictionaryAttr>(
         i, weft::WeftDialect::getOptimizerSlotAttrName()));
+    gradientOf.push_back(-1);
     if (role == "grad_divisor")
       inputs.push_back(scalar(double(windows)));
     else if (role == "decay_factor")
@@ -314,8 +318,13 @@ runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
     else if (index.count(parameter)) {
       unsigned k = index.lookup(parameter);
       const ParamState &p = params[k];
+      if (role == "grad" && !grads) {
+        gradientOf.back() = int(k) + 1;
+        inputs.emplace_back();
+        continue;
+      }
       const std::vector<float> *values =
-          role == "grad"                                   ? &grads[k]
+          role == "grad"                                   ? &(*grads)[k]
           : role == "exp_avg" || role == "momentum_buffer" ? &p.m
           : role == "exp_avg_sq"                           ? &p.v
                                                            : nullptr;
@@ -333,15 +342,22 @@ runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
              << "argument #" << i << " of the optimizer step (" << role
              << " of '" << parameter << "') is not something weft train holds";
   }
-  FailureOr<std::vector<HostTensor>> outputs =
-      weft::interpret(step, inputs, options);
-  if (failed(outputs))
-    return failure();
+  return inputs;
+}
+
+/// Takes the optimizer step's results (from `outputs[offset]` on): the new
+/// values and state go back into `params`. Returns the gradients' global L2
+/// norm.
+static double applyOptimizerOutputs(func::FuncOp step,
+                                    std::vector<ParamState> &params,
+                                    const llvm::StringMap<unsigned> &index,
+                                    std::vector<HostTensor> &outputs,
+                                    size_t offset) {
   double norm = 0;
   for (unsigned r = 0; r < step.getNumResults(); ++r) {
     auto [role, parameter] = slotOf(step.getResultAttrOfType<DictionaryAttr>(
         r, weft::WeftDialect::getOptimizerSlotAttrName()));
-    HostTensor &out = (*outputs)[r];
+    HostTensor &out = outputs[offset + r];
     if (role == "grad_norm") {
       norm = out.at(0);
       continue;
@@ -355,6 +371,24 @@ runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
       p.m = out.floats.toVector();
   }
   return norm;
+}
+
+/// Runs the optimizer step on the host on the summed gradients `grads`.
+static FailureOr<double>
+runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
+             const llvm::StringMap<unsigned> &index,
+             const std::vector<std::vector<float>> &grads, int64_t windows,
+             double lr, int64_t t, const weft::InterpreterOptions &options) {
+  std::vector<int> gradientOf;
+  FailureOr<std::vector<HostTensor>> inputs =
+      optimizerInputs(step, params, index, &grads, windows, lr, t, gradientOf);
+  if (failed(inputs))
+    return failure();
+  FailureOr<std::vector<HostTensor>> outputs =
+      weft::interpret(step, *inputs, options);
+  if (failed(outputs))
+    return failure();
+  return applyOptimizerOutputs(step, params, index, *outputs, 0);
 }
 
 //===----------------------------------------------------------------------===//
@@ -704,10 +738,10 @@ static std::optional<weft::plan::Plan> trainingPlan() {
         "m=" + std::to_string(std::max(1, plan.num_micro_batches())) +
         ": a pipeline step runs the plan's m micro-batches, so --grad-accum " +
         std::to_string(gradAccum) + " must be 1 or m");
-  if (plan.zero_stage() > 0)
+  if (plan.zero_stage() > 0 && plan.pp() > 1)
     refused.push_back("zero=" + std::to_string(plan.zero_stage()) +
-                      ": the optimizer state is not sharded yet (the update "
-                      "is the same without it)");
+                      " with pp > 1: a pipeline's optimizer state is not "
+                      "sharded yet (give zero=0, or pp=1)");
   if (!refused.empty()) {
     std::string list;
     for (const std::string &field : refused)
@@ -878,8 +912,11 @@ int runTrain(MLIRContext &context) {
                      plan->sequence_parallel() || devices > 1 || pipelined;
   if (partitioned) {
     PassManager pm(&context);
+    // ZeRO: the gradients are reduce-scattered and each rank updates its
+    // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
     weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan),
-                                 plan->compress());
+                                 plan->compress(),
+                                 pipelined ? 0 : plan->zero_stage());
     // Each stage's forward, backward and weight-gradient steps apart, and
     // their data-parallel gradient reductions once per step.
     if (pipelined) {
@@ -902,7 +939,15 @@ int runTrain(MLIRContext &context) {
     rule.momentum = momentum;
     rule.maxGradNorm = clipGrad;
     rule.freeze = freeze;
+    // Partitioned (without pipeline stages), each rank updates its blocks
+    // on the mesh; otherwise the update runs once on whole tensors.
+    rule.rankLocal = partitioned && !pipelined;
+    if (rule.rankLocal && plan->zero_stage() >= 3)
+      rule.storedOver = {"dp", "cp", "ulysses"};
     pm.addPass(weft::createWeftBuildOptimizer(rule));
+    // (A stored block's gather, cut to the gradient's block, is no
+    // collective at all.)
+    pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
     if (failed(pm.run(*module)))
       return 1;
   }
@@ -1046,20 +1091,32 @@ int runTrain(MLIRContext &context) {
         grads[size_t(gradientOf[g])] = ran->gradients[g].floats.toVector();
       tokensSeen += windows * batch * seqLen;
     }
+    const double lr = scheduledLr(step);
+    std::optional<double> norm;
     if (!pipeline && partitioned) {
-      // The step's micro-batches on the mesh, summed on each rank, and the
-      // partial gradients reduced once (-weft-defer-gradient-reduction).
+      // The step's micro-batches on the mesh, summed on each rank, the
+      // partial gradients reduced once (-weft-defer-gradient-reduction), and
+      // each rank's optimizer step on its blocks.
       std::vector<std::vector<HostTensor>> micro;
       for (int64_t w = 0; w < gradAccum; ++w)
         micro.push_back(windowInputs(step * gradAccum + w, 1));
+      weft::driver::MeshOptimizerStep update;
+      update.function = optimizerStep;
+      FailureOr<std::vector<HostTensor>> inputs =
+          optimizerInputs(optimizerStep, params, index, nullptr, windows, lr,
+                          step + 1, update.gradientOf);
+      if (failed(inputs))
+        return 1;
+      update.inputs = std::move(*inputs);
       llvm::Expected<std::vector<HostTensor>> outputs =
           weft::driver::runTrainingStepOnMeshDevices(
-              *module, func, micro, options, devices, collectiveTimeout, bytes);
+              *module, func, micro, options, devices, collectiveTimeout, bytes,
+              &update);
       if (!outputs)
         return trainError(llvm::toString(outputs.takeError()));
       lossSum += (*outputs)[0].at(0);
-      for (size_t k = 0; k < params.size(); ++k)
-        grads[k] = (*outputs)[k + 1].floats.toVector();
+      norm = applyOptimizerOutputs(optimizerStep, params, index, *outputs,
+                                   func.getNumResults());
       tokensSeen += gradAccum * batch * seqLen;
     }
     for (int64_t micro = 0; !pipeline && !partitioned && micro < gradAccum;
@@ -1096,11 +1153,13 @@ int runTrain(MLIRContext &context) {
       return trainError("step " + std::to_string(step + 1) +
                         ": the loss is not finite (" + std::to_string(loss) +
                         "); lower --lr or clip gradients (--clip-grad)");
-    double lr = scheduledLr(step);
-    FailureOr<double> norm = runOptimizer(optimizerStep, params, index, grads,
-                                          windows, lr, step + 1, options);
-    if (failed(norm))
-      return 1;
+    if (!norm) {
+      FailureOr<double> ran = runOptimizer(optimizerStep, params, index, grads,
+                                           windows, lr, step + 1, options);
+      if (failed(ran))
+        return 1;
+      norm = *ran;
+    }
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
             .count();

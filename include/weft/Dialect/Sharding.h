@@ -103,6 +103,16 @@ llvm::SmallVector<int64_t> localShape(llvm::ArrayRef<int64_t> shape,
                                       const TensorSharding &sharding,
                                       const MeshInfo &mesh);
 
+/// ZeRO-3's storage of a weight of global `shape` laid out as `sharding`:
+/// the axes among `axes` (in mesh order, of size > 1, not already splitting
+/// it) that its first dimension is further split over, so that each rank
+/// stores one block (`weft.stored_over`) — or none when the rank's rows are
+/// not divisible by their product. -weft-shard-parameters and
+/// -weft-build-optimizer's `stored-over` agree through this rule.
+llvm::SmallVector<std::string, 2>
+zeroStorageAxes(llvm::ArrayRef<int64_t> shape, const TensorSharding &sharding,
+                const MeshInfo &mesh, llvm::ArrayRef<std::string> axes);
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_SHARDING_H

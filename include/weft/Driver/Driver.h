@@ -280,14 +280,29 @@ llvm::Expected<GradientReduction> gradientReductionOf(mlir::func::FuncOp step);
 /// weft.mesh (threads): each rank runs `func` on each micro-batch's inputs
 /// and sums its results; the gradients the step returns as partial sums are
 /// then reduced once by the function its weft.gradient_reduction names
-/// (-weft-defer-gradient-reduction). Returns the summed results (loss and
+/// (-weft-defer-gradient-reduction; with weft.reduce_every_micro_batch,
+/// ZeRO-2 and 3, after each micro-batch, and the reduced blocks are summed).
+/// Returns the summed results (loss and
 /// gradients), assembled by their local shardings. `bytes` gets the bytes
 /// each rank sent in the step.
+///
+/// With `optimizer`, each rank then runs the rank-local optimizer step
+/// (-weft-build-optimizer=rank-local=true) on its blocks: an argument whose
+/// `gradientOf` is >= 0 is the rank's (reduced, or with ZeRO scattered)
+/// block of that result of the step, which is then not returned (an empty
+/// tensor in its place); every other argument is cut from the whole value
+/// in `inputs` by its weft.local_sharding. The optimizer step's results,
+/// assembled by theirs, follow the step's.
+struct MeshOptimizerStep {
+  mlir::func::FuncOp function;
+  std::vector<rt::HostTensor> inputs;
+  std::vector<int> gradientOf;
+};
 llvm::Expected<std::vector<rt::HostTensor>> runTrainingStepOnMeshDevices(
     mlir::ModuleOp module, mlir::func::FuncOp func,
     const std::vector<std::vector<rt::HostTensor>> &microBatches,
     const InterpreterOptions &base, int expectedDevices, double timeoutSeconds,
-    std::vector<int64_t> &bytes);
+    std::vector<int64_t> &bytes, const MeshOptimizerStep *optimizer = nullptr);
 
 /// One step a rank ran, in microseconds from the run's start.
 struct TraceEvent {

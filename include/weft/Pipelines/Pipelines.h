@@ -69,6 +69,13 @@ struct PartitionPipelineOptions
       *this, "compress",
       llvm::cl::desc("Compression policy, axis:codec pairs (dp:int8,tp:bf16)"),
       llvm::cl::init("")};
+  Option<int64_t> zero{
+      *this, "zero",
+      llvm::cl::desc("ZeRO stage: 1, 2 and 3 reduce-scatter the gradients "
+                     "(-weft-defer-gradient-reduction=scatter=true), 2 and 3 "
+                     "after every micro-batch (every-micro-batch=true), 3 "
+                     "stores the weights in blocks (-weft-shard-parameters)"),
+      llvm::cl::init(0)};
 };
 
 /// The apply-plan options that carry `plan`'s degrees.
@@ -87,7 +94,7 @@ void buildPrepareModelPipeline(mlir::OpPassManager &pm,
 /// (plan::Plan::compress), set the collectives' codecs last.
 void buildPartitionPipeline(mlir::OpPassManager &pm,
                             const WeftApplyPlanOptions &options,
-                            llvm::StringRef compress = "");
+                            llvm::StringRef compress = "", int zeroStage = 0);
 
 /// What the CPU emitter prints: one flat function.
 void buildCpuTargetPipeline(mlir::OpPassManager &pm);

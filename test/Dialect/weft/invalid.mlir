@@ -1259,6 +1259,13 @@ func.func @gradient_reduction_not_a_symbol() attributes {weft.gradient_reduction
 
 // -----
 
+// expected-error @+1 {{'weft.reduce_every_micro_batch' is a unit attribute on a function that has a 'weft.gradient_reduction'}}
+func.func @reduce_every_micro_batch_alone() attributes {weft.reduce_every_micro_batch} {
+  return
+}
+
+// -----
+
 func.func @unknown_weft_attribute(%x: tensor<8xf32>) {
   // expected-error @+1 {{unknown weft attribute 'weft.shard' (the dialect defines 'weft.sharding')}}
   %0 = weft.exp %x {weft.shard = 1} : tensor<8xf32>
