@@ -749,6 +749,7 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
   times.weight.assign(p * v, 0);
   times.shardComm.assign(p * v, 0);
   times.shardExposed.assign(p * v, 0);
+  times.shardBytes.assign(p * v, 0);
   double tpForward = exposedTensorParallelComm(plan, layer, 1);
   double tpBackward = exposedTensorParallelComm(plan, layer, 2);
   double layerForward = layer.forward + tpForward + layer.seqComm +
@@ -786,20 +787,32 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         // Parameters of the chunk gathered before forward and backward,
         // gradients reduce-scattered after backward, prefetched behind
         // compute. ZeroPP gathers once per pipeline block of micro-batches.
-        double params = layers * layer.parameters;
+        // The embedding and the output layer (FSDP's root unit; weft train's
+        // -weft-shard-parameters stores them too) are gathered once, in
+        // forward, and kept for their backward.
+        double layerParams = layers * layer.parameters;
+        double edgeParams = 0;
+        if (vs == 0)
+          edgeParams += embed.parameters;
+        if (vs == p * v - 1)
+          edgeParams += head.parameters + (p > 1 ? head.sharedParameters : 0);
+        double params = layerParams + edgeParams;
         // Top-k compresses summing all-reduces only, not ZeRO's collectives.
         CollectiveCodec codec = codecFor(plan, gradientAxes(plan));
         if (isTopK(codec))
           codec = CollectiveCodec::none;
         double gradWidth =
             trainingConfig.grad_reduce_16bit() ? kWeightBytes : kGradBytes;
-        double gatherWire =
-            wireBytes(params * kWeightBytes, kWeightBytes, codec);
+        auto gatherTime = [&](double elements) {
+          double wire = wireBytes(elements * kWeightBytes, kWeightBytes, codec);
+          return collectiveTime(CollectiveKind::AllGather, wire, int64_t(shard),
+                                shardStride) +
+                 codecTime(CollectiveKind::AllGather, elements * kWeightBytes,
+                           wire, codec);
+        };
         double scatterWire = wireBytes(params * gradWidth, gradWidth, codec);
-        double gather = collectiveTime(CollectiveKind::AllGather, gatherWire,
-                                       int64_t(shard), shardStride) +
-                        codecTime(CollectiveKind::AllGather,
-                                  params * kWeightBytes, gatherWire, codec);
+        double forwardGather = gatherTime(params);
+        double backwardGather = gatherTime(layerParams);
         double scatter =
             collectiveTime(CollectiveKind::ReduceScatter, scatterWire,
                            int64_t(shard), shardStride) +
@@ -808,10 +821,19 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         double reuse = plan.schedule() == plan::SCHEDULE_ZEROPP
                            ? std::min<double>(p, plan.num_micro_batches())
                            : 1;
+        // What one rank sends for it per micro-batch (ring counts).
+        const double n = shard;
+        times.shardBytes[vs] =
+            ((n - 1) / n *
+             (wireBytes(params * kWeightBytes, kWeightBytes, codec) +
+              wireBytes(layerParams * kWeightBytes, kWeightBytes, codec) +
+              scatterWire)) /
+            reuse;
         double computeOnly = f + b;
-        f = std::max(f, gather / reuse);
-        b = std::max(b + w, (gather + scatter) / reuse) - w;
-        times.shardComm[vs] = (2 * gather + scatter) / reuse;
+        f = std::max(f, forwardGather / reuse);
+        b = std::max(b + w, (backwardGather + scatter) / reuse) - w;
+        times.shardComm[vs] =
+            (forwardGather + backwardGather + scatter) / reuse;
         times.shardExposed[vs] = f + b - computeOnly;
       }
       times.forward[vs] = f;
@@ -1125,6 +1147,14 @@ void CostModel::evaluate(plan::Plan &plan,
     shardTotal += m * times.shardComm[c * p + busiest];
     shardExposed += m * times.shardExposed[c * p + busiest];
   }
+  double shardBytes = 0;
+  for (int s = 0; s < p; ++s) {
+    double stage = 0;
+    for (int c = 0; c < v; ++c)
+      stage += m * times.shardBytes[c * p + s];
+    shardBytes = std::max(shardBytes, stage);
+  }
+  plan.set_shard_comm_bytes(int64_t(std::llround(shardBytes)));
   double layers = plan.stage_layers(busiest);
   double recompute = 0;
   if (plan.recompute() == plan::RECOMPUTE_FULL)

@@ -212,6 +212,8 @@ private:
     /// and backward) and gradient reduce-scatter, and the part of them that
     /// compute does not hide (already inside forward and backward).
     std::vector<double> shardComm, shardExposed;
+    /// ZeRO-3: the bytes one rank sends in them per micro-batch and chunk.
+    std::vector<double> shardBytes;
     double p2p = 0;
   };
   void stageTimes(const plan::Plan &plan, StageTimes &times);
