@@ -77,6 +77,19 @@ def export(name, path):
                       do_constant_folding=False)
 
 
+def training_models(work):
+    """The committed GPT-2 and the GPT-2-, BERT- and LLaMA-style exports (written
+    into `work`), each as (path, label, extra weft train arguments)."""
+    committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models",
+                             "gpt2", "gpt2-opset17.onnx")
+    models = [(committed, os.path.basename(committed), [])]
+    for name in MODELS:
+        path = os.path.join(work, name + ".onnx")
+        export(name, path)
+        models.append((path, os.path.basename(path), MODELS[name][2]))
+    return models
+
+
 def windows(tokens, step, batch, seq):
     positions = len(tokens) - (batch * seq + 1) + 1
     offset = (step * batch * seq) % positions

@@ -277,14 +277,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as work:
         np.save(os.path.join(work, "tokens.npy"), tokens)
-        models = [os.path.join(HERE, "..", "models", "gpt2", "gpt2-opset17.onnx")]
-        for name in at.MODELS:
-            path = os.path.join(work, name + ".onnx")
-            at.export(name, path)
-            models.append(path)
-        for model in models:
-            label = os.path.basename(model)
-            extra = at.MODELS.get(label.split(".")[0], (None, None, []))[2]
+        for model, label, extra in at.training_models(work):
             base_losses, base_weights, _ = run(args.weft, model, work, label + "-single",
                                                None, 3, extra)
             for plan in PLANS:

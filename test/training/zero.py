@@ -290,14 +290,7 @@ def main():
     tokens = rng.integers(0, at.CLASSES, size=4096).astype(np.uint16)
     with tempfile.TemporaryDirectory() as work:
         np.save(os.path.join(work, "tokens.npy"), tokens)
-        models = [os.path.join(HERE, "..", "models", "gpt2", "gpt2-opset17.onnx")]
-        for name in at.MODELS:
-            path = os.path.join(work, name + ".onnx")
-            at.export(name, path)
-            models.append(path)
-        for model in models:
-            label = os.path.basename(model)
-            extra = at.MODELS.get(label.split(".")[0], (None, None, []))[2]
+        for model, label, extra in at.training_models(work):
             base = train(args.weft, model, work, label + "-single", None, "full", extra)
             for plan, recompute in PLANS:
                 for zero in (1, 2, 3):
