@@ -38,7 +38,7 @@ struct WeftShardParametersPass
       return;
     SmallVector<std::string, 4> group(axes.begin(), axes.end());
     if (group.empty())
-      group = {"dp", "cp", "ulysses"};
+      group = zeroGroupAxes();
     module.walk([&](ParameterOp param) {
       auto type = dyn_cast<RankedTensorType>(param.getType());
       if (!type || !type.hasStaticShape() || type.getRank() == 0 ||

@@ -943,7 +943,8 @@ int runTrain(MLIRContext &context) {
     // on the mesh; otherwise the update runs once on whole tensors.
     rule.rankLocal = partitioned && !pipelined;
     if (rule.rankLocal && plan->zero_stage() >= 3)
-      rule.storedOver = {"dp", "cp", "ulysses"};
+      for (const std::string &axis : weft::zeroGroupAxes())
+        rule.storedOver.push_back(axis);
     pm.addPass(weft::createWeftBuildOptimizer(rule));
     // (A stored block's gather, cut to the gradient's block, is no
     // collective at all.)

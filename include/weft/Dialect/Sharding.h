@@ -103,6 +103,13 @@ llvm::SmallVector<int64_t> localShape(llvm::ArrayRef<int64_t> shape,
                                       const TensorSharding &sharding,
                                       const MeshInfo &mesh);
 
+/// The mesh axes of the data-parallel group that ZeRO shards over (the
+/// ranks that hold one weight shard and reduce its gradient): dp, cp and
+/// ulysses, as the cost model's dataParallelShard.
+inline llvm::SmallVector<std::string, 4> zeroGroupAxes() {
+  return {"dp", "cp", "ulysses"};
+}
+
 /// ZeRO-3's storage of a weight of global `shape` laid out as `sharding`:
 /// the axes among `axes` (in mesh order, of size > 1, not already splitting
 /// it) that its first dimension is further split over, so that each rank
