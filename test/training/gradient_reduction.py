@@ -234,12 +234,20 @@ def check_pipeline(weft, model, work, plan, extra):
 
 
 def run(weft, model, work, tag, plan, g, extra):
+    args = ["--steps", str(STEPS), "--lr", str(at.LR), "--weight-decay", str(at.WD),
+            "--optimizer", "sgd", "--grad-accum", str(g)] + extra
+    if plan:
+        args += ["--plan-spec", plan]
+    return train_and_read(weft, model, work, tag, args)
+
+
+def train_and_read(weft, model, work, tag, args):
+    """Runs `weft train` on work/tokens.npy with `args`, logging and saving under
+    work/ck-TAG; returns the losses of every step, the final weights by name and
+    weft's stderr. Raises RuntimeError if it fails."""
     out = os.path.join(work, "ck-" + tag)
     cmd = [weft, "train", model, "--data", os.path.join(work, "tokens.npy"),
-           "--steps", str(STEPS), "--lr", str(at.LR), "--weight-decay", str(at.WD),
-           "--optimizer", "sgd", "--grad-accum", str(g), "--log", out + ".csv", "--save", out] + extra
-    if plan:
-        cmd += ["--plan-spec", plan]
+           "--log", out + ".csv", "--save", out] + args
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), proc.stderr[-2000:]))

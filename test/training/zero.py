@@ -75,24 +75,15 @@ def signature_entries(signature, results):
 
 
 def train(weft, model, work, tag, plan, recompute, extra):
-    out = os.path.join(work, "ck-" + tag)
-    cmd = [weft, "train", model, "--data", os.path.join(work, "tokens.npy"),
-           "--steps", str(STEPS), "--lr", str(at.SGD_LR), "--weight-decay", str(at.WD),
-           "--optimizer", "sgd", "--momentum", str(at.SGD_MOMENTUM),
-           "--clip-grad", str(CLIP), "--grad-accum", str(ACCUM), "--recompute", recompute,
-           "--log", out + ".csv", "--save", out] + extra
+    args = ["--steps", str(STEPS), "--lr", str(at.SGD_LR), "--weight-decay", str(at.WD),
+            "--optimizer", "sgd", "--momentum", str(at.SGD_MOMENTUM),
+            "--clip-grad", str(CLIP), "--grad-accum", str(ACCUM), "--recompute",
+            recompute] + extra
+    dump = os.path.join(work, "ck-" + tag + ".mlir")
     if plan:
-        cmd += ["--plan-spec", plan, "--dump-partitioned", out + ".mlir"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), proc.stderr[-2000:]))
-    losses = [float(line.split(",")[1]) for line in open(out + ".csv").read().split("\n")[1:]
-              if line]
-    step_dir = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
-    manifest = json.load(open(os.path.join(step_dir, "manifest.json")))
-    weights = {e["name"]: np.load(os.path.join(step_dir, e["value"]))
-               for e in manifest["parameters"]}
-    return losses, weights, proc.stderr, out + ".mlir"
+        args += ["--plan-spec", plan, "--dump-partitioned", dump]
+    losses, weights, stderr = gr.train_and_read(weft, model, work, tag, args)
+    return losses, weights, stderr, dump
 
 
 def evaluate(weft, model, plan):
