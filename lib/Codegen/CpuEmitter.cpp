@@ -36,6 +36,15 @@ using namespace weft::codegen;
 
 namespace {
 
+/// A parameter that a training program holds and updates: its index among
+/// the program's parameters, the block of it each rank holds (the optimizer
+/// step's layout), and the file with its first value.
+struct HeldParameter {
+  int index = 0;
+  TensorSharding held;
+  std::string file;
+};
+
 class Emitter {
 public:
   Emitter(llvm::raw_ostream &os, StringRef weightsDir, StringRef externalDir)
@@ -43,8 +52,12 @@ public:
 
   /// Emits `func` as `std::vector<HostTensor> NAME(RankContext &, inputs)`.
   /// Weight files are numbered across the functions one emitter writes.
+  /// With `held`, the function also takes `params`, the blocks of the held
+  /// parameters the rank holds: a held parameter is read from there (where
+  /// the function cuts it to that block), not from a file.
   LogicalResult emitFunction(func::FuncOp func,
-                             StringRef functionName = "rankProgram");
+                             StringRef functionName = "rankProgram",
+                             llvm::StringMap<HeldParameter> *held = nullptr);
 
 private:
   std::string name(Value v) {
@@ -61,6 +74,11 @@ private:
   }
   LogicalResult emitWeight(Operation *op);
   LogicalResult emitOp(Operation *op);
+  /// For each held parameter `param` of `body`: the ops that cut it to the
+  /// block the rank holds (the parameter and its all_slices), into
+  /// `skipped`, and the value they compute, into `fromParams`.
+  LogicalResult findHeldBlocks(Block &body,
+                               llvm::StringMap<HeldParameter> &held);
   /// True if `op` reads `v` last (and once): the tensor can move into the op
   /// or be freed after it.
   bool diesAt(Value v, Operation *op) const {
@@ -82,6 +100,8 @@ private:
   /// return. A tensor is freed after its last reader, so that a program
   /// holds only what is still to be read (the interpreter's rule too).
   llvm::DenseMap<Value, Operation *> lastUse;
+  llvm::SmallPtrSet<Operation *, 16> skipped;
+  llvm::DenseMap<Operation *, std::pair<Value, int>> fromParams;
   int counter = 0;
   int weights = 0;
 };
@@ -392,13 +412,63 @@ LogicalResult Emitter::emitOp(Operation *op) {
       });
 }
 
-LogicalResult Emitter::emitFunction(func::FuncOp func, StringRef functionName) {
+LogicalResult Emitter::findHeldBlocks(Block &body,
+                                      llvm::StringMap<HeldParameter> &held) {
+  for (Operation &op : body) {
+    auto param = dyn_cast<ParameterOp>(op);
+    auto found = param ? held.find(param.getName()) : held.end();
+    if (found == held.end())
+      continue;
+    HeldParameter &heldParam = found->second;
+    // Follow the all_slices that are the only user of what they cut, until
+    // the block is the one the rank holds.
+    Value value = param.getResult();
+    TensorSharding layout =
+        TensorSharding::replicated(param.getType().getRank());
+    llvm::SmallVector<Operation *> chain{param};
+    while (layout.dims != heldParam.held.dims && value.hasOneUse()) {
+      auto slice = dyn_cast<AllSliceOp>(*value.getUsers().begin());
+      if (!slice || slice.getZigzag() || slice->getBlock() != &body)
+        break;
+      for (Attribute axis : slice.getAxes())
+        layout.dims[size_t(slice.getDim())].push_back(
+            cast<StringAttr>(axis).getValue().str());
+      chain.push_back(slice);
+      value = slice.getResult();
+    }
+    if (layout.dims != heldParam.held.dims) {
+      TensorSharding held = heldParam.held;
+      held.partial.clear();
+      return param.emitError("weft compile --train: the step reads parameter '")
+             << param.getName() << "' as " << layout.str()
+             << ", but each rank holds it as " << held.str()
+             << " (the optimizer step's layout); the program would have to "
+                "gather it";
+    }
+    if (heldParam.file.empty()) {
+      FailureOr<std::string> file =
+          writeWeight(param, weightsDir, externalDir, weights);
+      if (failed(file))
+        return failure();
+      heldParam.file = *file;
+    }
+    skipped.insert(chain.begin(), chain.end());
+    fromParams[param] = {value, heldParam.index};
+  }
+  return success();
+}
+
+LogicalResult Emitter::emitFunction(func::FuncOp func, StringRef functionName,
+                                    llvm::StringMap<HeldParameter> *held) {
   names.clear();
   shardFiles.clear();
   lastUse.clear();
+  skipped.clear();
+  fromParams.clear();
   counter = 0;
   os << "std::vector<HostTensor> " << functionName
-     << "(RankContext &ctx, const std::vector<HostTensor> &inputs) {\n";
+     << "(RankContext &ctx, const std::vector<HostTensor> &inputs"
+     << (held ? ",\n    const std::vector<HostTensor> &params" : "") << ") {\n";
   for (auto [i, arg] : llvm::enumerate(func.getArguments()))
     os << "  HostTensor " << name(arg) << " = asType(inputs[" << i << "], "
        << dtypeName(cast<RankedTensorType>(arg.getType()).getElementType())
@@ -409,7 +479,17 @@ LogicalResult Emitter::emitFunction(func::FuncOp func, StringRef functionName) {
       for (Value operand : inner->getOperands())
         lastUse[operand] = &op;
     });
+  if (held && failed(findHeldBlocks(body, *held)))
+    return failure();
   for (Operation &op : body) {
+    if (skipped.count(&op)) {
+      // A held parameter, as the rank holds it.
+      auto from = fromParams.find(&op);
+      if (from != fromParams.end())
+        os << "  HostTensor " << name(from->second.first) << " = params["
+           << from->second.second << "];\n";
+      continue;
+    }
     if (failed(emitOp(&op)))
       return failure();
     if (op.hasTrait<mlir::OpTrait::IsTerminator>())
@@ -492,6 +572,8 @@ static std::string pipelineLiteral(ModuleOp module, const PipelineInfo &info) {
   return text;
 }
 
+static LogicalResult writeCMakeProject(ModuleOp module, StringRef outDir);
+
 LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
                                    StringRef origin, StringRef externalDir) {
   FailureOr<std::optional<PipelineInfo>> pipeline = readPipeline(module);
@@ -561,6 +643,11 @@ LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
   }
   if (failed(writeFile(module, outDir, "program.cpp", program)))
     return failure();
+  return writeCMakeProject(module, outDir);
+}
+
+/// The CMake project that builds program.cpp against the installed runtime.
+static LogicalResult writeCMakeProject(ModuleOp module, StringRef outDir) {
   return writeFile(
       module, outDir, "CMakeLists.txt",
       "# Generated by `weft compile`: the rank program against the "
@@ -572,4 +659,214 @@ LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
       "find_package(WeftRuntime REQUIRED)\n"
       "add_executable(program program.cpp)\n"
       "target_link_libraries(program PRIVATE Weft::WeftRuntime)\n");
+}
+
+//===----------------------------------------------------------------------===//
+// Training programs
+//===----------------------------------------------------------------------===//
+
+static std::pair<std::string, std::string> slotOf(DictionaryAttr slot) {
+  auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
+  auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
+  return {role ? role.getValue().str() : "",
+          parameter ? parameter.getValue().str() : ""};
+}
+
+static TensorSharding localShardingOf(DictionaryAttr attrs, Type type) {
+  auto attr =
+      attrs ? attrs.getAs<ShardingAttr>(WeftDialect::getLocalShardingAttrName())
+            : ShardingAttr();
+  return attr ? fromAttr(attr)
+              : TensorSharding::replicated(
+                    cast<RankedTensorType>(type).getRank());
+}
+
+LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
+                                           StringRef origin,
+                                           StringRef externalDir,
+                                           const TrainingProgramDefaults &d) {
+  // The optimizer step, the training step, and the step's gradient
+  // reduction (if any).
+  func::FuncOp optimizer, step, reduce;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (func->hasAttr(WeftDialect::getOptimizerAttrName()))
+      optimizer = func;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func == optimizer || func.isExternal())
+      continue;
+    if (auto ref = func->getAttrOfType<FlatSymbolRefAttr>(
+            WeftDialect::getGradientReductionAttrName()))
+      reduce = module.lookupSymbol<func::FuncOp>(ref);
+    if (!step)
+      step = func;
+  }
+  if (!optimizer || !step)
+    return module.emitError("weft compile --train needs a training step and "
+                            "its optimizer step (-weft-differentiate, "
+                            "-weft-build-optimizer)");
+  if (reduce == step)
+    return step.emitError("the step names itself as its gradient reduction");
+  for (func::FuncOp func : {step, reduce, optimizer})
+    if (func && (failed(checkProgramFunction(func)) ||
+                 failed(checkWeights(func, externalDir))))
+      return failure();
+  // The trained parameters, in the optimizer step's order, and where the
+  // step returns each one's gradient.
+  llvm::StringMap<HeldParameter> held;
+  std::vector<std::string> order;
+  for (unsigned i = 0; i < optimizer.getNumArguments(); ++i) {
+    auto [role, parameter] = slotOf(optimizer.getArgAttrOfType<DictionaryAttr>(
+        i, WeftDialect::getOptimizerSlotAttrName()));
+    if (role != "param" || held.count(parameter))
+      continue;
+    HeldParameter &p = held[parameter];
+    p.index = int(order.size());
+    p.held = localShardingOf(optimizer.getArgAttrDict(i),
+                             optimizer.getArgumentTypes()[i]);
+    order.push_back(parameter);
+  }
+  std::vector<int> gradientOf(order.size(), -1);
+  std::vector<int> partial;
+  for (unsigned r = 0; r < step.getNumResults(); ++r) {
+    if (auto name = step.getResultAttrOfType<StringAttr>(
+            r, WeftDialect::getGradientOfAttrName()))
+      if (auto it = held.find(name.getValue()); it != held.end())
+        gradientOf[size_t(it->second.index)] = int(r);
+    if (localShardingOf(step.getResultAttrDict(r), step.getResultTypes()[r])
+            .partial.size())
+      partial.push_back(int(r));
+  }
+  for (auto [k, name] : llvm::enumerate(order))
+    if (gradientOf[k] < 0)
+      return optimizer.emitError("the optimizer step updates '")
+             << name << "', whose gradient the training step does not return";
+  if (!partial.empty() &&
+      (!reduce || reduce.getNumArguments() != partial.size()))
+    return step.emitError("the step returns ")
+           << partial.size()
+           << " partial gradients but names no function that reduces them "
+              "all (weft.gradient_reduction)";
+  if (step.getNumArguments() < 2)
+    return step.emitError("a training step takes the token ids and the "
+                          "labels");
+
+  FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
+  if (failed(weightsDir))
+    return failure();
+  std::string body;
+  llvm::raw_string_ostream os(body);
+  Emitter emitter(os, *weightsDir, externalDir);
+  if (failed(emitter.emitFunction(step, "trainingStep", &held)) ||
+      (reduce && failed(emitter.emitFunction(reduce, "reduceGradients"))) ||
+      failed(emitter.emitFunction(optimizer, "optimizerStep")))
+    return failure();
+  for (const std::string &name : order)
+    if (held[name].file.empty())
+      return step.emitError("the training step never reads parameter '")
+             << name << "'";
+
+  auto slots = [&](bool results) {
+    std::string text = "{";
+    unsigned n =
+        results ? optimizer.getNumResults() : optimizer.getNumArguments();
+    for (unsigned i = 0; i < n; ++i) {
+      auto [role, parameter] =
+          slotOf(results ? optimizer.getResultAttrOfType<DictionaryAttr>(
+                               i, WeftDialect::getOptimizerSlotAttrName())
+                         : optimizer.getArgAttrOfType<DictionaryAttr>(
+                               i, WeftDialect::getOptimizerSlotAttrName()));
+      auto it = held.find(parameter);
+      text += std::string(i ? ", " : "") + "OptimizerSlot{" + quoted(role) +
+              ", " + std::to_string(it == held.end() ? -1 : it->second.index) +
+              "}";
+    }
+    return text + "}";
+  };
+  auto number = [](double value) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << llvm::format("%.17g", value);
+    return text;
+  };
+  std::string program;
+  llvm::raw_string_ostream out(program);
+  out << "// Generated by `weft compile --train` from " << commentText(origin)
+      << ": the training step, its gradient reduction and the optimizer "
+         "step every rank runs.\n"
+      << "// Build with the CMakeLists.txt next to it; run as\n"
+      << "//   program [--steps N] [--grad-accum N] [--lr X] [--min-lr X] "
+         "[--warmup N]\n"
+      << "//           WEIGHTS_DIR OUTPUT_DIR TOKENS\n"
+      << "// alone (ranks as threads) or under mpirun (one process per "
+         "rank).\n"
+      << "#include \"weft/runtime/CpuKernels.h\"\n"
+      << "#include \"weft/runtime/Program.h\"\n"
+      << "#include \"weft/runtime/Training.h\"\n\n"
+      << "#include <optional>\n#include <string>\n#include <vector>\n\n"
+      << "using namespace weft::rt;\n\nnamespace {\n\n"
+      << body << "\n"
+      << "TrainingProgram makeProgram() {\n"
+      << "  TrainingProgram p;\n"
+      << "  p.mesh = " << meshLiteral(module, step) << ";\n"
+      << "  p.step = trainingStep;\n"
+      << "  p.stepInputs = " << layoutsLiteral(step, false) << ";\n"
+      << "  p.stepInputTypes = " << inputTypesLiteral(step) << ";\n";
+  if (reduce) {
+    out << "  p.reduce = reduceGradients;\n  p.partial = {";
+    for (auto [i, o] : llvm::enumerate(partial))
+      out << (i ? ", " : "") << o;
+    out << "};\n";
+  }
+  out << "  p.everyMicroBatch = "
+      << (step->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName())
+              ? "true"
+              : "false")
+      << ";\n"
+      << "  p.optimizer = optimizerStep;\n"
+      << "  p.optimizerArguments = " << slots(false) << ";\n"
+      << "  p.optimizerResults = " << slots(true) << ";\n"
+      << "  p.optimizerArgumentTypes = " << inputTypesLiteral(optimizer)
+      << ";\n";
+  for (size_t k = 0; k < order.size(); ++k) {
+    const std::string &name = order[k];
+    const HeldParameter &p = held[name];
+    Type type;
+    step.walk([&](ParameterOp param) {
+      if (param.getName() == name)
+        type = param.getType();
+    });
+    out << "  p.parameters.push_back(TrainedParameter{" << quoted(name) << ", "
+        << quoted(p.file) << ", "
+        << ints(cast<RankedTensorType>(type).getShape()) << ", "
+        << layoutLiteral(p.held) << ", " << gradientOf[k] << "});\n";
+  }
+  // The token windows' [batch, seq]: the step's first argument (a rank's
+  // block) times the mesh axes it is split over.
+  auto ids = cast<RankedTensorType>(step.getArgumentTypes().front());
+  TensorSharding idsLayout =
+      localShardingOf(step.getArgAttrDict(0), step.getArgumentTypes()[0]);
+  std::optional<MeshInfo> mesh = getMeshInfo(module);
+  auto whole = [&](unsigned dim) {
+    int64_t size = ids.getDimSize(dim);
+    if (mesh && dim < idsLayout.dims.size())
+      size *= mesh->product(idsLayout.dims[dim]);
+    return size;
+  };
+  out << "  p.constants = OptimizerConstants{" << number(d.weightDecay) << ", "
+      << number(d.beta1) << ", " << number(d.beta2) << "};\n"
+      << "  p.batch = " << whole(0) << ";\n"
+      << "  p.seq = " << whole(1) << ";\n"
+      << "  p.masks = " << step.getNumArguments() - 2 << ";\n"
+      << "  // The run it was compiled for (the command line may change "
+         "these).\n"
+      << "  p.steps = " << d.steps << ";\n"
+      << "  p.gradAccum = " << d.gradAccum << ";\n"
+      << "  p.schedule = LrSchedule{" << number(d.lr) << ", " << number(d.minLr)
+      << ", " << d.warmup << ", " << d.steps << "};\n"
+      << "  return p;\n}\n\n} // namespace\n\n"
+      << "int main(int argc, char **argv) {\n"
+      << "  return trainingProgramMain(argc, argv, makeProgram());\n}\n";
+  if (failed(writeFile(module, outDir, "program.cpp", program)))
+    return failure();
+  return writeCMakeProject(module, outDir);
 }

@@ -156,12 +156,12 @@ LogicalResult codegen::checkProgramFunction(func::FuncOp func) {
   return success();
 }
 
-static std::string layoutLiteral(const TensorSharding &sharding) {
+std::string codegen::layoutLiteral(const TensorSharding &sharding) {
   std::string text = "Layout{";
   for (size_t d = 0; d < sharding.dims.size(); ++d) {
     text += d ? ", {" : "{";
     for (size_t i = 0; i < sharding.dims[d].size(); ++i)
-      text += (i ? ", " : "") + codegen::quoted(sharding.dims[d][i]);
+      text += (i ? ", " : "") + quoted(sharding.dims[d][i]);
     text += "}";
   }
   return text + "}";

@@ -50,6 +50,8 @@ mlir::LogicalResult checkProgramFunction(mlir::func::FuncOp func);
 /// arguments ("{Layout{...}, ...}") and results.
 std::string meshLiteral(mlir::ModuleOp module, mlir::func::FuncOp func);
 std::string layoutsLiteral(mlir::func::FuncOp func, bool results);
+/// "Layout{{\"tp\"}, {}}": one tensor's layout.
+std::string layoutLiteral(const TensorSharding &sharding);
 /// The arguments' element types and block shapes:
 /// "{TensorType{DType::I64, {1, 8}}, ...}".
 std::string inputTypesLiteral(mlir::func::FuncOp func);

@@ -16,6 +16,7 @@
 #include "weft/runtime/FileWrite.h"
 #include "weft/runtime/Profile.h"
 #include "weft/runtime/Program.h"
+#include "weft/runtime/Training.h"
 
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
@@ -441,37 +442,22 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
   // loss, and the gradients: partial ones on the rank), then reduces the
   // partial sums once; or, with weft.reduce_every_micro_batch (ZeRO-2),
   // reduces each micro-batch's and sums the reduced blocks.
-  const bool everyMicroBatch =
-      reduce && func->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName());
-  rt::RankBody body = [&](rt::RankContext &ctx) {
-    auto reduceOn = [&](std::vector<HostTensor> &results) {
-      if (!reduce || partial.empty())
-        return;
-      std::vector<HostTensor> in;
-      for (int o : partial)
-        in.push_back(std::move(results[size_t(o)]));
-      std::vector<HostTensor> out = interpretOnRank(reduce, in, base, ctx);
-      for (auto [k, o] : llvm::enumerate(partial))
-        results[size_t(o)] = std::move(out[k]);
+  rt::RankTrainingStep onRank;
+  onRank.step = [&](rt::RankContext &ctx, const std::vector<HostTensor> &in) {
+    return interpretOnRank(func, in, base, ctx);
+  };
+  onRank.inputs = inputLayouts;
+  if (reduce)
+    onRank.reduce = [&](rt::RankContext &ctx,
+                        const std::vector<HostTensor> &in) {
+      return interpretOnRank(reduce, in, base, ctx);
     };
-    std::vector<HostTensor> sums;
-    for (const std::vector<HostTensor> &micro : microBatches) {
-      std::vector<HostTensor> mine;
-      for (size_t i = 0; i < micro.size(); ++i)
-        mine.push_back(
-            rt::scatterBlock(micro[i], inputLayouts[i], ctx.mesh, ctx.rank));
-      std::vector<HostTensor> out = interpretOnRank(func, mine, base, ctx);
-      if (everyMicroBatch)
-        reduceOn(out);
-      if (sums.empty()) {
-        sums = std::move(out);
-        continue;
-      }
-      for (size_t o = 0; o < out.size(); ++o)
-        rt::accumulateInto(sums[o], out[o]);
-    }
-    if (!everyMicroBatch)
-      reduceOn(sums);
+  onRank.partial = partial;
+  onRank.everyMicroBatch =
+      func->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName());
+  rt::RankBody body = [&](rt::RankContext &ctx) {
+    std::vector<HostTensor> sums =
+        rt::runTrainingStepOnRank(ctx, onRank, microBatches);
     if (optimizer) {
       std::vector<HostTensor> in;
       for (size_t i = 0; i < optimizerIn.size(); ++i) {
@@ -802,6 +788,19 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   auto onnxOptions = importOptions(request.options);
   if (!onnxOptions)
     return onnxOptions.takeError();
+  const bool training = bool(request.buildTrainingStep);
+  if (training && target != "cpu")
+    return llvm::createStringError(
+        "weft compile --train emits CPU programs: the CUDA training program "
+        "is not built yet (give --target cpu)");
+  if (training && request.plan.pp() > 1)
+    return llvm::createStringError(
+        "weft compile --train with pp > 1: a pipelined training program is "
+        "not compiled yet (weft train runs the plan on simulated devices)");
+  if (training && request.options.dtype != "f32")
+    return llvm::createStringError(
+        "weft compile --train trains in f32: --dtype " + request.options.dtype +
+        " is not supported for training");
   // Pipeline stages run one micro-batch at a time: with m > 1 the model is
   // imported at --batch-size over m; the program takes whole batches.
   const bool pipelined = request.plan.pp() > 1 && target == "cpu";
@@ -822,9 +821,13 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   if (!loaded)
     return loaded.takeError();
   OwningOpRef<ModuleOp> module = std::move(*loaded);
-  if (llvm::Error error =
-          partitionModule(context, *module, request.plan, pipelined))
+  if (training) {
+    if (llvm::Error error = request.buildTrainingStep(context, *module))
+      return error;
+  } else if (llvm::Error error =
+                 partitionModule(context, *module, request.plan, pipelined)) {
     return error;
+  }
   {
     // What the target runs as kernels (what the planner costs), then what
     // its emitter needs.
@@ -877,6 +880,12 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
        << " generated elementwise kernels for " << stats.fusedOps << " ops; "
        << stats.epilogues << " GEMM epilogues (bias, GELU); "
        << stats.collectives << " collectives on the communication stream\n";
+  } else if (training) {
+    if (failed(emitCpuTrainingProgram(*module, outputPath, origin, externalDir,
+                                      request.training)))
+      return emitFailed();
+    os << "wrote " << outputPath << "/program.cpp (the training step), "
+       << "CMakeLists.txt, weights/\n";
   } else {
     if (failed(emitCpuProgram(*module, outputPath, origin, externalDir)))
       return emitFailed();

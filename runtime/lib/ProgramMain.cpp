@@ -353,9 +353,10 @@ int runPipelineAsProcess(const PipelineProgram &program,
   return 0;
 }
 
-/// The launcher's world, checked against the program's ranks; nullopt (and
-/// the exit code in `exitCode`) if it does not fit.
-std::optional<LaunchInfo> launchFor(const Mesh &mesh, int *exitCode) {
+} // namespace
+
+std::optional<LaunchInfo> weft::rt::programLaunch(const Mesh &mesh,
+                                                  int *exitCode) {
   absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
   if (!launch.ok()) {
     std::cerr << "error: " << launch.status().message() << "\n";
@@ -372,8 +373,6 @@ std::optional<LaunchInfo> launchFor(const Mesh &mesh, int *exitCode) {
   return *launch;
 }
 
-} // namespace
-
 int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
                          const std::vector<Layout> &inputs,
                          const std::vector<Layout> &outputs,
@@ -381,7 +380,7 @@ int weft::rt::runProgram(int argc, char **argv, const Mesh &mesh,
                          const std::vector<TensorType> &inputTypes) {
   int exitCode = 0;
   Profiler::get().enableFromEnvironment();
-  std::optional<LaunchInfo> launch = launchFor(mesh, &exitCode);
+  std::optional<LaunchInfo> launch = programLaunch(mesh, &exitCode);
   if (!launch)
     return exitCode;
   bool processes = launch->worldSize > 1;
@@ -433,7 +432,7 @@ int weft::rt::pipelineProgramMain(int argc, char **argv,
                                   const PipelineProgram &program) {
   int exitCode = 0;
   Profiler::get().enableFromEnvironment();
-  std::optional<LaunchInfo> launch = launchFor(program.mesh, &exitCode);
+  std::optional<LaunchInfo> launch = programLaunch(program.mesh, &exitCode);
   if (!launch)
     return exitCode;
   const size_t inputCount = program.numInputs();

@@ -26,6 +26,7 @@
 #include "weft/Pipelines/Pipelines.h"
 #include "weft/Plan/Plan.h"
 #include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/Training.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -53,6 +54,8 @@ using namespace mlir;
 namespace cl = llvm::cl;
 using weft::rt::HostTensor;
 
+llvm::cl::SubCommand &compileSubCommand();
+
 static cl::SubCommand trainCommand(
     "train", "Train a model on simulated devices under a plan, from a token "
              "file");
@@ -79,54 +82,67 @@ static cl::opt<int64_t> seqLen("seq-len",
                                         ".mlir module's own)"),
                                cl::init(8), cl::sub(trainCommand));
 static cl::opt<int64_t> steps("steps", cl::desc("Optimizer steps to run"),
-                              cl::init(20), cl::sub(trainCommand));
+                              cl::init(20), cl::sub(trainCommand),
+                              cl::sub(compileSubCommand()));
 static cl::opt<int64_t>
     gradAccum("grad-accum",
               cl::desc("Micro-batches whose gradients one step averages"),
-              cl::init(1), cl::sub(trainCommand));
+              cl::init(1), cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<std::string> optimizer("optimizer",
                                       cl::desc("adamw (default) or sgd"),
-                                      cl::init("adamw"), cl::sub(trainCommand));
+                                      cl::init("adamw"), cl::sub(trainCommand),
+                                      cl::sub(compileSubCommand()));
 static cl::opt<double> learningRate("lr", cl::desc("Peak learning rate"),
-                                    cl::init(1e-3), cl::sub(trainCommand));
+                                    cl::init(1e-3), cl::sub(trainCommand),
+                                    cl::sub(compileSubCommand()));
 static cl::opt<double> minLr("min-lr",
                              cl::desc("Learning rate at the end of the cosine "
                                       "decay (default: the peak, no decay)"),
-                             cl::init(-1), cl::sub(trainCommand));
+                             cl::init(-1), cl::sub(trainCommand),
+                             cl::sub(compileSubCommand()));
 static cl::opt<int64_t> warmup("warmup", cl::desc("Steps of linear warm-up"),
-                               cl::init(0), cl::sub(trainCommand));
+                               cl::init(0), cl::sub(trainCommand),
+                               cl::sub(compileSubCommand()));
 static cl::opt<double> weightDecay("weight-decay",
                                    cl::desc("AdamW's decoupled weight decay; "
                                             "SGD's L2 term"),
-                                   cl::init(0.01), cl::sub(trainCommand));
+                                   cl::init(0.01), cl::sub(trainCommand),
+                                   cl::sub(compileSubCommand()));
 static cl::opt<double> beta1("beta1", cl::init(0.9), cl::sub(trainCommand),
+                             cl::sub(compileSubCommand()),
                              cl::desc("AdamW's first-moment decay"));
 static cl::opt<double> beta2("beta2", cl::init(0.999), cl::sub(trainCommand),
+                             cl::sub(compileSubCommand()),
                              cl::desc("AdamW's second-moment decay"));
 static cl::opt<double> adamEps("eps", cl::init(1e-8), cl::sub(trainCommand),
+                               cl::sub(compileSubCommand()),
                                cl::desc("AdamW's epsilon"));
 static cl::opt<double> momentum("momentum", cl::init(0.9),
                                 cl::sub(trainCommand),
+                                cl::sub(compileSubCommand()),
                                 cl::desc("SGD's momentum"));
 static cl::opt<double>
     clipGrad("clip-grad",
              cl::desc("Scale gradients whose global L2 norm exceeds this "
                       "(0: no clipping)"),
-             cl::init(0), cl::sub(trainCommand));
-static cl::opt<int64_t> ignoreIndex(
-    "ignore-index", cl::desc("A label that counts no loss (PyTorch: -100)"),
-    cl::init(std::numeric_limits<int64_t>::min()), cl::sub(trainCommand));
+             cl::init(0), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<int64_t>
+    ignoreIndex("ignore-index",
+                cl::desc("A label that counts no loss (PyTorch: -100)"),
+                cl::init(std::numeric_limits<int64_t>::min()),
+                cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<std::string>
     freeze("freeze",
            cl::desc("Parameters whose names match this regex are not trained "
                     "(buffers that ONNX stores as initializers: rotary "
                     "tables)"),
-           cl::sub(trainCommand));
+           cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<std::string>
     recompute("recompute",
               cl::desc("What backward recomputes of each layer: full "
                        "(default), selective (the attention core) or none"),
-              cl::init("full"), cl::sub(trainCommand));
+              cl::init("full"), cl::sub(trainCommand),
+              cl::sub(compileSubCommand()));
 static cl::opt<std::string> planSpec("plan-spec",
                                      cl::desc("dp=2,tp=2,sp=1,ulysses=2"),
                                      cl::sub(trainCommand));
@@ -178,83 +194,6 @@ static int trainError(const llvm::Twine &message) {
 }
 
 //===----------------------------------------------------------------------===//
-// Tokens
-//===----------------------------------------------------------------------===//
-
-/// Reads a token file: .npy of u16/u32/i32/i64, or raw little-endian words.
-static bool readTokens(llvm::StringRef path, std::vector<int64_t> &tokens,
-                       std::string &error) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false);
-  if (!buffer) {
-    error = "cannot read " + path.str() + ": " + buffer.getError().message();
-    return false;
-  }
-  llvm::StringRef bytes = (*buffer)->getBuffer();
-  std::string type = dataDtype;
-  if (path.ends_with(".npy")) {
-    if (!bytes.starts_with("\x93NUMPY") || bytes.size() < 10) {
-      error = path.str() + ": not a .npy file";
-      return false;
-    }
-    unsigned major = uint8_t(bytes[6]);
-    size_t headerLen = major == 1 ? uint8_t(bytes[8]) | (uint8_t(bytes[9]) << 8)
-                       : bytes.size() >= 12
-                           ? uint32_t(uint8_t(bytes[8])) |
-                                 (uint32_t(uint8_t(bytes[9])) << 8) |
-                                 (uint32_t(uint8_t(bytes[10])) << 16) |
-                                 (uint32_t(uint8_t(bytes[11])) << 24)
-                           : 0;
-    size_t start = (major == 1 ? 10 : 12) + headerLen;
-    if (start > bytes.size()) {
-      error = path.str() + ": truncated .npy header";
-      return false;
-    }
-    llvm::StringRef header = bytes.substr(major == 1 ? 10 : 12, headerLen);
-    static const std::pair<const char *, const char *> descrs[] = {
-        {"<u2", "u16"}, {"<u4", "u32"}, {"<i4", "i32"}, {"<i8", "i64"}};
-    type.clear();
-    for (auto [descr, name] : descrs)
-      if (header.contains(descr))
-        type = name;
-    if (type.empty() || header.contains("'fortran_order': True")) {
-      error = path.str() + ": tokens must be a C-order .npy of uint16, "
-                           "uint32, int32 or int64";
-      return false;
-    }
-    bytes = bytes.drop_front(start);
-  }
-  size_t width = type == "u16"                    ? 2
-                 : type == "u32" || type == "i32" ? 4
-                 : type == "i64"                  ? 8
-                                                  : 0;
-  if (!width) {
-    error = "--data-dtype " + type + ": expected u16, u32, i32 or i64";
-    return false;
-  }
-  if (bytes.size() % width) {
-    error = path.str() + ": " + std::to_string(bytes.size()) +
-            " bytes is not a whole number of " + type + " tokens";
-    return false;
-  }
-  tokens.resize(bytes.size() / width);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const char *p = bytes.data() + i * width;
-    if (width == 2) {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      tokens[i] = v;
-    } else if (width == 4) {
-      uint32_t v;
-      std::memcpy(&v, p, 4);
-      tokens[i] = type == "i32" ? int64_t(int32_t(v)) : int64_t(v);
-    } else {
-      std::memcpy(&tokens[i], p, 8);
-    }
-  }
-  return true;
-}
-
-//===----------------------------------------------------------------------===//
 // The optimizer (torch.optim's update rules, single-tensor form)
 //===----------------------------------------------------------------------===//
 
@@ -266,15 +205,13 @@ struct ParamState {
 };
 
 static double scheduledLr(int64_t step) {
-  double peak = learningRate;
-  double floor = minLr < 0 ? peak : double(minLr);
-  if (warmup > 0 && step < warmup)
-    return peak * double(step + 1) / double(warmup);
-  int64_t decay = std::max<int64_t>(steps - warmup, 1);
-  double progress = std::min(1.0, double(step - warmup) / double(decay));
-  return floor + 0.5 * (peak - floor) * (1 + std::cos(M_PI * progress));
+  weft::rt::LrSchedule schedule;
+  schedule.peak = learningRate;
+  schedule.floor = minLr;
+  schedule.warmup = warmup;
+  schedule.steps = steps;
+  return schedule.at(step);
 }
-
 static std::pair<llvm::StringRef, llvm::StringRef> slotOf(DictionaryAttr slot) {
   auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
   auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
@@ -298,23 +235,19 @@ optimizerInputs(func::FuncOp step, const std::vector<ParamState> &params,
     tensor.floats[0] = float(value);
     return tensor;
   };
+  weft::rt::OptimizerConstants constants;
+  constants.weightDecay = weightDecay;
+  constants.beta1 = beta1;
+  constants.beta2 = beta2;
   std::vector<HostTensor> inputs;
   gradientOf.clear();
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     auto [role, parameter] = slotOf(step.getArgAttrOfType<DictionaryAttr>(
         i, weft::WeftDialect::getOptimizerSlotAttrName()));
     gradientOf.push_back(-1);
-    if (role == "grad_divisor")
-      inputs.push_back(scalar(double(windows)));
-    else if (role == "decay_factor")
-      inputs.push_back(scalar(1.0 - lr * weightDecay));
-    else if (role == "step_size")
-      inputs.push_back(scalar(lr / (1 - std::pow(double(beta1), double(t)))));
-    else if (role == "bias_correction2_sqrt")
-      inputs.push_back(
-          scalar(std::sqrt(1 - std::pow(double(beta2), double(t)))));
-    else if (role == "lr")
-      inputs.push_back(scalar(lr));
+    if (std::optional<float> value =
+            weft::rt::optimizerScalar(role.str(), constants, lr, t, windows))
+      inputs.push_back(scalar(*value));
     else if (index.count(parameter)) {
       unsigned k = index.lookup(parameter);
       const ParamState &p = params[k];
@@ -695,6 +628,129 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
 }
 
 //===----------------------------------------------------------------------===//
+// The training step and the optimizer step as IR (weft train and
+// weft compile --train build them alike)
+//===----------------------------------------------------------------------===//
+
+/// The loss, then (with pp > 1) the stages, the backward, and the pipeline's
+/// schedule.
+/// `type` gets the model's function type with the loss (its inputs: the
+/// model's, then the labels).
+static LogicalResult buildTrainingStep(MLIRContext &context, ModuleOp module,
+                                       const weft::plan::Plan &plan,
+                                       FunctionType &type) {
+  const bool pipelined = plan.pp() > 1;
+  {
+    PassManager pm(&context);
+    weft::WeftAppendLossOptions loss;
+    loss.reduction = "mean";
+    loss.ignoreIndex = ignoreIndex;
+    pm.addPass(weft::createWeftAppendLoss(loss));
+    pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  func::FuncOp func;
+  for (auto candidate : module.getOps<func::FuncOp>())
+    if (!func && !candidate.isExternal())
+      func = candidate;
+  if (!func)
+    return module.emitError("the model has no function to train");
+  type = func.getFunctionType();
+  PassManager pm(&context);
+  if (pipelined) {
+    weft::WeftSplitStagesOptions split;
+    split.stages = plan.pp();
+    split.chunks = std::max(1, plan.virtual_stages());
+    for (int32_t layers : plan.stage_layers())
+      split.stageLayers +=
+          (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
+    pm.addPass(weft::createWeftSplitStages(split));
+  }
+  weft::WeftDifferentiateOptions differentiate;
+  differentiate.recompute = recompute;
+  pm.addPass(weft::createWeftDifferentiate(differentiate));
+  if (pipelined) {
+    weft::WeftSchedulePipelineOptions schedule;
+    schedule.schedule = weft::scheduleName(plan.schedule());
+    schedule.microBatches = std::max(1, plan.num_micro_batches());
+    pm.addPass(weft::createWeftSchedulePipeline(schedule));
+  }
+  return pm.run(module);
+}
+
+/// Why the model's inputs (`type`) are not what a training step feeds: token
+/// ids first, other integer inputs (attention masks) all ones, the labels
+/// last, each [batch, seq]. Empty if they are.
+static std::string checkTrainingInputs(FunctionType type, int64_t batch,
+                                       int64_t seq) {
+  for (unsigned i = 0; i < type.getNumInputs(); ++i) {
+    auto input = dyn_cast<RankedTensorType>(type.getInput(i));
+    if (!input || !input.getElementType().isInteger() || input.getRank() != 2 ||
+        input.getDimSize(0) != batch || input.getDimSize(1) != seq)
+      return "the model's input #" + std::to_string(i) +
+             " is not [batch, seq] integers (token ids, attention mask): "
+             "training feeds token windows of [" +
+             std::to_string(batch) + ", " + std::to_string(seq) +
+             "] (import the model with these shapes, or give --batch-size "
+             "and --seq-len)";
+  }
+  return "";
+}
+
+/// The step partitioned under `plan` (when `partitioned`), its gradient
+/// reduction, and the optimizer step: each rank's on its blocks when
+/// partitioned without pipeline stages, else one on whole tensors.
+static LogicalResult buildPartitionedStep(MLIRContext &context, ModuleOp module,
+                                          const weft::plan::Plan &plan,
+                                          bool partitioned) {
+  const bool pipelined = plan.pp() > 1;
+  if (partitioned) {
+    PassManager pm(&context);
+    // ZeRO: the gradients are reduce-scattered and each rank updates its
+    // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
+    weft::buildPartitionPipeline(pm, weft::applyPlanOptions(plan),
+                                 plan.compress(),
+                                 pipelined ? 0 : plan.zero_stage());
+    // Each stage's forward, backward and weight-gradient steps apart, and
+    // their data-parallel gradient reductions once per step.
+    if (pipelined) {
+      pm.addPass(weft::createWeftSplitBackward());
+      pm.addPass(weft::createWeftDeferGradientReduction());
+      pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
+    }
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  // The optimizer step, as IR: run once per step on the summed gradients.
+  {
+    PassManager pm(&context);
+    weft::WeftBuildOptimizerOptions rule;
+    rule.optimizer = optimizer;
+    rule.weightDecay = weightDecay;
+    rule.beta1 = beta1;
+    rule.beta2 = beta2;
+    rule.eps = adamEps;
+    rule.momentum = momentum;
+    rule.maxGradNorm = clipGrad;
+    rule.freeze = freeze;
+    // Partitioned (without pipeline stages), each rank updates its blocks
+    // on the mesh; otherwise the update runs once on whole tensors.
+    rule.rankLocal = partitioned && !pipelined;
+    if (rule.rankLocal && plan.zero_stage() >= 3)
+      for (const std::string &axis : weft::zeroGroupAxes())
+        rule.storedOver.push_back(axis);
+    pm.addPass(weft::createWeftBuildOptimizer(rule));
+    // (A stored block's gather, cut to the gradient's block, is no
+    // collective at all.)
+    pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // The command
 //===----------------------------------------------------------------------===//
 
@@ -776,10 +832,12 @@ int runTrain(MLIRContext &context) {
   if (!tracePath.empty() && plan->pp() <= 1)
     return trainError("--trace records a pipeline's steps: give a plan with "
                       "pp > 1");
-  std::vector<int64_t> tokens;
+  absl::StatusOr<std::vector<int64_t>> read =
+      weft::rt::readTokenFile(dataPath, dataDtype);
+  if (!read.ok())
+    return trainError(std::string(read.status().message()));
+  std::vector<int64_t> tokens = std::move(*read);
   std::string error;
-  if (!readTokens(dataPath, tokens, error))
-    return trainError(error);
   OwningOpRef<ModuleOp> module = loadModel(context);
   if (!module)
     return 1;
@@ -807,60 +865,14 @@ int runTrain(MLIRContext &context) {
   // The training step as IR: the loss, then (with pp > 1) the stages, the
   // backward, and the pipeline's schedule.
   const bool pipelined = plan->pp() > 1;
-  {
-    PassManager pm(&context);
-    weft::WeftAppendLossOptions loss;
-    loss.reduction = "mean";
-    loss.ignoreIndex = ignoreIndex;
-    pm.addPass(weft::createWeftAppendLoss(loss));
-    pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
-    if (failed(pm.run(*module)))
-      return 1;
-  }
-  func::FuncOp func;
-  for (auto candidate : module->getOps<func::FuncOp>())
-    if (!func && !candidate.isExternal())
-      func = candidate;
-  FunctionType type = func.getFunctionType();
-  {
-    PassManager pm(&context);
-    if (pipelined) {
-      weft::WeftSplitStagesOptions split;
-      split.stages = plan->pp();
-      split.chunks = std::max(1, plan->virtual_stages());
-      for (int32_t layers : plan->stage_layers())
-        split.stageLayers +=
-            (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
-      pm.addPass(weft::createWeftSplitStages(split));
-    }
-    weft::WeftDifferentiateOptions differentiate;
-    differentiate.recompute = recompute;
-    pm.addPass(weft::createWeftDifferentiate(differentiate));
-    if (pipelined) {
-      weft::WeftSchedulePipelineOptions schedule;
-      schedule.schedule = weft::scheduleName(plan->schedule());
-      schedule.microBatches = std::max(1, plan->num_micro_batches());
-      pm.addPass(weft::createWeftSchedulePipeline(schedule));
-    }
-    if (failed(pm.run(*module)))
-      return 1;
-  }
+  FunctionType type;
+  if (failed(buildTrainingStep(context, *module, *plan, type)))
+    return 1;
   // The step's function (split into stages' functions with pp > 1).
-  func = pipelined ? func::FuncOp() : *module->getOps<func::FuncOp>().begin();
-  // Inputs: token ids first, other integer inputs (attention masks) all
-  // ones, the labels last.
-  for (unsigned i = 0; i < type.getNumInputs(); ++i) {
-    auto input = cast<RankedTensorType>(type.getInput(i));
-    if (!input.getElementType().isInteger() || input.getRank() != 2 ||
-        input.getDimSize(0) != batch || input.getDimSize(1) != seqLen)
-      return trainError(
-          "the model's input #" + std::to_string(i) +
-          " is not [batch, seq] integers (token ids, attention mask): weft "
-          "train feeds token windows of [" +
-          std::to_string(batch) + ", " + std::to_string(seqLen) +
-          "] (import the model with these shapes, or give --batch-size and "
-          "--seq-len)");
-  }
+  func::FuncOp func =
+      pipelined ? func::FuncOp() : *module->getOps<func::FuncOp>().begin();
+  if (std::string why = checkTrainingInputs(type, batch, seqLen); !why.empty())
+    return trainError(why);
   // The trained parameters and their first values.
   weft::InterpreterOptions options;
   // Top-k's error feedback: what each rank's gradient all-reduce did not
@@ -910,48 +922,8 @@ int runTrain(MLIRContext &context) {
   bool partitioned = plan->dp() > 1 || plan->tp() > 1 || plan->ulysses() > 1 ||
                      weft::uses3dTensorParallel(*plan) || plan->cp() > 1 ||
                      plan->sequence_parallel() || devices > 1 || pipelined;
-  if (partitioned) {
-    PassManager pm(&context);
-    // ZeRO: the gradients are reduce-scattered and each rank updates its
-    // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
-    weft::buildPartitionPipeline(pm, weft::applyPlanOptions(*plan),
-                                 plan->compress(),
-                                 pipelined ? 0 : plan->zero_stage());
-    // Each stage's forward, backward and weight-gradient steps apart, and
-    // their data-parallel gradient reductions once per step.
-    if (pipelined) {
-      pm.addPass(weft::createWeftSplitBackward());
-      pm.addPass(weft::createWeftDeferGradientReduction());
-      pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
-    }
-    if (failed(pm.run(*module)))
-      return 1;
-  }
-  // The optimizer step, as IR: run once per step on the summed gradients.
-  {
-    PassManager pm(&context);
-    weft::WeftBuildOptimizerOptions rule;
-    rule.optimizer = optimizer;
-    rule.weightDecay = weightDecay;
-    rule.beta1 = beta1;
-    rule.beta2 = beta2;
-    rule.eps = adamEps;
-    rule.momentum = momentum;
-    rule.maxGradNorm = clipGrad;
-    rule.freeze = freeze;
-    // Partitioned (without pipeline stages), each rank updates its blocks
-    // on the mesh; otherwise the update runs once on whole tensors.
-    rule.rankLocal = partitioned && !pipelined;
-    if (rule.rankLocal && plan->zero_stage() >= 3)
-      for (const std::string &axis : weft::zeroGroupAxes())
-        rule.storedOver.push_back(axis);
-    pm.addPass(weft::createWeftBuildOptimizer(rule));
-    // (A stored block's gather, cut to the gradient's block, is no
-    // collective at all.)
-    pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
-    if (failed(pm.run(*module)))
-      return 1;
-  }
+  if (failed(buildPartitionedStep(context, *module, *plan, partitioned)))
+    return 1;
   func::FuncOp optimizerStep;
   for (auto candidate : module->getOps<func::FuncOp>())
     if (candidate->hasAttr(weft::WeftDialect::getOptimizerAttrName()))
@@ -1024,7 +996,6 @@ int runTrain(MLIRContext &context) {
       gradientOf.push_back(int(index.lookup(name)));
     pipeline = std::move(*program);
   }
-  int64_t positions = int64_t(tokens.size()) - window + 1;
   auto begin = std::chrono::steady_clock::now();
   int64_t tokensSeen = 0;
   for (int64_t step = start; step < steps; ++step) {
@@ -1037,24 +1008,8 @@ int runTrain(MLIRContext &context) {
     // Consecutive windows through the file, wrapping around: one per
     // micro-batch, `count` of them from window `first`.
     auto windowInputs = [&](int64_t first, int64_t count) {
-      HostTensor ids(weft::rt::DType::I64, {count * batch, seqLen});
-      HostTensor labels(weft::rt::DType::I64, {count * batch, seqLen});
-      HostTensor ones(weft::rt::DType::I64, {count * batch, seqLen});
-      for (int64_t w = 0; w < count; ++w) {
-        int64_t offset = ((first + w) * batch * seqLen) % positions;
-        for (int64_t i = 0; i < batch * seqLen; ++i) {
-          int64_t at = (offset + i) % int64_t(tokens.size());
-          int64_t to = w * batch * seqLen + i;
-          ids.ints[to] = tokens[at];
-          labels.ints[to] = tokens[(at + 1) % int64_t(tokens.size())];
-          ones.ints[to] = 1;
-        }
-      }
-      std::vector<HostTensor> inputs{ids};
-      for (unsigned i = 1; i + 1 < type.getNumInputs(); ++i)
-        inputs.push_back(ones);
-      inputs.push_back(labels);
-      return inputs;
+      return weft::rt::tokenWindows(tokens, batch, seqLen, first, count,
+                                    int(type.getNumInputs()) - 2);
     };
     if (pipeline) {
       // One pipeline step runs the m micro-batches of the schedule.
@@ -1194,4 +1149,62 @@ int runTrain(MLIRContext &context) {
     }
   }
   return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// weft compile --train
+//===----------------------------------------------------------------------===//
+
+/// Whether `plan` splits anything over devices (else one rank runs the
+/// unpartitioned step).
+static bool partitions(const weft::plan::Plan &plan) {
+  return plan.dp() > 1 || plan.tp() > 1 || plan.ulysses() > 1 ||
+         weft::uses3dTensorParallel(plan) || plan.cp() > 1 ||
+         plan.sequence_parallel() || plan.pp() > 1;
+}
+
+llvm::Expected<weft::driver::CompileOutcome>
+compileTrainingProgram(MLIRContext &context,
+                       const weft::driver::CompileRequest &given) {
+  if (optimizer != "adamw" && optimizer != "sgd")
+    return llvm::createStringError("--optimizer " + optimizer +
+                                   ": expected adamw or sgd");
+  if (steps <= 0 || gradAccum <= 0)
+    return llvm::createStringError("--steps and --grad-accum must be positive");
+  if (std::string why; !freeze.empty() && !llvm::Regex(freeze).isValid(why))
+    return llvm::createStringError("--freeze: " + why);
+  if (given.plan.zero_stage() > 0 && given.plan.pp() > 1)
+    return llvm::createStringError(
+        "zero with pp > 1: a pipeline's optimizer state is not sharded yet");
+  weft::driver::CompileRequest request = given;
+  request.training.steps = steps;
+  request.training.gradAccum = gradAccum;
+  request.training.warmup = warmup;
+  request.training.lr = learningRate;
+  request.training.minLr = minLr;
+  request.training.weightDecay = weightDecay;
+  request.training.beta1 = beta1;
+  request.training.beta2 = beta2;
+  weft::plan::Plan plan = given.plan;
+  request.buildTrainingStep = [plan](MLIRContext &ctx,
+                                     ModuleOp module) -> llvm::Error {
+    FunctionType type;
+    if (failed(buildTrainingStep(ctx, module, plan, type)))
+      return weft::driver::diagnosed("building the training step failed");
+    auto ids = type.getNumInputs()
+                   ? dyn_cast<RankedTensorType>(type.getInput(0))
+                   : RankedTensorType();
+    if (!ids || ids.getRank() != 2 || !ids.hasStaticShape())
+      return llvm::createStringError(
+          "the model's first input is not [batch, seq] token ids with a "
+          "static shape: give --batch-size and --seq-len");
+    if (std::string why =
+            checkTrainingInputs(type, ids.getDimSize(0), ids.getDimSize(1));
+        !why.empty())
+      return llvm::createStringError(why);
+    if (failed(buildPartitionedStep(ctx, module, plan, partitions(plan))))
+      return weft::driver::diagnosed("partitioning the training step failed");
+    return llvm::Error::success();
+  };
+  return weft::driver::compileModel(context, request);
 }

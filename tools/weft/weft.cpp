@@ -66,9 +66,21 @@ static cl::SubCommand &importCommand = importSubCommand();
 
 static cl::SubCommand runCommand("run", "Run a model on the CPU");
 
-static cl::SubCommand compileCommand(
-    "compile", "Partition a model under a plan and emit the rank program as "
-               "C++ with a CMake project");
+/// Shared with TrainCommand.cpp, whose optimizer options `compile --train`
+/// takes too.
+cl::SubCommand &compileSubCommand() {
+  static cl::SubCommand command(
+      "compile", "Partition a model under a plan and emit the rank program "
+                 "as C++ with a CMake project");
+  return command;
+}
+static cl::SubCommand &compileCommand = compileSubCommand();
+static cl::opt<bool> compileTraining(
+    "train",
+    cl::desc("Emit the training step instead of the forward program: loss, "
+             "backward, gradient reduction and the optimizer step on every "
+             "rank, with weft train's optimizer options (CPU target)"),
+    cl::sub(compileCommand));
 
 static cl::opt<std::string>
     modelPath(cl::Positional, cl::Optional,
@@ -520,6 +532,10 @@ static int runModel(MLIRContext &context) {
   return 0;
 }
 
+llvm::Expected<weft::driver::CompileOutcome>
+compileTrainingProgram(MLIRContext &context,
+                       const weft::driver::CompileRequest &request);
+
 static int runCompile(MLIRContext &context) {
   // The target and -o are checked by the driver.
   if (planFile.empty() && planSpec.empty())
@@ -541,7 +557,8 @@ static int runCompile(MLIRContext &context) {
   request.dumpPartitioned = dumpPartitioned;
   request.dumpEmitted = dumpEmitted;
   llvm::Expected<weft::driver::CompileOutcome> outcome =
-      weft::driver::compileModel(context, request);
+      compileTraining ? compileTrainingProgram(context, request)
+                      : weft::driver::compileModel(context, request);
   if (!outcome)
     return fail(outcome.takeError());
   llvm::outs() << outcome->summary;

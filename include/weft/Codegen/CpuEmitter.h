@@ -24,6 +24,29 @@ mlir::LogicalResult emitCpuProgram(mlir::ModuleOp module,
                                    llvm::StringRef origin,
                                    llvm::StringRef externalDir = ".");
 
+/// The run a training program was compiled for: what the optimizer step's
+/// scalar arguments need (weight decay, betas), and the defaults of its
+/// command line.
+struct TrainingProgramDefaults {
+  int64_t steps = 1, gradAccum = 1, warmup = 0;
+  double lr = 1e-3, minLr = -1;
+  double weightDecay = 0, beta1 = 0.9, beta2 = 0.999;
+};
+
+/// Writes the training program of a module that holds a training step
+/// (-weft-differentiate, partitioned or not; its gradient reduction) and its
+/// optimizer step (-weft-build-optimizer), layers inlined, into `outDir` as
+/// `emitCpuProgram` does: `program.cpp` runs the three functions on every
+/// rank over `weft/runtime/Training.h`'s `trainingProgramMain`. Each rank
+/// holds its block of every trained parameter (the optimizer step's layout);
+/// a step that reads a parameter in any other layout is refused at the
+/// parameter.
+mlir::LogicalResult emitCpuTrainingProgram(mlir::ModuleOp module,
+                                           llvm::StringRef outDir,
+                                           llvm::StringRef origin,
+                                           llvm::StringRef externalDir,
+                                           const TrainingProgramDefaults &d);
+
 } // namespace weft
 
 #endif // WEFT_CODEGEN_CPUEMITTER_H

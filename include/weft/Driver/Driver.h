@@ -15,6 +15,7 @@
 #ifndef WEFT_DRIVER_DRIVER_H
 #define WEFT_DRIVER_DRIVER_H
 
+#include "weft/Codegen/CpuEmitter.h"
 #include "weft/Dialect/Pipeline.h"
 #include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/CostModel.h"
@@ -401,6 +402,13 @@ struct CompileRequest {
   bool build = false;
   std::string runtimePrefix;
   std::string dumpPartitioned, dumpEmitted;
+  /// A training program (weft compile --train): builds the training step,
+  /// its gradient reduction and its optimizer step in the imported module,
+  /// in place of partitioning it for a forward program.
+  std::function<llvm::Error(mlir::MLIRContext &, mlir::ModuleOp)>
+      buildTrainingStep;
+  /// The training program's defaults and optimizer constants.
+  weft::TrainingProgramDefaults training;
 };
 
 struct CompileOutcome {

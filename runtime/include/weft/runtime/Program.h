@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,11 @@ private:
   int myRank = 0, size = 1;
   std::chrono::milliseconds timeout{0};
 };
+
+/// The launcher's world (torchrun, Open MPI, Slurm, or none), checked
+/// against the program's ranks; nullopt (with the error printed and the exit
+/// code in `exitCode`) if it does not fit.
+std::optional<LaunchInfo> programLaunch(const Mesh &mesh, int *exitCode);
 
 /// One rank per process: every rank's output blocks and bytes sent, gathered
 /// over `comm` to the global outputs (on every rank). Throws on failure.

@@ -1,0 +1,158 @@
+//===- Training.h - A training step on a rank, and its host side -*- C++
+//-*-===//
+//
+// Part of the Weft project.
+//
+// What `weft train` and the programs `weft compile --train` generates share:
+// the token file and the windows cut from it, the learning-rate schedule,
+// the optimizer step's scalar arguments, and one rank's training step (its
+// micro-batches, their sum, and the deferred gradient reduction). The
+// functions a rank runs are given: interpreted by `weft train`, compiled in
+// a generated program.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_RUNTIME_TRAINING_H
+#define WEFT_RUNTIME_TRAINING_H
+
+#include "weft/runtime/Program.h"
+
+#include "absl/status/statusor.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace weft::rt {
+
+/// Reads a token file: a C-order .npy of uint16, uint32, int32 or int64, or
+/// raw little-endian words of `rawType` (u16, u32, i32 or i64).
+absl::StatusOr<std::vector<int64_t>>
+readTokenFile(const std::string &path, const std::string &rawType = "u16");
+
+/// The inputs of `count` micro-batches of [batch, seq] token windows from
+/// window `first` on, consecutive through the file and wrapping around: the
+/// token ids, then `masks` all-ones inputs (attention masks), then the
+/// labels (each id's next token), each [count * batch, seq] of i64.
+std::vector<HostTensor> tokenWindows(const std::vector<int64_t> &tokens,
+                                     int64_t batch, int64_t seq, int64_t first,
+                                     int64_t count, int masks);
+
+/// Linear warm-up to `peak` over `warmup` steps, then a cosine decay to
+/// `floor` (the peak when negative) at step `steps`.
+struct LrSchedule {
+  double peak = 1e-3;
+  double floor = -1;
+  int64_t warmup = 0;
+  int64_t steps = 1;
+  /// The learning rate of step `step` (0-based).
+  double at(int64_t step) const;
+};
+
+/// The rule's constants the optimizer step's scalar arguments need.
+struct OptimizerConstants {
+  double weightDecay = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+};
+
+/// The value of the optimizer step's scalar argument with slot `role`
+/// (-weft-build-optimizer's weft.optimizer_slot) at step `t` (1-based) with
+/// learning rate `lr`, on gradients summed over `windows` micro-batches:
+/// what torch.optim computes in Python. Nullopt for a tensor role (param,
+/// grad, exp_avg, exp_avg_sq, momentum_buffer).
+std::optional<float> optimizerScalar(const std::string &role,
+                                     const OptimizerConstants &constants,
+                                     double lr, int64_t t, int64_t windows);
+
+/// The functions of one training step on a rank: the step itself
+/// (-weft-differentiate, partitioned), and the function that reduces the
+/// gradients it returns as partial sums (-weft-defer-gradient-reduction):
+/// the results at `partial`, in that order.
+struct RankTrainingStep {
+  RankFunction step;
+  /// Where each of the step's arguments sits on the mesh: each micro-batch's
+  /// whole inputs are cut by these.
+  std::vector<Layout> inputs;
+  RankFunction reduce; ///< empty when nothing is reduced after the step
+  std::vector<int> partial;
+  /// ZeRO-2 and 3 (weft.reduce_every_micro_batch): reduce each micro-batch's
+  /// gradients and sum the reduced blocks, instead of reducing the sum once.
+  bool everyMicroBatch = false;
+};
+
+/// Runs `step` on this rank's block of each micro-batch's inputs and sums
+/// the results (the loss, and the gradients), reducing the partial ones as
+/// the step says. Throws std::runtime_error on failure.
+std::vector<HostTensor>
+runTrainingStepOnRank(RankContext &ctx, const RankTrainingStep &step,
+                      const std::vector<std::vector<HostTensor>> &microBatches);
+
+//===----------------------------------------------------------------------===//
+// A generated training program
+//===----------------------------------------------------------------------===//
+
+/// A generated step: the inputs, and the blocks of the trained parameters
+/// the rank holds.
+using TrainingStepFunction = std::function<std::vector<HostTensor>(
+    RankContext &, const std::vector<HostTensor> &inputs,
+    const std::vector<HostTensor> &parameters)>;
+
+/// One argument or result of the optimizer step: its weft.optimizer_slot
+/// role and the trained parameter it belongs to (-1 for a scalar).
+struct OptimizerSlot {
+  std::string role;
+  int parameter = -1;
+};
+
+/// A trained parameter: its first value (a file next to the program, whole),
+/// the block of it a rank holds (the optimizer step's layout), and the step's
+/// result that is its gradient.
+struct TrainedParameter {
+  std::string name;
+  std::string file;
+  Shape shape;
+  Layout layout;
+  int gradient = -1;
+};
+
+/// What `weft compile --train` generates: the three functions and how they
+/// fit, and the defaults of the run it was compiled for.
+struct TrainingProgram {
+  Mesh mesh;
+  TrainingStepFunction step;
+  std::vector<Layout> stepInputs;
+  std::vector<TensorType> stepInputTypes;
+  RankFunction reduce;
+  std::vector<int> partial;
+  bool everyMicroBatch = false;
+  RankFunction optimizer;
+  std::vector<OptimizerSlot> optimizerArguments, optimizerResults;
+  /// The optimizer step's arguments as each rank holds them (its state
+  /// starts as zeros of these).
+  std::vector<TensorType> optimizerArgumentTypes;
+  std::vector<TrainedParameter> parameters;
+  OptimizerConstants constants;
+  int64_t batch = 1, seq = 1;
+  /// The step's inputs between the token ids and the labels.
+  int masks = 0;
+  /// Defaults, which the command line may change.
+  int64_t steps = 1, gradAccum = 1;
+  LrSchedule schedule;
+};
+
+/// The `main` of a generated training program:
+///   program [--steps N] [--grad-accum N] [--lr X] [--min-lr X] [--warmup N]
+///           [--data-dtype T] [--collective-timeout S]
+///           WEIGHTS_DIR OUTPUT_DIR TOKENS
+/// Each rank holds its blocks of the parameters and of the optimizer state,
+/// and runs the steps: the micro-batches, the gradient reduction, the
+/// optimizer step. Rank 0 prints a line per step (as `weft train` does);
+/// at the end OUTPUT_DIR gets each trained parameter whole
+/// (`param-<i>.npy`, their names in `parameters.txt`). Alone, the ranks are
+/// threads; under mpirun, srun or torchrun, one process each.
+int trainingProgramMain(int argc, char **argv, const TrainingProgram &program);
+
+} // namespace weft::rt
+
+#endif // WEFT_RUNTIME_TRAINING_H

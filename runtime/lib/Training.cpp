@@ -1,0 +1,492 @@
+//===- Training.cpp - A training step on a rank, and its host side --------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/Training.h"
+
+#include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/FileWrite.h"
+#include "weft/runtime/NpyFile.h"
+#include "weft/runtime/Pipeline.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <sstream>
+
+using namespace weft::rt;
+
+//===----------------------------------------------------------------------===//
+// Tokens
+//===----------------------------------------------------------------------===//
+
+absl::StatusOr<std::vector<int64_t>>
+weft::rt::readTokenFile(const std::string &path, const std::string &rawType) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  std::string type = rawType;
+  size_t start = 0;
+  auto endsWith = [](const std::string &s, const std::string &suffix) {
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (endsWith(path, ".npy")) {
+    if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
+      return absl::InvalidArgumentError(path + ": not a .npy file");
+    unsigned major = uint8_t(bytes[6]);
+    size_t headerLen = major == 1 ? uint8_t(bytes[8]) | (uint8_t(bytes[9]) << 8)
+                       : bytes.size() >= 12
+                           ? uint32_t(uint8_t(bytes[8])) |
+                                 (uint32_t(uint8_t(bytes[9])) << 8) |
+                                 (uint32_t(uint8_t(bytes[10])) << 16) |
+                                 (uint32_t(uint8_t(bytes[11])) << 24)
+                           : 0;
+    size_t headerStart = major == 1 ? 10 : 12;
+    start = headerStart + headerLen;
+    if (start > bytes.size())
+      return absl::InvalidArgumentError(path + ": truncated .npy header");
+    std::string header = bytes.substr(headerStart, headerLen);
+    static const std::pair<const char *, const char *> descrs[] = {
+        {"<u2", "u16"}, {"<u4", "u32"}, {"<i4", "i32"}, {"<i8", "i64"}};
+    type.clear();
+    for (auto [descr, name] : descrs)
+      if (header.find(descr) != std::string::npos)
+        type = name;
+    if (type.empty() ||
+        header.find("'fortran_order': True") != std::string::npos)
+      return absl::InvalidArgumentError(
+          path + ": tokens must be a C-order .npy of uint16, uint32, int32 "
+                 "or int64");
+  }
+  size_t width = type == "u16"                    ? 2
+                 : type == "u32" || type == "i32" ? 4
+                 : type == "i64"                  ? 8
+                                                  : 0;
+  if (!width)
+    return absl::InvalidArgumentError("--data-dtype " + type +
+                                      ": expected u16, u32, i32 or i64");
+  size_t size = bytes.size() - start;
+  if (size % width)
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", size, " bytes is not a whole number of ", type, " tokens"));
+  std::vector<int64_t> tokens(size / width);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const char *p = bytes.data() + start + i * width;
+    if (width == 2) {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      tokens[i] = v;
+    } else if (width == 4) {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      tokens[i] = type == "i32" ? int64_t(int32_t(v)) : int64_t(v);
+    } else {
+      std::memcpy(&tokens[i], p, 8);
+    }
+  }
+  return tokens;
+}
+
+std::vector<HostTensor>
+weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
+                       int64_t seq, int64_t first, int64_t count, int masks) {
+  const int64_t size = int64_t(tokens.size());
+  const int64_t positions = size - (batch * seq + 1) + 1;
+  HostTensor ids(DType::I64, {count * batch, seq});
+  HostTensor labels(DType::I64, {count * batch, seq});
+  HostTensor ones(DType::I64, {count * batch, seq});
+  for (int64_t w = 0; w < count; ++w) {
+    int64_t offset = ((first + w) * batch * seq) % positions;
+    for (int64_t i = 0; i < batch * seq; ++i) {
+      int64_t at = (offset + i) % size;
+      int64_t to = w * batch * seq + i;
+      ids.ints[to] = tokens[size_t(at)];
+      labels.ints[to] = tokens[size_t((at + 1) % size)];
+      ones.ints[to] = 1;
+    }
+  }
+  std::vector<HostTensor> inputs{std::move(ids)};
+  for (int i = 0; i < masks; ++i)
+    inputs.push_back(ones);
+  inputs.push_back(std::move(labels));
+  return inputs;
+}
+
+//===----------------------------------------------------------------------===//
+// The learning rate and the optimizer's scalars
+//===----------------------------------------------------------------------===//
+
+double LrSchedule::at(int64_t step) const {
+  double bottom = floor < 0 ? peak : floor;
+  if (warmup > 0 && step < warmup)
+    return peak * double(step + 1) / double(warmup);
+  int64_t decay = std::max<int64_t>(steps - warmup, 1);
+  double progress = std::min(1.0, double(step - warmup) / double(decay));
+  return bottom + 0.5 * (peak - bottom) * (1 + std::cos(M_PI * progress));
+}
+
+std::optional<float>
+weft::rt::optimizerScalar(const std::string &role,
+                          const OptimizerConstants &constants, double lr,
+                          int64_t t, int64_t windows) {
+  if (role == "grad_divisor")
+    return float(double(windows));
+  if (role == "decay_factor")
+    return float(1.0 - lr * constants.weightDecay);
+  if (role == "step_size")
+    return float(lr / (1 - std::pow(constants.beta1, double(t))));
+  if (role == "bias_correction2_sqrt")
+    return float(std::sqrt(1 - std::pow(constants.beta2, double(t))));
+  if (role == "lr")
+    return float(lr);
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// One step on a rank
+//===----------------------------------------------------------------------===//
+
+std::vector<HostTensor> weft::rt::runTrainingStepOnRank(
+    RankContext &ctx, const RankTrainingStep &step,
+    const std::vector<std::vector<HostTensor>> &microBatches) {
+  auto reduceOn = [&](std::vector<HostTensor> &results) {
+    if (!step.reduce || step.partial.empty())
+      return;
+    std::vector<HostTensor> in;
+    for (int o : step.partial)
+      in.push_back(std::move(results[size_t(o)]));
+    std::vector<HostTensor> out = step.reduce(ctx, in);
+    for (size_t k = 0; k < step.partial.size(); ++k)
+      results[size_t(step.partial[k])] = std::move(out[k]);
+  };
+  const bool everyMicroBatch = step.reduce && step.everyMicroBatch;
+  std::vector<HostTensor> sums;
+  for (const std::vector<HostTensor> &micro : microBatches) {
+    if (micro.size() != step.inputs.size())
+      throw std::runtime_error(absl::StrCat("the training step takes ",
+                                            step.inputs.size(), " inputs, got ",
+                                            micro.size()));
+    std::vector<HostTensor> mine;
+    for (size_t i = 0; i < micro.size(); ++i)
+      mine.push_back(
+          scatterBlock(micro[i], step.inputs[i], ctx.mesh, ctx.rank));
+    std::vector<HostTensor> out = step.step(ctx, mine);
+    if (everyMicroBatch)
+      reduceOn(out);
+    if (sums.empty()) {
+      sums = std::move(out);
+      continue;
+    }
+    for (size_t o = 0; o < out.size(); ++o)
+      accumulateInto(sums[o], out[o]);
+  }
+  if (!everyMicroBatch)
+    reduceOn(sums);
+  return sums;
+}
+
+//===----------------------------------------------------------------------===//
+// The generated program's main
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct TrainingRun {
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  std::string weightsDir, outputDir, tokensPath, dataDtype = "u16";
+  int64_t steps = 1, gradAccum = 1;
+  LrSchedule schedule;
+  std::vector<int64_t> tokens;
+};
+
+/// Parses the command line over the program's defaults; prints the error and
+/// sets `exitCode` on failure.
+std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
+                                                  const TrainingProgram &p,
+                                                  int *exitCode) {
+  *exitCode = 2;
+  TrainingRun run;
+  run.steps = p.steps;
+  run.gradAccum = p.gradAccum;
+  run.schedule = p.schedule;
+  bool scheduleSteps = false;
+  auto usage = [&](const std::string &error) -> std::optional<TrainingRun> {
+    if (!error.empty())
+      std::cerr << "error: " << error << "\n";
+    std::cerr << "usage: " << argv[0]
+              << " [--steps N] [--grad-accum N] [--lr X] [--min-lr X] "
+                 "[--warmup N] [--data-dtype u16|u32|i32|i64] "
+                 "[--collective-timeout SECONDS] WEIGHTS_DIR OUTPUT_DIR "
+                 "TOKENS\n";
+    return std::nullopt;
+  };
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      positional.push_back(arg);
+      continue;
+    }
+    std::string name = arg, value;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return usage(arg + " needs a value");
+    }
+    double number = 0;
+    bool isNumber = absl::SimpleAtod(value, &number);
+    auto whole = [&](int64_t &into) {
+      if (!isNumber || !(number >= 1) || number != std::floor(number))
+        return false;
+      into = int64_t(number);
+      return true;
+    };
+    if (name == "--data-dtype") {
+      run.dataDtype = value;
+      continue;
+    }
+    bool ok = isNumber;
+    if (name == "--steps") {
+      ok = whole(run.steps);
+      scheduleSteps = true;
+    } else if (name == "--grad-accum") {
+      ok = whole(run.gradAccum);
+    } else if (name == "--lr") {
+      ok = ok && number > 0;
+      run.schedule.peak = number;
+    } else if (name == "--min-lr") {
+      run.schedule.floor = number;
+    } else if (name == "--warmup") {
+      ok = ok && number >= 0 && number == std::floor(number);
+      run.schedule.warmup = int64_t(number);
+    } else if (name == "--collective-timeout") {
+      ok = ok && number > 0;
+      run.timeout = std::chrono::milliseconds(int64_t(number * 1000));
+    } else {
+      return usage("unknown option '" + name + "'");
+    }
+    if (!ok)
+      return usage(name + ": '" + value + "' is not a valid value");
+  }
+  if (positional.size() != 3)
+    return usage("");
+  if (scheduleSteps)
+    run.schedule.steps = run.steps;
+  run.weightsDir = positional[0];
+  run.outputDir = positional[1];
+  run.tokensPath = positional[2];
+  *exitCode = 1;
+  absl::StatusOr<std::vector<int64_t>> tokens =
+      readTokenFile(run.tokensPath, run.dataDtype);
+  if (!tokens.ok()) {
+    std::cerr << "error: " << tokens.status().message() << "\n";
+    return std::nullopt;
+  }
+  int64_t window = p.batch * p.seq + 1;
+  if (int64_t(tokens->size()) < window) {
+    std::cerr << "error: " << run.tokensPath << " has " << tokens->size()
+              << " tokens; one micro-batch needs " << window << "\n";
+    return std::nullopt;
+  }
+  run.tokens = std::move(*tokens);
+  *exitCode = 0;
+  return run;
+}
+
+/// One rank's training: its blocks of the parameters and the optimizer
+/// state, and the steps. Returns the final blocks of the parameters.
+std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
+                                  const TrainingRun &run) {
+  std::vector<HostTensor> params;
+  for (const TrainedParameter &param : p.parameters)
+    params.push_back(scatterBlock(
+        asType(loadWeight(ctx, param.file, DType::F32, param.shape),
+               DType::F32),
+        param.layout, ctx.mesh, ctx.rank));
+  // The optimizer's state, by (role, parameter): zeros to begin with.
+  std::map<std::pair<std::string, int>, HostTensor> state;
+  for (size_t i = 0; i < p.optimizerArguments.size(); ++i) {
+    const OptimizerSlot &slot = p.optimizerArguments[i];
+    if (slot.parameter >= 0 && slot.role != "param" && slot.role != "grad")
+      state[{slot.role, slot.parameter}] =
+          HostTensor(DType::F32, p.optimizerArgumentTypes[i].shape);
+  }
+  RankTrainingStep step;
+  step.step = [&](RankContext &c, const std::vector<HostTensor> &inputs) {
+    return p.step(c, inputs, params);
+  };
+  step.inputs = p.stepInputs;
+  step.reduce = p.reduce;
+  step.partial = p.partial;
+  step.everyMicroBatch = p.everyMicroBatch;
+  const auto begin = std::chrono::steady_clock::now();
+  int64_t tokensSeen = 0;
+  for (int64_t s = 0; s < run.steps; ++s) {
+    const auto stepBegin = std::chrono::steady_clock::now();
+    std::vector<std::vector<HostTensor>> micro;
+    for (int64_t w = 0; w < run.gradAccum; ++w)
+      micro.push_back(tokenWindows(run.tokens, p.batch, p.seq,
+                                   s * run.gradAccum + w, 1, p.masks));
+    std::vector<HostTensor> sums = runTrainingStepOnRank(ctx, step, micro);
+    tokensSeen += run.gradAccum * p.batch * p.seq;
+    const double lr = run.schedule.at(s);
+    std::vector<HostTensor> in;
+    for (size_t i = 0; i < p.optimizerArguments.size(); ++i) {
+      const OptimizerSlot &slot = p.optimizerArguments[i];
+      if (std::optional<float> scalar = optimizerScalar(
+              slot.role, p.constants, lr, s + 1, run.gradAccum)) {
+        HostTensor tensor(DType::F32, {});
+        tensor.floats[0] = *scalar;
+        in.push_back(std::move(tensor));
+      } else if (slot.role == "grad") {
+        in.push_back(std::move(
+            sums[size_t(p.parameters[size_t(slot.parameter)].gradient)]));
+      } else if (slot.role == "param") {
+        in.push_back(params[size_t(slot.parameter)]);
+      } else {
+        in.push_back(state.at({slot.role, slot.parameter}));
+      }
+    }
+    std::vector<HostTensor> out = p.optimizer(ctx, in);
+    double norm = 0;
+    for (size_t r = 0; r < p.optimizerResults.size() && r < out.size(); ++r) {
+      const OptimizerSlot &slot = p.optimizerResults[r];
+      if (slot.role == "grad_norm")
+        norm = out[r].at(0);
+      else if (slot.role == "param")
+        params[size_t(slot.parameter)] = std::move(out[r]);
+      else
+        state[{slot.role, slot.parameter}] = std::move(out[r]);
+    }
+    double loss = sums[0].at(0) / double(run.gradAccum);
+    if (!std::isfinite(loss))
+      throw std::runtime_error(absl::StrCat(
+          "step ", s + 1, ": the loss is not finite (", loss, "); lower --lr"));
+    if (ctx.rank != 0)
+      continue;
+    auto now = std::chrono::steady_clock::now();
+    double seconds = std::chrono::duration<double>(now - begin).count();
+    double stepSeconds = std::chrono::duration<double>(now - stepBegin).count();
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "step %lld/%lld  loss %.6f  lr %.3e  grad_norm %.4f  "
+                  "tokens/s %.0f  eta %.0fs\n",
+                  (long long)(s + 1), (long long)run.steps, loss, lr, norm,
+                  double(tokensSeen) / std::max(seconds, 1e-9),
+                  stepSeconds * double(run.steps - s - 1));
+    std::cout << line << std::flush;
+  }
+  return params;
+}
+
+/// Rank 0's end: each parameter whole, and the bytes each rank sent.
+int writeTrainedParameters(const TrainingProgram &p, const std::string &dir,
+                           const std::vector<HostTensor> &whole,
+                           const std::vector<int64_t> &bytes) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "error: cannot create the output directory " << dir << ": "
+              << ec.message() << "\n";
+    return 1;
+  }
+  std::string names;
+  for (size_t k = 0; k < whole.size(); ++k) {
+    if (absl::Status status =
+            writeNpy(absl::StrCat(dir, "/param-", k, ".npy"), whole[k]);
+        !status.ok()) {
+      std::cerr << "error: " << status.message() << "\n";
+      return 1;
+    }
+    names += p.parameters[k].name + "\n";
+  }
+  if (absl::Status status = writeFileAtomically(dir + "/parameters.txt", names);
+      !status.ok()) {
+    std::cerr << "error: " << status.message() << "\n";
+    return 1;
+  }
+  std::cout << p.mesh.size() << " ranks; bytes sent per rank:";
+  for (int64_t b : bytes)
+    std::cout << ' ' << b;
+  std::cout << "\n";
+  return 0;
+}
+
+} // namespace
+
+int weft::rt::trainingProgramMain(int argc, char **argv,
+                                  const TrainingProgram &program) {
+  int exitCode = 0;
+  std::optional<LaunchInfo> launch = programLaunch(program.mesh, &exitCode);
+  if (!launch)
+    return exitCode;
+  std::optional<TrainingRun> run =
+      parseTrainingArguments(argc, argv, program, &exitCode);
+  if (!run)
+    return exitCode;
+  std::vector<Layout> layouts;
+  for (const TrainedParameter &param : program.parameters)
+    layouts.push_back(param.layout);
+  if (launch->worldSize <= 1) {
+    // Every rank a thread over the in-process communicator.
+    std::vector<int64_t> bytes;
+    auto results = runRanks(
+        [&](RankContext &ctx) { return trainRank(ctx, program, *run); },
+        program.mesh, run->weightsDir, &bytes, run->timeout);
+    if (!results.ok()) {
+      std::cerr << "error: " << results.status().message() << "\n";
+      return 1;
+    }
+    std::vector<HostTensor> whole;
+    for (size_t k = 0; k < layouts.size(); ++k) {
+      std::vector<HostTensor> blocks;
+      for (std::vector<HostTensor> &rank : *results)
+        blocks.push_back(std::move(rank[k]));
+      whole.push_back(gatherBlocks(blocks, layouts[k], program.mesh));
+    }
+    return writeTrainedParameters(program, run->outputDir, whole, bytes);
+  }
+  // One rank per process.
+  auto joined =
+      ProcessGroup::join(*launch, int(program.mesh.size()), run->timeout);
+  if (!joined.ok()) {
+    std::cerr << absl::StrCat("error: rank ", launch->rank, ": ",
+                              joined.status().message(), "\n");
+    return 1;
+  }
+  ProcessGroup &group = **joined;
+  ExchangeCommunicator &comm = group.communicator();
+  const int rank = group.rank();
+  try {
+    RankContext ctx{rank, program.mesh, &comm, run->weightsDir, run->timeout};
+    std::vector<HostTensor> blocks = trainRank(ctx, program, *run);
+    std::vector<int64_t> bytes;
+    std::vector<HostTensor> whole = gatherFromProcesses(
+        comm, rank, program.mesh, layouts, blocks, comm.bytesSent(rank), bytes);
+    if (rank == 0 &&
+        writeTrainedParameters(program, run->outputDir, whole, bytes) != 0)
+      group.abort("cannot write the trained parameters");
+  } catch (const std::exception &e) {
+    group.abort(e.what());
+  }
+  group.finish();
+  return 0;
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""`weft compile --train` programs against `weft train`.
+
+`weft compile --train` builds the training step with the passes `weft train`
+runs (the loss, -weft-differentiate, the partitioning, the deferred gradient
+reduction, ZeRO, -weft-build-optimizer) and emits the step, its gradient
+reduction and the optimizer step as C++ that every rank runs over the runtime
+(`weft/runtime/Training.h`): each rank holds its blocks of the parameters and
+of the optimizer state. For the committed GPT-2 and the GPT-2-, BERT- and
+LLaMA-style exports of test/models/export_models.py, under plans that combine
+dp with tp, Megatron SP, Ulysses, ring attention and ZeRO 1, 2 and 3, with
+AdamW and SGD (momentum, clipping) and --grad-accum 2, this test checks that
+the compiled program, run as threads (and for some pairs as MPI processes):
+
+- prints the losses, learning rates and gradient norms `weft train` prints for
+  the same flags, every step (the same text; the unpartitioned step's loss may
+  differ in its 6th decimal: weft train sums its micro-batches in double);
+- ends with the weights of `weft train`'s last checkpoint, identical;
+- sends, per rank, the bytes `weft train` reports for one step times the
+  steps (the compiled program runs the same collectives every step).
+
+Run by ctest as `training-compiled`.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import against_torch as at  # noqa: E402
+import gradient_reduction as gr  # noqa: E402
+
+STEPS = 3
+# (model label prefix, plan, optimizer arguments, run under mpirun too)
+PAIRS = [
+    ("gpt2-opset17", "dp=1", ["--optimizer", "adamw"], False),
+    ("gpt2-opset17", "tp=2", ["--optimizer", "sgd", "--clip-grad", "1.0"], False),
+    ("gpt2-opset17", "dp=2,tp=2,zero=1", ["--optimizer", "adamw"], True),
+    ("gpt2-opset17", "dp=2,tp=2,sp=true", ["--optimizer", "sgd", "--momentum", "0.5"], False),
+    ("gpt2-opset17", "dp=2,cp=2,zero=2", ["--optimizer", "adamw", "--recompute", "none"], False),
+    ("gpt2-opset17", "dp=2,ulysses=2,zero=3", ["--optimizer", "adamw"], True),
+    ("gpt2.onnx", "dp=2,tp=2,zero=3", ["--optimizer", "adamw", "--warmup", "2",
+                                       "--min-lr", "1e-4"], False),
+    ("bert.onnx", "dp=2,tp=2", ["--optimizer", "adamw"], False),
+    ("llama.onnx", "dp=2,tp=2,sp=true,zero=1", ["--optimizer", "sgd", "--clip-grad", "0.5"],
+     False),
+    ("llama.onnx", "ulysses=2,dp=2,zero=2", ["--optimizer", "adamw"], False),
+]
+
+LOSS = re.compile(r"^step (\d+)/\d+  loss (\S+)  lr (\S+)  grad_norm (\S+)", re.M)
+
+
+# mpirun refuses to start as root unless told (CI's containers run as root).
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def run(cmd, **kwargs):
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=MPI_ENV, **kwargs)
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed:\n%s%s" % (" ".join(cmd), proc.stdout[-1000:],
+                                                 proc.stderr[-2000:]))
+    return proc
+
+
+def check_pair(weft, prefix, model, extra, plan, optimizer, mpi, work, tag):
+    """Compiles, builds and runs one pair; returns the lines to print. Raises
+    AssertionError or RuntimeError on a mismatch or a failure."""
+    args = ["--plan-spec", plan, "--steps", str(STEPS), "--grad-accum", "2", "--lr", "0.01"]
+    args += optimizer + extra
+    losses, weights, stderr = gr.train_and_read(weft, model, work, tag, args)
+    step_bytes = [int(b) for b in re.search(r"bytes sent per rank in step 1:([ 0-9]*)",
+                                            stderr).group(1).split()] \
+        if "bytes sent per rank" in stderr else [0]
+    train = run([weft, "train", model, "--data", os.path.join(work, "tokens.npy")] + args)
+    expected = LOSS.findall(train.stdout)
+    project = os.path.join(work, "project-" + tag)
+    run([weft, "compile", model, "--train", "-o", project, "--build", "--runtime-prefix",
+         prefix] + args)
+    lines = []
+    launches = [("threads", [])]
+    if mpi:
+        launches.append(("mpirun", ["mpirun", "--oversubscribe", "-np",
+                                    str(len(step_bytes))]))
+    for how, launcher in launches:
+        out = os.path.join(work, "out-%s-%s" % (tag, how))
+        program = run(launcher + [os.path.join(project, "build", "program"),
+                                  os.path.join(project, "weights"), out,
+                                  os.path.join(work, "tokens.npy")])
+        got = LOSS.findall(program.stdout)
+        # The losses as printed (6 decimals): weft train's unpartitioned step
+        # sums the micro-batches' losses in double, the programs in float, so
+        # the last digit may differ there; the rest must be the same text.
+        assert len(got) == len(expected) and all(
+            g[0] == e[0] and g[2:] == e[2:] and abs(float(g[1]) - float(e[1])) <= 2e-6 * abs(
+                float(e[1])) for g, e in zip(got, expected)), \
+            "%s: the program printed\n%s\nweft train\n%s" % (how, got, expected)
+        assert len(got) == STEPS and abs(float(got[-1][1]) - losses[-1]) < 1e-6 * abs(
+            losses[-1]), "%s: the losses are not weft train's log" % how
+        # The trained parameters: every one weft train saves but the frozen.
+        names = open(os.path.join(out, "parameters.txt")).read().split()
+        frozen = [n for n in weights if n not in names]
+        freeze = extra[extra.index("--freeze") + 1] if "--freeze" in extra else None
+        assert len(set(names)) == len(names) and set(names) <= set(weights) and all(
+            freeze and re.search(freeze, n) for n in frozen), \
+            "%s: parameters %s, weft train %s" % (how, names, sorted(weights))
+        worst = 0.0
+        for k, name in enumerate(names):
+            got_w = np.load(os.path.join(out, "param-%d.npy" % k))
+            worst = max(worst, float(np.abs(got_w - weights[name]).max()))
+        assert worst == 0.0, "%s: weights differ from weft train's by %g" % (how, worst)
+        sent = [int(b) for b in re.search(r"bytes sent per rank:([ 0-9]*)",
+                                          program.stdout).group(1).split()]
+        assert sent == [b * STEPS for b in step_bytes], \
+            "%s: sent %s, weft train %s per step" % (how, sent, step_bytes)
+        lines.append("%-20s %-26s %-8s %d steps, losses %s (as weft train), %d weights "
+                     "identical, %d bytes/rank" % (os.path.basename(model), plan, how, STEPS,
+                                                  " ".join(loss for _, loss, _, _ in got),
+                                                  len(names), sent[0]))
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--weft", required=True)
+    parser.add_argument("--build-dir", required=True,
+                        help="the build tree whose runtime the programs link")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    failures, lines = [], []
+    with tempfile.TemporaryDirectory() as work:
+        prefix = os.path.join(work, "prefix")
+        run(["cmake", "--install", args.build_dir, "--prefix", prefix])
+        tokens = np.random.default_rng(0).integers(0, at.CLASSES, size=4096)
+        np.save(os.path.join(work, "tokens.npy"), tokens.astype(np.uint16))
+        models = {os.path.basename(path): (path, extra)
+                  for path, _, extra in at.training_models(work)}
+        has_mpi = shutil.which("mpirun") is not None
+
+        def one(index):
+            label, plan, optimizer, mpi = PAIRS[index]
+            model, extra = next(v for k, v in models.items() if k.startswith(label))
+            try:
+                return check_pair(args.weft, prefix, model, extra, plan, optimizer,
+                                  mpi and has_mpi, work, "p%d" % index), None
+            except (AssertionError, RuntimeError) as error:
+                return [], "%s %s: %s" % (label, plan, error)
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for got, error in pool.map(one, range(len(PAIRS))):
+                lines += got
+                if error:
+                    failures.append(error)
+    for line in lines:
+        print(line)
+    for failure in failures:
+        print("FAIL", failure)
+    print("checked %d compiled training programs (%d runs) against weft train; %d failed"
+          % (len(PAIRS), len(lines) + len(failures), len(failures)))
+    return 1 if failures or not lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

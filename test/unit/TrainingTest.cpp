@@ -1,0 +1,133 @@
+//===- TrainingTest.cpp - The host side of a training step ---------------===//
+//
+// Part of the Weft project.
+//
+// The pieces `weft train` and generated training programs share: the token
+// file, its windows, the learning-rate schedule, the optimizer's scalars, and
+// one rank's step over its micro-batches.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/runtime/Training.h"
+#include "weft/runtime/CpuKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+using namespace weft::rt;
+
+namespace {
+
+std::string writeBytes(const std::string &name, const std::string &bytes) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+TEST(TrainingTest, ReadsRawTokenFiles) {
+  // Little-endian u16 words: 1, 258, 65535.
+  std::string path =
+      writeBytes("tokens.bin", std::string("\x01\x00\x02\x01\xff\xff", 6));
+  absl::StatusOr<std::vector<int64_t>> tokens = readTokenFile(path, "u16");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(*tokens, (std::vector<int64_t>{1, 258, 65535}));
+  // As i32: 6 bytes is not a whole number of tokens.
+  absl::StatusOr<std::vector<int64_t>> odd = readTokenFile(path, "i32");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("not a whole number of i32 tokens"),
+            std::string::npos);
+  EXPECT_FALSE(readTokenFile(path, "f32").ok());
+  EXPECT_FALSE(readTokenFile(::testing::TempDir() + "absent.bin").ok());
+  // A file named .npy must be one.
+  EXPECT_FALSE(readTokenFile(writeBytes("fake.npy", "not numpy")).ok());
+}
+
+TEST(TrainingTest, WindowsWrapAroundTheFile) {
+  std::vector<int64_t> tokens{10, 11, 12, 13, 14, 15, 16};
+  // [batch 1, seq 3]: a window needs 4 tokens, so 4 start positions; the
+  // second window starts at token 3, the third wraps to 6 % 4 = 2.
+  std::vector<HostTensor> second = tokenWindows(tokens, 1, 3, 1, 1, 1);
+  ASSERT_EQ(second.size(), 3u); // ids, one mask, labels
+  EXPECT_EQ(second[0].ints.toVector(), (std::vector<int64_t>{13, 14, 15}));
+  EXPECT_EQ(second[1].ints.toVector(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(second[2].ints.toVector(), (std::vector<int64_t>{14, 15, 16}));
+  std::vector<HostTensor> two = tokenWindows(tokens, 1, 3, 1, 2, 0);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(two[0].ints.toVector(),
+            (std::vector<int64_t>{13, 14, 15, 12, 13, 14}));
+}
+
+TEST(TrainingTest, WarmupThenCosine) {
+  LrSchedule schedule{1.0, 0.1, 2, 6};
+  EXPECT_DOUBLE_EQ(schedule.at(0), 0.5);
+  EXPECT_DOUBLE_EQ(schedule.at(1), 1.0);
+  EXPECT_DOUBLE_EQ(schedule.at(2), 1.0);
+  EXPECT_NEAR(schedule.at(4), 0.55, 1e-12); // half way: (1 + 0.1) / 2
+  EXPECT_NEAR(schedule.at(6), 0.1, 1e-12);
+  // No floor given: constant after the warm-up.
+  LrSchedule constant{0.3, -1, 0, 10};
+  EXPECT_DOUBLE_EQ(constant.at(7), 0.3);
+}
+
+TEST(TrainingTest, OptimizerScalarsAreTorchs) {
+  OptimizerConstants c{0.01, 0.9, 0.999};
+  EXPECT_FLOAT_EQ(*optimizerScalar("grad_divisor", c, 0.1, 1, 4), 4.0f);
+  EXPECT_FLOAT_EQ(*optimizerScalar("decay_factor", c, 0.1, 1, 4),
+                  float(1 - 0.1 * 0.01));
+  EXPECT_FLOAT_EQ(*optimizerScalar("step_size", c, 0.1, 2, 4),
+                  float(0.1 / (1 - 0.81)));
+  EXPECT_FLOAT_EQ(*optimizerScalar("bias_correction2_sqrt", c, 0.1, 2, 4),
+                  float(std::sqrt(1 - 0.999 * 0.999)));
+  EXPECT_FLOAT_EQ(*optimizerScalar("lr", c, 0.1, 2, 4), 0.1f);
+  EXPECT_FALSE(optimizerScalar("exp_avg", c, 0.1, 2, 4).has_value());
+}
+
+TEST(TrainingTest, StepSumsMicroBatchesThenReducesOnce) {
+  Mesh mesh;
+  mesh.axes = {"dp"};
+  mesh.shape = {2};
+  RankTrainingStep step;
+  // The "step": the rank's block of its input, and that block doubled (a
+  // partial gradient).
+  step.step = [](RankContext &, const std::vector<HostTensor> &in) {
+    HostTensor twice = binary(BinaryKind::Add, in[0], in[0]);
+    return std::vector<HostTensor>{in[0], twice};
+  };
+  step.inputs = {Layout{{"dp"}}};
+  int reductions = 0;
+  step.reduce = [&](RankContext &ctx, const std::vector<HostTensor> &in) {
+    ++reductions;
+    return std::vector<HostTensor>{
+        allReduce(ctx, in[0], ReduceOp::Sum, {"dp"})};
+  };
+  step.partial = {1};
+  auto input = [](std::vector<float> values) {
+    HostTensor t(DType::F32, {int64_t(values.size())});
+    t.floats = values;
+    return std::vector<HostTensor>{t};
+  };
+  std::vector<std::vector<HostTensor>> micro{input({1, 2}), input({3, 4})};
+  for (bool every : {false, true}) {
+    step.everyMicroBatch = every;
+    reductions = 0;
+    auto results = runRanks(
+        [&](RankContext &ctx) {
+          return runTrainingStepOnRank(ctx, step, micro);
+        },
+        mesh, ".");
+    ASSERT_TRUE(results.ok()) << results.status();
+    // Rank 0 sums its blocks 1 and 3; the gradient is 2 * (1 + 3) + 2 * (2 +
+    // 4) = 20 on both ranks, however it was reduced.
+    EXPECT_EQ((*results)[0][0].floats.toVector(), (std::vector<float>{4}));
+    EXPECT_EQ((*results)[1][0].floats.toVector(), (std::vector<float>{6}));
+    EXPECT_EQ((*results)[0][1].floats.toVector(), (std::vector<float>{20}));
+    EXPECT_EQ((*results)[1][1].floats.toVector(), (std::vector<float>{20}));
+    EXPECT_EQ(reductions, every ? 4 : 2); // per rank: per micro-batch, or once
+  }
+}
+
+} // namespace
