@@ -796,6 +796,7 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
       << "// Build with the CMakeLists.txt next to it; run as\n"
       << "//   program [--steps N] [--grad-accum N] [--lr X] [--min-lr X] "
          "[--warmup N]\n"
+      << "//           [--log FILE] [--collective-timeout S]\n"
       << "//           WEIGHTS_DIR OUTPUT_DIR TOKENS\n"
       << "// alone (ranks as threads) or under mpirun (one process per "
          "rank).\n"

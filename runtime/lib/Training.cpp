@@ -209,6 +209,8 @@ namespace {
 struct TrainingRun {
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   std::string weightsDir, outputDir, tokensPath, dataDtype = "u16";
+  /// The loss log (weft train's --log): .jsonl, else CSV.
+  std::string logPath;
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;
   std::vector<int64_t> tokens;
@@ -230,7 +232,7 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
       std::cerr << "error: " << error << "\n";
     std::cerr << "usage: " << argv[0]
               << " [--steps N] [--grad-accum N] [--lr X] [--min-lr X] "
-                 "[--warmup N] [--data-dtype u16|u32|i32|i64] "
+                 "[--warmup N] [--data-dtype u16|u32|i32|i64] [--log FILE] "
                  "[--collective-timeout SECONDS] WEIGHTS_DIR OUTPUT_DIR "
                  "TOKENS\n";
     return std::nullopt;
@@ -261,6 +263,10 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     };
     if (name == "--data-dtype") {
       run.dataDtype = value;
+      continue;
+    }
+    if (name == "--log") {
+      run.logPath = value;
       continue;
     }
     bool ok = isNumber;
@@ -337,6 +343,18 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
   step.reduce = p.reduce;
   step.partial = p.partial;
   step.everyMicroBatch = p.everyMicroBatch;
+  // Rank 0 logs each step as weft train --log does.
+  std::ofstream log;
+  const bool jsonl =
+      run.logPath.size() >= 6 &&
+      run.logPath.compare(run.logPath.size() - 6, 6, ".jsonl") == 0;
+  if (ctx.rank == 0 && !run.logPath.empty()) {
+    log.open(run.logPath, std::ios::trunc);
+    if (!log)
+      throw std::runtime_error("cannot write " + run.logPath);
+    if (!jsonl)
+      log << "step,loss,lr,grad_norm,tokens,seconds\n";
+  }
   const auto begin = std::chrono::steady_clock::now();
   int64_t tokensSeen = 0;
   for (int64_t s = 0; s < run.steps; ++s) {
@@ -393,6 +411,18 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
                   double(tokensSeen) / std::max(seconds, 1e-9),
                   stepSeconds * double(run.steps - s - 1));
     std::cout << line << std::flush;
+    if (log.is_open()) {
+      std::snprintf(line, sizeof line,
+                    jsonl ? "{\"step\": %lld, \"loss\": %.9f, \"lr\": %.6e, "
+                            "\"grad_norm\": %.6f, \"tokens\": %lld, "
+                            "\"seconds\": %.3f}\n"
+                          : "%lld,%.9f,%.6e,%.6f,%lld,%.3f\n",
+                    (long long)(s + 1), loss, lr, norm, (long long)tokensSeen,
+                    seconds);
+      log << line << std::flush;
+      if (!log)
+        throw std::runtime_error("cannot write " + run.logPath);
+    }
   }
   return params;
 }

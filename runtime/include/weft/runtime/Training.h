@@ -143,11 +143,12 @@ struct TrainingProgram {
 
 /// The `main` of a generated training program:
 ///   program [--steps N] [--grad-accum N] [--lr X] [--min-lr X] [--warmup N]
-///           [--data-dtype T] [--collective-timeout S]
+///           [--data-dtype T] [--log FILE] [--collective-timeout S]
 ///           WEIGHTS_DIR OUTPUT_DIR TOKENS
 /// Each rank holds its blocks of the parameters and of the optimizer state,
 /// and runs the steps: the micro-batches, the gradient reduction, the
-/// optimizer step. Rank 0 prints a line per step (as `weft train` does);
+/// optimizer step. Rank 0 prints a line per step, and with --log writes
+/// weft train's loss log (.csv, or .jsonl);
 /// at the end OUTPUT_DIR gets each trained parameter whole
 /// (`param-<i>.npy`, their names in `parameters.txt`). Alone, the ranks are
 /// threads; under mpirun, srun or torchrun, one process each.
