@@ -229,6 +229,26 @@ struct WeftUnfuseProjections
 // -weft-apply-plan
 //===----------------------------------------------------------------------===//
 
+/// Every weft.parameter of one name gets the sharding the first annotated
+/// one of them was given. Each layer reads its weights through its own
+/// parameter ops: a backward layer that does not recompute the forward
+/// (selective or no recomputation) has no attention to find its projections
+/// by, and would otherwise read the whole weight where the forward reads a
+/// block (correct, but a weight each rank holds in blocks, and a step that
+/// computes with whole weights).
+static void shareParameterShardings(func::FuncOp func, StringRef mesh) {
+  llvm::StringMap<TensorSharding> given;
+  func.walk([&](ParameterOp param) {
+    if (std::optional<TensorSharding> s = getSharding(param.getResult()))
+      given.try_emplace(param.getName(), *s);
+  });
+  func.walk([&](ParameterOp param) {
+    auto it = given.find(param.getName());
+    if (it != given.end() && !getSharding(param.getResult()))
+      setSharding(param.getResult(), mesh, it->second);
+  });
+}
+
 /// The residual stream at each top-level layer's boundary: the values that
 /// carry it into the layer (its first input and the body's first argument)
 /// and out of it (the first yielded value and the layer's first result).
@@ -579,6 +599,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       };
       if (d.threeD()) {
         annotate3d(func, column, row, d, mesh);
+        shareParameterShardings(func, mesh);
         return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
                                isResidual);
       }
@@ -597,6 +618,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         if (isa<BlockArgument>(e.getIndices()))
           annotateWeight(e.getTable(), 0);
       });
+      shareParameterShardings(func, mesh);
     }
     return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
                            isResidual);
