@@ -105,18 +105,21 @@ std::vector<HostTensor> weft::rt::gatherFromProcesses(
   return outputs;
 }
 
+bool weft::rt::createOutputDirectory(const std::string &dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    std::cerr << "error: cannot create the output directory " << dir << ": "
+              << ec.message() << "\n";
+  return !ec;
+}
+
 int weft::rt::writeProgramOutputs(const std::string &dir,
                                   const std::vector<HostTensor> &outputs,
                                   int64_t ranks,
                                   const std::vector<int64_t> &bytesSent) {
-  // The output directory is created (with its parents), as `weft run -o` does.
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    std::cerr << "error: cannot create the output directory " << dir << ": "
-              << ec.message() << "\n";
+  if (!createOutputDirectory(dir))
     return 1;
-  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     absl::Status status =
         writeNpy(absl::StrCat(dir, "/output_", i, ".npy"), outputs[i]);

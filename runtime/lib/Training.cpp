@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -431,13 +430,8 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
 int writeTrainedParameters(const TrainingProgram &p, const std::string &dir,
                            const std::vector<HostTensor> &whole,
                            const std::vector<int64_t> &bytes) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    std::cerr << "error: cannot create the output directory " << dir << ": "
-              << ec.message() << "\n";
+  if (!createOutputDirectory(dir))
     return 1;
-  }
   std::string names;
   for (size_t k = 0; k < whole.size(); ++k) {
     if (absl::Status status =

@@ -237,6 +237,9 @@ std::vector<HostTensor> gatherFromProcesses(
     Communicator &comm, int rank, const Mesh &mesh,
     const std::vector<Layout> &layouts, const std::vector<HostTensor> &blocks,
     int64_t bytesSent, std::vector<int64_t> &allBytesSent);
+/// Creates a program's output directory with its parents (as `weft run -o`
+/// does); prints the error and returns false if it cannot.
+bool createOutputDirectory(const std::string &dir);
 /// Writes OUTPUT_DIR/output_<i>.npy and prints the bytes each rank sent;
 /// returns the exit code.
 int writeProgramOutputs(const std::string &dir,
