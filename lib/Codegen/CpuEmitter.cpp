@@ -17,6 +17,7 @@
 
 #include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Exec/Interpreter.h"
 
@@ -665,13 +666,6 @@ static LogicalResult writeCMakeProject(ModuleOp module, StringRef outDir) {
 // Training programs
 //===----------------------------------------------------------------------===//
 
-static std::pair<std::string, std::string> slotOf(DictionaryAttr slot) {
-  auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
-  auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
-  return {role ? role.getValue().str() : "",
-          parameter ? parameter.getValue().str() : ""};
-}
-
 static TensorSharding localShardingOf(DictionaryAttr attrs, Type type) {
   auto attr =
       attrs ? attrs.getAs<ShardingAttr>(WeftDialect::getLocalShardingAttrName())
@@ -687,23 +681,23 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
                                            const TrainingProgramDefaults &d) {
   // The optimizer step, the training step, and the step's gradient
   // reduction (if any).
-  func::FuncOp optimizer, step, reduce;
+  func::FuncOp optimizer, step;
   for (auto func : module.getOps<func::FuncOp>())
     if (func->hasAttr(WeftDialect::getOptimizerAttrName()))
       optimizer = func;
-  for (auto func : module.getOps<func::FuncOp>()) {
-    if (func == optimizer || func.isExternal())
-      continue;
-    if (auto ref = func->getAttrOfType<FlatSymbolRefAttr>(
-            WeftDialect::getGradientReductionAttrName()))
-      reduce = module.lookupSymbol<func::FuncOp>(ref);
-    if (!step)
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!step && func != optimizer && !func.isExternal())
       step = func;
-  }
   if (!optimizer || !step)
     return module.emitError("weft compile --train needs a training step and "
                             "its optimizer step (-weft-differentiate, "
                             "-weft-build-optimizer)");
+  std::string why;
+  FailureOr<GradientReduction> reduction = readGradientReduction(step, why);
+  if (failed(reduction))
+    return step.emitError(why);
+  func::FuncOp reduce = reduction->function;
+  const std::vector<int> &partial = reduction->partial;
   if (reduce == step)
     return step.emitError("the step names itself as its gradient reduction");
   for (func::FuncOp func : {step, reduce, optimizer})
@@ -715,37 +709,25 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
   llvm::StringMap<HeldParameter> held;
   std::vector<std::string> order;
   for (unsigned i = 0; i < optimizer.getNumArguments(); ++i) {
-    auto [role, parameter] = slotOf(optimizer.getArgAttrOfType<DictionaryAttr>(
-        i, WeftDialect::getOptimizerSlotAttrName()));
-    if (role != "param" || held.count(parameter))
+    OptimizerSlot slot = optimizerArgumentSlot(optimizer, i);
+    if (slot.role != "param" || held.count(slot.parameter))
       continue;
-    HeldParameter &p = held[parameter];
+    HeldParameter &p = held[slot.parameter];
     p.index = int(order.size());
     p.held = localShardingOf(optimizer.getArgAttrDict(i),
                              optimizer.getArgumentTypes()[i]);
-    order.push_back(parameter);
+    order.push_back(slot.parameter);
   }
   std::vector<int> gradientOf(order.size(), -1);
-  std::vector<int> partial;
-  for (unsigned r = 0; r < step.getNumResults(); ++r) {
+  for (unsigned r = 0; r < step.getNumResults(); ++r)
     if (auto name = step.getResultAttrOfType<StringAttr>(
             r, WeftDialect::getGradientOfAttrName()))
       if (auto it = held.find(name.getValue()); it != held.end())
         gradientOf[size_t(it->second.index)] = int(r);
-    if (localShardingOf(step.getResultAttrDict(r), step.getResultTypes()[r])
-            .partial.size())
-      partial.push_back(int(r));
-  }
   for (auto [k, name] : llvm::enumerate(order))
     if (gradientOf[k] < 0)
       return optimizer.emitError("the optimizer step updates '")
              << name << "', whose gradient the training step does not return";
-  if (!partial.empty() &&
-      (!reduce || reduce.getNumArguments() != partial.size()))
-    return step.emitError("the step returns ")
-           << partial.size()
-           << " partial gradients but names no function that reduces them "
-              "all (weft.gradient_reduction)";
   if (step.getNumArguments() < 2)
     return step.emitError("a training step takes the token ids and the "
                           "labels");
@@ -770,15 +752,12 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
     unsigned n =
         results ? optimizer.getNumResults() : optimizer.getNumArguments();
     for (unsigned i = 0; i < n; ++i) {
-      auto [role, parameter] =
-          slotOf(results ? optimizer.getResultAttrOfType<DictionaryAttr>(
-                               i, WeftDialect::getOptimizerSlotAttrName())
-                         : optimizer.getArgAttrOfType<DictionaryAttr>(
-                               i, WeftDialect::getOptimizerSlotAttrName()));
-      auto it = held.find(parameter);
-      text += std::string(i ? ", " : "") + "OptimizerSlot{" + quoted(role) +
-              ", " + std::to_string(it == held.end() ? -1 : it->second.index) +
-              "}";
+      OptimizerSlot slot = results ? optimizerResultSlot(optimizer, i)
+                                   : optimizerArgumentSlot(optimizer, i);
+      auto it = held.find(slot.parameter);
+      text += std::string(i ? ", " : "") + "OptimizerSlot{" +
+              quoted(slot.role) + ", " +
+              std::to_string(it == held.end() ? -1 : it->second.index) + "}";
     }
     return text + "}";
   };

@@ -368,28 +368,13 @@ driver::runOnMeshDevices(ModuleOp module, func::FuncOp func,
   return std::move(*outputs);
 }
 
-llvm::Expected<driver::GradientReduction>
+llvm::Expected<GradientReduction>
 driver::gradientReductionOf(func::FuncOp step) {
-  GradientReduction found;
-  auto ref = step->getAttrOfType<FlatSymbolRefAttr>(
-      WeftDialect::getGradientReductionAttrName());
-  auto module = step->getParentOfType<ModuleOp>();
-  if (ref && module)
-    found.function = module.lookupSymbol<func::FuncOp>(ref);
-  for (unsigned o = 0; o < step.getNumResults(); ++o)
-    if (auto local = step.getResultAttrOfType<ShardingAttr>(
-            o, WeftDialect::getLocalShardingAttrName()))
-      if (!local.getPartialAxes().empty())
-        found.partial.push_back(int(o));
-  if (!found.partial.empty() &&
-      (!found.function ||
-       found.function.getNumArguments() != found.partial.size()))
-    return llvm::createStringError(
-        "@" + step.getSymName() + " returns " +
-        llvm::Twine(found.partial.size()) +
-        " partial gradients but names no function that reduces them all "
-        "(weft.gradient_reduction)");
-  return found;
+  std::string why;
+  FailureOr<GradientReduction> found = readGradientReduction(step, why);
+  if (failed(found))
+    return llvm::createStringError(why);
+  return *found;
 }
 
 llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(

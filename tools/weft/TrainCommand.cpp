@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Driver/Driver.h"
 #include "weft/Exec/Interpreter.h"
@@ -212,12 +213,6 @@ static double scheduledLr(int64_t step) {
   schedule.steps = steps;
   return schedule.at(step);
 }
-static std::pair<llvm::StringRef, llvm::StringRef> slotOf(DictionaryAttr slot) {
-  auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
-  auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
-  return {role ? role.getValue() : "", parameter ? parameter.getValue() : ""};
-}
-
 /// The arguments of the optimizer step (-weft-build-optimizer's
 /// `@optimizer_step`) at step `t` (1-based) with learning rate `lr`, on the
 /// summed gradients of `windows` micro-batches: the scalars torch.optim
@@ -242,11 +237,10 @@ optimizerInputs(func::FuncOp step, const std::vector<ParamState> &params,
   std::vector<HostTensor> inputs;
   gradientOf.clear();
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
-    auto [role, parameter] = slotOf(step.getArgAttrOfType<DictionaryAttr>(
-        i, weft::WeftDialect::getOptimizerSlotAttrName()));
+    auto [role, parameter] = weft::optimizerArgumentSlot(step, i);
     gradientOf.push_back(-1);
     if (std::optional<float> value =
-            weft::rt::optimizerScalar(role.str(), constants, lr, t, windows))
+            weft::rt::optimizerScalar(role, constants, lr, t, windows))
       inputs.push_back(scalar(*value));
     else if (index.count(parameter)) {
       unsigned k = index.lookup(parameter);
@@ -288,8 +282,7 @@ static double applyOptimizerOutputs(func::FuncOp step,
                                     size_t offset) {
   double norm = 0;
   for (unsigned r = 0; r < step.getNumResults(); ++r) {
-    auto [role, parameter] = slotOf(step.getResultAttrOfType<DictionaryAttr>(
-        r, weft::WeftDialect::getOptimizerSlotAttrName()));
+    auto [role, parameter] = weft::optimizerResultSlot(step, r);
     HostTensor &out = outputs[offset + r];
     if (role == "grad_norm") {
       norm = out.at(0);
@@ -750,6 +743,14 @@ static LogicalResult buildPartitionedStep(MLIRContext &context, ModuleOp module,
   return success();
 }
 
+/// Whether `plan` splits anything over devices (else one rank runs the
+/// unpartitioned step).
+static bool partitions(const weft::plan::Plan &plan) {
+  return plan.dp() > 1 || plan.tp() > 1 || plan.ulysses() > 1 ||
+         weft::uses3dTensorParallel(plan) || plan.cp() > 1 ||
+         plan.sequence_parallel() || plan.pp() > 1;
+}
+
 //===----------------------------------------------------------------------===//
 // The command
 //===----------------------------------------------------------------------===//
@@ -919,9 +920,7 @@ int runTrain(MLIRContext &context) {
     llvm::raw_fd_ostream out(dumpStep, ec);
     module->print(out);
   }
-  bool partitioned = plan->dp() > 1 || plan->tp() > 1 || plan->ulysses() > 1 ||
-                     weft::uses3dTensorParallel(*plan) || plan->cp() > 1 ||
-                     plan->sequence_parallel() || devices > 1 || pipelined;
+  bool partitioned = partitions(*plan) || devices > 1;
   if (failed(buildPartitionedStep(context, *module, *plan, partitioned)))
     return 1;
   func::FuncOp optimizerStep;
@@ -1154,14 +1153,6 @@ int runTrain(MLIRContext &context) {
 //===----------------------------------------------------------------------===//
 // weft compile --train
 //===----------------------------------------------------------------------===//
-
-/// Whether `plan` splits anything over devices (else one rank runs the
-/// unpartitioned step).
-static bool partitions(const weft::plan::Plan &plan) {
-  return plan.dp() > 1 || plan.tp() > 1 || plan.ulysses() > 1 ||
-         weft::uses3dTensorParallel(plan) || plan.cp() > 1 ||
-         plan.sequence_parallel() || plan.pp() > 1;
-}
 
 llvm::Expected<weft::driver::CompileOutcome>
 compileTrainingProgram(MLIRContext &context,

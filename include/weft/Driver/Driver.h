@@ -17,6 +17,7 @@
 
 #include "weft/Codegen/CpuEmitter.h"
 #include "weft/Dialect/Pipeline.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/CostModel.h"
 #include "weft/Planner/PipelineSchedule.h"
@@ -267,14 +268,9 @@ runOnMeshDevices(mlir::ModuleOp module, mlir::func::FuncOp func,
                  double timeoutSeconds, std::vector<int64_t> &bytes);
 
 /// A partitioned training step's deferred gradient reduction
-/// (-weft-defer-gradient-reduction): the function its weft.gradient_reduction
-/// names (null if none), and the positions of the results the step returns
-/// as partial sums, which that function takes in this order. An error if the
-/// step returns partial sums that no named function reduces.
-struct GradientReduction {
-  mlir::func::FuncOp function;
-  std::vector<int> partial;
-};
+/// (weft::readGradientReduction); an error if the step returns partial sums
+/// that no named function reduces.
+using weft::GradientReduction;
 llvm::Expected<GradientReduction> gradientReductionOf(mlir::func::FuncOp step);
 
 /// Runs one training step of the partitioned `func` on the devices of its

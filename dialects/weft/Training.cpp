@@ -1,0 +1,56 @@
+//===- Training.cpp - What a training step's IR says about itself ---------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/Training.h"
+
+#include "weft/Dialect/WeftOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+using namespace mlir;
+using namespace weft;
+
+FailureOr<GradientReduction> weft::readGradientReduction(func::FuncOp step,
+                                                         std::string &why) {
+  GradientReduction found;
+  auto ref = step->getAttrOfType<FlatSymbolRefAttr>(
+      WeftDialect::getGradientReductionAttrName());
+  auto module = step->getParentOfType<ModuleOp>();
+  if (ref && module)
+    found.function = module.lookupSymbol<func::FuncOp>(ref);
+  for (unsigned o = 0; o < step.getNumResults(); ++o)
+    if (auto local = step.getResultAttrOfType<ShardingAttr>(
+            o, WeftDialect::getLocalShardingAttrName()))
+      if (!local.getPartialAxes().empty())
+        found.partial.push_back(int(o));
+  if (!found.partial.empty() &&
+      (!found.function ||
+       found.function.getNumArguments() != found.partial.size())) {
+    why = "@" + step.getSymName().str() + " returns " +
+          std::to_string(found.partial.size()) +
+          " partial gradients but names no function that reduces them all "
+          "(weft.gradient_reduction)";
+    return failure();
+  }
+  return found;
+}
+
+OptimizerSlot weft::optimizerSlotOf(DictionaryAttr slot) {
+  auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
+  auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();
+  return {role ? role.getValue().str() : "",
+          parameter ? parameter.getValue().str() : ""};
+}
+
+OptimizerSlot weft::optimizerArgumentSlot(func::FuncOp optimizer, unsigned i) {
+  return optimizerSlotOf(optimizer.getArgAttrOfType<DictionaryAttr>(
+      i, WeftDialect::getOptimizerSlotAttrName()));
+}
+
+OptimizerSlot weft::optimizerResultSlot(func::FuncOp optimizer, unsigned i) {
+  return optimizerSlotOf(optimizer.getResultAttrOfType<DictionaryAttr>(
+      i, WeftDialect::getOptimizerSlotAttrName()));
+}

@@ -1,0 +1,50 @@
+//===- Training.h - What a training step's IR says about itself -*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// Readers of the attributes the training passes leave on functions: the
+// deferred gradient reduction a partitioned step names
+// (-weft-defer-gradient-reduction) and the optimizer step's slots
+// (-weft-build-optimizer). The driver that runs a step and the emitter that
+// prints one read them here, the same way.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_DIALECT_TRAINING_H
+#define WEFT_DIALECT_TRAINING_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include <string>
+#include <vector>
+
+namespace weft {
+
+/// A training step's deferred gradient reduction: the function its
+/// weft.gradient_reduction names (null if none), and the positions of the
+/// results the step returns as partial sums (a weft.local_sharding with
+/// partial axes), which that function takes in this order.
+struct GradientReduction {
+  mlir::func::FuncOp function;
+  std::vector<int> partial;
+};
+
+/// The reduction of `step`; fails, with `why` saying so, if the step returns
+/// partial sums that no named function reduces.
+mlir::FailureOr<GradientReduction>
+readGradientReduction(mlir::func::FuncOp step, std::string &why);
+
+/// A weft.optimizer_slot: the role of an optimizer step's argument or result
+/// and the parameter it belongs to (empty for a scalar).
+struct OptimizerSlot {
+  std::string role;
+  std::string parameter;
+};
+OptimizerSlot optimizerSlotOf(mlir::DictionaryAttr slot);
+OptimizerSlot optimizerArgumentSlot(mlir::func::FuncOp optimizer, unsigned i);
+OptimizerSlot optimizerResultSlot(mlir::func::FuncOp optimizer, unsigned i);
+
+} // namespace weft
+
+#endif // WEFT_DIALECT_TRAINING_H
