@@ -107,9 +107,9 @@ PY
 "$build/bin/weft" import "${gpt[@]}" --batch-size 2 -o "$build/examples/gpt-micro/model.mlir"
 "$build/bin/weft" import "${gpt[@]}" --batch-size 16 -o "$build/examples/gpt-whole/model.mlir"
 "${WEFT_NUMPY_PYTHON:-/usr/bin/python3}" -c "import numpy as n; n.save('$build/examples/gpt-batch.npy', (n.arange(2048).reshape(16, 128) * 7919 % 2048).astype(n.int64))"
-echo "== weft run gpt-micro/model.mlir --devices 4 --plan gpt-plan.json"
+echo "== weft run gpt-micro/model.mlir --plan gpt-plan.json (on the plan's devices)"
 "$build/bin/weft" run "$build/examples/gpt-micro/model.mlir" -i "$build/examples/gpt-batch.npy" \
-  --devices 4 --plan "$build/examples/gpt-plan.json" -o "$build/examples/gpt-pp" --output-format npy
+  --plan "$build/examples/gpt-plan.json" -o "$build/examples/gpt-pp" --output-format npy
 "$build/bin/weft" run "$build/examples/gpt-whole/model.mlir" -i "$build/examples/gpt-batch.npy" \
   -o "$build/examples/gpt-one" --output-format npy
 "${WEFT_NUMPY_PYTHON:-/usr/bin/python3}" - "$build/examples" <<'PY'

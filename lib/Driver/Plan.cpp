@@ -446,16 +446,21 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       note << "compression does not change the answer: no compressed plan is "
               "predicted faster by more than the model's spread between "
               "plans, and compression changes the numerics";
-    else
+    else {
+      // The answer may be slower than the uncompressed one when it went
+      // first for fewer risks (the uncompressed answer's may be a grid).
+      double gain =
+          uncompressed.front().time().step_s() / answer.time().step_s() - 1;
       note << llvm::format(
           "compression changes the answer: with compress=%s it is predicted "
-          "%.4g s, %.1f%% faster than the answer without compression (%s, "
-          "%.4g s)",
+          "%.4g s, %.1f%% %s than the answer without compression (%s, "
+          "%.4g s)%s",
           answer.compress().c_str(), answer.time().step_s(),
-          100 * (uncompressed.front().time().step_s() / answer.time().step_s() -
-                 1),
+          100 * std::fabs(gain), gain >= 0 ? "faster" : "slower",
           describePlan(uncompressed.front()).c_str(),
-          uncompressed.front().time().step_s());
+          uncompressed.front().time().step_s(),
+          gain >= 0 ? "" : "; it is first for fewer risks");
+    }
     note << " (tried " << tried
          << "). Codecs change the training numerics: compare the loss with "
             "an uncompressed run before relying on it.\n";

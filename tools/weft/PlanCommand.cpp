@@ -693,13 +693,15 @@ loadCalibrationRows(const std::string &dir) {
   return rows;
 }
 
-/// validation.csv: published runs from other sources than the calibration
-/// files, one row per run with its model, cluster, batch, sequence and plan
-/// (as --evaluate text); `measured_step_s` is seconds, or `tflops:X` for a
-/// published X model TFLOP/s per GPU.
-static llvm::Error loadValidationRows(const std::string &dir,
-                                      std::vector<CalibrationRow> &rows) {
-  std::string path = dir + "/validation.csv";
+/// published.csv files (calibration.csv, validation.csv): one published run
+/// per row with its model, cluster, batch, sequence and plan (as --evaluate
+/// text); `measured_step_s` is seconds, or `tflops:X` for a published X model
+/// TFLOP/s per GPU. Rows of validation.csv are never fitted to; rows of
+/// calibration.csv are fitted to like the two files above.
+static llvm::Error loadPublishedRows(const std::string &dir,
+                                     llvm::StringRef file, bool validation,
+                                     std::vector<CalibrationRow> &rows) {
+  std::string path = dir + "/" + file.str();
   if (!llvm::sys::fs::exists(path))
     return llvm::Error::success();
   auto csv = readCsv(path);
@@ -722,7 +724,7 @@ static llvm::Error loadValidationRows(const std::string &dir,
       return value;
     };
     CalibrationRow row;
-    row.validation = true;
+    row.validation = validation;
     row.name = get("name");
     // Counts by column name; the words in ffn_kind and tied are checked, so
     // a typo in the data is an error, not a different model.
@@ -760,7 +762,7 @@ static llvm::Error loadValidationRows(const std::string &dir,
     m.set_vocab(n["vocab"]);
     m.set_seq_len(n["seq_len"]);
     m.set_tied_embeddings(*tied);
-    m.set_source("validation");
+    m.set_source(validation ? "validation" : "calibration");
     if (llvm::Error error = validateModel(m))
       return error;
     // Optional columns: dropout (Megatron's default 0.1 on hidden states and
@@ -819,8 +821,11 @@ int runCalibrate() {
   auto rows = loadCalibrationRows(calibrationDir);
   if (!rows)
     return planError(llvm::toString(rows.takeError()));
-  if (llvm::Error error = loadValidationRows(calibrationDir, *rows))
-    return planError(llvm::toString(std::move(error)));
+  for (bool validation : {false, true})
+    if (llvm::Error error = loadPublishedRows(
+            calibrationDir, validation ? "validation.csv" : "calibration.csv",
+            validation, *rows))
+      return planError(llvm::toString(std::move(error)));
   llvm::raw_ostream &os = llvm::outs();
   os << llvm::format("%-36s %-44s %10s %10s %8s", "row", "published plan",
                      "measured", "predicted", "error");
