@@ -806,6 +806,8 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
       << "  p.optimizerArguments = " << slots(false) << ";\n"
       << "  p.optimizerResults = " << slots(true) << ";\n"
       << "  p.optimizerArgumentTypes = " << inputTypesLiteral(optimizer)
+      << ";\n"
+      << "  p.optimizerArgumentLayouts = " << layoutsLiteral(optimizer, false)
       << ";\n";
   for (size_t k = 0; k < order.size(); ++k) {
     const std::string &name = order[k];

@@ -6,6 +6,11 @@
 
 #include "weft/runtime/Training.h"
 
+#include "weft/runtime/Checkpoint.h"
+
+#include <filesystem>
+#include <map>
+
 #include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/FileWrite.h"
 #include "weft/runtime/NpyFile.h"
@@ -210,6 +215,9 @@ struct TrainingRun {
   std::string weightsDir, outputDir, tokensPath, dataDtype = "u16";
   /// The loss log (weft train's --log): .jsonl, else CSV.
   std::string logPath;
+  /// Checkpoints (weft train's --save, --save-every and --resume).
+  std::string saveDir, resumeDir;
+  int64_t saveEvery = 0;
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;
   std::vector<int64_t> tokens;
@@ -232,6 +240,7 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     std::cerr << "usage: " << argv[0]
               << " [--steps N] [--grad-accum N] [--lr X] [--min-lr X] "
                  "[--warmup N] [--data-dtype u16|u32|i32|i64] [--log FILE] "
+                 "[--save DIR] [--save-every N] [--resume DIR] "
                  "[--collective-timeout SECONDS] WEIGHTS_DIR OUTPUT_DIR "
                  "TOKENS\n";
     return std::nullopt;
@@ -268,12 +277,18 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
       run.logPath = value;
       continue;
     }
+    if (name == "--save" || name == "--resume") {
+      (name == "--save" ? run.saveDir : run.resumeDir) = value;
+      continue;
+    }
     bool ok = isNumber;
     if (name == "--steps") {
       ok = whole(run.steps);
       scheduleSteps = true;
     } else if (name == "--grad-accum") {
       ok = whole(run.gradAccum);
+    } else if (name == "--save-every") {
+      ok = whole(run.saveEvery);
     } else if (name == "--lr") {
       ok = ok && number > 0;
       run.schedule.peak = number;
@@ -316,10 +331,140 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   return run;
 }
 
+/// The optimizer as weft train's --optimizer names it: AdamW keeps moments,
+/// SGD (with or without momentum) does not.
+std::string optimizerName(const TrainingProgram &p) {
+  for (const OptimizerSlot &slot : p.optimizerArguments)
+    if (slot.role == "exp_avg" || slot.role == "exp_avg_sq")
+      return "adamw";
+  return "sgd";
+}
+
+/// A checkpoint keeps AdamW's moments in m and v, SGD's momentum buffer in m.
+bool inFirstMoment(const std::string &role) { return role != "exp_avg_sq"; }
+
+/// The optimizer's state a rank holds, by (role, parameter).
+using OptimizerState = std::map<std::pair<std::string, int>, HostTensor>;
+
+/// Where the optimizer's state of (role, parameter) sits on the mesh: its
+/// argument's layout in the optimizer step (under ZeRO, a block of the
+/// parameter's block).
+const Layout &stateLayout(const TrainingProgram &p,
+                          const std::pair<std::string, int> &key) {
+  for (size_t i = 0;
+       i < p.optimizerArguments.size() && i < p.optimizerArgumentLayouts.size();
+       ++i)
+    if (p.optimizerArguments[i].role == key.first &&
+        p.optimizerArguments[i].parameter == key.second)
+      return p.optimizerArgumentLayouts[i];
+  throw std::runtime_error(absl::StrCat(
+      "the program does not say how the optimizer's ", key.first,
+      " of parameter ", key.second, " is laid out; generate it again"));
+}
+
+/// This rank's blocks of a checkpoint's parameters and optimizer state, cut
+/// as the program holds them; returns the step it was written after. Throws
+/// naming the file when the checkpoint does not fit the program.
+int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
+                          const std::string &path,
+                          std::vector<HostTensor> &params,
+                          OptimizerState &state) {
+  absl::StatusOr<Checkpoint> read = readCheckpoint(path);
+  if (!read.ok())
+    throw std::runtime_error(std::string(read.status().message()));
+  const std::string &manifest = read->manifestPath;
+  const std::string optimizer = optimizerName(p);
+  if (!read->optimizer.empty() && read->optimizer != optimizer)
+    throw std::runtime_error(
+        absl::StrCat(manifest, ": written by --optimizer ", read->optimizer,
+                     ", this program's optimizer is ", optimizer));
+  if (read->parameters.size() != p.parameters.size())
+    throw std::runtime_error(
+        absl::StrCat(manifest, ": holds ", read->parameters.size(),
+                     " parameters, the program trains ", p.parameters.size()));
+  std::map<std::string, const CheckpointParameter *> byName;
+  for (const CheckpointParameter &c : read->parameters)
+    byName[c.name] = &c;
+  for (size_t k = 0; k < p.parameters.size(); ++k) {
+    const TrainedParameter &param = p.parameters[k];
+    auto found = byName.find(param.name);
+    if (found == byName.end())
+      throw std::runtime_error(
+          absl::StrCat(manifest, ": has no parameter '", param.name, "'"));
+    if (found->second->value.shape != param.shape)
+      throw std::runtime_error(absl::StrCat(
+          manifest, ": holds ", shapeString(found->second->value.shape),
+          " for '", param.name, "', the program's is ",
+          shapeString(param.shape)));
+    params[k] =
+        scatterBlock(found->second->value, param.layout, ctx.mesh, ctx.rank);
+  }
+  for (auto &entry : state) {
+    const TrainedParameter &param = p.parameters[size_t(entry.first.second)];
+    const CheckpointParameter &c = *byName.at(param.name);
+    const std::optional<HostTensor> &whole =
+        inFirstMoment(entry.first.first) ? c.m : c.v;
+    if (!whole)
+      throw std::runtime_error(absl::StrCat(
+          manifest, ": has no ", entry.first.first, " for '", param.name, "'"));
+    HostTensor block =
+        scatterBlock(*whole, stateLayout(p, entry.first), ctx.mesh, ctx.rank);
+    if (block.shape != entry.second.shape)
+      throw std::runtime_error(absl::StrCat(
+          "the optimizer's ", entry.first.first, " of '", param.name,
+          "': its layout cuts ", shapeString(block.shape),
+          ", the program holds ", shapeString(entry.second.shape)));
+    entry.second = std::move(block);
+  }
+  return read->step;
+}
+
+/// Gathers every rank's blocks of the parameters and the optimizer state
+/// whole; rank 0 writes them as weft train's checkpoint after `step` steps.
+/// Returns the bytes this rank sent for it, which are not the training's.
+int64_t saveCheckpoint(RankContext &ctx, const TrainingProgram &p,
+                       const std::string &saveDir, int64_t step,
+                       const std::vector<HostTensor> &params,
+                       const OptimizerState &state) {
+  std::vector<Layout> layouts;
+  std::vector<HostTensor> blocks;
+  for (size_t k = 0; k < p.parameters.size(); ++k) {
+    layouts.push_back(p.parameters[k].layout);
+    blocks.push_back(params[k]);
+  }
+  for (const auto &entry : state) {
+    layouts.push_back(stateLayout(p, entry.first));
+    blocks.push_back(entry.second);
+  }
+  const int64_t before = ctx.comm->bytesSent(ctx.rank);
+  std::vector<int64_t> unused;
+  std::vector<HostTensor> whole = gatherFromProcesses(
+      *ctx.comm, ctx.rank, ctx.mesh, layouts, blocks, 0, unused);
+  const int64_t sent = ctx.comm->bytesSent(ctx.rank) - before;
+  if (ctx.rank != 0)
+    return sent;
+  Checkpoint checkpoint;
+  checkpoint.step = step;
+  checkpoint.optimizer = optimizerName(p);
+  for (size_t k = 0; k < p.parameters.size(); ++k)
+    checkpoint.parameters.push_back(
+        CheckpointParameter{p.parameters[k].name, std::move(whole[k]), {}, {}});
+  size_t i = p.parameters.size();
+  for (const auto &entry : state) {
+    CheckpointParameter &c = checkpoint.parameters[size_t(entry.first.second)];
+    (inFirstMoment(entry.first.first) ? c.m : c.v) = std::move(whole[i++]);
+  }
+  if (absl::Status status = writeCheckpoint(saveDir, checkpoint); !status.ok())
+    throw std::runtime_error(std::string(status.message()));
+  return sent;
+}
+
 /// One rank's training: its blocks of the parameters and the optimizer
-/// state, and the steps. Returns the final blocks of the parameters.
+/// state, and the steps. Returns the final blocks of the parameters;
+/// `checkpointBytes` gets what the rank sent to write checkpoints.
 std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
-                                  const TrainingRun &run) {
+                                  const TrainingRun &run,
+                                  int64_t &checkpointBytes) {
   std::vector<HostTensor> params;
   for (const TrainedParameter &param : p.parameters)
     params.push_back(scatterBlock(
@@ -327,13 +472,22 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
                DType::F32),
         param.layout, ctx.mesh, ctx.rank));
   // The optimizer's state, by (role, parameter): zeros to begin with.
-  std::map<std::pair<std::string, int>, HostTensor> state;
+  OptimizerState state;
   for (size_t i = 0; i < p.optimizerArguments.size(); ++i) {
     const OptimizerSlot &slot = p.optimizerArguments[i];
     if (slot.parameter >= 0 && slot.role != "param" && slot.role != "grad")
       state[{slot.role, slot.parameter}] =
           HostTensor(DType::F32, p.optimizerArgumentTypes[i].shape);
   }
+  // Resumed: the checkpoint's values, and its step.
+  int64_t start = 0;
+  if (!run.resumeDir.empty()) {
+    start = restoreCheckpoint(ctx, p, run.resumeDir, params, state);
+    if (ctx.rank == 0)
+      std::cout << "resumed from " << run.resumeDir << " at step " << start
+                << "\n";
+  }
+  checkpointBytes = 0;
   RankTrainingStep step;
   step.step = [&](RankContext &c, const std::vector<HostTensor> &inputs) {
     return p.step(c, inputs, params);
@@ -348,15 +502,19 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
       run.logPath.size() >= 6 &&
       run.logPath.compare(run.logPath.size() - 6, 6, ".jsonl") == 0;
   if (ctx.rank == 0 && !run.logPath.empty()) {
-    log.open(run.logPath, std::ios::trunc);
+    // A resumed run adds to the log it continues, as weft train does.
+    std::error_code ec;
+    const bool append =
+        start > 0 && std::filesystem::file_size(run.logPath, ec) > 0 && !ec;
+    log.open(run.logPath, append ? std::ios::app : std::ios::trunc);
     if (!log)
       throw std::runtime_error("cannot write " + run.logPath);
-    if (!jsonl)
+    if (!jsonl && !append)
       log << "step,loss,lr,grad_norm,tokens,seconds\n";
   }
   const auto begin = std::chrono::steady_clock::now();
   int64_t tokensSeen = 0;
-  for (int64_t s = 0; s < run.steps; ++s) {
+  for (int64_t s = start; s < run.steps; ++s) {
     const auto stepBegin = std::chrono::steady_clock::now();
     std::vector<std::vector<HostTensor>> micro;
     for (int64_t w = 0; w < run.gradAccum; ++w)
@@ -397,6 +555,11 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     if (!std::isfinite(loss))
       throw std::runtime_error(absl::StrCat(
           "step ", s + 1, ": the loss is not finite (", loss, "); lower --lr"));
+    if (!run.saveDir.empty() &&
+        (s + 1 == run.steps ||
+         (run.saveEvery > 0 && (s + 1) % run.saveEvery == 0)))
+      checkpointBytes +=
+          saveCheckpoint(ctx, p, run.saveDir, s + 1, params, state);
     if (ctx.rank != 0)
       continue;
     auto now = std::chrono::steady_clock::now();
@@ -472,13 +635,20 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
   if (launch->worldSize <= 1) {
     // Every rank a thread over the in-process communicator.
     std::vector<int64_t> bytes;
+    std::vector<int64_t> checkpointBytes(program.mesh.size(), 0);
     auto results = runRanks(
-        [&](RankContext &ctx) { return trainRank(ctx, program, *run); },
+        [&](RankContext &ctx) {
+          return trainRank(ctx, program, *run,
+                           checkpointBytes[size_t(ctx.rank)]);
+        },
         program.mesh, run->weightsDir, &bytes, run->timeout);
     if (!results.ok()) {
       std::cerr << "error: " << results.status().message() << "\n";
       return 1;
     }
+    // The bytes of training, without the checkpoints' gathers.
+    for (size_t r = 0; r < bytes.size() && r < checkpointBytes.size(); ++r)
+      bytes[r] -= checkpointBytes[r];
     std::vector<HostTensor> whole;
     for (size_t k = 0; k < layouts.size(); ++k) {
       std::vector<HostTensor> blocks;
@@ -501,10 +671,13 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
   const int rank = group.rank();
   try {
     RankContext ctx{rank, program.mesh, &comm, run->weightsDir, run->timeout};
-    std::vector<HostTensor> blocks = trainRank(ctx, program, *run);
+    int64_t checkpointBytes = 0;
+    std::vector<HostTensor> blocks =
+        trainRank(ctx, program, *run, checkpointBytes);
     std::vector<int64_t> bytes;
-    std::vector<HostTensor> whole = gatherFromProcesses(
-        comm, rank, program.mesh, layouts, blocks, comm.bytesSent(rank), bytes);
+    std::vector<HostTensor> whole =
+        gatherFromProcesses(comm, rank, program.mesh, layouts, blocks,
+                            comm.bytesSent(rank) - checkpointBytes, bytes);
     if (rank == 0 &&
         writeTrainedParameters(program, run->outputDir, whole, bytes) != 0)
       group.abort("cannot write the trained parameters");

@@ -18,7 +18,11 @@ the compiled program, run as threads (and for some pairs as MPI processes):
   writes `weft train`'s loss log (--log), the same to the 9 decimals logged;
 - ends with the weights of `weft train`'s last checkpoint, identical;
 - sends, per rank, the bytes `weft train` reports for one step times the
-  steps (the compiled program runs the same collectives every step).
+  steps (the compiled program runs the same collectives every step), while it
+  saves a checkpoint every step (--save; gathering one is not training);
+- for five pairs (SGD's momentum buffer, ZeRO 1, 2 and 3), resumed from its
+  step-1 checkpoint (--resume), prints the uninterrupted run's later steps and
+  ends with its weights, identical.
 
 Run by ctest as `training-compiled`.
 """
@@ -59,6 +63,11 @@ PAIRS = [
     ("llama.onnx", "ulysses=2,dp=2,zero=2", ["--optimizer", "adamw"], False),
 ]
 
+# Pairs whose program also resumes its step-1 checkpoint (SGD's momentum
+# buffer, ZeRO 1, 2 and 3 blocks of the optimizer state): the steps after
+# it and the final weights must be the uninterrupted run's.
+RESUME = {3, 6, 7, 8, 10}
+
 LOSS = re.compile(r"^step (\d+)/\d+  loss (\S+)  lr (\S+)  grad_norm (\S+)", re.M)
 
 
@@ -74,7 +83,7 @@ def run(cmd, **kwargs):
     return proc
 
 
-def check_pair(weft, prefix, model, extra, plan, optimizer, mpi, work, tag):
+def check_pair(weft, prefix, model, extra, plan, optimizer, mpi, work, tag, resume):
     """Compiles, builds and runs one pair; returns the lines to print. Raises
     AssertionError or RuntimeError on a mismatch or a failure."""
     args = ["--plan-spec", plan, "--steps", str(STEPS), "--grad-accum", "2", "--lr", "0.01"]
@@ -96,7 +105,11 @@ def check_pair(weft, prefix, model, extra, plan, optimizer, mpi, work, tag):
     for how, launcher in launches:
         out = os.path.join(work, "out-%s-%s" % (tag, how))
         log = os.path.join(work, "log-%s-%s.csv" % (tag, how))
+        # Every step's checkpoint: what gathers it is not counted as the
+        # training's bytes (checked below).
+        saves = os.path.join(work, "ckpt-%s-%s" % (tag, how))
         program = run(launcher + [os.path.join(project, "build", "program"), "--log", log,
+                                  "--save", saves, "--save-every", "1",
                                   os.path.join(project, "weights"), out,
                                   os.path.join(work, "tokens.npy")])
         # The loss log, as weft train's (9 decimals): the same values, but for
@@ -131,10 +144,23 @@ def check_pair(weft, prefix, model, extra, plan, optimizer, mpi, work, tag):
                                           program.stdout).group(1).split()]
         assert sent == [b * STEPS for b in step_bytes], \
             "%s: sent %s, weft train %s per step" % (how, sent, step_bytes)
+        resumed = ""
+        if resume and how == "threads":
+            again = os.path.join(work, "resumed-%s" % tag)
+            program = run([os.path.join(project, "build", "program"), "--resume",
+                           os.path.join(saves, "step-1"), os.path.join(project, "weights"),
+                           again, os.path.join(work, "tokens.npy")])
+            after = LOSS.findall(program.stdout)
+            assert after == got[1:], "resumed at step 1: %s, uninterrupted %s" % (after, got)
+            for k in range(len(names)):
+                a = np.load(os.path.join(out, "param-%d.npy" % k))
+                b = np.load(os.path.join(again, "param-%d.npy" % k))
+                assert np.array_equal(a, b), "resumed: %s differs" % names[k]
+            resumed = ", resumed at step 1 identically"
         lines.append("%-20s %-26s %-8s %d steps, losses %s (as weft train), %d weights "
-                     "identical, %d bytes/rank" % (os.path.basename(model), plan, how, STEPS,
-                                                  " ".join(loss for _, loss, _, _ in got),
-                                                  len(names), sent[0]))
+                     "identical, %d bytes/rank%s" % (os.path.basename(model), plan, how, STEPS,
+                                                    " ".join(loss for _, loss, _, _ in got),
+                                                    len(names), sent[0], resumed))
     return lines
 
 
@@ -160,7 +186,8 @@ def main():
             model, extra = next(v for k, v in models.items() if k.startswith(label))
             try:
                 return check_pair(args.weft, prefix, model, extra, plan, optimizer,
-                                  mpi and has_mpi, work, "p%d" % index), None
+                                  mpi and has_mpi, work, "p%d" % index,
+                                  index in RESUME), None
             except (AssertionError, RuntimeError) as error:
                 return [], "%s %s: %s" % (label, plan, error)
 

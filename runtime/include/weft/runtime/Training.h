@@ -131,6 +131,9 @@ struct TrainingProgram {
   /// The optimizer step's arguments as each rank holds them (its state
   /// starts as zeros of these).
   std::vector<TensorType> optimizerArgumentTypes;
+  /// Where each of them sits on the mesh (checkpoints gather and cut the
+  /// state by these).
+  std::vector<Layout> optimizerArgumentLayouts;
   std::vector<TrainedParameter> parameters;
   OptimizerConstants constants;
   int64_t batch = 1, seq = 1;
@@ -143,12 +146,15 @@ struct TrainingProgram {
 
 /// The `main` of a generated training program:
 ///   program [--steps N] [--grad-accum N] [--lr X] [--min-lr X] [--warmup N]
-///           [--data-dtype T] [--log FILE] [--collective-timeout S]
+///           [--data-dtype T] [--log FILE] [--save DIR] [--save-every N]
+///           [--resume DIR] [--collective-timeout S]
 ///           WEIGHTS_DIR OUTPUT_DIR TOKENS
 /// Each rank holds its blocks of the parameters and of the optimizer state,
 /// and runs the steps: the micro-batches, the gradient reduction, the
 /// optimizer step. Rank 0 prints a line per step, and with --log writes
-/// weft train's loss log (.csv, or .jsonl);
+/// weft train's loss log (.csv, or .jsonl); --save writes weft train's
+/// checkpoints (weft/runtime/Checkpoint.h: every --save-every steps and at
+/// the end), which --resume continues, from this program or weft train;
 /// at the end OUTPUT_DIR gets each trained parameter whole
 /// (`param-<i>.npy`, their names in `parameters.txt`). Alone, the ranks are
 /// threads; under mpirun, srun or torchrun, one process each.
