@@ -325,10 +325,26 @@ absl::Status weft::rt::writeCheckpoint(const std::string &saveDir,
         return status;
     absl::StrAppend(&entries, entries.empty() ? "" : ",", entry, "}");
   }
+  std::string feedback;
+  if (checkpoint.feedback) {
+    std::string kept;
+    for (const CheckpointResidual &r : checkpoint.feedback->residuals) {
+      std::string file = absl::StrCat("feedback-", r.rank, "-", r.site, ".npy");
+      if (absl::Status status = writeNpy((tmp / file).string(), r.value);
+          !status.ok())
+        return status;
+      absl::StrAppend(&kept, kept.empty() ? "" : ",", "{\"rank\":", r.rank,
+                      ",\"site\":", r.site, ",\"file\":", jsonString(file),
+                      "}");
+    }
+    feedback = absl::StrCat(
+        ",\"feedback\":{\"plan\":", jsonString(checkpoint.feedback->plan),
+        ",\"residuals\":[", kept, "]}");
+  }
   std::string manifest = absl::StrCat(
       "{\"format\":", jsonString(kFormat),
       ",\"optimizer\":", jsonString(checkpoint.optimizer), ",\"parameters\":[",
-      entries, "],\"step\":", checkpoint.step, "}\n");
+      entries, "]", feedback, ",\"step\":", checkpoint.step, "}\n");
   if (absl::Status status =
           writeFileAtomically((tmp / "manifest.json").string(), manifest);
       !status.ok())
@@ -375,11 +391,6 @@ absl::StatusOr<Checkpoint> weft::rt::readCheckpoint(const std::string &path) {
     return absl::InvalidArgumentError(
         absl::StrCat(manifestPath, ": not a weft checkpoint manifest (format ",
                      kFormat, " with step and parameters)"));
-  if (json->get("feedback"))
-    return absl::InvalidArgumentError(absl::StrCat(
-        manifestPath,
-        ": holds top-k error-feedback residuals, which only weft train "
-        "carries; resume it with weft train"));
   Checkpoint checkpoint;
   checkpoint.step = *step;
   checkpoint.manifestPath = manifestPath;
@@ -423,6 +434,37 @@ absl::StatusOr<Checkpoint> weft::rt::readCheckpoint(const std::string &path) {
       (key == std::string("m") ? p.m : p.v) = std::move(*state);
     }
     checkpoint.parameters.push_back(std::move(p));
+  }
+  if (const Json *feedback = json->get("feedback")) {
+    const std::string *plan = feedback->getString("plan");
+    const Json *kept = feedback->get("residuals");
+    if (!plan || !kept || kept->kind != Json::Kind::Array)
+      return absl::InvalidArgumentError(absl::StrCat(
+          manifestPath, ": its feedback is not {plan, residuals}"));
+    checkpoint.feedback.emplace();
+    checkpoint.feedback->plan = *plan;
+    for (size_t i = 0; i < kept->array.size(); ++i) {
+      const Json &entry = kept->array[i];
+      std::optional<int64_t> rank = entry.getInteger("rank");
+      std::optional<int64_t> site = entry.getInteger("site");
+      const std::string *file = entry.getString("file");
+      if (!rank || !site || !file || *rank < 0 || *site < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat(manifestPath, ": top-k residual #", i,
+                         " is not {rank, site, file}"));
+      CheckpointResidual residual;
+      residual.rank = int(*rank);
+      residual.site = *site;
+      residual.file = (dir / *file).string();
+      absl::StatusOr<HostTensor> value = readNpy(residual.file);
+      if (!value.ok())
+        return value.status();
+      if (!value->isFloat())
+        return absl::InvalidArgumentError(
+            absl::StrCat(residual.file, ": a residual that is not floats"));
+      residual.value = std::move(*value);
+      checkpoint.feedback->residuals.push_back(std::move(residual));
+    }
   }
   return checkpoint;
 }

@@ -373,6 +373,10 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
   if (!read.ok())
     throw std::runtime_error(std::string(read.status().message()));
   const std::string &manifest = read->manifestPath;
+  if (read->feedback)
+    throw std::runtime_error(absl::StrCat(
+        manifest, ": holds top-k error-feedback residuals, which only weft "
+                  "train carries; resume it with weft train"));
   const std::string optimizer = optimizerName(p);
   if (!read->optimizer.empty() && read->optimizer != optimizer)
     throw std::runtime_error(

@@ -61,7 +61,10 @@ void expectSame(const HostTensor &a, const HostTensor &b) {
 
 TEST(CheckpointTest, RoundTripAndLatest) {
   std::string dir = freshDir("ckpt-roundtrip");
-  ASSERT_TRUE(writeCheckpoint(dir, sample(2)).ok());
+  Checkpoint withResiduals = sample(2);
+  withResiduals.feedback = CheckpointFeedback{"dp=2,compress=dp:topk",
+                                              {{1, 3, filled({6}, 0.5), ""}}};
+  ASSERT_TRUE(writeCheckpoint(dir, withResiduals).ok());
   ASSERT_TRUE(writeCheckpoint(dir, sample(4)).ok());
   EXPECT_EQ(readText(dir + "/latest"), "step-4\n");
   EXPECT_FALSE(fs::exists(dir + "/step-4.tmp"));
@@ -74,6 +77,15 @@ TEST(CheckpointTest, RoundTripAndLatest) {
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_EQ(two->step, 2);
   EXPECT_EQ(two->optimizer, "adamw");
+  // Top-k's residuals, by rank and all-reduce, with the plan.
+  ASSERT_TRUE(two->feedback.has_value());
+  EXPECT_EQ(two->feedback->plan, "dp=2,compress=dp:topk");
+  ASSERT_EQ(two->feedback->residuals.size(), 1u);
+  EXPECT_EQ(two->feedback->residuals[0].rank, 1);
+  EXPECT_EQ(two->feedback->residuals[0].site, 3);
+  EXPECT_EQ(two->feedback->residuals[0].file, dir + "/step-2/feedback-1-3.npy");
+  expectSame(two->feedback->residuals[0].value, filled({6}, 0.5));
+  EXPECT_FALSE(latest->feedback.has_value());
   Checkpoint expected = sample(2);
   ASSERT_EQ(two->parameters.size(), expected.parameters.size());
   for (size_t k = 0; k < expected.parameters.size(); ++k) {
@@ -110,7 +122,8 @@ TEST(CheckpointTest, ReadsWeftTrainsManifest) {
 }
 
 // Every proper prefix of a manifest is refused with the manifest named, and
-// nothing crashes; so are top-k residuals and a shape that is not the file's.
+// nothing crashes; so are malformed top-k residuals and a shape that is not
+// the file's.
 TEST(CheckpointTest, RefusesWhatDoesNotFit) {
   std::string dir = freshDir("ckpt-bad");
   ASSERT_TRUE(writeCheckpoint(dir, sample(1)).ok());
@@ -123,12 +136,13 @@ TEST(CheckpointTest, RefusesWhatDoesNotFit) {
     EXPECT_NE(read.status().message().find(manifest), std::string::npos)
         << read.status();
   }
-  std::string withFeedback = whole;
-  withFeedback.insert(1, "\"feedback\":{\"plan\":\"dp=2\"},");
-  std::ofstream(manifest, std::ios::trunc) << withFeedback;
+  std::string badFeedback = whole;
+  badFeedback.insert(1, "\"feedback\":{\"plan\":\"dp=2\"},");
+  std::ofstream(manifest, std::ios::trunc) << badFeedback;
   absl::StatusOr<Checkpoint> feedback = readCheckpoint(dir);
   ASSERT_FALSE(feedback.ok());
-  EXPECT_NE(feedback.status().message().find("top-k error-feedback"),
+  EXPECT_NE(feedback.status().message().find("its feedback is not {plan, "
+                                             "residuals}"),
             std::string::npos);
   std::string reshaped = whole;
   size_t shape = reshaped.find("[4,3]");

@@ -26,6 +26,7 @@
 #include "weft/Passes/Passes.h"
 #include "weft/Pipelines/Pipelines.h"
 #include "weft/Plan/Plan.h"
+#include "weft/runtime/Checkpoint.h"
 #include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/Training.h"
 
@@ -37,7 +38,6 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
@@ -321,10 +321,6 @@ runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
 // Checkpoints
 //===----------------------------------------------------------------------===//
 
-static std::string fileOf(size_t index, llvm::StringRef kind) {
-  return (llvm::Twine(kind) + "-" + llvm::Twine(index) + ".npy").str();
-}
-
 static HostTensor vectorTensor(const std::vector<float> &values,
                                const weft::rt::Shape &shape) {
   HostTensor t(weft::rt::DType::F32, shape);
@@ -347,16 +343,6 @@ static bool writeText(llvm::StringRef path, llvm::StringRef text,
   return !ec;
 }
 
-static bool renameOver(llvm::StringRef from, llvm::StringRef to,
-                       std::string &error) {
-  if (std::error_code ec = llvm::sys::fs::rename(from, to)) {
-    error =
-        "cannot rename " + from.str() + " to " + to.str() + ": " + ec.message();
-    return false;
-  }
-  return true;
-}
-
 /// Top-k's error feedback in a checkpoint: each rank's residual of each
 /// top-k all-reduce with error feedback (`sites`, numbered in the
 /// partitioned module's walk order, which the same model and plan give
@@ -367,53 +353,23 @@ struct Residuals {
   std::string plan;
 };
 
-/// Writes step-N/ under a temporary name, then renames it and points
-/// `latest` at it (also by rename): a reader sees a whole checkpoint or the
+/// Writes step-N/ with the runtime's writer (weft/runtime/Checkpoint.h, which
+/// generated training programs share): under a temporary name, renamed, then
+/// `latest` renamed into place, so a reader sees a whole checkpoint or the
 /// previous one.
 static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
                            const Residuals &residuals, std::string &error) {
-  std::string name = "step-" + std::to_string(step);
-  llvm::SmallString<256> dir(saveDir), tmp(saveDir);
-  llvm::sys::path::append(dir, name);
-  llvm::sys::path::append(tmp, name + ".tmp");
-  llvm::sys::fs::remove_directories(tmp);
-  if (std::error_code ec = llvm::sys::fs::create_directories(tmp)) {
-    error = "cannot create " + tmp.str().str() + ": " + ec.message();
-    return false;
+  weft::rt::Checkpoint checkpoint;
+  checkpoint.step = step;
+  checkpoint.optimizer = optimizer;
+  for (const ParamState &p : params) {
+    weft::rt::CheckpointParameter entry{p.name, p.value, {}, {}};
+    if (!p.m.empty())
+      entry.m = vectorTensor(p.m, p.value.shape);
+    if (!p.v.empty())
+      entry.v = vectorTensor(p.v, p.value.shape);
+    checkpoint.parameters.push_back(std::move(entry));
   }
-  llvm::json::Array entries;
-  for (auto [position, p] : llvm::enumerate(params)) {
-    // A copy: C++17 lambdas cannot capture a structured binding.
-    size_t index = position;
-    llvm::json::Array shape;
-    for (int64_t d : p.value.shape)
-      shape.push_back(d);
-    llvm::json::Object entry{{"name", p.name},
-                             {"shape", std::move(shape)},
-                             {"value", fileOf(index, "param")}};
-    auto write = [&](const HostTensor &t, llvm::StringRef kind) {
-      llvm::SmallString<256> file(tmp);
-      llvm::sys::path::append(file, fileOf(index, kind));
-      return weft::writeTensorFile(file.str().str(), t, error);
-    };
-    if (!write(p.value, "param"))
-      return false;
-    if (!p.m.empty()) {
-      if (!write(vectorTensor(p.m, p.value.shape), "m"))
-        return false;
-      entry["m"] = fileOf(index, "m");
-    }
-    if (!p.v.empty()) {
-      if (!write(vectorTensor(p.v, p.value.shape), "v"))
-        return false;
-      entry["v"] = fileOf(index, "v");
-    }
-    entries.push_back(std::move(entry));
-  }
-  llvm::json::Object manifest{{"format", "weft-checkpoint-1"},
-                              {"step", step},
-                              {"optimizer", optimizer.getValue()},
-                              {"parameters", std::move(entries)}};
   if (!residuals.sites.empty()) {
     // By rank and site, so that the manifest does not depend on addresses.
     std::map<std::pair<int, int64_t>, HostTensor> ordered;
@@ -422,202 +378,99 @@ static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
       if (site != residuals.sites.end())
         ordered[{key.first, site - residuals.sites.begin()}] = residual;
     }
-    llvm::json::Array kept;
-    for (auto &[key, residual] : ordered) {
-      auto [rank, index] = key;
-      std::string file = "feedback-" + std::to_string(rank) + "-" +
-                         std::to_string(index) + ".npy";
-      llvm::SmallString<256> path(tmp);
-      llvm::sys::path::append(path, file);
-      if (!weft::writeTensorFile(path.str().str(), residual, error))
-        return false;
-      kept.push_back(
-          llvm::json::Object{{"rank", rank}, {"site", index}, {"file", file}});
-    }
-    manifest["feedback"] = llvm::json::Object{{"plan", residuals.plan},
-                                              {"residuals", std::move(kept)}};
+    weft::rt::CheckpointFeedback feedback;
+    feedback.plan = residuals.plan;
+    for (auto &[key, residual] : ordered)
+      feedback.residuals.push_back({key.first, key.second, residual, ""});
+    checkpoint.feedback = std::move(feedback);
   }
-  llvm::SmallString<256> manifestPath(tmp);
-  llvm::sys::path::append(manifestPath, "manifest.json");
-  std::string text;
-  llvm::raw_string_ostream(text)
-      << llvm::json::Value(std::move(manifest)) << '\n';
-  llvm::sys::fs::remove_directories(dir);
-  llvm::SmallString<256> latest(saveDir), latestTmp(saveDir);
-  llvm::sys::path::append(latest, "latest");
-  llvm::sys::path::append(latestTmp, "latest.tmp");
-  return writeText(manifestPath, text, error) && renameOver(tmp, dir, error) &&
-         writeText(latestTmp, name + "\n", error) &&
-         renameOver(latestTmp, latest, error);
-  return true;
+  absl::Status status = weft::rt::writeCheckpoint(saveDir, checkpoint);
+  if (!status.ok())
+    error = std::string(status.message());
+  return status.ok();
 }
 
-/// Loads a checkpoint into `params` (which name the model's parameters);
-/// returns the step it was written after, or -1 with `error` naming the
-/// file that is missing, corrupt or does not match the model.
+/// Loads a checkpoint (the runtime's reader) into `params` (which name the
+/// model's parameters); returns the step it was written after, or -1 with
+/// `error` naming the file that is missing, corrupt or does not match the
+/// model.
 static int64_t loadCheckpoint(std::vector<ParamState> &params,
                               const Residuals &residuals, std::string &error) {
-  llvm::SmallString<256> dir(resumeDir);
-  llvm::SmallString<256> latest(resumeDir);
-  llvm::sys::path::append(latest, "latest");
-  if (llvm::sys::fs::exists(latest)) {
-    auto text = llvm::MemoryBuffer::getFile(latest);
-    if (!text) {
-      error = "cannot read " + latest.str().str();
-      return -1;
-    }
-    dir = resumeDir;
-    llvm::sys::path::append(dir, (*text)->getBuffer().trim());
-  }
-  llvm::SmallString<256> manifestPath(dir);
-  llvm::sys::path::append(manifestPath, "manifest.json");
-  auto text = llvm::MemoryBuffer::getFile(manifestPath);
-  if (!text) {
-    error = manifestPath.str().str() +
-            ": cannot read the checkpoint's "
-            "manifest (" +
-            text.getError().message() + ")";
+  absl::StatusOr<weft::rt::Checkpoint> read =
+      weft::rt::readCheckpoint(resumeDir);
+  if (!read.ok()) {
+    error = std::string(read.status().message());
     return -1;
   }
-  llvm::Expected<llvm::json::Value> json =
-      llvm::json::parse((*text)->getBuffer());
-  if (!json) {
-    error = manifestPath.str().str() +
-            ": corrupt manifest: " + llvm::toString(json.takeError());
+  const std::string &manifest = read->manifestPath;
+  if (!read->optimizer.empty() && read->optimizer != optimizer) {
+    error = manifest + ": written by --optimizer " + read->optimizer +
+            ", resumed with --optimizer " + optimizer;
     return -1;
   }
-  const llvm::json::Object *root = json->getAsObject();
-  const llvm::json::Array *entries =
-      root ? root->getArray("parameters") : nullptr;
-  std::optional<int64_t> step = root ? root->getInteger("step") : std::nullopt;
-  if (!entries || !step || root->getString("format") != "weft-checkpoint-1") {
-    error = manifestPath.str().str() +
-            ": not a weft checkpoint manifest (format weft-checkpoint-1 with "
-            "step and parameters)";
-    return -1;
-  }
-  if (std::optional<llvm::StringRef> opt = root->getString("optimizer"))
-    if (*opt != optimizer) {
-      error = manifestPath.str().str() + ": written by --optimizer " +
-              opt->str() + ", resumed with --optimizer " + optimizer;
-      return -1;
-    }
-  llvm::StringMap<const llvm::json::Object *> byName;
-  for (const llvm::json::Value &entry : *entries)
-    if (const llvm::json::Object *object = entry.getAsObject())
-      if (std::optional<llvm::StringRef> name = object->getString("name"))
-        byName[*name] = object;
+  llvm::StringMap<const weft::rt::CheckpointParameter *> byName;
+  for (const weft::rt::CheckpointParameter &entry : read->parameters)
+    byName[entry.name] = &entry;
   if (byName.size() != params.size()) {
-    error = manifestPath.str().str() + ": holds " +
-            std::to_string(byName.size()) + " parameters, the model trains " +
-            std::to_string(params.size());
+    error = manifest + ": holds " + std::to_string(byName.size()) +
+            " parameters, the model trains " + std::to_string(params.size());
     return -1;
   }
   for (ParamState &p : params) {
-    const llvm::json::Object *entry = byName.lookup(p.name);
+    const weft::rt::CheckpointParameter *entry = byName.lookup(p.name);
     if (!entry) {
-      error = manifestPath.str().str() + ": has no parameter '" + p.name + "'";
+      error = manifest + ": has no parameter '" + p.name + "'";
       return -1;
     }
-    auto read = [&](llvm::StringRef key, HostTensor &out) {
-      std::optional<llvm::StringRef> file = entry->getString(key);
-      if (!file)
-        return false;
-      llvm::SmallString<256> path(dir);
-      llvm::sys::path::append(path, *file);
-      std::string why;
-      if (!weft::readTensorFile(path.str().str(), out, why)) {
-        error = why;
-        return false;
-      }
-      if (out.shape != p.value.shape || !out.isFloat()) {
-        error = path.str().str() + ": holds " +
-                weft::rt::shapeString(out.shape) + " for '" + p.name +
-                "', the model's is " + weft::rt::shapeString(p.value.shape);
-        return false;
-      }
-      return true;
-    };
-    HostTensor value, m, v;
-    if (!read("value", value)) {
-      if (error.empty())
-        error = manifestPath.str().str() + ": no value for '" + p.name + "'";
+    if (entry->value.shape != p.value.shape) {
+      error = manifest + ": holds " +
+              weft::rt::shapeString(entry->value.shape) + " for '" + p.name +
+              "', the model's is " + weft::rt::shapeString(p.value.shape);
       return -1;
     }
-    p.value.floats = value.floats;
-    p.m.clear();
-    p.v.clear();
-    if (entry->getString("m")) {
-      if (!read("m", m))
-        return -1;
-      p.m = m.floats.toVector();
-    }
-    if (entry->getString("v")) {
-      if (!read("v", v))
-        return -1;
-      p.v = v.floats.toVector();
-    }
+    p.value.floats = entry->value.floats;
+    p.m = entry->m ? entry->m->floats.toVector() : std::vector<float>();
+    p.v = entry->v ? entry->v->floats.toVector() : std::vector<float>();
   }
   if (residuals.sites.empty())
-    return *step;
+    return read->step;
   // Top-k's residuals: each rank's, for each all-reduce, as they were.
-  const llvm::json::Object *feedback = root->getObject("feedback");
-  if (!feedback) {
-    error = manifestPath.str().str() +
-            ": holds no top-k error-feedback residuals (written by a run "
-            "without compress=dp:topk), so resuming with dp:topk would not "
-            "continue it; resume with the codec it was written with";
+  if (!read->feedback) {
+    error = manifest + ": holds no top-k error-feedback residuals (written by "
+                       "a run without compress=dp:topk), so resuming with "
+                       "dp:topk would not continue it; resume with the codec "
+                       "it was written with";
     return -1;
   }
-  std::optional<llvm::StringRef> plan = feedback->getString("plan");
-  if (!plan || *plan != residuals.plan) {
-    error = manifestPath.str().str() +
-            ": its top-k residuals belong to the "
-            "plan " +
-            (plan ? plan->str() : std::string("(none)")) + ", not " +
-            residuals.plan +
+  if (read->feedback->plan != residuals.plan) {
+    error = manifest + ": its top-k residuals belong to the plan " +
+            read->feedback->plan + ", not " + residuals.plan +
             " (they are per rank and per all-reduce): resume with that plan";
     return -1;
   }
-  const llvm::json::Array *kept = feedback->getArray("residuals");
-  for (size_t i = 0; kept && i < kept->size(); ++i) {
-    const llvm::json::Object *entry = (*kept)[i].getAsObject();
-    std::optional<int64_t> rank =
-        entry ? entry->getInteger("rank") : std::nullopt;
-    std::optional<int64_t> site =
-        entry ? entry->getInteger("site") : std::nullopt;
-    std::optional<llvm::StringRef> file =
-        entry ? entry->getString("file") : std::nullopt;
-    if (!rank || !site || !file || *rank < 0 || *rank >= devices || *site < 0 ||
-        *site >= int64_t(residuals.sites.size())) {
-      error = manifestPath.str().str() + ": top-k residual #" +
-              std::to_string(i) + " is not {rank < " + std::to_string(devices) +
-              ", site < " + std::to_string(residuals.sites.size()) + ", file}";
+  for (const weft::rt::CheckpointResidual &residual :
+       read->feedback->residuals) {
+    if (residual.rank >= devices ||
+        residual.site >= int64_t(residuals.sites.size())) {
+      error = residual.file + ": a top-k residual of rank " +
+              std::to_string(residual.rank) + " and all-reduce " +
+              std::to_string(residual.site) + ", where the run has " +
+              std::to_string(devices) + " ranks and " +
+              std::to_string(residuals.sites.size()) + " top-k all-reduces";
       return -1;
     }
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, *file);
-    HostTensor residual;
-    std::string why;
-    if (!weft::readTensorFile(path.str().str(), residual, why)) {
-      error = why;
-      return -1;
-    }
-    Operation *op = residuals.sites[size_t(*site)];
+    Operation *op = residuals.sites[size_t(residual.site)];
     auto type = cast<RankedTensorType>(op->getOperand(0).getType());
-    if (residual.shape !=
-            weft::rt::Shape(type.getShape().begin(), type.getShape().end()) ||
-        !residual.isFloat()) {
-      error = path.str().str() + ": holds " +
-              weft::rt::shapeString(residual.shape) +
-              " for a top-k all-reduce of " +
-              weft::rt::shapeString(weft::rt::Shape(type.getShape().begin(),
-                                                    type.getShape().end()));
+    weft::rt::Shape shape(type.getShape().begin(), type.getShape().end());
+    if (residual.value.shape != shape) {
+      error = residual.file + ": holds " +
+              weft::rt::shapeString(residual.value.shape) +
+              " for a top-k all-reduce of " + weft::rt::shapeString(shape);
       return -1;
     }
-    residuals.store->restore(int(*rank), op, std::move(residual));
+    residuals.store->restore(residual.rank, op, residual.value);
   }
-  return *step;
+  return read->step;
 }
 
 //===----------------------------------------------------------------------===//

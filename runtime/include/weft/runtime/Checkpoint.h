@@ -8,6 +8,7 @@
 // .npy per tensor (each parameter whole, and the optimizer's state for it),
 // written as step-N.tmp and renamed; SAVE_DIR/latest (also renamed into
 // place) names the newest. A crash leaves the previous checkpoint whole.
+// weft train and generated training programs both read and write them here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,12 +33,31 @@ struct CheckpointParameter {
   std::optional<HostTensor> m, v;
 };
 
+/// One rank's residual of one top-k all-reduce with error feedback (`site`:
+/// the all-reduce's number in the partitioned module's walk order).
+struct CheckpointResidual {
+  int rank = 0;
+  int64_t site = 0;
+  HostTensor value;
+  /// The file it was read from (readCheckpoint sets it; errors name it).
+  std::string file;
+};
+
+/// Top-k's error feedback, which weft train carries from step to step: each
+/// rank's residuals, for the plan (as --plan-spec text) they belong to.
+struct CheckpointFeedback {
+  std::string plan;
+  std::vector<CheckpointResidual> residuals;
+};
+
 /// A checkpoint: the step it was written after, the optimizer (`adamw` or
-/// `sgd`, as weft train's --optimizer) and the parameters.
+/// `sgd`, as weft train's --optimizer), the parameters, and top-k's
+/// residuals when the run had them.
 struct Checkpoint {
   int64_t step = 0;
   std::string optimizer;
   std::vector<CheckpointParameter> parameters;
+  std::optional<CheckpointFeedback> feedback;
   /// The manifest it was read from (readCheckpoint sets it; errors name it).
   std::string manifestPath;
 };
@@ -48,9 +68,9 @@ absl::Status writeCheckpoint(const std::string &saveDir,
                              const Checkpoint &checkpoint);
 
 /// Reads a checkpoint: a step-N directory, or a save directory (its
-/// latest). The error names the file that is missing or corrupt. Refuses a
-/// checkpoint with top-k error-feedback residuals, which only weft train
-/// carries.
+/// latest). The error names the file that is missing or corrupt; each
+/// tensor's shape is checked against the manifest's (the residuals' are the
+/// reader's to check).
 absl::StatusOr<Checkpoint> readCheckpoint(const std::string &path);
 
 } // namespace weft::rt
