@@ -11,11 +11,13 @@
 
 #include "absl/strings/str_cat.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <locale>
 #include <map>
-#include <memory>
 #include <sstream>
 
 using namespace weft::rt;

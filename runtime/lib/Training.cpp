@@ -7,10 +7,6 @@
 #include "weft/runtime/Training.h"
 
 #include "weft/runtime/Checkpoint.h"
-
-#include <filesystem>
-#include <map>
-
 #include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/FileWrite.h"
 #include "weft/runtime/NpyFile.h"
@@ -23,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
