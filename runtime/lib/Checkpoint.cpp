@@ -60,10 +60,15 @@ struct Json {
   }
   std::optional<int64_t> getInteger(const std::string &key) const {
     const Json *value = get(key);
-    if (!value || value->kind != Kind::Number ||
-        value->number != std::floor(value->number))
+    if (!value || !value->isCount(/*allowNegative=*/true))
       return std::nullopt;
     return int64_t(value->number);
+  }
+  /// A whole number small enough to be exact in a double (and so in an
+  /// int64_t).
+  bool isCount(bool allowNegative = false) const {
+    return kind == Kind::Number && number == std::floor(number) &&
+           std::fabs(number) <= 9.0e15 && (allowNegative || number >= 0);
   }
 };
 
@@ -132,7 +137,17 @@ private:
       case 'u': {
         if (pos + 4 > text.size())
           return failed("a short \\u escape");
-        unsigned code = std::stoul(text.substr(pos, 4), nullptr, 16);
+        unsigned code = 0;
+        for (int d = 0; d < 4; ++d) {
+          char h = text[pos + d];
+          int digit = std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
+                      : h >= 'a' && h <= 'f'                      ? h - 'a' + 10
+                      : h >= 'A' && h <= 'F'                      ? h - 'A' + 10
+                                                                  : -1;
+          if (digit < 0)
+            return failed("a \\u escape that is not hexadecimal");
+          code = code * 16 + unsigned(digit);
+        }
         pos += 4;
         // Names are ASCII in practice; others are kept as UTF-8 of the
         // basic plane.
@@ -408,8 +423,13 @@ absl::StatusOr<Checkpoint> weft::rt::readCheckpoint(const std::string &path) {
           absl::StrCat(manifestPath, ": parameter #", i,
                        " is not {name, shape, value[, m, v]}"));
     Shape expected;
-    for (const Json &d : shape->array)
+    for (const Json &d : shape->array) {
+      if (!d.isCount())
+        return absl::InvalidArgumentError(
+            absl::StrCat(manifestPath, ": parameter #", i,
+                         "'s shape is not a list of sizes"));
       expected.push_back(int64_t(d.number));
+    }
     CheckpointParameter p;
     p.name = *name;
     auto read = [&](const char *key) -> absl::StatusOr<HostTensor> {

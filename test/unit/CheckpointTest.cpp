@@ -144,6 +144,22 @@ TEST(CheckpointTest, RefusesWhatDoesNotFit) {
   EXPECT_NE(feedback.status().message().find("its feedback is not {plan, "
                                              "residuals}"),
             std::string::npos);
+  // Malformed where a parser could go wrong: a \u escape that is not hex,
+  // sizes no tensor has.
+  const std::pair<const char *, const char *> edits[] = {
+      {"\"name\":\"wte.weight\"", "\"name\":\"wte\\uZZZZ\""},
+      {"\"shape\":[4,3]", "\"shape\":[1e300,3]"},
+      {"\"shape\":[4,3]", "\"shape\":[-4,3]"},
+      {"\"shape\":[4,3]", "\"shape\":[4.5,3]"}};
+  for (const auto &edit : edits) {
+    std::string text = whole;
+    size_t at = text.find(edit.first);
+    ASSERT_NE(at, std::string::npos) << edit.first;
+    text.replace(at, std::string(edit.first).size(), edit.second);
+    std::ofstream(manifest, std::ios::trunc) << text;
+    absl::StatusOr<Checkpoint> read = readCheckpoint(dir);
+    EXPECT_FALSE(read.ok()) << edit.second;
+  }
   std::string reshaped = whole;
   size_t shape = reshaped.find("[4,3]");
   ASSERT_NE(shape, std::string::npos);
