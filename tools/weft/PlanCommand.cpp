@@ -376,6 +376,16 @@ int runPlan(MLIRContext &context) {
         os, std::vector<plan::Plan>(set.plans().begin(), set.plans().end()));
   }
   const plan::Plan &first = set.plans(0);
+  // The search tries every pp and gives dp what is left as far as the batch
+  // divides, so a plan may leave GPUs idle; frameworks launch dp x tp x pp
+  // ranks, so say how many.
+  const int64_t clusterGpus = planner::totalGpus(costModel.cluster());
+  if (first.gpus_used() > 0 && first.gpus_used() < clusterGpus)
+    os << llvm::format("uses %lld of the cluster's %lld GPUs (%lld idle): "
+                       "launch it on %lld\n",
+                       (long long)first.gpus_used(), (long long)clusterGpus,
+                       (long long)(clusterGpus - first.gpus_used()),
+                       (long long)first.gpus_used());
   printConfidence(os, *outcome, first);
   os << outcome->compression << outcome->tensor3d;
   if (explainOpt)
