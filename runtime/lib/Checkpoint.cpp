@@ -298,6 +298,14 @@ absl::Status renameOver(const fs::path &from, const fs::path &to) {
 
 } // namespace
 
+CheckpointState weft::rt::checkpointStateOf(const std::string &role) {
+  if (role == "exp_avg" || role == "momentum_buffer")
+    return CheckpointState::M;
+  if (role == "exp_avg_sq")
+    return CheckpointState::V;
+  return CheckpointState::None;
+}
+
 //===----------------------------------------------------------------------===//
 // Writing
 //===----------------------------------------------------------------------===//

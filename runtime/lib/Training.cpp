@@ -337,9 +337,6 @@ std::string optimizerName(const TrainingProgram &p) {
   return "sgd";
 }
 
-/// A checkpoint keeps AdamW's moments in m and v, SGD's momentum buffer in m.
-bool inFirstMoment(const std::string &role) { return role != "exp_avg_sq"; }
-
 /// The optimizer's state a rank holds, by (role, parameter).
 using OptimizerState = std::map<std::pair<std::string, int>, HostTensor>;
 
@@ -404,7 +401,7 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
     const TrainedParameter &param = p.parameters[size_t(entry.first.second)];
     const CheckpointParameter &c = *byName.at(param.name);
     const std::optional<HostTensor> &whole =
-        inFirstMoment(entry.first.first) ? c.m : c.v;
+        checkpointStateOf(entry.first.first) == CheckpointState::V ? c.v : c.m;
     if (!whole)
       throw std::runtime_error(absl::StrCat(
           manifest, ": has no ", entry.first.first, " for '", param.name, "'"));
@@ -453,7 +450,8 @@ int64_t saveCheckpoint(RankContext &ctx, const TrainingProgram &p,
   size_t i = p.parameters.size();
   for (const auto &entry : state) {
     CheckpointParameter &c = checkpoint.parameters[size_t(entry.first.second)];
-    (inFirstMoment(entry.first.first) ? c.m : c.v) = std::move(whole[i++]);
+    (checkpointStateOf(entry.first.first) == CheckpointState::V ? c.v : c.m) =
+        std::move(whole[i++]);
   }
   if (absl::Status status = writeCheckpoint(saveDir, checkpoint); !status.ok())
     throw std::runtime_error(std::string(status.message()));

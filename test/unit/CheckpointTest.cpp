@@ -180,3 +180,15 @@ TEST(CheckpointTest, RefusesWhatDoesNotFit) {
 }
 
 } // namespace
+
+namespace {
+// The optimizer states a checkpoint keeps, and where: weft train and
+// generated programs both read this.
+TEST(CheckpointTest, StatesByRole) {
+  EXPECT_EQ(checkpointStateOf("exp_avg"), CheckpointState::M);
+  EXPECT_EQ(checkpointStateOf("momentum_buffer"), CheckpointState::M);
+  EXPECT_EQ(checkpointStateOf("exp_avg_sq"), CheckpointState::V);
+  EXPECT_EQ(checkpointStateOf("param"), CheckpointState::None);
+  EXPECT_EQ(checkpointStateOf("grad"), CheckpointState::None);
+}
+} // namespace

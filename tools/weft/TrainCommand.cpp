@@ -250,11 +250,13 @@ optimizerInputs(func::FuncOp step, const std::vector<ParamState> &params,
         inputs.emplace_back();
         continue;
       }
+      // The state as checkpoints keep it (m, v).
+      weft::rt::CheckpointState state = weft::rt::checkpointStateOf(role);
       const std::vector<float> *values =
-          role == "grad"                                   ? &(*grads)[k]
-          : role == "exp_avg" || role == "momentum_buffer" ? &p.m
-          : role == "exp_avg_sq"                           ? &p.v
-                                                           : nullptr;
+          role == "grad"                          ? &(*grads)[k]
+          : state == weft::rt::CheckpointState::M ? &p.m
+          : state == weft::rt::CheckpointState::V ? &p.v
+                                                  : nullptr;
       if (role == "param")
         inputs.push_back(p.value);
       else if (values) {
@@ -291,7 +293,7 @@ static double applyOptimizerOutputs(func::FuncOp step,
     ParamState &p = params[index.lookup(parameter)];
     if (role == "param")
       p.value = std::move(out);
-    else if (role == "exp_avg_sq")
+    else if (weft::rt::checkpointStateOf(role) == weft::rt::CheckpointState::V)
       p.v = out.floats.toVector();
     else
       p.m = out.floats.toVector();

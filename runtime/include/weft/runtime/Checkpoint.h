@@ -33,6 +33,12 @@ struct CheckpointParameter {
   std::optional<HostTensor> m, v;
 };
 
+/// Which of a CheckpointParameter's states holds the optimizer step's state
+/// of `role` (its weft.optimizer_slot): AdamW's exp_avg and SGD's
+/// momentum_buffer in m, AdamW's exp_avg_sq in v, and nothing else.
+enum class CheckpointState { None, M, V };
+CheckpointState checkpointStateOf(const std::string &role);
+
 /// One rank's residual of one top-k all-reduce with error feedback (`site`:
 /// the all-reduce's number in the partitioned module's walk order).
 struct CheckpointResidual {
