@@ -16,6 +16,7 @@
 
 #include "EmitterCommon.h"
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Exec/Interpreter.h"
 
@@ -74,12 +75,15 @@ int64_t normalizeAxis(int64_t axis, int64_t rank) {
 
 class CudaEmitter {
 public:
-  CudaEmitter(func::FuncOp func, std::string weightsDir,
-              std::string externalDir, CudaEmitStats &stats)
-      : func(func), weightsDir(std::move(weightsDir)),
-        externalDir(std::move(externalDir)), stats(stats) {}
+  CudaEmitter(std::string weightsDir, std::string externalDir,
+              CudaEmitStats &stats)
+      : weightsDir(std::move(weightsDir)), externalDir(std::move(externalDir)),
+        stats(stats) {}
 
-  LogicalResult run();
+  /// Appends `func` as the C++ function `name` to `body` (its kernels to
+  /// `kernels`); the weight files and kernel names of the functions emitted
+  /// before it are kept apart.
+  LogicalResult emitFunction(func::FuncOp func, StringRef name);
   std::string kernels;
   std::string body;
 
@@ -643,18 +647,27 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
       });
 }
 
-LogicalResult CudaEmitter::run() {
+LogicalResult CudaEmitter::emitFunction(func::FuncOp function, StringRef name) {
+  func = function;
+  index.clear();
+  names.clear();
+  shardFiles.clear();
+  events.clear();
+  counter = 0;
   if (failed(check()))
     return failure();
   auto count = [&](StringRef name) {
     return func->getAttrOfType<IntegerAttr>(name).getInt();
   };
-  stats.arenaBytes = count(WeftDialect::getArenaBytesAttrName());
-  stats.buffers = int(count(WeftDialect::getBuffersAttrName()));
-  stats.unsharedBytes = count(WeftDialect::getUnsharedBytesAttrName());
+  // A rank's functions (pipeline stages) run one at a time in one arena.
+  stats.arenaBytes =
+      std::max(stats.arenaBytes, count(WeftDialect::getArenaBytesAttrName()));
+  stats.buffers += int(count(WeftDialect::getBuffersAttrName()));
+  stats.unsharedBytes = std::max(
+      stats.unsharedBytes, count(WeftDialect::getUnsharedBytesAttrName()));
   llvm::raw_string_ostream os(body);
-  os << "std::vector<HostTensor> rankProgram(Context &ctx, "
-        "const std::vector<HostTensor> &inputs) {\n";
+  os << "std::vector<HostTensor> " << name
+     << "(Context &ctx, const std::vector<HostTensor> &inputs) {\n";
   for (auto [i, arg] : llvm::enumerate(func.getArguments())) {
     define(arg, os);
     os << "  upload(ctx, inputs[" << i << "], " << tensor(arg) << ");\n";
@@ -671,26 +684,44 @@ LogicalResult CudaEmitter::run() {
 LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
                                     StringRef origin, StringRef externalDir,
                                     CudaEmitStats &stats) {
-  if (module->hasAttr(WeftDialect::getPipelineAttrName()))
-    return module.emitError("the CUDA target does not emit pipeline stages "
-                            "yet; compile them with --target cpu");
-  FailureOr<func::FuncOp> func = programFunction(module);
-  if (failed(func) || failed(checkWeights(*func, externalDir)))
+  FailureOr<std::optional<PipelineInfo>> pipeline = readPipeline(module);
+  if (failed(pipeline))
     return failure();
+  std::vector<func::FuncOp> functions;
+  if (*pipeline) {
+    for (const PipelineStageInfo &stage : (*pipeline)->virtualStages) {
+      if (failed(checkProgramFunction(stage.func)))
+        return failure();
+      functions.push_back(stage.func);
+    }
+  } else {
+    FailureOr<func::FuncOp> func = programFunction(module);
+    if (failed(func))
+      return failure();
+    functions.push_back(*func);
+  }
+  for (func::FuncOp func : functions)
+    if (failed(checkWeights(func, externalDir)))
+      return failure();
   FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
   if (failed(weightsDir))
     return failure();
-  CudaEmitter emitter(*func, *weightsDir, externalDir.str(), stats);
-  if (failed(emitter.run()))
-    return failure();
-  // The mesh-axis sets of the communicating collectives, in program order:
-  // every rank creates their communicators at start-up.
+  CudaEmitter emitter(*weightsDir, externalDir.str(), stats);
+  auto stageName = [](size_t k) { return "stage" + std::to_string(k); };
+  for (auto [k, func] : llvm::enumerate(functions))
+    if (failed(emitter.emitFunction(
+            func, *pipeline ? stageName(k) : std::string("rankProgram"))))
+      return failure();
+  // The mesh-axis sets of the communicating collectives, in program order
+  // (stage by stage): every rank creates their communicators at start-up,
+  // whichever stages it runs.
   SmallVector<std::string> communicators;
-  func->walk([&](CollectiveOpInterface collective) {
-    std::string axes = strings(collective.getAxes());
-    if (collective.communicates() && !llvm::is_contained(communicators, axes))
-      communicators.push_back(axes);
-  });
+  for (func::FuncOp func : functions)
+    func->walk([&](CollectiveOpInterface collective) {
+      std::string axes = strings(collective.getAxes());
+      if (collective.communicates() && !llvm::is_contained(communicators, axes))
+        communicators.push_back(axes);
+    });
   std::string communicatorList = "{";
   for (const std::string &axes : communicators)
     communicatorList += (communicatorList.size() > 1 ? ", " : "") + axes;
@@ -699,36 +730,57 @@ LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
   llvm::raw_string_ostream out(program);
   out << "// Generated by `weft compile --target cuda` from "
       << commentText(origin)
-      << ":\n// the program every rank runs. Build with the CMakeLists.txt "
-         "next to it; run as\n"
+      << (*pipeline ? ":\n// the pipeline stages and the schedule each rank "
+                      "runs. Build with the CMakeLists.txt\n"
+                    : ":\n// the program every rank runs. Build with the "
+                      "CMakeLists.txt ")
+      << (*pipeline ? "// " : "") << "next to it; run as\n"
       << "//   program [--collective-timeout S] WEIGHTS_DIR OUTPUT_DIR "
          "INPUT_0.npy ...\n"
       << "// alone (ranks as threads sharing GPU 0) or under mpirun/srun "
          "(one process\n// and GPU per rank, over NCCL).\n"
       << "// Arena: " << stats.arenaBytes << " bytes per rank for "
       << stats.buffers << " buffers (" << stats.unsharedBytes
-      << " without reuse).\n"
+      << " without reuse"
+      << (*pipeline ? "; the largest stage's, shared by a rank's stages" : "")
+      << ").\n"
       << "#include \"weft/runtime/cuda/Cuda.h\"\n"
       << "#include \"weft/runtime/cuda/Elementwise.cuh\"\n\n"
       << "#include <string>\n#include <vector>\n\n"
       << "using namespace weft::rt;\nusing namespace weft::rt::cuda;\n\n"
       << "namespace {\n\n"
-      << emitter.kernels << emitter.body << "\n"
-      << "const Mesh kMesh = " << meshLiteral(module, *func) << ";\n"
-      << "const std::vector<Layout> kInputs = " << layoutsLiteral(*func, false)
-      << ";\n"
-      << "const std::vector<Layout> kOutputs = " << layoutsLiteral(*func, true)
-      << ";\n"
-      << "const std::vector<TensorType> kInputTypes = "
-      << inputTypesLiteral(*func) << ";\n"
-      << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n"
-      << "// The communicators every rank creates at start-up.\n"
-      << "const std::vector<std::vector<std::string>> kCommunicators = "
-      << communicatorList << ";\n\n"
-      << "} // namespace\n\n"
-      << "int main(int argc, char **argv) {\n"
-      << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
-         "kOutputs, kArenaBytes, kCommunicators, kInputTypes});\n}\n";
+      << emitter.kernels << emitter.body << "\n";
+  if (*pipeline) {
+    out << pipelineLiteral(
+               module, **pipeline,
+               [&](size_t k) { return "onDevice(" + stageName(k) + ")"; })
+        << "\n"
+        << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n"
+        << "// The communicators every rank creates at start-up.\n"
+        << "const std::vector<std::vector<std::string>> kCommunicators = "
+        << communicatorList << ";\n\n"
+        << "} // namespace\n\n"
+        << "int main(int argc, char **argv) {\n"
+        << "  return pipelineProgramMain(argc, argv, makeProgram(), "
+           "{kArenaBytes, kCommunicators});\n}\n";
+  } else {
+    func::FuncOp func = functions.front();
+    out << "const Mesh kMesh = " << meshLiteral(module, func) << ";\n"
+        << "const std::vector<Layout> kInputs = " << layoutsLiteral(func, false)
+        << ";\n"
+        << "const std::vector<Layout> kOutputs = " << layoutsLiteral(func, true)
+        << ";\n"
+        << "const std::vector<TensorType> kInputTypes = "
+        << inputTypesLiteral(func) << ";\n"
+        << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n"
+        << "// The communicators every rank creates at start-up.\n"
+        << "const std::vector<std::vector<std::string>> kCommunicators = "
+        << communicatorList << ";\n\n"
+        << "} // namespace\n\n"
+        << "int main(int argc, char **argv) {\n"
+        << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
+           "kOutputs, kArenaBytes, kCommunicators, kInputTypes});\n}\n";
+  }
   if (failed(writeFile(module, outDir, "program.cu", program)))
     return failure();
   if (failed(writeFile(module, outDir, "program_host.cpp",

@@ -6,6 +6,7 @@
 
 #include "EmitterCommon.h"
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Exec/Interpreter.h"
 #include "weft/runtime/FileWrite.h"
 #include "weft/runtime/NpyFile.h"
@@ -298,4 +299,67 @@ LogicalResult codegen::writeFile(ModuleOp module, StringRef outDir,
   if (!status.ok())
     return module.emitError(std::string(status.message()));
   return success();
+}
+
+std::string codegen::pipelineLiteral(
+    ModuleOp module, const PipelineInfo &info,
+    llvm::function_ref<std::string(size_t)> stageFunction) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto indices = [](const std::vector<int> &values) {
+    std::string list = "{";
+    for (size_t i = 0; i < values.size(); ++i)
+      list += (i ? ", " : "") + std::to_string(values[i]);
+    return list + "}";
+  };
+  static const char *kinds[] = {"Forward", "Backward", "WeightGrad", "Send",
+                                "Recv"};
+  os << "PipelineProgram makeProgram() {\n"
+     << "  PipelineProgram program;\n"
+     << "  program.mesh = "
+     << meshLiteral(module, info.virtualStages.front().func) << ";\n"
+     << "  program.stages = " << info.stages << ";\n"
+     << "  program.chunks = " << info.chunks << ";\n"
+     << "  program.microBatches = " << info.microBatches << ";\n";
+  if (std::optional<CollectiveCodec> codec =
+          symbolizeCollectiveCodec(info.codec);
+      codec && *codec != CollectiveCodec::none)
+    os << "  // What the stages send: " << info.codec << " (pp's codec).\n"
+       << "  program.codec = " << codecLiteral(*codec) << ";\n";
+  for (auto [k, stage] : llvm::enumerate(info.virtualStages))
+    os << "  program.virtualStages.push_back(PipelineStage{" << stageFunction(k)
+       << ", " << indices(stage.modelInput) << ", "
+       << indices(stage.modelOutput) << ", "
+       << layoutsLiteral(stage.func, false) << ", "
+       << layoutsLiteral(stage.func, true) << "});\n";
+  os << "  // The " << info.schedule
+     << " schedule's steps, per pipeline rank (from the IR).\n"
+     << "  program.steps.resize(" << info.steps.size() << ");\n";
+  for (auto [rank, steps] : llvm::enumerate(info.steps))
+    for (const auto &[step, name] : steps)
+      os << "  program.steps[" << rank
+         << "].push_back({PipelineStep::" << kinds[step.kind] << ", "
+         << step.microBatch << ", " << step.chunk << ", " << step.peer << ", "
+         << quoted(name) << "});\n";
+  // Each model input's type: one micro-batch's block on the first stage
+  // that reads it.
+  std::vector<std::string> types;
+  for (PipelineStageInfo stage : info.virtualStages)
+    for (auto [a, input] : llvm::enumerate(stage.modelInput)) {
+      if (input < 0)
+        continue;
+      if (types.size() <= size_t(input))
+        types.resize(size_t(input) + 1);
+      if (!types[size_t(input)].empty())
+        continue;
+      auto tensor = cast<RankedTensorType>(stage.func.getArgumentTypes()[a]);
+      types[size_t(input)] = std::string("TensorType{") +
+                             dtypeName(tensor.getElementType()) + ", " +
+                             ints(tensor.getShape()) + "}";
+    }
+  os << "  program.inputTypes = {";
+  for (size_t i = 0; i < types.size(); ++i)
+    os << (i ? ", " : "") << types[i];
+  os << "};\n  return program;\n}\n";
+  return text;
 }

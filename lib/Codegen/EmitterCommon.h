@@ -10,6 +10,7 @@
 #ifndef WEFT_LIB_CODEGEN_EMITTERCOMMON_H
 #define WEFT_LIB_CODEGEN_EMITTERCOMMON_H
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 
@@ -78,6 +79,15 @@ mlir::FailureOr<std::string> weightsDirectory(mlir::ModuleOp module,
 /// Writes `<outDir>/<name>` with `text`.
 mlir::LogicalResult writeFile(mlir::ModuleOp module, llvm::StringRef outDir,
                               llvm::StringRef name, llvm::StringRef text);
+
+/// The runtime's PipelineProgram of a pipelined module, as C++: a function
+/// `PipelineProgram makeProgram()` that gives each virtual stage k the
+/// function `stageFunction(k)` prints (emitted before it), says how the
+/// stages connect, and lists every pipeline rank's steps from the module's
+/// schedule.
+std::string
+pipelineLiteral(mlir::ModuleOp module, const PipelineInfo &info,
+                llvm::function_ref<std::string(size_t)> stageFunction);
 
 } // namespace weft::codegen
 

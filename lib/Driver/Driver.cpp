@@ -788,7 +788,7 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
         " is not supported for training");
   // Pipeline stages run one micro-batch at a time: with m > 1 the model is
   // imported at --batch-size over m; the program takes whole batches.
-  const bool pipelined = request.plan.pp() > 1 && target == "cpu";
+  const bool pipelined = request.plan.pp() > 1;
   const int microBatches =
       pipelined ? std::max(1, request.plan.num_micro_batches()) : 1;
   if (microBatches > 1) {

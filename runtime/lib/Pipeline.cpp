@@ -138,6 +138,8 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                           const std::vector<std::vector<HostTensor>> &micro,
                           const StepObserver *observer,
                           std::chrono::steady_clock::time_point started) {
+  if (program.rankSetup && !ctx.backend)
+    ctx.backend = program.rankSetup(ctx);
   const int p = program.stages;
   const int perStage = int(program.mesh.size()) / p;
   const int s = ctx.rank / perStage, inner = ctx.rank % perStage;

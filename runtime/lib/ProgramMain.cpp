@@ -322,7 +322,8 @@ int runPipelineAsProcess(const PipelineProgram &program,
     for (int r = 0; r < n; ++r)
       world.push_back(r);
     HostTensor sent(DType::I64, {1});
-    sent.ints = {comm.bytesSent(rank)};
+    sent.ints = {comm.bytesSent(rank) +
+                 (ctx.backend ? ctx.backend->bytesSent() : 0)};
     std::vector<int64_t> bytes =
         valueOrThrow(comm.allGather(rank, world, sent, 0)).ints.toVector();
     if (rank != 0) {

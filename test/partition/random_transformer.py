@@ -170,8 +170,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", required=True, help="directory to write into")
+    parser.add_argument("--layers", type=int, help="the depth (drawn if not given)")
+    parser.add_argument("--batch", type=int, help="the batch (2 if not given)")
     options = parser.parse_args()
-    config, text, inputs = generate(options.seed)
+    config, text, inputs = generate(options.seed, options.layers, options.batch)
     os.makedirs(options.out, exist_ok=True)
     with open(os.path.join(options.out, "model.mlir"), "w") as f:
         f.write(text)

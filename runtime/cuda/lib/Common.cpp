@@ -15,6 +15,18 @@
 using namespace weft::rt;
 using namespace weft::rt::cuda;
 
+RankFunction cuda::onDevice(DeviceFunction function) {
+  return
+      [function](RankContext &rankCtx, const std::vector<HostTensor> &inputs) {
+        auto *device = dynamic_cast<DeviceRank *>(rankCtx.backend.get());
+        if (!device)
+          throw std::runtime_error(
+              "a CUDA stage function ran without its rank's device (the "
+              "program's main is cuda::pipelineProgramMain, which sets it up)");
+        return function(device->context(), inputs);
+      };
+}
+
 void cuda::fail(const Context &ctx, const std::string &what) {
   // The drivers put "rank R: " in front, as for the CPU program.
   throw std::runtime_error(absl::StrCat(ctx.op, ctx.op[0] ? ": " : "", what));

@@ -22,6 +22,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 using namespace weft::rt;
@@ -384,10 +385,10 @@ private:
 /// Streams, cuBLASLt and the arena of one rank, released at scope exit.
 struct RankResources {
   Context ctx;
-  explicit RankResources(int rank, const CudaProgramSpec &spec,
-                         const std::string &weightsDir) {
+  RankResources(int rank, const Mesh &mesh, int64_t arenaBytes,
+                const std::string &weightsDir) {
     ctx.rank = rank;
-    ctx.mesh = spec.mesh;
+    ctx.mesh = mesh;
     ctx.weightsDir = weightsDir;
     check(ctx, cudaStreamCreateWithFlags(&ctx.compute, cudaStreamNonBlocking),
           "cudaStreamCreate");
@@ -401,9 +402,8 @@ struct RankResources {
     check(ctx, cudaMalloc(&ctx.blasWorkspace, ctx.blasWorkspaceBytes),
           "cudaMalloc (cuBLASLt workspace)");
     void *arena = nullptr;
-    check(ctx, cudaMalloc(&arena, size_t(std::max<int64_t>(spec.arenaBytes, 1))),
-          absl::StrCat("cudaMalloc (arena of ", spec.arenaBytes, " bytes)")
-              .c_str());
+    check(ctx, cudaMalloc(&arena, size_t(std::max<int64_t>(arenaBytes, 1))),
+          absl::StrCat("cudaMalloc (arena of ", arenaBytes, " bytes)").c_str());
     ctx.arena = static_cast<char *>(arena);
   }
   ~RankResources() {
@@ -419,13 +419,11 @@ struct RankResources {
 
 } // namespace
 
-/// A rank as a process on device LOCAL_RANK over NCCL: rank 0's NCCL id
-/// reaches the others through the host communicator (MPI or the store).
-static std::vector<HostTensor>
-runOnNccl(const CudaProgramSpec &spec, RankContext &rankCtx,
-          const LaunchInfo &launch, const std::vector<HostTensor> &inputs,
-          int64_t &bytesSent) {
-  int rank = rankCtx.rank, n = int(spec.mesh.size());
+/// Selects this process's device (LOCAL_RANK) and returns the world's NCCL
+/// id, made by rank 0 and sent to the others through the host communicator
+/// (MPI or the store). Every rank must call it.
+static ncclUniqueId joinNcclWorld(RankContext &rankCtx, int localRank) {
+  int rank = rankCtx.rank, n = int(rankCtx.mesh.size());
   std::vector<int> world;
   for (int r = 0; r < n; ++r)
     world.push_back(r);
@@ -435,7 +433,7 @@ runOnNccl(const CudaProgramSpec &spec, RankContext &rankCtx,
   check(probe, cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   if (devices == 0)
     fail(probe, "no CUDA device");
-  check(probe, cudaSetDevice(launch.localRank % devices), "cudaSetDevice");
+  check(probe, cudaSetDevice(localRank % devices), "cudaSetDevice");
   ncclUniqueId id;
   static_assert(sizeof(id) % 8 == 0, "the NCCL id travels as int64s");
   HostTensor mine(DType::I64, {1, int64_t(sizeof(id) / 8)});
@@ -446,8 +444,20 @@ runOnNccl(const CudaProgramSpec &spec, RankContext &rankCtx,
   }
   HostTensor ids = valueOrThrow(rankCtx.comm->allGather(rank, world, mine, 0));
   std::memcpy(&id, ids.ints.data(), sizeof(id));
-  RankResources resources(rank, spec, rankCtx.weightsDir);
-  NcclCommunicator nccl(rank, n, id, rankCtx.timeout, resources.ctx, spec.mesh,
+  return id;
+}
+
+/// A rank as a process on device LOCAL_RANK over NCCL.
+static std::vector<HostTensor> runOnNccl(const CudaProgramSpec &spec,
+                                         RankContext &rankCtx,
+                                         const LaunchInfo &launch,
+                                         const std::vector<HostTensor> &inputs,
+                                         int64_t &bytesSent) {
+  ncclUniqueId id = joinNcclWorld(rankCtx, launch.localRank);
+  RankResources resources(rankCtx.rank, spec.mesh, spec.arenaBytes,
+                          rankCtx.weightsDir);
+  NcclCommunicator nccl(rankCtx.rank, int(spec.mesh.size()), id,
+                        rankCtx.timeout, resources.ctx, spec.mesh,
                         spec.communicators);
   resources.ctx.communicator = &nccl;
   std::vector<HostTensor> results = spec.function(resources.ctx, inputs);
@@ -464,10 +474,67 @@ int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
         if (ownProcess)
           return runOnNccl(spec, rankCtx, launch, inputs, bytesSent);
         // Threads sharing device 0, through the host communicator.
-        RankResources resources(rankCtx.rank, spec, rankCtx.weightsDir);
+        RankResources resources(rankCtx.rank, spec.mesh, spec.arenaBytes,
+                                rankCtx.weightsDir);
         InProcessDeviceCommunicator device(*rankCtx.comm, rankCtx.rank);
         resources.ctx.communicator = &device;
         return spec.function(resources.ctx, inputs);
       },
       spec.inputTypes);
+}
+
+namespace {
+
+/// A pipelined program's rank on the GPU: its resources and device
+/// communicator for all its steps. As a process, the collectives of its
+/// stages run over NCCL; as a thread, through the host communicator.
+class GpuRank : public DeviceRank {
+public:
+  GpuRank(RankContext &rankCtx, const CudaPipelineSpec &spec,
+          std::optional<int> localRank) {
+    std::optional<ncclUniqueId> id;
+    if (localRank)
+      id = joinNcclWorld(rankCtx, *localRank);
+    resources = std::make_unique<RankResources>(
+        rankCtx.rank, rankCtx.mesh, spec.arenaBytes, rankCtx.weightsDir);
+    if (id) {
+      nccl = std::make_unique<NcclCommunicator>(
+          rankCtx.rank, int(rankCtx.mesh.size()), *id, rankCtx.timeout,
+          resources->ctx, rankCtx.mesh, spec.communicators);
+      resources->ctx.communicator = nccl.get();
+    } else {
+      threads = std::make_unique<InProcessDeviceCommunicator>(*rankCtx.comm,
+                                                              rankCtx.rank);
+      resources->ctx.communicator = threads.get();
+    }
+  }
+  ~GpuRank() override {
+    // The communicators go before the streams they issue on.
+    nccl.reset();
+    threads.reset();
+    resources.reset();
+  }
+  Context &context() override { return resources->ctx; }
+  int64_t bytesSent() const override { return nccl ? nccl->bytesSent() : 0; }
+
+private:
+  std::unique_ptr<RankResources> resources;
+  std::unique_ptr<NcclCommunicator> nccl;
+  std::unique_ptr<InProcessDeviceCommunicator> threads;
+};
+
+} // namespace
+
+int cuda::pipelineProgramMain(int argc, char **argv, PipelineProgram program,
+                              const CudaPipelineSpec &spec) {
+  // As processes (mpirun, srun, torchrun), each on its node's device.
+  std::optional<int> localRank;
+  if (absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
+      launch.ok() && launch->worldSize > 1)
+    localRank = launch->localRank;
+  program.rankSetup =
+      [&spec, localRank](RankContext &rankCtx) -> std::shared_ptr<RankBackend> {
+    return std::make_shared<GpuRank>(rankCtx, spec, localRank);
+  };
+  return rt::pipelineProgramMain(argc, argv, program);
 }

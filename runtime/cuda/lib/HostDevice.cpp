@@ -259,6 +259,24 @@ struct HostArena {
   char *data;
 };
 
+/// A pipelined program's rank: its arena in host memory, its collectives
+/// through the host communicator.
+class HostRank : public DeviceRank {
+public:
+  HostRank(const RankContext &rankCtx, int64_t arenaBytes) : arena(arenaBytes) {
+    ctx.rank = rankCtx.rank;
+    ctx.mesh = rankCtx.mesh;
+    ctx.weightsDir = rankCtx.weightsDir;
+    ctx.arena = arena.data;
+    ctx.hostCommunicator = rankCtx.comm;
+  }
+  Context &context() override { return ctx; }
+
+private:
+  HostArena arena;
+  Context ctx;
+};
+
 } // namespace
 
 int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
@@ -276,4 +294,14 @@ int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
         return spec.function(ctx, inputs);
       },
       spec.inputTypes);
+}
+
+int cuda::pipelineProgramMain(int argc, char **argv, PipelineProgram program,
+                              const CudaPipelineSpec &spec) {
+  program.rankSetup =
+      [arenaBytes = spec.arenaBytes](
+          RankContext &rankCtx) -> std::shared_ptr<RankBackend> {
+    return std::make_shared<HostRank>(rankCtx, arenaBytes);
+  };
+  return rt::pipelineProgramMain(argc, argv, program);
 }

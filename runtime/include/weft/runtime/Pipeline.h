@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,11 @@ struct PipelineProgram {
   /// Codec.h): the receiver gets what it decodes, the bytes counted are the
   /// encoded ones.
   Codec codec = Codec::None;
+  /// Called by each rank before its first step (every rank reaches it, so
+  /// it may join collectives over the world): the state its stage functions
+  /// find in RankContext::backend (a GPU program's device, arena and
+  /// communicators). Empty on the CPU.
+  std::function<std::shared_ptr<RankBackend>(RankContext &)> rankSetup;
 
   size_t numInputs() const;
   size_t numOutputs() const;

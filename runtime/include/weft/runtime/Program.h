@@ -46,6 +46,16 @@ struct Mesh {
 constexpr std::chrono::milliseconds kDefaultCollectiveTimeout =
     std::chrono::seconds(300);
 
+/// What a backend keeps for one rank beyond the host's context: a GPU's
+/// streams, arena and communicators (the CUDA runtime's pipelined programs).
+class RankBackend {
+public:
+  virtual ~RankBackend() = default;
+  /// Bytes this rank sent over the backend's own communicators (not
+  /// counted by the host communicator).
+  virtual int64_t bytesSent() const { return 0; }
+};
+
 struct RankContext {
   int rank = 0;
   Mesh mesh;
@@ -53,6 +63,9 @@ struct RankContext {
   std::string weightsDir;
   /// How long a collective may wait (for communicators a program creates).
   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
+  /// The rank's backend state, set up before it runs (PipelineProgram::
+  /// rankSetup); null on the CPU.
+  std::shared_ptr<RankBackend> backend = nullptr;
 };
 
 /// Rank `rank`'s block of a global tensor laid out as `layout`.

@@ -23,6 +23,7 @@
 #define WEFT_RUNTIME_CUDA_CUDA_H
 
 #include "weft/runtime/CpuKernels.h"
+#include "weft/runtime/Pipeline.h"
 #include "weft/runtime/Program.h"
 
 #include <cuda_runtime.h>
@@ -232,6 +233,39 @@ struct CudaProgramSpec {
 /// with a watchdog that aborts the communicators and exits non-zero when a
 /// collective fails or outlives --collective-timeout.
 int programMain(int argc, char **argv, const CudaProgramSpec &spec);
+
+/// A rank's device in a pipelined program: its context (streams, cuBLASLt,
+/// arena, communicators), set up before the rank's first step and kept for
+/// all its steps.
+class DeviceRank : public RankBackend {
+public:
+  virtual Context &context() = 0;
+};
+
+/// A stage function of a generated pipelined CUDA program: its inputs
+/// uploaded into the arena, its results downloaded.
+using DeviceFunction =
+    std::vector<HostTensor> (*)(Context &, const std::vector<HostTensor> &);
+/// `function` as the pipeline executor calls it (Pipeline.h): on the device
+/// its rank set up (RankContext::backend).
+RankFunction onDevice(DeviceFunction function);
+
+/// What every rank of a pipelined CUDA program sets up: one arena for all
+/// its stages (a rank runs one step at a time), and the communicators of
+/// every stage's collectives, created at start-up as in programMain.
+struct CudaPipelineSpec {
+  int64_t arenaBytes = 0;
+  std::vector<std::vector<std::string>> communicators;
+};
+
+/// The `main` of a generated pipelined CUDA program: the executor of the
+/// CPU's pipelined programs (its schedule, command line, faults and
+/// outputs) with `program`'s stage functions on the device. Alone, the
+/// ranks run as threads sharing device 0; under mpirun, srun or torchrun,
+/// one process per rank on device LOCAL_RANK with its collectives over
+/// NCCL. The stages' activations travel through the host communicator.
+int pipelineProgramMain(int argc, char **argv, PipelineProgram program,
+                        const CudaPipelineSpec &spec);
 
 } // namespace weft::rt::cuda
 
