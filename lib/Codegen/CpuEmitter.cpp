@@ -400,10 +400,16 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](func::ReturnOp r) {
-        // Moved into the result, not copied (a braced list would copy).
+        // Moved into the result, not copied (a braced list would copy); in
+        // a step that reads the held parameters through views, a result
+        // that is still one (a frozen parameter, returned as it is) is
+        // copied.
         os << "  std::vector<HostTensor> results;\n";
         for (Value v : r.getOperands())
-          os << "  results.push_back(" << moved(v, op) << ");\n";
+          os << "  results.push_back("
+             << (fromParams.empty() ? moved(v, op)
+                                    : "owning(" + moved(v, op) + ")")
+             << ");\n";
         os << "  return results;\n";
         return success();
       })
@@ -487,8 +493,8 @@ LogicalResult Emitter::emitFunction(func::FuncOp func, StringRef functionName,
       // A held parameter, as the rank holds it.
       auto from = fromParams.find(&op);
       if (from != fromParams.end())
-        os << "  HostTensor " << name(from->second.first) << " = params["
-           << from->second.second << "];\n";
+        os << "  HostTensor " << name(from->second.first) << " = viewOf(params["
+           << from->second.second << "]);\n";
       continue;
     }
     if (failed(emitOp(&op)))

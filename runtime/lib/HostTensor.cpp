@@ -181,4 +181,26 @@ float f16BitsToFloat(uint16_t bits) {
 
 float roundToF16(float value) { return f16BitsToFloat(floatToF16Bits(value)); }
 
+HostTensor viewOf(const HostTensor &t) {
+  HostTensor view;
+  view.dtype = t.dtype;
+  view.shape = t.shape;
+  // The elements are read through the view, never written (viewOf's
+  // contract), so the const is only set aside for Storage's pointer type.
+  view.floats = Storage<float>::borrow(const_cast<float *>(t.floats.data()),
+                                       t.floats.size(), nullptr);
+  view.ints = Storage<int64_t>::borrow(const_cast<int64_t *>(t.ints.data()),
+                                       t.ints.size(), nullptr);
+  return view;
+}
+
+HostTensor owning(HostTensor t) {
+  HostTensor result = std::move(t);
+  if (result.floats.borrowed())
+    result.floats = Storage<float>(result.floats);
+  if (result.ints.borrowed())
+    result.ints = Storage<int64_t>(result.ints);
+  return result;
+}
+
 } // namespace weft::rt

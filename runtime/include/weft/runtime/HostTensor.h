@@ -60,6 +60,14 @@ struct HostTensor {
   double at(int64_t i) const { return isFloat() ? floats[i] : ints[i]; }
 };
 
+/// A tensor whose elements are `t`'s, not copied: to be read, not written,
+/// while `t` lives (a compiled training step's view of the parameters its
+/// rank holds, read by every micro-batch).
+HostTensor viewOf(const HostTensor &t);
+/// `t` owning its elements: a borrowed tensor's (a view) copied, an owned
+/// one's moved. What a function returns must not be a view of its inputs.
+HostTensor owning(HostTensor t);
+
 /// Rounds an f32 to the nearest bf16 / f16 (ties to even), returned as f32.
 float roundToBF16(float value);
 float roundToF16(float value);
