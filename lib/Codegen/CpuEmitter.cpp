@@ -14,6 +14,7 @@
 #include "weft/Codegen/CpuEmitter.h"
 
 #include "EmitterCommon.h"
+#include "TrainingProgram.h"
 
 #include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
@@ -40,12 +41,6 @@ namespace {
 /// A parameter that a training program holds and updates: its index among
 /// the program's parameters, the block of it each rank holds (the optimizer
 /// step's layout), and the file with its first value.
-struct HeldParameter {
-  int index = 0;
-  TensorSharding held;
-  std::string file;
-};
-
 class Emitter {
 public:
   Emitter(llvm::raw_ostream &os, StringRef weightsDir, StringRef externalDir)
@@ -421,46 +416,13 @@ LogicalResult Emitter::emitOp(Operation *op) {
 
 LogicalResult Emitter::findHeldBlocks(Block &body,
                                       llvm::StringMap<HeldParameter> &held) {
-  for (Operation &op : body) {
-    auto param = dyn_cast<ParameterOp>(op);
-    auto found = param ? held.find(param.getName()) : held.end();
-    if (found == held.end())
-      continue;
-    HeldParameter &heldParam = found->second;
-    // Follow the all_slices that are the only user of what they cut, until
-    // the block is the one the rank holds.
-    Value value = param.getResult();
-    TensorSharding layout =
-        TensorSharding::replicated(param.getType().getRank());
-    llvm::SmallVector<Operation *> chain{param};
-    while (layout.dims != heldParam.held.dims && value.hasOneUse()) {
-      auto slice = dyn_cast<AllSliceOp>(*value.getUsers().begin());
-      if (!slice || slice.getZigzag() || slice->getBlock() != &body)
-        break;
-      for (Attribute axis : slice.getAxes())
-        layout.dims[size_t(slice.getDim())].push_back(
-            cast<StringAttr>(axis).getValue().str());
-      chain.push_back(slice);
-      value = slice.getResult();
-    }
-    if (layout.dims != heldParam.held.dims) {
-      TensorSharding held = heldParam.held;
-      held.partial.clear();
-      return param.emitError("weft compile --train: the step reads parameter '")
-             << param.getName() << "' as " << layout.str()
-             << ", but each rank holds it as " << held.str()
-             << " (the optimizer step's layout); the program would have to "
-                "gather it";
-    }
-    if (heldParam.file.empty()) {
-      FailureOr<std::string> file =
-          writeWeight(param, weightsDir, externalDir, weights);
-      if (failed(file))
-        return failure();
-      heldParam.file = *file;
-    }
-    skipped.insert(chain.begin(), chain.end());
-    fromParams[param] = {value, heldParam.index};
+  FailureOr<SmallVector<HeldRead>> reads =
+      findHeldReads(body, held, weightsDir, externalDir, weights);
+  if (failed(reads))
+    return failure();
+  for (const HeldRead &read : *reads) {
+    skipped.insert(read.chain.begin(), read.chain.end());
+    fromParams[read.chain.front()] = {read.value, read.index};
   }
   return success();
 }
@@ -611,107 +573,26 @@ static LogicalResult writeCMakeProject(ModuleOp module, StringRef outDir) {
 // Training programs
 //===----------------------------------------------------------------------===//
 
-static TensorSharding localShardingOf(DictionaryAttr attrs, Type type) {
-  auto attr =
-      attrs ? attrs.getAs<ShardingAttr>(WeftDialect::getLocalShardingAttrName())
-            : ShardingAttr();
-  return attr ? fromAttr(attr)
-              : TensorSharding::replicated(
-                    cast<RankedTensorType>(type).getRank());
-}
-
 LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
                                            StringRef origin,
                                            StringRef externalDir,
                                            const TrainingProgramDefaults &d) {
-  // The optimizer step, the training step, and the step's gradient
-  // reduction (if any).
-  func::FuncOp optimizer, step;
-  for (auto func : module.getOps<func::FuncOp>())
-    if (func->hasAttr(WeftDialect::getOptimizerAttrName()))
-      optimizer = func;
-  for (auto func : module.getOps<func::FuncOp>())
-    if (!step && func != optimizer && !func.isExternal())
-      step = func;
-  if (!optimizer || !step)
-    return module.emitError("weft compile --train needs a training step and "
-                            "its optimizer step (-weft-differentiate, "
-                            "-weft-build-optimizer)");
-  std::string why;
-  FailureOr<GradientReduction> reduction = readGradientReduction(step, why);
-  if (failed(reduction))
-    return step.emitError(why);
-  func::FuncOp reduce = reduction->function;
-  const std::vector<int> &partial = reduction->partial;
-  if (reduce == step)
-    return step.emitError("the step names itself as its gradient reduction");
-  for (func::FuncOp func : {step, reduce, optimizer})
-    if (func && (failed(checkProgramFunction(func)) ||
-                 failed(checkWeights(func, externalDir))))
-      return failure();
-  // The trained parameters, in the optimizer step's order, and where the
-  // step returns each one's gradient.
-  llvm::StringMap<HeldParameter> held;
-  std::vector<std::string> order;
-  for (unsigned i = 0; i < optimizer.getNumArguments(); ++i) {
-    OptimizerSlot slot = optimizerArgumentSlot(optimizer, i);
-    if (slot.role != "param" || held.count(slot.parameter))
-      continue;
-    HeldParameter &p = held[slot.parameter];
-    p.index = int(order.size());
-    p.held = localShardingOf(optimizer.getArgAttrDict(i),
-                             optimizer.getArgumentTypes()[i]);
-    order.push_back(slot.parameter);
-  }
-  std::vector<int> gradientOf(order.size(), -1);
-  for (unsigned r = 0; r < step.getNumResults(); ++r)
-    if (auto name = step.getResultAttrOfType<StringAttr>(
-            r, WeftDialect::getGradientOfAttrName()))
-      if (auto it = held.find(name.getValue()); it != held.end())
-        gradientOf[size_t(it->second.index)] = int(r);
-  for (auto [k, name] : llvm::enumerate(order))
-    if (gradientOf[k] < 0)
-      return optimizer.emitError("the optimizer step updates '")
-             << name << "', whose gradient the training step does not return";
-  if (step.getNumArguments() < 2)
-    return step.emitError("a training step takes the token ids and the "
-                          "labels");
-
+  FailureOr<TrainingFunctions> functions =
+      readTrainingFunctions(module, externalDir);
+  if (failed(functions))
+    return failure();
+  TrainingFunctions &f = *functions;
   FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
   if (failed(weightsDir))
     return failure();
   std::string body;
   llvm::raw_string_ostream os(body);
   Emitter emitter(os, *weightsDir, externalDir);
-  if (failed(emitter.emitFunction(step, "trainingStep", &held)) ||
-      (reduce && failed(emitter.emitFunction(reduce, "reduceGradients"))) ||
-      failed(emitter.emitFunction(optimizer, "optimizerStep")))
+  if (failed(emitter.emitFunction(f.step, "trainingStep", &f.held)) ||
+      (f.reduce && failed(emitter.emitFunction(f.reduce, "reduceGradients"))) ||
+      failed(emitter.emitFunction(f.optimizer, "optimizerStep")) ||
+      failed(checkHeldRead(f)))
     return failure();
-  for (const std::string &name : order)
-    if (held[name].file.empty())
-      return step.emitError("the training step never reads parameter '")
-             << name << "'";
-
-  auto slots = [&](bool results) {
-    std::string text = "{";
-    unsigned n =
-        results ? optimizer.getNumResults() : optimizer.getNumArguments();
-    for (unsigned i = 0; i < n; ++i) {
-      OptimizerSlot slot = results ? optimizerResultSlot(optimizer, i)
-                                   : optimizerArgumentSlot(optimizer, i);
-      auto it = held.find(slot.parameter);
-      text += std::string(i ? ", " : "") + "OptimizerSlot{" +
-              quoted(slot.role) + ", " +
-              std::to_string(it == held.end() ? -1 : it->second.index) + "}";
-    }
-    return text + "}";
-  };
-  auto number = [](double value) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << llvm::format("%.17g", value);
-    return text;
-  };
   std::string program;
   llvm::raw_string_ostream out(program);
   out << "// Generated by `weft compile --train` from " << commentText(origin)
@@ -730,67 +611,9 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
       << "#include <optional>\n#include <string>\n#include <vector>\n\n"
       << "using namespace weft::rt;\n\nnamespace {\n\n"
       << body << "\n"
-      << "TrainingProgram makeProgram() {\n"
-      << "  TrainingProgram p;\n"
-      << "  p.mesh = " << meshLiteral(module, step) << ";\n"
-      << "  p.step = trainingStep;\n"
-      << "  p.stepInputs = " << layoutsLiteral(step, false) << ";\n"
-      << "  p.stepInputTypes = " << inputTypesLiteral(step) << ";\n";
-  if (reduce) {
-    out << "  p.reduce = reduceGradients;\n  p.partial = {";
-    for (auto [i, o] : llvm::enumerate(partial))
-      out << (i ? ", " : "") << o;
-    out << "};\n";
-  }
-  out << "  p.everyMicroBatch = "
-      << (step->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName())
-              ? "true"
-              : "false")
-      << ";\n"
-      << "  p.optimizer = optimizerStep;\n"
-      << "  p.optimizerArguments = " << slots(false) << ";\n"
-      << "  p.optimizerResults = " << slots(true) << ";\n"
-      << "  p.optimizerArgumentTypes = " << inputTypesLiteral(optimizer)
-      << ";\n"
-      << "  p.optimizerArgumentLayouts = " << layoutsLiteral(optimizer, false)
-      << ";\n";
-  for (size_t k = 0; k < order.size(); ++k) {
-    const std::string &name = order[k];
-    const HeldParameter &p = held[name];
-    Type type;
-    step.walk([&](ParameterOp param) {
-      if (param.getName() == name)
-        type = param.getType();
-    });
-    out << "  p.parameters.push_back(TrainedParameter{" << quoted(name) << ", "
-        << quoted(p.file) << ", "
-        << ints(cast<RankedTensorType>(type).getShape()) << ", "
-        << layoutLiteral(p.held) << ", " << gradientOf[k] << "});\n";
-  }
-  // The token windows' [batch, seq]: the step's first argument (a rank's
-  // block) times the mesh axes it is split over.
-  auto ids = cast<RankedTensorType>(step.getArgumentTypes().front());
-  TensorSharding idsLayout =
-      localShardingOf(step.getArgAttrDict(0), step.getArgumentTypes()[0]);
-  std::optional<MeshInfo> mesh = getMeshInfo(module);
-  auto whole = [&](unsigned dim) {
-    int64_t size = ids.getDimSize(dim);
-    if (mesh && dim < idsLayout.dims.size())
-      size *= mesh->product(idsLayout.dims[dim]);
-    return size;
-  };
-  out << "  p.constants = OptimizerConstants{" << number(d.weightDecay) << ", "
-      << number(d.beta1) << ", " << number(d.beta2) << "};\n"
-      << "  p.batch = " << whole(0) << ";\n"
-      << "  p.seq = " << whole(1) << ";\n"
-      << "  p.masks = " << step.getNumArguments() - 2 << ";\n"
-      << "  // The run it was compiled for (the command line may change "
-         "these).\n"
-      << "  p.steps = " << d.steps << ";\n"
-      << "  p.gradAccum = " << d.gradAccum << ";\n"
-      << "  p.schedule = LrSchedule{" << number(d.lr) << ", " << number(d.minLr)
-      << ", " << d.warmup << ", " << d.steps << "};\n"
-      << "  return p;\n}\n\n} // namespace\n\n"
+      << trainingProgramLiteral(module, f, d,
+                                [](StringRef name) { return name.str(); })
+      << "\n} // namespace\n\n"
       << "int main(int argc, char **argv) {\n"
       << "  return trainingProgramMain(argc, argv, makeProgram());\n}\n";
   if (failed(writeFile(module, outDir, "program.cpp", program)))

@@ -774,10 +774,6 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   if (!onnxOptions)
     return onnxOptions.takeError();
   const bool training = bool(request.buildTrainingStep);
-  if (training && target != "cpu")
-    return llvm::createStringError(
-        "weft compile --train emits CPU programs: the CUDA training program "
-        "is not built yet (give --target cpu)");
   if (training && request.plan.pp() > 1)
     return llvm::createStringError(
         "weft compile --train with pp > 1: a pipelined training program is "
@@ -853,10 +849,14 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   llvm::raw_string_ostream os(outcome.summary);
   if (target == "cuda") {
     CudaEmitStats stats;
-    if (failed(
-            emitCudaProgram(*module, outputPath, origin, externalDir, stats)))
+    if (failed(training ? emitCudaTrainingProgram(*module, outputPath, origin,
+                                                  externalDir, request.training,
+                                                  stats)
+                        : emitCudaProgram(*module, outputPath, origin,
+                                          externalDir, stats)))
       return emitFailed();
-    os << "wrote " << outputPath << "/program.cu, CMakeLists.txt, "
+    os << "wrote " << outputPath << "/program.cu"
+       << (training ? " (the training step)" : "") << ", CMakeLists.txt, "
        << "weights/\n"
        << "arena: " << stats.arenaBytes << " bytes per rank for "
        << stats.buffers << " buffers (" << stats.unsharedBytes

@@ -464,6 +464,8 @@ int64_t saveCheckpoint(RankContext &ctx, const TrainingProgram &p,
 std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
                                   const TrainingRun &run,
                                   int64_t &checkpointBytes) {
+  if (p.rankSetup && !ctx.backend)
+    ctx.backend = p.rankSetup(ctx);
   std::vector<HostTensor> params;
   for (const TrainedParameter &param : p.parameters)
     params.push_back(scatterBlock(
@@ -674,9 +676,11 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
     std::vector<HostTensor> blocks =
         trainRank(ctx, program, *run, checkpointBytes);
     std::vector<int64_t> bytes;
-    std::vector<HostTensor> whole =
-        gatherFromProcesses(comm, rank, program.mesh, layouts, blocks,
-                            comm.bytesSent(rank) - checkpointBytes, bytes);
+    std::vector<HostTensor> whole = gatherFromProcesses(
+        comm, rank, program.mesh, layouts, blocks,
+        comm.bytesSent(rank) + (ctx.backend ? ctx.backend->bytesSent() : 0) -
+            checkpointBytes,
+        bytes);
     if (rank == 0 &&
         writeTrainedParameters(program, run->outputDir, whole, bytes) != 0)
       group.abort("cannot write the trained parameters");

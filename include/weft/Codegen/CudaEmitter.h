@@ -7,6 +7,8 @@
 #ifndef WEFT_CODEGEN_CUDAEMITTER_H
 #define WEFT_CODEGEN_CUDAEMITTER_H
 
+#include "weft/Codegen/CpuEmitter.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -41,6 +43,16 @@ mlir::LogicalResult emitCudaProgram(mlir::ModuleOp module,
                                     llvm::StringRef origin,
                                     llvm::StringRef externalDir,
                                     CudaEmitStats &stats);
+
+/// Writes the training program of a module that holds a training step, its
+/// gradient reduction and its optimizer step (as emitCpuTrainingProgram
+/// takes it), prepared for the CUDA emitter, as `program.cu` over
+/// `weft/runtime/cuda/Cuda.h`'s `trainingProgramMain`: the three functions
+/// on the GPU, the CPU training programs' driver around them.
+mlir::LogicalResult
+emitCudaTrainingProgram(mlir::ModuleOp module, llvm::StringRef outDir,
+                        llvm::StringRef origin, llvm::StringRef externalDir,
+                        const TrainingProgramDefaults &d, CudaEmitStats &stats);
 
 } // namespace weft
 

@@ -6,6 +6,7 @@
 
 #include "Bytes.h"
 
+#include "weft/runtime/Launch.h"
 #include "weft/runtime/NpyFile.h"
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,38 @@ RankFunction cuda::onDevice(DeviceFunction function) {
               "program's main is cuda::pipelineProgramMain, which sets it up)");
         return function(device->context(), inputs);
       };
+}
+
+TrainingStepFunction cuda::onDevice(DeviceTrainingStepFunction function) {
+  return [function](RankContext &rankCtx, const std::vector<HostTensor> &inputs,
+                    const std::vector<HostTensor> &parameters) {
+    auto *device = dynamic_cast<DeviceRank *>(rankCtx.backend.get());
+    if (!device)
+      throw std::runtime_error(
+          "a CUDA training step ran without its rank's device (the "
+          "program's main is cuda::trainingProgramMain, which sets it up)");
+    return function(device->context(), inputs, parameters);
+  };
+}
+
+/// LOCAL_RANK when the ranks run as processes (mpirun, srun, torchrun).
+static std::optional<int> processLocalRank() {
+  if (absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
+      launch.ok() && launch->worldSize > 1)
+    return launch->localRank;
+  return std::nullopt;
+}
+
+int cuda::pipelineProgramMain(int argc, char **argv, PipelineProgram program,
+                              const DeviceRankSpec &spec) {
+  program.rankSetup = deviceRankSetup(spec, processLocalRank());
+  return rt::pipelineProgramMain(argc, argv, program);
+}
+
+int cuda::trainingProgramMain(int argc, char **argv, TrainingProgram program,
+                              const DeviceRankSpec &spec) {
+  program.rankSetup = deviceRankSetup(spec, processLocalRank());
+  return rt::trainingProgramMain(argc, argv, program);
 }
 
 void cuda::fail(const Context &ctx, const std::string &what) {

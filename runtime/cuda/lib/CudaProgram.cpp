@@ -490,7 +490,7 @@ namespace {
 /// stages run over NCCL; as a thread, through the host communicator.
 class GpuRank : public DeviceRank {
 public:
-  GpuRank(RankContext &rankCtx, const CudaPipelineSpec &spec,
+  GpuRank(RankContext &rankCtx, const DeviceRankSpec &spec,
           std::optional<int> localRank) {
     std::optional<ncclUniqueId> id;
     if (localRank)
@@ -525,16 +525,11 @@ private:
 
 } // namespace
 
-int cuda::pipelineProgramMain(int argc, char **argv, PipelineProgram program,
-                              const CudaPipelineSpec &spec) {
-  // As processes (mpirun, srun, torchrun), each on its node's device.
-  std::optional<int> localRank;
-  if (absl::StatusOr<LaunchInfo> launch = launchFromEnvironment();
-      launch.ok() && launch->worldSize > 1)
-    localRank = launch->localRank;
-  program.rankSetup =
-      [&spec, localRank](RankContext &rankCtx) -> std::shared_ptr<RankBackend> {
-    return std::make_shared<GpuRank>(rankCtx, spec, localRank);
-  };
-  return rt::pipelineProgramMain(argc, argv, program);
+std::function<std::shared_ptr<RankBackend>(RankContext &)>
+cuda::deviceRankSetup(const DeviceRankSpec &spec,
+                      std::optional<int> localRank) {
+  return
+      [spec, localRank](RankContext &rankCtx) -> std::shared_ptr<RankBackend> {
+        return std::make_shared<GpuRank>(rankCtx, spec, localRank);
+      };
 }

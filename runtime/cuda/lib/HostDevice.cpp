@@ -296,12 +296,10 @@ int cuda::programMain(int argc, char **argv, const CudaProgramSpec &spec) {
       spec.inputTypes);
 }
 
-int cuda::pipelineProgramMain(int argc, char **argv, PipelineProgram program,
-                              const CudaPipelineSpec &spec) {
-  program.rankSetup =
-      [arenaBytes = spec.arenaBytes](
-          RankContext &rankCtx) -> std::shared_ptr<RankBackend> {
+std::function<std::shared_ptr<RankBackend>(RankContext &)>
+cuda::deviceRankSetup(const DeviceRankSpec &spec, std::optional<int>) {
+  return [arenaBytes = spec.arenaBytes](
+             RankContext &rankCtx) -> std::shared_ptr<RankBackend> {
     return std::make_shared<HostRank>(rankCtx, arenaBytes);
   };
-  return rt::pipelineProgramMain(argc, argv, program);
 }

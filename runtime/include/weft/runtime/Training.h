@@ -19,6 +19,8 @@
 
 #include "absl/status/statusor.h"
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,6 +144,10 @@ struct TrainingProgram {
   /// Defaults, which the command line may change.
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;
+  /// Called by each rank before it loads its parameters: the state its
+  /// functions find in RankContext::backend (a GPU program's device, arena
+  /// and communicators; see PipelineProgram::rankSetup). Empty on the CPU.
+  std::function<std::shared_ptr<RankBackend>(RankContext &)> rankSetup;
 };
 
 /// The `main` of a generated training program:

@@ -25,6 +25,7 @@
 #include "weft/runtime/CpuKernels.h"
 #include "weft/runtime/Pipeline.h"
 #include "weft/runtime/Program.h"
+#include "weft/runtime/Training.h"
 
 #include <cuda_runtime.h>
 
@@ -250,13 +251,29 @@ using DeviceFunction =
 /// its rank set up (RankContext::backend).
 RankFunction onDevice(DeviceFunction function);
 
-/// What every rank of a pipelined CUDA program sets up: one arena for all
-/// its stages (a rank runs one step at a time), and the communicators of
-/// every stage's collectives, created at start-up as in programMain.
-struct CudaPipelineSpec {
+/// A training step's function on the device (Training.h's
+/// TrainingStepFunction): the rank's parameter blocks are its third input.
+using DeviceTrainingStepFunction =
+    std::vector<HostTensor> (*)(Context &, const std::vector<HostTensor> &,
+                                const std::vector<HostTensor> &);
+TrainingStepFunction onDevice(DeviceTrainingStepFunction function);
+
+/// What every rank of a pipelined or training CUDA program sets up: one
+/// arena for all its functions (a rank runs one at a time), and the
+/// communicators of all their collectives, created at start-up as in
+/// programMain.
+struct DeviceRankSpec {
   int64_t arenaBytes = 0;
   std::vector<std::vector<std::string>> communicators;
 };
+
+/// Each rank's device state as PipelineProgram::rankSetup and
+/// TrainingProgram::rankSetup make it: on the GPU, its streams, cuBLASLt,
+/// arena and, as a process (mpirun, srun, torchrun: `localRank` given), its
+/// NCCL communicators on device `localRank`, or as a thread the in-process
+/// collectives on device 0; in the host emulation, the arena in host memory.
+std::function<std::shared_ptr<RankBackend>(RankContext &)>
+deviceRankSetup(const DeviceRankSpec &spec, std::optional<int> localRank);
 
 /// The `main` of a generated pipelined CUDA program: the executor of the
 /// CPU's pipelined programs (its schedule, command line, faults and
@@ -265,7 +282,16 @@ struct CudaPipelineSpec {
 /// one process per rank on device LOCAL_RANK with its collectives over
 /// NCCL. The stages' activations travel through the host communicator.
 int pipelineProgramMain(int argc, char **argv, PipelineProgram program,
-                        const CudaPipelineSpec &spec);
+                        const DeviceRankSpec &spec);
+
+/// The `main` of a generated CUDA training program: the CPU training
+/// programs' driver (data, learning rate, checkpoints, outputs;
+/// Training.h) with the training step, its gradient reduction and the
+/// optimizer step on the device. The parameters and the optimizer state
+/// stay in host memory between the calls: each call uploads its inputs and
+/// downloads its results.
+int trainingProgramMain(int argc, char **argv, TrainingProgram program,
+                        const DeviceRankSpec &spec);
 
 } // namespace weft::rt::cuda
 

@@ -1,0 +1,87 @@
+//===- TrainingProgram.h - What the training emitters share -----*- C++ -*-===//
+//
+// Part of the Weft project.
+//
+// A training module's three functions (the step, its gradient reduction, the
+// optimizer step) and the parameters each rank holds, read once for both
+// targets; where a step reads a held parameter; and the runtime's
+// TrainingProgram literal (weft/runtime/Training.h) that the CPU and CUDA
+// training programs print around their functions.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef WEFT_LIB_CODEGEN_TRAININGPROGRAM_H
+#define WEFT_LIB_CODEGEN_TRAININGPROGRAM_H
+
+#include "weft/Codegen/CpuEmitter.h"
+#include "weft/Dialect/Sharding.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+#include <vector>
+
+namespace weft::codegen {
+
+/// A parameter the optimizer step updates: its position among the held
+/// parameters, the block each rank holds (the optimizer step's layout), and
+/// the file its initial value is written to (set when a step first reads
+/// it).
+struct HeldParameter {
+  int index = 0;
+  TensorSharding held;
+  std::string file;
+};
+
+/// A training module's functions and its held parameters.
+struct TrainingFunctions {
+  mlir::func::FuncOp step, reduce, optimizer;
+  /// The step's results that `reduce` takes as partial sums.
+  std::vector<int> partial;
+  llvm::StringMap<HeldParameter> held;
+  /// The held parameters by index.
+  std::vector<std::string> order;
+  /// Per held parameter: the step's result that is its gradient.
+  std::vector<int> gradientOf;
+};
+
+/// The module's training step, gradient reduction (if any) and optimizer
+/// step, checked (one block, layers inlined, weights present), and the
+/// parameters the optimizer step holds. Errors are diagnostics.
+mlir::FailureOr<TrainingFunctions>
+readTrainingFunctions(mlir::ModuleOp module, llvm::StringRef externalDir);
+
+/// Where a function reads a held parameter: the weft.parameter and the
+/// all_slices that cut it to the block the rank holds (`chain`, in order),
+/// and that block (`value`, the chain's last result).
+struct HeldRead {
+  llvm::SmallVector<mlir::Operation *> chain;
+  mlir::Value value;
+  int index = 0;
+};
+
+/// The reads of held parameters in `body`. A parameter read first gets its
+/// initial value written to `weightsDir` (numbered by `weightCounter`). A
+/// read in another layout than the held block is an error at the parameter.
+mlir::FailureOr<llvm::SmallVector<HeldRead>>
+findHeldReads(mlir::Block &body, llvm::StringMap<HeldParameter> &held,
+              llvm::StringRef weightsDir, llvm::StringRef externalDir,
+              int &weightCounter);
+
+/// Checks that the step read every held parameter (after its emission).
+mlir::LogicalResult checkHeldRead(const TrainingFunctions &functions);
+
+/// `TrainingProgram makeProgram() {...}`: the three functions as
+/// `function("trainingStep")`, `function("reduceGradients")` and
+/// `function("optimizerStep")` print them, their layouts, the optimizer's
+/// slots, the held parameters and the run's defaults.
+std::string trainingProgramLiteral(
+    mlir::ModuleOp module, const TrainingFunctions &functions,
+    const TrainingProgramDefaults &defaults,
+    llvm::function_ref<std::string(llvm::StringRef)> function);
+
+} // namespace weft::codegen
+
+#endif // WEFT_LIB_CODEGEN_TRAININGPROGRAM_H
