@@ -20,7 +20,10 @@
 # same architectures exported at hidden 128 with 64-wide heads and 160
 # tokens (tiles that do not divide the sequence), each on 1 rank, 2 ranks
 # (tp=2 with Megatron SP) and 4 ranks (tp=2 with ring attention, cp=2), in
-# f32 and bf16, plus GPT-2's bf16 training-step loss. Ranks run as threads
+# f32 and bf16, plus GPT-2's bf16 training-step loss, GPT-2 and LLaMA with
+# pipeline stages (pp=2 x tp=2 with SP), and a training program (GPT-2,
+# dp=2 x tp=2, ZeRO-1, AdamW: its losses within 1e-4 of weft train's,
+# checked after the cases). Ranks run as threads
 # sharing GPU 0 (the in-process device communicator). f32 must be within
 # 1e-5 of the CPU output and bf16 within 2e-2 (max |gpu - cpu| / max |cpu|).
 # Then the watchdog: a 4-rank program with one rank stalled must fail
@@ -67,6 +70,9 @@ EOF
     done
   done
   cases+=("small gpt2 tp=2,sp=1 bf16 loss")
+  # Pipeline stages: each stage's CUDA function on the rank's device, the
+  # activations through the host (cuda::pipelineProgramMain).
+  cases+=("small gpt2 pp=2,tp=2,sp=1 f32" "small gpt2 pp=2,tp=2,sp=1 bf16" "small llama pp=2,tp=2,sp=1 f32")
 
   local failed=0
   for spec in "${cases[@]}"; do
@@ -107,6 +113,28 @@ EOF
     echo "prepared $name ($ranks ranks)"
   done
 
+  # A training program (weft compile --train --target cuda): GPT-2 under
+  # dp=2 x tp=2 with ZeRO-1 and AdamW for 3 steps, and weft train's log of
+  # the same run, whose losses the GPU's must match.
+  local train="$dir/training/gpt2-dp_2_tp_2_zero_1"
+  mkdir -p "$train"
+  local trainFlags=(--plan-spec "dp=2,tp=2,zero=1" --optimizer adamw --steps 3 --grad-accum 2
+    --lr 0.01 --warmup 1 --min-lr 0.001)
+  "$python" -c "import sys, numpy; numpy.save(sys.argv[1], (numpy.arange(4000) * 37 % 64).astype(numpy.uint16))" "$train/tokens.npy"
+  if "$weft" compile "$root/test/models/gpt2/gpt2-opset17.onnx" --train "${trainFlags[@]}" --target cuda \
+      -o "$work/train" --build --runtime-prefix "$work/prefix" >"$work/train.log" 2>&1 &&
+     "$weft" train "$root/test/models/gpt2/gpt2-opset17.onnx" --data "$train/tokens.npy" "${trainFlags[@]}" \
+      >"$train/reference.log" 2>&1; then
+    cp "$work/train/build/program" "$train/program"
+    strip "$train/program"
+    cp -r "$work/train/weights" "$train/weights"
+    echo "prepared training gpt2-dp_2_tp_2_zero_1 (4 ranks)"
+  else
+    echo "FAILED to prepare the training program:" >&2
+    cat "$work/train.log" >&2
+    failed=1
+  fi
+
   # The kernel benchmark (bench/cuda_kernels.cpp), when it was built.
   if [[ -x $build/bin/cuda-kernels-bench ]]; then
     cp "$build/bin/cuda-kernels-bench" "$dir/" && strip "$dir/cuda-kernels-bench"
@@ -114,7 +142,7 @@ EOF
 
   # The shared libraries the programs link, except the C runtime and the
   # CUDA libraries, which the GPU machine has.
-  ldd "$dir"/cases/*/program | awk '/=> \// {print $3}' | sort -u |
+  ldd "$dir"/cases/*/program "$dir"/training/*/program | awk '/=> \// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcudart|libcublas|libcublasLt|libnccl)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   tar -C "$(dirname "$dir")" -cJf "$dir.tar.xz" "$(basename "$dir")"
@@ -240,6 +268,26 @@ EOF
     fi
     echo "${table[-1]}"
   fi
+
+  # The training program: its losses against weft train's (f32; 1e-4
+  # relative, as cuBLASLt's reduction order differs from the CPU's).
+  for train in "$dir"/training/*/; do
+    local name result
+    name="training $(basename "$train")"
+    if ! timeout 600 "$train/program" --collective-timeout 60 "$train/weights" "$train/out" "$train/tokens.npy" \
+        >"$train/threads.log" 2>&1; then
+      result="FAIL (exit): $(tail -3 "$train/threads.log" | tr '\n' ' ')"
+      failed=$((failed + 1))
+    elif result=$("$python" "$root/test/tools/Inputs/compare-losses.py" 1e-4 "$train/threads.log" "$train/reference.log"); then
+      result="ok   $result"
+      passed=$((passed + 1))
+    else
+      result="FAIL $result"
+      failed=$((failed + 1))
+    fi
+    table+=("$(printf '%-36s 4 ranks  %s' "$name" "$result")")
+    echo "${table[-1]}"
+  done
 
   # NCCL, one process per rank, where the machine has a GPU per rank.
   if [[ $gpus -ge 2 ]]; then

@@ -387,8 +387,8 @@ weft::unappliedPlanFields(const plan::Plan &plan,
   const bool staged = pipelined && plan.pp() > 1;
   if (plan.pp() > 1 && !pipelined)
     refuse("pp=" + std::to_string(plan.pp()),
-           "pipeline stages run under weft run --plan and weft compile "
-           "--target cpu; this target does not emit them yet (use pp=1)");
+           "pipeline stages are cut by a pipelined partition (weft run "
+           "--plan and weft compile make one); this one is not (use pp=1)");
   if (staged && plan.schedule() == plan::SCHEDULE_ZEROPP && plan.tp() > 1)
     refuse("schedule=ZeroPP", "ZeroPP is a TP-free pipeline; use tp=1");
   if (plan.pp() <= 1 && plan.schedule() != plan::SCHEDULE_1F1B)
