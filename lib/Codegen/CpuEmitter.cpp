@@ -485,22 +485,11 @@ LogicalResult weft::emitCpuProgram(ModuleOp module, StringRef outDir,
   FailureOr<std::optional<PipelineInfo>> pipeline = readPipeline(module);
   if (failed(pipeline))
     return failure();
-  std::vector<func::FuncOp> functions;
-  if (*pipeline) {
-    for (const PipelineStageInfo &stage : (*pipeline)->virtualStages) {
-      if (failed(checkProgramFunction(stage.func)))
-        return failure();
-      functions.push_back(stage.func);
-    }
-  } else {
-    FailureOr<func::FuncOp> func = programFunction(module);
-    if (failed(func))
-      return failure();
-    functions.push_back(*func);
-  }
-  for (func::FuncOp func : functions)
-    if (failed(checkWeights(func, externalDir)))
-      return failure();
+  FailureOr<std::vector<func::FuncOp>> programs =
+      programFunctions(module, *pipeline, externalDir);
+  if (failed(programs))
+    return failure();
+  const std::vector<func::FuncOp> &functions = *programs;
   FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
   if (failed(weightsDir))
     return failure();

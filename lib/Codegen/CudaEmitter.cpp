@@ -731,6 +731,16 @@ static std::string communicatorsLiteral(ArrayRef<func::FuncOp> functions) {
   return list + "}";
 }
 
+/// `kArenaBytes` and `kCommunicators`: what every rank sets up before the
+/// program's functions run.
+static std::string rankConstants(const CudaEmitStats &stats,
+                                 StringRef communicators) {
+  return "constexpr int64_t kArenaBytes = " + std::to_string(stats.arenaBytes) +
+         ";\n// The communicators every rank creates at start-up.\n"
+         "const std::vector<std::vector<std::string>> kCommunicators = " +
+         communicators.str() + ";\n\n";
+}
+
 /// Writes `program` as program.cu, the host emulation's program_host.cpp
 /// and the CMake project that builds either.
 static LogicalResult writeCudaProject(ModuleOp module, StringRef outDir,
@@ -791,22 +801,11 @@ LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
   FailureOr<std::optional<PipelineInfo>> pipeline = readPipeline(module);
   if (failed(pipeline))
     return failure();
-  std::vector<func::FuncOp> functions;
-  if (*pipeline) {
-    for (const PipelineStageInfo &stage : (*pipeline)->virtualStages) {
-      if (failed(checkProgramFunction(stage.func)))
-        return failure();
-      functions.push_back(stage.func);
-    }
-  } else {
-    FailureOr<func::FuncOp> func = programFunction(module);
-    if (failed(func))
-      return failure();
-    functions.push_back(*func);
-  }
-  for (func::FuncOp func : functions)
-    if (failed(checkWeights(func, externalDir)))
-      return failure();
+  FailureOr<std::vector<func::FuncOp>> programs =
+      programFunctions(module, *pipeline, externalDir);
+  if (failed(programs))
+    return failure();
+  const std::vector<func::FuncOp> &functions = *programs;
   FailureOr<std::string> weightsDir = weightsDirectory(module, outDir);
   if (failed(weightsDir))
     return failure();
@@ -846,11 +845,7 @@ LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
                module, **pipeline,
                [&](size_t k) { return "onDevice(" + stageName(k) + ")"; })
         << "\n"
-        << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n"
-        << "// The communicators every rank creates at start-up.\n"
-        << "const std::vector<std::vector<std::string>> kCommunicators = "
-        << communicatorList << ";\n\n"
-        << "} // namespace\n\n"
+        << rankConstants(stats, communicatorList) << "} // namespace\n\n"
         << "int main(int argc, char **argv) {\n"
         << "  return pipelineProgramMain(argc, argv, makeProgram(), "
            "{kArenaBytes, kCommunicators});\n}\n";
@@ -863,11 +858,7 @@ LogicalResult weft::emitCudaProgram(ModuleOp module, StringRef outDir,
         << ";\n"
         << "const std::vector<TensorType> kInputTypes = "
         << inputTypesLiteral(func) << ";\n"
-        << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n"
-        << "// The communicators every rank creates at start-up.\n"
-        << "const std::vector<std::vector<std::string>> kCommunicators = "
-        << communicatorList << ";\n\n"
-        << "} // namespace\n\n"
+        << rankConstants(stats, communicatorList) << "} // namespace\n\n"
         << "int main(int argc, char **argv) {\n"
         << "  return programMain(argc, argv, {rankProgram, kMesh, kInputs, "
            "kOutputs, kArenaBytes, kCommunicators, kInputTypes});\n}\n";
@@ -924,11 +915,7 @@ LogicalResult weft::emitCudaTrainingProgram(ModuleOp module, StringRef outDir,
              module, f, d,
              [](StringRef name) { return "onDevice(" + name.str() + ")"; })
       << "\n"
-      << "constexpr int64_t kArenaBytes = " << stats.arenaBytes << ";\n"
-      << "// The communicators every rank creates at start-up.\n"
-      << "const std::vector<std::vector<std::string>> kCommunicators = "
-      << communicatorsLiteral(all) << ";\n\n"
-      << "} // namespace\n\n"
+      << rankConstants(stats, communicatorsLiteral(all)) << "} // namespace\n\n"
       << "int main(int argc, char **argv) {\n"
       << "  return trainingProgramMain(argc, argv, makeProgram(), "
          "{kArenaBytes, kCommunicators});\n}\n";

@@ -363,3 +363,26 @@ std::string codegen::pipelineLiteral(
   os << "};\n  return program;\n}\n";
   return text;
 }
+
+FailureOr<std::vector<func::FuncOp>>
+codegen::programFunctions(ModuleOp module,
+                          const std::optional<PipelineInfo> &pipeline,
+                          StringRef externalDir) {
+  std::vector<func::FuncOp> functions;
+  if (pipeline) {
+    for (const PipelineStageInfo &stage : pipeline->virtualStages) {
+      if (failed(checkProgramFunction(stage.func)))
+        return failure();
+      functions.push_back(stage.func);
+    }
+  } else {
+    FailureOr<func::FuncOp> func = programFunction(module);
+    if (failed(func))
+      return failure();
+    functions.push_back(*func);
+  }
+  for (func::FuncOp func : functions)
+    if (failed(checkWeights(func, externalDir)))
+      return failure();
+  return functions;
+}

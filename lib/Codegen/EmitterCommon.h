@@ -17,7 +17,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace weft::codegen {
 
@@ -45,6 +47,13 @@ const char *codecLiteral(CollectiveCodec codec);
 
 /// The one function to compile, checked: a single block, layers inlined.
 mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);
+/// The functions a module's program consists of, checked (one block, layers
+/// inlined, weights present under `externalDir`): the pipeline's stages in
+/// virtual-stage order, else the one program function.
+mlir::FailureOr<std::vector<mlir::func::FuncOp>>
+programFunctions(mlir::ModuleOp module,
+                 const std::optional<PipelineInfo> &pipeline,
+                 llvm::StringRef externalDir);
 /// Whether `func` can be emitted: one block, the layers inlined.
 mlir::LogicalResult checkProgramFunction(mlir::func::FuncOp func);
 /// "Mesh{{"dp", "tp"}, {2, 2}, "cp"}" and the layouts of the function's
