@@ -350,8 +350,14 @@ def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
     stages, chunk = k / stages}`; the module gets `weft.pipeline = {stages, chunks}`.
     Virtual stage `k` runs on pipeline rank `k mod stages` (Megatron's interleaved
     order: rank `r` holds chunks `r`, `r + stages`, ...). Whole layers are cut:
-    - layers go to virtual stages in order, `stage-layers` per pipeline rank (split
-      evenly over its chunks), or evenly when it is not given;
+    - layers go to virtual stages in order, `stage-layers` per pipeline rank, or
+      evenly when it is not given; a rank's layers split over its chunks as evenly as
+      they go, the first rank's extra layers in its last chunks and every other rank's
+      in its first (`weft::chunkLayers`, the cost model's definition too), so the first
+      rank's first chunk and the last rank's last chunk may hold no layer: then the
+      first holds only the embedding (what is computed from the inputs for the first
+      layer alone runs there once and is sent on) and the last only what follows the
+      last layer (Llama 3's layout);
     - every other op runs on the stage of its latest operand, so the embedding runs on
       stage 0 and the final norm, output layer and loss on the last;
     - parameters and what is computed from the model's inputs, constants and
@@ -363,11 +369,12 @@ def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
       forwarded through stages that do not read them; arguments that are the model's
       inputs carry `weft.model_input = i`, results that are its outputs
       `weft.model_output = j`.
-    A model with fewer layers than virtual stages, or whose layers do not divide, is an
-    error that says what to give.
+    Any other chunk without a layer, or layers that do not divide over the stages
+    without `stage-layers`, is an error that says what to give.
     ```
     weft-opt -weft-split-stages="stages=2 chunks=2" model.mlir
     weft-opt -weft-split-stages="stages=2 stage-layers=3/1" model.mlir
+    weft-opt -weft-split-stages="stages=2 chunks=2 stage-layers=1/1" model.mlir
     ```
   }];
   let options = [

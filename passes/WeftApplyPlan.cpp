@@ -380,25 +380,41 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       if (isa<BlockArgument>(e.getIndices()))
         vocab = e.getTable().getType().getDimSize(0);
     });
+    // The sequence and the residual stream's width, for pipeline stages
+    // that hold no layer (an interleaved rank's chunk with only the
+    // embedding or only the output layer).
+    int64_t anySeq = 0, anyHidden = 0;
+    for (func::FuncOp func : functions) {
+      func.walk(
+          [&](AttentionOp op) { anySeq = op.getQ().getType().getDimSize(2); });
+      for (Value residual : layerResiduals(func))
+        if (auto type = dyn_cast<RankedTensorType>(residual.getType()))
+          if (type.getRank() == 3)
+            anyHidden = type.getDimSize(2);
+    }
+    if (!anySeq && (d.tp > 1 || d.cp > 1 || d.ulysses > 1)) {
+      functions.front().emitError(
+          "the plan splits heads or the sequence, but the model has no "
+          "weft.attention (import it with the raise pass)");
+      return signalPassFailure();
+    }
     for (func::FuncOp func : functions)
-      if (failed(annotate(func, d, vocab, mb)))
+      if (failed(annotate(func, d, vocab, anySeq, anyHidden, mb)))
         return signalPassFailure();
   }
 
   /// Annotates one function (the model, or one pipeline stage) under `d`.
+  /// `anySeq` and `anyHidden` are the module's, for a function without
+  /// attention or layers of its own.
   LogicalResult annotate(func::FuncOp func, const PlanDegrees &d, int64_t vocab,
-                         OpBuilder &mb) {
+                         int64_t anySeq, int64_t anyHidden, OpBuilder &mb) {
     SmallVector<Value> residuals = layerResiduals(func);
     SmallVector<AttentionOp> attentions;
     func.walk([&](AttentionOp op) { attentions.push_back(op); });
-    if (attentions.empty() && (d.tp > 1 || d.cp > 1 || d.ulysses > 1)) {
-      func.emitError("the plan splits heads or the sequence, but the model "
-                     "has no weft.attention (import it with the raise pass)");
-      return failure();
-    }
 
     // The plan must divide the shapes it splits.
-    int64_t seq = 0, hidden = 0;
+    int64_t seq = attentions.empty() ? anySeq : 0;
+    int64_t hidden = residuals.empty() ? anyHidden : 0;
     for (AttentionOp att : attentions) {
       auto q = att.getQ().getType(), k = att.getK().getType();
       int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1);
@@ -601,7 +617,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         annotate3d(func, column, row, d, mesh);
         shareParameterShardings(func, mesh);
         return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
-                               isResidual);
+                               isResidual, seq);
       }
       for (Operation *op : column) {
         auto linear = cast<LinearOp>(op);
@@ -620,8 +636,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       });
       shareParameterShardings(func, mesh);
     }
-    return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
-                           isResidual);
+    return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq, isResidual,
+                           seq);
   }
 
   /// AxoNN's 3-D tensor parallelism on the weights: the linears that read
@@ -694,16 +710,14 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
 
   /// Outputs: batch over dp, sequence as the inputs; what a pipeline stage
   /// sends on as the residual stream between layers (with Megatron SP, the
-  /// next stage receives the tp-split sequence).
+  /// next stage receives the tp-split sequence). `seq` is the sequence the
+  /// plan splits.
   LogicalResult annotateOutputs(
       func::FuncOp func, const PlanDegrees &d, ArrayRef<std::string> batchAxes,
       ArrayRef<std::string> seqAxes, ArrayRef<std::string> residualSeq,
-      llvm::function_ref<bool(RankedTensorType)> isResidual) {
+      llvm::function_ref<bool(RankedTensorType)> isResidual, int64_t seq) {
     ModuleOp module = getOperation();
     StringRef mesh = "mesh";
-    int64_t seq = 0;
-    func.walk(
-        [&](AttentionOp att) { seq = att.getQ().getType().getDimSize(2); });
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
     // A training step's gradient is laid out as its parameter is (split
     // where the plan splits the weight, whole over dp), not as a batch.

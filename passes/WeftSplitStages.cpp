@@ -10,6 +10,7 @@
 
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
+#include "weft/Plan/Plan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -40,7 +41,7 @@ struct WeftSplitStages
   /// `func`).
   FailureOr<SmallVector<int64_t>> layersPerStage(func::FuncOp func,
                                                  int64_t layers) {
-    int64_t p = stages, v = chunks, k = p * v;
+    int64_t p = stages, v = chunks;
     SmallVector<int64_t> perRank;
     if (!stageLayers.empty()) {
       SmallVector<StringRef> pieces;
@@ -69,28 +70,24 @@ struct WeftSplitStages
             << " (weft.layer ops)";
         return failure();
       }
-      for (int64_t n : perRank)
-        if (n % v) {
-          func.emitError("-weft-split-stages: ")
-              << n << " layers on a pipeline rank do not divide into its " << v
-              << " chunks; give each rank a multiple of chunks";
-          return failure();
-        }
     } else {
-      if (layers % k) {
+      if (layers % p) {
         func.emitError("-weft-split-stages: the ")
             << layers << " layers of @" << func.getSymName()
-            << " do not divide into stages x chunks = " << k
-            << " virtual stages; give stage-layers (e.g. 'stages=...' in the "
-               "plan) or another pp";
+            << " do not divide into " << p
+            << " stages; give stage-layers (e.g. 'stages=...' in the plan) or "
+               "another pp";
         return failure();
       }
       perRank.assign(p, layers / p);
     }
-    SmallVector<int64_t> perStage(k);
-    for (int64_t i = 0; i < k; ++i)
-      perStage[i] = perRank[i % p] / v;
-    return perStage;
+    std::string uneven = checkChunkLayers(perRank, v);
+    if (!uneven.empty()) {
+      func.emitError("-weft-split-stages: ") << uneven;
+      return failure();
+    }
+    std::vector<int64_t> chunked = chunkLayers(perRank, v);
+    return SmallVector<int64_t>(chunked.begin(), chunked.end());
   }
 
   void runOnOperation() override {
@@ -135,10 +132,12 @@ struct WeftSplitStages
     int64_t layerCount = 0;
     for (Operation *op : ops)
       layerCount += isa<LayerOp>(op);
-    if (layerCount < k) {
+    if (layerCount < p || (v > 1 && layerCount < k - 2)) {
       func.emitError("-weft-split-stages: @")
           << func.getSymName() << " has " << layerCount
-          << " weft.layer ops, fewer than stages x chunks = " << k
+          << " weft.layer ops, fewer than "
+          << (v > 1 ? "stages x chunks - 2 = " : "stages = ")
+          << (v > 1 ? k - 2 : p)
           << (layerCount ? "" : " (mark its layers with -weft-mark-layers)")
           << "; use a smaller pp or v";
       return signalPassFailure();
@@ -188,7 +187,38 @@ struct WeftSplitStages
         rebuilt.insert(op);
         continue;
       }
+      // With no layer in the last chunk (Llama 3's layout), what follows the
+      // last layer (final norm, output layer, loss) is that chunk's.
+      if (layerIndex == layerCount && (*perStage)[k - 1] == 0)
+        stage = k - 1;
       stageOf[op] = stage;
+    }
+    // With no layer in the first chunk, the embedding is that chunk's: the
+    // ops computed from the inputs that only the first layer reads (through
+    // one another) run there once, instead of being rebuilt where the first
+    // layer runs, and their result is sent on.
+    if ((*perStage)[0] == 0) {
+      Operation *first = nullptr;
+      for (Operation *op : ops)
+        if (isa<LayerOp>(op)) {
+          first = op;
+          break;
+        }
+      llvm::DenseSet<Operation *> pinned;
+      for (Operation *op : llvm::reverse(ops)) {
+        if (!rebuilt.contains(op) || isa<ParameterOp>(op) || op->use_empty() ||
+            !op->isBeforeInBlock(first))
+          continue;
+        bool onlyFirst = llvm::all_of(op->getUsers(), [&](Operation *user) {
+          return user == first || pinned.contains(user);
+        });
+        if (onlyFirst)
+          pinned.insert(op);
+      }
+      for (Operation *op : pinned) {
+        rebuilt.erase(op);
+        stageOf[op] = 0;
+      }
     }
 
     // The ops each stage runs: its own, and the rebuilt ops they read (and
@@ -210,12 +240,16 @@ struct WeftSplitStages
             if (rebuilt.contains(def))
               included[s].insert(def);
       }
-    // The stage that returns each output.
+    // The stage that returns each output; with no layer in the last chunk,
+    // the last stage returns them all (a model without an output layer
+    // passes its last layer's result through).
+    const bool lastEmpty = (*perStage)[k - 1] == 0;
     SmallVector<int64_t> outputStage;
     for (Value value : ret.getOperands()) {
       Operation *def = value.getDefiningOp();
-      outputStage.push_back(def && !rebuilt.contains(def) ? stageOf.lookup(def)
-                                                          : k - 1);
+      outputStage.push_back(def && !rebuilt.contains(def) && !lastEmpty
+                                ? stageOf.lookup(def)
+                                : k - 1);
     }
     // live[s]: the values made on stages <= s that a later stage reads, in
     // program order.
@@ -227,8 +261,9 @@ struct WeftSplitStages
       for (Value result : op->getResults()) {
         int64_t lastReader = -1;
         for (Operation *user : result.getUsers())
-          if (user != ret && !rebuilt.contains(user))
-            lastReader = std::max(lastReader, stageOf.lookup(user));
+          if (user == ret ? lastEmpty : !rebuilt.contains(user))
+            lastReader = std::max(lastReader,
+                                  user == ret ? k - 1 : stageOf.lookup(user));
         for (int64_t s = made; s < lastReader; ++s)
           live[s].insert(result);
       }

@@ -377,6 +377,42 @@ llvm::Expected<plan::Plan> weft::readPlanFile(llvm::StringRef path) {
   return single;
 }
 
+std::vector<int64_t> weft::chunkLayers(llvm::ArrayRef<int64_t> perRank,
+                                       int64_t chunks) {
+  const int64_t p = perRank.size(), v = std::max<int64_t>(1, chunks);
+  std::vector<int64_t> layers(p * v, 0);
+  for (int64_t s = 0; s < p; ++s) {
+    int64_t base = perRank[s] / v, extra = perRank[s] % v;
+    for (int64_t c = 0; c < v; ++c) {
+      // The first rank's extras go to its last chunks, the others' to their
+      // first.
+      bool more = s == 0 && p > 1 ? c >= v - extra : c < extra;
+      layers[c * p + s] = base + (more ? 1 : 0);
+    }
+  }
+  return layers;
+}
+
+std::string weft::checkChunkLayers(llvm::ArrayRef<int64_t> perRank,
+                                   int64_t chunks) {
+  std::vector<int64_t> layers = chunkLayers(perRank, chunks);
+  const int64_t p = perRank.size(), k = layers.size();
+  for (int64_t vs = 1; vs + 1 < k; ++vs)
+    if (layers[vs] == 0) {
+      int64_t s = vs % p;
+      int64_t need = chunks - (s == 0 || s == p - 1 ? 1 : 0);
+      return "pipeline rank " + std::to_string(s) + " holds " +
+             std::to_string(perRank[s]) + " layers for its " +
+             std::to_string(chunks) + " chunks, so chunk " +
+             std::to_string(vs / p) +
+             " has none; a rank needs at least one layer per chunk (the "
+             "first and last rank one fewer: their edge chunk may hold only "
+             "the embedding or the output layer), so give it " +
+             std::to_string(need) + " or more, or use a smaller v";
+    }
+  return "";
+}
+
 std::vector<std::string>
 weft::unappliedPlanFields(const plan::Plan &plan,
                           std::optional<int64_t> perRankBatch, bool pipelined) {

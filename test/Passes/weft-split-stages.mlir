@@ -4,12 +4,14 @@
 // RUN: weft-opt %s -weft-split-stages="stages=2" -weft-apply-plan="dp=2" | FileCheck %s --check-prefix=DP
 // RUN: not weft-opt %s -weft-split-stages="stages=2 stage-layers=2/1" 2>&1 | FileCheck %s --check-prefix=SUM
 // RUN: not weft-opt %s -weft-split-stages="stages=2 stage-layers=3/x" 2>&1 | FileCheck %s --check-prefix=TEXT
-// RUN: not weft-opt %s -weft-split-stages="stages=2 chunks=2 stage-layers=3/1" 2>&1 | FileCheck %s --check-prefix=CHUNKS
+// RUN: not weft-opt %s -weft-split-stages="stages=2 chunks=3 stage-layers=3/1" 2>&1 | FileCheck %s --check-prefix=CHUNKS
+// RUN: weft-opt %s -weft-split-stages="stages=2 chunks=3" | FileCheck %s --check-prefix=EDGES
+// RUN: weft-opt %s -weft-split-stages="stages=2 chunks=2 stage-layers=3/1" | FileCheck %s --check-prefix=UNEVEN2
 // RUN: weft-opt %S/Inputs/split-stages-errors.mlir -split-input-file -weft-split-stages="stages=2 chunks=2" -verify-diagnostics
 
 // SUM: error: -weft-split-stages: stage-layers holds 3 layers but @lm has 4 (weft.layer ops)
 // TEXT: error: -weft-split-stages: stage-layers '3/x' is not layer counts (each at least 1) separated by '/'
-// CHUNKS: error: -weft-split-stages: 3 layers on a pipeline rank do not divide into its 2 chunks
+// CHUNKS: error: -weft-split-stages: pipeline rank 1 holds 1 layers for its 3 chunks, so chunk 1 has none; a rank needs at least one layer per chunk (the first and last rank one fewer: their edge chunk may hold only the embedding or the output layer), so give it 2 or more, or use a smaller v
 
 // Four layers on two pipeline ranks: the embedding runs on stage 0, the final
 // norm and the tied output layer on stage 1, which reads the embedding table by
@@ -54,6 +56,49 @@
 // V2-LABEL: func.func @lm_stage3(
 // V2-SAME: weft.pipeline_stage = {chunk = 1 : i64, rank = 1 : i64, stage = 3 : i64}
 // V2: weft.layer "h"({{.*}}) index 3
+
+// Two layers per rank in three chunks (Llama 3's layout): the first rank's
+// first chunk holds only the embedding, computed once and sent on; the last
+// rank's last chunk only the final norm and the output layer.
+// EDGES-LABEL: func.func @lm_stage0(
+// EDGES-SAME: -> (tensor<2x8x16xf32> {weft.sent_to = 1 : i64})
+// EDGES-SAME: rank = 0 : i64, stage = 0 : i64
+// EDGES: weft.embedding
+// EDGES-NOT: weft.layer
+// EDGES: return
+// EDGES-LABEL: func.func @lm_stage1(
+// EDGES: weft.iota
+// EDGES: weft.layer "h"(%arg1, {{.*}}) index 0
+// EDGES-NOT: weft.layer
+// EDGES-LABEL: func.func @lm_stage2(
+// EDGES: index 1
+// EDGES-LABEL: func.func @lm_stage3(
+// EDGES: index 2
+// EDGES-LABEL: func.func @lm_stage4(
+// EDGES: index 3
+// EDGES-NOT: weft.layer_norm
+// EDGES-LABEL: func.func @lm_stage5(
+// EDGES-SAME: %arg0: tensor<2x8x16xf32> {weft.received_from = 4 : i64}
+// EDGES-SAME: weft.model_output = 0
+// EDGES-SAME: chunk = 2 : i64, rank = 1 : i64, stage = 5 : i64
+// EDGES-NOT: weft.layer "h"
+// EDGES: weft.layer_norm
+// EDGES: weft.linear
+
+// Uneven stages and chunks: rank 0's three layers as 1 + 2, rank 1's one
+// layer in its first chunk and the output layer alone in its second.
+// UNEVEN2-LABEL: func.func @lm_stage0(
+// UNEVEN2: index 0
+// UNEVEN2-NOT: weft.layer "h"
+// UNEVEN2-LABEL: func.func @lm_stage1(
+// UNEVEN2: index 1
+// UNEVEN2-NOT: weft.layer "h"
+// UNEVEN2-LABEL: func.func @lm_stage2(
+// UNEVEN2: index 2
+// UNEVEN2: index 3
+// UNEVEN2-LABEL: func.func @lm_stage3(
+// UNEVEN2-NOT: weft.layer "h"
+// UNEVEN2: weft.layer_norm
 
 // Uneven stages: three layers on rank 0, one on rank 1.
 // UNEVEN-LABEL: func.func @lm_stage0(

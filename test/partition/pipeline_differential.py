@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Differential test of pipeline stages: plans with pp in {2, 4}, each
-schedule (GPipe, 1F1B, interleaved with v = 2, ZB-H1, ZeroPP), uneven stage
-boundaries and micro-batches, combined with tp, Megatron SP, dp, ring (cp)
+schedule (GPipe, 1F1B, interleaved with v = 2 or 3, ZB-H1, ZeroPP), uneven
+stage boundaries and chunks (chunks with no layer: only the embedding or the
+output layer) and micro-batches, combined with tp, Megatron SP, dp, ring (cp)
 and Ulysses up to 8 simulated devices, on the committed GPT-2, BERT and LLaMA
 exports and on random transformers with more layers than stages, compute what
 the unpartitioned model computes (max|pipelined - reference| <= 1e-5 *
@@ -157,6 +158,15 @@ def specs(layers, inner_choices, batch_ok, rotate):
                     break
     if layers == 4:
         out.append(("pp=2,m=2,schedule=1f1b,stages=3/1,tp=2", 2, 2, 4))
+        # Uneven chunks (weft::chunkLayers): 3 chunks of 2 layers per rank
+        # leave the first rank's first chunk only the embedding and the last
+        # rank's last only the output layer (Llama 3's layout); stages=3/1
+        # gives the ranks 1+2 and 1+0 layers.
+        out.append(("pp=2,m=2,schedule=interleaved,v=3", 2, 2, 2))
+        out.append(("pp=2,m=2,schedule=interleaved,v=2,stages=3/1,dp=2", 2, 2, 4))
+    if layers == 8:
+        # 4 layers in 3 chunks per rank: 1+1+2 and 2+1+1.
+        out.append(("pp=2,m=4,schedule=interleaved,v=3,dp=2", 2, 4, 4))
     return out
 
 
@@ -202,6 +212,12 @@ def main():
                 # export; a sample on the static one.
                 if not suffix:
                     chosen = chosen[::4]
+                else:
+                    # Two layers in 2 x 2 chunks: the embedding alone, layer
+                    # 0 on rank 1, layer 1 on rank 0, the output layer
+                    # alone (Llama 3's layout).
+                    chosen.append(("pp=2,m=2,schedule=interleaved,v=2,tp=2,sp=1",
+                                   2, 2, 4))
                 cases.append((name + suffix, model, model, inputs, chosen, None))
         # Random transformers of 4 and 8 layers, generated at the whole
         # batch (the reference) and at one micro-batch of 2 (the stages).

@@ -15,6 +15,7 @@
 
 #include "weft/plan.pb.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -62,6 +63,24 @@ std::vector<std::string>
 unappliedPlanFields(const plan::Plan &plan,
                     std::optional<int64_t> perRankBatch = std::nullopt,
                     bool pipelined = false);
+
+/// The layers of each virtual stage (chunk c of pipeline rank s is virtual
+/// stage c * pp + s, pp = perRank.size()) when rank s holds perRank[s]
+/// layers in `chunks` chunks: as even as possible, with the first rank's
+/// extra layers in its last chunks and every other rank's in its first, so
+/// that the embedding's chunk (first rank, chunk 0) and the output layer's
+/// (last rank, last chunk) are the lighter ones. With one layer fewer than
+/// chunks on the first and last rank this is Llama 3's layout: those two
+/// chunks hold no layer, only the embedding and the output layer. The one
+/// definition of interleaved chunks for the cost model and
+/// -weft-split-stages.
+std::vector<int64_t> chunkLayers(llvm::ArrayRef<int64_t> perRank,
+                                 int64_t chunks);
+
+/// Empty when every virtual stage of chunkLayers(perRank, chunks) holds a
+/// layer, except possibly the first and the last; else why not, with what
+/// to do.
+std::string checkChunkLayers(llvm::ArrayRef<int64_t> perRank, int64_t chunks);
 
 /// `message` as indented JSON with the proto field names.
 std::string toJson(const google::protobuf::Message &message);
