@@ -588,9 +588,13 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
   case plan::SCHEDULE_ZEROPP:
     if (plan.schedule() == plan::SCHEDULE_INTERLEAVED && v < 2)
       return "the interleaved schedule needs v >= 2 chunks per stage";
-    if (m.layers() % (int64_t(plan.pp()) * v)) {
-      os << "layers (" << m.layers() << ") are not divisible by pp*v ("
-         << plan.pp() * v << ")";
+    // Chunks may be uneven (weft::chunkLayers); only the first rank's first
+    // chunk and the last rank's last may hold no layer.
+    if (m.layers() < int64_t(plan.pp()) * v - 2) {
+      os << "the " << m.layers() << " layers do not fill pp*v ("
+         << plan.pp() * v
+         << ") chunks: every chunk needs a layer, except the first rank's "
+            "first and the last rank's last; use a smaller v or pp";
       return why;
     }
     if (plan.schedule() == plan::SCHEDULE_INTERLEAVED && plan.pp() < 2)
@@ -634,10 +638,13 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
          << m.layers();
       return why;
     }
-    if (v > 1)
-      for (int32_t n : plan.stage_layers())
-        if (n != plan.stage_layers(0))
-          return "interleaved schedules need equal stages";
+    if (v > 1) {
+      std::vector<int64_t> perRank(plan.stage_layers().begin(),
+                                   plan.stage_layers().end());
+      std::string uneven = checkChunkLayers(perRank, v);
+      if (!uneven.empty())
+        return uneven;
+    }
   }
   return "";
 }
@@ -647,9 +654,9 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
 //===----------------------------------------------------------------------===//
 
 std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
-  const int p = plan.pp();
+  const int p = plan.pp(), v = virtualStages(plan);
   const int64_t layers = modelSpec.layers();
-  if (virtualStages(plan) > 1 || p == 1)
+  if (p == 1 || (v > 1 && layers % (int64_t(p) * v) == 0))
     return std::vector<int32_t>(p, int32_t(layers / p));
   const BlockCost &layer = layerCost(plan);
   const BlockCost &embed = embeddingCost(plan);
@@ -662,7 +669,7 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   // stage relative to a layer; cache on those ratios.
   int64_t firstExtra = std::llround(total(embed) / unit * 100);
   int64_t lastExtra = std::llround(total(head) / unit * 100);
-  auto key = std::make_tuple(p, int(layers), firstExtra, lastExtra);
+  auto key = std::make_tuple(p, v, int(layers), firstExtra, lastExtra);
   auto found = stageCache.find(key);
   if (found != stageCache.end())
     return found->second;
@@ -712,6 +719,24 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   std::vector<int32_t> stages;
   if (!pack(low, &stages))
     stages.assign(p, int32_t(layers / p));
+  if (v > 1) {
+    // Interleaved chunks need a layer each, except the first rank's first
+    // and the last rank's last (weft::chunkLayers): move layers to the ranks
+    // short of that from the fullest ones (the first of them), which leaves
+    // the slowest stage no slower when the layers fill the chunks evenly.
+    auto least = [&](int s) { return v - (s == 0 || s == p - 1 ? 1 : 0); };
+    for (int s = 0; s < p; ++s)
+      while (stages[s] < least(s)) {
+        int from = -1;
+        for (int t = 0; t < p; ++t)
+          if (stages[t] > least(t) && (from < 0 || stages[t] > stages[from]))
+            from = t;
+        if (from < 0)
+          break; // too few layers: checkPlan says so
+        --stages[from];
+        ++stages[s];
+      }
+  }
   stageCache.emplace(key, stages);
   return stages;
 }
@@ -765,10 +790,14 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
   double layerWeight = zb ? layer.backwardWeight : 0;
   const double shard = dataParallelShard(plan);
   const int64_t shardStride = int64_t(plan.tp()) * tensor3dSize(plan);
+  const std::vector<int64_t> chunks =
+      chunkLayers(std::vector<int64_t>(plan.stage_layers().begin(),
+                                       plan.stage_layers().end()),
+                  v);
   for (int c = 0; c < v; ++c)
     for (int s = 0; s < p; ++s) {
       int vs = c * p + s;
-      double layers = plan.stage_layers(s) / double(v);
+      double layers = double(chunks[vs]);
       double f = layers * layerForward;
       double b = layers * layerBackward;
       double w = layers * layerWeight;
@@ -1000,6 +1029,10 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
                      b.embedding.backwardWeight + 2 * b.embedding.tpComm;
   double headWork = b.head.forward + b.head.backwardInput +
                     b.head.backwardWeight + 2 * b.head.tpComm;
+  const std::vector<int64_t> chunks =
+      chunkLayers(std::vector<int64_t>(plan.stage_layers().begin(),
+                                       plan.stage_layers().end()),
+                  v);
   double bound = 0, before = 0;
   for (int s = 0; s < p; ++s) {
     double layers = plan.stage_layers(s);
@@ -1012,7 +1045,7 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
     // Stage s waits for the first forward to pass the stages before it;
     // after its last backward, the stages before it still run theirs
     // (ZB-H1 may end on weight gradients nothing waits for).
-    double chunk = layers / v;
+    double chunk = double(chunks[s]);
     before += chunk * (layerF + layerB) + (s == 0 ? b.embedding.forward : 0);
     if (!zb)
       before += chunk * layerW;

@@ -6,6 +6,7 @@
 
 #include "weft/Planner/Report.h"
 
+#include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
 
 #include "google/protobuf/util/json_util.h"
@@ -408,6 +409,28 @@ std::string planner::renderHtmlReport(CostModel &model,
 // Exports
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// How Megatron-LM lays out an interleaved plan's chunks (weft::chunkLayers).
+enum class MegatronChunks { Even, EdgesShort, None };
+} // namespace
+
+static MegatronChunks megatronChunks(const plan::Plan &p) {
+  if (p.stage_layers_size() != p.pp())
+    return MegatronChunks::Even; // not laid out yet: the cost model's even
+  std::vector<int64_t> chunks = chunkLayers(
+      std::vector<int64_t>(p.stage_layers().begin(), p.stage_layers().end()),
+      std::max(1, p.virtual_stages()));
+  bool even = true, edges = chunks.size() > 2;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    even &= chunks[i] == chunks[0];
+    bool edge = i == 0 || i + 1 == chunks.size();
+    edges &= chunks[i] == chunks[1] - (edge ? 1 : 0);
+  }
+  return even    ? MegatronChunks::Even
+         : edges ? MegatronChunks::EdgesShort
+                 : MegatronChunks::None;
+}
+
 const char *planner::exportRestriction(const plan::Plan &p,
                                        llvm::StringRef framework) {
   if (framework == "megatron") {
@@ -421,6 +444,12 @@ const char *planner::exportRestriction(const plan::Plan &p,
     if (p.zero_stage() >= 2)
       return "Megatron-LM's distributed optimizer is ZeRO-1; ZeRO-2/3 plans "
              "need DeepSpeed or torchtitan (FSDP)";
+    if (p.schedule() == plan::SCHEDULE_INTERLEAVED &&
+        megatronChunks(p) == MegatronChunks::None)
+      return "Megatron-LM's interleaved chunks hold equal layers (or, with "
+             "--account-for-embedding-in-pipeline-split and "
+             "--account-for-loss-in-pipeline-split, one fewer in the first "
+             "and the last); choose a plan whose chunks do";
   } else if (framework == "deepspeed") {
     if (p.schedule() != plan::SCHEDULE_1F1B)
       return "DeepSpeed's pipeline engine runs 1F1B only";
@@ -480,9 +509,15 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
       os << "--sequence-parallel \\\n";
     if (p.tp_comm_overlap())
       os << "--tp-comm-overlap \\\n";
-    if (p.schedule() == plan::SCHEDULE_INTERLEAVED)
-      os << "--num-layers-per-virtual-pipeline-stage "
-         << m.layers() / (p.pp() * p.virtual_stages()) << " \\\n";
+    if (p.schedule() == plan::SCHEDULE_INTERLEAVED) {
+      if (megatronChunks(p) == MegatronChunks::EdgesShort)
+        os << "--virtual-pipeline-model-parallel-size " << p.virtual_stages()
+           << " --account-for-embedding-in-pipeline-split "
+              "--account-for-loss-in-pipeline-split \\\n";
+      else
+        os << "--num-layers-per-virtual-pipeline-stage "
+           << m.layers() / (p.pp() * p.virtual_stages()) << " \\\n";
+    }
     if (p.pp() > 1 && p.virtual_stages() <= 1) {
       bool uneven = false;
       for (int32_t n : p.stage_layers())

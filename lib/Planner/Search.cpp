@@ -178,12 +178,15 @@ SearchResult planner::searchPlans(CostModel &model,
               schedules.push_back({plan::SCHEDULE_1F1B, 1});
               schedules.push_back({plan::SCHEDULE_GPIPE, 1});
               schedules.push_back({plan::SCHEDULE_ZB_H1, 1});
+              // Chunks may be uneven: every one needs a layer, except the
+              // first rank's first and the last rank's last (Llama 3's
+              // layout; weft::chunkLayers).
               for (int v : {2, 3, 4, 6, 8})
-                if (layers % (pp * v) == 0 && micro % pp == 0)
+                if (layers >= pp * v - 2 && micro % pp == 0)
                   schedules.push_back({plan::SCHEDULE_INTERLEAVED, v});
               if (tp == 1 && !tensor.grid())
                 for (int v : {1, 2})
-                  if (layers % (pp * v) == 0)
+                  if (layers >= pp * v - 2)
                     schedules.push_back({plan::SCHEDULE_ZEROPP, v});
             }
             int64_t shard = dp * cp * u;

@@ -243,12 +243,22 @@ TEST(PlannerChecks, ShapesMustDivide) {
   EXPECT_NE(model.checkPlan(parse("tp=8,ulysses=3,pp=1,dp=2")), "");
   EXPECT_NE(model.checkPlan(parse("tp=16,pp=1,dp=4")).find("node"),
             std::string::npos);
-  // 48 layers on 5 stages is fine unevenly, but not in 5 x 2 chunks.
+  // 48 layers on 5 stages is fine unevenly, but an interleaved schedule
+  // needs the micro-batches in multiples of the stages.
   EXPECT_EQ(model.checkPlan(parse("tp=8,pp=5,dp=1,m=64")), "");
   EXPECT_NE(model.checkPlan(parse("tp=8,pp=5,dp=1,v=2,m=64")), "");
   EXPECT_EQ(model.checkPlan(parse("tp=8,pp=4,dp=2")), "");
-  EXPECT_NE(model.checkPlan(parse("tp=8,pp=4,dp=2,v=5,schedule=interleaved")),
+  // 48 layers fill 4 x 5 chunks unevenly (12 per rank, 3 or 2 per chunk)
+  // and 4 x 12 with one layer each, but not 4 x 13: that needs 50 layers
+  // (every chunk one, but the first rank's first and the last rank's last,
+  // Llama 3's layout, which plan-evaluate.test checks).
+  EXPECT_EQ(model.checkPlan(parse("tp=8,pp=4,dp=2,v=5,schedule=interleaved")),
             "");
+  EXPECT_EQ(model.checkPlan(parse("tp=8,pp=4,dp=2,v=12,schedule=interleaved")),
+            "");
+  EXPECT_NE(model.checkPlan(parse("tp=8,pp=4,dp=2,v=13,schedule=interleaved"))
+                .find("do not fill"),
+            std::string::npos);
   auto bad = parsePlanSpec("tp=8,frobnicate=2", model);
   EXPECT_FALSE(bool(bad));
   llvm::consumeError(bad.takeError());

@@ -118,7 +118,10 @@ public:
   /// Balanced stage boundaries: layers per pipeline stage minimizing the
   /// slowest stage, over the layers' times with the embedding on the first
   /// stage and the output layer on the last (an exact min-max contiguous
-  /// partition: binary search on the bound, greedy packing).
+  /// partition: binary search on the bound, greedy packing). With
+  /// interleaved chunks (v > 1) whose layers do not divide evenly, each rank
+  /// then gets at least one layer per chunk (the first and last rank one
+  /// fewer), as weft::chunkLayers lays them out.
   std::vector<int32_t> balanceStages(const plan::Plan &plan);
 
   /// Costs of one layer, the embedding and the head for the plan's shapes.
@@ -279,7 +282,7 @@ private:
   BlockKey lastKey;
   bool lastDpDependent = false;
   const Blocks *lastBlocks = nullptr;
-  std::map<std::tuple<int, int, int64_t, int64_t>, std::vector<int32_t>>
+  std::map<std::tuple<int, int, int, int64_t, int64_t>, std::vector<int32_t>>
       stageCache;
 };
 
