@@ -11,6 +11,7 @@ import stat
 import lit.formats
 
 config.name = "Weft"
+roundtrip = os.environ.get("WEFT_VERIFY_ROUNDTRIP") == "1"
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir", ".onnxtxt", ".test"]
 config.test_source_root = os.path.dirname(__file__)
@@ -18,7 +19,7 @@ config.test_exec_root = os.path.join(config.weft_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in", "unit", "Inputs", "models", "conformance", "bench", "partition"]
 
 path = [config.weft_tools_dir, config.llvm_tools_dir]
-if os.environ.get("WEFT_VERIFY_ROUNDTRIP") == "1":
+if roundtrip:
     # Its own scratch directory: ctest runs it next to the same lit tests.
     config.test_exec_root = os.path.join(config.weft_obj_root, "test-roundtrip")
     wrapper_dir = os.path.join(config.test_exec_root, "roundtrip-bin")
@@ -30,6 +31,17 @@ if os.environ.get("WEFT_VERIFY_ROUNDTRIP") == "1":
     os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
     path.insert(0, wrapper_dir)
     config.available_features.add("verify-roundtrip")
+    # The mode changes weft-opt only: a test that never runs it (one that
+    # compiles and builds programs, say) would only run a second time.
+    # lit excludes by file name, so a name that some weft-opt test also has
+    # stays.
+    uses, others = set(), set()
+    for directory, _, files in os.walk(config.test_source_root):
+        for name in files:
+            if any(name.endswith(suffix) for suffix in config.suffixes):
+                with open(os.path.join(directory, name), errors="replace") as f:
+                    (uses if "weft-opt" in f.read() else others).add(name)
+    config.excludes += sorted(others - uses)
 config.environment["PATH"] = os.pathsep.join(path + [config.environment.get("PATH", os.environ.get("PATH", ""))])
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%weft_test_dir", config.test_source_root))
