@@ -506,7 +506,12 @@ def WeftCompressCollectives : Pass<"weft-compress-collectives", "::mlir::ModuleO
     indices), ops that take no codec (all_slice, send, recv) and collectives whose codec
     is already set are left alone: the partitioner pins the loss's statistics (the
     vocabulary-parallel cross-entropy's maxima, sums and target logits, and the
-    token totals) to `codec none`, since they are few and decide the loss. Data-parallel gradients are the all-reduces over `dp`, so
+    token totals) to `codec none`, since they are few and decide the loss. Scalars
+    (a data-parallel loss sum, a squared gradient norm: statistics that decide the step,
+    where int8's block scale or top-k's index outweighs the value) and data the codec
+    would not narrow (bf16 under `bf16`) stay uncompressed too; both are facts of the
+    type, not of the size, so the planner's programs at sample shapes carry the same
+    codecs as the program that runs. Data-parallel gradients are the all-reduces over `dp`, so
     `dp:int8` compresses them aggressively while `tp:bf16` compresses tensor-parallel
     activations and their gradients mildly. What the codec costs in accuracy is the
     user's call: `weft train` prints the loss, and `test/training/compression.py` compares it with the uncompressed run's.

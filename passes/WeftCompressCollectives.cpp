@@ -28,6 +28,24 @@ bool takesCodec(Operation *op) {
          });
 }
 
+/// Whether `codec` makes the op's operand smaller on the wire whatever its
+/// size: not for a scalar, nor for elements already as narrow as the codec's.
+bool narrows(Operation *op, CollectiveCodec codec) {
+  auto type = cast<RankedTensorType>(op->getOperand(0).getType());
+  if (type.getRank() == 0)
+    return false;
+  int64_t width = type.getElementTypeBitWidth();
+  switch (codec) {
+  case CollectiveCodec::bf16:
+    return width > 16;
+  case CollectiveCodec::fp8:
+  case CollectiveCodec::int8:
+    return width > 8;
+  default:
+    return true;
+  }
+}
+
 struct WeftCompressCollectives
     : public weft::impl::WeftCompressCollectivesBase<WeftCompressCollectives> {
   using Base::Base;
@@ -52,8 +70,13 @@ struct WeftCompressCollectives
       std::optional<CollectiveCodec> codec =
           symbolizeCollectiveCodec(codecForAxes(*parsed, axes));
       // Integer collectives, and for top-k all but summing all-reduces, go
-      // uncompressed.
-      if (codec && *codec != CollectiveCodec::none && codecApplies(op, *codec))
+      // uncompressed; so do scalars (the loss summed over ranks, a squared
+      // gradient norm: statistics that decide the step, where a block scale
+      // or an index outweighs the value) and data the codec would not narrow
+      // (bf16 under bf16). Both are facts of the type, not of the size, so
+      // the cost model's programs at sample shapes carry the same codecs.
+      if (codec && *codec != CollectiveCodec::none &&
+          codecApplies(op, *codec) && narrows(op, *codec))
         op->setAttr("codec",
                     CollectiveCodecAttr::get(op->getContext(), *codec));
     });

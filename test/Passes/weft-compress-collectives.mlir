@@ -50,6 +50,21 @@ func.func @policy(%x: tensor<4x8xf32>, %n: tensor<4xi64>) -> tensor<4x8xf32> {
   return %7 : tensor<4x8xf32>
 }
 
+// A codec that would not narrow the message is not set: a scalar (the loss
+// summed over dp, a squared gradient norm) is smaller than int8's block
+// scale or top-k's index and value, and bf16 data under bf16 is as it was.
+// CHECK-LABEL: func.func @narrowing
+// TOPK-LABEL: func.func @narrowing
+func.func @narrowing(%loss: tensor<f32>, %h: tensor<4x8xbf16>) -> (tensor<f32>, tensor<4x8xbf16>) {
+  // CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<f32>
+  // TOPK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<f32>
+  %0 = weft.all_reduce sum %loss over @mesh ["dp"] : tensor<f32>
+  // CHECK: weft.all_reduce sum %{{.*}} over @mesh ["tp"] : tensor<4x8xbf16>
+  // TOPK: weft.all_reduce sum %{{.*}} over @mesh ["tp"] codec int8 : tensor<4x8xbf16>
+  %1 = weft.all_reduce sum %h over @mesh ["tp"] : tensor<4x8xbf16>
+  return %0, %1 : tensor<f32>, tensor<4x8xbf16>
+}
+
 // BADAXIS: error: -weft-compress-collectives: compression policy "ep:int8": 'ep:int8' names no mesh axis; use axis:codec with axis dp, tp, pp, cp, ulysses, or the 3-D grid's gx, gy, gz
 // PPTOPK: error: -weft-compress-collectives: compression policy "pp:topk": top-k sends a summed gradient's largest elements: it compresses data-parallel gradients (dp) only, not pp
 // PIPE: module attributes {weft.pipeline = {chunks = 1 : i64, codec = "int8", micro_batches = 2 : i64, schedule = "1F1B", stages = 2 : i64,
