@@ -766,6 +766,13 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   if (target != "cpu" && target != "cuda")
     return llvm::createStringError("--target " + target +
                                    ": expected cpu or cuda");
+  if (!llvm::is_contained(llvm::ArrayRef<llvm::StringRef>{"Release", "Debug",
+                                                          "RelWithDebInfo",
+                                                          "MinSizeRel"},
+                          request.buildType))
+    return llvm::createStringError(
+        "--build-type " + request.buildType +
+        ": expected Release, Debug, RelWithDebInfo or MinSizeRel");
   if (outputPath.empty() || outputPath == "-")
     return llvm::createStringError(
         "weft compile needs -o DIR for the generated project");
@@ -894,6 +901,7 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
       buildDir, "-G", "Ninja",    "--log-level=WARNING"};
   if (!request.runtimePrefix.empty())
     configure.push_back("-DCMAKE_PREFIX_PATH=" + request.runtimePrefix);
+  configure.push_back("-DCMAKE_BUILD_TYPE=" + request.buildType);
   std::vector<llvm::StringRef> configureArgs(configure.begin(),
                                              configure.end());
   if (llvm::sys::ExecuteAndWait(*cmake, configureArgs) != 0)

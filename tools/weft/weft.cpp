@@ -183,6 +183,13 @@ static cl::opt<std::string> runtimePrefix(
     "runtime-prefix",
     cl::desc("Where the runtime is installed (cmake --install); for --build"),
     cl::sub(compileCommand));
+static cl::opt<std::string> buildType(
+    "build-type",
+    cl::desc("CMAKE_BUILD_TYPE of the program --build builds: Release "
+             "(default), Debug (unoptimized, with debug information: builds "
+             "several times faster, for debugging a rank program and for "
+             "tests), RelWithDebInfo or MinSizeRel"),
+    cl::init("Release"), cl::sub(compileCommand));
 static cl::opt<std::string> dumpPartitioned(
     "dump-partitioned",
     cl::desc("Write the partitioned program here, with its layers (weft "
@@ -554,6 +561,7 @@ static int runCompile(MLIRContext &context) {
   request.force = forceOutput;
   request.build = buildProgram;
   request.runtimePrefix = runtimePrefix;
+  request.buildType = buildType;
   request.dumpPartitioned = dumpPartitioned;
   request.dumpEmitted = dumpEmitted;
   llvm::Expected<weft::driver::CompileOutcome> outcome =

@@ -397,6 +397,8 @@ struct CompileRequest {
   /// Configure and build the project with CMake.
   bool build = false;
   std::string runtimePrefix;
+  /// The generated project's CMAKE_BUILD_TYPE for `build`.
+  std::string buildType = "Release";
   std::string dumpPartitioned, dumpEmitted;
   /// A training program (weft compile --train): builds the training step,
   /// its gradient reduction and its optimizer step in the imported module,
