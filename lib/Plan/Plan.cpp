@@ -377,19 +377,23 @@ llvm::Expected<plan::Plan> weft::readPlanFile(llvm::StringRef path) {
   return single;
 }
 
+int64_t weft::chunkLayerCount(int64_t rankLayers, int64_t chunks, int64_t rank,
+                              int64_t ranks, int64_t chunk) {
+  const int64_t v = std::max<int64_t>(1, chunks);
+  int64_t base = rankLayers / v, extra = rankLayers % v;
+  // The first rank's extras go to its last chunks, the others' to their
+  // first.
+  bool more = rank == 0 && ranks > 1 ? chunk >= v - extra : chunk < extra;
+  return base + (more ? 1 : 0);
+}
+
 std::vector<int64_t> weft::chunkLayers(llvm::ArrayRef<int64_t> perRank,
                                        int64_t chunks) {
   const int64_t p = perRank.size(), v = std::max<int64_t>(1, chunks);
   std::vector<int64_t> layers(p * v, 0);
-  for (int64_t s = 0; s < p; ++s) {
-    int64_t base = perRank[s] / v, extra = perRank[s] % v;
-    for (int64_t c = 0; c < v; ++c) {
-      // The first rank's extras go to its last chunks, the others' to their
-      // first.
-      bool more = s == 0 && p > 1 ? c >= v - extra : c < extra;
-      layers[c * p + s] = base + (more ? 1 : 0);
-    }
-  }
+  for (int64_t s = 0; s < p; ++s)
+    for (int64_t c = 0; c < v; ++c)
+      layers[c * p + s] = chunkLayerCount(perRank[s], v, s, p, c);
   return layers;
 }
 

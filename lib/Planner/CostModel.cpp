@@ -1029,10 +1029,6 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
                      b.embedding.backwardWeight + 2 * b.embedding.tpComm;
   double headWork = b.head.forward + b.head.backwardInput +
                     b.head.backwardWeight + 2 * b.head.tpComm;
-  const std::vector<int64_t> chunks =
-      chunkLayers(std::vector<int64_t>(plan.stage_layers().begin(),
-                                       plan.stage_layers().end()),
-                  v);
   double bound = 0, before = 0;
   for (int s = 0; s < p; ++s) {
     double layers = plan.stage_layers(s);
@@ -1045,7 +1041,7 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
     // Stage s waits for the first forward to pass the stages before it;
     // after its last backward, the stages before it still run theirs
     // (ZB-H1 may end on weight gradients nothing waits for).
-    double chunk = double(chunks[s]);
+    double chunk = double(chunkLayerCount(plan.stage_layers(s), v, s, p, 0));
     before += chunk * (layerF + layerB) + (s == 0 ? b.embedding.forward : 0);
     if (!zb)
       before += chunk * layerW;

@@ -76,6 +76,11 @@ unappliedPlanFields(const plan::Plan &plan,
 /// -weft-split-stages.
 std::vector<int64_t> chunkLayers(llvm::ArrayRef<int64_t> perRank,
                                  int64_t chunks);
+/// One entry of chunkLayers: the layers of chunk `chunk` of pipeline rank
+/// `rank` of `ranks`, which holds `rankLayers` in `chunks` chunks (without
+/// building the vector, for the planner's inner loop).
+int64_t chunkLayerCount(int64_t rankLayers, int64_t chunks, int64_t rank,
+                        int64_t ranks, int64_t chunk);
 
 /// Empty when every virtual stage of chunkLayers(perRank, chunks) holds a
 /// layer, except possibly the first and the last; else why not, with what
