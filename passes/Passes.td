@@ -295,10 +295,21 @@ def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
 
     An op without a gradient (a pipeline send, a fusion, a strided slice) stops the pass
     with a diagnostic at the op.
+
+    `scale-loss` is loss scaling (Micikevicius et al. 2018), for steps that compute in
+    f16 (`-weft-mixed-precision=compute=f16`): the loss's gradient starts as the step's
+    new last argument `%scale: tensor<f32> {weft.loss_scale}`, so small gradients stay
+    above f16's smallest normal; the optimizer step divides it out (its `grad_divisor`)
+    and, with `skip-nonfinite`, skips a step whose gradients overflowed. Not built for
+    pipeline stages yet.
   }];
   let options = [
     Option<"recompute", "recompute", "std::string", /*default=*/"\"full\"",
-           "What backward layers recompute: full, selective (the attention core) or none">
+           "What backward layers recompute: full, selective (the attention core) or none">,
+    Option<"scaleLoss", "scale-loss", "bool", /*default=*/"false",
+           "Seed the loss's gradient with a new last argument, an f32 scalar marked "
+           "weft.loss_scale, instead of 1 (loss scaling: every gradient comes out "
+           "multiplied by it)">
   ];
   let dependentDialects = ["::weft::WeftDialect"];
 }
@@ -319,6 +330,37 @@ def WeftConvertFloatType : Pass<"weft-convert-float-type", "::mlir::func::FuncOp
     Option<"to", "to", "std::string", /*default=*/"\"bf16\"",
            "The 16-bit type: bf16 or f16">,
   ];
+}
+
+def WeftMixedPrecision : Pass<"weft-mixed-precision", "::mlir::func::FuncOp"> {
+  let summary = "Computes in bf16 or f16 and keeps the f32 weights: mixed-precision training.";
+  let description = [{
+    Training with 16-bit compute and f32 master weights (Micikevicius et al. 2018, as
+    Megatron-LM's `--bf16` and PyTorch's autocast run it). Every `f32` tensor inside the
+    function (op results, constants, the block arguments of nested regions) becomes
+    `compute`, as `-weft-convert-float-type` does, except:
+
+    - an `f32` `weft.parameter` keeps its type and its value, and each read of it goes
+      through one `weft.cast` to `compute` next to it: the weights the optimizer updates
+      stay f32, the GEMMs read a 16-bit copy;
+    - the function's signature is unchanged: an `f32` argument is narrowed where the body
+      starts, an `f32` result is widened where it is returned.
+
+    Run it on a model's forward function before `-weft-append-loss` (which widens the
+    16-bit logits and computes the loss in f32) and `-weft-differentiate`: the gradient of
+    each cast is the cast back, so backward computes in 16 bits and every parameter's
+    gradient is widened to f32 where it leaves the parameter's cast. A widening cast is
+    additive (`ShardingRuleOpInterface::isAdditive`), so
+    `-weft-defer-gradient-reduction` moves the data-parallel sum past it: the gradients
+    are reduced and accumulated in f32, as Megatron-LM does for bf16.
+
+    Example: `weft-opt -weft-mixed-precision=compute=bf16 -weft-append-loss -weft-differentiate`.
+  }];
+  let options = [
+    Option<"compute", "compute", "std::string", /*default=*/"\"bf16\"",
+           "The 16-bit compute type: bf16 or f16">,
+  ];
+  let dependentDialects = ["::weft::WeftDialect"];
 }
 
 def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncOp"> {
@@ -616,6 +658,12 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     %p1 = weft.all_gather %pb1 over @mesh ["dp"] dim 0 : tensor<4x4xf32> -> tensor<8x4xf32>
     ```
 
+    With `skip-nonfinite` (loss scaling, `-weft-differentiate=scale-loss=true`), a step
+    whose gradient norm is not finite (a gradient overflowed) changes nothing: every
+    parameter and state result is `weft.where(norm - norm == 0, updated, old)`, as
+    `torch.cuda.amp.GradScaler` skips `optimizer.step()`; the norm it returns tells the
+    runner to lower the scale (and not to count the step in AdamW's bias corrections).
+
     ```
     weft-opt -weft-differentiate -weft-build-optimizer model.mlir
     weft-opt -weft-build-optimizer="optimizer=sgd momentum=0.9 max-grad-norm=1.0" step.mlir
@@ -638,7 +686,10 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
            "on a partitioned module: the step each rank runs, on the blocks it holds">,
     ListOption<"storedOver", "stored-over", "std::string",
                "rank-local, ZeRO-3: the parameters come and go as -weft-shard-parameters "
-               "stored them over these axes">
+               "stored them over these axes">,
+    Option<"skipNonFinite", "skip-nonfinite", "bool", /*default=*/"false",
+           "leave the parameters and state as they were when the gradient norm is not "
+           "finite (loss scaling's overflow)">
   ];
   let dependentDialects = ["::weft::WeftDialect", "::mlir::func::FuncDialect"];
 }

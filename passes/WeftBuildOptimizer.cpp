@@ -367,6 +367,18 @@ struct WeftBuildOptimizerPass
       for (Value &g : grads)
         g = mul(g, clamped);
     }
+    // Loss scaling's overflow: a norm that is not finite keeps everything
+    // as it was (norm - norm is 0 only for a finite norm).
+    Value finite;
+    if (skipNonFinite)
+      finite = CompareOp::create(b, loc, RankedTensorType::get({}, b.getI1Type()),
+                                 ComparePredicate::eq, sub(norm, norm),
+                                 constant(0.0));
+    auto unlessOverflow = [&](Value updated, Value old) -> Value {
+      if (!finite)
+        return updated;
+      return WhereOp::create(b, loc, updated.getType(), finite, updated, old);
+    };
     SmallVector<Value> returned{norm};
     for (size_t k = 0; k < trained.size(); ++k) {
       unsigned at = first + k * perParameter;
@@ -418,7 +430,8 @@ struct WeftBuildOptimizerPass
         Value epsilon = constant(eps);
         Value denom = add(div(root, root2), epsilon);
         Value p1 = sub(decayed, mul(stepSize, div(m1, denom)));
-        returned.append({gather(p1), m1, v1});
+        returned.append({gather(unlessOverflow(p1, p)), unlessOverflow(m1, m),
+                         unlessOverflow(v1, v)});
       } else {
         // torch.optim.SGD with momentum: L2 weight decay into the gradient,
         // the buffer (zero before the first step), and the step.
@@ -426,7 +439,8 @@ struct WeftBuildOptimizerPass
         Value d = weightDecay != 0 ? add(g, mul(constant(weightDecay), p)) : g;
         Value b1 = add(mul(constant(momentum), buffer), d);
         Value p1 = sub(p, mul(lr, b1));
-        returned.append({gather(p1), b1});
+        returned.append(
+            {gather(unlessOverflow(p1, p)), unlessOverflow(b1, buffer)});
       }
     }
     func::ReturnOp::create(b, loc, returned);

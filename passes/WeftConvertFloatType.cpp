@@ -2,6 +2,10 @@
 //
 // Part of the Weft project.
 //
+// Two passes over one conversion: 16-bit inference (every f32 tensor
+// narrowed, weights and signature included) and mixed-precision training
+// (the same inside the function, with the f32 weights and signature kept).
+//
 //===----------------------------------------------------------------------===//
 
 #include "weft/Dialect/WeftOps.h"
@@ -9,14 +13,68 @@
 #include "weft/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
 
 namespace weft {
 #define GEN_PASS_DEF_WEFTCONVERTFLOATTYPE
+#define GEN_PASS_DEF_WEFTMIXEDPRECISION
 #include "passes/Passes.h.inc"
 } // namespace weft
 
 using namespace mlir;
 using namespace weft;
+
+/// bf16 or f16 by name; null (after a diagnostic at `func`) otherwise.
+static Type sixteenBitType(func::FuncOp func, StringRef pass, StringRef option,
+                           StringRef name) {
+  MLIRContext *context = func.getContext();
+  if (name == "bf16")
+    return BFloat16Type::get(context);
+  if (name == "f16")
+    return Float16Type::get(context);
+  func.emitError() << "-" << pass << ": '" << option
+                   << "' must be bf16 or f16, not '" << name << "'";
+  return Type();
+}
+
+/// `type` with `target` for its elements if it is an f32 tensor.
+static Type narrowed(Type type, Type target) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (tensor && tensor.getElementType().isF32())
+    return tensor.clone(target);
+  return type;
+}
+
+/// Every f32 tensor the ops of `func` make or their nested regions take,
+/// as `target`; constants (and, unless `keepParameters`, parameters)
+/// rounded to it. The function's own arguments and signature are left to
+/// the caller.
+static void narrowBody(func::FuncOp func, Type target, bool keepParameters) {
+  // A constant's elements, rounded to the new type.
+  auto convertValue = [&](ElementsAttr value) -> ElementsAttr {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type || !type.getElementType().isF32())
+      return value;
+    return convertFloatElements(
+        value, cast<RankedTensorType>(narrowed(type, target)));
+  };
+  func.walk([&](Operation *op) {
+    auto parameter = dyn_cast<ParameterOp>(op);
+    if (op == func.getOperation() || (parameter && keepParameters))
+      return;
+    for (OpResult result : op->getResults())
+      result.setType(narrowed(result.getType(), target));
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          arg.setType(narrowed(arg.getType(), target));
+    if (auto constant = dyn_cast<ConstantOp>(op))
+      constant.setValueAttr(convertValue(constant.getValue()));
+    if (parameter)
+      if (std::optional<ElementsAttr> value = parameter.getValue())
+        parameter.setValueAttr(convertValue(*value));
+  });
+}
 
 namespace {
 
@@ -26,49 +84,64 @@ struct WeftConvertFloatType
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
-    MLIRContext *context = &getContext();
-    Type target;
-    if (to == "bf16")
-      target = BFloat16Type::get(context);
-    else if (to == "f16")
-      target = Float16Type::get(context);
-    if (!target) {
-      func.emitError("-weft-convert-float-type: 'to' must be bf16 or f16, not '")
-          << to << "'";
+    Type target = sixteenBitType(func, "weft-convert-float-type", "to", to);
+    if (!target)
       return signalPassFailure();
-    }
-    auto convert = [&](Type type) -> Type {
-      auto tensor = dyn_cast<RankedTensorType>(type);
-      if (tensor && tensor.getElementType().isF32())
-        return tensor.clone(target);
-      return type;
-    };
-    // A constant's elements, rounded to the new type.
-    auto convertValue = [&](ElementsAttr value) -> ElementsAttr {
-      auto type = dyn_cast<RankedTensorType>(value.getType());
-      if (!type || !type.getElementType().isF32())
-        return value;
-      return convertFloatElements(value, cast<RankedTensorType>(convert(type)));
-    };
-    func.walk([&](Operation *op) {
-      for (OpResult result : op->getResults())
-        result.setType(convert(result.getType()));
-      for (Region &region : op->getRegions())
-        for (Block &block : region)
-          for (BlockArgument arg : block.getArguments())
-            arg.setType(convert(arg.getType()));
-      if (auto constant = dyn_cast<ConstantOp>(op))
-        constant.setValueAttr(convertValue(constant.getValue()));
-      if (auto parameter = dyn_cast<ParameterOp>(op))
-        if (std::optional<ElementsAttr> value = parameter.getValue())
-          parameter.setValueAttr(convertValue(*value));
-    });
+    narrowBody(func, target, /*keepParameters=*/false);
+    for (BlockArgument arg : func.getArguments())
+      arg.setType(narrowed(arg.getType(), target));
     SmallVector<Type> inputs, results;
     for (Type type : func.getArgumentTypes())
-      inputs.push_back(convert(type));
+      inputs.push_back(narrowed(type, target));
     for (Type type : func.getResultTypes())
-      results.push_back(convert(type));
-    func.setType(FunctionType::get(context, inputs, results));
+      results.push_back(narrowed(type, target));
+    func.setType(FunctionType::get(&getContext(), inputs, results));
+  }
+};
+
+struct WeftMixedPrecision
+    : public weft::impl::WeftMixedPrecisionBase<WeftMixedPrecision> {
+  using WeftMixedPrecisionBase::WeftMixedPrecisionBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.isExternal())
+      return;
+    Type target =
+        sixteenBitType(func, "weft-mixed-precision", "compute", compute);
+    if (!target)
+      return signalPassFailure();
+    narrowBody(func, target, /*keepParameters=*/true);
+    OpBuilder b(&getContext());
+    // Whoever reads an f32 value (a kept weight, an argument) now expects
+    // it narrowed: one cast next to the value serves every read.
+    auto narrowReads = [&](Value wide, Location loc) {
+      Type type = narrowed(wide.getType(), target);
+      SmallVector<OpOperand *> reads;
+      for (OpOperand &use : wide.getUses())
+        reads.push_back(&use);
+      if (type == wide.getType() || reads.empty())
+        return;
+      Value narrow = CastOp::create(b, loc, type, wide);
+      for (OpOperand *read : reads)
+        read->set(narrow);
+    };
+    func.walk([&](ParameterOp parameter) {
+      b.setInsertionPointAfter(parameter);
+      narrowReads(parameter.getResult(), parameter.getLoc());
+    });
+    Block &entry = func.getBody().front();
+    b.setInsertionPointToStart(&entry);
+    for (BlockArgument arg : entry.getArguments())
+      narrowReads(arg, arg.getLoc());
+    // The results keep their f32 types: widened where they are returned.
+    func.walk([&](func::ReturnOp ret) {
+      b.setInsertionPoint(ret);
+      for (auto [operand, type] :
+           llvm::zip(ret->getOpOperands(), func.getResultTypes()))
+        if (operand.get().getType() != type)
+          operand.set(CastOp::create(b, ret.getLoc(), type, operand.get()));
+    });
   }
 };
 

@@ -48,7 +48,7 @@ struct Reduction {
 };
 
 /// The reduction `value` carries, if it is a sum all-reduce, or made from
-/// such all-reduces of one group by additive ops (`Additive`) and layer
+/// such all-reduces of one group by additive ops (`isAdditive`) and layer
 /// boundaries only, each value on the way read once: then the reductions can
 /// move past it. A sum all-reduce of a value that is itself such an
 /// all-reduce over other axes is one all-reduce over both (the partitioner
@@ -82,7 +82,8 @@ reductionOf(Value value, llvm::DenseSet<Operation *> &nested) {
     unsigned index = cast<OpResult>(value).getResultNumber();
     return reductionOf(yield.getValues()[index], nested);
   }
-  if (!def->hasTrait<weft::OpTrait::Additive>() || def->getNumOperands() == 0 ||
+  auto rule = dyn_cast<ShardingRuleOpInterface>(def);
+  if (!rule || !rule.isAdditive() || def->getNumOperands() == 0 ||
       def->getNumResults() != 1)
     return std::nullopt;
   std::optional<Reduction> common;

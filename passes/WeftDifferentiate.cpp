@@ -47,8 +47,14 @@ struct WeftDifferentiate
       if (func.isExternal())
         continue;
       any = true;
+      if (split && scaleLoss) {
+        func.emitError("-weft-differentiate: scale-loss is not built for "
+                       "pipeline stages yet (compute in bf16, which needs no "
+                       "loss scaling, or use pp=1)");
+        return signalPassFailure();
+      }
       if (failed(split ? differentiateStage(func, *mode)
-                       : differentiate(func, *mode)))
+                       : differentiate(func, *mode, scaleLoss)))
         return signalPassFailure();
     }
     if (!any) {
@@ -161,7 +167,8 @@ struct WeftDifferentiate
     return success();
   }
 
-  static LogicalResult differentiate(func::FuncOp func, Recompute mode) {
+  static LogicalResult differentiate(func::FuncOp func, Recompute mode,
+                                     bool scaleLoss) {
     auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
     auto lossType =
         ret.getNumOperands()
@@ -186,7 +193,24 @@ struct WeftDifferentiate
              << func.getSymName()
              << ": the loss depends on no parameter, so there is nothing to "
                 "train";
-    state.setGradient(loss, state.splat(ret.getLoc(), lossType, 1.0));
+    Value seed;
+    if (!scaleLoss) {
+      seed = state.splat(ret.getLoc(), lossType, 1.0);
+    } else {
+      // Loss scaling: the seed is the step's new last argument.
+      auto scalar = RankedTensorType::get({}, b.getF32Type());
+      unsigned index = func.getNumArguments();
+      if (failed(func.insertArgument(
+              index, scalar,
+              b.getDictionaryAttr(b.getNamedAttr(
+                  WeftDialect::getLossScaleAttrName(), b.getUnitAttr())),
+              ret.getLoc())))
+        return failure();
+      seed = func.getArgument(index);
+      if (scalar != lossType)
+        seed = CastOp::create(b, ret.getLoc(), lossType, seed);
+    }
+    state.setGradient(loss, seed);
     if (failed(differentiateOps(state, ops)))
       return failure();
     // Gradients in the order the forward reads the parameters.

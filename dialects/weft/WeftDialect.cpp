@@ -334,6 +334,18 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
     return verifyStageIndex(op, attr);
   if (attr.getName() == getOptimizerSlotAttrName())
     return verifyOptimizerSlot(op, attr, /*result=*/false);
+  if (attr.getName() == getLossScaleAttrName()) {
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    auto type = func ? dyn_cast<RankedTensorType>(
+                           func.getArgumentTypes()[argIndex])
+                     : RankedTensorType();
+    if (!isa<UnitAttr>(attr.getValue()) || !type || type.getRank() != 0 ||
+        !type.getElementType().isF32())
+      return op->emitError()
+             << "'" << getLossScaleAttrName()
+             << "' marks a function's f32 scalar argument (a unit attribute)";
+    return success();
+  }
   if (attr.getName() == getBufferOffsetAttrName()) {
     auto offset = dyn_cast<IntegerAttr>(attr.getValue());
     if (!offset || offset.getInt() < 0)

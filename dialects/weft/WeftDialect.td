@@ -170,6 +170,13 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getReduceEveryMicroBatchAttrName() {
       return ::llvm::StringLiteral("weft.reduce_every_micro_batch");
     }
+    /// From -weft-differentiate=scale-loss=true. On a training step's
+    /// argument (a unit attribute): the f32 scalar the loss's gradient is
+    /// seeded with, so that every gradient comes out multiplied by it
+    /// (loss scaling for f16).
+    static constexpr ::llvm::StringLiteral getLossScaleAttrName() {
+      return ::llvm::StringLiteral("weft.loss_scale");
+    }
     /// From -weft-build-optimizer. On a function: the update rule it
     /// applies ("adamw" or "sgd"); it is a training run's optimizer step.
     static constexpr ::llvm::StringLiteral getOptimizerAttrName() {

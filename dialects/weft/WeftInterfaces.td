@@ -40,6 +40,16 @@ def Weft_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
       [{}], [{
         return ::mlir::success(::mlir::succeeded(
             ::weft::partitionByFactorRule($_op.getOperation(), state)));
+      }]>,
+    InterfaceMethod<[{
+        Returns true if a sum over ranks of the op's operands may be taken after the op
+        instead of before it: op(x1 + x2, ...) = op(x1, ...) + op(x2, ...), in exact
+        arithmetic and with no loss of precision in the op's result type. The default
+        is the `Additive` trait; `weft.cast` is additive when it converts a float type to
+        one at least as wide (a 16-bit gradient widened to f32 is summed in f32).
+      }],
+      "bool", "isAdditive", (ins), [{}], [{
+        return $_op->template hasTrait<::weft::OpTrait::Additive>();
       }]>
   ];
 }

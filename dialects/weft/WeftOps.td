@@ -330,7 +330,8 @@ def Weft_DropoutOp : Weft_Op<"dropout", [WeftSaves, WeftCost, WeftRule, Pure, We
   let hasVerifier = 1;
 }
 
-def Weft_CastOp : Weft_Op<"cast", [WeftBackward, WeftCost, WeftRule, Pure, Weft_Elementwise, SameOperandsAndResultShape]> {
+def Weft_CastOp : Weft_Op<"cast", [WeftBackward, WeftCost,
+    DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface, ["isAdditive"]>, Pure, Weft_Elementwise, SameOperandsAndResultShape]> {
   let summary = "Elementwise conversion to another element type.";
   let description = [{
     Floats round to nearest even; float to integer truncates toward zero; to `i1` is

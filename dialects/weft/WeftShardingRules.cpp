@@ -46,6 +46,16 @@ ShardingRule WhereOp::getShardingRule() {
 ShardingRule CastOp::getShardingRule() {
   return getElementwiseShardingRule(*this);
 }
+// A float converted to a type that holds every value of its own is the
+// same number: the sum of the converted parts is the converted sum, taken
+// in the wider type.
+bool CastOp::isAdditive() {
+  auto from = dyn_cast<FloatType>(getElementTypeOrSelf(getInput().getType()));
+  auto to = dyn_cast<FloatType>(getElementTypeOrSelf(getResult().getType()));
+  return from && to &&
+         llvm::APFloatBase::isRepresentableBy(from.getFloatSemantics(),
+                                              to.getFloatSemantics());
+}
 ShardingRule DropoutOp::getShardingRule() {
   return getElementwiseShardingRule(*this);
 }

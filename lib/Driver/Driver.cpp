@@ -785,10 +785,6 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
     return llvm::createStringError(
         "weft compile --train with pp > 1: a pipelined training program is "
         "not compiled yet (weft train runs the plan on simulated devices)");
-  if (training && request.options.dtype != "f32")
-    return llvm::createStringError(
-        "weft compile --train trains in f32: --dtype " + request.options.dtype +
-        " is not supported for training");
   // Pipeline stages run one micro-batch at a time: with m > 1 the model is
   // imported at --batch-size over m; the program takes whole batches.
   const bool pipelined = request.plan.pp() > 1;

@@ -366,10 +366,20 @@ absl::Status weft::rt::writeCheckpoint(const std::string &saveDir,
         ",\"feedback\":{\"plan\":", jsonString(checkpoint.feedback->plan),
         ",\"residuals\":[", kept, "]}");
   }
+  std::string lossScale;
+  if (const std::optional<CheckpointLossScale> &scaled = checkpoint.lossScale) {
+    // (17 digits: the scale reads back as the same double.)
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%.17g", scaled->scale);
+    lossScale = absl::StrCat(",\"loss_scale\":{\"scale\":", scale,
+                             ",\"good_steps\":", scaled->goodSteps,
+                             ",\"optimizer_steps\":", scaled->optimizerSteps,
+                             "}");
+  }
   std::string manifest = absl::StrCat(
       "{\"format\":", jsonString(kFormat),
       ",\"optimizer\":", jsonString(checkpoint.optimizer), ",\"parameters\":[",
-      entries, "]", feedback, ",\"step\":", checkpoint.step, "}\n");
+      entries, "]", feedback, lossScale, ",\"step\":", checkpoint.step, "}\n");
   if (absl::Status status =
           writeFileAtomically((tmp / "manifest.json").string(), manifest);
       !status.ok())
@@ -464,6 +474,19 @@ absl::StatusOr<Checkpoint> weft::rt::readCheckpoint(const std::string &path) {
       (key == std::string("m") ? p.m : p.v) = std::move(*state);
     }
     checkpoint.parameters.push_back(std::move(p));
+  }
+  if (const Json *scaled = json->get("loss_scale")) {
+    const Json *scale = scaled->get("scale");
+    std::optional<int64_t> good = scaled->getInteger("good_steps");
+    std::optional<int64_t> taken = scaled->getInteger("optimizer_steps");
+    if (!scale || scale->kind != Json::Kind::Number ||
+        !std::isfinite(scale->number) || !(scale->number > 0) || !good ||
+        *good < 0 || !taken || *taken < 0 || *taken > *step)
+      return absl::InvalidArgumentError(absl::StrCat(
+          manifestPath,
+          ": its loss_scale is not {scale > 0, good_steps, optimizer_steps "
+          "<= step}"));
+    checkpoint.lossScale = CheckpointLossScale{scale->number, *good, *taken};
   }
   if (const Json *feedback = json->get("feedback")) {
     const std::string *plan = feedback->getString("plan");

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -141,12 +142,26 @@ double LrSchedule::at(int64_t step) const {
   return bottom + 0.5 * (peak - bottom) * (1 + std::cos(M_PI * progress));
 }
 
+bool LossScale::update(double norm) {
+  if (!std::isfinite(norm)) {
+    if (window > 0)
+      scale = std::max(minimum, scale * backoff);
+    goodSteps = 0;
+    return false;
+  }
+  if (window > 0 && ++goodSteps == window) {
+    scale *= growth;
+    goodSteps = 0;
+  }
+  return true;
+}
+
 std::optional<float>
 weft::rt::optimizerScalar(const std::string &role,
                           const OptimizerConstants &constants, double lr,
-                          int64_t t, int64_t windows) {
+                          int64_t t, int64_t windows, double lossScale) {
   if (role == "grad_divisor")
-    return float(double(windows));
+    return float(double(windows) * lossScale);
   if (role == "decay_factor")
     return float(1.0 - lr * constants.weightDecay);
   if (role == "step_size")

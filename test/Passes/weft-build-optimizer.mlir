@@ -1,5 +1,6 @@
 // RUN: weft-opt %s -split-input-file -weft-build-optimizer -verify-diagnostics | FileCheck %s
 // RUN: weft-opt %s -split-input-file -weft-build-optimizer="optimizer=sgd momentum=0.5 weight-decay=0.1 max-grad-norm=1.0 freeze=^b$" -verify-diagnostics | FileCheck %s --check-prefix=SGD
+// RUN: weft-opt %s -split-input-file -weft-build-optimizer=skip-nonfinite=true -verify-diagnostics | FileCheck %s --check-prefix=SKIP
 
 // A training step returning two gradients: AdamW's step takes the step's
 // scalars, then each parameter, its summed gradient and its two moments, and
@@ -41,6 +42,18 @@
 // The second parameter reuses the constants.
 // CHECK-NOT: weft.constant
 // CHECK: return %[[NORM]], %[[NEW]], %[[M]], %[[V]],
+
+// Loss scaling (skip-nonfinite): a norm that is not finite (norm - norm is
+// not 0) keeps every parameter and moment as it came in.
+// SKIP-LABEL: func.func @optimizer_step
+// SKIP-SAME: %[[W:[^:]*]]: tensor<4x8xf32> {weft.optimizer_slot = {parameter = "w", role = "param"}}, %{{[^:]*}}: tensor<4x8xf32> {weft.optimizer_slot = {parameter = "w", role = "grad"}}, %[[MW:[^:]*]]: tensor<4x8xf32> {weft.optimizer_slot = {parameter = "w", role = "exp_avg"}}, %[[VW:[^:]*]]: tensor<4x8xf32> {weft.optimizer_slot = {parameter = "w", role = "exp_avg_sq"}},
+// SKIP: %[[NORM:.*]] = weft.sqrt
+// SKIP: %[[ZERO:.*]] = weft.sub %[[NORM]], %[[NORM]] : tensor<f32>
+// SKIP: %[[OK:.*]] = weft.compare eq, %[[ZERO]], %{{.*}} : (tensor<f32>, tensor<f32>) -> tensor<i1>
+// SKIP: %[[P:.*]] = weft.where %[[OK]], %{{.*}}, %[[W]] : (tensor<i1>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+// SKIP: %[[M:.*]] = weft.where %[[OK]], %{{.*}}, %[[MW]]
+// SKIP: %[[V:.*]] = weft.where %[[OK]], %{{.*}}, %[[VW]]
+// SKIP: return %[[NORM]], %[[P]], %[[M]], %[[V]],
 
 // SGD with momentum, weight decay, clipping, and `b` frozen: one buffer per
 // parameter, the learning rate as the step's scalar, and every gradient

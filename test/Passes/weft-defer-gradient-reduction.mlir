@@ -135,3 +135,27 @@ func.func @stage2(%w: tensor<4xf32>) -> (tensor<4xf32> {weft.gradient_of = "w"})
   %r = weft.all_reduce sum %w over @mesh ["dp"] : tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// Mixed precision: a 16-bit gradient widened to f32 where it leaves its
+// weight's cast. The widening is additive, so the sum moves past it and runs
+// once per step in f32; a narrowing cast is not, and its all-reduce stays.
+weft.mesh @mesh(dp = 2)
+// CHECK-LABEL: func.func @widened
+// CHECK-SAME: -> (tensor<4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[]], partial = [dp]>}, tensor<4xbf16> {weft.gradient_of = "n"})
+// CHECK: %[[W:.*]] = weft.cast %arg0 : tensor<4xbf16> -> tensor<4xf32>
+// CHECK: %[[N:.*]] = weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<4xf32>
+// CHECK: %[[C:.*]] = weft.cast %[[N]] : tensor<4xf32> -> tensor<4xbf16>
+// CHECK: return %[[W]], %[[C]]
+// CHECK-LABEL: func.func @widened_reduce_gradients
+// CHECK-SAME: (%arg0: tensor<4xf32> {{.*}}partial = [dp]>})
+// CHECK: weft.all_reduce sum %arg0 over @mesh ["dp"] : tensor<4xf32>
+func.func @widened(%g: tensor<4xbf16>, %h: tensor<4xf32>)
+    -> (tensor<4xf32> {weft.gradient_of = "w"}, tensor<4xbf16> {weft.gradient_of = "n"}) {
+  %r = weft.all_reduce sum %g over @mesh ["dp"] : tensor<4xbf16>
+  %w = weft.cast %r : tensor<4xbf16> -> tensor<4xf32>
+  %s = weft.all_reduce sum %h over @mesh ["dp"] : tensor<4xf32>
+  %n = weft.cast %s : tensor<4xf32> -> tensor<4xbf16>
+  return %w, %n : tensor<4xf32>, tensor<4xbf16>
+}

@@ -1,4 +1,5 @@
 // RUN: weft-opt -weft-differentiate -split-input-file -verify-diagnostics %s | FileCheck %s
+// RUN: weft-opt -weft-differentiate=scale-loss=true -split-input-file -verify-diagnostics %s | FileCheck %s --check-prefix=SCALED
 
 // A dense layer, GELU and the mean cross-entropy: each op's gradient is built
 // from weft ops; the function returns the loss and one gradient per parameter.
@@ -13,6 +14,14 @@
 // CHECK: %[[SUM:.*]] = weft.reduce_sum %{{.*}} axes [0] keep_dims
 // CHECK: %[[DB:.*]] = weft.reshape %[[SUM]] : tensor<1x16xf32> -> tensor<16xf32>
 // CHECK: return %[[LOSS]], %[[DW]], %[[DB]]
+// Loss scaling: the loss's gradient starts from the step's new last
+// argument, not from 1.
+// SCALED-LABEL: func.func @mlp
+// SCALED-SAME: %[[S:[^:]*]]: tensor<f32> {weft.loss_scale})
+// SCALED: weft.cross_entropy
+// SCALED-NOT: weft.constant dense<1.000000e+00> : tensor<f32>
+// SCALED: %[[D:.*]] = weft.div %[[S]], %{{.*}} : tensor<f32>
+// SCALED: weft.mul %{{.*}}, %[[D]]
 func.func @mlp(%x: tensor<4x8xf32>, %labels: tensor<4xi64>) -> tensor<f32> {
   %w = weft.parameter "fc.weight" : tensor<8x16xf32> = dense<0.5>
   %b = weft.parameter "fc.bias" : tensor<16xf32> = dense<0.0>

@@ -102,6 +102,33 @@ TEST(CheckpointTest, RoundTripAndLatest) {
   }
 }
 
+// Loss scaling's state reads back exactly (a scale that %g would round);
+// one that does not fit the step is refused naming the manifest.
+TEST(CheckpointTest, LossScale) {
+  std::string dir = freshDir("ckpt-loss-scale");
+  Checkpoint scaled = sample(5);
+  scaled.lossScale = CheckpointLossScale{1048576.0 * 3 / 1024 / 1024 / 1024, 7,
+                                         4};
+  ASSERT_TRUE(writeCheckpoint(dir, scaled).ok());
+  absl::StatusOr<Checkpoint> read = readCheckpoint(dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE(read->lossScale.has_value());
+  EXPECT_EQ(read->lossScale->scale, scaled.lossScale->scale);
+  EXPECT_EQ(read->lossScale->goodSteps, 7);
+  EXPECT_EQ(read->lossScale->optimizerSteps, 4);
+  std::string manifest = dir + "/step-5/manifest.json";
+  std::string text = readText(manifest);
+  size_t at = text.find("\"optimizer_steps\":4");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 19, "\"optimizer_steps\":6");
+  std::ofstream(manifest, std::ios::trunc) << text;
+  absl::StatusOr<Checkpoint> bad = readCheckpoint(dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(manifest + ": its loss_scale is not"),
+            std::string::npos)
+      << bad.status();
+}
+
 // weft train's manifest, as llvm::json prints it (keys sorted, and a name
 // with a \u escape), reads the same.
 TEST(CheckpointTest, ReadsWeftTrainsManifest) {

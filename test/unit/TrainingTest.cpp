@@ -86,6 +86,36 @@ TEST(TrainingTest, OptimizerScalarsAreTorchs) {
   EXPECT_FALSE(optimizerScalar("exp_avg", c, 0.1, 2, 4).has_value());
 }
 
+// torch.cuda.amp.GradScaler's rule: an overflow halves the scale (not
+// below the minimum) and restarts the count; `window` finite steps in a
+// row double it. A static scale never moves.
+TEST(TrainingTest, LossScaleFollowsGradScaler) {
+  LossScale dynamic;
+  dynamic.scale = 8;
+  dynamic.window = 2;
+  dynamic.minimum = 2;
+  EXPECT_FALSE(dynamic.update(INFINITY));
+  EXPECT_EQ(dynamic.scale, 4);
+  EXPECT_TRUE(dynamic.update(1.5));
+  EXPECT_EQ(dynamic.scale, 4);
+  EXPECT_FALSE(dynamic.update(NAN));
+  EXPECT_EQ(dynamic.scale, 2);
+  EXPECT_FALSE(dynamic.update(-INFINITY));
+  EXPECT_EQ(dynamic.scale, 2);
+  EXPECT_TRUE(dynamic.update(0.5));
+  EXPECT_TRUE(dynamic.update(0.5));
+  EXPECT_EQ(dynamic.scale, 4);
+  EXPECT_EQ(dynamic.goodSteps, 0);
+  LossScale fixed;
+  fixed.scale = 1024;
+  fixed.window = 0;
+  EXPECT_FALSE(fixed.update(INFINITY));
+  EXPECT_TRUE(fixed.update(1.0));
+  EXPECT_EQ(fixed.scale, 1024);
+  // The optimizer divides the scale out with the micro-batches.
+  EXPECT_EQ(*optimizerScalar("grad_divisor", {}, 1e-3, 1, 4, 1024), 4096.0f);
+}
+
 TEST(TrainingTest, StepSumsMicroBatchesThenReducesOnce) {
   Mesh mesh;
   mesh.axes = {"dp"};

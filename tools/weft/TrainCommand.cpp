@@ -144,6 +144,31 @@ static cl::opt<std::string>
                        "(default), selective (the attention core) or none"),
               cl::init("full"), cl::sub(trainCommand),
               cl::sub(compileSubCommand()));
+static cl::opt<std::string> computeType(
+    "dtype",
+    cl::desc("f32, or bf16 / f16: forward and backward compute in 16 bits "
+             "while the weights, their gradients' sums and the optimizer stay "
+             "f32 (-weft-mixed-precision)"),
+    cl::init("f32"), cl::sub(trainCommand));
+static cl::opt<double> lossScaleFlag(
+    "loss-scale",
+    cl::desc("A static loss scale (any --dtype; default: none, or dynamic "
+             "with --dtype f16)"),
+    cl::init(0), cl::sub(trainCommand));
+static cl::opt<double> initialLossScale(
+    "initial-loss-scale",
+    cl::desc("Dynamic loss scaling (--dtype f16): the first scale"),
+    cl::init(65536), cl::sub(trainCommand));
+static cl::opt<int64_t> lossScaleWindow(
+    "loss-scale-window",
+    cl::desc("Dynamic loss scaling: double the scale after this many steps "
+             "without overflow (an overflow halves it and skips the step)"),
+    cl::init(2000), cl::sub(trainCommand));
+static cl::opt<double>
+    minLossScale("min-loss-scale",
+                 cl::desc("Dynamic loss scaling: the scale never drops below "
+                          "this"),
+                 cl::init(1), cl::sub(trainCommand));
 static cl::opt<std::string> planSpec("plan-spec",
                                      cl::desc("dp=2,tp=2,sp=1,ulysses=2"),
                                      cl::sub(trainCommand));
@@ -205,6 +230,16 @@ struct ParamState {
   bool loaded = false;
 };
 
+/// Loss scaling's state (none without it) and the optimizer steps taken: a
+/// step whose scaled gradients overflowed is skipped, and AdamW's bias
+/// corrections count the steps taken, as torch.optim's state['step'] does
+/// under GradScaler.
+struct Scaling {
+  std::optional<weft::rt::LossScale> scale;
+  int64_t optimizerSteps = 0;
+  double factor() const { return scale ? scale->scale : 1.0; }
+};
+
 static double scheduledLr(int64_t step) {
   weft::rt::LrSchedule schedule;
   schedule.peak = learningRate;
@@ -224,7 +259,8 @@ static FailureOr<std::vector<HostTensor>>
 optimizerInputs(func::FuncOp step, const std::vector<ParamState> &params,
                 const llvm::StringMap<unsigned> &index,
                 const std::vector<std::vector<float>> *grads, int64_t windows,
-                double lr, int64_t t, std::vector<int> &gradientOf) {
+                double lr, int64_t t, double lossScale,
+                std::vector<int> &gradientOf) {
   auto scalar = [](double value) {
     HostTensor tensor(weft::rt::DType::F32, {});
     tensor.floats[0] = float(value);
@@ -240,7 +276,8 @@ optimizerInputs(func::FuncOp step, const std::vector<ParamState> &params,
     auto [role, parameter] = weft::optimizerArgumentSlot(step, i);
     gradientOf.push_back(-1);
     if (std::optional<float> value =
-            weft::rt::optimizerScalar(role, constants, lr, t, windows))
+            weft::rt::optimizerScalar(role, constants, lr, t, windows,
+                                      lossScale))
       inputs.push_back(scalar(*value));
     else if (index.count(parameter)) {
       unsigned k = index.lookup(parameter);
@@ -306,10 +343,11 @@ static FailureOr<double>
 runOptimizer(func::FuncOp step, std::vector<ParamState> &params,
              const llvm::StringMap<unsigned> &index,
              const std::vector<std::vector<float>> &grads, int64_t windows,
-             double lr, int64_t t, const weft::InterpreterOptions &options) {
+             double lr, int64_t t, double lossScale,
+             const weft::InterpreterOptions &options) {
   std::vector<int> gradientOf;
-  FailureOr<std::vector<HostTensor>> inputs =
-      optimizerInputs(step, params, index, &grads, windows, lr, t, gradientOf);
+  FailureOr<std::vector<HostTensor>> inputs = optimizerInputs(
+      step, params, index, &grads, windows, lr, t, lossScale, gradientOf);
   if (failed(inputs))
     return failure();
   FailureOr<std::vector<HostTensor>> outputs =
@@ -360,10 +398,15 @@ struct Residuals {
 /// `latest` renamed into place, so a reader sees a whole checkpoint or the
 /// previous one.
 static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
-                           const Residuals &residuals, std::string &error) {
+                           const Residuals &residuals, const Scaling &scaling,
+                           std::string &error) {
   weft::rt::Checkpoint checkpoint;
   checkpoint.step = step;
   checkpoint.optimizer = optimizer;
+  if (scaling.scale)
+    checkpoint.lossScale = weft::rt::CheckpointLossScale{
+        scaling.scale->scale, scaling.scale->goodSteps,
+        scaling.optimizerSteps};
   for (const ParamState &p : params) {
     weft::rt::CheckpointParameter entry{p.name, p.value, {}, {}};
     if (!p.m.empty())
@@ -397,7 +440,8 @@ static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
 /// `error` naming the file that is missing, corrupt or does not match the
 /// model.
 static int64_t loadCheckpoint(std::vector<ParamState> &params,
-                              const Residuals &residuals, std::string &error) {
+                              const Residuals &residuals, Scaling &scaling,
+                              std::string &error) {
   absl::StatusOr<weft::rt::Checkpoint> read =
       weft::rt::readCheckpoint(resumeDir);
   if (!read.ok()) {
@@ -433,6 +477,16 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
     p.value.floats = entry->value.floats;
     p.m = entry->m ? entry->m->floats.toVector() : std::vector<float>();
     p.v = entry->v ? entry->v->floats.toVector() : std::vector<float>();
+  }
+  // A run without loss scaling took every step; one with it goes on from
+  // its scale (a static scale stays the one given).
+  scaling.optimizerSteps = read->step;
+  if (read->lossScale) {
+    scaling.optimizerSteps = read->lossScale->optimizerSteps;
+    if (scaling.scale && scaling.scale->window > 0) {
+      scaling.scale->scale = read->lossScale->scale;
+      scaling.scale->goodSteps = read->lossScale->goodSteps;
+    }
   }
   if (residuals.sites.empty())
     return read->step;
@@ -481,20 +535,30 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
 //===----------------------------------------------------------------------===//
 
 /// The loss, then (with pp > 1) the stages, the backward, and the pipeline's
-/// schedule.
+/// schedule; with a 16-bit `dtype`, computed in it from f32 weights, and
+/// with `scaleLoss`, the loss's gradient seeded with the step's last
+/// argument (loss scaling).
 /// `type` gets the model's function type with the loss (its inputs: the
 /// model's, then the labels).
 static LogicalResult buildTrainingStep(MLIRContext &context, ModuleOp module,
                                        const weft::plan::Plan &plan,
+                                       llvm::StringRef dtype, bool scaleLoss,
                                        FunctionType &type) {
   const bool pipelined = plan.pp() > 1;
   {
     PassManager pm(&context);
+    // (Projections are cut while the weights are read directly; the loss
+    // comes after the 16-bit forward, which it widens.)
+    pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
+    if (dtype != "f32") {
+      weft::WeftMixedPrecisionOptions mixed;
+      mixed.compute = dtype.str();
+      pm.addNestedPass<func::FuncOp>(weft::createWeftMixedPrecision(mixed));
+    }
     weft::WeftAppendLossOptions loss;
     loss.reduction = "mean";
     loss.ignoreIndex = ignoreIndex;
     pm.addPass(weft::createWeftAppendLoss(loss));
-    pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
     if (failed(pm.run(module)))
       return failure();
   }
@@ -517,6 +581,7 @@ static LogicalResult buildTrainingStep(MLIRContext &context, ModuleOp module,
   }
   weft::WeftDifferentiateOptions differentiate;
   differentiate.recompute = recompute;
+  differentiate.scaleLoss = scaleLoss;
   pm.addPass(weft::createWeftDifferentiate(differentiate));
   if (pipelined) {
     weft::WeftSchedulePipelineOptions schedule;
@@ -548,10 +613,11 @@ static std::string checkTrainingInputs(FunctionType type, int64_t batch,
 
 /// The step partitioned under `plan` (when `partitioned`), its gradient
 /// reduction, and the optimizer step: each rank's on its blocks when
-/// partitioned without pipeline stages, else one on whole tensors.
+/// partitioned without pipeline stages, else one on whole tensors; with
+/// `scaleLoss`, one that skips a step whose gradients overflowed.
 static LogicalResult buildPartitionedStep(MLIRContext &context, ModuleOp module,
                                           const weft::plan::Plan &plan,
-                                          bool partitioned) {
+                                          bool partitioned, bool scaleLoss) {
   const bool pipelined = plan.pp() > 1;
   if (partitioned) {
     PassManager pm(&context);
@@ -582,6 +648,7 @@ static LogicalResult buildPartitionedStep(MLIRContext &context, ModuleOp module,
     rule.momentum = momentum;
     rule.maxGradNorm = clipGrad;
     rule.freeze = freeze;
+    rule.skipNonFinite = scaleLoss;
     // Partitioned (without pipeline stages), each rank updates its blocks
     // on the mesh; otherwise the update runs once on whole tensors.
     rule.rankLocal = partitioned && !pipelined;
@@ -673,6 +740,27 @@ int runTrain(MLIRContext &context) {
                       "must be positive");
   if (optimizer != "adamw" && optimizer != "sgd")
     return trainError("--optimizer " + optimizer + ": expected adamw or sgd");
+  if (computeType != "f32" && computeType != "bf16" && computeType != "f16")
+    return trainError("--dtype " + computeType + ": expected f32, bf16 or f16");
+  // Loss scaling: static with --loss-scale, dynamic under f16.
+  Scaling scaling;
+  if (lossScaleFlag.getNumOccurrences() || computeType == "f16") {
+    weft::rt::LossScale scale;
+    if (lossScaleFlag.getNumOccurrences()) {
+      scale.scale = lossScaleFlag;
+      scale.window = 0;
+    } else {
+      scale.scale = initialLossScale;
+      scale.window = lossScaleWindow;
+      scale.minimum = minLossScale;
+    }
+    if (!(scale.scale > 0) || !std::isfinite(scale.scale) ||
+        scale.window < 0 || !(scale.minimum > 0))
+      return trainError("--loss-scale, --initial-loss-scale and "
+                        "--min-loss-scale must be positive and "
+                        "--loss-scale-window not negative");
+    scaling.scale = scale;
+  }
   if (!(collectiveTimeout > 0))
     return trainError("--collective-timeout needs a positive number");
   // (The optimizer step leaves the frozen parameters out.)
@@ -681,6 +769,10 @@ int runTrain(MLIRContext &context) {
   std::optional<weft::plan::Plan> plan = trainingPlan();
   if (!plan)
     return 1;
+  if (scaling.scale && plan->pp() > 1)
+    return trainError("loss scaling (--dtype f16, --loss-scale) with pp > 1: "
+                      "a pipeline's loss is not scaled yet (train pipeline "
+                      "stages in bf16, which needs no loss scaling)");
   llvm::Expected<weft::CompressPolicy> policy =
       weft::parseCompressPolicy(plan->compress());
   if (!policy)
@@ -722,7 +814,8 @@ int runTrain(MLIRContext &context) {
   // backward, and the pipeline's schedule.
   const bool pipelined = plan->pp() > 1;
   FunctionType type;
-  if (failed(buildTrainingStep(context, *module, *plan, type)))
+  if (failed(buildTrainingStep(context, *module, *plan, computeType,
+                               bool(scaling.scale), type)))
     return 1;
   // The step's function (split into stages' functions with pp > 1).
   func::FuncOp func =
@@ -776,7 +869,8 @@ int runTrain(MLIRContext &context) {
     module->print(out);
   }
   bool partitioned = partitions(*plan) || devices > 1;
-  if (failed(buildPartitionedStep(context, *module, *plan, partitioned)))
+  if (failed(buildPartitionedStep(context, *module, *plan, partitioned,
+                                  bool(scaling.scale))))
     return 1;
   func::FuncOp optimizerStep;
   for (auto candidate : module->getOps<func::FuncOp>())
@@ -800,7 +894,7 @@ int runTrain(MLIRContext &context) {
   });
   int64_t start = 0;
   if (!resumeDir.empty()) {
-    start = loadCheckpoint(params, residuals, error);
+    start = loadCheckpoint(params, residuals, scaling, error);
     if (start < 0)
       return trainError(error);
     llvm::errs() << "weft train: resumed from " << resumeDir << " at step "
@@ -820,7 +914,8 @@ int runTrain(MLIRContext &context) {
     if (ec)
       return trainError("cannot write " + logPath + ": " + ec.message());
     if (!jsonl && existing == 0)
-      *log << "step,loss,lr,grad_norm,tokens,seconds\n";
+      *log << "step,loss,lr,grad_norm,tokens,seconds"
+           << (scaling.scale ? ",loss_scale,skipped" : "") << "\n";
   }
 
   llvm::StringMap<HostTensor> current;
@@ -861,9 +956,16 @@ int runTrain(MLIRContext &context) {
     std::vector<int64_t> bytes;
     // Consecutive windows through the file, wrapping around: one per
     // micro-batch, `count` of them from window `first`.
+    // With loss scaling, the step's last argument is the scale.
     auto windowInputs = [&](int64_t first, int64_t count) {
-      return weft::rt::tokenWindows(tokens, batch, seqLen, first, count,
-                                    int(type.getNumInputs()) - 2);
+      std::vector<HostTensor> inputs = weft::rt::tokenWindows(
+          tokens, batch, seqLen, first, count, int(type.getNumInputs()) - 2);
+      if (scaling.scale) {
+        HostTensor scale(weft::rt::DType::F32, {});
+        scale.floats[0] = float(scaling.factor());
+        inputs.push_back(std::move(scale));
+      }
+      return inputs;
     };
     if (pipeline) {
       // One pipeline step runs the m micro-batches of the schedule.
@@ -914,7 +1016,8 @@ int runTrain(MLIRContext &context) {
       update.function = optimizerStep;
       FailureOr<std::vector<HostTensor>> inputs =
           optimizerInputs(optimizerStep, params, index, nullptr, windows, lr,
-                          step + 1, update.gradientOf);
+                          scaling.optimizerSteps + 1, scaling.factor(),
+                          update.gradientOf);
       if (failed(inputs))
         return 1;
       update.inputs = std::move(*inputs);
@@ -964,12 +1067,19 @@ int runTrain(MLIRContext &context) {
                         ": the loss is not finite (" + std::to_string(loss) +
                         "); lower --lr or clip gradients (--clip-grad)");
     if (!norm) {
-      FailureOr<double> ran = runOptimizer(optimizerStep, params, index, grads,
-                                           windows, lr, step + 1, options);
+      FailureOr<double> ran =
+          runOptimizer(optimizerStep, params, index, grads, windows, lr,
+                       scaling.optimizerSteps + 1, scaling.factor(), options);
       if (failed(ran))
         return 1;
       norm = *ran;
     }
+    // Loss scaling: an overflow skipped the update (the optimizer step kept
+    // everything) and moves the scale.
+    const double usedScale = scaling.factor();
+    const bool taken = !scaling.scale || scaling.scale->update(*norm);
+    if (taken)
+      ++scaling.optimizerSteps;
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
             .count();
@@ -979,26 +1089,41 @@ int runTrain(MLIRContext &context) {
     double rate = double(tokensSeen) / std::max(seconds, 1e-9);
     double eta = stepSeconds * double(steps - step - 1);
     llvm::outs() << llvm::format("step %lld/%lld  loss %.6f  lr %.3e  "
-                                 "grad_norm %.4f  tokens/s %.0f  eta %.0fs\n",
+                                 "grad_norm %.4f  tokens/s %.0f  eta %.0fs",
                                  (long long)(step + 1),
                                  (long long)steps.getValue(), loss, lr, *norm,
                                  rate, eta);
+    if (scaling.scale)
+      llvm::outs() << llvm::format("  loss_scale %g", usedScale)
+                   << (taken ? "" : "  skipped: the gradients overflowed");
+    llvm::outs() << '\n';
     llvm::outs().flush();
     if (log) {
+      std::string scaled;
+      if (scaling.scale) {
+        llvm::raw_string_ostream os(scaled);
+        if (jsonl)
+          os << ", \"loss_scale\": " << llvm::format("%.17g", usedScale)
+             << ", \"skipped\": " << (taken ? "false" : "true");
+        else
+          os << ',' << llvm::format("%.17g", usedScale) << ',' << !taken;
+      }
       if (jsonl)
         *log << llvm::formatv("{{\"step\": {0}, \"loss\": {1:f9}, \"lr\": "
                               "{2:e6}, \"grad_norm\": {3:f6}, \"tokens\": "
-                              "{4}, \"seconds\": {5:f3}}\n",
-                              step + 1, loss, lr, *norm, tokensSeen, seconds);
+                              "{4}, \"seconds\": {5:f3}{6}}\n",
+                              step + 1, loss, lr, *norm, tokensSeen, seconds,
+                              scaled);
       else
-        *log << llvm::formatv("{0},{1:f9},{2:e6},{3:f6},{4},{5:f3}\n", step + 1,
-                              loss, lr, *norm, tokensSeen, seconds);
+        *log << llvm::formatv("{0},{1:f9},{2:e6},{3:f6},{4},{5:f3}{6}\n",
+                              step + 1, loss, lr, *norm, tokensSeen, seconds,
+                              scaled);
       log->flush();
     }
     bool last = step + 1 == steps;
     if (!saveDir.empty() &&
         (last || (saveEvery > 0 && (step + 1) % saveEvery == 0))) {
-      if (!saveCheckpoint(params, step + 1, residuals, error))
+      if (!saveCheckpoint(params, step + 1, residuals, scaling, error))
         return trainError(error);
     }
   }
@@ -1015,6 +1140,15 @@ compileTrainingProgram(MLIRContext &context,
   if (optimizer != "adamw" && optimizer != "sgd")
     return llvm::createStringError("--optimizer " + optimizer +
                                    ": expected adamw or sgd");
+  if (const std::string &dtype = given.options.dtype;
+      dtype != "f32" && dtype != "bf16" && dtype != "f16")
+    return llvm::createStringError("--dtype " + dtype +
+                                   ": expected f32, bf16 or f16");
+  if (given.options.dtype == "f16")
+    return llvm::createStringError(
+        "weft compile --train --dtype f16: f16 training needs loss scaling, "
+        "which compiled programs do not run yet (use --dtype bf16, or weft "
+        "train --dtype f16)");
   if (steps <= 0 || gradAccum <= 0)
     return llvm::createStringError("--steps and --grad-accum must be positive");
   if (std::string why; !freeze.empty() && !llvm::Regex(freeze).isValid(why))
@@ -1032,10 +1166,15 @@ compileTrainingProgram(MLIRContext &context,
   request.training.beta1 = beta1;
   request.training.beta2 = beta2;
   weft::plan::Plan plan = given.plan;
-  request.buildTrainingStep = [plan](MLIRContext &ctx,
-                                     ModuleOp module) -> llvm::Error {
+  // The model is imported in f32: the step computes in --dtype from f32
+  // weights (not a 16-bit model's).
+  std::string dtype = given.options.dtype;
+  request.options.dtype = "f32";
+  request.buildTrainingStep = [plan, dtype](MLIRContext &ctx,
+                                            ModuleOp module) -> llvm::Error {
     FunctionType type;
-    if (failed(buildTrainingStep(ctx, module, plan, type)))
+    if (failed(buildTrainingStep(ctx, module, plan, dtype, /*scaleLoss=*/false,
+                                 type)))
       return weft::driver::diagnosed("building the training step failed");
     auto ids = type.getNumInputs()
                    ? dyn_cast<RankedTensorType>(type.getInput(0))
@@ -1048,7 +1187,8 @@ compileTrainingProgram(MLIRContext &context,
             checkTrainingInputs(type, ids.getDimSize(0), ids.getDimSize(1));
         !why.empty())
       return llvm::createStringError(why);
-    if (failed(buildPartitionedStep(ctx, module, plan, partitions(plan))))
+    if (failed(buildPartitionedStep(ctx, module, plan, partitions(plan),
+                                    /*scaleLoss=*/false)))
       return weft::driver::diagnosed("partitioning the training step failed");
     return llvm::Error::success();
   };

@@ -1765,3 +1765,10 @@ func.func @optimizer_slot_without_parameter(%p: tensor<4xf32> {weft.optimizer_sl
 func.func @optimizer_slot_grad_result(%g: tensor<4xf32>) -> (tensor<4xf32> {weft.optimizer_slot = {role = "grad", parameter = "w"}}) {
   return %g : tensor<4xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'weft.loss_scale' marks a function's f32 scalar argument (a unit attribute)}}
+func.func @loss_scale_not_scalar(%s: tensor<2xf32> {weft.loss_scale}) {
+  return
+}

@@ -56,14 +56,25 @@ struct CheckpointFeedback {
   std::vector<CheckpointResidual> residuals;
 };
 
+/// Loss scaling's state (weft/runtime/Training.h's LossScale), which a
+/// resumed run needs to take the same steps: the scale, the finite steps
+/// since it last changed, and the optimizer steps taken (a skipped step is
+/// not one: AdamW's bias corrections count these).
+struct CheckpointLossScale {
+  double scale = 1;
+  int64_t goodSteps = 0;
+  int64_t optimizerSteps = 0;
+};
+
 /// A checkpoint: the step it was written after, the optimizer (`adamw` or
-/// `sgd`, as weft train's --optimizer), the parameters, and top-k's
-/// residuals when the run had them.
+/// `sgd`, as weft train's --optimizer), the parameters, top-k's residuals
+/// when the run had them, and loss scaling's state when it scaled.
 struct Checkpoint {
   int64_t step = 0;
   std::string optimizer;
   std::vector<CheckpointParameter> parameters;
   std::optional<CheckpointFeedback> feedback;
+  std::optional<CheckpointLossScale> lossScale;
   /// The manifest it was read from (readCheckpoint sets it; errors name it).
   std::string manifestPath;
 };

@@ -65,7 +65,26 @@ struct OptimizerConstants {
 /// grad, exp_avg, exp_avg_sq, momentum_buffer).
 std::optional<float> optimizerScalar(const std::string &role,
                                      const OptimizerConstants &constants,
-                                     double lr, int64_t t, int64_t windows);
+                                     double lr, int64_t t, int64_t windows,
+                                     double lossScale = 1.0);
+
+/// Loss scaling (-weft-differentiate=scale-loss=true), as
+/// torch.cuda.amp.GradScaler runs it: each step's loss gradient is seeded
+/// with `scale`, and the optimizer step divides it out (its grad_divisor)
+/// and skips a step whose gradients overflowed. Dynamic (`window` > 0): an
+/// overflow multiplies the scale by `backoff` (not below `minimum`),
+/// `window` finite steps in a row by `growth`. Static (`window` == 0): the
+/// scale never changes.
+struct LossScale {
+  double scale = 65536;
+  double growth = 2, backoff = 0.5, minimum = 1;
+  int64_t window = 2000;
+  /// Finite steps since the scale last changed.
+  int64_t goodSteps = 0;
+  /// After a step whose global gradient norm was `norm`: whether the step
+  /// was taken (its norm finite); moves the scale.
+  bool update(double norm);
+};
 
 /// The functions of one training step on a rank: the step itself
 /// (-weft-differentiate, partitioned), and the function that reduces the
