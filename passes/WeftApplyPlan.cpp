@@ -244,8 +244,11 @@ static void shareParameterShardings(func::FuncOp func, StringRef mesh) {
   });
   func.walk([&](ParameterOp param) {
     auto it = given.find(param.getName());
-    if (it != given.end() && !getSharding(param.getResult()))
-      setSharding(param.getResult(), mesh, it->second);
+    if (it == given.end())
+      return;
+    for (Value weight : getWeightValues(param))
+      if (!getSharding(weight))
+        setSharding(weight, mesh, it->second);
   });
 }
 
@@ -604,14 +607,16 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         if (vocab && out == vocab)
           column.insert(linear);
       });
+      // (On the weight and every copy of it in another precision.)
       auto annotateWeight = [&](Value v, int64_t dim) {
-        auto param = v.getDefiningOp<ParameterOp>();
+        auto param = getWeightParameter(v);
         auto type = cast<RankedTensorType>(v.getType());
         if (!param || type.getDimSize(dim) % d.tp)
           return;
         TensorSharding s = TensorSharding::replicated(type.getRank());
         s.dims[dim].assign(tpAxes.begin(), tpAxes.end());
-        setSharding(v, mesh, s);
+        for (Value weight : getWeightValues(param))
+          setSharding(weight, mesh, s);
       };
       if (d.threeD()) {
         annotate3d(func, column, row, d, mesh);
@@ -659,7 +664,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
                             : 1;
     };
     auto split = [&](Value v, int64_t dim, StringRef axis, int64_t size) {
-      auto param = v.getDefiningOp<ParameterOp>();
+      auto param = getWeightParameter(v);
       auto type = cast<RankedTensorType>(v.getType());
       if (!param || size == 1 || dim >= type.getRank())
         return;
@@ -671,10 +676,11 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       if (s.uses(axis) || type.getDimSize(dim) % (already * size))
         return;
       s.dims[dim].push_back(axis.str());
-      setSharding(v, mesh, s);
+      for (Value weight : getWeightValues(param))
+        setSharding(weight, mesh, s);
     };
     auto store = [&](Value v) {
-      auto param = v.getDefiningOp<ParameterOp>();
+      auto param = getWeightParameter(v);
       auto type = cast<RankedTensorType>(v.getType());
       if (!param || d.gz == 1 || type.getRank() != 2)
         return;
@@ -885,7 +891,7 @@ struct WeftPropagateSharding
           continue;
         // Weights are split only where the plan says (Megatron's column
         // and row splits); elsewhere they stay whole.
-        if (value.getDefiningOp<ParameterOp>())
+        if (getWeightParameter(value))
           continue;
         TensorSharding current =
             it != shardings.end() ? it->second

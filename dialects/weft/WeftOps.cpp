@@ -1001,3 +1001,31 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &table) {
                                 << *group;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+/// A cast from float to float: the same weight in another precision.
+static bool isFloatConversion(Operation *op) {
+  auto cast = dyn_cast_or_null<CastOp>(op);
+  return cast &&
+         isa<FloatType>(getElementTypeOrSelf(cast.getInput().getType())) &&
+         isa<FloatType>(getElementTypeOrSelf(cast.getResult().getType()));
+}
+
+ParameterOp weft::getWeightParameter(Value value) {
+  Operation *def = value.getDefiningOp();
+  while (isFloatConversion(def))
+    def = cast<CastOp>(def).getInput().getDefiningOp();
+  return dyn_cast_or_null<ParameterOp>(def);
+}
+
+SmallVector<Value> weft::getWeightValues(ParameterOp param) {
+  SmallVector<Value> values{param.getResult()};
+  for (size_t i = 0; i < values.size(); ++i)
+    for (Operation *user : values[i].getUsers())
+      if (isFloatConversion(user))
+        values.push_back(user->getResult(0));
+  return values;
+}

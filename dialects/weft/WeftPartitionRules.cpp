@@ -94,7 +94,7 @@ FailureOr<Operation *> weft::partitionByFactorRule(Operation *op,
   std::vector<TensorSharding> weightTargets(op->getNumOperands());
   SmallVector<ShardedTensor> tensors;
   for (auto [i, factors] : llvm::enumerate(rule.operands))
-    if (op->getOperand(i).getDefiningOp<ParameterOp>()) {
+    if (getWeightParameter(op->getOperand(i))) {
       weightTargets[i] = state.target(op->getOperand(i));
       tensors.push_back({&factors, &weightTargets[i], 0});
     }

@@ -44,6 +44,16 @@ llvm::SmallVector<int64_t> getLocalShape(ShardingAttr sharding, MeshOp mesh,
 llvm::SmallVector<int64_t> getGlobalShape(ShardingAttr sharding, MeshOp mesh,
                                           llvm::ArrayRef<int64_t> localShape);
 
+/// The weight `value` holds: the `weft.parameter` that defines it, directly
+/// or through `weft.cast`s from float to float (the 16-bit copy of an f32
+/// weight that -weft-mixed-precision reads); null otherwise. A plan splits
+/// a weight, whichever copy of it an op reads.
+ParameterOp getWeightParameter(mlir::Value value);
+
+/// The values that hold `param`'s weight: its result and every float cast
+/// of it (getWeightParameter's inverse).
+llvm::SmallVector<mlir::Value> getWeightValues(ParameterOp param);
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_WEFTOPS_H
