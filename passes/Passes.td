@@ -300,8 +300,9 @@ def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
     f16 (`-weft-mixed-precision=compute=f16`): the loss's gradient starts as the step's
     new last argument `%scale: tensor<f32> {weft.loss_scale}`, so small gradients stay
     above f16's smallest normal; the optimizer step divides it out (its `grad_divisor`)
-    and, with `skip-nonfinite`, skips a step whose gradients overflowed. Not built for
-    pipeline stages yet.
+    and, with `skip-nonfinite`, skips a step whose gradients overflowed. On a pipeline
+    stage the argument is also the model's last input (`weft.model_input`), which the
+    pipeline's runner gives every micro-batch.
   }];
   let options = [
     Option<"recompute", "recompute", "std::string", /*default=*/"\"full\"",

@@ -43,17 +43,23 @@ struct WeftDifferentiate
     bool any = false;
     const bool split =
         getOperation()->hasAttr(WeftDialect::getPipelineAttrName());
+    // With stages, the loss scale comes to the last stage as a new model
+    // input, after those the stages read.
+    int64_t modelInputs = 0;
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      for (unsigned i = 0; !func.isExternal() && i < func.getNumArguments();
+           ++i)
+        if (auto input = func.getArgAttrOfType<IntegerAttr>(
+                i, WeftDialect::getModelInputAttrName()))
+          modelInputs = std::max(modelInputs, input.getInt() + 1);
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
       any = true;
-      if (split && scaleLoss) {
-        func.emitError("-weft-differentiate: scale-loss is not built for "
-                       "pipeline stages yet (compute in bf16, which needs no "
-                       "loss scaling, or use pp=1)");
-        return signalPassFailure();
-      }
-      if (failed(split ? differentiateStage(func, *mode)
+      if (failed(split ? differentiateStage(
+                             func, *mode,
+                             scaleLoss ? std::optional<int64_t>(modelInputs)
+                                       : std::nullopt)
                        : differentiate(func, *mode, scaleLoss)))
         return signalPassFailure();
     }
@@ -67,10 +73,12 @@ struct WeftDifferentiate
   /// A pipeline stage's backward (a vector-Jacobian product): the gradient
   /// of each float value the stage sends on comes back as a new argument
   /// (weft.cotangent_of), the loss (model output #0, on the last stage) is
-  /// seeded with 1; the stage returns, after its own results, the gradient
-  /// of each float value it received (weft.gradient_to the previous stage)
-  /// and its parameters' gradients (weft.gradient_of).
-  static LogicalResult differentiateStage(func::FuncOp func, Recompute mode) {
+  /// seeded with 1, or with the loss scale, model input #`scaleInput`; the
+  /// stage returns, after its own results, the gradient of each float value
+  /// it received (weft.gradient_to the previous stage) and its parameters'
+  /// gradients (weft.gradient_of).
+  static LogicalResult differentiateStage(func::FuncOp func, Recompute mode,
+                                          std::optional<int64_t> scaleInput) {
     auto stageAttr = func->getAttrOfType<DictionaryAttr>(
         WeftDialect::getPipelineStageAttrName());
     if (!stageAttr)
@@ -129,8 +137,14 @@ struct WeftDifferentiate
       auto type = dyn_cast<RankedTensorType>(value.getType());
       if (output && output.getInt() == 0 && type && type.getRank() == 0 &&
           isFloat(type)) {
-        if (state.needsGradient(value))
-          state.setGradient(value, state.splat(ret.getLoc(), type, 1.0));
+        if (state.needsGradient(value)) {
+          Value seed = scaleInput
+                           ? lossScaleArgument(func, type, *scaleInput)
+                           : state.splat(ret.getLoc(), type, 1.0);
+          if (!seed)
+            return failure();
+          state.setGradient(value, seed);
+        }
         seeded = true;
       }
     }
@@ -167,6 +181,30 @@ struct WeftDifferentiate
     return success();
   }
 
+  /// Loss scaling's seed: a new last argument of `func`, an f32 scalar
+  /// marked weft.loss_scale (and, on a pipeline stage, as model input
+  /// #`modelInput`), cast to the loss's type.
+  static Value lossScaleArgument(func::FuncOp func, RankedTensorType lossType,
+                                 std::optional<int64_t> modelInput) {
+    OpBuilder b(func.getContext());
+    auto scalar = RankedTensorType::get({}, b.getF32Type());
+    SmallVector<NamedAttribute, 2> attrs{
+        b.getNamedAttr(WeftDialect::getLossScaleAttrName(), b.getUnitAttr())};
+    if (modelInput)
+      attrs.push_back(b.getNamedAttr(WeftDialect::getModelInputAttrName(),
+                                     b.getI64IntegerAttr(*modelInput)));
+    unsigned index = func.getNumArguments();
+    Block &body = func.getBody().front();
+    if (failed(func.insertArgument(index, scalar, b.getDictionaryAttr(attrs),
+                                   func.getLoc())))
+      return Value();
+    Value seed = func.getArgument(index);
+    if (scalar == lossType)
+      return seed;
+    b.setInsertionPoint(body.getTerminator());
+    return CastOp::create(b, func.getLoc(), lossType, seed);
+  }
+
   static LogicalResult differentiate(func::FuncOp func, Recompute mode,
                                      bool scaleLoss) {
     auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
@@ -193,23 +231,11 @@ struct WeftDifferentiate
              << func.getSymName()
              << ": the loss depends on no parameter, so there is nothing to "
                 "train";
-    Value seed;
-    if (!scaleLoss) {
-      seed = state.splat(ret.getLoc(), lossType, 1.0);
-    } else {
-      // Loss scaling: the seed is the step's new last argument.
-      auto scalar = RankedTensorType::get({}, b.getF32Type());
-      unsigned index = func.getNumArguments();
-      if (failed(func.insertArgument(
-              index, scalar,
-              b.getDictionaryAttr(b.getNamedAttr(
-                  WeftDialect::getLossScaleAttrName(), b.getUnitAttr())),
-              ret.getLoc())))
-        return failure();
-      seed = func.getArgument(index);
-      if (scalar != lossType)
-        seed = CastOp::create(b, ret.getLoc(), lossType, seed);
-    }
+    Value seed = scaleLoss
+                     ? lossScaleArgument(func, lossType, std::nullopt)
+                     : state.splat(ret.getLoc(), lossType, 1.0);
+    if (!seed)
+      return failure();
     state.setGradient(loss, seed);
     if (failed(differentiateOps(state, ops)))
       return failure();

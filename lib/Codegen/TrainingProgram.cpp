@@ -217,11 +217,22 @@ std::string codegen::trainingProgramLiteral(
       size *= mesh->product(idsLayout.dims[dim]);
     return size;
   };
+  // Loss scaling: the step's last argument is the scale.
+  const unsigned numArgs = step.getNumArguments();
+  const bool scaled =
+      numArgs && step.getArgAttr(numArgs - 1, WeftDialect::getLossScaleAttrName());
   out << "  p.constants = OptimizerConstants{" << number(d.weightDecay) << ", "
       << number(d.beta1) << ", " << number(d.beta2) << "};\n"
       << "  p.batch = " << whole(0) << ";\n"
       << "  p.seq = " << whole(1) << ";\n"
-      << "  p.masks = " << step.getNumArguments() - 2 << ";\n"
+      << "  p.masks = " << numArgs - 2 - (scaled ? 1 : 0) << ";\n";
+  if (scaled) {
+    rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
+    out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "
+        << number(rule.growth) << ", " << number(rule.backoff) << ", "
+        << number(rule.minimum) << ", " << rule.window << ", 0};\n";
+  }
+  out
       << "  // The run it was compiled for (the command line may change "
          "these).\n"
       << "  p.steps = " << d.steps << ";\n"

@@ -156,6 +156,28 @@ bool LossScale::update(double norm) {
   return true;
 }
 
+bool LossScaling::afterStep(double norm) {
+  const bool taken = !scale || scale->update(norm);
+  if (taken)
+    ++optimizerSteps;
+  return taken;
+}
+
+std::optional<CheckpointLossScale> LossScaling::checkpointed() const {
+  if (!scale)
+    return std::nullopt;
+  return CheckpointLossScale{scale->scale, scale->goodSteps, optimizerSteps};
+}
+
+void LossScaling::resume(int64_t step,
+                         const std::optional<CheckpointLossScale> &saved) {
+  optimizerSteps = saved ? saved->optimizerSteps : step;
+  if (saved && scale && scale->window > 0) {
+    scale->scale = saved->scale;
+    scale->goodSteps = saved->goodSteps;
+  }
+}
+
 std::optional<float>
 weft::rt::optimizerScalar(const std::string &role,
                           const OptimizerConstants &constants, double lr,
@@ -377,7 +399,7 @@ const Layout &stateLayout(const TrainingProgram &p,
 int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
                           const std::string &path,
                           std::vector<HostTensor> &params,
-                          OptimizerState &state) {
+                          OptimizerState &state, LossScaling &scaling) {
   absl::StatusOr<Checkpoint> read = readCheckpoint(path);
   if (!read.ok())
     throw std::runtime_error(std::string(read.status().message()));
@@ -429,6 +451,7 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
           ", the program holds ", shapeString(entry.second.shape)));
     entry.second = std::move(block);
   }
+  scaling.resume(read->step, read->lossScale);
   return read->step;
 }
 
@@ -438,7 +461,8 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
 int64_t saveCheckpoint(RankContext &ctx, const TrainingProgram &p,
                        const std::string &saveDir, int64_t step,
                        const std::vector<HostTensor> &params,
-                       const OptimizerState &state) {
+                       const OptimizerState &state,
+                       const LossScaling &scaling) {
   std::vector<Layout> layouts;
   std::vector<HostTensor> blocks;
   for (size_t k = 0; k < p.parameters.size(); ++k) {
@@ -459,6 +483,7 @@ int64_t saveCheckpoint(RankContext &ctx, const TrainingProgram &p,
   Checkpoint checkpoint;
   checkpoint.step = step;
   checkpoint.optimizer = optimizerName(p);
+  checkpoint.lossScale = scaling.checkpointed();
   for (size_t k = 0; k < p.parameters.size(); ++k)
     checkpoint.parameters.push_back(
         CheckpointParameter{p.parameters[k].name, std::move(whole[k]), {}, {}});
@@ -495,10 +520,13 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
       state[{slot.role, slot.parameter}] =
           HostTensor(DType::F32, p.optimizerArgumentTypes[i].shape);
   }
+  // The optimizer steps taken, and loss scaling's scale.
+  LossScaling scaling;
+  scaling.scale = p.lossScale;
   // Resumed: the checkpoint's values, and its step.
   int64_t start = 0;
   if (!run.resumeDir.empty()) {
-    start = restoreCheckpoint(ctx, p, run.resumeDir, params, state);
+    start = restoreCheckpoint(ctx, p, run.resumeDir, params, state, scaling);
     if (ctx.rank == 0)
       std::cout << "resumed from " << run.resumeDir << " at step " << start
                 << "\n";
@@ -526,16 +554,23 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     if (!log)
       throw std::runtime_error("cannot write " + run.logPath);
     if (!jsonl && !append)
-      log << "step,loss,lr,grad_norm,tokens,seconds\n";
+      log << "step,loss,lr,grad_norm,tokens,seconds"
+          << (scaling.scale ? ",loss_scale,skipped" : "") << "\n";
   }
   const auto begin = std::chrono::steady_clock::now();
   int64_t tokensSeen = 0;
   for (int64_t s = start; s < run.steps; ++s) {
     const auto stepBegin = std::chrono::steady_clock::now();
     std::vector<std::vector<HostTensor>> micro;
-    for (int64_t w = 0; w < run.gradAccum; ++w)
+    for (int64_t w = 0; w < run.gradAccum; ++w) {
       micro.push_back(tokenWindows(run.tokens, p.batch, p.seq,
                                    s * run.gradAccum + w, 1, p.masks));
+      if (scaling.scale) {
+        HostTensor scale(DType::F32, {});
+        scale.floats[0] = float(scaling.factor());
+        micro.back().push_back(std::move(scale));
+      }
+    }
     std::vector<HostTensor> sums = runTrainingStepOnRank(ctx, step, micro);
     tokensSeen += run.gradAccum * p.batch * p.seq;
     const double lr = run.schedule.at(s);
@@ -543,7 +578,8 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     for (size_t i = 0; i < p.optimizerArguments.size(); ++i) {
       const OptimizerSlot &slot = p.optimizerArguments[i];
       if (std::optional<float> scalar = optimizerScalar(
-              slot.role, p.constants, lr, s + 1, run.gradAccum)) {
+              slot.role, p.constants, lr, scaling.optimizerSteps + 1,
+              run.gradAccum, scaling.factor())) {
         HostTensor tensor(DType::F32, {});
         tensor.floats[0] = *scalar;
         in.push_back(std::move(tensor));
@@ -571,11 +607,14 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     if (!std::isfinite(loss))
       throw std::runtime_error(absl::StrCat(
           "step ", s + 1, ": the loss is not finite (", loss, "); lower --lr"));
+    // Loss scaling: an overflow skipped the update and moves the scale.
+    const double usedScale = scaling.factor();
+    const bool taken = scaling.afterStep(norm);
     if (!run.saveDir.empty() &&
         (s + 1 == run.steps ||
          (run.saveEvery > 0 && (s + 1) % run.saveEvery == 0)))
       checkpointBytes +=
-          saveCheckpoint(ctx, p, run.saveDir, s + 1, params, state);
+          saveCheckpoint(ctx, p, run.saveDir, s + 1, params, state, scaling);
     if (ctx.rank != 0)
       continue;
     auto now = std::chrono::steady_clock::now();
@@ -584,20 +623,34 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     char line[256];
     std::snprintf(line, sizeof line,
                   "step %lld/%lld  loss %.6f  lr %.3e  grad_norm %.4f  "
-                  "tokens/s %.0f  eta %.0fs\n",
+                  "tokens/s %.0f  eta %.0fs",
                   (long long)(s + 1), (long long)run.steps, loss, lr, norm,
                   double(tokensSeen) / std::max(seconds, 1e-9),
                   stepSeconds * double(run.steps - s - 1));
-    std::cout << line << std::flush;
+    std::cout << line;
+    if (scaling.scale) {
+      std::snprintf(line, sizeof line, "  loss_scale %g", usedScale);
+      std::cout << line << (taken ? "" : "  skipped: the gradients overflowed");
+    }
+    std::cout << "\n" << std::flush;
     if (log.is_open()) {
       std::snprintf(line, sizeof line,
                     jsonl ? "{\"step\": %lld, \"loss\": %.9f, \"lr\": %.6e, "
                             "\"grad_norm\": %.6f, \"tokens\": %lld, "
-                            "\"seconds\": %.3f}\n"
-                          : "%lld,%.9f,%.6e,%.6f,%lld,%.3f\n",
+                            "\"seconds\": %.3f"
+                          : "%lld,%.9f,%.6e,%.6f,%lld,%.3f",
                     (long long)(s + 1), loss, lr, norm, (long long)tokensSeen,
                     seconds);
-      log << line << std::flush;
+      log << line;
+      if (scaling.scale) {
+        std::snprintf(line, sizeof line,
+                      jsonl ? ", \"loss_scale\": %.17g, \"skipped\": %s"
+                            : ",%.17g,%s",
+                      usedScale,
+                      jsonl ? (taken ? "false" : "true") : (taken ? "0" : "1"));
+        log << line;
+      }
+      log << (jsonl ? "}\n" : "\n") << std::flush;
       if (!log)
         throw std::runtime_error("cannot write " + run.logPath);
     }

@@ -154,21 +154,22 @@ static cl::opt<double> lossScaleFlag(
     "loss-scale",
     cl::desc("A static loss scale (any --dtype; default: none, or dynamic "
              "with --dtype f16)"),
-    cl::init(0), cl::sub(trainCommand));
+    cl::init(0), cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<double> initialLossScale(
     "initial-loss-scale",
     cl::desc("Dynamic loss scaling (--dtype f16): the first scale"),
-    cl::init(65536), cl::sub(trainCommand));
+    cl::init(65536), cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<int64_t> lossScaleWindow(
     "loss-scale-window",
     cl::desc("Dynamic loss scaling: double the scale after this many steps "
              "without overflow (an overflow halves it and skips the step)"),
-    cl::init(2000), cl::sub(trainCommand));
+    cl::init(2000), cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<double>
     minLossScale("min-loss-scale",
                  cl::desc("Dynamic loss scaling: the scale never drops below "
                           "this"),
-                 cl::init(1), cl::sub(trainCommand));
+                 cl::init(1), cl::sub(trainCommand),
+                 cl::sub(compileSubCommand()));
 static cl::opt<std::string> planSpec("plan-spec",
                                      cl::desc("dp=2,tp=2,sp=1,ulysses=2"),
                                      cl::sub(trainCommand));
@@ -230,15 +231,31 @@ struct ParamState {
   bool loaded = false;
 };
 
-/// Loss scaling's state (none without it) and the optimizer steps taken: a
-/// step whose scaled gradients overflowed is skipped, and AdamW's bias
-/// corrections count the steps taken, as torch.optim's state['step'] does
-/// under GradScaler.
-struct Scaling {
-  std::optional<weft::rt::LossScale> scale;
-  int64_t optimizerSteps = 0;
-  double factor() const { return scale ? scale->scale : 1.0; }
-};
+using Scaling = weft::rt::LossScaling;
+
+/// Loss scaling as the flags ask: static with --loss-scale, dynamic under
+/// f16, none otherwise. Returns why the flags are wrong, or "".
+static std::string lossScaleOf(llvm::StringRef dtype,
+                               std::optional<weft::rt::LossScale> &scale) {
+  scale.reset();
+  if (!lossScaleFlag.getNumOccurrences() && dtype != "f16")
+    return "";
+  weft::rt::LossScale rule;
+  if (lossScaleFlag.getNumOccurrences()) {
+    rule.scale = lossScaleFlag;
+    rule.window = 0;
+  } else {
+    rule.scale = initialLossScale;
+    rule.window = lossScaleWindow;
+    rule.minimum = minLossScale;
+  }
+  if (!(rule.scale > 0) || !std::isfinite(rule.scale) || rule.window < 0 ||
+      !(rule.minimum > 0))
+    return "--loss-scale, --initial-loss-scale and --min-loss-scale must be "
+           "positive and --loss-scale-window not negative";
+  scale = rule;
+  return "";
+}
 
 static double scheduledLr(int64_t step) {
   weft::rt::LrSchedule schedule;
@@ -403,10 +420,7 @@ static bool saveCheckpoint(const std::vector<ParamState> &params, int64_t step,
   weft::rt::Checkpoint checkpoint;
   checkpoint.step = step;
   checkpoint.optimizer = optimizer;
-  if (scaling.scale)
-    checkpoint.lossScale = weft::rt::CheckpointLossScale{
-        scaling.scale->scale, scaling.scale->goodSteps,
-        scaling.optimizerSteps};
+  checkpoint.lossScale = scaling.checkpointed();
   for (const ParamState &p : params) {
     weft::rt::CheckpointParameter entry{p.name, p.value, {}, {}};
     if (!p.m.empty())
@@ -478,16 +492,7 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
     p.m = entry->m ? entry->m->floats.toVector() : std::vector<float>();
     p.v = entry->v ? entry->v->floats.toVector() : std::vector<float>();
   }
-  // A run without loss scaling took every step; one with it goes on from
-  // its scale (a static scale stays the one given).
-  scaling.optimizerSteps = read->step;
-  if (read->lossScale) {
-    scaling.optimizerSteps = read->lossScale->optimizerSteps;
-    if (scaling.scale && scaling.scale->window > 0) {
-      scaling.scale->scale = read->lossScale->scale;
-      scaling.scale->goodSteps = read->lossScale->goodSteps;
-    }
-  }
+  scaling.resume(read->step, read->lossScale);
   if (residuals.sites.empty())
     return read->step;
   // Top-k's residuals: each rank's, for each all-reduce, as they were.
@@ -742,25 +747,9 @@ int runTrain(MLIRContext &context) {
     return trainError("--optimizer " + optimizer + ": expected adamw or sgd");
   if (computeType != "f32" && computeType != "bf16" && computeType != "f16")
     return trainError("--dtype " + computeType + ": expected f32, bf16 or f16");
-  // Loss scaling: static with --loss-scale, dynamic under f16.
   Scaling scaling;
-  if (lossScaleFlag.getNumOccurrences() || computeType == "f16") {
-    weft::rt::LossScale scale;
-    if (lossScaleFlag.getNumOccurrences()) {
-      scale.scale = lossScaleFlag;
-      scale.window = 0;
-    } else {
-      scale.scale = initialLossScale;
-      scale.window = lossScaleWindow;
-      scale.minimum = minLossScale;
-    }
-    if (!(scale.scale > 0) || !std::isfinite(scale.scale) ||
-        scale.window < 0 || !(scale.minimum > 0))
-      return trainError("--loss-scale, --initial-loss-scale and "
-                        "--min-loss-scale must be positive and "
-                        "--loss-scale-window not negative");
-    scaling.scale = scale;
-  }
+  if (std::string why = lossScaleOf(computeType, scaling.scale); !why.empty())
+    return trainError(why);
   if (!(collectiveTimeout > 0))
     return trainError("--collective-timeout needs a positive number");
   // (The optimizer step leaves the frozen parameters out.)
@@ -769,10 +758,6 @@ int runTrain(MLIRContext &context) {
   std::optional<weft::plan::Plan> plan = trainingPlan();
   if (!plan)
     return 1;
-  if (scaling.scale && plan->pp() > 1)
-    return trainError("loss scaling (--dtype f16, --loss-scale) with pp > 1: "
-                      "a pipeline's loss is not scaled yet (train pipeline "
-                      "stages in bf16, which needs no loss scaling)");
   llvm::Expected<weft::CompressPolicy> policy =
       weft::parseCompressPolicy(plan->compress());
   if (!policy)
@@ -1077,9 +1062,7 @@ int runTrain(MLIRContext &context) {
     // Loss scaling: an overflow skipped the update (the optimizer step kept
     // everything) and moves the scale.
     const double usedScale = scaling.factor();
-    const bool taken = !scaling.scale || scaling.scale->update(*norm);
-    if (taken)
-      ++scaling.optimizerSteps;
+    const bool taken = scaling.afterStep(*norm);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
             .count();
@@ -1144,11 +1127,9 @@ compileTrainingProgram(MLIRContext &context,
       dtype != "f32" && dtype != "bf16" && dtype != "f16")
     return llvm::createStringError("--dtype " + dtype +
                                    ": expected f32, bf16 or f16");
-  if (given.options.dtype == "f16")
-    return llvm::createStringError(
-        "weft compile --train --dtype f16: f16 training needs loss scaling, "
-        "which compiled programs do not run yet (use --dtype bf16, or weft "
-        "train --dtype f16)");
+  std::optional<weft::rt::LossScale> scale;
+  if (std::string why = lossScaleOf(given.options.dtype, scale); !why.empty())
+    return llvm::createStringError(why);
   if (steps <= 0 || gradAccum <= 0)
     return llvm::createStringError("--steps and --grad-accum must be positive");
   if (std::string why; !freeze.empty() && !llvm::Regex(freeze).isValid(why))
@@ -1165,16 +1146,18 @@ compileTrainingProgram(MLIRContext &context,
   request.training.weightDecay = weightDecay;
   request.training.beta1 = beta1;
   request.training.beta2 = beta2;
+  request.training.lossScale = scale;
   weft::plan::Plan plan = given.plan;
   // The model is imported in f32: the step computes in --dtype from f32
   // weights (not a 16-bit model's).
   std::string dtype = given.options.dtype;
   request.options.dtype = "f32";
-  request.buildTrainingStep = [plan, dtype](MLIRContext &ctx,
-                                            ModuleOp module) -> llvm::Error {
+  const bool scaleLoss = scale.has_value();
+  request.buildTrainingStep = [plan, dtype, scaleLoss](
+                                  MLIRContext &ctx,
+                                  ModuleOp module) -> llvm::Error {
     FunctionType type;
-    if (failed(buildTrainingStep(ctx, module, plan, dtype, /*scaleLoss=*/false,
-                                 type)))
+    if (failed(buildTrainingStep(ctx, module, plan, dtype, scaleLoss, type)))
       return weft::driver::diagnosed("building the training step failed");
     auto ids = type.getNumInputs()
                    ? dyn_cast<RankedTensorType>(type.getInput(0))
@@ -1188,7 +1171,7 @@ compileTrainingProgram(MLIRContext &context,
         !why.empty())
       return llvm::createStringError(why);
     if (failed(buildPartitionedStep(ctx, module, plan, partitions(plan),
-                                    /*scaleLoss=*/false)))
+                                    scaleLoss)))
       return weft::driver::diagnosed("partitioning the training step failed");
     return llvm::Error::success();
   };

@@ -7,8 +7,12 @@
 #ifndef WEFT_CODEGEN_CPUEMITTER_H
 #define WEFT_CODEGEN_CPUEMITTER_H
 
+#include "weft/runtime/Training.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"
+
+#include <optional>
 
 namespace weft {
 
@@ -31,6 +35,9 @@ struct TrainingProgramDefaults {
   int64_t steps = 1, gradAccum = 1, warmup = 0;
   double lr = 1e-3, minLr = -1;
   double weightDecay = 0, beta1 = 0.9, beta2 = 0.999;
+  /// Loss scaling's rule, for a step that takes the scale
+  /// (-weft-differentiate=scale-loss=true).
+  std::optional<rt::LossScale> lossScale;
 };
 
 /// Writes the training program of a module that holds a training step

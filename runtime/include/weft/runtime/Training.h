@@ -15,6 +15,7 @@
 #ifndef WEFT_RUNTIME_TRAINING_H
 #define WEFT_RUNTIME_TRAINING_H
 
+#include "weft/runtime/Checkpoint.h"
 #include "weft/runtime/Program.h"
 
 #include "absl/status/statusor.h"
@@ -84,6 +85,27 @@ struct LossScale {
   /// After a step whose global gradient norm was `norm`: whether the step
   /// was taken (its norm finite); moves the scale.
   bool update(double norm);
+};
+
+/// What a run carries from step to step for the optimizer, and keeps in its
+/// checkpoints: the optimizer steps taken (AdamW's bias corrections count
+/// these, as torch.optim's state['step'] under GradScaler: a skipped step is
+/// not one) and, with loss scaling, the scale. weft train and the programs
+/// weft compile --train writes keep it alike.
+struct LossScaling {
+  std::optional<LossScale> scale;
+  int64_t optimizerSteps = 0;
+  /// What this step's loss gradient is seeded with (1 without scaling).
+  double factor() const { return scale ? scale->scale : 1.0; }
+  /// After a step whose global gradient norm was `norm`: whether it was
+  /// taken.
+  bool afterStep(double norm);
+  /// What a checkpoint keeps (nothing without loss scaling).
+  std::optional<CheckpointLossScale> checkpointed() const;
+  /// Continues from a checkpoint written after `step` steps: a run without
+  /// loss scaling took every step; a dynamic scale goes on from the saved
+  /// one (a static scale stays the one given).
+  void resume(int64_t step, const std::optional<CheckpointLossScale> &saved);
 };
 
 /// The functions of one training step on a rank: the step itself
@@ -167,6 +189,9 @@ struct TrainingProgram {
   /// functions find in RankContext::backend (a GPU program's device, arena
   /// and communicators; see PipelineProgram::rankSetup). Empty on the CPU.
   std::function<std::shared_ptr<RankBackend>(RankContext &)> rankSetup;
+  /// Loss scaling (f16): the step's last input is the scale, which starts
+  /// here and moves by this rule; none without it.
+  std::optional<LossScale> lossScale;
 };
 
 /// The `main` of a generated training program:
