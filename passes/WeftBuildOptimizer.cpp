@@ -371,9 +371,9 @@ struct WeftBuildOptimizerPass
     // as it was (norm - norm is 0 only for a finite norm).
     Value finite;
     if (skipNonFinite)
-      finite = CompareOp::create(b, loc, RankedTensorType::get({}, b.getI1Type()),
-                                 ComparePredicate::eq, sub(norm, norm),
-                                 constant(0.0));
+      finite = CompareOp::create(
+          b, loc, RankedTensorType::get({}, b.getI1Type()),
+          ComparePredicate::eq, sub(norm, norm), constant(0.0));
     auto unlessOverflow = [&](Value updated, Value old) -> Value {
       if (!finite)
         return updated;

@@ -55,8 +55,8 @@ static void narrowBody(func::FuncOp func, Type target, bool keepParameters) {
     auto type = dyn_cast<RankedTensorType>(value.getType());
     if (!type || !type.getElementType().isF32())
       return value;
-    return convertFloatElements(
-        value, cast<RankedTensorType>(narrowed(type, target)));
+    return convertFloatElements(value,
+                                cast<RankedTensorType>(narrowed(type, target)));
   };
   func.walk([&](Operation *op) {
     auto parameter = dyn_cast<ParameterOp>(op);

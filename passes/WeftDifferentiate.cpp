@@ -138,9 +138,8 @@ struct WeftDifferentiate
       if (output && output.getInt() == 0 && type && type.getRank() == 0 &&
           isFloat(type)) {
         if (state.needsGradient(value)) {
-          Value seed = scaleInput
-                           ? lossScaleArgument(func, type, *scaleInput)
-                           : state.splat(ret.getLoc(), type, 1.0);
+          Value seed = scaleInput ? lossScaleArgument(func, type, *scaleInput)
+                                  : state.splat(ret.getLoc(), type, 1.0);
           if (!seed)
             return failure();
           state.setGradient(value, seed);
@@ -231,9 +230,8 @@ struct WeftDifferentiate
              << func.getSymName()
              << ": the loss depends on no parameter, so there is nothing to "
                 "train";
-    Value seed = scaleLoss
-                     ? lossScaleArgument(func, lossType, std::nullopt)
-                     : state.splat(ret.getLoc(), lossType, 1.0);
+    Value seed = scaleLoss ? lossScaleArgument(func, lossType, std::nullopt)
+                           : state.splat(ret.getLoc(), lossType, 1.0);
     if (!seed)
       return failure();
     state.setGradient(loss, seed);

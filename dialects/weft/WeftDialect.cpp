@@ -336,9 +336,9 @@ LogicalResult WeftDialect::verifyRegionArgAttribute(Operation *op,
     return verifyOptimizerSlot(op, attr, /*result=*/false);
   if (attr.getName() == getLossScaleAttrName()) {
     auto func = dyn_cast<FunctionOpInterface>(op);
-    auto type = func ? dyn_cast<RankedTensorType>(
-                           func.getArgumentTypes()[argIndex])
-                     : RankedTensorType();
+    auto type =
+        func ? dyn_cast<RankedTensorType>(func.getArgumentTypes()[argIndex])
+             : RankedTensorType();
     if (!isa<UnitAttr>(attr.getValue()) || !type || type.getRank() != 0 ||
         !type.getElementType().isF32())
       return op->emitError()

@@ -220,7 +220,8 @@ std::string codegen::trainingProgramLiteral(
   // Loss scaling: the step's last argument is the scale.
   const unsigned numArgs = step.getNumArguments();
   const bool scaled =
-      numArgs && step.getArgAttr(numArgs - 1, WeftDialect::getLossScaleAttrName());
+      numArgs &&
+      step.getArgAttr(numArgs - 1, WeftDialect::getLossScaleAttrName());
   out << "  p.constants = OptimizerConstants{" << number(d.weightDecay) << ", "
       << number(d.beta1) << ", " << number(d.beta2) << "};\n"
       << "  p.batch = " << whole(0) << ";\n"
@@ -232,8 +233,7 @@ std::string codegen::trainingProgramLiteral(
         << number(rule.growth) << ", " << number(rule.backoff) << ", "
         << number(rule.minimum) << ", " << rule.window << ", 0};\n";
   }
-  out
-      << "  // The run it was compiled for (the command line may change "
+  out << "  // The run it was compiled for (the command line may change "
          "these).\n"
       << "  p.steps = " << d.steps << ";\n"
       << "  p.gradAccum = " << d.gradAccum << ";\n"

@@ -371,10 +371,10 @@ absl::Status weft::rt::writeCheckpoint(const std::string &saveDir,
     // (17 digits: the scale reads back as the same double.)
     char scale[32];
     std::snprintf(scale, sizeof scale, "%.17g", scaled->scale);
-    lossScale = absl::StrCat(",\"loss_scale\":{\"scale\":", scale,
-                             ",\"good_steps\":", scaled->goodSteps,
-                             ",\"optimizer_steps\":", scaled->optimizerSteps,
-                             "}");
+    lossScale =
+        absl::StrCat(",\"loss_scale\":{\"scale\":", scale,
+                     ",\"good_steps\":", scaled->goodSteps,
+                     ",\"optimizer_steps\":", scaled->optimizerSteps, "}");
   }
   std::string manifest = absl::StrCat(
       "{\"format\":", jsonString(kFormat),

@@ -107,8 +107,8 @@ TEST(CheckpointTest, RoundTripAndLatest) {
 TEST(CheckpointTest, LossScale) {
   std::string dir = freshDir("ckpt-loss-scale");
   Checkpoint scaled = sample(5);
-  scaled.lossScale = CheckpointLossScale{1048576.0 * 3 / 1024 / 1024 / 1024, 7,
-                                         4};
+  scaled.lossScale =
+      CheckpointLossScale{1048576.0 * 3 / 1024 / 1024 / 1024, 7, 4};
   ASSERT_TRUE(writeCheckpoint(dir, scaled).ok());
   absl::StatusOr<Checkpoint> read = readCheckpoint(dir);
   ASSERT_TRUE(read.ok()) << read.status();

@@ -292,9 +292,8 @@ optimizerInputs(func::FuncOp step, const std::vector<ParamState> &params,
   for (unsigned i = 0; i < step.getNumArguments(); ++i) {
     auto [role, parameter] = weft::optimizerArgumentSlot(step, i);
     gradientOf.push_back(-1);
-    if (std::optional<float> value =
-            weft::rt::optimizerScalar(role, constants, lr, t, windows,
-                                      lossScale))
+    if (std::optional<float> value = weft::rt::optimizerScalar(
+            role, constants, lr, t, windows, lossScale))
       inputs.push_back(scalar(*value));
     else if (index.count(parameter)) {
       unsigned k = index.lookup(parameter);
@@ -999,10 +998,9 @@ int runTrain(MLIRContext &context) {
         micro.push_back(windowInputs(step * gradAccum + w, 1));
       weft::driver::MeshOptimizerStep update;
       update.function = optimizerStep;
-      FailureOr<std::vector<HostTensor>> inputs =
-          optimizerInputs(optimizerStep, params, index, nullptr, windows, lr,
-                          scaling.optimizerSteps + 1, scaling.factor(),
-                          update.gradientOf);
+      FailureOr<std::vector<HostTensor>> inputs = optimizerInputs(
+          optimizerStep, params, index, nullptr, windows, lr,
+          scaling.optimizerSteps + 1, scaling.factor(), update.gradientOf);
       if (failed(inputs))
         return 1;
       update.inputs = std::move(*inputs);
@@ -1153,9 +1151,9 @@ compileTrainingProgram(MLIRContext &context,
   std::string dtype = given.options.dtype;
   request.options.dtype = "f32";
   const bool scaleLoss = scale.has_value();
-  request.buildTrainingStep = [plan, dtype, scaleLoss](
-                                  MLIRContext &ctx,
-                                  ModuleOp module) -> llvm::Error {
+  request.buildTrainingStep = [plan, dtype,
+                               scaleLoss](MLIRContext &ctx,
+                                          ModuleOp module) -> llvm::Error {
     FunctionType type;
     if (failed(buildTrainingStep(ctx, module, plan, dtype, scaleLoss, type)))
       return weft::driver::diagnosed("building the training step failed");
