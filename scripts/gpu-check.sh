@@ -21,9 +21,11 @@
 # tokens (tiles that do not divide the sequence), each on 1 rank, 2 ranks
 # (tp=2 with Megatron SP) and 4 ranks (tp=2 with ring attention, cp=2), in
 # f32 and bf16, plus GPT-2's bf16 training-step loss, GPT-2 and LLaMA with
-# pipeline stages (pp=2 x tp=2 with SP), and a training program (GPT-2,
-# dp=2 x tp=2, ZeRO-1, AdamW: its losses within 1e-4 of weft train's,
-# checked after the cases). Ranks run as threads
+# pipeline stages (pp=2 x tp=2 with SP), and training programs (GPT-2,
+# dp=2 x tp=2 in f32 with ZeRO-1, in bf16 with ZeRO-1 and in f16 with loss
+# scaling; LLaMA tp=2 with SP in bf16 and SGD: their losses within 1e-4
+# (f32) or 2e-2 (16-bit) of weft train's, and the loss scale and skipped
+# steps exactly, checked after the cases). Ranks run as threads
 # sharing GPU 0 (the in-process device communicator). f32 must be within
 # 1e-5 of the CPU output and bf16 within 2e-2 (max |gpu - cpu| / max |cpu|).
 # Then the watchdog: a 4-rank program with one rank stalled must fail
@@ -113,27 +115,40 @@ EOF
     echo "prepared $name ($ranks ranks)"
   done
 
-  # A training program (weft compile --train --target cuda): GPT-2 under
-  # dp=2 x tp=2 with ZeRO-1 and AdamW for 3 steps, and weft train's log of
-  # the same run, whose losses the GPU's must match.
-  local train="$dir/training/gpt2-dp_2_tp_2_zero_1"
-  mkdir -p "$train"
-  local trainFlags=(--plan-spec "dp=2,tp=2,zero=1" --optimizer adamw --steps 3 --grad-accum 2
-    --lr 0.01 --warmup 1 --min-lr 0.001)
-  "$python" -c "import sys, numpy; numpy.save(sys.argv[1], (numpy.arange(4000) * 37 % 64).astype(numpy.uint16))" "$train/tokens.npy"
-  if "$weft" compile "$root/test/models/gpt2/gpt2-opset17.onnx" --train "${trainFlags[@]}" --target cuda \
-      -o "$work/train" --build --runtime-prefix "$work/prefix" >"$work/train.log" 2>&1 &&
-     "$weft" train "$root/test/models/gpt2/gpt2-opset17.onnx" --data "$train/tokens.npy" "${trainFlags[@]}" \
-      >"$train/reference.log" 2>&1; then
-    cp "$work/train/build/program" "$train/program"
-    strip "$train/program"
-    cp -r "$work/train/weights" "$train/weights"
-    echo "prepared training gpt2-dp_2_tp_2_zero_1 (4 ranks)"
-  else
-    echo "FAILED to prepare the training program:" >&2
-    cat "$work/train.log" >&2
-    failed=1
-  fi
+  # Training programs (weft compile --train --target cuda) for GPT-2 under
+  # dp=2 x tp=2, and weft train's log of the same run, whose step lines the
+  # GPU's must match: f32 with ZeRO-1 and AdamW; bf16 compute with f32 master
+  # weights (ZeRO-1); f16 with dynamic loss scaling (window 2, so that the
+  # scale both falls and grows in 5 steps).
+  "$python" -c "import sys, numpy; numpy.save(sys.argv[1], (numpy.arange(4000) * 37 % 64).astype(numpy.uint16))" "$work/tokens.npy"
+  local trainCases=(
+    "gpt2-dp_2_tp_2_zero_1 --plan-spec dp=2,tp=2,zero=1 --optimizer adamw --steps 3 --grad-accum 2 --lr 0.01 --warmup 1 --min-lr 0.001"
+    "gpt2-bf16-dp_2_tp_2_zero_1 --dtype bf16 --plan-spec dp=2,tp=2,zero=1 --optimizer adamw --steps 4 --grad-accum 2 --lr 0.01 --warmup 1 --min-lr 0.001"
+    "gpt2-f16-dp_2_tp_2 --dtype f16 --loss-scale-window 2 --plan-spec dp=2,tp=2 --optimizer adamw --steps 5 --lr 0.003"
+    "llama-bf16-tp_2 --dtype bf16 --plan-spec tp=2,sp=1 --optimizer sgd --momentum 0.9 --steps 3 --lr 0.05"
+  )
+  for spec in "${trainCases[@]}"; do
+    local tname trainFlags model
+    read -r tname trainFlags <<<"$spec"
+    read -ra trainFlags <<<"$trainFlags"
+    model=${tname%%-*}
+    local train="$dir/training/$tname"
+    mkdir -p "$train"
+    cp "$work/tokens.npy" "$train/tokens.npy"
+    if "$weft" compile "$root/test/models/$model/$model-opset17.onnx" --train "${trainFlags[@]}" --target cuda \
+        -o "$work/train-$tname" --build --runtime-prefix "$work/prefix" >"$work/train-$tname.log" 2>&1 &&
+       "$weft" train "$root/test/models/$model/$model-opset17.onnx" --data "$train/tokens.npy" "${trainFlags[@]}" \
+        >"$train/reference.log" 2>&1; then
+      cp "$work/train-$tname/build/program" "$train/program"
+      strip "$train/program"
+      cp -r "$work/train-$tname/weights" "$train/weights"
+      echo "prepared training $tname"
+    else
+      echo "FAILED to prepare the training program $tname:" >&2
+      cat "$work/train-$tname.log" >&2
+      failed=1
+    fi
+  done
 
   # The kernel benchmark (bench/cuda_kernels.cpp), when it was built.
   if [[ -x $build/bin/cuda-kernels-bench ]]; then
@@ -269,23 +284,26 @@ EOF
     echo "${table[-1]}"
   fi
 
-  # The training program: its losses against weft train's (f32; 1e-4
-  # relative, as cuBLASLt's reduction order differs from the CPU's).
+  # The training programs: their losses against weft train's (f32: 1e-4
+  # relative, as cuBLASLt's reduction order differs from the CPU's; bf16 and
+  # f16: 2e-2), and each step's loss scale and skip exactly.
   for train in "$dir"/training/*/; do
     local name result
     name="training $(basename "$train")"
+    local tol=1e-4
+    [[ $name == *-bf16-* || $name == *-f16-* ]] && tol=2e-2
     if ! timeout 600 "$train/program" --collective-timeout 60 "$train/weights" "$train/out" "$train/tokens.npy" \
         >"$train/threads.log" 2>&1; then
       result="FAIL (exit): $(tail -3 "$train/threads.log" | tr '\n' ' ')"
       failed=$((failed + 1))
-    elif result=$("$python" "$root/test/tools/Inputs/compare-losses.py" 1e-4 "$train/threads.log" "$train/reference.log"); then
+    elif result=$("$python" "$root/test/tools/Inputs/compare-losses.py" "$tol" "$train/threads.log" "$train/reference.log"); then
       result="ok   $result"
       passed=$((passed + 1))
     else
       result="FAIL $result"
       failed=$((failed + 1))
     fi
-    table+=("$(printf '%-36s 4 ranks  %s' "$name" "$result")")
+    table+=("$(printf '%-36s %s' "$name" "$result")")
     echo "${table[-1]}"
   done
 
