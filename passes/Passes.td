@@ -659,6 +659,24 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     %p1 = weft.all_gather %pb1 over @mesh ["dp"] dim 0 : tensor<4x4xf32> -> tensor<8x4xf32>
     ```
 
+    With `rank-local` on a module cut into pipeline stages (`weft.pipeline`, a mesh whose
+    first axis is `pp`), each pipeline rank gets its own step, `@optimizer_step_pp<r>`
+    with `weft.pipeline_rank = r`, on the parameters whose gradients its stages'
+    functions (and their reduction functions) return, as Megatron-LM's ranks each update
+    their stages' parameters. A parameter that several pipeline ranks train (a tied
+    input and output embedding on the first and last stages) has its gradient summed
+    over `pp` by an all-reduce that every pipeline rank's step joins at the same place
+    (those that do not hold it add zeros), so its copies stay identical; the squares of
+    the gradient norm are summed per rank as above, the tied parameter's on its first
+    holder only, and then all-reduced over `pp`. ZeRO-1 composes (the stages' reduction
+    functions reduce-scatter); `stored-over` (ZeRO-3) does not.
+
+    ```mlir
+    %e = weft.all_reduce sum %g_wte over @mesh ["pp"] : tensor<64x32xf32>
+    ...
+    %n = weft.all_reduce sum %squares over @mesh ["pp"] : tensor<f32>
+    ```
+
     With `skip-nonfinite` (loss scaling, `-weft-differentiate=scale-loss=true`), a step
     whose gradient norm is not finite (a gradient overflowed) changes nothing: every
     parameter and state result is `weft.where(norm - norm == 0, updated, old)`, as

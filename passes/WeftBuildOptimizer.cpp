@@ -83,21 +83,130 @@ struct WeftBuildOptimizerPass
         func.emitError() << "the module already has an optimizer step";
         return signalPassFailure();
       }
-    // The trained parameters, in the order the step functions return their
-    // gradients; a parameter returned by several functions (a tied weight in
-    // two pipeline stages, a gradient and its reduction) once.
-    // A gradient that a step's reduction function (weft.gradient_reduction)
-    // returns is taken as that function gives it: reduced, and with ZeRO
-    // scattered.
+    // Rank-local on a module cut into pipeline stages: one optimizer step
+    // per pipeline rank, on the parameters its stages' functions return the
+    // gradients of (a step's reduction function belongs to the step's rank).
+    int64_t stages = 1;
+    if (auto pipeline = module->getAttrOfType<DictionaryAttr>(
+            WeftDialect::getPipelineAttrName()))
+      if (auto count = pipeline.getAs<IntegerAttr>("stages"))
+        stages = count.getInt();
+    const bool pipelined = rankLocal && stages > 1;
+    llvm::StringMap<int64_t> rankOf;
+    if (pipelined) {
+      for (auto func : module.getOps<func::FuncOp>()) {
+        auto stage = func->getAttrOfType<DictionaryAttr>(
+            WeftDialect::getPipelineStageAttrName());
+        auto rank = stage ? stage.getAs<IntegerAttr>("rank") : IntegerAttr();
+        if (!rank)
+          continue;
+        rankOf[func.getSymName()] = rank.getInt();
+        if (auto ref = func->getAttrOfType<FlatSymbolRefAttr>(
+                WeftDialect::getGradientReductionAttrName()))
+          rankOf[ref.getValue()] = rank.getInt();
+      }
+      std::optional<MeshInfo> mesh = getMeshInfo(module);
+      if (!mesh || mesh->axes.empty() || mesh->axes.front() != "pp") {
+        module.emitError() << "-weft-build-optimizer: the module is cut into "
+                              "pipeline stages but its weft.mesh does not "
+                              "begin with the axis pp";
+        return signalPassFailure();
+      }
+      if (!storedOver.empty()) {
+        module.emitError()
+            << "-weft-build-optimizer: stored-over (ZeRO-3) on a module cut "
+               "into pipeline stages: a pipeline's weights are not stored in "
+               "blocks (give zero=1)";
+        return signalPassFailure();
+      }
+    }
+    std::vector<std::vector<Trained>> perRank;
+    for (int64_t rank = 0; rank < (pipelined ? stages : 1); ++rank) {
+      std::vector<Trained> &trained = perRank.emplace_back();
+      if (failed(
+              collect(module, frozen, pipelined ? rank : -1, rankOf, trained)))
+        return signalPassFailure();
+    }
+    bool none = true;
+    for (const std::vector<Trained> &trained : perRank)
+      none &= trained.empty();
+    if (none) {
+      module.emitError() << "-weft-build-optimizer: nothing to train: no "
+                            "function returns the gradient (weft.gradient_of) "
+                            "of a parameter that is not frozen (run "
+                            "-weft-differentiate first; check the freeze "
+                            "pattern)";
+      return signalPassFailure();
+    }
+    if (!pipelined) {
+      build(module, perRank.front(), "optimizer_step", -1, {});
+      return;
+    }
+    // A parameter on several pipeline ranks (a tied embedding on the first
+    // and last stages): each holder's gradient is its stages' part, summed
+    // over the pipeline by an all-reduce every pipeline rank joins (zeros
+    // where it holds none), so the copies stay the same, as Megatron-LM's
+    // embedding group keeps them; the norm counts it on its first holder.
+    std::map<std::string, Tied> tied;
+    for (auto [rank, trained] : llvm::enumerate(perRank))
+      for (const Trained &p : trained) {
+        Tied &entry = tied[p.name];
+        if (!entry.holders.empty() &&
+            (entry.block != p.block || entry.param != p.param ||
+             entry.shape != p.shape)) {
+          func::FuncOp from = p.from;
+          from.emitError()
+              << "'" << p.name << "' is trained on pipeline ranks "
+              << entry.holders.front() << " and " << rank
+              << " in different blocks (" << entry.block.str() << " and "
+              << p.block.str()
+              << "): a tied weight needs the same layout on every stage that "
+                 "reads it";
+          return signalPassFailure();
+        }
+        entry.holders.push_back(int64_t(rank));
+        entry.block = p.block;
+        entry.param = p.param;
+        entry.shape = p.shape;
+      }
+    for (auto it = tied.begin(); it != tied.end();)
+      it = it->second.holders.size() > 1 ? std::next(it) : tied.erase(it);
+    for (auto [rank, trained] : llvm::enumerate(perRank))
+      build(module, trained, "optimizer_step_pp" + std::to_string(rank),
+            int64_t(rank), tied);
+  }
+
+  /// A parameter several pipeline ranks train: its layout (the same on
+  /// each) and the ranks, in order.
+  struct Tied {
+    SmallVector<int64_t, 2> holders;
+    TensorSharding block, param;
+    SmallVector<int64_t> shape;
+  };
+
+  /// The trained parameters, in the order the step functions return their
+  /// gradients (only those of pipeline rank `rank` when >= 0); a parameter
+  /// returned by several functions (a tied weight in two pipeline stages, a
+  /// gradient and its reduction) once. A gradient that a step's reduction
+  /// function (weft.gradient_reduction) returns is taken as that function
+  /// gives it: reduced, and with ZeRO scattered.
+  LogicalResult collect(ModuleOp module,
+                        const std::optional<llvm::Regex> &frozen, int64_t rank,
+                        const llvm::StringMap<int64_t> &rankOf,
+                        std::vector<Trained> &trained) {
     llvm::StringSet<> reductions;
     for (auto func : module.getOps<func::FuncOp>())
       if (auto ref = func->getAttrOfType<FlatSymbolRefAttr>(
               WeftDialect::getGradientReductionAttrName()))
         reductions.insert(ref.getValue());
-    std::vector<Trained> trained;
     llvm::StringMap<size_t> seen;
     std::optional<MeshInfo> meshInfo = getMeshInfo(module);
-    for (auto func : module.getOps<func::FuncOp>())
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (rank >= 0) {
+        auto at = rankOf.find(func.getSymName());
+        if (at == rankOf.end() || at->second != rank)
+          continue;
+      }
       for (unsigned r = 0; r < func.getNumResults(); ++r) {
         auto name = func.getResultAttrOfType<StringAttr>(
             r, WeftDialect::getGradientOfAttrName());
@@ -108,12 +217,10 @@ struct WeftBuildOptimizerPass
         if (known != seen.end() && !reduced)
           continue;
         auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[r]);
-        if (!type || !type.hasStaticShape()) {
-          func.emitError() << "the gradient of '" << name.getValue()
-                           << "' (result #" << r
-                           << ") is not a statically shaped tensor";
-          return signalPassFailure();
-        }
+        if (!type || !type.hasStaticShape())
+          return func.emitError()
+                 << "the gradient of '" << name.getValue() << "' (result #" << r
+                 << ") is not a statically shaped tensor";
         // A partitioned step returns each rank's block: the parameter is
         // the whole tensor.
         Trained entry;
@@ -169,27 +276,23 @@ struct WeftBuildOptimizerPass
         seen[name.getValue()] = trained.size();
         trained.push_back(std::move(entry));
       }
-    for (Trained &entry : trained)
-      if (!entry.block.partial.empty()) {
-        entry.from.emitError()
-            << "the gradient of '" << entry.name << "' (result #"
-            << entry.result << ") is a partial sum (" << entry.block.str()
-            << ") that no reduction function (weft.gradient_reduction) "
-               "reduces: a rank-local optimizer step takes reduced gradients";
-        return signalPassFailure();
-      }
-    if (trained.empty()) {
-      module.emitError() << "-weft-build-optimizer: nothing to train: no "
-                            "function returns the gradient (weft.gradient_of) "
-                            "of a parameter that is not frozen (run "
-                            "-weft-differentiate first; check the freeze "
-                            "pattern)";
-      return signalPassFailure();
     }
-    build(module, trained);
+    for (Trained &entry : trained)
+      if (!entry.block.partial.empty())
+        return entry.from.emitError()
+               << "the gradient of '" << entry.name << "' (result #"
+               << entry.result << ") is a partial sum (" << entry.block.str()
+               << ") that no reduction function (weft.gradient_reduction) "
+                  "reduces: a rank-local optimizer step takes reduced "
+                  "gradients";
+    return success();
   }
 
-  void build(ModuleOp module, ArrayRef<Trained> trained) {
+  /// Adds the optimizer step `name` of `trained`; of pipeline rank
+  /// `ppRank` when >= 0, which sums the gradients of the `tied` parameters
+  /// over the pipeline and the gradient norm's squares over its ranks.
+  void build(ModuleOp module, ArrayRef<Trained> trained, StringRef name,
+             int64_t ppRank, const std::map<std::string, Tied> &tied) {
     MLIRContext *context = module.getContext();
     OpBuilder b(context);
     Location loc = module.getLoc();
@@ -229,6 +332,8 @@ struct WeftBuildOptimizerPass
     for (const Trained &p : trained)
       if (!p.mesh.empty())
         meshName = p.mesh;
+    if (meshName.empty() && ppRank >= 0 && meshInfo)
+      meshName = meshInfo->name;
     const bool local = !meshName.empty() && meshInfo;
     std::vector<TensorSharding> argLayouts, resultLayouts;
     if (local) {
@@ -267,11 +372,14 @@ struct WeftBuildOptimizerPass
       }
     }
     b.setInsertionPointToEnd(module.getBody());
-    auto func = func::FuncOp::create(b, loc, "optimizer_step",
+    auto func = func::FuncOp::create(b, loc, name,
                                      FunctionType::get(context, args, results));
     SymbolTable(module).insert(func);
     func->setAttr(WeftDialect::getOptimizerAttrName(),
                   b.getStringAttr(optimizer));
+    if (ppRank >= 0)
+      func->setAttr(WeftDialect::getPipelineRankAttrName(),
+                    b.getI64IntegerAttr(ppRank));
     for (auto [i, dict] : llvm::enumerate(argSlots))
       func.setArgAttr(i, WeftDialect::getOptimizerSlotAttrName(), dict);
     for (auto [i, dict] : llvm::enumerate(resultSlots))
@@ -321,11 +429,47 @@ struct WeftBuildOptimizerPass
     // squares of the blocks it holds, grouped by the mesh axes the blocks
     // are split over; each group's sum is all-reduced over its axes (the
     // ranks that hold the same block are not counted twice).
+    auto meshRef = FlatSymbolRefAttr::get(context, meshName);
+    auto sumOver = [&](Value value, ArrayRef<StringRef> axes) -> Value {
+      return AllReduceOp::create(
+          b, loc, value.getType(),
+          ReductionKindAttr::get(context, ReductionKind::sum), value, meshRef,
+          b.getStrArrayAttr(axes), CollectiveCodecAttr());
+    };
+    // A tied parameter's gradient summed over the pipeline, in one order on
+    // every pipeline rank (the name's); a rank that holds none adds zeros.
+    llvm::StringMap<Value> tiedSums;
+    for (auto &[tiedName, entry] : tied) {
+      const Trained *held = nullptr;
+      size_t k = 0;
+      for (; k < trained.size() && !held; ++k)
+        if (trained[k].name == tiedName)
+          held = &trained[k];
+      Value part;
+      if (held) {
+        part = body->getArgument(first + (k - 1) * perParameter + 1);
+      } else {
+        auto type = RankedTensorType::get(
+            localShape(entry.shape, entry.block, *meshInfo), f32);
+        part = ConstantOp::create(
+            b, loc, type, DenseElementsAttr::get(type, b.getF32FloatAttr(0)));
+      }
+      Value whole = sumOver(part, {"pp"});
+      if (held)
+        tiedSums[tiedName] = whole;
+    }
     SmallVector<Value> grads;
     std::map<SmallVector<std::string, 4>, Value> squares;
     for (size_t k = 0; k < trained.size(); ++k) {
-      Value g = div(body->getArgument(first + k * perParameter + 1), divisor);
+      Value summed = tiedSums.lookup(trained[k].name);
+      if (!summed)
+        summed = body->getArgument(first + k * perParameter + 1);
+      Value g = div(summed, divisor);
       grads.push_back(g);
+      // (A tied parameter's squares count on its first pipeline rank.)
+      auto copy = tied.find(trained[k].name);
+      if (copy != tied.end() && copy->second.holders.front() != ppRank)
+        continue;
       Value square = mul(g, g);
       auto type = cast<RankedTensorType>(square.getType());
       if (type.getRank() > 0)
@@ -347,14 +491,14 @@ struct WeftBuildOptimizerPass
       Value whole = sum;
       if (!axes.empty()) {
         SmallVector<StringRef, 4> names(axes.begin(), axes.end());
-        whole = AllReduceOp::create(
-            b, loc, scalarType,
-            ReductionKindAttr::get(context, ReductionKind::sum), sum,
-            FlatSymbolRefAttr::get(context, meshName), b.getStrArrayAttr(names),
-            CollectiveCodecAttr());
+        whole = sumOver(sum, names);
       }
       total = total ? add(total, whole) : whole;
     }
+    // A pipeline rank's squares are its stages'; the pipeline's are summed
+    // over the pipeline ranks.
+    if (ppRank >= 0)
+      total = sumOver(total ? total : constant(0.0), {"pp"});
     Value norm = SqrtOp::create(b, loc, total);
     if (maxGradNorm > 0) {
       // (Ops are built one statement each: the order of the IR does not
@@ -388,7 +532,6 @@ struct WeftBuildOptimizerPass
       const Trained &entry = trained[k];
       SmallVector<StringRef, 2> scatter(entry.scatter.begin(),
                                         entry.scatter.end());
-      auto meshRef = FlatSymbolRefAttr::get(context, meshName);
       // ZeRO-3: the stored block to the rank's layout first (and back after);
       // -weft-optimize-collectives folds the cut of a gather.
       SmallVector<StringRef, 2> stored(entry.stored.begin(),

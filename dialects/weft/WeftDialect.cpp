@@ -164,6 +164,24 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                              << "' is \"adamw\" or \"sgd\" on a function";
     return success();
   }
+  if (attr.getName() == getPipelineRankAttrName()) {
+    auto rank = dyn_cast<IntegerAttr>(attr.getValue());
+    auto module = op->getParentOfType<ModuleOp>();
+    auto pipeline =
+        module ? module->getAttrOfType<DictionaryAttr>(getPipelineAttrName())
+               : DictionaryAttr();
+    auto stages =
+        pipeline ? pipeline.getAs<IntegerAttr>("stages") : IntegerAttr();
+    if (!rank || !isa<FunctionOpInterface>(op) ||
+        !op->hasAttr(getOptimizerAttrName()) || !stages || rank.getInt() < 0 ||
+        rank.getInt() >= stages.getInt())
+      return op->emitError()
+             << "'" << getPipelineRankAttrName()
+             << "' is a pipeline rank (i64 >= 0, below the stages of the "
+                "module's '"
+             << getPipelineAttrName() << "') on an optimizer step";
+    return success();
+  }
   if (attr.getName() == getGradientReductionAttrName()) {
     auto ref = dyn_cast<FlatSymbolRefAttr>(attr.getValue());
     auto func = dyn_cast<FunctionOpInterface>(op);

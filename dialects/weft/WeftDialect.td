@@ -182,6 +182,12 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getOptimizerAttrName() {
       return ::llvm::StringLiteral("weft.optimizer");
     }
+    /// From -weft-build-optimizer=rank-local=true on a module cut into
+    /// pipeline stages. On an optimizer step (i64): the pipeline rank that
+    /// runs it, on the parameters of its stages.
+    static constexpr ::llvm::StringLiteral getPipelineRankAttrName() {
+      return ::llvm::StringLiteral("weft.pipeline_rank");
+    }
     /// On an optimizer step's argument or result: what it holds, as
     /// {role = "...", parameter = "name"}. Per parameter: "param", "grad",
     /// "exp_avg", "exp_avg_sq", "momentum_buffer"; step scalars (no

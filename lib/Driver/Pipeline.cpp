@@ -15,6 +15,7 @@
 
 #include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Exec/Interpreter.h"
 #include "weft/Planner/PipelineSchedule.h"
@@ -61,6 +62,21 @@ std::string driver::chromeTrace(const std::vector<TraceEvent> &events,
   return out;
 }
 
+/// Where each argument and result of a partitioned function sits on the
+/// mesh.
+static void layoutsOf(func::FuncOp func, std::vector<rt::Layout> &args,
+                      std::vector<rt::Layout> &results) {
+  FunctionType type = func.getFunctionType();
+  for (unsigned i = 0; i < type.getNumInputs(); ++i)
+    args.push_back(driver::layoutOf(
+        func.getArgAttr(i, WeftDialect::getLocalShardingAttrName()),
+        cast<RankedTensorType>(type.getInput(i)).getRank()));
+  for (unsigned o = 0; o < type.getNumResults(); ++o)
+    results.push_back(driver::layoutOf(
+        func.getResultAttr(o, WeftDialect::getLocalShardingAttrName()),
+        cast<RankedTensorType>(type.getResult(o)).getRank()));
+}
+
 /// `func` interpreted on the rank that runs it.
 static rt::RankFunction interpreted(func::FuncOp func,
                                     const InterpreterOptions &base) {
@@ -97,6 +113,53 @@ void driver::interpretStages(rt::PipelineProgram &program,
         to->reduce = interpreted(deferred->function, base);
     }
   }
+}
+
+llvm::Expected<std::vector<func::FuncOp>>
+driver::pipelineOptimizers(ModuleOp module, const rt::PipelineProgram &program,
+                           const InterpreterOptions &base,
+                           std::vector<rt::PipelineOptimizerStep> &steps) {
+  std::vector<func::FuncOp> functions(size_t(program.stages));
+  for (auto func : module.getOps<func::FuncOp>()) {
+    auto rank = func->getAttrOfType<IntegerAttr>(
+        WeftDialect::getPipelineRankAttrName());
+    if (!rank)
+      continue;
+    if (rank.getInt() >= program.stages || functions[size_t(rank.getInt())])
+      return llvm::createStringError(
+          "pipeline rank " + llvm::Twine(rank.getInt()) +
+          " has several optimizer steps, or the pipeline has no such rank");
+    functions[size_t(rank.getInt())] = func;
+  }
+  steps.clear();
+  if (llvm::none_of(functions, [](func::FuncOp f) { return bool(f); }))
+    return functions;
+  llvm::StringMap<int> gradientIndex;
+  for (auto [g, name] : llvm::enumerate(program.gradientNames))
+    gradientIndex[name] = int(g);
+  for (auto [s, func] : llvm::enumerate(functions)) {
+    if (!func)
+      return llvm::createStringError("pipeline rank " + llvm::Twine(s) +
+                                     " has no optimizer step");
+    rt::PipelineOptimizerStep &step = steps.emplace_back();
+    step.function = interpreted(func, base);
+    layoutsOf(func, step.argLayouts, step.resultLayouts);
+    step.inputs.resize(step.argLayouts.size());
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto [role, parameter] = optimizerArgumentSlot(func, i);
+      int g = -1;
+      if (role == "grad") {
+        auto found = gradientIndex.find(parameter);
+        if (found == gradientIndex.end())
+          return llvm::createStringError(
+              func.getSymName() + " takes the gradient of '" + parameter +
+              "', which no pipeline stage returns");
+        g = found->second;
+      }
+      step.gradientOf.push_back(g);
+    }
+  }
+  return functions;
 }
 
 llvm::Expected<std::vector<HostTensor>> driver::runPipelineOnMeshDevices(
@@ -162,18 +225,6 @@ driver::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
   program.microBatches = info.microBatches;
   program.codec = rt::parseCodec(info.codec).value_or(rt::Codec::None);
   llvm::StringMap<int> gradientIndex;
-  auto layoutsOf = [](func::FuncOp func, std::vector<rt::Layout> &args,
-                      std::vector<rt::Layout> &results) {
-    FunctionType type = func.getFunctionType();
-    for (unsigned i = 0; i < type.getNumInputs(); ++i)
-      args.push_back(driver::layoutOf(
-          func.getArgAttr(i, WeftDialect::getLocalShardingAttrName()),
-          cast<RankedTensorType>(type.getInput(i)).getRank()));
-    for (unsigned o = 0; o < type.getNumResults(); ++o)
-      results.push_back(driver::layoutOf(
-          func.getResultAttr(o, WeftDialect::getLocalShardingAttrName()),
-          cast<RankedTensorType>(type.getResult(o)).getRank()));
-  };
   for (const PipelineStageInfo &from : info.virtualStages) {
     func::FuncOp func = from.func;
     if (func->hasAttr(WeftDialect::getLoadBalancedAttrName()))

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -526,11 +527,66 @@ absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineGradients(
   return summed;
 }
 
-/// Every rank's runPipelineRank results, each rank a thread.
+std::vector<int> weft::rt::pipelineRankGradients(const PipelineProgram &program,
+                                                 int rank) {
+  std::set<int> indices;
+  for (size_t k = 0; k < program.virtualStages.size(); ++k) {
+    if (int(k) % program.stages != rank)
+      continue;
+    const PipelineStage &stage = program.virtualStages[k];
+    for (const PipelineStepFunction *fn : {&stage.backward, &stage.weight})
+      for (const PipelineRef &ref : fn->results)
+        if (ref.kind == PipelineRef::Gradient)
+          indices.insert(ref.index);
+  }
+  return {indices.begin(), indices.end()};
+}
+
+/// Runs pipeline rank `s`'s optimizer step on this rank after its steps
+/// (`mine`: its runPipelineRank results, to which the step's results are
+/// appended).
+static void runOptimizerOnRank(RankContext &ctx, const PipelineProgram &program,
+                               const PipelineOptimizerStep &optimizer,
+                               std::vector<HostTensor> &mine) {
+  const int s = ctx.rank / int(ctx.mesh.size() / size_t(program.stages));
+  std::vector<int> gradients = pipelineRankGradients(program, s);
+  const size_t first = mine.size() - gradients.size();
+  std::vector<HostTensor> args;
+  for (size_t i = 0; i < optimizer.argLayouts.size(); ++i) {
+    int g = optimizer.gradientOf[i];
+    if (g < 0) {
+      args.push_back(scatterBlock(optimizer.inputs[i], optimizer.argLayouts[i],
+                                  ctx.mesh, ctx.rank));
+      continue;
+    }
+    auto at = std::lower_bound(gradients.begin(), gradients.end(), g);
+    if (at == gradients.end() || *at != g)
+      throw std::runtime_error(absl::StrCat(
+          "pipeline rank ", s, "'s optimizer step takes the gradient of ",
+          program.gradientNames[size_t(g)],
+          ", which its stages do not return"));
+    args.push_back(mine[first + size_t(at - gradients.begin())]);
+  }
+  std::vector<HostTensor> out = optimizer.function(ctx, args);
+  if (out.size() != optimizer.resultLayouts.size())
+    throw std::runtime_error(absl::StrCat(
+        "pipeline rank ", s, "'s optimizer step returned ", out.size(),
+        " results, not ", optimizer.resultLayouts.size()));
+  for (HostTensor &result : out)
+    mine.push_back(std::move(result));
+}
+
+/// Every rank's runPipelineRank results, each rank a thread; with
+/// `optimizers`, each followed by its pipeline rank's optimizer step's.
 static absl::StatusOr<std::vector<std::vector<HostTensor>>> runPipelineRanks(
     const PipelineProgram &program, const std::string &weightsDir,
     const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
-    std::chrono::milliseconds timeout, const StepObserver *observer) {
+    std::chrono::milliseconds timeout, const StepObserver *observer,
+    const std::vector<PipelineOptimizerStep> *optimizers = nullptr) {
+  if (optimizers && int(optimizers->size()) != program.stages)
+    return absl::InvalidArgumentError(
+        absl::StrCat(optimizers->size(), " optimizer steps for ",
+                     program.stages, " pipeline ranks"));
   if (absl::Status status = checkPipelineProgram(program, inputs.size());
       !status.ok())
     return status;
@@ -544,15 +600,25 @@ static absl::StatusOr<std::vector<std::vector<HostTensor>>> runPipelineRanks(
     PipelineProgram program;
     std::vector<std::vector<HostTensor>> micro;
     std::optional<StepObserver> observer;
+    std::vector<PipelineOptimizerStep> optimizers;
   };
   auto shared = std::make_shared<Shared>(
-      Shared{program, std::move(*micro), std::nullopt});
+      Shared{program, std::move(*micro), std::nullopt, {}});
   if (observer)
     shared->observer = *observer;
+  if (optimizers)
+    shared->optimizers = *optimizers;
   RankBody body = [shared, started](RankContext &ctx) {
-    return runPipelineRank(ctx, shared->program, shared->micro,
-                           shared->observer ? &*shared->observer : nullptr,
-                           started);
+    std::vector<HostTensor> mine = runPipelineRank(
+        ctx, shared->program, shared->micro,
+        shared->observer ? &*shared->observer : nullptr, started);
+    if (!shared->optimizers.empty()) {
+      const int s =
+          ctx.rank / int(ctx.mesh.size() / size_t(shared->program.stages));
+      runOptimizerOnRank(ctx, shared->program, shared->optimizers[size_t(s)],
+                         mine);
+    }
+    return mine;
   };
   return runRanks(body, program.mesh, weightsDir, bytesSent, timeout);
 }
@@ -571,9 +637,10 @@ absl::StatusOr<std::vector<HostTensor>> weft::rt::runPipelineOnMesh(
 absl::StatusOr<PipelineTrainingResult> weft::rt::runPipelineTrainingOnMesh(
     const PipelineProgram &program, const std::string &weightsDir,
     const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
-    std::chrono::milliseconds timeout, const StepObserver *observer) {
+    std::chrono::milliseconds timeout, const StepObserver *observer,
+    const std::vector<PipelineOptimizerStep> *optimizers) {
   auto ran = runPipelineRanks(program, weightsDir, inputs, bytesSent, timeout,
-                              observer);
+                              observer, optimizers);
   if (!ran.ok())
     return ran.status();
   PipelineTrainingResult result;
@@ -581,6 +648,32 @@ absl::StatusOr<PipelineTrainingResult> weft::rt::runPipelineTrainingOnMesh(
   if (!outputs.ok())
     return outputs.status();
   result.outputs = std::move(*outputs);
+  if (optimizers) {
+    // Each pipeline rank's optimizer results, from the blocks of its ranks
+    // (its pipeline coordinate stands for every other's in the gather).
+    const int p = program.stages;
+    const int n = int(program.mesh.size()), perStage = n / p;
+    for (int s = 0; s < p; ++s) {
+      const PipelineOptimizerStep &optimizer = (*optimizers)[size_t(s)];
+      const size_t count = optimizer.resultLayouts.size();
+      std::vector<HostTensor> &whole = result.updated.emplace_back();
+      for (size_t r = 0; r < count; ++r) {
+        std::vector<HostTensor> blocks;
+        for (int rank = 0; rank < n; ++rank) {
+          const std::vector<HostTensor> &theirs =
+              (*ran)[size_t(s * perStage + rank % perStage)];
+          if (theirs.size() < count)
+            return absl::InternalError(
+                absl::StrCat("the ranks of pipeline rank ", s,
+                             " did not return their optimizer step's results"));
+          blocks.push_back(theirs[theirs.size() - count + r]);
+        }
+        whole.push_back(
+            gatherBlocks(blocks, optimizer.resultLayouts[r], program.mesh));
+      }
+    }
+    return result;
+  }
   auto gradients = assemblePipelineGradients(program, *ran);
   if (!gradients.ok())
     return gradients.status();

@@ -3,7 +3,8 @@
 schedule (GPipe, 1F1B, interleaved with v = 2, ZB-H1, ZeroPP's step order),
 m in {p, 2p} micro-batches, uneven stage boundaries and each recompute mode,
 combined with tp, Megatron SP, dp, Ulysses, ring attention (cp) and AxoNN's
-3-D tensor parallelism (tp3d=1x2x2) up to 8
+3-D tensor parallelism (tp3d=1x2x2), and ZeRO-1 (dp=2,zero=1: each pipeline
+rank's optimizer step on its blocks of the reduce-scattered gradients) up to 8
 simulated devices, on
 GPT-2-, BERT- and LLaMA-style models of 2, 4 and 8 layers (the modules of
 test/models/export_models.py exported in training mode, as
@@ -27,7 +28,9 @@ the pipeline's (no tp, dp, Ulysses or cp), the bytes each rank sent in a step
 (`weft train` prints them) must equal the number of its sends in the
 schedule times the cost model's forward_p2p_bytes for the plan (the residual
 stream's block of one micro-batch in bf16; twice that in the f32 program):
-an activation's gradient is the activation's size.
+an activation's gradient is the activation's size; plus its pipeline rank's
+optimizer step's all-reduces over pp (the gradient norm's squares, and the
+gradients of parameters that several stages read), counted from the IR.
 
 Needs Debian's python3-torch (1.13) and python3-onnx; run by ctest as
 `training-pipeline-differential`.
@@ -50,7 +53,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
 sys.path.insert(0, os.path.join(HERE, "..", "partition"))
 import export_models as em  # noqa: E402
-from differential import predicted_p2p, schedule_steps  # noqa: E402
+from differential import (collective_bytes, mesh_sizes, predicted_p2p,  # noqa: E402
+                          schedule_steps)
+import gradient_reduction as gr  # noqa: E402
 
 LR, STEPS = 0.05, 5
 MODELS = {
@@ -61,7 +66,7 @@ MODELS = {
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
              ("zeropp", 1)]
 INNER = ["", "tp=2", "tp=2,sp=true", "dp=2", "ulysses=2", "dp=2,tp=2", "cp=2",
-         "tp3d=1x2x2"]
+         "tp3d=1x2x2", "dp=2,zero=1"]
 
 
 def export(name, layers, path):
@@ -165,7 +170,7 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
     losses, weights, counted, error = train(
         weft, model, name, work, out,
         ["--plan-spec", spec, "--devices", str(devices), "--recompute", recompute,
-         "--trace", out + ".json"])
+         "--trace", out + ".json", "--dump-partitioned", out + ".mlir"])
     if error:
         return "failed", error
     base_losses, base = reference
@@ -201,12 +206,24 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
             weft, spec, (em.HIDDEN, em.HEADS, em.SEQ, em.BATCH * m, m), devices)
         if error:
             return "failed", error
-        expected = [2 * predicted * sum(step[0] == ">" for step in order[r])
+        # Then each pipeline rank's optimizer step (on its stages'
+        # parameters) all-reduces over pp the squares of its gradients and
+        # the gradients of the parameters several stages share (NCCL ring
+        # counts of the dumped IR).
+        text = open(out + ".mlir").read()
+        sizes, funcs = mesh_sizes(text), gr.functions(text)
+        update = []
+        for r in range(p):
+            if "optimizer_step_pp%d" % r not in funcs:
+                return "failed", "the partitioned step has no @optimizer_step_pp%d" % r
+            update.append(sum(collective_bytes(line, sizes)
+                              for line in funcs["optimizer_step_pp%d" % r][1]))
+        expected = [2 * predicted * sum(step[0] == ">" for step in order[r]) + update[r]
                     for r in range(p)]
         if counted != expected:
             return "failed", "ranks sent %s bytes in a step; the schedule's sends " \
-                "at the cost model's forward_p2p_bytes (%d bf16) say %s" % (
-                    counted, predicted, expected)
+                "at the cost model's forward_p2p_bytes (%d bf16) and the optimizer " \
+                "steps' %s say %s" % (counted, predicted, update, expected)
         return "bytes", "losses %.1e, weights %.1e, idle slots %s, bytes %s" % (
             err, weight_err, slots, counted)
     return "ok", "losses %.1e, weights %.1e, idle slots %s" % (err, weight_err, slots)
@@ -242,6 +259,9 @@ def plans(layers):
     if layers == 4:
         out.append(("pp=2,m=2,schedule=1f1b,stages=3/1,tp=2", "full", 2, 2, 4))
         out.append(("pp=2,m=4,schedule=zb-h1,stages=1/3", "none", 2, 4, 2))
+        # ZeRO-1 with tensor parallelism and interleaved chunks.
+        out.append(("pp=2,m=2,schedule=interleaved,v=2,dp=2,tp=2,zero=1", "selective",
+                    2, 2, 8))
     return out
 
 

@@ -634,7 +634,11 @@ static LogicalResult buildPartitionedStep(MLIRContext &context, ModuleOp module,
     // their data-parallel gradient reductions once per step.
     if (pipelined) {
       pm.addPass(weft::createWeftSplitBackward());
-      pm.addPass(weft::createWeftDeferGradientReduction());
+      // ZeRO-1: each stage's gradients reduce-scattered, the optimizer state
+      // in blocks.
+      weft::WeftDeferGradientReductionOptions defer;
+      defer.scatter = plan.zero_stage() >= 1;
+      pm.addPass(weft::createWeftDeferGradientReduction(defer));
       pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
     }
     if (failed(pm.run(module)))
@@ -653,9 +657,10 @@ static LogicalResult buildPartitionedStep(MLIRContext &context, ModuleOp module,
     rule.maxGradNorm = clipGrad;
     rule.freeze = freeze;
     rule.skipNonFinite = scaleLoss;
-    // Partitioned (without pipeline stages), each rank updates its blocks
-    // on the mesh; otherwise the update runs once on whole tensors.
-    rule.rankLocal = partitioned && !pipelined;
+    // Partitioned, each rank updates its blocks on the mesh (with pipeline
+    // stages, each pipeline rank its stages' parameters); otherwise the
+    // update runs once on whole tensors.
+    rule.rankLocal = partitioned;
     if (rule.rankLocal && plan.zero_stage() >= 3)
       for (const std::string &axis : weft::zeroGroupAxes())
         rule.storedOver.push_back(axis);
@@ -721,10 +726,13 @@ static std::optional<weft::plan::Plan> trainingPlan() {
         "m=" + std::to_string(std::max(1, plan.num_micro_batches())) +
         ": a pipeline step runs the plan's m micro-batches, so --grad-accum " +
         std::to_string(gradAccum) + " must be 1 or m");
-  if (plan.zero_stage() > 0 && plan.pp() > 1)
-    refused.push_back("zero=" + std::to_string(plan.zero_stage()) +
-                      " with pp > 1: a pipeline's optimizer state is not "
-                      "sharded yet (give zero=0, or pp=1)");
+  if (plan.zero_stage() > 1 && plan.pp() > 1)
+    refused.push_back(
+        "zero=" + std::to_string(plan.zero_stage()) +
+        " with pp > 1: a pipeline's gradients are reduced once per step, so "
+        "its optimizer state shards (zero=1) but its gradients and weights "
+        "do not (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism too; "
+        "give zero=1)");
   if (!refused.empty()) {
     std::string list;
     for (const std::string &field : refused)
@@ -908,6 +916,10 @@ int runTrain(MLIRContext &context) {
   std::optional<weft::rt::PipelineProgram> pipeline;
   std::optional<weft::PipelineInfo> pipelineInfo;
   std::vector<int> gradientOf; // the parameter of each pipeline gradient
+  // With pp > 1 (partitioned): each pipeline rank's optimizer step, which
+  // its ranks run on their blocks after the pipeline's steps.
+  std::vector<func::FuncOp> pipelineOptimizers;
+  std::vector<weft::rt::PipelineOptimizerStep> pipelineUpdates;
   const int64_t windows =
       pipelined ? std::max(1, plan->num_micro_batches()) : gradAccum;
   if (pipelined) {
@@ -927,6 +939,12 @@ int runTrain(MLIRContext &context) {
     weft::driver::interpretStages(*program, *pipelineInfo, options);
     for (const std::string &name : program->gradientNames)
       gradientOf.push_back(int(index.lookup(name)));
+    llvm::Expected<std::vector<func::FuncOp>> found =
+        weft::driver::pipelineOptimizers(*module, *program, options,
+                                         pipelineUpdates);
+    if (!found)
+      return trainError(llvm::toString(found.takeError()));
+    pipelineOptimizers = std::move(*found);
     pipeline = std::move(*program);
   }
   auto begin = std::chrono::steady_clock::now();
@@ -951,7 +969,20 @@ int runTrain(MLIRContext &context) {
       }
       return inputs;
     };
+    const double lr = scheduledLr(step);
+    std::optional<double> norm;
     if (pipeline) {
+      // Each pipeline rank's optimizer step's arguments (whole; the ranks
+      // cut their blocks), but the gradients, which its ranks have.
+      for (auto [s, update] : llvm::enumerate(pipelineUpdates)) {
+        std::vector<int> unused;
+        FailureOr<std::vector<HostTensor>> inputs = optimizerInputs(
+            pipelineOptimizers[s], params, index, nullptr, windows, lr,
+            scaling.optimizerSteps + 1, scaling.factor(), unused);
+        if (failed(inputs))
+          return 1;
+        update.inputs = std::move(*inputs);
+      }
       // One pipeline step runs the m micro-batches of the schedule.
       std::vector<weft::driver::TraceEvent> trace;
       std::mutex traceMutex;
@@ -968,7 +999,8 @@ int runTrain(MLIRContext &context) {
       auto ran = weft::rt::runPipelineTrainingOnMesh(
           *pipeline, options.weightsDir, windowInputs(step * windows, windows),
           &bytes, std::chrono::milliseconds(int64_t(collectiveTimeout * 1000)),
-          tracing ? &observe : nullptr);
+          tracing ? &observe : nullptr,
+          pipelineUpdates.empty() ? nullptr : &pipelineUpdates);
       if (!ran.ok())
         return trainError(std::string(ran.status().message()));
       if (tracing) {
@@ -985,10 +1017,13 @@ int runTrain(MLIRContext &context) {
         lossSum += microLoss.at(0);
       for (size_t g = 0; g < ran->gradients.size(); ++g)
         grads[size_t(gradientOf[g])] = ran->gradients[g].floats.toVector();
+      // (A tied parameter comes back from each pipeline rank that holds
+      // it, the same.)
+      for (auto [s, updated] : llvm::enumerate(ran->updated))
+        norm = applyOptimizerOutputs(pipelineOptimizers[s], params, index,
+                                     updated, 0);
       tokensSeen += windows * batch * seqLen;
     }
-    const double lr = scheduledLr(step);
-    std::optional<double> norm;
     if (!pipeline && partitioned) {
       // The step's micro-batches on the mesh, summed on each rank, the
       // partial gradients reduced once (-weft-defer-gradient-reduction), and

@@ -338,6 +338,17 @@ llvm::Expected<rt::PipelineProgram> pipelineProgram(mlir::ModuleOp module,
 void interpretStages(rt::PipelineProgram &program, const PipelineInfo &info,
                      const InterpreterOptions &base);
 
+/// A pipelined module's optimizer steps, one per pipeline rank
+/// (-weft-build-optimizer=rank-local=true: the functions with
+/// weft.pipeline_rank), returned by pipeline rank, and in `steps` as the
+/// runtime runs them, interpreted: each gradient argument names the
+/// program's gradient it takes; the caller fills the other inputs. No
+/// functions (and no steps) when the module has none.
+llvm::Expected<std::vector<mlir::func::FuncOp>>
+pipelineOptimizers(mlir::ModuleOp module, const rt::PipelineProgram &program,
+                   const InterpreterOptions &base,
+                   std::vector<rt::PipelineOptimizerStep> &steps);
+
 /// The layout (mesh axes per dimension) of a partitioned function's
 /// argument or result from its `weft.local_sharding` (replicated when null).
 rt::Layout layoutOf(mlir::Attribute localSharding, int64_t rank);

@@ -1772,3 +1772,20 @@ func.func @optimizer_slot_grad_result(%g: tensor<4xf32>) -> (tensor<4xf32> {weft
 func.func @loss_scale_not_scalar(%s: tensor<2xf32> {weft.loss_scale}) {
   return
 }
+
+// -----
+
+// A pipeline rank's optimizer step names a rank the module's pipeline has.
+module attributes {weft.pipeline = {chunks = 1 : i64, micro_batches = 1 : i64, schedule = "GPipe", stages = 2 : i64, steps = [["F0"], ["F0"]]}} {
+  // expected-error @+1 {{'weft.pipeline_rank' is a pipeline rank (i64 >= 0, below the stages of the module's 'weft.pipeline') on an optimizer step}}
+  func.func @optimizer_step_pp2() attributes {weft.optimizer = "sgd", weft.pipeline_rank = 2 : i64} {
+    return
+  }
+}
+
+// -----
+
+// expected-error @+1 {{'weft.pipeline_rank' is a pipeline rank (i64 >= 0, below the stages of the module's 'weft.pipeline') on an optimizer step}}
+func.func @not_pipelined() attributes {weft.optimizer = "sgd", weft.pipeline_rank = 0 : i64} {
+  return
+}

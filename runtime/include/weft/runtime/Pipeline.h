@@ -181,18 +181,42 @@ absl::StatusOr<std::vector<HostTensor>>
 assemblePipelineGradients(const PipelineProgram &program,
                           const std::vector<std::vector<HostTensor>> &perRank);
 
+/// The gradients pipeline rank `rank`'s steps return (by gradient index,
+/// ascending: the order of runPipelineRank's gradient results).
+std::vector<int> pipelineRankGradients(const PipelineProgram &program,
+                                       int rank);
+
+/// The optimizer step of one pipeline rank
+/// (-weft-build-optimizer=rank-local=true on a module cut into stages, its
+/// weft.pipeline_rank): each rank of that pipeline rank runs it after its
+/// steps, on its blocks.
+struct PipelineOptimizerStep {
+  RankFunction function;
+  std::vector<Layout> argLayouts, resultLayouts;
+  /// Per argument: the gradient (by PipelineProgram::gradientNames) of the
+  /// rank's steps that it takes, as they return it (reduced, or with ZeRO
+  /// reduce-scattered); -1 for an argument cut from `inputs`.
+  std::vector<int> gradientOf;
+  /// The other arguments whole (the rank's block is cut by its layout).
+  std::vector<HostTensor> inputs;
+};
+
 /// Every rank of a training step as a thread: per micro-batch the model
-/// outputs ([output][micro-batch]), and the summed parameter gradients.
+/// outputs ([output][micro-batch]); without optimizer steps, the summed
+/// parameter gradients, whole; with them, per pipeline rank its optimizer
+/// step's results, whole (gathered from the blocks of its ranks).
 struct PipelineTrainingResult {
   std::vector<std::vector<HostTensor>> outputs;
   std::vector<HostTensor> gradients;
+  std::vector<std::vector<HostTensor>> updated;
 };
 absl::StatusOr<PipelineTrainingResult> runPipelineTrainingOnMesh(
     const PipelineProgram &program, const std::string &weightsDir,
     const std::vector<HostTensor> &inputs,
     std::vector<int64_t> *bytesSent = nullptr,
     std::chrono::milliseconds timeout = kDefaultCollectiveTimeout,
-    const StepObserver *observer = nullptr);
+    const StepObserver *observer = nullptr,
+    const std::vector<PipelineOptimizerStep> *optimizers = nullptr);
 
 /// Every rank as a thread over the in-process communicator.
 absl::StatusOr<std::vector<HostTensor>>
