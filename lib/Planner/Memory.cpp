@@ -32,6 +32,11 @@ double CostModel::stageParameters(const plan::Plan &plan, int stage,
   double params = layers * b.layer.parameters;
   if (stage == 0)
     params += b.embedding.parameters;
+  // A model-wide weight that every layer reads (rotary tables, or equal
+  // initializers an exporter merged): a copy on every other stage with
+  // layers.
+  else if (layers > 0)
+    params += b.layer.sharedParameters;
   if (stage == plan.pp() - 1) {
     params += b.head.parameters;
     // A weight the head shares with the embedding (tied) is a second copy

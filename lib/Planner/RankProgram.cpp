@@ -8,6 +8,8 @@
 
 #include "llvm/ADT/StringSwitch.h"
 #include <array>
+#include <functional>
+#include <set>
 
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
@@ -465,17 +467,54 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
       return BlockKind::Head;
     return BlockKind::Embedding;
   };
+  // What the inputs, constants and weights alone compute outside the
+  // layers (position ids, a rotary table cut from a cached buffer, the
+  // embedding lookup): -weft-split-stages rebuilds it on every stage that
+  // reads it, so a weight it reads is on each of those stages.
+  llvm::DenseMap<Operation *, bool> rebuilt;
+  std::function<bool(Operation *)> isRebuilt = [&](Operation *op) {
+    if (isa<ParameterOp, ConstantOp>(op))
+      return true;
+    if (op->getNumRegions() || (layer && layer->isAncestor(op)) ||
+        op->getBlock() != &body)
+      return false;
+    auto known = rebuilt.find(op);
+    if (known != rebuilt.end())
+      return known->second;
+    rebuilt[op] = false; // (no cycles in SSA; a guard all the same)
+    bool all = llvm::all_of(op->getOperands(), [&](Value operand) {
+      Operation *def = operand.getDefiningOp();
+      return !def || isRebuilt(def);
+    });
+    rebuilt[op] = all;
+    return all;
+  };
   for (int b = 0; b < 3; ++b)
     for (Operation *param : parameters[b]) {
       double elements = heldElements(param);
-      profile.memory[b].parameters += elements;
-      llvm::SmallDenseSet<int, 4> readers;
+      std::set<int> readers;
       SmallVector<Value> frontier = {param->getResult(0)};
       while (!frontier.empty()) {
         Value value = frontier.pop_back_val();
-        for (Operation *user : value.getUsers()) {
+        for (OpOperand &use : value.getUses()) {
+          Operation *user = use.getOwner();
           if (isa<AllSliceOp>(user)) {
             frontier.push_back(user->getResult(0));
+            continue;
+          }
+          // What a layer takes as its first operand is the residual stream
+          // (the embedding's output, for the first layer: that stage's
+          // alone); any other operand every layer takes alike (a rotary
+          // table, a mask): every stage with layers rebuilds it.
+          if (isa<LayerOp>(user) && user->getBlock() == &body) {
+            readers.insert(int(use.getOperandNumber() == 0
+                                   ? BlockKind::Embedding
+                                   : BlockKind::Layer));
+            continue;
+          }
+          if (!isa<AllGatherOp>(user) && isRebuilt(user)) {
+            for (Value result : user->getResults())
+              frontier.push_back(result);
             continue;
           }
           // A weight stored in shards and all-gathered where it is used
@@ -492,8 +531,21 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
           readers.insert(int(blockOf(user)));
         }
       }
+      // A weight that its block does not read belongs to the block that
+      // does: an importer puts every initializer before the layers, the
+      // output layer's too, and -weft-split-stages gives each stage the
+      // weights it reads. (One that layers read stays a single tensor
+      // where it is, not one per layer.)
+      int owner = b;
+      if (!readers.empty() && !readers.count(b) &&
+          !readers.count(int(BlockKind::Layer)))
+        owner = *readers.begin();
+      profile.memory[owner].parameters += elements;
+      // (The stage of the head holds a weight the layers read through its
+      // layers: one copy.)
       for (int reader : readers)
-        if (reader != b)
+        if (reader != owner && !(reader == int(BlockKind::Head) &&
+                                 readers.count(int(BlockKind::Layer))))
           profile.memory[reader].sharedParameters += elements;
     }
   profile.counts.reserve(profile.ops.size() * kCountFields);

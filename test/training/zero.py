@@ -40,6 +40,12 @@ each recompute mode, this test checks:
   model's shard_comm_bytes with its bf16 gathers counted in f32 (the program
   gathers per use, which the recompute mode moves by a few percent; printed).
 
+With pipeline stages (pp=2 x dp=2, m=2, zero=1, per model), it also checks
+that each pipeline rank's optimizer step holds the cost model's parameters of
+that stage exactly (stage_memory: its weights, and its optimizer state / dp),
+the frozen weights a stage reads included (the cost model counts them as
+trained), and that the run equals the unpartitioned one.
+
 Run by ctest as `training-zero`.
 """
 
@@ -86,11 +92,11 @@ def train(weft, model, work, tag, plan, recompute, extra):
     return losses, weights, stderr, dump
 
 
-def evaluate(weft, model, plan):
+def evaluate(weft, model, plan, pipeline="pp=1"):
     # dp=2, one sequence per rank per micro-batch: ACCUM micro-batches a step.
     proc = subprocess.run(
         [weft, "plan", model, "--cluster", "a100-80g:8x1", "--global-batch", str(2 * ACCUM),
-         "--evaluate", plan + ",pp=1,mbs=1", "--allow-oom", "--json", "-"],
+         "--evaluate", plan + "," + pipeline + ",mbs=1", "--allow-oom", "--json", "-"],
         capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError("weft plan --evaluate %s failed: %s" % (plan, proc.stderr[-400:]))
@@ -272,6 +278,64 @@ def check(weft, model, work, plan, recompute, zero, extra, base):
                reductions, reduce_bytes, gathers) + storage)
 
 
+def check_pipeline(weft, model, work, extra, base):
+    """ZeRO-1 with pipeline stages (pp=2 x dp=2, m=2): each pipeline rank's
+    optimizer step holds its stages' parameters, which are the cost model's
+    parameters of that stage exactly, and its state in blocks over dp."""
+    label = os.path.basename(model).split(".")[0]
+    pipeline = "pp=2,m=%d,schedule=1f1b" % ACCUM
+    plan = "dp=2,zero=1," + pipeline
+    tag = "%s-pp2_dp2_zero1" % label
+    losses, weights, _, dump = train(weft, model, work, tag, plan, "full", extra)
+    err = at.relative(losses, base[0])
+    werr = max(at.relative(weights[k], base[1][k]) for k in base[1])
+    if err > 1e-5 or werr > 3e-5:
+        raise RuntimeError("%s: differs from the unpartitioned run (losses %.1e, weights "
+                           "%.1e)" % (tag, err, werr))
+    stages = evaluate(weft, model, "dp=2,zero=1", pipeline)["stage_memory"]
+    funcs = gr.functions(open(dump).read())
+    slot = re.compile(r'parameter = "([^"]+)", role = "(\w+)"')
+    # Frozen weights (--freeze) a stage reads: held, but not updated. The
+    # cost model does not know what is frozen: it counts them as trained.
+    frozen = re.compile(extra[extra.index("--freeze") + 1]) if "--freeze" in extra else None
+    param = re.compile(r'weft\.parameter "([^"]+)" : tensor<([0-9x]*?)x?f32>')
+    report = []
+    for rank, stage in enumerate(stages):
+        name = "optimizer_step_pp%d" % rank
+        if name not in funcs:
+            raise RuntimeError("%s: the partitioned step has no @%s" % (tag, name))
+        held, state = 0, 0
+        for shape, attrs in signature_entries(funcs[name][0], results=False):
+            found = slot.search(attrs)
+            if found and found.group(2) == "param":
+                held += gr.elements(shape)
+            elif found and found.group(2) == "momentum_buffer":
+                state += gr.elements(shape)
+        fixed = {}
+        for fname, (signature, body) in funcs.items():
+            if "rank = %d : i64, role = \"forward\"" % rank not in signature:
+                continue
+            for line in body:
+                found = param.search(line)
+                if found and frozen and frozen.search(found.group(1)):
+                    fixed[found.group(1)] = gr.elements(found.group(2))
+        weights_model = stage["weights_gib"] * 2 ** 30 / 2
+        optimizer_model = stage["optimizer_gib"] * 2 ** 30 / 12
+        whole = held + sum(fixed.values())
+        if abs(weights_model - whole) > 0.5 or abs(optimizer_model - whole / 2) > 0.5:
+            raise RuntimeError("%s: pipeline rank %d holds %d parameters (%d frozen); the "
+                               "cost model's stage has %.1f, and optimizer state for %.1f "
+                               "(expected %.1f)" % (tag, rank, whole, sum(fixed.values()),
+                                                    weights_model, optimizer_model,
+                                                    whole / 2))
+        report.append("rank %d: %d weights as the cost model's stage (%d of them frozen, "
+                      "which its optimizer state counts too), state %d elements (the cost "
+                      "model's %d, / 2)" % (rank, whole, sum(fixed.values()), state,
+                                            round(optimizer_model)))
+    return ("%s: equals the unpartitioned run (losses %.1e, weights %.1e); %s"
+            % (tag, err, werr, "; ".join(report)))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--weft", required=True)
@@ -283,6 +347,11 @@ def main():
         np.save(os.path.join(work, "tokens.npy"), tokens)
         for model, label, extra in at.training_models(work):
             base = train(args.weft, model, work, label + "-single", None, "full", extra)
+            try:
+                print(check_pipeline(args.weft, model, work, extra, base))
+                pairs += 1
+            except RuntimeError as e:
+                failures.append(str(e))
             for plan, recompute in PLANS:
                 for zero in (1, 2, 3):
                     try:

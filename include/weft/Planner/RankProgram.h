@@ -173,7 +173,8 @@ struct BlockMemory {
   /// The layer's input, which full recomputation keeps.
   double inputBytes = 0;
   /// Parameters (elements) this rank holds for the block, and those of them
-  /// that another block also uses (a tied embedding).
+  /// that another block also uses (a tied embedding, in the head; a weight
+  /// outside the layers that they read, in the layer).
   double parameters = 0, sharedParameters = 0;
   /// The largest weight the block all-gathers from the shards it is stored
   /// in before using it (weft.stored_over, AxoNN's depth axis), in elements
