@@ -192,7 +192,8 @@ def check_pipeline(weft, model, work, plan, extra):
     gradients over the micro-batches and calls its stage's reduction once:
     each rank's bytes in a step are a + b m, where the part that does not grow
     with m (a = 2 B(2) - B(4)) is exactly its stages' reduction functions'
-    collectives. Returns a message, or raises RuntimeError."""
+    collectives and its pipeline rank's optimizer step's. Returns a message,
+    or raises RuntimeError."""
     counts, funcs, sizes = {}, None, None
     for m in (2, 4):
         tag = "%s-%s-m%d" % (os.path.basename(model).split(".")[0],
@@ -221,16 +222,24 @@ def check_pipeline(weft, model, work, plan, extra):
             if k % p == stage:
                 expected += sum(diff.collective_bytes(line, sizes)
                                 for line in funcs[name][1])
+        # Then its pipeline rank's optimizer step: the gradient norm's
+        # all-reduces, and over pp the gradients of weights several stages
+        # read.
+        update = "optimizer_step_pp%d" % stage
+        if update not in funcs:
+            raise RuntimeError("%s: the partitioned step has no @%s" % (plan, update))
+        optimizer = sum(diff.collective_bytes(line, sizes) for line in funcs[update][1])
         constant = 2 * counts[2][rank] - counts[4][rank]
-        if constant != expected:
+        if constant != expected + optimizer:
             raise RuntimeError(
                 "%s: rank %d sent %d bytes with m=2 and %d with m=4: %d do not grow "
-                "with m, its stage's reduction functions send %d"
-                % (plan, rank, counts[2][rank], counts[4][rank], constant, expected))
-        fixed.append(constant)
+                "with m; its stage's reduction functions send %d and its optimizer step %d"
+                % (plan, rank, counts[2][rank], counts[4][rank], constant, expected,
+                   optimizer))
+        fixed.append("%d + %d" % (expected, optimizer))
     return ("%s: per rank %s bytes with m=2, %s with m=4; the part that does not grow "
-            "with m is the stages' gradient reductions, %s"
-            % (plan, counts[2], counts[4], fixed))
+            "with m is the stages' gradient reductions plus the optimizer step's, %s"
+            % (plan, counts[2], counts[4], ", ".join(fixed)))
 
 
 def run(weft, model, work, tag, plan, g, extra):
