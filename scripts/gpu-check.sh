@@ -23,9 +23,11 @@
 # f32 and bf16, plus GPT-2's bf16 training-step loss, GPT-2 and LLaMA with
 # pipeline stages (pp=2 x tp=2 with SP), and training programs (GPT-2,
 # dp=2 x tp=2 in f32 with ZeRO-1, in bf16 with ZeRO-1 and in f16 with loss
-# scaling; LLaMA tp=2 with SP in bf16 and SGD: their losses within 1e-4
-# (f32) or 2e-2 (16-bit) of weft train's, and the loss scale and skipped
-# steps exactly, checked after the cases). Ranks run as threads
+# scaling; LLaMA tp=2 with SP in bf16 and SGD; GPT-2 with pipeline stages:
+# pp=2 x tp=2 with 1F1B, pp=2 x dp=2 with ZeRO-1 in bf16, pp=2 x tp=2 with SP
+# and ZB-H1: their losses within 1e-4 (f32) or 2e-2 (16-bit) of weft
+# train's, and the loss scale and skipped steps exactly, checked after the
+# cases; WEFT_GPU_CHECK_ONLY=training prepares these alone). Ranks run as threads
 # sharing GPU 0 (the in-process device communicator). f32 must be within
 # 1e-5 of the CPU output and bf16 within 2e-2 (max |gpu - cpu| / max |cpu|).
 # Then the watchdog: a 4-rank program with one rank stalled must fail
@@ -75,6 +77,9 @@ EOF
   # Pipeline stages: each stage's CUDA function on the rank's device, the
   # activations through the host (cuda::pipelineProgramMain).
   cases+=("small gpt2 pp=2,tp=2,sp=1 f32" "small gpt2 pp=2,tp=2,sp=1 bf16" "small llama pp=2,tp=2,sp=1 f32")
+  # WEFT_GPU_CHECK_ONLY=training prepares the training programs alone (a
+  # few minutes instead of most of an hour on two cores).
+  [[ ${WEFT_GPU_CHECK_ONLY:-} == training ]] && cases=()
 
   local failed=0
   for spec in "${cases[@]}"; do
@@ -126,6 +131,12 @@ EOF
     "gpt2-bf16-dp_2_tp_2_zero_1 --dtype bf16 --plan-spec dp=2,tp=2,zero=1 --optimizer adamw --steps 4 --grad-accum 2 --lr 0.01 --warmup 1 --min-lr 0.001"
     "gpt2-f16-dp_2_tp_2 --dtype f16 --loss-scale-window 2 --plan-spec dp=2,tp=2 --optimizer adamw --steps 5 --lr 0.003"
     "llama-bf16-tp_2 --dtype bf16 --plan-spec tp=2,sp=1 --optimizer sgd --momentum 0.9 --steps 3 --lr 0.05"
+    # Pipeline stages: each stage's forward, backward (and weight-gradient)
+    # steps and each pipeline rank's optimizer step on the device, the
+    # schedule's sends through the host.
+    "gpt2-pp_2_tp_2 --plan-spec pp=2,tp=2,m=2,schedule=1f1b --optimizer adamw --steps 3 --lr 0.01 --warmup 1 --min-lr 0.001"
+    "gpt2-bf16-pp_2_dp_2_zero_1 --dtype bf16 --plan-spec pp=2,dp=2,m=2,schedule=1f1b,zero=1 --optimizer adamw --steps 4 --lr 0.01"
+    "gpt2-pp_2_zbh1_tp_2_sp --plan-spec pp=2,m=2,schedule=zb-h1,tp=2,sp=1 --optimizer sgd --momentum 0.9 --steps 3 --lr 0.05"
   )
   for spec in "${trainCases[@]}"; do
     local tname trainFlags model
@@ -157,7 +168,11 @@ EOF
 
   # The shared libraries the programs link, except the C runtime and the
   # CUDA libraries, which the GPU machine has.
-  ldd "$dir"/cases/*/program "$dir"/training/*/program | awk '/=> \// {print $3}' | sort -u |
+  local programs=()
+  for program in "$dir"/cases/*/program "$dir"/training/*/program; do
+    [[ -f $program ]] && programs+=("$program")
+  done
+  ldd "${programs[@]}" | awk '/=> \// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcudart|libcublas|libcublasLt|libnccl)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   # (xz -9's 64 MiB window finds the runtime every program links once: the

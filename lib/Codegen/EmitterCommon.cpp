@@ -303,7 +303,9 @@ LogicalResult codegen::writeFile(ModuleOp module, StringRef outDir,
 
 std::string codegen::pipelineLiteral(
     ModuleOp module, const PipelineInfo &info,
-    llvm::function_ref<std::string(size_t)> stageFunction) {
+    llvm::function_ref<std::string(size_t)> stageFunction, StringRef name,
+    const rt::PipelineProgram *training,
+    llvm::function_ref<std::string(size_t, bool)> reduceFunction) {
   std::string text;
   llvm::raw_string_ostream os(text);
   auto indices = [](const std::vector<int> &values) {
@@ -314,7 +316,7 @@ std::string codegen::pipelineLiteral(
   };
   static const char *kinds[] = {"Forward", "Backward", "WeightGrad", "Send",
                                 "Recv"};
-  os << "PipelineProgram makeProgram() {\n"
+  os << "PipelineProgram " << name << "() {\n"
      << "  PipelineProgram program;\n"
      << "  program.mesh = "
      << meshLiteral(module, info.virtualStages.front().func) << ";\n"
@@ -340,7 +342,7 @@ std::string codegen::pipelineLiteral(
       os << "  program.steps[" << rank
          << "].push_back({PipelineStep::" << kinds[step.kind] << ", "
          << step.microBatch << ", " << step.chunk << ", " << step.peer << ", "
-         << quoted(name) << "});\n";
+         << quoted(name) << (step.gradient ? ", true" : "") << "});\n";
   // Each model input's type: one micro-batch's block on the first stage
   // that reads it.
   std::vector<std::string> types;
@@ -360,7 +362,43 @@ std::string codegen::pipelineLiteral(
   os << "  program.inputTypes = {";
   for (size_t i = 0; i < types.size(); ++i)
     os << (i ? ", " : "") << types[i];
-  os << "};\n  return program;\n}\n";
+  os << "};\n";
+  if (training) {
+    static const char *refKinds[] = {"Input", "Cotangent", "Saved", "Gradient",
+                                     "GradientSent"};
+    auto refs = [](const std::vector<rt::PipelineRef> &list) {
+      std::string text = "{";
+      for (size_t i = 0; i < list.size(); ++i)
+        text += std::string(i ? ", " : "") +
+                "PipelineRef{PipelineRef::" + refKinds[list[i].kind] + ", " +
+                std::to_string(list[i].index) + "}";
+      return text + "}";
+    };
+    os << "  // Each stage's backward and weight-gradient steps: what they "
+          "take and return,\n  // and the reductions of their partial "
+          "gradients.\n";
+    for (auto [k, stage] : llvm::enumerate(info.virtualStages)) {
+      for (bool weight : {false, true}) {
+        func::FuncOp piece = weight ? stage.weight : stage.backward;
+        if (!piece)
+          continue;
+        const rt::PipelineStage &to = training->virtualStages[k];
+        const rt::PipelineStepFunction &fn = weight ? to.weight : to.backward;
+        os << "  program.virtualStages[" << k << "]."
+           << (weight ? "weight" : "backward")
+           << " = PipelineStepFunction{RankFunction(), " << refs(fn.args)
+           << ",\n      " << refs(fn.results) << ",\n      "
+           << layoutsLiteral(piece, false) << ",\n      "
+           << layoutsLiteral(piece, true) << ", " << indices(fn.partial) << ", "
+           << reduceFunction(k, weight) << "};\n";
+      }
+    }
+    os << "  program.gradientNames = {";
+    for (size_t g = 0; g < training->gradientNames.size(); ++g)
+      os << (g ? ", " : "") << quoted(training->gradientNames[g]);
+    os << "};\n";
+  }
+  os << "  return program;\n}\n";
   return text;
 }
 

@@ -13,6 +13,7 @@
 #include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
+#include "weft/runtime/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -90,13 +91,20 @@ mlir::LogicalResult writeFile(mlir::ModuleOp module, llvm::StringRef outDir,
                               llvm::StringRef name, llvm::StringRef text);
 
 /// The runtime's PipelineProgram of a pipelined module, as C++: a function
-/// `PipelineProgram makeProgram()` that gives each virtual stage k the
+/// `PipelineProgram <name>()` that gives each virtual stage k the
 /// function `stageFunction(k)` prints (emitted before it), says how the
 /// stages connect, and lists every pipeline rank's steps from the module's
-/// schedule.
-std::string
-pipelineLiteral(mlir::ModuleOp module, const PipelineInfo &info,
-                llvm::function_ref<std::string(size_t)> stageFunction);
+/// schedule. With `training` (the module's pipeline as
+/// codegen::pipelineProgram reads it), also each stage's backward and
+/// weight-gradient steps (their functions left empty: the training program
+/// gives them) with the reductions `reduceFunction(k, weight)` prints, and
+/// the gradients' names.
+std::string pipelineLiteral(
+    mlir::ModuleOp module, const PipelineInfo &info,
+    llvm::function_ref<std::string(size_t)> stageFunction,
+    llvm::StringRef name = "makeProgram",
+    const rt::PipelineProgram *training = nullptr,
+    llvm::function_ref<std::string(size_t, bool)> reduceFunction = nullptr);
 
 } // namespace weft::codegen
 

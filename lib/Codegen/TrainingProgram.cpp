@@ -8,6 +8,7 @@
 
 #include "EmitterCommon.h"
 
+#include "weft/Codegen/PipelineProgram.h"
 #include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 
@@ -25,6 +26,34 @@ static TensorSharding localShardingOf(DictionaryAttr attrs, Type type) {
   return attr ? fromAttr(attr)
               : TensorSharding::replicated(
                     cast<RankedTensorType>(type).getRank());
+}
+
+/// The parameters an optimizer step updates, added to `order` and `held` (in
+/// the step's layout); a parameter already there (a pipeline's tied one)
+/// must be held in the same layout.
+static LogicalResult addHeldParameters(func::FuncOp optimizer,
+                                       std::vector<std::string> &order,
+                                       llvm::StringMap<HeldParameter> &held) {
+  for (unsigned i = 0; i < optimizer.getNumArguments(); ++i) {
+    OptimizerSlot slot = optimizerArgumentSlot(optimizer, i);
+    if (slot.role != "param")
+      continue;
+    TensorSharding layout = localShardingOf(optimizer.getArgAttrDict(i),
+                                            optimizer.getArgumentTypes()[i]);
+    if (auto found = held.find(slot.parameter); found != held.end()) {
+      if (found->second.held.dims != layout.dims)
+        return optimizer.emitError("parameter '")
+               << slot.parameter << "' is held as " << layout.str()
+               << " here and as " << found->second.held.str()
+               << " by another pipeline rank's optimizer step";
+      continue;
+    }
+    HeldParameter &p = held[slot.parameter];
+    p.index = int(order.size());
+    p.held = layout;
+    order.push_back(slot.parameter);
+  }
+  return success();
 }
 
 FailureOr<TrainingFunctions>
@@ -56,16 +85,8 @@ codegen::readTrainingFunctions(ModuleOp module, StringRef externalDir) {
       return failure();
   // The trained parameters, in the optimizer step's order, and where the
   // step returns each one's gradient.
-  for (unsigned i = 0; i < f.optimizer.getNumArguments(); ++i) {
-    OptimizerSlot slot = optimizerArgumentSlot(f.optimizer, i);
-    if (slot.role != "param" || f.held.count(slot.parameter))
-      continue;
-    HeldParameter &p = f.held[slot.parameter];
-    p.index = int(f.order.size());
-    p.held = localShardingOf(f.optimizer.getArgAttrDict(i),
-                             f.optimizer.getArgumentTypes()[i]);
-    f.order.push_back(slot.parameter);
-  }
+  if (failed(addHeldParameters(f.optimizer, f.order, f.held)))
+    return failure();
   f.gradientOf.assign(f.order.size(), -1);
   for (unsigned r = 0; r < f.step.getNumResults(); ++r)
     if (auto name = f.step.getResultAttrOfType<StringAttr>(
@@ -130,13 +151,184 @@ codegen::findHeldReads(Block &body, llvm::StringMap<HeldParameter> &held,
   return reads;
 }
 
-LogicalResult codegen::checkHeldRead(const TrainingFunctions &f) {
-  for (const std::string &name : f.order)
-    if (f.held.lookup(name).file.empty())
-      return func::FuncOp(f.step).emitError(
-                 "the training step never reads parameter '")
+LogicalResult
+codegen::checkHeldRead(Operation *at, const std::vector<std::string> &order,
+                       const llvm::StringMap<HeldParameter> &held) {
+  for (const std::string &name : order)
+    if (held.lookup(name).file.empty())
+      return at->emitError("the training step never reads parameter '")
              << name << "'";
   return success();
+}
+
+FailureOr<PipelineTrainingFunctions> codegen::readPipelineTrainingFunctions(
+    ModuleOp module, const PipelineInfo &info, StringRef externalDir) {
+  PipelineTrainingFunctions f;
+  f.info = info;
+  llvm::Expected<rt::PipelineProgram> pipeline = pipelineProgram(module, info);
+  if (!pipeline)
+    return module.emitError(llvm::toString(pipeline.takeError()));
+  f.pipeline = std::move(*pipeline);
+  if (!f.pipeline.training())
+    return module.emitError("weft compile --train: the pipeline's stages "
+                            "return no gradients (-weft-differentiate)");
+  for (const PipelineStageInfo &from : info.virtualStages) {
+    PipelineTrainingFunctions::Stage &stage = f.stages.emplace_back();
+    stage.forward = from.func;
+    stage.backward = from.backward;
+    stage.weight = from.weight;
+    for (auto [piece, reduce] :
+         {std::make_pair(from.backward, &stage.backwardReduce),
+          std::make_pair(from.weight, &stage.weightReduce)}) {
+      if (!piece)
+        continue;
+      std::string why;
+      FailureOr<GradientReduction> reduction =
+          readGradientReduction(piece, why);
+      if (failed(reduction))
+        return piece.emitError(why);
+      *reduce = reduction->function;
+    }
+    for (func::FuncOp func : {stage.forward, stage.backward, stage.weight,
+                              stage.backwardReduce, stage.weightReduce})
+      if (func && (failed(checkProgramFunction(func)) ||
+                   failed(checkWeights(func, externalDir))))
+        return failure();
+  }
+  // Each pipeline rank's optimizer step.
+  f.optimizers.resize(size_t(info.stages));
+  for (auto func : module.getOps<func::FuncOp>()) {
+    auto rank = func->getAttrOfType<IntegerAttr>(
+        WeftDialect::getPipelineRankAttrName());
+    if (!rank)
+      continue;
+    if (rank.getInt() < 0 || rank.getInt() >= info.stages ||
+        f.optimizers[size_t(rank.getInt())])
+      return func.emitError("pipeline rank ")
+             << rank.getInt()
+             << " has several optimizer steps, or the pipeline has no such "
+                "rank";
+    f.optimizers[size_t(rank.getInt())] = func;
+  }
+  for (auto [s, optimizer] : llvm::enumerate(f.optimizers)) {
+    if (!optimizer)
+      return module.emitError("weft compile --train: pipeline rank ")
+             << s
+             << " has no optimizer step (-weft-build-optimizer="
+                "rank-local=true)";
+    if (failed(checkProgramFunction(optimizer)) ||
+        failed(checkWeights(optimizer, externalDir)) ||
+        failed(addHeldParameters(optimizer, f.order, f.held)))
+      return failure();
+  }
+  for (const std::string &name : f.order) {
+    auto found = llvm::find(f.pipeline.gradientNames, name);
+    if (found == f.pipeline.gradientNames.end())
+      return module.emitError("an optimizer step updates '")
+             << name << "', whose gradient no pipeline stage returns";
+    f.gradientOf.push_back(int(found - f.pipeline.gradientNames.begin()));
+  }
+  return f;
+}
+
+std::string codegen::stageFunctionName(size_t k, StringRef piece) {
+  return "stage" + std::to_string(k) + (piece.empty() ? "" : "_") + piece.str();
+}
+
+std::string codegen::pipelineOptimizerName(size_t s) {
+  return "optimizer_pp" + std::to_string(s);
+}
+
+/// A float as C++ that reads back the same double.
+static std::string number(double value) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::format("%.17g", value);
+  return text;
+}
+
+/// The optimizer step's argument or result slots:
+/// "{OptimizerSlot{"lr", -1}, OptimizerSlot{"param", 0}, ...}".
+static std::string slotsLiteral(func::FuncOp optimizer,
+                                const llvm::StringMap<HeldParameter> &held,
+                                bool results) {
+  std::string text = "{";
+  unsigned n =
+      results ? optimizer.getNumResults() : optimizer.getNumArguments();
+  for (unsigned i = 0; i < n; ++i) {
+    OptimizerSlot slot = results ? optimizerResultSlot(optimizer, i)
+                                 : optimizerArgumentSlot(optimizer, i);
+    auto it = held.find(slot.parameter);
+    text += std::string(i ? ", " : "") + "OptimizerSlot{" + quoted(slot.role) +
+            ", " + std::to_string(it == held.end() ? -1 : it->second.index) +
+            "}";
+  }
+  return text + "}";
+}
+
+/// "TrainingOptimizer{function, arguments, results, types, layouts}".
+static std::string optimizerLiteral(func::FuncOp optimizer,
+                                    const llvm::StringMap<HeldParameter> &held,
+                                    const std::string &function) {
+  return "TrainingOptimizer{" + function + ", " +
+         slotsLiteral(optimizer, held, false) + ", " +
+         slotsLiteral(optimizer, held, true) + ",\n      " +
+         inputTypesLiteral(optimizer) + ",\n      " +
+         layoutsLiteral(optimizer, false) + "}";
+}
+
+/// What both training literals end with: the held parameters (their whole
+/// shapes from the module's weft.parameter ops, `gradientOf[k]` where the
+/// k-th one's gradient is), the optimizer's constants, one micro-batch's
+/// [batch, seq] from the token ids' block `ids` in `idsLayout`, the masks
+/// among `inputs` model inputs (`scaled`: the last is the loss scale), and
+/// the run's defaults (`gradAccum` micro-batches a step).
+static void runLiteral(llvm::raw_ostream &out, ModuleOp module,
+                       const std::vector<std::string> &order,
+                       const llvm::StringMap<HeldParameter> &held,
+                       const std::vector<int> &gradientOf, RankedTensorType ids,
+                       const TensorSharding &idsLayout, unsigned inputs,
+                       bool scaled, const TrainingProgramDefaults &d,
+                       int64_t gradAccum) {
+  llvm::StringMap<Type> types;
+  module.walk([&](ParameterOp param) {
+    types.try_emplace(param.getName(), param.getType());
+  });
+  for (size_t k = 0; k < order.size(); ++k) {
+    const std::string &name = order[k];
+    const HeldParameter &p = held.find(name)->second;
+    out << "  p.parameters.push_back(TrainedParameter{" << quoted(name) << ", "
+        << quoted(p.file) << ", "
+        << ints(cast<RankedTensorType>(types.lookup(name)).getShape()) << ", "
+        << layoutLiteral(p.held) << ", " << gradientOf[k] << "});\n";
+  }
+  // The token windows' [batch, seq]: a rank's block times the mesh axes it
+  // is split over.
+  std::optional<MeshInfo> mesh = getMeshInfo(module);
+  auto whole = [&](unsigned dim) {
+    int64_t size = ids.getDimSize(dim);
+    if (mesh && dim < idsLayout.dims.size())
+      size *= mesh->product(idsLayout.dims[dim]);
+    return size;
+  };
+  out << "  p.constants = OptimizerConstants{" << number(d.weightDecay) << ", "
+      << number(d.beta1) << ", " << number(d.beta2) << "};\n"
+      << "  p.batch = " << whole(0) << ";\n"
+      << "  p.seq = " << whole(1) << ";\n"
+      << "  p.masks = " << inputs - 2 - (scaled ? 1 : 0) << ";\n";
+  if (scaled) {
+    rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
+    out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "
+        << number(rule.growth) << ", " << number(rule.backoff) << ", "
+        << number(rule.minimum) << ", " << rule.window << ", 0};\n";
+  }
+  out << "  // The run it was compiled for (the command line may change "
+         "these).\n"
+      << "  p.steps = " << d.steps << ";\n"
+      << "  p.gradAccum = " << gradAccum << ";\n"
+      << "  p.schedule = LrSchedule{" << number(d.lr) << ", " << number(d.minLr)
+      << ", " << d.warmup << ", " << d.steps << "};\n"
+      << "  return p;\n}\n";
 }
 
 std::string codegen::trainingProgramLiteral(
@@ -145,26 +337,6 @@ std::string codegen::trainingProgramLiteral(
     llvm::function_ref<std::string(StringRef)> function) {
   // (Op handles are values; their methods are not const.)
   func::FuncOp step = f.step, reduce = f.reduce, optimizer = f.optimizer;
-  auto slots = [&](bool results) {
-    std::string text = "{";
-    unsigned n =
-        results ? optimizer.getNumResults() : optimizer.getNumArguments();
-    for (unsigned i = 0; i < n; ++i) {
-      OptimizerSlot slot = results ? optimizerResultSlot(optimizer, i)
-                                   : optimizerArgumentSlot(optimizer, i);
-      auto it = f.held.find(slot.parameter);
-      text += std::string(i ? ", " : "") + "OptimizerSlot{" +
-              quoted(slot.role) + ", " +
-              std::to_string(it == f.held.end() ? -1 : it->second.index) + "}";
-    }
-    return text + "}";
-  };
-  auto number = [](double value) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << llvm::format("%.17g", value);
-    return text;
-  };
   std::string text;
   llvm::raw_string_ostream out(text);
   out << "TrainingProgram makeProgram() {\n"
@@ -185,60 +357,73 @@ std::string codegen::trainingProgramLiteral(
               ? "true"
               : "false")
       << ";\n"
-      << "  p.optimizer = " << function("optimizerStep") << ";\n"
-      << "  p.optimizerArguments = " << slots(false) << ";\n"
-      << "  p.optimizerResults = " << slots(true) << ";\n"
-      << "  p.optimizerArgumentTypes = " << inputTypesLiteral(optimizer)
-      << ";\n"
-      << "  p.optimizerArgumentLayouts = " << layoutsLiteral(optimizer, false)
+      << "  p.optimizer = "
+      << optimizerLiteral(optimizer, f.held, function("optimizerStep"))
       << ";\n";
-  for (size_t k = 0; k < f.order.size(); ++k) {
-    const std::string &name = f.order[k];
-    const HeldParameter &p = f.held.find(name)->second;
-    Type type;
-    step.walk([&](ParameterOp param) {
-      if (param.getName() == name)
-        type = param.getType();
-    });
-    out << "  p.parameters.push_back(TrainedParameter{" << quoted(name) << ", "
-        << quoted(p.file) << ", "
-        << ints(cast<RankedTensorType>(type).getShape()) << ", "
-        << layoutLiteral(p.held) << ", " << f.gradientOf[k] << "});\n";
-  }
-  // The token windows' [batch, seq]: the step's first argument (a rank's
-  // block) times the mesh axes it is split over.
-  auto ids = cast<RankedTensorType>(step.getArgumentTypes().front());
-  TensorSharding idsLayout =
-      localShardingOf(step.getArgAttrDict(0), step.getArgumentTypes()[0]);
-  std::optional<MeshInfo> mesh = getMeshInfo(module);
-  auto whole = [&](unsigned dim) {
-    int64_t size = ids.getDimSize(dim);
-    if (mesh && dim < idsLayout.dims.size())
-      size *= mesh->product(idsLayout.dims[dim]);
-    return size;
-  };
-  // Loss scaling: the step's last argument is the scale.
   const unsigned numArgs = step.getNumArguments();
+  // Loss scaling: the step's last argument is the scale.
   const bool scaled =
       numArgs &&
       step.getArgAttr(numArgs - 1, WeftDialect::getLossScaleAttrName());
-  out << "  p.constants = OptimizerConstants{" << number(d.weightDecay) << ", "
-      << number(d.beta1) << ", " << number(d.beta2) << "};\n"
-      << "  p.batch = " << whole(0) << ";\n"
-      << "  p.seq = " << whole(1) << ";\n"
-      << "  p.masks = " << numArgs - 2 - (scaled ? 1 : 0) << ";\n";
-  if (scaled) {
-    rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
-    out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "
-        << number(rule.growth) << ", " << number(rule.backoff) << ", "
-        << number(rule.minimum) << ", " << rule.window << ", 0};\n";
+  runLiteral(
+      out, module, f.order, f.held, f.gradientOf,
+      cast<RankedTensorType>(step.getArgumentTypes().front()),
+      localShardingOf(step.getArgAttrDict(0), step.getArgumentTypes()[0]),
+      numArgs, scaled, d, d.gradAccum);
+  return text;
+}
+
+std::string codegen::pipelineTrainingProgramLiteral(
+    ModuleOp module, const PipelineTrainingFunctions &f,
+    const TrainingProgramDefaults &d,
+    llvm::function_ref<std::string(StringRef)> function) {
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  func::FuncOp first = f.stages.front().forward;
+  out << "TrainingProgram makeProgram() {\n"
+      << "  TrainingProgram p;\n"
+      << "  p.mesh = " << meshLiteral(module, first) << ";\n"
+      << "  p.pipeline = makePipeline();\n"
+      << "  // Each virtual stage's forward, backward and weight-gradient "
+         "steps.\n";
+  for (auto [k, stage] : llvm::enumerate(f.stages)) {
+    auto piece = [&](func::FuncOp func, StringRef name) {
+      return func ? function(stageFunctionName(k, name))
+                  : std::string("TrainingStepFunction()");
+    };
+    out << "  p.stageSteps.push_back(PipelineStageSteps{"
+        << piece(stage.forward, "") << ", " << piece(stage.backward, "backward")
+        << ", " << piece(stage.weight, "weight") << "});\n";
   }
-  out << "  // The run it was compiled for (the command line may change "
-         "these).\n"
-      << "  p.steps = " << d.steps << ";\n"
-      << "  p.gradAccum = " << d.gradAccum << ";\n"
-      << "  p.schedule = LrSchedule{" << number(d.lr) << ", " << number(d.minLr)
-      << ", " << d.warmup << ", " << d.steps << "};\n"
-      << "  return p;\n}\n";
+  out << "  // Each pipeline rank's optimizer step, on its stages' "
+         "parameters.\n";
+  for (auto [s, optimizer] : llvm::enumerate(f.optimizers))
+    out << "  p.pipelineOptimizers.push_back("
+        << optimizerLiteral(optimizer, f.held,
+                            function(pipelineOptimizerName(s)))
+        << ");\n";
+  // The token ids: model input 0 on the first stage that reads it; the loss
+  // scale: an argument a stage's step marks (the model's last input).
+  RankedTensorType ids;
+  TensorSharding idsLayout;
+  bool scaled = false;
+  for (const PipelineTrainingFunctions::Stage &stage : f.stages)
+    for (func::FuncOp func : {stage.forward, stage.backward, stage.weight}) {
+      if (!func)
+        continue;
+      for (unsigned a = 0; a < func.getNumArguments(); ++a) {
+        scaled |= bool(func.getArgAttr(a, WeftDialect::getLossScaleAttrName()));
+        auto input = func.getArgAttrOfType<IntegerAttr>(
+            a, WeftDialect::getModelInputAttrName());
+        if (!ids && func == stage.forward && input && input.getInt() == 0) {
+          ids = cast<RankedTensorType>(func.getArgumentTypes()[a]);
+          idsLayout = localShardingOf(func.getArgAttrDict(a),
+                                      func.getArgumentTypes()[a]);
+        }
+      }
+    }
+  runLiteral(out, module, f.order, f.held, f.gradientOf, ids, idsLayout,
+             unsigned(f.pipeline.numInputs()), scaled, d,
+             std::max(1, f.info.microBatches));
   return text;
 }

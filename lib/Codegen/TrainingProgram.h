@@ -14,7 +14,9 @@
 #define WEFT_LIB_CODEGEN_TRAININGPROGRAM_H
 
 #include "weft/Codegen/CpuEmitter.h"
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
+#include "weft/runtime/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -70,8 +72,14 @@ findHeldReads(mlir::Block &body, llvm::StringMap<HeldParameter> &held,
               llvm::StringRef weightsDir, llvm::StringRef externalDir,
               int &weightCounter);
 
-/// Checks that the step read every held parameter (after its emission).
-mlir::LogicalResult checkHeldRead(const TrainingFunctions &functions);
+/// Checks that the functions emitted read every held parameter (`order`);
+/// the error is at `at`.
+mlir::LogicalResult checkHeldRead(mlir::Operation *at,
+                                  const std::vector<std::string> &order,
+                                  const llvm::StringMap<HeldParameter> &held);
+inline mlir::LogicalResult checkHeldRead(const TrainingFunctions &f) {
+  return checkHeldRead(f.step, f.order, f.held);
+}
 
 /// `TrainingProgram makeProgram() {...}`: the three functions as
 /// `function("trainingStep")`, `function("reduceGradients")` and
@@ -79,6 +87,48 @@ mlir::LogicalResult checkHeldRead(const TrainingFunctions &functions);
 /// slots, the held parameters and the run's defaults.
 std::string trainingProgramLiteral(
     mlir::ModuleOp module, const TrainingFunctions &functions,
+    const TrainingProgramDefaults &defaults,
+    llvm::function_ref<std::string(llvm::StringRef)> function);
+
+/// A training module cut into pipeline stages: the pipeline as the runtime
+/// runs it (read from the IR; its functions are the ones below, compiled),
+/// per virtual stage its forward, backward and weight-gradient functions and
+/// the gradient reductions of the last two, per pipeline rank its optimizer
+/// step (-weft-build-optimizer=rank-local=true), and the parameters the
+/// optimizer steps hold (a tied one by every pipeline rank whose stages read
+/// it, in one layout).
+struct PipelineTrainingFunctions {
+  PipelineInfo info;
+  rt::PipelineProgram pipeline;
+  struct Stage {
+    mlir::func::FuncOp forward, backward, weight, backwardReduce, weightReduce;
+  };
+  std::vector<Stage> stages;
+  std::vector<mlir::func::FuncOp> optimizers;
+  llvm::StringMap<HeldParameter> held;
+  std::vector<std::string> order;
+  /// Per held parameter: its gradient's index in pipeline.gradientNames.
+  std::vector<int> gradientOf;
+};
+
+/// Reads and checks a pipelined training module's functions. Errors are
+/// diagnostics.
+mlir::FailureOr<PipelineTrainingFunctions>
+readPipelineTrainingFunctions(mlir::ModuleOp module, const PipelineInfo &info,
+                              llvm::StringRef externalDir);
+
+/// The name of virtual stage `k`'s function `piece` ("", "backward",
+/// "weight", "backward_reduce", "weight_reduce") in a generated program.
+std::string stageFunctionName(size_t k, llvm::StringRef piece = "");
+/// The name of pipeline rank `s`'s optimizer step.
+std::string pipelineOptimizerName(size_t s);
+
+/// `TrainingProgram makeProgram() {...}` of a pipelined module, after
+/// `PipelineProgram makePipeline()` (pipelineLiteral): the stages' functions
+/// as `function(name)` prints the names above, the optimizer steps, the
+/// held parameters and the run's defaults.
+std::string pipelineTrainingProgramLiteral(
+    mlir::ModuleOp module, const PipelineTrainingFunctions &functions,
     const TrainingProgramDefaults &defaults,
     llvm::function_ref<std::string(llvm::StringRef)> function);
 

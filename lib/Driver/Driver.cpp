@@ -283,17 +283,6 @@ llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
 // Running
 //===----------------------------------------------------------------------===//
 
-rt::Layout driver::layoutOf(Attribute localSharding, int64_t rank) {
-  rt::Layout layout(rank);
-  auto attr = dyn_cast_or_null<ShardingAttr>(localSharding);
-  if (!attr)
-    return layout;
-  TensorSharding s = fromAttr(attr);
-  for (size_t d = 0; d < s.dims.size() && d < layout.size(); ++d)
-    layout[d].assign(s.dims[d].begin(), s.dims[d].end());
-  return layout;
-}
-
 /// The mesh `func` runs on, checked against the devices asked for.
 static llvm::Expected<rt::Mesh> meshOf(ModuleOp module, func::FuncOp func,
                                        int expectedDevices) {
@@ -781,16 +770,14 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   if (!onnxOptions)
     return onnxOptions.takeError();
   const bool training = bool(request.buildTrainingStep);
-  if (training && request.plan.pp() > 1)
-    return llvm::createStringError(
-        "weft compile --train with pp > 1: a pipelined training program is "
-        "not compiled yet (weft train runs the plan on simulated devices)");
   // Pipeline stages run one micro-batch at a time: with m > 1 the model is
-  // imported at --batch-size over m; the program takes whole batches.
+  // imported at --batch-size over m; the program takes whole batches. (A
+  // training program's --batch-size is one micro-batch's, as weft train's:
+  // each step reads m windows of it.)
   const bool pipelined = request.plan.pp() > 1;
   const int microBatches =
       pipelined ? std::max(1, request.plan.num_micro_batches()) : 1;
-  if (microBatches > 1) {
+  if (microBatches > 1 && !training) {
     if (request.options.batchSize < 1 ||
         request.options.batchSize % microBatches)
       return llvm::createStringError(

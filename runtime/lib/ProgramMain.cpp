@@ -83,7 +83,8 @@ weft::rt::parseProgramArguments(int argc, char **argv, size_t inputCount,
 std::vector<HostTensor> weft::rt::gatherFromProcesses(
     Communicator &comm, int rank, const Mesh &mesh,
     const std::vector<Layout> &layouts, const std::vector<HostTensor> &blocks,
-    int64_t bytesSent, std::vector<int64_t> &allBytesSent) {
+    int64_t bytesSent, std::vector<int64_t> &allBytesSent,
+    const std::vector<int> &holders) {
   int n = int(mesh.size());
   std::vector<int> world;
   for (int r = 0; r < n; ++r)
@@ -100,9 +101,22 @@ std::vector<HostTensor> weft::rt::gatherFromProcesses(
     std::vector<HostTensor> parts;
     for (int r = 0; r < n; ++r)
       parts.push_back(reshape(sliceForRank(rows, 0, r, n), block.shape));
+    if (o < holders.size())
+      parts = blocksOfHolder(std::move(parts), mesh, holders[o]);
     outputs.push_back(gatherBlocks(parts, layouts[o], mesh));
   }
   return outputs;
+}
+
+std::vector<HostTensor> weft::rt::blocksOfHolder(std::vector<HostTensor> blocks,
+                                                 const Mesh &mesh, int holder) {
+  const size_t perHolder = mesh.shape.empty()
+                               ? blocks.size()
+                               : blocks.size() / size_t(mesh.shape[0]);
+  std::vector<HostTensor> out;
+  for (size_t r = 0; r < blocks.size(); ++r)
+    out.push_back(blocks[size_t(holder) * perHolder + r % perHolder]);
+  return out;
 }
 
 bool weft::rt::createOutputDirectory(const std::string &dir) {

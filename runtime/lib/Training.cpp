@@ -25,6 +25,7 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <sstream>
 
 using namespace weft::rt;
@@ -342,6 +343,15 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   }
   if (positional.size() != 3)
     return usage("");
+  if (p.pipeline) {
+    // A pipeline step runs the program's m micro-batches.
+    const int64_t m = std::max(1, p.pipeline->microBatches);
+    if (run.gradAccum != 1 && run.gradAccum != m)
+      return usage(absl::StrCat("--grad-accum ", run.gradAccum,
+                                ": a pipeline step runs the plan's m=", m,
+                                " micro-batches; give 1 or ", m));
+    run.gradAccum = m;
+  }
   if (scheduleSteps)
     run.schedule.steps = run.steps;
   run.weightsDir = positional[0];
@@ -365,10 +375,30 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   return run;
 }
 
+/// The pipeline rank of `rank` (0 without a pipeline).
+int pipelineRankOf(const TrainingProgram &p, int rank) {
+  return p.pipeline ? rank / int(p.mesh.size() / size_t(p.pipeline->stages))
+                    : 0;
+}
+
+/// The optimizer step rank `rank` runs.
+const TrainingOptimizer &optimizerOf(const TrainingProgram &p, int rank) {
+  if (!p.pipeline)
+    return p.optimizer;
+  const size_t s = size_t(pipelineRankOf(p, rank));
+  if (s >= p.pipelineOptimizers.size())
+    throw std::runtime_error(absl::StrCat(
+        "pipeline rank ", s, " has no optimizer step; generate it again"));
+  return p.pipelineOptimizers[s];
+}
+
 /// The optimizer as weft train's --optimizer names it: AdamW keeps moments,
 /// SGD (with or without momentum) does not.
 std::string optimizerName(const TrainingProgram &p) {
-  for (const OptimizerSlot &slot : p.optimizerArguments)
+  const TrainingOptimizer &o = p.pipeline && !p.pipelineOptimizers.empty()
+                                   ? p.pipelineOptimizers.front()
+                                   : p.optimizer;
+  for (const OptimizerSlot &slot : o.arguments)
     if (slot.role == "exp_avg" || slot.role == "exp_avg_sq")
       return "adamw";
   return "sgd";
@@ -377,20 +407,82 @@ std::string optimizerName(const TrainingProgram &p) {
 /// The optimizer's state a rank holds, by (role, parameter).
 using OptimizerState = std::map<std::pair<std::string, int>, HostTensor>;
 
+/// What a checkpoint holds of one parameter or of its optimizer state
+/// ("param", or the state's role): where it sits on the mesh, the block a
+/// rank holds, and the pipeline rank whose ranks' blocks are gathered (the
+/// first that holds it; 0 without a pipeline).
+struct CheckpointEntry {
+  std::string role;
+  int parameter = -1;
+  Layout layout;
+  Shape block;
+  int holder = 0;
+};
+
+/// Every parameter (by index), then every optimizer state (by role and
+/// parameter), as the optimizer steps hold them; the same list on every
+/// rank. Throws when a parameter has no optimizer step that holds it.
+std::vector<CheckpointEntry> checkpointEntries(const TrainingProgram &p) {
+  std::map<std::pair<std::string, int>, CheckpointEntry> found;
+  std::vector<const TrainingOptimizer *> optimizers;
+  if (p.pipeline)
+    for (const TrainingOptimizer &o : p.pipelineOptimizers)
+      optimizers.push_back(&o);
+  else
+    optimizers.push_back(&p.optimizer);
+  for (size_t s = 0; s < optimizers.size(); ++s) {
+    const TrainingOptimizer &o = *optimizers[s];
+    for (size_t i = 0; i < o.arguments.size(); ++i) {
+      const OptimizerSlot &slot = o.arguments[i];
+      if (slot.parameter < 0 || slot.role == "grad" ||
+          i >= o.argumentLayouts.size() || i >= o.argumentTypes.size())
+        continue;
+      found.try_emplace({slot.role, slot.parameter},
+                        CheckpointEntry{slot.role, slot.parameter,
+                                        o.argumentLayouts[i],
+                                        o.argumentTypes[i].shape, int(s)});
+    }
+  }
+  std::vector<CheckpointEntry> entries;
+  for (size_t k = 0; k < p.parameters.size(); ++k) {
+    auto it = found.find({"param", int(k)});
+    if (it == found.end())
+      throw std::runtime_error(
+          absl::StrCat("no optimizer step updates parameter '",
+                       p.parameters[k].name, "'; generate the program again"));
+    entries.push_back(it->second);
+  }
+  for (auto &[key, entry] : found)
+    if (key.first != "param")
+      entries.push_back(entry);
+  return entries;
+}
+
 /// Where the optimizer's state of (role, parameter) sits on the mesh: its
 /// argument's layout in the optimizer step (under ZeRO, a block of the
 /// parameter's block).
-const Layout &stateLayout(const TrainingProgram &p,
+const Layout &stateLayout(const TrainingOptimizer &o,
                           const std::pair<std::string, int> &key) {
-  for (size_t i = 0;
-       i < p.optimizerArguments.size() && i < p.optimizerArgumentLayouts.size();
+  for (size_t i = 0; i < o.arguments.size() && i < o.argumentLayouts.size();
        ++i)
-    if (p.optimizerArguments[i].role == key.first &&
-        p.optimizerArguments[i].parameter == key.second)
-      return p.optimizerArgumentLayouts[i];
+    if (o.arguments[i].role == key.first &&
+        o.arguments[i].parameter == key.second)
+      return o.argumentLayouts[i];
   throw std::runtime_error(absl::StrCat(
       "the program does not say how the optimizer's ", key.first,
       " of parameter ", key.second, " is laid out; generate it again"));
+}
+
+/// Whether rank `rank` holds each parameter: every one without a pipeline,
+/// else those its pipeline rank's optimizer step updates.
+std::vector<bool> heldParameters(const TrainingProgram &p, int rank) {
+  std::vector<bool> held(p.parameters.size(), !p.pipeline);
+  if (p.pipeline)
+    for (const OptimizerSlot &slot : optimizerOf(p, rank).arguments)
+      if (slot.role == "param" && slot.parameter >= 0 &&
+          size_t(slot.parameter) < held.size())
+        held[size_t(slot.parameter)] = true;
+  return held;
 }
 
 /// This rank's blocks of a checkpoint's parameters and optimizer state, cut
@@ -420,6 +512,7 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
   std::map<std::string, const CheckpointParameter *> byName;
   for (const CheckpointParameter &c : read->parameters)
     byName[c.name] = &c;
+  const std::vector<bool> held = heldParameters(p, ctx.rank);
   for (size_t k = 0; k < p.parameters.size(); ++k) {
     const TrainedParameter &param = p.parameters[k];
     auto found = byName.find(param.name);
@@ -431,9 +524,11 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
           manifest, ": holds ", shapeString(found->second->value.shape),
           " for '", param.name, "', the program's is ",
           shapeString(param.shape)));
-    params[k] =
-        scatterBlock(found->second->value, param.layout, ctx.mesh, ctx.rank);
+    if (held[k])
+      params[k] =
+          scatterBlock(found->second->value, param.layout, ctx.mesh, ctx.rank);
   }
+  const TrainingOptimizer &o = optimizerOf(p, ctx.rank);
   for (auto &entry : state) {
     const TrainedParameter &param = p.parameters[size_t(entry.first.second)];
     const CheckpointParameter &c = *byName.at(param.name);
@@ -443,7 +538,7 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
       throw std::runtime_error(absl::StrCat(
           manifest, ": has no ", entry.first.first, " for '", param.name, "'"));
     HostTensor block =
-        scatterBlock(*whole, stateLayout(p, entry.first), ctx.mesh, ctx.rank);
+        scatterBlock(*whole, stateLayout(o, entry.first), ctx.mesh, ctx.rank);
     if (block.shape != entry.second.shape)
       throw std::runtime_error(absl::StrCat(
           "the optimizer's ", entry.first.first, " of '", param.name,
@@ -456,27 +551,37 @@ int64_t restoreCheckpoint(const RankContext &ctx, const TrainingProgram &p,
 }
 
 /// Gathers every rank's blocks of the parameters and the optimizer state
-/// whole; rank 0 writes them as weft train's checkpoint after `step` steps.
+/// whole (with a pipeline, from the first pipeline rank that holds each);
+/// rank 0 writes them as weft train's checkpoint after `step` steps.
 /// Returns the bytes this rank sent for it, which are not the training's.
 int64_t saveCheckpoint(RankContext &ctx, const TrainingProgram &p,
                        const std::string &saveDir, int64_t step,
                        const std::vector<HostTensor> &params,
                        const OptimizerState &state,
                        const LossScaling &scaling) {
+  const std::vector<CheckpointEntry> entries = checkpointEntries(p);
+  const std::vector<bool> held = heldParameters(p, ctx.rank);
   std::vector<Layout> layouts;
   std::vector<HostTensor> blocks;
-  for (size_t k = 0; k < p.parameters.size(); ++k) {
-    layouts.push_back(p.parameters[k].layout);
-    blocks.push_back(params[k]);
-  }
-  for (const auto &entry : state) {
-    layouts.push_back(stateLayout(p, entry.first));
-    blocks.push_back(entry.second);
+  std::vector<int> holders;
+  for (const CheckpointEntry &e : entries) {
+    layouts.push_back(e.layout);
+    holders.push_back(e.holder);
+    const HostTensor *mine = nullptr;
+    if (e.role == "param") {
+      if (held[size_t(e.parameter)])
+        mine = &params[size_t(e.parameter)];
+    } else if (auto it = state.find({e.role, e.parameter}); it != state.end()) {
+      mine = &it->second;
+    }
+    // (A rank without it gives a block of its holder's shape, not read.)
+    blocks.push_back(mine ? *mine : HostTensor(DType::F32, e.block));
   }
   const int64_t before = ctx.comm->bytesSent(ctx.rank);
   std::vector<int64_t> unused;
-  std::vector<HostTensor> whole = gatherFromProcesses(
-      *ctx.comm, ctx.rank, ctx.mesh, layouts, blocks, 0, unused);
+  std::vector<HostTensor> whole =
+      gatherFromProcesses(*ctx.comm, ctx.rank, ctx.mesh, layouts, blocks, 0,
+                          unused, p.pipeline ? holders : std::vector<int>{});
   const int64_t sent = ctx.comm->bytesSent(ctx.rank) - before;
   if (ctx.rank != 0)
     return sent;
@@ -487,15 +592,81 @@ int64_t saveCheckpoint(RankContext &ctx, const TrainingProgram &p,
   for (size_t k = 0; k < p.parameters.size(); ++k)
     checkpoint.parameters.push_back(
         CheckpointParameter{p.parameters[k].name, std::move(whole[k]), {}, {}});
-  size_t i = p.parameters.size();
-  for (const auto &entry : state) {
-    CheckpointParameter &c = checkpoint.parameters[size_t(entry.first.second)];
-    (checkpointStateOf(entry.first.first) == CheckpointState::V ? c.v : c.m) =
-        std::move(whole[i++]);
+  for (size_t i = p.parameters.size(); i < entries.size(); ++i) {
+    CheckpointParameter &c =
+        checkpoint.parameters[size_t(entries[i].parameter)];
+    (checkpointStateOf(entries[i].role) == CheckpointState::V ? c.v : c.m) =
+        std::move(whole[i]);
   }
   if (absl::Status status = writeCheckpoint(saveDir, checkpoint); !status.ok())
     throw std::runtime_error(std::string(status.message()));
   return sent;
+}
+
+/// Rank `ctx.rank`'s part of one pipelined training step: the schedule's
+/// steps on the m micro-batches (`micro`: [micro-batch][input]), its stages'
+/// functions on `params`. Returns the loss summed over the micro-batches
+/// (when the rank's stages compute it) and, by gradient index, the gradient
+/// blocks its stages return.
+struct PipelineStepResult {
+  std::optional<double> loss;
+  std::map<int, HostTensor> gradients;
+};
+PipelineStepResult
+runPipelineTrainingStep(RankContext &ctx, const TrainingProgram &p,
+                        const std::vector<HostTensor> &params,
+                        const std::vector<std::vector<HostTensor>> &micro) {
+  PipelineProgram program = *p.pipeline;
+  if (p.stageSteps.size() != program.virtualStages.size())
+    throw std::runtime_error(
+        absl::StrCat("the program has the steps of ", p.stageSteps.size(),
+                     " pipeline stages for ", program.virtualStages.size()));
+  auto bind = [&params](const TrainingStepFunction &f) -> RankFunction {
+    if (!f)
+      return RankFunction();
+    return [&params, f](RankContext &c, const std::vector<HostTensor> &in) {
+      return f(c, in, params);
+    };
+  };
+  for (size_t k = 0; k < program.virtualStages.size(); ++k) {
+    PipelineStage &stage = program.virtualStages[k];
+    stage.function = bind(p.stageSteps[k].forward);
+    stage.backward.function = bind(p.stageSteps[k].backward);
+    stage.weight.function = bind(p.stageSteps[k].weight);
+  }
+  // The executor takes [input][micro-batch].
+  std::vector<std::vector<HostTensor>> inputs(micro.empty() ? 0
+                                                            : micro[0].size());
+  for (const std::vector<HostTensor> &one : micro)
+    for (size_t i = 0; i < one.size() && i < inputs.size(); ++i)
+      inputs[i].push_back(one[i]);
+  std::vector<HostTensor> mine = runPipelineRank(ctx, program, inputs);
+  // Its model outputs come first, (output, micro-batch) in order: the loss
+  // is output 0.
+  const int s = pipelineRankOf(p, ctx.rank);
+  std::set<int> outputs;
+  for (size_t k = size_t(s); k < program.virtualStages.size();
+       k += size_t(program.stages))
+    for (int o : program.virtualStages[k].modelOutput)
+      if (o >= 0)
+        outputs.insert(o);
+  const size_t m = size_t(program.microBatches);
+  std::vector<int> gradients = pipelineRankGradients(program, s);
+  if (mine.size() != outputs.size() * m + gradients.size())
+    throw std::runtime_error(
+        absl::StrCat("pipeline rank ", s, "'s steps returned ", mine.size(),
+                     " values, not ", outputs.size() * m + gradients.size()));
+  PipelineStepResult result;
+  if (outputs.count(0)) {
+    double loss = 0;
+    for (size_t b = 0; b < m; ++b)
+      loss += mine[b].at(0);
+    result.loss = loss;
+  }
+  for (size_t g = 0; g < gradients.size(); ++g)
+    result.gradients.emplace(gradients[g],
+                             std::move(mine[outputs.size() * m + g]));
+  return result;
 }
 
 /// One rank's training: its blocks of the parameters and the optimizer
@@ -506,20 +677,29 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
                                   int64_t &checkpointBytes) {
   if (p.rankSetup && !ctx.backend)
     ctx.backend = p.rankSetup(ctx);
-  std::vector<HostTensor> params;
-  for (const TrainedParameter &param : p.parameters)
-    params.push_back(scatterBlock(
-        asType(loadWeight(ctx, param.file, DType::F32, param.shape),
-               DType::F32),
-        param.layout, ctx.mesh, ctx.rank));
+  // The parameters it holds (with a pipeline, its stages'): their blocks.
+  const TrainingOptimizer &optimizer = optimizerOf(p, ctx.rank);
+  const std::vector<bool> held = heldParameters(p, ctx.rank);
+  std::vector<HostTensor> params(p.parameters.size());
+  for (size_t k = 0; k < p.parameters.size(); ++k)
+    if (held[k])
+      params[k] =
+          scatterBlock(asType(loadWeight(ctx, p.parameters[k].file, DType::F32,
+                                         p.parameters[k].shape),
+                              DType::F32),
+                       p.parameters[k].layout, ctx.mesh, ctx.rank);
   // The optimizer's state, by (role, parameter): zeros to begin with.
   OptimizerState state;
-  for (size_t i = 0; i < p.optimizerArguments.size(); ++i) {
-    const OptimizerSlot &slot = p.optimizerArguments[i];
+  for (size_t i = 0; i < optimizer.arguments.size(); ++i) {
+    const OptimizerSlot &slot = optimizer.arguments[i];
     if (slot.parameter >= 0 && slot.role != "param" && slot.role != "grad")
       state[{slot.role, slot.parameter}] =
-          HostTensor(DType::F32, p.optimizerArgumentTypes[i].shape);
+          HostTensor(DType::F32, optimizer.argumentTypes[i].shape);
   }
+  // The rank that prints the steps and writes the log: the first that has
+  // the loss (with a pipeline, of the last stage's pipeline rank).
+  const int perStage = p.pipeline ? int(p.mesh.size()) / p.pipeline->stages : 1;
+  const int printer = p.pipeline ? (p.pipeline->stages - 1) * perStage : 0;
   // The optimizer steps taken, and loss scaling's scale.
   LossScaling scaling;
   scaling.scale = p.lossScale;
@@ -527,7 +707,7 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
   int64_t start = 0;
   if (!run.resumeDir.empty()) {
     start = restoreCheckpoint(ctx, p, run.resumeDir, params, state, scaling);
-    if (ctx.rank == 0)
+    if (ctx.rank == printer)
       std::cout << "resumed from " << run.resumeDir << " at step " << start
                 << "\n";
   }
@@ -545,7 +725,7 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
   const bool jsonl =
       run.logPath.size() >= 6 &&
       run.logPath.compare(run.logPath.size() - 6, 6, ".jsonl") == 0;
-  if (ctx.rank == 0 && !run.logPath.empty()) {
+  if (ctx.rank == printer && !run.logPath.empty()) {
     // A resumed run adds to the log it continues, as weft train does.
     std::error_code ec;
     const bool append =
@@ -571,12 +751,36 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
         micro.back().push_back(std::move(scale));
       }
     }
-    std::vector<HostTensor> sums = runTrainingStepOnRank(ctx, step, micro);
+    // The loss summed over the micro-batches (where the rank has it), and
+    // each held parameter's gradient block.
+    std::optional<double> lossSum;
+    std::function<HostTensor(int)> gradientOf;
+    std::vector<HostTensor> sums;
+    PipelineStepResult piped;
+    if (p.pipeline) {
+      piped = runPipelineTrainingStep(ctx, p, params, micro);
+      lossSum = piped.loss;
+      gradientOf = [&](int k) {
+        auto found = piped.gradients.find(p.parameters[size_t(k)].gradient);
+        if (found == piped.gradients.end())
+          throw std::runtime_error(
+              absl::StrCat("pipeline rank ", pipelineRankOf(p, ctx.rank),
+                           "'s stages do not return the gradient of ",
+                           p.parameters[size_t(k)].name));
+        return std::move(found->second);
+      };
+    } else {
+      sums = runTrainingStepOnRank(ctx, step, micro);
+      lossSum = sums[0].at(0);
+      gradientOf = [&](int k) {
+        return std::move(sums[size_t(p.parameters[size_t(k)].gradient)]);
+      };
+    }
     tokensSeen += run.gradAccum * p.batch * p.seq;
     const double lr = run.schedule.at(s);
     std::vector<HostTensor> in;
-    for (size_t i = 0; i < p.optimizerArguments.size(); ++i) {
-      const OptimizerSlot &slot = p.optimizerArguments[i];
+    for (size_t i = 0; i < optimizer.arguments.size(); ++i) {
+      const OptimizerSlot &slot = optimizer.arguments[i];
       if (std::optional<float> scalar = optimizerScalar(
               slot.role, p.constants, lr, scaling.optimizerSteps + 1,
               run.gradAccum, scaling.factor())) {
@@ -584,18 +788,17 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
         tensor.floats[0] = *scalar;
         in.push_back(std::move(tensor));
       } else if (slot.role == "grad") {
-        in.push_back(std::move(
-            sums[size_t(p.parameters[size_t(slot.parameter)].gradient)]));
+        in.push_back(gradientOf(slot.parameter));
       } else if (slot.role == "param") {
         in.push_back(params[size_t(slot.parameter)]);
       } else {
         in.push_back(state.at({slot.role, slot.parameter}));
       }
     }
-    std::vector<HostTensor> out = p.optimizer(ctx, in);
+    std::vector<HostTensor> out = optimizer.function(ctx, in);
     double norm = 0;
-    for (size_t r = 0; r < p.optimizerResults.size() && r < out.size(); ++r) {
-      const OptimizerSlot &slot = p.optimizerResults[r];
+    for (size_t r = 0; r < optimizer.results.size() && r < out.size(); ++r) {
+      const OptimizerSlot &slot = optimizer.results[r];
       if (slot.role == "grad_norm")
         norm = out[r].at(0);
       else if (slot.role == "param")
@@ -603,8 +806,8 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
       else
         state[{slot.role, slot.parameter}] = std::move(out[r]);
     }
-    double loss = sums[0].at(0) / double(run.gradAccum);
-    if (!std::isfinite(loss))
+    const double loss = lossSum.value_or(0) / double(run.gradAccum);
+    if (lossSum && !std::isfinite(loss))
       throw std::runtime_error(absl::StrCat(
           "step ", s + 1, ": the loss is not finite (", loss, "); lower --lr"));
     // Loss scaling: an overflow skipped the update and moves the scale.
@@ -615,7 +818,7 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
          (run.saveEvery > 0 && (s + 1) % run.saveEvery == 0)))
       checkpointBytes +=
           saveCheckpoint(ctx, p, run.saveDir, s + 1, params, state, scaling);
-    if (ctx.rank != 0)
+    if (ctx.rank != printer)
       continue;
     auto now = std::chrono::steady_clock::now();
     double seconds = std::chrono::duration<double>(now - begin).count();
@@ -701,6 +904,29 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
   std::vector<Layout> layouts;
   for (const TrainedParameter &param : program.parameters)
     layouts.push_back(param.layout);
+  // With a pipeline, each parameter is gathered from the first pipeline rank
+  // that holds it; the others give a block of its shape.
+  std::vector<int> holders;
+  std::vector<Shape> blockShapes;
+  try {
+    for (const CheckpointEntry &e : checkpointEntries(program))
+      if (e.role == "param") {
+        holders.push_back(e.holder);
+        blockShapes.push_back(e.block);
+      }
+  } catch (const std::exception &e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  auto heldBlocks = [&](std::vector<HostTensor> blocks, int rank) {
+    const std::vector<bool> held = heldParameters(program, rank);
+    for (size_t k = 0; k < blocks.size(); ++k)
+      if (!held[k])
+        blocks[k] = HostTensor(DType::F32, blockShapes[k]);
+    return blocks;
+  };
+  if (!program.pipeline)
+    holders.clear();
   if (launch->worldSize <= 1) {
     // Every rank a thread over the in-process communicator.
     std::vector<int64_t> bytes;
@@ -723,6 +949,8 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
       std::vector<HostTensor> blocks;
       for (std::vector<HostTensor> &rank : *results)
         blocks.push_back(std::move(rank[k]));
+      if (k < holders.size())
+        blocks = blocksOfHolder(std::move(blocks), program.mesh, holders[k]);
       whole.push_back(gatherBlocks(blocks, layouts[k], program.mesh));
     }
     return writeTrainedParameters(program, run->outputDir, whole, bytes);
@@ -742,13 +970,13 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
     RankContext ctx{rank, program.mesh, &comm, run->weightsDir, run->timeout};
     int64_t checkpointBytes = 0;
     std::vector<HostTensor> blocks =
-        trainRank(ctx, program, *run, checkpointBytes);
+        heldBlocks(trainRank(ctx, program, *run, checkpointBytes), rank);
     std::vector<int64_t> bytes;
     std::vector<HostTensor> whole = gatherFromProcesses(
         comm, rank, program.mesh, layouts, blocks,
         comm.bytesSent(rank) + (ctx.backend ? ctx.backend->bytesSent() : 0) -
             checkpointBytes,
-        bytes);
+        bytes, holders);
     if (rank == 0 &&
         writeTrainedParameters(program, run->outputDir, whole, bytes) != 0)
       group.abort("cannot write the trained parameters");

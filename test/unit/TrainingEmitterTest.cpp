@@ -116,9 +116,9 @@ TEST_F(TrainingEmitterTest, ReadsTheHeldBlock) {
                    "std::vector<int64_t>{8, 8}, Layout{{\"tp\"}, {}}, 1}"),
       std::string::npos)
       << program;
-  EXPECT_NE(program.find("p.optimizerArguments = {OptimizerSlot{\"lr\", -1}, "
-                         "OptimizerSlot{\"param\", 0}, OptimizerSlot{\"grad\", "
-                         "0}};"),
+  EXPECT_NE(program.find("p.optimizer = TrainingOptimizer{optimizerStep, "
+                         "{OptimizerSlot{\"lr\", -1}, OptimizerSlot{\"param\", "
+                         "0}, OptimizerSlot{\"grad\", 0}}"),
             std::string::npos)
       << program;
 }

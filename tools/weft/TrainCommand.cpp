@@ -696,6 +696,26 @@ static OwningOpRef<ModuleOp> loadModel(MLIRContext &context) {
   return weft::driver::importModel(path, options, context);
 }
 
+/// What a pipelined training step does not apply, as the plan's fields
+/// (weft train and weft compile --train refuse them alike).
+static std::vector<std::string> pipelineRefusals(const weft::plan::Plan &plan) {
+  std::vector<std::string> refused;
+  if (plan.pp() > 1 && gradAccum > 1 &&
+      gradAccum != std::max(1, plan.num_micro_batches()))
+    refused.push_back(
+        "m=" + std::to_string(std::max(1, plan.num_micro_batches())) +
+        ": a pipeline step runs the plan's m micro-batches, so --grad-accum " +
+        std::to_string(gradAccum) + " must be 1 or m");
+  if (plan.zero_stage() > 1 && plan.pp() > 1)
+    refused.push_back(
+        "zero=" + std::to_string(plan.zero_stage()) +
+        " with pp > 1: a pipeline's gradients are reduced once per step, so "
+        "its optimizer state shards (zero=1) but its gradients and weights "
+        "do not (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism too; "
+        "give zero=1)");
+  return refused;
+}
+
 static std::optional<weft::plan::Plan> trainingPlan() {
   if (!planFile.empty() && !planSpec.empty()) {
     trainError("give --plan or --plan-spec, not both");
@@ -719,20 +739,7 @@ static std::optional<weft::plan::Plan> trainingPlan() {
     plan = spec->plan;
   }
   // What a training step does not apply yet is refused by name.
-  std::vector<std::string> refused;
-  if (plan.pp() > 1 && gradAccum > 1 &&
-      gradAccum != std::max(1, plan.num_micro_batches()))
-    refused.push_back(
-        "m=" + std::to_string(std::max(1, plan.num_micro_batches())) +
-        ": a pipeline step runs the plan's m micro-batches, so --grad-accum " +
-        std::to_string(gradAccum) + " must be 1 or m");
-  if (plan.zero_stage() > 1 && plan.pp() > 1)
-    refused.push_back(
-        "zero=" + std::to_string(plan.zero_stage()) +
-        " with pp > 1: a pipeline's gradients are reduced once per step, so "
-        "its optimizer state shards (zero=1) but its gradients and weights "
-        "do not (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism too; "
-        "give zero=1)");
+  std::vector<std::string> refused = pipelineRefusals(plan);
   if (!refused.empty()) {
     std::string list;
     for (const std::string &field : refused)
@@ -1167,9 +1174,11 @@ compileTrainingProgram(MLIRContext &context,
     return llvm::createStringError("--steps and --grad-accum must be positive");
   if (std::string why; !freeze.empty() && !llvm::Regex(freeze).isValid(why))
     return llvm::createStringError("--freeze: " + why);
-  if (given.plan.zero_stage() > 0 && given.plan.pp() > 1)
-    return llvm::createStringError(
-        "zero with pp > 1: a pipeline's optimizer state is not sharded yet");
+  if (std::vector<std::string> refused = pipelineRefusals(given.plan);
+      !refused.empty())
+    return llvm::createStringError("the plan has fields that weft compile "
+                                   "--train does not apply: " +
+                                   refused.front());
   weft::driver::CompileRequest request = given;
   request.training.steps = steps;
   request.training.gradAccum = gradAccum;

@@ -16,6 +16,7 @@
 #define WEFT_DRIVER_DRIVER_H
 
 #include "weft/Codegen/CpuEmitter.h"
+#include "weft/Codegen/PipelineProgram.h"
 #include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Training.h"
 #include "weft/Import/OnnxImporter.h"
@@ -331,8 +332,7 @@ runPipelineOnMeshDevices(mlir::ModuleOp module, const plan::Plan &plan,
 
 /// The runtime's description of a pipelined module (everything but the
 /// stage functions, which the caller provides: interpreted or compiled).
-llvm::Expected<rt::PipelineProgram> pipelineProgram(mlir::ModuleOp module,
-                                                    const PipelineInfo &info);
+using codegen::pipelineProgram;
 /// Gives `program`'s stage functions (forward, backward and weight-gradient
 /// steps) as `info`'s functions interpreted on the rank that runs them.
 void interpretStages(rt::PipelineProgram &program, const PipelineInfo &info,
@@ -351,7 +351,7 @@ pipelineOptimizers(mlir::ModuleOp module, const rt::PipelineProgram &program,
 
 /// The layout (mesh axes per dimension) of a partitioned function's
 /// argument or result from its `weft.local_sharding` (replicated when null).
-rt::Layout layoutOf(mlir::Attribute localSharding, int64_t rank);
+using codegen::layoutOf;
 
 /// What `weft run` is asked.
 struct RunRequest {

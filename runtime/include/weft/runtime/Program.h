@@ -245,11 +245,21 @@ private:
 std::optional<LaunchInfo> programLaunch(const Mesh &mesh, int *exitCode);
 
 /// One rank per process: every rank's output blocks and bytes sent, gathered
-/// over `comm` to the global outputs (on every rank). Throws on failure.
-std::vector<HostTensor> gatherFromProcesses(
-    Communicator &comm, int rank, const Mesh &mesh,
-    const std::vector<Layout> &layouts, const std::vector<HostTensor> &blocks,
-    int64_t bytesSent, std::vector<int64_t> &allBytesSent);
+/// over `comm` to the global outputs (on every rank). With `holders`, per
+/// output the coordinate on the mesh's first axis (a pipeline rank) whose
+/// ranks' blocks stand for every rank's: the others give a block of the same
+/// shape that is not read. Throws on failure.
+std::vector<HostTensor>
+gatherFromProcesses(Communicator &comm, int rank, const Mesh &mesh,
+                    const std::vector<Layout> &layouts,
+                    const std::vector<HostTensor> &blocks, int64_t bytesSent,
+                    std::vector<int64_t> &allBytesSent,
+                    const std::vector<int> &holders = {});
+
+/// `blocks` (one per rank) with each rank's replaced by the block of the
+/// rank with the same coordinates but `holder` on the mesh's first axis.
+std::vector<HostTensor> blocksOfHolder(std::vector<HostTensor> blocks,
+                                       const Mesh &mesh, int holder);
 /// Creates a program's output directory with its parents (as `weft run -o`
 /// does); prints the error and returns false if it cannot.
 bool createOutputDirectory(const std::string &dir);

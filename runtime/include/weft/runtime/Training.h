@@ -16,6 +16,7 @@
 #define WEFT_RUNTIME_TRAINING_H
 
 #include "weft/runtime/Checkpoint.h"
+#include "weft/runtime/Pipeline.h"
 #include "weft/runtime/Program.h"
 
 #include "absl/status/statusor.h"
@@ -159,6 +160,24 @@ struct TrainedParameter {
   int gradient = -1;
 };
 
+/// An optimizer step as a generated program runs it: its function, the
+/// slots of its arguments and results, its arguments as each rank holds them
+/// (the state starts as zeros of these) and where they sit on the mesh
+/// (checkpoints gather and cut the state by these).
+struct TrainingOptimizer {
+  RankFunction function;
+  std::vector<OptimizerSlot> arguments, results;
+  std::vector<TensorType> argumentTypes;
+  std::vector<Layout> argumentLayouts;
+};
+
+/// A pipeline stage's steps in a training program: the forward, backward
+/// and weight-gradient functions (an empty one where the stage has no such
+/// step), each taking the rank's parameter blocks as its third input.
+struct PipelineStageSteps {
+  TrainingStepFunction forward, backward, weight;
+};
+
 /// What `weft compile --train` generates: the three functions and how they
 /// fit, and the defaults of the run it was compiled for.
 struct TrainingProgram {
@@ -169,16 +188,12 @@ struct TrainingProgram {
   RankFunction reduce;
   std::vector<int> partial;
   bool everyMicroBatch = false;
-  RankFunction optimizer;
-  std::vector<OptimizerSlot> optimizerArguments, optimizerResults;
-  /// The optimizer step's arguments as each rank holds them (its state
-  /// starts as zeros of these).
-  std::vector<TensorType> optimizerArgumentTypes;
-  /// Where each of them sits on the mesh (checkpoints gather and cut the
-  /// state by these).
-  std::vector<Layout> optimizerArgumentLayouts;
+  TrainingOptimizer optimizer;
+  /// A trained parameter's `gradient` is the step's result that is its
+  /// gradient (with a pipeline: its index in the pipeline's gradientNames).
   std::vector<TrainedParameter> parameters;
   OptimizerConstants constants;
+  /// One micro-batch's [batch, seq].
   int64_t batch = 1, seq = 1;
   /// The step's inputs between the token ids and the labels.
   int masks = 0;
@@ -192,6 +207,16 @@ struct TrainingProgram {
   /// Loss scaling (f16): the step's last input is the scale, which starts
   /// here and moves by this rule; none without it.
   std::optional<LossScale> lossScale;
+
+  /// With pp > 1: the pipeline whose schedule each step runs on the m
+  /// micro-batches (gradAccum is m), its stages' functions the `stageSteps`
+  /// (by virtual stage) on the rank's parameter blocks, and per pipeline
+  /// rank the optimizer step its ranks run after the schedule, on the
+  /// parameters of its stages (a rank holds only those). `step`,
+  /// `stepInputs`, `reduce` and `optimizer` are then unused.
+  std::optional<PipelineProgram> pipeline;
+  std::vector<PipelineStageSteps> stageSteps;
+  std::vector<TrainingOptimizer> pipelineOptimizers;
 };
 
 /// The `main` of a generated training program:
