@@ -471,62 +471,6 @@ absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineOutputs(
   return assembled;
 }
 
-absl::StatusOr<std::vector<HostTensor>> weft::rt::assemblePipelineGradients(
-    const PipelineProgram &program,
-    const std::vector<std::vector<HostTensor>> &perRank) {
-  const int p = program.stages, m = program.microBatches;
-  const int n = int(program.mesh.size()), perStage = n / p;
-  const auto &stages = program.virtualStages;
-  std::vector<HostTensor> summed(program.gradientNames.size());
-  std::vector<bool> found(program.gradientNames.size(), false);
-  for (int rank = 0; rank < p; ++rank) {
-    // Where this pipeline rank's gradients start in its results, and the
-    // layout of each.
-    int position = 0;
-    std::map<int, Layout> layouts;
-    for (size_t k = 0; k < stages.size(); ++k) {
-      if (int(k) % p != rank)
-        continue;
-      for (int output : stages[k].modelOutput)
-        position += output >= 0 ? m : 0;
-      for (const PipelineStepFunction *fn :
-           {&stages[k].backward, &stages[k].weight})
-        for (size_t r = 0; r < fn->results.size(); ++r)
-          if (fn->results[r].kind == PipelineRef::Gradient)
-            layouts.try_emplace(fn->results[r].index, fn->resultLayouts[r]);
-    }
-    for (auto &[index, layout] : layouts) {
-      if (index < 0 || size_t(index) >= summed.size())
-        return absl::InvalidArgumentError(
-            absl::StrCat("pipeline rank ", rank, " returns gradient #", index,
-                         " of ", summed.size()));
-      std::vector<HostTensor> blocks;
-      for (int r = 0; r < n; ++r) {
-        const std::vector<HostTensor> &theirs =
-            perRank[size_t(rank * perStage + r % perStage)];
-        if (size_t(position) >= theirs.size())
-          return absl::InternalError(
-              absl::StrCat("the ranks of pipeline rank ", rank,
-                           " did not return the gradient of ",
-                           program.gradientNames[size_t(index)]));
-        blocks.push_back(theirs[size_t(position)]);
-      }
-      HostTensor whole = gatherBlocks(blocks, layout, program.mesh);
-      if (!found[size_t(index)])
-        summed[size_t(index)] = std::move(whole);
-      else
-        accumulateInto(summed[size_t(index)], whole);
-      found[size_t(index)] = true;
-      ++position;
-    }
-  }
-  for (size_t i = 0; i < found.size(); ++i)
-    if (!found[i])
-      return absl::InvalidArgumentError(absl::StrCat(
-          "no stage returns the gradient of ", program.gradientNames[i]));
-  return summed;
-}
-
 std::vector<int> weft::rt::pipelineRankGradients(const PipelineProgram &program,
                                                  int rank) {
   std::set<int> indices;
@@ -638,9 +582,9 @@ absl::StatusOr<PipelineTrainingResult> weft::rt::runPipelineTrainingOnMesh(
     const PipelineProgram &program, const std::string &weightsDir,
     const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
     std::chrono::milliseconds timeout, const StepObserver *observer,
-    const std::vector<PipelineOptimizerStep> *optimizers) {
+    const std::vector<PipelineOptimizerStep> &optimizers) {
   auto ran = runPipelineRanks(program, weightsDir, inputs, bytesSent, timeout,
-                              observer, optimizers);
+                              observer, &optimizers);
   if (!ran.ok())
     return ran.status();
   PipelineTrainingResult result;
@@ -648,35 +592,28 @@ absl::StatusOr<PipelineTrainingResult> weft::rt::runPipelineTrainingOnMesh(
   if (!outputs.ok())
     return outputs.status();
   result.outputs = std::move(*outputs);
-  if (optimizers) {
-    // Each pipeline rank's optimizer results, from the blocks of its ranks
-    // (its pipeline coordinate stands for every other's in the gather).
-    const int p = program.stages;
-    const int n = int(program.mesh.size()), perStage = n / p;
-    for (int s = 0; s < p; ++s) {
-      const PipelineOptimizerStep &optimizer = (*optimizers)[size_t(s)];
-      const size_t count = optimizer.resultLayouts.size();
-      std::vector<HostTensor> &whole = result.updated.emplace_back();
-      for (size_t r = 0; r < count; ++r) {
-        std::vector<HostTensor> blocks;
-        for (int rank = 0; rank < n; ++rank) {
-          const std::vector<HostTensor> &theirs =
-              (*ran)[size_t(s * perStage + rank % perStage)];
-          if (theirs.size() < count)
-            return absl::InternalError(
-                absl::StrCat("the ranks of pipeline rank ", s,
-                             " did not return their optimizer step's results"));
-          blocks.push_back(theirs[theirs.size() - count + r]);
-        }
-        whole.push_back(
-            gatherBlocks(blocks, optimizer.resultLayouts[r], program.mesh));
+  // Each pipeline rank's optimizer results, from the blocks of its ranks
+  // (its pipeline coordinate stands for every other's in the gather).
+  const int p = program.stages;
+  const int n = int(program.mesh.size()), perStage = n / p;
+  for (int s = 0; s < p; ++s) {
+    const PipelineOptimizerStep &optimizer = optimizers[size_t(s)];
+    const size_t count = optimizer.resultLayouts.size();
+    std::vector<HostTensor> &whole = result.updated.emplace_back();
+    for (size_t r = 0; r < count; ++r) {
+      std::vector<HostTensor> blocks;
+      for (int rank = 0; rank < n; ++rank) {
+        const std::vector<HostTensor> &theirs =
+            (*ran)[size_t(s * perStage + rank % perStage)];
+        if (theirs.size() < count)
+          return absl::InternalError(
+              absl::StrCat("the ranks of pipeline rank ", s,
+                           " did not return their optimizer step's results"));
+        blocks.push_back(theirs[theirs.size() - count + r]);
       }
+      whole.push_back(
+          gatherBlocks(blocks, optimizer.resultLayouts[r], program.mesh));
     }
-    return result;
   }
-  auto gradients = assemblePipelineGradients(program, *ran);
-  if (!gradients.ok())
-    return gradients.status();
-  result.gradients = std::move(*gradients);
   return result;
 }

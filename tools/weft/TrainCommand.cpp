@@ -922,7 +922,6 @@ int runTrain(MLIRContext &context) {
   // With pp > 1: the pipeline the runtime executes, its stages interpreted.
   std::optional<weft::rt::PipelineProgram> pipeline;
   std::optional<weft::PipelineInfo> pipelineInfo;
-  std::vector<int> gradientOf; // the parameter of each pipeline gradient
   // With pp > 1 (partitioned): each pipeline rank's optimizer step, which
   // its ranks run on their blocks after the pipeline's steps.
   std::vector<func::FuncOp> pipelineOptimizers;
@@ -944,13 +943,17 @@ int runTrain(MLIRContext &context) {
           "the plan runs on " + std::to_string(program->mesh.size()) +
           " devices, but --devices is " + std::to_string(devices));
     weft::driver::interpretStages(*program, *pipelineInfo, options);
-    for (const std::string &name : program->gradientNames)
-      gradientOf.push_back(int(index.lookup(name)));
     llvm::Expected<std::vector<func::FuncOp>> found =
         weft::driver::pipelineOptimizers(*module, *program, options,
                                          pipelineUpdates);
     if (!found)
       return trainError(llvm::toString(found.takeError()));
+    // (A plan with stages is partitioned: buildPartitionedStep gave each
+    // pipeline rank its optimizer step.)
+    if (pipelineUpdates.empty())
+      return trainError(
+          "the pipelined step has no optimizer step per "
+          "pipeline rank (-weft-build-optimizer=rank-local=true)");
     pipelineOptimizers = std::move(*found);
     pipeline = std::move(*program);
   }
@@ -1006,8 +1009,7 @@ int runTrain(MLIRContext &context) {
       auto ran = weft::rt::runPipelineTrainingOnMesh(
           *pipeline, options.weightsDir, windowInputs(step * windows, windows),
           &bytes, std::chrono::milliseconds(int64_t(collectiveTimeout * 1000)),
-          tracing ? &observe : nullptr,
-          pipelineUpdates.empty() ? nullptr : &pipelineUpdates);
+          tracing ? &observe : nullptr, pipelineUpdates);
       if (!ran.ok())
         return trainError(std::string(ran.status().message()));
       if (tracing) {
@@ -1022,8 +1024,6 @@ int runTrain(MLIRContext &context) {
         return trainError("the pipeline returned no loss per micro-batch");
       for (const HostTensor &microLoss : ran->outputs[0])
         lossSum += microLoss.at(0);
-      for (size_t g = 0; g < ran->gradients.size(); ++g)
-        grads[size_t(gradientOf[g])] = ran->gradients[g].floats.toVector();
       // (A tied parameter comes back from each pipeline rank that holds
       // it, the same.)
       for (auto [s, updated] : llvm::enumerate(ran->updated))

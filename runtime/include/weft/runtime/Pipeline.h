@@ -172,15 +172,6 @@ assemblePipelineMicroOutputs(
     const PipelineProgram &program,
     const std::vector<std::vector<HostTensor>> &perRank);
 
-/// A training step's parameter gradients (by PipelineProgram::gradientNames)
-/// from every rank's runPipelineRank results: each gathered from the blocks
-/// of its stage's ranks, and summed over the stages that read the parameter
-/// (tied weights: the input embedding on the first stage and the output
-/// layer on the last).
-absl::StatusOr<std::vector<HostTensor>>
-assemblePipelineGradients(const PipelineProgram &program,
-                          const std::vector<std::vector<HostTensor>> &perRank);
-
 /// The gradients pipeline rank `rank`'s steps return (by gradient index,
 /// ascending: the order of runPipelineRank's gradient results).
 std::vector<int> pipelineRankGradients(const PipelineProgram &program,
@@ -201,22 +192,20 @@ struct PipelineOptimizerStep {
   std::vector<HostTensor> inputs;
 };
 
-/// Every rank of a training step as a thread: per micro-batch the model
-/// outputs ([output][micro-batch]); without optimizer steps, the summed
-/// parameter gradients, whole; with them, per pipeline rank its optimizer
-/// step's results, whole (gathered from the blocks of its ranks).
+/// Every rank of a training step as a thread, each followed by its pipeline
+/// rank's optimizer step (`optimizers`, one per pipeline rank): per
+/// micro-batch the model outputs ([output][micro-batch]), and per pipeline
+/// rank its optimizer step's results, whole (gathered from the blocks of its
+/// ranks).
 struct PipelineTrainingResult {
   std::vector<std::vector<HostTensor>> outputs;
-  std::vector<HostTensor> gradients;
   std::vector<std::vector<HostTensor>> updated;
 };
 absl::StatusOr<PipelineTrainingResult> runPipelineTrainingOnMesh(
     const PipelineProgram &program, const std::string &weightsDir,
-    const std::vector<HostTensor> &inputs,
-    std::vector<int64_t> *bytesSent = nullptr,
-    std::chrono::milliseconds timeout = kDefaultCollectiveTimeout,
-    const StepObserver *observer = nullptr,
-    const std::vector<PipelineOptimizerStep> *optimizers = nullptr);
+    const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
+    std::chrono::milliseconds timeout, const StepObserver *observer,
+    const std::vector<PipelineOptimizerStep> &optimizers);
 
 /// Every rank as a thread over the in-process communicator.
 absl::StatusOr<std::vector<HostTensor>>
