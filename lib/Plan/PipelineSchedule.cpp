@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -99,14 +100,16 @@ struct StageTimesRef {
 
 /// Runs each rank's compute steps in `order` with these times, a step
 /// starting when its rank is free and its input has arrived. With
-/// `placeWeights` (ZB-H1's unit-time pass), `order` holds F and B only and
+/// `withWeights` (ZB-H1's unit-time pass), `order` holds F and B only and
 /// each W is placed greedily: it runs in the first idle gap that fits it, or
-/// when p weight gradients wait; `order` comes back with the W steps where
-/// they ran. Returns the makespan, or infinity if the order deadlocks.
-static double runOrder(std::vector<std::vector<PipelineStep>> &order, int p,
-                       int v, int m, const StageTimesRef &times,
-                       bool placeWeights,
+/// when p weight gradients wait; `*withWeights` gets the order with the W
+/// steps where they ran. Returns the makespan, or infinity if the order
+/// deadlocks.
+static double runOrder(const std::vector<std::vector<PipelineStep>> &order,
+                       int p, int v, int m, const StageTimesRef &times,
+                       std::vector<std::vector<PipelineStep>> *withWeights,
                        std::vector<TimelineEvent> *timeline) {
+  const bool placeWeights = withWeights != nullptr;
   const int stages = p * v;
   std::vector<double> fwdDone(size_t(stages) * m, -1),
       bwdDone(size_t(stages) * m, -1);
@@ -195,8 +198,25 @@ static double runOrder(std::vector<std::vector<PipelineStep>> &order, int p,
     while (pendingHead[s] < pendingW[s].size())
       runWeight(s);
   if (placeWeights)
-    order = std::move(placed);
+    *withWeights = std::move(placed);
   return *std::max_element(freeAt.begin(), freeAt.end());
+}
+
+/// computeStepOrder's lists, computed once per (schedule, p, v, m) on each
+/// thread: the search times the same schedule under many plans, and a list
+/// is O(p v m) to build (ZB-H1's with a unit-time run). A few hundred
+/// lists are kept at most (each up to a few MB for thousands of steps).
+static const std::vector<std::vector<PipelineStep>> &
+cachedStepOrder(plan::Schedule schedule, int p, int v, int m) {
+  using Key = std::tuple<int, int, int, int>;
+  thread_local std::map<Key, std::vector<std::vector<PipelineStep>>> cache;
+  Key key{int(schedule), p, v, m};
+  auto found = cache.find(key);
+  if (found != cache.end())
+    return found->second;
+  if (cache.size() >= 256)
+    cache.clear();
+  return cache.emplace(key, computeStepOrder(schedule, p, v, m)).first->second;
 }
 
 std::vector<std::vector<PipelineStep>>
@@ -211,8 +231,7 @@ planner::computeStepOrder(plan::Schedule schedule, int p, int v, int m) {
   // program the pipeline pass writes and the list the cost model times are
   // one.
   std::vector<double> ones(size_t(p) * v, 1.0);
-  runOrder(order, p, v, m, {ones, ones, ones, 0.0}, /*placeWeights=*/true,
-           nullptr);
+  runOrder(order, p, v, m, {ones, ones, ones, 0.0}, &order, nullptr);
   return order;
 }
 
@@ -223,10 +242,8 @@ double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
                                         const std::vector<double> &weight,
                                         double p2p,
                                         std::vector<TimelineEvent> *timeline) {
-  std::vector<std::vector<PipelineStep>> order =
-      computeStepOrder(schedule, p, v, m);
-  return runOrder(order, p, v, m, {forward, backward, weight, p2p},
-                  /*placeWeights=*/false, timeline);
+  return runOrder(cachedStepOrder(schedule, p, v, m), p, v, m,
+                  {forward, backward, weight, p2p}, nullptr, timeline);
 }
 
 PipelineSchedule

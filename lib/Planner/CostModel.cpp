@@ -1008,27 +1008,55 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
   return cost;
 }
 
+/// A layer's forward, backward (input gradients, with recomputation) and
+/// weight-gradient work, and the embedding's and the head's, with the
+/// tensor-parallel communication and weight gathers they leave exposed: what
+/// workLowerBound and averageWorkBound add up.
+namespace {
+struct WorkTerms {
+  double layerF, layerB, layerW, embedWork, headWork;
+};
+} // namespace
+
+static WorkTerms workTerms(const plan::Plan &plan, const BlockCost &layer,
+                           const BlockCost &embedding, const BlockCost &head) {
+  WorkTerms w;
+  double tpF = exposedTensorParallelComm(plan, layer, 1);
+  double tpB = exposedTensorParallelComm(plan, layer, 2);
+  w.layerF =
+      layer.forward + tpF + layer.seqComm + exposedWeightGather(layer, false);
+  double recompute = plan.recompute() == plan::RECOMPUTE_FULL ? w.layerF
+                     : plan.recompute() == plan::RECOMPUTE_SELECTIVE
+                         ? layer.attentionCore
+                         : 0;
+  w.layerB = layer.backwardInput + tpB + layer.seqComm + recompute +
+             exposedWeightGather(layer, true);
+  w.layerW = layer.backwardWeight;
+  w.embedWork = embedding.forward + embedding.backwardInput +
+                embedding.backwardWeight + 2 * embedding.tpComm;
+  w.headWork =
+      head.forward + head.backwardInput + head.backwardWeight + 2 * head.tpComm;
+  return w;
+}
+
+double CostModel::averageWorkBound(const plan::Plan &plan) {
+  const Blocks &b = blocks(plan);
+  const WorkTerms w = workTerms(plan, b.layer, b.embedding, b.head);
+  double work = double(modelSpec.layers()) * (w.layerF + w.layerB + w.layerW);
+  work += w.embedWork;
+  work += w.headWork;
+  // (Below the slowest stage's m * work by more than rounding.)
+  return double(plan.num_micro_batches()) * work / plan.pp() * (1 - 1e-12);
+}
+
 double CostModel::workLowerBound(const plan::Plan &plan) {
   // The work of each stage without ZeRO-3 prefetch limits, pipeline sends
   // and data parallelism (all only add time), in closed form per stage.
   const int p = plan.pp(), v = virtualStages(plan), m = plan.num_micro_batches();
   const Blocks &b = blocks(plan);
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
-  double tpF = exposedTensorParallelComm(plan, b.layer, 1);
-  double tpB = exposedTensorParallelComm(plan, b.layer, 2);
-  double layerF = b.layer.forward + tpF + b.layer.seqComm +
-                  exposedWeightGather(b.layer, false);
-  double recompute = plan.recompute() == plan::RECOMPUTE_FULL ? layerF
-                     : plan.recompute() == plan::RECOMPUTE_SELECTIVE
-                         ? b.layer.attentionCore
-                         : 0;
-  double layerB = b.layer.backwardInput + tpB + b.layer.seqComm + recompute +
-                  exposedWeightGather(b.layer, true);
-  double layerW = b.layer.backwardWeight;
-  double embedWork = b.embedding.forward + b.embedding.backwardInput +
-                     b.embedding.backwardWeight + 2 * b.embedding.tpComm;
-  double headWork = b.head.forward + b.head.backwardInput +
-                    b.head.backwardWeight + 2 * b.head.tpComm;
+  const auto [layerF, layerB, layerW, embedWork, headWork] =
+      workTerms(plan, b.layer, b.embedding, b.head);
   double bound = 0, before = 0;
   for (int s = 0; s < p; ++s) {
     double layers = plan.stage_layers(s);

@@ -123,6 +123,8 @@ SearchResult planner::searchPlans(CostModel &model,
       }
     }
   }
+  // The candidate being examined (reused).
+  plan::Plan scratch;
   auto lastReport = start;
   double reported = 0;
   size_t tpIndex = 0;
@@ -193,29 +195,59 @@ SearchResult planner::searchPlans(CostModel &model,
             const double capacity = (model.cluster().gpu().hbm_gib() -
                                      model.training().memory_reserve_gib()) *
                                     1024.0 * 1024 * 1024;
+            // The shape's fields every schedule shares (`candidate` is
+            // reused: its repeated field keeps its storage).
+            auto fill = [&](plan::Plan &candidate, int sp) {
+              candidate.Clear();
+              candidate.set_dp(dp);
+              candidate.set_compress(
+                  policies[(dp > 1) | (cp > 1) << 1 | (u > 1) << 2 |
+                           (tp > 1) << 3 | (tensor.gx > 1) << 4 |
+                           (tensor.gy > 1) << 5 | (tensor.gz > 1) << 6]);
+              candidate.set_tp(tp);
+              if (tensor.grid()) {
+                candidate.set_gx(int(tensor.gx));
+                candidate.set_gy(int(tensor.gy));
+                candidate.set_gz(int(tensor.gz));
+              }
+              candidate.set_pp(pp);
+              candidate.set_cp(cp);
+              candidate.set_ulysses(u);
+              candidate.set_sequence_parallel(sp);
+              // Overlap is free to ask for once SP splits the collectives
+              // into all-gather and reduce-scatter.
+              candidate.set_tp_comm_overlap(sp);
+              candidate.set_micro_batch(mbs);
+              candidate.set_num_micro_batches(micro);
+            };
+            // A shape whose work, spread evenly over its stages, already
+            // reaches the plans kept cannot win under any schedule, ZeRO
+            // stage or recomputation (each only adds to it): its candidates
+            // are counted, not costed. A ring's bound comes from a measured
+            // shorter ring, as below, so that no program is built for it.
+            bool shapeLoses[2] = {false, false};
+            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+              plan::Plan &probe = scratch;
+              fill(probe, sp);
+              probe.set_schedule(plan::SCHEDULE_1F1B);
+              probe.set_virtual_stages(1);
+              if (!model.checkPlan(probe).empty())
+                continue;
+              const bool relative = cp > 1 && options.boundFromRelatives &&
+                                    !model.isMeasured(probe);
+              shapeLoses[sp] =
+                  (relative ? model.relativeWorkBound(probe)
+                            : model.averageWorkBound(probe)) >= threshold();
+            }
+            // The schedules with one chunk per rank share their stages, and
+            // ZB-H1's bound is the least of theirs (its fill leaves the
+            // weight gradients out): computed once per SP setting, it
+            // prunes all of them (-1: not yet).
+            double oneChunkBound[2] = {-1, -1};
             for (const Sched &sched : schedules) {
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                plan::Plan candidate;
-                candidate.set_dp(dp);
-                candidate.set_compress(
-                    policies[(dp > 1) | (cp > 1) << 1 | (u > 1) << 2 |
-                             (tp > 1) << 3 | (tensor.gx > 1) << 4 |
-                             (tensor.gy > 1) << 5 | (tensor.gz > 1) << 6]);
-                candidate.set_tp(tp);
-                if (tensor.grid()) {
-                  candidate.set_gx(int(tensor.gx));
-                  candidate.set_gy(int(tensor.gy));
-                  candidate.set_gz(int(tensor.gz));
-                }
-                candidate.set_pp(pp);
-                candidate.set_cp(cp);
-                candidate.set_ulysses(u);
-                candidate.set_sequence_parallel(sp);
-                // Overlap is free to ask for once SP splits the collectives
-                // into all-gather and reduce-scatter.
-                candidate.set_tp_comm_overlap(sp);
-                candidate.set_micro_batch(mbs);
-                candidate.set_num_micro_batches(micro);
+                plan::Plan &candidate = scratch;
+                fill(candidate, sp);
                 candidate.set_schedule(sched.schedule);
                 candidate.set_virtual_stages(sched.v);
                 candidate.set_zero_stage(
@@ -225,6 +257,11 @@ SearchResult planner::searchPlans(CostModel &model,
                 int zeros = sched.schedule == plan::SCHEDULE_ZEROPP ? 1
                             : shard > 1                             ? 4
                                                                     : 1;
+                if (shapeLoses[sp]) {
+                  if (!options.accept)
+                    result.candidates += zeros;
+                  continue;
+                }
                 // A ring's programs are the largest to build: first bound
                 // the plan from a measured one with a shorter ring.
                 if (cp > 1 && options.boundFromRelatives &&
@@ -240,6 +277,21 @@ SearchResult planner::searchPlans(CostModel &model,
                 // shorter: when it alone cannot beat the plans kept, none
                 // of their variants can.
                 candidate.set_recompute(plan::RECOMPUTE_NONE);
+                if (sched.v == 1 && pp > 1) {
+                  if (oneChunkBound[sp] < 0) {
+                    const int zero = candidate.zero_stage();
+                    candidate.set_schedule(plan::SCHEDULE_ZB_H1);
+                    candidate.set_zero_stage(0);
+                    oneChunkBound[sp] = model.workLowerBound(candidate);
+                    candidate.set_schedule(sched.schedule);
+                    candidate.set_zero_stage(zero);
+                  }
+                  if (oneChunkBound[sp] >= threshold()) {
+                    if (!options.accept)
+                      result.candidates += zeros;
+                    continue;
+                  }
+                }
                 if (model.workLowerBound(candidate) >= threshold()) {
                   if (!options.accept)
                     result.candidates += zeros;

@@ -94,6 +94,12 @@ public:
   /// Recomputation only adds to it.
   double workLowerBound(const plan::Plan &plan);
 
+  /// A lower bound on workLowerBound for every schedule, virtual-stage count
+  /// and stage boundaries of `plan`'s other fields (the layers' work split
+  /// evenly over the stages: the slowest does at least the average; no
+  /// fill or drain; the plan's own ZeRO stage and recomputation).
+  double averageWorkBound(const plan::Plan &plan);
+
   /// True if the rank programs that cost `plan` are already measured.
   bool isMeasured(const plan::Plan &plan) const;
 
