@@ -232,37 +232,6 @@ void stallIfAsked(int rank) {
       std::chrono::milliseconds(int64_t(seconds * 1000)));
 }
 
-/// The pipeline's stage functions with the fault injection of a real
-/// program: the rank named by WEFT_STALL_RANK stalls (stallIfAsked) and the
-/// one named by WEFT_KILL_RANK kills itself with SIGKILL (no handler runs,
-/// no message is sent; ranks as processes only), each in its first forward
-/// step, after the schedule has started: the others must fail naming the
-/// step and the rank they miss.
-PipelineProgram withFaults(const PipelineProgram &program, bool processes) {
-  int kill = -1;
-  if (const char *text = std::getenv("WEFT_KILL_RANK"); text && processes)
-    (void)absl::SimpleAtoi(text, &kill);
-  PipelineProgram faulty = program;
-  for (PipelineStage &stage : faulty.virtualStages)
-    stage.function = [function = stage.function,
-                      kill](RankContext &ctx,
-                            const std::vector<HostTensor> &inputs) {
-      thread_local bool started = false;
-      if (!started) {
-        started = true;
-        stallIfAsked(ctx.rank);
-        if (ctx.rank == kill) {
-          std::cerr << absl::StrCat("rank ", ctx.rank,
-                                    ": killing itself (WEFT_KILL_RANK)\n")
-                    << std::flush;
-          std::raise(SIGKILL);
-        }
-      }
-      return function(ctx, inputs);
-    };
-  return faulty;
-}
-
 /// One rank per process: over MPI or the TCP store.
 int runAsProcess(const Mesh &mesh, const std::vector<Layout> &inputLayouts,
                  const std::vector<Layout> &outputLayouts,
@@ -482,7 +451,7 @@ int weft::rt::pipelineProgramMain(int argc, char **argv,
       return 1;
     }
   }
-  PipelineProgram faulty = withFaults(program, launch->worldSize > 1);
+  PipelineProgram faulty = withInjectedFaults(program, launch->worldSize > 1);
   if (launch->worldSize > 1)
     return runPipelineAsProcess(faulty, *args, *launch);
   std::vector<int64_t> bytes;
@@ -497,4 +466,30 @@ int weft::rt::pipelineProgramMain(int argc, char **argv,
   if (Profiler::get().enabled())
     Profiler::get().print(std::cerr);
   return written;
+}
+
+PipelineProgram weft::rt::withInjectedFaults(const PipelineProgram &program,
+                                             bool processes) {
+  int kill = -1;
+  if (const char *text = std::getenv("WEFT_KILL_RANK"); text && processes)
+    (void)absl::SimpleAtoi(text, &kill);
+  PipelineProgram faulty = program;
+  for (PipelineStage &stage : faulty.virtualStages)
+    stage.function = [function = stage.function,
+                      kill](RankContext &ctx,
+                            const std::vector<HostTensor> &inputs) {
+      thread_local bool started = false;
+      if (!started) {
+        started = true;
+        stallIfAsked(ctx.rank);
+        if (ctx.rank == kill) {
+          std::cerr << absl::StrCat("rank ", ctx.rank,
+                                    ": killing itself (WEFT_KILL_RANK)\n")
+                    << std::flush;
+          std::raise(SIGKILL);
+        }
+      }
+      return function(ctx, inputs);
+    };
+  return faulty;
 }

@@ -256,6 +256,8 @@ struct TrainingRun {
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;
   std::vector<int64_t> tokens;
+  /// The ranks are processes (mpirun, srun, torchrun), not threads.
+  bool processes = false;
 };
 
 /// Parses the command line over the program's defaults; prints the error and
@@ -615,7 +617,8 @@ struct PipelineStepResult {
 PipelineStepResult
 runPipelineTrainingStep(RankContext &ctx, const TrainingProgram &p,
                         const std::vector<HostTensor> &params,
-                        const std::vector<std::vector<HostTensor>> &micro) {
+                        const std::vector<std::vector<HostTensor>> &micro,
+                        bool processes) {
   PipelineProgram program = *p.pipeline;
   if (p.stageSteps.size() != program.virtualStages.size())
     throw std::runtime_error(
@@ -634,6 +637,9 @@ runPipelineTrainingStep(RankContext &ctx, const TrainingProgram &p,
     stage.backward.function = bind(p.stageSteps[k].backward);
     stage.weight.function = bind(p.stageSteps[k].weight);
   }
+  // A real program's fault injection (WEFT_STALL_RANK, WEFT_KILL_RANK), as
+  // in the forward pipelined programs.
+  program = withInjectedFaults(program, processes);
   // The executor takes [input][micro-batch].
   std::vector<std::vector<HostTensor>> inputs(micro.empty() ? 0
                                                             : micro[0].size());
@@ -758,7 +764,7 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     std::vector<HostTensor> sums;
     PipelineStepResult piped;
     if (p.pipeline) {
-      piped = runPipelineTrainingStep(ctx, p, params, micro);
+      piped = runPipelineTrainingStep(ctx, p, params, micro, run.processes);
       lossSum = piped.loss;
       gradientOf = [&](int k) {
         auto found = piped.gradients.find(p.parameters[size_t(k)].gradient);
@@ -901,6 +907,7 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
       parseTrainingArguments(argc, argv, program, &exitCode);
   if (!run)
     return exitCode;
+  run->processes = launch->worldSize > 1;
   std::vector<Layout> layouts;
   for (const TrainedParameter &param : program.parameters)
     layouts.push_back(param.layout);

@@ -215,6 +215,15 @@ runPipelineOnMesh(const PipelineProgram &program, const std::string &weightsDir,
                   std::chrono::milliseconds timeout = kDefaultCollectiveTimeout,
                   const StepObserver *observer = nullptr);
 
+/// `program` with the fault injection of a real program in its stage
+/// functions: the rank named by WEFT_STALL_RANK stalls WEFT_STALL_SECONDS
+/// (600 unless set) and the one named by WEFT_KILL_RANK kills itself with
+/// SIGKILL (no handler runs, no message is sent; ranks as `processes`
+/// only), each in its first forward step, after the schedule has started:
+/// the others must fail naming the step and the rank they miss.
+PipelineProgram withInjectedFaults(const PipelineProgram &program,
+                                   bool processes);
+
 /// The `main` of a generated pipelined program, with programMain's command
 /// line, threads or processes (mpirun, srun, torchrun), outputs and bytes.
 int pipelineProgramMain(int argc, char **argv, const PipelineProgram &program);
