@@ -226,8 +226,11 @@ struct TrainingProgram {
 ///           WEIGHTS_DIR OUTPUT_DIR TOKENS
 /// Each rank holds its blocks of the parameters and of the optimizer state,
 /// and runs the steps: the micro-batches, the gradient reduction, the
-/// optimizer step. Rank 0 prints a line per step, and with --log writes
-/// weft train's loss log (.csv, or .jsonl); --save writes weft train's
+/// optimizer step (with a pipeline: the schedule's steps on the m
+/// micro-batches, then the rank's pipeline-rank optimizer step; a rank holds
+/// only its stages' parameters). Rank 0 (with a pipeline, the last stage's
+/// first rank, which has the loss) prints a line per step, and with --log
+/// writes weft train's loss log (.csv, or .jsonl); --save writes weft train's
 /// checkpoints (weft/runtime/Checkpoint.h: every --save-every steps and at
 /// the end), which --resume continues, from this program or weft train;
 /// at the end OUTPUT_DIR gets each trained parameter whole
