@@ -386,8 +386,10 @@ std::string codegen::pipelineTrainingProgramLiteral(
       << "  p.pipeline = makePipeline();\n"
       << "  // Each virtual stage's forward, backward and weight-gradient "
          "steps.\n";
-  for (auto [k, stage] : llvm::enumerate(f.stages)) {
-    auto piece = [&](func::FuncOp func, StringRef name) {
+  for (size_t k = 0; k < f.stages.size(); ++k) {
+    const PipelineTrainingFunctions::Stage &stage = f.stages[k];
+    // (A structured binding cannot be captured in C++17.)
+    auto piece = [&, k](func::FuncOp func, StringRef name) {
       return func ? function(stageFunctionName(k, name))
                   : std::string("TrainingStepFunction()");
     };
