@@ -580,22 +580,9 @@ static LogicalResult emitCpuPipelineTrainingProgram(
   std::string body;
   llvm::raw_string_ostream os(body);
   Emitter emitter(os, *weightsDir, externalDir);
-  for (auto [k, stage] : llvm::enumerate(f.stages)) {
-    for (auto [func, piece] : {std::make_pair(stage.forward, ""),
-                               std::make_pair(stage.backward, "backward"),
-                               std::make_pair(stage.weight, "weight")})
-      if (func && failed(emitter.emitFunction(func, stageFunctionName(k, piece),
-                                              &f.held)))
-        return failure();
-    for (auto [func, piece] :
-         {std::make_pair(stage.backwardReduce, "backward_reduce"),
-          std::make_pair(stage.weightReduce, "weight_reduce")})
-      if (func &&
-          failed(emitter.emitFunction(func, stageFunctionName(k, piece))))
-        return failure();
-  }
-  for (auto [s, optimizer] : llvm::enumerate(f.optimizers))
-    if (failed(emitter.emitFunction(optimizer, pipelineOptimizerName(s))))
+  for (const PipelineFunction &each : pipelineFunctions(f))
+    if (failed(emitter.emitFunction(each.func, each.name,
+                                    each.readsHeld ? &f.held : nullptr)))
       return failure();
   if (failed(checkHeldRead(module, f.order, f.held)))
     return failure();
@@ -622,11 +609,8 @@ static LogicalResult emitCpuPipelineTrainingProgram(
              module, info, [](size_t) { return std::string("RankFunction()"); },
              "makePipeline", &f.pipeline,
              [&](size_t k, bool weight) {
-               func::FuncOp reduce = weight ? f.stages[k].weightReduce
-                                            : f.stages[k].backwardReduce;
-               return reduce ? stageFunctionName(k, weight ? "weight_reduce"
-                                                           : "backward_reduce")
-                             : std::string("RankFunction()");
+               std::string name = pipelineReduceName(f, k, weight);
+               return name.empty() ? std::string("RankFunction()") : name;
              })
       << "\n"
       << pipelineTrainingProgramLiteral(

@@ -883,31 +883,11 @@ static LogicalResult emitCudaPipelineTrainingProgram(
     return failure();
   CudaEmitter emitter(*weightsDir, externalDir.str(), stats);
   SmallVector<func::FuncOp> all;
-  for (auto [k, stage] : llvm::enumerate(f.stages)) {
-    for (auto [func, piece] : {std::make_pair(stage.forward, ""),
-                               std::make_pair(stage.backward, "backward"),
-                               std::make_pair(stage.weight, "weight")}) {
-      if (!func)
-        continue;
-      if (failed(
-              emitter.emitFunction(func, stageFunctionName(k, piece), &f.held)))
-        return failure();
-      all.push_back(func);
-    }
-    for (auto [func, piece] :
-         {std::make_pair(stage.backwardReduce, "backward_reduce"),
-          std::make_pair(stage.weightReduce, "weight_reduce")}) {
-      if (!func)
-        continue;
-      if (failed(emitter.emitFunction(func, stageFunctionName(k, piece))))
-        return failure();
-      all.push_back(func);
-    }
-  }
-  for (auto [s, optimizer] : llvm::enumerate(f.optimizers)) {
-    if (failed(emitter.emitFunction(optimizer, pipelineOptimizerName(s))))
+  for (const PipelineFunction &each : pipelineFunctions(f)) {
+    if (failed(emitter.emitFunction(each.func, each.name,
+                                    each.readsHeld ? &f.held : nullptr)))
       return failure();
-    all.push_back(optimizer);
+    all.push_back(each.func);
   }
   if (failed(checkHeldRead(module, f.order, f.held)))
     return failure();
@@ -939,12 +919,9 @@ static LogicalResult emitCudaPipelineTrainingProgram(
              module, info, [](size_t) { return std::string("RankFunction()"); },
              "makePipeline", &f.pipeline,
              [&](size_t k, bool weight) {
-               func::FuncOp reduce = weight ? f.stages[k].weightReduce
-                                            : f.stages[k].backwardReduce;
-               return reduce ? onDevice(stageFunctionName(
-                                   k, weight ? "weight_reduce"
-                                             : "backward_reduce"))
-                             : std::string("RankFunction()");
+               std::string name = pipelineReduceName(f, k, weight);
+               return name.empty() ? std::string("RankFunction()")
+                                   : onDevice(name);
              })
       << "\n"
       << pipelineTrainingProgramLiteral(module, f, d, onDevice) << "\n"

@@ -15,6 +15,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <tuple>
+
 using namespace mlir;
 using namespace weft;
 using namespace weft::codegen;
@@ -237,6 +239,34 @@ std::string codegen::stageFunctionName(size_t k, StringRef piece) {
 
 std::string codegen::pipelineOptimizerName(size_t s) {
   return "optimizer_pp" + std::to_string(s);
+}
+
+std::vector<PipelineFunction>
+codegen::pipelineFunctions(const PipelineTrainingFunctions &f) {
+  std::vector<PipelineFunction> all;
+  for (size_t k = 0; k < f.stages.size(); ++k) {
+    const PipelineTrainingFunctions::Stage &stage = f.stages[k];
+    for (auto [func, piece, held] :
+         {std::make_tuple(stage.forward, "", true),
+          std::make_tuple(stage.backward, "backward", true),
+          std::make_tuple(stage.weight, "weight", true),
+          std::make_tuple(stage.backwardReduce, "backward_reduce", false),
+          std::make_tuple(stage.weightReduce, "weight_reduce", false)})
+      if (func)
+        all.push_back({func, stageFunctionName(k, piece), held});
+  }
+  for (size_t s = 0; s < f.optimizers.size(); ++s)
+    all.push_back({f.optimizers[s], pipelineOptimizerName(s), false});
+  return all;
+}
+
+std::string codegen::pipelineReduceName(const PipelineTrainingFunctions &f,
+                                        size_t k, bool weight) {
+  func::FuncOp reduce =
+      weight ? f.stages[k].weightReduce : f.stages[k].backwardReduce;
+  return reduce ? stageFunctionName(k, weight ? "weight_reduce"
+                                              : "backward_reduce")
+                : std::string();
 }
 
 /// A float as C++ that reads back the same double.

@@ -117,6 +117,23 @@ mlir::FailureOr<PipelineTrainingFunctions>
 readPipelineTrainingFunctions(mlir::ModuleOp module, const PipelineInfo &info,
                               llvm::StringRef externalDir);
 
+/// A function of a pipelined training module as the emitters print it: its
+/// name in the program, and whether it reads the held parameters (a stage's
+/// forward, backward and weight-gradient steps) or not (the reductions, the
+/// optimizer steps).
+struct PipelineFunction {
+  mlir::func::FuncOp func;
+  std::string name;
+  bool readsHeld = false;
+};
+/// Every function of `functions`, in the order the emitters print them.
+std::vector<PipelineFunction>
+pipelineFunctions(const PipelineTrainingFunctions &functions);
+/// The name of stage `k`'s reduction of its backward (`weight`: its
+/// weight-gradient) step's partial gradients; empty without one.
+std::string pipelineReduceName(const PipelineTrainingFunctions &functions,
+                               size_t k, bool weight);
+
 /// The name of virtual stage `k`'s function `piece` ("", "backward",
 /// "weight", "backward_reduce", "weight_reduce") in a generated program.
 std::string stageFunctionName(size_t k, llvm::StringRef piece = "");
