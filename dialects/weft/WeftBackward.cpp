@@ -270,7 +270,6 @@ static void saveAttention(AttentionLike op,
   save(saved, op.getQ());
   save(saved, op.getK());
   save(saved, op.getV());
-  save(saved, op.getResult());
 }
 static BackwardCost attentionBackward(const OpCost &forward) {
   BackwardCost cost;
@@ -279,6 +278,10 @@ static BackwardCost attentionBackward(const OpCost &forward) {
   return cost;
 }
 
+// Its backward (AttentionOp::buildGradients) recomputes the scores and the
+// output from q, k and v, which is all it reads: the output is not kept
+// (FlashAttention's backward reads it and the row log-sum-exps instead of
+// recomputing them; where the output projection reads it, it is kept anyway).
 void AttentionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   saveAttention(*this, saved);
 }
@@ -292,8 +295,9 @@ bool AttentionOp::isAttentionCore() { return true; }
 
 void AttentionBlockOp::getSavedForBackward(
     SmallVectorImpl<SavedTensor> &saved) {
-  // And the block's log-sum-exps, which merge the ring's blocks.
+  // And the block's output and log-sum-exps, which merge the ring's blocks.
   saveAttention(*this, saved);
+  save(saved, getResult());
   save(saved, getLse());
 }
 

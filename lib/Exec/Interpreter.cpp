@@ -11,11 +11,13 @@
 #include "weft/runtime/Program.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Path.h"
 
 #include <cstring>
 #include <fstream>
+#include <map>
 
 using namespace mlir;
 using namespace weft;
@@ -174,6 +176,10 @@ public:
 
   FailureOr<std::vector<HostTensor>> runBlock(Block &block,
                                               std::vector<HostTensor> args);
+  /// Measures what `block`'s forward layers hand their backward layers
+  /// while it runs (InterpreterOptions::savedActivationPeak).
+  void trackSavedActivations(Block &block);
+  int64_t savedActivationPeak() const { return savedPeak; }
   FailureOr<std::vector<HostTensor>> runOps(ArrayRef<Operation *> ops,
                                             ValueRange results) {
     for (Operation *op : ops)
@@ -223,7 +229,21 @@ private:
   /// regions reads what its regions read). Values die there: a run holds
   /// only the tensors still to be read, as PyTorch's eager mode does.
   llvm::DenseMap<Value, Operation *> lastUse;
+
+  /// Saved activations: for a forward layer and for its backward pair, the
+  /// values the backward reads of the forward; per value, the layers holding
+  /// it and its bytes; what is held now and the most held at once.
+  void noteSavedActivations(Operation *op);
+  llvm::DenseMap<Operation *, SmallVector<Value>> handedOver;
+  llvm::DenseSet<Operation *> backwardLayers;
+  llvm::DenseMap<Value, std::pair<int, int64_t>> savedHeld;
+  int64_t savedLive = 0, savedPeak = 0;
 };
+
+int64_t allocatedBytes(const HostTensor &tensor) {
+  return tensor.numel() *
+         int64_t(tensor.isFloat() ? sizeof(float) : sizeof(int64_t));
+}
 
 } // namespace
 
@@ -246,6 +266,8 @@ Interpreter::runBlock(Block &block, std::vector<HostTensor> args) {
     }
     if (failed(run(&op)))
       return failure();
+    if (!handedOver.empty())
+      noteSavedActivations(&op);
     // What this op read last is no longer needed.
     for (Value operand : op.getOperands()) {
       auto last = lastUse.find(operand);
@@ -254,6 +276,61 @@ Interpreter::runBlock(Block &block, std::vector<HostTensor> args) {
     }
   }
   return block.getParentOp()->emitError("block has no terminator");
+}
+
+void Interpreter::trackSavedActivations(Block &block) {
+  // Activations are what the block's arguments (the step's inputs) flow
+  // into; weights and constants (read again by the backward) are not.
+  llvm::DenseSet<Value> activation(block.args_begin(), block.args_end());
+  std::map<std::pair<std::string, int64_t>, LayerOp> forwardOf;
+  for (Operation &op : block) {
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return activation.contains(v); }))
+      activation.insert(op.result_begin(), op.result_end());
+    auto layer = dyn_cast<LayerOp>(&op);
+    if (!layer)
+      continue;
+    StringRef kind = layer.getKind();
+    int64_t index = int64_t(layer.getIndex());
+    if (!kind.consume_back(".backward")) {
+      forwardOf[{kind.str(), index}] = layer;
+      continue;
+    }
+    auto pair = forwardOf.find({kind.str(), index});
+    if (pair == forwardOf.end())
+      continue;
+    LayerOp forward = pair->second;
+    SmallVector<Value> kept;
+    for (Value v : layer.getInputs()) {
+      bool fromForward = v.getDefiningOp() == forward.getOperation() ||
+                         (activation.contains(v) &&
+                          llvm::is_contained(forward.getInputs(), v));
+      if (fromForward && !llvm::is_contained(kept, v))
+        kept.push_back(v);
+    }
+    handedOver[forward] = kept;
+    handedOver[layer] = kept;
+    backwardLayers.insert(layer);
+  }
+}
+
+void Interpreter::noteSavedActivations(Operation *op) {
+  auto it = handedOver.find(op);
+  if (it == handedOver.end())
+    return;
+  bool backward = backwardLayers.contains(op);
+  for (Value v : it->second) {
+    std::pair<int, int64_t> &held = savedHeld[v];
+    if (backward) {
+      if (--held.first == 0)
+        savedLive -= held.second;
+    } else if (held.first++ == 0) {
+      auto value = values.find(v);
+      held.second = value == values.end() ? 0 : allocatedBytes(value->second);
+      savedLive += held.second;
+    }
+  }
+  savedPeak = std::max(savedPeak, savedLive);
 }
 
 LogicalResult Interpreter::run(Operation *op) {
@@ -597,8 +674,17 @@ weft::interpret(func::FuncOp func, const std::vector<HostTensor> &inputs,
     DType dtype = toDType(expected.getElementType());
     converted.push_back(input.dtype == dtype ? input : rt::cast(input, dtype));
   }
-  FailureOr<std::vector<HostTensor>> results = Interpreter(options).runBlock(
-      func.getBody().front(), std::move(converted));
+  Interpreter interpreter(options);
+  std::vector<int64_t> *peaks = options.savedActivationPeak;
+  bool measured =
+      peaks && options.rank >= 0 && size_t(options.rank) < peaks->size();
+  if (measured)
+    interpreter.trackSavedActivations(func.getBody().front());
+  FailureOr<std::vector<HostTensor>> results =
+      interpreter.runBlock(func.getBody().front(), std::move(converted));
+  if (measured && succeeded(results))
+    (*peaks)[size_t(options.rank)] = std::max(
+        (*peaks)[size_t(options.rank)], interpreter.savedActivationPeak());
   // A result may be a weight the module holds: the caller gets its own copy.
   if (succeeded(results))
     for (HostTensor &result : *results)

@@ -1261,6 +1261,13 @@ void CostModel::evaluate(plan::Plan &plan,
   plan.set_forward_comm_bytes_layer(int64_t(layer.commBytes));
   plan.set_forward_comm_bytes_embedding(int64_t(embeddingCost(plan).commBytes));
   plan.set_forward_comm_bytes_head(int64_t(headCost(plan).commBytes));
+  // The embedding and the head keep what they save whatever the mode
+  // (recomputation is per layer).
+  plan.set_saved_bytes_layer(
+      int64_t(std::llround(layer.savedUnder(plan.recompute()))));
+  plan.set_saved_bytes_embedding(
+      int64_t(std::llround(embeddingCost(plan).savedBytes)));
+  plan.set_saved_bytes_head(int64_t(std::llround(headCost(plan).savedBytes)));
   plan.set_forward_p2p_bytes(
       p > 1 ? int64_t(
                   wireBytes(stageActivationBytes(plan, trainingConfig.seq_len(),

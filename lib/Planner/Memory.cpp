@@ -52,11 +52,7 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   const int p = plan.pp(), v = virtualStages(plan);
   const int m = plan.num_micro_batches();
   const double shard = dataParallelShard(plan);
-  double perLayer = b.layer.savedBytes;
-  if (plan.recompute() == plan::RECOMPUTE_FULL)
-    perLayer = b.layer.inputBytes;
-  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
-    perLayer = b.layer.savedBytesSelective;
+  double perLayer = b.layer.savedUnder(plan.recompute());
   StageMemory mem;
   double params = stageParameters(plan, s, b);
   mem.weights = params * kWeightBytes;

@@ -966,6 +966,15 @@ int runTrain(MLIRContext &context) {
     std::vector<std::vector<float>> grads(params.size());
     double lossSum = 0;
     std::vector<int64_t> bytes;
+    // The first step measures what each rank keeps from its forward for its
+    // backward (not with pipeline stages, whose stage functions hand it over
+    // through the executor's slots).
+    std::vector<int64_t> savedPeak;
+    options.savedActivationPeak = nullptr;
+    if (step == start && !pipeline) {
+      savedPeak.assign(size_t(partitioned ? devices : 1), 0);
+      options.savedActivationPeak = &savedPeak;
+    }
     // Consecutive windows through the file, wrapping around: one per
     // micro-batch, `count` of them from window `first`.
     // With loss scaling, the step's last argument is the scale.
@@ -1085,6 +1094,16 @@ int runTrain(MLIRContext &context) {
       for (int64_t sent : perRank)
         llvm::errs() << ' ' << sent;
       llvm::errs() << '\n';
+    }
+    if (options.savedActivationPeak) {
+      // The memory figure the cost model predicts (its saved_bytes_*), as
+      // the CPU runtime allocates it (f32 floats, i64 integers).
+      llvm::errs() << "weft train: saved activations per rank in step "
+                   << step + 1 << " (peak bytes, one micro-batch):";
+      for (int64_t held : savedPeak)
+        llvm::errs() << ' ' << held;
+      llvm::errs() << '\n';
+      options.savedActivationPeak = nullptr;
     }
     double loss = lossSum / double(windows);
     if (!std::isfinite(loss))

@@ -36,6 +36,13 @@ struct InterpreterOptions {
   /// The residuals of top-k all-reduces with error feedback, kept across a
   /// training run's steps; such an all-reduce needs one.
   rt::FeedbackStore *feedback = nullptr;
+  /// Where a differentiated step's saved activations are measured: element
+  /// `rank` becomes the most bytes the run held at once of what its forward
+  /// layers hand their backward layers (the activation inputs and the values
+  /// a forward `weft.layer` yields for its `.backward` pair), from the forward
+  /// layer until the backward layer has read them (if more than before).
+  /// The interpreter stores floats in f32 and integers in i64.
+  std::vector<int64_t> *savedActivationPeak = nullptr;
 };
 
 

@@ -50,6 +50,13 @@ struct BlockCost {
   double savedBytes = 0;     // activations kept for backward, no recompute
   double savedBytesSelective = 0;
   double inputBytes = 0;     // the block's input (kept by full recompute)
+  /// What the block keeps for backward under `mode`: everything (none), all
+  /// but the attention core's (selective), its input (full).
+  double savedUnder(plan::Recompute mode) const {
+    return mode == plan::RECOMPUTE_FULL        ? inputBytes
+           : mode == plan::RECOMPUTE_SELECTIVE ? savedBytesSelective
+                                               : savedBytes;
+  }
   double flops = 0;          // forward FLOPs executed
   double linearForward = 0;  // forward time of the linear layers
   /// Bytes one rank sends in the block's forward collectives, counted like

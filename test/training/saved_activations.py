@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Saved activations: what the runtime keeps from a forward for its backward
+equals the cost model's memory figure.
+
+`weft train` measures, on each rank, the most bytes its first step held at
+once of what the forward layers hand their backward layers (the activation
+inputs of a `weft.layer` and the values it yields for its `.backward` pair,
+from the forward layer until the backward layer has read them): `saved
+activations per rank in step 1`. The cost model's `saved_bytes_layer` (weft
+plan --evaluate --json) is what one layer keeps for one micro-batch under the
+plan's recomputation, read from the rank program's ops
+(DifferentiableOpInterface::getSavedForBackward), bf16.
+
+For the committed GPT-2 and the GPT-2-, BERT- and LLaMA-style exports of
+test/models/export_models.py, unpartitioned and under dp, tp, Megatron SP,
+Ulysses and their combination, with each recompute mode (none, selective,
+full), this test checks per rank:
+
+    measured = layers x saved_bytes_layer x 2 (+ gathered)
+
+(x 2: the CPU runtime holds f32 where the cost model counts bf16), where
+`gathered` is the one difference known and counted from the partitioned IR:
+under tp without SP, -weft-apply-plan keeps every [batch, sequence, hidden]
+value that crosses a layer's boundary whole in the hidden dimension, so a
+saved value the forward computes split over tp (the attention's output, the
+output projection's input) is all-gathered in the forward and held whole;
+`gathered` is the bytes those all-gathers add (their result less their
+operand, f32). Under ring attention (cp) the cost model keeps the ring's
+blocks (q, k, v, the block outputs and log-sum-exps, as a ring backward
+would) while the program's backward of a cp-split attention gathers K and V
+(docs/training.md, "Not built yet"): the two are printed, not compared.
+
+Not compared yet (printed with their difference): the BERT-style export
+(its layers also read the attention mask, an activation the runtime holds
+once for all layers) and the LLaMA-style export without full recomputation
+(its rotary embedding keeps more than the cost model's ops say); see OPEN.
+
+Needs Debian's python3-torch (1.13) and python3-onnx (for the exports); run by
+ctest as `training-saved-activations`.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import against_torch as at  # noqa: E402
+
+# (plan spec or None for one device, devices, data-parallel degree)
+PLANS = [(None, 1, 1), ("dp=2", 2, 2), ("tp=2", 2, 1), ("tp=2,sp=true", 2, 1),
+         ("ulysses=2", 2, 1), ("dp=2,tp=2,sp=true", 4, 2), ("cp=2", 2, 1)]
+MODES = ["none", "selective", "full"]
+# Pairs whose difference is not explained yet, printed and not compared (by
+# export and recompute mode): BERT's layers also read an activation besides
+# the residual stream (its attention mask, held once for every layer by the
+# runtime, counted per layer by the cost model under selective only); LLaMA's
+# rotary embedding keeps 1,408 elements per layer more than the cost model's
+# ops say at batch 2, sequence 8, without recomputation.
+OPEN = {"bert.onnx": {"*"}, "llama.onnx": {"none", "selective"}}
+MEASURED = re.compile(r"saved activations per rank in step 1 \(peak bytes, one "
+                      r"micro-batch\):((?: \d+)+)")
+GATHER = re.compile(r"(%[\w#]+) = weft\.all_gather %[\w#]+ over @\w+ \[[^\]]*\] dim \d+ "
+                    r": tensor<([0-9x]+)x\w+> -> tensor<([0-9x]+)x\w+>")
+
+
+def numel(dims):
+    return int(np.prod([int(d) for d in dims.split("x")]))
+
+
+def option(extra, name, default):
+    return int(extra[extra.index(name) + 1]) if name in extra else default
+
+
+def gathered_bytes(ir):
+    """f32 bytes the forward layers' yields add by all-gathering a saved value
+    (the yield's operands after the layer's output that an all_gather in the
+    layer's body made)."""
+    total = 0
+    for body in re.findall(r'weft\.layer "(?![^"]*\.backward)[^"]*"\(.*?\n(.*?)\n\s*weft\.yield '
+                           r'([^:]*):', ir, re.S):
+        text, yielded = body
+        gathers = {m.group(1): numel(m.group(3)) - numel(m.group(2))
+                   for m in GATHER.finditer(text)}
+        for value in [v.strip() for v in yielded.split(",")][1:]:
+            total += 4 * gathers.get(value, 0)
+    return total
+
+
+def check(weft, model, work, extra, spec, devices, dp, mode):
+    batch, seq = option(extra, "--batch-size", 2), option(extra, "--seq-len", 8)
+    dump = os.path.join(work, "saved.mlir")
+    cmd = [weft, "train", model, "--data", os.path.join(work, "tokens.npy"), "--steps", "1",
+           "--recompute", mode, "--devices", str(devices)] + extra
+    if spec:
+        cmd += ["--plan-spec", spec, "--dump-partitioned", dump]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:]))
+    found = MEASURED.search(proc.stderr)
+    if not found:
+        raise RuntimeError("%s printed no saved activations" % " ".join(cmd))
+    measured = [int(x) for x in found.group(1).split()]
+    evaluate = (spec + "," if spec else "") + "mbs=%d,recompute=%s" % (batch // dp, mode)
+    plan = subprocess.run(
+        [weft, "plan", model, "--cluster", "a100-80g:%dx1" % devices, "--global-batch",
+         str(batch), "--seq-len", str(seq), "--evaluate", evaluate, "--allow-oom", "--json",
+         "-"], capture_output=True, text=True)
+    if plan.returncode != 0:
+        raise RuntimeError("weft plan --evaluate %s failed: %s" % (evaluate, plan.stderr[-400:]))
+    predicted = json.loads(plan.stdout[:plan.stdout.index("\n}\n") + 3])["plans"][0]
+    layers = sum(predicted["stage_layers"])
+    per_layer = int(predicted.get("saved_bytes_layer", 0))
+    model_bytes = layers * per_layer * 2
+    tag = "%s %s recompute=%s" % (os.path.basename(model), spec or "one device", mode)
+    if spec and "cp=" in spec:
+        return "printed", "%s: measured %s, cost model %d (%d layers x %d bf16 x 2): the " \
+            "ring's blocks, not compared" % (tag, measured, model_bytes, layers, per_layer)
+    extra_bytes = gathered_bytes(open(dump).read()) if spec else 0
+    expected = model_bytes + extra_bytes
+    label = os.path.basename(model)
+    if label in OPEN and (mode in OPEN[label] or "*" in OPEN[label]):
+        return "open", "%s: measured %s, cost model %d x %d x 2%s = %d: differs by %s " \
+            "(not explained yet, docs/training.md)" % (
+                tag, measured, layers, per_layer,
+                " + %d gathered" % extra_bytes if extra_bytes else "", expected,
+                sorted(set(m - expected for m in measured)))
+    if any(m != expected for m in measured):
+        raise RuntimeError("%s: the ranks held %s bytes of saved activations; the cost "
+                           "model's %d layers x %d (bf16) x 2 + %d gathered = %d"
+                           % (tag, measured, layers, per_layer, extra_bytes, expected))
+    return "ok", "%s: %d bytes per rank = %d layers x %d x 2%s" % (
+        tag, expected, layers, per_layer,
+        " + %d gathered over tp" % extra_bytes if extra_bytes else "")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--weft", required=True)
+    args = parser.parse_args()
+    failures, counts = [], {"ok": 0, "printed": 0, "open": 0}
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, at.CLASSES, size=4096).astype(np.uint16)
+    with tempfile.TemporaryDirectory() as work:
+        np.save(os.path.join(work, "tokens.npy"), tokens)
+        for model, label, extra in at.training_models(work):
+            for spec, devices, dp in PLANS:
+                for mode in MODES:
+                    try:
+                        kind, line = check(args.weft, model, work, extra, spec, devices, dp,
+                                           mode)
+                        counts[kind] += 1
+                        print(line)
+                    except RuntimeError as e:
+                        failures.append(str(e))
+    print("checked the saved activations of %d (model, plan, recompute) training runs "
+          "against the cost model: %d equal, %d printed (ring attention), %d printed "
+          "(not explained yet), %d failed"
+          % (sum(counts.values()) + len(failures), counts["ok"], counts["printed"],
+             counts["open"], len(failures)))
+    for failure in failures:
+        print("FAILED: " + failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
