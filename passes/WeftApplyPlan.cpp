@@ -634,6 +634,47 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         auto linear = cast<LinearOp>(op);
         annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 1 : 0);
       }
+      // A value a forward layer keeps for its backward that a row-parallel
+      // linear reads (the attention's output, the output projection's input)
+      // is computed split over tp in its last dimension: kept so, not
+      // all-gathered in every forward layer and cut again in the backward.
+      // (Under Megatron SP the residual stream's split is the sequence's, and
+      // such a value is gathered for the GEMM anyway.)
+      if (!d.sp) {
+        llvm::DenseMap<Value, SmallVector<BlockArgument>> takenBy;
+        for (LayerOp layer : func.getBody().getOps<LayerOp>())
+          for (auto [input, arg] :
+               llvm::zip(layer.getInputs(), layer.getBody().getArguments()))
+            takenBy[input].push_back(arg);
+        for (LayerOp layer : func.getBody().getOps<LayerOp>()) {
+          auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+          for (auto [index, result] : llvm::enumerate(layer.getResults())) {
+            Value yielded = yield.getValues()[index];
+            auto type = dyn_cast<RankedTensorType>(result.getType());
+            if (index == 0 || !type || !isResidual(type) ||
+                type.getDimSize(2) % d.tp ||
+                llvm::none_of(yielded.getUsers(), [&](Operation *user) {
+                  auto linear = dyn_cast<LinearOp>(user);
+                  return linear && row.contains(linear) &&
+                         linear.getInput() == yielded;
+                }))
+              continue;
+            auto split = [&](Value value) {
+              TensorSharding s = TensorSharding::replicated(3);
+              if (type.getDimSize(0) % batchSplit == 0)
+                s.dims[0].assign(batchAxes.begin(), batchAxes.end());
+              if (seq && type.getDimSize(1) == seq)
+                s.dims[1].assign(residualSeq.begin(), residualSeq.end());
+              s.dims[2].assign(tpAxes.begin(), tpAxes.end());
+              setSharding(value, mesh, s);
+            };
+            split(result);
+            split(yielded);
+            for (BlockArgument arg : takenBy.lookup(result))
+              split(arg);
+          }
+        }
+      }
       // Vocabulary-parallel token embedding.
       func.walk([&](EmbeddingOp e) {
         if (isa<BlockArgument>(e.getIndices()))

@@ -193,8 +193,11 @@ BackwardCost LinearOp::estimateBackwardCost(TypeRange operandTypes,
 /// elementwise fusion's backward kernel, which then keeps its operands. A
 /// mask (dropout's) is kept as it is: it cannot be recomputed.
 void FusionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  // What its body's ops keep, as the differentiated program keeps it: a value
+  // inside the fusion that one of them reads in backward (the SiLU's output
+  // a SwiGLU product reads, the GEMM's result an epilogue's GELU reads) is
+  // written out and kept, not recomputed.
   Block &body = getBody().front();
-  bool recompute = false;
   for (Operation &op : body.without_terminator()) {
     auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
     if (!differentiable)
@@ -202,20 +205,12 @@ void FusionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
     SmallVector<SavedTensor> inner;
     differentiable.getSavedForBackward(inner);
     for (SavedTensor tensor : inner) {
-      if (auto arg = dyn_cast<BlockArgument>(tensor.value)) {
+      if (auto arg = dyn_cast<BlockArgument>(tensor.value))
         saved.push_back({getInputs()[arg.getArgNumber()], tensor.maskOnly});
-        continue;
-      }
-      if (tensor.maskOnly || getKind() == FusionKind::epilogue)
-        saved.push_back(tensor);
       else
-        recompute = true;
+        saved.push_back(tensor);
     }
   }
-  if (recompute)
-    for (Value input : getInputs())
-      if (needsGradient(input))
-        save(saved, input);
 }
 
 /// The backward of an elementwise chain is one kernel too: it reads the

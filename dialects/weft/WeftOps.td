@@ -944,9 +944,11 @@ def Weft_FusionOp : Weft_Op<"fusion", [WeftGradients, WeftCost, IsolatedFromAbov
 
     The planner costs the fusion as the kernel it is: its body's flops, its operands
     read once and its result written once. In backward it keeps what its body's ops
-    keep; values inside an elementwise fusion are recomputed from its operands (as
-    Megatron's fused bias-GELU and bias-dropout-add kernels do), and the GEMM's
-    result is kept by the epilogue (cuBLASLt's `GELU_AUX`).
+    keep, as the differentiated program does: a value inside the fusion that one of
+    them reads in backward (a SiLU's output that a SwiGLU product reads; the GEMM's
+    result, which the epilogue keeps as cuBLASLt's `GELU_AUX` does) is written out,
+    not recomputed (Megatron's fused bias-GELU kernel recomputes it; Weft's
+    `-weft-differentiate` does not).
 
     ```mlir
     %y = weft.fusion elementwise (%h, %c, %z) : (tensor<4x64xf32>, tensor<64xf32>, tensor<4x64xf32>) -> tensor<4x64xf32> {

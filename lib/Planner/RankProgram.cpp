@@ -192,6 +192,12 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
 /// Weights and constants: held by the rank, not produced per micro-batch
 /// (an all_slice of one is the shard the rank holds).
 static bool isPersistent(Value value) {
+  // A layer's argument is what the layer is given.
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto layer = dyn_cast_or_null<LayerOp>(arg.getOwner()->getParentOp());
+    return layer && arg.getArgNumber() < layer.getInputs().size() &&
+           isPersistent(layer.getInputs()[arg.getArgNumber()]);
+  }
   Operation *def = value.getDefiningOp();
   if (!def)
     return false;
@@ -203,6 +209,13 @@ static bool isPersistent(Value value) {
   // still a weight: gathered again when needed, not kept as an activation.
   if (auto gather = dyn_cast<AllGatherOp>(def))
     return isPersistent(gather.getInput());
+  // What weights and constants alone compute (a rotary table's slice for
+  // the sequence) is computed again, not kept: the differentiated program
+  // keeps only what the step's inputs flow into.
+  if (def->getNumRegions() == 0 && def->getNumOperands() > 0 &&
+      !isa<CollectiveOpInterface>(def))
+    return llvm::all_of(def->getOperands(),
+                        [](Value operand) { return isPersistent(operand); });
   return false;
 }
 

@@ -325,7 +325,9 @@ TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
 TEST(PlannerSearch, RelativeBoundsKeepTheBestPlans) {
   plan::Cluster cluster = *parseClusterShorthand("h100:8x16");
   plan::TrainingConfig training = megatron2022(64);
-  training.set_seq_len(131072);
+  // (At 131072 tokens, since a SwiGLU's SiLU output counts as kept, no
+  // plan's ring reaches the bound: both searches build the same programs.)
+  training.set_seq_len(65536);
   // Ring attention needs fused attention (without it cp > 1 cannot run).
   training.set_flash_attention(true);
   SearchOptions bounded, exhaustive;
