@@ -190,33 +190,47 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
 //===----------------------------------------------------------------------===//
 
 /// Weights and constants: held by the rank, not produced per micro-batch
-/// (an all_slice of one is the shard the rank holds).
-static bool isPersistent(Value value) {
-  // A layer's argument is what the layer is given.
-  if (auto arg = dyn_cast<BlockArgument>(value)) {
-    auto layer = dyn_cast_or_null<LayerOp>(arg.getOwner()->getParentOp());
-    return layer && arg.getArgNumber() < layer.getInputs().size() &&
-           isPersistent(layer.getInputs()[arg.getArgNumber()]);
-  }
-  Operation *def = value.getDefiningOp();
-  if (!def)
+/// (an all_slice of one is the shard the rank holds). `known` remembers the
+/// values already classified, so a shared subexpression is visited once.
+static bool isPersistent(Value value, llvm::DenseMap<Value, bool> &known) {
+  if (auto it = known.find(value); it != known.end())
+    return it->second;
+  auto classify = [&]() -> bool {
+    // A layer's argument is what the layer is given.
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      auto layer = dyn_cast_or_null<LayerOp>(arg.getOwner()->getParentOp());
+      return layer && arg.getArgNumber() < layer.getInputs().size() &&
+             isPersistent(layer.getInputs()[arg.getArgNumber()], known);
+    }
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return false;
+    if (isa<ParameterOp>(def) || matchPattern(value, m_Constant()))
+      return true;
+    if (auto slice = dyn_cast<AllSliceOp>(def))
+      return isPersistent(slice.getInput(), known);
+    // A weight stored in shards (weft.stored_over) and gathered before use
+    // is still a weight: gathered again when needed, not kept as an
+    // activation.
+    if (auto gather = dyn_cast<AllGatherOp>(def))
+      return isPersistent(gather.getInput(), known);
+    // What weights and constants alone compute (a rotary table's slice for
+    // the sequence) is computed again, not kept: the differentiated program
+    // keeps only what the step's inputs flow into.
+    if (def->getNumRegions() == 0 && def->getNumOperands() > 0 &&
+        !isa<CollectiveOpInterface>(def))
+      return llvm::all_of(def->getOperands(), [&](Value operand) {
+        return isPersistent(operand, known);
+      });
     return false;
-  if (isa<ParameterOp>(def) || matchPattern(value, m_Constant()))
-    return true;
-  if (auto slice = dyn_cast<AllSliceOp>(def))
-    return isPersistent(slice.getInput());
-  // A weight stored in shards (weft.stored_over) and gathered before use is
-  // still a weight: gathered again when needed, not kept as an activation.
-  if (auto gather = dyn_cast<AllGatherOp>(def))
-    return isPersistent(gather.getInput());
-  // What weights and constants alone compute (a rotary table's slice for
-  // the sequence) is computed again, not kept: the differentiated program
-  // keeps only what the step's inputs flow into.
-  if (def->getNumRegions() == 0 && def->getNumOperands() > 0 &&
-      !isa<CollectiveOpInterface>(def))
-    return llvm::all_of(def->getOperands(),
-                        [](Value operand) { return isPersistent(operand); });
-  return false;
+  };
+  bool persistent = classify();
+  known[value] = persistent;
+  return persistent;
+}
+static bool isPersistent(Value value) {
+  llvm::DenseMap<Value, bool> known;
+  return isPersistent(value, known);
 }
 
 /// Where an activation lives: a reshape is a view of its input; a value
