@@ -419,6 +419,7 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       block.savedBytes = memory(&BlockMemory::savedBytes);
       block.savedBytesSelective = memory(&BlockMemory::savedBytesSelective);
       block.inputBytes = memory(&BlockMemory::inputBytes);
+      block.sharedInputBytes = memory(&BlockMemory::sharedInputBytes);
       block.parameters = memory(&BlockMemory::parameters);
       block.sharedParameters = memory(&BlockMemory::sharedParameters);
       block.gatheredWeight = memory(&BlockMemory::gatheredWeight);
@@ -1268,6 +1269,8 @@ void CostModel::evaluate(plan::Plan &plan,
   plan.set_saved_bytes_embedding(
       int64_t(std::llround(embeddingCost(plan).savedBytes)));
   plan.set_saved_bytes_head(int64_t(std::llround(headCost(plan).savedBytes)));
+  plan.set_saved_bytes_layer_inputs(
+      int64_t(std::llround(layer.sharedInputBytes)));
   plan.set_forward_p2p_bytes(
       p > 1 ? int64_t(
                   wireBytes(stageActivationBytes(plan, trainingConfig.seq_len(),

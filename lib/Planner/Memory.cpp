@@ -84,6 +84,10 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
     inFlight = std::min<double>(p - s, m);
   double layersPerChunk = double(plan.stage_layers(s)) / v;
   mem.activations = inFlight * layersPerChunk * perLayer;
+  // What every layer reads besides the residual stream (an attention mask):
+  // once per micro-batch in flight.
+  if (plan.stage_layers(s) > 0)
+    mem.activations += std::min<double>(inFlight, m) * b.layer.sharedInputBytes;
   if (s == 0)
     mem.activations += std::min<double>(inFlight, m) * b.embedding.savedBytes;
   if (s == p - 1)

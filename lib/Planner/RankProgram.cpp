@@ -465,6 +465,25 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
     visitAll(&op, block);
   }
 
+  // An activation the layers read besides the residual stream (an attention
+  // mask) is one tensor for every layer: the backward layers take it as their
+  // forward did, whatever the recomputation. It is counted once per
+  // micro-batch (sharedInputBytes), not with each layer.
+  if (layer) {
+    BlockMemory &memory = profile.memory[int(BlockKind::Layer)];
+    SavedSet &kept = saved[int(BlockKind::Layer)];
+    Block &body = layer.getBody().front();
+    for (auto [input, arg] :
+         llvm::zip(layer.getInputs(), body.getArguments())) {
+      if (arg.getArgNumber() == 0 || isPersistent(input))
+        continue;
+      for (int mask = 0; mask < 2; ++mask) {
+        kept.all.erase({storedAs(arg), mask});
+        kept.selective.erase({storedAs(arg), mask});
+      }
+      memory.sharedInputBytes += bytesOf(arg, false);
+    }
+  }
   for (int b = 0; b < 3; ++b) {
     profile.memory[b].savedBytes = saved[b].bytes(saved[b].all);
     profile.memory[b].savedBytesSelective = saved[b].bytes(saved[b].selective);

@@ -50,6 +50,7 @@ struct BlockCost {
   double savedBytes = 0;     // activations kept for backward, no recompute
   double savedBytesSelective = 0;
   double inputBytes = 0;     // the block's input (kept by full recompute)
+  double sharedInputBytes = 0; // other activation inputs, once per micro-batch
   /// What the block keeps for backward under `mode`: everything (none), all
   /// but the attention core's (selective), its input (full).
   double savedUnder(plan::Recompute mode) const {

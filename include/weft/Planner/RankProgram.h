@@ -172,6 +172,9 @@ struct BlockMemory {
   double savedBytes = 0, savedBytesSelective = 0;
   /// The layer's input, which full recomputation keeps.
   double inputBytes = 0;
+  /// Activations the layers read besides the residual stream (an attention
+  /// mask): one tensor all layers' backward reads, kept once per micro-batch.
+  double sharedInputBytes = 0;
   /// Parameters (elements) this rank holds for the block, and those of them
   /// that another block also uses (a tied embedding, in the head; a weight
   /// outside the layers that they read, in the layer).
