@@ -228,10 +228,6 @@ static bool isPersistent(Value value, llvm::DenseMap<Value, bool> &known) {
   known[value] = persistent;
   return persistent;
 }
-static bool isPersistent(Value value) {
-  llvm::DenseMap<Value, bool> known;
-  return isPersistent(value, known);
-}
 
 /// Where an activation lives: a reshape is a view of its input; a value
 /// all-gathered from shards (Megatron SP) is kept as the shard and gathered
@@ -350,6 +346,13 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
   LayerOp layer = layers.empty() ? LayerOp() : layers.front();
   SavedSet saved[3];
   llvm::DenseSet<Operation *> parameters[3];
+  // One memo for the whole program: an activation's classification walks
+  // back to the step's inputs, so a memo per query would make the walk
+  // quadratic in the program's length.
+  llvm::DenseMap<Value, bool> persistentMemo;
+  auto isPersistent = [&](Value value) {
+    return ::isPersistent(value, persistentMemo);
+  };
 
   AxisSizes sizes;
   sizes.dp = meshInfo.size("dp");
