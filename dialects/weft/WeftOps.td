@@ -103,6 +103,11 @@ def Weft_IotaOp : Weft_Op<"iota", [WeftBackward, WeftCost, WeftRulePartition, Pu
     Element `[i0, ..., in]` of the result is `i_dim`, converted to the element type.
     Position ids and causal masks are built from it.
 
+    Partitioned: each rank counts its own block, from the block's first index (an integer
+    iota split along `dim`, in contiguous blocks); other splits only shorten it. A
+    load-balanced (zigzag) split or a float iota split along `dim` is built whole and
+    sliced.
+
     ```mlir
     %pos = weft.iota dim 1 : tensor<2x128xi64>
     ```
@@ -394,13 +399,20 @@ def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum"
                                      [WeftSaves]>;
 
 class Weft_SoftmaxLikeOp<string mnemonic, string what>
-    : Weft_Op<mnemonic, [WeftSaves, WeftCost, WeftRule, Pure, SameOperandsAndResultType]> {
+    : Weft_Op<mnemonic, [WeftSaves, WeftCost, WeftRulePartition, Pure, SameOperandsAndResultType]> {
   let summary = what # " along one dimension, optionally scaled and causally masked.";
   let description = [{
     Computed stably (the maximum is subtracted first) on `scale · input`. With `causal`,
     the entries of row `i` (dimension `rank - 2`) past column `i` (the last dimension,
     which must be `axis`) are masked out first: Megatron's fused scale-and-causal-mask
     softmax, what unfused attention runs on its scores.
+
+    Partitioned: `axis` is needed whole, so propagation does not split it. An input that
+    arrives split along `axis` all the same (the logits of a vocabulary-parallel head, in
+    the cross-entropy's backward) is normalized where it lies, without `causal`: each
+    rank takes its rows' maxima and sums over the split with two `weft.all_reduce`s of
+    one value per row (max, then sum) and keeps its columns, as Megatron's
+    vocabulary-parallel cross-entropy does, instead of gathering the rows.
 
     ```mlir
     %p = weft.}] # mnemonic # [{ %scores axis 3 : tensor<2x12x128x128xf32>

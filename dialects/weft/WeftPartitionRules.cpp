@@ -177,8 +177,95 @@ LogicalResult ParameterOp::partition(PartitionState &state) {
 LogicalResult ConstantOp::partition(PartitionState &state) {
   return partitionWhole(*this, state);
 }
+/// Each rank counts its block of the split dimension from the block's first
+/// index; a zigzag block is two pieces, and a float offset is not a rank
+/// constant (perRank), so those are built whole and sliced.
 LogicalResult IotaOp::partition(PartitionState &state) {
-  return partitionWhole(*this, state);
+  Value result = getResult();
+  TensorSharding want = state.target(result);
+  const int64_t dim = getDim();
+  ArrayRef<std::string> axes = want.dims[dim];
+  Type element = getType().getElementType();
+  if (!want.partial.empty() ||
+      (!axes.empty() && (state.isZigzag(axes) || !element.isInteger())))
+    return partitionWhole(*this, state);
+  RankedTensorType local = state.localType(result, want);
+  OpBuilder &b = state.builder();
+  Value count = IotaOp::create(b, getLoc(), local, b.getI64IntegerAttr(dim));
+  if (!axes.empty()) {
+    SmallVector<int64_t> offsets;
+    for (int64_t i = 0, n = state.mesh().product(axes); i < n; ++i)
+      offsets.push_back(i * local.getDimSize(dim));
+    count = AddOp::create(b, getLoc(), local, count,
+                          state.perRank(getLoc(), offsets, axes, element));
+  }
+  state.setResult(result, count, want);
+  return success();
+}
+
+/// Softmax (or its log) along a dimension its input arrives split in: the
+/// rows' maxima and sums are all-reduced over the split (one value per row
+/// each) and every rank keeps its columns. Causal masking needs the columns'
+/// positions: that case, and an axis not split, take the generic rule.
+template <typename Op>
+static LogicalResult partitionSoftmaxLike(Op op, bool log,
+                                          PartitionState &state) {
+  const int64_t axis = op.getAxis();
+  TensorSharding want = state.actual(op.getInput());
+  want.partial.clear();
+  SmallVector<std::string, 2> axes(want.dims[axis]);
+  if (axes.empty() || op.getCausal())
+    return success(succeeded(partitionByFactorRule(op, state)));
+  Location loc = op.getLoc();
+  OpBuilder &b = state.builder();
+  Value input = state.operand(loc, op.getInput(), want);
+  auto type = cast<RankedTensorType>(input.getType());
+  SmallVector<int64_t> keptShape(type.getShape());
+  keptShape[axis] = 1;
+  auto kept = RankedTensorType::get(keptShape, type.getElementType());
+  auto dims = b.getDenseI64ArrayAttr({axis});
+  auto group = state.axesAttr(axes);
+  // The statistics decide every probability: never compressed.
+  auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
+  SmallVector<Operation *> made;
+  auto track = [&](Value v) {
+    made.push_back(v.getDefiningOp());
+    return v;
+  };
+  Value scaled = input;
+  if (op.getScale().convertToFloat() != 1.0f)
+    scaled = track(
+        MulOp::create(b, loc, type, input,
+                      state.constant(loc, type.getElementType(),
+                                     double(op.getScale().convertToFloat()))));
+  Value max = track(AllReduceOp::create(
+      b, loc, kept, ReductionKindAttr::get(b.getContext(), ReductionKind::max),
+      track(ReduceMaxOp::create(b, loc, kept, scaled, dims, b.getUnitAttr())),
+      state.meshRef(), group, exact));
+  Value shifted = track(SubOp::create(b, loc, type, scaled, max));
+  Value exps = track(ExpOp::create(b, loc, type, shifted));
+  Value sum = track(AllReduceOp::create(
+      b, loc, kept, ReductionKindAttr::get(b.getContext(), ReductionKind::sum),
+      track(ReduceSumOp::create(b, loc, kept, exps, dims, b.getUnitAttr())),
+      state.meshRef(), group, exact));
+  Value result =
+      log ? track(SubOp::create(b, loc, type, shifted,
+                                track(LogOp::create(b, loc, kept, sum))))
+          : track(DivOp::create(b, loc, type, exps, sum));
+  // What marks the op (the attention core, for selective recomputation)
+  // marks each op it became.
+  for (NamedAttribute attr : op->getDiscardableAttrs())
+    if (attr.getName() != WeftDialect::getShardingAttrName())
+      for (Operation *piece : made)
+        piece->setAttr(attr.getName(), attr.getValue());
+  state.setResult(op.getResult(), result, want);
+  return success();
+}
+LogicalResult SoftmaxOp::partition(PartitionState &state) {
+  return partitionSoftmaxLike(*this, false, state);
+}
+LogicalResult LogSoftmaxOp::partition(PartitionState &state) {
+  return partitionSoftmaxLike(*this, true, state);
 }
 
 /// A bias added on every rank of a partial sum would be summed n times: each

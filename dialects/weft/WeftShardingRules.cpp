@@ -33,9 +33,10 @@ static ShardingRule sourceRule(Operation *op, bool blockAll) {
 
 // Weights: the partitioner keeps each rank's shard.
 ShardingRule ParameterOp::getShardingRule() { return sourceRule(*this, false); }
-// Values written in the IR, and positions: built whole, then sliced.
+// Values written in the IR: built whole, then sliced.
 ShardingRule ConstantOp::getShardingRule() { return sourceRule(*this, true); }
-ShardingRule IotaOp::getShardingRule() { return sourceRule(*this, true); }
+// Positions: each rank counts its own block (IotaOp::partition).
+ShardingRule IotaOp::getShardingRule() { return sourceRule(*this, false); }
 
 ShardingRule CompareOp::getShardingRule() {
   return getElementwiseShardingRule(*this);
