@@ -809,9 +809,14 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
 }
 
 def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::FuncOp"> {
-  let summary = "Removes collectives over size-1 groups, folds reduce-then-slice into reduce_scatter, buckets independent all-reduces.";
+  let summary = "Removes collectives over size-1 groups, reduces a sum of partial sums once, folds reduce-then-slice into reduce_scatter, buckets independent all-reduces.";
   let description = [{
     - a collective whose axes all have size 1 is its input;
+    - a sum of sum all-reduces (or of sum reduce-scatters) of one group, dimension and
+      codec (an op that is `isAdditive`, two operands or more, each reduced only for it,
+      from inputs of one type) is computed on the partial values and reduced once: the
+      gradients of separate q, k and v (or gate and up) projections of one input are
+      summed, then reduced, as Megatron's fused projections are;
     - `weft.all_slice` of a `weft.all_reduce` over the same axes becomes one
       `weft.reduce_scatter`;
     - `weft.all_slice` of a `weft.all_gather` on the same dimension and axes is the

@@ -350,6 +350,64 @@ struct WeftPartition : public weft::impl::WeftPartitionBase<WeftPartition> {
 
 struct WeftOptimizeCollectives
     : public weft::impl::WeftOptimizeCollectivesBase<WeftOptimizeCollectives> {
+  /// A sum of reduced partial sums is the reduction of the sum of the
+  /// partials: an op that sums its operands (`isAdditive`, two operands or
+  /// more) whose operands are all sum all-reduces, or all sum
+  /// reduce-scatters, of one group, dimension and codec, each read only
+  /// there, from inputs of one type, runs on the partial values and is
+  /// reduced once. A value read by several column-parallel linears
+  /// (separate q, k and v projections; gate and up) gets one gradient
+  /// reduction, as Megatron's fused projection has, instead of one per
+  /// linear.
+  static void sumBeforeReducing(func::FuncOp func) {
+    SmallVector<Operation *> sums;
+    func.walk([&](Operation *op) {
+      auto rule = dyn_cast<ShardingRuleOpInterface>(op);
+      if (rule && op->getNumOperands() >= 2 && op->getNumResults() == 1 &&
+          rule.isAdditive())
+        sums.push_back(op);
+    });
+    auto isSumReduction = [](Operation *op) {
+      if (auto reduce = dyn_cast_or_null<AllReduceOp>(op))
+        return reduce.getKind() == ReductionKind::sum;
+      if (auto scatter = dyn_cast_or_null<ReduceScatterOp>(op))
+        return scatter.getKind() == ReductionKind::sum;
+      return false;
+    };
+    // In program order, so that a chain of sums is reduced once at its end.
+    for (Operation *op : sums) {
+      Type type = op->getResult(0).getType();
+      SmallVector<Operation *> reduces;
+      for (Value operand : op->getOperands()) {
+        Operation *reduce = operand.getDefiningOp();
+        if (!isSumReduction(reduce) || operand.getType() != type ||
+            !operand.hasOneUse() ||
+            (!reduces.empty() &&
+             (reduce->getName() != reduces[0]->getName() ||
+              reduce->getAttrDictionary() != reduces[0]->getAttrDictionary() ||
+              reduce->getOperand(0).getType() !=
+                  reduces[0]->getOperand(0).getType())))
+          break;
+        reduces.push_back(reduce);
+      }
+      if (reduces.size() != op->getNumOperands())
+        continue;
+      OpBuilder b(op);
+      OperationState state(op->getLoc(), op->getName());
+      for (Operation *reduce : reduces)
+        state.addOperands(reduce->getOperand(0));
+      state.addTypes(reduces[0]->getOperand(0).getType());
+      state.addAttributes(op->getAttrs());
+      Operation *partial = b.create(state);
+      Operation *once = b.clone(*reduces[0]);
+      once->setOperand(0, partial->getResult(0));
+      op->getResult(0).replaceAllUsesWith(once->getResult(0));
+      op->erase();
+      for (Operation *reduce : reduces)
+        reduce->erase();
+    }
+  }
+
   /// Buckets all-reduces that do not depend on one another (same kind,
   /// group and element type) into one: their inputs flattened and
   /// concatenated, reduced once, split back. One launch and one latency
@@ -440,6 +498,7 @@ struct WeftOptimizeCollectives
         op->erase();
       }
     }
+    sumBeforeReducing(func);
     mergeAllReduces(func);
     SmallVector<AllSliceOp> slices;
     func.walk([&](AllSliceOp s) { slices.push_back(s); });

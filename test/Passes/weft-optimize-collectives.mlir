@@ -43,3 +43,66 @@ func.func @chain(%x: tensor<4xf32>) -> tensor<4xf32> {
   %2 = weft.all_reduce sum %1 over @mesh ["tp"] : tensor<4xf32>
   return %2 : tensor<4xf32>
 }
+
+// -----
+
+weft.mesh @mesh(dp = 2, tp = 2)
+// The input gradients of three column-parallel projections of one input (q, k
+// and v) are partial over tp: summed first, then all-reduced once. A chain of
+// sums is reduced at its end; a sum of reductions over different groups, one
+// read elsewhere too, or one that would widen, is left as it is.
+// CHECK-LABEL: func.func @sum_then_reduce
+func.func @sum_then_reduce(%q: tensor<2x8x32xf32>, %k: tensor<2x8x32xf32>, %v: tensor<2x8x32xf32>,
+                           %a: tensor<2x8x32xf32>, %b: tensor<2x8x32xf32>,
+                           %c: tensor<2x8x32xf32>, %d: tensor<2x8x32xf32>,
+                           %e: tensor<2x8x32xf32>, %f: tensor<1x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
+  // CHECK: %[[QK:.*]] = weft.add %arg0, %arg1 : tensor<2x8x32xf32>
+  // CHECK-NEXT: %[[QKV:.*]] = weft.sub %[[QK]], %arg2 : tensor<2x8x32xf32>
+  // CHECK-NEXT: weft.reshape %[[QKV]] : tensor<2x8x32xf32> -> tensor<512xf32>
+  // One 512-element reduce for q, k and v, then a, c, d, e (512 each) and f
+  // (256), bucketed: 2816 elements.
+  // CHECK: %[[ALL:.*]] = weft.all_reduce sum {{.*}} over @mesh ["tp"] : tensor<2816xf32>
+  // CHECK-NEXT: %[[PIECES:.*]]:6 = weft.split %[[ALL]]
+  // CHECK-NEXT: %[[ONCE:.*]] = weft.reshape %[[PIECES]]#0
+  // CHECK: weft.all_reduce sum %arg4 over @mesh ["dp"]
+  // CHECK-NEXT: weft.add
+  // CHECK-NEXT: weft.add
+  // CHECK-NEXT: weft.add {{.*}} : (tensor<2x8x32xf32>, tensor<1x8x32xf32>) -> tensor<2x8x32xf32>
+  %0 = weft.all_reduce sum %q over @mesh ["tp"] : tensor<2x8x32xf32>
+  %1 = weft.all_reduce sum %k over @mesh ["tp"] : tensor<2x8x32xf32>
+  %2 = weft.all_reduce sum %v over @mesh ["tp"] : tensor<2x8x32xf32>
+  %3 = weft.add %0, %1 : tensor<2x8x32xf32>
+  %4 = weft.sub %3, %2 : tensor<2x8x32xf32>
+  // Different groups: each stays.
+  %5 = weft.all_reduce sum %a over @mesh ["tp"] : tensor<2x8x32xf32>
+  %6 = weft.all_reduce sum %b over @mesh ["dp"] : tensor<2x8x32xf32>
+  %7 = weft.add %5, %6 : tensor<2x8x32xf32>
+  // Read elsewhere too.
+  %8 = weft.all_reduce sum %c over @mesh ["tp"] : tensor<2x8x32xf32>
+  %9 = weft.all_reduce sum %d over @mesh ["tp"] : tensor<2x8x32xf32>
+  %10 = weft.add %8, %9 : tensor<2x8x32xf32>
+  // Broadcast: reducing the sum would send more.
+  %11 = weft.all_reduce sum %e over @mesh ["tp"] : tensor<2x8x32xf32>
+  %12 = weft.all_reduce sum %f over @mesh ["tp"] : tensor<1x8x32xf32>
+  %13 = weft.add %11, %12 : (tensor<2x8x32xf32>, tensor<1x8x32xf32>) -> tensor<2x8x32xf32>
+  // CHECK-NEXT: return %[[ONCE]]
+  return %4, %7, %10, %8, %13 : tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>
+}
+
+// -----
+
+weft.mesh @mesh(tp = 2)
+// Under sequence parallelism the same gradients are reduce-scattered: summed
+// first, then scattered once.
+// CHECK-LABEL: func.func @sum_then_scatter
+func.func @sum_then_scatter(%q: tensor<2x8x32xf32>, %k: tensor<2x8x32xf32>, %r: tensor<2x4x32xf32>) -> tensor<2x4x32xf32> {
+  // CHECK-NEXT: %[[QK:.*]] = weft.add %arg0, %arg1 : tensor<2x8x32xf32>
+  // CHECK-NEXT: %[[ONCE:.*]] = weft.reduce_scatter sum %[[QK]] over @mesh ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  // CHECK-NEXT: %[[OUT:.*]] = weft.add %[[ONCE]], %arg2
+  // CHECK-NEXT: return %[[OUT]]
+  %0 = weft.reduce_scatter sum %q over @mesh ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  %1 = weft.reduce_scatter sum %k over @mesh ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  %2 = weft.add %0, %1 : tensor<2x4x32xf32>
+  %3 = weft.add %2, %r : tensor<2x4x32xf32>
+  return %3 : tensor<2x4x32xf32>
+}
