@@ -203,6 +203,51 @@ LogicalResult IotaOp::partition(PartitionState &state) {
   return success();
 }
 
+/// A softmax's statistics along dimension `axis` of local value `x`, which is
+/// split over `axes` (none: whole): the rows' maximum and sum of
+/// exponentials, each all-reduced over the split, uncompressed (they decide
+/// every probability), and `x` minus the maximum with its exponentials. The
+/// ops made go into `made` if given.
+namespace {
+struct RowStatistics {
+  Value max, shifted, exps, sum;
+};
+} // namespace
+static RowStatistics
+rowStatistics(PartitionState &state, Location loc, Value x, int64_t axis,
+              ArrayRef<std::string> axes,
+              SmallVectorImpl<Operation *> *made = nullptr) {
+  OpBuilder &b = state.builder();
+  auto type = cast<RankedTensorType>(x.getType());
+  SmallVector<int64_t> keptShape(type.getShape());
+  keptShape[axis] = 1;
+  auto kept = RankedTensorType::get(keptShape, type.getElementType());
+  auto dims = b.getDenseI64ArrayAttr({axis});
+  auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
+  auto track = [&](Value v) {
+    if (made)
+      made->push_back(v.getDefiningOp());
+    return v;
+  };
+  auto overSplit = [&](ReductionKind kind, Value local) {
+    if (axes.empty())
+      return local;
+    return track(AllReduceOp::create(
+        b, loc, kept, ReductionKindAttr::get(b.getContext(), kind), local,
+        state.meshRef(), state.axesAttr(axes), exact));
+  };
+  RowStatistics rows;
+  rows.max = overSplit(
+      ReductionKind::max,
+      track(ReduceMaxOp::create(b, loc, kept, x, dims, b.getUnitAttr())));
+  rows.shifted = track(SubOp::create(b, loc, type, x, rows.max));
+  rows.exps = track(ExpOp::create(b, loc, type, rows.shifted));
+  rows.sum = overSplit(ReductionKind::sum,
+                       track(ReduceSumOp::create(b, loc, kept, rows.exps, dims,
+                                                 b.getUnitAttr())));
+  return rows;
+}
+
 /// Softmax (or its log) along a dimension its input arrives split in: the
 /// rows' maxima and sums are all-reduced over the split (one value per row
 /// each) and every rank keeps its columns. Causal masking needs the columns'
@@ -220,38 +265,24 @@ static LogicalResult partitionSoftmaxLike(Op op, bool log,
   OpBuilder &b = state.builder();
   Value input = state.operand(loc, op.getInput(), want);
   auto type = cast<RankedTensorType>(input.getType());
-  SmallVector<int64_t> keptShape(type.getShape());
-  keptShape[axis] = 1;
-  auto kept = RankedTensorType::get(keptShape, type.getElementType());
-  auto dims = b.getDenseI64ArrayAttr({axis});
-  auto group = state.axesAttr(axes);
-  // The statistics decide every probability: never compressed.
-  auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
   SmallVector<Operation *> made;
-  auto track = [&](Value v) {
-    made.push_back(v.getDefiningOp());
-    return v;
-  };
   Value scaled = input;
-  if (op.getScale().convertToFloat() != 1.0f)
-    scaled = track(
+  if (op.getScale().convertToFloat() != 1.0f) {
+    scaled =
         MulOp::create(b, loc, type, input,
                       state.constant(loc, type.getElementType(),
-                                     double(op.getScale().convertToFloat()))));
-  Value max = track(AllReduceOp::create(
-      b, loc, kept, ReductionKindAttr::get(b.getContext(), ReductionKind::max),
-      track(ReduceMaxOp::create(b, loc, kept, scaled, dims, b.getUnitAttr())),
-      state.meshRef(), group, exact));
-  Value shifted = track(SubOp::create(b, loc, type, scaled, max));
-  Value exps = track(ExpOp::create(b, loc, type, shifted));
-  Value sum = track(AllReduceOp::create(
-      b, loc, kept, ReductionKindAttr::get(b.getContext(), ReductionKind::sum),
-      track(ReduceSumOp::create(b, loc, kept, exps, dims, b.getUnitAttr())),
-      state.meshRef(), group, exact));
+                                     double(op.getScale().convertToFloat())));
+    made.push_back(scaled.getDefiningOp());
+  }
+  RowStatistics rows = rowStatistics(state, loc, scaled, axis, axes, &made);
   Value result =
-      log ? track(SubOp::create(b, loc, type, shifted,
-                                track(LogOp::create(b, loc, kept, sum))))
-          : track(DivOp::create(b, loc, type, exps, sum));
+      log ? SubOp::create(b, loc, type, rows.shifted,
+                          LogOp::create(b, loc, rows.sum.getType(), rows.sum))
+                .getResult()
+          : DivOp::create(b, loc, type, rows.exps, rows.sum).getResult();
+  if (log)
+    made.push_back(result.getDefiningOp()->getOperand(1).getDefiningOp());
+  made.push_back(result.getDefiningOp());
   // What marks the op (the attention core, for selective recomputation)
   // marks each op it became.
   for (NamedAttribute attr : op->getDiscardableAttrs())
@@ -575,24 +606,9 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
   // compression policy.
   auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
   // log-sum-exp over all shards.
-  Value localMax =
-      ReduceMaxOp::create(b, loc, keptType, logits, rows, b.getUnitAttr());
   bool split = !classAxes.empty();
-  Value globalMax =
-      split ? AllReduceOp::create(
-                  b, loc, keptType,
-                  ReductionKindAttr::get(b.getContext(), ReductionKind::max),
-                  localMax, state.meshRef(), group, exact)
-                  .getResult()
-            : localMax;
-  Value exps = ExpOp::create(
-      b, loc, localType, SubOp::create(b, loc, localType, logits, globalMax));
-  Value localSum =
-      ReduceSumOp::create(b, loc, keptType, exps, rows, b.getUnitAttr());
-  Value globalSum = split ? AllReduceOp::create(b, loc, keptType, sum, localSum,
-                                                state.meshRef(), group, exact)
-                                .getResult()
-                          : localSum;
+  RowStatistics stats = rowStatistics(state, loc, logits, rank - 1, classAxes);
+  Value globalMax = stats.max, globalSum = stats.sum;
   Value lse = AddOp::create(
       b, loc, keptType, LogOp::create(b, loc, keptType, globalSum), globalMax);
   // The label's logit, from the shard that holds it.
