@@ -287,6 +287,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     if (!given)
       return given.takeError();
     costModel.evaluate(*given);
+    costModel.countStepCommunication(*given);
     outcome.evaluated = true;
     outcome.band = validationErrorBand();
     annotateRisk(*given, costModel, outcome.band);

@@ -6,6 +6,7 @@
 
 #include "weft/Pipelines/Pipelines.h"
 
+#include "weft/Dialect/Sharding.h"
 #include "weft/Plan/Plan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -119,4 +120,104 @@ void weft::registerWeftPipelines() {
       "(-weft-inline-layers, -weft-schedule-collectives, "
       "-weft-assign-buffers)",
       buildCudaTargetPipeline);
+}
+
+//===----------------------------------------------------------------------===//
+// The training step
+//===----------------------------------------------------------------------===//
+
+LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
+                                      const plan::Plan &plan,
+                                      const TrainingStepOptions &options,
+                                      FunctionType &type) {
+  const bool pipelined = plan.pp() > 1;
+  {
+    PassManager pm(&context);
+    // (Projections are cut while the weights are read directly; the loss
+    // comes after the 16-bit forward, which it widens.)
+    pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
+    if (options.dtype != "f32") {
+      WeftMixedPrecisionOptions mixed;
+      mixed.compute = options.dtype;
+      pm.addNestedPass<func::FuncOp>(createWeftMixedPrecision(mixed));
+    }
+    WeftAppendLossOptions loss;
+    loss.reduction = "mean";
+    loss.ignoreIndex = options.ignoreIndex;
+    pm.addPass(createWeftAppendLoss(loss));
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  func::FuncOp func;
+  for (auto candidate : module.getOps<func::FuncOp>())
+    if (!func && !candidate.isExternal())
+      func = candidate;
+  if (!func)
+    return module.emitError("the model has no function to train");
+  type = func.getFunctionType();
+  PassManager pm(&context);
+  if (pipelined) {
+    WeftSplitStagesOptions split;
+    split.stages = plan.pp();
+    split.chunks = std::max(1, plan.virtual_stages());
+    for (int32_t layers : plan.stage_layers())
+      split.stageLayers +=
+          (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
+    pm.addPass(createWeftSplitStages(split));
+  }
+  WeftDifferentiateOptions differentiate;
+  differentiate.recompute = options.recompute;
+  differentiate.scaleLoss = options.scaleLoss;
+  pm.addPass(createWeftDifferentiate(differentiate));
+  if (pipelined) {
+    WeftSchedulePipelineOptions schedule;
+    schedule.schedule = scheduleName(plan.schedule());
+    schedule.microBatches = std::max(1, plan.num_micro_batches());
+    pm.addPass(createWeftSchedulePipeline(schedule));
+  }
+  return pm.run(module);
+}
+
+LogicalResult weft::buildPartitionedStep(MLIRContext &context, ModuleOp module,
+                                         const plan::Plan &plan,
+                                         bool partitioned,
+                                         const TrainingStepOptions &options) {
+  const bool pipelined = plan.pp() > 1;
+  if (partitioned) {
+    PassManager pm(&context);
+    // ZeRO: the gradients are reduce-scattered and each rank updates its
+    // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
+    buildPartitionPipeline(pm, applyPlanOptions(plan), plan.compress(),
+                           pipelined ? 0 : plan.zero_stage());
+    // Each stage's forward, backward and weight-gradient steps apart, and
+    // their data-parallel gradient reductions once per step.
+    if (pipelined) {
+      pm.addPass(createWeftSplitBackward());
+      // ZeRO-1: each stage's gradients reduce-scattered, the optimizer state
+      // in blocks.
+      WeftDeferGradientReductionOptions defer;
+      defer.scatter = plan.zero_stage() >= 1;
+      pm.addPass(createWeftDeferGradientReduction(defer));
+      pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
+    }
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  // The optimizer step, as IR: run once per step on the summed gradients.
+  PassManager pm(&context);
+  WeftBuildOptimizerOptions rule = options.optimizer;
+  rule.skipNonFinite = options.scaleLoss;
+  // Partitioned, each rank updates its blocks on the mesh (with pipeline
+  // stages, each pipeline rank its stages' parameters); otherwise the
+  // update runs once on whole tensors.
+  rule.rankLocal = partitioned;
+  rule.storedOver.clear();
+  if (rule.rankLocal && plan.zero_stage() >= 3)
+    for (const std::string &axis : zeroGroupAxes())
+      rule.storedOver.push_back(axis);
+  pm.addPass(createWeftBuildOptimizer(rule));
+  // (A stored block's gather, cut to the gradient's block, is no collective
+  // at all.)
+  pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
+  return pm.run(module);
 }

@@ -42,8 +42,9 @@ CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
     trainingConfig.set_seq_len(modelSpec.seq_len());
   ownModel = bool(source);
   if (!source) {
-    // The built-in transformer of the spec, one layer (the cost model costs
-    // one and multiplies).
+    // The built-in transformer of the spec with two layers: the cost model
+    // costs one and multiplies; the training step's count takes what a
+    // second adds to the gradient reduction and the optimizer step.
     plan::ModelSpec spec = modelSpec;
     std::optional<double> dropout;
     if (trainingConfig.dropout())
@@ -53,7 +54,7 @@ CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
       TransformerShape shape;
       shape.batch = batch;
       shape.seq = seq;
-      shape.layers = 1;
+      shape.layers = std::min<int64_t>(2, std::max<int64_t>(1, spec.layers()));
       shape.dropout = dropout;
       return buildTransformer(ctx, spec, shape);
     };
@@ -1130,6 +1131,52 @@ double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
       dataParallel(*this, plan, stageParameters(plan, 0, b), lastBackward,
                    firstForward, dataParallelShard(plan));
   return bound + dp.exposed + dp.optimizer;
+}
+
+void CostModel::countStepCommunication(plan::Plan &plan) {
+  // The step with one layer gives the blocks of a micro-batch; with two,
+  // what each layer adds to the gradient reduction and the optimizer step
+  // (their collectives are per parameter).
+  const int64_t layers = std::max<int64_t>(1, modelSpec.layers());
+  plan::StepCommunication counted[2];
+  for (int kept = 1; kept <= std::min<int64_t>(2, layers); ++kept) {
+    std::string error;
+    OwningOpRef<ModuleOp> step = programs->buildTrainingStep(plan, kept, error);
+    if (!step) {
+      plan.mutable_step_comm()->set_missing(error);
+      return;
+    }
+    int64_t built = 0;
+    counted[kept - 1] = planner::countStepCommunication(*step, &built);
+    if (built != kept)
+      counted[kept - 1].set_missing(
+          "the model's IR has " + std::to_string(built) + " layer(s) of " +
+          std::to_string(layers) + "; the step's count needs two");
+    if (!counted[kept - 1].missing().empty()) {
+      *plan.mutable_step_comm() = counted[kept - 1];
+      return;
+    }
+  }
+  plan::StepCommunication comm = counted[0];
+  if (layers > 1) {
+    const plan::StepCommunication &two = counted[1];
+    comm.set_gradient_reduction(
+        comm.gradient_reduction() +
+        (layers - 1) * (two.gradient_reduction() - comm.gradient_reduction()));
+    comm.set_optimizer(comm.optimizer() +
+                       (layers - 1) * (two.optimizer() - comm.optimizer()));
+  }
+  int64_t perMicroBatch =
+      layers * (comm.layer_forward() + comm.layer_backward()) +
+      comm.embedding_forward() + comm.embedding_backward() + comm.head();
+  int64_t reduction = comm.gradient_reduction();
+  if (comm.reduction_per_micro_batch()) {
+    perMicroBatch += reduction;
+    reduction = 0;
+  }
+  comm.set_step(std::max(1, plan.num_micro_batches()) * perMicroBatch +
+                reduction + comm.optimizer());
+  *plan.mutable_step_comm() = comm;
 }
 
 void CostModel::evaluate(plan::Plan &plan,

@@ -59,13 +59,14 @@ static SmallVector<LayerOp> repeatedLayers(func::FuncOp func) {
   return best;
 }
 
-/// Keeps the first layer of the repeated kind: the layers of a kind are one
-/// structure, so the cost model costs one and multiplies. The others must
-/// form a chain (each the next one's first input), which the last one's
-/// users then read from the first.
-static LogicalResult keepOneLayer(func::FuncOp func, std::string &error) {
+/// Keeps the first `keep` layers of the repeated kind: the layers of a kind
+/// are one structure, so the cost model costs one and multiplies. The
+/// layers must form a chain (each the next one's first input), which the
+/// last one's users then read from the last layer kept.
+static LogicalResult keepLayers(func::FuncOp func, size_t keep,
+                                std::string &error) {
   SmallVector<LayerOp> layers = repeatedLayers(func);
-  if (layers.size() <= 1)
+  if (layers.size() <= keep)
     return success();
   for (size_t i = 1; i < layers.size(); ++i) {
     LayerOp before = layers[i - 1], layer = layers[i];
@@ -86,8 +87,8 @@ static LogicalResult keepOneLayer(func::FuncOp func, std::string &error) {
           return failure();
         }
   }
-  layers.back()->replaceAllUsesWith(layers.front()->getResults());
-  for (size_t i = layers.size(); i-- > 1;)
+  layers.back()->replaceAllUsesWith(layers[keep - 1]->getResults());
+  for (size_t i = layers.size(); i-- > keep;)
     layers[i].erase();
   return success();
 }
@@ -108,7 +109,7 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
       error = "the model has no function";
       return nullptr;
     }
-    if (failed(keepOneLayer(func, error)))
+    if (failed(keepLayers(func, 1, error)))
       return nullptr;
     // The training step's dtype and loss, which no plan changes.
     PassManager pm(&context);
@@ -183,6 +184,116 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
     return nullptr;
   }
   return module;
+}
+
+OwningOpRef<ModuleOp>
+RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
+                                      std::string &error) {
+  if (plan.pp() > 1) {
+    error = "a pipelined step is counted per stage, which is not built yet";
+    return nullptr;
+  }
+  const int64_t microBatch = std::max(1, plan.micro_batch());
+  const int64_t batch = microBatch * std::max(1, plan.dp());
+  if (source.staticBatch && *source.staticBatch != batch) {
+    error = "the model's batch is static (" +
+            std::to_string(*source.staticBatch) + "), not micro-batch x dp (" +
+            std::to_string(batch) + ")";
+    return nullptr;
+  }
+  OwningOpRef<ModuleOp> module =
+      source.build(context, batch, training.seq_len());
+  func::FuncOp func = module ? entryFunction(*module) : func::FuncOp();
+  if (!func) {
+    error = "the model cannot be built at batch " + std::to_string(batch) +
+            " and sequence " + std::to_string(training.seq_len());
+    return nullptr;
+  }
+  if (failed(keepLayers(func, size_t(std::max<int64_t>(1, layers)), error)))
+    return nullptr;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    if (diag.getSeverity() == DiagnosticSeverity::Error && error.empty())
+      error = diag.str();
+    return success();
+  });
+  TrainingStepOptions options;
+  options.dtype = training.dtype() == "fp16" ? "f16" : "bf16";
+  options.recompute = plan.recompute() == plan::RECOMPUTE_FULL ? "full"
+                      : plan.recompute() == plan::RECOMPUTE_SELECTIVE
+                          ? "selective"
+                          : "none";
+  options.optimizer.maxGradNorm = 1.0;
+  FunctionType type;
+  if (failed(weft::buildTrainingStep(context, *module, plan, options, type)) ||
+      failed(weft::buildPartitionedStep(context, *module, plan,
+                                        /*partitioned=*/true, options))) {
+    if (error.empty())
+      error = "the training step cannot be built";
+    return nullptr;
+  }
+  return module;
+}
+
+plan::StepCommunication planner::countStepCommunication(ModuleOp step,
+                                                        int64_t *layers) {
+  plan::StepCommunication comm;
+  auto sent = [](Operation *root) {
+    int64_t bytes = 0;
+    root->walk([&](CollectiveOpInterface collective) {
+      if (collective.communicates())
+        bytes += getCollectiveBytesSent(collective,
+                                        getCollectiveGroupSize(collective));
+    });
+    return bytes;
+  };
+  func::FuncOp main, reduction, optimizer;
+  for (auto func : step.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    if (func->hasAttr(WeftDialect::getOptimizerAttrName()))
+      optimizer = func;
+    else if (!main)
+      main = func;
+  }
+  if (!main) {
+    comm.set_missing("the module has no step function");
+    return comm;
+  }
+  if (auto name = main->getAttrOfType<FlatSymbolRefAttr>(
+          WeftDialect::getGradientReductionAttrName()))
+    reduction = step.lookupSymbol<func::FuncOp>(name.getValue());
+  comm.set_reduction_per_micro_batch(
+      main->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName()));
+  // Before the first layer: the embedding; from the first forward layer to
+  // the first backward one: the output layer and the loss, both ways;
+  // after: the embedding's backward.
+  int forwardLayers = 0, backwardLayers = 0;
+  for (Operation &op : main.getBody().front()) {
+    if (auto layer = dyn_cast<LayerOp>(op)) {
+      bool backward = layer.getKind().ends_with(".backward");
+      (backward ? backwardLayers : forwardLayers)++;
+      int64_t bytes = sent(layer);
+      if (backward)
+        comm.set_layer_backward(comm.layer_backward() + bytes);
+      else
+        comm.set_layer_forward(comm.layer_forward() + bytes);
+      continue;
+    }
+    int64_t bytes = sent(&op);
+    if (forwardLayers == 0)
+      comm.set_embedding_forward(comm.embedding_forward() + bytes);
+    else if (backwardLayers == 0)
+      comm.set_head(comm.head() + bytes);
+    else
+      comm.set_embedding_backward(comm.embedding_backward() + bytes);
+  }
+  if (layers)
+    *layers = forwardLayers;
+  if (reduction)
+    comm.set_gradient_reduction(sent(reduction));
+  if (optimizer)
+    comm.set_optimizer(sent(optimizer));
+  return comm;
 }
 
 //===----------------------------------------------------------------------===//

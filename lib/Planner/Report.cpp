@@ -111,6 +111,22 @@ void planner::printPlanBreakdown(llvm::raw_ostream &os, const plan::Plan &p) {
      << p.forward_comm_bytes_layer() << " bytes per layer, "
      << p.forward_comm_bytes_embedding() << " for the embedding, "
      << p.forward_comm_bytes_head() << " for the output layer\n";
+  if (p.has_step_comm()) {
+    const plan::StepCommunication &c = p.step_comm();
+    if (!c.missing().empty())
+      os << "training step communication: not counted (" << c.missing()
+         << ")\n";
+    else
+      os << "training step communication per rank (counted on the step weft "
+            "train builds): "
+         << c.step() << " bytes; per micro-batch " << c.layer_forward()
+         << " forward and " << c.layer_backward()
+         << " backward per layer, embedding " << c.embedding_forward() << " + "
+         << c.embedding_backward() << ", output layer and loss " << c.head()
+         << "; gradient reduction " << c.gradient_reduction()
+         << (c.reduction_per_micro_batch() ? " per micro-batch" : "")
+         << ", optimizer step " << c.optimizer() << "\n";
+  }
   os << format("memory per GPU (worst stage): weights %.1f, gradients %.1f, "
                "optimizer %.1f, activations %.1f, workspace %.1f = %.1f GiB "
                "of %.1f GiB%s\n",

@@ -215,6 +215,12 @@ static cl::opt<bool> calibrateSearch(
 static cl::opt<bool> calibrateVerbose(
     "layer-times", cl::desc("Also print one layer's forward and backward time"),
     cl::sub(calibrateCommand));
+static cl::opt<bool> calibrateBreakdown(
+    "breakdown",
+    cl::desc("Also print each row's predicted step as its parts (compute, "
+             "recomputation, tp/cp/pp communication, bubble, exposed "
+             "data-parallel communication, optimizer), in seconds"),
+    cl::sub(calibrateCommand));
 static cl::list<std::string> calibrateSet(
     "set", cl::desc("Override a GPU field for every row, or for one GPU: "
                     "[GPU.]NAME=VALUE (e.g. h100.gemm_efficiency=0.7)"),
@@ -921,6 +927,15 @@ int runCalibrate() {
                          1e3 * (layer.backwardInput + layer.backwardWeight +
                                 layer.tpComm),
                          1e3 * layer.attentionCore);
+    }
+    if (calibrateBreakdown) {
+      const plan::TimeBreakdown &t = row.plan.time();
+      os << llvm::format(" compute %.3f recompute %.3f tp %.3f cp %.3f pp "
+                         "%.3f bubble %.3f dp %.3f/%.3f optimizer %.3f",
+                         t.compute_s(), t.recompute_s(), t.tp_comm_s(),
+                         t.cp_comm_s(), t.pp_comm_s(), t.bubble_s(),
+                         t.dp_comm_exposed_s(), t.dp_comm_total_s(),
+                         t.optimizer_s());
     }
     if (calibrateSearch) {
       // From model, GPU count, batch and sequence only: the same training

@@ -538,64 +538,6 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
 // weft compile --train build them alike)
 //===----------------------------------------------------------------------===//
 
-/// The loss, then (with pp > 1) the stages, the backward, and the pipeline's
-/// schedule; with a 16-bit `dtype`, computed in it from f32 weights, and
-/// with `scaleLoss`, the loss's gradient seeded with the step's last
-/// argument (loss scaling).
-/// `type` gets the model's function type with the loss (its inputs: the
-/// model's, then the labels).
-static LogicalResult buildTrainingStep(MLIRContext &context, ModuleOp module,
-                                       const weft::plan::Plan &plan,
-                                       llvm::StringRef dtype, bool scaleLoss,
-                                       FunctionType &type) {
-  const bool pipelined = plan.pp() > 1;
-  {
-    PassManager pm(&context);
-    // (Projections are cut while the weights are read directly; the loss
-    // comes after the 16-bit forward, which it widens.)
-    pm.addNestedPass<func::FuncOp>(weft::createWeftUnfuseProjections());
-    if (dtype != "f32") {
-      weft::WeftMixedPrecisionOptions mixed;
-      mixed.compute = dtype.str();
-      pm.addNestedPass<func::FuncOp>(weft::createWeftMixedPrecision(mixed));
-    }
-    weft::WeftAppendLossOptions loss;
-    loss.reduction = "mean";
-    loss.ignoreIndex = ignoreIndex;
-    pm.addPass(weft::createWeftAppendLoss(loss));
-    if (failed(pm.run(module)))
-      return failure();
-  }
-  func::FuncOp func;
-  for (auto candidate : module.getOps<func::FuncOp>())
-    if (!func && !candidate.isExternal())
-      func = candidate;
-  if (!func)
-    return module.emitError("the model has no function to train");
-  type = func.getFunctionType();
-  PassManager pm(&context);
-  if (pipelined) {
-    weft::WeftSplitStagesOptions split;
-    split.stages = plan.pp();
-    split.chunks = std::max(1, plan.virtual_stages());
-    for (int32_t layers : plan.stage_layers())
-      split.stageLayers +=
-          (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
-    pm.addPass(weft::createWeftSplitStages(split));
-  }
-  weft::WeftDifferentiateOptions differentiate;
-  differentiate.recompute = recompute;
-  differentiate.scaleLoss = scaleLoss;
-  pm.addPass(weft::createWeftDifferentiate(differentiate));
-  if (pipelined) {
-    weft::WeftSchedulePipelineOptions schedule;
-    schedule.schedule = weft::scheduleName(plan.schedule());
-    schedule.microBatches = std::max(1, plan.num_micro_batches());
-    pm.addPass(weft::createWeftSchedulePipeline(schedule));
-  }
-  return pm.run(module);
-}
-
 /// Why the model's inputs (`type`) are not what a training step feeds: token
 /// ids first, other integer inputs (attention masks) all ones, the labels
 /// last, each [batch, seq]. Empty if they are.
@@ -615,63 +557,24 @@ static std::string checkTrainingInputs(FunctionType type, int64_t batch,
   return "";
 }
 
-/// The step partitioned under `plan` (when `partitioned`), its gradient
-/// reduction, and the optimizer step: each rank's on its blocks when
-/// partitioned without pipeline stages, else one on whole tensors; with
-/// `scaleLoss`, one that skips a step whose gradients overflowed.
-static LogicalResult buildPartitionedStep(MLIRContext &context, ModuleOp module,
-                                          const weft::plan::Plan &plan,
-                                          bool partitioned, bool scaleLoss) {
-  const bool pipelined = plan.pp() > 1;
-  if (partitioned) {
-    PassManager pm(&context);
-    // ZeRO: the gradients are reduce-scattered and each rank updates its
-    // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
-    weft::buildPartitionPipeline(pm, weft::applyPlanOptions(plan),
-                                 plan.compress(),
-                                 pipelined ? 0 : plan.zero_stage());
-    // Each stage's forward, backward and weight-gradient steps apart, and
-    // their data-parallel gradient reductions once per step.
-    if (pipelined) {
-      pm.addPass(weft::createWeftSplitBackward());
-      // ZeRO-1: each stage's gradients reduce-scattered, the optimizer state
-      // in blocks.
-      weft::WeftDeferGradientReductionOptions defer;
-      defer.scatter = plan.zero_stage() >= 1;
-      pm.addPass(weft::createWeftDeferGradientReduction(defer));
-      pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
-    }
-    if (failed(pm.run(module)))
-      return failure();
-  }
-  // The optimizer step, as IR: run once per step on the summed gradients.
-  {
-    PassManager pm(&context);
-    weft::WeftBuildOptimizerOptions rule;
-    rule.optimizer = optimizer;
-    rule.weightDecay = weightDecay;
-    rule.beta1 = beta1;
-    rule.beta2 = beta2;
-    rule.eps = adamEps;
-    rule.momentum = momentum;
-    rule.maxGradNorm = clipGrad;
-    rule.freeze = freeze;
-    rule.skipNonFinite = scaleLoss;
-    // Partitioned, each rank updates its blocks on the mesh (with pipeline
-    // stages, each pipeline rank its stages' parameters); otherwise the
-    // update runs once on whole tensors.
-    rule.rankLocal = partitioned;
-    if (rule.rankLocal && plan.zero_stage() >= 3)
-      for (const std::string &axis : weft::zeroGroupAxes())
-        rule.storedOver.push_back(axis);
-    pm.addPass(weft::createWeftBuildOptimizer(rule));
-    // (A stored block's gather, cut to the gradient's block, is no
-    // collective at all.)
-    pm.addNestedPass<func::FuncOp>(weft::createWeftOptimizeCollectives());
-    if (failed(pm.run(module)))
-      return failure();
-  }
-  return success();
+/// The step's build options from the command line.
+static weft::TrainingStepOptions stepOptions(llvm::StringRef dtype,
+                                             bool scaleLoss) {
+  weft::TrainingStepOptions options;
+  options.dtype = dtype.str();
+  options.scaleLoss = scaleLoss;
+  options.recompute = recompute;
+  options.ignoreIndex = ignoreIndex;
+  weft::WeftBuildOptimizerOptions &rule = options.optimizer;
+  rule.optimizer = optimizer;
+  rule.weightDecay = weightDecay;
+  rule.beta1 = beta1;
+  rule.beta2 = beta2;
+  rule.eps = adamEps;
+  rule.momentum = momentum;
+  rule.maxGradNorm = clipGrad;
+  rule.freeze = freeze;
+  return options;
 }
 
 /// Whether `plan` splits anything over devices (else one rank runs the
@@ -813,8 +716,9 @@ int runTrain(MLIRContext &context) {
   // backward, and the pipeline's schedule.
   const bool pipelined = plan->pp() > 1;
   FunctionType type;
-  if (failed(buildTrainingStep(context, *module, *plan, computeType,
-                               bool(scaling.scale), type)))
+  if (failed(weft::buildTrainingStep(
+          context, *module, *plan,
+          stepOptions(computeType, bool(scaling.scale)), type)))
     return 1;
   // The step's function (split into stages' functions with pp > 1).
   func::FuncOp func =
@@ -868,8 +772,9 @@ int runTrain(MLIRContext &context) {
     module->print(out);
   }
   bool partitioned = partitions(*plan) || devices > 1;
-  if (failed(buildPartitionedStep(context, *module, *plan, partitioned,
-                                  bool(scaling.scale))))
+  if (failed(weft::buildPartitionedStep(
+          context, *module, *plan, partitioned,
+          stepOptions(computeType, bool(scaling.scale)))))
     return 1;
   func::FuncOp optimizerStep;
   for (auto candidate : module->getOps<func::FuncOp>())
@@ -1218,7 +1123,8 @@ compileTrainingProgram(MLIRContext &context,
                                scaleLoss](MLIRContext &ctx,
                                           ModuleOp module) -> llvm::Error {
     FunctionType type;
-    if (failed(buildTrainingStep(ctx, module, plan, dtype, scaleLoss, type)))
+    if (failed(weft::buildTrainingStep(ctx, module, plan,
+                                       stepOptions(dtype, scaleLoss), type)))
       return weft::driver::diagnosed("building the training step failed");
     auto ids = type.getNumInputs()
                    ? dyn_cast<RankedTensorType>(type.getInput(0))
@@ -1231,8 +1137,8 @@ compileTrainingProgram(MLIRContext &context,
             checkTrainingInputs(type, ids.getDimSize(0), ids.getDimSize(1));
         !why.empty())
       return llvm::createStringError(why);
-    if (failed(buildPartitionedStep(ctx, module, plan, partitions(plan),
-                                    scaleLoss)))
+    if (failed(weft::buildPartitionedStep(ctx, module, plan, partitions(plan),
+                                          stepOptions(dtype, scaleLoss))))
       return weft::driver::diagnosed("partitioning the training step failed");
     return llvm::Error::success();
   };

@@ -23,9 +23,11 @@
 #include "weft/Passes/Passes.h"
 #include "weft/plan.pb.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,6 +99,41 @@ void buildPartitionPipeline(mlir::OpPassManager &pm,
                             llvm::StringRef compress = "", int zeroStage = 0);
 
 /// What the CPU emitter prints: one flat function.
+/// How a training step is built: weft train, weft compile --train and the
+/// planner's count of a step's communication build it alike.
+struct TrainingStepOptions {
+  /// The compute type: f32, or bf16 / f16 from f32 weights
+  /// (-weft-mixed-precision).
+  std::string dtype = "f32";
+  /// The loss's gradient is seeded with the step's last argument.
+  bool scaleLoss = false;
+  /// What backward recomputes of each layer: full, selective or none.
+  std::string recompute = "full";
+  /// A label that counts no loss.
+  int64_t ignoreIndex = std::numeric_limits<int64_t>::min();
+  /// The optimizer step's rule (its rankLocal, storedOver and
+  /// skipNonFinite follow the plan and scaleLoss).
+  WeftBuildOptimizerOptions optimizer;
+};
+
+/// The loss, then (with pp > 1) the stages, the backward, and the
+/// pipeline's schedule. `type` gets the model's function type with the
+/// loss (its inputs: the model's, then the labels).
+mlir::LogicalResult buildTrainingStep(mlir::MLIRContext &context,
+                                      mlir::ModuleOp module,
+                                      const plan::Plan &plan,
+                                      const TrainingStepOptions &options,
+                                      mlir::FunctionType &type);
+
+/// The step partitioned under `plan` (when `partitioned`), its gradient
+/// reduction, and the optimizer step: each rank's on its blocks when
+/// partitioned, else one on whole tensors.
+mlir::LogicalResult buildPartitionedStep(mlir::MLIRContext &context,
+                                         mlir::ModuleOp module,
+                                         const plan::Plan &plan,
+                                         bool partitioned,
+                                         const TrainingStepOptions &options);
+
 void buildCpuTargetPipeline(mlir::OpPassManager &pm);
 
 /// The kernels the CUDA backend runs: GEMM epilogues and elementwise chains

@@ -93,6 +93,13 @@ public:
   /// pass checkPlan.
   void evaluate(plan::Plan &plan, std::vector<TimelineEvent> *timeline = nullptr);
 
+  /// Fills `plan`'s step_comm: the bytes one rank sends in a training step,
+  /// counted on the step weft train builds for the plan
+  /// (RankProgramBuilder::buildTrainingStep), or why not in its `missing`.
+  /// Builds and differentiates a program: for the plans a user evaluates,
+  /// not for the search.
+  void countStepCommunication(plan::Plan &plan);
+
   /// Peak memory per GPU in bytes (the worst stage) without simulating;
   /// stage_layers must be set.
   double peakMemoryBytes(const plan::Plan &plan);

@@ -77,6 +77,17 @@ public:
   /// only at divisors of its batch); if not, why in `error`.
   bool hasMicroBatch(int64_t microBatch, std::string &error) const;
 
+  /// The training step weft train builds for `plan` (without pipeline
+  /// stages) at its micro-batch, the model's repeated layers cut to the
+  /// first `layers`:
+  /// the loss, the backward under the plan's recomputation, the step
+  /// partitioned under the plan (ZeRO stage included), its gradient
+  /// reduction and the optimizer step (AdamW, gradients clipped at norm 1),
+  /// computed in the training dtype from f32 weights. Null with `error` set
+  /// when it cannot be built.
+  mlir::OwningOpRef<mlir::ModuleOp>
+  buildTrainingStep(const plan::Plan &plan, int64_t layers, std::string &error);
+
 private:
   mlir::OwningOpRef<mlir::ModuleOp> model(int64_t batch, std::string &error);
 
@@ -86,6 +97,16 @@ private:
   int64_t vocab;
   std::map<int64_t, mlir::OwningOpRef<mlir::ModuleOp>> models;
 };
+
+/// Counts the bytes one rank sends in a training step built by
+/// RankProgramBuilder::buildTrainingStep (NCCL ring counts of its
+/// collectives, as encoded), by function and, in the step's function, by
+/// block: its layers' forward and backward (summed), what runs before the
+/// first layer, between the layers' forward and backward, and after. The
+/// step total is left to the caller (it depends on the layers cut away).
+/// `layers`, if given, gets the number of forward layers in the step.
+plan::StepCommunication countStepCommunication(mlir::ModuleOp step,
+                                               int64_t *layers = nullptr);
 
 /// The blocks of a rank program: the ops before its (one) transformer
 /// layer, the layer, the ops after it.

@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""A training step's communication: the bytes each rank sends equal the cost
+model's figure for the plan.
+
+`weft plan --evaluate` fills each plan's `step_comm`: the bytes one rank sends
+in one training step, counted on the step `weft train` builds for the plan
+(the loss, -weft-differentiate under the plan's recomputation, the partitioned
+step with its ZeRO stage, the gradient reduction and the optimizer step, in
+bf16 from f32 weights) with the model's layers cut to one and two: one layer's
+forward and backward, the embedding's, the output layer's and the loss's per
+micro-batch, the gradient reduction (per step, or per micro-batch under
+ZeRO-2) and the optimizer step, composed as
+
+    step = m x (layers x (layer_forward + layer_backward) + embedding_forward
+                + embedding_backward + head) + gradient_reduction + optimizer
+
+For the committed GPT-2 and the GPT-2-, BERT- and LLaMA-style exports of
+test/models/export_models.py, under dp, tp, Megatron SP, Ulysses, ring
+attention (cp), their combinations and ZeRO 1/2/3, with the recompute modes
+and two micro-batches per step, this test checks per plan:
+
+- `weft train --dtype bf16 --clip-grad 1 --grad-accum 2 --steps 1` prints
+  `bytes sent per rank in step 1`: every rank's figure equals `step` exactly;
+- the step's forward layer sends what the search's rank program (the forward
+  program the planner costs) sends: `layer_forward` equals
+  `forward_comm_bytes_layer`, and `embedding_forward` equals
+  `forward_comm_bytes_embedding`. Two kinds of plan differ, and are printed
+  with both figures instead of compared:
+  - ZeRO-3: the step all-gathers the weights stored in blocks; the search's
+    rank program does not (the cost model adds them as shard_comm_bytes,
+    checked by training/zero.py);
+  - Megatron SP keeping activations for backward (recompute none or
+    selective): the training step's forward re-lays q, k and v (and LLaMA's
+    gate and up) from the column-parallel layout to the sequence split with
+    all-to-alls over tp, and its backward back, which Megatron does not; the
+    forward program has no such transfers (a defect, docs/training.md).
+
+The one total that differs is LLaMA's under ZeRO-3: the step `weft train`
+runs freezes the rotary tables (--freeze _cached$), so it gathers them in no
+layer; the cost model trains them (it does not know what a user freezes).
+That pair is printed with the difference.
+
+It also prints, per plan, each block's backward bytes against its forward's:
+the search times a block's backward tensor-parallel communication as its
+forward's (docs/cost-model.md), which these figures check.
+
+Needs Debian's python3-torch (1.13) and python3-onnx (for the exports); run by
+ctest as `training-step-communication`.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import against_torch as at  # noqa: E402
+
+ACCUM = 2
+# (plan spec, devices, data-parallel degree, recompute modes)
+PLANS = [("dp=2", 2, 2, ["full"]),
+         ("tp=2", 2, 1, ["none", "selective", "full"]),
+         ("tp=2,sp=true", 2, 1, ["none", "full"]),
+         ("ulysses=2", 2, 1, ["none"]),
+         ("cp=2", 2, 1, ["none"]),
+         ("dp=2,tp=2", 4, 2, ["none"]),
+         ("dp=2,tp=2,sp=true,zero=1", 4, 2, ["selective"]),
+         ("dp=2,zero=1", 2, 2, ["none"]),
+         ("dp=2,zero=2", 2, 2, ["none"]),
+         ("dp=2,zero=3", 2, 2, ["full"]),
+         ("dp=2,ulysses=2,zero=1", 4, 2, ["none"])]
+SENT = re.compile(r"bytes sent per rank in step 1:((?: \d+)+)")
+
+
+def option(extra, name, default):
+    return int(extra[extra.index(name) + 1]) if name in extra else default
+
+
+def evaluate(weft, model, spec, devices, dp, mode, batch, seq):
+    text = "%s,mbs=%d,recompute=%s" % (spec, batch // dp, mode)
+    proc = subprocess.run(
+        [weft, "plan", model, "--cluster", "a100-80g:%dx1" % devices, "--global-batch",
+         str(batch * ACCUM), "--seq-len", str(seq), "--evaluate", text, "--allow-oom",
+         "--json", "-"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("weft plan --evaluate %s failed: %s" % (text, proc.stderr[-400:]))
+    return json.loads(proc.stdout[:proc.stdout.index("\n}\n") + 3])["plans"][0]
+
+
+def check(weft, model, work, extra, spec, devices, dp, mode):
+    batch, seq = option(extra, "--batch-size", 2), option(extra, "--seq-len", 8)
+    tag = "%s %s recompute=%s" % (os.path.basename(model), spec, mode)
+    cmd = [weft, "train", model, "--data", os.path.join(work, "tokens.npy"), "--steps", "1",
+           "--dtype", "bf16", "--clip-grad", "1", "--grad-accum", str(ACCUM),
+           "--recompute", mode, "--devices", str(devices), "--plan-spec", spec] + extra
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:]))
+    found = SENT.search(proc.stderr)
+    if not found:
+        raise RuntimeError("%s: weft train printed no byte counts" % tag)
+    sent = [int(x) for x in found.group(1).split()]
+    plan = evaluate(weft, model, spec, devices, dp, mode, batch, seq)
+    comm = plan.get("step_comm", {})
+    if comm.get("missing"):
+        raise RuntimeError("%s: the cost model did not count the step: %s"
+                           % (tag, comm["missing"]))
+    get = lambda key: int(comm.get(key, 0))  # noqa: E731
+    layers = sum(plan["stage_layers"])
+    predicted = get("step")
+    composed = (ACCUM * (layers * (get("layer_forward") + get("layer_backward")) +
+                         get("embedding_forward") + get("embedding_backward") + get("head") +
+                         (get("gradient_reduction") if comm.get("reduction_per_micro_batch")
+                          else 0)) +
+                (0 if comm.get("reduction_per_micro_batch") else get("gradient_reduction")) +
+                get("optimizer"))
+    if composed != predicted:
+        raise RuntimeError("%s: step_comm.step %d is not its parts composed (%d)"
+                           % (tag, predicted, composed))
+    notes = []
+    zero3 = "zero=3" in spec
+    if any(s != predicted for s in sent):
+        if not (zero3 and "--freeze" in extra):
+            raise RuntimeError("%s: the ranks sent %s bytes in step 1; the cost model's step "
+                               "%d (%s)" % (tag, sent, predicted, json.dumps(comm)))
+        notes.append("DIFFERS: the ranks sent %d, %d fewer than the cost model's step: the "
+                     "step run freezes %s, which the cost model gathers as trained"
+                     % (sent[0], predicted - sent[0], extra[extra.index("--freeze") + 1]))
+    forward_layer = int(plan.get("forward_comm_bytes_layer", 0))
+    forward_embedding = int(plan.get("forward_comm_bytes_embedding", 0))
+    if get("layer_forward") != forward_layer or get("embedding_forward") != forward_embedding:
+        saved_sp = "sp=true" in spec and mode != "full"
+        if not (zero3 or saved_sp):
+            raise RuntimeError("%s: the step's forward sends %d per layer and %d for the "
+                               "embedding; the search's rank program %d and %d"
+                               % (tag, get("layer_forward"), get("embedding_forward"),
+                                  forward_layer, forward_embedding))
+        notes.append("forward DIFFERS from the search's rank program (%d per layer, %d for "
+                     "the embedding): %s"
+                     % (forward_layer, forward_embedding,
+                        "ZeRO-3's weight gathers" if zero3 else
+                        "SP's saved activations re-laid over tp"))
+    forward_head = int(plan.get("forward_comm_bytes_head", 0))
+    kind = "printed" if any(s != predicted for s in sent) else "equal"
+    return kind, ("%s: %d bytes per rank = %d x (%d layers x (%d + %d) + %d + %d + %d) + %d%s + %d; "
+            "backward/forward per layer %s, embedding %d/%d, head and loss %d both ways "
+            "(forward program %d)"
+            % (tag, predicted, ACCUM, layers, get("layer_forward"), get("layer_backward"),
+               get("embedding_forward"), get("embedding_backward"), get("head"),
+               get("gradient_reduction"),
+               " (per micro-batch)" if comm.get("reduction_per_micro_batch") else "",
+               get("optimizer"),
+               "%.2f" % (get("layer_backward") / forward_layer) if forward_layer else "-",
+               get("embedding_backward"), forward_embedding, get("head"), forward_head) +
+            "".join("; " + note for note in notes))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--weft", required=True)
+    args = parser.parse_args()
+    failures, counts = [], {"equal": 0, "printed": 0}
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, at.CLASSES, size=4096).astype(np.uint16)
+    with tempfile.TemporaryDirectory() as work:
+        np.save(os.path.join(work, "tokens.npy"), tokens)
+        for model, label, extra in at.training_models(work):
+            for spec, devices, dp, modes in PLANS:
+                for mode in modes:
+                    try:
+                        kind, line = check(args.weft, model, work, extra, spec, devices, dp,
+                                           mode)
+                        counts[kind] += 1
+                        print(line)
+                    except RuntimeError as e:
+                        failures.append(str(e))
+                    sys.stdout.flush()
+    print("checked the bytes sent in a training step of %d (model, plan, recompute) pairs "
+          "against the cost model's step_comm: %d equal, %d printed (frozen weights), "
+          "%d failed" % (sum(counts.values()) + len(failures), counts["equal"],
+                         counts["printed"], len(failures)))
+    for failure in failures:
+        print("FAILED: " + failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
