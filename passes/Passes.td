@@ -748,9 +748,12 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
     The partitioner all-reduces a partial sum where it arises, so a data-parallel
     gradient is reduced inside the backward layer that computes it, once per micro-batch.
     For each result of a partitioned function that is a gradient (`weft.gradient_of`)
-    and comes from sum all-reduces of one group through layer boundaries and additive
-    ops only (`Additive`: a tied embedding's two gradients summed, a transposed weight's
-    gradient, a sum over the batch), each value on the way read once, this pass removes
+    and comes from sum all-reduces of one group through layer boundaries, additive
+    ops (`Additive`: a tied embedding's two gradients summed, a transposed weight's
+    gradient, a sum over the batch) and ops linear in one operand whose other operands
+    are the same on every rank of the group (`Multilinear`: the one-hot matrix product
+    of a position embedding's backward, whose positions come from iotas or from inputs
+    not split over the group), each value on the way read once, this pass removes
     those all-reduces: the step returns the partial sum (its `weft.local_sharding` lists
     the reduction's axes as `partial`), and a new function `@<step>_reduce_gradients`
     all-reduces each such result over the same group, with the same codec. A sum

@@ -534,14 +534,20 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           annotateActivation(input, residualSeq);
           annotateActivation(arg, residualSeq);
         }
-      for (auto [result, yielded] :
-           llvm::zip(layer.getResults(), yield.getValues()))
+      // A result is kept in the residual stream's layout; the value the
+      // body yields for it is left to propagation, so that the annotation
+      // does not reach back into the forward's ops (under Megatron SP, a
+      // kept LayerNorm output split along the sequence would otherwise
+      // carry that split through the column-parallel q, k, v and MLP
+      // projections it feeds, which the forward program keeps split over
+      // their columns) and the forward layer computes what a forward
+      // program computes.
+      (void)yield;
+      for (Value result : layer.getResults())
         if (isa<RankedTensorType>(result.getType()) &&
             isResidual(cast<RankedTensorType>(result.getType())) &&
-            !getSharding(result)) {
+            !getSharding(result))
           annotateActivation(result, residualSeq);
-          annotateActivation(yielded, residualSeq);
-        }
     }
     for (AttentionOp att : attentions) {
       TensorSharding s = TensorSharding::replicated(4);
@@ -634,13 +640,19 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         auto linear = cast<LinearOp>(op);
         annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 1 : 0);
       }
-      // A value a forward layer keeps for its backward that a row-parallel
-      // linear reads (the attention's output, the output projection's input)
-      // is computed split over tp in its last dimension: kept so, not
-      // all-gathered in every forward layer and cut again in the backward.
-      // (Under Megatron SP the residual stream's split is the sequence's, and
-      // such a value is gathered for the GEMM anyway.)
-      if (!d.sp) {
+      // A value a forward layer keeps for its backward that a column-parallel
+      // linear makes (q, k and v of separate projections) or that a
+      // row-parallel linear reads (the attention's output, the output
+      // projection's input) is computed split over tp in its last
+      // dimension: kept so, not all-gathered (or, under Megatron SP,
+      // all-to-all'd to the sequence split) in every forward layer and
+      // re-laid again in the backward. Under SP its sequence keeps the
+      // residual stream's other splits (cp).
+      {
+        SmallVector<std::string, 2> seqOnly;
+        for (const std::string &axis : residualSeq)
+          if (!llvm::is_contained(tpAxes, axis))
+            seqOnly.push_back(axis);
         llvm::DenseMap<Value, SmallVector<BlockArgument>> takenBy;
         for (LayerOp layer : func.getBody().getOps<LayerOp>())
           for (auto [input, arg] :
@@ -651,20 +663,29 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           for (auto [index, result] : llvm::enumerate(layer.getResults())) {
             Value yielded = yield.getValues()[index];
             auto type = dyn_cast<RankedTensorType>(result.getType());
+            auto madeByColumn = [&]() {
+              auto linear = yielded.getDefiningOp<LinearOp>();
+              return linear && column.contains(linear);
+            };
+            auto readByRow = [&]() {
+              return llvm::any_of(yielded.getUsers(), [&](Operation *user) {
+                auto linear = dyn_cast<LinearOp>(user);
+                return linear && row.contains(linear) &&
+                       linear.getInput() == yielded;
+              });
+            };
             if (index == 0 || !type || !isResidual(type) ||
                 type.getDimSize(2) % d.tp ||
-                llvm::none_of(yielded.getUsers(), [&](Operation *user) {
-                  auto linear = dyn_cast<LinearOp>(user);
-                  return linear && row.contains(linear) &&
-                         linear.getInput() == yielded;
-                }))
+                !(readByRow() || (d.sp && madeByColumn())))
               continue;
             auto split = [&](Value value) {
               TensorSharding s = TensorSharding::replicated(3);
               if (type.getDimSize(0) % batchSplit == 0)
                 s.dims[0].assign(batchAxes.begin(), batchAxes.end());
+              const SmallVector<std::string, 2> &seqAxesKept =
+                  d.sp ? seqOnly : residualSeq;
               if (seq && type.getDimSize(1) == seq)
-                s.dims[1].assign(residualSeq.begin(), residualSeq.end());
+                s.dims[1].assign(seqAxesKept.begin(), seqAxesKept.end());
               s.dims[2].assign(tpAxes.begin(), tpAxes.end());
               setSharding(value, mesh, s);
             };
@@ -898,12 +919,21 @@ struct WeftPropagateSharding
       const ShardingRule &rule = current.rule;
       SmallVector<ShardedTensor> tensors;
       SmallVector<Value> values;
+      // Where the plan's split of a weight (Megatron's column and row
+      // splits) and an annotated activation want one axis for different
+      // factors, the weight's decides: a backward layer's transposed linear
+      // reads the residual stream's gradient, split along the sequence
+      // under Megatron SP, and computes its output split over the weight's
+      // columns as the forward did (the input is gathered), not along the
+      // sequence (which would re-lay every value after it with all-to-alls).
       for (auto [value, factors] : llvm::zip(current.operands, rule.operands)) {
         values.push_back(value);
         auto it = shardings.find(value);
-        tensors.push_back({&factors,
-                           it == shardings.end() ? nullptr : &it->second,
-                           it == shardings.end() ? INT_MAX : priority[value]});
+        int rank = it == shardings.end() ? INT_MAX : priority[value];
+        if (rank == 0 && getWeightParameter(value))
+          rank = -1;
+        tensors.push_back(
+            {&factors, it == shardings.end() ? nullptr : &it->second, rank});
       }
       for (auto [value, factors] : llvm::zip(current.results, rule.results)) {
         values.push_back(value);

@@ -24,6 +24,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <map>
 #include <set>
 
 namespace weft {
@@ -47,64 +48,170 @@ struct Reduction {
   }
 };
 
+/// Whether `value` is the same on every rank that differs only in `axes`
+/// (its coordinates on the other mesh axes held): made from constants,
+/// parameters and the step's inputs that are not split or partial over
+/// those axes, by ops without regions, slices over other axes, layer
+/// boundaries, and all-reduces or all-gathers over those axes (whose result
+/// every rank of the group shares). `known` remembers the values decided.
+static bool isUniformOver(Value value, const std::set<std::string> &axes,
+                          llvm::DenseMap<Value, bool> &known) {
+  if (auto it = known.find(value); it != known.end())
+    return it->second;
+  auto overlaps = [&](ArrayAttr group) {
+    return llvm::any_of(group.getAsValueRange<StringAttr>(),
+                        [&](StringRef axis) { return axes.count(axis.str()); });
+  };
+  auto covers = [&](ArrayAttr group) {
+    std::set<std::string> names;
+    for (StringRef axis : group.getAsValueRange<StringAttr>())
+      names.insert(axis.str());
+    return llvm::all_of(axes,
+                        [&](const std::string &a) { return names.count(a); });
+  };
+  auto decide = [&]() -> bool {
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      Operation *owner = arg.getOwner()->getParentOp();
+      if (auto layer = dyn_cast_or_null<LayerOp>(owner))
+        return arg.getArgNumber() < layer.getInputs().size() &&
+               isUniformOver(layer.getInputs()[arg.getArgNumber()], axes,
+                             known);
+      auto func = dyn_cast_or_null<func::FuncOp>(owner);
+      if (!func || arg.getOwner() != &func.getBody().front())
+        return false;
+      auto attr = func.getArgAttrOfType<ShardingAttr>(
+          arg.getArgNumber(), WeftDialect::getLocalShardingAttrName());
+      if (!attr)
+        return true; // not partitioned: the same on every rank
+      TensorSharding sharding = fromAttr(attr);
+      auto inAxes = [&](const std::string &axis) { return axes.count(axis); };
+      if (llvm::any_of(sharding.partial, inAxes))
+        return false;
+      for (const auto &dim : sharding.dims)
+        if (llvm::any_of(dim, inAxes))
+          return false;
+      return true;
+    }
+    Operation *def = value.getDefiningOp();
+    if (def->getNumRegions() > 0 && !isa<LayerOp>(def))
+      return false;
+    if (auto layer = dyn_cast<LayerOp>(def)) {
+      auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+      return isUniformOver(
+          yield.getValues()[cast<OpResult>(value).getResultNumber()], axes,
+          known);
+    }
+    if (auto collective = dyn_cast<CollectiveOpInterface>(def)) {
+      CollectiveKind kind = collective.getCollectiveKind();
+      if ((kind == CollectiveKind::AllReduce ||
+           kind == CollectiveKind::AllGather) &&
+          covers(collective.getAxes()))
+        return true;
+      if (kind != CollectiveKind::AllSlice || overlaps(collective.getAxes()))
+        return false;
+    }
+    return llvm::all_of(def->getOperands(), [&](Value operand) {
+      return isUniformOver(operand, axes, known);
+    });
+  };
+  bool uniform = decide();
+  known[value] = uniform;
+  return uniform;
+}
+
+/// isUniformOver's answers, per group of axes.
+using UniformMemo =
+    std::map<std::set<std::string>, llvm::DenseMap<Value, bool>>;
+
 /// The reduction `value` carries, if it is a sum all-reduce, or made from
-/// such all-reduces of one group by additive ops (`isAdditive`) and layer
-/// boundaries only, each value on the way read once: then the reductions can
-/// move past it. A sum all-reduce of a value that is itself such an
-/// all-reduce over other axes is one all-reduce over both (the partitioner
-/// reduces a gradient partial over dp and ulysses in two steps); it goes
-/// into `nested`.
-static std::optional<Reduction>
-reductionOf(Value value, llvm::DenseSet<Operation *> &nested) {
+/// such all-reduces of one group by additive ops (`isAdditive`), by ops
+/// linear in one operand (`Multilinear`) whose other operands are the same
+/// on every rank of the group, and by layer boundaries, each value on the
+/// way read once: then the reductions can move past it. The values that
+/// carry it go into `path`. A sum all-reduce of a value that is itself such
+/// an all-reduce over other axes is one all-reduce over both (the
+/// partitioner reduces a gradient partial over dp and ulysses in two
+/// steps); it goes into `nested`.
+static std::optional<Reduction> reductionOf(Value value,
+                                            llvm::DenseSet<Operation *> &nested,
+                                            llvm::DenseSet<Value> &path,
+                                            UniformMemo &uniform) {
   if (!value.hasOneUse() || !isa<RankedTensorType>(value.getType()))
     return std::nullopt;
   Operation *def = value.getDefiningOp();
   if (!def)
     return std::nullopt;
+  std::optional<Reduction> found;
   if (auto reduce = dyn_cast<AllReduceOp>(def)) {
     if (reduce.getKind() != ReductionKind::sum)
       return std::nullopt;
     Reduction own{reduce.getMeshAttr(), reduce.getCodecAttr(), {}};
     for (Attribute axis : reduce.getAxes())
       own.axes.insert(cast<StringAttr>(axis).getValue().str());
-    std::optional<Reduction> inner = reductionOf(reduce.getInput(), nested);
+    llvm::DenseSet<Value> innerPath;
+    std::optional<Reduction> inner =
+        reductionOf(reduce.getInput(), nested, innerPath, uniform);
     if (inner && inner->mesh == own.mesh && inner->codec == own.codec &&
         llvm::none_of(inner->axes, [&](const std::string &axis) {
           return own.axes.count(axis);
         })) {
       own.axes.insert(inner->axes.begin(), inner->axes.end());
       nested.insert(reduce);
+      path.insert(innerPath.begin(), innerPath.end());
     }
-    return own;
-  }
-  if (auto layer = dyn_cast<LayerOp>(def)) {
+    found = own;
+  } else if (auto layer = dyn_cast<LayerOp>(def)) {
     auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
     unsigned index = cast<OpResult>(value).getResultNumber();
-    return reductionOf(yield.getValues()[index], nested);
+    found = reductionOf(yield.getValues()[index], nested, path, uniform);
+  } else if (def->getNumOperands() > 0 && def->getNumResults() == 1) {
+    auto rule = dyn_cast<ShardingRuleOpInterface>(def);
+    if (rule && rule.isAdditive()) {
+      for (Value operand : def->getOperands()) {
+        std::optional<Reduction> r =
+            reductionOf(operand, nested, path, uniform);
+        if (!r || (found && !(*r == *found)))
+          return std::nullopt;
+        found = r;
+      }
+    } else if (def->hasTrait<weft::OpTrait::Multilinear>()) {
+      // One operand carries the partial sum; the others must be the same
+      // on every rank of its group.
+      for (Value operand : def->getOperands()) {
+        llvm::DenseSet<Value> operandPath;
+        llvm::DenseSet<Operation *> operandNested;
+        std::optional<Reduction> r =
+            reductionOf(operand, operandNested, operandPath, uniform);
+        if (!r)
+          continue;
+        if (found)
+          return std::nullopt;
+        found = r;
+        nested.insert(operandNested.begin(), operandNested.end());
+        path.insert(operandPath.begin(), operandPath.end());
+      }
+      if (!found || llvm::any_of(def->getOperands(), [&](Value operand) {
+            return !path.contains(operand) &&
+                   !isUniformOver(operand, found->axes, uniform[found->axes]);
+          }))
+        return std::nullopt;
+    }
   }
-  auto rule = dyn_cast<ShardingRuleOpInterface>(def);
-  if (!rule || !rule.isAdditive() || def->getNumOperands() == 0 ||
-      def->getNumResults() != 1)
-    return std::nullopt;
-  std::optional<Reduction> common;
-  for (Value operand : def->getOperands()) {
-    std::optional<Reduction> r = reductionOf(operand, nested);
-    if (!r || (common && !(*r == *common)))
-      return std::nullopt;
-    common = r;
-  }
-  return common;
+  if (found)
+    path.insert(value);
+  return found;
 }
 
-/// Removes the all-reduces `reductionOf` found: returns the value that now
-/// holds the partial sum in place of `value`.
+/// Removes the all-reduces `reductionOf` found on `path`: returns the value
+/// that now holds the partial sum in place of `value`.
 static Value removeReductions(Value value,
-                              const llvm::DenseSet<Operation *> &nested) {
+                              const llvm::DenseSet<Operation *> &nested,
+                              const llvm::DenseSet<Value> &path) {
   Operation *def = value.getDefiningOp();
   if (auto reduce = dyn_cast<AllReduceOp>(def)) {
     Value input = reduce.getInput();
     if (nested.contains(reduce))
-      input = removeReductions(input, nested);
+      input = removeReductions(input, nested, path);
     reduce.getResult().replaceAllUsesWith(input);
     reduce.erase();
     return input;
@@ -113,13 +220,15 @@ static Value removeReductions(Value value,
     auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
     unsigned index = cast<OpResult>(value).getResultNumber();
     Value yielded = yield.getValues()[index];
-    Value partial = removeReductions(yielded, nested);
+    Value partial = removeReductions(yielded, nested, path);
     if (partial != yielded)
       yield->setOperand(index, partial);
     return value;
   }
   for (OpOperand &operand : def->getOpOperands()) {
-    Value partial = removeReductions(operand.get(), nested);
+    if (!path.contains(operand.get()))
+      continue;
+    Value partial = removeReductions(operand.get(), nested, path);
     if (partial != operand.get())
       operand.set(partial);
   }
@@ -170,11 +279,13 @@ struct WeftDeferGradientReduction
     };
     SmallVector<Moved> moved;
     llvm::DenseSet<Operation *> nested;
+    llvm::DenseSet<Value> path;
+    UniformMemo uniform;
     for (unsigned r = 0; r < func.getNumResults(); ++r) {
       if (!func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
         continue;
       if (std::optional<Reduction> reduction =
-              reductionOf(ret.getOperand(r), nested))
+              reductionOf(ret.getOperand(r), nested, path, uniform))
         moved.push_back({r, *reduction});
     }
     if (moved.empty())
@@ -258,7 +369,7 @@ struct WeftDeferGradientReduction
     }
     for (const Moved &m : moved)
       ret->setOperand(m.result,
-                      removeReductions(ret.getOperand(m.result), nested));
+                      removeReductions(ret.getOperand(m.result), nested, path));
     func->setAttr(WeftDialect::getGradientReductionAttrName(),
                   FlatSymbolRefAttr::get(reduce.getSymNameAttr()));
     if (everyMicroBatch)

@@ -205,4 +205,15 @@ def Weft_Additive : NativeOpTrait<"Additive"> {
   let cppNamespace = "::weft::OpTrait";
 }
 
+// An op that is linear in each operand while the others are held fixed:
+// op(x1 + x2, y) = op(x1, y) + op(x2, y) (a product, a matrix product; not an op
+// that adds a bias). If one operand is a partial sum over a group of ranks and the
+// others are the same on every rank of the group, the result is a partial sum over
+// it: the reduction can move past the op (-weft-defer-gradient-reduction moves a
+// position embedding's gradient sum, which passes through the one-hot matrix product
+// of the embedding's backward, to the end of the step).
+def Weft_Multilinear : NativeOpTrait<"Multilinear"> {
+  let cppNamespace = "::weft::OpTrait";
+}
+
 #endif // WEFT_INTERFACES_TD

@@ -180,7 +180,8 @@ def Weft_SubOp : Weft_BinaryElementwiseOp<"sub", Weft_NumericTensor, "x - y",
   let hasFolder = 1;
 }
 def Weft_MulOp : Weft_BinaryElementwiseOp<"mul", Weft_NumericTensor, "x * y",
-                                          [WeftSaves, Commutative]> {
+                                          [WeftSaves, Commutative,
+                                           Weft_Multilinear]> {
   let hasFolder = 1;
 }
 def Weft_DivOp : Weft_BinaryElementwiseOp<"div", Weft_NumericTensor, "x / y",
@@ -505,7 +506,7 @@ def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftSaves, WeftCost, WeftRule, Pure]> 
 // Linear algebra and attention
 //===----------------------------------------------------------------------===//
 
-def Weft_MatmulOp : Weft_Op<"matmul", [WeftGradients, Pure, SameOperandsAndResultElementType,
+def Weft_MatmulOp : Weft_Op<"matmul", [WeftGradients, Pure, Weft_Multilinear, SameOperandsAndResultElementType,
     InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface>,
     DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
   let summary = "Batched matrix product, with optional transposes and broadcast batch dimensions.";

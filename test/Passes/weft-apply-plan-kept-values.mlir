@@ -6,12 +6,15 @@
 // projection's input) is kept split over tp in its last dimension: the
 // forward layer's result, and the backward layer's input that takes it. The
 // layer's output, the residual stream, stays whole in the hidden dimension.
-// Under Megatron SP the residual stream is split along the sequence and the
-// kept value follows it.
+// Under Megatron SP the residual stream is split along the sequence, and the
+// kept value is still split over tp in its last dimension, as the attention
+// computes it (following the residual stream's split, it was all-to-all'd to
+// the sequence split in every forward layer and back in the backward).
 
 // CHECK: weft.layer "h"(%arg0) index 0 {{.*}}weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
 // CHECK: weft.layer "h.backward"(%arg0, %0#0, %0#1) index 0 {weft.input_shardings = [#weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]
-// SP: weft.layer "h"(%arg0) index 0 {{.*}}weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>, #weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
+// SP: weft.layer "h"(%arg0) index 0 {{.*}}weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
+// SP: weft.layer "h.backward"(%arg0, %0#0, %0#1) index 0 {weft.input_shardings = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>, #weft.sharding<@mesh, {{\[\[}}], [tp], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]
 func.func @step(%x: tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
   %y:2 = weft.layer "h"(%x) index 0 : (tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
   ^bb0(%in: tensor<2x8x32xf32>):

@@ -159,3 +159,45 @@ func.func @widened(%g: tensor<4xbf16>, %h: tensor<4xf32>)
   %n = weft.cast %s : tensor<4xf32> -> tensor<4xbf16>
   return %w, %n : tensor<4xf32>, tensor<4xbf16>
 }
+
+// -----
+
+// A position embedding's gradient: the batch-summed gradient of its output is
+// a partial sum over dp, which the one-hot matrix product of the embedding's
+// backward carries to the table's gradient. The product's other operand (the
+// positions' one-hot, from iotas) is the same on every dp rank, so the
+// reduction moves past it (`Multilinear`) and runs once per step. A product
+// whose other operand depends on the step's dp-split input keeps its
+// reduction: summed after the product, each rank's own one-hot would weigh
+// the others' gradients.
+weft.mesh @mesh(dp = 2)
+// CHECK-LABEL: func.func @positions
+// CHECK-SAME: tensor<1x16x4xf32> {weft.gradient_of = "wpe", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[], [], []], partial = [dp]>}
+// CHECK-SAME: attributes {weft.gradient_reduction = @positions_reduce_gradients}
+// CHECK: %[[S:.*]] = weft.reduce_sum
+// CHECK-NOT: weft.all_reduce
+// CHECK: weft.matmul %{{.*}}, %[[S]] transpose_lhs
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<2x8x4xf32>
+// CHECK: weft.matmul
+// CHECK-LABEL: func.func @positions_reduce_gradients
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<1x16x4xf32>
+// CHECK-NOT: weft.all_reduce
+// CHECK: return
+func.func @positions(%dy: tensor<2x8x4xf32>, %ids: tensor<2x8xi64> {weft.local_sharding = #weft.sharding<@mesh, [[dp], []]>})
+    -> (tensor<1x16x4xf32> {weft.gradient_of = "wpe", weft.local_sharding = #weft.sharding<@mesh, [[], [], []]>},
+        tensor<2x16x4xf32> {weft.gradient_of = "other", weft.local_sharding = #weft.sharding<@mesh, [[], [], []]>}) {
+  %s = weft.reduce_sum %dy axes [0] keep_dims : tensor<2x8x4xf32> -> tensor<1x8x4xf32>
+  %r = weft.all_reduce sum %s over @mesh ["dp"] : tensor<1x8x4xf32>
+  %pos = weft.iota dim 1 : tensor<1x8x1xi64>
+  %cols = weft.iota dim 2 : tensor<1x8x16xi64>
+  %eq = weft.compare eq, %pos, %cols : (tensor<1x8x1xi64>, tensor<1x8x16xi64>) -> tensor<1x8x16xi1>
+  %hot = weft.cast %eq : tensor<1x8x16xi1> -> tensor<1x8x16xf32>
+  %g = weft.matmul %hot, %r transpose_lhs : (tensor<1x8x16xf32>, tensor<1x8x4xf32>) -> tensor<1x16x4xf32>
+  %r2 = weft.all_reduce sum %dy over @mesh ["dp"] : tensor<2x8x4xf32>
+  %ids3 = weft.reshape %ids : tensor<2x8xi64> -> tensor<2x8x1xi64>
+  %cols2 = weft.iota dim 2 : tensor<2x8x16xi64>
+  %eq2 = weft.compare eq, %ids3, %cols2 : (tensor<2x8x1xi64>, tensor<2x8x16xi64>) -> tensor<2x8x16xi1>
+  %hot2 = weft.cast %eq2 : tensor<2x8x16xi1> -> tensor<2x8x16xf32>
+  %g2 = weft.matmul %hot2, %r2 transpose_lhs : (tensor<2x8x16xf32>, tensor<2x8x4xf32>) -> tensor<2x16x4xf32>
+  return %g, %g2 : tensor<1x16x4xf32>, tensor<2x16x4xf32>
+}

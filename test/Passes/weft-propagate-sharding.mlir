@@ -63,3 +63,21 @@ func.func @through_layer(%x: tensor<4x8xf32> {weft.sharding = #weft.sharding<@me
   %1 = weft.neg %0 : tensor<4x8xf32>
   return %1 : tensor<4x8xf32>
 }
+
+// -----
+
+// A weight's planned split decides over an annotated activation's where both
+// want one axis: a backward layer's transposed linear reads the residual
+// gradient split along the sequence (Megatron SP) and computes its result
+// split over the weight's rows (the forward's columns), as the forward did,
+// not along the sequence (which re-laid every value after it with all-to-alls
+// before the weight took precedence). The activation operand comes first, so
+// an operand-order tie would give the sequence the axis.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @weight_decides
+func.func @weight_decides(%dy: tensor<2x8x16xf32> {weft.sharding = #weft.sharding<@mesh, [[], [tp], []]>}) -> tensor<2x8x32xf32> {
+  %w = weft.parameter "w" {weft.sharding = [#weft.sharding<@mesh, [[tp], []]>]} : tensor<32x16xf32>
+  // CHECK: weft.linear {{.*}} transpose_weight {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
+  %y = weft.linear %dy, %w transpose_weight : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
+  return %y : tensor<2x8x32xf32>
+}

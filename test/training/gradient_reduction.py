@@ -141,9 +141,11 @@ def check(weft, model, work, plan, g, extra, sizes_cache):
     n = sizes.get("dp", 1) * sizes.get("cp", 1) * sizes.get("ulysses", 1)
     predicted = sizes_cache(model, plan)
     counted = predicted * n // (2 * (n - 1) * 4) if n > 1 else total
-    # Gradients the step holds whole (no split dimension, not partial).
+    # Gradients the step holds whole (no split dimension; maybe a partial sum
+    # over the data-parallel group, reduced with the others once per step).
     whole = [elements(shape) for shape, _, attrs in results if "gradient_of" in attrs
-             and re.search(r"local_sharding = #weft.sharding<@mesh, \[(\[\](, )?)*\]>", attrs)]
+             and re.search(r"local_sharding = #weft.sharding<@mesh, \[(\[\](, )?)*\]"
+                           r"(, partial = \[[^\]]*\])?>", attrs)]
     gx = sizes.get("gx", 1)
     if (predicted != 2 * (n - 1) * 4 * total // n and "tp3d" in plan
             and any(count - count // gx == total - counted for count in whole)):

@@ -211,6 +211,12 @@ class Elementwise : public mlir::OpTrait::TraitBase<ConcreteType, Elementwise> {
 /// sums over one group stay partial sums through the op.
 template <typename ConcreteType>
 class Additive : public mlir::OpTrait::TraitBase<ConcreteType, Additive> {};
+/// op(x1 + x2, y) = op(x1, y) + op(x2, y) in each operand, the others held
+/// fixed: a partial sum through one operand, with the others the same on
+/// every rank of its group, stays a partial sum.
+template <typename ConcreteType>
+class Multilinear : public mlir::OpTrait::TraitBase<ConcreteType, Multilinear> {
+};
 } // namespace OpTrait
 
 } // namespace weft
