@@ -14,6 +14,7 @@
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Pipelines/Pipelines.h"
+#include "weft/Plan/Plan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
@@ -218,10 +219,7 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
   });
   TrainingStepOptions options;
   options.dtype = training.dtype() == "fp16" ? "f16" : "bf16";
-  options.recompute = plan.recompute() == plan::RECOMPUTE_FULL ? "full"
-                      : plan.recompute() == plan::RECOMPUTE_SELECTIVE
-                          ? "selective"
-                          : "none";
+  options.recompute = recomputeName(plan.recompute());
   options.optimizer.maxGradNorm = 1.0;
   FunctionType type;
   if (failed(weft::buildTrainingStep(context, *module, plan, options, type)) ||
