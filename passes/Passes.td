@@ -583,7 +583,15 @@ def WeftPropagateSharding : Pass<"weft-propagate-sharding", "::mlir::ModuleOp"> 
     annotation (`weft.sharding` already present) wins over a propagated sharding, and a
     sharding found earlier wins over a later one; an axis splits one factor of an op, and
     blocked factors (softmax axes, normalized or gathered dimensions) are never split.
-    Two annotations that give one factor different axes are an error at the op. Every
+    Two annotations that give one factor different axes are an error at the op. Where a
+    weight's planned split and an annotated activation want one axis for different
+    factors, the weight's decides (a backward layer's transposed linear computes in the
+    weight's column split, as its forward did). A training step's gradient returned split
+    as its parameter is decides the same way, and reaches back through the ops that only
+    lay it out (casts, reshapes, the sum over the batch, a tied weight's sum) to the op
+    that computes it: a vocabulary-parallel embedding's gradient is computed from a
+    vocabulary-split one-hot and the gathered gradient, as Megatron's, not contracted
+    over a sequence split and re-laid. Every
     op result and argument ends with a `weft.sharding`. An op's results (and a layer
     body's arguments) share one attribute list: where one of them is annotated, the
     others hold `unit` (not decided), which propagation fills.
@@ -820,6 +828,10 @@ def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::F
       from inputs of one type) is computed on the partial values and reduced once: the
       gradients of separate q, k and v (or gate and up) projections of one input are
       summed, then reduced, as Megatron's fused projections are;
+    - a running sum that adds matching sum reductions one at a time,
+      `(x + reduce(a)) + reduce(b)`, each value read once, is reassociated to
+      `x + reduce(a + b)`: a post-LN layer's q, k and v input gradients, added into the
+      residual gradient under Megatron SP, are reduce-scattered once;
     - `weft.all_slice` of a `weft.all_reduce` over the same axes becomes one
       `weft.reduce_scatter`;
     - `weft.all_slice` of a `weft.all_gather` on the same dimension and axes is the

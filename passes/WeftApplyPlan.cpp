@@ -901,6 +901,50 @@ struct WeftPropagateSharding
     // (-weft-apply-plan): the value returned takes it as an annotation, so
     // the gradient is computed where it is kept (a column-parallel weight's
     // gradient split over tp) instead of computed whole and sliced.
+    //
+    // A split gradient also reaches back, as an annotation that decides like
+    // a weight's, through the ops that only lay it out (casts, reshapes, the
+    // sum over the batch, the sum of a tied weight's uses) to the op that
+    // computes it: that op computes the gradient in its parameter's split,
+    // as Megatron's vocabulary-parallel embedding does under SP (the
+    // sequence-split gradient gathered, each rank's one-hot over its own
+    // vocabulary rows), instead of contracting over a sequence split that
+    // the gradient's split then re-lays with an all-to-all of the one-hot.
+    llvm::DenseSet<Value> weightLike;
+    auto reachBack = [&](Value returned) {
+      SmallVector<Value> work{returned};
+      while (!work.empty()) {
+        Value value = work.pop_back_val();
+        Operation *op = value.getDefiningOp();
+        auto ruleOp = dyn_cast_or_null<ShardingRuleOpInterface>(op);
+        if (!ruleOp || op->getNumResults() != 1)
+          continue;
+        bool layout = op->getNumOperands() == 1;
+        if (!layout && op->hasTrait<weft::OpTrait::Elementwise>())
+          layout = llvm::all_of(op->getOperandTypes(),
+                                [&](Type t) { return t == value.getType(); });
+        if (!layout)
+          continue;
+        ShardingRule rule = ruleOp.getShardingRule();
+        if (rule.results.size() != 1 ||
+            rule.operands.size() != op->getNumOperands())
+          continue;
+        TensorSharding sharding = shardings[value];
+        ShardedTensor result{&rule.results[0], &sharding, 0};
+        FactorAxes axes = assignFactorAxes(rule, mesh, {result});
+        for (auto [operand, factors] :
+             llvm::zip(op->getOperands(), rule.operands)) {
+          if (!isa<RankedTensorType>(operand.getType()) ||
+              isa<BlockArgument>(operand) || shardings.count(operand) ||
+              !operand.hasOneUse())
+            continue;
+          shardings[operand] = projectSharding(factors, axes);
+          priority[operand] = 0;
+          weightLike.insert(operand);
+          work.push_back(operand);
+        }
+      }
+    };
     auto ret = dyn_cast<func::ReturnOp>(func.getBody().front().getTerminator());
     for (unsigned r = 0; ret && r < func.getNumResults(); ++r) {
       auto attr = func.getResultAttrOfType<ShardingAttr>(
@@ -910,6 +954,11 @@ struct WeftPropagateSharding
           !shardings.count(value) && !isa<BlockArgument>(value)) {
         shardings[value] = fromAttr(attr);
         priority[value] = 0;
+        if (llvm::any_of(shardings[value].dims,
+                         [](const auto &axes) { return !axes.empty(); })) {
+          weightLike.insert(value);
+          reachBack(value);
+        }
       }
     }
     bool error = false;
@@ -930,7 +979,7 @@ struct WeftPropagateSharding
         values.push_back(value);
         auto it = shardings.find(value);
         int rank = it == shardings.end() ? INT_MAX : priority[value];
-        if (rank == 0 && getWeightParameter(value))
+        if (rank == 0 && (getWeightParameter(value) || weightLike.count(value)))
           rank = -1;
         tensors.push_back(
             {&factors, it == shardings.end() ? nullptr : &it->second, rank});
@@ -938,9 +987,11 @@ struct WeftPropagateSharding
       for (auto [value, factors] : llvm::zip(current.results, rule.results)) {
         values.push_back(value);
         auto it = shardings.find(value);
-        tensors.push_back({&factors,
-                           it == shardings.end() ? nullptr : &it->second,
-                           it == shardings.end() ? INT_MAX : priority[value]});
+        int rank = it == shardings.end() ? INT_MAX : priority[value];
+        if (rank == 0 && weightLike.count(value))
+          rank = -1;
+        tensors.push_back(
+            {&factors, it == shardings.end() ? nullptr : &it->second, rank});
       }
       FactorAxes axes = assignFactorAxes(
           rule, mesh, tensors,

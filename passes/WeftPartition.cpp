@@ -350,6 +350,15 @@ struct WeftPartition : public weft::impl::WeftPartitionBase<WeftPartition> {
 
 struct WeftOptimizeCollectives
     : public weft::impl::WeftOptimizeCollectivesBase<WeftOptimizeCollectives> {
+  /// A sum all-reduce or a sum reduce-scatter.
+  static bool isSumReduction(Operation *op) {
+    if (auto reduce = dyn_cast_or_null<AllReduceOp>(op))
+      return reduce.getKind() == ReductionKind::sum;
+    if (auto scatter = dyn_cast_or_null<ReduceScatterOp>(op))
+      return scatter.getKind() == ReductionKind::sum;
+    return false;
+  }
+
   /// A sum of reduced partial sums is the reduction of the sum of the
   /// partials: an op that sums its operands (`isAdditive`, two operands or
   /// more) whose operands are all sum all-reduces, or all sum
@@ -367,13 +376,6 @@ struct WeftOptimizeCollectives
           rule.isAdditive())
         sums.push_back(op);
     });
-    auto isSumReduction = [](Operation *op) {
-      if (auto reduce = dyn_cast_or_null<AllReduceOp>(op))
-        return reduce.getKind() == ReductionKind::sum;
-      if (auto scatter = dyn_cast_or_null<ReduceScatterOp>(op))
-        return scatter.getKind() == ReductionKind::sum;
-      return false;
-    };
     // In program order, so that a chain of sums is reduced once at its end.
     for (Operation *op : sums) {
       Type type = op->getResult(0).getType();
@@ -405,6 +407,68 @@ struct WeftOptimizeCollectives
       op->erase();
       for (Operation *reduce : reduces)
         reduce->erase();
+    }
+  }
+
+  /// Two reduced partial sums added into a running sum one after the other,
+  /// `(x + reduce(a)) + reduce(b)`, are one reduction of their sum,
+  /// `x + reduce(a + b)`, when the reductions match (sum, one group,
+  /// dimension and codec, inputs of one type) and each value is read only
+  /// there. A layer input read by separate q, k and v projections (a post-LN
+  /// model's: the previous layer's sequence-split LayerNorm output under
+  /// Megatron SP) takes each projection's input gradient into the residual
+  /// gradient this way; reassociated, it is reduce-scattered once, as
+  /// Megatron's fused QKV projection's is.
+  static void reassociateReductions(func::FuncOp func) {
+    SmallVector<AddOp> adds;
+    func.walk([&](AddOp op) { adds.push_back(op); });
+    auto sumReduction = [](Value v) -> Operation * {
+      Operation *op = v.getDefiningOp();
+      return v.hasOneUse() && isSumReduction(op) ? op : nullptr;
+    };
+    auto sameTypes = [](AddOp op) {
+      return op.getLhs().getType() == op.getType() &&
+             op.getRhs().getType() == op.getType();
+    };
+    for (AddOp op : adds) {
+      if (!sameTypes(op))
+        continue;
+      for (unsigned outer = 0; outer < 2; ++outer) {
+        Operation *second = sumReduction(op->getOperand(outer));
+        auto inner = op->getOperand(1 - outer).getDefiningOp<AddOp>();
+        if (!second || !inner || !inner->hasOneUse() || !sameTypes(inner) ||
+            inner->getBlock() != op->getBlock())
+          continue;
+        Operation *first = nullptr;
+        unsigned kept = 0;
+        for (unsigned i = 0; i < 2 && !first; ++i) {
+          Operation *candidate = sumReduction(inner->getOperand(i));
+          if (candidate && candidate->getName() == second->getName() &&
+              candidate->getAttrDictionary() == second->getAttrDictionary() &&
+              candidate->getOperand(0).getType() ==
+                  second->getOperand(0).getType() &&
+              !sumReduction(inner->getOperand(1 - i))) {
+            first = candidate;
+            kept = 1 - i;
+          }
+        }
+        if (!first)
+          continue;
+        OpBuilder b(op);
+        Value partial =
+            AddOp::create(b, op.getLoc(), first->getOperand(0).getType(),
+                          first->getOperand(0), second->getOperand(0));
+        Operation *once = b.clone(*second);
+        once->setOperand(0, partial);
+        Value sum = AddOp::create(b, op.getLoc(), op.getType(),
+                                  inner->getOperand(kept), once->getResult(0));
+        op.getResult().replaceAllUsesWith(sum);
+        op->erase();
+        inner->erase();
+        first->erase();
+        second->erase();
+        break;
+      }
     }
   }
 
@@ -498,6 +562,7 @@ struct WeftOptimizeCollectives
         op->erase();
       }
     }
+    reassociateReductions(func);
     sumBeforeReducing(func);
     mergeAllReduces(func);
     SmallVector<AllSliceOp> slices;

@@ -29,6 +29,16 @@ WeftApplyPlanOptions weft::applyPlanOptions(const plan::Plan &plan) {
   return options;
 }
 
+WeftSplitStagesOptions weft::splitStagesOptions(const plan::Plan &plan) {
+  WeftSplitStagesOptions split;
+  split.stages = plan.pp();
+  split.chunks = std::max(1, plan.virtual_stages());
+  for (int32_t layers : plan.stage_layers())
+    split.stageLayers +=
+        (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
+  return split;
+}
+
 void weft::buildPrepareModelPipeline(OpPassManager &pm, bool explainRaise) {
   pm.addPass(createWeftCanonicalize());
   pm.addPass(createCSEPass());
@@ -157,13 +167,7 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
   type = func.getFunctionType();
   PassManager pm(&context);
   if (pipelined) {
-    WeftSplitStagesOptions split;
-    split.stages = plan.pp();
-    split.chunks = std::max(1, plan.virtual_stages());
-    for (int32_t layers : plan.stage_layers())
-      split.stageLayers +=
-          (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
-    pm.addPass(createWeftSplitStages(split));
+    pm.addPass(createWeftSplitStages(splitStagesOptions(plan)));
   }
   WeftDifferentiateOptions differentiate;
   differentiate.recompute = options.recompute;

@@ -106,3 +106,48 @@ func.func @sum_then_scatter(%q: tensor<2x8x32xf32>, %k: tensor<2x8x32xf32>, %r: 
   %3 = weft.add %2, %r : tensor<2x4x32xf32>
   return %3 : tensor<2x4x32xf32>
 }
+
+// -----
+
+weft.mesh @mesh(tp = 2)
+// A post-LN layer's backward under SP adds the q, k and v projections' input
+// gradients into the residual gradient one at a time: reassociated, they are
+// summed first and reduce-scattered once (not three times).
+// CHECK-LABEL: func.func @running_sum
+func.func @running_sum(%r: tensor<2x4x32xbf16>, %q: tensor<2x8x32xbf16>, %k: tensor<2x8x32xbf16>, %v: tensor<2x8x32xbf16>) -> tensor<2x4x32xbf16> {
+  // CHECK-NEXT: %[[VK:.*]] = weft.add %arg3, %arg2 : tensor<2x8x32xbf16>
+  // CHECK-NEXT: %[[VKQ:.*]] = weft.add %[[VK]], %arg1 : tensor<2x8x32xbf16>
+  // CHECK-NEXT: %[[ONCE:.*]] = weft.reduce_scatter sum %[[VKQ]] over @mesh ["tp"] dim 1 : tensor<2x8x32xbf16> -> tensor<2x4x32xbf16>
+  // CHECK-NEXT: %[[OUT:.*]] = weft.add %arg0, %[[ONCE]]
+  // CHECK-NEXT: return %[[OUT]]
+  %0 = weft.reduce_scatter sum %v over @mesh ["tp"] dim 1 : tensor<2x8x32xbf16> -> tensor<2x4x32xbf16>
+  %1 = weft.add %r, %0 : tensor<2x4x32xbf16>
+  %2 = weft.reduce_scatter sum %k over @mesh ["tp"] dim 1 : tensor<2x8x32xbf16> -> tensor<2x4x32xbf16>
+  %3 = weft.add %1, %2 : tensor<2x4x32xbf16>
+  %4 = weft.reduce_scatter sum %q over @mesh ["tp"] dim 1 : tensor<2x8x32xbf16> -> tensor<2x4x32xbf16>
+  %5 = weft.add %3, %4 : tensor<2x4x32xbf16>
+  return %5 : tensor<2x4x32xbf16>
+}
+
+// -----
+
+weft.mesh @mesh(tp = 2, dp = 2)
+// Reductions over different groups, or a partial read twice, stay apart (the
+// two over tp, independent, are bucketed into one launch).
+// CHECK-LABEL: func.func @running_sum_kept
+func.func @running_sum_kept(%r: tensor<2x8xf32>, %a: tensor<2x8xf32>, %b: tensor<2x8xf32>, %c: tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<2x8xf32>) {
+  // CHECK: weft.all_reduce sum %{{.*}} over @mesh ["tp"] : tensor<32xf32>
+  // CHECK: %[[A:.*]] = weft.add %arg0, %{{.*}} : tensor<2x8xf32>
+  // CHECK-NEXT: %[[B:.*]] = weft.all_reduce sum %arg2 over @mesh ["dp"] : tensor<2x8xf32>
+  // CHECK-NEXT: weft.add %[[A]], %[[B]]
+  // CHECK-NEXT: %[[C:.*]] = weft.add %arg0, %[[R:.*]] : tensor<2x8xf32>
+  // CHECK-NEXT: weft.add %[[C]], %[[R]]
+  %0 = weft.all_reduce sum %a over @mesh ["tp"] : tensor<2x8xf32>
+  %1 = weft.add %r, %0 : tensor<2x8xf32>
+  %2 = weft.all_reduce sum %b over @mesh ["dp"] : tensor<2x8xf32>
+  %3 = weft.add %1, %2 : tensor<2x8xf32>
+  %4 = weft.all_reduce sum %c over @mesh ["tp"] : tensor<2x8xf32>
+  %5 = weft.add %r, %4 : tensor<2x8xf32>
+  %6 = weft.add %5, %4 : tensor<2x8xf32>
+  return %3, %6 : tensor<2x8xf32>, tensor<2x8xf32>
+}

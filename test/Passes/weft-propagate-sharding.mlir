@@ -81,3 +81,48 @@ func.func @weight_decides(%dy: tensor<2x8x16xf32> {weft.sharding = #weft.shardin
   %y = weft.linear %dy, %w transpose_weight : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
   return %y : tensor<2x8x32xf32>
 }
+
+// -----
+
+// A gradient returned split as its parameter is (here a vocabulary-parallel
+// embedding's, rows over tp) reaches back through the ops that only lay it
+// out (the cast, the reshape, the sum over the batch) to the matmul that
+// computes it, and decides there as a weight would: the one-hot is split over
+// the vocabulary and the sequence-split gradient is read whole (gathered), as
+// Megatron's embedding backward under SP does. Without it the sequence split
+// took the axis, and the one-hot was re-laid with an all-to-all.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @gradient_decides
+func.func @gradient_decides(%ids: tensor<2x8xi64>, %dy: tensor<2x8x16xbf16> {weft.sharding = #weft.sharding<@mesh, [[], [tp], []]>}) -> (tensor<64x16xf32> {weft.gradient_of = "wte", weft.sharding = #weft.sharding<@mesh, [[tp], []]>}) {
+  // CHECK: weft.iota {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
+  %iota = weft.iota dim 2 : tensor<2x8x64xi64>
+  // CHECK: weft.reshape {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], []]>]}
+  %r = weft.reshape %ids : tensor<2x8xi64> -> tensor<2x8x1xi64>
+  // CHECK: weft.compare {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
+  %eq = weft.compare eq, %r, %iota : (tensor<2x8x1xi64>, tensor<2x8x64xi64>) -> tensor<2x8x64xi1>
+  %oh = weft.cast %eq : tensor<2x8x64xi1> -> tensor<2x8x64xbf16>
+  // CHECK: weft.matmul {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
+  %g = weft.matmul %oh, %dy transpose_lhs : (tensor<2x8x64xbf16>, tensor<2x8x16xbf16>) -> tensor<2x64x16xbf16>
+  %s = weft.reduce_sum %g axes [0] keep_dims : tensor<2x64x16xbf16> -> tensor<1x64x16xbf16>
+  %w = weft.reshape %s : tensor<1x64x16xbf16> -> tensor<64x16xbf16>
+  %f = weft.cast %w : tensor<64x16xbf16> -> tensor<64x16xf32>
+  return %f : tensor<64x16xf32>
+}
+
+// -----
+
+// A replicated gradient (a position embedding's under SP) does not reach
+// back: its matmul may contract over the sequence split and leave partial
+// sums, which -weft-defer-gradient-reduction reduces once per step.
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @replicated_gradient
+func.func @replicated_gradient(%ids: tensor<1x8xi64>, %dy: tensor<1x8x16xbf16> {weft.sharding = #weft.sharding<@mesh, [[], [tp], []]>}) -> (tensor<8x16xbf16> {weft.gradient_of = "wpe", weft.sharding = #weft.sharding<@mesh, [[], []]>}) {
+  %iota = weft.iota dim 2 : tensor<1x8x8xi64>
+  %r = weft.reshape %ids : tensor<1x8xi64> -> tensor<1x8x1xi64>
+  // CHECK: weft.compare {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>]}
+  %eq = weft.compare eq, %r, %iota : (tensor<1x8x1xi64>, tensor<1x8x8xi64>) -> tensor<1x8x8xi1>
+  %oh = weft.cast %eq : tensor<1x8x8xi1> -> tensor<1x8x8xbf16>
+  %g = weft.matmul %oh, %dy transpose_lhs : (tensor<1x8x8xbf16>, tensor<1x8x16xbf16>) -> tensor<1x8x16xbf16>
+  %w = weft.reshape %g : tensor<1x8x16xbf16> -> tensor<8x16xbf16>
+  return %w : tensor<8x16xbf16>
+}

@@ -83,6 +83,10 @@ struct PartitionPipelineOptions
 /// The apply-plan options that carry `plan`'s degrees.
 WeftApplyPlanOptions applyPlanOptions(const plan::Plan &plan);
 
+/// -weft-split-stages's options for a plan's pipeline: its stages, chunks
+/// per stage and layers per stage.
+WeftSplitStagesOptions splitStagesOptions(const plan::Plan &plan);
+
 /// After import: fold what exporters leave, raise decomposed forms to weft
 /// ops, mark repeated layers.
 /// With `explainRaise`, each softmax left unraised gets a remark naming the
