@@ -8,6 +8,7 @@
 #include "weft/Codegen/CpuEmitter.h"
 #include "weft/Codegen/CudaEmitter.h"
 #include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Exec/Interpreter.h"
 #include "weft/Passes/Passes.h"
@@ -261,13 +262,7 @@ llvm::Error driver::partitionModule(MLIRContext &context, ModuleOp module,
   }
   PassManager pm(&context);
   if (plan.pp() > 1) {
-    WeftSplitStagesOptions split;
-    split.stages = plan.pp();
-    split.chunks = std::max(1, plan.virtual_stages());
-    for (int32_t layers : plan.stage_layers())
-      split.stageLayers +=
-          (split.stageLayers.empty() ? "" : "/") + std::to_string(layers);
-    pm.addPass(createWeftSplitStages(split));
+    pm.addPass(createWeftSplitStages(splitStagesOptions(plan)));
     WeftSchedulePipelineOptions schedule;
     schedule.schedule = scheduleName(plan.schedule());
     schedule.microBatches = std::max(1, plan.num_micro_batches());
@@ -370,7 +365,8 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
     ModuleOp module, func::FuncOp func,
     const std::vector<std::vector<HostTensor>> &microBatches,
     const InterpreterOptions &base, int expectedDevices, double timeoutSeconds,
-    std::vector<int64_t> &bytes, const MeshOptimizerStep *optimizer) {
+    std::vector<int64_t> &bytes, const MeshOptimizerStep *optimizer,
+    HeldTrainingState *held) {
   llvm::Expected<rt::Mesh> mesh = meshOf(module, func, expectedDevices);
   if (!mesh)
     return mesh.takeError();
@@ -429,17 +425,44 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
   onRank.partial = partial;
   onRank.everyMicroBatch =
       func->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName());
+  for (unsigned r = 0; r < func.getNumResults(); ++r)
+    if (func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
+      onRank.gradients.push_back(int(r));
+  // The optimizer step's arguments that are a parameter's block (1) or its
+  // state (2; not a gradient, not one of the step's scalars).
+  std::vector<int> kindOf(optimizerIn.size(), 0);
+  for (size_t i = 0; optimizer && i < optimizerIn.size(); ++i) {
+    weft::OptimizerSlot slot =
+        optimizerArgumentSlot(optimizer->function, unsigned(i));
+    if (!slot.parameter.empty() && slot.role != "grad")
+      kindOf[i] = slot.role == "param" ? 1 : 2;
+  }
+  if (held) {
+    held->gradients.assign(size_t(mesh->size()), 0);
+    held->parameters.assign(size_t(mesh->size()), 0);
+    held->optimizer.assign(size_t(mesh->size()), 0);
+  }
   rt::RankBody body = [&](rt::RankContext &ctx) {
-    std::vector<HostTensor> sums =
-        rt::runTrainingStepOnRank(ctx, onRank, microBatches);
+    int64_t gradientBytes = 0;
+    std::vector<HostTensor> sums = rt::runTrainingStepOnRank(
+        ctx, onRank, microBatches, held ? &gradientBytes : nullptr);
+    if (held)
+      held->gradients[size_t(ctx.rank)] = gradientBytes;
     if (optimizer) {
       std::vector<HostTensor> in;
+      int64_t bytes[3] = {0, 0, 0};
       for (size_t i = 0; i < optimizerIn.size(); ++i) {
         int o = optimizer->gradientOf[i];
         in.push_back(o >= 0 ? std::move(sums[size_t(o)])
                             : rt::scatterBlock(optimizer->inputs[i],
                                                optimizerIn[i], ctx.mesh,
                                                ctx.rank));
+        if (o < 0)
+          bytes[kindOf[i]] += rt::storageBytes(in.back());
+      }
+      if (held) {
+        held->parameters[size_t(ctx.rank)] = bytes[1];
+        held->optimizer[size_t(ctx.rank)] = bytes[2];
       }
       std::vector<HostTensor> out =
           interpretOnRank(optimizer->function, in, base, ctx);

@@ -202,7 +202,8 @@ weft::rt::optimizerScalar(const std::string &role,
 
 std::vector<HostTensor> weft::rt::runTrainingStepOnRank(
     RankContext &ctx, const RankTrainingStep &step,
-    const std::vector<std::vector<HostTensor>> &microBatches) {
+    const std::vector<std::vector<HostTensor>> &microBatches,
+    int64_t *heldGradientBytes) {
   auto reduceOn = [&](std::vector<HostTensor> &results) {
     if (!step.reduce || step.partial.empty())
       return;
@@ -227,12 +228,18 @@ std::vector<HostTensor> weft::rt::runTrainingStepOnRank(
     std::vector<HostTensor> out = step.step(ctx, mine);
     if (everyMicroBatch)
       reduceOn(out);
-    if (sums.empty()) {
+    if (sums.empty())
       sums = std::move(out);
-      continue;
+    else
+      for (size_t o = 0; o < out.size(); ++o)
+        accumulateInto(sums[o], out[o]);
+    if (heldGradientBytes) {
+      int64_t held = 0;
+      for (int o : step.gradients)
+        if (size_t(o) < sums.size())
+          held += storageBytes(sums[size_t(o)]);
+      *heldGradientBytes = std::max(*heldGradientBytes, held);
     }
-    for (size_t o = 0; o < out.size(); ++o)
-      accumulateInto(sums[o], out[o]);
   }
   if (!everyMicroBatch)
     reduceOn(sums);

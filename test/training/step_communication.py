@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""A training step's communication: the bytes each rank sends equal the cost
-model's figure for the plan.
+"""A training step's communication and training state: the bytes each rank
+sends, and the gradients, weights and optimizer state it holds, equal the cost
+model's figures for the plan.
 
 `weft plan --evaluate` fills each plan's `step_comm`: the bytes one rank sends
 in one training step, counted on the step `weft train` builds for the plan
@@ -34,17 +35,30 @@ runs freezes the rotary tables (--freeze _cached$), so it gathers them in no
 layer; the cost model trains them (it does not know what a user freezes).
 That pair is printed with the difference.
 
-Without Ulysses it also checks that the step's layers have no all-to-all:
-under Megatron SP, a training step's propagation once re-laid q, k, v and the
-MLP's activations between the column split and the sequence split in every
-forward and backward layer (docs/training.md). One all-to-all outside the
-layers is known and printed: under SP the vocabulary-parallel embedding's
-backward computes its one-hot along the sequence split and re-lays it to the
-vocabulary split.
+Without Ulysses it also checks that the step has no all-to-all, in its layers
+or outside them: under Megatron SP, a training step's propagation once re-laid
+q, k, v and the MLP's activations between the column split and the sequence
+split in every forward and backward layer, and the vocabulary-parallel
+embedding's backward computed its one-hot along the sequence split and
+re-laid it to the vocabulary split (docs/training.md).
 
 It also prints, per plan, each block's backward bytes against its forward's:
 the search times a block's backward tensor-parallel communication as its
 forward's (docs/cost-model.md), which these figures check.
+
+It also checks the training state each rank held in the step (`weft train`
+prints it: the summed gradients, before the step's reduction, and the
+optimizer step's f32 weights and AdamW moments, as the CPU runtime allocates
+them) against the cost model's memory breakdown (`stage_memory`): gradients
+equal its gradients; the two moments 8 of its 12 optimizer bytes a parameter
+(the other 4 are Megatron's f32 master weights, which in `weft train` are the
+weights); the f32 weights twice its bf16 weights below ZeRO-3. Two differences
+are explained and printed: LLaMA's frozen rotary tables (no moments; under
+ZeRO-2 and 3 their gradients, reduced in each layer, held whole), and under
+SP with ZeRO, the moments of weights tp does not split, which the step keeps
+in blocks over dp x tp (their gradients are partial over both) where the cost
+model, as Megatron's distributed optimizer, divides over dp: the difference
+is computed from the dumped optimizer step and must match to the byte.
 
 Needs Debian's python3-torch (1.13) and python3-onnx (for the exports); run by
 ctest as `training-step-communication`.
@@ -78,6 +92,8 @@ PLANS = [("dp=2", 2, 2, ["full"]),
          ("dp=2,zero=3", 2, 2, ["full"]),
          ("dp=2,ulysses=2,zero=1", 4, 2, ["none"])]
 SENT = re.compile(r"bytes sent per rank in step 1:((?: \d+)+)")
+HELD = re.compile(r"gradients, optimizer's parameters and optimizer state per rank in step 1 "
+                  r"\(bytes held\):((?: \d+/\d+/\d+)+)")
 
 
 def option(extra, name, default):
@@ -93,6 +109,96 @@ def evaluate(weft, model, spec, devices, dp, mode, batch, seq):
     if proc.returncode != 0:
         raise RuntimeError("weft plan --evaluate %s failed: %s" % (text, proc.stderr[-400:]))
     return json.loads(proc.stdout[:proc.stdout.index("\n}\n") + 3])["plans"][0]
+
+
+SLOT = re.compile(r"tensor<([0-9x]+)xf32> \{weft\.local_sharding = #weft\.sharding<@mesh, "
+                  r"(\[[^>]*\])>, weft\.optimizer_slot = \{parameter = \"([^\"]+)\", "
+                  r"role = \"([a-z_]+)\"\}")
+
+
+STATE = {"equal": 0, "explained": 0}
+
+
+def over_tp_moments(dumped, dp):
+    """Bytes of moments fewer than dp blocks of the parameters would hold:
+    for each parameter whose optimizer-step block is not split over tp but
+    whose moments are, 2 moments x 4 bytes x (its elements / dp - the moment
+    block's), read from the dumped optimizer step's arguments."""
+    slots = {}
+    for dims, sharding, name, role in SLOT.findall(dumped):
+        slots.setdefault(name, {})[role] = (numel(dims), "tp" in sharding)
+    extra = 0
+    for roles in slots.values():
+        if "param" in roles and "exp_avg" in roles and not roles["param"][1] \
+                and roles["exp_avg"][1]:
+            extra += 2 * 4 * (roles["param"][0] // dp - roles["exp_avg"][0])
+    return extra
+
+
+def numel(dims):
+    return int(np.prod([int(d) for d in dims.split("x")]))
+
+
+def check_state(tag, stderr, plan, extra, zero, spec, dumped, dp):
+    """The gradients, parameters and optimizer state each rank held against
+    the cost model's memory breakdown, in the CPU runtime's f32:
+
+    - gradients: the cost model's (4 bytes a parameter, divided over the
+      data-parallel group under ZeRO-2 and 3) exactly;
+    - AdamW's two moments: 8 of the cost model's 12 optimizer bytes a
+      parameter (divided under ZeRO-1 and up); the other 4 are Megatron's f32
+      master weights, which in `weft train` are the weights themselves;
+    - the optimizer's parameters, the f32 weights: twice the cost model's bf16
+      weights (whole below ZeRO-3; under ZeRO-3 the cost model adds the
+      gathered layers, so they are printed).
+
+    LLaMA's runs freeze the rotary tables (--freeze _cached$): they have no
+    optimizer state, and their gradients, all-reduced inside each layer, are
+    held whole under ZeRO-2 and 3; the cost model trains them. Printed."""
+    found = HELD.search(stderr)
+    if not found:
+        raise RuntimeError("%s: weft train printed no gradients and optimizer state" % tag)
+    held = [tuple(int(x) for x in triple.split("/")) for triple in found.group(1).split()]
+    memory = plan["stage_memory"][0]
+    gib = 1 << 30
+    gradients = round(float(memory.get("gradients_gib", 0)) * gib)
+    moments = round(float(memory.get("optimizer_gib", 0)) * gib * 8 / 12)
+    weights = round(float(memory.get("weights_gib", 0)) * gib * 2)
+    same = [g == gradients and m == moments and (zero >= 3 or p == weights)
+            for g, p, m in held]
+    if all(same):
+        STATE["equal"] += 1
+        return "gradients %d, f32 weights %s, moments %d bytes per rank as the cost " \
+            "model's" % (gradients, weights if zero < 3 else
+                         "%d (cost model's with two gathered layers %d)" % (held[0][1], weights),
+                         moments)
+    if "sp=true" in spec and zero >= 1:
+        # Under SP the weights tp does not split (LayerNorm's, the biases after
+        # row-parallel linears, a position table) have gradients partial over
+        # tp as well as dp; the step reduce-scatters them over both, so their
+        # moments are in blocks over dp x tp where the cost model (as
+        # Megatron's distributed optimizer) divides them over dp only.
+        extra_split = over_tp_moments(dumped, dp)
+        if all(g == gradients and p == weights and m == moments - extra_split
+               for g, p, m in held) and extra_split > 0:
+            STATE["explained"] += 1
+            return "moments KNOWN: the ranks held %d bytes, %d fewer than the cost model's " \
+                "%d: the moments of weights tp does not split are in blocks over dp x tp " \
+                "(their gradients are reduce-scattered over both under SP), the cost " \
+                "model's over dp; gradients %d and f32 weights %d as the cost model's" % (
+                    held[0][2], extra_split, moments, gradients, weights)
+    if "--freeze" in extra and all(g >= gradients and p <= weights and m < moments
+                                   for g, p, m in held):
+        STATE["explained"] += 1
+        return "DIFFERS: the ranks held gradients %s, f32 weights %s and moments %s bytes; " \
+            "the cost model %d, %d and %d: the step run freezes %s, which the cost model " \
+            "trains (no moments; under ZeRO-2 and 3 their gradients, reduced in each " \
+            "layer, are held whole)" % (
+                sorted(set(g for g, _, _ in held)), sorted(set(p for _, p, _ in held)),
+                sorted(set(m for _, _, m in held)), gradients, weights, moments,
+                extra[extra.index("--freeze") + 1])
+    raise RuntimeError("%s: the ranks held %s bytes of gradients/f32 weights/moments; the "
+                       "cost model's memory %d/%d/%d" % (tag, held, gradients, weights, moments))
 
 
 def check(weft, model, work, extra, spec, devices, dp, mode):
@@ -111,11 +217,11 @@ def check(weft, model, work, extra, spec, devices, dp, mode):
     sent = [int(x) for x in found.group(1).split()]
     dumped = open(os.path.join(work, "step.mlir")).read()
     # Ops in a layer's body are indented two levels, the step's own one.
-    if "ulysses" not in spec and re.search(r"^      %\S+ = weft\.all_to_all", dumped, re.M):
-        raise RuntimeError("%s: the step's layers have all-to-alls, which no collective of "
-                           "the plan needs" % tag)
-    outside = 0 if "ulysses" in spec else len(
-        re.findall(r"^    %\S+ = weft\.all_to_all", dumped, re.M))
+    if "ulysses" not in spec:
+        for where, indent in (("layers", "      "), ("embedding, head or loss", "    ")):
+            if re.search(r"^%s%%\S+ = weft\.all_to_all" % indent, dumped, re.M):
+                raise RuntimeError("%s: the step's %s have all-to-alls, which no collective "
+                                   "of the plan needs" % (tag, where))
     plan = evaluate(weft, model, spec, devices, dp, mode, batch, seq)
     comm = plan.get("step_comm", {})
     if comm.get("missing"):
@@ -154,10 +260,8 @@ def check(weft, model, work, extra, spec, devices, dp, mode):
                      "the embedding): %s"
                      % (forward_layer, forward_embedding, "ZeRO-3's weight gathers"))
     forward_head = int(plan.get("forward_comm_bytes_head", 0))
-    if outside:
-        notes.append("KNOWN: %d all-to-all(s) outside the layers (the vocabulary-parallel "
-                     "embedding's backward under SP re-lays its one-hot, docs/training.md)"
-                     % outside)
+    zero = int(re.search(r"zero=(\d)", spec).group(1)) if "zero=" in spec else 0
+    notes.append(check_state(tag, proc.stderr, plan, extra, zero, spec, dumped, dp))
     kind = "printed" if any(s != predicted for s in sent) else "equal"
     return kind, ("%s: %d bytes per rank = %d x (%d layers x (%d + %d) + %d + %d + %d) + %d%s + %d; "
             "backward/forward per layer %s, embedding %d/%d, head and loss %d both ways "
@@ -196,6 +300,9 @@ def main():
           "against the cost model's step_comm: %d equal, %d printed (frozen weights), "
           "%d failed" % (sum(counts.values()) + len(failures), counts["equal"],
                          counts["printed"], len(failures)))
+    print("checked the gradients, f32 weights and AdamW moments each rank held against the "
+          "cost model's memory: %d equal, %d differences explained (frozen weights; moments "
+          "in blocks over dp x tp under SP)" % (STATE["equal"], STATE["explained"]))
     for failure in failures:
         print("FAILED: " + failure)
     return 1 if failures else 0

@@ -960,12 +960,25 @@ int runTrain(MLIRContext &context) {
       if (failed(inputs))
         return 1;
       update.inputs = std::move(*inputs);
+      weft::driver::HeldTrainingState held;
       llvm::Expected<std::vector<HostTensor>> outputs =
           weft::driver::runTrainingStepOnMeshDevices(
               *module, func, micro, options, devices, collectiveTimeout, bytes,
-              &update);
+              &update, step == start ? &held : nullptr);
       if (!outputs)
         return trainError(llvm::toString(outputs.takeError()));
+      if (step == start) {
+        // The memory figures the cost model predicts as gradients and
+        // optimizer (master weights and moments), as the CPU runtime
+        // allocates them (f32).
+        llvm::errs() << "weft train: gradients, optimizer's parameters and "
+                        "optimizer state per rank in step "
+                     << step + 1 << " (bytes held):";
+        for (size_t r = 0; r < held.gradients.size(); ++r)
+          llvm::errs() << ' ' << held.gradients[r] << '/' << held.parameters[r]
+                       << '/' << held.optimizer[r];
+        llvm::errs() << '\n';
+      }
       lossSum += (*outputs)[0].at(0);
       norm = applyOptimizerOutputs(optimizerStep, params, index, *outputs,
                                    func.getNumResults());

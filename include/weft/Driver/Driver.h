@@ -296,11 +296,22 @@ struct MeshOptimizerStep {
   std::vector<rt::HostTensor> inputs;
   std::vector<int> gradientOf;
 };
+/// What each rank held of the training state in a step, as the CPU runtime
+/// allocates it (f32): the summed gradients (the accumulators the
+/// micro-batches add into, before the step's reduction; under ZeRO-2 and 3
+/// the reduced blocks), the parameters the optimizer step updates (its
+/// blocks of the f32 weights) and their state (AdamW's exp_avg and
+/// exp_avg_sq, SGD's momentum): the memory the cost model predicts as
+/// gradients and optimizer (f32 master weights and moments).
+struct HeldTrainingState {
+  std::vector<int64_t> gradients, parameters, optimizer;
+};
 llvm::Expected<std::vector<rt::HostTensor>> runTrainingStepOnMeshDevices(
     mlir::ModuleOp module, mlir::func::FuncOp func,
     const std::vector<std::vector<rt::HostTensor>> &microBatches,
     const InterpreterOptions &base, int expectedDevices, double timeoutSeconds,
-    std::vector<int64_t> &bytes, const MeshOptimizerStep *optimizer = nullptr);
+    std::vector<int64_t> &bytes, const MeshOptimizerStep *optimizer = nullptr,
+    HeldTrainingState *held = nullptr);
 
 /// One step a rank ran, in microseconds from the run's start.
 struct TraceEvent {

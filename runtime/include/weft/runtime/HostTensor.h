@@ -60,6 +60,12 @@ struct HostTensor {
   double at(int64_t i) const { return isFloat() ? floats[i] : ints[i]; }
 };
 
+/// The bytes the CPU runtime allocates for `t`'s elements: floats of every
+/// float type as f32, integers and booleans as i64.
+inline int64_t storageBytes(const HostTensor &t) {
+  return t.numel() * int64_t(t.isFloat() ? sizeof(float) : sizeof(int64_t));
+}
+
 /// A tensor whose elements are `t`'s, not copied: to be read, not written,
 /// while `t` lives (a compiled training step's view of the parameters its
 /// rank holds, read by every micro-batch).

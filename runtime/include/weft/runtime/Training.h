@@ -123,14 +123,22 @@ struct RankTrainingStep {
   /// ZeRO-2 and 3 (weft.reduce_every_micro_batch): reduce each micro-batch's
   /// gradients and sum the reduced blocks, instead of reducing the sum once.
   bool everyMicroBatch = false;
+  /// The step's results that are gradients: with `heldGradientBytes`, what
+  /// the rank holds of them between micro-batches is measured.
+  std::vector<int> gradients;
 };
 
 /// Runs `step` on this rank's block of each micro-batch's inputs and sums
 /// the results (the loss, and the gradients), reducing the partial ones as
-/// the step says. Throws std::runtime_error on failure.
+/// the step says. With `heldGradientBytes`, sets it to the most bytes of
+/// summed gradients (`step.gradients`) the rank held at once: the
+/// accumulators a micro-batch adds into (with `everyMicroBatch`, the reduced
+/// blocks), before the step's reduction. Throws std::runtime_error on
+/// failure.
 std::vector<HostTensor>
 runTrainingStepOnRank(RankContext &ctx, const RankTrainingStep &step,
-                      const std::vector<std::vector<HostTensor>> &microBatches);
+                      const std::vector<std::vector<HostTensor>> &microBatches,
+                      int64_t *heldGradientBytes = nullptr);
 
 //===----------------------------------------------------------------------===//
 // A generated training program
