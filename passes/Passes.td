@@ -303,6 +303,12 @@ def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
     and, with `skip-nonfinite`, skips a step whose gradients overflowed. On a pipeline
     stage the argument is also the model's last input (`weft.model_input`), which the
     pipeline's runner gives every micro-batch.
+
+    `freeze` names parameters that are not trained (fine-tuning with frozen weights, or
+    buffers an exporter left as initializers, such as rotary tables): a parameter whose
+    name matches is a constant to the sweep, so it gets no gradient, and neither does
+    anything only frozen parameters reach; a backward layer computes and reduces no
+    gradient for such an input.
   }];
   let options = [
     Option<"recompute", "recompute", "std::string", /*default=*/"\"full\"",
@@ -310,7 +316,10 @@ def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
     Option<"scaleLoss", "scale-loss", "bool", /*default=*/"false",
            "Seed the loss's gradient with a new last argument, an f32 scalar marked "
            "weft.loss_scale, instead of 1 (loss scaling: every gradient comes out "
-           "multiplied by it)">
+           "multiplied by it)">,
+    Option<"freeze", "freeze", "std::string", /*default=*/"\"\"",
+           "Parameters whose names match this regular expression are not trained: "
+           "they get no gradient, and what only they reach is not differentiated">
   ];
   let dependentDialects = ["::weft::WeftDialect"];
 }

@@ -14,6 +14,10 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Regex.h"
+
+#include <functional>
+#include <memory>
 
 namespace weft {
 #define GEN_PASS_DEF_WEFTDIFFERENTIATE
@@ -40,6 +44,17 @@ struct WeftDifferentiate
           << recompute << "' is not full, selective or none";
       return signalPassFailure();
     }
+    std::function<bool(StringRef)> frozen;
+    if (!freeze.empty()) {
+      auto regex = std::make_shared<llvm::Regex>(freeze);
+      std::string why;
+      if (!regex->isValid(why)) {
+        getOperation().emitError("-weft-differentiate: freeze '")
+            << freeze << "' is not a regular expression: " << why;
+        return signalPassFailure();
+      }
+      frozen = [regex](StringRef name) { return regex->match(name); };
+    }
     bool any = false;
     const bool split =
         getOperation()->hasAttr(WeftDialect::getPipelineAttrName());
@@ -59,8 +74,9 @@ struct WeftDifferentiate
       if (failed(split ? differentiateStage(
                              func, *mode,
                              scaleLoss ? std::optional<int64_t>(modelInputs)
-                                       : std::nullopt)
-                       : differentiate(func, *mode, scaleLoss)))
+                                       : std::nullopt,
+                             frozen)
+                       : differentiate(func, *mode, scaleLoss, frozen)))
         return signalPassFailure();
     }
     if (!any) {
@@ -77,8 +93,10 @@ struct WeftDifferentiate
   /// stage returns, after its own results, the gradient of each float value
   /// it received (weft.gradient_to the previous stage) and its parameters'
   /// gradients (weft.gradient_of).
-  static LogicalResult differentiateStage(func::FuncOp func, Recompute mode,
-                                          std::optional<int64_t> scaleInput) {
+  static LogicalResult
+  differentiateStage(func::FuncOp func, Recompute mode,
+                     std::optional<int64_t> scaleInput,
+                     const std::function<bool(StringRef)> &frozen) {
     auto stageAttr = func->getAttrOfType<DictionaryAttr>(
         WeftDialect::getPipelineStageAttrName());
     if (!stageAttr)
@@ -98,6 +116,7 @@ struct WeftDifferentiate
       ops.push_back(&op);
     OpBuilder b(ret);
     GradientState state(b, mode);
+    state.setFrozen(frozen);
     auto isFloat = [](Type type) {
       auto tensor = dyn_cast<RankedTensorType>(type);
       return tensor && isa<FloatType>(tensor.getElementType());
@@ -204,8 +223,9 @@ struct WeftDifferentiate
     return CastOp::create(b, func.getLoc(), lossType, seed);
   }
 
-  static LogicalResult differentiate(func::FuncOp func, Recompute mode,
-                                     bool scaleLoss) {
+  static LogicalResult
+  differentiate(func::FuncOp func, Recompute mode, bool scaleLoss,
+                const std::function<bool(StringRef)> &frozen) {
     auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
     auto lossType =
         ret.getNumOperands()
@@ -224,6 +244,7 @@ struct WeftDifferentiate
       ops.push_back(&op);
     OpBuilder b(ret);
     GradientState state(b, mode);
+    state.setFrozen(frozen);
     propagateActivity(state, ops);
     if (!state.needsGradient(loss))
       return func.emitError("@")

@@ -131,13 +131,19 @@ void GradientState::accumulateParameter(Location loc, StringRef name,
 
 void weft::propagateActivity(GradientState &state, ArrayRef<Operation *> ops) {
   for (Operation *op : ops) {
-    // A region (a layer) that holds parameters depends on them.
+    // A region (a layer) that holds trained parameters depends on them.
+    auto trained = [&](ParameterOp param) {
+      return !state.isFrozen(param.getName());
+    };
+    auto param = dyn_cast<ParameterOp>(op);
     bool active =
-        isa<ParameterOp>(op) ||
+        (param && trained(param)) ||
         llvm::any_of(op->getOperands(),
                      [&](Value v) { return state.needsGradient(v); }) ||
-        (op->getNumRegions() && op->walk([](ParameterOp) {
-                                    return WalkResult::interrupt();
+        (op->getNumRegions() && op->walk([&](ParameterOp inner) {
+                                    return trained(inner)
+                                               ? WalkResult::interrupt()
+                                               : WalkResult::advance();
                                   }).wasInterrupted());
     if (active)
       for (Value result : op->getResults())
@@ -729,6 +735,7 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
   Value out = buildDecomposedAttention(b, *this);
   SmallVector<Operation *> ops = createdSince(b, marker);
   GradientState local(b);
+  local.inheritFrozen(state);
   for (Value operand : getOperands())
     if (state.needsGradient(operand))
       local.markActive(operand);
@@ -915,6 +922,7 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
     originals.push_back(&op);
   }
   GradientState local(inner);
+  local.inheritFrozen(state);
   for (auto [index, input] : llvm::enumerate(getInputs()))
     if (state.needsGradient(input))
       local.markActive(block->getArgument(index));

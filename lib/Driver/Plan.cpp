@@ -20,6 +20,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -195,6 +196,10 @@ resolveTraining(const driver::PlanRequest &r, const plan::ModelSpec &model,
   training.set_flash_attention(r.flashAttention);
   training.set_dropout(r.dropout);
   training.set_grad_reduce_16bit(r.gradReduce16bit);
+  if (std::string why; !r.freeze.empty() && !llvm::Regex(r.freeze).isValid(why))
+    return planError("--freeze '" + r.freeze +
+                     "' is not a regular expression: " + why);
+  training.set_freeze(r.freeze);
   return training;
 }
 

@@ -172,6 +172,9 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
   WeftDifferentiateOptions differentiate;
   differentiate.recompute = options.recompute;
   differentiate.scaleLoss = options.scaleLoss;
+  // Frozen parameters get no gradient (and the optimizer step, below, no
+  // update).
+  differentiate.freeze = options.optimizer.freeze;
   pm.addPass(createWeftDifferentiate(differentiate));
   if (pipelined) {
     WeftSchedulePipelineOptions schedule;

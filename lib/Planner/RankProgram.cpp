@@ -221,6 +221,7 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
   options.dtype = training.dtype() == "fp16" ? "f16" : "bf16";
   options.recompute = recomputeName(plan.recompute());
   options.optimizer.maxGradNorm = 1.0;
+  options.optimizer.freeze = training.freeze();
   FunctionType type;
   if (failed(weft::buildTrainingStep(context, *module, plan, options, type)) ||
       failed(weft::buildPartitionedStep(context, *module, plan,

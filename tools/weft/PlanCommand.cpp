@@ -118,6 +118,13 @@ static cl::opt<bool> gradReduce16(
     "grad-reduce-16bit",
     cl::desc("Reduce data-parallel gradients in bf16/fp16 (default fp32)"),
     cl::init(false), cl::sub(planCommand));
+static cl::opt<std::string> freezeOpt(
+    "freeze",
+    cl::desc("Parameters not trained (a regular expression over their names, "
+             "as weft train's --freeze): the training step --evaluate counts "
+             "(step_comm) gives them no gradient and no update; memory and "
+             "time still count them as trained"),
+    cl::value_desc("regex"), cl::init(""), cl::sub(planCommand));
 static cl::opt<int> topOpt("top", cl::desc("Plans to print"), cl::init(5),
                            cl::sub(planCommand));
 static cl::opt<double> riskToleranceOpt(
@@ -296,6 +303,7 @@ static weft::driver::PlanRequest planRequest() {
   request.flashAttention = flashOpt;
   request.dropout = dropoutOpt;
   request.gradReduce16bit = gradReduce16;
+  request.freeze = freezeOpt;
   request.top = topOpt;
   request.riskTolerance = riskToleranceOpt;
   request.tpAcrossNodes = tpAcross;

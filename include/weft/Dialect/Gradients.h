@@ -21,6 +21,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <functional>
 #include <string>
 
 namespace weft {
@@ -38,6 +39,17 @@ public:
   Recompute getRecompute() const { return recompute; }
 
   mlir::OpBuilder &builder() { return b; }
+
+  /// Parameters that are not trained (`weft train --freeze`): the names for
+  /// which `frozen` is true are constants to the sweep, which gives them no
+  /// gradient and differentiates nothing only they reach. States made for a
+  /// nested sweep (a layer's body, a decomposed attention) take their
+  /// parent's with inheritFrozen.
+  void setFrozen(std::function<bool(llvm::StringRef)> predicate) {
+    frozen = std::move(predicate);
+  }
+  void inheritFrozen(const GradientState &parent) { frozen = parent.frozen; }
+  bool isFrozen(llvm::StringRef name) const { return frozen && frozen(name); }
 
   /// Marks `value` as depending on something trained (a parameter, or an
   /// input the caller differentiates): only such values get gradients.
@@ -89,14 +101,15 @@ public:
 private:
   mlir::OpBuilder &b;
   Recompute recompute;
+  std::function<bool(llvm::StringRef)> frozen;
   llvm::DenseSet<mlir::Value> active;
   llvm::DenseMap<mlir::Value, mlir::Value> gradients;
   llvm::SmallVector<std::pair<std::string, mlir::Value>> parameterGradients;
   llvm::StringMap<unsigned> parameterIndex;
 };
 
-/// Marks the results of parameters, and of ops with an active operand, as
-/// active, in program order.
+/// Marks the results of parameters (but frozen ones), and of ops with an
+/// active operand, as active, in program order.
 void propagateActivity(GradientState &state,
                        llvm::ArrayRef<mlir::Operation *> ops);
 

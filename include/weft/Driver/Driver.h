@@ -163,6 +163,8 @@ struct PlanRequest {
   bool flashAttention = true;
   bool dropout = false;
   bool gradReduce16bit = false;
+  /// Parameters not trained (a regular expression over their names).
+  std::string freeze;
   int top = 5;
   /// Plans predicted within this fraction of the fastest count as equal,
   /// and the one with the fewest risks goes first (planner/Risk.h); < 0:

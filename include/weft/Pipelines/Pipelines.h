@@ -116,7 +116,8 @@ struct TrainingStepOptions {
   /// A label that counts no loss.
   int64_t ignoreIndex = std::numeric_limits<int64_t>::min();
   /// The optimizer step's rule (its rankLocal, storedOver and
-  /// skipNonFinite follow the plan and scaleLoss).
+  /// skipNonFinite follow the plan and scaleLoss). Its `freeze` also keeps
+  /// the frozen parameters out of the backward (-weft-differentiate).
   WeftBuildOptimizerOptions optimizer;
 };
 

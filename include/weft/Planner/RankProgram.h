@@ -83,8 +83,9 @@ public:
   /// the loss, the backward under the plan's recomputation, the step
   /// partitioned under the plan (ZeRO stage included), its gradient
   /// reduction and the optimizer step (AdamW, gradients clipped at norm 1),
-  /// computed in the training dtype from f32 weights. Null with `error` set
-  /// when it cannot be built.
+  /// computed in the training dtype from f32 weights; the parameters the
+  /// training config freezes get no gradient and no update. Null with `error`
+  /// set when it cannot be built.
   mlir::OwningOpRef<mlir::ModuleOp>
   buildTrainingStep(const plan::Plan &plan, int64_t layers, std::string &error);
 
