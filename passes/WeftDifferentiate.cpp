@@ -248,9 +248,9 @@ struct WeftDifferentiate
     propagateActivity(state, ops);
     if (!state.needsGradient(loss))
       return func.emitError("@")
-             << func.getSymName()
-             << ": the loss depends on no parameter, so there is nothing to "
-                "train";
+             << func.getSymName() << ": the loss depends on no parameter"
+             << (frozen ? " that is not frozen" : "")
+             << ", so there is nothing to train";
     Value seed = scaleLoss ? lossScaleArgument(func, lossType, std::nullopt)
                            : state.splat(ret.getLoc(), lossType, 1.0);
     if (!seed)

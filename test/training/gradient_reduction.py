@@ -97,6 +97,9 @@ def elements(shape):
     return count
 
 
+PARAMETER = re.compile(r'weft\.parameter "([^"]+)" .*: tensor<([0-9x]*?)x?f32>')
+
+
 def check(weft, model, work, plan, g, extra, sizes_cache):
     """Runs STEPS steps of `plan` with --grad-accum g; returns (losses, weights,
     message) or raises RuntimeError with the failure."""
@@ -138,6 +141,16 @@ def check(weft, model, work, plan, g, extra, sizes_cache):
     grads = [(elements(shape), partial_axes(attrs)) for shape, _, attrs in results
              if "gradient_of" in attrs]
     total = sum(count for count, _ in grads)
+    # Frozen weights (--freeze: LLaMA's rotary tables) get no gradient; the
+    # cost model counts them as trained: its figure is of the elements a rank
+    # holds of both.
+    frozen = re.compile(extra[extra.index("--freeze") + 1]) if "--freeze" in extra else None
+    frozen_held = {}
+    for line in funcs["main"][1]:
+        found = PARAMETER.search(line)
+        if found and frozen and frozen.search(found.group(1)):
+            frozen_held[found.group(1)] = elements(found.group(2))
+    total += sum(frozen_held.values())
     n = sizes.get("dp", 1) * sizes.get("cp", 1) * sizes.get("ulysses", 1)
     predicted = sizes_cache(model, plan)
     counted = predicted * n // (2 * (n - 1) * 4) if n > 1 else total

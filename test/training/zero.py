@@ -28,6 +28,8 @@ each recompute mode, this test checks:
   reduce-scattered over the whole group, and the rest (reduced in the step, or
   over part of the group, or with no dimension the group divides) are printed
   with their share: what they send instead is checked exactly;
+- (the elements a rank holds include the frozen weights, --freeze, which get
+  no gradient: the cost model counts every parameter as trained);
 - the optimizer state a rank holds (the optimizer step's state arguments) is one
   block per trained parameter, and the cost model's optimizer memory is 12 bytes
   per parameter a rank holds / the group; its gradient memory is 4 bytes per
@@ -104,6 +106,9 @@ def evaluate(weft, model, plan, pipeline="pp=1"):
     return json.loads(text)["plans"][0]
 
 
+PARAMETER = re.compile(r'weft\.parameter "([^"]+)" .*: tensor<([0-9x]*?)x?f32>')
+
+
 def check(weft, model, work, plan, recompute, zero, extra, base):
     label = os.path.basename(model).split(".")[0]
     full = "%s,zero=%d" % (plan, zero)
@@ -152,6 +157,16 @@ def check(weft, model, work, plan, recompute, zero, extra, base):
     held = {name.search(attrs).group(1): gr.elements(shape) for shape, _, attrs
             in gr.result_attrs(funcs["main"][0]) if "gradient_of" in attrs}
     total = sum(held.values())
+    # Frozen weights (--freeze: LLaMA's rotary tables) get no gradient; the
+    # cost model counts them as trained: its figures are of the elements a
+    # rank holds of both.
+    frozen = re.compile(extra[extra.index("--freeze") + 1]) if "--freeze" in extra else None
+    frozen_held = {}
+    for line in funcs["main"][1]:
+        found = PARAMETER.search(line)
+        if found and frozen and frozen.search(found.group(1)):
+            frozen_held[found.group(1)] = gr.elements(found.group(2))
+    total += sum(frozen_held.values())
     args = signature_entries(funcs["optimizer_step"][0], results=False)
     slot = re.compile(r'parameter = "([^"]+)", role = "(\w+)"')
     blocks, state, stored = {}, 0, {}
