@@ -383,10 +383,13 @@ def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncO
     `split`, by slices (`h[..., :d]`), or by a view to `[..., n, rest]` indexed with
     constants on `n` (`qkv.view(b, s, 3, h, d)[:, :, i]`) — into one linear per
     piece, with the weight's and bias's columns sliced into new parameters
-    (`NAME.part0`, ...), so that each piece is column-parallel on its own. Shape-only
-    parameters (a model imported for planning) become shape-only pieces, so the planner
-    costs the program that runs. Parameters in external files are left fused (their
-    columns are not one byte range).
+    (`NAME.part0`, ...), so that each piece is column-parallel on its own. A weight
+    stored `[out, in]` (`transpose_weight`: PyTorch's `nn.Linear(h, 3 * h)`, as
+    nanoGPT, GPT-NeoX and Falcon write their fused QKV) is cut in rows instead.
+    Shape-only parameters (a model imported for planning) become shape-only pieces, so
+    the planner costs the program that runs. Parameters in external files become
+    windows of the same bytes (a range of rows, or `columns = S of W`); a transposed
+    weight that is already a column window stays fused.
     ```
     weft-opt -weft-unfuse-projections model.mlir
     ```

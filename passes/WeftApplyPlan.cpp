@@ -135,28 +135,43 @@ struct WeftUnfuseProjections
     return pieces;
   }
 
-  /// A slice of a parameter along its last dimension: of its inline value,
-  /// a column window of its external data, or shape only when it has
-  /// neither (a model imported for planning).
+  /// A slice [start, start + size) of a parameter along dimension `dim`
+  /// (its last, or its first for a weight stored [out, in]): of its inline
+  /// value, a window of its external data, or shape only when it has
+  /// neither (a model imported for planning). Rows of an external tensor are
+  /// one byte range; columns are a window of each row. Null when the
+  /// external data is already a window that rows cannot be cut from.
   static ParameterOp sliceParameter(OpBuilder &b, ParameterOp param,
-                                    int64_t start, int64_t size, int index) {
+                                    int64_t dim, int64_t start, int64_t size,
+                                    int index) {
     auto type = cast<RankedTensorType>(param.getType());
+    const int64_t last = type.getRank() - 1;
     SmallVector<int64_t> starts(type.getRank(), 0);
     SmallVector<int64_t> limits(type.getShape());
-    starts.back() = start;
-    limits.back() = start + size;
+    starts[dim] = start;
+    limits[dim] = start + size;
     SmallVector<int64_t> shape(type.getShape());
-    shape.back() = size;
+    shape[dim] = size;
     auto sliceType = RankedTensorType::get(shape, type.getElementType());
     ElementsAttr value = param.getValue()
                              ? sliceElements(*param.getValue(), starts, limits)
                              : ElementsAttr();
     ExternalDataAttr external;
-    if (ExternalDataAttr whole = param.getExternalAttr())
-      external = ExternalDataAttr::get(
-          b.getContext(), whole.getLocation(), whole.getOffset(),
-          whole.getLength(), whole.getColumnStart() + start,
-          whole.getRowWidth() ? whole.getRowWidth() : type.getShape().back());
+    if (ExternalDataAttr whole = param.getExternalAttr()) {
+      if (dim == last) {
+        external = ExternalDataAttr::get(
+            b.getContext(), whole.getLocation(), whole.getOffset(),
+            whole.getLength(), whole.getColumnStart() + start,
+            whole.getRowWidth() ? whole.getRowWidth() : type.getShape().back());
+      } else {
+        if (whole.getRowWidth() || dim != 0)
+          return ParameterOp();
+        int64_t rowBytes = getTensorBytes(type) / type.getDimSize(0);
+        external = ExternalDataAttr::get(b.getContext(), whole.getLocation(),
+                                         whole.getOffset() + start * rowBytes,
+                                         size * rowBytes, 0, 0);
+      }
+    }
     return ParameterOp::create(
         b, param.getLoc(), sliceType,
         b.getStringAttr(param.getName() + ".part" + std::to_string(index)),
@@ -164,8 +179,9 @@ struct WeftUnfuseProjections
   }
 
   LogicalResult unfuse(LinearOp linear) {
-    if (linear.getTransposeWeight())
-      return failure();
+    // nn.Linear's weight is [out, in] (transpose_weight): its pieces are
+    // rows; a weight stored [in, out] (GPT-2's Conv1D) is cut in columns.
+    const bool transposed = linear.getTransposeWeight();
     auto weight = linear.getWeight().getDefiningOp<ParameterOp>();
     ParameterOp bias =
         linear.getBias() ? linear.getBias().getDefiningOp<ParameterOp>()
@@ -179,6 +195,14 @@ struct WeftUnfuseProjections
     std::optional<SmallVector<Piece>> pieces = piecesOf(linear);
     if (!pieces)
       return failure();
+    const int64_t weightDim =
+        transposed ? 0 : cast<RankedTensorType>(weight.getType()).getRank() - 1;
+    if (transposed && cast<RankedTensorType>(weight.getType()).getRank() != 2)
+      return failure();
+    // A weight whose external bytes cannot be cut stays fused.
+    if (ExternalDataAttr whole = weight.getExternalAttr();
+        whole && transposed && whole.getRowWidth())
+      return failure();
     SmallVector<Operation *> cuts;
     for (Piece &piece : *pieces)
       if (Operation *cut = piece.result.getDefiningOp();
@@ -188,10 +212,12 @@ struct WeftUnfuseProjections
     b.setInsertionPointAfter(linear);
     auto outType = linear.getType();
     for (auto [index, piece] : llvm::enumerate(*pieces)) {
-      ParameterOp w = sliceParameter(b, weight, piece.start, piece.size, index);
+      ParameterOp w =
+          sliceParameter(b, weight, weightDim, piece.start, piece.size, index);
       Value pieceBias;
       if (bias)
-        pieceBias = sliceParameter(b, bias, piece.start, piece.size, index);
+        pieceBias =
+            sliceParameter(b, bias, /*dim=*/0, piece.start, piece.size, index);
       else if (linear.getBias())
         pieceBias = SliceOp::create(b, linear.getLoc(), linear.getBias(),
                                     ArrayRef<int64_t>{piece.start},
@@ -199,9 +225,9 @@ struct WeftUnfuseProjections
                                     DenseI64ArrayAttr());
       SmallVector<int64_t> shape(outType.getShape());
       shape.back() = piece.size;
-      Value value =
-          LinearOp::create(b, linear.getLoc(), outType.clone(shape),
-                           linear.getInput(), w, pieceBias, UnitAttr());
+      Value value = LinearOp::create(b, linear.getLoc(), outType.clone(shape),
+                                     linear.getInput(), w, pieceBias,
+                                     transposed ? b.getUnitAttr() : UnitAttr());
       if (value.getType() != piece.result.getType())
         value = ReshapeOp::create(b, piece.result.getLoc(),
                                   piece.result.getType(), value);

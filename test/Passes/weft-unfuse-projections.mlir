@@ -96,3 +96,53 @@ func.func @qkv_view(%x: tensor<2x4x8xf32>, %b: tensor<24xf32>) -> (tensor<2x4x2x
   %v = weft.gather %r[%i2] axis 2 : (tensor<2x4x3x2x4xf32>, tensor<i64>) -> tensor<2x4x2x4xf32>
   return %q, %k, %v : tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>, tensor<2x4x2x4xf32>
 }
+
+// -----
+
+// nn.Linear(h, 3h) stores its weight [out, in] (transpose_weight): the
+// pieces are rows, and each piece's linear keeps transpose_weight.
+// CHECK-LABEL: func.func @qkv_linear
+// CHECK-DAG: weft.parameter "qkv.weight.part0" : tensor<2x2xf32> = dense<{{\[\[}}1.000000e+00, 2.000000e+00], [3.000000e+00, 4.000000e+00]]>
+// CHECK-DAG: weft.parameter "qkv.weight.part1" : tensor<1x2xf32> = dense<{{\[\[}}5.000000e+00, 6.000000e+00]]>
+// CHECK-DAG: weft.parameter "qkv.bias.part1" : tensor<1xf32> = dense<1.250000e-01>
+// CHECK-DAG: weft.linear %arg0, {{.*}} transpose_weight : (tensor<1x2x2xf32>, tensor<2x2xf32>, tensor<2xf32>) -> tensor<1x2x2xf32>
+// CHECK-DAG: weft.linear %arg0, {{.*}} transpose_weight : (tensor<1x2x2xf32>, tensor<1x2xf32>, tensor<1xf32>) -> tensor<1x2x1xf32>
+// CHECK-NOT: weft.split
+func.func @qkv_linear(%x: tensor<1x2x2xf32>) -> (tensor<1x2x2xf32>, tensor<1x2x1xf32>) {
+  %w = weft.parameter "qkv.weight" : tensor<3x2xf32> = dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]>
+  %b = weft.parameter "qkv.bias" : tensor<3xf32> = dense<[0.5, 0.25, 0.125]>
+  %y = weft.linear %x, %w, %b transpose_weight : (tensor<1x2x2xf32>, tensor<3x2xf32>, tensor<3xf32>) -> tensor<1x2x3xf32>
+  %p:2 = weft.split %y axis 2 sizes [2, 1] : tensor<1x2x3xf32> -> (tensor<1x2x2xf32>, tensor<1x2x1xf32>)
+  return %p#0, %p#1 : tensor<1x2x2xf32>, tensor<1x2x1xf32>
+}
+
+// -----
+
+// Rows of a weight in an external file are one byte range each: the pieces
+// are ranges of the same bytes, nothing is read.
+// CHECK-LABEL: func.func @external_linear
+// CHECK-DAG: weft.parameter "qkv.weight.part0" external <"model.onnx.data", offset = 0, length = 32> : tensor<2x4xf32>
+// CHECK-DAG: weft.parameter "qkv.weight.part1" external <"model.onnx.data", offset = 32, length = 96> : tensor<6x4xf32>
+// CHECK-DAG: weft.parameter "qkv.bias.part1" external <"model.onnx.data", offset = 128, length = 32, columns = 2 of 8> : tensor<6xf32>
+// CHECK-NOT: weft.split
+func.func @external_linear(%x: tensor<1x2x4xf32>) -> (tensor<1x2x2xf32>, tensor<1x2x6xf32>) {
+  %w = weft.parameter "qkv.weight" external <"model.onnx.data", offset = 0, length = 128> : tensor<8x4xf32>
+  %b = weft.parameter "qkv.bias" external <"model.onnx.data", offset = 128, length = 32> : tensor<8xf32>
+  %y = weft.linear %x, %w, %b transpose_weight : (tensor<1x2x4xf32>, tensor<8x4xf32>, tensor<8xf32>) -> tensor<1x2x8xf32>
+  %p:2 = weft.split %y axis 2 sizes [2, 6] : tensor<1x2x8xf32> -> (tensor<1x2x2xf32>, tensor<1x2x6xf32>)
+  return %p#0, %p#1 : tensor<1x2x2xf32>, tensor<1x2x6xf32>
+}
+
+// -----
+
+// A transposed weight that is already a column window of its file cannot be
+// cut in rows as one byte range each: it stays fused.
+// CHECK-LABEL: func.func @windowed_linear
+// CHECK: weft.linear %arg0, {{.*}} -> tensor<1x2x8xf32>
+// CHECK: weft.split
+func.func @windowed_linear(%x: tensor<1x2x4xf32>) -> (tensor<1x2x2xf32>, tensor<1x2x6xf32>) {
+  %w = weft.parameter "qkv.weight" external <"model.onnx.data", offset = 0, length = 256, columns = 4 of 8> : tensor<8x4xf32>
+  %y = weft.linear %x, %w transpose_weight : (tensor<1x2x4xf32>, tensor<8x4xf32>) -> tensor<1x2x8xf32>
+  %p:2 = weft.split %y axis 2 sizes [2, 6] : tensor<1x2x8xf32> -> (tensor<1x2x2xf32>, tensor<1x2x6xf32>)
+  return %p#0, %p#1 : tensor<1x2x2xf32>, tensor<1x2x6xf32>
+}

@@ -23,6 +23,7 @@ import sys
 import tempfile
 
 import numpy as np
+import onnx
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -170,15 +171,27 @@ def weft_run(weft, onnx_path, work, name, steps, plan=None, recompute="full", ex
     weights = {}
     for entry in manifest["parameters"]:
         weights[entry["name"]] = np.load(os.path.join(step_dir, entry["value"]))
-    # Fused projections that -weft-unfuse-projections split come back whole.
+    # Fused projections that -weft-unfuse-projections split come back whole:
+    # in columns (a weight stored [in, out]) or in rows (nn.Linear's [out,
+    # in]), whichever gives the exported initializer's shape.
     merged = {}
-    for key in sorted(weights, key=lambda k: (k.rsplit(".part", 1)[0], k)):
+    def piece(key):
+        base, _, part = key.rpartition(".part")
+        return (base, int(part)) if base and part.isdigit() else (key, -1)
+    for key in sorted(weights, key=piece):
         base, _, part = key.rpartition(".part")
         if base and part.isdigit():
             merged.setdefault(base, []).append(weights[key])
         else:
             merged[key] = [weights[key]]
-    return losses, {k: np.concatenate(v, axis=-1) for k, v in merged.items()}
+    shapes = {t.name: tuple(t.dims) for t in onnx.load(onnx_path).graph.initializer}
+
+    def whole(name, parts):
+        columns = np.concatenate(parts, axis=-1)
+        if len(parts) == 1 or columns.shape == shapes.get(name, columns.shape):
+            return columns
+        return np.concatenate(parts, axis=0)
+    return losses, {k: whole(k, v) for k, v in merged.items()}
 
 
 def relative(a, b):
