@@ -49,14 +49,19 @@ CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
     std::optional<double> dropout;
     if (trainingConfig.dropout())
       dropout = kDropoutRatio;
-    source.build = [spec, dropout](MLIRContext &ctx, int64_t batch,
-                                   int64_t seq) {
+    source.buildLayers = [spec, dropout](MLIRContext &ctx, int64_t batch,
+                                         int64_t seq, int64_t layers) {
       TransformerShape shape;
       shape.batch = batch;
       shape.seq = seq;
-      shape.layers = std::min<int64_t>(2, std::max<int64_t>(1, spec.layers()));
+      shape.layers =
+          std::min<int64_t>(layers, std::max<int64_t>(1, spec.layers()));
       shape.dropout = dropout;
       return buildTransformer(ctx, spec, shape);
+    };
+    source.build = [build = source.buildLayers](MLIRContext &ctx, int64_t batch,
+                                                int64_t seq) {
+      return build(ctx, batch, seq, 2);
     };
   }
   programs = std::make_unique<RankProgramBuilder>(
@@ -1133,7 +1138,65 @@ double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
   return bound + dp.exposed + dp.optimizer;
 }
 
+/// A pipelined step's count (countStepCommunication with pp > 1): per
+/// pipeline rank, from the step built with one and with two layers in each
+/// model chunk, each layer adding the same (its collectives per micro-batch,
+/// its parameters' reduction and update); a model with no more layers than
+/// that is built whole.
+static void countPipelinedStep(RankProgramBuilder &programs,
+                               const plan::ModelSpec &model, plan::Plan &plan) {
+  const int p = plan.pp(), v = std::max(1, plan.virtual_stages());
+  plan::StepCommunication comm;
+  auto count = [&](int64_t perChunk, std::vector<int64_t> &perRank,
+                   std::vector<int64_t> &p2p) {
+    std::string error;
+    OwningOpRef<ModuleOp> step =
+        programs.buildTrainingStep(plan, perChunk, error);
+    if (step && succeeded(planner::countPipelinedStepCommunication(
+                    *step, perRank, p2p, error)))
+      return true;
+    comm.set_missing(error.empty() ? "the pipelined step cannot be built"
+                                   : error);
+    return false;
+  };
+  std::vector<int64_t> perRank, p2p;
+  if (model.layers() <= 2 * int64_t(p) * v) {
+    if (!count(0, perRank, p2p)) {
+      plan.mutable_step_comm()->CopyFrom(comm);
+      return;
+    }
+  } else {
+    std::vector<int64_t> two, twoP2p;
+    if (!count(1, perRank, p2p) || !count(2, two, twoP2p)) {
+      plan.mutable_step_comm()->CopyFrom(comm);
+      return;
+    }
+    for (int r = 0; r < p; ++r) {
+      const int64_t perLayers = two[size_t(r)] - perRank[size_t(r)];
+      if (perLayers % v || twoP2p[size_t(r)] != p2p[size_t(r)]) {
+        comm.set_missing("pipeline rank " + std::to_string(r) +
+                         "'s chunks do not add the same bytes per layer");
+        plan.mutable_step_comm()->CopyFrom(comm);
+        return;
+      }
+      const int64_t layers = r < plan.stage_layers_size() ? plan.stage_layers(r)
+                                                          : model.layers() / p;
+      perRank[size_t(r)] += (layers - v) * (perLayers / v);
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    comm.add_pipeline_rank_step(perRank[size_t(r)]);
+    comm.add_pipeline_rank_p2p(p2p[size_t(r)]);
+  }
+  comm.set_step(*std::max_element(perRank.begin(), perRank.end()));
+  plan.mutable_step_comm()->CopyFrom(comm);
+}
+
 void CostModel::countStepCommunication(plan::Plan &plan) {
+  if (plan.pp() > 1) {
+    countPipelinedStep(*programs, modelSpec, plan);
+    return;
+  }
   // The step with one layer gives the blocks of a micro-batch; with two,
   // what each layer adds to the gradient reduction and the optimizer step
   // (their collectives are per parameter).

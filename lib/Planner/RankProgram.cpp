@@ -11,7 +11,9 @@
 #include <functional>
 #include <set>
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Pipelines/Pipelines.h"
 #include "weft/Plan/Plan.h"
@@ -190,9 +192,24 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
 OwningOpRef<ModuleOp>
 RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
                                       std::string &error) {
+  // A pipeline's step keeps `layers` in each of its pp x v model chunks
+  // (or, with 0, the plan's stage_layers of the whole model).
+  plan::Plan cut = plan;
+  int64_t kept = layers;
   if (plan.pp() > 1) {
-    error = "a pipelined step is counted per stage, which is not built yet";
-    return nullptr;
+    const int64_t chunks =
+        int64_t(plan.pp()) * std::max(1, plan.virtual_stages());
+    if (layers > 0) {
+      cut.clear_stage_layers();
+      for (int r = 0; r < plan.pp(); ++r)
+        cut.add_stage_layers(
+            int32_t(layers * std::max(1, plan.virtual_stages())));
+      kept = layers * chunks;
+    } else {
+      kept = 0;
+      for (int32_t n : plan.stage_layers())
+        kept += n;
+    }
   }
   const int64_t microBatch = std::max(1, plan.micro_batch());
   const int64_t batch = microBatch * std::max(1, plan.dp());
@@ -203,14 +220,23 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
     return nullptr;
   }
   OwningOpRef<ModuleOp> module =
-      source.build(context, batch, training.seq_len());
+      source.buildLayers && kept > 2
+          ? source.buildLayers(context, batch, training.seq_len(), kept)
+          : source.build(context, batch, training.seq_len());
   func::FuncOp func = module ? entryFunction(*module) : func::FuncOp();
   if (!func) {
     error = "the model cannot be built at batch " + std::to_string(batch) +
             " and sequence " + std::to_string(training.seq_len());
     return nullptr;
   }
-  if (failed(keepLayers(func, size_t(std::max<int64_t>(1, layers)), error)))
+  if (plan.pp() > 1 && int64_t(repeatedLayers(func).size()) < kept) {
+    error = "the model has " + std::to_string(repeatedLayers(func).size()) +
+            " repeated layers; its pipeline's step is counted with " +
+            std::to_string(kept);
+    return nullptr;
+  }
+  if (kept > 0 &&
+      failed(keepLayers(func, size_t(std::max<int64_t>(1, kept)), error)))
     return nullptr;
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
     if (diag.getSeverity() == DiagnosticSeverity::Error && error.empty())
@@ -223,8 +249,8 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
   options.optimizer.maxGradNorm = 1.0;
   options.optimizer.freeze = training.freeze();
   FunctionType type;
-  if (failed(weft::buildTrainingStep(context, *module, plan, options, type)) ||
-      failed(weft::buildPartitionedStep(context, *module, plan,
+  if (failed(weft::buildTrainingStep(context, *module, cut, options, type)) ||
+      failed(weft::buildPartitionedStep(context, *module, cut,
                                         /*partitioned=*/true, options))) {
     if (error.empty())
       error = "the training step cannot be built";
@@ -233,18 +259,21 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
   return module;
 }
 
+/// Bytes one rank sends in the communicating collectives under `root` (NCCL
+/// ring counts, as encoded).
+static int64_t sent(Operation *root) {
+  int64_t bytes = 0;
+  root->walk([&](CollectiveOpInterface collective) {
+    if (collective.communicates())
+      bytes += getCollectiveBytesSent(collective,
+                                      getCollectiveGroupSize(collective));
+  });
+  return bytes;
+}
+
 plan::StepCommunication planner::countStepCommunication(ModuleOp step,
                                                         int64_t *layers) {
   plan::StepCommunication comm;
-  auto sent = [](Operation *root) {
-    int64_t bytes = 0;
-    root->walk([&](CollectiveOpInterface collective) {
-      if (collective.communicates())
-        bytes += getCollectiveBytesSent(collective,
-                                        getCollectiveGroupSize(collective));
-    });
-    return bytes;
-  };
   func::FuncOp main, reduction, optimizer;
   for (auto func : step.getOps<func::FuncOp>()) {
     if (func.isExternal())
@@ -293,6 +322,104 @@ plan::StepCommunication planner::countStepCommunication(ModuleOp step,
   if (optimizer)
     comm.set_optimizer(sent(optimizer));
   return comm;
+}
+
+LogicalResult planner::countPipelinedStepCommunication(
+    ModuleOp step, std::vector<int64_t> &perRank, std::vector<int64_t> &p2p,
+    std::string &error) {
+  ScopedDiagnosticHandler handler(step.getContext(), [&](Diagnostic &diag) {
+    if (diag.getSeverity() == DiagnosticSeverity::Error && error.empty())
+      error = diag.str();
+    return success();
+  });
+  FailureOr<std::optional<PipelineInfo>> read = readPipeline(step);
+  if (failed(read) || !*read) {
+    if (error.empty())
+      error = "the step is not cut into pipeline stages";
+    return failure();
+  }
+  const PipelineInfo &info = **read;
+  const int p = info.stages;
+  std::optional<CollectiveCodec> codec = symbolizeCollectiveCodec(info.codec);
+  if (!codec) {
+    error = "the pipeline's sends have an unknown codec '" + info.codec + "'";
+    return failure();
+  }
+  // What a step sends: the forward's values for the next stage (results
+  // that are not model outputs or kept), the backward's gradients for the
+  // previous one (weft.gradient_to), as the runner sends them.
+  auto wire = [&](func::FuncOp func, llvm::function_ref<bool(unsigned)> sends) {
+    int64_t bytes = 0;
+    for (auto [o, type] : llvm::enumerate(func.getResultTypes()))
+      if (sends(unsigned(o)))
+        bytes += getWireBytes(type, *codec);
+    return bytes;
+  };
+  perRank.assign(size_t(p), 0);
+  p2p.assign(size_t(p), 0);
+  for (int r = 0; r < p; ++r) {
+    for (const auto &[s, name] : info.steps[size_t(r)]) {
+      const int k = s.chunk * p + r;
+      if (k < 0 || k >= int(info.virtualStages.size())) {
+        error = "step " + name + " of pipeline rank " + std::to_string(r) +
+                " names no stage";
+        return failure();
+      }
+      const PipelineStageInfo &stage = info.virtualStages[size_t(k)];
+      func::FuncOp piece;
+      switch (s.kind) {
+      case PipelineStep::Forward:
+        piece = stage.func;
+        break;
+      case PipelineStep::Backward:
+        piece = stage.backward;
+        break;
+      case PipelineStep::WeightGrad:
+        piece = stage.weight;
+        break;
+      case PipelineStep::Recv:
+        break;
+      case PipelineStep::Send: {
+        func::FuncOp backward = stage.backward;
+        int64_t bytes = 0;
+        if (!s.gradient)
+          bytes = wire(stage.func,
+                       [&](unsigned o) { return stage.modelOutput[o] == -1; });
+        else if (backward)
+          bytes = wire(backward, [&](unsigned o) {
+            return bool(backward.getResultAttr(
+                o, WeftDialect::getGradientToAttrName()));
+          });
+        p2p[size_t(r)] += bytes;
+        perRank[size_t(r)] += bytes;
+        break;
+      }
+      }
+      if (piece)
+        perRank[size_t(r)] += sent(piece);
+    }
+    // Each chunk's partial gradients, reduced once per step.
+    for (int c = 0; c < info.chunks; ++c) {
+      const PipelineStageInfo &stage = info.virtualStages[size_t(c * p + r)];
+      for (func::FuncOp piece : {stage.backward, stage.weight}) {
+        if (!piece)
+          continue;
+        FailureOr<GradientReduction> deferred =
+            readGradientReduction(piece, error);
+        if (failed(deferred))
+          return failure();
+        if (deferred->function && !deferred->partial.empty())
+          perRank[size_t(r)] += sent(deferred->function);
+      }
+    }
+  }
+  // Each pipeline rank's optimizer step.
+  for (auto func : step.getOps<func::FuncOp>())
+    if (auto rank = func->getAttrOfType<IntegerAttr>(
+            WeftDialect::getPipelineRankAttrName());
+        rank && rank.getInt() >= 0 && rank.getInt() < p)
+      perRank[size_t(rank.getInt())] += sent(func);
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

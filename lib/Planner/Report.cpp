@@ -113,10 +113,18 @@ void planner::printPlanBreakdown(llvm::raw_ostream &os, const plan::Plan &p) {
      << p.forward_comm_bytes_head() << " for the output layer\n";
   if (p.has_step_comm()) {
     const plan::StepCommunication &c = p.step_comm();
-    if (!c.missing().empty())
+    if (!c.missing().empty()) {
       os << "training step communication: not counted (" << c.missing()
          << ")\n";
-    else
+    } else if (c.pipeline_rank_step_size() > 0) {
+      os << "training step communication per rank (counted on the step weft "
+            "train builds), by pipeline stage:";
+      for (int r = 0; r < c.pipeline_rank_step_size(); ++r)
+        os << (r ? "," : "") << " " << c.pipeline_rank_step(r) << " bytes ("
+           << (r < c.pipeline_rank_p2p_size() ? c.pipeline_rank_p2p(r) : 0)
+           << " to neighbouring stages)";
+      os << "\n";
+    } else
       os << "training step communication per rank (counted on the step weft "
             "train builds): "
          << c.step() << " bytes; per micro-batch " << c.layer_forward()

@@ -23,7 +23,12 @@ For each pair it also checks that the order in which each rank ran its steps
 idle slots of each rank in that executed order (every compute step one slot,
 a receive waiting for its send) equal the bubble of the cost model's
 simulation of the same schedule in the same units (`weft plan
---print-schedule`'s `idle slots` line). On the pairs whose only transfers are
+--print-schedule`'s `idle slots` line). On every pair but ZeroPP's (the
+planner's ZeroPP shards parameters over the pipeline group, zero=3, which
+weft train does not run with pp > 1), one more step in bf16 (AdamW, clipped
+at norm 1: the step the cost model counts) must send from each rank exactly
+the bytes of `weft plan --evaluate`'s step_comm for the rank's pipeline
+stage, collectives of every plan form and sends alike. On the pairs whose only transfers are
 the pipeline's (no tp, dp, Ulysses or cp), the bytes each rank sent in a step
 (`weft train` prints them) must equal the number of its sends in the
 schedule times the cost model's forward_p2p_bytes for the plan (the residual
@@ -101,6 +106,36 @@ def train(weft, model, name, work, out, extra):
     weights = {e["name"]: np.load(os.path.join(step_dir, e["value"]))
                for e in manifest["parameters"]}
     return losses, weights, counted, None
+
+
+def counted_step(weft, name, model, work, spec, recompute, devices, m):
+    """The bytes each rank sends in the plan's training step as the cost
+    model counts it (bf16 from f32 weights, AdamW with gradients clipped at
+    norm 1; `weft train`, one step) and the cost model's figure for each
+    pipeline rank (`weft plan --evaluate`'s step_comm), or an error."""
+    dp = int(re.search(r"\bdp=(\d+)", spec).group(1)) if "dp=" in spec else 1
+    freeze = MODELS[name][2]
+    cmd = [weft, "train", model, "--data", os.path.join(work, "tokens.npy"),
+           "--steps", "1", "--batch-size", str(em.BATCH), "--seq-len", str(em.SEQ),
+           "--dtype", "bf16", "--clip-grad", "1", "--plan-spec", spec,
+           "--devices", str(devices), "--recompute", recompute] + freeze
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    found = re.search(r"bytes sent per rank in step 1:((?: \d+)+)", proc.stderr)
+    if proc.returncode != 0 or not found:
+        return None, None, "%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:])
+    counted = [int(x) for x in found.group(1).split()]
+    text = "%s,mbs=%d,recompute=%s" % (spec, em.BATCH // dp, recompute)
+    proc = subprocess.run(
+        [weft, "plan", model, "--cluster", "a100-80g:%dx1" % devices, "--global-batch",
+         str(em.BATCH * m), "--seq-len", str(em.SEQ), "--evaluate", text, "--allow-oom",
+         "--json", "-"] + freeze, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        return None, None, "weft plan --evaluate %s failed: %s" % (text, proc.stderr[-600:])
+    plan = json.JSONDecoder().raw_decode(proc.stdout)[0]["plans"][0]
+    comm = plan.get("step_comm", {})
+    if comm.get("missing"):
+        return None, None, "the cost model did not count the step: " + comm["missing"]
+    return counted, [int(x) for x in comm.get("pipeline_rank_step", [])], None
 
 
 def relative(a, b):
@@ -197,11 +232,27 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
     if slots != idle:
         return "failed", "the executed order idles %s slots per rank, the cost model's " \
             "simulation %s" % (slots, idle)
+    # The bytes each rank sends in the step the cost model counts (bf16)
+    # equal its figure for the rank's pipeline stage. Not for ZeroPP: the
+    # planner's ZeroPP shards parameters over the pipeline group (zero=3),
+    # which weft train does not run with pp > 1; it runs ZeroPP's step
+    # order only.
+    sent = None
+    m = int(re.search(r"\bm=(\d+)", spec).group(1))
+    if "zeropp" not in spec:
+        sent, stages, error = counted_step(weft, name, model, work, spec, recompute,
+                                           devices, m)
+        if error:
+            return "failed", error
+        expected = [stages[rank // per_rank] if rank // per_rank < len(stages) else None
+                    for rank in range(devices)]
+        if sent != expected:
+            return "failed", "in a bf16 step ranks sent %s bytes; the cost model's " \
+                "step_comm per pipeline stage %s says %s" % (sent, stages, expected)
     if devices == p:
         # Only point-to-point transfers: every send, an activation or its
         # gradient, is the residual stream's block of one micro-batch, the
         # cost model's forward_p2p_bytes (bf16; twice that in f32).
-        m = int(re.search(r"\bm=(\d+)", spec).group(1))
         predicted, error = predicted_p2p(
             weft, spec, (em.HIDDEN, em.HEADS, em.SEQ, em.BATCH * m, m), devices)
         if error:
@@ -224,9 +275,12 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
             return "failed", "ranks sent %s bytes in a step; the schedule's sends " \
                 "at the cost model's forward_p2p_bytes (%d bf16) and the optimizer " \
                 "steps' %s say %s" % (counted, predicted, update, expected)
-        return "bytes", "losses %.1e, weights %.1e, idle slots %s, bytes %s" % (
+        return "bytes" if sent is not None else "p2p", \
+            "losses %.1e, weights %.1e, idle slots %s, bytes %s" % (
             err, weight_err, slots, counted)
-    return "ok", "losses %.1e, weights %.1e, idle slots %s" % (err, weight_err, slots)
+    return "ok" if sent is None else "step", \
+        "losses %.1e, weights %.1e, idle slots %s, bf16 step bytes %s" % (
+            err, weight_err, slots, sent)
 
 
 def plans(layers):
@@ -275,7 +329,7 @@ def main():
     options = parser.parse_args()
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 32, size=4096).astype(np.uint16)
-    failures, counts = [], {"ok": 0, "bytes": 0, "failed": 0}
+    failures, counts = [], {"ok": 0, "step": 0, "bytes": 0, "p2p": 0, "failed": 0}
     sizes = [("gpt2", 2), ("bert", 2), ("llama", 2)]
     if not options.quick:
         sizes += [("gpt2", 4), ("llama", 4), ("bert", 4), ("gpt2", 8)]
@@ -297,6 +351,15 @@ def main():
                     sample = chosen[::4]
                     chosen = sample + [c for c in chosen
                                        if "stages=" in c[0] and c not in sample]
+                if layers == 8:
+                    # More layers than two per model chunk: the cost model
+                    # counts these steps from the model cut to one and two
+                    # layers per chunk, and extrapolates per pipeline rank
+                    # (uneven stages too).
+                    chosen += [
+                        ("pp=2,m=2,schedule=1f1b,tp=2,sp=true", "none", 2, 2, 4),
+                        ("pp=2,m=4,schedule=1f1b,stages=5/3,dp=2,zero=1", "full", 2, 4, 4),
+                        ("pp=2,m=2,schedule=zb-h1,stages=3/5,tp=2", "selective", 2, 2, 4)]
                 # The unpartitioned runs: m micro-batches per step as
                 # --grad-accum m, per recompute mode.
                 references = {}
@@ -325,14 +388,16 @@ def main():
                     failures.append("%s %s recompute=%s: %s" % (label, spec, recompute, detail))
     for failure in failures[:40]:
         print("FAIL:", failure)
-    good = counts["ok"] + counts["bytes"]
+    good = counts["ok"] + counts["step"] + counts["bytes"] + counts["p2p"]
     print("trained %d (model, plan) pairs with pipeline stages for %d steps: %d equal to "
           "the unpartitioned run (losses and weights within 1e-5 relative), with "
           "each rank's executed steps equal to weft plan's schedule and its idle "
-          "slots to the cost model's, and on the %d pairs without tp/dp/ulysses/cp the "
-          "bytes each rank sent in a step to the cost model's forward_p2p_bytes per "
-          "send; %d failed" % (
-              good + counts["failed"], STEPS, good, counts["bytes"], counts["failed"]))
+          "slots to the cost model's; on %d pairs (all but ZeroPP's) the bytes each rank "
+          "sent in a bf16 step equal to the cost model's step_comm for its pipeline "
+          "stage, and on the %d pairs without tp/dp/ulysses/cp also to the cost model's "
+          "forward_p2p_bytes per send; %d failed" % (
+              good + counts["failed"], STEPS, good, counts["step"] + counts["bytes"],
+              counts["bytes"] + counts["p2p"], counts["failed"]))
     return 1 if failures or good < (20 if options.quick else 150) else 0
 
 

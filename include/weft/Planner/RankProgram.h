@@ -37,6 +37,12 @@ struct ModelSource {
   std::function<mlir::OwningOpRef<mlir::ModuleOp>(mlir::MLIRContext &context,
                                                   int64_t batch, int64_t seq)>
       build;
+  /// For a model built from its spec (not a file): the same with at most
+  /// `layers` repeated layers, for a training step that needs more of them
+  /// than `build` gives (a pipeline's chunks). Null for a file's model.
+  std::function<mlir::OwningOpRef<mlir::ModuleOp>(
+      mlir::MLIRContext &context, int64_t batch, int64_t seq, int64_t layers)>
+      buildLayers;
   /// The one batch it builds, for a model whose batch is static (an export
   /// without a dynamic batch axis, a .mlir module). A rank's micro-batch m
   /// is then this batch split over B / m data-parallel ranks.
@@ -77,9 +83,10 @@ public:
   /// only at divisors of its batch); if not, why in `error`.
   bool hasMicroBatch(int64_t microBatch, std::string &error) const;
 
-  /// The training step weft train builds for `plan` (without pipeline
-  /// stages) at its micro-batch, the model's repeated layers cut to the
-  /// first `layers`:
+  /// The training step weft train builds for `plan` at its micro-batch,
+  /// the model's repeated layers cut to the first `layers` (0: all of
+  /// them); with pp > 1, cut to `layers` in each of the pp x v model chunks
+  /// (0: the plan's stage_layers), in stages under the plan's schedule:
   /// the loss, the backward under the plan's recomputation, the step
   /// partitioned under the plan (ZeRO stage included), its gradient
   /// reduction and the optimizer step (AdamW, gradients clipped at norm 1),
@@ -108,6 +115,18 @@ private:
 /// `layers`, if given, gets the number of forward layers in the step.
 plan::StepCommunication countStepCommunication(mlir::ModuleOp step,
                                                int64_t *layers = nullptr);
+
+/// Counts, per pipeline rank, the bytes one of its ranks sends in a
+/// pipelined training step built by RankProgramBuilder::buildTrainingStep:
+/// the collectives of each forward, backward and weight-gradient step of its
+/// schedule (weft.pipeline's step lists), the activations and gradients its
+/// sends carry (their wire bytes under the pipeline's codec; also in `p2p`),
+/// each chunk's gradient reduction once, and its optimizer step. Fails with
+/// `error` set when the module is not a scheduled pipeline.
+mlir::LogicalResult
+countPipelinedStepCommunication(mlir::ModuleOp step,
+                                std::vector<int64_t> &perRank,
+                                std::vector<int64_t> &p2p, std::string &error);
 
 /// The blocks of a rank program: the ops before its (one) transformer
 /// layer, the layer, the ops after it.
