@@ -488,8 +488,15 @@ def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
 
     Each op goes to the first function whose results need it; a value one function makes
     and a later one reads is returned by the first and taken by the second with the same
-    `weft.saved` slot: these are the activations a pipeline rank keeps per micro-batch
-    between its steps (with `-weft-differentiate="recompute=full"` the layer inputs
+    `weft.saved` slot. With `W` steps, a backward layer (`weft.layer "<kind>.backward"`)
+    whose input gradient the backward step needs but whose weights' gradients only the
+    weight step does is first cut in two layers: the first computes what the backward
+    step needs and yields, besides, what the rest reads of it (the layer's output
+    gradients); the second, `"<kind>.backward.weight"`, computes the weights' gradients
+    from those and the kept activations. So the `B` step sends the input gradient without
+    computing (or reducing over dp) the weights' gradients, which the `W` step computes,
+    as ZB-H1 defines them. The values kept between steps are the activations a pipeline
+    rank keeps per micro-batch between its steps (with `-weft-differentiate="recompute=full"` the layer inputs
     only, since the backward recomputes the rest). Ops without operands (parameters,
     constants) are rebuilt where they are read instead of kept. The functions' other
     arguments keep their `weft.model_input`, `weft.received_from` and

@@ -104,15 +104,123 @@ struct WeftSplitBackward
     }
   }
 
+  /// Splits a backward layer whose results the backward step needs only in
+  /// part (the input gradient it sends on) into two layers: the first
+  /// computes those results and yields, besides, what the rest reads of it
+  /// (the layer's output gradients, its kept activations); the second,
+  /// `<kind>.weight`, computes the parameters' gradients from them. Without
+  /// this a backward layer is one op, and the backward step would compute
+  /// (and reduce) its weights' gradients too, leaving the W step empty.
+  static void splitLayer(LayerOp layer,
+                         const llvm::DenseSet<unsigned> &needed) {
+    Block &inner = layer.getBody().front();
+    auto yield = cast<YieldOp>(inner.getTerminator());
+    SmallVector<unsigned> first, second;
+    for (unsigned r = 0; r < layer.getNumResults(); ++r)
+      (needed.contains(r) ? first : second).push_back(r);
+    // What the first part computes: its yields' producers in the body.
+    llvm::DenseSet<Operation *> firstOps;
+    SmallVector<Value> work;
+    for (unsigned r : first)
+      work.push_back(yield.getOperand(r));
+    while (!work.empty()) {
+      Operation *def = work.pop_back_val().getDefiningOp();
+      if (!def || def->getBlock() != &inner || !firstOps.insert(def).second)
+        continue;
+      llvm::append_range(work, readsOf(def));
+    }
+    // What the second computes besides, and what it reads of the first
+    // (parameters and constants are rebuilt, not passed).
+    llvm::DenseSet<Operation *> secondOps;
+    llvm::SetVector<Value> bridges, args;
+    for (unsigned r : second)
+      work.push_back(yield.getOperand(r));
+    while (!work.empty()) {
+      Value value = work.pop_back_val();
+      Operation *def = value.getDefiningOp();
+      if (!def) {
+        if (cast<BlockArgument>(value).getOwner() == &inner)
+          args.insert(value);
+        continue;
+      }
+      if (def->getBlock() != &inner)
+        continue;
+      if (firstOps.contains(def) && !isRebuilt(def)) {
+        bridges.insert(value);
+        continue;
+      }
+      if (secondOps.insert(def).second)
+        llvm::append_range(work, readsOf(def));
+    }
+    OpBuilder b(layer);
+    SmallVector<Type> firstTypes;
+    for (unsigned r : first)
+      firstTypes.push_back(layer.getResult(r).getType());
+    for (Value bridge : bridges)
+      firstTypes.push_back(bridge.getType());
+    auto build = [&](StringRef kind, ValueRange inputs, TypeRange types,
+                     ArrayRef<Value> innerInputs,
+                     const llvm::DenseSet<Operation *> &keep,
+                     ArrayRef<Value> yields) {
+      auto part = LayerOp::create(b, layer.getLoc(), kind, layer.getIndex(),
+                                  inputs, types);
+      for (NamedAttribute attr : layer->getDiscardableAttrs())
+        part->setAttr(attr.getName(), attr.getValue());
+      Block &body = part.getBody().front();
+      IRMapping map;
+      for (auto [value, arg] : llvm::zip(innerInputs, body.getArguments()))
+        map.map(value, arg);
+      OpBuilder in = OpBuilder::atBlockEnd(&body);
+      for (Operation &op : inner.without_terminator())
+        if (keep.contains(&op))
+          in.clone(op, map);
+      SmallVector<Value> mapped;
+      for (Value value : yields)
+        mapped.push_back(map.lookup(value));
+      YieldOp::create(in, yield.getLoc(), mapped);
+      return part;
+    };
+    SmallVector<Value> firstYields;
+    for (unsigned r : first)
+      firstYields.push_back(yield.getOperand(r));
+    llvm::append_range(firstYields, bridges);
+    SmallVector<Value> innerArgs(inner.getArguments());
+    LayerOp head = build(layer.getKind(), layer.getInputs(), firstTypes,
+                         innerArgs, firstOps, firstYields);
+    // The second part's inputs: the layer's that it reads, then the first
+    // part's bridges.
+    SmallVector<Value> inputs, innerInputs;
+    for (BlockArgument arg : inner.getArguments())
+      if (args.contains(arg)) {
+        inputs.push_back(layer.getInputs()[arg.getArgNumber()]);
+        innerInputs.push_back(arg);
+      }
+    for (auto [k, bridge] : llvm::enumerate(bridges)) {
+      inputs.push_back(head.getResult(unsigned(first.size() + k)));
+      innerInputs.push_back(bridge);
+    }
+    SmallVector<Type> secondTypes;
+    SmallVector<Value> secondYields;
+    for (unsigned r : second) {
+      secondTypes.push_back(layer.getResult(r).getType());
+      secondYields.push_back(yield.getOperand(r));
+    }
+    std::string kind = (layer.getKind() + ".weight").str();
+    LayerOp tail =
+        build(kind, inputs, secondTypes, innerInputs, secondOps, secondYields);
+    for (auto [k, r] : llvm::enumerate(first))
+      layer.getResult(r).replaceAllUsesWith(head.getResult(unsigned(k)));
+    for (auto [k, r] : llvm::enumerate(second))
+      layer.getResult(r).replaceAllUsesWith(tail.getResult(unsigned(k)));
+    layer.erase();
+  }
+
   LogicalResult split(func::FuncOp func, bool weightSteps) {
     if (!func.getBody().hasOneBlock())
       return func.emitError("-weft-split-backward: @")
              << func.getSymName() << " has more than one block";
     Block &body = func.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
-    SmallVector<Operation *> ops;
-    for (Operation &op : body.without_terminator())
-      ops.push_back(&op);
     auto roleOfResult = [&](unsigned r) {
       if (func.getResultAttr(r, WeftDialect::getGradientToAttrName()))
         return Backward;
@@ -120,6 +228,44 @@ struct WeftSplitBackward
         return weightSteps ? Weight : Backward;
       return Forward;
     };
+    // With W steps: the results of each layer that the forward and backward
+    // steps need; a layer they need only in part is cut in two.
+    if (weightSteps) {
+      llvm::DenseMap<Operation *, llvm::DenseSet<unsigned>> needed;
+      llvm::DenseSet<Value> seen;
+      llvm::DenseSet<Operation *> visited;
+      SmallVector<Value> work;
+      for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+        if (roleOfResult(r) != Weight)
+          work.push_back(ret.getOperand(r));
+      while (!work.empty()) {
+        Value value = work.pop_back_val();
+        if (!seen.insert(value).second)
+          continue;
+        Operation *def = value.getDefiningOp();
+        if (!def || def->getBlock() != &body)
+          continue;
+        if (isa<LayerOp>(def))
+          needed[def].insert(cast<OpResult>(value).getResultNumber());
+        if (visited.insert(def).second)
+          llvm::append_range(work, readsOf(def));
+      }
+      SmallVector<std::pair<LayerOp, llvm::DenseSet<unsigned>>> parts;
+      for (auto layer : body.getOps<LayerOp>()) {
+        // (A forward layer stays whole: its kept values are the forward's.)
+        if (!layer.getKind().ends_with(".backward"))
+          continue;
+        auto it = needed.find(layer);
+        if (it == needed.end() || it->second.size() == layer.getNumResults())
+          continue;
+        parts.emplace_back(layer, it->second);
+      }
+      for (auto &[layer, results] : parts)
+        splitLayer(layer, results);
+    }
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
     // Each op to the first role whose results need it.
     llvm::DenseMap<Operation *, Role> owner;
     SmallVector<llvm::DenseSet<Operation *>, 3> rebuiltIn(3);

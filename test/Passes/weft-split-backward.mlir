@@ -7,6 +7,7 @@
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-split-backward | FileCheck %s
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=ZB
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-apply-plan="dp=2" -weft-propagate-sharding -weft-partition -weft-split-backward | FileCheck %s --check-prefix=DP
+// RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2 stage-layers=2/2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=ZBLAYER
 // RUN: weft-opt %S/Inputs/split-backward-errors.mlir -split-input-file -weft-split-backward -verify-diagnostics
 // RUN: weft-opt %S/Inputs/differentiate-stage-errors.mlir -split-input-file -weft-differentiate -verify-diagnostics
 
@@ -60,3 +61,22 @@
 // DP-SAME: -> (tensor<1x8x16xf32> {weft.local_sharding = #weft.sharding<@mesh, {{\[}}[dp], [], []]>, weft.sent_to = 1 : i64}, tensor<1x8x16xf32> {weft.saved = 0 : i64}
 // DP-LABEL: func.func @lm_stage0_backward(
 // DP-SAME: %arg1: tensor<1x8x16xf32> {weft.cotangent_of = 0 : i64, weft.local_sharding = #weft.sharding<@mesh, {{\[}}[dp], [], []]>}
+
+// ZB-H1 with layers on a stage that sends gradients back: each backward layer
+// is cut in two. The B step's part computes the input gradient only (no
+// weight-gradient GEMM) and keeps the layer's output gradient; the W step's
+// part (`h.backward.weight`) computes the weight's gradient from it and the
+// kept activation.
+// ZBLAYER-LABEL: func.func @lm_stage1_backward(
+// ZBLAYER: weft.layer "h.backward"({{.*}}) index 3
+// ZBLAYER-NOT: transpose_lhs
+// ZBLAYER: weft.yield
+// ZBLAYER: weft.layer "h.backward"({{.*}}) index 2
+// ZBLAYER-NOT: transpose_lhs
+// ZBLAYER: return
+// ZBLAYER-LABEL: func.func @lm_stage1_weight(
+// ZBLAYER-SAME: -> (tensor<32x16xf32> {weft.gradient_of = "wte"}, tensor<16xf32> {weft.gradient_of = "ln_f.weight"}, tensor<16x16xf32> {weft.gradient_of = "h.3.w"}, tensor<16x16xf32> {weft.gradient_of = "h.2.w"})
+// ZBLAYER: weft.layer "h.backward.weight"({{.*}}) index 3 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<16x16xf32>
+// ZBLAYER-NEXT: ^bb0
+// ZBLAYER-NEXT: weft.matmul {{.*}} transpose_lhs
+// ZBLAYER: weft.layer "h.backward.weight"({{.*}}) index 2
