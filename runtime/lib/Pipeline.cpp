@@ -138,7 +138,8 @@ std::vector<HostTensor>
 weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                           const std::vector<std::vector<HostTensor>> &micro,
                           const StepObserver *observer,
-                          std::chrono::steady_clock::time_point started) {
+                          std::chrono::steady_clock::time_point started,
+                          int64_t *heldGradientBytes) {
   if (program.rankSetup && !ctx.backend)
     ctx.backend = program.rankSetup(ctx);
   const int p = program.stages;
@@ -358,6 +359,13 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     if (observer)
       (*observer)(ctx.rank, step, start, micros());
   }
+  if (heldGradientBytes) {
+    *heldGradientBytes = 0;
+    for (const auto &[index, sum] : gradients)
+      *heldGradientBytes += storageBytes(sum);
+    for (const auto &[key, sum] : partials)
+      *heldGradientBytes += storageBytes(sum);
+  }
   // The partial gradients, reduced once per step (every rank of a stage
   // runs the same reductions, in chunk order).
   for (int c = 0; c < program.chunks; ++c) {
@@ -491,7 +499,8 @@ std::vector<int> weft::rt::pipelineRankGradients(const PipelineProgram &program,
 /// appended).
 static void runOptimizerOnRank(RankContext &ctx, const PipelineProgram &program,
                                const PipelineOptimizerStep &optimizer,
-                               std::vector<HostTensor> &mine) {
+                               std::vector<HostTensor> &mine,
+                               PipelineHeld &held) {
   const int s = ctx.rank / int(ctx.mesh.size() / size_t(program.stages));
   std::vector<int> gradients = pipelineRankGradients(program, s);
   const size_t first = mine.size() - gradients.size();
@@ -501,6 +510,10 @@ static void runOptimizerOnRank(RankContext &ctx, const PipelineProgram &program,
     if (g < 0) {
       args.push_back(scatterBlock(optimizer.inputs[i], optimizer.argLayouts[i],
                                   ctx.mesh, ctx.rank));
+      int kind = i < optimizer.held.size() ? optimizer.held[i] : 0;
+      if (kind)
+        (kind == 1 ? held.parameters : held.optimizer) +=
+            storageBytes(args.back());
       continue;
     }
     auto at = std::lower_bound(gradients.begin(), gradients.end(), g);
@@ -526,7 +539,8 @@ static absl::StatusOr<std::vector<std::vector<HostTensor>>> runPipelineRanks(
     const PipelineProgram &program, const std::string &weightsDir,
     const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
     std::chrono::milliseconds timeout, const StepObserver *observer,
-    const std::vector<PipelineOptimizerStep> *optimizers = nullptr) {
+    const std::vector<PipelineOptimizerStep> *optimizers = nullptr,
+    std::vector<PipelineHeld> *held = nullptr) {
   if (optimizers && int(optimizers->size()) != program.stages)
     return absl::InvalidArgumentError(
         absl::StrCat(optimizers->size(), " optimizer steps for ",
@@ -545,26 +559,34 @@ static absl::StatusOr<std::vector<std::vector<HostTensor>>> runPipelineRanks(
     std::vector<std::vector<HostTensor>> micro;
     std::optional<StepObserver> observer;
     std::vector<PipelineOptimizerStep> optimizers;
+    std::vector<PipelineHeld> held;
   };
   auto shared = std::make_shared<Shared>(
-      Shared{program, std::move(*micro), std::nullopt, {}});
+      Shared{program, std::move(*micro), std::nullopt, {}, {}});
+  shared->held.resize(program.mesh.size());
   if (observer)
     shared->observer = *observer;
   if (optimizers)
     shared->optimizers = *optimizers;
   RankBody body = [shared, started](RankContext &ctx) {
-    std::vector<HostTensor> mine = runPipelineRank(
-        ctx, shared->program, shared->micro,
-        shared->observer ? &*shared->observer : nullptr, started);
+    // (Each rank writes its own entry.)
+    PipelineHeld &mineHeld = shared->held[size_t(ctx.rank)];
+    std::vector<HostTensor> mine =
+        runPipelineRank(ctx, shared->program, shared->micro,
+                        shared->observer ? &*shared->observer : nullptr,
+                        started, &mineHeld.gradients);
     if (!shared->optimizers.empty()) {
       const int s =
           ctx.rank / int(ctx.mesh.size() / size_t(shared->program.stages));
       runOptimizerOnRank(ctx, shared->program, shared->optimizers[size_t(s)],
-                         mine);
+                         mine, mineHeld);
     }
     return mine;
   };
-  return runRanks(body, program.mesh, weightsDir, bytesSent, timeout);
+  auto ran = runRanks(body, program.mesh, weightsDir, bytesSent, timeout);
+  if (ran.ok() && held)
+    *held = shared->held;
+  return ran;
 }
 
 absl::StatusOr<std::vector<HostTensor>> weft::rt::runPipelineOnMesh(
@@ -583,11 +605,11 @@ absl::StatusOr<PipelineTrainingResult> weft::rt::runPipelineTrainingOnMesh(
     const std::vector<HostTensor> &inputs, std::vector<int64_t> *bytesSent,
     std::chrono::milliseconds timeout, const StepObserver *observer,
     const std::vector<PipelineOptimizerStep> &optimizers) {
+  PipelineTrainingResult result;
   auto ran = runPipelineRanks(program, weightsDir, inputs, bytesSent, timeout,
-                              observer, &optimizers);
+                              observer, &optimizers, &result.held);
   if (!ran.ok())
     return ran.status();
-  PipelineTrainingResult result;
   auto outputs = assemblePipelineMicroOutputs(program, *ran);
   if (!outputs.ok())
     return outputs.status();

@@ -108,6 +108,9 @@ def train(weft, model, name, work, out, extra):
     return losses, weights, counted, None
 
 
+MEMORY = {"equal": 0, "frozen": 0, "tp3d": 0}
+
+
 def counted_step(weft, name, model, work, spec, recompute, devices, m):
     """The bytes each rank sends in the plan's training step as the cost
     model counts it (bf16 from f32 weights, AdamW with gradients clipped at
@@ -124,6 +127,11 @@ def counted_step(weft, name, model, work, spec, recompute, devices, m):
     if proc.returncode != 0 or not found:
         return None, None, "%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:])
     counted = [int(x) for x in found.group(1).split()]
+    state = HELD.search(proc.stderr)
+    if not state:
+        return None, None, "weft train printed no gradients and optimizer state:\n" + \
+            proc.stderr[-600:]
+    held = [tuple(int(x) for x in triple.split("/")) for triple in state.group(1).split()]
     text = "%s,mbs=%d,recompute=%s" % (spec, em.BATCH // dp, recompute)
     proc = subprocess.run(
         [weft, "plan", model, "--cluster", "a100-80g:%dx1" % devices, "--global-batch",
@@ -135,7 +143,51 @@ def counted_step(weft, name, model, work, spec, recompute, devices, m):
     comm = plan.get("step_comm", {})
     if comm.get("missing"):
         return None, None, "the cost model did not count the step: " + comm["missing"]
-    return counted, [int(x) for x in comm.get("pipeline_rank_step", [])], None
+    return (counted, held), ([int(x) for x in comm.get("pipeline_rank_step", [])],
+                             plan["stage_memory"]), None
+
+
+HELD = re.compile(r"gradients, optimizer's parameters and optimizer state per rank in step 1 "
+                  r"\(bytes held\):((?: \d+/\d+/\d+)+)")
+
+
+def check_held(held, memory, per_rank, frozen, spec):
+    """Each rank's gradients, f32 weights and AdamW moments (weft train, the
+    bf16 step) against the cost model's memory of its pipeline stage, as
+    training/step_communication.py compares them: the gradients exactly,
+    the weights twice the cost model's bf16 weights, the moments 8 of its 12
+    optimizer bytes a parameter (the other 4 are Megatron's f32 master
+    weights, which in weft train are the weights themselves). A frozen
+    parameter (LLaMA's rotary tables) has no gradient and no moments, which
+    the cost model's memory counts as trained: then every figure must be
+    below the cost model's. Under AxoNN's 3-D grid the cost model divides
+    the weights, and so their gradients and moments, over gz as AxoNN stores
+    them; weft train's optimizer step holds the gradients and moments of each
+    (gx, gy) block whole over gz (the gradients all-reduced over gz, not
+    reduce-scattered): then gradients and moments must be above the cost
+    model's. Returns "equal", "frozen", "tp3d" or why not."""
+    gib = 1 << 30
+    if "tp3d" in spec:
+        above = all(g > round(float(memory[r // per_rank].get("gradients_gib", 0)) * gib) and
+                    m > round(float(memory[r // per_rank].get("optimizer_gib", 0)) * gib * 8 / 12)
+                    for r, (g, _, m) in enumerate(held))
+        if above:
+            return "tp3d"
+    explained = False
+    for rank, (g, p, m) in enumerate(held):
+        stage = memory[rank // per_rank]
+        gradients = round(float(stage.get("gradients_gib", 0)) * gib)
+        moments = round(float(stage.get("optimizer_gib", 0)) * gib * 8 / 12)
+        weights = round(float(stage.get("weights_gib", 0)) * gib * 2)
+        if (g, p, m) == (gradients, weights, moments):
+            continue
+        if frozen and g < gradients and p < weights and m < moments:
+            explained = True
+            continue
+        return "rank %d held %d/%d/%d bytes of gradients/f32 weights/moments; the " \
+            "cost model's memory of its pipeline stage %d/%d/%d" % (
+                rank, g, p, m, gradients, weights, moments)
+    return "frozen" if explained else "equal"
 
 
 def relative(a, b):
@@ -240,10 +292,15 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
     sent = None
     m = int(re.search(r"\bm=(\d+)", spec).group(1))
     if "zeropp" not in spec:
-        sent, stages, error = counted_step(weft, name, model, work, spec, recompute,
-                                           devices, m)
+        ran, predicted, error = counted_step(weft, name, model, work, spec, recompute,
+                                             devices, m)
         if error:
             return "failed", error
+        (sent, held), (stages, memory) = ran, predicted
+        state = check_held(held, memory, per_rank, "--freeze" in MODELS[name][2], spec)
+        if state not in MEMORY:
+            return "failed", state
+        MEMORY[state] += 1
         expected = [stages[rank // per_rank] if rank // per_rank < len(stages) else None
                     for rank in range(devices)]
         if sent != expected:
@@ -398,6 +455,12 @@ def main():
           "forward_p2p_bytes per send; %d failed" % (
               good + counts["failed"], STEPS, good, counts["step"] + counts["bytes"],
               counts["bytes"] + counts["p2p"], counts["failed"]))
+    print("the same bf16 steps held per rank the gradients, f32 weights and AdamW moments "
+          "of the cost model's memory for the rank's pipeline stage: %d pairs equal, %d "
+          "below it by the frozen rotary tables the cost model counts as trained (LLaMA), "
+          "%d above it under the 3-D grid (gradients and moments whole over gz, which the "
+          "cost model divides over gz as AxoNN does)"
+          % (MEMORY["equal"], MEMORY["frozen"], MEMORY["tp3d"]))
     return 1 if failures or good < (20 if options.quick else 150) else 0
 
 

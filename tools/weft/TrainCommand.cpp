@@ -934,6 +934,17 @@ int runTrain(MLIRContext &context) {
                        error))
           return trainError(error);
       }
+      if (step == start) {
+        // As for an unpipelined step: the memory figures the cost model
+        // predicts per stage as gradients and optimizer.
+        llvm::errs() << "weft train: gradients, optimizer's parameters and "
+                        "optimizer state per rank in step "
+                     << step + 1 << " (bytes held):";
+        for (const weft::rt::PipelineHeld &held : ran->held)
+          llvm::errs() << ' ' << held.gradients << '/' << held.parameters << '/'
+                       << held.optimizer;
+        llvm::errs() << '\n';
+      }
       if (ran->outputs.empty() || int64_t(ran->outputs[0].size()) != windows)
         return trainError("the pipeline returned no loss per micro-batch");
       for (const HostTensor &microLoss : ran->outputs[0])

@@ -152,12 +152,16 @@ void accumulateInto(HostTensor &into, const HostTensor &add);
 /// then, in a training step, the gradient blocks of the parameters its
 /// stages have (by gradient index, each summed over the micro-batches).
 /// Throws std::runtime_error naming the stage, step and peer on failure.
+/// `heldGradientBytes`, if given, gets the bytes of summed gradients the
+/// rank holds between micro-batches (its accumulators, before the step's
+/// reduction).
 std::vector<HostTensor>
 runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                 const std::vector<std::vector<HostTensor>> &microInputs,
                 const StepObserver *observer = nullptr,
                 std::chrono::steady_clock::time_point started =
-                    std::chrono::steady_clock::now());
+                    std::chrono::steady_clock::now(),
+                int64_t *heldGradientBytes = nullptr);
 
 /// The global model outputs from every rank's runPipelineRank results: per
 /// micro-batch the blocks of the owning stage's ranks gathered, then the
@@ -190,6 +194,17 @@ struct PipelineOptimizerStep {
   std::vector<int> gradientOf;
   /// The other arguments whole (the rank's block is cut by its layout).
   std::vector<HostTensor> inputs;
+  /// Per argument: 1 for a parameter's block, 2 for its optimizer state
+  /// (moments, momentum), 0 otherwise; what PipelineHeld counts. Empty:
+  /// nothing counted.
+  std::vector<int> held;
+};
+
+/// What a rank held of the training state in a step: the bytes of its
+/// summed gradients between micro-batches, and of its optimizer step's
+/// parameters and optimizer state (its blocks).
+struct PipelineHeld {
+  int64_t gradients = 0, parameters = 0, optimizer = 0;
 };
 
 /// Every rank of a training step as a thread, each followed by its pipeline
@@ -200,6 +215,8 @@ struct PipelineOptimizerStep {
 struct PipelineTrainingResult {
   std::vector<std::vector<HostTensor>> outputs;
   std::vector<std::vector<HostTensor>> updated;
+  /// By rank.
+  std::vector<PipelineHeld> held;
 };
 absl::StatusOr<PipelineTrainingResult> runPipelineTrainingOnMesh(
     const PipelineProgram &program, const std::string &weightsDir,
