@@ -61,6 +61,7 @@ import export_models as em  # noqa: E402
 from differential import (collective_bytes, mesh_sizes, predicted_p2p,  # noqa: E402
                           schedule_steps)
 import gradient_reduction as gr  # noqa: E402
+from step_communication import HELD, SENT, cost_state  # noqa: E402
 
 LR, STEPS = 0.05, 5
 MODELS = {
@@ -97,7 +98,7 @@ def train(weft, model, name, work, out, extra):
     if proc.returncode != 0:
         return None, None, None, "%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:])
     # What each rank sent in the first step (none without devices).
-    counted = re.search(r"bytes sent per rank in step 1:((?: \d+)+)", proc.stderr)
+    counted = SENT.search(proc.stderr)
     counted = [int(x) for x in counted.group(1).split()] if counted else None
     with open(log) as f:
         losses = [float(row["loss"]) for row in csv.DictReader(f)]
@@ -123,7 +124,7 @@ def counted_step(weft, name, model, work, spec, recompute, devices, m):
            "--dtype", "bf16", "--clip-grad", "1", "--plan-spec", spec,
            "--devices", str(devices), "--recompute", recompute] + freeze
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    found = re.search(r"bytes sent per rank in step 1:((?: \d+)+)", proc.stderr)
+    found = SENT.search(proc.stderr)
     if proc.returncode != 0 or not found:
         return None, None, "%s failed:\n%s" % (" ".join(cmd), proc.stderr[-1500:])
     counted = [int(x) for x in found.group(1).split()]
@@ -147,9 +148,6 @@ def counted_step(weft, name, model, work, spec, recompute, devices, m):
                              plan["stage_memory"]), None
 
 
-HELD = re.compile(r"gradients, optimizer's parameters and optimizer state per rank in step 1 "
-                  r"\(bytes held\):((?: \d+/\d+/\d+)+)")
-
 
 def check_held(held, memory, per_rank, frozen, spec):
     """Each rank's gradients, f32 weights and AdamW moments (weft train, the
@@ -166,19 +164,12 @@ def check_held(held, memory, per_rank, frozen, spec):
     (gx, gy) block whole over gz (the gradients all-reduced over gz, not
     reduce-scattered): then gradients and moments must be above the cost
     model's. Returns "equal", "frozen", "tp3d" or why not."""
-    gib = 1 << 30
-    if "tp3d" in spec:
-        above = all(g > round(float(memory[r // per_rank].get("gradients_gib", 0)) * gib) and
-                    m > round(float(memory[r // per_rank].get("optimizer_gib", 0)) * gib * 8 / 12)
-                    for r, (g, _, m) in enumerate(held))
-        if above:
-            return "tp3d"
+    expected = [cost_state(memory[r // per_rank]) for r in range(len(held))]
+    if "tp3d" in spec and all(g > cg and m > cm for (g, _, m), (cg, _, cm)
+                              in zip(held, expected)):
+        return "tp3d"
     explained = False
-    for rank, (g, p, m) in enumerate(held):
-        stage = memory[rank // per_rank]
-        gradients = round(float(stage.get("gradients_gib", 0)) * gib)
-        moments = round(float(stage.get("optimizer_gib", 0)) * gib * 8 / 12)
-        weights = round(float(stage.get("weights_gib", 0)) * gib * 2)
+    for rank, ((g, p, m), (gradients, weights, moments)) in enumerate(zip(held, expected)):
         if (g, p, m) == (gradients, weights, moments):
             continue
         if frozen and g < gradients and p < weights and m < moments:

@@ -141,6 +141,17 @@ def numel(dims):
     return int(np.prod([int(d) for d in dims.split("x")]))
 
 
+def cost_state(memory):
+    """What a rank should hold by the cost model's memory breakdown `memory`
+    (one stage's), in the CPU runtime's f32 (see check_state): gradients,
+    f32 weights (twice the bf16 weights) and AdamW's two moments (8 of the 12
+    optimizer bytes a parameter)."""
+    gib = 1 << 30
+    return (round(float(memory.get("gradients_gib", 0)) * gib),
+            round(float(memory.get("weights_gib", 0)) * gib * 2),
+            round(float(memory.get("optimizer_gib", 0)) * gib * 8 / 12))
+
+
 def check_state(tag, stderr, plan, extra, zero, spec, dumped, dp):
     """The gradients, parameters and optimizer state each rank held against
     the cost model's memory breakdown, in the CPU runtime's f32:
@@ -161,11 +172,7 @@ def check_state(tag, stderr, plan, extra, zero, spec, dumped, dp):
     if not found:
         raise RuntimeError("%s: weft train printed no gradients and optimizer state" % tag)
     held = [tuple(int(x) for x in triple.split("/")) for triple in found.group(1).split()]
-    memory = plan["stage_memory"][0]
-    gib = 1 << 30
-    gradients = round(float(memory.get("gradients_gib", 0)) * gib)
-    moments = round(float(memory.get("optimizer_gib", 0)) * gib * 8 / 12)
-    weights = round(float(memory.get("weights_gib", 0)) * gib * 2)
+    gradients, weights, moments = cost_state(plan["stage_memory"][0])
     same = [g == gradients and m == moments and (zero >= 3 or p == weights)
             for g, p, m in held]
     if all(same):
