@@ -180,7 +180,7 @@ bool CostModel::measure(const ProgramShape &shape, int64_t microBatch,
   auto start = std::chrono::steady_clock::now();
   OwningOpRef<ModuleOp> program = programs->build(shape, microBatch, error);
   if (program)
-    profile = profileProgram(*program);
+    profile = profileProgram(*program, trainingConfig.freeze());
   ++stats.programs;
   stats.programSeconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -428,6 +428,9 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       block.sharedInputBytes = memory(&BlockMemory::sharedInputBytes);
       block.parameters = memory(&BlockMemory::parameters);
       block.sharedParameters = memory(&BlockMemory::sharedParameters);
+      block.frozenParameters = memory(&BlockMemory::frozenParameters);
+      block.frozenSharedParameters =
+          memory(&BlockMemory::frozenSharedParameters);
       block.gatheredWeight = memory(&BlockMemory::gatheredWeight);
     }
   }
@@ -833,6 +836,14 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
         if (vs == p * v - 1)
           edgeParams += head.parameters + (p > 1 ? head.sharedParameters : 0);
         double params = layerParams + edgeParams;
+        // Frozen ones (--freeze) are gathered but have no gradient.
+        double frozen = layers * layer.frozenParameters;
+        if (vs == 0)
+          frozen += embed.frozenParameters;
+        if (vs == p * v - 1)
+          frozen +=
+              head.frozenParameters + (p > 1 ? head.frozenSharedParameters : 0);
+        const double trained = params - frozen;
         // Top-k compresses summing all-reduces only, not ZeRO's collectives.
         CollectiveCodec codec = codecFor(plan, gradientAxes(plan));
         if (isTopK(codec))
@@ -846,13 +857,13 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
                  codecTime(CollectiveKind::AllGather, elements * kWeightBytes,
                            wire, codec);
         };
-        double scatterWire = wireBytes(params * gradWidth, gradWidth, codec);
+        double scatterWire = wireBytes(trained * gradWidth, gradWidth, codec);
         double forwardGather = gatherTime(params);
         double backwardGather = gatherTime(layerParams);
         double scatter =
             collectiveTime(CollectiveKind::ReduceScatter, scatterWire,
                            int64_t(shard), shardStride) +
-            codecTime(CollectiveKind::ReduceScatter, params * gradWidth,
+            codecTime(CollectiveKind::ReduceScatter, trained * gradWidth,
                       scatterWire, codec);
         double reuse = plan.schedule() == plan::SCHEDULE_ZEROPP
                            ? std::min<double>(p, plan.num_micro_batches())
@@ -1133,8 +1144,8 @@ double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
     firstForward += times.forward[c * p];
   }
   DataParallelCost dp =
-      dataParallel(*this, plan, stageParameters(plan, 0, b), lastBackward,
-                   firstForward, dataParallelShard(plan));
+      dataParallel(*this, plan, stageParameters(plan, 0, b).trained,
+                   lastBackward, firstForward, dataParallelShard(plan));
   return bound + dp.exposed + dp.optimizer;
 }
 
@@ -1272,9 +1283,9 @@ void CostModel::evaluate(plan::Plan &plan,
       lastBackward += times.backward[c * p + s] + times.weight[c * p + s];
       firstForward += times.forward[c * p + s];
     }
-    DataParallelCost cost =
-        dataParallel(*this, plan, stageParameters(plan, s, blocks(plan)),
-                     lastBackward, firstForward, shard);
+    DataParallelCost cost = dataParallel(
+        *this, plan, stageParameters(plan, s, blocks(plan)).trained,
+        lastBackward, firstForward, shard);
     dpExposed = std::max(dpExposed, cost.exposed);
     dpTotal = std::max(dpTotal, cost.total);
     optimizer = std::max(optimizer, cost.optimizer);

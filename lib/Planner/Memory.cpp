@@ -23,28 +23,38 @@ double CostModel::dataParallelShard(const plan::Plan &plan) const {
   return double(plan.dp()) * plan.cp() * plan.ulysses();
 }
 
-double CostModel::stageParameters(const plan::Plan &plan, int stage,
-                                  const Blocks &b) const {
+CostModel::StageParameters CostModel::stageParameters(const plan::Plan &plan,
+                                                      int stage,
+                                                      const Blocks &b) const {
   double layers = plan.stage_layers_size()
                       ? plan.stage_layers(stage)
                       : double(modelSpec.layers()) / plan.pp();
-  // The shards this rank holds, as the rank program declares them.
+  // The shards this rank holds, as the rank program declares them, and the
+  // frozen part of them.
   double params = layers * b.layer.parameters;
-  if (stage == 0)
+  double frozen = layers * b.layer.frozenParameters;
+  if (stage == 0) {
     params += b.embedding.parameters;
+    frozen += b.embedding.frozenParameters;
+  }
   // A model-wide weight that every layer reads (rotary tables, or equal
   // initializers an exporter merged): a copy on every other stage with
   // layers.
-  else if (layers > 0)
+  else if (layers > 0) {
     params += b.layer.sharedParameters;
+    frozen += b.layer.frozenSharedParameters;
+  }
   if (stage == plan.pp() - 1) {
     params += b.head.parameters;
+    frozen += b.head.frozenParameters;
     // A weight the head shares with the embedding (tied) is a second copy
     // on another stage.
-    if (plan.pp() > 1)
+    if (plan.pp() > 1) {
       params += b.head.sharedParameters;
+      frozen += b.head.frozenSharedParameters;
+    }
   }
-  return params;
+  return {params, params - frozen};
 }
 
 CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
@@ -54,10 +64,12 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   const double shard = dataParallelShard(plan);
   double perLayer = b.layer.savedUnder(plan.recompute());
   StageMemory mem;
-  double params = stageParameters(plan, s, b);
-  mem.weights = params * kWeightBytes;
+  const StageParameters params = stageParameters(plan, s, b);
+  mem.weights = params.held * kWeightBytes;
+  mem.frozenWeights = (params.held - params.trained) * kWeightBytes;
   if (plan.zero_stage() >= 3 && shard > 1) {
     mem.weights /= shard;
+    mem.frozenWeights /= shard;
     // Two layers' gathered weights (the one running and the prefetch).
     mem.weights += 2 * b.layer.parameters * kWeightBytes;
   }
@@ -70,9 +82,10 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   if (s == p - 1)
     gathered = std::max(gathered, b.head.gatheredWeight);
   mem.weights += 2 * gathered * kWeightBytes;
-  mem.gradients = params * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
+  mem.gradients =
+      params.trained * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
   mem.optimizer =
-      params * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);
+      params.trained * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);
   // Chunk-micro-batches whose activations the schedule holds at once.
   double inFlight;
   if (plan.schedule() == plan::SCHEDULE_GPIPE)
@@ -106,6 +119,7 @@ void CostModel::fillMemory(plan::Plan &plan) {
     StageMemory stage = stageMemory(plan, s, blocks(plan));
     plan::MemoryBreakdown mem;
     mem.set_weights_gib(stage.weights / kGiB);
+    mem.set_frozen_weights_gib(stage.frozenWeights / kGiB);
     mem.set_gradients_gib(stage.gradients / kGiB);
     mem.set_optimizer_gib(stage.optimizer / kGiB);
     mem.set_activations_gib(stage.activations / kGiB);

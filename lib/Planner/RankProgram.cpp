@@ -23,6 +23,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Regex.h"
 
 using namespace mlir;
 using namespace weft;
@@ -573,8 +574,12 @@ struct SavedSet {
 };
 } // namespace
 
-ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
+ProgramProfile planner::profileProgram(ModuleOp rankProgram,
+                                       llvm::StringRef freeze) {
   ProgramProfile profile;
+  std::optional<llvm::Regex> frozen;
+  if (!freeze.empty())
+    frozen.emplace(freeze);
   func::FuncOp func = entryFunction(rankProgram);
   std::optional<MeshInfo> mesh = getMeshInfo(rankProgram);
   MeshInfo noMesh;
@@ -826,13 +831,21 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram) {
       if (!readers.empty() && !readers.count(b) &&
           !readers.count(int(BlockKind::Layer)))
         owner = *readers.begin();
+      // Not trained (--freeze): held, with no gradient or optimizer state.
+      const bool isFrozen =
+          frozen && frozen->match(cast<ParameterOp>(param).getName());
       profile.memory[owner].parameters += elements;
+      if (isFrozen)
+        profile.memory[owner].frozenParameters += elements;
       // (The stage of the head holds a weight the layers read through its
       // layers: one copy.)
       for (int reader : readers)
         if (reader != owner && !(reader == int(BlockKind::Head) &&
-                                 readers.count(int(BlockKind::Layer))))
+                                 readers.count(int(BlockKind::Layer)))) {
           profile.memory[reader].sharedParameters += elements;
+          if (isFrozen)
+            profile.memory[reader].frozenSharedParameters += elements;
+        }
     }
   profile.counts.reserve(profile.ops.size() * kCountFields);
   for (const OpRecord &op : profile.ops) {

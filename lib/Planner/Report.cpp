@@ -135,12 +135,17 @@ void planner::printPlanBreakdown(llvm::raw_ostream &os, const plan::Plan &p) {
          << (c.reduction_per_micro_batch() ? " per micro-batch" : "")
          << ", optimizer step " << c.optimizer() << "\n";
   }
-  os << format("memory per GPU (worst stage): weights %.1f, gradients %.1f, "
+  std::string frozen;
+  if (m.frozen_weights_gib() > 0)
+    llvm::raw_string_ostream(frozen)
+        << format(" (%.3g frozen)", m.frozen_weights_gib());
+  os << format("memory per GPU (worst stage): weights %.1f%s, gradients %.1f, "
                "optimizer %.1f, activations %.1f, workspace %.1f = %.1f GiB "
                "of %.1f GiB%s\n",
-               m.weights_gib(), m.gradients_gib(), m.optimizer_gib(),
-               m.activations_gib(), m.workspace_gib(), m.total_gib(),
-               m.capacity_gib(), p.fits() ? "" : "  (does NOT fit)");
+               m.weights_gib(), frozen.c_str(), m.gradients_gib(),
+               m.optimizer_gib(), m.activations_gib(), m.workspace_gib(),
+               m.total_gib(), m.capacity_gib(),
+               p.fits() ? "" : "  (does NOT fit)");
 }
 
 //===----------------------------------------------------------------------===//

@@ -109,7 +109,7 @@ def train(weft, model, name, work, out, extra):
     return losses, weights, counted, None
 
 
-MEMORY = {"equal": 0, "frozen": 0, "tp3d": 0}
+MEMORY = {"equal": 0, "tp3d": 0}
 
 
 def counted_step(weft, name, model, work, spec, recompute, devices, m):
@@ -149,36 +149,29 @@ def counted_step(weft, name, model, work, spec, recompute, devices, m):
 
 
 
-def check_held(held, memory, per_rank, frozen, spec):
+def check_held(held, memory, per_rank, spec):
     """Each rank's gradients, f32 weights and AdamW moments (weft train, the
     bf16 step) against the cost model's memory of its pipeline stage, as
     training/step_communication.py compares them: the gradients exactly,
-    the weights twice the cost model's bf16 weights, the moments 8 of its 12
+    the f32 weights twice the cost model's trained bf16 weights (frozen ones,
+    LLaMA's rotary tables, are not the optimizer's), the moments 8 of its 12
     optimizer bytes a parameter (the other 4 are Megatron's f32 master
-    weights, which in weft train are the weights themselves). A frozen
-    parameter (LLaMA's rotary tables) has no gradient and no moments, which
-    the cost model's memory counts as trained: then every figure must be
-    below the cost model's. Under AxoNN's 3-D grid the cost model divides
-    the weights, and so their gradients and moments, over gz as AxoNN stores
-    them; weft train's optimizer step holds the gradients and moments of each
-    (gx, gy) block whole over gz (the gradients all-reduced over gz, not
-    reduce-scattered): then gradients and moments must be above the cost
-    model's. Returns "equal", "frozen", "tp3d" or why not."""
+    weights, which in weft train are the weights themselves). Under AxoNN's
+    3-D grid the cost model divides the weights, and so their gradients and
+    moments, over gz as AxoNN stores them; weft train's optimizer step holds
+    the gradients and moments of each (gx, gy) block whole over gz (the
+    gradients all-reduced over gz, not reduce-scattered): then gradients and
+    moments must be above the cost model's. Returns "equal", "tp3d" or why
+    not."""
     expected = [cost_state(memory[r // per_rank]) for r in range(len(held))]
     if "tp3d" in spec and all(g > cg and m > cm for (g, _, m), (cg, _, cm)
                               in zip(held, expected)):
         return "tp3d"
-    explained = False
-    for rank, ((g, p, m), (gradients, weights, moments)) in enumerate(zip(held, expected)):
-        if (g, p, m) == (gradients, weights, moments):
-            continue
-        if frozen and g < gradients and p < weights and m < moments:
-            explained = True
-            continue
-        return "rank %d held %d/%d/%d bytes of gradients/f32 weights/moments; the " \
-            "cost model's memory of its pipeline stage %d/%d/%d" % (
-                rank, g, p, m, gradients, weights, moments)
-    return "frozen" if explained else "equal"
+    for rank, (state, cost) in enumerate(zip(held, expected)):
+        if state != cost:
+            return "rank %d held %d/%d/%d bytes of gradients/f32 weights/moments; the " \
+                "cost model's memory of its pipeline stage %d/%d/%d" % ((rank,) + state + cost)
+    return "equal"
 
 
 def relative(a, b):
@@ -288,7 +281,7 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
         if error:
             return "failed", error
         (sent, held), (stages, memory) = ran, predicted
-        state = check_held(held, memory, per_rank, "--freeze" in MODELS[name][2], spec)
+        state = check_held(held, memory, per_rank, spec)
         if state not in MEMORY:
             return "failed", state
         MEMORY[state] += 1
@@ -447,11 +440,11 @@ def main():
               good + counts["failed"], STEPS, good, counts["step"] + counts["bytes"],
               counts["bytes"] + counts["p2p"], counts["failed"]))
     print("the same bf16 steps held per rank the gradients, f32 weights and AdamW moments "
-          "of the cost model's memory for the rank's pipeline stage: %d pairs equal, %d "
-          "below it by the frozen rotary tables the cost model counts as trained (LLaMA), "
-          "%d above it under the 3-D grid (gradients and moments whole over gz, which the "
-          "cost model divides over gz as AxoNN does)"
-          % (MEMORY["equal"], MEMORY["frozen"], MEMORY["tp3d"]))
+          "of the cost model's memory for the rank's pipeline stage (LLaMA's frozen rotary "
+          "tables as frozen_weights_gib): %d pairs equal, %d above it under the 3-D "
+          "grid (gradients and moments whole over gz, which the cost model divides over "
+          "gz as AxoNN does)"
+          % (MEMORY["equal"], MEMORY["tp3d"]))
     return 1 if failures or good < (20 if options.quick else 150) else 0
 
 

@@ -28,8 +28,9 @@ each recompute mode, this test checks:
   reduce-scattered over the whole group, and the rest (reduced in the step, or
   over part of the group, or with no dimension the group divides) are printed
   with their share: what they send instead is checked exactly;
-- (the elements a rank holds include the frozen weights, --freeze, which get
-  no gradient: the cost model counts every parameter as trained);
+- (the elements a rank holds are the trained ones: the frozen weights,
+  --freeze, get no gradient and no state, and `weft plan --freeze` leaves them
+  out of these figures as weft train does);
 - the optimizer state a rank holds (the optimizer step's state arguments) is one
   block per trained parameter, and the cost model's optimizer memory is 12 bytes
   per parameter a rank holds / the group; its gradient memory is 4 bytes per
@@ -44,9 +45,9 @@ each recompute mode, this test checks:
 
 With pipeline stages (pp=2 x dp=2, m=2, zero=1, per model), it also checks
 that each pipeline rank's optimizer step holds the cost model's parameters of
-that stage exactly (stage_memory: its weights, and its optimizer state / dp),
-the frozen weights a stage reads included (the cost model counts them as
-trained), and that the run equals the unpartitioned one.
+that stage exactly (stage_memory: its weights, the frozen weights a stage
+reads included and counted as frozen_weights_gib, and the optimizer state of
+the trained ones / dp), and that the run equals the unpartitioned one.
 
 Run by ctest as `training-zero`.
 """
@@ -94,19 +95,18 @@ def train(weft, model, work, tag, plan, recompute, extra):
     return losses, weights, stderr, dump
 
 
-def evaluate(weft, model, plan, pipeline="pp=1"):
+def evaluate(weft, model, plan, extra, pipeline="pp=1"):
     # dp=2, one sequence per rank per micro-batch: ACCUM micro-batches a step.
+    # The run's frozen weights are frozen in the step the cost model counts.
+    freeze = ["--freeze", extra[extra.index("--freeze") + 1]] if "--freeze" in extra else []
     proc = subprocess.run(
         [weft, "plan", model, "--cluster", "a100-80g:8x1", "--global-batch", str(2 * ACCUM),
-         "--evaluate", plan + "," + pipeline + ",mbs=1", "--allow-oom", "--json", "-"],
-        capture_output=True, text=True)
+         "--evaluate", plan + "," + pipeline + ",mbs=1", "--allow-oom", "--json", "-"]
+        + freeze, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError("weft plan --evaluate %s failed: %s" % (plan, proc.stderr[-400:]))
     text = proc.stdout[:proc.stdout.index("\n}\n") + 3]
     return json.loads(text)["plans"][0]
-
-
-PARAMETER = re.compile(r'weft\.parameter "([^"]+)" .*: tensor<([0-9x]*?)x?f32>')
 
 
 def check(weft, model, work, plan, recompute, zero, extra, base):
@@ -156,17 +156,9 @@ def check(weft, model, work, plan, recompute, zero, extra, base):
     name = re.compile(r'gradient_of = "([^"]+)"')
     held = {name.search(attrs).group(1): gr.elements(shape) for shape, _, attrs
             in gr.result_attrs(funcs["main"][0]) if "gradient_of" in attrs}
+    # (Frozen weights, --freeze: LLaMA's rotary tables, get no gradient, and
+    # weft plan --freeze leaves them out of the figures below.)
     total = sum(held.values())
-    # Frozen weights (--freeze: LLaMA's rotary tables) get no gradient; the
-    # cost model counts them as trained: its figures are of the elements a
-    # rank holds of both.
-    frozen = re.compile(extra[extra.index("--freeze") + 1]) if "--freeze" in extra else None
-    frozen_held = {}
-    for line in funcs["main"][1]:
-        found = PARAMETER.search(line)
-        if found and frozen and frozen.search(found.group(1)):
-            frozen_held[found.group(1)] = gr.elements(found.group(2))
-    total += sum(frozen_held.values())
     args = signature_entries(funcs["optimizer_step"][0], results=False)
     slot = re.compile(r'parameter = "([^"]+)", role = "(\w+)"')
     blocks, state, stored = {}, 0, {}
@@ -188,7 +180,7 @@ def check(weft, model, work, plan, recompute, zero, extra, base):
     for k in blocks:
         over[groups[k]] = over.get(groups[k], 0) + held[k]
     # The cost model counts the elements a rank holds.
-    predicted = evaluate(weft, model, full)
+    predicted = evaluate(weft, model, full, extra)
     reduce_model = int(predicted["grad_reduce_bytes"])
     gather_model = int(predicted.get("param_gather_bytes", 0))
     if zero == 3:
@@ -307,11 +299,11 @@ def check_pipeline(weft, model, work, extra, base):
     if err > 1e-5 or werr > 3e-5:
         raise RuntimeError("%s: differs from the unpartitioned run (losses %.1e, weights "
                            "%.1e)" % (tag, err, werr))
-    stages = evaluate(weft, model, "dp=2,zero=1", pipeline)["stage_memory"]
+    stages = evaluate(weft, model, "dp=2,zero=1", extra, pipeline)["stage_memory"]
     funcs = gr.functions(open(dump).read())
     slot = re.compile(r'parameter = "([^"]+)", role = "(\w+)"')
-    # Frozen weights (--freeze) a stage reads: held, but not updated. The
-    # cost model does not know what is frozen: it counts them as trained.
+    # Frozen weights (--freeze) a stage reads: held, but not updated; the
+    # cost model's frozen_weights_gib.
     frozen = re.compile(extra[extra.index("--freeze") + 1]) if "--freeze" in extra else None
     param = re.compile(r'weft\.parameter "([^"]+)" : tensor<([0-9x]*?)x?f32>')
     report = []
@@ -335,18 +327,20 @@ def check_pipeline(weft, model, work, extra, base):
                 if found and frozen and frozen.search(found.group(1)):
                     fixed[found.group(1)] = gr.elements(found.group(2))
         weights_model = stage["weights_gib"] * 2 ** 30 / 2
+        frozen_model = stage.get("frozen_weights_gib", 0) * 2 ** 30 / 2
         optimizer_model = stage["optimizer_gib"] * 2 ** 30 / 12
         whole = held + sum(fixed.values())
-        if abs(weights_model - whole) > 0.5 or abs(optimizer_model - whole / 2) > 0.5:
+        if (abs(weights_model - whole) > 0.5 or abs(frozen_model - sum(fixed.values())) > 0.5
+                or abs(optimizer_model - held / 2) > 0.5):
             raise RuntimeError("%s: pipeline rank %d holds %d parameters (%d frozen); the "
-                               "cost model's stage has %.1f, and optimizer state for %.1f "
-                               "(expected %.1f)" % (tag, rank, whole, sum(fixed.values()),
-                                                    weights_model, optimizer_model,
-                                                    whole / 2))
+                               "cost model's stage has %.1f (%.1f frozen), and optimizer "
+                               "state for %.1f (expected %.1f)"
+                               % (tag, rank, whole, sum(fixed.values()), weights_model,
+                                  frozen_model, optimizer_model, held / 2))
         report.append("rank %d: %d weights as the cost model's stage (%d of them frozen, "
-                      "which its optimizer state counts too), state %d elements (the cost "
-                      "model's %d, / 2)" % (rank, whole, sum(fixed.values()), state,
-                                            round(optimizer_model)))
+                      "as its frozen_weights_gib), state %d elements (the cost model's %d, "
+                      "/ 2)" % (rank, whole, sum(fixed.values()), state,
+                                round(optimizer_model)))
     return ("%s: equals the unpartitioned run (losses %.1e, weights %.1e); %s"
             % (tag, err, werr, "; ".join(report)))
 

@@ -67,6 +67,9 @@ struct BlockCost {
   /// another block also reads (a tied embedding's table, in the head).
   double parameters = 0;
   double sharedParameters = 0;
+  /// The part of each that the training config freezes (BlockMemory).
+  double frozenParameters = 0;
+  double frozenSharedParameters = 0;
   /// The largest weight the block gathers from its stored shards before
   /// use (elements of the gathered form; BlockMemory::gatheredWeight).
   double gatheredWeight = 0;
@@ -228,8 +231,14 @@ private:
   /// Time of one op's work: a roofline with the GPU's efficiency curves.
   double opTime(const OpCost &cost) const;
   double dataParallelShard(const plan::Plan &plan) const;
-  double stageParameters(const plan::Plan &plan, int stage,
-                         const Blocks &blocks) const;
+  /// The parameters (elements) a rank of `stage` holds, and those of them
+  /// it trains (all but what the training config freezes): the trained
+  /// ones have gradients, optimizer state and a gradient reduction.
+  struct StageParameters {
+    double held = 0, trained = 0;
+  };
+  StageParameters stageParameters(const plan::Plan &plan, int stage,
+                                  const Blocks &blocks) const;
   struct StageTimes {
     std::vector<double> forward, backward, weight; // per stage, per chunk
     /// ZeRO-3 per micro-batch and chunk: the parameter all-gathers (forward
@@ -248,6 +257,8 @@ private:
   struct StageMemory {
     double weights = 0, gradients = 0, optimizer = 0, activations = 0,
            workspace = 0;
+    /// The part of `weights` that is not trained.
+    double frozenWeights = 0;
     double total() const {
       return weights + gradients + optimizer + activations + workspace;
     }

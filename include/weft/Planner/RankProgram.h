@@ -220,6 +220,8 @@ struct BlockMemory {
   /// that another block also uses (a tied embedding, in the head; a weight
   /// outside the layers that they read, in the layer).
   double parameters = 0, sharedParameters = 0;
+  /// The part of each that `frozen` (profileProgram) names: not trained.
+  double frozenParameters = 0, frozenSharedParameters = 0;
   /// The largest weight the block all-gathers from the shards it is stored
   /// in before using it (weft.stored_over, AxoNN's depth axis), in elements
   /// of its gathered form; 0 when it gathers none.
@@ -252,7 +254,10 @@ struct ProgramProfile {
 };
 
 /// Reads `rankProgram` (from RankProgramBuilder) through the op interfaces.
-ProgramProfile profileProgram(mlir::ModuleOp rankProgram);
+/// The parameters whose names `freeze` matches (a regex, as weft train's
+/// --freeze; empty: none) are counted as frozen as well as held.
+ProgramProfile profileProgram(mlir::ModuleOp rankProgram,
+                              llvm::StringRef freeze = {});
 
 /// True if the two profiles have the same ops, block by block: the program
 /// of one shape at two batches, whose counts are then affine in the batch
