@@ -431,12 +431,9 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
   // The optimizer step's arguments that are a parameter's block (1) or its
   // state (2; not a gradient, not one of the step's scalars).
   std::vector<int> kindOf(optimizerIn.size(), 0);
-  for (size_t i = 0; optimizer && i < optimizerIn.size(); ++i) {
-    weft::OptimizerSlot slot =
-        optimizerArgumentSlot(optimizer->function, unsigned(i));
-    if (!slot.parameter.empty() && slot.role != "grad")
-      kindOf[i] = slot.role == "param" ? 1 : 2;
-  }
+  for (size_t i = 0; optimizer && i < optimizerIn.size(); ++i)
+    kindOf[i] =
+        int(optimizerArgumentSlot(optimizer->function, unsigned(i)).held());
   if (held) {
     held->gradients.assign(size_t(mesh->size()), 0);
     held->parameters.assign(size_t(mesh->size()), 0);

@@ -131,12 +131,11 @@ driver::pipelineOptimizers(ModuleOp module, const rt::PipelineProgram &program,
     codegen::layoutsOf(func, step.argLayouts, step.resultLayouts);
     step.inputs.resize(step.argLayouts.size());
     for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto [role, parameter] = optimizerArgumentSlot(func, i);
+      OptimizerSlot slot = optimizerArgumentSlot(func, i);
+      const std::string &role = slot.role, &parameter = slot.parameter;
       // A parameter's block (1) or its state (2), as the unpipelined step
       // counts them.
-      step.held.push_back(parameter.empty() || role == "grad" ? 0
-                          : role == "param"                   ? 1
-                                                              : 2);
+      step.held.push_back(int(slot.held()));
       int g = -1;
       if (role == "grad") {
         auto found = gradientIndex.find(parameter);

@@ -220,6 +220,21 @@ static int trainError(const llvm::Twine &message) {
   return 1;
 }
 
+/// The training state each rank held in `step` (0-based), as the CPU
+/// runtime allocates it (f32): its summed gradients, its optimizer step's
+/// parameters (master weights) and optimizer state, the figures the cost
+/// model predicts per pipeline stage as gradients and optimizer memory.
+static void printHeldState(int64_t step,
+                           const weft::driver::HeldTrainingState &held) {
+  llvm::errs() << "weft train: gradients, optimizer's parameters and "
+                  "optimizer state per rank in step "
+               << step + 1 << " (bytes held):";
+  for (size_t r = 0; r < held.gradients.size(); ++r)
+    llvm::errs() << ' ' << held.gradients[r] << '/' << held.parameters[r] << '/'
+                 << held.optimizer[r];
+  llvm::errs() << '\n';
+}
+
 //===----------------------------------------------------------------------===//
 // The optimizer (torch.optim's update rules, single-tensor form)
 //===----------------------------------------------------------------------===//
@@ -935,15 +950,13 @@ int runTrain(MLIRContext &context) {
           return trainError(error);
       }
       if (step == start) {
-        // As for an unpipelined step: the memory figures the cost model
-        // predicts per stage as gradients and optimizer.
-        llvm::errs() << "weft train: gradients, optimizer's parameters and "
-                        "optimizer state per rank in step "
-                     << step + 1 << " (bytes held):";
-        for (const weft::rt::PipelineHeld &held : ran->held)
-          llvm::errs() << ' ' << held.gradients << '/' << held.parameters << '/'
-                       << held.optimizer;
-        llvm::errs() << '\n';
+        weft::driver::HeldTrainingState held;
+        for (const weft::rt::PipelineHeld &rank : ran->held) {
+          held.gradients.push_back(rank.gradients);
+          held.parameters.push_back(rank.parameters);
+          held.optimizer.push_back(rank.optimizer);
+        }
+        printHeldState(step, held);
       }
       if (ran->outputs.empty() || int64_t(ran->outputs[0].size()) != windows)
         return trainError("the pipeline returned no loss per micro-batch");
@@ -978,18 +991,8 @@ int runTrain(MLIRContext &context) {
               &update, step == start ? &held : nullptr);
       if (!outputs)
         return trainError(llvm::toString(outputs.takeError()));
-      if (step == start) {
-        // The memory figures the cost model predicts as gradients and
-        // optimizer (master weights and moments), as the CPU runtime
-        // allocates them (f32).
-        llvm::errs() << "weft train: gradients, optimizer's parameters and "
-                        "optimizer state per rank in step "
-                     << step + 1 << " (bytes held):";
-        for (size_t r = 0; r < held.gradients.size(); ++r)
-          llvm::errs() << ' ' << held.gradients[r] << '/' << held.parameters[r]
-                       << '/' << held.optimizer[r];
-        llvm::errs() << '\n';
-      }
+      if (step == start)
+        printHeldState(step, held);
       lossSum += (*outputs)[0].at(0);
       norm = applyOptimizerOutputs(optimizerStep, params, index, *outputs,
                                    func.getNumResults());

@@ -40,6 +40,16 @@ readGradientReduction(mlir::func::FuncOp step, std::string &why);
 struct OptimizerSlot {
   std::string role;
   std::string parameter;
+
+  /// What an argument of that slot keeps from step to step, as the runtime
+  /// counts the state a rank holds: nothing (a scalar, or a gradient the
+  /// step computes), the parameter's block, or its optimizer state.
+  enum class Held { None = 0, Parameter = 1, State = 2 };
+  Held held() const {
+    if (parameter.empty() || role == "grad")
+      return Held::None;
+    return role == "param" ? Held::Parameter : Held::State;
+  }
 };
 OptimizerSlot optimizerSlotOf(mlir::DictionaryAttr slot);
 OptimizerSlot optimizerArgumentSlot(mlir::func::FuncOp optimizer, unsigned i);
