@@ -33,10 +33,31 @@ namespace {
 enum Role { Forward = 0, Backward = 1, Weight = 2 };
 constexpr const char *roleNames[] = {"forward", "backward", "weight"};
 
-/// Ops that read nothing (parameters, constants): rebuilt in every function
-/// that reads them rather than kept between steps.
+/// Ops that weights and constants alone compute (parameters, constants, a
+/// weight's bf16 cast or transpose, its gather from stored shards): rebuilt
+/// in every function that reads them rather than kept between steps, as
+/// the cost model counts them (weights, not activations: a value is kept
+/// per micro-batch only if the step's inputs flow into it).
+static bool isRebuilt(Operation *op, llvm::DenseMap<Operation *, bool> &memo) {
+  if (op->getNumRegions())
+    return false;
+  if (op->getNumOperands() == 0)
+    return true;
+  if (!isa<AllSliceOp, AllGatherOp>(op) &&
+      (isa<CollectiveOpInterface>(op) || !isMemoryEffectFree(op)))
+    return false;
+  if (auto known = memo.find(op); known != memo.end())
+    return known->second;
+  bool rebuilt = llvm::all_of(op->getOperands(), [&](Value operand) {
+    Operation *def = operand.getDefiningOp();
+    return def && def->getBlock() == op->getBlock() && isRebuilt(def, memo);
+  });
+  memo[op] = rebuilt;
+  return rebuilt;
+}
 bool isRebuilt(Operation *op) {
-  return op->getNumOperands() == 0 && op->getNumRegions() == 0;
+  llvm::DenseMap<Operation *, bool> memo;
+  return isRebuilt(op, memo);
 }
 
 /// The values `op` reads: its operands and what its regions use from above.
@@ -280,7 +301,9 @@ struct WeftSplitBackward
         if (!def || def->getBlock() != &body)
           continue;
         if (isRebuilt(def)) {
-          rebuiltIn[role].insert(def);
+          // (With what it is rebuilt from.)
+          if (rebuiltIn[role].insert(def).second)
+            llvm::append_range(work, def->getOperands());
           continue;
         }
         if (!owner.try_emplace(def, role).second)

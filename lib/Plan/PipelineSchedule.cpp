@@ -202,6 +202,22 @@ static double runOrder(const std::vector<std::vector<PipelineStep>> &order,
   return *std::max_element(freeAt.begin(), freeAt.end());
 }
 
+/// True if some other entry of `points` is at least `point` in every
+/// component.
+static bool isCovered(const std::vector<std::vector<int>> &points,
+                      const std::vector<int> &point) {
+  for (const std::vector<int> &other : points) {
+    if (other == point)
+      continue;
+    bool covers = true;
+    for (size_t c = 0; c < point.size() && covers; ++c)
+      covers = other[c] >= point[c];
+    if (covers)
+      return true;
+  }
+  return false;
+}
+
 /// computeStepOrder's lists, computed once per (schedule, p, v, m) on each
 /// thread: the search times the same schedule under many plans, and a list
 /// is O(p v m) to build (ZB-H1's with a unit-time run). A few hundred
@@ -217,6 +233,44 @@ cachedStepOrder(plan::Schedule schedule, int p, int v, int m) {
   if (cache.size() >= 256)
     cache.clear();
   return cache.emplace(key, computeStepOrder(schedule, p, v, m)).first->second;
+}
+
+const std::vector<std::vector<int>> &
+planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m,
+                        int stage) {
+  using Key = std::tuple<int, int, int, int, int>;
+  thread_local std::map<Key, std::vector<std::vector<int>>> cache;
+  Key key{int(schedule), p, v, m, stage};
+  if (auto found = cache.find(key); found != cache.end())
+    return found->second;
+  if (cache.size() >= 1024)
+    cache.clear();
+  const std::vector<PipelineStep> &steps =
+      cachedStepOrder(schedule, p, v, m)[size_t(stage)];
+  const bool weightSteps =
+      std::any_of(steps.begin(), steps.end(), [](const PipelineStep &step) {
+        return step.kind == PipelineStep::WeightGrad;
+      });
+  const PipelineStep::Kind last =
+      weightSteps ? PipelineStep::WeightGrad : PipelineStep::Backward;
+  std::set<std::vector<int>> seen;
+  std::vector<int> count(size_t(v), 0);
+  for (const PipelineStep &step : steps) {
+    if (step.kind == PipelineStep::Forward) {
+      ++count[size_t(step.chunk)];
+      seen.insert(count);
+    } else if (step.kind == last) {
+      --count[size_t(step.chunk)];
+    }
+  }
+  // The points another covers in every chunk never hold the most.
+  std::vector<std::vector<int>> points(seen.begin(), seen.end()), kept;
+  for (const std::vector<int> &point : points) {
+    bool covered = isCovered(points, point);
+    if (!covered)
+      kept.push_back(point);
+  }
+  return cache.emplace(key, std::move(kept)).first->second;
 }
 
 std::vector<std::vector<PipelineStep>>

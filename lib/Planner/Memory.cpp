@@ -86,25 +86,41 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
       params.trained * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
   mem.optimizer =
       params.trained * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);
-  // Chunk-micro-batches whose activations the schedule holds at once.
-  double inFlight;
-  if (plan.schedule() == plan::SCHEDULE_GPIPE)
-    inFlight = m;
-  else if (v > 1)
-    inFlight =
-        std::min<double>((p - s - 1) * 2 + (v - 1) * p + 1, double(m) * v);
-  else
-    inFlight = std::min<double>(p - s, m);
-  double layersPerChunk = double(plan.stage_layers(s)) / v;
-  mem.activations = inFlight * layersPerChunk * perLayer;
-  // What every layer reads besides the residual stream (an attention mask):
-  // once per micro-batch in flight.
-  if (plan.stage_layers(s) > 0)
-    mem.activations += std::min<double>(inFlight, m) * b.layer.sharedInputBytes;
-  if (s == 0)
-    mem.activations += std::min<double>(inFlight, m) * b.embedding.savedBytes;
-  if (s == p - 1)
-    mem.activations += b.head.savedBytes;
+  // What each chunk keeps per micro-batch: its layers' saved activations,
+  // what they read besides the residual stream (an attention mask: one
+  // tensor per chunk's micro-batch), the embedding's on the first virtual
+  // stage and the head's (and the loss's) on the last.
+  const std::vector<int64_t> chunks =
+      chunkLayers(std::vector<int64_t>(plan.stage_layers().begin(),
+                                       plan.stage_layers().end()),
+                  v);
+  std::vector<double> chunkBytes(size_t(v), 0);
+  for (int c = 0; c < v; ++c) {
+    const int vs = c * p + s;
+    const double layers = double(chunks[size_t(vs)]);
+    double &bytes = chunkBytes[size_t(c)];
+    bytes = layers * perLayer;
+    if (layers > 0)
+      bytes += b.layer.sharedInputBytes;
+    if (vs == 0)
+      bytes += b.embedding.savedBytes;
+    if (vs == p * v - 1)
+      bytes += b.head.savedBytes;
+  }
+  // The micro-batches the schedule keeps at once (from a forward to the
+  // micro-batch's last backward step), as its step list runs on this rank.
+  if (p == 1) {
+    // One stage: each micro-batch's backward follows its forward.
+    mem.activations = chunkBytes[0];
+  } else {
+    for (const std::vector<int> &count :
+         inFlightCounts(plan.schedule(), p, v, m, s)) {
+      double kept = 0;
+      for (int c = 0; c < v; ++c)
+        kept += count[size_t(c)] * chunkBytes[size_t(c)];
+      mem.activations = std::max(mem.activations, kept);
+    }
+  }
   // One layer's full activations and gradients while it runs backward.
   mem.workspace = kWorkspaceBytes + b.layer.savedBytes;
   return mem;

@@ -139,7 +139,7 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                           const std::vector<std::vector<HostTensor>> &micro,
                           const StepObserver *observer,
                           std::chrono::steady_clock::time_point started,
-                          int64_t *heldGradientBytes) {
+                          int64_t *heldGradientBytes, int64_t *peakSavedBytes) {
   if (program.rankSetup && !ctx.backend)
     ctx.backend = program.rankSetup(ctx);
   const int p = program.stages;
@@ -160,6 +160,8 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     std::vector<HostTensor> received, cotangents, toSend, gradientsToSend;
     std::map<int, HostTensor> saved;
     bool computed = false, backwardDone = false;
+    /// Its last backward or weight-gradient step has run.
+    bool finished = false;
   };
   std::map<std::pair<int, int>, Held> held;
   std::map<std::pair<int, int>, HostTensor> results; // (output, mb)
@@ -259,6 +261,26 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
       }
     }
   };
+  // The bytes of the model inputs virtual stage k's backward and
+  // weight-gradient steps read, per micro-batch (the blocks of its first).
+  std::map<int, int64_t> inputsKept;
+  auto inputsKeptBytes = [&](int k) {
+    auto [at, inserted] = inputsKept.try_emplace(k, 0);
+    if (!inserted)
+      return at->second;
+    const PipelineStage &stage = program.virtualStages[size_t(k)];
+    std::set<int> read;
+    for (const PipelineStepFunction *fn : {&stage.backward, &stage.weight})
+      for (size_t a = 0; fn->function && a < fn->args.size(); ++a)
+        if (fn->args[a].kind == PipelineRef::Input &&
+            read.insert(fn->args[a].index).second)
+          at->second +=
+              tensorBytes(scatterBlock(micro[size_t(fn->args[a].index)][0],
+                                       fn->argLayouts[a], ctx.mesh, ctx.rank));
+    return at->second;
+  };
+  if (peakSavedBytes)
+    *peakSavedBytes = 0;
   for (const PipelineStep &step : program.steps[size_t(s)]) {
     double start = micros();
     const int k = step.chunk * p + s;
@@ -352,9 +374,25 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
       if (!backward || !weightSteps) {
         mine.saved.clear();
         mine.cotangents.clear();
+        mine.finished = true;
       }
       break;
     }
+    }
+    if (peakSavedBytes) {
+      // Per micro-batch and chunk in flight (its forward run, its last
+      // backward step not yet): its kept values, and the blocks of the
+      // model inputs its backward steps read (token ids, labels), held for
+      // them as a framework keeps the tensors its autograd graph saved.
+      int64_t kept = 0;
+      for (const auto &[key, entry] : held) {
+        if (!entry.computed || entry.finished)
+          continue;
+        for (const auto &[slot, value] : entry.saved)
+          kept += tensorBytes(value);
+        kept += inputsKeptBytes(key.second);
+      }
+      *peakSavedBytes = std::max(*peakSavedBytes, kept);
     }
     if (observer)
       (*observer)(ctx.rank, step, start, micros());
@@ -574,7 +612,7 @@ static absl::StatusOr<std::vector<std::vector<HostTensor>>> runPipelineRanks(
     std::vector<HostTensor> mine =
         runPipelineRank(ctx, shared->program, shared->micro,
                         shared->observer ? &*shared->observer : nullptr,
-                        started, &mineHeld.gradients);
+                        started, &mineHeld.gradients, &mineHeld.activations);
     if (!shared->optimizers.empty()) {
       const int s =
           ctx.rank / int(ctx.mesh.size() / size_t(shared->program.stages));

@@ -110,6 +110,8 @@ def train(weft, model, name, work, out, extra):
 
 
 MEMORY = {"equal": 0, "tp3d": 0}
+KEPT_STATE = {"equal": 0, "zb-h1": 0, "printed": 0}
+KEPT_WORST = [0.0, ""]
 
 
 def counted_step(weft, name, model, work, spec, recompute, devices, m):
@@ -133,6 +135,10 @@ def counted_step(weft, name, model, work, spec, recompute, devices, m):
         return None, None, "weft train printed no gradients and optimizer state:\n" + \
             proc.stderr[-600:]
     held = [tuple(int(x) for x in triple.split("/")) for triple in state.group(1).split()]
+    found = KEPT.search(proc.stderr)
+    if not found:
+        return None, None, "weft train printed no saved activations:\n" + proc.stderr[-600:]
+    kept = [int(x) for x in found.group(1).split()]
     text = "%s,mbs=%d,recompute=%s" % (spec, em.BATCH // dp, recompute)
     proc = subprocess.run(
         [weft, "plan", model, "--cluster", "a100-80g:%dx1" % devices, "--global-batch",
@@ -144,9 +150,53 @@ def counted_step(weft, name, model, work, spec, recompute, devices, m):
     comm = plan.get("step_comm", {})
     if comm.get("missing"):
         return None, None, "the cost model did not count the step: " + comm["missing"]
-    return (counted, held), ([int(x) for x in comm.get("pipeline_rank_step", [])],
-                             plan["stage_memory"]), None
+    return (counted, held, kept), ([int(x) for x in comm.get("pipeline_rank_step", [])],
+                                   plan["stage_memory"]), None
 
+
+# weft train's peak saved activations per rank over the schedule (at the
+# tensors' element types, as the cost model counts them).
+KEPT = re.compile(r"saved activations per rank in step 1 \(peak bytes at their element "
+                  r"types, the schedule's micro-batches in flight\):((?: \d+)+)")
+
+
+def check_kept(name, kept, memory, per_rank, spec):
+    """Each rank's peak saved activations over its schedule (weft train, the
+    bf16 step: per micro-batch and chunk in flight, what its forward kept for
+    its backward steps and the model inputs they read) against the cost
+    model's activations of its pipeline stage, which counts the same
+    in-flight micro-batches from the same step list (inFlightCounts).
+
+    Compared on GPT-2 without tensor, sequence or context splits (KEPT_CHECKED):
+    equal, except that under ZB-H1 a stage whose B step computes (all but the
+    first) also keeps what its W step reads of the B step (the layers' output
+    gradients, a norm's normalized input, with full recomputation the
+    linears' recomputed inputs) from B to W, which the cost model does not
+    count: there every rank must hold at least the cost model's figure.
+    Elsewhere the per-micro-batch figures differ, as the unpipelined step's
+    do (training/saved_activations.py): LLaMA's frozen rotary tables (the
+    ops' saved values do not know what is frozen), BERT's head and mask,
+    the vocabulary-parallel head under tp, the ring's blocks under cp: the
+    figures are not compared (the largest difference is printed). Returns
+    "equal", "zb-h1", "printed" or why not."""
+    expected = [round(float(memory[r // per_rank].get("activations_gib", 0)) * 2 ** 30)
+                for r in range(len(kept))]
+    if kept == expected:
+        return "equal"
+    if not KEPT_CHECKED(name, spec):
+        worst = max(abs(k - e) / max(e, 1) for k, e in zip(kept, expected))
+        if worst > KEPT_WORST[0]:
+            KEPT_WORST[:] = [worst, "%s %s: ranks kept %s, the cost model %s"
+                             % (name, spec, kept, expected)]
+        return "printed"
+    if "zb-h1" in spec and all(k >= e for k, e in zip(kept, expected)):
+        return "zb-h1"
+    return "ranks kept %s bytes of saved activations at most; the cost model's " \
+        "activations per pipeline stage say %s" % (kept, expected)
+
+
+def KEPT_CHECKED(name, spec):
+    return name == "gpt2" and not re.search(r"\b(tp|tp3d|cp|ulysses)=", spec)
 
 
 def check_held(held, memory, per_rank, spec):
@@ -280,11 +330,15 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
                                              devices, m)
         if error:
             return "failed", error
-        (sent, held), (stages, memory) = ran, predicted
+        (sent, held, kept), (stages, memory) = ran, predicted
         state = check_held(held, memory, per_rank, spec)
         if state not in MEMORY:
             return "failed", state
         MEMORY[state] += 1
+        state = check_kept(name, kept, memory, per_rank, spec)
+        if state not in KEPT_STATE:
+            return "failed", state
+        KEPT_STATE[state] += 1
         expected = [stages[rank // per_rank] if rank // per_rank < len(stages) else None
                     for rank in range(devices)]
         if sent != expected:
@@ -445,6 +499,15 @@ def main():
           "grid (gradients and moments whole over gz, which the cost model divides over "
           "gz as AxoNN does)"
           % (MEMORY["equal"], MEMORY["tp3d"]))
+    print("their peak saved activations per rank over the schedule: %d pairs equal to the "
+          "cost model's activations for the rank's pipeline stage, %d above it under ZB-H1 "
+          "(what the W step reads of the B step, kept from B to W, is not in the cost "
+          "model), %d not compared (LLaMA's frozen tables, BERT, tp, cp, ulysses: "
+          "the per-micro-batch figures differ)"
+          % (KEPT_STATE["equal"], KEPT_STATE["zb-h1"], KEPT_STATE["printed"]))
+    if KEPT_WORST[1]:
+        print("the largest of those differences: %.0f%% (%s)" % (100 * KEPT_WORST[0],
+                                                               KEPT_WORST[1]))
     return 1 if failures or good < (20 if options.quick else 150) else 0
 
 

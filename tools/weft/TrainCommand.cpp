@@ -957,6 +957,15 @@ int runTrain(MLIRContext &context) {
           held.optimizer.push_back(rank.optimizer);
         }
         printHeldState(step, held);
+        // What the schedule kept in flight: the figure the cost model
+        // predicts per stage as activations (at the tensors' element types).
+        llvm::errs() << "weft train: saved activations per rank in step "
+                     << step + 1
+                     << " (peak bytes at their element types, the schedule's "
+                        "micro-batches in flight):";
+        for (const weft::rt::PipelineHeld &rank : ran->held)
+          llvm::errs() << ' ' << rank.activations;
+        llvm::errs() << '\n';
       }
       if (ran->outputs.empty() || int64_t(ran->outputs[0].size()) != windows)
         return trainError("the pipeline returned no loss per micro-batch");

@@ -112,6 +112,17 @@ PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
 PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
                                        int m);
 
+/// The micro-batches rank `stage` keeps activations of at once when it
+/// runs computeStepOrder's list: a micro-batch's chunk c is kept from its
+/// forward to its last backward step (its W step where the rank has W
+/// steps, as the executor frees it). Each entry counts, per chunk, the
+/// micro-batches in flight at one point of the list; only the points no
+/// other point covers in every chunk are given, so the most bytes kept is
+/// the largest of their products with each chunk's bytes per micro-batch.
+/// Computed once per (schedule, p, v, m, stage) on each thread.
+const std::vector<std::vector<int>> &
+inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage);
+
 /// A step as `PipelineSchedule::str` writes it (`F3`, `B0.1`, `>a1:2`,
 /// `<g0:2.1`; the `.chunk` only when the schedule has chunks > 1), and back
 /// (nullopt for a malformed name; a missing chunk is 0).

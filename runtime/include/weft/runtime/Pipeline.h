@@ -154,14 +154,21 @@ void accumulateInto(HostTensor &into, const HostTensor &add);
 /// Throws std::runtime_error naming the stage, step and peer on failure.
 /// `heldGradientBytes`, if given, gets the bytes of summed gradients the
 /// rank holds between micro-batches (its accumulators, before the step's
-/// reduction).
+/// reduction); `peakSavedBytes` the most bytes of saved activations it
+/// held at once, after each step of the schedule: per micro-batch and chunk
+/// in flight (forward run, last backward step not yet), what its forward
+/// kept for its backward and weight-gradient steps and the model inputs
+/// those read (token ids, labels). Counted at each tensor's element type
+/// (bf16 2 bytes, f32 4, i64 8), as a GPU holds them and the cost model
+/// counts them, not as the CPU runtime allocates them (f32, i64).
 std::vector<HostTensor>
 runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                 const std::vector<std::vector<HostTensor>> &microInputs,
                 const StepObserver *observer = nullptr,
                 std::chrono::steady_clock::time_point started =
                     std::chrono::steady_clock::now(),
-                int64_t *heldGradientBytes = nullptr);
+                int64_t *heldGradientBytes = nullptr,
+                int64_t *peakSavedBytes = nullptr);
 
 /// The global model outputs from every rank's runPipelineRank results: per
 /// micro-batch the blocks of the owning stage's ranks gathered, then the
@@ -202,9 +209,12 @@ struct PipelineOptimizerStep {
 
 /// What a rank held of the training state in a step: the bytes of its
 /// summed gradients between micro-batches, and of its optimizer step's
-/// parameters and optimizer state (its blocks).
+/// parameters and optimizer state (its blocks); and the peak bytes of the
+/// activations its schedule kept in flight (runPipelineRank's
+/// peakSavedBytes).
 struct PipelineHeld {
   int64_t gradients = 0, parameters = 0, optimizer = 0;
+  int64_t activations = 0;
 };
 
 /// Every rank of a training step as a thread, each followed by its pipeline
