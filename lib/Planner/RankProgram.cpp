@@ -34,10 +34,9 @@ using namespace weft::planner;
 //===----------------------------------------------------------------------===//
 
 RankProgramBuilder::RankProgramBuilder(MLIRContext &context, ModelSource source,
-                                       plan::TrainingConfig training,
-                                       int64_t vocab)
+                                       plan::TrainingConfig training)
     : context(context), source(std::move(source)),
-      training(std::move(training)), vocab(vocab) {}
+      training(std::move(training)) {}
 
 static func::FuncOp entryFunction(ModuleOp module) {
   for (auto func : module.getOps<func::FuncOp>())
@@ -124,7 +123,11 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
     // A language model's training step ends in its loss.
     auto logits = dyn_cast<RankedTensorType>(
         func.getResultTypes().empty() ? Type() : func.getResultTypes()[0]);
-    if (logits && logits.getRank() >= 2 && logits.getShape().back() == vocab)
+    // (As weft train appends it: on the first result, logits of any
+    // float type and rank >= 2, whether or not their classes are the
+    // vocabulary: a token classifier's.)
+    if (logits && logits.getRank() >= 2 &&
+        isa<FloatType>(logits.getElementType()))
       pm.addPass(createWeftAppendLoss());
     if (failed(pm.run(*module))) {
       error = "the model's training step cannot be built";
@@ -605,6 +608,38 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   sizes.gy = meshInfo.size("gy");
   sizes.gz = meshInfo.size("gz");
 
+  // Whether a value depends on a trained (not frozen) weight: what
+  // -weft-differentiate gives a gradient.
+  llvm::DenseMap<Value, bool> activeMemo;
+  std::function<bool(Value)> isActive = [&](Value value) -> bool {
+    if (auto it = activeMemo.find(value); it != activeMemo.end())
+      return it->second;
+    activeMemo[value] = false; // (no cycles in SSA; a guard all the same)
+    bool active = false;
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      // A region's argument is what its op is given (a layer's inputs).
+      Operation *owner = arg.getOwner()->getParentOp();
+      if (owner && !isa<func::FuncOp>(owner) &&
+          arg.getArgNumber() < owner->getNumOperands())
+        active = isActive(owner->getOperand(arg.getArgNumber()));
+    } else {
+      Operation *def = value.getDefiningOp();
+      if (auto param = dyn_cast<ParameterOp>(def)) {
+        active = !frozen || !frozen->match(param.getName());
+      } else if (def->getNumRegions() && !def->getRegion(0).empty() &&
+                 def->getRegion(0).front().mightHaveTerminator()) {
+        // A layer's (or fusion's) result is what its body yields.
+        Operation *yield = def->getRegion(0).front().getTerminator();
+        unsigned r = cast<OpResult>(value).getResultNumber();
+        active = r < yield->getNumOperands() && isActive(yield->getOperand(r));
+      } else {
+        active = llvm::any_of(def->getOperands(), isActive);
+      }
+    }
+    activeMemo[value] = active;
+    return active;
+  };
+
   auto visit = [&](Operation *op, BlockKind block) {
     int b = int(block);
     if (auto param = dyn_cast<ParameterOp>(op))
@@ -664,9 +699,11 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         profile.ops.push_back(std::move(record));
       }
     }
-    // Saved for backward.
+    // Saved for backward, by what the differentiated program differentiates:
+    // an op none of whose operands depends on a trained weight (a mask made
+    // from an input, a frozen table's slice) has no backward.
     auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
-    if (!differentiable)
+    if (!differentiable || llvm::none_of(op->getOperands(), isActive))
       return;
     SmallVector<SavedTensor> values;
     differentiable.getSavedForBackward(values);

@@ -387,6 +387,36 @@ TEST(PlannerPipeline, UnitTimeSchedules) {
                                         half, halfB, none2, 0, nullptr);
   EXPECT_DOUBLE_EQ(interleaved, m * 3.0 + (p - 1) * 3.0 / 2);
 }
+
+// The micro-batches a rank keeps activations of, from the step list the
+// executor runs: 1F1B's p - s, GPipe's m, Megatron's interleaved warm-up
+// (2(p - s - 1) + (v - 1)p + 1 chunk-micro-batches on rank s at most), and
+// ZB-H1's W steps keeping them longer than 1F1B's B steps.
+TEST(PlannerPipeline, InFlightCountsFollowTheStepList) {
+  const int p = 4, m = 8;
+  auto most = [](const std::vector<std::vector<int>> &points) {
+    int best = 0;
+    for (const std::vector<int> &point : points) {
+      int sum = 0;
+      for (int count : point)
+        sum += count;
+      best = std::max(best, sum);
+    }
+    return best;
+  };
+  for (int s = 0; s < p; ++s) {
+    EXPECT_EQ(inFlightCounts(plan::SCHEDULE_1F1B, p, 1, m, s),
+              std::vector<std::vector<int>>{{p - s}});
+    EXPECT_EQ(inFlightCounts(plan::SCHEDULE_GPIPE, p, 1, m, s),
+              std::vector<std::vector<int>>{{m}});
+    EXPECT_EQ(most(inFlightCounts(plan::SCHEDULE_INTERLEAVED, p, 2, m, s)),
+              2 * (p - s - 1) + p + 1);
+    EXPECT_GE(most(inFlightCounts(plan::SCHEDULE_ZB_H1, p, 1, m, s)), p - s);
+  }
+  // The last stage's 1F1B runs each backward right after its forward; its
+  // ZB-H1 keeps a micro-batch until its W step.
+  EXPECT_GT(most(inFlightCounts(plan::SCHEDULE_ZB_H1, p, 1, m, p - 1)), 1);
+}
 } // namespace
 
 namespace {
