@@ -235,18 +235,11 @@ cachedStepOrder(plan::Schedule schedule, int p, int v, int m) {
   return cache.emplace(key, computeStepOrder(schedule, p, v, m)).first->second;
 }
 
-const std::vector<std::vector<int>> &
-planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m,
-                        int stage) {
-  using Key = std::tuple<int, int, int, int, int>;
-  thread_local std::map<Key, std::vector<std::vector<int>>> cache;
-  Key key{int(schedule), p, v, m, stage};
-  if (auto found = cache.find(key); found != cache.end())
-    return found->second;
-  if (cache.size() >= 1024)
-    cache.clear();
-  const std::vector<PipelineStep> &steps =
-      cachedStepOrder(schedule, p, v, m)[size_t(stage)];
+/// inFlightCounts of one rank's list: the counts after each forward that
+/// the next step does not follow with another (the local peaks), less the
+/// points another covers.
+static std::vector<std::vector<int>>
+countInFlight(const std::vector<PipelineStep> &steps, int v) {
   const bool weightSteps =
       std::any_of(steps.begin(), steps.end(), [](const PipelineStep &step) {
         return step.kind == PipelineStep::WeightGrad;
@@ -255,22 +248,94 @@ planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m,
       weightSteps ? PipelineStep::WeightGrad : PipelineStep::Backward;
   std::set<std::vector<int>> seen;
   std::vector<int> count(size_t(v), 0);
-  for (const PipelineStep &step : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PipelineStep &step = steps[i];
     if (step.kind == PipelineStep::Forward) {
       ++count[size_t(step.chunk)];
-      seen.insert(count);
+      if (i + 1 == steps.size() || steps[i + 1].kind != PipelineStep::Forward)
+        seen.insert(count);
     } else if (step.kind == last) {
       --count[size_t(step.chunk)];
     }
   }
-  // The points another covers in every chunk never hold the most.
   std::vector<std::vector<int>> points(seen.begin(), seen.end()), kept;
-  for (const std::vector<int> &point : points) {
-    bool covered = isCovered(points, point);
-    if (!covered)
+  for (const std::vector<int> &point : points)
+    if (!isCovered(points, point))
       kept.push_back(point);
+  return kept;
+}
+
+const std::vector<std::vector<int>> &
+planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
+                        bool exactly) {
+  // Every stage's counts of one list, kept together: a list is built once
+  // for all of them (and not kept: the simulation's lists stay cached).
+  using Key = std::tuple<int, int, int, int, bool>;
+  thread_local std::map<Key, std::vector<std::vector<std::vector<int>>>> cache;
+  if (!exactly && schedule != plan::SCHEDULE_GPIPE) {
+    // Past the warm-up the list repeats every p micro-batches (every one
+    // for v = 1; simulatePipeline): what is in flight at any point of a
+    // long list is what is in flight in a list of a few periods past the
+    // warm-up's (v + 1)p chunk steps.
+    const int64_t shorter = int64_t(v == 1 ? 3 : v + 2) * p;
+    if (m > shorter && !(v > 1 && m % p != 0))
+      m = int(shorter);
   }
-  return cache.emplace(key, std::move(kept)).first->second;
+  Key key{int(schedule), p, v, m, exactly};
+  auto found = cache.find(key);
+  if (found == cache.end()) {
+    if (cache.size() >= 4096)
+      cache.clear();
+    std::vector<std::vector<std::vector<int>>> stages(static_cast<size_t>(p));
+    if (!exactly && schedule == plan::SCHEDULE_GPIPE) {
+      // Every forward before any backward: all m micro-batches.
+      for (auto &points : stages)
+        points = {std::vector<int>(size_t(v), m)};
+    } else if (!exactly && schedule == plan::SCHEDULE_1F1B && v == 1) {
+      // The warm-up's p - s forwards, then one forward per backward.
+      for (int s = 0; s < p; ++s)
+        stages[size_t(s)] = {{std::min(p - s, m)}};
+    } else {
+      std::vector<std::vector<PipelineStep>> order =
+          computeStepOrder(schedule, p, v, m);
+      for (int s = 0; s < p; ++s)
+        stages[size_t(s)] = countInFlight(order[size_t(s)], v);
+    }
+    found = cache.emplace(key, std::move(stages)).first;
+  }
+  return found->second[size_t(stage)];
+}
+
+int planner::mostInFlight(plan::Schedule schedule, int p, int v, int m,
+                          int stage) {
+  switch (schedule) {
+  case plan::SCHEDULE_GPIPE:
+    return m * v;
+  case plan::SCHEDULE_ZB_H1:
+    // 1F1B's order, a W waiting for its gap: up to p - 1 more micro-batches
+    // than 1F1B's p - s (a W runs early when p of them wait).
+    if (v == 1)
+      return std::min(2 * p - 1 - stage, m);
+    break;
+  case plan::SCHEDULE_1F1B:
+  case plan::SCHEDULE_ZEROPP:
+  case plan::SCHEDULE_INTERLEAVED:
+    // ZeroPP runs 1F1B's order, or with chunks the interleaved one.
+    if (v == 1)
+      return std::min(p - stage, m);
+    // Megatron's warm-up, 2(p - s - 1) + (v - 1)p forwards, and one more
+    // before the first backward; after it each forward follows a backward.
+    if (m % p == 0)
+      return int(std::min<int64_t>(
+          2 * int64_t(p - stage - 1) + int64_t(v - 1) * p + 1, int64_t(m) * v));
+    break;
+  default:
+    break;
+  }
+  int most = 0;
+  for (const std::vector<int> &point : inFlightCounts(schedule, p, v, m, stage))
+    most = std::max(most, std::accumulate(point.begin(), point.end(), 0));
+  return most;
 }
 
 std::vector<std::vector<PipelineStep>>

@@ -112,6 +112,11 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   if (p == 1) {
     // One stage: each micro-batch's backward follows its forward.
     mem.activations = chunkBytes[0];
+  } else if (std::all_of(
+                 chunkBytes.begin(), chunkBytes.end(),
+                 [&](double bytes) { return bytes == chunkBytes[0]; })) {
+    // Chunks alike (a middle stage's): the most micro-batches in flight.
+    mem.activations = mostInFlight(plan.schedule(), p, v, m, s) * chunkBytes[0];
   } else {
     for (const std::vector<int> &count :
          inFlightCounts(plan.schedule(), p, v, m, s)) {

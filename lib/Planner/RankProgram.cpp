@@ -34,9 +34,10 @@ using namespace weft::planner;
 //===----------------------------------------------------------------------===//
 
 RankProgramBuilder::RankProgramBuilder(MLIRContext &context, ModelSource source,
-                                       plan::TrainingConfig training)
+                                       plan::TrainingConfig training,
+                                       int64_t vocab)
     : context(context), source(std::move(source)),
-      training(std::move(training)) {}
+      training(std::move(training)), vocab(vocab) {}
 
 static func::FuncOp entryFunction(ModuleOp module) {
   for (auto func : module.getOps<func::FuncOp>())
@@ -123,11 +124,7 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
     // A language model's training step ends in its loss.
     auto logits = dyn_cast<RankedTensorType>(
         func.getResultTypes().empty() ? Type() : func.getResultTypes()[0]);
-    // (As weft train appends it: on the first result, logits of any
-    // float type and rank >= 2, whether or not their classes are the
-    // vocabulary: a token classifier's.)
-    if (logits && logits.getRank() >= 2 &&
-        isa<FloatType>(logits.getElementType()))
+    if (logits && logits.getRank() >= 2 && logits.getShape().back() == vocab)
       pm.addPass(createWeftAppendLoss());
     if (failed(pm.run(*module))) {
       error = "the model's training step cannot be built";

@@ -416,6 +416,45 @@ TEST(PlannerPipeline, InFlightCountsFollowTheStepList) {
   // The last stage's 1F1B runs each backward right after its forward; its
   // ZB-H1 keeps a micro-batch until its W step.
   EXPECT_GT(most(inFlightCounts(plan::SCHEDULE_ZB_H1, p, 1, m, p - 1)), 1);
+  // Many micro-batches: the counts of a shorter list past the warm-up (the
+  // search costs thousands), equal to the long list's own.
+  // A long list's counts are a shorter one's past the warm-up; GPipe's and
+  // 1F1B's counts, and the most in flight of the interleaved schedule, are
+  // closed forms: all equal to what their own lists give, on few
+  // micro-batches and on many.
+  for (auto [schedule, v] : {std::pair{plan::SCHEDULE_1F1B, 1},
+                             {plan::SCHEDULE_GPIPE, 1},
+                             {plan::SCHEDULE_INTERLEAVED, 2},
+                             {plan::SCHEDULE_INTERLEAVED, 3},
+                             {plan::SCHEDULE_ZB_H1, 1},
+                             {plan::SCHEDULE_ZEROPP, 2}})
+    for (int stages : {2, 4, 8})
+      for (int micro : {stages, 2 * stages, 3 * stages, 6 * stages, 400})
+        for (int s = 0; s < stages; ++s)
+          EXPECT_EQ(inFlightCounts(schedule, stages, v, micro, s),
+                    inFlightCounts(schedule, stages, v, micro, s,
+                                   /*exactly=*/true))
+              << scheduleName(schedule) << " p=" << stages << " v=" << v
+              << " m=" << micro << " stage " << s;
+  for (int v : {1, 2, 3})
+    for (plan::Schedule schedule :
+         {plan::SCHEDULE_1F1B, plan::SCHEDULE_GPIPE, plan::SCHEDULE_INTERLEAVED,
+          plan::SCHEDULE_ZB_H1, plan::SCHEDULE_ZEROPP})
+      for (int stages : {2, 3, 4, 8})
+        for (int micro :
+             {1, stages - 1, stages, stages + 1, 2 * stages, 5 * stages})
+          for (int s = 0; s < stages; ++s) {
+            bool chunked = schedule == plan::SCHEDULE_INTERLEAVED ||
+                           schedule == plan::SCHEDULE_ZEROPP;
+            if ((schedule == plan::SCHEDULE_INTERLEAVED && v == 1) ||
+                (!chunked && v > 1) || (v > 1 && micro % stages != 0))
+              continue;
+            EXPECT_EQ(mostInFlight(schedule, stages, v, micro, s),
+                      most(inFlightCounts(schedule, stages, v, micro, s,
+                                          /*exactly=*/true)))
+                << scheduleName(schedule) << " p=" << stages << " v=" << v
+                << " m=" << micro << " stage " << s;
+          }
 }
 } // namespace
 

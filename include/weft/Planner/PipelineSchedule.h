@@ -119,9 +119,23 @@ PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
 /// micro-batches in flight at one point of the list; only the points no
 /// other point covers in every chunk are given, so the most bytes kept is
 /// the largest of their products with each chunk's bytes per micro-batch.
-/// Computed once per (schedule, p, v, m, stage) on each thread.
-const std::vector<std::vector<int>> &
-inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage);
+/// Computed for every stage at once per (schedule, p, v, m) on each
+/// thread. GPipe's is
+/// m in every chunk, 1F1B's min(p - s, m); past the warm-up the others
+/// repeat, so a long list's counts are those of a list of a few periods
+/// (3p micro-batches, (v + 2)p with chunks), unless `exactly`.
+const std::vector<std::vector<int>> &inFlightCounts(plan::Schedule schedule,
+                                                    int p, int v, int m,
+                                                    int stage,
+                                                    bool exactly = false);
+/// The most chunk-micro-batches rank `stage` keeps at once (the largest sum
+/// of inFlightCounts' points): what a rank whose chunks keep the same bytes
+/// holds. Closed forms for GPipe (m v), 1F1B and ZeroPP without chunks
+/// (min(p - s, m)), ZB-H1 (min(2p - 1 - s, m): its W steps wait), and
+/// Megatron's interleaved order, ZeroPP's with chunks (min(2(p - s - 1) +
+/// (v - 1)p + 1, m v)), which the search costs for thousands of
+/// micro-batch counts without building lists.
+int mostInFlight(plan::Schedule schedule, int p, int v, int m, int stage);
 
 /// A step as `PipelineSchedule::str` writes it (`F3`, `B0.1`, `>a1:2`,
 /// `<g0:2.1`; the `.chunk` only when the schedule has chunks > 1), and back
