@@ -286,21 +286,13 @@ planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
   if (found == cache.end()) {
     if (cache.size() >= 4096)
       cache.clear();
+    // (Where a rank's chunks keep the same bytes, mostInFlight's closed
+    // forms answer without a list.)
     std::vector<std::vector<std::vector<int>>> stages(static_cast<size_t>(p));
-    if (!exactly && schedule == plan::SCHEDULE_GPIPE) {
-      // Every forward before any backward: all m micro-batches.
-      for (auto &points : stages)
-        points = {std::vector<int>(size_t(v), m)};
-    } else if (!exactly && schedule == plan::SCHEDULE_1F1B && v == 1) {
-      // The warm-up's p - s forwards, then one forward per backward.
-      for (int s = 0; s < p; ++s)
-        stages[size_t(s)] = {{std::min(p - s, m)}};
-    } else {
-      std::vector<std::vector<PipelineStep>> order =
-          computeStepOrder(schedule, p, v, m);
-      for (int s = 0; s < p; ++s)
-        stages[size_t(s)] = countInFlight(order[size_t(s)], v);
-    }
+    std::vector<std::vector<PipelineStep>> order =
+        computeStepOrder(schedule, p, v, m);
+    for (int s = 0; s < p; ++s)
+      stages[size_t(s)] = countInFlight(order[size_t(s)], v);
     found = cache.emplace(key, std::move(stages)).first;
   }
   return found->second[size_t(stage)];

@@ -120,10 +120,9 @@ PipelineSchedule buildPipelineSchedule(plan::Schedule schedule, int p, int v,
 /// other point covers in every chunk are given, so the most bytes kept is
 /// the largest of their products with each chunk's bytes per micro-batch.
 /// Computed for every stage at once per (schedule, p, v, m) on each
-/// thread. GPipe's is
-/// m in every chunk, 1F1B's min(p - s, m); past the warm-up the others
-/// repeat, so a long list's counts are those of a list of a few periods
-/// (3p micro-batches, (v + 2)p with chunks), unless `exactly`.
+/// thread. Past the warm-up every schedule but GPipe repeats, so a long
+/// list's counts are those of a list of a few periods (3p micro-batches,
+/// (v + 2)p with chunks), unless `exactly`.
 const std::vector<std::vector<int>> &inFlightCounts(plan::Schedule schedule,
                                                     int p, int v, int m,
                                                     int stage,
