@@ -695,8 +695,12 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     over `pp` by an all-reduce that every pipeline rank's step joins at the same place
     (those that do not hold it add zeros), so its copies stay identical; the squares of
     the gradient norm are summed per rank as above, the tied parameter's on its first
-    holder only, and then all-reduced over `pp`. ZeRO-1 composes (the stages' reduction
-    functions reduce-scatter); `stored-over` (ZeRO-3) does not.
+    holder only, and then all-reduced over `pp`. ZeRO composes: the stages' reduction
+    functions reduce-scatter (ZeRO-1 and 2), and with `stored-over` (ZeRO-3) each pipeline
+    rank's step takes and returns the stored blocks of its stages' weights. On a module
+    whose steps are load-balanced (`weft.load_balanced`), a block that `cp` leads on its
+    dimension is in the ring's zigzag layout, as the runtime lays out such a split: the
+    gathers and cuts of it are `zigzag` ones.
 
     ```mlir
     %e = weft.all_reduce sum %g_wte over @mesh ["pp"] : tensor<64x32xf32>
@@ -822,7 +826,12 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
     and sums the reduced blocks, so a rank never holds more than its block of the
     accumulated gradients, and the reduction's bytes grow with the micro-batches (as
     DeepSpeed's stage 2 does); without it (ZeRO-1, Megatron's distributed optimizer), the
-    whole partial gradients accumulate and are reduce-scattered once.
+    whole partial gradients accumulate and are reduce-scattered once. A pipeline stage's
+    backward and weight-gradient functions are marked the same way, and the pipeline
+    executor reduces after each of their steps. On a load-balanced step
+    (`weft.load_balanced`), a block whose dimension the group leads with `cp` is in the
+    ring's zigzag layout (as the runtime lays out such a split): its reduce-scatter is a
+    `zigzag` one, on a dimension that divides by twice the group.
 
     ```mlir
     %r = weft.reduce_scatter sum %g over @mesh ["dp"] dim 0

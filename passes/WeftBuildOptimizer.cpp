@@ -69,6 +69,10 @@ struct WeftBuildOptimizerPass
                          << "' is not adamw or sgd";
       return signalPassFailure();
     }
+    // A ring's load-balanced layout (-weft-apply-plan marks the steps).
+    loadBalanced = llvm::any_of(module.getOps<func::FuncOp>(), [](auto f) {
+      return f->hasAttr(WeftDialect::getLoadBalancedAttrName());
+    });
     std::optional<llvm::Regex> frozen;
     if (!freeze.empty()) {
       frozen.emplace(freeze);
@@ -110,13 +114,6 @@ struct WeftBuildOptimizerPass
         module.emitError() << "-weft-build-optimizer: the module is cut into "
                               "pipeline stages but its weft.mesh does not "
                               "begin with the axis pp";
-        return signalPassFailure();
-      }
-      if (!storedOver.empty()) {
-        module.emitError()
-            << "-weft-build-optimizer: stored-over (ZeRO-3) on a module cut "
-               "into pipeline stages: a pipeline's weights are not stored in "
-               "blocks (give zero=1)";
         return signalPassFailure();
       }
     }
@@ -175,6 +172,8 @@ struct WeftBuildOptimizerPass
       build(module, trained, "optimizer_step_pp" + std::to_string(rank),
             int64_t(rank), tied);
   }
+
+  bool loadBalanced = false;
 
   /// A parameter several pipeline ranks train: its layout (the same on
   /// each) and the ranks, in order.
@@ -539,24 +538,34 @@ struct WeftBuildOptimizerPass
       RankedTensorType rankType = stored.empty()
                                       ? cast<RankedTensorType>(p.getType())
                                       : typeOf(entry, entry.param);
+      // A block whose dimension these axes lead, cp first, is in the
+      // load-balanced ring's layout, as the runtime lays it out and the
+      // step's gathers and reduce-scatters read it.
+      auto zigzag = [&](ArrayRef<StringRef> axes, int64_t dim) {
+        return loadBalanced && !axes.empty() && axes.front() == "cp" &&
+                       (size_t(dim) >= entry.param.dims.size() ||
+                        entry.param.dims[size_t(dim)].empty())
+                   ? b.getUnitAttr()
+                   : UnitAttr();
+      };
       if (!stored.empty())
         p = AllGatherOp::create(
             b, loc, rankType, p, meshRef, b.getStrArrayAttr(stored),
-            b.getI64IntegerAttr(0), UnitAttr(), CollectiveCodecAttr());
+            b.getI64IntegerAttr(0), zigzag(stored, 0), CollectiveCodecAttr());
       if (!scatter.empty())
-        p = AllSliceOp::create(b, loc, g.getType(), p, meshRef,
-                               b.getStrArrayAttr(scatter),
-                               b.getI64IntegerAttr(entry.dim), UnitAttr());
+        p = AllSliceOp::create(
+            b, loc, g.getType(), p, meshRef, b.getStrArrayAttr(scatter),
+            b.getI64IntegerAttr(entry.dim), zigzag(scatter, entry.dim));
       auto gather = [&](Value block) -> Value {
         if (!scatter.empty())
-          block = AllGatherOp::create(b, loc, rankType, block, meshRef,
-                                      b.getStrArrayAttr(scatter),
-                                      b.getI64IntegerAttr(entry.dim),
-                                      UnitAttr(), CollectiveCodecAttr());
+          block = AllGatherOp::create(
+              b, loc, rankType, block, meshRef, b.getStrArrayAttr(scatter),
+              b.getI64IntegerAttr(entry.dim), zigzag(scatter, entry.dim),
+              CollectiveCodecAttr());
         if (!stored.empty())
           block = AllSliceOp::create(b, loc, body->getArgument(at).getType(),
                                      block, meshRef, b.getStrArrayAttr(stored),
-                                     b.getI64IntegerAttr(0), UnitAttr());
+                                     b.getI64IntegerAttr(0), zigzag(stored, 0));
         return block;
       };
       if (adamw) {

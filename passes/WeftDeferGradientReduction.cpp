@@ -309,15 +309,28 @@ struct WeftDeferGradientReduction
     // With `scatter`, the dimension each gradient is reduce-scattered on
     // (-1: all-reduced whole).
     SmallVector<int64_t> scattered;
+    const bool loadBalanced =
+        func->hasAttr(WeftDialect::getLoadBalancedAttrName());
     for (auto [index, m] : llvm::enumerate(moved)) {
       auto type = cast<RankedTensorType>(types[index]);
       SmallVector<StringRef, 4> axes = axesInMeshOrder(m.reduction);
       int64_t group = 1;
       for (StringRef axis : axes)
         group *= meshInfo ? meshInfo->size(axis) : 1;
+      auto local = func.getResultAttrOfType<ShardingAttr>(
+          m.result, WeftDialect::getLocalShardingAttrName());
+      TensorSharding whole =
+          local ? fromAttr(local) : TensorSharding::replicated(type.getRank());
+      // A block whose dimension the group's axes lead, cp first, is in the
+      // load-balanced ring's layout (two mirrored pieces per rank), as the
+      // runtime lays out such a split: its reduce-scatter is a zigzag one.
+      auto zigzagOn = [&](int64_t d) {
+        return loadBalanced && !axes.empty() && axes.front() == "cp" &&
+               (size_t(d) >= whole.dims.size() || whole.dims[d].empty());
+      };
       int64_t dim = -1;
       for (int64_t d = 0; scatter && group > 1 && d < type.getRank(); ++d)
-        if (type.getDimSize(d) % group == 0) {
+        if (type.getDimSize(d) % (group * (zigzagOn(d) ? 2 : 1)) == 0) {
           dim = d;
           break;
         }
@@ -335,7 +348,7 @@ struct WeftDeferGradientReduction
       reduced.push_back(ReduceScatterOp::create(
           b, func.getLoc(), type.clone(block), kind, body->getArgument(index),
           m.reduction.mesh, b.getStrArrayAttr(axes), b.getI64IntegerAttr(dim),
-          codec));
+          zigzagOn(dim) ? b.getUnitAttr() : UnitAttr(), codec));
     }
     func::ReturnOp::create(b, func.getLoc(), reduced);
     reduce.setType(

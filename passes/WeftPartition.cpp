@@ -114,11 +114,13 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
       if (!allPartial)
         continue;
       int64_t n = meshInfo.product(extra);
+      // (A split's layout is the load-balanced one only when its first
+      // axis is cp: the axes that lead the dimension, as the runtime's.)
       value = ReduceScatterOp::create(
           b, loc, resized(value, d, n, false),
           ReductionKindAttr::get(b.getContext(), ReductionKind::sum), value,
           meshRef(), axesAttr(extra), b.getI64IntegerAttr(d),
-          CollectiveCodecAttr());
+          have.empty() ? zigzagAttr(extra) : UnitAttr(), CollectiveCodecAttr());
       from.dims[d] = want;
       SmallVector<std::string, 2> rest;
       for (const std::string &axis : from.partial)
@@ -175,10 +177,11 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
       moved = true;
     }
     if (!moved)
-      value = AllGatherOp::create(b, loc, resized(value, d, n, true), value,
-                                  meshRef(), axesAttr(leaving),
-                                  b.getI64IntegerAttr(d), zigzagAttr(leaving),
-                                  CollectiveCodecAttr());
+      value = AllGatherOp::create(
+          b, loc, resized(value, d, n, true), value, meshRef(),
+          axesAttr(leaving), b.getI64IntegerAttr(d),
+          common == 0 ? zigzagAttr(leaving) : UnitAttr(),
+          CollectiveCodecAttr());
     have.resize(common);
   }
   // 3. Axes arriving: each rank keeps its slice.
@@ -190,9 +193,10 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
     SmallVector<std::string, 2> arriving(want.begin() + have.size(),
                                          want.end());
     int64_t n = meshInfo.product(arriving);
-    value = AllSliceOp::create(b, loc, resized(value, d, n, false), value,
-                               meshRef(), axesAttr(arriving),
-                               b.getI64IntegerAttr(d), zigzagAttr(arriving));
+    value = AllSliceOp::create(
+        b, loc, resized(value, d, n, false), value, meshRef(),
+        axesAttr(arriving), b.getI64IntegerAttr(d),
+        have.empty() ? zigzagAttr(arriving) : UnitAttr());
     have = want;
   }
   return value;
@@ -577,7 +581,7 @@ struct WeftOptimizeCollectives
         auto scatter = ReduceScatterOp::create(
             b, slice.getLoc(), slice.getType(), reduce.getKindAttr(),
             reduce.getInput(), slice.getMeshAttr(), slice.getAxes(),
-            slice.getDimAttr(), reduce.getCodecAttr());
+            slice.getDimAttr(), UnitAttr(), reduce.getCodecAttr());
         slice.getResult().replaceAllUsesWith(scatter.getResult());
         slice.erase();
         if (reduce->use_empty())

@@ -266,7 +266,11 @@ weft::zeroStorageAxes(ArrayRef<int64_t> shape, const TensorSharding &sharding,
         !sharding.uses(axis))
       stored.push_back(axis);
   int64_t rows = shape.front() / mesh.product(sharding.dims.front());
-  if (stored.empty() || rows % mesh.product(stored) != 0)
+  // A split whose major axis is cp is the ring's load-balanced layout on a
+  // module that has one: two mirrored pieces per rank, which the stored
+  // block's gather and slice then use too.
+  const int64_t pieces = !stored.empty() && stored.front() == "cp" ? 2 : 1;
+  if (stored.empty() || rows % (mesh.product(stored) * pieces) != 0)
     stored.clear();
   return stored;
 }

@@ -26,6 +26,8 @@ FailureOr<GradientReduction> weft::readGradientReduction(func::FuncOp step,
             o, WeftDialect::getLocalShardingAttrName()))
       if (!local.getPartialAxes().empty())
         found.partial.push_back(int(o));
+  found.everyMicroBatch =
+      step->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName());
   if (!found.partial.empty() &&
       (!found.function ||
        found.function.getNumArguments() != found.partial.size())) {

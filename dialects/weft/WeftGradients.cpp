@@ -1047,15 +1047,13 @@ LogicalResult AllReduceOp::buildGradients(GradientState &state) {
   }
 }
 LogicalResult AllGatherOp::buildGradients(GradientState &state) {
-  if (getZigzag())
-    return emitError("the gradient of a zigzag all-gather is not built yet");
   Value dy = state.gradient(getResult());
   state.accumulate(getLoc(), getInput(),
                    ReduceScatterOp::create(
                        state.builder(), getLoc(), getInput().getType(),
                        ReductionKindAttr::get(getContext(), ReductionKind::sum),
                        dy, getMeshAttr(), getAxesAttr(), getDimAttr(),
-                       getCodecAttr()));
+                       getZigzagAttr(), getCodecAttr()));
   return success();
 }
 LogicalResult ReduceScatterOp::buildGradients(GradientState &state) {
@@ -1065,8 +1063,8 @@ LogicalResult ReduceScatterOp::buildGradients(GradientState &state) {
   state.accumulate(getLoc(), getInput(),
                    AllGatherOp::create(state.builder(), getLoc(),
                                        getInput().getType(), dy, getMeshAttr(),
-                                       getAxesAttr(), getDimAttr(), UnitAttr(),
-                                       getCodecAttr()));
+                                       getAxesAttr(), getDimAttr(),
+                                       getZigzagAttr(), getCodecAttr()));
   return success();
 }
 LogicalResult AllSliceOp::buildGradients(GradientState &state) {

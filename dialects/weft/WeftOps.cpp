@@ -930,10 +930,11 @@ LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &table) {
       failed(verifyDimInRange(*this, "dim", getDim(), getInput().getType())))
     return failure();
   int64_t size = getInput().getType().getDimSize(getDim());
-  if (size % *group != 0)
+  if (size % (*group * (getZigzag() ? 2 : 1)) != 0)
     return emitOpError("dimension ")
            << getDim() << " of size " << size
-           << " does not divide by the group size " << *group;
+           << " does not divide by the group size " << *group
+           << (getZigzag() ? " times 2 (zigzag)" : "");
   return verifyResizedDim(*this, getInput().getType(), getType(), getDim(),
                           size / *group);
 }

@@ -1200,7 +1200,9 @@ def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter", "ReduceScatter",
   let description = [{
     Rank `i` of the group gets slice `i` (of `group size` equal slices along `dim`) of the
     elementwise `kind` of the group's inputs. What Megatron sequence parallelism does after
-    a row-parallel linear, and ZeRO-2 with gradients.
+    a row-parallel linear, and ZeRO-2 with gradients. With `zigzag`, the slices are those of
+    `weft.all_slice ... zigzag` (the load-balanced ring's layout: each rank of the first axis
+    gets chunks `i` and `2n - 1 - i` of `2n`), as a gradient stored in that layout needs.
   }] # commonDescription # [{
 
     ```mlir
@@ -1217,12 +1219,12 @@ def Weft_ReduceScatterOp : Weft_CollectiveOp<"reduce_scatter", "ReduceScatter",
   }];
   let arguments = (ins Weft_ReductionKind:$kind, Weft_NumericTensor:$input,
                        FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$dim, UnitAttr:$zigzag,
                        OptionalAttr<Weft_CollectiveCodec>:$codec);
   let results = (outs Weft_NumericTensor:$result);
   let assemblyFormat = [{
-    $kind $input `over` $mesh $axes `dim` $dim (`codec` $codec^)? attr-dict `:` type($input)
-    `->` type($result)
+    $kind $input `over` $mesh $axes `dim` $dim (`zigzag` $zigzag^)? (`codec` $codec^)? attr-dict
+    `:` type($input) `->` type($result)
   }];
 }
 

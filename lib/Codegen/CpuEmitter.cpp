@@ -362,7 +362,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
         assign(c.getResult(),
                "reduceScatter(ctx, " + arg(0) + ", " + reduceOp(c.getKind()) +
                    ", " + strings(c.getAxes()) + ", " +
-                   std::to_string(c.getDim()) + codecArg(c) + ")");
+                   std::to_string(c.getDim()) + ", " +
+                   (c.getZigzag() ? "true" : "false") + codecArg(c) + ")");
         return success();
       })
       .Case([&](AllToAllOp c) {

@@ -600,7 +600,8 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
         return collective("reduceScatter(ctx, " + tensor(c->getOperand(0)) +
                           ", " + reduceOp(c.getKind()) + ", " +
                           strings(c.getAxes()) + ", " +
-                          std::to_string(c.getDim()));
+                          std::to_string(c.getDim()) + ", " +
+                          (c.getZigzag() ? "true" : "false"));
       })
       .Case([&](AllToAllOp c) {
         return collective("allToAll(ctx, " + tensor(c->getOperand(0)) + ", " +

@@ -390,7 +390,8 @@ std::string codegen::pipelineLiteral(
            << ",\n      " << refs(fn.results) << ",\n      "
            << layoutsLiteral(piece, false) << ",\n      "
            << layoutsLiteral(piece, true) << ", " << indices(fn.partial) << ", "
-           << reduceFunction(k, weight) << "};\n";
+           << reduceFunction(k, weight) << ", "
+           << (fn.everyMicroBatch ? "true" : "false") << "};\n";
       }
     }
     os << "  program.gradientNames = {";

@@ -124,6 +124,7 @@ codegen::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
       if (failed(deferred))
         return llvm::createStringError(why);
       to.partial = deferred->partial;
+      to.everyMicroBatch = deferred->everyMicroBatch;
       return llvm::Error::success();
     };
     if (llvm::Error error = step(from.backward, stage.backward))

@@ -124,7 +124,14 @@ codegen::findHeldReads(Block &body, llvm::StringMap<HeldParameter> &held,
     SmallVector<Operation *> chain{param};
     while (layout.dims != heldParam.held.dims && value.hasOneUse()) {
       auto slice = dyn_cast<AllSliceOp>(*value.getUsers().begin());
-      if (!slice || slice.getZigzag() || slice->getBlock() != &body)
+      if (!slice || slice->getBlock() != &body)
+        break;
+      // A zigzag cut is the block the runtime lays out for a split that cp
+      // leads (a load-balanced ring's, ZeRO-3 storing over cp).
+      if (slice.getZigzag() &&
+          (!layout.dims[size_t(slice.getDim())].empty() ||
+           slice.getAxes().empty() ||
+           cast<StringAttr>(slice.getAxes()[0]).getValue() != "cp"))
         break;
       for (Attribute axis : slice.getAxes())
         layout.dims[size_t(slice.getDim())].push_back(

@@ -423,8 +423,7 @@ llvm::Expected<std::vector<HostTensor>> driver::runTrainingStepOnMeshDevices(
       return interpretOnRank(reduce, in, base, ctx);
     };
   onRank.partial = partial;
-  onRank.everyMicroBatch =
-      func->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName());
+  onRank.everyMicroBatch = deferred->everyMicroBatch;
   for (unsigned r = 0; r < func.getNumResults(); ++r)
     if (func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
       onRank.gradients.push_back(int(r));

@@ -613,7 +613,7 @@ LogicalResult Interpreter::runCollective(Operation *op) {
                              gather.getZigzag(), codec);
     else if (auto scatter = dyn_cast<ReduceScatterOp>(op))
       result = rt::reduceScatter(ctx, input, reduceOp(scatter.getKind()), axes,
-                                 scatter.getDim(), codec);
+                                 scatter.getDim(), scatter.getZigzag(), codec);
     else if (auto toAll = dyn_cast<AllToAllOp>(op))
       result = rt::allToAll(ctx, input, axes, toAll.getSplitDim(),
                             toAll.getConcatDim(), codec);

@@ -195,7 +195,7 @@ LogicalResult weft::buildPartitionedStep(MLIRContext &context, ModuleOp module,
     // ZeRO: the gradients are reduce-scattered and each rank updates its
     // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
     buildPartitionPipeline(pm, applyPlanOptions(plan), plan.compress(),
-                           pipelined ? 0 : plan.zero_stage());
+                           plan.zero_stage());
     // Each stage's forward, backward and weight-gradient steps apart, and
     // their data-parallel gradient reductions once per step.
     if (pipelined) {
@@ -204,6 +204,7 @@ LogicalResult weft::buildPartitionedStep(MLIRContext &context, ModuleOp module,
       // in blocks.
       WeftDeferGradientReductionOptions defer;
       defer.scatter = plan.zero_stage() >= 1;
+      defer.everyMicroBatch = plan.zero_stage() >= 2;
       pm.addPass(createWeftDeferGradientReduction(defer));
       pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
     }

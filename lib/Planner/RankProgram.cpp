@@ -396,10 +396,22 @@ LogicalResult planner::countPipelinedStepCommunication(
         break;
       }
       }
-      if (piece)
-        perRank[size_t(r)] += sent(piece);
+      if (!piece)
+        continue;
+      perRank[size_t(r)] += sent(piece);
+      // ZeRO-2 and 3: the step's partial gradients reduced after it, as the
+      // executor runs the reduction on each micro-batch's.
+      if (s.kind != PipelineStep::Forward) {
+        FailureOr<GradientReduction> deferred =
+            readGradientReduction(piece, error);
+        if (failed(deferred))
+          return failure();
+        if (deferred->everyMicroBatch && deferred->function &&
+            !deferred->partial.empty())
+          perRank[size_t(r)] += sent(deferred->function);
+      }
     }
-    // Each chunk's partial gradients, reduced once per step.
+    // Each chunk's partial gradients, otherwise reduced once per step.
     for (int c = 0; c < info.chunks; ++c) {
       const PipelineStageInfo &stage = info.virtualStages[size_t(c * p + r)];
       for (func::FuncOp piece : {stage.backward, stage.weight}) {
@@ -409,7 +421,8 @@ LogicalResult planner::countPipelinedStepCommunication(
             readGradientReduction(piece, error);
         if (failed(deferred))
           return failure();
-        if (deferred->function && !deferred->partial.empty())
+        if (!deferred->everyMicroBatch && deferred->function &&
+            !deferred->partial.empty())
           perRank[size_t(r)] += sent(deferred->function);
       }
     }

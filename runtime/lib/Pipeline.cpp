@@ -236,6 +236,21 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     }
     std::vector<HostTensor> out =
         call(step, fn.function, args, fn.results.size());
+    // ZeRO-2 and 3: this micro-batch's partial gradients reduced now (every
+    // rank of the stage runs its steps in one order), their blocks summed.
+    if (fn.everyMicroBatch && !fn.partial.empty()) {
+      if (!fn.reduce)
+        throw std::runtime_error(where(step) +
+                                 "partial gradients but no function that "
+                                 "reduces them");
+      std::vector<HostTensor> in;
+      for (int r : fn.partial)
+        in.push_back(std::move(out[size_t(r)]));
+      std::vector<HostTensor> reduced =
+          call(step, fn.reduce, in, fn.partial.size());
+      for (size_t i = 0; i < reduced.size(); ++i)
+        sumInto(gradients, fn.results[size_t(fn.partial[i])].index, reduced[i]);
+    }
     for (size_t r = 0; r < out.size(); ++r) {
       const PipelineRef &ref = fn.results[r];
       switch (ref.kind) {
@@ -249,11 +264,12 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
         break;
       case PipelineRef::Gradient:
         if (std::find(fn.partial.begin(), fn.partial.end(), int(r)) !=
-            fn.partial.end())
-          sumInto(partials,
-                  std::make_tuple(step.chunk * p + s, weightStep, int(r)),
-                  out[r]);
-        else
+            fn.partial.end()) {
+          if (!fn.everyMicroBatch)
+            sumInto(partials,
+                    std::make_tuple(step.chunk * p + s, weightStep, int(r)),
+                    out[r]);
+        } else
           sumInto(gradients, ref.index, out[r]);
         break;
       default:
@@ -412,7 +428,7 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     for (bool weightStep : {false, true}) {
       const PipelineStepFunction &fn =
           weightStep ? stage.weight : stage.backward;
-      if (fn.partial.empty())
+      if (fn.partial.empty() || fn.everyMicroBatch)
         continue;
       PipelineStep reduction;
       reduction.kind =

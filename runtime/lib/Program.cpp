@@ -188,10 +188,24 @@ HostTensor weft::rt::allGather(RankContext &ctx, const HostTensor &x,
 HostTensor weft::rt::reduceScatter(RankContext &ctx, const HostTensor &x,
                                    ReduceOp op,
                                    const std::vector<std::string> &axes,
-                                   int64_t dim, Codec codec) {
+                                   int64_t dim, bool zigzag, Codec codec) {
   ProfileScope profile("reduce_scatter");
+  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  if (!zigzag)
+    return valueOrThrow(
+        ctx.comm->reduceScatter(ctx.rank, group, x, dim, op, codec));
+  // Each rank's zigzag block moved to its place in group order: then the
+  // plain reduce-scatter leaves each rank its block.
+  const int64_t parts = int64_t(group.size());
+  std::vector<HostTensor> blocks;
+  for (int64_t r = 0; r < parts; ++r)
+    blocks.push_back(
+        zigzagSlice(x, dim, r, ctx.mesh.axisSize(axes.front()), parts));
+  std::vector<const HostTensor *> pointers;
+  for (const HostTensor &block : blocks)
+    pointers.push_back(&block);
   return valueOrThrow(ctx.comm->reduceScatter(
-      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, dim, op, codec));
+      ctx.rank, group, concat(pointers, dim), dim, op, codec));
 }
 
 HostTensor weft::rt::allToAll(RankContext &ctx, const HostTensor &x,

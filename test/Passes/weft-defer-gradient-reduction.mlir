@@ -201,3 +201,30 @@ func.func @positions(%dy: tensor<2x8x4xf32>, %ids: tensor<2x8xi64> {weft.local_s
   %g2 = weft.matmul %hot2, %r2 transpose_lhs : (tensor<2x8x16xf32>, tensor<2x8x4xf32>) -> tensor<2x16x4xf32>
   return %g, %g2 : tensor<1x16x4xf32>, tensor<2x16x4xf32>
 }
+
+// -----
+
+// On a load-balanced ring's step (weft.load_balanced), a block whose
+// dimension the reduction's axes lead with cp is in the ring's zigzag layout,
+// as the runtime lays such a split out: the reduce-scatter is a zigzag one,
+// on a dimension that divides by twice the group (2 rows of `t` do not over
+// cp = 2, so its 4 columns are cut). Led by dp, the block is a plain one.
+weft.mesh @mesh(dp = 2, cp = 2)
+// SCATTER-LABEL: func.func @ring_reduce_gradients
+// SCATTER: weft.reduce_scatter sum %{{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8x4xf32> -> tensor<4x4xf32>
+// SCATTER: weft.reduce_scatter sum %{{.*}} over @mesh ["cp"] dim 1 zigzag : tensor<2x4xf32> -> tensor<2x2xf32>
+// SCATTER-LABEL: func.func @grid_reduce_gradients
+// SCATTER: weft.reduce_scatter sum %{{.*}} over @mesh ["dp", "cp"] dim 0 : tensor<8x4xf32> -> tensor<2x4xf32>
+func.func @ring(%a: tensor<8x4xf32>, %b: tensor<2x4xf32>)
+    -> (tensor<8x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [[], []]>},
+        tensor<2x4xf32> {weft.gradient_of = "t", weft.local_sharding = #weft.sharding<@mesh, [[], []]>})
+    attributes {weft.load_balanced = ["cp"]} {
+  %r = weft.all_reduce sum %a over @mesh ["cp"] : tensor<8x4xf32>
+  %s = weft.all_reduce sum %b over @mesh ["cp"] : tensor<2x4xf32>
+  return %r, %s : tensor<8x4xf32>, tensor<2x4xf32>
+}
+func.func @grid(%a: tensor<8x4xf32>) -> (tensor<8x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [[], []]>})
+    attributes {weft.load_balanced = ["cp"]} {
+  %r = weft.all_reduce sum %a over @mesh ["dp", "cp"] : tensor<8x4xf32>
+  return %r : tensor<8x4xf32>
+}

@@ -294,7 +294,7 @@ def predicted_p2p(weft, spec, dims, devices):
     hidden, heads, seq, batch, m = dims
     dp = int(re.search(r"dp=(\d+)", spec).group(1)) if "dp=" in spec else 1
     keep = [item for item in spec.split(",") if not item.startswith("stages=")]
-    if "zeropp" in spec:
+    if "zeropp" in spec and "zero=" not in spec:
         keep.append("zero=3")  # the planner's ZeroPP shards parameters
     proc = subprocess.run(
         [weft, "plan", "--model", "gpt", "--layers", "8", "--hidden", str(hidden),

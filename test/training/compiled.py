@@ -80,13 +80,16 @@ PAIRS = [
     ("bert.onnx", "pp=2,m=2,schedule=zb-h1,tp=2,sp=true", ["--optimizer", "adamw"], False),
     ("gpt2-opset17", "pp=2,tp=2,m=2,schedule=1f1b", ["--optimizer", "adamw", "--dtype",
                                                      "bf16"], False),
+    # ZeroPP: pipeline stages over ZeRO-3, here over a load-balanced ring (the
+    # stored blocks and the gradients' reduce-scatters in its zigzag layout).
+    ("gpt2.onnx", "pp=2,cp=2,m=2,schedule=zeropp,zero=3", ["--optimizer", "adamw"], False),
 ]
 
 # Pairs whose program also resumes its step-1 checkpoint (SGD's momentum
 # buffer, ZeRO 1, 2 and 3 blocks of the optimizer state, bf16, f16's loss
 # scale): the steps after it and the final weights must be the uninterrupted
 # run's.
-RESUME = {3, 6, 7, 8, 10, 12, 13, 14, 16, 19}
+RESUME = {3, 6, 7, 8, 10, 12, 13, 14, 16, 19, 20}
 
 LOSS = re.compile(r"^step (\d+)/\d+  loss (\S+)  lr (\S+)  grad_norm (\S+)", re.M)
 

@@ -3,9 +3,12 @@
 schedule (GPipe, 1F1B, interleaved with v = 2, ZB-H1, ZeroPP's step order),
 m in {p, 2p} micro-batches, uneven stage boundaries and each recompute mode,
 combined with tp, Megatron SP, dp, Ulysses, ring attention (cp) and AxoNN's
-3-D tensor parallelism (tp3d=1x2x2), and ZeRO-1 (dp=2,zero=1: each pipeline
-rank's optimizer step on its blocks of the reduce-scattered gradients) up to 8
-simulated devices, on
+3-D tensor parallelism (tp3d=1x2x2), and ZeRO: zero=1 (each pipeline rank's
+optimizer step on its blocks of the reduce-scattered gradients), zero=2 (the
+gradients reduce-scattered after each micro-batch's backward) and zero=3 (the
+weights stored in blocks over dp x cp x ulysses, gathered in every forward,
+backward and weight-gradient step that reads them), ZeroPP always with zero=3,
+up to 8 simulated devices, on
 GPT-2-, BERT- and LLaMA-style models of 2, 4 and 8 layers (the modules of
 test/models/export_models.py exported in training mode, as
 training/against_torch.py does), trains 5 AdamW steps like the unpartitioned
@@ -23,10 +26,9 @@ For each pair it also checks that the order in which each rank ran its steps
 idle slots of each rank in that executed order (every compute step one slot,
 a receive waiting for its send) equal the bubble of the cost model's
 simulation of the same schedule in the same units (`weft plan
---print-schedule`'s `idle slots` line). On every pair but ZeroPP's (the
-planner's ZeroPP shards parameters over the pipeline group, zero=3, which
-weft train does not run with pp > 1), one more step in bf16 (AdamW, clipped
-at norm 1: the step the cost model counts) must send from each rank exactly
+--print-schedule`'s `idle slots` line). On every pair one more step in bf16
+(AdamW, clipped at norm 1: the step the cost model counts) must send from each
+rank exactly
 the bytes of `weft plan --evaluate`'s step_comm for the rank's pipeline
 stage, collectives of every plan form and sends alike. On the pairs whose only transfers are
 the pipeline's (no tp, dp, Ulysses or cp), the bytes each rank sent in a step
@@ -72,7 +74,7 @@ MODELS = {
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
              ("zeropp", 1)]
 INNER = ["", "tp=2", "tp=2,sp=true", "dp=2", "ulysses=2", "dp=2,tp=2", "cp=2",
-         "tp3d=1x2x2", "dp=2,zero=1"]
+         "tp3d=1x2x2", "dp=2,zero=1", "dp=2,zero=3"]
 
 
 def export(name, layers, path):
@@ -206,7 +208,9 @@ def check_held(held, memory, per_rank, spec):
     bf16 step) against the cost model's memory of its pipeline stage, as
     training/step_communication.py compares them: the gradients exactly,
     the f32 weights twice the cost model's trained bf16 weights (frozen ones,
-    LLaMA's rotary tables, are not the optimizer's), the moments 8 of its 12
+    LLaMA's rotary tables, are not the optimizer's; under ZeRO-3 the cost
+    model's weights add the layers gathered for use, so the stored blocks
+    are not compared), the moments 8 of its 12
     optimizer bytes a parameter (the other 4 are Megatron's f32 master
     weights, which in weft train are the weights themselves). Under AxoNN's
     3-D grid the cost model divides the weights, and so their gradients and
@@ -219,8 +223,9 @@ def check_held(held, memory, per_rank, spec):
     if "tp3d" in spec and all(g > cg and m > cm for (g, _, m), (cg, _, cm)
                               in zip(held, expected)):
         return "tp3d"
+    stored = re.search(r"\bzero=3\b", spec) is not None
     for rank, (state, cost) in enumerate(zip(held, expected)):
-        if state != cost:
+        if (state[0], state[2]) != (cost[0], cost[2]) or (not stored and state != cost):
             return "rank %d held %d/%d/%d bytes of gradients/f32 weights/moments; the " \
                 "cost model's memory of its pipeline stage %d/%d/%d" % ((rank,) + state + cost)
     return "equal"
@@ -321,31 +326,26 @@ def check_pair(weft, name, model, work, reference, spec, recompute, p, devices,
         return "failed", "the executed order idles %s slots per rank, the cost model's " \
             "simulation %s" % (slots, idle)
     # The bytes each rank sends in the step the cost model counts (bf16)
-    # equal its figure for the rank's pipeline stage. Not for ZeroPP: the
-    # planner's ZeroPP shards parameters over the pipeline group (zero=3),
-    # which weft train does not run with pp > 1; it runs ZeroPP's step
-    # order only.
-    sent = None
+    # equal its figure for the rank's pipeline stage.
     m = int(re.search(r"\bm=(\d+)", spec).group(1))
-    if "zeropp" not in spec:
-        ran, predicted, error = counted_step(weft, name, model, work, spec, recompute,
-                                             devices, m)
-        if error:
-            return "failed", error
-        (sent, held, kept), (stages, memory) = ran, predicted
-        state = check_held(held, memory, per_rank, spec)
-        if state not in MEMORY:
-            return "failed", state
-        MEMORY[state] += 1
-        state = check_kept(name, kept, memory, per_rank, spec)
-        if state not in KEPT_STATE:
-            return "failed", state
-        KEPT_STATE[state] += 1
-        expected = [stages[rank // per_rank] if rank // per_rank < len(stages) else None
-                    for rank in range(devices)]
-        if sent != expected:
-            return "failed", "in a bf16 step ranks sent %s bytes; the cost model's " \
-                "step_comm per pipeline stage %s says %s" % (sent, stages, expected)
+    ran, predicted, error = counted_step(weft, name, model, work, spec, recompute,
+                                         devices, m)
+    if error:
+        return "failed", error
+    (sent, held, kept), (stages, memory) = ran, predicted
+    state = check_held(held, memory, per_rank, spec)
+    if state not in MEMORY:
+        return "failed", state
+    MEMORY[state] += 1
+    state = check_kept(name, kept, memory, per_rank, spec)
+    if state not in KEPT_STATE:
+        return "failed", state
+    KEPT_STATE[state] += 1
+    expected = [stages[rank // per_rank] if rank // per_rank < len(stages) else None
+                for rank in range(devices)]
+    if sent != expected:
+        return "failed", "in a bf16 step ranks sent %s bytes; the cost model's " \
+            "step_comm per pipeline stage %s says %s" % (sent, stages, expected)
     if devices == p:
         # Only point-to-point transfers: every send, an activation or its
         # gradient, is the residual stream's block of one micro-batch, the
@@ -399,6 +399,16 @@ def plans(layers):
                         n *= int(value) if key in ("tp", "dp", "ulysses", "cp") else 1
                 if p * n > 8 or (schedule == "zeropp" and "tp" in inner):
                     continue
+                if schedule == "zeropp":
+                    # ZeroPP is a pipeline over fully sharded data
+                    # parallelism: always zero=3 (with dp = 1 there is
+                    # nothing to shard).
+                    zeropp = re.sub(r"zero=\d", "zero=3", inner)
+                    if "zero=" not in zeropp:
+                        zeropp = ",".join(filter(None, [zeropp, "zero=3"]))
+                    if zeropp != inner and "zero=" in inner:
+                        continue  # the same pairs as dp=2,zero=3's
+                    inner = zeropp
                 for m in (p, 2 * p):
                     spec = "pp=%d,m=%d,schedule=%s" % (p, m, schedule)
                     if v > 1:
@@ -410,9 +420,16 @@ def plans(layers):
     if layers == 4:
         out.append(("pp=2,m=2,schedule=1f1b,stages=3/1,tp=2", "full", 2, 2, 4))
         out.append(("pp=2,m=4,schedule=zb-h1,stages=1/3", "none", 2, 4, 2))
-        # ZeRO-1 with tensor parallelism and interleaved chunks.
+        # ZeRO-1 and 3 with tensor parallelism and interleaved chunks; ZeRO-2
+        # (the gradients reduce-scattered after each micro-batch); ZeRO-3
+        # over a load-balanced ring alone (its blocks in the ring's zigzag
+        # layout).
         out.append(("pp=2,m=2,schedule=interleaved,v=2,dp=2,tp=2,zero=1", "selective",
                     2, 2, 8))
+        out.append(("pp=2,m=2,schedule=interleaved,v=2,dp=2,tp=2,zero=3", "none",
+                    2, 2, 8))
+        out.append(("pp=2,m=4,schedule=1f1b,dp=2,zero=2", "full", 2, 4, 4))
+        out.append(("pp=2,m=2,schedule=gpipe,cp=2,zero=3", "selective", 2, 2, 4))
     return out
 
 
@@ -489,7 +506,7 @@ def main():
     print("trained %d (model, plan) pairs with pipeline stages for %d steps: %d equal to "
           "the unpartitioned run (losses and weights within 1e-5 relative), with "
           "each rank's executed steps equal to weft plan's schedule and its idle "
-          "slots to the cost model's; on %d pairs (all but ZeroPP's) the bytes each rank "
+          "slots to the cost model's; on %d pairs the bytes each rank "
           "sent in a bf16 step equal to the cost model's step_comm for its pipeline "
           "stage, and on the %d pairs without tp/dp/ulysses/cp also to the cost model's "
           "forward_p2p_bytes per send; %d failed" % (
@@ -497,7 +514,9 @@ def main():
               counts["bytes"] + counts["p2p"], counts["failed"]))
     print("the same bf16 steps held per rank the gradients, f32 weights and AdamW moments "
           "of the cost model's memory for the rank's pipeline stage (LLaMA's frozen rotary "
-          "tables as frozen_weights_gib): %d pairs equal, %d above it under the 3-D "
+          "tables as frozen_weights_gib; under ZeRO-3 gradients and moments only, the "
+          "cost model's weights adding the gathered layers): %d pairs equal, %d above "
+          "it under the 3-D "
           "grid (gradients and moments whole over gz, which the cost model divides over "
           "gz as AxoNN does)"
           % (MEMORY["equal"], MEMORY["tp3d"]))

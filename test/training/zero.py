@@ -11,8 +11,9 @@ micro-batch (weft.reduce_every_micro_batch); ZeRO-3 also stores the weights in
 blocks (-weft-shard-parameters), gathered by each layer where used, and the
 optimizer step updates the stored blocks. For the committed GPT-2 and the
 GPT-2-, BERT- and LLaMA-style exports of test/models/export_models.py, under
-plans that combine dp with tp, Megatron SP, Ulysses and ring attention, with
-each recompute mode, this test checks:
+plans that combine dp with tp, Megatron SP, Ulysses and ring attention (and
+the ring alone, whose group's blocks are in its load-balanced zigzag layout),
+with each recompute mode, this test checks:
 
 - 5 steps of SGD with momentum, clipping and --grad-accum 2 give the losses and
   weights of the unpartitioned run (relative 1e-5 on losses, 3e-5 on weights as
@@ -72,7 +73,7 @@ import gradient_reduction as gr  # noqa: E402
 # (plan, recompute)
 PLANS = [("dp=2", "full"), ("dp=2", "selective"), ("dp=2,tp=2", "none"),
          ("dp=2,tp=2,sp=true", "full"), ("dp=2,ulysses=2", "selective"),
-         ("dp=2,cp=2", "none")]
+         ("dp=2,cp=2", "none"), ("cp=2", "selective")]
 STEPS, ACCUM, CLIP = 5, 2, 1.0
 ARG = re.compile(r"tensor<([0-9x]*)x?f32>\s*\{([^}]*\})\s*\}")
 
@@ -96,12 +97,17 @@ def train(weft, model, work, tag, plan, recompute, extra):
 
 
 def evaluate(weft, model, plan, extra, pipeline="pp=1"):
-    # dp=2, one sequence per rank per micro-batch: ACCUM micro-batches a step.
+    # dp=2, one sequence per rank per micro-batch: ACCUM micro-batches a step
+    # (without dp, dp=1 and both sequences on the rank).
     # The run's frozen weights are frozen in the step the cost model counts.
     freeze = ["--freeze", extra[extra.index("--freeze") + 1]] if "--freeze" in extra else []
+    mbs = 1
+    if "dp=" not in plan:
+        plan, mbs = "dp=1," + plan, 2
     proc = subprocess.run(
         [weft, "plan", model, "--cluster", "a100-80g:8x1", "--global-batch", str(2 * ACCUM),
-         "--evaluate", plan + "," + pipeline + ",mbs=1", "--allow-oom", "--json", "-"]
+         "--evaluate", plan + "," + pipeline + ",mbs=%d" % mbs, "--allow-oom", "--json",
+         "-"]
         + freeze, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError("weft plan --evaluate %s failed: %s" % (plan, proc.stderr[-400:]))

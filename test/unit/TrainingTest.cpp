@@ -116,6 +116,42 @@ TEST(TrainingTest, LossScaleFollowsGradScaler) {
   EXPECT_EQ(*optimizerScalar("grad_divisor", {}, 1e-3, 1, 4, 1024), 4096.0f);
 }
 
+TEST(TrainingTest, ZigzagReduceScatterLeavesTheLoadBalancedBlocks) {
+  // A gradient stored in the ring's load-balanced layout (ZeRO over cp x
+  // ulysses): each rank gets the zigzag block of the sum, which the zigzag
+  // all-gather puts back in order.
+  Mesh mesh;
+  mesh.axes = {"cp", "ulysses"};
+  mesh.shape = {2, 2};
+  auto results = runRanks(
+      [&](RankContext &ctx) {
+        HostTensor mine(DType::F32, {8, 1});
+        for (int i = 0; i < 8; ++i)
+          mine.floats[size_t(i)] = float(i * (ctx.rank + 1));
+        HostTensor block =
+            reduceScatter(ctx, mine, ReduceOp::Sum, {"cp", "ulysses"}, 0,
+                          /*zigzag=*/true);
+        HostTensor whole = allGather(ctx, block, {"cp", "ulysses"}, 0,
+                                     /*zigzag=*/true);
+        return std::vector<HostTensor>{block, whole};
+      },
+      mesh, ".");
+  ASSERT_TRUE(results.ok()) << results.status();
+  HostTensor sum(DType::F32, {8, 1});
+  for (int i = 0; i < 8; ++i)
+    sum.floats[size_t(i)] = float(i * 10);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ((*results)[size_t(r)][0].floats.toVector(),
+              zigzagSlice(sum, 0, r, 2, 4).floats.toVector())
+        << "rank " << r;
+    EXPECT_EQ((*results)[size_t(r)][1].floats.toVector(),
+              sum.floats.toVector());
+  }
+  // Rank (0, 1) holds the second half of chunks 0 and 3 of four (rows 0, 1
+  // and 6, 7): rows 6 and 7.
+  EXPECT_EQ((*results)[1][0].floats.toVector(), (std::vector<float>{60, 70}));
+}
+
 TEST(TrainingTest, StepSumsMicroBatchesThenReducesOnce) {
   Mesh mesh;
   mesh.axes = {"dp"};

@@ -624,13 +624,6 @@ static std::vector<std::string> pipelineRefusals(const weft::plan::Plan &plan) {
         "m=" + std::to_string(std::max(1, plan.num_micro_batches())) +
         ": a pipeline step runs the plan's m micro-batches, so --grad-accum " +
         std::to_string(gradAccum) + " must be 1 or m");
-  if (plan.zero_stage() > 1 && plan.pp() > 1)
-    refused.push_back(
-        "zero=" + std::to_string(plan.zero_stage()) +
-        " with pp > 1: a pipeline's gradients are reduced once per step, so "
-        "its optimizer state shards (zero=1) but its gradients and weights "
-        "do not (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism too; "
-        "give zero=1)");
   return refused;
 }
 

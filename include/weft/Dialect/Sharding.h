@@ -114,7 +114,8 @@ inline llvm::SmallVector<std::string, 4> zeroGroupAxes() {
 /// the axes among `axes` (in mesh order, of size > 1, not already splitting
 /// it) that its first dimension is further split over, so that each rank
 /// stores one block (`weft.stored_over`) — or none when the rank's rows are
-/// not divisible by their product. -weft-shard-parameters and
+/// not divisible by their product (twice it when cp leads: a load-balanced
+/// ring's zigzag layout gives each rank two pieces). -weft-shard-parameters and
 /// -weft-build-optimizer's `stored-over` agree through this rule.
 llvm::SmallVector<std::string, 2>
 zeroStorageAxes(llvm::ArrayRef<int64_t> shape, const TensorSharding &sharding,

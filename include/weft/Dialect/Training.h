@@ -28,6 +28,9 @@ namespace weft {
 struct GradientReduction {
   mlir::func::FuncOp function;
   std::vector<int> partial;
+  /// weft.reduce_every_micro_batch (ZeRO-2 and 3): `function` runs on each
+  /// micro-batch's partial gradients, not once on their sum.
+  bool everyMicroBatch = false;
 };
 
 /// The reduction of `step`; fails, with `why` saying so, if the step returns

@@ -1678,8 +1678,8 @@ cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
 cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
                                 ReduceOp op,
                                 const std::vector<std::string> &axes,
-                                int64_t dim, const DeviceTensor &out,
-                                Codec codec) {
+                                int64_t dim, bool zigzag,
+                                const DeviceTensor &out, Codec codec) {
   startCollective(ctx);
   std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
   int64_t n = int64_t(group.size());
@@ -1689,6 +1689,41 @@ cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
     else
       ctx.communicator->reduceScatter0(ctx, group, blocks, op, out);
   };
+  if (zigzag) {
+    // The load-balanced layout: block r = (i1, i2) of [n, x / n] is rows
+    // [i2 p, (i2 + 1) p) of chunks i1 and 2 major - 1 - i1 (allSlice's),
+    // copied out of x, then reduce-scattered in group order.
+    int64_t major = ctx.mesh.axisSize(axes.front()), minor = n / major;
+    int64_t piece = out.shape[size_t(dim)];
+    int64_t chunk = piece * minor / 2;
+    Shape stacked = out.shape;
+    stacked.insert(stacked.begin(), n);
+    void *blocks = scratch(ctx, x.bytes());
+    Strides from = contiguous(x.shape), to = contiguous(stacked);
+    for (int64_t r = 0; r < n; ++r) {
+      int64_t i1 = r / minor, i2 = r % minor;
+      for (int64_t row = 0; row < piece;) {
+        int64_t inPair = i2 * piece + row;
+        bool first = inPair < chunk;
+        int64_t source = first ? i1 * chunk + inPair
+                               : (2 * major - 1 - i1) * chunk + inPair - chunk;
+        int64_t run =
+            first ? std::min(piece - row, chunk - inPair) : piece - row;
+        Shape part = out.shape;
+        part[size_t(dim)] = run;
+        Strides toPart{};
+        for (size_t d = 0; d < part.size(); ++d)
+          toPart.stride[d] = to.stride[d + 1];
+        copyStrided(ctx, x.dtype, part, from, source * from.stride[dim], x.data,
+                    toPart, r * to.stride[0] + row * to.stride[dim + 1], blocks,
+                    ctx.comm);
+        row += run;
+      }
+    }
+    scatter0(DeviceTensor{blocks, x.dtype, stacked});
+    check(ctx, cudaFreeAsync(blocks, ctx.comm), "cudaFreeAsync");
+    return endCollective(ctx);
+  }
   if (dim == 0) {
     scatter0(x);
     return endCollective(ctx);

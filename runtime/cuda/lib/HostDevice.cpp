@@ -220,10 +220,11 @@ cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
 cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
                                 ReduceOp op,
                                 const std::vector<std::string> &axes,
-                                int64_t dim, const DeviceTensor &out,
-                                Codec codec) {
+                                int64_t dim, bool zigzag,
+                                const DeviceTensor &out, Codec codec) {
   RankContext host = hostContext(ctx);
-  store(ctx, rt::reduceScatter(host, download(ctx, x), op, axes, dim, codec),
+  store(ctx,
+        rt::reduceScatter(host, download(ctx, x), op, axes, dim, zigzag, codec),
         out);
   return nullptr;
 }

@@ -1429,6 +1429,15 @@ func.func @reduce_scatter_divides(%x: tensor<6xf32>) {
 // -----
 
 weft.mesh @world(dp = 2, tp = 4)
+func.func @reduce_scatter_zigzag_divides(%x: tensor<4xf32>) {
+  // expected-error @+1 {{dimension 0 of size 4 does not divide by the group size 4 times 2 (zigzag)}}
+  %0 = weft.reduce_scatter sum %x over @world ["tp"] dim 0 zigzag : tensor<4xf32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
 func.func @reduce_scatter_shape(%x: tensor<8x8xf32>) {
   // expected-error @+1 {{result shape must be [8, 2], got 'tensor<2x8xf32>'}}
   %0 = weft.reduce_scatter sum %x over @world ["tp"] dim 1 : tensor<8x8xf32> -> tensor<2x8xf32>

@@ -236,6 +236,8 @@ func.func @compressed_collectives(%x: tensor<2x8x16xf32>, %h: tensor<2x8x16xbf16
   %1 = weft.all_gather %x over @world ["tp"] dim 1 zigzag codec fp8 : tensor<2x8x16xf32> -> tensor<2x32x16xf32>
   // CHECK: weft.reduce_scatter sum %{{.*}} over @world ["tp"] dim 2 codec bf16 : tensor<2x8x16xbf16> -> tensor<2x8x4xbf16>
   %2 = weft.reduce_scatter sum %h over @world ["tp"] dim 2 codec bf16 : tensor<2x8x16xbf16> -> tensor<2x8x4xbf16>
+  // CHECK: weft.reduce_scatter sum %{{.*}} over @world ["tp"] dim 1 zigzag codec bf16 : tensor<2x8x16xbf16> -> tensor<2x2x16xbf16>
+  %zz = weft.reduce_scatter sum %h over @world ["tp"] dim 1 zigzag codec bf16 : tensor<2x8x16xbf16> -> tensor<2x2x16xbf16>
   // CHECK: weft.all_to_all %{{.*}} over @world ["sp"] split_dim 2 concat_dim 1 codec int8 : tensor<2x8x16xf32> -> tensor<2x16x8xf32>
   %3 = weft.all_to_all %x over @world ["sp"] split_dim 2 concat_dim 1 codec int8 : tensor<2x8x16xf32> -> tensor<2x16x8xf32>
   // CHECK: weft.collective_permute %{{.*}} over @world ["tp"] shift 1 codec none : tensor<2x8x16xf32>

@@ -78,9 +78,12 @@ struct PipelineStepFunction {
   /// The gradients the step returns as partial sums (positions in
   /// `results`; -weft-defer-gradient-reduction): the executor sums them over
   /// the micro-batches and calls `reduce` on those sums once, after the
-  /// rank's last step, which returns them reduced in the same order.
+  /// rank's last step, which returns them reduced in the same order; with
+  /// `everyMicroBatch` (ZeRO-2 and 3), it calls `reduce` after each step on
+  /// that micro-batch's partial gradients and sums the reduced blocks.
   std::vector<int> partial;
   RankFunction reduce;
+  bool everyMicroBatch = false;
 };
 
 /// One virtual stage.

@@ -83,9 +83,10 @@ HostTensor allReduce(RankContext &ctx, const HostTensor &x, ReduceOp op,
 HostTensor allGather(RankContext &ctx, const HostTensor &x,
                      const std::vector<std::string> &axes, int64_t dim,
                      bool zigzag, Codec codec = Codec::None);
+/// With `zigzag`, rank r gets the reduced block rt::zigzagSlice gives it.
 HostTensor reduceScatter(RankContext &ctx, const HostTensor &x, ReduceOp op,
                          const std::vector<std::string> &axes, int64_t dim,
-                         Codec codec = Codec::None);
+                         bool zigzag, Codec codec = Codec::None);
 HostTensor allToAll(RankContext &ctx, const HostTensor &x,
                     const std::vector<std::string> &axes, int64_t splitDim,
                     int64_t concatDim, Codec codec = Codec::None);

@@ -167,7 +167,8 @@ cudaEvent_t allGather(Context &ctx, const DeviceTensor &x,
                       Codec codec = Codec::None);
 cudaEvent_t reduceScatter(Context &ctx, const DeviceTensor &x, ReduceOp op,
                           const std::vector<std::string> &axes, int64_t dim,
-                          const DeviceTensor &out, Codec codec = Codec::None);
+                          bool zigzag, const DeviceTensor &out,
+                          Codec codec = Codec::None);
 cudaEvent_t allToAll(Context &ctx, const DeviceTensor &x,
                      const std::vector<std::string> &axes, int64_t splitDim,
                      int64_t concatDim, const DeviceTensor &out,
