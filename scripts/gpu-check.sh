@@ -137,6 +137,8 @@ EOF
     "gpt2-pp_2_tp_2 --plan-spec pp=2,tp=2,m=2,schedule=1f1b --optimizer adamw --steps 3 --lr 0.01 --warmup 1 --min-lr 0.001"
     "gpt2-bf16-pp_2_dp_2_zero_1 --dtype bf16 --plan-spec pp=2,dp=2,m=2,schedule=1f1b,zero=1 --optimizer adamw --steps 4 --lr 0.01"
     "gpt2-pp_2_zbh1_tp_2_sp --plan-spec pp=2,m=2,schedule=zb-h1,tp=2,sp=1 --optimizer sgd --momentum 0.9 --steps 3 --lr 0.05"
+    # ZeroPP's FSDP over a load-balanced ring: zigzag reduce-scatters.
+    "gpt2-pp_2_cp_2_zeropp_zero_3 --plan-spec pp=2,cp=2,m=2,schedule=zeropp,zero=3 --optimizer adamw --steps 3 --lr 0.01"
   )
   for spec in "${trainCases[@]}"; do
     local tname trainFlags model
