@@ -697,7 +697,10 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     the gradient norm are summed per rank as above, the tied parameter's on its first
     holder only, and then all-reduced over `pp`. ZeRO composes: the stages' reduction
     functions reduce-scatter (ZeRO-1 and 2), and with `stored-over` (ZeRO-3) each pipeline
-    rank's step takes and returns the stored blocks of its stages' weights. On a module
+    rank's step takes and returns the stored blocks of its stages' weights. A weight the
+    module stores in blocks (`weft.stored_over` on a `weft.parameter` of its name, which the
+    partitioned weight keeps: ZeRO-3's, AxoNN's depth axis) comes and goes as that block
+    with or without `stored-over`. On a module
     whose steps are load-balanced (`weft.load_balanced`), a block that `cp` leads on its
     dimension is in the ring's zigzag layout, as the runtime lays out such a split: the
     gathers and cuts of it are `zigzag` ones.
@@ -832,6 +835,13 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
     (`weft.load_balanced`), a block whose dimension the group leads with `cp` is in the
     ring's zigzag layout (as the runtime lays out such a split): its reduce-scatter is a
     `zigzag` one, on a dimension that divides by twice the group.
+
+    Without `scatter`, the gradient of a weight the module stores in blocks beyond its
+    layout (`weft.stored_over` on the weight, which the partitioned weight keeps: AxoNN's
+    depth axis `gz`) is reduce-scattered over those axes onto its first dimension, into the
+    stored block, and all-reduced over the rest of its group; when that leaves nothing to
+    all-reduce (no dp), the step is marked `weft.reduce_every_micro_batch`, so that a rank
+    accumulates its block, as AxoNN's backward reduce-scatters over the depth axis.
 
     ```mlir
     %r = weft.reduce_scatter sum %g over @mesh ["dp"] dim 0

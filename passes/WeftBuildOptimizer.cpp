@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
 
@@ -258,11 +259,19 @@ struct WeftBuildOptimizerPass
             axes.resize(kept);
           }
         }
-        if (!entry.mesh.empty() && !storedOver.empty()) {
-          SmallVector<std::string, 4> axes(storedOver.begin(),
-                                           storedOver.end());
-          entry.stored =
-              zeroStorageAxes(entry.shape, entry.param, *meshInfo, axes);
+        // The block the step stores the weight in (ZeRO-3's, AxoNN's depth
+        // axis): the parameter comes and goes as that block. Without the
+        // weight in the module, ZeRO-3's rule (`stored-over`).
+        if (!entry.mesh.empty()) {
+          for (const std::string &axis : storedAxesOf(module, entry.name))
+            if (!entry.param.uses(axis))
+              entry.stored.push_back(axis);
+          if (entry.stored.empty() && !storedOver.empty()) {
+            SmallVector<std::string, 4> axes(storedOver.begin(),
+                                             storedOver.end());
+            entry.stored =
+                zeroStorageAxes(entry.shape, entry.param, *meshInfo, axes);
+          }
           entry.storage = entry.param;
           if (!entry.stored.empty())
             entry.storage.dims.front().append(entry.stored.begin(),

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Dialect/Sharding.h"
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
 
@@ -306,49 +307,90 @@ struct WeftDeferGradientReduction
     Block *body = reduce.addEntryBlock();
     b.setInsertionPointToEnd(body);
     SmallVector<Value> reduced;
-    // With `scatter`, the dimension each gradient is reduce-scattered on
-    // (-1: all-reduced whole).
+    // The dimension each gradient is reduce-scattered on (-1: all-reduced
+    // whole) and the axes it is scattered over.
     SmallVector<int64_t> scattered;
+    SmallVector<SmallVector<StringRef, 4>> scatteredOver;
+    // A stored weight's gradient scattered into its block with nothing left
+    // to all-reduce: reduced after every micro-batch, as AxoNN's backward
+    // reduce-scatters over the depth axis, so a rank accumulates its block.
+    bool storedBlocks = false;
     const bool loadBalanced =
         func->hasAttr(WeftDialect::getLoadBalancedAttrName());
+    ModuleOp module = func->getParentOfType<ModuleOp>();
     for (auto [index, m] : llvm::enumerate(moved)) {
       auto type = cast<RankedTensorType>(types[index]);
       SmallVector<StringRef, 4> axes = axesInMeshOrder(m.reduction);
-      int64_t group = 1;
-      for (StringRef axis : axes)
-        group *= meshInfo ? meshInfo->size(axis) : 1;
+      auto sizeOf = [&](ArrayRef<StringRef> names) {
+        int64_t size = 1;
+        for (StringRef axis : names)
+          size *= meshInfo ? meshInfo->size(axis) : 1;
+        return size;
+      };
       auto local = func.getResultAttrOfType<ShardingAttr>(
           m.result, WeftDialect::getLocalShardingAttrName());
       TensorSharding whole =
           local ? fromAttr(local) : TensorSharding::replicated(type.getRank());
-      // A block whose dimension the group's axes lead, cp first, is in the
+      // A block whose dimension these axes lead, cp first, is in the
       // load-balanced ring's layout (two mirrored pieces per rank), as the
       // runtime lays out such a split: its reduce-scatter is a zigzag one.
-      auto zigzagOn = [&](int64_t d) {
-        return loadBalanced && !axes.empty() && axes.front() == "cp" &&
+      auto zigzagOn = [&](ArrayRef<StringRef> over, int64_t d) {
+        return loadBalanced && !over.empty() && over.front() == "cp" &&
                (size_t(d) >= whole.dims.size() || whole.dims[d].empty());
       };
+      // With `scatter` (ZeRO), over the whole group on the first dimension
+      // that divides; without, a weight the step stores in blocks beyond its
+      // layout (AxoNN's depth axis, weft.stored_over) gets its gradient
+      // reduce-scattered into that block over those axes, the rest of the
+      // group all-reduced: its optimizer step updates the stored block.
+      SmallVector<StringRef, 4> over;
       int64_t dim = -1;
-      for (int64_t d = 0; scatter && group > 1 && d < type.getRank(); ++d)
-        if (type.getDimSize(d) % (group * (zigzagOn(d) ? 2 : 1)) == 0) {
-          dim = d;
-          break;
-        }
+      if (scatter) {
+        over = axes;
+        const int64_t group = sizeOf(over);
+        for (int64_t d = 0; group > 1 && d < type.getRank(); ++d)
+          if (type.getDimSize(d) % (group * (zigzagOn(over, d) ? 2 : 1)) == 0) {
+            dim = d;
+            break;
+          }
+      } else if (auto name = func.getResultAttrOfType<StringAttr>(
+                     m.result, WeftDialect::getGradientOfAttrName());
+                 name && module && type.getRank() > 0) {
+        SmallVector<std::string, 2> stored =
+            storedAxesOf(module, name.getValue());
+        for (StringRef axis : axes)
+          if (llvm::is_contained(stored, axis))
+            over.push_back(axis);
+        const int64_t group = sizeOf(over);
+        if (over.size() == stored.size() && group > 1 &&
+            type.getDimSize(0) % (group * (zigzagOn(over, 0) ? 2 : 1)) == 0)
+          dim = 0;
+      }
+      if (dim < 0)
+        over.clear();
+      storedBlocks |= !scatter && dim >= 0 && over.size() == axes.size();
       scattered.push_back(dim);
+      scatteredOver.push_back(over);
       auto kind = ReductionKindAttr::get(context, ReductionKind::sum);
       auto codec = dyn_cast_or_null<CollectiveCodecAttr>(m.reduction.codec);
-      if (dim < 0) {
-        reduced.push_back(AllReduceOp::create(
-            b, func.getLoc(), type, kind, body->getArgument(index),
-            m.reduction.mesh, b.getStrArrayAttr(axes), codec));
-        continue;
+      Value value = body->getArgument(index);
+      if (dim >= 0) {
+        SmallVector<int64_t> block(type.getShape());
+        block[dim] /= sizeOf(over);
+        value = ReduceScatterOp::create(
+            b, func.getLoc(), type.clone(block), kind, value, m.reduction.mesh,
+            b.getStrArrayAttr(over), b.getI64IntegerAttr(dim),
+            zigzagOn(over, dim) ? b.getUnitAttr() : UnitAttr(), codec);
       }
-      SmallVector<int64_t> block(type.getShape());
-      block[dim] /= group;
-      reduced.push_back(ReduceScatterOp::create(
-          b, func.getLoc(), type.clone(block), kind, body->getArgument(index),
-          m.reduction.mesh, b.getStrArrayAttr(axes), b.getI64IntegerAttr(dim),
-          zigzagOn(dim) ? b.getUnitAttr() : UnitAttr(), codec));
+      SmallVector<StringRef, 4> rest;
+      for (StringRef axis : axes)
+        if (!llvm::is_contained(over, axis))
+          rest.push_back(axis);
+      if (!rest.empty())
+        value = AllReduceOp::create(b, func.getLoc(), value.getType(), kind,
+                                    value, m.reduction.mesh,
+                                    b.getStrArrayAttr(rest), codec);
+      reduced.push_back(value);
     }
     func::ReturnOp::create(b, func.getLoc(), reduced);
     reduce.setType(
@@ -369,7 +411,8 @@ struct WeftDeferGradientReduction
       ShardingAttr partialAttr = toAttr(context, mesh, partial);
       TensorSharding kept = whole;
       if (scattered[index] >= 0)
-        kept.dims[scattered[index]].append(axes.begin(), axes.end());
+        kept.dims[scattered[index]].append(scatteredOver[index].begin(),
+                                           scatteredOver[index].end());
       reduce.setResultAttr(index, WeftDialect::getLocalShardingAttrName(),
                            toAttr(context, mesh, kept));
       reduce.setArgAttr(index, WeftDialect::getLocalShardingAttrName(),
@@ -385,7 +428,7 @@ struct WeftDeferGradientReduction
                       removeReductions(ret.getOperand(m.result), nested, path));
     func->setAttr(WeftDialect::getGradientReductionAttrName(),
                   FlatSymbolRefAttr::get(reduce.getSymNameAttr()));
-    if (everyMicroBatch)
+    if (everyMicroBatch || storedBlocks)
       func->setAttr(WeftDialect::getReduceEveryMicroBatchAttrName(),
                     UnitAttr::get(context));
   }

@@ -40,6 +40,21 @@ FailureOr<GradientReduction> weft::readGradientReduction(func::FuncOp step,
   return found;
 }
 
+SmallVector<std::string, 2> weft::storedAxesOf(ModuleOp module,
+                                               StringRef name) {
+  SmallVector<std::string, 2> axes;
+  module.walk([&](ParameterOp param) {
+    auto stored =
+        param->getAttrOfType<ArrayAttr>(WeftDialect::getStoredOverAttrName());
+    if (param.getName() != name || !stored)
+      return WalkResult::advance();
+    for (StringRef axis : stored.getAsValueRange<StringAttr>())
+      axes.push_back(axis.str());
+    return WalkResult::interrupt();
+  });
+  return axes;
+}
+
 OptimizerSlot weft::optimizerSlotOf(DictionaryAttr slot) {
   auto role = slot ? slot.getAs<StringAttr>("role") : StringAttr();
   auto parameter = slot ? slot.getAs<StringAttr>("parameter") : StringAttr();

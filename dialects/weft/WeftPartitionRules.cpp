@@ -165,9 +165,10 @@ LogicalResult ParameterOp::partition(PartitionState &state) {
     return emitError("the weight's first dimension (")
            << type.getDimSize(0) << ") is not divisible by the " << split
            << " shards it is stored in; store it over fewer axes";
+  // (The rank's weight keeps `weft.stored_over`: the optimizer step holds
+  // and updates the stored block, storedAxesOf.)
   Operation *copy = state.builder().clone(*getOperation());
   copy->removeAttr(WeftDialect::getShardingAttrName());
-  copy->removeAttr(WeftDialect::getStoredOverAttrName());
   TensorSharding whole = TensorSharding::replicated(type.getRank());
   Value shard =
       state.reshard(getLoc(), copy->getResult(0), std::move(whole), storage);

@@ -864,7 +864,10 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
                 memory.gatheredWeight,
                 double(cast<RankedTensorType>(gather.getResult().getType())
                            .getNumElements()));
+            // (Where the partitioner puts the gather is not a reader: the
+            // output layer's weight is gathered among the initializers.)
             frontier.push_back(gather.getResult());
+            continue;
           }
           readers.insert(int(blockOf(user)));
         }

@@ -98,3 +98,32 @@ func.func @step_reduce_gradients(
   %rw = weft.reduce_scatter sum %gw over @mesh ["dp"] dim 0 : tensor<8x4xf32> -> tensor<4x4xf32>
   return %rw : tensor<4x4xf32>
 }
+
+// -----
+
+// A weight the step stores in blocks (weft.stored_over, which the
+// partitioned weight keeps: AxoNN's depth axis gz) comes and goes as that
+// block, ZeRO or not: `w`'s gradient is reduce-scattered into it, and the
+// update needs no collective (after -weft-optimize-collectives); `c` is
+// not stored.
+weft.mesh @mesh(gz = 2)
+// STORED-LABEL: func.func @depth(
+// STORED: func.func @optimizer_step
+// STORED-SAME: tensor<2x4xf32> {weft.local_sharding = #weft.sharding<@mesh, {{\[\[}}gz], []]>, weft.optimizer_slot = {parameter = "w", role = "param"}}
+// STORED-SAME: tensor<4xf32> {weft.local_sharding = #weft.sharding<@mesh, {{\[\[}}]]>, weft.optimizer_slot = {parameter = "c", role = "param"}}
+// STORED-NOT: weft.all_slice
+// STORED: return
+func.func @depth(%x: tensor<4x4xf32>, %gc: tensor<4xf32>)
+    -> (tensor<4x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [[], []], partial = ["gz"]>},
+        tensor<4xf32> {weft.gradient_of = "c", weft.local_sharding = #weft.sharding<@mesh, [[]]>})
+    attributes {weft.gradient_reduction = @depth_reduce_gradients} {
+  %w = weft.parameter "w" {weft.stored_over = ["gz"]} : tensor<4x4xf32>
+  %c = weft.parameter "c" : tensor<4xf32>
+  return %x, %gc : tensor<4x4xf32>, tensor<4xf32>
+}
+func.func @depth_reduce_gradients(
+    %gw: tensor<4x4xf32> {weft.local_sharding = #weft.sharding<@mesh, [[], []], partial = ["gz"]>})
+    -> (tensor<2x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [["gz"], []]>}) {
+  %rw = weft.reduce_scatter sum %gw over @mesh ["gz"] dim 0 : tensor<4x4xf32> -> tensor<2x4xf32>
+  return %rw : tensor<2x4xf32>
+}

@@ -228,3 +228,36 @@ func.func @grid(%a: tensor<8x4xf32>) -> (tensor<8x4xf32> {weft.gradient_of = "w"
   %r = weft.all_reduce sum %a over @mesh ["dp", "cp"] : tensor<8x4xf32>
   return %r : tensor<8x4xf32>
 }
+
+// -----
+
+// Without ZeRO, a weight the step stores in blocks beyond its layout
+// (weft.stored_over, AxoNN's depth axis gz) gets its gradient reduce-scattered
+// into that block, the rest of its group (dp) all-reduced; a gradient with
+// nothing left to all-reduce (`w`) makes the step reduce after every
+// micro-batch, as AxoNN's backward does, so a rank accumulates its block.
+weft.mesh @mesh(dp = 2, gz = 2)
+// CHECK-LABEL: func.func @depth
+// CHECK-SAME: weft.reduce_every_micro_batch
+// CHECK-LABEL: func.func @depth_reduce_gradients
+// CHECK-SAME: -> (tensor<2x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[gz], []]>}, tensor<4xf32> {weft.gradient_of = "b", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[]]>})
+// CHECK: weft.reduce_scatter sum %{{.*}} over @mesh ["gz"] dim 0 : tensor<4x4xf32> -> tensor<2x4xf32>
+// CHECK-NOT: weft.all_reduce sum %{{.*}} : tensor<2x4xf32>
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["gz"] : tensor<4xf32>
+// CHECK-LABEL: func.func @grid
+// CHECK-NOT: weft.reduce_every_micro_batch
+// CHECK-LABEL: func.func @grid_reduce_gradients
+// CHECK: %[[S:.*]] = weft.reduce_scatter sum %{{.*}} over @mesh ["gz"] dim 0 : tensor<4x4xf32> -> tensor<2x4xf32>
+// CHECK: weft.all_reduce sum %[[S]] over @mesh ["dp"] : tensor<2x4xf32>
+func.func @depth(%x: tensor<4x4xf32>, %y: tensor<4xf32>)
+    -> (tensor<4x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [[], []]>},
+        tensor<4xf32> {weft.gradient_of = "b", weft.local_sharding = #weft.sharding<@mesh, [[]]>}) {
+  %w = weft.parameter "w" {weft.stored_over = ["gz"]} : tensor<4x4xf32>
+  %r = weft.all_reduce sum %x over @mesh ["gz"] : tensor<4x4xf32>
+  %s = weft.all_reduce sum %y over @mesh ["gz"] : tensor<4xf32>
+  return %r, %s : tensor<4x4xf32>, tensor<4xf32>
+}
+func.func @grid(%x: tensor<4x4xf32>) -> (tensor<4x4xf32> {weft.gradient_of = "w", weft.local_sharding = #weft.sharding<@mesh, [[], []]>}) {
+  %r = weft.all_reduce sum %x over @mesh ["dp", "gz"] : tensor<4x4xf32>
+  return %r : tensor<4x4xf32>
+}

@@ -29,10 +29,11 @@ func.func @weights() -> (tensor<16x4xf32>, tensor<4x6xf32>, tensor<3xf32>, tenso
 // -----
 
 // Partitioned, each rank keeps its block of a stored weight and all-gathers
-// it where it is used.
+// it where it is used; the weight still says what it is stored over (the
+// optimizer step holds that block).
 weft.mesh @mesh(dp = 2)
 // PART-LABEL: func.func @use
-// PART: %[[W:.*]] = weft.parameter "w" : tensor<4x4xf32>
+// PART: %[[W:.*]] = weft.parameter "w" {weft.stored_over = ["dp"]} : tensor<4x4xf32>
 // PART: %[[BLOCK:.*]] = weft.all_slice %[[W]] over @mesh ["dp"] dim 0 : tensor<4x4xf32> -> tensor<2x4xf32>
 // PART: %[[FULL:.*]] = weft.all_gather %[[BLOCK]] over @mesh ["dp"] dim 0 : tensor<2x4xf32> -> tensor<4x4xf32>
 // PART: weft.matmul %{{.*}}, %[[FULL]]

@@ -111,7 +111,7 @@ def train(weft, model, name, work, out, extra):
     return losses, weights, counted, None
 
 
-MEMORY = {"equal": 0, "tp3d": 0}
+MEMORY = {"equal": 0}
 KEPT_STATE = {"equal": 0, "zb-h1": 0, "printed": 0}
 KEPT_WORST = [0.0, ""]
 
@@ -208,22 +208,16 @@ def check_held(held, memory, per_rank, spec):
     bf16 step) against the cost model's memory of its pipeline stage, as
     training/step_communication.py compares them: the gradients exactly,
     the f32 weights twice the cost model's trained bf16 weights (frozen ones,
-    LLaMA's rotary tables, are not the optimizer's; under ZeRO-3 the cost
-    model's weights add the layers gathered for use, so the stored blocks
-    are not compared), the moments 8 of its 12
+    LLaMA's rotary tables, are not the optimizer's), the moments 8 of its 12
     optimizer bytes a parameter (the other 4 are Megatron's f32 master
-    weights, which in weft train are the weights themselves). Under AxoNN's
-    3-D grid the cost model divides the weights, and so their gradients and
-    moments, over gz as AxoNN stores them; weft train's optimizer step holds
-    the gradients and moments of each (gx, gy) block whole over gz (the
-    gradients all-reduced over gz, not reduce-scattered): then gradients and
-    moments must be above the cost model's. Returns "equal", "tp3d" or why
+    weights, which in weft train are the weights themselves). Where weights
+    are stored in blocks and gathered for use (ZeRO-3; AxoNN's depth axis gz
+    under the 3-D grid, whose gradients are reduce-scattered into the stored
+    blocks after each micro-batch) the cost model's weights add the gathered
+    layers, so the stored blocks are not compared. Returns "equal" or why
     not."""
     expected = [cost_state(memory[r // per_rank]) for r in range(len(held))]
-    if "tp3d" in spec and all(g > cg and m > cm for (g, _, m), (cg, _, cm)
-                              in zip(held, expected)):
-        return "tp3d"
-    stored = re.search(r"\bzero=3\b", spec) is not None
+    stored = re.search(r"\bzero=3\b", spec) is not None or "tp3d" in spec
     for rank, (state, cost) in enumerate(zip(held, expected)):
         if (state[0], state[2]) != (cost[0], cost[2]) or (not stored and state != cost):
             return "rank %d held %d/%d/%d bytes of gradients/f32 weights/moments; the " \
@@ -514,12 +508,9 @@ def main():
               counts["bytes"] + counts["p2p"], counts["failed"]))
     print("the same bf16 steps held per rank the gradients, f32 weights and AdamW moments "
           "of the cost model's memory for the rank's pipeline stage (LLaMA's frozen rotary "
-          "tables as frozen_weights_gib; under ZeRO-3 gradients and moments only, the "
-          "cost model's weights adding the gathered layers): %d pairs equal, %d above "
-          "it under the 3-D "
-          "grid (gradients and moments whole over gz, which the cost model divides over "
-          "gz as AxoNN does)"
-          % (MEMORY["equal"], MEMORY["tp3d"]))
+          "tables as frozen_weights_gib; under ZeRO-3 and the 3-D grid gradients and "
+          "moments only, the cost model's weights adding the gathered layers): %d pairs "
+          "equal" % MEMORY["equal"])
     print("their peak saved activations per rank over the schedule: %d pairs equal to the "
           "cost model's activations for the rank's pipeline stage, %d above it under ZB-H1 "
           "(what the W step reads of the B step, kept from B to W, is not in the cost "

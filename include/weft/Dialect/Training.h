@@ -55,6 +55,15 @@ struct OptimizerSlot {
   }
 };
 OptimizerSlot optimizerSlotOf(mlir::DictionaryAttr slot);
+
+/// The mesh axes a module stores parameter `name` over beyond the block it
+/// uses (`weft.stored_over`, which the partitioned weight keeps: it is cut
+/// to that block on dimension 0 and all-gathered over these axes before
+/// use), as the first weft.parameter of that name that stores it says (a
+/// tied weight read by a stored use on one stage and whole on another is
+/// stored on both); empty if none does.
+llvm::SmallVector<std::string, 2> storedAxesOf(mlir::ModuleOp module,
+                                               llvm::StringRef name);
 OptimizerSlot optimizerArgumentSlot(mlir::func::FuncOp optimizer, unsigned i);
 OptimizerSlot optimizerResultSlot(mlir::func::FuncOp optimizer, unsigned i);
 
