@@ -8,7 +8,8 @@ reduction and the optimizer step as C++ that every rank runs over the runtime
 (`weft/runtime/Training.h`): each rank holds its blocks of the parameters and
 of the optimizer state. For the committed GPT-2 and the GPT-2-, BERT- and
 LLaMA-style exports of test/models/export_models.py, under plans that combine
-dp with tp, Megatron SP, Ulysses, ring attention and ZeRO 1, 2 and 3 (and in
+dp with tp, Megatron SP, Ulysses, ring attention, AxoNN's 3-D grid, pipeline
+stages and ZeRO 1, 2 and 3 (and in
 bf16 and in f16 with loss scaling), with
 AdamW and SGD (momentum, clipping) and --grad-accum 2, this test checks that
 the compiled program, run as threads (and for some pairs as MPI processes):
@@ -21,7 +22,8 @@ the compiled program, run as threads (and for some pairs as MPI processes):
 - sends, per rank, the bytes `weft train` reports for one step times the
   steps (the compiled program runs the same collectives every step), while it
   saves a checkpoint every step (--save; gathering one is not training);
-- for five pairs (SGD's momentum buffer, ZeRO 1, 2 and 3), resumed from its
+- for twelve pairs (SGD's momentum buffer, ZeRO 1, 2 and 3, stored blocks over
+  gz), resumed from its
   step-1 checkpoint (--resume), prints the uninterrupted run's later steps and
   ends with its weights, identical.
 
@@ -83,13 +85,17 @@ PAIRS = [
     # ZeroPP: pipeline stages over ZeRO-3, here over a load-balanced ring (the
     # stored blocks and the gradients' reduce-scatters in its zigzag layout).
     ("gpt2.onnx", "pp=2,cp=2,m=2,schedule=zeropp,zero=3", ["--optimizer", "adamw"], False),
+    # AxoNN's 3-D grid: the weights stored over the depth axis gz, each rank's
+    # optimizer step on its stored blocks (the gradients reduce-scattered
+    # into them after every micro-batch).
+    ("gpt2-opset17", "tp3d=1x2x2", ["--optimizer", "adamw"], False),
 ]
 
 # Pairs whose program also resumes its step-1 checkpoint (SGD's momentum
-# buffer, ZeRO 1, 2 and 3 blocks of the optimizer state, bf16, f16's loss
-# scale): the steps after it and the final weights must be the uninterrupted
+# buffer, ZeRO 1, 2 and 3 blocks of the optimizer state, blocks stored over
+# gz, bf16, f16's loss scale): the steps after it and the final weights must be the uninterrupted
 # run's.
-RESUME = {3, 6, 7, 8, 10, 12, 13, 14, 16, 19, 20}
+RESUME = {3, 6, 7, 8, 10, 12, 13, 14, 16, 19, 20, 21}
 
 LOSS = re.compile(r"^step (\d+)/\d+  loss (\S+)  lr (\S+)  grad_norm (\S+)", re.M)
 
