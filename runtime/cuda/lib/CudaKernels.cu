@@ -1625,6 +1625,47 @@ cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
   return endCollective(ctx);
 }
 
+/// Moves the group's load-balanced (zigzag) blocks between `stacked`
+/// ([n, block], group order) and `whole` (`block` times n along `dim`, in
+/// natural order), from the one `fromStacked` names to the other: block
+/// r = (i1, i2) is rows [i2 p, (i2 + 1) p) of the pair of chunks i1 and
+/// 2 major - 1 - i1, each 2 p / minor... rows (rt::zigzagSlice's).
+static void zigzagBlocks(Context &ctx, DType dtype, const Shape &block,
+                         int64_t dim, int64_t n, int64_t major,
+                         const void *src, void *dst, bool fromStacked) {
+  const int64_t minor = n / major, piece = block[size_t(dim)];
+  const int64_t chunk = piece * minor / 2;
+  Shape wholeShape = block, stackedShape = block;
+  wholeShape[size_t(dim)] *= n;
+  stackedShape.insert(stackedShape.begin(), n);
+  Strides whole = contiguous(wholeShape), stacked = contiguous(stackedShape);
+  Strides inBlock{};
+  for (size_t d = 0; d < block.size(); ++d)
+    inBlock.stride[d] = stacked.stride[d + 1];
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t i1 = r / minor, i2 = r % minor;
+    for (int64_t row = 0; row < piece;) {
+      int64_t inPair = i2 * piece + row;
+      bool first = inPair < chunk;
+      int64_t at = first ? i1 * chunk + inPair
+                         : (2 * major - 1 - i1) * chunk + inPair - chunk;
+      int64_t run =
+          first ? std::min(piece - row, chunk - inPair) : piece - row;
+      Shape part = block;
+      part[size_t(dim)] = run;
+      int64_t wholeBase = at * whole.stride[dim];
+      int64_t stackedBase = r * stacked.stride[0] + row * stacked.stride[dim + 1];
+      if (fromStacked)
+        copyStrided(ctx, dtype, part, inBlock, stackedBase, src, whole,
+                    wholeBase, dst, ctx.comm);
+      else
+        copyStrided(ctx, dtype, part, whole, wholeBase, src, inBlock,
+                    stackedBase, dst, ctx.comm);
+      row += run;
+    }
+  }
+}
+
 cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
                             const std::vector<std::string> &axes, int64_t dim,
                             bool zigzag, const DeviceTensor &out, Codec codec) {
@@ -1644,32 +1685,10 @@ cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
   if (!zigzag) {
     moveDim(ctx, x.dtype, gathered, 0, size_t(dim), blocks, out.data);
   } else {
-    // Block r = (i1, i2) holds rows [i2 p, (i2 + 1) p) of chunk pair i1:
-    // chunks i1 and 2 major - 1 - i1, each of c = 2 p / minor... rows.
-    int64_t major = ctx.mesh.axisSize(axes.front()), minor = n / major;
-    int64_t piece = x.shape[size_t(dim)];
-    int64_t chunk = piece * minor / 2;
-    Strides from = contiguous(gathered), to = contiguous(out.shape);
-    for (int64_t r = 0; r < n; ++r) {
-      int64_t i1 = r / minor, i2 = r % minor;
-      for (int64_t row = 0; row < piece;) {
-        int64_t inPair = i2 * piece + row;
-        bool first = inPair < chunk;
-        int64_t target = first ? i1 * chunk + inPair
-                               : (2 * major - 1 - i1) * chunk + inPair - chunk;
-        int64_t run = first ? std::min(piece - row, chunk - inPair)
-                            : piece - row;
-        Shape part = x.shape;
-        part[size_t(dim)] = run;
-        Strides fromPart{};
-        for (size_t d = 0; d < part.size(); ++d)
-          fromPart.stride[d] = from.stride[d + 1];
-        copyStrided(ctx, x.dtype, part, fromPart,
-                    r * from.stride[0] + row * from.stride[dim + 1], blocks, to,
-                    target * to.stride[dim], out.data, ctx.comm);
-        row += run;
-      }
-    }
+    // The blocks back to their places in the load-balanced order.
+    zigzagBlocks(ctx, x.dtype, x.shape, dim, n,
+                 ctx.mesh.axisSize(axes.front()), blocks, out.data,
+                 /*fromStacked=*/true);
   }
   check(ctx, cudaFreeAsync(blocks, ctx.comm), "cudaFreeAsync");
   return endCollective(ctx);
@@ -1690,36 +1709,14 @@ cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
       ctx.communicator->reduceScatter0(ctx, group, blocks, op, out);
   };
   if (zigzag) {
-    // The load-balanced layout: block r = (i1, i2) of [n, x / n] is rows
-    // [i2 p, (i2 + 1) p) of chunks i1 and 2 major - 1 - i1 (allSlice's),
-    // copied out of x, then reduce-scattered in group order.
-    int64_t major = ctx.mesh.axisSize(axes.front()), minor = n / major;
-    int64_t piece = out.shape[size_t(dim)];
-    int64_t chunk = piece * minor / 2;
+    // The load-balanced layout: each rank's zigzag block (allSlice's)
+    // copied out of x in group order, then reduce-scattered.
     Shape stacked = out.shape;
     stacked.insert(stacked.begin(), n);
     void *blocks = scratch(ctx, x.bytes());
-    Strides from = contiguous(x.shape), to = contiguous(stacked);
-    for (int64_t r = 0; r < n; ++r) {
-      int64_t i1 = r / minor, i2 = r % minor;
-      for (int64_t row = 0; row < piece;) {
-        int64_t inPair = i2 * piece + row;
-        bool first = inPair < chunk;
-        int64_t source = first ? i1 * chunk + inPair
-                               : (2 * major - 1 - i1) * chunk + inPair - chunk;
-        int64_t run =
-            first ? std::min(piece - row, chunk - inPair) : piece - row;
-        Shape part = out.shape;
-        part[size_t(dim)] = run;
-        Strides toPart{};
-        for (size_t d = 0; d < part.size(); ++d)
-          toPart.stride[d] = to.stride[d + 1];
-        copyStrided(ctx, x.dtype, part, from, source * from.stride[dim], x.data,
-                    toPart, r * to.stride[0] + row * to.stride[dim + 1], blocks,
-                    ctx.comm);
-        row += run;
-      }
-    }
+    zigzagBlocks(ctx, x.dtype, out.shape, dim, n,
+                 ctx.mesh.axisSize(axes.front()), x.data, blocks,
+                 /*fromStacked=*/false);
     scatter0(DeviceTensor{blocks, x.dtype, stacked});
     check(ctx, cudaFreeAsync(blocks, ctx.comm), "cudaFreeAsync");
     return endCollective(ctx);
