@@ -200,6 +200,8 @@ struct WeftBuildOptimizerPass
               WeftDialect::getGradientReductionAttrName()))
         reductions.insert(ref.getValue());
     llvm::StringMap<size_t> seen;
+    const llvm::StringMap<SmallVector<std::string, 2>> storedAxes =
+        storedParameterAxes(module);
     std::optional<MeshInfo> meshInfo = getMeshInfo(module);
     for (auto func : module.getOps<func::FuncOp>()) {
       if (rank >= 0) {
@@ -263,7 +265,7 @@ struct WeftBuildOptimizerPass
         // axis): the parameter comes and goes as that block. Without the
         // weight in the module, ZeRO-3's rule (`stored-over`).
         if (!entry.mesh.empty()) {
-          for (const std::string &axis : storedAxesOf(module, entry.name))
+          for (const std::string &axis : storedAxes.lookup(entry.name))
             if (!entry.param.uses(axis))
               entry.stored.push_back(axis);
           if (entry.stored.empty() && !storedOver.empty()) {

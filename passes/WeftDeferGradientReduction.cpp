@@ -318,6 +318,9 @@ struct WeftDeferGradientReduction
     const bool loadBalanced =
         func->hasAttr(WeftDialect::getLoadBalancedAttrName());
     ModuleOp module = func->getParentOfType<ModuleOp>();
+    const llvm::StringMap<SmallVector<std::string, 2>> storedAxes =
+        module ? storedParameterAxes(module)
+               : llvm::StringMap<SmallVector<std::string, 2>>();
     for (auto [index, m] : llvm::enumerate(moved)) {
       auto type = cast<RankedTensorType>(types[index]);
       SmallVector<StringRef, 4> axes = axesInMeshOrder(m.reduction);
@@ -355,9 +358,8 @@ struct WeftDeferGradientReduction
           }
       } else if (auto name = func.getResultAttrOfType<StringAttr>(
                      m.result, WeftDialect::getGradientOfAttrName());
-                 name && module && type.getRank() > 0) {
-        SmallVector<std::string, 2> stored =
-            storedAxesOf(module, name.getValue());
+                 name && type.getRank() > 0) {
+        SmallVector<std::string, 2> stored = storedAxes.lookup(name.getValue());
         for (StringRef axis : axes)
           if (llvm::is_contained(stored, axis))
             over.push_back(axis);

@@ -40,19 +40,20 @@ FailureOr<GradientReduction> weft::readGradientReduction(func::FuncOp step,
   return found;
 }
 
-SmallVector<std::string, 2> weft::storedAxesOf(ModuleOp module,
-                                               StringRef name) {
-  SmallVector<std::string, 2> axes;
+llvm::StringMap<SmallVector<std::string, 2>>
+weft::storedParameterAxes(ModuleOp module) {
+  llvm::StringMap<SmallVector<std::string, 2>> stored;
   module.walk([&](ParameterOp param) {
-    auto stored =
+    auto axes =
         param->getAttrOfType<ArrayAttr>(WeftDialect::getStoredOverAttrName());
-    if (param.getName() != name || !stored)
-      return WalkResult::advance();
-    for (StringRef axis : stored.getAsValueRange<StringAttr>())
-      axes.push_back(axis.str());
-    return WalkResult::interrupt();
+    if (!axes)
+      return;
+    auto [entry, added] = stored.try_emplace(param.getName());
+    if (added)
+      for (StringRef axis : axes.getAsValueRange<StringAttr>())
+        entry->second.push_back(axis.str());
   });
-  return axes;
+  return stored;
 }
 
 OptimizerSlot weft::optimizerSlotOf(DictionaryAttr slot) {

@@ -166,7 +166,7 @@ LogicalResult ParameterOp::partition(PartitionState &state) {
            << type.getDimSize(0) << ") is not divisible by the " << split
            << " shards it is stored in; store it over fewer axes";
   // (The rank's weight keeps `weft.stored_over`: the optimizer step holds
-  // and updates the stored block, storedAxesOf.)
+  // and updates the stored block, storedParameterAxes.)
   Operation *copy = state.builder().clone(*getOperation());
   copy->removeAttr(WeftDialect::getShardingAttrName());
   TensorSharding whole = TensorSharding::replicated(type.getRank());

@@ -15,6 +15,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <string>
 #include <vector>
@@ -56,14 +57,14 @@ struct OptimizerSlot {
 };
 OptimizerSlot optimizerSlotOf(mlir::DictionaryAttr slot);
 
-/// The mesh axes a module stores parameter `name` over beyond the block it
-/// uses (`weft.stored_over`, which the partitioned weight keeps: it is cut
-/// to that block on dimension 0 and all-gathered over these axes before
-/// use), as the first weft.parameter of that name that stores it says (a
-/// tied weight read by a stored use on one stage and whole on another is
-/// stored on both); empty if none does.
-llvm::SmallVector<std::string, 2> storedAxesOf(mlir::ModuleOp module,
-                                               llvm::StringRef name);
+/// By parameter name, the mesh axes a module stores the weight over beyond
+/// the block it uses (`weft.stored_over`, which the partitioned weight
+/// keeps: it is cut to that block on dimension 0 and all-gathered over
+/// these axes before use), as the first weft.parameter of that name that
+/// stores it says (a tied weight read by a stored use on one stage and
+/// whole on another is stored on both). One walk of the module.
+llvm::StringMap<llvm::SmallVector<std::string, 2>>
+storedParameterAxes(mlir::ModuleOp module);
 OptimizerSlot optimizerArgumentSlot(mlir::func::FuncOp optimizer, unsigned i);
 OptimizerSlot optimizerResultSlot(mlir::func::FuncOp optimizer, unsigned i);
 
