@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 using namespace mlir;
 using namespace weft;
@@ -361,10 +362,18 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       merged.anyFits |= found.anyFits;
       for (plan::Plan &p : found.plans)
         merged.plans.push_back(std::move(p));
+      for (plan::Plan &p : found.near)
+        merged.near.push_back(std::move(p));
     }
     std::stable_sort(merged.plans.begin(), merged.plans.end(), planBefore);
     return merged;
   };
+  outcome.band = validationErrorBand();
+  double tolerance =
+      request.riskTolerance < 0 ? outcome.band.spread : request.riskTolerance;
+  // The plans within the tolerance of the fastest are kept as the search
+  // costs them, for the lower-risk alternatives below.
+  options.nearFastest = std::max(0.0, tolerance);
   SearchResult result = search(options, policies);
   set.set_candidates_evaluated(result.candidates);
   set.set_candidates_simulated(result.simulated);
@@ -391,40 +400,48 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
              "batch or sequence.";
     return planError(message);
   }
-  outcome.band = validationErrorBand();
-  double tolerance =
-      request.riskTolerance < 0 ? outcome.band.spread : request.riskTolerance;
   // Plans with fewer risks than the fastest, predicted within the
-  // tolerance of it: a second search bounded by that time from the start.
-  // `found` came from a search with `from`: the lower-risk alternatives
-  // are searched within the same space (without grids when `from` has
-  // none).
-  auto addSafer = [&](SearchResult &found, const SearchOptions &from,
-                      const std::vector<std::string> &list) {
+  // tolerance of it, among those the search that found `found` costed near
+  // the fastest (so within the same space: without grids when that search
+  // had none): the best eight (per mesh shape and schedule), and the best
+  // of each lower risk score, so that preferRobust sees the least risky.
+  auto addSafer = [&](SearchResult &found) {
     double fastestRisk =
         assessRisk(found.plans.front(), costModel, false).score;
     if (tolerance <= 0 || fastestRisk <= 0)
       return;
-    SearchOptions safer = from;
-    safer.top = 8;
-    safer.progress = nullptr;
-    safer.limit = found.plans.front().time().step_s() * (1 + tolerance);
-    auto base = from.accept;
-    safer.accept = [&](const plan::Plan &p) {
-      return (!base || base(p)) &&
-             assessRisk(p, costModel, false).score < fastestRisk - 1e-9;
-    };
-    SearchResult alternatives = search(safer, list);
-    // A plan both searches kept is listed once.
-    for (plan::Plan &p : alternatives.plans)
+    const double limit = found.plans.front().time().step_s() * (1 + tolerance);
+    std::vector<double> scores;
+    std::set<double> lower;
+    for (const plan::Plan &p : found.near) {
+      double score = assessRisk(p, costModel, false).score;
+      scores.push_back(score);
+      if (score < fastestRisk - 1e-9 && p.time().step_s() < limit)
+        lower.insert(score);
+    }
+    std::vector<plan::Plan> alternatives = bestNearPlans(
+        found.near, limit,
+        [&](const plan::Plan &p) {
+          return scores[&p - found.near.data()] < fastestRisk - 1e-9;
+        },
+        8);
+    for (double score : lower)
+      for (plan::Plan &p : bestNearPlans(
+               found.near, limit,
+               [&](const plan::Plan &q) {
+                 return scores[&q - found.near.data()] == score;
+               },
+               1))
+        alternatives.push_back(std::move(p));
+    // A plan both lists hold is listed once.
+    for (plan::Plan &p : alternatives)
       if (llvm::none_of(found.plans, [&](const plan::Plan &q) {
             return google::protobuf::util::MessageDifferencer::Equals(p, q);
           }))
         found.plans.push_back(std::move(p));
     std::stable_sort(found.plans.begin(), found.plans.end(), planBefore);
-    set.set_search_seconds(set.search_seconds() + alternatives.seconds);
   };
-  addSafer(result, options, policies);
+  addSafer(result);
   // What weft plan answers without compression, for --compress=auto to
   // compare with: the same search and choice among uncompressed plans.
   std::vector<plan::Plan> uncompressed;
@@ -432,7 +449,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     SearchResult plain = search(options, {""});
     set.set_search_seconds(set.search_seconds() + plain.seconds);
     if (!plain.plans.empty()) {
-      addSafer(plain, options, {""});
+      addSafer(plain);
       uncompressed = std::move(plain.plans);
     }
   }
@@ -485,7 +502,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       note << "3-D tensor parallelism changes the answer: no plan without it "
               "fits\n";
     } else {
-      addSafer(plain, megatron, policies);
+      addSafer(plain);
       preferRobust(plain.plans, costModel, outcome.band, tolerance);
       double gain =
           plain.plans.front().time().step_s() / answer.time().step_s() - 1;

@@ -130,6 +130,12 @@ double CostModel::codecTime(CollectiveKind kind, double bytes, double wire,
          (gpu.hbm_gbps() * 1e9 * gpu.memory_efficiency());
 }
 
+CollectiveCodec CostModel::gradientCodec(const plan::Plan &plan) {
+  if (plan.compress().empty())
+    return CollectiveCodec::none;
+  return codecFor(plan, gradientAxes(plan));
+}
+
 std::vector<std::string> CostModel::gradientAxes(const plan::Plan &plan) {
   std::vector<std::string> axes = {"dp"};
   if (plan.cp() > 1)
@@ -845,7 +851,7 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
               head.frozenParameters + (p > 1 ? head.frozenSharedParameters : 0);
         const double trained = params - frozen;
         // Top-k compresses summing all-reduces only, not ZeRO's collectives.
-        CollectiveCodec codec = codecFor(plan, gradientAxes(plan));
+        CollectiveCodec codec = gradientCodec(plan);
         if (isTopK(codec))
           codec = CollectiveCodec::none;
         double gradWidth =
@@ -966,8 +972,7 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
   if (shard > 1 && plan.zero_stage() < 3) {
     // Under a compression policy the gradients (and ZeRO's parameter
     // gathers) go encoded, and encoding and decoding take memory passes.
-    CollectiveCodec codec =
-        CostModel::codecFor(plan, CostModel::gradientAxes(plan));
+    CollectiveCodec codec = CostModel::gradientCodec(plan);
     double width =
         model.training().grad_reduce_16bit() ? kWeightBytes : kGradBytes;
     double grads = stageParams * width;
@@ -1075,7 +1080,12 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
   const auto [layerF, layerB, layerW, embedWork, headWork] =
       workTerms(plan, b.layer, b.embedding, b.head);
-  double bound = 0, before = 0;
+  // Stage s starts after the first forward has passed the stages before
+  // it (fill) and ends no sooner than its own work. The step then waits
+  // for the last backward to pass those stages again (drain). Under ZB-H1
+  // the weight gradients need not wait for the last backward: they may
+  // fill the drain, so only forward and backward precede it.
+  double bound = 0, fill = 0, drain = 0;
   for (int s = 0; s < p; ++s) {
     double layers = plan.stage_layers(s);
     double work = layers * (layerF + layerB + layerW);
@@ -1083,14 +1093,15 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
       work += embedWork;
     if (s == p - 1)
       work += headWork;
-    bound = std::max(bound, before + m * work);
-    // Stage s waits for the first forward to pass the stages before it;
-    // after its last backward, the stages before it still run theirs
-    // (ZB-H1 may end on weight gradients nothing waits for).
+    double stage = m * work;
+    if (zb)
+      stage = std::max(stage, m * layers * (layerF + layerB) + drain);
+    else
+      stage += drain;
+    bound = std::max(bound, fill + stage);
     double chunk = double(chunkLayerCount(plan.stage_layers(s), v, s, p, 0));
-    before += chunk * (layerF + layerB) + (s == 0 ? b.embedding.forward : 0);
-    if (!zb)
-      before += chunk * layerW;
+    fill += chunk * layerF + (s == 0 ? b.embedding.forward : 0);
+    drain += chunk * (layerB + (zb ? 0 : layerW));
   }
   return bound;
 }

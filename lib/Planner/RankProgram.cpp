@@ -643,7 +643,8 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         unsigned r = cast<OpResult>(value).getResultNumber();
         active = r < yield->getNumOperands() && isActive(yield->getOperand(r));
       } else {
-        active = llvm::any_of(def->getOperands(), isActive);
+        active = llvm::any_of(def->getOperands(),
+                              [&](Value operand) { return isActive(operand); });
       }
     }
     activeMemo[value] = active;
@@ -713,7 +714,9 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
     // an op none of whose operands depends on a trained weight (a mask made
     // from an input, a frozen table's slice) has no backward.
     auto differentiable = dyn_cast<DifferentiableOpInterface>(op);
-    if (!differentiable || llvm::none_of(op->getOperands(), isActive))
+    if (!differentiable || llvm::none_of(op->getOperands(), [&](Value operand) {
+          return isActive(operand);
+        }))
       return;
     SmallVector<SavedTensor> values;
     differentiable.getSavedForBackward(values);

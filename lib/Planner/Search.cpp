@@ -8,10 +8,13 @@
 
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
+#include "weft/Planner/Risk.h"
 
 #include <string>
 
+#include <array>
 #include <chrono>
+#include <map>
 #include <tuple>
 
 using namespace weft;
@@ -83,10 +86,41 @@ SearchResult planner::searchPlans(CostModel &model,
 
   // The plans kept: the best per mesh shape and schedule, best first.
   std::vector<plan::Plan> best;
+  const double near = std::max(0.0, options.nearFastest);
   auto threshold = [&]() {
-    return int(best.size()) < top
-               ? options.limit
-               : std::min(options.limit, best.back().time().step_s());
+    double kept = int(best.size()) < top
+                      ? options.limit
+                      : std::min(options.limit, best.back().time().step_s());
+    if (near > 0 && !best.empty())
+      kept =
+          std::max(kept, std::min(options.limit,
+                                  best.front().time().step_s() * (1 + near)));
+    return kept;
+  };
+  // The plans near the fastest: the best per mesh shape, schedule and risk
+  // score (its twice, rounded: scores are multiples of 0.5).
+  std::map<std::array<int64_t, 11>, size_t> nearIndex;
+  auto keep = [&](const plan::Plan &p) {
+    if (near <= 0 || best.empty() ||
+        !(p.time().step_s() < best.front().time().step_s() * (1 + near)))
+      return;
+    double score = assessRisk(p, model, false).score;
+    std::array<int64_t, 11> key = {p.dp(),
+                                   p.tp(),
+                                   p.pp(),
+                                   p.cp(),
+                                   p.ulysses(),
+                                   p.gx(),
+                                   p.gy(),
+                                   p.gz(),
+                                   p.schedule(),
+                                   p.virtual_stages(),
+                                   std::llround(2 * score)};
+    auto [at, inserted] = nearIndex.try_emplace(key, result.near.size());
+    if (inserted)
+      result.near.push_back(p);
+    else if (planBefore(p, result.near[at->second]))
+      result.near[at->second] = p;
   };
   auto offer = [&](plan::Plan &&candidate) {
     for (auto it = best.begin(); it != best.end(); ++it)
@@ -304,10 +338,18 @@ SearchResult planner::searchPlans(CostModel &model,
                   // Recomputation only adds time: once one fits, the more
                   // aggressive ones cannot win.
                   for (int rc = 0; rc < 3; ++rc) {
-                      candidate.set_recompute(plan::Recompute(rc));
+                    candidate.set_recompute(plan::Recompute(rc));
                     if (options.accept && !options.accept(candidate))
                       continue;
                     ++result.candidates;
+                    // More recomputation only adds to the bound: once one
+                    // reaches the plans kept, none can beat them, whatever
+                    // its memory (which matters then only while no plan
+                    // fits).
+                    double limit = threshold();
+                    if (result.anyFits &&
+                        model.stepLowerBound(candidate, limit) >= limit)
+                      break;
                     double memory = model.peakMemoryBytes(candidate);
                     if (memory > capacity) {
                       if (!result.anyFits && memory < smallest) {
@@ -317,13 +359,19 @@ SearchResult planner::searchPlans(CostModel &model,
                       continue;
                     }
                     result.anyFits = true;
-                    double limit = threshold();
+                    limit = threshold();
                     if (model.stepLowerBound(candidate, limit) < limit) {
                       plan::Plan evaluated = candidate;
                       model.evaluate(evaluated);
                       ++result.simulated;
-                      if (evaluated.time().step_s() < threshold())
-                        offer(std::move(evaluated));
+                      if (evaluated.time().step_s() < threshold()) {
+                        if (near > 0) {
+                          offer(plan::Plan(evaluated));
+                          keep(evaluated);
+                        } else {
+                          offer(std::move(evaluated));
+                        }
+                      }
                     }
                     break;
                   }
@@ -343,6 +391,27 @@ SearchResult planner::searchPlans(CostModel &model,
   if (options.progress)
     options.progress(1.0);
   return result;
+}
+
+std::vector<plan::Plan>
+planner::bestNearPlans(const std::vector<plan::Plan> &near, double limit,
+                       const std::function<bool(const plan::Plan &)> &accept,
+                       int count) {
+  std::vector<plan::Plan> chosen;
+  for (const plan::Plan &p : near) {
+    if (!(p.time().step_s() < limit) || !accept(p))
+      continue;
+    auto same = llvm::find_if(
+        chosen, [&](const plan::Plan &q) { return sameShape(p, q); });
+    if (same == chosen.end())
+      chosen.push_back(p);
+    else if (planBefore(p, *same))
+      *same = p;
+  }
+  std::sort(chosen.begin(), chosen.end(), planBefore);
+  if (int(chosen.size()) > count)
+    chosen.resize(size_t(std::max(0, count)));
+  return chosen;
 }
 
 std::string planner::outsideSearchSpace(const CostModel &model,

@@ -318,6 +318,103 @@ TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
   }
 }
 
+// The search prunes on bounds: each must stay at or below the step that
+// evaluate() costs, for every schedule. ZB-H1's weight gradients may fill
+// the pipeline's drain, so its bound cannot add the drain after a stage's
+// whole work (it did, and on deep pipelines it pruned the fastest plans:
+// which plan came first depended on --top).
+TEST(PlannerSearch, BoundsNeverExceedTheCostedStep) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x641");
+  plan::TrainingConfig training = megatron2022(1920);
+  training.set_flash_attention(true);
+  CostModel model(*lookupPreset("megatron-530b"), cluster, training);
+  int checked = 0;
+  for (int pp : {2, 7, 15, 35, 53})
+    for (int tp : {4, 8})
+      for (auto [schedule, v] : std::vector<std::pair<plan::Schedule, int>>{
+               {plan::SCHEDULE_1F1B, 1},
+               {plan::SCHEDULE_GPIPE, 1},
+               {plan::SCHEDULE_ZB_H1, 1},
+               {plan::SCHEDULE_INTERLEAVED, 3}})
+        for (int rc = 0; rc < 3; ++rc) {
+          plan::Plan p = tpPpPlan(tp, pp, /*mbs=*/1, /*numMicroBatches=*/0);
+          int64_t dp = 5120 / (int64_t(tp) * pp);
+          while (1920 % dp)
+            --dp;
+          p.set_dp(int(dp));
+          p.set_num_micro_batches(int(1920 / dp));
+          p.set_sequence_parallel(true);
+          p.set_tp_comm_overlap(true);
+          p.set_schedule(schedule);
+          p.set_virtual_stages(v);
+          p.set_zero_stage(1);
+          p.set_recompute(plan::Recompute(rc));
+          if (!model.checkPlan(p).empty())
+            continue;
+          for (int32_t n : model.balanceStages(p))
+            p.add_stage_layers(n);
+          double average = model.averageWorkBound(p);
+          double work = model.workLowerBound(p);
+          double step = model.stepLowerBound(p);
+          plan::Plan costed = p;
+          model.evaluate(costed);
+          std::string what = describePlan(costed);
+          EXPECT_LE(average, work * (1 + 1e-9)) << what;
+          EXPECT_LE(work, step * (1 + 1e-9)) << what;
+          EXPECT_LE(step, costed.time().step_s() * (1 + 1e-9)) << what;
+          ++checked;
+        }
+  EXPECT_GT(checked, 80);
+}
+
+// The plans the search returns do not depend on how many it keeps: its
+// first plan is the fastest whether it keeps one or twelve.
+TEST(PlannerSearch, TheFastestDoesNotDependOnTop) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x641");
+  plan::TrainingConfig training = megatron2022(1920);
+  training.set_flash_attention(true);
+  CostModel model(*lookupPreset("megatron-530b"), cluster, training);
+  SearchOptions one, twelve;
+  one.top = 1;
+  twelve.top = 12;
+  twelve.tensor3d = one.tensor3d = false;
+  SearchResult a = searchPlans(model, one);
+  SearchResult b = searchPlans(model, twelve);
+  ASSERT_EQ(a.plans.size(), 1u);
+  ASSERT_EQ(b.plans.size(), 12u);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(a.plans[0],
+                                                                 b.plans[0]))
+      << describePlan(a.plans[0]) << " vs " << describePlan(b.plans[0]);
+}
+
+// The plans kept near the fastest (SearchOptions::nearFastest, what the
+// lower-risk alternatives come from) are every plan costed within that
+// fraction of it: the same as a second search bounded by that time.
+TEST(PlannerSearch, NearPlansAreASecondSearchInOne) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x64");
+  plan::TrainingConfig training = megatron2022(512);
+  training.set_flash_attention(true);
+  CostModel model(*lookupPreset("gpt3-175b"), cluster, training);
+  SearchOptions options;
+  options.nearFastest = 0.1;
+  SearchResult found = searchPlans(model, options);
+  ASSERT_FALSE(found.plans.empty());
+  const double limit = found.plans.front().time().step_s() * 1.1;
+  SearchOptions second;
+  second.top = 1000;
+  second.limit = limit;
+  SearchResult all = searchPlans(model, second);
+  auto any = [](const plan::Plan &) { return true; };
+  std::vector<plan::Plan> near = bestNearPlans(found.near, limit, any, 1000);
+  ASSERT_GT(near.size(), 5u);
+  ASSERT_EQ(near.size(), all.plans.size());
+  for (size_t i = 0; i < near.size(); ++i)
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+        near[i], all.plans[i]))
+        << i << ": " << describePlan(near[i]) << " vs "
+        << describePlan(all.plans[i]);
+}
+
 // Bounding context-parallel plans from measured ones with a shorter ring
 // (instead of building their programs) prunes only plans that cannot win:
 // the search returns the same plans as without the bound, on a long

@@ -205,6 +205,10 @@ public:
   /// The data-parallel gradient group's axes: dp, with cp and ulysses (whose
   /// ranks hold the same weights) where the plan has them.
   static std::vector<std::string> gradientAxes(const plan::Plan &plan);
+  /// The codec the plan's compression policy gives the gradient group
+  /// (none without a policy, without building the axes: the search asks
+  /// once per candidate).
+  static CollectiveCodec gradientCodec(const plan::Plan &plan);
 
 private:
   struct Blocks {

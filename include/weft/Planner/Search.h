@@ -34,6 +34,12 @@ struct SearchOptions {
   /// Only plans predicted faster than this (seconds per step) are kept:
   /// the bound prunes from the start.
   double limit = std::numeric_limits<double>::infinity();
+  /// Also keep the plans costed within this fraction of the fastest (0:
+  /// none), in SearchResult::near: the lower-risk alternatives to the
+  /// fastest (preferRobust) then come from the same pass. The bound prunes
+  /// at the larger of the top plans' threshold and the fastest's time times
+  /// (1 + nearFastest).
+  double nearFastest = 0;
   /// The compression policy every candidate is costed under
   /// (plan::Plan::compress; empty: none).
   std::string compress;
@@ -48,6 +54,10 @@ struct SearchResult {
   std::vector<plan::Plan> plans;
   /// When nothing fits: the plan with the smallest peak memory.
   plan::Plan smallestMemory;
+  /// With SearchOptions::nearFastest: every plan costed within that
+  /// fraction of the fastest, the best per mesh shape, schedule and risk
+  /// score (assessRisk), in no particular order.
+  std::vector<plan::Plan> near;
   bool anyFits = false;
   int64_t candidates = 0;
   int64_t simulated = 0;
@@ -66,6 +76,13 @@ SearchResult searchPlans(CostModel &model, const SearchOptions &options);
 /// TP overlap; more recomputation than memory needs) count as enumerated.
 std::string outsideSearchSpace(const CostModel &model, const plan::Plan &plan,
                                const SearchOptions &options);
+
+/// Among `near` (SearchResult::near): the plans predicted faster than
+/// `limit` that `accept` takes, the best per mesh shape and schedule, best
+/// first, at most `count`.
+std::vector<plan::Plan>
+bestNearPlans(const std::vector<plan::Plan> &near, double limit,
+              const std::function<bool(const plan::Plan &)> &accept, int count);
 
 /// Orders plans by predicted step time, then by a fixed key, so that equal
 /// times give a deterministic order.
