@@ -424,7 +424,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
         [&](const plan::Plan &p) {
           return scores[&p - found.near.data()] < fastestRisk - 1e-9;
         },
-        8);
+        options.nearCount);
     for (double score : lower)
       for (plan::Plan &p : bestNearPlans(
                found.near, limit,

@@ -779,7 +779,8 @@ static double exposedWeightGather(const BlockCost &block, bool backward) {
   return std::max(0.0, block.weightGather - compute);
 }
 
-void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
+void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
+                           int onlyRank) {
   const int p = plan.pp(), v = virtualStages(plan);
   const BlockCost &layer = layerCost(plan);
   const BlockCost &embed = embeddingCost(plan);
@@ -812,6 +813,8 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times) {
                   v);
   for (int c = 0; c < v; ++c)
     for (int s = 0; s < p; ++s) {
+      if (onlyRank >= 0 && s != onlyRank)
+        continue;
       int vs = c * p + s;
       double layers = double(chunks[vs]);
       double f = layers * layerForward;
@@ -1148,7 +1151,7 @@ double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {
   if (bound >= stopAt)
     return bound;
   StageTimes &times = scratchTimes;
-  stageTimes(plan, times);
+  stageTimes(plan, times, /*onlyRank=*/0);
   double lastBackward = 0, firstForward = 0;
   for (int c = 0; c < v; ++c) {
     lastBackward += times.backward[c * p] + times.weight[c * p];

@@ -87,40 +87,95 @@ SearchResult planner::searchPlans(CostModel &model,
   // The plans kept: the best per mesh shape and schedule, best first.
   std::vector<plan::Plan> best;
   const double near = std::max(0.0, options.nearFastest);
+  auto topThreshold = [&]() {
+    return int(best.size()) < top
+               ? options.limit
+               : std::min(options.limit, best.back().time().step_s());
+  };
+  auto nearThreshold = [&]() {
+    return best.empty() ? options.limit
+                        : std::min(options.limit,
+                                   best.front().time().step_s() * (1 + near));
+  };
+  // What a shape must beat: the plans kept, or with nearFastest the
+  // fastest's time times (1 + nearFastest).
   auto threshold = [&]() {
-    double kept = int(best.size()) < top
-                      ? options.limit
-                      : std::min(options.limit, best.back().time().step_s());
-    if (near > 0 && !best.empty())
-      kept =
-          std::max(kept, std::min(options.limit,
-                                  best.front().time().step_s() * (1 + near)));
-    return kept;
+    return near > 0 ? std::max(topThreshold(), nearThreshold())
+                    : topThreshold();
   };
   // The plans near the fastest: the best per mesh shape, schedule and risk
-  // score (its twice, rounded: scores are multiples of 0.5).
+  // score (twice the score, rounded: scores are multiples of 0.5), with
+  // their times and scores, and the fastest time of each score.
   std::map<std::array<int64_t, 11>, size_t> nearIndex;
+  std::vector<double> nearTimes;
+  std::vector<int64_t> nearScores;
+  std::map<int64_t, double> fastestOfScore;
+  // nearNeedOf's answers, until the next plan is kept.
+  std::map<int64_t, double> needOfScore;
+  auto scoreOf = [&](const plan::Plan &p) {
+    return std::llround(2 * assessRisk(p, model, false).score);
+  };
   auto keep = [&](const plan::Plan &p) {
-    if (near <= 0 || best.empty() ||
-        !(p.time().step_s() < best.front().time().step_s() * (1 + near)))
+    if (near <= 0 || best.empty() || !(p.time().step_s() < nearThreshold()))
       return;
-    double score = assessRisk(p, model, false).score;
-    std::array<int64_t, 11> key = {p.dp(),
-                                   p.tp(),
-                                   p.pp(),
-                                   p.cp(),
-                                   p.ulysses(),
-                                   p.gx(),
-                                   p.gy(),
-                                   p.gz(),
-                                   p.schedule(),
-                                   p.virtual_stages(),
-                                   std::llround(2 * score)};
+    int64_t score = scoreOf(p);
+    std::array<int64_t, 11> key = {
+        p.dp(), p.tp(), p.pp(), p.cp(),       p.ulysses(),
+        p.gx(), p.gy(), p.gz(), p.schedule(), p.virtual_stages(),
+        score};
     auto [at, inserted] = nearIndex.try_emplace(key, result.near.size());
-    if (inserted)
+    if (inserted) {
       result.near.push_back(p);
-    else if (planBefore(p, result.near[at->second]))
+      nearTimes.push_back(p.time().step_s());
+      nearScores.push_back(score);
+    } else if (planBefore(p, result.near[at->second])) {
       result.near[at->second] = p;
+      nearTimes[at->second] = p.time().step_s();
+    }
+    needOfScore.clear();
+    auto [fastest, first] =
+        fastestOfScore.try_emplace(score, p.time().step_s());
+    if (!first)
+      fastest->second = std::min(fastest->second, p.time().step_s());
+  };
+  // The time a plan of risk score `score` (twice it) must beat to matter to
+  // the plans near the fastest (bestNearPlans and its callers take, among
+  // those less risky than the fastest, the nearCount fastest shapes and the
+  // fastest of each score): the fastest of its score, or the nearCount-th
+  // fastest shape of those no riskier than it, whichever is later. Both
+  // only fall as the search goes on, so what is skipped never mattered.
+  std::vector<std::pair<double, size_t>> ranked;
+  std::vector<size_t> shapes;
+  auto nearNeedOf = [&](int64_t score) {
+    auto fastest = fastestOfScore.find(score);
+    if (fastest == fastestOfScore.end())
+      return nearThreshold();
+    auto [cached, inserted] = needOfScore.try_emplace(score, 0.0);
+    if (inserted) {
+      ranked.clear();
+      for (size_t i = 0; i < nearTimes.size(); ++i)
+        if (nearScores[i] <= score)
+          ranked.push_back({nearTimes[i], i});
+      std::sort(ranked.begin(), ranked.end());
+      shapes.clear();
+      double kth = std::numeric_limits<double>::infinity();
+      for (auto &[time, i] : ranked) {
+        if (llvm::any_of(shapes, [&, i = i](size_t j) {
+              return sameShape(result.near[i], result.near[j]);
+            }))
+          continue;
+        shapes.push_back(i);
+        if (int(shapes.size()) == std::max(1, options.nearCount)) {
+          kth = time;
+          break;
+        }
+      }
+      cached->second = std::max(fastest->second, kth);
+    }
+    return std::min(nearThreshold(), cached->second);
+  };
+  auto nearNeed = [&](const plan::Plan &candidate) {
+    return nearNeedOf(scoreOf(candidate));
   };
   auto offer = [&](plan::Plan &&candidate) {
     for (auto it = best.begin(); it != best.end(); ++it)
@@ -326,7 +381,18 @@ SearchResult planner::searchPlans(CostModel &model,
                     continue;
                   }
                 }
-                if (model.workLowerBound(candidate) >= threshold()) {
+                const double work = model.workLowerBound(candidate);
+                bool loses = work >= threshold();
+                if (!loses && near > 0 && work >= topThreshold()) {
+                  // Past the plans kept it matters only near the fastest,
+                  // as its risk says: ZeRO-3 adds to it outside ZeroPP.
+                  int64_t score = scoreOf(candidate);
+                  double need = nearNeedOf(score);
+                  if (shard > 1 && sched.schedule != plan::SCHEDULE_ZEROPP)
+                    need = std::max(need, nearNeedOf(score + 1));
+                  loses = work >= std::max(topThreshold(), need);
+                }
+                if (loses) {
                   if (!options.accept)
                     result.candidates += zeros;
                   continue;
@@ -346,9 +412,9 @@ SearchResult planner::searchPlans(CostModel &model,
                     // reaches the plans kept, none can beat them, whatever
                     // its memory (which matters then only while no plan
                     // fits).
-                    double limit = threshold();
-                    if (result.anyFits &&
-                        model.stepLowerBound(candidate, limit) >= limit)
+                    const double limit = threshold();
+                    const double bound = model.stepLowerBound(candidate, limit);
+                    if (result.anyFits && bound >= limit)
                       break;
                     double memory = model.peakMemoryBytes(candidate);
                     if (memory > capacity) {
@@ -359,8 +425,12 @@ SearchResult planner::searchPlans(CostModel &model,
                       continue;
                     }
                     result.anyFits = true;
-                    limit = threshold();
-                    if (model.stepLowerBound(candidate, limit) < limit) {
+                    // Past the plans kept, a plan matters only near the
+                    // fastest, as its risk says.
+                    double need = limit;
+                    if (near > 0 && bound < limit && bound >= topThreshold())
+                      need = std::max(topThreshold(), nearNeed(candidate));
+                    if (bound < need) {
                       plan::Plan evaluated = candidate;
                       model.evaluate(evaluated);
                       ++result.simulated;

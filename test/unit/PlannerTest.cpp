@@ -388,8 +388,10 @@ TEST(PlannerSearch, TheFastestDoesNotDependOnTop) {
 }
 
 // The plans kept near the fastest (SearchOptions::nearFastest, what the
-// lower-risk alternatives come from) are every plan costed within that
-// fraction of it: the same as a second search bounded by that time.
+// lower-risk alternatives come from) give what a second search, bounded by
+// the fastest's time times (1 + nearFastest), would: for any risk score R,
+// the eight fastest shapes less risky than R, and the fastest plan of each
+// score.
 TEST(PlannerSearch, NearPlansAreASecondSearchInOne) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x64");
   plan::TrainingConfig training = megatron2022(512);
@@ -400,19 +402,40 @@ TEST(PlannerSearch, NearPlansAreASecondSearchInOne) {
   SearchResult found = searchPlans(model, options);
   ASSERT_FALSE(found.plans.empty());
   const double limit = found.plans.front().time().step_s() * 1.1;
-  SearchOptions second;
-  second.top = 1000;
-  second.limit = limit;
-  SearchResult all = searchPlans(model, second);
-  auto any = [](const plan::Plan &) { return true; };
-  std::vector<plan::Plan> near = bestNearPlans(found.near, limit, any, 1000);
-  ASSERT_GT(near.size(), 5u);
-  ASSERT_EQ(near.size(), all.plans.size());
-  for (size_t i = 0; i < near.size(); ++i)
-    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
-        near[i], all.plans[i]))
-        << i << ": " << describePlan(near[i]) << " vs "
-        << describePlan(all.plans[i]);
+  auto score = [&](const plan::Plan &p) {
+    return assessRisk(p, model, false).score;
+  };
+  auto same = [](const std::vector<plan::Plan> &a,
+                 const std::vector<plan::Plan> &b) {
+    if (a.size() != b.size())
+      return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!google::protobuf::util::MessageDifferencer::Equals(a[i], b[i]))
+        return false;
+    return true;
+  };
+  int compared = 0;
+  for (double risk = 0.5; risk <= 5; risk += 0.5) {
+    for (bool below : {true, false}) {
+      // Less risky than `risk`, or (one score) exactly as risky.
+      auto accept = [&](const plan::Plan &p) {
+        return below ? score(p) < risk - 1e-9 : score(p) == risk;
+      };
+      const int count = below ? 8 : 1;
+      SearchOptions second;
+      second.top = count;
+      second.limit = limit;
+      second.accept = accept;
+      SearchResult searched = searchPlans(model, second);
+      std::vector<plan::Plan> kept =
+          bestNearPlans(found.near, limit, accept, count);
+      EXPECT_TRUE(same(kept, searched.plans))
+          << (below ? "below " : "at ") << risk << ": " << kept.size()
+          << " kept, " << searched.plans.size() << " searched";
+      compared += !kept.empty();
+    }
+  }
+  EXPECT_GE(compared, 6);
 }
 
 // Bounding context-parallel plans from measured ones with a shorter ring

@@ -253,7 +253,9 @@ private:
     std::vector<double> shardBytes;
     double p2p = 0;
   };
-  void stageTimes(const plan::Plan &plan, StageTimes &times);
+  /// Every virtual stage's times, or only pipeline rank `onlyRank`'s (the
+  /// others left 0).
+  void stageTimes(const plan::Plan &plan, StageTimes &times, int onlyRank = -1);
   StageTimes scratchTimes;
   double simulate(const plan::Plan &plan, const StageTimes &times,
                   std::vector<TimelineEvent> *timeline);

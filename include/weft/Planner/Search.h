@@ -40,6 +40,10 @@ struct SearchOptions {
   /// at the larger of the top plans' threshold and the fastest's time times
   /// (1 + nearFastest).
   double nearFastest = 0;
+  /// With nearFastest: how many of the near plans' shapes the caller takes
+  /// (bestNearPlans' count), besides the fastest of each risk score; the
+  /// search costs no more of them than that needs.
+  int nearCount = 8;
   /// The compression policy every candidate is costed under
   /// (plan::Plan::compress; empty: none).
   std::string compress;
@@ -54,9 +58,11 @@ struct SearchResult {
   std::vector<plan::Plan> plans;
   /// When nothing fits: the plan with the smallest peak memory.
   plan::Plan smallestMemory;
-  /// With SearchOptions::nearFastest: every plan costed within that
-  /// fraction of the fastest, the best per mesh shape, schedule and risk
-  /// score (assessRisk), in no particular order.
+  /// With SearchOptions::nearFastest: the plans costed within that fraction
+  /// of the fastest, the best per mesh shape, schedule and risk score
+  /// (assessRisk), in no particular order; all that, among those less risky
+  /// than any plan, the nearCount fastest shapes and the fastest of each
+  /// score need.
   std::vector<plan::Plan> near;
   bool anyFits = false;
   int64_t candidates = 0;
