@@ -34,15 +34,15 @@ struct SearchOptions {
   /// Only plans predicted faster than this (seconds per step) are kept:
   /// the bound prunes from the start.
   double limit = std::numeric_limits<double>::infinity();
-  /// Also keep the plans costed within this fraction of the fastest (0:
-  /// none), in SearchResult::near: the lower-risk alternatives to the
-  /// fastest (preferRobust) then come from the same pass. The bound prunes
-  /// at the larger of the top plans' threshold and the fastest's time times
-  /// (1 + nearFastest).
+  /// Also keep plans costed within this fraction of the fastest (0: none),
+  /// in SearchResult::near: the lower-risk alternatives to the fastest
+  /// (preferRobust) then come from the same pass. Past the top plans, a
+  /// candidate is costed only while it could still be one of them (its risk
+  /// score is known before it is costed).
   double nearFastest = 0;
-  /// With nearFastest: how many of the near plans' shapes the caller takes
-  /// (bestNearPlans' count), besides the fastest of each risk score; the
-  /// search costs no more of them than that needs.
+  /// With nearFastest: for any risk score R, the near plans hold the
+  /// nearCount fastest shapes less risky than R (bestNearPlans' count) and
+  /// the fastest plan of each score.
   int nearCount = 8;
   /// The compression policy every candidate is costed under
   /// (plan::Plan::compress; empty: none).
@@ -58,11 +58,11 @@ struct SearchResult {
   std::vector<plan::Plan> plans;
   /// When nothing fits: the plan with the smallest peak memory.
   plan::Plan smallestMemory;
-  /// With SearchOptions::nearFastest: the plans costed within that fraction
-  /// of the fastest, the best per mesh shape, schedule and risk score
-  /// (assessRisk), in no particular order; all that, among those less risky
-  /// than any plan, the nearCount fastest shapes and the fastest of each
-  /// score need.
+  /// With SearchOptions::nearFastest: plans costed within that fraction of
+  /// the fastest, the best per mesh shape, schedule and risk score
+  /// (assessRisk), in no particular order. For any risk score R they hold
+  /// the nearCount fastest shapes less risky than R and the fastest plan of
+  /// each score.
   std::vector<plan::Plan> near;
   bool anyFits = false;
   int64_t candidates = 0;
