@@ -104,10 +104,9 @@ SearchResult planner::searchPlans(CostModel &model,
                     : topThreshold();
   };
   // The plans near the fastest: the best per mesh shape, schedule and risk
-  // score (twice the score, rounded: scores are multiples of 0.5), with
-  // their times and scores, and the fastest time of each score.
+  // score (twice the score, rounded: scores are multiples of 0.5), their
+  // scores, and the fastest time of each score.
   std::map<std::array<int64_t, 11>, size_t> nearIndex;
-  std::vector<double> nearTimes;
   std::vector<int64_t> nearScores;
   std::map<int64_t, double> fastestOfScore;
   // nearNeedOf's answers, until the next plan is kept.
@@ -126,11 +125,9 @@ SearchResult planner::searchPlans(CostModel &model,
     auto [at, inserted] = nearIndex.try_emplace(key, result.near.size());
     if (inserted) {
       result.near.push_back(p);
-      nearTimes.push_back(p.time().step_s());
       nearScores.push_back(score);
     } else if (planBefore(p, result.near[at->second])) {
       result.near[at->second] = p;
-      nearTimes[at->second] = p.time().step_s();
     }
     needOfScore.clear();
     auto [fastest, first] =
@@ -153,9 +150,9 @@ SearchResult planner::searchPlans(CostModel &model,
     auto [cached, inserted] = needOfScore.try_emplace(score, 0.0);
     if (inserted) {
       ranked.clear();
-      for (size_t i = 0; i < nearTimes.size(); ++i)
+      for (size_t i = 0; i < result.near.size(); ++i)
         if (nearScores[i] <= score)
-          ranked.push_back({nearTimes[i], i});
+          ranked.push_back({result.near[i].time().step_s(), i});
       std::sort(ranked.begin(), ranked.end());
       shapes.clear();
       double kth = std::numeric_limits<double>::infinity();
