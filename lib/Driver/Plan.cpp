@@ -25,7 +25,6 @@
 
 #include <cmath>
 #include <random>
-#include <set>
 
 using namespace mlir;
 using namespace weft;
@@ -410,29 +409,10 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
         assessRisk(found.plans.front(), costModel, false).score;
     if (tolerance <= 0 || fastestRisk <= 0)
       return;
-    const double limit = found.plans.front().time().step_s() * (1 + tolerance);
-    std::vector<double> scores;
-    std::set<double> lower;
-    for (const plan::Plan &p : found.near) {
-      double score = assessRisk(p, costModel, false).score;
-      scores.push_back(score);
-      if (score < fastestRisk - 1e-9 && p.time().step_s() < limit)
-        lower.insert(score);
-    }
-    std::vector<plan::Plan> alternatives = bestNearPlans(
-        found.near, limit,
-        [&](const plan::Plan &p) {
-          return scores[&p - found.near.data()] < fastestRisk - 1e-9;
-        },
-        options.nearCount);
-    for (double score : lower)
-      for (plan::Plan &p : bestNearPlans(
-               found.near, limit,
-               [&](const plan::Plan &q) {
-                 return scores[&q - found.near.data()] == score;
-               },
-               1))
-        alternatives.push_back(std::move(p));
+    std::vector<plan::Plan> alternatives =
+        lowerRiskPlans(costModel, found.near,
+                       found.plans.front().time().step_s() * (1 + tolerance),
+                       fastestRisk, options.nearCount);
     // A plan both lists hold is listed once.
     for (plan::Plan &p : alternatives)
       if (llvm::none_of(found.plans, [&](const plan::Plan &q) {

@@ -15,6 +15,7 @@
 #include <array>
 #include <chrono>
 #include <map>
+#include <set>
 #include <tuple>
 
 using namespace weft;
@@ -478,6 +479,33 @@ planner::bestNearPlans(const std::vector<plan::Plan> &near, double limit,
   std::sort(chosen.begin(), chosen.end(), planBefore);
   if (int(chosen.size()) > count)
     chosen.resize(size_t(std::max(0, count)));
+  return chosen;
+}
+
+std::vector<plan::Plan>
+planner::lowerRiskPlans(const CostModel &model,
+                        const std::vector<plan::Plan> &near, double limit,
+                        double risk, int count) {
+  std::vector<double> scores;
+  std::set<double> lower;
+  for (const plan::Plan &p : near) {
+    double score = assessRisk(p, model, false).score;
+    scores.push_back(score);
+    if (score < risk - 1e-9 && p.time().step_s() < limit)
+      lower.insert(score);
+  }
+  auto scoreOf = [&](const plan::Plan &p) { return scores[&p - near.data()]; };
+  std::vector<plan::Plan> chosen = bestNearPlans(
+      near, limit,
+      [&](const plan::Plan &p) { return scoreOf(p) < risk - 1e-9; }, count);
+  for (double score : lower)
+    for (plan::Plan &p : bestNearPlans(
+             near, limit,
+             [&](const plan::Plan &q) { return scoreOf(q) == score; }, 1))
+      if (llvm::none_of(chosen, [&](const plan::Plan &q) {
+            return sameShape(p, q) && !planBefore(p, q) && !planBefore(q, p);
+          }))
+        chosen.push_back(std::move(p));
   return chosen;
 }
 

@@ -90,6 +90,14 @@ std::vector<plan::Plan>
 bestNearPlans(const std::vector<plan::Plan> &near, double limit,
               const std::function<bool(const plan::Plan &)> &accept, int count);
 
+/// Among `near`, the plans predicted faster than `limit` with a risk score
+/// (assessRisk) below `risk`: the `count` fastest (bestNearPlans), then the
+/// fastest of each lower score not among them. SearchOptions::nearFastest's
+/// pruning keeps what this needs.
+std::vector<plan::Plan> lowerRiskPlans(const CostModel &model,
+                                       const std::vector<plan::Plan> &near,
+                                       double limit, double risk, int count);
+
 /// Orders plans by predicted step time, then by a fixed key, so that equal
 /// times give a deterministic order.
 bool planBefore(const plan::Plan &a, const plan::Plan &b);
