@@ -66,6 +66,37 @@ struct WeftPrintOpFacts
                << " for weights";
         if (differentiable.isAttentionCore())
           remark << "; attention core";
+        // What each float operand's gradient reads (for a weight: what a
+        // weight-gradient step reads).
+        auto describe = [&](Value value) -> std::string {
+          if (auto result = dyn_cast<OpResult>(value);
+              result && result.getOwner() == op)
+            return "result #" + std::to_string(result.getResultNumber());
+          for (OpOperand &use : op->getOpOperands())
+            if (use.get() == value)
+              return "operand #" + std::to_string(use.getOperandNumber());
+          return "a value inside";
+        };
+        bool first = true;
+        for (OpOperand &operand : op->getOpOperands()) {
+          auto type = dyn_cast<RankedTensorType>(operand.get().getType());
+          if (!type || !isa<FloatType>(type.getElementType()))
+            continue;
+          SmallVector<weft::GradientRead> reads;
+          differentiable.getGradientReads(operand.getOperandNumber(), reads);
+          remark << (first ? "; gradient of " : "; of ") << "operand #"
+                 << operand.getOperandNumber() << " reads ";
+          first = false;
+          for (auto [i, read] : llvm::enumerate(reads)) {
+            remark << (i ? ", " : "");
+            if (read.kind == weft::GradientRead::ResultGradient)
+              remark << "the gradient of " << describe(read.value);
+            else if (read.kind == weft::GradientRead::Computed)
+              remark << "a tensor it computes like " << describe(read.value);
+            else
+              remark << describe(read.value);
+          }
+        }
       }
       if (collective) {
         int64_t group = collective.getGroupSize();

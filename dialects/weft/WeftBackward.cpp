@@ -156,6 +156,118 @@ void CrossEntropyOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
 }
 
 //===----------------------------------------------------------------------===//
+// What each operand's gradient reads
+//===----------------------------------------------------------------------===//
+
+static void readResultGradients(Operation *op,
+                                SmallVectorImpl<GradientRead> &reads) {
+  for (Value result : op->getResults())
+    reads.push_back({result, GradientRead::ResultGradient});
+}
+
+void weft::getDefaultGradientReads(Operation *op, unsigned operand,
+                                   SmallVectorImpl<GradientRead> &reads) {
+  readResultGradients(op, reads);
+  // A sum, a difference, a reshape: the gradient passes on as it came.
+  if (op->hasTrait<OpTrait::Additive>())
+    return;
+  // A product: each operand's gradient is the product of the others with
+  // the result's gradient.
+  if (op->hasTrait<OpTrait::Multilinear>()) {
+    for (OpOperand &other : op->getOpOperands())
+      if (other.getOperandNumber() != operand)
+        reads.push_back({other.get(), GradientRead::Forward});
+    return;
+  }
+  if (auto differentiable = dyn_cast<DifferentiableOpInterface>(op)) {
+    SmallVector<SavedTensor> saved;
+    differentiable.getSavedForBackward(saved);
+    for (const SavedTensor &tensor : saved)
+      reads.push_back({tensor.value, GradientRead::Forward});
+  }
+}
+
+// dW = Xᵀ·dY reads the input; db = Σ dY the result's gradient alone;
+// dX = dY·Wᵀ the weight.
+void LinearOp::getGradientReads(unsigned operand,
+                                SmallVectorImpl<GradientRead> &reads) {
+  readResultGradients(*this, reads);
+  if (operand == 0)
+    reads.push_back({getWeight(), GradientRead::Forward});
+  else if (operand == 1)
+    reads.push_back({getInput(), GradientRead::Forward});
+}
+
+/// A norm's scale gradient is Σ dY·x̂: the normalized input, which the
+/// backward computes again from the kept input (typed like the result); the
+/// bias's is Σ dY; the input's reads the input and the scale.
+static void normGradientReads(Operation *op, unsigned operand,
+                              SmallVectorImpl<GradientRead> &reads) {
+  Value result = op->getResult(0);
+  reads.push_back({result, GradientRead::ResultGradient});
+  if (operand == 0) {
+    reads.push_back({op->getOperand(0), GradientRead::Forward});
+    reads.push_back({op->getOperand(1), GradientRead::Forward});
+  } else if (operand == 1) {
+    reads.push_back({result, GradientRead::Computed});
+  }
+}
+void LayerNormOp::getGradientReads(unsigned operand,
+                                   SmallVectorImpl<GradientRead> &reads) {
+  normGradientReads(*this, operand, reads);
+}
+void RMSNormOp::getGradientReads(unsigned operand,
+                                 SmallVectorImpl<GradientRead> &reads) {
+  normGradientReads(*this, operand, reads);
+}
+
+// A table's gradient scatters the result's gradient to the rows read.
+void EmbeddingOp::getGradientReads(unsigned operand,
+                                   SmallVectorImpl<GradientRead> &reads) {
+  readResultGradients(*this, reads);
+  reads.push_back({getIndices(), GradientRead::Forward});
+  (void)operand;
+}
+void GatherOp::getGradientReads(unsigned operand,
+                                SmallVectorImpl<GradientRead> &reads) {
+  readResultGradients(*this, reads);
+  reads.push_back({getIndices(), GradientRead::Forward});
+  (void)operand;
+}
+
+/// What the body's ops that take the operand read, seen from outside: a
+/// body argument is the operand, a yielded value the result, and the
+/// gradient of a value inside (the GEMM's result under an epilogue's GELU)
+/// a tensor the backward computes, typed like that value.
+void FusionOp::getGradientReads(unsigned operand,
+                                SmallVectorImpl<GradientRead> &reads) {
+  Block &body = getBody().front();
+  Operation *yield = body.getTerminator();
+  auto outside = [&](Value value) -> Value {
+    if (auto arg = dyn_cast<BlockArgument>(value))
+      return getInputs()[arg.getArgNumber()];
+    for (OpOperand &use : yield->getOpOperands())
+      if (use.get() == value)
+        return getOperation()->getResult(use.getOperandNumber());
+    return value;
+  };
+  for (OpOperand &use : body.getArgument(operand).getUses()) {
+    auto differentiable = dyn_cast<DifferentiableOpInterface>(use.getOwner());
+    if (!differentiable)
+      continue;
+    SmallVector<GradientRead> inner;
+    differentiable.getGradientReads(use.getOperandNumber(), inner);
+    for (GradientRead read : inner) {
+      Value seen = outside(read.value);
+      if (read.kind == GradientRead::ResultGradient && seen == read.value)
+        reads.push_back({read.value, GradientRead::Computed});
+      else
+        reads.push_back({seen, read.kind});
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // GEMMs and attention
 //===----------------------------------------------------------------------===//
 

@@ -123,6 +123,22 @@ def Weft_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
       }],
       "::mlir::LogicalResult", "buildGradients", (ins "::weft::GradientState &":$state)>,
     InterfaceMethod<[{
+        Appends what the gradient of operand `operand` reads: values of the forward
+        program (operands or results), the gradient that reached a result, or a tensor
+        the backward computes on the way (typed like a value of the op: a norm's
+        normalized input, typed like its result). For a weight this is what a
+        schedule's weight-gradient step (ZB-H1's W) reads, and of it what the
+        input-gradient step computed is kept from B to W. The defaults follow the
+        traits: an `Additive` op's gradient reads the result's gradient alone, a
+        `Multilinear` one's also the other operands; any other op's reads its results'
+        gradients and what it saves for backward.
+      }],
+      "void", "getGradientReads",
+      (ins "unsigned":$operand,
+           "::llvm::SmallVectorImpl<::weft::GradientRead> &":$reads), [{}], [{
+        ::weft::getDefaultGradientReads($_op.getOperation(), operand, reads);
+      }]>,
+    InterfaceMethod<[{
         Returns true if the op belongs to the attention core that selective
         recomputation recomputes in backward instead of saving its results.
       }],

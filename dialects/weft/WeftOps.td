@@ -34,6 +34,12 @@ defvar WeftSaves = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
     ["getSavedForBackward", "buildGradients"]>;
 defvar WeftGradients = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
     ["getSavedForBackward", "estimateBackwardCost", "buildGradients"]>;
+// Ops that also say what each operand's gradient reads (WeftBackward.cpp)
+// where their traits do not: a weight's gradient step (ZB-H1's W) reads it.
+defvar WeftSavesReads = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
+    ["getSavedForBackward", "getGradientReads", "buildGradients"]>;
+defvar WeftGradientsReads = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
+    ["getSavedForBackward", "estimateBackwardCost", "getGradientReads", "buildGradients"]>;
 defvar WeftAttentionCore = DeclareOpInterfaceMethods<Weft_DifferentiableOpInterface,
     ["getSavedForBackward", "estimateBackwardCost", "isAttentionCore", "buildGradients"]>;
 // Ops that also partition themselves (WeftPartitionRules.cpp) instead of by
@@ -444,7 +450,7 @@ class Weft_SoftmaxLikeOp<string mnemonic, string what>
 def Weft_SoftmaxOp : Weft_SoftmaxLikeOp<"softmax", "Softmax">;
 def Weft_LogSoftmaxOp : Weft_SoftmaxLikeOp<"log_softmax", "Log of softmax">;
 
-def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftSaves, WeftCost, WeftRule, Pure]> {
+def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftSavesReads, WeftCost, WeftRule, Pure]> {
   let summary = "Layer normalization over the trailing dimensions from `axis` on.";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * scale + bias`, where mean and (biased) variance
@@ -474,7 +480,7 @@ def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftSaves, WeftCost, WeftRule, Pur
   let hasVerifier = 1;
 }
 
-def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftSaves, WeftCost, WeftRule, Pure]> {
+def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftSavesReads, WeftCost, WeftRule, Pure]> {
   let summary = "Root-mean-square normalization over the trailing dimensions from `axis`.";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * scale`, mean over dimensions `axis` to `rank - 1`,
@@ -536,7 +542,7 @@ def Weft_MatmulOp : Weft_Op<"matmul", [WeftGradients, Pure, Weft_Multilinear, Sa
   }];
 }
 
-def Weft_LinearOp : Weft_Op<"linear", [WeftGradients, Pure, SameOperandsAndResultElementType,
+def Weft_LinearOp : Weft_Op<"linear", [WeftGradientsReads, Pure, SameOperandsAndResultElementType,
     InferTypeOpAdaptor, DeclareOpInterfaceMethods<Weft_ShardingRuleOpInterface, ["partition"]>,
     DeclareOpInterfaceMethods<Weft_CostOpInterface>]> {
   let summary = "A dense layer: `input · weight + bias` over the last dimension.";
@@ -662,7 +668,7 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
 // Indexing and data movement
 //===----------------------------------------------------------------------===//
 
-def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftSaves, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
+def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftSavesReads, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Looks up rows of an embedding table by token id.";
   let description = [{
     `result[i..., :] = table[indices[i...], :]`, with indices as in `weft.gather`. The
@@ -683,7 +689,7 @@ def Weft_EmbeddingOp : Weft_Op<"embedding", [WeftSaves, WeftCost, WeftRulePartit
   }];
 }
 
-def Weft_GatherOp : Weft_Op<"gather", [WeftSaves, WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
+def Weft_GatherOp : Weft_Op<"gather", [WeftSavesReads, WeftCost, WeftRule, Pure, InferTypeOpAdaptor]> {
   let summary = "Takes slices of `input` along one dimension at the given indices (ONNX Gather).";
   let description = [{
     The result is `input.shape[:axis] + indices.shape + input.shape[axis+1:]`. Indices
@@ -941,7 +947,7 @@ def Weft_LayerOp : Weft_Op<"layer", [WeftBackward, WeftCost, IsolatedFromAbove,
   ];
 }
 
-def Weft_FusionOp : Weft_Op<"fusion", [WeftGradients, WeftCost, IsolatedFromAbove,
+def Weft_FusionOp : Weft_Op<"fusion", [WeftGradientsReads, WeftCost, IsolatedFromAbove,
     SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
   let summary = "Ops that run as one kernel: an elementwise chain, or a GEMM and its epilogue.";
   let description = [{

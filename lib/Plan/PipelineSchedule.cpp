@@ -253,40 +253,71 @@ cachedStepOrder(plan::Schedule schedule, int p, int v, int m) {
 
 /// inFlightCounts of one rank's list: the counts after each forward that
 /// the next step does not follow with another (the local peaks), less the
-/// points another covers.
+/// points another covers. With `pastBackward` (a list with weight-gradient
+/// steps), a point counts per chunk the micro-batches between their forward
+/// and their B step, then per chunk those between B and W (2v counts). A
+/// forward adds what a micro-batch keeps for its backward, a B trades that
+/// for what its W reads (more or less), a W frees it: whatever the two
+/// amounts, the peak is after a forward the next step does not follow
+/// with another, or after a B that a W or the end follows.
 static std::vector<std::vector<int>>
-countInFlight(const std::vector<PipelineStep> &steps, int v) {
+countInFlight(const std::vector<PipelineStep> &steps, int v,
+              bool pastBackward) {
   const bool weightSteps =
       std::any_of(steps.begin(), steps.end(), [](const PipelineStep &step) {
         return step.kind == PipelineStep::WeightGrad;
       });
+  pastBackward &= weightSteps;
   const PipelineStep::Kind last =
       weightSteps ? PipelineStep::WeightGrad : PipelineStep::Backward;
-  std::set<std::vector<int>> seen;
-  std::vector<int> count(size_t(v), 0);
+  // The next compute step's kind (sends and receives change nothing).
+  std::vector<int> nextKind(steps.size() + 1, -1);
+  for (size_t i = steps.size(); i-- > 0;) {
+    const PipelineStep::Kind kind = steps[i].kind;
+    nextKind[i] =
+        (kind == PipelineStep::Forward || kind == PipelineStep::Backward ||
+         kind == PipelineStep::WeightGrad)
+            ? int(kind)
+            : nextKind[i + 1];
+  }
+  std::vector<std::vector<int>> points;
+  std::vector<int> count(size_t(pastBackward ? 2 * v : v), 0);
   for (size_t i = 0; i < steps.size(); ++i) {
     const PipelineStep &step = steps[i];
+    const size_t c = size_t(step.chunk);
+    const int next = nextKind[i + 1];
     if (step.kind == PipelineStep::Forward) {
-      ++count[size_t(step.chunk)];
-      if (i + 1 == steps.size() || steps[i + 1].kind != PipelineStep::Forward)
-        seen.insert(count);
+      ++count[c];
+      if (next != int(PipelineStep::Forward))
+        points.push_back(count);
+    } else if (pastBackward && step.kind == PipelineStep::Backward) {
+      --count[c];
+      ++count[size_t(v) + c];
+      if (next == -1 || next == int(PipelineStep::WeightGrad))
+        points.push_back(count);
     } else if (step.kind == last) {
-      --count[size_t(step.chunk)];
+      --count[pastBackward ? size_t(v) + c : c];
     }
   }
-  std::vector<std::vector<int>> points(seen.begin(), seen.end()), kept;
+  // The points no other covers: sorted, the largest first, a point is
+  // covered only by one before it.
+  std::sort(points.begin(), points.end(), std::greater<>());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
+  std::vector<std::vector<int>> kept;
   for (const std::vector<int> &point : points)
-    if (!isCovered(points, point))
+    if (!isCovered(kept, point))
       kept.push_back(point);
   return kept;
 }
 
-const std::vector<std::vector<int>> &
-planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
-                        bool exactly) {
-  // Every stage's counts of one list, kept together: a list is built once
-  // for all of them (and not kept: the simulation's lists stay cached).
-  using Key = std::tuple<int, int, int, int, bool>;
+/// Both kinds of counts of every stage of one list, cached per thread.
+static const std::vector<std::vector<int>> &stageCounts(plan::Schedule schedule,
+                                                        int p, int v, int m,
+                                                        int stage, bool exactly,
+                                                        bool pastBackward) {
+  // Every stage's counts of one list, kept together (the list is the
+  // simulation's, cached).
+  using Key = std::tuple<int, int, int, int, bool, bool>;
   thread_local std::map<Key, std::vector<std::vector<std::vector<int>>>> cache;
   if (!exactly && schedule != plan::SCHEDULE_GPIPE) {
     // Past the warm-up the list repeats every p micro-batches (every one
@@ -297,7 +328,7 @@ planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
     if (m > shorter && !(v > 1 && m % p != 0))
       m = int(shorter);
   }
-  Key key{int(schedule), p, v, m, exactly};
+  Key key{int(schedule), p, v, m, exactly, pastBackward};
   auto found = cache.find(key);
   if (found == cache.end()) {
     if (cache.size() >= 4096)
@@ -305,13 +336,35 @@ planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
     // (Where a rank's chunks keep the same bytes, mostInFlight's closed
     // forms answer without a list.)
     std::vector<std::vector<std::vector<int>>> stages(static_cast<size_t>(p));
-    std::vector<std::vector<PipelineStep>> order =
-        computeStepOrder(schedule, p, v, m);
+    const std::vector<std::vector<PipelineStep>> &order =
+        cachedStepOrder(schedule, p, v, m);
     for (int s = 0; s < p; ++s)
-      stages[size_t(s)] = countInFlight(order[size_t(s)], v);
+      stages[size_t(s)] = countInFlight(order[size_t(s)], v, pastBackward);
     found = cache.emplace(key, std::move(stages)).first;
   }
   return found->second[size_t(stage)];
+}
+
+const std::vector<std::vector<int>> &
+planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
+                        bool exactly) {
+  return stageCounts(schedule, p, v, m, stage, exactly,
+                     /*pastBackward=*/false);
+}
+
+std::vector<std::vector<int>>
+planner::inFlightPastBackwardCounts(plan::Schedule schedule, int p, int v,
+                                    int m, int stage, bool exactly) {
+  if (schedule == plan::SCHEDULE_ZB_H1 && v == 1 && !exactly) {
+    // 1F1B's warm-up, min(p - s, m) forwards before the first B, and up to
+    // p - 1 more micro-batches whose W waits (mostInFlight): the peak is
+    // when the last forward runs or the B after it.
+    const int before = std::min(p - stage, m);
+    const int total = std::min(2 * p - 1 - stage, m);
+    return {{before, total - before}, {before - 1, total - before + 1}};
+  }
+  return stageCounts(schedule, p, v, m, stage, exactly,
+                     /*pastBackward=*/true);
 }
 
 int planner::mostInFlight(plan::Schedule schedule, int p, int v, int m,

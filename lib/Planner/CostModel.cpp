@@ -431,6 +431,8 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       block.savedBytes = memory(&BlockMemory::savedBytes);
       block.savedBytesSelective = memory(&BlockMemory::savedBytesSelective);
       block.inputBytes = memory(&BlockMemory::inputBytes);
+      block.weightGradientReadBytes =
+          memory(&BlockMemory::weightGradientReadBytes);
       block.sharedInputBytes = memory(&BlockMemory::sharedInputBytes);
       block.parameters = memory(&BlockMemory::parameters);
       block.sharedParameters = memory(&BlockMemory::sharedParameters);
@@ -1406,6 +1408,10 @@ void CostModel::evaluate(plan::Plan &plan,
   plan.set_saved_bytes_head(int64_t(std::llround(headCost(plan).savedBytes)));
   plan.set_saved_bytes_layer_inputs(
       int64_t(std::llround(layer.sharedInputBytes)));
+  plan.set_weight_gradient_read_bytes_layer(
+      int64_t(std::llround(layer.weightGradientReadBytes)));
+  plan.set_weight_gradient_read_bytes_head(
+      int64_t(std::llround(headCost(plan).weightGradientReadBytes)));
   plan.set_forward_p2p_bytes(
       p > 1 ? int64_t(
                   wireBytes(stageActivationBytes(plan, trainingConfig.seq_len(),

@@ -90,14 +90,16 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   // what they read besides the residual stream (an attention mask: one
   // tensor per chunk's micro-batch), the embedding's on the first virtual
   // stage and the head's (and the loss's) on the last.
-  const std::vector<int64_t> chunks =
-      chunkLayers(std::vector<int64_t>(plan.stage_layers().begin(),
-                                       plan.stage_layers().end()),
-                  v);
   std::vector<double> chunkBytes(size_t(v), 0);
+  // Under ZB-H1, what each chunk keeps from its B step to its W step: what
+  // W reads. The first virtual stage sends no gradient: its B computes
+  // nothing, and it keeps all for W, and the gradient it received.
+  std::vector<double> pastBackwardBytes(size_t(v), 0);
+  const bool weightSteps = plan.schedule() == plan::SCHEDULE_ZB_H1 && p > 1;
   for (int c = 0; c < v; ++c) {
     const int vs = c * p + s;
-    const double layers = double(chunks[size_t(vs)]);
+    const double layers =
+        double(chunkLayerCount(plan.stage_layers(s), v, s, p, c));
     double &bytes = chunkBytes[size_t(c)];
     bytes = layers * perLayer;
     if (layers > 0)
@@ -106,10 +108,25 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
       bytes += b.embedding.savedBytes;
     if (vs == p * v - 1)
       bytes += b.head.savedBytes;
+    if (vs == 0)
+      pastBackwardBytes[size_t(c)] = bytes + b.layer.inputBytes;
+    else
+      pastBackwardBytes[size_t(c)] =
+          layers * b.layer.weightGradientReadBytes +
+          (vs == p * v - 1 ? b.head.weightGradientReadBytes : 0);
   }
   // The micro-batches the schedule keeps at once (from a forward to the
   // micro-batch's last backward step), as its step list runs on this rank.
-  if (p == 1) {
+  if (weightSteps) {
+    for (const std::vector<int> &count :
+         inFlightPastBackwardCounts(plan.schedule(), p, v, m, s)) {
+      double kept = 0;
+      for (int c = 0; c < v; ++c)
+        kept += count[size_t(c)] * chunkBytes[size_t(c)] +
+                count[size_t(v + c)] * pastBackwardBytes[size_t(c)];
+      mem.activations = std::max(mem.activations, kept);
+    }
+  } else if (p == 1) {
     // One stage: each micro-batch's backward follows its forward.
     mem.activations = chunkBytes[0];
   } else if (std::all_of(
@@ -159,12 +176,27 @@ double CostModel::peakMemoryBytes(const plan::Plan &plan) {
   // A stage holds no more than the one before it when it has as many layers
   // (it keeps fewer micro-batches in flight); the first and last stages also
   // hold the embedding and the output layer.
+  // Under ZB-H1 (mostInFlight) a later stage keeps one micro-batch fewer
+  // from forward to B, and one more whose W waits while 2p - 1 - s < m: no
+  // more, unless a layer keeps more for W than for its backward (full
+  // recomputation). Then, among stages of as many layers, the most is at
+  // s = 2p - 1 - m or at the ends of the run.
   double peak = 0;
-  const int p = plan.pp();
+  const int p = plan.pp(), m = plan.num_micro_batches();
   const Blocks &b = blocks(plan);
+  const bool rising =
+      plan.schedule() == plan::SCHEDULE_ZB_H1 &&
+      b.layer.weightGradientReadBytes > b.layer.savedUnder(plan.recompute());
+  const bool everyStage = rising && virtualStages(plan) > 1;
   for (int s = 0; s < p; ++s) {
-    if (s > 0 && s < p - 1 && plan.stage_layers(s) <= plan.stage_layers(s - 1))
-      continue;
+    const int64_t layers = plan.stage_layers(s);
+    if (s > 0 && s < p - 1 && !everyStage) {
+      if (!rising && layers <= plan.stage_layers(s - 1))
+        continue;
+      if (rising && s != 2 * p - 1 - m && layers == plan.stage_layers(s - 1) &&
+          layers == plan.stage_layers(s + 1))
+        continue;
+    }
     peak = std::max(peak, stageMemory(plan, s, b).total());
   }
   return peak;

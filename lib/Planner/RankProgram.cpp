@@ -600,6 +600,13 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   SmallVector<LayerOp> layers = repeatedLayers(func);
   LayerOp layer = layers.empty() ? LayerOp() : layers.front();
   SavedSet saved[3];
+  // What the trained weights' gradients read: what the backward computes
+  // (gradients, a norm's normalized input) and values of the forward
+  // program.
+  struct WeightReads {
+    llvm::DenseSet<std::pair<Value, int>> computed;
+    llvm::DenseSet<Value> forward;
+  } weightReads[3];
   llvm::DenseSet<Operation *> parameters[3];
   // One memo for the whole program: an activation's classification walks
   // back to the step's inputs, so a memo per query would make the walk
@@ -739,6 +746,23 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           continue;
         saved[b].selective.insert({storedAs(operand), 0});
       }
+    // What the trained weights' gradients read, where the op mixes weights
+    // with activations (a weight's cast is the weight's).
+    if (llvm::all_of(op->getResults(),
+                     [&](Value result) { return isPersistent(result); }))
+      return;
+    for (OpOperand &operand : op->getOpOperands()) {
+      if (!isPersistent(operand.get()) || !isActive(operand.get()))
+        continue;
+      SmallVector<GradientRead> reads;
+      differentiable.getGradientReads(operand.getOperandNumber(), reads);
+      for (const GradientRead &read : reads) {
+        if (read.kind != GradientRead::Forward)
+          weightReads[b].computed.insert({read.value, int(read.kind)});
+        else if (!isPersistent(read.value))
+          weightReads[b].forward.insert(storedAs(read.value));
+      }
+    }
   };
 
   // A fusion is one kernel: it is costed as a whole, not its body's ops.
@@ -758,6 +782,16 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       continue;
     }
     visitAll(&op, block);
+  }
+
+  // What the weights' gradients read: what the backward computes and the
+  // forward values, kept or recomputed alike.
+  for (int b = 0; b < 3; ++b) {
+    BlockMemory &memory = profile.memory[b];
+    for (auto [value, kind] : weightReads[b].computed)
+      memory.weightGradientReadBytes += bytesOf(value, false);
+    for (Value value : weightReads[b].forward)
+      memory.weightGradientReadBytes += bytesOf(value, false);
   }
 
   // An activation the layers read besides the residual stream (an attention

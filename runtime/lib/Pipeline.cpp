@@ -278,16 +278,19 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     }
   };
   // The bytes of the model inputs virtual stage k's backward and
-  // weight-gradient steps read, per micro-batch (the blocks of its first).
-  std::map<int, int64_t> inputsKept;
-  auto inputsKeptBytes = [&](int k) {
-    auto [at, inserted] = inputsKept.try_emplace(k, 0);
+  // weight-gradient steps read, per micro-batch (the blocks of its first);
+  // past its B step, those its W step reads.
+  std::map<std::pair<int, bool>, int64_t> inputsKept;
+  auto inputsKeptBytes = [&](int k, bool pastBackward) {
+    auto [at, inserted] = inputsKept.try_emplace({k, pastBackward}, 0);
     if (!inserted)
       return at->second;
     const PipelineStage &stage = program.virtualStages[size_t(k)];
     std::set<int> read;
     for (const PipelineStepFunction *fn : {&stage.backward, &stage.weight})
-      for (size_t a = 0; fn->function && a < fn->args.size(); ++a)
+      for (size_t a = 0; fn->function && a < fn->args.size() &&
+                         !(pastBackward && fn == &stage.backward);
+           ++a)
         if (fn->args[a].kind == PipelineRef::Input &&
             read.insert(fn->args[a].index).second)
           at->second +=
@@ -386,6 +389,23 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                       !backward);
       if (backward)
         mine.backwardDone = true;
+      // Past B, a micro-batch keeps for its W step only what W reads: the
+      // kept values (the linears' inputs, what B computed for it) and the
+      // received gradients W reads.
+      if (backward && weightSteps) {
+        std::set<int> savedRead, cotangentsRead;
+        for (const PipelineRef &ref : stage.weight.args)
+          if (ref.kind == PipelineRef::Saved)
+            savedRead.insert(ref.index);
+          else if (ref.kind == PipelineRef::Cotangent)
+            cotangentsRead.insert(ref.index);
+        for (auto it = mine.saved.begin(); it != mine.saved.end();)
+          it =
+              savedRead.count(it->first) ? std::next(it) : mine.saved.erase(it);
+        for (size_t c = 0; c < mine.cotangents.size(); ++c)
+          if (!cotangentsRead.count(int(c)))
+            mine.cotangents[c] = HostTensor();
+      }
       // What the micro-batch kept is freed after its last step.
       if (!backward || !weightSteps) {
         mine.saved.clear();
@@ -406,7 +426,11 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
           continue;
         for (const auto &[slot, value] : entry.saved)
           kept += tensorBytes(value);
-        kept += inputsKeptBytes(key.second);
+        const bool pastBackward = weightSteps && entry.backwardDone;
+        if (pastBackward)
+          for (const HostTensor &gradient : entry.cotangents)
+            kept += tensorBytes(gradient);
+        kept += inputsKeptBytes(key.second, pastBackward);
       }
       *peakSavedBytes = std::max(*peakSavedBytes, kept);
     }

@@ -104,3 +104,37 @@ func.func @backward(%x: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %q: tensor<1x
   %3 = weft.attention %q, %k, %v scale 0.5 causal : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
   return %0, %2, %3 : tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<1x2x8x4xf32>
 }
+
+// -----
+
+// What each operand's gradient reads: for a weight, what a weight-gradient
+// step (ZB-H1's W) reads, and so keeps from the B step. A linear's weight
+// reads its input and its result's gradient, its bias the gradient alone; a
+// norm's scale reads the normalized input, which the backward computes
+// again (a tensor like its result); a bias add (Additive) reads the
+// gradient alone, a product (Multilinear) also the other operand; an
+// embedding's table reads the indices; a fused epilogue's weight reads the
+// GEMM's result's gradient inside it.
+func.func @gradient_reads(%x: tensor<2x8x32xf32>, %w: tensor<64x32xf32>, %b: tensor<64xf32>, %s: tensor<32xf32>, %t: tensor<16x32xf32>, %ids: tensor<2x8xi64>) -> (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>) {
+  // expected-remark @+1 {{gradient of operand #0 reads the gradient of result #0, operand #1; of operand #1 reads the gradient of result #0, operand #0; of operand #2 reads the gradient of result #0}}
+  %0 = weft.linear %x, %w, %b transpose_weight : (tensor<2x8x32xf32>, tensor<64x32xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  // expected-remark @+1 {{gradient of operand #0 reads the gradient of result #0, operand #0, operand #1; of operand #1 reads the gradient of result #0, a tensor it computes like result #0; of operand #2 reads the gradient of result #0}}
+  %1 = weft.layer_norm %x, %s, %s axis 2 epsilon 1.0e-05 : (tensor<2x8x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  // expected-remark @+1 {{gradient of operand #0 reads the gradient of result #0; of operand #1 reads the gradient of result #0}}
+  %2 = weft.add %1, %s : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  // expected-remark @+1 {{gradient of operand #0 reads the gradient of result #0, operand #1; of operand #1 reads the gradient of result #0, operand #0}}
+  %3 = weft.mul %2, %s : (tensor<2x8x32xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  // expected-remark @+1 {{gradient of operand #0 reads the gradient of result #0, operand #1}}
+  %4 = weft.embedding %t[%ids] : (tensor<16x32xf32>, tensor<2x8xi64>) -> tensor<2x8x32xf32>
+  // expected-remark @+1 {{gradient of operand #0 reads a tensor it computes like a value inside, operand #1; of operand #1 reads a tensor it computes like a value inside, operand #0; of operand #2 reads a tensor it computes like a value inside}}
+  %5 = weft.fusion epilogue(%x, %w, %b) : (tensor<2x8x32xf32>, tensor<64x32xf32>, tensor<64xf32>) -> tensor<2x8x64xf32> {
+  ^bb0(%a0: tensor<2x8x32xf32>, %a1: tensor<64x32xf32>, %a2: tensor<64xf32>):
+    // expected-remark @+1 {{cost}}
+    %l = weft.linear %a0, %a1, %a2 transpose_weight : (tensor<2x8x32xf32>, tensor<64x32xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+    // expected-remark @+1 {{cost}}
+    %g = weft.gelu %l approximation tanh : tensor<2x8x64xf32>
+    // expected-remark @+1 {{cost: 0 flops}}
+    weft.yield %g : tensor<2x8x64xf32>
+  }
+  return %0, %1, %2, %3, %4, %5 : tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>
+}

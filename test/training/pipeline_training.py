@@ -112,7 +112,7 @@ def train(weft, model, name, work, out, extra):
 
 
 MEMORY = {"equal": 0}
-KEPT_STATE = {"equal": 0, "zb-h1": 0, "printed": 0}
+KEPT_STATE = {"equal": 0, "printed": 0}
 KEPT_WORST = [0.0, ""]
 
 
@@ -170,19 +170,19 @@ def check_kept(name, kept, memory, per_rank, spec):
     in-flight micro-batches from the same step list (inFlightCounts).
 
     Compared on GPT-2 without tensor or context splits (KEPT_CHECKED):
-    equal, except that under ZB-H1 a stage whose B step computes (all but the
-    first) also keeps what its W step reads of the B step (the layers' output
-    gradients, a norm's normalized input, with full recomputation the
-    linears' recomputed inputs) from B to W, which the cost model does not
-    count: there every rank must hold at least the cost model's figure.
+    equal. Under ZB-H1 a micro-batch past its B step keeps only what its W
+    step reads (the linears' inputs, the gradients that reached the results
+    of ops with weights, a norm's normalized input, the received gradient
+    W reads): the cost model counts it from getGradientReads
+    (weight_gradient_read_bytes) on the schedule's points between B and W.
     Elsewhere the per-micro-batch figures differ, as the unpipelined step's
     do (training/saved_activations.py): LLaMA's frozen rotary tables (an
     op's saved values do not say which operand's gradient reads them), BERT's
     head (the cost model appends a loss only to logits over the vocabulary;
     weft train to any), the vocabulary-parallel embedding and head under tp
     and tp3d, the ring's blocks under cp: the figures are not compared (the
-    largest difference is printed). Returns
-    "equal", "zb-h1", "printed" or why not."""
+    largest difference is printed). Returns "equal", "printed" or why
+    not."""
     expected = [round(float(memory[r // per_rank].get("activations_gib", 0)) * 2 ** 30)
                 for r in range(len(kept))]
     if kept == expected:
@@ -193,8 +193,6 @@ def check_kept(name, kept, memory, per_rank, spec):
             KEPT_WORST[:] = [worst, "%s %s: ranks kept %s, the cost model %s"
                              % (name, spec, kept, expected)]
         return "printed"
-    if "zb-h1" in spec and all(k >= e for k, e in zip(kept, expected)):
-        return "zb-h1"
     return "ranks kept %s bytes of saved activations at most; the cost model's " \
         "activations per pipeline stage say %s" % (kept, expected)
 
@@ -511,12 +509,11 @@ def main():
           "tables as frozen_weights_gib; under ZeRO-3 and the 3-D grid gradients and "
           "moments only, the cost model's weights adding the gathered layers): %d pairs "
           "equal" % MEMORY["equal"])
-    print("their peak saved activations per rank over the schedule: %d pairs equal to the "
-          "cost model's activations for the rank's pipeline stage, %d above it under ZB-H1 "
-          "(what the W step reads of the B step, kept from B to W, is not in the cost "
-          "model), %d not compared (LLaMA's frozen tables, BERT's head, tp, tp3d, "
-          "cp: the per-micro-batch figures differ)"
-          % (KEPT_STATE["equal"], KEPT_STATE["zb-h1"], KEPT_STATE["printed"]))
+    print("their peak saved activations per rank over the schedule (under ZB-H1 what "
+          "the W step reads, from B to W): %d pairs equal to the cost model's activations "
+          "for the rank's pipeline stage, %d not compared (LLaMA's frozen tables, BERT's "
+          "head, tp, tp3d, cp: the per-micro-batch figures differ)"
+          % (KEPT_STATE["equal"], KEPT_STATE["printed"]))
     if KEPT_WORST[1]:
         print("the largest of those differences: %.0f%% (%s)" % (100 * KEPT_WORST[0],
                                                                KEPT_WORST[1]))

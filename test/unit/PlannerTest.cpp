@@ -75,6 +75,53 @@ TEST(PlannerMemory, ActivationsMatchKorthikantiFormulas) {
   plan::Plan single = tpPlan(1, false, 1);
   EXPECT_NEAR(model.layerCost(single).savedBytes / sbh, 34 + 5 * a * s / h,
               1e-9);
+
+  // What the weights' gradients read (ZB-H1 keeps it from B to W), 2 bytes
+  // an element: the four linears' inputs (h, h, h, 4h) and the gradients
+  // of their results (3h, h, 4h, h), each norm's normalized input and the
+  // gradient of its result (2h each): 40sbh. Under tp the column-parallel
+  // linears' outputs and the row-parallel ones' inputs are split; the
+  // row-parallel results (partial sums before their all-reduce) and the
+  // norms are whole: (16 + 24/t)sbh.
+  EXPECT_NEAR(model.layerCost(single).weightGradientReadBytes / sbh, 40, 1e-9);
+  EXPECT_NEAR(plain.weightGradientReadBytes / sbh, 16 + 24 / t, 1e-9);
+}
+
+// The search checks memory with peakMemoryBytes, which skips the stages
+// that cannot hold the most (a later stage of as many layers keeps fewer
+// micro-batches; under ZB-H1 with full recomputation, more whose W waits
+// until 2p - 1 - s reaches m). It must be the largest stage's total that
+// evaluate reports, on uneven stages, for every schedule and mode.
+TEST(PlannerMemory, PeakIsTheLargestStage) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x64");
+  CostModel model(gpt22b(), cluster, megatron2022(512));
+  for (int pp : {4, 6, 8})
+    for (plan::Schedule schedule :
+         {plan::SCHEDULE_1F1B, plan::SCHEDULE_GPIPE, plan::SCHEDULE_ZB_H1})
+      for (int rc = 0; rc < 3; ++rc)
+        for (int m : {1, pp - 1, pp, 2 * pp - 3, 2 * pp, 5 * pp}) {
+          plan::Plan plan = tpPpPlan(8, pp, 1, m);
+          plan.set_schedule(schedule);
+          plan.set_recompute(plan::Recompute(rc));
+          // 48 layers: one fewer on the first stage, one more on the
+          // second and the second-last.
+          std::vector<int> layers(size_t(pp), 48 / pp);
+          layers[0] -= 1;
+          layers[1] += 1;
+          layers[size_t(pp - 2)] += 1;
+          layers[size_t(pp - 1)] -= 1;
+          for (int count : layers)
+            plan.add_stage_layers(count);
+          plan::Plan evaluated = plan;
+          model.evaluate(evaluated);
+          double largest = 0;
+          for (const plan::MemoryBreakdown &stage : evaluated.stage_memory())
+            largest = std::max(largest, stage.total_gib());
+          EXPECT_NEAR(model.peakMemoryBytes(plan) / double(1ull << 30), largest,
+                      1e-9 * largest)
+              << scheduleName(schedule) << " pp=" << pp << " m=" << m
+              << " recompute " << rc;
+        }
 }
 
 // The ops' own costs add up to the transformer FLOP count: per layer and
@@ -575,6 +622,50 @@ TEST(PlannerPipeline, InFlightCountsFollowTheStepList) {
                 << scheduleName(schedule) << " p=" << stages << " v=" << v
                 << " m=" << micro << " stage " << s;
           }
+}
+
+// Under ZB-H1 a micro-batch keeps one amount from its forward to its B step
+// and another (what W reads) from B to W. The points of
+// inFlightPastBackwardCounts must give the peak of any such pair of
+// amounts that a walk of the rank's step list gives, on few micro-batches
+// and on many (a shorter list's counts).
+TEST(PlannerPipeline, PastBackwardCountsGiveTheStepListsPeak) {
+  for (int p : {2, 3, 4, 5, 8, 16})
+    for (int m : {1, p - 1, p, p + 1, 2 * p, 5 * p, 100}) {
+      if (m < 1)
+        continue;
+      std::vector<std::vector<PipelineStep>> order =
+          computeStepOrder(plan::SCHEDULE_ZB_H1, p, 1, m);
+      for (int s = 0; s < p; ++s)
+        for (auto [before, past] : {std::pair{1.0, 0.0},
+                                    {0.0, 1.0},
+                                    {3.0, 1.0},
+                                    {1.0, 3.0},
+                                    {5.0, 4.0}}) {
+          double walked = 0, kept = 0;
+          for (const PipelineStep &step : order[size_t(s)]) {
+            if (step.kind == PipelineStep::Forward)
+              kept += before;
+            else if (step.kind == PipelineStep::Backward)
+              kept += past - before;
+            else if (step.kind == PipelineStep::WeightGrad)
+              kept -= past;
+            walked = std::max(walked, kept);
+          }
+          double pointed = 0;
+          for (const std::vector<int> &point :
+               inFlightPastBackwardCounts(plan::SCHEDULE_ZB_H1, p, 1, m, s)) {
+            ASSERT_EQ(point.size(), 2u);
+            pointed = std::max(pointed, point[0] * before + point[1] * past);
+          }
+          EXPECT_EQ(pointed, walked)
+              << "p=" << p << " m=" << m << " stage " << s << " keeping "
+              << before << " to B and " << past << " from B to W";
+        }
+    }
+  // Without W steps, the points are inFlightCounts'.
+  EXPECT_EQ(inFlightPastBackwardCounts(plan::SCHEDULE_1F1B, 4, 1, 8, 1),
+            inFlightCounts(plan::SCHEDULE_1F1B, 4, 1, 8, 1));
 }
 } // namespace
 

@@ -95,6 +95,28 @@ struct SavedTensor {
   bool maskOnly = false;
 };
 
+/// A value an operand's gradient reads (DifferentiableOpInterface::
+/// getGradientReads).
+struct GradientRead {
+  enum Kind {
+    /// A value of the forward program (an operand or a result).
+    Forward,
+    /// The gradient that reached `value` (a result of the op).
+    ResultGradient,
+    /// A tensor the backward computes on the way, of `value`'s type (a
+    /// norm's normalized input, typed like its result).
+    Computed,
+  };
+  mlir::Value value;
+  Kind kind = Forward;
+};
+
+/// The traits' reads (getGradientReads' default): an Additive op's operand
+/// gradient reads its results' gradients, a Multilinear op's also its other
+/// operands; any other op's reads its results' gradients and what it saves.
+void getDefaultGradientReads(mlir::Operation *op, unsigned operand,
+                             llvm::SmallVectorImpl<GradientRead> &reads);
+
 /// What an op's gradients cost: of its inputs, and of its weight (if it has
 /// a weight operand).
 struct BackwardCost {

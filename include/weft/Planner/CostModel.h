@@ -58,6 +58,9 @@ struct BlockCost {
            : mode == plan::RECOMPUTE_SELECTIVE ? savedBytesSelective
                                                : savedBytes;
   }
+  /// What the weights' gradients read, kept from B to W per micro-batch
+  /// under ZB-H1 (BlockMemory::weightGradientReadBytes).
+  double weightGradientReadBytes = 0;
   double flops = 0;          // forward FLOPs executed
   double linearForward = 0;  // forward time of the linear layers
   /// Bytes one rank sends in the block's forward collectives, counted like

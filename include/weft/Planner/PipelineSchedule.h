@@ -127,6 +127,16 @@ const std::vector<std::vector<int>> &inFlightCounts(plan::Schedule schedule,
                                                     int p, int v, int m,
                                                     int stage,
                                                     bool exactly = false);
+/// inFlightCounts for a schedule with weight-gradient steps (ZB-H1): each
+/// point holds 2v counts, per chunk the micro-batches between their
+/// forward and their B step (keeping what the backward reads), then per
+/// chunk those between B and W (keeping what W reads). The points are
+/// taken after forward and B steps; ZB-H1's without chunks are a closed
+/// form, its list's own (unless `exactly`). For a schedule without W
+/// steps, inFlightCounts' points.
+std::vector<std::vector<int>>
+inFlightPastBackwardCounts(plan::Schedule schedule, int p, int v, int m,
+                           int stage, bool exactly = false);
 /// The most chunk-micro-batches rank `stage` keeps at once (the largest sum
 /// of inFlightCounts' points): what a rank whose chunks keep the same bytes
 /// holds. Closed forms for GPipe (m v), 1F1B and ZeroPP without chunks

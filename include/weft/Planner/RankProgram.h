@@ -213,6 +213,14 @@ struct BlockMemory {
   double savedBytes = 0, savedBytesSelective = 0;
   /// The layer's input, which full recomputation keeps.
   double inputBytes = 0;
+  /// What the trained weights' gradients read (getGradientReads): the
+  /// gradients that reached the results of ops with trained weights, a
+  /// norm's normalized input, and the forward values they read (a linear's
+  /// input), kept since the forward or recomputed by the backward. Under a
+  /// schedule with weight-gradient steps (ZB-H1) this is what a
+  /// micro-batch keeps from its B step to its W step, whatever the
+  /// recomputation (a recomputed value is as large as a kept one).
+  double weightGradientReadBytes = 0;
   /// Activations the layers read besides the residual stream (an attention
   /// mask): one tensor all layers' backward reads, kept once per micro-batch.
   double sharedInputBytes = 0;
