@@ -132,10 +132,28 @@ struct WeftSplitBackward
   /// `<kind>.weight`, computes the parameters' gradients from them. Without
   /// this a backward layer is one op, and the backward step would compute
   /// (and reduce) its weights' gradients too, leaving the W step empty.
-  static void splitLayer(LayerOp layer,
-                         const llvm::DenseSet<unsigned> &needed) {
+  /// The layer's recomputed forward (ops that read only its inputs that
+  /// the forward step computed, `isForward`) is the first part's, as a
+  /// framework recomputes before the backward: the second reads the
+  /// recomputed values its weight gradients read (a linear's input), not
+  /// what they are computed from (the two inputs of a SwiGLU product).
+  static void splitLayer(LayerOp layer, const llvm::DenseSet<unsigned> &needed,
+                         llvm::function_ref<bool(Value)> isForward) {
     Block &inner = layer.getBody().front();
     auto yield = cast<YieldOp>(inner.getTerminator());
+    // The recomputed forward: ops reading only forward inputs, weights and
+    // constants, and one another.
+    llvm::DenseSet<Operation *> recomputed;
+    for (Operation &op : inner.without_terminator())
+      if (llvm::all_of(readsOf(&op), [&](Value value) {
+            if (auto arg = dyn_cast<BlockArgument>(value))
+              return arg.getOwner() != &inner ||
+                     isForward(layer.getInputs()[arg.getArgNumber()]);
+            Operation *def = value.getDefiningOp();
+            return def->getBlock() != &inner || recomputed.contains(def) ||
+                   isRebuilt(def);
+          }))
+        recomputed.insert(&op);
     SmallVector<unsigned> first, second;
     for (unsigned r = 0; r < layer.getNumResults(); ++r)
       (needed.contains(r) ? first : second).push_back(r);
@@ -166,6 +184,20 @@ struct WeftSplitBackward
       }
       if (def->getBlock() != &inner)
         continue;
+      if (!isRebuilt(def) && !firstOps.contains(def) &&
+          recomputed.contains(def)) {
+        // Recomputed by the first part, with what it is computed from.
+        SmallVector<Operation *> more{def};
+        while (!more.empty()) {
+          Operation *op = more.pop_back_val();
+          if (!firstOps.insert(op).second)
+            continue;
+          for (Value read : readsOf(op))
+            if (Operation *from = read.getDefiningOp();
+                from && from->getBlock() == &inner && !isRebuilt(from))
+              more.push_back(from);
+        }
+      }
       if (firstOps.contains(def) && !isRebuilt(def)) {
         bridges.insert(value);
         continue;
@@ -281,8 +313,27 @@ struct WeftSplitBackward
           continue;
         parts.emplace_back(layer, it->second);
       }
+      // What the forward step computes (the values the backward layers
+      // take from it): its ops, and the stage's inputs but the gradients
+      // received.
+      llvm::DenseSet<Operation *> forwardOps;
+      for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+        if (roleOfResult(r) == Forward)
+          work.push_back(ret.getOperand(r));
+      while (!work.empty()) {
+        Operation *def = work.pop_back_val().getDefiningOp();
+        if (def && def->getBlock() == &body && forwardOps.insert(def).second)
+          llvm::append_range(work, readsOf(def));
+      }
+      auto isForward = [&](Value value) {
+        if (auto arg = dyn_cast<BlockArgument>(value))
+          return !func.getArgAttr(arg.getArgNumber(),
+                                  WeftDialect::getCotangentOfAttrName());
+        return forwardOps.contains(value.getDefiningOp()) ||
+               isRebuilt(value.getDefiningOp());
+      };
       for (auto &[layer, results] : parts)
-        splitLayer(layer, results);
+        splitLayer(layer, results, isForward);
     }
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())

@@ -658,6 +658,59 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
     return active;
   };
 
+  // What an op keeps for the gradients the differentiated program builds:
+  // an operand that depends on no trained weight (a frozen rotary table)
+  // gets none, so what only its gradient reads (q in q * cos) is not kept.
+  // A fusion keeps what its body's ops keep, each by the same rule (the
+  // program is differentiated before it is fused), its arguments read as
+  // its operands.
+  std::function<void(Operation *, SmallVectorImpl<SavedTensor> &)> savedFor =
+      [&](Operation *op, SmallVectorImpl<SavedTensor> &out) {
+        if (auto fusion = dyn_cast<FusionOp>(op)) {
+          Block &body = fusion.getBody().front();
+          for (Operation &inner : body.without_terminator()) {
+            if (!isa<DifferentiableOpInterface>(inner) ||
+                llvm::none_of(inner.getOperands(),
+                              [&](Value operand) { return isActive(operand); }))
+              continue;
+            SmallVector<SavedTensor> kept;
+            savedFor(&inner, kept);
+            for (SavedTensor tensor : kept) {
+              if (auto arg = dyn_cast<BlockArgument>(tensor.value);
+                  arg && arg.getOwner() == &body)
+                tensor.value = fusion.getInputs()[arg.getArgNumber()];
+              out.push_back(tensor);
+            }
+          }
+          return;
+        }
+        auto differentiable = cast<DifferentiableOpInterface>(op);
+        SmallVector<SavedTensor> all;
+        differentiable.getSavedForBackward(all);
+        bool everyOperand = llvm::all_of(op->getOperands(), [&](Value value) {
+          auto type = dyn_cast<RankedTensorType>(value.getType());
+          return !type || !isa<FloatType>(type.getElementType()) ||
+                 isActive(value);
+        });
+        if (everyOperand) {
+          out.append(all.begin(), all.end());
+          return;
+        }
+        llvm::SmallPtrSet<void *, 8> read;
+        for (OpOperand &operand : op->getOpOperands()) {
+          if (!isActive(operand.get()))
+            continue;
+          SmallVector<GradientRead> reads;
+          differentiable.getGradientReads(operand.getOperandNumber(), reads);
+          for (const GradientRead &r : reads)
+            if (r.kind == GradientRead::Forward)
+              read.insert(r.value.getAsOpaquePointer());
+        }
+        for (const SavedTensor &tensor : all)
+          if (read.contains(tensor.value.getAsOpaquePointer()))
+            out.push_back(tensor);
+      };
+
   auto visit = [&](Operation *op, BlockKind block) {
     int b = int(block);
     if (auto param = dyn_cast<ParameterOp>(op))
@@ -726,7 +779,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         }))
       return;
     SmallVector<SavedTensor> values;
-    differentiable.getSavedForBackward(values);
+    savedFor(op, values);
     bool core = differentiable.isAttentionCore();
     for (const SavedTensor &tensor : values) {
       if (isPersistent(tensor.value))

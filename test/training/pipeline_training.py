@@ -169,16 +169,16 @@ def check_kept(name, kept, memory, per_rank, spec):
     model's activations of its pipeline stage, which counts the same
     in-flight micro-batches from the same step list (inFlightCounts).
 
-    Compared on GPT-2 without tensor or context splits (KEPT_CHECKED):
-    equal. Under ZB-H1 a micro-batch past its B step keeps only what its W
+    Compared on GPT-2 and LLaMA (its rotary tables frozen) without tensor
+    or context splits (KEPT_CHECKED): equal. A frozen table's product keeps
+    no input for the table's gradient (the profile asks getGradientReads
+    which operand's gradient reads a saved value). Under ZB-H1 a micro-batch past its B step keeps only what its W
     step reads (the linears' inputs, the gradients that reached the results
     of ops with weights, a norm's normalized input, the received gradient
     W reads): the cost model counts it from getGradientReads
     (weight_gradient_read_bytes) on the schedule's points between B and W.
     Elsewhere the per-micro-batch figures differ, as the unpipelined step's
-    do (training/saved_activations.py): LLaMA's frozen rotary tables (an
-    op's saved values do not say which operand's gradient reads them), BERT's
-    head (the cost model appends a loss only to logits over the vocabulary;
+    do (training/saved_activations.py): BERT's head (the cost model appends a loss only to logits over the vocabulary;
     weft train to any), the vocabulary-parallel embedding and head under tp
     and tp3d, the ring's blocks under cp: the figures are not compared (the
     largest difference is printed). Returns "equal", "printed" or why
@@ -198,7 +198,7 @@ def check_kept(name, kept, memory, per_rank, spec):
 
 
 def KEPT_CHECKED(name, spec):
-    return name == "gpt2" and not re.search(r"\b(tp|tp3d|cp)=", spec)
+    return name in ("gpt2", "llama") and not re.search(r"\b(tp|tp3d|cp)=", spec)
 
 
 def check_held(held, memory, per_rank, spec):
@@ -511,7 +511,7 @@ def main():
           "equal" % MEMORY["equal"])
     print("their peak saved activations per rank over the schedule (under ZB-H1 what "
           "the W step reads, from B to W): %d pairs equal to the cost model's activations "
-          "for the rank's pipeline stage, %d not compared (LLaMA's frozen tables, BERT's "
+          "for the rank's pipeline stage, %d not compared (BERT's "
           "head, tp, tp3d, cp: the per-micro-batch figures differ)"
           % (KEPT_STATE["equal"], KEPT_STATE["printed"]))
     if KEPT_WORST[1]:
