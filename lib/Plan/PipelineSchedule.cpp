@@ -352,16 +352,21 @@ planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
                      /*pastBackward=*/false);
 }
 
+planner::ZeroBubblePoints planner::zeroBubbleCounts(int p, int m, int stage) {
+  // 1F1B's warm-up, min(p - s, m) forwards before the first B, and up to
+  // p - 1 more micro-batches whose W waits (mostInFlight): the peak is when
+  // the last forward runs or the B after it.
+  const int before = std::min(p - stage, m);
+  const int total = std::min(2 * p - 1 - stage, m);
+  return {{{before, total - before}, {before - 1, total - before + 1}}};
+}
+
 std::vector<std::vector<int>>
 planner::inFlightPastBackwardCounts(plan::Schedule schedule, int p, int v,
                                     int m, int stage, bool exactly) {
   if (schedule == plan::SCHEDULE_ZB_H1 && v == 1 && !exactly) {
-    // 1F1B's warm-up, min(p - s, m) forwards before the first B, and up to
-    // p - 1 more micro-batches whose W waits (mostInFlight): the peak is
-    // when the last forward runs or the B after it.
-    const int before = std::min(p - stage, m);
-    const int total = std::min(2 * p - 1 - stage, m);
-    return {{before, total - before}, {before - 1, total - before + 1}};
+    ZeroBubblePoints points = zeroBubbleCounts(p, m, stage);
+    return {{points[0][0], points[0][1]}, {points[1][0], points[1][1]}};
   }
   return stageCounts(schedule, p, v, m, stage, exactly,
                      /*pastBackward=*/true);

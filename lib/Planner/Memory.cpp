@@ -13,6 +13,8 @@
 
 #include "CostModelDetail.h"
 
+#include "llvm/ADT/SmallVector.h"
+
 #include <algorithm>
 
 using namespace weft;
@@ -90,11 +92,11 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   // what they read besides the residual stream (an attention mask: one
   // tensor per chunk's micro-batch), the embedding's on the first virtual
   // stage and the head's (and the loss's) on the last.
-  std::vector<double> chunkBytes(size_t(v), 0);
+  llvm::SmallVector<double, 8> chunkBytes(size_t(v), 0);
   // Under ZB-H1, what each chunk keeps from its B step to its W step: what
   // W reads. The first virtual stage sends no gradient: its B computes
   // nothing, and it keeps all for W, and the gradient it received.
-  std::vector<double> pastBackwardBytes(size_t(v), 0);
+  llvm::SmallVector<double, 8> pastBackwardBytes(size_t(v), 0);
   const bool weightSteps = plan.schedule() == plan::SCHEDULE_ZB_H1 && p > 1;
   for (int c = 0; c < v; ++c) {
     const int vs = c * p + s;
@@ -117,7 +119,12 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   }
   // The micro-batches the schedule keeps at once (from a forward to the
   // micro-batch's last backward step), as its step list runs on this rank.
-  if (weightSteps) {
+  if (weightSteps && v == 1) {
+    for (const std::array<int, 2> &count : zeroBubbleCounts(p, m, s))
+      mem.activations =
+          std::max(mem.activations,
+                   count[0] * chunkBytes[0] + count[1] * pastBackwardBytes[0]);
+  } else if (weightSteps) {
     for (const std::vector<int> &count :
          inFlightPastBackwardCounts(plan.schedule(), p, v, m, s)) {
       double kept = 0;

@@ -15,6 +15,7 @@
 
 #include "weft/plan.pb.h"
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -137,6 +138,10 @@ const std::vector<std::vector<int>> &inFlightCounts(plan::Schedule schedule,
 std::vector<std::vector<int>>
 inFlightPastBackwardCounts(plan::Schedule schedule, int p, int v, int m,
                            int stage, bool exactly = false);
+/// inFlightPastBackwardCounts' two points for ZB-H1 without chunks
+/// (micro-batches before B, past B), without a list.
+using ZeroBubblePoints = std::array<std::array<int, 2>, 2>;
+ZeroBubblePoints zeroBubbleCounts(int p, int m, int stage);
 /// The most chunk-micro-batches rank `stage` keeps at once (the largest sum
 /// of inFlightCounts' points): what a rank whose chunks keep the same bytes
 /// holds. Closed forms for GPipe (m v), 1F1B and ZeroPP without chunks
