@@ -44,7 +44,9 @@ def WeftPrintOpFacts : Pass<"weft-print-op-facts"> {
     factor sizes and reduction factors) and the FLOPs and bytes the op reads and writes
     at its current shapes; whether the op is elementwise (it chains into a generated
     kernel); what its backward saves and costs (and whether it belongs to the attention
-    core that selective recomputation recomputes); and for a collective its group size
+    core that selective recomputation recomputes); what each float operand's gradient
+    reads (for a weight: what a weight-gradient step, ZB-H1's W, reads); and for a
+    collective its group size
     on the mesh and the bytes each rank sends. Use it to check an op's facts, or to see
     what a model is made of.
 
