@@ -253,50 +253,25 @@ cachedStepOrder(plan::Schedule schedule, int p, int v, int m) {
 
 /// inFlightCounts of one rank's list: the counts after each forward that
 /// the next step does not follow with another (the local peaks), less the
-/// points another covers. With `pastBackward` (a list with weight-gradient
-/// steps), a point counts per chunk the micro-batches between their forward
-/// and their B step, then per chunk those between B and W (2v counts). A
-/// forward adds what a micro-batch keeps for its backward, a B trades that
-/// for what its W reads (more or less), a W frees it: whatever the two
-/// amounts, the peak is after a forward the next step does not follow
-/// with another, or after a B that a W or the end follows.
+/// points another covers.
 static std::vector<std::vector<int>>
-countInFlight(const std::vector<PipelineStep> &steps, int v,
-              bool pastBackward) {
+countInFlight(const std::vector<PipelineStep> &steps, int v) {
   const bool weightSteps =
       std::any_of(steps.begin(), steps.end(), [](const PipelineStep &step) {
         return step.kind == PipelineStep::WeightGrad;
       });
-  pastBackward &= weightSteps;
   const PipelineStep::Kind last =
       weightSteps ? PipelineStep::WeightGrad : PipelineStep::Backward;
-  // The next compute step's kind (sends and receives change nothing).
-  std::vector<int> nextKind(steps.size() + 1, -1);
-  for (size_t i = steps.size(); i-- > 0;) {
-    const PipelineStep::Kind kind = steps[i].kind;
-    nextKind[i] =
-        (kind == PipelineStep::Forward || kind == PipelineStep::Backward ||
-         kind == PipelineStep::WeightGrad)
-            ? int(kind)
-            : nextKind[i + 1];
-  }
   std::vector<std::vector<int>> points;
-  std::vector<int> count(size_t(pastBackward ? 2 * v : v), 0);
+  std::vector<int> count(size_t(v), 0);
   for (size_t i = 0; i < steps.size(); ++i) {
     const PipelineStep &step = steps[i];
-    const size_t c = size_t(step.chunk);
-    const int next = nextKind[i + 1];
     if (step.kind == PipelineStep::Forward) {
-      ++count[c];
-      if (next != int(PipelineStep::Forward))
-        points.push_back(count);
-    } else if (pastBackward && step.kind == PipelineStep::Backward) {
-      --count[c];
-      ++count[size_t(v) + c];
-      if (next == -1 || next == int(PipelineStep::WeightGrad))
+      ++count[size_t(step.chunk)];
+      if (i + 1 == steps.size() || steps[i + 1].kind != PipelineStep::Forward)
         points.push_back(count);
     } else if (step.kind == last) {
-      --count[pastBackward ? size_t(v) + c : c];
+      --count[size_t(step.chunk)];
     }
   }
   // The points no other covers: sorted, the largest first, a point is
@@ -310,14 +285,12 @@ countInFlight(const std::vector<PipelineStep> &steps, int v,
   return kept;
 }
 
-/// Both kinds of counts of every stage of one list, cached per thread.
-static const std::vector<std::vector<int>> &stageCounts(plan::Schedule schedule,
-                                                        int p, int v, int m,
-                                                        int stage, bool exactly,
-                                                        bool pastBackward) {
+const std::vector<std::vector<int>> &
+planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
+                        bool exactly) {
   // Every stage's counts of one list, kept together (the list is the
   // simulation's, cached).
-  using Key = std::tuple<int, int, int, int, bool, bool>;
+  using Key = std::tuple<int, int, int, int, bool>;
   thread_local std::map<Key, std::vector<std::vector<std::vector<int>>>> cache;
   if (!exactly && schedule != plan::SCHEDULE_GPIPE) {
     // Past the warm-up the list repeats every p micro-batches (every one
@@ -328,7 +301,7 @@ static const std::vector<std::vector<int>> &stageCounts(plan::Schedule schedule,
     if (m > shorter && !(v > 1 && m % p != 0))
       m = int(shorter);
   }
-  Key key{int(schedule), p, v, m, exactly, pastBackward};
+  Key key{int(schedule), p, v, m, exactly};
   auto found = cache.find(key);
   if (found == cache.end()) {
     if (cache.size() >= 4096)
@@ -339,17 +312,10 @@ static const std::vector<std::vector<int>> &stageCounts(plan::Schedule schedule,
     const std::vector<std::vector<PipelineStep>> &order =
         cachedStepOrder(schedule, p, v, m);
     for (int s = 0; s < p; ++s)
-      stages[size_t(s)] = countInFlight(order[size_t(s)], v, pastBackward);
+      stages[size_t(s)] = countInFlight(order[size_t(s)], v);
     found = cache.emplace(key, std::move(stages)).first;
   }
   return found->second[size_t(stage)];
-}
-
-const std::vector<std::vector<int>> &
-planner::inFlightCounts(plan::Schedule schedule, int p, int v, int m, int stage,
-                        bool exactly) {
-  return stageCounts(schedule, p, v, m, stage, exactly,
-                     /*pastBackward=*/false);
 }
 
 planner::ZeroBubblePoints planner::zeroBubbleCounts(int p, int m, int stage) {
@@ -359,17 +325,6 @@ planner::ZeroBubblePoints planner::zeroBubbleCounts(int p, int m, int stage) {
   const int before = std::min(p - stage, m);
   const int total = std::min(2 * p - 1 - stage, m);
   return {{{before, total - before}, {before - 1, total - before + 1}}};
-}
-
-std::vector<std::vector<int>>
-planner::inFlightPastBackwardCounts(plan::Schedule schedule, int p, int v,
-                                    int m, int stage, bool exactly) {
-  if (schedule == plan::SCHEDULE_ZB_H1 && v == 1 && !exactly) {
-    ZeroBubblePoints points = zeroBubbleCounts(p, m, stage);
-    return {{points[0][0], points[0][1]}, {points[1][0], points[1][1]}};
-  }
-  return stageCounts(schedule, p, v, m, stage, exactly,
-                     /*pastBackward=*/true);
 }
 
 int planner::mostInFlight(plan::Schedule schedule, int p, int v, int m,

@@ -119,20 +119,12 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   }
   // The micro-batches the schedule keeps at once (from a forward to the
   // micro-batch's last backward step), as its step list runs on this rank.
-  if (weightSteps && v == 1) {
+  if (weightSteps) {
+    // (ZB-H1 has no chunks.)
     for (const std::array<int, 2> &count : zeroBubbleCounts(p, m, s))
       mem.activations =
           std::max(mem.activations,
                    count[0] * chunkBytes[0] + count[1] * pastBackwardBytes[0]);
-  } else if (weightSteps) {
-    for (const std::vector<int> &count :
-         inFlightPastBackwardCounts(plan.schedule(), p, v, m, s)) {
-      double kept = 0;
-      for (int c = 0; c < v; ++c)
-        kept += count[size_t(c)] * chunkBytes[size_t(c)] +
-                count[size_t(v + c)] * pastBackwardBytes[size_t(c)];
-      mem.activations = std::max(mem.activations, kept);
-    }
   } else if (p == 1) {
     // One stage: each micro-batch's backward follows its forward.
     mem.activations = chunkBytes[0];
@@ -194,10 +186,9 @@ double CostModel::peakMemoryBytes(const plan::Plan &plan) {
   const bool rising =
       plan.schedule() == plan::SCHEDULE_ZB_H1 &&
       b.layer.weightGradientReadBytes > b.layer.savedUnder(plan.recompute());
-  const bool everyStage = rising && virtualStages(plan) > 1;
   for (int s = 0; s < p; ++s) {
     const int64_t layers = plan.stage_layers(s);
-    if (s > 0 && s < p - 1 && !everyStage) {
+    if (s > 0 && s < p - 1) {
       if (!rising && layers <= plan.stage_layers(s - 1))
         continue;
       if (rising && s != 2 * p - 1 - m && layers == plan.stage_layers(s - 1) &&

@@ -696,7 +696,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           out.append(all.begin(), all.end());
           return;
         }
-        llvm::SmallPtrSet<void *, 8> read;
+        llvm::SmallDenseSet<Value, 8> read;
         for (OpOperand &operand : op->getOpOperands()) {
           if (!isActive(operand.get()))
             continue;
@@ -704,10 +704,10 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           differentiable.getGradientReads(operand.getOperandNumber(), reads);
           for (const GradientRead &r : reads)
             if (r.kind == GradientRead::Forward)
-              read.insert(r.value.getAsOpaquePointer());
+              read.insert(r.value);
         }
         for (const SavedTensor &tensor : all)
-          if (read.contains(tensor.value.getAsOpaquePointer()))
+          if (read.contains(tensor.value))
             out.push_back(tensor);
       };
 

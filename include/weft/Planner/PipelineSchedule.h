@@ -128,18 +128,12 @@ const std::vector<std::vector<int>> &inFlightCounts(plan::Schedule schedule,
                                                     int p, int v, int m,
                                                     int stage,
                                                     bool exactly = false);
-/// inFlightCounts for a schedule with weight-gradient steps (ZB-H1): each
-/// point holds 2v counts, per chunk the micro-batches between their
-/// forward and their B step (keeping what the backward reads), then per
-/// chunk those between B and W (keeping what W reads). The points are
-/// taken after forward and B steps; ZB-H1's without chunks are a closed
-/// form, its list's own (unless `exactly`). For a schedule without W
-/// steps, inFlightCounts' points.
-std::vector<std::vector<int>>
-inFlightPastBackwardCounts(plan::Schedule schedule, int p, int v, int m,
-                           int stage, bool exactly = false);
-/// inFlightPastBackwardCounts' two points for ZB-H1 without chunks
-/// (micro-batches before B, past B), without a list.
+/// ZB-H1 (no chunks) keeps a micro-batch's saved values from its forward to
+/// its B step, and what its W step reads from B to W. The two points of
+/// rank `stage`'s list that cover its others: (micro-batches before B, past
+/// B) when the last warm-up forward runs and after the B that follows.
+/// A closed form, the list's own (PlannerPipeline.
+/// ZeroBubbleCountsGiveTheStepListsPeak walks the lists).
 using ZeroBubblePoints = std::array<std::array<int, 2>, 2>;
 ZeroBubblePoints zeroBubbleCounts(int p, int m, int stage);
 /// The most chunk-micro-batches rank `stage` keeps at once (the largest sum
