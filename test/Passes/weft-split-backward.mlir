@@ -8,6 +8,7 @@
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=ZB
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-apply-plan="dp=2" -weft-propagate-sharding -weft-partition -weft-split-backward | FileCheck %s --check-prefix=DP
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2 stage-layers=2/2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=ZBLAYER
+// RUN: weft-opt %S/Inputs/split-backward-swiglu.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate=recompute=full -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=SWIGLU
 // RUN: weft-opt %S/Inputs/split-backward-errors.mlir -split-input-file -weft-split-backward -verify-diagnostics
 // RUN: weft-opt %S/Inputs/differentiate-stage-errors.mlir -split-input-file -weft-differentiate -verify-diagnostics
 
@@ -80,3 +81,19 @@
 // ZBLAYER-NEXT: ^bb0
 // ZBLAYER-NEXT: weft.matmul {{.*}} transpose_lhs
 // ZBLAYER: weft.layer "h.backward.weight"({{.*}}) index 2
+
+// With full recomputation the backward layer recomputes its forward first.
+// That recomputation is the B part's, as a framework does it: the W part
+// reads the SwiGLU product (the down projection's input), recomputed in B,
+// not the gate and up projections it is computed from, which would keep one
+// FFN-wide tensor more per micro-batch between B and W.
+// SWIGLU-LABEL: func.func @lm_stage1_backward(
+// SWIGLU: weft.layer "h.backward"
+// SWIGLU: %[[S:.*]] = weft.silu
+// SWIGLU-NEXT: %[[P:.*]] = weft.mul %[[S]], %{{.*}} : tensor<2x8x32xf32>
+// SWIGLU: weft.yield {{.*}}, %[[P]] :
+// SWIGLU-LABEL: func.func @lm_stage1_weight(
+// SWIGLU: weft.layer "h.backward.weight"({{.*}}) index 1 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>)
+// SWIGLU-NOT: weft.silu
+// SWIGLU-NOT: weft.mul
+// SWIGLU: weft.yield
