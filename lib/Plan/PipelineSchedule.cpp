@@ -80,7 +80,9 @@ double planner::simulatePipeline(plan::Schedule schedule, int p, int v, int m,
   const int64_t first =
       (std::max<int64_t>(64, 4 * int64_t(p) * v) + period - 1) / period *
       period;
-  if (timeline || m <= first + 2 * period || (v > 1 && m % p != 0))
+  // The two shorter runs cost 2 first + period micro-batches: below that
+  // the exact run is cheaper.
+  if (timeline || m <= 2 * first + period || (v > 1 && m % p != 0))
     return simulatePipelineExactly(schedule, p, v, m, forward, backward, weight,
                                    p2p, timeline);
   double a = simulatePipelineExactly(schedule, p, v, int(first), forward,

@@ -287,15 +287,17 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
       return at->second;
     const PipelineStage &stage = program.virtualStages[size_t(k)];
     std::set<int> read;
-    for (const PipelineStepFunction *fn : {&stage.backward, &stage.weight})
-      for (size_t a = 0; fn->function && a < fn->args.size() &&
-                         !(pastBackward && fn == &stage.backward);
-           ++a)
+    for (const PipelineStepFunction *fn : {&stage.backward, &stage.weight}) {
+      // Past B, only what W reads is still kept.
+      if (!fn->function || (pastBackward && fn == &stage.backward))
+        continue;
+      for (size_t a = 0; a < fn->args.size(); ++a)
         if (fn->args[a].kind == PipelineRef::Input &&
             read.insert(fn->args[a].index).second)
           at->second +=
               tensorBytes(scatterBlock(micro[size_t(fn->args[a].index)][0],
                                        fn->argLayouts[a], ctx.mesh, ctx.rank));
+    }
     return at->second;
   };
   if (peakSavedBytes)
