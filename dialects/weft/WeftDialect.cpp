@@ -234,10 +234,11 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                 "axes on a weft.attention";
     return success();
   }
-  if (attr.getName() == getAttentionCoreAttrName()) {
+  if (attr.getName() == getAttentionCoreAttrName() ||
+      attr.getName() == getDecomposedAttrName()) {
     if (!isa<UnitAttr>(attr.getValue()))
       return op->emitError()
-             << "'" << getAttentionCoreAttrName() << "' is a unit attribute";
+             << "'" << attr.getName().getValue() << "' is a unit attribute";
     return success();
   }
   if (attr.getName() == getBufferOffsetsAttrName()) {

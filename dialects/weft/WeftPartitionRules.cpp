@@ -352,6 +352,35 @@ LogicalResult SplitOp::partition(PartitionState &state) {
   return success();
 }
 
+namespace {
+/// While alive, the ops built at the builder's insertion point are one op's
+/// decomposition: when it ends it marks them `weft.decomposed`. A rule
+/// starts one once the op's operands are resolved, so that their reshards
+/// stay the operands' (what the op's backward reads).
+class Decomposition {
+public:
+  explicit Decomposition(OpBuilder &b)
+      : b(b), block(b.getInsertionBlock()), at(b.getInsertionPoint()) {
+    if (block && at != block->begin())
+      before = &*std::prev(at);
+  }
+  ~Decomposition() {
+    if (!block || b.getInsertionBlock() != block)
+      return;
+    auto name = WeftDialect::getDecomposedAttrName();
+    for (auto it = before ? std::next(Block::iterator(before)) : block->begin();
+         it != b.getInsertionPoint(); ++it)
+      it->setAttr(name, UnitAttr::get(b.getContext()));
+  }
+
+private:
+  OpBuilder &b;
+  Block *block;
+  Block::iterator at;
+  Operation *before = nullptr;
+};
+} // namespace
+
 //===----------------------------------------------------------------------===//
 // Vocabulary-parallel embedding
 //===----------------------------------------------------------------------===//
@@ -377,6 +406,7 @@ static LogicalResult partitionVocabEmbedding(EmbeddingOp op,
   tableWant.dims[0] = vocabAxes;
   Value ids = state.operand(loc, op.getIndices(), indexWant);
   Value rows = state.operand(loc, op.getTable(), tableWant);
+  Decomposition decomposition(b);
   int64_t vocab = op.getTable().getType().getDimSize(0);
   int64_t parts = state.mesh().product(vocabAxes);
   int64_t shard = vocab / parts;
@@ -591,6 +621,7 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
     labelsWant.dims[d] = logitsWant.dims[d];
   Value logits = state.operand(loc, op.getLogits(), logitsWant);
   Value labels = state.operand(loc, op.getLabels(), labelsWant);
+  Decomposition decomposition(b);
   auto localType = cast<RankedTensorType>(logits.getType());
   auto labelType = cast<RankedTensorType>(labels.getType());
   Type element = localType.getElementType();

@@ -64,8 +64,8 @@ CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
       return build(ctx, batch, seq, 2);
     };
   }
-  programs = std::make_unique<RankProgramBuilder>(
-      *context, std::move(source), trainingConfig, modelSpec.vocab());
+  programs = std::make_unique<RankProgramBuilder>(*context, std::move(source),
+                                                  trainingConfig);
 }
 
 CostModel::~CostModel() = default;

@@ -34,10 +34,9 @@ using namespace weft::planner;
 //===----------------------------------------------------------------------===//
 
 RankProgramBuilder::RankProgramBuilder(MLIRContext &context, ModelSource source,
-                                       plan::TrainingConfig training,
-                                       int64_t vocab)
+                                       plan::TrainingConfig training)
     : context(context), source(std::move(source)),
-      training(std::move(training)), vocab(vocab) {}
+      training(std::move(training)) {}
 
 static func::FuncOp entryFunction(ModuleOp module) {
   for (auto func : module.getOps<func::FuncOp>())
@@ -121,10 +120,14 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
     WeftConvertFloatTypeOptions dtype;
     dtype.to = training.dtype() == "fp16" ? "f16" : "bf16";
     pm.addNestedPass<func::FuncOp>(createWeftConvertFloatType(dtype));
-    // A language model's training step ends in its loss.
+    // The training step ends in its loss, appended as weft train and
+    // buildTrainingStep append it: to the first result, logits of a float
+    // type and rank >= 2 over whatever classes they have (an encoder's
+    // hidden states, a token classifier's labels), not only the vocabulary.
     auto logits = dyn_cast<RankedTensorType>(
         func.getResultTypes().empty() ? Type() : func.getResultTypes()[0]);
-    if (logits && logits.getRank() >= 2 && logits.getShape().back() == vocab)
+    if (logits && logits.getRank() >= 2 &&
+        isa<FloatType>(logits.getElementType()))
       pm.addPass(createWeftAppendLoss());
     if (failed(pm.run(*module))) {
       error = "the model's training step cannot be built";
@@ -483,6 +486,12 @@ static bool isPersistent(Value value, llvm::DenseMap<Value, bool> &known) {
 /// Where an activation lives: a reshape is a view of its input; a value
 /// all-gathered from shards (Megatron SP) is kept as the shard and gathered
 /// again in backward.
+/// Whether a partition rule built `op` as part of one op's decomposition
+/// (weft.decomposed).
+static bool isDecomposed(Operation *op) {
+  return op && op->hasAttr(WeftDialect::getDecomposedAttrName());
+}
+
 static Value storedAs(Value value) {
   while (true) {
     if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
@@ -658,6 +667,62 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
     return active;
   };
 
+  // A partition rule's decomposition of one op (weft.decomposed: a
+  // vocabulary-parallel cross-entropy or embedding): the training step was
+  // differentiated before it was partitioned, so the backward is the op's
+  // and reads its operands, not what its pieces would keep one by one.
+  // Connected such ops (a fusion of some of them counts as one) are one op:
+  // it keeps what they read from outside, if any of that depends on a
+  // trained weight.
+  llvm::DenseMap<Operation *, Operation *> groupParent;
+  std::function<Operation *(Operation *)> groupOf = [&](Operation *op) {
+    Operation *parent = groupParent.lookup(op);
+    if (parent == op)
+      return op;
+    Operation *root = groupOf(parent);
+    groupParent[op] = root;
+    return root;
+  };
+  // What each part reads (fusion inputs for what its marked ops read).
+  SmallVector<std::pair<Operation *, SmallVector<Value>>> parts;
+  func.walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (auto fusion = dyn_cast<FusionOp>(op)) {
+      Block &body = fusion.getBody().front();
+      llvm::SetVector<Value> reads;
+      for (Operation &inner : body.without_terminator())
+        if (isDecomposed(&inner))
+          for (Value operand : inner.getOperands()) {
+            auto arg = dyn_cast<BlockArgument>(operand);
+            if (arg && arg.getOwner() == &body)
+              reads.insert(fusion.getInputs()[arg.getArgNumber()]);
+            else if (!isDecomposed(operand.getDefiningOp()))
+              reads.insert(operand);
+          }
+      if (!reads.empty())
+        parts.push_back({op, SmallVector<Value>(reads.begin(), reads.end())});
+      return WalkResult::skip();
+    }
+    if (isDecomposed(op))
+      parts.push_back({op, SmallVector<Value>(op->getOperands())});
+    return WalkResult::advance();
+  });
+  for (auto &[op, reads] : parts)
+    groupParent[op] = op;
+  // (Connected through activations: two decompositions may share a
+  // constant.)
+  for (auto &[op, reads] : parts)
+    for (Value read : reads)
+      if (Operation *def = read.getDefiningOp();
+          def && groupParent.count(def) && !isPersistent(read))
+        groupParent[groupOf(def)] = groupOf(op);
+  llvm::DenseMap<Operation *, llvm::SetVector<Value>> groupReads;
+  for (auto &[op, reads] : parts)
+    for (Value read : reads)
+      if (Operation *def = read.getDefiningOp();
+          !def || !groupParent.count(def) || isPersistent(read))
+        groupReads[groupOf(op)].insert(read);
+  llvm::DenseSet<Operation *> groupsCounted;
+
   // What an op keeps for the gradients the differentiated program builds:
   // an operand that depends on no trained weight (a frozen rotary table)
   // gets none, so what only its gradient reads (q in q * cos) is not kept.
@@ -670,6 +735,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           Block &body = fusion.getBody().front();
           for (Operation &inner : body.without_terminator()) {
             if (!isa<DifferentiableOpInterface>(inner) ||
+                isDecomposed(&inner) ||
                 llvm::none_of(inner.getOperands(),
                               [&](Value operand) { return isActive(operand); }))
               continue;
@@ -770,6 +836,18 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         profile.ops.push_back(std::move(record));
       }
     }
+    // A decomposition keeps, once, what it reads from outside.
+    if (groupParent.count(op)) {
+      Operation *group = groupOf(op);
+      const llvm::SetVector<Value> &reads = groupReads[group];
+      if (groupsCounted.insert(group).second &&
+          llvm::any_of(reads, [&](Value value) { return isActive(value); }))
+        for (Value value : reads)
+          if (!isPersistent(value)) {
+            saved[b].all.insert({storedAs(value), 0});
+            saved[b].selective.insert({storedAs(value), 0});
+          }
+    }
     // Saved for backward, by what the differentiated program differentiates:
     // an op none of whose operands depends on a trained weight (a mask made
     // from an input, a frozen table's slice) has no backward.
@@ -779,7 +857,8 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         }))
       return;
     SmallVector<SavedTensor> values;
-    savedFor(op, values);
+    if (!isDecomposed(op))
+      savedFor(op, values);
     bool core = differentiable.isAttentionCore();
     for (const SavedTensor &tensor : values) {
       if (isPersistent(tensor.value))

@@ -109,10 +109,12 @@ def segments(text):
     return parts[0], layers, [p for p in parts[1:] if p]
 
 
-def check_identity(weft, model, inputs, spec, devices, tmp, loss, emitted=True):
+def check_identity(weft, model, inputs, spec, devices, tmp, lm_head, emitted=True):
     """The program the planner costs is the program weft emits: for this plan
-    (one micro-batch of the whole batch, bf16, with a training step's loss
-    when the model ends in logits), `weft plan --evaluate --print-rank-ir`
+    (one micro-batch of the whole batch, bf16, with a training step's loss:
+    on the vocabulary's logits, or without an output layer (`lm_head`
+    false, BERT) on the hidden states, as weft train appends it),
+    `weft plan --evaluate --print-rank-ir`
     prints one layer of the rank program it measured, with its kernels
     (fusions), and `weft compile --target cuda --dump-partitioned` writes
     the program the CUDA emitter prints, before its layers are inlined. Each
@@ -137,23 +139,20 @@ def check_identity(weft, model, inputs, spec, devices, tmp, loss, emitted=True):
     costed = proc.stdout
     import json
     data = json.load(open(base + ".plan.json"))
-    plan, vocab = data["plans"][0], int(data["model"]["vocab"])
+    plan = data["plans"][0]
+    classes = int(data["model"]["vocab" if lm_head else "hidden"])
     extra = ["--dtype", "bf16", "--devices", str(devices), "--plan-spec", spec,
-             "--dump-partitioned", base + ".ran.mlir"]
+             "--dump-partitioned", base + ".ran.mlir", "--loss"]
     paths = list(inputs)
-    if loss:
-        paths.append(base + ".labels.npy")
-        np.save(paths[-1], (tokens.astype(np.int64) + 1) % vocab)
-        extra.append("--loss")
+    paths.append(base + ".labels.npy")
+    np.save(paths[-1], (tokens.astype(np.int64) + 1) % classes)
     ran = run(weft, model, paths, base + ".run", extra)
     if ran.returncode != 0:
         return "weft run --dtype bf16 failed: " + ran.stderr[-400:]
     compile_args = [weft, "compile", model, "--target", "cuda", "--dtype", "bf16",
                     "--plan-spec", spec, "--batch-size", str(batch),
                     "--seq-len", str(seq), "-o", base + ".cuda",
-                    "--dump-partitioned", base + ".emitted.mlir"]
-    if loss:
-        compile_args.append("--loss")
+                    "--dump-partitioned", base + ".emitted.mlir", "--loss"]
     if not emitted:
         return check_predicted_bytes(ran, plan, len(segments(open(base + ".ran.mlir").read())[1]))
     proc = subprocess.run(compile_args, capture_output=True, text=True, timeout=300)
@@ -432,7 +431,8 @@ def main():
                     return 1
                 reference = [np.load(os.path.join(ref_dir, f))
                              for f in sorted(os.listdir(ref_dir))]
-                # BERT returns hidden states: no output layer to compare.
+                # BERT returns hidden states: no output layer; its loss is
+                # over them.
                 lm_head = not name.startswith("bert")
                 for spec, devices in plans():
                     jobs.append((name, spec, pool.submit(

@@ -87,6 +87,27 @@ TEST(PlannerMemory, ActivationsMatchKorthikantiFormulas) {
   EXPECT_NEAR(plain.weightGradientReadBytes / sbh, 16 + 24 / t, 1e-9);
 }
 
+// The vocabulary-parallel output layer and embedding keep what the
+// unsplit ones keep, on the rank's block of the vocabulary: a training step
+// is differentiated before it is partitioned, so the cross-entropy's
+// backward reads its f32 logits and its labels (not the pieces of the
+// all-reduced log-sum-exp the partition rule builds: weft.decomposed), and
+// the embedding's its ids (not the range masks). The head also keeps the
+// final norm's input and the output layer's input (2sbh each, bf16).
+TEST(PlannerMemory, VocabularyParallelHeadKeepsLogitsBlockAndLabels) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
+  CostModel model(gpt22b(), cluster, megatron2022(1));
+  const double s = 2048, b = 1, h = 6144;
+  const double v = double(gpt22b().vocab());
+  for (int t : {1, 2, 8}) {
+    SCOPED_TRACE("tp=" + std::to_string(t));
+    plan::Plan plan = tpPlan(t, false, 1);
+    EXPECT_DOUBLE_EQ(model.headCost(plan).savedBytes,
+                     4 * s * b * h + 4 * s * b * v / t + 8 * s * b);
+    EXPECT_DOUBLE_EQ(model.embeddingCost(plan).savedBytes, 8 * s * b);
+  }
+}
+
 // The search checks memory with peakMemoryBytes, which skips the stages
 // that cannot hold the most (a later stage of as many layers keeps fewer
 // micro-batches; under ZB-H1 with full recomputation, more whose W waits

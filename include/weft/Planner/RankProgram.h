@@ -72,7 +72,7 @@ struct ProgramShape {
 class RankProgramBuilder {
 public:
   RankProgramBuilder(mlir::MLIRContext &context, ModelSource source,
-                     plan::TrainingConfig training, int64_t vocab);
+                     plan::TrainingConfig training);
 
   /// The program one rank runs for `shape` at micro-batch `microBatch`
   /// (the model built at batch microBatch x dp; a static-batch model at its
@@ -102,7 +102,6 @@ private:
   mlir::MLIRContext &context;
   ModelSource source;
   plan::TrainingConfig training;
-  int64_t vocab;
   std::map<int64_t, mlir::OwningOpRef<mlir::ModuleOp>> models;
 };
 

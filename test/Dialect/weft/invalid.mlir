@@ -1266,6 +1266,14 @@ func.func @reduce_every_micro_batch_alone() attributes {weft.reduce_every_micro_
 
 // -----
 
+func.func @decomposed_not_unit(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'weft.decomposed' is a unit attribute}}
+  %0 = weft.exp %x {weft.decomposed = 1} : tensor<8xf32>
+  return
+}
+
+// -----
+
 func.func @unknown_weft_attribute(%x: tensor<8xf32>) {
   // expected-error @+1 {{unknown weft attribute 'weft.shard' (the dialect defines 'weft.sharding')}}
   %0 = weft.exp %x {weft.shard = 1} : tensor<8xf32>
