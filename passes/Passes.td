@@ -500,7 +500,10 @@ def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
     as ZB-H1 defines them. The values kept between steps are the activations a pipeline
     rank keeps per micro-batch between its steps (with `-weft-differentiate="recompute=full"` the layer inputs
     only, since the backward recomputes the rest). Ops without operands (parameters,
-    constants) are rebuilt where they are read instead of kept. The functions' other
+    constants) are rebuilt where they are read instead of kept. An activation a step
+    gathered over the mesh (`weft.all_gather`: the output layer's input under sequence
+    parallelism) that a later step reads is gathered again there from the kept block,
+    as Megatron's sequence-parallel linears do, not kept whole. The functions' other
     arguments keep their `weft.model_input`, `weft.received_from` and
     `weft.cotangent_of` marks.
     ```

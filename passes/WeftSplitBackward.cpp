@@ -357,6 +357,14 @@ struct WeftSplitBackward
             llvm::append_range(work, def->getOperands());
           continue;
         }
+        // An activation an earlier step gathered over the mesh (the output
+        // layer's input under SP): gathered again from the kept block, as
+        // Megatron's sequence-parallel linears do, not kept whole.
+        if (isa<AllGatherOp>(def) && owner.count(def) &&
+            owner.lookup(def) != role) {
+          rebuiltIn[role].insert(def);
+          continue;
+        }
         if (!owner.try_emplace(def, role).second)
           continue;
         llvm::append_range(work, readsOf(def));
@@ -388,7 +396,8 @@ struct WeftSplitBackward
         slots.try_emplace(value, int64_t(slots.size()));
         return;
       }
-      if (isRebuilt(def) || owner.lookup(def) == role)
+      if (isRebuilt(def) || owner.lookup(def) == role ||
+          rebuiltIn[role].contains(def))
         return;
       reads[role].insert(value);
       slots.try_emplace(value, int64_t(slots.size()));
@@ -402,6 +411,13 @@ struct WeftSplitBackward
     }
     for (unsigned r = 0; r < ret.getNumOperands(); ++r)
       noteRead(roleOfResult(r), ret.getOperand(r));
+    // A gather done again reads the block it gathers (what a rebuilt
+    // weight reads is rebuilt too).
+    for (Role role : {Backward, Weight})
+      for (Operation *op : ops)
+        if (rebuiltIn[role].contains(op))
+          for (Value value : op->getOperands())
+            noteRead(role, value);
 
     MLIRContext *ctx = &getContext();
     OpBuilder b(func);

@@ -9,6 +9,7 @@
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-apply-plan="dp=2" -weft-propagate-sharding -weft-partition -weft-split-backward | FileCheck %s --check-prefix=DP
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2 stage-layers=2/2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=ZBLAYER
 // RUN: weft-opt %S/Inputs/split-backward-swiglu.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate=recompute=full -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=SWIGLU
+// RUN: weft-opt %S/Inputs/gpt_two_blocks.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-apply-plan="tp=2 sp" -weft-propagate-sharding -weft-partition -weft-split-backward | FileCheck %s --check-prefix=SPHEAD
 // RUN: weft-opt %S/Inputs/split-backward-errors.mlir -split-input-file -weft-split-backward -verify-diagnostics
 // RUN: weft-opt %S/Inputs/differentiate-stage-errors.mlir -split-input-file -weft-differentiate -verify-diagnostics
 
@@ -97,3 +98,16 @@
 // SWIGLU-NOT: weft.silu
 // SWIGLU-NOT: weft.mul
 // SWIGLU: weft.yield
+
+// Under SP the output layer's input is gathered over the sequence. The
+// forward step keeps the gathered block, not the whole input, and the
+// backward step gathers it again, as Megatron's sequence-parallel linears do
+// (and as the cost model counts the head's memory).
+// SPHEAD-LABEL: func.func @main_stage1(
+// SPHEAD: weft.parameter "output"
+// SPHEAD: %[[G:.*]] = weft.all_gather %[[N:[0-9]+]] over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+// SPHEAD-NEXT: weft.linear %[[G]]
+// SPHEAD: return {{.*}}, %[[N]] : tensor<f32>, tensor<2x8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>
+// SPHEAD-LABEL: func.func @main_stage1_backward(
+// SPHEAD-SAME: %[[KEPT:arg[0-9]+]]: tensor<2x4x16xf32> {weft.saved = 3 : i64}
+// SPHEAD: weft.all_gather %[[KEPT]] over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>

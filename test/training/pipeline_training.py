@@ -187,10 +187,12 @@ def check_kept(name, kept, memory, per_rank, spec):
     partitioning) does; before, it counted what those ops would keep one by
     one (GPT-2 pp=2 tp=2: 32 bytes over on the first stage, 2,576 on the
     last). Not compared (the largest difference is printed): the 3-D grid
-    (tp3d); the ring's blocks under cp; under SP the output layer's input,
-    which the runtime keeps gathered over the sequence and the cost model
-    (as Megatron) as its shard, and under SP with ZB-H1 the output
-    gradients that B gathers over the sequence and W reads.
+    (tp3d); the ring's blocks under cp; under SP with ZB-H1 the output
+    gradients that a layer's B step gathers over the sequence and its W step
+    reads. (Under SP the output layer's input, gathered over the sequence,
+    was kept whole until -weft-split-backward gathered it again from the
+    kept block in the backward step, as Megatron does and the cost model
+    counts.)
     largest difference is printed). Returns "equal", "printed" or why
     not."""
     expected = [round(float(memory[r // per_rank].get("activations_gib", 0)) * 2 ** 30)
@@ -210,10 +212,9 @@ def check_kept(name, kept, memory, per_rank, spec):
 def KEPT_CHECKED(name, spec):
     if re.search(r"\b(tp3d|cp)=", spec):
         return False
-    # Under SP the runtime keeps the output layer's input gathered over the
-    # sequence (the cost model, as Megatron, its shard); under SP and ZB-H1
-    # the W step reads output gradients that B gathered over the sequence.
-    return "sp=true" not in spec or (name == "bert" and "zb-h1" not in spec)
+    # Under SP and ZB-H1 the W step of a layer reads output gradients that
+    # its B step gathered over the sequence.
+    return not ("sp=true" in spec and "zb-h1" in spec)
 
 
 def check_held(held, memory, per_rank, spec):
@@ -527,7 +528,7 @@ def main():
     print("their peak saved activations per rank over the schedule (under ZB-H1 what "
           "the W step reads, from B to W): %d pairs equal to the cost model's activations "
           "for the rank's pipeline stage, %d not compared (tp3d, cp, "
-          "GPT-2's and LLaMA's output layer under SP, SP with ZB-H1)"
+          "SP with ZB-H1)"
           % (KEPT_STATE["equal"], KEPT_STATE["printed"]))
     if KEPT_WORST[1]:
         print("the largest of those differences: %.0f%% (%s)" % (100 * KEPT_WORST[0],
