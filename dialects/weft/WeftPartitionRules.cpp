@@ -359,10 +359,9 @@ namespace {
 /// stay the operands' (what the op's backward reads).
 class Decomposition {
 public:
-  explicit Decomposition(OpBuilder &b)
-      : b(b), block(b.getInsertionBlock()), at(b.getInsertionPoint()) {
-    if (block && at != block->begin())
-      before = &*std::prev(at);
+  explicit Decomposition(OpBuilder &b) : b(b), block(b.getInsertionBlock()) {
+    if (block && b.getInsertionPoint() != block->begin())
+      before = &*std::prev(b.getInsertionPoint());
   }
   ~Decomposition() {
     if (!block || b.getInsertionBlock() != block)
@@ -376,7 +375,6 @@ public:
 private:
   OpBuilder &b;
   Block *block;
-  Block::iterator at;
   Operation *before = nullptr;
 };
 } // namespace

@@ -483,15 +483,15 @@ static bool isPersistent(Value value, llvm::DenseMap<Value, bool> &known) {
   return persistent;
 }
 
-/// Where an activation lives: a reshape is a view of its input; a value
-/// all-gathered from shards (Megatron SP) is kept as the shard and gathered
-/// again in backward.
 /// Whether a partition rule built `op` as part of one op's decomposition
 /// (weft.decomposed).
 static bool isDecomposed(Operation *op) {
   return op && op->hasAttr(WeftDialect::getDecomposedAttrName());
 }
 
+/// Where an activation lives: a reshape is a view of its input; a value
+/// all-gathered from shards (Megatron SP) is kept as the shard and gathered
+/// again in backward.
 static Value storedAs(Value value) {
   while (true) {
     if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
