@@ -503,7 +503,10 @@ def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
     constants) are rebuilt where they are read instead of kept. An activation a step
     gathered over the mesh (`weft.all_gather`: the output layer's input under sequence
     parallelism) that a later step reads is gathered again there from the kept block,
-    as Megatron's sequence-parallel linears do, not kept whole. The functions' other
+    as Megatron's sequence-parallel linears do, not kept whole; so is a gather inside a
+    backward layer that its weight part reads (under sequence parallelism a linear's
+    input, and the output gradient a row-parallel linear's backward gathered over the
+    sequence): the weight part takes the block and gathers it again. The functions' other
     arguments keep their `weft.model_input`, `weft.received_from` and
     `weft.cotangent_of` marks.
     ```
@@ -870,7 +873,7 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
 }
 
 def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::FuncOp"> {
-  let summary = "Removes collectives over size-1 groups, reduces a sum of partial sums once, folds reduce-then-slice into reduce_scatter, buckets independent all-reduces.";
+  let summary = "Removes collectives over size-1 groups, reduces a sum of partial sums once, sums before all-reducing, folds reduce-then-slice into reduce_scatter, buckets independent all-reduces.";
   let description = [{
     - a collective whose axes all have size 1 is its input;
     - a sum of sum all-reduces (or of sum reduce-scatters) of one group, dimension and
@@ -882,6 +885,11 @@ def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::F
       `(x + reduce(a)) + reduce(b)`, each value read once, is reassociated to
       `x + reduce(a + b)`: a post-LN layer's q, k and v input gradients, added into the
       residual gradient under Megatron SP, are reduce-scattered once;
+    - a `weft.reduce_sum` of a sum all-reduce read only there is the all-reduce of the
+      sum (the smaller tensor is reduced); where the all-reduce's input is also
+      reduce-scattered over the same group along a summed dimension, the sum reads the
+      scattered block: under Megatron SP a final norm's bias gradient is summed over the
+      sequence block, as Megatron's is, instead of all-reducing the whole gradient;
     - `weft.all_slice` of a `weft.all_reduce` over the same axes becomes one
       `weft.reduce_scatter`;
     - `weft.all_slice` of a `weft.all_gather` on the same dimension and axes is the

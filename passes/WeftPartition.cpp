@@ -476,6 +476,54 @@ struct WeftOptimizeCollectives
     }
   }
 
+  /// A sum over dimensions of a sum all-reduce read only there is the
+  /// all-reduce of the sum: the ranks sum their partial values first and
+  /// reduce the smaller result (under Megatron SP, a final norm's bias
+  /// gradient, summed over the positions of the output layer's partial input
+  /// gradient, all-reduced that whole gradient). Where the partial value is
+  /// also reduce-scattered over the same group along a summed dimension (its
+  /// norm's input gradient under SP), each rank sums the block it got
+  /// instead, as Megatron's SP norms do: the ranks' block sums add up to
+  /// the same total, the work is not repeated on every rank, and a later
+  /// weight-gradient step keeps the block, not the whole partial sum. (A
+  /// lossy codec's sum is not exact: left alone.)
+  static void sumBeforeAllReduce(func::FuncOp func) {
+    SmallVector<ReduceSumOp> sums;
+    func.walk([&](ReduceSumOp op) { sums.push_back(op); });
+    for (ReduceSumOp op : sums) {
+      auto reduce = op.getInput().getDefiningOp<AllReduceOp>();
+      if (!reduce || reduce.getKind() != ReductionKind::sum ||
+          reduce.getWireCodec() != CollectiveCodec::none ||
+          !reduce->hasOneUse() || reduce->getBlock() != op->getBlock())
+        continue;
+      Value partial = reduce.getInput();
+      for (Operation *user : partial.getUsers()) {
+        auto scatter = dyn_cast<ReduceScatterOp>(user);
+        if (scatter && scatter.getKind() == ReductionKind::sum &&
+            scatter.getAxes() == reduce.getAxes() &&
+            scatter.getWireCodec() == CollectiveCodec::none &&
+            scatter->getBlock() == op->getBlock() &&
+            llvm::is_contained(op.getAxes(), scatter.getDim())) {
+          // (Its only operand is defined before the all-reduce.)
+          if (reduce->isBeforeInBlock(scatter))
+            scatter->moveBefore(reduce);
+          partial = scatter.getResult();
+          break;
+        }
+      }
+      OpBuilder b(op);
+      Value summed =
+          ReduceSumOp::create(b, op.getLoc(), op.getType(), partial,
+                              op.getAxesAttr(), op.getKeepDimsAttr());
+      Operation *once = b.clone(*reduce);
+      once->setOperand(0, summed);
+      once->getResult(0).setType(op.getType());
+      op.getResult().replaceAllUsesWith(once->getResult(0));
+      op.erase();
+      reduce.erase();
+    }
+  }
+
   /// Buckets all-reduces that do not depend on one another (same kind,
   /// group and element type) into one: their inputs flattened and
   /// concatenated, reduced once, split back. One launch and one latency
@@ -568,6 +616,7 @@ struct WeftOptimizeCollectives
     }
     reassociateReductions(func);
     sumBeforeReducing(func);
+    sumBeforeAllReduce(func);
     mergeAllReduces(func);
     SmallVector<AllSliceOp> slices;
     func.walk([&](AllSliceOp s) { slices.push_back(s); });

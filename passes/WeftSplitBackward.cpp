@@ -199,6 +199,15 @@ struct WeftSplitBackward
         }
       }
       if (firstOps.contains(def) && !isRebuilt(def)) {
+        // A gather over the mesh (under SP an output gradient or a linear's
+        // input, gathered over the sequence): the second part gathers
+        // again from the block, which is what it keeps, as the step does
+        // for the stage's own gathers.
+        if (isa<AllGatherOp>(def)) {
+          if (secondOps.insert(def).second)
+            llvm::append_range(work, readsOf(def));
+          continue;
+        }
         bridges.insert(value);
         continue;
       }

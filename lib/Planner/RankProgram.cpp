@@ -507,6 +507,24 @@ static Value storedAs(Value value) {
   }
 }
 
+/// Where the gradient that reaches `value` lives from a backward step to its
+/// weight-gradient step: the gradient of a value the forward
+/// reduce-scatters over the mesh (Megatron SP's row-parallel linear) is the
+/// gather of the block's gradient, and the W step gathers it again from the
+/// block it keeps (-weft-split-backward), as for a linear's input.
+static Value gradientStoredAs(Value value) {
+  while (value.hasOneUse()) {
+    Operation *user = *value.getUsers().begin();
+    auto collective = dyn_cast<CollectiveOpInterface>(user);
+    if (!isa<ReshapeOp>(user) &&
+        !(collective &&
+          collective.getCollectiveKind() == CollectiveKind::ReduceScatter))
+      break;
+    value = user->getResult(0);
+  }
+  return value;
+}
+
 static double bytesOf(Value value, bool maskOnly) {
   auto type = cast<RankedTensorType>(value.getType());
   return maskOnly ? double(type.getNumElements())
@@ -889,7 +907,10 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       SmallVector<GradientRead> reads;
       differentiable.getGradientReads(operand.getOperandNumber(), reads);
       for (const GradientRead &read : reads) {
-        if (read.kind != GradientRead::Forward)
+        if (read.kind == GradientRead::ResultGradient)
+          weightReads[b].computed.insert(
+              {gradientStoredAs(read.value), int(read.kind)});
+        else if (read.kind != GradientRead::Forward)
           weightReads[b].computed.insert({read.value, int(read.kind)});
         else if (!isPersistent(read.value))
           weightReads[b].forward.insert(storedAs(read.value));

@@ -151,3 +151,62 @@ func.func @running_sum_kept(%r: tensor<2x8xf32>, %a: tensor<2x8xf32>, %b: tensor
   %6 = weft.add %5, %4 : tensor<2x8xf32>
   return %3, %6 : tensor<2x8xf32>, tensor<2x8xf32>
 }
+
+// -----
+
+weft.mesh @mesh(tp = 2)
+// A sum over dimensions of an all-reduce read only there: the ranks sum
+// their partial values, then reduce the smaller result.
+// CHECK-LABEL: func.func @sum_before_all_reduce
+func.func @sum_before_all_reduce(%g: tensor<2x8x32xf32>) -> tensor<1x1x32xf32> {
+  // CHECK-NEXT: %[[S:.*]] = weft.reduce_sum %arg0 axes [0, 1] keep_dims : tensor<2x8x32xf32> -> tensor<1x1x32xf32>
+  // CHECK-NEXT: %[[R:.*]] = weft.all_reduce sum %[[S]] over @mesh ["tp"] : tensor<1x1x32xf32>
+  // CHECK-NEXT: return %[[R]]
+  %0 = weft.all_reduce sum %g over @mesh ["tp"] : tensor<2x8x32xf32>
+  %1 = weft.reduce_sum %0 axes [0, 1] keep_dims : tensor<2x8x32xf32> -> tensor<1x1x32xf32>
+  return %1 : tensor<1x1x32xf32>
+}
+
+// -----
+
+weft.mesh @mesh(tp = 2)
+// Megatron SP: the partial gradient is also reduce-scattered along the
+// sequence (after the sum, in program order); each rank sums its block.
+// CHECK-LABEL: func.func @sum_scattered_block
+func.func @sum_scattered_block(%g: tensor<2x8x32xf32>, %w: tensor<32xf32>) -> (tensor<32xf32>, tensor<2x4x32xf32>) {
+  // CHECK-NEXT: %[[RS:.*]] = weft.reduce_scatter sum %arg0 over @mesh ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  // CHECK-NEXT: %[[S:.*]] = weft.reduce_sum %[[RS]] axes [0, 1] : tensor<2x4x32xf32> -> tensor<32xf32>
+  // CHECK-NEXT: %[[R:.*]] = weft.all_reduce sum %[[S]] over @mesh ["tp"] : tensor<32xf32>
+  // CHECK-NEXT: %[[M:.*]] = weft.mul %[[RS]], %arg1
+  // CHECK-NEXT: return %[[R]], %[[M]]
+  %0 = weft.all_reduce sum %g over @mesh ["tp"] : tensor<2x8x32xf32>
+  %1 = weft.reduce_sum %0 axes [0, 1] : tensor<2x8x32xf32> -> tensor<32xf32>
+  %2 = weft.reduce_scatter sum %g over @mesh ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  %3 = weft.mul %2, %w : (tensor<2x4x32xf32>, tensor<32xf32>) -> tensor<2x4x32xf32>
+  return %1, %3 : tensor<32xf32>, tensor<2x4x32xf32>
+}
+
+// -----
+
+weft.mesh @mesh(tp = 2)
+// Left alone: an all-reduce another op reads too (reducing the sum as well
+// would add a collective), a lossy codec, and a scatter along a dimension
+// the sum keeps.
+// CHECK-LABEL: func.func @sum_kept
+func.func @sum_kept(%g: tensor<2x8x32xf32>, %h: tensor<2x8x32xf32>) -> (tensor<1x1x32xf32>, tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x32xf32>, tensor<2x8x16xf32>) {
+  // CHECK-NEXT: %[[A:.*]] = weft.all_reduce sum %arg0 over @mesh ["tp"] : tensor<2x8x32xf32>
+  // CHECK-NEXT: weft.reduce_sum %[[A]] axes [0, 1] keep_dims
+  // CHECK-NEXT: %[[C:.*]] = weft.all_reduce sum %arg1 over @mesh ["tp"] codec bf16 : tensor<2x8x32xf32>
+  // CHECK-NEXT: weft.reduce_sum %[[C]] axes [0, 1] :
+  // CHECK-NEXT: %[[RS:.*]] = weft.reduce_scatter sum %arg1 over @mesh ["tp"] dim 2
+  // CHECK-NEXT: %[[S:.*]] = weft.reduce_sum %arg1 axes [1] :
+  // CHECK-NEXT: weft.all_reduce sum %[[S]] over @mesh ["tp"] : tensor<2x32xf32>
+  %0 = weft.all_reduce sum %g over @mesh ["tp"] : tensor<2x8x32xf32>
+  %1 = weft.reduce_sum %0 axes [0, 1] keep_dims : tensor<2x8x32xf32> -> tensor<1x1x32xf32>
+  %2 = weft.all_reduce sum %h over @mesh ["tp"] codec bf16 : tensor<2x8x32xf32>
+  %3 = weft.reduce_sum %2 axes [0, 1] : tensor<2x8x32xf32> -> tensor<32xf32>
+  %4 = weft.reduce_scatter sum %h over @mesh ["tp"] dim 2 : tensor<2x8x32xf32> -> tensor<2x8x16xf32>
+  %5 = weft.all_reduce sum %h over @mesh ["tp"] : tensor<2x8x32xf32>
+  %6 = weft.reduce_sum %5 axes [1] : tensor<2x8x32xf32> -> tensor<2x32xf32>
+  return %1, %0, %3, %6, %4 : tensor<1x1x32xf32>, tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x32xf32>, tensor<2x8x16xf32>
+}

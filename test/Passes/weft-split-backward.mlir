@@ -10,6 +10,7 @@
 // RUN: weft-opt %S/weft-split-stages.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2 stage-layers=2/2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=ZBLAYER
 // RUN: weft-opt %S/Inputs/split-backward-swiglu.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate=recompute=full -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-split-backward | FileCheck %s --check-prefix=SWIGLU
 // RUN: weft-opt %S/Inputs/gpt_two_blocks.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=1f1b micro-batches=2" -weft-apply-plan="tp=2 sp" -weft-propagate-sharding -weft-partition -weft-split-backward | FileCheck %s --check-prefix=SPHEAD
+// RUN: weft-opt %S/Inputs/gpt_two_blocks.mlir -weft-append-loss=reduction=mean -weft-split-stages="stages=2" -weft-differentiate -weft-schedule-pipeline="schedule=zb-h1 micro-batches=2" -weft-apply-plan="tp=2 sp" -weft-propagate-sharding -weft-partition -weft-optimize-collectives -weft-split-backward | FileCheck %s --check-prefix=SPZB
 // RUN: weft-opt %S/Inputs/split-backward-errors.mlir -split-input-file -weft-split-backward -verify-diagnostics
 // RUN: weft-opt %S/Inputs/differentiate-stage-errors.mlir -split-input-file -weft-differentiate -verify-diagnostics
 
@@ -111,3 +112,18 @@
 // SPHEAD-LABEL: func.func @main_stage1_backward(
 // SPHEAD-SAME: %[[KEPT:arg[0-9]+]]: tensor<2x4x16xf32> {weft.saved = 3 : i64}
 // SPHEAD: weft.all_gather %[[KEPT]] over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+
+// Under SP with W steps, the weight part of a backward layer takes the
+// blocks its linears' inputs and output gradients were gathered from, and
+// gathers them again, instead of keeping them gathered over the sequence
+// between the B and W steps. The final norm's bias gradient is summed over
+// the sequence block its input gradient was reduce-scattered to
+// (-weft-optimize-collectives), so the W step keeps that block too.
+// SPZB-LABEL: func.func @main_stage1_weight(
+// SPZB: weft.reduce_sum %{{.*}} axes [0, 1] keep_dims : tensor<2x4x16xf32> -> tensor<1x1x16xf32>
+// SPZB-NEXT: weft.all_reduce sum %{{.*}} over @mesh ["tp"] : tensor<1x1x16xf32>
+// SPZB: weft.layer "h.backward.weight"
+// SPZB-NEXT: ^bb0
+// SPZB-NEXT: weft.all_gather %arg{{[0-9]+}} over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+// SPZB-NEXT: weft.all_gather %arg{{[0-9]+}} over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>
+// SPZB-NEXT: weft.all_gather %arg{{[0-9]+}} over @mesh ["tp"] dim 1 : tensor<2x4x16xf32> -> tensor<2x8x16xf32>

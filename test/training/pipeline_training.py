@@ -186,15 +186,16 @@ def check_kept(name, kept, memory, per_rank, spec):
     model keeps what they read, as the backward (differentiated before
     partitioning) does; before, it counted what those ops would keep one by
     one (GPT-2 pp=2 tp=2: 32 bytes over on the first stage, 2,576 on the
-    last). Not compared (the largest difference is printed): the 3-D grid
-    (tp3d); the ring's blocks under cp; under SP with ZB-H1 the output
-    gradients that a layer's B step gathers over the sequence and its W step
-    reads. (Under SP the output layer's input, gathered over the sequence,
-    was kept whole until -weft-split-backward gathered it again from the
-    kept block in the backward step, as Megatron does and the cost model
-    counts.)
-    largest difference is printed). Returns "equal", "printed" or why
-    not."""
+    last). Under SP a gather a later step reads (the output layer's input;
+    in a backward layer's weight part, its linears' inputs and the output
+    gradients its B part gathered over the sequence) is gathered again there
+    from the kept block (-weft-split-backward), as Megatron does and the
+    cost model counts; before 2026-11-28 the W step kept them gathered
+    (BERT pp=2 tp=2 SP ZB-H1: 4,096 bytes over on the last stage). A final
+    norm's bias gradient is summed over its input gradient's sequence block
+    (-weft-optimize-collectives), as the cost model counts. Not compared
+    (the largest difference is printed): the 3-D grid (tp3d); the ring's
+    blocks under cp. Returns "equal", "printed" or why not."""
     expected = [round(float(memory[r // per_rank].get("activations_gib", 0)) * 2 ** 30)
                 for r in range(len(kept))]
     if kept == expected:
@@ -210,11 +211,7 @@ def check_kept(name, kept, memory, per_rank, spec):
 
 
 def KEPT_CHECKED(name, spec):
-    if re.search(r"\b(tp3d|cp)=", spec):
-        return False
-    # Under SP and ZB-H1 the W step of a layer reads output gradients that
-    # its B step gathered over the sequence.
-    return not ("sp=true" in spec and "zb-h1" in spec)
+    return not re.search(r"\b(tp3d|cp)=", spec)
 
 
 def check_held(held, memory, per_rank, spec):
@@ -527,8 +524,7 @@ def main():
           "equal" % MEMORY["equal"])
     print("their peak saved activations per rank over the schedule (under ZB-H1 what "
           "the W step reads, from B to W): %d pairs equal to the cost model's activations "
-          "for the rank's pipeline stage, %d not compared (tp3d, cp, "
-          "SP with ZB-H1)"
+          "for the rank's pipeline stage, %d not compared (tp3d, cp)"
           % (KEPT_STATE["equal"], KEPT_STATE["printed"]))
     if KEPT_WORST[1]:
         print("the largest of those differences: %.0f%% (%s)" % (100 * KEPT_WORST[0],
