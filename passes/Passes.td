@@ -641,11 +641,11 @@ def WeftPartition : Pass<"weft-partition", "::mlir::ModuleOp"> {
     online-softmax accumulation, causal masks from each block's positions). A
     cross-entropy over split classes (or with a mean over split positions) becomes
     Megatron's vocabulary-parallel cross-entropy: all-reduces of the maximum, the sum of
-    exponents and the label's logit. The ops a vocabulary-split embedding or such a
-    cross-entropy is rewritten into are marked `weft.decomposed`: a training step is
-    differentiated before it is partitioned, so their backward is the one op's and
-    reads its operands, and the cost model keeps those for the backward, not what the
-    pieces would keep one by one. Each op
+    exponents and the label's logit. The ops a vocabulary-split embedding, such a
+    cross-entropy or ring attention is rewritten into are marked `weft.decomposed`: a
+    training step is differentiated before it is partitioned, so their backward is the
+    one op's and reads its operands (the attention's q, k and v), and the cost model
+    keeps those for the backward, not what the pieces would keep one by one. Each op
     partitions itself (`ShardingRuleOpInterface::partition`). A `weft.layer` stays a
     layer: its inputs are resharded to its body arguments' shardings, its body is
     partitioned, and its yielded values are resharded to its results' shardings. The

@@ -110,10 +110,11 @@ def Weft_Dialect : Dialect {
     /// From -weft-partition, on the ops a partition rule builds from one op
     /// in place of a copy of it (a vocabulary-parallel cross-entropy's
     /// max, exponent, sums and all-reduces; a vocabulary-parallel
-    /// embedding's range masks) (unit). A training step is differentiated
-    /// before it is partitioned, so the backward of such ops is the one
-    /// op's: it reads that op's operands (the logits block and the labels;
-    /// the ids), not what the ops would keep one by one. The cost model
+    /// embedding's range masks; ring attention's blocks, K/V passes and
+    /// merge) (unit). A training step is differentiated before it is
+    /// partitioned, so the backward of such ops is the one op's: it reads
+    /// that op's operands (the logits block and the labels; the ids; q, k
+    /// and v), not what the ops would keep one by one. The cost model
     /// keeps for the backward what connected such ops read from outside.
     static constexpr ::llvm::StringLiteral getDecomposedAttrName() {
       return ::llvm::StringLiteral("weft.decomposed");

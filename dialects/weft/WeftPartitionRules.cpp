@@ -505,6 +505,10 @@ static LogicalResult partitionRingAttention(AttentionOp op,
       maskWant.dims[1] = out.dims[1];
     mask = state.operand(loc, globalMask, maskWant);
   }
+  // The ring is the attention's decomposition: the step, differentiated
+  // before it is partitioned, runs the attention's backward, which reads q,
+  // k and v (the blocks here), not what each ring step would keep.
+  Decomposition decomposition(b);
   // Positions of this rank's queries, and of the K/V block it holds.
   Type i64 = b.getI64Type();
   auto posType = RankedTensorType::get({seq * c}, i64);

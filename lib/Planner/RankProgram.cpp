@@ -887,8 +887,9 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         saved[b].selective.insert(key);
     }
     // Selective recomputation reruns the core from its inputs: those made
-    // outside the core stay.
-    if (core)
+    // outside the core stay. (A decomposition's blocks, the ring's, are
+    // its own: it keeps what it reads from outside, above.)
+    if (core && !isDecomposed(op))
       for (Value operand : op->getOperands()) {
         Operation *def = operand.getDefiningOp();
         auto producer = dyn_cast_or_null<DifferentiableOpInterface>(def);

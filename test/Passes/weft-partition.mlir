@@ -64,18 +64,20 @@
 // mask). Each step's K/V block and its positions leave for the next rank
 // before this step's block is attended to (fused, masked causally by
 // position); the blocks merge through their log-sum-exps, in f32. No
-// weft.attention and no S x S matrix is left.
+// weft.attention and no S x S matrix is left. The ring's ops are the
+// attention's decomposition (weft.decomposed): the step's backward is the
+// attention's, which reads q, k and v.
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="cp=2" -weft-propagate-sharding \
 // RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=RING
 // RING: func.func @main{{.*}} attributes {weft.load_balanced = ["cp"]}
 // RING-NOT: weft.attention %
-// RING: %[[QPOS:.*]] = weft.all_slice {{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
-// RING-NEXT: %[[K1:.*]] = weft.collective_permute %[[K0:.*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
-// RING-NEXT: %[[V1:.*]] = weft.collective_permute %[[V0:.*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
-// RING-NEXT: %[[KPOS:.*]] = weft.collective_permute %[[QPOS]] over @mesh ["cp"] shift 1 : tensor<4xi64>
-// RING-NEXT: %[[O0:.*]], %[[L0:.*]] = weft.attention_block %[[Q:.*]], %[[K0]], %[[V0]] positions %[[QPOS]], %[[QPOS]] scale 5.000000e-01 causal
-// RING-NEXT: %[[O1:.*]], %[[L1:.*]] = weft.attention_block %[[Q]], %[[K1]], %[[V1]] positions %[[QPOS]], %[[KPOS]] scale 5.000000e-01 causal
-// RING-NEXT: %[[TOP:.*]] = weft.maximum %[[L0]], %[[L1]] : tensor<2x4x4x1xf32>
+// RING: %[[QPOS:.*]] = weft.all_slice {{.*}} over @mesh ["cp"] dim 0 zigzag {weft.decomposed} : tensor<8xi64> -> tensor<4xi64>
+// RING-NEXT: %[[K1:.*]] = weft.collective_permute %[[K0:.*]] over @mesh ["cp"] shift 1 {weft.decomposed} : tensor<2x4x4x4xf32>
+// RING-NEXT: %[[V1:.*]] = weft.collective_permute %[[V0:.*]] over @mesh ["cp"] shift 1 {weft.decomposed} : tensor<2x4x4x4xf32>
+// RING-NEXT: %[[KPOS:.*]] = weft.collective_permute %[[QPOS]] over @mesh ["cp"] shift 1 {weft.decomposed} : tensor<4xi64>
+// RING-NEXT: %[[O0:.*]], %[[L0:.*]] = weft.attention_block %[[Q:.*]], %[[K0]], %[[V0]] positions %[[QPOS]], %[[QPOS]] scale 5.000000e-01 causal {weft.decomposed}
+// RING-NEXT: %[[O1:.*]], %[[L1:.*]] = weft.attention_block %[[Q]], %[[K1]], %[[V1]] positions %[[QPOS]], %[[KPOS]] scale 5.000000e-01 causal {weft.decomposed}
+// RING-NEXT: %[[TOP:.*]] = weft.maximum %[[L0]], %[[L1]] {weft.decomposed} : tensor<2x4x4x1xf32>
 // RING: weft.log
 // RING: weft.mul %[[O0]]
 // RING: weft.mul %[[O1]]
