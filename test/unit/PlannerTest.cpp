@@ -108,6 +108,28 @@ TEST(PlannerMemory, VocabularyParallelHeadKeepsLogitsBlockAndLabels) {
   }
 }
 
+// Ring attention keeps what the attention keeps, on the rank's block of the
+// sequence: the step's backward is the attention's (differentiated before
+// partitioning), which reads q, k and v, not the K/V blocks the ring passes
+// on or each block's output and log-sum-exps (weft.decomposed). Every
+// activation of the layer is split over cp, so the layer keeps 1/cp of the
+// unsplit layer's bytes, with and without selective recomputation.
+TEST(PlannerMemory, RingAttentionKeepsTheAttentionsBlocks) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
+  plan::TrainingConfig training = megatron2022(1);
+  training.set_flash_attention(true);
+  CostModel model(gpt22b(), cluster, training);
+  const BlockCost whole = model.layerCost(tpPlan(1, false, 1));
+  for (int c : {2, 4}) {
+    SCOPED_TRACE("cp=" + std::to_string(c));
+    plan::Plan plan = tpPlan(1, false, 1);
+    plan.set_cp(c);
+    const BlockCost &ring = model.layerCost(plan);
+    EXPECT_DOUBLE_EQ(ring.savedBytes, whole.savedBytes / c);
+    EXPECT_DOUBLE_EQ(ring.savedBytesSelective, whole.savedBytesSelective / c);
+  }
+}
+
 // The search checks memory with peakMemoryBytes, which skips the stages
 // that cannot hold the most (a later stage of as many layers keeps fewer
 // micro-batches; under ZB-H1 with full recomputation, more whose W waits
