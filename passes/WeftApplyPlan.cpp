@@ -650,22 +650,6 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         for (Value weight : getWeightValues(param))
           setSharding(weight, mesh, s);
       };
-      if (d.threeD()) {
-        annotate3d(func, column, row, d, mesh);
-        shareParameterShardings(func, mesh);
-        return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
-                               isResidual, seq);
-      }
-      for (Operation *op : column) {
-        auto linear = cast<LinearOp>(op);
-        annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 0 : 1);
-        if (linear.getBias())
-          annotateWeight(linear.getBias(), 0);
-      }
-      for (Operation *op : row) {
-        auto linear = cast<LinearOp>(op);
-        annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 1 : 0);
-      }
       // A value a forward layer keeps for its backward that a column-parallel
       // linear makes (q, k and v of separate projections) or that a
       // row-parallel linear reads (the attention's output, the output
@@ -673,11 +657,12 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       // dimension: kept so, not all-gathered (or, under Megatron SP,
       // all-to-all'd to the sequence split) in every forward layer and
       // re-laid again in the backward. Under SP its sequence keeps the
-      // residual stream's other splits (cp).
-      {
+      // residual stream's other splits (cp). Under AxoNN's 3-D grid a row
+      // linear contracts over gy: its input is kept split over gy.
+      auto keepSplit = [&](ArrayRef<std::string> splitAxes, int64_t ways) {
         SmallVector<std::string, 2> seqOnly;
         for (const std::string &axis : residualSeq)
-          if (!llvm::is_contained(tpAxes, axis))
+          if (!llvm::is_contained(splitAxes, axis))
             seqOnly.push_back(axis);
         llvm::DenseMap<Value, SmallVector<BlockArgument>> takenBy;
         for (LayerOp layer : func.getBody().getOps<LayerOp>())
@@ -701,7 +686,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
               });
             };
             if (index == 0 || !type || !isResidual(type) ||
-                type.getDimSize(2) % d.tp ||
+                type.getDimSize(2) % ways ||
                 !(readByRow() || (d.sp && madeByColumn())))
               continue;
             auto split = [&](Value value) {
@@ -712,7 +697,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
                   d.sp ? seqOnly : residualSeq;
               if (seq && type.getDimSize(1) == seq)
                 s.dims[1].assign(seqAxesKept.begin(), seqAxesKept.end());
-              s.dims[2].assign(tpAxes.begin(), tpAxes.end());
+              s.dims[2].assign(splitAxes.begin(), splitAxes.end());
               setSharding(value, mesh, s);
             };
             split(result);
@@ -721,7 +706,26 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
               split(arg);
           }
         }
+      };
+      if (d.threeD()) {
+        annotate3d(func, column, row, d, mesh);
+        if (d.gy > 1)
+          keepSplit({"gy"}, d.gy);
+        shareParameterShardings(func, mesh);
+        return annotateOutputs(func, d, batchAxes, seqAxes, residualSeq,
+                               isResidual, seq);
       }
+      for (Operation *op : column) {
+        auto linear = cast<LinearOp>(op);
+        annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 0 : 1);
+        if (linear.getBias())
+          annotateWeight(linear.getBias(), 0);
+      }
+      for (Operation *op : row) {
+        auto linear = cast<LinearOp>(op);
+        annotateWeight(linear.getWeight(), linear.getTransposeWeight() ? 1 : 0);
+      }
+      keepSplit(tpAxes, d.tp);
       // Vocabulary-parallel token embedding.
       func.walk([&](EmbeddingOp e) {
         if (isa<BlockArgument>(e.getIndices()))

@@ -1,5 +1,6 @@
 // RUN: weft-opt %s -weft-apply-plan="tp=2" | FileCheck %s
 // RUN: weft-opt %s -weft-apply-plan="tp=2 sp=1" | FileCheck %s --check-prefix=SP
+// RUN: weft-opt %s -weft-apply-plan="gx=2 gy=2" | FileCheck %s --check-prefix=GRID
 
 // A [batch, sequence, hidden] value a forward layer keeps for its backward
 // that a row-parallel linear reads (the attention's output, the output
@@ -10,11 +11,15 @@
 // kept value is still split over tp in its last dimension, as the attention
 // computes it (following the residual stream's split, it was all-to-all'd to
 // the sequence split in every forward layer and back in the backward).
+// Under AxoNN's 3-D grid the row linears contract over gy: the kept value is
+// split over gy (it was gathered over gy in every forward layer).
 
 // CHECK: weft.layer "h"(%arg0) index 0 {{.*}}weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
 // CHECK: weft.layer "h.backward"(%arg0, %0#0, %0#1) index 0 {weft.input_shardings = [#weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]
 // SP: weft.layer "h"(%arg0) index 0 {{.*}}weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]}
 // SP: weft.layer "h.backward"(%arg0, %0#0, %0#1) index 0 {weft.input_shardings = [#weft.sharding<@mesh, {{\[\[}}], [tp], []]>, #weft.sharding<@mesh, {{\[\[}}], [tp], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [tp]]>]
+// GRID: weft.layer "h"(%arg0) index 0 {{.*}}weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [gy]]>]}
+// GRID: weft.layer "h.backward"(%arg0, %0#0, %0#1) index 0 {weft.input_shardings = [#weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], []]>, #weft.sharding<@mesh, {{\[\[}}], [], [gy]]>]
 func.func @step(%x: tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
   %y:2 = weft.layer "h"(%x) index 0 : (tensor<2x8x32xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>) {
   ^bb0(%in: tensor<2x8x32xf32>):
