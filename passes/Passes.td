@@ -885,11 +885,13 @@ def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::F
       `(x + reduce(a)) + reduce(b)`, each value read once, is reassociated to
       `x + reduce(a + b)`: a post-LN layer's q, k and v input gradients, added into the
       residual gradient under Megatron SP, are reduce-scattered once;
-    - a `weft.reduce_sum` of a sum all-reduce read only there is the all-reduce of the
-      sum (the smaller tensor is reduced); where the all-reduce's input is also
-      reduce-scattered over the same group along a summed dimension, the sum reads the
-      scattered block: under Megatron SP a final norm's bias gradient is summed over the
-      sequence block, as Megatron's is, instead of all-reducing the whole gradient;
+    - an additive op of one operand whose result is smaller than its input (a
+      `weft.reduce_sum`), reading a sum all-reduce read only there, is the all-reduce
+      of the op (the smaller tensor is reduced); where the all-reduce's input is also
+      reduce-scattered over the same group along a dimension that is a reduction
+      factor of the op's sharding rule, the op reads the scattered block: under
+      Megatron SP a final norm's bias gradient is summed over the sequence block, as
+      Megatron's is, instead of all-reducing the whole gradient;
     - `weft.all_slice` of a `weft.all_reduce` over the same axes becomes one
       `weft.reduce_scatter`;
     - `weft.all_slice` of a `weft.all_gather` on the same dimension and axes is the

@@ -476,34 +476,49 @@ struct WeftOptimizeCollectives
     }
   }
 
-  /// A sum over dimensions of a sum all-reduce read only there is the
-  /// all-reduce of the sum: the ranks sum their partial values first and
-  /// reduce the smaller result (under Megatron SP, a final norm's bias
-  /// gradient, summed over the positions of the output layer's partial input
-  /// gradient, all-reduced that whole gradient). Where the partial value is
-  /// also reduce-scattered over the same group along a summed dimension (its
-  /// norm's input gradient under SP), each rank sums the block it got
-  /// instead, as Megatron's SP norms do: the ranks' block sums add up to
-  /// the same total, the work is not repeated on every rank, and a later
-  /// weight-gradient step keeps the block, not the whole partial sum. (A
-  /// lossy codec's sum is not exact: left alone.)
+  /// An additive op of one operand (`isAdditive`) reading a sum all-reduce
+  /// that only it reads is the all-reduce of the op: the ranks apply the op
+  /// to their partial values and reduce its result, when that result is
+  /// smaller than its input (a `weft.reduce_sum`; a reshape or a widening
+  /// cast would only move the reduction). Under Megatron SP, a final norm's
+  /// bias gradient, summed over the positions of the output layer's partial
+  /// input gradient, all-reduced that whole gradient. Where the partial value
+  /// is also reduce-scattered over the same group along a dimension that is
+  /// a reduction factor of the op's sharding rule (the norm's input gradient
+  /// under SP), each rank applies the op to the block it got instead, as
+  /// Megatron's SP norms do: by the rule, the op of a block is the rank's
+  /// partial result, the ranks' partial results add up to the same total,
+  /// the work is not repeated on every rank, and a later weight-gradient step
+  /// keeps the block, not the whole partial sum. (A lossy codec's sum is not
+  /// exact: left alone.)
   static void sumBeforeAllReduce(func::FuncOp func) {
-    SmallVector<ReduceSumOp> sums;
-    func.walk([&](ReduceSumOp op) { sums.push_back(op); });
-    for (ReduceSumOp op : sums) {
-      auto reduce = op.getInput().getDefiningOp<AllReduceOp>();
+    SmallVector<ShardingRuleOpInterface> ops;
+    func.walk([&](ShardingRuleOpInterface op) {
+      if (op->getNumOperands() == 1 && op->getNumResults() == 1 &&
+          op.isAdditive())
+        ops.push_back(op);
+    });
+    for (ShardingRuleOpInterface op : ops) {
+      auto reduce = op->getOperand(0).getDefiningOp<AllReduceOp>();
       if (!reduce || reduce.getKind() != ReductionKind::sum ||
           reduce.getWireCodec() != CollectiveCodec::none ||
-          !reduce->hasOneUse() || reduce->getBlock() != op->getBlock())
+          !reduce->hasOneUse() || reduce->getBlock() != op->getBlock() ||
+          getTensorBytes(op->getResult(0).getType()) >=
+              getTensorBytes(reduce.getType()))
         continue;
+      ShardingRule rule = op.getShardingRule();
+      auto summed = [&](int64_t dim) {
+        const ShardingRule::DimFactors &factors = rule.operands[0][dim];
+        return factors.size() == 1 && rule.getFactorKind(factors[0]) ==
+                                          ShardingRule::FactorKind::Reduction;
+      };
       Value partial = reduce.getInput();
       for (Operation *user : partial.getUsers()) {
         auto scatter = dyn_cast<ReduceScatterOp>(user);
         if (scatter && scatter.getKind() == ReductionKind::sum &&
             scatter.getAxes() == reduce.getAxes() &&
             scatter.getWireCodec() == CollectiveCodec::none &&
-            scatter->getBlock() == op->getBlock() &&
-            llvm::is_contained(op.getAxes(), scatter.getDim())) {
+            scatter->getBlock() == op->getBlock() && summed(scatter.getDim())) {
           // (Its only operand is defined before the all-reduce.)
           if (reduce->isBeforeInBlock(scatter))
             scatter->moveBefore(reduce);
@@ -512,14 +527,13 @@ struct WeftOptimizeCollectives
         }
       }
       OpBuilder b(op);
-      Value summed =
-          ReduceSumOp::create(b, op.getLoc(), op.getType(), partial,
-                              op.getAxesAttr(), op.getKeepDimsAttr());
+      Operation *local = b.clone(*op);
+      local->setOperand(0, partial);
       Operation *once = b.clone(*reduce);
-      once->setOperand(0, summed);
-      once->getResult(0).setType(op.getType());
-      op.getResult().replaceAllUsesWith(once->getResult(0));
-      op.erase();
+      once->setOperand(0, local->getResult(0));
+      once->getResult(0).setType(op->getResult(0).getType());
+      op->getResult(0).replaceAllUsesWith(once->getResult(0));
+      op->erase();
       reduce.erase();
     }
   }

@@ -210,3 +210,31 @@ func.func @sum_kept(%g: tensor<2x8x32xf32>, %h: tensor<2x8x32xf32>) -> (tensor<1
   %6 = weft.reduce_sum %5 axes [1] : tensor<2x8x32xf32> -> tensor<2x32xf32>
   return %1, %0, %3, %6, %4 : tensor<1x1x32xf32>, tensor<2x8x32xf32>, tensor<32xf32>, tensor<2x32xf32>, tensor<2x8x16xf32>
 }
+
+// -----
+
+weft.mesh @mesh(tp = 2, sp = 2)
+// The rule reads the op's interfaces, not its name: a sum that keeps its
+// summed dimensions sums the scattered block too (dimension 1 is a reduction
+// factor of its rule). Left alone: additive ops whose result is not smaller
+// than their input (a widening cast, a reshape), which would only move the
+// reduction. (The reshape's all-reduce is over another axis so that it is not
+// bucketed with the sum's.)
+// CHECK-LABEL: func.func @sum_by_rule
+func.func @sum_by_rule(%g: tensor<2x8x32xf32>, %h: tensor<2x8x32xbf16>) -> (tensor<1x1x32xf32>, tensor<2x4x32xf32>, tensor<2x8x32xf32>, tensor<16x32xf32>) {
+  // CHECK-NEXT: %[[RS:.*]] = weft.reduce_scatter sum %arg0 over @mesh ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  // CHECK-NEXT: %[[S:.*]] = weft.reduce_sum %[[RS]] axes [0, 1] keep_dims : tensor<2x4x32xf32> -> tensor<1x1x32xf32>
+  // CHECK-NEXT: %[[R:.*]] = weft.all_reduce sum %[[S]] over @mesh ["tp"] : tensor<1x1x32xf32>
+  // CHECK-NEXT: %[[H:.*]] = weft.all_reduce sum %arg1 over @mesh ["tp"] : tensor<2x8x32xbf16>
+  // CHECK-NEXT: weft.cast %[[H]] : tensor<2x8x32xbf16> -> tensor<2x8x32xf32>
+  // CHECK-NEXT: %[[G:.*]] = weft.all_reduce sum %arg0 over @mesh ["sp"] : tensor<2x8x32xf32>
+  // CHECK-NEXT: weft.reshape %[[G]] : tensor<2x8x32xf32> -> tensor<16x32xf32>
+  %0 = weft.all_reduce sum %g over @mesh ["tp"] : tensor<2x8x32xf32>
+  %1 = weft.reduce_sum %0 axes [0, 1] keep_dims : tensor<2x8x32xf32> -> tensor<1x1x32xf32>
+  %2 = weft.reduce_scatter sum %g over @mesh ["tp"] dim 1 : tensor<2x8x32xf32> -> tensor<2x4x32xf32>
+  %3 = weft.all_reduce sum %h over @mesh ["tp"] : tensor<2x8x32xbf16>
+  %4 = weft.cast %3 : tensor<2x8x32xbf16> -> tensor<2x8x32xf32>
+  %5 = weft.all_reduce sum %g over @mesh ["sp"] : tensor<2x8x32xf32>
+  %6 = weft.reshape %5 : tensor<2x8x32xf32> -> tensor<16x32xf32>
+  return %1, %2, %4, %6 : tensor<1x1x32xf32>, tensor<2x4x32xf32>, tensor<2x8x32xf32>, tensor<16x32xf32>
+}
