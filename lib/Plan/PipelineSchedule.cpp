@@ -157,9 +157,16 @@ static double runOrder(const std::vector<std::vector<PipelineStep>> &order,
   size_t remaining = 0;
   for (auto &steps : order)
     remaining += steps.size();
-  while (remaining) {
+  // Sweeps over the ranks run each one's steps until one waits for another
+  // rank's. Forwards pass down the ranks and backwards up: sweeps that
+  // alternate direction carry both waves through in one sweep each, where
+  // one direction took a sweep per stage for the backward. (Every step's
+  // time depends only on its rank's earlier steps and its input's arrival,
+  // so the sweep order changes no time.)
+  for (bool down = true; remaining; down = !down) {
     bool progress = false;
-    for (int s = 0; s < p; ++s) {
+    for (int i = 0; i < p; ++i) {
+      const int s = down ? i : p - 1 - i;
       while (next[s] < order[s].size()) {
         const PipelineStep &step = order[s][next[s]];
         int vs = step.chunk * p + s;

@@ -172,8 +172,14 @@ double CostModel::opTime(const OpCost &cost) const {
       eff *= kAttentionEfficiency;
     compute = cost.flops / (peak * std::max(eff, 1e-3));
   }
-  return std::max(compute, bytes / hbm) +
-         kernels * gpu.kernel_overhead_us() * 1e-6;
+  return std::max(compute, bytes / hbm) + launchTime(cost);
+}
+
+double CostModel::launchTime(const OpCost &cost) const {
+  if (cost.flops == 0 && cost.bytesRead == 0 && cost.bytesWritten == 0)
+    return 0.0;
+  return std::max(cost.kernels, 1) * clusterSpec.gpu().kernel_overhead_us() *
+         1e-6;
 }
 
 /// Lagrange weights of x for linear interpolation between x0 and x1.
@@ -404,11 +410,13 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       double forward = opTime(forwardCost);
       block.forward += forward;
       block.flops += forwardCost.flops;
-      block.backwardInput +=
-          opTime(cost(op.backward.inputGradient, at + kInputGradientFlops));
+      OpCost input = cost(op.backward.inputGradient, at + kInputGradientFlops);
+      block.backwardInput += opTime(input);
       OpCost weight =
           cost(op.backward.weightGradient, at + kWeightGradientFlops);
       block.backwardWeight += opTime(weight);
+      block.launches +=
+          launchTime(forwardCost) + launchTime(input) + launchTime(weight);
       if (op.attentionCore)
         block.attentionCore += forward;
       if (weight.flops > 0)
@@ -1133,15 +1141,17 @@ double CostModel::relativeWorkBound(const plan::Plan &plan) {
     const Blocks &b = blocks(relative);
     if (!b.error.empty())
       return 0;
+    const double ratio = double(plan.cp()) / double(cp);
     auto work = [&](const BlockCost &block) {
-      return block.forward + block.backwardInput + block.backwardWeight +
-             exposedTensorParallelComm(plan, block, 1) +
-             exposedTensorParallelComm(plan, block, 2);
+      double scaled = block.forward + block.backwardInput +
+                      block.backwardWeight - block.launches +
+                      exposedTensorParallelComm(plan, block, 1) +
+                      exposedTensorParallelComm(plan, block, 2);
+      return block.launches + scaled / ratio;
     };
     double total =
         modelSpec.layers() * work(b.layer) + work(b.embedding) + work(b.head);
-    double ratio = double(plan.cp()) / double(cp);
-    return plan.num_micro_batches() * total / plan.pp() / ratio;
+    return plan.num_micro_batches() * total / plan.pp();
   }
   return 0;
 }

@@ -214,234 +214,246 @@ SearchResult planner::searchPlans(CostModel &model,
   plan::Plan scratch;
   auto lastReport = start;
   double reported = 0;
-  size_t tpIndex = 0;
-  for (const Tensor &tensor : tensors) {
-    ++tpIndex;
-    const int64_t tp = tensor.tp;
-    for (int64_t u = 1; u <= 64; u *= 2) {
-      // AxoNN's grids take the place of every other head and sequence split.
-      if ((tensor.grid() && u > 1) || spec.heads() % (tp * u) ||
-          std::max<int64_t>(1, spec.kv_heads() / tp) % u || seq % u)
-        break;
-      for (int64_t cp = 1; cp <= 64; cp *= 2) {
-        if ((tensor.grid() && cp > 1) || seq % (cp * u * (cp > 1 ? 2 : 1)) ||
-            (cp > 1 && !model.training().flash_attention()))
+  // Two passes: the shapes that split no sequence (no ring, no Ulysses)
+  // first, then the rest. The plans the first pass keeps bound the second's
+  // shapes before their programs are built (a ring's from a shorter one,
+  // CostModel::relativeWorkBound): pruning is exact, so the order changes
+  // which programs are built, not the plans found.
+  for (int pass = 0; pass < 2; ++pass) {
+    size_t tpIndex = 0;
+    for (const Tensor &tensor : tensors) {
+      ++tpIndex;
+      const int64_t tp = tensor.tp;
+      for (int64_t u = 1; u <= (pass == 0 ? 1 : 64); u *= 2) {
+        // AxoNN's grids take the place of every other head and sequence split.
+        if ((tensor.grid() && u > 1) || spec.heads() % (tp * u) ||
+            std::max<int64_t>(1, spec.kv_heads() / tp) % u || seq % u)
           break;
-        int64_t inner = tensor.size() * u * cp;
-        if (inner > gpus)
-          break;
-        // AxoNN's grids are searched as its 4D algorithm runs them, without
-        // pipeline stages (the plan form takes pp; the search does not try it).
-        const int64_t maxPp = tensor.grid() ? 1 : layers;
-        for (int64_t pp = 1; pp <= maxPp && inner * pp <= gpus; ++pp) {
-          if (options.progress) {
-            auto now = Clock::now();
-            if (now - lastReport > std::chrono::milliseconds(50)) {
-              lastReport = now;
-              // Never backwards: the inner loops restart pp.
-              reported =
-                  std::max(reported, (tpIndex - 1 + double(pp) / layers) /
-                                         tensors.size());
-              options.progress(reported);
-            }
-          }
-          // Data parallelism takes what is left, as far as the batch
-          // divides.
-          int64_t dp = gpus / (inner * pp);
-          while (dp > 1 && batch % dp)
-            --dp;
-          if (batch % dp)
+        for (int64_t cp = 1; cp <= (pass == 0 ? 1 : 64); cp *= 2) {
+          if ((tensor.grid() && cp > 1) || seq % (cp * u * (cp > 1 ? 2 : 1)) ||
+              (cp > 1 && !model.training().flash_attention()))
+            break;
+          int64_t inner = tensor.size() * u * cp;
+          if (inner > gpus)
+            break;
+          if (pass == 1 && u == 1 && cp == 1)
             continue;
-          for (int64_t mbs = 1; mbs <= options.maxMicroBatch; ++mbs) {
-            if ((batch / dp) % mbs)
-              continue;
-            int64_t micro = batch / dp / mbs;
-            struct Sched {
-              plan::Schedule schedule;
-              int v;
-            };
-            std::vector<Sched> schedules;
-            if (pp == 1) {
-              schedules.push_back({plan::SCHEDULE_1F1B, 1});
-            } else {
-              schedules.push_back({plan::SCHEDULE_1F1B, 1});
-              schedules.push_back({plan::SCHEDULE_GPIPE, 1});
-              schedules.push_back({plan::SCHEDULE_ZB_H1, 1});
-              // Chunks may be uneven: every one needs a layer, except the
-              // first rank's first and the last rank's last (Llama 3's
-              // layout; weft::chunkLayers).
-              for (int v : {2, 3, 4, 6, 8})
-                if (layers >= pp * v - 2 && micro % pp == 0)
-                  schedules.push_back({plan::SCHEDULE_INTERLEAVED, v});
-              if (tp == 1 && !tensor.grid())
-                for (int v : {1, 2})
-                  if (layers >= pp * v - 2)
-                    schedules.push_back({plan::SCHEDULE_ZEROPP, v});
-            }
-            int64_t shard = dp * cp * u;
-            const double capacity = (model.cluster().gpu().hbm_gib() -
-                                     model.training().memory_reserve_gib()) *
-                                    1024.0 * 1024 * 1024;
-            // The shape's fields every schedule shares (`candidate` is
-            // reused: its repeated field keeps its storage).
-            auto fill = [&](plan::Plan &candidate, int sp) {
-              candidate.Clear();
-              candidate.set_dp(dp);
-              candidate.set_compress(
-                  policies[(dp > 1) | (cp > 1) << 1 | (u > 1) << 2 |
-                           (tp > 1) << 3 | (tensor.gx > 1) << 4 |
-                           (tensor.gy > 1) << 5 | (tensor.gz > 1) << 6]);
-              candidate.set_tp(tp);
-              if (tensor.grid()) {
-                candidate.set_gx(int(tensor.gx));
-                candidate.set_gy(int(tensor.gy));
-                candidate.set_gz(int(tensor.gz));
+          // AxoNN's grids are searched as its 4D algorithm runs them, without
+          // pipeline stages (the plan form takes pp; the search does not try
+          // it).
+          const int64_t maxPp = tensor.grid() ? 1 : layers;
+          for (int64_t pp = 1; pp <= maxPp && inner * pp <= gpus; ++pp) {
+            if (options.progress) {
+              auto now = Clock::now();
+              if (now - lastReport > std::chrono::milliseconds(50)) {
+                lastReport = now;
+                // Never backwards: the inner loops restart pp.
+                reported = std::max(
+                    reported, (pass + (tpIndex - 1 + double(pp) / layers) /
+                                          tensors.size()) /
+                                  2);
+                options.progress(reported);
               }
-              candidate.set_pp(pp);
-              candidate.set_cp(cp);
-              candidate.set_ulysses(u);
-              candidate.set_sequence_parallel(sp);
-              // Overlap is free to ask for once SP splits the collectives
-              // into all-gather and reduce-scatter.
-              candidate.set_tp_comm_overlap(sp);
-              candidate.set_micro_batch(mbs);
-              candidate.set_num_micro_batches(micro);
-            };
-            // A shape whose work, spread evenly over its stages, already
-            // reaches the plans kept cannot win under any schedule, ZeRO
-            // stage or recomputation (each only adds to it): its candidates
-            // are counted, not costed. A ring's bound comes from a measured
-            // shorter ring, as below, so that no program is built for it.
-            bool shapeLoses[2] = {false, false};
-            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-              plan::Plan &probe = scratch;
-              fill(probe, sp);
-              probe.set_schedule(plan::SCHEDULE_1F1B);
-              probe.set_virtual_stages(1);
-              if (!model.checkPlan(probe).empty())
-                continue;
-              const bool relative = cp > 1 && options.boundFromRelatives &&
-                                    !model.isMeasured(probe);
-              shapeLoses[sp] =
-                  (relative ? model.relativeWorkBound(probe)
-                            : model.averageWorkBound(probe)) >= threshold();
             }
-            // The schedules with one chunk per rank share their stages, and
-            // ZB-H1's bound is the least of theirs (its fill leaves the
-            // weight gradients out): computed once per SP setting, it
-            // prunes all of them (-1: not yet).
-            double oneChunkBound[2] = {-1, -1};
-            for (const Sched &sched : schedules) {
+            // Data parallelism takes what is left, as far as the batch
+            // divides.
+            int64_t dp = gpus / (inner * pp);
+            while (dp > 1 && batch % dp)
+              --dp;
+            if (batch % dp)
+              continue;
+            for (int64_t mbs = 1; mbs <= options.maxMicroBatch; ++mbs) {
+              if ((batch / dp) % mbs)
+                continue;
+              int64_t micro = batch / dp / mbs;
+              struct Sched {
+                plan::Schedule schedule;
+                int v;
+              };
+              std::vector<Sched> schedules;
+              if (pp == 1) {
+                schedules.push_back({plan::SCHEDULE_1F1B, 1});
+              } else {
+                schedules.push_back({plan::SCHEDULE_1F1B, 1});
+                schedules.push_back({plan::SCHEDULE_GPIPE, 1});
+                schedules.push_back({plan::SCHEDULE_ZB_H1, 1});
+                // Chunks may be uneven: every one needs a layer, except the
+                // first rank's first and the last rank's last (Llama 3's
+                // layout; weft::chunkLayers).
+                for (int v : {2, 3, 4, 6, 8})
+                  if (layers >= pp * v - 2 && micro % pp == 0)
+                    schedules.push_back({plan::SCHEDULE_INTERLEAVED, v});
+                if (tp == 1 && !tensor.grid())
+                  for (int v : {1, 2})
+                    if (layers >= pp * v - 2)
+                      schedules.push_back({plan::SCHEDULE_ZEROPP, v});
+              }
+              int64_t shard = dp * cp * u;
+              const double capacity = (model.cluster().gpu().hbm_gib() -
+                                       model.training().memory_reserve_gib()) *
+                                      1024.0 * 1024 * 1024;
+              // The shape's fields every schedule shares (`candidate` is
+              // reused: its repeated field keeps its storage).
+              auto fill = [&](plan::Plan &candidate, int sp) {
+                candidate.Clear();
+                candidate.set_dp(dp);
+                candidate.set_compress(
+                    policies[(dp > 1) | (cp > 1) << 1 | (u > 1) << 2 |
+                             (tp > 1) << 3 | (tensor.gx > 1) << 4 |
+                             (tensor.gy > 1) << 5 | (tensor.gz > 1) << 6]);
+                candidate.set_tp(tp);
+                if (tensor.grid()) {
+                  candidate.set_gx(int(tensor.gx));
+                  candidate.set_gy(int(tensor.gy));
+                  candidate.set_gz(int(tensor.gz));
+                }
+                candidate.set_pp(pp);
+                candidate.set_cp(cp);
+                candidate.set_ulysses(u);
+                candidate.set_sequence_parallel(sp);
+                // Overlap is free to ask for once SP splits the collectives
+                // into all-gather and reduce-scatter.
+                candidate.set_tp_comm_overlap(sp);
+                candidate.set_micro_batch(mbs);
+                candidate.set_num_micro_batches(micro);
+              };
+              // A shape whose work, spread evenly over its stages, already
+              // reaches the plans kept cannot win under any schedule, ZeRO
+              // stage or recomputation (each only adds to it): its candidates
+              // are counted, not costed. A ring's bound comes from a measured
+              // shorter ring, as below, so that no program is built for it.
+              bool shapeLoses[2] = {false, false};
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                plan::Plan &candidate = scratch;
-                fill(candidate, sp);
-                candidate.set_schedule(sched.schedule);
-                candidate.set_virtual_stages(sched.v);
-                candidate.set_zero_stage(
-                    sched.schedule == plan::SCHEDULE_ZEROPP ? 3 : 0);
-                if (!model.checkPlan(candidate).empty())
+                plan::Plan &probe = scratch;
+                fill(probe, sp);
+                probe.set_schedule(plan::SCHEDULE_1F1B);
+                probe.set_virtual_stages(1);
+                if (!model.checkPlan(probe).empty())
                   continue;
-                int zeros = sched.schedule == plan::SCHEDULE_ZEROPP ? 1
-                            : shard > 1                             ? 4
-                                                                    : 1;
-                if (shapeLoses[sp]) {
-                  if (!options.accept)
-                    result.candidates += zeros;
-                  continue;
-                }
-                // A ring's programs are the largest to build: first bound
-                // the plan from a measured one with a shorter ring.
-                if (cp > 1 && options.boundFromRelatives &&
-                    !model.isMeasured(candidate) &&
-                    model.relativeWorkBound(candidate) >= threshold()) {
-                  if (!options.accept)
-                    result.candidates += zeros;
-                  continue;
-                }
-                for (int32_t n : model.balanceStages(candidate))
-                  candidate.add_stage_layers(n);
-                // Neither ZeRO nor recomputation makes the computation
-                // shorter: when it alone cannot beat the plans kept, none
-                // of their variants can.
-                candidate.set_recompute(plan::RECOMPUTE_NONE);
-                if (sched.v == 1 && pp > 1) {
-                  if (oneChunkBound[sp] < 0) {
-                    const int zero = candidate.zero_stage();
-                    candidate.set_schedule(plan::SCHEDULE_ZB_H1);
-                    candidate.set_zero_stage(0);
-                    oneChunkBound[sp] = model.workLowerBound(candidate);
-                    candidate.set_schedule(sched.schedule);
-                    candidate.set_zero_stage(zero);
-                  }
-                  if (oneChunkBound[sp] >= threshold()) {
+                const bool relative = cp > 1 && options.boundFromRelatives &&
+                                      !model.isMeasured(probe);
+                shapeLoses[sp] =
+                    (relative ? model.relativeWorkBound(probe)
+                              : model.averageWorkBound(probe)) >= threshold();
+              }
+              // The schedules with one chunk per rank share their stages, and
+              // ZB-H1's bound is the least of theirs (its fill leaves the
+              // weight gradients out): computed once per SP setting, it
+              // prunes all of them (-1: not yet).
+              double oneChunkBound[2] = {-1, -1};
+              for (const Sched &sched : schedules) {
+                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                  plan::Plan &candidate = scratch;
+                  fill(candidate, sp);
+                  candidate.set_schedule(sched.schedule);
+                  candidate.set_virtual_stages(sched.v);
+                  candidate.set_zero_stage(
+                      sched.schedule == plan::SCHEDULE_ZEROPP ? 3 : 0);
+                  if (!model.checkPlan(candidate).empty())
+                    continue;
+                  int zeros = sched.schedule == plan::SCHEDULE_ZEROPP ? 1
+                              : shard > 1                             ? 4
+                                                                      : 1;
+                  if (shapeLoses[sp]) {
                     if (!options.accept)
                       result.candidates += zeros;
                     continue;
                   }
-                }
-                const double work = model.workLowerBound(candidate);
-                bool loses = work >= threshold();
-                if (!loses && near > 0 && work >= topThreshold()) {
-                  // Past the plans kept it matters only near the fastest,
-                  // as its risk says: ZeRO-3 adds to it outside ZeroPP.
-                  int64_t score = scoreOf(candidate);
-                  double need = nearNeedOf(score);
-                  if (shard > 1 && sched.schedule != plan::SCHEDULE_ZEROPP)
-                    need = std::max(need, nearNeedOf(score + 1));
-                  loses = work >= std::max(topThreshold(), need);
-                }
-                if (loses) {
-                  if (!options.accept)
-                    result.candidates += zeros;
-                  continue;
-                }
-                for (int zero = 0; zero <= (shard > 1 ? 3 : 0); ++zero) {
-                  if (sched.schedule == plan::SCHEDULE_ZEROPP && zero != 3)
+                  // A ring's programs are the largest to build: first bound
+                  // the plan from a measured one with a shorter ring.
+                  if (cp > 1 && options.boundFromRelatives &&
+                      !model.isMeasured(candidate) &&
+                      model.relativeWorkBound(candidate) >= threshold()) {
+                    if (!options.accept)
+                      result.candidates += zeros;
                     continue;
-                  candidate.set_zero_stage(zero);
-                  // Recomputation only adds time: once one fits, the more
-                  // aggressive ones cannot win.
-                  for (int rc = 0; rc < 3; ++rc) {
-                    candidate.set_recompute(plan::Recompute(rc));
-                    if (options.accept && !options.accept(candidate))
-                      continue;
-                    ++result.candidates;
-                    // More recomputation only adds to the bound: once one
-                    // reaches the plans kept, none can beat them, whatever
-                    // its memory (which matters then only while no plan
-                    // fits).
-                    const double limit = threshold();
-                    const double bound = model.stepLowerBound(candidate, limit);
-                    if (result.anyFits && bound >= limit)
-                      break;
-                    double memory = model.peakMemoryBytes(candidate);
-                    if (memory > capacity) {
-                      if (!result.anyFits && memory < smallest) {
-                        smallest = memory;
-                        result.smallestMemory = candidate;
-                      }
+                  }
+                  for (int32_t n : model.balanceStages(candidate))
+                    candidate.add_stage_layers(n);
+                  // Neither ZeRO nor recomputation makes the computation
+                  // shorter: when it alone cannot beat the plans kept, none
+                  // of their variants can.
+                  candidate.set_recompute(plan::RECOMPUTE_NONE);
+                  if (sched.v == 1 && pp > 1) {
+                    if (oneChunkBound[sp] < 0) {
+                      const int zero = candidate.zero_stage();
+                      candidate.set_schedule(plan::SCHEDULE_ZB_H1);
+                      candidate.set_zero_stage(0);
+                      oneChunkBound[sp] = model.workLowerBound(candidate);
+                      candidate.set_schedule(sched.schedule);
+                      candidate.set_zero_stage(zero);
+                    }
+                    if (oneChunkBound[sp] >= threshold()) {
+                      if (!options.accept)
+                        result.candidates += zeros;
                       continue;
                     }
-                    result.anyFits = true;
-                    // Past the plans kept, a plan matters only near the
-                    // fastest, as its risk says.
-                    double need = limit;
-                    if (near > 0 && bound < limit && bound >= topThreshold())
-                      need = std::max(topThreshold(), nearNeed(candidate));
-                    if (bound < need) {
-                      plan::Plan evaluated = candidate;
-                      model.evaluate(evaluated);
-                      ++result.simulated;
-                      if (evaluated.time().step_s() < threshold()) {
-                        if (near > 0) {
-                          offer(plan::Plan(evaluated));
-                          keep(evaluated);
-                        } else {
-                          offer(std::move(evaluated));
+                  }
+                  const double work = model.workLowerBound(candidate);
+                  bool loses = work >= threshold();
+                  if (!loses && near > 0 && work >= topThreshold()) {
+                    // Past the plans kept it matters only near the fastest,
+                    // as its risk says: ZeRO-3 adds to it outside ZeroPP.
+                    int64_t score = scoreOf(candidate);
+                    double need = nearNeedOf(score);
+                    if (shard > 1 && sched.schedule != plan::SCHEDULE_ZEROPP)
+                      need = std::max(need, nearNeedOf(score + 1));
+                    loses = work >= std::max(topThreshold(), need);
+                  }
+                  if (loses) {
+                    if (!options.accept)
+                      result.candidates += zeros;
+                    continue;
+                  }
+                  for (int zero = 0; zero <= (shard > 1 ? 3 : 0); ++zero) {
+                    if (sched.schedule == plan::SCHEDULE_ZEROPP && zero != 3)
+                      continue;
+                    candidate.set_zero_stage(zero);
+                    // Recomputation only adds time: once one fits, the more
+                    // aggressive ones cannot win.
+                    for (int rc = 0; rc < 3; ++rc) {
+                      candidate.set_recompute(plan::Recompute(rc));
+                      if (options.accept && !options.accept(candidate))
+                        continue;
+                      ++result.candidates;
+                      // More recomputation only adds to the bound: once one
+                      // reaches the plans kept, none can beat them, whatever
+                      // its memory (which matters then only while no plan
+                      // fits).
+                      const double limit = threshold();
+                      const double bound =
+                          model.stepLowerBound(candidate, limit);
+                      if (result.anyFits && bound >= limit)
+                        break;
+                      double memory = model.peakMemoryBytes(candidate);
+                      if (memory > capacity) {
+                        if (!result.anyFits && memory < smallest) {
+                          smallest = memory;
+                          result.smallestMemory = candidate;
+                        }
+                        continue;
+                      }
+                      result.anyFits = true;
+                      // Past the plans kept, a plan matters only near the
+                      // fastest, as its risk says.
+                      double need = limit;
+                      if (near > 0 && bound < limit && bound >= topThreshold())
+                        need = std::max(topThreshold(), nearNeed(candidate));
+                      if (bound < need) {
+                        plan::Plan evaluated = candidate;
+                        model.evaluate(evaluated);
+                        ++result.simulated;
+                        if (evaluated.time().step_s() < threshold()) {
+                          if (near > 0) {
+                            offer(plan::Plan(evaluated));
+                            keep(evaluated);
+                          } else {
+                            offer(std::move(evaluated));
+                          }
                         }
                       }
+                      break;
                     }
-                    break;
                   }
                 }
               }
@@ -454,8 +466,7 @@ SearchResult planner::searchPlans(CostModel &model,
   if (!result.anyFits && result.candidates)
     model.evaluate(result.smallestMemory);
   result.plans = std::move(best);
-  result.seconds =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (options.progress)
     options.progress(1.0);
   return result;

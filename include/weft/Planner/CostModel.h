@@ -61,6 +61,10 @@ struct BlockCost {
   /// What the weights' gradients read, kept from B to W per micro-batch
   /// under ZB-H1 (BlockMemory::weightGradientReadBytes).
   double weightGradientReadBytes = 0;
+  /// The kernel launch overhead (CostModel::launchTime) included in
+  /// forward, backwardInput and backwardWeight: a fixed cost that a smaller
+  /// problem does not shrink (CostModel::relativeWorkBound).
+  double launches = 0;
   double flops = 0;          // forward FLOPs executed
   double linearForward = 0;  // forward time of the linear layers
   /// Bytes one rank sends in the block's forward collectives, counted like
@@ -133,7 +137,10 @@ public:
   /// tensor-parallel bytes shrink by c/c', its weights, kernel launches and
   /// latencies do not, a ring step's merge runs c times on 1/c of the
   /// output, and a smaller GEMM is no more efficient); the ring's sends are
-  /// left out. 0 when no such plan is measured.
+  /// left out. The launch overhead does not shrink at all, and at least as
+  /// many kernels run (the same ops, and c steps of the ring instead of
+  /// c'): the relative's launch time is kept whole and only the rest is
+  /// divided by c/c'. 0 when no such plan is measured.
   double relativeWorkBound(const plan::Plan &plan);
 
   /// A lower bound on the step time that is cheap to compute (no bubble
@@ -235,8 +242,11 @@ private:
   /// The program of `plan` from its family's corners (see CostModel.cpp),
   /// or false when that does not apply.
   bool familyProfile(const plan::Plan &plan, ProfileTerms &terms);
-  /// Time of one op's work: a roofline with the GPU's efficiency curves.
+  /// Time of one op's work: a roofline with the GPU's efficiency curves,
+  /// plus its kernels' launch overhead.
   double opTime(const OpCost &cost) const;
+  /// The launch-overhead part of opTime: the kernels' fixed cost.
+  double launchTime(const OpCost &cost) const;
   double dataParallelShard(const plan::Plan &plan) const;
   /// The parameters (elements) a rank of `stage` holds, and those of them
   /// it trains (all but what the training config freezes): the trained
