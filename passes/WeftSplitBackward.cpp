@@ -186,6 +186,15 @@ struct WeftSplitBackward
         continue;
       if (!isRebuilt(def) && !firstOps.contains(def) &&
           recomputed.contains(def)) {
+        // A gather that only the second part reads (a linear's input under
+        // SP, kept as its block): the second part gathers it, the first
+        // does not. (Recomputed by the first part, it ran there unread: a
+        // collective is not dead code to erase.)
+        if (isa<AllGatherOp>(def)) {
+          if (secondOps.insert(def).second)
+            llvm::append_range(work, readsOf(def));
+          continue;
+        }
         // Recomputed by the first part, with what it is computed from.
         SmallVector<Operation *> more{def};
         while (!more.empty()) {
