@@ -396,6 +396,13 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
                       codecTime(sentAs, at[kFullBytes], encoded, codec);
         block.commBytes += double(
             collectiveBytesSent(sentAs, int64_t(std::llround(operand)), group));
+        if (op.regathered)
+          block.regather += time;
+        if (op.gradientRegathered)
+          block.gradientRegather +=
+              collectiveTime(CollectiveKind::AllGather, full, group, stride) +
+              codecTime(CollectiveKind::AllGather, at[kFullBytes], encoded,
+                        codec);
         if (op.commClass == CommClass::WeightGather)
           block.weightGather += time;
         else if (op.commClass == CommClass::TensorParallel)
@@ -789,6 +796,26 @@ static double exposedWeightGather(const BlockCost &block, bool backward) {
   return std::max(0.0, block.weightGather - compute);
 }
 
+/// The part of a block's regathers (BlockCost::regather, and under ZB-H1
+/// gradientRegather) that its backward does not hide. A regather reads a
+/// kept block, so it is issued as the backward starts and runs while the
+/// linear layers' GEMMs compute (Megatron SP's asynchronous all-gather in a
+/// linear's backward, overlapped with the input gradient's GEMM; under
+/// ZB-H1, in the weight-gradient step, with the weight gradients' GEMMs):
+/// only what exceeds their time is exposed. Under full recomputation the
+/// recomputed forward gathers again instead (in `recompute`), except in a
+/// ZB-H1 weight-gradient step, which gathers from the blocks that the
+/// backward step passes on.
+static double exposedRegather(const plan::Plan &plan, const BlockCost &block,
+                              bool recomputed) {
+  if (plan.schedule() == plan::SCHEDULE_ZB_H1)
+    return std::max(0.0, block.regather + block.gradientRegather -
+                             block.linearForward);
+  if (recomputed)
+    return 0.0;
+  return std::max(0.0, block.regather - block.linearForward);
+}
+
 void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
                            int onlyRank) {
   const int p = plan.pp(), v = virtualStages(plan);
@@ -811,10 +838,13 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
     recompute = layerForward;
   else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
     recompute = layer.attentionCore;
+  const double layerRegather =
+      exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL);
   double layerBackward = layer.backwardInput + tpBackward + layer.seqComm +
                          recompute + (zb ? 0 : layer.backwardWeight) +
-                         exposedWeightGather(layer, true);
-  double layerWeight = zb ? layer.backwardWeight : 0;
+                         exposedWeightGather(layer, true) +
+                         (zb ? 0 : layerRegather);
+  double layerWeight = zb ? layer.backwardWeight + layerRegather : 0;
   const double shard = dataParallelShard(plan);
   const int64_t shardStride = int64_t(plan.tp()) * tensor3dSize(plan);
   const std::vector<int64_t> chunks =
@@ -833,13 +863,15 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
       if (vs == 0) {
         f += embed.forward + embed.tpComm + exposedWeightGather(embed, false);
         b += embed.backwardInput + embed.backwardWeight + embed.tpComm +
-             exposedWeightGather(embed, true);
+             exposedWeightGather(embed, true) +
+             exposedRegather(plan, embed, false);
       }
       if (vs == p * v - 1) {
         f += head.forward + head.tpComm + exposedWeightGather(head, false);
+        const double headRegather = exposedRegather(plan, head, false);
         b += head.backwardInput + head.tpComm + (zb ? 0 : head.backwardWeight) +
-             exposedWeightGather(head, true);
-        w += zb ? head.backwardWeight : 0;
+             exposedWeightGather(head, true) + (zb ? 0 : headRegather);
+        w += zb ? head.backwardWeight + headRegather : 0;
       }
       if (plan.zero_stage() == 3 && shard > 1) {
         // Parameters of the chunk gathered before forward and backward,
@@ -1369,12 +1401,14 @@ void CostModel::evaluate(plan::Plan &plan,
     recompute = layer.attentionCore;
   plan::TimeBreakdown *time = plan.mutable_time();
   time->set_step_s(step);
-  time->set_tp_comm_s(m * layers *
-                      ((exposedTensorParallelComm(plan, layer, 1) +
-                        exposedWeightGather(layer, false)) *
-                           (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
-                       exposedTensorParallelComm(plan, layer, 2) +
-                       exposedWeightGather(layer, true)));
+  time->set_tp_comm_s(
+      m * layers *
+      ((exposedTensorParallelComm(plan, layer, 1) +
+        exposedWeightGather(layer, false)) *
+           (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
+       exposedTensorParallelComm(plan, layer, 2) +
+       exposedWeightGather(layer, true) +
+       exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL)));
   time->set_cp_comm_s(m * layers * layer.seqComm *
                       (plan.recompute() == plan::RECOMPUTE_FULL ? 3 : 2));
   time->set_recompute_s(m * layers *

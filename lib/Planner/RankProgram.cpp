@@ -492,7 +492,11 @@ static bool isDecomposed(Operation *op) {
 /// Where an activation lives: a reshape is a view of its input; a value
 /// all-gathered from shards (Megatron SP) is kept as the shard and gathered
 /// again in backward.
-static Value storedAs(Value value) {
+/// `*gathered`, when given, is set to the all-gather nearest `value` (the
+/// one the backward runs again), or null.
+static Value storedAs(Value value, Operation **gathered = nullptr) {
+  if (gathered)
+    *gathered = nullptr;
   while (true) {
     if (auto reshape = value.getDefiningOp<ReshapeOp>()) {
       value = reshape.getInput();
@@ -500,6 +504,8 @@ static Value storedAs(Value value) {
     }
     if (auto gather = value.getDefiningOp<CollectiveOpInterface>())
       if (gather.getCollectiveKind() == CollectiveKind::AllGather) {
+        if (gathered && !*gathered)
+          *gathered = gather;
         value = gather->getOperand(0);
         continue;
       }
@@ -512,14 +518,20 @@ static Value storedAs(Value value) {
 /// reduce-scatters over the mesh (Megatron SP's row-parallel linear) is the
 /// gather of the block's gradient, and the W step gathers it again from the
 /// block it keeps (-weft-split-backward), as for a linear's input.
-static Value gradientStoredAs(Value value) {
+/// `*scattered`, when given, is set to the first reduce-scatter on the way
+/// (whose transpose the backward runs, and a W step again), or null.
+static Value gradientStoredAs(Value value, Operation **scattered = nullptr) {
+  if (scattered)
+    *scattered = nullptr;
   while (value.hasOneUse()) {
     Operation *user = *value.getUsers().begin();
     auto collective = dyn_cast<CollectiveOpInterface>(user);
-    if (!isa<ReshapeOp>(user) &&
-        !(collective &&
-          collective.getCollectiveKind() == CollectiveKind::ReduceScatter))
+    bool scatter = collective && collective.getCollectiveKind() ==
+                                     CollectiveKind::ReduceScatter;
+    if (!isa<ReshapeOp>(user) && !scatter)
       break;
+    if (scatter && scattered && !*scattered)
+      *scattered = user;
     value = user->getResult(0);
   }
   return value;
@@ -795,6 +807,17 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
             out.push_back(tensor);
       };
 
+  // The records of the collectives, by op, to mark those a backward runs
+  // again (OpRecord::regathered, gradientRegathered); the scatters are
+  // marked once the walk has recorded them (they follow their reader).
+  llvm::DenseMap<Operation *, size_t> collectiveRecords;
+  SmallVector<Operation *> scattersRegathered;
+  auto markRegathered = [&](Operation *gather) {
+    auto found = collectiveRecords.find(gather);
+    if (found != collectiveRecords.end() &&
+        profile.ops[found->second].commClass != CommClass::WeightGather)
+      profile.ops[found->second].regathered = true;
+  };
   auto visit = [&](Operation *op, BlockKind block) {
     int b = int(block);
     if (auto param = dyn_cast<ParameterOp>(op))
@@ -834,6 +857,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
                          : overCp && record.kind == CollectiveKind::Permute
                              ? CommClass::Ring
                              : CommClass::Sequence;
+      collectiveRecords[op] = profile.ops.size();
       profile.ops.push_back(std::move(record));
     } else if (auto costed = dyn_cast<CostOpInterface>(op)) {
       // The shard of a weight is the rank's to hold: no work per step.
@@ -881,7 +905,10 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
     for (const SavedTensor &tensor : values) {
       if (isPersistent(tensor.value))
         continue;
-      auto key = std::make_pair(storedAs(tensor.value), int(tensor.maskOnly));
+      Operation *gathered;
+      auto key = std::make_pair(storedAs(tensor.value, &gathered),
+                                int(tensor.maskOnly));
+      markRegathered(gathered);
       saved[b].all.insert(key);
       if (!core)
         saved[b].selective.insert(key);
@@ -908,10 +935,13 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       SmallVector<GradientRead> reads;
       differentiable.getGradientReads(operand.getOperandNumber(), reads);
       for (const GradientRead &read : reads) {
-        if (read.kind == GradientRead::ResultGradient)
+        if (read.kind == GradientRead::ResultGradient) {
+          Operation *scattered;
           weightReads[b].computed.insert(
-              {gradientStoredAs(read.value), int(read.kind)});
-        else if (read.kind != GradientRead::Forward)
+              {gradientStoredAs(read.value, &scattered), int(read.kind)});
+          if (scattered)
+            scattersRegathered.push_back(scattered);
+        } else if (read.kind != GradientRead::Forward)
           weightReads[b].computed.insert({read.value, int(read.kind)});
         else if (!isPersistent(read.value))
           weightReads[b].forward.insert(storedAs(read.value));
@@ -1088,6 +1118,10 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
             profile.memory[reader].frozenSharedParameters += elements;
         }
     }
+  for (Operation *scatter : scattersRegathered)
+    if (auto found = collectiveRecords.find(scatter);
+        found != collectiveRecords.end())
+      profile.ops[found->second].gradientRegathered = true;
   profile.counts.reserve(profile.ops.size() * kCountFields);
   for (const OpRecord &op : profile.ops) {
     for (const OpCost *cost : {&op.forward, &op.backward.inputGradient,

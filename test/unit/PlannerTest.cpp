@@ -7,9 +7,15 @@
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/CostModel.h"
 #include "weft/Planner/Model.h"
+#include "weft/Planner/RankProgram.h"
 #include "weft/Planner/Report.h"
 #include "weft/Planner/Risk.h"
 #include "weft/Planner/Search.h"
+
+#include "weft/Dialect/WeftDialect.h"
+#include "weft/Dialect/WeftOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -613,6 +619,97 @@ TEST(PlannerSearch, RelativeBoundIsBelowTheMeasuredBound) {
   // Loosest at cp 32 with tp 8 and Ulysses 2 (64 tokens a rank): 0.16 of
   // the measured bound; dividing the launches too gave 0.07.
   EXPECT_GT(loosest, 0.12);
+}
+
+// The regathers the time model counts (OpRecord::regathered and
+// gradientRegathered, found on the forward rank program) are the gathers
+// the training step's backward runs beyond the transposes of the forward
+// layer's reduce-scatters: under Megatron SP, the linears' inputs, kept as
+// blocks. Counted on the step weft train builds (GPT and LLaMA layers), and
+// under ZB-H1 in the weight-gradient layer that -weft-split-backward makes.
+TEST(PlannerTime, RegathersAreTheBackwardsGathers) {
+  for (const char *preset : {"megatron-22b", "llama2-7b"})
+    for (plan::Schedule schedule :
+         {plan::SCHEDULE_1F1B, plan::SCHEDULE_ZB_H1}) {
+      SCOPED_TRACE(std::string(preset) + " " + plan::Schedule_Name(schedule));
+      mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+      context.loadDialect<WeftDialect, mlir::func::FuncDialect>();
+      plan::ModelSpec spec = *lookupPreset(preset);
+      plan::TrainingConfig training = megatron2022(2);
+      training.set_dropout(false);
+      ModelSource source;
+      source.buildLayers = [spec](mlir::MLIRContext &ctx, int64_t batch,
+                                  int64_t seq, int64_t layers) {
+        TransformerShape shape;
+        shape.batch = batch;
+        shape.seq = seq;
+        shape.layers = layers;
+        return buildTransformer(ctx, spec, shape);
+      };
+      source.build = [build = source.buildLayers](mlir::MLIRContext &ctx,
+                                                  int64_t batch, int64_t seq) {
+        return build(ctx, batch, seq, 2);
+      };
+      RankProgramBuilder programs(context, source, training);
+      std::string error;
+      ProgramShape shape;
+      shape.tp = 4;
+      shape.sp = true;
+      mlir::OwningOpRef<mlir::ModuleOp> forward =
+          programs.build(shape, 1, error);
+      ASSERT_TRUE(forward) << error;
+      int regathered = 0, gradientRegathered = 0;
+      for (const OpRecord &op : profileProgram(*forward, "").ops)
+        if (op.block == BlockKind::Layer) {
+          regathered += op.regathered;
+          gradientRegathered += op.gradientRegathered;
+        }
+
+      const bool zb = schedule == plan::SCHEDULE_ZB_H1;
+      plan::Plan p;
+      p.set_tp(4);
+      p.set_sequence_parallel(true);
+      p.set_pp(zb ? 2 : 1);
+      p.set_micro_batch(1);
+      p.set_num_micro_batches(2);
+      p.set_schedule(schedule);
+      mlir::OwningOpRef<mlir::ModuleOp> step =
+          programs.buildTrainingStep(p, 1, error);
+      ASSERT_TRUE(step) << error;
+      // Per layer kind, the gathers of each of its layers, and the
+      // scatters of the forward layers.
+      std::map<std::string, std::vector<int>> gathers;
+      int scatters = -1;
+      step->walk([&](LayerOp layer) {
+        int gathered = 0, scattered = 0;
+        layer.getBody().walk([&](mlir::Operation *op) {
+          gathered += mlir::isa<AllGatherOp>(op);
+          scattered += mlir::isa<ReduceScatterOp>(op);
+        });
+        std::string kind = layer.getKind().str();
+        gathers[kind].push_back(gathered);
+        if (kind.find(".backward") == std::string::npos)
+          scatters = scattered;
+      });
+      ASSERT_GT(scatters, 0);
+      ASSERT_EQ(gathers.size(), zb ? 3u : 2u);
+      const std::string backward = gathers.begin()->first + ".backward";
+      EXPECT_GT(regathered, 0);
+      if (!zb) {
+        EXPECT_EQ(gathers[backward],
+                  std::vector<int>(1, scatters + regathered));
+        continue;
+      }
+      // The last stage's backward is split: its B part gathers only the
+      // scatters' transposes, its W part the blocks it keeps. (The first
+      // stage, which sends no input gradient, runs its backward whole.)
+      EXPECT_GT(gradientRegathered, 0);
+      std::vector<int> parts = gathers[backward];
+      std::sort(parts.begin(), parts.end());
+      EXPECT_EQ(parts, (std::vector<int>{scatters, scatters + regathered}));
+      EXPECT_EQ(gathers[backward + ".weight"],
+                std::vector<int>(1, regathered + gradientRegathered));
+    }
 }
 
 TEST(PlannerCluster, ShorthandAndErrors) {

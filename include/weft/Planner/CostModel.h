@@ -47,6 +47,14 @@ struct BlockCost {
   // Prefetched: only what exceeds the block's compute is exposed.
   double weightGather = 0;
   double seqComm = 0;        // Ulysses all-to-all and ring steps, exposed
+  /// The backward's all-gathers of activations kept as blocks (Megatron SP:
+  /// the linears' inputs, gathered again for their weight gradients), and
+  /// under ZB-H1 the weight-gradient step's gathers of the output
+  /// gradients it keeps as blocks (OpRecord::regathered,
+  /// gradientRegathered). Not in tpComm, which the backward repeats as the
+  /// forward collectives' transposes.
+  double regather = 0;
+  double gradientRegather = 0;
   double savedBytes = 0;     // activations kept for backward, no recompute
   double savedBytesSelective = 0;
   double inputBytes = 0;     // the block's input (kept by full recompute)

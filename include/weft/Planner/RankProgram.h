@@ -172,6 +172,15 @@ struct OpRecord {
   bool floatOperand = false;
   /// How the collective encodes what it sends (its codec in the IR).
   CollectiveCodec codec = CollectiveCodec::none;
+  /// An all-gather of an activation that a backward reads gathered: the
+  /// rank keeps the block and the backward gathers it again (Megatron SP: a
+  /// linear's input, for its weight gradient).
+  bool regathered = false;
+  /// A reduce-scatter of a result whose gradient a weight gradient reads:
+  /// the backward gathers the gradient (the scatter's transpose), and a
+  /// weight-gradient step split from it (ZB-H1) gathers it again from the
+  /// block it keeps.
+  bool gradientRegathered = false;
 };
 
 /// The partition pipeline's mesh axes as bits. Its meshes are (dp, cp,
