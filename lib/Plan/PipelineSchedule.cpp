@@ -231,33 +231,129 @@ static bool isCovered(const std::vector<std::vector<int>> &points,
   return false;
 }
 
-/// computeStepOrder's lists, computed once per (schedule, p, v, m) on each
-/// thread: the search times the same schedule under many plans, and a list
-/// is O(p v m) to build (ZB-H1's with a unit-time run). Up to four million
-/// steps are kept (80 MB): a search of a 530B model on 5,128 GPUs times
-/// about 800 lists of 3.7 million steps in all, and rebuilding them cost
-/// it a tenth of its time when a few hundred lists were kept.
-static const std::vector<std::vector<PipelineStep>> &
-cachedStepOrder(plan::Schedule schedule, int p, int v, int m) {
+namespace {
+/// A schedule's steps as one dependency-ordered list, to time without
+/// sweeping the ranks: each step's rank, where its time comes from, and the
+/// step whose end it waits for. Any order in which runOrder's sweeps run
+/// the steps is one: the dependencies are the schedule's, not the times'.
+struct FlatOrder {
+  struct Step {
+    /// The step's rank; its duration's index into [forward | backward |
+    /// weight] (kind x stages + virtual stage); the index of the step it
+    /// waits for (-1: none); whether a send lies between them.
+    int32_t rank, duration, dependency, sent;
+  };
+  std::vector<Step> steps;
+  /// The order deadlocks (runOrder's infinity).
+  bool deadlocks = false;
+};
+
+/// computeStepOrder's lists and their flat order.
+struct CachedOrder {
+  std::vector<std::vector<PipelineStep>> order;
+  FlatOrder flat;
+};
+} // namespace
+
+/// The flat order of `order`: its steps in the order a unit-time run takes
+/// them (runOrder's sweeps, which never wait on a time, only on a step).
+static FlatOrder
+flattenOrder(const std::vector<std::vector<PipelineStep>> &order, int p, int v,
+             int m) {
+  FlatOrder flat;
+  const int stages = p * v;
+  size_t total = 0;
+  for (const std::vector<PipelineStep> &steps : order)
+    total += steps.size();
+  flat.steps.resize(total);
+  int32_t index = 0;
+  // The flat index of each (virtual stage, micro-batch)'s forward and
+  // backward (-1: not run yet).
+  std::vector<int32_t> fwdAt(size_t(stages) * m, -1),
+      bwdAt(size_t(stages) * m, -1);
+  std::vector<size_t> next(p, 0);
+  size_t remaining = total;
+  for (bool down = true; remaining; down = !down) {
+    bool progress = false;
+    for (int i = 0; i < p; ++i) {
+      const int s = down ? i : p - 1 - i;
+      const std::vector<PipelineStep> &steps = order[s];
+      for (size_t &at = next[s]; at < steps.size(); ++at) {
+        const PipelineStep &step = steps[at];
+        const int vs = step.chunk * p + s;
+        const size_t here = size_t(vs) * m + step.microBatch;
+        int32_t dependency = -1;
+        bool sent = false;
+        if (step.kind == PipelineStep::Forward) {
+          if (vs > 0) {
+            dependency = fwdAt[here - m];
+            if (dependency < 0)
+              break;
+            sent = true;
+          }
+        } else if (step.kind == PipelineStep::Backward) {
+          dependency = vs == stages - 1 ? fwdAt[here] : bwdAt[here + m];
+          if (dependency < 0)
+            break;
+          sent = vs != stages - 1;
+        } else if (bwdAt[here] < 0) {
+          break; // A W before its B.
+        }
+        const int kind = step.kind == PipelineStep::Forward    ? 0
+                         : step.kind == PipelineStep::Backward ? 1
+                                                               : 2;
+        if (kind == 0)
+          fwdAt[here] = index;
+        else if (kind == 1)
+          bwdAt[here] = index;
+        // A weight gradient waits for its backward on the same rank, which
+        // the rank's order already puts before it: no dependency to time.
+        flat.steps[size_t(index++)] = {s, kind * stages + vs,
+                                       kind == 2 ? -1 : dependency, sent};
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress) {
+      flat.deadlocks = true;
+      break;
+    }
+  }
+  return flat;
+}
+
+/// computeStepOrder's lists and their flat order, computed once per
+/// (schedule, p, v, m) on each thread: the search times the same schedule
+/// under many plans, and a list is O(p v m) to build (ZB-H1's with a
+/// unit-time run). Up to four million steps are kept (about 100 MB): a
+/// search of a 530B model on 5,128 GPUs times about 800 lists of 3.7
+/// million steps in all, and rebuilding them cost it a tenth of its time
+/// when a few hundred lists were kept.
+static const CachedOrder &cachedOrder(plan::Schedule schedule, int p, int v,
+                                      int m) {
   using Key = std::tuple<int, int, int, int>;
-  thread_local std::map<Key, std::vector<std::vector<PipelineStep>>> cache;
+  thread_local std::map<Key, CachedOrder> cache;
   thread_local size_t cachedSteps = 0;
   constexpr size_t kMostSteps = size_t(4) << 20;
   Key key{int(schedule), p, v, m};
   auto found = cache.find(key);
   if (found != cache.end())
     return found->second;
-  std::vector<std::vector<PipelineStep>> order =
-      computeStepOrder(schedule, p, v, m);
-  size_t steps = 0;
-  for (const std::vector<PipelineStep> &rank : order)
-    steps += rank.size();
+  CachedOrder entry;
+  entry.order = computeStepOrder(schedule, p, v, m);
+  entry.flat = flattenOrder(entry.order, p, v, m);
+  size_t steps = entry.flat.steps.size();
   if (cachedSteps + steps > kMostSteps) {
     cache.clear();
     cachedSteps = 0;
   }
   cachedSteps += steps;
-  return cache.emplace(key, std::move(order)).first->second;
+  return cache.emplace(key, std::move(entry)).first->second;
+}
+
+static const std::vector<std::vector<PipelineStep>> &
+cachedStepOrder(plan::Schedule schedule, int p, int v, int m) {
+  return cachedOrder(schedule, p, v, m).order;
 }
 
 /// inFlightCounts of one rank's list: the counts after each forward that
@@ -391,8 +487,38 @@ double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
                                         const std::vector<double> &weight,
                                         double p2p,
                                         std::vector<TimelineEvent> *timeline) {
-  return runOrder(cachedStepOrder(schedule, p, v, m), p, v, m,
-                  {forward, backward, weight, p2p}, nullptr, timeline);
+  const CachedOrder &cached = cachedOrder(schedule, p, v, m);
+  if (timeline)
+    return runOrder(cached.order, p, v, m, {forward, backward, weight, p2p},
+                    nullptr, timeline);
+  // The flat order times each step once, as runOrder would: it starts when
+  // its rank is free and what it waits for has ended (and been sent).
+  const FlatOrder &flat = cached.flat;
+  if (flat.deadlocks)
+    return std::numeric_limits<double>::infinity();
+  const size_t stages = size_t(p) * v;
+  // (A schedule without W steps may pass no weight times.)
+  thread_local std::vector<double> durations, end, freeAt;
+  durations.assign(3 * stages, 0.0);
+  const std::vector<double> *byKind[3] = {&forward, &backward, &weight};
+  for (size_t kind = 0; kind < 3; ++kind)
+    std::copy_n(byKind[kind]->begin(), std::min(stages, byKind[kind]->size()),
+                durations.begin() + kind * stages);
+  const size_t n = flat.steps.size();
+  end.resize(n);
+  freeAt.assign(size_t(p), 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const FlatOrder::Step &step = flat.steps[i];
+    double ready = 0;
+    if (step.dependency >= 0)
+      ready = end[size_t(step.dependency)] + (step.sent ? p2p : 0);
+    double &free = freeAt[size_t(step.rank)];
+    const double finish =
+        std::max(free, ready) + durations[size_t(step.duration)];
+    end[i] = finish;
+    free = finish;
+  }
+  return *std::max_element(freeAt.begin(), freeAt.end());
 }
 
 PipelineSchedule

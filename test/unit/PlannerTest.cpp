@@ -889,6 +889,47 @@ TEST(PlannerPipeline, ManyMicroBatchesExtrapolateExactly) {
     }
   }
 }
+
+// The search times a schedule's steps in one dependency-ordered list, the
+// timeline (weft plan --trace) by sweeping the ranks: the two must give the
+// same makespan, to the bit, on uneven times, with and without sends, and
+// the timeline must end where the makespan does.
+TEST(PlannerPipeline, FlatOrderTimesAsTheSweep) {
+  struct Case {
+    plan::Schedule schedule;
+    int p, v, m;
+  };
+  for (Case c : {Case{plan::SCHEDULE_1F1B, 5, 1, 13},
+                 Case{plan::SCHEDULE_GPIPE, 4, 1, 9},
+                 Case{plan::SCHEDULE_ZB_H1, 6, 1, 17},
+                 Case{plan::SCHEDULE_ZB_H1, 3, 1, 2},
+                 Case{plan::SCHEDULE_INTERLEAVED, 4, 3, 12},
+                 Case{plan::SCHEDULE_ZEROPP, 4, 2, 8}}) {
+    const int stages = c.p * c.v;
+    for (double p2p : {0.0, 0.013, 0.7}) {
+      std::vector<double> f, b, w;
+      for (int s = 0; s < stages; ++s) {
+        f.push_back(0.3 + 0.11 * ((s * 7) % 5));
+        b.push_back(0.5 + 0.17 * ((s * 3) % 4));
+        w.push_back(c.schedule == plan::SCHEDULE_ZB_H1 ? 0.2 + 0.05 * s : 0);
+      }
+      std::vector<TimelineEvent> timeline;
+      double swept = simulatePipelineExactly(c.schedule, c.p, c.v, c.m, f, b, w,
+                                             p2p, &timeline);
+      double flat = simulatePipelineExactly(c.schedule, c.p, c.v, c.m, f, b, w,
+                                            p2p, nullptr);
+      EXPECT_EQ(flat, swept) << "schedule " << int(c.schedule) << " p=" << c.p
+                             << " v=" << c.v << " m=" << c.m << " p2p=" << p2p;
+      double last = 0;
+      for (const TimelineEvent &event : timeline)
+        last = std::max(last, event.end);
+      EXPECT_EQ(last, swept);
+      EXPECT_EQ(timeline.size(),
+                size_t(stages) * c.m *
+                    (c.schedule == plan::SCHEDULE_ZB_H1 ? 3 : 2));
+    }
+  }
+}
 } // namespace
 
 namespace {
