@@ -497,7 +497,12 @@ def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
     gradients); the second, `"<kind>.backward.weight"`, computes the weights' gradients
     from those and the kept activations. So the `B` step sends the input gradient without
     computing (or reducing over dp) the weights' gradients, which the `W` step computes,
-    as ZB-H1 defines them. The values kept between steps are the activations a pipeline
+    as ZB-H1 defines them. The first stage sends no gradient back; with `W` steps its
+    backward function still computes the input gradients, down to the backward layers'
+    results that an op outside them reads (the gradient reaching its first layer, which
+    the embedding's gradient reads), and keeps them for its weight function, which runs
+    the rest: so its `W` steps, which the schedule places as one slot each, compute the
+    weight gradients only. The values kept between steps are the activations a pipeline
     rank keeps per micro-batch between its steps (with `-weft-differentiate="recompute=full"` the layer inputs
     only, since the backward recomputes the rest). Ops without operands (parameters,
     constants) are rebuilt where they are read instead of kept. An activation a step

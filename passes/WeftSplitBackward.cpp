@@ -299,6 +299,34 @@ struct WeftSplitBackward
         return weightSteps ? Weight : Backward;
       return Forward;
     };
+    // The first stage sends no gradient back, yet its B step computes the
+    // input gradients as every other stage's does, down to the gradient that
+    // reaches its first layer's input (what the embedding's weight gradient
+    // reads), and keeps that for its W step: W then computes the weight
+    // gradients alone, as the schedule's placement of W steps assumes. (Were
+    // the whole backward left to W, the last micro-batches' W steps, which
+    // the first stage runs after its last B, would make the step longer.)
+    // These are the backward layers' results that an op outside them reads.
+    bool sendsGradient = false;
+    for (unsigned r = 0; r < ret.getNumOperands(); ++r)
+      sendsGradient |= roleOfResult(r) == Backward;
+    auto firstStageInputGradients = [&]() {
+      SmallVector<Value> seeds;
+      if (!weightSteps || sendsGradient)
+        return seeds;
+      for (auto layer : body.getOps<LayerOp>()) {
+        if (!layer.getKind().ends_with(".backward"))
+          continue;
+        for (Value result : layer->getResults())
+          if (llvm::any_of(result.getUsers(), [](Operation *user) {
+                auto reader = dyn_cast<LayerOp>(user);
+                return !isa<func::ReturnOp>(user) &&
+                       !(reader && reader.getKind().ends_with(".backward"));
+              }))
+            seeds.push_back(result);
+      }
+      return seeds;
+    };
     // With W steps: the results of each layer that the forward and backward
     // steps need; a layer they need only in part is cut in two.
     if (weightSteps) {
@@ -309,6 +337,7 @@ struct WeftSplitBackward
       for (unsigned r = 0; r < ret.getNumOperands(); ++r)
         if (roleOfResult(r) != Weight)
           work.push_back(ret.getOperand(r));
+      llvm::append_range(work, firstStageInputGradients());
       while (!work.empty()) {
         Value value = work.pop_back_val();
         if (!seen.insert(value).second)
@@ -359,11 +388,16 @@ struct WeftSplitBackward
     // Each op to the first role whose results need it.
     llvm::DenseMap<Operation *, Role> owner;
     SmallVector<llvm::DenseSet<Operation *>, 3> rebuiltIn(3);
+    // (The layers are cut by now: the first stage's input gradients are
+    // their first parts' results.)
+    const SmallVector<Value> inputGradients = firstStageInputGradients();
     for (Role role : {Forward, Backward, Weight}) {
       SmallVector<Value> work;
       for (unsigned r = 0; r < ret.getNumOperands(); ++r)
         if (roleOfResult(r) == role)
           work.push_back(ret.getOperand(r));
+      if (role == Backward)
+        llvm::append_range(work, inputGradients);
       while (!work.empty()) {
         Value value = work.pop_back_val();
         Operation *def = value.getDefiningOp();
@@ -443,7 +477,7 @@ struct WeftSplitBackward
         WeftDialect::getPipelineStageAttrName());
     auto i64 = [&](int64_t n) { return b.getI64IntegerAttr(n); };
     for (Role role : {Forward, Backward, Weight}) {
-      bool hasResults = false;
+      bool hasResults = role == Backward && !inputGradients.empty();
       for (unsigned r = 0; r < ret.getNumOperands(); ++r)
         hasResults |= roleOfResult(r) == role;
       if (!hasResults)

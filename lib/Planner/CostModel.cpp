@@ -862,9 +862,13 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
       double w = layers * layerWeight;
       if (vs == 0) {
         f += embed.forward + embed.tpComm + exposedWeightGather(embed, false);
-        b += embed.backwardInput + embed.backwardWeight + embed.tpComm +
-             exposedWeightGather(embed, true) +
-             exposedRegather(plan, embed, false);
+        // Under ZB-H1 the first stage's W step runs the embedding's whole
+        // backward, from the input gradient its B step keeps
+        // (-weft-split-backward).
+        (zb && p > 1 ? w : b) += embed.backwardInput + embed.backwardWeight +
+                                 embed.tpComm +
+                                 exposedWeightGather(embed, true) +
+                                 exposedRegather(plan, embed, false);
       }
       if (vs == p * v - 1) {
         f += head.forward + head.tpComm + exposedWeightGather(head, false);

@@ -94,8 +94,9 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   // stage and the head's (and the loss's) on the last.
   llvm::SmallVector<double, 8> chunkBytes(size_t(v), 0);
   // Under ZB-H1, what each chunk keeps from its B step to its W step: what
-  // W reads. The first virtual stage sends no gradient: its B computes
-  // nothing, and it keeps all for W, and the gradient it received.
+  // W reads. (The first virtual stage sends no gradient, yet its B computes
+  // the input gradients as the others' do, down to the embedding's, which
+  // its W reads: -weft-split-backward.)
   llvm::SmallVector<double, 8> pastBackwardBytes(size_t(v), 0);
   const bool weightSteps = plan.schedule() == plan::SCHEDULE_ZB_H1 && p > 1;
   for (int c = 0; c < v; ++c) {
@@ -110,12 +111,12 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
       bytes += b.embedding.savedBytes;
     if (vs == p * v - 1)
       bytes += b.head.savedBytes;
-    if (vs == 0)
-      pastBackwardBytes[size_t(c)] = bytes + b.layer.inputBytes;
-    else
-      pastBackwardBytes[size_t(c)] =
-          layers * b.layer.weightGradientReadBytes +
-          (vs == p * v - 1 ? b.head.weightGradientReadBytes : 0);
+    // The first stage's W also runs the embedding's whole backward, from
+    // the gradient B leaves at the first layer's input.
+    pastBackwardBytes[size_t(c)] =
+        layers * b.layer.weightGradientReadBytes +
+        (vs == 0 ? b.embedding.savedBytes + b.layer.inputBytes : 0) +
+        (vs == p * v - 1 ? b.head.weightGradientReadBytes : 0);
   }
   // The micro-batches the schedule keeps at once (from a forward to the
   // micro-batch's last backward step), as its step list runs on this rank.

@@ -43,14 +43,28 @@
 // CHECK-SAME: -> (tensor<2x8x16xf32> {weft.gradient_to = 0 : i64}, tensor<32x16xf32> {weft.gradient_of = "wte"}
 // CHECK-NOT: func.func @lm_stage1_weight
 
-// ZB-H1: weight gradients are their own step (W). The first stage receives
-// nothing, so its input-gradient step has nothing to compute.
+// ZB-H1: weight gradients are their own step (W). The first stage sends no
+// gradient back, yet its B step computes the input gradients down to the
+// embedding's (no weight-gradient GEMM) and keeps them; its W step computes
+// the weight gradients from them, the embedding's included.
 // ZB: "<g1:0", "B0", "W0"
-// ZB-NOT: func.func @lm_stage0_backward
+// ZB-LABEL: func.func @lm_stage0_backward(
+// ZB-SAME: {weft.cotangent_of = 0 : i64}
+// ZB-SAME: -> (tensor<2x8x16xf32> {weft.saved = 3 : i64}, tensor<2x8x16xf32> {weft.saved = 4 : i64})
+// ZB-SAME: role = "backward"
+// ZB: %[[B1:.*]] = weft.layer "h.backward"({{.*}}) index 1
+// ZB-NOT: transpose_lhs
+// ZB: %[[B0:.*]] = weft.layer "h.backward"(%{{.*}}, %{{.*}}, %[[B1]]) index 0
+// ZB-NOT: transpose_lhs
+// ZB: return %[[B1]], %[[B0]]
 // ZB-LABEL: func.func @lm_stage0_weight(
 // ZB-SAME: {weft.cotangent_of = 0 : i64}
+// ZB-SAME: %[[DX:[^:]*]]: tensor<2x8x16xf32> {weft.saved = 4 : i64}
 // ZB-SAME: -> (tensor<16x16xf32> {weft.gradient_of = "h.1.w"}
 // ZB-SAME: role = "weight"
+// ZB: weft.layer "h.backward.weight"({{.*}}) index 1
+// ZB: weft.layer "h.backward.weight"({{.*}}) index 0
+// ZB: weft.matmul %{{.*}}, %[[DX]] transpose_lhs
 // ZB-LABEL: func.func @lm_stage1_backward(
 // ZB-SAME: -> (tensor<2x8x16xf32> {weft.gradient_to = 0 : i64}, {{[^{]*}}{weft.saved =
 // ZB-NOT: gradient_of
