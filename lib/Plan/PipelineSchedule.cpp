@@ -100,6 +100,31 @@ struct StageTimesRef {
 };
 } // namespace
 
+namespace {
+/// What a step waits for: the end of the forward (`forwards`) or backward of
+/// (virtual stage, micro-batch) `slot` (virtual stage x m + micro-batch),
+/// and a send after it when `sent`; nothing when `slot` is negative. A
+/// forward waits for the previous virtual stage's, a backward for the next
+/// one's (the last virtual stage's for its own forward), and a weight
+/// gradient for its own backward, on its rank.
+struct Wait {
+  bool forwards;
+  int64_t slot;
+  bool sent;
+};
+} // namespace
+
+static Wait waitOf(const PipelineStep &step, int s, int p, int stages, int m) {
+  const int vs = step.chunk * p + s;
+  const int64_t here = int64_t(vs) * m + step.microBatch;
+  if (step.kind == PipelineStep::Forward)
+    return vs > 0 ? Wait{true, here - m, true} : Wait{true, -1, false};
+  if (step.kind == PipelineStep::Backward)
+    return vs == stages - 1 ? Wait{true, here, false}
+                            : Wait{false, here + m, true};
+  return {false, here, false};
+}
+
 /// Runs each rank's compute steps in `order` with these times, a step
 /// starting when its rank is free and its input has arrived. With
 /// `withWeights` (ZB-H1's unit-time pass), `order` holds F and B only and
@@ -169,24 +194,15 @@ static double runOrder(const std::vector<std::vector<PipelineStep>> &order,
       const int s = down ? i : p - 1 - i;
       while (next[s] < order[s].size()) {
         const PipelineStep &step = order[s][next[s]];
-        int vs = step.chunk * p + s;
+        const Wait wait = waitOf(step, s, p, stages, m);
         double ready = 0;
-        if (step.kind == PipelineStep::Forward) {
-          if (vs > 0) {
-            double dep = fwdDone[size_t(vs - 1) * m + step.microBatch];
-            if (dep < 0)
-              break;
-            ready = dep + times.p2p;
-          }
-        } else if (step.kind == PipelineStep::Backward) {
-          double dep = vs == stages - 1
-                           ? fwdDone[size_t(vs) * m + step.microBatch]
-                           : bwdDone[size_t(vs + 1) * m + step.microBatch];
+        if (wait.slot >= 0) {
+          // (A W before its B deadlocks the order.)
+          double dep = (wait.forwards ? fwdDone : bwdDone)[size_t(wait.slot)];
           if (dep < 0)
             break;
-          ready = dep + (vs == stages - 1 ? 0 : times.p2p);
-        } else if (bwdDone[size_t(vs) * m + step.microBatch] < 0) {
-          break; // A W before its B: the order deadlocks.
+          if (step.kind != PipelineStep::WeightGrad)
+            ready = dep + (wait.sent ? times.p2p : 0);
         }
         if (placeWeights) {
           size_t waiting = pendingW[s].size() - pendingHead[s];
@@ -281,27 +297,17 @@ flattenOrder(const std::vector<std::vector<PipelineStep>> &order, int p, int v,
       for (size_t &at = next[s]; at < steps.size(); ++at) {
         const PipelineStep &step = steps[at];
         const int vs = step.chunk * p + s;
-        const size_t here = size_t(vs) * m + step.microBatch;
+        const Wait wait = waitOf(step, s, p, stages, m);
         int32_t dependency = -1;
-        bool sent = false;
-        if (step.kind == PipelineStep::Forward) {
-          if (vs > 0) {
-            dependency = fwdAt[here - m];
-            if (dependency < 0)
-              break;
-            sent = true;
-          }
-        } else if (step.kind == PipelineStep::Backward) {
-          dependency = vs == stages - 1 ? fwdAt[here] : bwdAt[here + m];
+        if (wait.slot >= 0) {
+          dependency = (wait.forwards ? fwdAt : bwdAt)[size_t(wait.slot)];
           if (dependency < 0)
             break;
-          sent = vs != stages - 1;
-        } else if (bwdAt[here] < 0) {
-          break; // A W before its B.
         }
         const int kind = step.kind == PipelineStep::Forward    ? 0
                          : step.kind == PipelineStep::Backward ? 1
                                                                : 2;
+        const size_t here = size_t(vs) * m + step.microBatch;
         if (kind == 0)
           fwdAt[here] = index;
         else if (kind == 1)
@@ -309,7 +315,7 @@ flattenOrder(const std::vector<std::vector<PipelineStep>> &order, int p, int v,
         // A weight gradient waits for its backward on the same rank, which
         // the rank's order already puts before it: no dependency to time.
         flat.steps[size_t(index++)] = {s, kind * stages + vs,
-                                       kind == 2 ? -1 : dependency, sent};
+                                       kind == 2 ? -1 : dependency, wait.sent};
         --remaining;
         progress = true;
       }
