@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -267,7 +268,9 @@ struct FlatOrder {
 /// computeStepOrder's lists and their flat order.
 struct CachedOrder {
   std::vector<std::vector<PipelineStep>> order;
-  FlatOrder flat;
+  /// Recorded when the list is first timed (the memory model's counts read
+  /// lists that are never timed).
+  std::optional<FlatOrder> flat;
 };
 } // namespace
 
@@ -328,15 +331,15 @@ flattenOrder(const std::vector<std::vector<PipelineStep>> &order, int p, int v,
   return flat;
 }
 
-/// computeStepOrder's lists and their flat order, computed once per
-/// (schedule, p, v, m) on each thread: the search times the same schedule
-/// under many plans, and a list is O(p v m) to build (ZB-H1's with a
-/// unit-time run). Up to four million steps are kept (about 100 MB): a
+/// computeStepOrder's lists (and, once timed, their flat order), computed
+/// once per (schedule, p, v, m) on each thread: the search times the same
+/// schedule under many plans, and a list is O(p v m) to build (ZB-H1's with
+/// a unit-time run). Up to four million steps are kept (20 bytes a step in
+/// the lists, 16 more in a flat order: at most about 150 MB): a
 /// search of a 530B model on 5,128 GPUs times about 800 lists of 3.7
 /// million steps in all, and rebuilding them cost it a tenth of its time
 /// when a few hundred lists were kept.
-static const CachedOrder &cachedOrder(plan::Schedule schedule, int p, int v,
-                                      int m) {
+static CachedOrder &cachedOrder(plan::Schedule schedule, int p, int v, int m) {
   using Key = std::tuple<int, int, int, int>;
   thread_local std::map<Key, CachedOrder> cache;
   thread_local size_t cachedSteps = 0;
@@ -347,8 +350,9 @@ static const CachedOrder &cachedOrder(plan::Schedule schedule, int p, int v,
     return found->second;
   CachedOrder entry;
   entry.order = computeStepOrder(schedule, p, v, m);
-  entry.flat = flattenOrder(entry.order, p, v, m);
-  size_t steps = entry.flat.steps.size();
+  size_t steps = 0;
+  for (const std::vector<PipelineStep> &rank : entry.order)
+    steps += rank.size();
   if (cachedSteps + steps > kMostSteps) {
     cache.clear();
     cachedSteps = 0;
@@ -493,13 +497,15 @@ double planner::simulatePipelineExactly(plan::Schedule schedule, int p, int v,
                                         const std::vector<double> &weight,
                                         double p2p,
                                         std::vector<TimelineEvent> *timeline) {
-  const CachedOrder &cached = cachedOrder(schedule, p, v, m);
+  CachedOrder &cached = cachedOrder(schedule, p, v, m);
   if (timeline)
     return runOrder(cached.order, p, v, m, {forward, backward, weight, p2p},
                     nullptr, timeline);
   // The flat order times each step once, as runOrder would: it starts when
   // its rank is free and what it waits for has ended (and been sent).
-  const FlatOrder &flat = cached.flat;
+  if (!cached.flat)
+    cached.flat = flattenOrder(cached.order, p, v, m);
+  const FlatOrder &flat = *cached.flat;
   if (flat.deadlocks)
     return std::numeric_limits<double>::infinity();
   const size_t stages = size_t(p) * v;
