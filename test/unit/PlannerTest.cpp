@@ -621,6 +621,24 @@ TEST(PlannerSearch, RelativeBoundIsBelowTheMeasuredBound) {
   EXPECT_GT(loosest, 0.12);
 }
 
+// A built-in model's source as weft plan builds it (two layers whole).
+ModelSource builtModel(const plan::ModelSpec &spec) {
+  ModelSource source;
+  source.buildLayers = [spec](mlir::MLIRContext &ctx, int64_t batch,
+                              int64_t seq, int64_t layers) {
+    TransformerShape shape;
+    shape.batch = batch;
+    shape.seq = seq;
+    shape.layers = layers;
+    return buildTransformer(ctx, spec, shape);
+  };
+  source.build = [build = source.buildLayers](mlir::MLIRContext &ctx,
+                                              int64_t batch, int64_t seq) {
+    return build(ctx, batch, seq, 2);
+  };
+  return source;
+}
+
 // The regathers the time model counts (OpRecord::regathered and
 // gradientRegathered, found on the forward rank program) are the gathers
 // the training step's backward runs beyond the transposes of the forward
@@ -637,20 +655,7 @@ TEST(PlannerTime, RegathersAreTheBackwardsGathers) {
       plan::ModelSpec spec = *lookupPreset(preset);
       plan::TrainingConfig training = megatron2022(2);
       training.set_dropout(false);
-      ModelSource source;
-      source.buildLayers = [spec](mlir::MLIRContext &ctx, int64_t batch,
-                                  int64_t seq, int64_t layers) {
-        TransformerShape shape;
-        shape.batch = batch;
-        shape.seq = seq;
-        shape.layers = layers;
-        return buildTransformer(ctx, spec, shape);
-      };
-      source.build = [build = source.buildLayers](mlir::MLIRContext &ctx,
-                                                  int64_t batch, int64_t seq) {
-        return build(ctx, batch, seq, 2);
-      };
-      RankProgramBuilder programs(context, source, training);
+      RankProgramBuilder programs(context, builtModel(spec), training);
       std::string error;
       ProgramShape shape;
       shape.tp = 4;
@@ -731,20 +736,7 @@ TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
       plan::TrainingConfig training = megatron2022(2);
       training.set_dropout(false);
       training.set_flash_attention(true);
-      ModelSource source;
-      source.buildLayers = [spec](mlir::MLIRContext &ctx, int64_t batch,
-                                  int64_t seq, int64_t layers) {
-        TransformerShape shape;
-        shape.batch = batch;
-        shape.seq = seq;
-        shape.layers = layers;
-        return buildTransformer(ctx, spec, shape);
-      };
-      source.build = [build = source.buildLayers](mlir::MLIRContext &ctx,
-                                                  int64_t batch, int64_t seq) {
-        return build(ctx, batch, seq, 2);
-      };
-      RankProgramBuilder programs(context, source, training);
+      RankProgramBuilder programs(context, builtModel(spec), training);
       std::string error;
       ProgramShape shape;
       shape.tp = tp;
