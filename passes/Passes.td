@@ -537,7 +537,10 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
     - the token embedding's vocabulary and the output layer's columns over `tp`.
     With `cp` > 1 the ring is load-balanced (`load-balance`, on by default): the function
     gets `weft.load_balanced = ["cp"]`, and the sequence is laid out so that rank `i`
-    holds chunks `i` and `2cp - 1 - i` of `2cp`.
+    holds chunks `i` and `2cp - 1 - i` of `2cp`. A causal attention's gradient
+    (`weft.attention_grad`, in a differentiated program) then gets its queries' and keys'
+    positions (`weft.iota`): its causal mask reads them, so its queries stay split with
+    the ring, as the forward's do.
     Weights and activations not named here get their shardings from
     `-weft-propagate-sharding`. Layers (`weft.layer`) stay regions: each layer's residual
     input and output are annotated at its boundary (the body's first argument gets its

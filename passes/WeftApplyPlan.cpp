@@ -432,6 +432,26 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         return signalPassFailure();
   }
 
+  /// Rebuilds a causal weft.attention_grad with its queries' and keys'
+  /// positions (0, 1, ...): the same mask, which then splits with them.
+  static void givePositions(AttentionGradOp grad) {
+    OpBuilder b(grad);
+    Location loc = grad.getLoc();
+    auto positions = [&](Value x) -> Value {
+      int64_t n = cast<RankedTensorType>(x.getType()).getDimSize(2);
+      return IotaOp::create(b, loc, RankedTensorType::get({n}, b.getI64Type()),
+                            0);
+    };
+    auto with = AttentionGradOp::create(
+        b, loc, grad.getQ(), grad.getK(), grad.getV(), grad.getResultGrad(),
+        grad.getMask(), positions(grad.getQ()), positions(grad.getK()),
+        grad.getScaleAttr(), grad.getCausalAttr());
+    for (NamedAttribute attr : grad->getDiscardableAttrs())
+      with->setAttr(attr.getName(), attr.getValue());
+    grad->replaceAllUsesWith(with);
+    grad->erase();
+  }
+
   /// Annotates one function (the model, or one pipeline stage) under `d`.
   /// `anySeq` and `anyHidden` are the module's, for a function without
   /// attention or layers of its own.
@@ -584,6 +604,17 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       if (d.cp > 1)
         att->setAttr(WeftDialect::getContextParallelAttrName(),
                      mb.getStrArrayAttr({"cp"}));
+    }
+    // A causal attention's gradient keeps its queries split over cp, as the
+    // ring keeps them: its causal mask then needs their positions.
+    if (d.cp > 1) {
+      SmallVector<AttentionGradOp> grads;
+      func.walk([&](AttentionGradOp op) {
+        if (op.getCausal() && !op.getQPositions())
+          grads.push_back(op);
+      });
+      for (AttentionGradOp grad : grads)
+        givePositions(grad);
     }
 
     // Megatron's tensor parallelism on the weights (or AxoNN's 3-D).

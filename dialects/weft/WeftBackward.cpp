@@ -365,12 +365,7 @@ BackwardCost FusionOp::estimateBackwardCost(TypeRange operandTypes,
   return cost;
 }
 
-/// Flash attention's backward recomputes the scores and runs four GEMMs
-/// where the forward runs two: about 2.5 times the forward's work.
-static constexpr double kAttentionBackward = 2.5;
-
-/// What fused attention keeps for its backward (Q, K, V and its output),
-/// and its backward's cost: no weights, kAttentionBackward x the forward.
+/// What fused attention keeps for its backward: Q, K and V.
 template <typename AttentionLike>
 static void saveAttention(AttentionLike op,
                           SmallVectorImpl<SavedTensor> &saved) {
@@ -378,24 +373,29 @@ static void saveAttention(AttentionLike op,
   save(saved, op.getK());
   save(saved, op.getV());
 }
-static BackwardCost attentionBackward(const OpCost &forward) {
+/// Its backward is weft.attention_grad's cost: no weights.
+static BackwardCost attentionBackward(TypeRange operandTypes,
+                                      TypeRange resultTypes, bool causal,
+                                      bool positions) {
   BackwardCost cost;
-  cost.inputGradient = forward.scaled(kAttentionBackward);
+  cost.inputGradient = estimateAttentionGradientCost(
+      operandTypes, resultTypes.front(), causal, positions);
   cost.weightGradient.kernels = 0;
   return cost;
 }
 
-// Its backward (AttentionOp::buildGradients) recomputes the scores and the
-// output from q, k and v, which is all it reads: the output is not kept
-// (FlashAttention's backward reads it and the row log-sum-exps instead of
-// recomputing them; where the output projection reads it, it is kept anyway).
+// Its backward (weft.attention_grad, which AttentionOp::buildGradients
+// builds) recomputes the probabilities from q and k, and reads v: the output
+// is not kept (FlashAttention's backward reads it and the row log-sum-exps
+// instead of recomputing them; where the output projection reads it, it is
+// kept anyway).
 void AttentionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   saveAttention(*this, saved);
 }
 
 BackwardCost AttentionOp::estimateBackwardCost(TypeRange operandTypes,
                                                TypeRange resultTypes) {
-  return attentionBackward(estimateCost(operandTypes, resultTypes));
+  return attentionBackward(operandTypes, resultTypes, getCausal(), false);
 }
 
 bool AttentionOp::isAttentionCore() { return true; }
@@ -410,7 +410,8 @@ void AttentionBlockOp::getSavedForBackward(
 
 BackwardCost AttentionBlockOp::estimateBackwardCost(TypeRange operandTypes,
                                                     TypeRange resultTypes) {
-  return attentionBackward(estimateCost(operandTypes, resultTypes));
+  return attentionBackward(operandTypes, resultTypes, getCausal(),
+                           bool(getQPositions()));
 }
 
 bool AttentionBlockOp::isAttentionCore() { return true; }

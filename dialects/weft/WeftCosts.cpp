@@ -169,6 +169,29 @@ static OpCost fusedAttentionCost(TypeRange operandTypes, TypeRange resultTypes,
   return cost;
 }
 
+static constexpr double kAttentionBackward = 2.5;
+
+OpCost weft::estimateAttentionGradientCost(TypeRange forwardOperands,
+                                           Type output, bool causal,
+                                           bool positions) {
+  OpCost cost =
+      fusedAttentionCost(forwardOperands, TypeRange{output}, causal, positions);
+  cost.flops *= kAttentionBackward;
+  cost.bytesRead += getTensorBytes(output);
+  cost.bytesWritten = bytesOf(forwardOperands.take_front(3));
+  return cost;
+}
+
+OpCost AttentionGradOp::estimateCost(TypeRange operandTypes,
+                                     TypeRange resultTypes) {
+  // The forward's operands are this op's but the output's gradient (#3).
+  SmallVector<Type> forward(operandTypes.begin(), operandTypes.end());
+  Type output = forward[3];
+  forward.erase(forward.begin() + 3);
+  return estimateAttentionGradientCost(forward, output, getCausal(),
+                                       bool(getQPositions()));
+}
+
 OpCost AttentionOp::estimateCost(TypeRange operandTypes,
                                  TypeRange resultTypes) {
   return fusedAttentionCost(operandTypes, resultTypes, getCausal(), false);

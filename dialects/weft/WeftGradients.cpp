@@ -726,10 +726,28 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
 // (gradients)
 //===----------------------------------------------------------------------===//
 
-// Recompute the decomposed attention (the core selective recomputation
-// reruns) and differentiate it: dV = Pᵀ dO, dP = dO Vᵀ, dS = P (dP - Σ dP P),
-// dQ = s dS K, dK = s dSᵀ Q, with grouped heads summed back.
+// Attention's gradient is one fused op, weft.attention_grad (FlashAttention's
+// backward: the probabilities recomputed per query row from q and k, never
+// kept whole). Two forms it does not cover are differentiated through the
+// decomposed attention instead: dropout (the mask is drawn in the
+// decomposition) and a mask that takes a gradient itself.
 LogicalResult AttentionOp::buildGradients(GradientState &state) {
+  Value dy = state.gradient(getResult());
+  if (!dy)
+    return success();
+  bool maskGradient = getMask() && state.needsGradient(getMask());
+  if (!getDropout() && !maskGradient) {
+    auto grad = AttentionGradOp::create(
+        state.builder(), getLoc(), getQ(), getK(), getV(), dy, getMask(),
+        Value(), Value(), getScaleAttr(), getCausalAttr());
+    Value operands[] = {getQ(), getK(), getV()};
+    for (auto [operand, gradient] : llvm::zip(operands, grad.getResults()))
+      state.accumulate(getLoc(), operand, gradient);
+    return success();
+  }
+  // Recompute the decomposed attention and differentiate it: dV = Pᵀ dO,
+  // dP = dO Vᵀ, dS = P (dP - Σ dP P), dQ = s dS K, dK = s dSᵀ Q, with grouped
+  // heads summed back.
   OpBuilder &b = state.builder();
   Operation *marker = insertionMarker(b);
   Value out = buildDecomposedAttention(b, *this);
@@ -739,7 +757,7 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
   for (Value operand : getOperands())
     if (state.needsGradient(operand))
       local.markActive(operand);
-  local.setGradient(out, state.gradient(getResult()));
+  local.setGradient(out, dy);
   if (failed(differentiateOps(local, ops)))
     return failure();
   for (Value operand : getOperands())

@@ -221,6 +221,24 @@ std::string ShardingRule::str() const {
                           [&](int64_t factor) { os << name(factor); });
     os << '}';
   }
+  bool anySums =
+      llvm::any_of(resultSums, [](const auto &f) { return !f.empty(); });
+  if (anySums) {
+    // Which result sums over which factors: "sums={1: i*k, 2: i*k}".
+    os << " sums={";
+    bool first = true;
+    for (auto [result, factors] : llvm::enumerate(resultSums)) {
+      if (factors.empty())
+        continue;
+      if (!first)
+        os << ", ";
+      first = false;
+      os << result << ": ";
+      llvm::interleave(
+          factors, os, [&](int64_t factor) { os << name(factor); }, "*");
+    }
+    os << '}';
+  }
   SmallVector<int64_t> blockedFactors;
   for (int64_t factor : order)
     if (isBlocked(factor))

@@ -438,23 +438,58 @@ LogicalResult AttentionBlockOp::inferReturnTypes(
   return success();
 }
 
-LogicalResult AttentionBlockOp::verify() {
-  Value qPositions = getQPositions(), kPositions = getKPositions();
+/// Positions of the queries and keys (attention_block, attention_grad): both
+/// or neither, vectors of `seq` and `kv_seq` elements.
+static LogicalResult verifyPositions(Operation *op, Value qPositions,
+                                     Value kPositions, int64_t seq,
+                                     int64_t kvSeq) {
   if (bool(qPositions) != bool(kPositions))
-    return emitOpError("q_positions and k_positions are given together");
+    return op->emitOpError("q_positions and k_positions are given together");
   if (!qPositions)
     return success();
   auto check = [&](Value positions, StringRef name,
                    int64_t size) -> LogicalResult {
     auto type = cast<RankedTensorType>(positions.getType());
     if (type.getRank() != 1 || type.getDimSize(0) != size)
-      return emitOpError() << name << " must be a vector of " << size
-                           << " positions, got " << type;
+      return op->emitOpError() << name << " must be a vector of " << size
+                               << " positions, got " << type;
     return success();
   };
-  if (failed(check(qPositions, "q_positions", getQ().getType().getDimSize(2))))
+  if (failed(check(qPositions, "q_positions", seq)))
     return failure();
-  return check(kPositions, "k_positions", getK().getType().getDimSize(2));
+  return check(kPositions, "k_positions", kvSeq);
+}
+
+LogicalResult AttentionBlockOp::verify() {
+  return verifyPositions(*this, getQPositions(), getKPositions(),
+                         getQ().getType().getDimSize(2),
+                         getK().getType().getDimSize(2));
+}
+
+// The gradients have q's, k's and v's types; the output's gradient, the
+// attention output's.
+LogicalResult AttentionGradOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  auto output = inferAttentionOutput(location, adaptor.getQ(), adaptor.getK(),
+                                     adaptor.getV(), adaptor.getMask(),
+                                     adaptor.getScaleAttr());
+  if (failed(output))
+    return failure();
+  if (adaptor.getResultGrad().getType() != *output)
+    return emitOptionalError(
+        location, "result_grad must have the attention output's type ", *output,
+        ", got ", adaptor.getResultGrad().getType());
+  inferred.push_back(adaptor.getQ().getType());
+  inferred.push_back(adaptor.getK().getType());
+  inferred.push_back(adaptor.getV().getType());
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  return verifyPositions(*this, getQPositions(), getKPositions(),
+                         getQ().getType().getDimSize(2),
+                         getK().getType().getDimSize(2));
 }
 
 //===----------------------------------------------------------------------===//

@@ -664,6 +664,61 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
   let hasVerifier = 1;
 }
 
+def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRule, Pure,
+    AttrSizedOperandSegments, InferTypeOpAdaptor]> {
+  let summary = "The gradients of attention with respect to Q, K and V, fused.";
+  let description = [{
+    The vector-Jacobian product of `weft.attention` (FlashAttention's backward, Dao et
+    al. 2022): given the gradient `result_grad` that reached the attention's output, the
+    gradients of `q`, `k` and `v`. Per query row it recomputes the probabilities `P =
+    softmax(scale · Q Kᵀ + mask)` from `q` and `k`, and with `dP = dO Vᵀ` and `D =
+    rowsum(P ∘ dP)`:
+
+    `dV = Pᵀ dO`, `dS = P ∘ (dP - D)`, `dQ = scale · dS K`, `dK = scale · dSᵀ Q`,
+
+    with a grouped KV head's `dK` and `dV` summed over its query heads. Nothing of size
+    `seq × kv_seq` is kept, and under `causal` only the visible half of the pairs is
+    computed. `-weft-differentiate` builds it as `weft.attention`'s gradient (attention
+    without dropout, whose mask takes no gradient); its cost is the cost model's
+    attention backward.
+
+    Shapes, grouped KV heads, `mask` and `causal` are as in `weft.attention`;
+    `q_positions` and `k_positions` are as in `weft.attention_block`: with them, a
+    causal query sequence splits across ranks like any other dimension. A query row
+    whose keys are all masked contributes nothing. The key sequence is contracted: where
+    the queries are split, each rank's `dK` and `dV` are partial sums over its queries.
+
+    ```mlir
+    %dq, %dk, %dv = weft.attention_grad %q, %k, %v grad %do positions %qp, %kp scale 0.125 causal
+        : (tensor<1x8x64x64xf32>, tensor<1x8x64x64xf32>, tensor<1x8x64x64xf32>,
+           tensor<1x8x64x64xf32>, tensor<64xi64>, tensor<64xi64>)
+          -> (tensor<1x8x64x64xf32>, tensor<1x8x64x64xf32>, tensor<1x8x64x64xf32>)
+    ```
+
+    **Constraints**
+    - `q`, `k`, `v` and `mask` are as for `weft.attention`;
+    - `result_grad` has the attention output's type, `[batch, heads, seq, v_head_dim]`
+      of `q`'s element type;
+    - `q_positions` and `k_positions` are given together, are integer vectors, and have
+      `seq` and `kv_seq` elements;
+    - `scale` is positive;
+    - the results have the types of `q`, `k` and `v`.
+  }];
+  let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
+                       Weft_FloatTensor:$result_grad, Optional<Weft_Tensor>:$mask,
+                       Optional<Weft_IntTensor>:$q_positions,
+                       Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
+                       UnitAttr:$causal);
+  let results = (outs Weft_FloatTensor:$q_grad, Weft_FloatTensor:$k_grad,
+                      Weft_FloatTensor:$v_grad);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)?
+    (`positions` $q_positions^ `,` $k_positions)? `scale` $scale (`causal` $causal^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Indexing and data movement
 //===----------------------------------------------------------------------===//

@@ -122,6 +122,10 @@ FailureOr<Operation *> weft::partitionByFactorRule(Operation *op,
   for (auto [i, r] : llvm::enumerate(op->getResults())) {
     TensorSharding s = projectSharding(rule.results[i], axes);
     s.partial = partial;
+    if (i < rule.resultSums.size())
+      for (int64_t f : rule.resultSums[i])
+        for (const std::string &axis : axes.axes[f])
+          s.partial.push_back(axis);
     copy->getResult(i).setType(state.localType(r, s));
     state.setResult(r, copy->getResult(i), s);
   }

@@ -146,9 +146,15 @@ ShardingRule RMSNormOp::getShardingRule() { return normRule(*this, getAxis()); }
 /// attention). A causal query sequence is position-dependent: blocked,
 /// unless the queries' positions are operands (attention_block), which
 /// split with them.
+///
+/// The gradient (`resultGrad`, weft.attention_grad) reads the output's
+/// gradient like the output and yields Q's, K's and V's gradients like them;
+/// the value dimension is contracted too (dP = dO Vᵀ), and K's and V's
+/// gradients sum over the queries and a KV head's group, which Q's keeps.
 static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
                                   Value maskValue, Value qPositions,
-                                  Value kPositions, bool causal, bool withLse) {
+                                  Value kPositions, bool causal, bool withLse,
+                                  Value resultGrad = Value()) {
   ShardingRule rule;
   ArrayRef<int64_t> q = shapeOf(qValue), k = shapeOf(kValue),
                     v = shapeOf(vValue);
@@ -169,6 +175,10 @@ static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
   rule.operands.push_back({{batch}, queryHeads, {seq}, {headDim}});
   rule.operands.push_back({{batch}, {kvHeads}, {kvSeq}, {headDim}});
   rule.operands.push_back({{batch}, {kvHeads}, {kvSeq}, {valueDim}});
+  if (resultGrad) {
+    rule.block(valueDim);
+    rule.operands.push_back({{batch}, queryHeads, {seq}, {valueDim}});
+  }
   if (Value mask = maskValue) {
     SmallVector<ShardingRule::DimFactors> space = {
         {batch}, queryHeads, {seq}, {kvSeq}};
@@ -186,6 +196,16 @@ static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
     rule.operands.push_back({{seq}});
     rule.operands.push_back({{kvSeq}});
   }
+  if (resultGrad) {
+    rule.results.push_back({{batch}, queryHeads, {seq}, {headDim}});
+    rule.results.push_back({{batch}, {kvHeads}, {kvSeq}, {headDim}});
+    rule.results.push_back({{batch}, {kvHeads}, {kvSeq}, {valueDim}});
+    SmallVector<int64_t, 2> queries = {seq};
+    if (q[1] != k[1])
+      queries.push_back(group);
+    rule.resultSums = {{}, queries, queries};
+    return rule;
+  }
   rule.results.push_back({{batch}, queryHeads, {seq}, {valueDim}});
   if (withLse)
     rule.results.push_back({{batch}, queryHeads, {seq}, {}});
@@ -200,6 +220,12 @@ ShardingRule AttentionOp::getShardingRule() {
 ShardingRule AttentionBlockOp::getShardingRule() {
   return attentionRule(getQ(), getK(), getV(), getMask(), getQPositions(),
                        getKPositions(), getCausal(), /*withLse=*/true);
+}
+
+ShardingRule AttentionGradOp::getShardingRule() {
+  return attentionRule(getQ(), getK(), getV(), getMask(), getQPositions(),
+                       getKPositions(), getCausal(), /*withLse=*/false,
+                       getResultGrad());
 }
 
 /// Embedding: the vocabulary is gathered from (blocked here; the partitioner

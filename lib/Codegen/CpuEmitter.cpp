@@ -228,6 +228,20 @@ LogicalResult Emitter::emitOp(Operation *op) {
         assign(a.getLse(), "std::move(" + block + ".lse)");
         return success();
       })
+      .Case([&](AttentionGradOp a) {
+        std::string grads = "grads" + std::to_string(counter++);
+        os << "  AttentionGradients " << grads << " = attentionGrad("
+           << name(a.getQ()) << ", " << name(a.getK()) << ", " << name(a.getV())
+           << ", " << name(a.getResultGrad()) << ", " << optional(a.getMask())
+           << ", " << optional(a.getQPositions()) << ", "
+           << optional(a.getKPositions()) << ", "
+           << floatLiteral(a.getScale().convertToFloat()) << ", "
+           << (a.getCausal() ? "true" : "false") << ");\n";
+        assign(a.getQGrad(), "std::move(" + grads + ".q)");
+        assign(a.getKGrad(), "std::move(" + grads + ".k)");
+        assign(a.getVGrad(), "std::move(" + grads + ".v)");
+        return success();
+      })
       .Case([&](LayerNormOp n) {
         assign(n.getResult(),
                "normalize(" + name(n.getInput()) + ", " + name(n.getScale()) +

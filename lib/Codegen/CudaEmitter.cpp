@@ -516,6 +516,19 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << tensor(a.getResult()) << ", " << tensor(a.getLse()) << ");\n";
         return success();
       })
+      .Case([&](AttentionGradOp a) {
+        for (Value grad : a.getResults())
+          define(grad, os);
+        os << "  attentionGrad(ctx, " << tensor(a.getQ()) << ", "
+           << tensor(a.getK()) << ", " << tensor(a.getV()) << ", "
+           << tensor(a.getResultGrad()) << ", " << optional(a.getMask()) << ", "
+           << optional(a.getQPositions()) << ", " << optional(a.getKPositions())
+           << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
+           << (a.getCausal() ? "true" : "false") << ", " << tensor(a.getQGrad())
+           << ", " << tensor(a.getKGrad()) << ", " << tensor(a.getVGrad())
+           << ");\n";
+        return success();
+      })
       .Case([&](EmbeddingOp e) {
         std::string o = out();
         os << "  gather(ctx, " << tensor(e.getTable()) << ", "

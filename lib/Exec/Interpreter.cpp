@@ -473,6 +473,18 @@ LogicalResult Interpreter::run(Operation *op) {
         set(a.getLse(), std::move(block.lse));
         return success();
       })
+      .Case([&](AttentionGradOp a) {
+        auto optional = [&](Value v) { return v ? &get(v) : nullptr; };
+        rt::AttentionGradients grads = rt::attentionGrad(
+            get(a.getQ()), get(a.getK()), get(a.getV()), get(a.getResultGrad()),
+            optional(a.getMask()), optional(a.getQPositions()),
+            optional(a.getKPositions()), a.getScale().convertToFloat(),
+            a.getCausal());
+        set(a.getQGrad(), std::move(grads.q));
+        set(a.getKGrad(), std::move(grads.k));
+        set(a.getVGrad(), std::move(grads.v));
+        return success();
+      })
       .Case([&](EmbeddingOp e) {
         return setOrFail(op, e.getResult(),
                          rt::gather(get(e.getTable()), get(e.getIndices()), 0));

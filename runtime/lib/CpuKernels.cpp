@@ -556,13 +556,82 @@ HostTensor linear(const HostTensor &input, const HostTensor &weight,
   return out;
 }
 
+namespace {
+/// What hides a key from a query in attention: a causal mask by position
+/// (ring blocks) or by index (top-left aligned), and a mask tensor read
+/// through broadcast strides, never expanded.
+struct AttentionMasks {
+  AttentionMasks(const HostTensor *mask, const HostTensor *qPositions,
+                 const HostTensor *kPositions, bool causal, const Shape &space)
+      : mask(mask), qPositions(qPositions), kPositions(kPositions),
+        byPosition(causal && qPositions), byIndex(causal && !qPositions) {
+    if (mask)
+      strides = broadcastStrides(mask->shape, space);
+  }
+  /// The keys a block of query rows from `i0` up to `i0 + rows` can see:
+  /// all, or (causal by index) up to its last row.
+  int64_t keysFor(int64_t i0, int64_t rows, int64_t kvSeq) const {
+    return byIndex ? std::min(kvSeq, i0 + rows) : kvSeq;
+  }
+  /// Turns query `i`'s scaled scores over `keys` keys (of head `h` in batch
+  /// `b`) into probabilities in place, zero where masked. Returns the row's
+  /// log-sum-exp, or -inf, leaving the row as it is, where every key is
+  /// masked.
+  float softmaxRow(int64_t b, int64_t h, int64_t i, float *row,
+                   int64_t keys) const {
+    const float negInf = -std::numeric_limits<float>::infinity();
+    int64_t visible = byIndex ? std::min(keys, i + 1) : keys;
+    if (byPosition)
+      for (int64_t j = 0; j < keys; ++j)
+        if (kPositions->ints[j] > qPositions->ints[i])
+          row[j] = negInf;
+    if (mask) {
+      const int64_t base = b * strides[0] + h * strides[1] + i * strides[2];
+      const int64_t step = strides[3];
+      if (mask->isFloat()) {
+        const float *m = mask->floats.data() + base;
+        for (int64_t j = 0; j < visible; ++j)
+          row[j] += m[j * step];
+      } else {
+        const int64_t *m = mask->ints.data() + base;
+        for (int64_t j = 0; j < visible; ++j)
+          if (m[j * step] == 0)
+            row[j] = negInf;
+      }
+    }
+    float max = negInf;
+    for (int64_t j = 0; j < visible; ++j)
+      max = std::max(max, row[j]);
+    if (max == negInf)
+      return negInf;
+    double sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      float e = std::exp(row[j] - max);
+      row[j] = e;
+      sum += e;
+    }
+    float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < visible; ++j)
+      row[j] *= inv;
+    std::fill(row + visible, row + keys, 0.0f);
+    return static_cast<float>(max + std::log(sum));
+  }
+
+  const HostTensor *mask, *qPositions, *kPositions;
+  bool byPosition, byIndex;
+  std::vector<int64_t> strides;
+};
+} // namespace
+
+/// Attention's query rows go in blocks of this many.
+static constexpr int64_t kAttentionRows = 128;
+
 /// Attention per head, in blocks of query rows: for each block, the scores
 /// against the keys it can see (a causal block sees keys up to its last
 /// row, so the upper triangle is neither multiplied nor stored), a softmax
 /// over each row with one exp per score (rows in parallel), and the block's
-/// output. A mask is read through broadcast strides, never expanded. With
-/// `lse`, also each row's log-sum-exp, and rows whose keys are all masked are
-/// zero with lse -1e30 (the block form of ring attention).
+/// output. With `lse`, also each row's log-sum-exp, and rows whose keys are
+/// all masked are zero with lse -1e30 (the block form of ring attention).
 static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
                                 const HostTensor &v, const HostTensor *mask,
                                 const HostTensor *qPositions,
@@ -576,15 +645,9 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
       HostTensor::uninitialized(q.dtype, {batch, heads, seq, vDim});
   if (lse)
     *lse = HostTensor::uninitialized(DType::F32, {batch, heads, seq, 1});
-  // Causal by position (ring blocks) or by index (top-left aligned).
-  bool byPosition = causal && qPositions;
-  bool byIndex = causal && !qPositions;
-  std::vector<int64_t> maskStrides;
-  if (mask)
-    maskStrides = broadcastStrides(mask->shape, {batch, heads, seq, kvSeq});
-  constexpr int64_t kRows = 128;
-  std::vector<float> scores(std::min(seq, kRows) * kvSeq);
-  const float negInf = -std::numeric_limits<float>::infinity();
+  AttentionMasks masks(mask, qPositions, kPositions, causal,
+                       {batch, heads, seq, kvSeq});
+  std::vector<float> scores(std::min(seq, kAttentionRows) * kvSeq);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
       int64_t kvh = h / group;
@@ -593,11 +656,9 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
       const float *vp = v.floats.data() + ((b * kvHeads + kvh) * kvSeq) * vDim;
       float *op = out.floats.data() + ((b * heads + h) * seq) * vDim;
       float *lp = lse ? lse->floats.data() + (b * heads + h) * seq : nullptr;
-      for (int64_t i0 = 0; i0 < seq; i0 += kRows) {
-        int64_t rows = std::min(kRows, seq - i0);
-        // Keys this block can see: all, or (causal by index) up to its last
-        // row.
-        int64_t keys = byIndex ? std::min(kvSeq, i0 + rows) : kvSeq;
+      for (int64_t i0 = 0; i0 < seq; i0 += kAttentionRows) {
+        int64_t rows = std::min(kAttentionRows, seq - i0);
+        int64_t keys = masks.keysFor(i0, rows, kvSeq);
         if (keys == 0) {
           std::fill(op + i0 * vDim, op + (i0 + rows) * vDim, 0.0f);
           if (lp)
@@ -613,30 +674,8 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
               for (int64_t r = begin; r < end; ++r) {
                 int64_t i = i0 + r;
                 float *row = scores.data() + r * keys;
-                int64_t visible = byIndex ? std::min(keys, i + 1) : keys;
-                if (byPosition)
-                  for (int64_t j = 0; j < keys; ++j)
-                    if (kPositions->ints[j] > qPositions->ints[i])
-                      row[j] = negInf;
-                if (mask) {
-                  const int64_t base = b * maskStrides[0] + h * maskStrides[1] +
-                                       i * maskStrides[2];
-                  const int64_t step = maskStrides[3];
-                  if (mask->isFloat()) {
-                    const float *m = mask->floats.data() + base;
-                    for (int64_t j = 0; j < visible; ++j)
-                      row[j] += m[j * step];
-                  } else {
-                    const int64_t *m = mask->ints.data() + base;
-                    for (int64_t j = 0; j < visible; ++j)
-                      if (m[j * step] == 0)
-                        row[j] = negInf;
-                  }
-                }
-                float max = negInf;
-                for (int64_t j = 0; j < visible; ++j)
-                  max = std::max(max, row[j]);
-                if (max == negInf) {
+                float rowLse = masks.softmaxRow(b, h, i, row, keys);
+                if (rowLse == -std::numeric_limits<float>::infinity()) {
                   // Every key masked: a zero row in the block form (the merge
                   // weighs it by 0); otherwise NaN, as softmax(-inf, ...) is.
                   std::fill(row, row + keys,
@@ -644,20 +683,9 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
                                 : std::numeric_limits<float>::quiet_NaN());
                   if (lp)
                     lp[i] = -1e30f;
-                  continue;
+                } else if (lp) {
+                  lp[i] = rowLse;
                 }
-                double sum = 0;
-                for (int64_t j = 0; j < visible; ++j) {
-                  float e = std::exp(row[j] - max);
-                  row[j] = e;
-                  sum += e;
-                }
-                float inv = static_cast<float>(1.0 / sum);
-                for (int64_t j = 0; j < visible; ++j)
-                  row[j] *= inv;
-                std::fill(row + visible, row + keys, 0.0f);
-                if (lp)
-                  lp[i] = static_cast<float>(max + std::log(sum));
               }
             });
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, vDim, keys,
@@ -688,6 +716,90 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
   block.output = attentionImpl(q, k, v, mask, qPositions, kPositions, scale,
                                causal, &block.lse);
   return block;
+}
+
+/// Attention's backward per head, in blocks of query rows as the forward:
+/// the block's probabilities P recomputed over the keys it can see, dP =
+/// dO Vᵀ, dS = P (dP - rowsum(P dP)); then dQ = scale dS K for the block's
+/// rows, and dK += scale dSᵀ Q, dV += Pᵀ dO into the KV head's sums (f32),
+/// so that only one block's [rows, keys] is ever held.
+AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
+                                 const HostTensor &v, const HostTensor &dout,
+                                 const HostTensor *mask,
+                                 const HostTensor *qPositions,
+                                 const HostTensor *kPositions, float scale,
+                                 bool causal) {
+  ProfileScope profile("attention_grad");
+  int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
+          dim = q.shape[3];
+  int64_t kvHeads = k.shape[1], kvSeq = k.shape[2], vDim = v.shape[3];
+  int64_t group = heads / kvHeads;
+  AttentionGradients grads;
+  grads.q = HostTensor(q.dtype, q.shape);
+  grads.k = HostTensor(k.dtype, k.shape);
+  grads.v = HostTensor(v.dtype, v.shape);
+  AttentionMasks masks(mask, qPositions, kPositions, causal,
+                       {batch, heads, seq, kvSeq});
+  int64_t most = std::min(seq, kAttentionRows) * kvSeq;
+  std::vector<float> probs(most), dprobs(most);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t kvh = h / group;
+      int64_t qBase = (b * heads + h) * seq,
+              kvBase = (b * kvHeads + kvh) * kvSeq;
+      const float *qp = q.floats.data() + qBase * dim;
+      const float *dop = dout.floats.data() + qBase * vDim;
+      const float *kp = k.floats.data() + kvBase * dim;
+      const float *vp = v.floats.data() + kvBase * vDim;
+      float *dqp = grads.q.floats.data() + qBase * dim;
+      float *dkp = grads.k.floats.data() + kvBase * dim;
+      float *dvp = grads.v.floats.data() + kvBase * vDim;
+      for (int64_t i0 = 0; i0 < seq; i0 += kAttentionRows) {
+        int64_t rows = std::min(kAttentionRows, seq - i0);
+        int64_t keys = masks.keysFor(i0, rows, kvSeq);
+        if (keys == 0)
+          continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, dim,
+                    scale, qp + i0 * dim, dim, kp, dim, 0.0f, probs.data(),
+                    keys);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, vDim,
+                    1.0f, dop + i0 * vDim, vDim, vp, vDim, 0.0f, dprobs.data(),
+                    keys);
+        parallelFor(rows, std::max<int64_t>(1, kGrain / (8 * keys)),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t r = begin; r < end; ++r) {
+                        float *p = probs.data() + r * keys;
+                        float *dp = dprobs.data() + r * keys;
+                        if (masks.softmaxRow(b, h, i0 + r, p, keys) ==
+                            -std::numeric_limits<float>::infinity()) {
+                          // Every key masked: the row contributes nothing.
+                          std::fill(p, p + keys, 0.0f);
+                          std::fill(dp, dp + keys, 0.0f);
+                          continue;
+                        }
+                        double d = 0;
+                        for (int64_t j = 0; j < keys; ++j)
+                          d += double(p[j]) * dp[j];
+                        for (int64_t j = 0; j < keys; ++j)
+                          dp[j] = p[j] * (dp[j] - float(d));
+                      }
+                    });
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, keys,
+                    scale, dprobs.data(), keys, kp, dim, 0.0f, dqp + i0 * dim,
+                    dim);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, dim, rows,
+                    scale, dprobs.data(), keys, qp + i0 * dim, dim, 1.0f, dkp,
+                    dim);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, vDim, rows,
+                    1.0f, probs.data(), keys, dop + i0 * vDim, vDim, 1.0f, dvp,
+                    vDim);
+      }
+    }
+  for (HostTensor *grad : {&grads.q, &grads.k, &grads.v})
+    if (grad->dtype != DType::F32)
+      for (float &value : grad->floats)
+        value = roundTo(grad->dtype, value);
+  return grads;
 }
 
 absl::StatusOr<HostTensor> gather(const HostTensor &input,

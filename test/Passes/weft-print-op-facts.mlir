@@ -40,6 +40,18 @@ func.func @linear(%x: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %b: tensor<64xf
 
 // -----
 
+// Attention's gradient over grouped heads (4 query heads, 2 KV heads: j*k):
+// dK and dV sum over the queries (l) and the group (k) that dQ keeps, so a
+// split of either leaves them partial sums; its cost is 2.5 x the causal
+// forward's FLOPs (4 heads x 36 visible pairs x 21 = 3024).
+func.func @attention_grad(%q: tensor<1x4x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>, %do: tensor<1x4x8x4xf32>) -> tensor<1x2x8x4xf32> {
+  // expected-remark @+1 {{sharding rule ([i, j*k, l, m], [i, j, n, m], [i, j, n, o], [i, j*k, l, o]) -> ([i, j*k, l, m], [i, j, n, m], [i, j, n, o]) {i=1, j=2, k=2, l=8, m=4, n=8, o=4} sums={1: l*k, 2: l*k} blocked={l, m, n, o}; cost: 7560 flops, 1536 bytes read, 1024 bytes written}}
+  %0:3 = weft.attention_grad %q, %k, %v grad %do scale 0.5 causal : (tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x4x8x4xf32>) -> (tensor<1x4x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>)
+  return %0#1 : tensor<1x2x8x4xf32>
+}
+
+// -----
+
 func.func @elementwise(%x: tensor<4x8xf32>, %b: tensor<8xf32>, %h: tensor<4x8xbf16>) -> (tensor<4x8xf32>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>) {
   // expected-remark @+1 {{sharding rule ([i, j], [j]) -> ([i, j]) {i=4, j=8}; cost: 32 flops, 160 bytes read, 128 bytes written}}
   %0 = weft.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>

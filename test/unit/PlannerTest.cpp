@@ -723,13 +723,14 @@ TEST(PlannerTime, RegathersAreTheBackwardsGathers) {
 // for the bias: the model's figure for each gradient is the forward's,
 // bias add included (M x N of 2 M N K: 0.006 % of megatron-22b's layer, 0.01 %
 // under tp = 4, whose row-parallel biases are whole; the LLaMA layer has no
-// biases and agrees exactly). (Attention's backward is not
-// compared: the step runs it decomposed, over the whole S x S scores, where
-// the model charges a fused kernel's.)
+// biases and agrees exactly). The attention's backward the model charges
+// (2.5 x the fused forward's FLOPs, half the pairs under a causal mask) is
+// the step's weft.attention_grad, unsplit, under tp and under a cp ring.
 TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
   for (const char *preset : {"megatron-22b", "llama2-7b"})
-    for (int64_t tp : {1, 4}) {
-      SCOPED_TRACE(std::string(preset) + " tp=" + std::to_string(tp));
+    for (auto [tp, cp] : {std::pair<int64_t, int64_t>{1, 1}, {4, 1}, {2, 2}}) {
+      SCOPED_TRACE(std::string(preset) + " tp=" + std::to_string(tp) +
+                   " cp=" + std::to_string(cp));
       mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
       context.loadDialect<WeftDialect, mlir::func::FuncDialect>();
       plan::ModelSpec spec = *lookupPreset(preset);
@@ -740,24 +741,33 @@ TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
       std::string error;
       ProgramShape shape;
       shape.tp = tp;
+      shape.cp = cp;
       mlir::OwningOpRef<mlir::ModuleOp> forward =
           programs.build(shape, 1, error);
       ASSERT_TRUE(forward) << error;
-      double charged = 0;
+      // The linears' weight gradients, and the fused attention's backward
+      // (weft.attention under tp, a ring's weft.attention_block steps
+      // under cp).
+      double charged = 0, attentionCharged = 0;
       for (const OpRecord &op : profileProgram(*forward, "").ops)
-        if (op.block == BlockKind::Layer)
+        if (op.block == BlockKind::Layer) {
           charged += op.backward.weightGradient.flops;
+          if (op.forward.unit == OpCost::Unit::FusedAttention)
+            attentionCharged += op.backward.inputGradient.flops;
+        }
       ASSERT_GT(charged, 0);
+      ASSERT_GT(attentionCharged, 0);
 
       plan::Plan p;
       p.set_tp(int(tp));
+      p.set_cp(int(cp));
       p.set_micro_batch(1);
       p.set_num_micro_batches(1);
       p.set_recompute(plan::RECOMPUTE_NONE);
       mlir::OwningOpRef<mlir::ModuleOp> step =
           programs.buildTrainingStep(p, 1, error);
       ASSERT_TRUE(step) << error;
-      double inputGradients = 0, weightGradients = 0;
+      double inputGradients = 0, weightGradients = 0, attentionGradients = 0;
       int backwardLayers = 0;
       step->walk([&](LayerOp layer) {
         if (!layer.getKind().ends_with(".backward"))
@@ -765,6 +775,8 @@ TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
         ++backwardLayers;
         layer.getBody().walk([&](mlir::Operation *op) {
           auto costed = mlir::dyn_cast<CostOpInterface>(op);
+          if (costed && mlir::isa<AttentionGradOp>(op))
+            attentionGradients += costed.getCost().flops;
           if (!costed || op->getNumResults() != 1)
             return;
           if (mlir::isa<LinearOp>(op))
@@ -781,8 +793,13 @@ TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
       ASSERT_EQ(backwardLayers, 1);
       EXPECT_NEAR(weightGradients, charged, 1e-3 * charged);
       EXPECT_NEAR(inputGradients, charged, 1e-3 * charged);
-      if (spec.ffn_kind() == plan::FFN_SWIGLU) // (no biases)
+      if (spec.ffn_kind() == plan::FFN_SWIGLU) { // (no biases)
         EXPECT_DOUBLE_EQ(weightGradients, charged);
+      }
+      // The attention's backward is one weft.attention_grad per layer,
+      // costed as the model charges it.
+      EXPECT_NEAR(attentionGradients, attentionCharged,
+                  1e-9 * attentionCharged);
     }
 }
 

@@ -335,4 +335,166 @@ TEST(RuntimeKernels, BlockedAttentionEqualsItsMasks) {
     ASSERT_NEAR(padded.floats[4 * seq * dim + i], alone.floats[i], 1e-5) << i;
 }
 
+/// Attention's gradients by the textbook formulas in double, one (batch,
+/// head, row) at a time: P = softmax(scale q kᵀ + mask), dV = Pᵀ dO, dP =
+/// dO Vᵀ, dS = P (dP - rowsum(P dP)), dQ = scale dS K, dK = scale dSᵀ Q.
+/// `visible(b, h, i, j)` hides keys; a float `bias(b, h, i, j)` is added.
+template <typename Visible, typename Bias>
+static AttentionGradients
+naiveAttentionGrad(const HostTensor &q, const HostTensor &k,
+                   const HostTensor &v, const HostTensor &dout, float scale,
+                   Visible visible, Bias bias) {
+  int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
+          dim = q.shape[3], kvHeads = k.shape[1], kvSeq = k.shape[2],
+          vDim = v.shape[3], group = heads / kvHeads;
+  AttentionGradients g{HostTensor(DType::F32, q.shape),
+                       HostTensor(DType::F32, k.shape),
+                       HostTensor(DType::F32, v.shape)};
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < seq; ++i) {
+        int64_t qRow = (b * heads + h) * seq + i;
+        auto kRow = [&](int64_t j) {
+          return (b * kvHeads + h / group) * kvSeq + j;
+        };
+        std::vector<double> p(kvSeq, 0.0), dp(kvSeq, 0.0);
+        double max = -1e300;
+        for (int64_t j = 0; j < kvSeq; ++j) {
+          if (!visible(b, h, i, j))
+            continue;
+          double s = 0;
+          for (int64_t d = 0; d < dim; ++d)
+            s += double(q.floats[qRow * dim + d]) * k.floats[kRow(j) * dim + d];
+          p[j] = s * scale + bias(b, h, i, j);
+          max = std::max(max, p[j]);
+        }
+        if (max == -1e300)
+          continue;
+        double sum = 0;
+        for (int64_t j = 0; j < kvSeq; ++j)
+          if (visible(b, h, i, j))
+            sum += (p[j] = std::exp(p[j] - max));
+        double delta = 0;
+        for (int64_t j = 0; j < kvSeq; ++j) {
+          if (!visible(b, h, i, j))
+            continue;
+          p[j] /= sum;
+          for (int64_t d = 0; d < vDim; ++d)
+            dp[j] += double(dout.floats[qRow * vDim + d]) *
+                     v.floats[kRow(j) * vDim + d];
+          delta += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < kvSeq; ++j) {
+          if (!visible(b, h, i, j))
+            continue;
+          double ds = p[j] * (dp[j] - delta) * scale;
+          for (int64_t d = 0; d < dim; ++d) {
+            g.q.floats[qRow * dim + d] +=
+                float(ds * k.floats[kRow(j) * dim + d]);
+            g.k.floats[kRow(j) * dim + d] +=
+                float(ds * q.floats[qRow * dim + d]);
+          }
+          for (int64_t d = 0; d < vDim; ++d)
+            g.v.floats[kRow(j) * vDim + d] +=
+                float(p[j] * dout.floats[qRow * vDim + d]);
+        }
+      }
+  return g;
+}
+
+static void expectGradientsNear(const AttentionGradients &got,
+                                const AttentionGradients &want, double tol) {
+  const char *names[] = {"dq", "dk", "dv"};
+  const HostTensor *gots[] = {&got.q, &got.k, &got.v};
+  const HostTensor *wants[] = {&want.q, &want.k, &want.v};
+  for (int t = 0; t < 3; ++t) {
+    ASSERT_EQ(gots[t]->shape, wants[t]->shape) << names[t];
+    for (int64_t i = 0; i < wants[t]->numel(); ++i)
+      ASSERT_NEAR(gots[t]->floats[i], wants[t]->floats[i], tol)
+          << names[t] << " element " << i;
+  }
+}
+
+// The fused backward against the formulas, over several blocks of query
+// rows (the kernel's blocks are 128 rows), grouped KV heads, a causal mask
+// by index and by position, and a padding mask that hides every key of
+// some rows, which then contribute nothing.
+TEST(RuntimeKernels, AttentionGradientsAreTheFormulas) {
+  int64_t seq = 150, dim = 8, vDim = 4;
+  HostTensor q = randomTensor({2, 4, seq, dim}, 31),
+             k = randomTensor({2, 2, seq, dim}, 32),
+             v = randomTensor({2, 2, seq, vDim}, 33),
+             dout = randomTensor({2, 4, seq, vDim}, 34);
+  float scale = 0.35f;
+  auto none = [](int64_t, int64_t, int64_t, int64_t) { return 0.0; };
+  auto causal = [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i; };
+  AttentionGradients want =
+      naiveAttentionGrad(q, k, v, dout, scale, causal, none);
+  expectGradientsNear(
+      attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr, scale, true),
+      want, 1e-4);
+  HostTensor positions(DType::I64, {seq});
+  for (int64_t i = 0; i < seq; ++i)
+    positions.ints[i] = i;
+  expectGradientsNear(attentionGrad(q, k, v, dout, nullptr, &positions,
+                                    &positions, scale, true),
+                      want, 1e-4);
+  // An additive mask [b, 1, 1, kv], and a boolean mask [1, 1, seq, 1] that
+  // hides every key of rows 10..19.
+  HostTensor bias = randomTensor({2, 1, 1, seq}, 35);
+  HostTensor rows(DType::Bool, {1, 1, seq, 1});
+  for (int64_t i = 0; i < seq; ++i)
+    rows.ints[i] = i < 10 || i >= 20;
+  auto added = [&](int64_t b, int64_t, int64_t, int64_t j) {
+    return double(bias.floats[b * seq + j]);
+  };
+  auto all = [](int64_t, int64_t, int64_t, int64_t) { return true; };
+  expectGradientsNear(
+      attentionGrad(q, k, v, dout, &bias, nullptr, nullptr, scale, false),
+      naiveAttentionGrad(q, k, v, dout, scale, all, added), 1e-4);
+  auto kept = [&](int64_t, int64_t, int64_t i, int64_t) {
+    return rows.ints[i] != 0;
+  };
+  AttentionGradients masked =
+      attentionGrad(q, k, v, dout, &rows, nullptr, nullptr, scale, false);
+  expectGradientsNear(
+      masked, naiveAttentionGrad(q, k, v, dout, scale, kept, none), 1e-4);
+  for (int64_t d = 0; d < dim; ++d)
+    EXPECT_EQ(masked.q.floats[15 * dim + d], 0.0f);
+}
+
+// And against the forward kernel: the gradient of sum(attention(q, k, v) *
+// dO) by central differences, for a few elements of q, k and v.
+TEST(RuntimeKernels, AttentionGradientsAreTheForwardsSlopes) {
+  int64_t seq = 6, dim = 4;
+  HostTensor q = randomTensor({1, 2, seq, dim}, 41),
+             k = randomTensor({1, 1, seq, dim}, 42),
+             v = randomTensor({1, 1, seq, dim}, 43),
+             dout = randomTensor({1, 2, seq, dim}, 44);
+  float scale = 0.5f;
+  AttentionGradients grads =
+      attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr, scale, true);
+  auto loss = [&]() {
+    HostTensor out = attention(q, k, v, nullptr, scale, true);
+    double total = 0;
+    for (int64_t i = 0; i < out.numel(); ++i)
+      total += double(out.floats[i]) * dout.floats[i];
+    return total;
+  };
+  HostTensor *inputs[] = {&q, &k, &v};
+  const HostTensor *slopes[] = {&grads.q, &grads.k, &grads.v};
+  for (int t = 0; t < 3; ++t)
+    for (int64_t i = 0; i < inputs[t]->numel(); i += 5) {
+      float kept = inputs[t]->floats[i];
+      const float eps = 1e-2f;
+      inputs[t]->floats[i] = kept + eps;
+      double up = loss();
+      inputs[t]->floats[i] = kept - eps;
+      double down = loss();
+      inputs[t]->floats[i] = kept;
+      EXPECT_NEAR(slopes[t]->floats[i], (up - down) / (2 * eps), 2e-3)
+          << "input " << t << " element " << i;
+    }
+}
+
 } // namespace

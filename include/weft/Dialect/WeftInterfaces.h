@@ -43,6 +43,10 @@ struct ShardingRule {
   /// normalization axis, a gathered or sliced dimension, a position-dependent
   /// one). Propagation never shards them; the partitioner gathers them.
   llvm::SmallVector<bool> blocked;
+  /// Per result (none listed: none), the factors it sums over although
+  /// another result names them: attention's dK sums over the queries that dQ
+  /// keeps. Split, they leave that result a partial sum.
+  llvm::SmallVector<llvm::SmallVector<int64_t, 2>> resultSums;
 
   /// Adds a factor of the given size and returns its index.
   int64_t addFactor(int64_t size) {
@@ -128,6 +132,16 @@ struct BackwardCost {
 BackwardCost estimateStreamingBackwardCost(mlir::Operation *op,
                                            mlir::TypeRange operandTypes,
                                            mlir::TypeRange resultTypes);
+
+/// Fused attention's backward (weft.attention_grad; FlashAttention's): it
+/// recomputes Q Kᵀ and runs four GEMMs where the forward runs two, 2.5 times
+/// the forward's arithmetic over the same visible pairs; it reads the
+/// forward's operands and the output's gradient, and writes Q's, K's and V's
+/// gradients. `forwardOperands` are the attention's (q, k, v, then the mask
+/// and positions if any), `output` its result.
+OpCost estimateAttentionGradientCost(mlir::TypeRange forwardOperands,
+                                     mlir::Type output, bool causal,
+                                     bool positions);
 
 class PartitionState;
 class GradientState;

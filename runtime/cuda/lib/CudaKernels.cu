@@ -832,6 +832,209 @@ void dispatchAttention(Context &ctx, const DeviceTensor &q,
     fail(ctx, "attention heads wider than 256 are not supported on CUDA");
 }
 
+// ---- Attention's backward -------------------------------------------------
+
+/// Whether key `j` is hidden from query `i` by a causal mask: by position
+/// (a ring step) or by index (top-left aligned).
+__device__ inline bool causallyHidden(bool causal, const int64_t *qPos,
+                                      const int64_t *kPos, int64_t i,
+                                      int64_t j) {
+  return causal && (qPos ? kPos[j] > qPos[i] : j > i);
+}
+
+/// One thread per query row: the row's log-sum-exp over the keys it sees,
+/// D = rowsum(P dP) with dP = dO Vᵀ, and dQ = scale Σ_j P (dP - D) K_j, in
+/// three passes over the keys (nothing of size S x S is stored). A row whose
+/// keys are all masked gets dQ = 0 and lse = +inf (its P is then 0).
+template <typename T, int kMaxDim>
+__global__ void
+attentionGradRowsKernel(int64_t heads, int64_t kvHeads, int64_t seq,
+                        int64_t kvSeq, int dim, int vDim, float scale,
+                        bool causal, MaskView mask, const int64_t *qPos,
+                        const int64_t *kPos, const T *q, const T *k, const T *v,
+                        const T *dout, T *dq, float *lse, float *delta) {
+  int64_t bh = blockIdx.y;
+  int64_t b = bh / heads, h = bh % heads;
+  int64_t kvh = h / (heads / kvHeads);
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= seq)
+    return;
+  const T *qRow = q + (bh * seq + i) * dim;
+  const T *doRow = dout + (bh * seq + i) * vDim;
+  const T *kHead = k + (b * kvHeads + kvh) * kvSeq * dim;
+  const T *vHead = v + (b * kvHeads + kvh) * kvSeq * vDim;
+  float qr[kMaxDim], dor[kMaxDim], acc[kMaxDim];
+#pragma unroll
+  for (int d = 0; d < kMaxDim; ++d) {
+    qr[d] = d < dim ? loadF(qRow, d) * scale : 0.0f;
+    dor[d] = d < vDim ? loadF(doRow, d) : 0.0f;
+    acc[d] = 0.0f;
+  }
+  int64_t end = causal && !qPos ? min(kvSeq, i + 1) : kvSeq;
+  auto score = [&](int64_t j) {
+    if (causallyHidden(causal, qPos, kPos, i, j))
+      return -INFINITY;
+    float s = 0.0f;
+#pragma unroll
+    for (int d = 0; d < kMaxDim; ++d)
+      if (d < dim)
+        s += qr[d] * loadF(kHead, j * dim + d);
+    if (mask.kind)
+      s += maskValue(mask, b, h, i, j);
+    return s;
+  };
+  auto gradOfProb = [&](int64_t j) {
+    float dp = 0.0f;
+#pragma unroll
+    for (int d = 0; d < kMaxDim; ++d)
+      if (d < vDim)
+        dp += dor[d] * loadF(vHead, j * vDim + d);
+    return dp;
+  };
+  float max = -INFINITY;
+  for (int64_t j = 0; j < end; ++j)
+    max = fmaxf(max, score(j));
+  float sum = 0.0f;
+  if (max > -INFINITY)
+    for (int64_t j = 0; j < end; ++j) {
+      float s = score(j);
+      sum += s > -INFINITY ? expf(s - max) : 0.0f;
+    }
+  T *dqRow = dq + (bh * seq + i) * dim;
+  if (!(sum > 0)) {
+    for (int d = 0; d < dim; ++d)
+      storeF(dqRow, d, 0.0f);
+    lse[bh * seq + i] = INFINITY;
+    delta[bh * seq + i] = 0.0f;
+    return;
+  }
+  float rowLse = max + logf(sum), rowDelta = 0.0f;
+  for (int64_t j = 0; j < end; ++j) {
+    float s = score(j);
+    if (s > -INFINITY)
+      rowDelta += expf(s - rowLse) * gradOfProb(j);
+  }
+  for (int64_t j = 0; j < end; ++j) {
+    float s = score(j);
+    if (!(s > -INFINITY))
+      continue;
+    float ds = expf(s - rowLse) * (gradOfProb(j) - rowDelta) * scale;
+#pragma unroll
+    for (int d = 0; d < kMaxDim; ++d)
+      if (d < dim)
+        acc[d] += ds * loadF(kHead, j * dim + d);
+  }
+  for (int d = 0; d < kMaxDim; ++d)
+    if (d < dim)
+      storeF(dqRow, d, acc[d]);
+  lse[bh * seq + i] = rowLse;
+  delta[bh * seq + i] = rowDelta;
+}
+
+/// One thread per key row of a KV head: dK_j = scale Σ_i dS_ij Q_i and dV_j
+/// = Σ_i P_ij dO_i over the query heads of its group and the queries that
+/// see it, with P recomputed from each row's log-sum-exp.
+template <typename T, int kMaxDim>
+__global__ void attentionGradKeysKernel(
+    int64_t heads, int64_t kvHeads, int64_t seq, int64_t kvSeq, int dim,
+    int vDim, float scale, bool causal, MaskView mask, const int64_t *qPos,
+    const int64_t *kPos, const T *q, const T *k, const T *v, const T *dout,
+    const float *lse, const float *delta, T *dk, T *dv) {
+  int64_t bkv = blockIdx.y;
+  int64_t b = bkv / kvHeads, kvh = bkv % kvHeads;
+  int64_t group = heads / kvHeads;
+  int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= kvSeq)
+    return;
+  float kr[kMaxDim], vr[kMaxDim], dkAcc[kMaxDim], dvAcc[kMaxDim];
+#pragma unroll
+  for (int d = 0; d < kMaxDim; ++d) {
+    kr[d] = d < dim ? loadF(k, (bkv * kvSeq + j) * dim + d) : 0.0f;
+    vr[d] = d < vDim ? loadF(v, (bkv * kvSeq + j) * vDim + d) : 0.0f;
+    dkAcc[d] = 0.0f;
+    dvAcc[d] = 0.0f;
+  }
+  int64_t first = causal && !qPos ? j : 0;
+  for (int64_t g = 0; g < group; ++g) {
+    int64_t h = kvh * group + g, bh = b * heads + h;
+    for (int64_t i = first; i < seq; ++i) {
+      if (causallyHidden(causal, qPos, kPos, i, j))
+        continue;
+      const T *qRow = q + (bh * seq + i) * dim;
+      const T *doRow = dout + (bh * seq + i) * vDim;
+      float s = 0.0f, dp = 0.0f;
+#pragma unroll
+      for (int d = 0; d < kMaxDim; ++d) {
+        if (d < dim)
+          s += loadF(qRow, d) * kr[d];
+        if (d < vDim)
+          dp += loadF(doRow, d) * vr[d];
+      }
+      s *= scale;
+      if (mask.kind)
+        s += maskValue(mask, b, h, i, j);
+      if (!(s > -INFINITY))
+        continue;
+      float p = expf(s - lse[bh * seq + i]);
+      float ds = p * (dp - delta[bh * seq + i]) * scale;
+#pragma unroll
+      for (int d = 0; d < kMaxDim; ++d) {
+        if (d < dim)
+          dkAcc[d] += ds * loadF(qRow, d);
+        if (d < vDim)
+          dvAcc[d] += p * loadF(doRow, d);
+      }
+    }
+  }
+  for (int d = 0; d < kMaxDim; ++d) {
+    if (d < dim)
+      storeF(dk + (bkv * kvSeq + j) * dim, d, dkAcc[d]);
+    if (d < vDim)
+      storeF(dv + (bkv * kvSeq + j) * vDim, d, dvAcc[d]);
+  }
+}
+
+template <typename T, int kMaxDim>
+void launchAttentionGrad(Context &ctx, const DeviceTensor &q,
+                         const DeviceTensor &k, const DeviceTensor &v,
+                         const DeviceTensor &dout, const MaskView &mask,
+                         const int64_t *qPos, const int64_t *kPos, float scale,
+                         bool causal, const DeviceTensor &dq,
+                         const DeviceTensor &dk, const DeviceTensor &dv) {
+  constexpr int kThreadsPerBlock = 64;
+  int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2];
+  int64_t kvHeads = k.shape[1], kvSeq = k.shape[2];
+  int dim = int(q.shape[3]), vDim = int(v.shape[3]);
+  // Each query row's log-sum-exp and D, f32.
+  float *stats = nullptr;
+  size_t rows = size_t(batch * heads * seq);
+  check(ctx,
+        cudaMallocAsync(reinterpret_cast<void **>(&stats),
+                        std::max<size_t>(2 * rows, 1) * sizeof(float),
+                        ctx.compute),
+        "cudaMallocAsync");
+  dim3 rowGrid(unsigned((seq + kThreadsPerBlock - 1) / kThreadsPerBlock),
+               unsigned(batch * heads));
+  attentionGradRowsKernel<T, kMaxDim>
+      <<<rowGrid, kThreadsPerBlock, 0, ctx.compute>>>(
+          heads, kvHeads, seq, kvSeq, dim, vDim, scale, causal, mask, qPos,
+          kPos, static_cast<const T *>(q.data), static_cast<const T *>(k.data),
+          static_cast<const T *>(v.data), static_cast<const T *>(dout.data),
+          static_cast<T *>(dq.data), stats, stats + rows);
+  checkLaunch(ctx);
+  dim3 keyGrid(unsigned((kvSeq + kThreadsPerBlock - 1) / kThreadsPerBlock),
+               unsigned(batch * kvHeads));
+  attentionGradKeysKernel<T, kMaxDim>
+      <<<keyGrid, kThreadsPerBlock, 0, ctx.compute>>>(
+          heads, kvHeads, seq, kvSeq, dim, vDim, scale, causal, mask, qPos,
+          kPos, static_cast<const T *>(q.data), static_cast<const T *>(k.data),
+          static_cast<const T *>(v.data), static_cast<const T *>(dout.data),
+          stats, stats + rows, static_cast<T *>(dk.data),
+          static_cast<T *>(dv.data));
+  checkLaunch(ctx);
+  check(ctx, cudaFreeAsync(stats, ctx.compute), "cudaFreeAsync");
+}
+
 // ---- Type dispatch for float kernels ------------------------------------
 
 template <typename F>
@@ -1019,6 +1222,19 @@ static MaskView maskView(Context &ctx, const DeviceTensor *mask) {
   return view;
 }
 
+/// The kernel's view of a ring step's positions (none: both null).
+static BlockView positionsView(Context &ctx, const DeviceTensor *qPositions,
+                               const DeviceTensor *kPositions) {
+  BlockView view;
+  if (qPositions) {
+    if (qPositions->dtype != DType::I64 || kPositions->dtype != DType::I64)
+      fail(ctx, "attention positions must be i64 on CUDA");
+    view.qPos = static_cast<const int64_t *>(qPositions->data);
+    view.kPos = static_cast<const int64_t *>(kPositions->data);
+  }
+  return view;
+}
+
 void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const DeviceTensor *mask,
                      float scale, bool causal, const DeviceTensor &out) {
@@ -1037,19 +1253,43 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           bool causal, const DeviceTensor &out,
                           const DeviceTensor &lse) {
   MaskView view = maskView(ctx, mask);
-  BlockView block;
-  if (qPositions) {
-    if (qPositions->dtype != DType::I64 || kPositions->dtype != DType::I64)
-      fail(ctx, "attention positions must be i64 on CUDA");
-    block.qPos = static_cast<const int64_t *>(qPositions->data);
-    block.kPos = static_cast<const int64_t *>(kPositions->data);
-  }
+  BlockView block = positionsView(ctx, qPositions, kPositions);
   if (lse.dtype != DType::F32)
     fail(ctx, "an attention block's log-sum-exp is f32");
   block.lse = static_cast<float *>(lse.data);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     dispatchAttention<T>(ctx, q, k, v, view, scale, causal, block, out);
+  });
+}
+
+void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
+                         const DeviceTensor &k, const DeviceTensor &v,
+                         const DeviceTensor &dout, const DeviceTensor *mask,
+                         const DeviceTensor *qPositions,
+                         const DeviceTensor *kPositions, float scale,
+                         bool causal, const DeviceTensor &dq,
+                         const DeviceTensor &dk, const DeviceTensor &dv) {
+  MaskView view = maskView(ctx, mask);
+  BlockView positions = positionsView(ctx, qPositions, kPositions);
+  const int64_t *qPos = positions.qPos, *kPos = positions.kPos;
+  if (q.shape[0] * q.shape[1] > 65535)
+    fail(ctx, "attention over more than 65535 (batch x heads) pairs is not "
+              "supported on CUDA; split the batch");
+  int64_t dim = std::max(q.shape[3], v.shape[3]);
+  withFloatType(ctx, q.dtype, [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    if (dim <= 64)
+      launchAttentionGrad<T, 64>(ctx, q, k, v, dout, view, qPos, kPos, scale,
+                                 causal, dq, dk, dv);
+    else if (dim <= 128)
+      launchAttentionGrad<T, 128>(ctx, q, k, v, dout, view, qPos, kPos, scale,
+                                  causal, dq, dk, dv);
+    else if (dim <= 256)
+      launchAttentionGrad<T, 256>(ctx, q, k, v, dout, view, qPos, kPos, scale,
+                                  causal, dq, dk, dv);
+    else
+      fail(ctx, "attention heads wider than 256 are not supported on CUDA");
   });
 }
 

@@ -93,6 +93,30 @@ void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
         out);
 }
 
+namespace {
+/// An attention's optional mask and positions, downloaded.
+struct AttentionExtras {
+  AttentionExtras(Context &ctx, const DeviceTensor *mask,
+                  const DeviceTensor *qPositions,
+                  const DeviceTensor *kPositions) {
+    if (mask)
+      m = download(ctx, *mask);
+    if (qPositions) {
+      qp = download(ctx, *qPositions);
+      kp = download(ctx, *kPositions);
+    }
+    hasMask = mask;
+    hasPositions = qPositions;
+  }
+  const HostTensor *mask() const { return hasMask ? &m : nullptr; }
+  const HostTensor *qPositions() const { return hasPositions ? &qp : nullptr; }
+  const HostTensor *kPositions() const { return hasPositions ? &kp : nullptr; }
+
+  HostTensor m, qp, kp;
+  bool hasMask = false, hasPositions = false;
+};
+} // namespace
+
 void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor &k, const DeviceTensor &v,
                           const DeviceTensor *mask,
@@ -100,18 +124,28 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor *kPositions, float scale,
                           bool causal, const DeviceTensor &out,
                           const DeviceTensor &lse) {
-  HostTensor m, qp, kp;
-  if (mask)
-    m = download(ctx, *mask);
-  if (qPositions) {
-    qp = download(ctx, *qPositions);
-    kp = download(ctx, *kPositions);
-  }
+  AttentionExtras extras(ctx, mask, qPositions, kPositions);
   rt::AttentionBlock block = rt::attentionBlock(
-      download(ctx, q), download(ctx, k), download(ctx, v), mask ? &m : nullptr,
-      qPositions ? &qp : nullptr, kPositions ? &kp : nullptr, scale, causal);
+      download(ctx, q), download(ctx, k), download(ctx, v), extras.mask(),
+      extras.qPositions(), extras.kPositions(), scale, causal);
   store(ctx, block.output, out);
   store(ctx, block.lse, lse);
+}
+
+void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
+                         const DeviceTensor &k, const DeviceTensor &v,
+                         const DeviceTensor &dout, const DeviceTensor *mask,
+                         const DeviceTensor *qPositions,
+                         const DeviceTensor *kPositions, float scale,
+                         bool causal, const DeviceTensor &dq,
+                         const DeviceTensor &dk, const DeviceTensor &dv) {
+  AttentionExtras extras(ctx, mask, qPositions, kPositions);
+  rt::AttentionGradients grads = rt::attentionGrad(
+      download(ctx, q), download(ctx, k), download(ctx, v), download(ctx, dout),
+      extras.mask(), extras.qPositions(), extras.kPositions(), scale, causal);
+  store(ctx, grads.q, dq);
+  store(ctx, grads.k, dk);
+  store(ctx, grads.v, dv);
 }
 
 void cuda::normalize(Context &ctx, const DeviceTensor &x,

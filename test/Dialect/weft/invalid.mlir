@@ -695,6 +695,40 @@ func.func @attention_block_positions_size(%q: tensor<2x4x16x8xf32>, %p: tensor<1
 
 // -----
 
+func.func @attention_grad_result_grad(%q: tensor<2x4x16x8xf32>, %do: tensor<2x4x8x8xf32>) {
+  // expected-error @+2 {{result_grad must have the attention output's type 'tensor<2x4x16x8xf32>', got 'tensor<2x4x8x8xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %do scale 0.125 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_heads(%q: tensor<2x3x16x8xf32>, %k: tensor<2x2x16x8xf32>, %do: tensor<2x3x16x8xf32>) {
+  // expected-error @+2 {{heads}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = weft.attention_grad %q, %k, %k grad %do scale 0.125 : (tensor<2x3x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x3x16x8xf32>) -> (tensor<2x3x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_positions_together(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>) {
+  // expected-error @+1 {{q_positions and k_positions are given together}}
+  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_positions_size(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>, %kp: tensor<8xi64>) {
+  // expected-error @+1 {{k_positions must be a vector of 16 positions, got 'tensor<8xi64>'}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %q positions %p, %kp scale 0.125 causal : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>, tensor<8xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
 func.func @attention_result(%q: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x2xf32>) {
   // expected-error @+2 {{inferred type(s) 'tensor<2x4x16x2xf32>' are incompatible}}
   // expected-error @+1 {{failed to infer returned types}}

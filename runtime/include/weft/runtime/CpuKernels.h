@@ -74,6 +74,20 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor *kPositions, float scale,
                               bool causal);
 
+/// Attention's gradients (weft.attention_grad) with respect to q, k and v,
+/// given the output's gradient `dout`; masks and positions as in
+/// attentionBlock. A query row whose keys are all masked contributes
+/// nothing.
+struct AttentionGradients {
+  HostTensor q, k, v;
+};
+AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
+                                 const HostTensor &v, const HostTensor &dout,
+                                 const HostTensor *mask,
+                                 const HostTensor *qPositions,
+                                 const HostTensor *kPositions, float scale,
+                                 bool causal);
+
 /// Gathers along `axis`; negative indices count from the end (as ONNX).
 absl::StatusOr<HostTensor> gather(const HostTensor &input,
                                   const HostTensor &indices, int64_t axis);

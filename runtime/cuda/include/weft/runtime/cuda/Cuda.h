@@ -119,6 +119,17 @@ void attentionBlock(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                     const DeviceTensor *qPositions,
                     const DeviceTensor *kPositions, float scale, bool causal,
                     const DeviceTensor &out, const DeviceTensor &lse);
+/// Attention's gradients (weft.attention_grad): dq, dk and dv from the
+/// output's gradient `dout`, masks and positions as in attentionBlock; one
+/// pass over the query rows (their log-sum-exps, D = rowsum(P dP) and dq)
+/// and one over the key rows (dk and dv summed over the group's query heads),
+/// no S x S matrix.
+void attentionGrad(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+                   const DeviceTensor &v, const DeviceTensor &dout,
+                   const DeviceTensor *mask, const DeviceTensor *qPositions,
+                   const DeviceTensor *kPositions, float scale, bool causal,
+                   const DeviceTensor &dq, const DeviceTensor &dk,
+                   const DeviceTensor &dv);
 /// Layer or RMS norm over dimensions [axis, rank).
 void normalize(Context &ctx, const DeviceTensor &x, const DeviceTensor &scale,
                const DeviceTensor *bias, int64_t axis, float epsilon, bool rms,
