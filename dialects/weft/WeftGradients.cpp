@@ -735,6 +735,8 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
   Value dy = state.gradient(getResult());
   if (!dy)
     return success();
+  if (dy.getType() != getType())
+    dy = CastOp::create(state.builder(), getLoc(), getType(), dy);
   bool maskGradient = getMask() && state.needsGradient(getMask());
   if (!getDropout() && !maskGradient) {
     auto grad = AttentionGradOp::create(

@@ -37,7 +37,7 @@
 
 // Attention with dropout is differentiated through its decomposition, whose
 // dropout mask the backward draws again.
-// RUN: weft-opt %s -weft-differentiate | FileCheck %s --check-prefix=DROPOUT
+// RUN: weft-opt %s -weft-differentiate -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=DROPOUT
 // DROPOUT-LABEL: func.func @dropout
 // DROPOUT-NOT: weft.attention_grad
 // DROPOUT: weft.softmax {{.*}} causal
@@ -48,5 +48,17 @@ func.func @dropout(%x: tensor<1x2x8x4xf32>) -> tensor<f32> {
   %q = weft.mul %x, %w : tensor<1x2x8x4xf32>
   %o = weft.attention %q, %q, %q scale 0.5 causal dropout 0.1 : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
   %s = weft.reduce_sum %o axes [0, 1, 2, 3] : tensor<1x2x8x4xf32> -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// There are no second derivatives: the gradient op has none.
+func.func @twice(%q: tensor<1x2x8x4xf32>, %do: tensor<1x2x8x4xf32>) -> tensor<f32> {
+  %w = weft.parameter "w" : tensor<1x2x8x4xf32>
+  %x = weft.mul %q, %w : tensor<1x2x8x4xf32>
+  // expected-error @+1 {{'weft.attention_grad' has no gradient: a training step cannot pass through it}}
+  %g:3 = weft.attention_grad %x, %x, %x grad %do scale 0.5 causal : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>)
+  %s = weft.reduce_sum %g#0 axes [0, 1, 2, 3] : tensor<1x2x8x4xf32> -> tensor<f32>
   return %s : tensor<f32>
 }
