@@ -298,6 +298,145 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
   return true;
 }
 
+void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
+                            double scale, int64_t ring, Blocks &result,
+                            bool &byDp) {
+  const int64_t dp = std::max(1, plan.dp());
+  // Each count is the weighted sum of the measured programs' counts.
+  auto sum = [&](auto field) {
+    double total = 0;
+    for (auto &[profile, weight] : terms)
+      total += weight * field(*profile);
+    return total;
+  };
+  const ProgramProfile &first = *terms.front().first;
+  std::vector<double> &counts = scratchCounts;
+  counts.assign(first.counts.size(), 0.0);
+  for (auto &[profile, weight] : terms) {
+    const double *from = profile->counts.data();
+    for (size_t j = 0, e = counts.size(); j < e; ++j)
+      counts[j] += weight * from[j];
+  }
+  // A problem `scale` times the size: what grows with the tokens (flops,
+  // activation bytes, the bytes collectives carry) scales, kernel counts
+  // and latencies do not; weight bytes scale too, which only lowers the
+  // figure (CostModel::relativeBlocks).
+  if (scale != 1.0)
+    for (double &count : counts)
+      count *= scale;
+  auto cost = [&](const OpCost &like, const double *at) {
+    OpCost c = like;
+    c.flops = at[0];
+    c.bytesRead = int64_t(std::llround(at[1]));
+    c.bytesWritten = int64_t(std::llround(at[2]));
+    return c;
+  };
+  BlockCost *byKind[3] = {&result.embedding, &result.layer, &result.head};
+  double ringComm[3] = {0, 0, 0}, ringSteps[3] = {0, 0, 0};
+  double largestStep[3] = {0, 0, 0}, stepOps[3] = {0, 0, 0};
+  for (size_t i = 0; i < first.ops.size(); ++i) {
+    const OpRecord &op = first.ops[i];
+    const double *at = counts.data() + i * kCountFields;
+    int kind = int(op.block);
+    BlockCost &block = *byKind[kind];
+    if (op.collective) {
+      if (op.axes & kDpAxis)
+        byDp = true;
+      AxisSizes sizes = AxisSizes::of(plan);
+      sizes.dp = dp;
+      int64_t group = groupSize(op.axes, sizes);
+      int64_t stride = groupStride(op.axes, sizes);
+      // The codec the program's collective carries: raw bytes are
+      // interpolated exactly, then encoded.
+      CollectiveCodec codec =
+          op.floatOperand ? op.codec : CollectiveCodec::none;
+      double full = wireBytes(at[kFullBytes], op.elementBytes, codec);
+      double operand = wireBytes(at[kOperandBytes], op.elementBytes, codec);
+      // A top-k all-reduce is an all-gather of each rank's kept part.
+      CollectiveKind sentAs =
+          isTopK(codec) ? CollectiveKind::AllGather : op.kind;
+      double encoded = full;
+      if (isTopK(codec))
+        full = operand * double(group);
+      double time = collectiveTime(sentAs, full, group, stride) +
+                    codecTime(sentAs, at[kFullBytes], encoded, codec);
+      block.commBytes += double(
+          collectiveBytesSent(sentAs, int64_t(std::llround(operand)), group));
+      if (op.regathered)
+        block.regather += time;
+      if (op.gradientRegathered)
+        block.gradientRegather +=
+            collectiveTime(CollectiveKind::AllGather, full, group, stride) +
+            codecTime(CollectiveKind::AllGather, at[kFullBytes], encoded,
+                      codec);
+      if (op.commClass == CommClass::WeightGather)
+        block.weightGather += time;
+      else if (op.commClass == CommClass::TensorParallel)
+        block.tpComm += time;
+      else if (op.commClass == CommClass::Ring)
+        ringComm[kind] += time;
+      else
+        block.seqComm += time;
+      continue;
+    }
+    OpCost forwardCost = cost(op.forward, at + kForwardFlops);
+    double forward = opTime(forwardCost);
+    block.forward += forward;
+    block.flops += forwardCost.flops;
+    OpCost input = cost(op.backward.inputGradient, at + kInputGradientFlops);
+    block.backwardInput += opTime(input);
+    OpCost weight = cost(op.backward.weightGradient, at + kWeightGradientFlops);
+    block.backwardWeight += opTime(weight);
+    block.launches +=
+        launchTime(forwardCost) + launchTime(input) + launchTime(weight);
+    if (op.attentionCore)
+      block.attentionCore += forward;
+    if (weight.flops > 0)
+      block.linearForward += forward;
+    if (op.ringStep) {
+      ringSteps[kind] += forward;
+      largestStep[kind] = std::max(largestStep[kind], forward);
+      ++stepOps[kind];
+    }
+  }
+  // A ring's next K/V block travels while the current one is attended to:
+  // c - 1 sends overlap c - 1 of the c steps.
+  const double c = plan.cp();
+  for (int kind = 0; kind < 3; ++kind) {
+    BlockCost &block = *byKind[kind];
+    if (c > 1 && ring == plan.cp()) {
+      block.seqComm +=
+          std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
+    } else if (c > 1) {
+      // A longer ring of `ring` steps (relativeBlocks): each of its
+      // ring - 1 sends per attention carries the scaled bytes of one of
+      // these c - 1 (over at least as many nodes), and each of its steps
+      // is no larger than the largest step here (scaled by c / ring, where
+      // its blocks shrink by (c / ring)^2): at least this much of its sends
+      // is exposed.
+      const double r = double(ring), attentions = stepOps[kind] / c;
+      block.seqComm +=
+          std::max(0.0, (r - 1) * (ringComm[kind] / (c - 1) -
+                                   attentions * largestStep[kind]));
+    }
+    auto memory = [&](double BlockMemory::*field) {
+      return sum(
+          [&](const ProgramProfile &p) { return p.memory[kind].*field; });
+    };
+    block.savedBytes = memory(&BlockMemory::savedBytes);
+    block.savedBytesSelective = memory(&BlockMemory::savedBytesSelective);
+    block.inputBytes = memory(&BlockMemory::inputBytes);
+    block.weightGradientReadBytes =
+        memory(&BlockMemory::weightGradientReadBytes);
+    block.sharedInputBytes = memory(&BlockMemory::sharedInputBytes);
+    block.parameters = memory(&BlockMemory::parameters);
+    block.sharedParameters = memory(&BlockMemory::sharedParameters);
+    block.frozenParameters = memory(&BlockMemory::frozenParameters);
+    block.frozenSharedParameters = memory(&BlockMemory::frozenSharedParameters);
+    block.gatheredWeight = memory(&BlockMemory::gatheredWeight);
+  }
+}
+
 const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
   const int64_t dp = std::max(1, plan.dp());
   BlockKey key = blockKey(plan);
@@ -344,118 +483,7 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
     for (BlockCost *block : {&result.layer, &result.embedding, &result.head})
       block->forward = infinity;
   } else {
-    // Each count is the weighted sum of the measured programs' counts.
-    auto sum = [&](auto field) {
-      double total = 0;
-      for (auto &[profile, weight] : terms)
-        total += weight * field(*profile);
-      return total;
-    };
-    const ProgramProfile &first = *terms.front().first;
-    std::vector<double> &counts = scratchCounts;
-    counts.assign(first.counts.size(), 0.0);
-    for (auto &[profile, weight] : terms) {
-      const double *from = profile->counts.data();
-      for (size_t j = 0, e = counts.size(); j < e; ++j)
-        counts[j] += weight * from[j];
-    }
-    auto cost = [&](const OpCost &like, const double *at) {
-      OpCost c = like;
-      c.flops = at[0];
-      c.bytesRead = int64_t(std::llround(at[1]));
-      c.bytesWritten = int64_t(std::llround(at[2]));
-      return c;
-    };
-    BlockCost *byKind[3] = {&result.embedding, &result.layer, &result.head};
-    double ringComm[3] = {0, 0, 0}, ringSteps[3] = {0, 0, 0};
-    for (size_t i = 0; i < first.ops.size(); ++i) {
-      const OpRecord &op = first.ops[i];
-      const double *at = counts.data() + i * kCountFields;
-      int kind = int(op.block);
-      BlockCost &block = *byKind[kind];
-      if (op.collective) {
-        if (op.axes & kDpAxis)
-          byDp = true;
-        AxisSizes sizes = AxisSizes::of(plan);
-        sizes.dp = dp;
-        int64_t group = groupSize(op.axes, sizes);
-        int64_t stride = groupStride(op.axes, sizes);
-        // The codec the program's collective carries: raw bytes are
-        // interpolated exactly, then encoded.
-        CollectiveCodec codec =
-            op.floatOperand ? op.codec : CollectiveCodec::none;
-        double full = wireBytes(at[kFullBytes], op.elementBytes, codec);
-        double operand = wireBytes(at[kOperandBytes], op.elementBytes, codec);
-        // A top-k all-reduce is an all-gather of each rank's kept part.
-        CollectiveKind sentAs =
-            isTopK(codec) ? CollectiveKind::AllGather : op.kind;
-        double encoded = full;
-        if (isTopK(codec))
-          full = operand * double(group);
-        double time = collectiveTime(sentAs, full, group, stride) +
-                      codecTime(sentAs, at[kFullBytes], encoded, codec);
-        block.commBytes += double(
-            collectiveBytesSent(sentAs, int64_t(std::llround(operand)), group));
-        if (op.regathered)
-          block.regather += time;
-        if (op.gradientRegathered)
-          block.gradientRegather +=
-              collectiveTime(CollectiveKind::AllGather, full, group, stride) +
-              codecTime(CollectiveKind::AllGather, at[kFullBytes], encoded,
-                        codec);
-        if (op.commClass == CommClass::WeightGather)
-          block.weightGather += time;
-        else if (op.commClass == CommClass::TensorParallel)
-          block.tpComm += time;
-        else if (op.commClass == CommClass::Ring)
-          ringComm[kind] += time;
-        else
-          block.seqComm += time;
-        continue;
-      }
-      OpCost forwardCost = cost(op.forward, at + kForwardFlops);
-      double forward = opTime(forwardCost);
-      block.forward += forward;
-      block.flops += forwardCost.flops;
-      OpCost input = cost(op.backward.inputGradient, at + kInputGradientFlops);
-      block.backwardInput += opTime(input);
-      OpCost weight =
-          cost(op.backward.weightGradient, at + kWeightGradientFlops);
-      block.backwardWeight += opTime(weight);
-      block.launches +=
-          launchTime(forwardCost) + launchTime(input) + launchTime(weight);
-      if (op.attentionCore)
-        block.attentionCore += forward;
-      if (weight.flops > 0)
-        block.linearForward += forward;
-      if (op.ringStep)
-        ringSteps[kind] += forward;
-    }
-    // A ring's next K/V block travels while the current one is attended to:
-    // c - 1 sends overlap c - 1 of the c steps.
-    double c = plan.cp();
-    for (int kind = 0; kind < 3; ++kind) {
-      BlockCost &block = *byKind[kind];
-      if (c > 1)
-        block.seqComm +=
-            std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
-      auto memory = [&](double BlockMemory::*field) {
-        return sum(
-            [&](const ProgramProfile &p) { return p.memory[kind].*field; });
-      };
-      block.savedBytes = memory(&BlockMemory::savedBytes);
-      block.savedBytesSelective = memory(&BlockMemory::savedBytesSelective);
-      block.inputBytes = memory(&BlockMemory::inputBytes);
-      block.weightGradientReadBytes =
-          memory(&BlockMemory::weightGradientReadBytes);
-      block.sharedInputBytes = memory(&BlockMemory::sharedInputBytes);
-      block.parameters = memory(&BlockMemory::parameters);
-      block.sharedParameters = memory(&BlockMemory::sharedParameters);
-      block.frozenParameters = memory(&BlockMemory::frozenParameters);
-      block.frozenSharedParameters =
-          memory(&BlockMemory::frozenSharedParameters);
-      block.gatheredWeight = memory(&BlockMemory::gatheredWeight);
-    }
+    costProfile(plan, terms, 1.0, plan.cp(), result, byDp);
   }
   if (byDp && !std::get<5>(key)) {
     dpDependent.insert(key);
@@ -1166,7 +1194,12 @@ bool CostModel::isMeasured(const plan::Plan &plan) const {
   return exactCache.count(ProgramShape::of(plan, 2));
 }
 
-double CostModel::relativeWorkBound(const plan::Plan &plan) {
+const CostModel::Blocks *CostModel::relativeBlocks(const plan::Plan &plan) {
+  const BlockKey key = blockKey(plan);
+  auto found = relativeCache.find(key);
+  if (found != relativeCache.end())
+    return found->second.get();
+  std::unique_ptr<Blocks> &entry = relativeCache[key];
   // The relative has a ring too: without one, attention is another kernel
   // (Megatron's unfused path when flash attention is off).
   for (int64_t cp = plan.cp() / 2; cp >= 2; cp /= 2) {
@@ -1174,22 +1207,48 @@ double CostModel::relativeWorkBound(const plan::Plan &plan) {
     relative.set_cp(int(cp));
     if (!isMeasured(relative))
       continue;
-    const Blocks &b = blocks(relative);
-    if (!b.error.empty())
-      return 0;
-    const double ratio = double(plan.cp()) / double(cp);
-    auto work = [&](const BlockCost &block) {
-      double scaled = block.forward + block.backwardInput +
-                      block.backwardWeight - block.launches +
-                      exposedTensorParallelComm(plan, block, 1) +
-                      exposedTensorParallelComm(plan, block, 2);
-      return block.launches + scaled / ratio;
-    };
-    double total =
-        modelSpec.layers() * work(b.layer) + work(b.embedding) + work(b.head);
-    return plan.num_micro_batches() * total / plan.pp();
+    const Blocks &measured = blocks(relative);
+    entry = std::make_unique<Blocks>();
+    if (!measured.error.empty()) {
+      entry->error = measured.error;
+      break;
+    }
+    // A program that gathers over dp is costed per dp: not bounded here.
+    ProfileTerms terms;
+    std::string error;
+    if (dpDependent.count(blockKey(relative)) ||
+        (!familyProfile(relative, terms) &&
+         !exactProfile(ProgramShape::of(relative, 2), relative.micro_batch(),
+                       terms, error))) {
+      entry.reset();
+      break;
+    }
+    bool byDp = false;
+    costProfile(relative, terms, double(cp) / double(plan.cp()), plan.cp(),
+                *entry, byDp);
+    break;
   }
-  return 0;
+  return entry.get();
+}
+
+double CostModel::relativeWorkBound(const plan::Plan &plan) {
+  const Blocks *b = relativeBlocks(plan);
+  if (!b || !b->error.empty())
+    return 0;
+  // (As workTerms adds them up, without recomputation, weight gathers and
+  // regathers: the sequence's communication in forward and in backward.)
+  auto work = [&](const BlockCost &block) {
+    return block.forward + block.backwardInput + block.backwardWeight +
+           exposedTensorParallelComm(plan, block, 1) +
+           exposedTensorParallelComm(plan, block, 2) + 2 * block.seqComm;
+  };
+  const double layer = work(b->layer);
+  const int64_t layers = modelSpec.layers(), p = plan.pp();
+  double total = layers * layer + work(b->embedding) + work(b->head);
+  // The slowest stage does at least the average, and holds at least
+  // ceil(layers / pp) layers.
+  double slowest = std::max(total / p, double((layers + p - 1) / p) * layer);
+  return plan.num_micro_batches() * slowest * (1 - 1e-12);
 }
 
 double CostModel::stepLowerBound(const plan::Plan &plan, double stopAt) {

@@ -141,14 +141,16 @@ public:
   /// a smaller cp of at least 2, without building a program. The two
   /// programs have the same kinds of ops (a ring of fused attention
   /// blocks), and splitting the sequence c/c' times more splits each op's
-  /// work no more than that (its flops, its activation bytes and its
-  /// tensor-parallel bytes shrink by c/c', its weights, kernel launches and
-  /// latencies do not, a ring step's merge runs c times on 1/c of the
-  /// output, and a smaller GEMM is no more efficient); the ring's sends are
-  /// left out. The launch overhead does not shrink at all, and at least as
-  /// many kernels run (the same ops, and c steps of the ring instead of
-  /// c'): the relative's launch time is kept whole and only the rest is
-  /// divided by c/c'. 0 when no such plan is measured.
+  /// work no more than that: its flops, its activation bytes and its
+  /// tensor-parallel bytes shrink by c/c'; its weights, kernel launches and
+  /// latencies do not; a ring step's merge runs c times on 1/c of the
+  /// output. So the relative's ops are costed op by op at c'/c of their
+  /// counts (relativeBlocks) with their kernel counts kept: at least as
+  /// many kernels run (the same ops, and c steps of the ring instead of c'),
+  /// each no larger, and a smaller kernel is no more efficient (the GEMM
+  /// efficiency curve, the launch overhead). The ring's sends are left out.
+  /// Beyond the average over stages, the slowest stage holds at least
+  /// ceil(layers / pp) layers. 0 when no such plan is measured.
   double relativeWorkBound(const plan::Plan &plan);
 
   /// A lower bound on the step time that is cheap to compute (no bubble
@@ -250,6 +252,17 @@ private:
   /// The program of `plan` from its family's corners (see CostModel.cpp),
   /// or false when that does not apply.
   bool familyProfile(const plan::Plan &plan, ProfileTerms &terms);
+  /// Costs the program whose counts are `terms`' weighted sum, each count
+  /// that grows with the tokens times `scale` (1: the program itself), as
+  /// `plan` runs it; sets byDp when it communicates over dp. A `ring`
+  /// other than plan.cp() bounds the exposed sends of a ring that long
+  /// instead (relativeBlocks).
+  void costProfile(const plan::Plan &plan, const ProfileTerms &terms,
+                   double scale, int64_t ring, Blocks &result, bool &byDp);
+  /// relativeWorkBound's blocks for context-parallel `plan`: a measured
+  /// relative with a shorter ring, costed at the plan's share of the
+  /// tokens; null when none is measured (or its program depends on dp).
+  const Blocks *relativeBlocks(const plan::Plan &plan);
   /// Time of one op's work: a roofline with the GPU's efficiency curves,
   /// plus its kernels' launch overhead.
   double opTime(const OpCost &cost) const;
@@ -337,6 +350,9 @@ private:
   BlockKey blockKey(const plan::Plan &plan) const;
   mutable std::vector<std::string> policyNames;
   std::map<BlockKey, Blocks> cache;
+  /// relativeBlocks' answers, by the plan's key (no entry: not yet; a null
+  /// one: no relative).
+  std::map<BlockKey, std::unique_ptr<Blocks>> relativeCache;
   std::set<BlockKey> dpDependent;
   BlockKey lastKey;
   bool lastDpDependent = false;
