@@ -445,7 +445,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     auto with = AttentionGradOp::create(
         b, loc, grad.getQ(), grad.getK(), grad.getV(), grad.getResultGrad(),
         grad.getMask(), positions(grad.getQ()), positions(grad.getK()),
-        grad.getScaleAttr(), grad.getCausalAttr());
+        grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr());
     for (NamedAttribute attr : grad->getDiscardableAttrs())
       with->setAttr(attr.getName(), attr.getValue());
     grad->replaceAllUsesWith(with);

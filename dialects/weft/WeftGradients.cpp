@@ -728,9 +728,8 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
 
 // Attention's gradient is one fused op, weft.attention_grad (FlashAttention's
 // backward: the probabilities recomputed per query row from q and k, never
-// kept whole). Two forms it does not cover are differentiated through the
-// decomposed attention instead: dropout (the mask is drawn in the
-// decomposition) and a mask that takes a gradient itself.
+// kept whole), with the forward's dropout. A mask that takes a gradient
+// itself is differentiated through the decomposed attention instead.
 LogicalResult AttentionOp::buildGradients(GradientState &state) {
   Value dy = state.gradient(getResult());
   if (!dy)
@@ -738,10 +737,10 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
   if (dy.getType() != getType())
     dy = CastOp::create(state.builder(), getLoc(), getType(), dy);
   bool maskGradient = getMask() && state.needsGradient(getMask());
-  if (!getDropout() && !maskGradient) {
+  if (!maskGradient) {
     auto grad = AttentionGradOp::create(
         state.builder(), getLoc(), getQ(), getK(), getV(), dy, getMask(),
-        Value(), Value(), getScaleAttr(), getCausalAttr());
+        Value(), Value(), getScaleAttr(), getCausalAttr(), getDropoutAttr());
     Value operands[] = {getQ(), getK(), getV()};
     for (auto [operand, gradient] : llvm::zip(operands, grad.getResults()))
       state.accumulate(getLoc(), operand, gradient);

@@ -403,6 +403,18 @@ inferAttentionOutput(std::optional<Location> location, Value qValue,
                                q.getElementType());
 }
 
+/// `weft.attention`'s dropout ratio, and its gradient's: in [0, 1).
+static LogicalResult verifyDropout(std::optional<Location> location,
+                                   FloatAttr dropout) {
+  if (!dropout)
+    return success();
+  double ratio = dropout.getValueAsDouble();
+  if (!(ratio >= 0 && ratio < 1))
+    return emitOptionalError(location, "dropout must be in [0, 1), got ",
+                             ratio);
+  return success();
+}
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
                                             std::optional<Location> location,
                                             Adaptor adaptor,
@@ -410,14 +422,9 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
   FailureOr<RankedTensorType> output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
       adaptor.getMask(), adaptor.getScaleAttr());
-  if (failed(output))
+  if (failed(output) ||
+      failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();
-  if (FloatAttr dropout = adaptor.getDropoutAttr()) {
-    double ratio = dropout.getValueAsDouble();
-    if (!(ratio >= 0 && ratio < 1))
-      return emitOptionalError(location, "dropout must be in [0, 1), got ",
-                               ratio);
-  }
   inferred.push_back(*output);
   return success();
 }
@@ -474,7 +481,8 @@ LogicalResult AttentionGradOp::inferReturnTypes(
   auto output = inferAttentionOutput(location, adaptor.getQ(), adaptor.getK(),
                                      adaptor.getV(), adaptor.getMask(),
                                      adaptor.getScaleAttr());
-  if (failed(output))
+  if (failed(output) ||
+      failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();
   if (adaptor.getResultGrad().getType() != *output)
     return emitOptionalError(

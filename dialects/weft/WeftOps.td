@@ -679,8 +679,10 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRule, Pure,
     with a grouped KV head's `dK` and `dV` summed over its query heads. Nothing of size
     `seq × kv_seq` is kept, and under `causal` only the visible half of the pairs is
     computed. `-weft-differentiate` builds it as `weft.attention`'s gradient (attention
-    without dropout, whose mask takes no gradient); its cost is the cost model's
-    attention backward.
+    whose mask takes no gradient); its cost is the cost model's attention backward.
+    `dropout` is the forward's: the probabilities are dropped in backward as the
+    forward drops them (a training step keeps every element, as a forward program
+    does: docs/training.md), so both ops carry it or neither.
 
     Shapes, grouped KV heads, `mask` and `causal` are as in `weft.attention`;
     `q_positions` and `k_positions` are as in `weft.attention_block`: with them, a
@@ -702,19 +704,20 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRule, Pure,
     - `q_positions` and `k_positions` are given together, are integer vectors, and have
       `seq` and `kv_seq` elements;
     - `scale` is positive;
+    - `dropout`, if given, is in `[0, 1)`;
     - the results have the types of `q`, `k` and `v`.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
                        Weft_FloatTensor:$result_grad, Optional<Weft_Tensor>:$mask,
                        Optional<Weft_IntTensor>:$q_positions,
                        Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
-                       UnitAttr:$causal);
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout);
   let results = (outs Weft_FloatTensor:$q_grad, Weft_FloatTensor:$k_grad,
                       Weft_FloatTensor:$v_grad);
   let assemblyFormat = [{
     $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)?
     (`positions` $q_positions^ `,` $k_positions)? `scale` $scale (`causal` $causal^)?
-    attr-dict `:` functional-type(operands, results)
+    (`dropout` $dropout^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

@@ -35,14 +35,15 @@
 // TP-NOT: weft.all_gather
 // TP: weft.attention_grad {{.*}} : (tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>) -> (tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>)
 
-// Attention with dropout is differentiated through its decomposition, whose
-// dropout mask the backward draws again.
+// Attention with dropout takes the fused gradient too, with the forward's
+// dropout: no decomposed scores in its backward.
 // RUN: weft-opt %s -weft-differentiate -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=DROPOUT
 // DROPOUT-LABEL: func.func @dropout
-// DROPOUT-NOT: weft.attention_grad
-// DROPOUT: weft.softmax {{.*}} causal
-// DROPOUT: weft.dropout
-// DROPOUT-NOT: weft.attention_grad
+// DROPOUT-NOT: weft.softmax
+// DROPOUT-NOT: weft.dropout
+// DROPOUT: weft.attention_grad {{.*}} scale 5.000000e-01 causal dropout 1.000000e-01 :
+// DROPOUT-NOT: weft.softmax
+// DROPOUT: return
 func.func @dropout(%x: tensor<1x2x8x4xf32>) -> tensor<f32> {
   %w = weft.parameter "w" : tensor<1x2x8x4xf32>
   %q = weft.mul %x, %w : tensor<1x2x8x4xf32>

@@ -643,15 +643,18 @@ TEST(PlannerSearch, RelativeBoundIsBelowTheMeasuredBound) {
   EXPECT_GT(loosest, 0.15) << loosestCase;
 }
 
-// A built-in model's source as weft plan builds it (two layers whole).
-ModelSource builtModel(const plan::ModelSpec &spec) {
+// A built-in model's source as weft plan builds it (two layers whole), with
+// `dropout` as --dropout gives it.
+ModelSource builtModel(const plan::ModelSpec &spec,
+                       std::optional<double> dropout = std::nullopt) {
   ModelSource source;
-  source.buildLayers = [spec](mlir::MLIRContext &ctx, int64_t batch,
-                              int64_t seq, int64_t layers) {
+  source.buildLayers = [spec, dropout](mlir::MLIRContext &ctx, int64_t batch,
+                                       int64_t seq, int64_t layers) {
     TransformerShape shape;
     shape.batch = batch;
     shape.seq = seq;
     shape.layers = layers;
+    shape.dropout = dropout;
     return buildTransformer(ctx, spec, shape);
   };
   source.build = [build = source.buildLayers](mlir::MLIRContext &ctx,
@@ -750,79 +753,87 @@ TEST(PlannerTime, RegathersAreTheBackwardsGathers) {
 // the step's weft.attention_grad, unsplit, under tp and under a cp ring.
 TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
   for (const char *preset : {"megatron-22b", "llama2-7b"})
-    for (auto [tp, cp] : {std::pair<int64_t, int64_t>{1, 1}, {4, 1}, {2, 2}}) {
-      SCOPED_TRACE(std::string(preset) + " tp=" + std::to_string(tp) +
-                   " cp=" + std::to_string(cp));
-      mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
-      context.loadDialect<WeftDialect, mlir::func::FuncDialect>();
-      plan::ModelSpec spec = *lookupPreset(preset);
-      plan::TrainingConfig training = megatron2022(2);
-      training.set_dropout(false);
-      training.set_flash_attention(true);
-      RankProgramBuilder programs(context, builtModel(spec), training);
-      std::string error;
-      ProgramShape shape;
-      shape.tp = tp;
-      shape.cp = cp;
-      mlir::OwningOpRef<mlir::ModuleOp> forward =
-          programs.build(shape, 1, error);
-      ASSERT_TRUE(forward) << error;
-      // The linears' weight gradients, and the fused attention's backward
-      // (weft.attention under tp, a ring's weft.attention_block steps
-      // under cp).
-      double charged = 0, attentionCharged = 0;
-      for (const OpRecord &op : profileProgram(*forward, "").ops)
-        if (op.block == BlockKind::Layer) {
-          charged += op.backward.weightGradient.flops;
-          if (op.forward.unit == OpCost::Unit::FusedAttention)
-            attentionCharged += op.backward.inputGradient.flops;
-        }
-      ASSERT_GT(charged, 0);
-      ASSERT_GT(attentionCharged, 0);
+    for (auto [tp, cp] : {std::pair<int64_t, int64_t>{1, 1}, {4, 1}, {2, 2}})
+      for (bool dropout : {false, true}) {
+        SCOPED_TRACE(std::string(preset) + " tp=" + std::to_string(tp) +
+                     " cp=" + std::to_string(cp) + (dropout ? " dropout" : ""));
+        mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+        context.loadDialect<WeftDialect, mlir::func::FuncDialect>();
+        plan::ModelSpec spec = *lookupPreset(preset);
+        plan::TrainingConfig training = megatron2022(2);
+        training.set_dropout(dropout);
+        training.set_flash_attention(true);
+        // (With dropout, Megatron's 0.1 after the attention's softmax and
+        // after both residual branches: the attention's backward is still the
+        // fused op.)
+        RankProgramBuilder programs(
+            context,
+            builtModel(spec,
+                       dropout ? std::optional<double>(0.1) : std::nullopt),
+            training);
+        std::string error;
+        ProgramShape shape;
+        shape.tp = tp;
+        shape.cp = cp;
+        mlir::OwningOpRef<mlir::ModuleOp> forward =
+            programs.build(shape, 1, error);
+        ASSERT_TRUE(forward) << error;
+        // The linears' weight gradients, and the fused attention's backward
+        // (weft.attention under tp, a ring's weft.attention_block steps
+        // under cp).
+        double charged = 0, attentionCharged = 0;
+        for (const OpRecord &op : profileProgram(*forward, "").ops)
+          if (op.block == BlockKind::Layer) {
+            charged += op.backward.weightGradient.flops;
+            if (op.forward.unit == OpCost::Unit::FusedAttention)
+              attentionCharged += op.backward.inputGradient.flops;
+          }
+        ASSERT_GT(charged, 0);
+        ASSERT_GT(attentionCharged, 0);
 
-      plan::Plan p;
-      p.set_tp(int(tp));
-      p.set_cp(int(cp));
-      p.set_micro_batch(1);
-      p.set_num_micro_batches(1);
-      p.set_recompute(plan::RECOMPUTE_NONE);
-      mlir::OwningOpRef<mlir::ModuleOp> step =
-          programs.buildTrainingStep(p, 1, error);
-      ASSERT_TRUE(step) << error;
-      double inputGradients = 0, weightGradients = 0, attentionGradients = 0;
-      int backwardLayers = 0;
-      step->walk([&](LayerOp layer) {
-        if (!layer.getKind().ends_with(".backward"))
-          return;
-        ++backwardLayers;
-        layer.getBody().walk([&](mlir::Operation *op) {
-          auto costed = mlir::dyn_cast<CostOpInterface>(op);
-          if (costed && mlir::isa<AttentionGradOp>(op))
-            attentionGradients += costed.getCost().flops;
-          if (!costed || op->getNumResults() != 1)
+        plan::Plan p;
+        p.set_tp(int(tp));
+        p.set_cp(int(cp));
+        p.set_micro_batch(1);
+        p.set_num_micro_batches(1);
+        p.set_recompute(plan::RECOMPUTE_NONE);
+        mlir::OwningOpRef<mlir::ModuleOp> step =
+            programs.buildTrainingStep(p, 1, error);
+        ASSERT_TRUE(step) << error;
+        double inputGradients = 0, weightGradients = 0, attentionGradients = 0;
+        int backwardLayers = 0;
+        step->walk([&](LayerOp layer) {
+          if (!layer.getKind().ends_with(".backward"))
             return;
-          if (mlir::isa<LinearOp>(op))
-            inputGradients += costed.getCost().flops;
-          // A weight's gradient: activations contracted over the sequence
-          // into [batch, in, out], summed over the batch after.
-          auto matmul = mlir::dyn_cast<MatmulOp>(op);
-          if (matmul && matmul.getTransposeLhs() &&
-              mlir::cast<mlir::RankedTensorType>(matmul.getType()).getRank() ==
-                  3)
-            weightGradients += costed.getCost().flops;
+          ++backwardLayers;
+          layer.getBody().walk([&](mlir::Operation *op) {
+            auto costed = mlir::dyn_cast<CostOpInterface>(op);
+            if (costed && mlir::isa<AttentionGradOp>(op))
+              attentionGradients += costed.getCost().flops;
+            if (!costed || op->getNumResults() != 1)
+              return;
+            if (mlir::isa<LinearOp>(op))
+              inputGradients += costed.getCost().flops;
+            // A weight's gradient: activations contracted over the sequence
+            // into [batch, in, out], summed over the batch after.
+            auto matmul = mlir::dyn_cast<MatmulOp>(op);
+            if (matmul && matmul.getTransposeLhs() &&
+                mlir::cast<mlir::RankedTensorType>(matmul.getType())
+                        .getRank() == 3)
+              weightGradients += costed.getCost().flops;
+          });
         });
-      });
-      ASSERT_EQ(backwardLayers, 1);
-      EXPECT_NEAR(weightGradients, charged, 1e-3 * charged);
-      EXPECT_NEAR(inputGradients, charged, 1e-3 * charged);
-      if (spec.ffn_kind() == plan::FFN_SWIGLU) { // (no biases)
-        EXPECT_DOUBLE_EQ(weightGradients, charged);
+        ASSERT_EQ(backwardLayers, 1);
+        EXPECT_NEAR(weightGradients, charged, 1e-3 * charged);
+        EXPECT_NEAR(inputGradients, charged, 1e-3 * charged);
+        if (spec.ffn_kind() == plan::FFN_SWIGLU) { // (no biases)
+          EXPECT_DOUBLE_EQ(weightGradients, charged);
+        }
+        // The attention's backward is one weft.attention_grad per layer,
+        // costed as the model charges it.
+        EXPECT_NEAR(attentionGradients, attentionCharged,
+                    1e-9 * attentionCharged);
       }
-      // The attention's backward is one weft.attention_grad per layer,
-      // costed as the model charges it.
-      EXPECT_NEAR(attentionGradients, attentionCharged,
-                  1e-9 * attentionCharged);
-    }
 }
 
 TEST(PlannerCluster, ShorthandAndErrors) {

@@ -713,6 +713,15 @@ func.func @attention_grad_heads(%q: tensor<2x3x16x8xf32>, %k: tensor<2x2x16x8xf3
 
 // -----
 
+func.func @attention_grad_dropout(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{dropout must be in [0, 1), got 1}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %q scale 0.125 dropout 1.0 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
 func.func @attention_grad_positions_together(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>) {
   // expected-error @+1 {{q_positions and k_positions are given together}}
   %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)

@@ -152,6 +152,8 @@ func.func @attention_grad(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>, 
   %0:3 = weft.attention_grad %q, %k, %v grad %do positions %qp, %kp scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} mask %{{.*}} scale 1.250000e-01 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   %1:3 = weft.attention_grad %q, %k, %v grad %do mask %mask scale 0.125 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
+  // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} scale 1.250000e-01 causal dropout 1.000000e-01 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
+  %2:3 = weft.attention_grad %q, %k, %v grad %do scale 0.125 causal dropout 0.1 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   return
 }
 
