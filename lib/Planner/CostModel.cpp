@@ -719,9 +719,10 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   const int64_t layers = modelSpec.layers();
   if (p == 1 || (v > 1 && layers % (int64_t(p) * v) == 0))
     return std::vector<int32_t>(p, int32_t(layers / p));
-  const BlockCost &layer = layerCost(plan);
-  const BlockCost &embed = embeddingCost(plan);
-  const BlockCost &head = headCost(plan);
+  // (One lookup of the plan's blocks: this runs once per candidate.)
+  const Blocks &costs = blocks(plan);
+  const BlockCost &layer = costs.layer, &embed = costs.embedding,
+                  &head = costs.head;
   auto total = [](const BlockCost &b) {
     return b.forward + b.backwardInput + b.backwardWeight + 2 * b.tpComm;
   };
@@ -847,9 +848,10 @@ static double exposedRegather(const plan::Plan &plan, const BlockCost &block,
 void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
                            int onlyRank) {
   const int p = plan.pp(), v = virtualStages(plan);
-  const BlockCost &layer = layerCost(plan);
-  const BlockCost &embed = embeddingCost(plan);
-  const BlockCost &head = headCost(plan);
+  // (One lookup of the plan's blocks: this runs once per candidate.)
+  const Blocks &costs = blocks(plan);
+  const BlockCost &layer = costs.layer, &embed = costs.embedding,
+                  &head = costs.head;
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
   times.forward.assign(p * v, 0);
   times.backward.assign(p * v, 0);
