@@ -334,6 +334,10 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   BlockCost *byKind[3] = {&result.embedding, &result.layer, &result.head};
   double ringComm[3] = {0, 0, 0}, ringSteps[3] = {0, 0, 0};
   double largestStep[3] = {0, 0, 0}, stepOps[3] = {0, 0, 0};
+  // The ring's backward: per K or V block it passes, 1 / (c - 1) of the
+  // all-gather of the whole tensor and of its gradient's reduce-scatter,
+  // over a ring of `ring` ranks (positions are computed, not sent).
+  double ringBackward[3] = {0, 0, 0};
   for (size_t i = 0; i < first.ops.size(); ++i) {
     const OpRecord &op = first.ops[i];
     const double *at = counts.data() + i * kCountFields;
@@ -373,10 +377,19 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
         block.weightGather += time;
       else if (op.commClass == CommClass::TensorParallel)
         block.tpComm += time;
-      else if (op.commClass == CommClass::Ring)
+      else if (op.commClass == CommClass::Ring) {
         ringComm[kind] += time;
-      else
+        if (op.floatOperand && plan.cp() > 1) {
+          const double whole = full * double(ring);
+          ringBackward[kind] +=
+              (collectiveTime(CollectiveKind::AllGather, whole, ring, stride) +
+               collectiveTime(CollectiveKind::ReduceScatter, whole, ring,
+                              stride)) /
+              double(plan.cp() - 1);
+        }
+      } else {
         block.seqComm += time;
+      }
       continue;
     }
     OpCost forwardCost = cost(op.forward, at + kForwardFlops);
@@ -404,6 +417,8 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   const double c = plan.cp();
   for (int kind = 0; kind < 3; ++kind) {
     BlockCost &block = *byKind[kind];
+    // (Ulysses' all-to-alls are their own transposes.)
+    block.seqCommBackward = block.seqComm + ringBackward[kind];
     if (c > 1 && ring == plan.cp()) {
       block.seqComm +=
           std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
@@ -870,10 +885,10 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
     recompute = layer.attentionCore;
   const double layerRegather =
       exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL);
-  double layerBackward = layer.backwardInput + tpBackward + layer.seqComm +
-                         recompute + (zb ? 0 : layer.backwardWeight) +
-                         exposedWeightGather(layer, true) +
-                         (zb ? 0 : layerRegather);
+  double layerBackward =
+      layer.backwardInput + tpBackward + layer.seqCommBackward + recompute +
+      (zb ? 0 : layer.backwardWeight) + exposedWeightGather(layer, true) +
+      (zb ? 0 : layerRegather);
   double layerWeight = zb ? layer.backwardWeight + layerRegather : 0;
   const double shard = dataParallelShard(plan);
   const int64_t shardStride = int64_t(plan.tp()) * tensor3dSize(plan);
@@ -1131,7 +1146,7 @@ static WorkTerms workTerms(const plan::Plan &plan, const BlockCost &layer,
                      : plan.recompute() == plan::RECOMPUTE_SELECTIVE
                          ? layer.attentionCore
                          : 0;
-  w.layerB = layer.backwardInput + tpB + layer.seqComm + recompute +
+  w.layerB = layer.backwardInput + tpB + layer.seqCommBackward + recompute +
              exposedWeightGather(layer, true);
   w.layerW = layer.backwardWeight;
   w.embedWork = embedding.forward + embedding.backwardInput +
@@ -1242,7 +1257,8 @@ double CostModel::relativeWorkBound(const plan::Plan &plan) {
   auto work = [&](const BlockCost &block) {
     return block.forward + block.backwardInput + block.backwardWeight +
            exposedTensorParallelComm(plan, block, 1) +
-           exposedTensorParallelComm(plan, block, 2) + 2 * block.seqComm;
+           exposedTensorParallelComm(plan, block, 2) + block.seqComm +
+           block.seqCommBackward;
   };
   const double layer = work(b->layer);
   const int64_t layers = modelSpec.layers(), p = plan.pp();
@@ -1474,8 +1490,10 @@ void CostModel::evaluate(plan::Plan &plan,
        exposedTensorParallelComm(plan, layer, 2) +
        exposedWeightGather(layer, true) +
        exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL)));
-  time->set_cp_comm_s(m * layers * layer.seqComm *
-                      (plan.recompute() == plan::RECOMPUTE_FULL ? 3 : 2));
+  time->set_cp_comm_s(
+      m * layers *
+      (layer.seqComm * (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
+       layer.seqCommBackward));
   time->set_recompute_s(m * layers *
                         (plan.recompute() == plan::RECOMPUTE_FULL
                              ? layer.forward

@@ -47,6 +47,10 @@ struct BlockCost {
   // Prefetched: only what exceeds the block's compute is exposed.
   double weightGather = 0;
   double seqComm = 0;        // Ulysses all-to-all and ring steps, exposed
+  /// The backward's: the all-to-alls' transposes, and for a ring what
+  /// weft.attention_grad's partition sends, exposed: K and V all-gathered
+  /// over cp before it, dK and dV reduce-scattered after it.
+  double seqCommBackward = 0;
   /// The backward's all-gathers of activations kept as blocks (Megatron SP:
   /// the linears' inputs, gathered again for their weight gradients), and
   /// under ZB-H1 the weight-gradient step's gathers of the output
