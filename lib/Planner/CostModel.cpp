@@ -419,6 +419,7 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
     BlockCost &block = *byKind[kind];
     // (Ulysses' all-to-alls are their own transposes.)
     block.seqCommBackward = block.seqComm + ringBackward[kind];
+    block.seqCommTotal = block.seqComm + ringComm[kind];
     if (c > 1 && ring == plan.cp()) {
       block.seqComm +=
           std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
@@ -1490,10 +1491,21 @@ void CostModel::evaluate(plan::Plan &plan,
        exposedTensorParallelComm(plan, layer, 2) +
        exposedWeightGather(layer, true) +
        exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL)));
-  time->set_cp_comm_s(
+  const double forwards = plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1;
+  time->set_cp_comm_s(m * layers *
+                      (layer.seqComm * forwards + layer.seqCommBackward));
+  time->set_cp_comm_total_s(
+      m * layers * (layer.seqCommTotal * forwards + layer.seqCommBackward));
+  // Tensor parallelism's whole: the forward's collectives (again when
+  // recomputed) and their transposes, weight gathers, and the regathers a
+  // recomputed forward does not make unnecessary.
+  const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
+  const double regathers =
+      (plan.recompute() == plan::RECOMPUTE_FULL && !zb ? 0 : layer.regather) +
+      (zb ? layer.gradientRegather : 0);
+  time->set_tp_comm_total_s(
       m * layers *
-      (layer.seqComm * (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
-       layer.seqCommBackward));
+      ((layer.tpComm + layer.weightGather) * (forwards + 1) + regathers));
   time->set_recompute_s(m * layers *
                         (plan.recompute() == plan::RECOMPUTE_FULL
                              ? layer.forward

@@ -101,10 +101,11 @@ void planner::printPlanBreakdown(llvm::raw_ostream &os, const plan::Plan &p) {
                t.step_s(), p.tokens_per_s(), 100 * p.mfu(),
                p.model_tflops_per_gpu(), (long long)p.gpus_used());
   os << format("time (busiest stage): compute %.3f s, recompute %.3f s, tp "
-               "comm %.3f s, cp/ulysses comm %.3f s, pp comm %.3f s, bubble "
-               "%.3f s (%.1f%%), dp comm %.3f s exposed of %.3f s, optimizer "
-               "%.3f s\n",
-               t.compute_s(), t.recompute_s(), t.tp_comm_s(), t.cp_comm_s(),
+               "comm %.3f s exposed of %.3f s, cp/ulysses comm %.3f s exposed "
+               "of %.3f s, pp comm %.3f s, bubble %.3f s (%.1f%%), dp comm "
+               "%.3f s exposed of %.3f s, optimizer %.3f s\n",
+               t.compute_s(), t.recompute_s(), t.tp_comm_s(),
+               t.tp_comm_total_s(), t.cp_comm_s(), t.cp_comm_total_s(),
                t.pp_comm_s(), t.bubble_s(), 100 * t.bubble_fraction(),
                t.dp_comm_exposed_s(), t.dp_comm_total_s(), t.optimizer_s());
   os << "forward communication per rank and micro-batch: "

@@ -288,6 +288,47 @@ TEST(PlannerPipeline, ZeroBubbleShrinksTheBubble) {
   EXPECT_LT(zb.time().step_s(), oneF.time().step_s());
 }
 
+// Each kind of communication is reported whole as well as exposed: the
+// whole is never less, and is more exactly where an overlap hides some of
+// it (a ring's sends behind its steps, TP collectives behind their GEMMs).
+// A ring's backward (K and V gathered, dK and dV reduce-scattered around
+// weft.attention_grad) is exposed, and under full recomputation the
+// forward's sends run twice.
+TEST(PlannerTime, CommunicationTotalsHoldTheExposedParts) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x641");
+  plan::TrainingConfig training = megatron2022(1920);
+  training.set_flash_attention(true);
+  CostModel model(*lookupPreset("megatron-530b"), cluster, training);
+  auto evaluated = [&](const char *spec) {
+    llvm::Expected<plan::Plan> p = parsePlanSpec(spec, model);
+    EXPECT_TRUE(bool(p)) << spec;
+    if (!p) {
+      llvm::consumeError(p.takeError());
+      return plan::TimeBreakdown();
+    }
+    model.evaluate(*p);
+    return p->time();
+  };
+  // No overlap, no sequence split: everything is exposed.
+  plan::TimeBreakdown plain = evaluated("tp=8,pp=35,dp=16,mbs=1");
+  EXPECT_GT(plain.tp_comm_s(), 0);
+  EXPECT_DOUBLE_EQ(plain.tp_comm_total_s(), plain.tp_comm_s());
+  EXPECT_EQ(plain.cp_comm_s(), 0);
+  EXPECT_EQ(plain.cp_comm_total_s(), 0);
+  // TP overlap hides most of it.
+  plan::TimeBreakdown overlapped =
+      evaluated("tp=8,pp=35,dp=16,mbs=1,sp=true,tp-overlap=true");
+  EXPECT_LT(overlapped.tp_comm_s(), 0.5 * overlapped.tp_comm_total_s());
+  // A ring of 2 at 2,048 tokens: its sends partly behind its steps.
+  plan::TimeBreakdown ring = evaluated("tp=8,pp=35,dp=8,cp=2,mbs=1,sp=true");
+  EXPECT_GT(ring.cp_comm_s(), 0);
+  EXPECT_GT(ring.cp_comm_total_s(), ring.cp_comm_s());
+  plan::TimeBreakdown recomputed =
+      evaluated("tp=8,pp=35,dp=8,cp=2,mbs=1,sp=true,recompute=full");
+  EXPECT_GT(recomputed.cp_comm_total_s(), ring.cp_comm_total_s());
+  EXPECT_GE(recomputed.cp_comm_total_s(), recomputed.cp_comm_s());
+}
+
 // Alpha-beta: a ring all-reduce of S bytes over n GPUs on NVLink takes
 // 2(n-1)/n * S / busbw plus latency.
 TEST(PlannerCommunication, RingAllReduce) {

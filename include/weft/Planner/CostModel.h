@@ -47,6 +47,7 @@ struct BlockCost {
   // Prefetched: only what exceeds the block's compute is exposed.
   double weightGather = 0;
   double seqComm = 0;        // Ulysses all-to-all and ring steps, exposed
+  double seqCommTotal = 0;   // and the ring's sends whole, hidden or not
   /// The backward's: the all-to-alls' transposes, and for a ring what
   /// weft.attention_grad's partition sends, exposed: K and V all-gathered
   /// over cp before it, dK and dV reduce-scattered after it.
