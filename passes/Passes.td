@@ -224,7 +224,12 @@ def WeftDecomposeAttention : Pass<"weft-decompose-attention", "::mlir::func::Fun
     S × S scores and probabilities are then tensors of the program, which is what the
     planner's memory model counts under `--flash-attention=false`.
 
-    `weft.attention_block` (ring attention's fused steps) is left alone.
+    `weft.attention_grad` (attention's fused gradient) becomes Megatron's unfused
+    backward: the decomposed attention of its operands, recomputed and differentiated
+    (`dV = Pᵀ dO`, `dP = dO Vᵀ`, `dS = P (dP - rowsum(P dP))`, `dQ = s dS K`,
+    `dK = s dSᵀ Q`, grouped heads summed back), with the `S × S` probabilities in
+    memory. `weft.attention_block` (ring attention's fused steps) and an
+    `attention_grad` with positions (a ring's partition of it) are left alone.
 
     ```
     weft-opt -weft-decompose-attention model.mlir

@@ -26,9 +26,21 @@ struct WeftDecomposeAttention
     : public weft::impl::WeftDecomposeAttentionBase<WeftDecomposeAttention> {
   void runOnOperation() override {
     SmallVector<AttentionOp> attentions;
-    getOperation().walk([&](AttentionOp op) { attentions.push_back(op); });
+    SmallVector<AttentionGradOp> gradients;
+    getOperation().walk([&](Operation *op) {
+      if (auto attention = dyn_cast<AttentionOp>(op))
+        attentions.push_back(attention);
+      // (With positions, a ring's partition: left fused, as its forward
+      // steps, weft.attention_block, are.)
+      else if (auto grad = dyn_cast<AttentionGradOp>(op);
+               grad && !grad.getQPositions())
+        gradients.push_back(grad);
+    });
     for (AttentionOp op : attentions)
       decompose(op);
+    for (AttentionGradOp op : gradients)
+      if (failed(decompose(op)))
+        return signalPassFailure();
   }
 
   static void decompose(AttentionOp op) {
@@ -36,6 +48,29 @@ struct WeftDecomposeAttention
     Value out = buildDecomposedAttention(b, op);
     op.getResult().replaceAllUsesWith(out);
     op.erase();
+  }
+
+  /// The gradient as Megatron's unfused path computes it: the decomposed
+  /// attention of the same operands, recomputed and differentiated.
+  static LogicalResult decompose(AttentionGradOp op) {
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    auto attention = AttentionOp::create(
+        b, loc, op.getQ(), op.getK(), op.getV(), op.getMask(),
+        op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr());
+    GradientState local(b);
+    Value inputs[] = {op.getQ(), op.getK(), op.getV()};
+    for (Value input : inputs)
+      local.markActive(input);
+    LogicalResult built = differentiateDecomposedAttention(
+        b, attention, op.getResultGrad(), local);
+    attention.erase();
+    if (failed(built))
+      return failure();
+    for (auto [result, input] : llvm::zip(op.getResults(), inputs))
+      result.replaceAllUsesWith(local.gradientOrZeros(loc, input));
+    op.erase();
+    return success();
   }
 };
 } // namespace

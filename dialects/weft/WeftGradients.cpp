@@ -730,6 +730,23 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
 // backward: the probabilities recomputed per query row from q and k, never
 // kept whole), with the forward's dropout. A mask that takes a gradient
 // itself is differentiated through the decomposed attention instead.
+LogicalResult weft::differentiateDecomposedAttention(OpBuilder &b,
+                                                     AttentionOp op, Value dy,
+                                                     GradientState &local) {
+  // dV = Pᵀ dO, dP = dO Vᵀ, dS = P (dP - Σ dP P), dQ = s dS K, dK = s dSᵀ Q,
+  // with grouped heads summed back.
+  Operation *marker = insertionMarker(b);
+  Value out = buildDecomposedAttention(b, op);
+  SmallVector<Operation *> ops = createdSince(b, marker);
+  local.setGradient(out, dy);
+  if (failed(differentiateOps(local, ops)))
+    return failure();
+  // The recomputed output itself (P V) is read by nothing.
+  if (Operation *product = out.getDefiningOp(); product && out.use_empty())
+    product->erase();
+  return success();
+}
+
 LogicalResult AttentionOp::buildGradients(GradientState &state) {
   Value dy = state.gradient(getResult());
   if (!dy)
@@ -746,20 +763,13 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
       state.accumulate(getLoc(), operand, gradient);
     return success();
   }
-  // Recompute the decomposed attention and differentiate it: dV = Pᵀ dO,
-  // dP = dO Vᵀ, dS = P (dP - Σ dP P), dQ = s dS K, dK = s dSᵀ Q, with grouped
-  // heads summed back.
   OpBuilder &b = state.builder();
-  Operation *marker = insertionMarker(b);
-  Value out = buildDecomposedAttention(b, *this);
-  SmallVector<Operation *> ops = createdSince(b, marker);
   GradientState local(b);
   local.inheritFrozen(state);
   for (Value operand : getOperands())
     if (state.needsGradient(operand))
       local.markActive(operand);
-  local.setGradient(out, dy);
-  if (failed(differentiateOps(local, ops)))
+  if (failed(differentiateDecomposedAttention(b, *this, dy, local)))
     return failure();
   for (Value operand : getOperands())
     state.accumulate(getLoc(), operand, local.gradient(operand));

@@ -129,6 +129,15 @@ class AttentionOp;
 /// output. -weft-decompose-attention and attention's gradient build it.
 mlir::Value buildDecomposedAttention(mlir::OpBuilder &b, AttentionOp op);
 
+/// Megatron's unfused backward of `op` for the gradient `dy` of its output:
+/// the decomposed attention recomputed at `b`'s insertion point
+/// (buildDecomposedAttention) and differentiated in `local`, whose active
+/// values (op's operands that need gradients) then hold theirs.
+mlir::LogicalResult differentiateDecomposedAttention(mlir::OpBuilder &b,
+                                                     AttentionOp op,
+                                                     mlir::Value dy,
+                                                     GradientState &local);
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_GRADIENTS_H
