@@ -334,9 +334,10 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   BlockCost *byKind[3] = {&result.embedding, &result.layer, &result.head};
   double ringComm[3] = {0, 0, 0}, ringSteps[3] = {0, 0, 0};
   double largestStep[3] = {0, 0, 0}, stepOps[3] = {0, 0, 0};
-  // The ring's backward: per K or V block it passes, 1 / (c - 1) of the
-  // all-gather of the whole tensor and of its gradient's reduce-scatter,
-  // over a ring of `ring` ranks (positions are computed, not sent).
+  // The ring's backward: per block it passes, 1 / (c - 1) of the all-gather
+  // of the whole tensor over a ring of `ring` ranks, and for keys and
+  // values of their gradients' reduce-scatter (positions are computed, not
+  // sent: OpRecord::ringRole).
   double ringBackward[3] = {0, 0, 0};
   for (size_t i = 0; i < first.ops.size(); ++i) {
     const OpRecord &op = first.ops[i];
@@ -379,13 +380,14 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
         block.tpComm += time;
       else if (op.commClass == CommClass::Ring) {
         ringComm[kind] += time;
-        if (op.floatOperand && plan.cp() > 1) {
+        if (op.ringRole != OpRecord::RingRole::Positions && plan.cp() > 1) {
           const double whole = full * double(ring);
-          ringBackward[kind] +=
-              (collectiveTime(CollectiveKind::AllGather, whole, ring, stride) +
-               collectiveTime(CollectiveKind::ReduceScatter, whole, ring,
-                              stride)) /
-              double(plan.cp() - 1);
+          double sent =
+              collectiveTime(CollectiveKind::AllGather, whole, ring, stride);
+          if (op.ringRole == OpRecord::RingRole::KeyValue)
+            sent += collectiveTime(CollectiveKind::ReduceScatter, whole, ring,
+                                   stride);
+          ringBackward[kind] += sent / double(plan.cp() - 1);
         }
       } else {
         block.seqComm += time;

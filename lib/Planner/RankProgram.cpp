@@ -857,6 +857,14 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
                          : overCp && record.kind == CollectiveKind::Permute
                              ? CommClass::Ring
                              : CommClass::Sequence;
+      if (record.commClass == CommClass::Ring)
+        for (OpOperand &use : op->getResult(0).getUses())
+          if (auto step = dyn_cast<AttentionBlockOp>(use.getOwner())) {
+            if (use.get() == step.getK() || use.get() == step.getV())
+              record.ringRole = OpRecord::RingRole::KeyValue;
+            else if (use.get() == step.getKPositions())
+              record.ringRole = OpRecord::RingRole::Positions;
+          }
       collectiveRecords[op] = profile.ops.size();
       profile.ops.push_back(std::move(record));
     } else if (auto costed = dyn_cast<CostOpInterface>(op)) {

@@ -877,6 +877,36 @@ TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
       }
 }
 
+// What a ring sends is told apart by what its steps read it as: the
+// training step's backward (weft.attention_grad over cp) gathers keys and
+// values and reduce-scatters their gradients, and computes the positions
+// again. A causal ring of c steps passes K, V and the keys' positions c - 1
+// times per attention.
+TEST(PlannerCompute, RingSendsKnowWhatTheyCarry) {
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.loadDialect<WeftDialect, mlir::func::FuncDialect>();
+  plan::TrainingConfig training = megatron2022(2);
+  training.set_flash_attention(true);
+  RankProgramBuilder programs(context, builtModel(*lookupPreset("llama2-7b")),
+                              training);
+  std::string error;
+  ProgramShape shape;
+  shape.cp = 4;
+  mlir::OwningOpRef<mlir::ModuleOp> program = programs.build(shape, 1, error);
+  ASSERT_TRUE(program) << error;
+  int keyValue = 0, positions = 0, masks = 0;
+  for (const OpRecord &op : profileProgram(*program, "").ops)
+    if (op.block == BlockKind::Layer && op.collective &&
+        op.commClass == CommClass::Ring) {
+      keyValue += op.ringRole == OpRecord::RingRole::KeyValue;
+      positions += op.ringRole == OpRecord::RingRole::Positions;
+      masks += op.ringRole == OpRecord::RingRole::Mask;
+    }
+  EXPECT_EQ(keyValue, 2 * 3);
+  EXPECT_EQ(positions, 3);
+  EXPECT_EQ(masks, 0);
+}
+
 TEST(PlannerCluster, ShorthandAndErrors) {
   auto cluster = parseClusterShorthand("H100:8x16");
   ASSERT_TRUE(bool(cluster));

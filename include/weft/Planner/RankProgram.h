@@ -170,6 +170,12 @@ struct OpRecord {
   /// a compression codec applies to).
   int64_t elementBytes = 0;
   bool floatOperand = false;
+  /// For a ring's send (CommClass::Ring), what the attention steps read it
+  /// as, which decides what the training step's backward sends for it
+  /// (weft.attention_grad partitioned over cp): keys or values are
+  /// all-gathered and their gradients reduce-scattered, a mask is
+  /// all-gathered, positions are computed again.
+  enum class RingRole { KeyValue, Mask, Positions } ringRole = RingRole::Mask;
   /// How the collective encodes what it sends (its codec in the IR).
   CollectiveCodec codec = CollectiveCodec::none;
   /// An all-gather of an activation that a backward reads gathered: the
