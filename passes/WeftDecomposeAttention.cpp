@@ -55,11 +55,17 @@ struct WeftDecomposeAttention
   static LogicalResult decompose(AttentionGradOp op) {
     OpBuilder b(op);
     Location loc = op.getLoc();
+    // One tensor read as two operands (keys that are also the values) is
+    // differentiated as two values, so that each result is its own operand's
+    // gradient (the reshape to its own shape folds away).
+    Value inputs[] = {op.getQ(), op.getK(), op.getV()};
+    for (int i = 1; i < 3; ++i)
+      if (llvm::is_contained(ArrayRef<Value>(inputs, i), inputs[i]))
+        inputs[i] = ReshapeOp::create(b, loc, inputs[i].getType(), inputs[i]);
     auto attention = AttentionOp::create(
-        b, loc, op.getQ(), op.getK(), op.getV(), op.getMask(),
+        b, loc, inputs[0], inputs[1], inputs[2], op.getMask(),
         op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr());
     GradientState local(b);
-    Value inputs[] = {op.getQ(), op.getK(), op.getV()};
     for (Value input : inputs)
       local.markActive(input);
     LogicalResult built = differentiateDecomposedAttention(
