@@ -102,8 +102,8 @@ int main() {
     float scale = 1.0f / std::sqrt(float(c.dim));
     AttentionGradients fusedGrads, decomposedGrads;
     double fused = bestSeconds([&] {
-      fusedGrads =
-          attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr, scale, true);
+      fusedGrads = attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr,
+                                 scale, true, nullptr, nullptr);
     });
     double unfused = bestSeconds(
         [&] { decomposedGrads = decomposed(q, k, v, dout, scale); });

@@ -445,7 +445,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     auto with = AttentionGradOp::create(
         b, loc, grad.getQ(), grad.getK(), grad.getV(), grad.getResultGrad(),
         grad.getMask(), positions(grad.getQ()), positions(grad.getK()),
-        grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr());
+        grad.getOut(), grad.getLse(), grad.getScaleAttr(), grad.getCausalAttr(),
+        grad.getDropoutAttr());
     for (NamedAttribute attr : grad->getDiscardableAttrs())
       with->setAttr(attr.getName(), attr.getValue());
     grad->replaceAllUsesWith(with);
@@ -605,11 +606,15 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         att->setAttr(WeftDialect::getContextParallelAttrName(),
                      mb.getStrArrayAttr({"cp"}));
     }
-    // A causal attention's gradient keeps its queries split over cp, as the
-    // ring keeps them: its causal mask then needs their positions.
+    // An attention's gradient runs the ring backward where the partitioner
+    // knows the forward ring's statistics; otherwise it keeps its queries
+    // split over cp, as the ring keeps them, and a causal mask then needs
+    // their positions.
     if (d.cp > 1) {
       SmallVector<AttentionGradOp> grads;
       func.walk([&](AttentionGradOp op) {
+        op->setAttr(WeftDialect::getContextParallelAttrName(),
+                    mb.getStrArrayAttr({"cp"}));
         if (op.getCausal() && !op.getQPositions())
           grads.push_back(op);
       });

@@ -30,10 +30,10 @@ struct WeftDecomposeAttention
     getOperation().walk([&](Operation *op) {
       if (auto attention = dyn_cast<AttentionOp>(op))
         attentions.push_back(attention);
-      // (With positions, a ring's partition: left fused, as its forward
-      // steps, weft.attention_block, are.)
+      // (With positions or the forward's statistics, a ring's partition:
+      // left fused, as its forward steps, weft.attention_block, are.)
       else if (auto grad = dyn_cast<AttentionGradOp>(op);
-               grad && !grad.getQPositions())
+               grad && !grad.getQPositions() && !grad.getOut())
         gradients.push_back(grad);
     });
     for (AttentionOp op : attentions)

@@ -83,6 +83,7 @@ private:
   }
   LogicalResult partitionOp(Operation *op);
   LogicalResult partitionLayer(LayerOp layer);
+  using RingKey = std::tuple<Value, Value, Value>;
 
   func::FuncOp func;
   const MeshInfo &meshInfo;
@@ -276,6 +277,35 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
     inputShardings.push_back(target(arg));
     inputs.push_back(operand(loc, input, inputShardings.back()));
   }
+  // A backward layer whose attention gradients read q, k and v that a
+  // forward layer's ring attended (and that it does not attend again, as
+  // recomputation does) takes the ring's statistics as extra inputs.
+  SmallVector<std::pair<RingKey, RingStatistics>, 2> carried;
+  for (auto &[key, statistics] : ringStatistics) {
+    auto [q, k, v] = key;
+    auto index = [&](Value global) -> std::optional<unsigned> {
+      for (auto [i, input] : llvm::enumerate(layer.getInputs()))
+        if (input == global)
+          return i;
+      return std::nullopt;
+    };
+    std::optional<unsigned> iq = index(q), ik = index(k), iv = index(v);
+    if (!iq || !ik || !iv)
+      continue;
+    RingKey inside{body.getArgument(*iq), body.getArgument(*ik),
+                   body.getArgument(*iv)};
+    bool attendedAgain = false;
+    layer.walk([&](AttentionOp attention) {
+      attendedAgain |= RingKey{attention.getQ(), attention.getK(),
+                               attention.getV()} == inside;
+    });
+    if (!attendedAgain)
+      carried.push_back({inside, statistics});
+  }
+  for (auto &[inside, statistics] : carried) {
+    inputs.push_back(statistics.out);
+    inputs.push_back(statistics.lse);
+  }
   SmallVector<Type> resultTypes;
   std::vector<TensorSharding> resultShardings;
   for (Value result : layer.getResults()) {
@@ -288,6 +318,14 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
   for (auto [arg, localArg, sharding] : llvm::zip(
            body.getArguments(), localBody->getArguments(), inputShardings))
     setResult(arg, localArg, sharding);
+  for (auto [i, entry] : llvm::enumerate(carried)) {
+    auto &[inside, statistics] = entry;
+    unsigned first = body.getNumArguments() + 2 * i;
+    ringStatistics[inside] = {
+        localBody->getArgument(first), statistics.outSharding,
+        localBody->getArgument(first + 1), statistics.lseSharding};
+  }
+  SmallVector<std::pair<RingKey, RingStatistics>, 2> kept;
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToEnd(localBody);
@@ -298,7 +336,47 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
     SmallVector<Value> yielded;
     for (auto [value, sharding] : llvm::zip(yield.getValues(), resultShardings))
       yielded.push_back(operand(yield.getLoc(), value, sharding));
+    // A forward layer whose ring attended q, k and v that it hands over
+    // (for the backward layer) hands over the ring's statistics too.
+    for (auto &[key, statistics] : ringStatistics) {
+      if (statistics.lse.getParentBlock() != localBody)
+        continue;
+      auto [q, k, v] = key;
+      auto index = [&](Value global) -> std::optional<unsigned> {
+        for (auto [i, value] : llvm::enumerate(yield.getValues()))
+          if (value == global)
+            return i;
+        return std::nullopt;
+      };
+      std::optional<unsigned> iq = index(q), ik = index(k), iv = index(v);
+      if (!iq || !ik || !iv)
+        continue;
+      kept.push_back({RingKey{layer.getResult(*iq), layer.getResult(*ik),
+                              layer.getResult(*iv)},
+                      statistics});
+      yielded.push_back(statistics.out);
+      yielded.push_back(statistics.lse);
+    }
     YieldOp::create(b, yield.getLoc(), yielded);
+  }
+  if (!kept.empty()) {
+    // The layer, with the statistics as results too.
+    for (auto &[key, statistics] : kept) {
+      resultTypes.push_back(statistics.out.getType());
+      resultTypes.push_back(statistics.lse.getType());
+    }
+    auto extended = LayerOp::create(b, loc, layer.getKind(), layer.getIndex(),
+                                    inputs, resultTypes);
+    extended.getBody().takeBody(local.getBody());
+    local.erase();
+    local = extended;
+    for (auto [i, entry] : llvm::enumerate(kept)) {
+      auto &[key, statistics] = entry;
+      unsigned first = layer.getNumResults() + 2 * i;
+      ringStatistics[key] = {local.getResult(first), statistics.outSharding,
+                             local.getResult(first + 1),
+                             statistics.lseSharding};
+    }
   }
   for (auto [result, localResult, sharding] :
        llvm::zip(layer.getResults(), local.getResults(), resultShardings))

@@ -229,9 +229,11 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (attr.getName() == WeftDialect::getContextParallelAttrName()) {
-    if (!isa<AttentionOp>(op) || !isa<ArrayAttr>(attr.getValue()))
+    if (!isa<AttentionOp, AttentionGradOp>(op) ||
+        !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.context_parallel' is a list of mesh "
-                                "axes on a weft.attention";
+                                "axes on a weft.attention or "
+                                "weft.attention_grad";
     return success();
   }
   if (attr.getName() == getAttentionCoreAttrName() ||

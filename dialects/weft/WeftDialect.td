@@ -82,8 +82,8 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getAttentionCoreAttrName() {
       return ::llvm::StringLiteral("weft.attention_core");
     }
-    /// On a `weft.attention`: the mesh axes of its ring (context
-    /// parallelism), an array of names.
+    /// On a `weft.attention` and its gradient `weft.attention_grad`: the mesh
+    /// axes of its ring (context parallelism), an array of names.
     static constexpr ::llvm::StringLiteral getContextParallelAttrName() {
       return ::llvm::StringLiteral("weft.context_parallel");
     }

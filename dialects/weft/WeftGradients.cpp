@@ -757,7 +757,8 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
   if (!maskGradient) {
     auto grad = AttentionGradOp::create(
         state.builder(), getLoc(), getQ(), getK(), getV(), dy, getMask(),
-        Value(), Value(), getScaleAttr(), getCausalAttr(), getDropoutAttr());
+        Value(), Value(), Value(), Value(), getScaleAttr(), getCausalAttr(),
+        getDropoutAttr());
     Value operands[] = {getQ(), getK(), getV()};
     for (auto [operand, gradient] : llvm::zip(operands, grad.getResults()))
       state.accumulate(getLoc(), operand, gradient);

@@ -495,9 +495,24 @@ LogicalResult AttentionGradOp::inferReturnTypes(
 }
 
 LogicalResult AttentionGradOp::verify() {
-  return verifyPositions(*this, getQPositions(), getKPositions(),
-                         getQ().getType().getDimSize(2),
-                         getK().getType().getDimSize(2));
+  if (failed(verifyPositions(*this, getQPositions(), getKPositions(),
+                             getQ().getType().getDimSize(2),
+                             getK().getType().getDimSize(2))))
+    return failure();
+  if (bool(getOut()) != bool(getLse()))
+    return emitOpError("out and lse are given together");
+  if (!getOut())
+    return success();
+  if (getOut().getType() != getResultGrad().getType())
+    return emitOpError("out must have the attention output's type ")
+           << getResultGrad().getType() << ", got " << getOut().getType();
+  SmallVector<int64_t> rows(getResultGrad().getType().getShape().drop_back());
+  rows.push_back(1);
+  auto lseType = RankedTensorType::get(rows, Float32Type::get(getContext()));
+  if (getLse().getType() != lseType)
+    return emitOpError("lse must be each query row's log-sum-exp, ")
+           << lseType << ", got " << getLse().getType();
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

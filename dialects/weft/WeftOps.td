@@ -664,7 +664,7 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
   let hasVerifier = 1;
 }
 
-def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRule, Pure,
+def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartition, Pure,
     AttrSizedOperandSegments, InferTypeOpAdaptor]> {
   let summary = "The gradients of attention with respect to Q, K and V, fused.";
   let description = [{
@@ -690,6 +690,14 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRule, Pure,
     whose keys are all masked contributes nothing. The key sequence is contracted: where
     the queries are split, each rank's `dK` and `dV` are partial sums over its queries.
 
+    With `saved %out, %lse` (the attention's output for these queries and each query
+    row's log-sum-exp over *all* its keys, f32, as the forward kept them) the op is the
+    backward of one block of keys: `P = exp(scale · Q Kᵀ + mask - lse)` and `D =
+    rowsum(dO ∘ out)` are the whole attention's, so `dK` and `dV` are this block's and
+    `dQ` is this block's part of the sum over blocks. That is the step of ring
+    attention's backward (`-weft-partition` builds it for a causal or full attention
+    whose sequence is split over `cp`, as it builds the forward ring).
+
     ```mlir
     %dq, %dk, %dv = weft.attention_grad %q, %k, %v grad %do positions %qp, %kp scale 0.125 causal
         : (tensor<1x8x64x64xf32>, tensor<1x8x64x64xf32>, tensor<1x8x64x64xf32>,
@@ -703,6 +711,8 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRule, Pure,
       of `q`'s element type;
     - `q_positions` and `k_positions` are given together, are integer vectors, and have
       `seq` and `kv_seq` elements;
+    - `out` and `lse` are given together: `out` has `result_grad`'s type and `lse` is
+      `[batch, heads, seq, 1]` of f32;
     - `scale` is positive;
     - `dropout`, if given, is in `[0, 1)`;
     - the results have the types of `q`, `k` and `v`.
@@ -710,13 +720,16 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRule, Pure,
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
                        Weft_FloatTensor:$result_grad, Optional<Weft_Tensor>:$mask,
                        Optional<Weft_IntTensor>:$q_positions,
-                       Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
+                       Optional<Weft_IntTensor>:$k_positions,
+                       Optional<Weft_FloatTensor>:$out,
+                       Optional<Weft_FloatTensor>:$lse, F32Attr:$scale,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout);
   let results = (outs Weft_FloatTensor:$q_grad, Weft_FloatTensor:$k_grad,
                       Weft_FloatTensor:$v_grad);
   let assemblyFormat = [{
     $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)?
-    (`positions` $q_positions^ `,` $k_positions)? `scale` $scale (`causal` $causal^)?
+    (`positions` $q_positions^ `,` $k_positions)? (`saved` $out^ `,` $lse)?
+    `scale` $scale (`causal` $causal^)?
     (`dropout` $dropout^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

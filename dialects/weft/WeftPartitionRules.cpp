@@ -464,6 +464,56 @@ LogicalResult EmbeddingOp::partition(PartitionState &state) {
 // Ring attention
 //===----------------------------------------------------------------------===//
 
+/// The local mask of an attention over a ring (none if `globalMask` is
+/// null): split over the ring along the keys, as the queries (`qWant`)
+/// along batch and heads. A mask that varies over the queries cannot travel
+/// with the keys: an error on `op`.
+static LogicalResult ringMask(Operation *op, Value globalMask,
+                              const TensorSharding &qWant,
+                              PartitionState &state, Value &mask) {
+  if (!globalMask)
+    return success();
+  auto maskType = cast<RankedTensorType>(globalMask.getType());
+  int64_t rank = maskType.getRank();
+  if (rank >= 2 && maskType.getDimSize(rank - 2) != 1)
+    return op->emitError("ring attention needs a mask that broadcasts over "
+                         "the queries (its query dimension is ")
+           << maskType.getDimSize(rank - 2) << "); use ulysses instead of cp";
+  TensorSharding maskWant = TensorSharding::replicated(rank);
+  if (maskType.getDimSize(rank - 1) != 1)
+    maskWant.dims[rank - 1] = qWant.dims[2];
+  if (rank == 4 && maskType.getDimSize(0) != 1)
+    maskWant.dims[0] = qWant.dims[0];
+  if (rank == 4 && maskType.getDimSize(1) != 1)
+    maskWant.dims[1] = qWant.dims[1];
+  mask = state.operand(op->getLoc(), globalMask, maskWant);
+  return success();
+}
+
+/// The positions of this rank's `seq` queries in a sequence split over the
+/// ring (the load-balanced layout where the plan uses it).
+static Value ringPositions(PartitionState &state, int64_t seq) {
+  OpBuilder &b = state.builder();
+  Location loc = b.getUnknownLoc();
+  SmallVector<std::string, 2> ring = {"cp"};
+  Type i64 = b.getI64Type();
+  int64_t c = state.mesh().size("cp");
+  auto posType = RankedTensorType::get({seq * c}, i64);
+  Value allPositions = IotaOp::create(b, loc, posType, 0);
+  return AllSliceOp::create(b, loc, RankedTensorType::get({seq}, i64),
+                            allPositions, state.meshRef(), state.axesAttr(ring),
+                            b.getI64IntegerAttr(0), state.zigzagAttr(ring));
+}
+
+/// `x` from the previous rank of the ring (this rank's goes to the next).
+static Value ringPass(PartitionState &state, Value x) {
+  OpBuilder &b = state.builder();
+  SmallVector<std::string, 2> ring = {"cp"};
+  return CollectivePermuteOp::create(
+      b, x.getLoc(), x.getType(), x, state.meshRef(), state.axesAttr(ring),
+      b.getI64IntegerAttr(1), CollectiveCodecAttr());
+}
+
 /// Attention whose sequence is split over a ring of `cp` ranks: each rank
 /// keeps its queries and passes its K/V block (and the block's positions)
 /// around the ring; at each of the `cp` steps it attends to the block it
@@ -493,41 +543,18 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   int64_t batch = qType.getDimSize(0), heads = qType.getDimSize(1),
           seq = qType.getDimSize(2), valueDim = vType.getDimSize(3);
   Value mask;
-  if (Value globalMask = op.getMask()) {
-    auto maskType = cast<RankedTensorType>(globalMask.getType());
-    int64_t rank = maskType.getRank();
-    if (rank >= 2 && maskType.getDimSize(rank - 2) != 1)
-      return op.emitError("ring attention needs a mask that broadcasts over "
-                          "the queries (its query dimension is ")
-             << maskType.getDimSize(rank - 2) << "); use ulysses instead of cp";
-    TensorSharding maskWant = TensorSharding::replicated(rank);
-    if (maskType.getDimSize(rank - 1) != 1)
-      maskWant.dims[rank - 1] = ring;
-    if (rank == 4 && maskType.getDimSize(0) != 1)
-      maskWant.dims[0] = out.dims[0];
-    if (rank == 4 && maskType.getDimSize(1) != 1)
-      maskWant.dims[1] = out.dims[1];
-    mask = state.operand(loc, globalMask, maskWant);
-  }
+  if (failed(ringMask(op, op.getMask(), qWant, state, mask)))
+    return failure();
   // The ring is the attention's decomposition: the step, differentiated
   // before it is partitioned, runs the attention's backward, which reads q,
   // k and v (the blocks here), not what each ring step would keep.
   Decomposition decomposition(b);
   // Positions of this rank's queries, and of the K/V block it holds.
-  Type i64 = b.getI64Type();
-  auto posType = RankedTensorType::get({seq * c}, i64);
-  Value allPositions = IotaOp::create(b, loc, posType, 0);
-  Value qPos = AllSliceOp::create(
-      b, loc, RankedTensorType::get({seq}, i64), allPositions, state.meshRef(),
-      state.axesAttr(ring), b.getI64IntegerAttr(0), state.zigzagAttr(ring));
+  Value qPos = ringPositions(state, seq);
   Value kPos = qPos;
   bool passMask =
       mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1;
-  auto pass = [&](Value x) -> Value {
-    return CollectivePermuteOp::create(
-        b, loc, x.getType(), x, state.meshRef(), state.axesAttr(ring),
-        b.getI64IntegerAttr(1), CollectiveCodecAttr());
-  };
+  auto pass = [&](Value x) { return ringPass(state, x); };
   Type f32 = b.getF32Type();
   auto outType = RankedTensorType::get({batch, heads, seq, valueDim}, element);
   auto accType = RankedTensorType::get({batch, heads, seq, valueDim}, f32);
@@ -593,6 +620,10 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   TensorSharding s = qWant;
   s.dims[3].clear();
   state.setResult(op.getResult(), result, s);
+  // The backward ring (weft.attention_grad of the same q, k and v) reads
+  // the output and the rows' log-sum-exps, as FlashAttention's backward
+  // does.
+  state.ringStatistics[{op.getQ(), op.getK(), op.getV()}] = {result, s, lse, s};
   return success();
 }
 
@@ -600,6 +631,136 @@ LogicalResult AttentionOp::partition(PartitionState &state) {
   if ((*this)->hasAttr(WeftDialect::getContextParallelAttrName()) &&
       state.mesh().size("cp") > 1)
     return partitionRingAttention(*this, state);
+  return success(succeeded(partitionByFactorRule(*this, state)));
+}
+
+/// The backward of ring attention (the gradient of an attention the ring's
+/// forward partitioned, whose output and log-sum-exps it kept): each rank
+/// keeps its queries, their output's gradient and statistics, and the K/V
+/// blocks travel the ring as in the forward, each with the running sums of
+/// its gradients. At each of the `cp` steps a rank adds the block it holds
+/// to its queries' gradient (f32) and the block's gradients to the sums
+/// that arrived with it, then passes the sums on; after the last step each
+/// block's sums go home. A block and its sums leave before the step that
+/// does not need them is computed, so sends overlap steps. Each rank sends
+/// c - 1 K/V blocks and c gradient blocks, of K's and V's element type (as
+/// Megatron's context parallelism does); none of it is gathered. Returns
+/// false, building nothing, where the forward's statistics are not known
+/// (the generic rule then gathers K and V and reduce-scatters their
+/// gradients).
+static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
+                                                  PartitionState &state) {
+  auto found = state.ringStatistics.find({op.getQ(), op.getK(), op.getV()});
+  if (found == state.ringStatistics.end() || op.getOut())
+    return false;
+  PartitionState::RingStatistics statistics = found->second;
+  Location loc = op.getLoc();
+  OpBuilder &b = state.builder();
+  SmallVector<std::string, 2> ring = {"cp"};
+  int64_t c = state.mesh().size("cp");
+  TensorSharding qGrad = state.target(op.getQGrad());
+  TensorSharding qWant = TensorSharding::replicated(4);
+  qWant.dims[0] = qGrad.dims[0];
+  qWant.dims[1] = qGrad.dims[1];
+  qWant.dims[2] = ring;
+  TensorSharding lseWant = qWant;
+  TensorSharding kvWant = qWant;
+  Value q = state.operand(loc, op.getQ(), qWant);
+  Value k = state.operand(loc, op.getK(), kvWant);
+  Value v = state.operand(loc, op.getV(), kvWant);
+  Value dout = state.operand(loc, op.getResultGrad(), qWant);
+  Value out = statistics.out;
+  if (!(statistics.outSharding == qWant))
+    out = state.reshard(loc, out, statistics.outSharding, qWant);
+  if (out.getType() != dout.getType())
+    out = CastOp::create(b, loc, dout.getType(), out);
+  Value lse = statistics.lse;
+  if (!(statistics.lseSharding == lseWant))
+    lse = state.reshard(loc, lse, statistics.lseSharding, lseWant);
+  Value mask;
+  if (failed(ringMask(op, op.getMask(), qWant, state, mask)))
+    return failure();
+  auto qType = cast<RankedTensorType>(q.getType());
+  bool causal = op.getCausal();
+  // The queries' positions: the op's (givePositions, for the generic rule)
+  // as the ring splits them, or this rank's own.
+  Value qPos;
+  if (causal && op.getQPositions()) {
+    TensorSharding positionsWant = TensorSharding::replicated(1);
+    positionsWant.dims[0] = ring;
+    qPos = state.operand(loc, op.getQPositions(), positionsWant);
+  } else if (causal) {
+    qPos = ringPositions(state, qType.getDimSize(2));
+  }
+  Value kPos = qPos;
+  bool passMask =
+      mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1;
+  auto pass = [&](Value x) { return ringPass(state, x); };
+  auto f32Type = RankedTensorType::get(qType.getShape(), b.getF32Type());
+  auto widened = [&](Value x) -> Value {
+    return x.getType() == f32Type
+               ? x
+               : CastOp::create(b, loc, f32Type, x).getResult();
+  };
+  Value dq, dk, dv;
+  for (int64_t step = 0; step < c; ++step) {
+    Value kNext, vNext, kPosNext, maskNext, dkIn, dvIn;
+    if (step + 1 < c) {
+      kNext = pass(k);
+      vNext = pass(v);
+      if (causal)
+        kPosNext = pass(kPos);
+      if (passMask)
+        maskNext = pass(mask);
+    }
+    // The sums of the block this rank now holds, from the rank that held it.
+    if (step > 0) {
+      dkIn = pass(dk);
+      dvIn = pass(dv);
+    }
+    auto grad = AttentionGradOp::create(
+        b, loc, q, k, v, dout, mask, qPos, kPos, out, lse, op.getScaleAttr(),
+        op.getCausalAttr(), op.getDropoutAttr());
+    Value blockDq = widened(grad.getQGrad());
+    dq = step == 0 ? blockDq
+                   : AddOp::create(b, loc, f32Type, dq, blockDq).getResult();
+    dk = step == 0
+             ? grad.getKGrad()
+             : AddOp::create(b, loc, dkIn.getType(), dkIn, grad.getKGrad())
+                   .getResult();
+    dv = step == 0
+             ? grad.getVGrad()
+             : AddOp::create(b, loc, dvIn.getType(), dvIn, grad.getVGrad())
+                   .getResult();
+    if (step + 1 < c) {
+      k = kNext;
+      v = vNext;
+      if (causal)
+        kPos = kPosNext;
+      if (passMask)
+        mask = maskNext;
+    }
+  }
+  // Each block's sums, complete, go back to the rank that holds the block.
+  dk = pass(dk);
+  dv = pass(dv);
+  if (dq.getType() != qType)
+    dq = CastOp::create(b, loc, qType, dq);
+  state.setResult(op.getQGrad(), dq, qWant);
+  state.setResult(op.getKGrad(), dk, kvWant);
+  state.setResult(op.getVGrad(), dv, kvWant);
+  return true;
+}
+
+LogicalResult AttentionGradOp::partition(PartitionState &state) {
+  if ((*this)->hasAttr(WeftDialect::getContextParallelAttrName()) &&
+      state.mesh().size("cp") > 1) {
+    FailureOr<bool> built = partitionRingAttentionGrad(*this, state);
+    if (failed(built))
+      return failure();
+    if (*built)
+      return success();
+  }
   return success(succeeded(partitionByFactorRule(*this, state)));
 }
 

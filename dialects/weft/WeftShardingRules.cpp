@@ -154,7 +154,8 @@ ShardingRule RMSNormOp::getShardingRule() { return normRule(*this, getAxis()); }
 static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
                                   Value maskValue, Value qPositions,
                                   Value kPositions, bool causal, bool withLse,
-                                  Value resultGrad = Value()) {
+                                  Value resultGrad = Value(),
+                                  Value savedOut = Value()) {
   ShardingRule rule;
   ArrayRef<int64_t> q = shapeOf(qValue), k = shapeOf(kValue),
                     v = shapeOf(vValue);
@@ -196,6 +197,11 @@ static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
     rule.operands.push_back({{seq}});
     rule.operands.push_back({{kvSeq}});
   }
+  if (savedOut) {
+    // The forward's output and log-sum-exp, row by row as the queries.
+    rule.operands.push_back({{batch}, queryHeads, {seq}, {valueDim}});
+    rule.operands.push_back({{batch}, queryHeads, {seq}, {}});
+  }
   if (resultGrad) {
     rule.results.push_back({{batch}, queryHeads, {seq}, {headDim}});
     rule.results.push_back({{batch}, {kvHeads}, {kvSeq}, {headDim}});
@@ -225,7 +231,7 @@ ShardingRule AttentionBlockOp::getShardingRule() {
 ShardingRule AttentionGradOp::getShardingRule() {
   return attentionRule(getQ(), getK(), getV(), getMask(), getQPositions(),
                        getKPositions(), getCausal(), /*withLse=*/false,
-                       getResultGrad());
+                       getResultGrad(), getOut());
 }
 
 /// Embedding: the vocabulary is gathered from (blocked here; the partitioner

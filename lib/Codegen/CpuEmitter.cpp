@@ -236,7 +236,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << ", " << optional(a.getQPositions()) << ", "
            << optional(a.getKPositions()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
-           << (a.getCausal() ? "true" : "false") << ");\n";
+           << (a.getCausal() ? "true" : "false") << ", " << optional(a.getOut())
+           << ", " << optional(a.getLse()) << ");\n";
         assign(a.getQGrad(), "std::move(" + grads + ".q)");
         assign(a.getKGrad(), "std::move(" + grads + ".k)");
         assign(a.getVGrad(), "std::move(" + grads + ".v)");

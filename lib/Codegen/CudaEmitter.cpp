@@ -523,6 +523,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << tensor(a.getK()) << ", " << tensor(a.getV()) << ", "
            << tensor(a.getResultGrad()) << ", " << optional(a.getMask()) << ", "
            << optional(a.getQPositions()) << ", " << optional(a.getKPositions())
+           << ", " << optional(a.getOut()) << ", " << optional(a.getLse())
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << tensor(a.getQGrad())
            << ", " << tensor(a.getKGrad()) << ", " << tensor(a.getVGrad())

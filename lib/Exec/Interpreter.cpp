@@ -479,7 +479,7 @@ LogicalResult Interpreter::run(Operation *op) {
             get(a.getQ()), get(a.getK()), get(a.getV()), get(a.getResultGrad()),
             optional(a.getMask()), optional(a.getQPositions()),
             optional(a.getKPositions()), a.getScale().convertToFloat(),
-            a.getCausal());
+            a.getCausal(), optional(a.getOut()), optional(a.getLse()));
         set(a.getQGrad(), std::move(grads.q));
         set(a.getKGrad(), std::move(grads.k));
         set(a.getVGrad(), std::move(grads.v));

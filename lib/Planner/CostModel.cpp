@@ -334,11 +334,13 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   BlockCost *byKind[3] = {&result.embedding, &result.layer, &result.head};
   double ringComm[3] = {0, 0, 0}, ringSteps[3] = {0, 0, 0};
   double largestStep[3] = {0, 0, 0}, stepOps[3] = {0, 0, 0};
-  // The ring's backward: per block it passes, 1 / (c - 1) of the all-gather
-  // of the whole tensor over a ring of `ring` ranks, and for keys and
-  // values of their gradients' reduce-scatter (positions are computed, not
-  // sent: OpRecord::ringRole).
-  double ringBackward[3] = {0, 0, 0};
+  // The ring's backward (the partitioned weft.attention_grad): each block
+  // the forward passes is passed again, and a key or value block's
+  // gradient sums travel with it, c times per attention where the block
+  // goes c - 1 times (the last send takes them home, after the last step:
+  // exposed). Its steps are the blocks' gradients.
+  double ringBackward[3] = {0, 0, 0}, sumsHome[3] = {0, 0, 0};
+  double backwardSteps[3] = {0, 0, 0}, largestBackwardStep[3] = {0, 0, 0};
   for (size_t i = 0; i < first.ops.size(); ++i) {
     const OpRecord &op = first.ops[i];
     const double *at = counts.data() + i * kCountFields;
@@ -380,14 +382,12 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
         block.tpComm += time;
       else if (op.commClass == CommClass::Ring) {
         ringComm[kind] += time;
-        if (op.ringRole != OpRecord::RingRole::Positions && plan.cp() > 1) {
-          const double whole = full * double(ring);
-          double sent =
-              collectiveTime(CollectiveKind::AllGather, whole, ring, stride);
-          if (op.ringRole == OpRecord::RingRole::KeyValue)
-            sent += collectiveTime(CollectiveKind::ReduceScatter, whole, ring,
-                                   stride);
-          ringBackward[kind] += sent / double(plan.cp() - 1);
+        ringBackward[kind] += time;
+        if (op.ringRole == OpRecord::RingRole::KeyValue && plan.cp() > 1) {
+          // c sends of the sums per c - 1 of the block.
+          const double c = double(plan.cp());
+          ringBackward[kind] += time * c / (c - 1);
+          sumsHome[kind] += time / (c - 1);
         }
       } else {
         block.seqComm += time;
@@ -412,6 +412,9 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
       ringSteps[kind] += forward;
       largestStep[kind] = std::max(largestStep[kind], forward);
       ++stepOps[kind];
+      double backward = opTime(input);
+      backwardSteps[kind] += backward;
+      largestBackwardStep[kind] = std::max(largestBackwardStep[kind], backward);
     }
   }
   // A ring's next K/V block travels while the current one is attended to:
@@ -420,22 +423,33 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   for (int kind = 0; kind < 3; ++kind) {
     BlockCost &block = *byKind[kind];
     // (Ulysses' all-to-alls are their own transposes.)
-    block.seqCommBackward = block.seqComm + ringBackward[kind];
+    block.seqCommBackward = block.seqComm;
     block.seqCommTotal = block.seqComm + ringComm[kind];
+    block.seqCommBackwardTotal = block.seqComm + ringBackward[kind];
     if (c > 1 && ring == plan.cp()) {
       block.seqComm +=
           std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
+      block.seqCommBackward +=
+          std::max(0.0, ringBackward[kind] - sumsHome[kind] -
+                            backwardSteps[kind] * (c - 1) / c) +
+          sumsHome[kind];
     } else if (c > 1) {
       // A longer ring of `ring` steps (relativeBlocks): each of its
       // ring - 1 sends per attention carries the scaled bytes of one of
       // these c - 1 (over at least as many nodes), and each of its steps
       // is no larger than the largest step here (scaled by c / ring, where
       // its blocks shrink by (c / ring)^2): at least this much of its sends
-      // is exposed.
+      // is exposed. Its backward sends at least as much per step (the
+      // blocks and their sums), and the sums' last sends.
       const double r = double(ring), attentions = stepOps[kind] / c;
       block.seqComm +=
           std::max(0.0, (r - 1) * (ringComm[kind] / (c - 1) -
                                    attentions * largestStep[kind]));
+      block.seqCommBackward +=
+          std::max(0.0,
+                   (r - 1) * ((ringBackward[kind] - sumsHome[kind]) / (c - 1) -
+                              attentions * largestBackwardStep[kind])) +
+          sumsHome[kind];
     }
     auto memory = [&](double BlockMemory::*field) {
       return sum(
@@ -1497,7 +1511,8 @@ void CostModel::evaluate(plan::Plan &plan,
   time->set_cp_comm_s(m * layers *
                       (layer.seqComm * forwards + layer.seqCommBackward));
   time->set_cp_comm_total_s(
-      m * layers * (layer.seqCommTotal * forwards + layer.seqCommBackward));
+      m * layers *
+      (layer.seqCommTotal * forwards + layer.seqCommBackwardTotal));
   // Tensor parallelism's whole: the forward's collectives (again when
   // recomputed) and their transposes, weight gathers, and the regathers a
   // recomputed forward does not make unnecessary.

@@ -752,6 +752,14 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           !def || !groupParent.count(def) || isPersistent(read))
         groupReads[groupOf(op)].insert(read);
   llvm::DenseSet<Operation *> groupsCounted;
+  // A ring's backward (the partitioned weft.attention_grad) also reads the
+  // ring's output and its rows' log-sum-exps, which a forward program does
+  // not keep as values (the merged log-sum-exp is read by nothing there):
+  // the last step's results have their types.
+  llvm::DenseMap<Operation *, AttentionBlockOp> ringLastStep;
+  for (auto &[op, reads] : parts)
+    if (auto step = dyn_cast<AttentionBlockOp>(op))
+      ringLastStep[groupOf(op)] = step;
 
   // What an op keeps for the gradients the differentiated program builds:
   // an operand that depends on no trained weight (a frozen rotary table)
@@ -891,12 +899,20 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       Operation *group = groupOf(op);
       const llvm::SetVector<Value> &reads = groupReads[group];
       if (groupsCounted.insert(group).second &&
-          llvm::any_of(reads, [&](Value value) { return isActive(value); }))
+          llvm::any_of(reads, [&](Value value) { return isActive(value); })) {
         for (Value value : reads)
           if (!isPersistent(value)) {
             saved[b].all.insert({storedAs(value), 0});
             saved[b].selective.insert({storedAs(value), 0});
           }
+        // (Selective recomputation keeps them too: the fused gradient reads
+        // q, k and v, so the step does not run the ring again.)
+        if (AttentionBlockOp step = ringLastStep.lookup(group))
+          for (Value result : step->getResults()) {
+            saved[b].all.insert({result, 0});
+            saved[b].selective.insert({result, 0});
+          }
+      }
     }
     // Saved for backward, by what the differentiated program differentiates:
     // an op none of whose operands depends on a trained weight (a mask made

@@ -58,8 +58,8 @@ ErrorBand planner::validationErrorBand() {
   band.rows = 33;
   band.low = 0.903;
   band.median = 0.988;
-  band.high = 1.167;
-  band.spread = 0.093;
+  band.high = 1.192;
+  band.spread = 0.095;
   return band;
 }
 

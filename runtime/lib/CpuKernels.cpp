@@ -580,6 +580,43 @@ struct AttentionMasks {
   float softmaxRow(int64_t b, int64_t h, int64_t i, float *row,
                    int64_t keys) const {
     const float negInf = -std::numeric_limits<float>::infinity();
+    int64_t visible = maskRow(b, h, i, row, keys);
+    float max = negInf;
+    for (int64_t j = 0; j < visible; ++j)
+      max = std::max(max, row[j]);
+    if (max == negInf)
+      return negInf;
+    double sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      float e = std::exp(row[j] - max);
+      row[j] = e;
+      sum += e;
+    }
+    float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < visible; ++j)
+      row[j] *= inv;
+    std::fill(row + visible, row + keys, 0.0f);
+    return static_cast<float>(max + std::log(sum));
+  }
+
+  /// Turns query `i`'s scaled scores into the probabilities of a row whose
+  /// log-sum-exp over all keys (of which these are some) is `lse`: zero where
+  /// masked.
+  void probabilitiesRow(int64_t b, int64_t h, int64_t i, float *row,
+                        int64_t keys, float lse) const {
+    const float negInf = -std::numeric_limits<float>::infinity();
+    int64_t visible = maskRow(b, h, i, row, keys);
+    for (int64_t j = 0; j < visible; ++j)
+      row[j] = row[j] == negInf ? 0.0f : std::exp(row[j] - lse);
+    std::fill(row + visible, row + keys, 0.0f);
+  }
+
+  /// Applies the masks to query `i`'s scaled scores over `keys` keys (-inf
+  /// where hidden); returns how many of them a causal mask by index leaves
+  /// (the rest are not read).
+  int64_t maskRow(int64_t b, int64_t h, int64_t i, float *row,
+                  int64_t keys) const {
+    const float negInf = -std::numeric_limits<float>::infinity();
     int64_t visible = byIndex ? std::min(keys, i + 1) : keys;
     if (byPosition)
       for (int64_t j = 0; j < keys; ++j)
@@ -599,22 +636,7 @@ struct AttentionMasks {
             row[j] = negInf;
       }
     }
-    float max = negInf;
-    for (int64_t j = 0; j < visible; ++j)
-      max = std::max(max, row[j]);
-    if (max == negInf)
-      return negInf;
-    double sum = 0;
-    for (int64_t j = 0; j < visible; ++j) {
-      float e = std::exp(row[j] - max);
-      row[j] = e;
-      sum += e;
-    }
-    float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < visible; ++j)
-      row[j] *= inv;
-    std::fill(row + visible, row + keys, 0.0f);
-    return static_cast<float>(max + std::log(sum));
+    return visible;
   }
 
   const HostTensor *mask, *qPositions, *kPositions;
@@ -722,13 +744,16 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 /// the block's probabilities P recomputed over the keys it can see, dP =
 /// dO Vᵀ, dS = P (dP - rowsum(P dP)); then dQ = scale dS K for the block's
 /// rows, and dK += scale dSᵀ Q, dV += Pᵀ dO into the KV head's sums (f32),
-/// so that only one block's [rows, keys] is ever held.
+/// so that only one block's [rows, keys] is ever held. With the forward's
+/// `out` and `lse` (a ring's block of keys), P = exp(S - lse) and
+/// rowsum(P dP) = rowsum(dO out) are the whole attention's.
 AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
                                  const HostTensor &v, const HostTensor &dout,
                                  const HostTensor *mask,
                                  const HostTensor *qPositions,
                                  const HostTensor *kPositions, float scale,
-                                 bool causal) {
+                                 bool causal, const HostTensor *out,
+                                 const HostTensor *lse) {
   ProfileScope profile("attention_grad");
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
@@ -770,16 +795,25 @@ AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
                       for (int64_t r = begin; r < end; ++r) {
                         float *p = probs.data() + r * keys;
                         float *dp = dprobs.data() + r * keys;
-                        if (masks.softmaxRow(b, h, i0 + r, p, keys) ==
-                            -std::numeric_limits<float>::infinity()) {
+                        double d = 0;
+                        if (lse) {
+                          int64_t row = qBase + i0 + r;
+                          masks.probabilitiesRow(b, h, i0 + r, p, keys,
+                                                 lse->floats[row]);
+                          const float *o = out->floats.data() + row * vDim;
+                          const float *g = dop + (i0 + r) * vDim;
+                          for (int64_t e = 0; e < vDim; ++e)
+                            d += double(o[e]) * g[e];
+                        } else if (masks.softmaxRow(b, h, i0 + r, p, keys) ==
+                                   -std::numeric_limits<float>::infinity()) {
                           // Every key masked: the row contributes nothing.
                           std::fill(p, p + keys, 0.0f);
                           std::fill(dp, dp + keys, 0.0f);
                           continue;
+                        } else {
+                          for (int64_t j = 0; j < keys; ++j)
+                            d += double(p[j]) * dp[j];
                         }
-                        double d = 0;
-                        for (int64_t j = 0; j < keys; ++j)
-                          d += double(p[j]) * dp[j];
                         for (int64_t j = 0; j < keys; ++j)
                           dp[j] = p[j] * (dp[j] - float(d));
                       }

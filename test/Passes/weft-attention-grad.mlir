@@ -1,7 +1,10 @@
 // Attention's gradient is one fused op, weft.attention_grad: no S x S scores
-// in the backward layer. Under cp its queries stay split with the ring: K and
-// V are gathered over cp, the causal mask reads the queries' and keys'
-// positions, and the partial dK and dV are reduce-scattered back.
+// in the backward layer. Under cp it is ring attention's backward: the
+// forward layer hands its ring's output and log-sum-exps over (two more
+// results) to the backward layer, whose K/V blocks travel the ring again,
+// each with the running sums of its gradients, which go home after the last
+// step; each step is the block's attention_grad with the saved statistics.
+// Nothing is gathered or reduce-scattered.
 
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
 // RUN:   | FileCheck %s --check-prefix=VJP
@@ -15,16 +18,33 @@
 
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
 // RUN:   -weft-apply-plan="cp=2" -weft-propagate-sharding -weft-partition -weft-optimize-collectives \
-// RUN:   | FileCheck %s --check-prefix=RING
+// RUN:   -weft-canonicalize | FileCheck %s --check-prefix=RING
+// RING: weft.layer "h"
+// RING: weft.attention_block
+// RING: %{{.*}}, %[[L:.*]] = weft.attention_block
+// RING: %[[MAX:.*]] = weft.maximum %{{.*}}, %[[L]] {weft.decomposed} : tensor<2x4x4x1xf32>
+// RING: %[[LSE:.*]] = weft.add %[[MAX]], %{{.*}} {weft.decomposed} : tensor<2x4x4x1xf32>
+// RING: %[[OUT:.*]] = weft.add %{{.*}}, %{{.*}} {weft.decomposed} : tensor<2x4x4x4xf32>
+// RING: weft.yield {{.*}}, %[[OUT]], %[[LSE]] : {{.*}}, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>
 // RING: weft.layer "h.backward"
-// RING: %[[KPOS:.*]] = weft.iota dim 0 : tensor<8xi64>
-// RING: %[[ALL:.*]] = weft.iota dim 0 : tensor<8xi64>
-// RING-NEXT: %[[QPOS:.*]] = weft.all_slice %[[ALL]] over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
-// RING-NEXT: %[[K:.*]] = weft.all_gather %{{.*}} over @mesh ["cp"] dim 2 zigzag : tensor<2x4x4x4xf32> -> tensor<2x4x8x4xf32>
-// RING-NEXT: %[[V:.*]] = weft.all_gather %{{.*}} over @mesh ["cp"] dim 2 zigzag : tensor<2x4x4x4xf32> -> tensor<2x4x8x4xf32>
-// RING-NEXT: %{{.*}}, %[[DK:.*]], %[[DV:.*]] = weft.attention_grad %{{.*}}, %[[K]], %[[V]] grad %{{.*}} positions %[[QPOS]], %[[KPOS]] scale 5.000000e-01 causal : (tensor<2x4x4x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x4x4xf32>, tensor<4xi64>, tensor<8xi64>) -> (tensor<2x4x4x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>)
-// RING-NEXT: weft.reduce_scatter sum %[[DV]] over @mesh ["cp"] dim 2 zigzag : tensor<2x4x8x4xf32> -> tensor<2x4x4x4xf32>
-// RING: weft.reduce_scatter sum %[[DK]] over @mesh ["cp"] dim 2 zigzag : tensor<2x4x8x4xf32> -> tensor<2x4x4x4xf32>
+// RING-SAME: -> (tensor<2x4x16xf32>,
+// RING-NOT: weft.all_gather
+// RING: %[[QPOS:.*]] = weft.all_slice %{{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
+// RING-NEXT: %[[K1:.*]] = weft.collective_permute %[[K0:[^ ]*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
+// RING-NEXT: %[[V1:.*]] = weft.collective_permute %[[V0:[^ ]*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
+// RING-NEXT: %[[KPOS:.*]] = weft.collective_permute %[[QPOS]] over @mesh ["cp"] shift 1 : tensor<4xi64>
+// RING-NEXT: %[[DQ0:.*]], %[[DK0:.*]], %[[DV0:.*]] = weft.attention_grad %[[Q:[^,]*]], %[[K0]], %[[V0]] grad %[[DO:[^ ]*]] positions %[[QPOS]], %[[QPOS]] saved %[[SO:[^,]*]], %[[SL:[^ ]*]] scale 5.000000e-01 causal : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<4xi64>, tensor<4xi64>, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>)
+// RING-NEXT: %[[DKIN:.*]] = weft.collective_permute %[[DK0]] over @mesh ["cp"] shift 1
+// RING-NEXT: %[[DVIN:.*]] = weft.collective_permute %[[DV0]] over @mesh ["cp"] shift 1
+// RING-NEXT: %[[DQ1:.*]], %[[DK1:.*]], %[[DV1:.*]] = weft.attention_grad %[[Q]], %[[K1]], %[[V1]] grad %[[DO]] positions %[[QPOS]], %[[KPOS]] saved %[[SO]], %[[SL]] scale
+// RING-NEXT: weft.add %[[DQ0]], %[[DQ1]]
+// RING-NEXT: %[[DK:.*]] = weft.add %[[DKIN]], %[[DK1]]
+// RING-NEXT: %[[DV:.*]] = weft.add %[[DVIN]], %[[DV1]]
+// RING-NEXT: weft.collective_permute %[[DK]] over @mesh ["cp"] shift 1
+// RING-NEXT: weft.collective_permute %[[DV]] over @mesh ["cp"] shift 1
+// RING-NOT: weft.reduce_scatter
+// RING-NOT: weft.all_gather
+// RING: weft.yield
 
 // Under tensor parallelism each rank's op takes its heads, and nothing is
 // gathered for it.

@@ -33,6 +33,15 @@ v, the blocks passed on, the block outputs and log-sum-exps) until
 the attention's backward, which reads q, k and v: the ring partition rule
 now marks its ops `weft.decomposed`, and the cost model keeps what the ring
 reads from outside, as for the vocabulary-parallel cross-entropy.
+Since 2026-11-29 the backward is a ring too (weft.attention_grad with the
+forward's statistics, as FlashAttention's backward reads them): without
+recomputation, or with selective recomputation (which leaves the fused
+attention alone: its gradient reads q, k and v), the forward layer also hands
+the ring's output and each query row's log-sum-exp to the backward layer,
+and the cost model keeps them. The
+log-sum-exps are f32 in both figures, so the x 2 is not theirs: the expected
+bytes are the cost model's less one log-sum-exp a layer
+([batch / dp, heads, seq / cp, 1] of f32).
 
 LLaMA's export runs with its rotary tables frozen, as in the other tests
 (`weft train --freeze`, `weft plan --freeze`): a frozen table's product
@@ -106,6 +115,12 @@ def check(weft, model, work, extra, spec, devices, dp, mode):
     model_bytes = (layers * per_layer + shared) * 2
     tag = "%s %s recompute=%s" % (os.path.basename(model), spec or "one device", mode)
     expected = model_bytes
+    degrees = dict(part.split("=") for part in spec.split(",")) if spec else {}
+    cp = int(degrees.get("cp", 1))
+    if cp > 1 and mode != "full":
+        heads = int(json.loads(plan.stdout[:plan.stdout.index("\n}\n") + 3])["model"]["heads"])
+        heads //= int(degrees.get("tp", 1)) * int(degrees.get("ulysses", 1))
+        expected -= layers * (batch // dp) * heads * (seq // cp) * 4
     if any(m != expected for m in measured):
         raise RuntimeError("%s: the ranks held %s bytes of saved activations; the cost "
                            "model's (%d layers x %d + %d) (bf16) x 2 = %d"

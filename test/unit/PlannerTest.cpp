@@ -115,24 +115,30 @@ TEST(PlannerMemory, VocabularyParallelHeadKeepsLogitsBlockAndLabels) {
 }
 
 // Ring attention keeps what the attention keeps, on the rank's block of the
-// sequence: the step's backward is the attention's (differentiated before
-// partitioning), which reads q, k and v, not the K/V blocks the ring passes
-// on or each block's output and log-sum-exps (weft.decomposed). Every
-// activation of the layer is split over cp, so the layer keeps 1/cp of the
-// unsplit layer's bytes, with and without selective recomputation.
-TEST(PlannerMemory, RingAttentionKeepsTheAttentionsBlocks) {
+// sequence (the step's backward is the attention's, differentiated before
+// partitioning, which reads q, k and v, not the K/V blocks the ring passes
+// on or each block's output and log-sum-exps: weft.decomposed), and what
+// its backward ring reads besides: the ring's output (bf16) and each query
+// row's log-sum-exp over all keys (f32). Every other activation of the
+// layer is split over cp, so the layer keeps 1/cp of the unsplit layer's
+// bytes and those, with and without selective recomputation (which leaves a
+// fused attention alone).
+TEST(PlannerMemory, RingAttentionKeepsTheAttentionsBlocksAndStatistics) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
   plan::TrainingConfig training = megatron2022(1);
   training.set_flash_attention(true);
   CostModel model(gpt22b(), cluster, training);
   const BlockCost whole = model.layerCost(tpPlan(1, false, 1));
+  const double s = 2048, b = 1, a = 64, d = 6144 / 64;
   for (int c : {2, 4}) {
     SCOPED_TRACE("cp=" + std::to_string(c));
     plan::Plan plan = tpPlan(1, false, 1);
     plan.set_cp(c);
     const BlockCost &ring = model.layerCost(plan);
-    EXPECT_DOUBLE_EQ(ring.savedBytes, whole.savedBytes / c);
-    EXPECT_DOUBLE_EQ(ring.savedBytesSelective, whole.savedBytesSelective / c);
+    const double statistics = b * a * (s / c) * (d * 2 + 4);
+    EXPECT_DOUBLE_EQ(ring.savedBytes, whole.savedBytes / c + statistics);
+    EXPECT_DOUBLE_EQ(ring.savedBytesSelective,
+                     whole.savedBytesSelective / c + statistics);
   }
 }
 
@@ -676,7 +682,9 @@ TEST(PlannerSearch, RelativeBoundIsBelowTheMeasuredBound) {
           }
         }
   EXPECT_EQ(compared, 240);
-  EXPECT_GT(closest, 0.99);
+  // (0.991 while the backward's gathers were costed exposed; the backward
+  // ring hides its sends behind steps the relative bounds from above.)
+  EXPECT_GT(closest, 0.98);
   // Loosest at cp 32 from cp 2 (32 tokens a rank with Ulysses 2): 0.18 of
   // the measured bound. There the relative's steps are 16 times the ring's
   // blocks, so they hide all of its sends, and launches weigh most. The
@@ -878,10 +886,10 @@ TEST(PlannerCompute, LinearBackwardIsTheDifferentiatedLayers) {
 }
 
 // What a ring sends is told apart by what its steps read it as: the
-// training step's backward (weft.attention_grad over cp) gathers keys and
-// values and reduce-scatters their gradients, and computes the positions
-// again. A causal ring of c steps passes K, V and the keys' positions c - 1
-// times per attention.
+// training step's backward ring passes keys and values again with the sums
+// of their gradients, and a mask and the positions again alone. A causal
+// ring of c steps passes K, V and the keys' positions c - 1 times per
+// attention.
 TEST(PlannerCompute, RingSendsKnowWhatTheyCarry) {
   mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
   context.loadDialect<WeftDialect, mlir::func::FuncDialect>();
@@ -905,6 +913,38 @@ TEST(PlannerCompute, RingSendsKnowWhatTheyCarry) {
   EXPECT_EQ(keyValue, 2 * 3);
   EXPECT_EQ(positions, 3);
   EXPECT_EQ(masks, 0);
+}
+
+// The backward ring (the partitioned weft.attention_grad) passes every
+// block the forward does and, with the K and V blocks, the sums of their
+// gradients: c sends each per attention where the block goes c - 1 times.
+// Its steps are the blocks' gradients, which hide the sends but the sums'
+// last, after the last step. On one node of H100s at 32,768 tokens (a ring
+// of 2, so one send of each per attention), the backward sends K, V and the
+// positions once and dK and dV twice, and exposes only the last sends of dK
+// and dV.
+TEST(PlannerTime, RingBackwardHidesAllButTheSumsLastSends) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x1");
+  plan::TrainingConfig training = megatron2022(1);
+  training.set_flash_attention(true);
+  training.set_seq_len(32768);
+  CostModel model(*lookupPreset("llama2-7b"), cluster, training);
+  plan::Plan plan = tpPlan(1, false, 1);
+  plan.set_cp(2);
+  plan.clear_stage_layers();
+  plan.add_stage_layers(32);
+  const BlockCost &ring = model.layerCost(plan);
+  // Forward: K, V and the positions once each, hidden.
+  const double forward = ring.seqCommTotal,
+               backward = ring.seqCommBackwardTotal;
+  EXPECT_GT(forward, 0);
+  EXPECT_DOUBLE_EQ(ring.seqComm, 0);
+  // Backward: those again, and dK and dV twice.
+  const double keysAndValues = (backward - forward) / 2;
+  EXPECT_GT(keysAndValues, 0.95 * forward); // (the positions are small)
+  EXPECT_LE(keysAndValues, forward);
+  // Exposed: dK's and dV's last sends, one of each.
+  EXPECT_NEAR(ring.seqCommBackward, keysAndValues, 1e-9 * backward);
 }
 
 TEST(PlannerCluster, ShorthandAndErrors) {

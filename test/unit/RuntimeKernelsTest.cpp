@@ -430,14 +430,14 @@ TEST(RuntimeKernels, AttentionGradientsAreTheFormulas) {
   auto causal = [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i; };
   AttentionGradients want =
       naiveAttentionGrad(q, k, v, dout, scale, causal, none);
-  expectGradientsNear(
-      attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr, scale, true),
-      want, 1e-4);
+  expectGradientsNear(attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr,
+                                    scale, true, nullptr, nullptr),
+                      want, 1e-4);
   HostTensor positions(DType::I64, {seq});
   for (int64_t i = 0; i < seq; ++i)
     positions.ints[i] = i;
   expectGradientsNear(attentionGrad(q, k, v, dout, nullptr, &positions,
-                                    &positions, scale, true),
+                                    &positions, scale, true, nullptr, nullptr),
                       want, 1e-4);
   // An additive mask [b, 1, 1, kv], and a boolean mask [1, 1, seq, 1] that
   // hides every key of rows 10..19.
@@ -449,18 +449,82 @@ TEST(RuntimeKernels, AttentionGradientsAreTheFormulas) {
     return double(bias.floats[b * seq + j]);
   };
   auto all = [](int64_t, int64_t, int64_t, int64_t) { return true; };
-  expectGradientsNear(
-      attentionGrad(q, k, v, dout, &bias, nullptr, nullptr, scale, false),
-      naiveAttentionGrad(q, k, v, dout, scale, all, added), 1e-4);
+  expectGradientsNear(attentionGrad(q, k, v, dout, &bias, nullptr, nullptr,
+                                    scale, false, nullptr, nullptr),
+                      naiveAttentionGrad(q, k, v, dout, scale, all, added),
+                      1e-4);
   auto kept = [&](int64_t, int64_t, int64_t i, int64_t) {
     return rows.ints[i] != 0;
   };
-  AttentionGradients masked =
-      attentionGrad(q, k, v, dout, &rows, nullptr, nullptr, scale, false);
+  AttentionGradients masked = attentionGrad(
+      q, k, v, dout, &rows, nullptr, nullptr, scale, false, nullptr, nullptr);
   expectGradientsNear(
       masked, naiveAttentionGrad(q, k, v, dout, scale, kept, none), 1e-4);
   for (int64_t d = 0; d < dim; ++d)
     EXPECT_EQ(masked.q.floats[15 * dim + d], 0.0f);
+}
+
+// Ring attention's backward step: with the whole attention's output and
+// log-sum-exps, the gradients of each block of keys (positions in a
+// load-balanced order, a causal mask by position, grouped heads, a padding
+// mask that travels with its keys) are the whole gradient's: dK and dV
+// block by block, dQ summed over the blocks.
+TEST(RuntimeKernels, BlockGradientsWithSavedStatisticsSumToTheWhole) {
+  int64_t seq = 12, blocks = 3, dim = 4, vDim = 3, kv = seq / blocks;
+  HostTensor q = randomTensor({1, 4, seq, dim}, 51),
+             k = randomTensor({1, 2, seq, dim}, 52),
+             v = randomTensor({1, 2, seq, vDim}, 53),
+             dout = randomTensor({1, 4, seq, vDim}, 54),
+             pad = randomTensor({1, 1, 1, seq}, 55);
+  pad.floats[5] = -std::numeric_limits<float>::infinity();
+  HostTensor positions(DType::I64, {seq});
+  // Keys in blocks {0, 11, 1, 10}, {2, 9, 3, 8}, {4, 7, 5, 6}: zigzag.
+  for (int64_t i = 0; i < seq; ++i) {
+    int64_t block = i / kv, r = i % kv, half = kv / 2;
+    positions.ints[i] =
+        r < half ? block * half + r : seq - 1 - block * half - (r - half);
+  }
+  float scale = 0.4f;
+  for (bool causal : {false, true}) {
+    AttentionBlock whole =
+        attentionBlock(q, k, v, &pad, &positions, &positions, scale, causal);
+    AttentionGradients want =
+        attentionGrad(q, k, v, dout, &pad, &positions, &positions, scale,
+                      causal, nullptr, nullptr);
+    HostTensor dq(DType::F32, q.shape);
+    for (int64_t block = 0; block < blocks; ++block) {
+      auto slice = [&](const HostTensor &x) {
+        HostTensor part(x.dtype, {x.shape[0], x.shape[1], kv, x.shape[3]});
+        for (int64_t h = 0; h < x.shape[1]; ++h)
+          for (int64_t j = 0; j < kv; ++j)
+            for (int64_t d = 0; d < x.shape[3]; ++d)
+              part.floats[(h * kv + j) * x.shape[3] + d] =
+                  x.floats[(h * seq + block * kv + j) * x.shape[3] + d];
+        return part;
+      };
+      HostTensor kPart = slice(k), vPart = slice(v);
+      HostTensor padPart(DType::F32, {1, 1, 1, kv}), posPart(DType::I64, {kv});
+      for (int64_t j = 0; j < kv; ++j) {
+        padPart.floats[j] = pad.floats[block * kv + j];
+        posPart.ints[j] = positions.ints[block * kv + j];
+      }
+      AttentionGradients part =
+          attentionGrad(q, kPart, vPart, dout, &padPart, &positions, &posPart,
+                        scale, causal, &whole.output, &whole.lse);
+      for (int64_t i = 0; i < dq.numel(); ++i)
+        dq.floats[i] += part.q.floats[i];
+      HostTensor wantK = slice(want.k), wantV = slice(want.v);
+      for (int64_t i = 0; i < wantK.numel(); ++i)
+        ASSERT_NEAR(part.k.floats[i], wantK.floats[i], 1e-5)
+            << "causal " << causal << " block " << block << " dk " << i;
+      for (int64_t i = 0; i < wantV.numel(); ++i)
+        ASSERT_NEAR(part.v.floats[i], wantV.floats[i], 1e-5)
+            << "causal " << causal << " block " << block << " dv " << i;
+    }
+    for (int64_t i = 0; i < dq.numel(); ++i)
+      ASSERT_NEAR(dq.floats[i], want.q.floats[i], 1e-5)
+          << "causal " << causal << " dq " << i;
+  }
 }
 
 // And against the forward kernel: the gradient of sum(attention(q, k, v) *
@@ -472,8 +536,8 @@ TEST(RuntimeKernels, AttentionGradientsAreTheForwardsSlopes) {
              v = randomTensor({1, 1, seq, dim}, 43),
              dout = randomTensor({1, 2, seq, dim}, 44);
   float scale = 0.5f;
-  AttentionGradients grads =
-      attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr, scale, true);
+  AttentionGradients grads = attentionGrad(
+      q, k, v, dout, nullptr, nullptr, nullptr, scale, true, nullptr, nullptr);
   auto loss = [&]() {
     HostTensor out = attention(q, k, v, nullptr, scale, true);
     double total = 0;

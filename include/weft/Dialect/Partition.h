@@ -20,6 +20,9 @@
 #include "weft/Dialect/Sharding.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <tuple>
 
 namespace weft {
 
@@ -50,6 +53,21 @@ public:
   /// True if a dimension split over `axes` uses the load-balanced (zigzag)
   /// layout of ring attention (its major axis is a load-balanced ring).
   virtual bool isZigzag(llvm::ArrayRef<std::string> axes) = 0;
+
+  /// What a ring attention's forward keeps for its backward ring: the
+  /// rank's output, and each local query row's log-sum-exp over all keys
+  /// (f32), local values with their shardings. Keyed by the global q, k and
+  /// v it attended, which weft.attention_grad reads (a layer's partition
+  /// carries the statistics from a forward layer to its backward layer).
+  struct RingStatistics {
+    mlir::Value out;
+    TensorSharding outSharding;
+    mlir::Value lse;
+    TensorSharding lseSharding;
+  };
+  llvm::DenseMap<std::tuple<mlir::Value, mlir::Value, mlir::Value>,
+                 RingStatistics>
+      ringStatistics;
 
   // Helpers for partition methods.
   mlir::FlatSymbolRefAttr meshRef();

@@ -49,9 +49,12 @@ struct BlockCost {
   double seqComm = 0;        // Ulysses all-to-all and ring steps, exposed
   double seqCommTotal = 0;   // and the ring's sends whole, hidden or not
   /// The backward's: the all-to-alls' transposes, and for a ring what
-  /// weft.attention_grad's partition sends, exposed: K and V all-gathered
-  /// over cp before it, dK and dV reduce-scattered after it.
+  /// weft.attention_grad's partition sends, exposed: the backward ring
+  /// passes K and V blocks again with the running sums of their gradients,
+  /// behind the blocks' gradient steps, and sends the sums home after the
+  /// last step.
   double seqCommBackward = 0;
+  double seqCommBackwardTotal = 0; // and the backward ring's sends whole
   /// The backward's all-gathers of activations kept as blocks (Megatron SP:
   /// the linears' inputs, gathered again for their weight gradients), and
   /// under ZB-H1 the weight-gradient step's gathers of the output

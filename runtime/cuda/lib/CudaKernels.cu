@@ -845,14 +845,15 @@ __device__ inline bool causallyHidden(bool causal, const int64_t *qPos,
 /// One thread per query row: the row's log-sum-exp over the keys it sees,
 /// D = rowsum(P dP) with dP = dO Vᵀ, and dQ = scale Σ_j P (dP - D) K_j, in
 /// three passes over the keys (nothing of size S x S is stored). A row whose
-/// keys are all masked gets dQ = 0 and lse = +inf (its P is then 0).
+/// keys are all masked gets dQ = 0 and lse = +inf (its P is then 0). With
+/// the forward's `savedOut` and `savedLse` (a ring's block of keys), the
+/// row's log-sum-exp is the saved one and D = rowsum(dO out): one pass.
 template <typename T, int kMaxDim>
-__global__ void
-attentionGradRowsKernel(int64_t heads, int64_t kvHeads, int64_t seq,
-                        int64_t kvSeq, int dim, int vDim, float scale,
-                        bool causal, MaskView mask, const int64_t *qPos,
-                        const int64_t *kPos, const T *q, const T *k, const T *v,
-                        const T *dout, T *dq, float *lse, float *delta) {
+__global__ void attentionGradRowsKernel(
+    int64_t heads, int64_t kvHeads, int64_t seq, int64_t kvSeq, int dim,
+    int vDim, float scale, bool causal, MaskView mask, const int64_t *qPos,
+    const int64_t *kPos, const T *q, const T *k, const T *v, const T *dout,
+    const T *savedOut, const float *savedLse, T *dq, float *lse, float *delta) {
   int64_t bh = blockIdx.y;
   int64_t b = bh / heads, h = bh % heads;
   int64_t kvh = h / (heads / kvHeads);
@@ -891,28 +892,38 @@ attentionGradRowsKernel(int64_t heads, int64_t kvHeads, int64_t seq,
         dp += dor[d] * loadF(vHead, j * vDim + d);
     return dp;
   };
-  float max = -INFINITY;
-  for (int64_t j = 0; j < end; ++j)
-    max = fmaxf(max, score(j));
-  float sum = 0.0f;
-  if (max > -INFINITY)
+  T *dqRow = dq + (bh * seq + i) * dim;
+  float rowLse = 0.0f, rowDelta = 0.0f;
+  if (savedLse) {
+    rowLse = savedLse[bh * seq + i];
+    const T *outRow = savedOut + (bh * seq + i) * vDim;
+#pragma unroll
+    for (int d = 0; d < kMaxDim; ++d)
+      if (d < vDim)
+        rowDelta += loadF(outRow, d) * dor[d];
+  } else {
+    float max = -INFINITY;
+    for (int64_t j = 0; j < end; ++j)
+      max = fmaxf(max, score(j));
+    float sum = 0.0f;
+    if (max > -INFINITY)
+      for (int64_t j = 0; j < end; ++j) {
+        float s = score(j);
+        sum += s > -INFINITY ? expf(s - max) : 0.0f;
+      }
+    if (!(sum > 0)) {
+      for (int d = 0; d < dim; ++d)
+        storeF(dqRow, d, 0.0f);
+      lse[bh * seq + i] = INFINITY;
+      delta[bh * seq + i] = 0.0f;
+      return;
+    }
+    rowLse = max + logf(sum);
     for (int64_t j = 0; j < end; ++j) {
       float s = score(j);
-      sum += s > -INFINITY ? expf(s - max) : 0.0f;
+      if (s > -INFINITY)
+        rowDelta += expf(s - rowLse) * gradOfProb(j);
     }
-  T *dqRow = dq + (bh * seq + i) * dim;
-  if (!(sum > 0)) {
-    for (int d = 0; d < dim; ++d)
-      storeF(dqRow, d, 0.0f);
-    lse[bh * seq + i] = INFINITY;
-    delta[bh * seq + i] = 0.0f;
-    return;
-  }
-  float rowLse = max + logf(sum), rowDelta = 0.0f;
-  for (int64_t j = 0; j < end; ++j) {
-    float s = score(j);
-    if (s > -INFINITY)
-      rowDelta += expf(s - rowLse) * gradOfProb(j);
   }
   for (int64_t j = 0; j < end; ++j) {
     float s = score(j);
@@ -998,8 +1009,9 @@ template <typename T, int kMaxDim>
 void launchAttentionGrad(Context &ctx, const DeviceTensor &q,
                          const DeviceTensor &k, const DeviceTensor &v,
                          const DeviceTensor &dout, const MaskView &mask,
-                         const int64_t *qPos, const int64_t *kPos, float scale,
-                         bool causal, const DeviceTensor &dq,
+                         const int64_t *qPos, const int64_t *kPos,
+                         const DeviceTensor *out, const DeviceTensor *savedLse,
+                         float scale, bool causal, const DeviceTensor &dq,
                          const DeviceTensor &dk, const DeviceTensor &dv) {
   constexpr int kThreadsPerBlock = 64;
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2];
@@ -1020,6 +1032,8 @@ void launchAttentionGrad(Context &ctx, const DeviceTensor &q,
           heads, kvHeads, seq, kvSeq, dim, vDim, scale, causal, mask, qPos,
           kPos, static_cast<const T *>(q.data), static_cast<const T *>(k.data),
           static_cast<const T *>(v.data), static_cast<const T *>(dout.data),
+          out ? static_cast<const T *>(out->data) : nullptr,
+          savedLse ? static_cast<const float *>(savedLse->data) : nullptr,
           static_cast<T *>(dq.data), stats, stats + rows);
   checkLaunch(ctx);
   dim3 keyGrid(unsigned((kvSeq + kThreadsPerBlock - 1) / kThreadsPerBlock),
@@ -1267,12 +1281,17 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
                          const DeviceTensor &k, const DeviceTensor &v,
                          const DeviceTensor &dout, const DeviceTensor *mask,
                          const DeviceTensor *qPositions,
-                         const DeviceTensor *kPositions, float scale,
-                         bool causal, const DeviceTensor &dq,
+                         const DeviceTensor *kPositions,
+                         const DeviceTensor *out, const DeviceTensor *lse,
+                         float scale, bool causal, const DeviceTensor &dq,
                          const DeviceTensor &dk, const DeviceTensor &dv) {
   MaskView view = maskView(ctx, mask);
   BlockView positions = positionsView(ctx, qPositions, kPositions);
   const int64_t *qPos = positions.qPos, *kPos = positions.kPos;
+  if (bool(out) != bool(lse) || (lse && lse->dtype != DType::F32) ||
+      (out && out->dtype != dout.dtype))
+    fail(ctx, "an attention gradient's saved output has the output's type and "
+              "its log-sum-exp is f32, both given or neither");
   if (q.shape[0] * q.shape[1] > 65535)
     fail(ctx, "attention over more than 65535 (batch x heads) pairs is not "
               "supported on CUDA; split the batch");
@@ -1280,14 +1299,14 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     if (dim <= 64)
-      launchAttentionGrad<T, 64>(ctx, q, k, v, dout, view, qPos, kPos, scale,
-                                 causal, dq, dk, dv);
+      launchAttentionGrad<T, 64>(ctx, q, k, v, dout, view, qPos, kPos, out, lse,
+                                 scale, causal, dq, dk, dv);
     else if (dim <= 128)
-      launchAttentionGrad<T, 128>(ctx, q, k, v, dout, view, qPos, kPos, scale,
-                                  causal, dq, dk, dv);
+      launchAttentionGrad<T, 128>(ctx, q, k, v, dout, view, qPos, kPos, out,
+                                  lse, scale, causal, dq, dk, dv);
     else if (dim <= 256)
-      launchAttentionGrad<T, 256>(ctx, q, k, v, dout, view, qPos, kPos, scale,
-                                  causal, dq, dk, dv);
+      launchAttentionGrad<T, 256>(ctx, q, k, v, dout, view, qPos, kPos, out,
+                                  lse, scale, causal, dq, dk, dv);
     else
       fail(ctx, "attention heads wider than 256 are not supported on CUDA");
   });

@@ -136,13 +136,20 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
                          const DeviceTensor &k, const DeviceTensor &v,
                          const DeviceTensor &dout, const DeviceTensor *mask,
                          const DeviceTensor *qPositions,
-                         const DeviceTensor *kPositions, float scale,
-                         bool causal, const DeviceTensor &dq,
+                         const DeviceTensor *kPositions,
+                         const DeviceTensor *out, const DeviceTensor *lse,
+                         float scale, bool causal, const DeviceTensor &dq,
                          const DeviceTensor &dk, const DeviceTensor &dv) {
   AttentionExtras extras(ctx, mask, qPositions, kPositions);
+  HostTensor saved[2];
+  if (out) {
+    saved[0] = download(ctx, *out);
+    saved[1] = download(ctx, *lse);
+  }
   rt::AttentionGradients grads = rt::attentionGrad(
       download(ctx, q), download(ctx, k), download(ctx, v), download(ctx, dout),
-      extras.mask(), extras.qPositions(), extras.kPositions(), scale, causal);
+      extras.mask(), extras.qPositions(), extras.kPositions(), scale, causal,
+      out ? &saved[0] : nullptr, out ? &saved[1] : nullptr);
   store(ctx, grads.q, dq);
   store(ctx, grads.k, dk);
   store(ctx, grads.v, dv);

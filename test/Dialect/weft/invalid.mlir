@@ -724,7 +724,7 @@ func.func @attention_grad_dropout(%q: tensor<2x4x16x8xf32>) {
 
 func.func @attention_grad_positions_together(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>) {
   // expected-error @+1 {{q_positions and k_positions are given together}}
-  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 1, 0, 0, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
   return
 }
 
@@ -733,6 +733,30 @@ func.func @attention_grad_positions_together(%q: tensor<2x4x16x8xf32>, %p: tenso
 func.func @attention_grad_positions_size(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>, %kp: tensor<8xi64>) {
   // expected-error @+1 {{k_positions must be a vector of 16 positions, got 'tensor<8xi64>'}}
   %0:3 = weft.attention_grad %q, %q, %q grad %q positions %p, %kp scale 0.125 causal : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>, tensor<8xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_saved_together(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+1 {{out and lse are given together}}
+  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %q) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_saved_out(%q: tensor<2x4x16x8xf32>, %o: tensor<2x4x16x8xbf16>, %l: tensor<2x4x16x1xf32>) {
+  // expected-error @+1 {{out must have the attention output's type 'tensor<2x4x16x8xf32>', got 'tensor<2x4x16x8xbf16>'}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %q saved %o, %l scale 0.125 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xbf16>, tensor<2x4x16x1xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_saved_lse(%q: tensor<2x4x16x8xf32>, %l: tensor<2x4x16x1xbf16>) {
+  // expected-error @+1 {{lse must be each query row's log-sum-exp, 'tensor<2x4x16x1xf32>', got 'tensor<2x4x16x1xbf16>'}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %q saved %q, %l scale 0.125 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x1xbf16>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
   return
 }
 

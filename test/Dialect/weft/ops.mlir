@@ -147,13 +147,16 @@ func.func @attention_block(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>,
 // CHECK-LABEL: func.func @attention_grad
 func.func @attention_grad(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>, %v: tensor<2x2x32x4xbf16>,
                           %do: tensor<2x4x16x4xbf16>, %qp: tensor<16xi64>, %kp: tensor<32xi64>,
-                          %mask: tensor<2x1x1x32xi1>) {
+                          %mask: tensor<2x1x1x32xi1>, %lse: tensor<2x4x16x1xf32>) {
   // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} positions %{{.*}}, %{{.*}} scale 1.250000e-01 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   %0:3 = weft.attention_grad %q, %k, %v grad %do positions %qp, %kp scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} mask %{{.*}} scale 1.250000e-01 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   %1:3 = weft.attention_grad %q, %k, %v grad %do mask %mask scale 0.125 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} scale 1.250000e-01 causal dropout 1.000000e-01 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   %2:3 = weft.attention_grad %q, %k, %v grad %do scale 0.125 causal dropout 0.1 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
+  // A ring's backward step: the forward's output and log-sum-exps.
+  // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} positions %{{.*}}, %{{.*}} saved %{{.*}}, %{{.*}} scale 1.250000e-01 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<16xi64>, tensor<32xi64>, tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
+  %3:3 = weft.attention_grad %q, %k, %v grad %do positions %qp, %kp saved %do, %lse scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<16xi64>, tensor<32xi64>, tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   return
 }
 

@@ -77,7 +77,9 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 /// Attention's gradients (weft.attention_grad) with respect to q, k and v,
 /// given the output's gradient `dout`; masks and positions as in
 /// attentionBlock. A query row whose keys are all masked contributes
-/// nothing.
+/// nothing. With the forward's `out` and `lse` (both or neither), the
+/// gradients of one block of keys of a larger attention (ring attention's
+/// backward step): `dq` is the block's part of the queries' gradient.
 struct AttentionGradients {
   HostTensor q, k, v;
 };
@@ -86,7 +88,8 @@ AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
                                  const HostTensor *mask,
                                  const HostTensor *qPositions,
                                  const HostTensor *kPositions, float scale,
-                                 bool causal);
+                                 bool causal, const HostTensor *out,
+                                 const HostTensor *lse);
 
 /// Gathers along `axis`; negative indices count from the end (as ONNX).
 absl::StatusOr<HostTensor> gather(const HostTensor &input,

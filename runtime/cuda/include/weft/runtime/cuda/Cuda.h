@@ -123,11 +123,14 @@ void attentionBlock(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
 /// output's gradient `dout`, masks and positions as in attentionBlock; one
 /// pass over the query rows (their log-sum-exps, D = rowsum(P dP) and dq)
 /// and one over the key rows (dk and dv summed over the group's query heads),
-/// no S x S matrix.
+/// no S x S matrix. With the forward's `out` and `lse` (both or neither),
+/// the rows' log-sum-exps and D = rowsum(dO out) are the whole attention's:
+/// the gradients of one block of its keys (ring attention's backward step).
 void attentionGrad(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                    const DeviceTensor &v, const DeviceTensor &dout,
                    const DeviceTensor *mask, const DeviceTensor *qPositions,
-                   const DeviceTensor *kPositions, float scale, bool causal,
+                   const DeviceTensor *kPositions, const DeviceTensor *out,
+                   const DeviceTensor *lse, float scale, bool causal,
                    const DeviceTensor &dq, const DeviceTensor &dk,
                    const DeviceTensor &dv);
 /// Layer or RMS norm over dimensions [axis, rank).
