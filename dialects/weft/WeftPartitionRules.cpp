@@ -492,9 +492,8 @@ static LogicalResult ringMask(Operation *op, Value globalMask,
 
 /// The positions of this rank's `seq` queries in a sequence split over the
 /// ring (the load-balanced layout where the plan uses it).
-static Value ringPositions(PartitionState &state, int64_t seq) {
+static Value ringPositions(PartitionState &state, Location loc, int64_t seq) {
   OpBuilder &b = state.builder();
-  Location loc = b.getUnknownLoc();
   SmallVector<std::string, 2> ring = {"cp"};
   Type i64 = b.getI64Type();
   int64_t c = state.mesh().size("cp");
@@ -550,7 +549,7 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   // k and v (the blocks here), not what each ring step would keep.
   Decomposition decomposition(b);
   // Positions of this rank's queries, and of the K/V block it holds.
-  Value qPos = ringPositions(state, seq);
+  Value qPos = ringPositions(state, loc, seq);
   Value kPos = qPos;
   bool passMask =
       mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1;
@@ -690,7 +689,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     positionsWant.dims[0] = ring;
     qPos = state.operand(loc, op.getQPositions(), positionsWant);
   } else if (causal) {
-    qPos = ringPositions(state, qType.getDimSize(2));
+    qPos = ringPositions(state, loc, qType.getDimSize(2));
   }
   Value kPos = qPos;
   bool passMask =
