@@ -50,6 +50,8 @@ PLANS = [("dp=2", "full"), ("tp=2", "full"), ("dp=2,tp=2", "full"), ("tp=2,sp=tr
          ("ulysses=2", "full"), ("dp=2,tp=2,sp=true", "full"), (None, "selective"),
          (None, "none"), ("dp=2,tp=2,sp=true", "selective"), ("dp=2,ulysses=2", "none"),
          ("cp=2", "full"), ("dp=2,cp=2", "selective"), ("cp=2,tp=2,sp=true", "none"),
+         # A ring of 4: the backward's gradient sums travel three hops.
+         ("cp=4", "none"),
          ("tp3d=2x2x2", "full"), ("dp=2,tp3d=2x2x1", "selective"), ("tp3d=1x2x2", "none"),
          # ZeRO: AdamW's two moments in each rank's block (test/training/zero.py
          # checks the bytes and memory, with SGD).
