@@ -264,6 +264,22 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
+/// Ring statistics keyed by (q, k, v) in the order of the keys' places
+/// among their block's arguments or their op's results.
+template <typename Entry>
+static bool inPlaceOrder(const Entry &a, const Entry &b) {
+  auto place = [](Value v) -> unsigned {
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return arg.getArgNumber();
+    return cast<OpResult>(v).getResultNumber();
+  };
+  auto places = [&](const auto &key) {
+    return std::make_tuple(place(std::get<0>(key)), place(std::get<1>(key)),
+                           place(std::get<2>(key)));
+  };
+  return places(a.first) < places(b.first);
+}
+
 /// A layer stays one region: its inputs are resharded to its body
 /// arguments' shardings at the boundary, its body is partitioned in place of
 /// the original, and the yielded values are resharded to the layer results'
@@ -302,6 +318,8 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
     if (!attendedAgain)
       carried.push_back({inside, statistics});
   }
+  // (In the order of the layer's arguments, not the map's.)
+  llvm::sort(carried, inPlaceOrder<std::pair<RingKey, RingStatistics>>);
   for (auto &[inside, statistics] : carried) {
     inputs.push_back(statistics.out);
     inputs.push_back(statistics.lse);
@@ -354,6 +372,10 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
       kept.push_back({RingKey{layer.getResult(*iq), layer.getResult(*ik),
                               layer.getResult(*iv)},
                       statistics});
+    }
+    // (In the order of the layer's results, not the map's.)
+    llvm::sort(kept, inPlaceOrder<std::pair<RingKey, RingStatistics>>);
+    for (auto &[key, statistics] : kept) {
       yielded.push_back(statistics.out);
       yielded.push_back(statistics.lse);
     }
