@@ -545,7 +545,11 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
     holds chunks `i` and `2cp - 1 - i` of `2cp`. A causal attention's gradient
     (`weft.attention_grad`, in a differentiated program) then gets its queries' and keys'
     positions (`weft.iota`): its causal mask reads them, so its queries stay split with
-    the ring, as the forward's do.
+    the ring, as the forward's do. With `cp-comm=all-gather` (Megatron's
+    `--cp-comm-type all_gather`, Llama 3's context parallelism) the attention and its
+    gradient also get `weft.context_parallel_gather`: the partitioner all-gathers K and V
+    over `cp` before one attention of the rank's queries over every key, instead of
+    passing the blocks around a ring.
     Weights and activations not named here get their shardings from
     `-weft-propagate-sharding`. Layers (`weft.layer`) stay regions: each layer's residual
     input and output are annotated at its boundary (the body's first argument gets its
@@ -570,6 +574,8 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
            "3-D tensor parallelism: the depth axis, splitting the batch and storing weight shards">,
     Option<"loadBalance", "load-balance", "bool", /*default=*/"true",
            "Ring attention with each rank holding two mirrored sequence chunks">,
+    Option<"cpComm", "cp-comm", "std::string", /*default=*/"\"ring\"",
+           "How the cp ranks exchange keys and values: ring (passed around, overlapped) or all-gather (gathered before one attention)">,
     Option<"planFile", "plan-file", "std::string", /*default=*/"\"\"",
            "A weft plan --json file (its first plan) or a Plan in JSON">
   ];

@@ -300,6 +300,8 @@ namespace {
 struct PlanDegrees {
   int64_t dp = 1, tp = 1, cp = 1, ulysses = 1;
   bool sp = false;
+  /// K and V all-gathered over cp instead of passed around a ring.
+  bool cpGather = false;
   /// AxoNN's 3-D tensor-parallel grid (1 x 1 x 1: unused).
   int64_t gx = 1, gy = 1, gz = 1;
   bool threeD() const { return gx * gy * gz > 1; }
@@ -311,7 +313,12 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
   /// The degrees to apply: the options, or the plan file's, which must
   /// not hold fields that this program cannot apply.
   LogicalResult readPlan(ModuleOp module, PlanDegrees &degrees) {
-    degrees = {dp, tp, cp, ulysses, sp, gx, gy, gz};
+    degrees = {dp, tp, cp, ulysses, sp, false, gx, gy, gz};
+    if (cpComm == "all-gather" || cpComm == "all_gather")
+      degrees.cpGather = true;
+    else if (cpComm != "ring" && cpComm != "p2p")
+      return module.emitError("cp-comm is 'ring' or 'all-gather', got '")
+             << cpComm << "'";
     if (planFile.empty())
       return success();
     llvm::Expected<plan::Plan> chosen = readPlanFile(planFile);
@@ -331,6 +338,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     degrees.cp = std::max(1, chosen->cp());
     degrees.ulysses = std::max(1, chosen->ulysses());
     degrees.sp = chosen->sequence_parallel();
+    degrees.cpGather = chosen->cp_comm() == plan::CP_COMM_ALL_GATHER;
     degrees.gx = std::max(1, chosen->gx());
     degrees.gy = std::max(1, chosen->gy());
     degrees.gz = std::max(1, chosen->gz());
@@ -605,6 +613,9 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       if (d.cp > 1)
         att->setAttr(WeftDialect::getContextParallelAttrName(),
                      mb.getStrArrayAttr({"cp"}));
+      if (d.cp > 1 && d.cpGather)
+        att->setAttr(WeftDialect::getContextParallelGatherAttrName(),
+                     mb.getUnitAttr());
     }
     // An attention's gradient runs the ring backward where the partitioner
     // knows the forward ring's statistics; otherwise it keeps its queries
@@ -615,6 +626,9 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       func.walk([&](AttentionGradOp op) {
         op->setAttr(WeftDialect::getContextParallelAttrName(),
                     mb.getStrArrayAttr({"cp"}));
+        if (d.cpGather)
+          op->setAttr(WeftDialect::getContextParallelGatherAttrName(),
+                      mb.getUnitAttr());
         if (op.getCausal() && !op.getQPositions())
           grads.push_back(op);
       });

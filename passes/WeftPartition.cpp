@@ -14,6 +14,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
 
+#include <array>
 #include <climits>
 #include <map>
 
@@ -280,6 +281,21 @@ static bool inPlaceOrder(const Entry &a, const Entry &b) {
   return places(a.first) < places(b.first);
 }
 
+/// The places of a ring's q, k and v among `values`, if all three are there.
+static std::optional<std::array<unsigned, 3>>
+placesIn(ValueRange values, const std::tuple<Value, Value, Value> &key) {
+  std::array<unsigned, 3> places;
+  auto [q, k, v] = key;
+  Value keys[3] = {q, k, v};
+  for (int i = 0; i < 3; ++i) {
+    auto found = llvm::find(values, keys[i]);
+    if (found == values.end())
+      return std::nullopt;
+    places[i] = unsigned(std::distance(values.begin(), found));
+  }
+  return places;
+}
+
 /// A layer stays one region: its inputs are resharded to its body
 /// arguments' shardings at the boundary, its body is partitioned in place of
 /// the original, and the yielded values are resharded to the layer results'
@@ -298,18 +314,12 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
   // recomputation does) takes the ring's statistics as extra inputs.
   SmallVector<std::pair<RingKey, RingStatistics>, 2> carried;
   for (auto &[key, statistics] : ringStatistics) {
-    auto [q, k, v] = key;
-    auto index = [&](Value global) -> std::optional<unsigned> {
-      for (auto [i, input] : llvm::enumerate(layer.getInputs()))
-        if (input == global)
-          return i;
-      return std::nullopt;
-    };
-    std::optional<unsigned> iq = index(q), ik = index(k), iv = index(v);
-    if (!iq || !ik || !iv)
+    std::optional<std::array<unsigned, 3>> at =
+        placesIn(layer.getInputs(), key);
+    if (!at)
       continue;
-    RingKey inside{body.getArgument(*iq), body.getArgument(*ik),
-                   body.getArgument(*iv)};
+    RingKey inside{body.getArgument((*at)[0]), body.getArgument((*at)[1]),
+                   body.getArgument((*at)[2])};
     bool attendedAgain = false;
     layer.walk([&](AttentionOp attention) {
       attendedAgain |= RingKey{attention.getQ(), attention.getK(),
@@ -359,19 +369,14 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
     for (auto &[key, statistics] : ringStatistics) {
       if (statistics.lse.getParentBlock() != localBody)
         continue;
-      auto [q, k, v] = key;
-      auto index = [&](Value global) -> std::optional<unsigned> {
-        for (auto [i, value] : llvm::enumerate(yield.getValues()))
-          if (value == global)
-            return i;
-        return std::nullopt;
-      };
-      std::optional<unsigned> iq = index(q), ik = index(k), iv = index(v);
-      if (!iq || !ik || !iv)
+      std::optional<std::array<unsigned, 3>> at =
+          placesIn(yield.getValues(), key);
+      if (!at)
         continue;
-      kept.push_back({RingKey{layer.getResult(*iq), layer.getResult(*ik),
-                              layer.getResult(*iv)},
-                      statistics});
+      kept.push_back(
+          {RingKey{layer.getResult((*at)[0]), layer.getResult((*at)[1]),
+                   layer.getResult((*at)[2])},
+           statistics});
     }
     // (In the order of the layer's results, not the map's.)
     llvm::sort(kept, inPlaceOrder<std::pair<RingKey, RingStatistics>>);

@@ -236,6 +236,16 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                 "weft.attention_grad";
     return success();
   }
+  if (attr.getName() == WeftDialect::getContextParallelGatherAttrName()) {
+    if (!isa<AttentionOp, AttentionGradOp>(op) ||
+        !isa<UnitAttr>(attr.getValue()) ||
+        !op->hasAttr(WeftDialect::getContextParallelAttrName()))
+      return op->emitError() << "'weft.context_parallel_gather' is a unit "
+                                "attribute on a weft.attention or "
+                                "weft.attention_grad that has "
+                                "'weft.context_parallel'";
+    return success();
+  }
   if (attr.getName() == getAttentionCoreAttrName() ||
       attr.getName() == getDecomposedAttrName()) {
     if (!isa<UnitAttr>(attr.getValue()))

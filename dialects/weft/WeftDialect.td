@@ -87,6 +87,12 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getContextParallelAttrName() {
       return ::llvm::StringLiteral("weft.context_parallel");
     }
+    /// With `weft.context_parallel`, a unit attribute: the context-parallel
+    /// ranks all-gather K and V before one attention (Megatron's
+    /// `--cp-comm-type all_gather`) instead of passing them around a ring.
+    static constexpr ::llvm::StringLiteral getContextParallelGatherAttrName() {
+      return ::llvm::StringLiteral("weft.context_parallel_gather");
+    }
     /// From -weft-assign-buffers. On an op: the arena offset of each result's
     /// buffer, -1 for a result without one (an array of i64); on a function
     /// argument: its buffer's offset (i64).

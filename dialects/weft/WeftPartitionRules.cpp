@@ -470,18 +470,26 @@ LogicalResult EmbeddingOp::partition(PartitionState &state) {
 /// with the keys: an error on `op`.
 static LogicalResult ringMask(Operation *op, Value globalMask,
                               const TensorSharding &qWant,
-                              PartitionState &state, Value &mask) {
+                              PartitionState &state, Value &mask,
+                              bool keysGathered = false) {
   if (!globalMask)
     return success();
   auto maskType = cast<RankedTensorType>(globalMask.getType());
   int64_t rank = maskType.getRank();
-  if (rank >= 2 && maskType.getDimSize(rank - 2) != 1)
+  TensorSharding maskWant = TensorSharding::replicated(rank);
+  if (keysGathered) {
+    // Every key is here: the mask splits with the queries, if it varies
+    // over them, and its keys stay whole.
+    if (rank >= 2 && maskType.getDimSize(rank - 2) != 1)
+      maskWant.dims[rank - 2] = qWant.dims[2];
+  } else if (rank >= 2 && maskType.getDimSize(rank - 2) != 1) {
     return op->emitError("ring attention needs a mask that broadcasts over "
                          "the queries (its query dimension is ")
-           << maskType.getDimSize(rank - 2) << "); use ulysses instead of cp";
-  TensorSharding maskWant = TensorSharding::replicated(rank);
-  if (maskType.getDimSize(rank - 1) != 1)
+           << maskType.getDimSize(rank - 2)
+           << "); use cp-comm=all-gather or ulysses";
+  } else if (maskType.getDimSize(rank - 1) != 1) {
     maskWant.dims[rank - 1] = qWant.dims[2];
+  }
   if (rank == 4 && maskType.getDimSize(0) != 1)
     maskWant.dims[0] = qWant.dims[0];
   if (rank == 4 && maskType.getDimSize(1) != 1)
@@ -513,6 +521,38 @@ static Value ringPass(PartitionState &state, Value x) {
       b.getI64IntegerAttr(1), CollectiveCodecAttr());
 }
 
+/// The queries' layout under context parallelism: batch and heads as the
+/// result `target` splits them, the sequence over the ring.
+static TensorSharding contextParallelQueries(const TensorSharding &target) {
+  TensorSharding q = TensorSharding::replicated(4);
+  q.dims[0] = target.dims[0];
+  q.dims[1] = target.dims[1];
+  q.dims[2] = {"cp"};
+  return q;
+}
+
+/// `local`, split over the ring along its sequence (dimension 2) as
+/// `split`, all-gathered whole.
+static Value gatherSequence(PartitionState &state, Location loc, Value local,
+                            const TensorSharding &split) {
+  TensorSharding whole = split;
+  whole.dims[2].clear();
+  return state.reshard(loc, local, split, whole);
+}
+
+/// The positions of all `seq` keys, in order.
+static Value allPositions(PartitionState &state, Location loc, int64_t seq) {
+  OpBuilder &b = state.builder();
+  return IotaOp::create(b, loc, RankedTensorType::get({seq}, b.getI64Type()),
+                        0);
+}
+
+/// True if `op` is split over a context-parallel mesh axis that gathers K
+/// and V rather than passing them around a ring.
+static bool gathersKeys(Operation *op) {
+  return op->hasAttr(WeftDialect::getContextParallelGatherAttrName());
+}
+
 /// Attention whose sequence is split over a ring of `cp` ranks: each rank
 /// keeps its queries and passes its K/V block (and the block's positions)
 /// around the ring; at each of the `cp` steps it attends to the block it
@@ -525,13 +565,8 @@ static LogicalResult partitionRingAttention(AttentionOp op,
                                             PartitionState &state) {
   Location loc = op.getLoc();
   OpBuilder &b = state.builder();
-  SmallVector<std::string, 2> ring = {"cp"};
   int64_t c = state.mesh().size("cp");
-  TensorSharding out = state.target(op.getResult());
-  TensorSharding qWant = TensorSharding::replicated(4);
-  qWant.dims[0] = out.dims[0];
-  qWant.dims[1] = out.dims[1];
-  qWant.dims[2] = ring;
+  TensorSharding qWant = contextParallelQueries(state.target(op.getResult()));
   TensorSharding kvWant = qWant;
   Value q = state.operand(loc, op.getQ(), qWant);
   Value k = state.operand(loc, op.getK(), kvWant);
@@ -626,10 +661,60 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   return success();
 }
 
+/// Attention whose sequence is split over `cp` ranks that all-gather K and
+/// V (Megatron's --cp-comm-type all_gather; Llama 3, Dubey et al. 2024
+/// s3.3.2): each rank keeps its queries and attends to every key at once
+/// (weft.attention_block, whose causal mask reads the queries' positions in
+/// the load-balanced layout and the keys'). The gathers are exposed; what
+/// the backward reads is the rank's K and V blocks, which it gathers again,
+/// and the output and log-sum-exps.
+static LogicalResult partitionGatheredAttention(AttentionOp op,
+                                                PartitionState &state) {
+  Location loc = op.getLoc();
+  OpBuilder &b = state.builder();
+  TensorSharding qWant = contextParallelQueries(state.target(op.getResult()));
+  Value q = state.operand(loc, op.getQ(), qWant);
+  Value k = state.operand(loc, op.getK(), qWant);
+  Value v = state.operand(loc, op.getV(), qWant);
+  Value mask;
+  if (failed(ringMask(op, op.getMask(), qWant, state, mask,
+                      /*keysGathered=*/true)))
+    return failure();
+  auto qType = cast<RankedTensorType>(q.getType());
+  auto vType = cast<RankedTensorType>(v.getType());
+  Decomposition decomposition(b);
+  Value kAll = gatherSequence(state, loc, k, qWant);
+  Value vAll = gatherSequence(state, loc, v, qWant);
+  bool causal = op.getCausal();
+  Value qPos, kPos;
+  if (causal) {
+    qPos = ringPositions(state, loc, qType.getDimSize(2));
+    kPos = allPositions(state, loc,
+                        cast<RankedTensorType>(kAll.getType()).getDimSize(2));
+  }
+  auto outType =
+      RankedTensorType::get({qType.getDimSize(0), qType.getDimSize(1),
+                             qType.getDimSize(2), vType.getDimSize(3)},
+                            qType.getElementType());
+  auto lseType = RankedTensorType::get(
+      {qType.getDimSize(0), qType.getDimSize(1), qType.getDimSize(2), 1},
+      b.getF32Type());
+  auto attention = AttentionBlockOp::create(
+      b, loc, TypeRange{outType, lseType}, q, kAll, vAll, mask, qPos, kPos,
+      op.getScaleAttr(), causal ? b.getUnitAttr() : UnitAttr());
+  TensorSharding s = qWant;
+  s.dims[3].clear();
+  state.setResult(op.getResult(), attention.getResult(), s);
+  state.ringStatistics[{op.getQ(), op.getK(), op.getV()}] = {
+      attention.getResult(), s, attention.getLse(), s};
+  return success();
+}
+
 LogicalResult AttentionOp::partition(PartitionState &state) {
   if ((*this)->hasAttr(WeftDialect::getContextParallelAttrName()) &&
       state.mesh().size("cp") > 1)
-    return partitionRingAttention(*this, state);
+    return gathersKeys(*this) ? partitionGatheredAttention(*this, state)
+                              : partitionRingAttention(*this, state);
   return success(succeeded(partitionByFactorRule(*this, state)));
 }
 
@@ -657,11 +742,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   OpBuilder &b = state.builder();
   SmallVector<std::string, 2> ring = {"cp"};
   int64_t c = state.mesh().size("cp");
-  TensorSharding qGrad = state.target(op.getQGrad());
-  TensorSharding qWant = TensorSharding::replicated(4);
-  qWant.dims[0] = qGrad.dims[0];
-  qWant.dims[1] = qGrad.dims[1];
-  qWant.dims[2] = ring;
+  TensorSharding qWant = contextParallelQueries(state.target(op.getQGrad()));
   TensorSharding lseWant = qWant;
   TensorSharding kvWant = qWant;
   Value q = state.operand(loc, op.getQ(), qWant);
@@ -677,7 +758,8 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   if (!(statistics.lseSharding == lseWant))
     lse = state.reshard(loc, lse, statistics.lseSharding, lseWant);
   Value mask;
-  if (failed(ringMask(op, op.getMask(), qWant, state, mask)))
+  const bool gathered = gathersKeys(op);
+  if (failed(ringMask(op, op.getMask(), qWant, state, mask, gathered)))
     return failure();
   auto qType = cast<RankedTensorType>(q.getType());
   bool causal = op.getCausal();
@@ -690,6 +772,27 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     qPos = state.operand(loc, op.getQPositions(), positionsWant);
   } else if (causal) {
     qPos = ringPositions(state, loc, qType.getDimSize(2));
+  }
+  if (gathered) {
+    // K and V gathered again; the gradients of every key are this rank's
+    // queries' parts, summed over the ranks as the consumers want them
+    // (reduce-scattered back to the blocks).
+    Value kAll = gatherSequence(state, loc, k, kvWant);
+    Value vAll = gatherSequence(state, loc, v, kvWant);
+    Value kPos;
+    if (causal)
+      kPos = allPositions(state, loc,
+                          cast<RankedTensorType>(kAll.getType()).getDimSize(2));
+    auto grad = AttentionGradOp::create(
+        b, loc, q, kAll, vAll, dout, mask, qPos, kPos, out, lse,
+        op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr());
+    TensorSharding sums = kvWant;
+    sums.dims[2].clear();
+    sums.partial.push_back("cp");
+    state.setResult(op.getQGrad(), grad.getQGrad(), qWant);
+    state.setResult(op.getKGrad(), grad.getKGrad(), sums);
+    state.setResult(op.getVGrad(), grad.getVGrad(), sums);
+    return true;
   }
   Value kPos = qPos;
   bool passMask =

@@ -23,6 +23,8 @@ WeftApplyPlanOptions weft::applyPlanOptions(const plan::Plan &plan) {
   options.cp = std::max(1, plan.cp());
   options.ulysses = std::max(1, plan.ulysses());
   options.sp = plan.sequence_parallel();
+  options.cpComm =
+      plan.cp_comm() == plan::CP_COMM_ALL_GATHER ? "all-gather" : "ring";
   options.gx = std::max(1, plan.gx());
   options.gy = std::max(1, plan.gy());
   options.gz = std::max(1, plan.gz());
@@ -112,6 +114,7 @@ void weft::registerWeftPipelines() {
         apply.gy = options.gy;
         apply.gz = options.gz;
         apply.loadBalance = options.loadBalance;
+        apply.cpComm = options.cpComm;
         apply.planFile = options.planFile;
         buildPartitionPipeline(pm, apply, options.compress, int(options.zero));
       });

@@ -261,6 +261,16 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
       else
         return bad("unknown recompute '" + value +
                    "'; use none, selective or full");
+    } else if (key == "cp-comm") {
+      if (lower == "ring" || lower == "p2p")
+        plan.set_cp_comm(plan::CP_COMM_RING);
+      else if (lower == "all-gather" || lower == "all_gather" ||
+               lower == "allgather")
+        plan.set_cp_comm(plan::CP_COMM_ALL_GATHER);
+      else
+        return bad("unknown cp-comm '" + value +
+                   "'; use ring (K/V blocks passed around, overlapped) or "
+                   "all-gather (K/V gathered before the attention)");
     } else if (key == "compress") {
       llvm::Expected<CompressPolicy> policy = parseCompressPolicy(value);
       if (!policy)
@@ -293,8 +303,9 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
       }
     } else {
       return bad("unknown key '" + key +
-                 "'; keys are dp, tp, pp, cp, ulysses, sp, tp-overlap, mbs, "
-                 "m, v, schedule, zero, recompute, stages, compress, tp3d");
+                 "'; keys are dp, tp, pp, cp, cp-comm, ulysses, sp, "
+                 "tp-overlap, mbs, m, v, schedule, zero, recompute, stages, "
+                 "compress, tp3d");
     }
   }
   // v > 1 alone means the interleaved schedule.
@@ -307,6 +318,8 @@ std::string weft::formatPlanSpec(const plan::Plan &plan) {
   std::string text =
       "dp=" + std::to_string(plan.dp()) + ",tp=" + std::to_string(plan.tp()) +
       ",pp=" + std::to_string(plan.pp()) + ",cp=" + std::to_string(plan.cp()) +
+      (plan.cp_comm() == plan::CP_COMM_ALL_GATHER ? ",cp-comm=all-gather"
+                                                  : "") +
       ",ulysses=" + std::to_string(plan.ulysses()) +
       ",sp=" + (plan.sequence_parallel() ? "1" : "0") +
       ",mbs=" + std::to_string(plan.micro_batch());

@@ -74,6 +74,15 @@ CostModel::~CostModel() = default;
 // Communication
 //===----------------------------------------------------------------------===//
 
+CostModel::FamilyKey CostModel::familyKey(const plan::Plan &plan) {
+  return {plan.tp() > 1,
+          plan.ulysses() > 1,
+          plan.cp(),
+          plan.sequence_parallel(),
+          plan.compress(),
+          plan.cp() > 1 && plan.cp_comm() == plan::CP_COMM_ALL_GATHER};
+}
+
 CostModel::BlockKey CostModel::blockKey(const plan::Plan &plan) const {
   // Policies are few (one per search, a handful with --compress=auto).
   auto policy = llvm::find(policyNames, plan.compress());
@@ -90,7 +99,8 @@ CostModel::BlockKey CostModel::blockKey(const plan::Plan &plan) const {
           index,
           grid ? plan.gx() : 0,
           grid ? plan.gy() : 0,
-          grid ? plan.gz() : 0};
+          grid ? plan.gz() : 0,
+          plan.cp() > 1 && plan.cp_comm() == plan::CP_COMM_ALL_GATHER};
 }
 
 double CostModel::collectiveTime(CollectiveKind kind, double bytes,
@@ -254,8 +264,7 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
   if ((tp > 1 && modelSpec.vocab() % (tp * 4) && modelSpec.vocab() % tp) ||
       modelSpec.vocab() % 4)
     return false;
-  FamilyKey key{tp > 1, u > 1, plan.cp(), plan.sequence_parallel(),
-                plan.compress()};
+  FamilyKey key = familyKey(plan);
   auto [found, inserted] = familyCache.try_emplace(key);
   Family &family = found->second;
   if (inserted) {
@@ -267,7 +276,8 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
     for (int64_t mbs : {1, 2})
       for (int64_t t : tps)
         for (int64_t uu : us) {
-          ProgramShape shape{2, t, key.cp, uu, key.sp, key.compress};
+          ProgramShape shape{2,           t, key.cp, uu, key.sp, key.cpGather,
+                             key.compress};
           family.corners.emplace_back();
           if (!measure(shape, mbs, family.corners.back(), error)) {
             family.valid = false;
@@ -341,6 +351,10 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   // exposed). Its steps are the blocks' gradients.
   double ringBackward[3] = {0, 0, 0}, sumsHome[3] = {0, 0, 0};
   double backwardSteps[3] = {0, 0, 0}, largestBackwardStep[3] = {0, 0, 0};
+  // All-gather context parallelism: the backward gathers the K/V blocks
+  // again and reduce-scatters their gradients (the same bytes), exposed as
+  // the forward's gathers are.
+  double keysGathered[3] = {0, 0, 0};
   for (size_t i = 0; i < first.ops.size(); ++i) {
     const OpRecord &op = first.ops[i];
     const double *at = counts.data() + i * kCountFields;
@@ -391,6 +405,8 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
         }
       } else {
         block.seqComm += time;
+        if (op.keysGathered)
+          keysGathered[kind] += time;
       }
       continue;
     }
@@ -422,10 +438,12 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   const double c = plan.cp();
   for (int kind = 0; kind < 3; ++kind) {
     BlockCost &block = *byKind[kind];
-    // (Ulysses' all-to-alls are their own transposes.)
-    block.seqCommBackward = block.seqComm;
+    // (Ulysses' all-to-alls are their own transposes; gathered keys are
+    // gathered again and their gradients reduce-scattered.)
+    block.seqCommBackward = block.seqComm + keysGathered[kind];
     block.seqCommTotal = block.seqComm + ringComm[kind];
-    block.seqCommBackwardTotal = block.seqComm + ringBackward[kind];
+    block.seqCommBackwardTotal =
+        block.seqComm + keysGathered[kind] + ringBackward[kind];
     if (c > 1 && ring == plan.cp()) {
       block.seqComm +=
           std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
@@ -1220,8 +1238,7 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
 bool CostModel::isMeasured(const plan::Plan &plan) const {
   if (cache.count(blockKey(plan)))
     return true;
-  FamilyKey family{plan.tp() > 1, plan.ulysses() > 1, plan.cp(),
-                   plan.sequence_parallel(), plan.compress()};
+  FamilyKey family = familyKey(plan);
   auto found = familyCache.find(family);
   if (found != familyCache.end() && found->second.valid)
     return true;

@@ -177,6 +177,8 @@ OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
   degrees.set_cp(int(shape.cp));
   degrees.set_ulysses(int(shape.ulysses));
   degrees.set_sequence_parallel(shape.sp);
+  if (shape.cpGather)
+    degrees.set_cp_comm(plan::CP_COMM_ALL_GATHER);
   degrees.set_gx(int(shape.gx));
   degrees.set_gy(int(shape.gy));
   degrees.set_gz(int(shape.gz));
@@ -550,6 +552,7 @@ ProgramShape ProgramShape::of(const plan::Plan &plan, int64_t dp) {
   shape.cp = std::max(1, plan.cp());
   shape.ulysses = std::max(1, plan.ulysses());
   shape.sp = plan.sequence_parallel();
+  shape.cpGather = shape.cp > 1 && plan.cp_comm() == plan::CP_COMM_ALL_GATHER;
   shape.compress = plan.compress();
   shape.gx = std::max(1, plan.gx());
   shape.gy = std::max(1, plan.gy());
@@ -873,6 +876,12 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
             else if (use.get() == step.getKPositions())
               record.ringRole = OpRecord::RingRole::Positions;
           }
+      if (record.commClass == CommClass::Sequence &&
+          record.kind == CollectiveKind::AllGather && overCp)
+        for (OpOperand &use : op->getResult(0).getUses())
+          if (auto attention = dyn_cast<AttentionBlockOp>(use.getOwner()))
+            if (use.get() == attention.getK() || use.get() == attention.getV())
+              record.keysGathered = true;
       collectiveRecords[op] = profile.ops.size();
       profile.ops.push_back(std::move(record));
     } else if (auto costed = dyn_cast<CostOpInterface>(op)) {

@@ -26,7 +26,8 @@ std::string planner::describePlan(const plan::Plan &p) {
   if (uses3dTensorParallel(p))
     os << " tp3d=" << p.gx() << "x" << p.gy() << "x" << p.gz();
   if (p.cp() > 1)
-    os << " cp=" << p.cp();
+    os << " cp=" << p.cp()
+       << (p.cp_comm() == plan::CP_COMM_ALL_GATHER ? "(all-gather)" : "");
   if (p.ulysses() > 1)
     os << " ulysses=" << p.ulysses();
   if (p.sequence_parallel())
@@ -535,6 +536,10 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     os << "--tensor-model-parallel-size " << p.tp()
        << " --pipeline-model-parallel-size " << p.pp()
        << " --context-parallel-size " << p.cp() << " \\\n";
+    if (p.cp() > 1)
+      os << "--cp-comm-type "
+         << (p.cp_comm() == plan::CP_COMM_ALL_GATHER ? "all_gather" : "p2p")
+         << " \\\n";
     if (p.sequence_parallel())
       os << "--sequence-parallel \\\n";
     if (p.tp_comm_overlap())
@@ -607,13 +612,19 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
        << "\nmixed_precision_param = \""
        << (tr.dtype() == "fp16" ? "float16" : "bfloat16") << "\"\n\n";
     os << "[parallelism]\ndata_parallel_replicate_degree = "
-       << (fsdp ? 1 : p.dp()) << "\ndata_parallel_shard_degree = "
-       << (fsdp ? p.dp() : 1) << "\ntensor_parallel_degree = " << p.tp()
+       << (fsdp ? 1 : p.dp())
+       << "\ndata_parallel_shard_degree = " << (fsdp ? p.dp() : 1)
+       << "\ntensor_parallel_degree = " << p.tp()
        << "\npipeline_parallel_degree = " << p.pp()
-       << "\ncontext_parallel_degree = " << p.cp()
-       << "\npipeline_parallel_schedule = \"" << schedule
-       << "\"\npipeline_parallel_microbatch_size = " << p.micro_batch()
-       << "\n";
+       << "\ncontext_parallel_degree = " << p.cp();
+    // (PyTorch's context parallelism: "alltoall" passes the K/V shards
+    // around the ring, "allgather" gathers them first.)
+    if (p.cp() > 1)
+      os << "\ncontext_parallel_rotate_method = \""
+         << (p.cp_comm() == plan::CP_COMM_ALL_GATHER ? "allgather" : "alltoall")
+         << "\"";
+    os << "\npipeline_parallel_schedule = \"" << schedule
+       << "\"\npipeline_parallel_microbatch_size = " << p.micro_batch() << "\n";
     if (p.tp() > 1)
       os << "# torchtitan's TP always uses sequence parallelism for norms\n";
     os << "\n[activation_checkpoint]\nmode = \""

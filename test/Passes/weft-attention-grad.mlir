@@ -46,6 +46,27 @@
 // RING-NOT: weft.all_gather
 // RING: weft.yield
 
+// All-gather context parallelism: the forward layer yields its attention's
+// output and log-sum-exps; the backward layer gathers K and V again, runs one
+// attention_grad with them, and reduce-scatters dK and dV back to the blocks.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
+// RUN:   -weft-apply-plan="cp=2 cp-comm=all-gather" -weft-propagate-sharding -weft-partition -weft-optimize-collectives \
+// RUN:   -weft-canonicalize | FileCheck %s --check-prefix=GATHER
+// GATHER: weft.layer "h"
+// GATHER: %[[O:.*]], %[[L:.*]] = weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} positions
+// GATHER: weft.yield {{.*}}, %[[O]], %[[L]] : {{.*}}, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>
+// GATHER: weft.layer "h.backward"
+// GATHER-NOT: weft.collective_permute
+// GATHER: %[[QPOS:.*]] = weft.all_slice %{{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
+// GATHER-NEXT: %[[K:.*]] = weft.all_gather %{{.*}} over @mesh ["cp"] dim 2 zigzag : tensor<2x4x4x4xf32> -> tensor<2x4x8x4xf32>
+// GATHER-NEXT: %[[V:.*]] = weft.all_gather %{{.*}} over @mesh ["cp"] dim 2 zigzag : tensor<2x4x4x4xf32> -> tensor<2x4x8x4xf32>
+// GATHER-NEXT: %[[KPOS:.*]] = weft.iota dim 0 : tensor<8xi64>
+// GATHER-NEXT: %{{.*}}, %[[DK:.*]], %[[DV:.*]] = weft.attention_grad %{{.*}}, %[[K]], %[[V]] grad %{{.*}} positions %[[QPOS]], %[[KPOS]] saved %{{.*}}, %{{.*}} scale 5.000000e-01 causal
+// GATHER-DAG: weft.reduce_scatter sum %[[DV]] over @mesh ["cp"] dim 2 zigzag : tensor<2x4x8x4xf32> -> tensor<2x4x4x4xf32>
+// GATHER-DAG: weft.reduce_scatter sum %[[DK]] over @mesh ["cp"] dim 2 zigzag : tensor<2x4x8x4xf32> -> tensor<2x4x4x4xf32>
+// GATHER-NOT: weft.collective_permute
+// GATHER: weft.yield
+
 // Under tensor parallelism each rank's op takes its heads, and nothing is
 // gathered for it.
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \

@@ -84,6 +84,24 @@
 // RING-NOT: weft.all_gather {{.*}} dim 2
 // RING-NOT: weft.matmul
 
+// All-gather context parallelism (cp-comm=all-gather): K and V are gathered
+// (zigzag blocks back in order) before one attention of the rank's queries,
+// at their positions, over every key; nothing goes around a ring.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="cp=2 cp-comm=all-gather" -weft-propagate-sharding \
+// RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=GATHER
+// GATHER: func.func @main{{.*}} attributes {weft.load_balanced = ["cp"]}
+// GATHER-NOT: weft.collective_permute
+// GATHER: %[[K:.*]] = weft.all_gather %{{.*}} over @mesh ["cp"] dim 2 zigzag {weft.decomposed} : tensor<2x4x4x4xf32> -> tensor<2x4x8x4xf32>
+// GATHER-NEXT: %[[V:.*]] = weft.all_gather %{{.*}} over @mesh ["cp"] dim 2 zigzag {weft.decomposed} : tensor<2x4x4x4xf32> -> tensor<2x4x8x4xf32>
+// GATHER: %[[QPOS:.*]] = weft.all_slice %{{.*}} over @mesh ["cp"] dim 0 zigzag {weft.decomposed} : tensor<8xi64> -> tensor<4xi64>
+// GATHER-NEXT: %[[KPOS:.*]] = weft.iota dim 0 {weft.decomposed} : tensor<8xi64>
+// GATHER-NEXT: %{{.*}}, %{{.*}} = weft.attention_block %{{.*}}, %[[K]], %[[V]] positions %[[QPOS]], %[[KPOS]] scale 5.000000e-01 causal {weft.decomposed} : (tensor<2x4x4x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>, tensor<4xi64>, tensor<8xi64>)
+// GATHER-NOT: weft.collective_permute
+// GATHER-NOT: weft.attention_block
+// RUN: not weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="cp=2 cp-comm=a2a" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BADCOMM
+// BADCOMM: error: cp-comm is 'ring' or 'all-gather', got 'a2a'
+
 // The Ulysses x ring hybrid over a 2-D sequence mesh, with TP.
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-apply-plan="tp=2 ulysses=2 cp=2" -weft-propagate-sharding \
 // RUN:   -weft-partition -weft-optimize-collectives | FileCheck %s --check-prefix=HYBRID

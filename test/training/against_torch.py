@@ -52,6 +52,9 @@ PLANS = [("dp=2", "full"), ("tp=2", "full"), ("dp=2,tp=2", "full"), ("tp=2,sp=tr
          ("cp=2", "full"), ("dp=2,cp=2", "selective"), ("cp=2,tp=2,sp=true", "none"),
          # A ring of 4: the backward's gradient sums travel three hops.
          ("cp=4", "none"),
+         # All-gather context parallelism (Megatron's --cp-comm-type
+         # all_gather): K and V gathered, their gradients reduce-scattered.
+         ("cp=4,cp-comm=all-gather", "none"), ("dp=2,cp=2,cp-comm=all-gather", "full"),
          ("tp3d=2x2x2", "full"), ("dp=2,tp3d=2x2x1", "selective"), ("tp3d=1x2x2", "none"),
          # ZeRO: AdamW's two moments in each rank's block (test/training/zero.py
          # checks the bytes and memory, with SGD).

@@ -405,6 +405,17 @@ TEST(PlannerChecks, ShapesMustDivide) {
   auto bad = parsePlanSpec("tp=8,frobnicate=2", model);
   EXPECT_FALSE(bool(bad));
   llvm::consumeError(bad.takeError());
+  // How cp exchanges K and V: the ring unless told, Megatron's names too.
+  EXPECT_EQ(parse("tp=8,cp=2").cp_comm(), plan::CP_COMM_RING);
+  EXPECT_EQ(parse("tp=8,cp=2,cp-comm=all-gather").cp_comm(),
+            plan::CP_COMM_ALL_GATHER);
+  EXPECT_EQ(parse("tp=8,cp=2,cp-comm=all_gather").cp_comm(),
+            plan::CP_COMM_ALL_GATHER);
+  EXPECT_EQ(parse("tp=8,cp=2,cp-comm=p2p").cp_comm(), plan::CP_COMM_RING);
+  auto badComm = parsePlanSpec("tp=8,cp=2,cp-comm=a2a", model);
+  ASSERT_FALSE(bool(badComm));
+  EXPECT_NE(llvm::toString(badComm.takeError()).find("unknown cp-comm 'a2a'"),
+            std::string::npos);
 }
 
 TEST(PlannerJson, RoundTripsThroughTheSchema) {
@@ -945,6 +956,46 @@ TEST(PlannerTime, RingBackwardHidesAllButTheSumsLastSends) {
   EXPECT_LE(keysAndValues, forward);
   // Exposed: dK's and dV's last sends, one of each.
   EXPECT_NEAR(ring.seqCommBackward, keysAndValues, 1e-9 * backward);
+}
+
+// All-gather context parallelism (Megatron's --cp-comm-type all_gather):
+// each layer gathers K and V (their blocks of the sequence), exposed; the
+// backward gathers them again and reduce-scatters their gradients. The
+// attention's work is the ring's (half of the pairs, balanced), and the
+// rank keeps the same activations as the ring: its blocks, the output and
+// the log-sum-exps.
+TEST(PlannerTime, GatheredKeysAreExposedAndGatheredAgainInBackward) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x1");
+  plan::TrainingConfig training = megatron2022(1);
+  training.set_flash_attention(true);
+  training.set_seq_len(32768);
+  CostModel model(*lookupPreset("llama2-7b"), cluster, training);
+  plan::Plan ringPlan = tpPlan(1, false, 1);
+  ringPlan.set_cp(2);
+  ringPlan.clear_stage_layers();
+  ringPlan.add_stage_layers(32);
+  plan::Plan gatherPlan = ringPlan;
+  gatherPlan.set_cp_comm(plan::CP_COMM_ALL_GATHER);
+  const BlockCost ring = model.layerCost(ringPlan);
+  const BlockCost gather = model.layerCost(gatherPlan);
+  // Exposed: K's and V's blocks (half of each whole) once forward, and in
+  // backward again with their gradients'.
+  EXPECT_GT(gather.seqComm, 0);
+  EXPECT_DOUBLE_EQ(gather.seqCommTotal, gather.seqComm);
+  EXPECT_NEAR(gather.seqCommBackward, 2 * gather.seqComm, 1e-12);
+  // The ring sends the same K and V blocks (and the keys' positions).
+  EXPECT_NEAR(gather.seqComm, ring.seqCommTotal, 0.05 * ring.seqCommTotal);
+  EXPECT_LE(gather.seqComm, ring.seqCommTotal);
+  // Compute: one attention of the queries over every key, half of the pairs
+  // visible, against the ring's two half-size steps.
+  EXPECT_NEAR(gather.flops, ring.flops, 1e-3 * ring.flops);
+  EXPECT_EQ(gather.savedBytes, ring.savedBytes);
+  EXPECT_EQ(gather.savedBytesSelective, ring.savedBytesSelective);
+  // The step is slower by the exposed gathers.
+  model.evaluate(gatherPlan);
+  model.evaluate(ringPlan);
+  EXPECT_GT(gatherPlan.time().step_s(), ringPlan.time().step_s());
+  EXPECT_GT(gatherPlan.time().cp_comm_s(), ringPlan.time().cp_comm_s());
 }
 
 TEST(PlannerCluster, ShorthandAndErrors) {

@@ -914,6 +914,9 @@ int runCalibrate() {
         "tp" + std::to_string(row.plan.tp()) + " pp" +
         std::to_string(row.plan.pp()) + " dp" + std::to_string(row.plan.dp()) +
         (row.plan.cp() > 1 ? " cp" + std::to_string(row.plan.cp()) : "") +
+        (row.plan.cp() > 1 && row.plan.cp_comm() == plan::CP_COMM_ALL_GATHER
+             ? "ag"
+             : "") +
         (row.plan.zero_stage() > 1
              ? " zero" + std::to_string(row.plan.zero_stage())
              : "") +

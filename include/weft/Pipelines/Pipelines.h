@@ -63,6 +63,10 @@ struct PartitionPipelineOptions
       *this, "load-balance",
       llvm::cl::desc("Ring attention with mirrored sequence chunks"),
       llvm::cl::init(true)};
+  Option<std::string> cpComm{
+      *this, "cp-comm",
+      llvm::cl::desc("How cp exchanges K and V: ring or all-gather"),
+      llvm::cl::init("ring")};
   Option<std::string> planFile{
       *this, "plan-file",
       llvm::cl::desc("A weft plan --json file (its first plan) or a Plan"),

@@ -48,7 +48,9 @@ struct BlockCost {
   double weightGather = 0;
   double seqComm = 0;        // Ulysses all-to-all and ring steps, exposed
   double seqCommTotal = 0;   // and the ring's sends whole, hidden or not
-  /// The backward's: the all-to-alls' transposes, and for a ring what
+  /// The backward's: the all-to-alls' transposes, under all-gather context
+  /// parallelism the K/V blocks gathered again and their gradients
+  /// reduce-scattered (OpRecord::keysGathered), and for a ring what
   /// weft.attention_grad's partition sends, exposed: the backward ring
   /// passes K and V blocks again with the running sums of their gradients,
   /// behind the blocks' gradient steps, and sends the sums home after the
@@ -333,9 +335,10 @@ private:
     int64_t cp;
     bool sp;
     std::string compress;
+    bool cpGather = false;
     bool operator<(const FamilyKey &o) const {
-      return std::tie(tp, ulysses, cp, sp, compress) <
-             std::tie(o.tp, o.ulysses, o.cp, o.sp, o.compress);
+      return std::tie(tp, ulysses, cp, sp, compress, cpGather) <
+             std::tie(o.tp, o.ulysses, o.cp, o.sp, o.compress, o.cpGather);
     }
   };
   struct Family {
@@ -352,10 +355,12 @@ private:
   /// depend on it), which are most.
   /// (mbs, tp, ulysses, cp, sp, dp when the program depends on it, the
   /// compression policy as its index in `policyNames`, the 3-D grid's gx,
-  /// gy, gz or zeros): integers, compared many times per candidate.
+  /// gy, gz or zeros, whether cp gathers K and V): integers, compared many
+  /// times per candidate.
   using BlockKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t,
-                              int64_t, int64_t, int64_t, int64_t>;
+                              int64_t, int64_t, int64_t, int64_t, bool>;
   BlockKey blockKey(const plan::Plan &plan) const;
+  static FamilyKey familyKey(const plan::Plan &plan);
   mutable std::vector<std::string> policyNames;
   std::map<BlockKey, Blocks> cache;
   /// relativeBlocks' answers, by the plan's key (no entry: not yet; a null

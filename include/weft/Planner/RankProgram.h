@@ -54,6 +54,8 @@ struct ModelSource {
 struct ProgramShape {
   int64_t dp = 1, tp = 1, cp = 1, ulysses = 1;
   bool sp = false;
+  /// K and V all-gathered over cp (plan::CP_COMM_ALL_GATHER), not a ring.
+  bool cpGather = false;
   /// The plan's compression policy (plan::Plan::compress): the program's
   /// collectives carry its codecs.
   std::string compress;
@@ -61,9 +63,10 @@ struct ProgramShape {
   int64_t gx = 1, gy = 1, gz = 1;
   static ProgramShape of(const plan::Plan &plan, int64_t dp);
   bool operator<(const ProgramShape &other) const {
-    return std::tie(dp, tp, cp, ulysses, sp, compress, gx, gy, gz) <
+    return std::tie(dp, tp, cp, ulysses, sp, cpGather, compress, gx, gy, gz) <
            std::tie(other.dp, other.tp, other.cp, other.ulysses, other.sp,
-                    other.compress, other.gx, other.gy, other.gz);
+                    other.cpGather, other.compress, other.gx, other.gy,
+                    other.gz);
   }
 };
 
@@ -176,6 +179,10 @@ struct OpRecord {
   /// all-gathered and their gradients reduce-scattered, a mask is
   /// all-gathered, positions are computed again.
   enum class RingRole { KeyValue, Mask, Positions } ringRole = RingRole::Mask;
+  /// An all-gather over cp of the keys or values an attention reads whole
+  /// (all-gather context parallelism): the forward keeps the blocks, so the
+  /// backward gathers them again and reduce-scatters their gradients.
+  bool keysGathered = false;
   /// How the collective encodes what it sends (its codec in the IR).
   CollectiveCodec codec = CollectiveCodec::none;
   /// An all-gather of an activation that a backward reads gathered: the

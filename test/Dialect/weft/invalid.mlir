@@ -1873,3 +1873,27 @@ module attributes {weft.pipeline = {chunks = 1 : i64, micro_batches = 1 : i64, s
 func.func @not_pipelined() attributes {weft.optimizer = "sgd", weft.pipeline_rank = 0 : i64} {
   return
 }
+
+// -----
+
+func.func @context_parallel_not_attention(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'weft.context_parallel' is a list of mesh axes on a weft.attention or weft.attention_grad}}
+  %0 = weft.exp %x {weft.context_parallel = ["cp"]} : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @context_parallel_gather_without_ring(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'weft.context_parallel_gather' is a unit attribute on a weft.attention or weft.attention_grad that has 'weft.context_parallel'}}
+  %0 = weft.attention %q, %q, %q scale 0.5 causal {weft.context_parallel_gather} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @context_parallel_gather_not_unit(%q: tensor<1x2x8x4xf32>) {
+  // expected-error @+1 {{'weft.context_parallel_gather' is a unit attribute on a weft.attention or weft.attention_grad that has 'weft.context_parallel'}}
+  %0 = weft.attention %q, %q, %q scale 0.5 causal {weft.context_parallel = ["cp"], weft.context_parallel_gather = 1} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
+  return
+}
