@@ -63,7 +63,12 @@ void planner::printPlanTable(llvm::raw_ostream &os,
   // one.
   bool grid = llvm::any_of(
       plans, [](const plan::Plan &p) { return uses3dTensorParallel(p); });
-  os << (grid ? "  tp3d " : "") << (compressed ? "  compress\n" : "\n");
+  // And how cp exchanges K and V only when a plan gathers them.
+  bool gathers = llvm::any_of(plans, [](const plan::Plan &p) {
+    return p.cp() > 1 && p.cp_comm() == plan::CP_COMM_ALL_GATHER;
+  });
+  os << (grid ? "  tp3d " : "") << (gathers ? "  cp-comm" : "")
+     << (compressed ? "  compress\n" : "\n");
   int rank = 0;
   for (const plan::Plan &p : plans) {
     ++rank;
@@ -83,6 +88,11 @@ void planner::printPlanTable(llvm::raw_ostream &os,
                           std::to_string(p.gy()) + "x" + std::to_string(p.gz()))
                              .c_str()
                        : "-");
+    if (gathers)
+      os << format("  %-10s", p.cp() <= 1 ? "-"
+                              : p.cp_comm() == plan::CP_COMM_ALL_GATHER
+                                  ? "all-gather"
+                                  : "ring");
     if (compressed)
       os << "  " << (p.compress().empty() ? "-" : p.compress());
     os << "\n";

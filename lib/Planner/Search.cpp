@@ -24,10 +24,10 @@ using namespace weft::planner;
 static auto planKey(const plan::Plan &p) {
   // Megatron's tensor parallelism before AxoNN's grid at equal times: it is
   // what frameworks commonly run.
-  return std::make_tuple(p.zero_stage(), int(p.recompute()),
-                         p.sequence_parallel(), -p.dp(), tensor3dSize(p),
-                         p.tp(), p.pp(), p.cp(), p.ulysses(), p.micro_batch(),
-                         int(p.schedule()), p.virtual_stages(), p.gx(), p.gy());
+  return std::make_tuple(
+      p.zero_stage(), int(p.recompute()), p.sequence_parallel(), -p.dp(),
+      tensor3dSize(p), p.tp(), p.pp(), p.cp(), int(p.cp_comm()), p.ulysses(),
+      p.micro_batch(), int(p.schedule()), p.virtual_stages(), p.gx(), p.gy());
 }
 
 bool planner::planBefore(const plan::Plan &a, const plan::Plan &b) {
@@ -443,12 +443,31 @@ SearchResult planner::searchPlans(CostModel &model,
                         plan::Plan evaluated = candidate;
                         model.evaluate(evaluated);
                         ++result.simulated;
-                        if (evaluated.time().step_s() < threshold()) {
-                          if (near > 0) {
-                            offer(plan::Plan(evaluated));
-                            keep(evaluated);
+                        // The same plan with K and V all-gathered instead
+                        // of passed around the ring: costed where the
+                        // ring's is kept (its programs are built only
+                        // there), the faster of the two kept.
+                        plan::Plan gathered;
+                        if (cp > 1 && options.cpAllGather &&
+                            evaluated.time().step_s() < threshold()) {
+                          gathered = candidate;
+                          gathered.set_cp_comm(plan::CP_COMM_ALL_GATHER);
+                          if (!options.accept || options.accept(gathered)) {
+                            model.evaluate(gathered);
+                            ++result.simulated;
                           } else {
-                            offer(std::move(evaluated));
+                            gathered.Clear();
+                          }
+                        }
+                        for (plan::Plan *kept : {&evaluated, &gathered}) {
+                          if (kept->dp() == 0 ||
+                              !(kept->time().step_s() < threshold()))
+                            continue;
+                          if (near > 0) {
+                            offer(plan::Plan(*kept));
+                            keep(*kept);
+                          } else {
+                            offer(std::move(*kept));
                           }
                         }
                       }

@@ -625,6 +625,39 @@ TEST(PlannerSearch, RelativeBoundsKeepTheBestPlans) {
   EXPECT_LT(first.statistics().programs, second.statistics().programs);
 }
 
+// A context-parallel plan the search keeps is the faster of its ring and its
+// all-gather (Megatron's --cp-comm-type p2p and all_gather): each kept plan
+// is no slower than its twin with the other exchange. Without the option
+// the search keeps rings only.
+TEST(PlannerSearch, KeepsTheFasterOfRingAndAllGather) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x16");
+  plan::TrainingConfig training = megatron2022(64);
+  training.set_seq_len(65536);
+  training.set_flash_attention(true);
+  CostModel model(*lookupPreset("llama2-7b"), cluster, training);
+  SearchOptions options;
+  options.top = 5;
+  SearchResult result = searchPlans(model, options);
+  int contextParallel = 0;
+  for (const plan::Plan &kept : result.plans) {
+    if (kept.cp() <= 1)
+      continue;
+    ++contextParallel;
+    plan::Plan twin = kept;
+    twin.set_cp_comm(kept.cp_comm() == plan::CP_COMM_ALL_GATHER
+                         ? plan::CP_COMM_RING
+                         : plan::CP_COMM_ALL_GATHER);
+    model.evaluate(twin);
+    EXPECT_LE(kept.time().step_s(), twin.time().step_s() * (1 + 1e-9))
+        << describePlan(kept);
+  }
+  EXPECT_GT(contextParallel, 0) << "the case should exercise cp";
+  options.cpAllGather = false;
+  CostModel ringsOnly(*lookupPreset("llama2-7b"), cluster, training);
+  for (const plan::Plan &kept : searchPlans(ringsOnly, options).plans)
+    EXPECT_EQ(kept.cp_comm(), plan::CP_COMM_RING) << describePlan(kept);
+}
+
 // The bound from a shorter ring (CostModel::relativeWorkBound) is a lower
 // bound: never above the work bound of the plan's own measured programs,
 // with its stages as the search balances them (8 stages of 105 layers: the

@@ -25,6 +25,9 @@ struct SearchOptions {
   /// axes, or over one with Gz > 1), and Gz up to 8, without pipeline
   /// stages (AxoNN's 4D: dp x 3-D).
   bool tensor3d = true;
+  /// Cost a kept context-parallel plan with K and V all-gathered too
+  /// (plan::CP_COMM_ALL_GATHER) and keep the faster of it and the ring.
+  bool cpAllGather = true;
   /// Largest micro-batch size tried.
   int maxMicroBatch = 16;
   /// Bound a context-parallel plan from a measured one with a shorter ring
