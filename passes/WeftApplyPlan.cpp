@@ -313,12 +313,12 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
   /// The degrees to apply: the options, or the plan file's, which must
   /// not hold fields that this program cannot apply.
   LogicalResult readPlan(ModuleOp module, PlanDegrees &degrees) {
-    degrees = {dp, tp, cp, ulysses, sp, false, gx, gy, gz};
-    if (cpComm == "all-gather" || cpComm == "all_gather")
-      degrees.cpGather = true;
-    else if (cpComm != "ring" && cpComm != "p2p")
+    std::optional<plan::CpComm> comm = parseCpCommName(cpComm);
+    if (!comm)
       return module.emitError("cp-comm is 'ring' or 'all-gather', got '")
              << cpComm << "'";
+    degrees = {dp, tp, cp, ulysses, sp, *comm == plan::CP_COMM_ALL_GATHER,
+               gx, gy, gz};
     if (planFile.empty())
       return success();
     llvm::Expected<plan::Plan> chosen = readPlanFile(planFile);

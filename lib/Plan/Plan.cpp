@@ -46,6 +46,15 @@ std::optional<plan::Schedule> weft::parseScheduleName(llvm::StringRef name) {
   return std::nullopt;
 }
 
+std::optional<plan::CpComm> weft::parseCpCommName(llvm::StringRef name) {
+  std::string lower = name.lower();
+  if (lower == "ring" || lower == "p2p")
+    return plan::CP_COMM_RING;
+  if (lower == "all-gather" || lower == "all_gather" || lower == "allgather")
+    return plan::CP_COMM_ALL_GATHER;
+  return std::nullopt;
+}
+
 const char *weft::recomputeName(plan::Recompute recompute) {
   switch (recompute) {
   case plan::RECOMPUTE_SELECTIVE:
@@ -262,15 +271,12 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
         return bad("unknown recompute '" + value +
                    "'; use none, selective or full");
     } else if (key == "cp-comm") {
-      if (lower == "ring" || lower == "p2p")
-        plan.set_cp_comm(plan::CP_COMM_RING);
-      else if (lower == "all-gather" || lower == "all_gather" ||
-               lower == "allgather")
-        plan.set_cp_comm(plan::CP_COMM_ALL_GATHER);
-      else
+      std::optional<plan::CpComm> comm = parseCpCommName(value);
+      if (!comm)
         return bad("unknown cp-comm '" + value +
                    "'; use ring (K/V blocks passed around, overlapped) or "
                    "all-gather (K/V gathered before the attention)");
+      plan.set_cp_comm(*comm);
     } else if (key == "compress") {
       llvm::Expected<CompressPolicy> policy = parseCompressPolicy(value);
       if (!policy)

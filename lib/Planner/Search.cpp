@@ -10,6 +10,8 @@
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/Risk.h"
 
+#include "llvm/ADT/SmallVector.h"
+
 #include <string>
 
 #include <array>
@@ -440,34 +442,31 @@ SearchResult planner::searchPlans(CostModel &model,
                       if (near > 0 && bound < limit && bound >= topThreshold())
                         need = std::max(topThreshold(), nearNeed(candidate));
                       if (bound < need) {
-                        plan::Plan evaluated = candidate;
-                        model.evaluate(evaluated);
+                        llvm::SmallVector<plan::Plan, 2> costed = {candidate};
+                        model.evaluate(costed[0]);
                         ++result.simulated;
                         // The same plan with K and V all-gathered instead
                         // of passed around the ring: costed where the
                         // ring's is kept (its programs are built only
                         // there), the faster of the two kept.
-                        plan::Plan gathered;
                         if (cp > 1 && options.cpAllGather &&
-                            evaluated.time().step_s() < threshold()) {
-                          gathered = candidate;
+                            costed[0].time().step_s() < threshold()) {
+                          plan::Plan gathered = candidate;
                           gathered.set_cp_comm(plan::CP_COMM_ALL_GATHER);
                           if (!options.accept || options.accept(gathered)) {
                             model.evaluate(gathered);
                             ++result.simulated;
-                          } else {
-                            gathered.Clear();
+                            costed.push_back(std::move(gathered));
                           }
                         }
-                        for (plan::Plan *kept : {&evaluated, &gathered}) {
-                          if (kept->dp() == 0 ||
-                              !(kept->time().step_s() < threshold()))
+                        for (plan::Plan &evaluated : costed) {
+                          if (!(evaluated.time().step_s() < threshold()))
                             continue;
                           if (near > 0) {
-                            offer(plan::Plan(*kept));
-                            keep(*kept);
+                            offer(plan::Plan(evaluated));
+                            keep(evaluated);
                           } else {
-                            offer(std::move(*kept));
+                            offer(std::move(evaluated));
                           }
                         }
                       }

@@ -124,6 +124,9 @@ const char *scheduleName(plan::Schedule schedule);
 /// A schedule by name as plan specs write it (gpipe, 1f1b, interleaved,
 /// zb-h1, zeropp; any case), or nullopt.
 std::optional<plan::Schedule> parseScheduleName(llvm::StringRef name);
+/// How context parallelism exchanges K and V, by name (ring or p2p;
+/// all-gather, all_gather or allgather; any case), or nullopt.
+std::optional<plan::CpComm> parseCpCommName(llvm::StringRef name);
 /// "none", "selective", "full".
 const char *recomputeName(plan::Recompute recompute);
 
