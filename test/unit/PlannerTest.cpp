@@ -20,6 +20,8 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
+#include <memory>
+
 using namespace weft;
 using namespace weft::planner;
 
@@ -967,17 +969,27 @@ TEST(PlannerCompute, RingSendsKnowWhatTheyCarry) {
 // of 2, so one send of each per attention), the backward sends K, V and the
 // positions once and dK and dV twice, and exposes only the last sends of dK
 // and dV.
-TEST(PlannerTime, RingBackwardHidesAllButTheSumsLastSends) {
-  plan::Cluster cluster = *parseClusterShorthand("h100:8x1");
+/// llama2-7b at 32,768 tokens on one node of H100s (flash attention).
+std::unique_ptr<CostModel> llama7bAt32K() {
   plan::TrainingConfig training = megatron2022(1);
   training.set_flash_attention(true);
   training.set_seq_len(32768);
-  CostModel model(*lookupPreset("llama2-7b"), cluster, training);
+  return std::make_unique<CostModel>(
+      *lookupPreset("llama2-7b"), *parseClusterShorthand("h100:8x1"), training);
+}
+
+/// A ring of 2 on it, its 32 layers on one stage.
+plan::Plan ringOfTwo() {
   plan::Plan plan = tpPlan(1, false, 1);
   plan.set_cp(2);
   plan.clear_stage_layers();
   plan.add_stage_layers(32);
-  const BlockCost &ring = model.layerCost(plan);
+  return plan;
+}
+
+TEST(PlannerTime, RingBackwardHidesAllButTheSumsLastSends) {
+  std::unique_ptr<CostModel> model = llama7bAt32K();
+  const BlockCost &ring = model->layerCost(ringOfTwo());
   // Forward: K, V and the positions once each, hidden.
   const double forward = ring.seqCommTotal,
                backward = ring.seqCommBackwardTotal;
@@ -998,15 +1010,9 @@ TEST(PlannerTime, RingBackwardHidesAllButTheSumsLastSends) {
 // rank keeps the same activations as the ring: its blocks, the output and
 // the log-sum-exps.
 TEST(PlannerTime, GatheredKeysAreExposedAndGatheredAgainInBackward) {
-  plan::Cluster cluster = *parseClusterShorthand("h100:8x1");
-  plan::TrainingConfig training = megatron2022(1);
-  training.set_flash_attention(true);
-  training.set_seq_len(32768);
-  CostModel model(*lookupPreset("llama2-7b"), cluster, training);
-  plan::Plan ringPlan = tpPlan(1, false, 1);
-  ringPlan.set_cp(2);
-  ringPlan.clear_stage_layers();
-  ringPlan.add_stage_layers(32);
+  std::unique_ptr<CostModel> owned = llama7bAt32K();
+  CostModel &model = *owned;
+  plan::Plan ringPlan = ringOfTwo();
   plan::Plan gatherPlan = ringPlan;
   gatherPlan.set_cp_comm(plan::CP_COMM_ALL_GATHER);
   const BlockCost ring = model.layerCost(ringPlan);
