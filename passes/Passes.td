@@ -403,6 +403,34 @@ def WeftUnfuseProjections : Pass<"weft-unfuse-projections", "::mlir::func::FuncO
   }];
 }
 
+def WeftRepeatKvHeads : Pass<"weft-repeat-kv-heads", "::mlir::func::FuncOp"> {
+  let summary = "Repeats KV heads that are fewer than the ways a plan splits heads.";
+  let description = [{
+    Grouped-query and multi-query attention (Llama 3's 8 KV heads under tp = 16,
+    StarCoder's and Falcon-7B's one) can have fewer KV heads than tensor parallelism
+    (times Ulysses) splits heads. This pass rewrites every `weft.attention` and
+    `weft.attention_grad` whose KV heads divide `ways` (and are fewer) to read K and V
+    with each head repeated `ways / kv` times: `reshape`, `broadcast_to` (marked
+    `weft.repeated_kv_heads`), `reshape`. That is the same attention (a query head
+    reads its group's KV head, of which the group's heads now read copies), and the
+    heads' split then gives every rank a copy of its group's head. An
+    `attention_grad`'s K and V gradients come back summed over the copies.
+    `-weft-apply-plan` runs it with `ways = tp x ulysses` and leaves the projections
+    that make K and V whole on every rank (their weight gradients, partial over the
+    ranks that share a head, are all-reduced); a training step runs it before
+    `-weft-differentiate`, so that the backward reads the copy a rank holds. KV heads
+    that neither divide `ways` nor are divisible by it are left alone (the plan
+    refuses them).
+    ```
+    weft-opt -weft-repeat-kv-heads=ways=4 model.mlir
+    ```
+  }];
+  let options = [
+    Option<"ways", "ways", "int64_t", /*default=*/"1",
+           "The ways heads are split (tp x ulysses)">
+  ];
+}
+
 def WeftSplitStages : Pass<"weft-split-stages", "::mlir::ModuleOp"> {
   let summary = "Cuts a model into pipeline stages: one function per stage, joined by the values they pass.";
   let description = [{

@@ -16,6 +16,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <climits>
@@ -467,6 +468,12 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
   LogicalResult annotate(func::FuncOp func, const PlanDegrees &d, int64_t vocab,
                          int64_t anySeq, int64_t anyHidden, OpBuilder &mb) {
     SmallVector<Value> residuals = layerResiduals(func);
+    // KV heads fewer than the ways heads are split are repeated
+    // (-weft-repeat-kv-heads; a training step's were before it was
+    // differentiated). 3-D tensor parallelism splits heads over gy and needs
+    // KV heads that divide by it.
+    if (!d.threeD())
+      (void)repeatKeyValueHeads(func, d.tp * d.ulysses);
     SmallVector<AttentionOp> attentions;
     func.walk([&](AttentionOp op) { attentions.push_back(op); });
 
@@ -490,10 +497,11 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
             << d.tp * d.ulysses << ")";
         return failure();
       }
-      if (kvHeads % (d.tp * d.ulysses)) {
+      if (kvHeads % (d.tp * d.ulysses) && (d.tp * d.ulysses) % kvHeads) {
         att.emitError("plan: the ")
-            << kvHeads << " KV heads are not divisible by tp x ulysses ("
-            << d.tp * d.ulysses << ")";
+            << kvHeads << " KV heads and tp x ulysses (" << d.tp * d.ulysses
+            << ") do not divide one another (KV heads are split when they "
+               "divide by it, and repeated when it divides by them)";
         return failure();
       }
       int64_t seqSplit = d.cp * d.ulysses * (d.sp ? d.tp : 1) *
@@ -638,11 +646,13 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
 
     // Megatron's tensor parallelism on the weights (or AxoNN's 3-D).
     if (d.tp > 1 || d.threeD()) {
-      llvm::DenseSet<Operation *> column, row;
-      for (AttentionOp att : attentions) {
-        // Backward from Q, K, V to the first linear on each path.
+      llvm::DenseSet<Operation *> column, row, whole;
+      // Backward from `from` to the first linear on each path, not past a
+      // repeat of KV heads.
+      auto firstLinears = [&](ArrayRef<Value> from,
+                              llvm::DenseSet<Operation *> &into) {
         std::deque<std::pair<Value, int>> work;
-        for (Value v : {att.getQ(), att.getK(), att.getV()})
+        for (Value v : from)
           work.push_back({v, 0});
         llvm::DenseSet<Value> seen;
         while (!work.empty()) {
@@ -651,15 +661,26 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           if (!seen.insert(v).second || depth > 24)
             continue;
           Operation *def = v.getDefiningOp();
-          if (!def || isa<ParameterOp, ConstantOp>(def))
+          if (!def || isa<ParameterOp, ConstantOp>(def) ||
+              def->hasAttr(WeftDialect::getRepeatedKvHeadsAttrName()))
             continue;
           if (isa<LinearOp>(def)) {
-            column.insert(def);
+            into.insert(def);
             continue;
           }
           for (Value operand : def->getOperands())
             work.push_back({operand, depth + 1});
         }
+      };
+      // Repeated KV heads are made whole on every rank.
+      SmallVector<Value> repeated;
+      func.walk([&](BroadcastToOp op) {
+        if (op->hasAttr(WeftDialect::getRepeatedKvHeadsAttrName()))
+          repeated.push_back(op.getInput());
+      });
+      firstLinears(repeated, whole);
+      for (AttentionOp att : attentions) {
+        firstLinears({att.getQ(), att.getK(), att.getV()}, column);
         // Forward from the result to the first linear.
         std::deque<std::pair<Value, int>> forward = {{att.getResult(), 0}};
         while (!forward.empty()) {
@@ -677,6 +698,21 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           }
         }
       }
+      // (By name: the backward's copies of a weight are other ops.) A
+      // projection fused with the queries' (Megatron's QKV GEMM, columns
+      // grouped by KV head) is split as theirs: its output is gathered
+      // before the K and V groups are cut from it, as Megatron-LM forks do
+      // when tp exceeds the query groups, rather than every rank computing
+      // every query head.
+      llvm::StringSet<> wholeWeights;
+      for (Operation *op : whole) {
+        if (column.contains(op))
+          continue;
+        auto linear = cast<LinearOp>(op);
+        for (Value w : {linear.getWeight(), linear.getBias()})
+          if (ParameterOp param = w ? getWeightParameter(w) : ParameterOp())
+            wholeWeights.insert(param.getName());
+      }
       func.walk([&](LinearOp linear) {
         if (column.contains(linear) || row.contains(linear))
           return;
@@ -693,7 +729,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       auto annotateWeight = [&](Value v, int64_t dim) {
         auto param = getWeightParameter(v);
         auto type = cast<RankedTensorType>(v.getType());
-        if (!param || type.getDimSize(dim) % d.tp)
+        if (!param || type.getDimSize(dim) % d.tp ||
+            wholeWeights.contains(param.getName()))
           return;
         TensorSharding s = TensorSharding::replicated(type.getRank());
         s.dims[dim].assign(tpAxes.begin(), tpAxes.end());

@@ -246,6 +246,12 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                                 "'weft.context_parallel'";
     return success();
   }
+  if (attr.getName() == getRepeatedKvHeadsAttrName()) {
+    if (!isa<BroadcastToOp>(op) || !isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << attr.getName().getValue()
+                             << "' is a unit attribute on a weft.broadcast_to";
+    return success();
+  }
   if (attr.getName() == getAttentionCoreAttrName() ||
       attr.getName() == getDecomposedAttrName()) {
     if (!isa<UnitAttr>(attr.getValue()))

@@ -93,6 +93,12 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getContextParallelGatherAttrName() {
       return ::llvm::StringLiteral("weft.context_parallel_gather");
     }
+    /// On a `weft.broadcast_to` made by -weft-repeat-kv-heads, a unit
+    /// attribute: it repeats KV heads for a head split, and the projections
+    /// that make them stay whole on every rank (-weft-apply-plan).
+    static constexpr ::llvm::StringLiteral getRepeatedKvHeadsAttrName() {
+      return ::llvm::StringLiteral("weft.repeated_kv_heads");
+    }
     /// From -weft-assign-buffers. On an op: the arena offset of each result's
     /// buffer, -1 for a result without one (an array of i64); on a function
     /// argument: its buffer's offset (i64).

@@ -169,6 +169,17 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
     return module.emitError("the model has no function to train");
   type = func.getFunctionType();
   PassManager pm(&context);
+  // KV heads fewer than the plan's head split are repeated before the step
+  // is differentiated: the backward then reads the copy a rank holds, which
+  // its forward keeps, instead of every KV head (3-D tensor parallelism
+  // splits heads over gy, which must divide them).
+  if (int64_t ways =
+          int64_t(std::max(1, plan.tp())) * std::max(1, plan.ulysses());
+      ways > 1) {
+    WeftRepeatKvHeadsOptions repeat;
+    repeat.ways = ways;
+    pm.addNestedPass<func::FuncOp>(createWeftRepeatKvHeads(repeat));
+  }
   if (pipelined) {
     pm.addPass(createWeftSplitStages(splitStagesOptions(plan)));
   }

@@ -265,6 +265,13 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
       modelSpec.vocab() % 4)
     return false;
   FamilyKey key = familyKey(plan);
+  // Repeated KV heads (fewer than tp x ulysses) make a program whose counts
+  // are not multilinear in 1/tp (each rank repeats its K and V tp x ulysses
+  // / kv_heads times): such a plan, or a family whose corners would repeat
+  // them, is built at its own degrees.
+  if (modelSpec.kv_heads() % (tp * u) ||
+      modelSpec.kv_heads() % ((key.tp ? 4 : 1) * (key.ulysses ? 4 : 1)))
+    return false;
   auto [found, inserted] = familyCache.try_emplace(key);
   Family &family = found->second;
   if (inserted) {
@@ -641,15 +648,11 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
        << ")";
     return why;
   }
-  if (m.kv_heads() % plan.tp() && plan.tp() % m.kv_heads()) {
-    os << "kv_heads (" << m.kv_heads() << ") and tp (" << plan.tp()
+  // KV heads split over tp x ulysses, or repeated when it is a multiple of
+  // them (-weft-apply-plan, as it builds the rank program).
+  if (m.kv_heads() % tu && tu % m.kv_heads()) {
+    os << "kv_heads (" << m.kv_heads() << ") and tp*ulysses (" << tu
        << ") do not divide one another";
-    return why;
-  }
-  int64_t kvLocal = std::max<int64_t>(1, m.kv_heads() / plan.tp());
-  if (kvLocal % plan.ulysses()) {
-    os << "the " << kvLocal << " KV heads per tp rank are not divisible by "
-       << "ulysses=" << plan.ulysses();
     return why;
   }
   if (m.ffn_hidden() % plan.tp()) {

@@ -12,6 +12,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
 
@@ -524,6 +525,18 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                                    "'; use megatron, deepspeed or torchtitan");
   if (const char *why = exportRestriction(p, framework))
     return llvm::createStringError(why);
+  // Megatron-Core divides its query groups over tp (and DeepSpeed's
+  // Megatron and torchtitan their KV heads), with no repeat.
+  if (int64_t ways = int64_t(p.tp()) * p.ulysses();
+      m.kv_heads() > 0 && m.kv_heads() % ways)
+    return llvm::createStringError(
+        llvm::formatv("the plan repeats the model's {0} KV heads to split "
+                      "them over tp*ulysses={1}, which {2} does not do (it "
+                      "needs KV heads divisible by tp*ulysses); choose "
+                      "tp*ulysses <= {0}, or run Weft's own program (weft "
+                      "compile / weft train)",
+                      m.kv_heads(), ways, framework)
+            .str());
   if (framework == "megatron") {
     os << "# Megatron-LM (pretrain_gpt.py) arguments for: " << describePlan(p)
        << "\n";

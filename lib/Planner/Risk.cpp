@@ -124,6 +124,14 @@ PlanRisk planner::assessRisk(const plan::Plan &plan, const CostModel &model,
                       shortSeq ? ": all-to-alls this small rarely pay" : ""));
   if (plan.tp_across_nodes())
     add(2, "tensor parallelism across nodes");
+  const int64_t kvHeads = model.model().kv_heads(),
+                headWays = int64_t(plan.tp()) * plan.ulysses();
+  if (kvHeads > 0 && headWays > kvHeads)
+    add(1, llvm::formatv("{0} KV heads repeated {1}x to split over "
+                         "tp*ulysses={2}: Weft's program repeats them, while "
+                         "Megatron-Core and torchtitan need KV heads that "
+                         "divide by tp (no calibration row runs this)",
+                         kvHeads, headWays / kvHeads, headWays));
   if (uses3dTensorParallel(plan))
     add(1, llvm::formatv("AxoNN's 3-D tensor parallelism (tp3d={0}x{1}x{2}): "
                          "one published system runs it and no calibration "

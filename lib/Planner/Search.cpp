@@ -228,6 +228,9 @@ SearchResult planner::searchPlans(CostModel &model,
       const int64_t tp = tensor.tp;
       for (int64_t u = 1; u <= (pass == 0 ? 1 : 64); u *= 2) {
         // AxoNN's grids take the place of every other head and sequence split.
+        // (KV heads fewer than tp are repeated; Ulysses splits only heads
+        // a rank holds more than one of: repeated heads would cross its
+        // all-to-alls as many times as they are repeated.)
         if ((tensor.grid() && u > 1) || spec.heads() % (tp * u) ||
             std::max<int64_t>(1, spec.kv_heads() / tp) % u || seq % u)
           break;

@@ -29,10 +29,12 @@ func.func @heads(%q: tensor<1x6x8x4xf32>, %k: tensor<1x6x8x4xf32>, %v: tensor<1x
 
 // -----
 
-func.func @kv_heads(%q: tensor<1x8x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> tensor<1x8x8x4xf32> {
-  // expected-error @+1 {{plan: the 2 KV heads are not divisible by tp x ulysses (4)}}
-  %0 = weft.attention %q, %k, %v scale 5.000000e-01 : (tensor<1x8x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x8x8x4xf32>
-  return %0 : tensor<1x8x8x4xf32>
+// (Two KV heads under tp x ulysses = 4 are repeated:
+// weft-apply-plan-repeat-kv.mlir. Six neither divide nor are divided.)
+func.func @kv_heads(%q: tensor<1x12x8x4xf32>, %k: tensor<1x6x8x4xf32>, %v: tensor<1x6x8x4xf32>) -> tensor<1x12x8x4xf32> {
+  // expected-error @+1 {{plan: the 6 KV heads and tp x ulysses (4) do not divide one another}}
+  %0 = weft.attention %q, %k, %v scale 5.000000e-01 : (tensor<1x12x8x4xf32>, tensor<1x6x8x4xf32>, tensor<1x6x8x4xf32>) -> tensor<1x12x8x4xf32>
+  return %0 : tensor<1x12x8x4xf32>
 }
 
 // -----

@@ -59,7 +59,10 @@ PLANS = [("dp=2", "full"), ("tp=2", "full"), ("dp=2,tp=2", "full"), ("tp=2,sp=tr
          # ZeRO: AdamW's two moments in each rank's block (test/training/zero.py
          # checks the bytes and memory, with SGD).
          ("dp=2,tp=2,zero=1", "full"), ("dp=2,zero=2", "selective"),
-         ("dp=2,ulysses=2,zero=3", "none")]
+         ("dp=2,ulysses=2,zero=3", "none"),
+         # LLaMA's 2 KV heads under 4-way head splits: each is repeated
+         # (-weft-apply-plan) and the K and V projections stay whole.
+         ("tp=4", "selective"), ("tp=4,sp=true", "none"), ("tp=2,ulysses=2", "full")]
 
 
 def build(name):

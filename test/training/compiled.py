@@ -56,6 +56,8 @@ PAIRS = [
     ("gpt2-opset17", "tp=2,sp=true", ["--optimizer", "adamw", "--recompute", "selective"],
      False),
     ("llama.onnx", "tp=2", ["--optimizer", "adamw", "--recompute", "none"], False),
+    # LLaMA's 2 KV heads repeated to 4 (-weft-repeat-kv-heads).
+    ("llama.onnx", "tp=4", ["--optimizer", "adamw", "--recompute", "none"], False),
     ("gpt2-opset17", "dp=2,cp=2,zero=2", ["--optimizer", "adamw", "--recompute", "none"], False),
     ("gpt2-opset17", "dp=2,ulysses=2,zero=3", ["--optimizer", "adamw"], True),
     ("gpt2.onnx", "dp=2,tp=2,zero=3", ["--optimizer", "adamw", "--warmup", "2",

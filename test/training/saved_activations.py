@@ -71,7 +71,9 @@ import against_torch as at  # noqa: E402
 # (plan spec or None for one device, devices, data-parallel degree)
 PLANS = [(None, 1, 1), ("dp=2", 2, 2), ("tp=2", 2, 1), ("tp=2,sp=true", 2, 1),
          ("ulysses=2", 2, 1), ("dp=2,tp=2,sp=true", 4, 2), ("cp=2", 2, 1),
-         ("cp=2,cp-comm=all-gather", 2, 1)]
+         ("cp=2,cp-comm=all-gather", 2, 1),
+         # LLaMA's 2 KV heads repeated to 4.
+         ("tp=4", 4, 1), ("tp=4,sp=true", 4, 1)]
 MODES = ["none", "selective", "full"]
 MEASURED = re.compile(r"saved activations per rank in step 1 \(peak bytes, one "
                       r"micro-batch\):((?: \d+)+)")

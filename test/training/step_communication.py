@@ -90,7 +90,9 @@ PLANS = [("dp=2", 2, 2, ["full"]),
          ("dp=2,zero=1", 2, 2, ["none"]),
          ("dp=2,zero=2", 2, 2, ["none"]),
          ("dp=2,zero=3", 2, 2, ["full"]),
-         ("dp=2,ulysses=2,zero=1", 4, 2, ["none"])]
+         ("dp=2,ulysses=2,zero=1", 4, 2, ["none"]),
+         # LLaMA's 2 KV heads repeated to 4.
+         ("tp=4", 4, 1, ["none", "full"]), ("tp=4,sp=true", 4, 1, ["none"])]
 SENT = re.compile(r"bytes sent per rank in step 1:((?: \d+)+)")
 HELD = re.compile(r"gradients, optimizer's parameters and optimizer state per rank in step 1 "
                   r"\(bytes held\):((?: \d+/\d+/\d+)+)")
@@ -219,7 +221,12 @@ def check(weft, model, work, extra, spec, devices, dp, mode):
     sent = [int(x) for x in found.group(1).split()]
     dumped = open(os.path.join(work, "step.mlir")).read()
     # Ops in a layer's body are indented two levels, the step's own one.
-    if "ulysses" not in spec:
+    # Under SP, KV heads repeated to tp (LLaMA's 2 under tp=4) trade the
+    # sequence for the heads in an all-to-all, as Ulysses does.
+    degrees = dict(kv.split("=") for kv in spec.split(","))
+    kv_heads = at.em.KV_HEADS if os.path.basename(model).startswith("llama") else at.em.HEADS
+    repeated = degrees.get("sp") == "true" and int(degrees.get("tp", 1)) > kv_heads
+    if "ulysses" not in spec and not repeated:
         for where, indent in (("layers", "      "), ("embedding, head or loss", "    ")):
             if re.search(r"^%s%%\S+ = weft\.all_to_all" % indent, dumped, re.M):
                 raise RuntimeError("%s: the step's %s have all-to-alls, which no collective "

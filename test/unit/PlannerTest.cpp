@@ -20,6 +20,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
+#include <cmath>
 #include <memory>
 
 using namespace weft;
@@ -1035,6 +1036,55 @@ TEST(PlannerTime, GatheredKeysAreExposedAndGatheredAgainInBackward) {
   model.evaluate(ringPlan);
   EXPECT_GT(gatherPlan.time().step_s(), ringPlan.time().step_s());
   EXPECT_GT(gatherPlan.time().cp_comm_s(), ringPlan.time().cp_comm_s());
+}
+
+// Multi-query attention (StarCoder, Falcon-7B): one KV head. Under tp = 4
+// -weft-apply-plan repeats it, the costed program is built at its own
+// degrees, and the plan says so; no framework export takes it.
+TEST(PlannerChecks, KvHeadsFewerThanTpAreRepeated) {
+  plan::ModelSpec mha = *lookupPreset("llama2-7b");
+  mha.set_layers(4);
+  plan::ModelSpec mqa = mha;
+  mqa.set_kv_heads(1);
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x2");
+  plan::TrainingConfig training = megatron2022(16);
+  training.set_flash_attention(true);
+  CostModel withKvHeads(mha, cluster, training),
+      oneKvHead(mqa, cluster, training);
+  auto parse = [](llvm::StringRef text, CostModel &model) {
+    auto plan = parsePlanSpec(text, model);
+    EXPECT_TRUE(bool(plan)) << text.str();
+    return plan ? *plan : plan::Plan();
+  };
+  plan::Plan repeated = parse("tp=4,dp=4,mbs=1", oneKvHead);
+  plan::Plan split = parse("tp=4,dp=4,mbs=1", withKvHeads);
+  EXPECT_EQ(oneKvHead.checkPlan(repeated), "");
+  oneKvHead.evaluate(repeated);
+  withKvHeads.evaluate(split);
+  EXPECT_GT(repeated.time().step_s(), 0);
+  EXPECT_TRUE(std::isfinite(repeated.time().step_s()));
+  // The fused QKV projection (Megatron's layout, columns grouped by KV
+  // head) splits across its one group: its output is gathered over tp in
+  // every forward layer, which the split heads' program does not need.
+  EXPECT_GT(repeated.forward_comm_bytes_layer(),
+            split.forward_comm_bytes_layer());
+  PlanRisk risk = assessRisk(repeated, oneKvHead, true);
+  EXPECT_TRUE(llvm::any_of(risk.reasons, [](const std::string &why) {
+    return why.find("1 KV heads repeated 4x") != std::string::npos;
+  }));
+  EXPECT_EQ(assessRisk(split, withKvHeads).score, 0);
+  auto exported = exportPlan(oneKvHead, repeated, "megatron");
+  ASSERT_FALSE(bool(exported));
+  EXPECT_NE(llvm::toString(exported.takeError()).find("repeats the model's"),
+            std::string::npos);
+  // Three KV heads neither split over four ways nor repeat to them.
+  plan::ModelSpec three = mha;
+  three.set_heads(24);
+  three.set_kv_heads(3);
+  CostModel threeKvHeads(three, cluster, training);
+  EXPECT_NE(threeKvHeads.checkPlan(parse("tp=4,dp=4,mbs=1", threeKvHeads))
+                .find("do not divide one another"),
+            std::string::npos);
 }
 
 TEST(PlannerCluster, ShorthandAndErrors) {

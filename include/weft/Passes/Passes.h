@@ -7,6 +7,7 @@
 #ifndef WEFT_PASSES_PASSES_H
 #define WEFT_PASSES_PASSES_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 
 namespace weft {
@@ -16,6 +17,11 @@ namespace weft {
 
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
+
+/// -weft-repeat-kv-heads on one function: every weft.attention and
+/// weft.attention_grad with fewer KV heads than `ways` (a multiple of them)
+/// reads them repeated to `ways`. Returns how many it repeated.
+int64_t repeatKeyValueHeads(mlir::func::FuncOp func, int64_t ways);
 
 } // namespace weft
 

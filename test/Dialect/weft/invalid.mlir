@@ -1897,3 +1897,19 @@ func.func @context_parallel_gather_not_unit(%q: tensor<1x2x8x4xf32>) {
   %0 = weft.attention %q, %q, %q scale 0.5 causal {weft.context_parallel = ["cp"], weft.context_parallel_gather = 1} : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
   return
 }
+
+// -----
+
+func.func @repeated_kv_heads_not_a_broadcast(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'weft.repeated_kv_heads' is a unit attribute on a weft.broadcast_to}}
+  %0 = weft.exp %x {weft.repeated_kv_heads} : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @repeated_kv_heads_not_unit(%x: tensor<2x1x1x8x4xf32>) {
+  // expected-error @+1 {{'weft.repeated_kv_heads' is a unit attribute on a weft.broadcast_to}}
+  %0 = weft.broadcast_to %x {weft.repeated_kv_heads = 2} : tensor<2x1x1x8x4xf32> -> tensor<2x1x2x8x4xf32>
+  return
+}
