@@ -417,6 +417,11 @@ def plans(layers):
                         spec += "," + inner
                     out.append((spec, modes[turn % 3], p, m, p * n))
                     turn += 1
+    if layers == 2:
+        # LLaMA's 2 KV heads repeated to 4 (-weft-repeat-kv-heads) in each
+        # stage.
+        out.append(("pp=2,m=2,schedule=1f1b,tp=4", "none", 2, 2, 8))
+        out.append(("pp=2,m=2,schedule=zb-h1,tp=4,sp=true", "selective", 2, 2, 8))
     if layers == 4:
         out.append(("pp=2,m=2,schedule=1f1b,stages=3/1,tp=2", "full", 2, 2, 4))
         out.append(("pp=2,m=4,schedule=zb-h1,stages=1/3", "none", 2, 4, 2))
