@@ -31,9 +31,13 @@ using namespace weft;
 /// K and V for.
 int64_t weft::repeatKeyValueHeads(func::FuncOp func, int64_t ways) {
   int64_t repeated = 0;
-  auto needsRepeat = [&](Value k) {
+  // (The query heads must divide by `ways` too, or the plan splits no
+  // head: left for the plan's check to refuse.)
+  auto needsRepeat = [&](Value q, Value k) {
+    int64_t heads = cast<RankedTensorType>(q.getType()).getDimSize(1);
     int64_t kv = cast<RankedTensorType>(k.getType()).getDimSize(1);
-    return ways > 1 && kv % ways != 0 && ways % kv == 0;
+    return ways > 1 && kv > 0 && kv % ways != 0 && ways % kv == 0 &&
+           heads % ways == 0;
   };
   // [b, kv, s, d] -> [b, kv, 1, s, d] -> [b, kv, r, s, d] -> [b, ways, s, d]
   auto repeat = [&](OpBuilder &b, Location loc, Value x) -> Value {
@@ -69,7 +73,7 @@ int64_t weft::repeatKeyValueHeads(func::FuncOp func, int64_t ways) {
     if (!isa<AttentionOp, AttentionGradOp>(op))
       return;
     Value k = op->getOperand(1), v = op->getOperand(2);
-    if (!needsRepeat(k))
+    if (!needsRepeat(op->getOperand(0), k))
       return;
     int64_t kv = cast<RankedTensorType>(k.getType()).getDimSize(1);
     ++repeated;
@@ -98,7 +102,7 @@ struct WeftRepeatKvHeads
     if (ways < 1) {
       getOperation().emitError("-weft-repeat-kv-heads: ways must be at "
                                "least 1, got ")
-          << ways;
+          << static_cast<int64_t>(ways);
       return signalPassFailure();
     }
     (void)repeatKeyValueHeads(getOperation(), ways);

@@ -14,16 +14,6 @@
 // REPEAT: %[[V:.*]] = weft.reshape %{{.*}} : tensor<2x1x4x8x4xf32> -> tensor<2x4x8x4xf32>
 // REPEAT-NEXT: weft.attention %{{.*}}, %[[K]], %[[V]] scale {{.*}} {weft.sharding = [#weft.sharding<@mesh, {{\[\[}}], [tp], [], []]>]} : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>)
 
-// -weft-repeat-kv-heads alone (what -weft-apply-plan runs first): on an
-// attention's gradient, K's and V's gradients are summed over the copies.
-// RUN: weft-opt %S/Inputs/mqa_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
-// RUN:   -weft-repeat-kv-heads=ways=4 | FileCheck %s --check-prefix=GRAD
-// GRAD: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = weft.attention_grad {{.*}} : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>)
-// GRAD-NEXT: %[[DK5:.*]] = weft.reshape %[[DK]] : tensor<2x4x8x4xf32> -> tensor<2x1x4x8x4xf32>
-// GRAD-NEXT: weft.reduce_sum %[[DK5]] axes [2] : tensor<2x1x4x8x4xf32> -> tensor<2x1x8x4xf32>
-// GRAD-NEXT: %[[DV5:.*]] = weft.reshape %[[DV]] : tensor<2x4x8x4xf32> -> tensor<2x1x4x8x4xf32>
-// GRAD-NEXT: weft.reduce_sum %[[DV5]] axes [2] : tensor<2x1x4x8x4xf32> -> tensor<2x1x8x4xf32>
-
 // The training step as `weft train` builds it (KV heads repeated before
 // -weft-differentiate, so that the forward layer keeps the copy its rank
 // holds), partitioned: every rank computes the one KV head and its four
@@ -71,3 +61,4 @@ func.func @three_kv_heads(%q: tensor<1x12x8x4xf32>, %k: tensor<1x3x8x4xf32>, %v:
   %0 = weft.attention %q, %k, %v scale 5.000000e-01 : (tensor<1x12x8x4xf32>, tensor<1x3x8x4xf32>, tensor<1x3x8x4xf32>) -> tensor<1x12x8x4xf32>
   return %0 : tensor<1x12x8x4xf32>
 }
+
