@@ -530,7 +530,7 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
   if (int64_t ways = int64_t(p.tp()) * p.ulysses();
       m.kv_heads() > 0 && m.kv_heads() % ways)
     return llvm::createStringError(
-        llvm::formatv("the plan repeats the model's {0} KV heads to split "
+        llvm::formatv("the plan repeats the model's KV heads ({0}) to split "
                       "them over tp*ulysses={1}, which {2} does not do (it "
                       "needs KV heads divisible by tp*ulysses); choose "
                       "tp*ulysses <= {0}, or run Weft's own program (weft "

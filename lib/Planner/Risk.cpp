@@ -127,7 +127,7 @@ PlanRisk planner::assessRisk(const plan::Plan &plan, const CostModel &model,
   const int64_t kvHeads = model.model().kv_heads(),
                 headWays = int64_t(plan.tp()) * plan.ulysses();
   if (kvHeads > 0 && headWays > kvHeads)
-    add(1, llvm::formatv("{0} KV heads repeated {1}x to split over "
+    add(1, llvm::formatv("KV heads ({0}) repeated {1}x to split over "
                          "tp*ulysses={2}: Weft's program repeats them, while "
                          "Megatron-Core and torchtitan need KV heads that "
                          "divide by tp (no calibration row runs this)",

@@ -1070,7 +1070,7 @@ TEST(PlannerChecks, KvHeadsFewerThanTpAreRepeated) {
             split.forward_comm_bytes_layer());
   PlanRisk risk = assessRisk(repeated, oneKvHead, true);
   EXPECT_TRUE(llvm::any_of(risk.reasons, [](const std::string &why) {
-    return why.find("1 KV heads repeated 4x") != std::string::npos;
+    return why.find("KV heads (1) repeated 4x") != std::string::npos;
   }));
   EXPECT_EQ(assessRisk(split, withKvHeads).score, 0);
   auto exported = exportPlan(oneKvHead, repeated, "megatron");
