@@ -533,7 +533,7 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         llvm::formatv("the plan repeats the model's KV heads ({0}) to split "
                       "them over tp*ulysses={1}, which {2} does not do (it "
                       "needs KV heads divisible by tp*ulysses); choose "
-                      "tp*ulysses <= {0}, or run Weft's own program (weft "
+                      "tp*ulysses dividing {0}, or run Weft's own program (weft "
                       "compile / weft train)",
                       m.kv_heads(), ways, framework)
             .str());
