@@ -473,7 +473,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     // differentiated). 3-D tensor parallelism splits heads over gy and needs
     // KV heads that divide by it.
     if (!d.threeD())
-      (void)repeatKeyValueHeads(func, d.tp * d.ulysses);
+      repeatKeyValueHeads(func, d.tp * d.ulysses);
     SmallVector<AttentionOp> attentions;
     func.walk([&](AttentionOp op) { attentions.push_back(op); });
 

@@ -27,10 +27,8 @@ using namespace weft;
 /// head, as vLLM and Megatron-LM's forks replicate KV heads when tp
 /// exceeds them (Megatron-Core itself needs them to divide by tp).
 /// The projections that make K and V stay whole on every rank; a
-/// gradient's repeats are summed. Returns how many attentions it repeated
-/// K and V for.
-int64_t weft::repeatKeyValueHeads(func::FuncOp func, int64_t ways) {
-  int64_t repeated = 0;
+/// gradient's repeats are summed.
+void weft::repeatKeyValueHeads(func::FuncOp func, int64_t ways) {
   // (The query heads must divide by `ways` too, or the plan splits no
   // head: left for the plan's check to refuse.)
   auto needsRepeat = [&](Value q, Value k) {
@@ -55,20 +53,6 @@ int64_t weft::repeatKeyValueHeads(func::FuncOp func, int64_t ways) {
         b, loc, RankedTensorType::get({s[0], ways, s[2], s[3]}, element),
         copies);
   };
-  // The gradient of `repeat`: [b, ways, s, d] -> [b, kv, r, s, d], summed
-  // over r.
-  auto sumRepeats = [&](OpBuilder &b, Location loc, Value dx,
-                        int64_t kv) -> Value {
-    auto type = cast<RankedTensorType>(dx.getType());
-    ArrayRef<int64_t> s = type.getShape();
-    Type element = type.getElementType();
-    Value split = ReshapeOp::create(
-        b, loc,
-        RankedTensorType::get({s[0], kv, ways / kv, s[2], s[3]}, element), dx);
-    return ReduceSumOp::create(
-        b, loc, RankedTensorType::get({s[0], kv, s[2], s[3]}, element), split,
-        b.getDenseI64ArrayAttr({2}), false);
-  };
   func.walk([&](Operation *op) {
     if (!isa<AttentionOp, AttentionGradOp>(op))
       return;
@@ -76,22 +60,31 @@ int64_t weft::repeatKeyValueHeads(func::FuncOp func, int64_t ways) {
     if (!needsRepeat(op->getOperand(0), k))
       return;
     int64_t kv = cast<RankedTensorType>(k.getType()).getDimSize(1);
-    ++repeated;
     OpBuilder b(op);
     op->setOperand(1, repeat(b, op->getLoc(), k));
     op->setOperand(2, repeat(b, op->getLoc(), v));
     auto grad = dyn_cast<AttentionGradOp>(op);
     if (!grad)
       return;
+    // The gradient of `repeat`: [b, ways, s, d] -> [b, kv, r, s, d],
+    // summed over r.
     b.setInsertionPointAfter(op);
-    for (Value dx : {grad.getKGrad(), grad.getVGrad()}) {
-      dx.setType(op->getOperand(dx == grad.getKGrad() ? 1 : 2).getType());
-      Value sum = sumRepeats(b, op->getLoc(), dx, kv);
-      dx.replaceAllUsesExcept(
-          sum, sum.getDefiningOp()->getOperand(0).getDefiningOp());
+    for (auto [dx, x] : {std::make_pair(grad.getKGrad(), grad.getK()),
+                         std::make_pair(grad.getVGrad(), grad.getV())}) {
+      dx.setType(x.getType());
+      ArrayRef<int64_t> s = dx.getType().getShape();
+      Type element = dx.getType().getElementType();
+      auto split = ReshapeOp::create(
+          b, op->getLoc(),
+          RankedTensorType::get({s[0], kv, ways / kv, s[2], s[3]}, element),
+          dx);
+      Value sum = ReduceSumOp::create(
+          b, op->getLoc(),
+          RankedTensorType::get({s[0], kv, s[2], s[3]}, element), split,
+          b.getDenseI64ArrayAttr({2}), false);
+      dx.replaceAllUsesExcept(sum, split);
     }
   });
-  return repeated;
 }
 
 namespace {
@@ -105,7 +98,7 @@ struct WeftRepeatKvHeads
           << static_cast<int64_t>(ways);
       return signalPassFailure();
     }
-    (void)repeatKeyValueHeads(getOperation(), ways);
+    repeatKeyValueHeads(getOperation(), ways);
   }
 };
 } // namespace

@@ -20,8 +20,8 @@ namespace weft {
 
 /// -weft-repeat-kv-heads on one function: every weft.attention and
 /// weft.attention_grad with fewer KV heads than `ways` (a multiple of them)
-/// reads them repeated to `ways`. Returns how many it repeated.
-int64_t repeatKeyValueHeads(mlir::func::FuncOp func, int64_t ways);
+/// reads them repeated to `ways`.
+void repeatKeyValueHeads(mlir::func::FuncOp func, int64_t ways);
 
 } // namespace weft
 
