@@ -491,6 +491,7 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
     block.frozenParameters = memory(&BlockMemory::frozenParameters);
     block.frozenSharedParameters = memory(&BlockMemory::frozenSharedParameters);
     block.gatheredWeight = memory(&BlockMemory::gatheredWeight);
+    block.gatheredKeysBytes = memory(&BlockMemory::gatheredKeysBytes);
   }
 }
 

@@ -143,8 +143,12 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
       mem.activations = std::max(mem.activations, kept);
     }
   }
-  // One layer's full activations and gradients while it runs backward.
-  mem.workspace = kWorkspaceBytes + b.layer.savedBytes;
+  // One layer's full activations and gradients while it runs backward;
+  // under all-gather context parallelism with the K and V it gathers again
+  // and their gradients' partial sums, all of the sequence long, until the
+  // reduce-scatter.
+  mem.workspace =
+      kWorkspaceBytes + b.layer.savedBytes + 2 * b.layer.gatheredKeysBytes;
   return mem;
 }
 

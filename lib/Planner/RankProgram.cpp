@@ -823,6 +823,8 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   // marked once the walk has recorded them (they follow their reader).
   llvm::DenseMap<Operation *, size_t> collectiveRecords;
   SmallVector<Operation *> scattersRegathered;
+  // The bytes of K and V each attention reads gathered over cp, by block.
+  llvm::DenseMap<Operation *, double> gatheredKeys[3];
   auto markRegathered = [&](Operation *gather) {
     auto found = collectiveRecords.find(gather);
     if (found != collectiveRecords.end() &&
@@ -877,11 +879,17 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
               record.ringRole = OpRecord::RingRole::Positions;
           }
       if (record.commClass == CommClass::Sequence &&
-          record.kind == CollectiveKind::AllGather && overCp)
+          record.kind == CollectiveKind::AllGather && overCp) {
+        llvm::SmallPtrSet<Operation *, 2> readers;
         for (OpOperand &use : op->getResult(0).getUses())
           if (auto attention = dyn_cast<AttentionBlockOp>(use.getOwner()))
-            if (use.get() == attention.getK() || use.get() == attention.getV())
+            if (use.get() == attention.getK() ||
+                use.get() == attention.getV()) {
               record.keysGathered = true;
+              if (readers.insert(attention).second)
+                gatheredKeys[b][attention] += double(out);
+            }
+      }
       collectiveRecords[op] = profile.ops.size();
       profile.ops.push_back(std::move(record));
     } else if (auto costed = dyn_cast<CostOpInterface>(op)) {
@@ -1031,6 +1039,9 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
     }
   }
   for (int b = 0; b < 3; ++b) {
+    for (auto [attention, bytes] : gatheredKeys[b])
+      profile.memory[b].gatheredKeysBytes =
+          std::max(profile.memory[b].gatheredKeysBytes, bytes);
     profile.memory[b].savedBytes = saved[b].bytes(saved[b].all);
     profile.memory[b].savedBytesSelective = saved[b].bytes(saved[b].selective);
   }

@@ -1031,11 +1031,23 @@ TEST(PlannerTime, GatheredKeysAreExposedAndGatheredAgainInBackward) {
   EXPECT_NEAR(gather.flops, ring.flops, 1e-3 * ring.flops);
   EXPECT_EQ(gather.savedBytes, ring.savedBytes);
   EXPECT_EQ(gather.savedBytesSelective, ring.savedBytesSelective);
+  // Working memory: the gathered K and V, each [1, 32 heads, 32768, 128] in
+  // bf16, which the ring never holds whole.
+  const double keysAndValues = 2.0 * 32 * 32768 * 128 * 2;
+  EXPECT_DOUBLE_EQ(gather.gatheredKeysBytes, keysAndValues);
+  EXPECT_DOUBLE_EQ(ring.gatheredKeysBytes, 0);
   // The step is slower by the exposed gathers.
   model.evaluate(gatherPlan);
   model.evaluate(ringPlan);
   EXPECT_GT(gatherPlan.time().step_s(), ringPlan.time().step_s());
   EXPECT_GT(gatherPlan.time().cp_comm_s(), ringPlan.time().cp_comm_s());
+  // Its backward holds them again with their gradients' partial sums: 1 GiB
+  // more working memory than the ring's, the same activations.
+  EXPECT_DOUBLE_EQ(gatherPlan.memory().activations_gib(),
+                   ringPlan.memory().activations_gib());
+  EXPECT_NEAR(gatherPlan.memory().workspace_gib() -
+                  ringPlan.memory().workspace_gib(),
+              2 * keysAndValues / double(1 << 30), 1e-9);
 }
 
 // Multi-query attention (StarCoder, Falcon-7B): one KV head. Under tp = 4

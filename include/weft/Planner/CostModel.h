@@ -98,6 +98,9 @@ struct BlockCost {
   /// The largest weight the block gathers from its stored shards before
   /// use (elements of the gathered form; BlockMemory::gatheredWeight).
   double gatheredWeight = 0;
+  /// K and V gathered over cp for one attention (all-gather context
+  /// parallelism), bytes (BlockMemory::gatheredKeysBytes).
+  double gatheredKeysBytes = 0;
 };
 
 class CostModel {

@@ -255,6 +255,11 @@ struct BlockMemory {
   /// in before using it (weft.stored_over, AxoNN's depth axis), in elements
   /// of its gathered form; 0 when it gathers none.
   double gatheredWeight = 0;
+  /// Under all-gather context parallelism, the bytes of the K and V one
+  /// attention reads gathered over cp (OpRecord::keysGathered), the most of
+  /// any attention in the block: working memory while it runs, which its
+  /// backward needs again with the partial sums of their gradients.
+  double gatheredKeysBytes = 0;
 };
 
 /// The counts of an op that vary with sizes, in the order ProgramProfile
