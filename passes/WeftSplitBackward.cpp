@@ -195,7 +195,9 @@ struct WeftSplitBackward
             llvm::append_range(work, readsOf(def));
           continue;
         }
-        // Recomputed by the first part, with what it is computed from.
+        // Recomputed by the first part, with what it is computed from
+        // (the parameters and constants it reads rebuilt there too: a norm
+        // recomputed for the weight part's linear reads its scale).
         SmallVector<Operation *> more{def};
         while (!more.empty()) {
           Operation *op = more.pop_back_val();
@@ -203,7 +205,7 @@ struct WeftSplitBackward
             continue;
           for (Value read : readsOf(op))
             if (Operation *from = read.getDefiningOp();
-                from && from->getBlock() == &inner && !isRebuilt(from))
+                from && from->getBlock() == &inner)
               more.push_back(from);
         }
       }
