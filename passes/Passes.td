@@ -297,8 +297,12 @@ def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
     `full` recomputes the layer's forward inside the backward layer; `selective`
     recomputes only the attention core (the ops that say `isAttentionCore`) and takes
     every other value it reads from the forward layer, which yields it as an extra
-    result; `none` takes every value from the forward layer. Parameters and constants are
-    read again in every mode.
+    result; `none` takes every value from the forward layer. `op` is torchtitan's
+    selective per-op checkpointing (`selective_ac_option = "op"`): the forward layer
+    keeps the results of its fused attentions and of the 1st, 3rd, 5th, ... matrix op
+    that reads a weight (the op's cost names its unit), and the backward layer
+    recomputes every other op it needs from those and the layer's input. Parameters and
+    constants are read again in every mode.
 
     An op without a gradient (a pipeline send, a fusion, a strided slice) stops the pass
     with a diagnostic at the op.
@@ -319,7 +323,8 @@ def WeftDifferentiate : Pass<"weft-differentiate", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"recompute", "recompute", "std::string", /*default=*/"\"full\"",
-           "What backward layers recompute: full, selective (the attention core) or none">,
+           "What backward layers recompute: full, selective (the attention core), op "
+           "(torchtitan's per-op policy) or none">,
     Option<"scaleLoss", "scale-loss", "bool", /*default=*/"false",
            "Seed the loss's gradient with a new last argument, an f32 scalar marked "
            "weft.loss_scale, instead of 1 (loss scaling: every gradient comes out "

@@ -38,10 +38,11 @@ struct WeftDifferentiate
             .Case("full", Recompute::Full)
             .Case("selective", Recompute::Selective)
             .Case("none", Recompute::None)
+            .Case("op", Recompute::Ops)
             .Default(std::nullopt);
     if (!mode) {
       getOperation().emitError("-weft-differentiate: recompute '")
-          << recompute << "' is not full, selective or none";
+          << recompute << "' is not full, selective, op or none";
       return signalPassFailure();
     }
     std::function<bool(StringRef)> frozen;

@@ -26,6 +26,51 @@ using namespace weft;
 // GradientState
 //===----------------------------------------------------------------------===//
 
+/// An op that only rearranges one tensor (a reshape or transpose to heads):
+/// one operand, one result of as many elements of the same type, and no
+/// arithmetic.
+static bool isRearrangement(Operation *op) {
+  auto costed = dyn_cast<CostOpInterface>(op);
+  if (!costed || op->getNumOperands() != 1 || op->getNumResults() != 1)
+    return false;
+  auto from = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto to = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  return from && to && from.hasStaticShape() && to.hasStaticShape() &&
+         from.getElementType() == to.getElementType() &&
+         from.getNumElements() == to.getNumElements() &&
+         costed.getCost().flops == 0;
+}
+
+void weft::keptByOpPolicy(ArrayRef<Operation *> ops,
+                          llvm::function_ref<bool(Value)> isWeight,
+                          llvm::DenseSet<Operation *> &kept) {
+  int products = 0;
+  for (Operation *op : ops) {
+    auto costed = dyn_cast<CostOpInterface>(op);
+    if (!costed)
+      continue;
+    OpCost::Unit unit = costed.getCost().unit;
+    if (unit != OpCost::Unit::FusedAttention &&
+        (unit != OpCost::Unit::Matrix ||
+         llvm::none_of(op->getOperands(), isWeight) || products++ % 2))
+      continue;
+    // A GEMM's result that only a chain of rearrangements reads is kept as
+    // the chain's last: the same bytes (PyTorch saves the GEMM's output and
+    // the views share it), in the layout that its readers take, which a
+    // partitioned step can keep split as they read it. (An attention keeps
+    // its own result: a ring's backward reads it, with its statistics.)
+    Operation *at = op;
+    while (unit == OpCost::Unit::Matrix && at->getNumResults() == 1 &&
+           at->getResult(0).hasOneUse()) {
+      Operation *user = *at->getResult(0).getUsers().begin();
+      if (user->getBlock() != at->getBlock() || !isRearrangement(user))
+        break;
+      at = user;
+    }
+    kept.insert(at);
+  }
+}
+
 static bool isFloatTensor(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
   return type && isa<FloatType>(type.getElementType());
@@ -994,6 +1039,12 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
       if (llvm::any_of(clone->getOperands(),
                        [&](Value v) { return fromInputs.contains(v); }))
         fromInputs.insert(clone->result_begin(), clone->result_end());
+    llvm::DenseSet<Operation *> keptByPolicy;
+    if (state.getRecompute() == Recompute::Ops)
+      keptByOpPolicy(
+          forward,
+          [&](Value v) { return !fromInputs.contains(v) && isFloatTensor(v); },
+          keptByPolicy);
     for (size_t i = forward.size(); i-- > 0;) {
       Operation *clone = forward[i], *original = originals[i];
       auto differentiable = dyn_cast<DifferentiableOpInterface>(clone);
@@ -1001,7 +1052,9 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
           llvm::none_of(clone->getResults(),
                         [&](Value v) { return fromInputs.contains(v); }) ||
           (state.getRecompute() == Recompute::Selective && differentiable &&
-           differentiable.isAttentionCore());
+           differentiable.isAttentionCore()) ||
+          (state.getRecompute() == Recompute::Ops &&
+           !keptByPolicy.contains(clone));
       if (!recomputed)
         for (auto [value, kept] :
              llvm::zip(clone->getResults(), original->getResults())) {

@@ -61,6 +61,8 @@ const char *weft::recomputeName(plan::Recompute recompute) {
     return "selective";
   case plan::RECOMPUTE_FULL:
     return "full";
+  case plan::RECOMPUTE_OP:
+    return "op";
   default:
     return "none";
   }
@@ -267,9 +269,11 @@ llvm::Expected<PlanSpec> weft::parsePlanSpec(llvm::StringRef text,
         plan.set_recompute(plan::RECOMPUTE_SELECTIVE);
       else if (lower == "full")
         plan.set_recompute(plan::RECOMPUTE_FULL);
+      else if (lower == "op")
+        plan.set_recompute(plan::RECOMPUTE_OP);
       else
         return bad("unknown recompute '" + value +
-                   "'; use none, selective or full");
+                   "'; use none, selective, op or full");
     } else if (key == "cp-comm") {
       std::optional<plan::CpComm> comm = parseCpCommName(value);
       if (!comm)

@@ -392,6 +392,8 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
           collectiveBytesSent(sentAs, int64_t(std::llround(operand)), group));
       if (op.regathered)
         block.regather += time;
+      if (op.recomputedByOps)
+        block.recomputedByOps += time;
       if (op.gradientRegathered)
         block.gradientRegather +=
             collectiveTime(CollectiveKind::AllGather, full, group, stride) +
@@ -429,6 +431,8 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
         launchTime(forwardCost) + launchTime(input) + launchTime(weight);
     if (op.attentionCore)
       block.attentionCore += forward;
+    if (op.recomputedByOps)
+      block.recomputedByOps += forward;
     if (weight.flops > 0)
       block.linearForward += forward;
     if (op.ringStep) {
@@ -482,6 +486,7 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
     };
     block.savedBytes = memory(&BlockMemory::savedBytes);
     block.savedBytesSelective = memory(&BlockMemory::savedBytesSelective);
+    block.savedBytesOps = memory(&BlockMemory::savedBytesOps);
     block.inputBytes = memory(&BlockMemory::inputBytes);
     block.weightGradientReadBytes =
         memory(&BlockMemory::weightGradientReadBytes);
@@ -606,6 +611,14 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
     return "ring attention (cp > 1) needs fused (flash) attention, which "
            "--flash-attention=false rules out; split the sequence with "
            "ulysses or sp instead";
+  // torchtitan's per-op policy recomputes the rotary K that the attention
+  // reads, so a training step's backward under context parallelism has no
+  // forward ring to take the statistics of: it gathers K and V over cp
+  // instead of running the ring again, which the model does not cost.
+  if (plan.recompute() == plan::RECOMPUTE_OP && plan.cp() > 1)
+    return "recompute=op (torchtitan's per-op policy) is not costed with "
+           "context parallelism (cp > 1); choose recompute=none, selective or "
+           "full";
   int64_t gpus = int64_t(plan.dp()) * plan.tp() * plan.pp() * plan.cp() *
                  plan.ulysses() * tensor3dSize(plan);
   if (gpus > totalGpus(clusterSpec)) {
@@ -889,6 +902,23 @@ static double exposedWeightGather(const BlockCost &block, bool backward) {
 /// recomputed forward gathers again instead (in `recompute`), except in a
 /// ZB-H1 weight-gradient step, which gathers from the blocks that the
 /// backward step passes on.
+/// What a layer's backward runs again before its gradients, by the plan's
+/// recomputation: the whole forward (`layerForward`, with its exposed
+/// communication), the attention core, or what recompute=op reruns.
+static double recomputeTime(const plan::Plan &plan, const BlockCost &layer,
+                            double layerForward) {
+  switch (plan.recompute()) {
+  case plan::RECOMPUTE_FULL:
+    return layerForward;
+  case plan::RECOMPUTE_SELECTIVE:
+    return layer.attentionCore;
+  case plan::RECOMPUTE_OP:
+    return layer.recomputedByOps;
+  default:
+    return 0;
+  }
+}
+
 static double exposedRegather(const plan::Plan &plan, const BlockCost &block,
                               bool recomputed) {
   if (plan.schedule() == plan::SCHEDULE_ZB_H1)
@@ -917,11 +947,7 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
   double tpBackward = exposedTensorParallelComm(plan, layer, 2);
   double layerForward = layer.forward + tpForward + layer.seqComm +
                         exposedWeightGather(layer, false);
-  double recompute = 0;
-  if (plan.recompute() == plan::RECOMPUTE_FULL)
-    recompute = layerForward;
-  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
-    recompute = layer.attentionCore;
+  double recompute = recomputeTime(plan, layer, layerForward);
   const double layerRegather =
       exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL);
   double layerBackward =
@@ -1181,10 +1207,7 @@ static WorkTerms workTerms(const plan::Plan &plan, const BlockCost &layer,
   double tpB = exposedTensorParallelComm(plan, layer, 2);
   w.layerF =
       layer.forward + tpF + layer.seqComm + exposedWeightGather(layer, false);
-  double recompute = plan.recompute() == plan::RECOMPUTE_FULL ? w.layerF
-                     : plan.recompute() == plan::RECOMPUTE_SELECTIVE
-                         ? layer.attentionCore
-                         : 0;
+  double recompute = recomputeTime(plan, layer, w.layerF);
   w.layerB = layer.backwardInput + tpB + layer.seqCommBackward + recompute +
              exposedWeightGather(layer, true);
   w.layerW = layer.backwardWeight;
@@ -1512,12 +1535,10 @@ void CostModel::evaluate(plan::Plan &plan,
   }
   plan.set_shard_comm_bytes(int64_t(std::llround(shardBytes)));
   double layers = plan.stage_layers(busiest);
-  double recompute = 0;
-  if (plan.recompute() == plan::RECOMPUTE_FULL)
-    recompute = layer.forward + layer.tpComm + layer.seqComm +
-                exposedWeightGather(layer, false);
-  else if (plan.recompute() == plan::RECOMPUTE_SELECTIVE)
-    recompute = layer.attentionCore;
+  double recompute =
+      recomputeTime(plan, layer,
+                    layer.forward + layer.tpComm + layer.seqComm +
+                        exposedWeightGather(layer, false));
   plan::TimeBreakdown *time = plan.mutable_time();
   time->set_step_s(step);
   time->set_tp_comm_s(

@@ -11,6 +11,7 @@
 #include <functional>
 #include <set>
 
+#include "weft/Dialect/Gradients.h"
 #include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/Training.h"
@@ -825,6 +826,10 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   SmallVector<Operation *> scattersRegathered;
   // The bytes of K and V each attention reads gathered over cp, by block.
   llvm::DenseMap<Operation *, double> gatheredKeys[3];
+  // Each op's record, and what the backward reads of each block's forward
+  // values, as they are (before storedAs): recompute=op's starting point.
+  llvm::DenseMap<Operation *, size_t> recordOf;
+  SmallVector<Value> backwardReads[3];
   auto markRegathered = [&](Operation *gather) {
     auto found = collectiveRecords.find(gather);
     if (found != collectiveRecords.end() &&
@@ -891,6 +896,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
             }
       }
       collectiveRecords[op] = profile.ops.size();
+      recordOf[op] = profile.ops.size();
       profile.ops.push_back(std::move(record));
     } else if (auto costed = dyn_cast<CostOpInterface>(op)) {
       // The shard of a weight is the rank's to hold: no work per step.
@@ -908,6 +914,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           record.backward.weightGradient.kernels = 0;
         }
         record.ringStep = isa<AttentionBlockOp>(op);
+        recordOf[op] = profile.ops.size();
         profile.ops.push_back(std::move(record));
       }
     }
@@ -921,6 +928,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           if (!isPersistent(value)) {
             saved[b].all.insert({storedAs(value), 0});
             saved[b].selective.insert({storedAs(value), 0});
+            backwardReads[b].push_back(value);
           }
         // (Selective recomputation keeps them too: the fused gradient reads
         // q, k and v, so the step does not run the ring again.)
@@ -951,6 +959,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
                                 int(tensor.maskOnly));
       markRegathered(gathered);
       saved[b].all.insert(key);
+      backwardReads[b].push_back(tensor.value);
       if (!core)
         saved[b].selective.insert(key);
     }
@@ -1037,6 +1046,76 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       }
       memory.sharedInputBytes += bytesOf(arg, false);
     }
+  }
+  // recompute=op (keptByOpPolicy, as -weft-differentiate applies it): the
+  // layer keeps the results of the ops the policy keeps that the backward
+  // reads, directly or through the ops it recomputes from them and from the
+  // layer's input; those ops (and collectives) run again. A decomposition
+  // (a ring's steps and merges) is its attention: kept whole, its merged
+  // output kept for what reads it (not the last step's results, which the
+  // other modes keep for the ring's backward).
+  for (int b = 0; b < 3; ++b)
+    profile.memory[b].savedBytesOps = saved[b].bytes(saved[b].all);
+  if (layer) {
+    const int b = int(BlockKind::Layer);
+    Block &body = layer.getBody().front();
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    llvm::DenseSet<Operation *> kept, keptGroups;
+    keptByOpPolicy(
+        ops,
+        [&](Value value) {
+          auto type = dyn_cast<RankedTensorType>(value.getType());
+          return type && isa<FloatType>(type.getElementType()) &&
+                 isPersistent(value);
+        },
+        kept);
+    for (Operation *op : kept)
+      if (groupParent.count(op))
+        keptGroups.insert(groupOf(op));
+    auto isKept = [&](Operation *op) {
+      return kept.contains(op) ||
+             (groupParent.count(op) && keptGroups.contains(groupOf(op)));
+    };
+    // A value read inside a fusion (what an inner op's gradient reads) is
+    // the fusion's to recompute: the op of the layer's body it is in.
+    llvm::DenseSet<Value> needed;
+    llvm::DenseSet<Operation *> neededOps;
+    auto need = [&](Value value) {
+      if (!needed.insert(value).second)
+        return;
+      if (Operation *def = value.getDefiningOp())
+        if (Operation *top = body.findAncestorOpInBlock(*def))
+          neededOps.insert(top);
+    };
+    for (Value value : backwardReads[b])
+      need(value);
+    for (Operation *op : llvm::reverse(ops)) {
+      if (isKept(op) || !neededOps.contains(op))
+        continue;
+      if (auto found = recordOf.find(op); found != recordOf.end())
+        profile.ops[found->second].recomputedByOps = true;
+      for (Value operand : op->getOperands())
+        if (!isPersistent(operand))
+          need(operand);
+    }
+    llvm::DenseSet<std::pair<Value, int>> keptValues;
+    for (Value value : needed) {
+      if (auto arg = dyn_cast<BlockArgument>(value)) {
+        if (arg.getOwner() == &body && arg.getArgNumber() == 0)
+          keptValues.insert({value, 0});
+        continue;
+      }
+      // A kept op keeps its results: a GEMM fused with what follows it (a
+      // GELU) keeps the fusion's result, as many bytes as the GEMM's, which
+      // the differentiated program keeps and recomputes the GELU from.
+      Operation *top = body.findAncestorOpInBlock(*value.getDefiningOp());
+      if (top && isKept(top))
+        for (Value result : top->getResults())
+          keptValues.insert({storedAs(result), 0});
+    }
+    profile.memory[b].savedBytesOps = saved[b].bytes(keptValues);
   }
   for (int b = 0; b < 3; ++b) {
     for (auto [attention, bytes] : gatheredKeys[b])

@@ -486,6 +486,10 @@ const char *planner::exportRestriction(const plan::Plan &p,
     if (p.zero_stage() >= 2)
       return "Megatron-LM's distributed optimizer is ZeRO-1; ZeRO-2/3 plans "
              "need DeepSpeed or torchtitan (FSDP)";
+    if (p.recompute() == plan::RECOMPUTE_OP)
+      return "Megatron-LM recomputes full layers or the attention core "
+             "(selective); recompute=op is torchtitan's per-op policy: choose "
+             "recompute=selective or full";
     if (p.schedule() == plan::SCHEDULE_INTERLEAVED &&
         megatronChunks(p) == MegatronChunks::None)
       return "Megatron-LM's interleaved chunks hold equal layers (or, with "
@@ -500,6 +504,9 @@ const char *planner::exportRestriction(const plan::Plan &p,
              "sequence parallelism is Ulysses)";
     if (p.pp() > 1 && p.zero_stage() >= 2)
       return "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only";
+    if (p.recompute() == plan::RECOMPUTE_OP)
+      return "DeepSpeed checkpoints whole layers; recompute=op is "
+             "torchtitan's per-op policy: choose recompute=full or none";
   } else if (framework == "torchtitan") {
     if (p.ulysses() > 1)
       return "torchtitan has no Ulysses attention; choose a plan with "
@@ -651,10 +658,14 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     if (p.tp() > 1)
       os << "# torchtitan's TP always uses sequence parallelism for norms\n";
     os << "\n[activation_checkpoint]\nmode = \""
-       << (p.recompute() == plan::RECOMPUTE_FULL        ? "full"
-           : p.recompute() == plan::RECOMPUTE_SELECTIVE ? "selective"
-                                                        : "none")
+       << (p.recompute() == plan::RECOMPUTE_FULL ? "full"
+           : p.recompute() == plan::RECOMPUTE_SELECTIVE ||
+                   p.recompute() == plan::RECOMPUTE_OP
+               ? "selective"
+               : "none")
        << "\"\n";
+    if (p.recompute() == plan::RECOMPUTE_OP)
+      os << "selective_ac_option = \"op\"\n";
     return text;
   }
   return llvm::createStringError("unknown framework '" + framework.str() +

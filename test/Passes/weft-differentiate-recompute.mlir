@@ -28,7 +28,7 @@
 // SEL-NEXT: ^bb0(%{{.*}}: tensor<2x4xf32>, %{{.*}}: tensor<2x4xf32>, %[[KEPT:.*]]: tensor<2x4xf32>):
 // SEL-NEXT: weft.softmax %[[KEPT]] axis 1 {weft.attention_core}
 
-// BAD: recompute 'some' is not full, selective or none
+// BAD: recompute 'some' is not full, selective, op or none
 func.func @layer(%x: tensor<2x4xf32>) -> tensor<f32> {
   %y = weft.layer "block"(%x) index 0 : (tensor<2x4xf32>) -> tensor<2x4xf32> {
   ^bb0(%in: tensor<2x4xf32>):

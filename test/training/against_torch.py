@@ -62,7 +62,11 @@ PLANS = [("dp=2", "full"), ("tp=2", "full"), ("dp=2,tp=2", "full"), ("tp=2,sp=tr
          ("dp=2,ulysses=2,zero=3", "none"),
          # LLaMA's 2 KV heads under 4-way head splits: each is repeated
          # (-weft-apply-plan) and the K and V projections stay whole.
-         ("tp=4", "selective"), ("tp=4,sp=true", "none"), ("tp=2,ulysses=2", "full")]
+         ("tp=4", "selective"), ("tp=4,sp=true", "none"), ("tp=2,ulysses=2", "full"),
+         # torchtitan's per-op checkpointing: attention and every other weight
+         # GEMM kept, the rest recomputed.
+         (None, "op"), ("dp=2,tp=2,sp=true,zero=3", "op"), ("tp=2", "op"),
+         ("ulysses=2", "op"), ("cp=2", "op")]
 
 
 def build(name):

@@ -422,6 +422,10 @@ def plans(layers):
         # stage.
         out.append(("pp=2,m=2,schedule=1f1b,tp=4", "none", 2, 2, 8))
         out.append(("pp=2,m=2,schedule=zb-h1,tp=4,sp=true", "selective", 2, 2, 8))
+        # torchtitan's per-op checkpointing in stages (1F1B, and ZB-H1, whose
+        # W steps read what the policy keeps or the B step recomputed).
+        out.append(("pp=2,m=2,schedule=1f1b,dp=2,tp=2,sp=true", "op", 2, 2, 8))
+        out.append(("pp=2,m=4,schedule=zb-h1", "op", 2, 4, 2))
     if layers == 4:
         out.append(("pp=2,m=2,schedule=1f1b,stages=3/1,tp=2", "full", 2, 2, 4))
         out.append(("pp=2,m=4,schedule=zb-h1,stages=1/3", "none", 2, 4, 2))

@@ -80,8 +80,8 @@ import against_torch as at  # noqa: E402
 ACCUM = 2
 # (plan spec, devices, data-parallel degree, recompute modes)
 PLANS = [("dp=2", 2, 2, ["full"]),
-         ("tp=2", 2, 1, ["none", "selective", "full"]),
-         ("tp=2,sp=true", 2, 1, ["none", "full"]),
+         ("tp=2", 2, 1, ["none", "selective", "full", "op"]),
+         ("tp=2,sp=true", 2, 1, ["none", "full", "op"]),
          ("ulysses=2", 2, 1, ["none"]),
          ("cp=2", 2, 1, ["none"]),
          ("cp=2,cp-comm=all-gather", 2, 1, ["none", "full"]),
@@ -89,7 +89,7 @@ PLANS = [("dp=2", 2, 2, ["full"]),
          ("dp=2,tp=2,sp=true,zero=1", 4, 2, ["selective"]),
          ("dp=2,zero=1", 2, 2, ["none"]),
          ("dp=2,zero=2", 2, 2, ["none"]),
-         ("dp=2,zero=3", 2, 2, ["full"]),
+         ("dp=2,zero=3", 2, 2, ["full", "op"]),
          ("dp=2,ulysses=2,zero=1", 4, 2, ["none"]),
          # LLaMA's 2 KV heads repeated to 4.
          ("tp=4", 4, 1, ["none", "full"]), ("tp=4,sp=true", 4, 1, ["none"])]

@@ -96,6 +96,49 @@ TEST(PlannerMemory, ActivationsMatchKorthikantiFormulas) {
   EXPECT_NEAR(plain.weightGradientReadBytes / sbh, 16 + 24 / t, 1e-9);
 }
 
+// recompute=op (torchtitan's per-op checkpointing) on Megatron's GPT layer
+// with fused attention: the fused QKV GEMM (the 1st) and the first MLP GEMM
+// (the 3rd) keep their outputs (3h and 4h), the attention its output (h),
+// and the layer its input (h) for the norms, which are recomputed; the
+// projection and the second MLP GEMM run again (with the dropouts, whose
+// masks are drawn again). 2 bytes an element: 18sbh, split over tp but the
+// input (which SP splits too). (Without fused attention, the attention's
+// matrix products read no weight: it is recomputed, and nothing of it kept.)
+TEST(PlannerMemory, OpRecomputationKeepsWhatThePolicyKeeps) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
+  plan::TrainingConfig training = megatron2022(1);
+  training.set_flash_attention(true);
+  CostModel model(gpt22b(), cluster, training);
+  const double sbh = 2048.0 * 1 * 6144, t = 8;
+  const BlockCost &single = model.layerCost(tpPlan(1, false, 1));
+  EXPECT_NEAR(single.savedBytesOps / sbh, 18, 1e-9);
+  EXPECT_NEAR(model.layerCost(tpPlan(8, false, 1)).savedBytesOps / sbh,
+              2 + 16 / t, 1e-9);
+  EXPECT_NEAR(model.layerCost(tpPlan(8, true, 1)).savedBytesOps / sbh, 18 / t,
+              1e-9);
+  // Reruns: two of the four GEMMs (h x h and 4h x h: 5 of the 12 h^2) with
+  // the elementwise ops between, not the attention.
+  EXPECT_GT(single.recomputedByOps, 0.4 * single.linearForward);
+  EXPECT_LT(single.recomputedByOps, 0.5 * single.forward);
+  plan::Plan op = tpPlan(1, false, 1), none = op, full = op;
+  op.set_recompute(plan::RECOMPUTE_OP);
+  full.set_recompute(plan::RECOMPUTE_FULL);
+  model.evaluate(op);
+  model.evaluate(none);
+  model.evaluate(full);
+  EXPECT_NEAR(op.time().recompute_s(), 48 * single.recomputedByOps,
+              1e-9 * op.time().step_s());
+  EXPECT_GT(op.time().step_s(), none.time().step_s());
+  EXPECT_LT(op.time().step_s(), full.time().step_s());
+  EXPECT_LT(op.memory().activations_gib(), none.memory().activations_gib());
+  EXPECT_GT(op.memory().activations_gib(), full.memory().activations_gib());
+  // Not costed under context parallelism (the step's backward gathers K
+  // and V instead of running the ring again).
+  plan::Plan ring = op;
+  ring.set_cp(2);
+  EXPECT_NE(model.checkPlan(ring).find("recompute=op"), std::string::npos);
+}
+
 // The vocabulary-parallel output layer and embedding keep what the
 // unsplit ones keep, on the rank's block of the vocabulary: a training step
 // is differentiated before it is partitioned, so the cross-entropy's

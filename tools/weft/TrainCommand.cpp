@@ -141,7 +141,9 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     recompute("recompute",
               cl::desc("What backward recomputes of each layer: full "
-                       "(default), selective (the attention core) or none"),
+                       "(default), selective (the attention core), op "
+                       "(torchtitan's per-op policy: all but the attentions' "
+                       "and every other weight GEMM's outputs) or none"),
               cl::init("full"), cl::sub(trainCommand),
               cl::sub(compileSubCommand()));
 static cl::opt<std::string> computeType(

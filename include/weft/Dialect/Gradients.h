@@ -27,8 +27,20 @@
 namespace weft {
 
 /// What a layer's backward recomputes instead of keeping from forward
-/// (Korthikanti et al. 2022): the whole layer, the attention core, or nothing.
-enum class Recompute { Full, Selective, None };
+/// (Korthikanti et al. 2022): the whole layer, the attention core, or nothing;
+/// or, per op (torchtitan's selective per-op checkpointing), everything but
+/// the outputs of the attentions and of every other weight GEMM
+/// (keptByOpPolicy).
+enum class Recompute { Full, Selective, None, Ops };
+
+/// Recompute::Ops: of a layer's ops in program order, those whose results
+/// backward keeps, as torchtitan's `selective_ac_option = "op"` policy saves
+/// them: every fused attention, and the 1st, 3rd, 5th, ... matrix-unit op
+/// that reads a weight (`isWeight`; an op's OpCost says its unit). The rest
+/// is recomputed from what these keep and from the layer's inputs.
+void keptByOpPolicy(llvm::ArrayRef<mlir::Operation *> ops,
+                    llvm::function_ref<bool(mlir::Value)> isWeight,
+                    llvm::DenseSet<mlir::Operation *> &kept);
 
 class GradientState {
 public:

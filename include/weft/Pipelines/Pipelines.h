@@ -115,7 +115,7 @@ struct TrainingStepOptions {
   std::string dtype = "f32";
   /// The loss's gradient is seeded with the step's last argument.
   bool scaleLoss = false;
-  /// What backward recomputes of each layer: full, selective or none.
+  /// What backward recomputes of each layer: full, selective, op or none.
   std::string recompute = "full";
   /// A label that counts no loss.
   int64_t ignoreIndex = std::numeric_limits<int64_t>::min();

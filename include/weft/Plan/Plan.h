@@ -127,7 +127,7 @@ std::optional<plan::Schedule> parseScheduleName(llvm::StringRef name);
 /// How context parallelism exchanges K and V, by name (ring or p2p;
 /// all-gather, all_gather or allgather; any case), or nullopt.
 std::optional<plan::CpComm> parseCpCommName(llvm::StringRef name);
-/// "none", "selective", "full".
+/// "none", "selective", "full", "op".
 const char *recomputeName(plan::Recompute recompute);
 
 } // namespace weft

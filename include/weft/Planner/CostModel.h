@@ -41,6 +41,9 @@ struct BlockCost {
   double backwardInput = 0;  // gradients of activations
   double backwardWeight = 0; // gradients of weights
   double attentionCore = 0;  // forward of the attention core (selective)
+  /// What recompute=op runs again: the forward of the ops (and the time of
+  /// the collectives) OpRecord::recomputedByOps marks.
+  double recomputedByOps = 0;
   double tpComm = 0;         // forward; backward repeats it
   // All-gathers of weights stored in shards (3-D tensor parallelism's gz),
   // forward; backward reduce-scatters their gradients in the same time.
@@ -67,6 +70,7 @@ struct BlockCost {
   double gradientRegather = 0;
   double savedBytes = 0;     // activations kept for backward, no recompute
   double savedBytesSelective = 0;
+  double savedBytesOps = 0;  // kept under recompute=op (keptByOpPolicy)
   double inputBytes = 0;     // the block's input (kept by full recompute)
   double sharedInputBytes = 0; // other activation inputs, once per micro-batch
   /// What the block keeps for backward under `mode`: everything (none), all
@@ -74,6 +78,7 @@ struct BlockCost {
   double savedUnder(plan::Recompute mode) const {
     return mode == plan::RECOMPUTE_FULL        ? inputBytes
            : mode == plan::RECOMPUTE_SELECTIVE ? savedBytesSelective
+           : mode == plan::RECOMPUTE_OP        ? savedBytesOps
                                                : savedBytes;
   }
   /// What the weights' gradients read, kept from B to W per micro-batch

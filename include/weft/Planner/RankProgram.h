@@ -194,6 +194,9 @@ struct OpRecord {
   /// weight-gradient step split from it (ZB-H1) gathers it again from the
   /// block it keeps.
   bool gradientRegathered = false;
+  /// Recomputed in backward under recompute=op: not kept by the policy, and
+  /// read by the backward or by another op it recomputes.
+  bool recomputedByOps = false;
 };
 
 /// The partition pipeline's mesh axes as bits. Its meshes are (dp, cp,
@@ -232,6 +235,11 @@ struct BlockMemory {
   /// selective recomputation (the attention core recomputed from its
   /// inputs).
   double savedBytes = 0, savedBytesSelective = 0;
+  /// And under recompute=op (keptByOpPolicy): the policy's kept results that
+  /// the backward reads, directly or through what it recomputes, and the
+  /// layer's input (the embedding and head keep what they keep without
+  /// recomputation).
+  double savedBytesOps = 0;
   /// The layer's input, which full recomputation keeps.
   double inputBytes = 0;
   /// What the trained weights' gradients read (getGradientReads): the
