@@ -59,7 +59,7 @@ ErrorBand planner::validationErrorBand() {
   band.low = 0.979;
   band.median = 0.995;
   band.high = 1.192;
-  band.spread = 0.078;
+  band.spread = 0.076;
   return band;
 }
 
