@@ -892,16 +892,6 @@ static double exposedWeightGather(const BlockCost &block, bool backward) {
   return std::max(0.0, block.weightGather - compute);
 }
 
-/// The part of a block's regathers (BlockCost::regather, and under ZB-H1
-/// gradientRegather) that its backward does not hide. A regather reads a
-/// kept block, so it is issued as the backward starts and runs while the
-/// linear layers' GEMMs compute (Megatron SP's asynchronous all-gather in a
-/// linear's backward, overlapped with the input gradient's GEMM; under
-/// ZB-H1, in the weight-gradient step, with the weight gradients' GEMMs):
-/// only what exceeds their time is exposed. Under full recomputation the
-/// recomputed forward gathers again instead (in `recompute`), except in a
-/// ZB-H1 weight-gradient step, which gathers from the blocks that the
-/// backward step passes on.
 /// What a layer's backward runs again before its gradients, by the plan's
 /// recomputation: the whole forward (`layerForward`, with its exposed
 /// communication), the attention core, or what recompute=op reruns.
@@ -919,6 +909,16 @@ static double recomputeTime(const plan::Plan &plan, const BlockCost &layer,
   }
 }
 
+/// The part of a block's regathers (BlockCost::regather, and under ZB-H1
+/// gradientRegather) that its backward does not hide. A regather reads a
+/// kept block, so it is issued as the backward starts and runs while the
+/// linear layers' GEMMs compute (Megatron SP's asynchronous all-gather in a
+/// linear's backward, overlapped with the input gradient's GEMM; under
+/// ZB-H1, in the weight-gradient step, with the weight gradients' GEMMs):
+/// only what exceeds their time is exposed. Under full recomputation the
+/// recomputed forward gathers again instead (in `recompute`), except in a
+/// ZB-H1 weight-gradient step, which gathers from the blocks that the
+/// backward step passes on.
 static double exposedRegather(const plan::Plan &plan, const BlockCost &block,
                               bool recomputed) {
   if (plan.schedule() == plan::SCHEDULE_ZB_H1)
