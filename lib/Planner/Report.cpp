@@ -514,6 +514,11 @@ const char *planner::exportRestriction(const plan::Plan &p,
     if (p.zero_stage() == 1 || p.zero_stage() == 2)
       return "torchtitan shards with FSDP2 (ZeRO-3) or replicates (ZeRO-0); "
              "choose zero=0 or zero=3";
+    if (p.recompute() == plan::RECOMPUTE_SELECTIVE)
+      return "torchtitan has no attention-core checkpointing (Megatron's "
+             "recompute=selective); its selective modes are per op "
+             "(recompute=op) and every n-th layer: choose recompute=op, full "
+             "or none";
   }
   return nullptr;
 }
@@ -659,10 +664,8 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
       os << "# torchtitan's TP always uses sequence parallelism for norms\n";
     os << "\n[activation_checkpoint]\nmode = \""
        << (p.recompute() == plan::RECOMPUTE_FULL ? "full"
-           : p.recompute() == plan::RECOMPUTE_SELECTIVE ||
-                   p.recompute() == plan::RECOMPUTE_OP
-               ? "selective"
-               : "none")
+           : p.recompute() == plan::RECOMPUTE_OP ? "selective"
+                                                 : "none")
        << "\"\n";
     if (p.recompute() == plan::RECOMPUTE_OP)
       os << "selective_ac_option = \"op\"\n";

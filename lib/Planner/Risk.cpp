@@ -58,8 +58,8 @@ ErrorBand planner::validationErrorBand() {
   band.rows = 33;
   band.low = 0.979;
   band.median = 0.995;
-  band.high = 1.192;
-  band.spread = 0.076;
+  band.high = 1.091;
+  band.spread = 0.055;
   return band;
 }
 

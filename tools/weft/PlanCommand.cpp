@@ -243,6 +243,13 @@ static cl::opt<int> calibratePp1Mbs(
                              "H100 rows without pipeline parallelism"),
     cl::init(1), cl::sub(calibrateCommand));
 
+static cl::opt<int> calibrateLayersPerChunk(
+    "h100-layers-per-chunk",
+    cl::desc("Layers per virtual pipeline stage assumed for the pipelined "
+             "Megatron-Core H100 rows (interleaved 1F1B; 0: "
+             "non-interleaved 1F1B)"),
+    cl::init(1), cl::sub(calibrateCommand));
+
 static int planError(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weft plan") << message << '\n';
   return 1;
@@ -696,13 +703,24 @@ loadCalibrationRows(const std::string &dir) {
       p.set_cp(1);
       p.set_ulysses(1);
       // Not published: micro-batch 1, SP with TP and TP communication
-      // overlap, distributed optimizer,
-      // 1F1B, no recomputation (docs/cost-model.md lists these).
+      // overlap, distributed optimizer, no recomputation, and the pipeline
+      // schedule (docs/cost-model.md lists these). The source overlaps
+      // pipeline communication with computation, which Megatron does only
+      // in its interleaved schedule; 23 and 7 layers per stage (119B, 462B)
+      // admit only one layer per virtual stage, assumed for every row.
       int64_t perRank = row.training.global_batch() / p.dp();
       p.set_micro_batch(p.pp() == 1 ? calibratePp1Mbs : 1);
       p.set_num_micro_batches(perRank / p.micro_batch());
-      p.set_schedule(plan::SCHEDULE_1F1B);
-      p.set_virtual_stages(1);
+      int64_t perStage = row.model.layers() / p.pp();
+      int chunk = calibrateLayersPerChunk;
+      if (p.pp() > 1 && chunk > 0 && perStage % chunk == 0 &&
+          perStage / chunk > 1) {
+        p.set_schedule(plan::SCHEDULE_INTERLEAVED);
+        p.set_virtual_stages(int(perStage / chunk));
+      } else {
+        p.set_schedule(plan::SCHEDULE_1F1B);
+        p.set_virtual_stages(1);
+      }
       p.set_sequence_parallel(p.tp() > 1);
       p.set_tp_comm_overlap(p.tp() > 1);
       p.set_zero_stage(1);
