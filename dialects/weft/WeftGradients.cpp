@@ -41,6 +41,45 @@ static bool isRearrangement(Operation *op) {
          costed.getCost().flops == 0;
 }
 
+bool weft::isCheapToRematerialize(Operation *op,
+                                  llvm::function_ref<bool(Value)> isActivation,
+                                  Value &activation) {
+  if (!op->hasTrait<weft::OpTrait::Elementwise>() || op->getNumResults() != 1 ||
+      !isa<DifferentiableOpInterface>(op))
+    return false;
+  activation = nullptr;
+  for (Value operand : op->getOperands()) {
+    if (!isActivation(operand))
+      continue;
+    if (activation && activation != operand)
+      return false;
+    activation = operand;
+  }
+  return bool(activation);
+}
+
+/// The sweep's side of the rule (isCheapToRematerialize): `clone`'s result
+/// is read only by elementwise ops, and its activation operand by the
+/// backward already (an op outside `pending`, the forward clones not yet
+/// walked), so it is kept anyway.
+static bool isRematerialized(Operation *clone,
+                             const llvm::DenseSet<Value> &fromInputs,
+                             const llvm::DenseSet<Operation *> &pending) {
+  Value activation;
+  if (!isCheapToRematerialize(
+          clone, [&](Value v) { return fromInputs.contains(v); }, activation))
+    return false;
+  Value result = clone->getResult(0);
+  if (result.use_empty() ||
+      llvm::any_of(result.getUsers(), [](Operation *user) {
+        return !user->hasTrait<weft::OpTrait::Elementwise>();
+      }))
+    return false;
+  return llvm::any_of(activation.getUsers(), [&](Operation *user) {
+    return user != clone && !pending.contains(user);
+  });
+}
+
 void weft::keptByOpPolicy(ArrayRef<Operation *> ops,
                           llvm::function_ref<bool(Value)> isWeight,
                           llvm::DenseSet<Operation *> &kept) {
@@ -1045,8 +1084,12 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
           forward,
           [&](Value v) { return !fromInputs.contains(v) && isFloatTensor(v); },
           keptByPolicy);
+    // The forward clones not yet walked: uses by them are not the
+    // backward's.
+    llvm::DenseSet<Operation *> pending(forward.begin(), forward.end());
     for (size_t i = forward.size(); i-- > 0;) {
       Operation *clone = forward[i], *original = originals[i];
+      pending.erase(clone);
       auto differentiable = dyn_cast<DifferentiableOpInterface>(clone);
       bool recomputed =
           llvm::none_of(clone->getResults(),
@@ -1054,7 +1097,9 @@ LogicalResult LayerOp::buildGradients(GradientState &state) {
           (state.getRecompute() == Recompute::Selective && differentiable &&
            differentiable.isAttentionCore()) ||
           (state.getRecompute() == Recompute::Ops &&
-           !keptByPolicy.contains(clone));
+           !keptByPolicy.contains(clone)) ||
+          (state.getRecompute() != Recompute::Ops &&
+           isRematerialized(clone, fromInputs, pending));
       if (!recomputed)
         for (auto [value, kept] :
              llvm::zip(clone->getResults(), original->getResults())) {

@@ -621,6 +621,18 @@ namespace {
 /// Accumulates what a block saves for backward.
 struct SavedSet {
   llvm::DenseSet<std::pair<Value, int>> all, selective;
+  /// What is kept for a reason other than an elementwise op's gradient (a
+  /// GEMM's, a norm's, a decomposition's reads, the operands of a
+  /// recomputed attention core): never rematerialized.
+  llvm::DenseSet<std::pair<Value, int>> heldAll, heldSelective;
+  void keep(std::pair<Value, int> key, bool elementwise) {
+    all.insert(key);
+    selective.insert(key);
+    if (!elementwise) {
+      heldAll.insert(key);
+      heldSelective.insert(key);
+    }
+  }
   double bytes(const llvm::DenseSet<std::pair<Value, int>> &set) const {
     double total = 0;
     for (auto [value, maskOnly] : set)
@@ -771,8 +783,11 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   // A fusion keeps what its body's ops keep, each by the same rule (the
   // program is differentiated before it is fused), its arguments read as
   // its operands.
-  std::function<void(Operation *, SmallVectorImpl<SavedTensor> &)> savedFor =
-      [&](Operation *op, SmallVectorImpl<SavedTensor> &out) {
+  // Each tensor comes with the op whose gradient reads it (for a fusion,
+  // the op of its body).
+  using KeptBy = std::pair<SavedTensor, Operation *>;
+  std::function<void(Operation *, SmallVectorImpl<KeptBy> &)> savedFor =
+      [&](Operation *op, SmallVectorImpl<KeptBy> &out) {
         if (auto fusion = dyn_cast<FusionOp>(op)) {
           Block &body = fusion.getBody().front();
           for (Operation &inner : body.without_terminator()) {
@@ -781,13 +796,13 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
                 llvm::none_of(inner.getOperands(),
                               [&](Value operand) { return isActive(operand); }))
               continue;
-            SmallVector<SavedTensor> kept;
+            SmallVector<KeptBy> kept;
             savedFor(&inner, kept);
-            for (SavedTensor tensor : kept) {
-              if (auto arg = dyn_cast<BlockArgument>(tensor.value);
+            for (KeptBy entry : kept) {
+              if (auto arg = dyn_cast<BlockArgument>(entry.first.value);
                   arg && arg.getOwner() == &body)
-                tensor.value = fusion.getInputs()[arg.getArgNumber()];
-              out.push_back(tensor);
+                entry.first.value = fusion.getInputs()[arg.getArgNumber()];
+              out.push_back(entry);
             }
           }
           return;
@@ -801,7 +816,8 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
                  isActive(value);
         });
         if (everyOperand) {
-          out.append(all.begin(), all.end());
+          for (const SavedTensor &tensor : all)
+            out.push_back({tensor, op});
           return;
         }
         llvm::SmallDenseSet<Value, 8> read;
@@ -816,7 +832,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         }
         for (const SavedTensor &tensor : all)
           if (read.contains(tensor.value))
-            out.push_back(tensor);
+            out.push_back({tensor, op});
       };
 
   // The records of the collectives, by op, to mark those a backward runs
@@ -926,17 +942,14 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           llvm::any_of(reads, [&](Value value) { return isActive(value); })) {
         for (Value value : reads)
           if (!isPersistent(value)) {
-            saved[b].all.insert({storedAs(value), 0});
-            saved[b].selective.insert({storedAs(value), 0});
+            saved[b].keep({storedAs(value), 0}, false);
             backwardReads[b].push_back(value);
           }
         // (Selective recomputation keeps them too: the fused gradient reads
         // q, k and v, so the step does not run the ring again.)
         if (AttentionBlockOp step = ringLastStep.lookup(group))
-          for (Value result : step->getResults()) {
-            saved[b].all.insert({result, 0});
-            saved[b].selective.insert({result, 0});
-          }
+          for (Value result : step->getResults())
+            saved[b].keep({result, 0}, false);
       }
     }
     // Saved for backward, by what the differentiated program differentiates:
@@ -947,21 +960,27 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           return isActive(operand);
         }))
       return;
-    SmallVector<SavedTensor> values;
+    SmallVector<KeptBy> values;
     if (!isDecomposed(op))
       savedFor(op, values);
     bool core = differentiable.isAttentionCore();
-    for (const SavedTensor &tensor : values) {
+    for (const auto &[tensor, by] : values) {
       if (isPersistent(tensor.value))
         continue;
       Operation *gathered;
       auto key = std::make_pair(storedAs(tensor.value, &gathered),
                                 int(tensor.maskOnly));
       markRegathered(gathered);
+      bool elementwise = by->hasTrait<weft::OpTrait::Elementwise>();
       saved[b].all.insert(key);
+      if (!elementwise)
+        saved[b].heldAll.insert(key);
       backwardReads[b].push_back(tensor.value);
-      if (!core)
+      if (!core) {
         saved[b].selective.insert(key);
+        if (!elementwise)
+          saved[b].heldSelective.insert(key);
+      }
     }
     // Selective recomputation reruns the core from its inputs: those made
     // outside the core stay. (A decomposition's blocks, the ring's, are
@@ -973,6 +992,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         if (isPersistent(operand) || (producer && producer.isAttentionCore()))
           continue;
         saved[b].selective.insert({storedAs(operand), 0});
+        saved[b].heldSelective.insert({storedAs(operand), 0});
       }
     // What the trained weights' gradients read, where the op mixes weights
     // with activations (a weight's cast is the weight's).
@@ -1046,6 +1066,53 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       }
       memory.sharedInputBytes += bytesOf(arg, false);
     }
+    // Rematerialized (isCheapToRematerialize, as -weft-differentiate applies
+    // it without full recomputation): an elementwise op's result that only
+    // elementwise ops' gradients read, from an activation that is kept
+    // anyway, is recomputed in backward, not kept. Walking backward as the
+    // sweep does, what a rematerialized op reads stays kept.
+    auto rematerialize =
+        [&](llvm::DenseSet<std::pair<Value, int>> &set,
+            const llvm::DenseSet<std::pair<Value, int>> &held) {
+          llvm::DenseSet<Value> readByRecomputed;
+          llvm::DenseSet<std::pair<Value, int>> dropped;
+          std::function<void(Block &, FusionOp)> walk = [&](Block &block,
+                                                            FusionOp fusion) {
+            // A fusion's argument is the fusion's operand.
+            auto outside = [&](Value value) -> Value {
+              if (auto arg = dyn_cast<BlockArgument>(value);
+                  fusion && arg && arg.getOwner() == &block)
+                return fusion.getInputs()[arg.getArgNumber()];
+              return value;
+            };
+            for (Operation &op : llvm::reverse(block.without_terminator())) {
+              if (auto inner = dyn_cast<FusionOp>(op)) {
+                walk(inner.getBody().front(), inner);
+                continue;
+              }
+              if (op.getNumResults() != 1)
+                continue;
+              Value result = op.getResult(0);
+              std::pair<Value, int> key{storedAs(result), 0};
+              Value activation;
+              if (!set.contains(key) || held.contains(key) ||
+                  readByRecomputed.contains(outside(result)) ||
+                  !isCheapToRematerialize(
+                      &op, [&](Value v) { return !isPersistent(outside(v)); },
+                      activation) ||
+                  !set.contains({storedAs(outside(activation)), 0}))
+                continue;
+              dropped.insert(key);
+              for (Value operand : op.getOperands())
+                readByRecomputed.insert(outside(operand));
+            }
+          };
+          walk(layer.getBody().front(), FusionOp());
+          for (auto key : dropped)
+            set.erase(key);
+        };
+    rematerialize(kept.all, kept.heldAll);
+    rematerialize(kept.selective, kept.heldSelective);
   }
   // recompute=op (keptByOpPolicy, as -weft-differentiate applies it): the
   // layer keeps the results of the ops the policy keeps that the backward

@@ -139,6 +139,32 @@ TEST(PlannerMemory, OpRecomputationKeepsWhatThePolicyKeeps) {
   EXPECT_NE(model.checkPlan(ring).find("recompute=op"), std::string::npos);
 }
 
+// A SwiGLU's silu(gate) is not kept: only the product's elementwise gradient
+// reads it, and the backward recomputes it from the gate, which the SiLU's
+// own gradient keeps (as Megatron-Core's fused SwiGLU keeps gate, up and
+// product). -weft-differentiate builds that step
+// (test/training/saved_activations.py checks the two agree).
+TEST(PlannerMemory, SwiGLUKeepsGateUpAndProduct) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x1");
+  plan::TrainingConfig training = megatron2022(1);
+  training.set_flash_attention(true);
+  training.set_dropout(false);
+  plan::ModelSpec spec = *lookupPreset("llama2-7b");
+  CostModel model(spec, cluster, training);
+  const double s = 2048, h = double(spec.hidden()),
+               f = double(spec.ffn_hidden());
+  for (int t : {1, 2}) {
+    SCOPED_TRACE("tp=" + std::to_string(t));
+    const BlockCost &layer = model.layerCost(tpPlan(t, false, 1));
+    // The norms' inputs and outputs (4 x 2sh, whole under tp without SP),
+    // q, k, v and the attention's output (4 x 2sh / t), and gate, up and
+    // product (3 x 2sf / t). With silu(gate) kept it would be 8sf / t.
+    EXPECT_DOUBLE_EQ(layer.savedBytes,
+                     2 * s * h * (4 + 4.0 / t) + 6 * s * f / t);
+    EXPECT_DOUBLE_EQ(layer.savedBytesSelective, layer.savedBytes);
+  }
+}
+
 // The vocabulary-parallel output layer and embedding keep what the
 // unsplit ones keep, on the rank's block of the vocabulary: a training step
 // is differentiated before it is partitioned, so the cross-entropy's
@@ -645,8 +671,8 @@ TEST(PlannerSearch, NearPlansAreASecondSearchInOne) {
 TEST(PlannerSearch, RelativeBoundsKeepTheBestPlans) {
   plan::Cluster cluster = *parseClusterShorthand("h100:8x16");
   plan::TrainingConfig training = megatron2022(64);
-  // (At 131072 tokens, since a SwiGLU's SiLU output counts as kept, no
-  // plan's ring reaches the bound: both searches build the same programs.)
+  // (A sequence at which the bound prunes: at 131072 tokens memory left no
+  // plan's ring near it, and both searches built the same programs.)
   training.set_seq_len(65536);
   // Ring attention needs fused attention (without it cp > 1 cannot run).
   training.set_flash_attention(true);

@@ -42,6 +42,21 @@ void keptByOpPolicy(llvm::ArrayRef<mlir::Operation *> ops,
                     llvm::function_ref<bool(mlir::Value)> isWeight,
                     llvm::DenseSet<mlir::Operation *> &kept);
 
+/// Without full recomputation, a layer's backward recomputes an elementwise
+/// op from one activation operand rather than keep its result, where
+/// everything that reads the result in backward is elementwise too (the
+/// recomputation fuses into those kernels) and the operand is kept anyway:
+/// SwiGLU's silu(gate), read by the product's gradient, recomputed from the
+/// gate its own gradient keeps, as Megatron-Core's fused SwiGLU does. A
+/// result a GEMM reads (GELU's, the second MLP GEMM's input) stays kept. This
+/// says whether `op` has that form: elementwise, one result, differentiable,
+/// and exactly one operand for which `isActivation` holds (returned in
+/// `activation`); the sweep and the cost model's profile each check the rest
+/// on their side.
+bool isCheapToRematerialize(mlir::Operation *op,
+                            llvm::function_ref<bool(mlir::Value)> isActivation,
+                            mlir::Value &activation);
+
 class GradientState {
 public:
   explicit GradientState(mlir::OpBuilder &builder,
