@@ -45,13 +45,13 @@ const CatalogEntry kCatalog[] = {
 // A GEMM of F FLOPs reaches eff * F / (F + half) of peak (a fixed ramp of
 // ~12 us on both families). A100's pair was refitted once the calibration
 // had FSDP runs with large per-GPU GEMMs (MPT, calibration.csv). Hopper's cap
-// was refitted once the Megatron-Core rows were costed with the interleaved
-// schedule their pipeline-communication overlap implies; its half-point is
-// A100's ramp time, which those rows (GEMMs of 1e11 FLOPs and more) cannot
-// pin down.
+// was refitted on its 19 calibration rows (Megatron-Core's, costed with the
+// interleaved schedule their pipeline-communication overlap implies, and
+// MPT's H100 table); its half-point is A100's ramp time, which those rows
+// pin down little.
 constexpr double kGemmEfficiencyAmpere = 0.66;
 constexpr double kGemmHalfFlopsAmpere = 2.5e9;
-constexpr double kGemmEfficiencyHopper = 0.59;
+constexpr double kGemmEfficiencyHopper = 0.53;
 constexpr double kGemmHalfFlopsHopper = 7.0e9;
 constexpr double kMemoryEfficiency = 0.80;
 // Host time per op of an eager framework (PyTorch dispatch, launch): it
