@@ -504,9 +504,16 @@ const char *planner::exportRestriction(const plan::Plan &p,
              "sequence parallelism is Ulysses)";
     if (p.pp() > 1 && p.zero_stage() >= 2)
       return "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only";
-    if (p.recompute() == plan::RECOMPUTE_OP)
-      return "DeepSpeed checkpoints whole layers; recompute=op is "
-             "torchtitan's per-op policy: choose recompute=full or none";
+    if (p.sequence_parallel())
+      return "DeepSpeed's tensor parallelism (AutoTP) has no Megatron "
+             "sequence parallelism: choose sp=0, or --export megatron";
+    if (p.recompute() == plan::RECOMPUTE_OP ||
+        p.recompute() == plan::RECOMPUTE_SELECTIVE)
+      return "DeepSpeed checkpoints whole layers (the pipeline's "
+             "activation_checkpoint_interval); recompute=selective "
+             "(Megatron's attention core) and recompute=op (torchtitan's "
+             "per-op policy) have no DeepSpeed setting: choose recompute=full "
+             "or none, or --export megatron for selective";
   } else if (framework == "torchtitan") {
     if (p.ulysses() > 1)
       return "torchtitan has no Ulysses attention; choose a plan with "
@@ -615,16 +622,19 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     int64_t accumulation = p.num_micro_batches();
     os << "{\n  \"train_batch_size\": " << tr.global_batch()
        << ",\n  \"train_micro_batch_size_per_gpu\": " << p.micro_batch()
-       << ",\n  \"gradient_accumulation_steps\": " << accumulation
-       << ",\n  \"" << (tr.dtype() == "fp16" ? "fp16" : "bf16")
+       << ",\n  \"gradient_accumulation_steps\": " << accumulation << ",\n  \""
+       << (tr.dtype() == "fp16" ? "fp16" : "bf16")
        << "\": {\"enabled\": true},\n  \"optimizer\": {\"type\": \"Adam\"},\n"
        << "  \"zero_optimization\": {\"stage\": " << p.zero_stage()
        << ", \"overlap_comm\": true, \"contiguous_gradients\": true},\n"
+       // Weft costs each tensor-parallel rank saving its whole checkpointed
+       // layer input, as DeepSpeed does without partition_activations;
+       // the pipeline engine recomputes every layer at interval 1.
        << "  \"activation_checkpointing\": {\"partition_activations\": "
-       << (p.recompute() == plan::RECOMPUTE_FULL ? "true" : "false")
-       << ", \"contiguous_memory_optimization\": false},\n"
+          "false, \"contiguous_memory_optimization\": false},\n"
        << "  \"pipeline\": {\"stages\": " << p.pp()
-       << ", \"partition_method\": \"uniform\"},\n"
+       << ", \"partition\": \"uniform\", \"activation_checkpoint_interval\": "
+       << (p.recompute() == plan::RECOMPUTE_FULL ? 1 : 0) << "},\n"
        << "  \"sequence_parallel_size\": " << p.ulysses()
        << ",\n  \"tensor_parallel\": {\"autotp_size\": " << p.tp()
        << "},\n  \"weft_plan\": \"" << describePlan(p) << "\"\n}\n";
