@@ -307,6 +307,9 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   options.top = request.top;
   options.tpAcrossNodes = request.tpAcrossNodes;
   options.tensor3d = request.tensor3d;
+  if (request.maxMicroBatch > 0)
+    options.maxMicroBatch = options.maxMicroBatchUnpipelined =
+        request.maxMicroBatch;
   options.boundFromRelatives = request.boundFromRelatives;
   options.progress = request.progress;
   if (!request.exportFramework.empty()) {
@@ -322,6 +325,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   }
   if (request.top < 1)
     return planError("--top must be at least 1");
+  if (request.maxMicroBatch < 0 || request.maxMicroBatch > 1024)
+    return planError("--max-micro-batch must be between 1 and 1024");
   // The compression policies plans are costed under: one (none, or the
   // user's), or with "auto" the ones worth trying on a bf16 run: int8
   // gradients, and fp8 activations besides, the pipeline's sends included

@@ -267,7 +267,9 @@ SearchResult planner::searchPlans(CostModel &model,
               --dp;
             if (batch % dp)
               continue;
-            for (int64_t mbs = 1; mbs <= options.maxMicroBatch; ++mbs) {
+            const int64_t maxMbs = pp == 1 ? options.maxMicroBatchUnpipelined
+                                           : options.maxMicroBatch;
+            for (int64_t mbs = 1; mbs <= maxMbs; ++mbs) {
               if ((batch / dp) % mbs)
                 continue;
               int64_t micro = batch / dp / mbs;
@@ -569,7 +571,8 @@ std::string planner::outsideSearchSpace(const CostModel &model,
              "(gx*gy >= 4), over both gx and gy or with gz > 1 (one axis "
              "alone is Megatron's tp)";
   }
-  if (plan.micro_batch() > options.maxMicroBatch)
+  if (plan.micro_batch() > (plan.pp() == 1 ? options.maxMicroBatchUnpipelined
+                                           : options.maxMicroBatch))
     return "micro-batch above the searched maximum";
   int64_t inner = int64_t(plan.tp()) * plan.cp() * plan.ulysses() * plan.pp() *
                   tensor3dSize(plan);

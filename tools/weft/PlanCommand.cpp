@@ -185,6 +185,11 @@ static cl::opt<bool> tensor3dOpt(
     cl::desc("Also search AxoNN's 3-D tensor parallelism (grids Gx x Gy x "
              "Gz; on by default, --tp3d=false searches Megatron's tp only)"),
     cl::init(true), cl::sub(planCommand));
+static cl::opt<int> maxMicroBatchOpt(
+    "max-micro-batch",
+    cl::desc("Largest micro-batch size searched (default: 16 with pipeline "
+             "stages, 64 without)"),
+    cl::init(0), cl::sub(planCommand));
 static cl::opt<bool> printIr(
     "print-rank-ir",
     cl::desc("Print the weft IR one rank runs for a micro-batch of the first "
@@ -315,6 +320,7 @@ static weft::driver::PlanRequest planRequest() {
   request.riskTolerance = riskToleranceOpt;
   request.tpAcrossNodes = tpAcross;
   request.tensor3d = tensor3dOpt;
+  request.maxMicroBatch = maxMicroBatchOpt;
   request.compress = compressOpt;
   request.boundFromRelatives = !noRelativeBounds;
   request.evaluate = evaluateOpt;

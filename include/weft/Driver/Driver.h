@@ -173,6 +173,9 @@ struct PlanRequest {
   bool tpAcrossNodes = false;
   /// Also search AxoNN's 3-D tensor parallelism (planner::SearchOptions).
   bool tensor3d = true;
+  /// Largest micro-batch size searched, with or without pipeline stages;
+  /// 0: planner::SearchOptions' defaults (16 with, 64 without).
+  int maxMicroBatch = 0;
   bool boundFromRelatives = true;
   /// Cost this plan ("tp=8,pp=8,...") instead of searching.
   std::string evaluate;

@@ -28,8 +28,13 @@ struct SearchOptions {
   /// Cost a kept context-parallel plan with K and V all-gathered too
   /// (plan::CP_COMM_ALL_GATHER) and keep the faster of it and the ring.
   bool cpAllGather = true;
-  /// Largest micro-batch size tried.
+  /// Largest micro-batch size tried with pipeline stages, where fewer,
+  /// larger micro-batches lengthen the bubble.
   int maxMicroBatch = 16;
+  /// Largest micro-batch size tried without pipeline stages, where a larger
+  /// one costs no bubble and saves per-micro-batch work (ZeRO-3's gathers,
+  /// launches); small models under FSDP run 24-40 (MosaicML's MPT table).
+  int maxMicroBatchUnpipelined = 64;
   /// Bound a context-parallel plan from a measured one with a shorter ring
   /// before building its programs (CostModel::relativeWorkBound). Off, every
   /// plan shape that divides is built and measured (for tests).
