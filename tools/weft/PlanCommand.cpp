@@ -218,6 +218,13 @@ static cl::opt<int> progressAfterMs(
 static cl::opt<std::string> calibrationDir(
     "data", cl::desc("Directory with the calibration CSV files"),
     cl::init(WEFT_CALIBRATION_DIR), cl::sub(calibrateCommand));
+static cl::opt<std::string> calibrateRuns(
+    "runs",
+    cl::desc("Cost your own measured runs instead of the published ones: a "
+             "CSV in bench/calibration/validation.csv's columns (optional "
+             "gpus_per_node, default 8), printed with the model's error on "
+             "them and how it compares with the band weft plan prints"),
+    cl::value_desc("runs.csv"), cl::init(""), cl::sub(calibrateCommand));
 static cl::opt<bool> calibrateSearch(
     "search",
     cl::desc("Also search each row's plan from model, GPUs, batch and "
@@ -257,6 +264,11 @@ static cl::opt<int> calibrateLayersPerChunk(
 
 static int planError(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "weft plan") << message << '\n';
+  return 1;
+}
+
+static int calibrateError(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "weft calibrate") << message << '\n';
   return 1;
 }
 
@@ -568,17 +580,52 @@ llvm::Expected<Csv> readCsv(const std::string &path) {
     return llvm::createStringError("cannot read '" + path + "'");
   Csv csv;
   std::string line;
-  while (std::getline(in, line)) {
+  for (int number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r')
       line.pop_back();
     if (line.empty())
       continue;
-    if (csv.header.empty())
+    if (csv.header.empty()) {
       csv.header = splitCsvLine(line);
-    else
-      csv.rows.push_back(splitCsvLine(line));
+      continue;
+    }
+    csv.rows.push_back(splitCsvLine(line));
+    if (csv.rows.back().size() != csv.header.size())
+      return llvm::createStringError(
+          llvm::formatv("{0}:{1}: {2} fields where the header has {3}", path,
+                        number, csv.rows.back().size(), csv.header.size())
+              .str());
   }
   return csv;
+}
+
+/// Checks that `csv` (read from `path`) has each of `columns` and that each
+/// row holds a positive number below 1e9 in them, so that reading them
+/// cannot fail.
+llvm::Error requireNumbers(const Csv &csv, const std::string &path,
+                           llvm::ArrayRef<const char *> columns) {
+  for (const char *name : columns) {
+    int column = csv.column(name);
+    if (column < 0)
+      return llvm::createStringError(path + ": no column '" + name + "'");
+    for (size_t i = 0; i < csv.rows.size(); ++i) {
+      double value = 0;
+      llvm::StringRef text = csv.rows[i][size_t(column)];
+      if (text.getAsDouble(value) || !(value > 0) || !(value < 1e9))
+        return llvm::createStringError(
+            llvm::formatv("{0}: row {1}: {2} '{3}' is not a positive number",
+                          path, i + 1, name, text)
+                .str());
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// A field that requireNumbers checked.
+double checkedNumber(llvm::StringRef text) {
+  double value = 0;
+  (void)text.getAsDouble(value);
+  return value;
 }
 
 struct CalibrationRow {
@@ -586,6 +633,8 @@ struct CalibrationRow {
   /// Validation rows are never fitted to: they report the model's error on
   /// data it was not tuned on.
   bool validation = false;
+  /// A row of the user's --runs file.
+  bool yours = false;
   /// Set for validation rows: the plan as --evaluate text, parsed once the
   /// row's cost model exists.
   std::string planSpec;
@@ -616,12 +665,13 @@ static plan::ModelSpec gptSpec(const std::string &name, int64_t heads,
   return spec;
 }
 
-/// A row's cluster (nodes of 8 of `gpu`) and training setup.
+/// A row's cluster (nodes of `perNode` of `gpu`) and training setup.
 static llvm::Error setUpRow(CalibrationRow &row, const std::string &gpu,
                             int64_t gpus, int64_t batch, int64_t seq,
-                            bool flash, bool dropout) {
+                            bool flash, bool dropout, int64_t perNode = 8) {
   auto cluster = parseClusterShorthand(
-      gpu + ":8x" + std::to_string(std::max<int64_t>(1, gpus / 8)));
+      gpu + ":" + std::to_string(perNode) + "x" +
+      std::to_string(std::max<int64_t>(1, gpus / perNode)));
   if (!cluster)
     return cluster.takeError();
   row.cluster = *cluster;
@@ -637,11 +687,21 @@ static llvm::Error setUpRow(CalibrationRow &row, const std::string &gpu,
 static llvm::Expected<std::vector<CalibrationRow>>
 loadCalibrationRows(const std::string &dir) {
   std::vector<CalibrationRow> rows;
-  auto num = [](const std::string &s) { return std::stod(s); };
+  auto num = [](const std::string &s) { return checkedNumber(s); };
   {
-    auto csv = readCsv(dir + "/korthikanti2022_table5_end_to_end.csv");
+    std::string path = dir + "/korthikanti2022_table5_end_to_end.csv";
+    auto csv = readCsv(path);
     if (!csv)
       return csv.takeError();
+    if (llvm::Error error = requireNumbers(
+            *csv, path,
+            {"gpus", "heads", "hidden", "layers", "vocab", "seq_len",
+             "global_batch", "TP", "PP", "DP", "micro_batch",
+             "pipeline_interleaving_calculon", "iter_time_seqpar_selective_s",
+             "iter_time_full_recompute_s"}))
+      return error;
+    if (csv->column("model") < 0)
+      return llvm::createStringError(path + ": no column 'model'");
     for (auto &r : csv->rows) {
       auto get = [&](const char *name) { return r.at(csv->column(name)); };
       for (int mode = 0; mode < 2; ++mode) {
@@ -654,6 +714,9 @@ loadCalibrationRows(const std::string &dir) {
                             int64_t(num(get("layers"))),
                             int64_t(num(get("vocab"))),
                             int64_t(num(get("seq_len"))));
+        if (llvm::Error error = validateModel(row.model))
+          return llvm::createStringError(path + ": " +
+                                         llvm::toString(std::move(error)));
         // Megatron 2022: unfused attention, dropout.
         if (llvm::Error error = setUpRow(
                 row, "a100-80g", gpus, int64_t(num(get("global_batch"))),
@@ -683,9 +746,18 @@ loadCalibrationRows(const std::string &dir) {
     }
   }
   {
-    auto csv = readCsv(dir + "/megatron_core_h100_weak_scaling.csv");
+    std::string path = dir + "/megatron_core_h100_weak_scaling.csv";
+    auto csv = readCsv(path);
     if (!csv)
       return csv.takeError();
+    if (llvm::Error error = requireNumbers(
+            *csv, path,
+            {"num_gpus", "attention_heads", "hidden_size", "layers", "vocab",
+             "seq_len", "global_batch", "tensor_parallel", "pipeline_parallel",
+             "data_parallel", "tflops_per_gpu"}))
+      return error;
+    if (csv->column("model") < 0)
+      return llvm::createStringError(path + ": no column 'model'");
     for (auto &r : csv->rows) {
       auto get = [&](const char *name) { return r.at(csv->column(name)); };
       CalibrationRow row;
@@ -696,6 +768,9 @@ loadCalibrationRows(const std::string &dir) {
                           int64_t(num(get("layers"))),
                           int64_t(num(get("vocab"))),
                           int64_t(num(get("seq_len"))));
+      if (llvm::Error error = validateModel(row.model))
+        return llvm::createStringError(path + ": " +
+                                       llvm::toString(std::move(error)));
       if (llvm::Error error =
               setUpRow(row, "h100", gpus, int64_t(num(get("global_batch"))),
                        int64_t(num(get("seq_len"))), /*flash=*/true,
@@ -746,12 +821,8 @@ loadCalibrationRows(const std::string &dir) {
 /// text); `measured_step_s` is seconds, or `tflops:X` for a published X model
 /// TFLOP/s per GPU. Rows of validation.csv are never fitted to; rows of
 /// calibration.csv are fitted to like the two files above.
-static llvm::Error loadPublishedRows(const std::string &dir,
-                                     llvm::StringRef file, bool validation,
+static llvm::Error loadPublishedRows(const std::string &path, bool validation,
                                      std::vector<CalibrationRow> &rows) {
-  std::string path = dir + "/" + file.str();
-  if (!llvm::sys::fs::exists(path))
-    return llvm::Error::success();
   auto csv = readCsv(path);
   if (!csv)
     return csv.takeError();
@@ -824,9 +895,21 @@ static llvm::Error loadPublishedRows(const std::string &dir,
         return value.takeError();
       dropout = *value;
     }
+    int64_t perNode = 8;
+    if (csv->column("gpus_per_node") >= 0 && !get("gpus_per_node").empty()) {
+      auto value = integer("gpus_per_node");
+      if (!value)
+        return value.takeError();
+      perNode = *value;
+    }
+    if (n["gpus"] < 1 || perNode < 1 || n["gpus"] % perNode)
+      return llvm::createStringError(
+          llvm::formatv("{0}: row '{1}': {2} GPUs are not whole nodes of {3}",
+                        path, row.name, n["gpus"], perNode)
+              .str());
     if (llvm::Error error =
             setUpRow(row, get("gpu"), n["gpus"], n["global_batch"],
-                     n["seq_len"], n["flash"] != 0, dropout))
+                     n["seq_len"], n["flash"] != 0, dropout, perNode))
       return error;
     if (csv->column("network") >= 0 && !get("network").empty()) {
       std::string network = get("network");
@@ -866,14 +949,31 @@ static llvm::Error loadPublishedRows(const std::string &dir,
 }
 
 int runCalibrate() {
-  auto rows = loadCalibrationRows(calibrationDir);
-  if (!rows)
-    return planError(llvm::toString(rows.takeError()));
-  for (bool validation : {false, true})
-    if (llvm::Error error = loadPublishedRows(
-            calibrationDir, validation ? "validation.csv" : "calibration.csv",
-            validation, *rows))
-      return planError(llvm::toString(std::move(error)));
+  std::vector<CalibrationRow> rows;
+  if (!calibrateRuns.empty()) {
+    // Only the user's runs: how the model does on their cluster.
+    if (!llvm::sys::fs::exists(calibrateRuns))
+      return calibrateError("--runs: no file '" + calibrateRuns + "'");
+    if (llvm::Error error = loadPublishedRows(calibrateRuns, false, rows))
+      return calibrateError(llvm::toString(std::move(error)));
+    if (rows.empty())
+      return calibrateError("--runs: '" + calibrateRuns + "' has no rows");
+    for (CalibrationRow &row : rows)
+      row.yours = true;
+  } else {
+    auto loaded = loadCalibrationRows(calibrationDir);
+    if (!loaded)
+      return calibrateError(llvm::toString(loaded.takeError()));
+    rows = std::move(*loaded);
+    for (bool validation : {false, true}) {
+      std::string path = calibrationDir + "/" +
+                         (validation ? "validation.csv" : "calibration.csv");
+      if (!llvm::sys::fs::exists(path))
+        continue;
+      if (llvm::Error error = loadPublishedRows(path, validation, rows))
+        return calibrateError(llvm::toString(std::move(error)));
+    }
+  }
   llvm::raw_ostream &os = llvm::outs();
   os << llvm::format("%-36s %-44s %10s %10s %8s", "row", "published plan",
                      "measured", "predicted", "error");
@@ -883,14 +983,17 @@ int runCalibrate() {
   struct Stats {
     double sum = 0, signedSum = 0, max = 0;
     int count = 0, searchedNotSlower = 0, inside = 0;
-  } sets[2];
-  bool headed[2] = {false, false};
-  std::vector<double> validationRatios;
-  for (CalibrationRow &row : *rows) {
-    Stats &stats = sets[row.validation];
-    if (!headed[row.validation] && row.validation)
+  } sets[3];
+  bool headed[3] = {false, false, false};
+  std::vector<double> validationRatios, yourRatios;
+  for (CalibrationRow &row : rows) {
+    const int set = row.yours ? 2 : row.validation;
+    Stats &stats = sets[set];
+    if (!headed[set] && set == 1)
       os << "-- validation rows (other sources; never fitted to) --\n";
-    headed[row.validation] = true;
+    if (!headed[set] && set == 2)
+      os << "-- your runs (" << calibrateRuns << ") --\n";
+    headed[set] = true;
     for (const std::string &setting : calibrateSet) {
       auto [key, value] = llvm::StringRef(setting).split('=');
       // "h100.gemm_efficiency=0.7" applies to one GPU only.
@@ -902,7 +1005,7 @@ int runCalibrate() {
       }
       double number = 0;
       if (value.getAsDouble(number))
-        return planError("--set " + setting + ": not NAME=NUMBER");
+        return calibrateError("--set " + setting + ": not NAME=NUMBER");
       const auto *field =
           plan::Gpu::descriptor()->FindFieldByName(key.str());
       if (field && field->cpp_type() ==
@@ -912,24 +1015,27 @@ int runCalibrate() {
       else if (key == "nic_efficiency")
         row.cluster.set_nic_efficiency(number);
       else
-        return planError("--set: no GPU field '" + key.str() + "'");
+        return calibrateError("--set: no GPU field '" + key.str() + "'");
     }
     CostModel model(row.model, row.cluster, row.training);
     if (!row.planSpec.empty()) {
       auto parsed = parsePlanSpec(row.planSpec, model);
       if (!parsed)
-        return planError(row.name + ": " + llvm::toString(parsed.takeError()));
+        return calibrateError(row.name + ": " +
+                              llvm::toString(parsed.takeError()));
       row.plan = *parsed;
     }
     std::string why = model.checkPlan(row.plan);
     if (!why.empty())
-      return planError(row.name + ": the published plan does not check: " +
-                       why);
+      return calibrateError(row.name +
+                            ": the published plan does not check: " + why);
     model.evaluate(row.plan);
     double predicted = row.plan.time().step_s();
     double error = predicted / row.measured - 1;
     if (row.validation)
       validationRatios.push_back(row.measured / predicted);
+    if (row.yours)
+      yourRatios.push_back(row.measured / predicted);
     stats.sum += std::abs(error);
     stats.signedSum += error;
     stats.max = std::max(stats.max, std::abs(error));
@@ -994,15 +1100,15 @@ int runCalibrate() {
     }
     os << "\n";
   }
-  for (int set = 0; set < 2; ++set) {
+  for (int set = 0; set < 3; ++set) {
     const Stats &stats = sets[set];
     if (!stats.count)
       continue;
-    os << llvm::format("%s rows: %d, mean |error| %.2f%%, max |error| %.2f%%, "
+    const char *names[] = {"calibration rows", "validation rows", "your runs"};
+    os << llvm::format("%s: %d, mean |error| %.2f%%, max |error| %.2f%%, "
                        "signed mean %+.2f%%",
-                       set ? "validation" : "calibration", stats.count,
-                       100 * stats.sum / stats.count, 100 * stats.max,
-                       100 * stats.signedSum / stats.count);
+                       names[set], stats.count, 100 * stats.sum / stats.count,
+                       100 * stats.max, 100 * stats.signedSum / stats.count);
     os << (set ? "\n"
                : " (Calculon on Korthikanti Table 5: mean 3.65%, max "
                  "8.87%)\n");
@@ -1012,6 +1118,28 @@ int runCalibrate() {
                          "search space (divides and fits): %d of %d\n",
                          stats.searchedNotSlower, stats.count, stats.inside,
                          stats.count);
+  }
+  if (!yourRatios.empty()) {
+    // Where the user's cluster falls against the band weft plan prints.
+    ErrorBand yours = errorBandOf(yourRatios);
+    ErrorBand used = validationErrorBand();
+    os << llvm::format("measured/predicted on your %d runs: median %.3f, "
+                       "range %.3f-%.3f; weft plan's band (%d published "
+                       "runs): %.3f-%.3f, median %.3f\n",
+                       yours.rows, yours.median,
+                       *std::min_element(yourRatios.begin(), yourRatios.end()),
+                       *std::max_element(yourRatios.begin(), yourRatios.end()),
+                       used.rows, used.low, used.high, used.median);
+    double shift = yours.median / used.median;
+    if (shift > used.high / used.median || shift < used.low / used.median)
+      os << llvm::format("  your runs take %.2fx the steps the model's band "
+                         "centres on, outside it: scale weft plan's steps by "
+                         "that, or find the GPU fields that fit your runs "
+                         "(--runs with --set GPU.FIELD=X) and give weft plan "
+                         "a cluster file with them\n",
+                         shift);
+    else
+      os << "  your runs fall inside the band weft plan prints\n";
   }
   if (!validationRatios.empty()) {
     // The band `weft plan` prints with every plan; it is compiled in
