@@ -948,6 +948,26 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
   return llvm::Error::success();
 }
 
+/// A plan in a calibration row's few words ("tp8 pp35 dp8 mbs1 1F1B full").
+static std::string shortPlanText(const plan::Plan &p) {
+  return "tp" + std::to_string(p.tp()) + " pp" + std::to_string(p.pp()) +
+         " dp" + std::to_string(p.dp()) +
+         (p.cp() > 1 ? " cp" + std::to_string(p.cp()) : "") +
+         (p.cp() > 1 && p.cp_comm() == plan::CP_COMM_ALL_GATHER ? "ag" : "") +
+         (p.ulysses() > 1 ? " uly" + std::to_string(p.ulysses()) : "") +
+         (p.gx() * p.gy() * p.gz() > 1
+              ? " 3d" + std::to_string(p.gx()) + "x" + std::to_string(p.gy()) +
+                    "x" + std::to_string(p.gz())
+              : "") +
+         (p.zero_stage() > 1 ? " zero" + std::to_string(p.zero_stage()) : "") +
+         " mbs" + std::to_string(p.micro_batch()) + " " +
+         scheduleName(p.schedule()) +
+         (p.virtual_stages() > 1 ? " v" + std::to_string(p.virtual_stages())
+                                 : "") +
+         (p.sequence_parallel() ? " sp" : "") + " " +
+         recomputeName(p.recompute());
+}
+
 int runCalibrate() {
   std::vector<CalibrationRow> rows;
   if (!calibrateRuns.empty()) {
@@ -1040,23 +1060,7 @@ int runCalibrate() {
     stats.signedSum += error;
     stats.max = std::max(stats.max, std::abs(error));
     ++stats.count;
-    std::string planText =
-        "tp" + std::to_string(row.plan.tp()) + " pp" +
-        std::to_string(row.plan.pp()) + " dp" + std::to_string(row.plan.dp()) +
-        (row.plan.cp() > 1 ? " cp" + std::to_string(row.plan.cp()) : "") +
-        (row.plan.cp() > 1 && row.plan.cp_comm() == plan::CP_COMM_ALL_GATHER
-             ? "ag"
-             : "") +
-        (row.plan.zero_stage() > 1
-             ? " zero" + std::to_string(row.plan.zero_stage())
-             : "") +
-        " mbs" + std::to_string(row.plan.micro_batch()) + " " +
-        scheduleName(row.plan.schedule()) +
-        (row.plan.virtual_stages() > 1
-             ? " v" + std::to_string(row.plan.virtual_stages())
-             : "") +
-        (row.plan.sequence_parallel() ? " sp" : "") + " " +
-        recomputeName(row.plan.recompute());
+    std::string planText = shortPlanText(row.plan);
     os << llvm::format("%-36s %-44s %9.3fs %9.3fs %+7.2f%%", row.name.c_str(),
                        planText.c_str(), row.measured, predicted, 100 * error);
     if (calibrateVerbose) {
@@ -1097,6 +1101,8 @@ int runCalibrate() {
         os << " (" << outside << ")";
       else if (!row.plan.fits())
         os << " (does not fit in memory in the model)";
+      if (!result.plans.empty())
+        os << "  searched: " << shortPlanText(result.plans[0]);
     }
     os << "\n";
   }
