@@ -504,6 +504,15 @@ const char *planner::exportRestriction(const plan::Plan &p,
              "sequence parallelism is Ulysses)";
     if (p.pp() > 1 && p.zero_stage() >= 2)
       return "DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only";
+    // AutoTP training is tensor x data parallelism with ZeRO 0-2 on a
+    // Hugging Face model (deepspeed.ai/tutorials/autotp-training).
+    if (p.tp() > 1 && p.zero_stage() == 3)
+      return "DeepSpeed's tensor parallelism (AutoTP) combines with ZeRO "
+             "stages 0-2, not ZeRO-3: choose zero<=2 or tp=1";
+    if (p.tp() > 1 && p.pp() > 1)
+      return "DeepSpeed's tensor parallelism (AutoTP) shards a Hugging Face "
+             "model, not the pipeline engine's stages: choose tp=1 or pp=1, "
+             "or --export megatron (Megatron-DeepSpeed's tp with pipeline)";
     if (p.sequence_parallel())
       return "DeepSpeed's tensor parallelism (AutoTP) has no Megatron "
              "sequence parallelism: choose sp=0, or --export megatron";
@@ -631,11 +640,18 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
        // layer input, as DeepSpeed does without partition_activations;
        // the pipeline engine recomputes every layer at interval 1.
        << "  \"activation_checkpointing\": {\"partition_activations\": "
-          "false, \"contiguous_memory_optimization\": false},\n"
-       << "  \"pipeline\": {\"stages\": " << p.pp()
-       << ", \"partition\": \"uniform\", \"activation_checkpoint_interval\": "
-       << (p.recompute() == plan::RECOMPUTE_FULL ? 1 : 0) << "},\n"
-       << "  \"sequence_parallel_size\": " << p.ulysses()
+          "false, \"contiguous_memory_optimization\": false},\n";
+    if (p.pp() > 1)
+      os << "  \"pipeline\": {\"stages\": " << p.pp()
+         << ", \"partition\": \"uniform\", "
+            "\"activation_checkpoint_interval\": "
+         << (p.recompute() == plan::RECOMPUTE_FULL ? 1 : 0) << "},\n";
+    else if (p.recompute() == plan::RECOMPUTE_FULL)
+      // Without the pipeline engine the model checkpoints its own layers.
+      os << "  \"weft_recompute\": \"full: checkpoint every transformer layer "
+            "in the model (e.g. Hugging Face gradient_checkpointing_enable()); "
+            "without pipeline stages DeepSpeed's config does not set it\",\n";
+    os << "  \"sequence_parallel_size\": " << p.ulysses()
        << ",\n  \"tensor_parallel\": {\"autotp_size\": " << p.tp()
        << "},\n  \"weft_plan\": \"" << describePlan(p) << "\"\n}\n";
     return text;
