@@ -117,7 +117,16 @@ def test_plan_views_equal_cli(tmp_path):
                          framework="megatron")
     assert exported[0].to_megatron_args() in megatron
     assert "--tensor-model-parallel-size" in exported[0].to_megatron_args()
-    assert exported[0].to_deepspeed_args()
+    # The plan Megatron runs (tp with SP) is one DeepSpeed cannot express; a
+    # search for DeepSpeed gives one it can.
+    if getattr(exported[0], "sequence_parallel", False):
+        with pytest.raises(weft.Error, match="DeepSpeed"):
+            exported[0].to_deepspeed_args()
+    deepspeed = weft.plan("llama3-8b", "h100:8x4", global_batch=256,
+                          framework="deepspeed")
+    assert '"train_batch_size": 256' in deepspeed[0].to_deepspeed_args()
+    assert deepspeed[0].to_deepspeed_args() in cli("plan", *args, "--export",
+                                                   "deepspeed").stdout
     titan = weft.plan("llama3-8b", "h100:8x4", global_batch=256, framework="torchtitan")
     assert titan[0].to_torchtitan_args() in cli("plan", *args, "--export",
                                                 "torchtitan").stdout
