@@ -294,7 +294,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     costModel.evaluate(*given);
     costModel.countStepCommunication(*given);
     outcome.evaluated = true;
-    outcome.band = validationErrorBand();
+    outcome.band = request.band.rows > 0 ? request.band : validationErrorBand();
     annotateRisk(*given, costModel, outcome.band);
     if (!given->fits() && !request.allowOom)
       outcome.overMemoryGib =
@@ -372,7 +372,7 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     std::stable_sort(merged.plans.begin(), merged.plans.end(), planBefore);
     return merged;
   };
-  outcome.band = validationErrorBand();
+  outcome.band = request.band.rows > 0 ? request.band : validationErrorBand();
   double tolerance =
       request.riskTolerance < 0 ? outcome.band.spread : request.riskTolerance;
   // The plans within the tolerance of the fastest are kept as the search

@@ -185,6 +185,13 @@ static cl::opt<bool> tensor3dOpt(
     cl::desc("Also search AxoNN's 3-D tensor parallelism (grids Gx x Gy x "
              "Gz; on by default, --tp3d=false searches Megatron's tp only)"),
     cl::init(true), cl::sub(planCommand));
+static cl::opt<std::string> bandFromOpt(
+    "band-from",
+    cl::desc("Take the model's error band (the expected-step range and the "
+             "spread within which the plan with fewer risks goes first) from "
+             "your own measured runs, a CSV as weft calibrate --runs reads "
+             "(at least 3 rows), instead of the published runs'"),
+    cl::value_desc("runs.csv"), cl::init(""), cl::sub(planCommand));
 static cl::opt<int> maxMicroBatchOpt(
     "max-micro-batch",
     cl::desc("Largest micro-batch size searched (default: 16 with pipeline "
@@ -351,17 +358,27 @@ static weft::driver::PlanRequest planRequest() {
   return request;
 }
 
+static llvm::Expected<planner::ErrorBand> bandFromRuns(const std::string &path);
+
 /// How sure the model is of the first plan's time, what the plan risks,
 /// and whether a near-equal plan with fewer risks was put first.
 static void printConfidence(llvm::raw_ostream &os,
                             const weft::driver::PlanOutcome &outcome,
                             const plan::Plan &first) {
   const planner::ErrorBand &band = outcome.band;
-  os << llvm::format("expected step %.3f-%.3f s: published runs measured "
-                     "%.2f-%.2fx the model's step (10th-90th percentile of "
-                     "%d validation rows, weft calibrate)\n",
-                     first.time().step_low_s(), first.time().step_high_s(),
-                     band.low, band.high, band.rows);
+  if (bandFromOpt.empty())
+    os << llvm::format("expected step %.3f-%.3f s: published runs measured "
+                       "%.2f-%.2fx the model's step (10th-90th percentile of "
+                       "%d validation rows, weft calibrate)\n",
+                       first.time().step_low_s(), first.time().step_high_s(),
+                       band.low, band.high, band.rows);
+  else
+    os << llvm::format("expected step %.3f-%.3f s: your runs (%s) measured "
+                       "%.2f-%.2fx the model's step (10th-90th percentile of "
+                       "%d runs, median %.2fx)\n",
+                       first.time().step_low_s(), first.time().step_high_s(),
+                       bandFromOpt.c_str(), band.low, band.high, band.rows,
+                       band.median);
   if (first.risks_size()) {
     os << "risks:";
     for (const std::string &why : first.risks())
@@ -386,6 +403,12 @@ static void printConfidence(llvm::raw_ostream &os,
 
 int runPlan(MLIRContext &context) {
   weft::driver::PlanRequest request = planRequest();
+  if (!bandFromOpt.empty()) {
+    auto band = bandFromRuns(bandFromOpt);
+    if (!band)
+      return planError("--band-from: " + llvm::toString(band.takeError()));
+    request.band = *band;
+  }
   llvm::Expected<weft::driver::PlanOutcome> outcome =
       weft::driver::planModel(context, request);
   if (!outcome)
@@ -948,6 +971,47 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
   return llvm::Error::success();
 }
 
+/// Costs a row's published plan with `model` (the row's): parsed from its
+/// --evaluate text where it has one, then checked.
+static llvm::Error evaluateRow(CostModel &model, CalibrationRow &row) {
+  if (!row.planSpec.empty()) {
+    auto parsed = parsePlanSpec(row.planSpec, model);
+    if (!parsed)
+      return llvm::createStringError(row.name + ": " +
+                                     llvm::toString(parsed.takeError()));
+    row.plan = *parsed;
+  }
+  std::string why = model.checkPlan(row.plan);
+  if (!why.empty())
+    return llvm::createStringError(
+        row.name + ": the published plan does not check: " + why);
+  model.evaluate(row.plan);
+  return llvm::Error::success();
+}
+
+static llvm::Expected<planner::ErrorBand>
+bandFromRuns(const std::string &path) {
+  if (!llvm::sys::fs::exists(path))
+    return llvm::createStringError("no file '" + path + "'");
+  std::vector<CalibrationRow> rows;
+  if (llvm::Error error = loadPublishedRows(path, false, rows))
+    return error;
+  // A 10th and a 90th percentile of fewer runs would be their extremes.
+  if (rows.size() < 3)
+    return llvm::createStringError(
+        llvm::formatv("'{0}' has {1} runs; a band needs at least 3", path,
+                      rows.size())
+            .str());
+  std::vector<double> ratios;
+  for (CalibrationRow &row : rows) {
+    CostModel model(row.model, row.cluster, row.training);
+    if (llvm::Error error = evaluateRow(model, row))
+      return error;
+    ratios.push_back(row.measured / row.plan.time().step_s());
+  }
+  return errorBandOf(ratios);
+}
+
 /// A plan in a calibration row's few words ("tp8 pp35 dp8 mbs1 1F1B full").
 static std::string shortPlanText(const plan::Plan &p) {
   return "tp" + std::to_string(p.tp()) + " pp" + std::to_string(p.pp()) +
@@ -1038,18 +1102,8 @@ int runCalibrate() {
         return calibrateError("--set: no GPU field '" + key.str() + "'");
     }
     CostModel model(row.model, row.cluster, row.training);
-    if (!row.planSpec.empty()) {
-      auto parsed = parsePlanSpec(row.planSpec, model);
-      if (!parsed)
-        return calibrateError(row.name + ": " +
-                              llvm::toString(parsed.takeError()));
-      row.plan = *parsed;
-    }
-    std::string why = model.checkPlan(row.plan);
-    if (!why.empty())
-      return calibrateError(row.name +
-                            ": the published plan does not check: " + why);
-    model.evaluate(row.plan);
+    if (llvm::Error error = evaluateRow(model, row))
+      return calibrateError(llvm::toString(std::move(error)));
     double predicted = row.plan.time().step_s();
     double error = predicted / row.measured - 1;
     if (row.validation)

@@ -177,6 +177,10 @@ struct PlanRequest {
   /// 0: planner::SearchOptions' defaults (16 with, 64 without).
   int maxMicroBatch = 0;
   bool boundFromRelatives = true;
+  /// The model's error band for the expected-step range and the spread
+  /// between plans; rows == 0: planner::validationErrorBand(), the published
+  /// runs' (weft plan --band-from gives the user's own).
+  planner::ErrorBand band;
   /// Cost this plan ("tp=8,pp=8,...") instead of searching.
   std::string evaluate;
   /// Cost the first plan of this `weft plan --json` file instead.
