@@ -989,13 +989,27 @@ static llvm::Error evaluateRow(CostModel &model, CalibrationRow &row) {
   return llvm::Error::success();
 }
 
-static llvm::Expected<planner::ErrorBand>
-bandFromRuns(const std::string &path) {
+/// A user's measured runs (weft calibrate --runs, weft plan --band-from).
+static llvm::Expected<std::vector<CalibrationRow>>
+loadUserRuns(const std::string &path) {
   if (!llvm::sys::fs::exists(path))
     return llvm::createStringError("no file '" + path + "'");
   std::vector<CalibrationRow> rows;
   if (llvm::Error error = loadPublishedRows(path, false, rows))
     return error;
+  if (rows.empty())
+    return llvm::createStringError("'" + path + "' has no rows");
+  for (CalibrationRow &row : rows)
+    row.yours = true;
+  return rows;
+}
+
+static llvm::Expected<planner::ErrorBand>
+bandFromRuns(const std::string &path) {
+  auto loaded = loadUserRuns(path);
+  if (!loaded)
+    return loaded.takeError();
+  std::vector<CalibrationRow> &rows = *loaded;
   // A 10th and a 90th percentile of fewer runs would be their extremes.
   if (rows.size() < 3)
     return llvm::createStringError(
@@ -1036,14 +1050,10 @@ int runCalibrate() {
   std::vector<CalibrationRow> rows;
   if (!calibrateRuns.empty()) {
     // Only the user's runs: how the model does on their cluster.
-    if (!llvm::sys::fs::exists(calibrateRuns))
-      return calibrateError("--runs: no file '" + calibrateRuns + "'");
-    if (llvm::Error error = loadPublishedRows(calibrateRuns, false, rows))
-      return calibrateError(llvm::toString(std::move(error)));
-    if (rows.empty())
-      return calibrateError("--runs: '" + calibrateRuns + "' has no rows");
-    for (CalibrationRow &row : rows)
-      row.yours = true;
+    auto loaded = loadUserRuns(calibrateRuns);
+    if (!loaded)
+      return calibrateError("--runs: " + llvm::toString(loaded.takeError()));
+    rows = std::move(*loaded);
   } else {
     auto loaded = loadCalibrationRows(calibrationDir);
     if (!loaded)
