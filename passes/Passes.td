@@ -558,6 +558,31 @@ def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
   }];
 }
 
+def WeftSplitStageSends : Pass<"weft-split-stage-sends", "::mlir::ModuleOp"> {
+  let summary = "Each tensor-parallel rank sends its 1/tp block of what a pipeline stage passes on; the receiver all-gathers it.";
+  let description = [{
+    Megatron-LM's scatter/gather optimization of pipeline sends (Narayanan et al. 2021,
+    Sec. 4.1; DeepSpeed's `pipe_partitioned` and `grad_partitioned`). Without sequence
+    parallelism, the activation a stage sends on (`weft.sent_to`) and the gradient it
+    sends back (`weft.gradient_to`) are whole on each of the tp ranks of the stage, so
+    every tp rank would send the same tensor over the inter-node link. On a partitioned
+    module cut into pipeline stages, this pass cuts each such value, where its
+    `weft.local_sharding` uses no `tp` axis, to the rank's block
+    (`weft.all_slice over ["tp"]`, a local copy) before it is returned, and gathers it
+    back (`weft.all_gather over ["tp"]`, over NVLink) where the receiving function
+    takes it (`weft.received_from`, `weft.cotangent_of`): each link then carries 1/tp
+    of the bytes. The dimension cut is the first of the sequence (1), the other inner
+    dimensions and then the batch (0) whose per-rank size tp divides; a value no
+    dimension of which tp divides is sent whole. Both ends decide from the same type and
+    sharding, so the sender's result and the receiver's argument keep one type. Modules
+    without pipeline stages, or whose mesh has no `tp` axis larger than 1, are left
+    unchanged; the cost model (`weft plan`) costs the smaller sends and the gathers.
+    ```
+    weft-opt -weft-partition-with-plan="tp=2" -weft-split-stage-sends model.mlir
+    ```
+  }];
+}
+
 def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
   let summary = "Puts a plan's shardings on a transformer's weights, inputs and activations.";
   let description = [{

@@ -68,6 +68,10 @@ void weft::buildPartitionPipeline(OpPassManager &pm,
   pm.addPass(createWeftDeferGradientReduction(defer));
   pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
   pm.addPass(createWeftCanonicalize());
+  // Megatron's scatter/gather: on a module cut into pipeline stages, each tp
+  // rank sends its 1/tp of what a stage passes on whole, and the receiver
+  // gathers it over tp (without stages, nothing to do).
+  pm.addPass(createWeftSplitStageSends());
   if (!compress.empty()) {
     WeftCompressCollectivesOptions codecs;
     codecs.policy = compress.str();
@@ -99,7 +103,8 @@ void weft::registerWeftPipelines() {
       "Apply a plan's degrees and partition into the rank program "
       "(-weft-unfuse-projections, -weft-apply-plan, -weft-propagate-sharding, "
       "-weft-partition, -weft-defer-gradient-reduction, "
-      "-weft-optimize-collectives, -weft-canonicalize, and "
+      "-weft-optimize-collectives, -weft-canonicalize, "
+      "-weft-split-stage-sends, and "
       "with compress=, -weft-compress-collectives; with zero=1, 2 or 3 the "
       "gradients are reduce-scattered, with 2 and 3 after every micro-batch, "
       "and with 3 the weights stored in blocks, -weft-shard-parameters)",

@@ -490,6 +490,8 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
     block.inputBytes = memory(&BlockMemory::inputBytes);
     block.weightGradientReadBytes =
         memory(&BlockMemory::weightGradientReadBytes);
+    block.weightGradientReadsInput =
+        first.memory[kind].weightGradientReadsInput;
     block.sharedInputBytes = memory(&BlockMemory::sharedInputBytes);
     block.parameters = memory(&BlockMemory::parameters);
     block.sharedParameters = memory(&BlockMemory::sharedParameters);
@@ -1054,6 +1056,19 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
     }
   double activation =
       stageActivationBytes(plan, trainingConfig.seq_len(), modelSpec.hidden());
+  // Cut over tp (-weft-split-stage-sends), a send is gathered back over tp
+  // where it arrives, and the backward of a stage that received one gathers
+  // its kept block again (-weft-split-backward).
+  const int64_t cut =
+      stageSendSplit(plan, trainingConfig.seq_len(), modelSpec.hidden());
+  const double gather = p > 1 && cut > 1
+                            ? collectiveTime(CollectiveKind::AllGather,
+                                             activation * double(cut), cut, 1)
+                            : 0;
+  if (gather > 0)
+    for (int vs = 1; vs < p * v; ++vs)
+      if (onlyRank < 0 || vs % p == onlyRank)
+        times.backward[vs] += gather;
   int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() *
                      plan.dp() * tensor3dSize(plan);
   // A policy's pp codec compresses every send, activations and gradients
@@ -1062,10 +1077,11 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
                               ? codecFor(plan, {"pp"})
                               : CollectiveCodec::none;
   double wire = wireBytes(activation, kWeightBytes, codec);
-  times.p2p = p > 1
-                  ? collectiveTime(CollectiveKind::Send, wire, 2, ppStride) +
-                        codecTime(CollectiveKind::Send, activation, wire, codec)
-                  : 0;
+  times.p2p =
+      p > 1 ? collectiveTime(CollectiveKind::Send, wire, 2, ppStride) +
+                  codecTime(CollectiveKind::Send, activation, wire, codec) +
+                  gather
+            : 0;
 }
 
 double planner::stageActivationBytes(const plan::Plan &plan,
@@ -1077,8 +1093,26 @@ double planner::stageActivationBytes(const plan::Plan &plan,
                  plan.ulysses() * hidden * kWeightBytes;
   if (plan.sequence_parallel())
     bytes /= plan.tp();
-  // AxoNN's depth axis splits the micro-batch.
-  return bytes / std::max(1, plan.gz());
+  // AxoNN's depth axis splits the micro-batch; without SP each tp rank
+  // sends its 1/tp (-weft-split-stage-sends).
+  return bytes / std::max(1, plan.gz()) /
+         double(stageSendSplit(plan, sequenceLength, hidden));
+}
+
+int64_t planner::stageSendSplit(const plan::Plan &plan, int64_t sequenceLength,
+                                int64_t hidden) {
+  const int64_t tp = plan.tp();
+  if (plan.pp() <= 1 || tp <= 1 || plan.sequence_parallel() ||
+      tensor3dSize(plan) > 1)
+    return 1;
+  // The block's dimensions in the order the pass tries them: sequence,
+  // hidden, micro-batch.
+  const int64_t seq =
+      sequenceLength / std::max(1, plan.cp()) / std::max(1, plan.ulysses());
+  for (int64_t size : {seq, hidden, int64_t(std::max(1, plan.micro_batch()))})
+    if (size > 0 && size % tp == 0)
+      return tp;
+  return 1;
 }
 
 PipelineSchedule CostModel::pipelineSchedule(const plan::Plan &plan) {

@@ -99,6 +99,14 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   // its W reads: -weft-split-backward.)
   llvm::SmallVector<double, 8> pastBackwardBytes(size_t(v), 0);
   const bool weightSteps = plan.schedule() == plan::SCHEDULE_ZB_H1 && p > 1;
+  // A send cut over tp (-weft-split-stage-sends) is kept as its block where
+  // a later step reads it, and gathered again there (-weft-split-backward):
+  // a chunk's received input, and under ZB-H1 the gradient its W step reads
+  // at its last layer's output.
+  const int64_t cut =
+      stageSendSplit(plan, trainingConfig.seq_len(), modelSpec.hidden());
+  const double blockSaving =
+      cut > 1 ? b.layer.inputBytes * (1 - 1.0 / double(cut)) : 0;
   for (int c = 0; c < v; ++c) {
     const int vs = c * p + s;
     const double layers =
@@ -107,6 +115,8 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
     bytes = layers * perLayer;
     if (layers > 0)
       bytes += b.layer.sharedInputBytes;
+    if (layers > 0 && vs > 0)
+      bytes -= blockSaving;
     if (vs == 0)
       bytes += b.embedding.savedBytes;
     if (vs == p * v - 1)
@@ -116,7 +126,10 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
     pastBackwardBytes[size_t(c)] =
         layers * b.layer.weightGradientReadBytes +
         (vs == 0 ? b.embedding.savedBytes + b.layer.inputBytes : 0) +
-        (vs == p * v - 1 ? b.head.weightGradientReadBytes : 0);
+        (vs == p * v - 1 ? b.head.weightGradientReadBytes : 0) -
+        (layers > 0 && vs < p * v - 1 ? blockSaving : 0) -
+        (layers > 0 && vs > 0 && b.layer.weightGradientReadsInput ? blockSaving
+                                                                  : 0);
   }
   // The micro-batches the schedule keeps at once (from a forward to the
   // micro-batch's last backward step), as its step list runs on this rank.

@@ -1191,9 +1191,13 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
     profile.memory[b].savedBytes = saved[b].bytes(saved[b].all);
     profile.memory[b].savedBytesSelective = saved[b].bytes(saved[b].selective);
   }
-  if (layer)
-    profile.memory[int(BlockKind::Layer)].inputBytes =
-        bytesOf(layer.getBody().front().getArgument(0), false);
+  if (layer) {
+    Value input = layer.getBody().front().getArgument(0);
+    BlockMemory &memory = profile.memory[int(BlockKind::Layer)];
+    memory.inputBytes = bytesOf(input, false);
+    memory.weightGradientReadsInput =
+        weightReads[int(BlockKind::Layer)].forward.count(storedAs(input));
+  }
   // Parameters: the shard each rank holds; a weight that another block also
   // reads (a tied embedding) is also counted as shared by that block.
   // The shard a rank keeps: the end of the chain of all_slices the weight

@@ -84,6 +84,7 @@ struct BlockCost {
   /// What the weights' gradients read, kept from B to W per micro-batch
   /// under ZB-H1 (BlockMemory::weightGradientReadBytes).
   double weightGradientReadBytes = 0;
+  bool weightGradientReadsInput = false; // (BlockMemory's)
   /// The kernel launch overhead (CostModel::launchTime) included in
   /// forward, backwardInput and backwardWeight: a fixed cost that a smaller
   /// problem does not shrink (CostModel::relativeWorkBound).
@@ -385,9 +386,16 @@ private:
 /// The bytes of the activations one rank sends to the next pipeline stage
 /// for one micro-batch on one chunk: its block of the residual stream (the
 /// micro-batch x the sequence over cp, ulysses and, with Megatron SP, tp x
-/// hidden) in bf16.
+/// hidden) in bf16, cut stageSendSplit ways.
 double stageActivationBytes(const plan::Plan &plan, int64_t sequenceLength,
                             int64_t hidden);
+
+/// How many ways -weft-split-stage-sends cuts a rank's block of what a stage
+/// sends on: tp without Megatron SP (whose block is already cut over tp)
+/// when tp divides the block's sequence, hidden or micro-batch dimension;
+/// otherwise 1.
+int64_t stageSendSplit(const plan::Plan &plan, int64_t sequenceLength,
+                       int64_t hidden);
 
 /// A plan written for `--evaluate` (weft::parsePlanSpec's form) with what the
 /// text leaves out filled in from the cluster and the batch: dp takes the

@@ -250,6 +250,9 @@ struct BlockMemory {
   /// micro-batch keeps from its B step to its W step, whatever the
   /// recomputation (a recomputed value is as large as a kept one).
   double weightGradientReadBytes = 0;
+  /// Whether the weights' gradients read the block's input (a post-norm
+  /// layer's first linear does; a pre-norm one reads the norm's output).
+  bool weightGradientReadsInput = false;
   /// Activations the layers read besides the residual stream (an attention
   /// mask): one tensor all layers' backward reads, kept once per micro-batch.
   double sharedInputBytes = 0;
