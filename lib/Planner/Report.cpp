@@ -568,6 +568,11 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
   if (framework == "megatron") {
     os << "# Megatron-LM (pretrain_gpt.py) arguments for: " << describePlan(p)
        << "\n";
+    if (p.pp() > 1 && stageSendSplit(p, tr.seq_len(), m.hidden()) > 1)
+      os << "# (weft costs each tp rank sending 1/" << p.tp()
+         << " of a stage's activations, all-gathered where they arrive, as "
+            "Megatron-LM's scatter/gather did; Megatron-Core without "
+            "--sequence-parallel sends them whole from every tp rank)\n";
     os << "--num-layers " << m.layers() << " --hidden-size " << m.hidden()
        << " --num-attention-heads " << m.heads() << " --ffn-hidden-size "
        << m.ffn_hidden() << " \\\n";
