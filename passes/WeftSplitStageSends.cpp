@@ -126,11 +126,20 @@ struct WeftSplitStageSends
       int64_t dim = cutDimension(value.getType(), local, n);
       if (dim < 0)
         continue;
-      auto slice = AllSliceOp::create(
-          b, ret.getLoc(), cutType(value.getType(), dim, n), value,
-          meshRef(local), axes, b.getI64IntegerAttr(dim), UnitAttr());
-      ret.setOperand(o, slice.getResult());
-      resultTypes[o] = slice.getType();
+      RankedTensorType block = cutType(value.getType(), dim, n);
+      // A value passed on as it came (forwarded to a later stage) is sent
+      // as the block it came as, not gathered and cut again.
+      Value cut;
+      if (auto gather = value.getDefiningOp<AllGatherOp>())
+        if (isa<BlockArgument>(gather.getInput()) &&
+            gather.getInput().getType() == block && gather.getDim() == dim &&
+            gather.getAxes() == axes && !gather.getZigzag())
+          cut = gather.getInput();
+      if (!cut)
+        cut = AllSliceOp::create(b, ret.getLoc(), block, value, meshRef(local),
+                                 axes, b.getI64IntegerAttr(dim), UnitAttr());
+      ret.setOperand(o, cut);
+      resultTypes[o] = block;
       func.setResultAttr(o, WeftDialect::getLocalShardingAttrName(),
                          cutSharding(context, local, dim));
     }

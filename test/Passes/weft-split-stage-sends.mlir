@@ -64,6 +64,26 @@ module attributes {weft.pipeline = {chunks = 1 : i64, stages = 2 : i64}} {
 
 // -----
 
+// A middle stage passes a value on as it came (an encoder's output that a
+// later stage reads): it sends the block it received, without gathering and
+// cutting it again.
+module attributes {weft.pipeline = {chunks = 1 : i64, stages = 3 : i64}} {
+  weft.mesh @mesh(pp = 3, tp = 2)
+  // CHECK-LABEL: func.func @middle
+  // CHECK-SAME: (%[[X:[^:]*]]: tensor<2x4x8xf32> {{.*}}, %[[E:[^:]*]]: tensor<2x4x8xf32>
+  // CHECK-NEXT: %[[XW:.*]] = weft.all_gather %[[X]]
+  // CHECK-NEXT: %[[EW:.*]] = weft.all_gather %[[E]]
+  // CHECK-NEXT: %[[Y:.*]] = weft.add %[[XW]], %[[EW]]
+  // CHECK-NEXT: %[[YB:.*]] = weft.all_slice %[[Y]] over @mesh ["tp"] dim 1
+  // CHECK-NEXT: return %[[YB]], %[[E]] : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  func.func @middle(%x: tensor<2x8x8xf32> {weft.local_sharding = #weft.sharding<@mesh, [[], [], []]>, weft.received_from = 0 : i64}, %e: tensor<2x8x8xf32> {weft.local_sharding = #weft.sharding<@mesh, [[], [], []]>, weft.received_from = 0 : i64}) -> (tensor<2x8x8xf32> {weft.local_sharding = #weft.sharding<@mesh, [[], [], []]>, weft.sent_to = 2 : i64}, tensor<2x8x8xf32> {weft.local_sharding = #weft.sharding<@mesh, [[], [], []]>, weft.sent_to = 2 : i64}) attributes {weft.pipeline_stage = {chunk = 0 : i64, rank = 1 : i64, stage = 1 : i64}} {
+    %y = weft.add %x, %e : tensor<2x8x8xf32>
+    return %y, %e : tensor<2x8x8xf32>, tensor<2x8x8xf32>
+  }
+}
+
+// -----
+
 // Already cut over tp (Megatron SP's residual stream), or a partial sum
 // over tp: left as they are.
 module attributes {weft.pipeline = {chunks = 1 : i64, stages = 2 : i64}} {
