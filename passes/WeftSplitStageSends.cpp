@@ -86,7 +86,6 @@ struct WeftSplitStageSends
   void split(func::FuncOp func, int64_t n) {
     MLIRContext *context = func.getContext();
     Block &body = func.getBody().front();
-    auto meshRef = [&](ShardingAttr local) { return local.getMesh(); };
     OpBuilder b(context);
     auto axes = b.getStrArrayAttr({kAxis});
     // Received: the block arrives and is gathered where the body reads it.
@@ -106,7 +105,7 @@ struct WeftSplitStageSends
       arg.setType(cutType(whole, dim, n));
       argTypes[i] = arg.getType();
       auto gather = AllGatherOp::create(
-          b, func.getLoc(), whole, arg, meshRef(local), axes,
+          b, func.getLoc(), whole, arg, local.getMesh(), axes,
           b.getI64IntegerAttr(dim), UnitAttr(), CollectiveCodecAttr());
       arg.replaceAllUsesExcept(gather.getResult(), gather);
       func.setArgAttr(i, WeftDialect::getLocalShardingAttrName(),
@@ -136,7 +135,7 @@ struct WeftSplitStageSends
             gather.getAxes() == axes && !gather.getZigzag())
           cut = gather.getInput();
       if (!cut)
-        cut = AllSliceOp::create(b, ret.getLoc(), block, value, meshRef(local),
+        cut = AllSliceOp::create(b, ret.getLoc(), block, value, local.getMesh(),
                                  axes, b.getI64IntegerAttr(dim), UnitAttr());
       ret.setOperand(o, cut);
       resultTypes[o] = block;
