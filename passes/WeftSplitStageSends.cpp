@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
@@ -28,9 +29,8 @@ constexpr llvm::StringLiteral kAxis = "tp";
 
 /// The dimension of a value passed between stages that is cut over tp (`n`
 /// ranks), or -1 to send it whole: only a float tensor of rank >= 2 whole
-/// over tp, cut along the sequence (1), then the other inner dimensions,
-/// then the batch. Sender and receiver call it on the same type and
-/// sharding, so both agree.
+/// over tp (stageSendCutDimension picks the dimension). Sender and receiver
+/// call it on the same type and sharding, so both agree.
 int64_t cutDimension(Type type, ShardingAttr local, int64_t n) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor || tensor.getRank() < 2 || !tensor.hasStaticShape() ||
@@ -40,14 +40,7 @@ int64_t cutDimension(Type type, ShardingAttr local, int64_t n) {
   if (sharding.uses(kAxis) || !sharding.partial.empty() ||
       int64_t(sharding.dims.size()) != tensor.getRank())
     return -1;
-  SmallVector<int64_t> order;
-  for (int64_t d = 1; d < tensor.getRank(); ++d)
-    order.push_back(d);
-  order.push_back(0);
-  for (int64_t d : order)
-    if (tensor.getDimSize(d) % n == 0)
-      return d;
-  return -1;
+  return stageSendCutDimension(tensor.getShape(), n);
 }
 
 RankedTensorType cutType(Type type, int64_t dim, int64_t n) {

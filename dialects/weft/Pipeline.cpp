@@ -86,3 +86,15 @@ FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
              << k;
   return std::optional<PipelineInfo>(std::move(info));
 }
+
+int64_t weft::stageSendCutDimension(llvm::ArrayRef<int64_t> shape,
+                                    int64_t ways) {
+  if (shape.size() < 2 || ways <= 1)
+    return -1;
+  for (size_t d = 1; d <= shape.size(); ++d) {
+    size_t dim = d % shape.size(); // 1, 2, ..., then 0
+    if (shape[dim] > 0 && shape[dim] % ways == 0)
+      return int64_t(dim);
+  }
+  return -1;
+}

@@ -6,6 +6,7 @@
 
 #include "weft/Planner/CostModel.h"
 
+#include "weft/Dialect/Pipeline.h"
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftInterfaces.h"
 #include "weft/Dialect/WeftOps.h"
@@ -1105,14 +1106,13 @@ int64_t planner::stageSendSplit(const plan::Plan &plan, int64_t sequenceLength,
   if (plan.pp() <= 1 || tp <= 1 || plan.sequence_parallel() ||
       tensor3dSize(plan) > 1)
     return 1;
-  // The block's dimensions in the order the pass tries them: sequence,
-  // hidden, micro-batch.
+  // The residual stream's block, as the pass cuts it.
   const int64_t seq =
       sequenceLength / std::max(1, plan.cp()) / std::max(1, plan.ulysses());
-  for (int64_t size : {seq, hidden, int64_t(std::max(1, plan.micro_batch()))})
-    if (size > 0 && size % tp == 0)
-      return tp;
-  return 1;
+  return stageSendCutDimension(
+             {int64_t(std::max(1, plan.micro_batch())), seq, hidden}, tp) >= 0
+             ? tp
+             : 1;
 }
 
 PipelineSchedule CostModel::pipelineSchedule(const plan::Plan &plan) {

@@ -53,6 +53,13 @@ struct PipelineInfo {
 mlir::FailureOr<std::optional<PipelineInfo>>
 readPipeline(mlir::ModuleOp module);
 
+/// The dimension of a rank's block of a value passed between pipeline stages
+/// that -weft-split-stage-sends cuts over `ways` tensor-parallel ranks: the
+/// first of the inner dimensions (the sequence, then the hidden size), then
+/// the batch, that `ways` divides; -1 to send it whole. The cost model asks
+/// the same of the residual stream's [micro-batch, sequence, hidden] block.
+int64_t stageSendCutDimension(llvm::ArrayRef<int64_t> shape, int64_t ways);
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_PIPELINE_H
