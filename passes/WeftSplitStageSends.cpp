@@ -124,8 +124,9 @@ struct WeftSplitStageSends
       Value cut;
       if (auto gather = value.getDefiningOp<AllGatherOp>())
         if (isa<BlockArgument>(gather.getInput()) &&
-            gather.getInput().getType() == block && gather.getDim() == dim &&
-            gather.getAxes() == axes && !gather.getZigzag())
+            gather.getInput().getType() == block &&
+            int64_t(gather.getDim()) == dim && gather.getAxes() == axes &&
+            !gather.getZigzag())
           cut = gather.getInput();
       if (!cut)
         cut = AllSliceOp::create(b, ret.getLoc(), block, value, local.getMesh(),
