@@ -196,6 +196,7 @@ resolveTraining(const driver::PlanRequest &r, const plan::ModelSpec &model,
   training.set_flash_attention(r.flashAttention);
   training.set_dropout(r.dropout);
   training.set_grad_reduce_16bit(r.gradReduce16bit);
+  training.set_launch_blocking(r.launchBlocking);
   if (std::string why; !r.freeze.empty() && !llvm::Regex(r.freeze).isValid(why))
     return planError("--freeze '" + r.freeze +
                      "' is not a regular expression: " + why);
@@ -284,7 +285,11 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   os << "cluster " << cluster->name() << ": " << totalGpus(*cluster) << " x "
      << cluster->gpu().name() << " (" << cluster->gpus_per_node()
      << " per node); global batch " << training->global_batch() << ", sequence "
-     << training->seq_len() << ", " << training->dtype() << "\n";
+     << training->seq_len() << ", " << training->dtype()
+     << (training->launch_blocking()
+             ? ", launches blocking (CUDA_LAUNCH_BLOCKING=1)"
+             : "")
+     << "\n";
 
   // Cost one plan given by hand (or from a JSON file).
   if (!request.evaluate.empty() || !request.evaluateJson.empty()) {

@@ -57,6 +57,12 @@ constexpr double kMemoryEfficiency = 0.80;
 // Host time per op of an eager framework (PyTorch dispatch, launch): it
 // bounds small layers.
 constexpr double kKernelOverheadUs = 20.0;
+// Host time per kernel added when launches block (CUDA_LAUNCH_BLOCKING=1):
+// fitted on BigScience's Jean Zay benchmarks of Megatron-DeepSpeed
+// (calibration.csv), whose step times fall with the micro-batch where the
+// GPU work per step does not. It is per kernel the model counts, which
+// fuses more than eager PyTorch does.
+constexpr double kBlockingLaunchUs = 150.0;
 } // namespace
 
 std::vector<std::string> planner::gpuCatalogNames() {
@@ -83,6 +89,7 @@ static plan::Gpu toGpu(const CatalogEntry &entry) {
                                   : kGemmHalfFlopsAmpere);
   gpu.set_memory_efficiency(kMemoryEfficiency);
   gpu.set_kernel_overhead_us(kKernelOverheadUs);
+  gpu.set_blocking_launch_us(kBlockingLaunchUs);
   return gpu;
 }
 
@@ -192,6 +199,7 @@ llvm::Error planner::validateCluster(const plan::Cluster &cluster) {
   std::vector<std::pair<const char *, double>> nonNegative = {
       {"gpu.gemm_half_flops", gpu.gemm_half_flops()},
       {"gpu.kernel_overhead_us", gpu.kernel_overhead_us()},
+      {"gpu.blocking_launch_us", gpu.blocking_launch_us()},
       {"intra_node_latency_us", cluster.intra_node_latency_us()},
       {"inter_node_latency_us", cluster.inter_node_latency_us()},
   };
@@ -269,6 +277,7 @@ llvm::Expected<plan::Cluster> planner::loadClusterFile(StringRef path) {
     cluster.mutable_gpu()->set_gemm_efficiency(kGemmEfficiencyHopper);
     cluster.mutable_gpu()->set_gemm_half_flops(kGemmHalfFlopsHopper);
     cluster.mutable_gpu()->set_kernel_overhead_us(kKernelOverheadUs);
+    cluster.mutable_gpu()->set_blocking_launch_us(kBlockingLaunchUs);
   }
   cluster.MergeFrom(parsed);
   if (cluster.name().empty())

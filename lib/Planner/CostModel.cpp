@@ -189,8 +189,11 @@ double CostModel::opTime(const OpCost &cost) const {
 double CostModel::launchTime(const OpCost &cost) const {
   if (cost.flops == 0 && cost.bytesRead == 0 && cost.bytesWritten == 0)
     return 0.0;
-  return std::max(cost.kernels, 1) * clusterSpec.gpu().kernel_overhead_us() *
-         1e-6;
+  const plan::Gpu &gpu = clusterSpec.gpu();
+  double perKernel =
+      gpu.kernel_overhead_us() +
+      (trainingConfig.launch_blocking() ? gpu.blocking_launch_us() : 0.0);
+  return std::max(cost.kernels, 1) * perKernel * 1e-6;
 }
 
 /// Lagrange weights of x for linear interpolation between x0 and x1.
@@ -452,11 +455,20 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
     BlockCost &block = *byKind[kind];
     // (Ulysses' all-to-alls are their own transposes; gathered keys are
     // gathered again and their gradients reduce-scattered.)
+    block.serial = trainingConfig.launch_blocking();
     block.seqCommBackward = block.seqComm + keysGathered[kind];
     block.seqCommTotal = block.seqComm + ringComm[kind];
     block.seqCommBackwardTotal =
         block.seqComm + keysGathered[kind] + ringBackward[kind];
-    if (c > 1 && ring == plan.cp()) {
+    if (c > 1 && block.serial) {
+      // Blocking launches: every send waits for its step, and a ring of
+      // `ring` steps sends ring - 1 times what these c - 1 sends carry.
+      const double r = double(ring);
+      block.seqComm += (r - 1) / (c - 1) * ringComm[kind];
+      block.seqCommBackward +=
+          (r - 1) / (c - 1) * (ringBackward[kind] - sumsHome[kind]) +
+          sumsHome[kind];
+    } else if (c > 1 && ring == plan.cp()) {
       block.seqComm +=
           std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
       block.seqCommBackward +=
@@ -879,7 +891,7 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
 static double exposedTensorParallelComm(const plan::Plan &plan,
                                         const BlockCost &block,
                                         double gemmScale) {
-  if (!plan.tp_comm_overlap())
+  if (!plan.tp_comm_overlap() || block.serial)
     return block.tpComm;
   return std::max(block.tpComm / plan.tp(),
                   block.tpComm - gemmScale * block.linearForward);
@@ -890,6 +902,8 @@ static double exposedTensorParallelComm(const plan::Plan &plan,
 /// does not hide: the next block's weights are gathered while this one
 /// computes.
 static double exposedWeightGather(const BlockCost &block, bool backward) {
+  if (block.serial)
+    return block.weightGather;
   double compute =
       backward ? block.backwardInput + block.backwardWeight : block.forward;
   return std::max(0.0, block.weightGather - compute);
@@ -924,6 +938,10 @@ static double recomputeTime(const plan::Plan &plan, const BlockCost &layer,
 /// backward step passes on.
 static double exposedRegather(const plan::Plan &plan, const BlockCost &block,
                               bool recomputed) {
+  if (block.serial)
+    return plan.schedule() == plan::SCHEDULE_ZB_H1
+               ? block.regather + block.gradientRegather
+               : (recomputed ? 0.0 : block.regather);
   if (plan.schedule() == plan::SCHEDULE_ZB_H1)
     return std::max(0.0, block.regather + block.gradientRegather -
                              block.linearForward);
@@ -1045,8 +1063,13 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
               scatterWire)) /
             reuse;
         double computeOnly = f + b;
-        f = std::max(f, forwardGather / reuse);
-        b = std::max(b + w, (backwardGather + scatter) / reuse) - w;
+        if (layer.serial) {
+          f += forwardGather / reuse;
+          b += (backwardGather + scatter) / reuse;
+        } else {
+          f = std::max(f, forwardGather / reuse);
+          b = std::max(b + w, (backwardGather + scatter) / reuse) - w;
+        }
         times.shardComm[vs] =
             (forwardGather + backwardGather + scatter) / reuse;
         times.shardExposed[vs] = f + b - computeOnly;
@@ -1212,10 +1235,17 @@ static DataParallelCost dataParallel(CostModel &model, const plan::Plan &plan,
     const double reductions = plan.zero_stage() == 2 ? m : 1;
     cost.reduceBytes *= reductions;
     cost.total = reductions * reduce + gather;
+    // Blocking launches (TrainingConfig::launch_blocking): the reductions
+    // wait for the backward and the gathers for the optimizer.
     cost.exposed =
-        std::max(reduce / buckets, reduce - lastBackward) +
-        (reductions - 1) * std::max(0.0, reduce - lastBackward - firstForward) +
-        (gather > 0 ? std::max(gather / buckets, gather - firstForward) : 0);
+        model.training().launch_blocking()
+            ? cost.total
+            : std::max(reduce / buckets, reduce - lastBackward) +
+                  (reductions - 1) *
+                      std::max(0.0, reduce - lastBackward - firstForward) +
+                  (gather > 0
+                       ? std::max(gather / buckets, gather - firstForward)
+                       : 0);
   }
   double local = stageParams / (plan.zero_stage() >= 1 ? shard : 1);
   const plan::Gpu &gpu = model.cluster().gpu();

@@ -58,7 +58,7 @@ ErrorBand planner::validationErrorBand() {
   band.rows = 33;
   band.low = 0.970;
   band.median = 0.991;
-  band.high = 1.093;
+  band.high = 1.090;
   band.spread = 0.057;
   return band;
 }

@@ -407,6 +407,65 @@ TEST(PlannerTime, CommunicationTotalsHoldTheExposedParts) {
   EXPECT_GE(recomputed.cp_comm_total_s(), recomputed.cp_comm_s());
 }
 
+// Blocking launches (CUDA_LAUNCH_BLOCKING=1): each kernel costs the GPU's
+// blocking_launch_us more, and nothing overlaps: TP overlap, the ring's
+// sends, ZeRO-3's gathers and the data-parallel reduction are all exposed.
+TEST(PlannerTime, BlockingLaunchesExposeEveryOverlap) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x641");
+  plan::TrainingConfig training = megatron2022(1920);
+  training.set_flash_attention(true);
+  plan::TrainingConfig blocking = training;
+  blocking.set_launch_blocking(true);
+  CostModel async(*lookupPreset("megatron-530b"), cluster, training);
+  CostModel sync(*lookupPreset("megatron-530b"), cluster, blocking);
+  auto evaluated = [](CostModel &model, const char *spec) {
+    llvm::Expected<plan::Plan> p = parsePlanSpec(spec, model);
+    EXPECT_TRUE(bool(p)) << spec;
+    if (!p) {
+      llvm::consumeError(p.takeError());
+      return plan::Plan();
+    }
+    model.evaluate(*p);
+    return *p;
+  };
+  for (const char *spec :
+       {"tp=8,pp=35,dp=16,mbs=1",
+        "tp=8,pp=35,dp=8,mbs=1,sp=true,tp-overlap=true",
+        "tp=8,pp=35,dp=8,cp=2,mbs=1,sp=true", "tp=8,pp=5,dp=8,mbs=1,zero=3"}) {
+    SCOPED_TRACE(spec);
+    plan::Plan a = evaluated(async, spec), s = evaluated(sync, spec);
+    const plan::TimeBreakdown &ta = a.time(), &ts = s.time();
+    EXPECT_GT(ts.step_s(), ta.step_s());
+    // The same collectives, all of them on the critical path.
+    EXPECT_DOUBLE_EQ(ts.tp_comm_total_s(), ta.tp_comm_total_s());
+    EXPECT_DOUBLE_EQ(ts.tp_comm_s(), ts.tp_comm_total_s());
+    EXPECT_DOUBLE_EQ(ts.cp_comm_total_s(), ta.cp_comm_total_s());
+    EXPECT_NEAR(ts.cp_comm_s(), ts.cp_comm_total_s(),
+                1e-9 * ts.cp_comm_total_s());
+    EXPECT_DOUBLE_EQ(ts.dp_comm_total_s(), ta.dp_comm_total_s());
+    EXPECT_DOUBLE_EQ(ts.dp_comm_exposed_s(), ts.dp_comm_total_s());
+  }
+  // Where something overlapped, blocking exposes it.
+  plan::Plan overlapped =
+      evaluated(async, "tp=8,pp=35,dp=8,mbs=1,sp=true,tp-overlap=true");
+  EXPECT_LT(overlapped.time().tp_comm_s(), overlapped.time().tp_comm_total_s());
+  // The host's time per kernel is in the compute: the layer costs at least
+  // its kernels times blocking_launch_us more.
+  plan::Plan one = tpPlan(8, false, 1);
+  const BlockCost &layerAsync = async.layerCost(one);
+  const double asyncLaunches = layerAsync.launches,
+               asyncForward = layerAsync.forward;
+  const BlockCost &layerSync = sync.layerCost(one);
+  const plan::Gpu &gpu = cluster.gpu();
+  EXPECT_GT(gpu.blocking_launch_us(), 0);
+  EXPECT_NEAR(layerSync.launches,
+              asyncLaunches *
+                  (gpu.kernel_overhead_us() + gpu.blocking_launch_us()) /
+                  gpu.kernel_overhead_us(),
+              1e-9 * layerSync.launches);
+  EXPECT_GT(layerSync.forward, asyncForward);
+}
+
 // Alpha-beta: a ring all-reduce of S bytes over n GPUs on NVLink takes
 // 2(n-1)/n * S / busbw plus latency.
 TEST(PlannerCommunication, RingAllReduce) {

@@ -118,6 +118,12 @@ static cl::opt<bool> gradReduce16(
     "grad-reduce-16bit",
     cl::desc("Reduce data-parallel gradients in bf16/fp16 (default fp32)"),
     cl::init(false), cl::sub(planCommand));
+static cl::opt<bool> launchBlockingOpt(
+    "launch-blocking",
+    cl::desc("Kernels launch synchronously (CUDA_LAUNCH_BLOCKING=1): each "
+             "costs the GPU's blocking_launch_us of host time more, and no "
+             "communication overlaps compute"),
+    cl::init(false), cl::sub(planCommand));
 static cl::opt<std::string> freezeOpt(
     "freeze",
     cl::desc("Parameters not trained (a regular expression over their names, "
@@ -334,6 +340,7 @@ static weft::driver::PlanRequest planRequest() {
   request.flashAttention = flashOpt;
   request.dropout = dropoutOpt;
   request.gradReduce16bit = gradReduce16;
+  request.launchBlocking = launchBlockingOpt;
   request.freeze = freezeOpt;
   request.top = topOpt;
   request.riskTolerance = riskToleranceOpt;
@@ -934,6 +941,14 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
             setUpRow(row, get("gpu"), n["gpus"], n["global_batch"],
                      n["seq_len"], n["flash"] != 0, dropout, perNode))
       return error;
+    // Optional column launch: async (default) or blocking
+    // (CUDA_LAUNCH_BLOCKING=1, TrainingConfig::launch_blocking).
+    if (csv->column("launch") >= 0 && !get("launch").empty()) {
+      auto blocking = word("launch", "blocking", "async");
+      if (!blocking)
+        return blocking.takeError();
+      row.training.set_launch_blocking(*blocking);
+    }
     if (csv->column("network") >= 0 && !get("network").empty()) {
       std::string network = get("network");
       llvm::SmallVector<llvm::StringRef> settings;

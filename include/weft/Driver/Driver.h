@@ -163,6 +163,8 @@ struct PlanRequest {
   bool flashAttention = true;
   bool dropout = false;
   bool gradReduce16bit = false;
+  /// Kernels launched synchronously (CUDA_LAUNCH_BLOCKING=1).
+  bool launchBlocking = false;
   /// Parameters not trained (a regular expression over their names).
   std::string freeze;
   int top = 5;

@@ -37,6 +37,10 @@ namespace weft::planner {
 /// What one layer (or the embedding, or the head) costs one rank for one
 /// micro-batch, in seconds and bytes.
 struct BlockCost {
+  /// Launches block (TrainingConfig::launch_blocking): the host waits for
+  /// each kernel, so no collective overlaps compute and every overlap below
+  /// is exposed whole.
+  bool serial = false;
   double forward = 0;        // compute
   double backwardInput = 0;  // gradients of activations
   double backwardWeight = 0; // gradients of weights
