@@ -88,6 +88,7 @@ public:
     get(kwargs, "flash_attention", request.flashAttention);
     get(kwargs, "dropout", request.dropout);
     get(kwargs, "grad_reduce_16bit", request.gradReduce16bit);
+    get(kwargs, "launch_blocking", request.launchBlocking);
     get(kwargs, "top", request.top);
     get(kwargs, "tp_across_nodes", request.tpAcrossNodes);
     get(kwargs, "evaluate", request.evaluate);

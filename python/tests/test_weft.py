@@ -99,6 +99,14 @@ def test_evaluate_equals_cli(tmp_path):
                              "--evaluate", spec)
     assert plans.to_dict() == expected
     assert len(plans) == 1 and plans[0].virtual_stages == 3
+    # Blocking launches, as --launch-blocking: slower, and recorded.
+    blocking = weft.plan("gpt3-175b", "a100-80g:8x128", global_batch=1536,
+                         evaluate=spec, launch_blocking=True)
+    assert blocking.to_dict() == cli_plan_json(
+        tmp_path, "--model", "gpt3-175b", "--cluster", "a100-80g:8x128",
+        "--global-batch", "1536", "--evaluate", spec, "--launch-blocking")
+    assert blocking[0].step_time > plans[0].step_time
+    assert blocking.to_dict()["training"]["launch_blocking"] is True
     # A Plan evaluates again to itself.
     again = weft.plan("gpt3-175b", "a100-80g:8x128", global_batch=1536,
                       evaluate=plans[0])

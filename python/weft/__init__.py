@@ -432,7 +432,7 @@ def plan(model: Any, cluster: Union[str, Cluster, Dict[str, Any], "os.PathLike[s
          example_inputs: Any = None, input_shapes: Optional[Dict[str, str]] = None,
          top: int = 5, memory_reserve_gib: float = 2.0, flash_attention: bool = True,
          dropout: bool = False, grad_reduce_16bit: bool = False,
-         tp_across_nodes: bool = False, framework: Optional[str] = None,
+         launch_blocking: bool = False, tp_across_nodes: bool = False, framework: Optional[str] = None,
          evaluate: Union[str, Plan, None] = None, allow_oom: bool = False) -> Plans:
     """Chooses parallelization plans for training `model` on `cluster`, as
     `weft plan` does, and returns them best first.
@@ -443,6 +443,8 @@ def plan(model: Any, cluster: Union[str, Cluster, Dict[str, Any], "os.PathLike[s
     `example_inputs` (exported to ONNX with dynamic batch and sequence).
     cluster: a Cluster, or what Cluster() takes. global_batch: sequences per
     step. framework: search only what megatron, deepspeed or torchtitan runs.
+    launch_blocking: the runs launch kernels synchronously
+    (CUDA_LAUNCH_BLOCKING=1), as `weft plan --launch-blocking`.
     evaluate: cost this plan (short form or a Plan) instead of searching; a
     plan that does not fit raises weft.Error unless allow_oom.
     """
@@ -468,6 +470,7 @@ def plan(model: Any, cluster: Union[str, Cluster, Dict[str, Any], "os.PathLike[s
     request["flash_attention"] = bool(flash_attention)
     request["dropout"] = bool(dropout)
     request["grad_reduce_16bit"] = bool(grad_reduce_16bit)
+    request["launch_blocking"] = bool(launch_blocking)
     request["tp_across_nodes"] = bool(tp_across_nodes)
     if framework is not None:
         request["framework"] = _check_choice(
