@@ -610,46 +610,50 @@ TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
 // which plan came first depended on --top).
 TEST(PlannerSearch, BoundsNeverExceedTheCostedStep) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x641");
-  plan::TrainingConfig training = megatron2022(1920);
-  training.set_flash_attention(true);
-  CostModel model(*lookupPreset("megatron-530b"), cluster, training);
   int checked = 0;
-  for (int pp : {2, 7, 15, 35, 53})
-    for (int tp : {4, 8})
-      for (auto [schedule, v] : std::vector<std::pair<plan::Schedule, int>>{
-               {plan::SCHEDULE_1F1B, 1},
-               {plan::SCHEDULE_GPIPE, 1},
-               {plan::SCHEDULE_ZB_H1, 1},
-               {plan::SCHEDULE_INTERLEAVED, 3}})
-        for (int rc = 0; rc < 3; ++rc) {
-          plan::Plan p = tpPpPlan(tp, pp, /*mbs=*/1, /*numMicroBatches=*/0);
-          int64_t dp = 5120 / (int64_t(tp) * pp);
-          while (1920 % dp)
-            --dp;
-          p.set_dp(int(dp));
-          p.set_num_micro_batches(int(1920 / dp));
-          p.set_sequence_parallel(true);
-          p.set_tp_comm_overlap(true);
-          p.set_schedule(schedule);
-          p.set_virtual_stages(v);
-          p.set_zero_stage(1);
-          p.set_recompute(plan::Recompute(rc));
-          if (!model.checkPlan(p).empty())
-            continue;
-          for (int32_t n : model.balanceStages(p))
-            p.add_stage_layers(n);
-          double average = model.averageWorkBound(p);
-          double work = model.workLowerBound(p);
-          double step = model.stepLowerBound(p);
-          plan::Plan costed = p;
-          model.evaluate(costed);
-          std::string what = describePlan(costed);
-          EXPECT_LE(average, work * (1 + 1e-9)) << what;
-          EXPECT_LE(work, step * (1 + 1e-9)) << what;
-          EXPECT_LE(step, costed.time().step_s() * (1 + 1e-9)) << what;
-          ++checked;
-        }
-  EXPECT_GT(checked, 80);
+  // Asynchronous and blocking launches (where nothing overlaps).
+  for (bool blocking : {false, true}) {
+    plan::TrainingConfig training = megatron2022(1920);
+    training.set_flash_attention(true);
+    training.set_launch_blocking(blocking);
+    CostModel model(*lookupPreset("megatron-530b"), cluster, training);
+    for (int pp : {2, 7, 15, 35, 53})
+      for (int tp : {4, 8})
+        for (auto [schedule, v] : std::vector<std::pair<plan::Schedule, int>>{
+                 {plan::SCHEDULE_1F1B, 1},
+                 {plan::SCHEDULE_GPIPE, 1},
+                 {plan::SCHEDULE_ZB_H1, 1},
+                 {plan::SCHEDULE_INTERLEAVED, 3}})
+          for (int rc = 0; rc < 3; ++rc) {
+            plan::Plan p = tpPpPlan(tp, pp, /*mbs=*/1, /*numMicroBatches=*/0);
+            int64_t dp = 5120 / (int64_t(tp) * pp);
+            while (1920 % dp)
+              --dp;
+            p.set_dp(int(dp));
+            p.set_num_micro_batches(int(1920 / dp));
+            p.set_sequence_parallel(true);
+            p.set_tp_comm_overlap(true);
+            p.set_schedule(schedule);
+            p.set_virtual_stages(v);
+            p.set_zero_stage(1);
+            p.set_recompute(plan::Recompute(rc));
+            if (!model.checkPlan(p).empty())
+              continue;
+            for (int32_t n : model.balanceStages(p))
+              p.add_stage_layers(n);
+            double average = model.averageWorkBound(p);
+            double work = model.workLowerBound(p);
+            double step = model.stepLowerBound(p);
+            plan::Plan costed = p;
+            model.evaluate(costed);
+            std::string what = describePlan(costed);
+            EXPECT_LE(average, work * (1 + 1e-9)) << what;
+            EXPECT_LE(work, step * (1 + 1e-9)) << what;
+            EXPECT_LE(step, costed.time().step_s() * (1 + 1e-9)) << what;
+            ++checked;
+          }
+  }
+  EXPECT_GT(checked, 160);
 }
 
 // The plans the search returns do not depend on how many it keeps: its
@@ -803,60 +807,66 @@ TEST(PlannerSearch, RelativeBoundIsBelowTheMeasuredBound) {
   int compared = 0;
   double closest = 0, loosest = 1;
   std::string loosestCase;
-  for (int tp : {1, 8})
-    for (int u : {1, 2})
-      for (bool sp : {false, true})
-        for (int cp : {4, 8, 16, 32}) {
-          if (sp && tp == 1)
-            continue;
-          // Each cp in a model of its own: bounded from cp = 2, before its
-          // own programs are built.
-          CostModel model(*lookupPreset("megatron-530b"), cluster, training);
-          std::vector<std::pair<plan::Plan, double>> bounded;
-          for (int mbs : {1, 2})
-            for (int pp : {1, 5, 8})
-              for (plan::Schedule schedule :
-                   {plan::SCHEDULE_1F1B, plan::SCHEDULE_ZB_H1}) {
-                if (pp == 1 && schedule != plan::SCHEDULE_1F1B)
-                  continue;
-                plan::Plan p;
-                p.set_dp(1);
-                p.set_tp(tp);
-                p.set_ulysses(u);
-                p.set_sequence_parallel(sp);
-                p.set_pp(pp);
-                p.set_micro_batch(mbs);
-                p.set_num_micro_batches(1920 / mbs);
-                p.set_schedule(schedule);
-                plan::Plan relative = p;
-                relative.set_cp(2);
-                p.set_cp(cp);
-                ASSERT_GT(model.averageWorkBound(relative), 0);
-                ASSERT_GT(model.layerCost(relative).launches, 0);
-                ASSERT_FALSE(model.isMeasured(p));
-                bounded.push_back({p, model.relativeWorkBound(p)});
+  // Blocking launches (nothing overlaps, launches cost more) bound the same
+  // way.
+  for (bool blocking : {false, true})
+    for (int tp : {1, 8})
+      for (int u : {1, 2})
+        for (bool sp : {false, true})
+          for (int cp : {4, 8, 16, 32}) {
+            if (sp && tp == 1)
+              continue;
+            // Each cp in a model of its own: bounded from cp = 2, before its
+            // own programs are built.
+            plan::TrainingConfig setup = training;
+            setup.set_launch_blocking(blocking);
+            CostModel model(*lookupPreset("megatron-530b"), cluster, setup);
+            std::vector<std::pair<plan::Plan, double>> bounded;
+            for (int mbs : {1, 2})
+              for (int pp : {1, 5, 8})
+                for (plan::Schedule schedule :
+                     {plan::SCHEDULE_1F1B, plan::SCHEDULE_ZB_H1}) {
+                  if (pp == 1 && schedule != plan::SCHEDULE_1F1B)
+                    continue;
+                  plan::Plan p;
+                  p.set_dp(1);
+                  p.set_tp(tp);
+                  p.set_ulysses(u);
+                  p.set_sequence_parallel(sp);
+                  p.set_pp(pp);
+                  p.set_micro_batch(mbs);
+                  p.set_num_micro_batches(1920 / mbs);
+                  p.set_schedule(schedule);
+                  plan::Plan relative = p;
+                  relative.set_cp(2);
+                  p.set_cp(cp);
+                  ASSERT_GT(model.averageWorkBound(relative), 0);
+                  ASSERT_GT(model.layerCost(relative).launches, 0);
+                  ASSERT_FALSE(model.isMeasured(p));
+                  bounded.push_back({p, model.relativeWorkBound(p)});
+                }
+            for (auto &[p, bound] : bounded) {
+              for (int32_t n : model.balanceStages(p))
+                p.add_stage_layers(n);
+              const double measured = model.workLowerBound(p);
+              std::string name =
+                  (blocking ? "blocking tp " : "tp ") + std::to_string(tp) +
+                  " u " + std::to_string(u) + " sp " + std::to_string(sp) +
+                  " cp " + std::to_string(cp) + " mbs " +
+                  std::to_string(p.micro_batch()) + " pp " +
+                  std::to_string(p.pp()) + " schedule " +
+                  std::to_string(int(p.schedule()));
+              ASSERT_GT(bound, 0) << name;
+              EXPECT_LE(bound, measured) << name;
+              closest = std::max(closest, bound / measured);
+              if (bound / measured < loosest) {
+                loosest = bound / measured;
+                loosestCase = name;
               }
-          for (auto &[p, bound] : bounded) {
-            for (int32_t n : model.balanceStages(p))
-              p.add_stage_layers(n);
-            const double measured = model.workLowerBound(p);
-            std::string name = "tp " + std::to_string(tp) + " u " +
-                               std::to_string(u) + " sp " + std::to_string(sp) +
-                               " cp " + std::to_string(cp) + " mbs " +
-                               std::to_string(p.micro_batch()) + " pp " +
-                               std::to_string(p.pp()) + " schedule " +
-                               std::to_string(int(p.schedule()));
-            ASSERT_GT(bound, 0) << name;
-            EXPECT_LE(bound, measured) << name;
-            closest = std::max(closest, bound / measured);
-            if (bound / measured < loosest) {
-              loosest = bound / measured;
-              loosestCase = name;
+              ++compared;
             }
-            ++compared;
           }
-        }
-  EXPECT_EQ(compared, 240);
+  EXPECT_EQ(compared, 480);
   // (0.991 while the backward's gathers were costed exposed; the backward
   // ring hides its sends behind steps the relative bounds from above.)
   EXPECT_GT(closest, 0.98);
