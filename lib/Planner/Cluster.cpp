@@ -60,9 +60,9 @@ constexpr double kKernelOverheadUs = 20.0;
 // Host time per kernel added when launches block (CUDA_LAUNCH_BLOCKING=1):
 // fitted on BigScience's Jean Zay benchmarks of Megatron-DeepSpeed
 // (calibration.csv), whose step times fall with the micro-batch where the
-// GPU work per step does not. It is per kernel the model counts, which
-// fuses more than eager PyTorch does.
-constexpr double kBlockingLaunchUs = 150.0;
+// GPU work per step does not (docs/cost-model.md, "Blocking launches"). It
+// is per kernel the model counts, which fuses more than eager PyTorch does.
+constexpr double kBlockingLaunchUs = 145.0;
 } // namespace
 
 std::vector<std::string> planner::gpuCatalogNames() {

@@ -1101,11 +1101,23 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
                               ? codecFor(plan, {"pp"})
                               : CollectiveCodec::none;
   double wire = wireBytes(activation, kWeightBytes, codec);
-  times.p2p =
+  const double send =
       p > 1 ? collectiveTime(CollectiveKind::Send, wire, 2, ppStride) +
-                  codecTime(CollectiveKind::Send, activation, wire, codec) +
-                  gather
+                  codecTime(CollectiveKind::Send, activation, wire, codec)
             : 0;
+  times.p2p = p > 1 ? send + gather : 0;
+  // Blocking launches: a send also holds its sender until it arrives (each
+  // stage but the last sends its activations on, each but the first its
+  // input gradients back); otherwise only the receiver waits for it.
+  if (send > 0 && trainingConfig.launch_blocking())
+    for (int vs = 0; vs < p * v; ++vs) {
+      if (onlyRank >= 0 && vs % p != onlyRank)
+        continue;
+      if (vs < p * v - 1)
+        times.forward[vs] += send;
+      if (vs > 0)
+        times.backward[vs] += send;
+    }
 }
 
 double planner::stageActivationBytes(const plan::Plan &plan,

@@ -57,7 +57,7 @@ ErrorBand planner::validationErrorBand() {
   ErrorBand band;
   band.rows = 33;
   band.low = 0.970;
-  band.median = 0.991;
+  band.median = 0.990;
   band.high = 1.090;
   band.spread = 0.057;
   return band;

@@ -466,6 +466,38 @@ TEST(PlannerTime, BlockingLaunchesExposeEveryOverlap) {
   EXPECT_GT(layerSync.forward, asyncForward);
 }
 
+// Under blocking launches a pipeline send holds its sender too: with no
+// host cost per kernel and nothing else to overlap (tp 1, dp 1), the step
+// grows by at least one send per micro-batch on the bottleneck stage.
+TEST(PlannerTime, BlockingSendsHoldTheirSender) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x2");
+  cluster.mutable_gpu()->set_blocking_launch_us(0);
+  plan::TrainingConfig training = megatron2022(64);
+  training.set_flash_attention(true);
+  plan::TrainingConfig blocking = training;
+  blocking.set_launch_blocking(true);
+  CostModel async(*lookupPreset("gpt3-1.3b"), cluster, training);
+  CostModel sync(*lookupPreset("gpt3-1.3b"), cluster, blocking);
+  auto step = [](CostModel &model) {
+    llvm::Expected<plan::Plan> p = parsePlanSpec("tp=1,pp=2,dp=1,mbs=1", model);
+    EXPECT_TRUE(bool(p));
+    if (!p) {
+      llvm::consumeError(p.takeError());
+      return 0.0;
+    }
+    model.evaluate(*p);
+    EXPECT_EQ(p->num_micro_batches(), 64);
+    return p->time().step_s();
+  };
+  const double send = async.collectiveTime(
+      CollectiveKind::Send, 1.0 * 2048 * 2048 * 2, /*group=*/2, /*stride=*/1);
+  ASSERT_GT(send, 0);
+  const double a = step(async), b = step(sync);
+  EXPECT_GE(b - a, 63 * send);
+  // (and not much more: two sends a micro-batch at most)
+  EXPECT_LE(b - a, 2 * 65 * send);
+}
+
 // Alpha-beta: a ring all-reduce of S bytes over n GPUs on NVLink takes
 // 2(n-1)/n * S / busbw plus latency.
 TEST(PlannerCommunication, RingAllReduce) {
