@@ -60,6 +60,19 @@ plan::Plan tpPlan(int tp, bool sp, int mbs) {
   return p;
 }
 
+/// `spec` (as --evaluate takes it) costed by `model`; a test failure and an
+/// empty plan when it does not parse.
+plan::Plan evaluatedSpec(CostModel &model, const char *spec) {
+  llvm::Expected<plan::Plan> p = parsePlanSpec(spec, model);
+  EXPECT_TRUE(bool(p)) << spec;
+  if (!p) {
+    llvm::consumeError(p.takeError());
+    return plan::Plan();
+  }
+  model.evaluate(*p);
+  return *p;
+}
+
 // Korthikanti et al. 2022, Table 2: activation bytes per layer, from the IR
 // through the saved-tensor rules, must match the paper's formulas.
 TEST(PlannerMemory, ActivationsMatchKorthikantiFormulas) {
@@ -378,14 +391,7 @@ TEST(PlannerTime, CommunicationTotalsHoldTheExposedParts) {
   training.set_flash_attention(true);
   CostModel model(*lookupPreset("megatron-530b"), cluster, training);
   auto evaluated = [&](const char *spec) {
-    llvm::Expected<plan::Plan> p = parsePlanSpec(spec, model);
-    EXPECT_TRUE(bool(p)) << spec;
-    if (!p) {
-      llvm::consumeError(p.takeError());
-      return plan::TimeBreakdown();
-    }
-    model.evaluate(*p);
-    return p->time();
+    return evaluatedSpec(model, spec).time();
   };
   // No overlap, no sequence split: everything is exposed.
   plan::TimeBreakdown plain = evaluated("tp=8,pp=35,dp=16,mbs=1");
@@ -418,22 +424,12 @@ TEST(PlannerTime, BlockingLaunchesExposeEveryOverlap) {
   blocking.set_launch_blocking(true);
   CostModel async(*lookupPreset("megatron-530b"), cluster, training);
   CostModel sync(*lookupPreset("megatron-530b"), cluster, blocking);
-  auto evaluated = [](CostModel &model, const char *spec) {
-    llvm::Expected<plan::Plan> p = parsePlanSpec(spec, model);
-    EXPECT_TRUE(bool(p)) << spec;
-    if (!p) {
-      llvm::consumeError(p.takeError());
-      return plan::Plan();
-    }
-    model.evaluate(*p);
-    return *p;
-  };
   for (const char *spec :
        {"tp=8,pp=35,dp=16,mbs=1",
         "tp=8,pp=35,dp=8,mbs=1,sp=true,tp-overlap=true",
         "tp=8,pp=35,dp=8,cp=2,mbs=1,sp=true", "tp=8,pp=5,dp=8,mbs=1,zero=3"}) {
     SCOPED_TRACE(spec);
-    plan::Plan a = evaluated(async, spec), s = evaluated(sync, spec);
+    plan::Plan a = evaluatedSpec(async, spec), s = evaluatedSpec(sync, spec);
     const plan::TimeBreakdown &ta = a.time(), &ts = s.time();
     EXPECT_GT(ts.step_s(), ta.step_s());
     // The same collectives, all of them on the critical path.
@@ -447,7 +443,7 @@ TEST(PlannerTime, BlockingLaunchesExposeEveryOverlap) {
   }
   // Where something overlapped, blocking exposes it.
   plan::Plan overlapped =
-      evaluated(async, "tp=8,pp=35,dp=8,mbs=1,sp=true,tp-overlap=true");
+      evaluatedSpec(async, "tp=8,pp=35,dp=8,mbs=1,sp=true,tp-overlap=true");
   EXPECT_LT(overlapped.time().tp_comm_s(), overlapped.time().tp_comm_total_s());
   // The host's time per kernel is in the compute: the layer costs at least
   // its kernels times blocking_launch_us more.
@@ -479,15 +475,9 @@ TEST(PlannerTime, BlockingSendsHoldTheirSender) {
   CostModel async(*lookupPreset("gpt3-1.3b"), cluster, training);
   CostModel sync(*lookupPreset("gpt3-1.3b"), cluster, blocking);
   auto step = [](CostModel &model) {
-    llvm::Expected<plan::Plan> p = parsePlanSpec("tp=1,pp=2,dp=1,mbs=1", model);
-    EXPECT_TRUE(bool(p));
-    if (!p) {
-      llvm::consumeError(p.takeError());
-      return 0.0;
-    }
-    model.evaluate(*p);
-    EXPECT_EQ(p->num_micro_batches(), 64);
-    return p->time().step_s();
+    plan::Plan p = evaluatedSpec(model, "tp=1,pp=2,dp=1,mbs=1");
+    EXPECT_EQ(p.num_micro_batches(), 64);
+    return p.time().step_s();
   };
   const double send = async.collectiveTime(
       CollectiveKind::Send, 1.0 * 2048 * 2048 * 2, /*group=*/2, /*stride=*/1);
