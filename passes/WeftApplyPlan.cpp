@@ -309,6 +309,8 @@ struct PlanDegrees {
 };
 
 struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
+  using LinearSet = llvm::SetVector<Operation *>;
+
   using WeftApplyPlanBase::WeftApplyPlanBase;
 
   /// The degrees to apply: the options, or the plan file's, which must
@@ -646,11 +648,12 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
 
     // Megatron's tensor parallelism on the weights (or AxoNN's 3-D).
     if (d.tp > 1 || d.threeD()) {
-      llvm::DenseSet<Operation *> column, row, whole;
+      // In the order found (a walk of the IR), so that every annotation
+      // below is made in the same order on every run.
+      LinearSet column, row, whole;
       // Backward from `from` to the first linear on each path, not past a
       // repeat of KV heads.
-      auto firstLinears = [&](ArrayRef<Value> from,
-                              llvm::DenseSet<Operation *> &into) {
+      auto firstLinears = [&](ArrayRef<Value> from, LinearSet &into) {
         std::deque<std::pair<Value, int>> work;
         for (Value v : from)
           work.push_back({v, 0});
@@ -722,7 +725,12 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           column.insert(linear);
         else if (hidden && in != hidden && out == hidden)
           row.insert(linear);
-        if (vocab && out == vocab)
+        // The output layer, split over the vocabulary: outside the layers.
+        // A layer's linear as wide as the vocabulary is not one (a model
+        // whose vocabulary equals its hidden size: the backward's
+        // transposed q projection would otherwise be split over its rows
+        // where the forward's copy is split over its columns).
+        else if (vocab && out == vocab && !linear->getParentOfType<LayerOp>())
           column.insert(linear);
       });
       // (On the weight and every copy of it in another precision.)
@@ -831,9 +839,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
   /// unchanged. Every such weight is stored split over gz as well and
   /// all-gathered before use. The token embedding's vocabulary goes over gy,
   /// like the output layer's.
-  void annotate3d(func::FuncOp func, const llvm::DenseSet<Operation *> &column,
-                  const llvm::DenseSet<Operation *> &row, const PlanDegrees &d,
-                  StringRef mesh) {
+  void annotate3d(func::FuncOp func, const LinearSet &column,
+                  const LinearSet &row, const PlanDegrees &d, StringRef mesh) {
     // Splits `dim` of a weight over `axis` (when it divides), keeping what
     // another use of the same weight (a tied embedding) has put there.
     auto sizeOf = [&](StringRef axis) -> int64_t {
