@@ -44,9 +44,16 @@ def compile_once(weft, model, plan, out, train, cuda):
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
+def files_under(top):
+    return sorted(os.path.relpath(os.path.join(d, f), top)
+                  for d, _, names in os.walk(top) for f in names)
+
+
 def same_files(a, b):
-    names = sorted(n for n in os.listdir(a) if os.path.isfile(os.path.join(a, n)))
-    if names != sorted(n for n in os.listdir(b) if os.path.isfile(os.path.join(b, n))):
+    """None when `a` and `b` hold the same files (the program, its build
+    files and its weights/), byte for byte; else what differs."""
+    names = files_under(a)
+    if names != files_under(b):
         return "the two runs wrote different files"
     _, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
     if mismatch or errors:
