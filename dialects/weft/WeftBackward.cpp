@@ -107,6 +107,12 @@ void TanhOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
 void ErfOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   save(saved, getInput());
 }
+void SinOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
+void CosOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
 void SigmoidOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   save(saved, getInput());
 }

@@ -475,6 +475,22 @@ LogicalResult ErfOp::buildGradients(GradientState &state) {
   g.to(x, g.mul(g.dy(getResult()), g.mulScalar(e, 2.0 / std::sqrt(M_PI))));
   return success();
 }
+// d sin(x) = cos(x) dx.
+LogicalResult SinOp::buildGradients(GradientState &state) {
+  Grad g{state, getLoc()};
+  Value x = getInput();
+  Value c = CosOp::create(state.builder(), getLoc(), x.getType(), x);
+  g.to(x, g.mul(g.dy(getResult()), c));
+  return success();
+}
+// d cos(x) = -sin(x) dx.
+LogicalResult CosOp::buildGradients(GradientState &state) {
+  Grad g{state, getLoc()};
+  Value x = getInput();
+  Value s = SinOp::create(state.builder(), getLoc(), x.getType(), x);
+  g.to(x, g.mul(g.dy(getResult()), g.neg(s)));
+  return success();
+}
 LogicalResult SigmoidOp::buildGradients(GradientState &state) {
   Grad g{state, getLoc()};
   Value y = getResult();

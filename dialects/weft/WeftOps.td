@@ -287,6 +287,11 @@ def Weft_SqrtOp : Weft_UnaryElementwiseOp<"sqrt", Weft_FloatTensor, "sqrt(x)", 1
 def Weft_RsqrtOp : Weft_UnaryElementwiseOp<"rsqrt", Weft_FloatTensor, "1 / sqrt(x)", 2, [WeftSaves]>;
 def Weft_TanhOp : Weft_UnaryElementwiseOp<"tanh", Weft_FloatTensor, "tanh(x)", 1, [WeftSaves]>;
 def Weft_ErfOp : Weft_UnaryElementwiseOp<"erf", Weft_FloatTensor, "erf(x)", 1, [WeftSaves]>;
+// Rotary position embeddings computed in the forward pass (Hugging Face's
+// LlamaRotaryEmbedding since transformers 4.38): cos and sin of positions
+// times inverse frequencies.
+def Weft_SinOp : Weft_UnaryElementwiseOp<"sin", Weft_FloatTensor, "sin(x)", 1, [WeftSaves]>;
+def Weft_CosOp : Weft_UnaryElementwiseOp<"cos", Weft_FloatTensor, "cos(x)", 1, [WeftSaves]>;
 def Weft_SigmoidOp : Weft_UnaryElementwiseOp<"sigmoid", Weft_FloatTensor,
                                              "1 / (1 + e^-x)", 3, [WeftSaves]>;
 def Weft_ReluOp : Weft_UnaryElementwiseOp<"relu", Weft_NumericTensor, "max(x, 0)", 1, [WeftSaves]>;

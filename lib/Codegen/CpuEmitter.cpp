@@ -173,6 +173,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](RsqrtOp) { return unary("Rsqrt"); })
       .Case([&](TanhOp) { return unary("Tanh"); })
       .Case([&](ErfOp) { return unary("Erf"); })
+      .Case([&](SinOp) { return unary("Sin"); })
+      .Case([&](CosOp) { return unary("Cos"); })
       .Case([&](SigmoidOp) { return unary("Sigmoid"); })
       .Case([&](ReluOp) { return unary("Relu"); })
       .Case([&](SiluOp) { return unary("Silu"); })

@@ -267,6 +267,8 @@ LogicalResult CudaEmitter::emitElementwiseKernel(
         .Case([&](RsqrtOp) { e = "rsqrtf(" + args[0] + ")"; })
         .Case([&](TanhOp) { e = "tanhf(" + args[0] + ")"; })
         .Case([&](ErfOp) { e = "erff(" + args[0] + ")"; })
+        .Case([&](SinOp) { e = "sinf(" + args[0] + ")"; })
+        .Case([&](CosOp) { e = "cosf(" + args[0] + ")"; })
         .Case([&](SigmoidOp) { e = "sigmoid(" + args[0] + ")"; })
         .Case([&](ReluOp) {
           e = floatOperands() ? "fmaxf(" + args[0] + ", 0.0f)"

@@ -410,6 +410,8 @@ LogicalResult Interpreter::run(Operation *op) {
       .Case([&](RsqrtOp) { return unaryOp(UnaryKind::Rsqrt); })
       .Case([&](TanhOp) { return unaryOp(UnaryKind::Tanh); })
       .Case([&](ErfOp) { return unaryOp(UnaryKind::Erf); })
+      .Case([&](SinOp) { return unaryOp(UnaryKind::Sin); })
+      .Case([&](CosOp) { return unaryOp(UnaryKind::Cos); })
       .Case([&](SigmoidOp) { return unaryOp(UnaryKind::Sigmoid); })
       .Case([&](ReluOp) { return unaryOp(UnaryKind::Relu); })
       .Case([&](SiluOp) { return unaryOp(UnaryKind::Silu); })

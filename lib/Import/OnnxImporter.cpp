@@ -1184,6 +1184,8 @@ void GraphImporter::registerHandlers() {
   addUnary<SqrtOp>("Sqrt");
   addUnary<TanhOp>("Tanh");
   addUnary<ErfOp>("Erf");
+  addUnary<SinOp>("Sin");
+  addUnary<CosOp>("Cos");
   addUnary<SigmoidOp>("Sigmoid");
   addUnary<ReluOp>("Relu");
   addCompare("Equal", ComparePredicate::eq);
@@ -1274,6 +1276,34 @@ void GraphImporter::registerHandlers() {
       return error() << "Cast to " << dataTypeName(to)
                      << ", which Weft does not support";
     auto type = cast<RankedTensorType>(data.getType()).clone(element);
+    setOutput(node, 0, CastOp::create(builder, loc, type, data));
+    return success();
+  };
+  // Gelu (opset 20; read through the schema OnnxModel.cpp registers).
+  handlers["Gelu"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    const onnx::AttributeProto *attr = attribute(node, "approximate");
+    std::string approximate = attr ? attr->s() : "none";
+    if (approximate != "none" && approximate != "tanh")
+      return error() << "Gelu approximate='" << approximate
+                     << "' is not ONNX's (none or tanh)";
+    Value x = input(node, 0);
+    if (!isa<FloatType>(cast<RankedTensorType>(x.getType()).getElementType()))
+      return error() << "Gelu of " << x.getType()
+                     << ": a float tensor expected";
+    setOutput(node, 0,
+              GeluOp::create(builder, loc, x,
+                             approximate == "tanh" ? GeluApproximation::tanh
+                                                   : GeluApproximation::erf));
+    return success();
+  };
+  // CastLike (opset 15; torch.onnx's dynamo exporter writes it wherever a
+  // scalar meets a tensor): a Cast to the second input's element type.
+  handlers["CastLike"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    Value like = input(node, 1);
+    auto type =
+        cast<RankedTensorType>(data.getType())
+            .clone(cast<RankedTensorType>(like.getType()).getElementType());
     setOutput(node, 0, CastOp::create(builder, loc, type, data));
     return success();
   };

@@ -25,8 +25,10 @@
 #include "llvm/Support/CrashRecoveryContext.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <cstring>
 #include <fcntl.h>
 #include <limits>
+#include <mutex>
 #include <unistd.h>
 
 using namespace weft;
@@ -339,6 +341,192 @@ withoutExternalData(const onnx::ModelProto &proto) {
   return copy;
 }
 
+//===----------------------------------------------------------------------===//
+// Opsets 18-22, read as opset 17
+//===----------------------------------------------------------------------===//
+
+/// libonnx 1.12 (Debian 12's) knows opsets up to 17; torch.onnx.export writes
+/// 18 since torch 2.5's dynamo exporter. For the ops a transformer uses, the
+/// later opsets changed little: reductions take their axes as an input (18),
+/// Split gained num_outputs (18), Cast and CastLike a saturate flag for the
+/// float8 types (19), Gelu became an op (20), and 21 and 22 only added element
+/// types. Such a model is rewritten to its opset-17 form; Gelu keeps its node,
+/// with a schema that Weft registers (below).
+static bool readIntTensor(const onnx::TensorProto &tensor,
+                          llvm::SmallVectorImpl<int64_t> &values) {
+  if (tensor.data_type() != onnx::TensorProto::INT64 ||
+      tensor.data_location() == onnx::TensorProto::EXTERNAL)
+    return false;
+  if (tensor.has_raw_data()) {
+    const std::string &raw = tensor.raw_data();
+    if (raw.size() % sizeof(int64_t))
+      return false;
+    values.resize(raw.size() / sizeof(int64_t));
+    std::memcpy(values.data(), raw.data(), raw.size());
+    return true;
+  }
+  values.assign(tensor.int64_data().begin(), tensor.int64_data().end());
+  return true;
+}
+
+/// The Gelu schema of opset 20, registered at version 17 so that ONNX's
+/// checker and shape inference accept a Gelu node in a model read as
+/// opset 17 (the importer converts it to weft.gelu).
+static void registerNewerSchemas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (onnx::OpSchemaRegistry::Schema("Gelu", kMaxOnnxOpset, ""))
+      return;
+    onnx::RegisterSchema(
+        onnx::OpSchema()
+            .SetName("Gelu")
+            .SetDomain("")
+            .SinceVersion(kMaxOnnxOpset)
+            .SetDoc("Opset 20's Gelu, registered by Weft.")
+            .Attr("approximate", "none (erf) or tanh",
+                  onnx::AttributeProto::STRING, std::string("none"))
+            .Input(0, "X", "input", "T")
+            .Output(0, "Y", "output", "T")
+            .TypeConstraint("T",
+                            {"tensor(float16)", "tensor(float)",
+                             "tensor(double)", "tensor(bfloat16)"},
+                            "float tensors")
+            .TypeAndShapeInferenceFunction(
+                onnx::propagateShapeAndTypeFromFirstInput));
+  });
+}
+
+static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
+                               std::string &error) {
+  onnx::GraphProto &graph = *proto.mutable_graph();
+  llvm::StringMap<const onnx::TensorProto *> constants;
+  for (const onnx::TensorProto &tensor : graph.initializer())
+    constants[tensor.name()] = &tensor;
+  for (const onnx::NodeProto &node : graph.node())
+    if (node.op_type() == "Constant" && node.output_size() == 1)
+      for (const onnx::AttributeProto &attr : node.attribute())
+        if (attr.name() == "value" && attr.has_t())
+          constants[node.output(0)] = &attr.t();
+  static const llvm::StringSet<> reductions = {
+      "ReduceMax",    "ReduceMean",      "ReduceMin",
+      "ReduceProd",   "ReduceL1",        "ReduceL2",
+      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
+  // Ops whose meaning (not only their element types) changed after opset 17
+  // and that are not rewritten here; Weft imports none of them.
+  static const llvm::StringSet<> changed = {"Pad",
+                                            "Resize",
+                                            "ScatterElements",
+                                            "ScatterND",
+                                            "GroupNormalization",
+                                            "CenterCropPad",
+                                            "Col2Im",
+                                            "BitwiseAnd",
+                                            "BitwiseNot",
+                                            "BitwiseOr",
+                                            "BitwiseXor",
+                                            "LpPool",
+                                            "Mish",
+                                            "AveragePool",
+                                            "DeformConv",
+                                            "QuantizeLinear",
+                                            "DequantizeLinear",
+                                            "QLinearMatMul",
+                                            "AffineGrid",
+                                            "DFT",
+                                            "GridSample",
+                                            "ImageDecoder",
+                                            "IsInf",
+                                            "IsNaN",
+                                            "RegexFullMatch",
+                                            "StringConcat",
+                                            "StringSplit",
+                                            "OptionalGetElement",
+                                            "OptionalHasElement"};
+  auto removeAttr = [](onnx::NodeProto &node, llvm::StringRef name,
+                       onnx::AttributeProto *taken = nullptr) {
+    auto *attrs = node.mutable_attribute();
+    for (int i = 0; i < attrs->size(); ++i)
+      if (attrs->Get(i).name() == name) {
+        if (taken)
+          *taken = attrs->Get(i);
+        attrs->DeleteSubrange(i, 1);
+        return true;
+      }
+    return false;
+  };
+  auto where = [](const onnx::NodeProto &node, int index) {
+    return node.name().empty() ? "node #" + std::to_string(index)
+                               : "'" + node.name() + "'";
+  };
+  llvm::SmallVector<std::string> refused;
+  llvm::StringSet<> refusedTypes;
+  for (auto [index, node] : llvm::enumerate(*graph.mutable_node())) {
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      continue;
+    llvm::StringRef type = node.op_type();
+    if (reductions.contains(type)) {
+      onnx::AttributeProto noop;
+      bool keepIfEmpty =
+          removeAttr(node, "noop_with_empty_axes", &noop) && noop.i() != 0;
+      if (node.input_size() >= 2 && !node.input(1).empty()) {
+        auto it = constants.find(node.input(1));
+        llvm::SmallVector<int64_t> axes;
+        if (it == constants.end() || !readIntTensor(*it->second, axes)) {
+          error = "opset " + std::to_string(opset) + " " + type.str() + " " +
+                  where(node, index) +
+                  " takes its axes from a computed value; Weft reads "
+                  "reductions over constant axes (export with "
+                  "opset_version=17, or make the axes a constant)";
+          return false;
+        }
+        node.mutable_input()->DeleteSubrange(1, node.input_size() - 1);
+        if (!axes.empty() || !keepIfEmpty) {
+          onnx::AttributeProto *attr = node.add_attribute();
+          attr->set_name("axes");
+          attr->set_type(onnx::AttributeProto::INTS);
+          for (int64_t axis : axes)
+            attr->add_ints(axis);
+          continue;
+        }
+      }
+      if (keepIfEmpty && node.input_size() == 1) {
+        // No axes and noop_with_empty_axes: the identity.
+        node.set_op_type("Identity");
+        node.clear_attribute();
+      }
+      continue;
+    }
+    if (type == "Split") {
+      // Without a `split` input, opset 17 splits into equal parts, as 18 does
+      // with num_outputs when the size divides (ONNX's shape inference
+      // refuses the rest).
+      removeAttr(node, "num_outputs");
+      continue;
+    }
+    if (type == "Cast" || type == "CastLike") {
+      removeAttr(node, "saturate");
+      continue;
+    }
+    if (changed.contains(type) && refusedTypes.insert(type).second)
+      refused.push_back(type.str() + " (e.g. " + where(node, index) + ")");
+  }
+  if (!refused.empty()) {
+    error =
+        "the model uses " + std::to_string(refused.size()) +
+        " op type(s) that Weft does not import: " + llvm::join(refused, ", ");
+    return false;
+  }
+  for (onnx::OperatorSetIdProto &id : *proto.mutable_opset_import())
+    if (id.domain().empty() || id.domain() == "ai.onnx")
+      id.set_version(kMaxOnnxOpset);
+  // IR versions 9 and 10 added the float8 and 4-bit element types, which
+  // Weft does not import either.
+  if (proto.ir_version() > onnx::IR_VERSION)
+    proto.set_ir_version(onnx::IR_VERSION);
+  registerNewerSchemas();
+  return true;
+}
+
 /// Runs `fn`, a call into ONNX's library, so that neither its exceptions nor
 /// its crashes escape: libonnx 1.12's shape inference dereferences missing
 /// types on some malformed models (found by the importer's fuzzer). A crash
@@ -373,6 +561,20 @@ bool weft::loadOnnxModel(llvm::StringRef path,
                          std::string &error) {
   if (!readModel(path, model.proto, error))
     return false;
+  int64_t exported = getDefaultOpset(model.proto);
+  if (exported > kMaxOnnxOpset) {
+    if (exported > kMaxReadOnnxOpset) {
+      error =
+          "opset " + std::to_string(exported) + " is newer than Weft reads (" +
+          std::to_string(kMinOnnxOpset) + "-" +
+          std::to_string(kMaxReadOnnxOpset) +
+          "); export with opset_version=" + std::to_string(kMaxReadOnnxOpset) +
+          " or lower";
+      return false;
+    }
+    if (!downgradeToOpset17(model.proto, exported, error))
+      return false;
+  }
   try {
     std::optional<onnx::ModelProto> checked = withoutExternalData(model.proto);
     onnx::checker::check_model(checked ? *checked : model.proto);
@@ -381,13 +583,6 @@ bool weft::loadOnnxModel(llvm::StringRef path,
     return false;
   }
   model.opset = getDefaultOpset(model.proto);
-  if (model.opset > kMaxOnnxOpset) {
-    error = "opset " + std::to_string(model.opset) +
-            " is newer than Weft supports (" + std::to_string(kMinOnnxOpset) +
-            "-" + std::to_string(kMaxOnnxOpset) +
-            "); export with opset_version=" + std::to_string(kMaxOnnxOpset);
-    return false;
-  }
   makeInputsConstant(*model.proto.mutable_graph(), options);
   if (!bindInputs(*model.proto.mutable_graph(), options, error))
     return false;

@@ -302,6 +302,12 @@ HostTensor unary(UnaryKind kind, const HostTensor &input) {
       case UnaryKind::Erf:
         y = std::erf(x);
         break;
+      case UnaryKind::Sin:
+        y = std::sin(x);
+        break;
+      case UnaryKind::Cos:
+        y = std::cos(x);
+        break;
       case UnaryKind::Sigmoid:
         y = 1.0f / (1.0f + std::exp(-x));
         break;

@@ -51,6 +51,33 @@ func.func @tied(%x: tensor<4xf32>) -> tensor<f32> {
 
 // -----
 
+// Rotary frequencies: d sin(x) = cos(x) dx and d cos(x) = -sin(x) dx.
+// CHECK-LABEL: func.func @sin_cos
+// CHECK-SAME: -> (tensor<f32>, tensor<4xf32> {weft.gradient_of = "f"})
+// CHECK: %[[X:.*]] = weft.mul %arg0, %{{.*}} : tensor<4xf32>
+// CHECK: %[[S:.*]] = weft.sin %[[X]] : tensor<4xf32>
+// CHECK: %[[C:.*]] = weft.cos %[[X]] : tensor<4xf32>
+// The backward, in reverse order: cos's, then sin's, summed into d(a).
+// CHECK: %[[DC:.*]] = weft.sin %[[X]] : tensor<4xf32>
+// CHECK-NEXT: %[[NEG:.*]] = weft.neg %[[DC]] : tensor<4xf32>
+// CHECK-NEXT: %[[GC:.*]] = weft.mul %[[DY:.*]], %[[NEG]] : tensor<4xf32>
+// CHECK-NEXT: %[[DS:.*]] = weft.cos %[[X]] : tensor<4xf32>
+// CHECK-NEXT: %[[GS:.*]] = weft.mul %[[DY]], %[[DS]] : tensor<4xf32>
+// CHECK-NEXT: %[[DA:.*]] = weft.add %[[GC]], %[[GS]] : tensor<4xf32>
+// CHECK-NEXT: %[[DF:.*]] = weft.mul %[[DA]], %arg0 : tensor<4xf32>
+// CHECK-NEXT: return %{{.*}}, %[[DF]]
+func.func @sin_cos(%x: tensor<4xf32>) -> tensor<f32> {
+  %f = weft.parameter "f" : tensor<4xf32> = dense<0.5>
+  %a = weft.mul %x, %f : tensor<4xf32>
+  %s = weft.sin %a : tensor<4xf32>
+  %c = weft.cos %a : tensor<4xf32>
+  %y = weft.add %s, %c : tensor<4xf32>
+  %r = weft.reduce_sum %y axes [0] : tensor<4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
 // A layer's gradient is a backward layer: it takes the layer's inputs and its
 // result's gradient, recomputes the body, and yields the gradients of the
 // inputs that need one (none here: %x is data) and of the body's parameters.

@@ -19,10 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 # The transformer op set, by the names of their node tests.
 OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "exp",
-       "erf", "tanh", "sigmoid", "reduce_mean", "reduce_sum", "reduce_max",
+       "erf", "tanh", "sin", "cos", "sigmoid", "reduce_mean", "reduce_sum", "reduce_max",
        "softmax", "logsoftmax", "layer_normalization", "gather", "reshape",
        "transpose", "split", "slice", "concat", "unsqueeze", "squeeze", "shape",
-       "constant", "constantofshape", "cast", "expand", "range", "equal", "less",
+       "constant", "constantofshape", "cast", "castlike", "expand", "range", "equal", "less",
        "where", "tril", "triu", "identity", "clip", "einsum", "dropout"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(reduce_sum_square|gather_elements|constant_pad|"

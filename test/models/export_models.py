@@ -201,6 +201,35 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+class LlamaRope(Llama):
+    """Llama with Hugging Face's rotary embedding since transformers 4.38
+    (LlamaRotaryEmbedding.forward): cos and sin computed in the forward pass
+    from the positions and `inv_freq`, so the export has Cos and Sin nodes.
+    Hugging Face's `inv_freq` is a non-persistent buffer, which ONNX stores as
+    an initializer like any weight (`weft train --freeze inv_freq` keeps it);
+    here it is a parameter, so that training also checks the gradients of
+    cos and sin against torch's."""
+
+    def __init__(self):
+        super().__init__()
+        del self.cos_cached, self.sin_cached
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+        self.inv_freq = nn.Parameter(inv_freq)
+
+    def forward(self, input_ids):
+        b, s = input_ids.shape
+        position_ids = torch.arange(s).unsqueeze(0)
+        inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+        mask = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        return self.lm_head(self.norm(x))
+
+
 def save(tensor, path):
     with open(path, "wb") as f:
         f.write(numpy_helper.from_array(tensor).SerializeToString())

@@ -4,8 +4,8 @@
     /usr/bin/python3 test/raising/check_corpus.py --weft build/bin/weft [--dir D] [NAME...]
 
 Exports the corpus (into a temporary directory unless --dir names one that has
-it), then for each formulation and each of its four exports (opsets 14 and 17,
-static and dynamic axes):
+it), then for each formulation and each of its exports (opsets 14 and 17,
+static and dynamic axes, and the opset-18 form):
 
   - `weft import` raises every layer's attention to one weft.attention (no
     weft.softmax is left), its norms to weft.layer_norm / weft.rms_norm and its
@@ -115,24 +115,24 @@ def check_form(weft, name, root, tmp):
     expected = np.load(os.path.join(data, "output_0.npy"))
     problems = []
     base = None
-    for opset in (14, 17):
-        for dynamic in (False, True) if f["dynamic"] else (False,):
-            variant = "opset%d%s" % (opset, "-dynamic" if dynamic else "")
-            path = os.path.join(directory, "%s-%s.onnx" % (name, variant))
-            counts, error = stats(weft, path)
-            if error:
-                problems.append("%s: import failed: %s" % (variant, error))
-                continue
-            problems += ["%s: %s" % (variant, p) for p in check_raised(counts, f)]
-            got, error = run(weft, path, inputs, os.path.join(tmp, name + variant))
-            if got is None:
-                problems.append("%s: run failed: %s" % (variant, error))
-                continue
-            if not np.allclose(got, expected, rtol=1e-4, atol=1e-5):
-                problems.append("%s: differs from torch by %.3g" %
-                                (variant, float(np.abs(got - expected).max())))
-            if variant == "opset17":
-                base = got
+    variants = ["opset%d%s" % (opset, "-dynamic" if dynamic else "") for opset in (14, 17)
+                for dynamic in ((False, True) if f["dynamic"] else (False,))] + ["opset18"]
+    for variant in variants:
+        path = os.path.join(directory, "%s-%s.onnx" % (name, variant))
+        counts, error = stats(weft, path)
+        if error:
+            problems.append("%s: import failed: %s" % (variant, error))
+            continue
+        problems += ["%s: %s" % (variant, p) for p in check_raised(counts, f)]
+        got, error = run(weft, path, inputs, os.path.join(tmp, name + variant))
+        if got is None:
+            problems.append("%s: run failed: %s" % (variant, error))
+            continue
+        if not np.allclose(got, expected, rtol=1e-4, atol=1e-5):
+            problems.append("%s: differs from torch by %.3g" %
+                            (variant, float(np.abs(got - expected).max())))
+        if variant == "opset17":
+            base = got
     path = os.path.join(directory, "%s-opset17.onnx" % name)
     worst = {}
     if base is not None:

@@ -21,7 +21,8 @@ norms and RMS norms written out by hand; GELU (erf, tanh, sigmoid
 approximation written out), SiLU, SwiGLU with a fused gate/up projection.
 
 For every formulation it writes, at opsets 14 and 17, a static export and one
-with dynamic batch and sequence axes (NAME/NAME-opsetN[-dynamic].onnx), and
+with dynamic batch and sequence axes (NAME/NAME-opsetN[-dynamic].onnx), the
+opset-18 form of the static opset-17 export (NAME-opset18.onnx), and
 NAME/test_data_set_0/ with the inputs and torch's outputs (.npy). The list of
 formulations is FORMS; `--list` prints it.
 """
@@ -31,7 +32,9 @@ import os
 import sys
 
 import numpy as np
+import onnx
 import torch
+from onnx import numpy_helper
 from torch import nn
 
 HIDDEN, HEADS, LAYERS, VOCAB, MAX_SEQ = 32, 4, 2, 64, 16
@@ -53,6 +56,10 @@ DEFAULTS = dict(
     kv_heads=HEADS,      # < HEADS: grouped-query attention
     repeat="expand",     # expand (HF repeat_kv) | interleave (repeat_interleave)
     rotary="none",       # none | half | interleaved
+    rotary_tables="buffer",  # buffer (cos/sin cached at init) | forward (Hugging Face
+                         # since transformers 4.38: cos and sin of positions times
+                         # inv_freq in the forward pass) | positions (the same, of a
+                         # position_ids input, as Optimum exports decoders)
     attention="manual",  # manual | mha (nn.MultiheadAttention)
     norm="layernorm",    # layernorm | ln_manual | ln_rsqrt | ln_nobias | rms | rms_div |
                          # rms_f32 | rms_mean_sq
@@ -104,6 +111,10 @@ FORMS = {
                                   norm="rms", mlp="swiglu", dynamic=False),
     "rotary_half_llama": dict(rotary="half", mask="add_inf", norm="rms", mlp="swiglu"),
     "rotary_interleaved_gptj": dict(rotary="interleaved", mask="where_keep"),
+    "rotary_in_forward_hf": dict(rotary="half", rotary_tables="forward", kv_heads=KV_HEADS,
+                                 mask="add_min", norm="rms_f32", mlp="swiglu"),
+    "rotary_position_ids_input": dict(rotary="half", rotary_tables="positions",
+                                      mask="add_inf", norm="rms", mlp="swiglu"),
     "llama_gqa_rotary": dict(rotary="half", kv_heads=KV_HEADS, mask="add_inf",
                              norm="rms_f32", mlp="swiglu_fused", softmax="f32"),
     # nn.MultiheadAttention.
@@ -397,13 +408,25 @@ class Model(nn.Module):
             emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos_cached", emb.cos())
         self.register_buffer("sin_cached", emb.sin())
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def uses_padding(self):
         return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding")
 
-    def forward(self, input_ids, attention_mask=None):
+    def uses_positions(self):
+        return self.f["rotary_tables"] == "positions"
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
         s = input_ids.shape[1]
         cos, sin = self.cos_cached[:s], self.sin_cached[:s]
+        if self.f["rotary_tables"] != "buffer":
+            # LlamaRotaryEmbedding.forward (transformers >= 4.38).
+            if position_ids is None:
+                position_ids = torch.arange(s).unsqueeze(0)
+            inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+            freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos()[:, None], emb.sin()[:, None]
         positions = torch.arange(s, dtype=torch.long).unsqueeze(0)
         x = self.embed(input_ids) + self.pos(positions)
         for block in self.blocks:
@@ -434,9 +457,19 @@ def export(name, out_dir):
         mask = torch.ones(BATCH, SEQ, dtype=torch.long)
         mask[1, SEQ - 3:] = 0
         inputs, names = (ids, mask), ["input_ids", "attention_mask"]
+    if model.uses_positions():
+        # The second sequence starts at position 3 (a left-padded batch).
+        positions = torch.arange(SEQ).unsqueeze(0).repeat(BATCH, 1)
+        positions[1] += 3
+        inputs, names = inputs + (positions,), names + ["position_ids"]
+    # Exported by keyword (torch.onnx.export's trailing dict), so that a model
+    # without attention_mask takes position_ids second.
+    args = inputs
+    if model.uses_positions():
+        args = inputs[:-1] + ({"position_ids": inputs[-1]},)
     model.eval()
     with torch.no_grad():
-        expected = model(*inputs)
+        expected = model(*args[:-1], **args[-1]) if model.uses_positions() else model(*args)
     directory = os.path.join(out_dir, name)
     data = os.path.join(directory, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
@@ -456,13 +489,45 @@ def export(name, out_dir):
                 # program treats them as the identity, as eval mode does).
                 model.train()
                 mode = torch.onnx.TrainingMode.TRAINING
-            torch.onnx.export(model, inputs, path, opset_version=opset,
+            torch.onnx.export(model, args, path, opset_version=opset,
                               input_names=names, output_names=["logits"],
                               dynamic_axes=axes if dynamic else None,
                               do_constant_folding=not f["dropout"], training=mode)
             model.eval()
             paths.append(path)
+    path = os.path.join(directory, "%s-opset18.onnx" % name)
+    onnx.save(as_opset18(onnx.load(paths[-2 if f["dynamic"] else -1])), path)
+    paths.append(path)
     return paths
+
+
+REDUCTIONS_WITH_AXES_INPUT = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                              "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                              "ReduceSumSquare"}
+
+
+def as_opset18(model):
+    """The opset-18 form of an opset-17 model, as torch >= 2.5 writes it
+    (torch 1.13 exports at most opset 17): the reductions take their axes as
+    an initializer input, a Split without sizes says num_outputs, and the
+    IR version is 10 (ONNX 1.16's)."""
+    graph = model.graph
+    for node in graph.node:
+        if node.op_type in REDUCTIONS_WITH_AXES_INPUT:
+            for attr in list(node.attribute):
+                if attr.name == "axes":
+                    name = "%s_axes" % (node.name or node.output[0])
+                    graph.initializer.append(
+                        numpy_helper.from_array(np.array(attr.ints, np.int64), name))
+                    node.input.append(name)
+                    node.attribute.remove(attr)
+        if node.op_type == "Split" and len(node.input) == 1:
+            node.attribute.append(onnx.helper.make_attribute("num_outputs", len(node.output)))
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx"):
+            opset.version = 18
+    model.ir_version = 10
+    return model
 
 
 def main(argv):

@@ -68,6 +68,10 @@ func.func @unary(%x: tensor<4x8xf32>, %i: tensor<4xi64>) {
   %5 = weft.tanh %x : tensor<4x8xf32>
   // CHECK: weft.erf
   %6 = weft.erf %x : tensor<4x8xf32>
+  // CHECK: weft.sin %{{.*}} : tensor<4x8xf32>
+  %s = weft.sin %x : tensor<4x8xf32>
+  // CHECK: weft.cos %{{.*}} : tensor<4x8xf32>
+  %c = weft.cos %x : tensor<4x8xf32>
   // CHECK: weft.sigmoid
   %7 = weft.sigmoid %x : tensor<4x8xf32>
   // CHECK: weft.relu

@@ -22,7 +22,20 @@ namespace weft::rt {
 enum class BinaryKind { Add, Sub, Mul, Div, Pow, Max, Min };
 enum class CompareKind { Eq, Ne, Lt, Le, Gt, Ge };
 enum class UnaryKind {
-  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Relu, Silu, GeluErf, GeluTanh
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Erf,
+  Sin,
+  Cos,
+  Sigmoid,
+  Relu,
+  Silu,
+  GeluErf,
+  GeluTanh
 };
 enum class ReduceKind { Sum, Mean, Max };
 enum class LossReduction { None, Mean, Sum };
