@@ -11,6 +11,8 @@
 
 #include "weft/Dialect/WeftOps.h"
 
+#include "mlir/IR/PatternMatch.h"
+
 using namespace mlir;
 using namespace weft;
 
@@ -76,6 +78,63 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor) {
     return getResult();
   }
   return {};
+}
+
+namespace {
+/// reshape(transpose(reshape(x))) where the inner reshape merges x's leading
+/// dimensions into one, the transpose keeps that dimension first, and the
+/// outer reshape splits it back: one transpose of x. torch's dynamo exporter
+/// (onnxscript's scaled_dot_product_attention) swaps the key's last two
+/// dimensions this way, [b, h, s, d] -> [b*h, s, d] -> [b*h, d, s] ->
+/// [b, h, d, s], "so we can transpose with a static permutation".
+struct MergedLeadingTranspose : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ReshapeOp outer,
+                                PatternRewriter &rewriter) const override {
+    auto transpose = outer.getInput().getDefiningOp<TransposeOp>();
+    if (!transpose)
+      return failure();
+    auto inner = transpose.getInput().getDefiningOp<ReshapeOp>();
+    if (!inner)
+      return failure();
+    auto x = cast<RankedTensorType>(inner.getInput().getType());
+    auto merged = cast<RankedTensorType>(inner.getType());
+    auto result = cast<RankedTensorType>(outer.getType());
+    ArrayRef<int64_t> perm = transpose.getPermutation();
+    int64_t m = merged.getRank();
+    int64_t k = x.getRank() - (m - 1);
+    if (k < 1 || m < 2 || perm[0] != 0 || !x.hasStaticShape() ||
+        !result.hasStaticShape() || result.getRank() != x.getRank())
+      return failure();
+    ArrayRef<int64_t> xShape = x.getShape();
+    // The inner reshape merges x's first k dimensions and keeps the rest.
+    int64_t leading = 1;
+    for (int64_t d : xShape.take_front(k))
+      leading *= d;
+    if (merged.getDimSize(0) != leading ||
+        merged.getShape().drop_front() != xShape.drop_front(k))
+      return failure();
+    // The outer one splits the first dimension back into the same k.
+    ArrayRef<int64_t> transposed =
+        cast<RankedTensorType>(transpose.getType()).getShape();
+    if (result.getShape().take_front(k) != xShape.take_front(k) ||
+        result.getShape().drop_front(k) != transposed.drop_front())
+      return failure();
+    SmallVector<int64_t> permutation;
+    for (int64_t d = 0; d < k; ++d)
+      permutation.push_back(d);
+    for (int64_t d : perm.drop_front())
+      permutation.push_back(d + k - 1);
+    rewriter.replaceOpWithNewOp<TransposeOp>(outer, inner.getInput(),
+                                             permutation);
+    return success();
+  }
+};
+} // namespace
+
+void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                            MLIRContext *context) {
+  patterns.add<MergedLeadingTranspose>(context);
 }
 
 OpFoldResult TransposeOp::fold(FoldAdaptor) {

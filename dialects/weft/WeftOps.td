@@ -804,6 +804,7 @@ def Weft_ReshapeOp : Weft_Op<"reshape", [WeftBackward, WeftCost, WeftRule, Pure,
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
   let hasFolder = 1;
+  let hasCanonicalizer = 1;
 }
 
 def Weft_TransposeOp : Weft_Op<"transpose", [WeftBackward, WeftCost, WeftRule, Pure, SameOperandsAndResultElementType,

@@ -1738,9 +1738,19 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) 
   // Not where every input is a constant: Weft folds those itself, exactly
   // (ONNX 1.14's propagation of Add / Sub / Mul wraps values at 32 bits:
   // 718103552000 + 2 came out as 844013570).
-  bool inputsConstant = llvm::all_of(node.input(), [&](const std::string &in) {
-    return in.empty() || (constants.count(in) && !values.count(in));
-  });
+  // CastLike's second input gives only a type: a CastLike of a constant is
+  // a constant (onnxscript's attention scale, CastLike(Shape(q)[-1], q)).
+  int dataInputs = node.op_type() == "CastLike" ? std::min(1, node.input_size())
+                                                : node.input_size();
+  auto constantInputs = [&] {
+    return llvm::all_of(llvm::make_range(node.input().begin(),
+                                         node.input().begin() + dataInputs),
+                        [&](const std::string &in) {
+                          return in.empty() ||
+                                 (constants.count(in) && !values.count(in));
+                        });
+  };
+  bool inputsConstant = constantInputs();
   bool allKnown = node.output_size() > 0 && !inputsConstant;
   for (const std::string &output : node.output()) {
     auto data = model.shapeData.find(output);
@@ -1775,9 +1785,7 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) 
     if (!input.empty() && !values.count(input) && !constants.count(input))
       return error() << "input '" << input << "' is not defined before use";
   }
-  bool allConstant = llvm::all_of(node.input(), [&](const std::string &in) {
-    return in.empty() || (constants.count(in) && !values.count(in));
-  });
+  bool allConstant = constantInputs();
   Block *block = builder.getInsertionBlock();
   Operation *last = block->empty() ? nullptr : &block->back();
   nodeFailed = false;

@@ -150,3 +150,47 @@ func.func @inside_layer(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// onnxscript's key transposition ([b, h, s, d] -> [b*h, s, d], a static
+// Transpose, and back to [b, h, d, s]) is one transpose of the key.
+// CHECK-LABEL: func.func @merged_leading_transpose
+// CHECK-SAME: (%[[K:.*]]: tensor<2x4x8x16xf32>)
+// CHECK-NEXT: %[[T:.*]] = weft.transpose %[[K]] permutation [0, 1, 3, 2] : tensor<2x4x8x16xf32> -> tensor<2x4x16x8xf32>
+// CHECK-NEXT: return %[[T]]
+func.func @merged_leading_transpose(%k: tensor<2x4x8x16xf32>) -> tensor<2x4x16x8xf32> {
+  %0 = weft.reshape %k : tensor<2x4x8x16xf32> -> tensor<8x8x16xf32>
+  %1 = weft.transpose %0 permutation [0, 2, 1] : tensor<8x8x16xf32> -> tensor<8x16x8xf32>
+  %2 = weft.reshape %1 : tensor<8x16x8xf32> -> tensor<2x4x16x8xf32>
+  return %2 : tensor<2x4x16x8xf32>
+}
+
+// -----
+
+// Splitting the merged dimension otherwise ([8] into [4, 2], not [2, 4]) is
+// not the inverse: the three ops stay.
+// CHECK-LABEL: func.func @merged_leading_transpose_other_split
+// CHECK-NEXT: weft.reshape
+// CHECK-NEXT: weft.transpose
+// CHECK-NEXT: weft.reshape
+func.func @merged_leading_transpose_other_split(%k: tensor<2x4x8x16xf32>) -> tensor<4x2x16x8xf32> {
+  %0 = weft.reshape %k : tensor<2x4x8x16xf32> -> tensor<8x8x16xf32>
+  %1 = weft.transpose %0 permutation [0, 2, 1] : tensor<8x8x16xf32> -> tensor<8x16x8xf32>
+  %2 = weft.reshape %1 : tensor<8x16x8xf32> -> tensor<4x2x16x8xf32>
+  return %2 : tensor<4x2x16x8xf32>
+}
+
+// -----
+
+// A transpose that moves the merged dimension is not one of x's either.
+// CHECK-LABEL: func.func @merged_dimension_moved
+// CHECK-NEXT: weft.reshape
+// CHECK-NEXT: weft.transpose
+// CHECK-NEXT: weft.reshape
+func.func @merged_dimension_moved(%k: tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32> {
+  %0 = weft.reshape %k : tensor<2x4x8x8xf32> -> tensor<8x8x8xf32>
+  %1 = weft.transpose %0 permutation [1, 0, 2] : tensor<8x8x8xf32> -> tensor<8x8x8xf32>
+  %2 = weft.reshape %1 : tensor<8x8x8xf32> -> tensor<2x4x8x8xf32>
+  return %2 : tensor<2x4x8x8xf32>
+}

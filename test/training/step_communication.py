@@ -57,7 +57,12 @@ frozen_weights_gib: LLaMA's rotary tables) below ZeRO-3. One difference is
 explained and printed: under SP with ZeRO, the moments of weights tp does not
 split, which the step keeps in blocks over dp x tp (their gradients are
 partial over both) where the cost model, as Megatron's distributed optimizer,
-divides over dp: the difference is computed from the dumped optimizer step and must match to the byte.
+divides over dp. So is a second: a weight used before the batch dimension
+(the rotary frequencies of a model that computes its tables in the forward
+pass) has a gradient that the backward all-reduces where the tables
+broadcast over the batch, and ZeRO keeps its state whole where the cost
+model divides it. Both differences are computed from the dumped optimizer
+step and must match to the byte.
 
 Needs Debian's python3-torch (1.13) and python3-onnx (for the exports); run by
 ctest as `training-step-communication`.
@@ -139,6 +144,35 @@ def over_tp_moments(dumped, dp):
     return extra
 
 
+def whole_state(dumped, sizes, shard, zero):
+    """Bytes of gradients and of moments more than the cost model's blocks
+    (1/shard of each weight) would hold, for the weights whose optimizer
+    state the step keeps whole, or split over fewer axes, under ZeRO: a
+    weight used before any batch dimension (Hugging Face's inv_freq, in the
+    rotary tables computed in the forward pass) gets a gradient that the
+    backward already all-reduced over dp where the tables broadcast over the
+    batch, so the step has no reduce-scatter over dp to split its state by.
+    Read from the dumped optimizer step's arguments; `sizes` are the plan's
+    degrees of the axes that divide a weight's block (dp, ulysses, cp):
+    (gradient bytes, moment bytes)."""
+    slots = {}
+    for dims, sharding, name, role in SLOT.findall(dumped):
+        split = 1
+        for axis in re.findall(r"[a-z_]+", sharding):
+            split *= sizes.get(axis, 1)
+        slots.setdefault(name, {})[role] = (numel(dims), split)
+    grads, moments = 0, 0
+    for roles in slots.values():
+        if "param" not in roles:
+            continue
+        share = roles["param"][0] * roles["param"][1] // shard
+        if zero >= 1 and "exp_avg" in roles and roles["exp_avg"][0] > share:
+            moments += 2 * 4 * (roles["exp_avg"][0] - share)
+        if zero >= 2 and "grad" in roles and roles["grad"][0] > share:
+            grads += 4 * (roles["grad"][0] - share)
+    return grads, moments
+
+
 def numel(dims):
     return int(np.prod([int(d) for d in dims.split("x")]))
 
@@ -186,21 +220,38 @@ def check_state(tag, stderr, plan, extra, zero, spec, dumped, dp):
             "model's" % (gradients, weights if zero < 3 else
                          "%d (cost model's with two gathered layers %d)" % (held[0][1], weights),
                          moments)
-    if "sp=true" in spec and zero >= 1:
+    if zero >= 1:
         # Under SP the weights tp does not split (LayerNorm's, the biases after
         # row-parallel linears, a position table) have gradients partial over
         # tp as well as dp; the step reduce-scatters them over both, so their
         # moments are in blocks over dp x tp where the cost model (as
         # Megatron's distributed optimizer) divides them over dp only.
-        extra_split = over_tp_moments(dumped, dp)
-        if all(g == gradients and p == weights and m == moments - extra_split
-               for g, p, m in held) and extra_split > 0:
+        extra_split = over_tp_moments(dumped, dp) if "sp=true" in spec else 0
+        # And a weight whose gradient the backward all-reduced keeps its
+        # state whole (whole_state).
+        degrees = dict(part.split("=") for part in spec.split(","))
+        sizes = {"dp": dp, "ulysses": int(degrees.get("ulysses", 1)),
+                 "cp": int(degrees.get("cp", 1))}
+        shard = sizes["dp"] * sizes["ulysses"] * sizes["cp"]
+        whole_grads, whole_moments = whole_state(dumped, sizes, shard, zero)
+        if all(g == gradients + whole_grads and (zero >= 3 or p == weights) and
+               m == moments - extra_split + whole_moments for g, p, m in held) \
+                and (extra_split > 0 or whole_moments > 0):
             STATE["explained"] += 1
-            return "moments KNOWN: the ranks held %d bytes, %d fewer than the cost model's " \
-                "%d: the moments of weights tp does not split are in blocks over dp x tp " \
-                "(their gradients are reduce-scattered over both under SP), the cost " \
-                "model's over dp; gradients %d and f32 weights %d as the cost model's" % (
-                    held[0][2], extra_split, moments, gradients, weights)
+            reasons = []
+            if extra_split:
+                reasons.append("%d fewer: the moments of weights tp does not split are in "
+                               "blocks over dp x tp (their gradients are reduce-scattered "
+                               "over both under SP), the cost model's over dp" % extra_split)
+            if whole_moments:
+                reasons.append("%d more moments and %d more gradient bytes: a weight used "
+                               "before the batch dimension (inv_freq) has its gradient "
+                               "all-reduced in the backward, and ZeRO keeps its state whole"
+                               % (whole_moments, whole_grads))
+            return "moments KNOWN: the ranks held %d/%d bytes of gradients/moments, the " \
+                "cost model's %d/%d: %s; f32 weights %d as the cost model's" % (
+                    held[0][0], held[0][2], gradients, moments, "; ".join(reasons),
+                    weights)
     raise RuntimeError("%s: the ranks held %s bytes of gradients/f32 weights/moments; the "
                        "cost model's memory %d/%d/%d" % (tag, held, gradients, weights, moments))
 
@@ -305,8 +356,9 @@ def main():
           "against the cost model's step_comm: %d equal, %d failed"
           % (sum(counts.values()) + len(failures), counts["equal"], len(failures)))
     print("checked the gradients, f32 weights and AdamW moments each rank held against the "
-          "cost model's memory: %d equal, %d differences explained (moments in blocks over "
-          "dp x tp under SP)" % (STATE["equal"], STATE["explained"]))
+          "cost model's memory: %d equal, %d differences explained (moments over dp x tp under "
+          "SP; whole state of weights used before the batch dimension)"
+          % (STATE["equal"], STATE["explained"]))
     for failure in failures:
         print("FAILED: " + failure)
     return 1 if failures else 0
