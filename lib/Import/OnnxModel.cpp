@@ -468,9 +468,9 @@ static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
       onnx::AttributeProto noop;
       bool keepIfEmpty =
           removeAttr(node, "noop_with_empty_axes", &noop) && noop.i() != 0;
+      llvm::SmallVector<int64_t> axes;
       if (node.input_size() >= 2 && !node.input(1).empty()) {
         auto it = constants.find(node.input(1));
-        llvm::SmallVector<int64_t> axes;
         if (it == constants.end() || !readIntTensor(*it->second, axes)) {
           error = "opset " + std::to_string(opset) + " " + type.str() + " " +
                   where(node, index) +
@@ -479,21 +479,22 @@ static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
                   "opset_version=17, or make the axes a constant)";
           return false;
         }
-        node.mutable_input()->DeleteSubrange(1, node.input_size() - 1);
-        if (!axes.empty() || !keepIfEmpty) {
-          onnx::AttributeProto *attr = node.add_attribute();
-          attr->set_name("axes");
-          attr->set_type(onnx::AttributeProto::INTS);
-          for (int64_t axis : axes)
-            attr->add_ints(axis);
-          continue;
-        }
       }
-      if (keepIfEmpty && node.input_size() == 1) {
+      if (node.input_size() > 1)
+        node.mutable_input()->DeleteSubrange(1, node.input_size() - 1);
+      if (!axes.empty()) {
+        onnx::AttributeProto *attr = node.add_attribute();
+        attr->set_name("axes");
+        attr->set_type(onnx::AttributeProto::INTS);
+        for (int64_t axis : axes)
+          attr->add_ints(axis);
+      } else if (keepIfEmpty) {
         // No axes and noop_with_empty_axes: the identity.
         node.set_op_type("Identity");
         node.clear_attribute();
       }
+      // (No axes otherwise: every dimension, as opset 17 without the
+      // attribute.)
       continue;
     }
     if (type == "Split") {
