@@ -879,7 +879,9 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
     gradient, a sum over the batch) and ops linear in one operand whose other operands
     are the same on every rank of the group (`Multilinear`: the one-hot matrix product
     of a position embedding's backward, whose positions come from iotas or from inputs
-    not split over the group), each value on the way read once, this pass removes
+    not split over the group), each value on the way read only by the ops on the way
+    (a value may be read twice: a rotary table's gradient is sliced in halves that are
+    added back), this pass removes
     those all-reduces: the step returns the partial sum (its `weft.local_sharding` lists
     the reduction's axes as `partial`), and a new function `@<step>_reduce_gradients`
     all-reduces each such result over the same group, with the same codec. A sum

@@ -124,115 +124,206 @@ static bool isUniformOver(Value value, const std::set<std::string> &axes,
 using UniformMemo =
     std::map<std::set<std::string>, llvm::DenseMap<Value, bool>>;
 
-/// The reduction `value` carries, if it is a sum all-reduce, or made from
-/// such all-reduces of one group by additive ops (`isAdditive`), by ops
-/// linear in one operand (`Multilinear`) whose other operands are the same
-/// on every rank of the group, and by layer boundaries, each value on the
-/// way read once: then the reductions can move past it. The values that
-/// carry it go into `path`. A sum all-reduce of a value that is itself such
-/// an all-reduce over other axes is one all-reduce over both (the
-/// partitioner reduces a gradient partial over dp and ulysses in two
-/// steps); it goes into `nested`.
-static std::optional<Reduction> reductionOf(Value value,
-                                            llvm::DenseSet<Operation *> &nested,
-                                            llvm::DenseSet<Value> &path,
-                                            UniformMemo &uniform) {
-  if (!value.hasOneUse() || !isa<RankedTensorType>(value.getType()))
-    return std::nullopt;
-  Operation *def = value.getDefiningOp();
-  if (!def)
-    return std::nullopt;
-  std::optional<Reduction> found;
-  if (auto reduce = dyn_cast<AllReduceOp>(def)) {
-    if (reduce.getKind() != ReductionKind::sum)
-      return std::nullopt;
-    Reduction own{reduce.getMeshAttr(), reduce.getCodecAttr(), {}};
-    for (Attribute axis : reduce.getAxes())
-      own.axes.insert(cast<StringAttr>(axis).getValue().str());
-    llvm::DenseSet<Value> innerPath;
-    std::optional<Reduction> inner =
-        reductionOf(reduce.getInput(), nested, innerPath, uniform);
-    if (inner && inner->mesh == own.mesh && inner->codec == own.codec &&
-        llvm::none_of(inner->axes, [&](const std::string &axis) {
-          return own.axes.count(axis);
-        })) {
-      own.axes.insert(inner->axes.begin(), inner->axes.end());
-      nested.insert(reduce);
-      path.insert(innerPath.begin(), innerPath.end());
+/// Whether every reader of the values on `path` but `result` (the value the
+/// step returns) is on the path too: an op with a result on it, or a layer's
+/// yield of one. Then removing the path's all-reduces changes no value that
+/// anything else reads.
+static bool readOnlyOnPath(Value result, const llvm::DenseSet<Value> &path) {
+  for (Value value : path) {
+    if (value == result)
+      continue;
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto yield = dyn_cast<YieldOp>(user)) {
+        auto layer = dyn_cast<LayerOp>(yield->getParentOp());
+        if (!layer || !path.contains(layer->getResult(use.getOperandNumber())))
+          return false;
+        continue;
+      }
+      if (llvm::none_of(user->getResults(),
+                        [&](Value r) { return path.contains(r); }))
+        return false;
     }
-    found = own;
-  } else if (auto layer = dyn_cast<LayerOp>(def)) {
-    auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
-    unsigned index = cast<OpResult>(value).getResultNumber();
-    found = reductionOf(yield.getValues()[index], nested, path, uniform);
-  } else if (def->getNumOperands() > 0 && def->getNumResults() == 1) {
+  }
+  return result.hasOneUse();
+}
+
+/// What the values of one step function carry: the reduction `carried`
+/// finds for each value it is asked about, remembered, so that a value read
+/// twice on the way (the sine and cosine tables' gradients, both sliced in
+/// halves) is looked at once.
+class ReductionSearch {
+public:
+  explicit ReductionSearch(UniformMemo &uniform) : uniform(uniform) {}
+
+  /// The reduction `value` carries, if it is a sum all-reduce, or made from
+  /// such all-reduces of one group by additive ops (`isAdditive`), by ops
+  /// linear in one operand (`Multilinear`) whose other operands are the
+  /// same on every rank of the group, and by layer boundaries: then the
+  /// reductions can move past it (if nothing else reads the values on the
+  /// way: `readOnlyOnPath`). A sum all-reduce of a value that itself carries
+  /// an all-reduce over other axes is one all-reduce over both (the
+  /// partitioner reduces a gradient partial over dp and ulysses in two
+  /// steps): it is `nested`.
+  std::optional<Reduction> carried(Value value) {
+    if (auto it = memo.find(value); it != memo.end())
+      return it->second;
+    std::optional<Reduction> found = decide(value);
+    memo[value] = found;
+    return found;
+  }
+
+  /// Adds the values that carry `value`'s reduction to `path`, and the
+  /// nested all-reduces to `nested`.
+  void collect(Value value, llvm::DenseSet<Value> &path,
+               llvm::DenseSet<Operation *> &nested) {
+    if (!path.insert(value).second)
+      return;
+    Operation *def = value.getDefiningOp();
+    if (auto reduce = dyn_cast<AllReduceOp>(def)) {
+      if (isNested(reduce)) {
+        nested.insert(reduce);
+        collect(reduce.getInput(), path, nested);
+      }
+      return;
+    }
+    if (auto layer = dyn_cast<LayerOp>(def)) {
+      auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+      collect(yield.getValues()[cast<OpResult>(value).getResultNumber()], path,
+              nested);
+      return;
+    }
+    for (Value operand : def->getOperands())
+      if (carried(operand))
+        collect(operand, path, nested);
+  }
+
+private:
+  /// Whether `reduce`'s input carries a reduction of its mesh and codec
+  /// over other axes, which it completes, through values nothing else
+  /// reads (a tensor-parallel all-reduce of an activation's gradient, which
+  /// many ops read, stays where it is).
+  bool isNested(AllReduceOp reduce) {
+    if (auto it = nestedMemo.find(reduce); it != nestedMemo.end())
+      return it->second;
+    std::optional<Reduction> inner = carried(reduce.getInput());
+    bool nests =
+        inner && inner->mesh == reduce.getMeshAttr() &&
+        inner->codec == reduce.getCodecAttr() &&
+        llvm::none_of(reduce.getAxes(), [&](Attribute axis) {
+          return inner->axes.count(cast<StringAttr>(axis).getValue().str());
+        });
+    if (nests) {
+      llvm::DenseSet<Value> innerPath;
+      llvm::DenseSet<Operation *> innerNested;
+      collect(reduce.getInput(), innerPath, innerNested);
+      nests = readOnlyOnPath(reduce.getInput(), innerPath);
+    }
+    nestedMemo[reduce] = nests;
+    return nests;
+  }
+
+  std::optional<Reduction> decide(Value value) {
+    if (!isa<RankedTensorType>(value.getType()))
+      return std::nullopt;
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return std::nullopt;
+    if (auto reduce = dyn_cast<AllReduceOp>(def)) {
+      if (reduce.getKind() != ReductionKind::sum)
+        return std::nullopt;
+      Reduction own{reduce.getMeshAttr(), reduce.getCodecAttr(), {}};
+      for (Attribute axis : reduce.getAxes())
+        own.axes.insert(cast<StringAttr>(axis).getValue().str());
+      if (isNested(reduce)) {
+        std::optional<Reduction> inner = carried(reduce.getInput());
+        own.axes.insert(inner->axes.begin(), inner->axes.end());
+      }
+      return own;
+    }
+    if (auto layer = dyn_cast<LayerOp>(def)) {
+      auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+      return carried(
+          yield.getValues()[cast<OpResult>(value).getResultNumber()]);
+    }
+    if (def->getNumOperands() == 0 || def->getNumResults() != 1)
+      return std::nullopt;
+    std::optional<Reduction> found;
     auto rule = dyn_cast<ShardingRuleOpInterface>(def);
     if (rule && rule.isAdditive()) {
       for (Value operand : def->getOperands()) {
-        std::optional<Reduction> r =
-            reductionOf(operand, nested, path, uniform);
+        std::optional<Reduction> r = carried(operand);
         if (!r || (found && !(*r == *found)))
           return std::nullopt;
         found = r;
       }
-    } else if (def->hasTrait<weft::OpTrait::Multilinear>()) {
-      // One operand carries the partial sum; the others must be the same
-      // on every rank of its group.
-      for (Value operand : def->getOperands()) {
-        llvm::DenseSet<Value> operandPath;
-        llvm::DenseSet<Operation *> operandNested;
-        std::optional<Reduction> r =
-            reductionOf(operand, operandNested, operandPath, uniform);
-        if (!r)
-          continue;
-        if (found)
-          return std::nullopt;
-        found = r;
-        nested.insert(operandNested.begin(), operandNested.end());
-        path.insert(operandPath.begin(), operandPath.end());
-      }
-      if (!found || llvm::any_of(def->getOperands(), [&](Value operand) {
-            return !path.contains(operand) &&
-                   !isUniformOver(operand, found->axes, uniform[found->axes]);
-          }))
-        return std::nullopt;
+      return found;
     }
+    if (!def->hasTrait<weft::OpTrait::Multilinear>())
+      return std::nullopt;
+    // One operand carries the partial sum; the others must be the same on
+    // every rank of its group.
+    std::optional<unsigned> carrier;
+    for (OpOperand &operand : def->getOpOperands()) {
+      std::optional<Reduction> r = carried(operand.get());
+      if (!r)
+        continue;
+      if (found)
+        return std::nullopt;
+      found = r;
+      carrier = operand.getOperandNumber();
+    }
+    if (!found || llvm::any_of(def->getOpOperands(), [&](OpOperand &operand) {
+          return operand.getOperandNumber() != *carrier &&
+                 !isUniformOver(operand.get(), found->axes,
+                                uniform[found->axes]);
+        }))
+      return std::nullopt;
+    return found;
   }
-  if (found)
-    path.insert(value);
-  return found;
-}
 
-/// Removes the all-reduces `reductionOf` found on `path`: returns the value
-/// that now holds the partial sum in place of `value`.
+  UniformMemo &uniform;
+  llvm::DenseMap<Value, std::optional<Reduction>> memo;
+  llvm::DenseMap<Operation *, bool> nestedMemo;
+};
+
+/// Removes the all-reduces `ReductionSearch` found on `path`: returns the value
+/// that now holds the partial sum in place of `value`. `done` maps the
+/// values already taken (read twice on the path) to theirs.
 static Value removeReductions(Value value,
                               const llvm::DenseSet<Operation *> &nested,
-                              const llvm::DenseSet<Value> &path) {
+                              const llvm::DenseSet<Value> &path,
+                              llvm::DenseMap<Value, Value> &done) {
+  if (auto it = done.find(value); it != done.end())
+    return it->second;
   Operation *def = value.getDefiningOp();
   if (auto reduce = dyn_cast<AllReduceOp>(def)) {
     Value input = reduce.getInput();
     if (nested.contains(reduce))
-      input = removeReductions(input, nested, path);
+      input = removeReductions(input, nested, path, done);
     reduce.getResult().replaceAllUsesWith(input);
     reduce.erase();
+    done[value] = input;
     return input;
   }
   if (auto layer = dyn_cast<LayerOp>(def)) {
     auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
     unsigned index = cast<OpResult>(value).getResultNumber();
     Value yielded = yield.getValues()[index];
-    Value partial = removeReductions(yielded, nested, path);
+    Value partial = removeReductions(yielded, nested, path, done);
     if (partial != yielded)
       yield->setOperand(index, partial);
+    done[value] = value;
     return value;
   }
   for (OpOperand &operand : def->getOpOperands()) {
     if (!path.contains(operand.get()))
       continue;
-    Value partial = removeReductions(operand.get(), nested, path);
+    Value partial = removeReductions(operand.get(), nested, path, done);
     if (partial != operand.get())
       operand.set(partial);
   }
+  done[value] = value;
   return value;
 }
 
@@ -282,12 +373,21 @@ struct WeftDeferGradientReduction
     llvm::DenseSet<Operation *> nested;
     llvm::DenseSet<Value> path;
     UniformMemo uniform;
+    ReductionSearch search(uniform);
     for (unsigned r = 0; r < func.getNumResults(); ++r) {
       if (!func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
         continue;
-      if (std::optional<Reduction> reduction =
-              reductionOf(ret.getOperand(r), nested, path, uniform))
-        moved.push_back({r, *reduction});
+      std::optional<Reduction> reduction = search.carried(ret.getOperand(r));
+      if (!reduction)
+        continue;
+      llvm::DenseSet<Operation *> ownNested;
+      llvm::DenseSet<Value> ownPath;
+      search.collect(ret.getOperand(r), ownPath, ownNested);
+      if (!readOnlyOnPath(ret.getOperand(r), ownPath))
+        continue;
+      moved.push_back({r, *reduction});
+      nested.insert(ownNested.begin(), ownNested.end());
+      path.insert(ownPath.begin(), ownPath.end());
     }
     if (moved.empty())
       return;
@@ -425,9 +525,10 @@ struct WeftDeferGradientReduction
           index, WeftDialect::getGradientOfAttrName(),
           func.getResultAttr(m.result, WeftDialect::getGradientOfAttrName()));
     }
+    llvm::DenseMap<Value, Value> done;
     for (const Moved &m : moved)
-      ret->setOperand(m.result,
-                      removeReductions(ret.getOperand(m.result), nested, path));
+      ret->setOperand(m.result, removeReductions(ret.getOperand(m.result),
+                                                 nested, path, done));
     func->setAttr(WeftDialect::getGradientReductionAttrName(),
                   FlatSymbolRefAttr::get(reduce.getSymNameAttr()));
     if (everyMicroBatch || storedBlocks)

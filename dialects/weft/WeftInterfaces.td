@@ -213,7 +213,7 @@ def Weft_Elementwise : NativeOpTrait<"Elementwise"> {
 
 // An op that is additive in its operands taken together: op(x1 + x2, y1 + y2, ...) =
 // op(x1, y1, ...) + op(x2, y2, ...) for tensors of its operands' shapes (a sum, a
-// difference, a negation, a reshape, a transpose, a sum over dimensions). If every operand is a partial sum over
+// difference, a negation, a reshape, a transpose, a slice, a sum over dimensions). If every operand is a partial sum over
 // one group of ranks, so is the result: a reduction of its operands can move past it
 // (-weft-defer-gradient-reduction moves data-parallel gradient sums to the end of the
 // step through such ops).

@@ -829,7 +829,7 @@ def Weft_TransposeOp : Weft_Op<"transpose", [WeftBackward, WeftCost, WeftRule, P
 }
 
 def Weft_SliceOp : Weft_Op<"slice", [WeftBackward, WeftCost, WeftRulePartition, Pure, SameOperandsAndResultElementType,
-    InferTypeOpAdaptor]> {
+    InferTypeOpAdaptor, Weft_Additive]> {
   let summary = "A strided box of a tensor, given by start, limit and stride per dimension.";
   let description = [{
     Dimension `d` of the result takes input indices `starts[d], starts[d] + strides[d],

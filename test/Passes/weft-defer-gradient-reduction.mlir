@@ -261,3 +261,77 @@ func.func @grid(%x: tensor<4x4xf32>) -> (tensor<4x4xf32> {weft.gradient_of = "w"
   %r = weft.all_reduce sum %x over @mesh ["dp", "gz"] : tensor<4x4xf32>
   return %r : tensor<4x4xf32>
 }
+
+// -----
+
+// A rotary embedding's trained frequencies (Hugging Face's inv_freq, tables
+// computed in the forward pass): the tables' gradient is summed over the
+// batch and all-reduced over dp where the tables broadcast over it, then
+// read twice, its two halves sliced and added. Every value on the way is read
+// only on the way, so the reduction moves to the end of the step, and ZeRO
+// reduce-scatters the frequencies' gradient as any other. A value on the way
+// that something else reads (`@shared`'s %h, also returned) keeps its
+// all-reduce where it is.
+weft.mesh @mesh(dp = 2)
+// CHECK-LABEL: func.func @rotary
+// CHECK-SAME: tensor<4xf32> {weft.gradient_of = "inv_freq", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[]], partial = [dp]>}
+// CHECK-NOT: weft.all_reduce
+// CHECK: return
+// CHECK-LABEL: func.func @rotary_reduce_gradients
+// CHECK: weft.all_reduce sum %arg0 over @mesh ["dp"] : tensor<4xf32>
+// SCATTER-LABEL: func.func @rotary_reduce_gradients
+// SCATTER-SAME: -> (tensor<2xf32> {weft.gradient_of = "inv_freq", weft.local_sharding = #weft.sharding<@mesh, {{\[}}[dp]]>})
+// SCATTER: weft.reduce_scatter sum %arg0 over @mesh ["dp"] dim 0 : tensor<4xf32> -> tensor<2xf32>
+func.func @rotary(%dtable: tensor<2x8x8xf32>, %freqs: tensor<1x8x8xf32>, %pos: tensor<1x1x8xf32>)
+    -> (tensor<4xf32> {weft.gradient_of = "inv_freq", weft.local_sharding = #weft.sharding<@mesh, [[]]>}) {
+  %s = weft.reduce_sum %dtable axes [0] keep_dims : tensor<2x8x8xf32> -> tensor<1x8x8xf32>
+  %r = weft.all_reduce sum %s over @mesh ["dp"] : tensor<1x8x8xf32>
+  %sin = weft.sin %freqs : tensor<1x8x8xf32>
+  %d = weft.mul %r, %sin : tensor<1x8x8xf32>
+  %lo = weft.slice %d starts [0, 0, 0] limits [1, 8, 4] : tensor<1x8x8xf32> -> tensor<1x8x4xf32>
+  %hi = weft.slice %d starts [0, 0, 4] limits [1, 8, 8] : tensor<1x8x8xf32> -> tensor<1x8x4xf32>
+  %sum = weft.add %lo, %hi : tensor<1x8x4xf32>
+  %t = weft.transpose %sum permutation [0, 2, 1] : tensor<1x8x4xf32> -> tensor<1x4x8xf32>
+  %m = weft.matmul %t, %pos transpose_rhs : (tensor<1x4x8xf32>, tensor<1x1x8xf32>) -> tensor<1x4x1xf32>
+  %g = weft.reshape %m : tensor<1x4x1xf32> -> tensor<4xf32>
+  return %g : tensor<4xf32>
+}
+
+// -----
+
+weft.mesh @mesh(dp = 2)
+// CHECK-LABEL: func.func @shared
+// CHECK-NOT: weft.gradient_reduction
+// CHECK: weft.all_reduce sum %{{.*}} over @mesh ["dp"] : tensor<8xf32>
+// CHECK-NOT: func.func @shared_reduce_gradients
+func.func @shared(%a: tensor<8xf32>) -> (tensor<4xf32> {weft.gradient_of = "w"}, tensor<8xf32>) {
+  %r = weft.all_reduce sum %a over @mesh ["dp"] : tensor<8xf32>
+  %h = weft.neg %r : tensor<8xf32>
+  %lo = weft.slice %h starts [0] limits [4] : tensor<8xf32> -> tensor<4xf32>
+  %hi = weft.slice %h starts [4] limits [8] : tensor<8xf32> -> tensor<4xf32>
+  %g = weft.add %lo, %hi : tensor<4xf32>
+  return %g, %h : tensor<4xf32>, tensor<8xf32>
+}
+
+// -----
+
+// A tensor-parallel all-reduce of an activation's gradient, read by the
+// layer norm's weight gradient and by the rest of the backward: the weight's
+// gradient sums over the batch and is all-reduced over dp. Only the dp
+// reduction moves; the tp one, which other ops read, is not folded into it.
+weft.mesh @mesh(dp = 2, tp = 2)
+// CHECK-LABEL: func.func @norm
+// CHECK-SAME: partial = [dp]>
+// CHECK: weft.all_reduce sum %arg0 over @mesh ["tp"] : tensor<2x4xf32>
+// CHECK-NOT: weft.all_reduce
+// CHECK-LABEL: func.func @norm_reduce_gradients
+// CHECK: weft.all_reduce sum %arg0 over @mesh ["dp"] : tensor<1x4xf32>
+func.func @norm(%dy: tensor<2x4xf32>, %x: tensor<2x4xf32>)
+    -> (tensor<1x4xf32> {weft.gradient_of = "ln.weight"}, tensor<2x4xf32>) {
+  %t = weft.all_reduce sum %dy over @mesh ["tp"] : tensor<2x4xf32>
+  %p = weft.mul %t, %x : tensor<2x4xf32>
+  %s = weft.reduce_sum %p axes [0] keep_dims : tensor<2x4xf32> -> tensor<1x4xf32>
+  %d = weft.all_reduce sum %s over @mesh ["dp"] : tensor<1x4xf32>
+  %dx = weft.mul %t, %x : tensor<2x4xf32>
+  return %d, %dx : tensor<1x4xf32>, tensor<2x4xf32>
+}

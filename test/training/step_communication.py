@@ -57,12 +57,12 @@ frozen_weights_gib: LLaMA's rotary tables) below ZeRO-3. One difference is
 explained and printed: under SP with ZeRO, the moments of weights tp does not
 split, which the step keeps in blocks over dp x tp (their gradients are
 partial over both) where the cost model, as Megatron's distributed optimizer,
-divides over dp. So is a second: a weight used before the batch dimension
-(the rotary frequencies of a model that computes its tables in the forward
-pass) has a gradient that the backward all-reduces where the tables
-broadcast over the batch, and ZeRO keeps its state whole where the cost
-model divides it. Both differences are computed from the dumped optimizer
-step and must match to the byte.
+divides over dp: the difference is computed from the dumped optimizer step
+and must match to the byte. A weight used before the batch dimension (the
+rotary frequencies of a model that computes its tables in the forward pass)
+is split by ZeRO as the others are: its gradient's reduction moves to the
+end of the step (-weft-defer-gradient-reduction), where it is
+reduce-scattered.
 
 Needs Debian's python3-torch (1.13) and python3-onnx (for the exports); run by
 ctest as `training-step-communication`.
@@ -144,35 +144,6 @@ def over_tp_moments(dumped, dp):
     return extra
 
 
-def whole_state(dumped, sizes, shard, zero):
-    """Bytes of gradients and of moments more than the cost model's blocks
-    (1/shard of each weight) would hold, for the weights whose optimizer
-    state the step keeps whole, or split over fewer axes, under ZeRO: a
-    weight used before any batch dimension (Hugging Face's inv_freq, in the
-    rotary tables computed in the forward pass) gets a gradient that the
-    backward already all-reduced over dp where the tables broadcast over the
-    batch, so the step has no reduce-scatter over dp to split its state by.
-    Read from the dumped optimizer step's arguments; `sizes` are the plan's
-    degrees of the axes that divide a weight's block (dp, ulysses, cp):
-    (gradient bytes, moment bytes)."""
-    slots = {}
-    for dims, sharding, name, role in SLOT.findall(dumped):
-        split = 1
-        for axis in re.findall(r"[a-z_]+", sharding):
-            split *= sizes.get(axis, 1)
-        slots.setdefault(name, {})[role] = (numel(dims), split)
-    grads, moments = 0, 0
-    for roles in slots.values():
-        if "param" not in roles:
-            continue
-        share = roles["param"][0] * roles["param"][1] // shard
-        if zero >= 1 and "exp_avg" in roles and roles["exp_avg"][0] > share:
-            moments += 2 * 4 * (roles["exp_avg"][0] - share)
-        if zero >= 2 and "grad" in roles and roles["grad"][0] > share:
-            grads += 4 * (roles["grad"][0] - share)
-    return grads, moments
-
-
 def numel(dims):
     return int(np.prod([int(d) for d in dims.split("x")]))
 
@@ -227,31 +198,14 @@ def check_state(tag, stderr, plan, extra, zero, spec, dumped, dp):
         # moments are in blocks over dp x tp where the cost model (as
         # Megatron's distributed optimizer) divides them over dp only.
         extra_split = over_tp_moments(dumped, dp) if "sp=true" in spec else 0
-        # And a weight whose gradient the backward all-reduced keeps its
-        # state whole (whole_state).
-        degrees = dict(part.split("=") for part in spec.split(","))
-        sizes = {"dp": dp, "ulysses": int(degrees.get("ulysses", 1)),
-                 "cp": int(degrees.get("cp", 1))}
-        shard = sizes["dp"] * sizes["ulysses"] * sizes["cp"]
-        whole_grads, whole_moments = whole_state(dumped, sizes, shard, zero)
-        if all(g == gradients + whole_grads and (zero >= 3 or p == weights) and
-               m == moments - extra_split + whole_moments for g, p, m in held) \
-                and (extra_split > 0 or whole_moments > 0):
+        if extra_split > 0 and all(g == gradients and (zero >= 3 or p == weights) and
+                                   m == moments - extra_split for g, p, m in held):
             STATE["explained"] += 1
-            reasons = []
-            if extra_split:
-                reasons.append("%d fewer: the moments of weights tp does not split are in "
-                               "blocks over dp x tp (their gradients are reduce-scattered "
-                               "over both under SP), the cost model's over dp" % extra_split)
-            if whole_moments:
-                reasons.append("%d more moments and %d more gradient bytes: a weight used "
-                               "before the batch dimension (inv_freq) has its gradient "
-                               "all-reduced in the backward, and ZeRO keeps its state whole"
-                               % (whole_moments, whole_grads))
-            return "moments KNOWN: the ranks held %d/%d bytes of gradients/moments, the " \
-                "cost model's %d/%d: %s; f32 weights %d as the cost model's" % (
-                    held[0][0], held[0][2], gradients, moments, "; ".join(reasons),
-                    weights)
+            return "moments KNOWN: the ranks held %d fewer bytes of moments than the cost " \
+                "model's %d: the moments of weights tp does not split are in blocks over " \
+                "dp x tp (their gradients are reduce-scattered over both under SP), the " \
+                "cost model's over dp; gradients %d, f32 weights %d as the cost model's" % (
+                    extra_split, moments, gradients, weights)
     raise RuntimeError("%s: the ranks held %s bytes of gradients/f32 weights/moments; the "
                        "cost model's memory %d/%d/%d" % (tag, held, gradients, weights, moments))
 
@@ -357,7 +311,7 @@ def main():
           % (sum(counts.values()) + len(failures), counts["equal"], len(failures)))
     print("checked the gradients, f32 weights and AdamW moments each rank held against the "
           "cost model's memory: %d equal, %d differences explained (moments over dp x tp under "
-          "SP; whole state of weights used before the batch dimension)"
+          "SP)"
           % (STATE["equal"], STATE["explained"]))
     for failure in failures:
         print("FAILED: " + failure)
