@@ -119,6 +119,9 @@ void SigmoidOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
 void ReluOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   save(saved, getInput());
 }
+void AbsOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+}
 void SiluOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   save(saved, getInput());
 }

@@ -505,6 +505,20 @@ LogicalResult ReluOp::buildGradients(GradientState &state) {
   g.to(x, g.select(positive, g.dy(getResult()), true));
   return success();
 }
+// d |x| = sign(x) dx, with sign(0) = 0 (as torch's abs backward).
+LogicalResult AbsOp::buildGradients(GradientState &state) {
+  Grad g{state, getLoc()};
+  Value x = getInput();
+  ArrayRef<int64_t> shape = tensorType(x).getShape();
+  Value zero = g.zerosLike(x);
+  Value dy = g.dy(getResult());
+  Value up =
+      g.select(g.compare(ComparePredicate::gt, x, zero, shape), dy, true);
+  Value down =
+      g.select(g.compare(ComparePredicate::lt, x, zero, shape), dy, true);
+  g.to(x, g.sub(up, down));
+  return success();
+}
 // silu(x) = x·s(x): d = s(x)·(1 + x·(1 - s(x))).
 LogicalResult SiluOp::buildGradients(GradientState &state) {
   Grad g{state, getLoc()};

@@ -295,6 +295,9 @@ def Weft_CosOp : Weft_UnaryElementwiseOp<"cos", Weft_FloatTensor, "cos(x)", 1, [
 def Weft_SigmoidOp : Weft_UnaryElementwiseOp<"sigmoid", Weft_FloatTensor,
                                              "1 / (1 + e^-x)", 3, [WeftSaves]>;
 def Weft_ReluOp : Weft_UnaryElementwiseOp<"relu", Weft_NumericTensor, "max(x, 0)", 1, [WeftSaves]>;
+// Distances between positions (T5's relative position buckets, ALiBi's
+// -|i - j| slopes), mostly folded at import from aranges.
+def Weft_AbsOp : Weft_UnaryElementwiseOp<"abs", Weft_NumericTensor, "|x|", 1, [WeftSaves]>;
 def Weft_SiluOp : Weft_UnaryElementwiseOp<"silu", Weft_FloatTensor,
                                           "x * sigmoid(x) (swish)", 4, [WeftSaves]>;
 

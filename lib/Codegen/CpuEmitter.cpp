@@ -177,6 +177,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](CosOp) { return unary("Cos"); })
       .Case([&](SigmoidOp) { return unary("Sigmoid"); })
       .Case([&](ReluOp) { return unary("Relu"); })
+      .Case([&](AbsOp) { return unary("Abs"); })
       .Case([&](SiluOp) { return unary("Silu"); })
       .Case([&](GeluOp g) {
         return unary(g.getApproximation() == GeluApproximation::tanh

@@ -274,6 +274,11 @@ LogicalResult CudaEmitter::emitElementwiseKernel(
           e = floatOperands() ? "fmaxf(" + args[0] + ", 0.0f)"
                               : "(" + args[0] + " > 0 ? " + args[0] + " : 0)";
         })
+        .Case([&](AbsOp) {
+          e = floatOperands() ? "fabsf(" + args[0] + ")"
+                              : "(" + args[0] + " < 0 ? -" + args[0] + " : " +
+                                    args[0] + ")";
+        })
         .Case([&](SiluOp) { e = "silu(" + args[0] + ")"; })
         .Case([&](GeluOp g) {
           e = (g.getApproximation() == GeluApproximation::tanh ? "geluTanh("

@@ -414,6 +414,7 @@ LogicalResult Interpreter::run(Operation *op) {
       .Case([&](CosOp) { return unaryOp(UnaryKind::Cos); })
       .Case([&](SigmoidOp) { return unaryOp(UnaryKind::Sigmoid); })
       .Case([&](ReluOp) { return unaryOp(UnaryKind::Relu); })
+      .Case([&](AbsOp) { return unaryOp(UnaryKind::Abs); })
       .Case([&](SiluOp) { return unaryOp(UnaryKind::Silu); })
       .Case([&](GeluOp gelu) {
         return unaryOp(gelu.getApproximation() == GeluApproximation::tanh

@@ -1188,6 +1188,7 @@ void GraphImporter::registerHandlers() {
   addUnary<CosOp>("Cos");
   addUnary<SigmoidOp>("Sigmoid");
   addUnary<ReluOp>("Relu");
+  addUnary<AbsOp>("Abs");
   addCompare("Equal", ComparePredicate::eq);
   addCompare("Less", ComparePredicate::lt);
   addCompare("LessOrEqual", ComparePredicate::le);

@@ -272,7 +272,9 @@ HostTensor unary(UnaryKind kind, const HostTensor &input) {
   if (!input.isFloat()) {
     for (int64_t i = 0; i < input.numel(); ++i) {
       int64_t x = input.ints[i];
-      out.ints[i] = kind == UnaryKind::Neg ? -x : std::max<int64_t>(x, 0);
+      out.ints[i] = kind == UnaryKind::Neg   ? -x
+                    : kind == UnaryKind::Abs ? std::abs(x)
+                                             : std::max<int64_t>(x, 0);
     }
     return out;
   }
@@ -313,6 +315,9 @@ HostTensor unary(UnaryKind kind, const HostTensor &input) {
         break;
       case UnaryKind::Relu:
         y = std::max(x, 0.0f);
+        break;
+      case UnaryKind::Abs:
+        y = std::fabs(x);
         break;
       case UnaryKind::Silu:
         y = x / (1.0f + std::exp(-x));

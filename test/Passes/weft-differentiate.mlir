@@ -78,6 +78,27 @@ func.func @sin_cos(%x: tensor<4xf32>) -> tensor<f32> {
 
 // -----
 
+// d |x| = sign(x) dx: the result's gradient where x > 0, minus it where
+// x < 0, nothing at 0 (as torch's abs backward).
+// CHECK-LABEL: func.func @abs
+// CHECK: %[[X:.*]] = weft.sub %arg0, %{{.*}} : tensor<4xf32>
+// CHECK: weft.abs %[[X]] : tensor<4xf32>
+// CHECK: %[[GT:.*]] = weft.compare gt, %[[X]], %[[Z:.*]] :
+// CHECK: %[[UP:.*]] = weft.where %[[GT]], %[[DY:.*]], %{{.*}} :
+// CHECK: %[[LT:.*]] = weft.compare lt, %[[X]], %[[Z]] :
+// CHECK: %[[DOWN:.*]] = weft.where %[[LT]], %[[DY]], %{{.*}} :
+// CHECK: %[[DX:.*]] = weft.sub %[[UP]], %[[DOWN]] : tensor<4xf32>
+// CHECK: weft.neg %[[DX]] : tensor<4xf32>
+func.func @abs(%x: tensor<4xf32>) -> tensor<f32> {
+  %c = weft.parameter "c" : tensor<4xf32> = dense<0.5>
+  %d = weft.sub %x, %c : tensor<4xf32>
+  %a = weft.abs %d : tensor<4xf32>
+  %r = weft.reduce_sum %a axes [0] : tensor<4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
 // A layer's gradient is a backward layer: it takes the layer's inputs and its
 // result's gradient, recomputes the body, and yields the gradients of the
 // inputs that need one (none here: %x is data) and of the body's parameters.

@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 # The transformer op set, by the names of their node tests.
-OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "exp",
+OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs", "exp",
        "erf", "tanh", "sin", "cos", "sigmoid", "reduce_mean", "reduce_sum", "reduce_max",
        "softmax", "logsoftmax", "layer_normalization", "gather", "reshape",
        "transpose", "split", "slice", "concat", "unsqueeze", "squeeze", "shape",

@@ -76,6 +76,10 @@ func.func @unary(%x: tensor<4x8xf32>, %i: tensor<4xi64>) {
   %7 = weft.sigmoid %x : tensor<4x8xf32>
   // CHECK: weft.relu
   %8 = weft.relu %x : tensor<4x8xf32>
+  // CHECK: weft.abs %{{.*}} : tensor<4x8xf32>
+  %ab = weft.abs %x : tensor<4x8xf32>
+  // CHECK: weft.abs %{{.*}} : tensor<4xi64>
+  %ai = weft.abs %i : tensor<4xi64>
   // CHECK: weft.silu
   %9 = weft.silu %x : tensor<4x8xf32>
   // CHECK: weft.gelu %{{.*}} : tensor<4x8xf32>

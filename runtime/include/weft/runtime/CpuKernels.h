@@ -33,6 +33,7 @@ enum class UnaryKind {
   Cos,
   Sigmoid,
   Relu,
+  Abs,
   Silu,
   GeluErf,
   GeluTanh
