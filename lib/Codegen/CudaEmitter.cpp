@@ -120,6 +120,8 @@ private:
   llvm::DenseMap<Value, std::string> events;
   int counter = 0;
   int weightFiles = 0;
+  /// The generated kernels by their parameters and body, to their names.
+  llvm::StringMap<std::string> kernelNames;
 };
 
 /// Checks that the program is what the emitter prints: types the GPU has,
@@ -177,7 +179,7 @@ void CudaEmitter::define(Value v, llvm::raw_ostream &os) {
 LogicalResult CudaEmitter::emitElementwiseKernel(
     Operation *at, ArrayRef<Operation *> ops, Value result,
     llvm::function_ref<Value(Value)> outside, llvm::raw_ostream &os) {
-  std::string kernelName = "fused" + std::to_string(stats.fusedKernels++);
+  ++stats.fusedKernels;
   llvm::DenseSet<Operation *> members(ops.begin(), ops.end());
   RankedTensorType outType = tensorType(result);
   ArrayRef<int64_t> outShape = outType.getShape();
@@ -318,19 +320,30 @@ LogicalResult CudaEmitter::emitElementwiseKernel(
     return failure();
   const char *outC = deviceType(outType.getElementType());
   bool outFloat = isa<FloatType>(outType.getElementType());
-  // The kernel.
-  llvm::raw_string_ostream ks(kernels);
-  ks << "// " << ops.back()->getName() << " and the "
-     << computed.size() - inputs.size() - 1
-     << " elementwise op(s) before it, in one pass.\n"
-     << "WEFT_GLOBAL void " << kernelName << "(int64_t n, Dims dims";
+  // The kernel: its parameters and body. Shapes and strides are arguments,
+  // so fusions of the same ops on the same element types (the same fusion
+  // in every layer, forward and backward) are one kernel, printed once.
+  std::string signature;
+  llvm::raw_string_ostream ss(signature);
+  ss << "(int64_t n, Dims dims";
   for (size_t j = 0; j < inputs.size(); ++j)
-    ks << ", Strides s" << j << ", const "
+    ss << ", Strides s" << j << ", const "
        << deviceType(tensorType(inputs[j]).getElementType()) << " *in" << j;
-  ks << ", " << outC << " *out) {\n"
+  ss << ", " << outC << " *out) {\n"
      << "  WEFT_ELEMENTS(i, n) {\n"
      << code << "    " << (outFloat ? "storeF" : "storeI") << "(out, i, "
      << *value << ");\n  }\n}\n\n";
+  auto [known, added] = kernelNames.try_emplace(
+      signature, "fused" + std::to_string(kernelNames.size()));
+  std::string kernelName = known->second;
+  if (added) {
+    ++stats.distinctKernels;
+    llvm::raw_string_ostream ks(kernels);
+    ks << "// " << ops.back()->getName() << " and the "
+       << computed.size() - inputs.size() - 1
+       << " elementwise op(s) before it, in one pass.\n"
+       << "WEFT_GLOBAL void " << kernelName << signature;
+  }
   // The launch.
   define(at->getResult(0), os);
   int64_t n = outType.getNumElements();
@@ -787,6 +800,13 @@ static LogicalResult writeCudaProject(ModuleOp module, StringRef outDir,
       "set(CMAKE_CXX_STANDARD 17)\n"
       "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n"
       "set(WEFT_DEVICE cuda CACHE STRING \"cuda, or cpu (host emulation)\")\n"
+      "# The host code is one long function of kernel launches: -O1 compiles "
+      "it in\n# seconds where -O3 takes minutes (nvcc's -O is the host "
+      "compiler's; the\n# device code is optimized either way).\n"
+      "set(WEFT_PROGRAM_OPTIMIZATION -O1 CACHE STRING\n"
+      "    \"optimization of the generated program's host code (Release)\")\n"
+      "set(CMAKE_CXX_FLAGS_RELEASE \"${WEFT_PROGRAM_OPTIMIZATION} "
+      "-DNDEBUG\")\n"
       "find_package(WeftRuntime REQUIRED)\n"
       "if(WEFT_DEVICE STREQUAL \"cpu\")\n"
       "  if(NOT TARGET Weft::WeftRuntimeCudaEmulation)\n"
@@ -807,6 +827,8 @@ static LogicalResult writeCudaProject(ModuleOp module, StringRef outDir,
       "endif()\n"
       "enable_language(CUDA)\n"
       "set(CMAKE_CUDA_STANDARD 17)\n"
+      "set(CMAKE_CUDA_FLAGS_RELEASE \"${WEFT_PROGRAM_OPTIMIZATION} "
+      "-DNDEBUG\")\n"
       "if(NOT TARGET Weft::WeftRuntimeCuda)\n"
       "  message(FATAL_ERROR \"this Weft runtime was built without its CUDA "
       "backend\")\n"

@@ -871,9 +871,10 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
        << stats.buffers << " buffers (" << stats.unsharedBytes
        << " without reuse)\n"
        << "kernels: " << stats.fusedKernels
-       << " generated elementwise kernels for " << stats.fusedOps << " ops; "
-       << stats.epilogues << " GEMM epilogues (bias, GELU); "
-       << stats.collectives << " collectives on the communication stream\n";
+       << " generated elementwise kernels (" << stats.distinctKernels
+       << " distinct) for " << stats.fusedOps << " ops; " << stats.epilogues
+       << " GEMM epilogues (bias, GELU); " << stats.collectives
+       << " collectives on the communication stream\n";
   } else if (training) {
     if (failed(emitCpuTrainingProgram(*module, outputPath, origin, externalDir,
                                       request.training)))

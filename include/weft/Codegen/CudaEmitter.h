@@ -23,8 +23,11 @@ struct CudaEmitStats {
   int64_t arenaBytes = 0;
   int64_t unsharedBytes = 0;
   int buffers = 0;
-  /// Generated elementwise kernels and the elementwise ops they cover.
+  /// Generated elementwise kernel launches, the elementwise ops they cover,
+  /// and the distinct kernels they launch (fusions of the same ops on the
+  /// same element types share one).
   int fusedKernels = 0;
+  int distinctKernels = 0;
   int fusedOps = 0;
   /// GEMMs whose bias or GELU went into the cuBLASLt epilogue.
   int epilogues = 0;
