@@ -102,6 +102,10 @@ OpCost DropoutOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
 OpCost TriluOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return estimateElementwiseCost(operandTypes, resultTypes, 1);
 }
+// One add per element, in one pass.
+OpCost CumSumOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
+  return estimateElementwiseCost(operandTypes, resultTypes, 1);
+}
 
 // Reductions and normalizations: one pass over the input (the kernels keep a
 // row in registers or shared memory).

@@ -572,6 +572,15 @@ LogicalResult CastOp::buildGradients(GradientState &state) {
   state.accumulate(getLoc(), getInput(), state.gradient(getResult()));
   return success();
 }
+// y_i = sum of x_j over j <= i (j < i exclusive): dx_j = sum of dy_i over
+// i >= j (i > j), the running sum the other way.
+LogicalResult CumSumOp::buildGradients(GradientState &state) {
+  Value dy = state.gradient(getResult());
+  Value dx = CumSumOp::create(state.builder(), getLoc(), dy.getType(), dy,
+                              getAxis(), getExclusive(), !getReverse());
+  state.accumulate(getLoc(), getInput(), dx);
+  return success();
+}
 LogicalResult TriluOp::buildGradients(GradientState &state) {
   Value dy = state.gradient(getResult());
   Value masked = TriluOp::create(state.builder(), getLoc(), dy.getType(), dy,

@@ -702,6 +702,13 @@ LogicalResult BroadcastToOp::verify() {
   return success();
 }
 
+LogicalResult CumSumOp::verify() {
+  if (getAxis() >= getType().getRank())
+    return emitOpError("axis ")
+           << getAxis() << " is not a dimension of " << getType();
+  return success();
+}
+
 LogicalResult TriluOp::verify() {
   if (getType().getRank() < 2)
     return emitOpError("needs rank at least 2, got ") << getType();

@@ -953,6 +953,40 @@ def Weft_TriluOp : Weft_Op<"trilu", [WeftBackward, WeftCost, WeftRule, Pure, Sam
   let hasVerifier = 1;
 }
 
+def Weft_CumSumOp : Weft_Op<"cumsum", [WeftBackward, WeftCost, WeftRule, Pure, Weft_Additive,
+                                        SameOperandsAndResultType]> {
+  let summary = "Running sum along one dimension.";
+  let description = [{
+    As ONNX `CumSum` and `torch.cumsum`: element `i` along `axis` is the sum of the
+    input's elements `0..i`; with `exclusive`, of `0..i-1` (the first is 0); with
+    `reverse`, of `i..n-1` (`exclusive`: `i+1..n-1`). On floats and integers: a padding
+    mask's running count gives the positions of BLOOM's ALiBi and of position ids
+    computed from an attention mask.
+
+    Partitioned: `axis` is needed whole; every other dimension passes through. Its
+    gradient is the running sum of the result's gradient in the other direction, with
+    the same `exclusive`.
+
+    ```mlir
+    %positions = weft.cumsum %mask axis 1 : tensor<2x128xi64>
+    %before = weft.cumsum %x axis 0 exclusive reverse : tensor<16x8xf32>
+    ```
+
+    **Constraints**
+    - `axis` is a dimension of the input: `0 <= axis < rank`;
+    - the result has the input's type.
+  }];
+  let arguments = (ins Weft_NumericTensor:$input,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$axis,
+                       UnitAttr:$exclusive, UnitAttr:$reverse);
+  let results = (outs Weft_NumericTensor:$result);
+  let assemblyFormat = [{
+    $input `axis` $axis (`exclusive` $exclusive^)? (`reverse` $reverse^)? attr-dict `:`
+    type($input)
+  }];
+  let hasVerifier = 1;
+}
+
 def Weft_CrossEntropyOp : Weft_Op<"cross_entropy", [WeftSaves, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
   let summary = "Softmax cross-entropy of logits against integer class labels.";
   let description = [{

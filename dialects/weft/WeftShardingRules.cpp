@@ -120,6 +120,11 @@ ShardingRule LogSoftmaxOp::getShardingRule() {
   return alongAxisRule(*this, getAxis(), getCausal());
 }
 
+// A running sum needs its axis whole.
+ShardingRule CumSumOp::getShardingRule() {
+  return alongAxisRule(*this, getAxis(), false);
+}
+
 /// Normalizations: the normalized dimensions (axis..rank) are needed whole;
 /// scale and bias span them.
 static ShardingRule normRule(Operation *op, int64_t axis) {

@@ -338,6 +338,13 @@ LogicalResult Emitter::emitOp(Operation *op) {
                "broadcastTo(" + arg(0) + ", " + shape(b.getResult()) + ")");
         return success();
       })
+      .Case([&](CumSumOp c) {
+        assign(c.getResult(), "cumsum(" + arg(0) + ", " +
+                                  std::to_string(c.getAxis()) + ", " +
+                                  (c.getExclusive() ? "true" : "false") + ", " +
+                                  (c.getReverse() ? "true" : "false") + ")");
+        return success();
+      })
       .Case([&](TriluOp t) {
         assign(t.getResult(), "trilu(" + arg(0) + ", " +
                                   (t.getUpper() ? "true" : "false") + ", " +

@@ -613,6 +613,14 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
         }
         return success();
       })
+      .Case([&](CumSumOp c) {
+        std::string o = out();
+        os << "  cumsum(ctx, " << tensor(c->getOperand(0)) << ", "
+           << c.getAxis() << ", " << (c.getExclusive() ? "true" : "false")
+           << ", " << (c.getReverse() ? "true" : "false") << ", " << o
+           << ");\n";
+        return success();
+      })
       .Case([&](TriluOp t) {
         std::string o = out();
         os << "  trilu(ctx, " << tensor(t->getOperand(0)) << ", "

@@ -533,6 +533,10 @@ LogicalResult Interpreter::run(Operation *op) {
       .Case([&](BroadcastToOp b) {
         return result(rt::broadcastTo(get(b.getInput()), shapeOf(b.getType())));
       })
+      .Case([&](CumSumOp c) {
+        return result(rt::cumsum(get(c.getInput()), c.getAxis(),
+                                 c.getExclusive(), c.getReverse()));
+      })
       .Case([&](TriluOp t) {
         return result(rt::trilu(get(t.getInput()), t.getUpper(), t.getDiagonal()));
       })

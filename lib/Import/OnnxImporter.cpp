@@ -1461,6 +1461,25 @@ void GraphImporter::registerHandlers() {
               TriluOp::create(builder, loc, data, upper, k));
     return success();
   };
+  // A running sum (torch.cumsum): positions from a padding mask.
+  handlers["CumSum"] = [this](const onnx::NodeProto &node) -> LogicalResult {
+    Value data = input(node, 0);
+    FailureOr<SmallVector<int64_t>> given = intsInput(node, 1, "axis");
+    if (failed(given))
+      return failure();
+    if (given->size() != 1)
+      return error() << "axis (input 1) must hold one integer, not "
+                     << given->size();
+    FailureOr<int64_t> axis = normalizeAxis(
+        given->front(), cast<RankedTensorType>(data.getType()).getRank());
+    if (failed(axis))
+      return failure();
+    setOutput(node, 0,
+              CumSumOp::create(builder, loc, data, *axis,
+                               intAttr(node, "exclusive", 0) != 0,
+                               intAttr(node, "reverse", 0) != 0));
+    return success();
+  };
   handlers["Shape"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     auto type = cast<RankedTensorType>(input(node, 0).getType());
     int64_t rank = type.getRank();

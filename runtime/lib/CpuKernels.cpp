@@ -984,6 +984,42 @@ HostTensor trilu(const HostTensor &input, bool upper, int64_t diagonal) {
   return out;
 }
 
+HostTensor cumsum(const HostTensor &input, int64_t axis, bool exclusive,
+                  bool reverse) {
+  ProfileScope profile("cumsum");
+  HostTensor out = HostTensor::uninitialized(input.dtype, input.shape);
+  int64_t length = input.shape[axis], inner = 1;
+  for (int64_t d = axis + 1; d < input.rank(); ++d)
+    inner *= input.shape[d];
+  int64_t lines = length ? input.numel() / length : 0;
+  for (int64_t line = 0; line < lines; ++line) {
+    int64_t base = (line / inner) * length * inner + line % inner;
+    // Floats sum in double, each result rounded to the stored type;
+    // integers exactly.
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t k = 0; k < length; ++k) {
+      int64_t at = base + (reverse ? length - 1 - k : k) * inner;
+      if (out.isFloat()) {
+        double x = input.floats[at];
+        if (!exclusive)
+          sum += x;
+        out.floats[at] = roundTo(out.dtype, static_cast<float>(sum));
+        if (exclusive)
+          sum += x;
+      } else {
+        int64_t x = input.ints[at];
+        if (!exclusive)
+          count += x;
+        out.ints[at] = count;
+        if (exclusive)
+          count += x;
+      }
+    }
+  }
+  return out;
+}
+
 HostTensor iota(DType dtype, const Shape &shape, int64_t dim) {
   ProfileScope profile("iota");
   HostTensor out = HostTensor::uninitialized(dtype, shape);

@@ -99,6 +99,22 @@ func.func @abs(%x: tensor<4xf32>) -> tensor<f32> {
 
 // -----
 
+// A running sum's gradient is the running sum of the result's gradient the
+// other way, as exclusive as the forward.
+// CHECK-LABEL: func.func @cumsum
+// CHECK: weft.cumsum %{{.*}} axis 1 exclusive : tensor<2x4xf32>
+// CHECK: weft.cumsum %{{.*}} axis 1 exclusive reverse : tensor<2x4xf32>
+func.func @cumsum(%x: tensor<2x4xf32>) -> tensor<f32> {
+  %c = weft.parameter "c" : tensor<2x4xf32> = dense<0.5>
+  %d = weft.mul %x, %c : tensor<2x4xf32>
+  %s = weft.cumsum %d axis 1 exclusive : tensor<2x4xf32>
+  %q = weft.mul %s, %s : tensor<2x4xf32>
+  %r = weft.reduce_sum %q axes [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %r : tensor<f32>
+}
+
+// -----
+
 // A layer's gradient is a backward layer: it takes the layer's inputs and its
 // result's gradient, recomputes the body, and yields the gradients of the
 // inputs that need one (none here: %x is data) and of the body's parameters.

@@ -23,7 +23,7 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs"
        "softmax", "logsoftmax", "layer_normalization", "gather", "reshape",
        "transpose", "split", "slice", "concat", "unsqueeze", "squeeze", "shape",
        "constant", "constantofshape", "cast", "castlike", "expand", "range", "equal", "less",
-       "where", "tril", "triu", "identity", "clip", "einsum", "dropout"]
+       "where", "tril", "triu", "identity", "clip", "einsum", "dropout", "cumsum"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(reduce_sum_square|gather_elements|constant_pad|"
                        r"split_to_sequence)")
@@ -38,7 +38,7 @@ def selected(name):
 # Ops whose shape arguments (starts, split sizes, k, axes, bounds) the node
 # tests pass as graph inputs; exported models hold them as constants, so these
 # tests run with --fold-small-inputs (onnx-mlir's "inputs made constant").
-SHAPE_ARGUMENT_OPS = re.compile(r"^test_(slice|split|tril|triu|reduce_sum|range)(_|$)")
+SHAPE_ARGUMENT_OPS = re.compile(r"^test_(slice|split|tril|triu|reduce_sum|range|cumsum)(_|$)")
 
 
 def run_one(weft, test_dir, dynamic):

@@ -561,4 +561,47 @@ TEST(RuntimeKernels, AttentionGradientsAreTheForwardsSlopes) {
     }
 }
 
+// The running sum along the middle axis of a 3-D tensor, each way, against
+// a scalar sum; and the gradient weft.cumsum builds (the running sum of the
+// result's gradient the other way, as exclusive) against the sum of the
+// result's gradient over the results each input is summed into.
+TEST(RuntimeKernels, CumSumAndItsGradient) {
+  int64_t outer = 2, length = 5, inner = 3;
+  HostTensor x = randomTensor({outer, length, inner}, 51),
+             dy = randomTensor({outer, length, inner}, 52);
+  auto at = [&](int64_t o, int64_t i, int64_t n) {
+    return (o * length + i) * inner + n;
+  };
+  for (bool exclusive : {false, true})
+    for (bool reverse : {false, true}) {
+      // Whether input j is summed into result i.
+      auto into = [&](int64_t j, int64_t i) {
+        return reverse ? (exclusive ? j > i : j >= i)
+                       : (exclusive ? j < i : j <= i);
+      };
+      HostTensor y = cumsum(x, 1, exclusive, reverse);
+      HostTensor dx = cumsum(dy, 1, exclusive, !reverse);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t n = 0; n < inner; ++n)
+          for (int64_t i = 0; i < length; ++i) {
+            double sum = 0, slope = 0;
+            for (int64_t j = 0; j < length; ++j) {
+              if (into(j, i))
+                sum += x.floats[at(o, j, n)];
+              if (into(i, j))
+                slope += dy.floats[at(o, j, n)];
+            }
+            EXPECT_NEAR(y.floats[at(o, i, n)], sum, 1e-5)
+                << exclusive << reverse << " y " << o << i << n;
+            EXPECT_NEAR(dx.floats[at(o, i, n)], slope, 1e-5)
+                << exclusive << reverse << " dx " << o << i << n;
+          }
+    }
+  // Integers: a left-padded mask's positions, exactly.
+  HostTensor mask(DType::I64, {2, 4});
+  mask.ints = {1, 1, 1, 0, 0, 1, 1, 1};
+  HostTensor counts = cumsum(mask, 1, false, false);
+  EXPECT_EQ(counts.ints, (std::vector<int64_t>{1, 2, 3, 3, 0, 1, 2, 3}));
+}
+
 } // namespace

@@ -312,6 +312,34 @@ __global__ void triluKernel(int64_t n, int64_t rows, int64_t cols, bool upper,
   }
 }
 
+/// One thread per line along the axis, summing it in order: a padding mask's
+/// positions, not a hot loop.
+template <typename T, typename Acc>
+__global__ void cumsumKernel(int64_t lines, int64_t length, int64_t inner,
+                             bool exclusive, bool reverse, const T *x, T *y) {
+  for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < lines;
+       l += int64_t(gridDim.x) * blockDim.x) {
+    int64_t base = (l / inner) * length * inner + l % inner;
+    Acc sum = 0;
+    for (int64_t k = 0; k < length; ++k) {
+      int64_t at = base + (reverse ? length - 1 - k : k) * inner;
+      Acc v;
+      if constexpr (std::is_same_v<Acc, float>)
+        v = loadF(x, at);
+      else
+        v = loadI(x, at);
+      if (!exclusive)
+        sum += v;
+      if constexpr (std::is_same_v<Acc, float>)
+        storeF(y, at, sum);
+      else
+        storeI(y, at, sum);
+      if (exclusive)
+        sum += v;
+    }
+  }
+}
+
 // ---- Flash attention -----------------------------------------------------
 
 struct MaskView {
@@ -1511,6 +1539,34 @@ void cuda::trilu(Context &ctx, const DeviceTensor &x, bool upper,
         n, rows, cols, upper, diagonal, static_cast<const T *>(x.data),
         static_cast<T *>(out.data));
   });
+  checkLaunch(ctx);
+}
+
+void cuda::cumsum(Context &ctx, const DeviceTensor &x, int64_t axis,
+                  bool exclusive, bool reverse, const DeviceTensor &out) {
+  int64_t length = x.shape[axis], inner = 1;
+  for (size_t d = axis + 1; d < x.shape.size(); ++d)
+    inner *= x.shape[d];
+  int64_t lines = length ? x.numel() / length : 0;
+  if (!lines)
+    return;
+  auto launch = [&](auto *type, auto acc) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    cumsumKernel<T, decltype(acc)>
+        <<<blocksFor(lines), kThreads, 0, ctx.compute>>>(
+            lines, length, inner, exclusive, reverse,
+            static_cast<const T *>(x.data), static_cast<T *>(out.data));
+  };
+  switch (x.dtype) {
+  case DType::I64:
+    launch(static_cast<int64_t *>(nullptr), int64_t(0));
+    break;
+  case DType::I32:
+    launch(static_cast<int32_t *>(nullptr), int64_t(0));
+    break;
+  default:
+    withFloatType(ctx, x.dtype, [&](auto *type) { launch(type, 0.0f); });
+  }
   checkLaunch(ctx);
 }
 

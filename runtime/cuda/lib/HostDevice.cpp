@@ -234,6 +234,11 @@ void cuda::trilu(Context &ctx, const DeviceTensor &x, bool upper,
   store(ctx, rt::trilu(download(ctx, x), upper, diagonal), out);
 }
 
+void cuda::cumsum(Context &ctx, const DeviceTensor &x, int64_t axis,
+                  bool exclusive, bool reverse, const DeviceTensor &out) {
+  store(ctx, rt::cumsum(download(ctx, x), axis, exclusive, reverse), out);
+}
+
 void cuda::allSlice(Context &ctx, const DeviceTensor &x,
                     const std::vector<std::string> &axes, int64_t dim,
                     bool zigzag, const DeviceTensor &out) {

@@ -1026,6 +1026,22 @@ func.func @broadcast_to_element_type(%x: tensor<4xf32>) {
 
 // -----
 
+func.func @cumsum_axis(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{axis 2 is not a dimension of 'tensor<4x8xf32>'}}
+  %0 = weft.cumsum %x axis 2 : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @cumsum_result(%x: tensor<4x8xi64>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %0 = "weft.cumsum"(%x) <{axis = 1 : i64}> : (tensor<4x8xi64>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
 func.func @trilu_rank(%x: tensor<4xf32>) {
   // expected-error @+1 {{needs rank at least 2, got 'tensor<4xf32>'}}
   %0 = weft.trilu %x : tensor<4xf32>

@@ -80,6 +80,10 @@ func.func @unary(%x: tensor<4x8xf32>, %i: tensor<4xi64>) {
   %ab = weft.abs %x : tensor<4x8xf32>
   // CHECK: weft.abs %{{.*}} : tensor<4xi64>
   %ai = weft.abs %i : tensor<4xi64>
+  // CHECK: weft.cumsum %{{.*}} axis 1 : tensor<4x8xf32>
+  %cs = weft.cumsum %x axis 1 : tensor<4x8xf32>
+  // CHECK: weft.cumsum %{{.*}} axis 0 exclusive reverse : tensor<4xi64>
+  %ci = weft.cumsum %i axis 0 exclusive reverse : tensor<4xi64>
   // CHECK: weft.silu
   %9 = weft.silu %x : tensor<4x8xf32>
   // CHECK: weft.gelu %{{.*}} : tensor<4x8xf32>

@@ -122,6 +122,10 @@ std::vector<HostTensor> split(const HostTensor &input, int64_t axis,
                               const std::vector<int64_t> &sizes);
 HostTensor broadcastTo(const HostTensor &input, const Shape &shape);
 HostTensor trilu(const HostTensor &input, bool upper, int64_t diagonal);
+/// The running sum along `axis` (ONNX CumSum): of the elements before each
+/// (`exclusive`) or up to it, from the end with `reverse`.
+HostTensor cumsum(const HostTensor &input, int64_t axis, bool exclusive,
+                  bool reverse);
 HostTensor iota(DType dtype, const Shape &shape, int64_t dim);
 absl::StatusOr<HostTensor> crossEntropy(const HostTensor &logits,
                                         const HostTensor &labels,

@@ -161,6 +161,9 @@ void crossEntropy(Context &ctx, const DeviceTensor &logits,
                   std::optional<int64_t> ignoreIndex, const DeviceTensor &out);
 void trilu(Context &ctx, const DeviceTensor &x, bool upper, int64_t diagonal,
            const DeviceTensor &out);
+/// The running sum along `axis` (floats in f32, integers in 64 bits).
+void cumsum(Context &ctx, const DeviceTensor &x, int64_t axis, bool exclusive,
+            bool reverse, const DeviceTensor &out);
 
 // Collectives by mesh axes, on the communication stream: each waits for the
 // compute stream's work so far and returns the event that marks its end,
