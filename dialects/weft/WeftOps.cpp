@@ -703,7 +703,7 @@ LogicalResult BroadcastToOp::verify() {
 }
 
 LogicalResult CumSumOp::verify() {
-  if (getAxis() >= getType().getRank())
+  if (static_cast<int64_t>(getAxis()) >= getType().getRank())
     return emitOpError("axis ")
            << getAxis() << " is not a dimension of " << getType();
   return success();
