@@ -783,26 +783,23 @@ template <typename T>
 bool tensorCoreAttention(Context &ctx, const DeviceTensor &q,
                          const DeviceTensor &k, const DeviceTensor &v,
                          const DeviceTensor &out) {
-  if constexpr (std::is_same<T, float>::value) {
+  static_assert(!std::is_same<T, float>::value, "f32 has no MMA path");
+  int64_t dim = q.shape[3];
+  if ((dim != 64 && dim != 128) || k.shape[3] != dim || v.shape[3] != dim)
     return false;
-  } else {
-    int64_t dim = q.shape[3];
-    if ((dim != 64 && dim != 128) || k.shape[3] != dim || v.shape[3] != dim)
+  for (const DeviceTensor *t : {&q, &k, &v, &out})
+    if (reinterpret_cast<uintptr_t>(t->data) % 16)
       return false;
-    for (const DeviceTensor *t : {&q, &k, &v, &out})
-      if (reinterpret_cast<uintptr_t>(t->data) % 16)
-        return false;
-    static int major = [&] {
-      int device = 0, value = 0;
-      check(ctx, cudaGetDevice(&device), "cudaGetDevice");
-      check(ctx,
-            cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
-                                   device),
-            "cudaDeviceGetAttribute");
-      return value;
-    }();
-    return major >= 8;
-  }
+  static int major = [&] {
+    int device = 0, value = 0;
+    check(ctx, cudaGetDevice(&device), "cudaGetDevice");
+    check(ctx,
+          cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
+                                 device),
+          "cudaDeviceGetAttribute");
+    return value;
+  }();
+  return major >= 8;
 }
 
 template <typename T, int kDim>
@@ -843,12 +840,18 @@ void dispatchAttention(Context &ctx, const DeviceTensor &q,
   if (q.shape[0] * q.shape[1] > 65535)
     fail(ctx, "attention over more than 65535 (batch x heads) pairs is not "
               "supported on CUDA; split the batch");
-  if (tensorCoreAttention<T>(ctx, q, k, v, out)) {
-    if (dim == 64)
-      launchAttentionMma<T, 64>(ctx, q, k, v, mask, scale, causal, block, out);
-    else
-      launchAttentionMma<T, 128>(ctx, q, k, v, mask, scale, causal, block, out);
-    return;
+  // f32 has no tensor-core path: its MMA kernels are not instantiated (they
+  // were 6 % of this file's PTX, never launched).
+  if constexpr (!std::is_same<T, float>::value) {
+    if (tensorCoreAttention<T>(ctx, q, k, v, out)) {
+      if (dim == 64)
+        launchAttentionMma<T, 64>(ctx, q, k, v, mask, scale, causal, block,
+                                  out);
+      else
+        launchAttentionMma<T, 128>(ctx, q, k, v, mask, scale, causal, block,
+                                   out);
+      return;
+    }
   }
   if (dim <= 64)
     launchAttention<T, 64, 32>(ctx, q, k, v, mask, scale, causal, block, out);
@@ -929,39 +932,47 @@ __global__ void attentionGradRowsKernel(
     for (int d = 0; d < kMaxDim; ++d)
       if (d < vDim)
         rowDelta += loadF(outRow, d) * dor[d];
-  } else {
-    float max = -INFINITY;
-    for (int64_t j = 0; j < end; ++j)
-      max = fmaxf(max, score(j));
-    float sum = 0.0f;
-    if (max > -INFINITY)
-      for (int64_t j = 0; j < end; ++j) {
-        float s = score(j);
-        sum += s > -INFINITY ? expf(s - max) : 0.0f;
+  }
+  // Pass 0 finds the row's log-sum-exp (online, as the forward does), pass 1
+  // sums D and pass 2 accumulates dQ; with a saved log-sum-exp only pass 2
+  // runs. The passes share one loop so that the unrolled dot products of the
+  // score and of dP are compiled once each, not four and two times.
+  float max = -INFINITY, sum = 0.0f;
+  for (int pass = savedLse ? 2 : 0; pass < 3; ++pass) {
+    if (pass == 1) {
+      if (!(sum > 0)) {
+        for (int d = 0; d < dim; ++d)
+          storeF(dqRow, d, 0.0f);
+        lse[bh * seq + i] = INFINITY;
+        delta[bh * seq + i] = 0.0f;
+        return;
       }
-    if (!(sum > 0)) {
-      for (int d = 0; d < dim; ++d)
-        storeF(dqRow, d, 0.0f);
-      lse[bh * seq + i] = INFINITY;
-      delta[bh * seq + i] = 0.0f;
-      return;
+      rowLse = max + logf(sum);
     }
-    rowLse = max + logf(sum);
     for (int64_t j = 0; j < end; ++j) {
       float s = score(j);
-      if (s > -INFINITY)
-        rowDelta += expf(s - rowLse) * gradOfProb(j);
-    }
-  }
-  for (int64_t j = 0; j < end; ++j) {
-    float s = score(j);
-    if (!(s > -INFINITY))
-      continue;
-    float ds = expf(s - rowLse) * (gradOfProb(j) - rowDelta) * scale;
+      if (!(s > -INFINITY))
+        continue;
+      if (pass == 0) {
+        if (s > max) {
+          sum = sum * expf(max - s) + 1.0f;
+          max = s;
+        } else {
+          sum += expf(s - max);
+        }
+        continue;
+      }
+      float p = expf(s - rowLse), dp = gradOfProb(j);
+      if (pass == 1) {
+        rowDelta += p * dp;
+        continue;
+      }
+      float ds = p * (dp - rowDelta) * scale;
 #pragma unroll
-    for (int d = 0; d < kMaxDim; ++d)
-      if (d < dim)
-        acc[d] += ds * loadF(kHead, j * dim + d);
+      for (int d = 0; d < kMaxDim; ++d)
+        if (d < dim)
+          acc[d] += ds * loadF(kHead, j * dim + d);
+    }
   }
   for (int d = 0; d < kMaxDim; ++d)
     if (d < dim)
