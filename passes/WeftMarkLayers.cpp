@@ -9,7 +9,11 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <functional>
 
 #include <regex>
 
@@ -53,40 +57,123 @@ struct WeftMarkLayers
       return;
     Block &block = func.getBody().front();
     SmallVector<Operation *> ops;
-    for (Operation &op : block.without_terminator())
-      ops.push_back(&op);
-
+    using Ranges = std::map<int64_t, std::pair<size_t, size_t>>;
+    llvm::SetVector<Operation *> hoisted;
+    std::string kind;
+    Ranges ranges;
     // Which scope repeats most: its indices, each with the positions of its
-    // tagged ops (parameters and constants are placed later).
-    std::map<std::string, std::map<int64_t, std::pair<size_t, size_t>>> scopes;
-    for (auto [position, op] : llvm::enumerate(ops)) {
-      if (isa<ParameterOp, ConstantOp>(op))
-        continue;
-      if (std::optional<LayerKey> key = layerKeyOf(op)) {
-        auto [it, inserted] = scopes[key->kind].try_emplace(
-            key->index, std::make_pair(position, position));
-        it->second.second = position;
+    // tagged ops (parameters and constants are placed later, and the shared
+    // ops hoisted out of them stay out). False when no scope repeats or
+    // repetitions interleave.
+    auto findRepetitions = [&]() {
+      ops.clear();
+      for (Operation &op : block.without_terminator())
+        ops.push_back(&op);
+      std::map<std::string, Ranges> scopes;
+      for (auto [position, op] : llvm::enumerate(ops)) {
+        if (isa<ParameterOp, ConstantOp>(op) || hoisted.contains(op))
+          continue;
+        if (std::optional<LayerKey> key = layerKeyOf(op)) {
+          auto [it, inserted] = scopes[key->kind].try_emplace(
+              key->index, std::make_pair(position, position));
+          it->second.second = position;
+        }
       }
-    }
-    auto best = std::max_element(scopes.begin(), scopes.end(),
-                                 [](const auto &a, const auto &b) {
-                                   return a.second.size() < b.second.size();
-                                 });
-    if (best == scopes.end() || best->second.size() < 2)
+      auto best = std::max_element(scopes.begin(), scopes.end(),
+                                   [](const auto &a, const auto &b) {
+                                     return a.second.size() < b.second.size();
+                                   });
+      if (best == scopes.end() || best->second.size() < 2)
+        return false;
+      size_t end = 0;
+      bool first = true;
+      for (auto &[index, range] : best->second) {
+        if (!first && range.first <= end)
+          return false;
+        end = range.second;
+        first = false;
+      }
+      kind = best->first;
+      ranges = best->second;
+      return true;
+    };
+    if (!findRepetitions())
       return;
-    // Repetitions must not interleave.
-    size_t end = 0;
-    bool first = true;
-    for (auto &[index, range] : best->second) {
-      if (!first && range.first <= end)
+    hoistShared(block, ops, ranges, hoisted);
+    if (!hoisted.empty() && !findRepetitions())
+      return;
+    for (auto &[index, range] : ranges)
+      wrap(block,
+           ArrayRef<Operation *>(ops).slice(range.first,
+                                            range.second - range.first + 1),
+           kind, index);
+  }
+
+  /// Moves before the first repetition the ops of a repetition that it and
+  /// other repetitions read and that read nothing any repetition computes,
+  /// with the ops of the same kind that they read: values every layer shares,
+  /// such as rotary tables gathered at the positions, which CSE leaves in the
+  /// first layer that gathered them. An exporter that computes them once
+  /// puts them there; inside a layer they would break the chain of layers.
+  /// Adds those it moves to `hoisted`.
+  void hoistShared(Block &block, ArrayRef<Operation *> ops,
+                   const std::map<int64_t, std::pair<size_t, size_t>> &ranges,
+                   llvm::SetVector<Operation *> &hoisted) {
+    llvm::DenseMap<Operation *, int64_t> repetition;
+    for (auto &[index, range] : ranges)
+      for (size_t i = range.first; i <= range.second; ++i)
+        repetition[ops[i]] = index;
+    Operation *start = ops[ranges.begin()->second.first];
+    // Invariant: reads only values from before the first repetition, block
+    // arguments, constants, parameters and other invariant ops.
+    llvm::SmallPtrSet<Operation *, 16> invariant;
+    for (auto &[index, range] : ranges)
+      for (size_t i = range.first; i <= range.second; ++i) {
+        Operation *op = ops[i];
+        if (isa<ParameterOp, ConstantOp>(op) || op->getNumRegions() ||
+            !isPure(op))
+          continue;
+        bool reads = llvm::all_of(op->getOperands(), [&](Value operand) {
+          Operation *def = operand.getDefiningOp();
+          if (!def)
+            return operand.getParentBlock() == &block;
+          if (def->getBlock() != &block)
+            return false;
+          return isa<ParameterOp, ConstantOp>(def) || invariant.contains(def) ||
+                 (!repetition.count(def) && def->isBeforeInBlock(start));
+        });
+        if (reads)
+          invariant.insert(op);
+      }
+    // Those read by another repetition, and the invariant ops they read.
+    std::function<void(Operation *)> take = [&](Operation *op) {
+      if (!hoisted.insert(op))
         return;
-      end = range.second;
-      first = false;
+      for (Value operand : op->getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (def &&
+            (invariant.contains(def) || (isa<ParameterOp, ConstantOp>(def) &&
+                                         !def->isBeforeInBlock(start))))
+          take(def);
+      }
+    };
+    // (Read by its own repetition too: the first layer's output, which only
+    // the next reads, is the chain itself.)
+    for (Operation *op : invariant) {
+      int64_t own = repetition.lookup(op);
+      bool here = false, elsewhere = false;
+      for (Operation *user : op->getUsers()) {
+        Operation *ancestor = block.findAncestorOpInBlock(*user);
+        auto it = ancestor ? repetition.find(ancestor) : repetition.end();
+        if (it != repetition.end())
+          (it->second == own ? here : elsewhere) = true;
+      }
+      if (here && elsewhere)
+        take(op);
     }
-    for (auto &[index, range] : best->second)
-      wrap(block, ArrayRef<Operation *>(ops).slice(range.first,
-                                                   range.second - range.first + 1),
-           best->first, index);
+    for (Operation *op : ops)
+      if (hoisted.contains(op))
+        op->moveBefore(start);
   }
 
   void wrap(Block &block, ArrayRef<Operation *> range, StringRef kind,

@@ -369,6 +369,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
       merged.simulated += found.simulated;
       merged.seconds += found.seconds;
       merged.anyFits |= found.anyFits;
+      if (merged.programError.empty())
+        merged.programError = found.programError;
       for (plan::Plan &p : found.plans)
         merged.plans.push_back(std::move(p));
       for (plan::Plan &p : found.near)
@@ -393,6 +395,12 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
         "global batch, the heads (" +
         llvm::Twine(model->heads()) + ") and the sequence (" +
         llvm::Twine(training->seq_len()) + ") divide by the parallel degrees");
+  if (!result.anyFits && result.smallestMemory.pp() == 0)
+    return planError(
+        "no plan could be costed" +
+        (result.programError.empty()
+             ? std::string(": every candidate's rank program failed")
+             : ": " + result.programError));
   if (!result.anyFits) {
     const plan::Plan &small = result.smallestMemory;
     std::string message;

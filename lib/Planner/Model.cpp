@@ -252,10 +252,13 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
                 "size");
   spec.set_ffn_hidden(ffn);
 
-  // Vocabulary: the embedding whose indices come from the function's input.
+  // Vocabulary: the embedding of a weight whose indices come from the
+  // function's input (not a constant table, such as rotary caches gathered
+  // at the positions).
   EmbeddingOp tokens;
   entry.walk([&](EmbeddingOp op) {
-    if (!tokens && isa<BlockArgument>(op.getIndices()))
+    if (!tokens && isa<BlockArgument>(op.getIndices()) &&
+        op.getTable().getDefiningOp<ParameterOp>())
       tokens = op;
   });
   if (!tokens)

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -339,9 +340,12 @@ SearchResult planner::searchPlans(CostModel &model,
                   continue;
                 const bool relative = cp > 1 && options.boundFromRelatives &&
                                       !model.isMeasured(probe);
-                shapeLoses[sp] =
-                    (relative ? model.relativeWorkBound(probe)
-                              : model.averageWorkBound(probe)) >= threshold();
+                const double bound = relative ? model.relativeWorkBound(probe)
+                                              : model.averageWorkBound(probe);
+                // An infinite bound: the rank program could not be built.
+                if (!std::isfinite(bound) && result.programError.empty())
+                  result.programError = model.programError(probe);
+                shapeLoses[sp] = bound >= threshold();
               }
               // The schedules with one chunk per rank share their stages, and
               // ZB-H1's bound is the least of theirs (its fill leaves the
@@ -486,7 +490,7 @@ SearchResult planner::searchPlans(CostModel &model,
       }
     }
   }
-  if (!result.anyFits && result.candidates)
+  if (!result.anyFits && std::isfinite(smallest))
     model.evaluate(result.smallestMemory);
   result.plans = std::move(best);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -53,3 +53,32 @@ func.func @interleaved(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
   %d = weft.exp %c : tensor<2x8xf32> loc("/h.1/Exp_1")
   return %d : tensor<2x8xf32>
 }
+
+// -----
+
+// A table both layers read, gathered at the positions inside the first (as
+// CSE leaves a rotary table each layer gathered): it reads only the inputs
+// and a constant, so it and the gather it reads move before the first layer,
+// and the layers still form a chain. The first layer's output, which only the
+// second reads, stays the chain.
+// CHECK-LABEL: func.func @shared_table
+// CHECK-SAME: (%[[X:.*]]: tensor<2x8xf32>, %[[POS:.*]]: tensor<2xi64>)
+// CHECK: %[[TABLE:.*]] = weft.constant
+// CHECK: %[[ROWS:.*]] = weft.embedding %[[TABLE]][%[[POS]]]
+// CHECK: %[[COS:.*]] = weft.reshape %[[ROWS]]
+// CHECK: %[[L0:.*]] = weft.layer "layers"(%[[X]], %[[COS]]) index 0
+// CHECK: %{{.*}} = weft.layer "layers"(%[[L0]], %[[COS]]) index 1
+func.func @shared_table(%x: tensor<2x8xf32>, %pos: tensor<2xi64>) -> tensor<2x8xf32> {
+  %w0 = weft.parameter "layers.0.fc.weight" : tensor<8x8xf32> loc("layers.0.fc.weight")
+  %w1 = weft.parameter "layers.1.fc.weight" : tensor<8x8xf32> loc("layers.1.fc.weight")
+  %a = weft.linear %x, %w0 : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32> loc("layers.0.q_proj")
+  %table = weft.constant dense<0.5> : tensor<16x8xf32> loc("layers.0.rope_q")
+  %rows = weft.embedding %table[%pos] : (tensor<16x8xf32>, tensor<2xi64>) -> tensor<2x8xf32> loc("layers.0.rope_q")
+  %cos = weft.reshape %rows : tensor<2x8xf32> -> tensor<2x8xf32> loc("layers.0.rope_q")
+  %b = weft.mul %a, %cos : tensor<2x8xf32> loc("layers.0.rope_q")
+  %c = weft.add %x, %b : tensor<2x8xf32> loc("layers.0.Add")
+  %d = weft.linear %c, %w1 : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32> loc("layers.1.q_proj")
+  %e = weft.mul %d, %cos : tensor<2x8xf32> loc("layers.1.rope_q")
+  %f = weft.add %c, %e : tensor<2x8xf32> loc("layers.1.Add")
+  return %f : tensor<2x8xf32>
+}

@@ -64,8 +64,12 @@ struct SearchOptions {
 struct SearchResult {
   /// The fastest plans that fit, best first (each with its breakdown).
   std::vector<plan::Plan> plans;
-  /// When nothing fits: the plan with the smallest peak memory.
+  /// When nothing fits: the plan with the smallest peak memory (pp = 0 when
+  /// no plan could be costed).
   plan::Plan smallestMemory;
+  /// Why a plan's rank program could not be built or costed (the first such
+  /// reason met), e.g. repeated layers that do not form a chain.
+  std::string programError;
   /// With SearchOptions::nearFastest: plans costed within that fraction of
   /// the fastest, the best per mesh shape, schedule and risk score
   /// (assessRisk), in no particular order. For any risk score R they hold
