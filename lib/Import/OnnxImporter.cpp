@@ -21,6 +21,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
 #include <functional>
 
 using namespace mlir;
@@ -153,6 +154,12 @@ private:
   LogicalResult importUnaryEinsum(const onnx::NodeProto &node,
                                   const std::string &equation);
   LogicalResult importDropout(const onnx::NodeProto &node);
+  LogicalResult importAttention(const onnx::NodeProto &node);
+  LogicalResult importRmsNormalization(const onnx::NodeProto &node);
+  LogicalResult importRotaryEmbedding(const onnx::NodeProto &node);
+  /// [batch, seq, heads * dim] as [batch, heads, seq, dim], and back.
+  Value splitHeads(Value value, int64_t heads);
+  Value mergeHeads(Value value);
 
   OnnxModel &model;
   const onnx::GraphProto &graph;
@@ -1398,6 +1405,16 @@ void GraphImporter::registerHandlers() {
       setOutput(node, 2, invStdDev);
     return success();
   };
+  // Opset 23's ops (read through the schemas OnnxModel.cpp registers).
+  handlers["Attention"] = [this](const onnx::NodeProto &node) {
+    return importAttention(node);
+  };
+  handlers["RMSNormalization"] = [this](const onnx::NodeProto &node) {
+    return importRmsNormalization(node);
+  };
+  handlers["RotaryEmbedding"] = [this](const onnx::NodeProto &node) {
+    return importRotaryEmbedding(node);
+  };
   handlers["Expand"] = [this](const onnx::NodeProto &node) -> LogicalResult {
     Value data = input(node, 0);
     std::optional<RankedTensorType> type = knownOutputType(node);
@@ -1584,6 +1601,296 @@ void GraphImporter::registerHandlers() {
 // Driver
 //===----------------------------------------------------------------------===//
 
+//===----------------------------------------------------------------------===//
+// Opset 23: Attention, RMSNormalization, RotaryEmbedding
+//===----------------------------------------------------------------------===//
+
+Value GraphImporter::splitHeads(Value value, int64_t heads) {
+  auto type = cast<RankedTensorType>(value.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  Value split = ReshapeOp::create(
+      builder, loc, type.clone({shape[0], shape[1], heads, shape[2] / heads}),
+      value);
+  return createChecked<TransposeOp>(split, SmallVector<int64_t>{0, 2, 1, 3});
+}
+
+Value GraphImporter::mergeHeads(Value value) {
+  Value swapped =
+      createChecked<TransposeOp>(value, SmallVector<int64_t>{0, 2, 1, 3});
+  if (!swapped)
+    return {};
+  auto type = cast<RankedTensorType>(swapped.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  return ReshapeOp::create(
+      builder, loc, type.clone({shape[0], shape[1], shape[2] * shape[3]}),
+      swapped);
+}
+
+/// Attention-23 as weft.attention: 4-D [batch, heads, seq, dim] inputs, or
+/// 3-D [batch, seq, heads * dim] ones with q_num_heads and kv_num_heads;
+/// grouped KV heads; a bool or additive float mask; is_causal aligned at the
+/// top left, which is ONNX's alignment without a KV cache. The cache
+/// (past_key, past_value and the present outputs), softcap and the
+/// qk_matmul_output debug output are refused at the node.
+LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
+  if (hasInput(node, 4) || hasInput(node, 5))
+    return error() << "Attention with a KV cache (past_key, past_value) is "
+                      "not imported: Weft compiles training and prefill "
+                      "programs; export the model without its cache";
+  static const char *outputs[] = {"Y", "present_key", "present_value",
+                                  "qk_matmul_output"};
+  for (int i = 1; i < node.output_size() && i < 4; ++i)
+    if (!node.output(i).empty())
+      return error() << "Attention's " << outputs[i]
+                     << " output is not imported (only Y is); export the "
+                        "model without it";
+  if (float softcap = floatAttr(node, "softcap", 0.0f); softcap != 0.0f)
+    return error() << "Attention softcap=" << softcap
+                   << " is not supported; Weft's attention has no score cap";
+  Value q = input(node, 0), k = input(node, 1), v = input(node, 2);
+  auto qType = cast<RankedTensorType>(q.getType());
+  int64_t rank = qType.getRank();
+  for (Value operand : {k, v})
+    if (cast<RankedTensorType>(operand.getType()).getRank() != rank)
+      return error() << "Attention's Q, K and V have different ranks";
+  if (rank != 3 && rank != 4)
+    return error() << "Attention of rank-" << rank
+                   << " inputs: ONNX's are 3-D or 4-D";
+  for (Value operand : {k, v})
+    if (cast<RankedTensorType>(operand.getType()).getElementType() !=
+        qType.getElementType())
+      return error() << "Attention with K or V of another element type than "
+                        "Q's is not supported; cast them to "
+                     << qType.getElementType();
+  if (rank == 3) {
+    int64_t qHeads = intAttr(node, "q_num_heads", 0);
+    int64_t kvHeads = intAttr(node, "kv_num_heads", 0);
+    if (qHeads <= 0 || kvHeads <= 0)
+      return error() << "Attention with 3-D inputs needs positive q_num_heads "
+                        "and kv_num_heads attributes";
+    auto divides = [](Value value, int64_t heads) {
+      return cast<RankedTensorType>(value.getType()).getDimSize(2) % heads == 0;
+    };
+    if (!divides(q, qHeads) || !divides(k, kvHeads) || !divides(v, kvHeads))
+      return error() << "Attention: q_num_heads " << qHeads
+                     << " and kv_num_heads " << kvHeads
+                     << " do not divide the hidden sizes of Q, K and V";
+    q = splitHeads(q, qHeads);
+    k = splitHeads(k, kvHeads);
+    v = splitHeads(v, kvHeads);
+    if (!q || !k || !v)
+      return failure();
+  }
+  Value mask;
+  if (hasInput(node, 3)) {
+    mask = input(node, 3);
+    Type element = cast<RankedTensorType>(mask.getType()).getElementType();
+    if (!element.isInteger(1) && element != qType.getElementType())
+      return error() << "Attention mask of element type " << element
+                     << ": Weft takes a bool mask or an additive mask of Q's "
+                        "type ("
+                     << qType.getElementType() << ")";
+  }
+  int64_t headDim = cast<RankedTensorType>(q.getType()).getDimSize(3);
+  float scale = attribute(node, "scale")
+                    ? floatAttr(node, "scale", 1.0f)
+                    : 1.0f / std::sqrt(static_cast<float>(headDim));
+  if (!(scale > 0) || !std::isfinite(scale))
+    return error() << "Attention scale " << scale
+                   << ": Weft's attention takes a positive finite scale";
+  bool causal = intAttr(node, "is_causal", 0) != 0;
+  Value result = createChecked<AttentionOp>(
+      q, k, v, mask, builder.getF32FloatAttr(scale),
+      causal ? builder.getUnitAttr() : UnitAttr(), FloatAttr());
+  if (!result)
+    return failure();
+  if (rank == 3 && !(result = mergeHeads(result)))
+    return failure();
+  setOutput(node, 0, result);
+  return success();
+}
+
+/// RMSNormalization-23 as weft.rms_norm: statistics in f32 (stash_type 1,
+/// ONNX's default), a scale that broadcasts to the normalized dimensions.
+LogicalResult
+GraphImporter::importRmsNormalization(const onnx::NodeProto &node) {
+  Value x = input(node, 0), scale = input(node, 1);
+  auto type = cast<RankedTensorType>(x.getType());
+  FailureOr<int64_t> axis =
+      normalizeAxis(intAttr(node, "axis", -1), type.getRank());
+  if (failed(axis))
+    return failure();
+  if (int64_t stash = intAttr(node, "stash_type", 1); stash != 1)
+    return error() << "RMSNormalization stash_type=" << stash
+                   << " is not supported: Weft computes the statistics in f32 "
+                      "(stash_type=1)";
+  auto scaleType = cast<RankedTensorType>(scale.getType());
+  if (scaleType.getElementType() != type.getElementType())
+    return error() << "RMSNormalization with a scale of element type "
+                   << scaleType.getElementType() << " for an input of "
+                   << type.getElementType()
+                   << " is not supported; cast the scale to the input's type";
+  // The scale broadcasts to X: it may have leading size-1 dimensions (or
+  // size-1 normalized ones), but no extent outside the normalized dimensions.
+  ArrayRef<int64_t> normalized = type.getShape().drop_front(*axis);
+  ArrayRef<int64_t> given = scaleType.getShape();
+  while (given.size() > normalized.size() && given.front() == 1)
+    given = given.drop_front();
+  if (given.size() > normalized.size())
+    return error() << "RMSNormalization scale of shape "
+                   << dimsText(scaleType.getShape())
+                   << " varies outside the normalized dimensions "
+                   << dimsText(normalized) << " (axis " << *axis << ")";
+  if (given != scaleType.getShape())
+    scale = ReshapeOp::create(builder, loc, scaleType.clone(given), scale);
+  if (given != normalized) {
+    SmallVector<int64_t> target(normalized);
+    bool fits = true;
+    for (size_t i = 0; i < given.size(); ++i) {
+      int64_t extent = given[given.size() - 1 - i];
+      fits &= extent == 1 || extent == target[target.size() - 1 - i];
+    }
+    if (!fits)
+      return error() << "RMSNormalization scale of shape "
+                     << dimsText(scaleType.getShape())
+                     << " does not broadcast to the normalized dimensions "
+                     << dimsText(normalized);
+    scale = BroadcastToOp::create(builder, loc, scaleType.clone(target), scale);
+  }
+  float epsilon = floatAttr(node, "epsilon", 1e-5f);
+  if (!(epsilon > 0) || !std::isfinite(epsilon))
+    return error() << "RMSNormalization epsilon " << epsilon
+                   << ": a positive finite value expected";
+  setOutput(node, 0,
+            RMSNormOp::create(builder, loc, type, x, scale, *axis,
+                              llvm::APFloat(epsilon)));
+  return success();
+}
+
+/// RotaryEmbedding-23 as the elementwise ops a RoPE export is made of (which
+/// every plan already splits like the heads and the positions): the caches
+/// gathered at position_ids (or given per batch and position), the first
+/// rotary_embedding_dim features of each head rotated as halves or as
+/// interleaved pairs, the rest passed through.
+LogicalResult
+GraphImporter::importRotaryEmbedding(const onnx::NodeProto &node) {
+  Value x = input(node, 0), cosines = input(node, 1), sines = input(node, 2);
+  auto type = cast<RankedTensorType>(x.getType());
+  Type element = type.getElementType();
+  int64_t rank = type.getRank();
+  if (rank != 3 && rank != 4)
+    return error() << "RotaryEmbedding of a rank-" << rank
+                   << " input: ONNX's is 3-D or 4-D";
+  for (Value cache : {cosines, sines})
+    if (cast<RankedTensorType>(cache.getType()).getElementType() != element)
+      return error() << "RotaryEmbedding's caches have another element type "
+                        "than its input's ("
+                     << element << ")";
+  // As [batch, seq, heads, dim].
+  Value rows;
+  if (rank == 4) {
+    rows = createChecked<TransposeOp>(x, SmallVector<int64_t>{0, 2, 1, 3});
+  } else {
+    int64_t heads = intAttr(node, "num_heads", 0);
+    if (heads <= 0 || type.getDimSize(2) % heads)
+      return error() << "RotaryEmbedding of a 3-D input needs a num_heads "
+                        "attribute that divides its hidden size "
+                     << type.getDimSize(2);
+    ArrayRef<int64_t> shape = type.getShape();
+    rows = ReshapeOp::create(
+        builder, loc, type.clone({shape[0], shape[1], heads, shape[2] / heads}),
+        x);
+  }
+  if (!rows)
+    return failure();
+  auto rowsType = cast<RankedTensorType>(rows.getType());
+  ArrayRef<int64_t> shape = rowsType.getShape();
+  int64_t batch = shape[0], seq = shape[1], heads = shape[2], dim = shape[3];
+  int64_t rotated = intAttr(node, "rotary_embedding_dim", 0);
+  if (rotated == 0)
+    rotated = dim;
+  if (rotated < 0 || rotated > dim || rotated % 2)
+    return error() << "RotaryEmbedding rotary_embedding_dim " << rotated
+                   << " is not an even size of at most the head size " << dim;
+  int64_t half = rotated / 2;
+  // The caches as [batch, seq, 1, half].
+  SmallVector<Value, 2> tables = {cosines, sines};
+  for (Value &table : tables) {
+    auto tableType = cast<RankedTensorType>(table.getType());
+    if (hasInput(node, 3)) {
+      if (tableType.getRank() != 2)
+        return error() << "RotaryEmbedding with position_ids takes 2-D "
+                          "caches [max_position, rotary_dim / 2], not "
+                       << tableType;
+      table = createChecked<EmbeddingOp>(table, input(node, 3));
+    } else if (tableType.getRank() != 3) {
+      return error() << "RotaryEmbedding without position_ids takes 3-D "
+                        "caches [batch, seq, rotary_dim / 2], not "
+                     << tableType;
+    }
+    if (!table)
+      return failure();
+    auto gathered = cast<RankedTensorType>(table.getType());
+    SmallVector<int64_t> expected = {batch, seq, half};
+    if (gathered.getShape() != ArrayRef<int64_t>(expected))
+      return error() << "RotaryEmbedding's cache gives " << gathered
+                     << " where the input needs " << dimsText(expected)
+                     << " (batch, sequence, rotary_dim / 2)";
+    table = ReshapeOp::create(builder, loc,
+                              gathered.clone({batch, seq, 1, half}), table);
+  }
+  auto slice = [&](int64_t start, int64_t limit, int64_t stride) {
+    return createChecked<SliceOp>(
+        rows, SmallVector<int64_t>{0, 0, 0, start},
+        SmallVector<int64_t>{batch, seq, heads, limit},
+        stride == 1 ? DenseI64ArrayAttr()
+                    : builder.getDenseI64ArrayAttr({1, 1, 1, stride}));
+  };
+  bool interleaved = intAttr(node, "interleaved", 0) != 0;
+  Value first = interleaved ? slice(0, rotated, 2) : slice(0, half, 1);
+  Value second = interleaved ? slice(1, rotated, 2) : slice(half, rotated, 1);
+  if (!first || !second)
+    return failure();
+  Value cosine = tables[0], sine = tables[1];
+  Value real = createChecked<SubOp>(createChecked<MulOp>(cosine, first),
+                                    createChecked<MulOp>(sine, second));
+  Value imaginary = createChecked<AddOp>(createChecked<MulOp>(sine, first),
+                                         createChecked<MulOp>(cosine, second));
+  if (!real || !imaginary)
+    return failure();
+  Value result;
+  if (interleaved) {
+    // Pairs back in place: [.., half, 1] twice, joined as [.., half, 2].
+    auto pairType = rowsType.clone({batch, seq, heads, half, 1});
+    Value pairs = createChecked<ConcatOp>(
+        SmallVector<Value>{
+            ReshapeOp::create(builder, loc, pairType, real),
+            ReshapeOp::create(builder, loc, pairType, imaginary)},
+        int64_t(4));
+    if (!pairs)
+      return failure();
+    result = ReshapeOp::create(
+        builder, loc, rowsType.clone({batch, seq, heads, rotated}), pairs);
+  } else {
+    result = createChecked<ConcatOp>(SmallVector<Value>{real, imaginary},
+                                     int64_t(3));
+  }
+  if (result && rotated < dim)
+    result = createChecked<ConcatOp>(
+        SmallVector<Value>{result, slice(rotated, dim, 1)}, int64_t(3));
+  if (!result)
+    return failure();
+  if (rank == 4)
+    result =
+        createChecked<TransposeOp>(result, SmallVector<int64_t>{0, 2, 1, 3});
+  else
+    result = ReshapeOp::create(builder, loc, type, result);
+  if (!result)
+    return failure();
+  setOutput(node, 0, result);
+  return success();
+}
+
 LogicalResult GraphImporter::checkSupported() {
   // One diagnostic with every unsupported op type, each with a node name, so
   // that a user sees the whole list at once.
@@ -1618,8 +1925,10 @@ LogicalResult GraphImporter::checkSupported() {
 /// and the like): mask buffers such as nanoGPT's float `tril(ones)` causal
 /// buffer, compared with 0 after slicing. A comparison has no gradient, so
 /// these are never trained; they are constants, which lets raising see a
-/// causal mask that an export with dynamic axes computes at run time.
-static llvm::StringSet<> maskBuffers(const onnx::GraphProto &graph) {
+/// causal mask that an export with dynamic axes computes at run time. The
+/// cos and sin caches of RotaryEmbedding (opset 23) are buffers by the op's
+/// definition: constants too, so that no plan splits or trains them.
+static llvm::StringSet<> constantBuffers(const onnx::GraphProto &graph) {
   llvm::StringMap<SmallVector<std::pair<const onnx::NodeProto *, int>>>
       consumers;
   for (const onnx::NodeProto &node : graph.node())
@@ -1640,7 +1949,9 @@ static llvm::StringSet<> maskBuffers(const onnx::GraphProto &graph) {
           return false;
         for (auto [node, index] : it->second) {
           if (comparisons.contains(node->op_type()) ||
-              (node->op_type() == "Where" && index == 0))
+              (node->op_type() == "Where" && index == 0) ||
+              (node->op_type() == "RotaryEmbedding" &&
+               (index == 1 || index == 2)))
             continue;
           if (!routes.contains(node->op_type()) || index != 0)
             return false;
@@ -1658,7 +1969,7 @@ static llvm::StringSet<> maskBuffers(const onnx::GraphProto &graph) {
 }
 
 LogicalResult GraphImporter::importInitializers() {
-  llvm::StringSet<> masks = maskBuffers(graph);
+  llvm::StringSet<> masks = constantBuffers(graph);
   for (const onnx::TensorProto &tensor : graph.initializer()) {
     Type element = convertElementType(tensor.data_type(), context);
     if (!element)
@@ -1673,7 +1984,7 @@ LogicalResult GraphImporter::importInitializers() {
     // Small integer initializers are shapes, axes and indices: keep their
     // values for folding whether or not weights are loaded.
     // Boolean tensors and buffers that only feed comparisons (masks, causal
-    // buffers) are never trained: constants.
+    // buffers) or rotary caches are never trained: constants.
     bool small = (type.getNumElements() <= 64 && isa<IntegerType>(element)) ||
                  ((element.isInteger(1) || masks.contains(tensor.name())) &&
                   type.getNumElements() <= (1 << 20));

@@ -342,16 +342,18 @@ withoutExternalData(const onnx::ModelProto &proto) {
 }
 
 //===----------------------------------------------------------------------===//
-// Opsets 18-22, read as opset 17
+// Opsets 18-23, read as opset 17
 //===----------------------------------------------------------------------===//
 
 /// libonnx 1.12 (Debian 12's) knows opsets up to 17; torch.onnx.export writes
 /// 18 since torch 2.5's dynamo exporter. For the ops a transformer uses, the
 /// later opsets changed little: reductions take their axes as an input (18),
 /// Split gained num_outputs (18), Cast and CastLike a saturate flag for the
-/// float8 types (19), Gelu became an op (20), and 21 and 22 only added element
-/// types. Such a model is rewritten to its opset-17 form; Gelu keeps its node,
-/// with a schema that Weft registers (below).
+/// float8 types (19), Gelu became an op (20), 21 and 22 only added element
+/// types, and 23 added element types and the Attention, RMSNormalization and
+/// RotaryEmbedding ops. Such a model is rewritten to its opset-17 form; Gelu
+/// and opset 23's ops keep their nodes, with schemas that Weft registers
+/// (below).
 static bool readIntTensor(const onnx::TensorProto &tensor,
                           llvm::SmallVectorImpl<int64_t> &values) {
   if (tensor.data_type() != onnx::TensorProto::INT64 ||
@@ -369,30 +371,148 @@ static bool readIntTensor(const onnx::TensorProto &tensor,
   return true;
 }
 
-/// The Gelu schema of opset 20, registered at version 17 so that ONNX's
-/// checker and shape inference accept a Gelu node in a model read as
-/// opset 17 (the importer converts it to weft.gelu).
+static const std::vector<std::string> kFloatTypes = {
+    "tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"};
+
+/// Attention-23's result types and shapes: Y is Q's type, with V's head size
+/// (4-D) or q_num_heads V heads (3-D); a cache or score output gets its type.
+static void inferAttention(onnx::InferenceContext &ctx) {
+  onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+  for (size_t out = 1; out < ctx.getNumOutputs(); ++out)
+    onnx::propagateElemTypeFromInputToOutput(ctx, out == 2 ? 2 : 0, out);
+  if (!onnx::hasInputShape(ctx, 0) || !onnx::hasInputShape(ctx, 2))
+    return;
+  const onnx::TensorShapeProto &q = onnx::getInputShape(ctx, 0);
+  const onnx::TensorShapeProto &v = onnx::getInputShape(ctx, 2);
+  if (q.dim_size() != v.dim_size() || (q.dim_size() != 3 && q.dim_size() != 4))
+    fail_shape_inference("Attention's Q and V are both 3-D or both 4-D");
+  onnx::TensorShapeProto y = q;
+  if (q.dim_size() == 4) {
+    *y.mutable_dim(3) = v.dim(3);
+  } else {
+    int64_t qHeads = onnx::getAttribute(ctx, "q_num_heads", int64_t(0));
+    int64_t kvHeads = onnx::getAttribute(ctx, "kv_num_heads", int64_t(0));
+    y.mutable_dim(2)->Clear();
+    if (qHeads > 0 && kvHeads > 0 && v.dim(2).has_dim_value() &&
+        v.dim(2).dim_value() % kvHeads == 0)
+      y.mutable_dim(2)->set_dim_value(qHeads *
+                                      (v.dim(2).dim_value() / kvHeads));
+  }
+  onnx::updateOutputShape(ctx, 0, y);
+}
+
+/// Schemas of ops newer than opset 17 that the importer converts, registered
+/// at version 17 so that ONNX's checker and shape inference accept them in a
+/// model read as opset 17: Gelu (opset 20; weft.gelu) and opset 23's
+/// Attention (weft.attention), RMSNormalization (weft.rms_norm) and
+/// RotaryEmbedding (Weft's elementwise form of it). Their attributes and
+/// inputs are ONNX's; what Weft does not import is refused at the node.
 static void registerNewerSchemas() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (onnx::OpSchemaRegistry::Schema("Gelu", kMaxOnnxOpset, ""))
-      return;
-    onnx::RegisterSchema(
-        onnx::OpSchema()
-            .SetName("Gelu")
-            .SetDomain("")
-            .SinceVersion(kMaxOnnxOpset)
-            .SetDoc("Opset 20's Gelu, registered by Weft.")
-            .Attr("approximate", "none (erf) or tanh",
-                  onnx::AttributeProto::STRING, std::string("none"))
-            .Input(0, "X", "input", "T")
-            .Output(0, "Y", "output", "T")
-            .TypeConstraint("T",
-                            {"tensor(float16)", "tensor(float)",
-                             "tensor(double)", "tensor(bfloat16)"},
-                            "float tensors")
-            .TypeAndShapeInferenceFunction(
-                onnx::propagateShapeAndTypeFromFirstInput));
+    using onnx::AttributeProto;
+    using onnx::OpSchema;
+    auto registered = [](const char *name) {
+      return onnx::OpSchemaRegistry::Schema(name, kMaxOnnxOpset, "") != nullptr;
+    };
+    if (!registered("Gelu"))
+      onnx::RegisterSchema(
+          OpSchema()
+              .SetName("Gelu")
+              .SetDomain("")
+              .SinceVersion(kMaxOnnxOpset)
+              .SetDoc("Opset 20's Gelu, registered by Weft.")
+              .Attr("approximate", "none (erf) or tanh", AttributeProto::STRING,
+                    std::string("none"))
+              .Input(0, "X", "input", "T")
+              .Output(0, "Y", "output", "T")
+              .TypeConstraint("T", kFloatTypes, "float tensors")
+              .TypeAndShapeInferenceFunction(
+                  onnx::propagateShapeAndTypeFromFirstInput));
+    if (!registered("RMSNormalization"))
+      onnx::RegisterSchema(
+          OpSchema()
+              .SetName("RMSNormalization")
+              .SetDomain("")
+              .SinceVersion(kMaxOnnxOpset)
+              .SetDoc("Opset 23's RMSNormalization, registered by Weft.")
+              .Attr("axis", "first normalized dimension", AttributeProto::INT,
+                    int64_t(-1))
+              .Attr("epsilon", "added to the mean square",
+                    AttributeProto::FLOAT, 1e-5f)
+              .Attr("stash_type", "precision of the statistics",
+                    AttributeProto::INT, int64_t(1))
+              .Input(0, "X", "input", "T")
+              .Input(1, "scale", "scale", "V")
+              .Output(0, "Y", "output", "V")
+              .TypeConstraint("T", kFloatTypes, "float tensors")
+              .TypeConstraint("V", kFloatTypes, "float tensors")
+              .TypeAndShapeInferenceFunction([](onnx::InferenceContext &ctx) {
+                onnx::propagateElemTypeFromInputToOutput(ctx, 1, 0);
+                onnx::propagateShapeFromInputToOutput(ctx, 0, 0);
+              }));
+    if (!registered("RotaryEmbedding"))
+      onnx::RegisterSchema(
+          OpSchema()
+              .SetName("RotaryEmbedding")
+              .SetDomain("")
+              .SinceVersion(kMaxOnnxOpset)
+              .SetDoc("Opset 23's RotaryEmbedding, registered by Weft.")
+              .Attr("interleaved", "rotate pairs (2i, 2i+1)",
+                    AttributeProto::INT, int64_t(0))
+              .Attr("num_heads", "heads of a 3-D input", AttributeProto::INT,
+                    false)
+              .Attr("rotary_embedding_dim", "rotated part of each head",
+                    AttributeProto::INT, int64_t(0))
+              .Input(0, "X", "input", "T")
+              .Input(1, "cos_cache", "cosines", "T")
+              .Input(2, "sin_cache", "sines", "T")
+              .Input(3, "position_ids", "positions", "M", OpSchema::Optional)
+              .Output(0, "Y", "output", "T")
+              .TypeConstraint("T", kFloatTypes, "float tensors")
+              .TypeConstraint("M", {"tensor(int64)"}, "positions")
+              .TypeAndShapeInferenceFunction(
+                  onnx::propagateShapeAndTypeFromFirstInput));
+    if (!registered("Attention")) {
+      std::vector<std::string> maskTypes = kFloatTypes;
+      for (const char *type :
+           {"tensor(bool)", "tensor(uint8)", "tensor(uint16)", "tensor(uint32)",
+            "tensor(uint64)", "tensor(int8)", "tensor(int16)", "tensor(int32)",
+            "tensor(int64)"})
+        maskTypes.push_back(type);
+      onnx::RegisterSchema(
+          OpSchema()
+              .SetName("Attention")
+              .SetDomain("")
+              .SinceVersion(kMaxOnnxOpset)
+              .SetDoc("Opset 23's Attention, registered by Weft.")
+              .Attr("is_causal", "causal mask", AttributeProto::INT, int64_t(0))
+              .Attr("kv_num_heads", "KV heads of 3-D inputs",
+                    AttributeProto::INT, false)
+              .Attr("q_num_heads", "query heads of 3-D inputs",
+                    AttributeProto::INT, false)
+              .Attr("qk_matmul_output_mode", "what qk_matmul_output holds",
+                    AttributeProto::INT, int64_t(0))
+              .Attr("scale", "score scale", AttributeProto::FLOAT, false)
+              .Attr("softcap", "score cap", AttributeProto::FLOAT, 0.0f)
+              .Attr("softmax_precision", "softmax element type",
+                    AttributeProto::INT, false)
+              .Input(0, "Q", "queries", "T1")
+              .Input(1, "K", "keys", "T1")
+              .Input(2, "V", "values", "T2")
+              .Input(3, "attn_mask", "mask", "U", OpSchema::Optional)
+              .Input(4, "past_key", "key cache", "T1", OpSchema::Optional)
+              .Input(5, "past_value", "value cache", "T2", OpSchema::Optional)
+              .Output(0, "Y", "output", "T1")
+              .Output(1, "present_key", "key cache", "T1", OpSchema::Optional)
+              .Output(2, "present_value", "value cache", "T2",
+                      OpSchema::Optional)
+              .Output(3, "qk_matmul_output", "scores", "T1", OpSchema::Optional)
+              .TypeConstraint("T1", kFloatTypes, "float tensors")
+              .TypeConstraint("T2", kFloatTypes, "float tensors")
+              .TypeConstraint("U", maskTypes, "bool or numeric masks")
+              .TypeAndShapeInferenceFunction(inferAttention));
+    }
   });
 }
 

@@ -19,8 +19,8 @@ namespace weft {
 /// The opsets whose semantics the importer implements.
 constexpr int64_t kMinOnnxOpset = 13;
 constexpr int64_t kMaxOnnxOpset = 17;
-/// The newest opset read: 18-22 are rewritten to 17 (OnnxModel.cpp).
-constexpr int64_t kMaxReadOnnxOpset = 22;
+/// The newest opset read: 18-23 are rewritten to 17 (OnnxModel.cpp).
+constexpr int64_t kMaxReadOnnxOpset = 23;
 
 /// An ONNX model ready to convert: upgraded to a supported opset, its inputs
 /// bound to static shapes and every value's type inferred.
