@@ -21,6 +21,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Path.h"
 
+#include "google/protobuf/unknown_field_set.h"
+
 #include <cmath>
 #include <functional>
 
@@ -2059,10 +2061,53 @@ LogicalResult GraphImporter::importInitializers() {
   return success();
 }
 
+/// The module a node of torch's dynamo exporter comes from: the last module
+/// of its `pkg.torch.onnx.name_scopes` metadata ("['', 'model',
+/// 'model.layers.0', 'model.layers.0.mlp', 'linear']" gives
+/// "model.layers.0.mlp"), or "" without one. Its node names ("node_linear")
+/// say nothing of the module. NodeProto's metadata_props (field 9, IR
+/// version 10) are newer than libonnx 1.12, which keeps them as unknown
+/// fields: they are read from those.
+static std::string moduleScope(const onnx::NodeProto &node) {
+  const google::protobuf::UnknownFieldSet &unknown =
+      node.GetReflection()->GetUnknownFields(node);
+  constexpr int kMetadataProps = 9;
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField &field = unknown.field(i);
+    if (field.number() != kMetadataProps ||
+        field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+      continue;
+    onnx::StringStringEntryProto entry;
+    if (!entry.ParseFromString(field.length_delimited()) ||
+        entry.key() != "pkg.torch.onnx.name_scopes")
+      continue;
+    // A Python list of quoted strings; the last is the node's own name.
+    SmallVector<StringRef> scopes;
+    StringRef rest = entry.value();
+    while (true) {
+      size_t open = rest.find_first_of("'\"");
+      if (open == StringRef::npos)
+        break;
+      size_t close = rest.find(rest[open], open + 1);
+      if (close == StringRef::npos)
+        break;
+      scopes.push_back(rest.slice(open + 1, close));
+      rest = rest.drop_front(close + 1);
+    }
+    if (scopes.size() >= 2)
+      return scopes[scopes.size() - 2].str();
+  }
+  return "";
+}
+
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) {
   std::string name = node.name().empty()
                          ? node.op_type() + "#" + std::to_string(index)
                          : node.name();
+  // A dynamo export's node is located by its module too, which is what
+  // -weft-mark-layers reads ("model.layers.0.mlp/node_linear").
+  if (std::string scope = moduleScope(node); !scope.empty())
+    name = scope + "/" + name;
   loc = NameLoc::get(builder.getStringAttr(name),
                      FileLineColLoc::get(context, path, 0, 0));
   // Data propagation already computed this node's outputs: a shape value.
