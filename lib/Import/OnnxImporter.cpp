@@ -24,6 +24,7 @@
 #include "google/protobuf/unknown_field_set.h"
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 
 using namespace mlir;
@@ -1607,6 +1608,13 @@ void GraphImporter::registerHandlers() {
 // Opset 23: Attention, RMSNormalization, RotaryEmbedding
 //===----------------------------------------------------------------------===//
 
+/// A float attribute as a user wrote it: 30, 0.125, 1e-06.
+static std::string shortNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
 Value GraphImporter::splitHeads(Value value, int64_t heads) {
   auto type = cast<RankedTensorType>(value.getType());
   ArrayRef<int64_t> shape = type.getShape();
@@ -1647,7 +1655,7 @@ LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
                      << " output is not imported (only Y is); export the "
                         "model without it";
   if (float softcap = floatAttr(node, "softcap", 0.0f); softcap != 0.0f)
-    return error() << "Attention softcap=" << softcap
+    return error() << "Attention softcap=" << shortNumber(softcap)
                    << " is not supported; Weft's attention has no score cap";
   Value q = input(node, 0), k = input(node, 1), v = input(node, 2);
   auto qType = cast<RankedTensorType>(q.getType());
@@ -1698,7 +1706,7 @@ LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
                     ? floatAttr(node, "scale", 1.0f)
                     : 1.0f / std::sqrt(static_cast<float>(headDim));
   if (!(scale > 0) || !std::isfinite(scale))
-    return error() << "Attention scale " << scale
+    return error() << "Attention scale " << shortNumber(scale)
                    << ": Weft's attention takes a positive finite scale";
   bool causal = intAttr(node, "is_causal", 0) != 0;
   Value result = createChecked<AttentionOp>(
@@ -1761,7 +1769,7 @@ GraphImporter::importRmsNormalization(const onnx::NodeProto &node) {
   }
   float epsilon = floatAttr(node, "epsilon", 1e-5f);
   if (!(epsilon > 0) || !std::isfinite(epsilon))
-    return error() << "RMSNormalization epsilon " << epsilon
+    return error() << "RMSNormalization epsilon " << shortNumber(epsilon)
                    << ": a positive finite value expected";
   setOutput(node, 0,
             RMSNormOp::create(builder, loc, type, x, scale, *axis,
