@@ -162,6 +162,8 @@ private:
   LogicalResult importRotaryEmbedding(const onnx::NodeProto &node);
   /// [batch, seq, heads * dim] as [batch, heads, seq, dim], and back.
   Value splitHeads(Value value, int64_t heads);
+  /// Whether a node or the graph's outputs read the value `name`.
+  bool isRead(const std::string &name) const;
   Value mergeHeads(Value value);
 
   OnnxModel &model;
@@ -1615,6 +1617,16 @@ static std::string shortNumber(double value) {
   return text;
 }
 
+bool GraphImporter::isRead(const std::string &name) const {
+  for (const onnx::NodeProto &node : graph.node())
+    for (const std::string &input : node.input())
+      if (input == name)
+        return true;
+  return llvm::any_of(graph.output(), [&](const onnx::ValueInfoProto &output) {
+    return output.name() == name;
+  });
+}
+
 Value GraphImporter::splitHeads(Value value, int64_t heads) {
   auto type = cast<RankedTensorType>(value.getType());
   ArrayRef<int64_t> shape = type.getShape();
@@ -1639,21 +1651,24 @@ Value GraphImporter::mergeHeads(Value value) {
 /// Attention-23 as weft.attention: 4-D [batch, heads, seq, dim] inputs, or
 /// 3-D [batch, seq, heads * dim] ones with q_num_heads and kv_num_heads;
 /// grouped KV heads; a bool or additive float mask; is_causal aligned at the
-/// top left, which is ONNX's alignment without a KV cache. The cache
-/// (past_key, past_value and the present outputs), softcap and the
-/// qk_matmul_output debug output are refused at the node.
+/// top left, which is ONNX's alignment without a KV cache; present_key and
+/// present_value, without a cache, are K and V. A cache (past_key,
+/// past_value), softcap and a qk_matmul_output that the model reads are
+/// refused at the node.
 LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
   if (hasInput(node, 4) || hasInput(node, 5))
     return error() << "Attention with a KV cache (past_key, past_value) is "
                       "not imported: Weft compiles training and prefill "
                       "programs; export the model without its cache";
-  static const char *outputs[] = {"Y", "present_key", "present_value",
-                                  "qk_matmul_output"};
-  for (int i = 1; i < node.output_size() && i < 4; ++i)
-    if (!node.output(i).empty())
-      return error() << "Attention's " << outputs[i]
-                     << " output is not imported (only Y is); export the "
-                        "model without it";
+  // torch's exporter names all four outputs (onnxscript's `Y, _, _, _ =
+  // op23.Attention(...)`) and uses only Y. Without a cache, present_key and
+  // present_value are K and V; the scores (qk_matmul_output) are refused
+  // only where something reads them.
+  if (node.output_size() > 3 && !node.output(3).empty() &&
+      isRead(node.output(3)))
+    return error() << "Attention's qk_matmul_output is read by the model; "
+                      "Weft's attention does not expose its scores (export "
+                      "without reading them)";
   if (float softcap = floatAttr(node, "softcap", 0.0f); softcap != 0.0f)
     return error() << "Attention softcap=" << shortNumber(softcap)
                    << " is not supported; Weft's attention has no score cap";
@@ -1717,6 +1732,11 @@ LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
   if (rank == 3 && !(result = mergeHeads(result)))
     return failure();
   setOutput(node, 0, result);
+  // present_key and present_value: [batch, kv_heads, seq, head], as K and V
+  // (split into heads when 3-D).
+  for (int i = 1; i < 3 && i < node.output_size(); ++i)
+    if (!node.output(i).empty())
+      setOutput(node, i, i == 1 ? k : v);
   return success();
 }
 
@@ -1840,14 +1860,18 @@ GraphImporter::importRotaryEmbedding(const onnx::NodeProto &node) {
     }
     if (!table)
       return failure();
+    // One row of positions may serve the whole batch ([1, seq], as
+    // Hugging Face's position_ids often are): it broadcasts.
     auto gathered = cast<RankedTensorType>(table.getType());
+    int64_t tableRows = gathered.getRank() == 3 ? gathered.getDimSize(0) : -1;
     SmallVector<int64_t> expected = {batch, seq, half};
-    if (gathered.getShape() != ArrayRef<int64_t>(expected))
+    if ((tableRows != batch && tableRows != 1) ||
+        gathered.getShape().drop_front() != ArrayRef(expected).drop_front())
       return error() << "RotaryEmbedding's cache gives " << gathered
                      << " where the input needs " << dimsText(expected)
-                     << " (batch, sequence, rotary_dim / 2)";
+                     << " (batch or 1, sequence, rotary_dim / 2)";
     table = ReshapeOp::create(builder, loc,
-                              gathered.clone({batch, seq, 1, half}), table);
+                              gathered.clone({tableRows, seq, 1, half}), table);
   }
   auto slice = [&](int64_t start, int64_t limit, int64_t stride) {
     return createChecked<SliceOp>(

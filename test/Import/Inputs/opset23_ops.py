@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """Writes models that use opset 23's Attention, RMSNormalization and
-RotaryEmbedding ops (as torch.onnx.export(..., opset_version=23, dynamo=True)
-writes scaled_dot_product_attention, rms_norm and rotary embeddings), with test
-data from a numpy reference written from the ONNX operator specification:
+RotaryEmbedding ops (torch's torchlib writes the first two for
+scaled_dot_product_attention and rms_norm at opset 23; graph rewriters fuse
+the third), with test data from a numpy reference written from the ONNX
+operator specification:
 
   OUT/ops.onnx     each op alone, in several forms: Attention 4-D causal with
                    grouped KV heads; 3-D (q_num_heads, kv_num_heads) with a
                    bool mask and an explicit scale; 4-D with an additive float
                    mask. RMSNormalization over the last axis, and over the last
                    two with a scale of shape [1, 8] broadcast. RotaryEmbedding
-                   4-D with position_ids (halves), and 3-D interleaved with a
+                   4-D with position_ids (halves), the same with one row of
+                   positions for the whole batch, and 3-D interleaved with a
                    partial rotary_embedding_dim and per-batch caches;
   OUT/block.onnx   a LLaMA of two decoder layers, with its token embedding,
                    final norm and head: RMSNormalization, Q/K/V
@@ -18,8 +20,8 @@ data from a numpy reference written from the ONNX operator specification:
                    residual, and a SwiGLU MLP after a second
                    RMSNormalization; weights as
                    initializers, so that it partitions under tp and cp;
-  OUT/refused/*.onnx  forms Weft refuses at the node: a KV cache, the present
-                   outputs, softcap, head counts that do not divide, another
+  OUT/refused/*.onnx  forms Weft refuses at the node: a KV cache, scores
+                   (qk_matmul_output) that the model reads, softcap, head counts that do not divide, another
                    stash_type, an odd rotary_embedding_dim; and the LLaMA
                    with unnamed residual Adds, whose layers are no chain.
 
@@ -139,13 +141,18 @@ def ops_model(out, rng):
     cos_table, sin_table = tables(np.arange(16), 4)
     r3 = normal(2, 5, 12)  # 2 heads of 6, the first 4 rotated, interleaved
     cos_rows, sin_rows = tables(rng.integers(0, 20, (2, 5)), 2)
+    shared_positions = np.array([[3, 1, 4, 1, 5]], np.int64)  # one row for the batch
     inputs = [q4, k4, v4, q3, k3, v3, keep, bias, x, gamma, gamma2, r4, positions,
-              cos_table, sin_table, r3, cos_rows, sin_rows]
+              cos_table, sin_table, r3, cos_rows, sin_rows, shared_positions]
     names = ["q4", "k4", "v4", "q3", "k3", "v3", "keep", "bias", "x", "gamma", "gamma2",
-             "r4", "positions", "cos_table", "sin_table", "r3", "cos_rows", "sin_rows"]
+             "r4", "positions", "cos_table", "sin_table", "r3", "cos_rows", "sin_rows",
+             "shared_positions"]
     nodes = [
-        helper.make_node("Attention", ["q4", "k4", "v4"], ["causal"], is_causal=1,
-                         name="attention_causal"),
+        # All four outputs named, as torch's exporter writes them; the cache
+        # outputs are K and V without a past, the scores are not read.
+        helper.make_node("Attention", ["q4", "k4", "v4"],
+                         ["causal", "present_key", "present_value", "scores"],
+                         is_causal=1, name="attention_causal"),
         helper.make_node("Attention", ["q3", "k3", "v3", "keep"], ["masked"],
                          q_num_heads=4, kv_num_heads=2, scale=0.3, name="attention_3d"),
         helper.make_node("Attention", ["q4", "k4", "v4", "bias"], ["biased"],
@@ -159,6 +166,9 @@ def ops_model(out, rng):
         helper.make_node("RotaryEmbedding", ["r3", "cos_rows", "sin_rows"], ["rotated2"],
                          interleaved=1, num_heads=2, rotary_embedding_dim=4,
                          name="rope_3d"),
+        helper.make_node("RotaryEmbedding",
+                         ["r4", "cos_table", "sin_table", "shared_positions"], ["rotated3"],
+                         name="rope_shared_positions"),
     ]
     outputs = [
         attention(q4, k4, v4, causal=True),
@@ -168,8 +178,11 @@ def ops_model(out, rng):
         rms_norm(x, gamma2, axis=-2),
         rotary(r4, cos_table, sin_table, positions),
         rotary(r3, cos_rows, sin_rows, interleaved=True, dim=4, heads=2),
+        rotary(r4, cos_table, sin_table, shared_positions),
+        k4,
     ]
-    out_names = ["causal", "masked", "biased", "normed", "normed2", "rotated", "rotated2"]
+    out_names = ["causal", "masked", "biased", "normed", "normed2", "rotated", "rotated2",
+                 "rotated3", "present_key"]
     graph = helper.make_graph(nodes, "opset23_ops",
                               [info(n, t) for n, t in zip(names, inputs)],
                               [info(n, t) for n, t in zip(out_names, outputs)])
@@ -289,8 +302,8 @@ def refused_models(out):
     cases = {
         "cache": ([helper.make_node("Attention", ["q", "q", "q", "", "q", "q"], ["y"])],
                   [q]),
-        "present": ([helper.make_node("Attention", ["q", "q", "q"], ["y", "present"])],
-                    [q]),
+        "scores": ([helper.make_node("Attention", ["q", "q", "q"], ["y", "", "", "scores"]),
+                    helper.make_node("Identity", ["scores"], ["y2"])], [q]),
         "softcap": ([helper.make_node("Attention", ["q", "q", "q"], ["y"], softcap=30.0)],
                     [q]),
         "heads": ([helper.make_node("Reshape", ["q", "flat_shape"], ["flat"]),
@@ -309,7 +322,8 @@ def refused_models(out):
         initializers = [numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
                         numpy_helper.from_array(np.array([1, 4, 16], np.int64), "flat_shape")]
         outputs = [helper.make_tensor_value_info("y3", F32, [1, 4, 16])] if name == "heads" \
-            else [y]
+            else [y, helper.make_tensor_value_info("y2", F32, [1, 2, 4, 4])] \
+            if name == "scores" else [y]
         graph = helper.make_graph(nodes, name, inputs, outputs, initializer=initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
         model.ir_version = 10
