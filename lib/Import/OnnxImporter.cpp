@@ -1774,18 +1774,15 @@ GraphImporter::importRmsNormalization(const onnx::NodeProto &node) {
   if (given != scaleType.getShape())
     scale = ReshapeOp::create(builder, loc, scaleType.clone(given), scale);
   if (given != normalized) {
-    SmallVector<int64_t> target(normalized);
-    bool fits = true;
-    for (size_t i = 0; i < given.size(); ++i) {
-      int64_t extent = given[given.size() - 1 - i];
-      fits &= extent == 1 || extent == target[target.size() - 1 - i];
-    }
-    if (!fits)
+    std::optional<SmallVector<int64_t>> joined =
+        broadcastShapes(given, normalized);
+    if (!joined || ArrayRef<int64_t>(*joined) != normalized)
       return error() << "RMSNormalization scale of shape "
                      << dimsText(scaleType.getShape())
                      << " does not broadcast to the normalized dimensions "
                      << dimsText(normalized);
-    scale = BroadcastToOp::create(builder, loc, scaleType.clone(target), scale);
+    scale =
+        BroadcastToOp::create(builder, loc, scaleType.clone(normalized), scale);
   }
   float epsilon = floatAttr(node, "epsilon", 1e-5f);
   if (!(epsilon > 0) || !std::isfinite(epsilon))

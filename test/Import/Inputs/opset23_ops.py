@@ -21,9 +21,11 @@ operator specification:
                    RMSNormalization; weights as
                    initializers, so that it partitions under tp and cp;
   OUT/refused/*.onnx  forms Weft refuses at the node: a KV cache, scores
-                   (qk_matmul_output) that the model reads, softcap, head counts that do not divide, another
-                   stash_type, an odd rotary_embedding_dim; and the LLaMA
-                   with unnamed residual Adds, whose layers are no chain.
+                   (qk_matmul_output) that the model reads, softcap, head
+                   counts that do not divide, another stash_type, a scale
+                   that does not broadcast, an odd rotary_embedding_dim; and
+                   the LLaMA with unnamed residual Adds, whose layers are no
+                   chain.
 
 Each has OUT/NAME/test_data_set_0 with input_*.pb and output_*.pb.
 
@@ -311,6 +313,7 @@ def refused_models(out):
                                     q_num_heads=3, kv_num_heads=3)], [q]),
         "stash": ([helper.make_node("RMSNormalization", ["q", "gamma"], ["y"],
                                     stash_type=10)], [q]),
+        "scale": ([helper.make_node("RMSNormalization", ["q", "gamma5"], ["y"])], [q]),
         "rotary_dim": ([helper.make_node("RotaryEmbedding", ["q", "table", "table",
                                                              "positions"], ["y"],
                                          rotary_embedding_dim=5)],
@@ -320,6 +323,7 @@ def refused_models(out):
         for i, node in enumerate(nodes):
             node.name = "%s_%d" % (name, i)
         initializers = [numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+                        numpy_helper.from_array(np.ones(5, np.float32), "gamma5"),
                         numpy_helper.from_array(np.array([1, 4, 16], np.int64), "flat_shape")]
         outputs = [helper.make_tensor_value_info("y3", F32, [1, 4, 16])] if name == "heads" \
             else [y, helper.make_tensor_value_info("y2", F32, [1, 2, 4, 4])] \
