@@ -237,6 +237,40 @@ def WeftDecomposeAttention : Pass<"weft-decompose-attention", "::mlir::func::Fun
   }];
 }
 
+def WeftAssignFeeds : Pass<"weft-assign-feeds", "::mlir::ModuleOp"> {
+  let summary = "Records how a training run fills each input of a model: token ids, masks, positions.";
+  let description = [{
+    A training step is fed windows of a token stream: the model function's first input
+    takes the token ids, and the labels (`-weft-append-loss`) the next tokens. Models
+    exported from PyTorch take more `[batch, seq]` integer inputs, and each needs its own
+    values. The pass names each on the module as `weft.feeds`, one entry per input:
+
+    - `"tokens"`: the first input;
+    - `"ones"`: an attention mask (every token attended);
+    - `"zeros"`: token types (segment 0);
+    - `"positions"`: `0 .. seq-1` in every row (position ids).
+
+    An input's fill follows its name (`onnx.name`, as the exporter wrote it from
+    `forward`'s argument), in Hugging Face's names: a name holding `mask` is a mask, one
+    holding `position` (or `pos_ids`) positions, one holding `token_type` or `segment`
+    token types. `feeds` gives the fill of inputs whose names say none of these, or
+    overrides one; an input the pass cannot place is an error at the function, naming it.
+    `weft train` and the programs `weft compile --train` writes fill the inputs as the
+    attribute says.
+
+    ```
+    weft-opt -weft-assign-feeds model.mlir
+    weft-opt -weft-assign-feeds="feeds=pos=positions,seg=zeros" model.mlir
+    ```
+  }];
+  let options = [
+    ListOption<"feeds", "feeds", "std::string",
+               "NAME=FILL: the input named NAME (or #INDEX) is filled with FILL "
+               "(ones, zeros or positions)">
+  ];
+  let dependentDialects = ["::weft::WeftDialect"];
+}
+
 def WeftAppendLoss : Pass<"weft-append-loss", "::mlir::ModuleOp"> {
   let summary = "Replaces a model's logits output by the per-token cross-entropy against labels.";
   let description = [{

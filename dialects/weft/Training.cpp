@@ -72,3 +72,12 @@ OptimizerSlot weft::optimizerResultSlot(func::FuncOp optimizer, unsigned i) {
   return optimizerSlotOf(optimizer.getResultAttrOfType<DictionaryAttr>(
       i, WeftDialect::getOptimizerSlotAttrName()));
 }
+
+std::vector<std::string> weft::trainingFeeds(ModuleOp module) {
+  std::vector<std::string> feeds;
+  if (auto list =
+          module->getAttrOfType<ArrayAttr>(WeftDialect::getFeedsAttrName()))
+    for (Attribute feed : list.getValue().drop_front())
+      feeds.push_back(cast<StringAttr>(feed).getValue().str());
+  return feeds;
+}

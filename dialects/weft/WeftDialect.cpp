@@ -156,6 +156,24 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
     }
     return success();
   }
+  if (attr.getName() == getFeedsAttrName()) {
+    auto feeds = dyn_cast<ArrayAttr>(attr.getValue());
+    bool good = feeds && isa<ModuleOp>(op) && !feeds.empty();
+    for (auto [i, feed] :
+         llvm::enumerate(good ? feeds.getValue() : ArrayRef<Attribute>())) {
+      auto text = dyn_cast<StringAttr>(feed);
+      good &=
+          text && (i == 0 ? text.getValue() == "tokens"
+                          : llvm::is_contained({"ones", "zeros", "positions"},
+                                               text.getValue()));
+    }
+    if (!good)
+      return op->emitError()
+             << "'" << getFeedsAttrName()
+             << "' is [\"tokens\", then \"ones\", \"zeros\" or "
+                "\"positions\" for each other input] on a module";
+    return success();
+  }
   if (attr.getName() == getOptimizerAttrName()) {
     auto rule = dyn_cast<StringAttr>(attr.getValue());
     if (!rule || !isa<FunctionOpInterface>(op) ||

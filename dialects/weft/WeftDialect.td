@@ -201,6 +201,13 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getLossScaleAttrName() {
       return ::llvm::StringLiteral("weft.loss_scale");
     }
+    /// From -weft-assign-feeds. On a module: how a training run fills each
+    /// input of the model's function, in order ("tokens" first, then
+    /// "ones", "zeros" or "positions" for each other input); the labels
+    /// (-weft-append-loss) and the loss scale follow them.
+    static constexpr ::llvm::StringLiteral getFeedsAttrName() {
+      return ::llvm::StringLiteral("weft.feeds");
+    }
     /// From -weft-build-optimizer. On a function: the update rule it
     /// applies ("adamw" or "sgd"); it is a training run's optimizer step.
     static constexpr ::llvm::StringLiteral getOptimizerAttrName() {

@@ -317,16 +317,16 @@ static std::string optimizerLiteral(func::FuncOp optimizer,
 /// What both training literals end with: the held parameters (their whole
 /// shapes from the module's weft.parameter ops, `gradientOf[k]` where the
 /// k-th one's gradient is), the optimizer's constants, one micro-batch's
-/// [batch, seq] from the token ids' block `ids` in `idsLayout`, the masks
-/// among `inputs` model inputs (`scaled`: the last is the loss scale), and
-/// the run's defaults (`gradAccum` micro-batches a step).
+/// [batch, seq] from the token ids' block `ids` in `idsLayout`, how the
+/// inputs after the ids are filled (the module's weft.feeds), the loss
+/// scale (`scaled`: the step's last input), and the run's defaults
+/// (`gradAccum` micro-batches a step).
 static void runLiteral(llvm::raw_ostream &out, ModuleOp module,
                        const std::vector<std::string> &order,
                        const llvm::StringMap<HeldParameter> &held,
                        const std::vector<int> &gradientOf, RankedTensorType ids,
-                       const TensorSharding &idsLayout, unsigned inputs,
-                       bool scaled, const TrainingProgramDefaults &d,
-                       int64_t gradAccum) {
+                       const TensorSharding &idsLayout, bool scaled,
+                       const TrainingProgramDefaults &d, int64_t gradAccum) {
   llvm::StringMap<Type> types;
   module.walk([&](ParameterOp param) {
     types.try_emplace(param.getName(), param.getType());
@@ -352,7 +352,13 @@ static void runLiteral(llvm::raw_ostream &out, ModuleOp module,
       << number(d.beta1) << ", " << number(d.beta2) << "};\n"
       << "  p.batch = " << whole(0) << ";\n"
       << "  p.seq = " << whole(1) << ";\n"
-      << "  p.masks = " << inputs - 2 - (scaled ? 1 : 0) << ";\n";
+      << "  p.feeds = {";
+  for (auto [i, feed] : llvm::enumerate(trainingFeeds(module)))
+    out << (i ? ", " : "") << "Feed::"
+        << (feed == "ones"    ? "Ones"
+            : feed == "zeros" ? "Zeros"
+                              : "Positions");
+  out << "};\n";
   if (scaled) {
     rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
     out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "
@@ -406,7 +412,7 @@ std::string codegen::trainingProgramLiteral(
       out, module, f.order, f.held, f.gradientOf,
       cast<RankedTensorType>(step.getArgumentTypes().front()),
       localShardingOf(step.getArgAttrDict(0), step.getArgumentTypes()[0]),
-      numArgs, scaled, d, d.gradAccum);
+      scaled, d, d.gradAccum);
   return text;
 }
 
@@ -461,8 +467,7 @@ std::string codegen::pipelineTrainingProgramLiteral(
         }
       }
     }
-  runLiteral(out, module, f.order, f.held, f.gradientOf, ids, idsLayout,
-             unsigned(f.pipeline.numInputs()), scaled, d,
-             std::max(1, f.info.microBatches));
+  runLiteral(out, module, f.order, f.held, f.gradientOf, ids, idsLayout, scaled,
+             d, std::max(1, f.info.microBatches));
   return text;
 }

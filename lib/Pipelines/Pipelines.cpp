@@ -153,6 +153,13 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
     PassManager pm(&context);
     // (Projections are cut while the weights are read directly; the loss
     // comes after the 16-bit forward, which it widens.)
+    // How each input is filled, while the model's function still has only
+    // its own inputs.
+    if (options.assignFeeds) {
+      WeftAssignFeedsOptions feeds;
+      feeds.feeds.assign(options.feeds.begin(), options.feeds.end());
+      pm.addPass(createWeftAssignFeeds(feeds));
+    }
     pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
     if (options.dtype != "f32") {
       WeftMixedPrecisionOptions mixed;

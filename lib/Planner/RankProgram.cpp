@@ -255,6 +255,8 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
   options.recompute = recomputeName(plan.recompute());
   options.optimizer.maxGradNorm = 1.0;
   options.optimizer.freeze = training.freeze();
+  // The planner counts the step; it feeds it no data.
+  options.assignFeeds = false;
   FunctionType type;
   if (failed(weft::buildTrainingStep(context, *module, cut, options, type)) ||
       failed(weft::buildPartitionedStep(context, *module, cut,

@@ -105,14 +105,24 @@ weft::rt::readTokenFile(const std::string &path, const std::string &rawType) {
   return tokens;
 }
 
+std::optional<Feed> weft::rt::parseFeed(const std::string &name) {
+  if (name == "ones")
+    return Feed::Ones;
+  if (name == "zeros")
+    return Feed::Zeros;
+  if (name == "positions")
+    return Feed::Positions;
+  return std::nullopt;
+}
+
 std::vector<HostTensor>
 weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
-                       int64_t seq, int64_t first, int64_t count, int masks) {
+                       int64_t seq, int64_t first, int64_t count,
+                       const std::vector<Feed> &feeds) {
   const int64_t size = int64_t(tokens.size());
   const int64_t positions = size - (batch * seq + 1) + 1;
   HostTensor ids(DType::I64, {count * batch, seq});
   HostTensor labels(DType::I64, {count * batch, seq});
-  HostTensor ones(DType::I64, {count * batch, seq});
   for (int64_t w = 0; w < count; ++w) {
     int64_t offset = ((first + w) * batch * seq) % positions;
     for (int64_t i = 0; i < batch * seq; ++i) {
@@ -120,12 +130,17 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
       int64_t to = w * batch * seq + i;
       ids.ints[to] = tokens[size_t(at)];
       labels.ints[to] = tokens[size_t((at + 1) % size)];
-      ones.ints[to] = 1;
     }
   }
   std::vector<HostTensor> inputs{std::move(ids)};
-  for (int i = 0; i < masks; ++i)
-    inputs.push_back(ones);
+  for (Feed feed : feeds) {
+    HostTensor fill(DType::I64, {count * batch, seq});
+    for (int64_t i = 0; i < count * batch * seq; ++i)
+      fill.ints[size_t(i)] = feed == Feed::Ones        ? 1
+                             : feed == Feed::Positions ? i % seq
+                                                       : 0;
+    inputs.push_back(std::move(fill));
+  }
   inputs.push_back(std::move(labels));
   return inputs;
 }
@@ -757,7 +772,7 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     std::vector<std::vector<HostTensor>> micro;
     for (int64_t w = 0; w < run.gradAccum; ++w) {
       micro.push_back(tokenWindows(run.tokens, p.batch, p.seq,
-                                   s * run.gradAccum + w, 1, p.masks));
+                                   s * run.gradAccum + w, 1, p.feeds));
       if (scaling.scale) {
         HostTensor scale(DType::F32, {});
         scale.floats[0] = float(scaling.factor());

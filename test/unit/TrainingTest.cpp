@@ -49,16 +49,33 @@ TEST(TrainingTest, WindowsWrapAroundTheFile) {
   std::vector<int64_t> tokens{10, 11, 12, 13, 14, 15, 16};
   // [batch 1, seq 3]: a window needs 4 tokens, so 4 start positions; the
   // second window starts at token 3, the third wraps to 6 % 4 = 2.
-  std::vector<HostTensor> second = tokenWindows(tokens, 1, 3, 1, 1, 1);
+  std::vector<HostTensor> second =
+      tokenWindows(tokens, 1, 3, 1, 1, {Feed::Ones});
   ASSERT_EQ(second.size(), 3u); // ids, one mask, labels
   EXPECT_EQ(second[0].ints.toVector(), (std::vector<int64_t>{13, 14, 15}));
   EXPECT_EQ(second[1].ints.toVector(), (std::vector<int64_t>{1, 1, 1}));
   EXPECT_EQ(second[2].ints.toVector(), (std::vector<int64_t>{14, 15, 16}));
-  std::vector<HostTensor> two = tokenWindows(tokens, 1, 3, 1, 2, 0);
+  std::vector<HostTensor> two = tokenWindows(tokens, 1, 3, 1, 2, {});
   ASSERT_EQ(two.size(), 2u);
   EXPECT_EQ(two[0].shape, (Shape{2, 3}));
   EXPECT_EQ(two[0].ints.toVector(),
             (std::vector<int64_t>{13, 14, 15, 12, 13, 14}));
+}
+
+TEST(TrainingTest, FeedsFillTheInputsAfterTheTokenIds) {
+  std::vector<int64_t> tokens{10, 11, 12, 13, 14, 15, 16};
+  // Two windows of [batch 2, seq 3]: position ids restart in every row.
+  std::vector<HostTensor> in = tokenWindows(
+      tokens, 2, 3, 0, 1, {Feed::Positions, Feed::Zeros, Feed::Ones});
+  ASSERT_EQ(in.size(), 5u); // ids, positions, token types, mask, labels
+  EXPECT_EQ(in[1].shape, (Shape{2, 3}));
+  EXPECT_EQ(in[1].ints.toVector(), (std::vector<int64_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(in[2].ints.toVector(), (std::vector<int64_t>(6, 0)));
+  EXPECT_EQ(in[3].ints.toVector(), (std::vector<int64_t>(6, 1)));
+  EXPECT_EQ(in[4].ints.toVector(),
+            (std::vector<int64_t>{11, 12, 13, 14, 15, 16}));
+  EXPECT_EQ(parseFeed("positions"), Feed::Positions);
+  EXPECT_EQ(parseFeed("mask"), std::nullopt);
 }
 
 TEST(TrainingTest, WarmupThenCosine) {

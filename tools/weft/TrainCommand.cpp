@@ -138,6 +138,14 @@ static cl::opt<std::string>
                     "(buffers that ONNX stores as initializers: rotary "
                     "tables)"),
            cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::list<std::string>
+    feed("feed",
+         cl::desc("NAME=FILL: fill the model input NAME (or #INDEX) with "
+                  "ones, zeros or positions (0..seq-1), where its name does "
+                  "not say (attention_mask: ones, position_ids: positions, "
+                  "token_type_ids: zeros)"),
+         cl::CommaSeparated, cl::sub(trainCommand),
+         cl::sub(compileSubCommand()));
 static cl::opt<std::string>
     recompute("recompute",
               cl::desc("What backward recomputes of each layer: full "
@@ -556,8 +564,9 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
 //===----------------------------------------------------------------------===//
 
 /// Why the model's inputs (`type`) are not what a training step feeds: token
-/// ids first, other integer inputs (attention masks) all ones, the labels
-/// last, each [batch, seq]. Empty if they are.
+/// ids first, other integer inputs as the module's weft.feeds fills them
+/// (-weft-assign-feeds), the labels last, each [batch, seq]. Empty if they
+/// are.
 static std::string checkTrainingInputs(FunctionType type, int64_t batch,
                                        int64_t seq) {
   for (unsigned i = 0; i < type.getNumInputs(); ++i) {
@@ -565,7 +574,8 @@ static std::string checkTrainingInputs(FunctionType type, int64_t batch,
     if (!input || !input.getElementType().isInteger() || input.getRank() != 2 ||
         input.getDimSize(0) != batch || input.getDimSize(1) != seq)
       return "the model's input #" + std::to_string(i) +
-             " is not [batch, seq] integers (token ids, attention mask): "
+             " is not [batch, seq] integers (token ids, attention mask, "
+             "positions): "
              "training feeds token windows of [" +
              std::to_string(batch) + ", " + std::to_string(seq) +
              "] (import the model with these shapes, or give --batch-size "
@@ -591,6 +601,7 @@ static weft::TrainingStepOptions stepOptions(llvm::StringRef dtype,
   rule.momentum = momentum;
   rule.maxGradNorm = clipGrad;
   rule.freeze = freeze;
+  options.feeds.assign(feed.begin(), feed.end());
   return options;
 }
 
@@ -735,6 +746,10 @@ int runTrain(MLIRContext &context) {
       pipelined ? func::FuncOp() : *module->getOps<func::FuncOp>().begin();
   if (std::string why = checkTrainingInputs(type, batch, seqLen); !why.empty())
     return trainError(why);
+  // How the inputs after the token ids are filled (weft.feeds).
+  std::vector<weft::rt::Feed> feeds;
+  for (const std::string &name : weft::trainingFeeds(*module))
+    feeds.push_back(*weft::rt::parseFeed(name));
   // The trained parameters and their first values.
   weft::InterpreterOptions options;
   // Top-k's error feedback: what each rank's gradient all-reduce did not
@@ -894,8 +909,8 @@ int runTrain(MLIRContext &context) {
     // micro-batch, `count` of them from window `first`.
     // With loss scaling, the step's last argument is the scale.
     auto windowInputs = [&](int64_t first, int64_t count) {
-      std::vector<HostTensor> inputs = weft::rt::tokenWindows(
-          tokens, batch, seqLen, first, count, int(type.getNumInputs()) - 2);
+      std::vector<HostTensor> inputs =
+          weft::rt::tokenWindows(tokens, batch, seqLen, first, count, feeds);
       if (scaling.scale) {
         HostTensor scale(weft::rt::DType::F32, {});
         scale.floats[0] = float(scaling.factor());

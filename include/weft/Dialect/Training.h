@@ -15,6 +15,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <string>
@@ -65,6 +66,11 @@ OptimizerSlot optimizerSlotOf(mlir::DictionaryAttr slot);
 /// whole on another is stored on both). One walk of the module.
 llvm::StringMap<llvm::SmallVector<std::string, 2>>
 storedParameterAxes(mlir::ModuleOp module);
+/// How a training run fills the model's inputs after the token ids, as
+/// the module's weft.feeds (-weft-assign-feeds) says: "ones", "zeros" or
+/// "positions" each. Empty when the attribute is absent.
+std::vector<std::string> trainingFeeds(mlir::ModuleOp module);
+
 OptimizerSlot optimizerArgumentSlot(mlir::func::FuncOp optimizer, unsigned i);
 OptimizerSlot optimizerResultSlot(mlir::func::FuncOp optimizer, unsigned i);
 

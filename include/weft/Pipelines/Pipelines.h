@@ -119,6 +119,11 @@ struct TrainingStepOptions {
   std::string recompute = "full";
   /// A label that counts no loss.
   int64_t ignoreIndex = std::numeric_limits<int64_t>::min();
+  /// Whether to record how a run fills the inputs (-weft-assign-feeds),
+  /// and NAME=FILL for those whose names do not say. The planner, which
+  /// counts a step but feeds it nothing, skips it.
+  bool assignFeeds = true;
+  std::vector<std::string> feeds;
   /// The optimizer step's rule (its rankLocal, storedOver and
   /// skipNonFinite follow the plan and scaleLoss). Its `freeze` also keeps
   /// the frozen parameters out of the backward (-weft-differentiate).

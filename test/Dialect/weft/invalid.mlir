@@ -1847,6 +1847,25 @@ module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule
 
 // -----
 
+// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros" or "positions" for each other input] on a module}}
+module attributes {weft.feeds = ["ones"]} {
+}
+
+// -----
+
+// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros" or "positions" for each other input] on a module}}
+module attributes {weft.feeds = ["tokens", "arange"]} {
+}
+
+// -----
+
+// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros" or "positions" for each other input] on a module}}
+func.func @feeds_on_a_function() attributes {weft.feeds = ["tokens"]} {
+  return
+}
+
+// -----
+
 // expected-error @+1 {{'weft.optimizer' is "adamw" or "sgd" on a function}}
 func.func @optimizer_unknown_rule() attributes {weft.optimizer = "lamb"} {
   return

@@ -34,13 +34,22 @@ namespace weft::rt {
 absl::StatusOr<std::vector<int64_t>>
 readTokenFile(const std::string &path, const std::string &rawType = "u16");
 
+/// How a training run fills a model input after the token ids: the
+/// module's weft.feeds (-weft-assign-feeds).
+enum class Feed { Ones, Zeros, Positions };
+
+/// The Feed a weft.feeds entry names ("ones", "zeros", "positions").
+std::optional<Feed> parseFeed(const std::string &name);
+
 /// The inputs of `count` micro-batches of [batch, seq] token windows from
 /// window `first` on, consecutive through the file and wrapping around: the
-/// token ids, then `masks` all-ones inputs (attention masks), then the
-/// labels (each id's next token), each [count * batch, seq] of i64.
+/// token ids, then one input per `feeds` entry (all ones, all zeros, or
+/// 0..seq-1 in every row), then the labels (each id's next token), each
+/// [count * batch, seq] of i64.
 std::vector<HostTensor> tokenWindows(const std::vector<int64_t> &tokens,
                                      int64_t batch, int64_t seq, int64_t first,
-                                     int64_t count, int masks);
+                                     int64_t count,
+                                     const std::vector<Feed> &feeds);
 
 /// Linear warm-up to `peak` over `warmup` steps, then a cosine decay to
 /// `floor` (the peak when negative) at step `steps`.
@@ -204,7 +213,7 @@ struct TrainingProgram {
   /// One micro-batch's [batch, seq].
   int64_t batch = 1, seq = 1;
   /// The step's inputs between the token ids and the labels.
-  int masks = 0;
+  std::vector<Feed> feeds;
   /// Defaults, which the command line may change.
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;

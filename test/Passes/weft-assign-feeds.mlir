@@ -1,0 +1,22 @@
+// RUN: weft-opt %s -split-input-file -weft-assign-feeds | FileCheck %s
+
+// Hugging Face's input names, as torch.onnx.export writes forward's
+// arguments: the mask is filled with ones, the positions with 0..seq-1, the
+// token types with zeros.
+
+// CHECK-LABEL: module attributes {weft.feeds = ["tokens", "ones", "positions", "zeros"]}
+func.func @bert_like(%ids: tensor<2x8xi64> {onnx.name = "input_ids"},
+                     %mask: tensor<2x8xi64> {onnx.name = "attention_mask"},
+                     %pos: tensor<2x8xi64> {onnx.name = "position_ids"},
+                     %types: tensor<2x8xi64> {onnx.name = "token_type_ids"}) -> tensor<2x8xi64> {
+  return %ids : tensor<2x8xi64>
+}
+
+// -----
+
+// Only token ids: nothing else to fill.
+
+// CHECK-LABEL: module attributes {weft.feeds = ["tokens"]}
+func.func @gpt(%ids: tensor<2x8xi64>) -> tensor<2x8xi64> {
+  return %ids : tensor<2x8xi64>
+}
