@@ -77,6 +77,17 @@ struct WeftAssignFeeds
             fill = found->second;
           used.insert(key);
         }
+      auto type = dyn_cast<ShapedType>(func.getArgumentTypes()[i]);
+      if (!type || !type.getElementType().isInteger()) {
+        func.emitError()
+            << "input " << index << (name.empty() ? "" : " ('" + name + "')")
+            << " of @" << func.getSymName() << " is "
+            << func.getArgumentTypes()[i]
+            << ", not integers: a training run feeds windows of a token file "
+               "(token ids, and the attention masks, position ids and token "
+               "types it fills)";
+        return signalPassFailure();
+      }
       if (fill.empty())
         fill = fillOfName(name).str();
       if (fill.empty()) {

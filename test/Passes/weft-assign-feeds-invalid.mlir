@@ -16,6 +16,14 @@ func.func @unnamed_index(%ids: tensor<2x8xi64>, %x: tensor<2x8xi64>) -> tensor<2
 
 // -----
 
+// A float input is no window of a token file, whatever its name.
+// expected-error @+1 {{input #1 ('attention_mask') of @float_input is 'tensor<2x8xf32>', not integers: a training run feeds windows of a token file (token ids, and the attention masks, position ids and token types it fills)}}
+func.func @float_input(%ids: tensor<2x8xi64>, %m: tensor<2x8xf32> {onnx.name = "attention_mask"}) -> tensor<2x8xi64> {
+  return %ids : tensor<2x8xi64>
+}
+
+// -----
+
 // expected-error @+1 {{-weft-assign-feeds: the module has no function with inputs to feed}}
 module {
   func.func private @external(tensor<2x8xi64>)
