@@ -30,6 +30,8 @@ static StringRef fillOfName(StringRef name) {
     return "positions";
   if (text.contains("token_type") || text.contains("segment"))
     return "zeros";
+  if (text.contains("label"))
+    return "labels";
   return "";
 }
 
@@ -54,10 +56,10 @@ struct WeftAssignFeeds
     for (const std::string &entry : feeds) {
       auto [name, fill] = StringRef(entry).split('=');
       if (name.empty() ||
-          !llvm::is_contained({"ones", "zeros", "positions"}, fill)) {
+          !llvm::is_contained({"ones", "zeros", "positions", "labels"}, fill)) {
         module.emitError() << "-weft-assign-feeds: '" << entry
-                           << "' is not NAME=FILL with FILL ones, zeros or "
-                              "positions";
+                           << "' is not NAME=FILL with FILL ones, zeros, "
+                              "positions or labels";
         return signalPassFailure();
       }
       given[name] = fill.str();
@@ -97,8 +99,9 @@ struct WeftAssignFeeds
             << " of @" << func.getSymName()
             << ": a training run feeds the token ids to input #0 and fills "
                "the others by their names (attention masks with ones, "
-               "position ids with 0..seq-1, token types with zeros), and "
-               "this name says none of them; give its fill, e.g. --feed "
+               "position ids with 0..seq-1, token types with zeros, labels "
+               "with the next tokens), and this name says none of them; give "
+               "its fill, e.g. --feed "
             << what << "=ones (weft train, weft compile --train)";
         return signalPassFailure();
       }

@@ -163,15 +163,17 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
          llvm::enumerate(good ? feeds.getValue() : ArrayRef<Attribute>())) {
       auto text = dyn_cast<StringAttr>(feed);
       good &=
-          text && (i == 0 ? text.getValue() == "tokens"
-                          : llvm::is_contained({"ones", "zeros", "positions"},
-                                               text.getValue()));
+          text &&
+          (i == 0 ? text.getValue() == "tokens"
+                  : llvm::is_contained({"ones", "zeros", "positions", "labels"},
+                                       text.getValue()));
     }
     if (!good)
       return op->emitError()
              << "'" << getFeedsAttrName()
-             << "' is [\"tokens\", then \"ones\", \"zeros\" or "
-                "\"positions\" for each other input] on a module";
+             << "' is [\"tokens\", then \"ones\", \"zeros\", "
+                "\"positions\" or \"labels\" for each other input] on a "
+                "module";
     return success();
   }
   if (attr.getName() == getOptimizerAttrName()) {

@@ -203,8 +203,9 @@ def Weft_Dialect : Dialect {
     }
     /// From -weft-assign-feeds. On a module: how a training run fills each
     /// input of the model's function, in order ("tokens" first, then
-    /// "ones", "zeros" or "positions" for each other input); the labels
-    /// (-weft-append-loss) and the loss scale follow them.
+    /// "ones", "zeros", "positions" or "labels" (the next tokens) for each
+    /// other input); the labels of -weft-append-loss and the loss scale
+    /// follow them.
     static constexpr ::llvm::StringLiteral getFeedsAttrName() {
       return ::llvm::StringLiteral("weft.feeds");
     }

@@ -355,9 +355,10 @@ static void runLiteral(llvm::raw_ostream &out, ModuleOp module,
       << "  p.feeds = {";
   for (auto [i, feed] : llvm::enumerate(trainingFeeds(module)))
     out << (i ? ", " : "") << "Feed::"
-        << (feed == "ones"    ? "Ones"
-            : feed == "zeros" ? "Zeros"
-                              : "Positions");
+        << (feed == "ones"        ? "Ones"
+            : feed == "zeros"     ? "Zeros"
+            : feed == "positions" ? "Positions"
+                                  : "Labels");
   out << "};\n";
   if (scaled) {
     rt::LossScale rule = d.lossScale.value_or(rt::LossScale());

@@ -112,6 +112,8 @@ std::optional<Feed> weft::rt::parseFeed(const std::string &name) {
     return Feed::Zeros;
   if (name == "positions")
     return Feed::Positions;
+  if (name == "labels")
+    return Feed::Labels;
   return std::nullopt;
 }
 
@@ -134,6 +136,10 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
   }
   std::vector<HostTensor> inputs{std::move(ids)};
   for (Feed feed : feeds) {
+    if (feed == Feed::Labels) {
+      inputs.push_back(labels);
+      continue;
+    }
     HostTensor fill(DType::I64, {count * batch, seq});
     for (int64_t i = 0; i < count * batch * seq; ++i)
       fill.ints[size_t(i)] = feed == Feed::Ones        ? 1

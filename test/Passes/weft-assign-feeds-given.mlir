@@ -9,7 +9,7 @@
 
 // CHECK: module attributes {weft.feeds = ["tokens", "positions", "zeros"]}
 // BOTH: module attributes {weft.feeds = ["tokens", "positions", "zeros"]}
-// FILL: error: -weft-assign-feeds: '#2=arange' is not NAME=FILL with FILL ones, zeros or positions
+// FILL: error: -weft-assign-feeds: '#2=arange' is not NAME=FILL with FILL ones, zeros, positions or labels
 // UNUSED: error: -weft-assign-feeds: no input of @unnamed after the token ids is 'attention_mask' (named by onnx.name, or #INDEX)
 func.func @unnamed(%ids: tensor<2x8xi64> {onnx.name = "input_ids"},
                    %pos: tensor<2x8xi64> {onnx.name = "pos"},

@@ -14,6 +14,17 @@ func.func @bert_like(%ids: tensor<2x8xi64> {onnx.name = "input_ids"},
 
 // -----
 
+// A model that takes its labels and returns a loss of its own (Hugging
+// Face's `labels` argument) gets the next tokens there too.
+
+// CHECK-LABEL: module attributes {weft.feeds = ["tokens", "labels"]}
+func.func @own_loss(%ids: tensor<2x8xi64> {onnx.name = "input_ids"},
+                    %labels: tensor<2x8xi64> {onnx.name = "labels"}) -> tensor<2x8xi64> {
+  return %ids : tensor<2x8xi64>
+}
+
+// -----
+
 // Only token ids: nothing else to fill.
 
 // CHECK-LABEL: module attributes {weft.feeds = ["tokens"]}

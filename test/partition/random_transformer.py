@@ -72,7 +72,9 @@ def generate(seed, layers=None, batch=None):
     act = tensor_type([B, S, H])
     w.lines.append("module {")
     if with_loss:
-        w.lines.append("  func.func @main(%%ids: %s, %%labels: %s) -> (%s, %s) {" %
+        # The labels named as torch.onnx.export names forward's argument.
+        w.lines.append("  func.func @main(%%ids: %s, %%labels: %s {onnx.name = \"labels\"})"
+                       " -> (%s, %s) {" %
                        (tensor_type([B, S], "i64"), tensor_type([B, S], "i64"),
                         tensor_type([B, S, vocab]), "tensor<f32>"))
     else:

@@ -75,6 +75,12 @@ TEST(TrainingTest, FeedsFillTheInputsAfterTheTokenIds) {
   EXPECT_EQ(in[4].ints.toVector(),
             (std::vector<int64_t>{11, 12, 13, 14, 15, 16}));
   EXPECT_EQ(parseFeed("positions"), Feed::Positions);
+  // A model that takes its own labels gets the same next tokens.
+  std::vector<HostTensor> own =
+      tokenWindows(tokens, 1, 3, 0, 1, {Feed::Labels});
+  ASSERT_EQ(own.size(), 3u);
+  EXPECT_EQ(own[1].ints.toVector(), own[2].ints.toVector());
+  EXPECT_EQ(own[1].ints.toVector(), (std::vector<int64_t>{11, 12, 13}));
   EXPECT_EQ(parseFeed("mask"), std::nullopt);
 }
 

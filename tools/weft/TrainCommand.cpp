@@ -141,9 +141,10 @@ static cl::opt<std::string>
 static cl::list<std::string>
     feed("feed",
          cl::desc("NAME=FILL: fill the model input NAME (or #INDEX) with "
-                  "ones, zeros or positions (0..seq-1), where its name does "
-                  "not say (attention_mask: ones, position_ids: positions, "
-                  "token_type_ids: zeros)"),
+                  "ones, zeros, positions (0..seq-1) or labels (the next "
+                  "tokens), where its name does not say (attention_mask: "
+                  "ones, position_ids: positions, token_type_ids: zeros, "
+                  "labels: labels)"),
          cl::CommaSeparated, cl::sub(trainCommand),
          cl::sub(compileSubCommand()));
 static cl::opt<std::string>

@@ -1847,19 +1847,19 @@ module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule
 
 // -----
 
-// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros" or "positions" for each other input] on a module}}
+// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros", "positions" or "labels" for each other input] on a module}}
 module attributes {weft.feeds = ["ones"]} {
 }
 
 // -----
 
-// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros" or "positions" for each other input] on a module}}
+// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros", "positions" or "labels" for each other input] on a module}}
 module attributes {weft.feeds = ["tokens", "arange"]} {
 }
 
 // -----
 
-// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros" or "positions" for each other input] on a module}}
+// expected-error @+1 {{'weft.feeds' is ["tokens", then "ones", "zeros", "positions" or "labels" for each other input] on a module}}
 func.func @feeds_on_a_function() attributes {weft.feeds = ["tokens"]} {
   return
 }

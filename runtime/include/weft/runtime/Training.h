@@ -36,16 +36,19 @@ readTokenFile(const std::string &path, const std::string &rawType = "u16");
 
 /// How a training run fills a model input after the token ids: the
 /// module's weft.feeds (-weft-assign-feeds).
-enum class Feed { Ones, Zeros, Positions };
+/// Labels: the next tokens, as the labels the step's own loss reads (a
+/// model that takes `labels` and computes a loss of its own).
+enum class Feed { Ones, Zeros, Positions, Labels };
 
-/// The Feed a weft.feeds entry names ("ones", "zeros", "positions").
+/// The Feed a weft.feeds entry names ("ones", "zeros", "positions",
+/// "labels").
 std::optional<Feed> parseFeed(const std::string &name);
 
 /// The inputs of `count` micro-batches of [batch, seq] token windows from
 /// window `first` on, consecutive through the file and wrapping around: the
-/// token ids, then one input per `feeds` entry (all ones, all zeros, or
-/// 0..seq-1 in every row), then the labels (each id's next token), each
-/// [count * batch, seq] of i64.
+/// token ids, then one input per `feeds` entry (all ones, all zeros,
+/// 0..seq-1 in every row, or the labels), then the labels (each id's next
+/// token), each [count * batch, seq] of i64.
 std::vector<HostTensor> tokenWindows(const std::vector<int64_t> &tokens,
                                      int64_t batch, int64_t seq, int64_t first,
                                      int64_t count,
