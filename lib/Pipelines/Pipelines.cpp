@@ -151,8 +151,6 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
   const bool pipelined = plan.pp() > 1;
   {
     PassManager pm(&context);
-    // (Projections are cut while the weights are read directly; the loss
-    // comes after the 16-bit forward, which it widens.)
     // How each input is filled, while the model's function still has only
     // its own inputs.
     if (options.assignFeeds) {
@@ -160,6 +158,8 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
       feeds.feeds.assign(options.feeds.begin(), options.feeds.end());
       pm.addPass(createWeftAssignFeeds(feeds));
     }
+    // (Projections are cut while the weights are read directly; the loss
+    // comes after the 16-bit forward, which it widens.)
     pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
     if (options.dtype != "f32") {
       WeftMixedPrecisionOptions mixed;
