@@ -6,11 +6,12 @@
 // the shapes of a GPT-3 175B layer (hidden 12288, 96 heads of 128, 2048
 // tokens, micro-batch 1 and 4) and a LLaMA-3 70B layer (hidden 8192, 64
 // heads, 8 KV heads, FFN 28672, 8192 tokens), in bf16: causal attention
-// (cuda::attention) and the layer's GEMMs (cuda::linear, cuBLASLt). Inputs
-// are random; each figure is the median of 10 runs after 2 warm-ups, timed
-// with CUDA events. bench/cuda_torch.py times the same shapes in PyTorch.
+// (cuda::attention), its backward (cuda::attentionGrad, first checked against
+// float64 on small shapes) and the layer's GEMMs (cuda::linear, cuBLASLt).
+// Inputs are random; each figure is the median of 10 runs after 2 warm-ups,
+// timed with CUDA events. bench/cuda_torch.py times the same shapes in PyTorch.
 //
-//   cuda-kernels-bench [attention|gemm]...
+//   cuda-kernels-bench [attention|attention-grad|gemm]...
 //
 //===----------------------------------------------------------------------===//
 
@@ -228,6 +229,240 @@ void checkAttention(Context &ctx, std::mt19937 &rng, DType type, int64_t b,
     cudaFree(t.data);
 }
 
+/// Attention in float64 over a block's keys followed by `otherS` keys of
+/// another block that every query sees (k and v hold both, [b, kvHeads,
+/// kvS + otherS, d]): each query row's probabilities over all keys, its
+/// output and its log-sum-exp. Causality (when `causal`) and the mask
+/// apply to the block's keys: by index, or by positions when given.
+struct ForwardReference {
+  std::vector<double> p, out, lse;
+};
+ForwardReference forwardReference(const HostTensor &q, const HostTensor &k,
+                                  const HostTensor &v, const HostTensor *mask,
+                                  const HostTensor *qPos,
+                                  const HostTensor *kPos, int64_t kvS,
+                                  int64_t otherS, double scale, bool causal) {
+  int64_t b = q.shape[0], heads = q.shape[1], s = q.shape[2], d = q.shape[3];
+  int64_t kvHeads = k.shape[1], group = heads / kvHeads, keys = kvS + otherS;
+  auto row = [d](const HostTensor &t, int64_t r, int64_t c) {
+    return double(t.floats[size_t(r * d + c)]);
+  };
+  int64_t rows = b * heads * s;
+  ForwardReference f{std::vector<double>(size_t(rows * keys)),
+                     std::vector<double>(size_t(rows * d)),
+                     std::vector<double>(size_t(rows))};
+  for (int64_t bh = 0; bh < b * heads; ++bh) {
+    int64_t bkv = bh / heads * kvHeads + bh % heads / group;
+    for (int64_t i = 0; i < s; ++i) {
+      int64_t r = bh * s + i;
+      double *pr = &f.p[size_t(r * keys)];
+      double max = -INFINITY;
+      for (int64_t j = 0; j < keys; ++j) {
+        bool hidden =
+            j < kvS && causal &&
+            (qPos ? kPos->ints[size_t(j)] > qPos->ints[size_t(i)] : j > i);
+        double x = -INFINITY;
+        if (!hidden) {
+          x = 0;
+          for (int64_t c = 0; c < d; ++c)
+            x += row(q, r, c) * row(k, bkv * keys + j, c);
+          x *= scale;
+          if (j < kvS && mask)
+            x += mask->floats[size_t((bh / heads * s + i) * kvS + j)];
+        }
+        pr[j] = x;
+        max = std::max(max, x);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < keys; ++j)
+        sum += max == -INFINITY ? 0.0 : std::exp(pr[j] - max);
+      for (int64_t j = 0; j < keys; ++j) {
+        pr[j] = max == -INFINITY ? 0.0 : std::exp(pr[j] - max) / sum;
+        for (int64_t c = 0; c < d; ++c)
+          f.out[size_t(r * d + c)] += pr[j] * row(v, bkv * keys + j, c);
+      }
+      f.lse[size_t(r)] = max + std::log(sum);
+    }
+  }
+  return f;
+}
+
+/// The gradients of the block's keys (the first kvS) in float64, from the
+/// forward's probabilities: dS = P (dP - D) with D = dO . `out` per row; dq
+/// = scale dS K, dk = scale dSᵀ Q (summed over the group's heads), dv = Pᵀ
+/// dO.
+struct GradReference {
+  std::vector<double> q, k, v;
+};
+GradReference gradReference(const HostTensor &q, const HostTensor &k,
+                            const HostTensor &v, const HostTensor &dout,
+                            const std::vector<double> &p,
+                            const std::vector<double> &out, int64_t kvS,
+                            int64_t otherS, double scale) {
+  int64_t b = q.shape[0], heads = q.shape[1], s = q.shape[2], d = q.shape[3];
+  int64_t kvHeads = k.shape[1], group = heads / kvHeads, keys = kvS + otherS;
+  auto row = [d](const HostTensor &t, int64_t r, int64_t c) {
+    return double(t.floats[size_t(r * d + c)]);
+  };
+  GradReference g{std::vector<double>(size_t(b * heads * s * d)),
+                  std::vector<double>(size_t(b * kvHeads * kvS * d)),
+                  std::vector<double>(size_t(b * kvHeads * kvS * d))};
+  for (int64_t bh = 0; bh < b * heads; ++bh) {
+    int64_t bkv = bh / heads * kvHeads + bh % heads / group;
+    for (int64_t i = 0; i < s; ++i) {
+      int64_t r = bh * s + i;
+      double delta = 0;
+      for (int64_t c = 0; c < d; ++c)
+        delta += row(dout, r, c) * out[size_t(r * d + c)];
+      for (int64_t j = 0; j < kvS; ++j) {
+        double pj = p[size_t(r * keys + j)];
+        if (pj == 0)
+          continue;
+        double dp = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dp += row(dout, r, c) * row(v, bkv * keys + j, c);
+        double ds = pj * (dp - delta) * scale;
+        for (int64_t c = 0; c < d; ++c) {
+          g.q[size_t(r * d + c)] += ds * row(k, bkv * keys + j, c);
+          g.k[size_t((bkv * kvS + j) * d + c)] += ds * row(q, r, c);
+          g.v[size_t((bkv * kvS + j) * d + c)] += pj * row(dout, r, c);
+        }
+      }
+    }
+  }
+  return g;
+}
+
+/// Attention's backward (cuda::attentionGrad) against the float64 reference
+/// on the same inputs (rounded to bf16, so exact in every type): dq, dk and
+/// dv, each ||got - ref|| / ||ref||, with grouped KV heads, sequences that
+/// are not a multiple of the 64-thread block, more keys than queries, an
+/// additive mask with -inf entries (rows whose keys are all masked get zero
+/// gradients), and a ring step: one block of keys, given the whole
+/// attention's output and log-sum-exp (over this block and another that
+/// every query sees), causal by positions.
+void checkAttentionGrad(Context &ctx, std::mt19937 &rng, DType type, int64_t b,
+                        int64_t heads, int64_t kvHeads, int64_t s, int64_t kvS,
+                        int64_t d, bool causal, bool withMask, bool ring) {
+  auto rounded = [&](Shape shape) {
+    HostTensor t = randomHost(std::move(shape), rng);
+    for (float &x : t.floats)
+      x = roundToBf16(x);
+    return t;
+  };
+  int64_t otherS = ring ? 37 : 0;
+  HostTensor qh = rounded({b, heads, s, d}), doh = rounded({b, heads, s, d});
+  // The block's keys, then (a ring step) the other block's.
+  HostTensor kh = rounded({b, kvHeads, kvS + otherS, d});
+  HostTensor vh = rounded({b, kvHeads, kvS + otherS, d});
+  HostTensor maskHost(DType::F32, {b, 1, s, kvS});
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  for (float &x : maskHost.floats)
+    x = rng() % 10 == 0 ? -INFINITY : uniform(rng);
+  HostTensor qPos(DType::I64, {s}), kPos(DType::I64, {kvS});
+  for (int64_t i = 0; i < s; ++i)
+    qPos.ints[size_t(i)] = 50 + i;
+  for (int64_t j = 0; j < kvS; ++j)
+    kPos.ints[size_t(j)] = int64_t(rng() % uint32_t(s + 60));
+  double scale = 1.0 / std::sqrt(double(d));
+  ForwardReference f = forwardReference(
+      qh, kh, vh, withMask ? &maskHost : nullptr, ring ? &qPos : nullptr,
+      ring ? &kPos : nullptr, kvS, otherS, scale, causal);
+
+  std::vector<DeviceTensor> owned;
+  auto dev = [&](const HostTensor &host, DType t) {
+    owned.push_back(deviceCopy(ctx, host, t));
+    return owned.back();
+  };
+  auto poisoned = [&](Shape shape) {
+    owned.push_back(emptyTensor(ctx, std::move(shape), type));
+    return owned.back();
+  };
+  HostTensor kb(DType::F32, {b, kvHeads, kvS, d}),
+      vb(DType::F32, {b, kvHeads, kvS, d});
+  for (int64_t bkv = 0; bkv < b * kvHeads; ++bkv)
+    for (int64_t x = 0; x < kvS * d; ++x) {
+      kb.floats[size_t(bkv * kvS * d + x)] =
+          kh.floats[size_t(bkv * (kvS + otherS) * d + x)];
+      vb.floats[size_t(bkv * kvS * d + x)] =
+          vh.floats[size_t(bkv * (kvS + otherS) * d + x)];
+    }
+  HostTensor outHost(DType::F32, qh.shape), lseHost(DType::F32, {b, heads, s});
+  for (size_t i = 0; i < f.out.size(); ++i)
+    outHost.floats[i] = float(f.out[i]);
+  for (size_t i = 0; i < f.lse.size(); ++i)
+    lseHost.floats[i] = float(f.lse[i]);
+  DeviceTensor q = dev(qh, type), k = dev(kb, type), v = dev(vb, type);
+  DeviceTensor dout = dev(doh, type), mask = dev(maskHost, DType::F32);
+  DeviceTensor qp = dev(qPos, DType::I64), kp = dev(kPos, DType::I64);
+  DeviceTensor out = dev(outHost, type), lse = dev(lseHost, DType::F32);
+  DeviceTensor gq = poisoned(qh.shape), gk = poisoned(kb.shape),
+               gv = poisoned(vb.shape);
+  attentionGrad(ctx, q, k, v, dout, withMask ? &mask : nullptr,
+                ring ? &qp : nullptr, ring ? &kp : nullptr,
+                ring ? &out : nullptr, ring ? &lse : nullptr, float(scale),
+                causal, gq, gk, gv);
+  // A ring step's D = dO . O reads the saved output as the kernel does, in
+  // its own type.
+  std::vector<double> saved = f.out;
+  if (ring) {
+    HostTensor rounded = download(ctx, out);
+    for (size_t i = 0; i < saved.size(); ++i)
+      saved[i] = rounded.floats[i];
+  }
+  GradReference want =
+      gradReference(qh, kh, vh, doh, f.p, saved, kvS, otherS, scale);
+  auto error = [&](const DeviceTensor &got, const std::vector<double> &ref) {
+    HostTensor g = download(ctx, got);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      double e = double(g.floats[i]) - ref[i];
+      diff += e * e;
+      norm += ref[i] * ref[i];
+    }
+    return std::sqrt(diff / norm);
+  };
+  double eq = error(gq, want.q), ek = error(gk, want.k), ev = error(gv, want.v);
+  double bound = type == DType::F32 ? 1e-5 : 1e-2;
+  bool ok = eq < bound && ek < bound && ev < bound;
+  std::printf(
+      "check attention_grad %s b=%ld h=%ld/%ld s=%ld keys=%ld d=%ld%s%s%s: "
+      "relative error dq %.2e dk %.2e dv %.2e (bound %.0e, %s)\n",
+      dtypeName(type), long(b), long(heads), long(kvHeads), long(s), long(kvS),
+      long(d), causal ? " causal" : "", withMask ? " mask" : "",
+      ring ? " ring step" : "", eq, ek, ev, bound, ok ? "ok" : "FAIL");
+  std::fflush(stdout);
+  failures += ok ? 0 : 1;
+  for (DeviceTensor &t : owned)
+    cudaFree(t.data);
+}
+
+/// Times attention's backward in bf16 at a real layer's shape: the
+/// gradients of causal attention (cuda::attentionGrad), counted as
+/// FlashAttention counts them (2.5 times the forward's FLOPs: S, dP, dV, dK,
+/// dQ).
+void benchAttentionGrad(Context &ctx, std::mt19937 &rng, const char *name,
+                        int64_t b, int64_t heads, int64_t kvHeads, int64_t s,
+                        int64_t d) {
+  DeviceTensor q = randomTensor(ctx, {b, heads, s, d}, rng);
+  DeviceTensor k = randomTensor(ctx, {b, kvHeads, s, d}, rng);
+  DeviceTensor v = randomTensor(ctx, {b, kvHeads, s, d}, rng);
+  DeviceTensor dout = randomTensor(ctx, {b, heads, s, d}, rng);
+  DeviceTensor dq = emptyTensor(ctx, {b, heads, s, d});
+  DeviceTensor dk = emptyTensor(ctx, {b, kvHeads, s, d});
+  DeviceTensor dv = emptyTensor(ctx, {b, kvHeads, s, d});
+  float scale = 1.0f / std::sqrt(float(d));
+  double ms = medianMs(ctx, [&] {
+    attentionGrad(ctx, q, k, v, dout, nullptr, nullptr, nullptr, nullptr,
+                  nullptr, scale, /*causal=*/true, dq, dk, dv);
+  });
+  double flops = 2.5 * 2.0 * 2.0 * double(b * heads) * double(s) * double(s) *
+                 double(d) / 2.0;
+  report(std::string("attention_grad ") + name, ms, flops);
+  for (DeviceTensor *t : {&q, &k, &v, &dout, &dq, &dk, &dv})
+    cudaFree(t->data);
+}
+
 void benchLinear(Context &ctx, std::mt19937 &rng, const char *name, int64_t m,
                  int64_t kDim, int64_t n) {
   DeviceTensor x = randomTensor(ctx, {m, kDim}, rng);
@@ -244,8 +479,15 @@ void benchLinear(Context &ctx, std::mt19937 &rng, const char *name, int64_t m,
 } // namespace
 
 int main(int argc, char **argv) {
-  bool attentionOnly = argc > 1 && std::strcmp(argv[1], "attention") == 0;
-  bool gemmOnly = argc > 1 && std::strcmp(argv[1], "gemm") == 0;
+  // What to run: attention, attention-grad, gemm; all three by default.
+  auto wanted = [&](const char *what) {
+    if (argc < 2)
+      return true;
+    for (int i = 1; i < argc; ++i)
+      if (std::strcmp(argv[i], what) == 0)
+        return true;
+    return false;
+  };
   Context ctx;
   try {
     check(ctx, cudaStreamCreateWithFlags(&ctx.compute, cudaStreamNonBlocking),
@@ -259,7 +501,7 @@ int main(int argc, char **argv) {
     check(ctx, cudaMalloc(&ctx.blasWorkspace, ctx.blasWorkspaceBytes),
           "cudaMalloc");
     std::mt19937 rng(0);
-    if (!gemmOnly) {
+    if (wanted("attention")) {
       for (DType type : {DType::BF16, DType::F16})
         for (int64_t d : {int64_t(64), int64_t(128)}) {
           checkAttention(ctx, rng, type, 2, 4, 2, 100, 100, d, true, false,
@@ -277,7 +519,24 @@ int main(int argc, char **argv) {
       benchAttention(ctx, rng, "llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8,
                      8192, 128);
     }
-    if (!attentionOnly) {
+    if (wanted("attention-grad")) {
+      for (DType type : {DType::F32, DType::BF16, DType::F16})
+        for (int64_t d : {int64_t(64), int64_t(128)}) {
+          checkAttentionGrad(ctx, rng, type, 2, 4, 2, 100, 100, d, true, false,
+                             false);
+          checkAttentionGrad(ctx, rng, type, 1, 3, 3, 130, 200, d, false, true,
+                             false);
+          checkAttentionGrad(ctx, rng, type, 2, 2, 1, 64, 64, d, true, true,
+                             false);
+          checkAttentionGrad(ctx, rng, type, 1, 4, 2, 70, 90, d, true, false,
+                             true);
+          checkAttentionGrad(ctx, rng, type, 1, 2, 2, 33, 130, d, true, true,
+                             true);
+        }
+      benchAttentionGrad(ctx, rng, "gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96,
+                         2048, 128);
+    }
+    if (wanted("gemm")) {
       // The GPT-3 layer's four GEMMs at micro-batch 1 (2048 tokens) and 4.
       for (int64_t tokens : {int64_t(2048), int64_t(8192)}) {
         std::string t = "m=" + std::to_string(tokens);

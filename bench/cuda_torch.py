@@ -4,6 +4,7 @@ Needs a GPU and PyTorch >= 2.3. bf16, random inputs, the median of 10 runs after
 2 warm-ups, timed with CUDA events:
   - causal attention through scaled_dot_product_attention, flash backend
     (grouped KV heads expanded first where the flash backend needs it);
+  - causal attention's backward alone (attention-grad; not run by default);
   - the GEMMs of a GPT-3 and a LLaMA-3 70B layer (x @ w);
   - a GPT-3 175B layer forward (pre-LN, tanh GELU) in eager mode and through
     torch.compile, at micro-batch 1 and 4 of 2048 tokens.
@@ -60,6 +61,23 @@ def attention(name, b, h, kv, s, d):
     report("attention " + name, median_ms(run), 2 * 2 * b * h * s * s * d / 2)
 
 
+def attention_grad(name, b, h, kv, s, d):
+    """The backward of causal attention alone (torch.autograd.grad on a kept
+    graph), flash backend; FLOPs counted as FlashAttention counts them, 2.5
+    times the forward's."""
+    q = torch.randn(b, h, s, d, device=DEV, dtype=DT, requires_grad=True)
+    k = torch.randn(b, kv, s, d, device=DEV, dtype=DT, requires_grad=True)
+    v = torch.randn(b, kv, s, d, device=DEV, dtype=DT, requires_grad=True)
+    dout = torch.randn(b, h, s, d, device=DEV, dtype=DT)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    report("attention_grad " + name,
+           median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)),
+           2.5 * 2 * 2 * b * h * s * s * d / 2)
+
+
 def linear(name, m, k, n):
     x = torch.randn(m, k, device=DEV, dtype=DT)
     w = torch.randn(k, n, device=DEV, dtype=DT)
@@ -111,6 +129,8 @@ def main():
         attention("gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96, 2048, 128)
         attention("gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96, 2048, 128)
         attention("llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8, 8192, 128)
+    if "attention-grad" in what:
+        attention_grad("gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96, 2048, 128)
     if "gemm" in what:
         for tokens in (2048, 8192):
             t = "m=%d" % tokens

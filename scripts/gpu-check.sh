@@ -13,8 +13,11 @@
 #   scripts/gpu-check.sh run DIR      on the GPU machine (needs only python3
 #                                     with numpy, the CUDA driver, cuBLASLt
 #                                     and NCCL): run and compare every case
-#   scripts/gpu-check.sh bench DIR    on the GPU machine: the runtime's
-#                                     attention and GEMMs against PyTorch's
+#   scripts/gpu-check.sh bench DIR [attention|attention-grad|gemm]
+#                                     on the GPU machine: the runtime's
+#                                     attention, its backward (checked
+#                                     against float64, then timed) and GEMMs
+#                                     against PyTorch's
 #
 # The cases: the bundled GPT-2, BERT and LLaMA exports (hidden 32) and the
 # same architectures exported at hidden 128 with 64-wide heads and 160
@@ -27,7 +30,8 @@
 # pp=2 x tp=2 with 1F1B, pp=2 x dp=2 with ZeRO-1 in bf16, pp=2 x tp=2 with SP
 # and ZB-H1: their losses within 1e-4 (f32) or 2e-2 (16-bit) of weft
 # train's, and the loss scale and skipped steps exactly, checked after the
-# cases; WEFT_GPU_CHECK_ONLY=training prepares these alone). Ranks run as threads
+# cases; WEFT_GPU_CHECK_ONLY=training prepares these alone, and
+# WEFT_GPU_CHECK_CASES=REGEX only the forward cases it matches). Ranks run as threads
 # sharing GPU 0 (the in-process device communicator). f32 must be within
 # 1e-5 of the CPU output and bf16 within 2e-2 (max |gpu - cpu| / max |cpu|).
 # Then the watchdog: a 4-rank program with one rank stalled must fail
@@ -80,6 +84,16 @@ EOF
   # WEFT_GPU_CHECK_ONLY=training prepares the training programs alone (a
   # few minutes instead of most of an hour on two cores).
   [[ ${WEFT_GPU_CHECK_ONLY:-} == training ]] && cases=()
+  # WEFT_GPU_CHECK_CASES=REGEX keeps the forward cases whose names (as the
+  # summary prints them, e.g. medium-gpt2-tp_2_cp_2-f32) match it.
+  if [[ -n ${WEFT_GPU_CHECK_CASES:-} ]]; then
+    local kept=()
+    for spec in "${cases[@]}"; do
+      read -r size model plan dtype loss <<<"$spec"
+      [[ "$size-$model-${plan//[=,]/_}-$dtype${loss:+-loss}" =~ $WEFT_GPU_CHECK_CASES ]] && kept+=("$spec")
+    done
+    cases=("${kept[@]}")
+  fi
 
   local failed=0
   for spec in "${cases[@]}"; do
@@ -206,11 +220,12 @@ unpack() {
 # the other in one run (bench/cuda_kernels.cpp, bench/cuda_torch.py).
 bench() {
   local dir=$1
+  shift
   unpack "$dir"
   dir=$(cd "$dir" && pwd)
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader || true
-  "$dir/cuda-kernels-bench"
-  "$python" "$root/bench/cuda_torch.py"
+  "$dir/cuda-kernels-bench" "$@"
+  "$python" "$root/bench/cuda_torch.py" "$@"
 }
 
 run() {
@@ -348,7 +363,7 @@ EOF
 case "${1:-all}" in
 prepare) prepare "${2:?usage: gpu-check.sh prepare DIR}" ;;
 run) run "${2:?usage: gpu-check.sh run DIR}" ;;
-bench) bench "${2:?usage: gpu-check.sh bench DIR}" ;;
+bench) bench "${2:?usage: gpu-check.sh bench DIR [attention|attention-grad|gemm]}" "${@:3}" ;;
 all)
   prepare "$build/gpu-check"
   run "$build/gpu-check"
