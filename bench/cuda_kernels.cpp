@@ -459,7 +459,18 @@ void benchAttentionGrad(Context &ctx, std::mt19937 &rng, const char *name,
   double flops = 2.5 * 2.0 * 2.0 * double(b * heads) * double(s) * double(s) *
                  double(d) / 2.0;
   report(std::string("attention_grad ") + name, ms, flops);
-  for (DeviceTensor *t : {&q, &k, &v, &dout, &dq, &dk, &dv})
+  // Given the forward's output and log-sum-exp (as FlashAttention's backward
+  // is), the forward is not run again.
+  DeviceTensor out = emptyTensor(ctx, {b, heads, s, d});
+  DeviceTensor lse = emptyTensor(ctx, {b, heads, s}, DType::F32);
+  attentionBlock(ctx, q, k, v, nullptr, nullptr, nullptr, scale, true, out,
+                 lse);
+  ms = medianMs(ctx, [&] {
+    attentionGrad(ctx, q, k, v, dout, nullptr, nullptr, nullptr, &out, &lse,
+                  scale, /*causal=*/true, dq, dk, dv);
+  });
+  report(std::string("attention_grad ") + name + " saved", ms, flops);
+  for (DeviceTensor *t : {&q, &k, &v, &dout, &dq, &dk, &dv, &out, &lse})
     cudaFree(t->data);
 }
 
@@ -532,9 +543,19 @@ int main(int argc, char **argv) {
                              true);
           checkAttentionGrad(ctx, rng, type, 1, 2, 2, 33, 130, d, true, true,
                              true);
+          // Several 64-row tiles each way; causal with more keys than
+          // queries (top-left aligned).
+          checkAttentionGrad(ctx, rng, type, 1, 4, 1, 200, 260, d, true, false,
+                             false);
+          checkAttentionGrad(ctx, rng, type, 1, 2, 2, 300, 300, d, true, true,
+                             false);
         }
       benchAttentionGrad(ctx, rng, "gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96,
                          2048, 128);
+      benchAttentionGrad(ctx, rng, "gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96,
+                         2048, 128);
+      benchAttentionGrad(ctx, rng, "llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8,
+                         8192, 128);
     }
     if (wanted("gemm")) {
       // The GPT-3 layer's four GEMMs at micro-batch 1 (2048 tokens) and 4.

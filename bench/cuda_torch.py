@@ -71,8 +71,12 @@ def attention_grad(name, b, h, kv, s, d):
     dout = torch.randn(b, h, s, d, device=DEV, dtype=DT)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    # Grouped KV heads expanded first, as for the forward: their gradient
+    # then includes the expansion's sum.
+    kk = k.repeat_interleave(h // kv, dim=1) if kv != h else k
+    vv = v.repeat_interleave(h // kv, dim=1) if kv != h else v
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = F.scaled_dot_product_attention(q, kk, vv, is_causal=True)
     report("attention_grad " + name,
            median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)),
            2.5 * 2 * 2 * b * h * s * s * d / 2)
@@ -131,6 +135,8 @@ def main():
         attention("llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8, 8192, 128)
     if "attention-grad" in what:
         attention_grad("gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96, 2048, 128)
+        attention_grad("gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96, 2048, 128)
+        attention_grad("llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8, 8192, 128)
     if "gemm" in what:
         for tokens in (2048, 8192):
             t = "m=%d" % tokens

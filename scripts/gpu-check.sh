@@ -28,7 +28,9 @@
 # dp=2 x tp=2 in f32 with ZeRO-1, in bf16 with ZeRO-1 and in f16 with loss
 # scaling; LLaMA tp=2 with SP in bf16 and SGD; GPT-2 with pipeline stages:
 # pp=2 x tp=2 with 1F1B, pp=2 x dp=2 with ZeRO-1 in bf16, pp=2 x tp=2 with SP
-# and ZB-H1: their losses within 1e-4 (f32) or 2e-2 (16-bit) of weft
+# and ZB-H1; ZeroPP over a ring; GPT-2 bf16 tp=2 with SP and LLaMA f16 cp=2 at
+# heads of 64, whose attention backward runs on the tensor cores): their
+# losses within 1e-4 (f32) or 2e-2 (16-bit) of weft
 # train's, and the loss scale and skipped steps exactly, checked after the
 # cases; WEFT_GPU_CHECK_ONLY=training prepares these alone, and
 # WEFT_GPU_CHECK_CASES=REGEX only the forward cases it matches). Ranks run as threads
@@ -153,18 +155,27 @@ EOF
     "gpt2-pp_2_zbh1_tp_2_sp --plan-spec pp=2,m=2,schedule=zb-h1,tp=2,sp=1 --optimizer sgd --momentum 0.9 --steps 3 --lr 0.05"
     # ZeroPP's FSDP over a load-balanced ring: zigzag reduce-scatters.
     "gpt2-pp_2_cp_2_zeropp_zero_3 --plan-spec pp=2,cp=2,m=2,schedule=zeropp,zero=3 --optimizer adamw --steps 3 --lr 0.01"
+    # Heads of 64 in 16 bits (the medium exports): attention's backward on
+    # the tensor cores, whole and as ring steps.
+    "medium_gpt2-bf16-tp_2_sp --dtype bf16 --plan-spec tp=2,sp=1 --optimizer adamw --steps 3 --lr 0.01"
+    "medium_llama-f16-cp_2 --dtype f16 --plan-spec cp=2 --optimizer adamw --steps 3 --lr 0.003"
   )
   for spec in "${trainCases[@]}"; do
     local tname trainFlags model
     read -r tname trainFlags <<<"$spec"
     read -ra trainFlags <<<"$trainFlags"
     model=${tname%%-*}
+    local onnx="$root/test/models/$model/$model-opset17.onnx"
+    if [[ $model == medium_* ]]; then
+      model=${model#medium_}
+      onnx="$work/models/medium/$model/$model-opset17.onnx"
+    fi
     local train="$dir/training/$tname"
     mkdir -p "$train"
     cp "$work/tokens.npy" "$train/tokens.npy"
-    if "$weft" compile "$root/test/models/$model/$model-opset17.onnx" --train "${trainFlags[@]}" --target cuda \
+    if "$weft" compile "$onnx" --train "${trainFlags[@]}" --target cuda \
         -o "$work/train-$tname" --build --runtime-prefix "$work/prefix" >"$work/train-$tname.log" 2>&1 &&
-       "$weft" train "$root/test/models/$model/$model-opset17.onnx" --data "$train/tokens.npy" "${trainFlags[@]}" \
+       "$weft" train "$onnx" --data "$train/tokens.npy" "${trainFlags[@]}" \
         >"$train/reference.log" 2>&1; then
       cp "$work/train-$tname/build/program" "$train/program"
       strip "$train/program"

@@ -1088,6 +1088,445 @@ void launchAttentionGrad(Context &ctx, const DeviceTensor &q,
   check(ctx, cudaFreeAsync(stats, ctx.compute), "cudaFreeAsync");
 }
 
+// ---- Attention's backward on tensor cores (bf16, f16; heads of 64 or 128) -
+
+/// D = rowsum(dO ∘ O) for each query row, one warp per row.
+template <typename T>
+__global__ void attentionDeltaKernel(int64_t rows, int dim, const T *dout,
+                                     const T *out, float *delta) {
+  int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = int(threadIdx.x) % 32;
+  if (row >= rows)
+    return;
+  float sum = 0.0f;
+  for (int d = lane; d < dim; d += 32)
+    sum += loadF(dout, row * dim + d) * loadF(out, row * dim + d);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_xor_sync(0xffffffff, sum, offset);
+  if (lane == 0)
+    delta[row] = sum;
+}
+
+/// 64 rows of a [rows][kDim] tensor into a shared tile padded to kPitch, by
+/// cp.async (zeros past `limit`).
+template <typename T, int kDim>
+__device__ inline void copyRowsAsync(T *tile, const T *from, int64_t first,
+                                     int64_t limit) {
+  constexpr int kPitch = kDim + 8, kChunks = kDim / 8;
+  for (int e = int(threadIdx.x); e < 64 * kChunks; e += 128) {
+    int r = e / kChunks, c = e % kChunks;
+    bool valid = first + r < limit;
+    copyAsync16(tile + r * kPitch + c * 8,
+                from + (valid ? (first + r) * kDim + c * 8 : 0), valid);
+  }
+}
+
+/// c[n] += a · Bᵀ over one 16-row warp strip and 64 columns: B's 64 rows
+/// (shared, [row][kDim], padded) are the columns; `a` holds the strip's A
+/// fragments for the kDim/16 k-steps.
+template <typename T, int kDim>
+__device__ inline void stripTimesRowsT(float (&c)[8][4],
+                                       const uint32_t (&a)[kDim / 16][4],
+                                       const T *rows, int lane) {
+  constexpr int kPitch = kDim + 8;
+  int matrix = lane / 8, matrixRow = lane % 8;
+#pragma unroll
+  for (int kk = 0; kk < kDim / 16; ++kk)
+#pragma unroll
+    for (int n = 0; n < 8; n += 2) {
+      uint32_t frag[4];
+      loadMatrices<false>(frag,
+                          rows + ((n + matrix / 2) * 8 + matrixRow) * kPitch +
+                              kk * 16 + (matrix & 1) * 8);
+      mma16816<T>(c[n], a[kk], frag[0], frag[1]);
+      mma16816<T>(c[n + 1], a[kk], frag[2], frag[3]);
+    }
+}
+
+/// acc += P · B, P a 16 x 64 strip in accumulator layout (converted to A
+/// fragments in registers) and B 64 rows of [row][kDim] in shared memory.
+template <typename T, int kDim>
+__device__ inline void stripTimesRows(float (&acc)[kDim / 8][4],
+                                      const float (&p)[8][4], const T *rows,
+                                      int lane) {
+  constexpr int kPitch = kDim + 8;
+  int matrix = lane / 8, matrixRow = lane % 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t pa[4] = {packPair<T>(p[2 * kk][0], p[2 * kk][1]),
+                      packPair<T>(p[2 * kk][2], p[2 * kk][3]),
+                      packPair<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                      packPair<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int d = 0; d < kDim / 8; d += 2) {
+      uint32_t frag[4];
+      loadMatrices<true>(
+          frag, rows + (kk * 16 + (matrix & 1) * 8 + matrixRow) * kPitch +
+                    (d + matrix / 2) * 8);
+      mma16816<T>(acc[d], pa, frag[0], frag[1]);
+      mma16816<T>(acc[d + 1], pa, frag[2], frag[3]);
+    }
+  }
+}
+
+/// A 16-row strip's A fragments from a shared tile ([row][kDim], padded).
+template <typename T, int kDim>
+__device__ inline void loadStrip(uint32_t (&a)[kDim / 16][4], const T *tile,
+                                 int strip, int lane) {
+  constexpr int kPitch = kDim + 8;
+  int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int kk = 0; kk < kDim / 16; ++kk) {
+    const T *top = tile + (strip + g) * kPitch + kk * 16 + t * 2;
+    const T *bottom = top + 8 * kPitch;
+    a[kk][0] = load32(top);
+    a[kk][1] = load32(bottom);
+    a[kk][2] = load32(top + 8);
+    a[kk][3] = load32(bottom + 8);
+  }
+}
+
+/// dQ, FlashAttention-2's way, query-parallel: a block of 4 warps takes 64
+/// query rows (16 per warp, Q and dO as A fragments in registers) and walks
+/// the keys 64 at a time, K and V double-buffered through shared memory as
+/// in the forward. Per tile: S = Q Kᵀ and dP = dO Vᵀ on the tensor cores,
+/// P = exp(scale S - lse) from the rows' log-sum-exps, dS = P (dP - D), and
+/// dQ += dS K with dS converted to A fragments in registers. Nothing is
+/// written but dQ: no atomics.
+template <typename T, int kDim>
+__global__ void __launch_bounds__(128)
+    attentionGradQueriesMmaKernel(int64_t heads, int64_t kvHeads, int64_t seq,
+                                  int64_t kvSeq, float scale, bool causal,
+                                  MaskView mask, const int64_t *qPos,
+                                  const int64_t *kPos, const T *q, const T *k,
+                                  const T *v, const T *dout, const float *lse,
+                                  const float *delta, T *dq) {
+  constexpr int kRows = 64, kKeys = 64, kPitch = kDim + 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ uint4 sharedTiles[];
+  T *qTile = reinterpret_cast<T *>(sharedTiles);
+  T *doTile = qTile + kRows * kPitch;
+  T *kTiles = doTile + kRows * kPitch;     // [2][kKeys][kPitch]
+  T *vTiles = kTiles + 2 * kKeys * kPitch; // [2][kKeys][kPitch]
+  int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  int g = lane / 4, t = lane % 4;
+  int64_t bh = blockIdx.y, b = bh / heads, h = bh % heads;
+  int64_t kvh = h / (heads / kvHeads);
+  int64_t row0 = int64_t(gridDim.x - 1 - blockIdx.x) * kRows;
+  const T *kHead = k + (b * kvHeads + kvh) * kvSeq * kDim;
+  const T *vHead = v + (b * kvHeads + kvh) * kvSeq * kDim;
+  int64_t lastRow = min(seq, row0 + kRows) - 1;
+  int64_t end = causal && !qPos ? min(kvSeq, lastRow + 1) : kvSeq;
+  auto loadTile = [&](int64_t start, int buffer) {
+    copyRowsAsync<T, kDim>(kTiles + buffer * kKeys * kPitch, kHead, start,
+                           kvSeq);
+    copyRowsAsync<T, kDim>(vTiles + buffer * kKeys * kPitch, vHead, start,
+                           kvSeq);
+    commitAsync();
+  };
+  copyRowsAsync<T, kDim>(qTile, q + bh * seq * kDim, row0, seq);
+  copyRowsAsync<T, kDim>(doTile, dout + bh * seq * kDim, row0, seq);
+  commitAsync();
+  if (end > 0) {
+    loadTile(0, 0);
+    waitAsync<1>();
+  } else {
+    waitAsync<0>();
+  }
+  __syncthreads();
+  int warpRow = warp * 16;
+  uint32_t qa[kDim / 16][4], doa[kDim / 16][4];
+  loadStrip<T, kDim>(qa, qTile, warpRow, lane);
+  loadStrip<T, kDim>(doa, doTile, warpRow, lane);
+  int64_t rows[2] = {row0 + warpRow + g, row0 + warpRow + g + 8};
+  float rowLse[2], rowDelta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bool valid = rows[r] < seq;
+    rowLse[r] = valid ? lse[bh * seq + rows[r]] * kLog2e : INFINITY;
+    rowDelta[r] = valid ? delta[bh * seq + rows[r]] : 0.0f;
+  }
+  float acc[kDim / 8][4];
+#pragma unroll
+  for (int d = 0; d < kDim / 8; ++d)
+    acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+
+  int buffer = 0;
+  for (int64_t start = 0; start < end; start += kKeys, buffer ^= 1) {
+    if (start + kKeys < end) {
+      loadTile(start + kKeys, buffer ^ 1);
+      waitAsync<1>();
+    } else {
+      waitAsync<0>();
+    }
+    __syncthreads();
+    const T *kTile = kTiles + buffer * kKeys * kPitch;
+    const T *vTile = vTiles + buffer * kKeys * kPitch;
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[n][e] = dp[n][e] = 0.0f;
+    stripTimesRowsT<T, kDim>(s, qa, kTile, lane);
+    stripTimesRowsT<T, kDim>(dp, doa, vTile, lane);
+    bool edge = start + kKeys > kvSeq || mask.kind ||
+                (causal && (qPos || start + kKeys - 1 > row0 + warpRow));
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * (scale * kLog2e);
+        if (edge) {
+          int64_t i = rows[e / 2], j = start + n * 8 + t * 2 + (e & 1);
+          bool hidden = j >= kvSeq || i >= seq;
+          if (!hidden && causal)
+            hidden = qPos ? kPos[j] > qPos[i] : j > i;
+          if (hidden)
+            x = -INFINITY;
+          else if (mask.kind)
+            x += maskValue(mask, b, h, i, j) * kLog2e;
+        }
+        float p = exp2f(x - rowLse[e / 2]);
+        s[n][e] = p * (dp[n][e] - rowDelta[e / 2]);
+      }
+    stripTimesRows<T, kDim>(acc, s, kTile, lane);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int64_t i = rows[r];
+    if (i >= seq)
+      continue;
+    T *row = dq + (bh * seq + i) * kDim;
+#pragma unroll
+    for (int d = 0; d < kDim / 8; ++d)
+      *reinterpret_cast<uint32_t *>(row + d * 8 + t * 2) =
+          packPair<T>(acc[d][2 * r] * scale, acc[d][2 * r + 1] * scale);
+  }
+}
+
+/// dK and dV, key-parallel: a block of 4 warps takes 64 keys of one KV head
+/// (16 per warp) and walks the query rows of the heads that share it, 64 at
+/// a time, Q and dO double-buffered through shared memory with the rows'
+/// log-sum-exps and D. Per tile: Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, Pᵀ and dSᵀ as
+/// in the dQ kernel, then dV += Pᵀ dO and dK += dSᵀ Q, both from registers.
+template <typename T, int kDim>
+__global__ void __launch_bounds__(128)
+    attentionGradKeysMmaKernel(int64_t heads, int64_t kvHeads, int64_t seq,
+                               int64_t kvSeq, float scale, bool causal,
+                               MaskView mask, const int64_t *qPos,
+                               const int64_t *kPos, const T *q, const T *k,
+                               const T *v, const T *dout, const float *lse,
+                               const float *delta, T *dk, T *dv) {
+  constexpr int kRows = 64, kKeys = 64, kPitch = kDim + 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ uint4 sharedTiles[];
+  float *stats = reinterpret_cast<float *>(sharedTiles); // [2][lse, D][kRows]
+  T *kTile = reinterpret_cast<T *>(stats + 4 * kRows);
+  T *vTile = kTile + kKeys * kPitch;
+  T *qTiles = vTile + kKeys * kPitch;       // [2][kRows][kPitch]
+  T *doTiles = qTiles + 2 * kRows * kPitch; // [2][kRows][kPitch]
+  int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  int g = lane / 4, t = lane % 4;
+  int64_t bkv = blockIdx.y, b = bkv / kvHeads, kvh = bkv % kvHeads;
+  int64_t group = heads / kvHeads;
+  // Under a causal mask the first keys are seen by the most queries.
+  int64_t key0 = int64_t(blockIdx.x) * kKeys;
+  int64_t firstRow = causal && !qPos ? key0 / kRows * kRows : 0;
+  int64_t tilesPerHead =
+      firstRow < seq ? (seq - firstRow + kRows - 1) / kRows : 0;
+  int64_t tiles = tilesPerHead * group;
+  auto loadTile = [&](int64_t tile, int buffer) {
+    int64_t bh = b * heads + kvh * group + tile / tilesPerHead;
+    int64_t first = firstRow + tile % tilesPerHead * kRows;
+    copyRowsAsync<T, kDim>(qTiles + buffer * kRows * kPitch,
+                           q + bh * seq * kDim, first, seq);
+    copyRowsAsync<T, kDim>(doTiles + buffer * kRows * kPitch,
+                           dout + bh * seq * kDim, first, seq);
+    commitAsync();
+    // Rows past the end get lse = +inf (P = 0) and D = 0.
+    if (threadIdx.x < kRows) {
+      int64_t i = first + threadIdx.x;
+      bool valid = i < seq;
+      stats[buffer * 2 * kRows + threadIdx.x] =
+          valid ? lse[bh * seq + i] * kLog2e : INFINITY;
+      stats[buffer * 2 * kRows + kRows + threadIdx.x] =
+          valid ? delta[bh * seq + i] : 0.0f;
+    }
+  };
+  copyRowsAsync<T, kDim>(kTile, k + bkv * kvSeq * kDim, key0, kvSeq);
+  copyRowsAsync<T, kDim>(vTile, v + bkv * kvSeq * kDim, key0, kvSeq);
+  commitAsync();
+  int warpKey = warp * 16;
+  int64_t keys[2] = {key0 + warpKey + g, key0 + warpKey + g + 8};
+  float dkAcc[kDim / 8][4], dvAcc[kDim / 8][4];
+#pragma unroll
+  for (int d = 0; d < kDim / 8; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dkAcc[d][e] = dvAcc[d][e] = 0.0f;
+  if (tiles > 0)
+    loadTile(0, 0);
+  int buffer = 0;
+  for (int64_t tile = 0; tile < tiles; ++tile, buffer ^= 1) {
+    if (tile + 1 < tiles) {
+      loadTile(tile + 1, buffer ^ 1);
+      waitAsync<1>();
+    } else {
+      waitAsync<0>();
+    }
+    __syncthreads();
+    int64_t h = kvh * group + tile / tilesPerHead;
+    int64_t first = firstRow + tile % tilesPerHead * kRows;
+    const T *qTile = qTiles + buffer * kRows * kPitch;
+    const T *doTile = doTiles + buffer * kRows * kPitch;
+    const float *rowLse = stats + buffer * 2 * kRows;
+    const float *rowDelta = rowLse + kRows;
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[n][e] = dp[n][e] = 0.0f;
+    {
+      uint32_t a[kDim / 16][4];
+      loadStrip<T, kDim>(a, kTile, warpKey, lane);
+      stripTimesRowsT<T, kDim>(s, a, qTile, lane);
+      loadStrip<T, kDim>(a, vTile, warpKey, lane);
+      stripTimesRowsT<T, kDim>(dp, a, doTile, lane);
+    }
+    bool edge = key0 + kKeys > kvSeq || first + kRows > seq || mask.kind ||
+                (causal && (qPos || first < key0 + warpKey + 16));
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int c = n * 8 + t * 2 + (e & 1);
+        float x = s[n][e] * (scale * kLog2e);
+        if (edge) {
+          int64_t i = first + c, j = keys[e / 2];
+          bool hidden = j >= kvSeq || i >= seq;
+          if (!hidden && causal)
+            hidden = qPos ? kPos[j] > qPos[i] : j > i;
+          if (hidden)
+            x = -INFINITY;
+          else if (mask.kind)
+            x += maskValue(mask, b, h, i, j) * kLog2e;
+        }
+        float p = exp2f(x - rowLse[c]);
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - rowDelta[c]);
+      }
+    stripTimesRows<T, kDim>(dvAcc, s, doTile, lane);
+    stripTimesRows<T, kDim>(dkAcc, dp, qTile, lane);
+    __syncthreads();
+  }
+  waitAsync<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int64_t j = keys[r];
+    if (j >= kvSeq)
+      continue;
+    T *dkRow = dk + (bkv * kvSeq + j) * kDim;
+    T *dvRow = dv + (bkv * kvSeq + j) * kDim;
+#pragma unroll
+    for (int d = 0; d < kDim / 8; ++d) {
+      *reinterpret_cast<uint32_t *>(dkRow + d * 8 + t * 2) =
+          packPair<T>(dkAcc[d][2 * r] * scale, dkAcc[d][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t *>(dvRow + d * 8 + t * 2) =
+          packPair<T>(dvAcc[d][2 * r], dvAcc[d][2 * r + 1]);
+    }
+  }
+}
+
+template <typename T, int kDim>
+void launchAttentionGradMma(Context &ctx, const DeviceTensor &q,
+                            const DeviceTensor &k, const DeviceTensor &v,
+                            const DeviceTensor &dout, const MaskView &mask,
+                            const int64_t *qPos, const int64_t *kPos,
+                            const DeviceTensor *out,
+                            const DeviceTensor *savedLse, float scale,
+                            bool causal, const DeviceTensor &dq,
+                            const DeviceTensor &dk, const DeviceTensor &dv) {
+  constexpr int kTile = 64;
+  size_t tiles = size_t(6 * kTile) * (kDim + 8) * sizeof(T);
+  size_t queriesShared = tiles, keysShared = tiles + 4 * kTile * sizeof(float);
+  static const bool raised = [&] {
+    check(ctx,
+          cudaFuncSetAttribute(attentionGradQueriesMmaKernel<T, kDim>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(queriesShared)),
+          "cudaFuncSetAttribute");
+    check(ctx,
+          cudaFuncSetAttribute(attentionGradKeysMmaKernel<T, kDim>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(keysShared)),
+          "cudaFuncSetAttribute");
+    return true;
+  }();
+  (void)raised;
+  int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2];
+  int64_t kvHeads = k.shape[1], kvSeq = k.shape[2];
+  size_t rows = size_t(batch * heads * seq);
+  // Each query row's D (and, without the forward's, its log-sum-exp and
+  // the output they come from: the forward is run again).
+  float *stats = nullptr;
+  void *outBuffer = nullptr;
+  check(ctx,
+        cudaMallocAsync(reinterpret_cast<void **>(&stats),
+                        std::max<size_t>(2 * rows, 1) * sizeof(float),
+                        ctx.compute),
+        "cudaMallocAsync");
+  const float *lse = stats + rows;
+  const void *outData = out ? out->data : nullptr;
+  if (!savedLse) {
+    check(ctx,
+          cudaMallocAsync(&outBuffer,
+                          std::max<size_t>(rows * kDim, 1) * sizeof(T),
+                          ctx.compute),
+          "cudaMallocAsync");
+    BlockView block;
+    block.qPos = qPos;
+    block.kPos = kPos;
+    block.lse = stats + rows;
+    launchAttentionMma<T, kDim>(ctx, q, k, v, mask, scale, causal, block,
+                                DeviceTensor{outBuffer, q.dtype, q.shape});
+    outData = outBuffer;
+  } else {
+    lse = static_cast<const float *>(savedLse->data);
+  }
+  if (rows > 0) {
+    attentionDeltaKernel<T><<<unsigned((rows + 3) / 4), 128, 0, ctx.compute>>>(
+        int64_t(rows), kDim, static_cast<const T *>(dout.data),
+        static_cast<const T *>(outData), stats);
+    checkLaunch(ctx);
+  }
+  if (seq > 0) {
+    dim3 grid(unsigned((seq + kTile - 1) / kTile), unsigned(batch * heads));
+    attentionGradQueriesMmaKernel<T, kDim>
+        <<<grid, 128, queriesShared, ctx.compute>>>(
+            heads, kvHeads, seq, kvSeq, scale, causal, mask, qPos, kPos,
+            static_cast<const T *>(q.data), static_cast<const T *>(k.data),
+            static_cast<const T *>(v.data), static_cast<const T *>(dout.data),
+            lse, stats, static_cast<T *>(dq.data));
+    checkLaunch(ctx);
+  }
+  if (kvSeq > 0) {
+    dim3 grid(unsigned((kvSeq + kTile - 1) / kTile), unsigned(batch * kvHeads));
+    attentionGradKeysMmaKernel<T, kDim><<<grid, 128, keysShared, ctx.compute>>>(
+        heads, kvHeads, seq, kvSeq, scale, causal, mask, qPos, kPos,
+        static_cast<const T *>(q.data), static_cast<const T *>(k.data),
+        static_cast<const T *>(v.data), static_cast<const T *>(dout.data), lse,
+        stats, static_cast<T *>(dk.data), static_cast<T *>(dv.data));
+    checkLaunch(ctx);
+  }
+  if (outBuffer)
+    check(ctx, cudaFreeAsync(outBuffer, ctx.compute), "cudaFreeAsync");
+  check(ctx, cudaFreeAsync(stats, ctx.compute), "cudaFreeAsync");
+}
+
 // ---- Type dispatch for float kernels ------------------------------------
 
 template <typename F>
@@ -1337,6 +1776,23 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
   int64_t dim = std::max(q.shape[3], v.shape[3]);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
+    // 16-bit heads of 64 or 128: FlashAttention-2's backward on the tensor
+    // cores. f32 and other widths take the CUDA-core kernels below.
+    if constexpr (!std::is_same<T, float>::value) {
+      bool aligned = true;
+      for (const DeviceTensor *t : {&dq, &dk, &dv, out})
+        if (t && reinterpret_cast<uintptr_t>(t->data) % 16)
+          aligned = false;
+      if (aligned && tensorCoreAttention<T>(ctx, q, k, v, dout)) {
+        if (dim == 64)
+          launchAttentionGradMma<T, 64>(ctx, q, k, v, dout, view, qPos, kPos,
+                                        out, lse, scale, causal, dq, dk, dv);
+        else
+          launchAttentionGradMma<T, 128>(ctx, q, k, v, dout, view, qPos, kPos,
+                                         out, lse, scale, causal, dq, dk, dv);
+        return;
+      }
+    }
     if (dim <= 64)
       launchAttentionGrad<T, 64>(ctx, q, k, v, dout, view, qPos, kPos, out, lse,
                                  scale, causal, dq, dk, dv);
