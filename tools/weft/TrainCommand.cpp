@@ -74,13 +74,14 @@ static cl::opt<std::string>
               cl::desc("Element type of a raw token file: u16 (default), "
                        "u32, i32 or i64"),
               cl::init("u16"), cl::sub(trainCommand));
-static cl::opt<int64_t> batch("batch-size",
-                              cl::desc("Sequences per micro-batch (default 2; "
-                                       "a .mlir module's own)"),
-                              cl::init(2), cl::sub(trainCommand));
+static cl::opt<int64_t>
+    batch("batch-size",
+          cl::desc("Sequences per micro-batch (default: the "
+                   "model's static shape, else 2)"),
+          cl::init(2), cl::sub(trainCommand));
 static cl::opt<int64_t> seqLen("seq-len",
-                               cl::desc("Tokens per sequence (default 8; a "
-                                        ".mlir module's own)"),
+                               cl::desc("Tokens per sequence (default: the "
+                                        "model's static shape, else 8)"),
                                cl::init(8), cl::sub(trainCommand));
 static cl::opt<int64_t> steps("steps", cl::desc("Optimizer steps to run"),
                               cl::init(20), cl::sub(trainCommand),
@@ -713,10 +714,11 @@ int runTrain(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = loadModel(context);
   if (!module)
     return 1;
-  // A .mlir module has its shapes: its token input gives the micro-batch
-  // and sequence unless they are given.
-  if (llvm::StringRef(model).ends_with(".mlir") && !batch.getNumOccurrences() &&
-      !seqLen.getNumOccurrences())
+  // The model's token input gives the micro-batch and sequence unless they
+  // are given: a .mlir module's, or an ONNX export's static shape (the import
+  // binds dynamic axes to --batch-size and --seq-len, whose defaults then
+  // stand), as weft compile --train reads them.
+  if (!batch.getNumOccurrences() && !seqLen.getNumOccurrences())
     for (auto candidate : module->getOps<func::FuncOp>()) {
       auto input = candidate.isExternal() || !candidate.getNumArguments()
                        ? RankedTensorType()
