@@ -11,7 +11,7 @@
 // Inputs are random; each figure is the median of 10 runs after 2 warm-ups,
 // timed with CUDA events. bench/cuda_torch.py times the same shapes in PyTorch.
 //
-//   cuda-kernels-bench [attention|attention-grad|gemm]...
+//   cuda-kernels-bench [attention|attention-grad|gemm|check]...
 //
 //===----------------------------------------------------------------------===//
 
@@ -491,13 +491,17 @@ void benchLinear(Context &ctx, std::mt19937 &rng, const char *name, int64_t m,
 
 int main(int argc, char **argv) {
   // What to run: attention, attention-grad, gemm; all three by default.
-  auto wanted = [&](const char *what) {
-    if (argc < 2)
-      return true;
+  // `check` alone or with the others: the correctness checks without the
+  // timed runs (short enough for compute-sanitizer).
+  auto named = [&](const char *what) {
     for (int i = 1; i < argc; ++i)
       if (std::strcmp(argv[i], what) == 0)
         return true;
     return false;
+  };
+  bool checksOnly = named("check");
+  auto wanted = [&](const char *what) {
+    return argc < 2 || (checksOnly && argc == 2) || named(what);
   };
   Context ctx;
   try {
@@ -523,12 +527,14 @@ int main(int argc, char **argv) {
           checkAttention(ctx, rng, type, 1, 4, 2, 70, 90, d, true, false, true);
           checkAttention(ctx, rng, type, 1, 2, 2, 33, 130, d, true, true, true);
         }
-      benchAttention(ctx, rng, "gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96, 2048,
-                     128);
-      benchAttention(ctx, rng, "gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96, 2048,
-                     128);
-      benchAttention(ctx, rng, "llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8,
-                     8192, 128);
+      if (!checksOnly) {
+        benchAttention(ctx, rng, "gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96, 2048,
+                       128);
+        benchAttention(ctx, rng, "gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96, 2048,
+                       128);
+        benchAttention(ctx, rng, "llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8,
+                       8192, 128);
+      }
     }
     if (wanted("attention-grad")) {
       for (DType type : {DType::F32, DType::BF16, DType::F16})
@@ -550,14 +556,16 @@ int main(int argc, char **argv) {
           checkAttentionGrad(ctx, rng, type, 1, 2, 2, 300, 300, d, true, true,
                              false);
         }
-      benchAttentionGrad(ctx, rng, "gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96,
-                         2048, 128);
-      benchAttentionGrad(ctx, rng, "gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96,
-                         2048, 128);
-      benchAttentionGrad(ctx, rng, "llama70b b=1 h=64/8 s=8192 d=128", 1, 64, 8,
-                         8192, 128);
+      if (!checksOnly) {
+        benchAttentionGrad(ctx, rng, "gpt3 b=1 h=96 s=2048 d=128", 1, 96, 96,
+                           2048, 128);
+        benchAttentionGrad(ctx, rng, "gpt3 b=4 h=96 s=2048 d=128", 4, 96, 96,
+                           2048, 128);
+        benchAttentionGrad(ctx, rng, "llama70b b=1 h=64/8 s=8192 d=128", 1, 64,
+                           8, 8192, 128);
+      }
     }
-    if (wanted("gemm")) {
+    if (wanted("gemm") && !checksOnly) {
       // The GPT-3 layer's four GEMMs at micro-batch 1 (2048 tokens) and 4.
       for (int64_t tokens : {int64_t(2048), int64_t(8192)}) {
         std::string t = "m=" + std::to_string(tokens);

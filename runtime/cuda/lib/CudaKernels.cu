@@ -1441,6 +1441,29 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+/// The shared memory of the tensor-core backward's kernels: six 64-row
+/// tiles of 16-bit elements (Q, dO and two buffers of K and V, or K, V and
+/// two of Q and dO), padded, and `extra` bytes.
+inline size_t attentionGradMmaShared(int64_t dim, size_t extra) {
+  return size_t(6 * 64) * size_t(dim + 8) * 2 + extra;
+}
+
+/// The shared memory a block may opt in to on the current device: 227 KiB
+/// on an H100, 163 KiB on an A100, 99 KiB on sm_86 and sm_89 parts (RTX
+/// 30xx/40xx, A10, L4, L40S).
+size_t sharedMemoryOptIn(Context &ctx) {
+  static size_t bytes = [&] {
+    int device = 0, value = 0;
+    check(ctx, cudaGetDevice(&device), "cudaGetDevice");
+    check(ctx,
+          cudaDeviceGetAttribute(
+              &value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute");
+    return size_t(value);
+  }();
+  return bytes;
+}
+
 template <typename T, int kDim>
 void launchAttentionGradMma(Context &ctx, const DeviceTensor &q,
                             const DeviceTensor &k, const DeviceTensor &v,
@@ -1451,8 +1474,8 @@ void launchAttentionGradMma(Context &ctx, const DeviceTensor &q,
                             bool causal, const DeviceTensor &dq,
                             const DeviceTensor &dk, const DeviceTensor &dv) {
   constexpr int kTile = 64;
-  size_t tiles = size_t(6 * kTile) * (kDim + 8) * sizeof(T);
-  size_t queriesShared = tiles, keysShared = tiles + 4 * kTile * sizeof(float);
+  size_t queriesShared = attentionGradMmaShared(kDim, 0);
+  size_t keysShared = attentionGradMmaShared(kDim, 4 * kTile * sizeof(float));
   static const bool raised = [&] {
     check(ctx,
           cudaFuncSetAttribute(attentionGradQueriesMmaKernel<T, kDim>,
@@ -1777,13 +1800,17 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     // 16-bit heads of 64 or 128: FlashAttention-2's backward on the tensor
-    // cores. f32 and other widths take the CUDA-core kernels below.
+    // cores, where the device gives a block its shared memory (heads of 128
+    // need 103 KiB: not on sm_86/sm_89 parts). f32, other widths and those
+    // take the CUDA-core kernels below.
     if constexpr (!std::is_same<T, float>::value) {
       bool aligned = true;
       for (const DeviceTensor *t : {&dq, &dk, &dv, out})
         if (t && reinterpret_cast<uintptr_t>(t->data) % 16)
           aligned = false;
-      if (aligned && tensorCoreAttention<T>(ctx, q, k, v, dout)) {
+      if (aligned && tensorCoreAttention<T>(ctx, q, k, v, dout) &&
+          attentionGradMmaShared(dim, 4 * 64 * sizeof(float)) <=
+              sharedMemoryOptIn(ctx)) {
         if (dim == 64)
           launchAttentionGradMma<T, 64>(ctx, q, k, v, dout, view, qPos, kPos,
                                         out, lse, scale, causal, dq, dk, dv);
