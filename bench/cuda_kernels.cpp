@@ -161,6 +161,26 @@ double relativeError(const HostTensor &got, const HostTensor &want) {
   return std::sqrt(diff / norm);
 }
 
+/// An additive mask with -inf entries ([b, 1, s, kvS], f32) and a ring
+/// step's positions: queries at 50.., keys anywhere up to 60 past the last.
+struct MaskAndPositions {
+  HostTensor mask, qPos, kPos;
+};
+MaskAndPositions randomMaskAndPositions(std::mt19937 &rng, int64_t b, int64_t s,
+                                        int64_t kvS) {
+  MaskAndPositions m{HostTensor(DType::F32, {b, 1, s, kvS}),
+                     HostTensor(DType::I64, {s}),
+                     HostTensor(DType::I64, {kvS})};
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  for (float &x : m.mask.floats)
+    x = rng() % 10 == 0 ? -INFINITY : uniform(rng);
+  for (int64_t i = 0; i < s; ++i)
+    m.qPos.ints[size_t(i)] = 50 + i;
+  for (int64_t j = 0; j < kvS; ++j)
+    m.kPos.ints[size_t(j)] = int64_t(rng() % uint32_t(s + 60));
+  return m;
+}
+
 /// The tensor-core kernel's cases, in bf16 or f16, against the f32 CUDA-core
 /// kernel on the same (bf16-rounded, so exact in either) inputs: grouped KV
 /// heads, sequences that are not a multiple of the 64-row tile, more keys than
@@ -175,15 +195,7 @@ void checkAttention(Context &ctx, std::mt19937 &rng, DType type, int64_t b,
   for (HostTensor *t : {&qh, &kh, &vh})
     for (float &x : t->floats)
       x = roundToBf16(x);
-  HostTensor maskHost(DType::F32, {b, 1, s, kvS});
-  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-  for (float &x : maskHost.floats)
-    x = rng() % 10 == 0 ? -INFINITY : uniform(rng);
-  HostTensor qPos(DType::I64, {s}), kPos(DType::I64, {kvS});
-  for (int64_t i = 0; i < s; ++i)
-    qPos.ints[size_t(i)] = 50 + i;
-  for (int64_t j = 0; j < kvS; ++j)
-    kPos.ints[size_t(j)] = int64_t(rng() % uint32_t(s + 60));
+  auto [maskHost, qPos, kPos] = randomMaskAndPositions(rng, b, s, kvS);
   DeviceTensor mask = deviceCopy(ctx, maskHost, DType::F32);
   DeviceTensor qp = deviceCopy(ctx, qPos, DType::I64);
   DeviceTensor kp = deviceCopy(ctx, kPos, DType::I64);
@@ -355,15 +367,7 @@ void checkAttentionGrad(Context &ctx, std::mt19937 &rng, DType type, int64_t b,
   // The block's keys, then (a ring step) the other block's.
   HostTensor kh = rounded({b, kvHeads, kvS + otherS, d});
   HostTensor vh = rounded({b, kvHeads, kvS + otherS, d});
-  HostTensor maskHost(DType::F32, {b, 1, s, kvS});
-  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-  for (float &x : maskHost.floats)
-    x = rng() % 10 == 0 ? -INFINITY : uniform(rng);
-  HostTensor qPos(DType::I64, {s}), kPos(DType::I64, {kvS});
-  for (int64_t i = 0; i < s; ++i)
-    qPos.ints[size_t(i)] = 50 + i;
-  for (int64_t j = 0; j < kvS; ++j)
-    kPos.ints[size_t(j)] = int64_t(rng() % uint32_t(s + 60));
+  auto [maskHost, qPos, kPos] = randomMaskAndPositions(rng, b, s, kvS);
   double scale = 1.0 / std::sqrt(double(d));
   ForwardReference f = forwardReference(
       qh, kh, vh, withMask ? &maskHost : nullptr, ring ? &qPos : nullptr,
