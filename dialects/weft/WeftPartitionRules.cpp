@@ -854,15 +854,66 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   return true;
 }
 
-LogicalResult AttentionGradOp::partition(PartitionState &state) {
-  if ((*this)->hasAttr(WeftDialect::getContextParallelAttrName()) &&
-      state.mesh().size("cp") > 1) {
-    FailureOr<bool> built = partitionRingAttentionGrad(*this, state);
-    if (failed(built))
-      return failure();
-    if (*built)
-      return success();
+/// DeepSpeed-Ulysses' backward (Jacobs et al. 2023), the forward's mirror:
+/// where the gradients are wanted with the sequence split over `ulysses`
+/// (as q, k and v are before the forward's all-to-all), each rank takes q,
+/// k, v and the output's gradient by all-to-all with the heads split
+/// instead and the whole sequence, runs the backward of its heads, and
+/// hands the gradients on split so (their readers all-to-all them back).
+/// Returns false, building nothing, where the sequence is not split over
+/// ulysses or a mask has a heads dimension to split; the generic rule then
+/// gathers the sequence and runs every head's backward on each rank.
+static FailureOr<bool> partitionUlyssesAttentionGrad(AttentionGradOp op,
+                                                     PartitionState &state) {
+  if (state.mesh().size("ulysses") <= 1 || op.getOut() || op.getQPositions())
+    return false;
+  auto headsSplit = [&](Value result) -> std::optional<TensorSharding> {
+    TensorSharding s = state.target(result);
+    if (s.dims.size() != 4 || !llvm::is_contained(s.dims[2], "ulysses") ||
+        llvm::is_contained(s.dims[1], "ulysses") || !s.partial.empty())
+      return std::nullopt;
+    llvm::erase(s.dims[2], "ulysses");
+    s.dims[1].push_back("ulysses");
+    return s;
+  };
+  std::optional<TensorSharding> qWant = headsSplit(op.getQGrad()),
+                                kWant = headsSplit(op.getKGrad()),
+                                vWant = headsSplit(op.getVGrad());
+  if (!qWant || !kWant || !vWant)
+    return false;
+  Value mask = op.getMask();
+  if (mask) {
+    auto maskType = cast<RankedTensorType>(mask.getType());
+    if (maskType.getRank() == 4 && maskType.getDimSize(1) != 1)
+      return false;
+    mask = state.operand(op.getLoc(), mask,
+                         TensorSharding::replicated(maskType.getRank()));
   }
+  Location loc = op.getLoc();
+  Value q = state.operand(loc, op.getQ(), *qWant);
+  Value k = state.operand(loc, op.getK(), *kWant);
+  Value v = state.operand(loc, op.getV(), *vWant);
+  Value dout = state.operand(loc, op.getResultGrad(), *qWant);
+  auto grad = AttentionGradOp::create(
+      state.builder(), loc, q, k, v, dout, mask, Value(), Value(), Value(),
+      Value(), op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr());
+  state.setResult(op.getQGrad(), grad.getQGrad(), *qWant);
+  state.setResult(op.getKGrad(), grad.getKGrad(), *kWant);
+  state.setResult(op.getVGrad(), grad.getVGrad(), *vWant);
+  return true;
+}
+
+LogicalResult AttentionGradOp::partition(PartitionState &state) {
+  FailureOr<bool> built = false;
+  if ((*this)->hasAttr(WeftDialect::getContextParallelAttrName()) &&
+      state.mesh().size("cp") > 1)
+    built = partitionRingAttentionGrad(*this, state);
+  else
+    built = partitionUlyssesAttentionGrad(*this, state);
+  if (failed(built))
+    return failure();
+  if (*built)
+    return success();
   return success(succeeded(partitionByFactorRule(*this, state)));
 }
 

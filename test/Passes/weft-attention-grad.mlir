@@ -76,6 +76,24 @@
 // TP-NOT: weft.all_gather
 // TP: weft.attention_grad {{.*}} : (tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>) -> (tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>)
 
+// Under Ulysses each rank's op takes its heads over the whole sequence, as
+// the forward's: q, k, v and the output's gradient come by all-to-all (the
+// heads split, the sequence gathered), nothing is all-gathered, and the
+// gradients go back by all-to-all. (Until 2026-12-04 every rank gathered
+// them over the sequence and ran the backward of all the heads.)
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
+// RUN:   -weft-apply-plan="ulysses=2" -weft-propagate-sharding -weft-partition -weft-optimize-collectives \
+// RUN:   | FileCheck %s --check-prefix=ULYSSES
+// ULYSSES: weft.layer "h.backward"
+// ULYSSES-NOT: weft.all_gather
+// ULYSSES-COUNT-4: weft.all_to_all {{.*}} : tensor<2x4x4x4xf32> -> tensor<2x2x8x4xf32>
+// ULYSSES-NOT: weft.all_gather
+// ULYSSES: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = weft.attention_grad {{.*}} : (tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>) -> (tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>, tensor<2x2x8x4xf32>)
+// ULYSSES-DAG: weft.all_to_all %[[DQ]] over @mesh ["ulysses"] split_dim 2 concat_dim 1 : tensor<2x2x8x4xf32> -> tensor<2x4x4x4xf32>
+// ULYSSES-DAG: weft.all_to_all %[[DK]] over @mesh ["ulysses"] split_dim 2 concat_dim 1
+// ULYSSES-DAG: weft.all_to_all %[[DV]] over @mesh ["ulysses"] split_dim 2 concat_dim 1
+// ULYSSES-NOT: weft.all_gather
+
 // Attention with dropout takes the fused gradient too, with the forward's
 // dropout: no decomposed scores in its backward.
 // RUN: weft-opt %s -weft-differentiate -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=DROPOUT
