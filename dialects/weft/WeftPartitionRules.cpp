@@ -881,13 +881,17 @@ static FailureOr<bool> partitionUlyssesAttentionGrad(AttentionGradOp op,
                                 vWant = headsSplit(op.getVGrad());
   if (!qWant || !kWant || !vWant)
     return false;
+  // A mask is whole over the sequences and follows the batch's split (it
+  // broadcasts over the heads).
   Value mask = op.getMask();
   if (mask) {
     auto maskType = cast<RankedTensorType>(mask.getType());
     if (maskType.getRank() == 4 && maskType.getDimSize(1) != 1)
       return false;
-    mask = state.operand(op.getLoc(), mask,
-                         TensorSharding::replicated(maskType.getRank()));
+    TensorSharding maskWant = TensorSharding::replicated(maskType.getRank());
+    if (maskType.getRank() == 4 && maskType.getDimSize(0) != 1)
+      maskWant.dims[0] = qWant->dims[0];
+    mask = state.operand(op.getLoc(), mask, maskWant);
   }
   Location loc = op.getLoc();
   Value q = state.operand(loc, op.getQ(), *qWant);
