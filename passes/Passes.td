@@ -592,6 +592,60 @@ def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
   }];
 }
 
+def WeftKeepAttentionStatistics : Pass<"weft-keep-attention-statistics", "::mlir::ModuleOp"> {
+  let summary = "Keeps each attention's log-sum-exp for its gradient, which then recomputes no softmax statistics.";
+  let description = [{
+    FlashAttention-2's split of the work (Dao 2023): the forward keeps, per query row,
+    the log-sum-exp of its scores, and the backward forms the probabilities as
+    `exp(scale · Q Kᵀ + mask - lse)` and `D = rowsum(dO ∘ out)` from it and the
+    output, instead of computing each row's softmax again (on the GPU, a second run of
+    the forward inside the backward; the cost model's backward, 2.5 times the
+    forward, already assumes this).
+
+    For each `weft.attention_grad` that has no `saved` operands and no positions, the
+    pass looks for the `weft.attention` of the same `q`, `k`, `v`, mask, scale,
+    `causal` and dropout:
+    - in the same block (a backward layer that recomputes the attention, under full or
+      selective recomputation, or a function without layers): the attention becomes a
+      `weft.attention_block` over all keys, whose `lse` the gradient reads with the
+      attention's output;
+    - in the forward `weft.layer` whose results the backward layer reads as `q`, `k`
+      and `v` (no recomputation): the forward layer's attention becomes the block, the
+      forward layer also yields its `lse` and its output (in the last layout that the
+      reshapes and transposes which alone read it give it, `weft::layoutChain`: the
+      output projection's input, which the layer keeps anyway; the backward layer
+      undoes them), and the backward layer takes them. What the forward layer keeps
+      grows by one f32 per query row and head.
+
+    The backward layer's `q`, `k`, `v` and mask may be the forward layer's, kept, or
+    recomputed from kept values (`op` recomputation): the same ops, of the same
+    attributes, on equal operands. A gradient whose attention is not found is left as
+    it is; so is a ring's, which `-weft-partition` already builds with the forward's
+    statistics. A query row whose
+    keys are all masked gets a zero output and no gradient (as a ring's block), where
+    a plain attention would give NaN. Run it after `-weft-differentiate` (and, on a
+    partitioned module, after `-weft-partition`); `weft train`, `weft compile --train`
+    and the planner's training programs run it.
+    ```
+    weft-opt -weft-differentiate -weft-keep-attention-statistics model.mlir
+    ```
+
+    With `recompute-attention` (what `weft train` and the planner use under selective
+    recomputation, Korthikanti et al.'s, which reruns the core attention in backward:
+    Megatron-Core checkpoints its fused attention so), a gradient whose attention is
+    not in its block gets the attention run again just before it, from the `q`, `k`,
+    `v` and mask it reads, instead of taking the output and `lse` from the forward
+    layer: the forward layer keeps nothing more, and the backward runs one attention
+    forward more, as the cost model charges selective recomputation.
+  }];
+  let options = [
+    Option<"recomputeAttention", "recompute-attention", "bool", /*default=*/"false",
+           "Run a gradient's attention again just before it, from what it reads, where "
+           "that attention is not in its block (selective recomputation), instead of "
+           "keeping its output and log-sum-exp in the forward layer">
+  ];
+}
+
 def WeftSplitStageSends : Pass<"weft-split-stage-sends", "::mlir::ModuleOp"> {
   let summary = "Each tensor-parallel rank sends its 1/tp block of what a pipeline stage passes on; the receiver all-gathers it.";
   let description = [{

@@ -56,6 +56,8 @@ struct WeftPrintOpFacts
               }
           if (tensor.maskOnly)
             remark << " (a 1-byte mask)";
+          if (tensor.rowStatistics)
+            remark << " (an f32 per row)";
         }
         weft::BackwardCost backward = differentiable.estimateBackwardCost(
             op->getOperandTypes(), op->getResultTypes());

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/Gradients.h"
 #include "weft/Dialect/WeftInterfaces.h"
 #include "weft/Dialect/WeftOps.h"
 
@@ -327,7 +328,8 @@ void FusionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
     differentiable.getSavedForBackward(inner);
     for (SavedTensor tensor : inner) {
       if (auto arg = dyn_cast<BlockArgument>(tensor.value))
-        saved.push_back({getInputs()[arg.getArgNumber()], tensor.maskOnly});
+        saved.push_back({getInputs()[arg.getArgNumber()], tensor.maskOnly,
+                         tensor.rowStatistics});
       else
         saved.push_back(tensor);
     }
@@ -394,12 +396,28 @@ static BackwardCost attentionBackward(TypeRange operandTypes,
 }
 
 // Its backward (weft.attention_grad, which AttentionOp::buildGradients
-// builds) recomputes the probabilities from q and k, and reads v: the output
-// is not kept (FlashAttention's backward reads it and the row log-sum-exps
-// instead of recomputing them; where the output projection reads it, it is
-// kept anyway).
+// builds) forms the probabilities from q, k and each row's log-sum-exp, and
+// reads v and the output (D = rowsum(dO * out)), as FlashAttention-2's does.
+SmallVector<Value, 4> weft::layoutChain(Value value) {
+  SmallVector<Value, 4> chain{value};
+  while (chain.back().hasOneUse()) {
+    Operation *user = *chain.back().getUsers().begin();
+    if (!isa<ReshapeOp, TransposeOp>(user))
+      break;
+    chain.push_back(user->getResult(0));
+  }
+  return chain;
+}
+
 void AttentionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   saveAttention(*this, saved);
+  // And, as FlashAttention-2's backward reads them, the output (as the
+  // output projection keeps it: a transpose of it holds the same elements,
+  // which the backward transposes back) and each query row's log-sum-exp
+  // (-weft-keep-attention-statistics keeps them in the forward layer;
+  // selective recomputation runs the attention again).
+  save(saved, layoutChain(getResult()).back());
+  saved.push_back({getResult(), /*maskOnly=*/false, /*rowStatistics=*/true});
 }
 
 BackwardCost AttentionOp::estimateBackwardCost(TypeRange operandTypes,

@@ -18,6 +18,22 @@ int64_t weft::getTensorBytes(Type type) {
   return tensor.getNumElements() * std::max<int64_t>(1, bits / 8);
 }
 
+int64_t SavedTensor::bytes(RankedTensorType type, int form) {
+  switch (form) {
+  case 1:
+    return type.getNumElements();
+  case 2: {
+    int64_t rows = type.getRank()
+                       ? type.getNumElements() /
+                             std::max<int64_t>(1, type.getShape().back())
+                       : 1;
+    return rows * 4;
+  }
+  default:
+    return getTensorBytes(type);
+  }
+}
+
 static int64_t sumBytes(TypeRange types) {
   int64_t bytes = 0;
   for (Type type : types)

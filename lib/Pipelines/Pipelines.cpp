@@ -216,15 +216,21 @@ LogicalResult weft::buildPartitionedStep(MLIRContext &context, ModuleOp module,
                                          bool partitioned,
                                          const TrainingStepOptions &options) {
   const bool pipelined = plan.pp() > 1;
-  if (partitioned) {
+  {
     PassManager pm(&context);
     // ZeRO: the gradients are reduce-scattered and each rank updates its
     // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
-    buildPartitionPipeline(pm, applyPlanOptions(plan), plan.compress(),
-                           plan.zero_stage());
+    if (partitioned)
+      buildPartitionPipeline(pm, applyPlanOptions(plan), plan.compress(),
+                             plan.zero_stage());
+    // Each attention keeps its log-sum-exp for its gradient (on the
+    // partitioned program: a ring's steps keep theirs already).
+    WeftKeepAttentionStatisticsOptions statistics;
+    statistics.recomputeAttention = options.recompute == "selective";
+    pm.addPass(createWeftKeepAttentionStatistics(statistics));
     // Each stage's forward, backward and weight-gradient steps apart, and
     // their data-parallel gradient reductions once per step.
-    if (pipelined) {
+    if (partitioned && pipelined) {
       pm.addPass(createWeftSplitBackward());
       // ZeRO-1: each stage's gradients reduce-scattered, the optimizer state
       // in blocks.

@@ -542,10 +542,9 @@ static Value gradientStoredAs(Value value, Operation **scattered = nullptr) {
   return value;
 }
 
-static double bytesOf(Value value, bool maskOnly) {
-  auto type = cast<RankedTensorType>(value.getType());
-  return maskOnly ? double(type.getNumElements())
-                  : double(getTensorBytes(type));
+static double bytesOf(Value value, int form) {
+  return double(
+      SavedTensor::bytes(cast<RankedTensorType>(value.getType()), form));
 }
 
 ProgramShape ProgramShape::of(const plan::Plan &plan, int64_t dp) {
@@ -637,8 +636,8 @@ struct SavedSet {
   }
   double bytes(const llvm::DenseSet<std::pair<Value, int>> &set) const {
     double total = 0;
-    for (auto [value, maskOnly] : set)
-      total += bytesOf(value, maskOnly);
+    for (auto [value, form] : set)
+      total += bytesOf(value, form);
     return total;
   }
 };
@@ -970,8 +969,8 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       if (isPersistent(tensor.value))
         continue;
       Operation *gathered;
-      auto key = std::make_pair(storedAs(tensor.value, &gathered),
-                                int(tensor.maskOnly));
+      auto key =
+          std::make_pair(storedAs(tensor.value, &gathered), tensor.form());
       markRegathered(gathered);
       bool elementwise = by->hasTrait<weft::OpTrait::Elementwise>();
       saved[b].all.insert(key);
@@ -1045,9 +1044,9 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   for (int b = 0; b < 3; ++b) {
     BlockMemory &memory = profile.memory[b];
     for (auto [value, kind] : weightReads[b].computed)
-      memory.weightGradientReadBytes += bytesOf(value, false);
+      memory.weightGradientReadBytes += bytesOf(value, 0);
     for (Value value : weightReads[b].forward)
-      memory.weightGradientReadBytes += bytesOf(value, false);
+      memory.weightGradientReadBytes += bytesOf(value, 0);
   }
 
   // An activation the layers read besides the residual stream (an attention
@@ -1066,7 +1065,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         kept.all.erase({storedAs(arg), mask});
         kept.selective.erase({storedAs(arg), mask});
       }
-      memory.sharedInputBytes += bytesOf(arg, false);
+      memory.sharedInputBytes += bytesOf(arg, 0);
     }
     // Rematerialized (isCheapToRematerialize, as -weft-differentiate applies
     // it without full recomputation): an elementwise op's result that only
@@ -1180,9 +1179,19 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       // GELU) keeps the fusion's result, as many bytes as the GEMM's, which
       // the differentiated program keeps and recomputes the GELU from.
       Operation *top = body.findAncestorOpInBlock(*value.getDefiningOp());
-      if (top && isKept(top))
-        for (Value result : top->getResults())
-          keptValues.insert({storedAs(result), 0});
+      if (!top || !isKept(top))
+        continue;
+      for (Value result : top->getResults())
+        keptValues.insert({storedAs(result), 0});
+      // And what it keeps of its rows besides (a fused attention's
+      // log-sum-exps, which -weft-keep-attention-statistics keeps with it).
+      if (auto differentiable = dyn_cast<DifferentiableOpInterface>(top)) {
+        SmallVector<SavedTensor> own;
+        differentiable.getSavedForBackward(own);
+        for (const SavedTensor &tensor : own)
+          if (tensor.rowStatistics)
+            keptValues.insert({storedAs(tensor.value), tensor.form()});
+      }
     }
     profile.memory[b].savedBytesOps = saved[b].bytes(keptValues);
   }
@@ -1196,7 +1205,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   if (layer) {
     Value input = layer.getBody().front().getArgument(0);
     BlockMemory &memory = profile.memory[int(BlockKind::Layer)];
-    memory.inputBytes = bytesOf(input, false);
+    memory.inputBytes = bytesOf(input, 0);
     memory.weightGradientReadsInput =
         weightReads[int(BlockKind::Layer)].forward.count(storedAs(input));
   }

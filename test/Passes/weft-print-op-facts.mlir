@@ -102,7 +102,9 @@ func.func @collectives(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<16x8xf32
 // What backward reads and costs: a linear keeps its input (and weight), and
 // its gradients are two GEMMs of its size; a product by a constant keeps
 // only the constant (which costs no memory); dropout keeps a 1-byte mask;
-// attention is the attention core and its backward is 2.5 times its forward.
+// attention is the attention core, its backward reads q, k, v, the output
+// and each query row's log-sum-exp (FlashAttention-2's) and is 2.5 times its
+// forward.
 func.func @backward(%x: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %q: tensor<1x2x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<1x2x8x4xf32>) {
   // expected-remark @+1 {{backward saves operand #0, operand #1, costs 65536 flops for inputs and 65536 for weights}}
   %0 = weft.linear %x, %w : (tensor<2x8x32xf32>, tensor<32x64xf32>) -> tensor<2x8x64xf32>
@@ -112,7 +114,7 @@ func.func @backward(%x: tensor<2x8x32xf32>, %w: tensor<32x64xf32>, %q: tensor<1x
   %1 = weft.mul %0, %c : (tensor<2x8x64xf32>, tensor<f32>) -> tensor<2x8x64xf32>
   // expected-remark @+1 {{backward saves result #0 (a 1-byte mask)}}
   %2 = weft.dropout %1 ratio 0.1 : tensor<2x8x64xf32>
-  // expected-remark @+1 {{backward saves operand #0, operand #1, operand #2, costs 3780 flops for inputs and 0 for weights; attention core}}
+  // expected-remark @+1 {{backward saves operand #0, operand #1, operand #2, result #0, result #0 (an f32 per row), costs 3780 flops for inputs and 0 for weights; attention core}}
   %3 = weft.attention %q, %k, %v scale 0.5 causal : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
   return %0, %2, %3 : tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<1x2x8x4xf32>
 }

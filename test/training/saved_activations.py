@@ -42,6 +42,14 @@ and the cost model keeps them. The
 log-sum-exps are f32 in both figures, so the x 2 is not theirs: the expected
 bytes are the cost model's less one log-sum-exp a layer
 ([batch / dp, heads, seq / cp, 1] of f32).
+Since 2026-12-04 every fused attention's gradient reads the forward's output
+and log-sum-exps (-weft-keep-attention-statistics, FlashAttention-2's
+backward): without recomputation and under recompute=op the forward layer
+keeps them too (the output in the output projection's layout, which the
+layer keeps anyway, so only the log-sum-exps are new), the cost model counts
+them (AttentionOp::getSavedForBackward), and the same one log-sum-exp a
+layer comes off; selective recomputation runs the
+attention again in the backward layer and keeps nothing more.
 
 recompute=op (torchtitan's per-op checkpointing, since 2026-12-02) keeps
 what weft::keptByOpPolicy keeps and the backward reads, directly or through
@@ -141,7 +149,11 @@ def check(weft, model, work, extra, spec, devices, dp, mode):
     expected = model_bytes
     degrees = dict(part.split("=") for part in spec.split(",")) if spec else {}
     cp = int(degrees.get("cp", 1))
-    if cp > 1 and mode in ("none", "selective"):
+    # One f32 log-sum-exp per query row and head a layer: a ring's, or a
+    # fused attention's that its forward layer keeps for its gradient
+    # (-weft-keep-attention-statistics: without recomputation and under
+    # recompute=op; selective recomputation runs the attention again).
+    if mode in ("none", "op") or (cp > 1 and mode == "selective"):
         heads = int(json.loads(plan.stdout[:plan.stdout.index("\n}\n") + 3])["model"]["heads"])
         heads //= int(degrees.get("tp", 1)) * int(degrees.get("ulysses", 1))
         expected -= layers * (batch // dp) * heads * (seq // cp) * 4

@@ -115,20 +115,24 @@ TEST(PlannerMemory, ActivationsMatchKorthikantiFormulas) {
 // and the layer its input (h) for the norms, which are recomputed; the
 // projection and the second MLP GEMM run again (with the dropouts, whose
 // masks are drawn again). 2 bytes an element: 18sbh, split over tp but the
-// input (which SP splits too). (Without fused attention, the attention's
-// matrix products read no weight: it is recomputed, and nothing of it kept.)
+// input (which SP splits too); and the attention's log-sum-exps, one f32
+// per query row and head (4sba, split over tp), which its gradient reads
+// with the output (-weft-keep-attention-statistics). (Without fused attention,
+// the attention's matrix products read no weight: it is recomputed, and nothing
+// of it kept.)
 TEST(PlannerMemory, OpRecomputationKeepsWhatThePolicyKeeps) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
   plan::TrainingConfig training = megatron2022(1);
   training.set_flash_attention(true);
   CostModel model(gpt22b(), cluster, training);
   const double sbh = 2048.0 * 1 * 6144, t = 8;
+  const double lse = 4.0 * 64 / 6144;
   const BlockCost &single = model.layerCost(tpPlan(1, false, 1));
-  EXPECT_NEAR(single.savedBytesOps / sbh, 18, 1e-9);
+  EXPECT_NEAR(single.savedBytesOps / sbh, 18 + lse, 1e-9);
   EXPECT_NEAR(model.layerCost(tpPlan(8, false, 1)).savedBytesOps / sbh,
-              2 + 16 / t, 1e-9);
-  EXPECT_NEAR(model.layerCost(tpPlan(8, true, 1)).savedBytesOps / sbh, 18 / t,
-              1e-9);
+              2 + 16 / t + lse / t, 1e-9);
+  EXPECT_NEAR(model.layerCost(tpPlan(8, true, 1)).savedBytesOps / sbh,
+              18 / t + lse / t, 1e-9);
   // Reruns: two of the four GEMMs (h x h and 4h x h: 5 of the 12 h^2) with
   // the elementwise ops between, not the attention.
   EXPECT_GT(single.recomputedByOps, 0.4 * single.linearForward);
@@ -170,11 +174,17 @@ TEST(PlannerMemory, SwiGLUKeepsGateUpAndProduct) {
     SCOPED_TRACE("tp=" + std::to_string(t));
     const BlockCost &layer = model.layerCost(tpPlan(t, false, 1));
     // The norms' inputs and outputs (4 x 2sh, whole under tp without SP),
-    // q, k, v and the attention's output (4 x 2sh / t), and gate, up and
-    // product (3 x 2sf / t). With silu(gate) kept it would be 8sf / t.
-    EXPECT_DOUBLE_EQ(layer.savedBytes,
+    // q, k, v and the output projection's input (4 x 2sh / t), and gate, up
+    // and product (3 x 2sf / t). With silu(gate) kept it would be 8sf / t.
+    // Without recomputation the attention also keeps each query row's
+    // log-sum-exp (4s a / t), which its gradient reads with its output (the
+    // projection's input, transposed back); selective recomputation runs the
+    // attention again instead.
+    const double heads = double(spec.heads());
+    EXPECT_DOUBLE_EQ(layer.savedBytesSelective,
                      2 * s * h * (4 + 4.0 / t) + 6 * s * f / t);
-    EXPECT_DOUBLE_EQ(layer.savedBytesSelective, layer.savedBytes);
+    EXPECT_DOUBLE_EQ(layer.savedBytes,
+                     layer.savedBytesSelective + 4 * s * heads / t);
   }
 }
 
@@ -206,8 +216,11 @@ TEST(PlannerMemory, VocabularyParallelHeadKeepsLogitsBlockAndLabels) {
 // its backward ring reads besides: the ring's output (bf16) and each query
 // row's log-sum-exp over all keys (f32). Every other activation of the
 // layer is split over cp, so the layer keeps 1/cp of the unsplit layer's
-// bytes and those, with and without selective recomputation (which leaves a
-// fused attention alone).
+// bytes. Without recomputation the unsplit attention keeps its log-sum-exps
+// too (-weft-keep-attention-statistics; its output is the projection's
+// input, kept anyway), which the ring keeps instead of 1/cp of them; under
+// selective recomputation the unsplit attention runs again and keeps
+// neither, while the ring keeps its statistics.
 TEST(PlannerMemory, RingAttentionKeepsTheAttentionsBlocksAndStatistics) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
   plan::TrainingConfig training = megatron2022(1);
@@ -221,7 +234,9 @@ TEST(PlannerMemory, RingAttentionKeepsTheAttentionsBlocksAndStatistics) {
     plan.set_cp(c);
     const BlockCost &ring = model.layerCost(plan);
     const double statistics = b * a * (s / c) * (d * 2 + 4);
-    EXPECT_DOUBLE_EQ(ring.savedBytes, whole.savedBytes / c + statistics);
+    const double wholeLse = b * a * s * 4;
+    EXPECT_DOUBLE_EQ(ring.savedBytes,
+                     (whole.savedBytes - wholeLse) / c + statistics);
     EXPECT_DOUBLE_EQ(ring.savedBytesSelective,
                      whole.savedBytesSelective / c + statistics);
   }

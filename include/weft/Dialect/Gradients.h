@@ -165,6 +165,14 @@ mlir::LogicalResult differentiateDecomposedAttention(mlir::OpBuilder &b,
                                                      mlir::Value dy,
                                                      GradientState &local);
 
+/// `value`, then each reshape or transpose that alone reads the one before
+/// (an attention's output on its way to the output projection, in that
+/// projection's layout): the same elements, in the layouts they pass
+/// through. A fused attention's backward keeps the last of them, which the
+/// output projection keeps anyway (AttentionOp::getSavedForBackward,
+/// -weft-keep-attention-statistics).
+llvm::SmallVector<mlir::Value, 4> layoutChain(mlir::Value value);
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_GRADIENTS_H

@@ -93,10 +93,19 @@ struct OpCost {
 };
 
 /// A value an op's backward reads (DifferentiableOpInterface): the value
-/// itself, or one byte per element of it (which elements dropout kept).
+/// itself, one byte per element of it (which elements dropout kept), or one
+/// f32 per row of it (a fused attention's log-sum-exp per query row, which
+/// its backward reads with the output: `value` is the output).
 struct SavedTensor {
   mlir::Value value;
   bool maskOnly = false;
+  bool rowStatistics = false;
+
+  /// How much of `value` is kept, as a small integer (0 the value, 1 its
+  /// mask, 2 its rows' statistics): a key for sets of kept tensors.
+  int form() const { return maskOnly ? 1 : rowStatistics ? 2 : 0; }
+  /// The bytes kept of a value of `type` in form `form`.
+  static int64_t bytes(mlir::RankedTensorType type, int form);
 };
 
 /// A value an operand's gradient reads (DifferentiableOpInterface::

@@ -1,0 +1,330 @@
+//===- WeftKeepAttentionStatistics.cpp - The forward's lse for the backward
+//===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Dialect/Gradients.h"
+#include "weft/Dialect/WeftDialect.h"
+#include "weft/Dialect/WeftOps.h"
+#include "weft/Passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace weft {
+#define GEN_PASS_DEF_WEFTKEEPATTENTIONSTATISTICS
+#include "passes/Passes.h.inc"
+} // namespace weft
+
+using namespace mlir;
+using namespace weft;
+
+namespace {
+
+/// Where a backward layer's value comes from outside it: the layer's operand
+/// for a block argument of its body, else null.
+static Value outsideOf(Value inside, LayerOp layer) {
+  auto arg = dyn_cast<BlockArgument>(inside);
+  if (!arg || arg.getOwner() != &layer.getBody().front())
+    return Value();
+  return layer.getInputs()[arg.getArgNumber()];
+}
+
+/// Whether `forwardValue`, inside `forward`'s body, is the value that
+/// `outside` (an operand of a later op in the enclosing block) names: the
+/// forward layer's operand that its block argument stands for, or the result
+/// that yields it.
+static bool sameAcross(Value forwardValue, LayerOp forward, Value outside) {
+  if (!forwardValue || !outside)
+    return !forwardValue && !outside;
+  Block &body = forward.getBody().front();
+  if (auto arg = dyn_cast<BlockArgument>(forwardValue);
+      arg && arg.getOwner() == &body)
+    return forward.getInputs()[arg.getArgNumber()] == outside;
+  auto result = dyn_cast<OpResult>(outside);
+  if (!result || result.getOwner() != forward.getOperation())
+    return false;
+  auto yield = cast<YieldOp>(body.getTerminator());
+  return yield.getValues()[result.getResultNumber()] == forwardValue;
+}
+
+static bool sameAttributes(AttentionOp attention, AttentionGradOp grad) {
+  return attention.getScaleAttr() == grad.getScaleAttr() &&
+         attention.getCausal() == grad.getCausal() &&
+         attention.getDropoutAttr() == grad.getDropoutAttr();
+}
+
+/// The attention `grad` is the gradient of, in its own block, before it.
+static AttentionOp attentionInBlock(AttentionGradOp grad) {
+  for (Operation *op = grad->getPrevNode(); op; op = op->getPrevNode()) {
+    auto attention = dyn_cast<AttentionOp>(op);
+    if (attention && attention.getQ() == grad.getQ() &&
+        attention.getK() == grad.getK() && attention.getV() == grad.getV() &&
+        attention.getMask() == grad.getMask() &&
+        sameAttributes(attention, grad))
+      return attention;
+  }
+  return AttentionOp();
+}
+
+/// Whether values of a backward layer are values of its forward layer: the
+/// same value across the layers' boundary, or the same op (name,
+/// attributes, result) of such operands, recomputed (what a backward layer
+/// recomputes from kept values and the layer's input: LLaMA's rotary K under
+/// recompute=op is 9 ops deep).
+struct Equivalence {
+  Equivalence(LayerOp backward, LayerOp forward)
+      : backward(backward), forward(forward) {}
+
+  LayerOp backward, forward;
+  llvm::DenseMap<std::pair<Value, Value>, bool> known;
+
+  bool operator()(Value inner, Value forwardValue, int depth = 24) {
+    if (!inner || !forwardValue)
+      return !inner && !forwardValue;
+    if (Value outside = outsideOf(inner, backward))
+      return sameAcross(forwardValue, forward, outside);
+    auto found = known.find({inner, forwardValue});
+    if (found != known.end())
+      return found->second;
+    bool same = depth > 0 && sameOp(inner, forwardValue, depth);
+    known[{inner, forwardValue}] = same;
+    return same;
+  }
+
+  bool sameOp(Value inner, Value forwardValue, int depth) {
+    auto x = dyn_cast<OpResult>(inner), y = dyn_cast<OpResult>(forwardValue);
+    if (!x || !y || x.getResultNumber() != y.getResultNumber())
+      return false;
+    Operation *a = x.getOwner(), *b = y.getOwner();
+    if (a->getName() != b->getName() ||
+        a->getAttrDictionary() != b->getAttrDictionary() ||
+        a->getNumRegions() || b->getNumRegions() ||
+        a->getResultTypes() != b->getResultTypes() ||
+        a->getNumOperands() != b->getNumOperands())
+      return false;
+    for (auto [p, q] : llvm::zip(a->getOperands(), b->getOperands()))
+      if (!(*this)(p, q, depth - 1))
+        return false;
+    return true;
+  }
+};
+
+/// The forward layer of the backward layer `backward`: the layer of its
+/// kind less ".backward" and its index, whose results it reads.
+static LayerOp forwardLayerOf(LayerOp backward) {
+  StringRef kind = backward.getKind();
+  if (!kind.consume_back(".backward"))
+    return LayerOp();
+  for (Value input : backward.getInputs())
+    if (auto forward = input.getDefiningOp<LayerOp>();
+        forward && forward.getKind() == kind &&
+        forward.getIndex() == backward.getIndex() &&
+        forward->getBlock() == backward->getBlock())
+      return forward;
+  return LayerOp();
+}
+
+/// The attention of the forward layer that `grad`'s backward layer
+/// differentiates, of the q, k, v and mask that `grad` reads (kept by the
+/// forward layer or recomputed), with that forward layer.
+static std::pair<AttentionOp, LayerOp>
+attentionInForwardLayer(AttentionGradOp grad) {
+  auto backward = dyn_cast<LayerOp>(grad->getParentOp());
+  LayerOp forward = backward ? forwardLayerOf(backward) : LayerOp();
+  if (!forward)
+    return {};
+  Equivalence equivalent(backward, forward);
+  for (auto attention : forward.getBody().front().getOps<AttentionOp>())
+    if (sameAttributes(attention, grad) &&
+        equivalent(grad.getQ(), attention.getQ()) &&
+        equivalent(grad.getK(), attention.getK()) &&
+        equivalent(grad.getV(), attention.getV()) &&
+        equivalent(grad.getMask(), attention.getMask()))
+      return {attention, forward};
+  return {};
+}
+
+/// Attention over all the keys as a block: the output (of `type`) and the
+/// log-sum-exp of each query row.
+static AttentionBlockOp buildBlock(OpBuilder &b, Location loc, Type type,
+                                   Value q, Value k, Value v, Value mask,
+                                   FloatAttr scale, UnitAttr causal) {
+  SmallVector<int64_t> rows(cast<RankedTensorType>(type).getShape());
+  rows.back() = 1;
+  auto lseType = RankedTensorType::get(rows, b.getF32Type());
+  return AttentionBlockOp::create(b, loc, TypeRange{type, lseType}, q, k, v,
+                                  mask, Value(), Value(), scale, causal);
+}
+
+/// `attention` as an attention block over all its keys: the same output,
+/// and the log-sum-exp of each query row.
+static AttentionBlockOp toBlock(AttentionOp attention) {
+  OpBuilder b(attention);
+  auto block =
+      buildBlock(b, attention.getLoc(), attention.getType(), attention.getQ(),
+                 attention.getK(), attention.getV(), attention.getMask(),
+                 attention.getScaleAttr(), attention.getCausalAttr());
+  block->setDiscardableAttrs(attention->getDiscardableAttrDictionary());
+  attention.getResult().replaceAllUsesWith(block.getResult());
+  attention.erase();
+  return block;
+}
+
+/// `grad`, reading the forward's output and log-sum-exp.
+static void readSaved(AttentionGradOp grad, Value out, Value lse) {
+  OpBuilder b(grad);
+  auto saved = AttentionGradOp::create(
+      b, grad.getLoc(), grad.getQ(), grad.getK(), grad.getV(),
+      grad.getResultGrad(), grad.getMask(), Value(), Value(), out, lse,
+      grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr());
+  saved->setDiscardableAttrs(grad->getDiscardableAttrDictionary());
+  grad->replaceAllUsesWith(saved->getResults());
+  grad.erase();
+}
+
+/// `layer` with `extra` yielded as more results (a value it yields already
+/// is not yielded twice); returns the layer that replaces it and sets
+/// `results` to the results that carry `extra`.
+static LayerOp yieldMore(LayerOp layer, ArrayRef<Value> extra,
+                         SmallVectorImpl<Value> &results) {
+  Block &body = layer.getBody().front();
+  auto yield = cast<YieldOp>(body.getTerminator());
+  SmallVector<Value> values(yield.getValues());
+  SmallVector<unsigned> at;
+  for (Value value : extra) {
+    auto found = llvm::find(values, value);
+    at.push_back(unsigned(std::distance(values.begin(), found)));
+    if (found == values.end())
+      values.push_back(value);
+  }
+  if (values.size() != yield.getValues().size()) {
+    OpBuilder yb(yield);
+    YieldOp::create(yb, yield.getLoc(), values);
+    yield.erase();
+    OpBuilder b(layer);
+    auto wider =
+        LayerOp::create(b, layer.getLoc(), layer.getKind(), layer.getIndex(),
+                        layer.getInputs(), ValueRange(values).getTypes());
+    wider->setAttrs(layer->getAttrs());
+    wider.getBody().takeBody(layer.getBody());
+    for (auto [old, kept] : llvm::zip(layer.getResults(), wider.getResults()))
+      old.replaceAllUsesWith(kept);
+    layer.erase();
+    layer = wider;
+  }
+  results.clear();
+  for (unsigned index : at)
+    results.push_back(layer.getResult(index));
+  return layer;
+}
+
+/// `layer` with `extra` as more inputs (a value it takes already is not
+/// taken twice); sets `args` to the body's arguments that stand for them.
+static void takeMore(LayerOp layer, ArrayRef<Value> extra,
+                     SmallVectorImpl<Value> &args) {
+  SmallVector<Value> inputs(layer.getInputs());
+  SmallVector<unsigned> at;
+  for (Value value : extra) {
+    auto found = llvm::find(inputs, value);
+    at.push_back(unsigned(std::distance(inputs.begin(), found)));
+    if (found == inputs.end())
+      inputs.push_back(value);
+  }
+  Block *body = &layer.getBody().front();
+  if (inputs.size() != layer.getInputs().size()) {
+    OpBuilder b(layer);
+    auto wider =
+        LayerOp::create(b, layer.getLoc(), layer.getKind(), layer.getIndex(),
+                        inputs, layer.getResultTypes());
+    wider->setAttrs(layer->getAttrs());
+    wider.getBody().takeBody(layer.getBody());
+    body = &wider.getBody().front();
+    for (Value value : ValueRange(inputs).drop_front(body->getNumArguments()))
+      body->addArgument(value.getType(), value.getLoc());
+    layer->replaceAllUsesWith(wider->getResults());
+    layer.erase();
+  }
+  args.clear();
+  for (unsigned index : at)
+    args.push_back(body->getArgument(index));
+}
+
+/// Where in `chain` (weft::layoutChain of an attention's output) `forward`
+/// hands the output over: the last layout it yields already (the output
+/// projection's input, which it keeps), else the last, which it will yield.
+/// The same elements are then not kept twice.
+static unsigned layoutToCarry(LayerOp forward, ArrayRef<Value> chain) {
+  auto yield = cast<YieldOp>(forward.getBody().front().getTerminator());
+  for (unsigned i = chain.size(); i-- > 0;)
+    if (llvm::is_contained(yield.getValues(), chain[i]))
+      return i;
+  return chain.size() - 1;
+}
+
+/// `carried`, the `at`-th layout of `chain`, back in the first layout (the
+/// attention's output): each reshape and transpose undone, at `b`.
+static Value undoLayouts(OpBuilder &b, Location loc, ArrayRef<Value> chain,
+                         unsigned at, Value carried) {
+  for (unsigned i = at; i > 0; --i) {
+    if (auto transpose = chain[i].getDefiningOp<TransposeOp>()) {
+      ArrayRef<int64_t> perm = transpose.getPermutation();
+      SmallVector<int64_t> inverse(perm.size());
+      for (auto [d, p] : llvm::enumerate(perm))
+        inverse[p] = int64_t(d);
+      carried = TransposeOp::create(b, loc, carried, inverse);
+    } else {
+      carried = ReshapeOp::create(b, loc, chain[i - 1].getType(), carried);
+    }
+  }
+  return carried;
+}
+
+struct WeftKeepAttentionStatistics
+    : public weft::impl::WeftKeepAttentionStatisticsBase<
+          WeftKeepAttentionStatistics> {
+  using WeftKeepAttentionStatisticsBase::WeftKeepAttentionStatisticsBase;
+
+  void runOnOperation() override {
+    SmallVector<AttentionGradOp> grads;
+    getOperation().walk([&](AttentionGradOp grad) {
+      if (!grad.getOut() && !grad.getQPositions())
+        grads.push_back(grad);
+    });
+    // Layers are rebuilt as they grow, but the ops in their bodies move
+    // with the bodies: each gradient's places are looked up when it comes.
+    for (AttentionGradOp grad : grads) {
+      if (AttentionOp attention = attentionInBlock(grad)) {
+        AttentionBlockOp block = toBlock(attention);
+        readSaved(grad, block.getResult(), block.getLse());
+        continue;
+      }
+      if (recomputeAttention) {
+        // Selective recomputation: the attention runs again where its
+        // gradient is, from what the gradient reads.
+        OpBuilder b(grad);
+        AttentionBlockOp block =
+            buildBlock(b, grad.getLoc(), grad.getResultGrad().getType(),
+                       grad.getQ(), grad.getK(), grad.getV(), grad.getMask(),
+                       grad.getScaleAttr(), grad.getCausalAttr());
+        readSaved(grad, block.getResult(), block.getLse());
+        continue;
+      }
+      auto [attention, forward] = attentionInForwardLayer(grad);
+      if (!attention)
+        continue;
+      auto backward = cast<LayerOp>(grad->getParentOp());
+      AttentionBlockOp block = toBlock(attention);
+      SmallVector<Value, 4> chain = layoutChain(block.getResult());
+      unsigned at = layoutToCarry(forward, chain);
+      SmallVector<Value> carried, args;
+      forward = yieldMore(forward, {chain[at], block.getLse()}, carried);
+      takeMore(backward, carried, args);
+      OpBuilder b(grad);
+      readSaved(grad, undoLayouts(b, grad.getLoc(), chain, at, args[0]),
+                args[1]);
+    }
+  }
+};
+} // namespace
