@@ -1750,9 +1750,20 @@ static BlockView positionsView(Context &ctx, const DeviceTensor *qPositions,
   return view;
 }
 
+/// Zeros `t` (a gradient with nothing summed into it).
+static void zero(Context &ctx, const DeviceTensor &t) {
+  if (t.bytes() > 0)
+    check(ctx, cudaMemsetAsync(t.data, 0, size_t(t.bytes()), ctx.compute),
+          "cudaMemsetAsync");
+}
+
 void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const DeviceTensor *mask,
                      float scale, bool causal, const DeviceTensor &out) {
+  // No query rows (or batch, or heads): nothing to write, and a grid of 0
+  // blocks would be a launch error.
+  if (q.numel() == 0)
+    return;
   MaskView view = maskView(ctx, mask);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
@@ -1767,6 +1778,8 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor *kPositions, float scale,
                           bool causal, const DeviceTensor &out,
                           const DeviceTensor &lse) {
+  if (q.numel() == 0)
+    return;
   MaskView view = maskView(ctx, mask);
   BlockView block = positionsView(ctx, qPositions, kPositions);
   if (lse.dtype != DType::F32)
@@ -1796,6 +1809,14 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
   if (q.shape[0] * q.shape[1] > 65535)
     fail(ctx, "attention over more than 65535 (batch x heads) pairs is not "
               "supported on CUDA; split the batch");
+  // No query rows or no keys: the other side's gradients sum nothing (and
+  // a grid of 0 blocks would be a launch error).
+  if (q.numel() == 0 || k.numel() == 0) {
+    zero(ctx, dq);
+    zero(ctx, dk);
+    zero(ctx, dv);
+    return;
+  }
   int64_t dim = std::max(q.shape[3], v.shape[3]);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
