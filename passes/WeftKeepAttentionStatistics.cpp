@@ -1,5 +1,4 @@
-//===- WeftKeepAttentionStatistics.cpp - The forward's lse for the backward
-//===//
+//===- WeftKeepAttentionStatistics.cpp - The forward's lse for backward ---===//
 //
 // Part of the Weft project.
 //
