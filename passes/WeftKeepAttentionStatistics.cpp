@@ -183,35 +183,47 @@ static void readSaved(AttentionGradOp grad, Value out, Value lse) {
   grad.erase();
 }
 
-/// `layer` with `extra` yielded as more results (a value it yields already
-/// is not yielded twice); returns the layer that replaces it and sets
-/// `results` to the results that carry `extra`.
-static LayerOp yieldMore(LayerOp layer, ArrayRef<Value> extra,
-                         SmallVectorImpl<Value> &results) {
-  Block &body = layer.getBody().front();
-  auto yield = cast<YieldOp>(body.getTerminator());
-  SmallVector<Value> values(yield.getValues());
-  SmallVector<unsigned> at;
+/// `values` with `extra` appended, but those it holds already; sets `at` to
+/// where each of `extra` is.
+static void appendOnce(SmallVectorImpl<Value> &values, ArrayRef<Value> extra,
+                       SmallVectorImpl<unsigned> &at) {
   for (Value value : extra) {
     auto found = llvm::find(values, value);
     at.push_back(unsigned(std::distance(values.begin(), found)));
     if (found == values.end())
       values.push_back(value);
   }
+}
+
+/// `layer` rebuilt with `inputs` and `resultTypes` (its own and more), its
+/// body moved over, its results' uses taken over.
+static LayerOp rebuild(LayerOp layer, ValueRange inputs,
+                       TypeRange resultTypes) {
+  OpBuilder b(layer);
+  auto wider = LayerOp::create(b, layer.getLoc(), layer.getKind(),
+                               layer.getIndex(), inputs, resultTypes);
+  wider->setAttrs(layer->getAttrs());
+  wider.getBody().takeBody(layer.getBody());
+  for (auto [old, kept] : llvm::zip(layer.getResults(), wider.getResults()))
+    old.replaceAllUsesWith(kept);
+  layer.erase();
+  return wider;
+}
+
+/// `layer` with `extra` yielded as more results (a value it yields already
+/// is not yielded twice); returns the layer that replaces it and sets
+/// `results` to the results that carry `extra`.
+static LayerOp yieldMore(LayerOp layer, ArrayRef<Value> extra,
+                         SmallVectorImpl<Value> &results) {
+  auto yield = cast<YieldOp>(layer.getBody().front().getTerminator());
+  SmallVector<Value> values(yield.getValues());
+  SmallVector<unsigned> at;
+  appendOnce(values, extra, at);
   if (values.size() != yield.getValues().size()) {
     OpBuilder yb(yield);
     YieldOp::create(yb, yield.getLoc(), values);
     yield.erase();
-    OpBuilder b(layer);
-    auto wider =
-        LayerOp::create(b, layer.getLoc(), layer.getKind(), layer.getIndex(),
-                        layer.getInputs(), ValueRange(values).getTypes());
-    wider->setAttrs(layer->getAttrs());
-    wider.getBody().takeBody(layer.getBody());
-    for (auto [old, kept] : llvm::zip(layer.getResults(), wider.getResults()))
-      old.replaceAllUsesWith(kept);
-    layer.erase();
-    layer = wider;
+    layer = rebuild(layer, layer.getInputs(), ValueRange(values).getTypes());
   }
   results.clear();
   for (unsigned index : at)
@@ -225,29 +237,16 @@ static void takeMore(LayerOp layer, ArrayRef<Value> extra,
                      SmallVectorImpl<Value> &args) {
   SmallVector<Value> inputs(layer.getInputs());
   SmallVector<unsigned> at;
-  for (Value value : extra) {
-    auto found = llvm::find(inputs, value);
-    at.push_back(unsigned(std::distance(inputs.begin(), found)));
-    if (found == inputs.end())
-      inputs.push_back(value);
-  }
-  Block *body = &layer.getBody().front();
+  appendOnce(inputs, extra, at);
   if (inputs.size() != layer.getInputs().size()) {
-    OpBuilder b(layer);
-    auto wider =
-        LayerOp::create(b, layer.getLoc(), layer.getKind(), layer.getIndex(),
-                        inputs, layer.getResultTypes());
-    wider->setAttrs(layer->getAttrs());
-    wider.getBody().takeBody(layer.getBody());
-    body = &wider.getBody().front();
-    for (Value value : ValueRange(inputs).drop_front(body->getNumArguments()))
-      body->addArgument(value.getType(), value.getLoc());
-    layer->replaceAllUsesWith(wider->getResults());
-    layer.erase();
+    layer = rebuild(layer, inputs, layer.getResultTypes());
+    Block &body = layer.getBody().front();
+    for (Value value : ValueRange(inputs).drop_front(body.getNumArguments()))
+      body.addArgument(value.getType(), value.getLoc());
   }
   args.clear();
   for (unsigned index : at)
-    args.push_back(body->getArgument(index));
+    args.push_back(layer.getBody().front().getArgument(index));
 }
 
 /// Where in `chain` (weft::layoutChain of an attention's output) `forward`
