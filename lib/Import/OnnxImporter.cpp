@@ -717,6 +717,14 @@ LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
     type = *inferred;
   }
   if (std::optional<DenseElementsAttr> value = constantInput(node, 0)) {
+    // The type may come from the model's value_info: a reshape must keep the
+    // element type and count, or the attribute would not hold its elements.
+    if (value->getElementType() != type->getElementType() ||
+        value->getNumElements() != type->getNumElements())
+      return error() << node.op_type() << " of the constant "
+                     << value->getType() << " cannot give " << *type
+                     << ", which the model declares for output '"
+                     << node.output(0) << "'";
     setConstant(node.output(0), value->reshape(*type));
     return success();
   }
@@ -1523,17 +1531,33 @@ void GraphImporter::registerHandlers() {
           tensorToAttr(value->t(), "ConstantOfShape value");
       if (failed(given))
         return failure();
+      if (given->getNumElements() != 1)
+        return error() << "ConstantOfShape value must hold one element, not "
+                       << given->getNumElements();
       element = *given->getValues<Attribute>().begin();
     }
+    Type elementType = cast<TypedAttr>(element).getType();
+    std::optional<RankedTensorType> known = knownOutputType(node);
+    // The shape is the constant input where there is one: a declared output
+    // type (value_info, unchecked where ONNX could not propagate the shape)
+    // must agree with it.
     RankedTensorType type;
-    if (std::optional<RankedTensorType> known = knownOutputType(node)) {
-      type = *known;
-    } else {
+    if (constantInput(node, 0) || !known) {
       FailureOr<SmallVector<int64_t>> shape = intsInput(node, 0, "shape");
       if (failed(shape))
         return failure();
-      type = RankedTensorType::get(*shape, cast<TypedAttr>(element).getType());
+      if (boundedElementCount(*shape) < 0)
+        return error() << "ConstantOfShape's shape " << dimsText(*shape)
+                       << " has a negative dimension or more than 2^48 "
+                          "elements";
+      type = RankedTensorType::get(*shape, elementType);
     }
+    if (known && type && *known != type)
+      return error() << "ConstantOfShape makes " << type
+                     << " but the model declares " << *known << " for output '"
+                     << node.output(0) << "'";
+    if (!type)
+      type = *known;
     setConstant(node.output(0), DenseElementsAttr::get(type, element));
     return success();
   };
@@ -1544,7 +1568,20 @@ void GraphImporter::registerHandlers() {
     if (!start || !limit || !delta)
       return error() << "Range needs start, limit and delta known at import "
                         "time";
+    for (DenseElementsAttr bound : {*start, *limit, *delta})
+      if (bound.getNumElements() != 1 ||
+          bound.getElementType() != start->getElementType())
+        return error() << "Range's start, limit and delta must be scalars of "
+                          "one type; got "
+                       << start->getType() << ", " << limit->getType()
+                       << " and " << delta->getType();
     std::optional<RankedTensorType> type = knownOutputType(node);
+    if (type && (type->getRank() != 1 ||
+                 type->getElementType() != start->getElementType()))
+      return error() << "Range of " << start->getElementType()
+                     << " cannot give " << *type
+                     << ", which the model declares for output '"
+                     << node.output(0) << "'";
     if (!type) {
       auto scalar = [](DenseElementsAttr v) {
         return isa<FloatType>(v.getElementType())
@@ -2239,6 +2276,24 @@ LogicalResult GraphImporter::foldNode(const onnx::NodeProto &node,
       evaluate(created, outputs, InterpreterOptions());
   if (failed(folded))
     return failure();
+  // The interpreter's kernels compute shapes themselves; a result that is not
+  // what the op declares would make a malformed attribute, so it stops here.
+  for (auto [index, value] : llvm::enumerate(outputs)) {
+    auto type = cast<RankedTensorType>(value.getType());
+    const rt::HostTensor &tensor = (*folded)[index];
+    size_t stored =
+        tensor.isFloat() ? tensor.floats.size() : tensor.ints.size();
+    if (tensor.shape !=
+            rt::Shape(type.getShape().begin(), type.getShape().end()) ||
+        tensor.isFloat() != isa<FloatType>(type.getElementType()) ||
+        stored != static_cast<size_t>(type.getNumElements()))
+      return error() << "folding " << node.op_type() << " at import gave "
+                     << rt::dtypeName(tensor.dtype) << " "
+                     << rt::shapeString(tensor.shape) << " for output '"
+                     << node.output(index) << "', which its op declares "
+                     << type << "; this is a Weft bug: please report it "
+                     << "with the model";
+  }
   for (auto [index, value] : llvm::enumerate(outputs)) {
     setConstant(node.output(index),
                 toElementsAttr((*folded)[index],
