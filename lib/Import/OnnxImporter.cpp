@@ -591,11 +591,23 @@ LogicalResult GraphImporter::importGemm(const onnx::NodeProto &node) {
     setOutput(node, 0, createChecked<LinearOp>(a, b, c, transB));
     return success();
   }
+  // ONNX's Gemm takes integer tensors too; its alpha and beta are floats,
+  // which scale an integer product only when they are whole numbers.
+  bool integer = isa<IntegerType>(outputElement);
+  for (auto [name, value] : {std::pair{"alpha", alpha}, {"beta", beta}})
+    if (integer && value != std::trunc(value))
+      return error() << "Gemm of " << a.getType() << " with " << name << " = "
+                     << value << ": an integer Gemm needs a whole " << name;
   Value y = createChecked<MatmulOp>(a, b, transA, transB);
   auto scalar = [&](float value) {
+    auto type = RankedTensorType::get({}, outputElement);
+    if (integer)
+      return materialize(DenseElementsAttr::get(
+          type, APInt(outputElement.getIntOrFloatBitWidth(),
+                      static_cast<uint64_t>(static_cast<int64_t>(value)),
+                      /*isSigned=*/true, /*implicitTrunc=*/true)));
     return materialize(DenseElementsAttr::get(
-        RankedTensorType::get({}, outputElement),
-        FloatAttr::get(outputElement, value).getValue()));
+        type, FloatAttr::get(outputElement, value).getValue()));
   };
   if (alpha != 1.0f)
     y = createChecked<MulOp>(y, scalar(alpha));
