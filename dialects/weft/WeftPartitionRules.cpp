@@ -742,7 +742,17 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   OpBuilder &b = state.builder();
   SmallVector<std::string, 2> ring = {"cp"};
   int64_t c = state.mesh().size("cp");
-  TensorSharding qWant = contextParallelQueries(state.target(op.getQGrad()));
+  // Under Ulysses with the ring (the hybrid), the forward all-to-alls q, k
+  // and v from a sequence split over ulysses to the heads; the backward
+  // does the same, so that each rank runs its heads' backward, as the
+  // forward ran their attention, instead of gathering the sequence and
+  // running every head's.
+  TensorSharding target = state.target(op.getQGrad());
+  if (state.mesh().size("ulysses") > 1 && target.dims.size() == 4 &&
+      llvm::is_contained(target.dims[2], "ulysses") &&
+      !llvm::is_contained(target.dims[1], "ulysses"))
+    target.dims[1].push_back("ulysses");
+  TensorSharding qWant = contextParallelQueries(target);
   TensorSharding lseWant = qWant;
   TensorSharding kvWant = qWant;
   Value q = state.operand(loc, op.getQ(), qWant);

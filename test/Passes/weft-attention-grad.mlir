@@ -94,6 +94,25 @@
 // ULYSSES-DAG: weft.all_to_all %[[DV]] over @mesh ["ulysses"] split_dim 2 concat_dim 1
 // ULYSSES-NOT: weft.all_gather
 
+// Ulysses with a ring (cp=2, ulysses=2): the ring's backward takes its
+// queries, keys and values as the hybrid's forward does, by all-to-all to the
+// rank's heads, and runs the ring over those heads; only the queries'
+// positions (two i64s) are gathered. (Until 2026-12-05 q, k, v, dO, the
+// output and the statistics were gathered over ulysses and every rank ran
+// the backward of all four heads.)
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
+// RUN:   -weft-apply-plan="cp=2 ulysses=2" -weft-propagate-sharding -weft-partition -weft-optimize-collectives \
+// RUN:   -weft-canonicalize | FileCheck %s --check-prefix=HYBRID
+// HYBRID: weft.layer "h.backward"
+// HYBRID-COUNT-4: weft.all_to_all {{.*}} over @mesh ["ulysses"] split_dim 1 concat_dim 2 : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+// HYBRID-NEXT: weft.all_gather {{.*}} over @mesh ["ulysses"] dim 0 : tensor<2xi64> -> tensor<4xi64>
+// HYBRID-NOT: weft.all_gather
+// HYBRID: %[[DQ0:.*]], %[[DK0:.*]], %[[DV0:.*]] = weft.attention_grad {{.*}} : (tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<4xi64>, tensor<4xi64>, tensor<2x2x4x4xf32>, tensor<2x2x4x1xf32>)
+// HYBRID: weft.attention_grad {{.*}} : (tensor<2x2x4x4xf32>,
+// HYBRID-NOT: weft.all_gather
+// HYBRID-COUNT-3: weft.all_to_all {{.*}} over @mesh ["ulysses"] split_dim 2 concat_dim 1 : tensor<2x2x4x4xf32> -> tensor<2x4x2x4xf32>
+// HYBRID-NOT: weft.all_gather
+
 // Attention with dropout takes the fused gradient too, with the forward's
 // dropout: no decomposed scores in its backward.
 // RUN: weft-opt %s -weft-differentiate -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=DROPOUT

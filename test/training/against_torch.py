@@ -57,6 +57,9 @@ PLANS = [("dp=2", "full"), ("tp=2", "full"), ("dp=2,tp=2", "full"), ("tp=2,sp=tr
          ("ulysses=2", "full"), ("dp=2,tp=2,sp=true", "full"), (None, "selective"),
          (None, "none"), ("dp=2,tp=2,sp=true", "selective"), ("dp=2,ulysses=2", "none"),
          ("cp=2", "full"), ("dp=2,cp=2", "selective"), ("cp=2,tp=2,sp=true", "none"),
+         # Ulysses within a ring: each rank's heads travel the ring, forward
+         # and backward.
+         ("cp=2,ulysses=2", "none"),
          # A ring of 4: the backward's gradient sums travel three hops.
          ("cp=4", "none"),
          # All-gather context parallelism (Megatron's --cp-comm-type

@@ -89,6 +89,8 @@ PLANS = [("dp=2", 2, 2, ["full"]),
          ("tp=2,sp=true", 2, 1, ["none", "full", "op"]),
          ("ulysses=2", 2, 1, ["none"]),
          ("cp=2", 2, 1, ["none"]),
+         # Ulysses within a ring: all-to-alls and ring steps, both ways.
+         ("cp=2,ulysses=2", 4, 1, ["none"]),
          ("cp=2,cp-comm=all-gather", 2, 1, ["none", "full"]),
          ("dp=2,tp=2", 4, 2, ["none"]),
          ("dp=2,tp=2,sp=true,zero=1", 4, 2, ["selective"]),
