@@ -595,9 +595,10 @@ LogicalResult GraphImporter::importGemm(const onnx::NodeProto &node) {
   // which scale an integer product only when they are whole numbers.
   bool integer = isa<IntegerType>(outputElement);
   for (auto [name, value] : {std::pair{"alpha", alpha}, {"beta", beta}})
-    if (integer && value != std::trunc(value))
+    if (integer && (value != std::trunc(value) || !(std::fabs(value) < 0x1p62)))
       return error() << "Gemm of " << a.getType() << " with " << name << " = "
-                     << value << ": an integer Gemm needs a whole " << name;
+                     << value << ": an integer Gemm needs a whole " << name
+                     << " of magnitude below 2^62";
   Value y = createChecked<MatmulOp>(a, b, transA, transB);
   auto scalar = [&](float value) {
     auto type = RankedTensorType::get({}, outputElement);
