@@ -332,7 +332,10 @@ GraphImporter::intsInput(const onnx::NodeProto &node, int index,
 }
 
 FailureOr<int64_t> GraphImporter::normalizeAxis(int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+  // A scalar has no axis: callers index the shape with the result (a
+  // Gather or Slice of a scalar whose rank ONNX could not see once read
+  // past it).
+  if (axis < -rank || axis >= rank)
     return error() << "axis " << axis << " is out of range for rank " << rank;
   return axis < 0 ? axis + rank : axis;
 }
@@ -527,6 +530,12 @@ void GraphImporter::addReduce(llvm::StringRef opType) {
       for (int64_t d = 0; d < rank; ++d)
         axes.push_back(d);
     }
+    // A scalar reduced over axis 0 (or none) is itself.
+    if (rank == 0 &&
+        llvm::all_of(axes, [](int64_t axis) { return axis == 0; })) {
+      setOutput(node, 0, data);
+      return success();
+    }
     for (int64_t &axis : axes) {
       FailureOr<int64_t> normalized = normalizeAxis(axis, rank);
       if (failed(normalized))
@@ -535,10 +544,6 @@ void GraphImporter::addReduce(llvm::StringRef opType) {
     }
     llvm::sort(axes);
     bool keepDims = intAttr(node, "keepdims", 1) != 0;
-    if (rank == 0) {
-      setOutput(node, 0, data);
-      return success();
-    }
     setOutput(node, 0, createChecked<OpTy>(data, axes, keepDims));
     return success();
   };
