@@ -718,6 +718,19 @@ LogicalResult AttentionOp::partition(PartitionState &state) {
   return success(succeeded(partitionByFactorRule(*this, state)));
 }
 
+/// `s` (a [batch, heads, seq, dim] layout whose sequence is split over
+/// ulysses) with that split moved to the heads, as DeepSpeed-Ulysses'
+/// all-to-all moves it; nullopt for any other layout.
+static std::optional<TensorSharding>
+ulyssesOnHeads(TensorSharding s) {
+  if (s.dims.size() != 4 || !llvm::is_contained(s.dims[2], "ulysses") ||
+      llvm::is_contained(s.dims[1], "ulysses") || !s.partial.empty())
+    return std::nullopt;
+  llvm::erase(s.dims[2], "ulysses");
+  s.dims[1].push_back("ulysses");
+  return s;
+}
+
 /// The backward of ring attention (the gradient of an attention the ring's
 /// forward partitioned, whose output and log-sum-exps it kept): each rank
 /// keeps its queries, their output's gradient and statistics, and the K/V
@@ -748,10 +761,8 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   // forward ran their attention, instead of gathering the sequence and
   // running every head's.
   TensorSharding target = state.target(op.getQGrad());
-  if (state.mesh().size("ulysses") > 1 && target.dims.size() == 4 &&
-      llvm::is_contained(target.dims[2], "ulysses") &&
-      !llvm::is_contained(target.dims[1], "ulysses"))
-    target.dims[1].push_back("ulysses");
+  if (state.mesh().size("ulysses") > 1)
+    target = ulyssesOnHeads(target).value_or(target);
   TensorSharding qWant = contextParallelQueries(target);
   TensorSharding lseWant = qWant;
   TensorSharding kvWant = qWant;
@@ -877,14 +888,8 @@ static FailureOr<bool> partitionUlyssesAttentionGrad(AttentionGradOp op,
                                                      PartitionState &state) {
   if (state.mesh().size("ulysses") <= 1 || op.getOut() || op.getQPositions())
     return false;
-  auto headsSplit = [&](Value result) -> std::optional<TensorSharding> {
-    TensorSharding s = state.target(result);
-    if (s.dims.size() != 4 || !llvm::is_contained(s.dims[2], "ulysses") ||
-        llvm::is_contained(s.dims[1], "ulysses") || !s.partial.empty())
-      return std::nullopt;
-    llvm::erase(s.dims[2], "ulysses");
-    s.dims[1].push_back("ulysses");
-    return s;
+  auto headsSplit = [&](Value result) {
+    return ulyssesOnHeads(state.target(result));
   };
   std::optional<TensorSharding> qWant = headsSplit(op.getQGrad()),
                                 kWant = headsSplit(op.getKGrad()),
