@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/Gradients.h"
 #include "weft/Dialect/Partition.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftOps.h"
@@ -85,6 +86,16 @@ private:
   LogicalResult partitionOp(Operation *op);
   LogicalResult partitionLayer(LayerOp layer);
   using RingKey = std::tuple<Value, Value, Value>;
+  /// Of each attention gradient in a backward layer that reads the forward
+  /// layer's q, k and v (kept, or recomputed as recompute=op recomputes the
+  /// rotary K) without attending them again, the forward attention
+  /// (attentionInForwardLayer; the global program, found before it is
+  /// partitioned).
+  llvm::DenseMap<Operation *, Operation *> forwardAttentionOf;
+  llvm::DenseSet<Operation *> statisticsWanted;
+  /// A ring attention's statistics as its forward layer hands them over
+  /// (the local layer's results), by the global attention.
+  llvm::DenseMap<Operation *, RingStatistics> handedOver;
 
   func::FuncOp func;
   const MeshInfo &meshInfo;
@@ -217,6 +228,17 @@ LogicalResult Partitioner::run() {
   SmallVector<Operation *> ops;
   for (Operation &op : body)
     ops.push_back(&op);
+  // The attentions whose gradients are in other layers (ring statistics go
+  // from one to the other); an attention gradient whose attention runs
+  // again where it is (recomputation) takes that one's.
+  func.walk([&](AttentionGradOp grad) {
+    if (grad.getOut() || attentionInBlock(grad))
+      return;
+    if (AttentionOp attention = attentionInForwardLayer(grad).first) {
+      forwardAttentionOf[grad] = attention;
+      statisticsWanted.insert(attention);
+    }
+  });
   // Build the new body after the old ops, then drop the old ones.
   globals.assign(body.getArguments().begin(), body.getArguments().end());
   for (auto [arg, type] : llvm::zip(globals, argTypes)) {
@@ -265,35 +287,13 @@ LogicalResult Partitioner::run() {
   return success();
 }
 
-/// Ring statistics keyed by (q, k, v) in the order of the keys' places
-/// among their block's arguments or their op's results.
-template <typename Entry>
-static bool inPlaceOrder(const Entry &a, const Entry &b) {
-  auto place = [](Value v) -> unsigned {
-    if (auto arg = dyn_cast<BlockArgument>(v))
-      return arg.getArgNumber();
-    return cast<OpResult>(v).getResultNumber();
-  };
-  auto places = [&](const auto &key) {
-    return std::make_tuple(place(std::get<0>(key)), place(std::get<1>(key)),
-                           place(std::get<2>(key)));
-  };
-  return places(a.first) < places(b.first);
-}
-
-/// The places of a ring's q, k and v among `values`, if all three are there.
-static std::optional<std::array<unsigned, 3>>
-placesIn(ValueRange values, const std::tuple<Value, Value, Value> &key) {
-  std::array<unsigned, 3> places;
-  auto [q, k, v] = key;
-  Value keys[3] = {q, k, v};
-  for (int i = 0; i < 3; ++i) {
-    auto found = llvm::find(values, keys[i]);
-    if (found == values.end())
-      return std::nullopt;
-    places[i] = unsigned(std::distance(values.begin(), found));
-  }
-  return places;
+/// Where `value` is in `values`, appended if it is not there.
+static unsigned placeOnce(SmallVectorImpl<Value> &values, Value value) {
+  auto found = llvm::find(values, value);
+  if (found != values.end())
+    return unsigned(std::distance(values.begin(), found));
+  values.push_back(value);
+  return values.size() - 1;
 }
 
 /// A layer stays one region: its inputs are resharded to its body
@@ -310,30 +310,23 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
     inputs.push_back(operand(loc, input, inputShardings.back()));
   }
   // A backward layer whose attention gradients read q, k and v that a
-  // forward layer's ring attended (and that it does not attend again, as
-  // recomputation does) takes the ring's statistics as extra inputs.
-  SmallVector<std::pair<RingKey, RingStatistics>, 2> carried;
-  for (auto &[key, statistics] : ringStatistics) {
-    std::optional<std::array<unsigned, 3>> at =
-        placesIn(layer.getInputs(), key);
-    if (!at)
-      continue;
-    RingKey inside{body.getArgument((*at)[0]), body.getArgument((*at)[1]),
-                   body.getArgument((*at)[2])};
-    bool attendedAgain = false;
-    layer.walk([&](AttentionOp attention) {
-      attendedAgain |= RingKey{attention.getQ(), attention.getK(),
-                               attention.getV()} == inside;
-    });
-    if (!attendedAgain)
-      carried.push_back({inside, statistics});
-  }
-  // (In the order of the layer's arguments, not the map's.)
-  llvm::sort(carried, inPlaceOrder<std::pair<RingKey, RingStatistics>>);
-  for (auto &[inside, statistics] : carried) {
-    inputs.push_back(statistics.out);
-    inputs.push_back(statistics.lse);
-  }
+  // forward layer's ring attended (kept or recomputed, and not attended
+  // again) takes the ring's statistics as extra inputs.
+  SmallVector<std::pair<AttentionGradOp, RingStatistics>, 2> carried;
+  layer.walk([&](AttentionGradOp grad) {
+    auto forward = forwardAttentionOf.find(grad);
+    if (forward == forwardAttentionOf.end())
+      return;
+    auto statistics = handedOver.find(forward->second);
+    if (statistics != handedOver.end())
+      carried.push_back({grad, statistics->second});
+  });
+  // (A value the layer takes already, as it takes the output that a
+  // recompute=op forward keeps, is not taken twice.)
+  SmallVector<std::pair<unsigned, unsigned>, 2> carriedAt;
+  for (auto &[grad, statistics] : carried)
+    carriedAt.push_back(
+        {placeOnce(inputs, statistics.out), placeOnce(inputs, statistics.lse)});
   SmallVector<Type> resultTypes;
   std::vector<TensorSharding> resultShardings;
   for (Value result : layer.getResults()) {
@@ -346,14 +339,15 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
   for (auto [arg, localArg, sharding] : llvm::zip(
            body.getArguments(), localBody->getArguments(), inputShardings))
     setResult(arg, localArg, sharding);
-  for (auto [i, entry] : llvm::enumerate(carried)) {
-    auto &[inside, statistics] = entry;
-    unsigned first = body.getNumArguments() + 2 * i;
-    ringStatistics[inside] = {
-        localBody->getArgument(first), statistics.outSharding,
-        localBody->getArgument(first + 1), statistics.lseSharding};
+  for (auto [entry, at] : llvm::zip(carried, carriedAt)) {
+    auto &[grad, statistics] = entry;
+    ringStatistics[{grad.getQ(), grad.getK(), grad.getV()}] = {
+        localBody->getArgument(at.first), statistics.outSharding,
+        localBody->getArgument(at.second), statistics.lseSharding};
   }
-  SmallVector<std::pair<RingKey, RingStatistics>, 2> kept;
+  SmallVector<std::pair<AttentionOp, RingStatistics>, 2> kept;
+  SmallVector<std::pair<unsigned, unsigned>, 2> keptAt;
+  SmallVector<Value> yielded;
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToEnd(localBody);
@@ -361,49 +355,41 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
       if (failed(partitionOp(&op)))
         return failure();
     auto yield = cast<YieldOp>(body.getTerminator());
-    SmallVector<Value> yielded;
     for (auto [value, sharding] : llvm::zip(yield.getValues(), resultShardings))
       yielded.push_back(operand(yield.getLoc(), value, sharding));
-    // A forward layer whose ring attended q, k and v that it hands over
-    // (for the backward layer) hands over the ring's statistics too.
-    for (auto &[key, statistics] : ringStatistics) {
-      if (statistics.lse.getParentBlock() != localBody)
-        continue;
-      std::optional<std::array<unsigned, 3>> at =
-          placesIn(yield.getValues(), key);
-      if (!at)
-        continue;
-      kept.push_back(
-          {RingKey{layer.getResult((*at)[0]), layer.getResult((*at)[1]),
-                   layer.getResult((*at)[2])},
-           statistics});
-    }
-    // (In the order of the layer's results, not the map's.)
-    llvm::sort(kept, inPlaceOrder<std::pair<RingKey, RingStatistics>>);
-    for (auto &[key, statistics] : kept) {
-      yielded.push_back(statistics.out);
-      yielded.push_back(statistics.lse);
-    }
+    // A forward layer whose ring attended q, k and v that a backward layer
+    // reads (or recomputes) hands over the ring's statistics too.
+    layer.walk([&](AttentionOp attention) {
+      if (!statisticsWanted.contains(attention))
+        return;
+      auto found = ringStatistics.find(
+          {attention.getQ(), attention.getK(), attention.getV()});
+      if (found != ringStatistics.end() &&
+          found->second.lse.getParentBlock() == localBody)
+        kept.push_back({attention, found->second});
+    });
+    // (A value it yields already, as the output that a recompute=op forward
+    // keeps, is not yielded twice.)
+    for (auto &[attention, statistics] : kept)
+      keptAt.push_back({placeOnce(yielded, statistics.out),
+                        placeOnce(yielded, statistics.lse)});
     YieldOp::create(b, yield.getLoc(), yielded);
   }
-  if (!kept.empty()) {
+  if (yielded.size() > resultTypes.size()) {
     // The layer, with the statistics as results too.
-    for (auto &[key, statistics] : kept) {
-      resultTypes.push_back(statistics.out.getType());
-      resultTypes.push_back(statistics.lse.getType());
-    }
+    for (Value value : ArrayRef<Value>(yielded).drop_front(resultTypes.size()))
+      resultTypes.push_back(value.getType());
     auto extended = LayerOp::create(b, loc, layer.getKind(), layer.getIndex(),
                                     inputs, resultTypes);
     extended.getBody().takeBody(local.getBody());
     local.erase();
     local = extended;
-    for (auto [i, entry] : llvm::enumerate(kept)) {
-      auto &[key, statistics] = entry;
-      unsigned first = layer.getNumResults() + 2 * i;
-      ringStatistics[key] = {local.getResult(first), statistics.outSharding,
-                             local.getResult(first + 1),
+  }
+  for (auto [entry, at] : llvm::zip(kept, keptAt)) {
+    auto &[attention, statistics] = entry;
+    handedOver[attention] = {local.getResult(at.first), statistics.outSharding,
+                             local.getResult(at.second),
                              statistics.lseSharding};
-    }
   }
   for (auto [result, localResult, sharding] :
        llvm::zip(layer.getResults(), local.getResults(), resultShardings))

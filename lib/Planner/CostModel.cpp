@@ -626,14 +626,6 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
     return "ring attention (cp > 1) needs fused (flash) attention, which "
            "--flash-attention=false rules out; split the sequence with "
            "ulysses or sp instead";
-  // torchtitan's per-op policy recomputes the rotary K that the attention
-  // reads, so a training step's backward under context parallelism has no
-  // forward ring to take the statistics of: it gathers K and V over cp
-  // instead of running the ring again, which the model does not cost.
-  if (plan.recompute() == plan::RECOMPUTE_OP && plan.cp() > 1)
-    return "recompute=op (torchtitan's per-op policy) is not costed with "
-           "context parallelism (cp > 1); choose recompute=none, selective or "
-           "full";
   int64_t gpus = int64_t(plan.dp()) * plan.tp() * plan.pp() * plan.cp() *
                  plan.ulysses() * tensor3dSize(plan);
   if (gpus > totalGpus(clusterSpec)) {

@@ -1120,8 +1120,8 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   // reads, directly or through the ops it recomputes from them and from the
   // layer's input; those ops (and collectives) run again. A decomposition
   // (a ring's steps and merges) is its attention: kept whole, its merged
-  // output kept for what reads it (not the last step's results, which the
-  // other modes keep for the ring's backward).
+  // output kept for what reads it, and for the ring's backward the output
+  // (once) and the log-sum-exps, as in the other modes.
   for (int b = 0; b < 3; ++b)
     profile.memory[b].savedBytesOps = saved[b].bytes(saved[b].all);
   if (layer) {
@@ -1192,6 +1192,24 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           if (tensor.rowStatistics)
             keptValues.insert({storedAs(tensor.value), tensor.form()});
       }
+    }
+    // A ring kept whole hands its backward ring the output and the rows'
+    // log-sum-exps (-weft-partition): the log-sum-exps, and the output where
+    // the layer does not keep it already.
+    for (Operation *group : keptGroups) {
+      AttentionBlockOp step = ringLastStep.lookup(group);
+      if (!step)
+        continue;
+      keptValues.insert({step.getLse(), 0});
+      bool outputKept = llvm::any_of(parts, [&](const auto &part) {
+        return groupOf(part.first) == group &&
+               llvm::any_of(part.first->getResults(), [&](Value result) {
+                 return result.getType() == step.getResult().getType() &&
+                        keptValues.contains({storedAs(result), 0});
+               });
+      });
+      if (!outputKept)
+        keptValues.insert({step.getResult(), 0});
     }
     profile.memory[b].savedBytesOps = saved[b].bytes(keptValues);
   }

@@ -46,6 +46,33 @@
 // RING-NOT: weft.all_gather
 // RING: weft.yield
 
+// Under recompute=op (torchtitan's per-op policy) the backward layer
+// recomputes K from the K projection it keeps (here a reshape and transpose;
+// LLaMA's rotary K, 9 ops) instead of taking the forward's. The forward
+// layer's ring is found by what the gradient reads
+// (weft::attentionInForwardLayer), so its statistics still go over and the
+// backward is a ring over the recomputed K: nothing is gathered. The output,
+// which the layer keeps for the output projection anyway, is yielded once.
+// RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=op \
+// RUN:   -weft-apply-plan="cp=2" -weft-propagate-sharding -weft-partition -weft-optimize-collectives \
+// RUN:   -weft-canonicalize | FileCheck %s --check-prefix=OPRING
+// OPRING: weft.layer "h"
+// OPRING: %[[MAX:.*]] = weft.maximum %{{.*}}, %{{.*}} {weft.decomposed} : tensor<2x4x4x1xf32>
+// OPRING: %[[LSE:.*]] = weft.add %[[MAX]], %{{.*}} {weft.decomposed} : tensor<2x4x4x1xf32>
+// OPRING: %[[OUT:.*]] = weft.add %{{.*}}, %{{.*}} {weft.decomposed} : tensor<2x4x4x4xf32>
+// OPRING: weft.yield %{{[0-9]+}}, %{{[0-9]+}}, %[[OUT]], %{{[0-9]+}}, %{{[0-9]+}}, %[[LSE]] :
+// OPRING: weft.layer "h.backward"
+// OPRING-NOT: weft.all_gather
+// OPRING: %[[KP:.*]] = weft.reshape %{{.*}} : tensor<2x4x16xf32> -> tensor<2x4x4x4xf32>
+// OPRING-NEXT: %[[K:.*]] = weft.transpose %[[KP]] permutation [0, 2, 1, 3]
+// OPRING-NOT: weft.all_gather
+// OPRING: weft.collective_permute %[[K]] over @mesh ["cp"] shift 1
+// OPRING-NOT: weft.all_gather
+// OPRING: weft.attention_grad %{{.*}}, %[[K]], %{{.*}} grad %{{.*}} positions %{{.*}}, %{{.*}} saved
+// OPRING-NOT: weft.reduce_scatter
+// OPRING-NOT: weft.all_gather
+// OPRING: weft.yield
+
 // All-gather context parallelism: the forward layer yields its attention's
 // output and log-sum-exps; the backward layer gathers K and V again, runs one
 // attention_grad with them, and reduce-scatters dK and dV back to the blocks.

@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace weft {
 
@@ -172,6 +173,24 @@ mlir::LogicalResult differentiateDecomposedAttention(mlir::OpBuilder &b,
 /// output projection keeps anyway (AttentionOp::getSavedForBackward,
 /// -weft-keep-attention-statistics).
 llvm::SmallVector<mlir::Value, 4> layoutChain(mlir::Value value);
+
+class AttentionGradOp;
+class LayerOp;
+/// The forward layer of backward layer `backward`: the layer of its kind
+/// less ".backward" and its index, in its block, whose results it reads; or
+/// null.
+LayerOp forwardLayerOf(LayerOp backward);
+
+/// The attention before `grad` in its own block of the q, k, v and mask it
+/// reads (with its scale, causality and dropout), or null.
+AttentionOp attentionInBlock(AttentionGradOp grad);
+
+/// The attention of the forward layer that `grad`'s backward layer
+/// differentiates, of the q, k, v and mask that `grad` reads (kept by the
+/// forward layer or recomputed: the same ops of the same values, as deep as
+/// LLaMA's rotary K under recompute=op), with that forward layer; nulls where
+/// there is none.
+std::pair<AttentionOp, LayerOp> attentionInForwardLayer(AttentionGradOp grad);
 
 } // namespace weft
 
