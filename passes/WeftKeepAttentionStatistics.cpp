@@ -137,24 +137,6 @@ static unsigned layoutToCarry(LayerOp forward, ArrayRef<Value> chain) {
   return chain.size() - 1;
 }
 
-/// `carried`, the `at`-th layout of `chain`, back in the first layout (the
-/// attention's output): each reshape and transpose undone, at `b`.
-static Value undoLayouts(OpBuilder &b, Location loc, ArrayRef<Value> chain,
-                         unsigned at, Value carried) {
-  for (unsigned i = at; i > 0; --i) {
-    if (auto transpose = chain[i].getDefiningOp<TransposeOp>()) {
-      ArrayRef<int64_t> perm = transpose.getPermutation();
-      SmallVector<int64_t> inverse(perm.size());
-      for (auto [d, p] : llvm::enumerate(perm))
-        inverse[p] = int64_t(d);
-      carried = TransposeOp::create(b, loc, carried, inverse);
-    } else {
-      carried = ReshapeOp::create(b, loc, chain[i - 1].getType(), carried);
-    }
-  }
-  return carried;
-}
-
 struct WeftKeepAttentionStatistics
     : public weft::impl::WeftKeepAttentionStatisticsBase<
           WeftKeepAttentionStatistics> {

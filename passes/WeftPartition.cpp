@@ -96,6 +96,10 @@ private:
   /// A ring attention's statistics as its forward layer hands them over
   /// (the local layer's results), by the global attention.
   llvm::DenseMap<Operation *, RingStatistics> handedOver;
+  /// Where the forward layer hands the output over in a later layout (one
+  /// the layer yields anyway): the layouts (weft::layoutChain of the ring's
+  /// output, local values of the forward layer) up to that one.
+  llvm::DenseMap<Operation *, SmallVector<Value, 4>> handedOverLayouts;
 
   func::FuncOp func;
   const MeshInfo &meshInfo;
@@ -313,13 +317,16 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
   // forward layer's ring attended (kept or recomputed, and not attended
   // again) takes the ring's statistics as extra inputs.
   SmallVector<std::pair<AttentionGradOp, RingStatistics>, 2> carried;
+  SmallVector<SmallVector<Value, 4>, 2> carriedLayouts;
   layer.walk([&](AttentionGradOp grad) {
     auto forward = forwardAttentionOf.find(grad);
     if (forward == forwardAttentionOf.end())
       return;
     auto statistics = handedOver.find(forward->second);
-    if (statistics != handedOver.end())
-      carried.push_back({grad, statistics->second});
+    if (statistics == handedOver.end())
+      return;
+    carried.push_back({grad, statistics->second});
+    carriedLayouts.push_back(handedOverLayouts.lookup(forward->second));
   });
   // (A value the layer takes already, as it takes the output that a
   // recompute=op forward keeps, is not taken twice.)
@@ -339,11 +346,19 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
   for (auto [arg, localArg, sharding] : llvm::zip(
            body.getArguments(), localBody->getArguments(), inputShardings))
     setResult(arg, localArg, sharding);
-  for (auto [entry, at] : llvm::zip(carried, carriedAt)) {
+  for (auto [entry, at, layouts] :
+       llvm::zip(carried, carriedAt, carriedLayouts)) {
     auto &[grad, statistics] = entry;
+    // The output back in the ring's layout, where it came in a later one.
+    Value out = localBody->getArgument(at.first);
+    if (!layouts.empty()) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToEnd(localBody);
+      out = undoLayouts(b, grad.getLoc(), layouts, layouts.size() - 1, out);
+    }
     ringStatistics[{grad.getQ(), grad.getK(), grad.getV()}] = {
-        localBody->getArgument(at.first), statistics.outSharding,
-        localBody->getArgument(at.second), statistics.lseSharding};
+        out, statistics.outSharding, localBody->getArgument(at.second),
+        statistics.lseSharding};
   }
   SmallVector<std::pair<AttentionOp, RingStatistics>, 2> kept;
   SmallVector<std::pair<unsigned, unsigned>, 2> keptAt;
@@ -368,11 +383,26 @@ LogicalResult Partitioner::partitionLayer(LayerOp layer) {
           found->second.lse.getParentBlock() == localBody)
         kept.push_back({attention, found->second});
     });
-    // (A value it yields already, as the output that a recompute=op forward
-    // keeps, is not yielded twice.)
-    for (auto &[attention, statistics] : kept)
-      keptAt.push_back({placeOnce(yielded, statistics.out),
+    // The output goes over once: in the last of its layouts (the reshapes
+    // and transposes that alone read it, weft::layoutChain) that the layer
+    // yields already (the output projection's input, which it keeps for the
+    // weight's gradient; under recompute=op the output itself), else as it
+    // is. The backward layer undoes the layouts (as
+    // -weft-keep-attention-statistics does without the ring).
+    for (auto &[attention, statistics] : kept) {
+      SmallVector<Value, 4> chain = layoutChain(statistics.out);
+      unsigned layout = 0;
+      for (unsigned i = chain.size(); i-- > 1;)
+        if (llvm::is_contained(yielded, chain[i])) {
+          layout = i;
+          break;
+        }
+      if (layout > 0)
+        handedOverLayouts[attention].assign(chain.begin(),
+                                            chain.begin() + layout + 1);
+      keptAt.push_back({placeOnce(yielded, chain[layout]),
                         placeOnce(yielded, statistics.lse)});
+    }
     YieldOp::create(b, yield.getLoc(), yielded);
   }
   if (yielded.size() > resultTypes.size()) {

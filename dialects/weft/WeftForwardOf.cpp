@@ -137,3 +137,19 @@ weft::attentionInForwardLayer(AttentionGradOp grad) {
       return {attention, forward};
   return {};
 }
+
+Value weft::undoLayouts(OpBuilder &b, Location loc, ArrayRef<Value> chain,
+                        unsigned at, Value carried) {
+  for (unsigned i = at; i > 0; --i) {
+    if (auto transpose = chain[i].getDefiningOp<TransposeOp>()) {
+      ArrayRef<int64_t> perm = transpose.getPermutation();
+      SmallVector<int64_t> inverse(perm.size());
+      for (auto [d, p] : llvm::enumerate(perm))
+        inverse[p] = int64_t(d);
+      carried = TransposeOp::create(b, loc, carried, inverse);
+    } else {
+      carried = ReshapeOp::create(b, loc, chain[i - 1].getType(), carried);
+    }
+  }
+  return carried;
+}

@@ -777,6 +777,25 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   for (auto &[op, reads] : parts)
     if (auto step = dyn_cast<AttentionBlockOp>(op))
       ringLastStep[groupOf(op)] = step;
+  // The ring's output goes to the backward once (-weft-partition): in a
+  // layout of it that the layer keeps anyway (the output projection's input;
+  // under recompute=op the output itself), else as it is.
+  auto ringOutputKept = [&](Operation *group,
+                            const llvm::DenseSet<std::pair<Value, int>> &set) {
+    for (auto &[op, reads] : parts) {
+      if (groupOf(op) != group)
+        continue;
+      for (Value result : op->getResults())
+        for (OpOperand &use : result.getUses())
+          if (!groupParent.count(use.getOwner()) ||
+              groupOf(use.getOwner()) != group)
+            for (Value layout : layoutChain(result))
+              if (set.contains({storedAs(layout), 0}))
+                return true;
+    }
+    return false;
+  };
+  SmallVector<std::pair<int, Operation *>> ringsKept;
 
   // What an op keeps for the gradients the differentiated program builds:
   // an operand that depends on no trained weight (a frozen rotary table)
@@ -947,10 +966,12 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
             backwardReads[b].push_back(value);
           }
         // (Selective recomputation keeps them too: the fused gradient reads
-        // q, k and v, so the step does not run the ring again.)
-        if (AttentionBlockOp step = ringLastStep.lookup(group))
-          for (Value result : step->getResults())
-            saved[b].keep({result, 0}, false);
+        // q, k and v, so the step does not run the ring again.) The output
+        // is kept once, below, when all the layer keeps is known.
+        if (AttentionBlockOp step = ringLastStep.lookup(group)) {
+          saved[b].keep({step.getLse(), 0}, false);
+          ringsKept.push_back({b, group});
+        }
       }
     }
     // Saved for backward, by what the differentiated program differentiates:
@@ -1037,6 +1058,17 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       continue;
     }
     visitAll(&op, block);
+  }
+  for (auto [b, group] : ringsKept) {
+    Value output = ringLastStep.lookup(group).getResult();
+    if (!ringOutputKept(group, saved[b].all)) {
+      saved[b].all.insert({output, 0});
+      saved[b].heldAll.insert({output, 0});
+    }
+    if (!ringOutputKept(group, saved[b].selective)) {
+      saved[b].selective.insert({output, 0});
+      saved[b].heldSelective.insert({output, 0});
+    }
   }
 
   // What the weights' gradients read: what the backward computes and the
@@ -1194,21 +1226,13 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       }
     }
     // A ring kept whole hands its backward ring the output and the rows'
-    // log-sum-exps (-weft-partition): the log-sum-exps, and the output where
-    // the layer does not keep it already.
+    // log-sum-exps (-weft-partition).
     for (Operation *group : keptGroups) {
       AttentionBlockOp step = ringLastStep.lookup(group);
       if (!step)
         continue;
       keptValues.insert({step.getLse(), 0});
-      bool outputKept = llvm::any_of(parts, [&](const auto &part) {
-        return groupOf(part.first) == group &&
-               llvm::any_of(part.first->getResults(), [&](Value result) {
-                 return result.getType() == step.getResult().getType() &&
-                        keptValues.contains({storedAs(result), 0});
-               });
-      });
-      if (!outputKept)
+      if (!ringOutputKept(group, keptValues))
         keptValues.insert({step.getResult(), 0});
     }
     profile.memory[b].savedBytesOps = saved[b].bytes(keptValues);

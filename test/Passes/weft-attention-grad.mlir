@@ -25,18 +25,25 @@
 // RING: %[[MAX:.*]] = weft.maximum %{{.*}}, %[[L]] {weft.decomposed} : tensor<2x4x4x1xf32>
 // RING: %[[LSE:.*]] = weft.add %[[MAX]], %{{.*}} {weft.decomposed} : tensor<2x4x4x1xf32>
 // RING: %[[OUT:.*]] = weft.add %{{.*}}, %{{.*}} {weft.decomposed} : tensor<2x4x4x4xf32>
-// RING: weft.yield {{.*}}, %[[OUT]], %[[LSE]] : {{.*}}, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>
+// RING-NEXT: %[[T:.*]] = weft.transpose %[[OUT]] permutation [0, 2, 1, 3]
+// RING-NEXT: %[[PROJ:.*]] = weft.reshape %[[T]] : tensor<2x4x4x4xf32> -> tensor<2x4x16xf32>
+// The output goes over once, as the output projection's input, which the
+// layer keeps anyway: the layer's 10 results and the log-sum-exps.
+// RING: weft.yield %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[PROJ]], %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[LSE]] :
 // RING: weft.layer "h.backward"
 // RING-SAME: -> (tensor<2x4x16xf32>,
+// RING-NOT: weft.all_gather
+// RING: %[[R:.*]] = weft.reshape %arg{{[0-9]+}} : tensor<2x4x16xf32> -> tensor<2x4x4x4xf32>
+// RING-NEXT: %[[SAVEDOUT:.*]] = weft.transpose %[[R]] permutation [0, 2, 1, 3]
 // RING-NOT: weft.all_gather
 // RING: %[[QPOS:.*]] = weft.all_slice %{{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
 // RING-NEXT: %[[K1:.*]] = weft.collective_permute %[[K0:[^ ]*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
 // RING-NEXT: %[[V1:.*]] = weft.collective_permute %[[V0:[^ ]*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
 // RING-NEXT: %[[KPOS:.*]] = weft.collective_permute %[[QPOS]] over @mesh ["cp"] shift 1 : tensor<4xi64>
-// RING-NEXT: %[[DQ0:.*]], %[[DK0:.*]], %[[DV0:.*]] = weft.attention_grad %[[Q:[^,]*]], %[[K0]], %[[V0]] grad %[[DO:[^ ]*]] positions %[[QPOS]], %[[QPOS]] saved %[[SO:[^,]*]], %[[SL:[^ ]*]] scale 5.000000e-01 causal : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<4xi64>, tensor<4xi64>, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>)
+// RING-NEXT: %[[DQ0:.*]], %[[DK0:.*]], %[[DV0:.*]] = weft.attention_grad %[[Q:[^,]*]], %[[K0]], %[[V0]] grad %[[DO:[^ ]*]] positions %[[QPOS]], %[[QPOS]] saved %[[SAVEDOUT]], %[[SL:[^ ]*]] scale 5.000000e-01 causal : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<4xi64>, tensor<4xi64>, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>)
 // RING-NEXT: %[[DKIN:.*]] = weft.collective_permute %[[DK0]] over @mesh ["cp"] shift 1
 // RING-NEXT: %[[DVIN:.*]] = weft.collective_permute %[[DV0]] over @mesh ["cp"] shift 1
-// RING-NEXT: %[[DQ1:.*]], %[[DK1:.*]], %[[DV1:.*]] = weft.attention_grad %[[Q]], %[[K1]], %[[V1]] grad %[[DO]] positions %[[QPOS]], %[[KPOS]] saved %[[SO]], %[[SL]] scale
+// RING-NEXT: %[[DQ1:.*]], %[[DK1:.*]], %[[DV1:.*]] = weft.attention_grad %[[Q]], %[[K1]], %[[V1]] grad %[[DO]] positions %[[QPOS]], %[[KPOS]] saved %[[SAVEDOUT]], %[[SL]] scale
 // RING-NEXT: weft.add %[[DQ0]], %[[DQ1]]
 // RING-NEXT: %[[DK:.*]] = weft.add %[[DKIN]], %[[DK1]]
 // RING-NEXT: %[[DV:.*]] = weft.add %[[DVIN]], %[[DV1]]
@@ -76,12 +83,16 @@
 // All-gather context parallelism: the forward layer yields its attention's
 // output and log-sum-exps; the backward layer gathers K and V again, runs one
 // attention_grad with them, and reduce-scatters dK and dV back to the blocks.
+// (The output goes over once, as the output projection's input, as the
+// ring's does.)
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
 // RUN:   -weft-apply-plan="cp=2 cp-comm=all-gather" -weft-propagate-sharding -weft-partition -weft-optimize-collectives \
 // RUN:   -weft-canonicalize | FileCheck %s --check-prefix=GATHER
 // GATHER: weft.layer "h"
 // GATHER: %[[O:.*]], %[[L:.*]] = weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} positions
-// GATHER: weft.yield {{.*}}, %[[O]], %[[L]] : {{.*}}, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>
+// GATHER-NEXT: %[[T:.*]] = weft.transpose %[[O]] permutation [0, 2, 1, 3]
+// GATHER-NEXT: %[[PROJ:.*]] = weft.reshape %[[T]] : tensor<2x4x4x4xf32> -> tensor<2x4x16xf32>
+// GATHER: weft.yield %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[PROJ]], %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %[[L]] :
 // GATHER: weft.layer "h.backward"
 // GATHER-NOT: weft.collective_permute
 // GATHER: %[[QPOS:.*]] = weft.all_slice %{{.*}} over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>

@@ -38,7 +38,9 @@ forward's statistics, as FlashAttention's backward reads them): without
 recomputation, or with selective recomputation (which leaves the fused
 attention alone: its gradient reads q, k and v), the forward layer also hands
 the ring's output and each query row's log-sum-exp to the backward layer,
-and the cost model keeps them. The
+and the cost model keeps them (the output once since 2026-12-05: as the
+output projection's input, which the layer keeps anyway; until then both
+figures counted it twice). The
 log-sum-exps are f32 in both figures, so the x 2 is not theirs: the expected
 bytes are the cost model's less one log-sum-exp a layer
 ([batch / dp, heads, seq / cp, 1] of f32).

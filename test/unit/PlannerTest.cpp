@@ -149,11 +149,16 @@ TEST(PlannerMemory, OpRecomputationKeepsWhatThePolicyKeeps) {
   EXPECT_LT(op.time().step_s(), full.time().step_s());
   EXPECT_LT(op.memory().activations_gib(), none.memory().activations_gib());
   EXPECT_GT(op.memory().activations_gib(), full.memory().activations_gib());
-  // Not costed under context parallelism (the step's backward gathers K
-  // and V instead of running the ring again).
+  // Under context parallelism the backward is a ring over the K it
+  // recomputes (-weft-partition finds the forward's ring by what the
+  // gradient reads; until 2026-12-05 it gathered K and V, and the plan was
+  // refused): costed, the layer keeping 1/cp of what it keeps unsplit (the
+  // ring's output once, its log-sum-exps for its rows).
   plan::Plan ring = op;
   ring.set_cp(2);
-  EXPECT_NE(model.checkPlan(ring).find("recompute=op"), std::string::npos);
+  EXPECT_EQ(model.checkPlan(ring), "");
+  EXPECT_NEAR(model.layerCost(ring).savedBytesOps, single.savedBytesOps / 2,
+              1e-9 * single.savedBytesOps);
 }
 
 // A SwiGLU's silu(gate) is not kept: only the product's elementwise gradient
@@ -213,32 +218,31 @@ TEST(PlannerMemory, VocabularyParallelHeadKeepsLogitsBlockAndLabels) {
 // sequence (the step's backward is the attention's, differentiated before
 // partitioning, which reads q, k and v, not the K/V blocks the ring passes
 // on or each block's output and log-sum-exps: weft.decomposed), and what
-// its backward ring reads besides: the ring's output (bf16) and each query
-// row's log-sum-exp over all keys (f32). Every other activation of the
-// layer is split over cp, so the layer keeps 1/cp of the unsplit layer's
-// bytes. Without recomputation the unsplit attention keeps its log-sum-exps
-// too (-weft-keep-attention-statistics; its output is the projection's
-// input, kept anyway), which the ring keeps instead of 1/cp of them; under
-// selective recomputation the unsplit attention runs again and keeps
-// neither, while the ring keeps its statistics.
+// its backward ring reads besides: the ring's output and each query row's
+// log-sum-exp over all keys (f32). The output is the output projection's
+// input in another layout, which the layer keeps anyway, so it is kept once
+// (-weft-partition hands it over in that layout). Every other activation of
+// the layer is split over cp, so the layer keeps 1/cp of the unsplit
+// layer's bytes. Without recomputation the unsplit attention keeps its
+// log-sum-exps too (-weft-keep-attention-statistics), as the ring does: 1/cp
+// of them; under selective recomputation the unsplit attention runs again
+// and keeps neither, while the ring keeps its log-sum-exps.
 TEST(PlannerMemory, RingAttentionKeepsTheAttentionsBlocksAndStatistics) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
   plan::TrainingConfig training = megatron2022(1);
   training.set_flash_attention(true);
   CostModel model(gpt22b(), cluster, training);
   const BlockCost whole = model.layerCost(tpPlan(1, false, 1));
-  const double s = 2048, b = 1, a = 64, d = 6144 / 64;
+  const double s = 2048, b = 1, a = 64;
   for (int c : {2, 4}) {
     SCOPED_TRACE("cp=" + std::to_string(c));
     plan::Plan plan = tpPlan(1, false, 1);
     plan.set_cp(c);
     const BlockCost &ring = model.layerCost(plan);
-    const double statistics = b * a * (s / c) * (d * 2 + 4);
-    const double wholeLse = b * a * s * 4;
-    EXPECT_DOUBLE_EQ(ring.savedBytes,
-                     (whole.savedBytes - wholeLse) / c + statistics);
+    const double lse = b * a * (s / c) * 4;
+    EXPECT_DOUBLE_EQ(ring.savedBytes, whole.savedBytes / c);
     EXPECT_DOUBLE_EQ(ring.savedBytesSelective,
-                     whole.savedBytesSelective / c + statistics);
+                     whole.savedBytesSelective / c + lse);
   }
 }
 

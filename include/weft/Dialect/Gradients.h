@@ -174,6 +174,14 @@ mlir::LogicalResult differentiateDecomposedAttention(mlir::OpBuilder &b,
 /// -weft-keep-attention-statistics).
 llvm::SmallVector<mlir::Value, 4> layoutChain(mlir::Value value);
 
+/// `carried`, the `at`-th layout of `chain` (a layoutChain), back in the
+/// first layout: each reshape and transpose undone, at `b`'s insertion point.
+/// (A backward layer that takes an attention's output in the layout its
+/// forward layer keeps anyway gets the output so.)
+mlir::Value undoLayouts(mlir::OpBuilder &b, mlir::Location loc,
+                        llvm::ArrayRef<mlir::Value> chain, unsigned at,
+                        mlir::Value carried);
+
 class AttentionGradOp;
 class LayerOp;
 /// The forward layer of backward layer `backward`: the layer of its kind
