@@ -426,6 +426,9 @@ def plans(layers):
         # W steps read what the policy keeps or the B step recomputed).
         out.append(("pp=2,m=2,schedule=1f1b,dp=2,tp=2,sp=true", "op", 2, 2, 8))
         out.append(("pp=2,m=4,schedule=zb-h1", "op", 2, 4, 2))
+        # ... and over a ring: the backward ring runs over the recomputed
+        # rotary K, with the forward ring's statistics.
+        out.append(("pp=2,m=2,schedule=1f1b,cp=2", "op", 2, 2, 4))
     if layers == 4:
         out.append(("pp=2,m=2,schedule=1f1b,stages=3/1,tp=2", "full", 2, 2, 4))
         out.append(("pp=2,m=4,schedule=zb-h1,stages=1/3", "none", 2, 4, 2))
