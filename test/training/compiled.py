@@ -91,6 +91,10 @@ PAIRS = [
     # optimizer step on its stored blocks (the gradients reduce-scattered
     # into them after every micro-batch).
     ("gpt2-opset17", "tp3d=1x2x2", ["--optimizer", "adamw"], False),
+    # torchtitan's per-op checkpointing over a ring: the backward layer
+    # recomputes the rotary K, runs the ring over it with the forward ring's
+    # statistics, and takes the output in the output projection's layout.
+    ("llama.onnx", "cp=2", ["--optimizer", "adamw", "--recompute", "op"], False),
 ]
 
 # Pairs whose program also resumes its step-1 checkpoint (SGD's momentum
