@@ -1059,6 +1059,7 @@ def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::F
       factor of the op's sharding rule, the op reads the scattered block: under
       Megatron SP a final norm's bias gradient is summed over the sequence block, as
       Megatron's is, instead of all-reducing the whole gradient;
+    - a `weft.all_slice` that nothing reads is removed (it moves no data);
     - `weft.all_slice` of a `weft.all_reduce` over the same axes becomes one
       `weft.reduce_scatter`;
     - `weft.all_slice` of a `weft.all_gather` on the same dimension and axes is the

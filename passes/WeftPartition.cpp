@@ -756,6 +756,12 @@ struct WeftOptimizeCollectives
     SmallVector<AllSliceOp> slices;
     func.walk([&](AllSliceOp s) { slices.push_back(s); });
     for (AllSliceOp slice : slices) {
+      // A slice nothing reads moves no data: gone (a partition rule that
+      // builds what it needs leaves the generic block of its operand unread).
+      if (slice->use_empty()) {
+        slice.erase();
+        continue;
+      }
       Operation *producer = slice.getInput().getDefiningOp();
       if (auto reduce = dyn_cast_or_null<AllReduceOp>(producer)) {
         if (reduce.getAxes() != slice.getAxes() ||

@@ -784,10 +784,13 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     return failure();
   auto qType = cast<RankedTensorType>(q.getType());
   bool causal = op.getCausal();
-  // The queries' positions: the op's (givePositions, for the generic rule)
-  // as the ring splits them, or this rank's own.
+  // The queries' positions: this rank's own, or the op's as the ring splits
+  // them where they are not the plain 0, 1, ... that -weft-apply-plan gives
+  // for the generic rule. (Under the hybrid those are split over the
+  // sequence's ulysses axis too, and taking them would gather it.)
   Value qPos;
-  if (causal && op.getQPositions()) {
+  if (causal && op.getQPositions() &&
+      !op.getQPositions().getDefiningOp<IotaOp>()) {
     TensorSharding positionsWant = TensorSharding::replicated(1);
     positionsWant.dims[0] = ring;
     qPos = state.operand(loc, op.getQPositions(), positionsWant);

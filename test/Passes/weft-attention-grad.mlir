@@ -134,16 +134,22 @@
 
 // Ulysses with a ring (cp=2, ulysses=2): the ring's backward takes its
 // queries, keys and values as the hybrid's forward does, by all-to-all to the
-// rank's heads, and runs the ring over those heads; only the queries'
-// positions (two i64s) are gathered. (Until 2026-12-05 q, k, v, dO, the
+// rank's heads, and runs the ring over those heads; nothing is gathered.
+// (Until 2026-12-05 the queries' positions were, and before that q, k, v, dO, the
 // output and the statistics were gathered over ulysses and every rank ran
 // the backward of all four heads.)
 // RUN: weft-opt %S/Inputs/gpt_block.mlir -weft-append-loss=reduction=mean -weft-differentiate=recompute=none \
 // RUN:   -weft-apply-plan="cp=2 ulysses=2" -weft-propagate-sharding -weft-partition -weft-optimize-collectives \
 // RUN:   -weft-canonicalize | FileCheck %s --check-prefix=HYBRID
 // HYBRID: weft.layer "h.backward"
+// HYBRID-NOT: weft.all_gather
 // HYBRID-COUNT-4: weft.all_to_all {{.*}} over @mesh ["ulysses"] split_dim 1 concat_dim 2 : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
-// HYBRID-NEXT: weft.all_gather {{.*}} over @mesh ["ulysses"] dim 0 : tensor<2xi64> -> tensor<4xi64>
+// The queries' positions are the rank's own (its ring block of 0, 1, ...):
+// nothing is gathered over ulysses for them, and the slice of the given
+// positions over the sequence, which nothing reads, is gone.
+// HYBRID-NEXT: %[[ALL:.*]] = weft.iota dim 0 : tensor<8xi64>
+// HYBRID-NEXT: weft.all_slice %[[ALL]] over @mesh ["cp"] dim 0 zigzag : tensor<8xi64> -> tensor<4xi64>
+// HYBRID-NOT: weft.all_slice {{.*}} ["cp", "ulysses"] {{.*}} : tensor<8xi64>
 // HYBRID-NOT: weft.all_gather
 // HYBRID: %[[DQ0:.*]], %[[DK0:.*]], %[[DV0:.*]] = weft.attention_grad {{.*}} : (tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<4xi64>, tensor<4xi64>, tensor<2x2x4x4xf32>, tensor<2x2x4x1xf32>)
 // HYBRID: weft.attention_grad {{.*}} : (tensor<2x2x4x4xf32>,
