@@ -15,7 +15,6 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
 
-#include <array>
 #include <climits>
 #include <map>
 
@@ -85,7 +84,6 @@ private:
   }
   LogicalResult partitionOp(Operation *op);
   LogicalResult partitionLayer(LayerOp layer);
-  using RingKey = std::tuple<Value, Value, Value>;
   /// Of each attention gradient in a backward layer that reads the forward
   /// layer's q, k and v (kept, or recomputed as recompute=op recomputes the
   /// rotary K) without attending them again, the forward attention
