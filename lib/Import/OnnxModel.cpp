@@ -640,10 +640,6 @@ static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
   for (onnx::OperatorSetIdProto &id : *proto.mutable_opset_import())
     if (id.domain().empty() || id.domain() == "ai.onnx")
       id.set_version(kMaxOnnxOpset);
-  // IR versions 9 and 10 added the float8 and 4-bit element types, which
-  // Weft does not import either.
-  if (proto.ir_version() > onnx::IR_VERSION)
-    proto.set_ir_version(onnx::IR_VERSION);
   registerNewerSchemas();
   return true;
 }
@@ -682,6 +678,15 @@ bool weft::loadOnnxModel(llvm::StringRef path,
                          std::string &error) {
   if (!readModel(path, model.proto, error))
     return false;
+  if (!inlineLocalFunctions(model.proto, error))
+    return false;
+  // libonnx 1.12's checker reads IR version 8. Versions 9 and 10 added the
+  // float8 and 4-bit element types, which Weft does not import either (the
+  // checker refuses them), function overloads and attribute defaults, which
+  // inlining has removed, and node metadata, read as unknown fields. onnx's
+  // make_model writes the newest IR version whatever the opset.
+  if (model.proto.ir_version() > onnx::IR_VERSION)
+    model.proto.set_ir_version(onnx::IR_VERSION);
   int64_t exported = getDefaultOpset(model.proto);
   if (exported > kMaxOnnxOpset) {
     if (exported > kMaxReadOnnxOpset) {

@@ -31,6 +31,11 @@ struct OnnxModel {
   std::unordered_map<std::string, onnx::TensorShapeProto> shapeData;
 };
 
+/// Replaces every call of one of the model's local functions with the
+/// function's body (OnnxFunctions.cpp). On failure returns false with a
+/// message in `error`.
+bool inlineLocalFunctions(onnx::ModelProto &model, std::string &error);
+
 /// Reads, checks, upgrades, binds and shape-infers the model at `path`. On
 /// failure returns false with a message that says what to do in `error`.
 bool loadOnnxModel(llvm::StringRef path, const OnnxImportOptions &options,
