@@ -516,6 +516,74 @@ static void registerNewerSchemas() {
   });
 }
 
+/// ConstantOfShape takes a bfloat16 value from opset 20 on, but torch's
+/// TorchScript exporter writes one at any opset for a bfloat16 model (HF
+/// GPT-2's mask value, torch.full), which opset 17's schema and so shape
+/// inference refuse. Each becomes the same constant in f32, cast to
+/// bfloat16: exact, as every bfloat16 is an f32.
+static void castBf16ConstantOfShape(onnx::GraphProto &graph) {
+  llvm::StringSet<> names;
+  for (const onnx::NodeProto &node : graph.node())
+    for (const std::string &output : node.output())
+      names.insert(output);
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (onnx::NodeProto &node : *graph.mutable_node()) {
+    onnx::AttributeProto *value = nullptr;
+    if (node.op_type() == "ConstantOfShape" &&
+        (node.domain().empty() || node.domain() == "ai.onnx") &&
+        node.output_size() == 1 && !node.output(0).empty())
+      for (onnx::AttributeProto &attr : *node.mutable_attribute())
+        if (attr.name() == "value" && attr.has_t() &&
+            attr.t().data_type() == onnx::TensorProto::BFLOAT16)
+          value = &attr;
+    uint32_t bits = 0;
+    bool readable = false;
+    if (value) {
+      // One element: in raw_data (2 bytes, little-endian) or, as ONNX
+      // stores 16-bit types, in the low bits of int32_data.
+      const onnx::TensorProto &tensor = value->t();
+      if (tensor.raw_data().size() == 2) {
+        bits = uint8_t(tensor.raw_data()[0]) |
+               uint32_t(uint8_t(tensor.raw_data()[1])) << 8;
+        readable = true;
+      } else if (tensor.int32_data_size() == 1) {
+        bits = uint32_t(tensor.int32_data(0)) & 0xFFFF;
+        readable = true;
+      }
+    }
+    if (!readable) {
+      *nodes.Add() = std::move(node);
+      continue;
+    }
+    uint32_t wide = bits << 16;
+    float f32;
+    std::memcpy(&f32, &wide, sizeof(f32));
+    onnx::TensorProto &tensor = *value->mutable_t();
+    tensor.clear_raw_data();
+    tensor.clear_int32_data();
+    tensor.set_data_type(onnx::TensorProto::FLOAT);
+    tensor.add_float_data(f32);
+    std::string output = node.output(0);
+    std::string wider = output + "/f32";
+    for (int suffix = 1; names.contains(wider); ++suffix)
+      wider = output + "/f32_" + std::to_string(suffix);
+    names.insert(wider);
+    node.set_output(0, wider);
+    onnx::NodeProto cast;
+    cast.set_op_type("Cast");
+    cast.set_name(node.name().empty() ? "" : node.name() + "/bf16");
+    cast.add_input(wider);
+    cast.add_output(output);
+    onnx::AttributeProto *to = cast.add_attribute();
+    to->set_name("to");
+    to->set_type(onnx::AttributeProto::INT);
+    to->set_i(onnx::TensorProto::BFLOAT16);
+    *nodes.Add() = std::move(node);
+    *nodes.Add() = std::move(cast);
+  }
+  graph.mutable_node()->Swap(&nodes);
+}
+
 static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
                                std::string &error) {
   onnx::GraphProto &graph = *proto.mutable_graph();
@@ -701,6 +769,7 @@ bool weft::loadOnnxModel(llvm::StringRef path,
     if (!downgradeToOpset17(model.proto, exported, error))
       return false;
   }
+  castBf16ConstantOfShape(*model.proto.mutable_graph());
   try {
     std::optional<onnx::ModelProto> checked = withoutExternalData(model.proto);
     onnx::checker::check_model(checked ? *checked : model.proto);
