@@ -179,9 +179,23 @@ double planner::modelFlopsPerStep(const plan::ModelSpec &model,
 
 llvm::Expected<plan::ModelSpec>
 planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
+  // A model without a single weight is most likely an export whose
+  // parameters are graph inputs (torch.onnx.export(..., export_params=False)):
+  // linears and embeddings are raised from weights only.
+  bool weightless = true;
+  module.walk([&](ParameterOp) {
+    weightless = false;
+    return WalkResult::interrupt();
+  });
   auto fail = [&](const llvm::Twine &why) {
+    std::string hint =
+        weightless ? "; the model has no weights: if its parameters are graph "
+                     "inputs (torch.onnx.export(..., export_params=False)), "
+                     "export them (export_params=True, with external data "
+                     "for a large model; weft plan reads no weight bytes)"
+                   : "";
     return llvm::createStringError(
-        source.str() + ": " + why.str() +
+        source.str() + ": " + why.str() + hint +
         "; the planner needs a transformer: repeated blocks (weft.layer, from "
         "-weft-mark-layers) with attention and an MLP, or a built-in model "
         "(--model)");
