@@ -13,6 +13,7 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <algorithm>
 #include <functional>
 
 #include <regex>
@@ -203,7 +204,11 @@ struct WeftMarkLayers
           inputs.insert({operand, nullptr});
         }
       });
-    // Results used after the range.
+    // Results used after the range. Those that later ops read come first:
+    // the residual stream, which the next layer or the final norm reads, is
+    // the layer's first result, as the partitioner and the planner expect,
+    // also when the model returns a layer's other values too (hidden states,
+    // attention outputs, a KV cache's present keys and values).
     SmallVector<Value> outputs;
     for (Operation *op : range)
       for (Value result : op->getResults())
@@ -211,6 +216,12 @@ struct WeftMarkLayers
               return !inside.contains(block.findAncestorOpInBlock(*user));
             }))
           outputs.push_back(result);
+    std::stable_partition(outputs.begin(), outputs.end(), [&](Value result) {
+      return llvm::any_of(result.getUsers(), [&](Operation *user) {
+        Operation *top = block.findAncestorOpInBlock(*user);
+        return !inside.contains(top) && !isa<func::ReturnOp>(top);
+      });
+    });
 
     OpBuilder builder(range.front());
     SmallVector<Value> inputValues;

@@ -83,15 +83,21 @@ static LogicalResult keepLayers(func::FuncOp func, size_t keep,
               "input; the planner costs repeated layers that form a chain";
       return failure();
     }
+    // A layer's other results may be returned too (hidden states, a KV
+    // cache's present keys and values), which a training step discards.
     for (size_t r = 0; r < before->getNumResults(); ++r)
       for (Operation *user : before->getResult(r).getUsers())
-        if (user != layer.getOperation()) {
+        if (user != layer.getOperation() &&
+            !(r > 0 && isa<func::ReturnOp>(user))) {
           error = "the output of layer " + std::to_string(i - 1) +
                   " is used outside the chain of layers";
           return failure();
         }
   }
-  layers.back()->replaceAllUsesWith(layers[keep - 1]->getResults());
+  // The returned values of the layers dropped come from the last one kept,
+  // of the same types.
+  for (size_t i = keep; i < layers.size(); ++i)
+    layers[i]->replaceAllUsesWith(layers[keep - 1]->getResults());
   for (size_t i = layers.size(); i-- > keep;)
     layers[i].erase();
   return success();
