@@ -143,9 +143,12 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
   else if (!spec.ffn_hidden())
     spec.set_ffn_hidden(4 * spec.hidden());
   if (!r.ffnKind.empty()) {
-    if (r.ffnKind != "gelu" && r.ffnKind != "swiglu")
-      return planError("--ffn-kind is gelu or swiglu, not '" + r.ffnKind + "'");
-    spec.set_ffn_kind(r.ffnKind == "gelu" ? plan::FFN_GELU : plan::FFN_SWIGLU);
+    if (r.ffnKind != "gelu" && r.ffnKind != "swiglu" && r.ffnKind != "geglu")
+      return planError("--ffn-kind is gelu, swiglu or geglu, not '" +
+                       r.ffnKind + "'");
+    spec.set_ffn_kind(r.ffnKind == "gelu"    ? plan::FFN_GELU
+                      : r.ffnKind == "geglu" ? plan::FFN_GEGLU
+                                             : plan::FFN_SWIGLU);
   }
   if (r.vocab)
     spec.set_vocab(r.vocab);
@@ -270,7 +273,10 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   os << "model " << model->name() << ": " << model->layers()
      << " layers, hidden " << model->hidden() << ", " << model->heads()
      << " heads (" << model->kv_heads() << " KV), FFN " << model->ffn_hidden()
-     << " " << (model->ffn_kind() == plan::FFN_GELU ? "GELU" : "SwiGLU")
+     << " "
+     << (model->ffn_kind() == plan::FFN_GELU    ? "GELU"
+         : model->ffn_kind() == plan::FFN_GEGLU ? "GeGLU"
+                                                : "SwiGLU")
      << ", vocab " << model->vocab()
      << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
   // What the cost model costs: a file's own IR, or the transformer a

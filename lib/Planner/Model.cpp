@@ -241,17 +241,32 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   spec.set_kv_heads(k.getDimSize(1));
   spec.set_seq_len(q.getDimSize(2));
   int64_t headDim = q.getDimSize(3);
-  bool swiglu = false;
-  first.getBody().walk([&](SiluOp) { swiglu = true; });
-  spec.set_ffn_kind(swiglu ? plan::FFN_SWIGLU : plan::FFN_GELU);
+  // The MLP: its activation (GELU, SiLU, ReLU) of a projection, or of a
+  // slice of one (a fused gate/up projection, Phi-3's gate_up_proj), whose
+  // width is the MLP's. It is gated (SwiGLU, GeGLU: three matrices) when the
+  // activation is multiplied by another projection; otherwise it has two
+  // matrices, whatever its activation (GPT-2's GELU, OPT's ReLU).
+  auto projection = [](Value value) {
+    while (auto slice = value.getDefiningOp<SliceOp>())
+      value = slice->getOperand(0);
+    return value.getDefiningOp<LinearOp>();
+  };
   int64_t ffn = 0;
-  // The MLP's width: what its activation (GELU, SiLU) reads.
+  plan::FfnKind kind = plan::FFN_GELU;
   first.getBody().walk([&](Operation *op) {
-    if (ffn || !isa<GeluOp, SiluOp>(op))
+    if (ffn || !isa<GeluOp, SiluOp, ReluOp>(op) ||
+        !projection(op->getOperand(0)))
       return;
-    if (auto linear = op->getOperand(0).getDefiningOp<LinearOp>())
-      ffn = linear.getType().getShape().back();
+    ffn = cast<RankedTensorType>(op->getResult(0).getType()).getShape().back();
+    for (Operation *user : op->getResult(0).getUsers()) {
+      if (!isa<MulOp>(user))
+        continue;
+      Value other = user->getOperand(user->getOperand(0) == op->getResult(0));
+      if (projection(other))
+        kind = isa<SiluOp>(op) ? plan::FFN_SWIGLU : plan::FFN_GEGLU;
+    }
   });
+  spec.set_ffn_kind(kind);
   llvm::SmallDenseSet<int64_t> attentionWidths = {
       hidden, spec.heads() * headDim, spec.kv_heads() * headDim,
       (spec.heads() + 2 * spec.kv_heads()) * headDim};
@@ -404,7 +419,13 @@ Value TransformerBuilder::block(Value x, int64_t index,
   } else {
     Value gate = linear(normed2, ffn, prefix + ".mlp_gate", false);
     Value up = linear(normed2, ffn, prefix + ".mlp_up", false);
-    activated = MulOp::create(b, loc, SiluOp::create(b, loc, gate), up);
+    Value act = model.ffn_kind() == plan::FFN_GEGLU
+                    ? Value(GeluOp::create(
+                          b, loc, gate,
+                          GeluApproximationAttr::get(b.getContext(),
+                                                     GeluApproximation::tanh)))
+                    : Value(SiluOp::create(b, loc, gate));
+    activated = MulOp::create(b, loc, act, up);
   }
   Value down = linear(activated, h, prefix + ".mlp_down", gelu());
   return AddOp::create(b, loc, residual, dropout(down, dropoutRatio));

@@ -566,6 +566,10 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                                    "'; use megatron, deepspeed or torchtitan");
   if (const char *why = exportRestriction(p, framework))
     return llvm::createStringError(why);
+  if (m.ffn_kind() == plan::FFN_GEGLU)
+    return llvm::createStringError(
+        "the model's MLP is gated by another activation than SiLU (GeGLU, as "
+        "Gemma's): the exported launchers know GELU and SwiGLU MLPs only");
   // Megatron-Core divides its query groups over tp (and DeepSpeed's
   // Megatron and torchtitan their KV heads), with no repeat.
   if (int64_t ways = int64_t(p.tp()) * p.ulysses();

@@ -18,7 +18,9 @@ QKV projections cut by split, chunk or slicing; grouped-query K/V expanded by
 expand + reshape or repeat_interleave; rotary embeddings in the half-rotation
 (LLaMA / NeoX) and interleaved (GPT-J) forms; nn.MultiheadAttention; layer
 norms and RMS norms written out by hand; GELU (erf, tanh, sigmoid
-approximation written out), SiLU, SwiGLU with a fused gate/up projection.
+approximation written out), SiLU, SwiGLU (with a fused gate/up projection,
+Phi-3's), GeGLU (Gemma's); parallel attention and MLP blocks with one norm
+(GPT-J, Falcon, with multi-query attention) or two (GPT-NeoX).
 
 For every formulation it writes, at opsets 14 and 17, a static export and one
 with dynamic batch and sequence axes (NAME/NAME-opsetN[-dynamic].onnx), the
@@ -64,7 +66,11 @@ DEFAULTS = dict(
     norm="layernorm",    # layernorm | ln_manual | ln_rsqrt | ln_nobias | rms | rms_div |
                          # rms_f32 | rms_mean_sq
     mlp="gelu",          # gelu | gelu_tanh | gelu_new | gelu_sigmoid | relu | silu_manual |
-                         # swiglu | swiglu_fused
+                         # swiglu | swiglu_fused | geglu (Gemma: tanh GELU of a gate
+                         # times an up projection)
+    block="sequential",  # sequential (x + attn(n1 x), then + mlp(n2 x)) | parallel
+                         # (GPT-J, Falcon, Phi: x + attn(n x) + mlp(n x), one norm) |
+                         # parallel_two_norms (GPT-NeoX: x + attn(n1 x) + mlp(n2 x))
     dynamic=True,        # also export with dynamic batch and sequence axes
 )
 
@@ -130,6 +136,12 @@ FORMS = {
     "gelu_sigmoid_approx": dict(mlp="gelu_sigmoid"),
     "relu_mlp": dict(mlp="relu"),
     "silu_written_out": dict(mlp="silu_manual"),
+    "geglu_gemma": dict(mlp="geglu", norm="rms", mask="add_inf"),
+    "swiglu_fused_phi3": dict(mlp="swiglu_fused", norm="rms", rotary="half", mask="add_inf"),
+    # Block structure.
+    "parallel_block_gptj": dict(block="parallel", rotary="interleaved"),
+    "parallel_block_neox": dict(block="parallel_two_norms", rotary="half", mask="add_min"),
+    "multi_query_falcon": dict(block="parallel", kv_heads=1, rotary="half", mask="add_inf"),
 }
 
 
@@ -175,13 +187,14 @@ class Mlp(nn.Module):
         super().__init__()
         self.kind = kind
         inner = 4 * HIDDEN
+        gated = kind.startswith("swiglu") or kind == "geglu"
         if kind == "swiglu_fused":
             self.gate_up = nn.Linear(HIDDEN, 2 * inner, bias=False)
         else:
-            self.up = nn.Linear(HIDDEN, inner, bias=not kind.startswith("swiglu"))
-        if kind == "swiglu":
+            self.up = nn.Linear(HIDDEN, inner, bias=not gated)
+        if kind in ("swiglu", "geglu"):
             self.gate = nn.Linear(HIDDEN, inner, bias=False)
-        self.down = nn.Linear(inner, HIDDEN, bias=not kind.startswith("swiglu"))
+        self.down = nn.Linear(inner, HIDDEN, bias=not gated)
 
     def forward(self, x):
         k = self.kind
@@ -190,6 +203,8 @@ class Mlp(nn.Module):
         if k == "swiglu_fused":
             gate, up = self.gate_up(x).chunk(2, dim=-1)
             return self.down(nn.functional.silu(gate) * up)
+        if k == "geglu":
+            return self.down(nn.functional.gelu(self.gate(x), approximate="tanh") * self.up(x))
         h = self.up(x)
         if k == "gelu":
             h = nn.functional.gelu(h)
@@ -385,8 +400,22 @@ class Block(nn.Module):
         self.attn = Attention(f)
         self.norm2 = Norm(f["norm"])
         self.mlp = Mlp(f["mlp"])
+        self.block = f["block"]
+        if self.block == "parallel_two_norms" and f["norm"] == "layernorm":
+            # Norms of their own, as trained ones are: two nn.LayerNorms as
+            # initialized are one computation, which the importer's CSE merges.
+            with torch.no_grad():
+                for norm in (self.norm1, self.norm2):
+                    norm.ln.weight.add_(0.1 * torch.randn(HIDDEN))
+                    norm.ln.bias.add_(0.1 * torch.randn(HIDDEN))
 
     def forward(self, x, cos, sin, padding):
+        block = self.block
+        if block == "parallel":
+            h = self.norm1(x)
+            return x + self.attn(h, cos, sin, padding) + self.mlp(h)
+        if block == "parallel_two_norms":
+            return x + self.attn(self.norm1(x), cos, sin, padding) + self.mlp(self.norm2(x))
         x = x + self.attn(self.norm1(x), cos, sin, padding)
         return x + self.mlp(self.norm2(x))
 

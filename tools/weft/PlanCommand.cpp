@@ -73,10 +73,9 @@ static cl::opt<int64_t> kvHeadsOpt("kv-heads",
 static cl::opt<int64_t> ffnOpt("ffn", cl::desc("Builder: FFN hidden size"),
                                cl::init(0), cl::sub(planCommand),
                                cl::sub(importSubCommand()));
-static cl::opt<std::string> ffnKindOpt("ffn-kind",
-                                       cl::desc("Builder: gelu or swiglu"),
-                                       cl::init(""), cl::sub(planCommand),
-                                       cl::sub(importSubCommand()));
+static cl::opt<std::string>
+    ffnKindOpt("ffn-kind", cl::desc("Builder: gelu, swiglu or geglu"),
+               cl::init(""), cl::sub(planCommand), cl::sub(importSubCommand()));
 static cl::opt<int64_t> vocabOpt("vocab", cl::desc("Builder: vocabulary"),
                                  cl::init(0), cl::sub(planCommand),
                                  cl::sub(importSubCommand()));
