@@ -43,6 +43,7 @@ HIDDEN, HEADS, LAYERS, VOCAB, MAX_SEQ = 32, 4, 2, 64, 16
 HEAD_DIM = HIDDEN // HEADS
 KV_HEADS = 2
 BATCH, SEQ = 2, 8
+WINDOW = 3  # the sliding_window mask's
 
 # Each formulation: a dict of choices for the generic block below. Defaults:
 DEFAULTS = dict(
@@ -52,7 +53,7 @@ DEFAULTS = dict(
     scale="div",         # div | mul | q | qk_sqrt | folded | k
     mask="where_keep",   # none | where_keep | where_fill | masked_fill | masked_fill_triu |
                          # add_inf | add_min | add_1e4 | padding_hf | padding_bert |
-                         # causal_padding | where_eq
+                         # causal_padding | where_eq | sliding_window
     softmax="plain",     # plain | f32 | module | dim3
     dropout=False,       # keep a Dropout node (exported in training mode, p = 0)
     kv_heads=HEADS,      # < HEADS: grouped-query attention
@@ -84,6 +85,8 @@ FORMS = {
     "additive_triu_inf": dict(mask="add_inf"),
     "additive_triu_finfo_min": dict(mask="add_min"),
     "additive_triu_1e4": dict(mask="add_1e4"),
+    "sliding_window_mistral": dict(mask="sliding_window", norm="rms", mlp="swiglu",
+                                   rotary="half", kv_heads=KV_HEADS),
     "padding_hf_finfo_min": dict(mask="padding_hf"),
     "padding_bert_1e4": dict(mask="padding_bert", mlp="gelu"),
     "causal_plus_padding": dict(mask="causal_padding"),
@@ -378,6 +381,12 @@ class Attention(nn.Module):
             return w + bias
         if m == "add_inf":
             return w + torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+        if m == "sliding_window":
+            # Mistral's sliding window: each query sees itself and the
+            # WINDOW - 1 keys before it, as a 0 / -inf bias.
+            keep = torch.ones(s, s, dtype=torch.bool).tril(diagonal=0) & \
+                torch.ones(s, s, dtype=torch.bool).triu(diagonal=1 - WINDOW)
+            return w + torch.zeros(s, s, dtype=w.dtype).masked_fill(~keep, float("-inf"))
         if m == "add_min":
             return w + torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
         if m == "add_1e4":
@@ -465,8 +474,8 @@ class Model(nn.Module):
 
 def is_causal(f):
     """Whether the formulation's attention is causal (every mask form but
-    the padding-only ones and none)."""
-    return f["mask"] not in ("none", "padding_hf", "padding_bert")
+    the padding-only ones and none; a sliding window is a mask of its own)."""
+    return f["mask"] not in ("none", "padding_hf", "padding_bert", "sliding_window")
 
 
 def form(name):
