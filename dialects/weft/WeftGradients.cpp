@@ -977,31 +977,57 @@ LogicalResult BroadcastToOp::buildGradients(GradientState &state) {
   return success();
 }
 // The slice's gradient is its result's, padded with zeros to the input's
-// shape dimension by dimension.
+// shape dimension by dimension. Along a strided dimension the result's
+// elements first go every `stride` places, zeros between them (GPT-J's
+// interleaved rotary embedding takes x[..., ::2] and x[..., 1::2]).
 LogicalResult SliceOp::buildGradients(GradientState &state) {
-  if (std::optional<ArrayRef<int64_t>> strides = getStrides())
-    if (llvm::any_of(*strides, [](int64_t s) { return s != 1; }))
-      return emitError("the gradient of a strided slice is not built yet");
   Grad g{state, getLoc()};
   RankedTensorType in = tensorType(getInput());
   Value grad = g.dy(getResult());
+  std::optional<ArrayRef<int64_t>> strides = getStrides();
+  auto zerosLike = [&](RankedTensorType type, int64_t d, int64_t size) {
+    SmallVector<int64_t> shape(type.getShape());
+    shape[d] = size;
+    return state.splat(getLoc(), withShape(type, shape), 0.0);
+  };
   for (int64_t d = 0; d < in.getRank(); ++d) {
     int64_t start = getStarts()[d];
-    int64_t limit = std::min(getLimits()[d], in.getDimSize(d));
-    if (start == 0 && limit == in.getDimSize(d))
-      continue;
+    int64_t stride = strides ? (*strides)[d] : 1;
     RankedTensorType type = tensorType(grad);
+    int64_t span = type.getDimSize(d); // input places the gradient covers
+    if (stride > 1 && span > 0) {
+      // [.., n, ..] -> [.., n, 1, ..] ++ zeros [.., n, stride - 1, ..]
+      // -> [.., n * stride, ..], cut to the input's places after `start`.
+      SmallVector<int64_t> split(type.getShape());
+      split.insert(split.begin() + d + 1, 1);
+      Value column = g.reshape(grad, split);
+      RankedTensorType columnType = tensorType(column);
+      SmallVector<int64_t> spread(columnType.getShape());
+      spread[d + 1] = stride;
+      Value spaced = ConcatOp::create(
+          state.builder(), getLoc(), withShape(columnType, spread),
+          ValueRange{column, zerosLike(columnType, d + 1, stride - 1)}, d + 1);
+      SmallVector<int64_t> flat(type.getShape());
+      flat[d] = span * stride;
+      grad = g.reshape(spaced, flat);
+      span = std::min(span * stride, in.getDimSize(d) - start);
+      if (span < flat[d]) {
+        SmallVector<int64_t> starts(flat.size(), 0), limits(flat);
+        limits[d] = span;
+        grad = SliceOp::create(state.builder(), getLoc(), grad, starts, limits,
+                               DenseI64ArrayAttr());
+      }
+      type = tensorType(grad);
+    }
+    int64_t after = in.getDimSize(d) - start - span;
+    if (start == 0 && after == 0)
+      continue;
     SmallVector<Value> parts;
-    auto zeros = [&](int64_t size) {
-      SmallVector<int64_t> shape(type.getShape());
-      shape[d] = size;
-      return state.splat(getLoc(), withShape(type, shape), 0.0);
-    };
     if (start > 0)
-      parts.push_back(zeros(start));
+      parts.push_back(zerosLike(type, d, start));
     parts.push_back(grad);
-    if (limit < in.getDimSize(d))
-      parts.push_back(zeros(in.getDimSize(d) - limit));
+    if (after > 0)
+      parts.push_back(zerosLike(type, d, after));
     SmallVector<int64_t> shape(type.getShape());
     shape[d] = in.getDimSize(d);
     grad = ConcatOp::create(state.builder(), getLoc(), withShape(type, shape),

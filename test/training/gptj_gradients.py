@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""Trains GPT-J-style blocks (test/raising/corpus.py's parallel_block_gptj:
+interleaved rotary embedding, x[..., ::2] and x[..., 1::2], in parallel
+attention and MLP) with `weft train` and with torch. One SGD step at lr 1
+without weight decay moves each weight by minus its gradient, so the
+checkpoint's weights give weft's gradient of every parameter, compared with
+torch's; then two AdamW steps' losses (as test/training/against_torch.py
+runs them). Unpartitioned and under tp=2, pp=2 and cp=2. The strided
+slices' gradient is what this checks: before it was built, `weft train`
+refused the model.
+
+    /usr/bin/python3 gptj_gradients.py --weft build/bin/weft
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "raising"))
+import against_torch as at  # noqa: E402
+import corpus  # noqa: E402
+
+FORM = "parallel_block_gptj"
+
+
+def build():
+    torch.manual_seed(1)
+    return corpus.Model(corpus.form(FORM))
+
+
+def torch_steps(tokens, steps):
+    model = build()
+    params = [p for _, p in model.named_parameters()]
+    opt = torch.optim.AdamW(params, lr=at.LR, weight_decay=at.WD, foreach=False)
+    losses, norms = [], []
+    for step in range(steps):
+        opt.zero_grad()
+        ids, labels = at.windows(tokens, step, corpus.BATCH, corpus.SEQ)
+        logits = model(ids)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 labels.reshape(-1))
+        loss.backward()
+        norms.append(float(torch.sqrt(sum((p.grad ** 2).sum() for p in params
+                                           if p.grad is not None))))
+        opt.step()
+        losses.append(loss.item())
+    return losses, norms
+
+
+def torch_gradients(tokens):
+    model = build()
+    ids, labels = at.windows(tokens, 0, corpus.BATCH, corpus.SEQ)
+    logits = model(ids)
+    torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                      labels.reshape(-1)).backward()
+    return {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def weft_train(weft, path, work, plan, devices, extra):
+    out = os.path.join(work, "ck-%s-%s" % (plan.replace("=", "") or "single", extra[1]))
+    command = [weft, "train", path, "--data", os.path.join(work, "tokens.npy"),
+               "--freeze", "_cached$", "--batch-size", str(corpus.BATCH),
+               "--seq-len", str(corpus.SEQ), "--save", out] + extra
+    if plan:
+        command += ["--plan-spec", plan, "--devices", str(devices)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        return None, None, proc.stderr.strip()[-300:]
+    losses = [float(l) for l in re.findall(r"loss ([0-9.]+)", proc.stdout)]
+    step = os.path.join(out, open(os.path.join(out, "latest")).read().strip())
+    manifest = json.load(open(os.path.join(step, "manifest.json")))
+    weights = {e["name"]: np.load(os.path.join(step, e["value"]))
+               for e in manifest["parameters"]}
+    return losses, weights, None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--weft", required=True)
+    args = parser.parse_args()
+    failed = 0
+    with tempfile.TemporaryDirectory() as work:
+        model = build().train()
+        path = os.path.join(work, FORM + ".onnx")
+        ids = torch.zeros(corpus.BATCH, corpus.SEQ, dtype=torch.long)
+        torch.onnx.export(model, (ids,), path, opset_version=17, input_names=["input_ids"],
+                          output_names=["logits"], do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING)
+        initial = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+        tokens = np.random.default_rng(7).integers(0, corpus.VOCAB, 4096).astype(np.int64)
+        np.save(os.path.join(work, "tokens.npy"), tokens)
+        want_grads = torch_gradients(tokens)
+        want_losses, _ = torch_steps(tokens, 2)
+        sgd = ["--steps", "1", "--optimizer", "sgd", "--lr", "1", "--weight-decay", "0"]
+        adamw = ["--steps", "2", "--lr", str(at.LR), "--weight-decay", str(at.WD)]
+        for plan, devices in (("", 1), ("tp=2", 2), ("pp=2", 2), ("cp=2", 2)):
+            _, weights, error = weft_train(args.weft, path, work, plan, devices, sgd)
+            losses, _, error2 = weft_train(args.weft, path, work, plan, devices, adamw)
+            if error or error2 or len(losses) != 2:
+                print("FAIL %-6s weft train failed: %s" % (plan or "single", error or error2))
+                failed += 1
+                continue
+            # The largest error of any parameter's gradient, relative to its
+            # largest element; the rotary embedding's strided slices carry q's
+            # and k's.
+            grad_err, worst = 0.0, ""
+            for name, want in want_grads.items():
+                got = initial[name] - weights[name]
+                err = float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-30)
+                if err > grad_err:
+                    grad_err, worst = err, name
+            loss_err = max(abs(l - w) / w for l, w in zip(losses, want_losses))
+            ok = grad_err < 1e-4 and loss_err < 1e-5
+            failed += not ok
+            print("%s %-6s gradients of %d parameters: max rel error %.1e (%s); AdamW losses "
+                  "%s (torch %s), max rel error %.1e" %
+                  ("ok  " if ok else "FAIL", plan or "single", len(want_grads), grad_err, worst,
+                   losses, ["%.6f" % w for w in want_losses], loss_err))
+    print("%d plans, %d failed" % (4, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
