@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <climits>
@@ -178,6 +179,18 @@ FactorAxes weft::assignFactorAxes(
   llvm::stable_sort(order, [](const ShardedTensor *a, const ShardedTensor *b) {
     return a->priority < b->priority;
   });
+  // A factor that is not the major one of some dimension of the op (a batch
+  // merged behind the sequence, [s, b, ...] -> [s * b, ...]) has no
+  // contiguous block there (projectSharding leaves such a dimension whole):
+  // it stays whole everywhere, and the operands that hold it split are
+  // gathered. Splitting it in some tensors only gave the op local shapes
+  // that disagree.
+  llvm::SmallDenseSet<int64_t> minor;
+  for (const auto *list : {&rule.operands, &rule.results})
+    for (const ShardingRule::TensorFactors &tensor : *list)
+      for (const ShardingRule::DimFactors &dim : tensor)
+        for (size_t i = 1; i < dim.size(); ++i)
+          minor.insert(dim[i]);
   llvm::StringMap<int64_t> owner; // axis -> factor
   for (const ShardedTensor *tensor : order) {
     const auto &factors = *tensor->factors;
@@ -187,7 +200,7 @@ FactorAxes weft::assignFactorAxes(
       if (axes.empty() || factors[dim].empty())
         continue;
       int64_t factor = factors[dim].front();
-      if (rule.isBlocked(factor) ||
+      if (rule.isBlocked(factor) || minor.contains(factor) ||
           rule.factorSizes[factor] % mesh.product(axes) != 0)
         continue;
       if (result.priority[factor] != INT_MAX) {
