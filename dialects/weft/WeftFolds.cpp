@@ -130,11 +130,48 @@ struct MergedLeadingTranspose : OpRewritePattern<ReshapeOp> {
     return success();
   }
 };
+
+/// reshape(linear(reshape(x))) where the inner reshape flattens x's rows
+/// ([..., K] -> [M, K]) and the outer one unflattens the linear's result
+/// ([M, N] -> [a..., N]): linear(reshape(x -> [a..., K])), the rows kept
+/// apart. nn.MultiheadAttention flattens [s, b] to run its output
+/// projection, and Hugging Face's Conv1D (GPT-2) flattens [b, s]; a merged
+/// [s * b] cannot be split where b is (data parallelism splits the batch),
+/// and a split sequence would have to be gathered first.
+struct FlattenedLinear : OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ReshapeOp outer,
+                                PatternRewriter &rewriter) const override {
+    auto linear = outer.getInput().getDefiningOp<LinearOp>();
+    if (!linear || !linear->hasOneUse())
+      return failure();
+    auto inner = linear.getInput().getDefiningOp<ReshapeOp>();
+    if (!inner)
+      return failure();
+    auto flat = cast<RankedTensorType>(linear.getType());
+    auto result = cast<RankedTensorType>(outer.getType());
+    auto rows = cast<RankedTensorType>(linear.getInput().getType());
+    if (!flat.hasStaticShape() || !result.hasStaticShape() ||
+        !rows.hasStaticShape() || result.getRank() < 2 ||
+        result.getShape().back() != flat.getShape().back() ||
+        result.getRank() == flat.getRank())
+      return failure();
+    SmallVector<int64_t> shape(result.getShape());
+    shape.back() = rows.getShape().back();
+    Value input = ReshapeOp::create(rewriter, inner.getLoc(), rows.clone(shape),
+                                    inner.getInput());
+    auto kept = LinearOp::create(rewriter, linear.getLoc(), result, input,
+                                 linear.getWeight(), linear.getBias(),
+                                 linear.getTransposeWeightAttr());
+    rewriter.replaceOp(outer, kept.getResult());
+    return success();
+  }
+};
 } // namespace
 
 void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
                                             MLIRContext *context) {
-  patterns.add<MergedLeadingTranspose>(context);
+  patterns.add<MergedLeadingTranspose, FlattenedLinear>(context);
 }
 
 OpFoldResult TransposeOp::fold(FoldAdaptor) {

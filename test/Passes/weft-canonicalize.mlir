@@ -194,3 +194,48 @@ func.func @merged_dimension_moved(%k: tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32
   %2 = weft.reshape %1 : tensor<8x8x8xf32> -> tensor<2x4x8x8xf32>
   return %2 : tensor<2x4x8x8xf32>
 }
+
+// -----
+
+// nn.MultiheadAttention's output projection: the attention's [s, b, heads,
+// d] is flattened to [s * b, h] rows, projected and unflattened. The rows
+// are kept apart instead: [s, b, h] in and out, so data parallelism's split
+// of b survives.
+// CHECK-LABEL: func.func @flattened_linear
+// CHECK-SAME: (%[[X:.*]]: tensor<8x2x4x8xf32>, %[[W:.*]]: tensor<32x32xf32>, %[[B:.*]]: tensor<32xf32>)
+// CHECK-NEXT: %[[R:.*]] = weft.reshape %[[X]] : tensor<8x2x4x8xf32> -> tensor<8x2x32xf32>
+// CHECK-NEXT: %[[L:.*]] = weft.linear %[[R]], %[[W]], %[[B]] transpose_weight : (tensor<8x2x32xf32>, tensor<32x32xf32>, tensor<32xf32>) -> tensor<8x2x32xf32>
+// CHECK-NEXT: return %[[L]]
+func.func @flattened_linear(%x: tensor<8x2x4x8xf32>, %w: tensor<32x32xf32>, %b: tensor<32xf32>) -> tensor<8x2x32xf32> {
+  %0 = weft.reshape %x : tensor<8x2x4x8xf32> -> tensor<16x32xf32>
+  %1 = weft.linear %0, %w, %b transpose_weight : (tensor<16x32xf32>, tensor<32x32xf32>, tensor<32xf32>) -> tensor<16x32xf32>
+  %2 = weft.reshape %1 : tensor<16x32xf32> -> tensor<8x2x32xf32>
+  return %2 : tensor<8x2x32xf32>
+}
+
+// -----
+
+// Hugging Face's Conv1D (GPT-2): x.view(-1, h), addmm, view back.
+// CHECK-LABEL: func.func @conv1d_rows
+// CHECK-NEXT: %[[L:.*]] = weft.linear %arg0, %arg1 : (tensor<2x8x32xf32>, tensor<32x96xf32>) -> tensor<2x8x96xf32>
+// CHECK-NEXT: return %[[L]]
+func.func @conv1d_rows(%x: tensor<2x8x32xf32>, %w: tensor<32x96xf32>) -> tensor<2x8x96xf32> {
+  %0 = weft.reshape %x : tensor<2x8x32xf32> -> tensor<16x32xf32>
+  %1 = weft.linear %0, %w : (tensor<16x32xf32>, tensor<32x96xf32>) -> tensor<16x96xf32>
+  %2 = weft.reshape %1 : tensor<16x96xf32> -> tensor<2x8x96xf32>
+  return %2 : tensor<2x8x96xf32>
+}
+
+// -----
+
+// The flat result read elsewhere too: kept.
+// CHECK-LABEL: func.func @flattened_linear_shared
+// CHECK-NEXT: weft.reshape
+// CHECK-NEXT: weft.linear
+// CHECK-NEXT: weft.reshape
+func.func @flattened_linear_shared(%x: tensor<2x8x32xf32>, %w: tensor<32x96xf32>) -> (tensor<2x8x96xf32>, tensor<16x96xf32>) {
+  %0 = weft.reshape %x : tensor<2x8x32xf32> -> tensor<16x32xf32>
+  %1 = weft.linear %0, %w : (tensor<16x32xf32>, tensor<32x96xf32>) -> tensor<16x96xf32>
+  %2 = weft.reshape %1 : tensor<16x96xf32> -> tensor<2x8x96xf32>
+  return %2, %1 : tensor<2x8x96xf32>, tensor<16x96xf32>
+}
