@@ -13,7 +13,8 @@ static and dynamic axes, and the opset-18 form):
   - `weft run` matches torch's output within rtol 1e-4, atol 1e-5;
 
 and, on the opset-17 static export, `weft run --devices 2` under tp=2 and
-under cp=2 (ring attention; its all-gather form for a sliding window's mask) matches the unpartitioned run within 1e-5 of the
+under cp=2 (ring attention; its all-gather form for a sliding window's mask) and
+under dp=2 matches the unpartitioned run within 1e-5 of the
 output's magnitude. Prints one line per formulation and a summary; exits 1 if
 any check fails.
 """
@@ -151,7 +152,7 @@ def check_form(weft, name, root, tmp):
         # window's [s, s] mask is split by the all-gather form of cp (the ring
         # refuses it, saying so).
         ring = "cp=2" if f["mask"] != "sliding_window" else "cp=2,cp-comm=all-gather"
-        for spec in ("tp=2", ring):
+        for spec in ("tp=2", ring, "dp=2"):
             got, sent = run(weft, path, inputs, os.path.join(tmp, name + spec),
                             ["--devices", "2", "--plan-spec", spec])
             if got is None:
