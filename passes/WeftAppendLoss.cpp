@@ -76,27 +76,6 @@ struct WeftAppendLoss : public weft::impl::WeftAppendLossBase<WeftAppendLoss> {
           << "needs logits";
       return signalPassFailure();
     }
-    // Next-token labels are token ids: the logits must range over the
-    // vocabulary that the token embedding (the one that reads a model
-    // input) has. A model without its language-model head returns hidden
-    // states, whose width the labels would otherwise index.
-    EmbeddingOp tokens;
-    func.walk([&](EmbeddingOp op) {
-      if (!tokens && isa<BlockArgument>(op.getIndices()))
-        tokens = op;
-    });
-    if (tokens) {
-      int64_t vocab =
-          cast<RankedTensorType>(tokens.getTable().getType()).getDimSize(0);
-      if (type.getShape().back() != vocab) {
-        ret.emitError("the model's first result is ")
-            << type << ", not logits over its vocabulary of " << vocab
-            << " (the token embedding's rows): the model has no "
-               "language-model head; export it with one (a ...ForCausalLM or "
-               "...ForMaskedLM model, or with its lm_head)";
-        return signalPassFailure();
-      }
-    }
     OpBuilder b(ret);
     Location loc = ret.getLoc();
     ArrayRef<int64_t> positions = type.getShape().drop_back();

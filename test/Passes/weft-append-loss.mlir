@@ -38,17 +38,6 @@ func.func @not_logits(%x: tensor<8xf32>) -> tensor<8xf32> {
 
 // -----
 
-// A model without its language-model head: hidden states of width 32 where
-// logits over the token embedding's 64 rows belong.
-func.func @no_head(%ids: tensor<2x8xi64>) -> tensor<2x8x32xf32> {
-  %table = weft.parameter "wte.weight" : tensor<64x32xf32> = dense<0.5>
-  %h = weft.embedding %table[%ids] : (tensor<64x32xf32>, tensor<2x8xi64>) -> tensor<2x8x32xf32>
-  // expected-error @+1 {{the model's first result is 'tensor<2x8x32xf32>', not logits over its vocabulary of 64 (the token embedding's rows): the model has no language-model head}}
-  return %h : tensor<2x8x32xf32>
-}
-
-// -----
-
 // expected-error @+1 {{-weft-append-loss needs a function that returns logits}}
 module {
   func.func @nothing() {
