@@ -44,6 +44,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -731,6 +732,36 @@ int runTrain(MLIRContext &context) {
       }
       break;
     }
+  // The labels are the data's token ids: each must be a class of the
+  // model's output. A model exported without its language-model head
+  // returns hidden states, whose width the ids would index; the first step
+  // failed on the first id beyond it.
+  for (auto entry : module->getOps<func::FuncOp>()) {
+    if (entry.isExternal() || entry.getNumResults() == 0 || tokens.empty())
+      break;
+    auto logits = dyn_cast<RankedTensorType>(entry.getResultTypes().front());
+    int64_t largest = *std::max_element(tokens.begin(), tokens.end());
+    if (!logits || logits.getRank() < 2 ||
+        logits.isDynamicDim(logits.getRank() - 1) ||
+        largest < logits.getShape().back())
+      break;
+    int64_t classes = logits.getShape().back(), vocab = 0;
+    entry.walk([&](weft::EmbeddingOp op) {
+      if (!vocab && isa<BlockArgument>(op.getIndices()))
+        vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+    });
+    std::string why = dataPath + " holds token id " + std::to_string(largest) +
+                      ", but the model's output has " +
+                      std::to_string(classes) + " classes per position";
+    if (vocab > 0 && vocab != classes)
+      why += "; its token embedding has " + std::to_string(vocab) +
+             " rows, so the output is hidden states, not logits: export the "
+             "model with its language-model head (a ...ForCausalLM model, "
+             "or with its lm_head)";
+    else
+      why += ": the data is not tokenized for this model's vocabulary";
+    return trainError(why);
+  }
   int64_t window = batch * seqLen + 1;
   if (int64_t(tokens.size()) < window)
     return trainError(dataPath + " has " + std::to_string(tokens.size()) +
