@@ -29,22 +29,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(number, payload):
-    """A length-delimited protobuf field."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
+from dynamo_scopes import field  # noqa: E402  (a length-delimited protobuf field)
 
 
 def save(array, path):
