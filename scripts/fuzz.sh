@@ -28,11 +28,16 @@ for test in test_matmul_2d test_softmax_axis_1 test_layer_normalization_4d_axis1
   model=/usr/share/libonnx-testdata/data/node/$test/model.onnx
   [ -f "$model" ] && cp "$model" "$corpus/$test.onnx"
 done
-# Models that call local functions, for the inliner (lib/Import/OnnxFunctions.cpp).
-functions=$(mktemp -d)
-/usr/bin/python3 "$root/test/Import/Inputs/local_functions.py" "$functions" --no-torch
-cp "$functions"/*.onnx "$corpus"/
-rm -rf "$functions"
+# Models that call local functions, for the inliner (lib/Import/OnnxFunctions.cpp),
+# and models with If nodes, for the importer's inlineIf.
+for writer in local_functions if_models; do
+  written=$(mktemp -d)
+  /usr/bin/python3 "$root/test/Import/Inputs/$writer.py" "$written" --no-torch
+  for model in "$written"/*.onnx; do
+    cp "$model" "$corpus/$writer-$(basename "$model")"
+  done
+  rm -rf "$written"
+done
 cd "$corpus"
 # Leak checks are off: containing a crash inside libonnx (lib/Import/OnnxModel.cpp)
 # leaks what it had allocated. The ASan build of the test suite checks Weft's leaks.

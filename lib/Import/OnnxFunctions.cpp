@@ -304,7 +304,7 @@ private:
       google::protobuf::RepeatedPtrField<onnx::AttributeProto> attributes;
       for (onnx::AttributeProto &attribute : *body.mutable_attribute()) {
         if (attribute.ref_attr_name().empty()) {
-          renameCaptured(attribute, rename);
+          renameCapturedValues(attribute, rename);
           *attributes.Add() = std::move(attribute);
           continue;
         }
@@ -327,50 +327,48 @@ private:
     }
     return true;
   }
-
-  /// Renames, in a subgraph attribute (If, Loop, Scan), the values it reads
-  /// from the function's scope.
-  static void
-  renameCaptured(onnx::AttributeProto &attribute,
-                 const std::unordered_map<std::string, std::string> &rename) {
-    std::function<void(onnx::GraphProto &)> visit = [&](onnx::GraphProto &g) {
-      llvm::StringSet<> local;
-      for (const onnx::ValueInfoProto &value : g.input())
-        local.insert(value.name());
-      for (const onnx::TensorProto &tensor : g.initializer())
-        local.insert(tensor.name());
-      for (const onnx::NodeProto &node : g.node())
-        for (const std::string &output : node.output())
-          local.insert(output);
-      auto outer = [&](std::string &value) {
-        if (local.contains(value))
-          return;
-        auto found = rename.find(value);
-        if (found != rename.end())
-          value = found->second;
-      };
-      for (onnx::NodeProto &node : *g.mutable_node()) {
-        for (std::string &input : *node.mutable_input())
-          outer(input);
-        for (onnx::AttributeProto &inner : *node.mutable_attribute()) {
-          if (inner.has_g())
-            visit(*inner.mutable_g());
-          for (onnx::GraphProto &sub : *inner.mutable_graphs())
-            visit(sub);
-        }
-      }
-      for (onnx::ValueInfoProto &value : *g.mutable_output())
-        outer(*value.mutable_name());
-    };
-    if (attribute.has_g())
-      visit(*attribute.mutable_g());
-    for (onnx::GraphProto &sub : *attribute.mutable_graphs())
-      visit(sub);
-  }
 };
 
 } // namespace
 
 bool weft::inlineLocalFunctions(onnx::ModelProto &model, std::string &error) {
   return Inliner(model, error).run();
+}
+
+void weft::renameCapturedValues(
+    onnx::AttributeProto &attribute,
+    const std::unordered_map<std::string, std::string> &rename) {
+  std::function<void(onnx::GraphProto &)> visit = [&](onnx::GraphProto &g) {
+    llvm::StringSet<> local;
+    for (const onnx::ValueInfoProto &value : g.input())
+      local.insert(value.name());
+    for (const onnx::TensorProto &tensor : g.initializer())
+      local.insert(tensor.name());
+    for (const onnx::NodeProto &node : g.node())
+      for (const std::string &output : node.output())
+        local.insert(output);
+    auto outer = [&](std::string &value) {
+      if (local.contains(value))
+        return;
+      auto found = rename.find(value);
+      if (found != rename.end())
+        value = found->second;
+    };
+    for (onnx::NodeProto &node : *g.mutable_node()) {
+      for (std::string &input : *node.mutable_input())
+        outer(input);
+      for (onnx::AttributeProto &inner : *node.mutable_attribute()) {
+        if (inner.has_g())
+          visit(*inner.mutable_g());
+        for (onnx::GraphProto &sub : *inner.mutable_graphs())
+          visit(sub);
+      }
+    }
+    for (onnx::ValueInfoProto &value : *g.mutable_output())
+      outer(*value.mutable_name());
+  };
+  if (attribute.has_g())
+    visit(*attribute.mutable_g());
+  for (onnx::GraphProto &sub : *attribute.mutable_graphs())
+    visit(sub);
 }

@@ -73,11 +73,20 @@ private:
   using Handler = std::function<LogicalResult(const onnx::NodeProto &)>;
 
   // Setup.
-  LogicalResult checkSupported();
+  /// Refuses, in one diagnostic, the op types of `nodes` that have no
+  /// handler; `where` says where they are ("the model", a branch).
+  LogicalResult checkSupported(
+      const google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes,
+      llvm::StringRef where);
   void collectValueInfo();
   LogicalResult checkDeclaredShapes();
   LogicalResult importInitializers();
   LogicalResult importNode(const onnx::NodeProto &node, int index);
+  /// Locates the diagnostics and ops of node #index at its name.
+  void setLocation(const onnx::NodeProto &node, int index);
+  /// Replaces If node #index, whose condition the shapes fix, by the nodes of
+  /// the branch it takes.
+  LogicalResult inlineIf(int index);
 
   // Values.
   InFlightDiagnostic error() { return emitError(loc); }
@@ -1977,16 +1986,24 @@ GraphImporter::importRotaryEmbedding(const onnx::NodeProto &node) {
   return success();
 }
 
-LogicalResult GraphImporter::checkSupported() {
+static bool isDefaultDomain(const onnx::NodeProto &node) {
+  return node.domain().empty() || node.domain() == "ai.onnx";
+}
+
+LogicalResult GraphImporter::checkSupported(
+    const google::protobuf::RepeatedPtrField<onnx::NodeProto> &nodes,
+    llvm::StringRef where) {
   // One diagnostic with every unsupported op type, each with a node name, so
   // that a user sees the whole list at once.
   llvm::StringMap<std::string> unsupported;
   SmallVector<std::string> order;
-  for (auto [index, node] : llvm::enumerate(graph.node())) {
-    bool defaultDomain = node.domain().empty() || node.domain() == "ai.onnx";
+  for (auto [index, node] : llvm::enumerate(nodes)) {
+    bool defaultDomain = isDefaultDomain(node);
     std::string key = defaultDomain ? node.op_type()
                                     : node.domain() + "." + node.op_type();
-    if (defaultDomain && handlers.count(node.op_type()))
+    // If is replaced by the branch its condition takes (inlineIf).
+    if (defaultDomain &&
+        (handlers.count(node.op_type()) || node.op_type() == "If"))
       continue;
     if (unsupported.count(key))
       continue;
@@ -1997,10 +2014,9 @@ LogicalResult GraphImporter::checkSupported() {
   }
   if (order.empty())
     return success();
-  InFlightDiagnostic diag =
-      emitError(FileLineColLoc::get(context, path, 0, 0))
-      << "the model uses " << order.size()
-      << " op type(s) that Weft does not import: ";
+  InFlightDiagnostic diag = emitError(FileLineColLoc::get(context, path, 0, 0))
+                            << where << " uses " << order.size()
+                            << " op type(s) that Weft does not import: ";
   llvm::interleaveComma(order, diag, [&](const std::string &key) {
     diag << key << " (e.g. " << unsupported[key] << ")";
   });
@@ -2184,7 +2200,7 @@ static std::string moduleScope(const onnx::NodeProto &node) {
   return "";
 }
 
-LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) {
+void GraphImporter::setLocation(const onnx::NodeProto &node, int index) {
   std::string name = node.name().empty()
                          ? node.op_type() + "#" + std::to_string(index)
                          : node.name();
@@ -2194,6 +2210,137 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index) 
     name = scope + "/" + name;
   loc = NameLoc::get(builder.getStringAttr(name),
                      FileLineColLoc::get(context, path, 0, 0));
+}
+
+LogicalResult GraphImporter::inlineIf(int index) {
+  const onnx::NodeProto &node = graph.node(index);
+  setLocation(node, index);
+  const std::string &cond = node.input_size() ? node.input(0) : "";
+  auto known = constants.find(cond);
+  if (cond.empty() || values.count(cond) || known == constants.end())
+    return error() << "If's condition '" << cond
+                   << "' depends on the model's input values; Weft imports an "
+                      "If only where the input shapes decide its branch (as "
+                      "torch.jit.script code on a tensor's size does): "
+                      "export the model by tracing, so that torch takes the "
+                      "branch";
+  DenseElementsAttr condition = known->second;
+  if (condition.getNumElements() != 1 ||
+      !condition.getElementType().isInteger(1))
+    return error() << "If's condition '" << cond << "' is "
+                   << condition.getType() << "; ONNX requires a single bool";
+  bool taken = *condition.getValues<bool>().begin();
+  StringRef branchName = taken ? "then_branch" : "else_branch";
+  const onnx::AttributeProto *attr = attribute(node, branchName);
+  if (!attr || !attr->has_g())
+    return error() << "If has no " << branchName;
+  // A copy: the graph's node list is rebuilt below.
+  const onnx::GraphProto branch = attr->g();
+  if (branch.output_size() != node.output_size())
+    return error() << "If's " << branchName << " gives " << branch.output_size()
+                   << " values for " << node.output_size() << " outputs";
+  if (failed(checkSupported(branch.node(), "the " + branchName.str() +
+                                               " taken by If '" + node.name() +
+                                               "'")))
+    return failure();
+
+  // The branch's values are renamed into the graph's scope, after the If's
+  // first output (graph values have unique names; two Ifs, say from one
+  // inlined function called twice, may share their branches' names).
+  std::string prefix =
+      (node.output_size() ? node.output(0) : "If#" + std::to_string(index)) +
+      "/" + (taken ? "then" : "else") + "/";
+  std::unordered_map<std::string, std::string> rename;
+  for (const onnx::TensorProto &tensor : branch.initializer())
+    rename[tensor.name()] = prefix + tensor.name();
+  for (const onnx::NodeProto &inner : branch.node())
+    for (const std::string &output : inner.output())
+      if (!output.empty())
+        rename[output] = prefix + output;
+  auto renamed = [&](const std::string &name) {
+    auto found = rename.find(name);
+    return found == rename.end() ? name : found->second;
+  };
+
+  std::string scope = node.name().empty()
+                          ? node.op_type() + "#" + std::to_string(index)
+                          : node.name();
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> spliced;
+  // A branch's initializers are its constants.
+  for (const onnx::TensorProto &tensor : branch.initializer()) {
+    onnx::NodeProto *constant = spliced.Add();
+    constant->set_op_type("Constant");
+    constant->set_name(scope + "/" + tensor.name());
+    constant->add_output(renamed(tensor.name()));
+    onnx::AttributeProto *value = constant->add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    *value->mutable_t() = tensor;
+    value->mutable_t()->set_name(renamed(tensor.name()));
+  }
+  for (auto [position, inner] : llvm::enumerate(branch.node())) {
+    onnx::NodeProto *copy = spliced.Add();
+    *copy = inner;
+    if (copy->name().empty())
+      copy->set_name(scope + "/" + copy->op_type() + "_" +
+                     std::to_string(position));
+    for (std::string &input : *copy->mutable_input())
+      input = renamed(input);
+    for (std::string &output : *copy->mutable_output())
+      output = renamed(output);
+    for (onnx::AttributeProto &inner : *copy->mutable_attribute())
+      renameCapturedValues(inner, rename);
+  }
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (node.output(i).empty())
+      continue;
+    onnx::NodeProto *identity = spliced.Add();
+    identity->set_op_type("Identity");
+    identity->set_name(scope + "/" + node.output(i));
+    identity->add_input(renamed(branch.output(i).name()));
+    identity->add_output(node.output(i));
+  }
+  onnx::GraphProto &mutableGraph = *model.proto.mutable_graph();
+  for (const auto *list : {&branch.value_info(), &branch.output()})
+    for (const onnx::ValueInfoProto &info : *list)
+      if (rename.count(info.name())) {
+        onnx::ValueInfoProto *added = mutableGraph.add_value_info();
+        *added = info;
+        added->set_name(renamed(info.name()));
+      }
+  int count = spliced.size();
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < index; ++i)
+    nodes.Add()->Swap(mutableGraph.mutable_node(i));
+  for (onnx::NodeProto &inner : spliced)
+    nodes.Add()->Swap(&inner);
+  for (int i = index + 1; i < mutableGraph.node_size(); ++i)
+    nodes.Add()->Swap(mutableGraph.mutable_node(i));
+  mutableGraph.mutable_node()->Swap(&nodes);
+  collectValueInfo();
+
+  // ONNX types an If's outputs by both branches: a rank that differs
+  // between them (torchlib's scalar cases) leaves the outputs, and what
+  // reads them, without a shape. Inferred again now that the If is gone.
+  bool typed = true;
+  for (int i = index; i < index + count && typed; ++i)
+    for (int j = 0; j < graph.node(i).output_size(); ++j)
+      if (!graph.node(i).output(j).empty() &&
+          !knownOutputType(graph.node(i), j))
+        typed = false;
+  if (typed)
+    return success();
+  std::string message;
+  if (!inferOnnxShapes(model, message))
+    return error() << message << " (after taking the If's " << branchName
+                   << ")";
+  collectValueInfo();
+  return success();
+}
+
+LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
+                                        int index) {
+  setLocation(node, index);
   // Data propagation already computed this node's outputs: a shape value.
   // Not where every input is a constant: Weft folds those itself, exactly
   // (ONNX 1.14's propagation of Add / Sub / Mul wraps values at 32 bits:
@@ -2326,7 +2473,8 @@ LogicalResult GraphImporter::foldNode(const onnx::NodeProto &node,
 OwningOpRef<ModuleOp> GraphImporter::run() {
   registerHandlers();
   collectValueInfo();
-  if (failed(checkDeclaredShapes()) || failed(checkSupported()))
+  if (failed(checkDeclaredShapes()) ||
+      failed(checkSupported(graph.node(), "the model")))
     return nullptr;
   Location fileLoc = FileLineColLoc::get(context, path, 0, 0);
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
@@ -2361,9 +2509,18 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   builder.setInsertionPointToEnd(entry);
   if (failed(importInitializers()))
     return nullptr;
-  for (auto [index, node] : llvm::enumerate(graph.node()))
+  // The graph grows as If nodes are replaced by their branches' nodes.
+  for (int index = 0; index < graph.node_size(); ++index) {
+    const onnx::NodeProto &node = graph.node(index);
+    if (isDefaultDomain(node) && node.op_type() == "If") {
+      if (failed(inlineIf(index)))
+        return nullptr;
+      --index;
+      continue;
+    }
     if (failed(importNode(node, index)))
       return nullptr;
+  }
   SmallVector<Value> results;
   for (const onnx::ValueInfoProto &out : graph.output()) {
     loc = NameLoc::get(builder.getStringAttr(out.name()), fileLoc);

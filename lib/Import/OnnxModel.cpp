@@ -801,6 +801,12 @@ bool weft::loadOnnxModel(llvm::StringRef path,
     }
     model.opset = kMinOnnxOpset;
   }
+  return inferOnnxShapes(model, error);
+}
+
+bool weft::inferOnnxShapes(OnnxModel &model, std::string &error) {
+  // ONNX refuses to propagate a value it already holds.
+  model.shapeData.clear();
   return callOnnx(
       [&] {
         onnx::ShapeInferenceOptions inference(/*check_type=*/true,

@@ -36,6 +36,18 @@ struct OnnxModel {
 /// message in `error`.
 bool inlineLocalFunctions(onnx::ModelProto &model, std::string &error);
 
+/// Renames, in a subgraph attribute (If, Loop, Scan) of a node moved to
+/// another scope, the values the subgraph reads from the node's scope
+/// (OnnxFunctions.cpp).
+void renameCapturedValues(
+    onnx::AttributeProto &attribute,
+    const std::unordered_map<std::string, std::string> &rename);
+
+/// Infers every value's type and shape again, with ONNX's data propagation,
+/// after the graph changed (OnnxModel.cpp). On failure returns false with a
+/// message in `error`.
+bool inferOnnxShapes(OnnxModel &model, std::string &error);
+
 /// Reads, checks, upgrades, binds and shape-infers the model at `path`. On
 /// failure returns false with a message that says what to do in `error`.
 bool loadOnnxModel(llvm::StringRef path, const OnnxImportOptions &options,
