@@ -464,38 +464,59 @@ LogicalResult EmbeddingOp::partition(PartitionState &state) {
 // Ring attention
 //===----------------------------------------------------------------------===//
 
+/// How a ring step finds its K/V block's part of the mask.
+enum class RingMaskForm {
+  /// No mask, or one that broadcasts over the keys: the same at every step.
+  Fixed,
+  /// Split along the keys: each block's columns travel with the block.
+  Passed,
+  /// The mask varies over the queries and the keys (a sliding window, a
+  /// padding mask combined with a causal one): each rank holds its queries'
+  /// rows with every key, and each step gathers the columns of the block it
+  /// holds at the block's positions, which travel with it.
+  Gathered,
+};
+
 /// The local mask of an attention over a ring (none if `globalMask` is
-/// null): split over the ring along the keys, as the queries (`qWant`)
-/// along batch and heads. A mask that varies over the queries cannot travel
-/// with the keys: an error on `op`.
-static LogicalResult ringMask(Operation *op, Value globalMask,
-                              const TensorSharding &qWant,
-                              PartitionState &state, Value &mask,
-                              bool keysGathered = false) {
+/// null), split as the queries (`qWant`) along batch and heads: along the
+/// keys over the ring where it broadcasts over the queries, else along the
+/// queries, its keys whole. `form` says how each step takes its block's
+/// part.
+static Value ringMask(Location loc, Value globalMask,
+                      const TensorSharding &qWant, PartitionState &state,
+                      RingMaskForm &form, bool keysGathered = false) {
+  form = RingMaskForm::Fixed;
   if (!globalMask)
-    return success();
+    return {};
   auto maskType = cast<RankedTensorType>(globalMask.getType());
   int64_t rank = maskType.getRank();
   TensorSharding maskWant = TensorSharding::replicated(rank);
-  if (keysGathered) {
-    // Every key is here: the mask splits with the queries, if it varies
-    // over them, and its keys stay whole.
-    if (rank >= 2 && maskType.getDimSize(rank - 2) != 1)
-      maskWant.dims[rank - 2] = qWant.dims[2];
-  } else if (rank >= 2 && maskType.getDimSize(rank - 2) != 1) {
-    return op->emitError("ring attention needs a mask that broadcasts over "
-                         "the queries (its query dimension is ")
-           << maskType.getDimSize(rank - 2)
-           << "); use cp-comm=all-gather or ulysses";
-  } else if (maskType.getDimSize(rank - 1) != 1) {
+  bool overQueries = rank >= 2 && maskType.getDimSize(rank - 2) != 1;
+  bool overKeys = rank >= 1 && maskType.getDimSize(rank - 1) != 1;
+  if (overQueries) {
+    // Every key is here, or gathered at each step: the mask splits with the
+    // queries, and its keys stay whole.
+    maskWant.dims[rank - 2] = qWant.dims[2];
+    if (!keysGathered && overKeys)
+      form = RingMaskForm::Gathered;
+  } else if (overKeys && !keysGathered) {
     maskWant.dims[rank - 1] = qWant.dims[2];
+    form = RingMaskForm::Passed;
   }
   if (rank == 4 && maskType.getDimSize(0) != 1)
     maskWant.dims[0] = qWant.dims[0];
   if (rank == 4 && maskType.getDimSize(1) != 1)
     maskWant.dims[1] = qWant.dims[1];
-  mask = state.operand(op->getLoc(), globalMask, maskWant);
-  return success();
+  return state.operand(loc, globalMask, maskWant);
+}
+
+/// The mask of the ring step whose K/V block has positions `kPos`.
+static Value blockMask(OpBuilder &b, Location loc, Value mask,
+                       RingMaskForm form, Value kPos) {
+  if (form != RingMaskForm::Gathered)
+    return mask;
+  int64_t rank = cast<RankedTensorType>(mask.getType()).getRank();
+  return GatherOp::create(b, loc, mask, kPos, rank - 1);
 }
 
 /// The positions of this rank's `seq` queries in a sequence split over the
@@ -576,25 +597,24 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   Type element = qType.getElementType();
   int64_t batch = qType.getDimSize(0), heads = qType.getDimSize(1),
           seq = qType.getDimSize(2), valueDim = vType.getDimSize(3);
-  Value mask;
-  if (failed(ringMask(op, op.getMask(), qWant, state, mask)))
-    return failure();
+  RingMaskForm maskForm;
+  Value mask = ringMask(loc, op.getMask(), qWant, state, maskForm);
   // The ring is the attention's decomposition: the step, differentiated
   // before it is partitioned, runs the attention's backward, which reads q,
   // k and v (the blocks here), not what each ring step would keep.
   Decomposition decomposition(b);
+  UnitAttr causal = op.getCausal() ? b.getUnitAttr() : UnitAttr();
   // Positions of this rank's queries, and of the K/V block it holds.
   Value qPos = ringPositions(state, loc, seq);
   Value kPos = qPos;
-  bool passMask =
-      mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1;
+  bool passMask = maskForm == RingMaskForm::Passed;
+  bool passPositions = causal || maskForm == RingMaskForm::Gathered;
   auto pass = [&](Value x) { return ringPass(state, x); };
   Type f32 = b.getF32Type();
   auto outType = RankedTensorType::get({batch, heads, seq, valueDim}, element);
   auto accType = RankedTensorType::get({batch, heads, seq, valueDim}, f32);
   auto lseType = RankedTensorType::get({batch, heads, seq, 1}, f32);
   FloatAttr scale = op.getScaleAttr();
-  UnitAttr causal = op.getCausal() ? b.getUnitAttr() : UnitAttr();
   auto castTo = [&](Value x, RankedTensorType type) -> Value {
     return x.getType() == type ? x
                                : CastOp::create(b, loc, type, x).getResult();
@@ -606,14 +626,15 @@ static LogicalResult partitionRingAttention(AttentionOp op,
     if (step + 1 < c) {
       kNext = pass(k);
       vNext = pass(v);
-      if (causal)
+      if (passPositions)
         kPosNext = pass(kPos);
       if (passMask)
         maskNext = pass(mask);
     }
     auto block = AttentionBlockOp::create(
-        b, loc, TypeRange{outType, lseType}, q, k, v, mask,
-        causal ? qPos : Value(), causal ? kPos : Value(), scale, causal);
+        b, loc, TypeRange{outType, lseType}, q, k, v,
+        blockMask(b, loc, mask, maskForm, kPos), causal ? qPos : Value(),
+        causal ? kPos : Value(), scale, causal);
     Value blockOut = castTo(block.getResult(), accType);
     if (step == 0) {
       acc = blockOut;
@@ -644,7 +665,7 @@ static LogicalResult partitionRingAttention(AttentionOp op,
     if (step + 1 < c) {
       k = kNext;
       v = vNext;
-      if (causal)
+      if (passPositions)
         kPos = kPosNext;
       if (passMask)
         mask = maskNext;
@@ -676,10 +697,9 @@ static LogicalResult partitionGatheredAttention(AttentionOp op,
   Value q = state.operand(loc, op.getQ(), qWant);
   Value k = state.operand(loc, op.getK(), qWant);
   Value v = state.operand(loc, op.getV(), qWant);
-  Value mask;
-  if (failed(ringMask(op, op.getMask(), qWant, state, mask,
-                      /*keysGathered=*/true)))
-    return failure();
+  RingMaskForm maskForm;
+  Value mask = ringMask(loc, op.getMask(), qWant, state, maskForm,
+                        /*keysGathered=*/true);
   auto qType = cast<RankedTensorType>(q.getType());
   auto vType = cast<RankedTensorType>(v.getType());
   Decomposition decomposition(b);
@@ -770,6 +790,8 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   Value k = state.operand(loc, op.getK(), kvWant);
   Value v = state.operand(loc, op.getV(), kvWant);
   Value dout = state.operand(loc, op.getResultGrad(), qWant);
+  auto qType = cast<RankedTensorType>(q.getType());
+  bool causal = op.getCausal();
   Value out = statistics.out;
   if (!(statistics.outSharding == qWant))
     out = state.reshard(loc, out, statistics.outSharding, qWant);
@@ -778,23 +800,21 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   Value lse = statistics.lse;
   if (!(statistics.lseSharding == lseWant))
     lse = state.reshard(loc, lse, statistics.lseSharding, lseWant);
-  Value mask;
+  RingMaskForm maskForm;
   const bool gathered = gathersKeys(op);
-  if (failed(ringMask(op, op.getMask(), qWant, state, mask, gathered)))
-    return failure();
-  auto qType = cast<RankedTensorType>(q.getType());
-  bool causal = op.getCausal();
+  Value mask = ringMask(loc, op.getMask(), qWant, state, maskForm, gathered);
+  bool passPositions = causal || maskForm == RingMaskForm::Gathered;
   // The queries' positions: this rank's own, or the op's as the ring splits
   // them where they are not the plain 0, 1, ... that -weft-apply-plan gives
   // for the generic rule. (Under the hybrid those are split over the
   // sequence's ulysses axis too, and taking them would gather it.)
   Value qPos;
-  if (causal && op.getQPositions() &&
+  if (passPositions && op.getQPositions() &&
       !op.getQPositions().getDefiningOp<IotaOp>()) {
     TensorSharding positionsWant = TensorSharding::replicated(1);
     positionsWant.dims[0] = ring;
     qPos = state.operand(loc, op.getQPositions(), positionsWant);
-  } else if (causal) {
+  } else if (passPositions) {
     qPos = ringPositions(state, loc, qType.getDimSize(2));
   }
   if (gathered) {
@@ -819,8 +839,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     return true;
   }
   Value kPos = qPos;
-  bool passMask =
-      mask && cast<RankedTensorType>(mask.getType()).getShape().back() != 1;
+  bool passMask = maskForm == RingMaskForm::Passed;
   auto pass = [&](Value x) { return ringPass(state, x); };
   auto f32Type = RankedTensorType::get(qType.getShape(), b.getF32Type());
   auto widened = [&](Value x) -> Value {
@@ -834,7 +853,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     if (step + 1 < c) {
       kNext = pass(k);
       vNext = pass(v);
-      if (causal)
+      if (passPositions)
         kPosNext = pass(kPos);
       if (passMask)
         maskNext = pass(mask);
@@ -845,8 +864,9 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
       dvIn = pass(dv);
     }
     auto grad = AttentionGradOp::create(
-        b, loc, q, k, v, dout, mask, qPos, kPos, out, lse, op.getScaleAttr(),
-        op.getCausalAttr(), op.getDropoutAttr());
+        b, loc, q, k, v, dout, blockMask(b, loc, mask, maskForm, kPos),
+        causal ? qPos : Value(), causal ? kPos : Value(), out, lse,
+        op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr());
     Value blockDq = widened(grad.getQGrad());
     dq = step == 0 ? blockDq
                    : AddOp::create(b, loc, f32Type, dq, blockDq).getResult();
@@ -861,7 +881,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     if (step + 1 < c) {
       k = kNext;
       v = vNext;
-      if (causal)
+      if (passPositions)
         kPos = kPosNext;
       if (passMask)
         mask = maskNext;

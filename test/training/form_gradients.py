@@ -1,15 +1,21 @@
 #!/usr/bin/python3
-"""Trains GPT-J-style blocks (test/raising/corpus.py's parallel_block_gptj:
-interleaved rotary embedding, x[..., ::2] and x[..., 1::2], in parallel
-attention and MLP) with `weft train` and with torch. One SGD step at lr 1
-without weight decay moves each weight by minus its gradient, so the
-checkpoint's weights give weft's gradient of every parameter, compared with
-torch's; then two AdamW steps' losses (as test/training/against_torch.py
-runs them). Unpartitioned and under tp=2, pp=2 and cp=2. The strided
-slices' gradient is what this checks: before it was built, `weft train`
-refused the model.
+"""Trains one formulation of test/raising/corpus.py with `weft train` and
+with torch. One SGD step at lr 1 without weight decay moves each weight by
+minus its gradient, so the checkpoint's weights give weft's gradient of
+every parameter, compared with torch's; then two AdamW steps' losses (as
+test/training/against_torch.py runs them). Unpartitioned and under each
+plan given.
 
-    /usr/bin/python3 gptj_gradients.py --weft build/bin/weft
+  - parallel_block_gptj (the default; tp=2, pp=2, cp=2): GPT-J's interleaved
+    rotary embedding, x[..., ::2] and x[..., 1::2], in parallel attention and
+    MLP. The strided slices' gradient is what this checks: before it was
+    built, `weft train` refused the model.
+  - sliding_window_mistral (cp=2, its all-gather form, cp=2 with ulysses=2):
+    Mistral's sliding window, an [s, s] mask. Ring attention's forward and
+    backward gather each K/V block's columns of it; before, the ring refused
+    the model.
+
+    /usr/bin/python3 form_gradients.py --weft build/bin/weft [--form NAME --plans P...]
 """
 import argparse
 import json
@@ -30,16 +36,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "raising"))
 import against_torch as at  # noqa: E402
 import corpus  # noqa: E402
 
-FORM = "parallel_block_gptj"
-
-
-def build():
+def build(form):
     torch.manual_seed(1)
-    return corpus.Model(corpus.form(FORM))
+    return corpus.Model(corpus.form(form))
 
 
-def torch_steps(tokens, steps):
-    model = build()
+def torch_steps(form, tokens, steps):
+    model = build(form)
     params = [p for _, p in model.named_parameters()]
     opt = torch.optim.AdamW(params, lr=at.LR, weight_decay=at.WD, foreach=False)
     losses, norms = [], []
@@ -57,8 +60,8 @@ def torch_steps(tokens, steps):
     return losses, norms
 
 
-def torch_gradients(tokens):
-    model = build()
+def torch_gradients(form, tokens):
+    model = build(form)
     ids, labels = at.windows(tokens, 0, corpus.BATCH, corpus.SEQ)
     logits = model(ids)
     torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
@@ -67,7 +70,7 @@ def torch_gradients(tokens):
 
 
 def weft_train(weft, path, work, plan, devices, extra):
-    out = os.path.join(work, "ck-%s-%s" % (plan.replace("=", "") or "single", extra[1]))
+    out = os.path.join(work, "ck-%s-%s" % (re.sub("[=,]", "", plan) or "single", extra[1]))
     command = [weft, "train", path, "--data", os.path.join(work, "tokens.npy"),
                "--freeze", "_cached$", "--batch-size", str(corpus.BATCH),
                "--seq-len", str(corpus.SEQ), "--save", out] + extra
@@ -87,11 +90,13 @@ def weft_train(weft, path, work, plan, devices, extra):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--weft", required=True)
+    parser.add_argument("--form", default="parallel_block_gptj")
+    parser.add_argument("--plans", nargs="+", default=["tp=2", "pp=2", "cp=2"])
     args = parser.parse_args()
     failed = 0
     with tempfile.TemporaryDirectory() as work:
-        model = build().train()
-        path = os.path.join(work, FORM + ".onnx")
+        model = build(args.form).train()
+        path = os.path.join(work, args.form + ".onnx")
         ids = torch.zeros(corpus.BATCH, corpus.SEQ, dtype=torch.long)
         torch.onnx.export(model, (ids,), path, opset_version=17, input_names=["input_ids"],
                           output_names=["logits"], do_constant_folding=False,
@@ -99,20 +104,21 @@ def main():
         initial = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
         tokens = np.random.default_rng(7).integers(0, corpus.VOCAB, 4096).astype(np.int64)
         np.save(os.path.join(work, "tokens.npy"), tokens)
-        want_grads = torch_gradients(tokens)
-        want_losses, _ = torch_steps(tokens, 2)
+        want_grads = torch_gradients(args.form, tokens)
+        want_losses, _ = torch_steps(args.form, tokens, 2)
         sgd = ["--steps", "1", "--optimizer", "sgd", "--lr", "1", "--weight-decay", "0"]
         adamw = ["--steps", "2", "--lr", str(at.LR), "--weight-decay", str(at.WD)]
-        for plan, devices in (("", 1), ("tp=2", 2), ("pp=2", 2), ("cp=2", 2)):
+        for plan in [""] + args.plans:
+            devices = int(np.prod([int(part.split("=")[1]) for part in plan.split(",")
+                                   if part.split("=")[1].isdigit()])) if plan else 1
             _, weights, error = weft_train(args.weft, path, work, plan, devices, sgd)
             losses, _, error2 = weft_train(args.weft, path, work, plan, devices, adamw)
             if error or error2 or len(losses) != 2:
-                print("FAIL %-6s weft train failed: %s" % (plan or "single", error or error2))
+                print("FAIL %-22s weft train failed: %s" % (plan or "single", error or error2))
                 failed += 1
                 continue
             # The largest error of any parameter's gradient, relative to its
-            # largest element; the rotary embedding's strided slices carry q's
-            # and k's.
+            # largest element (GPT-J's strided slices carry q's and k's).
             grad_err, worst = 0.0, ""
             for name, want in want_grads.items():
                 got = initial[name] - weights[name]
@@ -122,11 +128,11 @@ def main():
             loss_err = max(abs(l - w) / w for l, w in zip(losses, want_losses))
             ok = grad_err < 1e-4 and loss_err < 1e-5
             failed += not ok
-            print("%s %-6s gradients of %d parameters: max rel error %.1e (%s); AdamW losses "
+            print("%s %-22s gradients of %d parameters: max rel error %.1e (%s); AdamW losses "
                   "%s (torch %s), max rel error %.1e" %
                   ("ok  " if ok else "FAIL", plan or "single", len(want_grads), grad_err, worst,
                    losses, ["%.6f" % w for w in want_losses], loss_err))
-    print("%d plans, %d failed" % (4, failed))
+    print("%d plans, %d failed" % (1 + len(args.plans), failed))
     return 1 if failed else 0
 
 
