@@ -274,7 +274,9 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
      << " layers, hidden " << model->hidden() << ", " << model->heads()
      << " heads (" << model->kv_heads() << " KV), FFN " << model->ffn_hidden()
      << " "
-     << (model->ffn_kind() == plan::FFN_GELU    ? "GELU"
+     << (model->ffn_kind() == plan::FFN_GELU
+             ? (model->ffn_activation().empty() ? "GELU"
+                                                : model->ffn_activation())
          : model->ffn_kind() == plan::FFN_GEGLU ? "GeGLU"
                                                 : "SwiGLU")
      << ", vocab " << model->vocab()

@@ -253,10 +253,12 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   };
   int64_t ffn = 0;
   plan::FfnKind kind = plan::FFN_GELU;
+  Operation *activation = nullptr;
   first.getBody().walk([&](Operation *op) {
     if (ffn || !isa<GeluOp, SiluOp, ReluOp>(op) ||
         !projection(op->getOperand(0)))
       return;
+    activation = op;
     ffn = cast<RankedTensorType>(op->getResult(0).getType()).getShape().back();
     for (Operation *user : op->getResult(0).getUsers()) {
       if (!isa<MulOp>(user))
@@ -267,6 +269,8 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
     }
   });
   spec.set_ffn_kind(kind);
+  if (kind == plan::FFN_GELU && activation && !isa<GeluOp>(activation))
+    spec.set_ffn_activation(isa<ReluOp>(activation) ? "ReLU" : "SiLU");
   llvm::SmallDenseSet<int64_t> attentionWidths = {
       hidden, spec.heads() * headDim, spec.kv_heads() * headDim,
       (spec.heads() + 2 * spec.kv_heads()) * headDim};

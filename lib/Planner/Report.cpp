@@ -570,6 +570,11 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     return llvm::createStringError(
         "the model's MLP is gated by another activation than SiLU (GeGLU, as "
         "Gemma's): the exported launchers know GELU and SwiGLU MLPs only");
+  if (!m.ffn_activation().empty())
+    return llvm::createStringError(
+        "the model's MLP applies " + m.ffn_activation() +
+        " between its two matrices: the exported launchers know GELU and "
+        "SwiGLU MLPs only");
   // Megatron-Core divides its query groups over tp (and DeepSpeed's
   // Megatron and torchtitan their KV heads), with no repeat.
   if (int64_t ways = int64_t(p.tp()) * p.ulysses();
