@@ -444,16 +444,17 @@ Value throughCast(Value value) {
   return value;
 }
 
-/// True if `value` is computed from a matmul through scaling, masking and
-/// casts: the scores side of a masked sum, as opposed to the mask.
+/// True if `value` is computed from a matmul through scaling, masking, casts
+/// and reshapes (merged heads taken apart): the scores side of a masked sum,
+/// as opposed to the mask.
 bool reachesProduct(Value value, int depth = 8) {
   Operation *op = value.getDefiningOp();
   if (!op || depth == 0)
     return false;
   if (isa<MatmulOp>(op))
     return true;
-  if (!isa<MulOp, DivOp, AddOp, SubOp, WhereOp, CastOp, MaximumOp, MinimumOp>(
-          op))
+  if (!isa<MulOp, DivOp, AddOp, SubOp, WhereOp, CastOp, MaximumOp, MinimumOp,
+           ReshapeOp>(op))
     return false;
   return llvm::any_of(op->getOperands(),
                       [&](Value v) { return reachesProduct(v, depth - 1); });
@@ -535,11 +536,43 @@ struct AttentionMatch {
   bool merged = false;
   double scale = 1.0;
   bool causal = false;
-  Value mask;
-  /// The mask is boolean and masks where it is true (where(m, -inf, s)).
-  bool invertMask = false;
+  /// The masks the scores carry besides a causal one (BLOOM's: an ALiBi bias
+  /// and a padding mask), which weft.attention takes as one.
+  struct Mask {
+    Value value;
+    /// Boolean, and masks where it is true (where(m, -inf, s)).
+    bool invert = false;
+    /// Applied to scores of merged batch·heads ([1 or b·h, l, s]).
+    bool merged = false;
+  };
+  SmallVector<Mask, 2> masks;
+  /// The fill of a boolean mask (where(keep, s, fill)), which masks that
+  /// are combined keep.
+  Value fill;
   std::optional<double> dropout;
 };
+
+/// `mask`, a boolean mask, as a causal mask and the rest of it, if it is one
+/// combined with a constant causal mask (BLOOM's `causal | padding`: Or, or
+/// And of keep-masks, which the importer writes as where(a, a, b) and
+/// where(a, b, a)); `invert` says whether true masks.
+std::optional<Value> factorCausal(Value mask, bool invert) {
+  auto where = mask.getDefiningOp<WhereOp>();
+  if (!where)
+    return std::nullopt;
+  Value cond = where.getCondition();
+  // Or(a, b) = where(a, a, b) masks where either does (true masks); And(a, b)
+  // = where(a, b, a) keeps where both do (true keeps).
+  Value other = invert ? (where.getLhs() == cond ? where.getRhs() : Value())
+                       : (where.getRhs() == cond ? where.getLhs() : Value());
+  if (!other)
+    return std::nullopt;
+  if (isCausalMask(cond, /*trueKeeps=*/!invert))
+    return other;
+  if (isCausalMask(other, /*trueKeeps=*/!invert))
+    return cond;
+  return std::nullopt;
+}
 
 /// How a [b·h, l, d] operand of merged-heads attention (or a [b·h, d, l]
 /// kᵀ) comes from a tensor with batch and heads apart: a reshape of
@@ -644,6 +677,18 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
     match.dropout = dropout.getRatio().convertToDouble();
     probs = dropout.getResult();
   }
+  // [b, h, l, s] probabilities whose batch and heads merge for a product
+  // with [b·h, s, d] values (BLOOM's bmm), as their scores came apart from
+  // a merged product (below).
+  bool probsMerged = false;
+  if (auto merge = soleUser<ReshapeOp>(probs); merge && rank == 4) {
+    ArrayRef<int64_t> apart = scoresType.getShape();
+    if (merge.getType().getShape() ==
+        ArrayRef<int64_t>{apart[0] * apart[1], apart[2], apart[3]}) {
+      probsMerged = true;
+      probs = merge.getResult();
+    }
+  }
   match.output = soleUser<MatmulOp>(probs);
   if (!match.output || match.output.getLhs() != probs ||
       match.output.getTransposeLhs() || match.output.getTransposeRhs()) {
@@ -663,18 +708,33 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
   // applied after it.
   bool scaledOutside = false;
   auto takeMask = [&](Value mask, bool invert) -> LogicalResult {
-    if (match.mask)
-      return fail("the scores carry two masks that are not causal (" +
-                  describe(match.mask) + " and " + describe(mask) +
-                  "); weft.attention takes one");
-    match.mask = mask;
-    match.invertMask = invert;
+    if (match.masks.size() == 2)
+      return fail("the scores carry three masks that are not causal (" +
+                  describe(match.masks[0].value) + ", " +
+                  describe(match.masks[1].value) + " and " + describe(mask) +
+                  ")");
+    match.masks.push_back({mask, invert, match.merged});
     return success();
   };
-  for (int depth = 0; depth < 8 && !scores.getDefiningOp<MatmulOp>(); ++depth) {
+  for (int depth = 0; depth < 10 && !scores.getDefiningOp<MatmulOp>();
+       ++depth) {
     Operation *op = scores.getDefiningOp();
     if (!op)
       return fail("the scores are a function argument, not q·kᵀ");
+    // Scores of merged batch·heads, [b·h, l, s], taken apart to [b, h, l, s]
+    // (BLOOM: the ALiBi bias is added to the merged product, the padding
+    // and causal masks to the scores apart).
+    if (auto apart = dyn_cast<ReshapeOp>(op);
+        apart && probsMerged && !match.merged) {
+      ArrayRef<int64_t> dims = scoresType.getShape();
+      if (apart.getInput().getType().getShape() !=
+          ArrayRef<int64_t>{dims[0] * dims[1], dims[2], dims[3]})
+        return fail(describe(op) + " does not take the scores' batch·heads "
+                                   "apart");
+      match.merged = true;
+      scores = apart.getInput();
+      continue;
+    }
     if (auto where = dyn_cast<WhereOp>(op)) {
       bool keepsTrue;
       if (isMaskFill(where.getRhs()) && reachesProduct(where.getLhs())) {
@@ -688,10 +748,17 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
                     " selects between values neither of which is a constant "
                     "fill of -1e4 or less, so it is not a mask");
       }
-      if (isCausalMask(where.getCondition(), keepsTrue))
+      match.fill = keepsTrue ? where.getRhs() : where.getLhs();
+      if (isCausalMask(where.getCondition(), keepsTrue)) {
         match.causal = true;
-      else if (failed(takeMask(where.getCondition(), !keepsTrue)))
+      } else if (std::optional<Value> rest =
+                     factorCausal(where.getCondition(), !keepsTrue)) {
+        match.causal = true;
+        if (failed(takeMask(*rest, !keepsTrue)))
+          return failure();
+      } else if (failed(takeMask(where.getCondition(), !keepsTrue))) {
         return failure();
+      }
       continue;
     }
     if (auto add = dyn_cast<AddOp>(op)) {
@@ -737,6 +804,9 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
   auto qk = scores.getDefiningOp<MatmulOp>();
   if (!qk)
     return fail("the scores are not a product q·kᵀ");
+  if (probsMerged && !match.merged)
+    return fail("the probabilities' batch and heads merge for the product "
+                "with V, but the scores' were never merged");
   if (qk.getTransposeLhs())
     return fail(describe(qk.getOperation()) +
                 " transposes its left operand; q·kᵀ does not");
@@ -821,33 +891,13 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
                               match.keyTranspose.getInput(), keyPerm);
       created.push_back(k.getDefiningOp());
     }
-    Value mask = match.mask;
-    if (mask && match.invertMask) {
-      // where(m, -big, s) keeps where m is false: the mask is m == false.
-      Value falses = ConstantOp::create(
-          rewriter, mask.getLoc(),
-          DenseElementsAttr::get(
-              RankedTensorType::get({}, rewriter.getI1Type()), false));
-      created.push_back(falses.getDefiningOp());
-      mask = CompareOp::create(rewriter, mask.getLoc(), ComparePredicate::eq,
-                               mask, falses);
-      created.push_back(mask.getDefiningOp());
-    }
-    if (mask && match.merged) {
-      // A [1 or b·h, l, s] mask of merged heads, as [1 or b, 1 or h, l, s].
-      auto maskType = cast<RankedTensorType>(mask.getType());
-      auto qType = cast<RankedTensorType>(q.getType());
-      if (maskType.getRank() == 3) {
-        bool perHead = maskType.getDimSize(0) != 1;
-        mask = ReshapeOp::create(
-            rewriter, mask.getLoc(),
-            maskType.clone({perHead ? qType.getDimSize(0) : 1,
-                            perHead ? qType.getDimSize(1) : 1,
-                            maskType.getDimSize(1), maskType.getDimSize(2)}),
-            mask);
-        created.push_back(mask.getDefiningOp());
-      }
-    }
+    Value mask;
+    if (FailureOr<Value> combined = combineMasks(rewriter, match, q, created);
+        succeeded(combined))
+      mask = *combined;
+    else
+      return explain(softmax, "the scores' masks do not combine (a mask "
+                              "with its own batch·heads that are not q's)");
     auto attention = AttentionOp::create(
         rewriter, match.output.getLoc(), resultType, q, k, v, mask,
         rewriter.getF32FloatAttr(static_cast<float>(match.scale)),
@@ -898,6 +948,75 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
   }
 
 private:
+  /// The match's masks as one mask of weft.attention ([.., l, s], keeping
+  /// where true or adding a bias): each in the keep form, as [1 or b, 1 or
+  /// h, l, s] where it applied to merged heads; boolean masks combined by
+  /// And, biases by Add, and a boolean mask with a bias as the bias where
+  /// it keeps and the scores' own fill where it masks.
+  static FailureOr<Value> combineMasks(PatternRewriter &rewriter,
+                                       const AttentionMatch &match, Value q,
+                                       SmallVectorImpl<Operation *> &created) {
+    Value keep, bias;
+    for (const AttentionMatch::Mask &part : match.masks) {
+      Value mask = part.value;
+      Location loc = mask.getLoc();
+      if (part.invert) {
+        // where(m, -big, s) keeps where m is false: the mask is m == false.
+        Value falses = ConstantOp::create(
+            rewriter, loc,
+            DenseElementsAttr::get(
+                RankedTensorType::get({}, rewriter.getI1Type()), false));
+        created.push_back(falses.getDefiningOp());
+        mask = CompareOp::create(rewriter, loc, ComparePredicate::eq, mask,
+                                 falses);
+        created.push_back(mask.getDefiningOp());
+      }
+      auto maskType = cast<RankedTensorType>(mask.getType());
+      if (part.merged && maskType.getRank() == 3) {
+        // A [1 or b·h, l, s] mask of merged heads, as [1 or b, 1 or h, l, s].
+        auto qType = cast<RankedTensorType>(q.getType());
+        int64_t rows = maskType.getDimSize(0);
+        if (rows != 1 && rows != qType.getDimSize(0) * qType.getDimSize(1))
+          return failure();
+        bool perHead = rows != 1;
+        mask = ReshapeOp::create(
+            rewriter, loc,
+            maskType.clone({perHead ? qType.getDimSize(0) : 1,
+                            perHead ? qType.getDimSize(1) : 1,
+                            maskType.getDimSize(1), maskType.getDimSize(2)}),
+            mask);
+        created.push_back(mask.getDefiningOp());
+      }
+      Value &into =
+          isa<FloatType>(getElementTypeOrSelf(mask.getType())) ? bias : keep;
+      if (!into) {
+        into = mask;
+        continue;
+      }
+      // Two boolean masks keep where both do (And(a, b) = where(a, b, a));
+      // two biases add.
+      into = &into == &keep
+                 ? WhereOp::create(rewriter, loc, into, mask, into).getResult()
+                 : AddOp::create(rewriter, loc, into, mask).getResult();
+      created.push_back(into.getDefiningOp());
+    }
+    if (!keep || !bias)
+      return keep ? keep : bias;
+    Value fill = match.fill;
+    if (getElementTypeOrSelf(fill.getType()) !=
+        getElementTypeOrSelf(bias.getType())) {
+      fill = CastOp::create(rewriter, fill.getLoc(),
+                            cast<RankedTensorType>(fill.getType())
+                                .clone(getElementTypeOrSelf(bias.getType())),
+                            fill);
+      created.push_back(fill.getDefiningOp());
+    }
+    Value combined =
+        WhereOp::create(rewriter, bias.getLoc(), keep, bias, fill).getResult();
+    created.push_back(combined.getDefiningOp());
+    return combined;
+  }
+
   LogicalResult explain(SoftmaxOp softmax, const std::string &why) const {
     if (explanations)
       (*explanations)[softmax] = why;

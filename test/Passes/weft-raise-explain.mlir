@@ -46,12 +46,13 @@ func.func @softmax_over_queries(%s: tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> 
 
 // -----
 
-func.func @two_masks(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xf32>, %n: tensor<2x1x4x1xf32>) -> tensor<2x2x4x8xf32> {
+func.func @three_masks(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xf32>, %n: tensor<2x1x4x1xf32>, %o3: tensor<1x2x1x1xf32>) -> tensor<2x2x4x8xf32> {
   %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
   %w = weft.add %s, %m : (tensor<2x2x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x2x4x4xf32>
   %w2 = weft.add %w, %n : (tensor<2x2x4x4xf32>, tensor<2x1x4x1xf32>) -> tensor<2x2x4x4xf32>
-  // expected-remark @below {{not raised to weft.attention: the scores carry two masks that are not causal (a function argument and a function argument); weft.attention takes one}}
-  %p = weft.softmax %w2 axis 3 : tensor<2x2x4x4xf32>
+  %w3 = weft.add %w2, %o3 : (tensor<2x2x4x4xf32>, tensor<1x2x1x1xf32>) -> tensor<2x2x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: the scores carry three masks that are not causal (a function argument, a function argument and a function argument)}}
+  %p = weft.softmax %w3 axis 3 : tensor<2x2x4x4xf32>
   %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
   return %o : tensor<2x2x4x8xf32>
 }

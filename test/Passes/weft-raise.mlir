@@ -351,3 +351,65 @@ func.func @linear_of_transposed_weight(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf
   %y = weft.matmul %x, %wt : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
   return %y : tensor<2x4x16xf32>
 }
+
+// -----
+
+// BLOOM: the ALiBi bias ([b·h, 1, s]) is added to the merged batch·heads
+// product (baddbmm), the scores are taken apart to [b, h, l, s], filled
+// where `causal | padding` masks, and merged again for the product with V.
+// Raised on [b, h, l, d]: causal, with the bias (as [b, h, 1, s]) where the
+// padding keeps and the fill where it masks.
+// CHECK-LABEL: func.func @bloom_alibi
+// CHECK-DAG: %[[MIN:.*]] = weft.constant dense<-3.40282347E+38> : tensor<f32>
+// CHECK-DAG: %[[FALSE:.*]] = weft.constant dense<false> : tensor<i1>
+// CHECK: %[[KEEP:.*]] = weft.compare eq, %arg4, %[[FALSE]] : (tensor<2x1x1x4xi1>, tensor<i1>) -> tensor<2x1x1x4xi1>
+// CHECK: %[[BIAS:.*]] = weft.reshape %arg3 : tensor<4x1x4xf32> -> tensor<2x2x1x4xf32>
+// CHECK: %[[MASK:.*]] = weft.where %[[KEEP]], %[[BIAS]], %[[MIN]] : (tensor<2x1x1x4xi1>, tensor<2x2x1x4xf32>, tensor<f32>) -> tensor<2x2x1x4xf32>
+// CHECK: %[[O:.*]] = weft.attention %arg0, %arg1, %arg2 mask %[[MASK]] scale 0.353553385 causal : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x1x4xf32>) -> tensor<2x2x4x8xf32>
+// CHECK: weft.reshape %[[O]] : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+func.func @bloom_alibi(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %alibi: tensor<4x1x4xf32>, %padded: tensor<2x1x1x4xi1>) -> tensor<4x4x8xf32> {
+  %q3 = weft.reshape %q : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %k3 = weft.reshape %k : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %kt = weft.transpose %k3 permutation [0, 2, 1] : tensor<4x4x8xf32> -> tensor<4x8x4xf32>
+  %v3 = weft.reshape %v : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %qk = weft.matmul %q3, %kt : (tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<4x4x4xf32>
+  %c = weft.constant dense<0.353553385> : tensor<f32>
+  %scaled = weft.mul %qk, %c : (tensor<4x4x4xf32>, tensor<f32>) -> tensor<4x4x4xf32>
+  %biased = weft.add %scaled, %alibi : (tensor<4x4x4xf32>, tensor<4x1x4xf32>) -> tensor<4x4x4xf32>
+  %apart = weft.reshape %biased : tensor<4x4x4xf32> -> tensor<2x2x4x4xf32>
+  %upper = weft.constant dense<[[[[false, true, true, true], [false, false, true, true], [false, false, false, true], [false, false, false, false]]]]> : tensor<1x1x4x4xi1>
+  %hidden = weft.where %upper, %upper, %padded : (tensor<1x1x4x4xi1>, tensor<1x1x4x4xi1>, tensor<2x1x1x4xi1>) -> tensor<2x1x4x4xi1>
+  %min = weft.constant dense<-3.40282347E+38> : tensor<f32>
+  %w = weft.where %hidden, %min, %apart : (tensor<2x1x4x4xi1>, tensor<f32>, tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<2x2x4x4xf32>
+  %p3 = weft.reshape %p : tensor<2x2x4x4xf32> -> tensor<4x4x4xf32>
+  %o = weft.matmul %p3, %v3 : (tensor<4x4x4xf32>, tensor<4x4x8xf32>) -> tensor<4x4x8xf32>
+  return %o : tensor<4x4x8xf32>
+}
+
+// -----
+
+// Two biases add into one mask; two boolean masks keep where both do.
+// CHECK-LABEL: func.func @two_biases
+// CHECK: %[[SUM:.*]] = weft.add %arg4, %arg3 : (tensor<2x1x4x1xf32>, tensor<2x1x1x4xf32>) -> tensor<2x1x4x4xf32>
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %[[SUM]] scale 1.000000e+00 :
+func.func @two_biases(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xf32>, %n: tensor<2x1x4x1xf32>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %w = weft.add %s, %m : (tensor<2x2x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x2x4x4xf32>
+  %w2 = weft.add %w, %n : (tensor<2x2x4x4xf32>, tensor<2x1x4x1xf32>) -> tensor<2x2x4x4xf32>
+  %p = weft.softmax %w2 axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+// CHECK-LABEL: func.func @two_keep_masks
+// CHECK: %[[BOTH:.*]] = weft.where %arg4, %arg3, %arg4 : (tensor<2x1x4x1xi1>, tensor<2x1x1x4xi1>, tensor<2x1x4x1xi1>) -> tensor<2x1x4x4xi1>
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %[[BOTH]] scale 1.000000e+00 :
+func.func @two_keep_masks(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xi1>, %n: tensor<2x1x4x1xi1>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %min = weft.constant dense<0xFF800000> : tensor<f32>
+  %w = weft.where %m, %s, %min : (tensor<2x1x1x4xi1>, tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %w2 = weft.where %n, %w, %min : (tensor<2x1x4x1xi1>, tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %p = weft.softmax %w2 axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}

@@ -9,7 +9,9 @@ Each formulation is a small two-layer decoder (or encoder) whose attention,
 normalization or MLP is written in one of the ways that model code and
 exporters produce: masks applied by torch.where in either polarity, by
 masked_fill (nanoGPT, minGPT), or by adding a 0/-inf, 0/-1e4 or finfo.min bias
-(causal, an HF-style `(1 - mask) * min` padding mask from an input, or both);
+(causal, an HF-style `(1 - mask) * min` padding mask from an input, or both),
+a sliding window, ALiBi biases (MPT's; BLOOM's, added to merged batch·heads
+scores by baddbmm, with a `causal | padding` fill);
 the 1/sqrt(d) scale after the matmul, on q, split over q and k (the form
 torch 2's scaled_dot_product_attention exports) or folded into the query
 weight; k transposed before the matmul, by a fused permute, or by einsum;
@@ -53,7 +55,10 @@ DEFAULTS = dict(
     scale="div",         # div | mul | q | qk_sqrt | folded | k
     mask="where_keep",   # none | where_keep | where_fill | masked_fill | masked_fill_triu |
                          # add_inf | add_min | add_1e4 | padding_hf | padding_bert |
-                         # causal_padding | where_eq | sliding_window
+                         # causal_padding | where_eq | sliding_window | alibi (MPT:
+                         # a [1, h, 1, s] linear bias by head, then a causal fill) |
+                         # alibi_bloom (BLOOM: the bias from the attention mask's
+                         # cumsum, [b*h, 1, s], added by baddbmm, then a causal fill)
     softmax="plain",     # plain | f32 | module | dim3
     dropout=False,       # keep a Dropout node (exported in training mode, p = 0)
     kv_heads=HEADS,      # < HEADS: grouped-query attention
@@ -91,6 +96,8 @@ FORMS = {
     "padding_bert_1e4": dict(mask="padding_bert", mlp="gelu"),
     "causal_plus_padding": dict(mask="causal_padding"),
     "encoder_no_mask": dict(mask="none"),
+    "alibi_mpt": dict(mask="alibi", mlp="gelu", norm="ln_nobias"),
+    "alibi_bloom": dict(mask="alibi_bloom", keys="bmm", mlp="gelu_tanh", softmax="f32"),
     # Scale.
     "scale_on_q": dict(scale="q"),
     "scale_on_k": dict(scale="k"),
@@ -227,6 +234,12 @@ class Mlp(nn.Module):
         return self.down(h)
 
 
+def alibi_slopes(heads):
+    """ALiBi's slope of each head (Press et al. 2022), for a power of two."""
+    start = 2 ** (-(2 ** -(math.log2(heads) - 3)))
+    return torch.tensor([start ** (i + 1) for i in range(heads)])
+
+
 def rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
@@ -327,12 +340,21 @@ class Attention(nn.Module):
             kt = kt * math.sqrt(scale)
         if f["keys"] == "einsum":
             w = torch.einsum("bhqd,bhkd->bhqk", q, k)
+        elif f["keys"] == "bmm" and f["mask"] == "alibi_bloom":
+            # BloomAttention: alibi.baddbmm(q, k^T, beta=1, alpha=1/sqrt(d)),
+            # viewed as [b, h, s, s]; the scale is inside.
+            merge = lambda t: t.reshape(b * HEADS, s, HEAD_DIM)
+            alibi = self.bloom_alibi(padding, b, s)
+            w = alibi.baddbmm(merge(q), merge(k).transpose(1, 2), beta=1.0,
+                              alpha=1.0 / math.sqrt(HEAD_DIM)).view(b, HEADS, s, s)
         elif f["keys"] == "bmm":
             merge = lambda t: t.reshape(b * HEADS, s, HEAD_DIM)
             w = torch.bmm(merge(q), merge(k).transpose(1, 2))
         else:
             w = torch.matmul(q, kt)
-        if f["scale"] == "div":
+        if f["mask"] == "alibi_bloom":
+            pass
+        elif f["scale"] == "div":
             w = w / math.sqrt(HEAD_DIM)
         elif f["scale"] == "mul":
             w = w * (1.0 / math.sqrt(HEAD_DIM))
@@ -348,16 +370,43 @@ class Attention(nn.Module):
         if f["dropout"]:
             p = self.drop(p)
         if f["keys"] == "bmm":
+            p = p.view(b * HEADS, s, s)
             o = torch.bmm(p, v.reshape(b * HEADS, s, HEAD_DIM)).reshape(b, HEADS, s, HEAD_DIM)
         else:
             o = torch.matmul(p, v)
         return self.o(o.transpose(1, 2).reshape(b, s, HIDDEN))
+
+    @staticmethod
+    def bloom_alibi(padding, b, s):
+        """transformers' build_alibi_tensor: each key's position among the
+        sequence's unpadded tokens times the head's slope, [b*h, 1, s]."""
+        if padding is None:
+            padding = torch.ones(b, s, dtype=torch.long)
+        positions = ((padding.cumsum(dim=-1) - 1) * padding)[:, None, :]
+        alibi = alibi_slopes(HEADS)[..., None] * positions
+        return alibi.reshape(b * HEADS, 1, s)
 
     def apply_mask(self, w, s, padding):
         m = self.f["mask"]
         minimum = torch.finfo(w.dtype).min
         if m == "none":
             return w
+        if m == "alibi":
+            # MPT's build_attn_bias: -slope * distance to the last key,
+            # [1, h, 1, s], added; then the causal mask fills finfo.min.
+            distance = torch.arange(1 - s, 1, dtype=torch.int32).view(1, 1, 1, s)
+            bias = distance * alibi_slopes(HEADS).view(1, HEADS, 1, 1)
+            w = w + bias.to(w.dtype)
+            upper = torch.ones(s, s, dtype=torch.bool).triu(diagonal=1)
+            return w.masked_fill(upper.view(1, 1, s, s), minimum)
+        if m == "alibi_bloom":
+            # BloomModel's causal mask (padding is in the bias's positions
+            # and in its own mask): True where a query may not see a key.
+            causal = torch.ones(s, s, dtype=torch.bool).triu(diagonal=1)
+            if padding is None:  # test/training/form_gradients.py: no padding
+                padding = torch.ones(w.shape[0], s, dtype=torch.long)
+            hidden = causal[None, None] | (padding[:, None, None, :] == 0)
+            return torch.masked_fill(w, hidden, minimum)
         if m == "where_keep":
             return torch.where(self.bias[:, :, :s, :s], w,
                                torch.full([], minimum, dtype=w.dtype))
@@ -449,7 +498,8 @@ class Model(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def uses_padding(self):
-        return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding")
+        return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding",
+                                  "alibi_bloom")
 
     def uses_positions(self):
         return self.f["rotary_tables"] == "positions"
