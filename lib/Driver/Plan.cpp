@@ -51,6 +51,19 @@ std::pair<int64_t, int64_t> inputShape(ModuleOp module) {
   return {0, 0};
 }
 
+/// True if one of the model's inputs is bound to [batch, seq, ...]: the
+/// first, or, in an encoder-decoder (whose source comes first), another.
+bool hasInputShape(ModuleOp module, int64_t batch, int64_t seq) {
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal())
+      for (Type type : func.getArgumentTypes())
+        if (auto ranked = dyn_cast<RankedTensorType>(type);
+            ranked && ranked.getRank() >= 2 &&
+            ranked.getShape().take_front(2) == ArrayRef<int64_t>{batch, seq})
+          return true;
+  return false;
+}
+
 /// The model file as the cost model's source of IR: imported (without
 /// weights) at each batch it asks for, or at its own batch when that is
 /// static. Import errors while building are the cost model's, not reported.
@@ -65,7 +78,7 @@ ModelSource fileModelSource(llvm::StringRef path,
                                   [](Diagnostic &) { return success(); });
     OwningOpRef<ModuleOp> module =
         driver::loadModelForPlanning(file, context, seqLen, batch, shapes);
-    if (!module || inputShape(*module) != std::make_pair(batch, seqLen))
+    if (!module || !hasInputShape(*module, batch, seqLen))
       return nullptr;
     return module;
   };
