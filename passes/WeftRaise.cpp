@@ -772,6 +772,35 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
       scores = lhsScores ? add.getLhs() : add.getRhs();
       if (!isa<FloatType>(getElementTypeOrSelf(bias.getType())))
         return fail(describe(op) + " adds a non-float bias");
+      // A boolean mask made a bias, where(m, fill, 0) or where(m, 0, fill)
+      // (nn.MultiheadAttention's causal | key padding mask, made float for
+      // baddbmm): the boolean mask, from which a causal one factors out.
+      if (auto where = bias.getDefiningOp<WhereOp>()) {
+        auto isZero = [](Value v) {
+          std::optional<double> value = splatValue(v);
+          return value && *value == 0.0;
+        };
+        std::optional<bool> keepsTrue;
+        if (isMaskFill(where.getLhs()) && isZero(where.getRhs()))
+          keepsTrue = false;
+        else if (isMaskFill(where.getRhs()) && isZero(where.getLhs()))
+          keepsTrue = true;
+        if (keepsTrue) {
+          Value cond = where.getCondition();
+          match.fill = *keepsTrue ? where.getRhs() : where.getLhs();
+          if (isCausalMask(cond, *keepsTrue)) {
+            match.causal = true;
+          } else if (std::optional<Value> rest =
+                         factorCausal(cond, !*keepsTrue)) {
+            match.causal = true;
+            if (failed(takeMask(*rest, !*keepsTrue)))
+              return failure();
+          } else if (failed(takeMask(cond, !*keepsTrue))) {
+            return failure();
+          }
+          continue;
+        }
+      }
       if (isCausalMask(bias)) {
         match.causal = true;
         continue;

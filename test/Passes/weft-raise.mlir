@@ -413,3 +413,31 @@ func.func @two_keep_masks(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: 
   %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
   return %o : tensor<2x2x4x8xf32>
 }
+
+// -----
+
+// nn.MultiheadAttention with a causal mask and a key padding mask: the two
+// are or-ed ([b·h, l, s], the padding expanded over the heads) and made a
+// float bias (0 where kept, -inf where masked) for baddbmm. Raised causal,
+// with the padding alone (as [b, h, 1, s]) as the mask.
+// CHECK-LABEL: func.func @multihead_key_padding
+// CHECK: %[[FALSE:.*]] = weft.constant dense<false> : tensor<i1>
+// CHECK: %[[KEEP:.*]] = weft.compare eq, %arg3, %[[FALSE]] : (tensor<4x1x4xi1>, tensor<i1>) -> tensor<4x1x4xi1>
+// CHECK: %[[MASK:.*]] = weft.reshape %[[KEEP]] : tensor<4x1x4xi1> -> tensor<2x2x1x4xi1>
+// CHECK: weft.attention {{.*}} mask %[[MASK]] scale 1.000000e+00 causal : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x1x4xi1>) -> tensor<2x2x4x8xf32>
+func.func @multihead_key_padding(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %padded: tensor<4x1x4xi1>) -> tensor<4x4x8xf32> {
+  %q3 = weft.reshape %q : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %k3 = weft.reshape %k : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %kt = weft.transpose %k3 permutation [0, 2, 1] : tensor<4x4x8xf32> -> tensor<4x8x4xf32>
+  %v3 = weft.reshape %v : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %upper = weft.constant dense<[[[false, true, true, true], [false, false, true, true], [false, false, false, true], [false, false, false, false]]]> : tensor<1x4x4xi1>
+  %hidden = weft.where %upper, %upper, %padded : (tensor<1x4x4xi1>, tensor<1x4x4xi1>, tensor<4x1x4xi1>) -> tensor<4x4x4xi1>
+  %inf = weft.constant dense<0xFF800000> : tensor<f32>
+  %zeros = weft.constant dense<0.0> : tensor<4x4x4xf32>
+  %bias = weft.where %hidden, %inf, %zeros : (tensor<4x4x4xi1>, tensor<f32>, tensor<4x4x4xf32>) -> tensor<4x4x4xf32>
+  %qk = weft.matmul %q3, %kt : (tensor<4x4x8xf32>, tensor<4x8x4xf32>) -> tensor<4x4x4xf32>
+  %w = weft.add %qk, %bias : tensor<4x4x4xf32>
+  %p = weft.softmax %w axis 2 : tensor<4x4x4xf32>
+  %o = weft.matmul %p, %v3 : (tensor<4x4x4xf32>, tensor<4x4x8xf32>) -> tensor<4x4x8xf32>
+  return %o : tensor<4x4x8xf32>
+}

@@ -58,7 +58,9 @@ DEFAULTS = dict(
                          # causal_padding | where_eq | sliding_window | alibi (MPT:
                          # a [1, h, 1, s] linear bias by head, then a causal fill) |
                          # alibi_bloom (BLOOM: the bias from the attention mask's
-                         # cumsum, [b*h, 1, s], added by baddbmm, then a causal fill)
+                         # cumsum, [b*h, 1, s], added by baddbmm, then a causal fill) |
+                         # mha_padding (attention="mha": a boolean causal mask and
+                         # a key padding mask from the attention mask)
     softmax="plain",     # plain | f32 | module | dim3
     dropout=False,       # keep a Dropout node (exported in training mode, p = 0)
     kv_heads=HEADS,      # < HEADS: grouped-query attention
@@ -135,6 +137,7 @@ FORMS = {
                              norm="rms_f32", mlp="swiglu_fused", softmax="f32"),
     # nn.MultiheadAttention.
     "torch_multihead_attention": dict(attention="mha", mask="add_inf"),
+    "torch_multihead_key_padding": dict(attention="mha", mask="mha_padding"),
     # Norms.
     "layernorm_manual": dict(norm="ln_manual"),
     "layernorm_rsqrt": dict(norm="ln_rsqrt"),
@@ -306,6 +309,15 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, padding):
         f, b, s = self.f, x.shape[0], x.shape[1]
+        if f["attention"] == "mha" and f["mask"] == "mha_padding":
+            # nn.TransformerEncoderLayer's way: a boolean causal mask and a
+            # key padding mask, which MultiheadAttention or-s over the heads
+            # and makes a 0 / -inf bias.
+            causal = torch.ones(s, s, dtype=torch.bool).triu(diagonal=1)
+            if padding is None:
+                padding = torch.ones(b, s, dtype=torch.long)
+            return self.mha(x, x, x, attn_mask=causal, key_padding_mask=padding == 0,
+                            need_weights=False)[0]
         if f["attention"] == "mha":
             causal = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
             return self.mha(x, x, x, attn_mask=causal, need_weights=False)[0]
@@ -499,7 +511,7 @@ class Model(nn.Module):
 
     def uses_padding(self):
         return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding",
-                                  "alibi_bloom")
+                                  "alibi_bloom", "mha_padding")
 
     def uses_positions(self):
         return self.f["rotary_tables"] == "positions"
