@@ -11,7 +11,8 @@ exporters produce: masks applied by torch.where in either polarity, by
 masked_fill (nanoGPT, minGPT), or by adding a 0/-inf, 0/-1e4 or finfo.min bias
 (causal, an HF-style `(1 - mask) * min` padding mask from an input, or both),
 a sliding window, ALiBi biases (MPT's; BLOOM's, added to merged batch·heads
-scores by baddbmm, with a `causal | padding` fill);
+scores by baddbmm, with a `causal | padding` fill), T5's learned relative
+position bias, nn.MultiheadAttention's causal and key padding masks;
 the 1/sqrt(d) scale after the matmul, on q, split over q and k (the form
 torch 2's scaled_dot_product_attention exports) or folded into the query
 weight; k transposed before the matmul, by a fused permute, or by einsum;
@@ -52,7 +53,7 @@ DEFAULTS = dict(
     qkv="separate",      # separate | split | chunk | slice | view5 (reshape to [b,s,3,h,d])
     keys="transpose",    # transpose | permute (one fused permute to [b,h,d,s]) | einsum |
                          # bmm (heads merged with the batch: [b*h, s, d], torch.bmm)
-    scale="div",         # div | mul | q | qk_sqrt | folded | k
+    scale="div",         # div | mul | q | qk_sqrt | folded | k | none (T5's: no scale)
     mask="where_keep",   # none | where_keep | where_fill | masked_fill | masked_fill_triu |
                          # add_inf | add_min | add_1e4 | padding_hf | padding_bert |
                          # causal_padding | where_eq | sliding_window | alibi (MPT:
@@ -60,7 +61,10 @@ DEFAULTS = dict(
                          # alibi_bloom (BLOOM: the bias from the attention mask's
                          # cumsum, [b*h, 1, s], added by baddbmm, then a causal fill) |
                          # mha_padding (attention="mha": a boolean causal mask and
-                         # a key padding mask from the attention mask)
+                         # a key padding mask from the attention mask) |
+                         # t5_relative (T5: a learned bias per head of each query's
+                         # bucketed distance to each key, plus a causal one, and no
+                         # 1/sqrt(d) scale)
     softmax="plain",     # plain | f32 | module | dim3
     dropout=False,       # keep a Dropout node (exported in training mode, p = 0)
     kv_heads=HEADS,      # < HEADS: grouped-query attention
@@ -100,6 +104,8 @@ FORMS = {
     "encoder_no_mask": dict(mask="none"),
     "alibi_mpt": dict(mask="alibi", mlp="gelu", norm="ln_nobias"),
     "alibi_bloom": dict(mask="alibi_bloom", keys="bmm", mlp="gelu_tanh", softmax="f32"),
+    "t5_relative_bias": dict(mask="t5_relative", scale="none", norm="rms", mlp="relu",
+                             softmax="f32"),
     # Scale.
     "scale_on_q": dict(scale="q"),
     "scale_on_k": dict(scale="k"),
@@ -243,6 +249,17 @@ def alibi_slopes(heads):
     return torch.tensor([start ** (i + 1) for i in range(heads)])
 
 
+def t5_buckets(relative, buckets=8, max_distance=16):
+    """T5's relative position buckets, unidirectional (a decoder's): exact
+    for the nearest keys, logarithmic beyond, as transformers'
+    T5Attention._relative_position_bucket with bidirectional=False."""
+    n = -torch.clamp(relative, max=0)
+    exact = buckets // 2
+    far = exact + (torch.log(n.float().clamp(min=1) / exact) /
+                   math.log(max_distance / exact) * (buckets - exact)).long()
+    return torch.where(n < exact, n, torch.clamp(far, max=buckets - 1))
+
+
 def rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
@@ -275,6 +292,8 @@ class Attention(nn.Module):
                 bias = self.q.bias if f["qkv"] == "separate" else self.qkv.bias[:HIDDEN]
                 weight.mul_(HEAD_DIM ** -0.5)
                 bias.mul_(HEAD_DIM ** -0.5)
+        if f["mask"] == "t5_relative":
+            self.relative = nn.Embedding(8, HEADS)
         if f["mask"] in ("where_keep", "where_fill", "masked_fill", "where_eq"):
             self.register_buffer("bias", torch.tril(torch.ones(MAX_SEQ, MAX_SEQ))
                                  .view(1, 1, MAX_SEQ, MAX_SEQ).to(
@@ -403,6 +422,15 @@ class Attention(nn.Module):
         minimum = torch.finfo(w.dtype).min
         if m == "none":
             return w
+        if m == "t5_relative":
+            # T5Attention.compute_bias: the learned bias of each head for the
+            # bucket of each key's distance, [1, h, s, s], plus the decoder's
+            # causal mask; the mask takes a gradient.
+            positions = torch.arange(s)
+            bias = self.relative(t5_buckets(positions[None, :] - positions[:, None]))
+            bias = bias.permute(2, 0, 1).unsqueeze(0)
+            causal = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+            return w + (bias + causal)
         if m == "alibi":
             # MPT's build_attn_bias: -slope * distance to the last key,
             # [1, h, 1, s], added; then the causal mask fills finfo.min.
