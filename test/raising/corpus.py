@@ -19,7 +19,8 @@ weight; k transposed before the matmul, by a fused permute, or by einsum;
 softmax in f32 with casts around it, dropout kept in a training export; fused
 QKV projections cut by split, chunk or slicing; grouped-query K/V expanded by
 expand + reshape or repeat_interleave; rotary embeddings in the half-rotation
-(LLaMA / NeoX) and interleaved (GPT-J) forms; nn.MultiheadAttention; layer
+(LLaMA / NeoX) and interleaved (GPT-J) forms, and on part of each head
+(GPT-NeoX's rotary_pct); nn.MultiheadAttention; layer
 norms and RMS norms written out by hand; GELU (erf, tanh, sigmoid
 approximation written out), SiLU, SwiGLU (with a fused gate/up projection,
 Phi-3's), GeGLU (Gemma's); parallel attention and MLP blocks with one norm
@@ -69,7 +70,8 @@ DEFAULTS = dict(
     dropout=False,       # keep a Dropout node (exported in training mode, p = 0)
     kv_heads=HEADS,      # < HEADS: grouped-query attention
     repeat="expand",     # expand (HF repeat_kv) | interleave (repeat_interleave)
-    rotary="none",       # none | half | interleaved
+    rotary="none",       # none | half | interleaved | partial (GPT-NeoX's rotary_pct:
+                         # the half rotation of the first half of each head)
     rotary_tables="buffer",  # buffer (cos/sin cached at init) | forward (Hugging Face
                          # since transformers 4.38: cos and sin of positions times
                          # inv_freq in the forward pass) | positions (the same, of a
@@ -161,6 +163,7 @@ FORMS = {
     "parallel_block_gptj": dict(block="parallel", rotary="interleaved"),
     "parallel_block_neox": dict(block="parallel_two_norms", rotary="half", mask="add_min"),
     "multi_query_falcon": dict(block="parallel", kv_heads=1, rotary="half", mask="add_inf"),
+    "partial_rotary_pythia": dict(block="parallel_two_norms", rotary="partial", mask="add_min"),
 }
 
 
@@ -320,6 +323,12 @@ class Attention(nn.Module):
         raise ValueError(f["qkv"])
 
     def rotary(self, t, cos, sin):
+        if self.f["rotary"] == "partial":
+            # GPTNeoXAttention with rotary_pct < 1: the rotated dimensions
+            # first, the rest passed through, concatenated.
+            r = cos.shape[-1]
+            rotated, kept = t[..., :r], t[..., r:]
+            return torch.cat((rotated * cos + rotate_half(rotated) * sin, kept), dim=-1)
         if self.f["rotary"] == "half":
             return t * cos + rotate_half(t) * sin
         if self.f["rotary"] == "interleaved":
@@ -527,7 +536,8 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList(Block(f) for _ in range(LAYERS))
         self.norm = Norm(f["norm"])
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
-        inv_freq = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
+        rotated = HEAD_DIM // 2 if f["rotary"] == "partial" else HEAD_DIM
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, rotated, 2).float() / rotated))
         freqs = torch.outer(torch.arange(MAX_SEQ).float(), inv_freq)
         if f["rotary"] == "interleaved":
             emb = torch.repeat_interleave(freqs, 2, dim=-1)
