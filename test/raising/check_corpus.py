@@ -34,7 +34,7 @@ import corpus  # noqa: E402
 
 NORMS = {"layernorm": "layer_norm", "ln_manual": "layer_norm", "ln_rsqrt": "layer_norm",
          "ln_nobias": "layer_norm", "rms": "rms_norm", "rms_div": "rms_norm",
-         "rms_f32": "rms_norm", "rms_mean_sq": "rms_norm"}
+         "rms_f32": "rms_norm", "rms_mean_sq": "rms_norm", "rms_gemma": "rms_norm"}
 ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu", "gelu_new": "gelu", "relu": "relu",
                "silu_manual": "silu", "swiglu": "silu", "swiglu_fused": "silu",
                "geglu": "gelu",
@@ -92,6 +92,8 @@ def check_raised(counts, f):
     norms = {(1 if f["block"] == "parallel" else 2) * layers + 1}
     if f["block"] == "parallel_two_norms":
         norms.add(layers + 1)
+    if f["qk_norm"]:  # q's and k's RMSNorm in each layer
+        norms = {n + 2 * layers for n in norms}
     if counts.get(norm, 0) not in norms:
         problems.append("%d weft.%s, expected %s" % (counts.get(norm, 0), norm,
                                                      " or ".join(map(str, sorted(norms)))))

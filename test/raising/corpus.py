@@ -21,7 +21,8 @@ QKV projections cut by split, chunk or slicing; grouped-query K/V expanded by
 expand + reshape or repeat_interleave; rotary embeddings in the half-rotation
 (LLaMA / NeoX) and interleaved (GPT-J) forms, and on part of each head
 (GPT-NeoX's rotary_pct); nn.MultiheadAttention; layer
-norms and RMS norms written out by hand; GELU (erf, tanh, sigmoid
+norms and RMS norms written out by hand (Gemma's scaled by 1 + weight, and
+Qwen3's of each head's q and k); GELU (erf, tanh, sigmoid
 approximation written out), SiLU, SwiGLU (with a fused gate/up projection,
 Phi-3's), GeGLU (Gemma's); parallel attention and MLP blocks with one norm
 (GPT-J, Falcon, with multi-query attention) or two (GPT-NeoX).
@@ -78,7 +79,10 @@ DEFAULTS = dict(
                          # position_ids input, as Optimum exports decoders)
     attention="manual",  # manual | mha (nn.MultiheadAttention)
     norm="layernorm",    # layernorm | ln_manual | ln_rsqrt | ln_nobias | rms | rms_div |
-                         # rms_f32 | rms_mean_sq
+                         # rms_f32 | rms_mean_sq | rms_gemma (scaled by 1 + weight)
+    qk_norm=False,       # RMSNorm of each head's q and k before the rotary embedding
+                         # (Qwen3, OLMo 2)
+    embed_scale=False,   # the token embedding scaled by sqrt(hidden) (Gemma)
     mlp="gelu",          # gelu | gelu_tanh | gelu_new | gelu_sigmoid | relu | silu_manual |
                          # swiglu | swiglu_fused | geglu (Gemma: tanh GELU of a gate
                          # times an up projection)
@@ -164,16 +168,22 @@ FORMS = {
     "parallel_block_neox": dict(block="parallel_two_norms", rotary="half", mask="add_min"),
     "multi_query_falcon": dict(block="parallel", kv_heads=1, rotary="half", mask="add_inf"),
     "partial_rotary_pythia": dict(block="parallel_two_norms", rotary="partial", mask="add_min"),
+    "gemma_norm_scaled_embedding": dict(norm="rms_gemma", mlp="geglu", embed_scale=True,
+                                        rotary="half", mask="add_inf"),
+    "qk_norm_qwen3": dict(qk_norm=True, norm="rms", mlp="swiglu", rotary="half",
+                          kv_heads=KV_HEADS, mask="add_inf"),
 }
 
 
 class Norm(nn.Module):
-    def __init__(self, kind):
+    def __init__(self, kind, width=HIDDEN):
         super().__init__()
         self.kind = kind
         self.eps = 1e-5
-        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(HIDDEN))
-        self.bias = nn.Parameter(0.1 * torch.randn(HIDDEN))
+        # Gemma keeps the weight less one: it scales by (1 + weight).
+        self.weight = nn.Parameter((0.0 if kind == "rms_gemma" else 1.0) +
+                                   0.1 * torch.randn(width))
+        self.bias = nn.Parameter(0.1 * torch.randn(width))
         if kind == "layernorm":
             self.ln = nn.LayerNorm(HIDDEN)
 
@@ -199,6 +209,10 @@ class Norm(nn.Module):
             h = x.float()
             h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
             return self.weight * h.type_as(x)
+        if k == "rms_gemma":
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+            return (h * (1.0 + self.weight.float())).type_as(x)
         if k == "rms_mean_sq":
             return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps) * self.weight
         raise ValueError(k)
@@ -289,6 +303,9 @@ class Attention(nn.Module):
             self.qkv = nn.Linear(HIDDEN, HIDDEN + 2 * kv)
         self.o = nn.Linear(HIDDEN, HIDDEN)
         self.drop = nn.Dropout(0.1)
+        if f["qk_norm"]:
+            self.q_norm = Norm("rms", HEAD_DIM)
+            self.k_norm = Norm("rms", HEAD_DIM)
         if f["scale"] == "folded":
             with torch.no_grad():
                 weight = self.q.weight if f["qkv"] == "separate" else self.qkv.weight[:HIDDEN]
@@ -358,6 +375,8 @@ class Attention(nn.Module):
             k = None
         else:
             k = k.view(b, s, kvh, HEAD_DIM).transpose(1, 2)
+        if f["qk_norm"]:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary(q, cos, sin), (self.rotary(k, cos, sin) if k is not None else k)
         if kvh != HEADS:
             rep = HEADS // kvh
@@ -566,7 +585,10 @@ class Model(nn.Module):
             emb = torch.cat((freqs, freqs), dim=-1)
             cos, sin = emb.cos()[:, None], emb.sin()[:, None]
         positions = torch.arange(s, dtype=torch.long).unsqueeze(0)
-        x = self.embed(input_ids) + self.pos(positions)
+        x = self.embed(input_ids)
+        if self.f["embed_scale"]:
+            x = x * torch.tensor(HIDDEN ** 0.5, dtype=x.dtype)
+        x = x + self.pos(positions)
         for block in self.blocks:
             x = block(x, cos, sin, attention_mask)
         return self.head(self.norm(x))
