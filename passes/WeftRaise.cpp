@@ -544,6 +544,10 @@ struct AttentionMatch {
     bool invert = false;
     /// Applied to scores of merged batch·heads ([1 or b·h, l, s]).
     bool merged = false;
+    /// Set for a boolean mask that the model applied as a bias (0 where it
+    /// keeps, this fill where it masks), which stays one: a finite fill
+    /// (finfo.min) leaves a row that masks every key finite, as the model's.
+    Value biasFill;
   };
   SmallVector<Mask, 2> masks;
   /// The fill of a boolean mask (where(keep, s, fill)), which masks that
@@ -775,29 +779,47 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
       // A boolean mask made a bias, where(m, fill, 0) or where(m, 0, fill)
       // (nn.MultiheadAttention's causal | key padding mask, made float for
       // baddbmm): the boolean mask, from which a causal one factors out.
+      // Where the other side is a causal bias instead of 0 (transformers'
+      // AttentionMaskConverter since 4.36: the causal bias filled with
+      // finfo.min where the padding masks), the attention is causal too.
       if (auto where = bias.getDefiningOp<WhereOp>()) {
         auto isZero = [](Value v) {
           std::optional<double> value = splatValue(v);
           return value && *value == 0.0;
         };
+        auto isZeroOrCausal = [&](Value v) {
+          return isZero(v) || isCausalMask(v);
+        };
         std::optional<bool> keepsTrue;
-        if (isMaskFill(where.getLhs()) && isZero(where.getRhs()))
+        if (isMaskFill(where.getLhs()) && isZeroOrCausal(where.getRhs()))
           keepsTrue = false;
-        else if (isMaskFill(where.getRhs()) && isZero(where.getLhs()))
+        else if (isMaskFill(where.getRhs()) && isZeroOrCausal(where.getLhs()))
           keepsTrue = true;
         if (keepsTrue) {
           Value cond = where.getCondition();
-          match.fill = *keepsTrue ? where.getRhs() : where.getLhs();
+          Value fill = *keepsTrue ? where.getRhs() : where.getLhs();
+          bool otherCausal =
+              !isZero(*keepsTrue ? where.getLhs() : where.getRhs());
+          if (otherCausal)
+            match.causal = true;
           if (isCausalMask(cond, *keepsTrue)) {
             match.causal = true;
-          } else if (std::optional<Value> rest =
-                         factorCausal(cond, !*keepsTrue)) {
-            match.causal = true;
-            if (failed(takeMask(*rest, !*keepsTrue)))
-              return failure();
-          } else if (failed(takeMask(cond, !*keepsTrue))) {
-            return failure();
+            continue;
           }
+          Value rest = cond;
+          if (std::optional<Value> factored = factorCausal(cond, !*keepsTrue)) {
+            match.causal = true;
+            rest = *factored;
+          }
+          if (rest == cond && !otherCausal) {
+            // Nothing factors out: the bias is the mask, as it is.
+            if (failed(takeMask(bias, false)))
+              return failure();
+            continue;
+          }
+          if (failed(takeMask(rest, !*keepsTrue)))
+            return failure();
+          match.masks.back().biasFill = fill;
           continue;
         }
       }
@@ -998,6 +1020,19 @@ private:
         created.push_back(falses.getDefiningOp());
         mask = CompareOp::create(rewriter, loc, ComparePredicate::eq, mask,
                                  falses);
+        created.push_back(mask.getDefiningOp());
+      }
+      if (part.biasFill) {
+        // 0 where it keeps, the model's fill where it masks.
+        Value zero = ConstantOp::create(
+            rewriter, loc,
+            DenseElementsAttr::get(
+                RankedTensorType::get(
+                    {}, getElementTypeOrSelf(part.biasFill.getType())),
+                rewriter.getZeroAttr(
+                    getElementTypeOrSelf(part.biasFill.getType()))));
+        created.push_back(zero.getDefiningOp());
+        mask = WhereOp::create(rewriter, loc, mask, zero, part.biasFill);
         created.push_back(mask.getDefiningOp());
       }
       auto maskType = cast<RankedTensorType>(mask.getType());

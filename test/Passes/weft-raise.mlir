@@ -419,12 +419,16 @@ func.func @two_keep_masks(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: 
 // nn.MultiheadAttention with a causal mask and a key padding mask: the two
 // are or-ed ([b·h, l, s], the padding expanded over the heads) and made a
 // float bias (0 where kept, -inf where masked) for baddbmm. Raised causal,
-// with the padding alone (as [b, h, 1, s]) as the mask.
+// with the padding alone (as [b, h, 1, s]) as the mask, a bias as the
+// model's.
 // CHECK-LABEL: func.func @multihead_key_padding
-// CHECK: %[[FALSE:.*]] = weft.constant dense<false> : tensor<i1>
+// CHECK-DAG: %[[ZERO:.*]] = weft.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-DAG: %[[INF:.*]] = weft.constant dense<0xFF800000> : tensor<f32>
+// CHECK-DAG: %[[FALSE:.*]] = weft.constant dense<false> : tensor<i1>
 // CHECK: %[[KEEP:.*]] = weft.compare eq, %arg3, %[[FALSE]] : (tensor<4x1x4xi1>, tensor<i1>) -> tensor<4x1x4xi1>
-// CHECK: %[[MASK:.*]] = weft.reshape %[[KEEP]] : tensor<4x1x4xi1> -> tensor<2x2x1x4xi1>
-// CHECK: weft.attention {{.*}} mask %[[MASK]] scale 1.000000e+00 causal : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x1x4xi1>) -> tensor<2x2x4x8xf32>
+// CHECK: %[[BIAS:.*]] = weft.where %[[KEEP]], %[[ZERO]], %[[INF]] : (tensor<4x1x4xi1>, tensor<f32>, tensor<f32>) -> tensor<4x1x4xf32>
+// CHECK: %[[MASK:.*]] = weft.reshape %[[BIAS]] : tensor<4x1x4xf32> -> tensor<2x2x1x4xf32>
+// CHECK: weft.attention {{.*}} mask %[[MASK]] scale 1.000000e+00 causal : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x1x4xf32>) -> tensor<2x2x4x8xf32>
 func.func @multihead_key_padding(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %padded: tensor<4x1x4xi1>) -> tensor<4x4x8xf32> {
   %q3 = weft.reshape %q : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
   %k3 = weft.reshape %k : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
@@ -440,4 +444,27 @@ func.func @multihead_key_padding(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32
   %p = weft.softmax %w axis 2 : tensor<4x4x4xf32>
   %o = weft.matmul %p, %v3 : (tensor<4x4x4xf32>, tensor<4x4x8xf32>) -> tensor<4x4x8xf32>
   return %o : tensor<4x4x8xf32>
+}
+
+// -----
+
+// transformers' AttentionMaskConverter (4.36 and later): a causal bias of
+// 0 / finfo.min, filled with finfo.min where the padding masks. Raised
+// causal, with the padding as a bias of the same fill (finite, as the
+// model's).
+// CHECK-LABEL: func.func @mask_converter
+// CHECK-DAG: %[[ZERO:.*]] = weft.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-DAG: %[[MIN:.*]] = weft.constant dense<-3.40282347E+38> : tensor<f32>
+// CHECK: %[[KEEP:.*]] = weft.compare eq, %arg3, %{{.*}} : (tensor<2x1x1x4xi1>, tensor<i1>) -> tensor<2x1x1x4xi1>
+// CHECK: %[[BIAS:.*]] = weft.where %[[KEEP]], %[[ZERO]], %[[MIN]] : (tensor<2x1x1x4xi1>, tensor<f32>, tensor<f32>) -> tensor<2x1x1x4xf32>
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %[[BIAS]] scale 1.000000e+00 causal : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x1x1x4xf32>)
+func.func @mask_converter(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %padded: tensor<2x1x1x4xi1>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %causal = weft.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %min = weft.constant dense<-3.40282347E+38> : tensor<f32>
+  %bias = weft.where %padded, %min, %causal : (tensor<2x1x1x4xi1>, tensor<f32>, tensor<1x1x4x4xf32>) -> tensor<2x1x4x4xf32>
+  %w = weft.add %s, %bias : (tensor<2x2x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
 }

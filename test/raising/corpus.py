@@ -107,6 +107,8 @@ FORMS = {
     "padding_hf_finfo_min": dict(mask="padding_hf"),
     "padding_bert_1e4": dict(mask="padding_bert", mlp="gelu"),
     "causal_plus_padding": dict(mask="causal_padding"),
+    "causal_padding_mask_converter": dict(mask="causal_padding_fill", norm="rms",
+                                          mlp="swiglu", rotary="half"),
     "encoder_no_mask": dict(mask="none"),
     "alibi_mpt": dict(mask="alibi", mlp="gelu", norm="ln_nobias"),
     "alibi_bloom": dict(mask="alibi_bloom", keys="bmm", mlp="gelu_tanh", softmax="f32"),
@@ -512,6 +514,13 @@ class Attention(nn.Module):
             return w + (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
         if m == "padding_bert":
             return w + (1.0 - padding[:, None, None, :].to(w.dtype)) * -10000.0
+        if m == "causal_padding_fill":
+            # transformers >= 4.36 (AttentionMaskConverter): a causal bias of
+            # 0 / finfo.min, filled with finfo.min where the padding masks.
+            causal = torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
+            causal = causal.expand(w.shape[0], 1, s, s)
+            padded = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
+            return w + causal.masked_fill(padded.bool(), minimum)
         if m == "causal_padding":
             causal = torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
             pad = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
@@ -568,6 +577,7 @@ class Model(nn.Module):
 
     def uses_padding(self):
         return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding",
+                                  "causal_padding_fill",
                                   "alibi_bloom", "mha_padding")
 
     def uses_positions(self):
