@@ -782,7 +782,9 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
       // Where the other side is a causal bias instead of 0 (transformers'
       // AttentionMaskConverter since 4.36: the causal bias filled with
       // finfo.min where the padding masks), the attention is causal too.
-      if (auto where = bias.getDefiningOp<WhereOp>()) {
+      // (A scale applied after it would scale the fill: the bias is then
+      // refused below, as any.)
+      if (auto where = bias.getDefiningOp<WhereOp>(); where && !scaledOutside) {
         auto isZero = [](Value v) {
           std::optional<double> value = splatValue(v);
           return value && *value == 0.0;

@@ -38,6 +38,24 @@ func.func @scaled_after_mask(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %
 
 // -----
 
+// The same with a boolean mask made a bias (where(m, -1e4, 0)): a later scale
+// would scale its fill too.
+func.func @scaled_after_boolean_bias(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: tensor<2x2x4x8xf32>, %m: tensor<2x1x1x4xi1>) -> tensor<2x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x4xf32>
+  %fill = weft.constant dense<-1.0e4> : tensor<f32>
+  %zero = weft.constant dense<0.0> : tensor<f32>
+  %bias = weft.where %m, %fill, %zero : (tensor<2x1x1x4xi1>, tensor<f32>, tensor<f32>) -> tensor<2x1x1x4xf32>
+  %w = weft.add %s, %bias : (tensor<2x2x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x2x4x4xf32>
+  %c = weft.constant dense<0.125> : tensor<f32>
+  %sc = weft.mul %w, %c : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: 'weft.add' adds a mask that a later scale multiplies}}
+  %p = weft.softmax %sc axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
 func.func @softmax_over_queries(%s: tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> {
   // expected-remark @below {{not raised to weft.attention: the softmax is not over the last (key) dimension}}
   %p = weft.softmax %s axis 2 : tensor<1x2x4x4xf32>
