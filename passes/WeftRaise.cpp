@@ -717,7 +717,7 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
                   describe(match.masks[0].value) + ", " +
                   describe(match.masks[1].value) + " and " + describe(mask) +
                   ")");
-    match.masks.push_back({mask, invert, match.merged});
+    match.masks.push_back({mask, invert, match.merged, /*biasFill=*/Value()});
     return success();
   };
   for (int depth = 0; depth < 10 && !scores.getDefiningOp<MatmulOp>();
