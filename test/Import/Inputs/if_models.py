@@ -37,7 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
-from local_functions import data_set, function, call, model  # noqa: E402
+from local_functions import data_set, function, call  # noqa: E402
 
 
 def torch_export(out):
