@@ -240,15 +240,23 @@ def WeftDecomposeAttention : Pass<"weft-decompose-attention", "::mlir::func::Fun
 def WeftAssignFeeds : Pass<"weft-assign-feeds", "::mlir::ModuleOp"> {
   let summary = "Records how a training run fills each input of a model: token ids, masks, positions.";
   let description = [{
-    A training step is fed windows of a token stream: the model function's first input
+    A training step is fed windows of a token stream: one input of the model function
     takes the token ids, and the labels (`-weft-append-loss`) the next tokens. Models
-    exported from PyTorch take more `[batch, seq]` integer inputs, and each needs its own
-    values. The pass names each on the module as `weft.feeds`, one entry per input:
+    exported from PyTorch take more integer inputs, and each needs its own values. The
+    pass names each on the module as `weft.feeds`, one entry per input:
 
-    - `"tokens"`: the first input;
-    - `"ones"`: an attention mask (every token attended);
+    - `"tokens"`: the token ids, the input whose next tokens are the labels: an
+      encoder-decoder's decoder input (a name holding `decoder`, or starting with `tgt`
+      or `target`), else the first input;
+    - `"source"`: each row's tokens just before its window, as many as the input is long:
+      an encoder-decoder's encoder input (the first input, or one whose name starts with
+      `src` or `source`, holds `encoder`, or is `input_ids`, when another input takes the
+      token ids). The encoder reads a text and the decoder continues it: T5's prefix
+      language modelling;
+    - `"ones"`: an attention mask (every token attended), as long as its input;
     - `"zeros"`: token types (segment 0);
-    - `"positions"`: `0 .. seq-1` in every row (position ids).
+    - `"positions"`: `0 .. length-1` in every row (position ids);
+    - `"labels"`: the next tokens (a model that computes its own loss).
 
     An input's fill follows its name (`onnx.name`, as the exporter wrote it from
     `forward`'s argument), in Hugging Face's names: a name holding `mask` is a mask, one
@@ -266,7 +274,7 @@ def WeftAssignFeeds : Pass<"weft-assign-feeds", "::mlir::ModuleOp"> {
   let options = [
     ListOption<"feeds", "feeds", "std::string",
                "NAME=FILL: the input named NAME (or #INDEX) is filled with FILL "
-               "(ones, zeros or positions)">
+               "(tokens, source, ones, zeros, positions or labels)">
   ];
   let dependentDialects = ["::weft::WeftDialect"];
 }

@@ -20,8 +20,10 @@ using namespace mlir;
 using namespace weft;
 
 /// The fill an input's name says (Hugging Face's names, as torch.onnx.export
-/// takes them from forward's arguments), or "" when it says none.
-static StringRef fillOfName(StringRef name) {
+/// takes them from forward's arguments), or "" when it says none. `tokens`:
+/// whether another input takes the token ids (then an encoder's input is
+/// the source).
+static StringRef fillOfName(StringRef name, bool tokensElsewhere) {
   std::string lower = name.lower();
   StringRef text(lower);
   if (text.contains("mask"))
@@ -32,7 +34,22 @@ static StringRef fillOfName(StringRef name) {
     return "zeros";
   if (text.contains("label"))
     return "labels";
+  if (tokensElsewhere &&
+      (text.starts_with("src") || text.starts_with("source") ||
+       text.contains("encoder") || text == "input_ids"))
+    return "source";
   return "";
+}
+
+/// Whether an input's name says it is an encoder-decoder's decoder input:
+/// the tokens whose next tokens are the labels (Hugging Face's
+/// decoder_input_ids, torch.nn.Transformer users' tgt).
+static bool isTargetName(StringRef name) {
+  std::string lower = name.lower();
+  StringRef text(lower);
+  return fillOfName(name, false).empty() &&
+         (text.contains("decoder") || text.starts_with("tgt") ||
+          text.starts_with("target"));
 }
 
 namespace {
@@ -55,68 +72,109 @@ struct WeftAssignFeeds
     llvm::StringMap<std::string> given;
     for (const std::string &entry : feeds) {
       auto [name, fill] = StringRef(entry).split('=');
-      if (name.empty() ||
-          !llvm::is_contained({"ones", "zeros", "positions", "labels"}, fill)) {
+      if (name.empty() || !llvm::is_contained({"tokens", "source", "ones",
+                                               "zeros", "positions", "labels"},
+                                              fill)) {
         module.emitError() << "-weft-assign-feeds: '" << entry
-                           << "' is not NAME=FILL with FILL ones, zeros, "
-                              "positions or labels";
+                           << "' is not NAME=FILL with FILL tokens, source, "
+                              "ones, zeros, positions or labels";
         return signalPassFailure();
       }
       given[name] = fill.str();
     }
-    llvm::StringSet<> used;
-    SmallVector<Attribute> fills{StringAttr::get(&getContext(), "tokens")};
-    for (unsigned i = 1; i < func.getNumArguments(); ++i) {
+    const unsigned n = func.getNumArguments();
+    auto nameOf = [&](unsigned i) {
       auto nameAttr = func.getArgAttrOfType<StringAttr>(i, "onnx.name");
-      std::string name = nameAttr ? nameAttr.getValue().str() : "";
-      std::string index = "#" + std::to_string(i);
-      std::string fill;
-      // A name and an index given for the same input: the name wins.
-      for (const std::string &key : {name, index})
+      return nameAttr ? nameAttr.getValue().str() : std::string();
+    };
+    auto describe = [&](unsigned i) {
+      std::string name = nameOf(i);
+      return "input #" + std::to_string(i) +
+             (name.empty() ? "" : " ('" + name + "')") + " of @" +
+             func.getSymName().str();
+    };
+    // The given fills: a name and an index given for the same input, the
+    // name wins.
+    llvm::StringSet<> used;
+    SmallVector<std::string> fills(n);
+    for (unsigned i = 0; i < n; ++i)
+      for (const std::string &key : {nameOf(i), "#" + std::to_string(i)})
         if (auto found = given.find(key);
             !key.empty() && found != given.end()) {
-          if (fill.empty())
-            fill = found->second;
+          if (fills[i].empty())
+            fills[i] = found->second;
           used.insert(key);
         }
+    for (const auto &entry : given)
+      if (!used.contains(entry.getKey())) {
+        module.emitError() << "-weft-assign-feeds: no input of @"
+                           << func.getSymName() << " is '" << entry.getKey()
+                           << "' (named by onnx.name, or #INDEX)";
+        return signalPassFailure();
+      }
+    // The token ids: the input given them, else an encoder-decoder's decoder
+    // input by its name, else the first.
+    std::optional<unsigned> tokens;
+    for (unsigned i = 0; i < n; ++i)
+      if (fills[i] == "tokens") {
+        if (tokens) {
+          func.emitError() << "-weft-assign-feeds: " << describe(*tokens)
+                           << " and " << describe(i)
+                           << " are both given the token ids; one input "
+                              "takes them";
+          return signalPassFailure();
+        }
+        tokens = i;
+      }
+    for (unsigned i = 0; i < n && !tokens; ++i)
+      if (fills[i].empty() && isTargetName(nameOf(i)))
+        tokens = i;
+    if (!tokens) {
+      if (!fills[0].empty()) {
+        func.emitError() << "-weft-assign-feeds: no input takes the token "
+                            "ids: give one, e.g. --feed "
+                         << (nameOf(0).empty() ? "#0" : nameOf(0))
+                         << "=tokens (weft train, weft compile --train)";
+        return signalPassFailure();
+      }
+      tokens = 0;
+    }
+    fills[*tokens] = "tokens";
+    for (unsigned i = 0; i < n; ++i) {
       auto type = dyn_cast<ShapedType>(func.getArgumentTypes()[i]);
       if (!type || !type.getElementType().isInteger()) {
         func.emitError()
-            << "input " << index << (name.empty() ? "" : " ('" + name + "')")
-            << " of @" << func.getSymName() << " is "
-            << func.getArgumentTypes()[i]
+            << describe(i) << " is " << func.getArgumentTypes()[i]
             << ", not integers: a training run feeds windows of a token file "
                "(token ids, and the attention masks, position ids and token "
                "types it fills)";
         return signalPassFailure();
       }
-      if (fill.empty())
-        fill = fillOfName(name).str();
-      if (fill.empty()) {
-        std::string what = name.empty() ? index : name;
+      if (fills[i].empty())
+        fills[i] = fillOfName(nameOf(i), *tokens != 0).str();
+      // An encoder-decoder's first input, when the decoder's takes the ids.
+      if (fills[i].empty() && i == 0)
+        fills[i] = "source";
+      if (fills[i].empty()) {
+        std::string name = nameOf(i);
         func.emitError()
-            << "input " << index << (name.empty() ? "" : " ('" + name + "')")
-            << " of @" << func.getSymName()
-            << ": a training run feeds the token ids to input #0 and fills "
-               "the others by their names (attention masks with ones, "
-               "position ids with 0..seq-1, token types with zeros, labels "
-               "with the next tokens), and this name says none of them; give "
-               "its fill, e.g. --feed "
-            << what << "=ones (weft train, weft compile --train)";
+            << describe(i) << ": a training run feeds the token ids to input #"
+            << *tokens
+            << " and fills the others by their names (attention masks with "
+               "ones, position ids with 0..seq-1, token types with zeros, "
+               "labels with the next tokens, an encoder's input ids with the "
+               "tokens before the window), and this name says none of them; "
+               "give its fill, e.g. --feed "
+            << (name.empty() ? "#" + std::to_string(i) : name)
+            << "=ones (weft train, weft compile --train)";
         return signalPassFailure();
       }
-      fills.push_back(StringAttr::get(&getContext(), fill));
     }
-    for (const auto &entry : given)
-      if (!used.contains(entry.getKey())) {
-        module.emitError() << "-weft-assign-feeds: no input of @"
-                           << func.getSymName() << " after the token ids is '"
-                           << entry.getKey() << "' (named by onnx.name, or "
-                           << "#INDEX)";
-        return signalPassFailure();
-      }
+    SmallVector<Attribute> attrs;
+    for (const std::string &fill : fills)
+      attrs.push_back(StringAttr::get(&getContext(), fill));
     module->setAttr(WeftDialect::getFeedsAttrName(),
-                    ArrayAttr::get(&getContext(), fills));
+                    ArrayAttr::get(&getContext(), attrs));
   }
 };
 } // namespace

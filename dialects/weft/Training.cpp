@@ -77,7 +77,13 @@ std::vector<std::string> weft::trainingFeeds(ModuleOp module) {
   std::vector<std::string> feeds;
   if (auto list =
           module->getAttrOfType<ArrayAttr>(WeftDialect::getFeedsAttrName()))
-    for (Attribute feed : list.getValue().drop_front())
+    for (Attribute feed : list.getValue())
       feeds.push_back(cast<StringAttr>(feed).getValue().str());
   return feeds;
+}
+
+int weft::tokensInput(ModuleOp module) {
+  std::vector<std::string> feeds = trainingFeeds(module);
+  auto it = llvm::find(feeds, "tokens");
+  return it == feeds.end() ? 0 : int(it - feeds.begin());
 }

@@ -159,21 +159,20 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
   if (attr.getName() == getFeedsAttrName()) {
     auto feeds = dyn_cast<ArrayAttr>(attr.getValue());
     bool good = feeds && isa<ModuleOp>(op) && !feeds.empty();
-    for (auto [i, feed] :
-         llvm::enumerate(good ? feeds.getValue() : ArrayRef<Attribute>())) {
+    int tokens = 0;
+    for (Attribute feed : good ? feeds.getValue() : ArrayRef<Attribute>()) {
       auto text = dyn_cast<StringAttr>(feed);
-      good &=
-          text &&
-          (i == 0 ? text.getValue() == "tokens"
-                  : llvm::is_contained({"ones", "zeros", "positions", "labels"},
-                                       text.getValue()));
+      good &= text && llvm::is_contained({"tokens", "source", "ones", "zeros",
+                                          "positions", "labels"},
+                                         text.getValue());
+      tokens += text && text.getValue() == "tokens";
     }
-    if (!good)
+    if (!good || tokens != 1)
       return op->emitError()
              << "'" << getFeedsAttrName()
-             << "' is [\"tokens\", then \"ones\", \"zeros\", "
-                "\"positions\" or \"labels\" for each other input] on a "
-                "module";
+             << "' is one fill per model input on a module: \"tokens\" "
+                "for exactly one, \"source\", \"ones\", \"zeros\", "
+                "\"positions\" or \"labels\" for the others";
     return success();
   }
   if (attr.getName() == getOptimizerAttrName()) {

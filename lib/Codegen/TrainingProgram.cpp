@@ -15,6 +15,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cctype>
 #include <tuple>
 
 using namespace mlir;
@@ -317,16 +318,18 @@ static std::string optimizerLiteral(func::FuncOp optimizer,
 /// What both training literals end with: the held parameters (their whole
 /// shapes from the module's weft.parameter ops, `gradientOf[k]` where the
 /// k-th one's gradient is), the optimizer's constants, one micro-batch's
-/// [batch, seq] from the token ids' block `ids` in `idsLayout`, how the
-/// inputs after the ids are filled (the module's weft.feeds), the loss
-/// scale (`scaled`: the step's last input), and the run's defaults
-/// (`gradAccum` micro-batches a step).
-static void runLiteral(llvm::raw_ostream &out, ModuleOp module,
-                       const std::vector<std::string> &order,
-                       const llvm::StringMap<HeldParameter> &held,
-                       const std::vector<int> &gradientOf, RankedTensorType ids,
-                       const TensorSharding &idsLayout, bool scaled,
-                       const TrainingProgramDefaults &d, int64_t gradAccum) {
+/// [batch, seq] from the token ids' block, how each model input is filled
+/// (the module's weft.feeds) with its length, from `inputs` (each model
+/// input's block and layout on the first function that reads it; null
+/// where none does), the loss scale (`scaled`: the step's last input), and
+/// the run's defaults (`gradAccum` micro-batches a step).
+static void
+runLiteral(llvm::raw_ostream &out, ModuleOp module,
+           const std::vector<std::string> &order,
+           const llvm::StringMap<HeldParameter> &held,
+           const std::vector<int> &gradientOf,
+           ArrayRef<std::pair<RankedTensorType, TensorSharding>> inputs,
+           bool scaled, const TrainingProgramDefaults &d, int64_t gradAccum) {
   llvm::StringMap<Type> types;
   module.walk([&](ParameterOp param) {
     types.try_emplace(param.getName(), param.getType());
@@ -339,26 +342,30 @@ static void runLiteral(llvm::raw_ostream &out, ModuleOp module,
         << ints(cast<RankedTensorType>(types.lookup(name)).getShape()) << ", "
         << layoutLiteral(p.held) << ", " << gradientOf[k] << "});\n";
   }
-  // The token windows' [batch, seq]: a rank's block times the mesh axes it
-  // is split over.
+  // The token windows' [batch, seq] and each input's length: a rank's block
+  // times the mesh axes it is split over.
   std::optional<MeshInfo> mesh = getMeshInfo(module);
-  auto whole = [&](unsigned dim) {
-    int64_t size = ids.getDimSize(dim);
-    if (mesh && dim < idsLayout.dims.size())
-      size *= mesh->product(idsLayout.dims[dim]);
+  auto whole = [&](unsigned input, unsigned dim) -> int64_t {
+    if (input >= inputs.size() || !inputs[input].first)
+      return 0;
+    auto [block, layout] = inputs[input];
+    int64_t size = block.getDimSize(dim);
+    if (mesh && dim < layout.dims.size())
+      size *= mesh->product(layout.dims[dim]);
     return size;
   };
+  const unsigned tokens = unsigned(tokensInput(module));
   out << "  p.constants = OptimizerConstants{" << number(d.weightDecay) << ", "
       << number(d.beta1) << ", " << number(d.beta2) << "};\n"
-      << "  p.batch = " << whole(0) << ";\n"
-      << "  p.seq = " << whole(1) << ";\n"
+      << "  p.batch = " << whole(tokens, 0) << ";\n"
+      << "  p.seq = " << whole(tokens, 1) << ";\n"
       << "  p.feeds = {";
-  for (auto [i, feed] : llvm::enumerate(trainingFeeds(module)))
-    out << (i ? ", " : "") << "Feed::"
-        << (feed == "ones"        ? "Ones"
-            : feed == "zeros"     ? "Zeros"
-            : feed == "positions" ? "Positions"
-                                  : "Labels");
+  for (auto [i, feed] : llvm::enumerate(trainingFeeds(module))) {
+    std::string kind = feed;
+    kind[0] = char(std::toupper(kind[0]));
+    out << (i ? ", " : "") << "{Feed::" << kind << ", " << whole(unsigned(i), 1)
+        << "}";
+  }
   out << "};\n";
   if (scaled) {
     rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
@@ -409,11 +416,14 @@ std::string codegen::trainingProgramLiteral(
   const bool scaled =
       numArgs &&
       step.getArgAttr(numArgs - 1, WeftDialect::getLossScaleAttrName());
-  runLiteral(
-      out, module, f.order, f.held, f.gradientOf,
-      cast<RankedTensorType>(step.getArgumentTypes().front()),
-      localShardingOf(step.getArgAttrDict(0), step.getArgumentTypes()[0]),
-      scaled, d, d.gradAccum);
+  // The step's arguments: the model's inputs, the labels, the scale.
+  std::vector<std::pair<RankedTensorType, TensorSharding>> inputs;
+  for (unsigned a = 0; a + 1 + scaled < numArgs; ++a)
+    inputs.emplace_back(
+        dyn_cast<RankedTensorType>(step.getArgumentTypes()[a]),
+        localShardingOf(step.getArgAttrDict(a), step.getArgumentTypes()[a]));
+  runLiteral(out, module, f.order, f.held, f.gradientOf, inputs, scaled, d,
+             d.gradAccum);
   return text;
 }
 
@@ -448,10 +458,9 @@ std::string codegen::pipelineTrainingProgramLiteral(
         << optimizerLiteral(optimizer, f.held,
                             function(pipelineOptimizerName(s)))
         << ");\n";
-  // The token ids: model input 0 on the first stage that reads it; the loss
-  // scale: an argument a stage's step marks (the model's last input).
-  RankedTensorType ids;
-  TensorSharding idsLayout;
+  // Each model input on the first stage that reads it; the loss scale: an
+  // argument a stage's step marks (the model's last input).
+  std::vector<std::pair<RankedTensorType, TensorSharding>> inputs;
   bool scaled = false;
   for (const PipelineTrainingFunctions::Stage &stage : f.stages)
     for (func::FuncOp func : {stage.forward, stage.backward, stage.weight}) {
@@ -461,14 +470,18 @@ std::string codegen::pipelineTrainingProgramLiteral(
         scaled |= bool(func.getArgAttr(a, WeftDialect::getLossScaleAttrName()));
         auto input = func.getArgAttrOfType<IntegerAttr>(
             a, WeftDialect::getModelInputAttrName());
-        if (!ids && func == stage.forward && input && input.getInt() == 0) {
-          ids = cast<RankedTensorType>(func.getArgumentTypes()[a]);
-          idsLayout = localShardingOf(func.getArgAttrDict(a),
-                                      func.getArgumentTypes()[a]);
-        }
+        if (func != stage.forward || !input || input.getInt() < 0)
+          continue;
+        size_t index = size_t(input.getInt());
+        if (inputs.size() <= index)
+          inputs.resize(index + 1);
+        if (!inputs[index].first)
+          inputs[index] = {cast<RankedTensorType>(func.getArgumentTypes()[a]),
+                           localShardingOf(func.getArgAttrDict(a),
+                                           func.getArgumentTypes()[a])};
       }
     }
-  runLiteral(out, module, f.order, f.held, f.gradientOf, ids, idsLayout, scaled,
-             d, std::max(1, f.info.microBatches));
+  runLiteral(out, module, f.order, f.held, f.gradientOf, inputs, scaled, d,
+             std::max(1, f.info.microBatches));
   return text;
 }

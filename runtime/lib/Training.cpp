@@ -106,27 +106,30 @@ weft::rt::readTokenFile(const std::string &path, const std::string &rawType) {
 }
 
 std::optional<Feed> weft::rt::parseFeed(const std::string &name) {
-  if (name == "ones")
-    return Feed::Ones;
-  if (name == "zeros")
-    return Feed::Zeros;
-  if (name == "positions")
-    return Feed::Positions;
-  if (name == "labels")
-    return Feed::Labels;
+  static const std::pair<const char *, Feed> names[] = {
+      {"tokens", Feed::Tokens},       {"source", Feed::Source},
+      {"ones", Feed::Ones},           {"zeros", Feed::Zeros},
+      {"positions", Feed::Positions}, {"labels", Feed::Labels}};
+  for (const auto &[text, feed] : names)
+    if (name == text)
+      return feed;
   return std::nullopt;
 }
 
 std::vector<HostTensor>
 weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
                        int64_t seq, int64_t first, int64_t count,
-                       const std::vector<Feed> &feeds) {
+                       const std::vector<InputFeed> &inputs) {
   const int64_t size = int64_t(tokens.size());
   const int64_t positions = size - (batch * seq + 1) + 1;
+  // Where each row's window starts in the file.
+  std::vector<int64_t> starts(size_t(count * batch));
   HostTensor ids(DType::I64, {count * batch, seq});
   HostTensor labels(DType::I64, {count * batch, seq});
   for (int64_t w = 0; w < count; ++w) {
     int64_t offset = ((first + w) * batch * seq) % positions;
+    for (int64_t r = 0; r < batch; ++r)
+      starts[size_t(w * batch + r)] = (offset + r * seq) % size;
     for (int64_t i = 0; i < batch * seq; ++i) {
       int64_t at = (offset + i) % size;
       int64_t to = w * batch * seq + i;
@@ -134,21 +137,39 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
       labels.ints[to] = tokens[size_t((at + 1) % size)];
     }
   }
-  std::vector<HostTensor> inputs{std::move(ids)};
-  for (Feed feed : feeds) {
-    if (feed == Feed::Labels) {
-      inputs.push_back(labels);
+  std::vector<HostTensor> filled;
+  for (const InputFeed &input :
+       inputs.empty() ? std::vector<InputFeed>{Feed::Tokens} : inputs) {
+    if (input.fill == Feed::Tokens || input.fill == Feed::Labels) {
+      filled.push_back(input.fill == Feed::Tokens ? ids : labels);
       continue;
     }
-    HostTensor fill(DType::I64, {count * batch, seq});
-    for (int64_t i = 0; i < count * batch * seq; ++i)
-      fill.ints[size_t(i)] = feed == Feed::Ones        ? 1
-                             : feed == Feed::Positions ? i % seq
-                                                       : 0;
-    inputs.push_back(std::move(fill));
+    const int64_t length = input.length > 0 ? input.length : seq;
+    HostTensor fill(DType::I64, {count * batch, length});
+    for (int64_t row = 0; row < count * batch; ++row)
+      for (int64_t i = 0; i < length; ++i) {
+        int64_t value = 0;
+        switch (input.fill) {
+        case Feed::Source:
+          // The length tokens before the row's first, wrapping around.
+          value = tokens[size_t(
+              ((starts[size_t(row)] - length + i) % size + size) % size)];
+          break;
+        case Feed::Ones:
+          value = 1;
+          break;
+        case Feed::Positions:
+          value = i;
+          break;
+        default:
+          break;
+        }
+        fill.ints[size_t(row * length + i)] = value;
+      }
+    filled.push_back(std::move(fill));
   }
-  inputs.push_back(std::move(labels));
-  return inputs;
+  filled.push_back(std::move(labels));
+  return filled;
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,7 +1,7 @@
 // RUN: weft-opt %s -split-input-file -weft-assign-feeds -verify-diagnostics
 
 // An input whose name says nothing, and no fill given for it.
-// expected-error @+1 {{input #1 ('pos') of @unnamed: a training run feeds the token ids to input #0 and fills the others by their names (attention masks with ones, position ids with 0..seq-1, token types with zeros, labels with the next tokens), and this name says none of them; give its fill, e.g. --feed pos=ones (weft train, weft compile --train)}}
+// expected-error @+1 {{input #1 ('pos') of @unnamed: a training run feeds the token ids to input #0 and fills the others by their names (attention masks with ones, position ids with 0..seq-1, token types with zeros, labels with the next tokens, an encoder's input ids with the tokens before the window), and this name says none of them; give its fill, e.g. --feed pos=ones (weft train, weft compile --train)}}
 func.func @unnamed(%ids: tensor<2x8xi64> {onnx.name = "input_ids"},
                    %pos: tensor<2x8xi64> {onnx.name = "pos"}) -> tensor<2x8xi64> {
   return %ids : tensor<2x8xi64>

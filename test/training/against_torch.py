@@ -193,9 +193,14 @@ def weft_run(weft, onnx_path, work, name, steps, plan=None, recompute="full", ex
     weights = {}
     for entry in manifest["parameters"]:
         weights[entry["name"]] = np.load(os.path.join(step_dir, entry["value"]))
-    # Fused projections that -weft-unfuse-projections split come back whole:
-    # in columns (a weight stored [in, out]) or in rows (nn.Linear's [out,
-    # in]), whichever gives the exported initializer's shape.
+    return losses, merge_parts(weights, onnx_path)
+
+
+def merge_parts(weights, onnx_path):
+    """A checkpoint's weights by the exported initializers' names: fused
+    projections that -weft-unfuse-projections split come back whole, in
+    columns (a weight stored [in, out]) or in rows (nn.Linear's [out, in]),
+    whichever gives the exported initializer's shape."""
     merged = {}
     def piece(key):
         base, _, part = key.rpartition(".part")
@@ -213,7 +218,7 @@ def weft_run(weft, onnx_path, work, name, steps, plan=None, recompute="full", ex
         if len(parts) == 1 or columns.shape == shapes.get(name, columns.shape):
             return columns
         return np.concatenate(parts, axis=0)
-    return losses, {k: whole(k, v) for k, v in merged.items()}
+    return {k: whole(k, v) for k, v in merged.items()}
 
 
 def check_plans(weft, onnx_path, work, name, plans, noise, base_losses, base, failures):

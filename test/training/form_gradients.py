@@ -22,6 +22,13 @@ plan given.
     head of each bucketed distance, added to unscaled scores: a mask that
     takes a gradient, so the attention's backward differentiates its
     decomposition (the relative table's gradient is checked with the rest).
+  - seq2seq (tp=2, dp=2, pp=2): not a corpus formulation but the
+    encoder-decoder of test/Import/Inputs/encoder_decoder.py
+    (torch.nn.Transformer, sources of 12 tokens, targets of 8), exported
+    with dynamic axes and bound by --input-shape. weft train feeds the
+    decoder's input the token windows and the encoder's each row's 12
+    tokens before them; torch is fed the same. Before, `weft train` could
+    not bind the source nor feed it.
 
     /usr/bin/python3 form_gradients.py --weft build/bin/weft [--form NAME --plans P...]
 """
@@ -44,9 +51,50 @@ sys.path.insert(0, os.path.join(HERE, "..", "raising"))
 import against_torch as at  # noqa: E402
 import corpus  # noqa: E402
 
+sys.path.insert(0, os.path.join(HERE, "..", "Import", "Inputs"))
+import encoder_decoder  # noqa: E402
+
+# The encoder-decoder's source length.
+SOURCE = 12
+
+
 def build(form):
     torch.manual_seed(1)
+    if form == "seq2seq":
+        return encoder_decoder.Seq2Seq()
     return corpus.Model(corpus.form(form))
+
+
+def feed(form, tokens, step):
+    """The model's inputs and the labels of the step-th window: the token ids
+    (and for the encoder-decoder first the SOURCE tokens before each row, as
+    weft train's "source" fill takes them)."""
+    ids, labels = at.windows(tokens, step, corpus.BATCH, corpus.SEQ)
+    if form != "seq2seq":
+        return (ids,), labels
+    positions = len(tokens) - (corpus.BATCH * corpus.SEQ + 1) + 1
+    offset = (step * corpus.BATCH * corpus.SEQ) % positions
+    starts = (offset + corpus.SEQ * np.arange(corpus.BATCH)) % len(tokens)
+    at_ = (starts[:, None] - SOURCE + np.arange(SOURCE)[None, :]) % len(tokens)
+    return (torch.from_numpy(tokens[at_].astype(np.int64)), ids), labels
+
+
+def export(form, path):
+    model = build(form).train()
+    ids = torch.zeros(corpus.BATCH, corpus.SEQ, dtype=torch.long)
+    if form != "seq2seq":
+        torch.onnx.export(model, (ids,), path, opset_version=17, input_names=["input_ids"],
+                          output_names=["logits"], do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING)
+        return []
+    source = torch.zeros(corpus.BATCH, SOURCE, dtype=torch.long)
+    torch.onnx.export(model, (source, ids), path, opset_version=17,
+                      input_names=["src_ids", "tgt_ids"], output_names=["logits"],
+                      do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING,
+                      dynamic_axes={"src_ids": {0: "batch", 1: "source"},
+                                    "tgt_ids": {0: "batch", 1: "sequence"},
+                                    "logits": {0: "batch", 1: "sequence"}})
+    return ["--input-shape", "src_ids=%dx%d" % (corpus.BATCH, SOURCE)]
 
 
 def torch_steps(form, tokens, steps):
@@ -56,8 +104,8 @@ def torch_steps(form, tokens, steps):
     losses, norms = [], []
     for step in range(steps):
         opt.zero_grad()
-        ids, labels = at.windows(tokens, step, corpus.BATCH, corpus.SEQ)
-        logits = model(ids)
+        inputs, labels = feed(form, tokens, step)
+        logits = model(*inputs)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                  labels.reshape(-1))
         loss.backward()
@@ -70,8 +118,8 @@ def torch_steps(form, tokens, steps):
 
 def torch_gradients(form, tokens):
     model = build(form)
-    ids, labels = at.windows(tokens, 0, corpus.BATCH, corpus.SEQ)
-    logits = model(ids)
+    inputs, labels = feed(form, tokens, 0)
+    logits = model(*inputs)
     torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                       labels.reshape(-1)).backward()
     return {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}
@@ -92,7 +140,7 @@ def weft_train(weft, path, work, plan, devices, extra):
     manifest = json.load(open(os.path.join(step, "manifest.json")))
     weights = {e["name"]: np.load(os.path.join(step, e["value"]))
                for e in manifest["parameters"]}
-    return losses, weights, None
+    return losses, at.merge_parts(weights, path), None
 
 
 def main():
@@ -103,19 +151,15 @@ def main():
     args = parser.parse_args()
     failed = 0
     with tempfile.TemporaryDirectory() as work:
-        model = build(args.form).train()
         path = os.path.join(work, args.form + ".onnx")
-        ids = torch.zeros(corpus.BATCH, corpus.SEQ, dtype=torch.long)
-        torch.onnx.export(model, (ids,), path, opset_version=17, input_names=["input_ids"],
-                          output_names=["logits"], do_constant_folding=False,
-                          training=torch.onnx.TrainingMode.TRAINING)
+        shapes = export(args.form, path)
         initial = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
         tokens = np.random.default_rng(7).integers(0, corpus.VOCAB, 4096).astype(np.int64)
         np.save(os.path.join(work, "tokens.npy"), tokens)
         want_grads = torch_gradients(args.form, tokens)
         want_losses, _ = torch_steps(args.form, tokens, 2)
-        sgd = ["--steps", "1", "--optimizer", "sgd", "--lr", "1", "--weight-decay", "0"]
-        adamw = ["--steps", "2", "--lr", str(at.LR), "--weight-decay", str(at.WD)]
+        sgd = ["--steps", "1", "--optimizer", "sgd", "--lr", "1", "--weight-decay", "0"] + shapes
+        adamw = ["--steps", "2", "--lr", str(at.LR), "--weight-decay", str(at.WD)] + shapes
         for plan in [""] + args.plans:
             devices = int(np.prod([int(part.split("=")[1]) for part in plan.split(",")
                                    if part.split("=")[1].isdigit()])) if plan else 1

@@ -50,7 +50,7 @@ TEST(TrainingTest, WindowsWrapAroundTheFile) {
   // [batch 1, seq 3]: a window needs 4 tokens, so 4 start positions; the
   // second window starts at token 3, the third wraps to 6 % 4 = 2.
   std::vector<HostTensor> second =
-      tokenWindows(tokens, 1, 3, 1, 1, {Feed::Ones});
+      tokenWindows(tokens, 1, 3, 1, 1, {Feed::Tokens, Feed::Ones});
   ASSERT_EQ(second.size(), 3u); // ids, one mask, labels
   EXPECT_EQ(second[0].ints.toVector(), (std::vector<int64_t>{13, 14, 15}));
   EXPECT_EQ(second[1].ints.toVector(), (std::vector<int64_t>{1, 1, 1}));
@@ -65,8 +65,9 @@ TEST(TrainingTest, WindowsWrapAroundTheFile) {
 TEST(TrainingTest, FeedsFillTheInputsAfterTheTokenIds) {
   std::vector<int64_t> tokens{10, 11, 12, 13, 14, 15, 16};
   // Two windows of [batch 2, seq 3]: position ids restart in every row.
-  std::vector<HostTensor> in = tokenWindows(
-      tokens, 2, 3, 0, 1, {Feed::Positions, Feed::Zeros, Feed::Ones});
+  std::vector<HostTensor> in =
+      tokenWindows(tokens, 2, 3, 0, 1,
+                   {Feed::Tokens, Feed::Positions, Feed::Zeros, Feed::Ones});
   ASSERT_EQ(in.size(), 5u); // ids, positions, token types, mask, labels
   EXPECT_EQ(in[1].shape, (Shape{2, 3}));
   EXPECT_EQ(in[1].ints.toVector(), (std::vector<int64_t>{0, 1, 2, 0, 1, 2}));
@@ -77,11 +78,39 @@ TEST(TrainingTest, FeedsFillTheInputsAfterTheTokenIds) {
   EXPECT_EQ(parseFeed("positions"), Feed::Positions);
   // A model that takes its own labels gets the same next tokens.
   std::vector<HostTensor> own =
-      tokenWindows(tokens, 1, 3, 0, 1, {Feed::Labels});
+      tokenWindows(tokens, 1, 3, 0, 1, {Feed::Tokens, Feed::Labels});
   ASSERT_EQ(own.size(), 3u);
   EXPECT_EQ(own[1].ints.toVector(), own[2].ints.toVector());
   EXPECT_EQ(own[1].ints.toVector(), (std::vector<int64_t>{11, 12, 13}));
   EXPECT_EQ(parseFeed("mask"), std::nullopt);
+}
+
+TEST(TrainingTest, AnEncodersSourceIsTheTokensBeforeEachRow) {
+  std::vector<int64_t> tokens{10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+  // An encoder-decoder: the source (input 0) before the decoder's ids
+  // (input 1), with a source mask as long as the source. Window 1 of
+  // [batch 2, seq 2] starts at token 4; its rows at 14 and 16, and each
+  // row's source is the 3 tokens before it.
+  std::vector<HostTensor> in = tokenWindows(
+      tokens, 2, 2, 1, 1,
+      {{Feed::Source, 3}, {Feed::Ones, 3}, Feed::Tokens, {Feed::Positions, 4}});
+  ASSERT_EQ(in.size(), 5u); // source, its mask, ids, positions, labels
+  EXPECT_EQ(in[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(in[0].ints.toVector(),
+            (std::vector<int64_t>{11, 12, 13, 13, 14, 15}));
+  EXPECT_EQ(in[1].shape, (Shape{2, 3}));
+  EXPECT_EQ(in[1].ints.toVector(), (std::vector<int64_t>(6, 1)));
+  EXPECT_EQ(in[2].ints.toVector(), (std::vector<int64_t>{14, 15, 16, 17}));
+  EXPECT_EQ(in[3].ints.toVector(),
+            (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(in[4].ints.toVector(), (std::vector<int64_t>{15, 16, 17, 18}));
+  // The first window's first row starts the file: its source wraps to the
+  // file's end.
+  std::vector<HostTensor> first =
+      tokenWindows(tokens, 1, 2, 0, 1, {{Feed::Source, 3}, Feed::Tokens});
+  EXPECT_EQ(first[0].ints.toVector(), (std::vector<int64_t>{17, 18, 19}));
+  EXPECT_EQ(parseFeed("source"), Feed::Source);
+  EXPECT_EQ(parseFeed("tokens"), Feed::Tokens);
 }
 
 TEST(TrainingTest, WarmupThenCosine) {

@@ -84,6 +84,11 @@ static cl::opt<int64_t> seqLen("seq-len",
                                cl::desc("Tokens per sequence (default: the "
                                         "model's static shape, else 8)"),
                                cl::init(8), cl::sub(trainCommand));
+static cl::list<std::string> trainInputShapes(
+    "input-shape",
+    cl::desc("Static shape of an input: NAME=DxDx... (repeatable); an "
+             "encoder-decoder's source, e.g. src_ids=2x12"),
+    cl::value_desc("NAME=DIMS"), cl::sub(trainCommand));
 static cl::opt<int64_t> steps("steps", cl::desc("Optimizer steps to run"),
                               cl::init(20), cl::sub(trainCommand),
                               cl::sub(compileSubCommand()));
@@ -143,10 +148,13 @@ static cl::opt<std::string>
 static cl::list<std::string>
     feed("feed",
          cl::desc("NAME=FILL: fill the model input NAME (or #INDEX) with "
-                  "ones, zeros, positions (0..seq-1) or labels (the next "
-                  "tokens), where its name does not say (attention_mask: "
-                  "ones, position_ids: positions, token_type_ids: zeros, "
-                  "labels: labels)"),
+                  "tokens (the ids whose next tokens are the labels), "
+                  "source (each row's tokens before its window: an "
+                  "encoder's input), ones, zeros, positions (0..seq-1) or "
+                  "labels (the next tokens), where its name does not say "
+                  "(attention_mask: ones, position_ids: positions, "
+                  "token_type_ids: zeros, labels: labels, decoder_input_ids "
+                  "or tgt...: tokens, then input_ids or src...: source)"),
          cl::CommaSeparated, cl::sub(trainCommand),
          cl::sub(compileSubCommand()));
 static cl::opt<std::string>
@@ -566,23 +574,39 @@ static int64_t loadCheckpoint(std::vector<ParamState> &params,
 // weft compile --train build them alike)
 //===----------------------------------------------------------------------===//
 
-/// Why the model's inputs (`type`) are not what a training step feeds: token
-/// ids first, other integer inputs as the module's weft.feeds fills them
-/// (-weft-assign-feeds), the labels last, each [batch, seq]. Empty if they
-/// are.
-static std::string checkTrainingInputs(FunctionType type, int64_t batch,
-                                       int64_t seq) {
+/// Why the model's inputs (`type`: the model's, then the labels) are not
+/// what a training step feeds, as the module's weft.feeds (-weft-assign-feeds)
+/// fills them: the token ids and the labels [batch, seq], the others
+/// [batch, length] integers. Empty if they are; then `feeds` gets each
+/// model input's fill and length.
+static std::string
+checkTrainingInputs(ModuleOp module, FunctionType type, int64_t batch,
+                    int64_t seq,
+                    std::vector<weft::rt::InputFeed> *feeds = nullptr) {
+  std::vector<std::string> fills = weft::trainingFeeds(module);
+  if (feeds)
+    feeds->clear();
   for (unsigned i = 0; i < type.getNumInputs(); ++i) {
+    const bool labels = i + 1 == type.getNumInputs();
+    std::string fill = labels             ? "labels"
+                       : i < fills.size() ? fills[i]
+                       : i == 0           ? "tokens"
+                                          : "";
+    const bool window = fill == "tokens" || fill == "labels";
     auto input = dyn_cast<RankedTensorType>(type.getInput(i));
     if (!input || !input.getElementType().isInteger() || input.getRank() != 2 ||
-        input.getDimSize(0) != batch || input.getDimSize(1) != seq)
+        input.getDimSize(0) != batch ||
+        (window ? input.getDimSize(1) != seq : input.isDynamicDim(1)))
       return "the model's input #" + std::to_string(i) +
-             " is not [batch, seq] integers (token ids, attention mask, "
-             "positions): "
-             "training feeds token windows of [" +
-             std::to_string(batch) + ", " + std::to_string(seq) +
+             (window ? " is not [batch, seq] integers (the token ids): "
+                     : " is not [batch, length] integers (an encoder's "
+                       "source, attention mask, positions): ") +
+             "training feeds token windows of [" + std::to_string(batch) +
+             ", " + std::to_string(seq) +
              "] (import the model with these shapes, or give --batch-size "
-             "and --seq-len)";
+             "and --seq-len, and --input-shape for an encoder's source)";
+    if (feeds && !labels)
+      feeds->emplace_back(*weft::rt::parseFeed(fill), input.getDimSize(1));
   }
   return "";
 }
@@ -627,6 +651,12 @@ static OwningOpRef<ModuleOp> loadModel(MLIRContext &context) {
   weft::OnnxImportOptions options;
   options.batchSize = batch;
   options.sequenceLength = seqLen;
+  for (const std::string &shape : trainInputShapes)
+    if (std::string error;
+        failed(weft::parseInputShape(shape, options, error))) {
+      trainError(error);
+      return nullptr;
+    }
   return weft::driver::importModel(path, options, context);
 }
 
@@ -715,23 +745,6 @@ int runTrain(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = loadModel(context);
   if (!module)
     return 1;
-  // The model's token input gives the micro-batch and sequence unless they
-  // are given: a .mlir module's, or an ONNX export's static shape (the import
-  // binds dynamic axes to --batch-size and --seq-len, whose defaults then
-  // stand), as weft compile --train reads them.
-  if (!batch.getNumOccurrences() && !seqLen.getNumOccurrences())
-    for (auto candidate : module->getOps<func::FuncOp>()) {
-      auto input = candidate.isExternal() || !candidate.getNumArguments()
-                       ? RankedTensorType()
-                       : dyn_cast<RankedTensorType>(
-                             candidate.getArgumentTypes().front());
-      if (input && input.getRank() == 2 && input.hasStaticShape() &&
-          input.getElementType().isInteger()) {
-        batch = input.getDimSize(0);
-        seqLen = input.getDimSize(1);
-      }
-      break;
-    }
   // The labels are the data's token ids: each must be a class of the
   // model's output. A model exported without its language-model head
   // returns hidden states, whose width the ids would index; the first step
@@ -762,11 +775,6 @@ int runTrain(MLIRContext &context) {
       why += ": the data is not tokenized for this model's vocabulary";
     return trainError(why);
   }
-  int64_t window = batch * seqLen + 1;
-  if (int64_t(tokens.size()) < window)
-    return trainError(dataPath + " has " + std::to_string(tokens.size()) +
-                      " tokens; one micro-batch needs " +
-                      std::to_string(window));
   // The training step as IR: the loss, then (with pp > 1) the stages, the
   // backward, and the pipeline's schedule.
   const bool pipelined = plan->pp() > 1;
@@ -775,15 +783,36 @@ int runTrain(MLIRContext &context) {
           context, *module, *plan,
           stepOptions(computeType, bool(scaling.scale)), type)))
     return 1;
+  // The model's token input gives the micro-batch and sequence unless they
+  // are given: a .mlir module's, or an ONNX export's static shape (the import
+  // binds dynamic axes to --batch-size and --seq-len, whose defaults then
+  // stand), as weft compile --train reads them.
+  if (!batch.getNumOccurrences() && !seqLen.getNumOccurrences())
+    if (auto ids = dyn_cast<RankedTensorType>(
+            type.getInput(unsigned(weft::tokensInput(*module))));
+        ids && ids.getRank() == 2 && ids.hasStaticShape()) {
+      batch = ids.getDimSize(0);
+      seqLen = ids.getDimSize(1);
+    }
+  // How each model input is filled (weft.feeds), with its length.
+  std::vector<weft::rt::InputFeed> feeds;
+  if (std::string why =
+          checkTrainingInputs(*module, type, batch, seqLen, &feeds);
+      !why.empty())
+    return trainError(why);
+  // Each row's source is the tokens before its window: the file must hold
+  // the longest with a micro-batch.
+  int64_t window = batch * seqLen + 1;
+  for (const weft::rt::InputFeed &input : feeds)
+    if (input.fill == weft::rt::Feed::Source)
+      window = std::max(window, batch * seqLen + 1 + input.length);
+  if (int64_t(tokens.size()) < window)
+    return trainError(dataPath + " has " + std::to_string(tokens.size()) +
+                      " tokens; one micro-batch needs " +
+                      std::to_string(window));
   // The step's function (split into stages' functions with pp > 1).
   func::FuncOp func =
       pipelined ? func::FuncOp() : *module->getOps<func::FuncOp>().begin();
-  if (std::string why = checkTrainingInputs(type, batch, seqLen); !why.empty())
-    return trainError(why);
-  // How the inputs after the token ids are filled (weft.feeds).
-  std::vector<weft::rt::Feed> feeds;
-  for (const std::string &name : weft::trainingFeeds(*module))
-    feeds.push_back(*weft::rt::parseFeed(name));
   // The trained parameters and their first values.
   weft::InterpreterOptions options;
   // Top-k's error feedback: what each rank's gradient all-reduce did not
@@ -1206,15 +1235,17 @@ compileTrainingProgram(MLIRContext &context,
     if (failed(weft::buildTrainingStep(ctx, module, plan,
                                        stepOptions(dtype, scaleLoss), type)))
       return weft::driver::diagnosed("building the training step failed");
-    auto ids = type.getNumInputs()
-                   ? dyn_cast<RankedTensorType>(type.getInput(0))
+    const unsigned tokens = unsigned(weft::tokensInput(module));
+    auto ids = tokens < type.getNumInputs()
+                   ? dyn_cast<RankedTensorType>(type.getInput(tokens))
                    : RankedTensorType();
     if (!ids || ids.getRank() != 2 || !ids.hasStaticShape())
       return llvm::createStringError(
-          "the model's first input is not [batch, seq] token ids with a "
-          "static shape: give --batch-size and --seq-len");
-    if (std::string why =
-            checkTrainingInputs(type, ids.getDimSize(0), ids.getDimSize(1));
+          "the model's input #" + std::to_string(tokens) +
+          " is not [batch, seq] token ids with a static shape: give "
+          "--batch-size and --seq-len");
+    if (std::string why = checkTrainingInputs(module, type, ids.getDimSize(0),
+                                              ids.getDimSize(1));
         !why.empty())
       return llvm::createStringError(why);
     if (failed(weft::buildPartitionedStep(ctx, module, plan, partitions(plan),

@@ -66,10 +66,14 @@ OptimizerSlot optimizerSlotOf(mlir::DictionaryAttr slot);
 /// whole on another is stored on both). One walk of the module.
 llvm::StringMap<llvm::SmallVector<std::string, 2>>
 storedParameterAxes(mlir::ModuleOp module);
-/// How a training run fills the model's inputs after the token ids, as
-/// the module's weft.feeds (-weft-assign-feeds) says: "ones", "zeros" or
-/// "positions" each. Empty when the attribute is absent.
+/// How a training run fills each of the model's inputs, as the module's
+/// weft.feeds (-weft-assign-feeds) says: "tokens" (one input), "source",
+/// "ones", "zeros", "positions" or "labels". Empty when the attribute is
+/// absent.
 std::vector<std::string> trainingFeeds(mlir::ModuleOp module);
+/// Which model input takes the token ids whose next tokens are the labels:
+/// the one weft.feeds names "tokens" (input 0 without the attribute).
+int tokensInput(mlir::ModuleOp module);
 
 OptimizerSlot optimizerArgumentSlot(mlir::func::FuncOp optimizer, unsigned i);
 OptimizerSlot optimizerResultSlot(mlir::func::FuncOp optimizer, unsigned i);

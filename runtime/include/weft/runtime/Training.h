@@ -34,25 +34,40 @@ namespace weft::rt {
 absl::StatusOr<std::vector<int64_t>>
 readTokenFile(const std::string &path, const std::string &rawType = "u16");
 
-/// How a training run fills a model input after the token ids: the
-/// module's weft.feeds (-weft-assign-feeds).
+/// How a training run fills each model input: the module's weft.feeds
+/// (-weft-assign-feeds).
+/// Tokens: the window's token ids, whose next tokens are the labels (one
+/// input has them).
+/// Source: each row's `length` tokens just before its window, as an
+/// encoder-decoder's encoder reads them (prefix language modelling: the
+/// encoder reads a text and the decoder continues it).
 /// Labels: the next tokens, as the labels the step's own loss reads (a
 /// model that takes `labels` and computes a loss of its own).
-enum class Feed { Ones, Zeros, Positions, Labels };
+enum class Feed { Tokens, Source, Ones, Zeros, Positions, Labels };
 
-/// The Feed a weft.feeds entry names ("ones", "zeros", "positions",
-/// "labels").
+/// The Feed a weft.feeds entry names ("tokens", "source", "ones", "zeros",
+/// "positions", "labels").
 std::optional<Feed> parseFeed(const std::string &name);
 
+/// One model input's fill and its columns (0: the window's seq; the source
+/// and the masks, positions and zeros that go with it may be longer or
+/// shorter).
+struct InputFeed {
+  InputFeed(Feed fill, int64_t length = 0) : fill(fill), length(length) {}
+  Feed fill;
+  int64_t length;
+};
+
 /// The inputs of `count` micro-batches of [batch, seq] token windows from
-/// window `first` on, consecutive through the file and wrapping around: the
-/// token ids, then one input per `feeds` entry (all ones, all zeros,
-/// 0..seq-1 in every row, or the labels), then the labels (each id's next
-/// token), each [count * batch, seq] of i64.
+/// window `first` on, consecutive through the file and wrapping around: one
+/// per `inputs` entry in the model's order (the token ids, the tokens before
+/// each row, all ones, all zeros, 0..length-1 in every row, or the labels),
+/// then the labels (each id's next token), each [count * batch, length] of
+/// i64. An empty `inputs` is {Tokens}.
 std::vector<HostTensor> tokenWindows(const std::vector<int64_t> &tokens,
                                      int64_t batch, int64_t seq, int64_t first,
                                      int64_t count,
-                                     const std::vector<Feed> &feeds);
+                                     const std::vector<InputFeed> &inputs);
 
 /// Linear warm-up to `peak` over `warmup` steps, then a cosine decay to
 /// `floor` (the peak when negative) at step `steps`.
@@ -215,8 +230,8 @@ struct TrainingProgram {
   OptimizerConstants constants;
   /// One micro-batch's [batch, seq].
   int64_t batch = 1, seq = 1;
-  /// The step's inputs between the token ids and the labels.
-  std::vector<Feed> feeds;
+  /// How each model input is filled (the step's inputs before the labels).
+  std::vector<InputFeed> feeds;
   /// Defaults, which the command line may change.
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;
