@@ -367,6 +367,10 @@ runLiteral(llvm::raw_ostream &out, ModuleOp module,
         << "}";
   }
   out << "};\n";
+  if (const rt::Objective &o = d.objective; o.masked)
+    out << "  p.objective = Objective{true, " << o.maskToken << ", " << o.vocab
+        << ", " << number(o.probability) << ", " << o.ignore << ", " << o.seed
+        << "u};\n";
   if (scaled) {
     rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
     out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "

@@ -811,8 +811,12 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   if (!loaded)
     return loaded.takeError();
   OwningOpRef<ModuleOp> module = std::move(*loaded);
+  // The training program's defaults, which building the step completes
+  // (what the labels are).
+  TrainingProgramDefaults defaults = request.training;
   if (training) {
-    if (llvm::Error error = request.buildTrainingStep(context, *module))
+    if (llvm::Error error =
+            request.buildTrainingStep(context, *module, defaults))
       return error;
   } else if (llvm::Error error =
                  partitionModule(context, *module, request.plan, pipelined)) {
@@ -859,8 +863,7 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
   if (target == "cuda") {
     CudaEmitStats stats;
     if (failed(training ? emitCudaTrainingProgram(*module, outputPath, origin,
-                                                  externalDir, request.training,
-                                                  stats)
+                                                  externalDir, defaults, stats)
                         : emitCudaProgram(*module, outputPath, origin,
                                           externalDir, stats)))
       return emitFailed();
@@ -877,7 +880,7 @@ driver::compileModel(MLIRContext &context, const CompileRequest &request) {
        << " collectives on the communication stream\n";
   } else if (training) {
     if (failed(emitCpuTrainingProgram(*module, outputPath, origin, externalDir,
-                                      request.training)))
+                                      defaults)))
       return emitFailed();
     os << "wrote " << outputPath << "/program.cpp (the training step), "
        << "CMakeLists.txt, weights/\n";

@@ -116,10 +116,35 @@ std::optional<Feed> weft::rt::parseFeed(const std::string &name) {
   return std::nullopt;
 }
 
+/// SplitMix64's output function (Steele, Lea and Flood 2014): a bijective
+/// mix of 64 bits.
+static uint64_t splitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+MaskedDraw weft::rt::maskedDraw(const Objective &objective, int64_t index,
+                                int64_t token) {
+  uint64_t h = splitMix64(objective.seed ^ splitMix64(uint64_t(index)));
+  // Two uniforms in [0, 1) of 24 bits each.
+  double choose = double(h >> 40) / double(1 << 24);
+  double kind = double((h >> 16) & 0xFFFFFF) / double(1 << 24);
+  if (!(choose < objective.probability))
+    return {false, token};
+  if (kind < 0.8)
+    return {true, objective.maskToken};
+  if (kind < 0.9 && objective.vocab > 0)
+    return {true, int64_t(splitMix64(h) % uint64_t(objective.vocab))};
+  return {true, token};
+}
+
 std::vector<HostTensor>
 weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
                        int64_t seq, int64_t first, int64_t count,
-                       const std::vector<InputFeed> &inputs) {
+                       const std::vector<InputFeed> &inputs,
+                       const Objective &objective) {
   const int64_t size = int64_t(tokens.size());
   const int64_t positions = size - (batch * seq + 1) + 1;
   // Where each row's window starts in the file.
@@ -135,6 +160,12 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
       int64_t to = w * batch * seq + i;
       ids.ints[to] = tokens[size_t(at)];
       labels.ints[to] = tokens[size_t((at + 1) % size)];
+      if (objective.masked) {
+        MaskedDraw draw =
+            maskedDraw(objective, (first + w) * batch * seq + i, ids.ints[to]);
+        labels.ints[to] = draw.chosen ? ids.ints[to] : objective.ignore;
+        ids.ints[to] = draw.input;
+      }
     }
   }
   std::vector<HostTensor> filled;
@@ -416,6 +447,9 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     return std::nullopt;
   }
   int64_t window = p.batch * p.seq + 1;
+  for (const InputFeed &input : p.feeds)
+    if (input.fill == Feed::Source)
+      window = std::max(window, p.batch * p.seq + 1 + input.length);
   if (int64_t(tokens->size()) < window) {
     std::cerr << "error: " << run.tokensPath << " has " << tokens->size()
               << " tokens; one micro-batch needs " << window << "\n";
@@ -799,7 +833,8 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
     std::vector<std::vector<HostTensor>> micro;
     for (int64_t w = 0; w < run.gradAccum; ++w) {
       micro.push_back(tokenWindows(run.tokens, p.batch, p.seq,
-                                   s * run.gradAccum + w, 1, p.feeds));
+                                   s * run.gradAccum + w, 1, p.feeds,
+                                   p.objective));
       if (scaling.scale) {
         HostTensor scale(DType::F32, {});
         scale.floats[0] = float(scaling.factor());

@@ -29,6 +29,10 @@ plan given.
     decoder's input the token windows and the encoder's each row's 12
     tokens before them; torch is fed the same. Before, `weft train` could
     not bind the source nor feed it.
+  - --objective mlm (encoder_no_mask; tp=2, dp=2, cp=2): BERT's masked
+    language modelling. weft train chooses positions, masks their ids and
+    counts their loss only; torch is fed the same ids and labels (the draws
+    reimplemented below), with cross_entropy's ignore_index.
 
     /usr/bin/python3 form_gradients.py --weft build/bin/weft [--form NAME --plans P...]
 """
@@ -56,6 +60,40 @@ import encoder_decoder  # noqa: E402
 
 # The encoder-decoder's source length.
 SOURCE = 12
+# Masked language modelling (--objective mlm): the mask token and the share of
+# positions chosen (above BERT's 0.15, so that each window of 16 positions
+# has some).
+MASK_TOKEN, MLM_PROBABILITY = 3, 0.3
+OBJECTIVE = "next-token"
+
+
+def split_mix(x):
+    """SplitMix64's output function, as weft's runtime draws with it."""
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def masked(ids, step, vocab, seed=0):
+    """weft train's --objective mlm of the step-th window: the chosen
+    positions' labels are their tokens (the others -100), and their ids the
+    mask token (80 %), a random token (10 %) or their own."""
+    ids = ids.clone()
+    labels = torch.full_like(ids, -100)
+    flat, out = ids.view(-1), labels.view(-1)
+    for i in range(flat.numel()):
+        h = split_mix(seed ^ split_mix(step * flat.numel() + i))
+        if not (h >> 40) / float(1 << 24) < MLM_PROBABILITY:
+            continue
+        kind = ((h >> 16) & 0xFFFFFF) / float(1 << 24)
+        out[i] = flat[i]
+        if kind < 0.8:
+            flat[i] = MASK_TOKEN
+        elif kind < 0.9:
+            flat[i] = split_mix(h) % vocab
+    return ids, labels
 
 
 def build(form):
@@ -70,6 +108,8 @@ def feed(form, tokens, step):
     (and for the encoder-decoder first the SOURCE tokens before each row, as
     weft train's "source" fill takes them)."""
     ids, labels = at.windows(tokens, step, corpus.BATCH, corpus.SEQ)
+    if OBJECTIVE == "mlm":
+        ids, labels = masked(ids, step, corpus.VOCAB)
     if form != "seq2seq":
         return (ids,), labels
     positions = len(tokens) - (corpus.BATCH * corpus.SEQ + 1) + 1
@@ -148,7 +188,10 @@ def main():
     parser.add_argument("--weft", required=True)
     parser.add_argument("--form", default="parallel_block_gptj")
     parser.add_argument("--plans", nargs="+", default=["tp=2", "pp=2", "cp=2"])
+    parser.add_argument("--objective", default="next-token", choices=["next-token", "mlm"])
     args = parser.parse_args()
+    global OBJECTIVE
+    OBJECTIVE = args.objective
     failed = 0
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, args.form + ".onnx")
@@ -158,6 +201,9 @@ def main():
         np.save(os.path.join(work, "tokens.npy"), tokens)
         want_grads = torch_gradients(args.form, tokens)
         want_losses, _ = torch_steps(args.form, tokens, 2)
+        if OBJECTIVE == "mlm":
+            shapes += ["--objective", "mlm", "--mask-token-id", str(MASK_TOKEN),
+                       "--mlm-probability", str(MLM_PROBABILITY)]
         sgd = ["--steps", "1", "--optimizer", "sgd", "--lr", "1", "--weight-decay", "0"] + shapes
         adamw = ["--steps", "2", "--lr", str(at.LR), "--weight-decay", str(at.WD)] + shapes
         for plan in [""] + args.plans:

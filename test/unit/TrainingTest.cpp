@@ -113,6 +113,72 @@ TEST(TrainingTest, AnEncodersSourceIsTheTokensBeforeEachRow) {
   EXPECT_EQ(parseFeed("tokens"), Feed::Tokens);
 }
 
+TEST(TrainingTest, MaskedLanguageModellingChoosesAndReplaces) {
+  // 100 windows of [batch 2, seq 50] from a file of ids 1000..1999: about
+  // 15 % of the positions are chosen, their labels their own tokens; of
+  // those, about 80 % read the mask token, 10 % a random token below the
+  // vocabulary and 10 % their own. The others count no loss (-100) and read
+  // their own token.
+  std::vector<int64_t> tokens(1000);
+  for (int64_t i = 0; i < 1000; ++i)
+    tokens[size_t(i)] = 1000 + i;
+  Objective mlm;
+  mlm.masked = true;
+  mlm.maskToken = 7;
+  mlm.vocab = 900;
+  std::vector<HostTensor> in =
+      tokenWindows(tokens, 2, 50, 0, 100, {Feed::Tokens, Feed::Labels}, mlm);
+  ASSERT_EQ(in.size(), 3u);
+  std::vector<HostTensor> plain = tokenWindows(tokens, 2, 50, 0, 100, {});
+  int64_t chosen = 0, masked = 0, random = 0, kept = 0;
+  for (int64_t i = 0; i < 100 * 2 * 50; ++i) {
+    int64_t id = in[0].ints[i], label = in[2].ints[i];
+    int64_t original = plain[0].ints[i];
+    EXPECT_EQ(in[1].ints[i], label); // the model's own labels input
+    if (label == -100) {
+      EXPECT_EQ(id, original);
+      continue;
+    }
+    ++chosen;
+    EXPECT_EQ(label, original);
+    if (id == 7)
+      ++masked;
+    else if (id == original)
+      ++kept;
+    else if (id < 900)
+      ++random;
+    else
+      ADD_FAILURE() << "position " << i << " reads " << id;
+  }
+  EXPECT_NEAR(double(chosen) / 10000, 0.15, 0.015);
+  EXPECT_NEAR(double(masked) / double(chosen), 0.8, 0.04);
+  EXPECT_NEAR(double(random) / double(chosen), 0.1, 0.03);
+  EXPECT_NEAR(double(kept) / double(chosen), 0.1, 0.03);
+  // The draws belong to the position in the stream of windows: window 3
+  // alone draws as the fourth of the run's.
+  std::vector<HostTensor> third = tokenWindows(tokens, 2, 50, 3, 1, {}, mlm);
+  for (int64_t i = 0; i < 100; ++i)
+    EXPECT_EQ(third[0].ints[i], in[0].ints[300 + i]);
+  // Another seed draws otherwise.
+  mlm.seed = 1;
+  std::vector<HostTensor> other = tokenWindows(tokens, 2, 50, 0, 100, {}, mlm);
+  EXPECT_NE(other[0].ints.toVector(), in[0].ints.toVector());
+  // Draws are SplitMix64 of the seed and the index, as a reimplementation
+  // in Python (test/training/form_gradients.py's) gives them: of the first
+  // 40 positions at seed 0, 10 keeps its token and 19, 25 and 29 read the
+  // mask; 69 reads the random token 842.
+  std::vector<int64_t> chosenAt;
+  for (int64_t i = 0; i < 40; ++i)
+    if (in[2].ints[i] != -100)
+      chosenAt.push_back(i);
+  EXPECT_EQ(chosenAt, (std::vector<int64_t>{10, 19, 25, 29}));
+  EXPECT_EQ(in[0].ints[10], 1010);
+  EXPECT_EQ(in[0].ints[19], 7);
+  MaskedDraw draw = maskedDraw(Objective{true, 7, 900}, 69, 1069);
+  EXPECT_TRUE(draw.chosen);
+  EXPECT_EQ(draw.input, 842);
+}
+
 TEST(TrainingTest, WarmupThenCosine) {
   LrSchedule schedule{1.0, 0.1, 2, 6};
   EXPECT_DOUBLE_EQ(schedule.at(0), 0.5);

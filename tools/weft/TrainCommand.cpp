@@ -139,6 +139,27 @@ static cl::opt<int64_t>
                 cl::desc("A label that counts no loss (PyTorch: -100)"),
                 cl::init(std::numeric_limits<int64_t>::min()),
                 cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<std::string> objectiveFlag(
+    "objective",
+    cl::desc("What the labels are: next-token (default: each position's "
+             "next token, causal language modelling) or mlm (BERT's masked "
+             "language modelling: --mlm-probability of the positions chosen, "
+             "their labels their own tokens, their inputs --mask-token-id "
+             "(80 %), a random token (10 %) or their own (10 %))"),
+    cl::init("next-token"), cl::sub(trainCommand),
+    cl::sub(compileSubCommand()));
+static cl::opt<int64_t>
+    maskTokenId("mask-token-id",
+                cl::desc("--objective mlm: the mask token's id (BERT's "
+                         "[MASK]: 103)"),
+                cl::init(-1), cl::sub(trainCommand),
+                cl::sub(compileSubCommand()));
+static cl::opt<double>
+    mlmProbability("mlm-probability",
+                   cl::desc("--objective mlm: the share of positions chosen "
+                            "(default 0.15)"),
+                   cl::init(0.15), cl::sub(trainCommand),
+                   cl::sub(compileSubCommand()));
 static cl::opt<std::string>
     freeze("freeze",
            cl::desc("Parameters whose names match this regex are not trained "
@@ -611,6 +632,139 @@ checkTrainingInputs(ModuleOp module, FunctionType type, int64_t batch,
   return "";
 }
 
+/// A self-attention of the token ids (input `tokens` of `func`) that sees
+/// every position: not causal, and masked at most per key (a padding mask,
+/// BERT's). Next-token labels are then in view of the model; null if there
+/// is none. (Values are followed into weft.layer bodies argument by
+/// argument, so an encoder-decoder's cross-attention, whose keys are the
+/// source's, is not one.)
+static weft::AttentionOp bidirectionalAttention(func::FuncOp func,
+                                                unsigned tokens) {
+  if (func.isExternal() || tokens >= func.getNumArguments())
+    return {};
+  llvm::DenseSet<Value> reached;
+  SmallVector<Value> work{func.getArgument(tokens)};
+  while (!work.empty()) {
+    Value value = work.pop_back_val();
+    if (!reached.insert(value).second)
+      continue;
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto layer = dyn_cast<weft::LayerOp>(user)) {
+        Block &body = layer.getBody().front();
+        unsigned i = use.getOperandNumber();
+        if (i < body.getNumArguments())
+          work.push_back(body.getArgument(i));
+      }
+      // A value yielded by a layer's body is the layer's result.
+      if (isa<weft::YieldOp>(user))
+        if (Operation *parent = user->getParentOp();
+            parent && use.getOperandNumber() < parent->getNumResults())
+          work.push_back(parent->getResult(use.getOperandNumber()));
+      if (!isa<weft::LayerOp, weft::YieldOp>(user))
+        for (Value result : user->getResults())
+          work.push_back(result);
+    }
+  }
+  weft::AttentionOp found;
+  func.walk([&](weft::AttentionOp attention) {
+    if (found || attention.getCausal() || !reached.contains(attention.getK()))
+      return;
+    auto mask = attention.getMask()
+                    ? dyn_cast<RankedTensorType>(attention.getMask().getType())
+                    : RankedTensorType();
+    if (attention.getMask() && (!mask || mask.getRank() < 2 ||
+                                mask.getDimSize(mask.getRank() - 2) != 1))
+      return;
+    found = attention;
+  });
+  return found;
+}
+
+/// The labels' rule from the command line (--objective, --mask-token-id,
+/// --mlm-probability) for a model of `vocab` tokens whose token ids are
+/// input `tokens` of `func`; `warning` gets the attention that puts
+/// next-token labels in the model's view, if one does.
+static llvm::Expected<weft::rt::Objective>
+trainingObjective(func::FuncOp func, unsigned tokens, int64_t vocab,
+                  weft::AttentionOp &warning) {
+  weft::rt::Objective objective;
+  if (objectiveFlag != "next-token" && objectiveFlag != "mlm")
+    return llvm::createStringError("--objective " + objectiveFlag +
+                                   ": expected next-token or mlm");
+  if (objectiveFlag == "next-token") {
+    if (maskTokenId.getNumOccurrences() || mlmProbability.getNumOccurrences())
+      return llvm::createStringError(
+          "--mask-token-id and --mlm-probability are for --objective mlm");
+    if (weft::AttentionOp attention = bidirectionalAttention(func, tokens))
+      warning = attention;
+    return objective;
+  }
+  if (maskTokenId < 0 || (vocab > 0 && maskTokenId >= vocab))
+    return llvm::createStringError(
+        "--objective mlm needs --mask-token-id, an id below the model's " +
+        std::to_string(vocab) + " tokens (BERT's [MASK] is 103)");
+  if (!(mlmProbability > 0 && mlmProbability <= 1))
+    return llvm::createStringError("--mlm-probability must be in (0, 1]");
+  objective.masked = true;
+  objective.maskToken = maskTokenId;
+  objective.vocab = vocab;
+  objective.probability = mlmProbability;
+  objective.ignore =
+      ignoreIndex.getNumOccurrences() ? int64_t(ignoreIndex) : int64_t(-100);
+  return objective;
+}
+
+/// The number of tokens of a model: its token embedding's rows (of the
+/// token ids, input `tokens`), else its output's classes.
+static int64_t modelVocab(func::FuncOp func, unsigned tokens) {
+  int64_t vocab = 0;
+  if (func.isExternal())
+    return 0;
+  func.walk([&](weft::EmbeddingOp op) {
+    auto arg = dyn_cast<BlockArgument>(op.getIndices());
+    if (!vocab && arg && arg.getArgNumber() == tokens &&
+        arg.getOwner() == &func.getBody().front())
+      vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+  });
+  if (!vocab && func.getNumResults())
+    if (auto logits = dyn_cast<RankedTensorType>(func.getResultTypes()[0]);
+        logits && logits.getRank() >= 2 &&
+        !logits.isDynamicDim(logits.getRank() - 1))
+      vocab = logits.getShape().back();
+  return vocab;
+}
+
+/// What the labels of the model in `module` are, from the command line
+/// (trainingObjective), once -weft-assign-feeds (which building the step
+/// runs again alike) says which input takes the token ids. Prints, as
+/// `tool`, why next-token labels are in the model's view, if they are.
+static llvm::Expected<weft::rt::Objective>
+objectiveOf(MLIRContext &context, ModuleOp module, llvm::StringRef tool) {
+  PassManager pm(&context);
+  weft::WeftAssignFeedsOptions given;
+  given.feeds.assign(feed.begin(), feed.end());
+  pm.addPass(weft::createWeftAssignFeeds(given));
+  if (failed(pm.run(module)))
+    return weft::driver::diagnosed("assigning the inputs' fills failed");
+  func::FuncOp entry;
+  for (auto candidate : module.getOps<func::FuncOp>())
+    if (!entry && !candidate.isExternal())
+      entry = candidate;
+  const unsigned ids = unsigned(weft::tokensInput(module));
+  weft::AttentionOp attention;
+  llvm::Expected<weft::rt::Objective> objective =
+      trainingObjective(entry, ids, modelVocab(entry, ids), attention);
+  if (objective && attention)
+    attention.emitWarning()
+        << tool
+        << ": this attention sees every position of the token ids (it is "
+           "not causal), so each position's label, its next token, is in the "
+           "model's view and the loss falls by copying it; train an encoder "
+           "such as BERT with --objective mlm --mask-token-id ID";
+  return objective;
+}
+
 /// The step's build options from the command line.
 static weft::TrainingStepOptions stepOptions(llvm::StringRef dtype,
                                              bool scaleLoss) {
@@ -619,6 +773,9 @@ static weft::TrainingStepOptions stepOptions(llvm::StringRef dtype,
   options.scaleLoss = scaleLoss;
   options.recompute = recompute;
   options.ignoreIndex = ignoreIndex;
+  // Masked language modelling's unchosen positions count no loss.
+  if (objectiveFlag == "mlm" && !ignoreIndex.getNumOccurrences())
+    options.ignoreIndex = -100;
   weft::WeftBuildOptimizerOptions &rule = options.optimizer;
   rule.optimizer = optimizer;
   rule.weightDecay = weightDecay;
@@ -745,6 +902,15 @@ int runTrain(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = loadModel(context);
   if (!module)
     return 1;
+  // What the labels are.
+  llvm::Expected<weft::rt::Objective> objective =
+      objectiveOf(context, *module, "weft train");
+  if (!objective) {
+    llvm::handleAllErrors(
+        objective.takeError(), [](const weft::driver::DiagnosedError &) {},
+        [](const llvm::ErrorInfoBase &e) { trainError(e.message()); });
+    return 1;
+  }
   // The labels are the data's token ids: each must be a class of the
   // model's output. A model exported without its language-model head
   // returns hidden states, whose width the ids would index; the first step
@@ -972,8 +1138,8 @@ int runTrain(MLIRContext &context) {
     // micro-batch, `count` of them from window `first`.
     // With loss scaling, the step's last argument is the scale.
     auto windowInputs = [&](int64_t first, int64_t count) {
-      std::vector<HostTensor> inputs =
-          weft::rt::tokenWindows(tokens, batch, seqLen, first, count, feeds);
+      std::vector<HostTensor> inputs = weft::rt::tokenWindows(
+          tokens, batch, seqLen, first, count, feeds, *objective);
       if (scaling.scale) {
         HostTensor scale(weft::rt::DType::F32, {});
         scale.floats[0] = float(scaling.factor());
@@ -1228,9 +1394,15 @@ compileTrainingProgram(MLIRContext &context,
   std::string dtype = given.options.dtype;
   request.options.dtype = "f32";
   const bool scaleLoss = scale.has_value();
-  request.buildTrainingStep = [plan, dtype,
-                               scaleLoss](MLIRContext &ctx,
-                                          ModuleOp module) -> llvm::Error {
+  request.buildTrainingStep =
+      [plan, dtype,
+       scaleLoss](MLIRContext &ctx, ModuleOp module,
+                  weft::TrainingProgramDefaults &defaults) -> llvm::Error {
+    llvm::Expected<weft::rt::Objective> objective =
+        objectiveOf(ctx, module, "weft compile");
+    if (!objective)
+      return objective.takeError();
+    defaults.objective = *objective;
     FunctionType type;
     if (failed(weft::buildTrainingStep(ctx, module, plan,
                                        stepOptions(dtype, scaleLoss), type)))

@@ -38,6 +38,8 @@ struct TrainingProgramDefaults {
   /// Loss scaling's rule, for a step that takes the scale
   /// (-weft-differentiate=scale-loss=true).
   std::optional<rt::LossScale> lossScale;
+  /// What the labels are (next tokens, or masked language modelling's).
+  rt::Objective objective;
 };
 
 /// Writes the training program of a module that holds a training step

@@ -435,8 +435,10 @@ struct CompileRequest {
   std::string dumpPartitioned, dumpEmitted;
   /// A training program (weft compile --train): builds the training step,
   /// its gradient reduction and its optimizer step in the imported module,
-  /// in place of partitioning it for a forward program.
-  std::function<llvm::Error(mlir::MLIRContext &, mlir::ModuleOp)>
+  /// in place of partitioning it for a forward program, and completes the
+  /// program's defaults from the model (what its labels are).
+  std::function<llvm::Error(mlir::MLIRContext &, mlir::ModuleOp,
+                            weft::TrainingProgramDefaults &)>
       buildTrainingStep;
   /// The training program's defaults and optimizer constants.
   weft::TrainingProgramDefaults training;

@@ -58,16 +58,47 @@ struct InputFeed {
   int64_t length;
 };
 
+/// What a window's labels are: its next tokens (causal language modelling,
+/// the default), or BERT's masked language modelling, for a model whose
+/// attention sees every position (where a next token is in view).
+struct Objective {
+  /// Masked: each position is chosen with `probability`. A chosen position's
+  /// label is its token, and its input `maskToken` (80 % of them), a random
+  /// token below `vocab` (10 %) or its own (10 %); an unchosen one's label is
+  /// `ignore` (the loss's ignore index), as Hugging Face's
+  /// DataCollatorForLanguageModeling does. The draws are a hash of `seed` and
+  /// the position's index in the run's stream of windows (maskedDraw), so
+  /// weft train and every compiled program choose alike, and each step's
+  /// windows anew.
+  bool masked = false;
+  int64_t maskToken = 0;
+  int64_t vocab = 0;
+  double probability = 0.15;
+  int64_t ignore = -100;
+  uint64_t seed = 0;
+};
+
+/// Masked language modelling's draw for the `index`-th position of the
+/// stream of windows (window w's i-th token is w * batch * seq + i): whether
+/// it is chosen, and its input (`token`, the mask token or a random one).
+struct MaskedDraw {
+  bool chosen;
+  int64_t input;
+};
+MaskedDraw maskedDraw(const Objective &objective, int64_t index, int64_t token);
+
 /// The inputs of `count` micro-batches of [batch, seq] token windows from
 /// window `first` on, consecutive through the file and wrapping around: one
 /// per `inputs` entry in the model's order (the token ids, the tokens before
 /// each row, all ones, all zeros, 0..length-1 in every row, or the labels),
-/// then the labels (each id's next token), each [count * batch, length] of
-/// i64. An empty `inputs` is {Tokens}.
+/// then the labels (each id's next token, or under a masked `objective`
+/// the chosen positions' own tokens, whose ids it replaces), each
+/// [count * batch, length] of i64. An empty `inputs` is {Tokens}.
 std::vector<HostTensor> tokenWindows(const std::vector<int64_t> &tokens,
                                      int64_t batch, int64_t seq, int64_t first,
                                      int64_t count,
-                                     const std::vector<InputFeed> &inputs);
+                                     const std::vector<InputFeed> &inputs,
+                                     const Objective &objective = {});
 
 /// Linear warm-up to `peak` over `warmup` steps, then a cosine decay to
 /// `floor` (the peak when negative) at step `steps`.
@@ -232,6 +263,8 @@ struct TrainingProgram {
   int64_t batch = 1, seq = 1;
   /// How each model input is filled (the step's inputs before the labels).
   std::vector<InputFeed> feeds;
+  /// What the labels are.
+  Objective objective;
   /// Defaults, which the command line may change.
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;
