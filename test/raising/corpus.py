@@ -12,7 +12,9 @@ masked_fill (nanoGPT, minGPT), or by adding a 0/-inf, 0/-1e4 or finfo.min bias
 (causal, an HF-style `(1 - mask) * min` padding mask from an input, or both),
 a sliding window, ALiBi biases (MPT's; BLOOM's, added to merged batch·heads
 scores by baddbmm, with a `causal | padding` fill), T5's learned relative
-position bias, nn.MultiheadAttention's causal and key padding masks;
+position bias (in every block, or as Hugging Face's T5Stack has it: computed
+by the first block and handed to the others), nn.MultiheadAttention's causal
+and key padding masks;
 the 1/sqrt(d) scale after the matmul, on q, split over q and k (the form
 torch 2's scaled_dot_product_attention exports) or folded into the query
 weight; k transposed before the matmul, by a fused permute, or by einsum;
@@ -66,7 +68,11 @@ DEFAULTS = dict(
                          # a key padding mask from the attention mask) |
                          # t5_relative (T5: a learned bias per head of each query's
                          # bucketed distance to each key, plus a causal one, and no
-                         # 1/sqrt(d) scale)
+                         # 1/sqrt(d) scale) |
+                         # t5_shared (Hugging Face's T5Stack: only the first block
+                         # has the relative bias table; the position bias it
+                         # computes, with the causal mask, is handed to every
+                         # later block)
     softmax="plain",     # plain | f32 | module | dim3
     dropout=False,       # keep a Dropout node (exported in training mode, p = 0)
     kv_heads=HEADS,      # < HEADS: grouped-query attention
@@ -114,6 +120,8 @@ FORMS = {
     "alibi_bloom": dict(mask="alibi_bloom", keys="bmm", mlp="gelu_tanh", softmax="f32"),
     "t5_relative_bias": dict(mask="t5_relative", scale="none", norm="rms", mlp="relu",
                              softmax="f32"),
+    "t5_shared_position_bias": dict(mask="t5_shared", scale="none", norm="rms", mlp="relu",
+                                    softmax="f32"),
     # Scale.
     "scale_on_q": dict(scale="q"),
     "scale_on_k": dict(scale="k"),
@@ -314,8 +322,11 @@ class Attention(nn.Module):
                 bias = self.q.bias if f["qkv"] == "separate" else self.qkv.bias[:HIDDEN]
                 weight.mul_(HEAD_DIM ** -0.5)
                 bias.mul_(HEAD_DIM ** -0.5)
-        if f["mask"] == "t5_relative":
+        if f["mask"] in ("t5_relative", "t5_shared"):
             self.relative = nn.Embedding(8, HEADS)
+        # t5_shared: the first block's position bias, which later blocks read
+        # (Model gives every attention one list and drops the later tables).
+        self.shared = None
         if f["mask"] in ("where_keep", "where_fill", "masked_fill", "where_eq"):
             self.register_buffer("bias", torch.tril(torch.ones(MAX_SEQ, MAX_SEQ))
                                  .view(1, 1, MAX_SEQ, MAX_SEQ).to(
@@ -452,6 +463,16 @@ class Attention(nn.Module):
         minimum = torch.finfo(w.dtype).min
         if m == "none":
             return w
+        if m == "t5_shared":
+            # T5Stack: the first block computes position_bias (its table's
+            # bias plus the causal mask) and returns it; the stack hands it
+            # to each later block, whose attention adds it as it is.
+            if self.relative is not None:
+                positions = torch.arange(s)
+                bias = self.relative(t5_buckets(positions[None, :] - positions[:, None]))
+                causal = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+                self.shared.append(bias.permute(2, 0, 1).unsqueeze(0) + causal)
+            return w + self.shared[0]
         if m == "t5_relative":
             # T5Attention.compute_bias: the learned bias of each head for the
             # bucket of each key's distance, [1, h, s, s], plus the decoder's
@@ -562,6 +583,12 @@ class Model(nn.Module):
         self.embed = nn.Embedding(VOCAB, HIDDEN)
         self.pos = nn.Embedding(MAX_SEQ, HIDDEN)
         self.blocks = nn.ModuleList(Block(f) for _ in range(LAYERS))
+        if f["mask"] == "t5_shared":
+            self.shared = []
+            for i, block in enumerate(self.blocks):
+                block.attn.shared = self.shared
+                if i:
+                    block.attn.relative = None
         self.norm = Norm(f["norm"])
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
         rotated = HEAD_DIM // 2 if f["rotary"] == "partial" else HEAD_DIM
@@ -585,6 +612,8 @@ class Model(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, position_ids=None):
         s = input_ids.shape[1]
+        if self.f["mask"] == "t5_shared":
+            self.shared.clear()
         cos, sin = self.cos_cached[:s], self.sin_cached[:s]
         if self.f["rotary_tables"] != "buffer":
             # LlamaRotaryEmbedding.forward (transformers >= 4.38).

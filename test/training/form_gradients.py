@@ -22,6 +22,10 @@ plan given.
     head of each bucketed distance, added to unscaled scores: a mask that
     takes a gradient, so the attention's backward differentiates its
     decomposition (the relative table's gradient is checked with the rest).
+  - t5_shared_position_bias (pp=2, cp=2): Hugging Face's T5Stack, whose
+    first block alone has the table and hands the position bias (with the
+    causal mask) to every later block: the table's gradient sums every
+    block's, across pipeline stages.
   - seq2seq (tp=2, dp=2, pp=2): not a corpus formulation but the
     encoder-decoder of test/Import/Inputs/encoder_decoder.py
     (torch.nn.Transformer, sources of 12 tokens, targets of 8), exported
