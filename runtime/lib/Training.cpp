@@ -126,18 +126,18 @@ static uint64_t splitMix64(uint64_t x) {
 }
 
 MaskedDraw weft::rt::maskedDraw(const Objective &objective, int64_t index,
-                                int64_t token) {
+                                int64_t token, bool force) {
   uint64_t h = splitMix64(objective.seed ^ splitMix64(uint64_t(index)));
   // Two uniforms in [0, 1) of 24 bits each.
   double choose = double(h >> 40) / double(1 << 24);
   double kind = double((h >> 16) & 0xFFFFFF) / double(1 << 24);
-  if (!(choose < objective.probability))
-    return {false, token};
+  if (!force && !(choose < objective.probability))
+    return {false, token, choose};
   if (kind < 0.8)
-    return {true, objective.maskToken};
+    return {true, objective.maskToken, choose};
   if (kind < 0.9 && objective.vocab > 0)
-    return {true, int64_t(splitMix64(h) % uint64_t(objective.vocab))};
-  return {true, token};
+    return {true, int64_t(splitMix64(h) % uint64_t(objective.vocab)), choose};
+  return {true, token, choose};
 }
 
 std::vector<HostTensor>
@@ -160,12 +160,34 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
       int64_t to = w * batch * seq + i;
       ids.ints[to] = tokens[size_t(at)];
       labels.ints[to] = tokens[size_t((at + 1) % size)];
-      if (objective.masked) {
+    }
+    if (!objective.masked)
+      continue;
+    // Masked language modelling, row by row: a row that draws no position
+    // has its nearest one chosen.
+    for (int64_t r = 0; r < batch; ++r) {
+      int64_t nearest = -1;
+      double lowest = 2;
+      bool any = false;
+      for (int64_t c = 0; c < seq; ++c) {
+        int64_t i = r * seq + c, to = w * batch * seq + i;
         MaskedDraw draw =
             maskedDraw(objective, (first + w) * batch * seq + i, ids.ints[to]);
+        any |= draw.chosen;
+        if (draw.uniform < lowest) {
+          lowest = draw.uniform;
+          nearest = c;
+        }
         labels.ints[to] = draw.chosen ? ids.ints[to] : objective.ignore;
         ids.ints[to] = draw.input;
       }
+      if (any || nearest < 0)
+        continue;
+      int64_t i = r * seq + nearest, to = w * batch * seq + i;
+      MaskedDraw draw = maskedDraw(objective, (first + w) * batch * seq + i,
+                                   ids.ints[to], /*force=*/true);
+      labels.ints[to] = ids.ints[to];
+      ids.ints[to] = draw.input;
     }
   }
   std::vector<HostTensor> filled;

@@ -113,6 +113,15 @@ TEST(TrainingTest, AnEncodersSourceIsTheTokensBeforeEachRow) {
   EXPECT_EQ(parseFeed("tokens"), Feed::Tokens);
 }
 
+static Objective fixedSeedObjective(double probability) {
+  Objective objective;
+  objective.masked = true;
+  objective.maskToken = 7;
+  objective.vocab = 900;
+  objective.probability = probability;
+  return objective;
+}
+
 TEST(TrainingTest, MaskedLanguageModellingChoosesAndReplaces) {
   // 100 windows of [batch 2, seq 50] from a file of ids 1000..1999: about
   // 15 % of the positions are chosen, their labels their own tokens; of
@@ -174,9 +183,27 @@ TEST(TrainingTest, MaskedLanguageModellingChoosesAndReplaces) {
   EXPECT_EQ(chosenAt, (std::vector<int64_t>{10, 19, 25, 29}));
   EXPECT_EQ(in[0].ints[10], 1010);
   EXPECT_EQ(in[0].ints[19], 7);
-  MaskedDraw draw = maskedDraw(Objective{true, 7, 900}, 69, 1069);
+  MaskedDraw draw = maskedDraw(fixedSeedObjective(0.15), 69, 1069);
   EXPECT_TRUE(draw.chosen);
   EXPECT_EQ(draw.input, 842);
+  // A row that draws no position has its nearest one chosen: at a
+  // vanishing probability, every row has exactly one, its lowest draw.
+  Objective rare = fixedSeedObjective(1e-12);
+  std::vector<HostTensor> one = tokenWindows(tokens, 4, 8, 0, 1, {}, rare);
+  for (int64_t r = 0; r < 4; ++r) {
+    int64_t count = 0, at = -1;
+    double lowest = 2;
+    for (int64_t c = 0; c < 8; ++c) {
+      count += one[1].ints[r * 8 + c] != -100;
+      double u = maskedDraw(rare, r * 8 + c, 0).uniform;
+      if (u < lowest) {
+        lowest = u;
+        at = c;
+      }
+    }
+    EXPECT_EQ(count, 1) << "row " << r;
+    EXPECT_EQ(one[1].ints[r * 8 + at], 1000 + r * 8 + at) << "row " << r;
+  }
 }
 
 TEST(TrainingTest, WarmupThenCosine) {

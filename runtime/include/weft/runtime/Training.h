@@ -66,7 +66,10 @@ struct Objective {
   /// label is its token, and its input `maskToken` (80 % of them), a random
   /// token below `vocab` (10 %) or its own (10 %); an unchosen one's label is
   /// `ignore` (the loss's ignore index), as Hugging Face's
-  /// DataCollatorForLanguageModeling does. The draws are a hash of `seed` and
+  /// DataCollatorForLanguageModeling does. A row that draws no position has
+  /// the one that came nearest chosen, as BERT's and Megatron-LM's data
+  /// always predict at least one token per sequence (a micro-batch with
+  /// none would have a loss of 0/0). The draws are a hash of `seed` and
   /// the position's index in the run's stream of windows (maskedDraw), so
   /// weft train and every compiled program choose alike, and each step's
   /// windows anew.
@@ -80,12 +83,16 @@ struct Objective {
 
 /// Masked language modelling's draw for the `index`-th position of the
 /// stream of windows (window w's i-th token is w * batch * seq + i): whether
-/// it is chosen, and its input (`token`, the mask token or a random one).
+/// it is chosen (or, with `force`, chosen whatever it drew), its input
+/// (`token`, the mask token or a random one), and the uniform it drew for
+/// being chosen (the lowest of a row is the nearest to it).
 struct MaskedDraw {
   bool chosen;
   int64_t input;
+  double uniform;
 };
-MaskedDraw maskedDraw(const Objective &objective, int64_t index, int64_t token);
+MaskedDraw maskedDraw(const Objective &objective, int64_t index, int64_t token,
+                      bool force = false);
 
 /// The inputs of `count` micro-batches of [batch, seq] token windows from
 /// window `first` on, consecutive through the file and wrapping around: one
