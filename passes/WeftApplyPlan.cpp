@@ -508,13 +508,13 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       }
       int64_t seqSplit = d.cp * d.ulysses * (d.sp ? d.tp : 1) *
                          (d.cp > 1 && loadBalance ? 2 : 1);
-      if (k.getDimSize(2) != seq && seqSplit > 1) {
+      if (k.getDimSize(2) != seq && d.cp * d.ulysses > 1) {
         att.emitError("plan: the attention's queries (")
             << seq << ") and keys (" << k.getDimSize(2)
             << ") differ in length (cross-attention, as an encoder-decoder's "
-               "decoder has); plans split the sequence (cp, ulysses, "
-               "Megatron's sequence parallelism) of self-attention only: "
-               "choose cp=1, ulysses=1 and no sp";
+               "decoder has); context parallelism and Ulysses split the "
+               "sequence of self-attention only: choose cp=1 and ulysses=1 "
+               "(Megatron's sequence parallelism, sp, applies)";
         return failure();
       }
       if (seq % seqSplit) {

@@ -49,7 +49,7 @@ func.func @sequence(%q: tensor<1x8x5x4xf32>, %k: tensor<1x8x5x4xf32>, %v: tensor
 
 // Cross-attention (8 queries, 12 keys) under a plan that splits the sequence.
 func.func @cross_attention(%q: tensor<1x8x8x4xf32>, %k: tensor<1x8x12x4xf32>, %v: tensor<1x8x12x4xf32>) -> tensor<1x8x8x4xf32> {
-  // expected-error @+1 {{plan: the attention's queries (8) and keys (12) differ in length (cross-attention, as an encoder-decoder's decoder has); plans split the sequence (cp, ulysses, Megatron's sequence parallelism) of self-attention only: choose cp=1, ulysses=1 and no sp}}
+  // expected-error @+1 {{plan: the attention's queries (8) and keys (12) differ in length (cross-attention, as an encoder-decoder's decoder has); context parallelism and Ulysses split the sequence of self-attention only: choose cp=1 and ulysses=1 (Megatron's sequence parallelism, sp, applies)}}
   %0 = weft.attention %q, %k, %v scale 5.000000e-01 : (tensor<1x8x8x4xf32>, tensor<1x8x12x4xf32>, tensor<1x8x12x4xf32>) -> tensor<1x8x8x4xf32>
   return %0 : tensor<1x8x8x4xf32>
 }
