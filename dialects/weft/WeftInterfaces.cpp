@@ -20,9 +20,9 @@ int64_t weft::getTensorBytes(Type type) {
 
 int64_t SavedTensor::bytes(RankedTensorType type, int form) {
   switch (form) {
-  case 1:
+  case MaskOnly:
     return type.getNumElements();
-  case 2: {
+  case RowStatistics: {
     int64_t rows = type.getRank()
                        ? type.getNumElements() /
                              std::max<int64_t>(1, type.getShape().back())

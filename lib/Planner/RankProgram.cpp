@@ -796,7 +796,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           if (!groupParent.count(use.getOwner()) ||
               groupOf(use.getOwner()) != group)
             for (Value layout : layoutChain(result))
-              if (set.contains({storedAs(layout), 0}))
+              if (set.contains({storedAs(layout), SavedTensor::Whole}))
                 return true;
     }
     return false;
@@ -968,7 +968,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
           llvm::any_of(reads, [&](Value value) { return isActive(value); })) {
         for (Value value : reads)
           if (!isPersistent(value)) {
-            saved[b].keep({storedAs(value), 0}, false);
+            saved[b].keep({storedAs(value), SavedTensor::Whole}, false);
             backwardReads[b].push_back(value);
           }
         // (Selective recomputation keeps them too: the fused gradient reads
@@ -1019,8 +1019,8 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
         auto producer = dyn_cast_or_null<DifferentiableOpInterface>(def);
         if (isPersistent(operand) || (producer && producer.isAttentionCore()))
           continue;
-        saved[b].selective.insert({storedAs(operand), 0});
-        saved[b].heldSelective.insert({storedAs(operand), 0});
+        saved[b].selective.insert({storedAs(operand), SavedTensor::Whole});
+        saved[b].heldSelective.insert({storedAs(operand), SavedTensor::Whole});
       }
     // What the trained weights' gradients read, where the op mixes weights
     // with activations (a weight's cast is the weight's).
@@ -1068,12 +1068,12 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   for (auto [b, group] : ringsKept) {
     Value output = ringLastStep.lookup(group).getResult();
     if (!ringOutputKept(group, saved[b].all)) {
-      saved[b].all.insert({output, 0});
-      saved[b].heldAll.insert({output, 0});
+      saved[b].all.insert({output, SavedTensor::Whole});
+      saved[b].heldAll.insert({output, SavedTensor::Whole});
     }
     if (!ringOutputKept(group, saved[b].selective)) {
-      saved[b].selective.insert({output, 0});
-      saved[b].heldSelective.insert({output, 0});
+      saved[b].selective.insert({output, SavedTensor::Whole});
+      saved[b].heldSelective.insert({output, SavedTensor::Whole});
     }
   }
 
@@ -1132,14 +1132,15 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
               if (op.getNumResults() != 1)
                 continue;
               Value result = op.getResult(0);
-              std::pair<Value, int> key{storedAs(result), 0};
+              std::pair<Value, int> key{storedAs(result), SavedTensor::Whole};
               Value activation;
               if (!set.contains(key) || held.contains(key) ||
                   readByRecomputed.contains(outside(result)) ||
                   !isCheapToRematerialize(
                       &op, [&](Value v) { return !isPersistent(outside(v)); },
                       activation) ||
-                  !set.contains({storedAs(outside(activation)), 0}))
+                  !set.contains(
+                      {storedAs(outside(activation)), SavedTensor::Whole}))
                 continue;
               dropped.insert(key);
               for (Value operand : op.getOperands())
@@ -1220,7 +1221,7 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
       if (!top || !isKept(top))
         continue;
       for (Value result : top->getResults())
-        keptValues.insert({storedAs(result), 0});
+        keptValues.insert({storedAs(result), SavedTensor::Whole});
       // And what it keeps of its rows besides (a fused attention's
       // log-sum-exps, which -weft-keep-attention-statistics keeps with it).
       if (auto differentiable = dyn_cast<DifferentiableOpInterface>(top)) {

@@ -101,9 +101,12 @@ struct SavedTensor {
   bool maskOnly = false;
   bool rowStatistics = false;
 
-  /// How much of `value` is kept, as a small integer (0 the value, 1 its
-  /// mask, 2 its rows' statistics): a key for sets of kept tensors.
-  int form() const { return maskOnly ? 1 : rowStatistics ? 2 : 0; }
+  /// How much of a value is kept: a key, with the value, for sets of kept
+  /// tensors.
+  enum Form : int { Whole = 0, MaskOnly = 1, RowStatistics = 2 };
+  Form form() const {
+    return maskOnly ? MaskOnly : rowStatistics ? RowStatistics : Whole;
+  }
   /// The bytes kept of a value of `type` in form `form`.
   static int64_t bytes(mlir::RankedTensorType type, int form);
 };
