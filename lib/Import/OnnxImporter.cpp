@@ -166,6 +166,9 @@ private:
   LogicalResult importUnaryEinsum(const onnx::NodeProto &node,
                                   const std::string &equation);
   LogicalResult importDropout(const onnx::NodeProto &node);
+  /// SoftmaxCrossEntropyLoss of `scores` (its input 0), and
+  /// NegativeLogLikelihoodLoss of a LogSoftmax's input: weft.cross_entropy.
+  LogicalResult importCrossEntropy(const onnx::NodeProto &node, Value scores);
   LogicalResult importAttention(const onnx::NodeProto &node);
   LogicalResult importRmsNormalization(const onnx::NodeProto &node);
   LogicalResult importRotaryEmbedding(const onnx::NodeProto &node);
@@ -1103,6 +1106,53 @@ LogicalResult GraphImporter::importEinsum(const onnx::NodeProto &node) {
   return success();
 }
 
+LogicalResult GraphImporter::importCrossEntropy(const onnx::NodeProto &node,
+                                                Value scores) {
+  // Scores are [N, C] or [N, C, d1, ...] (the classes on axis 1), labels
+  // [N] or [N, d1, ...]; weft's logits keep the classes last.
+  if (!scores)
+    return failure();
+  if (hasInput(node, 2))
+    return error() << node.op_type()
+                   << " with class weights (input 2) is not imported: "
+                      "weft's cross-entropy weighs every class alike";
+  if (node.output_size() > 1 && !node.output(1).empty() &&
+      isRead(node.output(1)))
+    return error() << node.op_type()
+                   << "'s log-probabilities (output 1) are read, which "
+                      "weft's cross-entropy does not give: compute them with "
+                      "log_softmax";
+  const onnx::AttributeProto *given = attribute(node, "reduction");
+  std::string name = given ? given->s() : "mean";
+  std::optional<LossReduction> reduction = symbolizeLossReduction(name);
+  if (!reduction)
+    return error() << node.op_type() << "'s reduction '" << name
+                   << "' is not none, mean or sum";
+  auto type = cast<RankedTensorType>(scores.getType());
+  if (type.getRank() < 2)
+    return error() << node.op_type() << "'s scores are " << type
+                   << ", not [N, C, ...]";
+  Value logits = scores;
+  if (type.getRank() > 2) {
+    SmallVector<int64_t> perm{0};
+    for (int64_t axis = 2; axis < type.getRank(); ++axis)
+      perm.push_back(axis);
+    perm.push_back(1);
+    logits = createChecked<TransposeOp>(scores, perm);
+  }
+  IntegerAttr ignore;
+  if (const onnx::AttributeProto *index = attribute(node, "ignore_index"))
+    ignore = builder.getI64IntegerAttr(index->i());
+  Value labels = input(node, 1);
+  if (!logits || !labels)
+    return failure();
+  setOutput(
+      node, 0,
+      createChecked<CrossEntropyOp>(
+          logits, labels, LossReductionAttr::get(context, *reduction), ignore));
+  return success();
+}
+
 LogicalResult GraphImporter::importDropout(const onnx::NodeProto &node) {
   // Opsets before 12 give the ratio as an attribute and mean inference;
   // later ones take ratio and training_mode as inputs (inference unless
@@ -1405,6 +1455,47 @@ void GraphImporter::registerHandlers() {
   };
   addSoftmax<SoftmaxOp>("Softmax");
   addSoftmax<LogSoftmaxOp>("LogSoftmax");
+  handlers["SoftmaxCrossEntropyLoss"] =
+      [this](const onnx::NodeProto &node) -> LogicalResult {
+    return importCrossEntropy(node, input(node, 0));
+  };
+  handlers["NegativeLogLikelihoodLoss"] =
+      [this](const onnx::NodeProto &node) -> LogicalResult {
+    // nll_loss(log_softmax(x, 1), labels) is cross_entropy(x, labels), and
+    // weft has that; so is nll_loss(log_softmax(x, -1).view(-1, C), labels),
+    // a reshape that keeps the classes being one of x alike. The
+    // log-probabilities of another computation are not imported.
+    Value logProbs = input(node, 0);
+    if (!logProbs)
+      return failure();
+    auto type = cast<RankedTensorType>(logProbs.getType());
+    Value value = logProbs;
+    while (auto reshape = value.getDefiningOp<ReshapeOp>()) {
+      auto from = cast<RankedTensorType>(reshape.getInput().getType());
+      if (type.getRank() != 2 || from.getRank() == 0 ||
+          from.getShape().back() != type.getShape().back())
+        break;
+      value = reshape.getInput();
+    }
+    auto logSoftmax = value.getDefiningOp<LogSoftmaxOp>();
+    const int64_t classes =
+        value == logProbs
+            ? 1
+            : cast<RankedTensorType>(value.getType()).getRank() - 1;
+    if (!logSoftmax || type.getRank() < 2 ||
+        int64_t(logSoftmax.getAxis()) != classes)
+      return error() << "NegativeLogLikelihoodLoss of '" << node.input(0)
+                     << "', which is not a LogSoftmax over the classes, is "
+                        "not imported: compute the loss as cross_entropy of "
+                        "the logits (or nll_loss of log_softmax(logits))";
+    Value scores = logSoftmax.getInput();
+    if (value != logProbs)
+      scores = ReshapeOp::create(
+          builder, loc,
+          type.clone(cast<RankedTensorType>(scores.getType()).getElementType()),
+          scores);
+    return importCrossEntropy(node, scores);
+  };
   handlers["LayerNormalization"] =
       [this](const onnx::NodeProto &node) -> LogicalResult {
     Value data = input(node, 0);
