@@ -20,9 +20,9 @@ using namespace mlir;
 using namespace weft;
 
 /// The fill an input's name says (Hugging Face's names, as torch.onnx.export
-/// takes them from forward's arguments), or "" when it says none. `tokens`:
-/// whether another input takes the token ids (then an encoder's input is
-/// the source).
+/// takes them from forward's arguments), or "" when it says none.
+/// `tokensElsewhere`: whether another input takes the token ids (then an
+/// encoder's input is the source).
 static StringRef fillOfName(StringRef name, bool tokensElsewhere) {
   std::string lower = name.lower();
   StringRef text(lower);

@@ -189,6 +189,7 @@ llvm::Error driver::prepareModule(MLIRContext &context, ModuleOp module,
   }
   if (options.loss) {
     PassManager pm(&context);
+    pm.addPass(createWeftLiftModelLoss());
     pm.addPass(createWeftAppendLoss());
     if (failed(pm.run(module)))
       return diagnosed("appending the loss failed");

@@ -151,6 +151,8 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
   const bool pipelined = plan.pp() > 1;
   {
     PassManager pm(&context);
+    // A model that computes its own loss gives it up, with its labels input.
+    pm.addPass(createWeftLiftModelLoss());
     // How each input is filled, while the model's function still has only
     // its own inputs.
     if (options.assignFeeds) {

@@ -121,7 +121,16 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
     }
     if (failed(keepLayers(func, 1, error)))
       return nullptr;
-    // The training step's dtype and loss, which no plan changes.
+    // The training step's dtype and loss, which no plan changes: the
+    // model's own loss, if it computes one, taken out first.
+    {
+      PassManager lift(&context);
+      lift.addPass(createWeftLiftModelLoss());
+      if (failed(lift.run(*module))) {
+        error = "the model's own loss is not one a training step computes";
+        return nullptr;
+      }
+    }
     PassManager pm(&context);
     pm.enableVerifier(false);
     WeftConvertFloatTypeOptions dtype;

@@ -33,6 +33,13 @@ plan given.
     decoder's input the token windows and the encoder's each row's 12
     tokens before them; torch is fed the same. Before, `weft train` could
     not bind the source nor feed it.
+  - own_loss_shifted (tp=2, pp=2), own_loss_targets, own_loss_nll: the
+    GPT-2 formulation written to compute its own loss (class OwnLoss):
+    Hugging Face's (loss, logits) with the labels shifted inside, nanoGPT's
+    (logits, loss) of targets, and nll_loss of log_softmax. weft train takes
+    the loss out (-weft-lift-model-loss) and computes it from the logits;
+    torch trains the logits' loss. Before, the import refused
+    SoftmaxCrossEntropyLoss.
   - --objective mlm (encoder_no_mask; tp=2, dp=2, cp=2): BERT's masked
     language modelling. weft train chooses positions, masks their ids and
     counts their loss only; torch is fed the same ids and labels (the draws
@@ -106,11 +113,58 @@ def masked(ids, step, vocab, seed=0):
     return ids, labels
 
 
+class OwnLoss(torch.nn.Module):
+    """The corpus's default formulation written to compute its own loss, as
+    training code writes it:
+
+      - targets (nanoGPT's forward(idx, targets)): (logits,
+        cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1));
+      - shifted (Hugging Face's ...ForCausalLM with labels=input_ids): (loss,
+        logits), logits[..., :-1, :] scored against labels[..., 1:];
+      - nll: nll_loss(log_softmax(logits, -1).view(-1, V), targets.view(-1)).
+
+    weft train takes the loss out (-weft-lift-model-loss) and computes it
+    from the logits with its own labels; `logits` is the model without it,
+    which torch's side trains."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.model = corpus.Model(corpus.form("hf_gpt2_where"))
+
+    def logits(self, ids):
+        return self.model(ids)
+
+    def forward(self, ids, labels):
+        logits = self.model(ids)
+        vocab = logits.shape[-1]
+        if self.kind == "targets":
+            return logits, torch.nn.functional.cross_entropy(
+                logits.view(-1, vocab), labels.view(-1), ignore_index=-1)
+        if self.kind == "nll":
+            logp = torch.nn.functional.log_softmax(logits, dim=-1)
+            return torch.nn.functional.nll_loss(logp.view(-1, vocab), labels.view(-1)), logits
+        shift_logits = logits[..., :-1, :].contiguous().float()
+        shift_labels = labels[..., 1:].contiguous()
+        loss = torch.nn.CrossEntropyLoss()(shift_logits.view(-1, vocab), shift_labels.view(-1))
+        return loss, logits
+
+
+OWN_LOSS = {"own_loss_targets": "targets", "own_loss_shifted": "shifted",
+            "own_loss_nll": "nll"}
+
+
 def build(form):
     torch.manual_seed(1)
     if form == "seq2seq":
         return encoder_decoder.Seq2Seq()
+    if form in OWN_LOSS:
+        return OwnLoss(OWN_LOSS[form])
     return corpus.Model(corpus.form(form))
+
+
+def logits_of(model, inputs):
+    return model.logits(*inputs) if isinstance(model, OwnLoss) else model(*inputs)
 
 
 def feed(form, tokens, step):
@@ -132,6 +186,14 @@ def feed(form, tokens, step):
 def export(form, path):
     model = build(form).train()
     ids = torch.zeros(corpus.BATCH, corpus.SEQ, dtype=torch.long)
+    if form in OWN_LOSS:
+        outputs = ["logits", "loss"] if OWN_LOSS[form] == "targets" else ["loss", "logits"]
+        torch.onnx.export(model, (ids, ids), path, opset_version=17,
+                          input_names=["input_ids", "targets" if form != "own_loss_shifted"
+                                       else "labels"],
+                          output_names=outputs, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING)
+        return []
     if form != "seq2seq":
         torch.onnx.export(model, (ids,), path, opset_version=17, input_names=["input_ids"],
                           output_names=["logits"], do_constant_folding=False,
@@ -155,7 +217,7 @@ def torch_steps(form, tokens, steps):
     for step in range(steps):
         opt.zero_grad()
         inputs, labels = feed(form, tokens, step)
-        logits = model(*inputs)
+        logits = logits_of(model, inputs)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                  labels.reshape(-1))
         loss.backward()
@@ -169,7 +231,15 @@ def torch_steps(form, tokens, steps):
 def torch_gradients(form, tokens):
     model = build(form)
     inputs, labels = feed(form, tokens, 0)
-    logits = model(*inputs)
+    logits = logits_of(model, inputs)
+    if OWN_LOSS.get(form) in ("targets", "nll"):
+        # The model's own loss with the next tokens as its targets is the
+        # loss weft computes.
+        own = model(*inputs, labels)
+        own = own[1] if OWN_LOSS[form] == "targets" else own[0]
+        want = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 labels.reshape(-1))
+        assert abs(own.item() - want.item()) < 1e-6, (own.item(), want.item())
     torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                       labels.reshape(-1)).backward()
     return {n: p.grad.numpy() for n, p in model.named_parameters() if p.grad is not None}

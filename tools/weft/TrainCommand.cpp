@@ -742,6 +742,11 @@ static int64_t modelVocab(func::FuncOp func, unsigned tokens) {
 static llvm::Expected<weft::rt::Objective>
 objectiveOf(MLIRContext &context, ModuleOp module, llvm::StringRef tool) {
   PassManager pm(&context);
+  // A model that computes its own loss gives it up (the step computes it),
+  // and says so once here.
+  weft::WeftLiftModelLossOptions lift;
+  lift.explain = true;
+  pm.addPass(weft::createWeftLiftModelLoss(lift));
   weft::WeftAssignFeedsOptions given;
   given.feeds.assign(feed.begin(), feed.end());
   pm.addPass(weft::createWeftAssignFeeds(given));
@@ -752,6 +757,31 @@ objectiveOf(MLIRContext &context, ModuleOp module, llvm::StringRef tool) {
     if (!entry && !candidate.isExternal())
       entry = candidate;
   const unsigned ids = unsigned(weft::tokensInput(module));
+  // A label per token needs logits at every position. An export for
+  // generation keeps the last position's (nanoGPT's forward without
+  // targets: lm_head(x[:, [-1], :])), whose training would fit one token of
+  // each row, if its gradient were built at all.
+  if (entry.getNumResults() && ids < entry.getNumArguments())
+    if (auto logits = dyn_cast<RankedTensorType>(entry.getResultTypes()[0]),
+        tokens = dyn_cast<RankedTensorType>(entry.getArgumentTypes()[ids]);
+        logits && tokens && logits.hasStaticShape() &&
+        tokens.hasStaticShape() && logits.getRank() == tokens.getRank() + 1 &&
+        logits.getShape().drop_back() != tokens.getShape()) {
+      std::string got, want;
+      llvm::raw_string_ostream(got) << logits;
+      llvm::raw_string_ostream(want) << tokens;
+      return llvm::createStringError(
+          "the model's first result, " + got +
+          ", has logits at other "
+          "positions than its token ids, " +
+          want +
+          ": a training step "
+          "scores a label at every position. An export for generation keeps "
+          "fewer (the last position's, as nanoGPT's forward does without "
+          "targets); export the forward that training runs (nanoGPT's with "
+          "targets, whose loss Weft takes over, or the logits of every "
+          "position)");
+    }
   weft::AttentionOp attention;
   llvm::Expected<weft::rt::Objective> objective =
       trainingObjective(entry, ids, modelVocab(entry, ids), attention);
