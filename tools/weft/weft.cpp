@@ -209,7 +209,9 @@ static cl::opt<bool> withLoss(
     "loss",
     cl::desc("Replace the model's logits by the per-token cross-entropy "
              "against labels (-weft-append-loss), the head of a training "
-             "step; run: the last input is the labels (i64)"),
+             "step, as the planner costs it (a model's own loss and its "
+             "labels input taken out first, -weft-lift-model-loss); run: "
+             "the last input is the labels (i64)"),
     cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<bool> noRaise(
     "no-raise",
