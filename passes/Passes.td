@@ -285,11 +285,13 @@ def WeftLiftModelLoss : Pass<"weft-lift-model-loss", "::mlir::ModuleOp"> {
     Models are often written to compute their loss: nanoGPT's `forward(idx, targets)`
     returns `(logits, F.cross_entropy(logits.view(-1, V), targets.view(-1)))`, a Hugging
     Face `...ForCausalLM(input_ids, labels=...)` returns `(loss, logits)` with
-    `logits[..., :-1, :]` scored against `labels[..., 1:]`. A training step computes the
-    loss itself (`-weft-append-loss`) from the labels it feeds, so this pass removes the
-    model's: the logits the loss scores become the function's first result (the other
-    results but the loss follow), and the labels input is erased (a shifted loss's labels
-    may be the model's own token input, which stays).
+    `logits[..., :-1, :]` scored against `labels[..., 1:]` (since transformers 4.46, every
+    position's logits against `pad(labels, (0, 1), value=-100)[..., 1:]`, the same
+    loss). A training step computes the loss itself (`-weft-append-loss`) from the labels
+    it feeds, so this pass removes the model's: the logits the loss scores become the
+    function's first result (the other results but the loss follow), and the labels
+    input is erased (a shifted loss's labels may be the model's own token input, which
+    stays).
 
     ```
     weft-opt -weft-lift-model-loss model.mlir
@@ -300,9 +302,9 @@ def WeftLiftModelLoss : Pass<"weft-lift-model-loss", "::mlir::ModuleOp"> {
     last (whose next token it does not have). The loss must be one result,
     `weft.cross_entropy` with reduction `mean` (a `sum`, a weighted or a combined loss
     is refused), of logits `[..., classes]` traced through reshapes that keep the
-    classes, casts and at most the shift's slice, against an input of the logits'
-    positions that the model reads nowhere else. Anything else is an error at the loss
-    that says so. A model without a loss is left alone. Runs first in every training
+    classes, casts and at most the shift's slice and padding, against an input of the
+    logits' positions that the model reads nowhere else. Anything else is an error at the
+    loss that says so. A model without a loss is left alone. Runs first in every training
     step (`weft train`, `weft compile --train`, the planner's costing).
   }];
   let options = [

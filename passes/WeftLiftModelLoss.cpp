@@ -31,10 +31,12 @@ using namespace weft;
 
 namespace {
 /// Where one operand of the loss comes from: `base`, then at most one slice,
-/// reshapes and casts (which keep the order of the elements).
+/// at most one padding (a concat with a constant after), reshapes and casts
+/// (which keep the order of the elements).
 struct Traced {
   Value base;
   SliceOp slice;
+  ConcatOp padding;
   /// Whether every reshape kept the last dimension (the classes of logits).
   bool keepsLast = true;
 };
@@ -57,6 +59,11 @@ static FailureOr<Traced> trace(Value value) {
         return failure();
       traced.slice = slice;
       value = slice.getInput();
+    } else if (auto concat = dyn_cast<ConcatOp>(op);
+               concat && !traced.padding && concat.getInputs().size() == 2 &&
+               concat.getInputs()[1].getDefiningOp<ConstantOp>()) {
+      traced.padding = concat;
+      value = concat.getInputs()[0];
     } else {
       break;
     }
@@ -185,18 +192,40 @@ struct WeftLiftModelLoss
     if (labelsType.getShape() != positions)
       return describe(loss.emitError("the model's loss scores logits of ")
                       << logitsType << " against labels of " << labelsType);
-    // Hugging Face's shift: logits[..., :-1, :] against labels[..., 1:].
-    const bool shifted = bool(logits->slice) || bool(labels->slice);
+    // Hugging Face's shift: logits[..., :-1, :] against labels[..., 1:];
+    // or (transformers 4.46 on) every position's logits against the labels
+    // padded by one ignored position and shifted, pad(labels, (0, 1),
+    // value=-100)[..., 1:].
+    const bool shifted = bool(logits->slice) || bool(labels->slice) ||
+                         bool(logits->padding) || bool(labels->padding);
     const int64_t axis = int64_t(positions.size()) - 1;
     const int64_t length = positions.back();
-    if (shifted &&
-        (!logits->slice || !labels->slice ||
-         !slicesOnly(logits->slice, logitsType.getShape(), axis, 0,
-                     length - 1) ||
-         !slicesOnly(labels->slice, labelsType.getShape(), axis, 1, length)))
+    auto dropsFirst = [&](SliceOp slice) {
+      ArrayRef<int64_t> shape =
+          cast<RankedTensorType>(slice.getInput().getType()).getShape();
+      return slicesOnly(slice, shape, axis, 1, shape[axis]);
+    };
+    auto padsIgnored = [&](ConcatOp concat) {
+      auto constant = concat.getInputs()[1].getDefiningOp<ConstantOp>();
+      auto value = dyn_cast<DenseIntElementsAttr>(constant.getValue());
+      auto type = cast<RankedTensorType>(concat.getInputs()[1].getType());
+      return int64_t(concat.getAxis()) == axis && value && value.isSplat() &&
+             type.getDimSize(axis) == 1 && loss.getIgnoreIndex() &&
+             value.getSplatValue<APInt>().getSExtValue() ==
+                 int64_t(*loss.getIgnoreIndex());
+    };
+    const bool cut =
+        logits->slice && !logits->padding && labels->slice &&
+        !labels->padding &&
+        slicesOnly(logits->slice, logitsType.getShape(), axis, 0, length - 1) &&
+        dropsFirst(labels->slice);
+    const bool padded = !logits->slice && !logits->padding && labels->slice &&
+                        labels->padding && dropsFirst(labels->slice) &&
+                        padsIgnored(labels->padding);
+    if (shifted && !cut && !padded)
       return describe(
-          loss.emitError("the model's loss slices its logits and labels "
-                         "otherwise than by Hugging Face's shift"));
+          loss.emitError("the model's loss slices or pads its logits and "
+                         "labels otherwise than by Hugging Face's shift"));
     // The logits first, then the other results but the loss.
     Value scored = logits->base;
     SmallVector<Value> results{scored};

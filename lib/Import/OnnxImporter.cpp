@@ -160,6 +160,7 @@ private:
   LogicalResult importGemm(const onnx::NodeProto &node);
   LogicalResult importReshapeLike(const onnx::NodeProto &node);
   LogicalResult importSlice(const onnx::NodeProto &node);
+  LogicalResult importPad(const onnx::NodeProto &node);
   LogicalResult importSplit(const onnx::NodeProto &node);
   LogicalResult importConstant(const onnx::NodeProto &node);
   LogicalResult importEinsum(const onnx::NodeProto &node);
@@ -761,6 +762,79 @@ LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
   setOutput(node, 0, data.getType() == *type
                          ? data
                          : ReshapeOp::create(builder, loc, *type, data).getResult());
+  return success();
+}
+
+LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
+  // Constant padding (Hugging Face's causal-LM loss pads the labels by one
+  // ignored position before shifting them): the input between constant
+  // blocks, and negative pads crop it.
+  Value data = input(node, 0);
+  if (!data)
+    return failure();
+  const onnx::AttributeProto *modeAttr = attribute(node, "mode");
+  if (modeAttr && modeAttr->s() != "constant")
+    return error() << "Pad mode '" << modeAttr->s()
+                   << "' is not imported (only 'constant' is)";
+  auto type = cast<RankedTensorType>(data.getType());
+  const int64_t rank = type.getRank();
+  FailureOr<SmallVector<int64_t>> pads = intsInput(node, 1, "pads");
+  if (failed(pads))
+    return failure();
+  if (int64_t(pads->size()) != 2 * rank)
+    return error() << "Pad has " << pads->size()
+                   << " pads for a tensor of rank " << rank << " (it needs "
+                   << 2 * rank << ")";
+  Attribute fill;
+  if (hasInput(node, 2)) {
+    std::optional<DenseElementsAttr> value = constantInput(node, 2);
+    if (!value || value->getNumElements() != 1 ||
+        value->getElementType() != type.getElementType())
+      return error() << "Pad's constant_value (input 2) must be a constant "
+                        "scalar of the input's element type";
+    fill = value->getSplatValue<Attribute>();
+  } else {
+    fill = builder.getZeroAttr(type.getElementType());
+  }
+  // Crops first, then the padding, axis by axis.
+  SmallVector<int64_t> lo(rank, 0), hi(type.getShape());
+  bool crops = false;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t before = (*pads)[d], after = (*pads)[rank + d];
+    if (before < 0)
+      lo[d] = -before;
+    if (after < 0)
+      hi[d] = type.getDimSize(d) + after;
+    if (lo[d] > hi[d])
+      return error() << "Pad crops more than axis " << d << "'s "
+                     << type.getDimSize(d) << " elements";
+    crops |= before < 0 || after < 0;
+  }
+  Value result = data;
+  if (crops)
+    result = createChecked<SliceOp>(data, lo, hi, DenseI64ArrayAttr());
+  for (int64_t d = 0; d < rank && result; ++d) {
+    SmallVector<Value> parts;
+    auto block = [&](int64_t size) {
+      SmallVector<int64_t> shape(
+          cast<RankedTensorType>(result.getType()).getShape());
+      shape[d] = size;
+      parts.push_back(
+          materialize(DenseElementsAttr::get(type.clone(shape), fill)));
+    };
+    int64_t before = (*pads)[d], after = (*pads)[rank + d];
+    if (before <= 0 && after <= 0)
+      continue;
+    if (before > 0)
+      block(before);
+    parts.push_back(result);
+    if (after > 0)
+      block(after);
+    result = createChecked<ConcatOp>(parts, d);
+  }
+  if (!result)
+    return failure();
+  setOutput(node, 0, result);
   return success();
 }
 
@@ -1455,6 +1529,9 @@ void GraphImporter::registerHandlers() {
   };
   addSoftmax<SoftmaxOp>("Softmax");
   addSoftmax<LogSoftmaxOp>("LogSoftmax");
+  handlers["Pad"] = [this](const onnx::NodeProto &node) {
+    return importPad(node);
+  };
   handlers["SoftmaxCrossEntropyLoss"] =
       [this](const onnx::NodeProto &node) -> LogicalResult {
     return importCrossEntropy(node, input(node, 0));

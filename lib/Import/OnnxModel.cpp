@@ -601,8 +601,7 @@ static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
       "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
   // Ops whose meaning (not only their element types) changed after opset 17
   // and that are not rewritten here; Weft imports none of them.
-  static const llvm::StringSet<> changed = {"Pad",
-                                            "Resize",
+  static const llvm::StringSet<> changed = {"Resize",
                                             "ScatterElements",
                                             "ScatterND",
                                             "GroupNormalization",
@@ -694,6 +693,21 @@ static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
     }
     if (type == "Cast" || type == "CastLike") {
       removeAttr(node, "saturate");
+      continue;
+    }
+    if (type == "Pad") {
+      // Opset 18 added the axes input and 19 the wrap mode; without them a
+      // Pad means what opset 17's does.
+      bool wrap = llvm::any_of(node.attribute(), [](const auto &attr) {
+        return attr.name() == "mode" && attr.s() == "wrap";
+      });
+      if (!wrap && (node.input_size() < 4 || node.input(3).empty()))
+        continue;
+      if (refusedTypes.insert("Pad with axes or wrap").second)
+        refused.push_back("Pad with an axes input or mode 'wrap', which "
+                          "opsets 18 and 19 added (e.g. " +
+                          where(node, index) +
+                          "; pad every axis in constant mode)");
       continue;
     }
     if (changed.contains(type) && refusedTypes.insert(type).second)

@@ -48,6 +48,42 @@ func.func @hf(%ids: tensor<2x8xi64> {onnx.name = "input_ids"},
 
 // -----
 
+// transformers 4.46 on (ForCausalLMLoss): every position's logits against
+// pad(labels, (0, 1), value=-100)[..., 1:]; the last position is ignored.
+// CHECK-LABEL: func.func @hf_padded(%arg0: tensor<2x8xi64> {onnx.name = "input_ids"}) -> tensor<2x8x16xf32>
+// CHECK-NOT: cross_entropy
+// CHECK-NOT: concat
+// EXPLAIN: remark: the model computes its own loss, cross_entropy against input #1 ('labels') shifted by one position
+func.func @hf_padded(%ids: tensor<2x8xi64> {onnx.name = "input_ids"},
+                     %labels: tensor<2x8xi64> {onnx.name = "labels"})
+    -> (tensor<f32>, tensor<2x8x16xf32>) {
+  %wte = weft.parameter "wte" : tensor<16x4xf32> = dense<0.5>
+  %x = weft.embedding %wte[%ids] : (tensor<16x4xf32>, tensor<2x8xi64>) -> tensor<2x8x4xf32>
+  %logits = weft.linear %x, %wte transpose_weight : (tensor<2x8x4xf32>, tensor<16x4xf32>) -> tensor<2x8x16xf32>
+  %ignored = weft.constant dense<-100> : tensor<2x1xi64>
+  %padded = weft.concat %labels, %ignored axis 1 : (tensor<2x8xi64>, tensor<2x1xi64>) -> tensor<2x9xi64>
+  %next = weft.slice %padded starts [0, 1] limits [2, 9] : tensor<2x9xi64> -> tensor<2x8xi64>
+  %flat = weft.reshape %logits : tensor<2x8x16xf32> -> tensor<16x16xf32>
+  %flatl = weft.reshape %next : tensor<2x8xi64> -> tensor<16xi64>
+  %loss = weft.cross_entropy %flat, %flatl reduction mean ignore_index -100 : (tensor<16x16xf32>, tensor<16xi64>) -> tensor<f32>
+  return %loss, %logits : tensor<f32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// The same, shifted before it is padded.
+// CHECK-LABEL: func.func @padded_after(%arg0: tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+// CHECK-NEXT: return %arg0
+func.func @padded_after(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>) -> tensor<f32> {
+  %next = weft.slice %labels starts [0, 1] limits [2, 8] : tensor<2x8xi64> -> tensor<2x7xi64>
+  %ignored = weft.constant dense<-1> : tensor<2x1xi64>
+  %padded = weft.concat %next, %ignored axis 1 : (tensor<2x7xi64>, tensor<2x1xi64>) -> tensor<2x8xi64>
+  %loss = weft.cross_entropy %logits, %padded reduction mean ignore_index -1 : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // A model that scores its own input's next tokens keeps that input: it reads
 // it as its token ids.
 // CHECK-LABEL: func.func @self(%arg0: tensor<2x8xi64>) -> tensor<2x8x16xf32>
@@ -132,8 +168,21 @@ func.func @mixed(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>) -> tenso
 func.func @backwards(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>) -> tensor<f32> {
   %shift = weft.slice %logits starts [0, 1, 0] limits [2, 8, 16] : tensor<2x8x16xf32> -> tensor<2x7x16xf32>
   %next = weft.slice %labels starts [0, 0] limits [2, 7] : tensor<2x8xi64> -> tensor<2x7xi64>
-  // expected-error @+1 {{the model's loss slices its logits and labels otherwise than by Hugging Face's shift}}
+  // expected-error @+1 {{the model's loss slices or pads its logits and labels otherwise than by Hugging Face's shift}}
   %loss = weft.cross_entropy %shift, %next reduction mean : (tensor<2x7x16xf32>, tensor<2x7xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// A padding that the loss counts (not its ignore index): the last position
+// would be scored against token 0.
+func.func @padded_counted(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>) -> tensor<f32> {
+  %next = weft.slice %labels starts [0, 1] limits [2, 8] : tensor<2x8xi64> -> tensor<2x7xi64>
+  %zero = weft.constant dense<0> : tensor<2x1xi64>
+  %padded = weft.concat %next, %zero axis 1 : (tensor<2x7xi64>, tensor<2x1xi64>) -> tensor<2x8xi64>
+  // expected-error @+1 {{the model's loss slices or pads its logits and labels otherwise than by Hugging Face's shift}}
+  %loss = weft.cross_entropy %logits, %padded reduction mean ignore_index -100 : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<f32>
   return %loss : tensor<f32>
 }
 

@@ -33,9 +33,10 @@ plan given.
     decoder's input the token windows and the encoder's each row's 12
     tokens before them; torch is fed the same. Before, `weft train` could
     not bind the source nor feed it.
-  - own_loss_shifted (tp=2, pp=2), own_loss_targets, own_loss_nll: the
-    GPT-2 formulation written to compute its own loss (class OwnLoss):
-    Hugging Face's (loss, logits) with the labels shifted inside, nanoGPT's
+  - own_loss_shifted (tp=2, pp=2), own_loss_padded (tp=2, cp=2),
+    own_loss_targets, own_loss_nll: the GPT-2 formulation written to compute
+    its own loss (class OwnLoss): Hugging Face's (loss, logits) with the
+    labels shifted inside (and padded, as transformers 4.46 does), nanoGPT's
     (logits, loss) of targets, and nll_loss of log_softmax. weft train takes
     the loss out (-weft-lift-model-loss) and computes it from the logits;
     torch trains the logits' loss. Before, the import refused
@@ -121,7 +122,9 @@ class OwnLoss(torch.nn.Module):
         cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1));
       - shifted (Hugging Face's ...ForCausalLM with labels=input_ids): (loss,
         logits), logits[..., :-1, :] scored against labels[..., 1:];
-      - nll: nll_loss(log_softmax(logits, -1).view(-1, V), targets.view(-1)).
+      - nll: nll_loss(log_softmax(logits, -1).view(-1, V), targets.view(-1));
+      - padded (transformers 4.46 on, ForCausalLMLoss): (loss, logits), every
+        position's f32 logits against pad(labels, (0, 1), value=-100)[..., 1:].
 
     weft train takes the loss out (-weft-lift-model-loss) and computes it
     from the logits with its own labels; `logits` is the model without it,
@@ -144,6 +147,11 @@ class OwnLoss(torch.nn.Module):
         if self.kind == "nll":
             logp = torch.nn.functional.log_softmax(logits, dim=-1)
             return torch.nn.functional.nll_loss(logp.view(-1, vocab), labels.view(-1)), logits
+        if self.kind == "padded":
+            labels = torch.nn.functional.pad(labels, (0, 1), value=-100)
+            shift = labels[..., 1:].contiguous()
+            return torch.nn.functional.cross_entropy(
+                logits.float().view(-1, vocab), shift.view(-1), ignore_index=-100), logits
         shift_logits = logits[..., :-1, :].contiguous().float()
         shift_labels = labels[..., 1:].contiguous()
         loss = torch.nn.CrossEntropyLoss()(shift_logits.view(-1, vocab), shift_labels.view(-1))
@@ -151,7 +159,7 @@ class OwnLoss(torch.nn.Module):
 
 
 OWN_LOSS = {"own_loss_targets": "targets", "own_loss_shifted": "shifted",
-            "own_loss_nll": "nll"}
+            "own_loss_nll": "nll", "own_loss_padded": "padded"}
 
 
 def build(form):
@@ -189,8 +197,8 @@ def export(form, path):
     if form in OWN_LOSS:
         outputs = ["logits", "loss"] if OWN_LOSS[form] == "targets" else ["loss", "logits"]
         torch.onnx.export(model, (ids, ids), path, opset_version=17,
-                          input_names=["input_ids", "targets" if form != "own_loss_shifted"
-                                       else "labels"],
+                          input_names=["input_ids", "targets" if OWN_LOSS[form] in
+                                       ("targets", "nll") else "labels"],
                           output_names=outputs, do_constant_folding=False,
                           training=torch.onnx.TrainingMode.TRAINING)
         return []
