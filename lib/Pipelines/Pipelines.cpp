@@ -144,37 +144,40 @@ void weft::registerWeftPipelines() {
 // The training step
 //===----------------------------------------------------------------------===//
 
+LogicalResult weft::buildEvaluationStep(MLIRContext &context, ModuleOp module,
+                                        const TrainingStepOptions &options) {
+  PassManager pm(&context);
+  // A model that computes its own loss gives it up, with its labels input.
+  pm.addPass(createWeftLiftModelLoss());
+  // How each input is filled, while the model's function still has only
+  // its own inputs.
+  if (options.assignFeeds) {
+    WeftAssignFeedsOptions feeds;
+    feeds.feeds.assign(options.feeds.begin(), options.feeds.end());
+    pm.addPass(createWeftAssignFeeds(feeds));
+  }
+  // (Projections are cut while the weights are read directly; the loss
+  // comes after the 16-bit forward, which it widens.)
+  pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
+  if (options.dtype != "f32") {
+    WeftMixedPrecisionOptions mixed;
+    mixed.compute = options.dtype;
+    pm.addNestedPass<func::FuncOp>(createWeftMixedPrecision(mixed));
+  }
+  WeftAppendLossOptions loss;
+  loss.reduction = "mean";
+  loss.ignoreIndex = options.ignoreIndex;
+  pm.addPass(createWeftAppendLoss(loss));
+  return pm.run(module);
+}
+
 LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
                                       const plan::Plan &plan,
                                       const TrainingStepOptions &options,
                                       FunctionType &type) {
   const bool pipelined = plan.pp() > 1;
-  {
-    PassManager pm(&context);
-    // A model that computes its own loss gives it up, with its labels input.
-    pm.addPass(createWeftLiftModelLoss());
-    // How each input is filled, while the model's function still has only
-    // its own inputs.
-    if (options.assignFeeds) {
-      WeftAssignFeedsOptions feeds;
-      feeds.feeds.assign(options.feeds.begin(), options.feeds.end());
-      pm.addPass(createWeftAssignFeeds(feeds));
-    }
-    // (Projections are cut while the weights are read directly; the loss
-    // comes after the 16-bit forward, which it widens.)
-    pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());
-    if (options.dtype != "f32") {
-      WeftMixedPrecisionOptions mixed;
-      mixed.compute = options.dtype;
-      pm.addNestedPass<func::FuncOp>(createWeftMixedPrecision(mixed));
-    }
-    WeftAppendLossOptions loss;
-    loss.reduction = "mean";
-    loss.ignoreIndex = options.ignoreIndex;
-    pm.addPass(createWeftAppendLoss(loss));
-    if (failed(pm.run(module)))
-      return failure();
-  }
+  if (failed(buildEvaluationStep(context, module, options)))
+    return failure();
   func::FuncOp func;
   for (auto candidate : module.getOps<func::FuncOp>())
     if (!func && !candidate.isExternal())

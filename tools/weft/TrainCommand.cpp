@@ -243,6 +243,23 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     dumpStep("dump-step", cl::desc("Write the training step's IR here"),
              cl::sub(trainCommand));
+static cl::opt<std::string> evalDataPath(
+    "eval-data",
+    cl::desc("Held-out tokens (as --data, in --data-dtype): the loss of the "
+             "model's forward on them, without a backward or an update, "
+             "after every --eval-every steps and after the last"),
+    cl::sub(trainCommand));
+static cl::opt<int64_t> evalEvery(
+    "eval-every",
+    cl::desc("--eval-data: evaluate after every N steps (0: after the last "
+             "only)"),
+    cl::init(0), cl::sub(trainCommand));
+static cl::opt<int64_t> evalIters(
+    "eval-iters",
+    cl::desc("--eval-data: the micro-batches an evaluation averages, the "
+             "same ones each time (the file's first windows, wrapping "
+             "around)"),
+    cl::init(8), cl::sub(trainCommand));
 static cl::opt<std::string> tracePath(
     "trace",
     cl::desc("With pp > 1: write the first step's executed pipeline steps "
@@ -894,6 +911,44 @@ static std::optional<weft::plan::Plan> trainingPlan() {
   return plan;
 }
 
+/// Why the token ids of `tokens` (read from `path`) cannot be the labels of
+/// the model in `module`, or "": each must be a class of the model's
+/// output. A model exported without its language-model head returns hidden
+/// states, whose width the ids would index; the first step failed on the
+/// first id beyond it.
+static std::string checkTokenIds(ModuleOp module,
+                                 const std::vector<int64_t> &tokens,
+                                 llvm::StringRef path) {
+  for (auto entry : module.getOps<func::FuncOp>()) {
+    if (entry.isExternal() || entry.getNumResults() == 0 || tokens.empty())
+      break;
+    auto logits = dyn_cast<RankedTensorType>(entry.getResultTypes().front());
+    int64_t largest = *std::max_element(tokens.begin(), tokens.end());
+    if (!logits || logits.getRank() < 2 ||
+        logits.isDynamicDim(logits.getRank() - 1) ||
+        largest < logits.getShape().back())
+      break;
+    int64_t classes = logits.getShape().back(), vocab = 0;
+    entry.walk([&](weft::EmbeddingOp op) {
+      if (!vocab && isa<BlockArgument>(op.getIndices()))
+        vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+    });
+    std::string why = path.str() + " holds token id " +
+                      std::to_string(largest) +
+                      ", but the model's output has " +
+                      std::to_string(classes) + " classes per position";
+    if (vocab > 0 && vocab != classes)
+      why += "; its token embedding has " + std::to_string(vocab) +
+             " rows, so the output is hidden states, not logits: export the "
+             "model with its language-model head (a ...ForCausalLM model, "
+             "or with its lm_head)";
+    else
+      why += ": the data is not tokenized for this model's vocabulary";
+    return why;
+  }
+  return "";
+}
+
 int runTrain(MLIRContext &context) {
   if (dataPath.empty())
     return trainError("--data is required: a token file (.npy or raw "
@@ -910,6 +965,13 @@ int runTrain(MLIRContext &context) {
     return trainError(why);
   if (!(collectiveTimeout > 0))
     return trainError("--collective-timeout needs a positive number");
+  if (evalEvery < 0 || evalIters <= 0)
+    return trainError("--eval-every must be 0 or more and --eval-iters "
+                      "positive");
+  if (evalDataPath.empty() &&
+      (evalEvery.getNumOccurrences() || evalIters.getNumOccurrences()))
+    return trainError("--eval-every and --eval-iters evaluate --eval-data: "
+                      "give it");
   // (The optimizer step leaves the frozen parameters out.)
   if (std::string why; !freeze.empty() && !llvm::Regex(freeze).isValid(why))
     return trainError("--freeze: " + why);
@@ -941,35 +1003,26 @@ int runTrain(MLIRContext &context) {
         [](const llvm::ErrorInfoBase &e) { trainError(e.message()); });
     return 1;
   }
-  // The labels are the data's token ids: each must be a class of the
-  // model's output. A model exported without its language-model head
-  // returns hidden states, whose width the ids would index; the first step
-  // failed on the first id beyond it.
-  for (auto entry : module->getOps<func::FuncOp>()) {
-    if (entry.isExternal() || entry.getNumResults() == 0 || tokens.empty())
-      break;
-    auto logits = dyn_cast<RankedTensorType>(entry.getResultTypes().front());
-    int64_t largest = *std::max_element(tokens.begin(), tokens.end());
-    if (!logits || logits.getRank() < 2 ||
-        logits.isDynamicDim(logits.getRank() - 1) ||
-        largest < logits.getShape().back())
-      break;
-    int64_t classes = logits.getShape().back(), vocab = 0;
-    entry.walk([&](weft::EmbeddingOp op) {
-      if (!vocab && isa<BlockArgument>(op.getIndices()))
-        vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
-    });
-    std::string why = dataPath + " holds token id " + std::to_string(largest) +
-                      ", but the model's output has " +
-                      std::to_string(classes) + " classes per position";
-    if (vocab > 0 && vocab != classes)
-      why += "; its token embedding has " + std::to_string(vocab) +
-             " rows, so the output is hidden states, not logits: export the "
-             "model with its language-model head (a ...ForCausalLM model, "
-             "or with its lm_head)";
-    else
-      why += ": the data is not tokenized for this model's vocabulary";
+  if (std::string why = checkTokenIds(*module, tokens, dataPath); !why.empty())
     return trainError(why);
+  // Held-out data: its loss under the forward the step differentiates
+  // (built by the same passes, before the backward), on one device with
+  // the step's whole weights.
+  std::vector<int64_t> evalTokens;
+  OwningOpRef<ModuleOp> evalModule;
+  if (!evalDataPath.empty()) {
+    absl::StatusOr<std::vector<int64_t>> held =
+        weft::rt::readTokenFile(evalDataPath, dataDtype);
+    if (!held.ok())
+      return trainError(std::string(held.status().message()));
+    evalTokens = std::move(*held);
+    if (std::string why = checkTokenIds(*module, evalTokens, evalDataPath);
+        !why.empty())
+      return trainError(why);
+    evalModule = cast<ModuleOp>((*module)->clone());
+    if (failed(weft::buildEvaluationStep(context, *evalModule,
+                                         stepOptions(computeType, false))))
+      return 1;
   }
   // The training step as IR: the loss, then (with pp > 1) the stages, the
   // backward, and the pipeline's schedule.
@@ -1006,6 +1059,10 @@ int runTrain(MLIRContext &context) {
     return trainError(dataPath + " has " + std::to_string(tokens.size()) +
                       " tokens; one micro-batch needs " +
                       std::to_string(window));
+  if (evalModule && int64_t(evalTokens.size()) < window)
+    return trainError(
+        evalDataPath + " has " + std::to_string(evalTokens.size()) +
+        " tokens; one micro-batch needs " + std::to_string(window));
   // The step's function (split into stages' functions with pp > 1).
   func::FuncOp func =
       pipelined ? func::FuncOp() : *module->getOps<func::FuncOp>().begin();
@@ -1103,8 +1160,36 @@ int runTrain(MLIRContext &context) {
       return trainError("cannot write " + logPath + ": " + ec.message());
     if (!jsonl && existing == 0)
       *log << "step,loss,lr,grad_norm,tokens,seconds"
-           << (scaling.scale ? ",loss_scale,skipped" : "") << "\n";
+           << (scaling.scale ? ",loss_scale,skipped" : "")
+           << (evalModule ? ",val_loss" : "") << "\n";
   }
+  // The held-out loss: the mean of the first --eval-iters windows' losses.
+  func::FuncOp evalFunc;
+  if (evalModule)
+    for (auto candidate : evalModule->getOps<func::FuncOp>())
+      if (!evalFunc && !candidate.isExternal())
+        evalFunc = candidate;
+  weft::InterpreterOptions evalOptions;
+  evalOptions.weightsDir = options.weightsDir;
+  auto evaluateHeldOut =
+      [&](const std::vector<ParamState> &weights) -> FailureOr<double> {
+    llvm::StringMap<HostTensor> whole;
+    for (const ParamState &p : weights)
+      whole[p.name] = p.value;
+    evalOptions.parameters = &whole;
+    double sum = 0;
+    for (int64_t w = 0; w < evalIters; ++w) {
+      FailureOr<std::vector<HostTensor>> outputs =
+          weft::interpret(evalFunc,
+                          weft::rt::tokenWindows(evalTokens, batch, seqLen, w,
+                                                 1, feeds, *objective),
+                          evalOptions);
+      if (failed(outputs))
+        return failure();
+      sum += (*outputs)[0].at(0);
+    }
+    return sum / double(evalIters);
+  };
 
   llvm::StringMap<HostTensor> current;
   options.parameters = &current;
@@ -1349,6 +1434,21 @@ int runTrain(MLIRContext &context) {
       llvm::outs() << llvm::format("  loss_scale %g", usedScale)
                    << (taken ? "" : "  skipped: the gradients overflowed");
     llvm::outs() << '\n';
+    bool last = step + 1 == steps;
+    std::optional<double> heldOut;
+    if (evalModule &&
+        (last || (evalEvery > 0 && (step + 1) % evalEvery == 0))) {
+      FailureOr<double> evaluated = evaluateHeldOut(params);
+      if (failed(evaluated))
+        return 1;
+      heldOut = *evaluated;
+      llvm::outs() << llvm::format(
+          "eval after step %lld/%lld  val_loss %.6f  val_ppl %.4g  (%lld "
+          "micro-batches of %s)\n",
+          (long long)(step + 1), (long long)steps.getValue(), *heldOut,
+          std::exp(*heldOut), (long long)evalIters.getValue(),
+          evalDataPath.c_str());
+    }
     llvm::outs().flush();
     if (log) {
       std::string scaled;
@@ -1359,6 +1459,15 @@ int runTrain(MLIRContext &context) {
              << ", \"skipped\": " << (taken ? "false" : "true");
         else
           os << ',' << llvm::format("%.17g", usedScale) << ',' << !taken;
+      }
+      if (evalModule) {
+        llvm::raw_string_ostream os(scaled);
+        if (jsonl && heldOut)
+          os << ", \"val_loss\": " << llvm::format("%.9f", *heldOut);
+        else if (!jsonl)
+          os << ',';
+        if (!jsonl && heldOut)
+          os << llvm::format("%.9f", *heldOut);
       }
       if (jsonl)
         *log << llvm::formatv("{{\"step\": {0}, \"loss\": {1:f9}, \"lr\": "
@@ -1372,7 +1481,6 @@ int runTrain(MLIRContext &context) {
                               scaled);
       log->flush();
     }
-    bool last = step + 1 == steps;
     if (!saveDir.empty() &&
         (last || (saveEvery > 0 && (step + 1) % saveEvery == 0))) {
       if (!saveCheckpoint(params, step + 1, residuals, scaling, error))

@@ -130,9 +130,18 @@ struct TrainingStepOptions {
   WeftBuildOptimizerOptions optimizer;
 };
 
-/// The loss, then (with pp > 1) the stages, the backward, and the
-/// pipeline's schedule. `type` gets the model's function type with the
-/// loss (its inputs: the model's, then the labels).
+/// The forward and its loss as a training step computes them, before the
+/// backward: the model's own loss taken out (-weft-lift-model-loss), the
+/// inputs' fills recorded, the compute type applied, and the mean
+/// cross-entropy against the labels (a last argument) as the first result.
+/// weft train evaluates held-out data with it.
+mlir::LogicalResult buildEvaluationStep(mlir::MLIRContext &context,
+                                        mlir::ModuleOp module,
+                                        const TrainingStepOptions &options);
+
+/// The loss (buildEvaluationStep), then (with pp > 1) the stages, the
+/// backward, and the pipeline's schedule. `type` gets the model's function type
+/// with the loss (its inputs: the model's, then the labels).
 mlir::LogicalResult buildTrainingStep(mlir::MLIRContext &context,
                                       mlir::ModuleOp module,
                                       const plan::Plan &plan,
