@@ -880,6 +880,11 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     - `sgd`: `d = g + λ p` (with weight decay λ); `b = μ b + d` (the buffer starts at
       zero, which makes it `d` at the first step); `p -= lr · b`.
 
+    With `decay=matrices` the parameters of rank 1 (biases, norm weights) take no decay
+    (AdamW's `p *= decay_factor` and SGD's `λ p` are left out of their updates), as the
+    parameter groups of nanoGPT, Megatron-LM and Hugging Face's Trainer keep them; the
+    default, `all`, is `torch.optim.AdamW(model.parameters())`'s.
+
     What changes from step to step comes in as scalars the runner computes on the host,
     as torch.optim does in Python: `decay_factor` = 1 − lr·λ, `step_size` =
     lr / (1 − β₁ᵗ), `bias_correction2_sqrt` = √(1 − β₂ᵗ) (AdamW), `lr` (SGD). Every
@@ -958,6 +963,11 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
            "clip the gradients to this global L2 norm (0: no clipping)">,
     Option<"freeze", "freeze", "std::string", /*default=*/"\"\"",
            "a regular expression: parameters whose names match are not updated">,
+    Option<"decay", "decay", "std::string", /*default=*/"\"all\"",
+           "which parameters weight decay shrinks: all (torch.optim over "
+           "model.parameters()), or matrices, those of rank 2 or more (nanoGPT's, "
+           "Megatron-LM's and Hugging Face Trainer's groups: no decay for biases and "
+           "norm weights)">,
     Option<"rankLocal", "rank-local", "bool", /*default=*/"false",
            "on a partitioned module: the step each rank runs, on the blocks it holds">,
     ListOption<"storedOver", "stored-over", "std::string",

@@ -70,6 +70,11 @@ struct WeftBuildOptimizerPass
                          << "' is not adamw or sgd";
       return signalPassFailure();
     }
+    if (decay != "all" && decay != "matrices") {
+      module.emitError() << "-weft-build-optimizer: decay '" << decay
+                         << "' is not all or matrices";
+      return signalPassFailure();
+    }
     // A ring's load-balanced layout (-weft-apply-plan marks the steps).
     loadBalanced = llvm::any_of(module.getOps<func::FuncOp>(), [](auto f) {
       return f->hasAttr(WeftDialect::getLoadBalancedAttrName());
@@ -579,11 +584,15 @@ struct WeftBuildOptimizerPass
                                      b.getI64IntegerAttr(0), zigzag(stored, 0));
         return block;
       };
+      // decay=matrices: biases and norm weights (rank 1) do not decay, as
+      // nanoGPT's, Megatron-LM's and Hugging Face Trainer's groups keep them.
+      const bool decays =
+          decay == "all" || cast<RankedTensorType>(p.getType()).getRank() >= 2;
       if (adamw) {
         // torch.optim.AdamW, single tensor: decoupled decay, the moments'
         // lerp and addcmul, and addcdiv with the bias corrections.
         Value m = body->getArgument(at + 2), v = body->getArgument(at + 3);
-        Value decayed = mul(p, decayFactor);
+        Value decayed = decays ? mul(p, decayFactor) : p;
         Value oneMinusBeta1 = constant(1.0f - float(beta1));
         Value m1 = add(m, mul(sub(g, m), oneMinusBeta1));
         Value oneMinusBeta2 = constant(1.0f - float(beta2));
@@ -599,7 +608,9 @@ struct WeftBuildOptimizerPass
         // torch.optim.SGD with momentum: L2 weight decay into the gradient,
         // the buffer (zero before the first step), and the step.
         Value buffer = body->getArgument(at + 2);
-        Value d = weightDecay != 0 ? add(g, mul(constant(weightDecay), p)) : g;
+        Value d = weightDecay != 0 && decays
+                      ? add(g, mul(constant(weightDecay), p))
+                      : g;
         Value b1 = add(mul(constant(momentum), buffer), d);
         Value p1 = sub(p, mul(lr, b1));
         returned.append(

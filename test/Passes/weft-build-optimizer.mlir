@@ -1,6 +1,9 @@
 // RUN: weft-opt %s -split-input-file -weft-build-optimizer -verify-diagnostics | FileCheck %s
 // RUN: weft-opt %s -split-input-file -weft-build-optimizer="optimizer=sgd momentum=0.5 weight-decay=0.1 max-grad-norm=1.0 freeze=^b$" -verify-diagnostics | FileCheck %s --check-prefix=SGD
 // RUN: weft-opt %s -split-input-file -weft-build-optimizer=skip-nonfinite=true -verify-diagnostics | FileCheck %s --check-prefix=SKIP
+// RUN: weft-opt %s -split-input-file -weft-build-optimizer=decay=matrices -verify-diagnostics | FileCheck %s --check-prefix=MATRICES
+// RUN: weft-opt %s -split-input-file -weft-build-optimizer="optimizer=sgd weight-decay=0.1 decay=matrices" -verify-diagnostics | FileCheck %s --check-prefix=SGDMATRICES
+// RUN: not weft-opt %s -split-input-file -weft-build-optimizer=decay=biases 2>&1 | FileCheck %s --check-prefix=BADDECAY
 
 // A training step returning two gradients: AdamW's step takes the step's
 // scalars, then each parameter, its summed gradient and its two moments, and
@@ -54,6 +57,24 @@
 // SKIP: %[[M:.*]] = weft.where %[[OK]], %{{.*}}, %[[MW]]
 // SKIP: %[[V:.*]] = weft.where %[[OK]], %{{.*}}, %[[VW]]
 // SKIP: return %[[NORM]], %[[P]], %[[M]], %[[V]],
+
+// decay=matrices: the matrix w decays, the bias b (rank 1) does not, as
+// nanoGPT's and Megatron-LM's parameter groups.
+// MATRICES-LABEL: func.func @optimizer_step
+// MATRICES-SAME: %[[DECAY:[^:]*]]: tensor<f32> {weft.optimizer_slot = {role = "decay_factor"}}
+// MATRICES-SAME: %[[W:[^:]*]]: tensor<4x8xf32> {weft.optimizer_slot = {parameter = "w", role = "param"}}
+// MATRICES-SAME: %[[B:[^:]*]]: tensor<8xf32> {weft.optimizer_slot = {parameter = "b", role = "param"}}
+// MATRICES: weft.mul %[[W]], %[[DECAY]]
+// MATRICES-NOT: weft.mul %[[B]], %[[DECAY]]
+// MATRICES: weft.sub %[[B]], %{{.*}} : tensor<8xf32>
+// MATRICES: return
+// SGDMATRICES-LABEL: func.func @optimizer_step
+// SGDMATRICES-SAME: %[[W:[^:]*]]: tensor<4x8xf32> {weft.optimizer_slot = {parameter = "w", role = "param"}}
+// SGDMATRICES-SAME: %[[B:[^:]*]]: tensor<8xf32> {weft.optimizer_slot = {parameter = "b", role = "param"}}
+// SGDMATRICES: weft.mul %{{.*}}, %[[W]] : (tensor<f32>, tensor<4x8xf32>)
+// SGDMATRICES-NOT: %[[B]] : (tensor<f32>, tensor<8xf32>)
+// SGDMATRICES: return
+// BADDECAY: error: -weft-build-optimizer: decay 'biases' is not all or matrices
 
 // SGD with momentum, weight decay, clipping, and `b` frozen: one buffer per
 // parameter, the learning rate as the step's scalar, and every gradient

@@ -122,15 +122,22 @@ def windows(tokens, step, batch, seq):
     return torch.from_numpy(ids), torch.from_numpy(labels)
 
 
-def torch_run(name, tokens, steps, rule="adamw", lr=LR, clip=0.0, accum=1, norms=None):
+def torch_run(name, tokens, steps, rule="adamw", lr=LR, clip=0.0, accum=1, norms=None,
+              wd=WD, decay="all"):
     """`steps` steps of torch.optim's AdamW or SGD(momentum=0.9), each over `accum`
     consecutive windows (their gradients summed, then divided by `accum`, as
     `weft train --grad-accum` does), clipped to a global norm of `clip` if > 0;
-    the norms before clipping go into `norms`."""
+    the norms before clipping go into `norms`. With `decay` "matrices", AdamW
+    decays the parameters of rank 2 or more only (nanoGPT's groups)."""
     model = build(name)
     params = [p for _, p in model.named_parameters()]
-    if rule == "adamw":
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=WD, foreach=False)
+    if rule == "adamw" and decay == "matrices":
+        opt = torch.optim.AdamW(
+            [{"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
+             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+            lr=lr, foreach=False)
+    elif rule == "adamw":
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=wd, foreach=False)
     else:
         opt = torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM, weight_decay=WD,
                               foreach=False)
@@ -169,12 +176,12 @@ def torch_run(name, tokens, steps, rule="adamw", lr=LR, clip=0.0, accum=1, norms
 
 
 def weft_run(weft, onnx_path, work, name, steps, plan=None, recompute="full", extra=(),
-             norms=None):
+             norms=None, wd=WD):
     out = os.path.join(work, "ck-%s-%s%s" % ((plan or "single").replace(",", "_").replace("=", ""),
                                              recompute, "-".join(extra).replace("-", "")))
     log = out + ".csv"
     cmd = [weft, "train", onnx_path, "--data", os.path.join(work, "tokens.npy"),
-           "--steps", str(steps), "--lr", str(LR), "--weight-decay", str(WD),
+           "--steps", str(steps), "--lr", str(LR), "--weight-decay", str(wd),
            "--batch-size", str(em.BATCH), "--seq-len", str(em.SEQ),
            "--log", log, "--save", out, "--recompute", recompute] + MODELS[name][2]
     cmd += list(extra)
@@ -295,6 +302,25 @@ def main():
                 failures.append("%s: weft train differs from torch (loss %.2e, weights %.2e)"
                                 % (name, loss_err, weight_err))
             checked += 1
+            if name == "gpt2":
+                # --decay matrices: no decay for biases and norm weights, as
+                # nanoGPT's parameter groups; a weight decay of 0.1 moves the
+                # rank-1 weights by 2e-3 over the steps if they decayed.
+                group_losses, grouped, _ = torch_run(name, tokens, STEPS, wd=0.1,
+                                                     decay="matrices")
+                losses, weights = weft_run(args.weft, onnx_path, work, name, STEPS, wd=0.1,
+                                           extra=["--decay", "matrices"])
+                loss_err = relative(losses, group_losses)
+                weight_err = max(relative(weights[k][~noise[k]], v[~noise[k]])
+                                 for k, v in grouped.items() if (~noise[k]).any())
+                print("%s: %d AdamW steps with --decay matrices (weight decay 0.1 on the "
+                      "%d matrices, none on the %d biases and norm weights); max relative "
+                      "error: loss %.2e, weights %.2e"
+                      % (name, STEPS, sum(v.ndim >= 2 for v in grouped.values()),
+                         sum(v.ndim < 2 for v in grouped.values()), loss_err, weight_err))
+                if loss_err > 1e-4 or weight_err > 1e-4:
+                    failures.append("%s: --decay matrices differs from torch's groups "
+                                    "(loss %.2e, weights %.2e)" % (name, loss_err, weight_err))
             if name in SHORT:
                 base_losses, base = weft_run(args.weft, onnx_path, work, name, 5)
                 pairs += check_plans(args.weft, onnx_path, work, name, SHORT[name], noise,

@@ -116,6 +116,14 @@ static cl::opt<double> weightDecay("weight-decay",
                                             "SGD's L2 term"),
                                    cl::init(0.01), cl::sub(trainCommand),
                                    cl::sub(compileSubCommand()));
+static cl::opt<std::string> decayRule(
+    "decay",
+    cl::desc(
+        "Which parameters --weight-decay shrinks: all (default, "
+        "torch.optim.AdamW(model.parameters())) or matrices (rank >= 2: "
+        "no decay for biases and norm weights, as nanoGPT, Megatron-LM and "
+        "Hugging Face's Trainer group them)"),
+    cl::init("all"), cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<double> beta1("beta1", cl::init(0.9), cl::sub(trainCommand),
                              cl::sub(compileSubCommand()),
                              cl::desc("AdamW's first-moment decay"));
@@ -826,6 +834,7 @@ static weft::TrainingStepOptions stepOptions(llvm::StringRef dtype,
   weft::WeftBuildOptimizerOptions &rule = options.optimizer;
   rule.optimizer = optimizer;
   rule.weightDecay = weightDecay;
+  rule.decay = decayRule;
   rule.beta1 = beta1;
   rule.beta2 = beta2;
   rule.eps = adamEps;
@@ -958,6 +967,8 @@ int runTrain(MLIRContext &context) {
                       "must be positive");
   if (optimizer != "adamw" && optimizer != "sgd")
     return trainError("--optimizer " + optimizer + ": expected adamw or sgd");
+  if (decayRule != "all" && decayRule != "matrices")
+    return trainError("--decay " + decayRule + ": expected all or matrices");
   if (computeType != "f32" && computeType != "bf16" && computeType != "f16")
     return trainError("--dtype " + computeType + ": expected f32, bf16 or f16");
   Scaling scaling;
@@ -1500,6 +1511,9 @@ compileTrainingProgram(MLIRContext &context,
   if (optimizer != "adamw" && optimizer != "sgd")
     return llvm::createStringError("--optimizer " + optimizer +
                                    ": expected adamw or sgd");
+  if (decayRule != "all" && decayRule != "matrices")
+    return llvm::createStringError("--decay " + decayRule +
+                                   ": expected all or matrices");
   if (const std::string &dtype = given.options.dtype;
       dtype != "f32" && dtype != "bf16" && dtype != "f16")
     return llvm::createStringError("--dtype " + dtype +
