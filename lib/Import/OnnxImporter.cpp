@@ -168,8 +168,11 @@ private:
                                   const std::string &equation);
   LogicalResult importDropout(const onnx::NodeProto &node);
   /// SoftmaxCrossEntropyLoss of `scores` (its input 0), and
-  /// NegativeLogLikelihoodLoss of a LogSoftmax's input: weft.cross_entropy.
-  LogicalResult importCrossEntropy(const onnx::NodeProto &node, Value scores);
+  /// NegativeLogLikelihoodLoss of a LogSoftmax's input: weft.cross_entropy;
+  /// with class weights, or the likelihood (`logProbs`) of other
+  /// log-probabilities, weft ops per position.
+  LogicalResult importCrossEntropy(const onnx::NodeProto &node, Value scores,
+                                   bool logProbs = false);
   LogicalResult importAttention(const onnx::NodeProto &node);
   LogicalResult importRmsNormalization(const onnx::NodeProto &node);
   LogicalResult importRotaryEmbedding(const onnx::NodeProto &node);
@@ -1181,21 +1184,16 @@ LogicalResult GraphImporter::importEinsum(const onnx::NodeProto &node) {
 }
 
 LogicalResult GraphImporter::importCrossEntropy(const onnx::NodeProto &node,
-                                                Value scores) {
+                                                Value scores, bool logProbs) {
   // Scores are [N, C] or [N, C, d1, ...] (the classes on axis 1), labels
   // [N] or [N, d1, ...]; weft's logits keep the classes last.
   if (!scores)
     return failure();
-  if (hasInput(node, 2))
-    return error() << node.op_type()
-                   << " with class weights (input 2) is not imported: "
-                      "weft's cross-entropy weighs every class alike";
+  // SoftmaxCrossEntropyLoss's log-probabilities, if read: log_softmax over
+  // the classes.
   if (node.output_size() > 1 && !node.output(1).empty() &&
       isRead(node.output(1)))
-    return error() << node.op_type()
-                   << "'s log-probabilities (output 1) are read, which "
-                      "weft's cross-entropy does not give: compute them with "
-                      "log_softmax";
+    setOutput(node, 1, LogSoftmaxOp::create(builder, loc, scores, 1));
   const onnx::AttributeProto *given = attribute(node, "reduction");
   std::string name = given ? given->s() : "mean";
   std::optional<LossReduction> reduction = symbolizeLossReduction(name);
@@ -1220,10 +1218,102 @@ LogicalResult GraphImporter::importCrossEntropy(const onnx::NodeProto &node,
   Value labels = input(node, 1);
   if (!logits || !labels)
     return failure();
-  setOutput(
-      node, 0,
-      createChecked<CrossEntropyOp>(
-          logits, labels, LossReductionAttr::get(context, *reduction), ignore));
+  const bool weighted = hasInput(node, 2);
+  if (!weighted && !logProbs) {
+    setOutput(node, 0,
+              createChecked<CrossEntropyOp>(
+                  logits, labels, LossReductionAttr::get(context, *reduction),
+                  ignore));
+    return success();
+  }
+  // Class weights, or the likelihood of log-probabilities that are not a
+  // LogSoftmax's: weft ops per position, l = -x[label] (or the unreduced
+  // cross-entropy) times the label's weight, then reduced as ONNX says (the
+  // mean divides by the counted positions' weights).
+  auto labelType = dyn_cast<RankedTensorType>(labels.getType());
+  auto logitsType = cast<RankedTensorType>(logits.getType());
+  ArrayRef<int64_t> positions = logitsType.getShape().drop_back();
+  if (!labelType || labelType.getShape() != positions)
+    return error() << node.op_type() << "'s labels are " << labels.getType()
+                   << ", not "
+                   << RankedTensorType::get(positions, builder.getI64Type())
+                   << " for scores " << type;
+  Type element = logitsType.getElementType();
+  auto perPosition = RankedTensorType::get(positions, element);
+  auto boolsOf = [&](ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, builder.getI1Type());
+  };
+  Value counted, keep;
+  if (ignore) {
+    Value ignored = materialize(DenseElementsAttr::get(
+        RankedTensorType::get({}, labelType.getElementType()),
+        builder.getIntegerAttr(labelType.getElementType(), ignore.getInt())));
+    keep = CompareOp::create(builder, loc, boolsOf(positions),
+                             ComparePredicate::ne, labels, ignored);
+    counted = CastOp::create(builder, loc, perPosition, keep);
+  }
+  Value losses;
+  if (!logProbs) {
+    losses = CrossEntropyOp::create(
+        builder, loc, perPosition, logits, labels,
+        LossReductionAttr::get(context, LossReduction::none), ignore);
+  } else {
+    // -x at the label: a one-hot of the label over the classes.
+    SmallVector<int64_t> column(positions), all(logitsType.getShape());
+    column.push_back(1);
+    Value classes = IotaOp::create(
+        builder, loc, RankedTensorType::get(all, labelType.getElementType()),
+        builder.getI64IntegerAttr(int64_t(positions.size())));
+    Value hit = CompareOp::create(
+        builder, loc, boolsOf(all), ComparePredicate::eq, classes,
+        ReshapeOp::create(builder, loc, labelType.clone(column), labels));
+    Value picked =
+        MulOp::create(builder, loc, logitsType,
+                      CastOp::create(builder, loc, logitsType, hit), logits);
+    Value sum = ReduceSumOp::create(
+        builder, loc, perPosition, picked,
+        SmallVector<int64_t>{int64_t(positions.size())}, false);
+    losses = NegOp::create(builder, loc, perPosition, sum);
+    if (counted)
+      losses = MulOp::create(builder, loc, perPosition, losses, counted);
+  }
+  Value weight = counted;
+  if (weighted) {
+    Value weights = input(node, 2);
+    if (!weights)
+      return failure();
+    Value safe = labels;
+    if (keep)
+      safe = WhereOp::create(
+          builder, loc, labelType, keep, labels,
+          materialize(DenseElementsAttr::get(
+              RankedTensorType::get({}, labelType.getElementType()),
+              builder.getIntegerAttr(labelType.getElementType(), 0))));
+    weight = createChecked<GatherOp>(weights, safe, int64_t(0));
+    if (!weight)
+      return failure();
+    if (counted)
+      weight = MulOp::create(builder, loc, perPosition, weight, counted);
+    losses = MulOp::create(builder, loc, perPosition, losses, weight);
+  }
+  if (*reduction == LossReduction::none) {
+    setOutput(node, 0, losses);
+    return success();
+  }
+  auto scalar = RankedTensorType::get({}, element);
+  SmallVector<int64_t> axes =
+      llvm::to_vector(llvm::seq<int64_t>(0, int64_t(positions.size())));
+  Value total = ReduceSumOp::create(builder, loc, scalar, losses, axes, false);
+  if (*reduction == LossReduction::mean)
+    total = DivOp::create(
+        builder, loc, scalar, total,
+        weight
+            ? ReduceSumOp::create(builder, loc, scalar, weight, axes, false)
+                  .getResult()
+            : materialize(DenseElementsAttr::get(
+                  scalar, builder.getFloatAttr(
+                              element, double(perPosition.getNumElements())))));
+  setOutput(node, 0, total);
   return success();
 }
 
@@ -1540,8 +1630,8 @@ void GraphImporter::registerHandlers() {
       [this](const onnx::NodeProto &node) -> LogicalResult {
     // nll_loss(log_softmax(x, 1), labels) is cross_entropy(x, labels), and
     // weft has that; so is nll_loss(log_softmax(x, -1).view(-1, C), labels),
-    // a reshape that keeps the classes being one of x alike. The
-    // log-probabilities of another computation are not imported.
+    // a reshape that keeps the classes being one of x alike. Other
+    // log-probabilities take -x at the label, op by op.
     Value logProbs = input(node, 0);
     if (!logProbs)
       return failure();
@@ -1561,10 +1651,7 @@ void GraphImporter::registerHandlers() {
             : cast<RankedTensorType>(value.getType()).getRank() - 1;
     if (!logSoftmax || type.getRank() < 2 ||
         int64_t(logSoftmax.getAxis()) != classes)
-      return error() << "NegativeLogLikelihoodLoss of '" << node.input(0)
-                     << "', which is not a LogSoftmax over the classes, is "
-                        "not imported: compute the loss as cross_entropy of "
-                        "the logits (or nll_loss of log_softmax(logits))";
+      return importCrossEntropy(node, logProbs, /*logProbs=*/true);
     Value scores = logSoftmax.getInput();
     if (value != logProbs)
       scores = ReshapeOp::create(
