@@ -161,6 +161,7 @@ private:
   LogicalResult importReshapeLike(const onnx::NodeProto &node);
   LogicalResult importSlice(const onnx::NodeProto &node);
   LogicalResult importPad(const onnx::NodeProto &node);
+  LogicalResult importGatherElements(const onnx::NodeProto &node);
   LogicalResult importSplit(const onnx::NodeProto &node);
   LogicalResult importConstant(const onnx::NodeProto &node);
   LogicalResult importEinsum(const onnx::NodeProto &node);
@@ -765,6 +766,110 @@ LogicalResult GraphImporter::importReshapeLike(const onnx::NodeProto &node) {
   setOutput(node, 0, data.getType() == *type
                          ? data
                          : ReshapeOp::create(builder, loc, *type, data).getResult());
+  return success();
+}
+
+/// The most elements GatherElements' one-hot may have: far above a
+/// language model's per-token log-probabilities ([batch, seq, 1, vocab]),
+/// below what a gather of long rows by long rows would allocate.
+static constexpr int64_t kMaxGatherElementsOneHot = int64_t(1) << 28;
+
+LogicalResult GraphImporter::importGatherElements(const onnx::NodeProto &node) {
+  // torch.gather (per-token log-probabilities: logp.gather(-1,
+  // labels.unsqueeze(-1))). out[.., j, ..] = data[.., index[.., j, ..], ..]
+  // along `axis`: a one-hot of the index over the axis's n entries
+  // ([.., m, n, ..], an iota compared with the index), times the data
+  // ([.., 1, n, ..]), summed over n. Differentiable as those ops are.
+  Value data = input(node, 0), index = input(node, 1);
+  if (!data || !index)
+    return failure();
+  auto dataType = cast<RankedTensorType>(data.getType());
+  auto indexType = cast<RankedTensorType>(index.getType());
+  const int64_t rank = dataType.getRank();
+  FailureOr<int64_t> axis = normalizeAxis(intAttr(node, "axis", 0), rank);
+  if (failed(axis))
+    return failure();
+  if (indexType.getRank() != rank ||
+      !isa<IntegerType>(indexType.getElementType()))
+    return error() << "GatherElements' indices are " << indexType
+                   << ", not integers of the data's rank " << rank;
+  // Off the gathered axis, the indices may cover less than the data (as
+  // torch.gather allows): the data is cut to them.
+  SmallVector<int64_t> limits(dataType.getShape());
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == *axis)
+      continue;
+    if (indexType.getDimSize(d) > dataType.getDimSize(d))
+      return error() << "GatherElements' indices are " << indexType
+                     << " for data " << dataType << ": dimension " << d
+                     << " of the indices exceeds the data's";
+    limits[d] = indexType.getDimSize(d);
+  }
+  if (limits != SmallVector<int64_t>(dataType.getShape())) {
+    data = createChecked<SliceOp>(data, SmallVector<int64_t>(rank, 0), limits,
+                                  DenseI64ArrayAttr());
+    if (!data)
+      return failure();
+    dataType = cast<RankedTensorType>(data.getType());
+  }
+  const int64_t n = dataType.getDimSize(*axis);
+  SmallVector<int64_t> hot(indexType.getShape());
+  hot.insert(hot.begin() + *axis + 1, n);
+  // (Counted in double: the dimensions are each below 2^48.)
+  double elements = 1;
+  for (int64_t size : hot)
+    elements *= double(size);
+  if (elements > double(kMaxGatherElementsOneHot))
+    return error() << "GatherElements of " << dataType << " by " << indexType
+                   << " is a one-hot of "
+                   << (elements < 9e18 ? std::to_string(int64_t(elements))
+                                       : std::string("over 2^63"))
+                   << " elements in Weft, over its limit of "
+                   << kMaxGatherElementsOneHot
+                   << "; gather fewer entries per row";
+  Type indexElement = indexType.getElementType();
+  auto scalarIndex = [&](int64_t value) {
+    return materialize(
+        DenseElementsAttr::get(RankedTensorType::get({}, indexElement),
+                               builder.getIntegerAttr(indexElement, value)));
+  };
+  // Negative indices count from the end.
+  Value negative =
+      CompareOp::create(builder, loc, indexType.clone(builder.getI1Type()),
+                        ComparePredicate::lt, index, scalarIndex(0));
+  Value wrapped = AddOp::create(builder, loc, indexType, index, scalarIndex(n));
+  index = WhereOp::create(builder, loc, indexType, negative, wrapped, index);
+  SmallVector<int64_t> column(indexType.getShape());
+  column.insert(column.begin() + *axis + 1, 1);
+  SmallVector<int64_t> row(dataType.getShape());
+  row.insert(row.begin() + *axis, 1);
+  Value classes =
+      IotaOp::create(builder, loc, RankedTensorType::get(hot, indexElement),
+                     builder.getI64IntegerAttr(*axis + 1));
+  Value hit = CompareOp::create(
+      builder, loc, RankedTensorType::get(hot, builder.getI1Type()),
+      ComparePredicate::eq, classes,
+      ReshapeOp::create(builder, loc, indexType.clone(column), index));
+  auto hotType = RankedTensorType::get(hot, dataType.getElementType());
+  Value picked;
+  if (isa<FloatType>(dataType.getElementType())) {
+    picked = MulOp::create(
+        builder, loc, hotType, CastOp::create(builder, loc, hotType, hit),
+        ReshapeOp::create(builder, loc, dataType.clone(row), data));
+  } else {
+    // Integers: where, not a product (no cast of bools to integers needed).
+    Value zero = materialize(DenseElementsAttr::get(
+        RankedTensorType::get({}, dataType.getElementType()),
+        builder.getZeroAttr(dataType.getElementType())));
+    Value wide = BroadcastToOp::create(
+        builder, loc, hotType,
+        ReshapeOp::create(builder, loc, dataType.clone(row), data));
+    picked = WhereOp::create(builder, loc, hotType, hit, wide, zero);
+  }
+  setOutput(node, 0,
+            ReduceSumOp::create(
+                builder, loc, indexType.clone(dataType.getElementType()),
+                picked, SmallVector<int64_t>{*axis + 1}, false));
   return success();
 }
 
@@ -1621,6 +1726,9 @@ void GraphImporter::registerHandlers() {
   addSoftmax<LogSoftmaxOp>("LogSoftmax");
   handlers["Pad"] = [this](const onnx::NodeProto &node) {
     return importPad(node);
+  };
+  handlers["GatherElements"] = [this](const onnx::NodeProto &node) {
+    return importGatherElements(node);
   };
   handlers["SoftmaxCrossEntropyLoss"] =
       [this](const onnx::NodeProto &node) -> LogicalResult {
