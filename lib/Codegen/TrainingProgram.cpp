@@ -367,10 +367,18 @@ runLiteral(llvm::raw_ostream &out, ModuleOp module,
         << "}";
   }
   out << "};\n";
-  if (const rt::Objective &o = d.objective; o.masked)
+  if (const rt::Objective &o = d.objective; o.masked) {
     out << "  p.objective = Objective{true, " << o.maskToken << ", " << o.vocab
         << ", " << number(o.probability) << ", " << o.ignore << ", " << o.seed
-        << "u};\n";
+        << "u";
+    if (!o.special.empty()) {
+      out << ", {";
+      for (size_t i = 0; i < o.special.size(); ++i)
+        out << (i ? ", " : "") << o.special[i];
+      out << "}";
+    }
+    out << "};\n";
+  }
   if (scaled) {
     rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
     out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "

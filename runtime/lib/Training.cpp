@@ -171,6 +171,11 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
       bool any = false;
       for (int64_t c = 0; c < seq; ++c) {
         int64_t i = r * seq + c, to = w * batch * seq + i;
+        if (std::find(objective.special.begin(), objective.special.end(),
+                      ids.ints[to]) != objective.special.end()) {
+          labels.ints[to] = objective.ignore;
+          continue;
+        }
         MaskedDraw draw =
             maskedDraw(objective, (first + w) * batch * seq + i, ids.ints[to]);
         any |= draw.chosen;

@@ -44,7 +44,8 @@ plan given.
   - --objective mlm (encoder_no_mask; tp=2, dp=2, cp=2): BERT's masked
     language modelling. weft train chooses positions, masks their ids and
     counts their loss only; torch is fed the same ids and labels (the draws
-    reimplemented below), with cross_entropy's ignore_index.
+    reimplemented below), with cross_entropy's ignore_index; with
+    --special-token-ids (the ctest: 0,5,9) those ids are never chosen.
 
     /usr/bin/python3 form_gradients.py --weft build/bin/weft [--form NAME --plans P...]
 """
@@ -77,6 +78,8 @@ SOURCE = 12
 # draws none and has its nearest position chosen).
 MASK_TOKEN, MLM_PROBABILITY = 3, 0.15
 OBJECTIVE = "next-token"
+# --special-token-ids: ids masked language modelling never chooses.
+SPECIAL = []
 
 
 def split_mix(x):
@@ -107,7 +110,9 @@ def masked(ids, step, vocab, seed=0):
             flat[i] = split_mix(h) % vocab
     for r in range(rows):
         draws = [(i, split_mix(seed ^ split_mix(step * flat.numel() + i)))
-                 for i in range(r * seq, (r + 1) * seq)]
+                 for i in range(r * seq, (r + 1) * seq) if int(flat[i]) not in SPECIAL]
+        if not draws:
+            continue
         chosen = [(i, h) for i, h in draws if (h >> 40) / float(1 << 24) < MLM_PROBABILITY]
         for i, h in chosen or [min(draws, key=lambda d: d[1] >> 40)]:
             choose(i, h)
@@ -277,9 +282,12 @@ def main():
     parser.add_argument("--form", default="parallel_block_gptj")
     parser.add_argument("--plans", nargs="+", default=["tp=2", "pp=2", "cp=2"])
     parser.add_argument("--objective", default="next-token", choices=["next-token", "mlm"])
+    parser.add_argument("--special-token-ids", default="",
+                        help="--objective mlm: ids never chosen, e.g. 0,5,9")
     args = parser.parse_args()
-    global OBJECTIVE
+    global OBJECTIVE, SPECIAL
     OBJECTIVE = args.objective
+    SPECIAL = [int(i) for i in args.special_token_ids.split(",") if i]
     failed = 0
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, args.form + ".onnx")
@@ -292,6 +300,8 @@ def main():
         if OBJECTIVE == "mlm":
             shapes += ["--objective", "mlm", "--mask-token-id", str(MASK_TOKEN),
                        "--mlm-probability", str(MLM_PROBABILITY)]
+            if SPECIAL:
+                shapes += ["--special-token-ids", ",".join(map(str, SPECIAL))]
         sgd = ["--steps", "1", "--optimizer", "sgd", "--lr", "1", "--weight-decay", "0"] + shapes
         adamw = ["--steps", "2", "--lr", str(at.LR), "--weight-decay", str(at.WD)] + shapes
         for plan in [""] + args.plans:

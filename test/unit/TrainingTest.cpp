@@ -186,6 +186,26 @@ TEST(TrainingTest, MaskedLanguageModellingChoosesAndReplaces) {
   MaskedDraw draw = maskedDraw(fixedSeedObjective(0.15), 69, 1069);
   EXPECT_TRUE(draw.chosen);
   EXPECT_EQ(draw.input, 842);
+  // Special tokens are never chosen: with every third id special, no
+  // special position is a label or reads another token, and the others
+  // draw as before.
+  Objective special = mlm;
+  special.seed = 0;
+  for (int64_t id = 1000; id < 2000; id += 3)
+    special.special.push_back(id);
+  std::vector<HostTensor> withSpecial =
+      tokenWindows(tokens, 2, 50, 0, 100, {}, special);
+  int64_t specials = 0;
+  for (int64_t i = 0; i < 100 * 2 * 50; ++i) {
+    if ((plain[0].ints[i] - 1000) % 3 == 0) {
+      ++specials;
+      EXPECT_EQ(withSpecial[1].ints[i], -100);
+      EXPECT_EQ(withSpecial[0].ints[i], plain[0].ints[i]);
+    } else if (in[2].ints[i] != -100) {
+      EXPECT_EQ(withSpecial[1].ints[i], in[2].ints[i]);
+    }
+  }
+  EXPECT_GT(specials, 3000);
   // A row that draws no position has its nearest one chosen: at a
   // vanishing probability, every row has exactly one, its lowest draw.
   Objective rare = fixedSeedObjective(1e-12);

@@ -168,6 +168,12 @@ static cl::opt<double>
                             "(default 0.15)"),
                    cl::init(0.15), cl::sub(trainCommand),
                    cl::sub(compileSubCommand()));
+static cl::list<int64_t> specialTokenIds(
+    "special-token-ids", cl::CommaSeparated,
+    cl::desc("--objective mlm: token ids never chosen (BERT's [CLS], [SEP] "
+             "and [PAD]: 101,102,0), as Hugging Face's collator leaves "
+             "special tokens out"),
+    cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::opt<std::string>
     freeze("freeze",
            cl::desc("Parameters whose names match this regex are not trained "
@@ -718,9 +724,11 @@ trainingObjective(func::FuncOp func, unsigned tokens, int64_t vocab,
     return llvm::createStringError("--objective " + objectiveFlag +
                                    ": expected next-token or mlm");
   if (objectiveFlag == "next-token") {
-    if (maskTokenId.getNumOccurrences() || mlmProbability.getNumOccurrences())
+    if (maskTokenId.getNumOccurrences() || mlmProbability.getNumOccurrences() ||
+        specialTokenIds.getNumOccurrences())
       return llvm::createStringError(
-          "--mask-token-id and --mlm-probability are for --objective mlm");
+          "--mask-token-id, --mlm-probability and --special-token-ids are for "
+          "--objective mlm");
     if (weft::AttentionOp attention = bidirectionalAttention(func, tokens))
       warning = attention;
     return objective;
@@ -735,6 +743,7 @@ trainingObjective(func::FuncOp func, unsigned tokens, int64_t vocab,
   objective.maskToken = maskTokenId;
   objective.vocab = vocab;
   objective.probability = mlmProbability;
+  objective.special.assign(specialTokenIds.begin(), specialTokenIds.end());
   objective.ignore =
       ignoreIndex.getNumOccurrences() ? int64_t(ignoreIndex) : int64_t(-100);
   return objective;

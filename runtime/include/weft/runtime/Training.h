@@ -72,13 +72,16 @@ struct Objective {
   /// none would have a loss of 0/0). The draws are a hash of `seed` and
   /// the position's index in the run's stream of windows (maskedDraw), so
   /// weft train and every compiled program choose alike, and each step's
-  /// windows anew.
+  /// windows anew. Positions holding one of `special` (BERT's [CLS], [SEP]
+  /// and [PAD]) are never chosen, as the collator's special_tokens_mask
+  /// keeps them out.
   bool masked = false;
   int64_t maskToken = 0;
   int64_t vocab = 0;
   double probability = 0.15;
   int64_t ignore = -100;
   uint64_t seed = 0;
+  std::vector<int64_t> special = {};
 };
 
 /// Masked language modelling's draw for the `index`-th position of the
