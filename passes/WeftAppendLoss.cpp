@@ -71,9 +71,16 @@ struct WeftAppendLoss : public weft::impl::WeftAppendLossBase<WeftAppendLoss> {
     Value logits = ret.getOperand(0);
     auto type = cast<RankedTensorType>(logits.getType());
     if (type.getRank() < 2 || !isa<FloatType>(type.getElementType())) {
-      ret.emitError("the model's first result is ")
-          << type << ", not logits [..., classes] of a float type; a loss "
-          << "needs logits";
+      InFlightDiagnostic diag = ret.emitError("the model's first result is ")
+                                << type
+                                << ", not logits [..., classes] of a float "
+                                   "type; a loss needs logits";
+      // A scalar: a loss the model computes in a form -weft-lift-model-loss
+      // does not take apart (class weights, a sum of terms).
+      if (type.getRank() == 0 && isa<FloatType>(type.getElementType()))
+        diag << " (a scalar: if it is the model's own loss, export the model "
+                "returning its logits, or its loss as cross_entropy(logits, "
+                "labels) with reduction 'mean')";
       return signalPassFailure();
     }
     OpBuilder b(ret);

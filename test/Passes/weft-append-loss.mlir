@@ -38,6 +38,18 @@ func.func @not_logits(%x: tensor<8xf32>) -> tensor<8xf32> {
 
 // -----
 
+// A scalar first result: a loss the model computes in a form that
+// -weft-lift-model-loss does not take apart (here weighted by hand).
+func.func @own_weighted_loss(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>, %w: tensor<2x8xf32>) -> tensor<f32> {
+  %l = weft.cross_entropy %logits, %labels reduction none : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<2x8xf32>
+  %lw = weft.mul %l, %w : tensor<2x8xf32>
+  %s = weft.reduce_sum %lw axes [0, 1] : tensor<2x8xf32> -> tensor<f32>
+  // expected-error @+1 {{the model's first result is 'tensor<f32>', not logits [..., classes] of a float type; a loss needs logits (a scalar: if it is the model's own loss, export the model returning its logits, or its loss as cross_entropy(logits, labels) with reduction 'mean')}}
+  return %s : tensor<f32>
+}
+
+// -----
+
 // expected-error @+1 {{-weft-append-loss needs a function that returns logits}}
 module {
   func.func @nothing() {
