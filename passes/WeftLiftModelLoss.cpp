@@ -72,10 +72,20 @@ static FailureOr<Traced> trace(Value value) {
   return traced;
 }
 
-/// Whether `slice` of a `shape` value keeps all of it but [start, limit) of
-/// `axis`, with stride 1.
+/// `value` without the casts that produced it.
+static Value castsStripped(Value value) {
+  while (auto cast = value.getDefiningOp<CastOp>())
+    value = cast.getInput();
+  return value;
+}
+
+/// Whether `slice`, of a value of `shape`, keeps all of it but [start,
+/// limit) of `axis`, with stride 1.
 static bool slicesOnly(SliceOp slice, ArrayRef<int64_t> shape, int64_t axis,
                        int64_t start, int64_t limit) {
+  if (cast<RankedTensorType>(slice.getInput().getType()).getShape() != shape ||
+      axis < 0 || axis >= int64_t(shape.size()))
+    return false;
   if (slice.getStrides() &&
       llvm::any_of(*slice.getStrides(), [](int64_t s) { return s != 1; }))
     return false;
@@ -114,10 +124,7 @@ struct WeftLiftModelLoss
     std::optional<unsigned> lossResult;
     CrossEntropyOp loss;
     for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
-      Value v = value;
-      while (auto cast = v.getDefiningOp<CastOp>())
-        v = cast.getInput();
-      auto found = v.getDefiningOp<CrossEntropyOp>();
+      auto found = castsStripped(value).getDefiningOp<CrossEntropyOp>();
       if (!found || found.getReduction() == LossReduction::none)
         continue;
       if (lossResult) {
@@ -200,16 +207,21 @@ struct WeftLiftModelLoss
                          bool(logits->padding) || bool(labels->padding);
     const int64_t axis = int64_t(positions.size()) - 1;
     const int64_t length = positions.back();
+    // (The slice and the padding act on the model's tensors themselves, not
+    // on reshapes of them: a shift of the flattened positions would score
+    // each row's last against the next row's first.)
     auto dropsFirst = [&](SliceOp slice) {
       ArrayRef<int64_t> shape =
           cast<RankedTensorType>(slice.getInput().getType()).getShape();
-      return slicesOnly(slice, shape, axis, 1, shape[axis]);
+      return shape.size() == positions.size() &&
+             slicesOnly(slice, shape, axis, 1, shape[axis]);
     };
     auto padsIgnored = [&](ConcatOp concat) {
       auto constant = concat.getInputs()[1].getDefiningOp<ConstantOp>();
       auto value = dyn_cast<DenseIntElementsAttr>(constant.getValue());
       auto type = cast<RankedTensorType>(concat.getInputs()[1].getType());
-      return int64_t(concat.getAxis()) == axis && value && value.isSplat() &&
+      return type.getRank() == int64_t(positions.size()) &&
+             int64_t(concat.getAxis()) == axis && value && value.isSplat() &&
              type.getDimSize(axis) == 1 && loss.getIgnoreIndex() &&
              value.getSplatValue<APInt>().getSExtValue() ==
                  int64_t(*loss.getIgnoreIndex());
@@ -217,11 +229,22 @@ struct WeftLiftModelLoss
     const bool cut =
         logits->slice && !logits->padding && labels->slice &&
         !labels->padding &&
+        castsStripped(logits->slice.getInput()) == logits->base &&
+        castsStripped(labels->slice.getInput()) == labels->base &&
         slicesOnly(logits->slice, logitsType.getShape(), axis, 0, length - 1) &&
         dropsFirst(labels->slice);
-    const bool padded = !logits->slice && !logits->padding && labels->slice &&
-                        labels->padding && dropsFirst(labels->slice) &&
-                        padsIgnored(labels->padding);
+    // Padded then shifted, or shifted then padded.
+    auto adjacent = [&](ConcatOp padding, SliceOp slice) {
+      Value padded = castsStripped(padding.getInputs()[0]);
+      return (castsStripped(slice.getInput()) == padding.getResult() &&
+              padded == labels->base) ||
+             (padded == slice.getResult() &&
+              castsStripped(slice.getInput()) == labels->base);
+    };
+    const bool padded =
+        !logits->slice && !logits->padding && labels->slice &&
+        labels->padding && adjacent(labels->padding, labels->slice) &&
+        dropsFirst(labels->slice) && padsIgnored(labels->padding);
     if (shifted && !cut && !padded)
       return describe(
           loss.emitError("the model's loss slices or pads its logits and "

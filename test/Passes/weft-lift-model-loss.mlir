@@ -175,6 +175,20 @@ func.func @backwards(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>) -> t
 
 // -----
 
+// A shift of the flattened positions: each row's last logits would be scored
+// against the next row's first token.
+func.func @flat_shift(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>) -> tensor<f32> {
+  %flat = weft.reshape %logits : tensor<2x8x16xf32> -> tensor<16x16xf32>
+  %cut = weft.slice %flat starts [0, 0] limits [15, 16] : tensor<16x16xf32> -> tensor<15x16xf32>
+  %flatl = weft.reshape %labels : tensor<2x8xi64> -> tensor<16xi64>
+  %next = weft.slice %flatl starts [1] limits [16] : tensor<16xi64> -> tensor<15xi64>
+  // expected-error @+1 {{the model's loss slices or pads its logits and labels otherwise than by Hugging Face's shift}}
+  %loss = weft.cross_entropy %cut, %next reduction mean : (tensor<15x16xf32>, tensor<15xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
 // A padding that the loss counts (not its ignore index): the last position
 // would be scored against token 0.
 func.func @padded_counted(%logits: tensor<2x8x16xf32>, %labels: tensor<2x8xi64>) -> tensor<f32> {
