@@ -279,6 +279,44 @@ def WeftAssignFeeds : Pass<"weft-assign-feeds", "::mlir::ModuleOp"> {
   let dependentDialects = ["::weft::WeftDialect"];
 }
 
+def WeftDocumentMask : Pass<"weft-document-mask", "::mlir::ModuleOp"> {
+  let summary = "Keeps each token's attention within its document: a block-causal mask from document ids.";
+  let description = [{
+    Pretraining packs documents into fixed-length windows, separated by an end-of-document
+    token. Without a mask, a token attends to the documents before its own in the window.
+    Megatron-LM's `--reset-attention-mask`, torchtitan's `block_causal` mask and Llama 3
+    keep each token's attention within its document. This pass gives the model's function
+    one more input, `document_ids` (`i64`, the token ids' shape `[batch, seq]`: each
+    position's document within its row, which `weft train` and the programs
+    `weft compile --train` writes fill as `"documents"` in `weft.feeds`: the number of
+    end-of-document tokens before it in the row, so the end token belongs to the
+    document it ends), and builds once, in the function,
+
+    ```mlir
+    %rows = weft.reshape %document_ids : tensor<BxSxi64> -> tensor<Bx1xSx1xi64>
+    %cols = weft.reshape %document_ids : tensor<BxSxi64> -> tensor<Bx1x1xSxi64>
+    %same = weft.compare eq, %rows, %cols : (...) -> tensor<Bx1xSxSxi1>
+    ```
+
+    which becomes the mask of every `weft.attention` whose queries and keys are the token
+    sequence (sequence length `S` both), combined with the attention's own: an `i1` mask
+    keeps where both keep (`weft.where %same, %mask, false`), an additive one is kept where
+    the documents agree and is `-inf` elsewhere. The attention's `causal` stays, so a
+    causal model becomes block-causal and a bidirectional one (BERT) attends within its
+    document. An attention inside a `weft.layer` gets the mask as one more operand of the
+    layer (and of every layer around it).
+
+    Runs after `-weft-assign-feeds` (the token ids' input gives `[batch, seq]`). A module
+    without `weft.feeds`, a model with an encoder's source input (an encoder-decoder), or
+    one without an attention over the token sequence is an error that says so.
+
+    ```
+    weft-opt -weft-assign-feeds -weft-document-mask model.mlir
+    ```
+  }];
+  let dependentDialects = ["::weft::WeftDialect"];
+}
+
 def WeftLiftModelLoss : Pass<"weft-lift-model-loss", "::mlir::ModuleOp"> {
   let summary = "Takes a model's own cross-entropy out, so that a training step computes it.";
   let description = [{

@@ -163,7 +163,7 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
     for (Attribute feed : good ? feeds.getValue() : ArrayRef<Attribute>()) {
       auto text = dyn_cast<StringAttr>(feed);
       good &= text && llvm::is_contained({"tokens", "source", "ones", "zeros",
-                                          "positions", "labels"},
+                                          "positions", "labels", "documents"},
                                          text.getValue());
       tokens += text && text.getValue() == "tokens";
     }
@@ -172,7 +172,8 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
              << "'" << getFeedsAttrName()
              << "' is one fill per model input on a module: \"tokens\" "
                 "for exactly one, \"source\", \"ones\", \"zeros\", "
-                "\"positions\" or \"labels\" for the others";
+                "\"positions\", \"labels\" or \"documents\" for the "
+                "others";
     return success();
   }
   if (attr.getName() == getOptimizerAttrName()) {

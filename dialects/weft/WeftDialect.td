@@ -204,8 +204,8 @@ def Weft_Dialect : Dialect {
     /// From -weft-assign-feeds. On a module: how a training run fills each
     /// input of the model's function, in order ("tokens" first, then
     /// "ones", "zeros", "positions" or "labels" (the next tokens) for each
-    /// other input); the labels of -weft-append-loss and the loss scale
-    /// follow them.
+    /// other input, and "documents" for -weft-document-mask's document
+    /// ids); the labels of -weft-append-loss and the loss scale follow them.
     static constexpr ::llvm::StringLiteral getFeedsAttrName() {
       return ::llvm::StringLiteral("weft.feeds");
     }

@@ -379,6 +379,12 @@ runLiteral(llvm::raw_ostream &out, ModuleOp module,
     }
     out << "};\n";
   }
+  if (const rt::Objective &o = d.objective; o.eod >= 0)
+    out << "  p.objective.eod = " << o.eod << ";\n"
+        << "  p.objective.resetPositions = "
+        << (o.resetPositions ? "true" : "false") << ";\n"
+        << "  p.objective.eodMaskLoss = " << (o.eodMaskLoss ? "true" : "false")
+        << ";\n  p.objective.ignore = " << o.ignore << ";\n";
   if (scaled) {
     rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
     out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "

@@ -156,6 +156,10 @@ LogicalResult weft::buildEvaluationStep(MLIRContext &context, ModuleOp module,
     feeds.feeds.assign(options.feeds.begin(), options.feeds.end());
     pm.addPass(createWeftAssignFeeds(feeds));
   }
+  // Attention within each packed document: the document ids are one more
+  // input, filled as the feeds say.
+  if (options.documentMask)
+    pm.addPass(createWeftDocumentMask());
   // (Projections are cut while the weights are read directly; the loss
   // comes after the 16-bit forward, which it widens.)
   pm.addNestedPass<func::FuncOp>(createWeftUnfuseProjections());

@@ -109,7 +109,8 @@ std::optional<Feed> weft::rt::parseFeed(const std::string &name) {
   static const std::pair<const char *, Feed> names[] = {
       {"tokens", Feed::Tokens},       {"source", Feed::Source},
       {"ones", Feed::Ones},           {"zeros", Feed::Zeros},
-      {"positions", Feed::Positions}, {"labels", Feed::Labels}};
+      {"positions", Feed::Positions}, {"labels", Feed::Labels},
+      {"documents", Feed::Documents}};
   for (const auto &[text, feed] : names)
     if (name == text)
       return feed;
@@ -160,6 +161,9 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
       int64_t to = w * batch * seq + i;
       ids.ints[to] = tokens[size_t(at)];
       labels.ints[to] = tokens[size_t((at + 1) % size)];
+      // Megatron-LM's --eod-mask-loss: loss_mask[tokens == eod] = 0.
+      if (objective.eodMaskLoss && ids.ints[to] == objective.eod)
+        labels.ints[to] = objective.ignore;
     }
     if (!objective.masked)
       continue;
@@ -195,9 +199,34 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
       ids.ints[to] = draw.input;
     }
   }
+  // Each position's document in its row (the end-of-document tokens before
+  // it) and its position in that document, from the window's tokens before
+  // masked language modelling replaced any.
+  HostTensor documents(DType::I64, {count * batch, seq});
+  HostTensor inDocument(DType::I64, {count * batch, seq});
+  for (int64_t row = 0; row < count * batch; ++row) {
+    int64_t document = 0, start = 0;
+    for (int64_t i = 0; i < seq; ++i) {
+      documents.ints[size_t(row * seq + i)] = document;
+      inDocument.ints[size_t(row * seq + i)] = i - start;
+      int64_t at = (starts[size_t(row)] + i) % size;
+      if (objective.eod >= 0 && tokens[size_t(at)] == objective.eod) {
+        ++document;
+        start = i + 1;
+      }
+    }
+  }
   std::vector<HostTensor> filled;
   for (const InputFeed &input :
        inputs.empty() ? std::vector<InputFeed>{Feed::Tokens} : inputs) {
+    if (input.fill == Feed::Documents) {
+      filled.push_back(documents);
+      continue;
+    }
+    if (input.fill == Feed::Positions && objective.resetPositions) {
+      filled.push_back(inDocument);
+      continue;
+    }
     if (input.fill == Feed::Tokens || input.fill == Feed::Labels) {
       filled.push_back(input.fill == Feed::Tokens ? ids : labels);
       continue;

@@ -95,6 +95,16 @@ PAIRS = [
     # recomputes the rotary K, runs the ring over it with the forward ring's
     # statistics, and takes the output in the output projection's layout.
     ("llama.onnx", "cp=2", ["--optimizer", "adamw", "--recompute", "op"], False),
+    # Packed documents: the document ids filled by the runtime as weft train
+    # fills them, the block-causal mask, and no loss where the input ends a
+    # document; BERT's padding bias kept within each document under pipeline
+    # stages, with masked language modelling that never chooses the end.
+    ("gpt2-opset17", "dp=2,tp=2", ["--optimizer", "adamw", "--eod-token", "3",
+                                   "--reset-attention-mask", "--eod-mask-loss"], False),
+    ("bert.onnx", "pp=2,m=2,schedule=1f1b", ["--optimizer", "adamw", "--eod-token", "3",
+                                            "--reset-attention-mask", "--objective", "mlm",
+                                            "--mask-token-id", "1", "--special-token-ids",
+                                            "3"], False),
 ]
 
 # Pairs whose program also resumes its step-1 checkpoint (SGD's momentum

@@ -47,6 +47,17 @@ plan given.
     reimplemented below), with cross_entropy's ignore_index; with
     --special-token-ids (the ctest: 0,5,9) those ids are never chosen.
 
+  - packed (--packed mask,positions,loss; tp=2, dp=2, cp=2, pp=2, ...):
+    documents packed into the windows, each ended by the token EOD (a third
+    of the stream), on the LLaMA-style formulation that takes position_ids
+    (rotary tables and a learned position embedding both read them).
+    weft train masks attention within each document (--reset-attention-mask),
+    restarts the positions after each EOD (--reset-position-ids) and counts
+    no loss where the input is EOD (--eod-mask-loss). Torch computes no mask:
+    it runs the model on each document alone (with positions from 0, or the
+    window's), concatenates the logits and scores them against the window's
+    labels; without `mask` it runs whole rows with the positions.
+
     /usr/bin/python3 form_gradients.py --weft build/bin/weft [--form NAME --plans P...]
 """
 import argparse
@@ -80,6 +91,10 @@ MASK_TOKEN, MLM_PROBABILITY = 3, 0.15
 OBJECTIVE = "next-token"
 # --special-token-ids: ids masked language modelling never chooses.
 SPECIAL = []
+# --packed: the end-of-document token, and which of Megatron-LM's packed
+# document options weft train is given (mask, positions, loss).
+EOD = 1
+PACKED = set()
 
 
 def split_mix(x):
@@ -163,6 +178,43 @@ class OwnLoss(torch.nn.Module):
         return loss, logits
 
 
+class Packed(corpus.Model):
+    """The LLaMA-style formulation whose forward takes position_ids, which
+    both the rotary tables and a learned position embedding read (Hugging
+    Face's GPT-2 reads wpe(position_ids))."""
+
+    def __init__(self):
+        super().__init__(corpus.form("rotary_position_ids_input"))
+
+    def forward(self, input_ids, position_ids):
+        inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+        x = self.embed(input_ids) + self.pos(position_ids)
+        for block in self.blocks:
+            x = block(x, cos, sin, None)
+        return self.head(self.norm(x))
+
+    def packed(self, ids):
+        """The logits of rows of packed documents, with no mask of
+        documents: with `mask`, each document alone (each ends with its EOD;
+        its positions from 0 under `positions`, else the window's),
+        concatenated; else each row whole, with the positions."""
+        rows = []
+        for row in ids:
+            starts = [0] + [i + 1 for i in range(len(row) - 1) if int(row[i]) == EOD]
+            spans = list(zip(starts, starts[1:] + [len(row)]))
+            positions = torch.cat([torch.arange(b - a) if "positions" in PACKED
+                                   else torch.arange(a, b) for a, b in spans])
+            if "mask" not in PACKED:
+                rows.append(self(row[None], positions[None]))
+                continue
+            rows.append(torch.cat([self(row[None, a:b], positions[None, a:b])
+                                   for a, b in spans], dim=1))
+        return torch.cat(rows, dim=0)
+
+
 OWN_LOSS = {"own_loss_targets": "targets", "own_loss_shifted": "shifted",
             "own_loss_nll": "nll", "own_loss_padded": "padded"}
 
@@ -173,10 +225,14 @@ def build(form):
         return encoder_decoder.Seq2Seq()
     if form in OWN_LOSS:
         return OwnLoss(OWN_LOSS[form])
+    if form == "packed":
+        return Packed()
     return corpus.Model(corpus.form(form))
 
 
 def logits_of(model, inputs):
+    if isinstance(model, Packed):
+        return model.packed(*inputs)
     return model.logits(*inputs) if isinstance(model, OwnLoss) else model(*inputs)
 
 
@@ -187,6 +243,8 @@ def feed(form, tokens, step):
     ids, labels = at.windows(tokens, step, corpus.BATCH, corpus.SEQ)
     if OBJECTIVE == "mlm":
         ids, labels = masked(ids, step, corpus.VOCAB)
+    if "loss" in PACKED:
+        labels = labels.masked_fill(ids == EOD, -100)
     if form != "seq2seq":
         return (ids,), labels
     positions = len(tokens) - (corpus.BATCH * corpus.SEQ + 1) + 1
@@ -205,6 +263,12 @@ def export(form, path):
                           input_names=["input_ids", "targets" if OWN_LOSS[form] in
                                        ("targets", "nll") else "labels"],
                           output_names=outputs, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING)
+        return []
+    if form == "packed":
+        torch.onnx.export(model, (ids, ids), path, opset_version=17,
+                          input_names=["input_ids", "position_ids"],
+                          output_names=["logits"], do_constant_folding=False,
                           training=torch.onnx.TrainingMode.TRAINING)
         return []
     if form != "seq2seq":
@@ -284,16 +348,27 @@ def main():
     parser.add_argument("--objective", default="next-token", choices=["next-token", "mlm"])
     parser.add_argument("--special-token-ids", default="",
                         help="--objective mlm: ids never chosen, e.g. 0,5,9")
+    parser.add_argument("--packed", default="mask,positions,loss",
+                        help="--form packed: of mask, positions and loss, what "
+                        "weft train is given (--reset-attention-mask, "
+                        "--reset-position-ids, --eod-mask-loss)")
     args = parser.parse_args()
-    global OBJECTIVE, SPECIAL
+    global OBJECTIVE, SPECIAL, PACKED
     OBJECTIVE = args.objective
     SPECIAL = [int(i) for i in args.special_token_ids.split(",") if i]
+    if args.form == "packed":
+        PACKED = set(p for p in args.packed.split(",") if p)
+        assert PACKED <= {"mask", "positions", "loss"}, args.packed
     failed = 0
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, args.form + ".onnx")
         shapes = export(args.form, path)
         initial = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
-        tokens = np.random.default_rng(7).integers(0, corpus.VOCAB, 4096).astype(np.int64)
+        rng = np.random.default_rng(7)
+        tokens = rng.integers(0, corpus.VOCAB, 4096).astype(np.int64)
+        if args.form == "packed":
+            # Documents of 3 tokens on average, each ended by EOD.
+            tokens[rng.random(len(tokens)) < 1 / 3] = EOD
         np.save(os.path.join(work, "tokens.npy"), tokens)
         want_grads = torch_gradients(args.form, tokens)
         want_losses, _ = torch_steps(args.form, tokens, 2)
@@ -302,6 +377,11 @@ def main():
                        "--mlm-probability", str(MLM_PROBABILITY)]
             if SPECIAL:
                 shapes += ["--special-token-ids", ",".join(map(str, SPECIAL))]
+        if args.form == "packed":
+            shapes += ["--eod-token", str(EOD)] + [
+                flag for key, flag in (("mask", "--reset-attention-mask"),
+                                       ("positions", "--reset-position-ids"),
+                                       ("loss", "--eod-mask-loss")) if key in PACKED]
         sgd = ["--steps", "1", "--optimizer", "sgd", "--lr", "1", "--weight-decay", "0"] + shapes
         adamw = ["--steps", "2", "--lr", str(at.LR), "--weight-decay", str(at.WD)] + shapes
         for plan in [""] + args.plans:

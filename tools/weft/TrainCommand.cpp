@@ -174,6 +174,30 @@ static cl::list<int64_t> specialTokenIds(
              "and [PAD]: 101,102,0), as Hugging Face's collator leaves "
              "special tokens out"),
     cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<int64_t>
+    eodToken("eod-token",
+             cl::desc("The end-of-document token of packed documents (GPT-2's "
+                      "<|endoftext|>: 50256), for --reset-attention-mask, "
+                      "--reset-position-ids and --eod-mask-loss"),
+             cl::init(-1), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<bool> resetAttentionMask(
+    "reset-attention-mask",
+    cl::desc("Each token attends within its document only (Megatron-LM's "
+             "--reset-attention-mask, torchtitan's block_causal): the model "
+             "takes each position's document as one more input "
+             "(-weft-document-mask)"),
+    cl::init(false), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<bool> resetPositionIds(
+    "reset-position-ids",
+    cl::desc("Position ids count from 0 in each document (Megatron-LM's "
+             "--reset-position-ids): for a model that takes position ids"),
+    cl::init(false), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<bool>
+    eodMaskLoss("eod-mask-loss",
+                cl::desc("A position whose input is --eod-token counts no loss "
+                         "(Megatron-LM's --eod-mask-loss)"),
+                cl::init(false), cl::sub(trainCommand),
+                cl::sub(compileSubCommand()));
 static cl::opt<std::string>
     freeze("freeze",
            cl::desc("Parameters whose names match this regex are not trained "
@@ -644,7 +668,8 @@ checkTrainingInputs(ModuleOp module, FunctionType type, int64_t batch,
                        : i < fills.size() ? fills[i]
                        : i == 0           ? "tokens"
                                           : "";
-    const bool window = fill == "tokens" || fill == "labels";
+    const bool window =
+        fill == "tokens" || fill == "labels" || fill == "documents";
     auto input = dyn_cast<RankedTensorType>(type.getInput(i));
     if (!input || !input.getElementType().isInteger() || input.getRank() != 2 ||
         input.getDimSize(0) != batch ||
@@ -769,6 +794,67 @@ static int64_t modelVocab(func::FuncOp func, unsigned tokens) {
   return vocab;
 }
 
+/// Packed documents from the command line (--eod-token,
+/// --reset-attention-mask, --reset-position-ids, --eod-mask-loss) into
+/// `objective`, for the model `entry` of `module` (after -weft-assign-feeds)
+/// of `vocab` tokens.
+static llvm::Error packedDocuments(ModuleOp module, func::FuncOp entry,
+                                   int64_t vocab,
+                                   weft::rt::Objective &objective) {
+  const bool any = resetAttentionMask || resetPositionIds || eodMaskLoss;
+  if (!any && eodToken.getNumOccurrences())
+    return llvm::createStringError(
+        "--eod-token says where documents end, for --reset-attention-mask, "
+        "--reset-position-ids or --eod-mask-loss; give one of them");
+  if (!any)
+    return llvm::Error::success();
+  if (eodToken < 0 || (vocab > 0 && eodToken >= vocab))
+    return llvm::createStringError(
+        "--reset-attention-mask, --reset-position-ids and --eod-mask-loss "
+        "need --eod-token, the end-of-document token: an id below the "
+        "model's " +
+        std::to_string(vocab) + " tokens (GPT-2's <|endoftext|> is 50256)");
+  if (eodMaskLoss && objective.masked)
+    return llvm::createStringError(
+        "--eod-mask-loss is for next-token labels: under --objective mlm "
+        "only the chosen positions count, and --special-token-ids keeps the "
+        "end-of-document token from being chosen");
+  objective.eod = eodToken;
+  objective.resetPositions = resetPositionIds;
+  objective.eodMaskLoss = eodMaskLoss;
+  if (eodMaskLoss)
+    objective.ignore =
+        ignoreIndex.getNumOccurrences() ? int64_t(ignoreIndex) : int64_t(-100);
+  if (!resetPositionIds)
+    return llvm::Error::success();
+  // Positions restart only where the model reads them from an input.
+  std::vector<std::string> fills = weft::trainingFeeds(module);
+  const unsigned ids = unsigned(weft::tokensInput(module));
+  auto tokens = ids < entry.getNumArguments()
+                    ? dyn_cast<RankedTensorType>(entry.getArgumentTypes()[ids])
+                    : RankedTensorType();
+  bool found = false;
+  for (unsigned i = 0; i < fills.size() && i < entry.getNumArguments(); ++i) {
+    if (fills[i] != "positions")
+      continue;
+    found = true;
+    auto type = dyn_cast<RankedTensorType>(entry.getArgumentTypes()[i]);
+    if (tokens && type && type.getRank() == 2 && tokens.getRank() == 2 &&
+        !type.isDynamicDim(1) && !tokens.isDynamicDim(1) &&
+        type.getDimSize(1) != tokens.getDimSize(1))
+      return llvm::createStringError(
+          "--reset-position-ids: the model's position ids (input #" +
+          std::to_string(i) + ") are not as long as its token ids");
+  }
+  if (!found)
+    return llvm::createStringError(
+        "--reset-position-ids: no input of the model takes position ids (it "
+        "computes its positions itself, as a GPT-2 export without "
+        "position_ids does); export the forward with position_ids as an "
+        "input, or train without --reset-position-ids");
+  return llvm::Error::success();
+}
+
 /// What the labels of the model in `module` are, from the command line
 /// (trainingObjective), once -weft-assign-feeds (which building the step
 /// runs again alike) says which input takes the token ids. Prints, as
@@ -817,8 +903,12 @@ objectiveOf(MLIRContext &context, ModuleOp module, llvm::StringRef tool) {
           "position)");
     }
   weft::AttentionOp attention;
+  const int64_t vocab = modelVocab(entry, ids);
   llvm::Expected<weft::rt::Objective> objective =
-      trainingObjective(entry, ids, modelVocab(entry, ids), attention);
+      trainingObjective(entry, ids, vocab, attention);
+  if (objective)
+    if (llvm::Error error = packedDocuments(module, entry, vocab, *objective))
+      return error;
   if (objective && attention)
     attention.emitWarning()
         << tool
@@ -837,9 +927,12 @@ static weft::TrainingStepOptions stepOptions(llvm::StringRef dtype,
   options.scaleLoss = scaleLoss;
   options.recompute = recompute;
   options.ignoreIndex = ignoreIndex;
-  // Masked language modelling's unchosen positions count no loss.
-  if (objectiveFlag == "mlm" && !ignoreIndex.getNumOccurrences())
+  // Masked language modelling's unchosen positions, and the end of each
+  // document under --eod-mask-loss, count no loss.
+  if ((objectiveFlag == "mlm" || eodMaskLoss) &&
+      !ignoreIndex.getNumOccurrences())
     options.ignoreIndex = -100;
+  options.documentMask = resetAttentionMask;
   weft::WeftBuildOptimizerOptions &rule = options.optimizer;
   rule.optimizer = optimizer;
   rule.weightDecay = weightDecay;
@@ -1513,6 +1606,45 @@ int runTrain(MLIRContext &context) {
 //===----------------------------------------------------------------------===//
 // weft compile --train
 //===----------------------------------------------------------------------===//
+
+/// The training options given on a weft compile command line (each means
+/// something only with --train).
+std::vector<std::string> trainingFlagsGiven() {
+  const cl::Option *options[] = {&steps,
+                                 &gradAccum,
+                                 &optimizer,
+                                 &learningRate,
+                                 &minLr,
+                                 &warmup,
+                                 &weightDecay,
+                                 &decayRule,
+                                 &beta1,
+                                 &beta2,
+                                 &adamEps,
+                                 &momentum,
+                                 &clipGrad,
+                                 &ignoreIndex,
+                                 &objectiveFlag,
+                                 &maskTokenId,
+                                 &mlmProbability,
+                                 std::addressof(specialTokenIds),
+                                 &eodToken,
+                                 &resetAttentionMask,
+                                 &resetPositionIds,
+                                 &eodMaskLoss,
+                                 &freeze,
+                                 std::addressof(feed),
+                                 &recompute,
+                                 &lossScaleFlag,
+                                 &initialLossScale,
+                                 &lossScaleWindow,
+                                 &minLossScale};
+  std::vector<std::string> given;
+  for (const cl::Option *option : options)
+    if (option->getNumOccurrences())
+      given.push_back(option->ArgStr.str());
+  return given;
+}
 
 llvm::Expected<weft::driver::CompileOutcome>
 compileTrainingProgram(MLIRContext &context,

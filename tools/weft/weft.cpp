@@ -545,8 +545,15 @@ llvm::Expected<weft::driver::CompileOutcome>
 compileTrainingProgram(MLIRContext &context,
                        const weft::driver::CompileRequest &request);
 
+std::vector<std::string> trainingFlagsGiven();
+
 static int runCompile(MLIRContext &context) {
   // The target and -o are checked by the driver.
+  if (std::vector<std::string> given = trainingFlagsGiven();
+      !compileTraining && !given.empty())
+    return fail("--" + given.front() +
+                " is a training option: give --train to compile a training "
+                "program, or leave it out");
   if (planFile.empty() && planSpec.empty())
     return fail("weft compile needs a plan: --plan plans.json or --plan-spec");
   llvm::Expected<weft::plan::Plan> plan =

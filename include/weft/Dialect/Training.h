@@ -68,8 +68,8 @@ llvm::StringMap<llvm::SmallVector<std::string, 2>>
 storedParameterAxes(mlir::ModuleOp module);
 /// How a training run fills each of the model's inputs, as the module's
 /// weft.feeds (-weft-assign-feeds) says: "tokens" (one input), "source",
-/// "ones", "zeros", "positions" or "labels". Empty when the attribute is
-/// absent.
+/// "ones", "zeros", "positions", "labels" or "documents". Empty when the
+/// attribute is absent.
 std::vector<std::string> trainingFeeds(mlir::ModuleOp module);
 /// Which model input takes the token ids whose next tokens are the labels:
 /// the one weft.feeds names "tokens" (input 0 without the attribute).

@@ -124,6 +124,9 @@ struct TrainingStepOptions {
   /// counts a step but feeds it nothing, skips it.
   bool assignFeeds = true;
   std::vector<std::string> feeds;
+  /// Each token attends within its packed document (-weft-document-mask,
+  /// after the feeds: the model takes the document ids as one more input).
+  bool documentMask = false;
   /// The optimizer step's rule (its rankLocal, storedOver and
   /// skipNonFinite follow the plan and scaleLoss). Its `freeze` also keeps
   /// the frozen parameters out of the backward (-weft-differentiate).

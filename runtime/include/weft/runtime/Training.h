@@ -43,10 +43,12 @@ readTokenFile(const std::string &path, const std::string &rawType = "u16");
 /// encoder reads a text and the decoder continues it).
 /// Labels: the next tokens, as the labels the step's own loss reads (a
 /// model that takes `labels` and computes a loss of its own).
-enum class Feed { Tokens, Source, Ones, Zeros, Positions, Labels };
+/// Documents: each position's document in its row, the end-of-document
+/// tokens (Objective::eod) before it (-weft-document-mask's document ids).
+enum class Feed { Tokens, Source, Ones, Zeros, Positions, Labels, Documents };
 
 /// The Feed a weft.feeds entry names ("tokens", "source", "ones", "zeros",
-/// "positions", "labels").
+/// "positions", "labels", "documents").
 std::optional<Feed> parseFeed(const std::string &name);
 
 /// One model input's fill and its columns (0: the window's seq; the source
@@ -82,6 +84,15 @@ struct Objective {
   int64_t ignore = -100;
   uint64_t seed = 0;
   std::vector<int64_t> special = {};
+  /// Packed documents (Megatron-LM's get_ltor_masks_and_position_ids): the
+  /// end-of-document token (-1: none). A document ends with its `eod`, and
+  /// the next starts after it, within each row. With `resetPositions`,
+  /// position ids count from 0 in each document (--reset-position-ids);
+  /// with `eodMaskLoss`, a position whose input is `eod` counts no loss
+  /// (its label is `ignore`: --eod-mask-loss).
+  int64_t eod = -1;
+  bool resetPositions = false;
+  bool eodMaskLoss = false;
 };
 
 /// Masked language modelling's draw for the `index`-th position of the
