@@ -1847,26 +1847,26 @@ module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule
 
 // -----
 
-// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions" or "labels" for the others}}
+// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions", "labels" or "documents" for the others}}
 module attributes {weft.feeds = ["ones"]} {
 }
 
 // -----
 
-// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions" or "labels" for the others}}
+// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions", "labels" or "documents" for the others}}
 module attributes {weft.feeds = ["tokens", "arange"]} {
 }
 
 // -----
 
 // Two inputs cannot both take the token ids.
-// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions" or "labels" for the others}}
+// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions", "labels" or "documents" for the others}}
 module attributes {weft.feeds = ["source", "tokens", "tokens"]} {
 }
 
 // -----
 
-// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions" or "labels" for the others}}
+// expected-error @+1 {{'weft.feeds' is one fill per model input on a module: "tokens" for exactly one, "source", "ones", "zeros", "positions", "labels" or "documents" for the others}}
 func.func @feeds_on_a_function() attributes {weft.feeds = ["tokens"]} {
   return
 }
