@@ -315,6 +315,27 @@ static std::string optimizerLiteral(func::FuncOp optimizer,
          layoutsLiteral(optimizer, false) + "}";
 }
 
+/// The LrDecay enumerator's C++ name, as the program prints it.
+static const char *lrDecayName(rt::LrDecay decay) {
+  switch (decay) {
+  case rt::LrDecay::Linear:
+    return "LrDecay::Linear";
+  case rt::LrDecay::Constant:
+    return "LrDecay::Constant";
+  case rt::LrDecay::InverseSquareRoot:
+    return "LrDecay::InverseSquareRoot";
+  case rt::LrDecay::Wsd:
+    return "LrDecay::Wsd";
+  case rt::LrDecay::Exponential:
+    return "LrDecay::Exponential";
+  case rt::LrDecay::MinusSqrt:
+    return "LrDecay::MinusSqrt";
+  case rt::LrDecay::Cosine:
+    break;
+  }
+  return "LrDecay::Cosine";
+}
+
 /// What both training literals end with: the held parameters (their whole
 /// shapes from the module's weft.parameter ops, `gradientOf[k]` where the
 /// k-th one's gradient is), the optimizer's constants, one micro-batch's
@@ -395,8 +416,11 @@ runLiteral(llvm::raw_ostream &out, ModuleOp module,
          "these).\n"
       << "  p.steps = " << d.steps << ";\n"
       << "  p.gradAccum = " << gradAccum << ";\n"
-      << "  p.schedule = LrSchedule{" << number(d.lr) << ", " << number(d.minLr)
-      << ", " << d.warmup << ", " << d.steps << "};\n"
+      << "  p.schedule = LrSchedule{" << number(d.schedule.peak) << ", "
+      << number(d.schedule.floor) << ", " << d.schedule.warmup << ", "
+      << d.steps << ", " << d.schedule.decaySteps << ", "
+      << lrDecayName(d.schedule.style) << ", " << d.schedule.wsdSteps << ", "
+      << lrDecayName(d.schedule.wsdStyle) << "};\n"
       << "  return p;\n}\n";
 }
 

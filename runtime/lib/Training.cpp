@@ -263,13 +263,64 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
 // The learning rate and the optimizer's scalars
 //===----------------------------------------------------------------------===//
 
+std::optional<LrDecay> weft::rt::parseLrDecay(const std::string &name) {
+  static const std::pair<const char *, LrDecay> names[] = {
+      {"cosine", LrDecay::Cosine},
+      {"linear", LrDecay::Linear},
+      {"constant", LrDecay::Constant},
+      {"inverse-square-root", LrDecay::InverseSquareRoot},
+      {"wsd", LrDecay::Wsd},
+      {"exponential", LrDecay::Exponential},
+      {"minus_sqrt", LrDecay::MinusSqrt}};
+  for (const auto &[text, decay] : names)
+    if (name == text)
+      return decay;
+  return std::nullopt;
+}
+
 double LrSchedule::at(int64_t step) const {
   double bottom = floor < 0 ? peak : floor;
   if (warmup > 0 && step < warmup)
     return peak * double(step + 1) / double(warmup);
-  int64_t decay = std::max<int64_t>(steps - warmup, 1);
-  double progress = std::min(1.0, double(step - warmup) / double(decay));
-  return bottom + 0.5 * (peak - bottom) * (1 + std::cos(M_PI * progress));
+  if (style == LrDecay::Constant)
+    return peak;
+  if (style == LrDecay::InverseSquareRoot)
+    return std::max(bottom,
+                    peak * std::sqrt(double(std::max<int64_t>(warmup, 1)) /
+                                     double(step + 1)));
+  const int64_t end = decaySteps > 0 ? decaySteps : steps;
+  if (step >= end)
+    return bottom;
+  // The share of the decay done: of the steps after the warm-up, or of
+  // WSD's last wsdSteps.
+  LrDecay shape = style;
+  double done;
+  if (style == LrDecay::Wsd) {
+    const int64_t start = end - std::max<int64_t>(wsdSteps, 1);
+    if (step < start)
+      return peak;
+    done = double(step - start) / double(std::max<int64_t>(wsdSteps, 1));
+    shape = wsdStyle;
+  } else {
+    done = double(step - warmup) / double(std::max<int64_t>(end - warmup, 1));
+  }
+  done = std::min(1.0, std::max(0.0, done));
+  double kept = 0;
+  switch (shape) {
+  case LrDecay::Linear:
+    kept = 1 - done;
+    break;
+  case LrDecay::Exponential:
+    kept = 2 * std::pow(0.5, done) - 1;
+    break;
+  case LrDecay::MinusSqrt:
+    kept = 1 - std::sqrt(done);
+    break;
+  default:
+    kept = 0.5 * (1 + std::cos(M_PI * done));
+    break;
+  }
+  return bottom + (peak - bottom) * kept;
 }
 
 bool LossScale::update(double norm) {

@@ -49,8 +49,12 @@ import gradient_reduction as gr  # noqa: E402
 STEPS = 3
 # (model label prefix, plan, optimizer arguments, run under mpirun too)
 PAIRS = [
-    ("gpt2-opset17", "dp=1", ["--optimizer", "adamw"], False),
-    ("gpt2-opset17", "tp=2", ["--optimizer", "sgd", "--clip-grad", "1.0"], False),
+    # Warmup-stable-decay and linear decay (--lr-decay-style): the program
+    # prints weft train's learning rates.
+    ("gpt2-opset17", "dp=1", ["--optimizer", "adamw", "--warmup", "1", "--lr-decay-style",
+                              "wsd", "--lr-wsd-decay-steps", "2", "--min-lr", "1e-3"], False),
+    ("gpt2-opset17", "tp=2", ["--optimizer", "sgd", "--clip-grad", "1.0", "--lr-decay-style",
+                              "linear"], False),
     ("gpt2-opset17", "dp=2,tp=2,zero=1", ["--optimizer", "adamw"], True),
     ("gpt2-opset17", "dp=2,tp=2,sp=true", ["--optimizer", "sgd", "--momentum", "0.5"], False),
     ("gpt2-opset17", "tp=2,sp=true", ["--optimizer", "adamw", "--recompute", "selective"],

@@ -238,6 +238,49 @@ TEST(TrainingTest, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(constant.at(7), 0.3);
 }
 
+// Megatron-LM's OptimizerParamScheduler.get_lr, step by step: the decay
+// after the warm-up reaches the floor at step `steps` (or `decaySteps`).
+TEST(TrainingTest, DecayStyles) {
+  LrSchedule linear{1.0, 0.2, 2, 6, 0, LrDecay::Linear};
+  EXPECT_DOUBLE_EQ(linear.at(1), 1.0);
+  EXPECT_DOUBLE_EQ(linear.at(2), 1.0);
+  EXPECT_NEAR(linear.at(3), 0.8, 1e-12); // a quarter of 0.8 gone
+  EXPECT_NEAR(linear.at(5), 0.4, 1e-12);
+  EXPECT_NEAR(linear.at(6), 0.2, 1e-12);
+  EXPECT_NEAR(linear.at(9), 0.2, 1e-12);
+  // The decay ends at step 4 instead of the run's 6.
+  LrSchedule early{1.0, 0.0, 0, 6, 4, LrDecay::Linear};
+  EXPECT_NEAR(early.at(2), 0.5, 1e-12);
+  EXPECT_NEAR(early.at(5), 0.0, 1e-12);
+  LrSchedule constant{1.0, 0.0, 2, 6, 0, LrDecay::Constant};
+  EXPECT_DOUBLE_EQ(constant.at(0), 0.5);
+  EXPECT_DOUBLE_EQ(constant.at(5), 1.0);
+  // peak * sqrt(warmup / (step + 1)), not below the floor.
+  LrSchedule inverse{1.0, 0.3, 4, 100, 0, LrDecay::InverseSquareRoot};
+  EXPECT_DOUBLE_EQ(inverse.at(3), 1.0);
+  EXPECT_NEAR(inverse.at(15), 0.5, 1e-12);
+  EXPECT_NEAR(inverse.at(99), 0.3, 1e-12);
+  // Warmup-stable-decay: the peak until the last 4 steps before 10, then
+  // each of Megatron's shapes at r = 1/4, 1/2.
+  for (auto [shape, quarter, half] :
+       {std::tuple{LrDecay::Linear, 0.75, 0.5},
+        std::tuple{LrDecay::Cosine, 0.5 * (1 + std::cos(M_PI / 4)), 0.5},
+        std::tuple{LrDecay::Exponential, 2 * std::pow(0.5, 0.25) - 1,
+                   2 * std::sqrt(0.5) - 1},
+        std::tuple{LrDecay::MinusSqrt, 0.5, 1 - std::sqrt(0.5)}}) {
+    LrSchedule wsd{2.0, 0.0, 1, 10, 0, LrDecay::Wsd, 4, shape};
+    EXPECT_DOUBLE_EQ(wsd.at(0), 2.0);
+    EXPECT_DOUBLE_EQ(wsd.at(5), 2.0);
+    EXPECT_DOUBLE_EQ(wsd.at(6), 2.0);
+    EXPECT_NEAR(wsd.at(7), 2.0 * quarter, 1e-12);
+    EXPECT_NEAR(wsd.at(8), 2.0 * half, 1e-12);
+    EXPECT_NEAR(wsd.at(10), 0.0, 1e-12);
+  }
+  EXPECT_EQ(parseLrDecay("inverse-square-root"), LrDecay::InverseSquareRoot);
+  EXPECT_EQ(parseLrDecay("minus_sqrt"), LrDecay::MinusSqrt);
+  EXPECT_FALSE(parseLrDecay("step").has_value());
+}
+
 TEST(TrainingTest, OptimizerScalarsAreTorchs) {
   OptimizerConstants c{0.01, 0.9, 0.999};
   EXPECT_FLOAT_EQ(*optimizerScalar("grad_divisor", c, 0.1, 1, 4), 4.0f);

@@ -103,11 +103,35 @@ static cl::opt<std::string> optimizer("optimizer",
 static cl::opt<double> learningRate("lr", cl::desc("Peak learning rate"),
                                     cl::init(1e-3), cl::sub(trainCommand),
                                     cl::sub(compileSubCommand()));
-static cl::opt<double> minLr("min-lr",
-                             cl::desc("Learning rate at the end of the cosine "
-                                      "decay (default: the peak, no decay)"),
-                             cl::init(-1), cl::sub(trainCommand),
-                             cl::sub(compileSubCommand()));
+static cl::opt<double>
+    minLr("min-lr",
+          cl::desc("Learning rate at the end of the decay (default: the peak, "
+                   "no decay, for cosine; 0 for another --lr-decay-style, as "
+                   "Megatron-LM's)"),
+          cl::init(-1), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<std::string> lrDecayStyle(
+    "lr-decay-style",
+    cl::desc("How the learning rate falls after the warm-up (Megatron-LM's "
+             "names): cosine (default), linear, constant, "
+             "inverse-square-root, or wsd (warmup-stable-decay: the peak "
+             "until the last --lr-wsd-decay-steps)"),
+    cl::init("cosine"), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<int64_t> lrDecaySteps(
+    "lr-decay-steps",
+    cl::desc("The step at which the decay reaches --min-lr (default: "
+             "--steps), as Megatron-LM's --lr-decay-iters"),
+    cl::init(0), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<int64_t> lrWsdDecaySteps(
+    "lr-wsd-decay-steps",
+    cl::desc("--lr-decay-style wsd: the last steps of the decay, over which "
+             "the learning rate falls from the peak to --min-lr"),
+    cl::init(0), cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<std::string> lrWsdDecayStyle(
+    "lr-wsd-decay-style",
+    cl::desc("--lr-decay-style wsd: how it falls: exponential (default, "
+             "Megatron-LM's), linear, cosine or minus_sqrt"),
+    cl::init("exponential"), cl::sub(trainCommand),
+    cl::sub(compileSubCommand()));
 static cl::opt<int64_t> warmup("warmup", cl::desc("Steps of linear warm-up"),
                                cl::init(0), cl::sub(trainCommand),
                                cl::sub(compileSubCommand()));
@@ -369,13 +393,55 @@ static std::string lossScaleOf(llvm::StringRef dtype,
   return "";
 }
 
-static double scheduledLr(int64_t step) {
+/// The learning-rate schedule from the command line (--lr, --min-lr,
+/// --warmup, --steps, --lr-decay-style and its options), or why it is not
+/// one.
+static llvm::Expected<weft::rt::LrSchedule> lrSchedule() {
   weft::rt::LrSchedule schedule;
   schedule.peak = learningRate;
   schedule.floor = minLr;
   schedule.warmup = warmup;
   schedule.steps = steps;
-  return schedule.at(step);
+  schedule.decaySteps = lrDecaySteps;
+  std::optional<weft::rt::LrDecay> style = weft::rt::parseLrDecay(lrDecayStyle);
+  if (!style || *style == weft::rt::LrDecay::Exponential ||
+      *style == weft::rt::LrDecay::MinusSqrt)
+    return llvm::createStringError(
+        "--lr-decay-style " + lrDecayStyle +
+        ": expected cosine, linear, constant, inverse-square-root or wsd");
+  schedule.style = *style;
+  std::optional<weft::rt::LrDecay> wsd =
+      weft::rt::parseLrDecay(lrWsdDecayStyle);
+  if (!wsd || *wsd == weft::rt::LrDecay::Constant ||
+      *wsd == weft::rt::LrDecay::InverseSquareRoot ||
+      *wsd == weft::rt::LrDecay::Wsd)
+    return llvm::createStringError(
+        "--lr-wsd-decay-style " + lrWsdDecayStyle +
+        ": expected exponential, linear, cosine or minus_sqrt");
+  schedule.wsdStyle = *wsd;
+  schedule.wsdSteps = lrWsdDecaySteps;
+  const int64_t end = lrDecaySteps > 0 ? int64_t(lrDecaySteps) : int64_t(steps);
+  if (lrDecaySteps < 0 || lrWsdDecaySteps < 0)
+    return llvm::createStringError(
+        "--lr-decay-steps and --lr-wsd-decay-steps must not be negative");
+  if ((lrWsdDecaySteps.getNumOccurrences() ||
+       lrWsdDecayStyle.getNumOccurrences()) &&
+      *style != weft::rt::LrDecay::Wsd)
+    return llvm::createStringError("--lr-wsd-decay-steps and "
+                                   "--lr-wsd-decay-style are for "
+                                   "--lr-decay-style wsd");
+  if (*style == weft::rt::LrDecay::Wsd &&
+      (lrWsdDecaySteps <= 0 || lrWsdDecaySteps > end - warmup))
+    return llvm::createStringError(
+        "--lr-decay-style wsd needs --lr-wsd-decay-steps, from 1 to the " +
+        std::to_string(std::max<int64_t>(end - warmup, 0)) +
+        " steps between the warm-up and the end of the decay");
+  // Megatron-LM decays to 0 unless told; the cosine default here has no
+  // decay without --min-lr, as before the other styles came.
+  if (!minLr.getNumOccurrences() && *style != weft::rt::LrDecay::Cosine &&
+      *style != weft::rt::LrDecay::Constant)
+    schedule.floor = 0;
+  return schedule;
 }
 /// The arguments of the optimizer step (-weft-build-optimizer's
 /// `@optimizer_step`) at step `t` (1-based) with learning rate `lr`, on the
@@ -1085,6 +1151,9 @@ int runTrain(MLIRContext &context) {
       (evalEvery.getNumOccurrences() || evalIters.getNumOccurrences()))
     return trainError("--eval-every and --eval-iters evaluate --eval-data: "
                       "give it");
+  llvm::Expected<weft::rt::LrSchedule> schedule = lrSchedule();
+  if (!schedule)
+    return trainError(llvm::toString(schedule.takeError()));
   // (The optimizer step leaves the frozen parameters out.)
   if (std::string why; !freeze.empty() && !llvm::Regex(freeze).isValid(why))
     return trainError("--freeze: " + why);
@@ -1375,7 +1444,7 @@ int runTrain(MLIRContext &context) {
       }
       return inputs;
     };
-    const double lr = scheduledLr(step);
+    const double lr = schedule->at(step);
     std::optional<double> norm;
     if (pipeline) {
       // Each pipeline rank's optimizer step's arguments (whole; the ranks
@@ -1616,6 +1685,10 @@ std::vector<std::string> trainingFlagsGiven() {
                                  &learningRate,
                                  &minLr,
                                  &warmup,
+                                 &lrDecayStyle,
+                                 &lrDecaySteps,
+                                 &lrWsdDecaySteps,
+                                 &lrWsdDecayStyle,
                                  &weightDecay,
                                  &decayRule,
                                  &beta1,
@@ -1671,12 +1744,13 @@ compileTrainingProgram(MLIRContext &context,
     return llvm::createStringError("the plan has fields that weft compile "
                                    "--train does not apply: " +
                                    refused.front());
+  llvm::Expected<weft::rt::LrSchedule> schedule = lrSchedule();
+  if (!schedule)
+    return schedule.takeError();
   weft::driver::CompileRequest request = given;
   request.training.steps = steps;
   request.training.gradAccum = gradAccum;
-  request.training.warmup = warmup;
-  request.training.lr = learningRate;
-  request.training.minLr = minLr;
+  request.training.schedule = *schedule;
   request.training.weightDecay = weightDecay;
   request.training.beta1 = beta1;
   request.training.beta2 = beta2;

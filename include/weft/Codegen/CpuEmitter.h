@@ -32,8 +32,9 @@ mlir::LogicalResult emitCpuProgram(mlir::ModuleOp module,
 /// scalar arguments need (weight decay, betas), and the defaults of its
 /// command line.
 struct TrainingProgramDefaults {
-  int64_t steps = 1, gradAccum = 1, warmup = 0;
-  double lr = 1e-3, minLr = -1;
+  int64_t steps = 1, gradAccum = 1;
+  /// The learning rate of each step (its `steps`: the run's).
+  rt::LrSchedule schedule;
   double weightDecay = 0, beta1 = 0.9, beta2 = 0.999;
   /// Loss scaling's rule, for a step that takes the scale
   /// (-weft-differentiate=scale-loss=true).

@@ -121,13 +121,39 @@ std::vector<HostTensor> tokenWindows(const std::vector<int64_t> &tokens,
                                      const std::vector<InputFeed> &inputs,
                                      const Objective &objective = {});
 
-/// Linear warm-up to `peak` over `warmup` steps, then a cosine decay to
-/// `floor` (the peak when negative) at step `steps`.
+/// How the learning rate falls after the warm-up (Megatron-LM's
+/// --lr-decay-style; the last four are --lr-wsd-decay-style's).
+enum class LrDecay {
+  Cosine,
+  Linear,
+  Constant,
+  InverseSquareRoot,
+  Wsd,
+  Exponential,
+  MinusSqrt
+};
+
+/// The LrDecay named "cosine", "linear", "constant", "inverse-square-root",
+/// "wsd", "exponential" or "minus_sqrt" (Megatron-LM's names).
+std::optional<LrDecay> parseLrDecay(const std::string &name);
+
+/// Linear warm-up to `peak` over `warmup` steps, then a decay to `floor`
+/// (the peak when negative) that ends at step `decaySteps` (0: `steps`, the
+/// run's), as Megatron-LM's OptimizerParamScheduler: cosine, linear,
+/// constant, or inverse-square-root (peak x sqrt(warmup / (step + 1)), not
+/// below `floor`); or warmup-stable-decay (WSD: MiniCPM, DeepSeek), which
+/// stays at the peak until its last `wsdSteps` steps and falls to `floor`
+/// over them by `wsdStyle` (linear, cosine, exponential: 2 x 0.5^r - 1, or
+/// minus_sqrt: 1 - sqrt(r)).
 struct LrSchedule {
   double peak = 1e-3;
   double floor = -1;
   int64_t warmup = 0;
   int64_t steps = 1;
+  int64_t decaySteps = 0;
+  LrDecay style = LrDecay::Cosine;
+  int64_t wsdSteps = 0;
+  LrDecay wsdStyle = LrDecay::Exponential;
   /// The learning rate of step `step` (0-based).
   double at(int64_t step) const;
 };
