@@ -34,20 +34,113 @@ using namespace weft::rt;
 // Tokens
 //===----------------------------------------------------------------------===//
 
-absl::StatusOr<std::vector<int64_t>>
-weft::rt::readTokenFile(const std::string &path, const std::string &rawType) {
+static bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+static bool fileExists(const std::string &path) {
+  return bool(std::ifstream(path, std::ios::binary));
+}
+
+static absl::StatusOr<std::string> readBytes(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return absl::NotFoundError(
         absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+/// A little-endian integer of `width` bytes at `at` of `bytes` (which
+/// holds it), sign-extended when `isSigned`.
+static int64_t readInteger(const std::string &bytes, size_t at, size_t width,
+                           bool isSigned) {
+  uint64_t v = 0;
+  for (size_t b = 0; b < width; ++b)
+    v |= uint64_t(uint8_t(bytes[at + b])) << (8 * b);
+  if (isSigned && width < 8 && (v >> (8 * width - 1)) & 1)
+    v |= ~uint64_t(0) << (8 * width);
+  return int64_t(v);
+}
+
+/// Megatron-LM's indexed dataset (preprocess_data.py's PREFIX.bin and
+/// PREFIX.idx; megatron/core/datasets/indexed_dataset.py): the .idx holds
+/// "MMIDIDX\0\0", version 1 (u64), the token type's code (u8), the
+/// sequence and document counts (u64), then each sequence's length (i32)
+/// and byte offset in the .bin (i64), and the documents' first sequences.
+/// The tokens are the sequences in order.
+static absl::StatusOr<std::vector<int64_t>>
+readIndexedDataset(const std::string &prefix) {
+  const std::string idxPath = prefix + ".idx", binPath = prefix + ".bin";
+  absl::StatusOr<std::string> index = readBytes(idxPath);
+  if (!index.ok())
+    return index.status();
+  const std::string &idx = *index;
+  auto bad = [&](const std::string &why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(idxPath, ": not a Megatron-LM index (", why, ")"));
+  };
+  const size_t header = 9 + 8 + 1 + 8 + 8;
+  if (idx.size() < header || idx.compare(0, 9, std::string("MMIDIDX\0\0", 9)))
+    return bad("it does not start with MMIDIDX");
+  if (readInteger(idx, 9, 8, false) != 1)
+    return bad("version " + std::to_string(readInteger(idx, 9, 8, false)) +
+               ", expected 1");
+  // Megatron's DType codes: uint8 1, int8 2, int16 3, int32 4, int64 5,
+  // float64 6, float32 7, uint16 8.
+  const int code = uint8_t(idx[17]);
+  static const std::pair<size_t, bool> types[] = {
+      {0, false}, {1, false}, {1, true},  {2, true}, {4, true},
+      {8, true},  {0, false}, {0, false}, {2, false}};
+  if (code < 1 || code > 8 || !types[code].first)
+    return absl::InvalidArgumentError(
+        absl::StrCat(idxPath, ": token type code ", code,
+                     " is not an integer type (Megatron-LM's DType: uint8 1, "
+                     "int8 2, int16 3, int32 4, int64 5, uint16 8)"));
+  const auto [width, isSigned] = types[code];
+  const uint64_t sequences = uint64_t(readInteger(idx, 18, 8, false));
+  if (sequences > (idx.size() - header) / 12)
+    return bad(absl::StrCat(sequences, " sequences, which its ", idx.size(),
+                            " bytes cannot hold"));
+  absl::StatusOr<std::string> data = readBytes(binPath);
+  if (!data.ok())
+    return data.status();
+  std::vector<int64_t> tokens;
+  for (uint64_t i = 0; i < sequences; ++i) {
+    const int64_t length = readInteger(idx, header + 4 * i, 4, true);
+    const int64_t pointer =
+        readInteger(idx, header + 4 * sequences + 8 * i, 8, true);
+    if (length < 0 || pointer < 0 ||
+        uint64_t(pointer) + uint64_t(length) * width > data->size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          idxPath, ": sequence ", i, " (", length, " tokens at byte ", pointer,
+          ") is not inside ", binPath, " (", data->size(), " bytes)"));
+    for (int64_t t = 0; t < length; ++t)
+      tokens.push_back(readInteger(*data, size_t(pointer) + size_t(t) * width,
+                                   width, isSigned));
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::vector<int64_t>>
+weft::rt::readTokenFile(const std::string &path, const std::string &rawType) {
+  // Megatron-LM's indexed dataset: PREFIX.idx, PREFIX.bin beside a
+  // PREFIX.idx, or PREFIX (as its --data-path names them).
+  for (const char *suffix : {".idx", ".bin", ""})
+    if (endsWith(path, suffix)) {
+      std::string prefix = path.substr(0, path.size() - strlen(suffix));
+      if (fileExists(prefix + ".idx") &&
+          (*suffix || fileExists(prefix + ".bin")) &&
+          (std::string(suffix) != ".bin" || fileExists(prefix + ".idx")))
+        return readIndexedDataset(prefix);
+    }
+  absl::StatusOr<std::string> read = readBytes(path);
+  if (!read.ok())
+    return read.status();
+  std::string bytes = std::move(*read);
   std::string type = rawType;
   size_t start = 0;
-  auto endsWith = [](const std::string &s, const std::string &suffix) {
-    return s.size() >= suffix.size() &&
-           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   if (endsWith(path, ".npy")) {
     if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
       return absl::InvalidArgumentError(path + ": not a .npy file");

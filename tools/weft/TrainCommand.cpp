@@ -65,11 +65,13 @@ static cl::SubCommand trainCommand(
 static cl::opt<std::string> model(cl::Positional, cl::Required,
                                   cl::desc("<model.onnx | model.mlir>"),
                                   cl::sub(trainCommand));
-static cl::opt<std::string>
-    dataPath("data",
-             cl::desc("Tokens: .npy (integer) or raw binary (--data-dtype), "
-                      "the files GPT training scripts write"),
-             cl::value_desc("file"), cl::sub(trainCommand));
+static cl::opt<std::string> dataPath(
+    "data",
+    cl::desc("Tokens: .npy (integer), Megatron-LM's indexed dataset "
+             "(PREFIX, PREFIX.bin or PREFIX.idx, as preprocess_data.py "
+             "writes it), or raw binary (--data-dtype), the files GPT "
+             "training scripts write"),
+    cl::value_desc("file"), cl::sub(trainCommand));
 static cl::opt<std::string>
     dataDtype("data-dtype",
               cl::desc("Element type of a raw token file: u16 (default), "
