@@ -25,6 +25,7 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -198,6 +199,117 @@ weft::rt::readTokenFile(const std::string &path, const std::string &rawType) {
   return tokens;
 }
 
+struct weft::rt::TokenStream::Index {
+  std::mutex mutex;
+  /// Each row's dataset and sample, as far as a window has asked.
+  std::vector<std::pair<size_t, int64_t>> rows;
+  std::vector<int64_t> counts;
+};
+
+weft::rt::TokenStream::TokenStream(std::vector<int64_t> tokens)
+    : weights_{1.0} {
+  datasets_.push_back(std::move(tokens));
+}
+
+weft::rt::TokenStream::TokenStream(std::vector<std::vector<int64_t>> datasets,
+                                   std::vector<double> weights)
+    : datasets_(std::move(datasets)), weights_(std::move(weights)),
+      index_(std::make_shared<Index>()) {
+  double total = 0;
+  for (double w : weights_)
+    total += w;
+  for (double &w : weights_)
+    w /= total;
+  index_->counts.assign(datasets_.size(), 0);
+}
+
+std::pair<size_t, int64_t> weft::rt::TokenStream::row(int64_t index) const {
+  if (!index_)
+    return {0, index};
+  std::lock_guard<std::mutex> lock(index_->mutex);
+  auto &rows = index_->rows;
+  while (int64_t(rows.size()) <= index) {
+    // Megatron-LM's build_blending_indices: the dataset furthest below its
+    // share of the rows so far (at least one), the first of equals.
+    const double done = std::max<double>(double(rows.size()), 1.0);
+    size_t pick = 0;
+    double worst = weights_[0] * done - double(index_->counts[0]);
+    for (size_t d = 1; d < weights_.size(); ++d)
+      if (double error = weights_[d] * done - double(index_->counts[d]);
+          error > worst) {
+        worst = error;
+        pick = d;
+      }
+    rows.emplace_back(pick, index_->counts[pick]++);
+  }
+  return rows[size_t(index)];
+}
+
+absl::StatusOr<weft::rt::TokenStream>
+weft::rt::readTokenStream(const std::string &spec, const std::string &rawType) {
+  std::istringstream fields(spec);
+  std::vector<std::string> parts;
+  for (std::string part; fields >> part;)
+    parts.push_back(part);
+  auto weightOf = [](const std::string &text) -> std::optional<double> {
+    char *end = nullptr;
+    double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end)
+      return std::nullopt;
+    return value;
+  };
+  // One file (whose name may hold spaces), unless it reads as a blend.
+  if (parts.size() < 2 || !weightOf(parts[0])) {
+    absl::StatusOr<std::vector<int64_t>> tokens = readTokenFile(spec, rawType);
+    if (!tokens.ok())
+      return tokens.status();
+    return TokenStream(std::move(*tokens));
+  }
+  if (parts.size() % 2)
+    return absl::InvalidArgumentError(
+        "'" + spec +
+        "': a blend is WEIGHT PATH pairs (Megatron-LM's --data-path), e.g. "
+        "\"0.3 a.npy 0.7 b_text_document\"");
+  std::vector<std::vector<int64_t>> datasets;
+  std::vector<double> weights;
+  for (size_t i = 0; i < parts.size(); i += 2) {
+    std::optional<double> weight = weightOf(parts[i]);
+    if (!weight || !(*weight > 0) || !std::isfinite(*weight))
+      return absl::InvalidArgumentError(
+          "'" + spec + "': the blend's weight '" + parts[i] +
+          "' is not a positive number (WEIGHT PATH pairs)");
+    absl::StatusOr<std::vector<int64_t>> tokens =
+        readTokenFile(parts[i + 1], rawType);
+    if (!tokens.ok())
+      return tokens.status();
+    datasets.push_back(std::move(*tokens));
+    weights.push_back(*weight);
+  }
+  if (datasets.size() == 1)
+    return TokenStream(std::move(datasets.front()));
+  return TokenStream(std::move(datasets), std::move(weights));
+}
+
+std::string weft::rt::tokenStreamShortfall(
+    const TokenStream &stream, const std::string &spec, int64_t batch,
+    int64_t seq, const std::vector<InputFeed> &feeds) {
+  // One file holds a micro-batch and its last label; each dataset of a
+  // blend a sequence and its label, and an encoder's source before them.
+  int64_t source = 0;
+  for (const InputFeed &input : feeds)
+    if (input.fill == Feed::Source)
+      source = std::max(source, input.length);
+  const int64_t need = (stream.blended() ? seq + 1 : batch * seq + 1) + source;
+  for (size_t d = 0; d < stream.datasets().size(); ++d)
+    if (int64_t have = int64_t(stream.datasets()[d].size()); have < need)
+      return stream.blended()
+                 ? absl::StrCat(spec, ": dataset ", d + 1, " of the blend has ",
+                                have, " tokens; one sequence needs ", need)
+                 : absl::StrCat(spec, " has ", have,
+                                " tokens; one micro-batch needs ", need);
+  return "";
+}
+
 std::optional<Feed> weft::rt::parseFeed(const std::string &name) {
   static const std::pair<const char *, Feed> names[] = {
       {"tokens", Feed::Tokens},       {"source", Feed::Source},
@@ -239,21 +351,51 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
                        int64_t seq, int64_t first, int64_t count,
                        const std::vector<InputFeed> &inputs,
                        const Objective &objective) {
-  const int64_t size = int64_t(tokens.size());
-  const int64_t positions = size - (batch * seq + 1) + 1;
-  // Where each row's window starts in the file.
-  std::vector<int64_t> starts(size_t(count * batch));
+  return tokenWindows(TokenStream(tokens), batch, seq, first, count, inputs,
+                      objective);
+}
+
+std::vector<HostTensor>
+weft::rt::tokenWindows(const TokenStream &stream, int64_t batch, int64_t seq,
+                       int64_t first, int64_t count,
+                       const std::vector<InputFeed> &inputs,
+                       const Objective &objective) {
+  // Each row's dataset, and where its sequence starts in it: one file's
+  // windows are consecutive, a blend's rows its samples.
+  const size_t rows = size_t(count * batch);
+  std::vector<const std::vector<int64_t> *> data(rows);
+  std::vector<int64_t> starts(rows);
+  for (int64_t w = 0; w < count; ++w)
+    for (int64_t r = 0; r < batch; ++r) {
+      const size_t row = size_t(w * batch + r);
+      if (!stream.blended()) {
+        const std::vector<int64_t> &tokens = stream.datasets().front();
+        const int64_t size = int64_t(tokens.size());
+        const int64_t positions = size - (batch * seq + 1) + 1;
+        const int64_t offset = ((first + w) * batch * seq) % positions;
+        data[row] = &tokens;
+        starts[row] = (offset + r * seq) % size;
+        continue;
+      }
+      auto [dataset, sample] = stream.row((first + w) * batch + r);
+      data[row] = &stream.datasets()[dataset];
+      starts[row] = (sample * seq) % (int64_t(data[row]->size()) - seq);
+    }
+  // The token `i` places after (before, when negative) a row's start,
+  // wrapping around its dataset.
+  auto tokenAt = [&](size_t row, int64_t i) {
+    const std::vector<int64_t> &tokens = *data[row];
+    const int64_t size = int64_t(tokens.size());
+    return tokens[size_t(((starts[row] + i) % size + size) % size)];
+  };
   HostTensor ids(DType::I64, {count * batch, seq});
   HostTensor labels(DType::I64, {count * batch, seq});
   for (int64_t w = 0; w < count; ++w) {
-    int64_t offset = ((first + w) * batch * seq) % positions;
-    for (int64_t r = 0; r < batch; ++r)
-      starts[size_t(w * batch + r)] = (offset + r * seq) % size;
     for (int64_t i = 0; i < batch * seq; ++i) {
-      int64_t at = (offset + i) % size;
+      const size_t row = size_t(w * batch + i / seq);
       int64_t to = w * batch * seq + i;
-      ids.ints[to] = tokens[size_t(at)];
-      labels.ints[to] = tokens[size_t((at + 1) % size)];
+      ids.ints[to] = tokenAt(row, i % seq);
+      labels.ints[to] = tokenAt(row, i % seq + 1);
       // Megatron-LM's --eod-mask-loss: loss_mask[tokens == eod] = 0.
       if (objective.eodMaskLoss && ids.ints[to] == objective.eod)
         labels.ints[to] = objective.ignore;
@@ -302,8 +444,7 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
     for (int64_t i = 0; i < seq; ++i) {
       documents.ints[size_t(row * seq + i)] = document;
       inDocument.ints[size_t(row * seq + i)] = i - start;
-      int64_t at = (starts[size_t(row)] + i) % size;
-      if (objective.eod >= 0 && tokens[size_t(at)] == objective.eod) {
+      if (objective.eod >= 0 && tokenAt(size_t(row), i) == objective.eod) {
         ++document;
         start = i + 1;
       }
@@ -332,8 +473,7 @@ weft::rt::tokenWindows(const std::vector<int64_t> &tokens, int64_t batch,
         switch (input.fill) {
         case Feed::Source:
           // The length tokens before the row's first, wrapping around.
-          value = tokens[size_t(
-              ((starts[size_t(row)] - length + i) % size + size) % size)];
+          value = tokenAt(size_t(row), i - length);
           break;
         case Feed::Ones:
           value = 1;
@@ -535,7 +675,7 @@ struct TrainingRun {
   int64_t saveEvery = 0;
   int64_t steps = 1, gradAccum = 1;
   LrSchedule schedule;
-  std::vector<int64_t> tokens;
+  TokenStream tokens;
   /// The ranks are processes (mpirun, srun, torchrun), not threads.
   bool processes = false;
 };
@@ -640,19 +780,16 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   run.outputDir = positional[1];
   run.tokensPath = positional[2];
   *exitCode = 1;
-  absl::StatusOr<std::vector<int64_t>> tokens =
-      readTokenFile(run.tokensPath, run.dataDtype);
+  absl::StatusOr<TokenStream> tokens =
+      readTokenStream(run.tokensPath, run.dataDtype);
   if (!tokens.ok()) {
     std::cerr << "error: " << tokens.status().message() << "\n";
     return std::nullopt;
   }
-  int64_t window = p.batch * p.seq + 1;
-  for (const InputFeed &input : p.feeds)
-    if (input.fill == Feed::Source)
-      window = std::max(window, p.batch * p.seq + 1 + input.length);
-  if (int64_t(tokens->size()) < window) {
-    std::cerr << "error: " << run.tokensPath << " has " << tokens->size()
-              << " tokens; one micro-batch needs " << window << "\n";
+  if (std::string why = tokenStreamShortfall(*tokens, run.tokensPath, p.batch,
+                                             p.seq, p.feeds);
+      !why.empty()) {
+    std::cerr << "error: " << why << "\n";
     return std::nullopt;
   }
   run.tokens = std::move(*tokens);

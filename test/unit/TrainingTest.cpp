@@ -62,6 +62,40 @@ TEST(TrainingTest, WindowsWrapAroundTheFile) {
             (std::vector<int64_t>{13, 14, 15, 12, 13, 14}));
 }
 
+// Megatron-LM's blend (BlendedDataset's build_blending_indices): weights
+// 1 : 3 give rows from B, A, B, B, A, B, ... (the dataset furthest below its
+// share of the rows so far, at least one; the first of equals), each the
+// next sample of its dataset, sample k starting at token k x seq.
+TEST(TrainingTest, BlendsDrawRowsByMegatronsRule) {
+  std::vector<int64_t> a(100), b(100);
+  for (int i = 0; i < 100; ++i) {
+    a[size_t(i)] = 100 + i;
+    b[size_t(i)] = 200 + i;
+  }
+  TokenStream blend({a, b}, {1.0, 3.0});
+  EXPECT_DOUBLE_EQ(blend.weights()[0], 0.25);
+  std::vector<HostTensor> first = tokenWindows(blend, 2, 4, 0, 2, {});
+  ASSERT_EQ(first.size(), 2u);
+  const std::vector<int64_t> rowStarts = {200, 100, 204, 208};
+  for (size_t row = 0; row < 4; ++row)
+    for (int64_t c = 0; c < 4; ++c) {
+      EXPECT_EQ(first[0].ints[row * 4 + size_t(c)], rowStarts[row] + c);
+      // The label is the sample's next token, in its own dataset.
+      EXPECT_EQ(first[1].ints[row * 4 + size_t(c)], rowStarts[row] + c + 1);
+    }
+  // Window 2 (rows 4 and 5): A's second sample, then B's fourth.
+  std::vector<HostTensor> later = tokenWindows(blend, 2, 4, 2, 1, {});
+  EXPECT_EQ(later[0].ints[0], 104);
+  EXPECT_EQ(later[0].ints[4], 212);
+  // Equal weights alternate; sample 24 of 100 tokens wraps to the start
+  // (each sample needs seq + 1 tokens: 96 starts).
+  TokenStream even({a, b}, {0.5, 0.5});
+  std::vector<HostTensor> wrapped = tokenWindows(even, 2, 4, 24, 1, {});
+  EXPECT_EQ(wrapped[0].ints[0], 100);
+  EXPECT_EQ(wrapped[0].ints[4], 200);
+  EXPECT_EQ(even.row(49), (std::pair<size_t, int64_t>(1, 24)));
+}
+
 TEST(TrainingTest, FeedsFillTheInputsAfterTheTokenIds) {
   std::vector<int64_t> tokens{10, 11, 12, 13, 14, 15, 16};
   // Two windows of [batch 2, seq 3]: position ids restart in every row.

@@ -1096,13 +1096,18 @@ static std::optional<weft::plan::Plan> trainingPlan() {
 /// states, whose width the ids would index; the first step failed on the
 /// first id beyond it.
 static std::string checkTokenIds(ModuleOp module,
-                                 const std::vector<int64_t> &tokens,
+                                 const weft::rt::TokenStream &stream,
                                  llvm::StringRef path) {
+  int64_t largest = std::numeric_limits<int64_t>::min();
+  for (const std::vector<int64_t> &tokens : stream.datasets())
+    if (!tokens.empty())
+      largest =
+          std::max(largest, *std::max_element(tokens.begin(), tokens.end()));
   for (auto entry : module.getOps<func::FuncOp>()) {
-    if (entry.isExternal() || entry.getNumResults() == 0 || tokens.empty())
+    if (entry.isExternal() || entry.getNumResults() == 0 ||
+        largest == std::numeric_limits<int64_t>::min())
       break;
     auto logits = dyn_cast<RankedTensorType>(entry.getResultTypes().front());
-    int64_t largest = *std::max_element(tokens.begin(), tokens.end());
     if (!logits || logits.getRank() < 2 ||
         logits.isDynamicDim(logits.getRank() - 1) ||
         largest < logits.getShape().back())
@@ -1169,11 +1174,11 @@ int runTrain(MLIRContext &context) {
   if (!tracePath.empty() && plan->pp() <= 1)
     return trainError("--trace records a pipeline's steps: give a plan with "
                       "pp > 1");
-  absl::StatusOr<std::vector<int64_t>> read =
-      weft::rt::readTokenFile(dataPath, dataDtype);
+  absl::StatusOr<weft::rt::TokenStream> read =
+      weft::rt::readTokenStream(dataPath, dataDtype);
   if (!read.ok())
     return trainError(std::string(read.status().message()));
-  std::vector<int64_t> tokens = std::move(*read);
+  weft::rt::TokenStream tokens = std::move(*read);
   std::string error;
   OwningOpRef<ModuleOp> module = loadModel(context);
   if (!module)
@@ -1192,11 +1197,11 @@ int runTrain(MLIRContext &context) {
   // Held-out data: its loss under the forward the step differentiates
   // (built by the same passes, before the backward), on one device with
   // the step's whole weights.
-  std::vector<int64_t> evalTokens;
+  weft::rt::TokenStream evalTokens;
   OwningOpRef<ModuleOp> evalModule;
   if (!evalDataPath.empty()) {
-    absl::StatusOr<std::vector<int64_t>> held =
-        weft::rt::readTokenFile(evalDataPath, dataDtype);
+    absl::StatusOr<weft::rt::TokenStream> held =
+        weft::rt::readTokenStream(evalDataPath, dataDtype);
     if (!held.ok())
       return trainError(std::string(held.status().message()));
     evalTokens = std::move(*held);
@@ -1234,19 +1239,15 @@ int runTrain(MLIRContext &context) {
       !why.empty())
     return trainError(why);
   // Each row's source is the tokens before its window: the file must hold
-  // the longest with a micro-batch.
-  int64_t window = batch * seqLen + 1;
-  for (const weft::rt::InputFeed &input : feeds)
-    if (input.fill == weft::rt::Feed::Source)
-      window = std::max(window, batch * seqLen + 1 + input.length);
-  if (int64_t(tokens.size()) < window)
-    return trainError(dataPath + " has " + std::to_string(tokens.size()) +
-                      " tokens; one micro-batch needs " +
-                      std::to_string(window));
-  if (evalModule && int64_t(evalTokens.size()) < window)
-    return trainError(
-        evalDataPath + " has " + std::to_string(evalTokens.size()) +
-        " tokens; one micro-batch needs " + std::to_string(window));
+  // the longest with a micro-batch (each dataset of a blend, a sequence).
+  if (std::string why = weft::rt::tokenStreamShortfall(tokens, dataPath, batch,
+                                                       seqLen, feeds);
+      !why.empty())
+    return trainError(why);
+  if (std::string why = weft::rt::tokenStreamShortfall(evalTokens, evalDataPath,
+                                                       batch, seqLen, feeds);
+      evalModule && !why.empty())
+    return trainError(why);
   // The step's function (split into stages' functions with pp > 1).
   func::FuncOp func =
       pipelined ? func::FuncOp() : *module->getOps<func::FuncOp>().begin();

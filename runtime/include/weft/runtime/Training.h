@@ -34,6 +34,51 @@ namespace weft::rt {
 absl::StatusOr<std::vector<int64_t>>
 readTokenFile(const std::string &path, const std::string &rawType = "u16");
 
+/// The token stream a run reads: one file, or Megatron-LM's blend of
+/// several (--data-path "0.3 A 0.7 B"). A single file's windows are
+/// consecutive through it. In a blend, each row of a window (one sequence)
+/// comes from the dataset whose count of rows so far falls furthest below
+/// its weight's share (BlendedDataset's build_blending_indices: the first of
+/// equals), as that dataset's next sample: sample k starts at token
+/// k x seq, wrapping around before its last seq + 1 tokens.
+class TokenStream {
+public:
+  TokenStream() = default;
+  explicit TokenStream(std::vector<int64_t> tokens);
+  /// `weights` are normalized to sum 1.
+  TokenStream(std::vector<std::vector<int64_t>> datasets,
+              std::vector<double> weights);
+  const std::vector<std::vector<int64_t>> &datasets() const {
+    return datasets_;
+  }
+  const std::vector<double> &weights() const { return weights_; }
+  bool blended() const { return datasets_.size() > 1; }
+  /// The dataset and its sample of the run's `index`-th row (from 0), in a
+  /// blend. Thread-safe: the ranks of a run share a stream.
+  std::pair<size_t, int64_t> row(int64_t index) const;
+
+private:
+  std::vector<std::vector<int64_t>> datasets_;
+  std::vector<double> weights_;
+  struct Index;
+  std::shared_ptr<Index> index_;
+};
+
+/// A token file (readTokenFile), or a blend "W1 PATH1 W2 PATH2 ..." of
+/// them (Megatron-LM's --data-path: positive weights, whitespace apart).
+absl::StatusOr<TokenStream> readTokenStream(const std::string &spec,
+                                            const std::string &rawType = "u16");
+
+struct InputFeed;
+/// Why `stream` (read from `spec`) is too short for windows of
+/// [batch, seq] filled as `feeds` say (one file: a micro-batch and its last
+/// label; each dataset of a blend: a sequence and its label; both with an
+/// encoder's source before them); empty if it is long enough.
+std::string tokenStreamShortfall(const TokenStream &stream,
+                                 const std::string &spec, int64_t batch,
+                                 int64_t seq,
+                                 const std::vector<InputFeed> &feeds);
+
 /// How a training run fills each model input: the module's weft.feeds
 /// (-weft-assign-feeds).
 /// Tokens: the window's token ids, whose next tokens are the labels (one
@@ -115,6 +160,11 @@ MaskedDraw maskedDraw(const Objective &objective, int64_t index, int64_t token,
 /// then the labels (each id's next token, or under a masked `objective`
 /// the chosen positions' own tokens, whose ids it replaces), each
 /// [count * batch, length] of i64. An empty `inputs` is {Tokens}.
+/// In a blend (TokenStream), the rows are its rows in order instead.
+std::vector<HostTensor> tokenWindows(const TokenStream &tokens, int64_t batch,
+                                     int64_t seq, int64_t first, int64_t count,
+                                     const std::vector<InputFeed> &inputs,
+                                     const Objective &objective = {});
 std::vector<HostTensor> tokenWindows(const std::vector<int64_t> &tokens,
                                      int64_t batch, int64_t seq, int64_t first,
                                      int64_t count,
