@@ -435,7 +435,13 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     if (!anySeq && (d.tp > 1 || d.cp > 1 || d.ulysses > 1)) {
       functions.front().emitError(
           "the plan splits heads or the sequence, but the model has no "
-          "weft.attention (import it with the raise pass)");
+          "weft.attention: the import raised none of its attentions (one "
+          "written in a form it does not recognize, such as Gemma 2's tanh "
+          "soft-capping of the scores, stays matmuls and a softmax, which "
+          "only data and pipeline parallelism split). `weft import "
+          "--explain-raise MODEL` names the op that stopped each match; "
+          "plan with tp=1, cp=1 and ulysses=1, or write the attention as "
+          "softmax(q k^T * scale + mask) v");
       return signalPassFailure();
     }
     for (func::FuncOp func : functions)

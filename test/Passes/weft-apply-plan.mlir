@@ -56,6 +56,19 @@ func.func @cross_attention(%q: tensor<1x8x8x4xf32>, %k: tensor<1x8x12x4xf32>, %v
 
 // -----
 
+// An attention the import did not raise (scores soft-capped by tanh, as
+// Gemma 2 writes them) stays matmuls and a softmax: heads cannot be split.
+// expected-error @+1 {{the plan splits heads or the sequence, but the model has no weft.attention: the import raised none of its attentions (one written in a form it does not recognize, such as Gemma 2's tanh soft-capping of the scores, stays matmuls and a softmax, which only data and pipeline parallelism split). `weft import --explain-raise MODEL` names the op that stopped each match; plan with tp=1, cp=1 and ulysses=1, or write the attention as softmax(q k^T * scale + mask) v}}
+func.func @soft_capped(%q: tensor<1x8x8x4xf32>, %kt: tensor<1x8x4x8xf32>, %v: tensor<1x8x8x4xf32>) -> tensor<1x8x8x4xf32> {
+  %s = weft.matmul %q, %kt : (tensor<1x8x8x4xf32>, tensor<1x8x4x8xf32>) -> tensor<1x8x8x8xf32>
+  %t = weft.tanh %s : tensor<1x8x8x8xf32>
+  %p = weft.softmax %t axis 3 : tensor<1x8x8x8xf32>
+  %o = weft.matmul %p, %v : (tensor<1x8x8x8xf32>, tensor<1x8x8x4xf32>) -> tensor<1x8x8x4xf32>
+  return %o : tensor<1x8x8x4xf32>
+}
+
+// -----
+
 // expected-error @+1 {{the module already has a weft.mesh; apply a plan to an unpartitioned model}}
 module {
   weft.mesh @mesh(tp = 2)
