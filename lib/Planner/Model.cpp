@@ -234,7 +234,11 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
       attention = op;
   });
   if (!attention)
-    return fail("layer '" + first.getKind() + "' has no weft.attention");
+    return fail("layer '" + first.getKind() +
+                "' has no weft.attention (the import did not recognize its "
+                "attention, such as one whose scores Gemma 2 soft-caps with "
+                "tanh: `weft import --explain-raise MODEL` names the op that "
+                "stopped the match)");
   auto q = cast<RankedTensorType>(attention.getQ().getType());
   auto k = cast<RankedTensorType>(attention.getK().getType());
   spec.set_heads(q.getDimSize(1));
