@@ -245,6 +245,22 @@ std::pair<size_t, int64_t> weft::rt::TokenStream::row(int64_t index) const {
   return rows[size_t(index)];
 }
 
+std::pair<weft::rt::TokenStream, weft::rt::TokenStream>
+weft::rt::splitTokenStream(const TokenStream &stream, double heldOut) {
+  std::vector<std::vector<int64_t>> heads, tails;
+  for (const std::vector<int64_t> &tokens : stream.datasets()) {
+    const size_t cut =
+        tokens.size() - size_t(std::llround(double(tokens.size()) * heldOut));
+    heads.emplace_back(tokens.begin(), tokens.begin() + long(cut));
+    tails.emplace_back(tokens.begin() + long(cut), tokens.end());
+  }
+  if (!stream.blended())
+    return {TokenStream(std::move(heads.front())),
+            TokenStream(std::move(tails.front()))};
+  return {TokenStream(std::move(heads), stream.weights()),
+          TokenStream(std::move(tails), stream.weights())};
+}
+
 absl::StatusOr<weft::rt::TokenStream>
 weft::rt::readTokenStream(const std::string &spec, const std::string &rawType) {
   std::istringstream fields(spec);

@@ -313,6 +313,13 @@ static cl::opt<std::string> evalDataPath(
              "model's forward on them, without a backward or an update, "
              "after every --eval-every steps and after the last"),
     cl::sub(trainCommand));
+static cl::opt<double> evalSplit(
+    "eval-split",
+    cl::desc("Hold out the last share of --data (of each dataset of a "
+             "blend) as the held-out tokens instead of --eval-data, as "
+             "Megatron-LM's --split does: 0.01 trains on the first 99 % and "
+             "evaluates on the rest"),
+    cl::init(0), cl::sub(trainCommand));
 static cl::opt<int64_t> evalEvery(
     "eval-every",
     cl::desc("--eval-data: evaluate after every N steps (0: after the last "
@@ -1154,10 +1161,15 @@ int runTrain(MLIRContext &context) {
   if (evalEvery < 0 || evalIters <= 0)
     return trainError("--eval-every must be 0 or more and --eval-iters "
                       "positive");
-  if (evalDataPath.empty() &&
+  if (evalSplit.getNumOccurrences() &&
+      (!(evalSplit > 0 && evalSplit < 1) || !evalDataPath.empty()))
+    return trainError("--eval-split holds out a share of --data, above 0 and "
+                      "below 1, in place of --eval-data (give one of them)");
+  const bool evaluating = !evalDataPath.empty() || evalSplit > 0;
+  if (!evaluating &&
       (evalEvery.getNumOccurrences() || evalIters.getNumOccurrences()))
-    return trainError("--eval-every and --eval-iters evaluate --eval-data: "
-                      "give it");
+    return trainError("--eval-every and --eval-iters evaluate --eval-data or "
+                      "--eval-split: give one");
   llvm::Expected<weft::rt::LrSchedule> schedule = lrSchedule();
   if (!schedule)
     return trainError(llvm::toString(schedule.takeError()));
@@ -1199,6 +1211,14 @@ int runTrain(MLIRContext &context) {
   // the step's whole weights.
   weft::rt::TokenStream evalTokens;
   OwningOpRef<ModuleOp> evalModule;
+  // What evaluations name: the file, or the share of --data held out.
+  std::string evalName = evalDataPath;
+  if (evalSplit > 0) {
+    std::tie(tokens, evalTokens) =
+        weft::rt::splitTokenStream(tokens, evalSplit);
+    llvm::raw_string_ostream(evalName = "the last ")
+        << llvm::format("%g", evalSplit * 100) << "% of --data";
+  }
   if (!evalDataPath.empty()) {
     absl::StatusOr<weft::rt::TokenStream> held =
         weft::rt::readTokenStream(evalDataPath, dataDtype);
@@ -1208,6 +1228,8 @@ int runTrain(MLIRContext &context) {
     if (std::string why = checkTokenIds(*module, evalTokens, evalDataPath);
         !why.empty())
       return trainError(why);
+  }
+  if (evaluating) {
     evalModule = cast<ModuleOp>((*module)->clone());
     if (failed(weft::buildEvaluationStep(context, *evalModule,
                                          stepOptions(computeType, false))))
@@ -1244,7 +1266,7 @@ int runTrain(MLIRContext &context) {
                                                        seqLen, feeds);
       !why.empty())
     return trainError(why);
-  if (std::string why = weft::rt::tokenStreamShortfall(evalTokens, evalDataPath,
+  if (std::string why = weft::rt::tokenStreamShortfall(evalTokens, evalName,
                                                        batch, seqLen, feeds);
       evalModule && !why.empty())
     return trainError(why);
@@ -1632,7 +1654,7 @@ int runTrain(MLIRContext &context) {
           "micro-batches of %s)\n",
           (long long)(step + 1), (long long)steps.getValue(), *heldOut,
           std::exp(*heldOut), (long long)evalIters.getValue(),
-          evalDataPath.c_str());
+          evalName.c_str());
     }
     llvm::outs().flush();
     if (log) {

@@ -64,6 +64,12 @@ private:
   std::shared_ptr<Index> index_;
 };
 
+/// `stream` cut into what trains and what is held out: the last `heldOut`
+/// share of each dataset's tokens (0 < heldOut < 1) is the second stream, a
+/// blend of the same weights; the rest the first.
+std::pair<TokenStream, TokenStream> splitTokenStream(const TokenStream &stream,
+                                                     double heldOut);
+
 /// A token file (readTokenFile), or a blend "W1 PATH1 W2 PATH2 ..." of
 /// them (Megatron-LM's --data-path: positive weights, whitespace apart).
 absl::StatusOr<TokenStream> readTokenStream(const std::string &spec,
