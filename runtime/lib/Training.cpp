@@ -132,8 +132,7 @@ weft::rt::readTokenFile(const std::string &path, const std::string &rawType) {
     if (endsWith(path, suffix)) {
       std::string prefix = path.substr(0, path.size() - strlen(suffix));
       if (fileExists(prefix + ".idx") &&
-          (*suffix || fileExists(prefix + ".bin")) &&
-          (std::string(suffix) != ".bin" || fileExists(prefix + ".idx")))
+          (*suffix || fileExists(prefix + ".bin")))
         return readIndexedDataset(prefix);
     }
   absl::StatusOr<std::string> read = readBytes(path);
