@@ -436,9 +436,10 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       functions.front().emitError(
           "the plan splits heads or the sequence, but the model has no "
           "weft.attention: the import raised none of its attentions (one "
-          "written in a form it does not recognize, such as Gemma 2's tanh "
-          "soft-capping of the scores, stays matmuls and a softmax, which "
-          "only data and pipeline parallelism split). `weft import "
+          "written in a form it does not recognize, such as scores scaled "
+          "by a learned temperature rather than a constant, stays matmuls "
+          "and a softmax, which only data and pipeline parallelism split). "
+          "`weft import "
           "--explain-raise MODEL` names the op that stopped each match; "
           "plan with tp=1, cp=1 and ulysses=1, or write the attention as "
           "softmax(q k^T * scale + mask) v");
@@ -463,7 +464,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         b, loc, grad.getQ(), grad.getK(), grad.getV(), grad.getResultGrad(),
         grad.getMask(), positions(grad.getQ()), positions(grad.getK()),
         grad.getOut(), grad.getLse(), grad.getScaleAttr(), grad.getCausalAttr(),
-        grad.getDropoutAttr());
+        grad.getDropoutAttr(), grad.getSoftcapAttr());
     for (NamedAttribute attr : grad->getDiscardableAttrs())
       with->setAttr(attr.getName(), attr.getValue());
     grad->replaceAllUsesWith(with);

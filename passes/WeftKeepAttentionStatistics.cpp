@@ -25,12 +25,14 @@ namespace {
 /// log-sum-exp of each query row.
 static AttentionBlockOp buildBlock(OpBuilder &b, Location loc, Type type,
                                    Value q, Value k, Value v, Value mask,
-                                   FloatAttr scale, UnitAttr causal) {
+                                   FloatAttr scale, UnitAttr causal,
+                                   FloatAttr softcap) {
   SmallVector<int64_t> rows(cast<RankedTensorType>(type).getShape());
   rows.back() = 1;
   auto lseType = RankedTensorType::get(rows, b.getF32Type());
   return AttentionBlockOp::create(b, loc, TypeRange{type, lseType}, q, k, v,
-                                  mask, Value(), Value(), scale, causal);
+                                  mask, Value(), Value(), scale, causal,
+                                  softcap);
 }
 
 /// `attention` as an attention block over all its keys: the same output,
@@ -40,7 +42,8 @@ static AttentionBlockOp toBlock(AttentionOp attention) {
   auto block =
       buildBlock(b, attention.getLoc(), attention.getType(), attention.getQ(),
                  attention.getK(), attention.getV(), attention.getMask(),
-                 attention.getScaleAttr(), attention.getCausalAttr());
+                 attention.getScaleAttr(), attention.getCausalAttr(),
+                 attention.getSoftcapAttr());
   block->setDiscardableAttrs(attention->getDiscardableAttrDictionary());
   attention.getResult().replaceAllUsesWith(block.getResult());
   attention.erase();
@@ -53,7 +56,8 @@ static void readSaved(AttentionGradOp grad, Value out, Value lse) {
   auto saved = AttentionGradOp::create(
       b, grad.getLoc(), grad.getQ(), grad.getK(), grad.getV(),
       grad.getResultGrad(), grad.getMask(), Value(), Value(), out, lse,
-      grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr());
+      grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr(),
+      grad.getSoftcapAttr());
   saved->setDiscardableAttrs(grad->getDiscardableAttrDictionary());
   grad->replaceAllUsesWith(saved->getResults());
   grad.erase();
@@ -160,10 +164,10 @@ struct WeftKeepAttentionStatistics
         // Selective recomputation: the attention runs again where its
         // gradient is, from what the gradient reads.
         OpBuilder b(grad);
-        AttentionBlockOp block =
-            buildBlock(b, grad.getLoc(), grad.getResultGrad().getType(),
-                       grad.getQ(), grad.getK(), grad.getV(), grad.getMask(),
-                       grad.getScaleAttr(), grad.getCausalAttr());
+        AttentionBlockOp block = buildBlock(
+            b, grad.getLoc(), grad.getResultGrad().getType(), grad.getQ(),
+            grad.getK(), grad.getV(), grad.getMask(), grad.getScaleAttr(),
+            grad.getCausalAttr(), grad.getSoftcapAttr());
         readSaved(grad, block.getResult(), block.getLse());
         continue;
       }

@@ -454,7 +454,7 @@ bool reachesProduct(Value value, int depth = 8) {
   if (isa<MatmulOp>(op))
     return true;
   if (!isa<MulOp, DivOp, AddOp, SubOp, WhereOp, CastOp, MaximumOp, MinimumOp,
-           ReshapeOp>(op))
+           ReshapeOp, TanhOp>(op))
     return false;
   return llvm::any_of(op->getOperands(),
                       [&](Value v) { return reachesProduct(v, depth - 1); });
@@ -554,7 +554,27 @@ struct AttentionMatch {
   /// are combined keep.
   Value fill;
   std::optional<double> dropout;
+  /// Soft-capping of the scaled scores before the masks (Gemma 2's
+  /// softcap · tanh(s / softcap)).
+  std::optional<double> softcap;
 };
+
+/// If `value` is `c · tanh(x / c)` (any order of the product, the division
+/// by c written as a product with 1/c), returns x and c.
+std::optional<std::pair<Value, double>> softCapped(Value value) {
+  std::optional<std::pair<Value, double>> outer = scaledBy(value);
+  if (!outer || !(outer->second > 0))
+    return std::nullopt;
+  auto tanh = outer->first.getDefiningOp<TanhOp>();
+  if (!tanh)
+    return std::nullopt;
+  std::optional<std::pair<Value, double>> inner = scaledBy(tanh.getInput());
+  double cap = outer->second;
+  // The two constants are one cap in f32 (1/c rounds, as does c).
+  if (!inner || std::abs(inner->second * cap - 1.0) > 1e-5)
+    return std::nullopt;
+  return std::make_pair(inner->first, cap);
+}
 
 /// `mask`, a boolean mask, as a causal mask and the rest of it, if it is one
 /// combined with a constant causal mask (BLOOM's `causal | padding`: Or, or
@@ -655,9 +675,10 @@ Value unmergeHeads(PatternRewriter &rewriter, Location loc,
 /// Recognises attention by what the ops around a softmax compute, whatever
 /// order exporters wrote them in: the probabilities (maybe cast back from
 /// f32, maybe through dropout) multiply v; the scores are q·kᵀ scaled by a
-/// constant (after the product, on q, on kᵀ, or split over both), masked by
-/// where(keep, s, -big), where(drop, -big, s) or s + bias in any nesting,
-/// and maybe cast to f32. On failure, `why` names the op that stopped it.
+/// constant (after the product, on q, on kᵀ, or split over both), maybe
+/// soft-capped (c · tanh(s / c)), masked by where(keep, s, -big),
+/// where(drop, -big, s) or s + bias in any nesting, and maybe cast to f32.
+/// On failure, `why` names the op that stopped it.
 FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
   auto fail = [&](const llvm::Twine &reason) {
     why = reason.str();
@@ -739,6 +760,13 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
       scores = apart.getInput();
       continue;
     }
+    // weft.attention caps the scores before it masks them (Gemma 2,
+    // FlashAttention); a cap over masked scores leaves a hidden key at -cap,
+    // not -inf, and is not that.
+    if (match.softcap && isa<WhereOp, AddOp>(op))
+      return fail(describe(op) + " masks the scores before they are "
+                                 "soft-capped; weft.attention caps them "
+                                 "before any mask");
     if (auto where = dyn_cast<WhereOp>(op)) {
       bool keepsTrue;
       if (isMaskFill(where.getRhs()) && reachesProduct(where.getLhs())) {
@@ -835,6 +863,16 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
                     " adds a mask that a later scale multiplies");
       if (failed(takeMask(bias, false)))
         return failure();
+      continue;
+    }
+    if (std::optional<std::pair<Value, double>> capped = softCapped(scores)) {
+      if (match.softcap)
+        return fail(describe(op) + " soft-caps scores that are soft-capped "
+                                   "already");
+      // A scale a met outside the cap c makes one cap: a·c·tanh(x/c) =
+      // (a·c)·tanh(a·x / (a·c)), and a goes on into the scale as any.
+      match.softcap = capped->second * match.scale;
+      scores = capped->first;
       continue;
     }
     if (std::optional<std::pair<Value, double>> scaled = scaledBy(scores)) {
@@ -957,7 +995,9 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
         match.causal ? rewriter.getUnitAttr() : UnitAttr(),
         match.dropout && *match.dropout > 0
             ? rewriter.getF64FloatAttr(*match.dropout)
-            : FloatAttr());
+            : FloatAttr(),
+        match.softcap ? rewriter.getF32FloatAttr(float(*match.softcap))
+                      : FloatAttr());
     // Shapes that only look like attention (a mask that does not broadcast,
     // heads that do not group) are left alone.
     LogicalResult valid = success();

@@ -48,7 +48,8 @@ bool sameAcross(Value forwardValue, LayerOp forward, Value outside) {
 bool sameAttributes(AttentionOp attention, AttentionGradOp grad) {
   return attention.getScaleAttr() == grad.getScaleAttr() &&
          attention.getCausal() == grad.getCausal() &&
-         attention.getDropoutAttr() == grad.getDropoutAttr();
+         attention.getDropoutAttr() == grad.getDropoutAttr() &&
+         attention.getSoftcapAttr() == grad.getSoftcapAttr();
 }
 
 /// Whether values of a backward layer are values of its forward layer: the

@@ -813,25 +813,35 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
   Value scores = mark(MatmulOp::create(b, loc, scoresType, op.getQ(), k,
                                        UnitAttr(), b.getUnitAttr()));
   Value probs;
-  if (Value mask = op.getMask()) {
-    // The mask applies to scaled scores; the softmax then has no scale.
+  std::optional<APFloat> softcap = op.getSoftcap();
+  if (Value mask = op.getMask(); mask || softcap) {
+    // The cap and the mask apply to scaled scores; the softmax then has no
+    // scale.
     auto scalar = RankedTensorType::get({}, element);
-    Value scale = ConstantOp::create(
-        b, loc,
-        cast<ElementsAttr>(DenseElementsAttr::get(
-            scalar, b.getFloatAttr(element, op.getScale().convertToDouble()))));
-    Value scaled = mark(MulOp::create(b, loc, scoresType, scores, scale));
-    Value masked;
-    if (cast<RankedTensorType>(mask.getType()).getElementType().isInteger(1)) {
-      Value hidden = ConstantOp::create(
-          b, loc,
-          cast<ElementsAttr>(DenseElementsAttr::get(
-              scalar, b.getFloatAttr(
-                          element, -std::numeric_limits<double>::infinity()))));
-      masked = mark(WhereOp::create(b, loc, scoresType, mask, scaled, hidden));
-    } else {
-      masked = mark(AddOp::create(b, loc, scoresType, scaled, mask));
+    auto constant = [&](double value) -> Value {
+      return ConstantOp::create(b, loc,
+                                cast<ElementsAttr>(DenseElementsAttr::get(
+                                    scalar, b.getFloatAttr(element, value))));
+    };
+    Value scaled = mark(MulOp::create(
+        b, loc, scoresType, scores, constant(op.getScale().convertToDouble())));
+    if (softcap) {
+      // softcap · tanh(s / softcap), before the mask.
+      double cap = softcap->convertToDouble();
+      Value t =
+          mark(TanhOp::create(b, loc, scoresType,
+                              mark(MulOp::create(b, loc, scoresType, scaled,
+                                                 constant(1.0 / cap)))));
+      scaled = mark(MulOp::create(b, loc, scoresType, t, constant(cap)));
     }
+    Value masked = scaled;
+    if (mask &&
+        cast<RankedTensorType>(mask.getType()).getElementType().isInteger(1))
+      masked = mark(
+          WhereOp::create(b, loc, scoresType, mask, scaled,
+                          constant(-std::numeric_limits<double>::infinity())));
+    else if (mask)
+      masked = mark(AddOp::create(b, loc, scoresType, scaled, mask));
     probs = mark(SoftmaxOp::create(b, loc, masked, 3, llvm::APFloat(1.0f),
                                    op.getCausal()));
   } else {
@@ -881,7 +891,7 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
     auto grad = AttentionGradOp::create(
         state.builder(), getLoc(), getQ(), getK(), getV(), dy, getMask(),
         Value(), Value(), Value(), Value(), getScaleAttr(), getCausalAttr(),
-        getDropoutAttr());
+        getDropoutAttr(), getSoftcapAttr());
     Value operands[] = {getQ(), getK(), getV()};
     for (auto [operand, gradient] : llvm::zip(operands, grad.getResults()))
       state.accumulate(getLoc(), operand, gradient);

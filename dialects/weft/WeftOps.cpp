@@ -349,7 +349,7 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *context,
 static FailureOr<RankedTensorType>
 inferAttentionOutput(std::optional<Location> location, Value qValue,
                      Value kValue, Value vValue, Value maskValue,
-                     FloatAttr scaleAttr) {
+                     FloatAttr scaleAttr, FloatAttr softcapAttr) {
   auto q = getTensor(qValue.getType());
   auto k = getTensor(kValue.getType());
   auto v = getTensor(vValue.getType());
@@ -399,6 +399,11 @@ inferAttentionOutput(std::optional<Location> location, Value qValue,
   }
   if (scaleAttr && !(scaleAttr.getValueAsDouble() > 0))
     return emitOptionalError(location, "scale must be positive");
+  if (softcapAttr && !(softcapAttr.getValueAsDouble() > 0))
+    return emitOptionalError(location,
+                             "softcap must be positive (leave it "
+                             "out for no soft-capping), got ",
+                             softcapAttr.getValueAsDouble());
   return RankedTensorType::get({batch, heads, seq, v.getDimSize(3)},
                                q.getElementType());
 }
@@ -421,7 +426,7 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
                                             SmallVectorImpl<Type> &inferred) {
   FailureOr<RankedTensorType> output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr());
+      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr());
   if (failed(output) ||
       failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();
@@ -434,7 +439,7 @@ LogicalResult AttentionBlockOp::inferReturnTypes(
     SmallVectorImpl<Type> &inferred) {
   FailureOr<RankedTensorType> output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr());
+      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr());
   if (failed(output))
     return failure();
   inferred.push_back(*output);
@@ -478,9 +483,9 @@ LogicalResult AttentionBlockOp::verify() {
 LogicalResult AttentionGradOp::inferReturnTypes(
     MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
     SmallVectorImpl<Type> &inferred) {
-  auto output = inferAttentionOutput(location, adaptor.getQ(), adaptor.getK(),
-                                     adaptor.getV(), adaptor.getMask(),
-                                     adaptor.getScaleAttr());
+  auto output = inferAttentionOutput(
+      location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
+      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr());
   if (failed(output) ||
       failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();

@@ -594,6 +594,10 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRu
     attention probability; a forward (inference) program keeps them all, as PyTorch's
     eval mode does.
 
+    `softcap`, if given, caps the scaled scores before any mask: `softcap · tanh(scale ·
+    Q Kᵀ / softcap) + mask` (Gemma 2's and Grok-1's attention logit soft-capping, as
+    FlashAttention's `softcap` and ONNX Attention's `softcap` apply it).
+
     ```mlir
     %o = weft.attention %q, %k, %v scale 0.125 causal
         : (tensor<2x32x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16>)
@@ -608,21 +612,24 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRu
     - `mask`, if given, has rank at most 4, is `i1` or `q`'s element type, and broadcasts
       to `[batch, heads, seq, kv_seq]`;
     - `scale` is positive;
+    - `softcap`, if given, is positive;
     - `dropout`, if given, is in `[0, 1)`;
     - the result is `[batch, heads, seq, v_head_dim]` of `q`'s element type.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
                        Optional<Weft_Tensor>:$mask, F32Attr:$scale, UnitAttr:$causal,
-                       OptionalAttr<F64Attr>:$dropout);
+                       OptionalAttr<F64Attr>:$dropout, OptionalAttr<F32Attr>:$softcap);
   let results = (outs Weft_FloatTensor:$result);
   let assemblyFormat = [{
-    $q `,` $k `,` $v (`mask` $mask^)? `scale` $scale (`causal` $causal^)?
-    (`dropout` $dropout^)? attr-dict `:` functional-type(operands, results)
+    $q `,` $k `,` $v (`mask` $mask^)? `scale` $scale (`softcap` $softcap^)?
+    (`causal` $causal^)? (`dropout` $dropout^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let builders = [
     OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k, "::mlir::Value":$v,
                    "::mlir::Value":$mask, "::llvm::APFloat":$scale, "bool":$causal), [{
-      build($_builder, $_state, q, k, v, mask, scale, causal, ::mlir::FloatAttr());
+      build($_builder, $_state, q, k, v, mask, scale, causal, ::mlir::FloatAttr(),
+            ::mlir::FloatAttr());
     }]>
   ];
 }
@@ -639,7 +646,8 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
     partitioner lowers attention over a key sequence split around a ring of ranks to
     one block per ring step and such merges.
 
-    Shapes, grouped KV heads and `mask` are as in `weft.attention`. `q_positions` and
+    Shapes, grouped KV heads, `mask` and `softcap` are as in `weft.attention` (the
+    log-sum-exp is of the capped, masked scores). `q_positions` and
     `k_positions` give the sequence position of each query and key; with `causal`, key
     `j` is masked for query `i` when `k_positions[j] > q_positions[i]` (without
     positions, when `j > i`). A query whose keys are all masked gets a zero output and
@@ -656,18 +664,19 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
     - `q`, `k`, `v` and `mask` are as for `weft.attention`;
     - `q_positions` and `k_positions` are given together, are integer vectors, and have
       `seq` and `kv_seq` elements;
-    - `scale` is positive;
+    - `scale` and `softcap`, if given, are positive;
     - `result` is `[batch, heads, seq, v_head_dim]` of `q`'s element type and `lse` is
       `[batch, heads, seq, 1]` of `f32`.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
                        Optional<Weft_Tensor>:$mask, Optional<Weft_IntTensor>:$q_positions,
                        Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
-                       UnitAttr:$causal);
+                       UnitAttr:$causal, OptionalAttr<F32Attr>:$softcap);
   let results = (outs Weft_FloatTensor:$result, F32Tensor:$lse);
   let assemblyFormat = [{
     $q `,` $k `,` $v (`mask` $mask^)? (`positions` $q_positions^ `,` $k_positions)?
-    `scale` $scale (`causal` $causal^)? attr-dict `:` functional-type(operands, results)
+    `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -684,7 +693,10 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
 
     `dV = Pᵀ dO`, `dS = P ∘ (dP - D)`, `dQ = scale · dS K`, `dK = scale · dSᵀ Q`,
 
-    with a grouped KV head's `dK` and `dV` summed over its query heads. Nothing of size
+    with a grouped KV head's `dK` and `dV` summed over its query heads. With `softcap`
+    the scores are capped before the mask, `S = softcap · tanh(scale · Q Kᵀ / softcap)`,
+    and `dS` is multiplied by the cap's derivative `1 - (S / softcap)²` before it reaches
+    `dQ` and `dK`. Nothing of size
     `seq × kv_seq` is kept, and under `causal` only the visible half of the pairs is
     computed. `-weft-differentiate` builds it as `weft.attention`'s gradient (attention
     whose mask takes no gradient); its cost is the cost model's attention backward.
@@ -721,7 +733,7 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
       `seq` and `kv_seq` elements;
     - `out` and `lse` are given together: `out` has `result_grad`'s type and `lse` is
       `[batch, heads, seq, 1]` of f32;
-    - `scale` is positive;
+    - `scale` and `softcap`, if given, are positive;
     - `dropout`, if given, is in `[0, 1)`;
     - the results have the types of `q`, `k` and `v`.
   }];
@@ -731,13 +743,14 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
                        Optional<Weft_IntTensor>:$k_positions,
                        Optional<Weft_FloatTensor>:$out,
                        Optional<Weft_FloatTensor>:$lse, F32Attr:$scale,
-                       UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout);
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
+                       OptionalAttr<F32Attr>:$softcap);
   let results = (outs Weft_FloatTensor:$q_grad, Weft_FloatTensor:$k_grad,
                       Weft_FloatTensor:$v_grad);
   let assemblyFormat = [{
     $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)?
     (`positions` $q_positions^ `,` $k_positions)? (`saved` $out^ `,` $lse)?
-    `scale` $scale (`causal` $causal^)?
+    `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)?
     (`dropout` $dropout^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

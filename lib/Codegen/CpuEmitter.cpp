@@ -226,7 +226,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << ", " << optional(a.getMask()) << ", "
            << optional(a.getQPositions()) << ", " << optional(a.getKPositions())
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
-           << (a.getCausal() ? "true" : "false") << ");\n";
+           << (a.getCausal() ? "true" : "false") << softcapArgument(a)
+           << ");\n";
         assign(a.getResult(), "std::move(" + block + ".output)");
         assign(a.getLse(), "std::move(" + block + ".lse)");
         return success();
@@ -240,7 +241,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << optional(a.getKPositions()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << optional(a.getOut())
-           << ", " << optional(a.getLse()) << ");\n";
+           << ", " << optional(a.getLse()) << softcapArgument(a) << ");\n";
         assign(a.getQGrad(), "std::move(" + grads + ".q)");
         assign(a.getKGrad(), "std::move(" + grads + ".k)");
         assign(a.getVGrad(), "std::move(" + grads + ".v)");
@@ -279,11 +280,12 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](AttentionOp a) {
-        assign(a.getResult(),
-               "attention(" + name(a.getQ()) + ", " + name(a.getK()) + ", " +
-                   name(a.getV()) + ", " + optional(a.getMask()) + ", " +
-                   floatLiteral(a.getScale().convertToFloat()) +
-                   ", " + (a.getCausal() ? "true" : "false") + ")");
+        assign(a.getResult(), "attention(" + name(a.getQ()) + ", " +
+                                  name(a.getK()) + ", " + name(a.getV()) +
+                                  ", " + optional(a.getMask()) + ", " +
+                                  floatLiteral(a.getScale().convertToFloat()) +
+                                  ", " + (a.getCausal() ? "true" : "false") +
+                                  softcapArgument(a) + ")");
         return success();
       })
       .Case([&](EmbeddingOp e) {

@@ -521,7 +521,8 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << tensor(a.getK()) << ", " << tensor(a.getV()) << ", "
            << optional(a.getMask()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
-           << (a.getCausal() ? "true" : "false") << ", " << o << ");\n";
+           << (a.getCausal() ? "true" : "false") << ", " << o
+           << softcapArgument(a) << ");\n";
         return success();
       })
       .Case([&](AttentionBlockOp a) {
@@ -533,7 +534,8 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << ", " << optional(a.getKPositions()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", "
-           << tensor(a.getResult()) << ", " << tensor(a.getLse()) << ");\n";
+           << tensor(a.getResult()) << ", " << tensor(a.getLse())
+           << softcapArgument(a) << ");\n";
         return success();
       })
       .Case([&](AttentionGradOp a) {
@@ -547,7 +549,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << tensor(a.getQGrad())
            << ", " << tensor(a.getKGrad()) << ", " << tensor(a.getVGrad())
-           << ");\n";
+           << softcapArgument(a) << ");\n";
         return success();
       })
       .Case([&](EmbeddingOp e) {

@@ -45,6 +45,13 @@ const char *reduceOp(ReductionKind kind);
 std::string codecArg(mlir::Operation *collective);
 /// The runtime's name of `codec` ("Codec::BF16").
 const char *codecLiteral(CollectiveCodec codec);
+/// ", 50.0f" for an attention op with a `softcap`, "" without one (the
+/// runtime's attention kernels default to no soft-capping).
+template <typename AttentionLike>
+std::string softcapArgument(AttentionLike op) {
+  std::optional<llvm::APFloat> softcap = op.getSoftcap();
+  return softcap ? ", " + floatLiteral(softcap->convertToFloat()) : "";
+}
 
 /// The one function to compile, checked: a single block, layers inlined.
 mlir::FailureOr<mlir::func::FuncOp> programFunction(mlir::ModuleOp module);

@@ -464,14 +464,16 @@ LogicalResult Interpreter::run(Operation *op) {
         const HostTensor *mask = a.getMask() ? &get(a.getMask()) : nullptr;
         return result(rt::attention(get(a.getQ()), get(a.getK()), get(a.getV()),
                                     mask, a.getScale().convertToFloat(),
-                                    a.getCausal()));
+                                    a.getCausal(),
+                                    softcapOrZero(a.getSoftcap())));
       })
       .Case([&](AttentionBlockOp a) {
         auto optional = [&](Value v) { return v ? &get(v) : nullptr; };
         rt::AttentionBlock block = rt::attentionBlock(
             get(a.getQ()), get(a.getK()), get(a.getV()), optional(a.getMask()),
             optional(a.getQPositions()), optional(a.getKPositions()),
-            a.getScale().convertToFloat(), a.getCausal());
+            a.getScale().convertToFloat(), a.getCausal(),
+            softcapOrZero(a.getSoftcap()));
         set(a.getResult(), std::move(block.output));
         set(a.getLse(), std::move(block.lse));
         return success();
@@ -482,7 +484,8 @@ LogicalResult Interpreter::run(Operation *op) {
             get(a.getQ()), get(a.getK()), get(a.getV()), get(a.getResultGrad()),
             optional(a.getMask()), optional(a.getQPositions()),
             optional(a.getKPositions()), a.getScale().convertToFloat(),
-            a.getCausal(), optional(a.getOut()), optional(a.getLse()));
+            a.getCausal(), optional(a.getOut()), optional(a.getLse()),
+            softcapOrZero(a.getSoftcap()));
         set(a.getQGrad(), std::move(grads.q));
         set(a.getKGrad(), std::move(grads.k));
         set(a.getVGrad(), std::move(grads.v));

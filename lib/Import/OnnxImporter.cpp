@@ -2079,9 +2079,10 @@ Value GraphImporter::mergeHeads(Value value) {
 /// 3-D [batch, seq, heads * dim] ones with q_num_heads and kv_num_heads;
 /// grouped KV heads; a bool or additive float mask; is_causal aligned at the
 /// top left, which is ONNX's alignment without a KV cache; present_key and
-/// present_value, without a cache, are K and V. A cache (past_key,
-/// past_value), softcap and a qk_matmul_output that the model reads are
-/// refused at the node.
+/// present_value, without a cache, are K and V; softcap caps the scaled
+/// scores before the mask (the order the ONNX spec settled on, Gemma 2's
+/// and FlashAttention's). A cache (past_key, past_value) and a
+/// qk_matmul_output that the model reads are refused at the node.
 LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
   if (hasInput(node, 4) || hasInput(node, 5))
     return error() << "Attention with a KV cache (past_key, past_value) is "
@@ -2096,9 +2097,10 @@ LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
     return error() << "Attention's qk_matmul_output is read by the model; "
                       "Weft's attention does not expose its scores (export "
                       "without reading them)";
-  if (float softcap = floatAttr(node, "softcap", 0.0f); softcap != 0.0f)
+  float softcap = floatAttr(node, "softcap", 0.0f);
+  if (softcap < 0 || !std::isfinite(softcap))
     return error() << "Attention softcap=" << shortNumber(softcap)
-                   << " is not supported; Weft's attention has no score cap";
+                   << ": a score cap is positive (0 for none)";
   Value q = input(node, 0), k = input(node, 1), v = input(node, 2);
   auto qType = cast<RankedTensorType>(q.getType());
   int64_t rank = qType.getRank();
@@ -2153,7 +2155,8 @@ LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
   bool causal = intAttr(node, "is_causal", 0) != 0;
   Value result = createChecked<AttentionOp>(
       q, k, v, mask, builder.getF32FloatAttr(scale),
-      causal ? builder.getUnitAttr() : UnitAttr(), FloatAttr());
+      causal ? builder.getUnitAttr() : UnitAttr(), FloatAttr(),
+      softcap > 0 ? builder.getF32FloatAttr(softcap) : FloatAttr());
   if (!result)
     return failure();
   if (rank == 3 && !(result = mergeHeads(result)))

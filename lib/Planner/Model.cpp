@@ -236,9 +236,9 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   if (!attention)
     return fail("layer '" + first.getKind() +
                 "' has no weft.attention (the import did not recognize its "
-                "attention, such as one whose scores Gemma 2 soft-caps with "
-                "tanh: `weft import --explain-raise MODEL` names the op that "
-                "stopped the match)");
+                "attention, such as one whose scores a learned temperature "
+                "scales rather than a constant: `weft import --explain-raise "
+                "MODEL` names the op that stopped the match)");
   auto q = cast<RankedTensorType>(attention.getQ().getType());
   auto k = cast<RankedTensorType>(attention.getK().getType());
   spec.set_heads(q.getDimSize(1));
@@ -412,7 +412,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value attended = AttentionOp::create(
       b, loc, type({batch, heads, seq, d}), q, k, v, Value(),
       b.getF32FloatAttr(1.0f / std::sqrt(float(d))), b.getUnitAttr(),
-      attentionDropout);
+      attentionDropout, FloatAttr());
   Value merged = reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, h});
   Value projected = linear(merged, h, prefix + ".attn_out", gelu());
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));

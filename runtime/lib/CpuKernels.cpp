@@ -573,9 +573,11 @@ namespace {
 /// through broadcast strides, never expanded.
 struct AttentionMasks {
   AttentionMasks(const HostTensor *mask, const HostTensor *qPositions,
-                 const HostTensor *kPositions, bool causal, const Shape &space)
+                 const HostTensor *kPositions, bool causal, float softcap,
+                 const Shape &space)
       : mask(mask), qPositions(qPositions), kPositions(kPositions),
-        byPosition(causal && qPositions), byIndex(causal && !qPositions) {
+        byPosition(causal && qPositions), byIndex(causal && !qPositions),
+        softcap(softcap) {
     if (mask)
       strides = broadcastStrides(mask->shape, space);
   }
@@ -588,10 +590,10 @@ struct AttentionMasks {
   /// `b`) into probabilities in place, zero where masked. Returns the row's
   /// log-sum-exp, or -inf, leaving the row as it is, where every key is
   /// masked.
-  float softmaxRow(int64_t b, int64_t h, int64_t i, float *row,
-                   int64_t keys) const {
+  float softmaxRow(int64_t b, int64_t h, int64_t i, float *row, int64_t keys,
+                   float *capSlope = nullptr) const {
     const float negInf = -std::numeric_limits<float>::infinity();
-    int64_t visible = maskRow(b, h, i, row, keys);
+    int64_t visible = maskRow(b, h, i, row, keys, capSlope);
     float max = negInf;
     for (int64_t j = 0; j < visible; ++j)
       max = std::max(max, row[j]);
@@ -614,21 +616,35 @@ struct AttentionMasks {
   /// log-sum-exp over all keys (of which these are some) is `lse`: zero where
   /// masked.
   void probabilitiesRow(int64_t b, int64_t h, int64_t i, float *row,
-                        int64_t keys, float lse) const {
+                        int64_t keys, float lse, float *capSlope) const {
     const float negInf = -std::numeric_limits<float>::infinity();
-    int64_t visible = maskRow(b, h, i, row, keys);
+    int64_t visible = maskRow(b, h, i, row, keys, capSlope);
     for (int64_t j = 0; j < visible; ++j)
       row[j] = row[j] == negInf ? 0.0f : std::exp(row[j] - lse);
     std::fill(row + visible, row + keys, 0.0f);
   }
 
-  /// Applies the masks to query `i`'s scaled scores over `keys` keys (-inf
-  /// where hidden); returns how many of them a causal mask by index leaves
-  /// (the rest are not read).
-  int64_t maskRow(int64_t b, int64_t h, int64_t i, float *row,
-                  int64_t keys) const {
+  /// How many of `keys` keys query `i` reads: a causal mask by index hides
+  /// the rest.
+  int64_t visible(int64_t i, int64_t keys) const {
+    return byIndex ? std::min(keys, i + 1) : keys;
+  }
+
+  /// Caps query `i`'s scaled scores over `keys` keys (softcap·tanh(s /
+  /// softcap), with the slope 1 - tanh² in `capSlope` for the backward) and
+  /// then applies the masks (-inf where hidden); returns how many of them a
+  /// causal mask by index leaves (the rest are not read).
+  int64_t maskRow(int64_t b, int64_t h, int64_t i, float *row, int64_t keys,
+                  float *capSlope) const {
     const float negInf = -std::numeric_limits<float>::infinity();
-    int64_t visible = byIndex ? std::min(keys, i + 1) : keys;
+    int64_t visible = this->visible(i, keys);
+    if (softcap > 0)
+      for (int64_t j = 0; j < visible; ++j) {
+        float t = std::tanh(row[j] / softcap);
+        row[j] = softcap * t;
+        if (capSlope)
+          capSlope[j] = 1.0f - t * t;
+      }
     if (byPosition)
       for (int64_t j = 0; j < keys; ++j)
         if (kPositions->ints[j] > qPositions->ints[i])
@@ -652,6 +668,7 @@ struct AttentionMasks {
 
   const HostTensor *mask, *qPositions, *kPositions;
   bool byPosition, byIndex;
+  float softcap;
   std::vector<int64_t> strides;
 };
 } // namespace
@@ -669,7 +686,7 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
                                 const HostTensor &v, const HostTensor *mask,
                                 const HostTensor *qPositions,
                                 const HostTensor *kPositions, float scale,
-                                bool causal, HostTensor *lse) {
+                                bool causal, float softcap, HostTensor *lse) {
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
   int64_t kvHeads = k.shape[1], kvSeq = k.shape[2], vDim = v.shape[3];
@@ -678,7 +695,7 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
       HostTensor::uninitialized(q.dtype, {batch, heads, seq, vDim});
   if (lse)
     *lse = HostTensor::uninitialized(DType::F32, {batch, heads, seq, 1});
-  AttentionMasks masks(mask, qPositions, kPositions, causal,
+  AttentionMasks masks(mask, qPositions, kPositions, causal, softcap,
                        {batch, heads, seq, kvSeq});
   std::vector<float> scores(std::min(seq, kAttentionRows) * kvSeq);
   for (int64_t b = 0; b < batch; ++b)
@@ -734,20 +751,21 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
 
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
-                     bool causal) {
+                     bool causal, float softcap) {
   ProfileScope profile("attention");
-  return attentionImpl(q, k, v, mask, nullptr, nullptr, scale, causal, nullptr);
+  return attentionImpl(q, k, v, mask, nullptr, nullptr, scale, causal, softcap,
+                       nullptr);
 }
 
 AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor &v, const HostTensor *mask,
                               const HostTensor *qPositions,
                               const HostTensor *kPositions, float scale,
-                              bool causal) {
+                              bool causal, float softcap) {
   ProfileScope profile("attention_block");
   AttentionBlock block;
   block.output = attentionImpl(q, k, v, mask, qPositions, kPositions, scale,
-                               causal, &block.lse);
+                               causal, softcap, &block.lse);
   return block;
 }
 
@@ -757,14 +775,15 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 /// rows, and dK += scale dSᵀ Q, dV += Pᵀ dO into the KV head's sums (f32),
 /// so that only one block's [rows, keys] is ever held. With the forward's
 /// `out` and `lse` (a ring's block of keys), P = exp(S - lse) and
-/// rowsum(P dP) = rowsum(dO out) are the whole attention's.
+/// rowsum(P dP) = rowsum(dO out) are the whole attention's. With a softcap,
+/// dS is multiplied by the cap's slope 1 - tanh² at each score.
 AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
                                  const HostTensor &v, const HostTensor &dout,
                                  const HostTensor *mask,
                                  const HostTensor *qPositions,
                                  const HostTensor *kPositions, float scale,
                                  bool causal, const HostTensor *out,
-                                 const HostTensor *lse) {
+                                 const HostTensor *lse, float softcap) {
   ProfileScope profile("attention_grad");
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
@@ -774,10 +793,10 @@ AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
   grads.q = HostTensor(q.dtype, q.shape);
   grads.k = HostTensor(k.dtype, k.shape);
   grads.v = HostTensor(v.dtype, v.shape);
-  AttentionMasks masks(mask, qPositions, kPositions, causal,
+  AttentionMasks masks(mask, qPositions, kPositions, causal, softcap,
                        {batch, heads, seq, kvSeq});
   int64_t most = std::min(seq, kAttentionRows) * kvSeq;
-  std::vector<float> probs(most), dprobs(most);
+  std::vector<float> probs(most), dprobs(most), slopes(softcap > 0 ? most : 0);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
       int64_t kvh = h / group;
@@ -806,16 +825,19 @@ AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
                       for (int64_t r = begin; r < end; ++r) {
                         float *p = probs.data() + r * keys;
                         float *dp = dprobs.data() + r * keys;
+                        float *slope =
+                            softcap > 0 ? slopes.data() + r * keys : nullptr;
                         double d = 0;
                         if (lse) {
                           int64_t row = qBase + i0 + r;
                           masks.probabilitiesRow(b, h, i0 + r, p, keys,
-                                                 lse->floats[row]);
+                                                 lse->floats[row], slope);
                           const float *o = out->floats.data() + row * vDim;
                           const float *g = dop + (i0 + r) * vDim;
                           for (int64_t e = 0; e < vDim; ++e)
                             d += double(o[e]) * g[e];
-                        } else if (masks.softmaxRow(b, h, i0 + r, p, keys) ==
+                        } else if (masks.softmaxRow(b, h, i0 + r, p, keys,
+                                                    slope) ==
                                    -std::numeric_limits<float>::infinity()) {
                           // Every key masked: the row contributes nothing.
                           std::fill(p, p + keys, 0.0f);
@@ -827,6 +849,12 @@ AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
                         }
                         for (int64_t j = 0; j < keys; ++j)
                           dp[j] = p[j] * (dp[j] - float(d));
+                        // Keys past a causal row's last are not capped (their
+                        // p is 0), so their slope is not read.
+                        if (slope)
+                          for (int64_t j = 0, e = masks.visible(i0 + r, keys);
+                               j < e; ++j)
+                            dp[j] *= slope[j];
                       }
                     });
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dim, keys,

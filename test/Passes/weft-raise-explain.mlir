@@ -74,3 +74,36 @@ func.func @three_masks(%q: tensor<2x2x4x8xf32>, %k: tensor<2x2x4x8xf32>, %v: ten
   %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32>
   return %o : tensor<2x2x4x8xf32>
 }
+
+// -----
+
+// A cap over masked scores (ONNX Attention's first opset-23 order) leaves a
+// hidden key at -cap, not -inf: not weft.attention's soft-capping.
+func.func @masked_then_capped(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>, %m: tensor<1x1x4x4xf32>) -> tensor<1x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %w = weft.add %s, %m : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %cap = weft.constant dense<30.0> : tensor<f32>
+  %d = weft.div %w, %cap : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %t = weft.tanh %d : tensor<1x2x4x4xf32>
+  %c = weft.mul %t, %cap : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: 'weft.add' masks the scores before they are soft-capped; weft.attention caps them before any mask}}
+  %p = weft.softmax %c axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Two different constants around the tanh (30 · tanh(s / 50)) are no cap.
+func.func @mismatched_cap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %in = weft.constant dense<50.0> : tensor<f32>
+  %out = weft.constant dense<30.0> : tensor<f32>
+  %d = weft.div %s, %in : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %t = weft.tanh %d : tensor<1x2x4x4xf32>
+  %c = weft.mul %t, %out : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  // expected-remark @below {{not raised to weft.attention: the scores come from 'weft.tanh', which is neither q·kᵀ, a constant scale nor a mask}}
+  %p = weft.softmax %c axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}

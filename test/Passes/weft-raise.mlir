@@ -271,6 +271,55 @@ func.func @sdpa_form(%q: tensor<2x2x4x8xbf16>, %k: tensor<2x2x4x8xbf16>, %v: ten
 
 // -----
 
+// Gemma 2's eager attention: scores scaled, soft-capped (/ 50, tanh, · 50)
+// and then masked by HF's causal + padding bias, softmax in f32: one
+// weft.attention with the cap.
+// CHECK-LABEL: func.func @gemma2_softcap
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %{{.*}} scale 2.500000e-01 softcap 5.000000e+01 causal :
+// CHECK-NOT: weft.tanh
+// CHECK-NOT: weft.softmax
+func.func @gemma2_softcap(%q: tensor<2x2x4x16xf32>, %k: tensor<2x2x4x16xf32>, %v: tensor<2x2x4x16xf32>, %pad: tensor<2x1x1x4xf32>) -> tensor<2x2x4x16xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> tensor<2x2x4x4xf32>
+  %scale = weft.constant dense<0.25> : tensor<f32>
+  %sc = weft.mul %s, %scale : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %cap = weft.constant dense<50.0> : tensor<f32>
+  %d = weft.div %sc, %cap : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %t = weft.tanh %d : tensor<2x2x4x4xf32>
+  %c = weft.mul %t, %cap : (tensor<2x2x4x4xf32>, tensor<f32>) -> tensor<2x2x4x4xf32>
+  %causal = weft.constant dense<[[[[0.0, -3.40282347E+38, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>
+  %bias = weft.add %causal, %pad : (tensor<1x1x4x4xf32>, tensor<2x1x1x4xf32>) -> tensor<2x1x4x4xf32>
+  %w = weft.add %c, %bias : (tensor<2x2x4x4xf32>, tensor<2x1x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<2x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<2x2x4x4xf32>, tensor<2x2x4x16xf32>) -> tensor<2x2x4x16xf32>
+  return %o : tensor<2x2x4x16xf32>
+}
+
+// -----
+
+// Grok-1's form: the cap written as c · tanh(s · (1/c)), and a scale after
+// the cap (2 · 30 · tanh(s / 30) = 60 · tanh(2s / 60)) joins it: cap 60,
+// scale 2 · 0.125.
+// CHECK-LABEL: func.func @scaled_cap
+// CHECK: weft.attention %arg0, %arg1, %arg2 scale 2.500000e-01 softcap 6.000000e+01 :
+// CHECK-NOT: weft.tanh
+func.func @scaled_cap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %scale = weft.constant dense<0.125> : tensor<f32>
+  %sc = weft.mul %scale, %s : (tensor<f32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %inv = weft.constant dense<0.0333333351> : tensor<f32>
+  %cap = weft.constant dense<30.0> : tensor<f32>
+  %d = weft.mul %sc, %inv : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %t = weft.tanh %d : tensor<1x2x4x4xf32>
+  %c = weft.mul %cap, %t : (tensor<f32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %two = weft.constant dense<2.0> : tensor<f32>
+  %c2 = weft.mul %c, %two : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %p = weft.softmax %c2 axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
 // HF's causal + padding bias, clamped at finfo.min: causal is factored out,
 // the padding bias (clamped) stays the mask, so that it broadcasts over the
 // queries.

@@ -102,9 +102,12 @@ def check_raised(counts, f):
     act = ACTIVATIONS[f["mlp"]]
     if counts.get(act, 0) != layers:
         problems.append("%d weft.%s, expected %d" % (counts.get(act, 0), act, layers))
-    for leftover in ("erf", "tanh"):
-        if counts.get(leftover, 0):
-            problems.append("%d weft.%s left" % (counts[leftover], leftover))
+    # Gemma 2's final logit soft-capping is one tanh of the logits, not of
+    # an attention's scores.
+    for leftover, allowed in (("erf", 0), ("tanh", 1 if f["final_softcap"] else 0)):
+        if counts.get(leftover, 0) != allowed:
+            problems.append("%d weft.%s left, expected %d" % (counts.get(leftover, 0),
+                                                              leftover, allowed))
     if act != "sigmoid" and counts.get("sigmoid", 0):
         problems.append("%d weft.sigmoid left" % counts["sigmoid"])
     return problems

@@ -96,6 +96,9 @@ DEFAULTS = dict(
                          # (GPT-J, Falcon, Phi: x + attn(n x) + mlp(n x), one norm) |
                          # parallel_two_norms (GPT-NeoX: x + attn(n1 x) + mlp(n2 x))
     dynamic=True,        # also export with dynamic batch and sequence axes
+    softcap=0.0,         # > 0: the scaled scores soft-capped before the mask,
+                         # c * tanh(s / c) (Gemma 2, Grok-1)
+    final_softcap=0.0,   # > 0: the logits soft-capped the same way (Gemma 2)
 )
 
 FORMS = {
@@ -180,6 +183,11 @@ FORMS = {
     "partial_rotary_pythia": dict(block="parallel_two_norms", rotary="partial", mask="add_min"),
     "gemma_norm_scaled_embedding": dict(norm="rms_gemma", mlp="geglu", embed_scale=True,
                                         rotary="half", mask="add_inf"),
+    # Gemma 2's attention and final logit soft-capping (HF's eager attention:
+    # divide, tanh, multiply, then the causal bias). Its caps are 50 and 30;
+    # these bend this small model's scores and logits (|s| ~ 1) visibly.
+    "softcap_gemma2": dict(softcap=0.7, final_softcap=3.0, norm="rms_gemma",
+                           mlp="geglu", embed_scale=True, mask="add_min"),
     "qk_norm_qwen3": dict(qk_norm=True, norm="rms", mlp="swiglu", rotary="half",
                           kv_heads=KV_HEADS, mask="add_inf"),
 }
@@ -430,6 +438,10 @@ class Attention(nn.Module):
             w = w / math.sqrt(HEAD_DIM)
         elif f["scale"] == "mul":
             w = w * (1.0 / math.sqrt(HEAD_DIM))
+        if f["softcap"]:
+            w = w / f["softcap"]
+            w = torch.tanh(w)
+            w = w * f["softcap"]
         w = self.apply_mask(w, s, padding)
         if f["softmax"] == "f32":
             p = nn.functional.softmax(w.float(), dim=-1).type_as(w)
@@ -630,7 +642,11 @@ class Model(nn.Module):
         x = x + self.pos(positions)
         for block in self.blocks:
             x = block(x, cos, sin, attention_mask)
-        return self.head(self.norm(x))
+        logits = self.head(self.norm(x))
+        if self.f["final_softcap"]:
+            cap = self.f["final_softcap"]
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
 
 def is_causal(f):

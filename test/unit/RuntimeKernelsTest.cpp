@@ -561,6 +561,91 @@ TEST(RuntimeKernels, AttentionGradientsAreTheForwardsSlopes) {
     }
 }
 
+// Gemma 2's soft-capping: softcap · tanh(scale q·k / softcap) before the
+// mask (a boolean padding mask and causal here), against a naive loop; then
+// the gradients against the forward's slopes, unfused and as a ring's block
+// (the forward's output and log-sum-exps saved), which must agree.
+TEST(RuntimeKernels, SoftCappedAttentionAndItsGradients) {
+  int64_t seq = 6, dim = 4;
+  HostTensor q = randomTensor({1, 2, seq, dim}, 61),
+             k = randomTensor({1, 1, seq, dim}, 62),
+             v = randomTensor({1, 1, seq, dim}, 63),
+             dout = randomTensor({1, 2, seq, dim}, 64);
+  for (float &x : q.floats)
+    x *= 3.0f; // scores of several units, which a cap of 0.8 bends
+  HostTensor keep(DType::Bool, {1, 1, 1, seq});
+  keep.ints = {1, 1, 0, 1, 1, 1};
+  float scale = 0.5f, cap = 0.8f;
+  HostTensor out = attention(q, k, v, &keep, scale, true, cap);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < seq; ++i) {
+      std::vector<double> weights(seq, 0.0);
+      double max = -1e30, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        if (!keep.ints[j])
+          continue;
+        double dot = 0;
+        for (int64_t d = 0; d < dim; ++d)
+          dot += q.floats[(h * seq + i) * dim + d] * k.floats[j * dim + d];
+        weights[j] = cap * std::tanh(dot * scale / cap);
+        max = std::max(max, weights[j]);
+      }
+      for (int64_t j = 0; j <= i; ++j)
+        if (keep.ints[j])
+          sum += (weights[j] = std::exp(weights[j] - max));
+      for (int64_t d = 0; d < dim; ++d) {
+        double expected = 0;
+        for (int64_t j = 0; j <= i; ++j)
+          if (keep.ints[j])
+            expected += weights[j] / sum * v.floats[j * dim + d];
+        ASSERT_NEAR(out.floats[(h * seq + i) * dim + d], expected, 1e-5)
+            << "head " << h << " row " << i;
+      }
+    }
+  // Without the cap the output differs: the scores are large enough.
+  HostTensor uncapped = attention(q, k, v, &keep, scale, true);
+  double apart = 0;
+  for (int64_t i = 0; i < out.numel(); ++i)
+    apart =
+        std::max(apart, double(std::abs(out.floats[i] - uncapped.floats[i])));
+  EXPECT_GT(apart, 1e-2);
+
+  AttentionGradients grads =
+      attentionGrad(q, k, v, dout, &keep, nullptr, nullptr, scale, true,
+                    nullptr, nullptr, cap);
+  AttentionBlock block =
+      attentionBlock(q, k, v, &keep, nullptr, nullptr, scale, true, cap);
+  AttentionGradients saved =
+      attentionGrad(q, k, v, dout, &keep, nullptr, nullptr, scale, true,
+                    &block.output, &block.lse, cap);
+  auto loss = [&]() {
+    HostTensor o = attention(q, k, v, &keep, scale, true, cap);
+    double total = 0;
+    for (int64_t i = 0; i < o.numel(); ++i)
+      total += double(o.floats[i]) * dout.floats[i];
+    return total;
+  };
+  HostTensor *inputs[] = {&q, &k, &v};
+  const HostTensor *slopes[] = {&grads.q, &grads.k, &grads.v};
+  const HostTensor *blockSlopes[] = {&saved.q, &saved.k, &saved.v};
+  for (int t = 0; t < 3; ++t) {
+    for (int64_t i = 0; i < inputs[t]->numel(); ++i)
+      ASSERT_NEAR(blockSlopes[t]->floats[i], slopes[t]->floats[i], 1e-5)
+          << "input " << t << " element " << i;
+    for (int64_t i = 0; i < inputs[t]->numel(); i += 3) {
+      float kept = inputs[t]->floats[i];
+      const float eps = 1e-2f;
+      inputs[t]->floats[i] = kept + eps;
+      double up = loss();
+      inputs[t]->floats[i] = kept - eps;
+      double down = loss();
+      inputs[t]->floats[i] = kept;
+      EXPECT_NEAR(slopes[t]->floats[i], (up - down) / (2 * eps), 2e-3)
+          << "input " << t << " element " << i;
+    }
+  }
+}
+
 // The running sum along the middle axis of a 3-D tensor, each way, against
 // a scalar sum; and the gradient weft.cumsum builds (the running sum of the
 // result's gradient the other way, as exclusive) against the sum of the

@@ -54,6 +54,12 @@ ParameterOp getWeightParameter(mlir::Value value);
 /// of it (getWeightParameter's inverse).
 llvm::SmallVector<mlir::Value> getWeightValues(ParameterOp param);
 
+/// An attention op's soft-capping of its scores (`softcap`), or 0 where it
+/// has none: the kernels' convention.
+inline float softcapOrZero(std::optional<llvm::APFloat> softcap) {
+  return softcap ? softcap->convertToFloat() : 0.0f;
+}
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_WEFTOPS_H

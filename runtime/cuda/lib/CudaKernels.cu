@@ -346,6 +346,9 @@ struct MaskView {
   const void *data;
   int kind;  // 0 none, 1 boolean, 2 additive f32, 3 additive bf16, 4 f16
   int64_t stride[4];
+  /// Soft-capping of the scaled scores before the mask (0: none). Only the
+  /// CUDA-core kernels apply it; the tensor-core ones are not chosen.
+  float softcap;
 };
 
 __device__ inline float maskValue(const MaskView &mask, int64_t b, int64_t h,
@@ -364,6 +367,20 @@ __device__ inline float maskValue(const MaskView &mask, int64_t b, int64_t h,
   default:
     return 0.0f;
   }
+}
+
+/// A scaled score `s` capped (softcap·tanh(s / softcap)) and then masked;
+/// `slope`, if given, gets the cap's derivative 1 - tanh².
+__device__ inline float maskedScore(const MaskView &mask, float s, int64_t b,
+                                    int64_t h, int64_t i, int64_t j,
+                                    float *slope = nullptr) {
+  if (mask.softcap > 0) {
+    float t = tanhf(s / mask.softcap);
+    s = mask.softcap * t;
+    if (slope)
+      *slope = 1.0f - t * t;
+  }
+  return mask.kind ? s + maskValue(mask, b, h, i, j) : s;
 }
 
 /// One thread per query row, kBlockQ rows per block; K and V go through
@@ -420,8 +437,7 @@ flashAttentionKernel(int64_t heads, int64_t kvHeads, int64_t seq, int64_t kvSeq,
           for (int d = 0; d < kMaxDim; ++d)
             if (d < dim)
               s += qr[d] * kTile[j * dim + d];
-          if (mask.kind)
-            s += maskValue(mask, b, h, i, column);
+          s = maskedScore(mask, s, b, h, i, column);
         }
         scores[j] = s;
         tileMax = fmaxf(tileMax, s);
@@ -843,7 +859,7 @@ void dispatchAttention(Context &ctx, const DeviceTensor &q,
   // f32 has no tensor-core path: its MMA kernels are not instantiated (they
   // were 6 % of this file's PTX, never launched).
   if constexpr (!std::is_same<T, float>::value) {
-    if (tensorCoreAttention<T>(ctx, q, k, v, out)) {
+    if (!(mask.softcap > 0) && tensorCoreAttention<T>(ctx, q, k, v, out)) {
       if (dim == 64)
         launchAttentionMma<T, 64>(ctx, q, k, v, mask, scale, causal, block,
                                   out);
@@ -903,7 +919,7 @@ __global__ void attentionGradRowsKernel(
     acc[d] = 0.0f;
   }
   int64_t end = causal && !qPos ? min(kvSeq, i + 1) : kvSeq;
-  auto score = [&](int64_t j) {
+  auto score = [&](int64_t j, float *slope) {
     if (causallyHidden(causal, qPos, kPos, i, j))
       return -INFINITY;
     float s = 0.0f;
@@ -911,9 +927,7 @@ __global__ void attentionGradRowsKernel(
     for (int d = 0; d < kMaxDim; ++d)
       if (d < dim)
         s += qr[d] * loadF(kHead, j * dim + d);
-    if (mask.kind)
-      s += maskValue(mask, b, h, i, j);
-    return s;
+    return maskedScore(mask, s, b, h, i, j, slope);
   };
   auto gradOfProb = [&](int64_t j) {
     float dp = 0.0f;
@@ -950,7 +964,8 @@ __global__ void attentionGradRowsKernel(
       rowLse = max + logf(sum);
     }
     for (int64_t j = 0; j < end; ++j) {
-      float s = score(j);
+      float slope = 1.0f;
+      float s = score(j, &slope);
       if (!(s > -INFINITY))
         continue;
       if (pass == 0) {
@@ -967,7 +982,7 @@ __global__ void attentionGradRowsKernel(
         rowDelta += p * dp;
         continue;
       }
-      float ds = p * (dp - rowDelta) * scale;
+      float ds = p * (dp - rowDelta) * scale * slope;
 #pragma unroll
       for (int d = 0; d < kMaxDim; ++d)
         if (d < dim)
@@ -1020,13 +1035,12 @@ __global__ void attentionGradKeysKernel(
         if (d < vDim)
           dp += loadF(doRow, d) * vr[d];
       }
-      s *= scale;
-      if (mask.kind)
-        s += maskValue(mask, b, h, i, j);
+      float slope = 1.0f;
+      s = maskedScore(mask, s * scale, b, h, i, j, &slope);
       if (!(s > -INFINITY))
         continue;
       float p = expf(s - lse[bh * seq + i]);
-      float ds = p * (dp - delta[bh * seq + i]) * scale;
+      float ds = p * (dp - delta[bh * seq + i]) * scale * slope;
 #pragma unroll
       for (int d = 0; d < kMaxDim; ++d) {
         if (d < dim)
@@ -1705,8 +1719,10 @@ void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 }
 
 /// The kernel's view of an attention mask broadcast over [B, H, S, Sk].
-static MaskView maskView(Context &ctx, const DeviceTensor *mask) {
+static MaskView maskView(Context &ctx, const DeviceTensor *mask,
+                         float softcap) {
   MaskView view{};
+  view.softcap = softcap;
   if (mask) {
     // Broadcast the mask's dimensions (aligned right) over [B, H, S, Sk].
     Strides strides = contiguous(mask->shape);
@@ -1759,12 +1775,13 @@ static void zero(Context &ctx, const DeviceTensor &t) {
 
 void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const DeviceTensor *mask,
-                     float scale, bool causal, const DeviceTensor &out) {
+                     float scale, bool causal, const DeviceTensor &out,
+                     float softcap) {
   // No query rows (or batch, or heads): nothing to write, and a grid of 0
   // blocks would be a launch error.
   if (q.numel() == 0)
     return;
-  MaskView view = maskView(ctx, mask);
+  MaskView view = maskView(ctx, mask, softcap);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     dispatchAttention<T>(ctx, q, k, v, view, scale, causal, BlockView{}, out);
@@ -1777,10 +1794,10 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor *qPositions,
                           const DeviceTensor *kPositions, float scale,
                           bool causal, const DeviceTensor &out,
-                          const DeviceTensor &lse) {
+                          const DeviceTensor &lse, float softcap) {
   if (q.numel() == 0)
     return;
-  MaskView view = maskView(ctx, mask);
+  MaskView view = maskView(ctx, mask, softcap);
   BlockView block = positionsView(ctx, qPositions, kPositions);
   if (lse.dtype != DType::F32)
     fail(ctx, "an attention block's log-sum-exp is f32");
@@ -1798,8 +1815,9 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
                          const DeviceTensor *kPositions,
                          const DeviceTensor *out, const DeviceTensor *lse,
                          float scale, bool causal, const DeviceTensor &dq,
-                         const DeviceTensor &dk, const DeviceTensor &dv) {
-  MaskView view = maskView(ctx, mask);
+                         const DeviceTensor &dk, const DeviceTensor &dv,
+                         float softcap) {
+  MaskView view = maskView(ctx, mask, softcap);
   BlockView positions = positionsView(ctx, qPositions, kPositions);
   const int64_t *qPos = positions.qPos, *kPos = positions.kPos;
   if (bool(out) != bool(lse) || (lse && lse->dtype != DType::F32) ||
@@ -1829,7 +1847,8 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
       for (const DeviceTensor *t : {&dq, &dk, &dv, out})
         if (t && reinterpret_cast<uintptr_t>(t->data) % 16)
           aligned = false;
-      if (aligned && tensorCoreAttention<T>(ctx, q, k, v, dout) &&
+      if (aligned && !(view.softcap > 0) &&
+          tensorCoreAttention<T>(ctx, q, k, v, dout) &&
           attentionGradMmaShared(dim, 4 * 64 * sizeof(float)) <=
               sharedMemoryOptIn(ctx)) {
         if (dim == 64)

@@ -644,6 +644,33 @@ func.func @attention_scale(%q: tensor<2x4x16x8xf32>) {
 
 // -----
 
+func.func @attention_softcap(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{softcap must be positive (leave it out for no soft-capping), got -5}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = weft.attention %q, %q, %q scale 0.125 softcap -5.0 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_block_softcap(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{softcap must be positive (leave it out for no soft-capping), got 0}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:2 = weft.attention_block %q, %q, %q scale 0.125 softcap 0.0 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_softcap(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{softcap must be positive (leave it out for no soft-capping), got -1}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %q scale 0.125 softcap -1.0 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
 func.func @attention_dropout(%q: tensor<2x4x16x8xf32>) {
   // expected-error @+2 {{dropout must be in [0, 1), got 1.5}}
   // expected-error @+1 {{failed to infer returned types}}

@@ -8,7 +8,8 @@ operator specification:
   OUT/ops.onnx     each op alone, in several forms: Attention 4-D causal with
                    grouped KV heads; 3-D (q_num_heads, kv_num_heads) with a
                    bool mask and an explicit scale; 4-D with an additive float
-                   mask. RMSNormalization over the last axis, and over the last
+                   mask; softcap, causal (4-D) and with a bool mask (3-D),
+                   capped before the mask as the spec now orders it. RMSNormalization over the last axis, and over the last
                    two with a scale of shape [1, 8] broadcast. RotaryEmbedding
                    4-D with position_ids (halves), the same with one row of
                    positions for the whole batch, and 3-D interleaved with a
@@ -21,7 +22,7 @@ operator specification:
                    RMSNormalization; weights as
                    initializers, so that it partitions under tp and cp;
   OUT/refused/*.onnx  forms Weft refuses at the node: a KV cache, scores
-                   (qk_matmul_output) that the model reads, softcap, head
+                   (qk_matmul_output) that the model reads, a negative softcap, head
                    counts that do not divide, another stash_type, a scale
                    that does not broadcast, an odd rotary_embedding_dim; and
                    the LLaMA with unnamed residual Adds, whose layers are no
@@ -49,8 +50,11 @@ def softmax(x):
     return e / np.where(total == 0, 1, total)
 
 
-def attention(q, k, v, mask=None, causal=False, scale=None, q_heads=None, kv_heads=None):
-    """ONNX Attention-23 without a cache: Y = softmax(scale Q K^T + bias) V."""
+def attention(q, k, v, mask=None, causal=False, scale=None, q_heads=None, kv_heads=None,
+              softcap=0.0):
+    """ONNX Attention-23 without a cache: Y = softmax(cap(scale Q K^T) + bias) V,
+    cap(s) = softcap tanh(s / softcap) when softcap > 0 (before the mask: onnx/onnx
+    issue 7865 moved it there from after the mask, where -inf becomes -softcap)."""
     three_d = q.ndim == 3
     if three_d:
         def split(x, heads):
@@ -62,6 +66,8 @@ def attention(q, k, v, mask=None, causal=False, scale=None, q_heads=None, kv_hea
     if scale is None:
         scale = 1 / np.sqrt(q.shape[-1])
     scores = scale * (q.astype(np.float64) @ np.swapaxes(k, -1, -2))
+    if softcap > 0:
+        scores = softcap * np.tanh(scores / softcap)
     if causal:
         scores = scores + np.triu(np.full(scores.shape[-2:], -np.inf), 1)
     if mask is not None:
@@ -171,6 +177,11 @@ def ops_model(out, rng):
         helper.make_node("RotaryEmbedding",
                          ["r4", "cos_table", "sin_table", "shared_positions"], ["rotated3"],
                          name="rope_shared_positions"),
+        helper.make_node("Attention", ["q4", "k4", "v4"], ["capped"], is_causal=1,
+                         softcap=2.0, name="attention_softcap"),
+        helper.make_node("Attention", ["q3", "k3", "v3", "keep"], ["capped_masked"],
+                         q_num_heads=4, kv_num_heads=2, scale=0.3, softcap=1.5,
+                         name="attention_softcap_mask"),
     ]
     outputs = [
         attention(q4, k4, v4, causal=True),
@@ -181,10 +192,12 @@ def ops_model(out, rng):
         rotary(r4, cos_table, sin_table, positions),
         rotary(r3, cos_rows, sin_rows, interleaved=True, dim=4, heads=2),
         rotary(r4, cos_table, sin_table, shared_positions),
+        attention(q4, k4, v4, causal=True, softcap=2.0),
+        attention(q3, k3, v3, mask=keep, scale=0.3, q_heads=4, kv_heads=2, softcap=1.5),
         k4,
     ]
     out_names = ["causal", "masked", "biased", "normed", "normed2", "rotated", "rotated2",
-                 "rotated3", "present_key"]
+                 "rotated3", "capped", "capped_masked", "present_key"]
     graph = helper.make_graph(nodes, "opset23_ops",
                               [info(n, t) for n, t in zip(names, inputs)],
                               [info(n, t) for n, t in zip(out_names, outputs)])
@@ -306,7 +319,7 @@ def refused_models(out):
                   [q]),
         "scores": ([helper.make_node("Attention", ["q", "q", "q"], ["y", "", "", "scores"]),
                     helper.make_node("Identity", ["scores"], ["y2"])], [q]),
-        "softcap": ([helper.make_node("Attention", ["q", "q", "q"], ["y"], softcap=30.0)],
+        "softcap": ([helper.make_node("Attention", ["q", "q", "q"], ["y"], softcap=-30.0)],
                     [q]),
         "heads": ([helper.make_node("Reshape", ["q", "flat_shape"], ["flat"]),
                    helper.make_node("Attention", ["flat", "flat", "flat"], ["y3"],

@@ -1,5 +1,5 @@
-// Two layers whose attention stays matmuls and a softmax (scores soft-capped
-// by tanh, as Gemma 2 writes them): the import raised no weft.attention.
+// Two layers whose attention stays matmuls and a softmax: the import raised
+// no weft.attention.
 func.func @model(%x: tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
   %h = weft.layer "block"(%x) index 0 : (tensor<2x8x32xf32>) -> tensor<2x8x32xf32> {
   ^bb0(%a: tensor<2x8x32xf32>):

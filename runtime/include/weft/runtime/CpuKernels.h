@@ -68,10 +68,12 @@ HostTensor matmul(const HostTensor &lhs, const HostTensor &rhs,
                   bool transposeLhs, bool transposeRhs);
 HostTensor linear(const HostTensor &input, const HostTensor &weight,
                   const HostTensor *bias, bool transposeWeight);
-/// softmax(scale·QKᵀ + mask)·V per head, with grouped KV heads.
+/// softmax(scale·QKᵀ + mask)·V per head, with grouped KV heads. A positive
+/// `softcap` caps the scaled scores before the mask: softcap·tanh(s/softcap)
+/// (Gemma 2); 0 leaves them as they are.
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
-                     bool causal);
+                     bool causal, float softcap = 0.0f);
 
 /// A value of a block of keys (weft.attention_block): the attention output
 /// over this block and, per query row, the log-sum-exp of its scaled, masked
@@ -86,7 +88,7 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor &v, const HostTensor *mask,
                               const HostTensor *qPositions,
                               const HostTensor *kPositions, float scale,
-                              bool causal);
+                              bool causal, float softcap = 0.0f);
 
 /// Attention's gradients (weft.attention_grad) with respect to q, k and v,
 /// given the output's gradient `dout`; masks and positions as in
@@ -103,7 +105,7 @@ AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
                                  const HostTensor *qPositions,
                                  const HostTensor *kPositions, float scale,
                                  bool causal, const HostTensor *out,
-                                 const HostTensor *lse);
+                                 const HostTensor *lse, float softcap = 0.0f);
 
 /// Gathers along `axis`; negative indices count from the end (as ONNX).
 absl::StatusOr<HostTensor> gather(const HostTensor &input,
