@@ -464,7 +464,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         b, loc, grad.getQ(), grad.getK(), grad.getV(), grad.getResultGrad(),
         grad.getMask(), positions(grad.getQ()), positions(grad.getK()),
         grad.getOut(), grad.getLse(), grad.getScaleAttr(), grad.getCausalAttr(),
-        grad.getDropoutAttr(), grad.getSoftcapAttr());
+        grad.getDropoutAttr(), grad.getSoftcapAttr(), grad.getWindowAttr());
     for (NamedAttribute attr : grad->getDiscardableAttrs())
       with->setAttr(attr.getName(), attr.getValue());
     grad->replaceAllUsesWith(with);

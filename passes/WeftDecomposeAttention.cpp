@@ -62,10 +62,10 @@ struct WeftDecomposeAttention
     for (int i = 1; i < 3; ++i)
       if (llvm::is_contained(ArrayRef<Value>(inputs, i), inputs[i]))
         inputs[i] = ReshapeOp::create(b, loc, inputs[i].getType(), inputs[i]);
-    auto attention =
-        AttentionOp::create(b, loc, inputs[0], inputs[1], inputs[2],
-                            op.getMask(), op.getScaleAttr(), op.getCausalAttr(),
-                            op.getDropoutAttr(), op.getSoftcapAttr());
+    auto attention = AttentionOp::create(
+        b, loc, inputs[0], inputs[1], inputs[2], op.getMask(),
+        op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
+        op.getSoftcapAttr(), op.getWindowAttr());
     GradientState local(b);
     for (Value input : inputs)
       local.markActive(input);

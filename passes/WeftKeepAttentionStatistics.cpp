@@ -26,13 +26,13 @@ namespace {
 static AttentionBlockOp buildBlock(OpBuilder &b, Location loc, Type type,
                                    Value q, Value k, Value v, Value mask,
                                    FloatAttr scale, UnitAttr causal,
-                                   FloatAttr softcap) {
+                                   FloatAttr softcap, IntegerAttr window) {
   SmallVector<int64_t> rows(cast<RankedTensorType>(type).getShape());
   rows.back() = 1;
   auto lseType = RankedTensorType::get(rows, b.getF32Type());
   return AttentionBlockOp::create(b, loc, TypeRange{type, lseType}, q, k, v,
                                   mask, Value(), Value(), scale, causal,
-                                  softcap);
+                                  softcap, window);
 }
 
 /// `attention` as an attention block over all its keys: the same output,
@@ -43,7 +43,7 @@ static AttentionBlockOp toBlock(AttentionOp attention) {
       buildBlock(b, attention.getLoc(), attention.getType(), attention.getQ(),
                  attention.getK(), attention.getV(), attention.getMask(),
                  attention.getScaleAttr(), attention.getCausalAttr(),
-                 attention.getSoftcapAttr());
+                 attention.getSoftcapAttr(), attention.getWindowAttr());
   block->setDiscardableAttrs(attention->getDiscardableAttrDictionary());
   attention.getResult().replaceAllUsesWith(block.getResult());
   attention.erase();
@@ -57,7 +57,7 @@ static void readSaved(AttentionGradOp grad, Value out, Value lse) {
       b, grad.getLoc(), grad.getQ(), grad.getK(), grad.getV(),
       grad.getResultGrad(), grad.getMask(), Value(), Value(), out, lse,
       grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr(),
-      grad.getSoftcapAttr());
+      grad.getSoftcapAttr(), grad.getWindowAttr());
   saved->setDiscardableAttrs(grad->getDiscardableAttrDictionary());
   grad->replaceAllUsesWith(saved->getResults());
   grad.erase();
@@ -167,7 +167,7 @@ struct WeftKeepAttentionStatistics
         AttentionBlockOp block = buildBlock(
             b, grad.getLoc(), grad.getResultGrad().getType(), grad.getQ(),
             grad.getK(), grad.getV(), grad.getMask(), grad.getScaleAttr(),
-            grad.getCausalAttr(), grad.getSoftcapAttr());
+            grad.getCausalAttr(), grad.getSoftcapAttr(), grad.getWindowAttr());
         readSaved(grad, block.getResult(), block.getLse());
         continue;
       }

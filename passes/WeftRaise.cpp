@@ -997,7 +997,8 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
             ? rewriter.getF64FloatAttr(*match.dropout)
             : FloatAttr(),
         match.softcap ? rewriter.getF32FloatAttr(float(*match.softcap))
-                      : FloatAttr());
+                      : FloatAttr(),
+        IntegerAttr());
     // Shapes that only look like attention (a mask that does not broadcast,
     // heads that do not group) are left alone.
     LogicalResult valid = success();
@@ -1177,6 +1178,73 @@ struct FactorCausalMask : OpRewritePattern<AttentionOp> {
   }
 };
 
+/// The width W of a sliding window, if `value` is a constant mask whose last
+/// two dimensions keep key j for query i exactly when i - W < j <= i (each
+/// query itself and the W - 1 keys before it: Mistral's, Gemma 2's local
+/// layers), the same in every leading position, with 1 <= W < the queries
+/// (a wider window is plain causal). A boolean mask keeps where it is true;
+/// a float one is 0 where it keeps and -1e4 or less where it masks.
+std::optional<int64_t> slidingWindowOf(Value value) {
+  DenseElementsAttr elements = constantElements(value);
+  if (!elements)
+    return std::nullopt;
+  auto type = cast<RankedTensorType>(elements.getType());
+  if (type.getRank() < 2)
+    return std::nullopt;
+  int64_t rows = type.getDimSize(type.getRank() - 2),
+          cols = type.getShape().back();
+  if (rows < 2 || cols < rows)
+    return std::nullopt;
+  SmallVector<int8_t> keeps; // 1 keeps, 0 masks, -1 neither
+  keeps.reserve(size_t(elements.getNumElements()));
+  if (elements.getElementType().isInteger(1)) {
+    for (bool element : elements.getValues<bool>())
+      keeps.push_back(element ? 1 : 0);
+  } else if (isa<FloatType>(elements.getElementType())) {
+    for (APFloat v : elements.getValues<APFloat>()) {
+      double d = v.convertToDouble();
+      keeps.push_back(d == 0.0 ? 1 : d <= -1e4 ? 0 : -1);
+    }
+  } else {
+    return std::nullopt;
+  }
+  // The last query row keeps the window's width of keys.
+  int64_t last = (rows - 1) * cols, window = 0;
+  for (int64_t j = 0; j < cols; ++j)
+    window += keeps[size_t(last + j)] == 1;
+  if (window < 1 || window >= rows)
+    return std::nullopt;
+  for (size_t n = 0; n < keeps.size(); ++n) {
+    int64_t j = int64_t(n) % cols, i = (int64_t(n) / cols) % rows;
+    if (keeps[n] != int8_t(j <= i && j > i - window))
+      return std::nullopt;
+  }
+  return window;
+}
+
+/// Attention whose mask is a constant sliding window becomes causal
+/// attention with that `window` and no mask: nothing of [seq, kv_seq] is
+/// stored, the ring needs no mask columns, and the cost model counts the
+/// pairs in the window.
+struct RaiseSlidingWindow : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionOp attention,
+                                PatternRewriter &rewriter) const override {
+    Value mask = attention.getMask();
+    if (!mask || attention.getWindow())
+      return failure();
+    std::optional<int64_t> window = slidingWindowOf(mask);
+    if (!window)
+      return failure();
+    rewriter.modifyOpInPlace(attention, [&] {
+      attention.getMaskMutable().clear();
+      attention.setCausal(true);
+      attention.setWindow(uint64_t(*window));
+    });
+    return success();
+  }
+};
+
 /// If `value` is `reshape(broadcast_to(reshape(kv)))` that repeats each of
 /// kv's heads `rep` times in a row (HF's repeat_kv), or the concatenation
 /// over heads of such repeats of each head of a split (repeat_interleave's
@@ -1255,7 +1323,7 @@ struct WeftRaise : public weft::impl::WeftRaiseBase<WeftRaise> {
     Explanations explanations;
     patterns.add<RaiseGeluErf, RaiseGeluTanh, RaiseSilu, RaiseLayerNorm,
                  RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseGroupedQuery,
-                 FactorCausalMask>(&getContext());
+                 FactorCausalMask, RaiseSlidingWindow>(&getContext());
     patterns.add<RaiseAttention>(&getContext(),
                                  explain ? &explanations : nullptr);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

@@ -387,10 +387,10 @@ static void saveAttention(AttentionLike op,
 /// Its backward is weft.attention_grad's cost: no weights.
 static BackwardCost attentionBackward(TypeRange operandTypes,
                                       TypeRange resultTypes, bool causal,
-                                      bool positions) {
+                                      bool positions, int64_t window) {
   BackwardCost cost;
   cost.inputGradient = estimateAttentionGradientCost(
-      operandTypes, resultTypes.front(), causal, positions);
+      operandTypes, resultTypes.front(), causal, positions, window);
   cost.weightGradient.kernels = 0;
   return cost;
 }
@@ -422,7 +422,8 @@ void AttentionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
 
 BackwardCost AttentionOp::estimateBackwardCost(TypeRange operandTypes,
                                                TypeRange resultTypes) {
-  return attentionBackward(operandTypes, resultTypes, getCausal(), false);
+  return attentionBackward(operandTypes, resultTypes, getCausal(), false,
+                           windowOrZero(getWindow()));
 }
 
 bool AttentionOp::isAttentionCore() { return true; }
@@ -438,7 +439,7 @@ void AttentionBlockOp::getSavedForBackward(
 BackwardCost AttentionBlockOp::estimateBackwardCost(TypeRange operandTypes,
                                                     TypeRange resultTypes) {
   return attentionBackward(operandTypes, resultTypes, getCausal(),
-                           bool(getQPositions()));
+                           bool(getQPositions()), windowOrZero(getWindow()));
 }
 
 bool AttentionBlockOp::isAttentionCore() { return true; }

@@ -146,7 +146,7 @@ OpCost CrossEntropyOp::estimateCost(TypeRange operandTypes,
 // explicit positions (a ring step) half of the pairs are visible on average
 // over the ranks of a load-balanced ring, which is what the cost counts.
 static OpCost fusedAttentionCost(TypeRange operandTypes, TypeRange resultTypes,
-                                 bool causal, bool positions) {
+                                 bool causal, bool positions, int64_t window) {
   auto q = cast<RankedTensorType>(operandTypes[0]);
   auto k = cast<RankedTensorType>(operandTypes[1]);
   auto v = cast<RankedTensorType>(operandTypes[2]);
@@ -164,6 +164,17 @@ static OpCost fusedAttentionCost(TypeRange operandTypes, TypeRange resultTypes,
       visible = kvSeq * (kvSeq + 1) / 2 + (seq - kvSeq) * kvSeq;
     pairs = visible;
   }
+  // A sliding window: query i sees at most `window` keys, its first
+  // window - 1 rows fewer (w (w + 1) / 2 + (seq - w) w of them where kv_seq
+  // covers the queries; else at most seq · w). Ring blocks (positions) are
+  // costed as their share, as a causal one is.
+  if (causal && window > 0) {
+    double w = double(window);
+    double windowed = !positions && kvSeq >= seq && w < seq
+                          ? w * (w + 1) / 2 + (seq - w) * w
+                          : seq * std::min(w, kvSeq);
+    pairs = std::min(pairs, windowed);
+  }
   OpCost cost;
   cost.flops = batchHeads * pairs *
                (2.0 * q.getDimSize(3) + 2.0 * v.getDimSize(3) + 5.0);
@@ -177,9 +188,9 @@ static constexpr double kAttentionBackward = 2.5;
 
 OpCost weft::estimateAttentionGradientCost(TypeRange forwardOperands,
                                            Type output, bool causal,
-                                           bool positions) {
-  OpCost cost =
-      fusedAttentionCost(forwardOperands, TypeRange{output}, causal, positions);
+                                           bool positions, int64_t window) {
+  OpCost cost = fusedAttentionCost(forwardOperands, TypeRange{output}, causal,
+                                   positions, window);
   cost.flops *= kAttentionBackward;
   cost.bytesRead += getTensorBytes(output);
   cost.bytesWritten = bytesOf(forwardOperands.take_front(3));
@@ -193,18 +204,20 @@ OpCost AttentionGradOp::estimateCost(TypeRange operandTypes,
   Type output = forward[3];
   forward.erase(forward.begin() + 3);
   return estimateAttentionGradientCost(forward, output, getCausal(),
-                                       bool(getQPositions()));
+                                       bool(getQPositions()),
+                                       windowOrZero(getWindow()));
 }
 
 OpCost AttentionOp::estimateCost(TypeRange operandTypes,
                                  TypeRange resultTypes) {
-  return fusedAttentionCost(operandTypes, resultTypes, getCausal(), false);
+  return fusedAttentionCost(operandTypes, resultTypes, getCausal(), false,
+                            windowOrZero(getWindow()));
 }
 
 OpCost AttentionBlockOp::estimateCost(TypeRange operandTypes,
                                       TypeRange resultTypes) {
   return fusedAttentionCost(operandTypes, resultTypes, getCausal(),
-                            bool(getQPositions()));
+                            bool(getQPositions()), windowOrZero(getWindow()));
 }
 
 // Indexing: read the rows that are picked, write them.

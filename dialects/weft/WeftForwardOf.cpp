@@ -49,7 +49,8 @@ bool sameAttributes(AttentionOp attention, AttentionGradOp grad) {
   return attention.getScaleAttr() == grad.getScaleAttr() &&
          attention.getCausal() == grad.getCausal() &&
          attention.getDropoutAttr() == grad.getDropoutAttr() &&
-         attention.getSoftcapAttr() == grad.getSoftcapAttr();
+         attention.getSoftcapAttr() == grad.getSoftcapAttr() &&
+         attention.getWindowAttr() == grad.getWindowAttr();
 }
 
 /// Whether values of a backward layer are values of its forward layer: the

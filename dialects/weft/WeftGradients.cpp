@@ -814,7 +814,8 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
                                        UnitAttr(), b.getUnitAttr()));
   Value probs;
   std::optional<APFloat> softcap = op.getSoftcap();
-  if (Value mask = op.getMask(); mask || softcap) {
+  int64_t window = windowOrZero(op.getWindow());
+  if (Value mask = op.getMask(); mask || softcap || window) {
     // The cap and the mask apply to scaled scores; the softmax then has no
     // scale.
     auto scalar = RankedTensorType::get({}, element);
@@ -842,6 +843,21 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
                           constant(-std::numeric_limits<double>::infinity())));
     else if (mask)
       masked = mark(AddOp::create(b, loc, scoresType, scaled, mask));
+    if (window) {
+      // The keys a sliding window hides beyond the causal ones (j <= i -
+      // window), as a constant [seq, kv_seq] mask: the unfused attention
+      // holds its scores whole anyway.
+      auto bandType = RankedTensorType::get({seq, kvSeq}, b.getI1Type());
+      SmallVector<bool> keep(size_t(seq * kvSeq));
+      for (int64_t i = 0; i < seq; ++i)
+        for (int64_t j = 0; j < kvSeq; ++j)
+          keep[size_t(i * kvSeq + j)] = j > i - window;
+      Value band = ConstantOp::create(
+          b, loc, cast<ElementsAttr>(DenseElementsAttr::get(bandType, keep)));
+      masked = mark(
+          WhereOp::create(b, loc, scoresType, band, masked,
+                          constant(-std::numeric_limits<double>::infinity())));
+    }
     probs = mark(SoftmaxOp::create(b, loc, masked, 3, llvm::APFloat(1.0f),
                                    op.getCausal()));
   } else {
@@ -891,7 +907,7 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
     auto grad = AttentionGradOp::create(
         state.builder(), getLoc(), getQ(), getK(), getV(), dy, getMask(),
         Value(), Value(), Value(), Value(), getScaleAttr(), getCausalAttr(),
-        getDropoutAttr(), getSoftcapAttr());
+        getDropoutAttr(), getSoftcapAttr(), getWindowAttr());
     Value operands[] = {getQ(), getK(), getV()};
     for (auto [operand, gradient] : llvm::zip(operands, grad.getResults()))
       state.accumulate(getLoc(), operand, gradient);

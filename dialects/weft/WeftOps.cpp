@@ -349,7 +349,8 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *context,
 static FailureOr<RankedTensorType>
 inferAttentionOutput(std::optional<Location> location, Value qValue,
                      Value kValue, Value vValue, Value maskValue,
-                     FloatAttr scaleAttr, FloatAttr softcapAttr) {
+                     FloatAttr scaleAttr, FloatAttr softcapAttr,
+                     IntegerAttr windowAttr, bool causal) {
   auto q = getTensor(qValue.getType());
   auto k = getTensor(kValue.getType());
   auto v = getTensor(vValue.getType());
@@ -404,6 +405,12 @@ inferAttentionOutput(std::optional<Location> location, Value qValue,
                              "softcap must be positive (leave it "
                              "out for no soft-capping), got ",
                              softcapAttr.getValueAsDouble());
+  if (windowAttr && windowAttr.getInt() < 1)
+    return emitOptionalError(location, "window must be at least 1 key, got ",
+                             windowAttr.getInt());
+  if (windowAttr && !causal)
+    return emitOptionalError(location, "a sliding window (window ",
+                             windowAttr.getInt(), ") needs causal");
   return RankedTensorType::get({batch, heads, seq, v.getDimSize(3)},
                                q.getElementType());
 }
@@ -426,7 +433,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
                                             SmallVectorImpl<Type> &inferred) {
   FailureOr<RankedTensorType> output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr());
+      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr(),
+      adaptor.getWindowAttr(), bool(adaptor.getCausal()));
   if (failed(output) ||
       failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();
@@ -439,7 +447,8 @@ LogicalResult AttentionBlockOp::inferReturnTypes(
     SmallVectorImpl<Type> &inferred) {
   FailureOr<RankedTensorType> output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr());
+      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr(),
+      adaptor.getWindowAttr(), bool(adaptor.getCausal()));
   if (failed(output))
     return failure();
   inferred.push_back(*output);
@@ -485,7 +494,8 @@ LogicalResult AttentionGradOp::inferReturnTypes(
     SmallVectorImpl<Type> &inferred) {
   auto output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr());
+      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr(),
+      adaptor.getWindowAttr(), bool(adaptor.getCausal()));
   if (failed(output) ||
       failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();

@@ -598,6 +598,11 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRu
     Q Kᵀ / softcap) + mask` (Gemma 2's and Grok-1's attention logit soft-capping, as
     FlashAttention's `softcap` and ONNX Attention's `softcap` apply it).
 
+    `window`, with `causal`, is a sliding window (Mistral, Gemma 2's local layers,
+    FlashAttention's `window_size = (window - 1, 0)`): query `i` sees keys `i - window + 1`
+    to `i`, itself and the `window - 1` before it. No `[seq, kv_seq]` mask is stored, and
+    the work is that of the pairs in the window.
+
     ```mlir
     %o = weft.attention %q, %k, %v scale 0.125 causal
         : (tensor<2x32x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16>)
@@ -613,23 +618,25 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRu
       to `[batch, heads, seq, kv_seq]`;
     - `scale` is positive;
     - `softcap`, if given, is positive;
+    - `window`, if given, is positive and comes with `causal`;
     - `dropout`, if given, is in `[0, 1)`;
     - the result is `[batch, heads, seq, v_head_dim]` of `q`'s element type.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
                        Optional<Weft_Tensor>:$mask, F32Attr:$scale, UnitAttr:$causal,
-                       OptionalAttr<F64Attr>:$dropout, OptionalAttr<F32Attr>:$softcap);
+                       OptionalAttr<F64Attr>:$dropout, OptionalAttr<F32Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs Weft_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v (`mask` $mask^)? `scale` $scale (`softcap` $softcap^)?
-    (`causal` $causal^)? (`dropout` $dropout^)? attr-dict `:`
+    (`causal` $causal^)? (`window` $window^)? (`dropout` $dropout^)? attr-dict `:`
     functional-type(operands, results)
   }];
   let builders = [
     OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k, "::mlir::Value":$v,
                    "::mlir::Value":$mask, "::llvm::APFloat":$scale, "bool":$causal), [{
       build($_builder, $_state, q, k, v, mask, scale, causal, ::mlir::FloatAttr(),
-            ::mlir::FloatAttr());
+            ::mlir::FloatAttr(), ::mlir::IntegerAttr());
     }]>
   ];
 }
@@ -646,8 +653,10 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
     partitioner lowers attention over a key sequence split around a ring of ranks to
     one block per ring step and such merges.
 
-    Shapes, grouped KV heads, `mask` and `softcap` are as in `weft.attention` (the
-    log-sum-exp is of the capped, masked scores). `q_positions` and
+    Shapes, grouped KV heads, `mask`, `softcap` and `window` are as in `weft.attention`
+    (the log-sum-exp is of the capped, masked scores; with positions, the window is
+    of positions: key `j` is hidden from query `i` when `k_positions[j] <= q_positions[i]
+    - window`). `q_positions` and
     `k_positions` give the sequence position of each query and key; with `causal`, key
     `j` is masked for query `i` when `k_positions[j] > q_positions[i]` (without
     positions, when `j > i`). A query whose keys are all masked gets a zero output and
@@ -665,18 +674,20 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
     - `q_positions` and `k_positions` are given together, are integer vectors, and have
       `seq` and `kv_seq` elements;
     - `scale` and `softcap`, if given, are positive;
+    - `window`, if given, is positive and comes with `causal`;
     - `result` is `[batch, heads, seq, v_head_dim]` of `q`'s element type and `lse` is
       `[batch, heads, seq, 1]` of `f32`.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
                        Optional<Weft_Tensor>:$mask, Optional<Weft_IntTensor>:$q_positions,
                        Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
-                       UnitAttr:$causal, OptionalAttr<F32Attr>:$softcap);
+                       UnitAttr:$causal, OptionalAttr<F32Attr>:$softcap,
+                       OptionalAttr<I64Attr>:$window);
   let results = (outs Weft_FloatTensor:$result, F32Tensor:$lse);
   let assemblyFormat = [{
     $q `,` $k `,` $v (`mask` $mask^)? (`positions` $q_positions^ `,` $k_positions)?
-    `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? attr-dict `:`
-    functional-type(operands, results)
+    `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? (`window` $window^)?
+    attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -696,7 +707,7 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
     with a grouped KV head's `dK` and `dV` summed over its query heads. With `softcap`
     the scores are capped before the mask, `S = softcap · tanh(scale · Q Kᵀ / softcap)`,
     and `dS` is multiplied by the cap's derivative `1 - (S / softcap)²` before it reaches
-    `dQ` and `dK`. Nothing of size
+    `dQ` and `dK`; `window` is the forward's sliding window. Nothing of size
     `seq × kv_seq` is kept, and under `causal` only the visible half of the pairs is
     computed. `-weft-differentiate` builds it as `weft.attention`'s gradient (attention
     whose mask takes no gradient); its cost is the cost model's attention backward.
@@ -734,6 +745,7 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
     - `out` and `lse` are given together: `out` has `result_grad`'s type and `lse` is
       `[batch, heads, seq, 1]` of f32;
     - `scale` and `softcap`, if given, are positive;
+    - `window`, if given, is positive and comes with `causal`;
     - `dropout`, if given, is in `[0, 1)`;
     - the results have the types of `q`, `k` and `v`.
   }];
@@ -744,13 +756,13 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
                        Optional<Weft_FloatTensor>:$out,
                        Optional<Weft_FloatTensor>:$lse, F32Attr:$scale,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
-                       OptionalAttr<F32Attr>:$softcap);
+                       OptionalAttr<F32Attr>:$softcap, OptionalAttr<I64Attr>:$window);
   let results = (outs Weft_FloatTensor:$q_grad, Weft_FloatTensor:$k_grad,
                       Weft_FloatTensor:$v_grad);
   let assemblyFormat = [{
     $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)?
     (`positions` $q_positions^ `,` $k_positions)? (`saved` $out^ `,` $lse)?
-    `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)?
+    `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? (`window` $window^)?
     (`dropout` $dropout^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

@@ -634,7 +634,8 @@ static LogicalResult partitionRingAttention(AttentionOp op,
     auto block = AttentionBlockOp::create(
         b, loc, TypeRange{outType, lseType}, q, k, v,
         blockMask(b, loc, mask, maskForm, kPos), causal ? qPos : Value(),
-        causal ? kPos : Value(), scale, causal, op.getSoftcapAttr());
+        causal ? kPos : Value(), scale, causal, op.getSoftcapAttr(),
+        op.getWindowAttr());
     Value blockOut = castTo(block.getResult(), accType);
     if (step == 0) {
       acc = blockOut;
@@ -722,7 +723,7 @@ static LogicalResult partitionGatheredAttention(AttentionOp op,
   auto attention = AttentionBlockOp::create(
       b, loc, TypeRange{outType, lseType}, q, kAll, vAll, mask, qPos, kPos,
       op.getScaleAttr(), causal ? b.getUnitAttr() : UnitAttr(),
-      op.getSoftcapAttr());
+      op.getSoftcapAttr(), op.getWindowAttr());
   TensorSharding s = qWant;
   s.dims[3].clear();
   state.setResult(op.getResult(), attention.getResult(), s);
@@ -828,10 +829,10 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     if (causal)
       kPos = allPositions(state, loc,
                           cast<RankedTensorType>(kAll.getType()).getDimSize(2));
-    auto grad =
-        AttentionGradOp::create(b, loc, q, kAll, vAll, dout, mask, qPos, kPos,
-                                out, lse, op.getScaleAttr(), op.getCausalAttr(),
-                                op.getDropoutAttr(), op.getSoftcapAttr());
+    auto grad = AttentionGradOp::create(
+        b, loc, q, kAll, vAll, dout, mask, qPos, kPos, out, lse,
+        op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
+        op.getSoftcapAttr(), op.getWindowAttr());
     TensorSharding sums = kvWant;
     sums.dims[2].clear();
     sums.partial.push_back("cp");
@@ -869,7 +870,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
         b, loc, q, k, v, dout, blockMask(b, loc, mask, maskForm, kPos),
         causal ? qPos : Value(), causal ? kPos : Value(), out, lse,
         op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
-        op.getSoftcapAttr());
+        op.getSoftcapAttr(), op.getWindowAttr());
     Value blockDq = widened(grad.getQGrad());
     dq = step == 0 ? blockDq
                    : AddOp::create(b, loc, f32Type, dq, blockDq).getResult();
@@ -939,10 +940,10 @@ static FailureOr<bool> partitionUlyssesAttentionGrad(AttentionGradOp op,
   Value k = state.operand(loc, op.getK(), *kWant);
   Value v = state.operand(loc, op.getV(), *vWant);
   Value dout = state.operand(loc, op.getResultGrad(), *qWant);
-  auto grad = AttentionGradOp::create(state.builder(), loc, q, k, v, dout, mask,
-                                      Value(), Value(), Value(), Value(),
-                                      op.getScaleAttr(), op.getCausalAttr(),
-                                      op.getDropoutAttr(), op.getSoftcapAttr());
+  auto grad = AttentionGradOp::create(
+      state.builder(), loc, q, k, v, dout, mask, Value(), Value(), Value(),
+      Value(), op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
+      op.getSoftcapAttr(), op.getWindowAttr());
   state.setResult(op.getQGrad(), grad.getQGrad(), *qWant);
   state.setResult(op.getKGrad(), grad.getKGrad(), *kWant);
   state.setResult(op.getVGrad(), grad.getVGrad(), *vWant);

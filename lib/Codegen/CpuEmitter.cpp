@@ -226,7 +226,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << ", " << optional(a.getMask()) << ", "
            << optional(a.getQPositions()) << ", " << optional(a.getKPositions())
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
-           << (a.getCausal() ? "true" : "false") << softcapArgument(a)
+           << (a.getCausal() ? "true" : "false") << attentionOptionArguments(a)
            << ");\n";
         assign(a.getResult(), "std::move(" + block + ".output)");
         assign(a.getLse(), "std::move(" + block + ".lse)");
@@ -241,7 +241,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << optional(a.getKPositions()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << optional(a.getOut())
-           << ", " << optional(a.getLse()) << softcapArgument(a) << ");\n";
+           << ", " << optional(a.getLse()) << attentionOptionArguments(a)
+           << ");\n";
         assign(a.getQGrad(), "std::move(" + grads + ".q)");
         assign(a.getKGrad(), "std::move(" + grads + ".k)");
         assign(a.getVGrad(), "std::move(" + grads + ".v)");
@@ -285,7 +286,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
                                   ", " + optional(a.getMask()) + ", " +
                                   floatLiteral(a.getScale().convertToFloat()) +
                                   ", " + (a.getCausal() ? "true" : "false") +
-                                  softcapArgument(a) + ")");
+                                  attentionOptionArguments(a) + ")");
         return success();
       })
       .Case([&](EmbeddingOp e) {

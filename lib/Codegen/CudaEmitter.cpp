@@ -522,7 +522,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << optional(a.getMask()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << o
-           << softcapArgument(a) << ");\n";
+           << attentionOptionArguments(a) << ");\n";
         return success();
       })
       .Case([&](AttentionBlockOp a) {
@@ -535,7 +535,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", "
            << tensor(a.getResult()) << ", " << tensor(a.getLse())
-           << softcapArgument(a) << ");\n";
+           << attentionOptionArguments(a) << ");\n";
         return success();
       })
       .Case([&](AttentionGradOp a) {
@@ -549,7 +549,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << tensor(a.getQGrad())
            << ", " << tensor(a.getKGrad()) << ", " << tensor(a.getVGrad())
-           << softcapArgument(a) << ");\n";
+           << attentionOptionArguments(a) << ");\n";
         return success();
       })
       .Case([&](EmbeddingOp e) {

@@ -45,12 +45,20 @@ const char *reduceOp(ReductionKind kind);
 std::string codecArg(mlir::Operation *collective);
 /// The runtime's name of `codec` ("Codec::BF16").
 const char *codecLiteral(CollectiveCodec codec);
-/// ", 50.0f" for an attention op with a `softcap`, "" without one (the
-/// runtime's attention kernels default to no soft-capping).
+/// The trailing arguments of an attention kernel's call: ", 50.0f" for an
+/// op with a `softcap`, ", 0.0f, 4096" for one with a `window` (and
+/// ", 50.0f, 4096" for both), "" for neither (the runtime's defaults: no
+/// soft-capping, no window).
 template <typename AttentionLike>
-std::string softcapArgument(AttentionLike op) {
+std::string attentionOptionArguments(AttentionLike op) {
   std::optional<llvm::APFloat> softcap = op.getSoftcap();
-  return softcap ? ", " + floatLiteral(softcap->convertToFloat()) : "";
+  std::optional<uint64_t> window = op.getWindow();
+  if (!softcap && !window)
+    return "";
+  std::string text = ", " + floatLiteral(softcapOrZero(softcap));
+  if (window)
+    text += ", " + std::to_string(*window);
+  return text;
 }
 
 /// The one function to compile, checked: a single block, layers inlined.

@@ -165,6 +165,11 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
   }
   if (r.vocab)
     spec.set_vocab(r.vocab);
+  if (r.slidingWindow < 0)
+    return planError("--sliding-window is a number of keys (0 for none), not " +
+                     std::to_string(r.slidingWindow));
+  if (r.slidingWindow)
+    spec.set_sliding_window(r.slidingWindow);
   if (!r.tied.empty()) {
     if (r.tied != "yes" && r.tied != "no" && r.tied != "true" &&
         r.tied != "false" && r.tied != "1" && r.tied != "0")
@@ -292,8 +297,10 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
                                                 : model->ffn_activation())
          : model->ffn_kind() == plan::FFN_GEGLU ? "GeGLU"
                                                 : "SwiGLU")
-     << ", vocab " << model->vocab()
-     << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
+     << ", vocab " << model->vocab();
+  if (model->sliding_window())
+    os << ", sliding window " << model->sliding_window();
+  os << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
   // What the cost model costs: a file's own IR, or the transformer a
   // preset or the builder fields describe.
   if (source)

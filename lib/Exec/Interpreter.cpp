@@ -462,10 +462,10 @@ LogicalResult Interpreter::run(Operation *op) {
       })
       .Case([&](AttentionOp a) {
         const HostTensor *mask = a.getMask() ? &get(a.getMask()) : nullptr;
-        return result(rt::attention(get(a.getQ()), get(a.getK()), get(a.getV()),
-                                    mask, a.getScale().convertToFloat(),
-                                    a.getCausal(),
-                                    softcapOrZero(a.getSoftcap())));
+        return result(rt::attention(
+            get(a.getQ()), get(a.getK()), get(a.getV()), mask,
+            a.getScale().convertToFloat(), a.getCausal(),
+            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow())));
       })
       .Case([&](AttentionBlockOp a) {
         auto optional = [&](Value v) { return v ? &get(v) : nullptr; };
@@ -473,7 +473,7 @@ LogicalResult Interpreter::run(Operation *op) {
             get(a.getQ()), get(a.getK()), get(a.getV()), optional(a.getMask()),
             optional(a.getQPositions()), optional(a.getKPositions()),
             a.getScale().convertToFloat(), a.getCausal(),
-            softcapOrZero(a.getSoftcap()));
+            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow()));
         set(a.getResult(), std::move(block.output));
         set(a.getLse(), std::move(block.lse));
         return success();
@@ -485,7 +485,7 @@ LogicalResult Interpreter::run(Operation *op) {
             optional(a.getMask()), optional(a.getQPositions()),
             optional(a.getKPositions()), a.getScale().convertToFloat(),
             a.getCausal(), optional(a.getOut()), optional(a.getLse()),
-            softcapOrZero(a.getSoftcap()));
+            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow()));
         set(a.getQGrad(), std::move(grads.q));
         set(a.getKGrad(), std::move(grads.k));
         set(a.getVGrad(), std::move(grads.v));

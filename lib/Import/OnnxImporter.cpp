@@ -2156,7 +2156,8 @@ LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
   Value result = createChecked<AttentionOp>(
       q, k, v, mask, builder.getF32FloatAttr(scale),
       causal ? builder.getUnitAttr() : UnitAttr(), FloatAttr(),
-      softcap > 0 ? builder.getF32FloatAttr(softcap) : FloatAttr());
+      softcap > 0 ? builder.getF32FloatAttr(softcap) : FloatAttr(),
+      IntegerAttr());
   if (!result)
     return failure();
   if (rank == 3 && !(result = mergeHeads(result)))

@@ -168,7 +168,12 @@ double planner::modelFlopsPerStep(const plan::ModelSpec &model,
                       model.heads() * d * h +
                       (isGelu(model) ? 2 : 3) * h * model.ffn_hidden();
   double tokens = double(globalBatch) * seqLen;
-  double perToken = model.layers() * (6 * gemmParams + 12.0 * seqLen * h) +
+  // Megatron's count of attention, 12 s h per token and layer (every query
+  // against every key); with a sliding window, against the window's keys.
+  double keys = model.sliding_window() > 0
+                    ? double(std::min(seqLen, model.sliding_window()))
+                    : double(seqLen);
+  double perToken = model.layers() * (6 * gemmParams + 12.0 * keys * h) +
                     6.0 * model.vocab() * h;
   return tokens * perToken;
 }
@@ -244,6 +249,17 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   spec.set_heads(q.getDimSize(1));
   spec.set_kv_heads(k.getDimSize(1));
   spec.set_seq_len(q.getDimSize(2));
+  // A sliding window that every layer has (Mistral) is the model's; where
+  // layers differ (Gemma 2 alternates local and global ones), the planner,
+  // which costs one layer for all, costs full causal attention.
+  std::optional<uint64_t> window = attention.getWindow();
+  for (LayerOp layer : *layers)
+    layer.getBody().walk([&](AttentionOp op) {
+      if (op.getWindow() != window)
+        window.reset();
+    });
+  if (window)
+    spec.set_sliding_window(int64_t(*window));
   int64_t headDim = q.getDimSize(3);
   // The MLP: its activation (GELU, SiLU, ReLU) of a projection, or of a
   // slice of one (a fused gate/up projection, Phi-3's gate_up_proj), whose
@@ -412,7 +428,9 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value attended = AttentionOp::create(
       b, loc, type({batch, heads, seq, d}), q, k, v, Value(),
       b.getF32FloatAttr(1.0f / std::sqrt(float(d))), b.getUnitAttr(),
-      attentionDropout, FloatAttr());
+      attentionDropout, FloatAttr(),
+      model.sliding_window() > 0 ? b.getI64IntegerAttr(model.sliding_window())
+                                 : IntegerAttr());
   Value merged = reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, h});
   Value projected = linear(merged, h, prefix + ".attn_out", gelu());
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));

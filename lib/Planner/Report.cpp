@@ -570,6 +570,12 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     return llvm::createStringError(
         "the model's MLP is gated by another activation than SiLU (GeGLU, as "
         "Gemma's): the exported launchers know GELU and SwiGLU MLPs only");
+  if (m.sliding_window() > 0)
+    return llvm::createStringError(
+        "the model attends through a sliding window of " +
+        std::to_string(m.sliding_window()) +
+        " keys: the exported launchers set full causal attention only; run "
+        "Weft's own program (weft compile / weft train)");
   if (!m.ffn_activation().empty())
     return llvm::createStringError(
         "the model's MLP applies " + m.ffn_activation() +

@@ -569,15 +569,16 @@ HostTensor linear(const HostTensor &input, const HostTensor &weight,
 
 namespace {
 /// What hides a key from a query in attention: a causal mask by position
-/// (ring blocks) or by index (top-left aligned), and a mask tensor read
+/// (ring blocks) or by index (top-left aligned), with a sliding window
+/// (keys `window` or more before the query), and a mask tensor read
 /// through broadcast strides, never expanded.
 struct AttentionMasks {
   AttentionMasks(const HostTensor *mask, const HostTensor *qPositions,
                  const HostTensor *kPositions, bool causal, float softcap,
-                 const Shape &space)
+                 int64_t window, const Shape &space)
       : mask(mask), qPositions(qPositions), kPositions(kPositions),
         byPosition(causal && qPositions), byIndex(causal && !qPositions),
-        softcap(softcap) {
+        softcap(softcap), window(causal ? window : 0) {
     if (mask)
       strides = broadcastStrides(mask->shape, space);
   }
@@ -646,9 +647,14 @@ struct AttentionMasks {
           capSlope[j] = 1.0f - t * t;
       }
     if (byPosition)
-      for (int64_t j = 0; j < keys; ++j)
-        if (kPositions->ints[j] > qPositions->ints[i])
+      for (int64_t j = 0; j < keys; ++j) {
+        int64_t kp = kPositions->ints[j], qp = qPositions->ints[i];
+        if (kp > qp || (window > 0 && kp <= qp - window))
           row[j] = negInf;
+      }
+    if (byIndex && window > 0)
+      for (int64_t j = 0; j < std::min(visible, i - window + 1); ++j)
+        row[j] = negInf;
     if (mask) {
       const int64_t base = b * strides[0] + h * strides[1] + i * strides[2];
       const int64_t step = strides[3];
@@ -669,6 +675,7 @@ struct AttentionMasks {
   const HostTensor *mask, *qPositions, *kPositions;
   bool byPosition, byIndex;
   float softcap;
+  int64_t window;
   std::vector<int64_t> strides;
 };
 } // namespace
@@ -686,7 +693,8 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
                                 const HostTensor &v, const HostTensor *mask,
                                 const HostTensor *qPositions,
                                 const HostTensor *kPositions, float scale,
-                                bool causal, float softcap, HostTensor *lse) {
+                                bool causal, float softcap, int64_t window,
+                                HostTensor *lse) {
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
   int64_t kvHeads = k.shape[1], kvSeq = k.shape[2], vDim = v.shape[3];
@@ -695,7 +703,7 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
       HostTensor::uninitialized(q.dtype, {batch, heads, seq, vDim});
   if (lse)
     *lse = HostTensor::uninitialized(DType::F32, {batch, heads, seq, 1});
-  AttentionMasks masks(mask, qPositions, kPositions, causal, softcap,
+  AttentionMasks masks(mask, qPositions, kPositions, causal, softcap, window,
                        {batch, heads, seq, kvSeq});
   std::vector<float> scores(std::min(seq, kAttentionRows) * kvSeq);
   for (int64_t b = 0; b < batch; ++b)
@@ -751,21 +759,21 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
 
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
-                     bool causal, float softcap) {
+                     bool causal, float softcap, int64_t window) {
   ProfileScope profile("attention");
   return attentionImpl(q, k, v, mask, nullptr, nullptr, scale, causal, softcap,
-                       nullptr);
+                       window, nullptr);
 }
 
 AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor &v, const HostTensor *mask,
                               const HostTensor *qPositions,
                               const HostTensor *kPositions, float scale,
-                              bool causal, float softcap) {
+                              bool causal, float softcap, int64_t window) {
   ProfileScope profile("attention_block");
   AttentionBlock block;
   block.output = attentionImpl(q, k, v, mask, qPositions, kPositions, scale,
-                               causal, softcap, &block.lse);
+                               causal, softcap, window, &block.lse);
   return block;
 }
 
@@ -777,13 +785,12 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 /// `out` and `lse` (a ring's block of keys), P = exp(S - lse) and
 /// rowsum(P dP) = rowsum(dO out) are the whole attention's. With a softcap,
 /// dS is multiplied by the cap's slope 1 - tanh² at each score.
-AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
-                                 const HostTensor &v, const HostTensor &dout,
-                                 const HostTensor *mask,
-                                 const HostTensor *qPositions,
-                                 const HostTensor *kPositions, float scale,
-                                 bool causal, const HostTensor *out,
-                                 const HostTensor *lse, float softcap) {
+AttentionGradients
+attentionGrad(const HostTensor &q, const HostTensor &k, const HostTensor &v,
+              const HostTensor &dout, const HostTensor *mask,
+              const HostTensor *qPositions, const HostTensor *kPositions,
+              float scale, bool causal, const HostTensor *out,
+              const HostTensor *lse, float softcap, int64_t window) {
   ProfileScope profile("attention_grad");
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
@@ -793,7 +800,7 @@ AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
   grads.q = HostTensor(q.dtype, q.shape);
   grads.k = HostTensor(k.dtype, k.shape);
   grads.v = HostTensor(v.dtype, v.shape);
-  AttentionMasks masks(mask, qPositions, kPositions, causal, softcap,
+  AttentionMasks masks(mask, qPositions, kPositions, causal, softcap, window,
                        {batch, heads, seq, kvSeq});
   int64_t most = std::min(seq, kAttentionRows) * kvSeq;
   std::vector<float> probs(most), dprobs(most), slopes(softcap > 0 ? most : 0);

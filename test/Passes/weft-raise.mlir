@@ -320,6 +320,41 @@ func.func @scaled_cap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tens
 
 // -----
 
+// Mistral's sliding window as a constant 0 / -inf bias (each query sees
+// itself and the 2 keys before it): causal attention with window 3, no mask.
+// CHECK-LABEL: func.func @sliding_window
+// CHECK: weft.attention %arg0, %arg1, %arg2 scale 0.353553385 causal window 3 : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+func.func @sliding_window(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %c = weft.constant dense<0.353553385> : tensor<f32>
+  %sc = weft.mul %s, %c : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %band = weft.constant dense<[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0xFF800000, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %w = weft.add %sc, %band : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// A band that is no sliding window (a key hidden inside the window) stays
+// the attention's mask.
+// CHECK-LABEL: func.func @not_a_window
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %{{.*}} scale 0.353553385 :
+// CHECK-NOT: window
+func.func @not_a_window(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
+  %s = weft.matmul %q, %k transpose_rhs : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x4xf32>
+  %c = weft.constant dense<0.353553385> : tensor<f32>
+  %sc = weft.mul %s, %c : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %band = weft.constant dense<[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0xFF800000, 0.0, 0xFF800000], [0xFF800000, 0.0, 0.0, 0.0]]> : tensor<4x4xf32>
+  %w = weft.add %sc, %band : (tensor<1x2x4x4xf32>, tensor<4x4xf32>) -> tensor<1x2x4x4xf32>
+  %p = weft.softmax %w axis 3 : tensor<1x2x4x4xf32>
+  %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
 // HF's causal + padding bias, clamped at finfo.min: causal is factored out,
 // the padding bias (clamped) stays the mask, so that it broadcasts over the
 // queries.

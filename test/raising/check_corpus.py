@@ -71,6 +71,8 @@ def stats(weft, path):
             counts[m.group(1)] = counts.get(m.group(1), 0) + 1
             if m.group(1) == "attention" and re.search(r" causal[ :]", line):
                 counts["attention_causal"] = counts.get("attention_causal", 0) + 1
+            if m.group(1) == "attention" and re.search(r" window \d+ ", line):
+                counts["attention_window"] = counts.get("attention_window", 0) + 1
     return counts, None
 
 
@@ -81,6 +83,11 @@ def check_raised(counts, f):
         problems.append("%d weft.attention, expected %d" % (counts.get("attention", 0), layers))
     if counts.get("softmax", 0):
         problems.append("%d weft.softmax left" % counts["softmax"])
+    # Mistral's band mask is a sliding window, with no mask left.
+    windowed = counts.get("attention_window", 0)
+    if windowed != (layers if f["mask"] == "sliding_window" else 0):
+        problems.append("%d weft.attention with a window, expected %d" %
+                        (windowed, layers if f["mask"] == "sliding_window" else 0))
     causal = counts.get("attention_causal", 0)
     if causal != (layers if corpus.is_causal(f) else 0):
         problems.append("%d causal weft.attention, expected %d" %
@@ -153,9 +160,8 @@ def check_form(weft, name, root, tmp):
     path = os.path.join(directory, "%s-opset17.onnx" % name)
     worst = {}
     if base is not None:
-        # A sliding window's [s, s] mask, which varies over the queries and
-        # the keys, runs under both forms of cp: the ring gathers each K/V
-        # block's columns at its positions.
+        # A sliding window runs under both forms of cp: each ring step hides
+        # the keys outside the window by the K/V block's positions.
         specs = ["tp=2", "cp=2", "dp=2"]
         if f["mask"] == "sliding_window":
             specs.append("cp=2,cp-comm=all-gather")

@@ -651,8 +651,9 @@ class Model(nn.Module):
 
 def is_causal(f):
     """Whether the formulation's attention is causal (every mask form but
-    the padding-only ones and none; a sliding window is a mask of its own)."""
-    return f["mask"] not in ("none", "padding_hf", "padding_bert", "sliding_window")
+    the padding-only ones and none; a sliding window is raised to causal
+    attention with a `window`)."""
+    return f["mask"] not in ("none", "padding_hf", "padding_bert")
 
 
 def form(name):

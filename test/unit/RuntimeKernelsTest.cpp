@@ -646,6 +646,99 @@ TEST(RuntimeKernels, SoftCappedAttentionAndItsGradients) {
   }
 }
 
+// A sliding window of 3 (Mistral's, narrowed): query i sees keys i - 2 to i.
+// The output against a naive loop; two blocks of keys with positions (a
+// ring's steps) merged, against it; and the gradients against the
+// forward's slopes.
+TEST(RuntimeKernels, SlidingWindowAttentionAndItsGradients) {
+  int64_t seq = 7, dim = 4, window = 3;
+  HostTensor q = randomTensor({1, 2, seq, dim}, 71),
+             k = randomTensor({1, 1, seq, dim}, 72),
+             v = randomTensor({1, 1, seq, dim}, 73),
+             dout = randomTensor({1, 2, seq, dim}, 74);
+  float scale = 0.5f;
+  HostTensor out = attention(q, k, v, nullptr, scale, true, 0.0f, window);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < seq; ++i) {
+      int64_t first = std::max<int64_t>(0, i - window + 1);
+      std::vector<double> weights;
+      double max = -1e30, sum = 0;
+      for (int64_t j = first; j <= i; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < dim; ++d)
+          dot += q.floats[(h * seq + i) * dim + d] * k.floats[j * dim + d];
+        weights.push_back(dot * scale);
+        max = std::max(max, weights.back());
+      }
+      for (double &w : weights)
+        sum += (w = std::exp(w - max));
+      for (int64_t d = 0; d < dim; ++d) {
+        double expected = 0;
+        for (int64_t j = first; j <= i; ++j)
+          expected += weights[size_t(j - first)] / sum * v.floats[j * dim + d];
+        ASSERT_NEAR(out.floats[(h * seq + i) * dim + d], expected, 1e-5)
+            << "head " << h << " row " << i;
+      }
+    }
+  // The keys in two blocks, 0..3 and 4..6, with their positions: merged by
+  // their log-sum-exps, the whole attention.
+  HostTensor qPos(DType::I64, {seq});
+  for (int64_t i = 0; i < seq; ++i)
+    qPos.ints[i] = i;
+  auto keys = [&](const HostTensor &t, int64_t from, int64_t to) {
+    HostTensor part(DType::F32, {1, 1, to - from, dim});
+    std::copy(t.floats.begin() + from * dim, t.floats.begin() + to * dim,
+              part.floats.begin());
+    return part;
+  };
+  auto positions = [&](int64_t from, int64_t to) {
+    HostTensor p(DType::I64, {to - from});
+    for (int64_t j = from; j < to; ++j)
+      p.ints[j - from] = j;
+    return p;
+  };
+  HostTensor k0 = keys(k, 0, 4), v0 = keys(v, 0, 4), k1 = keys(k, 4, seq),
+             v1 = keys(v, 4, seq), p0 = positions(0, 4), p1 = positions(4, seq);
+  AttentionBlock a =
+      attentionBlock(q, k0, v0, nullptr, &qPos, &p0, scale, true, 0.0f, window);
+  AttentionBlock b =
+      attentionBlock(q, k1, v1, nullptr, &qPos, &p1, scale, true, 0.0f, window);
+  for (int64_t r = 0; r < 2 * seq; ++r) {
+    double la = a.lse.floats[r], lb = b.lse.floats[r];
+    double top = std::max(la, lb);
+    double lse = top + std::log(std::exp(la - top) + std::exp(lb - top));
+    for (int64_t d = 0; d < dim; ++d) {
+      double merged = a.output.floats[r * dim + d] * std::exp(la - lse) +
+                      b.output.floats[r * dim + d] * std::exp(lb - lse);
+      ASSERT_NEAR(merged, out.floats[r * dim + d], 1e-5) << "row " << r;
+    }
+  }
+  AttentionGradients grads =
+      attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr, scale, true,
+                    nullptr, nullptr, 0.0f, window);
+  auto loss = [&]() {
+    HostTensor o = attention(q, k, v, nullptr, scale, true, 0.0f, window);
+    double total = 0;
+    for (int64_t i = 0; i < o.numel(); ++i)
+      total += double(o.floats[i]) * dout.floats[i];
+    return total;
+  };
+  HostTensor *inputs[] = {&q, &k, &v};
+  const HostTensor *slopes[] = {&grads.q, &grads.k, &grads.v};
+  for (int t = 0; t < 3; ++t)
+    for (int64_t i = 0; i < inputs[t]->numel(); i += 3) {
+      float kept = inputs[t]->floats[i];
+      const float eps = 1e-2f;
+      inputs[t]->floats[i] = kept + eps;
+      double up = loss();
+      inputs[t]->floats[i] = kept - eps;
+      double down = loss();
+      inputs[t]->floats[i] = kept;
+      EXPECT_NEAR(slopes[t]->floats[i], (up - down) / (2 * eps), 2e-3)
+          << "input " << t << " element " << i;
+    }
+}
+
 // The running sum along the middle axis of a 3-D tensor, each way, against
 // a scalar sum; and the gradient weft.cumsum builds (the running sum of the
 // result's gradient the other way, as exclusive) against the sum of the

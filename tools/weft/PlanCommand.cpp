@@ -70,6 +70,11 @@ static cl::opt<int64_t> kvHeadsOpt("kv-heads",
                                    cl::desc("Builder: KV heads (GQA)"),
                                    cl::init(0), cl::sub(planCommand),
                                    cl::sub(importSubCommand()));
+static cl::opt<int64_t> slidingWindowOpt(
+    "sliding-window",
+    cl::desc("A causal sliding window: keys each query attends to, itself "
+             "included (Mistral's 4096); 0 for none"),
+    cl::init(0), cl::sub(planCommand), cl::sub(importSubCommand()));
 static cl::opt<int64_t> ffnOpt("ffn", cl::desc("Builder: FFN hidden size"),
                                cl::init(0), cl::sub(planCommand),
                                cl::sub(importSubCommand()));
@@ -319,6 +324,7 @@ weft::driver::PlanRequest builtinModelRequest() {
   request.hidden = hiddenOpt;
   request.heads = headsOpt;
   request.kvHeads = kvHeadsOpt;
+  request.slidingWindow = slidingWindowOpt;
   request.ffn = ffnOpt;
   request.ffnKind = ffnKindOpt;
   request.vocab = vocabOpt;

@@ -150,10 +150,11 @@ BackwardCost estimateStreamingBackwardCost(mlir::Operation *op,
 /// the forward's arithmetic over the same visible pairs; it reads the
 /// forward's operands and the output's gradient, and writes Q's, K's and V's
 /// gradients. `forwardOperands` are the attention's (q, k, v, then the mask
-/// and positions if any), `output` its result.
+/// and positions if any), `output` its result; `window` its sliding window
+/// (0 for none).
 OpCost estimateAttentionGradientCost(mlir::TypeRange forwardOperands,
                                      mlir::Type output, bool causal,
-                                     bool positions);
+                                     bool positions, int64_t window = 0);
 
 class PartitionState;
 class GradientState;

@@ -60,6 +60,11 @@ inline float softcapOrZero(std::optional<llvm::APFloat> softcap) {
   return softcap ? softcap->convertToFloat() : 0.0f;
 }
 
+/// An attention op's sliding window (`window`), or 0 where it has none.
+inline int64_t windowOrZero(std::optional<uint64_t> window) {
+  return window ? int64_t(*window) : 0;
+}
+
 } // namespace weft
 
 #endif // WEFT_DIALECT_WEFTOPS_H

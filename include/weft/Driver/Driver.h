@@ -152,6 +152,8 @@ struct PlanRequest {
   std::string preset;    ///< a preset name, or "gpt" / "llama" (builder)
   /// Builder fields; 0 / empty keep the preset's or the builder's default.
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, ffn = 0, vocab = 0;
+  /// A causal sliding window (keys per query); 0 keeps the model's.
+  int64_t slidingWindow = 0;
   std::string ffnKind; ///< gelu or swiglu
   std::string tied;    ///< yes / no
   std::vector<std::string> inputShapes;

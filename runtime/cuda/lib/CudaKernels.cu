@@ -346,10 +346,24 @@ struct MaskView {
   const void *data;
   int kind;  // 0 none, 1 boolean, 2 additive f32, 3 additive bf16, 4 f16
   int64_t stride[4];
-  /// Soft-capping of the scaled scores before the mask (0: none). Only the
-  /// CUDA-core kernels apply it; the tensor-core ones are not chosen.
+  /// Soft-capping of the scaled scores before the mask (0: none), and a
+  /// causal attention's sliding window (0: none). Only the CUDA-core
+  /// kernels apply them; the tensor-core ones are not chosen.
   float softcap;
+  int64_t window;
 };
+
+/// Whether key `j` is hidden from query `i` by a causal mask: by position
+/// (a ring step) or by index (top-left aligned), and by a sliding window
+/// (keys `window` or more before the query).
+__device__ inline bool causallyHidden(bool causal, const MaskView &mask,
+                                      const int64_t *qPos, const int64_t *kPos,
+                                      int64_t i, int64_t j) {
+  if (!causal)
+    return false;
+  int64_t qi = qPos ? qPos[i] : i, kj = qPos ? kPos[j] : j;
+  return kj > qi || (mask.window > 0 && kj <= qi - mask.window);
+}
 
 __device__ inline float maskValue(const MaskView &mask, int64_t b, int64_t h,
                                   int64_t i, int64_t j) {
@@ -430,7 +444,7 @@ flashAttentionKernel(int64_t heads, int64_t kvHeads, int64_t seq, int64_t kvSeq,
         float s = -INFINITY;
         int64_t column = start + j;
         bool hidden =
-            causal && (qPos ? kPos[column] > qPos[active ? i : 0] : column > i);
+            causallyHidden(causal, mask, qPos, kPos, active ? i : 0, column);
         if (!hidden) {
           s = 0.0f;
 #pragma unroll
@@ -859,7 +873,8 @@ void dispatchAttention(Context &ctx, const DeviceTensor &q,
   // f32 has no tensor-core path: its MMA kernels are not instantiated (they
   // were 6 % of this file's PTX, never launched).
   if constexpr (!std::is_same<T, float>::value) {
-    if (!(mask.softcap > 0) && tensorCoreAttention<T>(ctx, q, k, v, out)) {
+    if (!(mask.softcap > 0) && mask.window == 0 &&
+        tensorCoreAttention<T>(ctx, q, k, v, out)) {
       if (dim == 64)
         launchAttentionMma<T, 64>(ctx, q, k, v, mask, scale, causal, block,
                                   out);
@@ -880,14 +895,6 @@ void dispatchAttention(Context &ctx, const DeviceTensor &q,
 }
 
 // ---- Attention's backward -------------------------------------------------
-
-/// Whether key `j` is hidden from query `i` by a causal mask: by position
-/// (a ring step) or by index (top-left aligned).
-__device__ inline bool causallyHidden(bool causal, const int64_t *qPos,
-                                      const int64_t *kPos, int64_t i,
-                                      int64_t j) {
-  return causal && (qPos ? kPos[j] > qPos[i] : j > i);
-}
 
 /// One thread per query row: the row's log-sum-exp over the keys it sees,
 /// D = rowsum(P dP) with dP = dO Vᵀ, and dQ = scale Σ_j P (dP - D) K_j, in
@@ -920,7 +927,7 @@ __global__ void attentionGradRowsKernel(
   }
   int64_t end = causal && !qPos ? min(kvSeq, i + 1) : kvSeq;
   auto score = [&](int64_t j, float *slope) {
-    if (causallyHidden(causal, qPos, kPos, i, j))
+    if (causallyHidden(causal, mask, qPos, kPos, i, j))
       return -INFINITY;
     float s = 0.0f;
 #pragma unroll
@@ -1023,7 +1030,7 @@ __global__ void attentionGradKeysKernel(
   for (int64_t g = 0; g < group; ++g) {
     int64_t h = kvh * group + g, bh = b * heads + h;
     for (int64_t i = first; i < seq; ++i) {
-      if (causallyHidden(causal, qPos, kPos, i, j))
+      if (causallyHidden(causal, mask, qPos, kPos, i, j))
         continue;
       const T *qRow = q + (bh * seq + i) * dim;
       const T *doRow = dout + (bh * seq + i) * vDim;
@@ -1719,10 +1726,11 @@ void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 }
 
 /// The kernel's view of an attention mask broadcast over [B, H, S, Sk].
-static MaskView maskView(Context &ctx, const DeviceTensor *mask,
-                         float softcap) {
+static MaskView maskView(Context &ctx, const DeviceTensor *mask, float softcap,
+                         int64_t window) {
   MaskView view{};
   view.softcap = softcap;
+  view.window = window;
   if (mask) {
     // Broadcast the mask's dimensions (aligned right) over [B, H, S, Sk].
     Strides strides = contiguous(mask->shape);
@@ -1776,12 +1784,12 @@ static void zero(Context &ctx, const DeviceTensor &t) {
 void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const DeviceTensor *mask,
                      float scale, bool causal, const DeviceTensor &out,
-                     float softcap) {
+                     float softcap, int64_t window) {
   // No query rows (or batch, or heads): nothing to write, and a grid of 0
   // blocks would be a launch error.
   if (q.numel() == 0)
     return;
-  MaskView view = maskView(ctx, mask, softcap);
+  MaskView view = maskView(ctx, mask, softcap, window);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     dispatchAttention<T>(ctx, q, k, v, view, scale, causal, BlockView{}, out);
@@ -1794,10 +1802,11 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor *qPositions,
                           const DeviceTensor *kPositions, float scale,
                           bool causal, const DeviceTensor &out,
-                          const DeviceTensor &lse, float softcap) {
+                          const DeviceTensor &lse, float softcap,
+                          int64_t window) {
   if (q.numel() == 0)
     return;
-  MaskView view = maskView(ctx, mask, softcap);
+  MaskView view = maskView(ctx, mask, softcap, window);
   BlockView block = positionsView(ctx, qPositions, kPositions);
   if (lse.dtype != DType::F32)
     fail(ctx, "an attention block's log-sum-exp is f32");
@@ -1816,8 +1825,8 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
                          const DeviceTensor *out, const DeviceTensor *lse,
                          float scale, bool causal, const DeviceTensor &dq,
                          const DeviceTensor &dk, const DeviceTensor &dv,
-                         float softcap) {
-  MaskView view = maskView(ctx, mask, softcap);
+                         float softcap, int64_t window) {
+  MaskView view = maskView(ctx, mask, softcap, window);
   BlockView positions = positionsView(ctx, qPositions, kPositions);
   const int64_t *qPos = positions.qPos, *kPos = positions.kPos;
   if (bool(out) != bool(lse) || (lse && lse->dtype != DType::F32) ||
@@ -1847,7 +1856,7 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
       for (const DeviceTensor *t : {&dq, &dk, &dv, out})
         if (t && reinterpret_cast<uintptr_t>(t->data) % 16)
           aligned = false;
-      if (aligned && !(view.softcap > 0) &&
+      if (aligned && !(view.softcap > 0) && view.window == 0 &&
           tensorCoreAttention<T>(ctx, q, k, v, dout) &&
           attentionGradMmaShared(dim, 4 * 64 * sizeof(float)) <=
               sharedMemoryOptIn(ctx)) {

@@ -84,13 +84,13 @@ void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const DeviceTensor *mask,
                      float scale, bool causal, const DeviceTensor &out,
-                     float softcap) {
+                     float softcap, int64_t window) {
   HostTensor m;
   if (mask)
     m = download(ctx, *mask);
   store(ctx,
         rt::attention(download(ctx, q), download(ctx, k), download(ctx, v),
-                      mask ? &m : nullptr, scale, causal, softcap),
+                      mask ? &m : nullptr, scale, causal, softcap, window),
         out);
 }
 
@@ -124,11 +124,12 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor *qPositions,
                           const DeviceTensor *kPositions, float scale,
                           bool causal, const DeviceTensor &out,
-                          const DeviceTensor &lse, float softcap) {
+                          const DeviceTensor &lse, float softcap,
+                          int64_t window) {
   AttentionExtras extras(ctx, mask, qPositions, kPositions);
   rt::AttentionBlock block = rt::attentionBlock(
       download(ctx, q), download(ctx, k), download(ctx, v), extras.mask(),
-      extras.qPositions(), extras.kPositions(), scale, causal, softcap);
+      extras.qPositions(), extras.kPositions(), scale, causal, softcap, window);
   store(ctx, block.output, out);
   store(ctx, block.lse, lse);
 }
@@ -141,7 +142,7 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
                          const DeviceTensor *out, const DeviceTensor *lse,
                          float scale, bool causal, const DeviceTensor &dq,
                          const DeviceTensor &dk, const DeviceTensor &dv,
-                         float softcap) {
+                         float softcap, int64_t window) {
   AttentionExtras extras(ctx, mask, qPositions, kPositions);
   HostTensor saved[2];
   if (out) {
@@ -151,7 +152,7 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
   rt::AttentionGradients grads = rt::attentionGrad(
       download(ctx, q), download(ctx, k), download(ctx, v), download(ctx, dout),
       extras.mask(), extras.qPositions(), extras.kPositions(), scale, causal,
-      out ? &saved[0] : nullptr, out ? &saved[1] : nullptr, softcap);
+      out ? &saved[0] : nullptr, out ? &saved[1] : nullptr, softcap, window);
   store(ctx, grads.q, dq);
   store(ctx, grads.k, dk);
   store(ctx, grads.v, dv);

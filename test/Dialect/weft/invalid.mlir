@@ -671,6 +671,33 @@ func.func @attention_grad_softcap(%q: tensor<2x4x16x8xf32>) {
 
 // -----
 
+func.func @attention_window(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{window must be at least 1 key, got 0}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = weft.attention %q, %q, %q scale 0.125 causal window 0 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_window_not_causal(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{a sliding window (window 4) needs causal}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = weft.attention %q, %q, %q scale 0.125 window 4 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_window(%q: tensor<2x4x16x8xf32>) {
+  // expected-error @+2 {{a sliding window (window 2) needs causal}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %q scale 0.125 window 2 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
 func.func @attention_dropout(%q: tensor<2x4x16x8xf32>) {
   // expected-error @+2 {{dropout must be in [0, 1), got 1.5}}
   // expected-error @+1 {{failed to infer returned types}}

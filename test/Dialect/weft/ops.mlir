@@ -146,6 +146,9 @@ func.func @linear_algebra(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>, 
   // Gemma 2's soft-capped scores.
   // CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} scale 1.250000e-01 softcap 5.000000e+01 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<1x1x16x32xi1>) -> tensor<2x4x16x4xbf16>
   %8 = weft.attention %q, %k, %v mask %mask scale 0.125 softcap 50.0 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<1x1x16x32xi1>) -> tensor<2x4x16x4xbf16>
+  // Mistral's sliding window.
+  // CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} scale 1.250000e-01 causal window 4 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>) -> tensor<2x4x16x4xbf16>
+  %9 = weft.attention %q, %k, %v scale 0.125 causal window 4 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>) -> tensor<2x4x16x4xbf16>
   return
 }
 
@@ -158,6 +161,8 @@ func.func @attention_block(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>,
   %1:2 = weft.attention_block %q, %k, %v mask %mask scale 0.125 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
   // CHECK: weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} positions %{{.*}}, %{{.*}} scale 1.250000e-01 softcap 3.000000e+01 causal :
   %2:2 = weft.attention_block %q, %k, %v positions %qp, %kp scale 0.125 softcap 30.0 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
+  // CHECK: weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} positions %{{.*}}, %{{.*}} scale 1.250000e-01 causal window 8 :
+  %3:2 = weft.attention_block %q, %k, %v positions %qp, %kp scale 0.125 causal window 8 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
   return
 }
 
@@ -176,6 +181,8 @@ func.func @attention_grad(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>, 
   %3:3 = weft.attention_grad %q, %k, %v grad %do positions %qp, %kp saved %do, %lse scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<16xi64>, tensor<32xi64>, tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} mask %{{.*}} scale 1.250000e-01 softcap 5.000000e+01 causal dropout 1.000000e-01 :
   %4:3 = weft.attention_grad %q, %k, %v grad %do mask %mask scale 0.125 softcap 50.0 causal dropout 0.1 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>, tensor<2x1x1x32xi1>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
+  // CHECK: weft.attention_grad %{{.*}}, %{{.*}}, %{{.*}} grad %{{.*}} scale 1.250000e-01 causal window 4 :
+  %5:3 = weft.attention_grad %q, %k, %v grad %do scale 0.125 causal window 4 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<2x4x16x4xbf16>) -> (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>)
   return
 }
 

@@ -70,16 +70,18 @@ HostTensor linear(const HostTensor &input, const HostTensor &weight,
                   const HostTensor *bias, bool transposeWeight);
 /// softmax(scale·QKᵀ + mask)·V per head, with grouped KV heads. A positive
 /// `softcap` caps the scaled scores before the mask: softcap·tanh(s/softcap)
-/// (Gemma 2); 0 leaves them as they are.
+/// (Gemma 2); 0 leaves them as they are. A positive `window` (with
+/// `causal`) is a sliding window: query i sees keys i - window + 1 to i.
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
-                     bool causal, float softcap = 0.0f);
+                     bool causal, float softcap = 0.0f, int64_t window = 0);
 
 /// A value of a block of keys (weft.attention_block): the attention output
 /// over this block and, per query row, the log-sum-exp of its scaled, masked
 /// scores (f32, [batch, heads, seq, 1]). With positions, a causal mask hides
-/// key j from query i when kPositions[j] > qPositions[i]. A row whose keys
-/// are all masked gets a zero output and lse = -1e30.
+/// key j from query i when kPositions[j] > qPositions[i], and a window when
+/// kPositions[j] <= qPositions[i] - window. A row whose keys are all masked
+/// gets a zero output and lse = -1e30.
 struct AttentionBlock {
   HostTensor output;
   HostTensor lse;
@@ -88,7 +90,8 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor &v, const HostTensor *mask,
                               const HostTensor *qPositions,
                               const HostTensor *kPositions, float scale,
-                              bool causal, float softcap = 0.0f);
+                              bool causal, float softcap = 0.0f,
+                              int64_t window = 0);
 
 /// Attention's gradients (weft.attention_grad) with respect to q, k and v,
 /// given the output's gradient `dout`; masks and positions as in
@@ -99,13 +102,12 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 struct AttentionGradients {
   HostTensor q, k, v;
 };
-AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
-                                 const HostTensor &v, const HostTensor &dout,
-                                 const HostTensor *mask,
-                                 const HostTensor *qPositions,
-                                 const HostTensor *kPositions, float scale,
-                                 bool causal, const HostTensor *out,
-                                 const HostTensor *lse, float softcap = 0.0f);
+AttentionGradients
+attentionGrad(const HostTensor &q, const HostTensor &k, const HostTensor &v,
+              const HostTensor &dout, const HostTensor *mask,
+              const HostTensor *qPositions, const HostTensor *kPositions,
+              float scale, bool causal, const HostTensor *out,
+              const HostTensor *lse, float softcap = 0.0f, int64_t window = 0);
 
 /// Gathers along `axis`; negative indices count from the end (as ONNX).
 absl::StatusOr<HostTensor> gather(const HostTensor &input,

@@ -108,10 +108,12 @@ void matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 /// softmax per query row, no S x S matrix; causal, explicit masks
 /// (broadcast, boolean or additive) and grouped KV heads. A positive
 /// `softcap` caps the scaled scores before the mask (softcap·tanh(s /
-/// softcap)); such attention takes the CUDA-core kernels.
+/// softcap)); a positive `window` (with `causal`) is a sliding window,
+/// keys i - window + 1 to i. Such attention takes the CUDA-core kernels.
 void attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                const DeviceTensor &v, const DeviceTensor *mask, float scale,
-               bool causal, const DeviceTensor &out, float softcap = 0.0f);
+               bool causal, const DeviceTensor &out, float softcap = 0.0f,
+               int64_t window = 0);
 /// One block of keys (weft.attention_block): as attention, with a causal
 /// mask by explicit positions when given (key j hidden from query i when
 /// kPositions[j] > qPositions[i]), and each row's log-sum-exp in `lse` (f32;
@@ -121,7 +123,7 @@ void attentionBlock(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                     const DeviceTensor *qPositions,
                     const DeviceTensor *kPositions, float scale, bool causal,
                     const DeviceTensor &out, const DeviceTensor &lse,
-                    float softcap = 0.0f);
+                    float softcap = 0.0f, int64_t window = 0);
 /// Attention's gradients (weft.attention_grad): dq, dk and dv from the
 /// output's gradient `dout`, masks and positions as in attentionBlock; one
 /// pass over the query rows (their log-sum-exps, D = rowsum(P dP) and dq)
@@ -135,7 +137,8 @@ void attentionGrad(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                    const DeviceTensor *kPositions, const DeviceTensor *out,
                    const DeviceTensor *lse, float scale, bool causal,
                    const DeviceTensor &dq, const DeviceTensor &dk,
-                   const DeviceTensor &dv, float softcap = 0.0f);
+                   const DeviceTensor &dv, float softcap = 0.0f,
+                   int64_t window = 0);
 /// Layer or RMS norm over dimensions [axis, rank).
 void normalize(Context &ctx, const DeviceTensor &x, const DeviceTensor &scale,
                const DeviceTensor *bias, int64_t axis, float epsilon, bool rms,
