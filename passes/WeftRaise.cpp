@@ -18,6 +18,7 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <cmath>
+#include <limits>
 
 namespace weft {
 #define GEN_PASS_DEF_WEFTRAISE
@@ -1222,24 +1223,198 @@ std::optional<int64_t> slidingWindowOf(Value value) {
   return window;
 }
 
-/// Attention whose mask is a constant sliding window becomes causal
-/// attention with that `window` and no mask: nothing of [seq, kv_seq] is
-/// stored, the ring needs no mask columns, and the cost model counts the
-/// pairs in the window.
-struct RaiseSlidingWindow : OpRewritePattern<AttentionOp> {
+/// The keys a mask keeps for each query: key j for query i exactly when
+/// lo <= j - i <= hi, in every leading position (a causal mask is [-inf,
+/// 0], a sliding window of W keys [1 - W, 0]).
+struct KeepBand {
+  static constexpr int64_t kOpen = std::numeric_limits<int64_t>::max() / 4;
+  int64_t lo = -kOpen, hi = kOpen;
+  KeepBand meet(KeepBand other) const {
+    return {std::max(lo, other.lo), std::min(hi, other.hi)};
+  }
+};
+
+/// How a mask's elements read: a boolean that keeps where true (or where
+/// false), or an additive float (0 keeps, -1e4 or less masks).
+enum class MaskReading { KeepTrue, KeepFalse, Additive };
+
+/// Whether every element of `value` masks, read as `reading`.
+bool masksEverywhere(Value value, MaskReading reading) {
+  std::optional<double> splat = splatValue(value);
+  if (!splat)
+    return false;
+  if (reading == MaskReading::Additive)
+    return *splat <= -1e4;
+  return (*splat != 0.0) == (reading == MaskReading::KeepFalse);
+}
+
+/// The band of keys `value` keeps, read as `reading`, where it is made of
+/// splats, triangles of them (weft.trilu) and their And, Or, Not, sums and
+/// selections -- what a causal or sliding-window mask computed at run time
+/// is (torch.triu(torch.full((s, s), -inf), 1) exported with dynamic axes:
+/// at 32K tokens it does not fold into a constant) -- or a constant causal
+/// or sliding-window mask. A layer's argument is read as what the layer
+/// was given.
+std::optional<KeepBand> keepBand(Value value, MaskReading reading,
+                                 int depth = 12) {
+  using Band = KeepBand;
+  if (depth == 0)
+    return std::nullopt;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto layer = dyn_cast_or_null<LayerOp>(arg.getOwner()->getParentOp());
+    if (!layer || arg.getArgNumber() >= layer->getNumOperands())
+      return std::nullopt;
+    return keepBand(layer->getOperand(arg.getArgNumber()), reading, depth - 1);
+  }
+  if (splatValue(value))
+    return masksEverywhere(value, reading) ? std::nullopt
+                                           : std::optional<Band>(Band{});
+  bool keepTrue = reading != MaskReading::KeepFalse;
+  if (isCausalMask(value, keepTrue))
+    return Band{-Band::kOpen, 0};
+  if (reading != MaskReading::KeepFalse)
+    if (std::optional<int64_t> window = slidingWindowOf(value))
+      return Band{1 - *window, 0};
+  Operation *op = value.getDefiningOp();
+  if (!op)
+    return std::nullopt;
+  // Leading dimensions added or broadcast ([None, None], expand): the same
+  // band in every one of them.
+  if (isa<ReshapeOp, BroadcastToOp>(op)) {
+    auto from = cast<RankedTensorType>(op->getOperand(0).getType());
+    auto to = cast<RankedTensorType>(value.getType());
+    if (from.getRank() >= 2 &&
+        from.getShape().take_back(2) == to.getShape().take_back(2))
+      return keepBand(op->getOperand(0), reading, depth - 1);
+    return std::nullopt;
+  }
+  if (auto trilu = dyn_cast<TriluOp>(op)) {
+    // Inside the triangle the input stays; outside it is 0 (false).
+    int64_t k = trilu.getDiagonal();
+    Band triangle =
+        trilu.getUpper() ? Band{k, Band::kOpen} : Band{-Band::kOpen, k};
+    if (reading == MaskReading::KeepTrue) {
+      std::optional<Band> inner =
+          keepBand(trilu.getInput(), reading, depth - 1);
+      return inner ? std::optional<Band>(inner->meet(triangle)) : std::nullopt;
+    }
+    // A zero keeps: of an input that masks everywhere, the keys outside the
+    // triangle.
+    if (!masksEverywhere(trilu.getInput(), reading))
+      return std::nullopt;
+    return trilu.getUpper() ? Band{-Band::kOpen, k - 1}
+                            : Band{k + 1, Band::kOpen};
+  }
+  if (auto cmp = dyn_cast<CompareOp>(op)) {
+    // x == false is Not x; x == true is x.
+    std::optional<double> other = splatValue(cmp.getRhs());
+    if (reading == MaskReading::Additive ||
+        cmp.getPredicate() != ComparePredicate::eq || !other ||
+        !getElementTypeOrSelf(cmp.getLhs().getType()).isInteger(1))
+      return std::nullopt;
+    bool flip = *other == 0.0;
+    MaskReading inner = flip == (reading == MaskReading::KeepTrue)
+                            ? MaskReading::KeepFalse
+                            : MaskReading::KeepTrue;
+    return keepBand(cmp.getLhs(), inner, depth - 1);
+  }
+  if (auto where = dyn_cast<WhereOp>(op)) {
+    Value cond = where.getCondition(), lhs = where.getLhs(),
+          rhs = where.getRhs();
+    if (reading == MaskReading::Additive) {
+      // where(c, fill, 0) keeps where c is false; where(c, 0, fill) where
+      // it is true.
+      auto zero = [](Value v) {
+        std::optional<double> z = splatValue(v);
+        return z && *z == 0.0;
+      };
+      if (isMaskFill(lhs) && zero(rhs))
+        return keepBand(cond, MaskReading::KeepFalse, depth - 1);
+      if (zero(lhs) && isMaskFill(rhs))
+        return keepBand(cond, MaskReading::KeepTrue, depth - 1);
+      return std::nullopt;
+    }
+    // And (where(a, b, a)) and Or (where(a, a, b)) of booleans: of masks
+    // that keep where true, And keeps the common keys and Or the keys of
+    // either (a band where the two meet or touch); where true masks, the
+    // other way round.
+    bool isAnd = rhs == cond, isOr = lhs == cond;
+    if (isAnd == isOr)
+      return std::nullopt;
+    std::optional<Band> a = keepBand(cond, reading, depth - 1);
+    std::optional<Band> b = keepBand(isAnd ? lhs : rhs, reading, depth - 1);
+    if (!a || !b)
+      return std::nullopt;
+    if (isAnd == (reading == MaskReading::KeepTrue))
+      return a->meet(*b);
+    if (std::max(a->lo, b->lo) > std::min(a->hi, b->hi) + 1)
+      return std::nullopt;
+    return Band{std::min(a->lo, b->lo), std::max(a->hi, b->hi)};
+  }
+  if (reading == MaskReading::Additive) {
+    // A sum of additive masks keeps where both do; a clamp at a fill
+    // (transformers' finfo.min) keeps where its input does.
+    if (auto add = dyn_cast<AddOp>(op)) {
+      std::optional<Band> a = keepBand(add.getLhs(), reading, depth - 1);
+      std::optional<Band> b = keepBand(add.getRhs(), reading, depth - 1);
+      return a && b ? std::optional<Band>(a->meet(*b)) : std::nullopt;
+    }
+    if (auto clamp = dyn_cast<MaximumOp>(op)) {
+      if (isMaskFill(clamp.getRhs()))
+        return keepBand(clamp.getLhs(), reading, depth - 1);
+      if (isMaskFill(clamp.getLhs()))
+        return keepBand(clamp.getRhs(), reading, depth - 1);
+    }
+  }
+  return std::nullopt;
+}
+
+/// Attention whose mask keeps a causal band of keys -- a causal mask or a
+/// sliding window, constant or computed from triangles at run time --
+/// becomes causal attention (with that `window`) and no mask: nothing of
+/// [seq, kv_seq] is stored, the ring needs no mask columns, and the cost
+/// model counts the visible pairs (a causal half, or the window's).
+struct RaiseMaskBand : OpRewritePattern<AttentionOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AttentionOp attention,
                                 PatternRewriter &rewriter) const override {
     Value mask = attention.getMask();
-    if (!mask || attention.getWindow())
+    if (!mask)
       return failure();
-    std::optional<int64_t> window = slidingWindowOf(mask);
-    if (!window)
+    // The band is of the mask's last two dimensions, which must be the
+    // scores' (a mask that broadcasts over queries or keys is no band).
+    auto maskType = cast<RankedTensorType>(mask.getType());
+    int64_t seq = attention.getQ().getType().getDimSize(2),
+            kvSeq = attention.getK().getType().getDimSize(2);
+    int64_t rank = maskType.getRank();
+    if (rank < 2 || maskType.getDimSize(rank - 2) != seq ||
+        maskType.getDimSize(rank - 1) != kvSeq)
       return failure();
+    MaskReading reading = maskType.getElementType().isInteger(1)
+                              ? MaskReading::KeepTrue
+                              : MaskReading::Additive;
+    std::optional<KeepBand> band = keepBand(mask, reading);
+    if (!band)
+      return failure();
+    if (attention.getCausal())
+      band = band->meet({-KeepBand::kOpen, 0});
+    if (std::optional<uint64_t> window = attention.getWindow())
+      band = band->meet({1 - int64_t(*window), KeepBand::kOpen});
+    // Causal (top-left aligned: no key after the query), and at least the
+    // query itself.
+    if (band->hi != 0 || band->lo > 0)
+      return failure();
+    // Query i sees at most i + 1 <= seq keys: a wider window is none.
+    std::optional<int64_t> window;
+    if (1 - band->lo < std::min(seq, kvSeq))
+      window = 1 - band->lo;
     rewriter.modifyOpInPlace(attention, [&] {
       attention.getMaskMutable().clear();
       attention.setCausal(true);
-      attention.setWindow(uint64_t(*window));
+      if (window)
+        attention.setWindow(uint64_t(*window));
+      else
+        attention.removeWindowAttr();
     });
     return success();
   }
@@ -1323,7 +1498,7 @@ struct WeftRaise : public weft::impl::WeftRaiseBase<WeftRaise> {
     Explanations explanations;
     patterns.add<RaiseGeluErf, RaiseGeluTanh, RaiseSilu, RaiseLayerNorm,
                  RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseGroupedQuery,
-                 FactorCausalMask, RaiseSlidingWindow>(&getContext());
+                 FactorCausalMask, RaiseMaskBand>(&getContext());
     patterns.add<RaiseAttention>(&getContext(),
                                  explain ? &explanations : nullptr);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

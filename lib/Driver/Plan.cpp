@@ -300,6 +300,9 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
      << ", vocab " << model->vocab();
   if (model->sliding_window())
     os << ", sliding window " << model->sliding_window();
+  if (model->mixed_sliding_window())
+    os << ", sliding window " << model->mixed_sliding_window()
+       << " on some layers (costed as full causal)";
   os << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
   // What the cost model costs: a file's own IR, or the transformer a
   // preset or the builder fields describe.

@@ -253,13 +253,18 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   // layers differ (Gemma 2 alternates local and global ones), the planner,
   // which costs one layer for all, costs full causal attention.
   std::optional<uint64_t> window = attention.getWindow();
+  bool same = true;
   for (LayerOp layer : *layers)
     layer.getBody().walk([&](AttentionOp op) {
       if (op.getWindow() != window)
-        window.reset();
+        same = false;
+      if (!window)
+        window = op.getWindow();
     });
-  if (window)
+  if (window && same)
     spec.set_sliding_window(int64_t(*window));
+  else if (window)
+    spec.set_mixed_sliding_window(int64_t(*window));
   int64_t headDim = q.getDimSize(3);
   // The MLP: its activation (GELU, SiLU, ReLU) of a projection, or of a
   // slice of one (a fused gate/up projection, Phi-3's gate_up_proj), whose

@@ -63,6 +63,26 @@ static SmallVector<LayerOp> repeatedLayers(func::FuncOp func) {
   return best;
 }
 
+/// Where the repeated layers' attentions differ in their sliding window
+/// (Gemma 2's local and global layers), removes every window: the layer the
+/// cost model keeps then stands for each as full causal attention, an upper
+/// bound, rather than for all as the first one's window.
+static void unifyWindows(ArrayRef<LayerOp> layers) {
+  std::optional<std::optional<uint64_t>> first;
+  bool same = true;
+  for (LayerOp layer : layers)
+    layer.getBody().walk([&](AttentionOp op) {
+      if (!first)
+        first = op.getWindow();
+      else if (*first != op.getWindow())
+        same = false;
+    });
+  if (same)
+    return;
+  for (LayerOp layer : layers)
+    layer.getBody().walk([](AttentionOp op) { op.removeWindowAttr(); });
+}
+
 /// Keeps the first `keep` layers of the repeated kind: the layers of a kind
 /// are one structure, so the cost model costs one and multiplies. The
 /// layers must form a chain (each the next one's first input), which the
@@ -70,6 +90,7 @@ static SmallVector<LayerOp> repeatedLayers(func::FuncOp func) {
 static LogicalResult keepLayers(func::FuncOp func, size_t keep,
                                 std::string &error) {
   SmallVector<LayerOp> layers = repeatedLayers(func);
+  unifyWindows(layers);
   if (layers.size() <= keep)
     return success();
   for (size_t i = 1; i < layers.size(); ++i) {

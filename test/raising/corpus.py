@@ -99,6 +99,9 @@ DEFAULTS = dict(
     softcap=0.0,         # > 0: the scaled scores soft-capped before the mask,
                          # c * tanh(s / c) (Gemma 2, Grok-1)
     final_softcap=0.0,   # > 0: the logits soft-capped the same way (Gemma 2)
+    window_layers="all", # all | even (mask="sliding_window": the window on even
+                         # layers only, full causal attention on odd ones, as
+                         # Gemma 2 alternates local and global layers)
 )
 
 FORMS = {
@@ -188,6 +191,11 @@ FORMS = {
     # these bend this small model's scores and logits (|s| ~ 1) visibly.
     "softcap_gemma2": dict(softcap=0.7, final_softcap=3.0, norm="rms_gemma",
                            mlp="geglu", embed_scale=True, mask="add_min"),
+    # Gemma 2's attention whole: soft-capped, and local (a sliding window)
+    # on even layers, global on odd ones.
+    "local_global_gemma2": dict(softcap=0.7, final_softcap=3.0, norm="rms_gemma",
+                                mlp="geglu", embed_scale=True, mask="sliding_window",
+                                window_layers="even"),
     "qk_norm_qwen3": dict(qk_norm=True, norm="rms", mlp="swiglu", rotary="half",
                           kv_heads=KV_HEADS, mask="add_inf"),
 }
@@ -309,6 +317,7 @@ class Attention(nn.Module):
     def __init__(self, f):
         super().__init__()
         self.f = f
+        self.local = True  # a sliding window's layers: local or global
         kv = f["kv_heads"] * HEAD_DIM
         if f["attention"] == "mha":
             self.mha = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
@@ -533,6 +542,10 @@ class Attention(nn.Module):
             return w + bias
         if m == "add_inf":
             return w + torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
+        if m == "sliding_window" and not self.local:
+            # A global layer between local ones (Gemma 2): full causal.
+            return w + torch.zeros(s, s, dtype=w.dtype).masked_fill(
+                ~torch.ones(s, s, dtype=torch.bool).tril(diagonal=0), float("-inf"))
         if m == "sliding_window":
             # Mistral's sliding window: each query sees itself and the
             # WINDOW - 1 keys before it, as a 0 / -inf bias.
@@ -595,6 +608,9 @@ class Model(nn.Module):
         self.embed = nn.Embedding(VOCAB, HIDDEN)
         self.pos = nn.Embedding(MAX_SEQ, HIDDEN)
         self.blocks = nn.ModuleList(Block(f) for _ in range(LAYERS))
+        if f["window_layers"] == "even":
+            for i, block in enumerate(self.blocks):
+                block.attn.local = i % 2 == 0
         if f["mask"] == "t5_shared":
             self.shared = []
             for i, block in enumerate(self.blocks):
