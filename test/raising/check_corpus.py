@@ -83,11 +83,16 @@ def check_raised(counts, f):
         problems.append("%d weft.attention, expected %d" % (counts.get("attention", 0), layers))
     if counts.get("softmax", 0):
         problems.append("%d weft.softmax left" % counts["softmax"])
-    # Mistral's band mask is a sliding window, with no mask left.
+    # Mistral's band mask is a sliding window, with no mask left (on the
+    # even layers only where the formulation alternates local and global
+    # layers, as Gemma 2).
     windowed = counts.get("attention_window", 0)
-    if windowed != (layers if f["mask"] == "sliding_window" else 0):
+    expected = 0
+    if f["mask"] == "sliding_window":
+        expected = layers if f["window_layers"] == "all" else (layers + 1) // 2
+    if windowed != expected:
         problems.append("%d weft.attention with a window, expected %d" %
-                        (windowed, layers if f["mask"] == "sliding_window" else 0))
+                        (windowed, expected))
     causal = counts.get("attention_causal", 0)
     if causal != (layers if corpus.is_causal(f) else 0):
         problems.append("%d causal weft.attention, expected %d" %
