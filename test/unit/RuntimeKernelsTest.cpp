@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -29,6 +30,37 @@ HostTensor randomTensor(Shape shape, unsigned seed) {
   for (float &value : tensor.floats)
     value = normal(rng);
   return tensor;
+}
+
+/// Expects `grads` to be the slopes of sum(forward() * dout) in q, k and v
+/// (central differences, at every `stride`-th element of each): `forward`
+/// computes the attention from q, k and v as they are when it is called.
+void expectAttentionSlopes(HostTensor &q, HostTensor &k, HostTensor &v,
+                           const HostTensor &dout,
+                           const AttentionGradients &grads,
+                           const std::function<HostTensor()> &forward,
+                           int64_t stride) {
+  auto loss = [&]() {
+    HostTensor out = forward();
+    double total = 0;
+    for (int64_t i = 0; i < out.numel(); ++i)
+      total += double(out.floats[i]) * dout.floats[i];
+    return total;
+  };
+  HostTensor *inputs[] = {&q, &k, &v};
+  const HostTensor *slopes[] = {&grads.q, &grads.k, &grads.v};
+  for (int t = 0; t < 3; ++t)
+    for (int64_t i = 0; i < inputs[t]->numel(); i += stride) {
+      float kept = inputs[t]->floats[i];
+      const float eps = 1e-2f;
+      inputs[t]->floats[i] = kept + eps;
+      double up = loss();
+      inputs[t]->floats[i] = kept - eps;
+      double down = loss();
+      inputs[t]->floats[i] = kept;
+      EXPECT_NEAR(slopes[t]->floats[i], (up - down) / (2 * eps), 2e-3)
+          << "input " << t << " element " << i;
+    }
 }
 
 TEST(RuntimeKernels, LargeUnaryAndBinaryMatchScalar) {
@@ -538,27 +570,9 @@ TEST(RuntimeKernels, AttentionGradientsAreTheForwardsSlopes) {
   float scale = 0.5f;
   AttentionGradients grads = attentionGrad(
       q, k, v, dout, nullptr, nullptr, nullptr, scale, true, nullptr, nullptr);
-  auto loss = [&]() {
-    HostTensor out = attention(q, k, v, nullptr, scale, true);
-    double total = 0;
-    for (int64_t i = 0; i < out.numel(); ++i)
-      total += double(out.floats[i]) * dout.floats[i];
-    return total;
-  };
-  HostTensor *inputs[] = {&q, &k, &v};
-  const HostTensor *slopes[] = {&grads.q, &grads.k, &grads.v};
-  for (int t = 0; t < 3; ++t)
-    for (int64_t i = 0; i < inputs[t]->numel(); i += 5) {
-      float kept = inputs[t]->floats[i];
-      const float eps = 1e-2f;
-      inputs[t]->floats[i] = kept + eps;
-      double up = loss();
-      inputs[t]->floats[i] = kept - eps;
-      double down = loss();
-      inputs[t]->floats[i] = kept;
-      EXPECT_NEAR(slopes[t]->floats[i], (up - down) / (2 * eps), 2e-3)
-          << "input " << t << " element " << i;
-    }
+  expectAttentionSlopes(
+      q, k, v, dout, grads,
+      [&] { return attention(q, k, v, nullptr, scale, true); }, 5);
 }
 
 // Gemma 2's soft-capping: softcap · tanh(scale q·k / softcap) before the
@@ -618,32 +632,15 @@ TEST(RuntimeKernels, SoftCappedAttentionAndItsGradients) {
   AttentionGradients saved =
       attentionGrad(q, k, v, dout, &keep, nullptr, nullptr, scale, true,
                     &block.output, &block.lse, cap);
-  auto loss = [&]() {
-    HostTensor o = attention(q, k, v, &keep, scale, true, cap);
-    double total = 0;
-    for (int64_t i = 0; i < o.numel(); ++i)
-      total += double(o.floats[i]) * dout.floats[i];
-    return total;
-  };
-  HostTensor *inputs[] = {&q, &k, &v};
   const HostTensor *slopes[] = {&grads.q, &grads.k, &grads.v};
   const HostTensor *blockSlopes[] = {&saved.q, &saved.k, &saved.v};
-  for (int t = 0; t < 3; ++t) {
-    for (int64_t i = 0; i < inputs[t]->numel(); ++i)
+  for (int t = 0; t < 3; ++t)
+    for (int64_t i = 0; i < slopes[t]->numel(); ++i)
       ASSERT_NEAR(blockSlopes[t]->floats[i], slopes[t]->floats[i], 1e-5)
           << "input " << t << " element " << i;
-    for (int64_t i = 0; i < inputs[t]->numel(); i += 3) {
-      float kept = inputs[t]->floats[i];
-      const float eps = 1e-2f;
-      inputs[t]->floats[i] = kept + eps;
-      double up = loss();
-      inputs[t]->floats[i] = kept - eps;
-      double down = loss();
-      inputs[t]->floats[i] = kept;
-      EXPECT_NEAR(slopes[t]->floats[i], (up - down) / (2 * eps), 2e-3)
-          << "input " << t << " element " << i;
-    }
-  }
+  expectAttentionSlopes(
+      q, k, v, dout, grads,
+      [&] { return attention(q, k, v, &keep, scale, true, cap); }, 3);
 }
 
 // A sliding window of 3 (Mistral's, narrowed): query i sees keys i - 2 to i.
@@ -716,27 +713,10 @@ TEST(RuntimeKernels, SlidingWindowAttentionAndItsGradients) {
   AttentionGradients grads =
       attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr, scale, true,
                     nullptr, nullptr, 0.0f, window);
-  auto loss = [&]() {
-    HostTensor o = attention(q, k, v, nullptr, scale, true, 0.0f, window);
-    double total = 0;
-    for (int64_t i = 0; i < o.numel(); ++i)
-      total += double(o.floats[i]) * dout.floats[i];
-    return total;
-  };
-  HostTensor *inputs[] = {&q, &k, &v};
-  const HostTensor *slopes[] = {&grads.q, &grads.k, &grads.v};
-  for (int t = 0; t < 3; ++t)
-    for (int64_t i = 0; i < inputs[t]->numel(); i += 3) {
-      float kept = inputs[t]->floats[i];
-      const float eps = 1e-2f;
-      inputs[t]->floats[i] = kept + eps;
-      double up = loss();
-      inputs[t]->floats[i] = kept - eps;
-      double down = loss();
-      inputs[t]->floats[i] = kept;
-      EXPECT_NEAR(slopes[t]->floats[i], (up - down) / (2 * eps), 2e-3)
-          << "input " << t << " element " << i;
-    }
+  expectAttentionSlopes(
+      q, k, v, dout, grads,
+      [&] { return attention(q, k, v, nullptr, scale, true, 0.0f, window); },
+      3);
 }
 
 // The running sum along the middle axis of a 3-D tensor, each way, against
