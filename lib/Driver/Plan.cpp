@@ -301,8 +301,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (model->sliding_window())
     os << ", sliding window " << model->sliding_window();
   if (model->mixed_sliding_window())
-    os << ", sliding window " << model->mixed_sliding_window()
-       << " on some layers (costed as full causal)";
+    os << ", sliding window " << model->mixed_sliding_window() << " on "
+       << model->windowed_layers() << " of " << model->layers() << " layers";
   os << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
   // What the cost model costs: a file's own IR, or the transformer a
   // preset or the builder fields describe.
@@ -571,6 +571,11 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
     return planError("the model's batch and sequence must be from 1 to 2^24 "
                      "(they are " +
                      llvm::Twine(batch) + " and " + llvm::Twine(seq) + ")");
+  TransformerShape shape;
+  shape.batch = batch;
+  shape.seq = seq;
+  if (weightsPath.empty())
+    return buildTransformer(context, model, shape);
   // Refuse what would not fit in memory here before writing a byte.
   double elements = parameterCount(model);
   if (elements * 4 > double(int64_t(1) << 36))
@@ -579,9 +584,6 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
                                    "models of at most 64 GiB",
                                    elements, elements * 4 / (1 << 30))
                          .str());
-  TransformerShape shape;
-  shape.batch = batch;
-  shape.seq = seq;
   OwningOpRef<ModuleOp> module = buildTransformer(context, model, shape);
   // Written under a temporary name and renamed when whole, so that an
   // interrupted import never leaves weights that look complete.

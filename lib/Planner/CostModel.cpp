@@ -205,13 +205,41 @@ bool CostModel::measure(const ProgramShape &shape, int64_t microBatch,
                         ProgramProfile &profile, std::string &error) {
   auto start = std::chrono::steady_clock::now();
   OwningOpRef<ModuleOp> program = programs->build(shape, microBatch, error);
+  bool built = bool(program);
   if (program)
     profile = profileProgram(*program, trainingConfig.freeze());
   ++stats.programs;
+  // Layers that differ in their sliding window (Gemma 2's local and global
+  // ones): the program keeps a layer of each kind in turn, and the layer
+  // costed is their mean, each weighted by the fraction of the layers it
+  // stands for. Only counts differ between them (an attention's pairs).
+  ArrayRef<double> weights = programs->layerVariants();
+  if (built && weights.size() > 1) {
+    for (double &count : profile.counts)
+      count *= weights[0];
+    for (size_t v = 1; v < weights.size() && built; ++v) {
+      OwningOpRef<ModuleOp> other =
+          programs->build(shape, microBatch, error, v);
+      ++stats.programs;
+      built = bool(other);
+      if (!other)
+        break;
+      ProgramProfile kind = profileProgram(*other, trainingConfig.freeze());
+      if (!sameOps(profile, kind)) {
+        error = "the model's layers of sliding window and of full attention "
+                "partition into different ops; the planner costs layers of "
+                "one structure";
+        built = false;
+        break;
+      }
+      for (size_t j = 0; j < profile.counts.size(); ++j)
+        profile.counts[j] += weights[v] * kind.counts[j];
+    }
+  }
   stats.programSeconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  return bool(program);
+  return built;
 }
 
 bool CostModel::exactProfile(const ProgramShape &shape, int64_t microBatch,

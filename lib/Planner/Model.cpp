@@ -169,11 +169,18 @@ double planner::modelFlopsPerStep(const plan::ModelSpec &model,
                       (isGelu(model) ? 2 : 3) * h * model.ffn_hidden();
   double tokens = double(globalBatch) * seqLen;
   // Megatron's count of attention, 12 s h per token and layer (every query
-  // against every key); with a sliding window, against the window's keys.
-  double keys = model.sliding_window() > 0
-                    ? double(std::min(seqLen, model.sliding_window()))
-                    : double(seqLen);
-  double perToken = model.layers() * (6 * gemmParams + 12.0 * keys * h) +
+  // against every key); with a sliding window, against the window's keys,
+  // on the layers that have it.
+  auto keys = [&](int64_t window) {
+    return window > 0 ? double(std::min(seqLen, window)) : double(seqLen);
+  };
+  double windowed = double(std::min(model.windowed_layers(), model.layers()));
+  double attention =
+      model.mixed_sliding_window() > 0
+          ? windowed * keys(model.mixed_sliding_window()) +
+                (double(model.layers()) - windowed) * keys(0)
+          : double(model.layers()) * keys(model.sliding_window());
+  double perToken = model.layers() * 6 * gemmParams + 12.0 * attention * h +
                     6.0 * model.vocab() * h;
   return tokens * perToken;
 }
@@ -250,8 +257,8 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   spec.set_kv_heads(k.getDimSize(1));
   spec.set_seq_len(q.getDimSize(2));
   // A sliding window that every layer has (Mistral) is the model's; where
-  // layers differ (Gemma 2 alternates local and global ones), the planner,
-  // which costs one layer for all, costs full causal attention.
+  // layers differ (Gemma 2 alternates local and global ones), the number of
+  // layers whose attention has it (the planner costs a layer of each kind).
   std::optional<uint64_t> window = attention.getWindow();
   bool same = true;
   for (LayerOp layer : *layers)
@@ -261,10 +268,19 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
       if (!window)
         window = op.getWindow();
     });
-  if (window && same)
+  if (window && same) {
     spec.set_sliding_window(int64_t(*window));
-  else if (window)
+  } else if (window) {
     spec.set_mixed_sliding_window(int64_t(*window));
+    int64_t windowed = 0;
+    for (LayerOp layer : *layers) {
+      bool has = false;
+      layer.getBody().walk(
+          [&](AttentionOp op) { has |= op.getWindow() == window; });
+      windowed += has;
+    }
+    spec.set_windowed_layers(windowed);
+  }
   int64_t headDim = q.getDimSize(3);
   // The MLP: its activation (GELU, SiLU, ReLU) of a projection, or of a
   // slice of one (a fused gate/up projection, Phi-3's gate_up_proj), whose

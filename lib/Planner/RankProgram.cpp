@@ -63,24 +63,30 @@ static SmallVector<LayerOp> repeatedLayers(func::FuncOp func) {
   return best;
 }
 
-/// Where the repeated layers' attentions differ in their sliding window
-/// (Gemma 2's local and global layers), removes every window: the layer the
-/// cost model keeps then stands for each as full causal attention, an upper
-/// bound, rather than for all as the first one's window.
-static void unifyWindows(ArrayRef<LayerOp> layers) {
-  std::optional<std::optional<uint64_t>> first;
-  bool same = true;
-  for (LayerOp layer : layers)
+/// The sliding windows of a layer's attentions, in walk order.
+static SmallVector<std::optional<uint64_t>> layerWindows(LayerOp layer) {
+  SmallVector<std::optional<uint64_t>> windows;
+  layer.getBody().walk(
+      [&](AttentionOp op) { windows.push_back(op.getWindow()); });
+  return windows;
+}
+
+/// Gives every attention of `layers` the windows of `windows`, in walk
+/// order: the layer a rank program keeps then is a layer of that variant.
+static void setLayerWindows(ArrayRef<LayerOp> layers,
+                            ArrayRef<std::optional<uint64_t>> windows) {
+  for (LayerOp layer : layers) {
+    size_t i = 0;
     layer.getBody().walk([&](AttentionOp op) {
-      if (!first)
-        first = op.getWindow();
-      else if (*first != op.getWindow())
-        same = false;
+      std::optional<uint64_t> window =
+          i < windows.size() ? windows[i] : std::nullopt;
+      ++i;
+      if (window)
+        op.setWindow(window);
+      else
+        op.removeWindowAttr();
     });
-  if (same)
-    return;
-  for (LayerOp layer : layers)
-    layer.getBody().walk([](AttentionOp op) { op.removeWindowAttr(); });
+  }
 }
 
 /// Keeps the first `keep` layers of the repeated kind: the layers of a kind
@@ -90,7 +96,6 @@ static void unifyWindows(ArrayRef<LayerOp> layers) {
 static LogicalResult keepLayers(func::FuncOp func, size_t keep,
                                 std::string &error) {
   SmallVector<LayerOp> layers = repeatedLayers(func);
-  unifyWindows(layers);
   if (layers.size() <= keep)
     return success();
   for (size_t i = 1; i < layers.size(); ++i) {
@@ -124,9 +129,9 @@ static LogicalResult keepLayers(func::FuncOp func, size_t keep,
   return success();
 }
 
-OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
+OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch, size_t variant,
                                                 std::string &error) {
-  auto found = models.find(batch);
+  auto found = models.find({batch, variant});
   if (found == models.end()) {
     OwningOpRef<ModuleOp> module =
         source.build(context, batch, training.seq_len());
@@ -140,6 +145,35 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
       error = "the model has no function";
       return nullptr;
     }
+    // The kinds of repeated layer, by their attentions' sliding windows
+    // (Gemma 2 alternates local and global layers), read once: a layer of
+    // each kind is costed for the fraction of the layers it stands for.
+    SmallVector<LayerOp> layers = repeatedLayers(func);
+    if (variantWeights.empty()) {
+      for (LayerOp layer : layers) {
+        SmallVector<std::optional<uint64_t>> windows = layerWindows(layer);
+        auto it = llvm::find(variantWindows, windows);
+        if (it == variantWindows.end()) {
+          variantWindows.push_back(windows);
+          variantWeights.push_back(0.0);
+          it = variantWindows.end() - 1;
+        }
+        variantWeights[size_t(it - variantWindows.begin())] += 1.0;
+      }
+      if (variantWeights.empty()) {
+        variantWindows.emplace_back();
+        variantWeights.push_back(1.0);
+      }
+      for (double &weight : variantWeights)
+        weight /= double(std::max<size_t>(1, layers.size()));
+    }
+    if (variant >= variantWindows.size()) {
+      error = "the model has " + std::to_string(variantWindows.size()) +
+              " kinds of layer, not " + std::to_string(variant + 1);
+      return nullptr;
+    }
+    if (variantWindows.size() > 1)
+      setLayerWindows(layers, variantWindows[variant]);
     if (failed(keepLayers(func, 1, error)))
       return nullptr;
     // The training step's dtype and loss, which no plan changes: the
@@ -170,7 +204,8 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch,
       error = "the model's training step cannot be built";
       return nullptr;
     }
-    found = models.emplace(batch, std::move(module)).first;
+    found =
+        models.emplace(std::make_pair(batch, variant), std::move(module)).first;
   }
   return found->second->clone();
 }
@@ -189,13 +224,14 @@ bool RankProgramBuilder::hasMicroBatch(int64_t microBatch,
 
 OwningOpRef<ModuleOp> RankProgramBuilder::build(const ProgramShape &given,
                                                 int64_t microBatch,
-                                                std::string &error) {
+                                                std::string &error,
+                                                size_t variant) {
   if (!hasMicroBatch(microBatch, error))
     return nullptr;
   ProgramShape shape = given;
   if (source.staticBatch)
     shape.dp = *source.staticBatch / microBatch;
-  OwningOpRef<ModuleOp> module = model(microBatch * shape.dp, error);
+  OwningOpRef<ModuleOp> module = model(microBatch * shape.dp, variant, error);
   if (!module)
     return nullptr;
   // Capture diagnostics as the error instead of printing them.

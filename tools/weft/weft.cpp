@@ -293,25 +293,31 @@ static cl::opt<uint64_t>
             cl::init(0), cl::sub(importCommand));
 
 /// weft import --model: the built-in model at --batch-size x --seq-len,
-/// its weights drawn from --seed into <output stem>.weights beside it.
+/// its weights drawn from --seed into <output stem>.weights beside it (with
+/// --no-weights, the module alone, which the planner reads).
 static int runBuildModel(MLIRContext &context,
                          const weft::driver::PlanRequest &request) {
   if (!modelPath.empty())
     return fail("give a model file or --model, not both");
-  if (outputPath == "-" || !llvm::StringRef(outputPath).ends_with(".mlir"))
+  if (!noWeights &&
+      (outputPath == "-" || !llvm::StringRef(outputPath).ends_with(".mlir")))
     return fail("--model writes a module and its weights: give -o "
-                "DIR/NAME.mlir (the weights go to DIR/NAME.weights)");
+                "DIR/NAME.mlir (the weights go to DIR/NAME.weights), or "
+                "--no-weights for the module alone");
   auto spec = weft::driver::resolveModelSpec(context, request);
   if (!spec)
     return fail(spec.takeError());
   int64_t batch = batchSize.getNumOccurrences() ? int64_t(batchSize) : 1;
   int64_t seq = seqLen.getNumOccurrences() ? int64_t(seqLen) : spec->seq_len();
-  llvm::SmallString<256> weights(outputPath);
-  llvm::sys::path::replace_extension(weights, "weights");
-  llvm::StringRef dir = llvm::sys::path::parent_path(outputPath);
-  if (!dir.empty())
-    if (std::error_code ec = llvm::sys::fs::create_directories(dir))
-      return fail("cannot create '" + dir.str() + "': " + ec.message());
+  llvm::SmallString<256> weights;
+  if (!noWeights) {
+    weights = outputPath;
+    llvm::sys::path::replace_extension(weights, "weights");
+    llvm::StringRef dir = llvm::sys::path::parent_path(outputPath);
+    if (!dir.empty())
+      if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+        return fail("cannot create '" + dir.str() + "': " + ec.message());
+  }
   auto module = weft::driver::buildModelWithWeights(context, *spec, batch, seq,
                                                     seedOpt, weights);
   if (!module)
@@ -322,6 +328,14 @@ static int runBuildModel(MLIRContext &context,
     return fail(error);
   (*module)->print(output->os());
   output->keep();
+  if (noWeights) {
+    llvm::errs() << llvm::formatv(
+        "weft import: {0} ({1} layers; {2:e2} parameters, no weights) at "
+        "batch {3} x sequence {4}\n",
+        spec->name(), spec->layers(), weft::planner::parameterCount(*spec),
+        batch, seq);
+    return 0;
+  }
   llvm::errs() << llvm::formatv(
       "weft import: {0} ({1} layers, hidden {2}, {3} heads, vocab {4}; {5:e2} "
       "parameters) at batch {6} x sequence {7}: {8}, weights (seed {9}) in "

@@ -244,7 +244,9 @@ llvm::Expected<plan::ModelSpec> resolveModelSpec(mlir::MLIRContext &context,
 /// for matrices and the embedding, 1 for norm scales, 0 for biases) and
 /// written as raw little-endian f32 to `weightsPath`, one parameter after
 /// another; each parameter names its byte range there as external data
-/// relative to the module's directory (the file's name only).
+/// relative to the module's directory (the file's name only). With an
+/// empty `weightsPath`, the module alone: its parameters have names, shapes
+/// and dtypes and no data (for planning, as import --no-weights).
 llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
 buildModelWithWeights(mlir::MLIRContext &context, const plan::ModelSpec &model,
                       int64_t batch, int64_t seq, uint64_t seed,

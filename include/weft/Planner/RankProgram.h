@@ -80,8 +80,21 @@ public:
   /// The program one rank runs for `shape` at micro-batch `microBatch`
   /// (the model built at batch microBatch x dp; a static-batch model at its
   /// batch, with dp = batch / microBatch), or null with `error` set.
-  mlir::OwningOpRef<mlir::ModuleOp>
-  build(const ProgramShape &shape, int64_t microBatch, std::string &error);
+  ///
+  /// The program keeps one of the model's repeated layers, which stands for
+  /// all of them. Where they differ in their attention's sliding window
+  /// (Gemma 2 and 3: local layers with one, global layers without), the
+  /// program of `variant` keeps a layer with the windows of the model's
+  /// variant-th kind of layer (layerVariants).
+  mlir::OwningOpRef<mlir::ModuleOp> build(const ProgramShape &shape,
+                                          int64_t microBatch,
+                                          std::string &error,
+                                          size_t variant = 0);
+  /// The fraction of the repeated layers that each variant of build stands
+  /// for, in the order of the layers' first appearance: {1} for a model
+  /// whose layers attend alike. Known once a program is built (empty
+  /// before).
+  llvm::ArrayRef<double> layerVariants() const { return variantWeights; }
   /// Whether the model has programs at `microBatch` (a static-batch model
   /// only at divisors of its batch); if not, why in `error`.
   bool hasMicroBatch(int64_t microBatch, std::string &error) const;
@@ -100,12 +113,19 @@ public:
   buildTrainingStep(const plan::Plan &plan, int64_t layers, std::string &error);
 
 private:
-  mlir::OwningOpRef<mlir::ModuleOp> model(int64_t batch, std::string &error);
+  mlir::OwningOpRef<mlir::ModuleOp> model(int64_t batch, size_t variant,
+                                          std::string &error);
 
   mlir::MLIRContext &context;
   ModelSource source;
   plan::TrainingConfig training;
-  std::map<int64_t, mlir::OwningOpRef<mlir::ModuleOp>> models;
+  std::map<std::pair<int64_t, size_t>, mlir::OwningOpRef<mlir::ModuleOp>>
+      models;
+  /// Each variant's windows, one per attention of a layer in walk order
+  /// (none: the attention has no window), and the fraction of the layers
+  /// that have them.
+  std::vector<llvm::SmallVector<std::optional<uint64_t>>> variantWindows;
+  std::vector<double> variantWeights;
 };
 
 /// Counts the bytes one rank sends in a training step built by
