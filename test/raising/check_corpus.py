@@ -101,7 +101,9 @@ def check_raised(counts, f):
     # One norm per layer in a parallel block. GPT-NeoX's two norms of the same
     # input are one normalization when the export writes them out (opset 14):
     # CSE computes it once and each branch scales it by its own weights.
-    norms = {(1 if f["block"] == "parallel" else 2) * layers + 1}
+    # Four in a sandwich block (Gemma 2 and 3: before and after each half).
+    per_layer = {"parallel": 1, "sandwich": 4}.get(f["block"], 2)
+    norms = {per_layer * layers + 1}
     if f["block"] == "parallel_two_norms":
         norms.add(layers + 1)
     if f["qk_norm"]:  # q's and k's RMSNorm in each layer
@@ -176,7 +178,10 @@ def check_form(weft, name, root, tmp):
             if got is None:
                 problems.append("%s: run failed: %s" % (spec, sent))
                 continue
-            sequential = f["block"] == "sequential"
+            # (A sandwich block's norms after attention and the MLP read
+            # the row-split outputs all-reduced, as a sequential block's
+            # residual adds do.)
+            sequential = f["block"] in ("sequential", "sandwich")
             wanted = MEGATRON_TP2_BYTES if sequential else PARALLEL_TP2_BYTES
             if spec == "tp=2" and sent != wanted:
                 problems.append("tp=2: each rank sent %s bytes; Megatron's column/row split "

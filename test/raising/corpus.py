@@ -27,7 +27,9 @@ norms and RMS norms written out by hand (Gemma's scaled by 1 + weight, and
 Qwen3's of each head's q and k); GELU (erf, tanh, sigmoid
 approximation written out), SiLU, SwiGLU (with a fused gate/up projection,
 Phi-3's), GeGLU (Gemma's); parallel attention and MLP blocks with one norm
-(GPT-J, Falcon, with multi-query attention) or two (GPT-NeoX).
+(GPT-J, Falcon, with multi-query attention) or two (GPT-NeoX); Gemma 2 and 3's
+sandwich of norms around attention and the MLP, with rotary tables of their
+own for the local layers.
 
 For every formulation it writes, at opsets 14 and 17, a static export and one
 with dynamic batch and sequence axes (NAME/NAME-opsetN[-dynamic].onnx), the
@@ -94,7 +96,10 @@ DEFAULTS = dict(
                          # times an up projection)
     block="sequential",  # sequential (x + attn(n1 x), then + mlp(n2 x)) | parallel
                          # (GPT-J, Falcon, Phi: x + attn(n x) + mlp(n x), one norm) |
-                         # parallel_two_norms (GPT-NeoX: x + attn(n1 x) + mlp(n2 x))
+                         # parallel_two_norms (GPT-NeoX: x + attn(n1 x) + mlp(n2 x)) |
+                         # sandwich (Gemma 2 and 3: a norm before and after each of
+                         # attention and MLP, x + n2(attn(n1 x)), then
+                         # + n4(mlp(n3 x)))
     dynamic=True,        # also export with dynamic batch and sequence axes
     softcap=0.0,         # > 0: the scaled scores soft-capped before the mask,
                          # c * tanh(s / c) (Gemma 2, Grok-1)
@@ -102,6 +107,9 @@ DEFAULTS = dict(
     window_layers="all", # all | even (mask="sliding_window": the window on even
                          # layers only, full causal attention on odd ones, as
                          # Gemma 2 alternates local and global layers)
+    rotary_local_base=0.0,  # > 0: the local layers' rotary tables of this base,
+                         # the global ones' of 10000 (Gemma 3: 10,000 local,
+                         # 1,000,000 global)
 )
 
 FORMS = {
@@ -198,6 +206,13 @@ FORMS = {
                                 window_layers="even"),
     "qk_norm_qwen3": dict(qk_norm=True, norm="rms", mlp="swiglu", rotary="half",
                           kv_heads=KV_HEADS, mask="add_inf"),
+    # Gemma 3's block: norms before and after attention and the MLP, RMS
+    # norms of each head's q and k, grouped KV heads, local (windowed) and
+    # global layers whose rotary tables have different bases.
+    "sandwich_gemma3": dict(block="sandwich", qk_norm=True, norm="rms_gemma",
+                            mlp="geglu", embed_scale=True, rotary="half",
+                            kv_heads=KV_HEADS, mask="sliding_window",
+                            window_layers="even", rotary_local_base=100.0),
 }
 
 
@@ -582,6 +597,9 @@ class Block(nn.Module):
         self.norm2 = Norm(f["norm"])
         self.mlp = Mlp(f["mlp"])
         self.block = f["block"]
+        if self.block == "sandwich":
+            self.norm3 = Norm(f["norm"])
+            self.norm4 = Norm(f["norm"])
         if self.block == "parallel_two_norms" and f["norm"] == "layernorm":
             # Norms of their own, as trained ones are: two nn.LayerNorms as
             # initialized are one computation, which the importer's CSE merges.
@@ -597,6 +615,9 @@ class Block(nn.Module):
             return x + self.attn(h, cos, sin, padding) + self.mlp(h)
         if block == "parallel_two_norms":
             return x + self.attn(self.norm1(x), cos, sin, padding) + self.mlp(self.norm2(x))
+        if block == "sandwich":
+            x = x + self.norm2(self.attn(self.norm1(x), cos, sin, padding))
+            return x + self.norm4(self.mlp(self.norm3(x)))
         x = x + self.attn(self.norm1(x), cos, sin, padding)
         return x + self.mlp(self.norm2(x))
 
@@ -620,15 +641,24 @@ class Model(nn.Module):
         self.norm = Norm(f["norm"])
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
         rotated = HEAD_DIM // 2 if f["rotary"] == "partial" else HEAD_DIM
-        inv_freq = 1.0 / (10000 ** (torch.arange(0, rotated, 2).float() / rotated))
-        freqs = torch.outer(torch.arange(MAX_SEQ).float(), inv_freq)
-        if f["rotary"] == "interleaved":
-            emb = torch.repeat_interleave(freqs, 2, dim=-1)
-        else:
-            emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos_cached", emb.cos())
-        self.register_buffer("sin_cached", emb.sin())
+
+        def tables(base):
+            inv_freq = 1.0 / (base ** (torch.arange(0, rotated, 2).float() / rotated))
+            freqs = torch.outer(torch.arange(MAX_SEQ).float(), inv_freq)
+            if f["rotary"] == "interleaved":
+                emb = torch.repeat_interleave(freqs, 2, dim=-1)
+            else:
+                emb = torch.cat((freqs, freqs), dim=-1)
+            return inv_freq, emb.cos(), emb.sin()
+
+        inv_freq, cos, sin = tables(10000)
+        self.register_buffer("cos_cached", cos)
+        self.register_buffer("sin_cached", sin)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        if f["rotary_local_base"]:
+            _, cos, sin = tables(f["rotary_local_base"])
+            self.register_buffer("cos_local", cos)
+            self.register_buffer("sin_local", sin)
 
     def uses_padding(self):
         return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding",
@@ -657,6 +687,9 @@ class Model(nn.Module):
             x = x * torch.tensor(HIDDEN ** 0.5, dtype=x.dtype)
         x = x + self.pos(positions)
         for block in self.blocks:
+            if self.f["rotary_local_base"] and block.attn.local:
+                x = block(x, self.cos_local[:s], self.sin_local[:s], attention_mask)
+                continue
             x = block(x, cos, sin, attention_mask)
         logits = self.head(self.norm(x))
         if self.f["final_softcap"]:
