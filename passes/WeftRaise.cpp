@@ -537,6 +537,15 @@ struct AttentionMatch {
   bool merged = false;
   double scale = 1.0;
   bool causal = false;
+  /// The keys each query sees where a mask keeps a sliding window of them
+  /// (0: no window).
+  int64_t window = 0;
+  /// Causal attention within `band` keys (0: all keys up to the query).
+  void addCausalBand(int64_t band) {
+    causal = true;
+    if (band > 0)
+      window = window > 0 ? std::min(window, band) : band;
+  }
   /// The masks the scores carry besides a causal one (BLOOM's: an ALiBi bias
   /// and a padding mask), which weft.attention takes as one.
   struct Mask {
@@ -577,11 +586,27 @@ std::optional<std::pair<Value, double>> softCapped(Value value) {
   return std::make_pair(inner->first, cap);
 }
 
-/// `mask`, a boolean mask, as a causal mask and the rest of it, if it is one
-/// combined with a constant causal mask (BLOOM's `causal | padding`: Or, or
-/// And of keep-masks, which the importer writes as where(a, a, b) and
-/// where(a, b, a)); `invert` says whether true masks.
-std::optional<Value> factorCausal(Value mask, bool invert) {
+/// How a mask's elements read: a boolean that keeps where true (or where
+/// false), or an additive float (0 keeps, -1e4 or less masks).
+enum class MaskReading { KeepTrue, KeepFalse, Additive };
+
+/// If `value`, read as `reading`, keeps a causal band of keys (each query
+/// itself and keys before it: a causal mask, constant or computed, or a
+/// sliding window), the band's window: 0 for none (causal), else the keys
+/// each query sees. Defined with keepBand below.
+std::optional<int64_t> causalBand(Value value, MaskReading reading);
+
+/// The reading of a boolean mask that keeps where it is `trueKeeps`.
+MaskReading booleanReading(bool trueKeeps) {
+  return trueKeeps ? MaskReading::KeepTrue : MaskReading::KeepFalse;
+}
+
+/// `mask`, a boolean mask, as a causal band (its window, 0 for none) and the
+/// rest of it, if it is one combined with a causal mask or sliding window
+/// (BLOOM's `causal | padding`, Mistral's window and padding: Or, or And of
+/// keep-masks, which the importer writes as where(a, a, b) and where(a, b,
+/// a)); `invert` says whether true masks.
+std::optional<std::pair<Value, int64_t>> factorCausal(Value mask, bool invert) {
   auto where = mask.getDefiningOp<WhereOp>();
   if (!where)
     return std::nullopt;
@@ -592,10 +617,11 @@ std::optional<Value> factorCausal(Value mask, bool invert) {
                        : (where.getRhs() == cond ? where.getLhs() : Value());
   if (!other)
     return std::nullopt;
-  if (isCausalMask(cond, /*trueKeeps=*/!invert))
-    return other;
-  if (isCausalMask(other, /*trueKeeps=*/!invert))
-    return cond;
+  MaskReading reading = booleanReading(!invert);
+  if (std::optional<int64_t> window = causalBand(cond, reading))
+    return std::make_pair(other, *window);
+  if (std::optional<int64_t> window = causalBand(other, reading))
+    return std::make_pair(cond, *window);
   return std::nullopt;
 }
 
@@ -782,12 +808,13 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
                     "fill of -1e4 or less, so it is not a mask");
       }
       match.fill = keepsTrue ? where.getRhs() : where.getLhs();
-      if (isCausalMask(where.getCondition(), keepsTrue)) {
-        match.causal = true;
-      } else if (std::optional<Value> rest =
+      if (std::optional<int64_t> band =
+              causalBand(where.getCondition(), booleanReading(keepsTrue))) {
+        match.addCausalBand(*band);
+      } else if (std::optional<std::pair<Value, int64_t>> rest =
                      factorCausal(where.getCondition(), !keepsTrue)) {
-        match.causal = true;
-        if (failed(takeMask(*rest, !keepsTrue)))
+        match.addCausalBand(rest->second);
+        if (failed(takeMask(rest->first, !keepsTrue)))
           return failure();
       } else if (failed(takeMask(where.getCondition(), !keepsTrue))) {
         return failure();
@@ -819,7 +846,7 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
           return value && *value == 0.0;
         };
         auto isZeroOrCausal = [&](Value v) {
-          return isZero(v) || isCausalMask(v);
+          return isZero(v) || causalBand(v, MaskReading::Additive);
         };
         std::optional<bool> keepsTrue;
         if (isMaskFill(where.getLhs()) && isZeroOrCausal(where.getRhs()))
@@ -829,18 +856,20 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
         if (keepsTrue) {
           Value cond = where.getCondition();
           Value fill = *keepsTrue ? where.getRhs() : where.getLhs();
-          bool otherCausal =
-              !isZero(*keepsTrue ? where.getLhs() : where.getRhs());
+          Value kept = *keepsTrue ? where.getLhs() : where.getRhs();
+          bool otherCausal = !isZero(kept);
           if (otherCausal)
-            match.causal = true;
-          if (isCausalMask(cond, *keepsTrue)) {
-            match.causal = true;
+            match.addCausalBand(*causalBand(kept, MaskReading::Additive));
+          if (std::optional<int64_t> band =
+                  causalBand(cond, booleanReading(*keepsTrue))) {
+            match.addCausalBand(*band);
             continue;
           }
           Value rest = cond;
-          if (std::optional<Value> factored = factorCausal(cond, !*keepsTrue)) {
-            match.causal = true;
-            rest = *factored;
+          if (std::optional<std::pair<Value, int64_t>> factored =
+                  factorCausal(cond, !*keepsTrue)) {
+            match.addCausalBand(factored->second);
+            rest = factored->first;
           }
           if (rest == cond && !otherCausal) {
             // Nothing factors out: the bias is the mask, as it is.
@@ -854,8 +883,9 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
           continue;
         }
       }
-      if (isCausalMask(bias)) {
-        match.causal = true;
+      if (std::optional<int64_t> band =
+              causalBand(bias, MaskReading::Additive)) {
+        match.addCausalBand(*band);
         continue;
       }
       // A scale applied after an additive mask scales the mask too.
@@ -999,7 +1029,14 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
             : FloatAttr(),
         match.softcap ? rewriter.getF32FloatAttr(float(*match.softcap))
                       : FloatAttr(),
-        IntegerAttr());
+        // A window as wide as the sequence is none (query i sees i + 1
+        // keys).
+        match.window > 0 &&
+                match.window <
+                    std::min(cast<RankedTensorType>(q.getType()).getDimSize(2),
+                             cast<RankedTensorType>(k.getType()).getDimSize(2))
+            ? rewriter.getI64IntegerAttr(match.window)
+            : IntegerAttr());
     // Shapes that only look like attention (a mask that does not broadcast,
     // heads that do not group) are left alone.
     LogicalResult valid = success();
@@ -1133,10 +1170,10 @@ private:
   Explanations *explanations;
 };
 
-/// A float mask that sums a constant causal bias with another mask (HF's
-/// causal + padding, maybe clamped at finfo.min) is a causal attention with
-/// the other mask alone: the planner sees causal work and ring attention a
-/// mask that broadcasts over the queries.
+/// A float mask that sums a causal bias (or a sliding window's) with another
+/// mask (HF's causal + padding, maybe clamped at finfo.min) is a causal
+/// attention (with that window) with the other mask alone: the planner sees
+/// causal work and ring attention a mask that broadcasts over the queries.
 struct FactorCausalMask : OpRewritePattern<AttentionOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AttentionOp attention,
@@ -1160,12 +1197,19 @@ struct FactorCausalMask : OpRewritePattern<AttentionOp> {
     if (!add)
       return failure();
     Value rest;
-    if (isCausalMask(add.getLhs()))
+    std::optional<int64_t> band;
+    if ((band = causalBand(add.getLhs(), MaskReading::Additive)))
       rest = add.getRhs();
-    else if (isCausalMask(add.getRhs()))
+    else if ((band = causalBand(add.getRhs(), MaskReading::Additive)))
       rest = add.getLhs();
     if (!rest)
       return failure();
+    // A window as wide as the sequence is none (query i sees i + 1 keys).
+    int64_t seq = attention.getQ().getType().getDimSize(2),
+            kvSeq = attention.getK().getType().getDimSize(2);
+    std::optional<uint64_t> window;
+    if (*band > 0 && *band < std::min(seq, kvSeq))
+      window = uint64_t(*band);
     // `rest` broadcasts to the sum, which broadcasts to the scores, and has
     // the mask's element type and at most its rank: the attention stays valid.
     rewriter.setInsertionPoint(attention);
@@ -1174,6 +1218,8 @@ struct FactorCausalMask : OpRewritePattern<AttentionOp> {
     rewriter.modifyOpInPlace(attention, [&] {
       attention.getMaskMutable().assign(rest);
       attention.setCausal(true);
+      if (window)
+        attention.setWindow(window);
     });
     return success();
   }
@@ -1233,10 +1279,6 @@ struct KeepBand {
     return {std::max(lo, other.lo), std::min(hi, other.hi)};
   }
 };
-
-/// How a mask's elements read: a boolean that keeps where true (or where
-/// false), or an additive float (0 keeps, -1e4 or less masks).
-enum class MaskReading { KeepTrue, KeepFalse, Additive };
 
 /// Whether every element of `value` masks, read as `reading`.
 bool masksEverywhere(Value value, MaskReading reading) {
@@ -1322,16 +1364,20 @@ std::optional<KeepBand> keepBand(Value value, MaskReading reading,
     Value cond = where.getCondition(), lhs = where.getLhs(),
           rhs = where.getRhs();
     if (reading == MaskReading::Additive) {
-      // where(c, fill, 0) keeps where c is false; where(c, 0, fill) where
-      // it is true.
-      auto zero = [](Value v) {
-        std::optional<double> z = splatValue(v);
-        return z && *z == 0.0;
+      // where(c, fill, x) keeps where c is false and x keeps (x = 0 keeps
+      // everywhere: a boolean mask made a bias); where(c, x, fill) where c
+      // is true and x keeps (AttentionMaskConverter fills a causal bias
+      // where a window or the padding masks).
+      auto both = [&](Value c, MaskReading cReading,
+                      Value x) -> std::optional<Band> {
+        std::optional<Band> a = keepBand(c, cReading, depth - 1);
+        std::optional<Band> b = keepBand(x, reading, depth - 1);
+        return a && b ? std::optional<Band>(a->meet(*b)) : std::nullopt;
       };
-      if (isMaskFill(lhs) && zero(rhs))
-        return keepBand(cond, MaskReading::KeepFalse, depth - 1);
-      if (zero(lhs) && isMaskFill(rhs))
-        return keepBand(cond, MaskReading::KeepTrue, depth - 1);
+      if (isMaskFill(lhs))
+        return both(cond, MaskReading::KeepFalse, rhs);
+      if (isMaskFill(rhs))
+        return both(cond, MaskReading::KeepTrue, lhs);
       return std::nullopt;
     }
     // And (where(a, b, a)) and Or (where(a, a, b)) of booleans: of masks
@@ -1367,6 +1413,13 @@ std::optional<KeepBand> keepBand(Value value, MaskReading reading,
     }
   }
   return std::nullopt;
+}
+
+std::optional<int64_t> causalBand(Value value, MaskReading reading) {
+  std::optional<KeepBand> band = keepBand(value, reading);
+  if (!band || band->hi != 0 || band->lo > 0)
+    return std::nullopt;
+  return band->lo <= -KeepBand::kOpen ? 0 : 1 - band->lo;
 }
 
 /// Attention whose mask keeps a causal band of keys -- a causal mask or a

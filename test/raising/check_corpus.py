@@ -73,6 +73,9 @@ def stats(weft, path):
                 counts["attention_causal"] = counts.get("attention_causal", 0) + 1
             if m.group(1) == "attention" and re.search(r" window \d+ ", line):
                 counts["attention_window"] = counts.get("attention_window", 0) + 1
+            # A mask that broadcasts over the queries ([b, 1, 1, s]: padding).
+            if m.group(1) == "attention" and re.search(r" mask .*x1x\d+xf32>\) ->", line):
+                counts["attention_key_mask"] = counts.get("attention_key_mask", 0) + 1
     return counts, None
 
 
@@ -88,8 +91,14 @@ def check_raised(counts, f):
     # layers, as Gemma 2).
     windowed = counts.get("attention_window", 0)
     expected = 0
-    if f["mask"] == "sliding_window":
+    if f["mask"] in ("sliding_window", "window_padding_fill"):
         expected = layers if f["window_layers"] == "all" else (layers + 1) // 2
+    # With the padding of an attention_mask input, the window factors out
+    # and a mask of the keys alone is left ([b, 1, 1, s]).
+    if f["mask"] == "window_padding_fill" and \
+            counts.get("attention_key_mask", 0) != layers:
+        problems.append("%d weft.attention with a mask of the keys alone, expected %d" %
+                        (counts.get("attention_key_mask", 0), layers))
     if windowed != expected:
         problems.append("%d weft.attention with a window, expected %d" %
                         (windowed, expected))
@@ -170,7 +179,7 @@ def check_form(weft, name, root, tmp):
         # A sliding window runs under both forms of cp: each ring step hides
         # the keys outside the window by the K/V block's positions.
         specs = ["tp=2", "cp=2", "dp=2"]
-        if f["mask"] == "sliding_window":
+        if f["mask"] in ("sliding_window", "window_padding_fill"):
             specs.append("cp=2,cp-comm=all-gather")
         for spec in specs:
             got, sent = run(weft, path, inputs, os.path.join(tmp, name + spec),

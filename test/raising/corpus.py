@@ -124,6 +124,12 @@ FORMS = {
     "additive_triu_1e4": dict(mask="add_1e4"),
     "sliding_window_mistral": dict(mask="sliding_window", norm="rms", mlp="swiglu",
                                    rotary="half", kv_heads=KV_HEADS),
+    # Mistral as transformers writes it since 4.38: rotary tables computed
+    # in the forward pass, and the sliding window combined with the padding
+    # of an attention_mask input by AttentionMaskConverter.
+    "window_padding_mistral": dict(mask="window_padding_fill", norm="rms", mlp="swiglu",
+                                   rotary="half", rotary_tables="forward",
+                                   kv_heads=KV_HEADS),
     "padding_hf_finfo_min": dict(mask="padding_hf"),
     "padding_bert_1e4": dict(mask="padding_bert", mlp="gelu"),
     "causal_plus_padding": dict(mask="causal_padding"),
@@ -582,6 +588,18 @@ class Attention(nn.Module):
             causal = causal.expand(w.shape[0], 1, s, s)
             padded = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
             return w + causal.masked_fill(padded.bool(), minimum)
+        if m == "window_padding_fill":
+            # Mistral through AttentionMaskConverter with a sliding window:
+            # the causal bias, filled with finfo.min WINDOW keys and more
+            # before each query, then where the padding masks.
+            causal = torch.triu(torch.full((s, s), minimum), diagonal=1)
+            far = torch.tril(torch.ones(s, s, dtype=torch.bool), diagonal=-WINDOW)
+            causal = causal.masked_fill(far, minimum)[None, None]
+            causal = causal.expand(w.shape[0], 1, s, s)
+            if padding is None:  # test/training/form_gradients.py: no padding
+                padding = torch.ones(w.shape[0], s, dtype=torch.long)
+            padded = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
+            return w + causal.masked_fill(padded.bool(), minimum)
         if m == "causal_padding":
             causal = torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
             pad = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
@@ -662,7 +680,7 @@ class Model(nn.Module):
 
     def uses_padding(self):
         return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding",
-                                  "causal_padding_fill",
+                                  "causal_padding_fill", "window_padding_fill",
                                   "alibi_bloom", "mha_padding")
 
     def uses_positions(self):
@@ -698,6 +716,18 @@ class Model(nn.Module):
         return logits
 
 
+def padded_keys(f):
+    """The padded positions at the end of the second sequence of a
+    formulation with an attention_mask input. Under a sliding window with
+    three, the last query's window would hold only padding, every key it
+    sees masked by finfo.min: torch's eager attention then averages all keys
+    alike, while weft, which factors the window out of the mask, averages
+    the window's; and a ring (cp) merges blocks by log-sum-exps that are
+    finfo.min rounded, which no longer tell one key from three. Such a row
+    is a padded position, whose output no loss reads."""
+    return WINDOW - 1 if f["mask"] == "window_padding_fill" else 3
+
+
 def is_causal(f):
     """Whether the formulation's attention is causal (every mask form but
     the padding-only ones and none; a sliding window is raised to causal
@@ -720,7 +750,10 @@ def export(name, out_dir):
     inputs, names = (ids,), ["input_ids"]
     if model.uses_padding():
         mask = torch.ones(BATCH, SEQ, dtype=torch.long)
-        mask[1, SEQ - 3:] = 0
+        # The second sequence's last positions are padding: three, or under
+        # a sliding window fewer than WINDOW, so that every query sees a key
+        # (see padded_keys).
+        mask[1, SEQ - padded_keys(f):] = 0
         inputs, names = (ids, mask), ["input_ids", "attention_mask"]
     if model.uses_positions():
         # The second sequence starts at position 3 (a left-padded batch).
