@@ -667,8 +667,13 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       // In the order found (a walk of the IR), so that every annotation
       // below is made in the same order on every run.
       LinearSet column, row, whole;
+      // What every head reads alike: the input of a broadcast over the heads
+      // ([b, 1, s, d] to [b, h, s, d]: DeepSeek's rotary key, which all
+      // heads share beside keys of their own), whose linears are whole.
+      SmallVector<Value> sharedByHeads;
       // Backward from `from` to the first linear on each path, not past a
-      // repeat of KV heads.
+      // repeat of KV heads nor a broadcast over the heads (whose input goes
+      // to `sharedByHeads`).
       auto firstLinears = [&](ArrayRef<Value> from, LinearSet &into) {
         std::deque<std::pair<Value, int>> work;
         for (Value v : from)
@@ -687,6 +692,15 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
             into.insert(def);
             continue;
           }
+          if (auto broadcast = dyn_cast<BroadcastToOp>(def)) {
+            auto from = cast<RankedTensorType>(broadcast.getInput().getType());
+            auto to = cast<RankedTensorType>(broadcast.getType());
+            if (from.getRank() == 4 && to.getRank() == 4 &&
+                from.getDimSize(1) == 1 && to.getDimSize(1) > 1) {
+              sharedByHeads.push_back(broadcast.getInput());
+              continue;
+            }
+          }
           for (Value operand : def->getOperands())
             work.push_back({operand, depth + 1});
         }
@@ -700,6 +714,9 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       firstLinears(repeated, whole);
       for (AttentionOp att : attentions) {
         firstLinears({att.getQ(), att.getK(), att.getV()}, column);
+        SmallVector<Value> shared = std::move(sharedByHeads);
+        sharedByHeads.clear();
+        firstLinears(shared, whole);
         // Forward from the result to the first linear.
         std::deque<std::pair<Value, int>> forward = {{att.getResult(), 0}};
         while (!forward.empty()) {
@@ -732,12 +749,39 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
           if (ParameterOp param = w ? getWeightParameter(w) : ParameterOp())
             wholeWeights.insert(param.getName());
       }
+      // Whether a linear's output reaches, forward, a column-parallel
+      // linear's input before any other linear: a down-projection whose
+      // output a column-parallel up-projection reads (DeepSeek's latent
+      // before its norm and the heads' keys and values) is whole, as
+      // Megatron-Core keeps it; split over its columns, it would be
+      // all-gathered for the norm and the next GEMM.
+      auto feedsColumn = [&](LinearOp linear) {
+        std::deque<std::pair<Value, int>> work = {{linear.getResult(), 0}};
+        llvm::DenseSet<Value> seen;
+        while (!work.empty()) {
+          auto [v, depth] = work.front();
+          work.pop_front();
+          if (!seen.insert(v).second || depth > 8)
+            continue;
+          for (OpOperand &use : v.getUses()) {
+            auto user = dyn_cast<LinearOp>(use.getOwner());
+            if (user) {
+              if (column.contains(user) && use.get() == user.getInput())
+                return true;
+              continue;
+            }
+            for (Value r : use.getOwner()->getResults())
+              work.push_back({r, depth + 1});
+          }
+        }
+        return false;
+      };
       func.walk([&](LinearOp linear) {
         if (column.contains(linear) || row.contains(linear))
           return;
         int64_t in = linear.getInput().getType().getShape().back();
         int64_t out = linear.getType().getShape().back();
-        if (hidden && in == hidden && out != hidden)
+        if (hidden && in == hidden && out != hidden && !feedsColumn(linear))
           column.insert(linear);
         else if (hidden && in != hidden && out == hidden)
           row.insert(linear);

@@ -53,6 +53,10 @@ HEAD_DIM = HIDDEN // HEADS
 KV_HEADS = 2
 BATCH, SEQ = 2, 8
 WINDOW = 3  # the sliding_window mask's
+# Multi-head latent attention's widths (attention="mla"): the latent, each
+# head's key part of its own and the rotary part all heads share, and each
+# head's value.
+MLA_RANK, MLA_NOPE, MLA_ROPE, MLA_V = 16, 8, 4, 6
 
 # Each formulation: a dict of choices for the generic block below. Defaults:
 DEFAULTS = dict(
@@ -85,7 +89,11 @@ DEFAULTS = dict(
                          # since transformers 4.38: cos and sin of positions times
                          # inv_freq in the forward pass) | positions (the same, of a
                          # position_ids input, as Optimum exports decoders)
-    attention="manual",  # manual | mha (nn.MultiheadAttention)
+    attention="manual",  # manual | mha (nn.MultiheadAttention) | mla (DeepSeek-V2/V3's
+                         # multi-head latent attention: keys and values projected
+                         # up from a normalized low-rank latent, each head's key
+                         # the concatenation of its own part and a rotary part
+                         # shared by all heads, values narrower than keys)
     norm="layernorm",    # layernorm | ln_manual | ln_rsqrt | ln_nobias | rms | rms_div |
                          # rms_f32 | rms_mean_sq | rms_gemma (scaled by 1 + weight)
     qk_norm=False,       # RMSNorm of each head's q and k before the rotary embedding
@@ -215,6 +223,9 @@ FORMS = {
     # Gemma 3's block: norms before and after attention and the MLP, RMS
     # norms of each head's q and k, grouped KV heads, local (windowed) and
     # global layers whose rotary tables have different bases.
+    # DeepSeek-V2/V3's multi-head latent attention.
+    "latent_attention_deepseek": dict(attention="mla", norm="rms", mlp="swiglu",
+                                      rotary="half", mask="add_inf"),
     "sandwich_gemma3": dict(block="sandwich", qk_norm=True, norm="rms_gemma",
                             mlp="geglu", embed_scale=True, rotary="half",
                             kv_heads=KV_HEADS, mask="sliding_window",
@@ -343,6 +354,17 @@ class Attention(nn.Module):
         if f["attention"] == "mha":
             self.mha = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
             return
+        if f["attention"] == "mla":
+            # transformers' DeepseekV3Attention without the query's low rank
+            # (DeepSeek-V2-Lite's): q from the hidden states; k and v from a
+            # latent of MLA_RANK, RMS-normalized, with MLA_ROPE columns of
+            # one rotary key beside it.
+            self.q = nn.Linear(HIDDEN, HEADS * (MLA_NOPE + MLA_ROPE), bias=False)
+            self.kv_a = nn.Linear(HIDDEN, MLA_RANK + MLA_ROPE, bias=False)
+            self.kv_norm = Norm("rms", MLA_RANK)
+            self.kv_b = nn.Linear(MLA_RANK, HEADS * (MLA_NOPE + MLA_V), bias=False)
+            self.o = nn.Linear(HEADS * MLA_V, HIDDEN, bias=False)
+            return
         if f["qkv"] == "separate":
             self.q = nn.Linear(HIDDEN, HIDDEN)
             self.k = nn.Linear(HIDDEN, kv)
@@ -417,6 +439,8 @@ class Attention(nn.Module):
         if f["attention"] == "mha":
             causal = torch.triu(torch.full((s, s), float("-inf")), diagonal=1)
             return self.mha(x, x, x, attn_mask=causal, need_weights=False)[0]
+        if f["attention"] == "mla":
+            return self.latent(x, cos, sin, padding)
         q, k, v = self.project(x)
         kvh = f["kv_heads"]
         q = q.view(b, s, HEADS, HEAD_DIM).transpose(1, 2)
@@ -489,6 +513,28 @@ class Attention(nn.Module):
         else:
             o = torch.matmul(p, v)
         return self.o(o.transpose(1, 2).reshape(b, s, HIDDEN))
+
+    def latent(self, x, cos, sin, padding):
+        """DeepseekV3Attention.forward (transformers 4.50), its rotary
+        embedding in the half-rotation form."""
+        b, s = x.shape[0], x.shape[1]
+        q = self.q(x).view(b, s, HEADS, MLA_NOPE + MLA_ROPE).transpose(1, 2)
+        q_pass, q_rot = torch.split(q, [MLA_NOPE, MLA_ROPE], dim=-1)
+        compressed = self.kv_a(x)
+        k_pass, k_rot = torch.split(compressed, [MLA_RANK, MLA_ROPE], dim=-1)
+        k_pass = self.kv_b(self.kv_norm(k_pass)).view(b, s, HEADS, MLA_NOPE + MLA_V)
+        k_pass, v = torch.split(k_pass.transpose(1, 2), [MLA_NOPE, MLA_V], dim=-1)
+        k_rot = k_rot.view(b, 1, s, MLA_ROPE)
+        q_rot = q_rot * cos + rotate_half(q_rot) * sin
+        k_rot = k_rot * cos + rotate_half(k_rot) * sin
+        k_rot = k_rot.expand(*k_pass.shape[:-1], -1)
+        q = torch.cat((q_pass, q_rot), dim=-1)
+        k = torch.cat((k_pass, k_rot), dim=-1)
+        w = torch.matmul(q, k.transpose(2, 3)) * (MLA_NOPE + MLA_ROPE) ** -0.5
+        w = self.apply_mask(w, s, padding)
+        p = nn.functional.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        o = torch.matmul(p, v)
+        return self.o(o.transpose(1, 2).reshape(b, s, HEADS * MLA_V))
 
     @staticmethod
     def bloom_alibi(padding, b, s):
@@ -659,6 +705,8 @@ class Model(nn.Module):
         self.norm = Norm(f["norm"])
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
         rotated = HEAD_DIM // 2 if f["rotary"] == "partial" else HEAD_DIM
+        if f["attention"] == "mla":
+            rotated = MLA_ROPE
 
         def tables(base):
             inv_freq = 1.0 / (base ** (torch.arange(0, rotated, 2).float() / rotated))

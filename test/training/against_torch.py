@@ -221,9 +221,14 @@ def merge_parts(weights, onnx_path):
     shapes = {t.name: tuple(t.dims) for t in onnx.load(onnx_path).graph.initializer}
 
     def whole(name, parts):
-        columns = np.concatenate(parts, axis=-1)
-        if len(parts) == 1 or columns.shape == shapes.get(name, columns.shape):
-            return columns
+        if len(parts) == 1:
+            return parts[0]
+        # Parts of [out, in] weights differ in their rows and cannot be
+        # joined as columns.
+        if all(p.shape[:-1] == parts[0].shape[:-1] for p in parts):
+            columns = np.concatenate(parts, axis=-1)
+            if columns.shape == shapes.get(name, columns.shape):
+                return columns
         return np.concatenate(parts, axis=0)
     return {k: whole(k, v) for k, v in merged.items()}
 
