@@ -303,6 +303,11 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (model->mixed_sliding_window())
     os << ", sliding window " << model->mixed_sliding_window() << " on "
        << model->windowed_layers() << " of " << model->layers() << " layers";
+  if (model->attention_softcap() > 0)
+    os << llvm::format(", scores soft-capped at %g",
+                       model->attention_softcap());
+  if (model->value_head_dim())
+    os << ", values of " << model->value_head_dim() << " per head";
   os << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);
   // What the cost model costs: a file's own IR, or the transformer a
   // preset or the builder fields describe.

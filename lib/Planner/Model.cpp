@@ -282,6 +282,15 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
     spec.set_windowed_layers(windowed);
   }
   int64_t headDim = q.getDimSize(3);
+  if (int64_t valueDim =
+          cast<RankedTensorType>(attention.getV().getType()).getDimSize(3);
+      valueDim != headDim)
+    spec.set_value_head_dim(valueDim);
+  for (LayerOp layer : *layers)
+    layer.getBody().walk([&](AttentionOp op) {
+      if (spec.attention_softcap() == 0)
+        spec.set_attention_softcap(softcapOrZero(op.getSoftcap()));
+    });
   // The MLP: its activation (GELU, SiLU, ReLU) of a projection, or of a
   // slice of one (a fused gate/up projection, Phi-3's gate_up_proj), whose
   // width is the MLP's. It is gated (SwiGLU, GeGLU: three matrices) when the

@@ -570,12 +570,26 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     return llvm::createStringError(
         "the model's MLP is gated by another activation than SiLU (GeGLU, as "
         "Gemma's): the exported launchers know GELU and SwiGLU MLPs only");
-  if (m.sliding_window() > 0)
+  if (m.sliding_window() > 0 || m.mixed_sliding_window() > 0)
     return llvm::createStringError(
         "the model attends through a sliding window of " +
-        std::to_string(m.sliding_window()) +
-        " keys: the exported launchers set full causal attention only; run "
+        std::to_string(std::max(m.sliding_window(), m.mixed_sliding_window())) +
+        " keys" + (m.mixed_sliding_window() > 0 ? " on some layers" : "") +
+        ": the exported launchers set full causal attention only; run "
         "Weft's own program (weft compile / weft train)");
+  if (m.attention_softcap() > 0)
+    return llvm::createStringError(
+        llvm::formatv("the model soft-caps its attention scores at {0}: the "
+                      "exported launchers set plain softmax attention; run "
+                      "Weft's own program (weft compile / weft train)",
+                      llvm::format("%g", m.attention_softcap()))
+            .str());
+  if (m.value_head_dim() > 0)
+    return llvm::createStringError(
+        "the model's values are " + std::to_string(m.value_head_dim()) +
+        " wide per head, not as wide as its queries and keys (DeepSeek's "
+        "multi-head latent attention): the exported launchers set standard "
+        "attention; run Weft's own program (weft compile / weft train)");
   if (!m.ffn_activation().empty())
     return llvm::createStringError(
         "the model's MLP applies " + m.ffn_activation() +
