@@ -36,6 +36,7 @@ NORMS = {"layernorm": "layer_norm", "ln_manual": "layer_norm", "ln_rsqrt": "laye
          "ln_nobias": "layer_norm", "rms": "rms_norm", "rms_div": "rms_norm",
          "rms_f32": "rms_norm", "rms_mean_sq": "rms_norm", "rms_gemma": "rms_norm"}
 ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu", "gelu_new": "gelu", "relu": "relu",
+               "relu_squared": "relu",
                "silu_manual": "silu", "swiglu": "silu", "swiglu_fused": "silu",
                "geglu": "gelu",
                # x * sigmoid(1.702 x) is an approximation of GELU, not GELU:

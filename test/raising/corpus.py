@@ -97,9 +97,14 @@ DEFAULTS = dict(
     norm="layernorm",    # layernorm | ln_manual | ln_rsqrt | ln_nobias | rms | rms_div |
                          # rms_f32 | rms_mean_sq | rms_gemma (scaled by 1 + weight)
     qk_norm=False,       # RMSNorm of each head's q and k before the rotary embedding
+                         # (True), or their LayerNorm ("layernorm": Persimmon,
+                         # StableLM 2)
+    clip_qkv=0.0,        # > 0: q, k and v clamped to [-clip, clip] after their
+                         # projections (MPT's and OLMo's clip_qkv)
                          # (Qwen3, OLMo 2)
     embed_scale=False,   # the token embedding scaled by sqrt(hidden) (Gemma)
-    mlp="gelu",          # gelu | gelu_tanh | gelu_new | gelu_sigmoid | relu | silu_manual |
+    mlp="gelu",          # gelu | gelu_tanh | gelu_new | gelu_sigmoid | relu |
+                         # relu_squared (Primer, Persimmon, Nemotron) | silu_manual |
                          # swiglu | swiglu_fused | geglu (Gemma: tanh GELU of a gate
                          # times an up projection)
     block="sequential",  # sequential (x + attn(n1 x), then + mlp(n2 x)) | parallel
@@ -223,6 +228,15 @@ FORMS = {
     # Gemma 3's block: norms before and after attention and the MLP, RMS
     # norms of each head's q and k, grouped KV heads, local (windowed) and
     # global layers whose rotary tables have different bases.
+    # Persimmon's block: LayerNorms of each head's q and k, squared ReLU,
+    # partial rotary embedding; Nemotron's squared ReLU; MPT's and OLMo's
+    # clamped q, k and v (the clip bends this small model's projections).
+    "qk_layernorm_persimmon": dict(qk_norm="layernorm", norm="layernorm", mlp="relu_squared",
+                                   rotary="partial", mask="add_inf"),
+    "squared_relu_nemotron": dict(mlp="relu_squared", norm="ln_nobias", rotary="half",
+                                  kv_heads=KV_HEADS, mask="add_inf"),
+    "clip_qkv_olmo": dict(clip_qkv=0.3, norm="ln_nobias", mlp="swiglu", rotary="half",
+                          mask="add_inf"),
     # DeepSeek-V2/V3's multi-head latent attention.
     "latent_attention_deepseek": dict(attention="mla", norm="rms", mlp="swiglu",
                                       rotary="half", mask="add_inf"),
@@ -243,7 +257,7 @@ class Norm(nn.Module):
                                    0.1 * torch.randn(width))
         self.bias = nn.Parameter(0.1 * torch.randn(width))
         if kind == "layernorm":
-            self.ln = nn.LayerNorm(HIDDEN)
+            self.ln = nn.LayerNorm(width)
 
     def forward(self, x):
         k = self.kind
@@ -311,6 +325,8 @@ class Mlp(nn.Module):
             h = h * torch.sigmoid(1.702 * h)
         elif k == "relu":
             h = torch.relu(h)
+        elif k == "relu_squared":
+            h = torch.square(torch.relu(h))
         elif k == "silu_manual":
             h = h * torch.sigmoid(h)
         else:
@@ -374,8 +390,16 @@ class Attention(nn.Module):
         self.o = nn.Linear(HIDDEN, HIDDEN)
         self.drop = nn.Dropout(0.1)
         if f["qk_norm"]:
-            self.q_norm = Norm("rms", HEAD_DIM)
-            self.k_norm = Norm("rms", HEAD_DIM)
+            kind = "layernorm" if f["qk_norm"] == "layernorm" else "rms"
+            self.q_norm = Norm(kind, HEAD_DIM)
+            self.k_norm = Norm(kind, HEAD_DIM)
+            if kind == "layernorm":
+                # Trained norms of their own (two as initialized are one
+                # computation, which CSE merges).
+                with torch.no_grad():
+                    for norm in (self.q_norm, self.k_norm):
+                        norm.ln.weight.add_(0.1 * torch.randn(HEAD_DIM))
+                        norm.ln.bias.add_(0.1 * torch.randn(HEAD_DIM))
         if f["scale"] == "folded":
             with torch.no_grad():
                 weight = self.q.weight if f["qkv"] == "separate" else self.qkv.weight[:HIDDEN]
@@ -442,6 +466,9 @@ class Attention(nn.Module):
         if f["attention"] == "mla":
             return self.latent(x, cos, sin, padding)
         q, k, v = self.project(x)
+        if f["clip_qkv"]:
+            c = f["clip_qkv"]
+            q, k, v = q.clamp(min=-c, max=c), k.clamp(min=-c, max=c), v.clamp(min=-c, max=c)
         kvh = f["kv_heads"]
         q = q.view(b, s, HEADS, HEAD_DIM).transpose(1, 2)
         v = v.view(b, s, kvh, HEAD_DIM).transpose(1, 2)
