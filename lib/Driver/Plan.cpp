@@ -170,6 +170,17 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
                      std::to_string(r.slidingWindow));
   if (r.slidingWindow)
     spec.set_sliding_window(r.slidingWindow);
+  if (r.globalEvery) {
+    if (r.globalEvery < 2 || r.slidingWindow <= 0)
+      return planError(
+          "--global-every N makes every N-th layer global among layers with "
+          "--sliding-window W: give W, and N of 2 or more (not " +
+          std::to_string(r.globalEvery) + ")");
+    spec.set_mixed_sliding_window(spec.sliding_window());
+    spec.clear_sliding_window();
+    spec.set_global_every(r.globalEvery);
+    spec.set_windowed_layers(spec.layers() - spec.layers() / r.globalEvery);
+  }
   if (!r.tied.empty()) {
     if (r.tied != "yes" && r.tied != "no" && r.tied != "true" &&
         r.tied != "false" && r.tied != "1" && r.tied != "0")

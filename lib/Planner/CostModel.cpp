@@ -60,9 +60,13 @@ CostModel::CostModel(plan::ModelSpec model, plan::Cluster cluster,
       shape.dropout = dropout;
       return buildTransformer(ctx, spec, shape);
     };
-    source.build = [build = source.buildLayers](MLIRContext &ctx, int64_t batch,
-                                                int64_t seq) {
-      return build(ctx, batch, seq, 2);
+    // Global layers among windowed ones (--global-every): every layer, so
+    // that the program of each kind is costed for its share of them.
+    const int64_t built =
+        spec.global_every() > 0 ? std::max<int64_t>(2, spec.layers()) : 2;
+    source.build = [build = source.buildLayers,
+                    built](MLIRContext &ctx, int64_t batch, int64_t seq) {
+      return build(ctx, batch, seq, built);
     };
   }
   programs = std::make_unique<RankProgramBuilder>(*context, std::move(source),

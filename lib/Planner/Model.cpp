@@ -434,6 +434,11 @@ Value TransformerBuilder::block(Value x, int64_t index,
                 kvHeads = model.kv_heads(), d = h / heads;
   const int64_t group = heads / kvHeads;
   std::string prefix = "layers." + std::to_string(index);
+  // The window, or none on a global layer among windowed ones.
+  int64_t window = model.sliding_window();
+  if (model.mixed_sliding_window() > 0 && model.global_every() > 0)
+    window =
+        (index + 1) % model.global_every() ? model.mixed_sliding_window() : 0;
   // Q, K and V from one GEMM whose columns are grouped by KV head
   // ([kv_heads, group + 2, head_dim], Megatron's layout): splitting the
   // columns over tensor-parallel ranks gives each rank whole heads.
@@ -459,8 +464,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
       b, loc, type({batch, heads, seq, d}), q, k, v, Value(),
       b.getF32FloatAttr(1.0f / std::sqrt(float(d))), b.getUnitAttr(),
       attentionDropout, FloatAttr(),
-      model.sliding_window() > 0 ? b.getI64IntegerAttr(model.sliding_window())
-                                 : IntegerAttr());
+      window > 0 ? b.getI64IntegerAttr(window) : IntegerAttr());
   Value merged = reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, h});
   Value projected = linear(merged, h, prefix + ".attn_out", gelu());
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));

@@ -75,6 +75,12 @@ static cl::opt<int64_t> slidingWindowOpt(
     cl::desc("A causal sliding window: keys each query attends to, itself "
              "included (Mistral's 4096); 0 for none"),
     cl::init(0), cl::sub(planCommand), cl::sub(importSubCommand()));
+static cl::opt<int64_t> globalEveryOpt(
+    "global-every",
+    cl::desc("With --sliding-window: every N-th layer attends to all keys "
+             "before it (full causal), the others through the window, as "
+             "Gemma's local and global layers (Gemma 2: 2, Gemma 3: 6)"),
+    cl::init(0), cl::sub(planCommand), cl::sub(importSubCommand()));
 static cl::opt<int64_t> ffnOpt("ffn", cl::desc("Builder: FFN hidden size"),
                                cl::init(0), cl::sub(planCommand),
                                cl::sub(importSubCommand()));
@@ -325,6 +331,7 @@ weft::driver::PlanRequest builtinModelRequest() {
   request.heads = headsOpt;
   request.kvHeads = kvHeadsOpt;
   request.slidingWindow = slidingWindowOpt;
+  request.globalEvery = globalEveryOpt;
   request.ffn = ffnOpt;
   request.ffnKind = ffnKindOpt;
   request.vocab = vocabOpt;

@@ -154,6 +154,10 @@ struct PlanRequest {
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, ffn = 0, vocab = 0;
   /// A causal sliding window (keys per query); 0 keeps the model's.
   int64_t slidingWindow = 0;
+  /// With slidingWindow: every globalEvery-th layer attends globally (full
+  /// causal), the others through the window (Gemma 2: 2, Gemma 3: 6); 0 for
+  /// the window on every layer.
+  int64_t globalEvery = 0;
   std::string ffnKind; ///< gelu or swiglu
   std::string tied;    ///< yes / no
   std::vector<std::string> inputShapes;
