@@ -1225,50 +1225,6 @@ struct FactorCausalMask : OpRewritePattern<AttentionOp> {
   }
 };
 
-/// The width W of a sliding window, if `value` is a constant mask whose last
-/// two dimensions keep key j for query i exactly when i - W < j <= i (each
-/// query itself and the W - 1 keys before it: Mistral's, Gemma 2's local
-/// layers), the same in every leading position, with 1 <= W < the queries
-/// (a wider window is plain causal). A boolean mask keeps where it is true;
-/// a float one is 0 where it keeps and -1e4 or less where it masks.
-std::optional<int64_t> slidingWindowOf(Value value) {
-  DenseElementsAttr elements = constantElements(value);
-  if (!elements)
-    return std::nullopt;
-  auto type = cast<RankedTensorType>(elements.getType());
-  if (type.getRank() < 2)
-    return std::nullopt;
-  int64_t rows = type.getDimSize(type.getRank() - 2),
-          cols = type.getShape().back();
-  if (rows < 2 || cols < rows)
-    return std::nullopt;
-  SmallVector<int8_t> keeps; // 1 keeps, 0 masks, -1 neither
-  keeps.reserve(size_t(elements.getNumElements()));
-  if (elements.getElementType().isInteger(1)) {
-    for (bool element : elements.getValues<bool>())
-      keeps.push_back(element ? 1 : 0);
-  } else if (isa<FloatType>(elements.getElementType())) {
-    for (APFloat v : elements.getValues<APFloat>()) {
-      double d = v.convertToDouble();
-      keeps.push_back(d == 0.0 ? 1 : d <= -1e4 ? 0 : -1);
-    }
-  } else {
-    return std::nullopt;
-  }
-  // The last query row keeps the window's width of keys.
-  int64_t last = (rows - 1) * cols, window = 0;
-  for (int64_t j = 0; j < cols; ++j)
-    window += keeps[size_t(last + j)] == 1;
-  if (window < 1 || window >= rows)
-    return std::nullopt;
-  for (size_t n = 0; n < keeps.size(); ++n) {
-    int64_t j = int64_t(n) % cols, i = (int64_t(n) / cols) % rows;
-    if (keeps[n] != int8_t(j <= i && j > i - window))
-      return std::nullopt;
-  }
-  return window;
-}
-
 /// The keys a mask keeps for each query: key j for query i exactly when
 /// lo <= j - i <= hi, in every leading position (a causal mask is [-inf,
 /// 0], a sliding window of W keys [1 - W, 0]).
@@ -1288,6 +1244,71 @@ bool masksEverywhere(Value value, MaskReading reading) {
   if (reading == MaskReading::Additive)
     return *splat <= -1e4;
   return (*splat != 0.0) == (reading == MaskReading::KeepFalse);
+}
+
+/// The band of keys a constant mask keeps, read as `reading`, if it keeps
+/// exactly the keys of one band in every leading position: each diagonal
+/// (j - i) of its last two dimensions keeps or masks whole, and the kept
+/// diagonals are consecutive. A band that reaches the first or the last
+/// diagonal is open on that side (a causal mask: [-inf, 0]; Mistral's
+/// window of W keys: [1 - W, 0]; a boolean that masks the keys W and more
+/// before each query, read as masking where true: [1 - W, +inf]).
+std::optional<KeepBand> constantBand(Value value, MaskReading reading) {
+  DenseElementsAttr elements = constantElements(value);
+  if (!elements)
+    return std::nullopt;
+  auto type = cast<RankedTensorType>(elements.getType());
+  if (type.getRank() < 2)
+    return std::nullopt;
+  int64_t rows = type.getDimSize(type.getRank() - 2),
+          cols = type.getShape().back();
+  if (rows < 2 || cols < 2)
+    return std::nullopt;
+  SmallVector<int8_t> keeps; // 1 keeps, 0 masks, -1 neither
+  keeps.reserve(size_t(elements.getNumElements()));
+  if (elements.getElementType().isInteger(1)) {
+    if (reading == MaskReading::Additive)
+      return std::nullopt;
+    bool trueKeeps = reading == MaskReading::KeepTrue;
+    for (bool element : elements.getValues<bool>())
+      keeps.push_back(element == trueKeeps ? 1 : 0);
+  } else if (isa<FloatType>(elements.getElementType()) &&
+             reading == MaskReading::Additive) {
+    for (APFloat v : elements.getValues<APFloat>()) {
+      double d = v.convertToDouble();
+      keeps.push_back(d == 0.0 ? 1 : d <= -1e4 ? 0 : -1);
+    }
+  } else {
+    return std::nullopt;
+  }
+  // Diagonal d = j - i runs from 1 - rows to cols - 1: each keeps (1),
+  // masks (0), or is not seen yet (-1).
+  SmallVector<int8_t> diagonal(size_t(rows + cols - 1), -1);
+  for (size_t n = 0; n < keeps.size(); ++n) {
+    if (keeps[n] < 0)
+      return std::nullopt;
+    int64_t j = int64_t(n) % cols, i = (int64_t(n) / cols) % rows;
+    int8_t &d = diagonal[size_t(j - i + rows - 1)];
+    if (d >= 0 && d != keeps[n])
+      return std::nullopt;
+    d = keeps[n];
+  }
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < int64_t(diagonal.size()); ++d)
+    if (diagonal[size_t(d)] == 1) {
+      if (first < 0)
+        first = d;
+      else if (last != d - 1)
+        return std::nullopt; // kept diagonals with a gap
+      last = d;
+    }
+  if (first < 0)
+    return std::nullopt; // masks everything
+  KeepBand band;
+  band.lo = first == 0 ? -KeepBand::kOpen : first - (rows - 1);
+  band.hi = last == int64_t(diagonal.size()) - 1 ? KeepBand::kOpen
+                                                 : last - (rows - 1);
+  return band;
 }
 
 /// The band of keys `value` keeps, read as `reading`, where it is made of
@@ -1314,9 +1335,8 @@ std::optional<KeepBand> keepBand(Value value, MaskReading reading,
   bool keepTrue = reading != MaskReading::KeepFalse;
   if (isCausalMask(value, keepTrue))
     return Band{-Band::kOpen, 0};
-  if (reading != MaskReading::KeepFalse)
-    if (std::optional<int64_t> window = slidingWindowOf(value))
-      return Band{1 - *window, 0};
+  if (std::optional<Band> band = constantBand(value, reading))
+    return band;
   Operation *op = value.getDefiningOp();
   if (!op)
     return std::nullopt;
@@ -1473,6 +1493,168 @@ struct RaiseMaskBand : OpRewritePattern<AttentionOp> {
   }
 };
 
+/// A mask taken apart into the band of keys it keeps and what else it masks:
+/// `rest` are masks (each read as its reading) that all keep where the mask
+/// keeps, beside the band.
+struct BandSplit {
+  KeepBand band;
+  bool hasBand = false;
+  SmallVector<std::pair<Value, MaskReading>, 2> rest;
+  void add(const BandSplit &other) {
+    band = band.meet(other.band);
+    hasBand |= other.hasBand;
+    rest.append(other.rest.begin(), other.rest.end());
+  }
+};
+
+/// `value`, read as `reading`, as a band and the rest (splitBand): a band of
+/// splats and triangles (keepBand) combined with other masks by where, And,
+/// Or, sums and clamps -- Gemma 2's local layers in transformers' eager
+/// attention fill a window over the model's causal-and-padding mask,
+/// where(tril(ones, -W), min, where(padding, min, causal)). What is not a
+/// band is a rest, whole.
+BandSplit splitBand(Value value, MaskReading reading, int depth = 8) {
+  if (std::optional<KeepBand> band = keepBand(value, reading))
+    return {*band, true, {}};
+  BandSplit opaque{KeepBand{}, false, {{value, reading}}};
+  Operation *op = value.getDefiningOp();
+  if (!op || depth == 0)
+    return opaque;
+  auto both = [&](Value a, MaskReading ra, Value b, MaskReading rb) {
+    BandSplit split = splitBand(a, ra, depth - 1);
+    split.add(splitBand(b, rb, depth - 1));
+    return split;
+  };
+  if (auto where = dyn_cast<WhereOp>(op)) {
+    Value cond = where.getCondition(), lhs = where.getLhs(),
+          rhs = where.getRhs();
+    if (reading == MaskReading::Additive) {
+      // where(c, fill, x) keeps where c is false and x keeps; where(c, x,
+      // fill) where c is true and x keeps.
+      if (isMaskFill(lhs) && !isMaskFill(rhs))
+        return both(cond, MaskReading::KeepFalse, rhs, reading);
+      if (isMaskFill(rhs) && !isMaskFill(lhs))
+        return both(cond, MaskReading::KeepTrue, lhs, reading);
+      return opaque;
+    }
+    // And (where(a, b, a)) keeps where both keep, read as keeping where
+    // true; Or (where(a, a, b)) masks where either masks, read as masking
+    // where true.
+    bool isAnd = rhs == cond, isOr = lhs == cond;
+    if (isAnd && !isOr && reading == MaskReading::KeepTrue)
+      return both(cond, reading, lhs, reading);
+    if (isOr && !isAnd && reading == MaskReading::KeepFalse)
+      return both(cond, reading, rhs, reading);
+    return opaque;
+  }
+  if (reading == MaskReading::Additive) {
+    if (auto add = dyn_cast<AddOp>(op))
+      return both(add.getLhs(), reading, add.getRhs(), reading);
+    if (auto clamp = dyn_cast<MaximumOp>(op)) {
+      if (isMaskFill(clamp.getRhs()))
+        return splitBand(clamp.getLhs(), reading, depth - 1);
+      if (isMaskFill(clamp.getLhs()))
+        return splitBand(clamp.getRhs(), reading, depth - 1);
+    }
+  }
+  return opaque;
+}
+
+/// Attention whose mask combines a band of keys with one other mask (a
+/// sliding window filled over a causal-and-padding mask, as Gemma 2's local
+/// layers have it) becomes causal attention with that window and the other
+/// mask alone, where the band is causal: nothing of [seq, kv_seq] is
+/// stored, the ring passes the padding's columns, the cost model counts the
+/// window's pairs.
+struct FactorMaskBand : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionOp attention,
+                                PatternRewriter &rewriter) const override {
+    Value mask = attention.getMask();
+    if (!mask)
+      return failure();
+    auto maskType = cast<RankedTensorType>(mask.getType());
+    bool boolean = maskType.getElementType().isInteger(1);
+    if (!boolean && !isa<FloatType>(maskType.getElementType()))
+      return failure();
+    int64_t seq = attention.getQ().getType().getDimSize(2),
+            kvSeq = attention.getK().getType().getDimSize(2);
+    int64_t rank = maskType.getRank();
+    if (rank < 2 || maskType.getDimSize(rank - 2) != seq ||
+        maskType.getDimSize(rank - 1) != kvSeq)
+      return failure();
+    BandSplit split = splitBand(mask, boolean ? MaskReading::KeepTrue
+                                              : MaskReading::Additive);
+    if (!split.hasBand || split.rest.size() != 1)
+      return failure();
+    KeepBand band = split.band;
+    if (attention.getCausal())
+      band = band.meet({-KeepBand::kOpen, 0});
+    if (std::optional<uint64_t> window = attention.getWindow())
+      band = band.meet({1 - int64_t(*window), KeepBand::kOpen});
+    if (band.hi != 0 || band.lo > 0)
+      return failure();
+    // The rest, read as the attention reads its mask.
+    auto [rest, restReading] = split.rest.front();
+    auto restType = dyn_cast<RankedTensorType>(rest.getType());
+    if (!restType || restType.getRank() > rank)
+      return failure();
+    // It broadcasts to the mask (trailing dimensions aligned).
+    for (int64_t i = 1; i <= restType.getRank(); ++i) {
+      int64_t have = restType.getDimSize(restType.getRank() - i),
+              want = maskType.getDimSize(rank - i);
+      if (have != 1 && have != want)
+        return failure();
+    }
+    rewriter.setInsertionPoint(attention);
+    Location loc = attention.getLoc();
+    Value newMask = rest;
+    auto scalar = [&](Type element, Attribute value) -> Value {
+      return ConstantOp::create(
+          rewriter, loc,
+          DenseElementsAttr::get(RankedTensorType::get({}, element), value));
+    };
+    if (boolean) {
+      if (restReading == MaskReading::Additive)
+        return failure();
+      if (restReading == MaskReading::KeepFalse)
+        newMask = CompareOp::create(
+            rewriter, loc, ComparePredicate::eq, rest,
+            scalar(rewriter.getI1Type(), rewriter.getBoolAttr(false)));
+    } else if (restReading != MaskReading::Additive) {
+      // A boolean made a bias: finfo.min where it masks, as transformers
+      // fill (a row that masks every key stays finite, as the model's).
+      auto element = cast<FloatType>(maskType.getElementType());
+      Value fill = scalar(
+          element, rewriter.getFloatAttr(
+                       element, APFloat::getLargest(element.getFloatSemantics(),
+                                                    /*Negative=*/true)));
+      Value zero = scalar(element, rewriter.getFloatAttr(element, 0.0));
+      // where(keep, 0, fill), keep = Not(rest) where true masks: the form
+      // the attention match gives such a mask (combineMasks), so that layers
+      // with and without the band read the same mask (CSE merges them).
+      Value keep = rest;
+      if (restReading == MaskReading::KeepFalse)
+        keep = CompareOp::create(
+            rewriter, loc, ComparePredicate::eq, rest,
+            scalar(rewriter.getI1Type(), rewriter.getBoolAttr(false)));
+      newMask = WhereOp::create(rewriter, loc, keep, zero, fill);
+    }
+    std::optional<int64_t> window;
+    if (band.lo > -KeepBand::kOpen && 1 - band.lo < std::min(seq, kvSeq))
+      window = 1 - band.lo;
+    rewriter.modifyOpInPlace(attention, [&] {
+      attention.getMaskMutable().assign(newMask);
+      attention.setCausal(true);
+      if (window)
+        attention.setWindow(uint64_t(*window));
+      else
+        attention.removeWindowAttr();
+    });
+    return success();
+  }
+};
+
 /// If `value` is `reshape(broadcast_to(reshape(kv)))` that repeats each of
 /// kv's heads `rep` times in a row (HF's repeat_kv), or the concatenation
 /// over heads of such repeats of each head of a split (repeat_interleave's
@@ -1551,7 +1733,8 @@ struct WeftRaise : public weft::impl::WeftRaiseBase<WeftRaise> {
     Explanations explanations;
     patterns.add<RaiseGeluErf, RaiseGeluTanh, RaiseSilu, RaiseLayerNorm,
                  RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseGroupedQuery,
-                 FactorCausalMask, RaiseMaskBand>(&getContext());
+                 FactorCausalMask, RaiseMaskBand, FactorMaskBand>(
+        &getContext());
     patterns.add<RaiseAttention>(&getContext(),
                                  explain ? &explanations : nullptr);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

@@ -2,12 +2,13 @@
 // RUN: rm -rf %t && mkdir -p %t
 // RUN: %numpy_python -c "import numpy as n; r = n.random.default_rng(2); [n.save('%t/' + a + '.npy', r.standard_normal((2, 2, 6, 4)).astype(n.float32)) for a in 'qkv']; n.save('%t/mask.npy', n.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]], n.float32))"
 // RUN: weft run %s -i %t/q.npy -i %t/k.npy -i %t/v.npy -i %t/mask.npy -o %t/out --output-format npy > /dev/null
-// RUN: %numpy_python -c "import numpy as n; q, k, v = (n.load('%t/' + a + '.npy').astype(n.float64) for a in 'qkv'); pad = n.load('%t/mask.npy')[:, None, None, :] > 0; s = 0.5 * q @ k.swapaxes(-1, -2); i, j = n.indices((6, 6)); keep = (j <= i) & (j > i - 3) & pad; w = n.where(keep, s, -n.inf); e = n.exp(w - w.max(-1, keepdims=True)); want = (e / e.sum(-1, keepdims=True)) @ v; d = max(float(abs(n.load('%t/out/output_%%d.npy' %% o) - want).max()) for o in range(3)); print('max difference from numpy %%.1e' %% d); assert d < 1e-5" | FileCheck %s --check-prefix=NUMPY
+// RUN: %numpy_python -c "import numpy as n; q, k, v = (n.load('%t/' + a + '.npy').astype(n.float64) for a in 'qkv'); pad = n.load('%t/mask.npy')[:, None, None, :] > 0; s = 0.5 * q @ k.swapaxes(-1, -2); i, j = n.indices((6, 6)); keep = (j <= i) & (j > i - 3) & pad; w = n.where(keep, s, -n.inf); e = n.exp(w - w.max(-1, keepdims=True)); want = (e / e.sum(-1, keepdims=True)) @ v; d = max(float(abs(n.load('%t/out/output_%%d.npy' %% o) - want).max()) for o in range(4)); print('max difference from numpy %%.1e' %% d); assert d < 1e-5" | FileCheck %s --check-prefix=NUMPY
 // NUMPY: max difference from numpy
 
 // A sliding window of 3 keys combined with the padding of an attention_mask
 // input (the second sequence's last key is padding), computed at run time
-// as exports with dynamic axes write it. Each form raises to causal
+// as exports with dynamic axes write it, or filled over a causal-and-padding
+// mask by a constant (Gemma 2's local layers). Each form raises to causal
 // attention with the window, and the padding alone stays a mask: [b, 1, 1,
 // s], which broadcasts over the queries (the ring passes its columns, and
 // nothing of [s, s] is stored).
@@ -17,8 +18,9 @@
 // CHECK: weft.attention %arg0, %arg1, %arg2 mask %{{.*}} scale 5.000000e-01 causal window 3 : (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x1x1x6xf32>)
 // CHECK: weft.attention %arg0, %arg1, %arg2 mask %{{.*}} scale 5.000000e-01 causal window 3 : (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x1x1x6xi1>)
 // CHECK: weft.attention %arg0, %arg1, %arg2 mask %{{.*}} scale 5.000000e-01 causal window 3 : (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x1x1x6xf32>)
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %{{.*}} scale 5.000000e-01 causal window 3 : (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x1x1x6xf32>)
 // CHECK-NOT: weft.softmax
-func.func @main(%q: tensor<2x2x6x4xf32>, %k: tensor<2x2x6x4xf32>, %v: tensor<2x2x6x4xf32>, %mask: tensor<2x6xf32>) -> (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>) {
+func.func @main(%q: tensor<2x2x6x4xf32>, %k: tensor<2x2x6x4xf32>, %v: tensor<2x2x6x4xf32>, %mask: tensor<2x6xf32>) -> (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>) {
   %scale = weft.constant dense<0.5> : tensor<f32>
   %min = weft.constant dense<0xFF7FFFFF> : tensor<f32>
   %inf = weft.constant dense<0xFF800000> : tensor<f32>
@@ -67,5 +69,17 @@ func.func @main(%q: tensor<2x2x6x4xf32>, %k: tensor<2x2x6x4xf32>, %v: tensor<2x2
   %w2 = weft.add %c, %clamped : (tensor<2x2x6x6xf32>, tensor<2x1x6x6xf32>) -> tensor<2x2x6x6xf32>
   %p2 = weft.softmax %w2 axis 3 : tensor<2x2x6x6xf32>
   %o2 = weft.matmul %p2, %v : (tensor<2x2x6x6xf32>, tensor<2x2x6x4xf32>) -> tensor<2x2x6x4xf32>
-  return %o0, %o1, %o2 : tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>
+
+  // transformers' Gemma 2 eager attention: a local layer fills finfo.min
+  // where tril(ones, -3) (a constant: the keys 3 and more before each
+  // query) over the model's causal-and-padding mask.
+  %farConst = weft.constant dense<[[false, false, false, false, false, false], [false, false, false, false, false, false], [false, false, false, false, false, false], [true, false, false, false, false, false], [true, true, false, false, false, false], [true, true, true, false, false, false]]> : tensor<6x6xi1>
+  %c4 = weft.reshape %causal : tensor<6x6xf32> -> tensor<1x1x6x6xf32>
+  %cb = weft.broadcast_to %c4 : tensor<1x1x6x6xf32> -> tensor<2x1x6x6xf32>
+  %model = weft.where %padded, %min, %cb : (tensor<2x1x1x6xi1>, tensor<f32>, tensor<2x1x6x6xf32>) -> tensor<2x1x6x6xf32>
+  %local = weft.where %farConst, %min, %model : (tensor<6x6xi1>, tensor<f32>, tensor<2x1x6x6xf32>) -> tensor<2x1x6x6xf32>
+  %w3 = weft.add %c, %local : (tensor<2x2x6x6xf32>, tensor<2x1x6x6xf32>) -> tensor<2x2x6x6xf32>
+  %p3 = weft.softmax %w3 axis 3 : tensor<2x2x6x6xf32>
+  %o3 = weft.matmul %p3, %v : (tensor<2x2x6x6xf32>, tensor<2x2x6x4xf32>) -> tensor<2x2x6x4xf32>
+  return %o0, %o1, %o2, %o3 : tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>
 }

@@ -92,11 +92,11 @@ def check_raised(counts, f):
     # layers, as Gemma 2).
     windowed = counts.get("attention_window", 0)
     expected = 0
-    if f["mask"] in ("sliding_window", "window_padding_fill"):
+    if f["mask"] in ("sliding_window", "window_padding_fill", "gemma2_padding"):
         expected = layers if f["window_layers"] == "all" else (layers + 1) // 2
     # With the padding of an attention_mask input, the window factors out
     # and a mask of the keys alone is left ([b, 1, 1, s]).
-    if f["mask"] == "window_padding_fill" and \
+    if f["mask"] in ("window_padding_fill", "gemma2_padding") and \
             counts.get("attention_key_mask", 0) != layers:
         problems.append("%d weft.attention with a mask of the keys alone, expected %d" %
                         (counts.get("attention_key_mask", 0), layers))
@@ -182,7 +182,7 @@ def check_form(weft, name, root, tmp):
         # A sliding window runs under both forms of cp: each ring step hides
         # the keys outside the window by the K/V block's positions.
         specs = ["tp=2", "cp=2", "dp=2"]
-        if f["mask"] in ("sliding_window", "window_padding_fill"):
+        if f["mask"] in ("sliding_window", "window_padding_fill", "gemma2_padding"):
             specs.append("cp=2,cp-comm=all-gather")
         for spec in specs:
             got, sent = run(weft, path, inputs, os.path.join(tmp, name + spec),

@@ -143,6 +143,13 @@ FORMS = {
     "window_padding_mistral": dict(mask="window_padding_fill", norm="rms", mlp="swiglu",
                                    rotary="half", rotary_tables="forward",
                                    kv_heads=KV_HEADS),
+    # Gemma 2 as transformers' eager attention writes it: soft-capped, the
+    # padding of an attention_mask input, and on even layers the window
+    # filled over the model's causal and padding mask.
+    "gemma2_eager_padding": dict(softcap=0.7, final_softcap=3.0, norm="rms_gemma",
+                                 mlp="geglu", embed_scale=True, rotary="half",
+                                 rotary_tables="forward", kv_heads=KV_HEADS,
+                                 mask="gemma2_padding", window_layers="even"),
     "padding_hf_finfo_min": dict(mask="padding_hf"),
     "padding_bert_1e4": dict(mask="padding_bert", mlp="gelu"),
     "causal_plus_padding": dict(mask="causal_padding"),
@@ -673,6 +680,22 @@ class Attention(nn.Module):
                 padding = torch.ones(w.shape[0], s, dtype=torch.long)
             padded = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
             return w + causal.masked_fill(padded.bool(), minimum)
+        if m == "gemma2_padding":
+            # transformers' Gemma2 eager attention: the model's causal mask
+            # with the padding (AttentionMaskConverter's), which a local
+            # layer fills with finfo.min WINDOW keys and more before each
+            # query (Gemma2DecoderLayer: torch.where(tril(ones, -window),
+            # min, mask)).
+            causal = torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
+            causal = causal.expand(w.shape[0], 1, s, s)
+            if padding is None:  # test/training/form_gradients.py: no padding
+                padding = torch.ones(w.shape[0], s, dtype=torch.long)
+            padded = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
+            mask = causal.masked_fill(padded.bool(), minimum)
+            if self.local:
+                far = torch.tril(torch.ones_like(mask, dtype=torch.bool), diagonal=-WINDOW)
+                mask = torch.where(far, torch.tensor(minimum, dtype=mask.dtype), mask)
+            return w + mask
         if m == "causal_padding":
             causal = torch.triu(torch.full((s, s), minimum), diagonal=1)[None, None]
             pad = (1.0 - padding[:, None, None, :].to(w.dtype)) * minimum
@@ -756,6 +779,7 @@ class Model(nn.Module):
     def uses_padding(self):
         return self.f["mask"] in ("padding_hf", "padding_bert", "causal_padding",
                                   "causal_padding_fill", "window_padding_fill",
+                                  "gemma2_padding",
                                   "alibi_bloom", "mha_padding")
 
     def uses_positions(self):
@@ -800,7 +824,7 @@ def padded_keys(f):
     the window's; and a ring (cp) merges blocks by log-sum-exps that are
     finfo.min rounded, which no longer tell one key from three. Such a row
     is a padded position, whose output no loss reads."""
-    return WINDOW - 1 if f["mask"] == "window_padding_fill" else 3
+    return WINDOW - 1 if f["mask"] in ("window_padding_fill", "gemma2_padding") else 3
 
 
 def is_causal(f):
