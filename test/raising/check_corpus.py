@@ -118,8 +118,8 @@ def check_raised(counts, f):
         norms.add(layers + 1)
     if f["qk_norm"]:  # q's and k's RMSNorm in each layer
         norms = {n + 2 * layers for n in norms}
-    if f["attention"] == "mla":  # the latent's RMSNorm in each layer
-        norms = {n + layers for n in norms}
+    if f["attention"] == "mla":  # the latents' RMSNorms in each layer
+        norms = {n + (2 if f["mla_q_rank"] else 1) * layers for n in norms}
     if counts.get(norm, 0) not in norms:
         problems.append("%d weft.%s, expected %s" % (counts.get(norm, 0), norm,
                                                      " or ".join(map(str, sorted(norms)))))

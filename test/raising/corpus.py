@@ -120,6 +120,8 @@ DEFAULTS = dict(
     window_layers="all", # all | even (mask="sliding_window": the window on even
                          # layers only, full causal attention on odd ones, as
                          # Gemma 2 alternates local and global layers)
+    mla_q_rank=0,        # attention="mla": > 0, the query from a latent of this
+                         # rank, RMS-normalized (DeepSeek-V2/V3; V2-Lite has none)
     rotary_local_base=0.0,  # > 0: the local layers' rotary tables of this base,
                          # the global ones' of 10000 (Gemma 3: 10,000 local,
                          # 1,000,000 global)
@@ -247,6 +249,8 @@ FORMS = {
     # DeepSeek-V2/V3's multi-head latent attention.
     "latent_attention_deepseek": dict(attention="mla", norm="rms", mlp="swiglu",
                                       rotary="half", mask="add_inf"),
+    "latent_query_deepseek_v3": dict(attention="mla", mla_q_rank=24, norm="rms",
+                                     mlp="swiglu", rotary="half", mask="add_inf"),
     "sandwich_gemma3": dict(block="sandwich", qk_norm=True, norm="rms_gemma",
                             mlp="geglu", embed_scale=True, rotary="half",
                             kv_heads=KV_HEADS, mask="sliding_window",
@@ -382,7 +386,13 @@ class Attention(nn.Module):
             # (DeepSeek-V2-Lite's): q from the hidden states; k and v from a
             # latent of MLA_RANK, RMS-normalized, with MLA_ROPE columns of
             # one rotary key beside it.
-            self.q = nn.Linear(HIDDEN, HEADS * (MLA_NOPE + MLA_ROPE), bias=False)
+            if f["mla_q_rank"]:
+                # DeepSeek-V2/V3's: the query from a low-rank latent too.
+                self.q_a = nn.Linear(HIDDEN, f["mla_q_rank"], bias=False)
+                self.q_norm = Norm("rms", f["mla_q_rank"])
+                self.q_b = nn.Linear(f["mla_q_rank"], HEADS * (MLA_NOPE + MLA_ROPE), bias=False)
+            else:
+                self.q = nn.Linear(HIDDEN, HEADS * (MLA_NOPE + MLA_ROPE), bias=False)
             self.kv_a = nn.Linear(HIDDEN, MLA_RANK + MLA_ROPE, bias=False)
             self.kv_norm = Norm("rms", MLA_RANK)
             self.kv_b = nn.Linear(MLA_RANK, HEADS * (MLA_NOPE + MLA_V), bias=False)
@@ -552,7 +562,8 @@ class Attention(nn.Module):
         """DeepseekV3Attention.forward (transformers 4.50), its rotary
         embedding in the half-rotation form."""
         b, s = x.shape[0], x.shape[1]
-        q = self.q(x).view(b, s, HEADS, MLA_NOPE + MLA_ROPE).transpose(1, 2)
+        q = self.q_b(self.q_norm(self.q_a(x))) if self.f["mla_q_rank"] else self.q(x)
+        q = q.view(b, s, HEADS, MLA_NOPE + MLA_ROPE).transpose(1, 2)
         q_pass, q_rot = torch.split(q, [MLA_NOPE, MLA_ROPE], dim=-1)
         compressed = self.kv_a(x)
         k_pass, k_rot = torch.split(compressed, [MLA_RANK, MLA_ROPE], dim=-1)
