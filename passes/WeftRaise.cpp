@@ -1170,61 +1170,6 @@ private:
   Explanations *explanations;
 };
 
-/// A float mask that sums a causal bias (or a sliding window's) with another
-/// mask (HF's causal + padding, maybe clamped at finfo.min) is a causal
-/// attention (with that window) with the other mask alone: the planner sees
-/// causal work and ring attention a mask that broadcasts over the queries.
-struct FactorCausalMask : OpRewritePattern<AttentionOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(AttentionOp attention,
-                                PatternRewriter &rewriter) const override {
-    Value mask = attention.getMask();
-    if (!mask || attention.getCausal() ||
-        !isa<FloatType>(getElementTypeOrSelf(mask.getType())))
-      return failure();
-    Value sum = mask, floor;
-    if (auto clamp = mask.getDefiningOp<MaximumOp>()) {
-      for (auto [inner, bound] : {std::pair{clamp.getLhs(), clamp.getRhs()},
-                                  std::pair{clamp.getRhs(), clamp.getLhs()}})
-        if (isMaskFill(bound)) {
-          sum = inner;
-          floor = bound;
-        }
-      if (!floor)
-        return failure();
-    }
-    auto add = sum.getDefiningOp<AddOp>();
-    if (!add)
-      return failure();
-    Value rest;
-    std::optional<int64_t> band;
-    if ((band = causalBand(add.getLhs(), MaskReading::Additive)))
-      rest = add.getRhs();
-    else if ((band = causalBand(add.getRhs(), MaskReading::Additive)))
-      rest = add.getLhs();
-    if (!rest)
-      return failure();
-    // A window as wide as the sequence is none (query i sees i + 1 keys).
-    int64_t seq = attention.getQ().getType().getDimSize(2),
-            kvSeq = attention.getK().getType().getDimSize(2);
-    std::optional<uint64_t> window;
-    if (*band > 0 && *band < std::min(seq, kvSeq))
-      window = uint64_t(*band);
-    // `rest` broadcasts to the sum, which broadcasts to the scores, and has
-    // the mask's element type and at most its rank: the attention stays valid.
-    rewriter.setInsertionPoint(attention);
-    if (floor)
-      rest = MaximumOp::create(rewriter, mask.getLoc(), rest, floor);
-    rewriter.modifyOpInPlace(attention, [&] {
-      attention.getMaskMutable().assign(rest);
-      attention.setCausal(true);
-      if (window)
-        attention.setWindow(window);
-    });
-    return success();
-  }
-};
-
 /// The keys a mask keeps for each query: key j for query i exactly when
 /// lo <= j - i <= hi, in every leading position (a causal mask is [-inf,
 /// 0], a sliding window of W keys [1 - W, 0]).
@@ -1442,57 +1387,6 @@ std::optional<int64_t> causalBand(Value value, MaskReading reading) {
   return band->lo <= -KeepBand::kOpen ? 0 : 1 - band->lo;
 }
 
-/// Attention whose mask keeps a causal band of keys -- a causal mask or a
-/// sliding window, constant or computed from triangles at run time --
-/// becomes causal attention (with that `window`) and no mask: nothing of
-/// [seq, kv_seq] is stored, the ring needs no mask columns, and the cost
-/// model counts the visible pairs (a causal half, or the window's).
-struct RaiseMaskBand : OpRewritePattern<AttentionOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(AttentionOp attention,
-                                PatternRewriter &rewriter) const override {
-    Value mask = attention.getMask();
-    if (!mask)
-      return failure();
-    // The band is of the mask's last two dimensions, which must be the
-    // scores' (a mask that broadcasts over queries or keys is no band).
-    auto maskType = cast<RankedTensorType>(mask.getType());
-    int64_t seq = attention.getQ().getType().getDimSize(2),
-            kvSeq = attention.getK().getType().getDimSize(2);
-    int64_t rank = maskType.getRank();
-    if (rank < 2 || maskType.getDimSize(rank - 2) != seq ||
-        maskType.getDimSize(rank - 1) != kvSeq)
-      return failure();
-    MaskReading reading = maskType.getElementType().isInteger(1)
-                              ? MaskReading::KeepTrue
-                              : MaskReading::Additive;
-    std::optional<KeepBand> band = keepBand(mask, reading);
-    if (!band)
-      return failure();
-    if (attention.getCausal())
-      band = band->meet({-KeepBand::kOpen, 0});
-    if (std::optional<uint64_t> window = attention.getWindow())
-      band = band->meet({1 - int64_t(*window), KeepBand::kOpen});
-    // Causal (top-left aligned: no key after the query), and at least the
-    // query itself.
-    if (band->hi != 0 || band->lo > 0)
-      return failure();
-    // Query i sees at most i + 1 <= seq keys: a wider window is none.
-    std::optional<int64_t> window;
-    if (1 - band->lo < std::min(seq, kvSeq))
-      window = 1 - band->lo;
-    rewriter.modifyOpInPlace(attention, [&] {
-      attention.getMaskMutable().clear();
-      attention.setCausal(true);
-      if (window)
-        attention.setWindow(uint64_t(*window));
-      else
-        attention.removeWindowAttr();
-    });
-    return success();
-  }
-};
-
 /// A mask taken apart into the band of keys it keeps and what else it masks:
 /// `rest` are masks (each read as its reading) that all keep where the mask
 /// keeps, beside the band.
@@ -1500,10 +1394,16 @@ struct BandSplit {
   KeepBand band;
   bool hasBand = false;
   SmallVector<std::pair<Value, MaskReading>, 2> rest;
+  /// A fill the mask was clamped at (transformers clamp a sum of biases at
+  /// finfo.min), which an additive rest keeps: a row that masks every key
+  /// stays finite, as the model's.
+  Value floor;
   void add(const BandSplit &other) {
     band = band.meet(other.band);
     hasBand |= other.hasBand;
     rest.append(other.rest.begin(), other.rest.end());
+    if (!floor)
+      floor = other.floor;
   }
 };
 
@@ -1515,8 +1415,8 @@ struct BandSplit {
 /// band is a rest, whole.
 BandSplit splitBand(Value value, MaskReading reading, int depth = 8) {
   if (std::optional<KeepBand> band = keepBand(value, reading))
-    return {*band, true, {}};
-  BandSplit opaque{KeepBand{}, false, {{value, reading}}};
+    return {*band, true, {}, Value()};
+  BandSplit opaque{KeepBand{}, false, {{value, reading}}, Value()};
   Operation *op = value.getDefiningOp();
   if (!op || depth == 0)
     return opaque;
@@ -1551,21 +1451,26 @@ BandSplit splitBand(Value value, MaskReading reading, int depth = 8) {
     if (auto add = dyn_cast<AddOp>(op))
       return both(add.getLhs(), reading, add.getRhs(), reading);
     if (auto clamp = dyn_cast<MaximumOp>(op)) {
-      if (isMaskFill(clamp.getRhs()))
-        return splitBand(clamp.getLhs(), reading, depth - 1);
-      if (isMaskFill(clamp.getLhs()))
-        return splitBand(clamp.getRhs(), reading, depth - 1);
+      for (auto [inner, bound] : {std::pair{clamp.getLhs(), clamp.getRhs()},
+                                  std::pair{clamp.getRhs(), clamp.getLhs()}})
+        if (isMaskFill(bound)) {
+          BandSplit split = splitBand(inner, reading, depth - 1);
+          split.floor = bound;
+          return split;
+        }
     }
   }
   return opaque;
 }
 
-/// Attention whose mask combines a band of keys with one other mask (a
-/// sliding window filled over a causal-and-padding mask, as Gemma 2's local
-/// layers have it) becomes causal attention with that window and the other
-/// mask alone, where the band is causal: nothing of [seq, kv_seq] is
-/// stored, the ring passes the padding's columns, the cost model counts the
-/// window's pairs.
+/// Attention whose mask keeps a causal band of keys -- a causal mask or a
+/// sliding window, constant or computed from triangles at run time -- alone
+/// or with one other mask (HF's causal + padding, Mistral's window and
+/// padding, a window filled over a causal-and-padding mask as Gemma 2's
+/// local layers have it) becomes causal attention with that window and the
+/// other mask alone, or none: nothing of [seq, kv_seq] is stored, the ring
+/// passes only the other mask's columns, and the cost model counts the
+/// visible pairs (a causal half, or the window's).
 struct FactorMaskBand : OpRewritePattern<AttentionOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(AttentionOp attention,
@@ -1585,7 +1490,7 @@ struct FactorMaskBand : OpRewritePattern<AttentionOp> {
       return failure();
     BandSplit split = splitBand(mask, boolean ? MaskReading::KeepTrue
                                               : MaskReading::Additive);
-    if (!split.hasBand || split.rest.size() != 1)
+    if (!split.hasBand || split.rest.size() > 1)
       return failure();
     KeepBand band = split.band;
     if (attention.getCausal())
@@ -1594,6 +1499,25 @@ struct FactorMaskBand : OpRewritePattern<AttentionOp> {
       band = band.meet({1 - int64_t(*window), KeepBand::kOpen});
     if (band.hi != 0 || band.lo > 0)
       return failure();
+    std::optional<int64_t> window;
+    if (band.lo > -KeepBand::kOpen && 1 - band.lo < std::min(seq, kvSeq))
+      window = 1 - band.lo;
+    auto becomeCausal = [&](Value newMask) {
+      rewriter.modifyOpInPlace(attention, [&] {
+        if (newMask)
+          attention.getMaskMutable().assign(newMask);
+        else
+          attention.getMaskMutable().clear();
+        attention.setCausal(true);
+        if (window)
+          attention.setWindow(uint64_t(*window));
+        else
+          attention.removeWindowAttr();
+      });
+      return success();
+    };
+    if (split.rest.empty())
+      return becomeCausal(Value());
     // The rest, read as the attention reads its mask.
     auto [rest, restReading] = split.rest.front();
     auto restType = dyn_cast<RankedTensorType>(rest.getType());
@@ -1609,6 +1533,8 @@ struct FactorMaskBand : OpRewritePattern<AttentionOp> {
     rewriter.setInsertionPoint(attention);
     Location loc = attention.getLoc();
     Value newMask = rest;
+    if (split.floor && restReading == MaskReading::Additive)
+      newMask = MaximumOp::create(rewriter, loc, rest, split.floor);
     auto scalar = [&](Type element, Attribute value) -> Value {
       return ConstantOp::create(
           rewriter, loc,
@@ -1640,18 +1566,7 @@ struct FactorMaskBand : OpRewritePattern<AttentionOp> {
             scalar(rewriter.getI1Type(), rewriter.getBoolAttr(false)));
       newMask = WhereOp::create(rewriter, loc, keep, zero, fill);
     }
-    std::optional<int64_t> window;
-    if (band.lo > -KeepBand::kOpen && 1 - band.lo < std::min(seq, kvSeq))
-      window = 1 - band.lo;
-    rewriter.modifyOpInPlace(attention, [&] {
-      attention.getMaskMutable().assign(newMask);
-      attention.setCausal(true);
-      if (window)
-        attention.setWindow(uint64_t(*window));
-      else
-        attention.removeWindowAttr();
-    });
-    return success();
+    return becomeCausal(newMask);
   }
 };
 
@@ -1733,8 +1648,7 @@ struct WeftRaise : public weft::impl::WeftRaiseBase<WeftRaise> {
     Explanations explanations;
     patterns.add<RaiseGeluErf, RaiseGeluTanh, RaiseSilu, RaiseLayerNorm,
                  RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseGroupedQuery,
-                 FactorCausalMask, RaiseMaskBand, FactorMaskBand>(
-        &getContext());
+                 FactorMaskBand>(&getContext());
     patterns.add<RaiseAttention>(&getContext(),
                                  explain ? &explanations : nullptr);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
