@@ -219,6 +219,7 @@ bool CostModel::measure(const ProgramShape &shape, int64_t microBatch,
   // stands for. Only counts differ between them (an attention's pairs).
   ArrayRef<double> weights = programs->layerVariants();
   if (built && weights.size() > 1) {
+    profile.variantCounts.assign(1, profile.counts);
     for (double &count : profile.counts)
       count *= weights[0];
     for (size_t v = 1; v < weights.size() && built; ++v) {
@@ -238,6 +239,7 @@ bool CostModel::measure(const ProgramShape &shape, int64_t microBatch,
       }
       for (size_t j = 0; j < profile.counts.size(); ++j)
         profile.counts[j] += weights[v] * kind.counts[j];
+      profile.variantCounts.push_back(std::move(kind.counts));
     }
   }
   stats.programSeconds +=
@@ -353,7 +355,7 @@ bool CostModel::familyProfile(const plan::Plan &plan, ProfileTerms &terms) {
 
 void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
                             double scale, int64_t ring, Blocks &result,
-                            bool &byDp) {
+                            bool &byDp, int variant) {
   const int64_t dp = std::max(1, plan.dp());
   // Each count is the weighted sum of the measured programs' counts.
   auto sum = [&](auto field) {
@@ -366,7 +368,9 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   std::vector<double> &counts = scratchCounts;
   counts.assign(first.counts.size(), 0.0);
   for (auto &[profile, weight] : terms) {
-    const double *from = profile->counts.data();
+    const double *from = variant < 0
+                             ? profile->counts.data()
+                             : profile->variantCounts[size_t(variant)].data();
     for (size_t j = 0, e = counts.size(); j < e; ++j)
       counts[j] += weight * from[j];
   }
@@ -594,6 +598,18 @@ const CostModel::Blocks &CostModel::blocks(const plan::Plan &plan) {
       block->forward = infinity;
   } else {
     costProfile(plan, terms, 1.0, plan.cp(), result, byDp);
+    // Layers of several kinds: each kind's layer too, for the stages
+    // that hold them (the embedding and the head are the same in each).
+    const size_t kinds = terms.front().first->variantCounts.size();
+    if (kinds > 1 && llvm::all_of(terms, [&](const auto &term) {
+          return term.first->variantCounts.size() == kinds;
+        }))
+      for (size_t k = 0; k < kinds; ++k) {
+        Blocks kind;
+        bool unused = false;
+        costProfile(plan, terms, 1.0, plan.cp(), kind, unused, int(k));
+        result.layerKinds.push_back(kind.layer);
+      }
   }
   if (byDp && !std::get<5>(key)) {
     dpDependent.insert(key);
@@ -820,6 +836,31 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
 // Stages, memory and time
 //===----------------------------------------------------------------------===//
 
+size_t CostModel::chunkKindCounts(const plan::Plan &plan, const Blocks &b,
+                                  std::vector<double> &counts) const {
+  const int v = virtualStages(plan);
+  const std::vector<int64_t> chunks =
+      chunkLayers(std::vector<int64_t>(plan.stage_layers().begin(),
+                                       plan.stage_layers().end()),
+                  v);
+  ArrayRef<uint32_t> sequence = programs->layerVariantSequence();
+  const size_t kinds = b.layerKinds.size();
+  int64_t total = 0;
+  for (int64_t n : chunks)
+    total += n;
+  if (kinds < 2 || int64_t(sequence.size()) != total) {
+    counts.assign(chunks.begin(), chunks.end());
+    return 1;
+  }
+  // The chunks take the layers in order, virtual stage by virtual stage.
+  counts.assign(chunks.size() * kinds, 0.0);
+  size_t layer = 0;
+  for (size_t vs = 0; vs < chunks.size(); ++vs)
+    for (int64_t i = 0; i < chunks[vs]; ++i)
+      counts[vs * kinds + std::min<size_t>(sequence[layer++], kinds - 1)] += 1;
+  return kinds;
+}
+
 std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   const int p = plan.pp(), v = virtualStages(plan);
   const int64_t layers = modelSpec.layers();
@@ -837,7 +878,24 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   // stage relative to a layer; cache on those ratios.
   int64_t firstExtra = std::llround(total(embed) / unit * 100);
   int64_t lastExtra = std::llround(total(head) / unit * 100);
-  auto key = std::make_tuple(p, v, int(layers), firstExtra, lastExtra);
+  // Layers of several kinds (local and global attention), one chunk per
+  // stage: each layer weighs its kind's work, in hundredths of the mean
+  // layer's, in the model's order of layers.
+  ArrayRef<uint32_t> sequence = programs->layerVariantSequence();
+  std::vector<int64_t> kindWeights;
+  if (v == 1 && costs.layerKinds.size() > 1 &&
+      int64_t(sequence.size()) == layers)
+    for (const BlockCost &kind : costs.layerKinds)
+      kindWeights.push_back(
+          std::max<int64_t>(1, std::llround(total(kind) / unit * 100)));
+  auto weightOf = [&](int64_t i) -> int64_t {
+    return kindWeights.empty()
+               ? 100
+               : kindWeights[std::min<size_t>(sequence[size_t(i)],
+                                              kindWeights.size() - 1)];
+  };
+  auto key =
+      std::make_tuple(p, v, int(layers), firstExtra, lastExtra, kindWeights);
   auto found = stageCache.find(key);
   if (found != stageCache.end())
     return found->second;
@@ -856,7 +914,7 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
       int64_t remainingLayers = layers - i;
       int64_t remainingStages = p - closed - 1;
       bool last = i == layers - 1;
-      int64_t add = 100 + (last ? lastExtra : 0);
+      int64_t add = weightOf(i) + (last ? lastExtra : 0);
       // Close the stage when the next layer does not fit, or when the
       // stages left need one layer each.
       if (count > 0 && (current + add > limit ||
@@ -876,7 +934,9 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
       out->push_back(count);
     return closed + 1 == p;
   };
-  int64_t low = 0, high = firstExtra + lastExtra + 100 * layers;
+  int64_t low = 0, high = firstExtra + lastExtra;
+  for (int64_t i = 0; i < layers; ++i)
+    high += weightOf(i);
   while (low < high) {
     int64_t mid = low + (high - low) / 2;
     if (pack(mid, nullptr))
@@ -988,33 +1048,48 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
   times.shardComm.assign(p * v, 0);
   times.shardExposed.assign(p * v, 0);
   times.shardBytes.assign(p * v, 0);
-  double tpForward = exposedTensorParallelComm(plan, layer, 1);
-  double tpBackward = exposedTensorParallelComm(plan, layer, 2);
-  double layerForward = layer.forward + tpForward + layer.seqComm +
-                        exposedWeightGather(layer, false);
-  double recompute = recomputeTime(plan, layer, layerForward);
-  const double layerRegather =
-      exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL);
-  double layerBackward =
-      layer.backwardInput + tpBackward + layer.seqCommBackward + recompute +
-      (zb ? 0 : layer.backwardWeight) + exposedWeightGather(layer, true) +
-      (zb ? 0 : layerRegather);
-  double layerWeight = zb ? layer.backwardWeight + layerRegather : 0;
+  // A layer's forward, backward and (ZB-H1) weight-gradient step, for each
+  // kind of layer a chunk holds (local and global attention), or the one.
+  struct LayerSteps {
+    double forward, backward, weight;
+  };
+  auto stepsOf = [&](const BlockCost &kind) {
+    double layerForward = kind.forward +
+                          exposedTensorParallelComm(plan, kind, 1) +
+                          kind.seqComm + exposedWeightGather(kind, false);
+    double recompute = recomputeTime(plan, kind, layerForward);
+    const double regather =
+        exposedRegather(plan, kind, plan.recompute() == plan::RECOMPUTE_FULL);
+    double backward =
+        kind.backwardInput + exposedTensorParallelComm(plan, kind, 2) +
+        kind.seqCommBackward + recompute + (zb ? 0 : kind.backwardWeight) +
+        exposedWeightGather(kind, true) + (zb ? 0 : regather);
+    return LayerSteps{layerForward, backward,
+                      zb ? kind.backwardWeight + regather : 0};
+  };
+  std::vector<double> &kindCounts = scratchKindCounts;
+  const size_t kinds = chunkKindCounts(plan, costs, kindCounts);
+  SmallVector<LayerSteps, 4> kindSteps;
+  if (kinds > 1)
+    for (const BlockCost &kind : costs.layerKinds)
+      kindSteps.push_back(stepsOf(kind));
+  else
+    kindSteps.push_back(stepsOf(layer));
   const double shard = dataParallelShard(plan);
   const int64_t shardStride = int64_t(plan.tp()) * tensor3dSize(plan);
-  const std::vector<int64_t> chunks =
-      chunkLayers(std::vector<int64_t>(plan.stage_layers().begin(),
-                                       plan.stage_layers().end()),
-                  v);
   for (int c = 0; c < v; ++c)
     for (int s = 0; s < p; ++s) {
       if (onlyRank >= 0 && s != onlyRank)
         continue;
       int vs = c * p + s;
-      double layers = double(chunks[vs]);
-      double f = layers * layerForward;
-      double b = layers * layerBackward;
-      double w = layers * layerWeight;
+      double layers = 0, f = 0, b = 0, w = 0;
+      for (size_t k = 0; k < kinds; ++k) {
+        const double n = kindCounts[vs * kinds + k];
+        layers += n;
+        f += n * kindSteps[k].forward;
+        b += n * kindSteps[k].backward;
+        w += n * kindSteps[k].weight;
+      }
       if (vs == 0) {
         f += embed.forward + embed.tpComm + exposedWeightGather(embed, false);
         // Under ZB-H1 the first stage's W step runs the embedding's whole
@@ -1334,8 +1409,24 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
   const int p = plan.pp(), v = virtualStages(plan), m = plan.num_micro_batches();
   const Blocks &b = blocks(plan);
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
-  const auto [layerF, layerB, layerW, embedWork, headWork] =
-      workTerms(plan, b.layer, b.embedding, b.head);
+  const WorkTerms mean = workTerms(plan, b.layer, b.embedding, b.head);
+  const double embedWork = mean.embedWork, headWork = mean.headWork;
+  // Per kind of layer (local and global attention), each chunk's count.
+  std::vector<double> &counts = scratchKindCounts;
+  const size_t kinds = chunkKindCounts(plan, b, counts);
+  SmallVector<WorkTerms, 4> kind;
+  if (kinds > 1)
+    for (const BlockCost &layer : b.layerKinds)
+      kind.push_back(workTerms(plan, layer, b.embedding, b.head));
+  else
+    kind.push_back(mean);
+  // Chunk vs's forward, backward and weight-gradient work.
+  auto chunkWork = [&](int vs, double WorkTerms::*field) {
+    double work = 0;
+    for (size_t k = 0; k < kinds; ++k)
+      work += counts[size_t(vs) * kinds + k] * (kind[k].*field);
+    return work;
+  };
   // Stage s starts after the first forward has passed the stages before
   // it (fill) and ends no sooner than its own work. The step then waits
   // for the last backward to pass those stages again (drain). Under ZB-H1
@@ -1343,21 +1434,28 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
   // fill the drain, so only forward and backward precede it.
   double bound = 0, fill = 0, drain = 0;
   for (int s = 0; s < p; ++s) {
-    double layers = plan.stage_layers(s);
-    double work = layers * (layerF + layerB + layerW);
+    double forward = 0, backward = 0, weight = 0;
+    for (int c = 0; c < v; ++c) {
+      forward += chunkWork(c * p + s, &WorkTerms::layerF);
+      backward += chunkWork(c * p + s, &WorkTerms::layerB);
+      weight += chunkWork(c * p + s, &WorkTerms::layerW);
+    }
+    double work = forward + backward + weight;
     if (s == 0)
       work += embedWork;
     if (s == p - 1)
       work += headWork;
     double stage = m * work;
     if (zb)
-      stage = std::max(stage, m * layers * (layerF + layerB) + drain);
+      stage = std::max(stage, m * (forward + backward) + drain);
     else
       stage += drain;
     bound = std::max(bound, fill + stage);
-    double chunk = double(chunkLayerCount(plan.stage_layers(s), v, s, p, 0));
-    fill += chunk * layerF + (s == 0 ? b.embedding.forward : 0);
-    drain += chunk * (layerB + (zb ? 0 : layerW));
+    // The first chunk of stage s is virtual stage s.
+    fill +=
+        chunkWork(s, &WorkTerms::layerF) + (s == 0 ? b.embedding.forward : 0);
+    drain += chunkWork(s, &WorkTerms::layerB) +
+             (zb ? 0 : chunkWork(s, &WorkTerms::layerW));
   }
   return bound;
 }
@@ -1425,8 +1523,11 @@ double CostModel::relativeWorkBound(const plan::Plan &plan) {
   const int64_t layers = modelSpec.layers(), p = plan.pp();
   double total = layers * layer + work(b->embedding) + work(b->head);
   // The slowest stage does at least the average, and holds at least
-  // ceil(layers / pp) layers.
-  double slowest = std::max(total / p, double((layers + p - 1) / p) * layer);
+  // ceil(layers / pp) layers (of the mean layer's work where the layers
+  // attend alike: of layers of several kinds, those could be the cheaper).
+  const bool alike = programs->layerVariantSequence().empty();
+  double slowest =
+      std::max(total / p, alike ? double((layers + p - 1) / p) * layer : 0.0);
   return plan.num_micro_batches() * slowest * (1 - 1e-12);
 }
 
@@ -1609,7 +1710,6 @@ void CostModel::evaluate(plan::Plan &plan,
   }
 
   // Breakdown on the busiest stage.
-  const BlockCost &layer = layerCost(plan);
   int busiest = 0;
   double busiestWork = -1;
   for (int s = 0; s < p; ++s) {
@@ -1634,41 +1734,53 @@ void CostModel::evaluate(plan::Plan &plan,
     shardBytes = std::max(shardBytes, stage);
   }
   plan.set_shard_comm_bytes(int64_t(std::llround(shardBytes)));
-  double layers = plan.stage_layers(busiest);
-  double recompute =
-      recomputeTime(plan, layer,
-                    layer.forward + layer.tpComm + layer.seqComm +
-                        exposedWeightGather(layer, false));
+  // The busiest stage's layers, by kind (local and global attention).
+  const Blocks &costs = blocks(plan);
+  std::vector<double> &kindCounts = scratchKindCounts;
+  const size_t kinds = chunkKindCounts(plan, costs, kindCounts);
+  const double forwards = plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1;
+  const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
+  double tpExposed = 0, cpExposed = 0, cpTotal = 0, tpTotal = 0, recomputed = 0;
+  for (size_t k = 0; k < kinds; ++k) {
+    const BlockCost &layer = kinds > 1 ? costs.layerKinds[k] : costs.layer;
+    double layers = 0;
+    for (int c = 0; c < v; ++c)
+      layers += kindCounts[size_t(c * p + busiest) * kinds + k];
+    tpExposed +=
+        layers * ((exposedTensorParallelComm(plan, layer, 1) +
+                   exposedWeightGather(layer, false)) *
+                      forwards +
+                  exposedTensorParallelComm(plan, layer, 2) +
+                  exposedWeightGather(layer, true) +
+                  exposedRegather(plan, layer,
+                                  plan.recompute() == plan::RECOMPUTE_FULL));
+    cpExposed += layers * (layer.seqComm * forwards + layer.seqCommBackward);
+    cpTotal +=
+        layers * (layer.seqCommTotal * forwards + layer.seqCommBackwardTotal);
+    // Tensor parallelism's whole: the forward's collectives (again when
+    // recomputed) and their transposes, weight gathers, and the regathers a
+    // recomputed forward does not make unnecessary.
+    const double regathers =
+        (plan.recompute() == plan::RECOMPUTE_FULL && !zb ? 0 : layer.regather) +
+        (zb ? layer.gradientRegather : 0);
+    tpTotal += layers * ((layer.tpComm + layer.weightGather) * (forwards + 1) +
+                         regathers);
+    recomputed +=
+        layers *
+        (plan.recompute() == plan::RECOMPUTE_FULL
+             ? layer.forward
+             : recomputeTime(plan, layer,
+                             layer.forward + layer.tpComm + layer.seqComm +
+                                 exposedWeightGather(layer, false)));
+  }
+  const BlockCost &layer = layerCost(plan);
   plan::TimeBreakdown *time = plan.mutable_time();
   time->set_step_s(step);
-  time->set_tp_comm_s(
-      m * layers *
-      ((exposedTensorParallelComm(plan, layer, 1) +
-        exposedWeightGather(layer, false)) *
-           (plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1) +
-       exposedTensorParallelComm(plan, layer, 2) +
-       exposedWeightGather(layer, true) +
-       exposedRegather(plan, layer, plan.recompute() == plan::RECOMPUTE_FULL)));
-  const double forwards = plan.recompute() == plan::RECOMPUTE_FULL ? 2 : 1;
-  time->set_cp_comm_s(m * layers *
-                      (layer.seqComm * forwards + layer.seqCommBackward));
-  time->set_cp_comm_total_s(
-      m * layers *
-      (layer.seqCommTotal * forwards + layer.seqCommBackwardTotal));
-  // Tensor parallelism's whole: the forward's collectives (again when
-  // recomputed) and their transposes, weight gathers, and the regathers a
-  // recomputed forward does not make unnecessary.
-  const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
-  const double regathers =
-      (plan.recompute() == plan::RECOMPUTE_FULL && !zb ? 0 : layer.regather) +
-      (zb ? layer.gradientRegather : 0);
-  time->set_tp_comm_total_s(
-      m * layers *
-      ((layer.tpComm + layer.weightGather) * (forwards + 1) + regathers));
-  time->set_recompute_s(m * layers *
-                        (plan.recompute() == plan::RECOMPUTE_FULL
-                             ? layer.forward
-                             : recompute));
+  time->set_tp_comm_s(m * tpExposed);
+  time->set_cp_comm_s(m * cpExposed);
+  time->set_cp_comm_total_s(m * cpTotal);
+  time->set_tp_comm_total_s(m * tpTotal);
+  time->set_recompute_s(m * recomputed);
   time->set_pp_comm_s(p > 1 ? 2.0 * m * v * times.p2p : 0);
   double work = m * busiestWork;
   time->set_compute_s(std::max(0.0, work - time->tp_comm_s() -

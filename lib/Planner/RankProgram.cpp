@@ -159,6 +159,7 @@ OwningOpRef<ModuleOp> RankProgramBuilder::model(int64_t batch, size_t variant,
           it = variantWindows.end() - 1;
         }
         variantWeights[size_t(it - variantWindows.begin())] += 1.0;
+        layerVariant.push_back(uint32_t(it - variantWindows.begin()));
       }
       if (variantWeights.empty()) {
         variantWindows.emplace_back();

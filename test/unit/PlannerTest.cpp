@@ -697,6 +697,73 @@ TEST(PlannerSearch, BoundsNeverExceedTheCostedStep) {
   EXPECT_GT(checked, 160);
 }
 
+// Layers of two kinds (Gemma 3's five local layers of 1024 keys to one
+// global layer, at 32K tokens): each pipeline stage is costed for the
+// layers it holds, and the search's bounds (the average, the stages' work,
+// the step's, and a ring's from a shorter one) stay at or below the costed
+// step on stages that hold unequal shares of global layers.
+TEST(PlannerSearch, BoundsHoldForLayersOfTwoKinds) {
+  plan::Cluster cluster = *parseClusterShorthand("h100:8x8");
+  plan::TrainingConfig training = megatron2022(64);
+  training.set_seq_len(32768);
+  training.set_flash_attention(true);
+  plan::ModelSpec spec = *lookupPreset("llama2-7b");
+  spec.set_layers(26);
+  spec.set_mixed_sliding_window(1024);
+  spec.set_global_every(6);
+  spec.set_windowed_layers(26 - 26 / 6);
+  CostModel model(spec, cluster, training);
+  int checked = 0, uneven = 0;
+  for (int pp : {1, 2, 4, 5})
+    for (int cp : {1, 2, 4})
+      for (auto [schedule, v] : std::vector<std::pair<plan::Schedule, int>>{
+               {plan::SCHEDULE_1F1B, 1},
+               {plan::SCHEDULE_ZB_H1, 1},
+               {plan::SCHEDULE_INTERLEAVED, 2}}) {
+        if (pp == 1 && schedule != plan::SCHEDULE_1F1B)
+          continue;
+        plan::Plan p = tpPpPlan(8 / cp, pp, /*mbs=*/1, /*numMicroBatches=*/0);
+        p.set_cp(cp);
+        p.set_num_micro_batches(64);
+        p.set_schedule(schedule);
+        p.set_virtual_stages(v);
+        if (!model.checkPlan(p).empty())
+          continue;
+        const double relative = cp > 2 ? model.relativeWorkBound(p) : 0;
+        for (int32_t n : model.balanceStages(p))
+          p.add_stage_layers(n);
+        const double average = model.averageWorkBound(p);
+        const double work = model.workLowerBound(p);
+        const double step = model.stepLowerBound(p);
+        plan::Plan costed = p;
+        model.evaluate(costed);
+        std::string what = describePlan(costed);
+        EXPECT_LE(average, work * (1 + 1e-9)) << what;
+        EXPECT_LE(work, step * (1 + 1e-9)) << what;
+        EXPECT_LE(step, costed.time().step_s() * (1 + 1e-9)) << what;
+        EXPECT_LE(relative, work * (1 + 1e-9)) << what;
+        // Stages of as many layers hold unequal shares of the global ones.
+        for (int s = 1; s < pp; ++s)
+          uneven += costed.stage_layers(s) != costed.stage_layers(0);
+        ++checked;
+      }
+  EXPECT_GE(checked, 20);
+  EXPECT_GT(uneven, 0);
+  // The global layers cost more than the local ones they replace.
+  plan::ModelSpec local = spec;
+  local.clear_mixed_sliding_window();
+  local.clear_global_every();
+  local.set_sliding_window(1024);
+  CostModel localModel(local, cluster, training);
+  plan::Plan p = tpPpPlan(8, 1, /*mbs=*/1, /*numMicroBatches=*/64);
+  p.add_stage_layers(26);
+  plan::Plan mixed = p;
+  model.evaluate(mixed);
+  localModel.evaluate(p);
+  EXPECT_GT(mixed.time().step_s(), 1.05 * p.time().step_s());
+  EXPECT_TRUE(std::isfinite(mixed.time().step_s()));
+}
+
 // The plans the search returns do not depend on how many it keeps: its
 // first plan is the fastest whether it keeps one or twelve.
 TEST(PlannerSearch, TheFastestDoesNotDependOnTop) {

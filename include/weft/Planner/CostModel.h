@@ -256,6 +256,10 @@ public:
 private:
   struct Blocks {
     BlockCost layer, embedding, head;
+    /// For a model whose layers differ (local and global attention): each
+    /// variant's layer (RankProgramBuilder::layerVariants), of which
+    /// `layer` is the weighted mean. Empty for a model of one kind.
+    std::vector<BlockCost> layerKinds;
     std::string error;
   };
   const Blocks &blocks(const plan::Plan &plan);
@@ -279,9 +283,12 @@ private:
   /// that grows with the tokens times `scale` (1: the program itself), as
   /// `plan` runs it; sets byDp when it communicates over dp. A `ring`
   /// other than plan.cp() bounds the exposed sends of a ring that long
-  /// instead (relativeBlocks).
+  /// instead (relativeBlocks). A `variant` >= 0 costs the counts of the
+  /// programs that keep a layer of that variant (their variantCounts)
+  /// instead of the weighted mean.
   void costProfile(const plan::Plan &plan, const ProfileTerms &terms,
-                   double scale, int64_t ring, Blocks &result, bool &byDp);
+                   double scale, int64_t ring, Blocks &result, bool &byDp,
+                   int variant = -1);
   /// relativeWorkBound's blocks for context-parallel `plan`: a measured
   /// relative with a shorter ring, costed at the plan's share of the
   /// tokens; null when none is measured (or its program depends on dp).
@@ -362,6 +369,8 @@ private:
   bool exactPrograms = false;
   Statistics stats;
   std::vector<double> scratchCounts;
+  /// stageTimes' and workLowerBound's chunkKindCounts.
+  std::vector<double> scratchKindCounts;
   /// (micro-batch, tp, ulysses, cp, sp, dp, compression policy): dp is 0
   /// for the programs
   /// that have no collective over dp in forward (their costs do not
@@ -383,7 +392,14 @@ private:
   BlockKey lastKey;
   bool lastDpDependent = false;
   const Blocks *lastBlocks = nullptr;
-  std::map<std::tuple<int, int, int, int64_t, int64_t>, std::vector<int32_t>>
+  /// The layers of each kind in each of the plan's pp x v model chunks (in
+  /// its stage_layers, as weft::chunkLayers lays them out), at
+  /// counts[vs * kinds + k], kinds as `b.layerKinds` (one kind, the mean
+  /// layer, when it is empty); returns the number of kinds.
+  size_t chunkKindCounts(const plan::Plan &plan, const Blocks &b,
+                         std::vector<double> &counts) const;
+  std::map<std::tuple<int, int, int, int64_t, int64_t, std::vector<int64_t>>,
+           std::vector<int32_t>>
       stageCache;
 };
 

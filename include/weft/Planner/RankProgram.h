@@ -95,6 +95,12 @@ public:
   /// whose layers attend alike. Known once a program is built (empty
   /// before).
   llvm::ArrayRef<double> layerVariants() const { return variantWeights; }
+  /// Each repeated layer's variant, in program order (the order pipeline
+  /// stages take them): empty for a model whose layers attend alike.
+  llvm::ArrayRef<uint32_t> layerVariantSequence() const {
+    return variantWeights.size() > 1 ? llvm::ArrayRef<uint32_t>(layerVariant)
+                                     : llvm::ArrayRef<uint32_t>();
+  }
   /// Whether the model has programs at `microBatch` (a static-batch model
   /// only at divisors of its batch); if not, why in `error`.
   bool hasMicroBatch(int64_t microBatch, std::string &error) const;
@@ -126,6 +132,7 @@ private:
   /// that have them.
   std::vector<llvm::SmallVector<std::optional<uint64_t>>> variantWindows;
   std::vector<double> variantWeights;
+  std::vector<uint32_t> layerVariant;
 };
 
 /// Counts the bytes one rank sends in a training step built by
@@ -316,6 +323,11 @@ struct ProgramProfile {
   /// ops[i]'s counts at counts[i * kCountFields + field]: a weighted sum of
   /// profiles is a sum of these arrays.
   std::vector<double> counts;
+  /// For a model whose layers differ (RankProgramBuilder::layerVariants):
+  /// each variant's counts, of the program that keeps a layer of that
+  /// variant (the ops are the same; `counts` is their weighted sum). Empty
+  /// otherwise.
+  std::vector<std::vector<double>> variantCounts;
 };
 
 /// Reads `rankProgram` (from RankProgramBuilder) through the op interfaces.
