@@ -673,6 +673,38 @@ def WeftSplitBackward : Pass<"weft-split-backward", "::mlir::ModuleOp"> {
   }];
 }
 
+def WeftExtractEvaluation : Pass<"weft-extract-evaluation", "::mlir::ModuleOp"> {
+  let summary = "Adds a training step's evaluation step: the same forward, to its loss alone, as in eval mode.";
+  let description = [{
+    What Megatron-LM's `--eval-interval` and nanoGPT's `estimate_loss` run on held-out
+    data: the loss of the model with the weights of the moment, without the backward.
+    The pass clones the module's training step (its first defined function that is not
+    an optimizer step or an evaluation step) as `<step>_evaluation`, marked
+    `weft.evaluation_step`, which returns the step's first result (the loss) alone.
+    Dropout becomes the identity (PyTorch's eval mode). Every op that the loss does not
+    read, directly or through the values it reads, is erased: the backward, the
+    gradients and their collectives. Every rank runs the same program, so each rank
+    drops the same collectives. The arguments stay the step's (the token ids, the
+    labels and the other feeds, and the loss scale), so a runner fills them as it fills
+    the step's. The parameters are read as the step reads them, in the blocks that a
+    rank holds, so the evaluation step runs under the plan on the rank's own blocks.
+
+    Applies to a step that is one function (no pipeline stages), whose first result is
+    a scalar float loss; it is an error otherwise. A module that already has an
+    evaluation step is left alone.
+
+    ```mlir
+    // Before: the step returns the loss and the gradients.
+    func.func @main(%ids: tensor<2x8xi64>, %labels: tensor<2x8xi64>)
+        -> (tensor<f32>, tensor<64x32xf32>) { ... }
+    // After, added next to it:
+    func.func @main_evaluation(%ids: tensor<2x8xi64>, %labels: tensor<2x8xi64>)
+        -> tensor<f32> attributes {weft.evaluation_step} { ... }
+    ```
+  }];
+  let dependentDialects = ["::weft::WeftDialect"];
+}
+
 def WeftKeepAttentionStatistics : Pass<"weft-keep-attention-statistics", "::mlir::ModuleOp"> {
   let summary = "Keeps each attention's log-sum-exp for its gradient, which then recomputes no softmax statistics.";
   let description = [{

@@ -219,6 +219,12 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
              << ", which is not a function of the module";
     return success();
   }
+  if (attr.getName() == getEvaluationStepAttrName()) {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << getEvaluationStepAttrName()
+                             << "' is a unit attribute on a function";
+    return success();
+  }
   if (attr.getName() == getReduceEveryMicroBatchAttrName()) {
     if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op) ||
         !op->hasAttr(getGradientReductionAttrName()))

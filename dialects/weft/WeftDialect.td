@@ -209,6 +209,12 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getFeedsAttrName() {
       return ::llvm::StringLiteral("weft.feeds");
     }
+    /// From -weft-extract-evaluation. On a function (unit): a training
+    /// step's evaluation step, the forward to its loss with the step's
+    /// arguments, run on held-out data with the weights of the moment.
+    static constexpr ::llvm::StringLiteral getEvaluationStepAttrName() {
+      return ::llvm::StringLiteral("weft.evaluation_step");
+    }
     /// From -weft-build-optimizer. On a function: the update rule it
     /// applies ("adamw" or "sgd"); it is a training run's optimizer step.
     static constexpr ::llvm::StringLiteral getOptimizerAttrName() {

@@ -683,6 +683,8 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
   if (failed(emitter.emitFunction(f.step, "trainingStep", &f.held)) ||
       (f.reduce && failed(emitter.emitFunction(f.reduce, "reduceGradients"))) ||
       failed(emitter.emitFunction(f.optimizer, "optimizerStep")) ||
+      (f.evaluate &&
+       failed(emitter.emitFunction(f.evaluate, "evaluationStep", &f.held))) ||
       failed(checkHeldRead(f)))
     return failure();
   std::string program;
@@ -694,6 +696,8 @@ LogicalResult weft::emitCpuTrainingProgram(ModuleOp module, StringRef outDir,
       << "//   program [--steps N] [--grad-accum N] [--lr X] [--min-lr X] "
          "[--warmup N]\n"
       << "//           [--log FILE] [--collective-timeout S]\n"
+      << "//           [--eval-data FILE | --eval-split F] [--eval-every N] "
+         "[--eval-iters K]\n"
       << "//           WEIGHTS_DIR OUTPUT_DIR TOKENS\n"
       << "// alone (ranks as threads) or under mpirun (one process per "
          "rank).\n"

@@ -67,9 +67,12 @@ codegen::readTrainingFunctions(ModuleOp module, StringRef externalDir) {
   for (auto func : module.getOps<func::FuncOp>())
     if (func->hasAttr(WeftDialect::getOptimizerAttrName()))
       f.optimizer = func;
-  for (auto func : module.getOps<func::FuncOp>())
-    if (!f.step && func != f.optimizer && !func.isExternal())
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func->hasAttr(WeftDialect::getEvaluationStepAttrName()))
+      f.evaluate = func;
+    else if (!f.step && func != f.optimizer && !func.isExternal())
       f.step = func;
+  }
   if (!f.optimizer || !f.step)
     return module.emitError("weft compile --train needs a training step and "
                             "its optimizer step (-weft-differentiate, "
@@ -82,7 +85,10 @@ codegen::readTrainingFunctions(ModuleOp module, StringRef externalDir) {
   f.partial = reduction->partial;
   if (f.reduce == f.step)
     return f.step.emitError("the step names itself as its gradient reduction");
-  for (func::FuncOp func : {f.step, f.reduce, f.optimizer})
+  if (f.evaluate && f.evaluate.getArgumentTypes() != f.step.getArgumentTypes())
+    return f.evaluate.emitError("the evaluation step takes the training "
+                                "step's arguments");
+  for (func::FuncOp func : {f.step, f.reduce, f.optimizer, f.evaluate})
     if (func && (failed(checkProgramFunction(func)) ||
                  failed(checkWeights(func, externalDir))))
       return failure();
@@ -438,6 +444,8 @@ std::string codegen::trainingProgramLiteral(
       << "  p.step = " << function("trainingStep") << ";\n"
       << "  p.stepInputs = " << layoutsLiteral(step, false) << ";\n"
       << "  p.stepInputTypes = " << inputTypesLiteral(step) << ";\n";
+  if (f.evaluate)
+    out << "  p.evaluate = " << function("evaluationStep") << ";\n";
   if (reduce) {
     out << "  p.reduce = " << function("reduceGradients")
         << ";\n  p.partial = {";

@@ -40,6 +40,9 @@ struct HeldParameter {
 /// A training module's functions and its held parameters.
 struct TrainingFunctions {
   mlir::func::FuncOp step, reduce, optimizer;
+  /// The step's evaluation step (-weft-extract-evaluation), if any: the
+  /// forward to the loss, with the step's arguments.
+  mlir::func::FuncOp evaluate;
   /// The step's results that `reduce` takes as partial sums.
   std::vector<int> partial;
   llvm::StringMap<HeldParameter> held;

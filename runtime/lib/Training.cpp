@@ -693,6 +693,13 @@ struct TrainingRun {
   TokenStream tokens;
   /// The ranks are processes (mpirun, srun, torchrun), not threads.
   bool processes = false;
+  /// Held-out tokens (--eval-data, or --eval-split's share of TOKENS): their
+  /// loss after every `evalEvery` steps (0: after the last only), the mean
+  /// of the first `evalIters` windows'; `evalName` says what they are.
+  std::optional<TokenStream> evalTokens;
+  std::string evalPath, evalName;
+  double evalSplit = 0;
+  int64_t evalEvery = 0, evalIters = 1;
 };
 
 /// Parses the command line over the program's defaults; prints the error and
@@ -705,7 +712,7 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   run.steps = p.steps;
   run.gradAccum = p.gradAccum;
   run.schedule = p.schedule;
-  bool scheduleSteps = false;
+  bool scheduleSteps = false, evalOptions = false;
   auto usage = [&](const std::string &error) -> std::optional<TrainingRun> {
     if (!error.empty())
       std::cerr << "error: " << error << "\n";
@@ -713,8 +720,9 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
               << " [--steps N] [--grad-accum N] [--lr X] [--min-lr X] "
                  "[--warmup N] [--data-dtype u16|u32|i32|i64] [--log FILE] "
                  "[--save DIR] [--save-every N] [--resume DIR] "
-                 "[--collective-timeout SECONDS] WEIGHTS_DIR OUTPUT_DIR "
-                 "TOKENS\n";
+                 "[--collective-timeout SECONDS] [--eval-data FILE | "
+                 "--eval-split F] [--eval-every N] [--eval-iters K] "
+                 "WEIGHTS_DIR OUTPUT_DIR TOKENS\n";
     return std::nullopt;
   };
   std::vector<std::string> positional;
@@ -749,6 +757,10 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
       run.logPath = value;
       continue;
     }
+    if (name == "--eval-data") {
+      run.evalPath = value;
+      continue;
+    }
     if (name == "--save" || name == "--resume") {
       (name == "--save" ? run.saveDir : run.resumeDir) = value;
       continue;
@@ -761,6 +773,16 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
       ok = whole(run.gradAccum);
     } else if (name == "--save-every") {
       ok = whole(run.saveEvery);
+    } else if (name == "--eval-every") {
+      ok = ok && number >= 0 && number == std::floor(number);
+      run.evalEvery = int64_t(number);
+      evalOptions = true;
+    } else if (name == "--eval-iters") {
+      ok = whole(run.evalIters);
+      evalOptions = true;
+    } else if (name == "--eval-split") {
+      ok = ok && number > 0 && number < 1;
+      run.evalSplit = number;
     } else if (name == "--lr") {
       ok = ok && number > 0;
       run.schedule.peak = number;
@@ -780,6 +802,16 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   }
   if (positional.size() != 3)
     return usage("");
+  const bool evaluating = !run.evalPath.empty() || run.evalSplit > 0;
+  if (!run.evalPath.empty() && run.evalSplit > 0)
+    return usage("--eval-split holds out a share of TOKENS in place of "
+                 "--eval-data: give one of them");
+  if (evalOptions && !evaluating)
+    return usage("--eval-every and --eval-iters evaluate --eval-data or "
+                 "--eval-split: give one");
+  if (evaluating && !p.evaluate)
+    return usage("this program has no evaluation step (a pipeline's stages "
+                 "have none yet): evaluate with weft train --eval-data");
   if (p.pipeline) {
     // A pipeline step runs the program's m micro-batches.
     const int64_t m = std::max(1, p.pipeline->microBatches);
@@ -808,6 +840,32 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     return std::nullopt;
   }
   run.tokens = std::move(*tokens);
+  if (run.evalSplit > 0) {
+    std::tie(run.tokens, run.evalTokens) =
+        splitTokenStream(run.tokens, run.evalSplit);
+    char share[32];
+    std::snprintf(share, sizeof share, "%g", run.evalSplit * 100);
+    run.evalName = absl::StrCat("the last ", share, "% of ", run.tokensPath);
+  } else if (!run.evalPath.empty()) {
+    absl::StatusOr<TokenStream> held =
+        readTokenStream(run.evalPath, run.dataDtype);
+    if (!held.ok()) {
+      std::cerr << "error: " << held.status().message() << "\n";
+      return std::nullopt;
+    }
+    run.evalTokens = std::move(*held);
+    run.evalName = run.evalPath;
+  }
+  for (const TokenStream *stream :
+       {&run.tokens, run.evalTokens ? &*run.evalTokens : nullptr})
+    if (stream)
+      if (std::string why = tokenStreamShortfall(
+              *stream, stream == &run.tokens ? run.tokensPath : run.evalName,
+              p.batch, p.seq, p.feeds);
+          !why.empty()) {
+        std::cerr << "error: " << why << "\n";
+        return std::nullopt;
+      }
   *exitCode = 0;
   return run;
 }
@@ -1110,12 +1168,47 @@ runPipelineTrainingStep(RankContext &ctx, const TrainingProgram &p,
   return result;
 }
 
+/// Rank `ctx.rank`'s part of an evaluation: the evaluation step on the
+/// first --eval-iters windows of the held-out tokens, filled as the step's
+/// inputs are (the loss scale, unused, at 1), on the rank's parameter
+/// blocks. Returns the mean of their losses (the printing rank's is the
+/// loss; every rank must run it).
+double evaluateHeldOut(RankContext &ctx, const TrainingProgram &p,
+                       const TrainingRun &run,
+                       const std::vector<HostTensor> &params) {
+  double sum = 0;
+  for (int64_t w = 0; w < run.evalIters; ++w) {
+    std::vector<HostTensor> inputs = tokenWindows(
+        *run.evalTokens, p.batch, p.seq, w, 1, p.feeds, p.objective);
+    if (p.lossScale) {
+      HostTensor scale(DType::F32, {});
+      scale.floats[0] = 1.0f;
+      inputs.push_back(std::move(scale));
+    }
+    if (inputs.size() != p.stepInputs.size())
+      throw std::runtime_error(absl::StrCat("the evaluation step takes ",
+                                            p.stepInputs.size(),
+                                            " inputs, got ", inputs.size()));
+    std::vector<HostTensor> mine;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      mine.push_back(
+          scatterBlock(inputs[i], p.stepInputs[i], ctx.mesh, ctx.rank));
+    std::vector<HostTensor> out = p.evaluate(ctx, mine, params);
+    if (out.empty())
+      throw std::runtime_error("the evaluation step returned no loss");
+    sum += out[0].at(0);
+  }
+  return sum / double(run.evalIters);
+}
+
 /// One rank's training: its blocks of the parameters and the optimizer
 /// state, and the steps. Returns the final blocks of the parameters;
-/// `checkpointBytes` gets what the rank sent to write checkpoints.
+/// `sideBytes` gets what the rank sent that is not the training's: to write
+/// checkpoints and to evaluate (on the host communicator, then on the
+/// backend's, a GPU program's).
 std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
                                   const TrainingRun &run,
-                                  int64_t &checkpointBytes) {
+                                  std::pair<int64_t, int64_t> &sideBytes) {
   if (p.rankSetup && !ctx.backend)
     ctx.backend = p.rankSetup(ctx);
   // The parameters it holds (with a pipeline, its stages'): their blocks.
@@ -1152,7 +1245,8 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
       std::cout << "resumed from " << run.resumeDir << " at step " << start
                 << "\n";
   }
-  checkpointBytes = 0;
+  int64_t &checkpointBytes = sideBytes.first;
+  sideBytes = {0, 0};
   RankTrainingStep step;
   step.step = [&](RankContext &c, const std::vector<HostTensor> &inputs) {
     return p.step(c, inputs, params);
@@ -1176,7 +1270,8 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
       throw std::runtime_error("cannot write " + run.logPath);
     if (!jsonl && !append)
       log << "step,loss,lr,grad_norm,tokens,seconds"
-          << (scaling.scale ? ",loss_scale,skipped" : "") << "\n";
+          << (scaling.scale ? ",loss_scale,skipped" : "")
+          << (run.evalTokens ? ",val_loss" : "") << "\n";
   }
   const auto begin = std::chrono::steady_clock::now();
   int64_t tokensSeen = 0;
@@ -1260,6 +1355,18 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
          (run.saveEvery > 0 && (s + 1) % run.saveEvery == 0)))
       checkpointBytes +=
           saveCheckpoint(ctx, p, run.saveDir, s + 1, params, state, scaling);
+    // The held-out loss, on every rank (the evaluation step communicates).
+    std::optional<double> heldOut;
+    if (run.evalTokens &&
+        (s + 1 == run.steps ||
+         (run.evalEvery > 0 && (s + 1) % run.evalEvery == 0))) {
+      const int64_t host = ctx.comm->bytesSent(ctx.rank),
+                    backend = ctx.backend ? ctx.backend->bytesSent() : 0;
+      heldOut = evaluateHeldOut(ctx, p, run, params);
+      sideBytes.first += ctx.comm->bytesSent(ctx.rank) - host;
+      sideBytes.second +=
+          (ctx.backend ? ctx.backend->bytesSent() : 0) - backend;
+    }
     if (ctx.rank != printer)
       continue;
     auto now = std::chrono::steady_clock::now();
@@ -1277,7 +1384,16 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
       std::snprintf(line, sizeof line, "  loss_scale %g", usedScale);
       std::cout << line << (taken ? "" : "  skipped: the gradients overflowed");
     }
-    std::cout << "\n" << std::flush;
+    std::cout << "\n";
+    if (heldOut) {
+      std::snprintf(line, sizeof line,
+                    "eval after step %lld/%lld  val_loss %.6f  val_ppl %.4g  "
+                    "(%lld micro-batches of ",
+                    (long long)(s + 1), (long long)run.steps, *heldOut,
+                    std::exp(*heldOut), (long long)run.evalIters);
+      std::cout << line << run.evalName << ")\n";
+    }
+    std::cout << std::flush;
     if (log.is_open()) {
       std::snprintf(line, sizeof line,
                     jsonl ? "{\"step\": %lld, \"loss\": %.9f, \"lr\": %.6e, "
@@ -1294,6 +1410,13 @@ std::vector<HostTensor> trainRank(RankContext &ctx, const TrainingProgram &p,
                       usedScale,
                       jsonl ? (taken ? "false" : "true") : (taken ? "0" : "1"));
         log << line;
+      }
+      // (weft train's val_loss column: empty on the steps not evaluated.)
+      if (run.evalTokens && (heldOut || !jsonl)) {
+        std::snprintf(line, sizeof line,
+                      jsonl ? ", \"val_loss\": %.9f" : ",%.9f",
+                      heldOut.value_or(0));
+        log << (heldOut ? line : ",");
       }
       log << (jsonl ? "}\n" : "\n") << std::flush;
       if (!log)
@@ -1373,11 +1496,10 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
   if (launch->worldSize <= 1) {
     // Every rank a thread over the in-process communicator.
     std::vector<int64_t> bytes;
-    std::vector<int64_t> checkpointBytes(program.mesh.size(), 0);
+    std::vector<std::pair<int64_t, int64_t>> sideBytes(program.mesh.size());
     auto results = runRanks(
         [&](RankContext &ctx) {
-          return trainRank(ctx, program, *run,
-                           checkpointBytes[size_t(ctx.rank)]);
+          return trainRank(ctx, program, *run, sideBytes[size_t(ctx.rank)]);
         },
         program.mesh, run->weightsDir, &bytes, run->timeout);
     if (!results.ok()) {
@@ -1385,8 +1507,9 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
       return 1;
     }
     // The bytes of training, without the checkpoints' gathers.
-    for (size_t r = 0; r < bytes.size() && r < checkpointBytes.size(); ++r)
-      bytes[r] -= checkpointBytes[r];
+    // (Counted on the host communicator.)
+    for (size_t r = 0; r < bytes.size() && r < sideBytes.size(); ++r)
+      bytes[r] -= sideBytes[r].first;
     std::vector<HostTensor> whole;
     for (size_t k = 0; k < layouts.size(); ++k) {
       std::vector<HostTensor> blocks;
@@ -1411,14 +1534,14 @@ int weft::rt::trainingProgramMain(int argc, char **argv,
   const int rank = group.rank();
   try {
     RankContext ctx{rank, program.mesh, &comm, run->weightsDir, run->timeout};
-    int64_t checkpointBytes = 0;
+    std::pair<int64_t, int64_t> sideBytes;
     std::vector<HostTensor> blocks =
-        heldBlocks(trainRank(ctx, program, *run, checkpointBytes), rank);
+        heldBlocks(trainRank(ctx, program, *run, sideBytes), rank);
     std::vector<int64_t> bytes;
     std::vector<HostTensor> whole = gatherFromProcesses(
         comm, rank, program.mesh, layouts, blocks,
         comm.bytesSent(rank) + (ctx.backend ? ctx.backend->bytesSent() : 0) -
-            checkpointBytes,
+            sideBytes.first - sideBytes.second,
         bytes, holders);
     if (rank == 0 &&
         writeTrainedParameters(program, run->outputDir, whole, bytes) != 0)

@@ -352,6 +352,11 @@ struct PipelineStageSteps {
 struct TrainingProgram {
   Mesh mesh;
   TrainingStepFunction step;
+  /// The step's evaluation step (-weft-extract-evaluation): the forward to
+  /// the loss, with the step's inputs and the rank's parameter blocks, its
+  /// first result the loss; empty where the program has none (pipeline
+  /// stages).
+  TrainingStepFunction evaluate;
   std::vector<Layout> stepInputs;
   std::vector<TensorType> stepInputTypes;
   RankFunction reduce;
@@ -394,7 +399,13 @@ struct TrainingProgram {
 ///   program [--steps N] [--grad-accum N] [--lr X] [--min-lr X] [--warmup N]
 ///           [--data-dtype T] [--log FILE] [--save DIR] [--save-every N]
 ///           [--resume DIR] [--collective-timeout S]
+///           [--eval-data FILE | --eval-split F] [--eval-every N]
+///           [--eval-iters K]
 ///           WEIGHTS_DIR OUTPUT_DIR TOKENS
+/// With --eval-data (or --eval-split, the last share of TOKENS held out),
+/// every rank runs the evaluation step on the first K windows of the
+/// held-out tokens after every N steps and after the last, as weft train
+/// --eval-data does, and the printing rank prints their mean loss.
 /// Each rank holds its blocks of the parameters and of the optimizer state,
 /// and runs the steps: the micro-batches, the gradient reduction, the
 /// optimizer step (with a pipeline: the schedule's steps on the m
