@@ -412,6 +412,8 @@ runLiteral(llvm::raw_ostream &out, ModuleOp module,
         << (o.resetPositions ? "true" : "false") << ";\n"
         << "  p.objective.eodMaskLoss = " << (o.eodMaskLoss ? "true" : "false")
         << ";\n  p.objective.ignore = " << o.ignore << ";\n";
+  out << "  p.classes = " << d.classes << ";\n"
+      << "  p.embeddingRows = " << d.embeddingRows << ";\n";
   if (scaled) {
     rt::LossScale rule = d.lossScale.value_or(rt::LossScale());
     out << "  p.lossScale = LossScale{" << number(rule.scale) << ", "

@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -303,6 +304,33 @@ weft::rt::readTokenStream(const std::string &spec, const std::string &rawType) {
   if (datasets.size() == 1)
     return TokenStream(std::move(datasets.front()));
   return TokenStream(std::move(datasets), std::move(weights));
+}
+
+std::string weft::rt::tokenIdsBeyond(const TokenStream &stream,
+                                     const std::string &spec, int64_t classes,
+                                     int64_t embeddingRows) {
+  if (classes <= 0)
+    return "";
+  int64_t largest = std::numeric_limits<int64_t>::min();
+  for (const std::vector<int64_t> &tokens : stream.datasets())
+    if (!tokens.empty())
+      largest =
+          std::max(largest, *std::max_element(tokens.begin(), tokens.end()));
+  if (largest < classes)
+    return "";
+  std::string why = absl::StrCat(spec, " holds token id ", largest,
+                                 ", but the model's output has ", classes,
+                                 " classes per position");
+  if (embeddingRows > 0 && embeddingRows != classes)
+    absl::StrAppend(
+        &why, "; its token embedding has ", embeddingRows,
+        " rows, so the output is hidden states, not logits: export the model "
+        "with its language-model head (a ...ForCausalLM model, or with its "
+        "lm_head)");
+  else
+    absl::StrAppend(&why,
+                    ": the data is not tokenized for this model's vocabulary");
+  return why;
 }
 
 std::string weft::rt::tokenStreamShortfall(
@@ -857,15 +885,20 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     run.evalName = run.evalPath;
   }
   for (const TokenStream *stream :
-       {&run.tokens, run.evalTokens ? &*run.evalTokens : nullptr})
-    if (stream)
-      if (std::string why = tokenStreamShortfall(
-              *stream, stream == &run.tokens ? run.tokensPath : run.evalName,
-              p.batch, p.seq, p.feeds);
-          !why.empty()) {
-        std::cerr << "error: " << why << "\n";
-        return std::nullopt;
-      }
+       {&run.tokens, run.evalTokens ? &*run.evalTokens : nullptr}) {
+    if (!stream)
+      continue;
+    const std::string &spec =
+        stream == &run.tokens ? run.tokensPath : run.evalName;
+    std::string why =
+        tokenStreamShortfall(*stream, spec, p.batch, p.seq, p.feeds);
+    if (why.empty())
+      why = tokenIdsBeyond(*stream, spec, p.classes, p.embeddingRows);
+    if (!why.empty()) {
+      std::cerr << "error: " << why << "\n";
+      return std::nullopt;
+    }
+  }
   *exitCode = 0;
   return run;
 }

@@ -1102,42 +1102,33 @@ static std::optional<weft::plan::Plan> trainingPlan() {
 /// output. A model exported without its language-model head returns hidden
 /// states, whose width the ids would index; the first step failed on the
 /// first id beyond it.
-static std::string checkTokenIds(ModuleOp module,
-                                 const weft::rt::TokenStream &stream,
-                                 llvm::StringRef path) {
-  int64_t largest = std::numeric_limits<int64_t>::min();
-  for (const std::vector<int64_t> &tokens : stream.datasets())
-    if (!tokens.empty())
-      largest =
-          std::max(largest, *std::max_element(tokens.begin(), tokens.end()));
+/// The classes per position of the model's output (its first result's last
+/// dimension: logits over the vocabulary) and the rows of the token
+/// embedding that reads the ids (0 where either is unknown).
+static std::pair<int64_t, int64_t> outputClasses(ModuleOp module) {
   for (auto entry : module.getOps<func::FuncOp>()) {
-    if (entry.isExternal() || entry.getNumResults() == 0 ||
-        largest == std::numeric_limits<int64_t>::min())
+    if (entry.isExternal() || entry.getNumResults() == 0)
       break;
     auto logits = dyn_cast<RankedTensorType>(entry.getResultTypes().front());
     if (!logits || logits.getRank() < 2 ||
-        logits.isDynamicDim(logits.getRank() - 1) ||
-        largest < logits.getShape().back())
+        logits.isDynamicDim(logits.getRank() - 1))
       break;
-    int64_t classes = logits.getShape().back(), vocab = 0;
+    int64_t vocab = 0;
     entry.walk([&](weft::EmbeddingOp op) {
       if (!vocab && isa<BlockArgument>(op.getIndices()))
         vocab = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
     });
-    std::string why = path.str() + " holds token id " +
-                      std::to_string(largest) +
-                      ", but the model's output has " +
-                      std::to_string(classes) + " classes per position";
-    if (vocab > 0 && vocab != classes)
-      why += "; its token embedding has " + std::to_string(vocab) +
-             " rows, so the output is hidden states, not logits: export the "
-             "model with its language-model head (a ...ForCausalLM model, "
-             "or with its lm_head)";
-    else
-      why += ": the data is not tokenized for this model's vocabulary";
-    return why;
+    return {logits.getShape().back(), vocab};
   }
-  return "";
+  return {0, 0};
+}
+
+/// Why the token ids of `stream` do not fit the model (rt::tokenIdsBeyond).
+static std::string checkTokenIds(ModuleOp module,
+                                 const weft::rt::TokenStream &stream,
+                                 llvm::StringRef path) {
+  auto [classes, vocab] = outputClasses(module);
+  return weft::rt::tokenIdsBeyond(stream, path.str(), classes, vocab);
 }
 
 int runTrain(MLIRContext &context) {
@@ -1795,6 +1786,8 @@ compileTrainingProgram(MLIRContext &context,
     if (!objective)
       return objective.takeError();
     defaults.objective = *objective;
+    // (The model's own output: the program checks its token files by it.)
+    std::tie(defaults.classes, defaults.embeddingRows) = outputClasses(module);
     FunctionType type;
     if (failed(weft::buildTrainingStep(ctx, module, plan,
                                        stepOptions(dtype, scaleLoss), type)))

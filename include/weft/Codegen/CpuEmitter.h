@@ -41,6 +41,9 @@ struct TrainingProgramDefaults {
   std::optional<rt::LossScale> lossScale;
   /// What the labels are (next tokens, or masked language modelling's).
   rt::Objective objective;
+  /// The model output's classes per position and its token embedding's
+  /// rows (0: unknown), against which the program checks its token files.
+  int64_t classes = 0, embeddingRows = 0;
 };
 
 /// Writes the training program of a module that holds a training step

@@ -75,6 +75,14 @@ std::pair<TokenStream, TokenStream> splitTokenStream(const TokenStream &stream,
 absl::StatusOr<TokenStream> readTokenStream(const std::string &spec,
                                             const std::string &rawType = "u16");
 
+/// Why `stream` (read from `spec`) does not fit a model whose output has
+/// `classes` per position (the labels index them): its largest token id, and
+/// what to do; empty if every id is below `classes`, or `classes` is 0
+/// (unknown). `embeddingRows`, when given and not `classes`, says the
+/// output is hidden states (a model exported without its head).
+std::string tokenIdsBeyond(const TokenStream &stream, const std::string &spec,
+                           int64_t classes, int64_t embeddingRows = 0);
+
 struct InputFeed;
 /// Why `stream` (read from `spec`) is too short for windows of
 /// [batch, seq] filled as `feeds` say (one file: a micro-batch and its last
@@ -369,6 +377,10 @@ struct TrainingProgram {
   OptimizerConstants constants;
   /// One micro-batch's [batch, seq].
   int64_t batch = 1, seq = 1;
+  /// The model output's classes per position and its token embedding's
+  /// rows (0: unknown): token files with ids beyond the classes are refused
+  /// (tokenIdsBeyond), as weft train refuses them.
+  int64_t classes = 0, embeddingRows = 0;
   /// How each model input is filled (the step's inputs before the labels).
   std::vector<InputFeed> feeds;
   /// What the labels are.
