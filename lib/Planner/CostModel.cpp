@@ -1410,8 +1410,50 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
   const Blocks &b = blocks(plan);
   const bool zb = plan.schedule() == plan::SCHEDULE_ZB_H1;
   const WorkTerms mean = workTerms(plan, b.layer, b.embedding, b.head);
-  const double embedWork = mean.embedWork, headWork = mean.headWork;
-  // Per kind of layer (local and global attention), each chunk's count.
+  // Stage s's layers' work (forward, backward and weight gradients), m
+  // times their forward and backward, and its first chunk's forward (the
+  // fill it adds) and backward (the drain).
+  struct StageWork {
+    double work, forwardBackward, firstForward, firstDrain;
+  };
+  // Stage s starts after the first forward has passed the stages before
+  // it (fill) and ends no sooner than its own work. The step then waits
+  // for the last backward to pass those stages again (drain). Under ZB-H1
+  // the weight gradients need not wait for the last backward: they may
+  // fill the drain, so only forward and backward precede it.
+  auto boundOf = [&](auto stageWork) {
+    double bound = 0, fill = 0, drain = 0;
+    for (int s = 0; s < p; ++s) {
+      const StageWork w = stageWork(s);
+      double work = w.work;
+      if (s == 0)
+        work += mean.embedWork;
+      if (s == p - 1)
+        work += mean.headWork;
+      double stage = m * work;
+      if (zb)
+        stage = std::max(stage, w.forwardBackward + drain);
+      else
+        stage += drain;
+      bound = std::max(bound, fill + stage);
+      fill += w.firstForward + (s == 0 ? b.embedding.forward : 0);
+      drain += w.firstDrain;
+    }
+    return bound;
+  };
+  // Layers of one kind (the search's common case).
+  if (b.layerKinds.size() < 2)
+    return boundOf([&](int s) {
+      const double layers = plan.stage_layers(s);
+      const double chunk =
+          double(chunkLayerCount(plan.stage_layers(s), v, s, p, 0));
+      return StageWork{layers * (mean.layerF + mean.layerB + mean.layerW),
+                       m * layers * (mean.layerF + mean.layerB),
+                       chunk * mean.layerF,
+                       chunk * (mean.layerB + (zb ? 0 : mean.layerW))};
+    });
+  // Layers of several kinds (local and global attention): each chunk's
+  // count of each.
   std::vector<double> &counts = scratchKindCounts;
   const size_t kinds = chunkKindCounts(plan, b, counts);
   SmallVector<WorkTerms, 4> kind;
@@ -1420,44 +1462,25 @@ double CostModel::workLowerBound(const plan::Plan &plan) {
       kind.push_back(workTerms(plan, layer, b.embedding, b.head));
   else
     kind.push_back(mean);
-  // Chunk vs's forward, backward and weight-gradient work.
   auto chunkWork = [&](int vs, double WorkTerms::*field) {
     double work = 0;
     for (size_t k = 0; k < kinds; ++k)
       work += counts[size_t(vs) * kinds + k] * (kind[k].*field);
     return work;
   };
-  // Stage s starts after the first forward has passed the stages before
-  // it (fill) and ends no sooner than its own work. The step then waits
-  // for the last backward to pass those stages again (drain). Under ZB-H1
-  // the weight gradients need not wait for the last backward: they may
-  // fill the drain, so only forward and backward precede it.
-  double bound = 0, fill = 0, drain = 0;
-  for (int s = 0; s < p; ++s) {
+  return boundOf([&](int s) {
     double forward = 0, backward = 0, weight = 0;
     for (int c = 0; c < v; ++c) {
       forward += chunkWork(c * p + s, &WorkTerms::layerF);
       backward += chunkWork(c * p + s, &WorkTerms::layerB);
       weight += chunkWork(c * p + s, &WorkTerms::layerW);
     }
-    double work = forward + backward + weight;
-    if (s == 0)
-      work += embedWork;
-    if (s == p - 1)
-      work += headWork;
-    double stage = m * work;
-    if (zb)
-      stage = std::max(stage, m * (forward + backward) + drain);
-    else
-      stage += drain;
-    bound = std::max(bound, fill + stage);
-    // The first chunk of stage s is virtual stage s.
-    fill +=
-        chunkWork(s, &WorkTerms::layerF) + (s == 0 ? b.embedding.forward : 0);
-    drain += chunkWork(s, &WorkTerms::layerB) +
-             (zb ? 0 : chunkWork(s, &WorkTerms::layerW));
-  }
-  return bound;
+    // (The first chunk of stage s is virtual stage s.)
+    return StageWork{forward + backward + weight, m * (forward + backward),
+                     chunkWork(s, &WorkTerms::layerF),
+                     chunkWork(s, &WorkTerms::layerB) +
+                         (zb ? 0 : chunkWork(s, &WorkTerms::layerW))};
+  });
 }
 
 bool CostModel::isMeasured(const plan::Plan &plan) const {
