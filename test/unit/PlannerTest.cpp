@@ -644,6 +644,24 @@ TEST(PlannerSearch, DeterministicAndPrunedCorrectly) {
   }
 }
 
+/// Gives `p` the balanced stages and checks that the search's bounds (the
+/// average work, the stages' work, the step's) are in order and stay at or
+/// below the step that evaluate() costs; returns the plan costed.
+plan::Plan expectBoundsBelowTheStep(CostModel &model, plan::Plan p) {
+  for (int32_t n : model.balanceStages(p))
+    p.add_stage_layers(n);
+  const double average = model.averageWorkBound(p);
+  const double work = model.workLowerBound(p);
+  const double step = model.stepLowerBound(p);
+  plan::Plan costed = p;
+  model.evaluate(costed);
+  std::string what = describePlan(costed);
+  EXPECT_LE(average, work * (1 + 1e-9)) << what;
+  EXPECT_LE(work, step * (1 + 1e-9)) << what;
+  EXPECT_LE(step, costed.time().step_s() * (1 + 1e-9)) << what;
+  return costed;
+}
+
 // The search prunes on bounds: each must stay at or below the step that
 // evaluate() costs, for every schedule. ZB-H1's weight gradients may fill
 // the pipeline's drain, so its bound cannot add the drain after a stage's
@@ -680,17 +698,7 @@ TEST(PlannerSearch, BoundsNeverExceedTheCostedStep) {
             p.set_recompute(plan::Recompute(rc));
             if (!model.checkPlan(p).empty())
               continue;
-            for (int32_t n : model.balanceStages(p))
-              p.add_stage_layers(n);
-            double average = model.averageWorkBound(p);
-            double work = model.workLowerBound(p);
-            double step = model.stepLowerBound(p);
-            plan::Plan costed = p;
-            model.evaluate(costed);
-            std::string what = describePlan(costed);
-            EXPECT_LE(average, work * (1 + 1e-9)) << what;
-            EXPECT_LE(work, step * (1 + 1e-9)) << what;
-            EXPECT_LE(step, costed.time().step_s() * (1 + 1e-9)) << what;
+            expectBoundsBelowTheStep(model, p);
             ++checked;
           }
   }
@@ -730,18 +738,9 @@ TEST(PlannerSearch, BoundsHoldForLayersOfTwoKinds) {
         if (!model.checkPlan(p).empty())
           continue;
         const double relative = cp > 2 ? model.relativeWorkBound(p) : 0;
-        for (int32_t n : model.balanceStages(p))
-          p.add_stage_layers(n);
-        const double average = model.averageWorkBound(p);
-        const double work = model.workLowerBound(p);
-        const double step = model.stepLowerBound(p);
-        plan::Plan costed = p;
-        model.evaluate(costed);
-        std::string what = describePlan(costed);
-        EXPECT_LE(average, work * (1 + 1e-9)) << what;
-        EXPECT_LE(work, step * (1 + 1e-9)) << what;
-        EXPECT_LE(step, costed.time().step_s() * (1 + 1e-9)) << what;
-        EXPECT_LE(relative, work * (1 + 1e-9)) << what;
+        plan::Plan costed = expectBoundsBelowTheStep(model, p);
+        EXPECT_LE(relative, model.workLowerBound(costed) * (1 + 1e-9))
+            << describePlan(costed);
         // Stages of as many layers hold unequal shares of the global ones.
         for (int s = 1; s < pp; ++s)
           uneven += costed.stage_layers(s) != costed.stage_layers(0);
