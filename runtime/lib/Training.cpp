@@ -725,8 +725,7 @@ struct TrainingRun {
   /// loss after every `evalEvery` steps (0: after the last only), the mean
   /// of the first `evalIters` windows'; `evalName` says what they are.
   std::optional<TokenStream> evalTokens;
-  std::string evalPath, evalName;
-  double evalSplit = 0;
+  std::string evalName;
   int64_t evalEvery = 0, evalIters = 1;
 };
 
@@ -741,6 +740,10 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   run.gradAccum = p.gradAccum;
   run.schedule = p.schedule;
   bool scheduleSteps = false, evalOptions = false;
+  // Held-out tokens: a file (--eval-data), or the share of TOKENS held out
+  // (--eval-split).
+  std::string evalPath;
+  double evalSplit = 0;
   auto usage = [&](const std::string &error) -> std::optional<TrainingRun> {
     if (!error.empty())
       std::cerr << "error: " << error << "\n";
@@ -786,7 +789,7 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
       continue;
     }
     if (name == "--eval-data") {
-      run.evalPath = value;
+      evalPath = value;
       continue;
     }
     if (name == "--save" || name == "--resume") {
@@ -810,7 +813,7 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
       evalOptions = true;
     } else if (name == "--eval-split") {
       ok = ok && number > 0 && number < 1;
-      run.evalSplit = number;
+      evalSplit = number;
     } else if (name == "--lr") {
       ok = ok && number > 0;
       run.schedule.peak = number;
@@ -830,8 +833,8 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   }
   if (positional.size() != 3)
     return usage("");
-  const bool evaluating = !run.evalPath.empty() || run.evalSplit > 0;
-  if (!run.evalPath.empty() && run.evalSplit > 0)
+  const bool evaluating = !evalPath.empty() || evalSplit > 0;
+  if (!evalPath.empty() && evalSplit > 0)
     return usage("--eval-split holds out a share of TOKENS in place of "
                  "--eval-data: give one of them");
   if (evalOptions && !evaluating)
@@ -868,21 +871,20 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     return std::nullopt;
   }
   run.tokens = std::move(*tokens);
-  if (run.evalSplit > 0) {
+  if (evalSplit > 0) {
     std::tie(run.tokens, run.evalTokens) =
-        splitTokenStream(run.tokens, run.evalSplit);
+        splitTokenStream(run.tokens, evalSplit);
     char share[32];
-    std::snprintf(share, sizeof share, "%g", run.evalSplit * 100);
+    std::snprintf(share, sizeof share, "%g", evalSplit * 100);
     run.evalName = absl::StrCat("the last ", share, "% of ", run.tokensPath);
-  } else if (!run.evalPath.empty()) {
-    absl::StatusOr<TokenStream> held =
-        readTokenStream(run.evalPath, run.dataDtype);
+  } else if (!evalPath.empty()) {
+    absl::StatusOr<TokenStream> held = readTokenStream(evalPath, run.dataDtype);
     if (!held.ok()) {
       std::cerr << "error: " << held.status().message() << "\n";
       return std::nullopt;
     }
     run.evalTokens = std::move(*held);
-    run.evalName = run.evalPath;
+    run.evalName = evalPath;
   }
   for (const TokenStream *stream :
        {&run.tokens, run.evalTokens ? &*run.evalTokens : nullptr}) {
