@@ -689,9 +689,18 @@ def WeftExtractEvaluation : Pass<"weft-extract-evaluation", "::mlir::ModuleOp"> 
     the step's. The parameters are read as the step reads them, in the blocks that a
     rank holds, so the evaluation step runs under the plan on the rank's own blocks.
 
-    Applies to a step that is one function (no pipeline stages), whose first result is
-    a scalar float loss; it is an error otherwise. A module that already has an
-    evaluation step is left alone.
+    Applies to a step that is one function, whose first result is a scalar float loss;
+    it is an error otherwise. A module that already has an evaluation step is left alone.
+
+    A step cut into pipeline stages (after `-weft-schedule-pipeline`) gets one evaluation
+    function per virtual stage, `<stage>_evaluation`, marked `weft.pipeline_stage` with
+    `role = "evaluation"`: the stage's forward in eval mode, which returns what it sends
+    on and the model's outputs (the last stage's loss), not what it keeps for its
+    backward. The module's `weft.pipeline` gets `evaluation_steps`: per pipeline rank, the
+    forward steps of its schedule (`F`, and the sends and receives of activations) in the
+    schedule's order, what Megatron-LM's `forward_only` pipeline runs. A prefix of the
+    micro-batches is the same list without the others' steps, so a runner evaluates
+    fewer micro-batches than the step trains on with the same list.
 
     ```mlir
     // Before: the step returns the loss and the gradients.

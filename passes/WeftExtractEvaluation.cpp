@@ -7,6 +7,7 @@
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
+#include "weft/Planner/PipelineSchedule.h"
 
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseSet.h"
@@ -49,10 +50,52 @@ void keepWhatTheResultsRead(Block &body) {
   }
 }
 
+/// `func` in eval mode, as `name`: it returns its results `keep` alone
+/// (with their attributes), dropout is the identity (PyTorch's eval mode),
+/// and what those results do not read is erased. Its discardable attributes
+/// are dropped except those named in `kept`.
+func::FuncOp evaluationClone(func::FuncOp func, StringRef name,
+                             ArrayRef<unsigned> keep,
+                             ArrayRef<StringRef> kept) {
+  func::FuncOp evaluation = func.clone();
+  evaluation.setSymName(name);
+  // What says how to run the step (its gradient reduction, ...) is not
+  // the evaluation's: it keeps its arguments' attributes (feeds, the loss
+  // scale) and its kept results'.
+  for (NamedAttribute attr : llvm::to_vector(evaluation->getDiscardableAttrs()))
+    if (!llvm::is_contained(kept, attr.getName().getValue()))
+      evaluation->removeDiscardableAttr(attr.getName());
+  Block &body = evaluation.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  SmallVector<Value> results;
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> attrs;
+  for (unsigned r : keep) {
+    results.push_back(ret.getOperand(r));
+    types.push_back(results.back().getType());
+    DictionaryAttr dict = evaluation.getResultAttrDict(r);
+    attrs.push_back(dict ? dict : DictionaryAttr::get(func.getContext()));
+  }
+  OpBuilder b(ret);
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  evaluation.setType(FunctionType::get(func.getContext(),
+                                       evaluation.getArgumentTypes(), types));
+  evaluation.setAllResultAttrs(attrs);
+  evaluation.walk([](DropoutOp dropout) {
+    dropout.getResult().replaceAllUsesWith(dropout.getInput());
+    dropout.erase();
+  });
+  keepWhatTheResultsRead(body);
+  return evaluation;
+}
+
 struct WeftExtractEvaluation
     : public weft::impl::WeftExtractEvaluationBase<WeftExtractEvaluation> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (module->hasAttr(WeftDialect::getPipelineAttrName()))
+      return extractFromStages(module);
     func::FuncOp step;
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func->hasAttr(WeftDialect::getEvaluationStepAttrName()))
@@ -82,39 +125,92 @@ struct WeftExtractEvaluation
           << (step.getNumResults() ? step.getResultTypes()[0] : Type());
       return signalPassFailure();
     }
-    if (module->hasAttr(WeftDialect::getPipelineAttrName())) {
-      module.emitError("a pipeline's stages have no evaluation step yet");
-      return signalPassFailure();
-    }
-
-    func::FuncOp evaluation = step.clone();
-    evaluation.setSymName((step.getSymName() + "_evaluation").str());
-    // What says how to run the step (its gradient reduction, ...) is not
-    // the evaluation's: it keeps its arguments' attributes (feeds, the loss
-    // scale) and the first result's.
-    for (NamedAttribute attr :
-         llvm::to_vector(evaluation->getDiscardableAttrs()))
-      evaluation->removeDiscardableAttr(attr.getName());
+    func::FuncOp evaluation = evaluationClone(
+        step, (step.getSymName() + "_evaluation").str(), {0}, {});
     evaluation->setAttr(WeftDialect::getEvaluationStepAttrName(),
                         UnitAttr::get(&getContext()));
-    Block &body = evaluation.getBody().front();
-    auto ret = cast<func::ReturnOp>(body.getTerminator());
-    Value result = ret.getOperand(0);
-    OpBuilder b(ret);
-    func::ReturnOp::create(b, ret.getLoc(), result);
-    ret.erase();
-    DictionaryAttr resultAttrs = evaluation.getResultAttrDict(0);
-    evaluation.setType(FunctionType::get(
-        &getContext(), evaluation.getArgumentTypes(), {result.getType()}));
-    evaluation.setAllResultAttrs(ArrayRef<DictionaryAttr>{
-        resultAttrs ? resultAttrs : DictionaryAttr::get(&getContext())});
-    // Eval mode: dropout keeps every element.
-    evaluation.walk([](DropoutOp dropout) {
-      dropout.getResult().replaceAllUsesWith(dropout.getInput());
-      dropout.erase();
-    });
-    keepWhatTheResultsRead(body);
     SymbolTable(module).insert(evaluation, std::next(Block::iterator(step)));
+  }
+
+  /// A training step cut into pipeline stages: each stage's forward in eval
+  /// mode, and the schedule's forward steps as the evaluation's schedule.
+  void extractFromStages(ModuleOp module) {
+    auto pipeline = module->getAttrOfType<DictionaryAttr>(
+        WeftDialect::getPipelineAttrName());
+    if (pipeline.get("evaluation_steps"))
+      return; // already extracted
+    auto steps = pipeline.getAs<ArrayAttr>("steps");
+    if (!steps) {
+      module.emitError("-weft-extract-evaluation: the pipeline has no "
+                       "schedule; run -weft-schedule-pipeline first");
+      return signalPassFailure();
+    }
+    // By virtual stage: its forward (the function without a role, or the
+    // role "forward").
+    SmallVector<func::FuncOp> forwards;
+    bool training = false;
+    for (auto func : module.getOps<func::FuncOp>()) {
+      for (unsigned r = 0; r < func.getNumResults(); ++r)
+        training |=
+            bool(func.getResultAttr(r, WeftDialect::getGradientOfAttrName()));
+      auto stage = func->getAttrOfType<DictionaryAttr>(
+          WeftDialect::getPipelineStageAttrName());
+      auto role = stage ? stage.getAs<StringAttr>("role") : StringAttr();
+      if (stage && (!role || role.getValue() == "forward"))
+        forwards.push_back(func);
+    }
+    if (!training) {
+      module.emitError("-weft-extract-evaluation needs a training step: no "
+                       "stage of this pipeline returns a gradient");
+      return signalPassFailure();
+    }
+    for (func::FuncOp forward : forwards) {
+      if (!forward.getBody().hasOneBlock()) {
+        forward.emitError("the evaluation step is extracted from stages of "
+                          "one block; this one has ")
+            << forward.getBody().getBlocks().size();
+        return signalPassFailure();
+      }
+      // What it sends on and the model's outputs (the loss); not what it
+      // keeps for its backward.
+      SmallVector<unsigned> keep;
+      for (unsigned r = 0; r < forward.getNumResults(); ++r)
+        if (!forward.getResultAttr(r, WeftDialect::getSavedAttrName()))
+          keep.push_back(r);
+      func::FuncOp evaluation = evaluationClone(
+          forward, (forward.getSymName() + "_evaluation").str(), keep,
+          {WeftDialect::getPipelineStageAttrName(),
+           WeftDialect::getLoadBalancedAttrName()});
+      NamedAttrList stage(evaluation->getAttrOfType<DictionaryAttr>(
+          WeftDialect::getPipelineStageAttrName()));
+      stage.set("role", StringAttr::get(&getContext(), "evaluation"));
+      evaluation->setAttr(WeftDialect::getPipelineStageAttrName(),
+                          stage.getDictionary(&getContext()));
+      SymbolTable(module).insert(evaluation,
+                                 std::next(Block::iterator(forward)));
+    }
+    // Each pipeline rank's forward steps, in the schedule's order: its
+    // forwards and the sends and receives of activations (a subsequence of
+    // a schedule that runs, so it runs).
+    Builder b(&getContext());
+    SmallVector<Attribute> ranks;
+    for (Attribute list : steps) {
+      SmallVector<Attribute> names;
+      for (Attribute entry : cast<ArrayAttr>(list)) {
+        std::optional<planner::PipelineStep> step =
+            planner::parseStepName(cast<StringAttr>(entry).str());
+        if (step && !step->gradient &&
+            (step->kind == planner::PipelineStep::Forward ||
+             step->kind == planner::PipelineStep::Send ||
+             step->kind == planner::PipelineStep::Recv))
+          names.push_back(entry);
+      }
+      ranks.push_back(b.getArrayAttr(names));
+    }
+    NamedAttrList entries(pipeline);
+    entries.set("evaluation_steps", b.getArrayAttr(ranks));
+    module->setAttr(WeftDialect::getPipelineAttrName(),
+                    entries.getDictionary(&getContext()));
   }
 };
 

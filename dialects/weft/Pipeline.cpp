@@ -16,6 +16,44 @@ static int64_t intEntry(DictionaryAttr dict, StringRef key) {
   return value ? value.getInt() : -1;
 }
 
+/// The model inputs and outputs, sends, receives and kept values of
+/// `stage.func`'s arguments and results.
+static void connect(PipelineStageInfo &stage) {
+  func::FuncOp func = stage.func;
+  stage.modelInput.clear();
+  stage.modelOutput.clear();
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto input = func.getArgAttrOfType<IntegerAttr>(
+        i, WeftDialect::getModelInputAttrName());
+    stage.modelInput.push_back(input ? int(input.getInt()) : -1);
+  }
+  for (unsigned o = 0; o < func.getNumResults(); ++o) {
+    auto output = func.getResultAttrOfType<IntegerAttr>(
+        o, WeftDialect::getModelOutputAttrName());
+    auto saved = func.getResultAttrOfType<IntegerAttr>(
+        o, WeftDialect::getSavedAttrName());
+    stage.modelOutput.push_back(output  ? int(output.getInt())
+                                : saved ? int(-2 - saved.getInt())
+                                        : -1);
+  }
+}
+
+std::optional<PipelineInfo> weft::evaluationPipeline(const PipelineInfo &info) {
+  if (info.evaluationSteps.size() != info.steps.size())
+    return std::nullopt;
+  PipelineInfo evaluation = info;
+  evaluation.steps = info.evaluationSteps;
+  evaluation.evaluationSteps.clear();
+  for (PipelineStageInfo &stage : evaluation.virtualStages) {
+    if (!stage.evaluation)
+      return std::nullopt;
+    stage =
+        PipelineStageInfo{stage.evaluation, {}, {}, nullptr, nullptr, nullptr};
+    connect(stage);
+  }
+  return evaluation;
+}
+
 FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
   auto pipeline =
       module->getAttrOfType<DictionaryAttr>(WeftDialect::getPipelineAttrName());
@@ -35,15 +73,24 @@ FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
   info.schedule = schedule.str();
   if (auto codec = pipeline.getAs<StringAttr>("codec"))
     info.codec = codec.str();
-  for (Attribute list : steps) {
-    auto &mine = info.steps.emplace_back();
-    for (Attribute entry : cast<ArrayAttr>(list)) {
-      std::string name = cast<StringAttr>(entry).str();
-      std::optional<planner::PipelineStep> step = planner::parseStepName(name);
-      if (!step)
-        return module.emitError("the pipeline schedule has a malformed step '")
-               << name << "'";
-      mine.emplace_back(*step, name);
+  auto evaluationSteps = pipeline.getAs<ArrayAttr>("evaluation_steps");
+  for (auto [lists, to] :
+       {std::make_pair(steps, &info.steps),
+        std::make_pair(evaluationSteps, &info.evaluationSteps)}) {
+    if (!lists)
+      continue;
+    for (Attribute list : lists) {
+      auto &mine = to->emplace_back();
+      for (Attribute entry : cast<ArrayAttr>(list)) {
+        std::string name = cast<StringAttr>(entry).str();
+        std::optional<planner::PipelineStep> step =
+            planner::parseStepName(name);
+        if (!step)
+          return module.emitError(
+                     "the pipeline schedule has a malformed step '")
+                 << name << "'";
+        mine.emplace_back(*step, name);
+      }
     }
   }
   info.virtualStages.resize(size_t(info.stages) * info.chunks);
@@ -59,25 +106,16 @@ FailureOr<std::optional<PipelineInfo>> weft::readPipeline(ModuleOp module) {
              << " virtual stages";
     PipelineStageInfo &stage = info.virtualStages[size_t(k)];
     auto role = at.getAs<StringAttr>("role");
+    if (role && role.getValue() == "evaluation") {
+      stage.evaluation = func;
+      continue;
+    }
     if (role && role.getValue() != "forward") {
       (role.getValue() == "backward" ? stage.backward : stage.weight) = func;
       continue;
     }
     stage.func = func;
-    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-      auto input = func.getArgAttrOfType<IntegerAttr>(
-          i, WeftDialect::getModelInputAttrName());
-      stage.modelInput.push_back(input ? int(input.getInt()) : -1);
-    }
-    for (unsigned o = 0; o < func.getNumResults(); ++o) {
-      auto output = func.getResultAttrOfType<IntegerAttr>(
-          o, WeftDialect::getModelOutputAttrName());
-      auto saved = func.getResultAttrOfType<IntegerAttr>(
-          o, WeftDialect::getSavedAttrName());
-      stage.modelOutput.push_back(output  ? int(output.getInt())
-                                  : saved ? int(-2 - saved.getInt())
-                                          : -1);
-    }
+    connect(stage);
   }
   for (size_t k = 0; k < info.virtualStages.size(); ++k)
     if (!info.virtualStages[k].func)

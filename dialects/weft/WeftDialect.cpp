@@ -69,14 +69,16 @@ static LogicalResult verifyLocalSharding(Operation *op, Attribute attr,
 
 /// The schedule in a module's `weft.pipeline` (-weft-schedule-pipeline):
 /// `schedule`, `micro_batches` and `steps` (one list of step names per
-/// pipeline rank), all or none.
+/// pipeline rank), all or none; and -weft-extract-evaluation's
+/// `evaluation_steps` (forward steps only).
 static LogicalResult verifyPipelineSchedule(Operation *op,
                                             DictionaryAttr pipeline) {
   auto name = pipeline.getAs<StringAttr>("schedule");
   auto micro = pipeline.getAs<IntegerAttr>("micro_batches");
   auto steps = pipeline.getAs<ArrayAttr>("steps");
   if (!name && !micro && !steps && !pipeline.get("schedule") &&
-      !pipeline.get("micro_batches") && !pipeline.get("steps"))
+      !pipeline.get("micro_batches") && !pipeline.get("steps") &&
+      !pipeline.get("evaluation_steps"))
     return success();
   const int64_t p = pipeline.getAs<IntegerAttr>("stages").getInt();
   const int64_t v = pipeline.getAs<IntegerAttr>("chunks").getInt();
@@ -87,25 +89,44 @@ static LogicalResult verifyPipelineSchedule(Operation *op,
                               "name), micro_batches (i64 >= 1) and steps (one "
                               "list per stage, "
                            << p << ")";
-  for (auto [rank, list] : llvm::enumerate(steps)) {
-    auto names = dyn_cast<ArrayAttr>(list);
-    if (!names)
-      return op->emitError() << "the steps of pipeline rank " << rank
-                             << " are not a list of step names";
-    for (Attribute entry : names) {
-      auto text = dyn_cast<StringAttr>(entry);
-      std::optional<planner::PipelineStep> step =
-          text ? planner::parseStepName(text.str()) : std::nullopt;
-      bool transfer = step && (step->kind == planner::PipelineStep::Send ||
-                               step->kind == planner::PipelineStep::Recv);
-      if (!step || step->chunk >= v || step->microBatch >= micro.getInt() ||
-          (transfer && (step->peer >= p || step->peer == int64_t(rank))))
-        return op->emitError()
-               << "pipeline rank " << rank << " has the step " << entry
-               << ", which is not F/B/W<mb>[.chunk] or >a|<a|>g|<g<peer>:<mb>"
-                  "[.chunk] with micro-batch < "
-               << micro.getInt() << ", chunk < " << v
-               << " and another pipeline rank < " << p << " as peer";
+  // -weft-extract-evaluation's: the forward steps an evaluation runs.
+  Attribute evaluation = pipeline.get("evaluation_steps");
+  auto evaluationSteps = dyn_cast_or_null<ArrayAttr>(evaluation);
+  if (evaluation && (!evaluationSteps || int64_t(evaluationSteps.size()) != p))
+    return op->emitError() << "'" << WeftDialect::getPipelineAttrName()
+                           << "' has evaluation_steps, which must be one list "
+                              "of step names per stage ("
+                           << p << ")";
+  for (ArrayAttr lists : {steps, evaluationSteps}) {
+    if (!lists)
+      continue;
+    const bool forwardOnly = lists == evaluationSteps;
+    for (auto [rank, list] : llvm::enumerate(lists)) {
+      auto names = dyn_cast<ArrayAttr>(list);
+      if (!names)
+        return op->emitError() << "the steps of pipeline rank " << rank
+                               << " are not a list of step names";
+      for (Attribute entry : names) {
+        auto text = dyn_cast<StringAttr>(entry);
+        std::optional<planner::PipelineStep> step =
+            text ? planner::parseStepName(text.str()) : std::nullopt;
+        bool transfer = step && (step->kind == planner::PipelineStep::Send ||
+                                 step->kind == planner::PipelineStep::Recv);
+        if (!step || step->chunk >= v || step->microBatch >= micro.getInt() ||
+            (transfer && (step->peer >= p || step->peer == int64_t(rank))))
+          return op->emitError()
+                 << "pipeline rank " << rank << " has the step " << entry
+                 << ", which is not F/B/W<mb>[.chunk] or "
+                    ">a|<a|>g|<g<peer>:<mb>[.chunk] with micro-batch < "
+                 << micro.getInt() << ", chunk < " << v
+                 << " and another pipeline rank < " << p << " as peer";
+        if (forwardOnly &&
+            (step->gradient || step->kind == planner::PipelineStep::Backward ||
+             step->kind == planner::PipelineStep::WeightGrad))
+          return op->emitError()
+                 << "pipeline rank " << rank << "'s evaluation step " << entry
+                 << " is not a forward or a send or receive of activations";
+      }
     }
   }
   return success();
@@ -148,11 +169,12 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
     if (Attribute role = dict.get("role")) {
       auto text = dyn_cast<StringAttr>(role);
       if (!text ||
-          (text.getValue() != "forward" && text.getValue() != "backward" &&
-           text.getValue() != "weight"))
+          !llvm::is_contained({"forward", "backward", "weight", "evaluation"},
+                              text.getValue()))
         return op->emitError()
                << "'" << attr.getName().getValue() << "' has role " << role
-               << ", not \"forward\", \"backward\" or \"weight\"";
+               << ", not \"forward\", \"backward\", \"weight\" or "
+                  "\"evaluation\"";
     }
     return success();
   }

@@ -136,8 +136,11 @@ def Weft_Dialect : Dialect {
     /// stage in model order, the pipeline rank running it, its chunk there)
     /// and, once -weft-split-backward cut a training stage, its `role`:
     /// "forward", "backward" (input gradients) or "weight" (weight
-    /// gradients). -weft-schedule-pipeline adds the module's `schedule`,
-    /// `micro_batches` and `steps`; -weft-compress-collectives its `codec`
+    /// gradients), or "evaluation" (-weft-extract-evaluation: the forward in
+    /// eval mode). -weft-schedule-pipeline adds the module's `schedule`,
+    /// `micro_batches` and `steps`; -weft-extract-evaluation its
+    /// `evaluation_steps` (the forward steps of `steps`, per rank, that an
+    /// evaluation runs); -weft-compress-collectives its `codec`
     /// ("bf16", "fp8" or "int8", from a policy's pp axis), under which the
     /// executor sends the floats of every activation and gradient.
     static constexpr ::llvm::StringLiteral getPipelineAttrName() {

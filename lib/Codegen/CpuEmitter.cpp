@@ -631,6 +631,8 @@ static LogicalResult emitCpuPipelineTrainingProgram(
       << "// Build with the CMakeLists.txt next to it; run as\n"
       << "//   program [--steps N] [--lr X] [--min-lr X] [--warmup N]\n"
       << "//           [--log FILE] [--collective-timeout S]\n"
+      << "//           [--eval-data FILE | --eval-split F] [--eval-every N] "
+         "[--eval-iters K]\n"
       << "//           WEIGHTS_DIR OUTPUT_DIR TOKENS\n"
       << "// alone (ranks as threads) or under mpirun (one process per "
          "rank).\n"
@@ -641,14 +643,6 @@ static LogicalResult emitCpuPipelineTrainingProgram(
       << "#include <optional>\n#include <string>\n#include <vector>\n\n"
       << "using namespace weft::rt;\n\nnamespace {\n\n"
       << body << "\n"
-      << pipelineLiteral(
-             module, info, [](size_t) { return std::string("RankFunction()"); },
-             "makePipeline", &f.pipeline,
-             [&](size_t k, bool weight) {
-               std::string name = pipelineReduceName(f, k, weight);
-               return name.empty() ? std::string("RankFunction()") : name;
-             })
-      << "\n"
       << pipelineTrainingProgramLiteral(
              module, f, d, [](StringRef name) { return name.str(); })
       << "\n} // namespace\n\n"

@@ -965,6 +965,8 @@ static LogicalResult emitCudaPipelineTrainingProgram(
          "CMakeLists.txt next to it; run as\n"
       << "//   program [--steps N] [--lr X] [--min-lr X] [--warmup N]\n"
       << "//           [--log FILE] [--collective-timeout S]\n"
+      << "//           [--eval-data FILE | --eval-split F] [--eval-every N] "
+         "[--eval-iters K]\n"
       << "//           WEIGHTS_DIR OUTPUT_DIR TOKENS\n"
       << "// alone (ranks as threads sharing GPU 0) or under mpirun/srun "
          "(one process\n// and GPU per rank, over NCCL; the stages' "
@@ -978,15 +980,6 @@ static LogicalResult emitCudaPipelineTrainingProgram(
       << "using namespace weft::rt;\nusing namespace weft::rt::cuda;\n\n"
       << "namespace {\n\n"
       << emitter.kernels << emitter.body << "\n"
-      << pipelineLiteral(
-             module, info, [](size_t) { return std::string("RankFunction()"); },
-             "makePipeline", &f.pipeline,
-             [&](size_t k, bool weight) {
-               std::string name = pipelineReduceName(f, k, weight);
-               return name.empty() ? std::string("RankFunction()")
-                                   : onDevice(name);
-             })
-      << "\n"
       << pipelineTrainingProgramLiteral(module, f, d, onDevice) << "\n"
       << rankConstants(stats, communicatorsLiteral(all)) << "} // namespace\n\n"
       << "int main(int argc, char **argv) {\n"

@@ -193,6 +193,7 @@ FailureOr<PipelineTrainingFunctions> codegen::readPipelineTrainingFunctions(
     stage.forward = from.func;
     stage.backward = from.backward;
     stage.weight = from.weight;
+    stage.evaluation = from.evaluation;
     for (auto [piece, reduce] :
          {std::make_pair(from.backward, &stage.backwardReduce),
           std::make_pair(from.weight, &stage.weightReduce)}) {
@@ -205,12 +206,21 @@ FailureOr<PipelineTrainingFunctions> codegen::readPipelineTrainingFunctions(
         return piece.emitError(why);
       *reduce = reduction->function;
     }
-    for (func::FuncOp func : {stage.forward, stage.backward, stage.weight,
-                              stage.backwardReduce, stage.weightReduce})
+    for (func::FuncOp func :
+         {stage.forward, stage.backward, stage.weight, stage.backwardReduce,
+          stage.weightReduce, stage.evaluation})
       if (func && (failed(checkProgramFunction(func)) ||
                    failed(checkWeights(func, externalDir))))
         return failure();
   }
+  // The evaluation: every stage's, or none.
+  f.evaluation = evaluationPipeline(info);
+  for (PipelineStageInfo stage : info.virtualStages)
+    if (stage.evaluation && !f.evaluation)
+      return stage.evaluation.emitError(
+          "the pipeline's evaluation has this stage's function, but not "
+          "every stage's or no evaluation steps; run "
+          "-weft-extract-evaluation on the whole training step");
   // Each pipeline rank's optimizer step.
   f.optimizers.resize(size_t(info.stages));
   for (auto func : module.getOps<func::FuncOp>()) {
@@ -265,7 +275,8 @@ codegen::pipelineFunctions(const PipelineTrainingFunctions &f) {
           std::make_tuple(stage.backward, "backward", true),
           std::make_tuple(stage.weight, "weight", true),
           std::make_tuple(stage.backwardReduce, "backward_reduce", false),
-          std::make_tuple(stage.weightReduce, "weight_reduce", false)})
+          std::make_tuple(stage.weightReduce, "weight_reduce", false),
+          std::make_tuple(stage.evaluation, "evaluation", true)})
       if (func)
         all.push_back({func, stageFunctionName(k, piece), held});
   }
@@ -485,13 +496,35 @@ std::string codegen::pipelineTrainingProgramLiteral(
     llvm::function_ref<std::string(StringRef)> function) {
   std::string text;
   llvm::raw_string_ostream out(text);
+  auto named = [&](const std::string &name) {
+    return name.empty() ? std::string("RankFunction()") : function(name);
+  };
+  out << pipelineLiteral(
+             module, f.info,
+             [](size_t) { return std::string("RankFunction()"); },
+             "makePipeline", &f.pipeline,
+             [&](size_t k, bool weight) {
+               return named(pipelineReduceName(f, k, weight));
+             })
+      << "\n";
+  if (f.evaluation)
+    out << "// The evaluation: each stage's forward in eval mode, on the "
+           "forward steps of\n// the schedule (-weft-extract-evaluation).\n"
+        << pipelineLiteral(
+               module, *f.evaluation,
+               [](size_t) { return std::string("RankFunction()"); },
+               "makeEvaluationPipeline")
+        << "\n";
   func::FuncOp first = f.stages.front().forward;
   out << "TrainingProgram makeProgram() {\n"
       << "  TrainingProgram p;\n"
       << "  p.mesh = " << meshLiteral(module, first) << ";\n"
-      << "  p.pipeline = makePipeline();\n"
-      << "  // Each virtual stage's forward, backward and weight-gradient "
-         "steps.\n";
+      << "  p.pipeline = makePipeline();\n";
+  if (f.evaluation)
+    out << "  p.evaluationPipeline = makeEvaluationPipeline();\n";
+  out << "  // Each virtual stage's forward, backward and weight-gradient "
+         "steps"
+      << (f.evaluation ? ", and its evaluation" : "") << ".\n";
   for (size_t k = 0; k < f.stages.size(); ++k) {
     const PipelineTrainingFunctions::Stage &stage = f.stages[k];
     // (A structured binding cannot be captured in C++17.)
@@ -501,7 +534,10 @@ std::string codegen::pipelineTrainingProgramLiteral(
     };
     out << "  p.stageSteps.push_back(PipelineStageSteps{"
         << piece(stage.forward, "") << ", " << piece(stage.backward, "backward")
-        << ", " << piece(stage.weight, "weight") << "});\n";
+        << ", " << piece(stage.weight, "weight");
+    if (stage.evaluation)
+      out << ", " << piece(stage.evaluation, "evaluation");
+    out << "});\n";
   }
   out << "  // Each pipeline rank's optimizer step, on its stages' "
          "parameters.\n";

@@ -105,8 +105,13 @@ struct PipelineTrainingFunctions {
   rt::PipelineProgram pipeline;
   struct Stage {
     mlir::func::FuncOp forward, backward, weight, backwardReduce, weightReduce;
+    /// -weft-extract-evaluation's: the forward in eval mode; null without.
+    mlir::func::FuncOp evaluation;
   };
   std::vector<Stage> stages;
+  /// The pipeline that evaluates held-out tokens (evaluationPipeline), if
+  /// the module has one.
+  std::optional<PipelineInfo> evaluation;
   std::vector<mlir::func::FuncOp> optimizers;
   llvm::StringMap<HeldParameter> held;
   std::vector<std::string> order;
@@ -143,10 +148,11 @@ std::string stageFunctionName(size_t k, llvm::StringRef piece = "");
 /// The name of pipeline rank `s`'s optimizer step.
 std::string pipelineOptimizerName(size_t s);
 
-/// `TrainingProgram makeProgram() {...}` of a pipelined module, after
-/// `PipelineProgram makePipeline()` (pipelineLiteral): the stages' functions
-/// as `function(name)` prints the names above, the optimizer steps, the
-/// held parameters and the run's defaults.
+/// `PipelineProgram makePipeline()` (pipelineLiteral), with the module's
+/// evaluation `PipelineProgram makeEvaluationPipeline()`, and
+/// `TrainingProgram makeProgram() {...}` of a pipelined module: the stages'
+/// functions as `function(name)` prints the names above, the optimizer
+/// steps, the held parameters and the run's defaults.
 std::string pipelineTrainingProgramLiteral(
     mlir::ModuleOp module, const PipelineTrainingFunctions &functions,
     const TrainingProgramDefaults &defaults,

@@ -840,9 +840,11 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   if (evalOptions && !evaluating)
     return usage("--eval-every and --eval-iters evaluate --eval-data or "
                  "--eval-split: give one");
-  if (evaluating && !p.evaluate)
-    return usage("this program has no evaluation step (a pipeline's stages "
-                 "have none yet): evaluate with weft train --eval-data");
+  if (evaluating &&
+      !(p.pipeline ? bool(p.evaluationPipeline) : bool(p.evaluate)))
+    return usage("this program has no evaluation step (it was compiled "
+                 "without -weft-extract-evaluation): evaluate with weft "
+                 "train --eval-data, or compile it again");
   if (p.pipeline) {
     // A pipeline step runs the program's m micro-batches.
     const int64_t m = std::max(1, p.pipeline->microBatches);
@@ -1142,48 +1144,81 @@ struct PipelineStepResult {
   std::optional<double> loss;
   std::map<int, HostTensor> gradients;
 };
-PipelineStepResult
-runPipelineTrainingStep(RankContext &ctx, const TrainingProgram &p,
-                        const std::vector<HostTensor> &params,
-                        const std::vector<std::vector<HostTensor>> &micro,
-                        bool processes) {
-  PipelineProgram program = *p.pipeline;
+
+/// `f` on the rank's parameter blocks `params` (empty where `f` is).
+RankFunction onParameters(const TrainingStepFunction &f,
+                          const std::vector<HostTensor> &params) {
+  if (!f)
+    return RankFunction();
+  return [&params, f](RankContext &c, const std::vector<HostTensor> &in) {
+    return f(c, in, params);
+  };
+}
+
+/// `program` (p.pipeline or p.evaluationPipeline) with the functions
+/// `stageSteps` gives its stages on `params`.
+PipelineProgram withStageFunctions(PipelineProgram program,
+                                   const TrainingProgram &p,
+                                   const std::vector<HostTensor> &params,
+                                   bool evaluation) {
   if (p.stageSteps.size() != program.virtualStages.size())
     throw std::runtime_error(
         absl::StrCat("the program has the steps of ", p.stageSteps.size(),
                      " pipeline stages for ", program.virtualStages.size()));
-  auto bind = [&params](const TrainingStepFunction &f) -> RankFunction {
-    if (!f)
-      return RankFunction();
-    return [&params, f](RankContext &c, const std::vector<HostTensor> &in) {
-      return f(c, in, params);
-    };
-  };
   for (size_t k = 0; k < program.virtualStages.size(); ++k) {
     PipelineStage &stage = program.virtualStages[k];
-    stage.function = bind(p.stageSteps[k].forward);
-    stage.backward.function = bind(p.stageSteps[k].backward);
-    stage.weight.function = bind(p.stageSteps[k].weight);
+    const PipelineStageSteps &steps = p.stageSteps[k];
+    if (evaluation) {
+      if (!steps.evaluate)
+        throw std::runtime_error(
+            absl::StrCat("pipeline stage ", k, " has no evaluation function"));
+      stage.function = onParameters(steps.evaluate, params);
+      continue;
+    }
+    stage.function = onParameters(steps.forward, params);
+    stage.backward.function = onParameters(steps.backward, params);
+    stage.weight.function = onParameters(steps.weight, params);
   }
-  // A real program's fault injection (WEFT_STALL_RANK, WEFT_KILL_RANK), as
-  // in the forward pipelined programs.
-  program = withInjectedFaults(program, processes);
-  // The executor takes [input][micro-batch].
-  std::vector<std::vector<HostTensor>> inputs(micro.empty() ? 0
-                                                            : micro[0].size());
-  for (const std::vector<HostTensor> &one : micro)
-    for (size_t i = 0; i < one.size() && i < inputs.size(); ++i)
-      inputs[i].push_back(one[i]);
-  std::vector<HostTensor> mine = runPipelineRank(ctx, program, inputs);
-  // Its model outputs come first, (output, micro-batch) in order: the loss
-  // is output 0.
-  const int s = pipelineRankOf(p, ctx.rank);
+  return program;
+}
+
+/// The model outputs that pipeline rank `s`'s stages hold, in the order of
+/// its runPipelineRank results.
+std::set<int> outputsOf(const PipelineProgram &program, int s) {
   std::set<int> outputs;
   for (size_t k = size_t(s); k < program.virtualStages.size();
        k += size_t(program.stages))
     for (int o : program.virtualStages[k].modelOutput)
       if (o >= 0)
         outputs.insert(o);
+  return outputs;
+}
+
+/// The executor's [input][micro-batch] from `micro` ([micro-batch][input]).
+std::vector<std::vector<HostTensor>>
+byInput(const std::vector<std::vector<HostTensor>> &micro) {
+  std::vector<std::vector<HostTensor>> inputs(micro.empty() ? 0
+                                                            : micro[0].size());
+  for (const std::vector<HostTensor> &one : micro)
+    for (size_t i = 0; i < one.size() && i < inputs.size(); ++i)
+      inputs[i].push_back(one[i]);
+  return inputs;
+}
+
+PipelineStepResult
+runPipelineTrainingStep(RankContext &ctx, const TrainingProgram &p,
+                        const std::vector<HostTensor> &params,
+                        const std::vector<std::vector<HostTensor>> &micro,
+                        bool processes) {
+  PipelineProgram program = withStageFunctions(*p.pipeline, p, params, false);
+  // A real program's fault injection (WEFT_STALL_RANK, WEFT_KILL_RANK), as
+  // in the forward pipelined programs.
+  program = withInjectedFaults(program, processes);
+  std::vector<HostTensor> mine = runPipelineRank(ctx, program, byInput(micro));
+  // Its model outputs come first, (output, micro-batch) in order: the loss
+  // is output 0.
+  const int s = pipelineRankOf(p, ctx.rank);
+  const std::set<int> outputs = outputsOf(program, s);
   const size_t m = size_t(program.microBatches);
   std::vector<int> gradients = pipelineRankGradients(program, s);
   if (mine.size() != outputs.size() * m + gradients.size())
@@ -1203,16 +1238,16 @@ runPipelineTrainingStep(RankContext &ctx, const TrainingProgram &p,
   return result;
 }
 
-/// Rank `ctx.rank`'s part of an evaluation: the evaluation step on the
-/// first --eval-iters windows of the held-out tokens, filled as the step's
-/// inputs are (the loss scale, unused, at 1), on the rank's parameter
-/// blocks. Returns the mean of their losses (the printing rank's is the
-/// loss; every rank must run it).
+/// Rank `ctx.rank`'s part of an evaluation: the evaluation step (with a
+/// pipeline, the evaluation pipeline) on the first --eval-iters windows of
+/// the held-out tokens, filled as the step's inputs are (the loss scale,
+/// unused, at 1), on the rank's parameter blocks. Returns the mean of their
+/// losses (the printing rank's is the loss; every rank must run it).
 double evaluateHeldOut(RankContext &ctx, const TrainingProgram &p,
                        const TrainingRun &run,
                        const std::vector<HostTensor> &params) {
-  double sum = 0;
-  for (int64_t w = 0; w < run.evalIters; ++w) {
+  // Held-out window `w` as the step's inputs.
+  auto window = [&](int64_t w) {
     std::vector<HostTensor> inputs = tokenWindows(
         *run.evalTokens, p.batch, p.seq, w, 1, p.feeds, p.objective);
     if (p.lossScale) {
@@ -1220,6 +1255,48 @@ double evaluateHeldOut(RankContext &ctx, const TrainingProgram &p,
       scale.floats[0] = 1.0f;
       inputs.push_back(std::move(scale));
     }
+    return inputs;
+  };
+  double sum = 0;
+  if (p.pipeline) {
+    // The evaluation pipeline on m windows at a time: the schedule's
+    // forward steps of as many micro-batches as are left (a prefix of the
+    // micro-batches runs as the whole list does).
+    if (!p.evaluationPipeline)
+      throw std::runtime_error("the program has no evaluation pipeline");
+    PipelineProgram program =
+        withStageFunctions(*p.evaluationPipeline, p, params, true);
+    const std::vector<std::vector<PipelineStep>> all = program.steps;
+    const int m = std::max(1, program.microBatches);
+    const int s = pipelineRankOf(p, ctx.rank);
+    const std::set<int> outputs = outputsOf(program, s);
+    for (int64_t first = 0; first < run.evalIters; first += m) {
+      const int count = int(std::min<int64_t>(m, run.evalIters - first));
+      for (size_t r = 0; r < all.size(); ++r) {
+        program.steps[r].clear();
+        for (const PipelineStep &step : all[r])
+          if (step.microBatch < count)
+            program.steps[r].push_back(step);
+      }
+      program.microBatches = count;
+      std::vector<std::vector<HostTensor>> micro;
+      for (int b = 0; b < count; ++b)
+        micro.push_back(window(first + b));
+      std::vector<HostTensor> mine =
+          runPipelineRank(ctx, program, byInput(micro));
+      if (mine.size() != outputs.size() * size_t(count))
+        throw std::runtime_error(absl::StrCat(
+            "pipeline rank ", s, "'s evaluation steps returned ", mine.size(),
+            " values, not ", outputs.size() * size_t(count)));
+      // (The loss, output 0, first: one per micro-batch.)
+      if (outputs.count(0))
+        for (int b = 0; b < count; ++b)
+          sum += mine[size_t(b)].at(0);
+    }
+    return sum / double(run.evalIters);
+  }
+  for (int64_t w = 0; w < run.evalIters; ++w) {
+    std::vector<HostTensor> inputs = window(w);
     if (inputs.size() != p.stepInputs.size())
       throw std::runtime_error(absl::StrCat("the evaluation step takes ",
                                             p.stepInputs.size(),

@@ -1809,14 +1809,12 @@ compileTrainingProgram(MLIRContext &context,
                                           stepOptions(dtype, scaleLoss))))
       return weft::driver::diagnosed("partitioning the training step failed");
     // The held-out loss (the program's --eval-data): the step's forward to
-    // its loss, partitioned as the step is (a pipeline's stages have none
-    // yet).
-    if (plan.pp() <= 1) {
-      PassManager pm(&ctx);
-      pm.addPass(weft::createWeftExtractEvaluation());
-      if (failed(pm.run(module)))
-        return weft::driver::diagnosed("extracting the evaluation step failed");
-    }
+    // its loss, partitioned as the step is (with a pipeline, each stage's
+    // forward, on the schedule's forward steps).
+    PassManager pm(&ctx);
+    pm.addPass(weft::createWeftExtractEvaluation());
+    if (failed(pm.run(module)))
+      return weft::driver::diagnosed("extracting the evaluation step failed");
     return llvm::Error::success();
   };
   return weft::driver::compileModel(context, request);

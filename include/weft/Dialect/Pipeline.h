@@ -34,6 +34,9 @@ struct PipelineStageInfo {
   /// A training step's (-weft-split-backward): the functions of the
   /// stage's backward and weight-gradient steps; null when absent.
   mlir::func::FuncOp backward, weight;
+  /// -weft-extract-evaluation's: the forward in eval mode, which returns
+  /// the non-saved results of `func`; null when absent.
+  mlir::func::FuncOp evaluation;
 };
 
 struct PipelineInfo {
@@ -45,6 +48,10 @@ struct PipelineInfo {
   std::vector<PipelineStageInfo> virtualStages;
   /// By pipeline rank: each step and its name in the IR.
   std::vector<std::vector<std::pair<planner::PipelineStep, std::string>>> steps;
+  /// -weft-extract-evaluation's: by pipeline rank, the forward steps an
+  /// evaluation runs; empty when absent.
+  std::vector<std::vector<std::pair<planner::PipelineStep, std::string>>>
+      evaluationSteps;
 };
 
 /// The pipeline of `module`; nullopt if it is not cut into stages. A module
@@ -52,6 +59,11 @@ struct PipelineInfo {
 /// an error reported at the module (failure).
 mlir::FailureOr<std::optional<PipelineInfo>>
 readPipeline(mlir::ModuleOp module);
+
+/// The pipeline that evaluates (-weft-extract-evaluation): `info` with the
+/// stages' evaluation functions as its stages and its evaluation steps as
+/// its schedule, and no backward; nullopt if `info` has none.
+std::optional<PipelineInfo> evaluationPipeline(const PipelineInfo &info);
 
 /// The dimension of a rank's block of a value passed between pipeline stages
 /// that -weft-split-stage-sends cuts over `ways` tensor-parallel ranks: the

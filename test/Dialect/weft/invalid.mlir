@@ -1828,7 +1828,7 @@ func.func @sent_to_string(%x: tensor<4xf32>) -> (tensor<4xf32> {weft.sent_to = "
 
 // -----
 
-// expected-error @+1 {{'weft.pipeline_stage' has role "loss", not "forward", "backward" or "weight"}}
+// expected-error @+1 {{'weft.pipeline_stage' has role "loss", not "forward", "backward", "weight" or "evaluation"}}
 func.func @stage_bad_role(%x: tensor<4xf32>) -> tensor<4xf32> attributes {weft.pipeline_stage = {stage = 0 : i64, rank = 0 : i64, chunk = 0 : i64, role = "loss"}} {
   return %x : tensor<4xf32>
 }
@@ -1897,6 +1897,38 @@ module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule
 
 // expected-error @+1 {{pipeline rank 0 has the step "X0", which is not}}
 module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["X0"], []]}} {
+}
+
+// -----
+
+// An evaluation (-weft-extract-evaluation) runs forward steps only.
+// expected-error @+1 {{pipeline rank 1's evaluation step "B0" is not a forward or a send or receive of activations}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0", "<g1:0", "B0"], ["<a0:0", "F0", "B0", ">g0:0"]], evaluation_steps = [["F0", ">a1:0"], ["<a0:0", "F0", "B0"]]}} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline rank 0's evaluation step ">g1:0" is not a forward or a send or receive of activations}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0"], ["<a0:0", "F0"]], evaluation_steps = [["F0", ">g1:0"], ["<a0:0", "F0"]]}} {
+}
+
+// -----
+
+// expected-error @+1 {{'weft.pipeline' has evaluation_steps, which must be one list of step names per stage (2)}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0"], ["<a0:0", "F0"]], evaluation_steps = [["F0", ">a1:0"]]}} {
+}
+
+// -----
+
+// Evaluation steps belong to a schedule.
+// expected-error @+1 {{'weft.pipeline' with a schedule needs schedule (a schedule's name), micro_batches (i64 >= 1) and steps (one list per stage, 2)}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, evaluation_steps = [["F0", ">a1:0"], ["<a0:0", "F0"]]}} {
+}
+
+// -----
+
+// expected-error @+1 {{pipeline rank 1 has the step "F3", which is not}}
+module attributes {weft.pipeline = {stages = 2 : i64, chunks = 1 : i64, schedule = "1F1B", micro_batches = 1 : i64, steps = [["F0", ">a1:0"], ["<a0:0", "F0"]], evaluation_steps = [["F0", ">a1:0"], ["<a0:0", "F3"]]}} {
 }
 
 // -----

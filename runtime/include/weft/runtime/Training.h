@@ -353,6 +353,10 @@ struct TrainingOptimizer {
 /// step), each taking the rank's parameter blocks as its third input.
 struct PipelineStageSteps {
   TrainingStepFunction forward, backward, weight;
+  /// The forward in eval mode (-weft-extract-evaluation): what the stage
+  /// sends on and the model's outputs, not what it keeps for a backward;
+  /// empty where the program has no evaluation.
+  TrainingStepFunction evaluate;
 };
 
 /// What `weft compile --train` generates: the three functions and how they
@@ -362,8 +366,8 @@ struct TrainingProgram {
   TrainingStepFunction step;
   /// The step's evaluation step (-weft-extract-evaluation): the forward to
   /// the loss, with the step's inputs and the rank's parameter blocks, its
-  /// first result the loss; empty where the program has none (pipeline
-  /// stages).
+  /// first result the loss; empty where the program has none (with a
+  /// pipeline, see evaluationPipeline).
   TrainingStepFunction evaluate;
   std::vector<Layout> stepInputs;
   std::vector<TensorType> stepInputTypes;
@@ -404,6 +408,12 @@ struct TrainingProgram {
   /// `stepInputs`, `reduce` and `optimizer` are then unused.
   std::optional<PipelineProgram> pipeline;
   std::vector<PipelineStageSteps> stageSteps;
+  /// With pp > 1 and an evaluation: the pipeline that evaluates held-out
+  /// tokens, its stages' functions the stageSteps' `evaluate`, its steps
+  /// the forward steps of the schedule (-weft-extract-evaluation). An
+  /// evaluation of K micro-batches runs it on m of them at a time, the last
+  /// time on the steps of the first K mod m.
+  std::optional<PipelineProgram> evaluationPipeline;
   std::vector<TrainingOptimizer> pipelineOptimizers;
 };
 
