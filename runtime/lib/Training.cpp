@@ -254,11 +254,17 @@ weft::rt::splitTokenStream(const TokenStream &stream, double heldOut) {
     heads.emplace_back(tokens.begin(), tokens.begin() + long(cut));
     tails.emplace_back(tokens.begin() + long(cut), tokens.end());
   }
-  if (!stream.blended())
-    return {TokenStream(std::move(heads.front())),
-            TokenStream(std::move(tails.front()))};
-  return {TokenStream(std::move(heads), stream.weights()),
-          TokenStream(std::move(tails), stream.weights())};
+  std::pair<TokenStream, TokenStream> split =
+      stream.blended()
+          ? std::make_pair(TokenStream(std::move(heads), stream.weights()),
+                           TokenStream(std::move(tails), stream.weights()))
+          : std::make_pair(TokenStream(std::move(heads.front())),
+                           TokenStream(std::move(tails.front())));
+  if (std::optional<uint64_t> seed = stream.shuffleSeed()) {
+    split.first.shuffle(*seed);
+    split.second.shuffle(*seed);
+  }
+  return split;
 }
 
 absl::StatusOr<weft::rt::TokenStream>
@@ -374,6 +380,45 @@ static uint64_t splitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+/// Place `j` of a permutation of [0, n) drawn from `key`: a four-round
+/// Feistel network on the smallest even power of two that holds n,
+/// cycle-walked into [0, n) (a bijection there: no state, any n).
+static int64_t permuted(int64_t j, int64_t n, uint64_t key) {
+  if (n <= 1)
+    return 0;
+  int bits = 2;
+  while ((int64_t(1) << bits) < n)
+    ++bits;
+  bits += bits % 2;
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t(1) << half) - 1;
+  uint64_t x = uint64_t(j);
+  do {
+    uint64_t left = x >> half, right = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      uint64_t next = left ^ (splitMix64(key ^ (round << 56) ^ right) & mask);
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= uint64_t(n));
+  return int64_t(x);
+}
+
+int64_t weft::rt::TokenStream::sampleStart(size_t dataset, int64_t sample,
+                                           int64_t seq) const {
+  const int64_t size = int64_t(datasets_[dataset].size());
+  if (!shuffleSeed_)
+    return (sample * seq) % (size - seq);
+  // Its samples: each seq tokens and the next one as the last label.
+  const int64_t n = std::max<int64_t>(1, (size - 1) / seq);
+  const uint64_t epoch = uint64_t(sample / n);
+  const uint64_t key =
+      splitMix64(splitMix64(*shuffleSeed_) ^
+                 splitMix64((uint64_t(dataset) << 40) ^ epoch));
+  return permuted(sample % n, n, key) * seq;
+}
+
 MaskedDraw weft::rt::maskedDraw(const Objective &objective, int64_t index,
                                 int64_t token, bool force) {
   uint64_t h = splitMix64(objective.seed ^ splitMix64(uint64_t(index)));
@@ -404,14 +449,15 @@ weft::rt::tokenWindows(const TokenStream &stream, int64_t batch, int64_t seq,
                        const std::vector<InputFeed> &inputs,
                        const Objective &objective) {
   // Each row's dataset, and where its sequence starts in it: one file's
-  // windows are consecutive, a blend's rows its samples.
+  // windows are consecutive, a blend's (or a shuffled stream's) rows its
+  // samples.
   const size_t rows = size_t(count * batch);
   std::vector<const std::vector<int64_t> *> data(rows);
   std::vector<int64_t> starts(rows);
   for (int64_t w = 0; w < count; ++w)
     for (int64_t r = 0; r < batch; ++r) {
       const size_t row = size_t(w * batch + r);
-      if (!stream.blended()) {
+      if (!stream.blended() && !stream.shuffleSeed()) {
         const std::vector<int64_t> &tokens = stream.datasets().front();
         const int64_t size = int64_t(tokens.size());
         const int64_t positions = size - (batch * seq + 1) + 1;
@@ -422,7 +468,7 @@ weft::rt::tokenWindows(const TokenStream &stream, int64_t batch, int64_t seq,
       }
       auto [dataset, sample] = stream.row((first + w) * batch + r);
       data[row] = &stream.datasets()[dataset];
-      starts[row] = (sample * seq) % (int64_t(data[row]->size()) - seq);
+      starts[row] = stream.sampleStart(dataset, sample, seq);
     }
   // The token `i` places after (before, when negative) a row's start,
   // wrapping around its dataset.
@@ -744,6 +790,8 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
   // (--eval-split).
   std::string evalPath;
   double evalSplit = 0;
+  // --shuffle-seed: the samples' order (TokenStream::shuffle).
+  std::optional<uint64_t> shuffleSeed;
   auto usage = [&](const std::string &error) -> std::optional<TrainingRun> {
     if (!error.empty())
       std::cerr << "error: " << error << "\n";
@@ -753,7 +801,7 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
                  "[--save DIR] [--save-every N] [--resume DIR] "
                  "[--collective-timeout SECONDS] [--eval-data FILE | "
                  "--eval-split F] [--eval-every N] [--eval-iters K] "
-                 "WEIGHTS_DIR OUTPUT_DIR TOKENS\n";
+                 "[--shuffle-seed N] WEIGHTS_DIR OUTPUT_DIR TOKENS\n";
     return std::nullopt;
   };
   std::vector<std::string> positional;
@@ -822,6 +870,10 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     } else if (name == "--warmup") {
       ok = ok && number >= 0 && number == std::floor(number);
       run.schedule.warmup = int64_t(number);
+    } else if (name == "--shuffle-seed") {
+      ok = ok && number >= 0 && number == std::floor(number) && number < 9.2e18;
+      if (ok)
+        shuffleSeed = uint64_t(number);
     } else if (name == "--collective-timeout") {
       ok = ok && number > 0;
       run.timeout = std::chrono::milliseconds(int64_t(number * 1000));
@@ -888,10 +940,12 @@ std::optional<TrainingRun> parseTrainingArguments(int argc, char **argv,
     run.evalTokens = std::move(*held);
     run.evalName = evalPath;
   }
-  for (const TokenStream *stream :
+  for (TokenStream *stream :
        {&run.tokens, run.evalTokens ? &*run.evalTokens : nullptr}) {
     if (!stream)
       continue;
+    if (shuffleSeed)
+      stream->shuffle(*shuffleSeed);
     const std::string &spec =
         stream == &run.tokens ? run.tokensPath : run.evalName;
     std::string why =

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -94,6 +95,73 @@ TEST(TrainingTest, BlendsDrawRowsByMegatronsRule) {
   EXPECT_EQ(wrapped[0].ints[0], 100);
   EXPECT_EQ(wrapped[0].ints[4], 200);
   EXPECT_EQ(even.row(49), (std::pair<size_t, int64_t>(1, 24)));
+}
+
+// --shuffle-seed: each epoch draws every sample of seq tokens once, in an
+// order of its own, the same for the same seed; a sample's labels are its
+// next tokens; a blend's rows are samples of their own dataset.
+TEST(TrainingTest, ShuffledSamplesArePermutedEachEpoch) {
+  const int64_t seq = 4;
+  // The order of the starts of rows [first, first + n) of `stream`.
+  auto starts = [&](const TokenStream &stream, int64_t first, int64_t n) {
+    std::vector<HostTensor> rows = tokenWindows(stream, 1, seq, first, n, {});
+    std::vector<int64_t> out;
+    for (int64_t r = 0; r < n; ++r) {
+      // (The labels are the sample's next tokens.)
+      for (int64_t c = 0; c < seq; ++c)
+        EXPECT_EQ(rows[1].ints[size_t(r * seq + c)],
+                  rows[0].ints[size_t(r * seq + c)] + 1);
+      out.push_back(rows[0].ints[size_t(r * seq)]);
+    }
+    return out;
+  };
+  for (int64_t n : {1, 2, 5, 37, 300}) {
+    std::vector<int64_t> tokens(size_t(n * seq + 1));
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = int64_t(i);
+    TokenStream stream(tokens);
+    stream.shuffle(7);
+    std::vector<int64_t> expected;
+    for (int64_t k = 0; k < n; ++k)
+      expected.push_back(k * seq);
+    std::vector<int64_t> first = starts(stream, 0, n),
+                         second = starts(stream, n, n);
+    std::vector<int64_t> sortedFirst = first, sortedSecond = second;
+    std::sort(sortedFirst.begin(), sortedFirst.end());
+    std::sort(sortedSecond.begin(), sortedSecond.end());
+    EXPECT_EQ(sortedFirst, expected) << n;
+    EXPECT_EQ(sortedSecond, expected) << n;
+    TokenStream same(tokens), other(tokens);
+    same.shuffle(7);
+    other.shuffle(8);
+    EXPECT_EQ(starts(same, 0, n), first);
+    if (n >= 37) {
+      EXPECT_NE(first, expected) << n; // shuffled
+      EXPECT_NE(second, first) << n;   // a new order each epoch
+      EXPECT_NE(starts(other, 0, n), first) << n;
+    }
+  }
+  // A blend: each row a sample of its dataset (a at 1000 on, b at 2000 on),
+  // dataset a's first 10 samples each once.
+  std::vector<int64_t> a(41), b(41);
+  for (int i = 0; i < 41; ++i) {
+    a[size_t(i)] = 1000 + i;
+    b[size_t(i)] = 2000 + i;
+  }
+  TokenStream blend({a, b}, {0.5, 0.5});
+  blend.shuffle(3);
+  std::vector<int64_t> fromA;
+  for (int64_t start : starts(blend, 0, 20)) {
+    EXPECT_EQ((start % 1000) % seq, 0);
+    if (start < 2000)
+      fromA.push_back(start - 1000);
+  }
+  std::sort(fromA.begin(), fromA.end());
+  EXPECT_EQ(fromA, (std::vector<int64_t>{0, 4, 8, 12, 16, 20, 24, 28, 32, 36}));
+  // Held out by --eval-split, both parts stay shuffled.
+  auto [head, tail] = splitTokenStream(blend, 0.25);
+  EXPECT_EQ(head.shuffleSeed(), std::optional<uint64_t>(3));
+  EXPECT_EQ(tail.shuffleSeed(), std::optional<uint64_t>(3));
 }
 
 TEST(TrainingTest, FeedsFillTheInputsAfterTheTokenIds) {

@@ -331,6 +331,15 @@ static cl::opt<int64_t> evalIters(
              "same ones each time (the file's first windows, wrapping "
              "around)"),
     cl::init(8), cl::sub(trainCommand));
+static cl::opt<uint64_t> shuffleSeed(
+    "shuffle-seed",
+    cl::desc("Draw the samples (rows of --seq-len tokens) of --data and of "
+             "the held-out tokens in a shuffled order, a new permutation of "
+             "each dataset's samples every epoch, from this seed "
+             "(Megatron-LM's GPTDataset shuffle, torch's "
+             "DataLoader(shuffle=True)); without it, windows are read in "
+             "order"),
+    cl::sub(trainCommand));
 static cl::opt<std::string> tracePath(
     "trace",
     cl::desc("With pp > 1: write the first step's executed pipeline steps "
@@ -1219,6 +1228,10 @@ int runTrain(MLIRContext &context) {
     if (std::string why = checkTokenIds(*module, evalTokens, evalDataPath);
         !why.empty())
       return trainError(why);
+  }
+  if (shuffleSeed.getNumOccurrences()) {
+    tokens.shuffle(shuffleSeed);
+    evalTokens.shuffle(shuffleSeed);
   }
   if (evaluating) {
     evalModule = cast<ModuleOp>((*module)->clone());

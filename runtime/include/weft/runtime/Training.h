@@ -40,7 +40,9 @@ readTokenFile(const std::string &path, const std::string &rawType = "u16");
 /// comes from the dataset whose count of rows so far falls furthest below
 /// its weight's share (BlendedDataset's build_blending_indices: the first of
 /// equals), as that dataset's next sample: sample k starts at token
-/// k x seq, wrapping around before its last seq + 1 tokens.
+/// k x seq, wrapping around before its last seq + 1 tokens. Shuffled
+/// (shuffle), every stream's rows are samples, each dataset's drawn in the
+/// order of a permutation of its samples, a new one each epoch.
 class TokenStream {
 public:
   TokenStream() = default;
@@ -54,12 +56,25 @@ public:
   const std::vector<double> &weights() const { return weights_; }
   bool blended() const { return datasets_.size() > 1; }
   /// The dataset and its sample of the run's `index`-th row (from 0), in a
-  /// blend. Thread-safe: the ranks of a run share a stream.
+  /// blend (one file: sample `index`). Thread-safe: the ranks of a run
+  /// share a stream.
   std::pair<size_t, int64_t> row(int64_t index) const;
+
+  /// Draws each dataset's samples of `seq` tokens (and a label) in a
+  /// shuffled order (Megatron-LM's GPTDataset shuffle_idx, torch's
+  /// DataLoader(shuffle=True)): epoch e of a dataset of n samples (its
+  /// tokens but the last, over seq) reads them in the order of a
+  /// permutation drawn from `seed`, the dataset and e. Without it, one
+  /// file's windows are consecutive and a blend's samples in order.
+  void shuffle(uint64_t seed) { shuffleSeed_ = seed; }
+  std::optional<uint64_t> shuffleSeed() const { return shuffleSeed_; }
+  /// Where `dataset`'s `sample`-th sample of `seq` tokens starts.
+  int64_t sampleStart(size_t dataset, int64_t sample, int64_t seq) const;
 
 private:
   std::vector<std::vector<int64_t>> datasets_;
   std::vector<double> weights_;
+  std::optional<uint64_t> shuffleSeed_;
   struct Index;
   std::shared_ptr<Index> index_;
 };
@@ -422,12 +437,15 @@ struct TrainingProgram {
 ///           [--data-dtype T] [--log FILE] [--save DIR] [--save-every N]
 ///           [--resume DIR] [--collective-timeout S]
 ///           [--eval-data FILE | --eval-split F] [--eval-every N]
-///           [--eval-iters K]
+///           [--eval-iters K] [--shuffle-seed N]
 ///           WEIGHTS_DIR OUTPUT_DIR TOKENS
 /// With --eval-data (or --eval-split, the last share of TOKENS held out),
 /// every rank runs the evaluation step on the first K windows of the
 /// held-out tokens after every N steps and after the last, as weft train
 /// --eval-data does, and the printing rank prints their mean loss.
+/// With --shuffle-seed, TOKENS and the held-out tokens are read in a
+/// shuffled order (TokenStream::shuffle), as weft train --shuffle-seed
+/// reads them.
 /// Each rank holds its blocks of the parameters and of the optimizer state,
 /// and runs the steps: the micro-batches, the gradient reduction, the
 /// optimizer step (with a pipeline: the schedule's steps on the m
