@@ -861,10 +861,92 @@ size_t CostModel::chunkKindCounts(const plan::Plan &plan, const Blocks &b,
   return kinds;
 }
 
+/// Interleaved chunks of layers of several kinds: the layers per rank
+/// (`stages`) moved one at a time from the busiest rank to another while
+/// that lowers the busiest rank's work (then the sum of the squares of the
+/// ranks' work), each rank keeping `least(rank)` layers. A rank's work is
+/// its chunks' layers, which weft::chunkLayers deals out in virtual-stage
+/// order (a move shifts which layers every later chunk holds), each
+/// `weightOf(layer)`, and the embedding's `firstExtra` on the first rank and
+/// the head's `lastExtra` on the last.
+static void balanceChunksByKind(std::vector<int32_t> &stages, int v,
+                                int64_t firstExtra, int64_t lastExtra,
+                                llvm::function_ref<int64_t(int64_t)> weightOf,
+                                llvm::function_ref<int(int)> least) {
+  const int p = int(stages.size());
+  // (busiest rank's work, sum of squares); the busiest rank.
+  auto measure = [&](const std::vector<int32_t> &perRank, int *busiest) {
+    std::vector<int64_t> chunks =
+        chunkLayers(std::vector<int64_t>(perRank.begin(), perRank.end()), v);
+    std::vector<int64_t> work(size_t(p), 0);
+    work[0] += firstExtra;
+    work[size_t(p - 1)] += lastExtra;
+    int64_t layer = 0;
+    for (size_t vs = 0; vs < chunks.size(); ++vs)
+      for (int64_t i = 0; i < chunks[vs]; ++i)
+        work[vs % size_t(p)] += weightOf(layer++);
+    int top = 0;
+    double squares = 0;
+    for (int s = 0; s < p; ++s) {
+      squares += double(work[size_t(s)]) * double(work[size_t(s)]);
+      if (work[size_t(s)] > work[size_t(top)])
+        top = s;
+    }
+    if (busiest)
+      *busiest = top;
+    return std::make_pair(work[size_t(top)], squares);
+  };
+  int busiest = 0;
+  std::pair<int64_t, double> best = measure(stages, &busiest);
+  int64_t total = 0;
+  for (int32_t n : stages)
+    total += n;
+  // From the even split instead where that is better (the remainder on the
+  // middle ranks, whose chunks hold no embedding or head).
+  std::vector<int32_t> even(size_t(p), int32_t(total / p));
+  for (int64_t r = 0; r < total % p; ++r)
+    ++even[size_t(1 + r % std::max(1, p - 2))];
+  bool fits = true;
+  for (int s = 0; s < p; ++s)
+    fits &= even[size_t(s)] >= least(s);
+  int evenBusiest = 0;
+  if (std::pair<int64_t, double> start = measure(even, &evenBusiest);
+      fits && start < best) {
+    best = start;
+    stages = even;
+    busiest = evenBusiest;
+  }
+  // (Each move lowers the pair; a bound on the moves all the same.)
+  for (int64_t moves = 0; moves < 4 * total + 4 * p; ++moves) {
+    std::vector<int32_t> chosen;
+    int chosenBusiest = busiest;
+    for (int to = 0; to < p; ++to) {
+      if (to == busiest || stages[size_t(busiest)] <= least(busiest))
+        continue;
+      std::vector<int32_t> moved = stages;
+      --moved[size_t(busiest)];
+      ++moved[size_t(to)];
+      int top = 0;
+      std::pair<int64_t, double> result = measure(moved, &top);
+      if (result < best) {
+        best = result;
+        chosen = std::move(moved);
+        chosenBusiest = top;
+      }
+    }
+    if (chosen.empty())
+      return;
+    stages = std::move(chosen);
+    busiest = chosenBusiest;
+  }
+}
+
 std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   const int p = plan.pp(), v = virtualStages(plan);
   const int64_t layers = modelSpec.layers();
-  if (p == 1 || (v > 1 && layers % (int64_t(p) * v) == 0))
+  // (Layers of several kinds differ by their sliding window.)
+  const bool oneKind = modelSpec.mixed_sliding_window() <= 0;
+  if (p == 1 || (v > 1 && oneKind && layers % (int64_t(p) * v) == 0))
     return std::vector<int32_t>(p, int32_t(layers / p));
   // (One lookup of the plan's blocks: this runs once per candidate.)
   const Blocks &costs = blocks(plan);
@@ -878,13 +960,12 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
   // stage relative to a layer; cache on those ratios.
   int64_t firstExtra = std::llround(total(embed) / unit * 100);
   int64_t lastExtra = std::llround(total(head) / unit * 100);
-  // Layers of several kinds (local and global attention), one chunk per
-  // stage: each layer weighs its kind's work, in hundredths of the mean
-  // layer's, in the model's order of layers.
+  // Layers of several kinds (local and global attention): each layer
+  // weighs its kind's work, in hundredths of the mean layer's, in the
+  // model's order of layers.
   ArrayRef<uint32_t> sequence = programs->layerVariantSequence();
   std::vector<int64_t> kindWeights;
-  if (v == 1 && costs.layerKinds.size() > 1 &&
-      int64_t(sequence.size()) == layers)
+  if (costs.layerKinds.size() > 1 && int64_t(sequence.size()) == layers)
     for (const BlockCost &kind : costs.layerKinds)
       kindWeights.push_back(
           std::max<int64_t>(1, std::llround(total(kind) / unit * 100)));
@@ -964,6 +1045,8 @@ std::vector<int32_t> CostModel::balanceStages(const plan::Plan &plan) {
         --stages[from];
         ++stages[s];
       }
+    if (!kindWeights.empty())
+      balanceChunksByKind(stages, v, firstExtra, lastExtra, weightOf, least);
   }
   stageCache.emplace(key, stages);
   return stages;
@@ -1681,7 +1764,11 @@ void CostModel::evaluate(plan::Plan &plan,
                          std::vector<TimelineEvent> *timeline) {
   if (plan.stage_layers_size() == 0) {
     std::vector<int32_t> stages;
-    if (modelSpec.layers() % plan.pp() == 0)
+    // (Interleaved chunks of layers of several kinds deal a rank other
+    // kinds than its neighbours even where the layers divide evenly.)
+    const bool kindsInChunks =
+        modelSpec.mixed_sliding_window() > 0 && virtualStages(plan) > 1;
+    if (modelSpec.layers() % plan.pp() == 0 && !kindsInChunks)
       stages.assign(plan.pp(), int32_t(modelSpec.layers() / plan.pp()));
     else
       stages = balanceStages(plan);
