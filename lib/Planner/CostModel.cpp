@@ -1764,11 +1764,7 @@ void CostModel::evaluate(plan::Plan &plan,
                          std::vector<TimelineEvent> *timeline) {
   if (plan.stage_layers_size() == 0) {
     std::vector<int32_t> stages;
-    // (Interleaved chunks of layers of several kinds deal a rank other
-    // kinds than its neighbours even where the layers divide evenly.)
-    const bool kindsInChunks =
-        modelSpec.mixed_sliding_window() > 0 && virtualStages(plan) > 1;
-    if (modelSpec.layers() % plan.pp() == 0 && !kindsInChunks)
+    if (modelSpec.layers() % plan.pp() == 0)
       stages.assign(plan.pp(), int32_t(modelSpec.layers() / plan.pp()));
     else
       stages = balanceStages(plan);
