@@ -199,10 +199,7 @@ struct WeftExtractEvaluation
       for (Attribute entry : cast<ArrayAttr>(list)) {
         std::optional<planner::PipelineStep> step =
             planner::parseStepName(cast<StringAttr>(entry).str());
-        if (step && !step->gradient &&
-            (step->kind == planner::PipelineStep::Forward ||
-             step->kind == planner::PipelineStep::Send ||
-             step->kind == planner::PipelineStep::Recv))
+        if (step && planner::isForwardStep(*step))
           names.push_back(entry);
       }
       ranks.push_back(b.getArrayAttr(names));

@@ -120,9 +120,7 @@ static LogicalResult verifyPipelineSchedule(Operation *op,
                     ">a|<a|>g|<g<peer>:<mb>[.chunk] with micro-batch < "
                  << micro.getInt() << ", chunk < " << v
                  << " and another pipeline rank < " << p << " as peer";
-        if (forwardOnly &&
-            (step->gradient || step->kind == planner::PipelineStep::Backward ||
-             step->kind == planner::PipelineStep::WeightGrad))
+        if (forwardOnly && !planner::isForwardStep(*step))
           return op->emitError()
                  << "pipeline rank " << rank << "'s evaluation step " << entry
                  << " is not a forward or a send or receive of activations";

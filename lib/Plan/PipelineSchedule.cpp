@@ -667,14 +667,17 @@ std::optional<PipelineStep> planner::parseStepName(const std::string &name) {
   return step;
 }
 
+bool planner::isForwardStep(const PipelineStep &step) {
+  return step.kind != PipelineStep::Backward &&
+         step.kind != PipelineStep::WeightGrad && !step.gradient;
+}
+
 PipelineSchedule planner::forwardSteps(const PipelineSchedule &schedule) {
   PipelineSchedule forward = schedule;
   for (std::vector<PipelineStep> &steps : forward.ranks)
     steps.erase(std::remove_if(steps.begin(), steps.end(),
                                [](const PipelineStep &step) {
-                                 return step.kind == PipelineStep::Backward ||
-                                        step.kind == PipelineStep::WeightGrad ||
-                                        step.gradient;
+                                 return !isForwardStep(step);
                                }),
                 steps.end());
   return forward;

@@ -151,6 +151,10 @@ int mostInFlight(plan::Schedule schedule, int p, int v, int m, int stage);
 std::string stepName(const PipelineStep &step, int chunks);
 std::optional<PipelineStep> parseStepName(const std::string &name);
 
+/// Whether `step` is a forward or a send or receive of activations: a step
+/// a forward program (or an evaluation) runs.
+bool isForwardStep(const PipelineStep &step);
+
 /// The schedule with only its forward steps and the activations' sends and
 /// receives: what a forward program (no backward) runs.
 PipelineSchedule forwardSteps(const PipelineSchedule &schedule);
