@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
@@ -148,18 +149,14 @@ struct WeftExtractEvaluation
     // By virtual stage: its forward (the function without a role, or the
     // role "forward").
     SmallVector<func::FuncOp> forwards;
-    bool training = false;
     for (auto func : module.getOps<func::FuncOp>()) {
-      for (unsigned r = 0; r < func.getNumResults(); ++r)
-        training |=
-            bool(func.getResultAttr(r, WeftDialect::getGradientOfAttrName()));
       auto stage = func->getAttrOfType<DictionaryAttr>(
           WeftDialect::getPipelineStageAttrName());
       auto role = stage ? stage.getAs<StringAttr>("role") : StringAttr();
       if (stage && (!role || role.getValue() == "forward"))
         forwards.push_back(func);
     }
-    if (!training) {
+    if (!returnsGradients(module)) {
       module.emitError("-weft-extract-evaluation needs a training step: no "
                        "stage of this pipeline returns a gradient");
       return signalPassFailure();

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/Training.h"
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Passes/Passes.h"
 #include "weft/Plan/Plan.h"
@@ -77,13 +78,8 @@ struct WeftSchedulePipeline
     }
     // A training step (stages differentiated: they return gradients) runs
     // the whole list; a forward program its forward steps.
-    bool training = false;
-    for (auto func : module.getOps<func::FuncOp>())
-      for (unsigned r = 0; r < func.getNumResults(); ++r)
-        training |=
-            bool(func.getResultAttr(r, WeftDialect::getGradientOfAttrName()));
     planner::PipelineSchedule list =
-        training ? full : planner::forwardSteps(full);
+        returnsGradients(module) ? full : planner::forwardSteps(full);
     Builder b(&getContext());
     SmallVector<Attribute> ranks;
     for (const std::vector<planner::PipelineStep> &steps : list.ranks) {

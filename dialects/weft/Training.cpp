@@ -82,6 +82,14 @@ std::vector<std::string> weft::trainingFeeds(ModuleOp module) {
   return feeds;
 }
 
+bool weft::returnsGradients(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>())
+    for (unsigned r = 0; r < func.getNumResults(); ++r)
+      if (func.getResultAttr(r, WeftDialect::getGradientOfAttrName()))
+        return true;
+  return false;
+}
+
 int weft::tokensInput(ModuleOp module) {
   std::vector<std::string> feeds = trainingFeeds(module);
   auto it = llvm::find(feeds, "tokens");

@@ -74,6 +74,10 @@ std::vector<std::string> trainingFeeds(mlir::ModuleOp module);
 /// Which model input takes the token ids whose next tokens are the labels:
 /// the one weft.feeds names "tokens" (input 0 without the attribute).
 int tokensInput(mlir::ModuleOp module);
+/// Whether a function of `module` returns a parameter's gradient
+/// (weft.gradient_of): the module is a training step (-weft-differentiate),
+/// not a forward program.
+bool returnsGradients(mlir::ModuleOp module);
 
 OptimizerSlot optimizerArgumentSlot(mlir::func::FuncOp optimizer, unsigned i);
 OptimizerSlot optimizerResultSlot(mlir::func::FuncOp optimizer, unsigned i);
