@@ -151,6 +151,15 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_kv_heads(r.kvHeads);
   else if (!spec.kv_heads())
     spec.set_kv_heads(spec.heads());
+  if (r.headDim < 0)
+    return planError("--head-dim is each head's width (0 for hidden / "
+                     "heads), not " +
+                     std::to_string(r.headDim));
+  if (r.headDim)
+    spec.set_head_dim(spec.heads() > 0 &&
+                              r.headDim * spec.heads() == spec.hidden()
+                          ? 0
+                          : r.headDim);
   if (r.ffn)
     spec.set_ffn_hidden(r.ffn);
   else if (!spec.ffn_hidden())
@@ -317,6 +326,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (model->attention_softcap() > 0)
     os << llvm::format(", scores soft-capped at %g",
                        model->attention_softcap());
+  if (model->head_dim())
+    os << ", heads of " << model->head_dim();
   if (model->value_head_dim())
     os << ", values of " << model->value_head_dim() << " per head";
   os << llvm::format(", %.3g B parameters", parameterCount(*model) / 1e9);

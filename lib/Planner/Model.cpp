@@ -112,10 +112,20 @@ llvm::Error planner::validateModel(const plan::ModelSpec &model) {
       model.kv_heads() <= 0 || model.ffn_hidden() <= 0 || model.vocab() <= 0)
     return fail("layers, hidden, heads, kv_heads, ffn_hidden and vocab must "
                 "all be positive");
-  if (model.hidden() % model.heads())
+  if (model.head_dim() < 0 || model.value_head_dim() < 0)
+    return fail("head widths are positive, or 0 for hidden / heads (head_dim "
+                "is " +
+                llvm::Twine(model.head_dim()) + ", value_head_dim " +
+                llvm::Twine(model.value_head_dim()) + ")");
+  if (model.head_dim() == 0 && model.hidden() % model.heads())
     return fail("hidden (" + llvm::Twine(model.hidden()) +
                 ") is not a multiple of heads (" + llvm::Twine(model.heads()) +
-                ")");
+                "): give each head's width (--head-dim, Megatron-LM's "
+                "--kv-channels)");
+  if (model.head_dim() > (1 << 14) || model.value_head_dim() > (1 << 14))
+    return fail("heads wider than 16384 (head_dim " +
+                llvm::Twine(model.head_dim()) + ", value_head_dim " +
+                llvm::Twine(model.value_head_dim()) + ")");
   if (model.heads() % model.kv_heads())
     return fail("heads (" + llvm::Twine(model.heads()) +
                 ") is not a multiple of kv_heads (" +
@@ -138,15 +148,35 @@ static bool isGelu(const plan::ModelSpec &model) {
   return model.ffn_kind() == plan::FFN_GELU;
 }
 
+int64_t planner::headDim(const plan::ModelSpec &model) {
+  if (model.head_dim() > 0)
+    return model.head_dim();
+  return model.heads() > 0 ? model.hidden() / model.heads() : 0;
+}
+
+int64_t planner::valueHeadDim(const plan::ModelSpec &model) {
+  return model.value_head_dim() > 0 ? model.value_head_dim() : headDim(model);
+}
+
+/// The widths of the attention's projections: queries, keys and values
+/// together, and the values alone (the output projection's input).
+static std::pair<double, double> attentionWidths(const plan::ModelSpec &model) {
+  double d = double(headDim(model)), dv = double(valueHeadDim(model));
+  double values = model.heads() * dv;
+  return {(model.heads() + model.kv_heads()) * d + model.kv_heads() * dv,
+          values};
+}
+
 double planner::layerParameterCount(const plan::ModelSpec &model) {
-  double h = model.hidden(), d = double(model.hidden()) / model.heads();
-  double qkv = h * (model.heads() + 2 * model.kv_heads()) * d;
-  double out = model.heads() * d * h;
+  double h = model.hidden();
+  auto [qkvWidth, valueWidth] = attentionWidths(model);
+  double qkv = h * qkvWidth;
+  double out = valueWidth * h;
   double ffn = model.ffn_hidden();
   double mlp = isGelu(model) ? 2 * h * ffn : 3 * h * ffn;
   double extra = 0;
   if (isGelu(model)) // biases and two LayerNorms with bias
-    extra = (model.heads() + 2 * model.kv_heads()) * d + h + ffn + h + 4 * h;
+    extra = qkvWidth + h + ffn + h + 4 * h;
   else // two RMSNorms
     extra = 2 * h;
   return qkv + out + mlp + extra;
@@ -163,14 +193,19 @@ double planner::parameterCount(const plan::ModelSpec &model) {
 
 double planner::modelFlopsPerStep(const plan::ModelSpec &model,
                                   int64_t globalBatch, int64_t seqLen) {
-  double h = model.hidden(), d = h / model.heads();
-  double gemmParams = h * (model.heads() + 2 * model.kv_heads()) * d +
-                      model.heads() * d * h +
+  double h = model.hidden();
+  auto [qkvWidth, valueWidth] = attentionWidths(model);
+  double gemmParams = h * qkvWidth + valueWidth * h +
                       (isGelu(model) ? 2 : 3) * h * model.ffn_hidden();
+  // What the scores (Q Kᵀ) and the values (P V) multiply per key, which is
+  // h each where the heads are hidden / heads wide.
+  double attentionWidth =
+      0.5 * model.heads() * double(headDim(model) + valueHeadDim(model));
   double tokens = double(globalBatch) * seqLen;
   // Megatron's count of attention, 12 s h per token and layer (every query
-  // against every key); with a sliding window, against the window's keys,
-  // on the layers that have it.
+  // against every key; h is the heads' mean width of keys and values,
+  // heads x d where they are hidden / heads wide); with a sliding window,
+  // against the window's keys, on the layers that have it.
   auto keys = [&](int64_t window) {
     return window > 0 ? double(std::min(seqLen, window)) : double(seqLen);
   };
@@ -180,8 +215,8 @@ double planner::modelFlopsPerStep(const plan::ModelSpec &model,
           ? windowed * keys(model.mixed_sliding_window()) +
                 (double(model.layers()) - windowed) * keys(0)
           : double(model.layers()) * keys(model.sliding_window());
-  double perToken = model.layers() * 6 * gemmParams + 12.0 * attention * h +
-                    6.0 * model.vocab() * h;
+  double perToken = model.layers() * 6 * gemmParams +
+                    12.0 * attention * attentionWidth + 6.0 * model.vocab() * h;
   return tokens * perToken;
 }
 
@@ -282,6 +317,8 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
     spec.set_windowed_layers(windowed);
   }
   int64_t headDim = q.getDimSize(3);
+  if (spec.heads() * headDim != hidden)
+    spec.set_head_dim(headDim);
   if (int64_t valueDim =
           cast<RankedTensorType>(attention.getV().getType()).getDimSize(3);
       valueDim != headDim)
@@ -431,7 +468,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
   auto in = cast<RankedTensorType>(x.getType());
   const int64_t batch = in.getDimSize(0), seq = in.getDimSize(1);
   const int64_t h = model.hidden(), heads = model.heads(),
-                kvHeads = model.kv_heads(), d = h / heads;
+                kvHeads = model.kv_heads(), d = headDim(model);
   const int64_t group = heads / kvHeads;
   std::string prefix = "layers." + std::to_string(index);
   // The window, or none on a global layer among windowed ones.
@@ -465,7 +502,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
       b.getF32FloatAttr(1.0f / std::sqrt(float(d))), b.getUnitAttr(),
       attentionDropout, FloatAttr(),
       window > 0 ? b.getI64IntegerAttr(window) : IntegerAttr());
-  Value merged = reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, h});
+  Value merged =
+      reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});
   Value projected = linear(merged, h, prefix + ".attn_out", gelu());
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));
   Value normed2 = norm(residual, prefix + ".mlp_norm");

@@ -618,6 +618,8 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     os << "--num-layers " << m.layers() << " --hidden-size " << m.hidden()
        << " --num-attention-heads " << m.heads() << " --ffn-hidden-size "
        << m.ffn_hidden() << " \\\n";
+    if (m.head_dim() > 0)
+      os << "--kv-channels " << m.head_dim() << " \\\n";
     if (m.kv_heads() != m.heads())
       os << "--group-query-attention --num-query-groups " << m.kv_heads()
          << " \\\n";

@@ -75,6 +75,7 @@ public:
     get(kwargs, "hidden", request.hidden);
     get(kwargs, "heads", request.heads);
     get(kwargs, "kv_heads", request.kvHeads);
+    get(kwargs, "head_dim", request.headDim);
     get(kwargs, "ffn", request.ffn);
     get(kwargs, "ffn_kind", request.ffnKind);
     get(kwargs, "vocab", request.vocab);

@@ -82,6 +82,24 @@ def test_builder_dict_equals_cli_flags(tmp_path):
     assert plans.cluster.nodes == 2
 
 
+def test_builder_head_dim_equals_cli_flag(tmp_path):
+    # Gemma-style heads wider than hidden / heads, gated by GELU.
+    model = {"model": "llama", "layers": 4, "hidden": 1536, "heads": 8,
+             "kv_heads": 4, "head_dim": 256, "ffn": 6144, "ffn_kind": "geglu",
+             "vocab": 32000, "tied": True}
+    plans = weft.plan(model, "h100:8x1", global_batch=16, seq_len=2048, top=2)
+    expected = cli_plan_json(
+        tmp_path, "--model", "llama", "--layers", "4", "--hidden", "1536",
+        "--heads", "8", "--kv-heads", "4", "--head-dim", "256", "--ffn", "6144",
+        "--ffn-kind", "geglu", "--vocab", "32000", "--tied", "yes",
+        "--cluster", "h100:8x1", "--global-batch", "16", "--seq-len", "2048",
+        "--top", "2")
+    assert without_timing(plans.to_dict()) == without_timing(expected)
+    assert plans.model.head_dim == 256
+    with pytest.raises(ValueError, match="head_dim"):
+        weft.plan(dict(model, head_dim=0), "h100:8x1", global_batch=16)
+
+
 def test_onnx_file_and_cluster_file_equal_cli(tmp_path):
     plans = weft.plan(GPT2, CLUSTER_FILE, global_batch=8, seq_len=8, top=4)
     expected = cli_plan_json(tmp_path, GPT2, "--cluster", CLUSTER_FILE,

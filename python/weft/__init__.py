@@ -42,8 +42,8 @@ __all__ = [
 Error = _weft.Error
 
 _BUILDER_KEYS = {
-    "model", "layers", "hidden", "heads", "kv_heads", "ffn", "ffn_kind",
-    "vocab", "tied",
+    "model", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn",
+    "ffn_kind", "vocab", "tied",
 }
 _MODEL_SUFFIXES = (".onnx", ".onnxtxt", ".mlir")
 
@@ -165,12 +165,14 @@ class _ModelSource:
                        ", ".join(sorted(_BUILDER_KEYS))))
             self.file = None
             self.fields["preset"] = model.get("model", "gpt")
-            for key in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab"):
+            for key in ("layers", "hidden", "heads", "kv_heads", "head_dim",
+                        "ffn", "vocab"):
                 if key in model:
                     self.fields[key] = _check_int("model['%s']" % key, model[key])
             if "ffn_kind" in model:
                 self.fields["ffn_kind"] = _check_choice(
-                    "model['ffn_kind']", model["ffn_kind"], ("gelu", "swiglu"))
+                    "model['ffn_kind']", model["ffn_kind"],
+                    ("gelu", "swiglu", "geglu"))
             if "tied" in model:
                 self.fields["tied"] = "yes" if model["tied"] else "no"
             return

@@ -1344,6 +1344,96 @@ TEST(PlannerChecks, KvHeadsFewerThanTpAreRepeated) {
             std::string::npos);
 }
 
+// The parameter count and the model FLOPs that MFU divides by are the
+// built IR's, for heads as wide as hidden / heads and for heads of their own
+// width (Gemma, Mistral NeMo: --head-dim, Megatron-LM's --kv-channels);
+// reading the spec back out of the IR gives the same widths.
+TEST(PlannerModel, CountsAreTheBuiltIRsForHeadsOfAnyWidth) {
+  struct Case {
+    const char *name;
+    int64_t hidden, heads, kvHeads, headDim;
+    plan::FfnKind kind;
+    bool tied;
+  };
+  const Case cases[] = {
+      {"gpt, hidden / heads", 96, 4, 4, 0, plan::FFN_GELU, true},
+      {"gpt, wider heads", 96, 4, 4, 40, plan::FFN_GELU, true},
+      {"llama GQA, narrower heads", 120, 8, 2, 8, plan::FFN_SWIGLU, false},
+      {"geglu, hidden not a multiple of heads", 100, 6, 3, 32, plan::FFN_GEGLU,
+       true},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    plan::ModelSpec spec;
+    spec.set_name("m");
+    spec.set_layers(3);
+    spec.set_hidden(c.hidden);
+    spec.set_heads(c.heads);
+    spec.set_kv_heads(c.kvHeads);
+    spec.set_head_dim(c.headDim);
+    spec.set_ffn_hidden(3 * c.hidden);
+    spec.set_ffn_kind(c.kind);
+    spec.set_vocab(300);
+    spec.set_seq_len(16);
+    spec.set_tied_embeddings(c.tied);
+    llvm::Error invalid = validateModel(spec);
+    ASSERT_FALSE(bool(invalid)) << llvm::toString(std::move(invalid));
+    mlir::MLIRContext context;
+    TransformerShape shape;
+    shape.batch = 2;
+    shape.seq = 16;
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        buildTransformer(context, spec, shape);
+    double elements = 0, layerElements = 0;
+    module->walk([&](ParameterOp p) {
+      double n = double(
+          mlir::cast<mlir::RankedTensorType>(p.getType()).getNumElements());
+      elements += n;
+      if (p->getParentOfType<LayerOp>() &&
+          p->getParentOfType<LayerOp>().getIndex() == 0)
+        layerElements += n;
+    });
+    EXPECT_EQ(parameterCount(spec), elements);
+    EXPECT_EQ(layerParameterCount(spec), layerElements);
+    const int64_t d = headDim(spec);
+    int64_t attentionWidth = 0;
+    module->walk([&](AttentionOp op) {
+      auto q = mlir::cast<mlir::RankedTensorType>(op.getQ().getType());
+      EXPECT_EQ(q.getDimSize(3), d);
+      attentionWidth = q.getDimSize(1) * d;
+    });
+    EXPECT_EQ(attentionWidth, c.heads * d);
+    // 6 FLOPs per GEMM parameter per token (the layers' and the output
+    // layer's), and Q Kᵀ and P V forward and backward: 12 s (heads x d).
+    const double tokens = 4 * 16,
+                 layerGemm = layerElements -
+                             (c.kind == plan::FFN_GELU
+                                  ? c.heads * d + 2 * c.kvHeads * d + c.hidden +
+                                        3 * c.hidden + c.hidden + 4 * c.hidden
+                                  : 2 * c.hidden);
+    EXPECT_DOUBLE_EQ(modelFlopsPerStep(spec, 4, 16),
+                     tokens * (3 * (6 * layerGemm + 12.0 * 16 * c.heads * d) +
+                               6.0 * 300 * c.hidden));
+    auto read = extractModelSpec(*module, "built.mlir");
+    ASSERT_TRUE(bool(read)) << llvm::toString(read.takeError());
+    EXPECT_EQ(read->head_dim(), c.headDim);
+    EXPECT_EQ(headDim(*read), d);
+    EXPECT_EQ(read->heads(), c.heads);
+    EXPECT_EQ(read->kv_heads(), c.kvHeads);
+    EXPECT_EQ(parameterCount(*read), elements);
+  }
+  plan::ModelSpec odd = gpt22b();
+  odd.set_heads(7);
+  odd.set_kv_heads(7);
+  llvm::Error error = validateModel(odd);
+  ASSERT_TRUE(bool(error));
+  EXPECT_NE(llvm::toString(std::move(error)).find("--head-dim"),
+            std::string::npos);
+  odd.set_head_dim(128);
+  llvm::Error valid = validateModel(odd);
+  EXPECT_FALSE(bool(valid)) << llvm::toString(std::move(valid));
+}
+
 TEST(PlannerCluster, ShorthandAndErrors) {
   auto cluster = parseClusterShorthand("H100:8x16");
   ASSERT_TRUE(bool(cluster));

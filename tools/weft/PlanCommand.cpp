@@ -70,6 +70,12 @@ static cl::opt<int64_t> kvHeadsOpt("kv-heads",
                                    cl::desc("Builder: KV heads (GQA)"),
                                    cl::init(0), cl::sub(planCommand),
                                    cl::sub(importSubCommand()));
+static cl::opt<int64_t> headDimOpt(
+    "head-dim",
+    cl::desc("Builder: each head's width where it is not hidden / heads "
+             "(Gemma 3 27B: 128 at hidden 5376 and 32 heads; Megatron-LM's "
+             "--kv-channels)"),
+    cl::init(0), cl::sub(planCommand), cl::sub(importSubCommand()));
 static cl::opt<int64_t> slidingWindowOpt(
     "sliding-window",
     cl::desc("A causal sliding window: keys each query attends to, itself "
@@ -330,6 +336,7 @@ weft::driver::PlanRequest builtinModelRequest() {
   request.hidden = hiddenOpt;
   request.heads = headsOpt;
   request.kvHeads = kvHeadsOpt;
+  request.headDim = headDimOpt;
   request.slidingWindow = slidingWindowOpt;
   request.globalEvery = globalEveryOpt;
   request.ffn = ffnOpt;
@@ -924,6 +931,15 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
     m.set_seq_len(n["seq_len"]);
     m.set_tied_embeddings(*tied);
     m.set_source(validation ? "validation" : "calibration");
+    // Optional: each head's width where it is not hidden / heads (Gemma's,
+    // Megatron-LM's --kv-channels); empty or 0 for hidden / heads.
+    if (csv->column("head_dim") >= 0 && !get("head_dim").empty()) {
+      auto value = integer("head_dim");
+      if (!value)
+        return value.takeError();
+      if (*value * m.heads() != m.hidden())
+        m.set_head_dim(*value);
+    }
     if (llvm::Error error = validateModel(m))
       return error;
     // Optional columns: dropout (Megatron's default 0.1 on hidden states and

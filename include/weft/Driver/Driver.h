@@ -152,6 +152,9 @@ struct PlanRequest {
   std::string preset;    ///< a preset name, or "gpt" / "llama" (builder)
   /// Builder fields; 0 / empty keep the preset's or the builder's default.
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, ffn = 0, vocab = 0;
+  /// Each head's query/key/value width where it is not hidden / heads
+  /// (Megatron-LM's --kv-channels); 0 keeps the model's.
+  int64_t headDim = 0;
   /// A causal sliding window (keys per query); 0 keeps the model's.
   int64_t slidingWindow = 0;
   /// With slidingWindow: every globalEvery-th layer attends globally (full

@@ -26,8 +26,15 @@ std::vector<std::string> presetNames();
 /// The preset `name`, or an error that lists the presets.
 llvm::Expected<plan::ModelSpec> lookupPreset(llvm::StringRef name);
 
-/// Checks a spec: positive sizes, heads divisible by KV heads, hidden by heads.
+/// Checks a spec: positive sizes, heads divisible by KV heads, hidden by heads
+/// (where the spec gives no head width of its own).
 llvm::Error validateModel(const plan::ModelSpec &model);
+
+/// Each head's query and key width: the spec's head_dim, or hidden / heads.
+int64_t headDim(const plan::ModelSpec &model);
+
+/// Each head's value width: the spec's value_head_dim, or headDim.
+int64_t valueHeadDim(const plan::ModelSpec &model);
 
 /// Parameters of the whole model (embedding, layers, final norm, output layer).
 double parameterCount(const plan::ModelSpec &model);
@@ -36,9 +43,10 @@ double parameterCount(const plan::ModelSpec &model);
 double layerParameterCount(const plan::ModelSpec &model);
 
 /// Model FLOPs of one training step (forward + backward, no recomputation),
-/// Narayanan et al.'s count generalized to GQA and SwiGLU: 6 FLOPs per
-/// parameter of the GEMMs per token, plus 12·s·h per token per layer for
-/// attention scores.
+/// Narayanan et al.'s count generalized to GQA, SwiGLU and heads of any
+/// width: 6 FLOPs per parameter of the GEMMs per token, plus 6·s·heads·(d +
+/// d_v) per token per layer for the attention's scores and values (12·s·h
+/// where heads · d = h).
 double modelFlopsPerStep(const plan::ModelSpec &model, int64_t globalBatch,
                          int64_t seqLen);
 
