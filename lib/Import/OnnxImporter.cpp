@@ -25,7 +25,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <map>
 
 using namespace mlir;
 using namespace weft;
@@ -2437,9 +2439,168 @@ static llvm::StringSet<> constantBuffers(const onnx::GraphProto &graph) {
   return buffers;
 }
 
+namespace {
+/// The elements of a floating-point initializer as raw bytes, from the file
+/// (inline data) or from its external data file; `ok` is false where they
+/// cannot be read (another encoding, an unreadable file), which leaves the
+/// initializer as it is.
+class InitializerElements {
+public:
+  InitializerElements(const onnx::TensorProto &tensor, llvm::StringRef model)
+      : width(elementWidth(tensor.data_type())) {
+    if (!width)
+      return;
+    count = 1;
+    for (int64_t d : tensor.dims()) {
+      // (The importer checks dims before it sizes anything; a tie needs
+      // sizes any tensor can have.)
+      if (d <= 0 || d > (int64_t(1) << 31) || count > (int64_t(1) << 40) / d)
+        return;
+      count *= d;
+    }
+    if (tensor.data_location() != onnx::TensorProto::EXTERNAL) {
+      if (!tensor.has_raw_data() ||
+          tensor.raw_data().size() != size_t(count) * width)
+        return;
+      inlineData = tensor.raw_data().data();
+      ok = true;
+      return;
+    }
+    std::string location;
+    for (const onnx::StringStringEntryProto &entry : tensor.external_data()) {
+      int64_t number = 0;
+      if (entry.key() == "location")
+        location = entry.value();
+      else if (entry.key() == "offset" &&
+               !llvm::StringRef(entry.value()).getAsInteger(10, number))
+        offset = number;
+    }
+    // (The importer refuses locations outside the model's directory.)
+    if (location.empty() || llvm::sys::path::is_absolute(location) ||
+        llvm::StringRef(location).contains(".."))
+      return;
+    llvm::SmallString<256> file = llvm::sys::path::parent_path(model);
+    llvm::sys::path::append(file, location);
+    stream = std::fopen(file.c_str(), "rb");
+    ok = stream != nullptr;
+  }
+  ~InitializerElements() {
+    if (stream)
+      std::fclose(stream);
+  }
+  InitializerElements(const InitializerElements &) = delete;
+  InitializerElements &operator=(const InitializerElements &) = delete;
+
+  /// Element `index`'s bytes into `out` (width() of them).
+  bool read(int64_t index, char *out) {
+    if (inlineData) {
+      std::memcpy(out, inlineData + index * width, width);
+      return true;
+    }
+    return std::fseek(stream, long(offset + index * int64_t(width)),
+                      SEEK_SET) == 0 &&
+           std::fread(out, 1, width, stream) == width;
+  }
+  bool external() const { return !inlineData; }
+
+  bool ok = false;
+  size_t width = 0;
+  int64_t count = 0;
+
+private:
+  static size_t elementWidth(int32_t type) {
+    switch (type) {
+    case onnx::TensorProto::FLOAT:
+      return 4;
+    case onnx::TensorProto::DOUBLE:
+      return 8;
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      return 2;
+    default:
+      return 0;
+    }
+  }
+  const char *inlineData = nullptr;
+  std::FILE *stream = nullptr;
+  int64_t offset = 0;
+};
+} // namespace
+
+/// Initializers that are another's transpose, element for element: the copy
+/// that torch.onnx.export's constant folding makes of a tied weight's
+/// transpose (a Linear whose weight is the embedding's, F.linear(x,
+/// embedding.weight)), which an inference export keeps as a second
+/// initializer, so that the file trains and counts two weights where the
+/// module has one. Maps each copy's name to its original's. Inline data is
+/// compared whole; external data at 4,096 spread positions (planning reads
+/// no more of a large model's weights). Constant tensors (a zero-initialized
+/// matrix) tie nothing.
+static llvm::StringMap<std::string>
+transposedCopies(const onnx::GraphProto &graph, llvm::StringRef model) {
+  llvm::StringMap<std::string> copies;
+  std::map<std::tuple<int32_t, int64_t, int64_t>,
+           SmallVector<const onnx::TensorProto *, 2>>
+      byShape;
+  for (const onnx::TensorProto &tensor : graph.initializer())
+    if (tensor.dims_size() == 2 && tensor.dims(0) != tensor.dims(1) &&
+        tensor.dims(0) > 1 && tensor.dims(1) > 1)
+      byShape[{tensor.data_type(), tensor.dims(0), tensor.dims(1)}].push_back(
+          &tensor);
+  // An exporter's own names for what it made ("onnx::MatMul_583").
+  auto generated = [](const onnx::TensorProto *t) {
+    return llvm::StringRef(t->name()).starts_with("onnx::");
+  };
+  for (auto &[key, wide] : byShape) {
+    auto [type, rows, columns] = key;
+    auto partners = byShape.find({type, columns, rows});
+    if (rows > columns || partners == byShape.end())
+      continue;
+    for (const onnx::TensorProto *w : wide)
+      for (const onnx::TensorProto *t : partners->second) {
+        // The copy is the exporter's, or else the [in, out] one (a
+        // MatMul's weight; the embedding is [rows, width]).
+        const onnx::TensorProto *copy = generated(t) && !generated(w) ? t : w;
+        const onnx::TensorProto *original = copy == w ? t : w;
+        if (copies.count(copy->name()) || copies.count(original->name()))
+          continue;
+        InitializerElements a(*original, model), b(*copy, model);
+        const int64_t height = original->dims(0), width = original->dims(1);
+        if (!a.ok || !b.ok)
+          continue;
+        const int64_t n = a.count;
+        const bool whole = (!a.external() && !b.external()) || n <= 4096;
+        const int64_t samples = whole ? n : 4096;
+        char x[8], y[8], first[8];
+        bool same = true, constant = true;
+        for (int64_t k = 0; k < samples && same; ++k) {
+          // Spread over the tensor (a multiplicative hash of k), with its
+          // first and last elements.
+          int64_t at =
+              whole || k == 0 ? k
+              : k == 1        ? n - 1
+                       : int64_t((uint64_t(k) * 2654435761ull) % uint64_t(n));
+          int64_t i = at / width, j = at % width;
+          same = a.read(at, x) && b.read(j * height + i, y) &&
+                 std::memcmp(x, y, a.width) == 0;
+          if (k == 0)
+            std::memcpy(first, x, a.width);
+          else
+            constant &= std::memcmp(first, x, a.width) == 0;
+        }
+        if (same && !constant)
+          copies[copy->name()] = original->name();
+      }
+  }
+  return copies;
+}
+
 LogicalResult GraphImporter::importInitializers() {
   llvm::StringSet<> masks = constantBuffers(graph);
+  llvm::StringMap<std::string> copies = transposedCopies(graph, path);
   for (const onnx::TensorProto &tensor : graph.initializer()) {
+    if (copies.count(tensor.name()))
+      continue;
     Type element = convertElementType(tensor.data_type(), context);
     if (!element)
       return emitError(FileLineColLoc::get(context, path, 0, 0))
@@ -2524,6 +2685,20 @@ LogicalResult GraphImporter::importInitializers() {
         builder, loc, type, builder.getStringAttr(tensor.name()), inlineValue,
         options.loadWeights || options.keepExternalData ? externalData
                                                         : ExternalDataAttr());
+  }
+  // A folded transpose of a tied weight is that weight, transposed, as a
+  // training export (no constant folding) writes it: one parameter, which
+  // -weft-raise makes a linear's transposed weight.
+  for (const auto &copy : copies) {
+    loc = NameLoc::get(builder.getStringAttr(copy.getKey()),
+                       FileLineColLoc::get(context, path, 0, 0));
+    Value original = values.lookup(copy.getValue());
+    if (!original)
+      return emitError(loc)
+             << "initializer '" << copy.getKey() << "' is the transpose of '"
+             << copy.getValue() << "', which is not a weight";
+    values[copy.getKey()] =
+        createChecked<TransposeOp>(original, SmallVector<int64_t>{1, 0});
   }
   return success();
 }

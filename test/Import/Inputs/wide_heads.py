@@ -8,7 +8,13 @@ additive causal mask of finfo.min, o_proj Linear(heads * head_dim, hidden),
 Gemma's RMSNorm (1 + weight) and its GeGLU MLP (tanh GELU of the gate times
 the up projection), the embedding scaled by sqrt(hidden) and tied to the
 output. Exported with ONNX opset 17 as model.onnx, with tokens.npy and torch's
-logits.npy."""
+logits.npy. An inference export, as people write one: constant folding writes
+the output layer's weight (the embedding's transpose) as a second initializer
+and folds Gemma's 1 + weight into the norms' initializers.
+
+wide_heads.py OUT_DIR --train DATA STEPS LR: torch's losses of STEPS AdamW
+steps of the same module on weft train's windows of DATA, in
+OUT_DIR/torch_losses.txt."""
 import math
 import os
 import sys
@@ -112,6 +118,40 @@ class Model(nn.Module):
         return F.linear(self.norm(x), self.embed_tokens.weight)
 
 
+def windows(tokens, step):
+    """weft train's windows: step s reads BATCH x SEQ consecutive tokens from
+    offset s x BATCH x SEQ (wrapping), and the next tokens as labels."""
+    positions = len(tokens) - (BATCH * SEQ + 1) + 1
+    offset = (step * BATCH * SEQ) % positions
+    at = (offset + np.arange(BATCH * SEQ)) % len(tokens)
+    ids = tokens[at].reshape(BATCH, SEQ).astype(np.int64)
+    labels = tokens[(at + 1) % len(tokens)].reshape(BATCH, SEQ).astype(np.int64)
+    return torch.from_numpy(ids), torch.from_numpy(labels)
+
+
+def train(out, data, steps, lr):
+    """`steps` AdamW steps (no weight decay) of the exported module, from the
+    same initial weights, on weft train's windows of `data`: the losses, one
+    per line, in OUT/torch_losses.txt. The module's output layer is its
+    embedding: its gradient is the sum of both uses'."""
+    torch.manual_seed(0)
+    model = Model().train()
+    tokens = np.load(data)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
+                            foreach=False)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        ids, labels = windows(tokens, step)
+        logits = model(ids)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    with open(os.path.join(out, "torch_losses.txt"), "w") as f:
+        f.write("\n".join("%.9g" % x for x in losses) + "\n")
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
@@ -127,4 +167,7 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) == 6 and sys.argv[2] == "--train":
+        train(sys.argv[1], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+    else:
+        main(sys.argv[1])

@@ -6,9 +6,10 @@ unit in its last printed digit: the host emulation runs the CUDA program's own
 kernels (fused elementwise chains, GEMM epilogues), whose float roundings may
 differ from the CPU runtime's in the last bit (on GPT-2 under pp=2,tp=2, one
 weight after a step is 7.5e-9 apart, every other one equal), and a loss
-printed to 8 significant digits can show it (by up to a float32 ulp, which for
-a loss between 16 and 32 is two units of its sixth decimal). Without it, the
-lines must be equal."""
+printed to 8 significant digits can show it (by up to two float32 ulps, which
+for a loss between 8 and 16 is two units of its sixth decimal: GPT-2's tied
+embedding sums two gradients, each rounded its own way). Without it, the lines
+must be equal."""
 import math
 import re
 import sys
@@ -39,13 +40,13 @@ def same(a, b):
             if x.group(0) != y.group(0):
                 return False
             continue
-        # One unit of the last printed digit, or one float32 ulp of the value
-        # and the rounding to the printed digits: a loss of 17.35 is a float
-        # whose ulp (1.9e-6) spans two units of its sixth decimal.
+        # One unit of the last printed digit, or two float32 ulps of the
+        # value and the rounding to the printed digits: a loss of 17.35 is a
+        # float whose ulp (1.9e-6) spans two units of its sixth decimal.
         unit = 10.0 ** -len(x.group(1))
         value = abs(float(y.group(0)))
         ulp = 2.0 ** (math.floor(math.log2(value)) - 23) if value > 0 else 0.0
-        if abs(float(x.group(0)) - float(y.group(0))) > max(unit * 1.5, ulp + unit):
+        if abs(float(x.group(0)) - float(y.group(0))) > max(unit * 1.5, 2 * ulp + unit):
             return False
     return True
 
