@@ -939,6 +939,44 @@ static llvm::Error packedDocuments(ModuleOp module, func::FuncOp entry,
   return llvm::Error::success();
 }
 
+/// The norms (weft.layer_norm, weft.rms_norm) whose scale or bias is `value`,
+/// followed into the weft.layers it is passed to.
+static unsigned normsReading(Value value) {
+  unsigned norms = 0;
+  for (OpOperand &use : value.getUses()) {
+    Operation *user = use.getOwner();
+    if (isa<weft::LayerNormOp, weft::RMSNormOp>(user) &&
+        use.getOperandNumber() > 0)
+      ++norms;
+    else if (auto layer = dyn_cast<weft::LayerOp>(user))
+      norms += normsReading(
+          layer.getBody().front().getArgument(use.getOperandNumber()));
+  }
+  return norms;
+}
+
+/// Warns, as `tool`, of a parameter that is the scale or bias of several
+/// norms: torch.onnx.export in eval mode merges initializers of equal values
+/// (every norm's weight starts as ones), so that training the file trains
+/// one weight where the module has one per norm. (A module may share one on
+/// purpose, as ALBERT shares its layers': only the user knows.)
+static void warnMergedNormWeights(func::FuncOp entry, llvm::StringRef tool) {
+  for (auto parameter : entry.getBody().getOps<weft::ParameterOp>()) {
+    unsigned norms = normsReading(parameter.getResult());
+    if (norms < 2)
+      continue;
+    parameter.emitWarning()
+        << tool << ": parameter '" << parameter.getName() << "' is the scale "
+        << "or bias of " << norms
+        << " norms, so training trains one weight for all of them; "
+           "torch.onnx.export in eval mode merges initializers of equal "
+           "values (every norm's weight starts alike): export for training "
+           "(training=torch.onnx.TrainingMode.TRAINING, "
+           "do_constant_folding=False) for one weight per norm, unless the "
+           "module shares it on purpose";
+  }
+}
+
 /// What the labels of the model in `module` are, from the command line
 /// (trainingObjective), once -weft-assign-feeds (which building the step
 /// runs again alike) says which input takes the token ids. Prints, as
@@ -993,6 +1031,8 @@ objectiveOf(MLIRContext &context, ModuleOp module, llvm::StringRef tool) {
   if (objective)
     if (llvm::Error error = packedDocuments(module, entry, vocab, *objective))
       return error;
+  if (objective)
+    warnMergedNormWeights(entry, tool);
   if (objective && attention)
     attention.emitWarning()
         << tool

@@ -12,6 +12,8 @@ logits.npy. An inference export, as people write one: constant folding writes
 the output layer's weight (the embedding's transpose) as a second initializer
 and folds Gemma's 1 + weight into the norms' initializers.
 
+wide_heads.py OUT_DIR --merged: the same with every norm's weight at zero.
+
 wide_heads.py OUT_DIR --train DATA STEPS LR: torch's losses of STEPS AdamW
 steps of the same module on weft train's windows of DATA, in
 OUT_DIR/torch_losses.txt."""
@@ -28,10 +30,15 @@ VOCAB, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 48, 4, 2, 16, 96
 LAYERS, BATCH, SEQ = 2, 2, 8
 
 
+# --merged: every norm's weight starts at zero (Gemma's 1 + weight is ones),
+# as a fresh Gemma's do: the inference export merges them into one initializer.
+MERGED = "--merged" in sys.argv
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim):
         super().__init__()
-        self.weight = nn.Parameter(0.1 * torch.randn(dim))
+        self.weight = nn.Parameter(torch.zeros(dim) if MERGED else 0.1 * torch.randn(dim))
 
     def forward(self, x):
         x32 = x.float()
