@@ -190,6 +190,11 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_global_every(r.globalEvery);
     spec.set_windowed_layers(spec.layers() - spec.layers() / r.globalEvery);
   }
+  // A model of local and global layers (a preset's, or the flags') keeps
+  // every global_every-th layer global at any depth.
+  if (spec.global_every() > 0)
+    spec.set_windowed_layers(spec.layers() -
+                             spec.layers() / spec.global_every());
   if (!r.tied.empty()) {
     if (r.tied != "yes" && r.tied != "no" && r.tied != "true" &&
         r.tied != "false" && r.tied != "1" && r.tied != "0")

@@ -31,9 +31,15 @@ struct Preset {
   plan::FfnKind kind;
   int64_t vocab, seq;
   bool tied;
+  /// Heads of their own width (0: hidden / heads); a sliding window, on
+  /// every layer or, with globalEvery, on all but every globalEvery-th; the
+  /// attention scores' soft cap (0: none).
+  int64_t headDim = 0, window = 0, globalEvery = 0;
+  float softcap = 0;
 };
 constexpr plan::FfnKind kGelu = plan::FFN_GELU;
 constexpr plan::FfnKind kSwiglu = plan::FFN_SWIGLU;
+constexpr plan::FfnKind kGeglu = plan::FFN_GEGLU;
 // GPT-3 (Brown et al. 2020, Table 2.1; vocabulary padded to 51200 as Megatron
 // does); Megatron-LM (Narayanan et al. 2021, Table 1, and Korthikanti et al.
 // 2022's 22B); LLaMA-2 (Touvron et al. 2023); LLaMA-3 (Dubey et al. 2024).
@@ -62,6 +68,29 @@ const Preset kPresets[] = {
     {"llama3-8b", 32, 4096, 32, 8, 14336, kSwiglu, 128256, 8192, false},
     {"llama3-70b", 80, 8192, 64, 8, 28672, kSwiglu, 128256, 8192, false},
     {"llama3-405b", 126, 16384, 128, 8, 53248, kSwiglu, 128256, 8192, false},
+    // Mistral 7B (Jiang et al. 2023, Table 1: a 4,096-key window on every
+    // layer, 8,192-token context); Mistral NeMo 12B (its config.json: heads
+    // of 128 at hidden 5120, a 131,072-token vocabulary; 8,192 tokens here,
+    // --seq-len for more).
+    {"mistral-7b", 32, 4096, 32, 8, 14336, kSwiglu, 32000, 8192, false, 0,
+     4096},
+    {"mistral-nemo-12b", 40, 5120, 32, 8, 14336, kSwiglu, 131072, 8192, false,
+     128},
+    // Gemma 2 (Gemma Team 2024, Table 1: local layers of a 4,096-key window
+    // alternating with global ones, the first local; scores soft-capped at
+    // 50; GeGLU; the embedding tied to the output; 8,192 tokens); Gemma 3
+    // 27B (Gemma Team 2025: five local layers of a 1,024-key window to each
+    // global one, no soft cap; pre-trained at 32,768 tokens).
+    {"gemma2-9b", 42, 3584, 16, 8, 14336, kGeglu, 256000, 8192, true, 256, 4096,
+     2, 50},
+    {"gemma2-27b", 46, 4608, 32, 16, 36864, kGeglu, 256000, 8192, true, 128,
+     4096, 2, 50},
+    {"gemma3-27b", 62, 5376, 32, 16, 21504, kGeglu, 262144, 32768, true, 128,
+     1024, 6},
+    // Qwen2.5 (Qwen Team 2024, Table 1 and config.json; their QKV biases,
+    // 0.01 % of the weights, are not built): 32,768 tokens.
+    {"qwen2.5-7b", 28, 3584, 28, 4, 18944, kSwiglu, 152064, 32768, false},
+    {"qwen2.5-72b", 80, 8192, 64, 8, 29568, kSwiglu, 152064, 32768, false},
 };
 } // namespace
 
@@ -95,6 +124,16 @@ llvm::Expected<plan::ModelSpec> planner::lookupPreset(llvm::StringRef name) {
     spec.set_vocab(preset.vocab);
     spec.set_seq_len(preset.seq);
     spec.set_tied_embeddings(preset.tied);
+    spec.set_head_dim(preset.headDim);
+    if (preset.window > 0 && preset.globalEvery > 0) {
+      spec.set_mixed_sliding_window(preset.window);
+      spec.set_global_every(preset.globalEvery);
+      spec.set_windowed_layers(preset.layers -
+                               preset.layers / preset.globalEvery);
+    } else if (preset.window > 0) {
+      spec.set_sliding_window(preset.window);
+    }
+    spec.set_attention_softcap(preset.softcap);
     spec.set_source("preset");
     return spec;
   }
@@ -500,7 +539,10 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value attended = AttentionOp::create(
       b, loc, type({batch, heads, seq, d}), q, k, v, Value(),
       b.getF32FloatAttr(1.0f / std::sqrt(float(d))), b.getUnitAttr(),
-      attentionDropout, FloatAttr(),
+      attentionDropout,
+      model.attention_softcap() > 0
+          ? b.getF32FloatAttr(model.attention_softcap())
+          : FloatAttr(),
       window > 0 ? b.getI64IntegerAttr(window) : IntegerAttr());
   Value merged =
       reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});

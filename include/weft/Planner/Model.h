@@ -20,7 +20,8 @@
 
 namespace weft::planner {
 
-/// Names of the built-in presets (gpt3-*, megatron-*, llama2-*, llama3-*).
+/// Names of the built-in presets (gpt3-*, megatron-*, llama2-*, llama3-*,
+/// mistral-*, gemma2-*, gemma3-*, qwen2.5-*).
 std::vector<std::string> presetNames();
 
 /// The preset `name`, or an error that lists the presets.
