@@ -1801,17 +1801,35 @@ void CostModel::evaluate(plan::Plan &plan,
   }
   plan.set_grad_reduce_bytes(int64_t(std::llround(reduceBytes)));
   plan.set_param_gather_bytes(int64_t(std::llround(gatherBytes)));
-  double step = pipeline + dpExposed + optimizer;
+  // A weight the first and last stages share (a tied embedding): after the
+  // gradient reduction, each pipeline rank's optimizer step sums its block
+  // of the gradient (f32; under ZeRO its data-parallel block) over pp, in an
+  // all-reduce that every pipeline rank joins (-weft-build-optimizer; ranks
+  // that hold none add zeros): exposed before the update.
+  double tiedSum = 0;
+  if (p > 1) {
+    const Blocks &b = blocks(plan);
+    double shared = b.head.sharedParameters - b.head.frozenSharedParameters;
+    if (plan.zero_stage() >= 1)
+      shared /= shard;
+    const int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() *
+                             plan.dp() * tensor3dSize(plan);
+    if (shared > 0)
+      tiedSum = collectiveTime(CollectiveKind::AllReduce, shared * kGradBytes,
+                               p, ppStride);
+  }
+  double step = pipeline + dpExposed + tiedSum + optimizer;
   // ZeRO-3's collectives run inside the pipeline (per micro-batch and
   // chunk); they are data-parallel communication in the breakdown.
   double shardTotal = 0, shardExposed = 0;
   if (timeline) {
     for (int s = 0; s < p; ++s) {
-      if (dpExposed > 0)
+      // (The tied weight's sum over pp follows the reduction.)
+      if (dpExposed + tiedSum > 0)
         timeline->push_back({TimelineEvent::DataParallelComm, s, -1, 0,
-                             pipeline, pipeline + dpExposed});
+                             pipeline, pipeline + dpExposed + tiedSum});
       timeline->push_back({TimelineEvent::Optimizer, s, -1, 0,
-                           pipeline + dpExposed, step});
+                           pipeline + dpExposed + tiedSum, step});
     }
   }
 
@@ -1893,8 +1911,9 @@ void CostModel::evaluate(plan::Plan &plan,
                                         time->cp_comm_s() -
                                         time->recompute_s() - shardExposed));
   time->set_bubble_s(std::max(0.0, pipeline - work));
-  time->set_dp_comm_exposed_s(dpExposed + shardExposed);
-  time->set_dp_comm_total_s(dpTotal + shardTotal);
+  // (The tied weight's sum over pp is the gradient reduction's last part.)
+  time->set_dp_comm_exposed_s(dpExposed + shardExposed + tiedSum);
+  time->set_dp_comm_total_s(dpTotal + shardTotal + tiedSum);
   time->set_optimizer_s(optimizer);
   time->set_bubble_fraction(step > 0 ? time->bubble_s() / step : 0);
   time->set_comm_fraction(step > 0 ? (time->tp_comm_s() + time->cp_comm_s() +

@@ -57,8 +57,8 @@ ErrorBand planner::validationErrorBand() {
   ErrorBand band;
   band.rows = 33;
   band.low = 0.970;
-  band.median = 0.990;
-  band.high = 1.090;
+  band.median = 0.988;
+  band.high = 1.089;
   band.spread = 0.057;
   return band;
 }

@@ -507,6 +507,60 @@ TEST(PlannerTime, BlockingSendsHoldTheirSender) {
   EXPECT_LE(b - a, 2 * 65 * send);
 }
 
+// A tied embedding under pp > 1: after the gradient reduction, each
+// pipeline rank's optimizer step all-reduces its block of the table's f32
+// gradient over pp (-weft-build-optimizer), exposed before the update; an
+// untied model has no such sum. With dp = 1 nothing else precedes the
+// update, so the trace's span is the sum alone; under ZeRO-1 over dp = 2 it
+// sums half the table.
+TEST(PlannerTime, TiedEmbeddingSumIsExposedBeforeTheUpdate) {
+  plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x2");
+  plan::TrainingConfig training = megatron2022(64);
+  training.set_flash_attention(true);
+  plan::ModelSpec tied = *lookupPreset("gpt3-1.3b"), untied = tied;
+  untied.set_tied_embeddings(false);
+  // The trace's reduction span, or with `exposed` the breakdown's exposed
+  // gradient reduction.
+  auto reduction = [&](const plan::ModelSpec &spec, const char *text,
+                       bool exposed = false) {
+    CostModel model(spec, cluster, training);
+    llvm::Expected<plan::Plan> p = parsePlanSpec(text, model);
+    EXPECT_TRUE(bool(p)) << text;
+    if (!p) {
+      llvm::consumeError(p.takeError());
+      return -1.0;
+    }
+    std::vector<TimelineEvent> timeline;
+    model.evaluate(*p, &timeline);
+    if (exposed)
+      return p->time().dp_comm_exposed_s();
+    double span = 0;
+    for (const TimelineEvent &e : timeline)
+      if (e.kind == TimelineEvent::DataParallelComm && e.stage == 0)
+        span = e.end - e.start;
+    return span;
+  };
+  CostModel model(tied, cluster, training);
+  const double table = 51200.0 * 2048 * 4;
+  // (The two stages are neighbouring GPUs of a node: dp x tp apart.)
+  const double sum = model.collectiveTime(CollectiveKind::AllReduce, table,
+                                          /*group=*/2, /*stride=*/1);
+  ASSERT_GT(sum, 0);
+  EXPECT_NEAR(reduction(tied, "tp=1,pp=2,dp=1,mbs=1"), sum, 1e-12);
+  EXPECT_EQ(reduction(untied, "tp=1,pp=2,dp=1,mbs=1"), 0.0);
+  EXPECT_NEAR(reduction(tied, "tp=1,pp=2,dp=1,mbs=1", true), sum, 1e-12);
+  // Under ZeRO-1 it follows the reduce-scatter, on half the table: the
+  // exposed reduction is the trace's span, and at least the half's sum
+  // more than the reduce-scatter alone could leave exposed.
+  const double half = model.collectiveTime(CollectiveKind::AllReduce, table / 2,
+                                           2, /*stride=*/2);
+  const double zero = reduction(tied, "tp=1,pp=2,dp=2,mbs=1,zero=1");
+  EXPECT_NEAR(reduction(tied, "tp=1,pp=2,dp=2,mbs=1,zero=1", true), zero,
+              1e-12);
+  EXPECT_GE(zero, half);
+  EXPECT_LT(half, sum);
+}
+
 // Alpha-beta: a ring all-reduce of S bytes over n GPUs on NVLink takes
 // 2(n-1)/n * S / busbw plus latency.
 TEST(PlannerCommunication, RingAllReduce) {
