@@ -31,8 +31,9 @@ for test in test_matmul_2d test_softmax_axis_1 test_layer_normalization_4d_axis1
   [ -f "$model" ] && cp "$model" "$corpus/$test.onnx"
 done
 # Models that call local functions, for the inliner (lib/Import/OnnxFunctions.cpp),
-# and models with If nodes, for the importer's inlineIf.
-for writer in local_functions if_models; do
+# models with If nodes, for the importer's inlineIf, and weights with a copy of
+# their transpose, for the tie the importer recovers.
+for writer in local_functions if_models tied_copies; do
   written=$(mktemp -d)
   /usr/bin/python3 "$root/test/Import/Inputs/$writer.py" "$written" --no-torch
   for model in "$written"/*.onnx; do
