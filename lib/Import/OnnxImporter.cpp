@@ -18,6 +18,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Path.h"
 
@@ -2551,6 +2552,20 @@ transposedCopies(const onnx::GraphProto &graph, llvm::StringRef model) {
   auto generated = [](const onnx::TensorProto *t) {
     return llvm::StringRef(t->name()).starts_with("onnx::");
   };
+  // Each candidate's first element (a tensor's and its transpose's are the
+  // same), read once: pairs whose first elements differ are not copies, so
+  // a model of L layers' up and down projections costs L reads, not L^2.
+  llvm::DenseMap<const onnx::TensorProto *, std::string> firsts;
+  auto firstOf = [&](const onnx::TensorProto *t) -> std::string {
+    auto [it, inserted] = firsts.try_emplace(t);
+    if (inserted) {
+      InitializerElements e(*t, model);
+      char bytes[8];
+      if (e.ok && e.read(0, bytes))
+        it->second.assign(bytes, e.width);
+    }
+    return it->second;
+  };
   for (auto &[key, wide] : byShape) {
     auto [type, rows, columns] = key;
     auto partners = byShape.find({type, columns, rows});
@@ -2562,7 +2577,8 @@ transposedCopies(const onnx::GraphProto &graph, llvm::StringRef model) {
         // MatMul's weight; the embedding is [rows, width]).
         const onnx::TensorProto *copy = generated(t) && !generated(w) ? t : w;
         const onnx::TensorProto *original = copy == w ? t : w;
-        if (copies.count(copy->name()) || copies.count(original->name()))
+        if (copies.count(copy->name()) || copies.count(original->name()) ||
+            firstOf(copy).empty() || firstOf(copy) != firstOf(original))
           continue;
         InitializerElements a(*original, model), b(*copy, model);
         const int64_t height = original->dims(0), width = original->dims(1);
