@@ -125,22 +125,15 @@ class Model(nn.Module):
         return F.linear(self.norm(x), self.embed_tokens.weight)
 
 
-def windows(tokens, step):
-    """weft train's windows: step s reads BATCH x SEQ consecutive tokens from
-    offset s x BATCH x SEQ (wrapping), and the next tokens as labels."""
-    positions = len(tokens) - (BATCH * SEQ + 1) + 1
-    offset = (step * BATCH * SEQ) % positions
-    at = (offset + np.arange(BATCH * SEQ)) % len(tokens)
-    ids = tokens[at].reshape(BATCH, SEQ).astype(np.int64)
-    labels = tokens[(at + 1) % len(tokens)].reshape(BATCH, SEQ).astype(np.int64)
-    return torch.from_numpy(ids), torch.from_numpy(labels)
-
-
 def train(out, data, steps, lr):
     """`steps` AdamW steps (no weight decay) of the exported module, from the
     same initial weights, on weft train's windows of `data`: the losses, one
     per line, in OUT/torch_losses.txt. The module's output layer is its
     embedding: its gradient is the sum of both uses'."""
+    # weft train's windows, as test/training/against_torch.py reads them.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "training"))
+    from against_torch import windows
     torch.manual_seed(0)
     model = Model().train()
     tokens = np.load(data)
@@ -149,7 +142,7 @@ def train(out, data, steps, lr):
     losses = []
     for step in range(steps):
         opt.zero_grad()
-        ids, labels = windows(tokens, step)
+        ids, labels = windows(tokens, step, BATCH, SEQ)
         logits = model(ids)
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
         loss.backward()
