@@ -202,6 +202,12 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_tied_embeddings(r.tied == "yes" || r.tied == "true" ||
                              r.tied == "1");
   }
+  // A file's own parameter count describes the file, not a model the
+  // builder fields changed.
+  if (r.layers || r.hidden || r.heads || r.kvHeads || r.headDim || r.ffn ||
+      !r.ffnKind.empty() || r.vocab || r.slidingWindow || r.globalEvery ||
+      !r.tied.empty())
+    spec.clear_parameters();
   if (llvm::Error error = validateModel(spec))
     return error;
   return spec;

@@ -164,6 +164,10 @@ private:
   LogicalResult importReshapeLike(const onnx::NodeProto &node);
   LogicalResult importSlice(const onnx::NodeProto &node);
   LogicalResult importPad(const onnx::NodeProto &node);
+  /// `data` between constant blocks of `fill` (`pads` as ONNX's Pad takes
+  /// them: every axis's start, then every axis's end; negative ones crop).
+  Value padConstant(Value data, ArrayRef<int64_t> pads, Attribute fill);
+  LogicalResult importConv(const onnx::NodeProto &node);
   LogicalResult importGatherElements(const onnx::NodeProto &node);
   LogicalResult importSplit(const onnx::NodeProto &node);
   LogicalResult importConstant(const onnx::NodeProto &node);
@@ -907,18 +911,31 @@ LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
   } else {
     fill = builder.getZeroAttr(type.getElementType());
   }
+  Value result = padConstant(data, *pads, fill);
+  if (!result)
+    return failure();
+  setOutput(node, 0, result);
+  return success();
+}
+
+Value GraphImporter::padConstant(Value data, ArrayRef<int64_t> pads,
+                                 Attribute fill) {
+  auto type = cast<RankedTensorType>(data.getType());
+  const int64_t rank = type.getRank();
   // Crops first, then the padding, axis by axis.
   SmallVector<int64_t> lo(rank, 0), hi(type.getShape());
   bool crops = false;
   for (int64_t d = 0; d < rank; ++d) {
-    int64_t before = (*pads)[d], after = (*pads)[rank + d];
+    int64_t before = pads[d], after = pads[rank + d];
     if (before < 0)
       lo[d] = -before;
     if (after < 0)
       hi[d] = type.getDimSize(d) + after;
-    if (lo[d] > hi[d])
-      return error() << "Pad crops more than axis " << d << "'s "
-                     << type.getDimSize(d) << " elements";
+    if (lo[d] > hi[d]) {
+      error() << "Pad crops more than axis " << d << "'s " << type.getDimSize(d)
+              << " elements";
+      return {};
+    }
     crops |= before < 0 || after < 0;
   }
   Value result = data;
@@ -933,7 +950,7 @@ LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
       parts.push_back(
           materialize(DenseElementsAttr::get(type.clone(shape), fill)));
     };
-    int64_t before = (*pads)[d], after = (*pads)[rank + d];
+    int64_t before = pads[d], after = pads[rank + d];
     if (before <= 0 && after <= 0)
       continue;
     if (before > 0)
@@ -943,6 +960,216 @@ LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
       block(after);
     result = createChecked<ConcatOp>(parts, d);
   }
+  return result;
+}
+
+/// Conv, as torch's nn.Conv1d/2d/3d export it (a ViT's or CLIP's patch
+/// embedding, Whisper's audio stem), is a product of a patch matrix
+/// [batch, positions, channels x taps] with the weights as [out, channels x
+/// taps]: a weft.linear, which the planner costs and tensor parallelism
+/// splits as any dense layer. Patches side by side (a kernel equal to its
+/// stride, undilated) are a reshape and a transpose of the input; other
+/// kernels take one strided slice per tap (im2col). Groups contract per
+/// group in one batched weft.matmul.
+LogicalResult GraphImporter::importConv(const onnx::NodeProto &node) {
+  Value x = input(node, 0), w = input(node, 1);
+  Value bias = hasInput(node, 2) ? input(node, 2) : Value();
+  if (!x || !w || (hasInput(node, 2) && !bias))
+    return failure();
+  auto xType = cast<RankedTensorType>(x.getType());
+  auto wType = cast<RankedTensorType>(w.getType());
+  Type element = xType.getElementType();
+  if (!isa<FloatType>(element) || wType.getElementType() != element)
+    return error() << "Conv of " << xType << " with weights " << wType
+                   << ": float tensors of one element type expected";
+  const int64_t rank = xType.getRank(), n = rank - 2;
+  if (n < 1 || wType.getRank() != rank)
+    return error() << "Conv of " << xType << " with weights " << wType
+                   << ": both need the same rank, 3 or more (batch or out, "
+                      "channels, then the spatial axes)";
+  const int64_t batch = xType.getDimSize(0), channels = xType.getDimSize(1);
+  const int64_t outChannels = wType.getDimSize(0);
+  const int64_t group = intAttr(node, "group", 1);
+  if (group < 1 || outChannels % group ||
+      wType.getDimSize(1) * group != channels)
+    return error() << "Conv of " << channels << " channels in " << group
+                   << " group(s) with weights " << wType
+                   << ": the weights must be [out, channels / group, "
+                      "kernel...] with out a multiple of group";
+  SmallVector<int64_t> kernel(wType.getShape().drop_front(2));
+  if (std::optional<SmallVector<int64_t>> given =
+          intsAttr(node, "kernel_shape"))
+    if (ArrayRef<int64_t>(*given) != ArrayRef<int64_t>(kernel))
+      return error() << "Conv kernel_shape " << dimsText(*given)
+                     << " is not its weights' " << dimsText(kernel);
+  auto perAxis = [&](llvm::StringRef name, int64_t fallback,
+                     int64_t count) -> FailureOr<SmallVector<int64_t>> {
+    std::optional<SmallVector<int64_t>> given = intsAttr(node, name);
+    if (!given)
+      return SmallVector<int64_t>(count, fallback);
+    if (int64_t(given->size()) != count) {
+      error() << "Conv " << name << " has " << given->size() << " values; a "
+              << n << "-d convolution needs " << count;
+      return failure();
+    }
+    return *given;
+  };
+  FailureOr<SmallVector<int64_t>> strides = perAxis("strides", 1, n);
+  FailureOr<SmallVector<int64_t>> dilations = perAxis("dilations", 1, n);
+  FailureOr<SmallVector<int64_t>> pads = perAxis("pads", 0, 2 * n);
+  if (failed(strides) || failed(dilations) || failed(pads))
+    return failure();
+  const onnx::AttributeProto *autoPad = attribute(node, "auto_pad");
+  std::string mode = autoPad && !autoPad->s().empty() ? autoPad->s() : "NOTSET";
+  for (int64_t d = 0; d < n; ++d) {
+    const int64_t size = xType.getDimSize(2 + d), k = kernel[d];
+    const int64_t s = (*strides)[d], dilation = (*dilations)[d];
+    if (k < 1 || s < 1 || dilation < 1 || (*pads)[d] < 0 || (*pads)[n + d] < 0)
+      return error() << "Conv needs kernel sizes, strides and dilations of "
+                        "at least 1 and pads of at least 0 (spatial axis "
+                     << d << ": kernel " << k << ", stride " << s
+                     << ", dilation " << dilation << ", pads " << (*pads)[d]
+                     << " and " << (*pads)[n + d] << ")";
+    if (mode == "VALID") {
+      (*pads)[d] = (*pads)[n + d] = 0;
+    } else if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+      const int64_t out = (size + s - 1) / s;
+      const int64_t total =
+          std::max<int64_t>(0, (out - 1) * s + (k - 1) * dilation + 1 - size);
+      const int64_t lower =
+          mode == "SAME_UPPER" ? total / 2 : total - total / 2;
+      (*pads)[d] = lower;
+      (*pads)[n + d] = total - lower;
+    } else if (mode != "NOTSET") {
+      return error() << "Conv auto_pad '" << mode
+                     << "' is not ONNX's (NOTSET, SAME_UPPER, SAME_LOWER or "
+                        "VALID)";
+    }
+  }
+  // The output positions along each spatial axis.
+  SmallVector<int64_t> out;
+  int64_t positions = 1, taps = 1;
+  for (int64_t d = 0; d < n; ++d) {
+    const int64_t extent =
+        xType.getDimSize(2 + d) + (*pads)[d] + (*pads)[n + d];
+    const int64_t span = (kernel[d] - 1) * (*dilations)[d] + 1;
+    if (extent < span)
+      return error() << "Conv's kernel spans " << span
+                     << " positions of spatial axis " << d << ", which has "
+                     << extent << " (padded)";
+    out.push_back((extent - span) / (*strides)[d] + 1);
+    positions *= out.back();
+    taps *= kernel[d];
+  }
+  if (batch * positions >
+      kMaxTensorElements / std::max<int64_t>(1, channels * taps))
+    return error() << "Conv's patch matrix would hold more than 2^48 elements";
+  auto reshape = [&](Value value, ArrayRef<int64_t> shape) -> Value {
+    return ReshapeOp::create(builder, loc,
+                             RankedTensorType::get(shape, element), value);
+  };
+  SmallVector<int64_t> allPads(2 * rank, 0);
+  for (int64_t d = 0; d < n; ++d) {
+    allPads[2 + d] = (*pads)[d];
+    allPads[rank + 2 + d] = (*pads)[n + d];
+  }
+  Value padded = x;
+  if (llvm::any_of(allPads, [](int64_t p) { return p != 0; }))
+    padded = padConstant(x, allPads, builder.getZeroAttr(element));
+  if (!padded)
+    return failure();
+  auto paddedShape = cast<RankedTensorType>(padded.getType()).getShape();
+  // [batch, positions, channels x taps], taps in the weights' order.
+  Value patches;
+  const bool sideBySide =
+      llvm::all_of(llvm::seq<int64_t>(0, n), [&](int64_t d) {
+        return kernel[d] == (*strides)[d] && (*dilations)[d] == 1;
+      });
+  if (sideBySide) {
+    SmallVector<int64_t> lo(rank, 0), hi(paddedShape), split{batch, channels};
+    SmallVector<int64_t> perm{0};
+    for (int64_t d = 0; d < n; ++d) {
+      hi[2 + d] = out[d] * kernel[d];
+      split.append({out[d], kernel[d]});
+      perm.push_back(2 + 2 * d);
+    }
+    perm.push_back(1);
+    for (int64_t d = 0; d < n; ++d)
+      perm.push_back(3 + 2 * d);
+    Value cropped = padded;
+    if (ArrayRef<int64_t>(hi) != paddedShape)
+      cropped = createChecked<SliceOp>(padded, lo, hi, DenseI64ArrayAttr());
+    if (!cropped)
+      return failure();
+    patches = createChecked<TransposeOp>(reshape(cropped, split), perm);
+  } else {
+    constexpr int64_t kMaxTaps = 1024;
+    if (taps > kMaxTaps)
+      return error() << "Conv with a kernel of " << taps
+                     << " taps that is not its stride: Weft imports at most "
+                     << kMaxTaps << " (one strided slice each)";
+    SmallVector<Value> columns;
+    for (int64_t t = 0; t < taps; ++t) {
+      SmallVector<int64_t> lo(rank, 0), hi(paddedShape), step(rank, 1);
+      SmallVector<int64_t> shape{batch, channels, 1};
+      int64_t rest = t;
+      for (int64_t d = n - 1; d >= 0; --d) {
+        const int64_t offset = rest % kernel[d];
+        rest /= kernel[d];
+        lo[2 + d] = offset * (*dilations)[d];
+        hi[2 + d] = lo[2 + d] + (out[d] - 1) * (*strides)[d] + 1;
+        step[2 + d] = (*strides)[d];
+      }
+      shape.append(out);
+      Value column = createChecked<SliceOp>(padded, lo, hi,
+                                            builder.getDenseI64ArrayAttr(step));
+      if (!column)
+        return failure();
+      columns.push_back(reshape(column, shape));
+    }
+    Value stacked = columns.size() == 1 ? columns.front()
+                                        : createChecked<ConcatOp>(columns, 2);
+    SmallVector<int64_t> perm{0};
+    for (int64_t d = 0; d < n; ++d)
+      perm.push_back(3 + d);
+    perm.append({1, 2});
+    patches = stacked ? createChecked<TransposeOp>(stacked, perm) : Value();
+  }
+  if (!patches)
+    return failure();
+  patches = reshape(patches, {batch, positions, channels * taps});
+  // [batch, positions, out]
+  Value y;
+  if (group == 1) {
+    y = createChecked<LinearOp>(
+        patches, reshape(w, {outChannels, channels * taps}), bias, true);
+  } else {
+    const int64_t inPer = channels / group, outPer = outChannels / group;
+    Value grouped = createChecked<TransposeOp>(
+        reshape(patches, {batch, positions, group, inPer * taps}),
+        SmallVector<int64_t>{0, 2, 1, 3});
+    Value weights = reshape(w, {group, outPer, inPer * taps});
+    Value product = grouped
+                        ? createChecked<MatmulOp>(grouped, weights, false, true)
+                        : Value();
+    if (!product)
+      return failure();
+    y = reshape(
+        createChecked<TransposeOp>(product, SmallVector<int64_t>{0, 2, 1, 3}),
+        {batch, positions, outChannels});
+    if (bias)
+      y = createChecked<AddOp>(y, bias);
+  }
+  if (!y)
+    return failure();
+  // [batch, out, positions along each axis], as ONNX's Conv gives it.
+  SmallVector<int64_t> spread{batch};
+  spread.append(out);
+  spread.push_back(outChannels);
+  SmallVector<int64_t> perm{0, n + 1};
+  for (int64_t d = 0; d < n; ++d)
+    perm.push_back(1 + d);
+  Value result = createChecked<TransposeOp>(reshape(y, spread), perm);
   if (!result)
     return failure();
   setOutput(node, 0, result);
@@ -1729,6 +1956,9 @@ void GraphImporter::registerHandlers() {
   addSoftmax<LogSoftmaxOp>("LogSoftmax");
   handlers["Pad"] = [this](const onnx::NodeProto &node) {
     return importPad(node);
+  };
+  handlers["Conv"] = [this](const onnx::NodeProto &node) {
+    return importConv(node);
   };
   handlers["GatherElements"] = [this](const onnx::NodeProto &node) {
     return importGatherElements(node);

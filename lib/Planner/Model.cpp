@@ -222,6 +222,8 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
 }
 
 double planner::parameterCount(const plan::ModelSpec &model) {
+  if (model.parameters() > 0)
+    return double(model.parameters());
   double h = model.hidden();
   double embedding = double(model.vocab()) * h;
   double output = model.tied_embeddings() ? 0 : embedding;
@@ -421,7 +423,12 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
       tokens = op;
   });
   if (!tokens)
-    return fail("no token embedding (weft.embedding of a function input)");
+    return fail(
+        "no token embedding (weft.embedding of a function input): the "
+        "planner plans models that read token ids, not features such as a "
+        "vision transformer's pixels or patches (weft run and weft compile "
+        "take those; to plan one, give its transformer to the builder, e.g. "
+        "--model gpt --seq-len PATCHES)");
   auto table = cast<RankedTensorType>(tokens.getTable().getType());
   spec.set_vocab(table.getDimSize(0));
   // Tied when the output projection reads the embedding table.
@@ -430,6 +437,12 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
     if (isa<LinearOp, MatmulOp>(user))
       tied = true;
   spec.set_tied_embeddings(tied);
+  int64_t parameters = 0;
+  module.walk([&](ParameterOp op) {
+    if (auto type = dyn_cast<RankedTensorType>(op.getType()))
+      parameters += type.getNumElements();
+  });
+  spec.set_parameters(parameters);
   if (llvm::Error error = validateModel(spec))
     return error;
   return spec;

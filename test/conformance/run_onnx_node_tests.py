@@ -26,7 +26,9 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs"
        "where", "tril", "triu", "identity", "clip", "einsum", "dropout", "cumsum",
        # A model's own loss (nanoGPT's, Hugging Face's: docs/training.md), and
        # the Pad of Hugging Face's shifted labels.
-       "sce", "nllloss", "constant_pad", "edge_pad", "reflect_pad"]
+       "sce", "nllloss", "constant_pad", "edge_pad", "reflect_pad",
+       # Convolutions (a ViT's patch embedding, Whisper's stem).
+       "conv", "basic_conv"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(reduce_sum_square|split_to_sequence)")
 
