@@ -1502,6 +1502,17 @@ struct FactorMaskBand : OpRewritePattern<AttentionOp> {
     std::optional<int64_t> window;
     if (band.lo > -KeepBand::kOpen && 1 - band.lo < std::min(seq, kvSeq))
       window = 1 - band.lo;
+    // A band of the mask's that keeps every key (the zero of
+    // where(keep, 0, fill), the form this rewrite leaves) adds nothing to an
+    // attention already as causal and windowed as it would become: the
+    // rewrite would rebuild the same mask again and again.
+    const bool keepsAll =
+        split.band.lo <= -KeepBand::kOpen && split.band.hi >= KeepBand::kOpen;
+    std::optional<uint64_t> newWindow;
+    if (window)
+      newWindow = uint64_t(*window);
+    if (keepsAll && attention.getCausal() && attention.getWindow() == newWindow)
+      return failure();
     auto becomeCausal = [&](Value newMask) {
       rewriter.modifyOpInPlace(attention, [&] {
         if (newMask)

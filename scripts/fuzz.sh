@@ -27,7 +27,8 @@ for test in test_matmul_2d test_softmax_axis_1 test_layer_normalization_4d_axis1
             test_slice test_gather_0 test_reshape_reduced_dims test_where_example \
             test_sce_mean_weight test_nllloss_NCd1d2_with_weight_reduction_mean \
             test_sce_mean_log_prob test_gather_elements_negative_indices \
-            test_conv_with_strides_and_asymmetric_padding test_conv_with_autopad_same; do
+            test_conv_with_strides_and_asymmetric_padding test_conv_with_autopad_same \
+            test_scatternd test_scatternd_multiply; do
   model=/usr/share/libonnx-testdata/data/node/$test/model.onnx
   [ -f "$model" ] && cp "$model" "$corpus/$test.onnx"
 done

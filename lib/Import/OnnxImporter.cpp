@@ -168,6 +168,9 @@ private:
   /// them: every axis's start, then every axis's end; negative ones crop).
   Value padConstant(Value data, ArrayRef<int64_t> pads, Attribute fill);
   LogicalResult importConv(const onnx::NodeProto &node);
+  LogicalResult importScatterND(const onnx::NodeProto &node);
+  Value replaceBox(Value data, ArrayRef<int64_t> lo, ArrayRef<int64_t> hi,
+                   Value block, size_t axis);
   LogicalResult importGatherElements(const onnx::NodeProto &node);
   LogicalResult importSplit(const onnx::NodeProto &node);
   LogicalResult importConstant(const onnx::NodeProto &node);
@@ -1176,6 +1179,233 @@ LogicalResult GraphImporter::importConv(const onnx::NodeProto &node) {
   return success();
 }
 
+/// `data` with the box [lo, hi) of its leading lo.size() axes replaced by
+/// `block`, from axis `axis` on: slices of what lies before and after the box
+/// along each axis, concatenated around it.
+Value GraphImporter::replaceBox(Value data, ArrayRef<int64_t> lo,
+                                ArrayRef<int64_t> hi, Value block,
+                                size_t axis) {
+  if (axis == lo.size() || !data)
+    return block;
+  auto type = cast<RankedTensorType>(data.getType());
+  const int64_t size = type.getDimSize(axis);
+  auto part = [&](int64_t from, int64_t to) {
+    SmallVector<int64_t> starts(type.getRank(), 0), limits(type.getShape());
+    starts[axis] = from;
+    limits[axis] = to;
+    return createChecked<SliceOp>(data, starts, limits, DenseI64ArrayAttr());
+  };
+  Value middle =
+      lo[axis] == 0 && hi[axis] == size ? data : part(lo[axis], hi[axis]);
+  middle = replaceBox(middle, lo, hi, block, axis + 1);
+  if (lo[axis] == 0 && hi[axis] == size)
+    return middle;
+  SmallVector<Value> parts;
+  if (lo[axis] > 0)
+    parts.push_back(part(0, lo[axis]));
+  parts.push_back(middle);
+  if (hi[axis] < size)
+    parts.push_back(part(hi[axis], size));
+  if (llvm::any_of(parts, [](Value v) { return !v; }))
+    return {};
+  return createChecked<ConcatOp>(parts, int64_t(axis));
+}
+
+/// ScatterND, which torch.onnx writes for a slice assignment (Hugging Face's
+/// causal-mask code: `mask[:, :, :, :n] = mask[:, :, :, :n].masked_fill(...)`),
+/// with indices the import knows (exports compute them from shapes). Indices
+/// that walk a box of data's leading axes in order, as a slice assignment's
+/// do, replace that box by the updates (combined with it under a reduction)
+/// through slices and concats; others gather data's rows and the updates'
+/// rows by a constant map (the last update of a row wins, as torch's
+/// index_put_ does).
+LogicalResult GraphImporter::importScatterND(const onnx::NodeProto &node) {
+  Value data = input(node, 0), updates = input(node, 2);
+  if (!data || !updates)
+    return failure();
+  std::optional<DenseElementsAttr> known = constantInput(node, 1);
+  if (!known)
+    return error() << "ScatterND with indices computed from the graph's "
+                      "inputs: Weft imports ScatterND whose indices are "
+                      "constants (as an exported slice assignment's are)";
+  auto type = cast<RankedTensorType>(data.getType());
+  auto indexType = cast<RankedTensorType>(known->getType());
+  const int64_t rank = type.getRank();
+  const int64_t k = indexType.getRank() ? indexType.getShape().back() : 0;
+  if (k < 1 || k > rank)
+    return error() << "ScatterND indices " << indexType
+                   << " need a last axis of 1 to " << rank
+                   << " (the data's rank) entries";
+  const onnx::AttributeProto *attr = attribute(node, "reduction");
+  std::string reduction = attr && !attr->s().empty() ? attr->s() : "none";
+  if (reduction != "none" && reduction != "add" && reduction != "mul" &&
+      reduction != "max" && reduction != "min")
+    return error() << "ScatterND reduction '" << reduction
+                   << "' is not ONNX's (none, add, mul, max or min)";
+  SmallVector<int64_t> expected(indexType.getShape().drop_back());
+  expected.append(type.getShape().begin() + k, type.getShape().end());
+  auto updatesType = cast<RankedTensorType>(updates.getType());
+  if (updatesType.getShape() != ArrayRef<int64_t>(expected) ||
+      updatesType.getElementType() != type.getElementType())
+    return error() << "ScatterND of " << type << " at indices " << indexType
+                   << " takes updates of shape " << dimsText(expected)
+                   << " and the data's element type, not " << updatesType;
+  SmallVector<int64_t> flat;
+  for (const APInt &value : known->getValues<APInt>())
+    flat.push_back(value.getSExtValue());
+  const int64_t count = k ? int64_t(flat.size()) / k : 0;
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t given = flat[t * k + j], size = type.getDimSize(j);
+      const int64_t index = given < 0 ? given + size : given;
+      if (index < 0 || index >= size)
+        return error() << "ScatterND index " << given << " is outside axis "
+                       << j << " of " << type;
+      flat[t * k + j] = index;
+    }
+  auto reshape = [&](Value value, ArrayRef<int64_t> shape) -> Value {
+    return ReshapeOp::create(
+        builder, loc, RankedTensorType::get(shape, type.getElementType()),
+        value);
+  };
+  // A box walked in order: tuple t is lo + t's digits in the box's sizes.
+  SmallVector<int64_t> lo(k, 0), hi(k, 0);
+  bool box = count > 0;
+  if (box) {
+    for (int64_t j = 0; j < k; ++j) {
+      lo[j] = flat[j];
+      hi[j] = flat[j] + 1;
+      for (int64_t t = 0; t < count; ++t) {
+        lo[j] = std::min(lo[j], flat[t * k + j]);
+        hi[j] = std::max(hi[j], flat[t * k + j] + 1);
+      }
+    }
+    int64_t cells = 1;
+    for (int64_t j = 0; j < k; ++j)
+      cells *= hi[j] - lo[j];
+    box = cells == count;
+    for (int64_t t = 0; t < count && box; ++t) {
+      int64_t rest = t;
+      for (int64_t j = k - 1; j >= 0 && box; --j) {
+        const int64_t extent = hi[j] - lo[j];
+        box = flat[t * k + j] == lo[j] + rest % extent;
+        rest /= extent;
+      }
+    }
+  }
+  Value result;
+  if (count == 0) {
+    result = data;
+  } else if (box) {
+    SmallVector<int64_t> shape;
+    for (int64_t j = 0; j < k; ++j)
+      shape.push_back(hi[j] - lo[j]);
+    shape.append(type.getShape().begin() + k, type.getShape().end());
+    Value block = reshape(updates, shape);
+    if (reduction != "none") {
+      SmallVector<int64_t> starts(rank, 0), limits(type.getShape());
+      for (int64_t j = 0; j < k; ++j) {
+        starts[j] = lo[j];
+        limits[j] = hi[j];
+      }
+      Value old =
+          createChecked<SliceOp>(data, starts, limits, DenseI64ArrayAttr());
+      if (!old)
+        return failure();
+      if (reduction == "add")
+        block = createChecked<AddOp>(old, block);
+      else if (reduction == "mul")
+        block = createChecked<MulOp>(old, block);
+      else if (reduction == "max")
+        block = createChecked<MaximumOp>(old, block);
+      else
+        block = createChecked<MinimumOp>(old, block);
+    }
+    result = replaceBox(data, lo, hi, block, 0);
+  } else {
+    int64_t rows = 1;
+    for (int64_t j = 0; j < k; ++j)
+      rows *= type.getDimSize(j);
+    constexpr int64_t kMaxRows = int64_t(1) << 24;
+    if (rows > kMaxRows)
+      return error() << "ScatterND into " << rows
+                     << " rows at indices that are not a box: Weft maps at "
+                        "most 2^24 rows";
+    // Rounds of updates to distinct rows: without a reduction one round,
+    // the last update of a row winning; with one, a row's n-th update in
+    // round n, combined with what the rounds before left.
+    SmallVector<SmallVector<int64_t>> rounds;
+    DenseMap<int64_t, int64_t> seen;
+    SmallVector<int64_t> rowOf(count);
+    for (int64_t t = 0; t < count; ++t) {
+      int64_t row = 0;
+      for (int64_t j = 0; j < k; ++j)
+        row = row * type.getDimSize(j) + flat[t * k + j];
+      rowOf[t] = row;
+      size_t round = reduction == "none" ? 0 : size_t(seen[row]++);
+      if (rounds.size() <= round)
+        rounds.emplace_back();
+      rounds[round].push_back(t);
+    }
+    constexpr size_t kMaxRounds = 64;
+    if (rounds.size() > kMaxRounds)
+      return error() << "ScatterND with reduction '" << reduction
+                     << "' updates a row " << rounds.size()
+                     << " times: Weft imports at most " << kMaxRounds;
+    SmallVector<int64_t> rowShape{rows}, updateShape{count};
+    rowShape.append(type.getShape().begin() + k, type.getShape().end());
+    updateShape.append(type.getShape().begin() + k, type.getShape().end());
+    auto indexConstant = [&](ArrayRef<int64_t> values) {
+      return materialize(DenseElementsAttr::get(
+          RankedTensorType::get({int64_t(values.size())}, builder.getI64Type()),
+          values));
+    };
+    Value current = reshape(data, rowShape);
+    Value updateRows = reshape(updates, updateShape);
+    for (ArrayRef<int64_t> round : rounds) {
+      SmallVector<int64_t> hit;
+      for (int64_t t : round)
+        hit.push_back(rowOf[t]);
+      Value block = updateRows;
+      if (reduction != "none" || int64_t(round.size()) != count)
+        block = createChecked<GatherOp>(updateRows, indexConstant(round),
+                                        int64_t(0));
+      if (reduction != "none" && block) {
+        Value old =
+            createChecked<GatherOp>(current, indexConstant(hit), int64_t(0));
+        if (!old)
+          return failure();
+        if (reduction == "add")
+          block = createChecked<AddOp>(old, block);
+        else if (reduction == "mul")
+          block = createChecked<MulOp>(old, block);
+        else if (reduction == "max")
+          block = createChecked<MaximumOp>(old, block);
+        else
+          block = createChecked<MinimumOp>(old, block);
+      }
+      SmallVector<int64_t> map(rows);
+      for (int64_t r = 0; r < rows; ++r)
+        map[r] = r;
+      for (auto [i, row] : llvm::enumerate(hit))
+        map[row] = rows + int64_t(i);
+      Value table = block ? createChecked<ConcatOp>(
+                                SmallVector<Value>{current, block}, int64_t(0))
+                          : Value();
+      current =
+          table ? createChecked<GatherOp>(table, indexConstant(map), int64_t(0))
+                : Value();
+      if (!current)
+        return failure();
+    }
+    result = reshape(current, type.getShape());
+  }
+  if (!result)
+    return failure();
+  setOutput(node, 0, result);
+  return success();
+}
+
 LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
   Value data = input(node, 0);
   auto type = cast<RankedTensorType>(data.getType());
@@ -1959,6 +2189,9 @@ void GraphImporter::registerHandlers() {
   };
   handlers["Conv"] = [this](const onnx::NodeProto &node) {
     return importConv(node);
+  };
+  handlers["ScatterND"] = [this](const onnx::NodeProto &node) {
+    return importScatterND(node);
   };
   handlers["GatherElements"] = [this](const onnx::NodeProto &node) {
     return importGatherElements(node);

@@ -129,9 +129,11 @@ static bool isSequenceName(llvm::StringRef name) {
          llvm::StringRef(lower).starts_with("seq");
 }
 
-/// Turns the graph inputs that `options` gives values for into initializers.
-static void makeInputsConstant(onnx::GraphProto &graph,
-                               const OnnxImportOptions &options) {
+/// Turns the graph inputs that `options` gives values for into initializers;
+/// returns their names.
+static llvm::StringSet<> makeInputsConstant(onnx::GraphProto &graph,
+                                            const OnnxImportOptions &options) {
+  llvm::StringSet<> made;
   llvm::StringSet<> initializers;
   for (const onnx::TensorProto &init : graph.initializer())
     initializers.insert(init.name());
@@ -145,6 +147,7 @@ static void makeInputsConstant(onnx::GraphProto &graph,
       continue;
     const OnnxImportOptions::InputValue &value =
         *options.constantInputsByPosition[index];
+    made.insert(input.name());
     onnx::TensorProto *tensor = graph.add_initializer();
     tensor->set_name(input.name());
     tensor->set_data_type(value.onnxType);
@@ -167,10 +170,14 @@ static void makeInputsConstant(onnx::GraphProto &graph,
       }
     }
   }
+  return made;
 }
 
+/// Binds the inputs' dimensions. Positions count the graph inputs that are
+/// no initializers, those that `folded` names (made constants) included.
 static bool bindInputs(onnx::GraphProto &graph,
-                       const OnnxImportOptions &options, std::string &error) {
+                       const OnnxImportOptions &options,
+                       const llvm::StringSet<> &folded, std::string &error) {
   llvm::StringSet<> initializers;
   for (const onnx::TensorProto &init : graph.initializer())
     initializers.insert(init.name());
@@ -194,8 +201,10 @@ static bool bindInputs(onnx::GraphProto &graph,
     }
   size_t position = 0;
   for (onnx::ValueInfoProto &input : *graph.mutable_input()) {
-    if (initializers.contains(input.name()))
+    if (initializers.contains(input.name())) {
+      position += folded.contains(input.name());
       continue;
+    }
     if (!input.type().has_tensor_type()) {
       error = "input '" + input.name() + "' is not a tensor";
       return false;
@@ -603,7 +612,6 @@ static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
   // and that are not rewritten here; Weft imports none of them.
   static const llvm::StringSet<> changed = {"Resize",
                                             "ScatterElements",
-                                            "ScatterND",
                                             "GroupNormalization",
                                             "CenterCropPad",
                                             "Col2Im",
@@ -710,6 +718,11 @@ static bool downgradeToOpset17(onnx::ModelProto &proto, int64_t opset,
                           "; pad every axis in constant mode)");
       continue;
     }
+    if (type == "ScatterND") {
+      // Opset 18 added the reductions max and min, which Weft imports as
+      // it does opset 16's add and mul.
+      continue;
+    }
     if (changed.contains(type) && refusedTypes.insert(type).second)
       refused.push_back(type.str() + " (e.g. " + where(node, index) + ")");
   }
@@ -792,8 +805,9 @@ bool weft::loadOnnxModel(llvm::StringRef path,
     return false;
   }
   model.opset = getDefaultOpset(model.proto);
-  makeInputsConstant(*model.proto.mutable_graph(), options);
-  if (!bindInputs(*model.proto.mutable_graph(), options, error))
+  llvm::StringSet<> folded =
+      makeInputsConstant(*model.proto.mutable_graph(), options);
+  if (!bindInputs(*model.proto.mutable_graph(), options, folded, error))
     return false;
   if (model.opset < kMinOnnxOpset) {
     std::string why;

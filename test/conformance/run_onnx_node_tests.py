@@ -28,7 +28,9 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs"
        # the Pad of Hugging Face's shifted labels.
        "sce", "nllloss", "constant_pad", "edge_pad", "reflect_pad",
        # Convolutions (a ViT's patch embedding, Whisper's stem).
-       "conv", "basic_conv"]
+       "conv", "basic_conv",
+       # Slice assignments (Hugging Face's causal-mask update).
+       "scatternd"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(reduce_sum_square|split_to_sequence)")
 
@@ -43,7 +45,7 @@ def selected(name):
 # tests pass as graph inputs; exported models hold them as constants, so these
 # tests run with --fold-small-inputs (onnx-mlir's "inputs made constant").
 SHAPE_ARGUMENT_OPS = re.compile(r"^test_(slice|split|tril|triu|reduce_sum|range|cumsum|"
-                                r"constant_pad)(_|$)")
+                                r"constant_pad|scatternd)(_|$)")
 
 
 def run_one(weft, test_dir, dynamic):
