@@ -157,7 +157,17 @@ private:
   template <typename OpTy> void addBinary(llvm::StringRef opType);
   template <typename OpTy> void addUnary(llvm::StringRef opType);
   void addCompare(llvm::StringRef opType, ComparePredicate predicate);
+  /// A Reduce* node's axes (sorted, non-negative) and keepdims; none where
+  /// the node reduces nothing (noop_with_empty_axes, a scalar).
+  struct Reduction {
+    SmallVector<int64_t> axes;
+    bool keepDims;
+  };
+  FailureOr<std::optional<Reduction>> reduction(const onnx::NodeProto &node,
+                                                int64_t rank);
   template <typename OpTy> void addReduce(llvm::StringRef opType);
+  void addComposedReductions();
+  LogicalResult importTile(const onnx::NodeProto &node);
   template <typename OpTy> void addSoftmax(llvm::StringRef opType);
   LogicalResult importMatMul(const onnx::NodeProto &node);
   LogicalResult importGemm(const onnx::NodeProto &node);
@@ -532,48 +542,124 @@ void GraphImporter::addSoftmax(llvm::StringRef opType) {
   };
 }
 
+auto GraphImporter::reduction(const onnx::NodeProto &node, int64_t rank)
+    -> FailureOr<std::optional<Reduction>> {
+  // ReduceSum takes its axes as an input from opset 13; the others as an
+  // attribute until opset 18.
+  SmallVector<int64_t> axes;
+  if (node.op_type() == "ReduceSum" && hasInput(node, 1)) {
+    FailureOr<SmallVector<int64_t>> given = intsInput(node, 1, "axes");
+    if (failed(given))
+      return failure();
+    axes = *given;
+  } else if (std::optional<SmallVector<int64_t>> given =
+                 intsAttr(node, "axes")) {
+    axes = *given;
+  }
+  if (axes.empty()) {
+    if (node.op_type() == "ReduceSum" &&
+        intAttr(node, "noop_with_empty_axes", 0))
+      return std::optional<Reduction>();
+    for (int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  }
+  // A scalar reduced over axis 0 (or none) is itself.
+  if (rank == 0 && llvm::all_of(axes, [](int64_t axis) { return axis == 0; }))
+    return std::optional<Reduction>();
+  for (int64_t &axis : axes) {
+    FailureOr<int64_t> normalized = normalizeAxis(axis, rank);
+    if (failed(normalized))
+      return failure();
+    axis = *normalized;
+  }
+  llvm::sort(axes);
+  return std::optional<Reduction>(
+      Reduction{axes, intAttr(node, "keepdims", 1) != 0});
+}
+
 template <typename OpTy>
 void GraphImporter::addReduce(llvm::StringRef opType) {
-  handlers[opType] = [this, opType](const onnx::NodeProto &node) -> LogicalResult {
+  handlers[opType] = [this](const onnx::NodeProto &node) -> LogicalResult {
     Value data = input(node, 0);
     int64_t rank = cast<RankedTensorType>(data.getType()).getRank();
-    // ReduceSum takes its axes as an input from opset 13; the others as an
-    // attribute until opset 18.
-    SmallVector<int64_t> axes;
-    if (opType == "ReduceSum" && hasInput(node, 1)) {
-      FailureOr<SmallVector<int64_t>> given = intsInput(node, 1, "axes");
-      if (failed(given))
-        return failure();
-      axes = *given;
-    } else if (std::optional<SmallVector<int64_t>> given =
-                   intsAttr(node, "axes")) {
-      axes = *given;
-    }
-    if (axes.empty()) {
-      if (opType == "ReduceSum" && intAttr(node, "noop_with_empty_axes", 0)) {
-        setOutput(node, 0, data);
-        return success();
-      }
-      for (int64_t d = 0; d < rank; ++d)
-        axes.push_back(d);
-    }
-    // A scalar reduced over axis 0 (or none) is itself.
-    if (rank == 0 &&
-        llvm::all_of(axes, [](int64_t axis) { return axis == 0; })) {
-      setOutput(node, 0, data);
-      return success();
-    }
-    for (int64_t &axis : axes) {
-      FailureOr<int64_t> normalized = normalizeAxis(axis, rank);
-      if (failed(normalized))
-        return failure();
-      axis = *normalized;
-    }
-    llvm::sort(axes);
-    bool keepDims = intAttr(node, "keepdims", 1) != 0;
-    setOutput(node, 0, createChecked<OpTy>(data, axes, keepDims));
+    FailureOr<std::optional<Reduction>> spec = reduction(node, rank);
+    if (failed(spec))
+      return failure();
+    setOutput(node, 0,
+              *spec
+                  ? createChecked<OpTy>(data, (*spec)->axes, (*spec)->keepDims)
+                  : data);
     return success();
   };
+}
+
+/// The reductions ONNX has and weft composes: ReduceMin = -max(-x),
+/// ReduceL1 = sum |x|, ReduceSumSquare = sum x^2, ReduceL2 = sqrt(sum x^2)
+/// (F.normalize), ReduceLogSum = log(sum x), ReduceLogSumExp = m + log(sum
+/// exp(x - m)) with m the max (torch.logsumexp's form, finite for large x).
+void GraphImporter::addComposedReductions() {
+  for (llvm::StringRef opType :
+       {"ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+        "ReduceLogSumExp"})
+    handlers[opType] = [this](const onnx::NodeProto &node) -> LogicalResult {
+      Value data = input(node, 0);
+      auto type = cast<RankedTensorType>(data.getType());
+      llvm::StringRef op = node.op_type();
+      bool needsFloat =
+          op == "ReduceL2" || op == "ReduceLogSum" || op == "ReduceLogSumExp";
+      if (needsFloat && !isa<FloatType>(type.getElementType()))
+        return error() << op << " of " << type << ": a float tensor expected";
+      FailureOr<std::optional<Reduction>> spec =
+          reduction(node, type.getRank());
+      if (failed(spec))
+        return failure();
+      // Over no axis each is its elementwise part alone.
+      SmallVector<int64_t> axes =
+          *spec ? (*spec)->axes : SmallVector<int64_t>();
+      bool keepDims = !*spec || (*spec)->keepDims;
+      auto sum = [&](Value x, bool keep) -> Value {
+        return axes.empty() ? x : createChecked<ReduceSumOp>(x, axes, keep);
+      };
+      Value result;
+      if (op == "ReduceMin") {
+        Value negated = createChecked<NegOp>(data);
+        Value top = axes.empty()
+                        ? negated
+                        : createChecked<ReduceMaxOp>(negated, axes, keepDims);
+        result = top ? createChecked<NegOp>(top) : Value();
+      } else if (op == "ReduceL1") {
+        result = sum(createChecked<AbsOp>(data), keepDims);
+      } else if (op == "ReduceSumSquare" || op == "ReduceL2") {
+        Value squares = sum(createChecked<MulOp>(data, data), keepDims);
+        result = op == "ReduceL2" && squares ? createChecked<SqrtOp>(squares)
+                                             : squares;
+      } else if (op == "ReduceLogSum") {
+        Value total = sum(data, keepDims);
+        result = total ? createChecked<LogOp>(total) : Value();
+      } else {
+        if (axes.empty()) {
+          result = data;
+        } else {
+          Value top = createChecked<ReduceMaxOp>(data, axes, true);
+          Value shifted = top ? createChecked<SubOp>(data, top) : Value();
+          Value exps = shifted ? createChecked<ExpOp>(shifted) : Value();
+          Value total = exps ? sum(exps, true) : Value();
+          Value logs = total ? createChecked<LogOp>(total) : Value();
+          result = logs ? createChecked<AddOp>(logs, top) : Value();
+          if (result && !keepDims) {
+            SmallVector<int64_t> shape;
+            for (int64_t d = 0; d < type.getRank(); ++d)
+              if (!llvm::is_contained(axes, d))
+                shape.push_back(type.getDimSize(d));
+            result = ReshapeOp::create(builder, loc, type.clone(shape), result);
+          }
+        }
+      }
+      if (!result)
+        return failure();
+      setOutput(node, 0, result);
+      return success();
+    };
 }
 
 LogicalResult GraphImporter::importMatMul(const onnx::NodeProto &node) {
@@ -1406,6 +1492,40 @@ LogicalResult GraphImporter::importScatterND(const onnx::NodeProto &node) {
   return success();
 }
 
+/// Tile (torch's Tensor.repeat) with constant repeats: each axis d becomes
+/// [repeats[d], size[d]], the input broadcast over the repeats, then merged.
+LogicalResult GraphImporter::importTile(const onnx::NodeProto &node) {
+  Value data = input(node, 0);
+  if (!data)
+    return failure();
+  auto type = cast<RankedTensorType>(data.getType());
+  FailureOr<SmallVector<int64_t>> repeats = intsInput(node, 1, "repeats");
+  if (failed(repeats))
+    return failure();
+  if (int64_t(repeats->size()) != type.getRank())
+    return error() << "Tile has " << repeats->size()
+                   << " repeats for a tensor of rank " << type.getRank()
+                   << " (it needs one per axis)";
+  SmallVector<int64_t> split, spread, tiled;
+  int64_t elements = 1;
+  for (auto [size, times] : llvm::zip(type.getShape(), *repeats)) {
+    if (times < 0)
+      return error() << "Tile repeats an axis " << times
+                     << " times: repeats are 0 or more";
+    if (size &&
+        times > kMaxTensorElements / std::max<int64_t>(1, elements * size))
+      return error() << "Tile would make more than 2^48 elements";
+    elements *= std::max<int64_t>(1, size * times);
+    split.append({1, size});
+    spread.append({times, size});
+    tiled.push_back(size * times);
+  }
+  Value unit = ReshapeOp::create(builder, loc, type.clone(split), data);
+  Value wide = BroadcastToOp::create(builder, loc, type.clone(spread), unit);
+  setOutput(node, 0, ReshapeOp::create(builder, loc, type.clone(tiled), wide));
+  return success();
+}
+
 LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
   Value data = input(node, 0);
   auto type = cast<RankedTensorType>(data.getType());
@@ -2023,6 +2143,10 @@ void GraphImporter::registerHandlers() {
   addReduce<ReduceSumOp>("ReduceSum");
   addReduce<ReduceMeanOp>("ReduceMean");
   addReduce<ReduceMaxOp>("ReduceMax");
+  addComposedReductions();
+  handlers["Tile"] = [this](const onnx::NodeProto &node) {
+    return importTile(node);
+  };
   for (llvm::StringRef opType : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
     handlers[opType] = [this](const onnx::NodeProto &node) {
       return importReshapeLike(node);

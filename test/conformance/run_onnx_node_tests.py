@@ -29,10 +29,12 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs"
        "sce", "nllloss", "constant_pad", "edge_pad", "reflect_pad",
        # Convolutions (a ViT's patch embedding, Whisper's stem).
        "conv", "basic_conv",
-       # Slice assignments (Hugging Face's causal-mask update).
-       "scatternd"]
+       # Slice assignments (Hugging Face's causal-mask update), Tensor.repeat,
+       # and the reductions weft composes (F.normalize's L2, logsumexp).
+       "scatternd", "tile", "reduce_min", "reduce_l1", "reduce_l2", "reduce_sum_square",
+       "reduce_log_sum", "reduce_log_sum_exp"]
 # Tests whose names start like one of the ops but test another op.
-OTHER_OPS = re.compile(r"^test_(reduce_sum_square|split_to_sequence)")
+OTHER_OPS = re.compile(r"^test_(split_to_sequence)")
 
 
 def selected(name):
@@ -45,7 +47,7 @@ def selected(name):
 # tests pass as graph inputs; exported models hold them as constants, so these
 # tests run with --fold-small-inputs (onnx-mlir's "inputs made constant").
 SHAPE_ARGUMENT_OPS = re.compile(r"^test_(slice|split|tril|triu|reduce_sum|range|cumsum|"
-                                r"constant_pad|scatternd)(_|$)")
+                                r"constant_pad|scatternd|tile)(_|$)")
 
 
 def run_one(weft, test_dir, dynamic):
