@@ -168,6 +168,8 @@ private:
   template <typename OpTy> void addReduce(llvm::StringRef opType);
   void addComposedReductions();
   LogicalResult importTile(const onnx::NodeProto &node);
+  LogicalResult importArgExtreme(const onnx::NodeProto &node);
+  LogicalResult importMod(const onnx::NodeProto &node);
   template <typename OpTy> void addSoftmax(llvm::StringRef opType);
   LogicalResult importMatMul(const onnx::NodeProto &node);
   LogicalResult importGemm(const onnx::NodeProto &node);
@@ -1526,6 +1528,113 @@ LogicalResult GraphImporter::importTile(const onnx::NodeProto &node) {
   return success();
 }
 
+/// ArgMax and ArgMin (a reward model's last-token index, Hugging Face's
+/// `eq(input_ids, pad).int().argmax(-1)`): the first (or, with
+/// select_last_index, the last) position along the axis where the input
+/// equals its extreme, as the least (greatest) of an iota where it does.
+LogicalResult GraphImporter::importArgExtreme(const onnx::NodeProto &node) {
+  Value data = input(node, 0);
+  if (!data)
+    return failure();
+  auto type = cast<RankedTensorType>(data.getType());
+  const int64_t rank = type.getRank();
+  if (rank == 0)
+    return error() << node.op_type()
+                   << " of a scalar: it needs an axis to search";
+  FailureOr<int64_t> axis = normalizeAxis(intAttr(node, "axis", 0), rank);
+  if (failed(axis))
+    return failure();
+  const bool keepDims = intAttr(node, "keepdims", 1) != 0;
+  const bool last = intAttr(node, "select_last_index", 0) != 0;
+  const bool isMax = node.op_type() == "ArgMax";
+  SmallVector<int64_t> axes{*axis};
+  // max(-x) is -min(x), for the values and for the positions alike.
+  auto extreme = [&](Value x, bool max, bool keep) -> Value {
+    if (max)
+      return createChecked<ReduceMaxOp>(x, axes, keep);
+    Value negated = createChecked<NegOp>(x);
+    Value top =
+        negated ? createChecked<ReduceMaxOp>(negated, axes, keep) : Value();
+    return top ? createChecked<NegOp>(top) : Value();
+  };
+  Value best = extreme(data, isMax, true);
+  Value hits = best ? createChecked<CompareOp>(ComparePredicate::eq, data, best)
+                    : Value();
+  const int64_t size = type.getDimSize(*axis);
+  SmallVector<int64_t> positions(size);
+  for (int64_t i = 0; i < size; ++i)
+    positions[i] = i;
+  SmallVector<int64_t> iotaShape(rank, 1);
+  iotaShape[*axis] = size;
+  auto i64 = builder.getI64Type();
+  Value iota = materialize(DenseElementsAttr::get(
+      RankedTensorType::get(iotaShape, i64), ArrayRef(positions)));
+  Value miss = materialize(DenseElementsAttr::get(
+      RankedTensorType::get({}, i64), ArrayRef<int64_t>{last ? -1 : size}));
+  Value candidates = hits ? createChecked<WhereOp>(hits, iota, miss) : Value();
+  Value index = candidates ? extreme(candidates, last, keepDims) : Value();
+  if (!index)
+    return failure();
+  setOutput(node, 0, index);
+  return success();
+}
+
+/// Mod: the remainder with the divisor's sign (Python's %, fmod = 0, integers
+/// only), or with the dividend's (C's fmod, fmod = 1): a - trunc(a / b) b,
+/// moved by b where it is nonzero and its sign is not the divisor's.
+/// Floats truncate through a cast to i64 (exact below 2^63).
+LogicalResult GraphImporter::importMod(const onnx::NodeProto &node) {
+  Value a = input(node, 0), b = input(node, 1);
+  if (!a || !b)
+    return failure();
+  auto type = cast<RankedTensorType>(a.getType());
+  Type element = type.getElementType();
+  const bool fmod = intAttr(node, "fmod", 0) != 0;
+  const bool isFloat = isa<FloatType>(element);
+  if (isFloat && !fmod)
+    return error() << "Mod of " << type
+                   << " with fmod = 0: ONNX takes floats with fmod = 1 only";
+  Value quotient = createChecked<DivOp>(a, b);
+  if (quotient && isFloat) {
+    auto shape = cast<RankedTensorType>(quotient.getType());
+    Value whole = CastOp::create(builder, loc,
+                                 shape.clone(builder.getI64Type()), quotient);
+    quotient = CastOp::create(builder, loc, shape, whole);
+  }
+  Value product = quotient ? createChecked<MulOp>(quotient, b) : Value();
+  Value remainder = product ? createChecked<SubOp>(a, product) : Value();
+  if (remainder && !fmod) {
+    auto scalar = [&](int64_t value) {
+      return materialize(DenseElementsAttr::get(
+          RankedTensorType::get({}, element),
+          APInt(element.getIntOrFloatBitWidth(), uint64_t(value), true)));
+    };
+    Value zero = scalar(0);
+    Value negative =
+        createChecked<CompareOp>(ComparePredicate::lt, remainder, zero);
+    Value divisorNegative =
+        createChecked<CompareOp>(ComparePredicate::lt, b, zero);
+    Value nonzero =
+        createChecked<CompareOp>(ComparePredicate::ne, remainder, zero);
+    Value signsDiffer =
+        negative && divisorNegative
+            ? createChecked<CompareOp>(ComparePredicate::ne, negative,
+                                       divisorNegative)
+            : Value();
+    // And, as where(a, b, a).
+    Value move = signsDiffer && nonzero
+                     ? createChecked<WhereOp>(nonzero, signsDiffer, nonzero)
+                     : Value();
+    Value moved = createChecked<AddOp>(remainder, b);
+    remainder = move && moved ? createChecked<WhereOp>(move, moved, remainder)
+                              : Value();
+  }
+  if (!remainder)
+    return failure();
+  setOutput(node, 0, remainder);
+  return success();
+}
+
 LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
   Value data = input(node, 0);
   auto type = cast<RankedTensorType>(data.getType());
@@ -2146,6 +2255,13 @@ void GraphImporter::registerHandlers() {
   addComposedReductions();
   handlers["Tile"] = [this](const onnx::NodeProto &node) {
     return importTile(node);
+  };
+  for (llvm::StringRef opType : {"ArgMax", "ArgMin"})
+    handlers[opType] = [this](const onnx::NodeProto &node) {
+      return importArgExtreme(node);
+    };
+  handlers["Mod"] = [this](const onnx::NodeProto &node) {
+    return importMod(node);
   };
   for (llvm::StringRef opType : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
     handlers[opType] = [this](const onnx::NodeProto &node) {

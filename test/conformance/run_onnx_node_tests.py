@@ -32,7 +32,9 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs"
        # Slice assignments (Hugging Face's causal-mask update), Tensor.repeat,
        # and the reductions weft composes (F.normalize's L2, logsumexp).
        "scatternd", "tile", "reduce_min", "reduce_l1", "reduce_l2", "reduce_sum_square",
-       "reduce_log_sum", "reduce_log_sum_exp"]
+       "reduce_log_sum", "reduce_log_sum_exp",
+       # A reward model's last-token index (ArgMax, then % the length).
+       "argmax", "argmin", "mod"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(split_to_sequence)")
 
