@@ -436,9 +436,10 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       functions.front().emitError(
           "the plan splits heads or the sequence, but the model has no "
           "weft.attention: the import raised none of its attentions (one "
-          "written in a form it does not recognize, such as scores scaled "
-          "by a learned temperature rather than a constant, stays matmuls "
-          "and a softmax, which only data and pipeline parallelism split). "
+          "written in a form it does not recognize, such as scores through "
+          "a function other than a scale, a soft cap or a mask, stays "
+          "matmuls and a softmax, which only data and pipeline parallelism "
+          "split). "
           "`weft import "
           "--explain-raise MODEL` names the op that stopped each match; "
           "plan with tp=1, cp=1 and ulysses=1, or write the attention as "

@@ -567,7 +567,59 @@ struct AttentionMatch {
   /// Soft-capping of the scaled scores before the masks (Gemma 2's
   /// softcap · tanh(s / softcap)).
   std::optional<double> softcap;
+  /// Scales of the scores that are no constant but the same for every
+  /// query and key of a head (cosine attention's learned temperature, [1 or
+  /// b, h, 1, 1]): they multiply (or, `divides`, divide) q instead.
+  struct QueryScale {
+    Value factor;
+    bool divides = false;
+  };
+  SmallVector<QueryScale, 1> queryScales;
 };
+
+/// If `value` is `x * f`, `f * x` or `x / f` with f a tensor that is the same
+/// for every query and key ([..., 1, 1], broadcasting to the rank-4 scores)
+/// and not computed from `scores`' own ops, returns x and the scale.
+std::optional<std::pair<Value, AttentionMatch::QueryScale>>
+perHeadScaled(Value value, int64_t scoresRank) {
+  Operation *op = value.getDefiningOp();
+  if (!op || scoresRank != 4 || !isa<MulOp, DivOp>(op))
+    return std::nullopt;
+  auto perHead = [&](Value factor) {
+    auto type = dyn_cast<RankedTensorType>(factor.getType());
+    if (!type || type.getRank() < 2 || type.getRank() > 4 ||
+        type.getShape().take_back(2) != ArrayRef<int64_t>{1, 1} ||
+        !isa<FloatType>(type.getElementType()))
+      return false;
+    // Not the scores' own statistics: nothing that reads a product of rank
+    // 4 (q·kᵀ) within a few ops.
+    SmallVector<Value, 8> work{factor};
+    for (int steps = 0; !work.empty() && steps < 32; ++steps) {
+      Value next = work.pop_back_val();
+      Operation *def = next.getDefiningOp();
+      if (!def)
+        continue;
+      if (auto product = dyn_cast<MatmulOp>(def);
+          product && product.getType().getRank() == 4)
+        return false;
+      for (Value operand : def->getOperands())
+        work.push_back(operand);
+    }
+    return work.empty();
+  };
+  if (auto div = dyn_cast<DivOp>(op)) {
+    if (perHead(div.getRhs()) && !perHead(div.getLhs()))
+      return std::make_pair(div.getLhs(),
+                            AttentionMatch::QueryScale{div.getRhs(), true});
+    return std::nullopt;
+  }
+  auto mul = cast<MulOp>(op);
+  for (auto [x, factor] : {std::pair{mul.getLhs(), mul.getRhs()},
+                           std::pair{mul.getRhs(), mul.getLhs()}})
+    if (perHead(factor) && !perHead(x))
+      return std::make_pair(x, AttentionMatch::QueryScale{factor, false});
+  return std::nullopt;
+}
 
 /// If `value` is `c · tanh(x / c)` (any order of the product, the division
 /// by c written as a product with 1/c), returns x and c.
@@ -897,6 +949,9 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
       continue;
     }
     if (std::optional<std::pair<Value, double>> capped = softCapped(scores)) {
+      if (!match.queryScales.empty())
+        return fail(describe(op) + " soft-caps scores that a learned scale "
+                                   "multiplies after the cap");
       if (match.softcap)
         return fail(describe(op) + " soft-caps scores that are soft-capped "
                                    "already");
@@ -915,13 +970,20 @@ FailureOr<AttentionMatch> matchAttention(SoftmaxOp softmax, std::string &why) {
       scores = scaled->first;
       continue;
     }
+    if (auto scaled = perHeadScaled(scores, rank); scaled && !match.merged) {
+      scaledOutside = true;
+      match.queryScales.push_back(scaled->second);
+      scores = scaled->first;
+      continue;
+    }
     if (auto cast = dyn_cast<CastOp>(op);
         cast && throughCast(scores) != scores) {
       scores = throughCast(scores);
       continue;
     }
     return fail("the scores come from " + describe(op) +
-                ", which is neither q·kᵀ, a constant scale nor a mask");
+                ", which is neither q·kᵀ, a scale (constant, or per head: "
+                "[..., 1, 1]) nor a mask");
   }
   auto qk = scores.getDefiningOp<MatmulOp>();
   if (!qk)
@@ -1012,6 +1074,34 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
       k = TransposeOp::create(rewriter, match.keyTranspose.getLoc(),
                               match.keyTranspose.getInput(), keyPerm);
       created.push_back(k.getDefiningOp());
+    }
+    // A per-head scale of the scores scales q (softmax(t q·kᵀ) =
+    // softmax((t q)·kᵀ)): [1 or b, h, 1, 1] broadcasts over its positions
+    // and width.
+    for (const AttentionMatch::QueryScale &scale : match.queryScales) {
+      auto qType = cast<RankedTensorType>(q.getType());
+      auto factorType = cast<RankedTensorType>(scale.factor.getType());
+      ArrayRef<int64_t> qShape = qType.getShape(),
+                        shape = factorType.getShape();
+      bool fits = factorType.getElementType() == qType.getElementType() &&
+                  shape.size() <= qShape.size();
+      for (size_t i = 1; fits && i <= shape.size(); ++i)
+        fits = shape[shape.size() - i] == 1 ||
+               shape[shape.size() - i] == qShape[qShape.size() - i];
+      if (!fits) {
+        for (Operation *op : llvm::reverse(created))
+          rewriter.eraseOp(op);
+        return explain(softmax, "the scores' per-head scale " +
+                                    describe(scale.factor) +
+                                    " does not broadcast over q");
+      }
+    }
+    for (const AttentionMatch::QueryScale &scale : match.queryScales) {
+      Location loc = match.output.getLoc();
+      Value factor = scale.factor;
+      q = scale.divides ? DivOp::create(rewriter, loc, q, factor).getResult()
+                        : MulOp::create(rewriter, loc, q, factor).getResult();
+      created.push_back(q.getDefiningOp());
     }
     Value mask;
     if (FailureOr<Value> combined = combineMasks(rewriter, match, q, created);

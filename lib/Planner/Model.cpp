@@ -324,9 +324,9 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
   if (!attention)
     return fail("layer '" + first.getKind() +
                 "' has no weft.attention (the import did not recognize its "
-                "attention, such as one whose scores a learned temperature "
-                "scales rather than a constant: `weft import --explain-raise "
-                "MODEL` names the op that stopped the match)");
+                "attention, such as one whose scores pass through a function "
+                "other than a scale, a soft cap or a mask: `weft import "
+                "--explain-raise MODEL` names the op that stopped the match)");
   auto q = cast<RankedTensorType>(attention.getQ().getType());
   auto k = cast<RankedTensorType>(attention.getK().getType());
   spec.set_heads(q.getDimSize(1));

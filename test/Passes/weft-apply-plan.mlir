@@ -59,7 +59,7 @@ func.func @cross_attention(%q: tensor<1x8x8x4xf32>, %k: tensor<1x8x12x4xf32>, %v
 // An attention the import did not raise (scores through a bare tanh, which
 // is no cap c · tanh(s / c)) stays matmuls and a softmax: heads cannot be
 // split.
-// expected-error @+1 {{the plan splits heads or the sequence, but the model has no weft.attention: the import raised none of its attentions (one written in a form it does not recognize, such as scores scaled by a learned temperature rather than a constant, stays matmuls and a softmax, which only data and pipeline parallelism split). `weft import --explain-raise MODEL` names the op that stopped each match; plan with tp=1, cp=1 and ulysses=1, or write the attention as softmax(q k^T * scale + mask) v}}
+// expected-error @+1 {{the plan splits heads or the sequence, but the model has no weft.attention: the import raised none of its attentions (one written in a form it does not recognize, such as scores through a function other than a scale, a soft cap or a mask, stays matmuls and a softmax, which only data and pipeline parallelism split). `weft import --explain-raise MODEL` names the op that stopped each match; plan with tp=1, cp=1 and ulysses=1, or write the attention as softmax(q k^T * scale + mask) v}}
 func.func @soft_capped(%q: tensor<1x8x8x4xf32>, %kt: tensor<1x8x4x8xf32>, %v: tensor<1x8x8x4xf32>) -> tensor<1x8x8x4xf32> {
   %s = weft.matmul %q, %kt : (tensor<1x8x8x4xf32>, tensor<1x8x4x8xf32>) -> tensor<1x8x8x8xf32>
   %t = weft.tanh %s : tensor<1x8x8x8xf32>

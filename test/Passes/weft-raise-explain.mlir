@@ -102,7 +102,7 @@ func.func @mismatched_cap(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: 
   %d = weft.div %s, %in : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
   %t = weft.tanh %d : tensor<1x2x4x4xf32>
   %c = weft.mul %t, %out : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
-  // expected-remark @below {{not raised to weft.attention: the scores come from 'weft.tanh', which is neither q·kᵀ, a constant scale nor a mask}}
+  // expected-remark @below {{not raised to weft.attention: the scores come from 'weft.tanh', which is neither q·kᵀ, a scale (constant, or per head: [..., 1, 1]) nor a mask}}
   %p = weft.softmax %c axis 3 : tensor<1x2x4x4xf32>
   %o = weft.matmul %p, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
   return %o : tensor<1x2x4x8xf32>
