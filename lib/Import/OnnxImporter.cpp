@@ -167,6 +167,7 @@ private:
                                                 int64_t rank);
   template <typename OpTy> void addReduce(llvm::StringRef opType);
   void addComposedReductions();
+  void addComposedElementwise();
   LogicalResult importTile(const onnx::NodeProto &node);
   LogicalResult importArgExtreme(const onnx::NodeProto &node);
   LogicalResult importMod(const onnx::NodeProto &node);
@@ -1635,6 +1636,218 @@ LogicalResult GraphImporter::importMod(const onnx::NodeProto &node) {
   return success();
 }
 
+/// ONNX's activations and rounding that weft composes of its own ops (each
+/// differentiates as those do; the rounding ops' gradient is zero, as
+/// torch's): Softplus (max(x, 0) + log(1 + exp(-|x|)), finite for large x),
+/// Softsign, LeakyRelu, PRelu, Elu, Celu, Selu, ThresholdedRelu,
+/// HardSigmoid, HardSwish, Mish, Sign, Floor, Ceil, Round (half to even),
+/// IsNaN, IsInf, and the variadic Sum and Mean.
+void GraphImporter::addComposedElementwise() {
+  for (llvm::StringRef opType :
+       {"Softplus", "Softsign", "LeakyRelu", "PRelu", "Elu", "Celu", "Selu",
+        "ThresholdedRelu", "HardSigmoid", "HardSwish", "Mish", "Sign", "Floor",
+        "Ceil", "Round", "IsNaN", "IsInf", "Sum", "Mean"})
+    handlers[opType] = [this](const onnx::NodeProto &node) -> LogicalResult {
+      Value x = input(node, 0);
+      if (!x)
+        return failure();
+      llvm::StringRef op = node.op_type();
+      auto type = cast<RankedTensorType>(x.getType());
+      Type element = type.getElementType();
+      auto floatElement = dyn_cast<FloatType>(element);
+      bool numeric =
+          op == "Sign" || op == "Sum" || op == "Mean" || op == "PRelu";
+      if (!floatElement && !(numeric && !element.isInteger(1)))
+        return error() << op << " of " << type << ": a float tensor expected";
+      auto constant = [&](double value) -> Value {
+        auto scalar = RankedTensorType::get({}, element);
+        if (floatElement)
+          return materialize(DenseElementsAttr::get(
+              scalar, FloatAttr::get(element, value).getValue()));
+        return materialize(DenseElementsAttr::get(
+            scalar, APInt(element.getIntOrFloatBitWidth(),
+                          uint64_t(int64_t(value)), /*isSigned=*/true)));
+      };
+      // Ops built one statement each, so that the IR's order does not depend
+      // on the compiler's order of evaluating arguments.
+      auto add = [&](Value a, Value b) { return createChecked<AddOp>(a, b); };
+      auto sub = [&](Value a, Value b) { return createChecked<SubOp>(a, b); };
+      auto mul = [&](Value a, Value b) { return createChecked<MulOp>(a, b); };
+      auto div = [&](Value a, Value b) { return createChecked<DivOp>(a, b); };
+      auto compare = [&](ComparePredicate p, Value a, Value b) {
+        return createChecked<CompareOp>(p, a, b);
+      };
+      auto where = [&](Value c, Value a, Value b) {
+        return createChecked<WhereOp>(c, a, b);
+      };
+      auto expm1 = [&](Value v) {
+        Value e = createChecked<ExpOp>(v);
+        Value one = constant(1.0);
+        return sub(e, one);
+      };
+      auto softplus = [&](Value v) {
+        Value zero = constant(0.0);
+        Value positive = createChecked<MaximumOp>(v, zero);
+        Value magnitude = createChecked<AbsOp>(v);
+        Value negated = createChecked<NegOp>(magnitude);
+        Value e = createChecked<ExpOp>(negated);
+        Value one = constant(1.0);
+        Value sum = add(one, e);
+        Value log = createChecked<LogOp>(sum);
+        return add(positive, log);
+      };
+      // x rounded toward -inf; values past the mantissa's reach, infinities
+      // and NaN are whole already (and never reach the cast to i64).
+      auto floor = [&](Value v) {
+        int mantissa = floatElement ? int(APFloat::semanticsPrecision(
+                                          floatElement.getFloatSemantics())) -
+                                          1
+                                    : 0;
+        Value reach = constant(std::ldexp(1.0, mantissa));
+        Value magnitude = createChecked<AbsOp>(v);
+        Value notSmall = compare(ComparePredicate::ge, magnitude, reach);
+        Value nan = compare(ComparePredicate::ne, v, v);
+        Value whole = where(nan, nan, notSmall);
+        Value zero = constant(0.0);
+        Value safe = where(whole, zero, v);
+        auto i64 =
+            cast<RankedTensorType>(safe.getType()).clone(builder.getI64Type());
+        Value truncated = CastOp::create(builder, loc, i64, safe);
+        Value back = CastOp::create(
+            builder, loc, cast<RankedTensorType>(safe.getType()), truncated);
+        Value above = compare(ComparePredicate::lt, safe, back);
+        Value one = constant(1.0);
+        Value lower = sub(back, one);
+        Value floored = where(above, lower, back);
+        return where(whole, v, floored);
+      };
+      auto alphaOr = [&](float fallback) {
+        return double(floatAttr(node, "alpha", fallback));
+      };
+      Value result;
+      if (op == "Softplus") {
+        result = softplus(x);
+      } else if (op == "Softsign") {
+        Value magnitude = createChecked<AbsOp>(x);
+        Value one = constant(1.0);
+        Value denominator = add(one, magnitude);
+        result = div(x, denominator);
+      } else if (op == "LeakyRelu" || op == "PRelu") {
+        Value slope = op == "PRelu" ? input(node, 1) : constant(alphaOr(0.01f));
+        Value zero = constant(0.0);
+        Value negative = compare(ComparePredicate::lt, x, zero);
+        Value scaled = slope ? mul(x, slope) : Value();
+        result = scaled ? where(negative, scaled, x) : Value();
+      } else if (op == "Elu" || op == "Celu" || op == "Selu") {
+        const double alpha =
+            op == "Selu" ? alphaOr(1.67326319217681884765625f) : alphaOr(1.0f);
+        Value zero = constant(0.0);
+        Value negative = compare(ComparePredicate::le, x, zero);
+        Value inner = x;
+        if (op == "Celu") {
+          Value a = constant(alpha);
+          inner = div(x, a);
+        }
+        Value a = constant(alpha);
+        Value em1 = expm1(inner);
+        Value low = mul(a, em1);
+        result = where(negative, low, x);
+        if (op == "Selu") {
+          Value gamma =
+              constant(floatAttr(node, "gamma", 1.05070102214813232421875f));
+          result = mul(gamma, result);
+        }
+      } else if (op == "ThresholdedRelu") {
+        Value threshold = constant(alphaOr(1.0f));
+        Value zero = constant(0.0);
+        Value above = compare(ComparePredicate::gt, x, threshold);
+        result = where(above, x, zero);
+      } else if (op == "HardSigmoid" || op == "HardSwish") {
+        bool swish = op == "HardSwish";
+        Value a = constant(swish ? 1.0 / 6 : alphaOr(0.2f));
+        Value b = constant(swish ? 0.5 : double(floatAttr(node, "beta", 0.5f)));
+        Value line = mul(a, x);
+        Value shifted = add(line, b);
+        Value zero = constant(0.0);
+        Value one = constant(1.0);
+        Value low = createChecked<MaximumOp>(shifted, zero);
+        Value clipped = createChecked<MinimumOp>(low, one);
+        result = swish ? mul(x, clipped) : clipped;
+      } else if (op == "Mish") {
+        Value soft = softplus(x);
+        Value t = createChecked<TanhOp>(soft);
+        result = mul(x, t);
+      } else if (op == "Sign") {
+        Value zero = constant(0.0);
+        Value one = constant(1.0);
+        Value minusOne = constant(-1.0);
+        Value positive = compare(ComparePredicate::gt, x, zero);
+        Value negative = compare(ComparePredicate::lt, x, zero);
+        Value low = where(negative, minusOne, x);
+        result = where(positive, one, low);
+        // (0 and NaN stay themselves.)
+      } else if (op == "Floor") {
+        result = floor(x);
+      } else if (op == "Ceil") {
+        Value negated = createChecked<NegOp>(x);
+        Value f = floor(negated);
+        result = createChecked<NegOp>(f);
+      } else if (op == "Round") {
+        // Half to even: floor(x), plus one above the half, or at the half
+        // where floor(x) is odd.
+        Value f = floor(x);
+        Value fraction = sub(x, f);
+        Value half = constant(0.5);
+        Value two = constant(2.0);
+        Value one = constant(1.0);
+        Value halved = div(f, two);
+        Value halvedFloor = floor(halved);
+        Value evenPart = mul(halvedFloor, two);
+        Value parity = sub(f, evenPart);
+        Value odd = compare(ComparePredicate::eq, parity, one);
+        Value above = compare(ComparePredicate::gt, fraction, half);
+        Value atHalf = compare(ComparePredicate::eq, fraction, half);
+        Value tieUp = where(atHalf, odd, atHalf);
+        Value up = where(above, above, tieUp);
+        Value next = add(f, one);
+        result = where(up, next, f);
+      } else if (op == "IsNaN") {
+        result = compare(ComparePredicate::ne, x, x);
+      } else if (op == "IsInf") {
+        bool positive = intAttr(node, "detect_positive", 1) != 0;
+        bool negative = intAttr(node, "detect_negative", 1) != 0;
+        Value inf = constant(std::numeric_limits<double>::infinity());
+        Value negInf = constant(-std::numeric_limits<double>::infinity());
+        if (positive && negative) {
+          Value magnitude = createChecked<AbsOp>(x);
+          result = compare(ComparePredicate::eq, magnitude, inf);
+        } else if (positive) {
+          result = compare(ComparePredicate::eq, x, inf);
+        } else if (negative) {
+          result = compare(ComparePredicate::eq, x, negInf);
+        } else {
+          // Nothing detected: false everywhere (nothing is below -inf).
+          result = compare(ComparePredicate::lt, x, negInf);
+        }
+      } else {
+        // Sum and Mean of any number of inputs, broadcast.
+        result = x;
+        for (int i = 1; i < node.input_size() && result; ++i) {
+          Value next = input(node, i);
+          result = next ? add(result, next) : Value();
+        }
+        if (op == "Mean" && result && node.input_size() > 1) {
+          Value count = constant(double(node.input_size()));
+          result = div(result, count);
+        }
+      }
+      if (!result)
+        return failure();
+      setOutput(node, 0, result);
+      return success();
+    };
+}
+
 LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
   Value data = input(node, 0);
   auto type = cast<RankedTensorType>(data.getType());
@@ -2253,6 +2466,7 @@ void GraphImporter::registerHandlers() {
   addReduce<ReduceMeanOp>("ReduceMean");
   addReduce<ReduceMaxOp>("ReduceMax");
   addComposedReductions();
+  addComposedElementwise();
   handlers["Tile"] = [this](const onnx::NodeProto &node) {
     return importTile(node);
   };

@@ -34,7 +34,12 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs"
        "scatternd", "tile", "reduce_min", "reduce_l1", "reduce_l2", "reduce_sum_square",
        "reduce_log_sum", "reduce_log_sum_exp",
        # A reward model's last-token index (ArgMax, then % the length).
-       "argmax", "argmin", "mod"]
+       "argmax", "argmin", "mod",
+       # Activations and rounding weft composes (Softplus: Mamba's step size;
+       # HardSwish, Mish: vision blocks).
+       "softplus", "softsign", "leakyrelu", "prelu", "elu", "celu", "selu",
+       "thresholdedrelu", "hardsigmoid", "hardswish", "mish", "sign", "floor", "ceil",
+       "round", "isnan", "isinf", "sum", "mean"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(split_to_sequence)")
 
