@@ -1553,6 +1553,74 @@ BandSplit splitBand(Value value, MaskReading reading, int depth = 8) {
   return opaque;
 }
 
+/// `value` (a mask's rest, read as a boolean or a bias) with the additive
+/// band masks among its operands, through elementwise ops, replaced by 0
+/// where each keeps every key `band` keeps: on those keys they are 0, and
+/// the attention masks the others whatever the mask says, so the attention
+/// reads the same; the result broadcasts over the queries where only the
+/// band made it [.., l, s] (transformers' `_update_causal_mask`:
+/// where(causal + attention_mask == 0, min, causal) leaves
+/// causal + attention_mask == 0 as the padding, which is then [b, 1, 1, s]).
+/// Null where nothing changes; with `dryRun`, `value` itself where something
+/// would (and nothing is built).
+bool isDroppableBand(Value operand, KeepBand band) {
+  auto type = dyn_cast<RankedTensorType>(operand.getType());
+  if (!type || type.getRank() < 2 || !isa<FloatType>(type.getElementType()))
+    return false;
+  std::optional<KeepBand> inner = keepBand(operand, MaskReading::Additive);
+  return inner && inner->lo <= band.lo && inner->hi >= band.hi &&
+         !masksEverywhere(operand, MaskReading::Additive);
+}
+
+Value withoutBands(PatternRewriter &rewriter, Value value, KeepBand band,
+                   bool dryRun = false, int depth = 4) {
+  Operation *op = value.getDefiningOp();
+  if (!op || depth == 0 ||
+      !isa<AddOp, SubOp, MulOp, MaximumOp, MinimumOp, CompareOp, WhereOp>(op))
+    return {};
+  SmallVector<Value, 3> operands(op->getOperands());
+  bool changed = false;
+  for (Value &operand : operands) {
+    if (isDroppableBand(operand, band)) {
+      changed = true;
+      if (dryRun)
+        return value;
+      auto type = cast<RankedTensorType>(operand.getType());
+      operand = ConstantOp::create(
+          rewriter, operand.getLoc(),
+          DenseElementsAttr::get(
+              RankedTensorType::get({}, type.getElementType()),
+              rewriter.getFloatAttr(type.getElementType(), 0.0)));
+      continue;
+    }
+    if (Value inner =
+            withoutBands(rewriter, operand, band, dryRun, depth - 1)) {
+      if (dryRun)
+        return value;
+      operand = inner;
+      changed = true;
+    }
+  }
+  if (!changed)
+    return {};
+  Location loc = op->getLoc();
+  if (auto compare = dyn_cast<CompareOp>(op))
+    return CompareOp::create(rewriter, loc, compare.getPredicate(), operands[0],
+                             operands[1]);
+  if (isa<WhereOp>(op))
+    return WhereOp::create(rewriter, loc, operands[0], operands[1],
+                           operands[2]);
+  if (isa<AddOp>(op))
+    return AddOp::create(rewriter, loc, operands[0], operands[1]);
+  if (isa<SubOp>(op))
+    return SubOp::create(rewriter, loc, operands[0], operands[1]);
+  if (isa<MulOp>(op))
+    return MulOp::create(rewriter, loc, operands[0], operands[1]);
+  if (isa<MaximumOp>(op))
+    return MaximumOp::create(rewriter, loc, operands[0], operands[1]);
+  return MinimumOp::create(rewriter, loc, operands[0], operands[1]);
+}
+
 /// Attention whose mask keeps a causal band of keys -- a causal mask or a
 /// sliding window, constant or computed from triangles at run time -- alone
 /// or with one other mask (HF's causal + padding, Mistral's window and
@@ -1601,7 +1669,11 @@ struct FactorMaskBand : OpRewritePattern<AttentionOp> {
     std::optional<uint64_t> newWindow;
     if (window)
       newWindow = uint64_t(*window);
-    if (keepsAll && attention.getCausal() && attention.getWindow() == newWindow)
+    if (keepsAll && attention.getCausal() &&
+        attention.getWindow() == newWindow &&
+        !(split.rest.size() == 1 &&
+          withoutBands(rewriter, split.rest.front().first, band,
+                       /*dryRun=*/true)))
       return failure();
     auto becomeCausal = [&](Value newMask) {
       rewriter.modifyOpInPlace(attention, [&] {
@@ -1631,8 +1703,12 @@ struct FactorMaskBand : OpRewritePattern<AttentionOp> {
       if (have != 1 && have != want)
         return failure();
     }
+    if (boolean && restReading == MaskReading::Additive)
+      return failure();
     rewriter.setInsertionPoint(attention);
     Location loc = attention.getLoc();
+    if (Value narrower = withoutBands(rewriter, rest, band))
+      rest = narrower;
     Value newMask = rest;
     if (split.floor && restReading == MaskReading::Additive)
       newMask = MaximumOp::create(rewriter, loc, rest, split.floor);

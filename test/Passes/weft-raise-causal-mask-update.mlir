@@ -9,15 +9,16 @@
 // (finfo.min above the diagonal) expanded over the batch, and finfo.min
 // filled where causal + attention_mask is 0 (a key the causal bias keeps
 // that is padding). It raises to causal attention with the padding as its
-// mask, once: the mask that rewrite leaves, where(keep, 0, fill), holds a
-// band that keeps every key (its 0), and until 2026-12-06 the raise
-// factored that band out again and again, without end (weft import ran out
-// of memory on such an export).
+// mask, [b, 1, 1, s]: within the causal band the causal bias in
+// causal + attention_mask is 0, so it is dropped there. Once: the mask that
+// rewrite leaves, where(keep, 0, fill), holds a band that keeps every key
+// (its 0), and until 2026-12-06 the raise factored that band out again and
+// again, without end (weft import ran out of memory on such an export).
 
 // CHECK-LABEL: func.func @main
-// CHECK: %[[KEEP:.*]] = weft.compare eq, %{{.*}}, %{{.*}} : (tensor<2x1x6x6xi1>, tensor<i1>) -> tensor<2x1x6x6xi1>
-// CHECK: %[[MASK:.*]] = weft.where %[[KEEP]], %{{.*}}, %{{.*}} : (tensor<2x1x6x6xi1>, tensor<f32>, tensor<f32>) -> tensor<2x1x6x6xf32>
-// CHECK: weft.attention %arg0, %arg1, %arg2 mask %[[MASK]] scale 5.000000e-01 causal : (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x1x6x6xf32>)
+// CHECK: %[[KEEP:.*]] = weft.compare eq, %{{.*}}, %{{.*}} : (tensor<2x1x1x6xi1>, tensor<i1>) -> tensor<2x1x1x6xi1>
+// CHECK: %[[MASK:.*]] = weft.where %[[KEEP]], %{{.*}}, %{{.*}} : (tensor<2x1x1x6xi1>, tensor<f32>, tensor<f32>) -> tensor<2x1x1x6xf32>
+// CHECK: weft.attention %arg0, %arg1, %arg2 mask %[[MASK]] scale 5.000000e-01 causal : (tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x4xf32>, tensor<2x1x1x6xf32>)
 // CHECK-NOT: weft.softmax
 func.func @main(%q: tensor<2x2x6x4xf32>, %k: tensor<2x2x6x4xf32>, %v: tensor<2x2x6x4xf32>, %mask: tensor<2x6xf32>) -> tensor<2x2x6x4xf32> {
   %scale = weft.constant dense<0.5> : tensor<f32>
