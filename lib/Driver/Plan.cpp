@@ -52,15 +52,30 @@ std::pair<int64_t, int64_t> inputShape(ModuleOp module) {
 }
 
 /// True if one of the model's inputs is bound to [batch, seq, ...]: the
-/// first, or, in an encoder-decoder (whose source comes first), another.
+/// first, or, in an encoder-decoder (whose source comes first), another;
+/// or, for a model that reads features (a vision transformer's pixels,
+/// whose sequence its patches make), its first repeated layer's input.
 bool hasInputShape(ModuleOp module, int64_t batch, int64_t seq) {
+  auto matches = [&](Type type) {
+    auto ranked = dyn_cast<RankedTensorType>(type);
+    return ranked && ranked.getRank() >= 2 &&
+           ranked.getShape().take_front(2) == ArrayRef<int64_t>{batch, seq};
+  };
   for (auto func : module.getOps<func::FuncOp>())
-    if (!func.isExternal())
+    if (!func.isExternal()) {
+      for (Type type : func.getArgumentTypes())
+        if (matches(type))
+          return true;
+      bool features = func.getNumArguments() > 0;
       for (Type type : func.getArgumentTypes())
         if (auto ranked = dyn_cast<RankedTensorType>(type);
-            ranked && ranked.getRank() >= 2 &&
-            ranked.getShape().take_front(2) == ArrayRef<int64_t>{batch, seq})
-          return true;
+            !ranked || !isa<FloatType>(ranked.getElementType()))
+          features = false;
+      if (features)
+        for (LayerOp layer : func.getBody().getOps<LayerOp>())
+          return layer->getNumOperands() > 0 &&
+                 matches(layer->getOperand(0).getType());
+    }
   return false;
 }
 
@@ -328,7 +343,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
                                                 : model->ffn_activation())
          : model->ffn_kind() == plan::FFN_GEGLU ? "GeGLU"
                                                 : "SwiGLU")
-     << ", vocab " << model->vocab();
+     << (model->vocab() > 0 ? ", vocab " + std::to_string(model->vocab())
+                            : std::string(", reads features (no vocabulary)"));
   if (model->sliding_window())
     os << ", sliding window " << model->sliding_window();
   if (model->mixed_sliding_window())

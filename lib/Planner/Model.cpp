@@ -148,9 +148,11 @@ llvm::Error planner::validateModel(const plan::ModelSpec &model) {
                                    why.str());
   };
   if (model.layers() <= 0 || model.hidden() <= 0 || model.heads() <= 0 ||
-      model.kv_heads() <= 0 || model.ffn_hidden() <= 0 || model.vocab() <= 0)
+      model.kv_heads() <= 0 || model.ffn_hidden() <= 0 || model.vocab() < 0 ||
+      (model.vocab() == 0 && model.parameters() <= 0))
     return fail("layers, hidden, heads, kv_heads, ffn_hidden and vocab must "
-                "all be positive");
+                "all be positive (vocab 0 only for an imported model that "
+                "reads features, not token ids)");
   if (model.head_dim() < 0 || model.value_head_dim() < 0)
     return fail("head widths are positive, or 0 for hidden / heads (head_dim "
                 "is " +
@@ -422,21 +424,27 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
         op.getTable().getDefiningOp<ParameterOp>())
       tokens = op;
   });
-  if (!tokens)
-    return fail(
-        "no token embedding (weft.embedding of a function input): the "
-        "planner plans models that read token ids, not features such as a "
-        "vision transformer's pixels or patches (weft run and weft compile "
-        "take those; to plan one, give its transformer to the builder, e.g. "
-        "--model gpt --seq-len PATCHES)");
-  auto table = cast<RankedTensorType>(tokens.getTable().getType());
-  spec.set_vocab(table.getDimSize(0));
-  // Tied when the output projection reads the embedding table.
-  bool tied = false;
-  for (Operation *user : tokens.getTable().getUsers())
-    if (isa<LinearOp, MatmulOp>(user))
-      tied = true;
-  spec.set_tied_embeddings(tied);
+  // A model that reads features, not token ids (a vision transformer's
+  // pixels, through its patch embedding), has no vocabulary: vocab 0. One
+  // that reads integers and embeds none is a token model whose embedding
+  // the import did not find.
+  bool readsFeatures = entry.getNumArguments() > 0;
+  for (Type type : entry.getArgumentTypes())
+    if (auto ranked = dyn_cast<RankedTensorType>(type);
+        !ranked || !isa<FloatType>(ranked.getElementType()))
+      readsFeatures = false;
+  if (!tokens && !readsFeatures)
+    return fail("no token embedding (weft.embedding of a function input)");
+  if (tokens) {
+    auto table = cast<RankedTensorType>(tokens.getTable().getType());
+    spec.set_vocab(table.getDimSize(0));
+    // Tied when the output projection reads the embedding table.
+    bool tied = false;
+    for (Operation *user : tokens.getTable().getUsers())
+      if (isa<LinearOp, MatmulOp>(user))
+        tied = true;
+    spec.set_tied_embeddings(tied);
+  }
   int64_t parameters = 0;
   module.walk([&](ParameterOp op) {
     if (auto type = dyn_cast<RankedTensorType>(op.getType()))

@@ -566,6 +566,11 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                                    "'; use megatron, deepspeed or torchtitan");
   if (const char *why = exportRestriction(p, framework))
     return llvm::createStringError(why);
+  if (m.vocab() == 0)
+    return llvm::createStringError(
+        "the model reads features, not token ids (a vision transformer's "
+        "pixels): the exported launchers pretrain language models only; run "
+        "Weft's own program (weft compile)");
   if (m.ffn_kind() == plan::FFN_GEGLU)
     return llvm::createStringError(
         "the model's MLP is gated by another activation than SiLU (GeGLU, as "
