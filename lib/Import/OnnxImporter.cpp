@@ -1236,19 +1236,25 @@ LogicalResult GraphImporter::importConv(const onnx::NodeProto &node) {
     y = createChecked<LinearOp>(
         patches, reshape(w, {outChannels, channels * taps}), bias, true);
   } else {
+    // [group, batch x positions, in / group x taps] times [group, out /
+    // group, in / group x taps]ᵀ: one batch dimension, the same on both
+    // sides, as every executor's batched product takes it.
     const int64_t inPer = channels / group, outPer = outChannels / group;
     Value grouped = createChecked<TransposeOp>(
         reshape(patches, {batch, positions, group, inPer * taps}),
-        SmallVector<int64_t>{0, 2, 1, 3});
+        SmallVector<int64_t>{2, 0, 1, 3});
+    Value rows =
+        grouped ? reshape(grouped, {group, batch * positions, inPer * taps})
+                : Value();
     Value weights = reshape(w, {group, outPer, inPer * taps});
-    Value product = grouped
-                        ? createChecked<MatmulOp>(grouped, weights, false, true)
-                        : Value();
+    Value product =
+        rows ? createChecked<MatmulOp>(rows, weights, false, true) : Value();
     if (!product)
       return failure();
-    y = reshape(
-        createChecked<TransposeOp>(product, SmallVector<int64_t>{0, 2, 1, 3}),
-        {batch, positions, outChannels});
+    y = reshape(createChecked<TransposeOp>(
+                    reshape(product, {group, batch, positions, outPer}),
+                    SmallVector<int64_t>{1, 2, 0, 3}),
+                {batch, positions, outChannels});
     if (bias)
       y = createChecked<AddOp>(y, bias);
   }
