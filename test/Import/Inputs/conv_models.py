@@ -135,26 +135,8 @@ def export(model, inputs, name, input_names, output_names, training=False):
 
 
 def train(data, steps, lr):
-    # weft train's windows, as test/training/against_torch.py reads them.
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "..", "training"))
-    from against_torch import windows
-    torch.manual_seed(0)
-    model = ShortConvLM().train()
-    tokens = np.load(data)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
-                            foreach=False)
-    losses = []
-    for step in range(steps):
-        opt.zero_grad()
-        ids, labels = windows(tokens, step, BATCH, SEQ)
-        loss = nn.functional.cross_entropy(model(ids).reshape(-1, VOCAB),
-                                           labels.reshape(-1))
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    with open(os.path.join(out, "torch_losses.txt"), "w") as f:
-        f.write("\n".join("%.9g" % x for x in losses) + "\n")
+    from torch_losses import write_adamw_losses
+    write_adamw_losses(ShortConvLM, data, steps, lr, BATCH, SEQ, VOCAB, out)
 
 
 if len(sys.argv) == 6 and sys.argv[2] == "--train":

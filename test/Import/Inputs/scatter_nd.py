@@ -27,17 +27,23 @@ out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 
 
+def update_causal_mask(attention_mask):
+    """transformers' Llama `_update_causal_mask` (4.38 on), its slice
+    assignment included."""
+    b, t = attention_mask.shape
+    low = torch.finfo(torch.float32).min
+    causal = torch.triu(torch.full((t, t), fill_value=low), diagonal=1)
+    causal = causal[None, None, :, :].expand(b, 1, -1, -1).clone()
+    n = attention_mask.shape[-1]
+    padding = causal[:, :, :, :n] + attention_mask[:, None, None, :]
+    padding = padding == 0
+    causal[:, :, :, :n] = causal[:, :, :, :n].masked_fill(padding, low)
+    return causal
+
+
 class Mask(nn.Module):
     def forward(self, x, attention_mask):
-        b, t = attention_mask.shape
-        low = torch.finfo(torch.float32).min
-        causal = torch.triu(torch.full((t, t), fill_value=low), diagonal=1)
-        causal = causal[None, None, :, :].expand(b, 1, -1, -1).clone()
-        n = attention_mask.shape[-1]
-        padding = causal[:, :, :, :n] + attention_mask[:, None, None, :]
-        padding = padding == 0
-        causal[:, :, :, :n] = causal[:, :, :, :n].masked_fill(padding, low)
-        return (x + causal).softmax(-1)
+        return (x + update_causal_mask(attention_mask)).softmax(-1)
 
 
 class Rows(nn.Module):
@@ -105,14 +111,7 @@ class Llama(nn.Module):
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
 
     def forward(self, input_ids, attention_mask):
-        b, t = input_ids.shape
-        low = torch.finfo(torch.float32).min
-        causal = torch.triu(torch.full((t, t), fill_value=low), diagonal=1)
-        causal = causal[None, None, :, :].expand(b, 1, -1, -1).clone()
-        n = attention_mask.shape[-1]
-        padding = causal[:, :, :, :n] + attention_mask[:, None, None, :]
-        padding = padding == 0
-        causal[:, :, :, :n] = causal[:, :, :, :n].masked_fill(padding, low)
+        causal = update_causal_mask(attention_mask)
         x = self.embed(input_ids)
         for layer in self.layers:
             x = layer(x, causal)

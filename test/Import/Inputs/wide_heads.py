@@ -130,26 +130,8 @@ def train(out, data, steps, lr):
     same initial weights, on weft train's windows of `data`: the losses, one
     per line, in OUT/torch_losses.txt. The module's output layer is its
     embedding: its gradient is the sum of both uses'."""
-    # weft train's windows, as test/training/against_torch.py reads them.
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "..", "training"))
-    from against_torch import windows
-    torch.manual_seed(0)
-    model = Model().train()
-    tokens = np.load(data)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
-                            foreach=False)
-    losses = []
-    for step in range(steps):
-        opt.zero_grad()
-        ids, labels = windows(tokens, step, BATCH, SEQ)
-        logits = model(ids)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    with open(os.path.join(out, "torch_losses.txt"), "w") as f:
-        f.write("\n".join("%.9g" % x for x in losses) + "\n")
+    from torch_losses import write_adamw_losses
+    write_adamw_losses(Model, data, steps, lr, BATCH, SEQ, VOCAB, out)
 
 
 def main(out):
