@@ -765,12 +765,51 @@ LogicalResult GatherOp::buildGradients(GradientState &state) {
   Grad g{state, getLoc()};
   if (!g.needs(getInput()))
     return success();
-  if (getAxis() != 0)
-    return emitError("the gradient of a gather along axis ")
-           << getAxis()
-           << " is not built yet (axis 0, an embedding lookup, is)";
-  g.to(getInput(),
-       scatterRows(g, getIndices(), g.dy(getResult()), tensorType(getInput())));
+  RankedTensorType input = tensorType(getInput());
+  Value dy = g.dy(getResult());
+  const int64_t axis = getAxis();
+  if (axis == 0) {
+    g.to(getInput(), scatterRows(g, getIndices(), dy, input));
+    return success();
+  }
+  // Along another axis (a reversed slice, an edge or reflect padding): that
+  // axis's positions are the rows. The result's index dimensions and the
+  // input's axis move to the front, the rows scatter as an embedding's, the
+  // index dimensions' partial sums add up, and the axis moves back.
+  const int64_t rank = input.getRank();
+  const int64_t k = tensorType(getIndices()).getRank();
+  auto transpose = [&](Value x, ArrayRef<int64_t> perm) -> Value {
+    auto type = tensorType(x);
+    SmallVector<int64_t> shape;
+    for (int64_t p : perm)
+      shape.push_back(type.getDimSize(p));
+    return TransposeOp::create(g.b(), g.loc, withShape(type, shape), x, perm);
+  };
+  SmallVector<int64_t> dyPerm, inputPerm{axis};
+  for (int64_t i = axis; i < axis + k; ++i)
+    dyPerm.push_back(i);
+  for (int64_t i = 0; i < axis; ++i) {
+    dyPerm.push_back(i);
+    inputPerm.push_back(i);
+  }
+  for (int64_t i = axis + k; i < rank - 1 + k; ++i)
+    dyPerm.push_back(i);
+  for (int64_t i = axis + 1; i < rank; ++i)
+    inputPerm.push_back(i);
+  SmallVector<int64_t> rowsShape;
+  for (int64_t p : inputPerm)
+    rowsShape.push_back(input.getDimSize(p));
+  Value rows = scatterRows(g, getIndices(), transpose(dy, dyPerm),
+                           withShape(input, rowsShape));
+  const int64_t lead = tensorType(rows).getRank() - rank;
+  if (lead > 0)
+    rows = g.reshape(
+        g.reduceSum(rows, llvm::to_vector(llvm::seq<int64_t>(0, lead))),
+        rowsShape);
+  SmallVector<int64_t> inverse(rank);
+  for (auto [i, p] : llvm::enumerate(inputPerm))
+    inverse[p] = int64_t(i);
+  g.to(getInput(), transpose(rows, inverse));
   return success();
 }
 

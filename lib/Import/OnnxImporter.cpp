@@ -501,14 +501,29 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &tensor,
 template <typename OpTy>
 void GraphImporter::addBinary(llvm::StringRef opType) {
   handlers[opType] = [this](const onnx::NodeProto &node) -> LogicalResult {
-    Value lhs = input(node, 0), rhs = input(node, 1);
-    auto lhsType = cast<RankedTensorType>(lhs.getType());
-    auto rhsType = cast<RankedTensorType>(rhs.getType());
-    // ONNX Pow takes an exponent of any numeric type; weft's has the base's.
-    if (lhsType.getElementType() != rhsType.getElementType())
-      rhs = CastOp::create(builder, loc,
-                           rhsType.clone(lhsType.getElementType()), rhs);
-    setOutput(node, 0, createChecked<OpTy>(lhs, rhs));
+    // Max and Min take one or more inputs (numpy-broadcast, folded left to
+    // right); the others exactly two.
+    bool variadic = node.op_type() == "Max" || node.op_type() == "Min";
+    if (variadic ? node.input_size() < 1 : node.input_size() != 2)
+      return error() << node.op_type() << " takes "
+                     << (variadic ? "one or more inputs" : "two inputs")
+                     << ", not " << node.input_size();
+    Value result = input(node, 0);
+    for (int i = 1; i < node.input_size() && result; ++i) {
+      Value rhs = input(node, i);
+      if (!rhs)
+        return failure();
+      auto lhsType = cast<RankedTensorType>(result.getType());
+      auto rhsType = cast<RankedTensorType>(rhs.getType());
+      // ONNX Pow takes an exponent of any numeric type; weft's has the base's.
+      if (lhsType.getElementType() != rhsType.getElementType())
+        rhs = CastOp::create(builder, loc,
+                             rhsType.clone(lhsType.getElementType()), rhs);
+      result = createChecked<OpTy>(result, rhs);
+    }
+    if (!result)
+      return failure();
+    setOutput(node, 0, result);
     return success();
   };
 }
@@ -975,14 +990,16 @@ LogicalResult GraphImporter::importGatherElements(const onnx::NodeProto &node) {
 LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
   // Constant padding (Hugging Face's causal-LM loss pads the labels by one
   // ignored position before shifting them): the input between constant
-  // blocks, and negative pads crop it.
+  // blocks, and negative pads crop it. Edge and reflect padding (an audio
+  // front end's) gather positions of the input.
   Value data = input(node, 0);
   if (!data)
     return failure();
   const onnx::AttributeProto *modeAttr = attribute(node, "mode");
-  if (modeAttr && modeAttr->s() != "constant")
-    return error() << "Pad mode '" << modeAttr->s()
-                   << "' is not imported (only 'constant' is)";
+  std::string mode = modeAttr ? modeAttr->s() : "constant";
+  if (mode != "constant" && mode != "edge" && mode != "reflect")
+    return error() << "Pad mode '" << mode
+                   << "' is not imported (constant, edge and reflect are)";
   auto type = cast<RankedTensorType>(data.getType());
   const int64_t rank = type.getRank();
   FailureOr<SmallVector<int64_t>> pads = intsInput(node, 1, "pads");
@@ -992,6 +1009,47 @@ LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
     return error() << "Pad has " << pads->size()
                    << " pads for a tensor of rank " << rank << " (it needs "
                    << 2 * rank << ")";
+  if (mode != "constant") {
+    // Edge and reflect padding (numpy's: reflect does not repeat the edge)
+    // take each output position from an input one along the axis: one
+    // gather by a constant map per padded axis, which differentiates as any
+    // gather. A negative pad crops first, as numpy.pad of the cropped input.
+    Value result = data;
+    for (int64_t d = 0; d < rank && result; ++d) {
+      int64_t before = (*pads)[d], after = (*pads)[rank + d];
+      if (before == 0 && after == 0)
+        continue;
+      int64_t lo = std::max<int64_t>(0, -before);
+      int64_t n = type.getDimSize(d) - lo - std::max<int64_t>(0, -after);
+      if (n <= 0)
+        return error() << "Pad in mode '" << mode << "' of axis " << d << " ("
+                       << type.getDimSize(d) << " elements) by " << before
+                       << " and " << after << " leaves no element to pad with";
+      before = std::max<int64_t>(0, before);
+      int64_t size = before + n + std::max<int64_t>(0, after);
+      SmallVector<int64_t> map;
+      for (int64_t j = 0; j < size; ++j) {
+        int64_t i = j - before;
+        if (mode == "edge" || n == 1) {
+          i = std::clamp<int64_t>(i, 0, n - 1);
+        } else {
+          int64_t period = 2 * (n - 1);
+          i = ((i % period) + period) % period;
+          if (i >= n)
+            i = period - i;
+        }
+        map.push_back(lo + i);
+      }
+      Value indices = materialize(DenseElementsAttr::get(
+          RankedTensorType::get({size}, builder.getI64Type()),
+          llvm::ArrayRef(map)));
+      result = createChecked<GatherOp>(result, indices, d);
+    }
+    if (!result)
+      return failure();
+    setOutput(node, 0, result);
+    return success();
+  }
   Attribute fill;
   if (hasInput(node, 2)) {
     std::optional<DenseElementsAttr> value = constantInput(node, 2);

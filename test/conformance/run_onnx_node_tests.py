@@ -39,7 +39,10 @@ OPS = ["matmul", "gemm", "add", "sub", "mul", "div", "pow", "sqrt", "neg", "abs"
        # HardSwish, Mish: vision blocks).
        "softplus", "softsign", "leakyrelu", "prelu", "elu", "celu", "selu",
        "thresholdedrelu", "hardsigmoid", "hardswish", "mish", "sign", "floor", "ceil",
-       "round", "isnan", "isinf", "sum", "mean"]
+       "round", "isnan", "isinf", "sum", "mean",
+       # Elementwise ops of masks and activations (Max and Min variadic).
+       "max", "min", "greater", "log", "reciprocal", "relu", "not", "and", "or",
+       "xor", "flatten", "size"]
 # Tests whose names start like one of the ops but test another op.
 OTHER_OPS = re.compile(r"^test_(split_to_sequence)")
 
@@ -54,7 +57,7 @@ def selected(name):
 # tests pass as graph inputs; exported models hold them as constants, so these
 # tests run with --fold-small-inputs (onnx-mlir's "inputs made constant").
 SHAPE_ARGUMENT_OPS = re.compile(r"^test_(slice|split|tril|triu|reduce_sum|range|cumsum|"
-                                r"constant_pad|scatternd|tile)(_|$)")
+                                r"constant_pad|edge_pad|reflect_pad|scatternd|tile)(_|$)")
 
 
 def run_one(weft, test_dir, dynamic):

@@ -19,11 +19,15 @@ torch's outputs as .npy files beside each model:
     last 3 positions (a causal depthwise Conv1d, as Hyena's and Mamba's short
     convolutions) and the sequence through a dense causal Conv1d (k = 2)
     before attention; exported for training (no constant folding, so its
-    parameters are the module's), tokens.npy -> shortconv_logits.npy.
+    parameters are the module's), tokens.npy -> shortconv_logits.npy;
+  - padconv.onnx: the same with the convolutions' other paddings
+    (padding_mode 'replicate' before the depthwise one, 'reflect' around
+    the dense one: ONNX Pad in modes edge and reflect), tokens.npy ->
+    padconv_logits.npy.
 
-conv_models.py OUT_DIR --train DATA STEPS LR: torch's losses of STEPS AdamW
-steps of shortconv's module on weft train's windows of DATA, in
-OUT_DIR/torch_losses.txt.
+conv_models.py OUT_DIR --train DATA STEPS LR [padconv]: torch's losses of
+STEPS AdamW steps of shortconv's (or padconv's) module on weft train's
+windows of DATA, in OUT_DIR/torch_losses.txt.
 """
 import os
 import sys
@@ -81,11 +85,13 @@ VOCAB, HIDDEN, HEADS, BATCH, SEQ = 48, 24, 4, 2, 8
 
 class ShortConvLM(nn.Module):
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self, padded):
             super().__init__()
             self.norm1 = nn.LayerNorm(HIDDEN)
-            self.mix = nn.Conv1d(HIDDEN, HIDDEN, 3, groups=HIDDEN, padding=2)
-            self.shift = nn.Conv1d(HIDDEN, HIDDEN, 2, padding=1, bias=False)
+            self.mix = nn.Conv1d(HIDDEN, HIDDEN, 3, groups=HIDDEN, padding=2,
+                                 padding_mode="replicate" if padded else "zeros")
+            self.shift = nn.Conv1d(HIDDEN, HIDDEN, 2, padding=1, bias=False,
+                                   padding_mode="reflect" if padded else "zeros")
             self.qkv = nn.Linear(HIDDEN, 3 * HIDDEN)
             self.proj = nn.Linear(HIDDEN, HIDDEN)
             self.norm2 = nn.LayerNorm(HIDDEN)
@@ -106,10 +112,10 @@ class ShortConvLM(nn.Module):
             x = x + self.proj(a)
             return x + self.down(nn.functional.gelu(self.up(self.norm2(x))))
 
-    def __init__(self):
+    def __init__(self, padded=False):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, HIDDEN)
-        self.blocks = nn.ModuleList([self.Block() for _ in range(2)])
+        self.blocks = nn.ModuleList([self.Block(padded) for _ in range(2)])
         self.norm = nn.LayerNorm(HIDDEN)
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
 
@@ -134,13 +140,15 @@ def export(model, inputs, name, input_names, output_names, training=False):
     return [o.numpy() for o in outputs]
 
 
-def train(data, steps, lr):
+def train(data, steps, lr, padded):
     from torch_losses import write_adamw_losses
-    write_adamw_losses(ShortConvLM, data, steps, lr, BATCH, SEQ, VOCAB, out)
+    write_adamw_losses(lambda: ShortConvLM(padded), data, steps, lr, BATCH, SEQ,
+                       VOCAB, out)
 
 
-if len(sys.argv) == 6 and sys.argv[2] == "--train":
-    train(sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+if len(sys.argv) in (6, 7) and sys.argv[2] == "--train":
+    train(sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
+          sys.argv[6:] == ["padconv"])
     sys.exit(0)
 
 torch.manual_seed(0)
@@ -150,6 +158,10 @@ np.save(os.path.join(out, "tokens.npy"), tokens.numpy())
 (logits,) = export(lm, (tokens,), "shortconv", ["input_ids"], ["logits"],
                    training=True)
 np.save(os.path.join(out, "shortconv_logits.npy"), logits)
+torch.manual_seed(0)
+(logits,) = export(ShortConvLM(padded=True), (tokens,), "padconv", ["input_ids"],
+                   ["logits"], training=True)
+np.save(os.path.join(out, "padconv_logits.npy"), logits)
 
 pixels = torch.randn(2, 3, 36, 36)
 np.save(os.path.join(out, "vit_pixels.npy"), pixels.numpy())
