@@ -249,18 +249,24 @@ resolveTraining(const driver::PlanRequest &r, const plan::ModelSpec &model,
                      " is longer than the planner takes (at most " +
                      std::to_string(kMaxSeqLen) + " tokens)");
   training.set_global_batch(r.globalBatch);
-  if (r.dtype != "bf16" && r.dtype != "fp16")
+  // By default bf16, and fp16 where the GPU has no bf16 tensor cores (V100).
+  std::string dtype = r.dtype;
+  if (dtype.empty())
+    dtype = lacksBf16TensorCores(cluster.gpu()) ? "fp16" : "bf16";
+  if (dtype != "bf16" && dtype != "fp16")
     return planError(
-        "--dtype is bf16 or fp16 (with fp32 master weights), not '" + r.dtype +
+        "--dtype is bf16 or fp16 (with fp32 master weights), not '" + dtype +
         "'");
-  training.set_dtype(r.dtype);
+  training.set_dtype(dtype);
   training.set_optimizer("adam");
   if (!(r.memoryReserveGib >= 0 &&
         r.memoryReserveGib < cluster.gpu().hbm_gib()))
     return planError("--memory-reserve must be between 0 and the GPU's " +
                      std::to_string(cluster.gpu().hbm_gib()) + " GiB");
   training.set_memory_reserve_gib(r.memoryReserveGib);
-  training.set_flash_attention(r.flashAttention);
+  training.set_flash_attention(
+      r.flashAttention &&
+      !(r.flashAttentionDefault && predatesAmpere(cluster.gpu())));
   training.set_dropout(r.dropout);
   training.set_grad_reduce_16bit(r.gradReduce16bit);
   training.set_launch_blocking(r.launchBlocking);
@@ -375,6 +381,21 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
              ? ", launches blocking (CUDA_LAUNCH_BLOCKING=1)"
              : "")
      << "\n";
+  const plan::Gpu &gpu = cluster->gpu();
+  if (lacksBf16TensorCores(gpu) && training->dtype() == "bf16")
+    os << llvm::format("note: %s has no bf16 tensor cores: its bf16 GEMMs are "
+                       "costed at %g TFLOP/s against fp16's %g; its published "
+                       "runs trained in fp16 (--dtype fp16)\n",
+                       gpu.name().c_str(), gpu.bf16_tflops(),
+                       gpu.fp16_tflops());
+  if (predatesAmpere(gpu) && !training->flash_attention() &&
+      request.flashAttentionDefault)
+    os << "note: FlashAttention needs Ampere or later: attention on "
+       << gpu.name()
+       << " is costed with its S x S scores in memory (as "
+          "--flash-attention=false)\n";
+  if (std::string note = uncalibratedGpuNote(gpu); !note.empty())
+    os << "note: " << note << "\n";
 
   // Cost one plan given by hand (or from a JSON file).
   if (!request.evaluate.empty() || !request.evaluateJson.empty()) {

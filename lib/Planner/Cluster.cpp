@@ -25,20 +25,35 @@ using namespace weft::planner;
 using llvm::StringRef;
 
 namespace {
+/// Which fitted efficiencies a GPU takes: only Ampere's and Hopper's are
+/// fitted (weft calibrate); Volta borrows Ampere's, Blackwell Hopper's.
+enum class Family { Volta, Ampere, Hopper, Blackwell };
 struct CatalogEntry {
   const char *name;
+  Family family;
   double bf16, fp16, fp32, hbmGib, hbmGbps, nvlink, busbw;
   int nics;
   double nicGbits;
 };
-// name, bf16, fp16, fp32 TF; HBM GiB, GB/s; NVLink GB/s per direction, NCCL
-// ring busbw; NICs per 8-GPU node and their Gbit/s (DGX A100: 8 x HDR 200;
-// DGX H100/H200: 8 x NDR 400).
+// name, family, bf16, fp16, fp32 TF (dense); HBM GiB, GB/s; NVLink GB/s per
+// direction, NCCL ring busbw; NICs per 8-GPU node and their Gbit/s. From the
+// datasheets: DGX A100 has 8 x HDR 200, DGX H100/H200/B200 8 x NDR 400,
+// DGX-1 V100 4 x EDR 100. V100 has no bf16 tensor cores: its bf16 is its
+// fp32 rate (what a bf16 GEMM runs at there). A800 and H800 are the A100
+// and H100 with NVLink cut to 400 GB/s (200 per direction); NCCL's
+// maintainers expect ~160 GB/s all-reduce busbw on 8 A800s (NVIDIA/nccl
+// #412), taken for H800 too. DGX-1V's all-reduce busbw ~130 GB/s (hybrid
+// cube-mesh); B200's is H100's fraction of its NVLink (370 / 450).
 const CatalogEntry kCatalog[] = {
-    {"a100-40g", 312, 312, 19.5, 40, 1555, 300, 230, 8, 200},
-    {"a100-80g", 312, 312, 19.5, 80, 2039, 300, 230, 8, 200},
-    {"h100", 989, 989, 67, 80, 3350, 450, 370, 8, 400},
-    {"h200", 989, 989, 67, 140, 4800, 450, 370, 8, 400},
+    {"v100-16g", Family::Volta, 15.7, 125, 15.7, 16, 900, 150, 130, 4, 100},
+    {"v100-32g", Family::Volta, 15.7, 125, 15.7, 32, 900, 150, 130, 4, 100},
+    {"a100-40g", Family::Ampere, 312, 312, 19.5, 40, 1555, 300, 230, 8, 200},
+    {"a100-80g", Family::Ampere, 312, 312, 19.5, 80, 2039, 300, 230, 8, 200},
+    {"a800-80g", Family::Ampere, 312, 312, 19.5, 80, 2039, 200, 160, 8, 200},
+    {"h100", Family::Hopper, 989, 989, 67, 80, 3350, 450, 370, 8, 400},
+    {"h800", Family::Hopper, 989, 989, 67, 80, 3350, 200, 160, 8, 400},
+    {"h200", Family::Hopper, 989, 989, 67, 140, 4800, 450, 370, 8, 400},
+    {"b200", Family::Blackwell, 2250, 2250, 75, 180, 8000, 900, 740, 8, 400},
 };
 
 // Fitted on the calibration data (weft calibrate; docs/cost-model.md).
@@ -82,7 +97,8 @@ static plan::Gpu toGpu(const CatalogEntry &entry) {
   gpu.set_hbm_gbps(entry.hbmGbps);
   gpu.set_nvlink_gbps(entry.nvlink);
   gpu.set_nvlink_busbw_gbps(entry.busbw);
-  bool hopper = StringRef(entry.name).starts_with("h");
+  bool hopper =
+      entry.family == Family::Hopper || entry.family == Family::Blackwell;
   gpu.set_gemm_efficiency(hopper ? kGemmEfficiencyHopper
                                  : kGemmEfficiencyAmpere);
   gpu.set_gemm_half_flops(hopper ? kGemmHalfFlopsHopper
@@ -100,6 +116,10 @@ static const CatalogEntry *findEntry(StringRef name) {
   key.consume_back("sxm");
   if (key == "a100")
     key = "a100-80g";
+  if (key == "a800")
+    key = "a800-80g";
+  if (key == "v100")
+    key = "v100-32g";
   if (key == "h100-80g")
     key = "h100";
   if (key == "h200-141g")
@@ -108,6 +128,26 @@ static const CatalogEntry *findEntry(StringRef name) {
     if (key == entry.name)
       return &entry;
   return nullptr;
+}
+
+std::string planner::uncalibratedGpuNote(const plan::Gpu &gpu) {
+  const CatalogEntry *entry = findEntry(gpu.name());
+  if (!entry ||
+      (entry->family != Family::Volta && entry->family != Family::Blackwell))
+    return "";
+  bool volta = entry->family == Family::Volta;
+  // Megatron-LM's 2019 runs (Shoeybi et al., arXiv 1909.08053: 39 TFLOP/s
+  // on one DGX-2H V100 for the 1.2B model, 15.1 PFLOP/s on 512 for 8.3B, by
+  // its FLOP formula) took 1.47x and 1.23x the steps costed so
+  // (docs/cost-model.md, "GPUs without calibration rows").
+  return gpu.name() +
+         " is uncalibrated: no published run on it is in weft calibrate's "
+         "data, and its GEMM efficiency and ramp are " +
+         (volta ? "A100's" : "H100's") +
+         " fit; the band below is A100's and H100's" +
+         (volta ? " (Megatron-LM's 2019 V100 runs took 1.2-1.5x the step so "
+                  "costed)"
+                : "");
 }
 
 llvm::Expected<plan::Gpu> planner::lookupGpu(StringRef name) {

@@ -87,6 +87,7 @@ public:
     get(kwargs, "dtype", request.dtype);
     get(kwargs, "memory_reserve_gib", request.memoryReserveGib);
     get(kwargs, "flash_attention", request.flashAttention);
+    request.flashAttentionDefault = !kwargs.contains("flash_attention");
     get(kwargs, "dropout", request.dropout);
     get(kwargs, "grad_reduce_16bit", request.gradReduce16bit);
     get(kwargs, "launch_blocking", request.launchBlocking);

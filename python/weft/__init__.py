@@ -430,9 +430,9 @@ class Plans(list):
 
 
 def plan(model: Any, cluster: Union[str, Cluster, Dict[str, Any], "os.PathLike[str]"], *,
-         global_batch: int, seq_len: Optional[int] = None, dtype: str = "bf16",
+         global_batch: int, seq_len: Optional[int] = None, dtype: Optional[str] = None,
          example_inputs: Any = None, input_shapes: Optional[Dict[str, str]] = None,
-         top: int = 5, memory_reserve_gib: float = 2.0, flash_attention: bool = True,
+         top: int = 5, memory_reserve_gib: float = 2.0, flash_attention: Optional[bool] = None,
          dropout: bool = False, grad_reduce_16bit: bool = False,
          launch_blocking: bool = False, tp_across_nodes: bool = False, framework: Optional[str] = None,
          evaluate: Union[str, Plan, None] = None, allow_oom: bool = False) -> Plans:
@@ -460,7 +460,8 @@ def plan(model: Any, cluster: Union[str, Cluster, Dict[str, Any], "os.PathLike[s
     request["global_batch"] = _check_int("global_batch", global_batch)
     if seq_len is not None:
         request["seq_len"] = _check_int("seq_len", seq_len)
-    request["dtype"] = _check_choice("dtype", dtype, ("bf16", "fp16"))
+    if dtype is not None:
+        request["dtype"] = _check_choice("dtype", dtype, ("bf16", "fp16"))
     if input_shapes:
         if source.file is None:
             raise ValueError("input_shapes binds the inputs of an ONNX model")
@@ -469,7 +470,8 @@ def plan(model: Any, cluster: Union[str, Cluster, Dict[str, Any], "os.PathLike[s
     if not isinstance(memory_reserve_gib, numbers.Real) or memory_reserve_gib < 0:
         raise ValueError("memory_reserve_gib must be a number of GiB >= 0")
     request["memory_reserve_gib"] = float(memory_reserve_gib)
-    request["flash_attention"] = bool(flash_attention)
+    if flash_attention is not None:
+        request["flash_attention"] = bool(flash_attention)
     request["dropout"] = bool(dropout)
     request["grad_reduce_16bit"] = bool(grad_reduce_16bit)
     request["launch_blocking"] = bool(launch_blocking)

@@ -90,10 +90,10 @@ ModelArg = Union[str, "os.PathLike[str]", Dict[str, Any], Any]
 PlanArg = Union[Plan, Plans, str, "os.PathLike[str]", Dict[str, Any]]
 
 def plan(model: ModelArg, cluster: Union[Cluster, PathLike, Dict[str, Any]], *,
-         global_batch: int, seq_len: Optional[int] = ..., dtype: str = ...,
+         global_batch: int, seq_len: Optional[int] = ..., dtype: Optional[str] = ...,
          example_inputs: Any = ..., input_shapes: Optional[Dict[str, str]] = ...,
          top: int = ..., memory_reserve_gib: float = ...,
-         flash_attention: bool = ..., dropout: bool = ...,
+         flash_attention: Optional[bool] = ..., dropout: bool = ...,
          grad_reduce_16bit: bool = ..., tp_across_nodes: bool = ...,
          framework: Optional[str] = ..., evaluate: Union[str, Plan, None] = ...,
          allow_oom: bool = ...) -> Plans: ...

@@ -116,16 +116,20 @@ static cl::list<std::string> planInputShapes(
              "dimension may be 'batch' (the micro-batch the planner chooses) "
              "or 'seq' (--seq-len); repeatable"),
     cl::value_desc("NAME=DIMS"), cl::sub(planCommand));
-static cl::opt<std::string> dtypeOpt("dtype", cl::desc("bf16 or fp16"),
-                                     cl::init("bf16"), cl::sub(planCommand));
+static cl::opt<std::string>
+    dtypeOpt("dtype",
+             cl::desc("bf16 or fp16 (default: bf16, or fp16 on a GPU without "
+                      "bf16 tensor cores, such as V100)"),
+             cl::init(""), cl::sub(planCommand));
 static cl::opt<double>
     reserveOpt("memory-reserve",
                cl::desc("GiB kept free per GPU (CUDA context, allocator)"),
                cl::init(2.0), cl::sub(planCommand));
 static cl::opt<bool>
     flashOpt("flash-attention",
-             cl::desc("Fused attention (default); =false keeps the S x S "
-                      "scores in memory"),
+             cl::desc("Fused attention (default, except on GPUs before "
+                      "Ampere such as V100); =false keeps the S x S scores "
+                      "in memory"),
              cl::init(true), cl::sub(planCommand));
 static cl::opt<bool> dropoutOpt("dropout",
                                 cl::desc("Dropout masks kept for backward"),
@@ -357,6 +361,7 @@ static weft::driver::PlanRequest planRequest() {
   request.dtype = dtypeOpt;
   request.memoryReserveGib = reserveOpt;
   request.flashAttention = flashOpt;
+  request.flashAttentionDefault = flashOpt.getNumOccurrences() == 0;
   request.dropout = dropoutOpt;
   request.gradReduce16bit = gradReduce16;
   request.launchBlocking = launchBlockingOpt;

@@ -167,9 +167,13 @@ struct PlanRequest {
   std::string cluster; ///< GPU:PERNODExNODES or a cluster file
   int64_t globalBatch = 0;
   int64_t seqLen = 0; ///< 0: the model's
-  std::string dtype = "bf16";
+  /// bf16 or fp16; empty: bf16, or fp16 on a GPU without bf16 tensor cores.
+  std::string dtype;
   double memoryReserveGib = 2.0;
   bool flashAttention = true;
+  /// flashAttention is the default, not the user's: off where the GPU
+  /// predates Ampere (FlashAttention-2 needs sm80; planner/Cluster.h).
+  bool flashAttentionDefault = true;
   bool dropout = false;
   bool gradReduce16bit = false;
   /// Kernels launched synchronously (CUDA_LAUNCH_BLOCKING=1).
