@@ -168,7 +168,11 @@ static plan::Cluster defaultCluster(const plan::Gpu &gpu, int64_t perNode,
   *cluster.mutable_gpu() = gpu;
   cluster.set_gpus_per_node(perNode);
   cluster.set_nodes(nodes);
-  cluster.set_nics_per_node(entry ? entry->nics : 8);
+  // The catalog's NICs are an 8-GPU node's: other node sizes keep each
+  // GPU's share (Perlmutter's 4 A100s have 4 NICs, a DGX-2's 16 V100s 8).
+  const double nicsPer8 = entry ? entry->nics : 8;
+  cluster.set_nics_per_node(
+      int32_t(std::max<long>(1, std::lround(nicsPer8 * double(perNode) / 8))));
   cluster.set_nic_gbits(entry ? entry->nicGbits : 200);
   cluster.set_nic_efficiency(0.9);
   cluster.set_intra_node_latency_us(5);
