@@ -533,13 +533,53 @@ static Value ringPositions(PartitionState &state, Location loc, int64_t seq) {
                             b.getI64IntegerAttr(0), state.zigzagAttr(ring));
 }
 
-/// `x` from the previous rank of the ring (this rank's goes to the next).
-static Value ringPass(PartitionState &state, Value x) {
+/// `x` from the rank `shift` places back on the ring (this rank's goes
+/// `shift` places on).
+static Value ringPass(PartitionState &state, Value x, int64_t shift = 1) {
   OpBuilder &b = state.builder();
   SmallVector<std::string, 2> ring = {"cp"};
   return CollectivePermuteOp::create(
       b, x.getLoc(), x.getType(), x, state.meshRef(), state.axesAttr(ring),
-      b.getI64IntegerAttr(1), CollectiveCodecAttr());
+      b.getI64IntegerAttr(shift), CollectiveCodecAttr());
+}
+
+/// The steps of a ring over `seq` local positions per rank at which some
+/// rank's queries see the block it holds (step k brings rank r the keys of
+/// rank r - k), in order, step 0 first. Every step, unless a causal sliding
+/// window of `window` keys per query reaches no query of any rank at some
+/// steps: in the load-balanced layout rank r holds chunks r and 2c - 1 - r
+/// of seq / 2 positions, else chunk r of seq. The ring's blocks then jump
+/// over the steps left out, which carry neither blocks nor work.
+static SmallVector<int64_t> ringSteps(PartitionState &state, int64_t seq,
+                                      bool causal, int64_t window) {
+  const int64_t c = state.mesh().size("cp");
+  SmallVector<int64_t> steps;
+  if (!causal || window <= 0) {
+    for (int64_t k = 0; k < c; ++k)
+      steps.push_back(k);
+    return steps;
+  }
+  const bool zigzag = bool(state.zigzagAttr({"cp"}));
+  const int64_t chunk = zigzag ? seq / 2 : seq;
+  // Each rank's positions as [first, last] intervals.
+  auto held = [&](int64_t r) {
+    SmallVector<std::pair<int64_t, int64_t>, 2> chunks;
+    for (int64_t index : zigzag ? SmallVector<int64_t, 2>{r, 2 * c - 1 - r}
+                                : SmallVector<int64_t, 2>{r})
+      chunks.push_back({index * chunk, (index + 1) * chunk - 1});
+    return chunks;
+  };
+  for (int64_t k = 0; k < c; ++k) {
+    bool needed = k == 0;
+    for (int64_t r = 0; r < c && !needed; ++r)
+      for (auto [qFirst, qLast] : held(r))
+        for (auto [kFirst, kLast] : held((r - k + c) % c))
+          // Some query q and key p with 0 <= q - p <= window - 1.
+          needed |= qLast >= kFirst && qFirst - kLast <= window - 1;
+    if (needed)
+      steps.push_back(k);
+  }
+  return steps;
 }
 
 /// The queries' layout under context parallelism: batch and heads as the
@@ -586,7 +626,6 @@ static LogicalResult partitionRingAttention(AttentionOp op,
                                             PartitionState &state) {
   Location loc = op.getLoc();
   OpBuilder &b = state.builder();
-  int64_t c = state.mesh().size("cp");
   TensorSharding qWant = contextParallelQueries(state.target(op.getResult()));
   TensorSharding kvWant = qWant;
   Value q = state.operand(loc, op.getQ(), qWant);
@@ -609,7 +648,12 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   Value kPos = qPos;
   bool passMask = maskForm == RingMaskForm::Passed;
   bool passPositions = causal || maskForm == RingMaskForm::Gathered;
-  auto pass = [&](Value x) { return ringPass(state, x); };
+  // The steps the window needs (all of them without one).
+  SmallVector<int64_t> steps =
+      ringSteps(state, seq, bool(causal), windowOrZero(op.getWindow()));
+  const int64_t n = int64_t(steps.size());
+  int64_t shift = 1;
+  auto pass = [&](Value x) { return ringPass(state, x, shift); };
   Type f32 = b.getF32Type();
   auto outType = RankedTensorType::get({batch, heads, seq, valueDim}, element);
   auto accType = RankedTensorType::get({batch, heads, seq, valueDim}, f32);
@@ -620,10 +664,11 @@ static LogicalResult partitionRingAttention(AttentionOp op,
                                : CastOp::create(b, loc, type, x).getResult();
   };
   Value acc, lse;
-  for (int64_t step = 0; step < c; ++step) {
+  for (int64_t step = 0; step < n; ++step) {
     // The block for the next step leaves before this one is computed.
     Value kNext, vNext, kPosNext, maskNext;
-    if (step + 1 < c) {
+    if (step + 1 < n) {
+      shift = steps[step + 1] - steps[step];
       kNext = pass(k);
       vNext = pass(v);
       if (passPositions)
@@ -663,7 +708,7 @@ static LogicalResult partitionRingAttention(AttentionOp op,
       acc = AddOp::create(b, loc, accType, kept, taken);
       lse = merged;
     }
-    if (step + 1 < c) {
+    if (step + 1 < n) {
       k = kNext;
       v = vNext;
       if (passPositions)
@@ -843,7 +888,16 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   }
   Value kPos = qPos;
   bool passMask = maskForm == RingMaskForm::Passed;
-  auto pass = [&](Value x) { return ringPass(state, x); };
+  // The steps the window needs, as the forward ring takes them; positions
+  // other than the layout's (under the hybrid) take every step.
+  const bool layoutPositions =
+      !op.getQPositions() || op.getQPositions().getDefiningOp<IotaOp>();
+  SmallVector<int64_t> steps =
+      ringSteps(state, qType.getDimSize(2), causal && layoutPositions,
+                windowOrZero(op.getWindow()));
+  const int64_t n = int64_t(steps.size());
+  int64_t shift = 1;
+  auto pass = [&](Value x) { return ringPass(state, x, shift); };
   auto f32Type = RankedTensorType::get(qType.getShape(), b.getF32Type());
   auto widened = [&](Value x) -> Value {
     return x.getType() == f32Type
@@ -851,9 +905,10 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
                : CastOp::create(b, loc, f32Type, x).getResult();
   };
   Value dq, dk, dv;
-  for (int64_t step = 0; step < c; ++step) {
+  for (int64_t step = 0; step < n; ++step) {
     Value kNext, vNext, kPosNext, maskNext, dkIn, dvIn;
-    if (step + 1 < c) {
+    if (step + 1 < n) {
+      shift = steps[step + 1] - steps[step];
       kNext = pass(k);
       vNext = pass(v);
       if (passPositions)
@@ -863,6 +918,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     }
     // The sums of the block this rank now holds, from the rank that held it.
     if (step > 0) {
+      shift = steps[step] - steps[step - 1];
       dkIn = pass(dk);
       dvIn = pass(dv);
     }
@@ -882,7 +938,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
              ? grad.getVGrad()
              : AddOp::create(b, loc, dvIn.getType(), dvIn, grad.getVGrad())
                    .getResult();
-    if (step + 1 < c) {
+    if (step + 1 < n) {
       k = kNext;
       v = vNext;
       if (passPositions)
@@ -891,9 +947,13 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
         mask = maskNext;
     }
   }
-  // Each block's sums, complete, go back to the rank that holds the block.
-  dk = pass(dk);
-  dv = pass(dv);
+  // Each block's sums, complete, go back to the rank that holds the block
+  // (the block came steps.back() places along the ring).
+  shift = c - steps.back();
+  if (shift < c) {
+    dk = pass(dk);
+    dv = pass(dv);
+  }
   if (dq.getType() != qType)
     dq = CastOp::create(b, loc, qType, dq);
   state.setResult(op.getQGrad(), dq, qWant);

@@ -216,12 +216,13 @@ bool CostModel::measure(const ProgramShape &shape, int64_t microBatch,
   // Layers that differ in their sliding window (Gemma 2's local and global
   // ones): the program keeps a layer of each kind in turn, and the layer
   // costed is their mean, each weighted by the fraction of the layers it
-  // stands for. Only counts differ between them (an attention's pairs).
+  // stands for. Their counts differ (an attention's pairs), and their ops
+  // where a window lets the ring skip steps: those are kept with zero
+  // counts in the variants that lack them (planner::mergeVariant).
   ArrayRef<double> weights = programs->layerVariants();
   if (built && weights.size() > 1) {
     profile.variantCounts.assign(1, profile.counts);
-    for (double &count : profile.counts)
-      count *= weights[0];
+    bool merged = false;
     for (size_t v = 1; v < weights.size() && built; ++v) {
       OwningOpRef<ModuleOp> other =
           programs->build(shape, microBatch, error, v);
@@ -230,16 +231,18 @@ bool CostModel::measure(const ProgramShape &shape, int64_t microBatch,
       if (!other)
         break;
       ProgramProfile kind = profileProgram(*other, trainingConfig.freeze());
-      if (!sameOps(profile, kind)) {
-        error = "the model's layers of sliding window and of full attention "
-                "partition into different ops; the planner costs layers of "
-                "one structure";
-        built = false;
-        break;
+      if (!merged && sameOps(profile, kind)) {
+        profile.variantCounts.push_back(std::move(kind.counts));
+      } else {
+        mergeVariant(profile, kind, unsigned(v));
+        merged = true;
       }
-      for (size_t j = 0; j < profile.counts.size(); ++j)
-        profile.counts[j] += weights[v] * kind.counts[j];
-      profile.variantCounts.push_back(std::move(kind.counts));
+    }
+    if (built) {
+      profile.counts.assign(profile.variantCounts.front().size(), 0.0);
+      for (size_t v = 0; v < weights.size(); ++v)
+        for (size_t j = 0; j < profile.counts.size(); ++j)
+          profile.counts[j] += weights[v] * profile.variantCounts[v][j];
     }
   }
   stats.programSeconds +=
@@ -393,17 +396,24 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
   double largestStep[3] = {0, 0, 0}, stepOps[3] = {0, 0, 0};
   // The ring's backward (the partitioned weft.attention_grad): each block
   // the forward passes is passed again, and a key or value block's
-  // gradient sums travel with it, c times per attention where the block
-  // goes c - 1 times (the last send takes them home, after the last step:
-  // exposed). Its steps are the blocks' gradients.
+  // gradient sums travel with it, n times per attention of n steps where
+  // the block goes n - 1 times (the last send takes them home, after the
+  // last step: exposed). Its steps are the blocks' gradients. (n is c, or
+  // fewer where a sliding window lets the ring skip steps.)
   double ringBackward[3] = {0, 0, 0}, sumsHome[3] = {0, 0, 0};
+  double keyValueSends[3] = {0, 0, 0}, keyValueTime[3] = {0, 0, 0};
   double backwardSteps[3] = {0, 0, 0}, largestBackwardStep[3] = {0, 0, 0};
   // All-gather context parallelism: the backward gathers the K/V blocks
   // again and reduce-scatters their gradients (the same bytes), exposed as
   // the forward's gathers are.
   double keysGathered[3] = {0, 0, 0};
+  const unsigned variantBit =
+      variant >= 0 && variant < 32 ? 1u << variant : ~0u;
   for (size_t i = 0; i < first.ops.size(); ++i) {
     const OpRecord &op = first.ops[i];
+    // An op another kind of layer has and this one does not.
+    if (!(op.variants & variantBit))
+      continue;
     const double *at = counts.data() + i * kCountFields;
     int kind = int(op.block);
     BlockCost &block = *byKind[kind];
@@ -447,10 +457,8 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
         ringComm[kind] += time;
         ringBackward[kind] += time;
         if (op.ringRole == OpRecord::RingRole::KeyValue && plan.cp() > 1) {
-          // c sends of the sums per c - 1 of the block.
-          const double c = double(plan.cp());
-          ringBackward[kind] += time * c / (c - 1);
-          sumsHome[kind] += time / (c - 1);
+          ++keyValueSends[kind];
+          keyValueTime[kind] += time;
         }
       } else {
         block.seqComm += time;
@@ -485,10 +493,21 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
     }
   }
   // A ring's next K/V block travels while the current one is attended to:
-  // c - 1 sends overlap c - 1 of the c steps.
+  // n - 1 sends overlap n - 1 of its n steps (n = c without a window).
   const double c = plan.cp();
   for (int kind = 0; kind < 3; ++kind) {
     BlockCost &block = *byKind[kind];
+    // Each attention's steps pass K and V once between steps: the sends
+    // per attention and the steps they overlap.
+    const double sends = keyValueSends[kind] / 2;
+    const double attentions = std::max(0.0, stepOps[kind] - sends);
+    const double overlapped =
+        stepOps[kind] > 0 ? sends / stepOps[kind] : (c - 1) / c;
+    if (sends > 0) {
+      // n sends of the sums per n - 1 of the block.
+      ringBackward[kind] += keyValueTime[kind] * stepOps[kind] / sends;
+      sumsHome[kind] += keyValueTime[kind] * attentions / sends;
+    }
     // (Ulysses' all-to-alls are their own transposes; gathered keys are
     // gathered again and their gradients reduce-scattered.)
     block.serial = trainingConfig.launch_blocking();
@@ -506,10 +525,10 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
           sumsHome[kind];
     } else if (c > 1 && ring == plan.cp()) {
       block.seqComm +=
-          std::max(0.0, ringComm[kind] - ringSteps[kind] * (c - 1) / c);
+          std::max(0.0, ringComm[kind] - ringSteps[kind] * overlapped);
       block.seqCommBackward +=
           std::max(0.0, ringBackward[kind] - sumsHome[kind] -
-                            backwardSteps[kind] * (c - 1) / c) +
+                            backwardSteps[kind] * overlapped) +
           sumsHome[kind];
     } else if (c > 1) {
       // A longer ring of `ring` steps (relativeBlocks): each of its
@@ -519,14 +538,17 @@ void CostModel::costProfile(const plan::Plan &plan, const ProfileTerms &terms,
       // its blocks shrink by (c / ring)^2): at least this much of its sends
       // is exposed. Its backward sends at least as much per step (the
       // blocks and their sums), and the sums' last sends.
-      const double r = double(ring), attentions = stepOps[kind] / c;
+      // (Sends per attention: c - 1, or fewer under a window.)
+      const double r = double(ring);
+      const double perAttention =
+          attentions > 0 && sends > 0 ? sends / attentions : c - 1;
       block.seqComm +=
-          std::max(0.0, (r - 1) * (ringComm[kind] / (c - 1) -
+          std::max(0.0, (r - 1) * (ringComm[kind] / perAttention -
                                    attentions * largestStep[kind]));
       block.seqCommBackward +=
-          std::max(0.0,
-                   (r - 1) * ((ringBackward[kind] - sumsHome[kind]) / (c - 1) -
-                              attentions * largestBackwardStep[kind])) +
+          std::max(0.0, (r - 1) * ((ringBackward[kind] - sumsHome[kind]) /
+                                       perAttention -
+                                   attentions * largestBackwardStep[kind])) +
           sumsHome[kind];
     }
     auto memory = [&](double BlockMemory::*field) {

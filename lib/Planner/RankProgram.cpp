@@ -1467,6 +1467,87 @@ OpCost planner::atMicroBatch(const OpCost &one, const OpCost &two, int64_t k) {
   return cost;
 }
 
+void planner::mergeVariant(ProgramProfile &merged, const ProgramProfile &kind,
+                           unsigned variant) {
+  const unsigned bit = variant < 32 ? 1u << variant : 0u;
+  auto same = [&](const OpRecord &a, const OpRecord &b) {
+    return a.name == b.name && a.block == b.block &&
+           a.collective == b.collective;
+  };
+  const std::vector<OpRecord> &a = merged.ops, &b = kind.ops;
+  const size_t n = a.size(), m = b.size();
+  // The common ends, then the longest common subsequence of the middles
+  // (where the layers differ: a few ring steps); middles too long to align
+  // are kept whole, one after the other.
+  size_t prefix = 0;
+  while (prefix < n && prefix < m && same(a[prefix], b[prefix]))
+    ++prefix;
+  size_t suffix = 0;
+  while (suffix < n - prefix && suffix < m - prefix &&
+         same(a[n - 1 - suffix], b[m - 1 - suffix]))
+    ++suffix;
+  const size_t rows = n - prefix - suffix, cols = m - prefix - suffix;
+  // (index in a or -1, index in b or -1), in order.
+  std::vector<std::pair<int64_t, int64_t>> aligned;
+  for (size_t i = 0; i < prefix; ++i)
+    aligned.push_back({int64_t(i), int64_t(i)});
+  constexpr size_t kMaxCells = size_t(1) << 22;
+  if (rows * cols <= kMaxCells) {
+    std::vector<uint32_t> lcs((rows + 1) * (cols + 1), 0);
+    auto at = [&](size_t i, size_t j) -> uint32_t & {
+      return lcs[i * (cols + 1) + j];
+    };
+    for (size_t i = rows; i-- > 0;)
+      for (size_t j = cols; j-- > 0;)
+        at(i, j) = same(a[prefix + i], b[prefix + j])
+                       ? at(i + 1, j + 1) + 1
+                       : std::max(at(i + 1, j), at(i, j + 1));
+    size_t i = 0, j = 0;
+    while (i < rows || j < cols) {
+      if (i < rows && j < cols && same(a[prefix + i], b[prefix + j])) {
+        aligned.push_back({int64_t(prefix + i++), int64_t(prefix + j++)});
+      } else if (j == cols || (i < rows && at(i + 1, j) >= at(i, j + 1))) {
+        aligned.push_back({int64_t(prefix + i++), -1});
+      } else {
+        aligned.push_back({-1, int64_t(prefix + j++)});
+      }
+    }
+  } else {
+    for (size_t i = 0; i < rows; ++i)
+      aligned.push_back({int64_t(prefix + i), -1});
+    for (size_t j = 0; j < cols; ++j)
+      aligned.push_back({-1, int64_t(prefix + j)});
+  }
+  for (size_t k = 0; k < suffix; ++k)
+    aligned.push_back({int64_t(n - suffix + k), int64_t(m - suffix + k)});
+
+  std::vector<OpRecord> ops;
+  std::vector<std::vector<double>> counts(merged.variantCounts.size() + 1);
+  for (auto [i, j] : aligned) {
+    if (i >= 0) {
+      ops.push_back(a[size_t(i)]);
+      if (j < 0)
+        ops.back().variants &= ~bit;
+      else
+        ops.back().variants |= bit;
+    } else {
+      ops.push_back(b[size_t(j)]);
+      ops.back().variants = bit;
+    }
+    for (size_t v = 0; v < counts.size(); ++v) {
+      const double *from = nullptr;
+      if (v + 1 < counts.size() && i >= 0)
+        from = merged.variantCounts[v].data() + size_t(i) * kCountFields;
+      else if (v + 1 == counts.size() && j >= 0)
+        from = kind.counts.data() + size_t(j) * kCountFields;
+      for (unsigned f = 0; f < kCountFields; ++f)
+        counts[v].push_back(from ? from[f] : 0.0);
+    }
+  }
+  merged.ops = std::move(ops);
+  merged.variantCounts = std::move(counts);
+}
+
 bool planner::sameOps(const ProgramProfile &one, const ProgramProfile &two) {
   if (one.ops.size() != two.ops.size())
     return false;

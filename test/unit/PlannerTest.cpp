@@ -1913,3 +1913,49 @@ TEST(PlannerTensor3d, PlanFormChecksAndForwardBytes) {
         << gx << "x" << gy << "x" << gz;
   }
 }
+
+// Layers that differ in their ops (a windowed ring skips steps a full one
+// takes): their profiles merge in order, an op of one variant only kept
+// with zero counts in the other and its bits saying which has it.
+TEST(PlannerRankProgram, MergesVariantsWhoseOpsDiffer) {
+  mlir::MLIRContext context;
+  auto record = [&](const char *name) {
+    return weft::planner::OpRecord(weft::planner::BlockKind::Layer,
+                                   mlir::OperationName(name, &context));
+  };
+  auto profile = [&](std::initializer_list<const char *> names, double base) {
+    weft::planner::ProgramProfile p;
+    double count = base;
+    for (const char *name : names) {
+      p.ops.push_back(record(name));
+      for (unsigned f = 0; f < weft::planner::kCountFields; ++f)
+        p.counts.push_back(count);
+      count += 1;
+    }
+    return p;
+  };
+  // Variant 0: a, b, c, d; variant 1: a, c, x, d.
+  weft::planner::ProgramProfile merged =
+      profile({"test.a", "test.b", "test.c", "test.d"}, 10);
+  merged.variantCounts.assign(1, merged.counts);
+  weft::planner::mergeVariant(
+      merged, profile({"test.a", "test.c", "test.x", "test.d"}, 20), 1);
+  std::vector<std::string> names;
+  for (const weft::planner::OpRecord &op : merged.ops)
+    names.push_back(op.name.getStringRef().str());
+  EXPECT_EQ(names, (std::vector<std::string>{"test.a", "test.b", "test.c",
+                                             "test.x", "test.d"}));
+  std::vector<unsigned> bits;
+  for (const weft::planner::OpRecord &op : merged.ops)
+    bits.push_back(op.variants & 3u);
+  EXPECT_EQ(bits, (std::vector<unsigned>{3, 1, 3, 2, 3}));
+  ASSERT_EQ(merged.variantCounts.size(), 2u);
+  auto first = [&](size_t v) {
+    std::vector<double> out;
+    for (size_t i = 0; i < merged.ops.size(); ++i)
+      out.push_back(merged.variantCounts[v][i * weft::planner::kCountFields]);
+    return out;
+  };
+  EXPECT_EQ(first(0), (std::vector<double>{10, 11, 12, 0, 13}));
+  EXPECT_EQ(first(1), (std::vector<double>{20, 0, 21, 22, 23}));
+}

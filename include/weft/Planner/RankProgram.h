@@ -206,6 +206,10 @@ struct OpRecord {
   /// all-gathered and their gradients reduce-scattered, a mask is
   /// all-gathered, positions are computed again.
   enum class RingRole { KeyValue, Mask, Positions } ringRole = RingRole::Mask;
+  /// For a model whose layers differ (ProgramProfile::variantCounts): the
+  /// variants whose program has the op, one bit each (a windowed layer's
+  /// ring skips steps a full one takes); every bit otherwise.
+  unsigned variants = ~0u;
   /// An all-gather over cp of the keys or values an attention reads whole
   /// (all-gather context parallelism): the forward keeps the blocks, so the
   /// backward gathers them again and reduce-scatters their gradients.
@@ -340,6 +344,14 @@ ProgramProfile profileProgram(mlir::ModuleOp rankProgram,
 /// of one shape at two batches, whose counts are then affine in the batch
 /// (weights do not grow with it, the rest grows linearly).
 bool sameOps(const ProgramProfile &one, const ProgramProfile &two);
+
+/// Adds `kind`, the profile of variant `variant` of a model whose layers
+/// differ, to `merged` (variants 0 .. variant - 1, their counts in its
+/// variantCounts): ops of both, in order, are one op; an op of one only is
+/// kept, with zero counts in the variants that lack it and its `variants`
+/// bits saying which have it.
+void mergeVariant(ProgramProfile &merged, const ProgramProfile &kind,
+                  unsigned variant);
 
 /// A count at micro-batch `k` from its values at micro-batches 1 and 2.
 inline double atMicroBatch(double one, double two, int64_t k) {

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""window_ring.py OUT_DIR: a Mistral-like decoder (v0.1's sliding window of
+WINDOW keys per query, as a boolean band mask filled with -inf, RMS norms,
+SwiGLU, rotary embeddings) over SEQ = 32 positions, long enough that under
+cp = 4 the ring's load-balanced chunks of 4 positions leave one ring step
+that no query's window reaches. Exported for training with opset 17 as
+model.onnx, with tokens.npy and torch's logits.npy.
+
+window_ring.py OUT_DIR --train DATA STEPS LR: torch's losses of STEPS AdamW
+steps of the same module on weft train's windows of DATA, in
+OUT_DIR/torch_losses.txt."""
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+warnings.filterwarnings("ignore")
+VOCAB, HIDDEN, HEADS, FFN, LAYERS, BATCH, SEQ, WINDOW = 64, 32, 4, 64, 2, 2, 32, 4
+
+
+class RMSNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.1 * torch.randn(HIDDEN))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.norm2 = RMSNorm(), RMSNorm()
+        self.q, self.k, self.v, self.o = (nn.Linear(HIDDEN, HIDDEN, bias=False)
+                                          for _ in range(4))
+        self.gate, self.up = (nn.Linear(HIDDEN, FFN, bias=False) for _ in range(2))
+        self.down = nn.Linear(FFN, HIDDEN, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, h = x.shape
+        d = h // HEADS
+        y = self.norm1(x)
+        q, k, v = (p(y).view(b, t, HEADS, d).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        scores = q @ k.transpose(-1, -2) / d ** 0.5
+        seen = torch.ones(t, t, dtype=torch.bool).tril().triu(1 - WINDOW)
+        scores = scores.masked_fill(~seen, float("-inf"))
+        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, h)
+        x = x + self.o(a)
+        y = self.norm2(x)
+        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.blocks = nn.ModuleList([Block() for _ in range(LAYERS)])
+        self.norm = RMSNorm()
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        d = HIDDEN // HEADS
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+        freqs = torch.outer(torch.arange(t).float(), inv)
+        emb = torch.cat((freqs, freqs), -1)
+        cos, sin = emb.cos(), emb.sin()
+        x = self.embed(input_ids)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.head(self.norm(x))
+
+
+def make():
+    torch.manual_seed(0)
+    return Model()
+
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+if len(sys.argv) == 6 and sys.argv[2] == "--train":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_losses import write_adamw_losses
+    write_adamw_losses(make, sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
+                       BATCH, SEQ, VOCAB, out)
+    sys.exit(0)
+
+model = make().eval()
+tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    logits = model(tokens)
+torch.onnx.export(model, (tokens,), os.path.join(out, "model.onnx"),
+                  input_names=["input_ids"], output_names=["logits"], opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+np.save(os.path.join(out, "tokens.npy"), tokens.numpy())
+np.save(os.path.join(out, "logits.npy"), logits.numpy())
