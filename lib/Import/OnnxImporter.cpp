@@ -1019,6 +1019,14 @@ LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
       int64_t before = (*pads)[d], after = (*pads)[rank + d];
       if (before == 0 && after == 0)
         continue;
+      // One index per output position.
+      if (std::abs(std::max<int64_t>(before, -kMaxTensorElements)) >
+              kMaxRangeElements ||
+          std::abs(std::max<int64_t>(after, -kMaxTensorElements)) >
+              kMaxRangeElements)
+        return error() << "Pad in mode '" << mode << "' of axis " << d << " by "
+                       << before << " and " << after
+                       << ": Weft gathers at most 2^24 positions per axis";
       int64_t lo = std::max<int64_t>(0, -before);
       int64_t n = type.getDimSize(d) - lo - std::max<int64_t>(0, -after);
       if (n <= 0)
@@ -1027,6 +1035,9 @@ LogicalResult GraphImporter::importPad(const onnx::NodeProto &node) {
                        << " and " << after << " leaves no element to pad with";
       before = std::max<int64_t>(0, before);
       int64_t size = before + n + std::max<int64_t>(0, after);
+      if (size > kMaxRangeElements)
+        return error() << "Pad in mode '" << mode << "' makes axis " << d << " "
+                       << size << " positions long: Weft gathers at most 2^24";
       SmallVector<int64_t> map;
       for (int64_t j = 0; j < size; ++j) {
         int64_t i = j - before;
@@ -1964,6 +1975,13 @@ LogicalResult GraphImporter::importSlice(const onnx::NodeProto &node) {
     }
     start = std::clamp<int64_t>(start, 0, size - 1);
     end = std::clamp<int64_t>(end, -1, size - 1);
+    // The gather's constant map has one index per position taken.
+    const int64_t taken =
+        step == std::numeric_limits<int64_t>::min() ? 1 : (start - end) / -step;
+    if (taken > kMaxRangeElements)
+      return error() << "Slice with step " << step << " takes " << taken
+                     << " positions of axis " << *axis
+                     << ": Weft gathers at most 2^24 in reverse";
     SmallVector<int64_t> indices;
     for (int64_t index = start; index > end; index += step)
       indices.push_back(index);

@@ -1502,6 +1502,20 @@ double CostModel::averageWorkBound(const plan::Plan &plan) {
   const Blocks &b = blocks(plan);
   const WorkTerms w = workTerms(plan, b.layer, b.embedding, b.head);
   double work = double(modelSpec.layers()) * (w.layerF + w.layerB + w.layerW);
+  // Layers of several kinds: each layer's own kind (the mean profile's
+  // ring, whose steps are the kinds' union, is not their mean).
+  ArrayRef<uint32_t> sequence = programs->layerVariantSequence();
+  if (b.layerKinds.size() > 1 &&
+      int64_t(sequence.size()) == modelSpec.layers()) {
+    SmallVector<double, 4> perKind;
+    for (const BlockCost &layer : b.layerKinds) {
+      const WorkTerms t = workTerms(plan, layer, b.embedding, b.head);
+      perKind.push_back(t.layerF + t.layerB + t.layerW);
+    }
+    work = 0;
+    for (uint32_t k : sequence)
+      work += perKind[std::min<size_t>(k, perKind.size() - 1)];
+  }
   work += w.embedWork;
   work += w.headWork;
   // (Below the slowest stage's m * work by more than rounding.)
