@@ -810,7 +810,12 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
     - the token embedding's vocabulary and the output layer's columns over `tp`.
     With `cp` > 1 the ring is load-balanced (`load-balance`, on by default): the function
     gets `weft.load_balanced = ["cp"]`, and the sequence is laid out so that rank `i`
-    holds chunks `i` and `2cp - 1 - i` of `2cp`. A causal attention's gradient
+    holds chunks `i` and `2cp - 1 - i` of `2cp`. Where every attention is a causal
+    sliding window of at most an eighth of the sequence, the ranks' work is balanced over
+    contiguous chunks (the most loaded does at most 1/15 more of the attention's work
+    than the mean), and the ring keeps them: rank `i` holds chunk `i` of `cp`, a block
+    reaches only the ranks after it, and the ring passes it over fewer steps (one where
+    the window fits in a chunk). A causal attention's gradient
     (`weft.attention_grad`, in a differentiated program) then gets its queries' and keys'
     positions (`weft.iota`): its causal mask reads them, so its queries stay split with
     the ring, as the forward's do. With `cp-comm=all-gather` (Megatron's
@@ -841,7 +846,7 @@ def WeftApplyPlan : Pass<"weft-apply-plan", "::mlir::ModuleOp"> {
     Option<"gz", "gz", "int64_t", /*default=*/"1",
            "3-D tensor parallelism: the depth axis, splitting the batch and storing weight shards">,
     Option<"loadBalance", "load-balance", "bool", /*default=*/"true",
-           "Ring attention with each rank holding two mirrored sequence chunks">,
+           "Ring attention with each rank holding two mirrored sequence chunks where causal attention needs them to balance the ranks' work (not where every attention is a causal sliding window of at most an eighth of the sequence); false: contiguous chunks">,
     Option<"cpComm", "cp-comm", "std::string", /*default=*/"\"ring\"",
            "How the cp ranks exchange keys and values: ring (passed around, overlapped) or all-gather (gathered before one attention)">,
     Option<"planFile", "plan-file", "std::string", /*default=*/"\"\"",

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Dialect/RingLayout.h"
 #include "weft/Dialect/Sharding.h"
 #include "weft/Dialect/WeftElements.h"
 #include "weft/Dialect/WeftOps.h"
@@ -486,6 +487,16 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       repeatKeyValueHeads(func, d.tp * d.ulysses);
     SmallVector<AttentionOp> attentions;
     func.walk([&](AttentionOp op) { attentions.push_back(op); });
+    // The ring's sequence in the load-balanced (zigzag) layout, unless every
+    // attention it carries is balanced over contiguous chunks (a causal
+    // sliding window of at most an eighth of the sequence).
+    const bool balanced =
+        loadBalance &&
+        (attentions.empty() || llvm::any_of(attentions, [](AttentionOp att) {
+           return ringNeedsLoadBalance(att.getQ().getType().getDimSize(2),
+                                       att.getCausal(),
+                                       windowOrZero(att.getWindow()));
+         }));
 
     // The plan must divide the shapes it splits.
     int64_t seq = attentions.empty() ? anySeq : 0;
@@ -514,8 +525,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
                "divide by it, and repeated when it divides by them)";
         return failure();
       }
-      int64_t seqSplit = d.cp * d.ulysses * (d.sp ? d.tp : 1) *
-                         (d.cp > 1 && loadBalance ? 2 : 1);
+      int64_t seqSplit =
+          d.cp * d.ulysses * (d.sp ? d.tp : 1) * (d.cp > 1 && balanced ? 2 : 1);
       if (k.getDimSize(2) != seq && d.cp * d.ulysses > 1) {
         att.emitError("plan: the attention's queries (")
             << seq << ") and keys (" << k.getDimSize(2)
@@ -528,7 +539,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
       if (seq % seqSplit) {
         att.emitError("plan: the sequence (")
             << seq << ") is not divisible by "
-            << (d.cp > 1 && loadBalance ? "2 x " : "") << "cp x ulysses"
+            << (d.cp > 1 && balanced ? "2 x " : "") << "cp x ulysses"
             << (d.sp ? " x tp" : "") << " (" << seqSplit << ")";
         return failure();
       }
@@ -539,7 +550,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         hidden = type.getDimSize(2);
     }
     StringRef mesh = "mesh";
-    if (d.cp > 1 && loadBalance)
+    if (d.cp > 1 && balanced)
       func->setAttr(WeftDialect::getLoadBalancedAttrName(),
                     mb.getStrArrayAttr({"cp"}));
     auto axesFor = [&](std::initializer_list<std::pair<const char *, int64_t>>

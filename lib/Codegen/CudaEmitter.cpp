@@ -730,6 +730,7 @@ LogicalResult CudaEmitter::emitFunction(func::FuncOp function, StringRef name,
   // is uploaded where the chain ends (its buffer is live from there).
   llvm::DenseSet<Operation *> skipped;
   llvm::DenseMap<Operation *, std::pair<Value, int>> uploads;
+  llvm::DenseSet<Operation *> cutOnUpload;
   if (held) {
     FailureOr<SmallVector<HeldRead>> reads = findHeldReads(
         func.getBody().front(), *held, weightsDir, externalDir, weightFiles);
@@ -737,16 +738,41 @@ LogicalResult CudaEmitter::emitFunction(func::FuncOp function, StringRef name,
       return failure();
     for (const HeldRead &read : *reads) {
       skipped.insert(read.chain.begin(), read.chain.end());
-      uploads[read.chain.back()] = {read.value, read.index};
+      if (offsetOf(read.value) >= 0) {
+        uploads[read.chain.back()] = {read.value, read.index};
+        continue;
+      }
+      // A weight loaded as its shard has no buffer of its own
+      // (-weft-assign-buffers): where the rank holds it whole, its block is
+      // cut as it is uploaded, into the buffer of the all_slice that reads
+      // it.
+      auto slice = read.value.hasOneUse()
+                       ? dyn_cast<AllSliceOp>(*read.value.getUsers().begin())
+                       : AllSliceOp();
+      if (!slice || slice.getZigzag() || offsetOf(slice.getResult()) < 0)
+        return read.chain.back()->emitError(
+            "weft compile --target cuda: parameter read with no buffer "
+            "(-weft-assign-buffers gives one to every weight but those "
+            "loaded as the block of one all_slice)");
+      skipped.insert(slice);
+      cutOnUpload.insert(slice);
+      uploads[slice] = {slice.getResult(), read.index};
     }
   }
   for (Operation &op : func.getBody().front()) {
     if (skipped.count(&op)) {
       auto upload = uploads.find(&op);
       if (upload != uploads.end()) {
-        define(upload->second.first, os);
-        os << "  upload(ctx, params[" << upload->second.second << "], "
-           << tensor(upload->second.first) << ");\n";
+        auto [value, index] = upload->second;
+        define(value, os);
+        if (cutOnUpload.count(&op)) {
+          auto slice = cast<AllSliceOp>(&op);
+          os << "  uploadShard(ctx, params[" << index << "], "
+             << strings(slice.getAxes()) << ", " << slice.getDim() << ", "
+             << tensor(value) << ");\n";
+        } else
+          os << "  upload(ctx, params[" << index << "], " << tensor(value)
+             << ");\n";
       }
       continue;
     }

@@ -7,6 +7,7 @@
 #include "weft/Planner/CostModel.h"
 
 #include "weft/Dialect/Pipeline.h"
+#include "weft/Dialect/RingLayout.h"
 #include "weft/Dialect/WeftDialect.h"
 #include "weft/Dialect/WeftInterfaces.h"
 #include "weft/Dialect/WeftOps.h"
@@ -751,12 +752,18 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
        << plan.tp();
     return why;
   }
-  int64_t seqSplit = int64_t(plan.cp()) * plan.ulysses() *
-                     (plan.cp() > 1 ? 2 : 1);
+  // The ring's load-balanced layout splits the sequence in 2 x cp chunks
+  // (-weft-apply-plan, by the same rule: a decoder's layers are causal).
+  const bool zigzag =
+      plan.cp() > 1 && (m.mixed_sliding_window() > 0 ||
+                        ringNeedsLoadBalance(seq, true, m.sliding_window()));
+  int64_t seqSplit = int64_t(plan.cp()) * plan.ulysses() * (zigzag ? 2 : 1);
   if (seq % seqSplit) {
     os << "the sequence (" << seq << ") is not divisible by "
-       << (plan.cp() > 1 ? "2*cp*ulysses" : "ulysses") << " (" << seqSplit
-       << ")";
+       << (zigzag          ? "2*cp*ulysses"
+           : plan.cp() > 1 ? "cp*ulysses"
+                           : "ulysses")
+       << " (" << seqSplit << ")";
     return why;
   }
   if (plan.tp_comm_overlap() && !plan.sequence_parallel())

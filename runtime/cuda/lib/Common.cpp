@@ -6,6 +6,7 @@
 
 #include "Bytes.h"
 
+#include "weft/runtime/Communicator.h"
 #include "weft/runtime/Launch.h"
 #include "weft/runtime/NpyFile.h"
 
@@ -164,6 +165,18 @@ void cuda::loadWeight(Context &ctx, const std::string &name,
       !status.ok())
     fail(ctx, std::string(status.message()));
   upload(ctx, *tensor, out);
+}
+
+void cuda::uploadShard(Context &ctx, const HostTensor &host,
+                       const std::vector<std::string> &axes, int64_t dim,
+                       const DeviceTensor &out) {
+  auto [index, parts] = shardOf(ctx.mesh, ctx.rank, axes);
+  if (dim < 0 || dim >= int64_t(host.shape.size()) ||
+      host.shape[size_t(dim)] % parts)
+    fail(ctx,
+         absl::StrCat("cannot cut a tensor of shape ", shapeString(host.shape),
+                      " in ", parts, " blocks along dimension ", dim));
+  upload(ctx, sliceForRank(host, dim, index, parts), out);
 }
 
 void cuda::loadWeightShard(Context &ctx, const std::string &name,

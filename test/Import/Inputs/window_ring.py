@@ -8,7 +8,14 @@ model.onnx, with tokens.npy and torch's logits.npy.
 
 window_ring.py OUT_DIR --train DATA STEPS LR: torch's losses of STEPS AdamW
 steps of the same module on weft train's windows of DATA, in
-OUT_DIR/torch_losses.txt."""
+OUT_DIR/torch_losses.txt.
+
+--window N (first, after OUT_DIR) sets the window (4 by default: an eighth of
+the sequence, which -weft-apply-plan splits in contiguous chunks; 5 is longer,
+and the ring keeps the load-balanced chunks). --rotary-buffers (after it)
+caches the rotary tables at init as buffers of twice the sequence, sliced in
+the forward pass, as transformers did before 4.38: the export makes them
+initializers, which weft trains unless --freeze names them."""
 import os
 import sys
 import warnings
@@ -62,9 +69,21 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(y)) * self.up(y))
 
 
+def rotary_tables(t):
+    d = HIDDEN // HEADS
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    freqs = torch.outer(torch.arange(t).float(), inv)
+    emb = torch.cat((freqs, freqs), -1)
+    return emb.cos(), emb.sin()
+
+
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
+        if ROTARY_BUFFERS:
+            cos, sin = rotary_tables(SEQ)
+            self.register_buffer("cos_cached", cos)
+            self.register_buffer("sin_cached", sin)
         self.embed = nn.Embedding(VOCAB, HIDDEN)
         self.blocks = nn.ModuleList([Block() for _ in range(LAYERS)])
         self.norm = RMSNorm()
@@ -72,11 +91,10 @@ class Model(nn.Module):
 
     def forward(self, input_ids):
         t = input_ids.shape[1]
-        d = HIDDEN // HEADS
-        inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
-        freqs = torch.outer(torch.arange(t).float(), inv)
-        emb = torch.cat((freqs, freqs), -1)
-        cos, sin = emb.cos(), emb.sin()
+        if ROTARY_BUFFERS:
+            cos, sin = self.cos_cached[:t], self.sin_cached[:t]
+        else:
+            cos, sin = rotary_tables(t)
         x = self.embed(input_ids)
         for block in self.blocks:
             x = block(x, cos, sin)
@@ -88,6 +106,14 @@ def make():
     return Model()
 
 
+args = sys.argv[1:]
+if len(args) >= 3 and args[1] == "--window":
+    WINDOW = int(args[2])
+    del args[1:3]
+ROTARY_BUFFERS = len(args) >= 2 and args[1] == "--rotary-buffers"
+if ROTARY_BUFFERS:
+    del args[1]
+sys.argv[1:] = args
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 if len(sys.argv) == 6 and sys.argv[2] == "--train":

@@ -93,6 +93,11 @@ void loadWeight(Context &ctx, const std::string &name, const DeviceTensor &out);
 void loadWeightShard(Context &ctx, const std::string &name,
                      const std::vector<std::string> &axes, int64_t dim,
                      const DeviceTensor &out);
+/// This rank's block along `dim` over mesh `axes` of `host` (a whole tensor
+/// in host memory, such as a held parameter) into `out`.
+void uploadShard(Context &ctx, const HostTensor &host,
+                 const std::vector<std::string> &axes, int64_t dim,
+                 const DeviceTensor &out);
 
 // Kernels. Float tensors may be f32, bf16 or f16 (computed in f32).
 enum class Epilogue { None, Bias, GeluBias, Gelu };
