@@ -466,7 +466,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         b, loc, grad.getQ(), grad.getK(), grad.getV(), grad.getResultGrad(),
         grad.getMask(), positions(grad.getQ()), positions(grad.getK()),
         grad.getOut(), grad.getLse(), grad.getScaleAttr(), grad.getCausalAttr(),
-        grad.getDropoutAttr(), grad.getSoftcapAttr(), grad.getWindowAttr());
+        grad.getDropoutAttr(), grad.getSoftcapAttr(), grad.getWindowAttr(),
+        grad.getVisiblePairsAttr());
     for (NamedAttribute attr : grad->getDiscardableAttrs())
       with->setAttr(attr.getName(), attr.getValue());
     grad->replaceAllUsesWith(with);

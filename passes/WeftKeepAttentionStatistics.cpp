@@ -32,7 +32,7 @@ static AttentionBlockOp buildBlock(OpBuilder &b, Location loc, Type type,
   auto lseType = RankedTensorType::get(rows, b.getF32Type());
   return AttentionBlockOp::create(b, loc, TypeRange{type, lseType}, q, k, v,
                                   mask, Value(), Value(), scale, causal,
-                                  softcap, window);
+                                  softcap, window, IntegerAttr());
 }
 
 /// `attention` as an attention block over all its keys: the same output,
@@ -57,7 +57,7 @@ static void readSaved(AttentionGradOp grad, Value out, Value lse) {
       b, grad.getLoc(), grad.getQ(), grad.getK(), grad.getV(),
       grad.getResultGrad(), grad.getMask(), Value(), Value(), out, lse,
       grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr(),
-      grad.getSoftcapAttr(), grad.getWindowAttr());
+      grad.getSoftcapAttr(), grad.getWindowAttr(), grad.getVisiblePairsAttr());
   saved->setDiscardableAttrs(grad->getDiscardableAttrDictionary());
   grad->replaceAllUsesWith(saved->getResults());
   grad.erase();

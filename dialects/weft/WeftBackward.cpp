@@ -387,10 +387,11 @@ static void saveAttention(AttentionLike op,
 /// Its backward is weft.attention_grad's cost: no weights.
 static BackwardCost attentionBackward(TypeRange operandTypes,
                                       TypeRange resultTypes, bool causal,
-                                      bool positions, int64_t window) {
+                                      bool positions, int64_t window,
+                                      std::optional<int64_t> visible) {
   BackwardCost cost;
   cost.inputGradient = estimateAttentionGradientCost(
-      operandTypes, resultTypes.front(), causal, positions, window);
+      operandTypes, resultTypes.front(), causal, positions, window, visible);
   cost.weightGradient.kernels = 0;
   return cost;
 }
@@ -423,7 +424,7 @@ void AttentionOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
 BackwardCost AttentionOp::estimateBackwardCost(TypeRange operandTypes,
                                                TypeRange resultTypes) {
   return attentionBackward(operandTypes, resultTypes, getCausal(), false,
-                           windowOrZero(getWindow()));
+                           windowOrZero(getWindow()), std::nullopt);
 }
 
 bool AttentionOp::isAttentionCore() { return true; }
@@ -439,7 +440,8 @@ void AttentionBlockOp::getSavedForBackward(
 BackwardCost AttentionBlockOp::estimateBackwardCost(TypeRange operandTypes,
                                                     TypeRange resultTypes) {
   return attentionBackward(operandTypes, resultTypes, getCausal(),
-                           bool(getQPositions()), windowOrZero(getWindow()));
+                           bool(getQPositions()), windowOrZero(getWindow()),
+                           getVisiblePairs());
 }
 
 bool AttentionBlockOp::isAttentionCore() { return true; }

@@ -144,9 +144,11 @@ OpCost CrossEntropyOp::estimateCost(TypeRange operandTypes,
 // in registers, the S×S scores never in memory. A causal mask skips the
 // blocks above the diagonal, about half of the work when seq == kv_seq; with
 // explicit positions (a ring step) half of the pairs are visible on average
-// over the ranks of a load-balanced ring, which is what the cost counts.
+// over the ranks of a load-balanced ring, which is what the cost counts where
+// the partitioner has not counted a ring step's visible pairs.
 static OpCost fusedAttentionCost(TypeRange operandTypes, TypeRange resultTypes,
-                                 bool causal, bool positions, int64_t window) {
+                                 bool causal, bool positions, int64_t window,
+                                 std::optional<int64_t> visible) {
   auto q = cast<RankedTensorType>(operandTypes[0]);
   auto k = cast<RankedTensorType>(operandTypes[1]);
   auto v = cast<RankedTensorType>(operandTypes[2]);
@@ -175,6 +177,9 @@ static OpCost fusedAttentionCost(TypeRange operandTypes, TypeRange resultTypes,
                           : seq * std::min(w, kvSeq);
     pairs = std::min(pairs, windowed);
   }
+  // A ring step's pairs as the partitioner counted them for its layout.
+  if (causal && positions && visible)
+    pairs = double(*visible);
   OpCost cost;
   cost.flops = batchHeads * pairs *
                (2.0 * q.getDimSize(3) + 2.0 * v.getDimSize(3) + 5.0);
@@ -188,9 +193,10 @@ static constexpr double kAttentionBackward = 2.5;
 
 OpCost weft::estimateAttentionGradientCost(TypeRange forwardOperands,
                                            Type output, bool causal,
-                                           bool positions, int64_t window) {
+                                           bool positions, int64_t window,
+                                           std::optional<int64_t> visible) {
   OpCost cost = fusedAttentionCost(forwardOperands, TypeRange{output}, causal,
-                                   positions, window);
+                                   positions, window, visible);
   cost.flops *= kAttentionBackward;
   cost.bytesRead += getTensorBytes(output);
   cost.bytesWritten = bytesOf(forwardOperands.take_front(3));
@@ -203,21 +209,22 @@ OpCost AttentionGradOp::estimateCost(TypeRange operandTypes,
   SmallVector<Type> forward(operandTypes.begin(), operandTypes.end());
   Type output = forward[3];
   forward.erase(forward.begin() + 3);
-  return estimateAttentionGradientCost(forward, output, getCausal(),
-                                       bool(getQPositions()),
-                                       windowOrZero(getWindow()));
+  return estimateAttentionGradientCost(
+      forward, output, getCausal(), bool(getQPositions()),
+      windowOrZero(getWindow()), getVisiblePairs());
 }
 
 OpCost AttentionOp::estimateCost(TypeRange operandTypes,
                                  TypeRange resultTypes) {
   return fusedAttentionCost(operandTypes, resultTypes, getCausal(), false,
-                            windowOrZero(getWindow()));
+                            windowOrZero(getWindow()), std::nullopt);
 }
 
 OpCost AttentionBlockOp::estimateCost(TypeRange operandTypes,
                                       TypeRange resultTypes) {
   return fusedAttentionCost(operandTypes, resultTypes, getCausal(),
-                            bool(getQPositions()), windowOrZero(getWindow()));
+                            bool(getQPositions()), windowOrZero(getWindow()),
+                            getVisiblePairs());
 }
 
 // Indexing: read the rows that are picked, write them.

@@ -946,7 +946,7 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
     auto grad = AttentionGradOp::create(
         state.builder(), getLoc(), getQ(), getK(), getV(), dy, getMask(),
         Value(), Value(), Value(), Value(), getScaleAttr(), getCausalAttr(),
-        getDropoutAttr(), getSoftcapAttr(), getWindowAttr());
+        getDropoutAttr(), getSoftcapAttr(), getWindowAttr(), IntegerAttr());
     Value operands[] = {getQ(), getK(), getV()};
     for (auto [operand, gradient] : llvm::zip(operands, grad.getResults()))
       state.accumulate(getLoc(), operand, gradient);

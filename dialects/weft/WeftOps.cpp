@@ -481,10 +481,30 @@ static LogicalResult verifyPositions(Operation *op, Value qPositions,
   return check(kPositions, "k_positions", kvSeq);
 }
 
+/// A block's visible pairs (a cost fact the partitioner counts): with
+/// causal and positions, at most the block's pairs.
+static LogicalResult verifyVisiblePairs(Operation *op, IntegerAttr visible,
+                                        bool causal, Value qPositions,
+                                        int64_t seq, int64_t kvSeq) {
+  if (!visible)
+    return success();
+  if (!causal || !qPositions)
+    return op->emitOpError("visible pairs are counted for a causal block "
+                           "with positions");
+  if (visible.getInt() < 0 || visible.getInt() > seq * kvSeq)
+    return op->emitOpError("visible pairs must be in [0, ")
+           << seq * kvSeq << "] (seq x kv_seq), got " << visible.getInt();
+  return success();
+}
+
 LogicalResult AttentionBlockOp::verify() {
-  return verifyPositions(*this, getQPositions(), getKPositions(),
-                         getQ().getType().getDimSize(2),
-                         getK().getType().getDimSize(2));
+  int64_t seq = getQ().getType().getDimSize(2),
+          kvSeq = getK().getType().getDimSize(2);
+  if (failed(
+          verifyPositions(*this, getQPositions(), getKPositions(), seq, kvSeq)))
+    return failure();
+  return verifyVisiblePairs(*this, getVisiblePairsAttr(), getCausal(),
+                            getQPositions(), seq, kvSeq);
 }
 
 // The gradients have q's, k's and v's types; the output's gradient, the
@@ -510,9 +530,12 @@ LogicalResult AttentionGradOp::inferReturnTypes(
 }
 
 LogicalResult AttentionGradOp::verify() {
-  if (failed(verifyPositions(*this, getQPositions(), getKPositions(),
-                             getQ().getType().getDimSize(2),
-                             getK().getType().getDimSize(2))))
+  int64_t seq = getQ().getType().getDimSize(2),
+          kvSeq = getK().getType().getDimSize(2);
+  if (failed(verifyPositions(*this, getQPositions(), getKPositions(), seq,
+                             kvSeq)) ||
+      failed(verifyVisiblePairs(*this, getVisiblePairsAttr(), getCausal(),
+                                getQPositions(), seq, kvSeq)))
     return failure();
   if (bool(getOut()) != bool(getLse()))
     return emitOpError("out and lse are given together");

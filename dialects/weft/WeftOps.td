@@ -663,6 +663,13 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
     `lse = -1e30`, which a merge weighs by zero. `lse` is `f32` whatever the element
     type of `q`, as FlashAttention keeps it.
 
+    `visible N` is a cost fact, not semantics: the (query, key) pairs per batch and
+    head that the positions of the most loaded rank leave visible to this block, as
+    the partitioner counts them from the ring's layout, its step and the window. The
+    cost counts those pairs (a kernel skips the tiles a causal mask or a window hides);
+    without it, a causal block with positions is costed as half its pairs (what a
+    load-balanced ring's steps hold), or `window` pairs per query.
+
     ```mlir
     %o, %lse = weft.attention_block %q, %k, %v positions %qp, %kp scale 0.125 causal
         : (tensor<1x8x64x64xbf16>, tensor<1x8x64x64xbf16>, tensor<1x8x64x64xbf16>,
@@ -675,6 +682,8 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
       `seq` and `kv_seq` elements;
     - `scale` and `softcap`, if given, are positive;
     - `window`, if given, is positive and comes with `causal`;
+    - `visible_pairs`, if given, comes with `causal` and positions and is in `[0, seq ·
+      kv_seq]`;
     - `result` is `[batch, heads, seq, v_head_dim]` of `q`'s element type and `lse` is
       `[batch, heads, seq, 1]` of `f32`.
   }];
@@ -682,12 +691,13 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
                        Optional<Weft_Tensor>:$mask, Optional<Weft_IntTensor>:$q_positions,
                        Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
                        UnitAttr:$causal, OptionalAttr<F32Attr>:$softcap,
-                       OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<I64Attr>:$visible_pairs);
   let results = (outs Weft_FloatTensor:$result, F32Tensor:$lse);
   let assemblyFormat = [{
     $q `,` $k `,` $v (`mask` $mask^)? (`positions` $q_positions^ `,` $k_positions)?
     `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? (`window` $window^)?
-    attr-dict `:` functional-type(operands, results)
+    (`visible` $visible_pairs^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -747,6 +757,8 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
     - `scale` and `softcap`, if given, are positive;
     - `window`, if given, is positive and comes with `causal`;
     - `dropout`, if given, is in `[0, 1)`;
+    - `visible_pairs`, if given, comes with `causal` and positions and is in `[0, seq ·
+      kv_seq]` (as for `weft.attention_block`: the pairs the cost counts);
     - the results have the types of `q`, `k` and `v`.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
@@ -756,14 +768,16 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
                        Optional<Weft_FloatTensor>:$out,
                        Optional<Weft_FloatTensor>:$lse, F32Attr:$scale,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
-                       OptionalAttr<F32Attr>:$softcap, OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<F32Attr>:$softcap, OptionalAttr<I64Attr>:$window,
+                       OptionalAttr<I64Attr>:$visible_pairs);
   let results = (outs Weft_FloatTensor:$q_grad, Weft_FloatTensor:$k_grad,
                       Weft_FloatTensor:$v_grad);
   let assemblyFormat = [{
     $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)?
     (`positions` $q_positions^ `,` $k_positions)? (`saved` $out^ `,` $lse)?
     `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? (`window` $window^)?
-    (`dropout` $dropout^)? attr-dict `:` functional-type(operands, results)
+    (`visible` $visible_pairs^)? (`dropout` $dropout^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

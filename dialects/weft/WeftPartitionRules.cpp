@@ -543,6 +543,21 @@ static Value ringPass(PartitionState &state, Value x, int64_t shift = 1) {
       b.getI64IntegerAttr(shift), CollectiveCodecAttr());
 }
 
+/// The positions rank `r` of the ring holds of a sequence split over it,
+/// `seq` of them, as [first, last] intervals: chunks r and 2c - 1 - r of
+/// seq / 2 in the load-balanced layout, else chunk r of seq.
+static SmallVector<std::pair<int64_t, int64_t>, 2>
+ringChunks(PartitionState &state, int64_t seq, int64_t r) {
+  const int64_t c = state.mesh().size("cp");
+  const bool zigzag = bool(state.zigzagAttr({"cp"}));
+  const int64_t chunk = zigzag ? seq / 2 : seq;
+  SmallVector<std::pair<int64_t, int64_t>, 2> chunks;
+  for (int64_t index : zigzag ? SmallVector<int64_t, 2>{r, 2 * c - 1 - r}
+                              : SmallVector<int64_t, 2>{r})
+    chunks.push_back({index * chunk, (index + 1) * chunk - 1});
+  return chunks;
+}
+
 /// The steps of a ring over `seq` local positions per rank at which some
 /// rank's queries see the block it holds (step k brings rank r the keys of
 /// rank r - k), in order, step 0 first. Every step, unless a causal sliding
@@ -559,27 +574,65 @@ static SmallVector<int64_t> ringSteps(PartitionState &state, int64_t seq,
       steps.push_back(k);
     return steps;
   }
-  const bool zigzag = bool(state.zigzagAttr({"cp"}));
-  const int64_t chunk = zigzag ? seq / 2 : seq;
-  // Each rank's positions as [first, last] intervals.
-  auto held = [&](int64_t r) {
-    SmallVector<std::pair<int64_t, int64_t>, 2> chunks;
-    for (int64_t index : zigzag ? SmallVector<int64_t, 2>{r, 2 * c - 1 - r}
-                                : SmallVector<int64_t, 2>{r})
-      chunks.push_back({index * chunk, (index + 1) * chunk - 1});
-    return chunks;
-  };
   for (int64_t k = 0; k < c; ++k) {
     bool needed = k == 0;
     for (int64_t r = 0; r < c && !needed; ++r)
-      for (auto [qFirst, qLast] : held(r))
-        for (auto [kFirst, kLast] : held((r - k + c) % c))
+      for (auto [qFirst, qLast] : ringChunks(state, seq, r))
+        for (auto [kFirst, kLast] : ringChunks(state, seq, (r - k + c) % c))
           // Some query q and key p with 0 <= q - p <= window - 1.
           needed |= qLast >= kFirst && qFirst - kLast <= window - 1;
     if (needed)
       steps.push_back(k);
   }
   return steps;
+}
+
+/// The pairs of a query q in [a, b] and a key p in [c, d] that a causal mask
+/// leaves visible, 0 <= q - p, and a sliding window of `window` keys (0:
+/// none), q - p <= window - 1. For a distance q - p, the pairs are
+/// min(b, d + q - p) - max(a, c + q - p) + 1, linear in it between the two
+/// distances where a bound changes sides: summed piece by piece.
+static int64_t causalPairs(int64_t a, int64_t b, int64_t c, int64_t d,
+                           int64_t window) {
+  int64_t lo = std::max<int64_t>(0, a - d), hi = b - c;
+  if (window > 0)
+    hi = std::min(hi, window - 1);
+  if (lo > hi)
+    return 0;
+  auto at = [&](int64_t distance) {
+    return std::min(b, d + distance) - std::max(a, c + distance) + 1;
+  };
+  SmallVector<int64_t, 4> cuts{lo, hi + 1};
+  for (int64_t cut : {b - d + 1, a - c + 1})
+    if (cut > lo && cut <= hi)
+      cuts.push_back(cut);
+  llvm::sort(cuts);
+  int64_t pairs = 0;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i)
+    if (cuts[i] < cuts[i + 1])
+      pairs +=
+          (at(cuts[i]) + at(cuts[i + 1] - 1)) * (cuts[i + 1] - cuts[i]) / 2;
+  return pairs;
+}
+
+/// The (query, key) pairs per batch and head that a causal mask (and a
+/// sliding window of `window` keys, 0: none) leaves visible at ring step
+/// `k` to the rank that sees the most: rank r's queries attend to rank
+/// r - k's keys, by the layout's positions. (A weft.attention_block's
+/// visible pairs: its cost, as a kernel that skips the hidden tiles spends
+/// it, for the slowest rank of the step.)
+static int64_t ringStepPairs(PartitionState &state, int64_t seq, int64_t window,
+                             int64_t k) {
+  const int64_t c = state.mesh().size("cp");
+  int64_t most = 0;
+  for (int64_t r = 0; r < c; ++r) {
+    int64_t pairs = 0;
+    for (auto [qFirst, qLast] : ringChunks(state, seq, r))
+      for (auto [kFirst, kLast] : ringChunks(state, seq, (r - k + c) % c))
+        pairs += causalPairs(qFirst, qLast, kFirst, kLast, window);
+    most = std::max(most, pairs);
+  }
+  return most;
 }
 
 /// The queries' layout under context parallelism: batch and heads as the
@@ -652,6 +705,13 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   SmallVector<int64_t> steps =
       ringSteps(state, seq, bool(causal), windowOrZero(op.getWindow()));
   const int64_t n = int64_t(steps.size());
+  // What each step's block leaves visible to the most loaded rank.
+  auto visibleAttr = [&](int64_t k) -> IntegerAttr {
+    if (!causal)
+      return {};
+    return b.getI64IntegerAttr(
+        ringStepPairs(state, seq, windowOrZero(op.getWindow()), k));
+  };
   int64_t shift = 1;
   auto pass = [&](Value x) { return ringPass(state, x, shift); };
   Type f32 = b.getF32Type();
@@ -680,7 +740,7 @@ static LogicalResult partitionRingAttention(AttentionOp op,
         b, loc, TypeRange{outType, lseType}, q, k, v,
         blockMask(b, loc, mask, maskForm, kPos), causal ? qPos : Value(),
         causal ? kPos : Value(), scale, causal, op.getSoftcapAttr(),
-        op.getWindowAttr());
+        op.getWindowAttr(), visibleAttr(steps[step]));
     Value blockOut = castTo(block.getResult(), accType);
     if (step == 0) {
       acc = blockOut;
@@ -768,7 +828,7 @@ static LogicalResult partitionGatheredAttention(AttentionOp op,
   auto attention = AttentionBlockOp::create(
       b, loc, TypeRange{outType, lseType}, q, kAll, vAll, mask, qPos, kPos,
       op.getScaleAttr(), causal ? b.getUnitAttr() : UnitAttr(),
-      op.getSoftcapAttr(), op.getWindowAttr());
+      op.getSoftcapAttr(), op.getWindowAttr(), IntegerAttr());
   TensorSharding s = qWant;
   s.dims[3].clear();
   state.setResult(op.getResult(), attention.getResult(), s);
@@ -877,7 +937,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     auto grad = AttentionGradOp::create(
         b, loc, q, kAll, vAll, dout, mask, qPos, kPos, out, lse,
         op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
-        op.getSoftcapAttr(), op.getWindowAttr());
+        op.getSoftcapAttr(), op.getWindowAttr(), IntegerAttr());
     TensorSharding sums = kvWant;
     sums.dims[2].clear();
     sums.partial.push_back("cp");
@@ -896,6 +956,12 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
       ringSteps(state, qType.getDimSize(2), causal && layoutPositions,
                 windowOrZero(op.getWindow()));
   const int64_t n = int64_t(steps.size());
+  auto visibleAttr = [&](int64_t k) -> IntegerAttr {
+    if (!causal || !layoutPositions)
+      return {};
+    return b.getI64IntegerAttr(ringStepPairs(state, qType.getDimSize(2),
+                                             windowOrZero(op.getWindow()), k));
+  };
   int64_t shift = 1;
   auto pass = [&](Value x) { return ringPass(state, x, shift); };
   auto f32Type = RankedTensorType::get(qType.getShape(), b.getF32Type());
@@ -926,7 +992,7 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
         b, loc, q, k, v, dout, blockMask(b, loc, mask, maskForm, kPos),
         causal ? qPos : Value(), causal ? kPos : Value(), out, lse,
         op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
-        op.getSoftcapAttr(), op.getWindowAttr());
+        op.getSoftcapAttr(), op.getWindowAttr(), visibleAttr(steps[step]));
     Value blockDq = widened(grad.getQGrad());
     dq = step == 0 ? blockDq
                    : AddOp::create(b, loc, f32Type, dq, blockDq).getResult();
@@ -1003,7 +1069,7 @@ static FailureOr<bool> partitionUlyssesAttentionGrad(AttentionGradOp op,
   auto grad = AttentionGradOp::create(
       state.builder(), loc, q, k, v, dout, mask, Value(), Value(), Value(),
       Value(), op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
-      op.getSoftcapAttr(), op.getWindowAttr());
+      op.getSoftcapAttr(), op.getWindowAttr(), IntegerAttr());
   state.setResult(op.getQGrad(), grad.getQGrad(), *qWant);
   state.setResult(op.getKGrad(), grad.getKGrad(), *kWant);
   state.setResult(op.getVGrad(), grad.getVGrad(), *vWant);

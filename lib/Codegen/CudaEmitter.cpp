@@ -120,6 +120,10 @@ private:
   llvm::DenseMap<Value, std::string> events;
   int counter = 0;
   int weightFiles = 0;
+  /// The first value defined without a buffer of its own (an internal
+  /// error: -weft-assign-buffers gives one to every value the program
+  /// writes).
+  Value unbuffered;
   /// The generated kernels by their parameters and body, to their names.
   llvm::StringMap<std::string> kernelNames;
 };
@@ -172,6 +176,8 @@ void CudaEmitter::define(Value v, llvm::raw_ostream &os) {
   std::string name = "v" + std::to_string(counter++);
   names[v] = name;
   RankedTensorType type = tensorType(v);
+  if (offsetOf(v) < 0 && !unbuffered)
+    unbuffered = v;
   os << "  DeviceTensor " << name << " = at(ctx, " << offsetOf(v) << ", "
      << dtypeName(type.getElementType()) << ", " << shapeLiteral(v) << ");\n";
 }
@@ -707,6 +713,7 @@ LogicalResult CudaEmitter::emitFunction(func::FuncOp function, StringRef name,
   shardFiles.clear();
   events.clear();
   counter = 0;
+  unbuffered = Value();
   if (failed(check()))
     return failure();
   auto count = [&](StringRef name) {
@@ -778,6 +785,13 @@ LogicalResult CudaEmitter::emitFunction(func::FuncOp function, StringRef name,
     }
     if (failed(emitOp(&op, os)))
       return failure();
+  }
+  if (unbuffered) {
+    Operation *at = unbuffered.getDefiningOp();
+    return (at ? at->emitError() : func.emitError())
+           << "weft compile --target cuda: a value the program writes has no "
+              "buffer (-weft-assign-buffers gives none to a weight loaded as "
+              "its shard); this is a bug in Weft's CUDA emitter";
   }
   os << "}\n";
   return success();

@@ -40,10 +40,10 @@
 // RING-NEXT: %[[K1:.*]] = weft.collective_permute %[[K0:[^ ]*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
 // RING-NEXT: %[[V1:.*]] = weft.collective_permute %[[V0:[^ ]*]] over @mesh ["cp"] shift 1 : tensor<2x4x4x4xf32>
 // RING-NEXT: %[[KPOS:.*]] = weft.collective_permute %[[QPOS]] over @mesh ["cp"] shift 1 : tensor<4xi64>
-// RING-NEXT: %[[DQ0:.*]], %[[DK0:.*]], %[[DV0:.*]] = weft.attention_grad %[[Q:[^,]*]], %[[K0]], %[[V0]] grad %[[DO:[^ ]*]] positions %[[QPOS]], %[[QPOS]] saved %[[SAVEDOUT]], %[[SL:[^ ]*]] scale 5.000000e-01 causal : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<4xi64>, tensor<4xi64>, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>)
+// RING-NEXT: %[[DQ0:.*]], %[[DK0:.*]], %[[DV0:.*]] = weft.attention_grad %[[Q:[^,]*]], %[[K0]], %[[V0]] grad %[[DO:[^ ]*]] positions %[[QPOS]], %[[QPOS]] saved %[[SAVEDOUT]], %[[SL:[^ ]*]] scale 5.000000e-01 causal visible 10 : (tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<2x4x4x4xf32>, tensor<4xi64>, tensor<4xi64>, tensor<2x4x4x4xf32>, tensor<2x4x4x1xf32>)
 // RING-NEXT: %[[DKIN:.*]] = weft.collective_permute %[[DK0]] over @mesh ["cp"] shift 1
 // RING-NEXT: %[[DVIN:.*]] = weft.collective_permute %[[DV0]] over @mesh ["cp"] shift 1
-// RING-NEXT: %[[DQ1:.*]], %[[DK1:.*]], %[[DV1:.*]] = weft.attention_grad %[[Q]], %[[K1]], %[[V1]] grad %[[DO]] positions %[[QPOS]], %[[KPOS]] saved %[[SAVEDOUT]], %[[SL]] scale
+// RING-NEXT: %[[DQ1:.*]], %[[DK1:.*]], %[[DV1:.*]] = weft.attention_grad %[[Q]], %[[K1]], %[[V1]] grad %[[DO]] positions %[[QPOS]], %[[KPOS]] saved %[[SAVEDOUT]], %[[SL]] scale 5.000000e-01 causal visible 8 :
 // RING-NEXT: weft.add %[[DQ0]], %[[DQ1]]
 // RING-NEXT: %[[DK:.*]] = weft.add %[[DKIN]], %[[DK1]]
 // RING-NEXT: %[[DV:.*]] = weft.add %[[DVIN]], %[[DV1]]

@@ -75,8 +75,8 @@
 // RING-NEXT: %[[K1:.*]] = weft.collective_permute %[[K0:.*]] over @mesh ["cp"] shift 1 {weft.decomposed} : tensor<2x4x4x4xf32>
 // RING-NEXT: %[[V1:.*]] = weft.collective_permute %[[V0:.*]] over @mesh ["cp"] shift 1 {weft.decomposed} : tensor<2x4x4x4xf32>
 // RING-NEXT: %[[KPOS:.*]] = weft.collective_permute %[[QPOS]] over @mesh ["cp"] shift 1 {weft.decomposed} : tensor<4xi64>
-// RING-NEXT: %[[O0:.*]], %[[L0:.*]] = weft.attention_block %[[Q:.*]], %[[K0]], %[[V0]] positions %[[QPOS]], %[[QPOS]] scale 5.000000e-01 causal {weft.decomposed}
-// RING-NEXT: %[[O1:.*]], %[[L1:.*]] = weft.attention_block %[[Q]], %[[K1]], %[[V1]] positions %[[QPOS]], %[[KPOS]] scale 5.000000e-01 causal {weft.decomposed}
+// RING-NEXT: %[[O0:.*]], %[[L0:.*]] = weft.attention_block %[[Q:.*]], %[[K0]], %[[V0]] positions %[[QPOS]], %[[QPOS]] scale 5.000000e-01 causal visible 10 {weft.decomposed}
+// RING-NEXT: %[[O1:.*]], %[[L1:.*]] = weft.attention_block %[[Q]], %[[K1]], %[[V1]] positions %[[QPOS]], %[[KPOS]] scale 5.000000e-01 causal visible 8 {weft.decomposed}
 // RING-NEXT: %[[TOP:.*]] = weft.maximum %[[L0]], %[[L1]] {weft.decomposed} : tensor<2x4x4x1xf32>
 // RING: weft.log
 // RING: weft.mul %[[O0]]

@@ -19,6 +19,7 @@
 #include "mlir/IR/OpDefinition.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <optional>
 #include <string>
 
 namespace weft {
@@ -151,10 +152,14 @@ BackwardCost estimateStreamingBackwardCost(mlir::Operation *op,
 /// forward's operands and the output's gradient, and writes Q's, K's and V's
 /// gradients. `forwardOperands` are the attention's (q, k, v, then the mask
 /// and positions if any), `output` its result; `window` its sliding window
-/// (0 for none).
-OpCost estimateAttentionGradientCost(mlir::TypeRange forwardOperands,
-                                     mlir::Type output, bool causal,
-                                     bool positions, int64_t window = 0);
+/// (0 for none); `visible` a ring step's visible pairs per batch and head
+/// (weft.attention_block's `visible`), which replace the share a causal
+/// block with positions is otherwise costed as.
+OpCost
+estimateAttentionGradientCost(mlir::TypeRange forwardOperands,
+                              mlir::Type output, bool causal, bool positions,
+                              int64_t window = 0,
+                              std::optional<int64_t> visible = std::nullopt);
 
 class PartitionState;
 class GradientState;
