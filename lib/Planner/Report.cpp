@@ -6,6 +6,8 @@
 
 #include "weft/Planner/Report.h"
 
+#include "weft/Dialect/RingLayout.h"
+
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
 
@@ -238,6 +240,25 @@ void planner::explainPlans(llvm::raw_ostream &os, CostModel &model,
                100 * t.comm_fraction(), links[worst], comm[worst]);
   if (win.recompute() != plan::RECOMPUTE_NONE)
     os << format("  - recomputation costs %.3f s per step\n", t.recompute_s());
+  if (win.cp() > 1 && win.cp_comm() != plan::CP_COMM_ALL_GATHER) {
+    // The ring's layout, by -weft-apply-plan's rule (a decoder's layers are
+    // causal).
+    const plan::ModelSpec &m = model.model();
+    const int64_t seq = model.training().seq_len();
+    if (m.mixed_sliding_window() <= 0 &&
+        !ringNeedsLoadBalance(seq, true, m.sliding_window()))
+      os << format("  - the ring keeps contiguous chunks of %lld positions: "
+                   "the sliding window (%lld) is at most an eighth of the "
+                   "sequence, so each rank past the first does the same "
+                   "work, and a block reaches only the ranks after it\n",
+                   static_cast<long long>(seq / win.cp()),
+                   static_cast<long long>(m.sliding_window()));
+    else
+      os << format("  - the ring is load-balanced: each rank holds two "
+                   "mirrored chunks of %lld positions, so causal attention "
+                   "gives every rank the same work\n",
+                   static_cast<long long>(seq / win.cp() / 2));
+  }
 
   // What would change the answer: re-cost the winner under changes.
   os << "What would change the answer:\n";
