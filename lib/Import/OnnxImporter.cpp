@@ -1760,6 +1760,10 @@ void GraphImporter::addComposedElementwise() {
         Value one = constant(1.0);
         return sub(e, one);
       };
+      // max(v, 0) + log(1 + exp(-|v|)); where exp(-|v|) is below 2^-12,
+      // 1 + it loses its digits, and log1p's series e - e^2 / 2 (its error
+      // e^3 / 3, below the float's) takes its place: far below 0, softplus
+      // is exp(v), not 0.
       auto softplus = [&](Value v) {
         Value zero = constant(0.0);
         Value positive = createChecked<MaximumOp>(v, zero);
@@ -1769,7 +1773,12 @@ void GraphImporter::addComposedElementwise() {
         Value one = constant(1.0);
         Value sum = add(one, e);
         Value log = createChecked<LogOp>(sum);
-        return add(positive, log);
+        Value half = constant(0.5);
+        Value halfE = mul(half, e);
+        Value oneLessHalfE = createChecked<SubOp>(one, halfE);
+        Value series = mul(e, oneLessHalfE);
+        Value small = compare(ComparePredicate::lt, e, constant(0x1p-12));
+        return add(positive, where(small, series, log));
       };
       // x rounded toward -inf; values past the mantissa's reach, infinities
       // and NaN are whole already (and never reach the cast to i64).
