@@ -754,9 +754,7 @@ std::string CostModel::checkPlan(const plan::Plan &plan) const {
   }
   // The ring's load-balanced layout splits the sequence in 2 x cp chunks
   // (-weft-apply-plan, by the same rule: a decoder's layers are causal).
-  const bool zigzag =
-      plan.cp() > 1 && (m.mixed_sliding_window() > 0 ||
-                        ringNeedsLoadBalance(seq, true, m.sliding_window()));
+  const bool zigzag = plan.cp() > 1 && ringLoadBalanced(m, seq);
   int64_t seqSplit = int64_t(plan.cp()) * plan.ulysses() * (zigzag ? 2 : 1);
   if (seq % seqSplit) {
     os << "the sequence (" << seq << ") is not divisible by "
@@ -1344,6 +1342,11 @@ double planner::stageActivationBytes(const plan::Plan &plan,
   // sends its 1/tp (-weft-split-stage-sends).
   return bytes / std::max(1, plan.gz()) /
          double(stageSendSplit(plan, sequenceLength, hidden));
+}
+
+bool planner::ringLoadBalanced(const plan::ModelSpec &model, int64_t seq) {
+  return model.mixed_sliding_window() > 0 ||
+         ringNeedsLoadBalance(seq, /*causal=*/true, model.sliding_window());
 }
 
 int64_t planner::stageSendSplit(const plan::Plan &plan, int64_t sequenceLength,

@@ -6,8 +6,6 @@
 
 #include "weft/Planner/Report.h"
 
-#include "weft/Dialect/RingLayout.h"
-
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
 
@@ -245,8 +243,7 @@ void planner::explainPlans(llvm::raw_ostream &os, CostModel &model,
     // causal).
     const plan::ModelSpec &m = model.model();
     const int64_t seq = model.training().seq_len();
-    if (m.mixed_sliding_window() <= 0 &&
-        !ringNeedsLoadBalance(seq, true, m.sliding_window()))
+    if (!ringLoadBalanced(m, seq))
       os << format("  - the ring keeps contiguous chunks of %lld positions: "
                    "the sliding window (%lld) is at most an eighth of the "
                    "sequence, so each rank past the first does the same "

@@ -417,6 +417,12 @@ double stageActivationBytes(const plan::Plan &plan, int64_t sequenceLength,
 int64_t stageSendSplit(const plan::Plan &plan, int64_t sequenceLength,
                        int64_t hidden);
 
+/// True if a ring over the sequence of `model` (`seq` positions) takes the
+/// load-balanced layout: -weft-apply-plan's rule (weft::ringNeedsLoadBalance)
+/// for a decoder, whose layers are causal; layers of two kinds (a window on
+/// some) keep it for the global ones.
+bool ringLoadBalanced(const plan::ModelSpec &model, int64_t seq);
+
 /// A plan written for `--evaluate` (weft::parsePlanSpec's form) with what the
 /// text leaves out filled in from the cluster and the batch: dp takes the
 /// GPUs the other degrees leave, m the micro-batches of the global batch.
