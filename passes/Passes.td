@@ -1176,6 +1176,47 @@ def WeftDeferGradientReduction : Pass<"weft-defer-gradient-reduction", "::mlir::
   ];
 }
 
+def WeftHoldGatheredWeights : Pass<"weft-hold-gathered-weights", "::mlir::ModuleOp"> {
+  let summary = "ZeroPP's blockwise schedule: a pipeline stage gathers its stored weights once per block of micro-batches and reduces their gradients once per block.";
+  let description = [{
+    Under ZeRO-3 a pipeline stage's steps gather each weight's stored block before use
+    (`weft.stored_over`, `-weft-shard-parameters`) and, with
+    `weft.reduce_every_micro_batch`, reduce-scatter its partial gradients after every
+    micro-batch. ZeroPP (Tang et al. 2024) runs the micro-batches in blocks of `block`
+    (the pipeline's depth): a stage gathers its chunk's weights once for the block's
+    forwards and once for its backwards, and reduce-scatters the gradients summed over
+    the block once, after its last backward. The cost model counts that
+    (`-weft-plan`'s ZeroPP reuse), and this pass makes the program say it:
+
+    - every `weft.all_gather` in a pipeline stage's function (`weft.pipeline_stage`)
+      whose operand is a weight's block (`weft.parameter` through `weft.all_slice`)
+      gets `hold <block>`: the runner gathers it on the first micro-batch of each block
+      and reuses the result for the block's others;
+    - every such function with `weft.reduce_every_micro_batch` gets
+      `weft.micro_batch_block = <block>`: the runner sums the partial gradients of a
+      block's micro-batches and calls the reduction once, after the block's last.
+
+    A gather that holds its result keeps the stage's gathered weights between the
+    block's steps (the memory the cost model counts for ZeroPP: a chunk's weights for
+    the forwards and one for the backwards), and the summed gradients of the block, a
+    chunk's whole gradients, until the block's reduction.
+
+    ```mlir
+    %w = weft.parameter "w" {weft.stored_over = ["dp"]} : tensor<8x4xf32>
+    %b = weft.all_slice %w over @mesh ["dp"] dim 0 : tensor<8x4xf32> -> tensor<4x4xf32>
+    %g = weft.all_gather %b over @mesh ["dp"] dim 0 hold 4
+        : tensor<4x4xf32> -> tensor<8x4xf32>
+    ```
+
+    With `block` 1 nothing changes. Run after `-weft-defer-gradient-reduction`, on a
+    module cut into pipeline stages.
+  }];
+  let options = [
+    Option<"block", "block", "int64_t", /*default=*/"1",
+           "micro-batches per block (ZeroPP: min(pipeline stages, micro-batches))">
+  ];
+}
+
 def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::FuncOp"> {
   let summary = "Removes collectives over size-1 groups, reduces a sum of partial sums once, sums before all-reducing, folds reduce-then-slice into reduce_scatter, buckets independent all-reduces.";
   let description = [{

@@ -565,9 +565,10 @@ struct WeftBuildOptimizerPass
                    : UnitAttr();
       };
       if (!stored.empty())
-        p = AllGatherOp::create(
-            b, loc, rankType, p, meshRef, b.getStrArrayAttr(stored),
-            b.getI64IntegerAttr(0), zigzag(stored, 0), CollectiveCodecAttr());
+        p = AllGatherOp::create(b, loc, rankType, p, meshRef,
+                                b.getStrArrayAttr(stored),
+                                b.getI64IntegerAttr(0), zigzag(stored, 0),
+                                CollectiveCodecAttr(), IntegerAttr());
       if (!scatter.empty())
         p = AllSliceOp::create(
             b, loc, g.getType(), p, meshRef, b.getStrArrayAttr(scatter),
@@ -577,7 +578,7 @@ struct WeftBuildOptimizerPass
           block = AllGatherOp::create(
               b, loc, rankType, block, meshRef, b.getStrArrayAttr(scatter),
               b.getI64IntegerAttr(entry.dim), zigzag(scatter, entry.dim),
-              CollectiveCodecAttr());
+              CollectiveCodecAttr(), IntegerAttr());
         if (!stored.empty())
           block = AllSliceOp::create(b, loc, body->getArgument(at).getType(),
                                      block, meshRef, b.getStrArrayAttr(stored),

@@ -195,8 +195,8 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
       value = AllGatherOp::create(
           b, loc, resized(value, d, n, true), value, meshRef(),
           axesAttr(leaving), b.getI64IntegerAttr(d),
-          common == 0 ? zigzagAttr(leaving) : UnitAttr(),
-          CollectiveCodecAttr());
+          common == 0 ? zigzagAttr(leaving) : UnitAttr(), CollectiveCodecAttr(),
+          IntegerAttr());
     have.resize(common);
   }
   // 3. Axes arriving: each rank keeps its slice.

@@ -54,18 +54,22 @@ struct WeftSchedulePipeline
           << m << " must be at least 1";
       return signalPassFailure();
     }
-    if (v > 1 && *kind != plan::SCHEDULE_INTERLEAVED) {
+    // ZeroPP with chunks runs Megatron's interleaved order (as the cost
+    // model simulates it).
+    const bool interleaved = *kind == plan::SCHEDULE_INTERLEAVED ||
+                             (*kind == plan::SCHEDULE_ZEROPP && v > 1);
+    if (v > 1 && !interleaved) {
       module.emitError("-weft-schedule-pipeline: the stages have ")
           << v
-          << " chunks per rank, which only the interleaved schedule "
-             "runs; use schedule=interleaved";
+          << " chunks per rank, which only the interleaved and ZeroPP "
+             "schedules run; use schedule=interleaved";
       return signalPassFailure();
     }
-    if (*kind == plan::SCHEDULE_INTERLEAVED && m % p) {
-      module.emitError("-weft-schedule-pipeline: the interleaved schedule "
-                       "runs micro-batches in groups of the ")
-          << p << " stages: micro-batches=" << m << " is not a multiple of "
-          << p;
+    if (interleaved && m % p) {
+      module.emitError("-weft-schedule-pipeline: the ")
+          << scheduleName(*kind)
+          << " schedule with chunks runs micro-batches in groups of the " << p
+          << " stages: micro-batches=" << m << " is not a multiple of " << p;
       return signalPassFailure();
     }
     planner::PipelineSchedule full =

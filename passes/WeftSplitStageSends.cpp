@@ -97,9 +97,10 @@ struct WeftSplitStageSends
       Type whole = arg.getType();
       arg.setType(cutType(whole, dim, n));
       argTypes[i] = arg.getType();
-      auto gather = AllGatherOp::create(
-          b, func.getLoc(), whole, arg, local.getMesh(), axes,
-          b.getI64IntegerAttr(dim), UnitAttr(), CollectiveCodecAttr());
+      auto gather =
+          AllGatherOp::create(b, func.getLoc(), whole, arg, local.getMesh(),
+                              axes, b.getI64IntegerAttr(dim), UnitAttr(),
+                              CollectiveCodecAttr(), IntegerAttr());
       arg.replaceAllUsesExcept(gather.getResult(), gather);
       func.setArgAttr(i, WeftDialect::getLocalShardingAttrName(),
                       cutSharding(context, local, dim));

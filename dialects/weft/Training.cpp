@@ -28,6 +28,9 @@ FailureOr<GradientReduction> weft::readGradientReduction(func::FuncOp step,
         found.partial.push_back(int(o));
   found.everyMicroBatch =
       step->hasAttr(WeftDialect::getReduceEveryMicroBatchAttrName());
+  if (auto block = step->getAttrOfType<IntegerAttr>(
+          WeftDialect::getMicroBatchBlockAttrName()))
+    found.block = int(block.getInt());
   if (!found.partial.empty() &&
       (!found.function ||
        found.function.getNumArguments() != found.partial.size())) {

@@ -254,6 +254,16 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                              << getGradientReductionAttrName() << "'";
     return success();
   }
+  if (attr.getName() == getMicroBatchBlockAttrName()) {
+    auto block = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!block || block.getInt() < 1 || !isa<FunctionOpInterface>(op) ||
+        !op->hasAttr(getReduceEveryMicroBatchAttrName()))
+      return op->emitError() << "'" << getMicroBatchBlockAttrName()
+                             << "' is a positive integer on a function that "
+                                "has '"
+                             << getReduceEveryMicroBatchAttrName() << "'";
+    return success();
+  }
   if (attr.getName() == WeftDialect::getLoadBalancedAttrName()) {
     if (!isa<FunctionOpInterface>(op) || !isa<ArrayAttr>(attr.getValue()))
       return op->emitError() << "'weft.load_balanced' is a list of mesh axes "

@@ -197,6 +197,14 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getReduceEveryMicroBatchAttrName() {
       return ::llvm::StringLiteral("weft.reduce_every_micro_batch");
     }
+    /// From -weft-hold-gathered-weights (ZeroPP's blockwise schedule). On a
+    /// pipeline stage's step that has weft.reduce_every_micro_batch (a
+    /// positive integer N): the runner sums the partial gradients of each
+    /// block of N micro-batches and reduces them once, after the block's
+    /// last, as the step's gathers marked `hold N` gather once per block.
+    static constexpr ::llvm::StringLiteral getMicroBatchBlockAttrName() {
+      return ::llvm::StringLiteral("weft.micro_batch_block");
+    }
     /// From -weft-differentiate=scale-loss=true. On a training step's
     /// argument (a unit attribute): the f32 scalar the loss's gradient is
     /// seeded with, so that every gradient comes out multiplied by it

@@ -1318,20 +1318,20 @@ LogicalResult ReduceScatterOp::buildGradients(GradientState &state) {
   if (getKind() != ReductionKind::sum)
     return emitError("only a summing reduce-scatter has a gradient");
   Value dy = state.gradient(getResult());
-  state.accumulate(getLoc(), getInput(),
-                   AllGatherOp::create(state.builder(), getLoc(),
-                                       getInput().getType(), dy, getMeshAttr(),
-                                       getAxesAttr(), getDimAttr(),
-                                       getZigzagAttr(), getCodecAttr()));
+  state.accumulate(
+      getLoc(), getInput(),
+      AllGatherOp::create(state.builder(), getLoc(), getInput().getType(), dy,
+                          getMeshAttr(), getAxesAttr(), getDimAttr(),
+                          getZigzagAttr(), getCodecAttr(), IntegerAttr()));
   return success();
 }
 LogicalResult AllSliceOp::buildGradients(GradientState &state) {
   Value dy = state.gradient(getResult());
   state.accumulate(getLoc(), getInput(),
-                   AllGatherOp::create(state.builder(), getLoc(),
-                                       getInput().getType(), dy, getMeshAttr(),
-                                       getAxesAttr(), getDimAttr(),
-                                       getZigzagAttr(), CollectiveCodecAttr()));
+                   AllGatherOp::create(
+                       state.builder(), getLoc(), getInput().getType(), dy,
+                       getMeshAttr(), getAxesAttr(), getDimAttr(),
+                       getZigzagAttr(), CollectiveCodecAttr(), IntegerAttr()));
   return success();
 }
 LogicalResult AllToAllOp::buildGradients(GradientState &state) {

@@ -1012,6 +1012,20 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &table) {
                           getInput().getType().getDimSize(getDim()) * *group);
 }
 
+bool weft::isWeightBlock(Value value) {
+  while (auto slice = value.getDefiningOp<AllSliceOp>())
+    value = slice.getInput();
+  return bool(getWeightParameter(value));
+}
+
+LogicalResult AllGatherOp::verify() {
+  if (getHold() && !isWeightBlock(getInput()))
+    return emitOpError("with 'hold' gathers a weight's block (a "
+                       "weft.parameter through weft.all_slice ops); a value "
+                       "computed per micro-batch cannot be held over a block");
+  return success();
+}
+
 LogicalResult AllSliceOp::verifySymbolUses(SymbolTableCollection &table) {
   FailureOr<int64_t> group = verifyGroup(*this, getMeshAttr(), getAxes(), table);
   if (failed(group) ||

@@ -1292,6 +1292,12 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather", "AllGather",
     The result holds the inputs of group ranks 0, 1, ... in order along `dim`. With
     `zigzag`, the inverse of `weft.all_slice ... zigzag`: each rank of the first axis
     holds chunks `i` and `2n - 1 - i` of `2n`, and they go back to their places.
+
+    With `hold N` (ZeroPP's blockwise schedule, `-weft-hold-gathered-weights`), the
+    gather of a weight's stored block is held over blocks of `N` micro-batches: in a
+    pipelined step, the first micro-batch of each block that runs it gathers, and the
+    block's other micro-batches reuse that result without communicating. Outside a
+    pipelined step it gathers every time.
   }] # commonDescription # [{
 
     ```mlir
@@ -1303,16 +1309,21 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather", "AllGather",
   }] # commonConstraints # [{
     - `dim` is a dimension of the operand;
     - the result equals the operand's shape except `result[dim] == operand[dim] *
-      group size`, with the same element type.
+      group size`, with the same element type;
+    - with `hold`, `N` is positive and the operand is a weight's block: a
+      `weft.parameter`, through `weft.all_slice` ops only (a value computed per
+      micro-batch cannot be held).
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$dim, UnitAttr:$zigzag,
-                       OptionalAttr<Weft_CollectiveCodec>:$codec);
+                       OptionalAttr<Weft_CollectiveCodec>:$codec,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$hold);
   let results = (outs Weft_Tensor:$result);
   let assemblyFormat = [{
-    $input `over` $mesh $axes `dim` $dim (`zigzag` $zigzag^)? (`codec` $codec^)? attr-dict
-    `:` type($input) `->` type($result)
+    $input `over` $mesh $axes `dim` $dim (`zigzag` $zigzag^)? (`codec` $codec^)?
+    (`hold` $hold^)? attr-dict `:` type($input) `->` type($result)
   }];
+  let hasVerifier = 1;
 }
 
 def Weft_AllSliceOp : Weft_CollectiveOp<"all_slice", "AllSlice",

@@ -100,6 +100,9 @@ private:
   llvm::DenseMap<Operation *, std::pair<Value, int>> fromParams;
   int counter = 0;
   int weights = 0;
+  /// Gathers held over a block (weft.all_gather ... hold N), numbered
+  /// across the functions: each one's key in the rank's context.
+  int heldGathers = 0;
 };
 
 LogicalResult Emitter::emitWeight(Operation *op) {
@@ -380,10 +383,17 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](AllGatherOp c) {
-        assign(c.getResult(),
-               "allGather(ctx, " + arg(0) + ", " + strings(c.getAxes()) + ", " +
-                   std::to_string(c.getDim()) + ", " +
-                   (c.getZigzag() ? "true" : "false") + codecArg(c) + ")");
+        // Held over a block of micro-batches: the rank keeps it under a key
+        // of its own.
+        std::string held = c.getHold()
+                               ? "heldAllGather(ctx, " +
+                                     std::to_string(heldGathers++) + ", " +
+                                     std::to_string(*c.getHold()) + ", "
+                               : "allGather(ctx, ";
+        assign(c.getResult(), held + arg(0) + ", " + strings(c.getAxes()) +
+                                  ", " + std::to_string(c.getDim()) + ", " +
+                                  (c.getZigzag() ? "true" : "false") +
+                                  codecArg(c) + ")");
         return success();
       })
       .Case([&](ReduceScatterOp c) {

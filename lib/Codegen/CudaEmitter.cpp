@@ -120,6 +120,9 @@ private:
   llvm::DenseMap<Value, std::string> events;
   int counter = 0;
   int weightFiles = 0;
+  /// Gathers held over a block (weft.all_gather ... hold N), numbered
+  /// across the functions: each one's key in the rank's context.
+  int heldGathers = 0;
   /// The first value defined without a buffer of its own (an internal
   /// error: -weft-assign-buffers gives one to every value the program
   /// writes).
@@ -641,7 +644,14 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
                           reduceOp(c.getKind()) + ", " + strings(c.getAxes()));
       })
       .Case([&](AllGatherOp c) {
-        return collective("allGather(ctx, " + tensor(c->getOperand(0)) + ", " +
+        // Held over a block of micro-batches: the rank keeps a copy under a
+        // key of its own.
+        std::string call = c.getHold()
+                               ? "heldAllGather(ctx, " +
+                                     std::to_string(heldGathers++) + ", " +
+                                     std::to_string(*c.getHold()) + ", "
+                               : "allGather(ctx, ";
+        return collective(call + tensor(c->getOperand(0)) + ", " +
                           strings(c.getAxes()) + ", " +
                           std::to_string(c.getDim()) + ", " +
                           (c.getZigzag() ? "true" : "false"));

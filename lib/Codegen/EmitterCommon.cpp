@@ -391,7 +391,8 @@ std::string codegen::pipelineLiteral(
            << layoutsLiteral(piece, false) << ",\n      "
            << layoutsLiteral(piece, true) << ", " << indices(fn.partial) << ", "
            << reduceFunction(k, weight) << ", "
-           << (fn.everyMicroBatch ? "true" : "false") << "};\n";
+           << (fn.everyMicroBatch ? "true" : "false") << ", " << fn.reduceBlock
+           << "};\n";
       }
     }
     os << "  program.gradientNames = {";

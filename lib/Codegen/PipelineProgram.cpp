@@ -125,6 +125,7 @@ codegen::pipelineProgram(ModuleOp module, const PipelineInfo &info) {
         return llvm::createStringError(why);
       to.partial = deferred->partial;
       to.everyMicroBatch = deferred->everyMicroBatch;
+      to.reduceBlock = deferred->block;
       return llvm::Error::success();
     };
     if (llvm::Error error = step(from.backward, stage.backward))

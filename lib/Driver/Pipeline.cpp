@@ -70,6 +70,7 @@ static rt::RankFunction interpreted(func::FuncOp func,
     InterpreterOptions options = base;
     options.rank = ctx.rank;
     options.communicator = ctx.comm;
+    options.rankContext = &ctx;
     FailureOr<std::vector<HostTensor>> out = interpret(func, args, options);
     if (failed(out))
       throw std::runtime_error("the interpreter failed on " +

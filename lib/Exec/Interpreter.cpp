@@ -630,7 +630,22 @@ LogicalResult Interpreter::runCollective(Operation *op) {
     else if (auto reduce = dyn_cast<AllReduceOp>(op))
       result =
           rt::allReduce(ctx, operand, reduceOp(reduce.getKind()), axes, codec);
-    else if (auto gather = dyn_cast<AllGatherOp>(op))
+    else if (auto gather = dyn_cast<AllGatherOp>(op);
+             gather && gather.getHold() && options.rankContext) {
+      // Held over a block: the running rank's micro-batch dates, and its
+      // context keeps, the gathered value (under the op's address).
+      rt::RankContext &running = *options.rankContext;
+      ctx.microBatch = running.microBatch;
+      ctx.pipelineSteps = running.pipelineSteps;
+      std::swap(ctx.held, running.held);
+      struct Restore {
+        rt::RankContext &from, &to;
+        ~Restore() { std::swap(from.held, to.held); }
+      } restore{ctx, running};
+      result = rt::heldAllGather(ctx, int64_t(reinterpret_cast<intptr_t>(op)),
+                                 int64_t(*gather.getHold()), input, axes,
+                                 gather.getDim(), gather.getZigzag(), codec);
+    } else if (gather)
       result = rt::allGather(ctx, input, axes, gather.getDim(),
                              gather.getZigzag(), codec);
     else if (auto scatter = dyn_cast<ReduceScatterOp>(op))

@@ -248,6 +248,13 @@ LogicalResult weft::buildPartitionedStep(MLIRContext &context, ModuleOp module,
       defer.everyMicroBatch = plan.zero_stage() >= 2;
       pm.addPass(createWeftDeferGradientReduction(defer));
       pm.addNestedPass<func::FuncOp>(createWeftOptimizeCollectives());
+      // ZeroPP: the stored weights gathered, and their gradients reduced,
+      // once per block of min(p, m) micro-batches.
+      if (plan.schedule() == plan::SCHEDULE_ZEROPP) {
+        WeftHoldGatheredWeightsOptions hold;
+        hold.block = zeroPPBlock(plan);
+        pm.addPass(createWeftHoldGatheredWeights(hold));
+      }
     }
     if (failed(pm.run(module)))
       return failure();

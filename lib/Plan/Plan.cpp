@@ -149,6 +149,13 @@ int64_t weft::tensor3dSize(const plan::Plan &plan) {
          std::max(1, plan.gz());
 }
 
+int64_t weft::zeroPPBlock(const plan::Plan &plan) {
+  if (plan.schedule() != plan::SCHEDULE_ZEROPP)
+    return 1;
+  return std::max<int64_t>(
+      1, std::min<int64_t>(plan.pp(), std::max(1, plan.num_micro_batches())));
+}
+
 static bool isTrue(llvm::StringRef value) {
   std::string lower = value.lower();
   return lower == "1" || lower == "on" || lower == "true" || lower == "yes";

@@ -1260,9 +1260,11 @@ void CostModel::stageTimes(const plan::Plan &plan, StageTimes &times,
                            int64_t(shard), shardStride) +
             codecTime(CollectiveKind::ReduceScatter, trained * gradWidth,
                       scatterWire, codec);
-        double reuse = plan.schedule() == plan::SCHEDULE_ZEROPP
-                           ? std::min<double>(p, plan.num_micro_batches())
-                           : 1;
+        // (-weft-hold-gathered-weights: blocks of min(p, m), the last
+        // one shorter where they do not divide m.)
+        const double micro = std::max(1, plan.num_micro_batches());
+        const double reuse =
+            micro / std::ceil(micro / double(zeroPPBlock(plan)));
         // What one rank sends for it per micro-batch (ring counts).
         const double n = shard;
         times.shardBytes[vs] =

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "weft/Plan/Plan.h"
 #include "weft/Planner/CostModel.h"
 
 #include "CostModelDetail.h"
@@ -69,11 +70,24 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   const StageParameters params = stageParameters(plan, s, b);
   mem.weights = params.held * kWeightBytes;
   mem.frozenWeights = (params.held - params.trained) * kWeightBytes;
+  // ZeroPP's blocks of micro-batches (-weft-hold-gathered-weights): a
+  // chunk's gathers and gradient reductions once per block.
+  const bool blockwise =
+      plan.zero_stage() >= 3 && shard > 1 && zeroPPBlock(plan) > 1;
   if (plan.zero_stage() >= 3 && shard > 1) {
     mem.weights /= shard;
     mem.frozenWeights /= shard;
-    // Two layers' gathered weights (the one running and the prefetch).
-    mem.weights += 2 * b.layer.parameters * kWeightBytes;
+    if (blockwise) {
+      // Every gather of the stage's chunks held over a block: their whole
+      // weights for the forwards and their layers' for the backwards
+      // (which keep the embedding's and the head's from the forward).
+      double layers = plan.stage_layers_size() ? plan.stage_layers(s)
+                                               : double(modelSpec.layers()) / p;
+      mem.weights += (params.held + layers * b.layer.parameters) * kWeightBytes;
+    } else {
+      // Two layers' gathered weights (the one running and the prefetch).
+      mem.weights += 2 * b.layer.parameters * kWeightBytes;
+    }
   }
   // Weights stored in shards over AxoNN's depth axis are gathered one
   // ahead (-weft-schedule-collectives): the one in use and the prefetched
@@ -86,6 +100,31 @@ CostModel::StageMemory CostModel::stageMemory(const plan::Plan &plan, int s,
   mem.weights += 2 * gathered * kWeightBytes;
   mem.gradients =
       params.trained * kGradBytes / (plan.zero_stage() >= 2 ? shard : 1);
+  // A block's gradients are summed whole and reduced after its last
+  // micro-batch: a chunk's at a time (the schedule runs a block's backwards
+  // of one chunk before the next's).
+  if (blockwise) {
+    double most = 0;
+    for (int c = 0; c < v; ++c) {
+      const int vs = c * p + s;
+      const double layers =
+          double(chunkLayerCount(plan.stage_layers(s), v, s, p, c));
+      double trained =
+          v == 1 ? params.trained
+                 : layers * (b.layer.parameters - b.layer.frozenParameters);
+      if (v > 1 && vs == 0)
+        trained += b.embedding.parameters - b.embedding.frozenParameters;
+      if (v > 1 && vs == p * v - 1)
+        trained +=
+            b.head.parameters - b.head.frozenParameters +
+            (p > 1 ? b.head.sharedParameters - b.head.frozenSharedParameters
+                   : 0);
+      if (v > 1 && vs > 0 && layers > 0)
+        trained += b.layer.sharedParameters - b.layer.frozenSharedParameters;
+      most = std::max(most, trained);
+    }
+    mem.gradients += most * kGradBytes;
+  }
   mem.optimizer =
       params.trained * kOptimizerBytes / (plan.zero_stage() >= 1 ? shard : 1);
   // What each chunk keeps per micro-batch: its layers' saved activations,

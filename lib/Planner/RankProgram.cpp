@@ -343,9 +343,16 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
 
 /// Bytes one rank sends in the communicating collectives under `root` (NCCL
 /// ring counts, as encoded).
-static int64_t sent(Operation *root) {
+/// With `microBatch`, a pipelined step's function on that micro-batch: a
+/// gather held over blocks of N micro-batches (`hold N`) sends on a block's
+/// first micro-batch only.
+static int64_t sent(Operation *root, std::optional<int> microBatch = {}) {
   int64_t bytes = 0;
   root->walk([&](CollectiveOpInterface collective) {
+    if (auto gather = dyn_cast<AllGatherOp>(collective.getOperation());
+        gather && gather.getHold() && microBatch &&
+        *microBatch % int64_t(*gather.getHold()) != 0)
+      return;
     if (collective.communicates())
       bytes += getCollectiveBytesSent(collective,
                                       getCollectiveGroupSize(collective));
@@ -479,16 +486,20 @@ LogicalResult planner::countPipelinedStepCommunication(
       }
       if (!piece)
         continue;
-      perRank[size_t(r)] += sent(piece);
+      perRank[size_t(r)] += sent(piece, s.microBatch);
       // ZeRO-2 and 3: the step's partial gradients reduced after it, as the
-      // executor runs the reduction on each micro-batch's.
+      // executor runs the reduction on each micro-batch's (ZeroPP: after
+      // the last micro-batch of each block).
       if (s.kind != PipelineStep::Forward) {
         FailureOr<GradientReduction> deferred =
             readGradientReduction(piece, error);
         if (failed(deferred))
           return failure();
+        const int block = std::max(1, deferred->block);
+        const bool blockEnds = s.microBatch % block == block - 1 ||
+                               s.microBatch == info.microBatches - 1;
         if (deferred->everyMicroBatch && deferred->function &&
-            !deferred->partial.empty())
+            !deferred->partial.empty() && blockEnds)
           perRank[size_t(r)] += sent(deferred->function);
       }
     }

@@ -169,14 +169,27 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
   // Partial gradients (summed over mbs, reduced once at the end), by
   // (virtual stage, weight step?, result position).
   std::map<std::tuple<int, bool, int>, HostTensor> partials;
+  // The most bytes of partial gradients held at once.
+  int64_t peakPartials = 0;
   bool weightSteps = false;
   for (const PipelineStep &step : program.steps[size_t(s)])
     weightSteps |= step.kind == PipelineStep::WeightGrad;
+  // The step's micro-batch dates what gathers held over a block keep
+  // (heldAllGather); they are freed when the step ends.
+  ++ctx.pipelineSteps;
+  struct HeldReset {
+    RankContext &ctx;
+    ~HeldReset() {
+      ctx.microBatch = -1;
+      ctx.held.clear();
+    }
+  } heldReset{ctx};
   // A step's function on `args`, its failures and a wrong result count
   // named with the step.
   auto call = [&](const PipelineStep &step, const RankFunction &function,
                   const std::vector<HostTensor> &args, size_t results) {
     std::vector<HostTensor> out;
+    ctx.microBatch = step.microBatch;
     try {
       out = function(ctx, args);
     } catch (const std::exception &e) {
@@ -198,6 +211,15 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     HostTensor copy(add.dtype, add.shape);
     std::copy(add.floats.begin(), add.floats.end(), copy.floats.begin());
     map.emplace(key, std::move(copy));
+  };
+  // The virtual stage a step runs.
+  auto stageOf = [&](const PipelineStep &step) { return step.chunk * p + s; };
+  // The bytes of the partial gradients held.
+  auto partialBytes = [&] {
+    int64_t bytes = 0;
+    for (const auto &[key, sum] : partials)
+      bytes += storageBytes(sum);
+    return bytes;
   };
   // A backward or weight-gradient step's function on one micro-batch.
   auto runStepFunction = [&](const PipelineStep &step,
@@ -237,19 +259,41 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     std::vector<HostTensor> out =
         call(step, fn.function, args, fn.results.size());
     // ZeRO-2 and 3: this micro-batch's partial gradients reduced now (every
-    // rank of the stage runs its steps in one order), their blocks summed.
+    // rank of the stage runs its steps in one order), their blocks summed;
+    // over blocks of micro-batches (ZeroPP), summed over the block and
+    // reduced after its last.
     if (fn.everyMicroBatch && !fn.partial.empty()) {
       if (!fn.reduce)
         throw std::runtime_error(where(step) +
                                  "partial gradients but no function that "
                                  "reduces them");
       std::vector<HostTensor> in;
-      for (int r : fn.partial)
-        in.push_back(std::move(out[size_t(r)]));
-      std::vector<HostTensor> reduced =
-          call(step, fn.reduce, in, fn.partial.size());
-      for (size_t i = 0; i < reduced.size(); ++i)
-        sumInto(gradients, fn.results[size_t(fn.partial[i])].index, reduced[i]);
+      const int block = std::max(1, fn.reduceBlock);
+      if (block == 1) {
+        for (int r : fn.partial)
+          in.push_back(std::move(out[size_t(r)]));
+      } else {
+        for (int r : fn.partial)
+          sumInto(partials, std::make_tuple(stageOf(step), weightStep, r),
+                  out[size_t(r)]);
+        peakPartials = std::max(peakPartials, partialBytes());
+        const bool last = step.microBatch % block == block - 1 ||
+                          step.microBatch == program.microBatches - 1;
+        if (last)
+          for (int r : fn.partial) {
+            auto found =
+                partials.find(std::make_tuple(stageOf(step), weightStep, r));
+            in.push_back(std::move(found->second));
+            partials.erase(found);
+          }
+      }
+      if (!in.empty()) {
+        std::vector<HostTensor> reduced =
+            call(step, fn.reduce, in, fn.partial.size());
+        for (size_t i = 0; i < reduced.size(); ++i)
+          sumInto(gradients, fn.results[size_t(fn.partial[i])].index,
+                  reduced[i]);
+      }
     }
     for (size_t r = 0; r < out.size(); ++r) {
       const PipelineRef &ref = fn.results[r];
@@ -265,10 +309,11 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
       case PipelineRef::Gradient:
         if (std::find(fn.partial.begin(), fn.partial.end(), int(r)) !=
             fn.partial.end()) {
-          if (!fn.everyMicroBatch)
+          if (!fn.everyMicroBatch) {
             sumInto(partials,
-                    std::make_tuple(step.chunk * p + s, weightStep, int(r)),
-                    out[r]);
+                    std::make_tuple(stageOf(step), weightStep, int(r)), out[r]);
+            peakPartials = std::max(peakPartials, partialBytes());
+          }
         } else
           sumInto(gradients, ref.index, out[r]);
         break;
@@ -443,8 +488,7 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     *heldGradientBytes = 0;
     for (const auto &[index, sum] : gradients)
       *heldGradientBytes += storageBytes(sum);
-    for (const auto &[key, sum] : partials)
-      *heldGradientBytes += storageBytes(sum);
+    *heldGradientBytes += peakPartials;
   }
   // The partial gradients, reduced once per step (every rank of a stage
   // runs the same reductions, in chunk order).

@@ -185,6 +185,28 @@ HostTensor weft::rt::allGather(RankContext &ctx, const HostTensor &x,
   return result;
 }
 
+int64_t weft::rt::heldBlock(const RankContext &ctx, int64_t block) {
+  if (ctx.microBatch < 0 || block < 1)
+    return -1;
+  return ctx.microBatch / block;
+}
+
+HostTensor weft::rt::heldAllGather(RankContext &ctx, int64_t key, int64_t block,
+                                   const HostTensor &x,
+                                   const std::vector<std::string> &axes,
+                                   int64_t dim, bool zigzag, Codec codec) {
+  const int64_t at = heldBlock(ctx, block);
+  if (at < 0)
+    return allGather(ctx, x, axes, dim, zigzag, codec);
+  RankContext::HeldGather &kept = ctx.held[key];
+  if (kept.step != ctx.pipelineSteps || kept.block != at) {
+    kept.value = allGather(ctx, x, axes, dim, zigzag, codec);
+    kept.step = ctx.pipelineSteps;
+    kept.block = at;
+  }
+  return kept.value;
+}
+
 HostTensor weft::rt::reduceScatter(RankContext &ctx, const HostTensor &x,
                                    ReduceOp op,
                                    const std::vector<std::string> &axes,

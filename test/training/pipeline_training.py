@@ -7,7 +7,10 @@ combined with tp, Megatron SP, dp, Ulysses, ring attention (cp) and AxoNN's
 optimizer step on its blocks of the reduce-scattered gradients), zero=2 (the
 gradients reduce-scattered after each micro-batch's backward) and zero=3 (the
 weights stored in blocks over dp x cp x ulysses, gathered in every forward,
-backward and weight-gradient step that reads them), ZeroPP always with zero=3,
+backward and weight-gradient step that reads them), ZeroPP always with zero=3
+(its blockwise schedule: a stage's stored weights gathered, and their
+gradients reduce-scattered, once per block of min(p, m) micro-batches; with
+two chunks per rank too, in the interleaved order),
 up to 8 simulated devices, on
 GPT-2-, BERT- and LLaMA-style models of 2, 4 and 8 layers (the modules of
 test/models/export_models.py exported in training mode, as
@@ -477,6 +480,12 @@ def main():
                     sample = chosen[::4]
                     chosen = sample + [c for c in chosen
                                        if "stages=" in c[0] and c not in sample]
+                if layers == 4:
+                    # ZeroPP with two chunks per rank: the interleaved order,
+                    # each chunk's stored weights gathered, and its gradients
+                    # reduce-scattered, once per block of p micro-batches.
+                    chosen += [("pp=2,m=4,schedule=zeropp,v=2,dp=2,zero=3", "full",
+                                2, 4, 4)]
                 if layers == 8:
                     # More layers than two per model chunk: the cost model
                     # counts these steps from the model cut to one and two

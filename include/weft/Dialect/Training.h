@@ -33,6 +33,9 @@ struct GradientReduction {
   /// weft.reduce_every_micro_batch (ZeRO-2 and 3): `function` runs on each
   /// micro-batch's partial gradients, not once on their sum.
   bool everyMicroBatch = false;
+  /// weft.micro_batch_block (ZeroPP): with `everyMicroBatch`, `function`
+  /// runs once per block of this many micro-batches, on their sum.
+  int block = 1;
 };
 
 /// The reduction of `step`; fails, with `why` saying so, if the step returns

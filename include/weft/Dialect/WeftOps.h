@@ -50,6 +50,11 @@ llvm::SmallVector<int64_t> getGlobalShape(ShardingAttr sharding, MeshOp mesh,
 /// a weight, whichever copy of it an op reads.
 ParameterOp getWeightParameter(mlir::Value value);
 
+/// Whether `value` is a block of a weight: a weight (getWeightParameter)
+/// through weft.all_slice ops only, the same on every micro-batch (what a
+/// `weft.all_gather ... hold N` may gather).
+bool isWeightBlock(mlir::Value value);
+
 /// The values that hold `param`'s weight: its result and every float cast
 /// of it (getWeightParameter's inverse).
 llvm::SmallVector<mlir::Value> getWeightValues(ParameterOp param);

@@ -21,6 +21,10 @@
 #include <string>
 #include <vector>
 
+namespace weft::rt {
+struct RankContext;
+} // namespace weft::rt
+
 namespace weft {
 
 struct InterpreterOptions {
@@ -36,6 +40,10 @@ struct InterpreterOptions {
   /// The residuals of top-k all-reduces with error feedback, kept across a
   /// training run's steps; such an all-reduce needs one.
   rt::FeedbackStore *feedback = nullptr;
+  /// The context of the rank running the function (a pipeline executor's):
+  /// its micro-batch and the gathers it holds over a block of micro-batches
+  /// (weft.all_gather ... hold N); null: every gather gathers.
+  rt::RankContext *rankContext = nullptr;
   /// Where a differentiated step's saved activations are measured: element
   /// `rank` becomes the most bytes the run held at once of what its forward
   /// layers hand their backward layers (the activation inputs and the values

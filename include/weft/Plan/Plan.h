@@ -119,6 +119,11 @@ bool uses3dTensorParallel(const plan::Plan &plan);
 /// tensor-parallel grid.
 int64_t tensor3dSize(const plan::Plan &plan);
 
+/// The micro-batches of one block of ZeroPP's blockwise schedule (its
+/// stored weights gathered, and their gradients reduced, once per block):
+/// min(pp, micro-batches); 1 under any other schedule.
+int64_t zeroPPBlock(const plan::Plan &plan);
+
 /// "1F1B", "GPipe", "interleaved", "ZB-H1", "ZeroPP".
 const char *scheduleName(plan::Schedule schedule);
 /// A schedule by name as plan specs write it (gpipe, 1f1b, interleaved,

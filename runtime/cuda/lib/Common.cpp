@@ -37,7 +37,11 @@ TrainingStepFunction cuda::onDevice(DeviceTrainingStepFunction function) {
       throw std::runtime_error(
           "a CUDA training step ran without its rank's device (the "
           "program's main is cuda::trainingProgramMain, which sets it up)");
-    return function(device->context(), inputs, parameters);
+    Context &ctx = device->context();
+    // The pipelined step's micro-batch dates the gathers held over a block.
+    ctx.microBatch = rankCtx.microBatch;
+    ctx.pipelineSteps = rankCtx.pipelineSteps;
+    return function(ctx, inputs, parameters);
   };
 }
 

@@ -2552,6 +2552,43 @@ cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
   return endCollective(ctx);
 }
 
+cudaEvent_t cuda::heldAllGather(Context &ctx, int64_t key, int64_t block,
+                                const DeviceTensor &x,
+                                const std::vector<std::string> &axes,
+                                int64_t dim, bool zigzag,
+                                const DeviceTensor &out, Codec codec) {
+  if (ctx.microBatch < 0 || block < 1)
+    return allGather(ctx, x, axes, dim, zigzag, out, codec);
+  const int64_t at = ctx.microBatch / block;
+  Context::HeldGather &kept = ctx.held[key];
+  if (kept.data && kept.step == ctx.pipelineSteps && kept.block == at &&
+      kept.bytes == out.bytes()) {
+    startCollective(ctx);
+    check(ctx,
+          cudaMemcpyAsync(out.data, kept.data.get(), size_t(kept.bytes),
+                          cudaMemcpyDeviceToDevice, ctx.comm),
+          "cudaMemcpyAsync (a held gather)");
+    return endCollective(ctx);
+  }
+  cudaEvent_t gathered = allGather(ctx, x, axes, dim, zigzag, out, codec);
+  check(ctx, cudaEventDestroy(gathered), "cudaEventDestroy");
+  if (!kept.data || kept.bytes != out.bytes()) {
+    void *data = nullptr;
+    check(ctx, cudaMalloc(&data, size_t(std::max<int64_t>(out.bytes(), 1))),
+          "cudaMalloc (a held gather)");
+    kept.data = std::shared_ptr<void>(data, [](void *p) { cudaFree(p); });
+    kept.bytes = out.bytes();
+  }
+  // After the gather, on its stream.
+  check(ctx,
+        cudaMemcpyAsync(kept.data.get(), out.data, size_t(kept.bytes),
+                        cudaMemcpyDeviceToDevice, ctx.comm),
+        "cudaMemcpyAsync (a held gather)");
+  kept.step = ctx.pipelineSteps;
+  kept.block = at;
+  return endCollective(ctx);
+}
+
 cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
                                 ReduceOp op,
                                 const std::vector<std::string> &axes,

@@ -266,6 +266,33 @@ cudaEvent_t cuda::allGather(Context &ctx, const DeviceTensor &x,
   return nullptr;
 }
 
+cudaEvent_t cuda::heldAllGather(Context &ctx, int64_t key, int64_t block,
+                                const DeviceTensor &x,
+                                const std::vector<std::string> &axes,
+                                int64_t dim, bool zigzag,
+                                const DeviceTensor &out, Codec codec) {
+  if (ctx.microBatch < 0 || block < 1)
+    return allGather(ctx, x, axes, dim, zigzag, out, codec);
+  const int64_t at = ctx.microBatch / block;
+  Context::HeldGather &kept = ctx.held[key];
+  if (!kept.data || kept.step != ctx.pipelineSteps || kept.block != at ||
+      kept.bytes != out.bytes()) {
+    allGather(ctx, x, axes, dim, zigzag, out, codec);
+    if (!kept.data || kept.bytes != out.bytes()) {
+      kept.data = std::shared_ptr<void>(
+          new char[size_t(std::max<int64_t>(out.bytes(), 1))],
+          [](void *p) { delete[] static_cast<char *>(p); });
+      kept.bytes = out.bytes();
+    }
+    std::memcpy(kept.data.get(), out.data, size_t(kept.bytes));
+    kept.step = ctx.pipelineSteps;
+    kept.block = at;
+    return nullptr;
+  }
+  std::memcpy(out.data, kept.data.get(), size_t(kept.bytes));
+  return nullptr;
+}
+
 cudaEvent_t cuda::reduceScatter(Context &ctx, const DeviceTensor &x,
                                 ReduceOp op,
                                 const std::vector<std::string> &axes,

@@ -1403,6 +1403,21 @@ func.func @reduce_every_micro_batch_alone() attributes {weft.reduce_every_micro_
 
 // -----
 
+// expected-error @+1 {{'weft.micro_batch_block' is a positive integer on a function that has 'weft.reduce_every_micro_batch'}}
+func.func @micro_batch_block_alone() attributes {weft.micro_batch_block = 2 : i64} {
+  return
+}
+
+// -----
+
+func.func private @reduce()
+// expected-error @+1 {{'weft.micro_batch_block' is a positive integer on a function that has 'weft.reduce_every_micro_batch'}}
+func.func @micro_batch_block_zero() attributes {weft.gradient_reduction = @reduce, weft.reduce_every_micro_batch, weft.micro_batch_block = 0 : i64} {
+  return
+}
+
+// -----
+
 func.func @decomposed_not_unit(%x: tensor<8xf32>) {
   // expected-error @+1 {{'weft.decomposed' is a unit attribute}}
   %0 = weft.exp %x {weft.decomposed = 1} : tensor<8xf32>
@@ -1523,6 +1538,26 @@ weft.mesh @world(dp = 2, tp = 4)
 func.func @all_gather_element_type(%x: tensor<8xf32>) {
   // expected-error @+1 {{requires the same element type for all operands and results}}
   %0 = weft.all_gather %x over @world ["tp"] dim 0 : tensor<8xf32> -> tensor<32xbf16>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @all_gather_hold_activation(%x: tensor<8xf32>) {
+  // expected-error @+1 {{with 'hold' gathers a weight's block (a weft.parameter through weft.all_slice ops); a value computed per micro-batch cannot be held over a block}}
+  %0 = weft.all_gather %x over @world ["tp"] dim 0 hold 2 : tensor<8xf32> -> tensor<32xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @all_gather_hold_zero() {
+  %w = weft.parameter "w" : tensor<8xf32>
+  %b = weft.all_slice %w over @world ["dp"] dim 0 : tensor<8xf32> -> tensor<4xf32>
+  // expected-error @+1 {{attribute 'hold' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %0 = weft.all_gather %b over @world ["dp"] dim 0 hold 0 : tensor<4xf32> -> tensor<8xf32>
   return
 }
 

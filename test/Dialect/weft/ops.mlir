@@ -287,6 +287,23 @@ func.func @compressed_collectives(%x: tensor<2x8x16xf32>, %h: tensor<2x8x16xbf16
   return %4 : tensor<2x8x16xf32>
 }
 
+// A weight's stored block gathered once per block of 4 micro-batches
+// (ZeroPP), the gradient reduction of a stage's backward once per block.
+// CHECK-LABEL: func.func @held_gather
+// CHECK: weft.all_gather %{{.*}} over @world ["dp"] dim 0 codec bf16 hold 4 : tensor<4x16xf32> -> tensor<8x16xf32>
+func.func @held_gather() -> tensor<8x16xf32> {
+  %w = weft.parameter "w" : tensor<8x16xf32>
+  %b = weft.all_slice %w over @world ["dp"] dim 0 : tensor<8x16xf32> -> tensor<4x16xf32>
+  %g = weft.all_gather %b over @world ["dp"] dim 0 codec bf16 hold 4 : tensor<4x16xf32> -> tensor<8x16xf32>
+  return %g : tensor<8x16xf32>
+}
+func.func private @held_reduce(tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK-LABEL: func.func @held_backward
+// CHECK-SAME: weft.micro_batch_block = 4 : i64
+func.func @held_backward() attributes {weft.gradient_reduction = @held_reduce, weft.reduce_every_micro_batch, weft.micro_batch_block = 4 : i64} {
+  return
+}
+
 // CHECK-LABEL: func.func @shardings
 // CHECK-SAME: {weft.sharding = #weft.sharding<@world, {{\[\[}}dp], [], [sp, tp]]>}
 // CHECK-SAME: {weft.sharding = #weft.sharding<@world, {{\[\[}}], []], partial = [tp]>}

@@ -6,6 +6,6 @@ module {
 
 // -----
 
-// expected-error@+1 {{-weft-schedule-pipeline: the interleaved schedule runs micro-batches in groups of the 2 stages: micro-batches=3 is not a multiple of 2}}
+// expected-error@+1 {{-weft-schedule-pipeline: the interleaved schedule with chunks runs micro-batches in groups of the 2 stages: micro-batches=3 is not a multiple of 2}}
 module attributes {weft.pipeline = {stages = 2 : i64, chunks = 2 : i64}} {
 }

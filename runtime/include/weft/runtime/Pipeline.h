@@ -80,10 +80,14 @@ struct PipelineStepFunction {
   /// the micro-batches and calls `reduce` on those sums once, after the
   /// rank's last step, which returns them reduced in the same order; with
   /// `everyMicroBatch` (ZeRO-2 and 3), it calls `reduce` after each step on
-  /// that micro-batch's partial gradients and sums the reduced blocks.
+  /// that micro-batch's partial gradients and sums the reduced blocks; with
+  /// `reduceBlock` B > 1 as well (ZeroPP's blockwise schedule,
+  /// weft.micro_batch_block), it sums the partial gradients of each block of
+  /// B micro-batches and reduces them after the block's last.
   std::vector<int> partial;
   RankFunction reduce;
   bool everyMicroBatch = false;
+  int reduceBlock = 1;
 };
 
 /// One virtual stage.
@@ -156,14 +160,15 @@ void accumulateInto(HostTensor &into, const HostTensor &add);
 /// stages have (by gradient index, each summed over the micro-batches).
 /// Throws std::runtime_error naming the stage, step and peer on failure.
 /// `heldGradientBytes`, if given, gets the bytes of summed gradients the
-/// rank holds between micro-batches (its accumulators, before the step's
-/// reduction); `peakSavedBytes` the most bytes of saved activations it
-/// held at once, after each step of the schedule: per micro-batch and chunk
-/// in flight (forward run, last backward step not yet), what its forward
-/// kept for its backward and weight-gradient steps and the model inputs
-/// those read (token ids, labels). Counted at each tensor's element type
-/// (bf16 2 bytes, f32 4, i64 8), as a GPU holds them and the cost model
-/// counts them, not as the CPU runtime allocates them (f32, i64).
+/// rank holds between micro-batches (its accumulators of reduced blocks at
+/// the end, and the most bytes of partial sums it held at once);
+/// `peakSavedBytes` the most bytes of saved activations it held at once, after
+/// each step of the schedule: per micro-batch and chunk in flight (forward run,
+/// last backward step not yet), what its forward kept for its backward and
+/// weight-gradient steps and the model inputs those read (token ids, labels).
+/// Counted at each tensor's element type (bf16 2 bytes, f32 4, i64 8), as a GPU
+/// holds them and the cost model counts them, not as the CPU runtime allocates
+/// them (f32, i64).
 std::vector<HostTensor>
 runPipelineRank(RankContext &ctx, const PipelineProgram &program,
                 const std::vector<std::vector<HostTensor>> &microInputs,

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,7 +67,24 @@ struct RankContext {
   /// The rank's backend state, set up before it runs (PipelineProgram::
   /// rankSetup); null on the CPU.
   std::shared_ptr<RankBackend> backend = nullptr;
+  /// In a pipelined step (runPipelineRank): the micro-batch of the step
+  /// running (-1 outside one) and how many pipelined steps the rank has
+  /// begun, which date what heldAllGather keeps.
+  int microBatch = -1;
+  int64_t pipelineSteps = 0;
+  /// What heldAllGather keeps, by gather: the pipelined step and block it
+  /// was gathered in, and the value.
+  struct HeldGather {
+    int64_t step = -1, block = -1;
+    HostTensor value;
+  };
+  std::map<int64_t, HeldGather> held = {};
 };
+
+/// The block of micro-batches whose gathers `held` keeps for a gather held
+/// over blocks of `block` (weft.all_gather ... hold N), or -1 outside a
+/// pipelined step (then nothing is kept).
+int64_t heldBlock(const RankContext &ctx, int64_t block);
 
 /// Rank `rank`'s block of a global tensor laid out as `layout`.
 HostTensor scatterBlock(const HostTensor &global, const Layout &layout,
@@ -83,6 +101,15 @@ HostTensor allReduce(RankContext &ctx, const HostTensor &x, ReduceOp op,
 HostTensor allGather(RankContext &ctx, const HostTensor &x,
                      const std::vector<std::string> &axes, int64_t dim,
                      bool zigzag, Codec codec = Codec::None);
+/// An all-gather of a weight held over blocks of `block` micro-batches
+/// (weft.all_gather ... hold N: ZeroPP's blockwise schedule): the first
+/// call of a pipelined step in a block gathers and keeps the value under
+/// `key` (the gather's), the block's later calls return it without
+/// communicating. Outside a pipelined step it gathers every time.
+HostTensor heldAllGather(RankContext &ctx, int64_t key, int64_t block,
+                         const HostTensor &x,
+                         const std::vector<std::string> &axes, int64_t dim,
+                         bool zigzag, Codec codec = Codec::None);
 /// With `zigzag`, rank r gets the reduced block rt::zigzagSlice gives it.
 HostTensor reduceScatter(RankContext &ctx, const HostTensor &x, ReduceOp op,
                          const std::vector<std::string> &axes, int64_t dim,

@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,19 @@ struct Context {
   /// The host emulation's collectives (not used on a GPU).
   Communicator *hostCommunicator = nullptr;
   const char *op = "";
+  /// In a pipelined step (set from RankContext by onDevice): the running
+  /// step's micro-batch (-1 outside one) and how many pipelined steps the
+  /// rank has begun, which date what heldAllGather keeps.
+  int microBatch = -1;
+  int64_t pipelineSteps = 0;
+  /// What heldAllGather keeps, by gather: a device copy of the gathered
+  /// value, the step and block it was gathered in.
+  struct HeldGather {
+    int64_t step = -1, block = -1;
+    std::shared_ptr<void> data;
+    int64_t bytes = 0;
+  };
+  std::map<int64_t, HeldGather> held = {};
 };
 
 /// Throws "OP: what" (a CUDA, cuBLASLt or NCCL failure); the driver
@@ -193,6 +207,16 @@ cudaEvent_t allGather(Context &ctx, const DeviceTensor &x,
                       const std::vector<std::string> &axes, int64_t dim,
                       bool zigzag, const DeviceTensor &out,
                       Codec codec = Codec::None);
+/// allGather held over blocks of `block` micro-batches (weft.all_gather ...
+/// hold N, ZeroPP): the first call of a pipelined step in a block gathers
+/// into `out` and keeps a device copy under `key`; the block's later calls
+/// copy that into `out` (on the communication stream, no communication).
+/// Outside a pipelined step it gathers.
+cudaEvent_t heldAllGather(Context &ctx, int64_t key, int64_t block,
+                          const DeviceTensor &x,
+                          const std::vector<std::string> &axes, int64_t dim,
+                          bool zigzag, const DeviceTensor &out,
+                          Codec codec = Codec::None);
 cudaEvent_t reduceScatter(Context &ctx, const DeviceTensor &x, ReduceOp op,
                           const std::vector<std::string> &axes, int64_t dim,
                           bool zigzag, const DeviceTensor &out,
