@@ -1004,8 +1004,10 @@ def WeftBuildOptimizer : Pass<"weft-build-optimizer", "::mlir::ModuleOp"> {
     functions (and their reduction functions) return, as Megatron-LM's ranks each update
     their stages' parameters. A parameter that several pipeline ranks train (a tied
     input and output embedding on the first and last stages) has its gradient summed
-    over `pp` by an all-reduce that every pipeline rank's step joins at the same place
-    (those that do not hold it add zeros), so its copies stay identical; the squares of
+    over the pipeline ranks that hold it, Megatron-LM's embedding group, by an
+    all-reduce over those members of `pp` (`members [0, 3]`; over all of `pp` when
+    every rank holds it) that each holder's step joins at the same place (the others
+    take no part), so its copies stay identical; the squares of
     the gradient norm are summed per rank as above, the tied parameter's on its first
     holder only, and then all-reduced over `pp`. ZeRO composes: the stages' reduction
     functions reduce-scatter (ZeRO-1 and 2), and with `stored-over` (ZeRO-3) each pipeline

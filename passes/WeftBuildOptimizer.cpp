@@ -147,9 +147,9 @@ struct WeftBuildOptimizerPass
     }
     // A parameter on several pipeline ranks (a tied embedding on the first
     // and last stages): each holder's gradient is its stages' part, summed
-    // over the pipeline by an all-reduce every pipeline rank joins (zeros
-    // where it holds none), so the copies stay the same, as Megatron-LM's
-    // embedding group keeps them; the norm counts it on its first holder.
+    // over its holders by an all-reduce over those members of pp, so the
+    // copies stay the same, as Megatron-LM's embedding group keeps them; the
+    // norm counts it on its first holder.
     std::map<std::string, Tied> tied;
     for (auto [rank, trained] : llvm::enumerate(perRank))
       for (const Trained &p : trained) {
@@ -445,14 +445,20 @@ struct WeftBuildOptimizerPass
     // are split over; each group's sum is all-reduced over its axes (the
     // ranks that hold the same block are not counted twice).
     auto meshRef = FlatSymbolRefAttr::get(context, meshName);
-    auto sumOver = [&](Value value, ArrayRef<StringRef> axes) -> Value {
+    auto sumOver = [&](Value value, ArrayRef<StringRef> axes,
+                       ArrayRef<int64_t> members = {}) -> Value {
       return AllReduceOp::create(
           b, loc, value.getType(),
           ReductionKindAttr::get(context, ReductionKind::sum), value, meshRef,
-          b.getStrArrayAttr(axes), CollectiveCodecAttr());
+          b.getStrArrayAttr(axes), CollectiveCodecAttr(),
+          members.empty() ? DenseI64ArrayAttr()
+                          : b.getDenseI64ArrayAttr(members));
     };
-    // A tied parameter's gradient summed over the pipeline, in one order on
-    // every pipeline rank (the name's); a rank that holds none adds zeros.
+    // A tied parameter's gradient summed over the pipeline ranks that hold
+    // it, in one order on each (the name's): Megatron-LM's embedding group
+    // of the first and last stages, an all-reduce over those members of pp
+    // (over all of pp where every pipeline rank holds it). The others take
+    // no part.
     llvm::StringMap<Value> tiedSums;
     for (auto &[tiedName, entry] : tied) {
       const Trained *held = nullptr;
@@ -460,18 +466,12 @@ struct WeftBuildOptimizerPass
       for (; k < trained.size() && !held; ++k)
         if (trained[k].name == tiedName)
           held = &trained[k];
-      Value part;
-      if (held) {
-        part = body->getArgument(first + (k - 1) * perParameter + 1);
-      } else {
-        auto type = RankedTensorType::get(
-            localShape(entry.shape, entry.block, *meshInfo), f32);
-        part = ConstantOp::create(
-            b, loc, type, DenseElementsAttr::get(type, b.getF32FloatAttr(0)));
-      }
-      Value whole = sumOver(part, {"pp"});
-      if (held)
-        tiedSums[tiedName] = whole;
+      if (!held)
+        continue;
+      Value part = body->getArgument(first + (k - 1) * perParameter + 1);
+      tiedSums[tiedName] = int64_t(entry.holders.size()) == meshInfo->size("pp")
+                               ? sumOver(part, {"pp"})
+                               : sumOver(part, {"pp"}, entry.holders);
     }
     SmallVector<Value> grads;
     std::map<SmallVector<std::string, 4>, Value> squares;

@@ -489,9 +489,9 @@ struct WeftDeferGradientReduction
         if (!llvm::is_contained(over, axis))
           rest.push_back(axis);
       if (!rest.empty())
-        value = AllReduceOp::create(b, func.getLoc(), value.getType(), kind,
-                                    value, m.reduction.mesh,
-                                    b.getStrArrayAttr(rest), codec);
+        value = AllReduceOp::create(
+            b, func.getLoc(), value.getType(), kind, value, m.reduction.mesh,
+            b.getStrArrayAttr(rest), codec, DenseI64ArrayAttr());
       reduced.push_back(value);
     }
     func::ReturnOp::create(b, func.getLoc(), reduced);

@@ -148,7 +148,8 @@ Value Partitioner::reshard(Location loc, Value value, TensorSharding from,
       value = AllReduceOp::create(
           b, loc, value.getType(),
           ReductionKindAttr::get(b.getContext(), ReductionKind::sum), value,
-          meshRef(), axesAttr(from.partial), CollectiveCodecAttr());
+          meshRef(), axesAttr(from.partial), CollectiveCodecAttr(),
+          DenseI64ArrayAttr());
       from.partial.clear();
     }
   }
@@ -679,6 +680,7 @@ struct WeftOptimizeCollectives
           if (merged.contains(other) || other.getKind() != ops[i].getKind() ||
               other.getAxes() != ops[i].getAxes() ||
               other.getCodecAttr() != ops[i].getCodecAttr() ||
+              other.getMembersAttr() != ops[i].getMembersAttr() ||
               other.getType().getElementType() !=
                   ops[i].getType().getElementType())
             continue;
@@ -704,9 +706,10 @@ struct WeftOptimizeCollectives
         auto flatType = RankedTensorType::get({total}, element);
         Value joined = ConcatOp::create(b, loc, flatType, flat,
                                         b.getI64IntegerAttr(0));
-        Value reduced = AllReduceOp::create(
-            b, loc, flatType, ops[i].getKindAttr(), joined,
-            ops[i].getMeshAttr(), ops[i].getAxes(), ops[i].getCodecAttr());
+        Value reduced =
+            AllReduceOp::create(b, loc, flatType, ops[i].getKindAttr(), joined,
+                                ops[i].getMeshAttr(), ops[i].getAxes(),
+                                ops[i].getCodecAttr(), ops[i].getMembersAttr());
         SmallVector<Type> pieces;
         SmallVector<int64_t> sizes;
         for (AllReduceOp op : bucket) {

@@ -75,6 +75,8 @@ int64_t weft::getCollectiveGroupSize(Operation *op) {
       op, collective.getMeshAttr());
   if (!mesh)
     return 0;
+  if (!collective.getGroupMembers().empty())
+    return int64_t(collective.getGroupMembers().size());
   int64_t size = 1;
   for (StringRef axis : collective.getAxes().getAsValueRange<StringAttr>()) {
     std::optional<int64_t> axisSize = mesh.getAxisSize(axis);

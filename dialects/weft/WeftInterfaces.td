@@ -172,8 +172,20 @@ def Weft_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
     InterfaceMethod<"Returns the mesh axes that span the group, major first.",
       "::mlir::ArrayAttr", "getAxes", (ins)>,
     InterfaceMethod<[{
+        Returns the coordinates along its one axis of the ranks a collective with
+        `members` joins (a sub-group of the axis: Megatron-LM's embedding group
+        of the first and last pipeline stages), or nothing: every rank of the axes.
+      }],
+      "::llvm::ArrayRef<int64_t>", "getGroupMembers", (ins), [{}], [{
+        if (auto members = $_op->template getAttrOfType<::mlir::DenseI64ArrayAttr>(
+                "members"))
+          return members.asArrayRef();
+        return {};
+      }]>,
+    InterfaceMethod<[{
         Returns the number of ranks in the group (the product of the axes' sizes on
-        the mesh), or 0 if the mesh or an axis cannot be found.
+        the mesh, or the number of `members`), or 0 if the mesh or an axis cannot be
+        found.
       }],
       "int64_t", "getGroupSize", (ins), [{}], [{
         return ::weft::getCollectiveGroupSize($_op.getOperation());

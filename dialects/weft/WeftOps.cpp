@@ -1000,7 +1000,25 @@ static LogicalResult verifyDimInRange(Operation *op, StringRef name,
 }
 
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &table) {
-  return verifyGroup(*this, getMeshAttr(), getAxes(), table);
+  if (failed(verifyGroup(*this, getMeshAttr(), getAxes(), table)))
+    return failure();
+  std::optional<ArrayRef<int64_t>> members = getMembers();
+  if (!members)
+    return success();
+  if (getAxes().size() != 1)
+    return emitOpError("with 'members' spans one mesh axis, not ")
+           << getAxes().size();
+  auto mesh = table.lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr());
+  int64_t size =
+      mesh.getAxisSize(cast<StringAttr>(getAxes()[0]).getValue()).value_or(0);
+  if (members->size() < 2)
+    return emitOpError("'members' lists at least two coordinates");
+  for (size_t i = 0; i < members->size(); ++i)
+    if ((*members)[i] < 0 || (*members)[i] >= size ||
+        (i && (*members)[i] <= (*members)[i - 1]))
+      return emitOpError("'members' are coordinates of axis ")
+             << getAxes()[0] << " (size " << size << ") in increasing order";
+  return success();
 }
 
 LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &table) {

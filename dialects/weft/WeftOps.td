@@ -1266,22 +1266,32 @@ def Weft_AllReduceOp : Weft_CollectiveOp<"all_reduce", "AllReduce",
   let description = [{
     Every rank of the group ends with the elementwise `kind` (sum, max, min, avg) of the
     group's inputs.
+
+    With `members`, the group is a sub-group of its one axis: the ranks whose
+    coordinates along it are listed (a tied embedding's gradient summed over the
+    pipeline ranks that hold it, as Megatron-LM's embedding group of the first and last
+    stages). Only those ranks may run it.
   }] # commonDescription # [{
 
     ```mlir
     %y = weft.all_reduce sum %x over @world ["tp"] : tensor<2x128x768xf32>
+    %g = weft.all_reduce sum %e over @world ["pp"] members [0, 3] : tensor<64x32xf32>
     ```
 
     **Constraints**
   }] # commonConstraints # [{
-    - the result has the operand's type.
+    - the result has the operand's type;
+    - with `members`, `axes` is one axis and the members are at least two of its
+      coordinates, in increasing order.
   }];
   let arguments = (ins Weft_ReductionKind:$kind, Weft_NumericTensor:$input,
                        FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       OptionalAttr<Weft_CollectiveCodec>:$codec);
+                       OptionalAttr<Weft_CollectiveCodec>:$codec,
+                       OptionalAttr<DenseI64ArrayAttr>:$members);
   let results = (outs Weft_NumericTensor:$result);
   let assemblyFormat = [{
-    $kind $input `over` $mesh $axes (`codec` $codec^)? attr-dict `:` type($input)
+    $kind $input `over` $mesh $axes (`members` $members^)? (`codec` $codec^)? attr-dict
+    `:` type($input)
   }];
 }
 

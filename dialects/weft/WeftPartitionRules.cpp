@@ -239,7 +239,7 @@ rowStatistics(PartitionState &state, Location loc, Value x, int64_t axis,
       return local;
     return track(AllReduceOp::create(
         b, loc, kept, ReductionKindAttr::get(b.getContext(), kind), local,
-        state.meshRef(), state.axesAttr(axes), exact));
+        state.meshRef(), state.axesAttr(axes), exact, DenseI64ArrayAttr()));
   };
   RowStatistics rows;
   rows.max = overSplit(
@@ -1180,7 +1180,8 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
   picked = WhereOp::create(b, loc, lossType, inShard, picked,
                            state.constant(loc, element, 0));
   Value target = split ? AllReduceOp::create(b, loc, lossType, sum, picked,
-                                             state.meshRef(), group, exact)
+                                             state.meshRef(), group, exact,
+                                             DenseI64ArrayAttr())
                              .getResult()
                        : picked;
   Value loss = SubOp::create(b, loc, lossType,
@@ -1212,16 +1213,17 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
       positionAxes.append(dim.begin(), dim.end());
     if (!positionAxes.empty())
       total = AllReduceOp::create(b, loc, scalar, sum, total, state.meshRef(),
-                                  state.axesAttr(positionAxes), exact);
+                                  state.axesAttr(positionAxes), exact,
+                                  DenseI64ArrayAttr());
     if (op.getReduction() == LossReduction::mean) {
       Value count;
       if (counted) {
         count = ReduceSumOp::create(b, loc, scalar, counted,
                                     b.getDenseI64ArrayAttr(all), UnitAttr());
         if (!positionAxes.empty())
-          count =
-              AllReduceOp::create(b, loc, scalar, sum, count, state.meshRef(),
-                                  state.axesAttr(positionAxes), exact);
+          count = AllReduceOp::create(
+              b, loc, scalar, sum, count, state.meshRef(),
+              state.axesAttr(positionAxes), exact, DenseI64ArrayAttr());
       } else {
         int64_t n = 1;
         for (int64_t d = 0; d + 1 < rank; ++d)

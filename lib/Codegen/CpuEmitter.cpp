@@ -377,9 +377,14 @@ LogicalResult Emitter::emitOp(Operation *op) {
                              "a residual across training steps, which "
                              "compiled (forward) programs do not run; train "
                              "with weft train, or use topk_noef");
-        assign(c.getResult(), "allReduce(ctx, " + arg(0) + ", " +
-                                  reduceOp(c.getKind()) + ", " +
-                                  strings(c.getAxes()) + codecArg(c) + ")");
+        // A sub-group of the axis: its members after the codec.
+        std::string members;
+        if (!c.getGroupMembers().empty())
+          members = std::string(codecArg(c).empty() ? ", Codec::None" : "") +
+                    ", " + ints(c.getGroupMembers());
+        assign(c.getResult(),
+               "allReduce(ctx, " + arg(0) + ", " + reduceOp(c.getKind()) +
+                   ", " + strings(c.getAxes()) + codecArg(c) + members + ")");
         return success();
       })
       .Case([&](AllGatherOp c) {

@@ -640,8 +640,13 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
         return success();
       })
       .Case([&](AllReduceOp c) {
+        // A sub-group of the axis: its members before the result.
+        std::string members;
+        if (!c.getGroupMembers().empty())
+          members = ", " + ints(c.getGroupMembers());
         return collective("allReduce(ctx, " + tensor(c->getOperand(0)) + ", " +
-                          reduceOp(c.getKind()) + ", " + strings(c.getAxes()));
+                          reduceOp(c.getKind()) + ", " + strings(c.getAxes()) +
+                          members);
       })
       .Case([&](AllGatherOp c) {
         // Held over a block of micro-batches: the rank keeps a copy under a
@@ -809,16 +814,21 @@ LogicalResult CudaEmitter::emitFunction(func::FuncOp function, StringRef name,
 
 } // namespace
 
-/// The mesh-axis sets of the communicating collectives of `functions`, in
-/// program order (function by function), as a C++ list: every rank creates
-/// their communicators at start-up, whichever functions it runs.
+/// The groups (mesh-axis sets, and a sub-group's members) of the
+/// communicating collectives of `functions`, in program order (function by
+/// function), as a C++ list of CommunicatorGroup: every rank creates their
+/// communicators at start-up, whichever functions it runs.
 static std::string communicatorsLiteral(ArrayRef<func::FuncOp> functions) {
   SmallVector<std::string> communicators;
   for (func::FuncOp func : functions)
     func->walk([&](CollectiveOpInterface collective) {
-      std::string axes = strings(collective.getAxes());
-      if (collective.communicates() && !llvm::is_contained(communicators, axes))
-        communicators.push_back(axes);
+      std::string group = "CommunicatorGroup{" + strings(collective.getAxes());
+      if (!collective.getGroupMembers().empty())
+        group += ", " + ints(collective.getGroupMembers());
+      group += "}";
+      if (collective.communicates() &&
+          !llvm::is_contained(communicators, group))
+        communicators.push_back(group);
     });
   std::string list = "{";
   for (const std::string &axes : communicators)
@@ -832,7 +842,7 @@ static std::string rankConstants(const CudaEmitStats &stats,
                                  StringRef communicators) {
   return "constexpr int64_t kArenaBytes = " + std::to_string(stats.arenaBytes) +
          ";\n// The communicators every rank creates at start-up.\n"
-         "const std::vector<std::vector<std::string>> kCommunicators = " +
+         "const std::vector<CommunicatorGroup> kCommunicators = " +
          communicators.str() + ";\n\n";
 }
 

@@ -629,7 +629,9 @@ LogicalResult Interpreter::runCollective(Operation *op) {
       result = rt::allSlice(ctx, input, axes, slice.getDim(), slice.getZigzag());
     else if (auto reduce = dyn_cast<AllReduceOp>(op))
       result =
-          rt::allReduce(ctx, operand, reduceOp(reduce.getKind()), axes, codec);
+          rt::allReduce(ctx, operand, reduceOp(reduce.getKind()), axes, codec,
+                        std::vector<int64_t>(reduce.getGroupMembers().begin(),
+                                             reduce.getGroupMembers().end()));
     else if (auto gather = dyn_cast<AllGatherOp>(op);
              gather && gather.getHold() && options.rankContext) {
       // Held over a block: the running rank's micro-batch dates, and its

@@ -1850,10 +1850,10 @@ void CostModel::evaluate(plan::Plan &plan,
   plan.set_grad_reduce_bytes(int64_t(std::llround(reduceBytes)));
   plan.set_param_gather_bytes(int64_t(std::llround(gatherBytes)));
   // A weight the first and last stages share (a tied embedding): after the
-  // gradient reduction, each pipeline rank's optimizer step sums its block
-  // of the gradient (f32; under ZeRO its data-parallel block) over pp, in an
-  // all-reduce that every pipeline rank joins (-weft-build-optimizer; ranks
-  // that hold none add zeros): exposed before the update.
+  // gradient reduction, the optimizer steps of those two pipeline ranks sum
+  // their blocks of the gradient (f32; under ZeRO its data-parallel block)
+  // in an all-reduce over those members of pp (-weft-build-optimizer,
+  // Megatron-LM's embedding group): exposed before the update.
   double tiedSum = 0;
   if (p > 1) {
     const Blocks &b = blocks(plan);
@@ -1862,9 +1862,13 @@ void CostModel::evaluate(plan::Plan &plan,
       shared /= shard;
     const int64_t ppStride = int64_t(plan.tp()) * plan.ulysses() * plan.cp() *
                              plan.dp() * tensor3dSize(plan);
+    // The two are (p - 1) pipeline ranks apart: on one node when that is
+    // less than a node's GPUs.
+    const int64_t apart = ppStride * (p - 1);
     if (shared > 0)
-      tiedSum = collectiveTime(CollectiveKind::AllReduce, shared * kGradBytes,
-                               p, ppStride);
+      tiedSum = collectiveTime(
+          CollectiveKind::AllReduce, shared * kGradBytes, 2,
+          apart < int64_t(clusterSpec.gpus_per_node()) ? 1 : apart);
   }
   double step = pipeline + dpExposed + tiedSum + optimizer;
   // ZeRO-3's collectives run inside the pipeline (per micro-batch and

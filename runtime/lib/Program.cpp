@@ -163,13 +163,35 @@ HostTensor weft::rt::valueOrThrow(absl::StatusOr<HostTensor> value) {
   return std::move(*value);
 }
 
+std::vector<int> weft::rt::groupOf(const Mesh &mesh, int rank,
+                                   const std::vector<std::string> &axes,
+                                   const std::vector<int64_t> &members) {
+  std::vector<int> group = mesh.group(rank, axes);
+  if (members.empty())
+    return group;
+  auto member = [&](int r) {
+    return std::find(members.begin(), members.end(), mesh.indexIn(r, axes)) !=
+           members.end();
+  };
+  if (!member(rank))
+    throw std::runtime_error(
+        absl::StrCat("rank ", rank, " runs a collective of a sub-group of ",
+                     axes.front(), " that it is not a member of"));
+  std::vector<int> kept;
+  for (int r : group)
+    if (member(r))
+      kept.push_back(r);
+  return kept;
+}
+
 HostTensor weft::rt::allReduce(RankContext &ctx, const HostTensor &x,
                                ReduceOp op,
                                const std::vector<std::string> &axes,
-                               Codec codec) {
+                               Codec codec,
+                               const std::vector<int64_t> &members) {
   ProfileScope profile("all_reduce");
   return valueOrThrow(ctx.comm->allReduce(
-      ctx.rank, ctx.mesh.group(ctx.rank, axes), x, op, codec));
+      ctx.rank, groupOf(ctx.mesh, ctx.rank, axes, members), x, op, codec));
 }
 
 HostTensor weft::rt::allGather(RankContext &ctx, const HostTensor &x,

@@ -359,6 +359,10 @@ def collective_bytes(line, sizes):
     n = 1
     for axis in re.findall(r'"(\w+)"', axes):
         n *= sizes[axis]
+    # A sub-group of the axis (a tied weight's holders): its members.
+    members = re.search(r" members \[([^\]]*)\]", attributes)
+    if members:
+        n = len(members.group(1).split(","))
     codec = codec.group(1) if codec else "none"
     if codec.startswith("topk"):
         # A top-k all-reduce gathers every rank's kept elements.

@@ -2474,8 +2474,15 @@ void compressedAllReduce(Context &ctx, const std::vector<int> &group,
 cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
                             const std::vector<std::string> &axes,
                             const DeviceTensor &out, Codec codec) {
+  return allReduce(ctx, x, op, axes, {}, out, codec);
+}
+
+cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
+                            const std::vector<std::string> &axes,
+                            const std::vector<int64_t> &members,
+                            const DeviceTensor &out, Codec codec) {
   startCollective(ctx);
-  std::vector<int> group = ctx.mesh.group(ctx.rank, axes);
+  std::vector<int> group = groupOf(ctx.mesh, ctx.rank, axes, members);
   if (compressed(codec, x))
     compressedAllReduce(ctx, group, x, op, codec, out);
   else

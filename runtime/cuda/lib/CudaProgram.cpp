@@ -116,18 +116,29 @@ struct InFlight {
 /// aborts every communicator and exits the process non-zero.
 class NcclCommunicator : public DeviceCommunicator {
 public:
-  /// Joins the world and splits it once per axis set of `communicators`,
-  /// in their order: every rank splits at the same points, before any
-  /// collective of the program.
+  /// Joins the world and splits it once per group of `communicators`, in
+  /// their order: every rank splits at the same points, before any
+  /// collective of the program (a rank outside a sub-group's members takes
+  /// no part in its communicator).
   NcclCommunicator(int rank, int worldSize, const ncclUniqueId &id,
                    std::chrono::milliseconds timeout, const Context &ctx,
                    const Mesh &mesh,
-                   const std::vector<std::vector<std::string>> &communicators)
+                   const std::vector<CommunicatorGroup> &communicators)
       : rank(rank), timeout(timeout) {
     checkNccl(ctx, ncclCommInitRank(&world, worldSize, id, rank),
               "ncclCommInitRank");
-    for (const std::vector<std::string> &axes : communicators) {
-      std::vector<int> group = mesh.group(rank, axes);
+    for (const CommunicatorGroup &spec : communicators) {
+      const std::vector<int64_t> &members = spec.members;
+      if (!members.empty() &&
+          std::find(members.begin(), members.end(),
+                    mesh.indexIn(rank, spec.axes)) == members.end()) {
+        ncclComm_t none = nullptr;
+        checkNccl(ctx,
+                  ncclCommSplit(world, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr),
+                  "ncclCommSplit");
+        continue;
+      }
+      std::vector<int> group = groupOf(mesh, rank, spec.axes, members);
       if (groups.count(group))
         continue;
       int key =

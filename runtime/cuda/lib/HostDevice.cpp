@@ -252,8 +252,16 @@ void cuda::allSlice(Context &ctx, const DeviceTensor &x,
 cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
                             const std::vector<std::string> &axes,
                             const DeviceTensor &out, Codec codec) {
+  return allReduce(ctx, x, op, axes, {}, out, codec);
+}
+
+cudaEvent_t cuda::allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
+                            const std::vector<std::string> &axes,
+                            const std::vector<int64_t> &members,
+                            const DeviceTensor &out, Codec codec) {
   RankContext host = hostContext(ctx);
-  store(ctx, rt::allReduce(host, download(ctx, x), op, axes, codec), out);
+  store(ctx, rt::allReduce(host, download(ctx, x), op, axes, codec, members),
+        out);
   return nullptr;
 }
 

@@ -1544,6 +1544,42 @@ func.func @all_gather_element_type(%x: tensor<8xf32>) {
 // -----
 
 weft.mesh @world(dp = 2, tp = 4)
+func.func @all_reduce_members_axes(%x: tensor<8xf32>) {
+  // expected-error @+1 {{with 'members' spans one mesh axis, not 2}}
+  %0 = weft.all_reduce sum %x over @world ["dp", "tp"] members [0, 1] : tensor<8xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @all_reduce_members_one(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'members' lists at least two coordinates}}
+  %0 = weft.all_reduce sum %x over @world ["tp"] members [3] : tensor<8xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @all_reduce_members_range(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'members' are coordinates of axis "tp" (size 4) in increasing order}}
+  %0 = weft.all_reduce sum %x over @world ["tp"] members [0, 4] : tensor<8xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
+func.func @all_reduce_members_order(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'members' are coordinates of axis "tp" (size 4) in increasing order}}
+  %0 = weft.all_reduce sum %x over @world ["tp"] members [3, 0] : tensor<8xf32>
+  return
+}
+
+// -----
+
+weft.mesh @world(dp = 2, tp = 4)
 func.func @all_gather_hold_activation(%x: tensor<8xf32>) {
   // expected-error @+1 {{with 'hold' gathers a weight's block (a weft.parameter through weft.all_slice ops); a value computed per micro-batch cannot be held over a block}}
   %0 = weft.all_gather %x over @world ["tp"] dim 0 hold 2 : tensor<8xf32> -> tensor<32xf32>

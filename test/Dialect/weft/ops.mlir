@@ -287,6 +287,14 @@ func.func @compressed_collectives(%x: tensor<2x8x16xf32>, %h: tensor<2x8x16xbf16
   return %4 : tensor<2x8x16xf32>
 }
 
+// A sub-group of an axis: the first and last of four pipeline ranks.
+// CHECK-LABEL: func.func @sub_group
+// CHECK: weft.all_reduce sum %{{.*}} over @world ["tp"] members [0, 3] codec bf16 : tensor<8xf32>
+func.func @sub_group(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = weft.all_reduce sum %x over @world ["tp"] members [0, 3] codec bf16 : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
 // A weight's stored block gathered once per block of 4 micro-batches
 // (ZeroPP), the gradient reduction of a stage's backward once per block.
 // CHECK-LABEL: func.func @held_gather

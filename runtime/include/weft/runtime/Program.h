@@ -95,9 +95,18 @@ HostTensor gatherBlocks(const std::vector<HostTensor> &blocks,
 
 // Collectives by mesh axes; they throw std::runtime_error on failure. A
 // `codec` compresses what the collective sends (Codec.h).
+/// With `members`, over the sub-group of the one axis in `axes` whose
+/// coordinates are listed (weft.all_reduce ... members [...]); this rank
+/// must be one of them.
 HostTensor allReduce(RankContext &ctx, const HostTensor &x, ReduceOp op,
                      const std::vector<std::string> &axes,
-                     Codec codec = Codec::None);
+                     Codec codec = Codec::None,
+                     const std::vector<int64_t> &members = {});
+/// The global ranks of `rank`'s group over `axes`, in group order; with
+/// `members`, those whose coordinates along the one axis are listed.
+std::vector<int> groupOf(const Mesh &mesh, int rank,
+                         const std::vector<std::string> &axes,
+                         const std::vector<int64_t> &members);
 HostTensor allGather(RankContext &ctx, const HostTensor &x,
                      const std::vector<std::string> &axes, int64_t dim,
                      bool zigzag, Codec codec = Codec::None);

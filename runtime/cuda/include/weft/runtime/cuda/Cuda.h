@@ -51,6 +51,14 @@ class DeviceCommunicator;
 
 /// One rank's state: its place on the mesh, its streams, cuBLASLt and its
 /// arena. `op` names the op being issued, for error messages.
+/// A communicator every rank of a program creates at start-up: the group of
+/// its collectives over `axes`, or with `members` the sub-group of its one
+/// axis at those coordinates (weft.all_reduce ... members [...]).
+struct CommunicatorGroup {
+  std::vector<std::string> axes;
+  std::vector<int64_t> members = {};
+};
+
 struct Context {
   int rank = 0;
   Mesh mesh;
@@ -203,6 +211,12 @@ void cumsum(Context &ctx, const DeviceTensor &x, int64_t axis, bool exclusive,
 cudaEvent_t allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
                       const std::vector<std::string> &axes,
                       const DeviceTensor &out, Codec codec = Codec::None);
+/// With `members`, over the sub-group of the one axis in `axes` at those
+/// coordinates (weft.all_reduce ... members [...]).
+cudaEvent_t allReduce(Context &ctx, const DeviceTensor &x, ReduceOp op,
+                      const std::vector<std::string> &axes,
+                      const std::vector<int64_t> &members,
+                      const DeviceTensor &out, Codec codec = Codec::None);
 cudaEvent_t allGather(Context &ctx, const DeviceTensor &x,
                       const std::vector<std::string> &axes, int64_t dim,
                       bool zigzag, const DeviceTensor &out,
@@ -275,7 +289,7 @@ struct CudaProgramSpec {
   /// is created at start-up, before the program runs (a split is a
   /// collective over the world: every rank must reach it, whatever its
   /// program does next).
-  std::vector<std::vector<std::string>> communicators;
+  std::vector<CommunicatorGroup> communicators;
   /// The argument types it was compiled for (checked against the inputs).
   std::vector<TensorType> inputTypes;
 };
@@ -317,7 +331,7 @@ TrainingStepFunction onDevice(DeviceTrainingStepFunction function);
 /// programMain.
 struct DeviceRankSpec {
   int64_t arenaBytes = 0;
-  std::vector<std::vector<std::string>> communicators;
+  std::vector<CommunicatorGroup> communicators;
 };
 
 /// Each rank's device state as PipelineProgram::rankSetup and
