@@ -1223,6 +1223,9 @@ def WeftOptimizeCollectives : Pass<"weft-optimize-collectives", "::mlir::func::F
   let summary = "Removes collectives over size-1 groups, reduces a sum of partial sums once, sums before all-reducing, folds reduce-then-slice into reduce_scatter, buckets independent all-reduces.";
   let description = [{
     - a collective whose axes all have size 1 is its input;
+    - an all-gather read only by casts to one narrower float type (a ZeRO-3 weight
+      stored in f32 blocks, read in bf16) gathers the cast block: the same values in
+      half the bytes, as FSDP's mixed precision gathers 16-bit parameters;
     - a sum of sum all-reduces (or of sum reduce-scatters) of one group, dimension and
       codec (an op that is `isAdditive`, two operands or more, each reduced only for it,
       from inputs of one type) is computed on the partial values and reduced once: the

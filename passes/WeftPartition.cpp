@@ -483,6 +483,49 @@ struct WeftOptimizeCollectives
     return false;
   }
 
+  /// An all-gather read only by casts to one narrower float type (a weight
+  /// stored in f32 blocks, ZeRO-3, read in bf16 under mixed precision) gathers
+  /// the cast block instead: the same values, half the bytes, as FSDP's
+  /// mixed precision gathers its 16-bit parameters.
+  static void castBeforeGathering(func::FuncOp func) {
+    SmallVector<AllGatherOp> gathers;
+    func.walk([&](AllGatherOp gather) { gathers.push_back(gather); });
+    for (AllGatherOp gather : gathers) {
+      auto from = dyn_cast<FloatType>(gather.getType().getElementType());
+      FloatType to;
+      bool narrowing = from && !gather->use_empty();
+      for (Operation *user : gather->getUsers()) {
+        auto cast = dyn_cast<CastOp>(user);
+        auto element = cast ? dyn_cast<FloatType>(
+                                  cast.getResult().getType().getElementType())
+                            : FloatType();
+        if (!element || element.getWidth() >= from.getWidth() ||
+            (to && element != to)) {
+          narrowing = false;
+          break;
+        }
+        to = element;
+      }
+      if (!narrowing)
+        continue;
+      OpBuilder b(gather);
+      auto blockType =
+          RankedTensorType::get(gather.getInput().getType().getShape(), to);
+      Value block =
+          CastOp::create(b, gather.getLoc(), blockType, gather.getInput());
+      auto narrow = AllGatherOp::create(
+          b, gather.getLoc(),
+          RankedTensorType::get(gather.getType().getShape(), to), block,
+          gather.getMeshAttr(), gather.getAxes(), gather.getDimAttr(),
+          gather.getZigzagAttr(), gather.getCodecAttr(), gather.getHoldAttr());
+      for (Operation *user : llvm::make_early_inc_range(gather->getUsers())) {
+        user->getResult(0).replaceAllUsesWith(narrow.getResult());
+        user->erase();
+      }
+      gather.erase();
+    }
+  }
+
   /// A sum of reduced partial sums is the reduction of the sum of the
   /// partials: an op that sums its operands (`isAdditive`, two operands or
   /// more) whose operands are all sum all-reduces, or all sum
@@ -750,6 +793,7 @@ struct WeftOptimizeCollectives
         op->erase();
       }
     }
+    castBeforeGathering(func);
     reassociateReductions(func);
     sumBeforeReducing(func);
     sumBeforeAllReduce(func);

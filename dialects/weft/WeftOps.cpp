@@ -1030,10 +1030,14 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &table) {
                           getInput().getType().getDimSize(getDim()) * *group);
 }
 
+static bool isFloatConversion(Operation *op);
+
 bool weft::isWeightBlock(Value value) {
-  while (auto slice = value.getDefiningOp<AllSliceOp>())
-    value = slice.getInput();
-  return bool(getWeightParameter(value));
+  for (Operation *def = value.getDefiningOp();
+       isa_and_nonnull<AllSliceOp>(def) || isFloatConversion(def);
+       def = value.getDefiningOp())
+    value = def->getOperand(0);
+  return bool(value.getDefiningOp<ParameterOp>());
 }
 
 LogicalResult AllGatherOp::verify() {

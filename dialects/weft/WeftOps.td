@@ -1321,8 +1321,8 @@ def Weft_AllGatherOp : Weft_CollectiveOp<"all_gather", "AllGather",
     - the result equals the operand's shape except `result[dim] == operand[dim] *
       group size`, with the same element type;
     - with `hold`, `N` is positive and the operand is a weight's block: a
-      `weft.parameter`, through `weft.all_slice` ops only (a value computed per
-      micro-batch cannot be held).
+      `weft.parameter`, through `weft.all_slice` ops and float casts only (a value
+      computed per micro-batch cannot be held).
   }];
   let arguments = (ins Weft_Tensor:$input, FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$dim, UnitAttr:$zigzag,

@@ -238,3 +238,40 @@ func.func @sum_by_rule(%g: tensor<2x8x32xf32>, %h: tensor<2x8x32xbf16>) -> (tens
   %6 = weft.reshape %5 : tensor<2x8x32xf32> -> tensor<16x32xf32>
   return %1, %2, %4, %6 : tensor<1x1x32xf32>, tensor<2x4x32xf32>, tensor<2x8x32xf32>, tensor<16x32xf32>
 }
+
+// -----
+
+// A ZeRO-3 weight stored in f32 blocks and read in bf16: its block is cast,
+// then gathered (half the bytes, FSDP's mixed-precision gather), keeping
+// the gather's `hold`. A gather that something reads in f32 too, or whose
+// casts disagree, stays as it is.
+weft.mesh @mesh(dp = 2)
+// CHECK-LABEL: func.func @cast_before_gather
+// CHECK: %[[W:.*]] = weft.parameter "w"
+// CHECK: %[[B:.*]] = weft.all_slice %[[W]]
+// CHECK: %[[C:.*]] = weft.cast %[[B]] : tensor<2x4xf32> -> tensor<2x4xbf16>
+// CHECK: %[[G:.*]] = weft.all_gather %[[C]] over @mesh ["dp"] dim 0 hold 2 : tensor<2x4xbf16> -> tensor<4x4xbf16>
+// CHECK: weft.add %[[G]], %[[G]]
+// CHECK: %[[V:.*]] = weft.all_gather %{{.*}} over @mesh ["dp"] dim 0 : tensor<2x4xf32> -> tensor<4x4xf32>
+// CHECK: weft.cast %[[V]] : tensor<4x4xf32> -> tensor<4x4xbf16>
+// CHECK: %[[U:.*]] = weft.all_gather %{{.*}} over @mesh ["dp"] dim 0 : tensor<2x4xf32> -> tensor<4x4xf32>
+// CHECK: weft.cast %[[U]] : tensor<4x4xf32> -> tensor<4x4xbf16>
+// CHECK: weft.cast %[[U]] : tensor<4x4xf32> -> tensor<4x4xf16>
+func.func @cast_before_gather() -> (tensor<4x4xbf16>, tensor<4x4xbf16>, tensor<4x4xf32>, tensor<4x4xbf16>, tensor<4x4xf16>) {
+  %w = weft.parameter "w" {weft.stored_over = ["dp"]} : tensor<4x4xf32>
+  %b = weft.all_slice %w over @mesh ["dp"] dim 0 : tensor<4x4xf32> -> tensor<2x4xf32>
+  %g = weft.all_gather %b over @mesh ["dp"] dim 0 hold 2 : tensor<2x4xf32> -> tensor<4x4xf32>
+  %c1 = weft.cast %g : tensor<4x4xf32> -> tensor<4x4xbf16>
+  %c2 = weft.cast %g : tensor<4x4xf32> -> tensor<4x4xbf16>
+  %s = weft.add %c1, %c2 : tensor<4x4xbf16>
+  %v = weft.parameter "v" {weft.stored_over = ["dp"]} : tensor<4x4xf32>
+  %vb = weft.all_slice %v over @mesh ["dp"] dim 0 : tensor<4x4xf32> -> tensor<2x4xf32>
+  %vg = weft.all_gather %vb over @mesh ["dp"] dim 0 : tensor<2x4xf32> -> tensor<4x4xf32>
+  %vc = weft.cast %vg : tensor<4x4xf32> -> tensor<4x4xbf16>
+  %u = weft.parameter "u" {weft.stored_over = ["dp"]} : tensor<4x4xf32>
+  %ub = weft.all_slice %u over @mesh ["dp"] dim 0 : tensor<4x4xf32> -> tensor<2x4xf32>
+  %ug = weft.all_gather %ub over @mesh ["dp"] dim 0 : tensor<2x4xf32> -> tensor<4x4xf32>
+  %uc = weft.cast %ug : tensor<4x4xf32> -> tensor<4x4xbf16>
+  %uh = weft.cast %ug : tensor<4x4xf32> -> tensor<4x4xf16>
+  return %s, %vc, %vg, %uc, %uh : tensor<4x4xbf16>, tensor<4x4xbf16>, tensor<4x4xf32>, tensor<4x4xbf16>, tensor<4x4xf16>
+}

@@ -50,9 +50,9 @@ llvm::SmallVector<int64_t> getGlobalShape(ShardingAttr sharding, MeshOp mesh,
 /// a weight, whichever copy of it an op reads.
 ParameterOp getWeightParameter(mlir::Value value);
 
-/// Whether `value` is a block of a weight: a weight (getWeightParameter)
-/// through weft.all_slice ops only, the same on every micro-batch (what a
-/// `weft.all_gather ... hold N` may gather).
+/// Whether `value` is a block of a weight: a weft.parameter through
+/// weft.all_slice ops and float casts only, the same on every micro-batch
+/// (what a `weft.all_gather ... hold N` may gather).
 bool isWeightBlock(mlir::Value value);
 
 /// The values that hold `param`'s weight: its result and every float cast
