@@ -309,11 +309,9 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
       case PipelineRef::Gradient:
         if (std::find(fn.partial.begin(), fn.partial.end(), int(r)) !=
             fn.partial.end()) {
-          if (!fn.everyMicroBatch) {
+          if (!fn.everyMicroBatch)
             sumInto(partials,
                     std::make_tuple(stageOf(step), weightStep, int(r)), out[r]);
-            peakPartials = std::max(peakPartials, partialBytes());
-          }
         } else
           sumInto(gradients, ref.index, out[r]);
         break;
@@ -321,6 +319,9 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
         throw std::runtime_error(where(step) + "a malformed result");
       }
     }
+    // (Once per step: the sums only grow until the step's reduction.)
+    if (!fn.everyMicroBatch && !fn.partial.empty())
+      peakPartials = std::max(peakPartials, partialBytes());
   };
   // The bytes of the model inputs virtual stage k's backward and
   // weight-gradient steps read, per micro-batch (the blocks of its first);
