@@ -196,6 +196,18 @@ LogicalResult WeftDialect::verifyOperationAttribute(Operation *op,
                 "others";
     return success();
   }
+  if (attr.getName() == getFixedBuffersAttrName()) {
+    auto names = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !names || names.empty() ||
+        !llvm::all_of(names, [](Attribute name) {
+          auto text = dyn_cast<StringAttr>(name);
+          return text && !text.getValue().empty();
+        }))
+      return op->emitError() << "'" << getFixedBuffersAttrName()
+                             << "' is a non-empty list of initializer names "
+                                "on a module";
+    return success();
+  }
   if (attr.getName() == getOptimizerAttrName()) {
     auto rule = dyn_cast<StringAttr>(attr.getValue());
     if (!rule || !isa<FunctionOpInterface>(op) ||

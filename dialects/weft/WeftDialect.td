@@ -212,6 +212,13 @@ def Weft_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getLossScaleAttrName() {
       return ::llvm::StringLiteral("weft.loss_scale");
     }
+    /// From the ONNX importer. On a module: the initializers it made
+    /// constants because their values are fixed position buffers (sinusoid
+    /// tables, rotary frequencies), which torch never trains though the file
+    /// stores them as it stores weights; a non-empty array of names.
+    static constexpr ::llvm::StringLiteral getFixedBuffersAttrName() {
+      return ::llvm::StringLiteral("weft.fixed_buffers");
+    }
     /// From -weft-assign-feeds. On a module: how a training run fills each
     /// input of the model's function, in order ("tokens" first, then
     /// "ones", "zeros", "positions" or "labels" (the next tokens) for each

@@ -116,6 +116,9 @@ private:
   void setConstant(const std::string &name, DenseElementsAttr value) {
     constants[name] = value;
   }
+  /// Initializers made constants as fixed position buffers (the module's
+  /// `weft.fixed_buffers`).
+  SmallVector<std::string> fixedBuffers;
   FailureOr<DenseElementsAttr> tensorToAttr(const onnx::TensorProto &tensor,
                                             llvm::StringRef what);
   FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
@@ -3511,6 +3514,16 @@ public:
            std::fread(out, 1, width, stream) == width;
   }
   bool external() const { return !inlineData; }
+  /// All `count` elements' bytes.
+  bool readAll(std::vector<char> &out) {
+    out.resize(size_t(count) * width);
+    if (inlineData) {
+      std::memcpy(out.data(), inlineData, out.size());
+      return true;
+    }
+    return std::fseek(stream, long(offset), SEEK_SET) == 0 &&
+           std::fread(out.data(), 1, out.size(), stream) == out.size();
+  }
 
   bool ok = false;
   size_t width = 0;
@@ -3535,6 +3548,149 @@ private:
   int64_t offset = 0;
 };
 } // namespace
+
+/// The value of one element of a floating-point initializer, from its bytes.
+static double decodeFloat(const char *bytes, int32_t type) {
+  switch (type) {
+  case onnx::TensorProto::FLOAT: {
+    float f;
+    std::memcpy(&f, bytes, 4);
+    return f;
+  }
+  case onnx::TensorProto::DOUBLE: {
+    double d;
+    std::memcpy(&d, bytes, 8);
+    return d;
+  }
+  case onnx::TensorProto::BFLOAT16: {
+    uint16_t h;
+    std::memcpy(&h, bytes, 2);
+    uint32_t bits = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  default: { // FLOAT16
+    uint16_t h;
+    std::memcpy(&h, bytes, 2);
+    int exponent = (h >> 10) & 31, mantissa = h & 1023;
+    double magnitude = exponent == 31 ? INFINITY
+                       : exponent == 0
+                           ? std::ldexp(double(mantissa), -24)
+                           : std::ldexp(double(mantissa + 1024), exponent - 25);
+    return (h & 0x8000) ? -magnitude : magnitude;
+  }
+  }
+}
+
+/// What a fixed position buffer is, for the importer's remark.
+enum class FixedBuffer { SinusoidTable, Frequencies };
+
+/// Initializers that are fixed position buffers, which torch never trains,
+/// told by their values: torch.onnx.export stores a module's persistent
+/// buffers (and the dynamo exporter every buffer) as initializers, like its
+/// weights, so nothing else in the file says they are not trained.
+///  - A sinusoid table: after dropping dimensions of 1, [positions, features]
+///    whose every column is cos(p t) or sin(p t) of the position p for some
+///    frequency t (LLaMA's and GPT-NeoX's cos/sin caches, GPT-J's
+///    `embed_positions`, the Transformer's and Whisper's encoder sinusoidal
+///    position encodings): row 0 is 1 (cos) or 0 (sin), and each column
+///    follows Chebyshev's recurrence x[p+1] + x[p-1] = 2 cos(t) x[p] over its
+///    first 66 rows, within the element type's rounding, with some column
+///    moving by 0.5 or more (a zero or constant table is a weight).
+///  - Rotary frequencies (`inv_freq`): a vector starting at 1, strictly
+///    monotonic and positive, every use of which ends in Sin or Cos (of the
+///    positions times it), scaled ones (Llama 3.1's) included.
+static llvm::StringMap<FixedBuffer>
+fixedPositionBuffers(const onnx::GraphProto &graph, llvm::StringRef model) {
+  llvm::StringMap<FixedBuffer> found;
+  llvm::StringMap<SmallVector<const onnx::NodeProto *>> consumers;
+  for (const onnx::NodeProto &node : graph.node())
+    for (const std::string &input : node.input())
+      consumers[input].push_back(&node);
+  llvm::StringSet<> outputs;
+  for (const onnx::ValueInfoProto &output : graph.output())
+    outputs.insert(output.name());
+  // Whether every path from `name` ends in Sin or Cos.
+  std::function<bool(const std::string &, int)> onlyTrigonometric =
+      [&](const std::string &name, int depth) {
+        auto it = consumers.find(name);
+        if (depth > 16 || outputs.contains(name) || it == consumers.end())
+          return false;
+        for (const onnx::NodeProto *node : it->second) {
+          if (node->op_type() == "Sin" || node->op_type() == "Cos")
+            continue;
+          if (node->output_size() == 0)
+            return false;
+          for (const std::string &out : node->output())
+            if (out.empty() || !onlyTrigonometric(out, depth + 1))
+              return false;
+        }
+        return true;
+      };
+  for (const onnx::TensorProto &tensor : graph.initializer()) {
+    SmallVector<int64_t, 2> dims;
+    for (int64_t d : tensor.dims())
+      if (d != 1)
+        dims.push_back(d);
+    if (dims.empty() || dims.size() > 2 || dims[0] < 2 ||
+        (dims.size() == 2 && (dims[0] < 4 || dims[1] > (1 << 16))))
+      continue;
+    InitializerElements elements(tensor, model);
+    if (!elements.ok)
+      continue;
+    // The rounding of the element type, and of a table's angles p t in f32.
+    double tol =
+        elements.width == 2
+            ? (tensor.data_type() == onnx::TensorProto::BFLOAT16 ? 3e-2 : 4e-3)
+            : 5e-5;
+    auto at = [&](int64_t index, double &out) {
+      char bytes[8];
+      if (!elements.read(index, bytes))
+        return false;
+      out = decodeFloat(bytes, tensor.data_type());
+      return std::isfinite(out);
+    };
+    if (dims.size() == 1) {
+      if (dims[0] > 65536 || !onlyTrigonometric(tensor.name(), 0))
+        continue;
+      double first = 0, previous = 0, value = 0;
+      bool ok = at(0, first) && std::abs(first - 1) <= tol && at(1, previous);
+      int sign = ok && previous < first ? -1 : 1;
+      ok = ok && previous > 0 && previous != first;
+      for (int64_t i = 2; ok && i < dims[0]; ++i) {
+        ok = at(i, value) && value > 0 && (value - previous) * sign > 0;
+        previous = value;
+      }
+      if (ok)
+        found[tensor.name()] = FixedBuffer::Frequencies;
+      continue;
+    }
+    int64_t rows = std::min<int64_t>(dims[0], 66), columns = dims[1];
+    std::vector<double> v(rows * columns);
+    bool ok = true, moves = false;
+    for (int64_t i = 0; ok && i < rows * columns; ++i)
+      ok = at(i, v[i]) && std::abs(v[i]) <= 1 + tol;
+    for (int64_t j = 0; ok && j < columns; ++j) {
+      auto x = [&](int64_t p) { return v[p * columns + j]; };
+      double k = 0;
+      if (std::abs(x(0) - 1) <= tol)
+        k = x(1); // cos(p t): x[1] = cos t
+      else if (std::abs(x(0)) <= tol)
+        k = std::abs(x(1)) > tol ? x(2) / (2 * x(1)) : 1; // sin(p t)
+      else
+        ok = false;
+      ok = ok && std::abs(k) <= 1 + tol;
+      for (int64_t p = 1; ok && p + 1 < rows; ++p) {
+        ok = std::abs(x(p + 1) + x(p - 1) - 2 * k * x(p)) <= 4 * tol;
+        moves |= std::abs(x(p) - x(0)) >= 0.5;
+      }
+    }
+    if (ok && moves)
+      found[tensor.name()] = FixedBuffer::SinusoidTable;
+  }
+  return found;
+}
 
 /// Initializers that are another's transpose, element for element: the copy
 /// that torch.onnx.export's constant folding makes of a tied weight's
@@ -3622,9 +3778,27 @@ transposedCopies(const onnx::GraphProto &graph, llvm::StringRef model) {
 LogicalResult GraphImporter::importInitializers() {
   llvm::StringSet<> masks = constantBuffers(graph);
   llvm::StringMap<std::string> copies = transposedCopies(graph, path);
+  llvm::StringMap<FixedBuffer> fixed = fixedPositionBuffers(graph, path);
   for (const onnx::TensorProto &tensor : graph.initializer()) {
     if (copies.count(tensor.name()))
       continue;
+    // A fixed position buffer is a constant (read whole, from external data
+    // too: a table of up to 2^22 elements).
+    if (fixed.count(tensor.name())) {
+      InitializerElements elements(tensor, path);
+      std::vector<char> bytes;
+      Type element = convertElementType(tensor.data_type(), context);
+      if (element && elements.ok && elements.count <= (int64_t(1) << 22) &&
+          elements.readAll(bytes)) {
+        SmallVector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
+        setConstant(tensor.name(),
+                    DenseElementsAttr::getFromRawBuffer(
+                        RankedTensorType::get(shape, element),
+                        ArrayRef<char>(bytes.data(), bytes.size())));
+        fixedBuffers.push_back(tensor.name());
+        continue;
+      }
+    }
     Type element = convertElementType(tensor.data_type(), context);
     if (!element)
       return emitError(FileLineColLoc::get(context, path, 0, 0))
@@ -4075,6 +4249,10 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   builder.setInsertionPointToEnd(entry);
   if (failed(importInitializers()))
     return nullptr;
+  if (!fixedBuffers.empty())
+    (*module)->setAttr(WeftDialect::getFixedBuffersAttrName(),
+                       builder.getStrArrayAttr(SmallVector<StringRef>(
+                           fixedBuffers.begin(), fixedBuffers.end())));
   // The graph grows as If nodes are replaced by their branches' nodes.
   for (int index = 0; index < graph.node_size(); ++index) {
     const onnx::NodeProto &node = graph.node(index);

@@ -205,16 +205,19 @@ class LlamaRope(Llama):
     """Llama with Hugging Face's rotary embedding since transformers 4.38
     (LlamaRotaryEmbedding.forward): cos and sin computed in the forward pass
     from the positions and `inv_freq`, so the export has Cos and Sin nodes.
-    Hugging Face's `inv_freq` is a non-persistent buffer, which ONNX stores as
-    an initializer like any weight (`weft train --freeze inv_freq` keeps it);
-    here it is a parameter, so that training also checks the gradients of
-    cos and sin against torch's."""
+    Hugging Face's `inv_freq` is a buffer, which torch never trains (the
+    import makes one that the file stores as an initializer a constant: a
+    fixed position buffer); here the frequencies are a parameter, learned,
+    so that training also checks the gradients of cos and sin against
+    torch's. They start 5 % off the fixed ones (1.05 at the first, 0.95 at
+    the last), as learned frequencies would; the fixed ones (1 at the
+    first) would be taken for the buffer."""
 
     def __init__(self):
         super().__init__()
         del self.cos_cached, self.sin_cached
         inv_freq = 1.0 / (10000 ** (torch.arange(0, HEAD_DIM, 2).float() / HEAD_DIM))
-        self.inv_freq = nn.Parameter(inv_freq)
+        self.inv_freq = nn.Parameter(inv_freq * torch.linspace(1.05, 0.95, len(inv_freq)))
 
     def forward(self, input_ids):
         b, s = input_ids.shape

@@ -125,6 +125,14 @@ DEFAULTS = dict(
     rotary_local_base=0.0,  # > 0: the local layers' rotary tables of this base,
                          # the global ones' of 10000 (Gemma 3: 10,000 local,
                          # 1,000,000 global)
+    positions="learned", # learned (an nn.Embedding of positions) | sinusoidal (the
+                         # Transformer's fixed encoding, PyTorch's tutorial
+                         # PositionalEncoding: a persistent [max_len, 1, hidden]
+                         # buffer `pe`, sin and cos interleaved, seq-first)
+    inv_freq_persistent=False,  # rotary_tables="forward": inv_freq a persistent
+                         # buffer (GPT-NeoX's and Llama's before transformers
+                         # 4.31), which torch.onnx.export stores as an
+                         # initializer; otherwise non-persistent, a Constant
 )
 
 FORMS = {
@@ -197,6 +205,11 @@ FORMS = {
                                  mask="add_min", norm="rms_f32", mlp="swiglu"),
     "rotary_position_ids_input": dict(rotary="half", rotary_tables="positions",
                                       mask="add_inf", norm="rms", mlp="swiglu"),
+    "rotary_inv_freq_buffer": dict(rotary="half", rotary_tables="forward",
+                                   inv_freq_persistent=True, mask="add_inf", norm="rms",
+                                   mlp="swiglu"),
+    # The Transformer's sinusoidal position encoding, a buffer (never trained).
+    "sinusoidal_positions": dict(positions="sinusoidal", mask="add_inf"),
     "llama_gqa_rotary": dict(rotary="half", kv_heads=KV_HEADS, mask="add_inf",
                              norm="rms_f32", mlp="swiglu_fused", softmax="f32"),
     # nn.MultiheadAttention.
@@ -752,7 +765,15 @@ class Model(nn.Module):
         super().__init__()
         self.f = f
         self.embed = nn.Embedding(VOCAB, HIDDEN)
-        self.pos = nn.Embedding(MAX_SEQ, HIDDEN)
+        if f["positions"] == "sinusoidal":
+            position = torch.arange(MAX_SEQ).unsqueeze(1)
+            div_term = torch.exp(torch.arange(0, HIDDEN, 2) * (-math.log(10000.0) / HIDDEN))
+            pe = torch.zeros(MAX_SEQ, 1, HIDDEN)
+            pe[:, 0, 0::2] = torch.sin(position * div_term)
+            pe[:, 0, 1::2] = torch.cos(position * div_term)
+            self.register_buffer("pe", pe)
+        else:
+            self.pos = nn.Embedding(MAX_SEQ, HIDDEN)
         self.blocks = nn.ModuleList(Block(f) for _ in range(LAYERS))
         if f["window_layers"] == "even":
             for i, block in enumerate(self.blocks):
@@ -781,7 +802,7 @@ class Model(nn.Module):
         inv_freq, cos, sin = tables(10000)
         self.register_buffer("cos_cached", cos)
         self.register_buffer("sin_cached", sin)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", inv_freq, persistent=f["inv_freq_persistent"])
         if f["rotary_local_base"]:
             _, cos, sin = tables(f["rotary_local_base"])
             self.register_buffer("cos_local", cos)
@@ -813,7 +834,10 @@ class Model(nn.Module):
         x = self.embed(input_ids)
         if self.f["embed_scale"]:
             x = x * torch.tensor(HIDDEN ** 0.5, dtype=x.dtype)
-        x = x + self.pos(positions)
+        if self.f["positions"] == "sinusoidal":
+            x = (x.transpose(0, 1) + self.pe[:s]).transpose(0, 1)
+        else:
+            x = x + self.pos(positions)
         for block in self.blocks:
             if self.f["rotary_local_base"] and block.attn.local:
                 x = block(x, self.cos_local[:s], self.sin_local[:s], attention_mask)

@@ -41,8 +41,10 @@ CLASSES = 32  # BERT's head is its hidden size: labels below 32 fit every model
 MODELS = {
     "gpt2": (em.GPT2, ["input_ids"], []),
     "bert": (em.Bert, ["input_ids", "attention_mask"], []),
-    # The rotary tables are buffers that ONNX stores as initializers.
-    "llama": (em.Llama, ["input_ids"], ["--freeze", "_cached$"]),
+    # The rotary tables are buffers that ONNX stores as initializers: the
+    # import makes them constants (fixed position buffers), as torch never
+    # trains them; no --freeze.
+    "llama": (em.Llama, ["input_ids"], []),
     # Rotary tables computed in the forward pass (Cos and Sin of positions
     # times inv_freq, Hugging Face's since transformers 4.38), inv_freq trained.
     "llama_rope": (em.LlamaRope, ["input_ids"], []),

@@ -72,7 +72,7 @@ LR, STEPS = 0.05, 5
 MODELS = {
     "gpt2": (em.GPT2, ["input_ids"], []),
     "bert": (em.Bert, ["input_ids", "attention_mask"], []),
-    "llama": (em.Llama, ["input_ids"], ["--freeze", "_cached$"]),
+    "llama": (em.Llama, ["input_ids"], []),
 }
 SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1),
              ("zeropp", 1)]

@@ -30,8 +30,9 @@ and two micro-batches per step, this test checks per plan:
   stored in blocks; the search's rank program does not (the cost model adds
   them as shard_comm_bytes, checked by training/zero.py).
 
-LLaMA's runs freeze the exported rotary tables (--freeze _cached$); `weft
-plan --freeze` freezes them in the step the cost model counts, so every total
+LLaMA's exported rotary tables are constants (the import recognises fixed
+position buffers; until 2026-12-07 the runs passed --freeze _cached$ to weft
+train and weft plan), in the step the cost model counts too, so every total
 must be equal: the tables get no gradient (no all-reduce of it in a backward
 layer) and no update (no ZeRO-3 gather).
 
@@ -177,10 +178,10 @@ def check_state(tag, stderr, plan, extra, zero, spec, dumped, dp):
       weights (whole below ZeRO-3; under ZeRO-3 the cost model adds the
       gathered layers, so they are printed).
 
-    LLaMA's runs freeze the rotary tables (--freeze _cached$), as `weft plan
-    --freeze` does: the cost model's memory gives them no gradients and no
-    optimizer state, and says how many of its weights are frozen
-    (frozen_weights_gib), which the optimizer's f32 weights leave out."""
+    LLaMA's rotary tables are constants since the import (fixed position
+    buffers), in weft train and weft plan alike: they have no gradients and
+    no optimizer state. Frozen weights (--freeze; frozen_weights_gib in the
+    cost model's memory) are left out of the optimizer's f32 weights."""
     found = HELD.search(stderr)
     if not found:
         raise RuntimeError("%s: weft train printed no gradients and optimizer state" % tag)

@@ -227,8 +227,9 @@ static cl::opt<bool>
 static cl::opt<std::string>
     freeze("freeze",
            cl::desc("Parameters whose names match this regex are not trained "
-                    "(buffers that ONNX stores as initializers: rotary "
-                    "tables)"),
+                    "(buffers that ONNX stores as initializers and the import "
+                    "does not recognise; fixed position buffers, such as "
+                    "rotary tables, are constants already)"),
            cl::sub(trainCommand), cl::sub(compileSubCommand()));
 static cl::list<std::string>
     feed("feed",
@@ -1235,6 +1236,16 @@ int runTrain(MLIRContext &context) {
   OwningOpRef<ModuleOp> module = loadModel(context);
   if (!module)
     return 1;
+  // Buffers the file stores as weights, which torch does not train.
+  if (auto fixed = (*module)->getAttrOfType<ArrayAttr>(
+          weft::WeftDialect::getFixedBuffersAttrName())) {
+    llvm::errs() << "weft train: not trained: " << fixed.size()
+                 << " fixed position buffer(s) (sinusoid tables, rotary "
+                    "frequencies), constants since the import:";
+    for (Attribute name : fixed)
+      llvm::errs() << ' ' << cast<StringAttr>(name).getValue();
+    llvm::errs() << '\n';
+  }
   // What the labels are.
   llvm::Expected<weft::rt::Objective> objective =
       objectiveOf(context, *module, "weft train");

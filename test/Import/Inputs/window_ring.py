@@ -13,9 +13,12 @@ OUT_DIR/torch_losses.txt.
 --window N (first, after OUT_DIR) sets the window (4 by default: an eighth of
 the sequence, which -weft-apply-plan splits in contiguous chunks; 5 is longer,
 and the ring keeps the load-balanced chunks). --rotary-buffers (after it)
-caches the rotary tables at init as buffers of twice the sequence, sliced in
-the forward pass, as transformers did before 4.38: the export makes them
-initializers, which weft trains unless --freeze names them."""
+caches the rotary tables at init as buffers of the sequence, sliced in the
+forward pass, as transformers did before 4.38: the export makes them
+initializers, which the import makes constants (fixed position buffers).
+--learned-positions (after those) adds a learned table of positions to the
+token embedding (GPT-2's, sliced to the sequence): a weight that cp cuts into
+contiguous chunks."""
 import os
 import sys
 import warnings
@@ -85,6 +88,8 @@ class Model(nn.Module):
             self.register_buffer("cos_cached", cos)
             self.register_buffer("sin_cached", sin)
         self.embed = nn.Embedding(VOCAB, HIDDEN)
+        if LEARNED_POSITIONS:
+            self.positions = nn.Parameter(0.02 * torch.randn(SEQ, HIDDEN))
         self.blocks = nn.ModuleList([Block() for _ in range(LAYERS)])
         self.norm = RMSNorm()
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
@@ -96,6 +101,8 @@ class Model(nn.Module):
         else:
             cos, sin = rotary_tables(t)
         x = self.embed(input_ids)
+        if LEARNED_POSITIONS:
+            x = x + self.positions[:t]
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.head(self.norm(x))
@@ -112,6 +119,9 @@ if len(args) >= 3 and args[1] == "--window":
     del args[1:3]
 ROTARY_BUFFERS = len(args) >= 2 and args[1] == "--rotary-buffers"
 if ROTARY_BUFFERS:
+    del args[1]
+LEARNED_POSITIONS = len(args) >= 2 and args[1] == "--learned-positions"
+if LEARNED_POSITIONS:
     del args[1]
 sys.argv[1:] = args
 out = sys.argv[1]
