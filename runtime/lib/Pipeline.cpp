@@ -182,6 +182,8 @@ weft::rt::runPipelineRank(RankContext &ctx, const PipelineProgram &program,
     ~HeldReset() {
       ctx.microBatch = -1;
       ctx.held.clear();
+      if (ctx.backend)
+        ctx.backend->endPipelinedStep();
     }
   } heldReset{ctx};
   // A step's function on `args`, its failures and a wrong result count

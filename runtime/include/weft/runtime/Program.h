@@ -55,6 +55,10 @@ public:
   /// Bytes this rank sent over the backend's own communicators (not
   /// counted by the host communicator).
   virtual int64_t bytesSent() const { return 0; }
+  /// A pipelined step ended (the pipeline executor calls it): what the
+  /// backend kept over its blocks of micro-batches (heldAllGather's device
+  /// copies) is freed, as the host context's `held` is. Must not throw.
+  virtual void endPipelinedStep() noexcept {}
 };
 
 struct RankContext {

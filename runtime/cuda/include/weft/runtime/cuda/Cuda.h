@@ -308,6 +308,13 @@ int programMain(int argc, char **argv, const CudaProgramSpec &spec);
 class DeviceRank : public RankBackend {
 public:
   virtual Context &context() = 0;
+  /// Frees heldAllGather's device copies when the pipelined step ends: they
+  /// are held over blocks of one step's micro-batches, not for the run.
+  void endPipelinedStep() noexcept override {
+    Context &ctx = context();
+    ctx.microBatch = -1;
+    ctx.held.clear();
+  }
 };
 
 /// A stage function of a generated pipelined CUDA program: its inputs
