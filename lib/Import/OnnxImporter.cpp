@@ -3783,12 +3783,12 @@ LogicalResult GraphImporter::importInitializers() {
     if (copies.count(tensor.name()))
       continue;
     // A fixed position buffer is a constant (read whole, from external data
-    // too: a table of up to 2^22 elements).
+    // too: a table of up to 2^25 elements, 131,072 positions of 256).
     if (fixed.count(tensor.name())) {
       InitializerElements elements(tensor, path);
       std::vector<char> bytes;
       Type element = convertElementType(tensor.data_type(), context);
-      if (element && elements.ok && elements.count <= (int64_t(1) << 22) &&
+      if (element && elements.ok && elements.count <= (int64_t(1) << 25) &&
           elements.readAll(bytes)) {
         SmallVector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
         setConstant(tensor.name(),
