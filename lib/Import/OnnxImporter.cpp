@@ -58,6 +58,17 @@ Type convertElementType(int32_t dataType, MLIRContext *context) {
   }
 }
 
+/// Whether a constant of this ONNX type is read widened to i32: the 8- and
+/// 16-bit integers, which Weft's element types do not have but whose values
+/// i32 holds exactly (torch's uint8 mask buffers: GPT-2's `attn.bias` before
+/// transformers 4.27).
+static bool isWidenedInteger(int32_t dataType) {
+  return dataType == onnx::TensorProto::UINT8 ||
+         dataType == onnx::TensorProto::INT8 ||
+         dataType == onnx::TensorProto::UINT16 ||
+         dataType == onnx::TensorProto::INT16;
+}
+
 std::string dataTypeName(int32_t dataType) {
   return onnx::TensorProto::DataType_Name(
       static_cast<onnx::TensorProto::DataType>(dataType));
@@ -414,7 +425,10 @@ GraphImporter::intsAttr(const onnx::NodeProto &node, llvm::StringRef name) {
 FailureOr<DenseElementsAttr>
 GraphImporter::tensorToAttr(const onnx::TensorProto &tensor,
                             llvm::StringRef what) {
-  Type element = convertElementType(tensor.data_type(), context);
+  int32_t dataType = tensor.data_type();
+  bool widened = isWidenedInteger(dataType);
+  Type element =
+      widened ? builder.getI32Type() : convertElementType(dataType, context);
   if (!element)
     return error() << what << " '" << tensor.name() << "' has element type "
                    << dataTypeName(tensor.data_type())
@@ -431,6 +445,37 @@ GraphImporter::tensorToAttr(const onnx::TensorProto &tensor,
     return error() << what << " '" << tensor.name()
                    << "' is stored as external data, but its value is needed "
                       "at import time";
+  if (widened) {
+    // Raw bytes of the narrow type, or (as ONNX stores them) int32_data.
+    bool isSigned = dataType == onnx::TensorProto::INT8 ||
+                    dataType == onnx::TensorProto::INT16;
+    int64_t width = dataType == onnx::TensorProto::UINT8 ||
+                            dataType == onnx::TensorProto::INT8
+                        ? 1
+                        : 2;
+    SmallVector<int32_t> values;
+    if (tensor.has_raw_data()) {
+      const std::string &raw = tensor.raw_data();
+      if (static_cast<int64_t>(raw.size()) != count * width)
+        return error() << what << " '" << tensor.name() << "' has "
+                       << raw.size() << " bytes of data for " << count << " "
+                       << dataTypeName(dataType) << " values";
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t bits = static_cast<uint8_t>(raw[i * width]);
+        if (width == 2)
+          bits |= uint16_t(static_cast<uint8_t>(raw[i * width + 1])) << 8;
+        values.push_back(!isSigned    ? int32_t(bits)
+                         : width == 1 ? int32_t(int8_t(bits))
+                                      : int32_t(int16_t(bits)));
+      }
+    } else {
+      if (tensor.int32_data_size() != count)
+        return error() << what << " '" << tensor.name() << "' has "
+                       << tensor.int32_data_size() << " values for " << type;
+      values.assign(tensor.int32_data().begin(), tensor.int32_data().end());
+    }
+    return DenseElementsAttr::get(type, ArrayRef<int32_t>(values));
+  }
   if (tensor.has_raw_data()) {
     const std::string &raw = tensor.raw_data();
     int64_t width = std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
@@ -3782,6 +3827,16 @@ LogicalResult GraphImporter::importInitializers() {
   for (const onnx::TensorProto &tensor : graph.initializer()) {
     if (copies.count(tensor.name()))
       continue;
+    // 8- and 16-bit integers (masks, indices) are constants, read as i32.
+    if (isWidenedInteger(tensor.data_type())) {
+      loc = NameLoc::get(builder.getStringAttr(tensor.name()),
+                         FileLineColLoc::get(context, path, 0, 0));
+      FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");
+      if (failed(value))
+        return failure();
+      setConstant(tensor.name(), *value);
+      continue;
+    }
     // A fixed position buffer is a constant (read whole, from external data
     // too: a table of up to 2^25 elements, 131,072 positions of 256).
     if (fixed.count(tensor.name())) {
@@ -3825,7 +3880,8 @@ LogicalResult GraphImporter::importInitializers() {
       continue;
     }
     // A float scalar (an epsilon, a Range bound) stays a parameter, and its
-    // value is also known for folding.
+    // value is also known for folding (and kept by the parameter, --no-weights
+    // too).
     if (type.getRank() == 0 && !external) {
       FailureOr<DenseElementsAttr> value = tensorToAttr(tensor, "initializer");
       if (failed(value))
@@ -3878,6 +3934,10 @@ LogicalResult GraphImporter::importInitializers() {
       // The module holds the weight now: free the protobuf's copy, so that
       // a model's weights are in memory once, not twice, during import.
       delete const_cast<onnx::TensorProto &>(tensor).release_raw_data();
+    } else if (type.getRank() == 0) {
+      // A scalar keeps its value without weights too (a mask's fill, such as
+      // GPT-2's masked_bias, which raising must see to find the mask).
+      inlineValue = constants.lookup(tensor.name());
     }
     values[tensor.name()] = ParameterOp::create(
         builder, loc, type, builder.getStringAttr(tensor.name()), inlineValue,
