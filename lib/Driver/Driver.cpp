@@ -124,6 +124,7 @@ driver::importOptions(const ModelOptions &given) {
   if (given.seqLen >= 0)
     options.sequenceLength = given.seqLen;
   options.makeInputsDynamic = given.dynamicInputs;
+  options.fixedBuffers = given.fixedBuffers;
   return options;
 }
 
@@ -141,10 +142,9 @@ OwningOpRef<ModuleOp> driver::importModel(llvm::StringRef path,
   return module;
 }
 
-OwningOpRef<ModuleOp>
-driver::loadModelForPlanning(llvm::StringRef path, MLIRContext &context,
-                             int64_t sequenceLength, int64_t batch,
-                             llvm::ArrayRef<std::string> shapes) {
+OwningOpRef<ModuleOp> driver::loadModelForPlanning(
+    llvm::StringRef path, MLIRContext &context, int64_t sequenceLength,
+    int64_t batch, llvm::ArrayRef<std::string> shapes, bool fixedBuffers) {
   if (!path.ends_with(".mlir")) {
     // Shapes only: dynamic batch axes become `batch` (the planner's
     // micro-batches), dynamic sequence axes the --seq-len given; inputs
@@ -159,6 +159,7 @@ driver::loadModelForPlanning(llvm::StringRef path, MLIRContext &context,
     }
     options.loadWeights = false;
     options.keepExternalData = true;
+    options.fixedBuffers = fixedBuffers;
     options.batchSize = batch;
     if (sequenceLength > 0)
       options.sequenceLength = sequenceLength;

@@ -84,15 +84,16 @@ bool hasInputShape(ModuleOp module, int64_t batch, int64_t seq) {
 /// static. Import errors while building are the cost model's, not reported.
 ModelSource fileModelSource(llvm::StringRef path,
                             const std::vector<std::string> &shapes, int64_t seq,
-                            MLIRContext &probeContext) {
+                            bool fixedBuffers, MLIRContext &probeContext) {
   ModelSource source;
   std::string file = path.str();
-  source.build = [file, shapes](MLIRContext &context, int64_t batch,
+  source.build = [file, shapes,
+                  fixedBuffers](MLIRContext &context, int64_t batch,
                                 int64_t seqLen) -> OwningOpRef<ModuleOp> {
     ScopedDiagnosticHandler quiet(&context,
                                   [](Diagnostic &) { return success(); });
-    OwningOpRef<ModuleOp> module =
-        driver::loadModelForPlanning(file, context, seqLen, batch, shapes);
+    OwningOpRef<ModuleOp> module = driver::loadModelForPlanning(
+        file, context, seqLen, batch, shapes, fixedBuffers);
     if (!module || !hasInputShape(*module, batch, seqLen))
       return nullptr;
     return module;
@@ -100,8 +101,8 @@ ModelSource fileModelSource(llvm::StringRef path,
   // A batch the importer binds is dynamic; a .mlir module's is its own.
   ScopedDiagnosticHandler quiet(&probeContext,
                                 [](Diagnostic &) { return success(); });
-  OwningOpRef<ModuleOp> probe =
-      driver::loadModelForPlanning(path, probeContext, seq, 3, shapes);
+  OwningOpRef<ModuleOp> probe = driver::loadModelForPlanning(
+      path, probeContext, seq, 3, shapes, fixedBuffers);
   if (probe && inputShape(*probe).first != 3)
     source.staticBatch = inputShape(*probe).first;
   return source;
@@ -130,7 +131,7 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     if (!llvm::sys::fs::exists(r.modelFile))
       return planError("cannot read '" + r.modelFile + "': no such file");
     OwningOpRef<ModuleOp> module = driver::loadModelForPlanning(
-        r.modelFile, context, r.seqLen, 1, r.inputShapes);
+        r.modelFile, context, r.seqLen, 1, r.inputShapes, r.fixedBuffers);
     if (!module)
       return driver::diagnosed("could not import '" + r.modelFile + "'");
     auto extracted = extractModelSpec(*module, r.modelFile);
@@ -329,8 +330,9 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   PlanOutcome outcome;
   ModelSource source;
   if (!request.modelFile.empty())
-    source = fileModelSource(request.modelFile, request.inputShapes,
-                             training->seq_len(), context);
+    source =
+        fileModelSource(request.modelFile, request.inputShapes,
+                        training->seq_len(), request.fixedBuffers, context);
   outcome.costModel =
       std::make_unique<CostModel>(*model, *cluster, *training, source);
   CostModel &costModel = *outcome.costModel;

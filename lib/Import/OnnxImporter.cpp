@@ -3823,7 +3823,9 @@ transposedCopies(const onnx::GraphProto &graph, llvm::StringRef model) {
 LogicalResult GraphImporter::importInitializers() {
   llvm::StringSet<> masks = constantBuffers(graph);
   llvm::StringMap<std::string> copies = transposedCopies(graph, path);
-  llvm::StringMap<FixedBuffer> fixed = fixedPositionBuffers(graph, path);
+  llvm::StringMap<FixedBuffer> fixed;
+  if (options.fixedBuffers)
+    fixed = fixedPositionBuffers(graph, path);
   for (const onnx::TensorProto &tensor : graph.initializer()) {
     if (copies.count(tensor.name()))
       continue;

@@ -148,9 +148,16 @@ static cl::opt<std::string> freezeOpt(
     "freeze",
     cl::desc("Parameters not trained (a regular expression over their names, "
              "as weft train's --freeze): the training step --evaluate counts "
-             "(step_comm) gives them no gradient and no update; memory and "
-             "time still count them as trained"),
+             "(step_comm) gives them no gradient and no update, and memory "
+             "counts them as weights only (no gradients or optimizer state)"),
     cl::value_desc("regex"), cl::init(""), cl::sub(planCommand));
+static cl::opt<bool> noFixedBuffersOpt(
+    "no-fixed-buffers",
+    cl::desc("Keep fixed position buffers (sinusoid tables, rotary "
+             "frequencies, which the import tells by their values and "
+             "makes constants, as torch never trains buffers) as weights "
+             "that are trained, as weft train --no-fixed-buffers does"),
+    cl::init(false), cl::sub(planCommand));
 static cl::opt<int> topOpt("top", cl::desc("Plans to print"), cl::init(5),
                            cl::sub(planCommand));
 static cl::opt<double> riskToleranceOpt(
@@ -366,6 +373,7 @@ static weft::driver::PlanRequest planRequest() {
   request.gradReduce16bit = gradReduce16;
   request.launchBlocking = launchBlockingOpt;
   request.freeze = freezeOpt;
+  request.fixedBuffers = !noFixedBuffersOpt;
   request.top = topOpt;
   request.riskTolerance = riskToleranceOpt;
   request.tpAcrossNodes = tpAcross;

@@ -231,6 +231,13 @@ static cl::opt<std::string>
                     "does not recognise; fixed position buffers, such as "
                     "rotary tables, are constants already)"),
            cl::sub(trainCommand), cl::sub(compileSubCommand()));
+static cl::opt<bool> noFixedBuffers(
+    "no-fixed-buffers",
+    cl::desc("Keep fixed position buffers (sinusoid tables, rotary "
+             "frequencies, which the import tells by their values and "
+             "makes constants, as torch never trains buffers) as weights, "
+             "trained: for a model that learns what starts as one"),
+    cl::init(false), cl::sub(trainCommand));
 static cl::list<std::string>
     feed("feed",
          cl::desc("NAME=FILL: fill the model input NAME (or #INDEX) with "
@@ -1091,6 +1098,7 @@ static OwningOpRef<ModuleOp> loadModel(MLIRContext &context) {
   weft::OnnxImportOptions options;
   options.batchSize = batch;
   options.sequenceLength = seqLen;
+  options.fixedBuffers = !noFixedBuffers;
   for (const std::string &shape : trainInputShapes)
     if (std::string error;
         failed(weft::parseInputShape(shape, options, error))) {

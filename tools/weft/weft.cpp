@@ -213,6 +213,13 @@ static cl::opt<bool> withLoss(
              "labels input taken out first, -weft-lift-model-loss); run: "
              "the last input is the labels (i64)"),
     cl::sub(runCommand), cl::sub(compileCommand));
+static cl::opt<bool> noFixedBuffers(
+    "no-fixed-buffers",
+    cl::desc("Keep fixed position buffers (sinusoid tables, rotary "
+             "frequencies, which the import tells by their values and "
+             "makes constants, as torch never trains buffers) as weights "
+             "(compile --train: trained, as weft train --no-fixed-buffers)"),
+    cl::sub(importCommand), cl::sub(runCommand), cl::sub(compileCommand));
 static cl::opt<bool> noRaise(
     "no-raise",
     cl::desc("Keep the graph as the exporter wrote it (do not run "
@@ -283,6 +290,7 @@ static weft::driver::ModelOptions modelOptions() {
   options.explainRaise = explainRaise;
   options.dtype = dtype;
   options.loss = withLoss;
+  options.fixedBuffers = !noFixedBuffers;
   return options;
 }
 

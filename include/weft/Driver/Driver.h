@@ -110,6 +110,8 @@ struct ModelOptions {
   std::string dtype = "f32";
   /// Replace the logits by the per-token loss against labels.
   bool loss = false;
+  /// Fixed position buffers become constants (OnnxImportOptions).
+  bool fixedBuffers = true;
 };
 
 /// The importer's options for `options` (an error for a malformed
@@ -130,7 +132,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importModel(llvm::StringRef path,
 mlir::OwningOpRef<mlir::ModuleOp>
 loadModelForPlanning(llvm::StringRef path, mlir::MLIRContext &context,
                      int64_t sequenceLength, int64_t batch = 1,
-                     llvm::ArrayRef<std::string> shapes = {});
+                     llvm::ArrayRef<std::string> shapes = {},
+                     bool fixedBuffers = true);
 
 /// Converts the float type (`dtype`: f32 leaves it) and appends the loss
 /// (`loss`) as ModelOptions say.
@@ -180,6 +183,8 @@ struct PlanRequest {
   bool launchBlocking = false;
   /// Parameters not trained (a regular expression over their names).
   std::string freeze;
+  /// Fixed position buffers are constants (off: --no-fixed-buffers).
+  bool fixedBuffers = true;
   int top = 5;
   /// Plans predicted within this fraction of the fastest count as equal,
   /// and the one with the fewest risks goes first (planner/Risk.h); < 0:

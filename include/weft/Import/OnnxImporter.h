@@ -57,6 +57,10 @@ struct OnnxImportOptions {
   /// (-weft-unfuse-projections), and the program it costs must be the one
   /// that runs.
   bool keepExternalData = false;
+  /// Fixed position buffers (sinusoid tables, rotary frequencies, told by
+  /// their values) become constants, which are never trained; off, they
+  /// stay parameters like the file's other initializers.
+  bool fixedBuffers = true;
   /// The name of the function the graph becomes.
   std::string functionName = "main";
 };
