@@ -3449,6 +3449,48 @@ LogicalResult GraphImporter::checkSupported(
   return diag;
 }
 
+namespace {
+/// Where each value of a graph goes: the nodes that read it, and the graph's
+/// outputs. `reachesOnly` follows a value through its readers, each of which
+/// `classify` makes an end (the path stops there, accepted), a route (the
+/// path goes on through the node's outputs) or a refusal.
+class ValueReaders {
+public:
+  enum Kind { End, Route, Refuse };
+  explicit ValueReaders(const onnx::GraphProto &graph) {
+    for (const onnx::NodeProto &node : graph.node())
+      for (int i = 0; i < node.input_size(); ++i)
+        readers[node.input(i)].push_back({&node, i});
+    for (const onnx::ValueInfoProto &output : graph.output())
+      outputs.insert(output.name());
+  }
+  /// Whether every path from `name`, at most `depth` routes deep, ends where
+  /// `classify` says End; a graph output or a value nothing reads refuses.
+  bool reachesOnly(
+      const std::string &name, int depth,
+      llvm::function_ref<Kind(const onnx::NodeProto &, int)> classify) const {
+    auto it = readers.find(name);
+    if (depth < 0 || outputs.contains(name) || it == readers.end())
+      return false;
+    for (auto [node, index] : it->second) {
+      Kind kind = classify(*node, index);
+      if (kind == Refuse || (kind == Route && node->output_size() == 0))
+        return false;
+      if (kind == End)
+        continue;
+      for (const std::string &out : node->output())
+        if (!out.empty() && !reachesOnly(out, depth - 1, classify))
+          return false;
+    }
+    return true;
+  }
+
+private:
+  llvm::StringMap<SmallVector<std::pair<const onnx::NodeProto *, int>>> readers;
+  llvm::StringSet<> outputs;
+};
+} // namespace
+
 /// Initializers that only feed comparisons (through slices, reshapes, casts
 /// and the like): mask buffers such as nanoGPT's float `tril(ones)` causal
 /// buffer, compared with 0 after slicing. A comparison has no gradient, so
@@ -3457,41 +3499,23 @@ LogicalResult GraphImporter::checkSupported(
 /// cos and sin caches of RotaryEmbedding (opset 23) are buffers by the op's
 /// definition: constants too, so that no plan splits or trains them.
 static llvm::StringSet<> constantBuffers(const onnx::GraphProto &graph) {
-  llvm::StringMap<SmallVector<std::pair<const onnx::NodeProto *, int>>>
-      consumers;
-  for (const onnx::NodeProto &node : graph.node())
-    for (int i = 0; i < node.input_size(); ++i)
-      consumers[node.input(i)].push_back({&node, i});
-  llvm::StringSet<> outputs;
-  for (const onnx::ValueInfoProto &output : graph.output())
-    outputs.insert(output.name());
+  ValueReaders readers(graph);
   static const llvm::StringSet<> comparisons = {
       "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not"};
   static const llvm::StringSet<> routes = {
       "Slice",  "Reshape", "Unsqueeze", "Squeeze",   "Cast",
       "Gather", "Expand",  "Identity",  "Transpose", "Flatten"};
-  std::function<bool(const std::string &, int)> onlyCompared =
-      [&](const std::string &name, int depth) {
-        auto it = consumers.find(name);
-        if (depth > 8 || outputs.contains(name) || it == consumers.end())
-          return false;
-        for (auto [node, index] : it->second) {
-          if (comparisons.contains(node->op_type()) ||
-              (node->op_type() == "Where" && index == 0) ||
-              (node->op_type() == "RotaryEmbedding" &&
-               (index == 1 || index == 2)))
-            continue;
-          if (!routes.contains(node->op_type()) || index != 0)
-            return false;
-          for (const std::string &out : node->output())
-            if (!out.empty() && !onlyCompared(out, depth + 1))
-              return false;
-        }
-        return true;
-      };
+  auto compared = [](const onnx::NodeProto &node, int index) {
+    if (comparisons.contains(node.op_type()) ||
+        (node.op_type() == "Where" && index == 0) ||
+        (node.op_type() == "RotaryEmbedding" && (index == 1 || index == 2)))
+      return ValueReaders::End;
+    return routes.contains(node.op_type()) && index == 0 ? ValueReaders::Route
+                                                         : ValueReaders::Refuse;
+  };
   llvm::StringSet<> buffers;
   for (const onnx::TensorProto &tensor : graph.initializer())
-    if (onlyCompared(tensor.name(), 0))
+    if (readers.reachesOnly(tensor.name(), 8, compared))
       buffers.insert(tensor.name());
   return buffers;
 }
@@ -3607,29 +3631,14 @@ static double decodeFloat(const char *bytes, int32_t type) {
     std::memcpy(&d, bytes, 8);
     return d;
   }
-  case onnx::TensorProto::BFLOAT16: {
-    uint16_t h;
-    std::memcpy(&h, bytes, 2);
-    uint32_t bits = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  default: { // FLOAT16
-    uint16_t h;
-    std::memcpy(&h, bytes, 2);
-    int exponent = (h >> 10) & 31, mantissa = h & 1023;
-    double magnitude = exponent == 31 ? INFINITY
-                       : exponent == 0
-                           ? std::ldexp(double(mantissa), -24)
-                           : std::ldexp(double(mantissa + 1024), exponent - 25);
-    return (h & 0x8000) ? -magnitude : magnitude;
+  default: { // BFLOAT16, FLOAT16
+    uint16_t bits;
+    std::memcpy(&bits, bytes, 2);
+    return type == onnx::TensorProto::BFLOAT16 ? rt::bf16BitsToFloat(bits)
+                                               : rt::f16BitsToFloat(bits);
   }
   }
 }
-
-/// What a fixed position buffer is, for the importer's remark.
-enum class FixedBuffer { SinusoidTable, Frequencies };
 
 /// Initializers that are fixed position buffers, which torch never trains,
 /// told by their values: torch.onnx.export stores a module's persistent
@@ -3646,33 +3655,16 @@ enum class FixedBuffer { SinusoidTable, Frequencies };
 ///  - Rotary frequencies (`inv_freq`): a vector starting at 1, strictly
 ///    monotonic and positive, every use of which ends in Sin or Cos (of the
 ///    positions times it), scaled ones (Llama 3.1's) included.
-static llvm::StringMap<FixedBuffer>
-fixedPositionBuffers(const onnx::GraphProto &graph, llvm::StringRef model) {
-  llvm::StringMap<FixedBuffer> found;
-  llvm::StringMap<SmallVector<const onnx::NodeProto *>> consumers;
-  for (const onnx::NodeProto &node : graph.node())
-    for (const std::string &input : node.input())
-      consumers[input].push_back(&node);
-  llvm::StringSet<> outputs;
-  for (const onnx::ValueInfoProto &output : graph.output())
-    outputs.insert(output.name());
-  // Whether every path from `name` ends in Sin or Cos.
-  std::function<bool(const std::string &, int)> onlyTrigonometric =
-      [&](const std::string &name, int depth) {
-        auto it = consumers.find(name);
-        if (depth > 16 || outputs.contains(name) || it == consumers.end())
-          return false;
-        for (const onnx::NodeProto *node : it->second) {
-          if (node->op_type() == "Sin" || node->op_type() == "Cos")
-            continue;
-          if (node->output_size() == 0)
-            return false;
-          for (const std::string &out : node->output())
-            if (out.empty() || !onlyTrigonometric(out, depth + 1))
-              return false;
-        }
-        return true;
-      };
+static llvm::StringSet<> fixedPositionBuffers(const onnx::GraphProto &graph,
+                                              llvm::StringRef model) {
+  llvm::StringSet<> found;
+  ValueReaders readers(graph);
+  // Every path ends in Sin or Cos, through any node.
+  auto trigonometric = [](const onnx::NodeProto &node, int) {
+    return node.op_type() == "Sin" || node.op_type() == "Cos"
+               ? ValueReaders::End
+               : ValueReaders::Route;
+  };
   for (const onnx::TensorProto &tensor : graph.initializer()) {
     SmallVector<int64_t, 2> dims;
     for (int64_t d : tensor.dims())
@@ -3697,7 +3689,8 @@ fixedPositionBuffers(const onnx::GraphProto &graph, llvm::StringRef model) {
       return std::isfinite(out);
     };
     if (dims.size() == 1) {
-      if (dims[0] > 65536 || !onlyTrigonometric(tensor.name(), 0))
+      if (dims[0] > 65536 ||
+          !readers.reachesOnly(tensor.name(), 16, trigonometric))
         continue;
       double first = 0, previous = 0, value = 0;
       bool ok = at(0, first) && std::abs(first - 1) <= tol && at(1, previous);
@@ -3708,7 +3701,7 @@ fixedPositionBuffers(const onnx::GraphProto &graph, llvm::StringRef model) {
         previous = value;
       }
       if (ok)
-        found[tensor.name()] = FixedBuffer::Frequencies;
+        found.insert(tensor.name());
       continue;
     }
     int64_t rows = std::min<int64_t>(dims[0], 66), columns = dims[1];
@@ -3732,7 +3725,7 @@ fixedPositionBuffers(const onnx::GraphProto &graph, llvm::StringRef model) {
       }
     }
     if (ok && moves)
-      found[tensor.name()] = FixedBuffer::SinusoidTable;
+      found.insert(tensor.name());
   }
   return found;
 }
@@ -3823,7 +3816,7 @@ transposedCopies(const onnx::GraphProto &graph, llvm::StringRef model) {
 LogicalResult GraphImporter::importInitializers() {
   llvm::StringSet<> masks = constantBuffers(graph);
   llvm::StringMap<std::string> copies = transposedCopies(graph, path);
-  llvm::StringMap<FixedBuffer> fixed;
+  llvm::StringSet<> fixed;
   if (options.fixedBuffers)
     fixed = fixedPositionBuffers(graph, path);
   for (const onnx::TensorProto &tensor : graph.initializer()) {
