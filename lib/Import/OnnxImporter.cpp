@@ -3583,14 +3583,18 @@ public:
            std::fread(out, 1, width, stream) == width;
   }
   bool external() const { return !inlineData; }
-  /// All `count` elements' bytes.
-  bool readAll(std::vector<char> &out) {
-    out.resize(size_t(count) * width);
+  /// The bytes of `n` elements from `start` (all of them by default), in one
+  /// read.
+  bool readRange(std::vector<char> &out, int64_t start = 0, int64_t n = -1) {
+    if (n < 0)
+      n = count - start;
+    out.resize(size_t(n) * width);
     if (inlineData) {
-      std::memcpy(out.data(), inlineData, out.size());
+      std::memcpy(out.data(), inlineData + start * width, out.size());
       return true;
     }
-    return std::fseek(stream, long(offset), SEEK_SET) == 0 &&
+    return std::fseek(stream, long(offset + start * int64_t(width)),
+                      SEEK_SET) == 0 &&
            std::fread(out.data(), 1, out.size(), stream) == out.size();
   }
 
@@ -3681,44 +3685,56 @@ static llvm::StringSet<> fixedPositionBuffers(const onnx::GraphProto &graph,
         elements.width == 2
             ? (tensor.data_type() == onnx::TensorProto::BFLOAT16 ? 3e-2 : 4e-3)
             : 5e-5;
-    auto at = [&](int64_t index, double &out) {
-      char bytes[8];
-      if (!elements.read(index, bytes))
+    // `n` elements from `start`, decoded; false where unreadable or not
+    // finite.
+    auto read = [&](int64_t start, int64_t n, std::vector<double> &out) {
+      std::vector<char> bytes;
+      if (!elements.readRange(bytes, start, n))
         return false;
-      out = decodeFloat(bytes, tensor.data_type());
-      return std::isfinite(out);
+      out.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) {
+        out[i] =
+            decodeFloat(bytes.data() + i * elements.width, tensor.data_type());
+        if (!std::isfinite(out[i]))
+          return false;
+      }
+      return true;
     };
+    std::vector<double> v;
     if (dims.size() == 1) {
       if (dims[0] > 65536 ||
-          !readers.reachesOnly(tensor.name(), 16, trigonometric))
+          !readers.reachesOnly(tensor.name(), 16, trigonometric) ||
+          !read(0, dims[0], v) || std::abs(v[0] - 1) > tol || v[1] <= 0 ||
+          v[1] == v[0])
         continue;
-      double first = 0, previous = 0, value = 0;
-      bool ok = at(0, first) && std::abs(first - 1) <= tol && at(1, previous);
-      int sign = ok && previous < first ? -1 : 1;
-      ok = ok && previous > 0 && previous != first;
-      for (int64_t i = 2; ok && i < dims[0]; ++i) {
-        ok = at(i, value) && value > 0 && (value - previous) * sign > 0;
-        previous = value;
-      }
+      int sign = v[1] < v[0] ? -1 : 1;
+      bool ok = true;
+      for (int64_t i = 2; ok && i < dims[0]; ++i)
+        ok = v[i] > 0 && (v[i] - v[i - 1]) * sign > 0;
       if (ok)
         found.insert(tensor.name());
       continue;
     }
+    // Row 0 first (a weight's fails at once: 1 or 0 in every column), then
+    // the others.
     int64_t rows = std::min<int64_t>(dims[0], 66), columns = dims[1];
-    std::vector<double> v(rows * columns);
-    bool ok = true, moves = false;
-    for (int64_t i = 0; ok && i < rows * columns; ++i)
-      ok = at(i, v[i]) && std::abs(v[i]) <= 1 + tol;
+    if (!read(0, columns, v) || llvm::any_of(v, [&](double x) {
+          return std::abs(x) > tol && std::abs(x - 1) > tol;
+        }))
+      continue;
+    std::vector<double> rest;
+    if (!read(columns, (rows - 1) * columns, rest))
+      continue;
+    v.insert(v.end(), rest.begin(), rest.end());
+    bool ok = llvm::all_of(v, [&](double x) { return std::abs(x) <= 1 + tol; });
+    bool moves = false;
     for (int64_t j = 0; ok && j < columns; ++j) {
       auto x = [&](int64_t p) { return v[p * columns + j]; };
-      double k = 0;
-      if (std::abs(x(0) - 1) <= tol)
-        k = x(1); // cos(p t): x[1] = cos t
-      else if (std::abs(x(0)) <= tol)
-        k = std::abs(x(1)) > tol ? x(2) / (2 * x(1)) : 1; // sin(p t)
-      else
-        ok = false;
-      ok = ok && std::abs(k) <= 1 + tol;
+      // cos(p t): x[1] = cos t; sin(p t): x[2] = 2 cos t x[1].
+      double k = std::abs(x(0) - 1) <= tol ? x(1)
+                 : std::abs(x(1)) > tol    ? x(2) / (2 * x(1))
+                                           : 1;
+      ok = std::abs(k) <= 1 + tol;
       for (int64_t p = 1; ok && p + 1 < rows; ++p) {
         ok = std::abs(x(p + 1) + x(p - 1) - 2 * k * x(p)) <= 4 * tol;
         moves |= std::abs(x(p) - x(0)) >= 0.5;
@@ -3839,7 +3855,7 @@ LogicalResult GraphImporter::importInitializers() {
       std::vector<char> bytes;
       Type element = convertElementType(tensor.data_type(), context);
       if (element && elements.ok && elements.count <= (int64_t(1) << 25) &&
-          elements.readAll(bytes)) {
+          elements.readRange(bytes)) {
         SmallVector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
         setConstant(tensor.name(),
                     DenseElementsAttr::getFromRawBuffer(
