@@ -8,6 +8,7 @@
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Driver/Driver.h"
 #include "weft/Planner/Cluster.h"
+#include "weft/Planner/HfConfig.h"
 #include "weft/Planner/Model.h"
 #include "weft/Planner/Report.h"
 #include "weft/Planner/Risk.h"
@@ -146,6 +147,11 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_vocab(llama ? 32000 : 51200);
     spec.set_seq_len(2048);
     spec.set_tied_embeddings(!llama);
+  } else if (isHfConfigPath(r.preset)) {
+    auto config = modelFromHfConfig(r.preset);
+    if (!config)
+      return config.takeError();
+    spec = *config;
   } else if (!r.preset.empty()) {
     auto preset = lookupPreset(r.preset);
     if (!preset)
@@ -161,6 +167,10 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_layers(r.layers);
   if (r.hidden)
     spec.set_hidden(r.hidden);
+  // A multi-head model (as many KV heads as heads) stays one when --heads
+  // changes its heads and --kv-heads is not given.
+  if (r.heads && !r.kvHeads && spec.kv_heads() == spec.heads())
+    spec.set_kv_heads(r.heads);
   if (r.heads)
     spec.set_heads(r.heads);
   if (r.kvHeads)

@@ -574,9 +574,15 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value activated;
   if (gelu()) {
     Value up = linear(normed2, ffn, prefix + ".mlp_up", true);
-    activated = GeluOp::create(
-        b, loc, up,
-        GeluApproximationAttr::get(b.getContext(), GeluApproximation::tanh));
+    // OPT's ReLU between the two matrices, as the spec names it.
+    if (model.ffn_activation() == "ReLU")
+      activated = ReluOp::create(b, loc, up);
+    else if (model.ffn_activation() == "SiLU")
+      activated = SiluOp::create(b, loc, up);
+    else
+      activated = GeluOp::create(
+          b, loc, up,
+          GeluApproximationAttr::get(b.getContext(), GeluApproximation::tanh));
   } else {
     Value gate = linear(normed2, ffn, prefix + ".mlp_gate", false);
     Value up = linear(normed2, ffn, prefix + ".mlp_up", false);

@@ -67,6 +67,21 @@ def test_preset_plan_equals_cli(tmp_path):
     assert line.startswith(best.spec) and "tokens/s" in line and "GiB" in line
 
 
+def test_hf_config_plan_equals_cli(tmp_path):
+    config = os.path.join(SOURCE, "test", "Planner", "Inputs", "hf",
+                          "llama-3.1-8b.json")
+    expected = cli_plan_json(tmp_path, "--model", config, "--cluster",
+                             "h100:8x4", "--global-batch", "256")
+    plans = weft.plan(config, "h100:8x4", global_batch=256)
+    assert without_timing(plans.to_dict()) == without_timing(expected)
+    assert plans.to_dict()["model"]["hidden"] == "4096"
+    # A checkpoint directory (save_pretrained's layout) is read the same way.
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(open(config).read())
+    plans = weft.plan(str(tmp_path / "ckpt"), "h100:8x4", global_batch=256)
+    assert without_timing(plans.to_dict())["plans"] == expected["plans"]
+
+
 def test_builder_dict_equals_cli_flags(tmp_path):
     model = {"model": "llama", "layers": 8, "hidden": 2048, "heads": 16,
              "kv_heads": 4, "ffn": 5632, "vocab": 32000}

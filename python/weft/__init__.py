@@ -145,7 +145,13 @@ class _ModelSource:
         if isinstance(model, os.PathLike):
             model = os.fspath(model)
         if isinstance(model, str):
-            if model.endswith(_MODEL_SUFFIXES) or os.path.sep in model \
+            # A Hugging Face config.json, or a checkpoint directory holding
+            # one: the planner reads it as it reads a preset.
+            if builder and (model.lower().endswith(".json")
+                            or os.path.isdir(model)):
+                self.file = None
+                self.fields["preset"] = model
+            elif model.endswith(_MODEL_SUFFIXES) or os.path.sep in model \
                     or os.path.exists(model):
                 self.file = model
             elif builder:
@@ -439,7 +445,8 @@ def plan(model: Any, cluster: Union[str, Cluster, Dict[str, Any], "os.PathLike[s
     """Chooses parallelization plans for training `model` on `cluster`, as
     `weft plan` does, and returns them best first.
 
-    model: a preset name ("gpt3-175b", "llama3-70b", ...), a builder dict
+    model: a preset name ("gpt3-175b", "llama3-70b", ...), a Hugging Face
+    config.json (or a checkpoint directory holding one), a builder dict
     ({"model": "gpt" or "llama" or a preset, "layers": 48, "hidden": 6144,
     "heads": 48, ...}), an ONNX or .mlir file, or a torch.nn.Module with
     `example_inputs` (exported to ONNX with dynamic batch and sequence).

@@ -54,8 +54,10 @@ static cl::opt<std::string>
 static cl::opt<std::string> presetName(
     "model",
     cl::desc("A built-in model: gpt3-125m ... gpt3-175b, megatron-1.7b ... "
-             "megatron-1t, llama2-7b/13b/70b, llama3-8b/70b/405b, or 'gpt' / "
-             "'llama' with --layers, --hidden, ..."),
+             "megatron-1t, llama2-7b/13b/70b, llama3-8b/70b/405b, ...; a "
+             "Hugging Face config.json (or a directory holding one: a "
+             "checkpoint's, save_pretrained's); or 'gpt' / 'llama' with "
+             "--layers, --hidden, ..."),
     cl::sub(planCommand), cl::sub(importSubCommand()), cl::cat(planCategory));
 static cl::opt<int64_t> layersOpt("layers", cl::desc("Builder: layers"),
                                   cl::init(0), cl::sub(planCommand),

@@ -152,7 +152,9 @@ mlir::func::FuncOp entryFunction(mlir::ModuleOp module);
 /// costing of one plan (`evaluate` / `evaluateJson`).
 struct PlanRequest {
   std::string modelFile; ///< .onnx or .mlir
-  std::string preset;    ///< a preset name, or "gpt" / "llama" (builder)
+  /// A preset name, a Hugging Face config.json (or its directory), or
+  /// "gpt" / "llama" (builder).
+  std::string preset;
   /// Builder fields; 0 / empty keep the preset's or the builder's default.
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, ffn = 0, vocab = 0;
   /// Each head's query/key/value width where it is not hidden / heads

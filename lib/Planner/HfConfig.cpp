@@ -1,0 +1,529 @@
+//===- HfConfig.cpp - Models from Hugging Face config.json ----------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each decoder family names its sizes its own way (GPT-2's n_embd, MPT's
+// d_model, Falcon's multi_query) and leaves out what its config class
+// defaults (tie_word_embeddings, a head width); the table below says, for
+// each model_type, whether its MLP is gated and what the class defaults are,
+// so that a key absent from the file means what it means to transformers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/HfConfig.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <optional>
+
+using namespace weft;
+using namespace weft::planner;
+namespace json = llvm::json;
+
+namespace {
+/// How a family's MLP multiplies: a gated one (LLaMA's SwiGLU, Gemma's
+/// GeGLU: gate, up and down projections) or two matrices around an
+/// activation (GPT-2's).
+enum class Mlp { Gated, Plain };
+
+/// Where a family's layers slide a window over the keys.
+enum class Window {
+  EveryLayer,  ///< sliding_window on every layer (Mistral, Phi-3)
+  Alternating, ///< Gemma 2: even layers local, odd ones global
+  Pattern,     ///< Gemma 3: sliding_window_pattern - 1 local, then a global
+  Qwen,        ///< only with use_sliding_window, from max_window_layers on
+};
+
+struct Family {
+  const char *type;
+  Mlp mlp;
+  /// The config class's tie_word_embeddings where the file leaves it out.
+  bool tied;
+  /// The class's activation where the file names none.
+  const char *activation;
+  Window window = Window::EveryLayer;
+  /// The class's vocab_size and context where the file leaves them out (0:
+  /// none, the file must say).
+  int64_t vocab = 0, seq = 0;
+};
+
+const Family kFamilies[] = {
+    {"llama", Mlp::Gated, false, "silu"},
+    {"mistral", Mlp::Gated, false, "silu"},
+    {"qwen2", Mlp::Gated, false, "silu", Window::Qwen},
+    {"qwen3", Mlp::Gated, false, "silu", Window::Qwen},
+    {"phi3", Mlp::Gated, false, "silu"},
+    {"olmo", Mlp::Gated, false, "silu"},
+    {"olmo2", Mlp::Gated, false, "silu"},
+    {"granite", Mlp::Gated, false, "silu"},
+    {"stablelm", Mlp::Gated, false, "silu"},
+    {"cohere", Mlp::Gated, true, "silu"},
+    {"gemma", Mlp::Gated, true, "gelu_pytorch_tanh"},
+    {"gemma2", Mlp::Gated, true, "gelu_pytorch_tanh", Window::Alternating},
+    {"gemma3_text", Mlp::Gated, true, "gelu_pytorch_tanh", Window::Pattern,
+     262208, 131072},
+    {"gpt2", Mlp::Plain, true, "gelu_new"},
+    {"gpt_neox", Mlp::Plain, false, "gelu"},
+    {"gptj", Mlp::Plain, false, "gelu_new"},
+    // Falcon's rotary positions leave the context out of older configs:
+    // the 2,048 tokens it trained at (Almazrouei et al. 2023).
+    {"falcon", Mlp::Plain, true, "gelu", Window::EveryLayer, 0, 2048},
+    {"opt", Mlp::Plain, true, "relu"},
+    // BLOOM's ALiBi has no position table, so no context in its config:
+    // its 2,048 training tokens (BigScience 2022).
+    {"bloom", Mlp::Plain, true, "gelu", Window::EveryLayer, 0, 2048},
+    {"mpt", Mlp::Plain, true, "gelu"},
+    {"starcoder2", Mlp::Plain, true, "gelu_pytorch_tanh"},
+    {"gpt_bigcode", Mlp::Plain, true, "gelu_pytorch_tanh"},
+    {"phi", Mlp::Plain, false, "gelu_new"},
+};
+
+/// Model types that are not decoders the planner's transformer describes,
+/// and why.
+const std::pair<const char *, const char *> kRefusedTypes[] = {
+    {"bert", "an encoder"},
+    {"roberta", "an encoder"},
+    {"xlm-roberta", "an encoder"},
+    {"deberta-v2", "an encoder"},
+    {"distilbert", "an encoder"},
+    {"electra", "an encoder"},
+    {"vit", "a vision encoder"},
+    {"clip", "a text and a vision encoder"},
+    {"t5", "an encoder-decoder"},
+    {"mt5", "an encoder-decoder"},
+    {"bart", "an encoder-decoder"},
+    {"mbart", "an encoder-decoder"},
+    {"whisper", "an encoder-decoder"},
+};
+
+/// Reads fields of one JSON object, the first error kept.
+class Fields {
+public:
+  Fields(const json::Object &object, llvm::StringRef file,
+         llvm::StringRef where = "")
+      : object(object), file(file.str()), where(where.str()) {}
+
+  /// The first of `keys` present and not null, as an integer (a float that
+  /// is whole counts: `"expansion_ratio": 4.0`).
+  std::optional<int64_t> integer(std::initializer_list<const char *> keys) {
+    for (const char *key : keys) {
+      const json::Value *value = object.get(key);
+      if (!value || value->getAsNull())
+        continue;
+      if (std::optional<int64_t> i = value->getAsInteger())
+        return *i;
+      if (std::optional<double> d = value->getAsNumber();
+          d && *d == double(int64_t(*d)))
+        return int64_t(*d);
+      fail(key, "is not an integer");
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+  std::optional<double> number(const char *key) {
+    const json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return std::nullopt;
+    if (std::optional<double> d = value->getAsNumber())
+      return *d;
+    fail(key, "is not a number");
+    return std::nullopt;
+  }
+  std::optional<bool> boolean(const char *key) {
+    const json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return std::nullopt;
+    if (std::optional<bool> b = value->getAsBoolean())
+      return *b;
+    fail(key, "is not true or false");
+    return std::nullopt;
+  }
+  std::optional<std::string> string(const char *key) {
+    const json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return std::nullopt;
+    if (std::optional<llvm::StringRef> s = value->getAsString())
+      return s->str();
+    fail(key, "is not a string");
+    return std::nullopt;
+  }
+  const json::Object *object_(const char *key) {
+    const json::Value *value = object.get(key);
+    return value ? value->getAsObject() : nullptr;
+  }
+  const json::Array *array(const char *key) {
+    const json::Value *value = object.get(key);
+    return value ? value->getAsArray() : nullptr;
+  }
+  bool has(const char *key) const {
+    const json::Value *value = object.get(key);
+    return value && !value->getAsNull();
+  }
+  void fail(llvm::StringRef key, const llvm::Twine &why) {
+    if (!error.empty())
+      return;
+    error = file + ": \"" + where + key.str() + "\" " + why.str();
+  }
+
+  const json::Object &object;
+  std::string file, where, error;
+};
+
+llvm::Error configError(const llvm::Twine &message) {
+  return llvm::createStringError(message.str());
+}
+
+const Family *findFamily(llvm::StringRef type) {
+  for (const Family &family : kFamilies)
+    if (type == family.type)
+      return &family;
+  return nullptr;
+}
+
+/// The context the model was pre-trained at: a rope scaling's original
+/// length where it extends one (Llama 3.1's 8,192 scaled to 131,072), else
+/// the position table's.
+std::optional<int64_t> contextLength(Fields &fields) {
+  for (const char *key : {"rope_scaling", "rope_parameters"})
+    if (const json::Object *rope = fields.object_(key)) {
+      Fields scaling(*rope, fields.file, std::string(key) + ".");
+      std::optional<int64_t> original =
+          scaling.integer({"original_max_position_embeddings"});
+      if (!scaling.error.empty())
+        fields.error = scaling.error;
+      if (original)
+        return original;
+    }
+  return fields.integer(
+      {"max_position_embeddings", "n_positions", "max_seq_len", "seq_length"});
+}
+
+/// The sliding window of each layer: none, every layer, or every
+/// global_every-th global among local ones.
+llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
+                       plan::ModelSpec &spec) {
+  std::optional<int64_t> window = fields.integer({"sliding_window"});
+  auto everyLayer = [&] {
+    if (window && *window > 0)
+      spec.set_sliding_window(*window);
+  };
+  auto globalEvery = [&](int64_t every) {
+    if (!window || *window <= 0)
+      return;
+    spec.set_mixed_sliding_window(*window);
+    spec.set_global_every(every);
+    spec.set_windowed_layers(layers - layers / every);
+  };
+  // transformers 4.53 on: each layer's kind, listed.
+  if (const json::Array *kinds = fields.array("layer_types")) {
+    if (int64_t(kinds->size()) != layers)
+      return configError(fields.file + ": \"layer_types\" lists " +
+                         llvm::Twine(kinds->size()) + " layers of " +
+                         llvm::Twine(layers));
+    std::vector<bool> global;
+    for (const json::Value &kind : *kinds) {
+      std::optional<llvm::StringRef> name = kind.getAsString();
+      if (name == "full_attention")
+        global.push_back(true);
+      else if (name == "sliding_attention")
+        global.push_back(false);
+      else
+        return configError(
+            fields.file + ": \"layer_types\" has a layer of " +
+            (name ? "'" + name->str() + "'" : std::string("no name")) +
+            ": Weft plans full_attention and sliding_attention layers");
+    }
+    if (llvm::all_of(global, [](bool g) { return g; }))
+      return llvm::Error::success();
+    if (!window || *window <= 0)
+      return configError(fields.file +
+                         ": \"layer_types\" has sliding_attention layers but "
+                         "\"sliding_window\" gives no window");
+    if (llvm::none_of(global, [](bool g) { return g; })) {
+      everyLayer();
+      return llvm::Error::success();
+    }
+    int64_t every = llvm::find(global, true) - global.begin() + 1;
+    for (int64_t i = 0; i < layers; ++i)
+      if (global[i] != ((i + 1) % every == 0))
+        return configError(
+            fields.file + ": \"layer_types\" mixes full and sliding layers " +
+            "other than every N-th full (the first full one is layer " +
+            llvm::Twine(every - 1) + ", but layer " + llvm::Twine(i) +
+            " differs): Weft plans a window on every layer, or on all but " +
+            "every N-th (--sliding-window W --global-every N)");
+    globalEvery(every);
+    return llvm::Error::success();
+  }
+  switch (family.window) {
+  case Window::EveryLayer:
+    everyLayer();
+    break;
+  case Window::Alternating:
+    globalEvery(2);
+    break;
+  case Window::Pattern: {
+    int64_t pattern = fields.integer({"sliding_window_pattern"}).value_or(6);
+    if (pattern <= 1)
+      everyLayer();
+    else
+      globalEvery(pattern);
+    break;
+  }
+  case Window::Qwen: {
+    if (!fields.boolean("use_sliding_window").value_or(false))
+      break;
+    // Layers from max_window_layers on slide (transformers' Qwen2).
+    int64_t from = fields.integer({"max_window_layers"}).value_or(layers);
+    if (from >= layers)
+      break;
+    if (from > 0)
+      return configError(
+          fields.file + ": \"use_sliding_window\" with \"max_window_layers\" " +
+          llvm::Twine(from) + " of " + llvm::Twine(layers) +
+          " layers: Weft plans a window on every layer or on none; give "
+          "--sliding-window to cost one on every layer");
+    everyLayer();
+    break;
+  }
+  }
+  return llvm::Error::success();
+}
+} // namespace
+
+std::vector<std::string> planner::hfModelTypes() {
+  std::vector<std::string> types;
+  for (const Family &family : kFamilies)
+    types.push_back(family.type);
+  return types;
+}
+
+bool planner::isHfConfigPath(llvm::StringRef model) {
+  return model.ends_with_insensitive(".json") ||
+         llvm::sys::fs::is_directory(model);
+}
+
+llvm::Expected<plan::ModelSpec>
+planner::modelFromHfConfig(llvm::StringRef path) {
+  llvm::SmallString<256> file(path);
+  if (llvm::sys::fs::is_directory(path)) {
+    llvm::sys::path::append(file, "config.json");
+    if (!llvm::sys::fs::exists(file))
+      return configError("--model " + path +
+                         ": a directory without config.json (give a "
+                         "save_pretrained directory, a config.json, or a "
+                         "preset's name)");
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(file);
+  if (!buffer)
+    return configError("cannot read '" + file +
+                       "': " + buffer.getError().message());
+  llvm::Expected<plan::ModelSpec> spec =
+      modelFromHfConfigText((*buffer)->getBuffer(), file);
+  // Unnamed in the file: the directory's name (a save_pretrained
+  // directory's, a hub snapshot's), or the file's.
+  if (spec && spec->name().empty()) {
+    llvm::StringRef name = llvm::sys::path::stem(file);
+    if (name == "config" && !llvm::sys::path::parent_path(file).empty())
+      name = llvm::sys::path::filename(llvm::sys::path::parent_path(file));
+    spec->set_name(name.str());
+  }
+  return spec;
+}
+
+llvm::Expected<plan::ModelSpec>
+planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
+  llvm::Expected<json::Value> parsed = json::parse(text);
+  if (!parsed)
+    return configError(file +
+                       ": not JSON: " + llvm::toString(parsed.takeError()));
+  const json::Object *top = parsed->getAsObject();
+  if (!top)
+    return configError(file + ": not a JSON object (a Hugging Face "
+                              "config.json is one)");
+  Fields outer(*top, file);
+  // A multimodal checkpoint (Gemma 3, LLaVA): its language model.
+  const json::Object *config = top;
+  std::string where;
+  if (!outer.has("hidden_size") && !outer.has("n_embd") &&
+      !outer.has("d_model"))
+    if (const json::Object *text = outer.object_("text_config")) {
+      config = text;
+      where = "text_config.";
+    }
+  Fields fields(*config, file, where);
+  std::string type = fields.string("model_type").value_or("");
+  if (type.empty() && config != top)
+    type = outer.string("model_type").value_or("") + "_text";
+  if (type.empty())
+    return configError(file + ": no \"" + where +
+                       "model_type\": not a Hugging Face config.json (give "
+                       "one, a preset's name, or gpt / llama with --layers, "
+                       "--hidden, ...)");
+  if (type == "gemma3" && config != top)
+    type = "gemma3_text";
+
+  // What the planner's transformer does not describe: say so rather than
+  // plan another model.
+  for (const char *key :
+       {"num_local_experts", "num_experts", "n_routed_experts",
+        "moe_num_experts", "num_experts_per_tok"})
+    if (std::optional<int64_t> experts = fields.integer({key});
+        experts && *experts > 0)
+      return configError(file + ": \"" + where + key + "\" is " +
+                         llvm::Twine(*experts) +
+                         ": a mixture-of-experts "
+                         "model (" +
+                         type +
+                         "), which Weft does not plan: its "
+                         "transformer has one dense MLP per layer");
+  if (fields.has("kv_lora_rank"))
+    return configError(file + ": \"" + where + "kv_lora_rank\": " + type +
+                       "'s multi-head latent attention, which the planner's "
+                       "built-in transformer does not build: export the "
+                       "model to ONNX and plan the file");
+  if (outer.boolean("is_encoder_decoder").value_or(false))
+    return configError(file + ": \"is_encoder_decoder\": " + type +
+                       " is an encoder-decoder; the planner builds decoders "
+                       "from a config: export the model to ONNX and plan the "
+                       "file");
+  for (auto [refused, what] : kRefusedTypes)
+    if (type == refused)
+      return configError(file + ": model_type '" + type + "' is " + what +
+                         "; the planner builds decoders from a config: "
+                         "export the model to ONNX and plan the file");
+  const Family *family = findFamily(type);
+  if (!family)
+    return configError(
+        file + ": model_type '" + type + "' is not one Weft reads (it reads " +
+        llvm::join(hfModelTypes(), ", ") +
+        "): give --model llama or gpt with --layers, --hidden, --heads, "
+        "--kv-heads, --ffn and --vocab, or export the model to ONNX");
+
+  auto required =
+      [&](std::initializer_list<const char *> keys) -> llvm::Expected<int64_t> {
+    std::optional<int64_t> value = fields.integer(keys);
+    if (!fields.error.empty())
+      return configError(fields.error);
+    if (!value || *value <= 0)
+      return configError(file + ": " + type + " config without a positive \"" +
+                         where + *keys.begin() + "\"");
+    return *value;
+  };
+  llvm::Expected<int64_t> layers =
+      required({"num_hidden_layers", "n_layer", "n_layers", "num_layers"});
+  if (!layers)
+    return layers.takeError();
+  llvm::Expected<int64_t> hidden =
+      required({"hidden_size", "n_embd", "d_model", "n_embed"});
+  if (!hidden)
+    return hidden.takeError();
+  llvm::Expected<int64_t> heads =
+      required({"num_attention_heads", "n_head", "n_heads"});
+  if (!heads)
+    return heads.takeError();
+
+  plan::ModelSpec spec;
+  spec.set_name(outer.string("_name_or_path").value_or(""));
+  spec.set_source(file.str());
+  spec.set_layers(*layers);
+  spec.set_hidden(*hidden);
+  spec.set_heads(*heads);
+
+  // KV heads: GQA's count; Falcon's and StarCoder's multi-query one; MPT's
+  // in its attention config.
+  std::optional<int64_t> kvHeads =
+      fields.integer({"num_key_value_heads", "num_kv_heads"});
+  if (type == "mpt")
+    if (const json::Object *attention = fields.object_("attn_config")) {
+      Fields mpt(*attention, file, where + "attn_config.");
+      kvHeads = mpt.integer({"kv_n_heads"});
+      if (!mpt.error.empty())
+        return configError(mpt.error);
+    }
+  if (type == "falcon" &&
+      !fields.boolean("new_decoder_architecture").value_or(false))
+    kvHeads = fields.boolean("multi_query").value_or(true) ? 1 : *heads;
+  if (type == "gpt_bigcode")
+    kvHeads = fields.boolean("multi_query").value_or(true) ? 1 : *heads;
+  spec.set_kv_heads(kvHeads && *kvHeads > 0 ? *kvHeads : *heads);
+
+  if (std::optional<int64_t> headDim = fields.integer({"head_dim"});
+      headDim && *headDim > 0 && *headDim * *heads != *hidden)
+    spec.set_head_dim(*headDim);
+  else if (type == "gemma" && !fields.has("head_dim") &&
+           *hidden != 256 * *heads)
+    spec.set_head_dim(256); // GemmaConfig's default
+
+  // The MLP's width: its own key, MPT's ratio, else 4 x hidden.
+  std::optional<int64_t> ffn = fields.integer(
+      {"intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"});
+  if (type == "mpt")
+    if (std::optional<double> ratio = fields.number("expansion_ratio"))
+      ffn = int64_t(*ratio * double(*hidden));
+  spec.set_ffn_hidden(ffn && *ffn > 0 ? *ffn : 4 * *hidden);
+
+  // The activation decides GeGLU from SwiGLU, and a plain MLP's name.
+  std::string activation = family->activation;
+  for (const char *key :
+       {"hidden_activation", "hidden_act", "activation_function"})
+    if (std::optional<std::string> name = fields.string(key)) {
+      activation = *name;
+      break;
+    }
+  llvm::StringRef act(activation);
+  // gelu, gelu_new, gelu_fast, gelu_pytorch_tanh: GELU exactly or by tanh.
+  bool gelu = act.starts_with("gelu");
+  if (family->mlp == Mlp::Gated) {
+    if (act == "silu" || act == "swish")
+      spec.set_ffn_kind(plan::FFN_SWIGLU);
+    else if (gelu)
+      spec.set_ffn_kind(plan::FFN_GEGLU);
+    else
+      return configError(file + ": \"" + where + "hidden_act\" '" + activation +
+                         "' in " + type +
+                         "'s gated MLP: Weft builds SiLU "
+                         "(SwiGLU) and GELU (GeGLU) gates");
+  } else {
+    spec.set_ffn_kind(plan::FFN_GELU);
+    if (act == "relu")
+      spec.set_ffn_activation("ReLU");
+    else if (!gelu)
+      return configError(file + ": \"" + where + "activation\" '" + activation +
+                         "' in " + type +
+                         "'s MLP: Weft builds GELU and ReLU "
+                         "between its two matrices");
+  }
+
+  std::optional<int64_t> vocab = fields.integer({"vocab_size"});
+  if (!vocab && family->vocab)
+    vocab = family->vocab;
+  if (!vocab || *vocab <= 0)
+    return configError(file + ": " + type + " config without a positive \"" +
+                       where + "vocab_size\"");
+  spec.set_vocab(*vocab);
+  std::optional<int64_t> seq = contextLength(fields);
+  spec.set_seq_len(seq && *seq > 0 ? *seq : family->seq);
+
+  std::optional<bool> tied = fields.boolean("tie_word_embeddings");
+  if (!tied && config != top)
+    tied = outer.boolean("tie_word_embeddings");
+  spec.set_tied_embeddings(tied.value_or(family->tied));
+
+  if (llvm::Error error = readWindow(fields, *family, *layers, spec))
+    return error;
+  if (std::optional<double> cap = fields.number("attn_logit_softcapping");
+      cap && *cap > 0)
+    spec.set_attention_softcap(float(*cap));
+  for (Fields *f : {&outer, &fields})
+    if (!f->error.empty())
+      return configError(f->error);
+  return spec;
+}

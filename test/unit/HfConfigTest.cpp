@@ -1,0 +1,167 @@
+//===- HfConfigTest.cpp - Models from Hugging Face config.json ------------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The published configs of families whose keys differ from LLaMA's (their
+// sizes and parameter counts as their authors give them), and the layer
+// patterns and errors the reader decides.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/HfConfig.h"
+#include "weft/Planner/Model.h"
+
+#include "gtest/gtest.h"
+
+using namespace weft;
+using namespace weft::planner;
+
+namespace {
+
+plan::ModelSpec read(llvm::StringRef text) {
+  llvm::Expected<plan::ModelSpec> spec =
+      modelFromHfConfigText(text, "config.json");
+  if (!spec) {
+    ADD_FAILURE() << llvm::toString(spec.takeError());
+    return {};
+  }
+  return *spec;
+}
+
+std::string error(llvm::StringRef text) {
+  llvm::Expected<plan::ModelSpec> spec =
+      modelFromHfConfigText(text, "config.json");
+  if (spec)
+    return "";
+  return llvm::toString(spec.takeError());
+}
+
+TEST(HfConfig, FalconNewDecoderArchitecture) {
+  // Falcon 40B's shape: grouped KV heads of its own key, the MLP 4 x hidden,
+  // no context in the file (2,048 tokens); with an output layer of its own,
+  // the 41.8 B parameters published.
+  const char *untied = R"({"model_type": "falcon",
+      "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
+      "num_kv_heads": 8, "new_decoder_architecture": true, "parallel_attn": true,
+      "tie_word_embeddings": false, "vocab_size": 65024})";
+  plan::ModelSpec spec = read(untied);
+  EXPECT_EQ(spec.kv_heads(), 8);
+  EXPECT_EQ(spec.ffn_hidden(), 4 * 8192);
+  EXPECT_EQ(spec.seq_len(), 2048);
+  EXPECT_FALSE(spec.tied_embeddings());
+  EXPECT_NEAR(parameterCount(spec) / 1e9, 41.8, 0.1);
+  // Without the key, FalconConfig's default: tied. Without
+  // new_decoder_architecture, multi_query's one KV head (its default).
+  plan::ModelSpec tied = read(R"({"model_type": "falcon", "hidden_size": 4544,
+      "num_attention_heads": 71, "num_hidden_layers": 32, "vocab_size": 65024})");
+  EXPECT_TRUE(tied.tied_embeddings());
+  EXPECT_EQ(tied.kv_heads(), 1);
+  plan::ModelSpec multi = read(R"({"model_type": "falcon", "hidden_size": 4544,
+      "num_attention_heads": 71, "num_hidden_layers": 32, "vocab_size": 65024,
+      "multi_query": false})");
+  EXPECT_EQ(multi.kv_heads(), 71);
+}
+
+TEST(HfConfig, MptBloomAndStarCoderNames) {
+  // mosaicml/mpt-7b: d_model, n_heads, n_layers, expansion_ratio,
+  // max_seq_len; 6.7 B parameters.
+  plan::ModelSpec mpt = read(R"({"model_type": "mpt", "d_model": 4096,
+      "n_heads": 32, "n_layers": 32, "expansion_ratio": 4, "max_seq_len": 2048,
+      "vocab_size": 50432, "attn_config": {"alibi": true, "attn_impl": "torch"}})");
+  EXPECT_EQ(mpt.hidden(), 4096);
+  EXPECT_EQ(mpt.kv_heads(), 32);
+  EXPECT_EQ(mpt.ffn_hidden(), 16384);
+  EXPECT_EQ(mpt.seq_len(), 2048);
+  EXPECT_EQ(mpt.ffn_kind(), plan::FFN_GELU);
+  EXPECT_NEAR(parameterCount(mpt) / 1e9, 6.65, 0.1);
+  // bigscience/bloom: n_layer, n_head; no context in the file (ALiBi).
+  plan::ModelSpec bloom = read(R"({"model_type": "bloom", "hidden_size": 14336,
+      "n_head": 112, "n_layer": 70, "vocab_size": 250880})");
+  EXPECT_EQ(bloom.seq_len(), 2048);
+  EXPECT_NEAR(parameterCount(bloom) / 1e9, 176.2, 0.5);
+  // bigcode/starcoder: multi-query attention by default.
+  plan::ModelSpec starcoder = read(R"({"model_type": "gpt_bigcode",
+      "n_embd": 6144, "n_head": 48, "n_layer": 40, "n_inner": 24576,
+      "n_positions": 8192, "vocab_size": 49152,
+      "activation_function": "gelu_pytorch_tanh"})");
+  EXPECT_EQ(starcoder.kv_heads(), 1);
+  EXPECT_EQ(starcoder.seq_len(), 8192);
+  EXPECT_NEAR(parameterCount(starcoder) / 1e9, 15.5, 0.2);
+}
+
+TEST(HfConfig, LayerTypesPattern) {
+  const char *periodic = R"({"model_type": "gemma3_text", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 6, "vocab_size": 100,
+      "sliding_window": 512, "layer_types": ["sliding_attention",
+      "sliding_attention", "full_attention", "sliding_attention",
+      "sliding_attention", "full_attention"]})";
+  plan::ModelSpec spec = read(periodic);
+  EXPECT_EQ(spec.mixed_sliding_window(), 512);
+  EXPECT_EQ(spec.global_every(), 3);
+  EXPECT_EQ(spec.windowed_layers(), 4);
+  EXPECT_EQ(spec.ffn_kind(), plan::FFN_GEGLU);
+
+  std::string irregular = error(R"({"model_type": "gemma3_text",
+      "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+      "vocab_size": 100, "sliding_window": 512, "layer_types":
+      ["sliding_attention", "full_attention", "full_attention",
+      "sliding_attention"]})");
+  EXPECT_NE(irregular.find("other than every N-th full"), std::string::npos)
+      << irregular;
+  std::string counted = error(R"({"model_type": "mistral", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 4, "vocab_size": 100,
+      "layer_types": ["full_attention"]})");
+  EXPECT_NE(counted.find("lists 1 layers of 4"), std::string::npos) << counted;
+  std::string chunked = error(R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 100,
+      "layer_types": ["chunked_attention"]})");
+  EXPECT_NE(chunked.find("'chunked_attention'"), std::string::npos) << chunked;
+}
+
+TEST(HfConfig, QwenSlidingWindowLayers) {
+  const char *base = R"({"model_type": "qwen2", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 28, "vocab_size": 100,
+      "sliding_window": 4096, "use_sliding_window": %s,
+      "max_window_layers": %d})";
+  char text[512];
+  snprintf(text, sizeof(text), base, "false", 0);
+  EXPECT_EQ(read(text).sliding_window(), 0);
+  snprintf(text, sizeof(text), base, "true", 0);
+  EXPECT_EQ(read(text).sliding_window(), 4096);
+  snprintf(text, sizeof(text), base, "true", 28);
+  EXPECT_EQ(read(text).sliding_window(), 0);
+  snprintf(text, sizeof(text), base, "true", 14);
+  EXPECT_NE(error(text).find("\"max_window_layers\" 14 of 28"),
+            std::string::npos);
+}
+
+TEST(HfConfig, RopeOriginalContextAndTypes) {
+  // transformers 5's rope_parameters says what rope_scaling said.
+  plan::ModelSpec spec = read(R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "max_position_embeddings": 131072, "rope_parameters": {"rope_type":
+      "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}})");
+  EXPECT_EQ(spec.seq_len(), 8192);
+  EXPECT_FALSE(spec.tied_embeddings());
+  EXPECT_EQ(spec.ffn_kind(), plan::FFN_SWIGLU);
+  std::string nested = error(R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "rope_scaling": {"original_max_position_embeddings": "8k"}})");
+  EXPECT_NE(
+      nested.find("\"rope_scaling.original_max_position_embeddings\" is not "
+                  "an integer"),
+      std::string::npos)
+      << nested;
+  std::string act = error(R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4,
+      "n_layer": 2, "vocab_size": 100, "activation_function": "tanh"})");
+  EXPECT_NE(act.find("'tanh'"), std::string::npos) << act;
+  std::string latent = error(R"({"model_type": "deepseek_v2", "hidden_size":
+      64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "kv_lora_rank": 512})");
+  EXPECT_NE(latent.find("latent attention"), std::string::npos) << latent;
+  EXPECT_NE(error("[1, 2]").find("not a JSON object"), std::string::npos);
+}
+
+} // namespace
