@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (the ONNX importer, the tensor file readers,
-# the TCP store), weft and weft-opt with clang (ASan + coverage) in
+# the TCP store, the config.json reader), weft and weft-opt with clang (ASan
+# + coverage) in
 # $WEFT_FUZZ_BUILD_DIR (build-fuzz/) and runs each fuzzer on a corpus seeded
 # from the test files. Deterministic by default (fixed seed and run count);
 # WEFT_FUZZ_ARGS overrides for every fuzzer, e.g.
@@ -16,12 +17,14 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 # The tools too: clang in C++17 mode refuses what GCC lets through (a lambda
 # capturing a structured binding), and the main build is GCC's.
-ninja -C "$build" -j "${WEFT_JOBS:-2}" onnx-import-fuzzer npy-fuzzer store-fuzzer weft weft-opt
+ninja -C "$build" -j "${WEFT_JOBS:-2}" onnx-import-fuzzer npy-fuzzer store-fuzzer \
+  hf-config-fuzzer weft weft-opt
 
 corpus=$(mktemp -d)
 npy_corpus=$(mktemp -d)
 store_corpus=$(mktemp -d)
-trap 'rm -rf "$corpus" "$npy_corpus" "$store_corpus"' EXIT
+config_corpus=$(mktemp -d)
+trap 'rm -rf "$corpus" "$npy_corpus" "$store_corpus" "$config_corpus"' EXIT
 cp "$root"/test/models/*/*.onnx "$corpus"/
 for test in test_matmul_2d test_softmax_axis_1 test_layer_normalization_4d_axis1 \
             test_slice test_gather_0 test_reshape_reduced_dims test_where_example \
@@ -70,3 +73,8 @@ printf 'S\1\0\0\0\0\0\0\0k\1\0\0\0\0\0\0\0v' > "$store_corpus/set"
 printf 'G\5\0\0\0\0\0\0\0abort\0\0\0\0\0\0\0\0' > "$store_corpus/get"
 "$build/bin/store-fuzzer" ${WEFT_FUZZ_ARGS:--seed=1 -runs=5000} -rss_limit_mb=2048 \
   -timeout=30 "$store_corpus" 2>&1 | tail -20
+
+# Hugging Face config.json files, seeded with the published ones the tests read.
+cp "$root"/test/Planner/Inputs/hf/*.json "$config_corpus"/
+"$build/bin/hf-config-fuzzer" ${WEFT_FUZZ_ARGS:--seed=1 -runs=20000} -rss_limit_mb=2048 \
+  -timeout=30 "$config_corpus" 2>&1 | tail -20

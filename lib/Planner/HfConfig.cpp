@@ -21,6 +21,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
 #include <optional>
 
 using namespace weft;
@@ -106,6 +107,8 @@ const std::pair<const char *, const char *> kRefusedTypes[] = {
 /// Reads fields of one JSON object, the first error kept.
 class Fields {
 public:
+  static constexpr int64_t kLimit = int64_t(1) << 31;
+
   Fields(const json::Object &object, llvm::StringRef file,
          llvm::StringRef where = "")
       : object(object), file(file.str()), where(where.str()) {}
@@ -117,13 +120,21 @@ public:
       const json::Value *value = object.get(key);
       if (!value || value->getAsNull())
         continue;
-      if (std::optional<int64_t> i = value->getAsInteger())
-        return *i;
+      std::optional<int64_t> read = value->getAsInteger();
       if (std::optional<double> d = value->getAsNumber();
-          d && *d == double(int64_t(*d)))
-        return int64_t(*d);
-      fail(key, "is not an integer");
-      return std::nullopt;
+          !read && d && std::fabs(*d) < kLimit && *d == std::floor(*d))
+        read = int64_t(*d);
+      if (!read) {
+        fail(key, "is not an integer");
+        return std::nullopt;
+      }
+      // Far past any model, and small enough that the products of two
+      // sizes (heads x head width) cannot overflow.
+      if (*read > kLimit || *read < -kLimit) {
+        fail(key, "is " + llvm::Twine(*read) + ", beyond any model's size");
+        return std::nullopt;
+      }
+      return read;
     }
     return std::nullopt;
   }
@@ -131,8 +142,12 @@ public:
     const json::Value *value = object.get(key);
     if (!value || value->getAsNull())
       return std::nullopt;
-    if (std::optional<double> d = value->getAsNumber())
-      return *d;
+    if (std::optional<double> d = value->getAsNumber()) {
+      if (std::isfinite(*d) && std::fabs(*d) <= kLimit)
+        return *d;
+      fail(key, "is " + std::to_string(*d) + ", beyond any model's size");
+      return std::nullopt;
+    }
     fail(key, "is not a number");
     return std::nullopt;
   }
