@@ -371,6 +371,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (model->attention_softcap() > 0)
     os << llvm::format(", scores soft-capped at %g",
                        model->attention_softcap());
+  if (model->parallel_block())
+    os << ", attention and MLP in parallel";
   if (model->head_dim())
     os << ", heads of " << model->head_dim();
   if (model->value_head_dim())

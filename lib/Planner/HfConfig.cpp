@@ -534,6 +534,66 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
 
   if (llvm::Error error = readWindow(fields, *family, *layers, spec))
     return error;
+  // The rotary base (Megatron-LM's --rotary-base): each config class's
+  // default where the file has none; no rotary embedding in the families of
+  // learned positions or ALiBi.
+  bool rotary =
+      !llvm::is_contained({"gpt2", "opt", "bloom", "mpt", "gpt_bigcode"}, type);
+  if (type == "falcon" && fields.boolean("alibi").value_or(false))
+    rotary = false;
+  if (rotary) {
+    std::optional<double> theta = fields.number("rope_theta");
+    if (!theta)
+      theta = fields.number("rotary_emb_base"); // GPT-NeoX
+    if (const json::Object *rope = fields.object_("rope_parameters");
+        rope && !theta) {
+      Fields parameters(*rope, file, where + "rope_parameters.");
+      theta = parameters.number("rope_theta");
+      if (!parameters.error.empty())
+        return configError(parameters.error);
+    }
+    spec.set_rope_theta(theta && *theta > 0 ? *theta : 10000.0);
+  }
+  // Attention and MLP in parallel: GPT-J's and Phi's always, GPT-NeoX's
+  // use_parallel_residual, Falcon's parallel_attn (or its new decoder
+  // architecture), Cohere's.
+  bool parallel = type == "gptj" || type == "phi" || type == "cohere";
+  if (type == "gpt_neox")
+    parallel = fields.boolean("use_parallel_residual").value_or(true);
+  if (type == "falcon")
+    parallel = fields.boolean("parallel_attn").value_or(true) ||
+               fields.boolean("new_decoder_architecture").value_or(false);
+  spec.set_parallel_block(parallel);
+  // Rotary on part of each head: GPT-NeoX's rotary_pct, Phi's and
+  // StableLM's partial_rotary_factor, GPT-J's rotary_dim.
+  if (rotary) {
+    std::optional<double> share = fields.number("rotary_pct");
+    if (!share)
+      share = fields.number("partial_rotary_factor");
+    if (!share && type == "gpt_neox")
+      share = 0.25;
+    if (!share && type == "phi")
+      share = 0.5;
+    if (std::optional<int64_t> dims = fields.integer({"rotary_dim"});
+        !share && dims && *dims > 0)
+      share = double(*dims) * double(*heads) /
+              double(spec.head_dim() > 0 ? spec.head_dim() * *heads : *hidden);
+    if (share && *share > 0 && *share < 1)
+      spec.set_rotary_percent(float(*share));
+  }
+  // QKV biases in a model whose other linears have none: Qwen2's always,
+  // LLaMA's attention_bias, StableLM's use_qkv_bias.
+  if (family->mlp == Mlp::Gated)
+    spec.set_qkv_bias(type == "qwen2" ||
+                      fields.boolean("attention_bias").value_or(false) ||
+                      fields.boolean("use_qkv_bias").value_or(false));
+  for (const char *key :
+       {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"})
+    if (std::optional<double> epsilon = fields.number(key)) {
+      if (*epsilon > 0 && *epsilon != 1e-5)
+        spec.set_norm_epsilon(*epsilon);
+      break;
+    }
   if (std::optional<double> cap = fields.number("attn_logit_softcapping");
       cap && *cap > 0)
     spec.set_attention_softcap(float(*cap));

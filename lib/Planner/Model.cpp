@@ -87,10 +87,27 @@ const Preset kPresets[] = {
      4096, 2, 50},
     {"gemma3-27b", 62, 5376, 32, 16, 21504, kGeglu, 262144, 32768, true, 128,
      1024, 6},
-    // Qwen2.5 (Qwen Team 2024, Table 1 and config.json; their QKV biases,
-    // 0.01 % of the weights, are not built): 32,768 tokens.
+    // Qwen2.5 (Qwen Team 2024, Table 1 and config.json; their QKV biases
+    // below, kRotary): 32,768 tokens.
     {"qwen2.5-7b", 28, 3584, 28, 4, 18944, kSwiglu, 152064, 32768, false},
     {"qwen2.5-72b", 80, 8192, 64, 8, 29568, kSwiglu, 152064, 32768, false},
+};
+
+/// The rotary base, QKV biases and norm epsilon of the presets whose
+/// families have them (their config.json files), for the launchers
+/// exported (Megatron-LM's --rotary-base, --add-qkv-bias, --norm-epsilon)
+/// and the builder. GPT-3's and Megatron's learned positions have none.
+struct Rotary {
+  const char *prefix;
+  double theta;
+  bool qkvBias;
+  double normEpsilon;
+};
+const Rotary kRotary[] = {
+    {"llama2-", 1e4, false, 0},    {"llama3-", 5e5, false, 0},
+    {"mistral-7b", 1e4, false, 0}, {"mistral-nemo-", 1e6, false, 0},
+    {"gemma2-", 1e4, false, 1e-6}, {"gemma3-", 1e6, false, 1e-6},
+    {"qwen2.5-", 1e6, true, 1e-6},
 };
 } // namespace
 
@@ -134,6 +151,12 @@ llvm::Expected<plan::ModelSpec> planner::lookupPreset(llvm::StringRef name) {
       spec.set_sliding_window(preset.window);
     }
     spec.set_attention_softcap(preset.softcap);
+    for (const Rotary &rotary : kRotary)
+      if (llvm::StringRef(preset.name).starts_with(rotary.prefix)) {
+        spec.set_rope_theta(rotary.theta);
+        spec.set_qkv_bias(rotary.qkvBias);
+        spec.set_norm_epsilon(rotary.normEpsilon);
+      }
     spec.set_source("preset");
     return spec;
   }
@@ -218,8 +241,8 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   double extra = 0;
   if (isGelu(model)) // biases and two LayerNorms with bias
     extra = qkvWidth + h + ffn + h + 4 * h;
-  else // two RMSNorms
-    extra = 2 * h;
+  else // two RMSNorms, and Qwen2's QKV biases
+    extra = 2 * h + (model.qkv_bias() ? qkvWidth : 0);
   return qkv + out + mlp + extra;
 }
 
@@ -487,12 +510,13 @@ public:
     auto in = cast<RankedTensorType>(x.getType());
     int64_t h = in.getShape().back();
     Value scale = param(name + ".weight", {h});
+    llvm::APFloat epsilon(model.norm_epsilon() > 0 ? float(model.norm_epsilon())
+                                                   : 1e-5f);
     if (gelu())
       return LayerNormOp::create(b, loc, in, x, scale,
                                  param(name + ".bias", {h}), in.getRank() - 1,
-                                 llvm::APFloat(1e-5f));
-    return RMSNormOp::create(b, loc, in, x, scale, in.getRank() - 1,
-                             llvm::APFloat(1e-5f));
+                                 epsilon);
+    return RMSNormOp::create(b, loc, in, x, scale, in.getRank() - 1, epsilon);
   }
   Value reshape(Value x, ArrayRef<int64_t> shape) {
     return ReshapeOp::create(b, loc, type(shape), x);
@@ -540,8 +564,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // ([kv_heads, group + 2, head_dim], Megatron's layout): splitting the
   // columns over tensor-parallel ranks gives each rank whole heads.
   Value normed = norm(x, prefix + ".attn_norm");
-  Value qkv =
-      linear(normed, kvHeads * (group + 2) * d, prefix + ".qkv", gelu());
+  Value qkv = linear(normed, kvHeads * (group + 2) * d, prefix + ".qkv",
+                     gelu() || model.qkv_bias());
   Value grouped = reshape(qkv, {batch, seq, kvHeads, group + 2, d});
   auto split = SplitOp::create(b, loc,
                                TypeRange{type({batch, seq, kvHeads, group, d}),
@@ -568,8 +592,11 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value merged =
       reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});
   Value projected = linear(merged, h, prefix + ".attn_out", gelu());
+  // A parallel block's MLP reads the layer's input too, and both add to
+  // the residual at the end (GPT-J, GPT-NeoX, Falcon).
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));
-  Value normed2 = norm(residual, prefix + ".mlp_norm");
+  Value normed2 =
+      norm(model.parallel_block() ? x : residual, prefix + ".mlp_norm");
   int64_t ffn = model.ffn_hidden();
   Value activated;
   if (gelu()) {

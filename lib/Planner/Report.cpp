@@ -613,6 +613,12 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         " wide per head, not as wide as its queries and keys (DeepSeek's "
         "multi-head latent attention): the exported launchers set standard "
         "attention; run Weft's own program (weft compile / weft train)");
+  if (m.parallel_block())
+    return llvm::createStringError(
+        "the model adds attention and MLP to the residual in parallel "
+        "(GPT-J, GPT-NeoX, Falcon, Phi): the exported launchers build "
+        "sequential blocks; run Weft's own program (weft compile / weft "
+        "train)");
   if (!m.ffn_activation().empty())
     return llvm::createStringError(
         "the model's MLP applies " + m.ffn_activation() +
@@ -649,6 +655,24 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     if (swiglu)
       os << "--swiglu --normalization RMSNorm --disable-bias-linear "
             "--position-embedding-type rope \\\n";
+    else if (m.rope_theta() > 0)
+      os << "--position-embedding-type rope \\\n";
+    // Megatron-LM's defaults are 10,000 and 1e-5: a model of another base
+    // (Llama 3's 500,000) or epsilon (Qwen2.5's 1e-6) is another model.
+    std::vector<std::string> shape;
+    if (m.rope_theta() > 0)
+      shape.push_back(llvm::formatv("--rotary-base {0}",
+                                    llvm::format("%.0f", m.rope_theta())));
+    if (m.qkv_bias() && swiglu)
+      shape.push_back("--add-qkv-bias");
+    if (m.rotary_percent() > 0)
+      shape.push_back(llvm::formatv("--rotary-percent {0}",
+                                    llvm::format("%g", m.rotary_percent())));
+    if (m.norm_epsilon() > 0)
+      shape.push_back(llvm::formatv("--norm-epsilon {0}",
+                                    llvm::format("%g", m.norm_epsilon())));
+    if (!shape.empty())
+      os << llvm::join(shape, " ") << " \\\n";
     if (!m.tied_embeddings())
       os << "--untie-embeddings-and-output-weights \\\n";
     os << "--seq-length " << tr.seq_len() << " --max-position-embeddings "

@@ -164,4 +164,39 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
   EXPECT_NE(error("[1, 2]").find("not a JSON object"), std::string::npos);
 }
 
+TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
+  // Qwen2: QKV biases always, its rope_theta and RMSNorm epsilon.
+  plan::ModelSpec qwen = read(R"({"model_type": "qwen2", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "rope_theta": 1000000.0, "rms_norm_eps": 1e-06})");
+  EXPECT_TRUE(qwen.qkv_bias());
+  EXPECT_EQ(qwen.rope_theta(), 1e6);
+  EXPECT_EQ(qwen.norm_epsilon(), 1e-6);
+  EXPECT_FALSE(qwen.parallel_block());
+  // LLaMA: the class's 10,000 where the file has no base; 1e-5 is the
+  // default epsilon (0 in the spec).
+  plan::ModelSpec llama = read(R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "rms_norm_eps": 1e-05})");
+  EXPECT_EQ(llama.rope_theta(), 1e4);
+  EXPECT_EQ(llama.norm_epsilon(), 0);
+  EXPECT_FALSE(llama.qkv_bias());
+  // GPT-J: parallel, rotary on rotary_dim 64 of heads of 256.
+  plan::ModelSpec gptj = read(R"({"model_type": "gptj", "n_embd": 4096,
+      "n_head": 16, "n_layer": 28, "rotary_dim": 64, "n_positions": 2048,
+      "vocab_size": 50400})");
+  EXPECT_TRUE(gptj.parallel_block());
+  EXPECT_FLOAT_EQ(gptj.rotary_percent(), 0.25f);
+  EXPECT_NEAR(parameterCount(gptj) / 1e9, 6.05, 0.05);
+  // GPT-NeoX without parallel residual; GPT-2's learned positions.
+  plan::ModelSpec neox = read(R"({"model_type": "gpt_neox", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "use_parallel_residual": false, "rotary_pct": 1.0})");
+  EXPECT_FALSE(neox.parallel_block());
+  EXPECT_EQ(neox.rotary_percent(), 0);
+  plan::ModelSpec gpt2 = read(R"({"model_type": "gpt2", "n_embd": 64,
+      "n_head": 4, "n_layer": 2, "vocab_size": 100})");
+  EXPECT_EQ(gpt2.rope_theta(), 0);
+}
+
 } // namespace
