@@ -147,13 +147,14 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_vocab(llama ? 32000 : 51200);
     spec.set_seq_len(2048);
     spec.set_tied_embeddings(!llama);
-  } else if (isHfConfigPath(r.preset)) {
-    auto config = modelFromHfConfig(r.preset);
-    if (!config)
-      return config.takeError();
-    spec = *config;
   } else if (!r.preset.empty()) {
+    // A preset's name, even where a directory of that name is at hand; else
+    // a config.json or a checkpoint directory.
     auto preset = lookupPreset(r.preset);
+    if (!preset && isHfConfigPath(r.preset)) {
+      llvm::consumeError(preset.takeError());
+      preset = modelFromHfConfig(r.preset);
+    }
     if (!preset)
       return preset.takeError();
     spec = *preset;
