@@ -411,6 +411,14 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
           "--flash-attention=false)\n";
   if (std::string note = uncalibratedGpuNote(gpu); !note.empty())
     os << "note: " << note << "\n";
+  // A config's context is what the model attends over at most (Qwen2.5's
+  // 131,072), often longer than it trains at.
+  if (!request.seqLen && request.modelFile.empty() &&
+      model->source() != "preset" && model->source() != "builder")
+    os << "note: sequence " << training->seq_len()
+       << " is the config's context (its max_position_embeddings, or a rope "
+          "scaling's original length): --seq-len for the length you train "
+          "at\n";
 
   // Cost one plan given by hand (or from a JSON file).
   if (!request.evaluate.empty() || !request.evaluateJson.empty()) {
