@@ -208,14 +208,18 @@ const Family *findFamily(llvm::StringRef type) {
 std::optional<int64_t> contextLength(Fields &fields) {
   for (const char *key : {"rope_scaling", "rope_parameters"})
     if (const json::Object *rope = fields.object_(key)) {
-      Fields scaling(*rope, fields.file, std::string(key) + ".");
+      Fields scaling(*rope, fields.file, fields.where + key + ".");
       std::optional<int64_t> original =
           scaling.integer({"original_max_position_embeddings"});
-      if (!scaling.error.empty())
+      if (!scaling.error.empty() && fields.error.empty())
         fields.error = scaling.error;
       if (original)
         return original;
     }
+  // Phi-3's long-context configs keep it beside the scaling.
+  if (std::optional<int64_t> original =
+          fields.integer({"original_max_position_embeddings"}))
+    return original;
   return fields.integer(
       {"max_position_embeddings", "n_positions", "max_seq_len", "seq_length"});
 }

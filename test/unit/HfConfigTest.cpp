@@ -145,6 +145,17 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
       "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}})");
   EXPECT_EQ(spec.seq_len(), 8192);
   EXPECT_FALSE(spec.tied_embeddings());
+  // Phi-3's long-context configs keep the original length beside a
+  // longrope scaling.
+  plan::ModelSpec phi3 = read(R"({"model_type": "phi3", "hidden_size": 3072,
+      "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 32064,
+      "intermediate_size": 8192, "max_position_embeddings": 131072,
+      "original_max_position_embeddings": 4096, "rope_scaling": {"type":
+      "longrope", "long_factor": [1.0], "short_factor": [1.0]},
+      "sliding_window": 262144})");
+  EXPECT_EQ(phi3.seq_len(), 4096);
+  EXPECT_EQ(phi3.ffn_kind(), plan::FFN_SWIGLU);
+  EXPECT_NEAR(parameterCount(phi3) / 1e9, 3.82, 0.02);
   EXPECT_EQ(spec.ffn_kind(), plan::FFN_SWIGLU);
   std::string nested = error(R"({"model_type": "llama", "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
