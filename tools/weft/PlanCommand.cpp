@@ -8,6 +8,7 @@
 #include "weft/Import/OnnxImporter.h"
 #include "weft/Planner/Cluster.h"
 #include "weft/Planner/CostModel.h"
+#include "weft/Planner/HfConfig.h"
 #include "weft/Planner/Model.h"
 #include "weft/Planner/Report.h"
 #include "weft/Planner/Risk.h"
@@ -23,6 +24,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -264,7 +266,9 @@ static cl::opt<std::string> calibrateRuns(
     "runs",
     cl::desc("Cost your own measured runs instead of the published ones: a "
              "CSV in bench/calibration/validation.csv's columns (optional "
-             "gpus_per_node, default 8), printed with the model's error on "
+             "gpus_per_node, default 8; optional config, a Hugging Face "
+             "config.json for the model's columns), printed with the model's "
+             "error on "
              "them and how it compares with the band weft plan prints"),
     cl::value_desc("runs.csv"), cl::init(""), cl::sub(calibrateCommand));
 static cl::opt<bool> calibrateSearch(
@@ -890,14 +894,25 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
   auto csv = readCsv(path);
   if (!csv)
     return csv.takeError();
+  // The model's columns, which an optional `config` column (a Hugging Face
+  // config.json, relative to the CSV's directory) stands in for.
+  const bool configs = csv->column("config") >= 0;
   for (const char *name :
        {"name", "gpu", "gpus", "layers", "hidden", "heads", "kv_heads", "ffn",
         "ffn_kind", "vocab", "tied", "seq_len", "global_batch", "flash", "plan",
         "measured_step_s"})
-    if (csv->column(name) < 0)
+    if (csv->column(name) < 0 &&
+        !(configs &&
+          llvm::is_contained({"layers", "hidden", "heads", "kv_heads", "ffn",
+                              "ffn_kind", "vocab", "tied"},
+                             llvm::StringRef(name))))
       return llvm::createStringError(path + ": no column '" + name + "'");
   for (auto &r : csv->rows) {
-    auto get = [&](const char *name) { return r.at(csv->column(name)); };
+    auto get = [&](const char *name) -> std::string {
+      int column = csv->column(name);
+      return column < 0 ? std::string() : r.at(column);
+    };
+    const bool fromConfig = configs && !get("config").empty();
     auto integer = [&](const char *name) -> llvm::Expected<int64_t> {
       int64_t value = 0;
       if (llvm::StringRef(get(name)).getAsInteger(10, value) || value < 0)
@@ -915,6 +930,8 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
     for (const char *name :
          {"gpus", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab",
           "seq_len", "global_batch", "flash"}) {
+      if (fromConfig && get(name).empty())
+        continue;
       auto value = integer(name);
       if (!value)
         return value.takeError();
@@ -928,35 +945,55 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
                                        "' is not " + yes + " or " + no);
       return get(name) == yes;
     };
-    auto swiglu = word("ffn_kind", "swiglu", "gelu");
-    if (!swiglu)
-      return swiglu.takeError();
-    auto tied = word("tied", "yes", "no");
-    if (!tied)
-      return tied.takeError();
     plan::ModelSpec &m = row.model;
-    m.set_name(row.name);
-    m.set_layers(n["layers"]);
-    m.set_hidden(n["hidden"]);
-    m.set_heads(n["heads"]);
-    m.set_kv_heads(n["kv_heads"]);
-    m.set_ffn_hidden(n["ffn"]);
-    m.set_ffn_kind(*swiglu ? plan::FFN_SWIGLU : plan::FFN_GELU);
-    m.set_vocab(n["vocab"]);
-    m.set_seq_len(n["seq_len"]);
-    m.set_tied_embeddings(*tied);
-    m.set_source(validation ? "validation" : "calibration");
-    // Optional: each head's width where it is not hidden / heads (Gemma's,
-    // Megatron-LM's --kv-channels); empty or 0 for hidden / heads.
-    if (csv->column("head_dim") >= 0 && !get("head_dim").empty()) {
-      auto value = integer("head_dim");
-      if (!value)
-        return value.takeError();
-      if (*value * m.heads() != m.hidden())
-        m.set_head_dim(*value);
+    if (fromConfig) {
+      // The model of a config.json, as weft plan --model reads it; the
+      // row's sequence is the one it trained at.
+      llvm::SmallString<256> config(get("config"));
+      if (!llvm::sys::path::is_absolute(config)) {
+        config = llvm::sys::path::parent_path(path);
+        llvm::sys::path::append(config, get("config"));
+      }
+      llvm::Expected<plan::ModelSpec> read = modelFromHfConfig(config);
+      if (!read)
+        return llvm::createStringError(path + ": row '" + row.name + "': " +
+                                       llvm::toString(read.takeError()));
+      m = *read;
+      m.set_name(row.name);
+      m.set_seq_len(n["seq_len"]);
+      m.set_source(validation ? "validation" : "calibration");
+      if (llvm::Error error = validateModel(m))
+        return error;
+    } else {
+      auto swiglu = word("ffn_kind", "swiglu", "gelu");
+      if (!swiglu)
+        return swiglu.takeError();
+      auto tied = word("tied", "yes", "no");
+      if (!tied)
+        return tied.takeError();
+      m.set_name(row.name);
+      m.set_layers(n["layers"]);
+      m.set_hidden(n["hidden"]);
+      m.set_heads(n["heads"]);
+      m.set_kv_heads(n["kv_heads"]);
+      m.set_ffn_hidden(n["ffn"]);
+      m.set_ffn_kind(*swiglu ? plan::FFN_SWIGLU : plan::FFN_GELU);
+      m.set_vocab(n["vocab"]);
+      m.set_seq_len(n["seq_len"]);
+      m.set_tied_embeddings(*tied);
+      m.set_source(validation ? "validation" : "calibration");
+      // Optional: each head's width where it is not hidden / heads (Gemma's,
+      // Megatron-LM's --kv-channels); empty or 0 for hidden / heads.
+      if (csv->column("head_dim") >= 0 && !get("head_dim").empty()) {
+        auto value = integer("head_dim");
+        if (!value)
+          return value.takeError();
+        if (*value * m.heads() != m.hidden())
+          m.set_head_dim(*value);
+      }
+      if (llvm::Error error = validateModel(m))
+        return error;
     }
-    if (llvm::Error error = validateModel(m))
-      return error;
     // Optional columns: dropout (Megatron's default 0.1 on hidden states and
     // attention probabilities, which its published scripts leave on) and
     // network (the cluster's NICs where they differ from the GPU's default
