@@ -23,7 +23,9 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CrashRecoveryContext.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include <cstring>
 #include <fcntl.h>
@@ -62,8 +64,36 @@ llvm::LogicalResult weft::parseInputShape(llvm::StringRef text,
   return llvm::success();
 }
 
+/// Why `path`, a directory (an Optimum export's, a Hub snapshot's), is not a
+/// model: the ONNX files it holds to choose from, and its config.json.
+static std::string directoryError(llvm::StringRef path) {
+  std::vector<std::string> models;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(path, ec), end; !ec && it != end;
+       it.increment(ec))
+    if (llvm::StringRef(it->path()).ends_with(".onnx"))
+      models.push_back(llvm::sys::path::filename(it->path()).str());
+  llvm::sort(models);
+  llvm::SmallString<256> config(path);
+  llvm::sys::path::append(config, "config.json");
+  std::string error = "a directory, not a model: give the ONNX file";
+  if (models.empty())
+    error += " (it holds none)";
+  else
+    error += " in it (" + llvm::join(models, ", ") + ")";
+  if (llvm::sys::fs::exists(config))
+    error += ", or plan the model its config.json describes with weft plan "
+             "--model " +
+             path.str();
+  return error;
+}
+
 static bool readModel(llvm::StringRef path, onnx::ModelProto &proto,
                       std::string &error) {
+  if (llvm::sys::fs::is_directory(path)) {
+    error = directoryError(path);
+    return false;
+  }
   if (path.ends_with(".onnxtxt")) {
     auto buffer = llvm::MemoryBuffer::getFile(path);
     if (!buffer) {
