@@ -388,6 +388,14 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
                        "--hidden, ...)");
   if (type == "gemma3" && config != top)
     type = "gemma3_text";
+  // Model types whose language model is another family's, as transformers
+  // builds it: Qwen2-VL's (QKV biases and all), InternLM2's and SmolLM3's
+  // LLaMA blocks.
+  for (auto [alias, family] :
+       {std::pair{"qwen2_vl", "qwen2"}, std::pair{"qwen2_5_vl", "qwen2"},
+        std::pair{"internlm2", "llama"}, std::pair{"smollm3", "llama"}})
+    if (type == alias)
+      type = family;
 
   // What the planner's transformer does not describe: say so rather than
   // plan another model.

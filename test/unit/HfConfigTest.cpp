@@ -184,6 +184,12 @@ TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
   EXPECT_EQ(qwen.rope_theta(), 1e6);
   EXPECT_EQ(qwen.norm_epsilon(), 1e-6);
   EXPECT_FALSE(qwen.parallel_block());
+  // Qwen2-VL's language model is Qwen2's, QKV biases and all.
+  plan::ModelSpec vl = read(R"({"model_type": "qwen2_vl", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "vision_config": {"depth": 32}})");
+  EXPECT_TRUE(vl.qkv_bias());
+  EXPECT_EQ(vl.ffn_kind(), plan::FFN_SWIGLU);
   // LLaMA: the class's 10,000 where the file has no base; 1e-5 is the
   // default epsilon (0 in the spec).
   plan::ModelSpec llama = read(R"({"model_type": "llama", "hidden_size": 64,
