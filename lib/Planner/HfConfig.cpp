@@ -381,6 +381,9 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   std::string type = fields.string("model_type").value_or("");
   if (type.empty() && config != top)
     type = outer.string("model_type").value_or("") + "_text";
+  for (Fields *f : {&outer, &fields})
+    if (!f->error.empty())
+      return configError(f->error);
   if (type.empty())
     return configError(file + ": no \"" + where +
                        "model_type\": not a Hugging Face config.json (give "

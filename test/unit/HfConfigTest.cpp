@@ -173,6 +173,16 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
       "kv_lora_rank": 512})");
   EXPECT_NE(latent.find("latent attention"), std::string::npos) << latent;
   EXPECT_NE(error("[1, 2]").find("not a JSON object"), std::string::npos);
+  std::string typed = error(R"({"model_type": 7, "hidden_size": 64})");
+  EXPECT_NE(typed.find("\"model_type\" is not a string"), std::string::npos)
+      << typed;
+  // Sizes that are not sizes are named, not planned as the defaults.
+  std::string kv = error(R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "num_key_value_heads": "2"})");
+  EXPECT_NE(kv.find("\"num_key_value_heads\" is not an integer"),
+            std::string::npos)
+      << kv;
 }
 
 TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
