@@ -763,6 +763,34 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
       schedule = "InterleavedZeroBubble";
     bool fsdp = p.zero_stage() == 3;
     os << "# torchtitan job config for: " << describePlan(p) << "\n";
+    // torchtitan builds its models by flavor (torchtitan/models/llama3:
+    // 8B, 70B, 405B, each dim, layers, heads, KV heads and the FFN its
+    // multipliers give, at rope_theta 500,000 and Llama 3's vocabulary).
+    const char *flavor = nullptr;
+    for (auto [name, layers, hidden, heads, ffn] :
+         {std::tuple{"8B", 32, 4096, 32, 14336},
+          std::tuple{"70B", 80, 8192, 64, 28672},
+          std::tuple{"405B", 126, 16384, 128, 53248}})
+      if (swiglu && m.layers() == layers && m.hidden() == hidden &&
+          m.heads() == heads && m.kv_heads() == 8 && m.ffn_hidden() == ffn &&
+          m.vocab() == 128256 && m.head_dim() == 0 && !m.tied_embeddings() &&
+          (m.rope_theta() == 0 || m.rope_theta() == 5e5))
+        flavor = name;
+    if (flavor)
+      os << "[model]\nname = \"llama3\"\nflavor = \"" << flavor << "\"\n\n";
+    else
+      os << llvm::formatv(
+          "# [model]: torchtitan has no flavor of this model ({0} layers, "
+          "dim {1}, {2} heads, {3} KV heads, FFN {4}, vocabulary {5}{6}{7}): "
+          "register one with its model's flavors\n",
+          m.layers(), m.hidden(), m.heads(), m.kv_heads(), m.ffn_hidden(),
+          m.vocab(),
+          m.rope_theta() > 0
+              ? llvm::formatv(", rope_theta {0}",
+                              llvm::format("%.0f", m.rope_theta()))
+                    .str()
+              : std::string(),
+          swiglu ? "" : ", a GELU MLP: torchtitan's llama3 is SwiGLU");
     os << "[training]\nlocal_batch_size = "
        << tr.global_batch() / p.dp() << "\nglobal_batch_size = "
        << tr.global_batch() << "\nseq_len = " << tr.seq_len()
