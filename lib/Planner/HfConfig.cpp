@@ -554,7 +554,15 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   // learned positions or ALiBi.
   bool rotary =
       !llvm::is_contained({"gpt2", "opt", "bloom", "mpt", "gpt_bigcode"}, type);
-  if (type == "falcon" && fields.boolean("alibi").value_or(false))
+  // ALiBi: BLOOM's and MPT's always (MPT's attn_config.alibi, true in every
+  // MPT checkpoint), Falcon's where it says.
+  bool alibi = type == "bloom" || type == "mpt" ||
+               (type == "falcon" && fields.boolean("alibi").value_or(false));
+  if (type == "mpt")
+    if (const json::Object *attention = fields.object_("attn_config"))
+      alibi = Fields(*attention, file).boolean("alibi").value_or(true);
+  spec.set_alibi(alibi);
+  if (alibi)
     rotary = false;
   if (rotary) {
     std::optional<double> theta = fields.number("rope_theta");

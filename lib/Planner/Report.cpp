@@ -613,6 +613,11 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         " wide per head, not as wide as its queries and keys (DeepSeek's "
         "multi-head latent attention): the exported launchers set standard "
         "attention; run Weft's own program (weft compile / weft train)");
+  if (m.alibi())
+    return llvm::createStringError(
+        "the model's positions are ALiBi's biases on the attention scores "
+        "(BLOOM, MPT): the exported launchers set rotary or learned "
+        "positions; run Weft's own program (weft compile / weft train)");
   if (m.parallel_block())
     return llvm::createStringError(
         "the model adds attention and MLP to the residual in parallel "

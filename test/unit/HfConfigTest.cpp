@@ -75,6 +75,8 @@ TEST(HfConfig, MptBloomAndStarCoderNames) {
   EXPECT_EQ(mpt.ffn_hidden(), 16384);
   EXPECT_EQ(mpt.seq_len(), 2048);
   EXPECT_EQ(mpt.ffn_kind(), plan::FFN_GELU);
+  EXPECT_TRUE(mpt.alibi());
+  EXPECT_EQ(mpt.rope_theta(), 0);
   EXPECT_NEAR(parameterCount(mpt) / 1e9, 6.65, 0.1);
   // bigscience/bloom: n_layer, n_head; no context in the file (ALiBi).
   plan::ModelSpec bloom = read(R"({"model_type": "bloom", "hidden_size": 14336,
