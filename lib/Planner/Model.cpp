@@ -422,6 +422,15 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
     }
   });
   spec.set_ffn_kind(kind);
+  // A parallel block (GPT-J, GPT-NeoX): the MLP's first projection reads a
+  // norm of the layer's input itself, not of the residual after attention.
+  if (activation)
+    if (LinearOp up = projection(activation->getOperand(0))) {
+      Operation *normed = up->getOperand(0).getDefiningOp();
+      if (normed && isa<LayerNormOp, RMSNormOp>(normed) &&
+          normed->getOperand(0) == first.getBody().getArgument(0))
+        spec.set_parallel_block(true);
+    }
   if (kind == plan::FFN_GELU && activation && !isa<GeluOp>(activation))
     spec.set_ffn_activation(isa<ReluOp>(activation) ? "ReLU" : "SiLU");
   llvm::SmallDenseSet<int64_t> attentionWidths = {
