@@ -169,7 +169,7 @@ public:
     fail(key, "is not a string");
     return std::nullopt;
   }
-  const json::Object *object_(const char *key) {
+  const json::Object *nested(const char *key) {
     const json::Value *value = object.get(key);
     return value ? value->getAsObject() : nullptr;
   }
@@ -207,7 +207,7 @@ const Family *findFamily(llvm::StringRef type) {
 /// the position table's.
 std::optional<int64_t> contextLength(Fields &fields) {
   for (const char *key : {"rope_scaling", "rope_parameters"})
-    if (const json::Object *rope = fields.object_(key)) {
+    if (const json::Object *rope = fields.nested(key)) {
       Fields scaling(*rope, fields.file, fields.where + key + ".");
       std::optional<int64_t> original =
           scaling.integer({"original_max_position_embeddings"});
@@ -373,7 +373,7 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   std::string where;
   if (!outer.has("hidden_size") && !outer.has("n_embd") &&
       !outer.has("d_model"))
-    if (const json::Object *text = outer.object_("text_config")) {
+    if (const json::Object *text = outer.nested("text_config")) {
       config = text;
       where = "text_config.";
     }
@@ -471,10 +471,14 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   // in its attention config.
   std::optional<int64_t> kvHeads =
       fields.integer({"num_key_value_heads", "num_kv_heads"});
+  // MPT's attention config: its KV heads, and whether it has ALiBi (every
+  // MPT checkpoint has).
+  std::optional<bool> mptAlibi;
   if (type == "mpt")
-    if (const json::Object *attention = fields.object_("attn_config")) {
+    if (const json::Object *attention = fields.nested("attn_config")) {
       Fields mpt(*attention, file, where + "attn_config.");
       kvHeads = mpt.integer({"kv_n_heads"});
+      mptAlibi = mpt.boolean("alibi");
       if (!mpt.error.empty())
         return configError(mpt.error);
     }
@@ -554,13 +558,10 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   // learned positions or ALiBi.
   bool rotary =
       !llvm::is_contained({"gpt2", "opt", "bloom", "mpt", "gpt_bigcode"}, type);
-  // ALiBi: BLOOM's and MPT's always (MPT's attn_config.alibi, true in every
-  // MPT checkpoint), Falcon's where it says.
-  bool alibi = type == "bloom" || type == "mpt" ||
+  // ALiBi: BLOOM's always, MPT's unless its attention config says not,
+  // Falcon's where it says.
+  bool alibi = type == "bloom" || (type == "mpt" && mptAlibi.value_or(true)) ||
                (type == "falcon" && fields.boolean("alibi").value_or(false));
-  if (type == "mpt")
-    if (const json::Object *attention = fields.object_("attn_config"))
-      alibi = Fields(*attention, file).boolean("alibi").value_or(true);
   spec.set_alibi(alibi);
   if (alibi)
     rotary = false;
@@ -568,7 +569,7 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     std::optional<double> theta = fields.number("rope_theta");
     if (!theta)
       theta = fields.number("rotary_emb_base"); // GPT-NeoX
-    if (const json::Object *rope = fields.object_("rope_parameters");
+    if (const json::Object *rope = fields.nested("rope_parameters");
         rope && !theta) {
       Fields parameters(*rope, file, where + "rope_parameters.");
       theta = parameters.number("rope_theta");

@@ -77,6 +77,12 @@ TEST(HfConfig, MptBloomAndStarCoderNames) {
   EXPECT_EQ(mpt.ffn_kind(), plan::FFN_GELU);
   EXPECT_TRUE(mpt.alibi());
   EXPECT_EQ(mpt.rope_theta(), 0);
+  std::string alibi = error(R"({"model_type": "mpt", "d_model": 64,
+      "n_heads": 4, "n_layers": 2, "vocab_size": 100,
+      "attn_config": {"alibi": "yes"}})");
+  EXPECT_NE(alibi.find("\"attn_config.alibi\" is not true or false"),
+            std::string::npos)
+      << alibi;
   EXPECT_NEAR(parameterCount(mpt) / 1e9, 6.65, 0.1);
   // bigscience/bloom: n_layer, n_head; no context in the file (ALiBi).
   plan::ModelSpec bloom = read(R"({"model_type": "bloom", "hidden_size": 14336,
