@@ -461,6 +461,14 @@ def WeftConvertFloatType : Pass<"weft-convert-float-type", "::mlir::func::FuncOp
     and round what they store, so a bf16 program accumulates in f32. Scalar attributes
     (scales, epsilons) are unchanged; so are integer and boolean tensors.
 
+    Positions are computed in f32: an op that reads no argument and no parameter, only
+    iotas, constants and such ops (the rotary embedding's angles, their cosines and
+    sines, computed in the forward pass), keeps its f32 result, and the constants it
+    reads their values; one `weft.cast` narrows the value where another op reads it.
+    PyTorch computes Hugging Face's rotary tables with autocast off, and Megatron-LM
+    its rotary frequencies in f32: bf16 has no exact position past 256, and an angle
+    of thousands of radians rounded to it is off by tens.
+
     Example: `weft-opt -weft-convert-float-type=to=bf16`.
   }];
   let options = [

@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace weft {
 #define GEN_PASS_DEF_WEFTCONVERTFLOATTYPE
@@ -45,11 +46,51 @@ static Type narrowed(Type type, Type target) {
   return type;
 }
 
+static bool isF32Tensor(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getElementType().isF32();
+}
+
+/// The ops of `func` that compute positions: what is computed from iotas
+/// and constants alone, reading no argument and no parameter (rotary
+/// angles, their cosines and sines, as LLaMA's rotary embedding computes
+/// them in the forward pass), with the constants they read. They keep f32,
+/// as PyTorch computes Hugging Face's rotary tables with autocast off and
+/// Megatron-LM its rotary frequencies in f32: positions past 256 have no
+/// exact bf16, and an angle of thousands of radians rounded to bf16 is off
+/// by tens of radians.
+static llvm::SmallPtrSet<Operation *, 16>
+positionComputations(func::FuncOp func) {
+  llvm::SmallPtrSet<Operation *, 16> free, kept;
+  func.walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (op == func.getOperation() || op->getNumRegions() ||
+        op->hasTrait<mlir::OpTrait::IsTerminator>() || isa<ParameterOp>(op) ||
+        !isa<WeftDialect>(op->getDialect()))
+      return;
+    if (!llvm::all_of(op->getOperands(), [&](Value operand) {
+          Operation *def = operand.getDefiningOp();
+          return def && free.contains(def);
+        }))
+      return;
+    free.insert(op);
+    if (!isa<ConstantOp>(op) && llvm::any_of(op->getResultTypes(), isF32Tensor))
+      kept.insert(op);
+  });
+  for (Operation *op : free)
+    if (isa<ConstantOp>(op) &&
+        llvm::any_of(op->getUsers(),
+                     [&](Operation *user) { return kept.contains(user); }))
+      kept.insert(op);
+  return kept;
+}
+
 /// Every f32 tensor the ops of `func` make or their nested regions take,
 /// as `target`; constants (and, unless `keepParameters`, parameters)
-/// rounded to it. The function's own arguments and signature are left to
-/// the caller.
+/// rounded to it, except the position computations, which keep f32 and
+/// are narrowed by one cast where a narrowed op reads them. The function's
+/// own arguments and signature are left to the caller.
 static void narrowBody(func::FuncOp func, Type target, bool keepParameters) {
+  llvm::SmallPtrSet<Operation *, 16> kept = positionComputations(func);
   // A constant's elements, rounded to the new type.
   auto convertValue = [&](ElementsAttr value) -> ElementsAttr {
     auto type = dyn_cast<RankedTensorType>(value.getType());
@@ -60,7 +101,8 @@ static void narrowBody(func::FuncOp func, Type target, bool keepParameters) {
   };
   func.walk([&](Operation *op) {
     auto parameter = dyn_cast<ParameterOp>(op);
-    if (op == func.getOperation() || (parameter && keepParameters))
+    if (op == func.getOperation() || (parameter && keepParameters) ||
+        kept.contains(op))
       return;
     for (OpResult result : op->getResults())
       result.setType(narrowed(result.getType(), target));
@@ -74,6 +116,22 @@ static void narrowBody(func::FuncOp func, Type target, bool keepParameters) {
       if (std::optional<ElementsAttr> value = parameter.getValue())
         parameter.setValueAttr(convertValue(*value));
   });
+  OpBuilder b(func.getContext());
+  for (Operation *op : kept) {
+    b.setInsertionPointAfter(op);
+    for (OpResult result : op->getResults()) {
+      SmallVector<OpOperand *> reads;
+      for (OpOperand &use : result.getUses())
+        if (!kept.contains(use.getOwner()))
+          reads.push_back(&use);
+      Type type = narrowed(result.getType(), target);
+      if (reads.empty() || type == result.getType())
+        continue;
+      Value narrow = CastOp::create(b, op->getLoc(), type, result);
+      for (OpOperand *read : reads)
+        read->set(narrow);
+    }
+  }
 }
 
 namespace {

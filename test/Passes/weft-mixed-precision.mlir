@@ -56,3 +56,30 @@ func.func @layer(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
 func.func @bad(%x: tensor<2xf32>) -> tensor<2xf32> {
   return %x : tensor<2xf32>
 }
+
+// -----
+
+// Inside a layer, the rotary tables computed in the forward pass keep f32
+// (positions past 256 have no bf16) and reach the 16-bit query through a
+// cast; the query and the weight's read are bf16.
+// CHECK-LABEL: func.func @rotary
+// CHECK: weft.layer "block"
+// CHECK: weft.parameter "w" : tensor<8x8xf32>
+// CHECK: weft.iota dim 0 : tensor<300x1xf32>
+// CHECK: %[[C:.*]] = weft.cos {{.*}} : tensor<300x8xf32>
+// CHECK: %[[N:.*]] = weft.cast %[[C]] : tensor<300x8xf32> -> tensor<300x8xbf16>
+// CHECK: weft.mul {{.*}}, %[[N]] : (tensor<1x300x8xbf16>, tensor<300x8xbf16>) -> tensor<1x300x8xbf16>
+func.func @rotary(%x: tensor<1x300x8xf32>) -> tensor<1x300x8xf32> {
+  %0 = weft.layer "block"(%x) index 0 : (tensor<1x300x8xf32>) -> tensor<1x300x8xf32> {
+  ^bb0(%h: tensor<1x300x8xf32>):
+    %w = weft.parameter "w" : tensor<8x8xf32>
+    %q = weft.linear %h, %w : (tensor<1x300x8xf32>, tensor<8x8xf32>) -> tensor<1x300x8xf32>
+    %f = weft.constant dense<0.5> : tensor<1x8xf32>
+    %p = weft.iota dim 0 : tensor<300x1xf32>
+    %a = weft.mul %p, %f : (tensor<300x1xf32>, tensor<1x8xf32>) -> tensor<300x8xf32>
+    %c = weft.cos %a : tensor<300x8xf32>
+    %r = weft.mul %q, %c : (tensor<1x300x8xf32>, tensor<300x8xf32>) -> tensor<1x300x8xf32>
+    weft.yield %r : tensor<1x300x8xf32>
+  }
+  return %0 : tensor<1x300x8xf32>
+}
