@@ -147,6 +147,9 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_vocab(llama ? 32000 : 51200);
     spec.set_seq_len(2048);
     spec.set_tied_embeddings(!llama);
+    // LLaMA's rotary embedding at LLaMA 1's and 2's base.
+    if (llama)
+      spec.set_rope_theta(1e4);
   } else if (!r.preset.empty()) {
     // A preset's name, even where a directory of that name is at hand; else
     // a config.json or a checkpoint directory.

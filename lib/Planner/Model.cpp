@@ -545,6 +545,75 @@ public:
   }
   bool gelu() const { return model.ffn_kind() == plan::FFN_GELU; }
 
+  /// The features of each head the rotary embedding turns (0 for a model
+  /// without one): all of them, or rotary_percent of them rounded down to
+  /// an even count (GPT-NeoX's rotary_ndims, Megatron-LM's rotary_dim).
+  int64_t rotatedFeatures() const {
+    if (model.rope_theta() <= 0)
+      return 0;
+    int64_t d = headDim(model);
+    if (model.rotary_percent() > 0 && model.rotary_percent() < 1)
+      d = int64_t(double(d) * model.rotary_percent());
+    return d - d % 2;
+  }
+
+  /// The rotary tables of `seq` positions, cos and sin as [1, 1, seq,
+  /// rotated], computed in the forward pass as Hugging Face's
+  /// LlamaRotaryEmbedding does since transformers 4.38: the positions
+  /// times the inverse frequencies base^(-2i / rotated), each frequency
+  /// twice (the halves of a head turn by the same angles).
+  std::pair<Value, Value> rotaryTables(int64_t seq, int64_t rotated) {
+    std::vector<float> inverse(rotated);
+    for (int64_t i = 0; i < rotated / 2; ++i)
+      inverse[i] = inverse[i + rotated / 2] = float(
+          1.0 / std::pow(model.rope_theta(), double(2 * i) / double(rotated)));
+    auto frequencyType = type({1, 1, 1, rotated});
+    Value frequencies = ConstantOp::create(
+        b, loc, frequencyType,
+        DenseElementsAttr::get(frequencyType, llvm::ArrayRef<float>(inverse)));
+    Value positions =
+        IotaOp::create(b, loc, type({1, 1, seq, 1}), b.getI64IntegerAttr(2));
+    Value angles = MulOp::create(b, loc, type({1, 1, seq, rotated}), positions,
+                                 frequencies);
+    return {CosOp::create(b, loc, angles), SinOp::create(b, loc, angles)};
+  }
+  Value slice(Value x, int64_t start, int64_t limit) {
+    auto in = cast<RankedTensorType>(x.getType());
+    SmallVector<int64_t> starts(in.getRank(), 0), limits(in.getShape());
+    starts.back() = start;
+    limits.back() = limit;
+    SmallVector<int64_t> shape(in.getShape());
+    shape.back() = limit - start;
+    return SliceOp::create(b, loc, type(shape), x,
+                           b.getDenseI64ArrayAttr(starts),
+                           b.getDenseI64ArrayAttr(limits), DenseI64ArrayAttr());
+  }
+  Value concat(ValueRange parts) {
+    auto first = cast<RankedTensorType>(parts.front().getType());
+    SmallVector<int64_t> shape(first.getShape());
+    shape.back() = 0;
+    for (Value part : parts)
+      shape.back() += cast<RankedTensorType>(part.getType()).getShape().back();
+    return ConcatOp::create(b, loc, type(shape), parts,
+                            b.getI64IntegerAttr(first.getRank() - 1));
+  }
+  /// `x` ([batch, heads, seq, head_dim]) with its first `rotated` features
+  /// turned by the tables as halves (LLaMA's and GPT-NeoX's rotate_half),
+  /// the rest passed through: the form exporters write, which every plan
+  /// splits like the heads and the positions.
+  Value rotate(Value x, Value cos, Value sin, int64_t rotated) {
+    auto in = cast<RankedTensorType>(x.getType());
+    const int64_t d = in.getShape().back();
+    Value part = rotated < d ? slice(x, 0, rotated) : x;
+    Value turned =
+        concat({NegOp::create(b, loc, slice(part, rotated / 2, rotated)),
+                slice(part, 0, rotated / 2)});
+    Value out =
+        AddOp::create(b, loc, MulOp::create(b, loc, part.getType(), part, cos),
+                      MulOp::create(b, loc, part.getType(), turned, sin));
+    return rotated < d ? concat({out, slice(x, rotated, d)}) : out;
+  }
+
   /// One transformer block on [batch, seq, hidden], in the body of a
   /// weft.layer: pre-norm attention and MLP with residuals, as GPT-2/3
   /// (LayerNorm, GELU, biases) or LLaMA (RMSNorm, SwiGLU) write it.
@@ -588,6 +657,13 @@ Value TransformerBuilder::block(Value x, int64_t index,
                       {0, 2, 1, 3});
   Value v = transpose(reshape(split.getResult(2), {batch, seq, kvHeads, d}),
                       {0, 2, 1, 3});
+  // Positions as LLaMA's (and GPT-NeoX's, on part of each head) rotary
+  // embedding gives them to queries and keys.
+  if (int64_t rotated = rotatedFeatures()) {
+    auto [cos, sin] = rotaryTables(seq, rotated);
+    q = rotate(q, cos, sin, rotated);
+    k = rotate(k, cos, sin, rotated);
+  }
   FloatAttr attentionDropout =
       dropoutRatio ? b.getF64FloatAttr(*dropoutRatio) : FloatAttr();
   Value attended = AttentionOp::create(

@@ -184,10 +184,15 @@ TEST(PlannerMemory, SwiGLUKeepsGateUpAndProduct) {
     // Without recomputation the attention also keeps each query row's
     // log-sum-exp (4s a / t), which its gradient reads with its output (the
     // projection's input, transposed back); selective recomputation runs the
-    // attention again instead.
+    // attention again instead. The rotary embedding's cos and sin tables
+    // (2 x 2sd, whole: they broadcast over the heads) are kept for the
+    // gradients of its products, as autograd keeps them in Megatron-LM's
+    // unfused rotation; the query and key it turns are not (their gradient
+    // needs the tables only).
     const double heads = double(spec.heads());
+    const double d = h / heads;
     EXPECT_DOUBLE_EQ(layer.savedBytesSelective,
-                     2 * s * h * (4 + 4.0 / t) + 6 * s * f / t);
+                     2 * s * h * (4 + 4.0 / t) + 6 * s * f / t + 4 * s * d);
     EXPECT_DOUBLE_EQ(layer.savedBytes,
                      layer.savedBytesSelective + 4 * s * heads / t);
   }

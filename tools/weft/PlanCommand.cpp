@@ -991,6 +991,17 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
         if (*value * m.heads() != m.hidden())
           m.set_head_dim(*value);
       }
+      // Optional: the rotary embedding's base (LLaMA's family: its
+      // queries and keys turned by position, which the builder builds and
+      // the model costs); empty or 0 for none (learned positions, ALiBi).
+      if (csv->column("rope_theta") >= 0 && !get("rope_theta").empty()) {
+        double theta = 0;
+        if (llvm::StringRef(get("rope_theta")).getAsDouble(theta) || theta < 0)
+          return llvm::createStringError(path + ": row '" + row.name +
+                                         "': rope_theta '" + get("rope_theta") +
+                                         "' is not a non-negative number");
+        m.set_rope_theta(theta);
+      }
       if (llvm::Error error = validateModel(m))
         return error;
     }

@@ -352,16 +352,12 @@ static int runBuildModel(MLIRContext &context,
       spec->vocab(), weft::planner::parameterCount(*spec), batch, seq,
       outputPath, uint64_t(seedOpt), weights);
   // What the builder leaves out, said where someone might load weights.
-  llvm::errs() << "weft import: note: built without a position encoding "
-                  "(neither rotary nor learned positions"
-               << (spec->rope_theta() > 0
-                       ? llvm::formatv(": the model's rotary base {0} is for "
-                                       "--export",
-                                       llvm::format("%.0f", spec->rope_theta()))
-                             .str()
-                       : std::string())
-               << "): a model to plan and to train from scratch, not one to "
-                  "load a checkpoint's weights into\n";
+  if (spec->rope_theta() <= 0)
+    llvm::errs() << "weft import: note: built without a position encoding ("
+                 << (spec->alibi() ? "ALiBi's biases on the scores"
+                                   : "learned positions")
+                 << " not built): a model to plan and to train from scratch, "
+                    "not one to load a checkpoint's weights into\n";
   return 0;
 }
 

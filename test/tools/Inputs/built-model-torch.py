@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""The forward of a model `weft import --model` built, in PyTorch, from its
+weights file: the logits of tokens.npy, written as a .npy.
+
+    built-model-torch.py MODEL.mlir TOKENS.npy OUT.npy --heads=N
+        [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary]
+
+The weights are read from the module (each weft.parameter's name, shape and
+range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
+output from which parameters exist; the heads, the rotary base and share and
+a parallel block are given. The reference is written as Hugging Face writes LLaMA and GPT-NeoX:
+RMSNorm or LayerNorm, grouped-query attention, the rotary embedding on the
+first `rotary` features of each head as halves (rotate_half), cos and sin of
+positions times base^(-2i / rotary), SwiGLU or GELU (tanh), causal softmax
+attention at 1 / sqrt(head_dim).
+
+--no-rotary computes the same model without the rotary embedding: what the
+builder made before it built one (the test checks that weft's logits are
+not these).
+"""
+
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import torch
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+flags = [a for a in sys.argv[1:] if a.startswith("--")]
+module_path, tokens_path, out_path = args[:3]
+rotary_off = "--no-rotary" in flags
+theta = 10000.0
+for flag in flags:
+    if flag.startswith("--theta="):
+        theta = float(flag.split("=", 1)[1])
+rotary_share = 1.0
+for flag in flags:
+    if flag.startswith("--rotary-share="):
+        rotary_share = float(flag.split("=", 1)[1])
+
+text = open(module_path).read()
+weights_file = re.search(r'external <"([^"]+)"', text).group(1)
+blob = np.fromfile(os.path.join(os.path.dirname(module_path), weights_file), np.float32)
+params = {}
+for name, offset, length, shape in re.findall(
+        r'weft\.parameter "([^"]+)" external <"[^"]+", offset = (\d+), length = (\d+)> '
+        r': tensor<([0-9x]+)xf32>', text):
+    dims = [int(d) for d in shape.split("x")]
+    start = int(offset) // 4
+    params[name] = torch.from_numpy(
+        blob[start:start + int(length) // 4].reshape(dims).copy()).double()
+eps = 1e-5
+heads = int(next(f for f in flags if f.startswith("--heads=")).split("=", 1)[1])
+
+tokens = torch.from_numpy(np.load(tokens_path))
+batch, seq = tokens.shape
+x = params["embedding.weight"][tokens]
+hidden = x.shape[-1]
+gated = "layers.0.mlp_gate.weight" in params
+
+
+def norm(v, name):
+    if name + ".bias" in params:
+        return torch.nn.functional.layer_norm(
+            v, (hidden,), params[name + ".weight"], params[name + ".bias"], eps)
+    return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * params[name + ".weight"]
+
+
+def linear(v, name):
+    out = v @ params[name + ".weight"]
+    if name + ".bias" in params:
+        out = out + params[name + ".bias"]
+    return out
+
+
+def rope(v, rotated):
+    inv = 1.0 / theta ** (torch.arange(0, rotated, 2, dtype=torch.float64) / rotated)
+    freqs = torch.arange(seq, dtype=torch.float64)[:, None] * inv[None, :]
+    emb = torch.cat([freqs, freqs], -1)
+    part, rest = v[..., :rotated], v[..., rotated:]
+    half = rotated // 2
+    turned = torch.cat([-part[..., half:], part[..., :half]], -1)
+    return torch.cat([part * emb.cos() + turned * emb.sin(), rest], -1)
+
+
+layer = 0
+while f"layers.{layer}.qkv.weight" in params:
+    p = f"layers.{layer}"
+    qkv = linear(norm(x, p + ".attn_norm"), p + ".qkv")
+    d = hidden // heads
+    # Columns grouped by KV head: [kv_heads, group + 2, d].
+    width = qkv.shape[-1] // d  # heads + 2 kv_heads
+    kv_heads = (width - heads) // 2
+    group = heads // kv_heads
+    grouped = qkv.reshape(batch, seq, kv_heads, group + 2, d)
+    q = grouped[:, :, :, :group].reshape(batch, seq, heads, d).transpose(1, 2)
+    k = grouped[:, :, :, group].transpose(1, 2)
+    v = grouped[:, :, :, group + 1].transpose(1, 2)
+    if not rotary_off:
+        rotated = int(d * rotary_share)
+        rotated -= rotated % 2
+        q, k = rope(q, rotated), rope(k, rotated)
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+    causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)
+    probs = scores.masked_fill(causal, float("-inf")).softmax(-1)
+    attended = (probs @ v).transpose(1, 2).reshape(batch, seq, hidden)
+    residual = x + linear(attended, p + ".attn_out")
+    parallel = "--parallel" in flags
+    mlp_in = norm(x if parallel else residual, p + ".mlp_norm")
+    if gated:
+        act = torch.nn.functional.silu(linear(mlp_in, p + ".mlp_gate")) * linear(mlp_in, p + ".mlp_up")
+    else:
+        act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_up"), approximate="tanh")
+    x = residual + linear(act, p + ".mlp_down")
+    layer += 1
+
+x = norm(x, "final_norm")
+if "output.weight" in params:
+    logits = x @ params["output.weight"]
+else:
+    logits = x @ params["embedding.weight"].T
+np.save(out_path, logits.float().numpy())
