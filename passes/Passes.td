@@ -457,7 +457,8 @@ def WeftConvertFloatType : Pass<"weft-convert-float-type", "::mlir::func::FuncOp
     Inference in 16-bit floats, as the exported f32 model would run after `model.to(torch.bfloat16)`:
     every `f32` tensor type in the function (arguments, results, every op's results and the
     block arguments of nested regions) becomes `to`, and the values of constants and
-    parameters are rounded to it (nearest, ties to even). Kernels keep computing in f32
+    parameters are rounded to it (nearest, ties to even); a parameter in an external file
+    keeps its file and says `stored = f32`, and whoever reads it rounds. Kernels keep computing in f32
     and round what they store, so a bf16 program accumulates in f32. Scalar attributes
     (scales, epsilons) are unchanged; so are integer and boolean tensors.
 

@@ -164,14 +164,20 @@ struct WeftUnfuseProjections
         external = ExternalDataAttr::get(
             b.getContext(), whole.getLocation(), whole.getOffset(),
             whole.getLength(), whole.getColumnStart() + start,
-            whole.getRowWidth() ? whole.getRowWidth() : type.getShape().back());
+            whole.getRowWidth() ? whole.getRowWidth() : type.getShape().back(),
+            whole.getStored());
       } else {
         if (whole.getRowWidth() || dim != 0)
           return ParameterOp();
-        int64_t rowBytes = getTensorBytes(type) / type.getDimSize(0);
-        external = ExternalDataAttr::get(b.getContext(), whole.getLocation(),
-                                         whole.getOffset() + start * rowBytes,
-                                         size * rowBytes, 0, 0);
+        // Rows of the stored elements.
+        Type element =
+            whole.getStored() ? whole.getStored() : type.getElementType();
+        int64_t rowBytes =
+            getTensorBytes(type.clone(element)) / type.getDimSize(0);
+        external =
+            ExternalDataAttr::get(b.getContext(), whole.getLocation(),
+                                  whole.getOffset() + start * rowBytes,
+                                  size * rowBytes, 0, 0, whole.getStored());
       }
     }
     return ParameterOp::create(

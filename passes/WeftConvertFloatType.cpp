@@ -104,6 +104,7 @@ static void narrowBody(func::FuncOp func, Type target, bool keepParameters) {
     if (op == func.getOperation() || (parameter && keepParameters) ||
         kept.contains(op))
       return;
+    Type original = parameter ? parameter.getType() : Type();
     for (OpResult result : op->getResults())
       result.setType(narrowed(result.getType(), target));
     for (Region &region : op->getRegions())
@@ -115,6 +116,15 @@ static void narrowBody(func::FuncOp func, Type target, bool keepParameters) {
     if (parameter)
       if (std::optional<ElementsAttr> value = parameter.getValue())
         parameter.setValueAttr(convertValue(*value));
+    // A weight in a file keeps its file, which holds f32: whoever reads it
+    // rounds (stored = f32).
+    if (ExternalDataAttr external =
+            parameter ? parameter.getExternalAttr() : ExternalDataAttr();
+        external && !external.getStored() && parameter.getType() != original)
+      parameter.setExternalAttr(ExternalDataAttr::get(
+          func.getContext(), external.getLocation(), external.getOffset(),
+          external.getLength(), external.getColumnStart(),
+          external.getRowWidth(), Float32Type::get(func.getContext())));
   });
   OpBuilder b(func.getContext());
   for (Operation *op : kept) {

@@ -214,26 +214,40 @@ SmallVector<int64_t> weft::getGlobalShape(ShardingAttr sharding, MeshOp mesh,
 // ExternalDataAttr
 //===----------------------------------------------------------------------===//
 
-// <"file", offset = O, length = L[, columns = S of W]>
+// <"file", offset = O, length = L[, columns = S of W][, stored = T]>
 Attribute ExternalDataAttr::parse(AsmParser &parser, Type) {
   std::string location;
   int64_t offset = 0, length = 0, columnStart = 0, rowWidth = 0;
+  Type stored;
   if (parser.parseLess() || parser.parseString(&location) ||
       parser.parseComma() || parser.parseKeyword("offset") ||
       parser.parseEqual() || parser.parseInteger(offset) ||
       parser.parseComma() || parser.parseKeyword("length") ||
       parser.parseEqual() || parser.parseInteger(length))
     return {};
-  if (succeeded(parser.parseOptionalComma()) &&
-      (parser.parseKeyword("columns") || parser.parseEqual() ||
-       parser.parseInteger(columnStart) || parser.parseKeyword("of") ||
-       parser.parseInteger(rowWidth)))
-    return {};
+  bool columns = false;
+  while (succeeded(parser.parseOptionalComma())) {
+    if (!columns && !stored &&
+        succeeded(parser.parseOptionalKeyword("columns"))) {
+      columns = true;
+      if (parser.parseEqual() || parser.parseInteger(columnStart) ||
+          parser.parseKeyword("of") || parser.parseInteger(rowWidth))
+        return {};
+    } else if (!stored && succeeded(parser.parseOptionalKeyword("stored"))) {
+      if (parser.parseEqual() || parser.parseType(stored))
+        return {};
+    } else {
+      parser.emitError(parser.getCurrentLocation(),
+                       "expected 'columns = S of W' or 'stored = TYPE', in "
+                       "that order");
+      return {};
+    }
+  }
   if (parser.parseGreater())
     return {};
   return getChecked([&] { return parser.emitError(parser.getNameLoc()); },
                     parser.getContext(), StringRef(location), offset, length,
-                    columnStart, rowWidth);
+                    columnStart, rowWidth, stored);
 }
 
 void ExternalDataAttr::print(AsmPrinter &printer) const {
@@ -242,13 +256,15 @@ void ExternalDataAttr::print(AsmPrinter &printer) const {
   printer << ", offset = " << getOffset() << ", length = " << getLength();
   if (getRowWidth())
     printer << ", columns = " << getColumnStart() << " of " << getRowWidth();
+  if (getStored())
+    printer << ", stored = " << getStored();
   printer << ">";
 }
 
 LogicalResult
 ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          StringRef location, int64_t offset, int64_t length,
-                         int64_t columnStart, int64_t rowWidth) {
+                         int64_t columnStart, int64_t rowWidth, Type stored) {
   if (location.empty())
     return emitError() << "external data needs a file location";
   if (offset < 0)
@@ -262,5 +278,10 @@ ExternalDataAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << rowWidth
                        << ": the row width must be positive and the first "
                           "column not negative";
+  if (stored && !stored.isF32() && !stored.isF64() && !stored.isF16() &&
+      !stored.isBF16() && !stored.isInteger(64) && !stored.isInteger(32))
+    return emitError() << "external data stored as " << stored
+                       << ": the file's elements are f32, f64, f16, bf16, i64 "
+                          "or i32";
   return success();
 }

@@ -80,15 +80,22 @@ def Weft_ExternalDataAttr : Weft_Attr<"ExternalData", "external"> {
     dimension. `-weft-unfuse-projections` cuts a fused QKV weight stored in a file this
     way, without reading it.
 
+    `stored = T` says that the file holds elements of type `T` where it is not the
+    parameter's: `-weft-convert-float-type` narrows an f32 weight to bf16 or f16 without
+    rewriting its file, and whoever reads the bytes rounds them to the parameter's type.
+    `length` counts the stored bytes.
+
     ```mlir
     #weft.external<"model.onnx.data", offset = 4096, length = 9437184>
     #weft.external<"model.onnx.data", offset = 4096, length = 9437184, columns = 768 of 2304>
+    #weft.external<"model.weights", offset = 0, length = 32768, stored = f32>
     ```
 
     **Constraints**
     - `location` is not empty;
     - `offset` and `length` are not negative;
-    - with `columns`, `W` is positive and `S` is not negative.
+    - with `columns`, `W` is positive and `S` is not negative;
+    - a `stored` type is f32, f64, f16, bf16, i64 or i32.
   }];
   let parameters = (ins
     StringRefParameter<"file path relative to the model">:$location,
@@ -96,12 +103,14 @@ def Weft_ExternalDataAttr : Weft_Attr<"ExternalData", "external"> {
     "int64_t":$length,
     DefaultValuedParameter<"int64_t", "0", "first stored column">:$columnStart,
     DefaultValuedParameter<"int64_t", "0",
-                           "stored row width; 0: the parameter is the whole range">:$rowWidth
+                           "stored row width; 0: the parameter is the whole range">:$rowWidth,
+    OptionalParameter<"::mlir::Type",
+                      "element type of the file where it is not the parameter's">:$stored
   );
   let builders = [
     AttrBuilder<(ins "::llvm::StringRef":$location, "int64_t":$offset,
                      "int64_t":$length), [{
-      return $_get($_ctxt, location, offset, length, 0, 0);
+      return $_get($_ctxt, location, offset, length, 0, 0, ::mlir::Type());
     }]>
   ];
   let hasCustomAssemblyFormat = 1;

@@ -136,7 +136,11 @@ LogicalResult ParameterOp::verify() {
   if (ExternalDataAttr external = getExternalAttr()) {
     // A column window reads whole stored rows: the range holds `rowWidth`
     // columns for each of the parameter's rows.
+    // The bytes of the stored elements, which the parameter's type rounds
+    // when the file holds another (a narrowed f32 weight).
     auto type = cast<RankedTensorType>(getType());
+    if (Type stored = external.getStored())
+      type = type.clone(stored);
     int64_t bytes = getTensorBytes(type);
     int64_t columns = type.getRank() ? type.getShape().back() : 1;
     if (int64_t width = external.getRowWidth()) {
@@ -148,8 +152,8 @@ LogicalResult ParameterOp::verify() {
     }
     if (external.getLength() != bytes)
       return emitOpError("external data is ")
-             << external.getLength() << " bytes but " << getType()
-             << " needs " << bytes;
+             << external.getLength() << " bytes but " << type << " needs "
+             << bytes;
   }
   return success();
 }

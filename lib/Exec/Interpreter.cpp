@@ -126,14 +126,22 @@ FailureOr<HostTensor> weft::readExternalParameter(Operation *param,
            << path << "' is shorter than offset " << external.getOffset()
            << " + length " << external.getLength();
   HostTensor tensor(toDType(op.getType().getElementType()), shapeOf(op.getType()));
+  // The file's elements, where they are not the parameter's (an f32 weight
+  // narrowed to 16 bits): read as stored, then rounded.
+  const DType storedType =
+      external.getStored() ? toDType(external.getStored()) : tensor.dtype;
+  if (rt::isFloat(storedType) != tensor.isFloat())
+    return op.emitError("parameter '")
+           << op.getName() << "' is stored as " << external.getStored()
+           << ", which its type " << op.getType() << " cannot hold";
   // A column window: element i is column start + i % columns of stored row
   // i / columns.
   int64_t width = external.getRowWidth(), start = external.getColumnStart();
   int64_t columns = tensor.shape.empty() ? 1 : tensor.shape.back();
   for (int64_t i = 0; i < tensor.numel(); ++i) {
     int64_t stored = width ? i / columns * width + start + i % columns : i;
-    const char *at = bytes.data() + stored * rt::dtypeBytes(tensor.dtype);
-    switch (tensor.dtype) {
+    const char *at = bytes.data() + stored * rt::dtypeBytes(storedType);
+    switch (storedType) {
     case DType::F32:
       std::memcpy(&tensor.floats[i], at, 4);
       break;
@@ -164,6 +172,10 @@ FailureOr<HostTensor> weft::readExternalParameter(Operation *param,
       tensor.ints[i] = *at != 0;
       break;
     }
+    if (storedType != tensor.dtype && tensor.dtype == DType::BF16)
+      tensor.floats[i] = rt::roundToBF16(tensor.floats[i]);
+    else if (storedType != tensor.dtype && tensor.dtype == DType::F16)
+      tensor.floats[i] = rt::roundToF16(tensor.floats[i]);
   }
   return tensor;
 }

@@ -23,6 +23,20 @@ func.func @main(%x: tensor<2x4xf32>, %i: tensor<2xi64>) -> (tensor<2x4xf32>, ten
 
 // -----
 
+// A weight in a file keeps its file: the parameter says that the file holds
+// f32 (stored = f32), which whoever reads it rounds to bf16.
+// CHECK-LABEL: func.func @external
+// CHECK: weft.parameter "w" external <"model.weights", offset = 16, length = 32, stored = f32> : tensor<2x4xbf16>
+// CHECK: weft.parameter "i" external <"model.weights", offset = 48, length = 64> : tensor<8xi64>
+func.func @external(%x: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<8xi64>) {
+  %w = weft.parameter "w" external <"model.weights", offset = 16, length = 32> : tensor<2x4xf32>
+  %i = weft.parameter "i" external <"model.weights", offset = 48, length = 64> : tensor<8xi64>
+  %0 = weft.add %x, %w : tensor<2x4xf32>
+  return %0, %i : tensor<2x4xf32>, tensor<8xi64>
+}
+
+// -----
+
 // Positions are computed in f32 (the rotary embedding's angles, their cos
 // and sin: what reads iotas and constants alone, as the builder and
 // Hugging Face's forward compute them; bf16 has no 257): they keep their

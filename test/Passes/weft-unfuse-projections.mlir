@@ -135,6 +135,20 @@ func.func @external_linear(%x: tensor<1x2x4xf32>) -> (tensor<1x2x2xf32>, tensor<
 
 // -----
 
+// A narrowed weight (bf16, its file f32: stored = f32) is cut in rows of the
+// stored bytes, 16 a row.
+// CHECK-LABEL: func.func @narrowed_linear
+// CHECK-DAG: weft.parameter "qkv.weight.part0" external <"model.weights", offset = 0, length = 32, stored = f32> : tensor<2x4xbf16>
+// CHECK-DAG: weft.parameter "qkv.weight.part1" external <"model.weights", offset = 32, length = 96, stored = f32> : tensor<6x4xbf16>
+func.func @narrowed_linear(%x: tensor<1x2x4xbf16>) -> (tensor<1x2x2xbf16>, tensor<1x2x6xbf16>) {
+  %w = weft.parameter "qkv.weight" external <"model.weights", offset = 0, length = 128, stored = f32> : tensor<8x4xbf16>
+  %y = weft.linear %x, %w transpose_weight : (tensor<1x2x4xbf16>, tensor<8x4xbf16>) -> tensor<1x2x8xbf16>
+  %p:2 = weft.split %y axis 2 sizes [2, 6] : tensor<1x2x8xbf16> -> (tensor<1x2x2xbf16>, tensor<1x2x6xbf16>)
+  return %p#0, %p#1 : tensor<1x2x2xbf16>, tensor<1x2x6xbf16>
+}
+
+// -----
+
 // A transposed weight that is already a column window of its file cannot be
 // cut in rows as one byte range each: it stays fused.
 // CHECK-LABEL: func.func @windowed_linear

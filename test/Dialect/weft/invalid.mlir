@@ -54,6 +54,30 @@ func.func @parameter_external_length() {
 
 // -----
 
+func.func @parameter_external_stored_length() {
+  // expected-error @+1 {{external data is 8 bytes but 'tensor<4xf32>' needs 16}}
+  %0 = weft.parameter "w" external <"w.bin", offset = 0, length = 8, stored = f32> : tensor<4xbf16>
+  return
+}
+
+// -----
+
+func.func @external_stored_type() {
+  // expected-error @+1 {{external data stored as 'i1': the file's elements are f32, f64, f16, bf16, i64 or i32}}
+  %0 = weft.parameter "w" external <"w.bin", offset = 0, length = 4, stored = i1> : tensor<4xbf16>
+  return
+}
+
+// -----
+
+func.func @external_stored_before_columns() {
+  // expected-error @+1 {{expected 'columns = S of W' or 'stored = TYPE', in that order}}
+  %0 = weft.parameter "w" external <"w.bin", offset = 0, length = 16, stored = f32, columns = 0 of 4> : tensor<4xbf16>
+  return
+}
+
+// -----
+
 func.func @external_empty_location() {
   // expected-error @+1 {{external data needs a file location}}
   %0 = weft.parameter "w" external <"", offset = 0, length = 16> : tensor<4xf32>

@@ -18,6 +18,12 @@ func.func @weights() -> (tensor<768x3072xf32>, tensor<4xf32>, tensor<2x3xbf16>, 
   // CHECK: weft.parameter "emb" external <"model.onnx.data", offset = 64, length = 12> : tensor<2x3xbf16>
   %e = weft.parameter "emb" external <"model.onnx.data", offset = 64, length = 12> : tensor<2x3xbf16>
   // A column window of stored rows of 3: rows of 3 bf16, columns 1 and 2.
+  // A bf16 parameter whose file holds f32 (a narrowed weight): the length
+  // counts the stored bytes.
+  // CHECK: weft.parameter "narrowed" external <"model.weights", offset = 0, length = 24, stored = f32> : tensor<2x3xbf16>
+  %n = weft.parameter "narrowed" external <"model.weights", offset = 0, length = 24, stored = f32> : tensor<2x3xbf16>
+  // CHECK: weft.parameter "narrowed.part1" external <"model.weights", offset = 0, length = 24, columns = 1 of 3, stored = f32> : tensor<2x2xbf16>
+  %n1 = weft.parameter "narrowed.part1" external <"model.weights", offset = 0, length = 24, columns = 1 of 3, stored = f32> : tensor<2x2xbf16>
   // CHECK: weft.parameter "emb.part1" external <"model.onnx.data", offset = 64, length = 12, columns = 1 of 3> : tensor<2x2xbf16>
   %e1 = weft.parameter "emb.part1" external <"model.onnx.data", offset = 64, length = 12, columns = 1 of 3> : tensor<2x2xbf16>
   // CHECK: weft.parameter "emb.part0" external <"model.onnx.data", offset = 64, length = 12, columns = 0 of 3> : tensor<2x1xbf16>
