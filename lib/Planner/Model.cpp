@@ -246,14 +246,21 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   return qkv + out + mlp + extra;
 }
 
+bool planner::hasLearnedPositions(const plan::ModelSpec &model) {
+  return model.parameters() <= 0 && model.rope_theta() <= 0 && !model.alibi();
+}
+
 double planner::parameterCount(const plan::ModelSpec &model) {
   if (model.parameters() > 0)
     return double(model.parameters());
   double h = model.hidden();
   double embedding = double(model.vocab()) * h;
   double output = model.tied_embeddings() ? 0 : embedding;
+  // The learned position table, of the model's context.
+  double positions =
+      hasLearnedPositions(model) ? double(model.seq_len()) * h : 0;
   double finalNorm = isGelu(model) ? 2 * h : h;
-  return embedding + output + finalNorm +
+  return embedding + positions + output + finalNorm +
          model.layers() * layerParameterCount(model);
 }
 
@@ -728,6 +735,20 @@ OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
   Value table = tb.param("embedding.weight", {vocab, h});
   Value x = EmbeddingOp::create(builder, tb.loc, tb.type({batch, seq, h}),
                                 table, func.getArgument(0));
+  // Learned absolute positions (GPT-2's and GPT-3's wpe, Megatron-LM's
+  // learned_absolute, OPT's) where the model has neither a rotary embedding
+  // nor ALiBi: a table of the model's context, read at 0 .. seq - 1 and
+  // added to the tokens' embeddings.
+  if (hasLearnedPositions(model)) {
+    Value positions = tb.param("position_embedding.weight",
+                               {std::max(model.seq_len(), seq), h});
+    Value ids = IotaOp::create(
+        builder, tb.loc, RankedTensorType::get({1, seq}, builder.getI64Type()),
+        builder.getI64IntegerAttr(1));
+    Value embedded = EmbeddingOp::create(builder, tb.loc, tb.type({1, seq, h}),
+                                         positions, ids);
+    x = AddOp::create(builder, tb.loc, tb.type({batch, seq, h}), x, embedded);
+  }
   int64_t layers = shape.layers > 0 ? shape.layers : model.layers();
   for (int64_t i = 0; i < layers; ++i) {
     auto layer = LayerOp::create(builder, tb.loc, "block", i, ValueRange{x},

@@ -203,8 +203,9 @@ TEST(PlannerMemory, SwiGLUKeepsGateUpAndProduct) {
 // is differentiated before it is partitioned, so the cross-entropy's
 // backward reads its f32 logits and its labels (not the pieces of the
 // all-reduced log-sum-exp the partition rule builds: weft.decomposed), and
-// the embedding's its ids (not the range masks). The head also keeps the
-// final norm's input and the output layer's input (2sbh each, bf16).
+// the embedding's its ids (not the range masks), and GPT's learned position
+// table's its position ids (8s). The head also keeps the final norm's input
+// and the output layer's input (2sbh each, bf16).
 TEST(PlannerMemory, VocabularyParallelHeadKeepsLogitsBlockAndLabels) {
   plan::Cluster cluster = *parseClusterShorthand("a100-80g:8x1");
   CostModel model(gpt22b(), cluster, megatron2022(1));
@@ -215,7 +216,7 @@ TEST(PlannerMemory, VocabularyParallelHeadKeepsLogitsBlockAndLabels) {
     plan::Plan plan = tpPlan(t, false, 1);
     EXPECT_DOUBLE_EQ(model.headCost(plan).savedBytes,
                      4 * s * b * h + 4 * s * b * v / t + 8 * s * b);
-    EXPECT_DOUBLE_EQ(model.embeddingCost(plan).savedBytes, 8 * s * b);
+    EXPECT_DOUBLE_EQ(model.embeddingCost(plan).savedBytes, 8 * s * b + 8 * s);
   }
 }
 
@@ -1907,11 +1908,13 @@ TEST(PlannerTensor3d, PlanFormChecksAndForwardBytes) {
     // over gz: the vocabulary over gy), the biases and norms, and two copies
     // of the largest weight gathered for use (the one in use and the one
     // prefetched): the embedding table's vocabulary shard, gathered over gz
-    // and gx to the full hidden size.
+    // and gx to the full hidden size. GPT's learned position table is split
+    // as the embeddings it is added to, its hidden size over gx.
     const int64_t layers = 2, vocab = 512;
     int64_t stored =
         (vocab * h + layers * (4 * h * h + 2 * h * f)) / (gx * gy * gz) +
-        layers * (4 * h + 3 * h / gy + 2 * h / gx + f / gy) + 2 * h;
+        layers * (4 * h + 3 * h / gy + 2 * h / gx + f / gy) + 2 * h +
+        s * h / gx;
     int64_t gathered = 2 * (vocab / gy) * h;
     EXPECT_EQ(std::llround(p.memory().weights_gib() * (1 << 30)),
               (stored + gathered) * bf16)

@@ -991,16 +991,23 @@ static llvm::Error loadPublishedRows(const std::string &path, bool validation,
         if (*value * m.heads() != m.hidden())
           m.set_head_dim(*value);
       }
-      // Optional: the rotary embedding's base (LLaMA's family: its
-      // queries and keys turned by position, which the builder builds and
-      // the model costs); empty or 0 for none (learned positions, ALiBi).
-      if (csv->column("rope_theta") >= 0 && !get("rope_theta").empty()) {
+      // Optional: how the model encodes positions, which the builder builds
+      // and the model costs: learned (GPT's table; the default), alibi
+      // (BLOOM's and MPT's biases on the scores: nothing built) or
+      // rope=BASE (LLaMA's rotary embedding at that base).
+      if (csv->column("positions") >= 0 && !get("positions").empty()) {
+        const std::string positions = get("positions");
+        llvm::StringRef kind = positions;
         double theta = 0;
-        if (llvm::StringRef(get("rope_theta")).getAsDouble(theta) || theta < 0)
-          return llvm::createStringError(path + ": row '" + row.name +
-                                         "': rope_theta '" + get("rope_theta") +
-                                         "' is not a non-negative number");
-        m.set_rope_theta(theta);
+        if (kind == "alibi")
+          m.set_alibi(true);
+        else if (kind.consume_front("rope=") && !kind.getAsDouble(theta) &&
+                 theta > 0)
+          m.set_rope_theta(theta);
+        else if (kind != "learned")
+          return llvm::createStringError(
+              path + ": row '" + row.name + "': positions '" + positions +
+              "' is not learned, alibi or rope=BASE");
       }
       if (llvm::Error error = validateModel(m))
         return error;

@@ -317,6 +317,9 @@ static int runBuildModel(MLIRContext &context,
     return fail(spec.takeError());
   int64_t batch = batchSize.getNumOccurrences() ? int64_t(batchSize) : 1;
   int64_t seq = seqLen.getNumOccurrences() ? int64_t(seqLen) : spec->seq_len();
+  // The model's context is the sequence it is built at, as the planner
+  // costs it (a learned position table has that many rows).
+  spec->set_seq_len(seq);
   llvm::SmallString<256> weights;
   if (!noWeights) {
     weights = outputPath;
@@ -352,12 +355,11 @@ static int runBuildModel(MLIRContext &context,
       spec->vocab(), weft::planner::parameterCount(*spec), batch, seq,
       outputPath, uint64_t(seedOpt), weights);
   // What the builder leaves out, said where someone might load weights.
-  if (spec->rope_theta() <= 0)
-    llvm::errs() << "weft import: note: built without a position encoding ("
-                 << (spec->alibi() ? "ALiBi's biases on the scores"
-                                   : "learned positions")
-                 << " not built): a model to plan and to train from scratch, "
-                    "not one to load a checkpoint's weights into\n";
+  if (spec->alibi())
+    llvm::errs() << "weft import: note: built without ALiBi's biases on the "
+                    "scores (no position encoding): a model to plan and to "
+                    "train from scratch, not one to load a checkpoint's "
+                    "weights into\n";
   return 0;
 }
 

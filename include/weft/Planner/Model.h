@@ -37,7 +37,13 @@ int64_t headDim(const plan::ModelSpec &model);
 /// Each head's value width: the spec's value_head_dim, or headDim.
 int64_t valueHeadDim(const plan::ModelSpec &model);
 
-/// Parameters of the whole model (embedding, layers, final norm, output layer).
+/// Whether the built model has a learned position table (GPT's): a built
+/// model without a rotary embedding or ALiBi. Its rows are the model's
+/// context (seq_len).
+bool hasLearnedPositions(const plan::ModelSpec &model);
+
+/// Parameters of the whole model (embedding and, where it has one, its
+/// learned position table; layers, final norm, output layer).
 double parameterCount(const plan::ModelSpec &model);
 
 /// Parameters of one transformer layer.

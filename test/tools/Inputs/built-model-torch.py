@@ -3,20 +3,21 @@
 weights file: the logits of tokens.npy, written as a .npy.
 
     built-model-torch.py MODEL.mlir TOKENS.npy OUT.npy --heads=N
-        [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary]
+        [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary] [--no-positions]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
 output from which parameters exist; the heads, the rotary base and share and
 a parallel block are given. The reference is written as Hugging Face writes LLaMA and GPT-NeoX:
+learned positions (GPT-2's wpe) where the module has a position table,
 RMSNorm or LayerNorm, grouped-query attention, the rotary embedding on the
 first `rotary` features of each head as halves (rotate_half), cos and sin of
 positions times base^(-2i / rotary), SwiGLU or GELU (tanh), causal softmax
 attention at 1 / sqrt(head_dim).
 
---no-rotary computes the same model without the rotary embedding: what the
-builder made before it built one (the test checks that weft's logits are
-not these).
+--no-rotary and --no-positions compute the same model without the rotary
+embedding or the learned positions: what the builder made before it built
+them (the test checks that weft's logits are not these).
 """
 
 import math
@@ -57,6 +58,8 @@ heads = int(next(f for f in flags if f.startswith("--heads=")).split("=", 1)[1])
 tokens = torch.from_numpy(np.load(tokens_path))
 batch, seq = tokens.shape
 x = params["embedding.weight"][tokens]
+if "position_embedding.weight" in params and "--no-positions" not in flags:
+    x = x + params["position_embedding.weight"][:seq]
 hidden = x.shape[-1]
 gated = "layers.0.mlp_gate.weight" in params
 
