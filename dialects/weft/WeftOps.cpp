@@ -134,10 +134,9 @@ LogicalResult ParameterOp::verify() {
            << value->getType() << " does not match the result type "
            << getType();
   if (ExternalDataAttr external = getExternalAttr()) {
-    // A column window reads whole stored rows: the range holds `rowWidth`
-    // columns for each of the parameter's rows.
-    // The bytes of the stored elements, which the parameter's type rounds
-    // when the file holds another (a narrowed f32 weight).
+    // The range holds the stored elements (f32 for a weight narrowed to 16
+    // bits, which the reader rounds), and a column window whole stored rows:
+    // `rowWidth` columns for each of the parameter's rows.
     auto type = cast<RankedTensorType>(getType());
     if (Type stored = external.getStored())
       type = type.clone(stored);
