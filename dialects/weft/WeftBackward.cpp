@@ -138,6 +138,12 @@ void ReduceMaxOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   save(saved, getInput());
   save(saved, getResult());
 }
+// d logsumexp is the softmax, exp(input - result).
+void ReduceLogSumExpOp::getSavedForBackward(
+    SmallVectorImpl<SavedTensor> &saved) {
+  save(saved, getInput());
+  save(saved, getResult());
+}
 // d softmax reads the probabilities; d log_softmax their logarithms.
 void SoftmaxOp::getSavedForBackward(SmallVectorImpl<SavedTensor> &saved) {
   save(saved, getResult());

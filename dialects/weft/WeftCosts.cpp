@@ -119,6 +119,11 @@ OpCost ReduceMeanOp::estimateCost(TypeRange operandTypes,
 OpCost ReduceMaxOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return streamCost(operandTypes, resultTypes, 1);
 }
+// A running maximum and a rescaled sum of exponentials: compare, exp, add.
+OpCost ReduceLogSumExpOp::estimateCost(TypeRange operandTypes,
+                                       TypeRange resultTypes) {
+  return streamCost(operandTypes, resultTypes, 3);
+}
 // (scale,) max, subtract, exp, sum, divide; the causal mask is a compare.
 OpCost SoftmaxOp::estimateCost(TypeRange operandTypes, TypeRange resultTypes) {
   return streamCost(operandTypes, resultTypes, getCausal() ? 6 : 5);

@@ -619,6 +619,20 @@ LogicalResult ReduceMaxOp::buildGradients(GradientState &state) {
   g.to(getInput(), g.select(hit, dy, true));
   return success();
 }
+// y = log Σ eˣ: dx = e^(x - y)·dy, the softmax times the incoming gradient.
+LogicalResult ReduceLogSumExpOp::buildGradients(GradientState &state) {
+  Grad g{state, getLoc()};
+  RankedTensorType type = tensorType(getInput());
+  // The reduced dimensions kept as 1s, broadcast by the elementwise ops.
+  SmallVector<int64_t> kept(type.getShape());
+  for (int64_t axis : getAxes())
+    kept[axis] = 1;
+  auto keep = [&](Value v) { return g.reshape(v, kept); };
+  Value probs = ExpOp::create(state.builder(), getLoc(), type,
+                              g.sub(getInput(), keep(getResult())));
+  g.to(getInput(), g.mul(probs, keep(g.dy(getResult()))));
+  return success();
+}
 // softmax(s·x): dx = s·y·(dy - Σ dy·y); log_softmax: s·(dy - e^y Σ dy).
 LogicalResult SoftmaxOp::buildGradients(GradientState &state) {
   Grad g{state, getLoc()};
@@ -982,7 +996,14 @@ LogicalResult CrossEntropyOp::buildGradients(GradientState &state) {
   int64_t rank = logits.getRank();
   SmallVector<int64_t> column(labels.getShape());
   column.push_back(1);
-  Value probs = SoftmaxOp::create(g.b(), getLoc(), getLogits(), rank - 1);
+  // The softmax as exp(logits - logsumexp): one reduction and an
+  // elementwise chain, which a vocabulary-parallel head computes on its own
+  // block (the log-sum-exp's blocks combine with two all-reduces of a value
+  // per row) and the CUDA backend fuses with the one-hot subtraction.
+  Value lse = ReduceLogSumExpOp::create(g.b(), getLoc(), getLogits(),
+                                        g.b().getDenseI64ArrayAttr({rank - 1}),
+                                        g.b().getUnitAttr());
+  Value probs = ExpOp::create(g.b(), getLoc(), logits, g.sub(getLogits(), lse));
   Value iota = IotaOp::create(g.b(), getLoc(),
                               logits.clone(labels.getElementType()), rank - 1);
   Value hit = g.compare(ComparePredicate::eq, g.reshape(getLabels(), column),

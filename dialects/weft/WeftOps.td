@@ -375,8 +375,8 @@ def Weft_CastOp : Weft_Op<"cast", [WeftBackward, WeftCost,
 //===----------------------------------------------------------------------===//
 
 class Weft_ReduceOp<string mnemonic, Type tensorType, string what,
-                    list<Trait> traits = [WeftBackward]>
-    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost, WeftRule, Pure,
+                    list<Trait> traits = [WeftBackward], Trait rule = WeftRule>
+    : Weft_Op<mnemonic, !listconcat(traits, [WeftCost, rule, Pure,
         SameOperandsAndResultElementType, InferTypeOpAdaptor])> {
   let summary = "The " # what # " over the given dimensions.";
   let description = [{
@@ -412,6 +412,31 @@ def Weft_ReduceSumOp : Weft_ReduceOp<"reduce_sum", Weft_NumericTensor, "sum",
 def Weft_ReduceMeanOp : Weft_ReduceOp<"reduce_mean", Weft_FloatTensor, "mean">;
 def Weft_ReduceMaxOp : Weft_ReduceOp<"reduce_max", Weft_NumericTensor, "maximum",
                                      [WeftSaves]>;
+def Weft_ReduceLogSumExpOp : Weft_ReduceOp<"reduce_logsumexp", Weft_FloatTensor,
+    "log-sum-exp", [WeftSaves], WeftRulePartition> {
+  let description = [{
+    `log(sum(exp(input)))` over the dimensions in `axes`, computed stably (the maximum
+    is taken out first) in one pass over the input: the normalizer of a softmax, what
+    a cross-entropy's loss and gradient read (ONNX `ReduceLogSumExp`, `torch.logsumexp`).
+    With `keep_dims` the reduced dimensions stay with size 1; without, they are removed.
+
+    Partitioned: propagation does not split a reduced dimension. An input that arrives
+    split along one all the same (the logits of a vocabulary-parallel head, in the
+    cross-entropy's loss and backward) is reduced where it lies: each rank takes its
+    block's log-sum-exp, and the blocks' values `l` combine as `m + log(sum(exp(l - m)))`
+    with `m` their maximum, two `weft.all_reduce`s of one value per row (max, then
+    sum), instead of gathering the rows.
+
+    ```mlir
+    %lse = weft.reduce_logsumexp %logits axes [2] keep_dims : tensor<2x8x32000xf32> -> tensor<2x8x1xf32>
+    ```
+
+    **Constraints**
+    - `axes` is not empty, each axis is a dimension of the input (`0 <= a < rank`), and
+      no axis repeats;
+    - the result has the input's element type and the reduced shape.
+  }];
+}
 
 class Weft_SoftmaxLikeOp<string mnemonic, string what>
     : Weft_Op<mnemonic, [WeftSaves, WeftCost, WeftRulePartition, Pure, SameOperandsAndResultType]> {

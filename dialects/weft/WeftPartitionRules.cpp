@@ -253,6 +253,86 @@ rowStatistics(PartitionState &state, Location loc, Value x, int64_t axis,
   return rows;
 }
 
+/// The log-sum-exp of local value `x` over its dimensions `reduced` (kept as
+/// 1s), which are split over `axes` (none: whole): each rank's block's, in one
+/// pass, and the blocks' values `l` combined as `m + log(sum(exp(l - m)))`,
+/// `m` their maximum, with two all-reduces of one value per row, uncompressed
+/// (they decide every probability). The ops made go into `made` if given.
+static Value splitLogSumExp(PartitionState &state, Location loc, Value x,
+                            ArrayRef<int64_t> reduced,
+                            ArrayRef<std::string> axes,
+                            SmallVectorImpl<Operation *> *made = nullptr) {
+  OpBuilder &b = state.builder();
+  auto type = cast<RankedTensorType>(x.getType());
+  SmallVector<int64_t> keptShape(type.getShape());
+  for (int64_t axis : reduced)
+    keptShape[axis] = 1;
+  auto kept = RankedTensorType::get(keptShape, type.getElementType());
+  auto track = [&](Value v) {
+    if (made)
+      made->push_back(v.getDefiningOp());
+    return v;
+  };
+  Value local = track(ReduceLogSumExpOp::create(
+      b, loc, kept, x, b.getDenseI64ArrayAttr(reduced), b.getUnitAttr()));
+  if (axes.empty())
+    return local;
+  auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
+  auto overSplit = [&](ReductionKind kind, Value v) {
+    return track(AllReduceOp::create(
+        b, loc, kept, ReductionKindAttr::get(b.getContext(), kind), v,
+        state.meshRef(), state.axesAttr(axes), exact, DenseI64ArrayAttr()));
+  };
+  Value max = overSplit(ReductionKind::max, local);
+  Value sum = overSplit(
+      ReductionKind::sum,
+      track(ExpOp::create(b, loc, kept,
+                          track(SubOp::create(b, loc, kept, local, max)))));
+  return track(AddOp::create(b, loc, kept,
+                             track(LogOp::create(b, loc, kept, sum)), max));
+}
+
+/// Reduced where it lies when a reduced dimension arrives split (the
+/// cross-entropy's backward, on the logits of a vocabulary-parallel head);
+/// otherwise by the factor rule, which keeps reduced dimensions whole.
+LogicalResult ReduceLogSumExpOp::partition(PartitionState &state) {
+  TensorSharding want = state.actual(getInput());
+  want.partial.clear();
+  SmallVector<std::string, 2> axes;
+  for (int64_t axis : getAxes())
+    axes.append(want.dims[axis].begin(), want.dims[axis].end());
+  if (axes.empty())
+    return success(succeeded(partitionByFactorRule(*this, state)));
+  Location loc = getLoc();
+  OpBuilder &b = state.builder();
+  Value input = state.operand(loc, getInput(), want);
+  SmallVector<Operation *> made;
+  Value result = splitLogSumExp(state, loc, input, getAxes(), axes, &made);
+  TensorSharding sharding;
+  SmallVector<int64_t> shape;
+  auto local = cast<RankedTensorType>(result.getType());
+  for (int64_t d = 0, rank = local.getRank(); d < rank; ++d) {
+    bool reduced = llvm::is_contained(getAxes(), d);
+    if (reduced && !getKeepDims())
+      continue;
+    sharding.dims.push_back(reduced ? SmallVector<std::string, 2>{}
+                                    : want.dims[d]);
+    shape.push_back(local.getDimSize(d));
+  }
+  if (!getKeepDims()) {
+    result = ReshapeOp::create(b, loc, local.clone(shape), result);
+    made.push_back(result.getDefiningOp());
+  }
+  // What marks the op (a recomputation, the backward) marks each op it
+  // became.
+  for (NamedAttribute attr : (*this)->getDiscardableAttrs())
+    if (attr.getName() != WeftDialect::getShardingAttrName())
+      for (Operation *piece : made)
+        piece->setAttr(attr.getName(), attr.getValue());
+  state.setResult(getResult(), result, sharding);
+  return success();
+}
+
 /// Softmax (or its log) along a dimension its input arrives split in: the
 /// rows' maxima and sums are all-reduced over the split (one value per row
 /// each) and every rank keeps its columns. Causal masking needs the columns'
@@ -1120,23 +1200,17 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
   Type element = localType.getElementType();
   Type idType = labelType.getElementType();
   int64_t classes = localType.getShape().back();
-  SmallVector<int64_t> keptShape(localType.getShape());
-  keptShape.back() = 1;
-  auto keptType = RankedTensorType::get(keptShape, element);
-  auto rows = b.getDenseI64ArrayAttr({rank - 1});
   auto group = state.axesAttr(classAxes);
   auto sum = ReductionKindAttr::get(b.getContext(), ReductionKind::sum);
   // The loss's statistics (per-token maxima, sums, target logits, totals)
   // are few and decide the loss: pinned uncompressed, whatever the plan's
   // compression policy.
   auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
-  // log-sum-exp over all shards.
+  // log-sum-exp over all shards: one pass over this rank's block.
   bool split = !classAxes.empty();
-  RowStatistics stats = rowStatistics(state, loc, logits, rank - 1, classAxes);
-  Value globalMax = stats.max, globalSum = stats.sum;
-  Value lse = AddOp::create(
-      b, loc, keptType, LogOp::create(b, loc, keptType, globalSum), globalMax);
-  // The label's logit, from the shard that holds it.
+  Value lse = splitLogSumExp(state, loc, logits, {rank - 1}, classAxes);
+  // The label's logit, from the shard that holds it: one element per row,
+  // taken from the block flattened (row * classes + label).
   Value shifted = labels;
   if (split) {
     SmallVector<int64_t> offsets;
@@ -1159,24 +1233,24 @@ partitionVocabCrossEntropy(CrossEntropyOp op,
           ComparePredicateAttr::get(b.getContext(), ComparePredicate::lt),
           shifted, state.constant(loc, idType, classes)),
       state.constant(loc, b.getI1Type(), 0));
-  SmallVector<int64_t> columnShape(labelType.getShape());
-  columnShape.push_back(1);
+  const int64_t positions = labelType.getNumElements();
+  auto flatIds = RankedTensorType::get({positions}, idType);
   Value column = ReshapeOp::create(
-      b, loc, RankedTensorType::get(columnShape, idType), shifted);
-  Value iota = IotaOp::create(
-      b, loc, RankedTensorType::get(localType.getShape(), idType),
-      b.getI64IntegerAttr(rank - 1));
-  auto hotType = RankedTensorType::get(localType.getShape(), b.getI1Type());
-  Value hot = CompareOp::create(
-      b, loc, hotType,
-      ComparePredicateAttr::get(b.getContext(), ComparePredicate::eq), iota,
+      b, loc, flatIds,
+      WhereOp::create(b, loc, labelType, inShard, shifted, zero));
+  Value flatIndex = AddOp::create(
+      b, loc, flatIds,
+      MulOp::create(b, loc, flatIds,
+                    IotaOp::create(b, loc, flatIds, b.getI64IntegerAttr(0)),
+                    state.constant(loc, idType, double(classes))),
       column);
-  Value picked = ReduceSumOp::create(
-      b, loc, RankedTensorType::get(labelType.getShape(), element),
-      WhereOp::create(b, loc, localType, hot, logits,
-                      state.constant(loc, element, 0)),
-      rows, UnitAttr());
+  Value block = ReshapeOp::create(
+      b, loc, RankedTensorType::get({positions * classes}, element), logits);
   auto lossType = RankedTensorType::get(labelType.getShape(), element);
+  Value picked = ReshapeOp::create(
+      b, loc, lossType,
+      GatherOp::create(b, loc, RankedTensorType::get({positions}, element),
+                       block, flatIndex, b.getI64IntegerAttr(0)));
   picked = WhereOp::create(b, loc, lossType, inShard, picked,
                            state.constant(loc, element, 0));
   Value target = split ? AllReduceOp::create(b, loc, lossType, sum, picked,

@@ -99,6 +99,9 @@ ShardingRule ReduceMeanOp::getShardingRule() {
 ShardingRule ReduceMaxOp::getShardingRule() {
   return reductionRule(*this, getAxes(), getKeepDims(), false);
 }
+ShardingRule ReduceLogSumExpOp::getShardingRule() {
+  return reductionRule(*this, getAxes(), getKeepDims(), false);
+}
 
 /// Softmax-like: every dimension passes through, the axis is needed whole
 /// (and with a causal mask, the rows too: which entries are masked depends on

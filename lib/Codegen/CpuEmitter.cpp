@@ -192,17 +192,20 @@ LogicalResult Emitter::emitOp(Operation *op) {
                                   dtypeName(c.getType().getElementType()) + ")");
         return success();
       })
-      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](Operation *r) {
-        const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
-                           : isa<ReduceMeanOp>(r) ? "Mean"
-                                                  : "Max";
-        auto axes = r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
-        bool keep = r->hasAttr("keep_dims");
-        assign(r->getResult(0), std::string("reduce(ReduceKind::") + kind +
-                                    ", " + arg(0) + ", " + ints(axes) + ", " +
-                                    (keep ? "true" : "false") + ")");
-        return success();
-      })
+      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceLogSumExpOp>(
+          [&](Operation *r) {
+            const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
+                               : isa<ReduceMeanOp>(r) ? "Mean"
+                               : isa<ReduceMaxOp>(r)  ? "Max"
+                                                      : "LogSumExp";
+            auto axes =
+                r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+            bool keep = r->hasAttr("keep_dims");
+            assign(r->getResult(0), std::string("reduce(ReduceKind::") + kind +
+                                        ", " + arg(0) + ", " + ints(axes) +
+                                        ", " + (keep ? "true" : "false") + ")");
+            return success();
+          })
       .Case([&](SoftmaxOp s) {
         assign(s.getResult(),
                "softmax(" + arg(0) + ", " + std::to_string(s.getAxis()) +

@@ -422,21 +422,23 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<ParameterOp, ConstantOp>([&](Operation *) { return weight(); })
-      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>([&](Operation *r) {
-        const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
-                           : isa<ReduceMeanOp>(r) ? "Mean"
-                                                  : "Max";
-        int64_t rank = tensorType(r->getOperand(0)).getRank();
-        SmallVector<int64_t> axes;
-        for (int64_t a :
-             r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef())
-          axes.push_back(normalizeAxis(a, rank));
-        std::string o = out();
-        os << "  reduce(ctx, ReduceKind::" << kind << ", "
-           << tensor(r->getOperand(0)) << ", " << ints(axes) << ", " << o
-           << ");\n";
-        return success();
-      })
+      .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceLogSumExpOp>(
+          [&](Operation *r) {
+            const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
+                               : isa<ReduceMeanOp>(r) ? "Mean"
+                               : isa<ReduceMaxOp>(r)  ? "Max"
+                                                      : "LogSumExp";
+            int64_t rank = tensorType(r->getOperand(0)).getRank();
+            SmallVector<int64_t> axes;
+            for (int64_t a :
+                 r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef())
+              axes.push_back(normalizeAxis(a, rank));
+            std::string o = out();
+            os << "  reduce(ctx, ReduceKind::" << kind << ", "
+               << tensor(r->getOperand(0)) << ", " << ints(axes) << ", " << o
+               << ");\n";
+            return success();
+          })
       .Case<SoftmaxOp, LogSoftmaxOp>([&](Operation *s) {
         int64_t axis = s->getAttrOfType<IntegerAttr>("axis").getInt();
         int64_t rank = tensorType(s->getOperand(0)).getRank();

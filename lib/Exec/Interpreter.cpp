@@ -440,6 +440,9 @@ LogicalResult Interpreter::run(Operation *op) {
       .Case([&](ReduceSumOp r) { return reduceOp(rt::ReduceKind::Sum, r); })
       .Case([&](ReduceMeanOp r) { return reduceOp(rt::ReduceKind::Mean, r); })
       .Case([&](ReduceMaxOp r) { return reduceOp(rt::ReduceKind::Max, r); })
+      .Case([&](ReduceLogSumExpOp r) {
+        return reduceOp(rt::ReduceKind::LogSumExp, r);
+      })
       .Case([&](SoftmaxOp s) {
         return result(rt::softmax(get(s.getInput()), s.getAxis(), false,
                                   s.getScale().convertToFloat(),

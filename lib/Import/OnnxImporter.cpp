@@ -659,10 +659,11 @@ void GraphImporter::addReduce(llvm::StringRef opType) {
   };
 }
 
-/// The reductions ONNX has and weft composes: ReduceMin = -max(-x),
+/// The reductions ONNX has beyond sum, mean and max: ReduceMin = -max(-x),
 /// ReduceL1 = sum |x|, ReduceSumSquare = sum x^2, ReduceL2 = sqrt(sum x^2)
-/// (F.normalize), ReduceLogSum = log(sum x), ReduceLogSumExp = m + log(sum
-/// exp(x - m)) with m the max (torch.logsumexp's form, finite for large x).
+/// (F.normalize), ReduceLogSum = log(sum x), composed of weft ops, and
+/// ReduceLogSumExp, weft.reduce_logsumexp (torch.logsumexp; finite for large
+/// x).
 void GraphImporter::addComposedReductions() {
   for (llvm::StringRef opType :
        {"ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
@@ -703,23 +704,9 @@ void GraphImporter::addComposedReductions() {
         Value total = sum(data, keepDims);
         result = total ? createChecked<LogOp>(total) : Value();
       } else {
-        if (axes.empty()) {
-          result = data;
-        } else {
-          Value top = createChecked<ReduceMaxOp>(data, axes, true);
-          Value shifted = top ? createChecked<SubOp>(data, top) : Value();
-          Value exps = shifted ? createChecked<ExpOp>(shifted) : Value();
-          Value total = exps ? sum(exps, true) : Value();
-          Value logs = total ? createChecked<LogOp>(total) : Value();
-          result = logs ? createChecked<AddOp>(logs, top) : Value();
-          if (result && !keepDims) {
-            SmallVector<int64_t> shape;
-            for (int64_t d = 0; d < type.getRank(); ++d)
-              if (!llvm::is_contained(axes, d))
-                shape.push_back(type.getDimSize(d));
-            result = ReshapeOp::create(builder, loc, type.clone(shape), result);
-          }
-        }
+        result = axes.empty()
+                     ? data
+                     : createChecked<ReduceLogSumExpOp>(data, axes, keepDims);
       }
       if (!result)
         return failure();

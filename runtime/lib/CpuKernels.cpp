@@ -370,12 +370,28 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
       kind == ReduceKind::Max ? -std::numeric_limits<double>::infinity() : 0.0);
   std::array<std::vector<int64_t>, 1> strides{
       broadcastStrides(kept, input.shape)};
+  // Log-sum-exp: the maxima first, then the exponentials' sums past them.
+  std::vector<double> maxima;
+  if (kind == ReduceKind::LogSumExp) {
+    maxima.assign(accum.numel(), -std::numeric_limits<double>::infinity());
+    forEachBroadcast<1>(
+        input.shape, strides,
+        [&](int64_t i, const auto &at) {
+          double x = input.at(i);
+          maxima[at[0]] = std::isnan(x) ? x : std::max(maxima[at[0]], x);
+        },
+        /*serial=*/true);
+  }
   forEachBroadcast<1>(
       input.shape, strides,
       [&](int64_t i, const auto &at) {
         double x = input.at(i);
         if (kind == ReduceKind::Max)
           sums[at[0]] = std::isnan(x) ? x : std::max(sums[at[0]], x);
+        else if (kind == ReduceKind::LogSumExp)
+          sums[at[0]] += std::isinf(maxima[at[0]]) && maxima[at[0]] < 0
+                             ? 0.0
+                             : std::exp(x - maxima[at[0]]);
         else
           sums[at[0]] += x;
       },
@@ -390,6 +406,8 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
   HostTensor out = HostTensor::uninitialized(input.dtype, shape);
   for (size_t i = 0; i < sums.size(); ++i) {
     double value = kind == ReduceKind::Mean ? sums[i] / count : sums[i];
+    if (kind == ReduceKind::LogSumExp)
+      value = std::isinf(maxima[i]) ? maxima[i] : maxima[i] + std::log(value);
     if (out.isFloat())
       out.floats[i] = roundTo(out.dtype, static_cast<float>(value));
     else

@@ -6,7 +6,9 @@
 // CHECK-LABEL: func.func @mlp
 // CHECK-SAME: -> (tensor<f32>, tensor<8x16xf32> {weft.gradient_of = "fc.weight"}, tensor<16xf32> {weft.gradient_of = "fc.bias"})
 // CHECK: %[[LOSS:.*]] = weft.cross_entropy
-// CHECK: weft.softmax
+// CHECK: %[[LSE:.*]] = weft.reduce_logsumexp %[[A:.*]] axes [1] keep_dims : tensor<4x16xf32> -> tensor<4x1xf32>
+// CHECK: %[[SHIFT:.*]] = weft.sub %[[A]], %[[LSE]]
+// CHECK: weft.exp %[[SHIFT]] : tensor<4x16xf32>
 // CHECK: weft.iota dim 1 : tensor<4x16xi64>
 // CHECK: weft.compare eq
 // CHECK: weft.erf

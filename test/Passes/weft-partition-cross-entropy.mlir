@@ -1,8 +1,10 @@
 // RUN: weft-opt %s -weft-propagate-sharding -weft-partition | FileCheck %s
 
 // Vocabulary-parallel cross-entropy (Megatron): logits split over classes stay
-// split; the log-sum-exp takes an all-reduce of the max and one of the sum, the
-// label's logit one more; a mean over a batch split over dp sums the loss and
+// split; each rank takes its block's log-sum-exp in one pass, and the blocks
+// combine with an all-reduce of their max and one of the sum; the label's
+// logit is one element per row, gathered from the block flattened (no
+// full-width one-hot), and one more all-reduce; a mean over a batch split over dp sums the loss and
 // the count of positions that are not ignored. Each op the rule builds is
 // marked weft.decomposed: a training step's backward is the cross-entropy's
 // (differentiated before partitioning), and the cost model keeps what it
@@ -12,10 +14,16 @@ weft.mesh @mesh(dp = 2, tp = 2)
 func.func @loss(%logits: tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mesh, [[dp], [], [tp]]>},
                 %labels: tensor<4x8xi64> {weft.sharding = #weft.sharding<@mesh, [[dp], []]>}) -> tensor<f32> {
   // CHECK-NOT: weft.all_gather
+  // CHECK: weft.reduce_logsumexp %{{.*}} axes [2] keep_dims {weft.decomposed} : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
   // CHECK: weft.all_reduce max {{.*}} over @mesh ["tp"] codec none {weft.decomposed} : tensor<2x8x1xf32>
   // CHECK: weft.all_reduce sum {{.*}} over @mesh ["tp"] codec none {weft.decomposed} : tensor<2x8x1xf32>
   // CHECK: weft.all_slice {{.*}} over @mesh ["tp"] dim 0 {weft.decomposed} : tensor<2xi64> -> tensor<1xi64>
-  // CHECK: weft.iota dim 2 {weft.decomposed} : tensor<2x8x16xi64>
+  // CHECK-NOT: weft.iota dim 2
+  // CHECK: %[[ROW:.*]] = weft.iota dim 0 {weft.decomposed} : tensor<16xi64>
+  // CHECK: %[[FIRST:.*]] = weft.mul %[[ROW]], %{{.*}} {weft.decomposed} : (tensor<16xi64>, tensor<i64>) -> tensor<16xi64>
+  // CHECK: %[[AT:.*]] = weft.add %[[FIRST]], %{{.*}} {weft.decomposed} : tensor<16xi64>
+  // CHECK: %[[FLAT:.*]] = weft.reshape %{{.*}} {weft.decomposed} : tensor<2x8x16xf32> -> tensor<256xf32>
+  // CHECK: weft.gather %[[FLAT]][%[[AT]]] axis 0 {weft.decomposed} : (tensor<256xf32>, tensor<16xi64>) -> tensor<16xf32>
   // CHECK: weft.all_reduce sum {{.*}} over @mesh ["tp"] codec none {weft.decomposed} : tensor<2x8xf32>
   // CHECK: weft.all_reduce sum {{.*}} over @mesh ["dp"] codec none {weft.decomposed} : tensor<f32>
   // CHECK: weft.all_reduce sum {{.*}} over @mesh ["dp"] codec none {weft.decomposed} : tensor<f32>

@@ -87,3 +87,57 @@ func.func @positions(%x: tensor<2x8x4xi64> {weft.sharding = #weft.sharding<@mesh
   %y = weft.add %x, %i : tensor<2x8x4xi64>
   return %y : tensor<2x8x4xi64>
 }
+
+// -----
+
+// The cross-entropy's backward as weft-differentiate builds it, the softmax as
+// exp(logits - logsumexp): each rank reduces its block of the vocabulary in
+// one pass, and the blocks combine as m + log(sum(exp(l - m))) with the
+// rows' m and sum all-reduced over tp (no rank gathers the logits).
+weft.mesh @mesh(tp = 2)
+// CHECK-LABEL: func.func @logsumexp_backward
+func.func @logsumexp_backward(%logits: tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mesh, [[], [], [tp]]>},
+                    %labels: tensor<4x8xi64>,
+                    %w: tensor<16x32xf32> {weft.sharding = #weft.sharding<@mesh, [[], [tp]]>}) -> tensor<4x8x16xf32> {
+  // CHECK-NOT: weft.all_gather
+  // CHECK: %[[L:.*]] = weft.reduce_logsumexp %arg0 axes [2] keep_dims : tensor<4x8x16xf32> -> tensor<4x8x1xf32>
+  // CHECK: %[[M:.*]] = weft.all_reduce max %[[L]] over @mesh ["tp"] codec none : tensor<4x8x1xf32>
+  // CHECK: %[[D:.*]] = weft.sub %[[L]], %[[M]] : tensor<4x8x1xf32>
+  // CHECK: %[[E:.*]] = weft.exp %[[D]] : tensor<4x8x1xf32>
+  // CHECK: %[[S:.*]] = weft.all_reduce sum %[[E]] over @mesh ["tp"] codec none : tensor<4x8x1xf32>
+  // CHECK: %[[LOG:.*]] = weft.log %[[S]] : tensor<4x8x1xf32>
+  // CHECK: %[[LSE:.*]] = weft.add %[[LOG]], %[[M]] : tensor<4x8x1xf32>
+  // CHECK: weft.sub %arg0, %[[LSE]] : (tensor<4x8x16xf32>, tensor<4x8x1xf32>) -> tensor<4x8x16xf32>
+  // CHECK: weft.iota dim 2 : tensor<4x8x16xi64>
+  // CHECK: weft.linear {{.*}} transpose_weight : (tensor<4x8x16xf32>, tensor<16x16xf32>) -> tensor<4x8x16xf32>
+  // CHECK-NOT: weft.all_gather
+  %lse = weft.reduce_logsumexp %logits axes [2] keep_dims : tensor<4x8x32xf32> -> tensor<4x8x1xf32>
+  %shifted = weft.sub %logits, %lse : (tensor<4x8x32xf32>, tensor<4x8x1xf32>) -> tensor<4x8x32xf32>
+  %p = weft.exp %shifted : tensor<4x8x32xf32>
+  %iota = weft.iota dim 2 : tensor<4x8x32xi64>
+  %col = weft.reshape %labels : tensor<4x8xi64> -> tensor<4x8x1xi64>
+  %hit = weft.compare eq, %col, %iota : (tensor<4x8x1xi64>, tensor<4x8x32xi64>) -> tensor<4x8x32xi1>
+  %hot = weft.cast %hit : tensor<4x8x32xi1> -> tensor<4x8x32xf32>
+  %d = weft.sub %p, %hot : tensor<4x8x32xf32>
+  %dx = weft.linear %d, %w transpose_weight : (tensor<4x8x32xf32>, tensor<16x32xf32>) -> tensor<4x8x16xf32>
+  return %dx : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Without keep_dims the combined value loses the reduced dimension; other
+// dimensions keep their split. A reduction over dimensions that are not
+// split is the op itself, on each rank's block.
+weft.mesh @mesh(dp = 2, tp = 2)
+// CHECK-LABEL: func.func @logsumexp_dropped
+func.func @logsumexp_dropped(%x: tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mesh, [[dp], [], [tp]]>}) -> (tensor<4x8xf32>, tensor<4x32xf32>) {
+  // CHECK: %[[L:.*]] = weft.reduce_logsumexp %arg0 axes [2] keep_dims : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
+  // CHECK: weft.all_reduce max %[[L]] over @mesh ["tp"]
+  // CHECK: %[[LSE:.*]] = weft.add
+  // CHECK: weft.reshape %[[LSE]] : tensor<2x8x1xf32> -> tensor<2x8xf32>
+  // CHECK-NOT: weft.all_gather
+  // CHECK: weft.reduce_logsumexp %arg0 axes [1] : tensor<2x8x16xf32> -> tensor<2x16xf32>
+  %a = weft.reduce_logsumexp %x axes [2] : tensor<4x8x32xf32> -> tensor<4x8xf32>
+  %b = weft.reduce_logsumexp %x axes [1] : tensor<4x8x32xf32> -> tensor<4x32xf32>
+  return %a, %b : tensor<4x8xf32>, tensor<4x32xf32>
+}

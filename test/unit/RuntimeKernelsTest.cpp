@@ -99,6 +99,42 @@ TEST(RuntimeKernels, LargeSoftmaxRowsSumToOne) {
   }
 }
 
+// Over rows of logits far past exp's range (a plain sum of exponentials
+// overflows), over a middle axis, and over a row of -inf (a fully masked
+// row, whose log-sum-exp is -inf, not NaN).
+TEST(RuntimeKernels, LogSumExpIsStable) {
+  HostTensor x = randomTensor({3, 5, 7}, 5);
+  for (int64_t j = 0; j < 7; ++j)
+    x.floats[j] = 1000.0f + float(j);
+  for (int64_t j = 0; j < 7; ++j)
+    x.floats[7 + j] = -std::numeric_limits<float>::infinity();
+  HostTensor rows = reduce(ReduceKind::LogSumExp, x, {2}, true);
+  ASSERT_EQ(rows.shape, (Shape{3, 5, 1}));
+  for (int64_t r = 0; r < 15; ++r) {
+    double max = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t j = 0; j < 7; ++j)
+      max = std::max<double>(max, x.floats[r * 7 + j]);
+    if (std::isinf(max)) {
+      EXPECT_TRUE(std::isinf(rows.floats[r]) && rows.floats[r] < 0) << r;
+      continue;
+    }
+    for (int64_t j = 0; j < 7; ++j)
+      sum += std::exp(x.floats[r * 7 + j] - max);
+    EXPECT_NEAR(rows.floats[r], max + std::log(sum), 1e-4) << r;
+  }
+  // 1006 + log(1 + e^-1 + ... + e^-6).
+  EXPECT_NEAR(rows.floats[0], 1006.4577628, 1e-3);
+  HostTensor middle = reduce(ReduceKind::LogSumExp, x, {1}, false);
+  ASSERT_EQ(middle.shape, (Shape{3, 7}));
+  for (int64_t b = 1; b < 3; ++b)
+    for (int64_t j = 0; j < 7; ++j) {
+      double sum = 0;
+      for (int64_t i = 0; i < 5; ++i)
+        sum += std::exp(double(x.floats[(b * 5 + i) * 7 + j]));
+      EXPECT_NEAR(middle.floats[b * 7 + j], std::log(sum), 1e-5) << b << j;
+    }
+}
+
 TEST(RuntimeKernels, LargeLayerNormMatchesScalar) {
   HostTensor x = randomTensor({2048, 64}, 4), scale = randomTensor({64}, 5),
              bias = randomTensor({64}, 6);

@@ -201,6 +201,35 @@ __global__ void softmaxKernel(int64_t length, int64_t inner, bool log,
   }
 }
 
+/// A reduction over a tensor's last `length` (contiguous) entries, one block
+/// per row, the threads reading consecutive entries: a cross-entropy's
+/// log-sum-exp over 128,256 classes, where a thread per row would walk its
+/// row alone. `kind` as reduceKernel's; a row of -inf has log-sum-exp -inf.
+template <typename T>
+__global__ void rowReduceKernel(int64_t length, int kind, const T *x, T *y) {
+  __shared__ float scratch[32];
+  const T *row = x + blockIdx.x * length;
+  bool max = kind == 2 || kind == 3;
+  float acc = max ? -FLT_MAX : 0.0f;
+  for (int64_t j = threadIdx.x; j < length; j += blockDim.x) {
+    float v = loadF(row, j);
+    acc = max ? fmaxf(acc, v) : acc + v;
+  }
+  acc = blockReduce(acc, max, scratch);
+  if (kind == 3) {
+    float top = acc, sum = 0.0f;
+    if (top != -INFINITY && top != -FLT_MAX)
+      for (int64_t j = threadIdx.x; j < length; j += blockDim.x)
+        sum += __expf(loadF(row, j) - top);
+    sum = blockReduce(sum, false, scratch);
+    acc = sum > 0.0f ? top + __logf(sum) : -INFINITY;
+  } else if (kind == 1) {
+    acc /= float(length);
+  }
+  if (threadIdx.x == 0)
+    storeF(y, blockIdx.x, acc);
+}
+
 /// Cross-entropy, one block per row of `classes` logits: the row's loss,
 /// log sum exp(x) - x[label] in f32, and whether it counts (an ignored
 /// label does not). A label that is no class is flagged in `bad`.
@@ -292,6 +321,24 @@ __global__ void reduceKernel(int64_t n, Dims kept, Strides keptStrides,
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t base = offsetOf(i, kept, keptStrides);
+    if (kind == 3) {
+      // Log-sum-exp in one pass: a running maximum, the sum rescaled when
+      // it grows.
+      float top = -INFINITY, sum = 0.0f;
+      for (int64_t r = 0; r < reducedCount; ++r) {
+        float v = loadF(x, base + offsetOf(r, reduced, reducedStrides));
+        if (v == -INFINITY)
+          continue;
+        if (v > top) {
+          sum = sum * __expf(top - v) + 1.0f;
+          top = v;
+        } else {
+          sum += __expf(v - top);
+        }
+      }
+      storeF(y, i, sum > 0.0f ? top + __logf(sum) : -INFINITY);
+      continue;
+    }
     float acc = kind == 2 ? -FLT_MAX : 0.0f;
     for (int64_t r = 0; r < reducedCount; ++r) {
       float v = loadF(x, base + offsetOf(r, reduced, reducedStrides));
@@ -1940,6 +1987,23 @@ void cuda::reduce(Context &ctx, ReduceKind kind, const DeviceTensor &x,
     }
   }
   int64_t n = numElements(keptShape);
+  // Reduced dimensions that are the last ones, and long rows: a block a row.
+  // (The axes are distinct: k of them at or past rank - k are the last k.)
+  const int64_t rank = int64_t(x.shape.size());
+  bool trailing = !axes.empty();
+  for (int64_t a : axes)
+    trailing &= a >= rank - int64_t(axes.size());
+  int64_t length = numElements(reducedShape);
+  if (trailing && length >= 1024) {
+    withFloatType(ctx, x.dtype, [&](auto *type) {
+      using T = std::remove_pointer_t<decltype(type)>;
+      rowReduceKernel<<<unsigned(n), kThreads, 0, ctx.compute>>>(
+          length, int(kind), static_cast<const T *>(x.data),
+          static_cast<T *>(out.data));
+    });
+    checkLaunch(ctx);
+    return;
+  }
   withFloatType(ctx, x.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     reduceKernel<<<blocksFor(n), kThreads, 0, ctx.compute>>>(

@@ -292,6 +292,23 @@ func.func @reduce_axis_range(%x: tensor<4x8xf32>) {
 
 // -----
 
+func.func @reduce_logsumexp_integers(%x: tensor<4x8xi64>) {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or 64-bit float or 16-bit float or bfloat16 type values}}
+  %0 = weft.reduce_logsumexp %x axes [1] : tensor<4x8xi64> -> tensor<4xi64>
+  return
+}
+
+// -----
+
+func.func @reduce_logsumexp_shape(%x: tensor<4x8xf32>) {
+  // expected-error @+2 {{inferred type(s) 'tensor<4xf32>' are incompatible with return type(s) of operation 'tensor<8xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = weft.reduce_logsumexp %x axes [1] : tensor<4x8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
 func.func @reduce_axis_twice(%x: tensor<4x8xf32>) {
   // expected-error @+2 {{axis 1 is listed twice}}
   // expected-error @+1 {{failed to infer returned types}}

@@ -111,6 +111,10 @@ func.func @reductions(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %g2: tensor<8x
   %1 = weft.reduce_mean %x axes [0, 2] : tensor<2x8x16xf32> -> tensor<8xf32>
   // CHECK: weft.reduce_max %{{.*}} axes [1] : tensor<2x8x16xf32> -> tensor<2x16xf32>
   %2 = weft.reduce_max %x axes [1] : tensor<2x8x16xf32> -> tensor<2x16xf32>
+  // CHECK: weft.reduce_logsumexp %{{.*}} axes [2] keep_dims : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
+  %lse = weft.reduce_logsumexp %x axes [2] keep_dims : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
+  // CHECK: weft.reduce_logsumexp %{{.*}} axes [0, 2] : tensor<2x8x16xf32> -> tensor<8xf32>
+  %lse2 = weft.reduce_logsumexp %x axes [0, 2] : tensor<2x8x16xf32> -> tensor<8xf32>
   // CHECK: weft.softmax %{{.*}} axis 2 : tensor<2x8x16xf32>
   %3 = weft.softmax %x axis 2 : tensor<2x8x16xf32>
   // CHECK: weft.log_softmax %{{.*}} axis 0 : tensor<2x8x16xf32>

@@ -38,7 +38,7 @@ enum class UnaryKind {
   GeluErf,
   GeluTanh
 };
-enum class ReduceKind { Sum, Mean, Max };
+enum class ReduceKind { Sum, Mean, Max, LogSumExp };
 enum class LossReduction { None, Mean, Sum };
 
 /// numpy broadcast of two shapes; std::nullopt if they do not broadcast.
