@@ -375,6 +375,10 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (model->attention_softcap() > 0)
     os << llvm::format(", scores soft-capped at %g",
                        model->attention_softcap());
+  if (model->logit_softcap() > 0)
+    os << llvm::format(", logits soft-capped at %g", model->logit_softcap());
+  if (model->sandwich_norms())
+    os << ", norms before and after each branch";
   if (model->parallel_block())
     os << ", attention and MLP in parallel";
   if (model->head_dim())

@@ -621,6 +621,19 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (std::optional<double> cap = fields.number("attn_logit_softcapping");
       cap && *cap > 0)
     spec.set_attention_softcap(float(*cap));
+  // Gemma's arithmetic: the embeddings times sqrt(hidden) (every Gemma), a
+  // norm after each branch as well as before it (Gemma 2 and 3), the scores
+  // scaled by query_pre_attn_scalar^-1/2, Gemma 2's logits soft-capped.
+  if (type == "gemma" || type == "gemma2" || type == "gemma3_text")
+    spec.set_embedding_scale(std::sqrt(float(spec.hidden())));
+  if (type == "gemma2" || type == "gemma3_text")
+    spec.set_sandwich_norms(true);
+  if (std::optional<double> scalar = fields.number("query_pre_attn_scalar");
+      scalar && *scalar > 0)
+    spec.set_attention_scale(float(1.0 / std::sqrt(*scalar)));
+  if (std::optional<double> cap = fields.number("final_logit_softcapping");
+      cap && *cap > 0)
+    spec.set_logit_softcap(float(*cap));
   for (Fields *f : {&outer, &fields})
     if (!f->error.empty())
       return configError(f->error);

@@ -109,6 +109,18 @@ const Rotary kRotary[] = {
     {"gemma2-", 1e4, false, 1e-6}, {"gemma3-", 1e6, false, 1e-6},
     {"qwen2.5-", 1e6, true, 1e-6},
 };
+
+/// Gemma's own arithmetic (its config.json files): the embeddings times
+/// sqrt(hidden), a norm after each branch as well as before (sandwich), the
+/// scores scaled by query_pre_attn_scalar^-1/2 (hidden / heads for the 27B
+/// models, whose heads are 128 wide) and Gemma 2's logits soft-capped at 30.
+struct GemmaArithmetic {
+  const char *name;
+  double queryPreAttnScalar;
+  float logitSoftcap;
+};
+const GemmaArithmetic kGemma[] = {
+    {"gemma2-9b", 256, 30}, {"gemma2-27b", 144, 30}, {"gemma3-27b", 168, 0}};
 } // namespace
 
 std::vector<std::string> planner::presetNames() {
@@ -156,6 +168,14 @@ llvm::Expected<plan::ModelSpec> planner::lookupPreset(llvm::StringRef name) {
         spec.set_rope_theta(rotary.theta);
         spec.set_qkv_bias(rotary.qkvBias);
         spec.set_norm_epsilon(rotary.normEpsilon);
+      }
+    for (const GemmaArithmetic &gemma : kGemma)
+      if (llvm::StringRef(preset.name) == gemma.name) {
+        spec.set_embedding_scale(std::sqrt(float(preset.hidden)));
+        spec.set_sandwich_norms(true);
+        spec.set_attention_scale(
+            float(1.0 / std::sqrt(gemma.queryPreAttnScalar)));
+        spec.set_logit_softcap(gemma.logitSoftcap);
       }
     spec.set_source("preset");
     return spec;
@@ -241,8 +261,9 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   double extra = 0;
   if (isGelu(model)) // biases and two LayerNorms with bias
     extra = qkvWidth + h + ffn + h + 4 * h;
-  else // two RMSNorms, and Qwen2's QKV biases
-    extra = 2 * h + (model.qkv_bias() ? qkvWidth : 0);
+  else // two RMSNorms (four with Gemma's), and Qwen2's QKV biases
+    extra = (model.sandwich_norms() ? 4 : 2) * h +
+            (model.qkv_bias() ? qkvWidth : 0);
   return qkv + out + mlp + extra;
 }
 
@@ -509,6 +530,12 @@ public:
   RankedTensorType type(ArrayRef<int64_t> shape, Type element = {}) {
     return RankedTensorType::get(shape, element ? element : b.getF32Type());
   }
+  /// A rank-0 f32 constant, broadcast by the elementwise op that reads it.
+  Value scalar(float value) {
+    auto scalarType = type({});
+    return ConstantOp::create(b, loc, scalarType,
+                              DenseElementsAttr::get(scalarType, value));
+  }
   Value param(const llvm::Twine &name, ArrayRef<int64_t> shape) {
     return ParameterOp::create(b, loc, type(shape), b.getStringAttr(name),
                                ElementsAttr(), ExternalDataAttr());
@@ -675,8 +702,10 @@ Value TransformerBuilder::block(Value x, int64_t index,
       dropoutRatio ? b.getF64FloatAttr(*dropoutRatio) : FloatAttr();
   Value attended = AttentionOp::create(
       b, loc, type({batch, heads, seq, d}), q, k, v, Value(),
-      b.getF32FloatAttr(1.0f / std::sqrt(float(d))), b.getUnitAttr(),
-      attentionDropout,
+      b.getF32FloatAttr(model.attention_scale() > 0
+                            ? model.attention_scale()
+                            : 1.0f / std::sqrt(float(d))),
+      b.getUnitAttr(), attentionDropout,
       model.attention_softcap() > 0
           ? b.getF32FloatAttr(model.attention_softcap())
           : FloatAttr(),
@@ -684,6 +713,9 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value merged =
       reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});
   Value projected = linear(merged, h, prefix + ".attn_out", gelu());
+  // Gemma 2 and 3 norm each branch's output too, before the residual adds.
+  if (model.sandwich_norms())
+    projected = norm(projected, prefix + ".attn_post_norm");
   // A parallel block's MLP reads the layer's input too, and both add to
   // the residual at the end (GPT-J, GPT-NeoX, Falcon).
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));
@@ -714,6 +746,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
     activated = MulOp::create(b, loc, act, up);
   }
   Value down = linear(activated, h, prefix + ".mlp_down", gelu());
+  if (model.sandwich_norms())
+    down = norm(down, prefix + ".mlp_post_norm");
   return AddOp::create(b, loc, residual, dropout(down, dropoutRatio));
 }
 
@@ -749,6 +783,9 @@ OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
                                          positions, ids);
     x = AddOp::create(builder, tb.loc, tb.type({batch, seq, h}), x, embedded);
   }
+  // Gemma's normalizer: the embeddings times sqrt(hidden).
+  if (model.embedding_scale() > 0)
+    x = MulOp::create(builder, tb.loc, x, tb.scalar(model.embedding_scale()));
   int64_t layers = shape.layers > 0 ? shape.layers : model.layers();
   for (int64_t i = 0; i < layers; ++i) {
     auto layer = LayerOp::create(builder, tb.loc, "block", i, ValueRange{x},
@@ -767,6 +804,13 @@ OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
                               Value(), builder.getUnitAttr());
   else
     logits = tb.linear(normed, vocab, "output", false);
+  // Gemma 2's final soft-cap: cap * tanh(logits / cap).
+  if (float cap = model.logit_softcap(); cap > 0)
+    logits = MulOp::create(
+        builder, tb.loc,
+        TanhOp::create(builder, tb.loc, logitsType,
+                       DivOp::create(builder, tb.loc, logits, tb.scalar(cap))),
+        tb.scalar(cap));
   func::ReturnOp::create(builder, tb.loc, logits);
   return module;
 }

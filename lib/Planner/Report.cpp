@@ -607,6 +607,13 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                       "Weft's own program (weft compile / weft train)",
                       llvm::format("%g", m.attention_softcap()))
             .str());
+  if (m.sandwich_norms() || m.logit_softcap() > 0 || m.embedding_scale() > 0 ||
+      m.attention_scale() > 0)
+    return llvm::createStringError(
+        "the model scales its embeddings, scores or logits, or norms each "
+        "branch's output too (Gemma's arithmetic): the exported launchers "
+        "build LLaMA's and GPT's blocks; run Weft's own program (weft "
+        "compile / weft train)");
   if (m.value_head_dim() > 0)
     return llvm::createStringError(
         "the model's values are " + std::to_string(m.value_head_dim()) +

@@ -234,4 +234,40 @@ TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
   EXPECT_EQ(gpt2.rope_theta(), 0);
 }
 
+// Gemma's arithmetic, from google/gemma-2-27b's and gemma-7b's configs: the
+// normalizer sqrt(hidden) on the embeddings (every Gemma), sandwich norms,
+// query_pre_attn_scalar and the final soft-cap (Gemma 2), counted among the
+// parameters as the authors count them (27.2 B, 8.54 B).
+TEST(HfConfig, GemmaArithmetic) {
+  plan::ModelSpec gemma2 = read(R"({"model_type": "gemma2",
+      "hidden_size": 4608, "num_attention_heads": 32,
+      "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 46,
+      "intermediate_size": 36864, "vocab_size": 256000,
+      "query_pre_attn_scalar": 144, "final_logit_softcapping": 30.0,
+      "attn_logit_softcapping": 50.0, "sliding_window": 4096,
+      "max_position_embeddings": 8192, "rms_norm_eps": 1e-06,
+      "hidden_activation": "gelu_pytorch_tanh"})");
+  EXPECT_NEAR(gemma2.embedding_scale(), 67.882, 1e-3);
+  EXPECT_TRUE(gemma2.sandwich_norms());
+  EXPECT_FLOAT_EQ(gemma2.attention_scale(), 1.0f / 12);
+  EXPECT_FLOAT_EQ(gemma2.logit_softcap(), 30);
+  EXPECT_FLOAT_EQ(gemma2.attention_softcap(), 50);
+  EXPECT_NEAR(parameterCount(gemma2) / 1e9, 27.2, 0.05);
+  plan::ModelSpec gemma = read(R"({"model_type": "gemma",
+      "hidden_size": 3072, "num_attention_heads": 16,
+      "num_key_value_heads": 16, "head_dim": 256, "num_hidden_layers": 28,
+      "intermediate_size": 24576, "vocab_size": 256000,
+      "max_position_embeddings": 8192, "rms_norm_eps": 1e-06})");
+  EXPECT_NEAR(gemma.embedding_scale(), 55.426, 1e-3);
+  EXPECT_FALSE(gemma.sandwich_norms());
+  EXPECT_EQ(gemma.attention_scale(), 0);
+  EXPECT_EQ(gemma.logit_softcap(), 0);
+  EXPECT_NEAR(parameterCount(gemma) / 1e9, 8.54, 0.01);
+  // Other families have none of it.
+  plan::ModelSpec llama = read(R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100})");
+  EXPECT_EQ(llama.embedding_scale(), 0);
+  EXPECT_FALSE(llama.sandwich_norms());
+}
+
 } // namespace

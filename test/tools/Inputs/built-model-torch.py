@@ -4,6 +4,8 @@ weights file: the logits of tokens.npy, written as a .npy.
 
     built-model-torch.py MODEL.mlir TOKENS.npy OUT.npy --heads=N
         [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary] [--no-positions]
+        [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
+        [--attention-scale=S] [--softcap=C] [--logit-softcap=C]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -18,6 +20,15 @@ attention at 1 / sqrt(head_dim).
 --no-rotary and --no-positions compute the same model without the rotary
 embedding or the learned positions: what the builder made before it built
 them (the test checks that weft's logits are not these).
+
+Gemma 2 as transformers' Gemma2Model computes it: heads of --head-dim,
+RMSNorm at --eps, GeGLU (--geglu: gelu_pytorch_tanh of the gate times the
+up projection), the embeddings times --embedding-scale, the scores at
+--attention-scale soft-capped at --softcap, a norm after each branch where
+the module has one (post_attention_layernorm, post_feedforward_layernorm),
+the logits soft-capped at --logit-softcap. (Gemma's RMSNorm multiplies by 1
++ w where its weights are stored; the built model's are w, its own
+parametrization of the same function.)
 """
 
 import math
@@ -52,12 +63,19 @@ for name, offset, length, shape in re.findall(
     start = int(offset) // 4
     params[name] = torch.from_numpy(
         blob[start:start + int(length) // 4].reshape(dims).copy()).double()
-eps = 1e-5
+def option(name, default):
+    for flag in flags:
+        if flag.startswith("--" + name + "="):
+            return float(flag.split("=", 1)[1])
+    return default
+
+
+eps = option("eps", 1e-5)
 heads = int(next(f for f in flags if f.startswith("--heads=")).split("=", 1)[1])
 
 tokens = torch.from_numpy(np.load(tokens_path))
 batch, seq = tokens.shape
-x = params["embedding.weight"][tokens]
+x = params["embedding.weight"][tokens] * option("embedding-scale", 1.0)
 if "position_embedding.weight" in params and "--no-positions" not in flags:
     x = x + params["position_embedding.weight"][:seq]
 hidden = x.shape[-1]
@@ -92,7 +110,7 @@ layer = 0
 while f"layers.{layer}.qkv.weight" in params:
     p = f"layers.{layer}"
     qkv = linear(norm(x, p + ".attn_norm"), p + ".qkv")
-    d = hidden // heads
+    d = int(option("head-dim", hidden // heads))
     # Columns grouped by KV head: [kv_heads, group + 2, d].
     width = qkv.shape[-1] // d  # heads + 2 kv_heads
     kv_heads = (width - heads) // 2
@@ -107,18 +125,29 @@ while f"layers.{layer}.qkv.weight" in params:
         q, k = rope(q, rotated), rope(k, rotated)
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+    scores = q @ k.transpose(-1, -2) * option("attention-scale", 1 / math.sqrt(d))
+    cap = option("softcap", 0)
+    if cap:
+        scores = cap * torch.tanh(scores / cap)
     causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)
     probs = scores.masked_fill(causal, float("-inf")).softmax(-1)
-    attended = (probs @ v).transpose(1, 2).reshape(batch, seq, hidden)
-    residual = x + linear(attended, p + ".attn_out")
+    attended = (probs @ v).transpose(1, 2).reshape(batch, seq, heads * d)
+    branch = linear(attended, p + ".attn_out")
+    if p + ".attn_post_norm.weight" in params:
+        branch = norm(branch, p + ".attn_post_norm")
+    residual = x + branch
     parallel = "--parallel" in flags
     mlp_in = norm(x if parallel else residual, p + ".mlp_norm")
-    if gated:
+    if gated and "--geglu" in flags:
+        act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_gate"), approximate="tanh") * linear(mlp_in, p + ".mlp_up")
+    elif gated:
         act = torch.nn.functional.silu(linear(mlp_in, p + ".mlp_gate")) * linear(mlp_in, p + ".mlp_up")
     else:
         act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_up"), approximate="tanh")
-    x = residual + linear(act, p + ".mlp_down")
+    branch = linear(act, p + ".mlp_down")
+    if p + ".mlp_post_norm.weight" in params:
+        branch = norm(branch, p + ".mlp_post_norm")
+    x = residual + branch
     layer += 1
 
 x = norm(x, "final_norm")
@@ -126,4 +155,7 @@ if "output.weight" in params:
     logits = x @ params["output.weight"]
 else:
     logits = x @ params["embedding.weight"].T
+cap = option("logit-softcap", 0)
+if cap:
+    logits = cap * torch.tanh(logits / cap)
 np.save(out_path, logits.float().numpy())
