@@ -379,6 +379,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << llvm::format(", logits soft-capped at %g", model->logit_softcap());
   if (model->sandwich_norms())
     os << ", norms before and after each branch";
+  if (model->qk_norm())
+    os << ", queries and keys normed per head";
   if (model->parallel_block())
     os << ", attention and MLP in parallel";
   if (model->head_dim())

@@ -634,6 +634,10 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (std::optional<double> cap = fields.number("final_logit_softcapping");
       cap && *cap > 0)
     spec.set_logit_softcap(float(*cap));
+  // Each head's query and key RMS-normed before the rotary embedding (OLMo
+  // 2's q_norm and k_norm norm the whole projection instead, which the
+  // builder does not build).
+  spec.set_qk_norm(type == "qwen3" || type == "gemma3_text");
   for (Fields *f : {&outer, &fields})
     if (!f->error.empty())
       return configError(f->error);

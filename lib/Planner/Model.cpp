@@ -113,7 +113,8 @@ const Rotary kRotary[] = {
 /// Gemma's own arithmetic (its config.json files): the embeddings times
 /// sqrt(hidden), a norm after each branch as well as before (sandwich), the
 /// scores scaled by query_pre_attn_scalar^-1/2 (hidden / heads for the 27B
-/// models, whose heads are 128 wide) and Gemma 2's logits soft-capped at 30.
+/// models, whose heads are 128 wide), Gemma 2's logits soft-capped at 30 and
+/// Gemma 3's queries and keys normed per head.
 struct GemmaArithmetic {
   const char *name;
   double queryPreAttnScalar;
@@ -176,6 +177,7 @@ llvm::Expected<plan::ModelSpec> planner::lookupPreset(llvm::StringRef name) {
         spec.set_attention_scale(
             float(1.0 / std::sqrt(gemma.queryPreAttnScalar)));
         spec.set_logit_softcap(gemma.logitSoftcap);
+        spec.set_qk_norm(llvm::StringRef(gemma.name).starts_with("gemma3"));
       }
     spec.set_source("preset");
     return spec;
@@ -261,9 +263,10 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   double extra = 0;
   if (isGelu(model)) // biases and two LayerNorms with bias
     extra = qkvWidth + h + ffn + h + 4 * h;
-  else // two RMSNorms (four with Gemma's), and Qwen2's QKV biases
+  else // two RMSNorms (four with Gemma's), Qwen2's QKV biases, QK norms
     extra = (model.sandwich_norms() ? 4 : 2) * h +
-            (model.qkv_bias() ? qkvWidth : 0);
+            (model.qkv_bias() ? qkvWidth : 0) +
+            (model.qk_norm() ? 2.0 * double(headDim(model)) : 0);
   return qkv + out + mlp + extra;
 }
 
@@ -691,6 +694,12 @@ Value TransformerBuilder::block(Value x, int64_t index,
                       {0, 2, 1, 3});
   Value v = transpose(reshape(split.getResult(2), {batch, seq, kvHeads, d}),
                       {0, 2, 1, 3});
+  // Qwen3's and Gemma 3's QK norm: each head's query and key RMS-normed
+  // before they turn.
+  if (model.qk_norm()) {
+    q = norm(q, prefix + ".q_norm");
+    k = norm(k, prefix + ".k_norm");
+  }
   // Positions as LLaMA's (and GPT-NeoX's, on part of each head) rotary
   // embedding gives them to queries and keys.
   if (int64_t rotated = rotatedFeatures()) {

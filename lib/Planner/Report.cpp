@@ -607,6 +607,14 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                       "Weft's own program (weft compile / weft train)",
                       llvm::format("%g", m.attention_softcap()))
             .str());
+  // Megatron-Core's --qk-layernorm norms each head's queries and keys.
+  if (m.qk_norm() && framework != "megatron")
+    return llvm::createStringError(
+        "the model norms each head's queries and keys (Qwen3's and Gemma 3's "
+        "QK norm), which " +
+        framework.str() +
+        "'s launcher does not set; export for megatron (--qk-layernorm), or "
+        "run Weft's own program (weft compile / weft train)");
   if (m.sandwich_norms() || m.logit_softcap() > 0 || m.embedding_scale() > 0 ||
       m.attention_scale() > 0)
     return llvm::createStringError(
@@ -677,6 +685,8 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                                     llvm::format("%.0f", m.rope_theta())));
     if (m.qkv_bias() && swiglu)
       shape.push_back("--add-qkv-bias");
+    if (m.qk_norm())
+      shape.push_back("--qk-layernorm");
     if (m.rotary_percent() > 0)
       shape.push_back(llvm::formatv("--rotary-percent {0}",
                                     llvm::format("%g", m.rotary_percent())));

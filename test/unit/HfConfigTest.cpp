@@ -263,11 +263,23 @@ TEST(HfConfig, GemmaArithmetic) {
   EXPECT_EQ(gemma.attention_scale(), 0);
   EXPECT_EQ(gemma.logit_softcap(), 0);
   EXPECT_NEAR(parameterCount(gemma) / 1e9, 8.54, 0.01);
+  // Qwen3's QK norm (Qwen/Qwen3-8B's config: 8.19 B parameters, its QK
+  // norms' 9,216 among them); Gemma 3's.
+  plan::ModelSpec qwen3 = read(R"({"model_type": "qwen3", "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+      "num_hidden_layers": 36, "intermediate_size": 12288,
+      "vocab_size": 151936, "tie_word_embeddings": false,
+      "max_position_embeddings": 40960, "rope_theta": 1000000})");
+  EXPECT_TRUE(qwen3.qk_norm());
+  EXPECT_FALSE(qwen3.sandwich_norms());
+  EXPECT_NEAR(parameterCount(qwen3) / 1e9, 8.19, 0.005);
+  EXPECT_FALSE(gemma2.qk_norm());
   // Other families have none of it.
   plan::ModelSpec llama = read(R"({"model_type": "llama", "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100})");
   EXPECT_EQ(llama.embedding_scale(), 0);
   EXPECT_FALSE(llama.sandwich_norms());
+  EXPECT_FALSE(llama.qk_norm());
 }
 
 } // namespace

@@ -5,7 +5,7 @@ weights file: the logits of tokens.npy, written as a .npy.
     built-model-torch.py MODEL.mlir TOKENS.npy OUT.npy --heads=N
         [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary] [--no-positions]
         [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
-        [--attention-scale=S] [--softcap=C] [--logit-softcap=C]
+        [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -26,7 +26,9 @@ RMSNorm at --eps, GeGLU (--geglu: gelu_pytorch_tanh of the gate times the
 up projection), the embeddings times --embedding-scale, the scores at
 --attention-scale soft-capped at --softcap, a norm after each branch where
 the module has one (post_attention_layernorm, post_feedforward_layernorm),
-the logits soft-capped at --logit-softcap. (Gemma's RMSNorm multiplies by 1
+the logits soft-capped at --logit-softcap; each head's queries and keys
+RMS-normed before they turn where the module has q_norm and k_norm (Qwen3,
+Gemma 3). (Gemma's RMSNorm multiplies by 1
 + w where its weights are stored; the built model's are w, its own
 parametrization of the same function.)
 """
@@ -119,6 +121,10 @@ while f"layers.{layer}.qkv.weight" in params:
     q = grouped[:, :, :, :group].reshape(batch, seq, heads, d).transpose(1, 2)
     k = grouped[:, :, :, group].transpose(1, 2)
     v = grouped[:, :, :, group + 1].transpose(1, 2)
+    if p + ".q_norm.weight" in params and "--no-qk-norm" not in flags:
+        # Qwen3's and Gemma 3's QK norm: each head's query and key, before
+        # the rotary embedding.
+        q, k = norm(q, p + ".q_norm"), norm(k, p + ".k_norm")
     if not rotary_off:
         rotated = int(d * rotary_share)
         rotated -= rotated % 2
