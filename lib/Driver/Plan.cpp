@@ -381,6 +381,14 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << ", norms before and after each branch";
   if (model->qk_norm())
     os << ", queries and keys normed per head";
+  if (model->embedding_scale() > 0)
+    os << llvm::format(", embeddings times %g", model->embedding_scale());
+  if (model->attention_scale() > 0)
+    os << llvm::format(", scores times %g", model->attention_scale());
+  if (model->residual_scale() > 0)
+    os << llvm::format(", branches times %g", model->residual_scale());
+  if (model->logit_divisor() > 0)
+    os << llvm::format(", logits divided by %g", model->logit_divisor());
   if (model->parallel_block())
     os << ", attention and MLP in parallel";
   if (model->head_dim())

@@ -634,6 +634,19 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (std::optional<double> cap = fields.number("final_logit_softcapping");
       cap && *cap > 0)
     spec.set_logit_softcap(float(*cap));
+  // Granite's multipliers: of the embeddings, the scores (in place of
+  // 1 / sqrt(head_dim)), each branch before the residual adds it, and the
+  // logits' divisor.
+  if (type == "granite") {
+    auto positive = [&](const char *key) -> float {
+      std::optional<double> v = fields.number(key);
+      return v && *v > 0 ? float(*v) : 0.0f;
+    };
+    spec.set_embedding_scale(positive("embedding_multiplier"));
+    spec.set_attention_scale(positive("attention_multiplier"));
+    spec.set_residual_scale(positive("residual_multiplier"));
+    spec.set_logit_divisor(positive("logits_scaling"));
+  }
   // Each head's query and key RMS-normed before the rotary embedding (OLMo
   // 2's q_norm and k_norm norm the whole projection instead, which the
   // builder does not build).

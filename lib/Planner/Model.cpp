@@ -725,6 +725,10 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // Gemma 2 and 3 norm each branch's output too, before the residual adds.
   if (model.sandwich_norms())
     projected = norm(projected, prefix + ".attn_post_norm");
+  // Granite scales each branch before the residual adds it.
+  if (model.residual_scale() > 0)
+    projected =
+        MulOp::create(b, loc, projected, scalar(model.residual_scale()));
   // A parallel block's MLP reads the layer's input too, and both add to
   // the residual at the end (GPT-J, GPT-NeoX, Falcon).
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));
@@ -757,6 +761,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value down = linear(activated, h, prefix + ".mlp_down", gelu());
   if (model.sandwich_norms())
     down = norm(down, prefix + ".mlp_post_norm");
+  if (model.residual_scale() > 0)
+    down = MulOp::create(b, loc, down, scalar(model.residual_scale()));
   return AddOp::create(b, loc, residual, dropout(down, dropoutRatio));
 }
 
@@ -792,7 +798,8 @@ OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
                                          positions, ids);
     x = AddOp::create(builder, tb.loc, tb.type({batch, seq, h}), x, embedded);
   }
-  // Gemma's normalizer: the embeddings times sqrt(hidden).
+  // Gemma's normalizer, the embeddings times sqrt(hidden); Granite's
+  // embedding_multiplier.
   if (model.embedding_scale() > 0)
     x = MulOp::create(builder, tb.loc, x, tb.scalar(model.embedding_scale()));
   int64_t layers = shape.layers > 0 ? shape.layers : model.layers();
@@ -813,6 +820,9 @@ OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
                               Value(), builder.getUnitAttr());
   else
     logits = tb.linear(normed, vocab, "output", false);
+  // Granite's logits_scaling divides the logits.
+  if (float divisor = model.logit_divisor(); divisor > 0)
+    logits = DivOp::create(builder, tb.loc, logits, tb.scalar(divisor));
   // Gemma 2's final soft-cap: cap * tanh(logits / cap).
   if (float cap = model.logit_softcap(); cap > 0)
     logits = MulOp::create(

@@ -616,10 +616,12 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "'s launcher does not set; export for megatron (--qk-layernorm), or "
         "run Weft's own program (weft compile / weft train)");
   if (m.sandwich_norms() || m.logit_softcap() > 0 || m.embedding_scale() > 0 ||
-      m.attention_scale() > 0)
+      m.attention_scale() > 0 || m.residual_scale() > 0 ||
+      m.logit_divisor() > 0)
     return llvm::createStringError(
-        "the model scales its embeddings, scores or logits, or norms each "
-        "branch's output too (Gemma's arithmetic): the exported launchers "
+        "the model scales its embeddings, scores, branches or logits, or "
+        "norms each branch's output too (Gemma's and Granite's arithmetic): "
+        "the exported launchers "
         "build LLaMA's and GPT's blocks; run Weft's own program (weft "
         "compile / weft train)");
   if (m.value_head_dim() > 0)

@@ -274,12 +274,26 @@ TEST(HfConfig, GemmaArithmetic) {
   EXPECT_FALSE(qwen3.sandwich_norms());
   EXPECT_NEAR(parameterCount(qwen3) / 1e9, 8.19, 0.005);
   EXPECT_FALSE(gemma2.qk_norm());
+  // Granite's multipliers (ibm-granite/granite-3.1-8b-base's values).
+  plan::ModelSpec granite = read(R"({"model_type": "granite",
+      "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "num_hidden_layers": 40,
+      "intermediate_size": 12800, "vocab_size": 49155,
+      "embedding_multiplier": 12.0, "attention_multiplier": 0.0078125,
+      "residual_multiplier": 0.22, "logits_scaling": 16.0})");
+  EXPECT_FLOAT_EQ(granite.embedding_scale(), 12);
+  EXPECT_FLOAT_EQ(granite.attention_scale(), 0.0078125f);
+  EXPECT_FLOAT_EQ(granite.residual_scale(), 0.22f);
+  EXPECT_FLOAT_EQ(granite.logit_divisor(), 16);
+  EXPECT_FALSE(granite.sandwich_norms());
   // Other families have none of it.
   plan::ModelSpec llama = read(R"({"model_type": "llama", "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100})");
   EXPECT_EQ(llama.embedding_scale(), 0);
   EXPECT_FALSE(llama.sandwich_norms());
   EXPECT_FALSE(llama.qk_norm());
+  EXPECT_EQ(llama.residual_scale(), 0);
+  EXPECT_EQ(llama.logit_divisor(), 0);
 }
 
 } // namespace

@@ -6,6 +6,7 @@ weights file: the logits of tokens.npy, written as a .npy.
         [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary] [--no-positions]
         [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
         [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
+        [--residual-scale=S] [--logit-divisor=D]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -28,7 +29,9 @@ up projection), the embeddings times --embedding-scale, the scores at
 the module has one (post_attention_layernorm, post_feedforward_layernorm),
 the logits soft-capped at --logit-softcap; each head's queries and keys
 RMS-normed before they turn where the module has q_norm and k_norm (Qwen3,
-Gemma 3). (Gemma's RMSNorm multiplies by 1
+Gemma 3). Granite's multipliers: --embedding-scale, --attention-scale, each
+branch times --residual-scale before the residual adds it, the logits
+divided by --logit-divisor. (Gemma's RMSNorm multiplies by 1
 + w where its weights are stored; the built model's are w, its own
 parametrization of the same function.)
 """
@@ -141,7 +144,7 @@ while f"layers.{layer}.qkv.weight" in params:
     branch = linear(attended, p + ".attn_out")
     if p + ".attn_post_norm.weight" in params:
         branch = norm(branch, p + ".attn_post_norm")
-    residual = x + branch
+    residual = x + branch * option("residual-scale", 1.0)
     parallel = "--parallel" in flags
     mlp_in = norm(x if parallel else residual, p + ".mlp_norm")
     if gated and "--geglu" in flags:
@@ -153,7 +156,7 @@ while f"layers.{layer}.qkv.weight" in params:
     branch = linear(act, p + ".mlp_down")
     if p + ".mlp_post_norm.weight" in params:
         branch = norm(branch, p + ".mlp_post_norm")
-    x = residual + branch
+    x = residual + branch * option("residual-scale", 1.0)
     layer += 1
 
 x = norm(x, "final_norm")
@@ -161,6 +164,7 @@ if "output.weight" in params:
     logits = x @ params["output.weight"]
 else:
     logits = x @ params["embedding.weight"].T
+logits = logits / option("logit-divisor", 1.0)
 cap = option("logit-softcap", 0)
 if cap:
     logits = cap * torch.tanh(logits / cap)
