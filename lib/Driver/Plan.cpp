@@ -381,6 +381,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << ", norms before and after each branch";
   if (model->qk_norm())
     os << ", queries and keys normed per head";
+  if (model->rotary_interleaved())
+    os << ", rotary on adjacent pairs";
   if (model->embedding_scale() > 0)
     os << llvm::format(", embeddings times %g", model->embedding_scale());
   if (model->attention_scale() > 0)

@@ -604,6 +604,8 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
               double(spec.head_dim() > 0 ? spec.head_dim() * *heads : *hidden);
     if (share && *share > 0 && *share < 1)
       spec.set_rotary_percent(float(*share));
+    // GPT-J turns pairs of adjacent features (rotate_every_two).
+    spec.set_rotary_interleaved(type == "gptj");
   }
   // QKV biases in a model whose other linears have none: Qwen2's always,
   // LLaMA's attention_bias, StableLM's use_qkv_bias.

@@ -598,12 +598,19 @@ public:
   /// rotated], computed in the forward pass as Hugging Face's
   /// LlamaRotaryEmbedding does since transformers 4.38: the positions
   /// times the inverse frequencies base^(-2i / rotated), each frequency
-  /// twice (the halves of a head turn by the same angles).
+  /// twice (the halves of a head turn by the same angles; with
+  /// rotary_interleaved, each pair of adjacent features, as GPT-J's
+  /// duplicate_interleave has them).
   std::pair<Value, Value> rotaryTables(int64_t seq, int64_t rotated) {
     std::vector<float> inverse(rotated);
-    for (int64_t i = 0; i < rotated / 2; ++i)
-      inverse[i] = inverse[i + rotated / 2] = float(
+    for (int64_t i = 0; i < rotated / 2; ++i) {
+      float frequency = float(
           1.0 / std::pow(model.rope_theta(), double(2 * i) / double(rotated)));
+      if (model.rotary_interleaved())
+        inverse[2 * i] = inverse[2 * i + 1] = frequency;
+      else
+        inverse[i] = inverse[i + rotated / 2] = frequency;
+    }
     auto frequencyType = type({1, 1, 1, rotated});
     Value frequencies = ConstantOp::create(
         b, loc, frequencyType,
@@ -614,16 +621,23 @@ public:
                                  frequencies);
     return {CosOp::create(b, loc, angles), SinOp::create(b, loc, angles)};
   }
-  Value slice(Value x, int64_t start, int64_t limit) {
+  /// Features start, start + step, ... before limit of the last dimension.
+  Value slice(Value x, int64_t start, int64_t limit, int64_t step = 1) {
     auto in = cast<RankedTensorType>(x.getType());
     SmallVector<int64_t> starts(in.getRank(), 0), limits(in.getShape());
     starts.back() = start;
     limits.back() = limit;
     SmallVector<int64_t> shape(in.getShape());
-    shape.back() = limit - start;
+    shape.back() = (limit - start + step - 1) / step;
+    DenseI64ArrayAttr strides;
+    if (step != 1) {
+      SmallVector<int64_t> all(in.getRank(), 1);
+      all.back() = step;
+      strides = b.getDenseI64ArrayAttr(all);
+    }
     return SliceOp::create(b, loc, type(shape), x,
                            b.getDenseI64ArrayAttr(starts),
-                           b.getDenseI64ArrayAttr(limits), DenseI64ArrayAttr());
+                           b.getDenseI64ArrayAttr(limits), strides);
   }
   Value concat(ValueRange parts) {
     auto first = cast<RankedTensorType>(parts.front().getType());
@@ -642,9 +656,27 @@ public:
     auto in = cast<RankedTensorType>(x.getType());
     const int64_t d = in.getShape().back();
     Value part = rotated < d ? slice(x, 0, rotated) : x;
-    Value turned =
-        concat({NegOp::create(b, loc, slice(part, rotated / 2, rotated)),
-                slice(part, 0, rotated / 2)});
+    Value turned;
+    if (model.rotary_interleaved()) {
+      // GPT-J's rotate_every_two: (-x1, x0, -x3, x2, ...), each odd
+      // feature negated before the even one it pairs with.
+      auto pairs = cast<RankedTensorType>(part.getType()).getShape();
+      SmallVector<int64_t> column(pairs.drop_back());
+      column.append({rotated / 2, 1});
+      SmallVector<int64_t> shape(pairs);
+      Value odd =
+          reshape(NegOp::create(b, loc, slice(part, 1, rotated, 2)), column);
+      Value even = reshape(slice(part, 0, rotated, 2), column);
+      SmallVector<int64_t> stacked(column);
+      stacked.back() = 2;
+      turned = reshape(
+          ConcatOp::create(b, loc, type(stacked), ValueRange{odd, even},
+                           b.getI64IntegerAttr(int64_t(column.size()) - 1)),
+          shape);
+    } else {
+      turned = concat({NegOp::create(b, loc, slice(part, rotated / 2, rotated)),
+                       slice(part, 0, rotated / 2)});
+    }
     Value out =
         AddOp::create(b, loc, MulOp::create(b, loc, part.getType(), part, cos),
                       MulOp::create(b, loc, part.getType(), turned, sin));

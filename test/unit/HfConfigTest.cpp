@@ -222,6 +222,7 @@ TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
       "vocab_size": 50400})");
   EXPECT_TRUE(gptj.parallel_block());
   EXPECT_FLOAT_EQ(gptj.rotary_percent(), 0.25f);
+  EXPECT_TRUE(gptj.rotary_interleaved());
   EXPECT_NEAR(parameterCount(gptj) / 1e9, 6.05, 0.05);
   // GPT-NeoX without parallel residual; GPT-2's learned positions.
   plan::ModelSpec neox = read(R"({"model_type": "gpt_neox", "hidden_size": 64,
@@ -229,6 +230,7 @@ TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
       "use_parallel_residual": false, "rotary_pct": 1.0})");
   EXPECT_FALSE(neox.parallel_block());
   EXPECT_EQ(neox.rotary_percent(), 0);
+  EXPECT_FALSE(neox.rotary_interleaved());
   plan::ModelSpec gpt2 = read(R"({"model_type": "gpt2", "n_embd": 64,
       "n_head": 4, "n_layer": 2, "vocab_size": 100})");
   EXPECT_EQ(gpt2.rope_theta(), 0);

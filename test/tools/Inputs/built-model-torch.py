@@ -6,7 +6,7 @@ weights file: the logits of tokens.npy, written as a .npy.
         [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary] [--no-positions]
         [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
         [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
-        [--residual-scale=S] [--logit-divisor=D]
+        [--residual-scale=S] [--logit-divisor=D] [--interleaved]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -31,7 +31,8 @@ the logits soft-capped at --logit-softcap; each head's queries and keys
 RMS-normed before they turn where the module has q_norm and k_norm (Qwen3,
 Gemma 3). Granite's multipliers: --embedding-scale, --attention-scale, each
 branch times --residual-scale before the residual adds it, the logits
-divided by --logit-divisor. (Gemma's RMSNorm multiplies by 1
+divided by --logit-divisor. --interleaved: GPT-J's rotary embedding on
+pairs of adjacent features (rotate_every_two, duplicate_interleave). (Gemma's RMSNorm multiplies by 1
 + w where its weights are stored; the built model's are w, its own
 parametrization of the same function.)
 """
@@ -104,10 +105,14 @@ def linear(v, name):
 def rope(v, rotated):
     inv = 1.0 / theta ** (torch.arange(0, rotated, 2, dtype=torch.float64) / rotated)
     freqs = torch.arange(seq, dtype=torch.float64)[:, None] * inv[None, :]
-    emb = torch.cat([freqs, freqs], -1)
     part, rest = v[..., :rotated], v[..., rotated:]
-    half = rotated // 2
-    turned = torch.cat([-part[..., half:], part[..., :half]], -1)
+    if "--interleaved" in flags:
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        turned = torch.stack((-part[..., 1::2], part[..., ::2]), dim=-1).flatten(-2)
+    else:
+        emb = torch.cat([freqs, freqs], -1)
+        half = rotated // 2
+        turned = torch.cat([-part[..., half:], part[..., :half]], -1)
     return torch.cat([part * emb.cos() + turned * emb.sin(), rest], -1)
 
 
