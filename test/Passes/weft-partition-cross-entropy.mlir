@@ -32,3 +32,16 @@ func.func @loss(%logits: tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mes
   %0 = weft.cross_entropy %logits, %labels reduction mean ignore_index -100 : (tensor<4x8x32xf32>, tensor<4x8xi64>) -> tensor<f32>
   return %0 : tensor<f32>
 }
+
+// Labels of i32 index the flattened block in i64 (a rank's block can hold
+// more than 2^31 elements).
+// CHECK-LABEL: func.func @loss_i32
+func.func @loss_i32(%logits: tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mesh, [[dp], [], [tp]]>},
+                    %labels: tensor<4x8xi32> {weft.sharding = #weft.sharding<@mesh, [[dp], []]>}) -> tensor<2x8xf32> {
+  // CHECK: %[[AT:.*]] = weft.cast %{{.*}} {weft.decomposed} : tensor<2x8xi32> -> tensor<2x8xi64>
+  // CHECK: weft.iota dim 0 {weft.decomposed} : tensor<16xi64>
+  // CHECK: weft.gather %{{.*}}[%{{.*}}] axis 0 {weft.decomposed} : (tensor<256xf32>, tensor<16xi64>) -> tensor<16xf32>
+  %0 = weft.cross_entropy %logits, %labels reduction none : (tensor<4x8x32xf32>, tensor<4x8xi32>) -> tensor<4x8xf32>
+  %1 = weft.slice %0 starts [0, 0] limits [2, 8] : tensor<4x8xf32> -> tensor<2x8xf32>
+  return %1 : tensor<2x8xf32>
+}
