@@ -194,14 +194,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
       })
       .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceLogSumExpOp>(
           [&](Operation *r) {
-            const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
-                               : isa<ReduceMeanOp>(r) ? "Mean"
-                               : isa<ReduceMaxOp>(r)  ? "Max"
-                                                      : "LogSumExp";
             auto axes =
                 r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
             bool keep = r->hasAttr("keep_dims");
-            assign(r->getResult(0), std::string("reduce(ReduceKind::") + kind +
+            assign(r->getResult(0), std::string("reduce(") + reduceKind(r) +
                                         ", " + arg(0) + ", " + ints(axes) +
                                         ", " + (keep ? "true" : "false") + ")");
             return success();

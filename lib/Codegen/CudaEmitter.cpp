@@ -424,17 +424,13 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
       .Case<ParameterOp, ConstantOp>([&](Operation *) { return weight(); })
       .Case<ReduceSumOp, ReduceMeanOp, ReduceMaxOp, ReduceLogSumExpOp>(
           [&](Operation *r) {
-            const char *kind = isa<ReduceSumOp>(r)    ? "Sum"
-                               : isa<ReduceMeanOp>(r) ? "Mean"
-                               : isa<ReduceMaxOp>(r)  ? "Max"
-                                                      : "LogSumExp";
             int64_t rank = tensorType(r->getOperand(0)).getRank();
             SmallVector<int64_t> axes;
             for (int64_t a :
                  r->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef())
               axes.push_back(normalizeAxis(a, rank));
             std::string o = out();
-            os << "  reduce(ctx, ReduceKind::" << kind << ", "
+            os << "  reduce(ctx, " << reduceKind(r) << ", "
                << tensor(r->getOperand(0)) << ", " << ints(axes) << ", " << o
                << ");\n";
             return success();

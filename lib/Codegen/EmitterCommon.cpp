@@ -122,6 +122,17 @@ std::string codegen::codecArg(Operation *collective) {
   return std::string(", ") + codecLiteral(codec);
 }
 
+const char *codegen::reduceKind(Operation *reduction) {
+  if (isa<ReduceSumOp>(reduction))
+    return "ReduceKind::Sum";
+  if (isa<ReduceMeanOp>(reduction))
+    return "ReduceKind::Mean";
+  if (isa<ReduceMaxOp>(reduction))
+    return "ReduceKind::Max";
+  assert(isa<ReduceLogSumExpOp>(reduction) && "not a reduction over axes");
+  return "ReduceKind::LogSumExp";
+}
+
 const char *codegen::reduceOp(ReductionKind kind) {
   switch (kind) {
   case ReductionKind::max:

@@ -40,6 +40,9 @@ std::string ints(llvm::ArrayRef<int64_t> values);
 /// "std::vector<std::string>{"tp"}".
 std::string strings(mlir::ArrayAttr axes);
 const char *reduceOp(ReductionKind kind);
+/// "ReduceKind::LogSumExp" for a weft.reduce_logsumexp (and Sum, Mean, Max
+/// for the other reductions over axes).
+const char *reduceKind(mlir::Operation *reduction);
 /// ", Codec::Int8" for a collective with a codec, "" without one (the
 /// runtime's collectives default to none).
 std::string codecArg(mlir::Operation *collective);
