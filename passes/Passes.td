@@ -94,6 +94,10 @@ def WeftRaise : Pass<"weft-raise"> {
     - an attention whose float mask sums a constant causal bias with another mask
       (HF's causal + padding, maybe clamped at finfo.min) into a causal attention with
       the other mask alone.
+    - a causal attention whose float mask is a constant ALiBi bias, each row of each
+      head `c + m_h j` over the keys (MPT's `build_attn_bias`, `[1, h, 1, s]`), into the
+      attention's `alibi` slopes `m_h` (under causal the same probabilities: `-m_h |i -
+      j|` plus a constant of the row).
 
     With `explain=true` (`weft import --explain-raise`) every softmax left unraised gets
     a remark that names the op (and ONNX node) that stopped the attention match.

@@ -458,8 +458,9 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         return signalPassFailure();
   }
 
-  /// Rebuilds a causal weft.attention_grad with its queries' and keys'
-  /// positions (0, 1, ...): the same mask, which then splits with them.
+  /// Rebuilds a causal (or ALiBi) weft.attention_grad with its queries' and
+  /// keys' positions (0, 1, ...): the same mask and biases, which then split
+  /// with them.
   static void givePositions(AttentionGradOp grad) {
     OpBuilder b(grad);
     Location loc = grad.getLoc();
@@ -470,9 +471,10 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     };
     auto with = AttentionGradOp::create(
         b, loc, grad.getQ(), grad.getK(), grad.getV(), grad.getResultGrad(),
-        grad.getMask(), positions(grad.getQ()), positions(grad.getK()),
-        grad.getOut(), grad.getLse(), grad.getScaleAttr(), grad.getCausalAttr(),
-        grad.getDropoutAttr(), grad.getSoftcapAttr(), grad.getWindowAttr(),
+        grad.getMask(), grad.getAlibiSlopes(), positions(grad.getQ()),
+        positions(grad.getK()), grad.getOut(), grad.getLse(),
+        grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr(),
+        grad.getSoftcapAttr(), grad.getWindowAttr(),
         grad.getVisiblePairsAttr());
     for (NamedAttribute attr : grad->getDiscardableAttrs())
       with->setAttr(attr.getName(), attr.getValue());
@@ -664,8 +666,8 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
     }
     // An attention's gradient runs the ring backward where the partitioner
     // knows the forward ring's statistics; otherwise it keeps its queries
-    // split over cp, as the ring keeps them, and a causal mask then needs
-    // their positions.
+    // split over cp, as the ring keeps them, and a causal mask (or ALiBi's
+    // distances) then needs their positions.
     if (d.cp > 1) {
       SmallVector<AttentionGradOp> grads;
       func.walk([&](AttentionGradOp op) {
@@ -674,7 +676,7 @@ struct WeftApplyPlan : public weft::impl::WeftApplyPlanBase<WeftApplyPlan> {
         if (d.cpGather)
           op->setAttr(WeftDialect::getContextParallelGatherAttrName(),
                       mb.getUnitAttr());
-        if (op.getCausal() && !op.getQPositions())
+        if ((op.getCausal() || op.getAlibiSlopes()) && !op.getQPositions())
           grads.push_back(op);
       });
       for (AttentionGradOp grad : grads)

@@ -64,8 +64,8 @@ struct WeftDecomposeAttention
         inputs[i] = ReshapeOp::create(b, loc, inputs[i].getType(), inputs[i]);
     auto attention = AttentionOp::create(
         b, loc, inputs[0], inputs[1], inputs[2], op.getMask(),
-        op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
-        op.getSoftcapAttr(), op.getWindowAttr());
+        op.getAlibiSlopes(), op.getScaleAttr(), op.getCausalAttr(),
+        op.getDropoutAttr(), op.getSoftcapAttr(), op.getWindowAttr());
     GradientState local(b);
     for (Value input : inputs)
       local.markActive(input);

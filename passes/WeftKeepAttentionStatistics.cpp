@@ -25,13 +25,14 @@ namespace {
 /// log-sum-exp of each query row.
 static AttentionBlockOp buildBlock(OpBuilder &b, Location loc, Type type,
                                    Value q, Value k, Value v, Value mask,
-                                   FloatAttr scale, UnitAttr causal,
-                                   FloatAttr softcap, IntegerAttr window) {
+                                   Value slopes, FloatAttr scale,
+                                   UnitAttr causal, FloatAttr softcap,
+                                   IntegerAttr window) {
   SmallVector<int64_t> rows(cast<RankedTensorType>(type).getShape());
   rows.back() = 1;
   auto lseType = RankedTensorType::get(rows, b.getF32Type());
   return AttentionBlockOp::create(b, loc, TypeRange{type, lseType}, q, k, v,
-                                  mask, Value(), Value(), scale, causal,
+                                  mask, slopes, Value(), Value(), scale, causal,
                                   softcap, window, IntegerAttr());
 }
 
@@ -42,8 +43,9 @@ static AttentionBlockOp toBlock(AttentionOp attention) {
   auto block =
       buildBlock(b, attention.getLoc(), attention.getType(), attention.getQ(),
                  attention.getK(), attention.getV(), attention.getMask(),
-                 attention.getScaleAttr(), attention.getCausalAttr(),
-                 attention.getSoftcapAttr(), attention.getWindowAttr());
+                 attention.getAlibiSlopes(), attention.getScaleAttr(),
+                 attention.getCausalAttr(), attention.getSoftcapAttr(),
+                 attention.getWindowAttr());
   block->setDiscardableAttrs(attention->getDiscardableAttrDictionary());
   attention.getResult().replaceAllUsesWith(block.getResult());
   attention.erase();
@@ -55,9 +57,10 @@ static void readSaved(AttentionGradOp grad, Value out, Value lse) {
   OpBuilder b(grad);
   auto saved = AttentionGradOp::create(
       b, grad.getLoc(), grad.getQ(), grad.getK(), grad.getV(),
-      grad.getResultGrad(), grad.getMask(), Value(), Value(), out, lse,
-      grad.getScaleAttr(), grad.getCausalAttr(), grad.getDropoutAttr(),
-      grad.getSoftcapAttr(), grad.getWindowAttr(), grad.getVisiblePairsAttr());
+      grad.getResultGrad(), grad.getMask(), grad.getAlibiSlopes(), Value(),
+      Value(), out, lse, grad.getScaleAttr(), grad.getCausalAttr(),
+      grad.getDropoutAttr(), grad.getSoftcapAttr(), grad.getWindowAttr(),
+      grad.getVisiblePairsAttr());
   saved->setDiscardableAttrs(grad->getDiscardableAttrDictionary());
   grad->replaceAllUsesWith(saved->getResults());
   grad.erase();
@@ -166,8 +169,9 @@ struct WeftKeepAttentionStatistics
         OpBuilder b(grad);
         AttentionBlockOp block = buildBlock(
             b, grad.getLoc(), grad.getResultGrad().getType(), grad.getQ(),
-            grad.getK(), grad.getV(), grad.getMask(), grad.getScaleAttr(),
-            grad.getCausalAttr(), grad.getSoftcapAttr(), grad.getWindowAttr());
+            grad.getK(), grad.getV(), grad.getMask(), grad.getAlibiSlopes(),
+            grad.getScaleAttr(), grad.getCausalAttr(), grad.getSoftcapAttr(),
+            grad.getWindowAttr());
         readSaved(grad, block.getResult(), block.getLse());
         continue;
       }

@@ -1111,7 +1111,7 @@ struct RaiseAttention : OpRewritePattern<SoftmaxOp> {
       return explain(softmax, "the scores' masks do not combine (a mask "
                               "with its own batch·heads that are not q's)");
     auto attention = AttentionOp::create(
-        rewriter, match.output.getLoc(), resultType, q, k, v, mask,
+        rewriter, match.output.getLoc(), resultType, q, k, v, mask, Value(),
         rewriter.getF32FloatAttr(static_cast<float>(match.scale)),
         match.causal ? rewriter.getUnitAttr() : UnitAttr(),
         match.dropout && *match.dropout > 0
@@ -1800,6 +1800,84 @@ std::optional<std::pair<Value, int64_t>> unrepeatHeads(Value value) {
   return std::make_pair(split.getInput(), expanded[2]);
 }
 
+/// ALiBi written as a constant bias (MPT's build_attn_bias, `-slope ·
+/// distance to the last key` as [1, h, 1, s]; the same bias over every query
+/// row as [1, h, s, s]) on a causal attention becomes the attention's
+/// `alibi` slopes: each row of such a bias is `c + m_h · j` over the keys j,
+/// which under a causal mask is `-m_h · |i - j|` plus a constant of the row,
+/// so the probabilities are the same. Nothing of [h, s] is stored, and the
+/// ring passes positions instead of the bias's columns.
+struct RaiseAlibiBias : OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AttentionOp attention,
+                                PatternRewriter &rewriter) const override {
+    Value mask = attention.getMask();
+    if (!attention.getCausal() || !mask || attention.getAlibiSlopes())
+      return failure();
+    DenseElementsAttr bias;
+    if (!matchPattern(mask, m_Constant(&bias)) ||
+        !isa<FloatType>(bias.getElementType()))
+      return failure();
+    auto maskType = cast<RankedTensorType>(mask.getType());
+    const int64_t rank = maskType.getRank();
+    const int64_t heads = attention.getQ().getType().getDimSize(1),
+                  kvSeq = attention.getK().getType().getDimSize(2);
+    // [..., h or 1, rows, kv_seq] with nothing over the batch.
+    if (rank < 1 || maskType.getDimSize(rank - 1) != kvSeq || kvSeq < 2)
+      return failure();
+    if (rank == 4 && maskType.getDimSize(0) != 1)
+      return failure();
+    const int64_t maskHeads = rank >= 3 ? maskType.getDimSize(rank - 3) : 1;
+    const int64_t rows = rank >= 2 ? maskType.getDimSize(rank - 2) : 1;
+    SmallVector<double> values;
+    values.reserve(size_t(bias.getNumElements()));
+    for (APFloat value : bias.getValues<APFloat>())
+      values.push_back(value.convertToDouble());
+    double largest = 0;
+    for (double value : values) {
+      if (!std::isfinite(value))
+        return failure();
+      largest = std::max(largest, std::abs(value));
+    }
+    // One slope per head, the same for every row of it, and each row
+    // affine in the key's index.
+    SmallVector<float> slopes(maskHeads, 0.0f);
+    const double tolerance = 1e-6 * largest;
+    bool any = false;
+    for (int64_t h = 0; h < maskHeads; ++h) {
+      const double *head = values.data() + h * rows * kvSeq;
+      double m = (head[kvSeq - 1] - head[0]) / double(kvSeq - 1);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double *row = head + r * kvSeq;
+        for (int64_t j = 0; j < kvSeq; ++j)
+          if (std::abs(row[j] - (row[0] + m * double(j))) > tolerance)
+            return failure();
+        double rowSlope = (row[kvSeq - 1] - row[0]) / double(kvSeq - 1);
+        if (std::abs(rowSlope - m) * double(kvSeq) > tolerance)
+          return failure();
+      }
+      slopes[size_t(h)] = float(m);
+      any = any || m != 0;
+    }
+    if (!any)
+      return failure();
+    if (maskHeads == 1)
+      slopes.assign(size_t(heads), slopes.front());
+    else if (maskHeads != heads)
+      return failure();
+    rewriter.setInsertionPoint(attention);
+    auto slopesType = RankedTensorType::get({heads}, rewriter.getF32Type());
+    Value slopesValue = ConstantOp::create(
+        rewriter, attention.getLoc(), slopesType,
+        DenseElementsAttr::get(slopesType, ArrayRef<float>(slopes)));
+    rewriter.modifyOpInPlace(attention, [&] {
+      attention.getMaskMutable().clear();
+      attention.getAlibiSlopesMutable().assign(slopesValue);
+    });
+    return success();
+  }
+};
+
 /// Grouped-query attention written with repeated KV heads becomes attention
 /// on the KV heads themselves, so the planner sees the smaller KV.
 struct RaiseGroupedQuery : OpRewritePattern<AttentionOp> {
@@ -1825,7 +1903,7 @@ struct WeftRaise : public weft::impl::WeftRaiseBase<WeftRaise> {
     Explanations explanations;
     patterns.add<RaiseGeluErf, RaiseGeluTanh, RaiseSilu, RaiseLayerNorm,
                  RaiseRMSNorm, RaiseLinear, RaiseLinearBias, RaiseGroupedQuery,
-                 FactorMaskBand>(&getContext());
+                 FactorMaskBand, RaiseAlibiBias>(&getContext());
     patterns.add<RaiseAttention>(&getContext(),
                                  explain ? &explanations : nullptr);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

@@ -117,6 +117,7 @@ AttentionOp weft::attentionInBlock(AttentionGradOp grad) {
     if (attention && attention.getQ() == grad.getQ() &&
         attention.getK() == grad.getK() && attention.getV() == grad.getV() &&
         attention.getMask() == grad.getMask() &&
+        attention.getAlibiSlopes() == grad.getAlibiSlopes() &&
         sameAttributes(attention, grad))
       return attention;
   }
@@ -135,7 +136,8 @@ weft::attentionInForwardLayer(AttentionGradOp grad) {
         equivalent(grad.getQ(), attention.getQ()) &&
         equivalent(grad.getK(), attention.getK()) &&
         equivalent(grad.getV(), attention.getV()) &&
-        equivalent(grad.getMask(), attention.getMask()))
+        equivalent(grad.getMask(), attention.getMask()) &&
+        equivalent(grad.getAlibiSlopes(), attention.getAlibiSlopes()))
       return {attention, forward};
   return {};
 }

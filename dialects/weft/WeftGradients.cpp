@@ -868,7 +868,55 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
   Value probs;
   std::optional<APFloat> softcap = op.getSoftcap();
   int64_t window = windowOrZero(op.getWindow());
-  if (Value mask = op.getMask(); mask || softcap || window) {
+  Value slopes = op.getAlibiSlopes();
+  // ALiBi: -m_h |i - j| times `factor`, from two iotas of the scores' shape
+  // (the query's index and the key's), exact in f32, times the slopes [1,
+  // heads, 1, 1]: elementwise ops of the scores' shape, which the kernel
+  // pipeline fuses with the sum (and the scale), so nothing of [seq,
+  // kv_seq] is read from memory (as FlashAttention's alibi_slopes adds
+  // them), in the scores' element type.
+  auto alibiBias = [&](double factor) -> Value {
+    auto f32 = b.getF32Type();
+    auto full = RankedTensorType::get({batch, heads, seq, kvSeq}, f32);
+    Value rows = mark(IotaOp::create(b, loc, full, b.getI64IntegerAttr(2)));
+    Value columns = mark(IotaOp::create(b, loc, full, b.getI64IntegerAttr(3)));
+    Value distance = mark(AbsOp::create(
+        b, loc, mark(SubOp::create(b, loc, full, rows, columns))));
+    // The slopes broadcast to the scores' shape first, so that every op of
+    // the bias is of that shape and one kernel computes them all.
+    auto slopesType = cast<RankedTensorType>(slopes.getType());
+    Value perHead = mark(ReshapeOp::create(
+        b, loc,
+        RankedTensorType::get({1, heads, 1, 1}, slopesType.getElementType()),
+        slopes));
+    perHead = mark(BroadcastToOp::create(
+        b, loc,
+        RankedTensorType::get({batch, heads, seq, kvSeq},
+                              slopesType.getElementType()),
+        perHead));
+    if (slopesType.getElementType() != f32)
+      perHead = mark(CastOp::create(b, loc, full, perHead));
+    auto f32Scalar = RankedTensorType::get({}, f32);
+    Value negated =
+        ConstantOp::create(b, loc,
+                           cast<ElementsAttr>(DenseElementsAttr::get(
+                               f32Scalar, b.getFloatAttr(f32, -factor))));
+    perHead = mark(MulOp::create(b, loc, full, perHead, negated));
+    Value bias = mark(MulOp::create(b, loc, full, distance, perHead));
+    if (element != f32)
+      bias = mark(CastOp::create(b, loc, scoresType, bias));
+    return bias;
+  };
+  if (slopes && !op.getMask() && !softcap && !window) {
+    // ALiBi alone: the biases over the scale, added to the unscaled scores,
+    // so that the softmax keeps the scale (one fused pass, which Megatron-
+    // DeepSpeed's BLOOM spends copying the biases into baddbmm's output).
+    Value biased =
+        mark(AddOp::create(b, loc, scoresType, scores,
+                           alibiBias(1.0 / op.getScale().convertToDouble())));
+    probs = mark(
+        SoftmaxOp::create(b, loc, biased, 3, op.getScale(), op.getCausal()));
+  } else if (Value mask = op.getMask(); mask || softcap || window || slopes) {
     // The cap and the mask apply to scaled scores; the softmax then has no
     // scale.
     auto scalar = RankedTensorType::get({}, element);
@@ -888,6 +936,8 @@ Value weft::buildDecomposedAttention(OpBuilder &b, AttentionOp op) {
                                                  constant(1.0 / cap)))));
       scaled = mark(MulOp::create(b, loc, scoresType, t, constant(cap)));
     }
+    if (slopes)
+      scaled = mark(AddOp::create(b, loc, scoresType, scaled, alibiBias(1.0)));
     Value masked = scaled;
     if (mask &&
         cast<RankedTensorType>(mask.getType()).getElementType().isInteger(1))
@@ -955,12 +1005,17 @@ LogicalResult AttentionOp::buildGradients(GradientState &state) {
     return success();
   if (dy.getType() != getType())
     dy = CastOp::create(state.builder(), getLoc(), getType(), dy);
-  bool maskGradient = getMask() && state.needsGradient(getMask());
+  // A mask or slopes that take a gradient are differentiated through the
+  // decomposed attention.
+  bool maskGradient =
+      (getMask() && state.needsGradient(getMask())) ||
+      (getAlibiSlopes() && state.needsGradient(getAlibiSlopes()));
   if (!maskGradient) {
     auto grad = AttentionGradOp::create(
         state.builder(), getLoc(), getQ(), getK(), getV(), dy, getMask(),
-        Value(), Value(), Value(), Value(), getScaleAttr(), getCausalAttr(),
-        getDropoutAttr(), getSoftcapAttr(), getWindowAttr(), IntegerAttr());
+        getAlibiSlopes(), Value(), Value(), Value(), Value(), getScaleAttr(),
+        getCausalAttr(), getDropoutAttr(), getSoftcapAttr(), getWindowAttr(),
+        IntegerAttr());
     Value operands[] = {getQ(), getK(), getV()};
     for (auto [operand, gradient] : llvm::zip(operands, grad.getResults()))
       state.accumulate(getLoc(), operand, gradient);

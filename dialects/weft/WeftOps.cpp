@@ -349,11 +349,10 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *context,
 
 /// The checks weft.attention and weft.attention_block share; on success,
 /// the output type.
-static FailureOr<RankedTensorType>
-inferAttentionOutput(std::optional<Location> location, Value qValue,
-                     Value kValue, Value vValue, Value maskValue,
-                     FloatAttr scaleAttr, FloatAttr softcapAttr,
-                     IntegerAttr windowAttr, bool causal) {
+static FailureOr<RankedTensorType> inferAttentionOutput(
+    std::optional<Location> location, Value qValue, Value kValue, Value vValue,
+    Value maskValue, Value alibiValue, FloatAttr scaleAttr,
+    FloatAttr softcapAttr, IntegerAttr windowAttr, bool causal) {
   auto q = getTensor(qValue.getType());
   auto k = getTensor(kValue.getType());
   auto v = getTensor(vValue.getType());
@@ -401,6 +400,13 @@ inferAttentionOutput(std::optional<Location> location, Value qValue,
                                " does not broadcast to the scores [", scores,
                                "]");
   }
+  if (alibiValue) {
+    auto slopes = getTensor(alibiValue.getType());
+    if (!slopes || slopes.getRank() != 1 || slopes.getDimSize(0) != heads)
+      return emitOptionalError(location, "alibi must be a vector of ", heads,
+                               " slopes, one per query head, got ",
+                               alibiValue.getType());
+  }
   if (scaleAttr && !(scaleAttr.getValueAsDouble() > 0))
     return emitOptionalError(location, "scale must be positive");
   if (softcapAttr && !(softcapAttr.getValueAsDouble() > 0))
@@ -436,8 +442,9 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *context,
                                             SmallVectorImpl<Type> &inferred) {
   FailureOr<RankedTensorType> output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr(),
-      adaptor.getWindowAttr(), bool(adaptor.getCausal()));
+      adaptor.getMask(), adaptor.getAlibiSlopes(), adaptor.getScaleAttr(),
+      adaptor.getSoftcapAttr(), adaptor.getWindowAttr(),
+      bool(adaptor.getCausal()));
   if (failed(output) ||
       failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();
@@ -450,8 +457,9 @@ LogicalResult AttentionBlockOp::inferReturnTypes(
     SmallVectorImpl<Type> &inferred) {
   FailureOr<RankedTensorType> output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr(),
-      adaptor.getWindowAttr(), bool(adaptor.getCausal()));
+      adaptor.getMask(), adaptor.getAlibiSlopes(), adaptor.getScaleAttr(),
+      adaptor.getSoftcapAttr(), adaptor.getWindowAttr(),
+      bool(adaptor.getCausal()));
   if (failed(output))
     return failure();
   inferred.push_back(*output);
@@ -517,8 +525,9 @@ LogicalResult AttentionGradOp::inferReturnTypes(
     SmallVectorImpl<Type> &inferred) {
   auto output = inferAttentionOutput(
       location, adaptor.getQ(), adaptor.getK(), adaptor.getV(),
-      adaptor.getMask(), adaptor.getScaleAttr(), adaptor.getSoftcapAttr(),
-      adaptor.getWindowAttr(), bool(adaptor.getCausal()));
+      adaptor.getMask(), adaptor.getAlibiSlopes(), adaptor.getScaleAttr(),
+      adaptor.getSoftcapAttr(), adaptor.getWindowAttr(),
+      bool(adaptor.getCausal()));
   if (failed(output) ||
       failed(verifyDropout(location, adaptor.getDropoutAttr())))
     return failure();

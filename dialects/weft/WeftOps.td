@@ -606,7 +606,8 @@ def Weft_LinearOp : Weft_Op<"linear", [WeftGradientsReads, Pure, SameOperandsAnd
   }];
 }
 
-def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRulePartition, Pure, InferTypeOpAdaptor]> {
+def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRulePartition, Pure,
+    AttrSizedOperandSegments, InferTypeOpAdaptor]> {
   let summary = "Scaled dot-product attention with causal or explicit masks and grouped KV heads.";
   let description = [{
     `softmax(scale · Q Kᵀ + mask) · V` per head. `q` is `[batch, heads, seq, head_dim]`,
@@ -628,6 +629,14 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRu
     to `i`, itself and the `window - 1` before it. No `[seq, kv_seq]` mask is stored, and
     the work is that of the pairs in the window.
 
+    `alibi`, if given, is a vector of one slope `m_h` per query head: ALiBi's
+    linear biases (Press et al. 2022; BLOOM, MPT), `-m_h · |i - j|` added to query `i`'s
+    scaled (and capped) score of key `j`, as FlashAttention's `alibi_slopes` adds them.
+    Under `causal` that is `m_h · (j - i)`, which differs from BLOOM's `m_h · j` by a
+    constant per row, so the probabilities are the same. No `[heads, seq, kv_seq]` bias
+    is stored; the slopes split with the heads. They take no gradient here (a gradient
+    to them is taken through the decomposed attention).
+
     ```mlir
     %o = weft.attention %q, %k, %v scale 0.125 causal
         : (tensor<2x32x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16>)
@@ -644,24 +653,27 @@ def Weft_AttentionOp : Weft_Op<"attention", [WeftAttentionCore, WeftCost, WeftRu
     - `scale` is positive;
     - `softcap`, if given, is positive;
     - `window`, if given, is positive and comes with `causal`;
+    - `alibi`, if given, is a float vector of `heads` slopes (of any float type: a 16-bit
+      program's are rounded as Hugging Face's BLOOM rounds its biases);
     - `dropout`, if given, is in `[0, 1)`;
     - the result is `[batch, heads, seq, v_head_dim]` of `q`'s element type.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
-                       Optional<Weft_Tensor>:$mask, F32Attr:$scale, UnitAttr:$causal,
+                       Optional<Weft_Tensor>:$mask, Optional<Weft_FloatTensor>:$alibi_slopes,
+                       F32Attr:$scale, UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$dropout, OptionalAttr<F32Attr>:$softcap,
                        OptionalAttr<I64Attr>:$window);
   let results = (outs Weft_FloatTensor:$result);
   let assemblyFormat = [{
-    $q `,` $k `,` $v (`mask` $mask^)? `scale` $scale (`softcap` $softcap^)?
-    (`causal` $causal^)? (`window` $window^)? (`dropout` $dropout^)? attr-dict `:`
-    functional-type(operands, results)
+    $q `,` $k `,` $v (`mask` $mask^)? (`alibi` $alibi_slopes^)? `scale` $scale
+    (`softcap` $softcap^)? (`causal` $causal^)? (`window` $window^)? (`dropout` $dropout^)?
+    attr-dict `:` functional-type(operands, results)
   }];
   let builders = [
     OpBuilder<(ins "::mlir::Value":$q, "::mlir::Value":$k, "::mlir::Value":$v,
                    "::mlir::Value":$mask, "::llvm::APFloat":$scale, "bool":$causal), [{
-      build($_builder, $_state, q, k, v, mask, scale, causal, ::mlir::FloatAttr(),
-            ::mlir::FloatAttr(), ::mlir::IntegerAttr());
+      build($_builder, $_state, q, k, v, mask, ::mlir::Value(), scale, causal,
+            ::mlir::FloatAttr(), ::mlir::FloatAttr(), ::mlir::IntegerAttr());
     }]>
   ];
 }
@@ -678,10 +690,11 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
     partitioner lowers attention over a key sequence split around a ring of ranks to
     one block per ring step and such merges.
 
-    Shapes, grouped KV heads, `mask`, `softcap` and `window` are as in `weft.attention`
-    (the log-sum-exp is of the capped, masked scores; with positions, the window is
-    of positions: key `j` is hidden from query `i` when `k_positions[j] <= q_positions[i]
-    - window`). `q_positions` and
+    Shapes, grouped KV heads, `mask`, `alibi`, `softcap` and `window` are as in
+    `weft.attention` (the log-sum-exp is of the capped, biased, masked scores; with
+    positions, the window is of positions: key `j` is hidden from query `i` when
+    `k_positions[j] <= q_positions[i] - window`, and ALiBi's distance is
+    `|q_positions[i] - k_positions[j]|`). `q_positions` and
     `k_positions` give the sequence position of each query and key; with `causal`, key
     `j` is masked for query `i` when `k_positions[j] > q_positions[i]` (without
     positions, when `j > i`). A query whose keys are all masked gets a zero output and
@@ -702,7 +715,7 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
     ```
 
     **Constraints**
-    - `q`, `k`, `v` and `mask` are as for `weft.attention`;
+    - `q`, `k`, `v`, `mask` and `alibi` are as for `weft.attention`;
     - `q_positions` and `k_positions` are given together, are integer vectors, and have
       `seq` and `kv_seq` elements;
     - `scale` and `softcap`, if given, are positive;
@@ -713,16 +726,18 @@ def Weft_AttentionBlockOp : Weft_Op<"attention_block", [WeftAttentionCore, WeftC
       `[batch, heads, seq, 1]` of `f32`.
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
-                       Optional<Weft_Tensor>:$mask, Optional<Weft_IntTensor>:$q_positions,
+                       Optional<Weft_Tensor>:$mask, Optional<Weft_FloatTensor>:$alibi_slopes,
+                       Optional<Weft_IntTensor>:$q_positions,
                        Optional<Weft_IntTensor>:$k_positions, F32Attr:$scale,
                        UnitAttr:$causal, OptionalAttr<F32Attr>:$softcap,
                        OptionalAttr<I64Attr>:$window,
                        OptionalAttr<I64Attr>:$visible_pairs);
   let results = (outs Weft_FloatTensor:$result, F32Tensor:$lse);
   let assemblyFormat = [{
-    $q `,` $k `,` $v (`mask` $mask^)? (`positions` $q_positions^ `,` $k_positions)?
-    `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? (`window` $window^)?
-    (`visible` $visible_pairs^)? attr-dict `:` functional-type(operands, results)
+    $q `,` $k `,` $v (`mask` $mask^)? (`alibi` $alibi_slopes^)?
+    (`positions` $q_positions^ `,` $k_positions)? `scale` $scale (`softcap` $softcap^)?
+    (`causal` $causal^)? (`window` $window^)? (`visible` $visible_pairs^)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -742,7 +757,8 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
     with a grouped KV head's `dK` and `dV` summed over its query heads. With `softcap`
     the scores are capped before the mask, `S = softcap · tanh(scale · Q Kᵀ / softcap)`,
     and `dS` is multiplied by the cap's derivative `1 - (S / softcap)²` before it reaches
-    `dQ` and `dK`; `window` is the forward's sliding window. Nothing of size
+    `dQ` and `dK`; `window` is the forward's sliding window and `alibi` its slopes (a
+    constant bias on the scores, which `dS` passes through). Nothing of size
     `seq × kv_seq` is kept, and under `causal` only the visible half of the pairs is
     computed. `-weft-differentiate` builds it as `weft.attention`'s gradient (attention
     whose mask takes no gradient); its cost is the cost model's attention backward.
@@ -772,7 +788,7 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
     ```
 
     **Constraints**
-    - `q`, `k`, `v` and `mask` are as for `weft.attention`;
+    - `q`, `k`, `v`, `mask` and `alibi` are as for `weft.attention`;
     - `result_grad` has the attention output's type, `[batch, heads, seq, v_head_dim]`
       of `q`'s element type;
     - `q_positions` and `k_positions` are given together, are integer vectors, and have
@@ -788,6 +804,7 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
   }];
   let arguments = (ins Weft_FloatTensor:$q, Weft_FloatTensor:$k, Weft_FloatTensor:$v,
                        Weft_FloatTensor:$result_grad, Optional<Weft_Tensor>:$mask,
+                       Optional<Weft_FloatTensor>:$alibi_slopes,
                        Optional<Weft_IntTensor>:$q_positions,
                        Optional<Weft_IntTensor>:$k_positions,
                        Optional<Weft_FloatTensor>:$out,
@@ -798,7 +815,7 @@ def Weft_AttentionGradOp : Weft_Op<"attention_grad", [WeftCost, WeftRulePartitio
   let results = (outs Weft_FloatTensor:$q_grad, Weft_FloatTensor:$k_grad,
                       Weft_FloatTensor:$v_grad);
   let assemblyFormat = [{
-    $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)?
+    $q `,` $k `,` $v `grad` $result_grad (`mask` $mask^)? (`alibi` $alibi_slopes^)?
     (`positions` $q_positions^ `,` $k_positions)? (`saved` $out^ `,` $lse)?
     `scale` $scale (`softcap` $softcap^)? (`causal` $causal^)? (`window` $window^)?
     (`visible` $visible_pairs^)? (`dropout` $dropout^)? attr-dict `:`

@@ -741,6 +741,16 @@ static Value allPositions(PartitionState &state, Location loc, int64_t seq) {
                         0);
 }
 
+/// ALiBi's slopes (null: none) as the queries `qWant` split their heads.
+static Value slopesFor(PartitionState &state, Location loc, Value slopes,
+                       const TensorSharding &qWant) {
+  if (!slopes)
+    return Value();
+  TensorSharding want = TensorSharding::replicated(1);
+  want.dims[0] = qWant.dims[1];
+  return state.operand(loc, slopes, want);
+}
+
 /// True if `op` is split over a context-parallel mesh axis that gathers K
 /// and V rather than passing them around a ring.
 static bool gathersKeys(Operation *op) {
@@ -776,11 +786,14 @@ static LogicalResult partitionRingAttention(AttentionOp op,
   // k and v (the blocks here), not what each ring step would keep.
   Decomposition decomposition(b);
   UnitAttr causal = op.getCausal() ? b.getUnitAttr() : UnitAttr();
-  // Positions of this rank's queries, and of the K/V block it holds.
+  Value slopes = slopesFor(state, loc, op.getAlibiSlopes(), qWant);
+  // Positions of this rank's queries, and of the K/V block it holds (which
+  // a causal mask and ALiBi's distances read).
   Value qPos = ringPositions(state, loc, seq);
   Value kPos = qPos;
   bool passMask = maskForm == RingMaskForm::Passed;
-  bool passPositions = causal || maskForm == RingMaskForm::Gathered;
+  bool byPosition = causal || slopes;
+  bool passPositions = byPosition || maskForm == RingMaskForm::Gathered;
   // The steps the window needs (all of them without one).
   SmallVector<int64_t> steps =
       ringSteps(state, seq, bool(causal), windowOrZero(op.getWindow()));
@@ -818,9 +831,9 @@ static LogicalResult partitionRingAttention(AttentionOp op,
     }
     auto block = AttentionBlockOp::create(
         b, loc, TypeRange{outType, lseType}, q, k, v,
-        blockMask(b, loc, mask, maskForm, kPos), causal ? qPos : Value(),
-        causal ? kPos : Value(), scale, causal, op.getSoftcapAttr(),
-        op.getWindowAttr(), visibleAttr(steps[step]));
+        blockMask(b, loc, mask, maskForm, kPos), slopes,
+        byPosition ? qPos : Value(), byPosition ? kPos : Value(), scale, causal,
+        op.getSoftcapAttr(), op.getWindowAttr(), visibleAttr(steps[step]));
     Value blockOut = castTo(block.getResult(), accType);
     if (step == 0) {
       acc = blockOut;
@@ -892,8 +905,9 @@ static LogicalResult partitionGatheredAttention(AttentionOp op,
   Value kAll = gatherSequence(state, loc, k, qWant);
   Value vAll = gatherSequence(state, loc, v, qWant);
   bool causal = op.getCausal();
+  Value slopes = slopesFor(state, loc, op.getAlibiSlopes(), qWant);
   Value qPos, kPos;
-  if (causal) {
+  if (causal || slopes) {
     qPos = ringPositions(state, loc, qType.getDimSize(2));
     kPos = allPositions(state, loc,
                         cast<RankedTensorType>(kAll.getType()).getDimSize(2));
@@ -906,8 +920,8 @@ static LogicalResult partitionGatheredAttention(AttentionOp op,
       {qType.getDimSize(0), qType.getDimSize(1), qType.getDimSize(2), 1},
       b.getF32Type());
   auto attention = AttentionBlockOp::create(
-      b, loc, TypeRange{outType, lseType}, q, kAll, vAll, mask, qPos, kPos,
-      op.getScaleAttr(), causal ? b.getUnitAttr() : UnitAttr(),
+      b, loc, TypeRange{outType, lseType}, q, kAll, vAll, mask, slopes, qPos,
+      kPos, op.getScaleAttr(), causal ? b.getUnitAttr() : UnitAttr(),
       op.getSoftcapAttr(), op.getWindowAttr(), IntegerAttr());
   TensorSharding s = qWant;
   s.dims[3].clear();
@@ -990,7 +1004,9 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
   RingMaskForm maskForm;
   const bool gathered = gathersKeys(op);
   Value mask = ringMask(loc, op.getMask(), qWant, state, maskForm, gathered);
-  bool passPositions = causal || maskForm == RingMaskForm::Gathered;
+  Value slopes = slopesFor(state, loc, op.getAlibiSlopes(), qWant);
+  bool byPosition = causal || slopes;
+  bool passPositions = byPosition || maskForm == RingMaskForm::Gathered;
   // The queries' positions: this rank's own, or the op's as the ring splits
   // them where they are not the plain 0, 1, ... that -weft-apply-plan gives
   // for the generic rule. (Under the hybrid those are split over the
@@ -1011,13 +1027,14 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
     Value kAll = gatherSequence(state, loc, k, kvWant);
     Value vAll = gatherSequence(state, loc, v, kvWant);
     Value kPos;
-    if (causal)
+    if (byPosition)
       kPos = allPositions(state, loc,
                           cast<RankedTensorType>(kAll.getType()).getDimSize(2));
     auto grad = AttentionGradOp::create(
-        b, loc, q, kAll, vAll, dout, mask, qPos, kPos, out, lse,
-        op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
-        op.getSoftcapAttr(), op.getWindowAttr(), IntegerAttr());
+        b, loc, q, kAll, vAll, dout, mask, slopes, byPosition ? qPos : Value(),
+        kPos, out, lse, op.getScaleAttr(), op.getCausalAttr(),
+        op.getDropoutAttr(), op.getSoftcapAttr(), op.getWindowAttr(),
+        IntegerAttr());
     TensorSharding sums = kvWant;
     sums.dims[2].clear();
     sums.partial.push_back("cp");
@@ -1069,8 +1086,8 @@ static FailureOr<bool> partitionRingAttentionGrad(AttentionGradOp op,
       dvIn = pass(dv);
     }
     auto grad = AttentionGradOp::create(
-        b, loc, q, k, v, dout, blockMask(b, loc, mask, maskForm, kPos),
-        causal ? qPos : Value(), causal ? kPos : Value(), out, lse,
+        b, loc, q, k, v, dout, blockMask(b, loc, mask, maskForm, kPos), slopes,
+        byPosition ? qPos : Value(), byPosition ? kPos : Value(), out, lse,
         op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
         op.getSoftcapAttr(), op.getWindowAttr(), visibleAttr(steps[step]));
     Value blockDq = widened(grad.getQGrad());
@@ -1146,10 +1163,12 @@ static FailureOr<bool> partitionUlyssesAttentionGrad(AttentionGradOp op,
   Value k = state.operand(loc, op.getK(), *kWant);
   Value v = state.operand(loc, op.getV(), *vWant);
   Value dout = state.operand(loc, op.getResultGrad(), *qWant);
+  Value slopes = slopesFor(state, loc, op.getAlibiSlopes(), *qWant);
   auto grad = AttentionGradOp::create(
-      state.builder(), loc, q, k, v, dout, mask, Value(), Value(), Value(),
-      Value(), op.getScaleAttr(), op.getCausalAttr(), op.getDropoutAttr(),
-      op.getSoftcapAttr(), op.getWindowAttr(), IntegerAttr());
+      state.builder(), loc, q, k, v, dout, mask, slopes, Value(), Value(),
+      Value(), Value(), op.getScaleAttr(), op.getCausalAttr(),
+      op.getDropoutAttr(), op.getSoftcapAttr(), op.getWindowAttr(),
+      IntegerAttr());
   state.setResult(op.getQGrad(), grad.getQGrad(), *qWant);
   state.setResult(op.getKGrad(), grad.getKGrad(), *kWant);
   state.setResult(op.getVGrad(), grad.getVGrad(), *vWant);

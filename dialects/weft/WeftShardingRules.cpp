@@ -151,17 +151,19 @@ ShardingRule RMSNormOp::getShardingRule() { return normRule(*this, getAxis()); }
 /// (major) times the group (minor), so splitting KV heads splits both. The
 /// key sequence and the head dimension of Q and K are contracted inside the
 /// softmax: blocked (the partitioner lowers a split key sequence to ring
-/// attention). A causal query sequence is position-dependent: blocked,
-/// unless the queries' positions are operands (attention_block), which
+/// attention). A causal (or ALiBi) query sequence is position-dependent:
+/// blocked, unless the queries' positions are operands (attention_block), which
 /// split with them.
 ///
 /// The gradient (`resultGrad`, weft.attention_grad) reads the output's
 /// gradient like the output and yields Q's, K's and V's gradients like them;
 /// the value dimension is contracted too (dP = dO Vᵀ), and K's and V's
 /// gradients sum over the queries and a KV head's group, which Q's keeps.
+/// ALiBi's slopes are the query heads'.
 static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
-                                  Value maskValue, Value qPositions,
-                                  Value kPositions, bool causal, bool withLse,
+                                  Value maskValue, Value alibiSlopes,
+                                  Value qPositions, Value kPositions,
+                                  bool causal, bool withLse,
                                   Value resultGrad = Value(),
                                   Value savedOut = Value()) {
   ShardingRule rule;
@@ -176,7 +178,7 @@ static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
   int64_t valueDim = rule.addFactor(v[3]);
   rule.block(kvSeq);
   rule.block(headDim);
-  if (causal && !qPositions)
+  if ((causal || alibiSlopes) && !qPositions)
     rule.block(seq);
   ShardingRule::DimFactors queryHeads = {kvHeads};
   if (q[1] != k[1])
@@ -201,6 +203,9 @@ static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
                            : ShardingRule::DimFactors{});
     rule.operands.push_back(tensor);
   }
+  // ALiBi's slopes, one per query head: split with them.
+  if (alibiSlopes)
+    rule.operands.push_back({queryHeads});
   if (qPositions) {
     rule.operands.push_back({{seq}});
     rule.operands.push_back({{kvSeq}});
@@ -227,19 +232,20 @@ static ShardingRule attentionRule(Value qValue, Value kValue, Value vValue,
 }
 
 ShardingRule AttentionOp::getShardingRule() {
-  return attentionRule(getQ(), getK(), getV(), getMask(), Value(), Value(),
-                       getCausal(), /*withLse=*/false);
+  return attentionRule(getQ(), getK(), getV(), getMask(), getAlibiSlopes(),
+                       Value(), Value(), getCausal(), /*withLse=*/false);
 }
 
 ShardingRule AttentionBlockOp::getShardingRule() {
-  return attentionRule(getQ(), getK(), getV(), getMask(), getQPositions(),
-                       getKPositions(), getCausal(), /*withLse=*/true);
+  return attentionRule(getQ(), getK(), getV(), getMask(), getAlibiSlopes(),
+                       getQPositions(), getKPositions(), getCausal(),
+                       /*withLse=*/true);
 }
 
 ShardingRule AttentionGradOp::getShardingRule() {
-  return attentionRule(getQ(), getK(), getV(), getMask(), getQPositions(),
-                       getKPositions(), getCausal(), /*withLse=*/false,
-                       getResultGrad(), getOut());
+  return attentionRule(getQ(), getK(), getV(), getMask(), getAlibiSlopes(),
+                       getQPositions(), getKPositions(), getCausal(),
+                       /*withLse=*/false, getResultGrad(), getOut());
 }
 
 /// Embedding: the vocabulary is gathered from (blocked here; the partitioner

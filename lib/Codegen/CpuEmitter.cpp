@@ -228,8 +228,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << ", " << optional(a.getMask()) << ", "
            << optional(a.getQPositions()) << ", " << optional(a.getKPositions())
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
-           << (a.getCausal() ? "true" : "false") << attentionOptionArguments(a)
-           << ");\n";
+           << (a.getCausal() ? "true" : "false")
+           << attentionOptionArguments(a, optional) << ");\n";
         assign(a.getResult(), "std::move(" + block + ".output)");
         assign(a.getLse(), "std::move(" + block + ".lse)");
         return success();
@@ -243,8 +243,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
            << optional(a.getKPositions()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << optional(a.getOut())
-           << ", " << optional(a.getLse()) << attentionOptionArguments(a)
-           << ");\n";
+           << ", " << optional(a.getLse())
+           << attentionOptionArguments(a, optional) << ");\n";
         assign(a.getQGrad(), "std::move(" + grads + ".q)");
         assign(a.getKGrad(), "std::move(" + grads + ".k)");
         assign(a.getVGrad(), "std::move(" + grads + ".v)");
@@ -288,7 +288,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
                                   ", " + optional(a.getMask()) + ", " +
                                   floatLiteral(a.getScale().convertToFloat()) +
                                   ", " + (a.getCausal() ? "true" : "false") +
-                                  attentionOptionArguments(a) + ")");
+                                  attentionOptionArguments(a, optional) + ")");
         return success();
       })
       .Case([&](EmbeddingOp e) {

@@ -529,7 +529,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << optional(a.getMask()) << ", "
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << o
-           << attentionOptionArguments(a) << ");\n";
+           << attentionOptionArguments(a, optional) << ");\n";
         return success();
       })
       .Case([&](AttentionBlockOp a) {
@@ -542,7 +542,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", "
            << tensor(a.getResult()) << ", " << tensor(a.getLse())
-           << attentionOptionArguments(a) << ");\n";
+           << attentionOptionArguments(a, optional) << ");\n";
         return success();
       })
       .Case([&](AttentionGradOp a) {
@@ -556,7 +556,7 @@ LogicalResult CudaEmitter::emitOp(Operation *op, llvm::raw_ostream &os) {
            << ", " << floatLiteral(a.getScale().convertToFloat()) << ", "
            << (a.getCausal() ? "true" : "false") << ", " << tensor(a.getQGrad())
            << ", " << tensor(a.getKGrad()) << ", " << tensor(a.getVGrad())
-           << attentionOptionArguments(a) << ");\n";
+           << attentionOptionArguments(a, optional) << ");\n";
         return success();
       })
       .Case([&](EmbeddingOp e) {

@@ -50,17 +50,21 @@ std::string codecArg(mlir::Operation *collective);
 const char *codecLiteral(CollectiveCodec codec);
 /// The trailing arguments of an attention kernel's call: ", 50.0f" for an
 /// op with a `softcap`, ", 0.0f, 4096" for one with a `window` (and
-/// ", 50.0f, 4096" for both), "" for neither (the runtime's defaults: no
-/// soft-capping, no window).
-template <typename AttentionLike>
-std::string attentionOptionArguments(AttentionLike op) {
+/// ", 50.0f, 4096" for both), ", 0.0f, 0, &slopes" for one with ALiBi's
+/// slopes (`optional` prints the operand as the kernel takes it), "" for
+/// none (the runtime's defaults: no soft-capping, no window, no ALiBi).
+template <typename AttentionLike, typename PrintOptional>
+std::string attentionOptionArguments(AttentionLike op, PrintOptional optional) {
   std::optional<llvm::APFloat> softcap = op.getSoftcap();
   std::optional<uint64_t> window = op.getWindow();
-  if (!softcap && !window)
+  mlir::Value slopes = op.getAlibiSlopes();
+  if (!softcap && !window && !slopes)
     return "";
   std::string text = ", " + floatLiteral(softcapOrZero(softcap));
-  if (window)
-    text += ", " + std::to_string(*window);
+  if (window || slopes)
+    text += ", " + std::to_string(window ? *window : 0);
+  if (slopes)
+    text += ", " + std::string(optional(slopes));
   return text;
 }
 

@@ -385,6 +385,10 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << ", rotary on adjacent pairs";
   if (model->embedding_scale() > 0)
     os << llvm::format(", embeddings times %g", model->embedding_scale());
+  if (model->embedding_norm())
+    os << ", embeddings normed";
+  if (model->alibi())
+    os << ", ALiBi";
   if (model->attention_scale() > 0)
     os << llvm::format(", scores times %g", model->attention_scale());
   if (model->residual_scale() > 0)

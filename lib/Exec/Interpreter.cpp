@@ -480,7 +480,8 @@ LogicalResult Interpreter::run(Operation *op) {
         return result(rt::attention(
             get(a.getQ()), get(a.getK()), get(a.getV()), mask,
             a.getScale().convertToFloat(), a.getCausal(),
-            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow())));
+            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow()),
+            a.getAlibiSlopes() ? &get(a.getAlibiSlopes()) : nullptr));
       })
       .Case([&](AttentionBlockOp a) {
         auto optional = [&](Value v) { return v ? &get(v) : nullptr; };
@@ -488,7 +489,8 @@ LogicalResult Interpreter::run(Operation *op) {
             get(a.getQ()), get(a.getK()), get(a.getV()), optional(a.getMask()),
             optional(a.getQPositions()), optional(a.getKPositions()),
             a.getScale().convertToFloat(), a.getCausal(),
-            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow()));
+            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow()),
+            optional(a.getAlibiSlopes()));
         set(a.getResult(), std::move(block.output));
         set(a.getLse(), std::move(block.lse));
         return success();
@@ -500,7 +502,8 @@ LogicalResult Interpreter::run(Operation *op) {
             optional(a.getMask()), optional(a.getQPositions()),
             optional(a.getKPositions()), a.getScale().convertToFloat(),
             a.getCausal(), optional(a.getOut()), optional(a.getLse()),
-            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow()));
+            softcapOrZero(a.getSoftcap()), windowOrZero(a.getWindow()),
+            optional(a.getAlibiSlopes()));
         set(a.getQGrad(), std::move(grads.q));
         set(a.getKGrad(), std::move(grads.k));
         set(a.getVGrad(), std::move(grads.v));

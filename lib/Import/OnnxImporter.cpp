@@ -3200,7 +3200,7 @@ LogicalResult GraphImporter::importAttention(const onnx::NodeProto &node) {
                    << ": Weft's attention takes a positive finite scale";
   bool causal = intAttr(node, "is_causal", 0) != 0;
   Value result = createChecked<AttentionOp>(
-      q, k, v, mask, builder.getF32FloatAttr(scale),
+      q, k, v, mask, Value(), builder.getF32FloatAttr(scale),
       causal ? builder.getUnitAttr() : UnitAttr(), FloatAttr(),
       softcap > 0 ? builder.getF32FloatAttr(softcap) : FloatAttr(),
       IntegerAttr());

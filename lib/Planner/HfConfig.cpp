@@ -630,6 +630,8 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     spec.set_embedding_scale(std::sqrt(float(spec.hidden())));
   if (type == "gemma2" || type == "gemma3_text")
     spec.set_sandwich_norms(true);
+  // BLOOM norms the embeddings before the first block.
+  spec.set_embedding_norm(type == "bloom");
   if (std::optional<double> scalar = fields.number("query_pre_attn_scalar");
       scalar && *scalar > 0)
     spec.set_attention_scale(float(1.0 / std::sqrt(*scalar)));

@@ -270,6 +270,20 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   return qkv + out + mlp + extra;
 }
 
+std::vector<float> planner::alibiSlopes(int64_t heads) {
+  std::vector<float> slopes;
+  if (heads <= 0)
+    return slopes;
+  int64_t n = 1;
+  while (n * 2 <= heads)
+    n *= 2;
+  for (int64_t k = 1; k <= n; ++k)
+    slopes.push_back(float(std::exp2(-8.0 * double(k) / double(n))));
+  for (int64_t k = 1; int64_t(slopes.size()) < heads; k += 2)
+    slopes.push_back(float(std::exp2(-4.0 * double(k) / double(n))));
+  return slopes;
+}
+
 bool planner::hasLearnedPositions(const plan::ModelSpec &model) {
   return model.parameters() <= 0 && model.rope_theta() <= 0 && !model.alibi();
 }
@@ -284,7 +298,9 @@ double planner::parameterCount(const plan::ModelSpec &model) {
   double positions =
       hasLearnedPositions(model) ? double(model.seq_len()) * h : 0;
   double finalNorm = isGelu(model) ? 2 * h : h;
-  return embedding + positions + output + finalNorm +
+  // BLOOM's norm of the embeddings, as the final one.
+  double embeddingNorm = model.embedding_norm() ? finalNorm : 0;
+  return embedding + positions + output + finalNorm + embeddingNorm +
          model.layers() * layerParameterCount(model);
 }
 
@@ -739,10 +755,21 @@ Value TransformerBuilder::block(Value x, int64_t index,
     q = rotate(q, cos, sin, rotated);
     k = rotate(k, cos, sin, rotated);
   }
+  // BLOOM's and MPT's positions: ALiBi's biases on the scores, one slope
+  // per head (split with the heads), in the attention as FlashAttention's
+  // alibi_slopes.
+  Value slopes;
+  if (model.alibi()) {
+    std::vector<float> values = alibiSlopes(heads);
+    auto slopesType = type({heads});
+    slopes = ConstantOp::create(
+        b, loc, slopesType,
+        DenseElementsAttr::get(slopesType, llvm::ArrayRef<float>(values)));
+  }
   FloatAttr attentionDropout =
       dropoutRatio ? b.getF64FloatAttr(*dropoutRatio) : FloatAttr();
   Value attended = AttentionOp::create(
-      b, loc, type({batch, heads, seq, d}), q, k, v, Value(),
+      b, loc, type({batch, heads, seq, d}), q, k, v, Value(), slopes,
       b.getF32FloatAttr(model.attention_scale() > 0
                             ? model.attention_scale()
                             : 1.0f / std::sqrt(float(d))),
@@ -834,6 +861,9 @@ OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
   // embedding_multiplier.
   if (model.embedding_scale() > 0)
     x = MulOp::create(builder, tb.loc, x, tb.scalar(model.embedding_scale()));
+  // BLOOM's word_embeddings_layernorm.
+  if (model.embedding_norm())
+    x = tb.norm(x, "embedding_norm");
   int64_t layers = shape.layers > 0 ? shape.layers : model.layers();
   for (int64_t i = 0; i < layers; ++i) {
     auto layer = LayerOp::create(builder, tb.loc, "block", i, ValueRange{x},

@@ -635,6 +635,11 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "the model's positions are ALiBi's biases on the attention scores "
         "(BLOOM, MPT): the exported launchers set rotary or learned "
         "positions; run Weft's own program (weft compile / weft train)");
+  if (m.embedding_norm())
+    return llvm::createStringError(
+        "the model norms its embeddings before the first block (BLOOM's "
+        "word_embeddings_layernorm): the exported launchers do not; run "
+        "Weft's own program (weft compile / weft train)");
   if (m.parallel_block())
     return llvm::createStringError(
         "the model adds attention and MLP to the residual in parallel "

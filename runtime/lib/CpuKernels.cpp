@@ -589,14 +589,16 @@ namespace {
 /// What hides a key from a query in attention: a causal mask by position
 /// (ring blocks) or by index (top-left aligned), with a sliding window
 /// (keys `window` or more before the query), and a mask tensor read
-/// through broadcast strides, never expanded.
+/// through broadcast strides, never expanded; and ALiBi's biases, -m_h
+/// times the distance of the query's and the key's positions (or indices).
 struct AttentionMasks {
   AttentionMasks(const HostTensor *mask, const HostTensor *qPositions,
                  const HostTensor *kPositions, bool causal, float softcap,
-                 int64_t window, const Shape &space)
+                 int64_t window, const HostTensor *alibi, const Shape &space)
       : mask(mask), qPositions(qPositions), kPositions(kPositions),
-        byPosition(causal && qPositions), byIndex(causal && !qPositions),
-        softcap(softcap), window(causal ? window : 0) {
+        alibi(alibi), byPosition(causal && qPositions),
+        byIndex(causal && !qPositions), softcap(softcap),
+        window(causal ? window : 0) {
     if (mask)
       strides = broadcastStrides(mask->shape, space);
   }
@@ -650,9 +652,9 @@ struct AttentionMasks {
   }
 
   /// Caps query `i`'s scaled scores over `keys` keys (softcap·tanh(s /
-  /// softcap), with the slope 1 - tanh² in `capSlope` for the backward) and
-  /// then applies the masks (-inf where hidden); returns how many of them a
-  /// causal mask by index leaves (the rest are not read).
+  /// softcap), with the slope 1 - tanh² in `capSlope` for the backward), adds
+  /// ALiBi's biases and then applies the masks (-inf where hidden); returns
+  /// how many of them a causal mask by index leaves (the rest are not read).
   int64_t maskRow(int64_t b, int64_t h, int64_t i, float *row, int64_t keys,
                   float *capSlope) const {
     const float negInf = -std::numeric_limits<float>::infinity();
@@ -664,6 +666,14 @@ struct AttentionMasks {
         if (capSlope)
           capSlope[j] = 1.0f - t * t;
       }
+    if (alibi) {
+      const float m = alibi->floats[size_t(h)];
+      const int64_t qp = qPositions ? qPositions->ints[i] : i;
+      for (int64_t j = 0; j < visible; ++j) {
+        const int64_t kp = qPositions ? kPositions->ints[j] : j;
+        row[j] -= m * static_cast<float>(std::abs(qp - kp));
+      }
+    }
     if (byPosition)
       for (int64_t j = 0; j < keys; ++j) {
         int64_t kp = kPositions->ints[j], qp = qPositions->ints[i];
@@ -690,7 +700,7 @@ struct AttentionMasks {
     return visible;
   }
 
-  const HostTensor *mask, *qPositions, *kPositions;
+  const HostTensor *mask, *qPositions, *kPositions, *alibi;
   bool byPosition, byIndex;
   float softcap;
   int64_t window;
@@ -712,7 +722,7 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
                                 const HostTensor *qPositions,
                                 const HostTensor *kPositions, float scale,
                                 bool causal, float softcap, int64_t window,
-                                HostTensor *lse) {
+                                const HostTensor *alibi, HostTensor *lse) {
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
   int64_t kvHeads = k.shape[1], kvSeq = k.shape[2], vDim = v.shape[3];
@@ -722,7 +732,7 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
   if (lse)
     *lse = HostTensor::uninitialized(DType::F32, {batch, heads, seq, 1});
   AttentionMasks masks(mask, qPositions, kPositions, causal, softcap, window,
-                       {batch, heads, seq, kvSeq});
+                       alibi, {batch, heads, seq, kvSeq});
   std::vector<float> scores(std::min(seq, kAttentionRows) * kvSeq);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
@@ -777,21 +787,23 @@ static HostTensor attentionImpl(const HostTensor &q, const HostTensor &k,
 
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
-                     bool causal, float softcap, int64_t window) {
+                     bool causal, float softcap, int64_t window,
+                     const HostTensor *alibi) {
   ProfileScope profile("attention");
   return attentionImpl(q, k, v, mask, nullptr, nullptr, scale, causal, softcap,
-                       window, nullptr);
+                       window, alibi, nullptr);
 }
 
 AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor &v, const HostTensor *mask,
                               const HostTensor *qPositions,
                               const HostTensor *kPositions, float scale,
-                              bool causal, float softcap, int64_t window) {
+                              bool causal, float softcap, int64_t window,
+                              const HostTensor *alibi) {
   ProfileScope profile("attention_block");
   AttentionBlock block;
   block.output = attentionImpl(q, k, v, mask, qPositions, kPositions, scale,
-                               causal, softcap, window, &block.lse);
+                               causal, softcap, window, alibi, &block.lse);
   return block;
 }
 
@@ -803,12 +815,14 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
 /// `out` and `lse` (a ring's block of keys), P = exp(S - lse) and
 /// rowsum(P dP) = rowsum(dO out) are the whole attention's. With a softcap,
 /// dS is multiplied by the cap's slope 1 - tanh² at each score.
-AttentionGradients
-attentionGrad(const HostTensor &q, const HostTensor &k, const HostTensor &v,
-              const HostTensor &dout, const HostTensor *mask,
-              const HostTensor *qPositions, const HostTensor *kPositions,
-              float scale, bool causal, const HostTensor *out,
-              const HostTensor *lse, float softcap, int64_t window) {
+AttentionGradients attentionGrad(const HostTensor &q, const HostTensor &k,
+                                 const HostTensor &v, const HostTensor &dout,
+                                 const HostTensor *mask,
+                                 const HostTensor *qPositions,
+                                 const HostTensor *kPositions, float scale,
+                                 bool causal, const HostTensor *out,
+                                 const HostTensor *lse, float softcap,
+                                 int64_t window, const HostTensor *alibi) {
   ProfileScope profile("attention_grad");
   int64_t batch = q.shape[0], heads = q.shape[1], seq = q.shape[2],
           dim = q.shape[3];
@@ -819,7 +833,7 @@ attentionGrad(const HostTensor &q, const HostTensor &k, const HostTensor &v,
   grads.k = HostTensor(k.dtype, k.shape);
   grads.v = HostTensor(v.dtype, v.shape);
   AttentionMasks masks(mask, qPositions, kPositions, causal, softcap, window,
-                       {batch, heads, seq, kvSeq});
+                       alibi, {batch, heads, seq, kvSeq});
   int64_t most = std::min(seq, kAttentionRows) * kvSeq;
   std::vector<float> probs(most), dprobs(most), slopes(softcap > 0 ? most : 0);
   for (int64_t b = 0; b < batch; ++b)

@@ -29,6 +29,19 @@
 // CHECK: %[[BAND:.*]] = weft.constant dense<{{\[\[}}true, true, true, true, true, true], [true, true, true, true, true, true], [true, true, true, true, true, true], [false, true, true, true, true, true], [false, false, true, true, true, true], [false, false, false, true, true, true]]> : tensor<6x6xi1>
 // CHECK: weft.where %[[BAND]], %{{.*}}, %{{.*}} {weft.attention_core}
 // CHECK-NEXT: weft.softmax %{{.*}} axis 3 causal {weft.attention_core} : tensor<2x4x6x6xf32>
+// ALiBi alone: -m |i - j| / scale from two iotas of the scores' shape and
+// the slopes broadcast to it, added to the unscaled scores; the softmax
+// keeps the scale and causal.
+// CHECK: weft.iota dim 2 {weft.attention_core} : tensor<2x4x6x6xf32>
+// CHECK-NEXT: weft.iota dim 3 {weft.attention_core} : tensor<2x4x6x6xf32>
+// CHECK: weft.broadcast_to %{{.*}} {weft.attention_core} : tensor<1x4x1x1xf32> -> tensor<2x4x6x6xf32>
+// CHECK: weft.constant dense<-2.000000e+00> : tensor<f32>
+// CHECK: weft.add
+// CHECK-NEXT: weft.softmax %{{.*}} axis 3 scale 5.000000e-01 causal {weft.attention_core} : tensor<2x4x6x6xf32>
+// With a mask: the biases on the scaled scores, then the mask.
+// CHECK: weft.constant dense<-1.000000e+00> : tensor<f32>
+// CHECK: weft.where %arg3, %{{.*}}, %{{.*}} {weft.attention_core}
+// CHECK-NEXT: weft.softmax %{{.*}} axis 3 {weft.attention_core} : tensor<2x4x6x6xf32>
 
 // Both forms compute the same values (dropout keeps every element in a
 // forward program).
@@ -37,5 +50,5 @@
 // RUN: weft run %S/Inputs/attention-forms.mlir -i %t/q.npy -i %t/k.npy -i %t/v.npy -i %t/keep.npy -o %t/fused --output-format npy
 // RUN: weft-opt %S/Inputs/attention-forms.mlir -weft-decompose-attention -o %t/unfused.mlir
 // RUN: weft run %t/unfused.mlir -i %t/q.npy -i %t/k.npy -i %t/v.npy -i %t/keep.npy -o %t/unfused --output-format npy
-// RUN: %numpy_python -c "import numpy as n; d = max(float(abs(n.load('%t/fused/output_%%d.npy' %% i) - n.load('%t/unfused/output_%%d.npy' %% i)).max()) for i in (0, 1, 2, 3)); print('max difference %%.1e' %% d); assert d < 1e-5" | FileCheck %s --check-prefix=SAME
+// RUN: %numpy_python -c "import numpy as n; d = max(float(abs(n.load('%t/fused/output_%%d.npy' %% i) - n.load('%t/unfused/output_%%d.npy' %% i)).max()) for i in range(6)); print('max difference %%.1e' %% d); assert d < 1e-5" | FileCheck %s --check-prefix=SAME
 // SAME: max difference

@@ -18,6 +18,10 @@ plan given.
     merged batch·heads product by baddbmm, with a causal | padding mask on
     the scores apart; raised to one causal attention whose mask is the bias
     where the padding keeps (weft train feeds attention_mask with ones).
+  - alibi_mpt (tp=2, cp=2, ulysses=2): MPT's ALiBi, a constant [1, h, 1, s]
+    bias with a causal fill, raised to the attention's alibi slopes: the
+    fused attention and its backward with the slopes (split with the heads
+    under tp and ulysses, positions around the ring under cp).
   - t5_relative_bias (tp=2, pp=2, cp=2, ulysses=2): T5's learned bias per
     head of each bucketed distance, added to unscaled scores: a mask that
     takes a gradient, so the attention's backward differentiates its

@@ -15,6 +15,8 @@
 
 #include "gtest/gtest.h"
 
+#include <cmath>
+
 using namespace weft;
 using namespace weft::planner;
 
@@ -88,7 +90,12 @@ TEST(HfConfig, MptBloomAndStarCoderNames) {
   plan::ModelSpec bloom = read(R"({"model_type": "bloom", "hidden_size": 14336,
       "n_head": 112, "n_layer": 70, "vocab_size": 250880})");
   EXPECT_EQ(bloom.seq_len(), 2048);
-  EXPECT_NEAR(parameterCount(bloom) / 1e9, 176.2, 0.5);
+  EXPECT_TRUE(bloom.alibi());
+  // Its word_embeddings_layernorm makes the count BigScience's to the
+  // parameter: 176,247,271,424.
+  EXPECT_TRUE(bloom.embedding_norm());
+  EXPECT_EQ(int64_t(parameterCount(bloom)), 176247271424);
+  EXPECT_FALSE(mpt.embedding_norm());
   // bigcode/starcoder: multi-query attention by default.
   plan::ModelSpec starcoder = read(R"({"model_type": "gpt_bigcode",
       "n_embd": 6144, "n_head": 48, "n_layer": 40, "n_inner": 24576,
@@ -97,6 +104,27 @@ TEST(HfConfig, MptBloomAndStarCoderNames) {
   EXPECT_EQ(starcoder.kv_heads(), 1);
   EXPECT_EQ(starcoder.seq_len(), 8192);
   EXPECT_NEAR(parameterCount(starcoder) / 1e9, 15.5, 0.2);
+}
+
+// ALiBi's slopes as BLOOM's build_alibi_tensor (and MPT's gen_slopes)
+// compute them: 2^(-8k/n) for a power of two n; for 112 heads (BLOOM-176B)
+// 2^(-k/8) for k = 1 .. 64, then 2^(-k/16) for the first 48 odd k.
+TEST(HfConfig, AlibiSlopes) {
+  std::vector<float> eight = alibiSlopes(8);
+  ASSERT_EQ(eight.size(), 8u);
+  for (int k = 1; k <= 8; ++k)
+    EXPECT_FLOAT_EQ(eight[size_t(k - 1)], std::exp2(-float(k)));
+  std::vector<float> bloom = alibiSlopes(112);
+  ASSERT_EQ(bloom.size(), 112u);
+  EXPECT_FLOAT_EQ(bloom[0], std::exp2(-1.0f / 8));
+  EXPECT_FLOAT_EQ(bloom[63], std::exp2(-8.0f));
+  EXPECT_FLOAT_EQ(bloom[64], std::exp2(-1.0f / 16));
+  EXPECT_FLOAT_EQ(bloom[65], std::exp2(-3.0f / 16));
+  EXPECT_FLOAT_EQ(bloom[111], std::exp2(-95.0f / 16));
+  std::vector<float> six = alibiSlopes(6);
+  EXPECT_EQ(six, (std::vector<float>{0.25f, 0.0625f, 0.015625f, 0.00390625f,
+                                     0.5f, 0.125f}));
+  EXPECT_TRUE(alibiSlopes(0).empty());
 }
 
 TEST(HfConfig, LayerTypesPattern) {

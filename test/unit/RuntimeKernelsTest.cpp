@@ -611,6 +611,78 @@ TEST(RuntimeKernels, AttentionGradientsAreTheForwardsSlopes) {
       [&] { return attention(q, k, v, nullptr, scale, true); }, 5);
 }
 
+// ALiBi's slopes are the bias -m_h |i - j| on the scaled scores: the
+// attention, a block with positions (a ring's zigzag layout, where the
+// distance is between positions) and the gradients equal those of the same
+// bias written out as a float mask [1, h, seq, kv], causal and not, and over
+// query rows past the kernel's block of 128.
+TEST(RuntimeKernels, AlibiIsItsBias) {
+  int64_t seq = 130, dim = 4, heads = 4;
+  HostTensor q = randomTensor({2, heads, seq, dim}, 71),
+             k = randomTensor({2, 2, seq, dim}, 72),
+             v = randomTensor({2, 2, seq, dim}, 73),
+             dout = randomTensor({2, heads, seq, dim}, 74);
+  HostTensor slopes(DType::F32, {heads});
+  slopes.floats = {0.5f, 0.25f, 0.125f, 0.0625f};
+  // Positions in a zigzag order, as the load-balanced ring holds them.
+  HostTensor positions(DType::I64, {seq});
+  for (int64_t i = 0; i < seq; ++i)
+    positions.ints[i] = i % 2 ? seq - 1 - i / 2 : i / 2;
+  auto biasOf = [&](const HostTensor *at) {
+    HostTensor bias(DType::F32, {1, heads, seq, seq});
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < seq; ++i)
+        for (int64_t j = 0; j < seq; ++j) {
+          int64_t qi = at ? at->ints[i] : i, kj = at ? at->ints[j] : j;
+          bias.floats[(h * seq + i) * seq + j] =
+              -slopes.floats[h] * float(std::abs(qi - kj));
+        }
+    return bias;
+  };
+  HostTensor byIndex = biasOf(nullptr), byPosition = biasOf(&positions);
+  auto expectNear = [](const HostTensor &got, const HostTensor &want,
+                       const char *what) {
+    ASSERT_EQ(got.shape, want.shape) << what;
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got.floats[i], want.floats[i], 2e-5)
+          << what << " element " << i;
+  };
+  float scale = 0.5f;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    expectNear(attention(q, k, v, nullptr, scale, causal, 0.0f, 0, &slopes),
+               attention(q, k, v, &byIndex, scale, causal), "attention");
+    AttentionBlock block =
+        attentionBlock(q, k, v, nullptr, &positions, &positions, scale, causal,
+                       0.0f, 0, &slopes);
+    AttentionBlock want = attentionBlock(q, k, v, &byPosition, &positions,
+                                         &positions, scale, causal);
+    expectNear(block.output, want.output, "block");
+    expectNear(block.lse, want.lse, "lse");
+    expectGradientsNear(attentionGrad(q, k, v, dout, nullptr, nullptr, nullptr,
+                                      scale, causal, nullptr, nullptr, 0.0f, 0,
+                                      &slopes),
+                        attentionGrad(q, k, v, dout, &byIndex, nullptr, nullptr,
+                                      scale, causal, nullptr, nullptr),
+                        2e-5);
+    expectGradientsNear(
+        attentionGrad(q, k, v, dout, nullptr, &positions, &positions, scale,
+                      causal, &block.output, &block.lse, 0.0f, 0, &slopes),
+        attentionGrad(q, k, v, dout, &byPosition, &positions, &positions, scale,
+                      causal, &want.output, &want.lse),
+        2e-5);
+  }
+  // The slopes matter: the output without them differs.
+  HostTensor plain = attention(q, k, v, nullptr, scale, true);
+  HostTensor biased =
+      attention(q, k, v, nullptr, scale, true, 0.0f, 0, &slopes);
+  double apart = 0;
+  for (int64_t i = 0; i < plain.numel(); ++i)
+    apart =
+        std::max(apart, double(std::abs(plain.floats[i] - biased.floats[i])));
+  EXPECT_GT(apart, 0.1);
+}
+
 // Gemma 2's soft-capping: softcap · tanh(scale q·k / softcap) before the
 // mask (a boolean padding mask and causal here), against a naive loop; then
 // the gradients against the forward's slopes, unfused and as a ring's block

@@ -354,12 +354,6 @@ static int runBuildModel(MLIRContext &context,
       spec->name(), spec->layers(), spec->hidden(), spec->heads(),
       spec->vocab(), weft::planner::parameterCount(*spec), batch, seq,
       outputPath, uint64_t(seedOpt), weights);
-  // What the builder leaves out, said where someone might load weights.
-  if (spec->alibi())
-    llvm::errs() << "weft import: note: built without ALiBi's biases on the "
-                    "scores (no position encoding): a model to plan and to "
-                    "train from scratch, not one to load a checkpoint's "
-                    "weights into\n";
   return 0;
 }
 

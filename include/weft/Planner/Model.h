@@ -42,6 +42,13 @@ int64_t valueHeadDim(const plan::ModelSpec &model);
 /// context (seq_len).
 bool hasLearnedPositions(const plan::ModelSpec &model);
 
+/// ALiBi's slopes for `heads` heads (Press et al. 2022), as BLOOM's
+/// build_alibi_tensor, MPT's gen_slopes and FlashAttention's tests compute
+/// them: 2^(-8k/n) for k = 1 .. n with n the largest power of two not above
+/// `heads`, then, where heads is no power of two, 2^(-4k/n) for the first
+/// heads - n odd k.
+std::vector<float> alibiSlopes(int64_t heads);
+
 /// Parameters of the whole model (embedding and, where it has one, its
 /// learned position table; layers, final norm, output layer).
 double parameterCount(const plan::ModelSpec &model);

@@ -393,11 +393,16 @@ struct MaskView {
   const void *data;
   int kind;  // 0 none, 1 boolean, 2 additive f32, 3 additive bf16, 4 f16
   int64_t stride[4];
-  /// Soft-capping of the scaled scores before the mask (0: none), and a
-  /// causal attention's sliding window (0: none). Only the CUDA-core
-  /// kernels apply them; the tensor-core ones are not chosen.
+  /// Soft-capping of the scaled scores before the mask (0: none), a
+  /// causal attention's sliding window (0: none), and ALiBi's slopes (one
+  /// per query head; null: none) with the positions its distances read
+  /// (null: the indices). Only the CUDA-core kernels apply them; the
+  /// tensor-core ones are not chosen.
   float softcap;
   int64_t window;
+  const void *alibi;
+  int alibiKind; // 2 f32, 3 bf16, 4 f16 (as `kind`)
+  const int64_t *qPos, *kPos;
 };
 
 /// Whether key `j` is hidden from query `i` by a causal mask: by position
@@ -430,8 +435,9 @@ __device__ inline float maskValue(const MaskView &mask, int64_t b, int64_t h,
   }
 }
 
-/// A scaled score `s` capped (softcap·tanh(s / softcap)) and then masked;
-/// `slope`, if given, gets the cap's derivative 1 - tanh².
+/// A scaled score `s` capped (softcap·tanh(s / softcap)), biased by ALiBi
+/// (-m_h |i - j|) and then masked; `slope`, if given, gets the cap's
+/// derivative 1 - tanh².
 __device__ inline float maskedScore(const MaskView &mask, float s, int64_t b,
                                     int64_t h, int64_t i, int64_t j,
                                     float *slope = nullptr) {
@@ -440,6 +446,16 @@ __device__ inline float maskedScore(const MaskView &mask, float s, int64_t b,
     s = mask.softcap * t;
     if (slope)
       *slope = 1.0f - t * t;
+  }
+  if (mask.alibi) {
+    int64_t qi = mask.qPos ? mask.qPos[i] : i,
+            kj = mask.qPos ? mask.kPos[j] : j;
+    float slope = mask.alibiKind == 3
+                      ? loadF(static_cast<const __nv_bfloat16 *>(mask.alibi), h)
+                  : mask.alibiKind == 4
+                      ? loadF(static_cast<const __half *>(mask.alibi), h)
+                      : static_cast<const float *>(mask.alibi)[h];
+    s -= slope * float(qi > kj ? qi - kj : kj - qi);
   }
   return mask.kind ? s + maskValue(mask, b, h, i, j) : s;
 }
@@ -920,7 +936,7 @@ void dispatchAttention(Context &ctx, const DeviceTensor &q,
   // f32 has no tensor-core path: its MMA kernels are not instantiated (they
   // were 6 % of this file's PTX, never launched).
   if constexpr (!std::is_same<T, float>::value) {
-    if (!(mask.softcap > 0) && mask.window == 0 &&
+    if (!(mask.softcap > 0) && mask.window == 0 && !mask.alibi &&
         tensorCoreAttention<T>(ctx, q, k, v, out)) {
       if (dim == 64)
         launchAttentionMma<T, 64>(ctx, q, k, v, mask, scale, causal, block,
@@ -1774,10 +1790,30 @@ void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 
 /// The kernel's view of an attention mask broadcast over [B, H, S, Sk].
 static MaskView maskView(Context &ctx, const DeviceTensor *mask, float softcap,
-                         int64_t window) {
+                         int64_t window, const DeviceTensor *alibi = nullptr,
+                         const int64_t *qPos = nullptr,
+                         const int64_t *kPos = nullptr) {
   MaskView view{};
   view.softcap = softcap;
   view.window = window;
+  if (alibi) {
+    view.alibi = alibi->data;
+    switch (alibi->dtype) {
+    case DType::F32:
+      view.alibiKind = 2;
+      break;
+    case DType::BF16:
+      view.alibiKind = 3;
+      break;
+    case DType::F16:
+      view.alibiKind = 4;
+      break;
+    default:
+      fail(ctx, "ALiBi's slopes must be float");
+    }
+    view.qPos = qPos;
+    view.kPos = kPos;
+  }
   if (mask) {
     // Broadcast the mask's dimensions (aligned right) over [B, H, S, Sk].
     Strides strides = contiguous(mask->shape);
@@ -1831,12 +1867,12 @@ static void zero(Context &ctx, const DeviceTensor &t) {
 void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const DeviceTensor *mask,
                      float scale, bool causal, const DeviceTensor &out,
-                     float softcap, int64_t window) {
+                     float softcap, int64_t window, const DeviceTensor *alibi) {
   // No query rows (or batch, or heads): nothing to write, and a grid of 0
   // blocks would be a launch error.
   if (q.numel() == 0)
     return;
-  MaskView view = maskView(ctx, mask, softcap, window);
+  MaskView view = maskView(ctx, mask, softcap, window, alibi);
   withFloatType(ctx, q.dtype, [&](auto *type) {
     using T = std::remove_pointer_t<decltype(type)>;
     dispatchAttention<T>(ctx, q, k, v, view, scale, causal, BlockView{}, out);
@@ -1850,11 +1886,12 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor *kPositions, float scale,
                           bool causal, const DeviceTensor &out,
                           const DeviceTensor &lse, float softcap,
-                          int64_t window) {
+                          int64_t window, const DeviceTensor *alibi) {
   if (q.numel() == 0)
     return;
-  MaskView view = maskView(ctx, mask, softcap, window);
   BlockView block = positionsView(ctx, qPositions, kPositions);
+  MaskView view =
+      maskView(ctx, mask, softcap, window, alibi, block.qPos, block.kPos);
   if (lse.dtype != DType::F32)
     fail(ctx, "an attention block's log-sum-exp is f32");
   block.lse = static_cast<float *>(lse.data);
@@ -1864,17 +1901,16 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
   });
 }
 
-void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
-                         const DeviceTensor &k, const DeviceTensor &v,
-                         const DeviceTensor &dout, const DeviceTensor *mask,
-                         const DeviceTensor *qPositions,
-                         const DeviceTensor *kPositions,
-                         const DeviceTensor *out, const DeviceTensor *lse,
-                         float scale, bool causal, const DeviceTensor &dq,
-                         const DeviceTensor &dk, const DeviceTensor &dv,
-                         float softcap, int64_t window) {
-  MaskView view = maskView(ctx, mask, softcap, window);
+void cuda::attentionGrad(
+    Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+    const DeviceTensor &v, const DeviceTensor &dout, const DeviceTensor *mask,
+    const DeviceTensor *qPositions, const DeviceTensor *kPositions,
+    const DeviceTensor *out, const DeviceTensor *lse, float scale, bool causal,
+    const DeviceTensor &dq, const DeviceTensor &dk, const DeviceTensor &dv,
+    float softcap, int64_t window, const DeviceTensor *alibi) {
   BlockView positions = positionsView(ctx, qPositions, kPositions);
+  MaskView view = maskView(ctx, mask, softcap, window, alibi, positions.qPos,
+                           positions.kPos);
   const int64_t *qPos = positions.qPos, *kPos = positions.kPos;
   if (bool(out) != bool(lse) || (lse && lse->dtype != DType::F32) ||
       (out && out->dtype != dout.dtype))
@@ -1903,7 +1939,7 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
       for (const DeviceTensor *t : {&dq, &dk, &dv, out})
         if (t && reinterpret_cast<uintptr_t>(t->data) % 16)
           aligned = false;
-      if (aligned && !(view.softcap > 0) && view.window == 0 &&
+      if (aligned && !(view.softcap > 0) && view.window == 0 && !view.alibi &&
           tensorCoreAttention<T>(ctx, q, k, v, dout) &&
           attentionGradMmaShared(dim, 4 * 64 * sizeof(float)) <=
               sharedMemoryOptIn(ctx)) {

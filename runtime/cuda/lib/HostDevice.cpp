@@ -84,24 +84,30 @@ void cuda::matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 void cuda::attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                      const DeviceTensor &v, const DeviceTensor *mask,
                      float scale, bool causal, const DeviceTensor &out,
-                     float softcap, int64_t window) {
-  HostTensor m;
+                     float softcap, int64_t window, const DeviceTensor *alibi) {
+  HostTensor m, slopes;
   if (mask)
     m = download(ctx, *mask);
+  if (alibi)
+    slopes = download(ctx, *alibi);
   store(ctx,
         rt::attention(download(ctx, q), download(ctx, k), download(ctx, v),
-                      mask ? &m : nullptr, scale, causal, softcap, window),
+                      mask ? &m : nullptr, scale, causal, softcap, window,
+                      alibi ? &slopes : nullptr),
         out);
 }
 
 namespace {
-/// An attention's optional mask and positions, downloaded.
+/// An attention's optional mask, positions and ALiBi slopes, downloaded.
 struct AttentionExtras {
   AttentionExtras(Context &ctx, const DeviceTensor *mask,
                   const DeviceTensor *qPositions,
-                  const DeviceTensor *kPositions) {
+                  const DeviceTensor *kPositions, const DeviceTensor *alibi) {
     if (mask)
       m = download(ctx, *mask);
+    if (alibi)
+      slopes = download(ctx, *alibi);
+    hasSlopes = alibi;
     if (qPositions) {
       qp = download(ctx, *qPositions);
       kp = download(ctx, *kPositions);
@@ -112,9 +118,10 @@ struct AttentionExtras {
   const HostTensor *mask() const { return hasMask ? &m : nullptr; }
   const HostTensor *qPositions() const { return hasPositions ? &qp : nullptr; }
   const HostTensor *kPositions() const { return hasPositions ? &kp : nullptr; }
+  const HostTensor *alibi() const { return hasSlopes ? &slopes : nullptr; }
 
-  HostTensor m, qp, kp;
-  bool hasMask = false, hasPositions = false;
+  HostTensor m, qp, kp, slopes;
+  bool hasMask = false, hasPositions = false, hasSlopes = false;
 };
 } // namespace
 
@@ -125,25 +132,24 @@ void cuda::attentionBlock(Context &ctx, const DeviceTensor &q,
                           const DeviceTensor *kPositions, float scale,
                           bool causal, const DeviceTensor &out,
                           const DeviceTensor &lse, float softcap,
-                          int64_t window) {
-  AttentionExtras extras(ctx, mask, qPositions, kPositions);
+                          int64_t window, const DeviceTensor *alibi) {
+  AttentionExtras extras(ctx, mask, qPositions, kPositions, alibi);
   rt::AttentionBlock block = rt::attentionBlock(
       download(ctx, q), download(ctx, k), download(ctx, v), extras.mask(),
-      extras.qPositions(), extras.kPositions(), scale, causal, softcap, window);
+      extras.qPositions(), extras.kPositions(), scale, causal, softcap, window,
+      extras.alibi());
   store(ctx, block.output, out);
   store(ctx, block.lse, lse);
 }
 
-void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
-                         const DeviceTensor &k, const DeviceTensor &v,
-                         const DeviceTensor &dout, const DeviceTensor *mask,
-                         const DeviceTensor *qPositions,
-                         const DeviceTensor *kPositions,
-                         const DeviceTensor *out, const DeviceTensor *lse,
-                         float scale, bool causal, const DeviceTensor &dq,
-                         const DeviceTensor &dk, const DeviceTensor &dv,
-                         float softcap, int64_t window) {
-  AttentionExtras extras(ctx, mask, qPositions, kPositions);
+void cuda::attentionGrad(
+    Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
+    const DeviceTensor &v, const DeviceTensor &dout, const DeviceTensor *mask,
+    const DeviceTensor *qPositions, const DeviceTensor *kPositions,
+    const DeviceTensor *out, const DeviceTensor *lse, float scale, bool causal,
+    const DeviceTensor &dq, const DeviceTensor &dk, const DeviceTensor &dv,
+    float softcap, int64_t window, const DeviceTensor *alibi) {
+  AttentionExtras extras(ctx, mask, qPositions, kPositions, alibi);
   HostTensor saved[2];
   if (out) {
     saved[0] = download(ctx, *out);
@@ -152,7 +158,8 @@ void cuda::attentionGrad(Context &ctx, const DeviceTensor &q,
   rt::AttentionGradients grads = rt::attentionGrad(
       download(ctx, q), download(ctx, k), download(ctx, v), download(ctx, dout),
       extras.mask(), extras.qPositions(), extras.kPositions(), scale, causal,
-      out ? &saved[0] : nullptr, out ? &saved[1] : nullptr, softcap, window);
+      out ? &saved[0] : nullptr, out ? &saved[1] : nullptr, softcap, window,
+      extras.alibi());
   store(ctx, grads.q, dq);
   store(ctx, grads.k, dk);
   store(ctx, grads.v, dv);

@@ -712,6 +712,32 @@ func.func @attention_grad_softcap(%q: tensor<2x4x16x8xf32>) {
 
 // -----
 
+func.func @attention_alibi_heads(%q: tensor<2x4x16x8xf32>, %slopes: tensor<2xf32>) {
+  // expected-error @+2 {{alibi must be a vector of 4 slopes, one per query head, got 'tensor<2xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = weft.attention %q, %q, %q alibi %slopes scale 0.125 causal : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2xf32>) -> tensor<2x4x16x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_block_alibi_rank(%q: tensor<2x4x16x8xf32>, %slopes: tensor<1x4xf32>) {
+  // expected-error @+2 {{alibi must be a vector of 4 slopes, one per query head, got 'tensor<1x4xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:2 = weft.attention_block %q, %q, %q alibi %slopes scale 0.125 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<1x4xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_grad_alibi_type(%q: tensor<2x4x16x8xf32>, %slopes: tensor<4xi32>) {
+  // expected-error @+1 {{operand #4 must be statically shaped tensor of 32-bit float or 64-bit float or 16-bit float or bfloat16 type values, but got 'tensor<4xi32>'}}
+  %0:3 = weft.attention_grad %q, %q, %q grad %q alibi %slopes scale 0.125 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<4xi32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  return
+}
+
+// -----
+
 func.func @attention_window(%q: tensor<2x4x16x8xf32>) {
   // expected-error @+2 {{window must be at least 1 key, got 0}}
   // expected-error @+1 {{failed to infer returned types}}
@@ -776,7 +802,7 @@ func.func @attention_block_lse(%q: tensor<2x4x16x8xbf16>) {
 
 func.func @attention_block_positions_together(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>) {
   // expected-error @+1 {{q_positions and k_positions are given together}}
-  %0:2 = "weft.attention_block"(%q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+  %0:2 = "weft.attention_block"(%q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
   return
 }
 
@@ -819,7 +845,7 @@ func.func @attention_grad_dropout(%q: tensor<2x4x16x8xf32>) {
 
 func.func @attention_grad_positions_together(%q: tensor<2x4x16x8xf32>, %p: tensor<16xi64>) {
   // expected-error @+1 {{q_positions and k_positions are given together}}
-  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 1, 0, 0, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %p) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 1, 0, 0, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<16xi64>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
   return
 }
 
@@ -835,7 +861,7 @@ func.func @attention_grad_positions_size(%q: tensor<2x4x16x8xf32>, %p: tensor<16
 
 func.func @attention_grad_saved_together(%q: tensor<2x4x16x8xf32>) {
   // expected-error @+1 {{out and lse are given together}}
-  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %q) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
+  %0:3 = "weft.attention_grad"(%q, %q, %q, %q, %q) {scale = 0.125 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 1, 0>} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>)
   return
 }
 

@@ -159,6 +159,12 @@ func.func @linear_algebra(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>, 
   // Mistral's sliding window.
   // CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} scale 1.250000e-01 causal window 4 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>) -> tensor<2x4x16x4xbf16>
   %9 = weft.attention %q, %k, %v scale 0.125 causal window 4 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>) -> tensor<2x4x16x4xbf16>
+  // BLOOM's ALiBi: one slope per query head.
+  %slopes = weft.constant dense<[0.25, 0.0625, 0.015625, 0.00390625]> : tensor<4xf32>
+  // CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} alibi %{{.*}} scale 1.250000e-01 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<4xf32>) -> tensor<2x4x16x4xbf16>
+  %10 = weft.attention %q, %k, %v alibi %slopes scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<4xf32>) -> tensor<2x4x16x4xbf16>
+  // CHECK: weft.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} alibi %{{.*}} scale 1.250000e-01 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<1x1x16x32xi1>, tensor<4xf32>) -> tensor<2x4x16x4xbf16>
+  %11 = weft.attention %q, %k, %v mask %mask alibi %slopes scale 0.125 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<1x1x16x32xi1>, tensor<4xf32>) -> tensor<2x4x16x4xbf16>
   return
 }
 
@@ -173,6 +179,9 @@ func.func @attention_block(%q: tensor<2x4x16x8xbf16>, %k: tensor<2x2x32x8xbf16>,
   %2:2 = weft.attention_block %q, %k, %v positions %qp, %kp scale 0.125 softcap 30.0 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
   // CHECK: weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} positions %{{.*}}, %{{.*}} scale 1.250000e-01 causal window 8 :
   %3:2 = weft.attention_block %q, %k, %v positions %qp, %kp scale 0.125 causal window 8 : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
+  %slopes = weft.constant dense<[0.25, 0.0625, 0.015625, 0.00390625]> : tensor<4xf32>
+  // CHECK: weft.attention_block %{{.*}}, %{{.*}}, %{{.*}} alibi %{{.*}} positions %{{.*}}, %{{.*}} scale 1.250000e-01 causal :
+  %4:2 = weft.attention_block %q, %k, %v alibi %slopes positions %qp, %kp scale 0.125 causal : (tensor<2x4x16x8xbf16>, tensor<2x2x32x8xbf16>, tensor<2x2x32x4xbf16>, tensor<4xf32>, tensor<16xi64>, tensor<32xi64>) -> (tensor<2x4x16x4xbf16>, tensor<2x4x16x1xf32>)
   return
 }
 

@@ -6,7 +6,7 @@ weights file: the logits of tokens.npy, written as a .npy.
         [--theta=BASE] [--rotary-share=S] [--parallel] [--no-rotary] [--no-positions]
         [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
         [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
-        [--residual-scale=S] [--logit-divisor=D] [--interleaved]
+        [--residual-scale=S] [--logit-divisor=D] [--interleaved] [--alibi]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -32,7 +32,12 @@ RMS-normed before they turn where the module has q_norm and k_norm (Qwen3,
 Gemma 3). Granite's multipliers: --embedding-scale, --attention-scale, each
 branch times --residual-scale before the residual adds it, the logits
 divided by --logit-divisor. --interleaved: GPT-J's rotary embedding on
-pairs of adjacent features (rotate_every_two, duplicate_interleave). (Gemma's RMSNorm multiplies by 1
+pairs of adjacent features (rotate_every_two, duplicate_interleave).
+--alibi: BLOOM's positions as transformers' BloomModel computes them
+(build_alibi_tensor: each head's slope times each key's position, added to
+the scaled product by baddbmm before the causal mask), and its norm of the
+embeddings where the module has one (word_embeddings_layernorm); without
+--alibi, the same model without the biases. (Gemma's RMSNorm multiplies by 1
 + w where its weights are stored; the built model's are w, its own
 parametrization of the same function.)
 """
@@ -88,11 +93,28 @@ hidden = x.shape[-1]
 gated = "layers.0.mlp_gate.weight" in params
 
 
+def bloom_slopes(n):
+    """BLOOM's build_alibi_tensor: for the largest power of two p <= n,
+    base^1 .. base^p with base = 2^(-2^-(log2 p - 3)); then, where n is no
+    power of two, the odd powers of the next power's base."""
+    p = 2 ** math.floor(math.log2(n))
+    base = 2 ** (-(2 ** -(math.log2(p) - 3)))
+    slopes = [base ** i for i in range(1, p + 1)]
+    if p != n:
+        extra = 2 ** (-(2 ** -(math.log2(2 * p) - 3)))
+        slopes += [extra ** i for i in range(1, 1 + 2 * min(p, n - p), 2)]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
 def norm(v, name):
     if name + ".bias" in params:
         return torch.nn.functional.layer_norm(
             v, (hidden,), params[name + ".weight"], params[name + ".bias"], eps)
     return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * params[name + ".weight"]
+
+
+if "embedding_norm.weight" in params:
+    x = norm(x, "embedding_norm")
 
 
 def linear(v, name):
@@ -143,6 +165,10 @@ while f"layers.{layer}.qkv.weight" in params:
     cap = option("softcap", 0)
     if cap:
         scores = cap * torch.tanh(scores / cap)
+    if "--alibi" in flags:
+        # [heads, 1, keys]: the same bias for every query of a head.
+        positions = torch.arange(seq, dtype=torch.float64)
+        scores = scores + bloom_slopes(heads)[:, None, None] * positions[None, None, :]
     causal = torch.ones(seq, seq, dtype=torch.bool).triu(1)
     probs = scores.masked_fill(causal, float("-inf")).softmax(-1)
     attended = (probs @ v).transpose(1, 2).reshape(batch, seq, heads * d)

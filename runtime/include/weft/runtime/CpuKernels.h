@@ -72,16 +72,20 @@ HostTensor linear(const HostTensor &input, const HostTensor &weight,
 /// `softcap` caps the scaled scores before the mask: softcap·tanh(s/softcap)
 /// (Gemma 2); 0 leaves them as they are. A positive `window` (with
 /// `causal`) is a sliding window: query i sees keys i - window + 1 to i.
+/// `alibi`, if given, holds one f32 slope m_h per query head: ALiBi's bias
+/// -m_h |i - j| is added to the (capped) scaled scores before the mask.
 HostTensor attention(const HostTensor &q, const HostTensor &k,
                      const HostTensor &v, const HostTensor *mask, float scale,
-                     bool causal, float softcap = 0.0f, int64_t window = 0);
+                     bool causal, float softcap = 0.0f, int64_t window = 0,
+                     const HostTensor *alibi = nullptr);
 
 /// A value of a block of keys (weft.attention_block): the attention output
 /// over this block and, per query row, the log-sum-exp of its scaled, masked
 /// scores (f32, [batch, heads, seq, 1]). With positions, a causal mask hides
 /// key j from query i when kPositions[j] > qPositions[i], and a window when
-/// kPositions[j] <= qPositions[i] - window. A row whose keys are all masked
-/// gets a zero output and lse = -1e30.
+/// kPositions[j] <= qPositions[i] - window, and ALiBi's distance is
+/// |qPositions[i] - kPositions[j]|. A row whose keys are all masked gets a
+/// zero output and lse = -1e30.
 struct AttentionBlock {
   HostTensor output;
   HostTensor lse;
@@ -91,7 +95,8 @@ AttentionBlock attentionBlock(const HostTensor &q, const HostTensor &k,
                               const HostTensor *qPositions,
                               const HostTensor *kPositions, float scale,
                               bool causal, float softcap = 0.0f,
-                              int64_t window = 0);
+                              int64_t window = 0,
+                              const HostTensor *alibi = nullptr);
 
 /// Attention's gradients (weft.attention_grad) with respect to q, k and v,
 /// given the output's gradient `dout`; masks and positions as in
@@ -107,7 +112,8 @@ attentionGrad(const HostTensor &q, const HostTensor &k, const HostTensor &v,
               const HostTensor &dout, const HostTensor *mask,
               const HostTensor *qPositions, const HostTensor *kPositions,
               float scale, bool causal, const HostTensor *out,
-              const HostTensor *lse, float softcap = 0.0f, int64_t window = 0);
+              const HostTensor *lse, float softcap = 0.0f, int64_t window = 0,
+              const HostTensor *alibi = nullptr);
 
 /// Gathers along `axis`; negative indices count from the end (as ONNX).
 absl::StatusOr<HostTensor> gather(const HostTensor &input,

@@ -136,11 +136,13 @@ void matmul(Context &ctx, const DeviceTensor &a, const DeviceTensor &b,
 /// (broadcast, boolean or additive) and grouped KV heads. A positive
 /// `softcap` caps the scaled scores before the mask (softcap·tanh(s /
 /// softcap)); a positive `window` (with `causal`) is a sliding window,
-/// keys i - window + 1 to i. Such attention takes the CUDA-core kernels.
+/// keys i - window + 1 to i. `alibi`, if given, holds one f32 slope m_h per
+/// query head: ALiBi's bias -m_h |i - j| on the (capped) scaled scores.
+/// Such attention takes the CUDA-core kernels.
 void attention(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                const DeviceTensor &v, const DeviceTensor *mask, float scale,
                bool causal, const DeviceTensor &out, float softcap = 0.0f,
-               int64_t window = 0);
+               int64_t window = 0, const DeviceTensor *alibi = nullptr);
 /// One block of keys (weft.attention_block): as attention, with a causal
 /// mask by explicit positions when given (key j hidden from query i when
 /// kPositions[j] > qPositions[i]), and each row's log-sum-exp in `lse` (f32;
@@ -150,7 +152,8 @@ void attentionBlock(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                     const DeviceTensor *qPositions,
                     const DeviceTensor *kPositions, float scale, bool causal,
                     const DeviceTensor &out, const DeviceTensor &lse,
-                    float softcap = 0.0f, int64_t window = 0);
+                    float softcap = 0.0f, int64_t window = 0,
+                    const DeviceTensor *alibi = nullptr);
 /// Attention's gradients (weft.attention_grad): dq, dk and dv from the
 /// output's gradient `dout`, masks and positions as in attentionBlock; one
 /// pass over the query rows (their log-sum-exps, D = rowsum(P dP) and dq)
@@ -165,7 +168,7 @@ void attentionGrad(Context &ctx, const DeviceTensor &q, const DeviceTensor &k,
                    const DeviceTensor *lse, float scale, bool causal,
                    const DeviceTensor &dq, const DeviceTensor &dk,
                    const DeviceTensor &dv, float softcap = 0.0f,
-                   int64_t window = 0);
+                   int64_t window = 0, const DeviceTensor *alibi = nullptr);
 /// Layer or RMS norm over dimensions [axis, rank).
 void normalize(Context &ctx, const DeviceTensor &x, const DeviceTensor &scale,
                const DeviceTensor *bias, int64_t axis, float epsilon, bool rms,
