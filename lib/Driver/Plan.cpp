@@ -387,6 +387,24 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << llvm::format(", embeddings times %g", model->embedding_scale());
   if (model->embedding_norm())
     os << ", embeddings normed";
+  switch (model->norm()) {
+  case plan::NORM_RMS:
+    os << ", RMSNorm";
+    break;
+  case plan::NORM_LAYER:
+    os << ", LayerNorm";
+    break;
+  case plan::NORM_LAYER_NO_BIAS:
+    os << ", LayerNorm without bias";
+    break;
+  case plan::NORM_LAYER_NO_AFFINE:
+    os << ", LayerNorm without scale or bias";
+    break;
+  default:
+    break;
+  }
+  if (model->no_linear_bias())
+    os << ", no linear biases";
   if (model->alibi())
     os << ", ALiBi";
   if (model->attention_scale() > 0)
@@ -396,7 +414,9 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (model->logit_divisor() > 0)
     os << llvm::format(", logits divided by %g", model->logit_divisor());
   if (model->parallel_block())
-    os << ", attention and MLP in parallel";
+    os << (model->one_block_norm()
+               ? ", attention and MLP in parallel on one norm"
+               : ", attention and MLP in parallel");
   if (model->head_dim())
     os << ", heads of " << model->head_dim();
   if (model->value_head_dim())

@@ -587,7 +587,17 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (type == "falcon")
     parallel = fields.boolean("parallel_attn").value_or(true) ||
                fields.boolean("new_decoder_architecture").value_or(false);
+  if (type == "stablelm")
+    parallel = fields.boolean("use_parallel_residual").value_or(false);
   spec.set_parallel_block(parallel);
+  // One norm for both branches, except GPT-NeoX's two and the two of
+  // Falcon's new decoder architecture (ln_attn, ln_mlp).
+  spec.set_one_block_norm(
+      parallel &&
+      (type == "gptj" || type == "phi" || type == "cohere" ||
+       type == "stablelm" ||
+       (type == "falcon" &&
+        !fields.boolean("new_decoder_architecture").value_or(false))));
   // Rotary on part of each head: GPT-NeoX's rotary_pct, Phi's and
   // StableLM's partial_rotary_factor, GPT-J's rotary_dim.
   if (rotary) {
@@ -604,8 +614,9 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
               double(spec.head_dim() > 0 ? spec.head_dim() * *heads : *hidden);
     if (share && *share > 0 && *share < 1)
       spec.set_rotary_percent(float(*share));
-    // GPT-J turns pairs of adjacent features (rotate_every_two).
-    spec.set_rotary_interleaved(type == "gptj");
+    // GPT-J and Cohere turn pairs of adjacent features
+    // (rotate_every_two; Cohere's rotate_half interleaves).
+    spec.set_rotary_interleaved(type == "gptj" || type == "cohere");
   }
   // QKV biases in a model whose other linears have none: Qwen2's always,
   // LLaMA's attention_bias, StableLM's use_qkv_bias.
@@ -651,6 +662,37 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     spec.set_residual_scale(positive("residual_multiplier"));
     spec.set_logit_divisor(positive("logits_scaling"));
   }
+  // Norms that are not the FFN kind's: StableLM's LayerNorm with a bias
+  // (SwiGLU), Cohere's LayerNorm without one, OLMo's non-parametric one,
+  // MPT's without a bias where it has none (no_bias, true by default).
+  if (type == "stablelm")
+    spec.set_norm(plan::NORM_LAYER);
+  if (type == "cohere")
+    spec.set_norm(plan::NORM_LAYER_NO_BIAS);
+  if (type == "olmo")
+    spec.set_norm(plan::NORM_LAYER_NO_AFFINE);
+  // Linear layers without biases in families whose kind has them: MPT's
+  // no_bias, Falcon's bias (false by default), StarCoder2's use_bias,
+  // OPT's enable_bias.
+  bool linearBiases = true;
+  if (type == "mpt")
+    linearBiases = !fields.boolean("no_bias").value_or(true);
+  if (type == "falcon")
+    linearBiases = fields.boolean("bias").value_or(false);
+  if (type == "starcoder2")
+    linearBiases = fields.boolean("use_bias").value_or(true);
+  if (type == "opt")
+    linearBiases = fields.boolean("enable_bias").value_or(true);
+  if (family->mlp != Mlp::Gated && !linearBiases) {
+    spec.set_no_linear_bias(true);
+    if (type == "mpt")
+      spec.set_norm(plan::NORM_LAYER_NO_BIAS);
+  }
+  // Cohere multiplies its logits by logit_scale (0.0625 for Command R).
+  if (type == "cohere")
+    if (std::optional<double> scale = fields.number("logit_scale");
+        !scale || *scale > 0)
+      spec.set_logit_divisor(float(1.0 / scale.value_or(0.0625)));
   // Each head's query and key RMS-normed before the rotary embedding (OLMo
   // 2's q_norm and k_norm norm the whole projection instead, which the
   // builder does not build).

@@ -234,6 +234,28 @@ static bool isGelu(const plan::ModelSpec &model) {
   return model.ffn_kind() == plan::FFN_GELU;
 }
 
+plan::NormKind planner::normKind(const plan::ModelSpec &model) {
+  if (model.norm() != plan::NORM_DEFAULT)
+    return model.norm();
+  return isGelu(model) ? plan::NORM_LAYER : plan::NORM_RMS;
+}
+
+bool planner::hasLinearBiases(const plan::ModelSpec &model) {
+  return isGelu(model) && !model.no_linear_bias();
+}
+
+/// The parameters of one of the model's norms over `width` features.
+static double normParameters(const plan::ModelSpec &model, double width) {
+  switch (normKind(model)) {
+  case plan::NORM_LAYER:
+    return 2 * width;
+  case plan::NORM_LAYER_NO_AFFINE:
+    return 0;
+  default:
+    return width;
+  }
+}
+
 int64_t planner::headDim(const plan::ModelSpec &model) {
   if (model.head_dim() > 0)
     return model.head_dim();
@@ -260,14 +282,18 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   double out = valueWidth * h;
   double ffn = model.ffn_hidden();
   double mlp = isGelu(model) ? 2 * h * ffn : 3 * h * ffn;
-  double extra = 0;
-  if (isGelu(model)) // biases and two LayerNorms with bias
-    extra = qkvWidth + h + ffn + h + 4 * h;
-  else // two RMSNorms (four with Gemma's), Qwen2's QKV biases, QK norms
-    extra = (model.sandwich_norms() ? 4 : 2) * h +
-            (model.qkv_bias() ? qkvWidth : 0) +
-            (model.qk_norm() ? 2.0 * double(headDim(model)) : 0);
-  return qkv + out + mlp + extra;
+  // The linears' biases (GPT's), or Qwen2's QKV biases alone.
+  double biases = hasLinearBiases(model) ? qkvWidth + h + ffn + h
+                  : model.qkv_bias()     ? qkvWidth
+                                         : 0;
+  // Two norms (four with Gemma's, one for a parallel block's two branches
+  // where they share it), and the QK norms (RMS, per head).
+  double blockNorms = model.sandwich_norms()                             ? 4
+                      : model.parallel_block() && model.one_block_norm() ? 1
+                                                                         : 2;
+  double norms = blockNorms * normParameters(model, h) +
+                 (model.qk_norm() ? 2.0 * double(headDim(model)) : 0);
+  return qkv + out + mlp + biases + norms;
 }
 
 std::vector<float> planner::alibiSlopes(int64_t heads) {
@@ -297,7 +323,7 @@ double planner::parameterCount(const plan::ModelSpec &model) {
   // The learned position table, of the model's context.
   double positions =
       hasLearnedPositions(model) ? double(model.seq_len()) * h : 0;
-  double finalNorm = isGelu(model) ? 2 * h : h;
+  double finalNorm = normParameters(model, h);
   // BLOOM's norm of the embeddings, as the final one.
   double embeddingNorm = model.embedding_norm() ? finalNorm : 0;
   return embedding + positions + output + finalNorm + embeddingNorm +
@@ -568,17 +594,30 @@ public:
     Value biasValue = bias ? param(name + ".bias", {out}) : Value();
     return LinearOp::create(b, loc, type(shape), x, w, biasValue, UnitAttr());
   }
+  /// The model's norm over the last dimension: RMSNorm, or LayerNorm with
+  /// a scale and a bias, a scale alone (Cohere's, MPT's), or neither
+  /// (OLMo's non-parametric one: a scale of ones, a constant).
   Value norm(Value x, const llvm::Twine &name) {
     auto in = cast<RankedTensorType>(x.getType());
     int64_t h = in.getShape().back();
-    Value scale = param(name + ".weight", {h});
     llvm::APFloat epsilon(model.norm_epsilon() > 0 ? float(model.norm_epsilon())
                                                    : 1e-5f);
-    if (gelu())
-      return LayerNormOp::create(b, loc, in, x, scale,
-                                 param(name + ".bias", {h}), in.getRank() - 1,
-                                 epsilon);
-    return RMSNormOp::create(b, loc, in, x, scale, in.getRank() - 1, epsilon);
+    const plan::NormKind kind = normKind(model);
+    if (kind == plan::NORM_RMS)
+      return RMSNormOp::create(b, loc, in, x, param(name + ".weight", {h}),
+                               in.getRank() - 1, epsilon);
+    Value scale;
+    if (kind == plan::NORM_LAYER_NO_AFFINE) {
+      auto onesType = type({h});
+      scale = ConstantOp::create(b, loc, onesType,
+                                 DenseElementsAttr::get(onesType, 1.0f));
+    } else {
+      scale = param(name + ".weight", {h});
+    }
+    Value bias =
+        kind == plan::NORM_LAYER ? param(name + ".bias", {h}) : Value();
+    return LayerNormOp::create(b, loc, in, x, scale, bias, in.getRank() - 1,
+                               epsilon);
   }
   Value reshape(Value x, ArrayRef<int64_t> shape) {
     return ReshapeOp::create(b, loc, type(shape), x);
@@ -728,7 +767,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // columns over tensor-parallel ranks gives each rank whole heads.
   Value normed = norm(x, prefix + ".attn_norm");
   Value qkv = linear(normed, kvHeads * (group + 2) * d, prefix + ".qkv",
-                     gelu() || model.qkv_bias());
+                     hasLinearBiases(model) || model.qkv_bias());
   Value grouped = reshape(qkv, {batch, seq, kvHeads, group + 2, d});
   auto split = SplitOp::create(b, loc,
                                TypeRange{type({batch, seq, kvHeads, group, d}),
@@ -780,7 +819,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
       window > 0 ? b.getI64IntegerAttr(window) : IntegerAttr());
   Value merged =
       reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});
-  Value projected = linear(merged, h, prefix + ".attn_out", gelu());
+  Value projected =
+      linear(merged, h, prefix + ".attn_out", hasLinearBiases(model));
   // Gemma 2 and 3 norm each branch's output too, before the residual adds.
   if (model.sandwich_norms())
     projected = norm(projected, prefix + ".attn_post_norm");
@@ -791,12 +831,16 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // A parallel block's MLP reads the layer's input too, and both add to
   // the residual at the end (GPT-J, GPT-NeoX, Falcon).
   Value residual = AddOp::create(b, loc, x, dropout(projected, dropoutRatio));
+  // A parallel block's MLP reads the layer's input, normed by its own norm
+  // (GPT-NeoX's) or by the attention's (GPT-J's, Falcon-7B's, Cohere's).
   Value normed2 =
-      norm(model.parallel_block() ? x : residual, prefix + ".mlp_norm");
+      model.parallel_block() && model.one_block_norm()
+          ? normed
+          : norm(model.parallel_block() ? x : residual, prefix + ".mlp_norm");
   int64_t ffn = model.ffn_hidden();
   Value activated;
   if (gelu()) {
-    Value up = linear(normed2, ffn, prefix + ".mlp_up", true);
+    Value up = linear(normed2, ffn, prefix + ".mlp_up", hasLinearBiases(model));
     // OPT's ReLU between the two matrices, as the spec names it.
     if (model.ffn_activation() == "ReLU")
       activated = ReluOp::create(b, loc, up);
@@ -817,7 +861,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
                     : Value(SiluOp::create(b, loc, gate));
     activated = MulOp::create(b, loc, act, up);
   }
-  Value down = linear(activated, h, prefix + ".mlp_down", gelu());
+  Value down =
+      linear(activated, h, prefix + ".mlp_down", hasLinearBiases(model));
   if (model.sandwich_norms())
     down = norm(down, prefix + ".mlp_post_norm");
   if (model.residual_scale() > 0)

@@ -635,6 +635,18 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "the model's positions are ALiBi's biases on the attention scores "
         "(BLOOM, MPT): the exported launchers set rotary or learned "
         "positions; run Weft's own program (weft compile / weft train)");
+  if (normKind(m) != (swiglu ? plan::NORM_RMS : plan::NORM_LAYER))
+    return llvm::createStringError(
+        "the model's norms are not its FFN kind's in the exported launchers "
+        "(RMSNorm with SwiGLU, LayerNorm with a bias with GELU: StableLM's, "
+        "Cohere's, OLMo's and MPT's differ); run Weft's own program (weft "
+        "compile / weft train)");
+  if (m.no_linear_bias())
+    return llvm::createStringError(
+        "the model's linear layers have no biases where its GELU MLP's "
+        "kind has them (MPT's no_bias, Falcon's bias: false): the exported "
+        "GELU launchers build biases; run Weft's own program (weft compile "
+        "/ weft train)");
   if (m.embedding_norm())
     return llvm::createStringError(
         "the model norms its embeddings before the first block (BLOOM's "

@@ -85,7 +85,11 @@ TEST(HfConfig, MptBloomAndStarCoderNames) {
   EXPECT_NE(alibi.find("\"attn_config.alibi\" is not true or false"),
             std::string::npos)
       << alibi;
-  EXPECT_NEAR(parameterCount(mpt) / 1e9, 6.65, 0.1);
+  // no_bias (true by default): LayerNorms and linears without biases, which
+  // make the count MosaicML's to the parameter.
+  EXPECT_EQ(mpt.norm(), plan::NORM_LAYER_NO_BIAS);
+  EXPECT_TRUE(mpt.no_linear_bias());
+  EXPECT_EQ(int64_t(parameterCount(mpt)), 6649286656);
   // bigscience/bloom: n_layer, n_head; no context in the file (ALiBi).
   plan::ModelSpec bloom = read(R"({"model_type": "bloom", "hidden_size": 14336,
       "n_head": 112, "n_layer": 70, "vocab_size": 250880})");
@@ -104,6 +108,62 @@ TEST(HfConfig, MptBloomAndStarCoderNames) {
   EXPECT_EQ(starcoder.kv_heads(), 1);
   EXPECT_EQ(starcoder.seq_len(), 8192);
   EXPECT_NEAR(parameterCount(starcoder) / 1e9, 15.5, 0.2);
+}
+
+// Norms and biases that are not the FFN kind's: Cohere's LayerNorm without
+// a bias (with its interleaved rotary embedding and logit_scale), OLMo's
+// non-parametric LayerNorm, StableLM's LayerNorm with a bias, Falcon's
+// linears without biases and one norm for its parallel branches.
+TEST(HfConfig, NormsAndBiases) {
+  // CohereForAI/c4ai-command-r-v01: 35.0 B parameters.
+  plan::ModelSpec cohere = read(R"({"model_type": "cohere",
+      "hidden_size": 8192, "num_attention_heads": 64,
+      "num_key_value_heads": 64, "num_hidden_layers": 40,
+      "intermediate_size": 22528, "vocab_size": 256000,
+      "max_position_embeddings": 8192, "logit_scale": 0.0625,
+      "layer_norm_eps": 1e-05, "rope_theta": 8000000.0,
+      "tie_word_embeddings": true})");
+  EXPECT_EQ(cohere.norm(), plan::NORM_LAYER_NO_BIAS);
+  EXPECT_EQ(normKind(cohere), plan::NORM_LAYER_NO_BIAS);
+  EXPECT_TRUE(cohere.rotary_interleaved());
+  EXPECT_TRUE(cohere.parallel_block());
+  EXPECT_FLOAT_EQ(cohere.logit_divisor(), 16.0f);
+  EXPECT_NEAR(parameterCount(cohere) / 1e9, 35.0, 0.1);
+  // allenai/OLMo-7B-hf: no norm parameters at all (6,888,095,744, AI2's
+  // count).
+  plan::ModelSpec olmo = read(R"({"model_type": "olmo", "hidden_size": 4096,
+      "num_attention_heads": 32, "num_hidden_layers": 32,
+      "intermediate_size": 11008, "vocab_size": 50304,
+      "max_position_embeddings": 2048, "tie_word_embeddings": false})");
+  EXPECT_EQ(normKind(olmo), plan::NORM_LAYER_NO_AFFINE);
+  EXPECT_EQ(int64_t(parameterCount(olmo)), 6888095744);
+  // stabilityai/stablelm-2-1_6b: LayerNorm with a bias, QKV biases
+  // (1,644,515,328, Stability's count).
+  plan::ModelSpec stablelm = read(R"({"model_type": "stablelm",
+      "hidden_size": 2048, "num_attention_heads": 32,
+      "num_key_value_heads": 32, "num_hidden_layers": 24,
+      "intermediate_size": 5632, "vocab_size": 100352,
+      "max_position_embeddings": 4096, "partial_rotary_factor": 0.25,
+      "use_qkv_bias": true, "tie_word_embeddings": false})");
+  EXPECT_EQ(normKind(stablelm), plan::NORM_LAYER);
+  EXPECT_TRUE(stablelm.qkv_bias());
+  EXPECT_EQ(int64_t(parameterCount(stablelm)), 1644515328);
+  // tiiuae/falcon-7b: bias false; LayerNorms keep theirs.
+  plan::ModelSpec falcon = read(R"({"model_type": "falcon",
+      "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+      "vocab_size": 65024, "bias": false, "multi_query": true,
+      "parallel_attn": true, "tie_word_embeddings": true})");
+  EXPECT_TRUE(falcon.no_linear_bias());
+  EXPECT_FALSE(hasLinearBiases(falcon));
+  EXPECT_EQ(normKind(falcon), plan::NORM_LAYER);
+  // One input_layernorm for both branches: TII's 6,921,720,704.
+  EXPECT_TRUE(falcon.one_block_norm());
+  EXPECT_EQ(int64_t(parameterCount(falcon)), 6921720704);
+  // GPT-2 keeps its biases.
+  plan::ModelSpec gpt2 = read(R"({"model_type": "gpt2", "n_embd": 768,
+      "n_head": 12, "n_layer": 12, "vocab_size": 50257, "n_positions": 1024})");
+  EXPECT_TRUE(hasLinearBiases(gpt2));
+  EXPECT_EQ(normKind(gpt2), plan::NORM_LAYER);
 }
 
 // ALiBi's slopes as BLOOM's build_alibi_tensor (and MPT's gen_slopes)

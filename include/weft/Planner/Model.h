@@ -42,6 +42,14 @@ int64_t valueHeadDim(const plan::ModelSpec &model);
 /// context (seq_len).
 bool hasLearnedPositions(const plan::ModelSpec &model);
 
+/// The kind of the model's norms: its spec's, or its FFN kind's (LayerNorm
+/// with a bias for GELU models, RMSNorm for gated ones).
+plan::NormKind normKind(const plan::ModelSpec &model);
+
+/// Whether the model's linear layers have biases (GELU models', unless the
+/// spec says none).
+bool hasLinearBiases(const plan::ModelSpec &model);
+
 /// ALiBi's slopes for `heads` heads (Press et al. 2022), as BLOOM's
 /// build_alibi_tensor, MPT's gen_slopes and FlashAttention's tests compute
 /// them: 2^(-8k/n) for k = 1 .. n with n the largest power of two not above

@@ -7,6 +7,7 @@ weights file: the logits of tokens.npy, written as a .npy.
         [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
         [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
         [--residual-scale=S] [--logit-divisor=D] [--interleaved] [--alibi]
+        [--layer-norm] [--logit-scale=S]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -37,7 +38,10 @@ pairs of adjacent features (rotate_every_two, duplicate_interleave).
 (build_alibi_tensor: each head's slope times each key's position, added to
 the scaled product by baddbmm before the causal mask), and its norm of the
 embeddings where the module has one (word_embeddings_layernorm); without
---alibi, the same model without the biases. (Gemma's RMSNorm multiplies by 1
+--alibi, the same model without the biases. --layer-norm: every norm is a
+LayerNorm, with the scale and the bias the module has (Cohere's and MPT's a
+scale alone, OLMo's neither); without it a norm without a bias is RMSNorm.
+--logit-scale: the logits times it (Cohere's logit_scale). (Gemma's RMSNorm multiplies by 1
 + w where its weights are stored; the built model's are w, its own
 parametrization of the same function.)
 """
@@ -107,6 +111,9 @@ def bloom_slopes(n):
 
 
 def norm(v, name):
+    if "--layer-norm" in flags:
+        return torch.nn.functional.layer_norm(
+            v, (v.shape[-1],), params.get(name + ".weight"), params.get(name + ".bias"), eps)
     if name + ".bias" in params:
         return torch.nn.functional.layer_norm(
             v, (hidden,), params[name + ".weight"], params[name + ".bias"], eps)
@@ -177,7 +184,12 @@ while f"layers.{layer}.qkv.weight" in params:
         branch = norm(branch, p + ".attn_post_norm")
     residual = x + branch * option("residual-scale", 1.0)
     parallel = "--parallel" in flags
-    mlp_in = norm(x if parallel else residual, p + ".mlp_norm")
+    # One norm for both branches where the module has no MLP norm of its own
+    # (GPT-J's, Falcon-7B's, Cohere's input_layernorm).
+    mlp_norm = p + ".mlp_norm"
+    if parallel and not any(n.startswith(mlp_norm + ".") for n in params):
+        mlp_norm = p + ".attn_norm"
+    mlp_in = norm(x if parallel else residual, mlp_norm)
     if gated and "--geglu" in flags:
         act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_gate"), approximate="tanh") * linear(mlp_in, p + ".mlp_up")
     elif gated:
@@ -195,7 +207,7 @@ if "output.weight" in params:
     logits = x @ params["output.weight"]
 else:
     logits = x @ params["embedding.weight"].T
-logits = logits / option("logit-divisor", 1.0)
+logits = logits / option("logit-divisor", 1.0) * option("logit-scale", 1.0)
 cap = option("logit-softcap", 0)
 if cap:
     logits = cap * torch.tanh(logits / cap)
