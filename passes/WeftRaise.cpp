@@ -1829,6 +1829,10 @@ struct RaiseAlibiBias : OpRewritePattern<AttentionOp> {
       return failure();
     const int64_t maskHeads = rank >= 3 ? maskType.getDimSize(rank - 3) : 1;
     const int64_t rows = rank >= 2 ? maskType.getDimSize(rank - 2) : 1;
+    // A splat has no slope; a bias of more than 2^24 elements (a [h, s, s]
+    // constant at thousands of tokens) is left as it is rather than read.
+    if (bias.isSplat() || bias.getNumElements() > (int64_t(1) << 24))
+      return failure();
     SmallVector<double> values;
     values.reserve(size_t(bias.getNumElements()));
     for (APFloat value : bias.getValues<APFloat>())
