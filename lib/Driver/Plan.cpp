@@ -405,6 +405,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   }
   if (model->no_linear_bias())
     os << ", no linear biases";
+  if (model->qkv_clip() > 0)
+    os << llvm::format(", QKV clipped at %g", model->qkv_clip());
   if (model->alibi())
     os << ", ALiBi";
   if (model->attention_scale() > 0)

@@ -479,6 +479,9 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       Fields mpt(*attention, file, where + "attn_config.");
       kvHeads = mpt.integer({"kv_n_heads"});
       mptAlibi = mpt.boolean("alibi");
+      if (std::optional<double> clip = mpt.number("clip_qkv");
+          clip && *clip > 0)
+        spec.set_qkv_clip(float(*clip));
       if (!mpt.error.empty())
         return configError(mpt.error);
     }
@@ -688,6 +691,11 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     if (type == "mpt")
       spec.set_norm(plan::NORM_LAYER_NO_BIAS);
   }
+  // OLMo's and MPT's clip_qkv: the QKV projection clamped.
+  if (type == "olmo")
+    if (std::optional<double> clip = fields.number("clip_qkv");
+        clip && *clip > 0)
+      spec.set_qkv_clip(float(*clip));
   // Cohere multiplies its logits by logit_scale (0.0625 for Command R).
   if (type == "cohere")
     if (std::optional<double> scale = fields.number("logit_scale");

@@ -768,6 +768,11 @@ Value TransformerBuilder::block(Value x, int64_t index,
   Value normed = norm(x, prefix + ".attn_norm");
   Value qkv = linear(normed, kvHeads * (group + 2) * d, prefix + ".qkv",
                      hasLinearBiases(model) || model.qkv_bias());
+  // OLMo's and MPT's clip_qkv.
+  if (model.qkv_clip() > 0) {
+    qkv = MaximumOp::create(b, loc, qkv, scalar(-model.qkv_clip()));
+    qkv = MinimumOp::create(b, loc, qkv, scalar(model.qkv_clip()));
+  }
   Value grouped = reshape(qkv, {batch, seq, kvHeads, group + 2, d});
   auto split = SplitOp::create(b, loc,
                                TypeRange{type({batch, seq, kvHeads, group, d}),

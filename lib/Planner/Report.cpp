@@ -641,6 +641,11 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "(RMSNorm with SwiGLU, LayerNorm with a bias with GELU: StableLM's, "
         "Cohere's, OLMo's and MPT's differ); run Weft's own program (weft "
         "compile / weft train)");
+  if (m.qkv_clip() > 0)
+    return llvm::createStringError(
+        "the model clamps its QKV projection (OLMo's and MPT's clip_qkv): the "
+        "exported launchers do not; run Weft's own program (weft compile / "
+        "weft train)");
   if (m.no_linear_bias())
     return llvm::createStringError(
         "the model's linear layers have no biases where its GELU MLP's "

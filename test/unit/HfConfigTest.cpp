@@ -136,6 +136,12 @@ TEST(HfConfig, NormsAndBiases) {
       "intermediate_size": 11008, "vocab_size": 50304,
       "max_position_embeddings": 2048, "tie_word_embeddings": false})");
   EXPECT_EQ(normKind(olmo), plan::NORM_LAYER_NO_AFFINE);
+  EXPECT_EQ(olmo.qkv_clip(), 0.0f);
+  // OLMo-1B-0724-hf's clip_qkv: its QKV projection clamped to [-8, 8].
+  plan::ModelSpec clipped = read(R"({"model_type": "olmo",
+      "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 16,
+      "intermediate_size": 8192, "vocab_size": 50304, "clip_qkv": 8.0})");
+  EXPECT_FLOAT_EQ(clipped.qkv_clip(), 8.0f);
   EXPECT_EQ(int64_t(parameterCount(olmo)), 6888095744);
   // stabilityai/stablelm-2-1_6b: LayerNorm with a bias, QKV biases
   // (1,644,515,328, Stability's count).

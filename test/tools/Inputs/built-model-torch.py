@@ -7,7 +7,7 @@ weights file: the logits of tokens.npy, written as a .npy.
         [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
         [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
         [--residual-scale=S] [--logit-divisor=D] [--interleaved] [--alibi]
-        [--layer-norm] [--logit-scale=S]
+        [--layer-norm] [--logit-scale=S] [--clip-qkv=C]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -41,7 +41,8 @@ embeddings where the module has one (word_embeddings_layernorm); without
 --alibi, the same model without the biases. --layer-norm: every norm is a
 LayerNorm, with the scale and the bias the module has (Cohere's and MPT's a
 scale alone, OLMo's neither); without it a norm without a bias is RMSNorm.
---logit-scale: the logits times it (Cohere's logit_scale). (Gemma's RMSNorm multiplies by 1
+--logit-scale: the logits times it (Cohere's logit_scale). --clip-qkv: the
+QKV projection clamped to [-C, C] (OLMo's and MPT's clip_qkv). (Gemma's RMSNorm multiplies by 1
 + w where its weights are stored; the built model's are w, its own
 parametrization of the same function.)
 """
@@ -149,6 +150,9 @@ layer = 0
 while f"layers.{layer}.qkv.weight" in params:
     p = f"layers.{layer}"
     qkv = linear(norm(x, p + ".attn_norm"), p + ".qkv")
+    clip = option("clip-qkv", 0)
+    if clip:
+        qkv = qkv.clamp(-clip, clip)
     d = int(option("head-dim", hidden // heads))
     # Columns grouped by KV head: [kv_heads, group + 2, d].
     width = qkv.shape[-1] // d  # heads + 2 kv_heads
