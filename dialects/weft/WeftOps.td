@@ -483,7 +483,7 @@ class Weft_SoftmaxLikeOp<string mnemonic, string what>
 def Weft_SoftmaxOp : Weft_SoftmaxLikeOp<"softmax", "Softmax">;
 def Weft_LogSoftmaxOp : Weft_SoftmaxLikeOp<"log_softmax", "Log of softmax">;
 
-def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftSavesReads, WeftCost, WeftRule, Pure]> {
+def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftSavesReads, WeftCost, WeftRulePartition, Pure]> {
   let summary = "Layer normalization over the trailing dimensions from `axis` on.";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * scale + bias`, where mean and (biased) variance
@@ -513,11 +513,13 @@ def Weft_LayerNormOp : Weft_Op<"layer_norm", [WeftSavesReads, WeftCost, WeftRule
   let hasVerifier = 1;
 }
 
-def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftSavesReads, WeftCost, WeftRule, Pure]> {
+def Weft_RMSNormOp : Weft_Op<"rms_norm", [WeftSavesReads, WeftCost, WeftRulePartition, Pure]> {
   let summary = "Root-mean-square normalization over the trailing dimensions from `axis`.";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * scale`, mean over dimensions `axis` to `rank - 1`,
-    as in LLaMA.
+    as in LLaMA. Partitioned over a split normalized dimension (OLMo 2's QK norm
+    across heads under tensor parallelism), each rank normalizes its own block
+    with the sum of squares all-reduced, as LayerNorm does with its sums.
 
     ```mlir
     %y = weft.rms_norm %x, %gamma axis 2 epsilon 1.0e-06

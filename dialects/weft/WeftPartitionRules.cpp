@@ -463,6 +463,100 @@ private:
 };
 } // namespace
 
+/// A normalization over dimensions its input arrives split in (OLMo 2's QK
+/// norm over every head's features, after a column-parallel projection):
+/// each rank sums its block's x (LayerNorm) and squares, the sums are
+/// all-reduced over the split (one value per row each, uncompressed, in f32
+/// for a 16-bit input) and every rank normalizes and scales its own block,
+/// as a distributed RMSNorm does, instead of gathering the rows. Dimensions
+/// that arrive whole take the generic rule.
+static LogicalResult partitionSplitNorm(Operation *op, Value input, Value scale,
+                                        Value bias, int64_t axis,
+                                        double epsilon, bool rms,
+                                        PartitionState &state) {
+  TensorSharding want = state.actual(input);
+  want.partial.clear();
+  SmallVector<std::string, 2> axes;
+  auto globalType = cast<RankedTensorType>(input.getType());
+  const int64_t rank = globalType.getRank();
+  int64_t count = 1;
+  SmallVector<int64_t> dims;
+  for (int64_t d = axis; d < rank; ++d) {
+    if (d < int64_t(want.dims.size()))
+      axes.append(want.dims[d].begin(), want.dims[d].end());
+    count *= globalType.getDimSize(d);
+    dims.push_back(d);
+  }
+  if (axes.empty())
+    return success(succeeded(partitionByFactorRule(op, state)));
+  Location loc = op->getLoc();
+  OpBuilder &b = state.builder();
+  Value x = state.operand(loc, input, want);
+  // Scale and bias span the normalized dimensions: split as they are.
+  TensorSharding spanned;
+  spanned.dims.assign(want.dims.begin() + axis, want.dims.end());
+  Value localScale = state.operand(loc, scale, spanned);
+  Value localBias = bias ? state.operand(loc, bias, spanned) : Value();
+  Decomposition decomposition(b);
+  SmallVector<Operation *> made;
+  auto track = [&](Value v) {
+    made.push_back(v.getDefiningOp());
+    return v;
+  };
+  auto type = cast<RankedTensorType>(x.getType());
+  Type f32 = b.getF32Type();
+  auto wide = type.clone(f32);
+  Value xf =
+      type.getElementType() == f32 ? x : track(CastOp::create(b, loc, wide, x));
+  SmallVector<int64_t> keptShape(type.getShape());
+  for (int64_t d : dims)
+    keptShape[d] = 1;
+  auto kept = RankedTensorType::get(keptShape, f32);
+  auto exact = CollectiveCodecAttr::get(b.getContext(), CollectiveCodec::none);
+  auto mean = [&](Value v) {
+    Value local = track(ReduceSumOp::create(
+        b, loc, kept, v, b.getDenseI64ArrayAttr(dims), b.getUnitAttr()));
+    Value total = track(AllReduceOp::create(
+        b, loc, kept,
+        ReductionKindAttr::get(b.getContext(), ReductionKind::sum), local,
+        state.meshRef(), state.axesAttr(axes), exact, DenseI64ArrayAttr()));
+    return track(MulOp::create(b, loc, kept, total,
+                               state.constant(loc, f32, 1.0 / double(count))));
+  };
+  Value centered = xf;
+  if (!rms)
+    centered = track(SubOp::create(b, loc, wide, xf, mean(xf)));
+  Value variance = mean(track(MulOp::create(b, loc, wide, centered, centered)));
+  Value rstd = track(
+      RsqrtOp::create(b, loc, kept,
+                      track(AddOp::create(b, loc, kept, variance,
+                                          state.constant(loc, f32, epsilon)))));
+  Value normalized = track(MulOp::create(b, loc, wide, centered, rstd));
+  if (normalized.getType() != type)
+    normalized = track(CastOp::create(b, loc, type, normalized));
+  Value result = track(MulOp::create(b, loc, type, normalized, localScale));
+  if (localBias)
+    result = track(AddOp::create(b, loc, type, result, localBias));
+  // What marks the op (a recomputation, the backward) marks each op it
+  // became.
+  for (NamedAttribute attr : op->getDiscardableAttrs())
+    if (attr.getName() != WeftDialect::getShardingAttrName())
+      for (Operation *piece : made)
+        piece->setAttr(attr.getName(), attr.getValue());
+  state.setResult(op->getResult(0), result, want);
+  return success();
+}
+LogicalResult LayerNormOp::partition(PartitionState &state) {
+  return partitionSplitNorm(*this, getInput(), getScale(), getBias(), getAxis(),
+                            getEpsilon().convertToDouble(),
+                            /*rms=*/false, state);
+}
+LogicalResult RMSNormOp::partition(PartitionState &state) {
+  return partitionSplitNorm(*this, getInput(), getScale(), Value(), getAxis(),
+                            getEpsilon().convertToDouble(), /*rms=*/true,
+                            state);
+}
+
 //===----------------------------------------------------------------------===//
 // Vocabulary-parallel embedding
 //===----------------------------------------------------------------------===//

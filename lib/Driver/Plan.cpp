@@ -379,8 +379,14 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << llvm::format(", logits soft-capped at %g", model->logit_softcap());
   if (model->sandwich_norms())
     os << ", norms before and after each branch";
+  if (model->post_norms())
+    os << ", norms after each branch";
   if (model->qk_norm())
-    os << ", queries and keys normed per head";
+    os << (model->qk_norm_layout() == plan::QK_NORM_WHOLE
+               ? ", queries and keys normed across heads"
+           : model->qk_norm_layout() == plan::QK_NORM_PER_HEAD
+               ? ", queries and keys normed per head with a weight each"
+               : ", queries and keys normed per head");
   if (model->rotary_interleaved())
     os << ", rotary on adjacent pairs";
   if (model->embedding_scale() > 0)

@@ -40,6 +40,7 @@ enum class Window {
   Alternating, ///< Gemma 2: even layers local, odd ones global
   Pattern,     ///< Gemma 3: sliding_window_pattern - 1 local, then a global
   Qwen,        ///< only with use_sliding_window, from max_window_layers on
+  Olmo3,       ///< OLMo 3: three local, then a global (without layer_types)
 };
 
 struct Family {
@@ -63,6 +64,7 @@ const Family kFamilies[] = {
     {"phi3", Mlp::Gated, false, "silu"},
     {"olmo", Mlp::Gated, false, "silu"},
     {"olmo2", Mlp::Gated, false, "silu"},
+    {"olmo3", Mlp::Gated, false, "silu", Window::Olmo3},
     {"granite", Mlp::Gated, false, "silu"},
     {"stablelm", Mlp::Gated, false, "silu"},
     {"cohere", Mlp::Gated, true, "silu"},
@@ -296,6 +298,9 @@ llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
       globalEvery(pattern);
     break;
   }
+  case Window::Olmo3:
+    globalEvery(4);
+    break;
   case Window::Qwen: {
     if (!fields.boolean("use_sliding_window").value_or(false))
       break;
@@ -701,10 +706,23 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     if (std::optional<double> scale = fields.number("logit_scale");
         !scale || *scale > 0)
       spec.set_logit_divisor(float(1.0 / scale.value_or(0.0625)));
-  // Each head's query and key RMS-normed before the rotary embedding (OLMo
-  // 2's q_norm and k_norm norm the whole projection instead, which the
-  // builder does not build).
-  spec.set_qk_norm(type == "qwen3" || type == "gemma3_text");
+  // Each head's query and key RMS-normed before the rotary embedding with
+  // one weight of head_dim (Qwen3, Gemma 3); with a weight per head, as
+  // LayerNorms without a bias (Cohere's use_qk_norm, Command R+'s;
+  // StableLM's qk_layernorm, StableLM 2 12B's); the whole projection's
+  // width at once (OLMo 2 and 3's q_norm and k_norm).
+  const bool olmo2 = type == "olmo2" || type == "olmo3";
+  if (type == "qwen3" || type == "gemma3_text" || olmo2)
+    spec.set_qk_norm(true);
+  if ((type == "cohere" && fields.boolean("use_qk_norm").value_or(false)) ||
+      (type == "stablelm" && fields.boolean("qk_layernorm").value_or(false))) {
+    spec.set_qk_norm(true);
+    spec.set_qk_norm_layout(plan::QK_NORM_PER_HEAD);
+  }
+  if (olmo2)
+    spec.set_qk_norm_layout(plan::QK_NORM_WHOLE);
+  // OLMo 2 and 3 norm each branch's output, not its input.
+  spec.set_post_norms(olmo2);
   for (Fields *f : {&outer, &fields})
     if (!f->error.empty())
       return configError(f->error);

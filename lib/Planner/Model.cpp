@@ -287,12 +287,27 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
                   : model.qkv_bias()     ? qkvWidth
                                          : 0;
   // Two norms (four with Gemma's, one for a parallel block's two branches
-  // where they share it), and the QK norms (RMS, per head).
+  // where they share it, two after the branches with OLMo 2's), and the QK
+  // norms where they lie.
   double blockNorms = model.sandwich_norms()                             ? 4
                       : model.parallel_block() && model.one_block_norm() ? 1
                                                                          : 2;
-  double norms = blockNorms * normParameters(model, h) +
-                 (model.qk_norm() ? 2.0 * double(headDim(model)) : 0);
+  double norms = blockNorms * normParameters(model, h);
+  if (model.qk_norm()) {
+    const double d = double(headDim(model));
+    switch (model.qk_norm_layout()) {
+    case plan::QK_NORM_PER_HEAD:
+      norms += double(model.heads() + model.kv_heads()) * d;
+      break;
+    case plan::QK_NORM_WHOLE:
+      norms += normParameters(model, double(model.heads()) * d) +
+               normParameters(model, double(model.kv_heads()) * d);
+      break;
+    default:
+      norms += 2 * normParameters(model, d);
+      break;
+    }
+  }
   return qkv + out + mlp + biases + norms;
 }
 
@@ -597,12 +612,14 @@ public:
   /// The model's norm over the last dimension: RMSNorm, or LayerNorm with
   /// a scale and a bias, a scale alone (Cohere's, MPT's), or neither
   /// (OLMo's non-parametric one: a scale of ones, a constant).
-  Value norm(Value x, const llvm::Twine &name) {
+  Value norm(Value x, const llvm::Twine &name,
+             plan::NormKind kind = plan::NORM_DEFAULT) {
     auto in = cast<RankedTensorType>(x.getType());
     int64_t h = in.getShape().back();
     llvm::APFloat epsilon(model.norm_epsilon() > 0 ? float(model.norm_epsilon())
                                                    : 1e-5f);
-    const plan::NormKind kind = normKind(model);
+    if (kind == plan::NORM_DEFAULT)
+      kind = normKind(model);
     if (kind == plan::NORM_RMS)
       return RMSNormOp::create(b, loc, in, x, param(name + ".weight", {h}),
                                in.getRank() - 1, epsilon);
@@ -765,7 +782,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // Q, K and V from one GEMM whose columns are grouped by KV head
   // ([kv_heads, group + 2, head_dim], Megatron's layout): splitting the
   // columns over tensor-parallel ranks gives each rank whole heads.
-  Value normed = norm(x, prefix + ".attn_norm");
+  // OLMo 2 norms the branches' outputs alone: each reads the stream as is.
+  Value normed = model.post_norms() ? x : norm(x, prefix + ".attn_norm");
   Value qkv = linear(normed, kvHeads * (group + 2) * d, prefix + ".qkv",
                      hasLinearBiases(model) || model.qkv_bias());
   // OLMo's and MPT's clip_qkv.
@@ -780,17 +798,38 @@ Value TransformerBuilder::block(Value x, int64_t index,
                                          type({batch, seq, kvHeads, 1, d})},
                                grouped, b.getI64IntegerAttr(3),
                                b.getDenseI64ArrayAttr({group, 1, 1}));
-  Value q = transpose(reshape(split.getResult(0), {batch, seq, heads, d}),
-                      {0, 2, 1, 3});
-  Value k = transpose(reshape(split.getResult(1), {batch, seq, kvHeads, d}),
-                      {0, 2, 1, 3});
+  Value qHeads = reshape(split.getResult(0), {batch, seq, heads, d});
+  Value kHeads = reshape(split.getResult(1), {batch, seq, kvHeads, d});
+  // OLMo 2's QK norm: the queries (and the keys) of every head normed
+  // together, over the projection's width, before they turn. Under tensor
+  // parallelism that width is split: the norm all-reduces its statistics.
+  const plan::QkNormLayout qkLayout = model.qk_norm_layout();
+  if (model.qk_norm() && qkLayout == plan::QK_NORM_WHOLE) {
+    qHeads = reshape(
+        norm(reshape(qHeads, {batch, seq, heads * d}), prefix + ".q_norm"),
+        {batch, seq, heads, d});
+    kHeads = reshape(
+        norm(reshape(kHeads, {batch, seq, kvHeads * d}), prefix + ".k_norm"),
+        {batch, seq, kvHeads, d});
+  }
+  Value q = transpose(qHeads, {0, 2, 1, 3});
+  Value k = transpose(kHeads, {0, 2, 1, 3});
   Value v = transpose(reshape(split.getResult(2), {batch, seq, kvHeads, d}),
                       {0, 2, 1, 3});
-  // Qwen3's and Gemma 3's QK norm: each head's query and key RMS-normed
-  // before they turn.
-  if (model.qk_norm()) {
+  // Qwen3's and Gemma 3's QK norm: each head's query and key normed before
+  // they turn, with one weight of head_dim; Cohere's and StableLM's with a
+  // weight per head (a LayerNorm without one, times the heads' weights).
+  if (model.qk_norm() && qkLayout == plan::QK_NORM_SHARED) {
     q = norm(q, prefix + ".q_norm");
     k = norm(k, prefix + ".k_norm");
+  } else if (model.qk_norm() && qkLayout == plan::QK_NORM_PER_HEAD) {
+    auto perHead = [&](Value x, int64_t n, const std::string &name) {
+      Value normed = norm(x, name, plan::NORM_LAYER_NO_AFFINE);
+      return Value(MulOp::create(b, loc, x.getType(), normed,
+                                 param(name + ".weight", {n, 1, d})));
+    };
+    q = perHead(q, heads, prefix + ".q_norm");
+    k = perHead(k, kvHeads, prefix + ".k_norm");
   }
   // Positions as LLaMA's (and GPT-NeoX's, on part of each head) rotary
   // embedding gives them to queries and keys.
@@ -826,8 +865,9 @@ Value TransformerBuilder::block(Value x, int64_t index,
       reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});
   Value projected =
       linear(merged, h, prefix + ".attn_out", hasLinearBiases(model));
-  // Gemma 2 and 3 norm each branch's output too, before the residual adds.
-  if (model.sandwich_norms())
+  // Gemma 2 and 3 norm each branch's output too, before the residual adds;
+  // OLMo 2 only there.
+  if (model.sandwich_norms() || model.post_norms())
     projected = norm(projected, prefix + ".attn_post_norm");
   // Granite scales each branch before the residual adds it.
   if (model.residual_scale() > 0)
@@ -839,8 +879,9 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // A parallel block's MLP reads the layer's input, normed by its own norm
   // (GPT-NeoX's) or by the attention's (GPT-J's, Falcon-7B's, Cohere's).
   Value normed2 =
-      model.parallel_block() && model.one_block_norm()
-          ? normed
+      model.parallel_block() && model.one_block_norm() ? normed
+      : model.post_norms()
+          ? (model.parallel_block() ? x : residual)
           : norm(model.parallel_block() ? x : residual, prefix + ".mlp_norm");
   int64_t ffn = model.ffn_hidden();
   Value activated;
@@ -868,7 +909,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
   }
   Value down =
       linear(activated, h, prefix + ".mlp_down", hasLinearBiases(model));
-  if (model.sandwich_norms())
+  if (model.sandwich_norms() || model.post_norms())
     down = norm(down, prefix + ".mlp_post_norm");
   if (model.residual_scale() > 0)
     down = MulOp::create(b, loc, down, scalar(model.residual_scale()));

@@ -608,6 +608,21 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                       llvm::format("%g", m.attention_softcap()))
             .str());
   // Megatron-Core's --qk-layernorm norms each head's queries and keys.
+  if (m.qk_norm() && m.qk_norm_layout() != plan::QK_NORM_SHARED)
+    return llvm::createStringError(
+        m.qk_norm_layout() == plan::QK_NORM_WHOLE
+            ? "the model norms its queries and keys across all heads at once "
+              "(OLMo 2's QK norm): Megatron-LM's --qk-layernorm norms each "
+              "head; run Weft's own program (weft compile / weft train)"
+            : "the model norms each head's queries and keys with a weight per "
+              "head (Cohere's use_qk_norm, StableLM's qk_layernorm): "
+              "Megatron-LM's --qk-layernorm shares one weight; run Weft's "
+              "own program (weft compile / weft train)");
+  if (m.post_norms())
+    return llvm::createStringError(
+        "the model norms each branch's output and not its input (OLMo 2's "
+        "norm placement): the exported launchers norm before each branch; "
+        "run Weft's own program (weft compile / weft train)");
   if (m.qk_norm() && framework != "megatron")
     return llvm::createStringError(
         "the model norms each head's queries and keys (Qwen3's and Gemma 3's "

@@ -172,6 +172,77 @@ TEST(HfConfig, NormsAndBiases) {
   EXPECT_EQ(normKind(gpt2), plan::NORM_LAYER);
 }
 
+// Where the norms lie: OLMo 2's after each branch and over the whole QK
+// projection, Command R+'s and StableLM 2 12B's QK norms with a weight per
+// head.
+TEST(HfConfig, NormPlacement) {
+  // allenai/OLMo-2-1124-7B (7.30 B): per layer 4 x 4096^2 + 3 x 4096 x
+  // 11008 and four RMSNorms of 4096 (two after the branches, q_norm and
+  // k_norm over all 32 heads' 128 features); two embedding tables and the
+  // final norm.
+  plan::ModelSpec olmo2 = read(R"({"model_type": "olmo2",
+      "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 32, "num_hidden_layers": 32,
+      "intermediate_size": 11008, "vocab_size": 100352,
+      "max_position_embeddings": 4096, "rms_norm_eps": 1e-06,
+      "rope_theta": 500000, "tie_word_embeddings": false})");
+  EXPECT_TRUE(olmo2.post_norms());
+  EXPECT_FALSE(olmo2.sandwich_norms());
+  EXPECT_TRUE(olmo2.qk_norm());
+  EXPECT_EQ(olmo2.qk_norm_layout(), plan::QK_NORM_WHOLE);
+  EXPECT_EQ(normKind(olmo2), plan::NORM_RMS);
+  EXPECT_EQ(int64_t(parameterCount(olmo2)),
+            int64_t(32) * (4 * 4096LL * 4096 + 3 * 4096LL * 11008 + 4 * 4096) +
+                2 * 100352LL * 4096 + 4096);
+  EXPECT_EQ(int64_t(parameterCount(olmo2)), 7298617344);
+  // allenai/Olmo-3-1025-7B's pattern without layer_types: three layers of
+  // a 4,096-token window, then a global one.
+  plan::ModelSpec olmo3 = read(R"({"model_type": "olmo3",
+      "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 32, "num_hidden_layers": 32,
+      "intermediate_size": 11008, "vocab_size": 100278,
+      "max_position_embeddings": 65536, "sliding_window": 4096})");
+  EXPECT_TRUE(olmo3.post_norms());
+  EXPECT_EQ(olmo3.qk_norm_layout(), plan::QK_NORM_WHOLE);
+  EXPECT_EQ(olmo3.mixed_sliding_window(), 4096);
+  EXPECT_EQ(olmo3.global_every(), 4);
+  EXPECT_EQ(olmo3.windowed_layers(), 24);
+  // CohereForAI/c4ai-command-r-plus (104 B): use_qk_norm, a LayerNorm
+  // weight of [heads, head_dim] for the queries and [kv_heads, head_dim]
+  // for the keys.
+  plan::ModelSpec plus = read(R"({"model_type": "cohere",
+      "hidden_size": 12288, "num_attention_heads": 96,
+      "num_key_value_heads": 8, "num_hidden_layers": 64,
+      "intermediate_size": 33792, "vocab_size": 256000,
+      "max_position_embeddings": 8192, "logit_scale": 0.8333333333333334,
+      "use_qk_norm": true, "rope_theta": 75000000.0,
+      "tie_word_embeddings": true})");
+  EXPECT_TRUE(plus.qk_norm());
+  EXPECT_EQ(plus.qk_norm_layout(), plan::QK_NORM_PER_HEAD);
+  EXPECT_FALSE(plus.post_norms());
+  EXPECT_EQ(int64_t(parameterCount(plus)),
+            int64_t(64) * (12288LL * 112 * 128 + 12288LL * 12288 +
+                           3 * 12288LL * 33792 + 12288 + 104 * 128) +
+                256000LL * 12288 + 12288);
+  EXPECT_NEAR(parameterCount(plus) / 1e9, 104, 0.5);
+  // stabilityai/stablelm-2-12b (12.1 B): qk_layernorm, one norm (with a
+  // bias) for its parallel branches.
+  plan::ModelSpec stablelm = read(R"({"model_type": "stablelm",
+      "hidden_size": 5120, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "num_hidden_layers": 40,
+      "intermediate_size": 13824, "vocab_size": 100352,
+      "max_position_embeddings": 4096, "partial_rotary_factor": 0.25,
+      "qk_layernorm": true, "use_parallel_residual": true,
+      "tie_word_embeddings": false})");
+  EXPECT_EQ(stablelm.qk_norm_layout(), plan::QK_NORM_PER_HEAD);
+  EXPECT_NEAR(parameterCount(stablelm) / 1e9, 12.1, 0.1);
+  // Without the keys, neither has a QK norm.
+  EXPECT_FALSE(read(R"({"model_type": "cohere", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2,
+      "intermediate_size": 128, "vocab_size": 100})")
+                   .qk_norm());
+}
+
 // ALiBi's slopes as BLOOM's build_alibi_tensor (and MPT's gen_slopes)
 // compute them: 2^(-8k/n) for a power of two n; for 112 heads (BLOOM-176B)
 // 2^(-k/8) for k = 1 .. 64, then 2^(-k/16) for the first 48 odd k.

@@ -7,7 +7,8 @@ weights file: the logits of tokens.npy, written as a .npy.
         [--head-dim=D] [--eps=E] [--geglu] [--embedding-scale=S]
         [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
         [--residual-scale=S] [--logit-divisor=D] [--interleaved] [--alibi]
-        [--layer-norm] [--logit-scale=S] [--clip-qkv=C]
+        [--layer-norm] [--logit-scale=S] [--clip-qkv=C] [--post-norms]
+        [--qk-norm=whole|per-head]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -42,7 +43,15 @@ embeddings where the module has one (word_embeddings_layernorm); without
 LayerNorm, with the scale and the bias the module has (Cohere's and MPT's a
 scale alone, OLMo's neither); without it a norm without a bias is RMSNorm.
 --logit-scale: the logits times it (Cohere's logit_scale). --clip-qkv: the
-QKV projection clamped to [-C, C] (OLMo's and MPT's clip_qkv). (Gemma's RMSNorm multiplies by 1
+QKV projection clamped to [-C, C] (OLMo's and MPT's clip_qkv).
+--post-norms: OLMo 2's block as transformers' Olmo2DecoderLayer writes it,
+x + post_attention_layernorm(attn(x)) and then h + post_feedforward_layernorm
+(mlp(h)), no norm before either branch. --qk-norm=whole: OLMo 2's
+Olmo2Attention, q_norm(q_proj(x)) and k_norm(k_proj(x)) over every head's
+features at once, before the heads are viewed; --qk-norm=per-head: Cohere's
+q_norm and k_norm (CohereLayerNorm of [heads, head_dim]) and StableLM's
+StableLmLayerNormPerHead, each head's features layer-normed without a bias
+and times that head's weight. (Gemma's RMSNorm multiplies by 1
 + w where its weights are stored; the built model's are w, its own
 parametrization of the same function.)
 """
@@ -149,7 +158,9 @@ def rope(v, rotated):
 layer = 0
 while f"layers.{layer}.qkv.weight" in params:
     p = f"layers.{layer}"
-    qkv = linear(norm(x, p + ".attn_norm"), p + ".qkv")
+    post_norms = "--post-norms" in flags
+    qk_norm = next((f.split("=", 1)[1] for f in flags if f.startswith("--qk-norm=")), "")
+    qkv = linear(x if post_norms else norm(x, p + ".attn_norm"), p + ".qkv")
     clip = option("clip-qkv", 0)
     if clip:
         qkv = qkv.clamp(-clip, clip)
@@ -159,10 +170,20 @@ while f"layers.{layer}.qkv.weight" in params:
     kv_heads = (width - heads) // 2
     group = heads // kv_heads
     grouped = qkv.reshape(batch, seq, kv_heads, group + 2, d)
-    q = grouped[:, :, :, :group].reshape(batch, seq, heads, d).transpose(1, 2)
-    k = grouped[:, :, :, group].transpose(1, 2)
+    q = grouped[:, :, :, :group].reshape(batch, seq, heads, d)
+    k = grouped[:, :, :, group]
+    if qk_norm == "whole":
+        # The projections' outputs, head after head, as q_proj writes them.
+        q = norm(q.reshape(batch, seq, heads * d), p + ".q_norm").reshape(batch, seq, heads, d)
+        k = norm(k.reshape(batch, seq, kv_heads * d), p + ".k_norm").reshape(batch, seq, kv_heads, d)
+    elif qk_norm == "per-head":
+        def per_head(t, name):
+            w = params[name + ".weight"].reshape(t.shape[2], d)
+            return torch.nn.functional.layer_norm(t, (d,), None, None, eps) * w
+        q, k = per_head(q, p + ".q_norm"), per_head(k, p + ".k_norm")
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = grouped[:, :, :, group + 1].transpose(1, 2)
-    if p + ".q_norm.weight" in params and "--no-qk-norm" not in flags:
+    if p + ".q_norm.weight" in params and "--no-qk-norm" not in flags and not qk_norm:
         # Qwen3's and Gemma 3's QK norm: each head's query and key, before
         # the rotary embedding.
         q, k = norm(q, p + ".q_norm"), norm(k, p + ".k_norm")
@@ -184,7 +205,7 @@ while f"layers.{layer}.qkv.weight" in params:
     probs = scores.masked_fill(causal, float("-inf")).softmax(-1)
     attended = (probs @ v).transpose(1, 2).reshape(batch, seq, heads * d)
     branch = linear(attended, p + ".attn_out")
-    if p + ".attn_post_norm.weight" in params:
+    if post_norms or p + ".attn_post_norm.weight" in params:
         branch = norm(branch, p + ".attn_post_norm")
     residual = x + branch * option("residual-scale", 1.0)
     parallel = "--parallel" in flags
@@ -193,7 +214,9 @@ while f"layers.{layer}.qkv.weight" in params:
     mlp_norm = p + ".mlp_norm"
     if parallel and not any(n.startswith(mlp_norm + ".") for n in params):
         mlp_norm = p + ".attn_norm"
-    mlp_in = norm(x if parallel else residual, mlp_norm)
+    mlp_in = x if parallel else residual
+    if not post_norms:
+        mlp_in = norm(mlp_in, mlp_norm)
     if gated and "--geglu" in flags:
         act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_gate"), approximate="tanh") * linear(mlp_in, p + ".mlp_up")
     elif gated:
@@ -201,7 +224,7 @@ while f"layers.{layer}.qkv.weight" in params:
     else:
         act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_up"), approximate="tanh")
     branch = linear(act, p + ".mlp_down")
-    if p + ".mlp_post_norm.weight" in params:
+    if post_norms or p + ".mlp_post_norm.weight" in params:
         branch = norm(branch, p + ".mlp_post_norm")
     x = residual + branch * option("residual-scale", 1.0)
     layer += 1
