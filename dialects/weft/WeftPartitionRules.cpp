@@ -492,12 +492,18 @@ static LogicalResult partitionSplitNorm(Operation *op, Value input, Value scale,
   Location loc = op->getLoc();
   OpBuilder &b = state.builder();
   Value x = state.operand(loc, input, want);
-  // Scale and bias span the normalized dimensions: split as they are.
-  TensorSharding spanned;
+  // Scale and bias span the normalized dimensions: read whole (as a rank
+  // keeps a norm's weights) and sliced as x is within the decomposition, so
+  // that the slice is this op's use of the weights, not their storage.
+  TensorSharding spanned, whole;
   spanned.dims.assign(want.dims.begin() + axis, want.dims.end());
-  Value localScale = state.operand(loc, scale, spanned);
-  Value localBias = bias ? state.operand(loc, bias, spanned) : Value();
+  whole.dims.resize(spanned.dims.size());
+  Value wholeScale = state.operand(loc, scale, whole);
+  Value wholeBias = bias ? state.operand(loc, bias, whole) : Value();
   Decomposition decomposition(b);
+  Value localScale = state.reshard(loc, wholeScale, whole, spanned);
+  Value localBias =
+      bias ? state.reshard(loc, wholeBias, whole, spanned) : Value();
   SmallVector<Operation *> made;
   auto track = [&](Value v) {
     made.push_back(v.getDefiningOp());

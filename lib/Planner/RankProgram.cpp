@@ -1339,11 +1339,15 @@ ProgramProfile planner::profileProgram(ModuleOp rankProgram,
   // Parameters: the shard each rank holds; a weight that another block also
   // reads (a tied embedding) is also counted as shared by that block.
   // The shard a rank keeps: the end of the chain of all_slices the weight
-  // goes through (one per dimension it is split along).
+  // goes through (one per dimension it is split along). A slice an op's
+  // partition made as part of its decomposition (a norm over a split
+  // dimension slicing its whole weights) is where that op reads the weight,
+  // not what the rank keeps.
   auto heldElements = [](Operation *param) {
     Value value = param->getResult(0);
     while (value.hasOneUse())
-      if (auto slice = dyn_cast<AllSliceOp>(*value.getUsers().begin()))
+      if (auto slice = dyn_cast<AllSliceOp>(*value.getUsers().begin());
+          slice && !isDecomposed(slice))
         value = slice.getResult();
       else
         break;

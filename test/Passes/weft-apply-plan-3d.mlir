@@ -27,7 +27,8 @@
 
 // The rank program: each weight's gz shard all-gathered before use, partial
 // sums over gx after the first linears and over gy after the second, the
-// residual stream gathered back over gx.
+// MLP's norm over the residual stream split over gx (each row's sum of
+// squares all-reduced), the stream gathered back over gx at the layer's end.
 // RANK: weft.mesh @mesh(dp = 1, gz = 2, gy = 2, gx = 2)
 // RANK: weft.layer "h"
 // RANK: %[[QS:.*]] = weft.all_slice %{{.*}} over @mesh ["gx", "gz"] dim 0 : tensor<16x16xf32> -> tensor<4x16xf32>
@@ -40,10 +41,12 @@
 // RANK: %[[OW:.*]] = weft.all_gather %{{.*}} over @mesh ["gz"] dim 0 : tensor<4x8xf32> -> tensor<8x8xf32>
 // RANK: %[[O:.*]] = weft.linear %{{.*}}, %[[OW]] : (tensor<1x8x8xf32>, tensor<8x8xf32>) -> tensor<1x8x8xf32>
 // RANK: weft.all_reduce sum %[[O]] over @mesh ["gy"] : tensor<1x8x8xf32>
-// RANK: weft.all_gather %{{.*}} over @mesh ["gx"] dim 2 : tensor<1x8x8xf32> -> tensor<1x8x16xf32>
+// RANK-NOT: weft.all_gather {{.*}} over @mesh ["gx"]
+// RANK: weft.all_reduce sum %{{.*}} over @mesh ["gx"] codec none {weft.decomposed} : tensor<1x8x1xf32>
 // RANK: %[[DW:.*]] = weft.all_gather %{{.*}} over @mesh ["gz"] dim 0 : tensor<8x8xf32> -> tensor<16x8xf32>
 // RANK: %[[D:.*]] = weft.linear %{{.*}}, %[[DW]] : (tensor<1x8x16xf32>, tensor<16x8xf32>) -> tensor<1x8x8xf32>
 // RANK: weft.all_reduce sum %[[D]] over @mesh ["gy"] : tensor<1x8x8xf32>
+// RANK: weft.all_gather %{{.*}} over @mesh ["gx"] dim 2 : tensor<1x8x8xf32> -> tensor<1x8x16xf32>
 
 func.func @heads(%q: tensor<1x6x8x4xf32>, %k: tensor<1x6x8x4xf32>, %v: tensor<1x6x8x4xf32>) -> tensor<1x6x8x4xf32> {
   // expected-error @+1 {{plan: the 6 attention heads (6 KV heads) are not divisible by gy (4), the 3-D grid's axis that splits them}}

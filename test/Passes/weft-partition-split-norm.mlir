@@ -10,7 +10,7 @@ weft.mesh @mesh(tp = 2)
 func.func @rms(%x: tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mesh, [[], [], [tp]]>},
                %g: tensor<32xf32>) -> (tensor<4x8x32xf32> {weft.sharding = #weft.sharding<@mesh, [[], [], [tp]]>}) {
   // CHECK-NOT: weft.all_gather
-  // CHECK: %[[G:.*]] = weft.all_slice %arg1 over @mesh ["tp"] dim 0 : tensor<32xf32> -> tensor<16xf32>
+  // CHECK: %[[G:.*]] = weft.all_slice %arg1 over @mesh ["tp"] dim 0 {weft.decomposed} : tensor<32xf32> -> tensor<16xf32>
   // CHECK: %[[SQ:.*]] = weft.mul %arg0, %arg0 {weft.decomposed} : tensor<4x8x16xf32>
   // CHECK: %[[SUM:.*]] = weft.reduce_sum %[[SQ]] axes [2] keep_dims {weft.decomposed} : tensor<4x8x16xf32> -> tensor<4x8x1xf32>
   // CHECK: %[[ALL:.*]] = weft.all_reduce sum %[[SUM]] over @mesh ["tp"] codec none {weft.decomposed} : tensor<4x8x1xf32>

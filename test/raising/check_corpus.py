@@ -193,8 +193,13 @@ def check_form(weft, name, root, tmp):
             # (A sandwich block's norms after attention and the MLP read
             # the row-split outputs all-reduced, as a sequential block's
             # residual adds do.)
-            sequential = f["block"] in ("sequential", "sandwich")
+            sequential = f["block"] in ("sequential", "sandwich", "post")
             wanted = MEGATRON_TP2_BYTES if sequential else PARALLEL_TP2_BYTES
+            # OLMo 2's norm of the whole q and k projections, whose width
+            # tp splits: each all-reduces one f32 per row (2 x 8 x 4 B) per
+            # layer, where gathering q and k would send their halves.
+            if f["qk_norm"] == "whole":
+                wanted += corpus.LAYERS * 2 * corpus.BATCH * corpus.SEQ * 4
             if spec == "tp=2" and sent != wanted:
                 problems.append("tp=2: each rank sent %s bytes; Megatron's column/row split "
                                 "of this model sends %d (%s all-reduce%s of the residual "

@@ -98,7 +98,8 @@ DEFAULTS = dict(
                          # rms_f32 | rms_mean_sq | rms_gemma (scaled by 1 + weight)
     qk_norm=False,       # RMSNorm of each head's q and k before the rotary embedding
                          # (True), or their LayerNorm ("layernorm": Persimmon,
-                         # StableLM 2)
+                         # StableLM 2), or the RMSNorm of the whole q and k
+                         # projections before the heads are viewed ("whole": OLMo 2)
     clip_qkv=0.0,        # > 0: q, k and v clamped to [-clip, clip] after their
                          # projections (MPT's and OLMo's clip_qkv)
                          # (Qwen3, OLMo 2)
@@ -112,7 +113,8 @@ DEFAULTS = dict(
                          # parallel_two_norms (GPT-NeoX: x + attn(n1 x) + mlp(n2 x)) |
                          # sandwich (Gemma 2 and 3: a norm before and after each of
                          # attention and MLP, x + n2(attn(n1 x)), then
-                         # + n4(mlp(n3 x)))
+                         # + n4(mlp(n3 x))) | post (OLMo 2: x + n1(attn(x)), then
+                         # + n2(mlp(x)), no norm before either branch)
     dynamic=True,        # also export with dynamic batch and sequence axes
     softcap=0.0,         # > 0: the scaled scores soft-capped before the mask,
                          # c * tanh(s / c) (Gemma 2, Grok-1)
@@ -264,6 +266,10 @@ FORMS = {
                                       rotary="half", mask="add_inf"),
     "latent_query_deepseek_v3": dict(attention="mla", mla_q_rank=24, norm="rms",
                                      mlp="swiglu", rotary="half", mask="add_inf"),
+    # OLMo 2's block: a norm after each branch only, and q and k RMS-normed
+    # over the whole projection (every head's features at once).
+    "post_norm_olmo2": dict(block="post", qk_norm="whole", norm="rms", mlp="swiglu",
+                            rotary="half", kv_heads=KV_HEADS, mask="add_inf"),
     "sandwich_gemma3": dict(block="sandwich", qk_norm=True, norm="rms_gemma",
                             mlp="geglu", embed_scale=True, rotary="half",
                             kv_heads=KV_HEADS, mask="sliding_window",
@@ -419,7 +425,10 @@ class Attention(nn.Module):
             self.qkv = nn.Linear(HIDDEN, HIDDEN + 2 * kv)
         self.o = nn.Linear(HIDDEN, HIDDEN)
         self.drop = nn.Dropout(0.1)
-        if f["qk_norm"]:
+        if f["qk_norm"] == "whole":
+            self.q_norm = Norm("rms", HIDDEN)
+            self.k_norm = Norm("rms", kv)
+        elif f["qk_norm"]:
             kind = "layernorm" if f["qk_norm"] == "layernorm" else "rms"
             self.q_norm = Norm(kind, HEAD_DIM)
             self.k_norm = Norm(kind, HEAD_DIM)
@@ -499,6 +508,8 @@ class Attention(nn.Module):
         if f["clip_qkv"]:
             c = f["clip_qkv"]
             q, k, v = q.clamp(min=-c, max=c), k.clamp(min=-c, max=c), v.clamp(min=-c, max=c)
+        if f["qk_norm"] == "whole":
+            q, k = self.q_norm(q), self.k_norm(k)
         kvh = f["kv_heads"]
         q = q.view(b, s, HEADS, HEAD_DIM).transpose(1, 2)
         v = v.view(b, s, kvh, HEAD_DIM).transpose(1, 2)
@@ -507,7 +518,7 @@ class Attention(nn.Module):
             k = None
         else:
             k = k.view(b, s, kvh, HEAD_DIM).transpose(1, 2)
-        if f["qk_norm"]:
+        if f["qk_norm"] and f["qk_norm"] != "whole":
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary(q, cos, sin), (self.rotary(k, cos, sin) if k is not None else k)
         if kvh != HEADS:
@@ -756,6 +767,9 @@ class Block(nn.Module):
         if block == "sandwich":
             x = x + self.norm2(self.attn(self.norm1(x), cos, sin, padding))
             return x + self.norm4(self.mlp(self.norm3(x)))
+        if block == "post":
+            x = x + self.norm1(self.attn(x, cos, sin, padding))
+            return x + self.norm2(self.mlp(x))
         x = x + self.attn(self.norm1(x), cos, sin, padding)
         return x + self.mlp(self.norm2(x))
 

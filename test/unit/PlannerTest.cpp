@@ -1898,10 +1898,14 @@ TEST(PlannerTensor3d, PlanFormChecksAndForwardBytes) {
       return 2 * (n - 1) * elements / n * bf16;
     };
     int64_t rows = b / gz * s;
+    // The residual stream is gathered over gx once, at the layer's end; the
+    // MLP's LayerNorm reads it split over gx and all-reduces each row's
+    // mean and variance (f32) instead of gathering it.
     int64_t expected =
         gather(h, 3 * h) + gather(h, h) + gather(h, f) + gather(f, h) +
         allReduce(gx, rows * 3 * h / gy) + allReduce(gx, rows * f / gy) +
-        2 * allReduce(gy, rows * h / gx) + 2 * (gx - 1) * rows * h / gx * bf16;
+        2 * allReduce(gy, rows * h / gx) + (gx - 1) * rows * h / gx * bf16 +
+        2 * (2 * (gx - 1) * rows / gx * 4);
     EXPECT_EQ(p.forward_comm_bytes_layer(), expected)
         << gx << "x" << gy << "x" << gz;
     // Weights per rank: each linear's shard (split over gx and gy, stored
