@@ -8,6 +8,7 @@
 #include "weft/Dialect/WeftOps.h"
 #include "weft/Driver/Driver.h"
 #include "weft/Planner/Cluster.h"
+#include "weft/Planner/HfCheckpoint.h"
 #include "weft/Planner/HfConfig.h"
 #include "weft/Planner/Model.h"
 #include "weft/Planner/Report.h"
@@ -25,7 +26,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
+#include <set>
 
 using namespace mlir;
 using namespace weft;
@@ -411,6 +414,10 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   }
   if (model->no_linear_bias())
     os << ", no linear biases";
+  if (model->no_attention_bias())
+    os << ", no attention biases";
+  if (model->output_bias())
+    os << ", output bias";
   if (model->qkv_clip() > 0)
     os << llvm::format(", QKV clipped at %g", model->qkv_clip());
   if (model->alibi())
@@ -715,7 +722,8 @@ std::string driver::overMemoryMessage(const PlanOutcome &outcome) {
 
 llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
     MLIRContext &context, const plan::ModelSpec &model, int64_t batch,
-    int64_t seq, uint64_t seed, llvm::StringRef weightsPath) {
+    int64_t seq, uint64_t seed, llvm::StringRef weightsPath,
+    llvm::StringRef checkpointPath) {
   if (batch <= 0 || seq <= 0 || batch > kMaxGlobalBatch || seq > kMaxSeqLen)
     return planError("the model's batch and sequence must be from 1 to 2^24 "
                      "(they are " +
@@ -733,6 +741,15 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
                                    "models of at most 64 GiB",
                                    elements, elements * 4 / (1 << 30))
                          .str());
+  std::optional<HfCheckpoint> checkpoint;
+  if (!checkpointPath.empty()) {
+    if (llvm::Error error = checkpointFamilySupported(model))
+      return error;
+    llvm::Expected<HfCheckpoint> opened = HfCheckpoint::open(checkpointPath);
+    if (!opened)
+      return opened.takeError();
+    checkpoint = std::move(*opened);
+  }
   OwningOpRef<ModuleOp> module = buildTransformer(context, model, shape);
   // Written under a temporary name and renamed when whole, so that an
   // interrupted import never leaves weights that look complete.
@@ -752,21 +769,65 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
   std::string location = llvm::sys::path::filename(weightsPath).str();
   int64_t offset = 0;
   std::vector<float> values;
-  module->walk([&](ParameterOp param) {
+  std::vector<std::string> used;
+  std::optional<llvm::Error> failed;
+  module->walk([&](ParameterOp param) -> WalkResult {
     auto type = cast<RankedTensorType>(param.getType());
-    values.assign(size_t(type.getNumElements()), 0.0f);
-    bool matrix = type.getRank() >= 2;
-    bool scale = type.getRank() == 1 && param.getName().ends_with(".weight");
-    for (float &value : values)
-      value = matrix ? float(0.02 * normal()) : scale ? 1.0f : 0.0f;
+    if (checkpoint) {
+      llvm::Expected<std::vector<float>> read = parameterFromCheckpoint(
+          *checkpoint, model, param.getName(), type.getShape(), used);
+      if (!read) {
+        failed = read.takeError();
+        return WalkResult::interrupt();
+      }
+      values = std::move(*read);
+    } else {
+      values.assign(size_t(type.getNumElements()), 0.0f);
+      bool matrix = type.getRank() >= 2;
+      bool scale = type.getRank() == 1 && param.getName().ends_with(".weight");
+      for (float &value : values)
+        value = matrix ? float(0.02 * normal()) : scale ? 1.0f : 0.0f;
+    }
     int64_t length = int64_t(values.size()) * 4;
     // The module is built little-endian; raw f32 as the runtime reads it.
     out.write(reinterpret_cast<const char *>(values.data()), size_t(length));
     param.setExternalAttr(
         ExternalDataAttr::get(&context, location, offset, length));
     offset += length;
+    return WalkResult::advance();
   });
+  // What the model has no place for is another model: refuse it rather
+  // than run the checkpoint without some of its weights.
+  if (checkpoint && !failed) {
+    std::set<std::string> read(used.begin(), used.end());
+    std::vector<std::string> left;
+    for (const std::string &name : checkpoint->names()) {
+      llvm::StringRef tensor(name);
+      // Tied output layers saved anyway, and older checkpoints' rotary
+      // inv_freq buffers, are not weights.
+      if (read.count(name) || tensor.ends_with("rotary_emb.inv_freq") ||
+          (tensor == "lm_head.weight" && model.tied_embeddings()))
+        continue;
+      left.push_back(name);
+    }
+    if (!left.empty()) {
+      std::string names;
+      for (size_t i = 0; i < left.size() && i < 4; ++i)
+        names += (i ? ", " : "") + left[i];
+      if (left.size() > 4)
+        names += llvm::formatv(" and {0} more", left.size() - 4).str();
+      failed = planError(llvm::formatv(
+          "the checkpoint has {0} tensor{2} the model its config describes has "
+          "no place for ({1}): it is another model, or one with parts Weft "
+          "does not build (check the config against the checkpoint)",
+          left.size(), names, left.size() == 1 ? "" : "s"));
+    }
+  }
   out.close();
+  if (failed) {
+    llvm::sys::fs::remove(partial);
+    return std::move(*failed);
+  }
   if (out.has_error()) {
     std::string why = out.error().message();
     out.clear_error();

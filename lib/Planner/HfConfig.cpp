@@ -721,8 +721,13 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   }
   if (olmo2)
     spec.set_qk_norm_layout(plan::QK_NORM_WHOLE);
+  spec.set_hf_model_type(type);
   // OLMo 2 and 3 norm each branch's output, not its input.
   spec.set_post_norms(olmo2);
+  // GPT-J's attention projections have no biases (its MLP's have); its
+  // and Phi's lm_head has one.
+  spec.set_no_attention_bias(type == "gptj");
+  spec.set_output_bias(type == "gptj" || type == "phi");
   for (Fields *f : {&outer, &fields})
     if (!f->error.empty())
       return configError(f->error);

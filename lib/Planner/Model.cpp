@@ -282,8 +282,10 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   double out = valueWidth * h;
   double ffn = model.ffn_hidden();
   double mlp = isGelu(model) ? 2 * h * ffn : 3 * h * ffn;
-  // The linears' biases (GPT's), or Qwen2's QKV biases alone.
-  double biases = hasLinearBiases(model) ? qkvWidth + h + ffn + h
+  // The linears' biases (GPT's; GPT-J's MLP's alone), or Qwen2's QKV
+  // biases alone.
+  double attentionBiases = model.no_attention_bias() ? 0 : qkvWidth + h;
+  double biases = hasLinearBiases(model) ? attentionBiases + ffn + h
                   : model.qkv_bias()     ? qkvWidth
                                          : 0;
   // Two norms (four with Gemma's, one for a parallel block's two branches
@@ -334,7 +336,8 @@ double planner::parameterCount(const plan::ModelSpec &model) {
     return double(model.parameters());
   double h = model.hidden();
   double embedding = double(model.vocab()) * h;
-  double output = model.tied_embeddings() ? 0 : embedding;
+  double output = (model.tied_embeddings() ? 0 : embedding) +
+                  (model.output_bias() ? double(model.vocab()) : 0);
   // The learned position table, of the model's context.
   double positions =
       hasLearnedPositions(model) ? double(model.seq_len()) * h : 0;
@@ -774,6 +777,9 @@ Value TransformerBuilder::block(Value x, int64_t index,
                 kvHeads = model.kv_heads(), d = headDim(model);
   const int64_t group = heads / kvHeads;
   std::string prefix = "layers." + std::to_string(index);
+  // GPT-J's attention projections have no biases where its MLP's have.
+  const bool attentionBiases =
+      hasLinearBiases(model) && !model.no_attention_bias();
   // The window, or none on a global layer among windowed ones.
   int64_t window = model.sliding_window();
   if (model.mixed_sliding_window() > 0 && model.global_every() > 0)
@@ -785,7 +791,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // OLMo 2 norms the branches' outputs alone: each reads the stream as is.
   Value normed = model.post_norms() ? x : norm(x, prefix + ".attn_norm");
   Value qkv = linear(normed, kvHeads * (group + 2) * d, prefix + ".qkv",
-                     hasLinearBiases(model) || model.qkv_bias());
+                     attentionBiases || model.qkv_bias());
   // OLMo's and MPT's clip_qkv.
   if (model.qkv_clip() > 0) {
     qkv = MaximumOp::create(b, loc, qkv, scalar(-model.qkv_clip()));
@@ -863,8 +869,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
       window > 0 ? b.getI64IntegerAttr(window) : IntegerAttr());
   Value merged =
       reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});
-  Value projected =
-      linear(merged, h, prefix + ".attn_out", hasLinearBiases(model));
+  Value projected = linear(merged, h, prefix + ".attn_out", attentionBiases);
   // Gemma 2 and 3 norm each branch's output too, before the residual adds;
   // OLMo 2 only there.
   if (model.sandwich_norms() || model.post_norms())
@@ -968,11 +973,14 @@ OwningOpRef<ModuleOp> planner::buildTransformer(MLIRContext &context,
   }
   Value normed = tb.norm(x, "final_norm");
   Value logits;
+  // GPT-J's and Phi's lm_head has a bias.
   if (model.tied_embeddings())
-    logits = LinearOp::create(builder, tb.loc, logitsType, normed, table,
-                              Value(), builder.getUnitAttr());
+    logits = LinearOp::create(
+        builder, tb.loc, logitsType, normed, table,
+        model.output_bias() ? tb.param("output.bias", {vocab}) : Value(),
+        builder.getUnitAttr());
   else
-    logits = tb.linear(normed, vocab, "output", false);
+    logits = tb.linear(normed, vocab, "output", model.output_bias());
   // Granite's logits_scaling divides the logits.
   if (float divisor = model.logit_divisor(); divisor > 0)
     logits = DivOp::create(builder, tb.loc, logits, tb.scalar(divisor));

@@ -667,6 +667,12 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "kind has them (MPT's no_bias, Falcon's bias: false): the exported "
         "GELU launchers build biases; run Weft's own program (weft compile "
         "/ weft train)");
+  if (m.no_attention_bias() || m.output_bias())
+    return llvm::createStringError(
+        "the model's attention projections have no biases where its MLP's "
+        "have, or its output layer has one (GPT-J's, Phi's lm_head): the "
+        "exported launchers bias every linear or none and never the output "
+        "layer; run Weft's own program (weft compile / weft train)");
   if (m.embedding_norm())
     return llvm::createStringError(
         "the model norms its embeddings before the first block (BLOOM's "

@@ -389,6 +389,20 @@ TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
   EXPECT_FLOAT_EQ(gptj.rotary_percent(), 0.25f);
   EXPECT_TRUE(gptj.rotary_interleaved());
   EXPECT_NEAR(parameterCount(gptj) / 1e9, 6.05, 0.05);
+  // Its attention projections have no biases, its lm_head has one.
+  EXPECT_TRUE(gptj.no_attention_bias());
+  EXPECT_TRUE(gptj.output_bias());
+  EXPECT_TRUE(hasLinearBiases(gptj));
+  // microsoft/phi-2: every linear biased, lm_head too: 2,779,683,840, as
+  // Microsoft counts it (51,200 fewer without the output bias).
+  plan::ModelSpec phi2 = read(R"({"model_type": "phi", "hidden_size": 2560,
+      "num_attention_heads": 32, "num_hidden_layers": 32,
+      "intermediate_size": 10240, "vocab_size": 51200,
+      "max_position_embeddings": 2048, "partial_rotary_factor": 0.4,
+      "tie_word_embeddings": false})");
+  EXPECT_TRUE(phi2.output_bias());
+  EXPECT_FALSE(phi2.no_attention_bias());
+  EXPECT_EQ(int64_t(parameterCount(phi2)), 2779683840);
   // GPT-NeoX without parallel residual; GPT-2's learned positions.
   plan::ModelSpec neox = read(R"({"model_type": "gpt_neox", "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,

@@ -205,6 +205,12 @@ static cl::opt<bool> noWeights(
     "no-weights",
     cl::desc("Keep only names, shapes and dtypes of weights (for planning)"),
     cl::sub(importCommand));
+static cl::opt<std::string> checkpointPath(
+    "checkpoint",
+    cl::desc("import --model CONFIG: the weights from this Hugging Face "
+             "checkpoint (a .safetensors file, a model.safetensors.index.json "
+             "or the directory holding either) instead of random ones"),
+    cl::value_desc("path"), cl::sub(importCommand));
 static cl::opt<bool> withLoss(
     "loss",
     cl::desc("Replace the model's logits by the per-token cross-entropy "
@@ -329,8 +335,11 @@ static int runBuildModel(MLIRContext &context,
       if (std::error_code ec = llvm::sys::fs::create_directories(dir))
         return fail("cannot create '" + dir.str() + "': " + ec.message());
   }
-  auto module = weft::driver::buildModelWithWeights(context, *spec, batch, seq,
-                                                    seedOpt, weights);
+  if (!checkpointPath.empty() && noWeights)
+    return fail("--checkpoint gives the weights that --no-weights leaves "
+                "out: give one of them");
+  auto module = weft::driver::buildModelWithWeights(
+      context, *spec, batch, seq, seedOpt, weights, checkpointPath);
   if (!module)
     return fail(module.takeError());
   std::string error;
@@ -347,13 +356,16 @@ static int runBuildModel(MLIRContext &context,
         batch, seq);
     return 0;
   }
+  std::string from = checkpointPath.empty()
+                         ? llvm::formatv("seed {0}", uint64_t(seedOpt)).str()
+                         : "from " + checkpointPath;
   llvm::errs() << llvm::formatv(
       "weft import: {0} ({1} layers, hidden {2}, {3} heads, vocab {4}; {5:e2} "
-      "parameters) at batch {6} x sequence {7}: {8}, weights (seed {9}) in "
+      "parameters) at batch {6} x sequence {7}: {8}, weights ({9}) in "
       "{10}\n",
       spec->name(), spec->layers(), spec->hidden(), spec->heads(),
       spec->vocab(), weft::planner::parameterCount(*spec), batch, seq,
-      outputPath, uint64_t(seedOpt), weights);
+      outputPath, from, weights);
   return 0;
 }
 

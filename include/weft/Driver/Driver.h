@@ -264,11 +264,16 @@ llvm::Expected<plan::ModelSpec> resolveModelSpec(mlir::MLIRContext &context,
 /// another; each parameter names its byte range there as external data
 /// relative to the module's directory (the file's name only). With an
 /// empty `weightsPath`, the module alone: its parameters have names, shapes
-/// and dtypes and no data (for planning, as import --no-weights).
+/// and dtypes and no data (for planning, as import --no-weights). With a
+/// `checkpoint` (a Hugging Face safetensors checkpoint of a model read from
+/// its config.json), every parameter's values are the checkpoint's, laid out
+/// as the builder lays them; a tensor missing, of another shape, or left
+/// over is an error naming it.
 llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
 buildModelWithWeights(mlir::MLIRContext &context, const plan::ModelSpec &model,
                       int64_t batch, int64_t seq, uint64_t seed,
-                      llvm::StringRef weightsPath);
+                      llvm::StringRef weightsPath,
+                      llvm::StringRef checkpoint = "");
 
 /// The error for an evaluated plan that does not fit (overMemoryGib > 0).
 std::string overMemoryMessage(const PlanOutcome &outcome);

@@ -234,6 +234,9 @@ if "output.weight" in params:
     logits = x @ params["output.weight"]
 else:
     logits = x @ params["embedding.weight"].T
+if "output.bias" in params:
+    # GPT-J's and Phi's lm_head (bias=True).
+    logits = logits + params["output.bias"]
 logits = logits / option("logit-divisor", 1.0) * option("logit-scale", 1.0)
 cap = option("logit-softcap", 0)
 if cap:

@@ -1,0 +1,508 @@
+//===- HfCheckpoint.cpp - Weights from Hugging Face safetensors -----------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A safetensors file is an 8-byte little-endian header length, a JSON header
+// ({name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": ...})
+// and the tensors' bytes, row-major, offsets relative to the header's end.
+// A sharded checkpoint's index (model.safetensors.index.json) maps each
+// tensor to its file in "weight_map".
+//
+// The builder's layout differs from transformers' in three ways the reader
+// undoes: linears are [in, out] (nn.Linear's weight is [out, in]); Q, K and
+// V are one projection whose columns are grouped by KV head ([kv_heads,
+// group + 2, head_dim]: the group's query heads, then the key, then the
+// value); Gemma's RMSNorm scales by 1 + w where the builder's scale is the
+// factor itself.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/HfCheckpoint.h"
+#include "weft/Planner/Model.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+using namespace weft;
+using namespace weft::planner;
+
+static llvm::Error checkpointError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+static int64_t dtypeBytes(llvm::StringRef dtype) {
+  return llvm::StringSwitch<int64_t>(dtype)
+      .Case("F32", 4)
+      .Case("F16", 2)
+      .Case("BF16", 2)
+      .Case("F64", 8)
+      .Default(0);
+}
+
+/// One safetensors file's tensors into `tensors` (file index `index`).
+static llvm::Error readHeader(
+    llvm::StringRef path, const llvm::MemoryBuffer &buffer,
+    llvm::function_ref<void(llvm::StringRef, llvm::StringRef,
+                            llvm::SmallVector<int64_t, 4>, uint64_t, uint64_t)>
+        add) {
+  llvm::StringRef bytes = buffer.getBuffer();
+  if (bytes.size() < 8)
+    return checkpointError(path + ": not a safetensors file (" +
+                           llvm::Twine(bytes.size()) +
+                           " bytes, shorter than its header's length)");
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i)
+    length = (length << 8) | uint8_t(bytes[size_t(i)]);
+  if (length > bytes.size() - 8)
+    return checkpointError(path + ": its header is " + llvm::Twine(length) +
+                           " bytes long, past the file's end");
+  llvm::Expected<llvm::json::Value> header =
+      llvm::json::parse(bytes.substr(8, size_t(length)));
+  if (!header)
+    return checkpointError(path + ": its header is not JSON (" +
+                           llvm::toString(header.takeError()) + ")");
+  const llvm::json::Object *object = header->getAsObject();
+  if (!object)
+    return checkpointError(path + ": its header is not a JSON object");
+  const uint64_t data = 8 + length, size = bytes.size() - data;
+  for (const auto &[key, value] : *object) {
+    if (key == "__metadata__")
+      continue;
+    const llvm::json::Object *tensor = value.getAsObject();
+    auto fail = [&](const llvm::Twine &why) {
+      return checkpointError(path + ": tensor '" + key.str() + "' " + why);
+    };
+    if (!tensor)
+      return fail("is not a JSON object");
+    std::optional<llvm::StringRef> dtype = tensor->getString("dtype");
+    const llvm::json::Array *shape = tensor->getArray("shape");
+    const llvm::json::Array *offsets = tensor->getArray("data_offsets");
+    if (!dtype || !shape || !offsets || offsets->size() != 2)
+      return fail("lacks its dtype, shape or two data_offsets");
+    if (!dtypeBytes(*dtype))
+      return fail("is " + *dtype +
+                  ": Weft reads F32, F16, BF16 and F64 checkpoints");
+    llvm::SmallVector<int64_t, 4> dims;
+    int64_t elements = 1;
+    for (const llvm::json::Value &dim : *shape) {
+      std::optional<int64_t> n = dim.getAsInteger();
+      if (!n || *n < 0 || *n > (int64_t(1) << 40))
+        return fail("has a dimension that is not a size");
+      dims.push_back(*n);
+      elements *= *n;
+      if (elements > (int64_t(1) << 40))
+        return fail("is too large");
+    }
+    std::optional<int64_t> begin = (*offsets)[0].getAsInteger(),
+                           end = (*offsets)[1].getAsInteger();
+    if (!begin || !end || *begin < 0 || *end < *begin || uint64_t(*end) > size)
+      return fail("has data_offsets outside the file's " + llvm::Twine(size) +
+                  " bytes of data");
+    if (*end - *begin != elements * dtypeBytes(*dtype))
+      return fail("has " + llvm::Twine(*end - *begin) + " bytes for " +
+                  llvm::Twine(elements) + " " + *dtype + " elements");
+    add(key, *dtype, dims, data + uint64_t(*begin), data + uint64_t(*end));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<HfCheckpoint> HfCheckpoint::open(llvm::StringRef path) {
+  std::string root = path.str();
+  std::vector<std::string> paths;
+  if (llvm::sys::fs::is_directory(path)) {
+    llvm::SmallString<256> single(path), index(path);
+    llvm::sys::path::append(single, "model.safetensors");
+    llvm::sys::path::append(index, "model.safetensors.index.json");
+    if (llvm::sys::fs::exists(single))
+      root = single.str().str();
+    else if (llvm::sys::fs::exists(index))
+      root = index.str().str();
+    else
+      return checkpointError(
+          path + ": no model.safetensors or model.safetensors.index.json in "
+                 "it; give the checkpoint's directory or file");
+  }
+  if (llvm::StringRef(root).ends_with(".json")) {
+    auto buffer = llvm::MemoryBuffer::getFile(root);
+    if (!buffer)
+      return checkpointError("cannot read '" + root +
+                             "': " + buffer.getError().message());
+    llvm::Expected<llvm::json::Value> json =
+        llvm::json::parse((*buffer)->getBuffer());
+    if (!json)
+      return checkpointError(root + ": not JSON (" +
+                             llvm::toString(json.takeError()) + ")");
+    const llvm::json::Object *object = json->getAsObject();
+    const llvm::json::Object *map =
+        object ? object->getObject("weight_map") : nullptr;
+    if (!map)
+      return checkpointError(root + ": no \"weight_map\" object: not a "
+                                    "safetensors index");
+    std::set<std::string> shards;
+    for (const auto &[name, file] : *map) {
+      std::optional<llvm::StringRef> shard = file.getAsString();
+      if (!shard || shard->contains('/') || shard->contains('\\'))
+        return checkpointError(root + ": \"weight_map\" gives '" + name.str() +
+                               "' no file name of this directory");
+      shards.insert(shard->str());
+    }
+    llvm::StringRef dir = llvm::sys::path::parent_path(root);
+    for (const std::string &shard : shards) {
+      llvm::SmallString<256> full(dir);
+      llvm::sys::path::append(full, shard);
+      paths.push_back(full.str().str());
+    }
+  } else {
+    paths.push_back(root);
+  }
+  HfCheckpoint checkpoint;
+  for (const std::string &file : paths) {
+    auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
+                                              /*RequiresNullTerminator=*/false);
+    if (!buffer)
+      return checkpointError("cannot read '" + file +
+                             "': " + buffer.getError().message());
+    unsigned index = unsigned(checkpoint.files.size());
+    checkpoint.files.push_back(std::move(*buffer));
+    std::string duplicate;
+    if (llvm::Error error = readHeader(
+            file, *checkpoint.files.back(),
+            [&](llvm::StringRef name, llvm::StringRef dtype,
+                llvm::SmallVector<int64_t, 4> shape, uint64_t begin,
+                uint64_t end) {
+              if (!checkpoint.tensors
+                       .try_emplace(name, Tensor{index, dtype.str(),
+                                                 std::move(shape), begin, end})
+                       .second &&
+                  duplicate.empty())
+                duplicate = name.str();
+            }))
+      return error;
+    if (!duplicate.empty())
+      return checkpointError(file + ": tensor '" + duplicate +
+                             "' is in more than one file");
+  }
+  return checkpoint;
+}
+
+llvm::ArrayRef<int64_t> HfCheckpoint::shape(llvm::StringRef name) const {
+  return tensors.find(name)->second.shape;
+}
+
+std::vector<std::string> HfCheckpoint::names() const {
+  std::vector<std::string> all;
+  for (const auto &entry : tensors)
+    all.push_back(entry.getKey().str());
+  llvm::sort(all);
+  return all;
+}
+
+/// IEEE half to float, subnormals and infinities included.
+static float halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {
+      // Normalize the subnormal.
+      exponent = 127 - 15 + 1;
+      while (!(mantissa & 0x400)) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
+    }
+  } else if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
+  }
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
+  const Tensor &tensor = tensors.find(name)->second;
+  const char *bytes = files[tensor.file]->getBufferStart() + tensor.begin;
+  const int64_t width = dtypeBytes(tensor.dtype);
+  const size_t n = size_t(int64_t(tensor.end - tensor.begin) / width);
+  std::vector<float> values(n);
+  // The files are little-endian, as the hosts Weft runs on.
+  for (size_t i = 0; i < n; ++i) {
+    const char *at = bytes + i * size_t(width);
+    if (tensor.dtype == "F32") {
+      std::memcpy(&values[i], at, 4);
+    } else if (tensor.dtype == "F64") {
+      double d;
+      std::memcpy(&d, at, 8);
+      values[i] = float(d);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, at, 2);
+      if (tensor.dtype == "BF16") {
+        uint32_t bits = uint32_t(h) << 16;
+        std::memcpy(&values[i], &bits, 4);
+      } else {
+        values[i] = halfToFloat(h);
+      }
+    }
+  }
+  return values;
+}
+
+//===----------------------------------------------------------------------===//
+// transformers' names for the builder's parameters
+//===----------------------------------------------------------------------===//
+
+static const char *const kLlamaNamed[] = {
+    "llama", "mistral", "qwen2", "qwen3",   "gemma",  "gemma2",   "gemma3_text",
+    "olmo",  "olmo2",   "olmo3", "granite", "cohere", "stablelm", "phi3"};
+
+llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
+  llvm::StringRef type = model.hf_model_type();
+  if (type.empty())
+    return checkpointError(
+        "--checkpoint reads the weights of a model read from a Hugging Face "
+        "config.json (give --model DIR or CONFIG.json), not of a preset or "
+        "of the gpt / llama builders");
+  if (llvm::is_contained(kLlamaNamed, type))
+    return llvm::Error::success();
+  std::string known;
+  for (const char *name : kLlamaNamed)
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  return checkpointError("--checkpoint does not read '" + type +
+                         "' checkpoints yet (their tensors are named and laid "
+                         "out otherwise); it reads " +
+                         known +
+                         "; export the model to ONNX for weft import instead");
+}
+
+/// `values` ([rows, cols], row-major) transposed.
+static std::vector<float> transposed(const std::vector<float> &values,
+                                     int64_t rows, int64_t cols) {
+  std::vector<float> out(values.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[size_t(c * rows + r)] = values[size_t(r * cols + c)];
+  return out;
+}
+
+static llvm::Expected<std::vector<float>>
+lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
+       llvm::StringRef param, std::vector<std::string> &used) {
+  const llvm::StringRef type = model.hf_model_type();
+  const bool gemma = type.starts_with("gemma");
+  const int64_t h = model.hidden(), heads = model.heads(),
+                kvHeads = model.kv_heads(), d = headDim(model),
+                group = heads / std::max<int64_t>(kvHeads, 1),
+                ffn = model.ffn_hidden(), vocab = model.vocab();
+  auto fail = [&](const llvm::Twine &why) {
+    return checkpointError("parameter '" + param + "': " + why);
+  };
+  // A tensor of the checkpoint, of the shape given.
+  auto get =
+      [&](const std::string &name,
+          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<float>> {
+    if (!checkpoint.has(name))
+      return fail("the checkpoint has no tensor '" + name + "'");
+    if (checkpoint.shape(name) != want) {
+      auto text = [](llvm::ArrayRef<int64_t> s) {
+        std::string out;
+        for (int64_t n : s)
+          out += (out.empty() ? "" : " x ") + std::to_string(n);
+        return "[" + out + "]";
+      };
+      return fail("'" + name + "' is " + text(checkpoint.shape(name)) +
+                  " where the config gives " + text(want));
+    }
+    used.push_back(name);
+    return checkpoint.read(name);
+  };
+  // Gemma's norms scale by 1 + w.
+  auto norm = [&](llvm::Expected<std::vector<float>> values)
+      -> llvm::Expected<std::vector<float>> {
+    if (values && gemma)
+      for (float &v : *values)
+        v += 1.0f;
+    return values;
+  };
+  auto linearT = [&](const std::string &name, int64_t out,
+                     int64_t in) -> llvm::Expected<std::vector<float>> {
+    auto values = get(name, {out, in});
+    if (!values)
+      return values.takeError();
+    return transposed(*values, out, in);
+  };
+  if (param == "embedding.weight")
+    return get("model.embed_tokens.weight", {vocab, h});
+  if (param == "final_norm.weight")
+    return norm(get("model.norm.weight", {h}));
+  if (param == "final_norm.bias")
+    return get("model.norm.bias", {h});
+  if (param == "output.weight")
+    return linearT("lm_head.weight", vocab, h);
+  if (param == "output.bias")
+    return get("lm_head.bias", {vocab});
+  llvm::StringRef rest = param;
+  int64_t layer = -1;
+  if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
+      !rest.consume_front("."))
+    return fail("no tensor of the checkpoint is known to be it");
+  const std::string at = "model.layers." + std::to_string(layer) + ".";
+  const bool gemmaSandwich = type == "gemma2" || type == "gemma3_text";
+  if (rest == "attn_norm.weight")
+    return norm(get(at + "input_layernorm.weight", {h}));
+  if (rest == "attn_norm.bias")
+    return get(at + "input_layernorm.bias", {h});
+  if (rest == "mlp_norm.weight")
+    return norm(get(at + (gemmaSandwich ? "pre_feedforward_layernorm.weight"
+                                        : "post_attention_layernorm.weight"),
+                    {h}));
+  if (rest == "mlp_norm.bias")
+    return get(at + "post_attention_layernorm.bias", {h});
+  if (rest == "attn_post_norm.weight")
+    return norm(get(at + "post_attention_layernorm.weight", {h}));
+  if (rest == "mlp_post_norm.weight")
+    return norm(get(at + "post_feedforward_layernorm.weight", {h}));
+  // Q, K and V: separate projections, or Phi-3's fused qkv_proj ([q; k;
+  // v] rows); grouped by KV head into the builder's columns.
+  if (rest == "qkv.weight" || rest == "qkv.bias") {
+    const bool bias = rest == "qkv.bias";
+    const int64_t in = bias ? 1 : h;
+    auto rows = [&](llvm::StringRef which,
+                    int64_t count) -> llvm::Expected<std::vector<float>> {
+      std::string name = at + "self_attn." + which.str() + "_proj." +
+                         (bias ? "bias" : "weight");
+      if (bias)
+        return get(name, {count});
+      return get(name, {count, in});
+    };
+    std::vector<float> q, k, v;
+    if (checkpoint.has(at + "self_attn.qkv_proj.weight")) {
+      const int64_t total = (heads + 2 * kvHeads) * d;
+      auto fused = bias ? get(at + "self_attn.qkv_proj.bias", {total})
+                        : get(at + "self_attn.qkv_proj.weight", {total, h});
+      if (!fused)
+        return fused.takeError();
+      auto begin = fused->begin();
+      q.assign(begin, begin + heads * d * in);
+      k.assign(begin + heads * d * in, begin + (heads + kvHeads) * d * in);
+      v.assign(begin + (heads + kvHeads) * d * in, fused->end());
+    } else {
+      auto qr = rows("q", heads * d);
+      if (!qr)
+        return qr.takeError();
+      auto kr = rows("k", kvHeads * d);
+      if (!kr)
+        return kr.takeError();
+      auto vr = rows("v", kvHeads * d);
+      if (!vr)
+        return vr.takeError();
+      q = std::move(*qr);
+      k = std::move(*kr);
+      v = std::move(*vr);
+    }
+    // Output columns in the builder's order, each a row of a projection.
+    const int64_t columns = kvHeads * (group + 2) * d;
+    std::vector<float> out(size_t(columns * in));
+    int64_t column = 0;
+    auto place = [&](const std::vector<float> &from, int64_t row) {
+      for (int64_t i = 0; i < in; ++i)
+        out[size_t(i * columns + column)] = from[size_t(row * in + i)];
+      ++column;
+    };
+    for (int64_t g = 0; g < kvHeads; ++g) {
+      for (int64_t j = 0; j < group * d; ++j)
+        place(q, g * group * d + j);
+      for (int64_t j = 0; j < d; ++j)
+        place(k, g * d + j);
+      for (int64_t j = 0; j < d; ++j)
+        place(v, g * d + j);
+    }
+    return out;
+  }
+  if (rest == "attn_out.weight")
+    return linearT(at + "self_attn.o_proj.weight", h, heads * d);
+  if (rest == "attn_out.bias")
+    return get(at + "self_attn.o_proj.bias", {h});
+  // QK norms: one weight of head_dim (Qwen3, Gemma 3), of the projection's
+  // width (OLMo 2), or one per head (Cohere's [heads, head_dim], StableLM's
+  // q_layernorm.norms.i).
+  if (rest == "q_norm.weight" || rest == "k_norm.weight") {
+    const bool query = rest == "q_norm.weight";
+    const int64_t n = query ? heads : kvHeads;
+    switch (model.qk_norm_layout()) {
+    case plan::QK_NORM_WHOLE:
+      return norm(get(at + "self_attn." + rest.str(), {n * d}));
+    case plan::QK_NORM_PER_HEAD: {
+      if (type == "stablelm") {
+        std::vector<float> all;
+        for (int64_t i = 0; i < n; ++i) {
+          auto one =
+              get(at + "self_attn." + (query ? "q_layernorm" : "k_layernorm") +
+                      ".norms." + std::to_string(i) + ".weight",
+                  {d});
+          if (!one)
+            return one.takeError();
+          all.insert(all.end(), one->begin(), one->end());
+        }
+        return all;
+      }
+      return get(at + "self_attn." + rest.str(), {n, d});
+    }
+    default:
+      return norm(get(at + "self_attn." + rest.str(), {d}));
+    }
+  }
+  // The MLP: gate and up (Phi-3's fused gate_up_proj, [gate; up] rows),
+  // down.
+  if (rest == "mlp_gate.weight" || rest == "mlp_up.weight") {
+    const bool gate = rest == "mlp_gate.weight";
+    if (checkpoint.has(at + "mlp.gate_up_proj.weight")) {
+      auto fused = get(at + "mlp.gate_up_proj.weight", {2 * ffn, h});
+      if (!fused)
+        return fused.takeError();
+      std::vector<float> half(fused->begin() + (gate ? 0 : ffn * h),
+                              fused->begin() + (gate ? ffn * h : 2 * ffn * h));
+      return transposed(half, ffn, h);
+    }
+    return linearT(at + (gate ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"),
+                   ffn, h);
+  }
+  if (rest == "mlp_down.weight")
+    return linearT(at + "mlp.down_proj.weight", h, ffn);
+  return fail("no tensor of the checkpoint is known to be it");
+}
+
+llvm::Expected<std::vector<float>> planner::parameterFromCheckpoint(
+    const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
+    llvm::StringRef param, llvm::ArrayRef<int64_t> shape,
+    std::vector<std::string> &used) {
+  llvm::Expected<std::vector<float>> values =
+      lookup(checkpoint, model, param, used);
+  if (!values)
+    return values.takeError();
+  int64_t elements = 1;
+  for (int64_t n : shape)
+    elements *= n;
+  if (int64_t(values->size()) != elements)
+    return checkpointError("parameter '" + param + "': the checkpoint gives " +
+                           llvm::Twine(values->size()) +
+                           " values where the model has " +
+                           llvm::Twine(elements));
+  return values;
+}

@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""A Hugging Face checkpoint of a small decoder, and its logits as
+transformers computes them.
+
+    hf-checkpoint.py write CONFIG.json DIR [--dtype=f32|bf16|f16] [--shards=N]
+        [--seed=S] [--drop=NAME] [--extra=NAME]
+    hf-checkpoint.py logits CONFIG.json DIR TOKENS.npy OUT.npy
+
+`write` draws random weights under transformers' names and shapes for the
+config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3) and
+writes them as safetensors (model.safetensors, or N shards with a
+model.safetensors.index.json), in the dtype given; --drop leaves a tensor
+out, --extra adds one the model does not have.
+
+`logits` reads the checkpoint back with its own safetensors reader and
+computes the logits of TOKENS.npy in float64 as transformers' modeling code
+writes these families: separate q, k and v projections (Phi-3's fused
+qkv_proj and gate_up_proj split as its forward splits them), rotate_half
+rotary, repeat_kv, causal softmax at 1 / sqrt(head_dim), RMSNorm (Gemma's
+times 1 + w, its embeddings times sqrt(hidden), GELU-tanh gating), Qwen3's
+per-head q_norm and k_norm, OLMo 2's norms after each branch and its q_norm
+and k_norm over the whole projections.
+"""
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+flags = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "") for a in sys.argv[1:]
+             if a.startswith("--"))
+mode, config_path, directory = args[:3]
+config = json.load(open(config_path))
+kind = config["model_type"]
+h = config["hidden_size"]
+heads = config["num_attention_heads"]
+kv = config.get("num_key_value_heads", heads)
+d = config.get("head_dim") or h // heads
+ffn = config["intermediate_size"]
+vocab = config["vocab_size"]
+layers = config["num_hidden_layers"]
+tied = config.get("tie_word_embeddings", kind == "gemma")
+eps = config.get("rms_norm_eps", 1e-6)
+theta = config.get("rope_theta", 10000.0)
+gemma = kind == "gemma"
+
+
+def shapes():
+    out = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,)}
+    if not tied:
+        out["lm_head.weight"] = (vocab, h)
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        if kind != "olmo2":
+            out[p + "input_layernorm.weight"] = (h,)
+        out[p + "post_attention_layernorm.weight"] = (h,)
+        if kind == "olmo2":
+            out[p + "post_feedforward_layernorm.weight"] = (h,)
+            out[p + "self_attn.q_norm.weight"] = (heads * d,)
+            out[p + "self_attn.k_norm.weight"] = (kv * d,)
+        if kind == "qwen3":
+            out[p + "self_attn.q_norm.weight"] = (d,)
+            out[p + "self_attn.k_norm.weight"] = (d,)
+        if kind == "phi3":
+            out[p + "self_attn.qkv_proj.weight"] = ((heads + 2 * kv) * d, h)
+            out[p + "mlp.gate_up_proj.weight"] = (2 * ffn, h)
+        else:
+            out[p + "self_attn.q_proj.weight"] = (heads * d, h)
+            out[p + "self_attn.k_proj.weight"] = (kv * d, h)
+            out[p + "self_attn.v_proj.weight"] = (kv * d, h)
+            out[p + "mlp.gate_proj.weight"] = (ffn, h)
+            out[p + "mlp.up_proj.weight"] = (ffn, h)
+        if kind == "qwen2":
+            out[p + "self_attn.q_proj.bias"] = (heads * d,)
+            out[p + "self_attn.k_proj.bias"] = (kv * d,)
+            out[p + "self_attn.v_proj.bias"] = (kv * d,)
+        out[p + "self_attn.o_proj.weight"] = (h, heads * d)
+        out[p + "mlp.down_proj.weight"] = (h, ffn)
+    return out
+
+
+DTYPES = {"f32": ("F32", np.float32), "f16": ("F16", np.float16), "bf16": ("BF16", None),
+          "F32": np.float32, "F16": np.float16, "F64": np.float64}
+
+
+def encode(values, dtype):
+    if dtype == "bf16":
+        bits = values.astype(np.float32).view(np.uint32)
+        # Round to nearest even, as torch's bfloat16 conversion does.
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return rounded.astype(np.uint16).tobytes()
+    return values.astype(DTYPES[dtype][1]).tobytes()
+
+
+def write_file(path, tensors, dtype):
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, values in tensors.items():
+        blob = encode(values, dtype)
+        header[name] = {"dtype": DTYPES[dtype][0], "shape": list(values.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def write():
+    rng = np.random.default_rng(int(flags.get("seed", "0")))
+    tensors = {}
+    for name, shape in shapes().items():
+        if len(shape) == 1 and "norm" in name:
+            base = 0.0 if gemma else 1.0
+            tensors[name] = base + 0.1 * rng.standard_normal(shape)
+        else:
+            tensors[name] = 0.08 * rng.standard_normal(shape)
+    if "drop" in flags:
+        del tensors[flags["drop"]]
+    if "extra" in flags:
+        tensors[flags["extra"]] = rng.standard_normal((h,))
+    os.makedirs(directory, exist_ok=True)
+    dtype = flags.get("dtype", "f32")
+    shards = int(flags.get("shards", "1"))
+    if shards == 1:
+        write_file(os.path.join(directory, "model.safetensors"), tensors, dtype)
+        return
+    names = list(tensors)
+    weight_map = {}
+    for s in range(shards):
+        file = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
+        part = {n: tensors[n] for n in names[s::shards]}
+        write_file(os.path.join(directory, file), part, dtype)
+        weight_map.update({n: file for n in part})
+    json.dump({"metadata": {}, "weight_map": weight_map},
+              open(os.path.join(directory, "model.safetensors.index.json"), "w"))
+
+
+def read_checkpoint():
+    index = os.path.join(directory, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) \
+        if os.path.exists(index) else ["model.safetensors"]
+    params = {}
+    for file in files:
+        raw = open(os.path.join(directory, file), "rb").read()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = info["data_offsets"]
+            blob = raw[8 + n + begin:8 + n + end]
+            if info["dtype"] == "BF16":
+                values = (np.frombuffer(blob, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            else:
+                values = np.frombuffer(blob, DTYPES[info["dtype"]])
+            params[name] = torch.from_numpy(values.astype(np.float64).reshape(info["shape"]))
+    return params
+
+
+def logits():
+    w = read_checkpoint()
+    tokens = torch.from_numpy(np.load(args[3]))
+    b, s = tokens.shape
+
+    def rms(x, weight):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return y * (1.0 + weight) if gemma else y * weight
+
+    def rotate(x):
+        inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+        emb = torch.cat([freqs, freqs], -1)
+        half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+        return x * emb.cos() + half * emb.sin()
+
+    def linear(x, name):
+        out = x @ w[name + ".weight"].T
+        return out + w[name + ".bias"] if name + ".bias" in w else out
+
+    x = w["model.embed_tokens.weight"][tokens]
+    if gemma:
+        x = x * math.sqrt(h)
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        hin = x if kind == "olmo2" else rms(x, w[p + "input_layernorm.weight"])
+        if kind == "phi3":
+            qkv = linear(hin, p + "self_attn.qkv_proj")
+            q, k, v = qkv.split([heads * d, kv * d, kv * d], -1)
+        else:
+            q, k, v = (linear(hin, p + "self_attn.%s_proj" % n) for n in "qkv")
+        if kind == "olmo2":
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        q = q.view(b, s, heads, d)
+        k = k.view(b, s, kv, d)
+        if kind == "qwen3":
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        q, k, v = rotate(q.transpose(1, 2)), rotate(k.transpose(1, 2)), v.view(b, s, kv, d).transpose(1, 2)
+        k = k[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
+        v = v[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
+        out = linear(attended, p + "self_attn.o_proj")
+        if kind == "olmo2":
+            x = x + rms(out, w[p + "post_attention_layernorm.weight"])
+            m = x
+        else:
+            x = x + out
+            m = rms(x, w[p + "post_attention_layernorm.weight"])
+        if kind == "phi3":
+            gate, up = linear(m, p + "mlp.gate_up_proj").chunk(2, -1)
+        else:
+            gate, up = linear(m, p + "mlp.gate_proj"), linear(m, p + "mlp.up_proj")
+        act = torch.nn.functional.gelu(gate, approximate="tanh") if gemma \
+            else torch.nn.functional.silu(gate)
+        down = linear(act * up, p + "mlp.down_proj")
+        x = x + (rms(down, w[p + "post_feedforward_layernorm.weight"]) if kind == "olmo2" else down)
+    x = rms(x, w["model.norm.weight"])
+    head = w["model.embed_tokens.weight"] if tied else w["lm_head.weight"]
+    np.save(args[4], (x @ head.T).float().numpy())
+
+
+write() if mode == "write" else logits()

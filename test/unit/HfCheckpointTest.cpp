@@ -1,0 +1,159 @@
+//===- HfCheckpointTest.cpp - Weights from Hugging Face safetensors -------===//
+//
+// Part of the Weft project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The safetensors reader (dtypes, bounds, the errors of a damaged header)
+// and the layout of the builder's parameters from transformers' tensors.
+//
+//===----------------------------------------------------------------------===//
+
+#include "weft/Planner/HfCheckpoint.h"
+#include "weft/Planner/HfConfig.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "gtest/gtest.h"
+
+#include <cstring>
+
+using namespace weft;
+using namespace weft::planner;
+
+namespace {
+
+/// A safetensors file of `header` (JSON) and `data`, at a temporary path.
+std::string writeFile(const std::string &header, const std::string &data) {
+  llvm::SmallString<128> path;
+  int fd;
+  if (llvm::sys::fs::createTemporaryFile("weft-ckpt", "safetensors", fd, path))
+    return "";
+  llvm::raw_fd_ostream out(fd, /*shouldClose=*/true);
+  uint64_t length = header.size();
+  for (int i = 0; i < 8; ++i)
+    out << char((length >> (8 * i)) & 0xff);
+  out << header << data;
+  return path.str().str();
+}
+
+std::string bytesOf(const void *p, size_t n) {
+  return std::string(static_cast<const char *>(p), n);
+}
+
+std::string errorOf(const std::string &path) {
+  llvm::Expected<HfCheckpoint> checkpoint = HfCheckpoint::open(path);
+  if (checkpoint)
+    return "";
+  return llvm::toString(checkpoint.takeError());
+}
+
+TEST(HfCheckpoint, ReadsEachDtype) {
+  // 1.5 and -2 as F32, F16 (0x3e00, 0xc000), BF16 (0x3fc0, 0xc000), F64.
+  float f32[] = {1.5f, -2.0f};
+  uint16_t f16[] = {0x3e00, 0xc000}, bf16[] = {0x3fc0, 0xc000};
+  double f64[] = {1.5, -2.0};
+  std::string data =
+      bytesOf(f32, 8) + bytesOf(f16, 4) + bytesOf(bf16, 4) + bytesOf(f64, 16);
+  std::string path = writeFile(
+      R"({"__metadata__": {"format": "pt"},
+          "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+          "b": {"dtype": "F16", "shape": [1, 2], "data_offsets": [8, 12]},
+          "c": {"dtype": "BF16", "shape": [2], "data_offsets": [12, 16]},
+          "d": {"dtype": "F64", "shape": [2], "data_offsets": [16, 32]}})",
+      data);
+  llvm::Expected<HfCheckpoint> checkpoint = HfCheckpoint::open(path);
+  ASSERT_TRUE(bool(checkpoint)) << llvm::toString(checkpoint.takeError());
+  EXPECT_EQ(checkpoint->names(),
+            (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_EQ(checkpoint->shape("b"), (llvm::ArrayRef<int64_t>{1, 2}));
+  for (const char *name : {"a", "b", "c", "d"})
+    EXPECT_EQ(checkpoint->read(name), (std::vector<float>{1.5f, -2.0f}))
+        << name;
+  llvm::sys::fs::remove(path);
+}
+
+TEST(HfCheckpoint, DamagedFilesAreRefused) {
+  float two[] = {1, 2};
+  std::string data = bytesOf(two, 8);
+  auto refused = [&](const std::string &header, const char *why) {
+    std::string path = writeFile(header, data);
+    std::string error = errorOf(path);
+    llvm::sys::fs::remove(path);
+    EXPECT_NE(error.find(why), std::string::npos) << error;
+  };
+  refused("{not json", "its header is not JSON");
+  refused(R"({"a": {"dtype": "I8", "shape": [8], "data_offsets": [0, 8]}})",
+          "is I8: Weft reads F32, F16, BF16 and F64 checkpoints");
+  refused(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 16]}})",
+          "has data_offsets outside the file's 8 bytes of data");
+  refused(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})",
+          "has 8 bytes for 3 F32 elements");
+  refused(R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 8]}})",
+          "has a dimension that is not a size");
+  refused(R"({"a": {"dtype": "F32", "shape": [2]}})",
+          "lacks its dtype, shape or two data_offsets");
+  std::string path = writeFile("", "");
+  std::string truncated = path + ".short";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(truncated, ec);
+    out << "abc";
+  }
+  EXPECT_NE(errorOf(truncated).find("not a safetensors file"),
+            std::string::npos);
+  llvm::sys::fs::remove(path);
+  llvm::sys::fs::remove(truncated);
+}
+
+// Q, K and V rows of two KV heads of two query heads each (head_dim 1) go
+// into the fused projection's columns as [q0 q1 k0 v0 q2 q3 k1 v1], each
+// column the transposed row.
+TEST(HfCheckpoint, FusedQkvGroupedByKvHead) {
+  llvm::Expected<plan::ModelSpec> spec = modelFromHfConfigText(
+      R"({"model_type": "llama", "hidden_size": 4, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 1, "num_hidden_layers": 1,
+          "intermediate_size": 8, "vocab_size": 8})",
+      "config.json");
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  // q_proj [4, 4], k_proj and v_proj [2, 4]: row r of each is r + base.
+  std::vector<float> q(16), k(8), v(8);
+  for (int r = 0; r < 4; ++r)
+    for (int i = 0; i < 4; ++i)
+      q[size_t(r * 4 + i)] = float(100 + 10 * r + i);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 4; ++i) {
+      k[size_t(r * 4 + i)] = float(200 + 10 * r + i);
+      v[size_t(r * 4 + i)] = float(300 + 10 * r + i);
+    }
+  std::string data =
+      bytesOf(q.data(), 64) + bytesOf(k.data(), 32) + bytesOf(v.data(), 32);
+  std::string path = writeFile(
+      R"({"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]},
+          "model.layers.0.self_attn.k_proj.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [64, 96]},
+          "model.layers.0.self_attn.v_proj.weight": {"dtype": "F32", "shape": [2, 4], "data_offsets": [96, 128]}})",
+      data);
+  llvm::Expected<HfCheckpoint> checkpoint = HfCheckpoint::open(path);
+  ASSERT_TRUE(bool(checkpoint)) << llvm::toString(checkpoint.takeError());
+  std::vector<std::string> used;
+  llvm::Expected<std::vector<float>> qkv = parameterFromCheckpoint(
+      *checkpoint, *spec, "layers.0.qkv.weight", {4, 8}, used);
+  ASSERT_TRUE(bool(qkv)) << llvm::toString(qkv.takeError());
+  // Input feature i's row: the columns' rows' i-th entries.
+  const float bases[] = {100, 110, 200, 300, 120, 130, 210, 310};
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 8; ++c)
+      EXPECT_EQ((*qkv)[size_t(i * 8 + c)], bases[c] + float(i))
+          << "input " << i << " column " << c;
+  EXPECT_EQ(used.size(), 3u);
+  // A shape the model does not have is refused by name.
+  llvm::Expected<std::vector<float>> wrong = parameterFromCheckpoint(
+      *checkpoint, *spec, "layers.0.qkv.weight", {4, 6}, used);
+  ASSERT_FALSE(bool(wrong));
+  EXPECT_NE(llvm::toString(wrong.takeError()).find("gives 32 values"),
+            std::string::npos);
+  llvm::sys::fs::remove(path);
+}
+
+} // namespace
