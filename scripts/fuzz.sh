@@ -59,8 +59,19 @@ ASAN_OPTIONS=detect_leaks=0:allow_user_poisoning=0 "$build/bin/onnx-import-fuzze
   ${WEFT_FUZZ_ARGS:--seed=1 -runs=4000} -rss_limit_mb=4096 -timeout=30 "$corpus" 2>&1 |
   tail -80
 
-# The readers of .npy and .pb files, seeded with the test inputs.
+# The readers of .npy, .pb and .safetensors files, seeded with the test inputs
+# and two small checkpoints (f32 and bf16).
 cp "$root"/test/Import/Inputs/*.npy "$npy_corpus"/
+/usr/bin/python3 - "$npy_corpus" <<'PY'
+import json, struct, sys
+for name, dtype, data in (("f32", "F32", struct.pack("<2f", 1.5, -2.0)),
+                          ("bf16", "BF16", struct.pack("<2H", 0x3FC0, 0xC000))):
+    header = json.dumps({"__metadata__": {"format": "pt"},
+                         "w": {"dtype": dtype, "shape": [1, 2],
+                               "data_offsets": [0, len(data)]}}).encode()
+    with open("%s/%s.safetensors" % (sys.argv[1], name), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + data)
+PY
 for pb in "$root"/test/models/*/test_data_set_0/*.pb; do
   cp "$pb" "$npy_corpus/$(basename "$(dirname "$(dirname "$pb")")")-$(basename "$pb")"
 done

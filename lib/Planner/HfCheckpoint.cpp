@@ -76,12 +76,13 @@ static llvm::Error readHeader(
   if (!object)
     return checkpointError(path + ": its header is not a JSON object");
   const uint64_t data = 8 + length, size = bytes.size() - data;
-  for (const auto &[key, value] : *object) {
+  for (const auto &entry : *object) {
+    const llvm::StringRef key = entry.first;
     if (key == "__metadata__")
       continue;
-    const llvm::json::Object *tensor = value.getAsObject();
+    const llvm::json::Object *tensor = entry.second.getAsObject();
     auto fail = [&](const llvm::Twine &why) {
-      return checkpointError(path + ": tensor '" + key.str() + "' " + why);
+      return checkpointError(path + ": tensor '" + key + "' " + why);
     };
     if (!tensor)
       return fail("is not a JSON object");
@@ -100,9 +101,9 @@ static llvm::Error readHeader(
       if (!n || *n < 0 || *n > (int64_t(1) << 40))
         return fail("has a dimension that is not a size");
       dims.push_back(*n);
-      elements *= *n;
-      if (elements > (int64_t(1) << 40))
+      if (*n > 0 && elements > (int64_t(1) << 40) / *n)
         return fail("is too large");
+      elements *= *n;
     }
     std::optional<int64_t> begin = (*offsets)[0].getAsInteger(),
                            end = (*offsets)[1].getAsInteger();
@@ -269,8 +270,9 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
 //===----------------------------------------------------------------------===//
 
 static const char *const kLlamaNamed[] = {
-    "llama", "mistral", "qwen2", "qwen3",   "gemma",  "gemma2",   "gemma3_text",
-    "olmo",  "olmo2",   "olmo3", "granite", "cohere", "stablelm", "phi3"};
+    "llama",   "mistral",     "qwen2",    "qwen3", "gemma",
+    "gemma2",  "gemma3_text", "olmo",     "olmo2", "olmo3",
+    "granite", "cohere",      "stablelm", "phi3",  "gpt2"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -301,9 +303,99 @@ static std::vector<float> transposed(const std::vector<float> &values,
   return out;
 }
 
+/// GPT-2's names (GPT2LMHeadModel's, under "transformer.", or GPT2Model's
+/// bare): Conv1D weights already [in, out]; c_attn's columns [q | k | v],
+/// each heads x head_dim, regrouped per head; the position table's first
+/// rows, as many as the model is built for.
+static llvm::Expected<std::vector<float>>
+lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
+           llvm::StringRef param, llvm::ArrayRef<int64_t> shape,
+           std::vector<std::string> &used) {
+  const int64_t h = model.hidden(), heads = model.heads(), d = headDim(model),
+                ffn = model.ffn_hidden(), vocab = model.vocab();
+  auto fail = [&](const llvm::Twine &why) {
+    return checkpointError("parameter '" + param + "': " + why);
+  };
+  const std::string prefix =
+      checkpoint.has("transformer.wte.weight") ? "transformer." : "";
+  auto get =
+      [&](const std::string &suffix,
+          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<float>> {
+    std::string name = prefix + suffix;
+    if (!checkpoint.has(name))
+      return fail("the checkpoint has no tensor '" + name + "'");
+    if (checkpoint.shape(name) != want)
+      return fail("'" + name + "' has another shape than the config gives");
+    used.push_back(name);
+    return checkpoint.read(name);
+  };
+  if (param == "embedding.weight")
+    return get("wte.weight", {vocab, h});
+  if (param == "position_embedding.weight") {
+    std::string name = prefix + "wpe.weight";
+    if (!checkpoint.has(name) || checkpoint.shape(name).size() != 2 ||
+        checkpoint.shape(name)[1] != h || shape.empty() ||
+        checkpoint.shape(name)[0] < shape[0])
+      return fail("the checkpoint has no position table '" + name + "' of " +
+                  llvm::Twine(shape.empty() ? 0 : shape[0]) + " rows or more");
+    used.push_back(name);
+    std::vector<float> table = checkpoint.read(name);
+    table.resize(size_t(shape[0] * h));
+    return table;
+  }
+  if (param == "final_norm.weight")
+    return get("ln_f.weight", {h});
+  if (param == "final_norm.bias")
+    return get("ln_f.bias", {h});
+  llvm::StringRef rest = param;
+  int64_t layer = -1;
+  if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
+      !rest.consume_front("."))
+    return fail("no tensor of the checkpoint is known to be it");
+  const std::string at = "h." + std::to_string(layer) + ".";
+  if (rest == "attn_norm.weight" || rest == "attn_norm.bias")
+    return get(at + "ln_1." + rest.rsplit('.').second.str(), {h});
+  if (rest == "mlp_norm.weight" || rest == "mlp_norm.bias")
+    return get(at + "ln_2." + rest.rsplit('.').second.str(), {h});
+  if (rest == "attn_out.weight")
+    return get(at + "attn.c_proj.weight", {h, h});
+  if (rest == "attn_out.bias")
+    return get(at + "attn.c_proj.bias", {h});
+  if (rest == "mlp_up.weight")
+    return get(at + "mlp.c_fc.weight", {h, ffn});
+  if (rest == "mlp_up.bias")
+    return get(at + "mlp.c_fc.bias", {ffn});
+  if (rest == "mlp_down.weight")
+    return get(at + "mlp.c_proj.weight", {ffn, h});
+  if (rest == "mlp_down.bias")
+    return get(at + "mlp.c_proj.bias", {h});
+  if (rest == "qkv.weight" || rest == "qkv.bias") {
+    const bool bias = rest == "qkv.bias";
+    const int64_t in = bias ? 1 : h, width = 3 * heads * d;
+    auto fused = bias ? get(at + "attn.c_attn.bias", {width})
+                      : get(at + "attn.c_attn.weight", {h, width});
+    if (!fused)
+      return fused.takeError();
+    // Head g's q, k and v columns side by side.
+    std::vector<float> out(fused->size());
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t g = 0; g < heads; ++g)
+        for (int64_t part = 0; part < 3; ++part)
+          for (int64_t j = 0; j < d; ++j)
+            out[size_t(i * width + (g * 3 + part) * d + j)] =
+                (*fused)[size_t(i * width + part * heads * d + g * d + j)];
+    return out;
+  }
+  return fail("no tensor of the checkpoint is known to be it");
+}
+
 static llvm::Expected<std::vector<float>>
 lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
-       llvm::StringRef param, std::vector<std::string> &used) {
+       llvm::StringRef param, llvm::ArrayRef<int64_t> shape,
+       std::vector<std::string> &used) {
+  if (model.hf_model_type() == "gpt2")
+    return lookupGpt2(checkpoint, model, param, shape, used);
+
   const llvm::StringRef type = model.hf_model_type();
   const bool gemma = type.starts_with("gemma");
   const int64_t h = model.hidden(), heads = model.heads(),
@@ -493,7 +585,7 @@ llvm::Expected<std::vector<float>> planner::parameterFromCheckpoint(
     llvm::StringRef param, llvm::ArrayRef<int64_t> shape,
     std::vector<std::string> &used) {
   llvm::Expected<std::vector<float>> values =
-      lookup(checkpoint, model, param, used);
+      lookup(checkpoint, model, param, shape, used);
   if (!values)
     return values.takeError();
   int64_t elements = 1;

@@ -4,13 +4,15 @@
 //
 // Feeds arbitrary bytes to the readers of input, weight and output files:
 // as an .npy file (whole, and as rank shards, what compiled programs read)
-// and as an ONNX TensorProto (.pb, ONNX's test-data layout). Any crash,
+// as an ONNX TensorProto (.pb, ONNX's test-data layout) and as a Hugging
+// Face safetensors checkpoint (weft import --checkpoint). Any crash,
 // sanitizer report, escaping exception or allocation beyond the bytes given
 // is a bug: bad files must get errors.
 //
 //===----------------------------------------------------------------------===//
 
 #include "weft/Exec/TensorFiles.h"
+#include "weft/Planner/HfCheckpoint.h"
 #include "weft/runtime/NpyFile.h"
 
 #include <cstdio>
@@ -37,5 +39,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   weft::rt::HostTensor tensor;
   std::string error;
   (void)weft::readTensorFile(pb, tensor, error);
+  std::string safetensors = base + ".safetensors";
+  writeBytes(safetensors, data, size);
+  llvm::Expected<weft::planner::HfCheckpoint> checkpoint =
+      weft::planner::HfCheckpoint::open(safetensors);
+  if (!checkpoint) {
+    llvm::consumeError(checkpoint.takeError());
+    return 0;
+  }
+  for (const std::string &name : checkpoint->names())
+    (void)checkpoint->read(name);
   return 0;
 }

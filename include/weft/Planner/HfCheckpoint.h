@@ -71,8 +71,8 @@ parameterFromCheckpoint(const HfCheckpoint &checkpoint,
                         std::vector<std::string> &used);
 
 /// Whether checkpoints of the model's family are read (LLaMA's names:
-/// LLaMA, Mistral, Qwen2 and 3, Gemma 1 to 3, OLMo 2 and 3, Granite,
-/// Cohere, StableLM, Phi-3), and if not, why.
+/// LLaMA, Mistral, Qwen2 and 3, Gemma 1 to 3, OLMo 1 to 3, Granite,
+/// Cohere, StableLM, Phi-3; and GPT-2's), and if not, why.
 llvm::Error checkpointFamilySupported(const plan::ModelSpec &model);
 
 } // namespace weft::planner

@@ -7,7 +7,7 @@ transformers computes them.
     hf-checkpoint.py logits CONFIG.json DIR TOKENS.npy OUT.npy
 
 `write` draws random weights under transformers' names and shapes for the
-config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3) and
+config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3, gpt2) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
 out, --extra adds one the model does not have.
@@ -19,7 +19,9 @@ qkv_proj and gate_up_proj split as its forward splits them), rotate_half
 rotary, repeat_kv, causal softmax at 1 / sqrt(head_dim), RMSNorm (Gemma's
 times 1 + w, its embeddings times sqrt(hidden), GELU-tanh gating), Qwen3's
 per-head q_norm and k_norm, OLMo 2's norms after each branch and its q_norm
-and k_norm over the whole projections.
+and k_norm over the whole projections; GPT-2's Conv1D blocks, learned
+positions and tied head (its checkpoint with the attn.bias mask buffers
+older transformers saved).
 """
 
 import json
@@ -36,6 +38,12 @@ flags = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "") for a in sys.argv[
 mode, config_path, directory = args[:3]
 config = json.load(open(config_path))
 kind = config["model_type"]
+gpt2 = kind == "gpt2"
+if gpt2:
+    # GPT2Config's keys.
+    config.update(hidden_size=config["n_embd"], num_attention_heads=config["n_head"],
+                  num_hidden_layers=config["n_layer"],
+                  intermediate_size=config.get("n_inner") or 4 * config["n_embd"])
 h = config["hidden_size"]
 heads = config["num_attention_heads"]
 kv = config.get("num_key_value_heads", heads)
@@ -43,13 +51,38 @@ d = config.get("head_dim") or h // heads
 ffn = config["intermediate_size"]
 vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
-tied = config.get("tie_word_embeddings", kind == "gemma")
-eps = config.get("rms_norm_eps", 1e-6)
+tied = config.get("tie_word_embeddings", kind in ("gemma", "gpt2"))
+eps = config.get("layer_norm_epsilon", 1e-5) if gpt2 else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
 gemma = kind == "gemma"
 
 
+def gpt2_shapes():
+    """GPT2LMHeadModel's: Conv1D weights [in, out], c_attn's columns
+    [q | k | v]; the causal-mask buffers older checkpoints saved."""
+    t = "transformer."
+    out = {t + "wte.weight": (vocab, h), t + "wpe.weight": (config["n_positions"], h),
+           t + "ln_f.weight": (h,), t + "ln_f.bias": (h,)}
+    for i in range(layers):
+        p = t + "h.%d." % i
+        for norm in ("ln_1", "ln_2"):
+            out[p + norm + ".weight"] = (h,)
+            out[p + norm + ".bias"] = (h,)
+        out[p + "attn.c_attn.weight"] = (h, 3 * h)
+        out[p + "attn.c_attn.bias"] = (3 * h,)
+        out[p + "attn.c_proj.weight"] = (h, h)
+        out[p + "attn.c_proj.bias"] = (h,)
+        out[p + "mlp.c_fc.weight"] = (h, ffn)
+        out[p + "mlp.c_fc.bias"] = (ffn,)
+        out[p + "mlp.c_proj.weight"] = (ffn, h)
+        out[p + "mlp.c_proj.bias"] = (h,)
+        out[p + "attn.bias"] = (1, 1, config["n_positions"], config["n_positions"])
+    return out
+
+
 def shapes():
+    if gpt2:
+        return gpt2_shapes()
     out = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,)}
     if not tied:
         out["lm_head.weight"] = (vocab, h)
@@ -117,7 +150,7 @@ def write():
     rng = np.random.default_rng(int(flags.get("seed", "0")))
     tensors = {}
     for name, shape in shapes().items():
-        if len(shape) == 1 and "norm" in name:
+        if len(shape) == 1 and ("norm" in name or ".ln_" in name) and name.endswith("weight"):
             base = 0.0 if gemma else 1.0
             tensors[name] = base + 0.1 * rng.standard_normal(shape)
         else:
@@ -165,9 +198,38 @@ def read_checkpoint():
     return params
 
 
+def gpt2_logits(w, tokens):
+    """GPT2LMHeadModel's forward: learned positions, LayerNorms, c_attn
+    split into q, k and v, gelu_new, the tied head."""
+    b, s = tokens.shape
+    t = "transformer."
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (h,), w[name + ".weight"], w[name + ".bias"], eps)
+
+    def conv1d(x, name):
+        return x @ w[name + ".weight"] + w[name + ".bias"]
+
+    x = w[t + "wte.weight"][tokens] + w[t + "wpe.weight"][:s]
+    for i in range(layers):
+        p = t + "h.%d." % i
+        q, k, v = conv1d(ln(x, p + "ln_1"), p + "attn.c_attn").split(h, -1)
+        q, k, v = (z.view(b, s, heads, d).transpose(1, 2) for z in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h)
+        x = x + conv1d(attended, p + "attn.c_proj")
+        up = conv1d(ln(x, p + "ln_2"), p + "mlp.c_fc")
+        x = x + conv1d(torch.nn.functional.gelu(up, approximate="tanh"), p + "mlp.c_proj")
+    return ln(x, t + "ln_f") @ w[t + "wte.weight"].T
+
+
 def logits():
     w = read_checkpoint()
     tokens = torch.from_numpy(np.load(args[3]))
+    if gpt2:
+        np.save(args[4], gpt2_logits(w, tokens).float().numpy())
+        return
     b, s = tokens.shape
 
     def rms(x, weight):
