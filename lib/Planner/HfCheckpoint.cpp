@@ -29,10 +29,12 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <type_traits>
 
 using namespace weft;
 using namespace weft::planner;
@@ -190,11 +192,144 @@ llvm::Expected<HfCheckpoint> HfCheckpoint::open(llvm::StringRef path) {
                 duplicate = name.str();
             }))
       return error;
+    checkpoint.paths.push_back(file);
     if (!duplicate.empty())
       return checkpointError(file + ": tensor '" + duplicate +
                              "' is in more than one file");
   }
+  if (llvm::StringRef(root).ends_with(".json"))
+    checkpoint.index = root;
+  for (const std::string &name : checkpoint.names()) {
+    Tensor &tensor = checkpoint.tensors.find(name)->second;
+    tensor.first = checkpoint.total;
+    checkpoint.total +=
+        int64_t(tensor.end - tensor.begin) / dtypeBytes(tensor.dtype);
+  }
   return checkpoint;
+}
+
+int64_t HfCheckpoint::firstIndex(llvm::StringRef name) const {
+  return tensors.find(name)->second.first;
+}
+
+/// f32 to a 16-bit float's bits, rounded to nearest even: bfloat16 (the
+/// upper half) or IEEE half (subnormals, overflow to infinity, NaN kept).
+static uint16_t toBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((bits >> 16) | 0x40);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return uint16_t(bits >> 16);
+}
+static uint16_t toHalf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u)
+    return sign | 0x7e00;
+  if (magnitude >= 0x477ff000u) // rounds past 65504
+    return sign | 0x7c00;
+  if (magnitude < 0x38800000u) { // below 2^-14: a subnormal half
+    if (magnitude < 0x33000000u)
+      return sign;
+    const uint32_t mantissa = (magnitude & 0x7fffff) | 0x800000;
+    const int shift = 126 - int(magnitude >> 23) + 13 + 1;
+    uint32_t half = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1),
+                   midpoint = 1u << (shift - 1);
+    if (rest > midpoint || (rest == midpoint && (half & 1)))
+      ++half;
+    return sign | uint16_t(half);
+  }
+  uint32_t rebased = magnitude - (uint32_t(127 - 15) << 23);
+  rebased += 0xfff + ((rebased >> 13) & 1);
+  return sign | uint16_t(rebased >> 13);
+}
+
+llvm::Error HfCheckpoint::writeLike(llvm::ArrayRef<float> values,
+                                    llvm::StringRef directory) const {
+  if (int64_t(values.size()) != total)
+    return checkpointError("writing a checkpoint of " + llvm::Twine(total) +
+                           " elements from " + llvm::Twine(values.size()));
+  if (std::error_code ec = llvm::sys::fs::create_directories(directory))
+    return checkpointError("cannot create '" + directory +
+                           "': " + ec.message());
+  std::vector<std::string> all = names();
+  for (unsigned file = 0; file < paths.size(); ++file) {
+    // The tensors of this file, with offsets in the order of the names.
+    llvm::json::Object header;
+    header["__metadata__"] = llvm::json::Object{{"format", "pt"}};
+    std::vector<const std::string *> mine;
+    uint64_t offset = 0;
+    for (const std::string &name : all) {
+      const Tensor &tensor = tensors.find(name)->second;
+      if (tensor.file != file)
+        continue;
+      mine.push_back(&name);
+      const uint64_t bytes = tensor.end - tensor.begin;
+      llvm::json::Array shape;
+      for (int64_t dim : tensor.shape)
+        shape.push_back(dim);
+      header[name] = llvm::json::Object{
+          {"dtype", tensor.dtype},
+          {"shape", std::move(shape)},
+          {"data_offsets",
+           llvm::json::Array{int64_t(offset), int64_t(offset + bytes)}}};
+      offset += bytes;
+    }
+    std::string text;
+    llvm::raw_string_ostream(text) << llvm::json::Value(std::move(header));
+    text.append((8 - text.size() % 8) % 8, ' ');
+    llvm::SmallString<256> out(directory);
+    llvm::sys::path::append(out, llvm::sys::path::filename(paths[file]));
+    std::string partial = (out + ".partial").str();
+    std::error_code ec;
+    llvm::raw_fd_ostream stream(partial, ec);
+    if (ec)
+      return checkpointError("cannot write '" + partial + "': " + ec.message());
+    const uint64_t length = text.size();
+    for (int i = 0; i < 8; ++i)
+      stream << char((length >> (8 * i)) & 0xff);
+    stream << text;
+    for (const std::string *name : mine) {
+      const Tensor &tensor = tensors.find(*name)->second;
+      const int64_t n =
+          int64_t(tensor.end - tensor.begin) / dtypeBytes(tensor.dtype);
+      for (int64_t i = 0; i < n; ++i) {
+        const float value = values[size_t(tensor.first + i)];
+        if (tensor.dtype == "F32") {
+          stream.write(reinterpret_cast<const char *>(&value), 4);
+        } else if (tensor.dtype == "F64") {
+          const double wide = value;
+          stream.write(reinterpret_cast<const char *>(&wide), 8);
+        } else {
+          const uint16_t narrow =
+              tensor.dtype == "BF16" ? toBf16(value) : toHalf(value);
+          stream.write(reinterpret_cast<const char *>(&narrow), 2);
+        }
+      }
+    }
+    stream.close();
+    if (stream.has_error()) {
+      std::string why = stream.error().message();
+      stream.clear_error();
+      llvm::sys::fs::remove(partial);
+      return checkpointError("cannot write '" + partial + "': " + why);
+    }
+    if (std::error_code renamed = llvm::sys::fs::rename(partial, out))
+      return checkpointError("cannot rename '" + partial +
+                             "': " + renamed.message());
+  }
+  if (!index.empty()) {
+    llvm::SmallString<256> out(directory);
+    llvm::sys::path::append(out, llvm::sys::path::filename(index));
+    if (std::error_code ec = llvm::sys::fs::copy_file(index, out))
+      return checkpointError("cannot copy '" + index + "' to '" + out +
+                             "': " + ec.message());
+  }
+  return llvm::Error::success();
 }
 
 llvm::ArrayRef<int64_t> HfCheckpoint::shape(llvm::StringRef name) const {
@@ -293,10 +428,30 @@ llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
                          "; export the model to ONNX for weft import instead");
 }
 
+/// A tensor's values as T: f32 values, or (T = int64_t) each element's
+/// index among all the checkpoint's (HfCheckpoint::firstIndex on), which
+/// traces where each of a parameter's elements comes from.
+template <typename T>
+static std::vector<T> readAs(const HfCheckpoint &checkpoint,
+                             llvm::StringRef name) {
+  if constexpr (std::is_same_v<T, float>) {
+    return checkpoint.read(name);
+  } else {
+    int64_t n = 1;
+    for (int64_t dim : checkpoint.shape(name))
+      n *= dim;
+    std::vector<T> indices(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      indices[size_t(i)] = checkpoint.firstIndex(name) + i;
+    return indices;
+  }
+}
+
 /// `values` ([rows, cols], row-major) transposed.
-static std::vector<float> transposed(const std::vector<float> &values,
-                                     int64_t rows, int64_t cols) {
-  std::vector<float> out(values.size());
+template <typename T>
+static std::vector<T> transposed(const std::vector<T> &values, int64_t rows,
+                                 int64_t cols) {
+  std::vector<T> out(values.size());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       out[size_t(c * rows + r)] = values[size_t(r * cols + c)];
@@ -307,7 +462,8 @@ static std::vector<float> transposed(const std::vector<float> &values,
 /// bare): Conv1D weights already [in, out]; c_attn's columns [q | k | v],
 /// each heads x head_dim, regrouped per head; the position table's first
 /// rows, as many as the model is built for.
-static llvm::Expected<std::vector<float>>
+template <typename T>
+static llvm::Expected<std::vector<T>>
 lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
            llvm::StringRef param, llvm::ArrayRef<int64_t> shape,
            std::vector<std::string> &used) {
@@ -320,14 +476,14 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       checkpoint.has("transformer.wte.weight") ? "transformer." : "";
   auto get =
       [&](const std::string &suffix,
-          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<float>> {
+          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<T>> {
     std::string name = prefix + suffix;
     if (!checkpoint.has(name))
       return fail("the checkpoint has no tensor '" + name + "'");
     if (checkpoint.shape(name) != want)
       return fail("'" + name + "' has another shape than the config gives");
     used.push_back(name);
-    return checkpoint.read(name);
+    return readAs<T>(checkpoint, name);
   };
   if (param == "embedding.weight")
     return get("wte.weight", {vocab, h});
@@ -339,7 +495,7 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       return fail("the checkpoint has no position table '" + name + "' of " +
                   llvm::Twine(shape.empty() ? 0 : shape[0]) + " rows or more");
     used.push_back(name);
-    std::vector<float> table = checkpoint.read(name);
+    std::vector<T> table = readAs<T>(checkpoint, name);
     table.resize(size_t(shape[0] * h));
     return table;
   }
@@ -377,7 +533,7 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     if (!fused)
       return fused.takeError();
     // Head g's q, k and v columns side by side.
-    std::vector<float> out(fused->size());
+    std::vector<T> out(fused->size());
     for (int64_t i = 0; i < in; ++i)
       for (int64_t g = 0; g < heads; ++g)
         for (int64_t part = 0; part < 3; ++part)
@@ -389,12 +545,13 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   return fail("no tensor of the checkpoint is known to be it");
 }
 
-static llvm::Expected<std::vector<float>>
+template <typename T>
+static llvm::Expected<std::vector<T>>
 lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
        llvm::StringRef param, llvm::ArrayRef<int64_t> shape,
        std::vector<std::string> &used) {
   if (model.hf_model_type() == "gpt2")
-    return lookupGpt2(checkpoint, model, param, shape, used);
+    return lookupGpt2<T>(checkpoint, model, param, shape, used);
 
   const llvm::StringRef type = model.hf_model_type();
   const bool gemma = type.starts_with("gemma");
@@ -408,7 +565,7 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   // A tensor of the checkpoint, of the shape given.
   auto get =
       [&](const std::string &name,
-          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<float>> {
+          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<T>> {
     if (!checkpoint.has(name))
       return fail("the checkpoint has no tensor '" + name + "'");
     if (checkpoint.shape(name) != want) {
@@ -422,18 +579,19 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
                   " where the config gives " + text(want));
     }
     used.push_back(name);
-    return checkpoint.read(name);
+    return readAs<T>(checkpoint, name);
   };
   // Gemma's norms scale by 1 + w.
-  auto norm = [&](llvm::Expected<std::vector<float>> values)
-      -> llvm::Expected<std::vector<float>> {
-    if (values && gemma)
-      for (float &v : *values)
-        v += 1.0f;
+  auto norm = [&](llvm::Expected<std::vector<T>> values)
+      -> llvm::Expected<std::vector<T>> {
+    if constexpr (std::is_same_v<T, float>)
+      if (values && gemma)
+        for (float &v : *values)
+          v += 1.0f;
     return values;
   };
   auto linearT = [&](const std::string &name, int64_t out,
-                     int64_t in) -> llvm::Expected<std::vector<float>> {
+                     int64_t in) -> llvm::Expected<std::vector<T>> {
     auto values = get(name, {out, in});
     if (!values)
       return values.takeError();
@@ -476,14 +634,14 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     const bool bias = rest == "qkv.bias";
     const int64_t in = bias ? 1 : h;
     auto rows = [&](llvm::StringRef which,
-                    int64_t count) -> llvm::Expected<std::vector<float>> {
+                    int64_t count) -> llvm::Expected<std::vector<T>> {
       std::string name = at + "self_attn." + which.str() + "_proj." +
                          (bias ? "bias" : "weight");
       if (bias)
         return get(name, {count});
       return get(name, {count, in});
     };
-    std::vector<float> q, k, v;
+    std::vector<T> q, k, v;
     if (checkpoint.has(at + "self_attn.qkv_proj.weight")) {
       const int64_t total = (heads + 2 * kvHeads) * d;
       auto fused = bias ? get(at + "self_attn.qkv_proj.bias", {total})
@@ -510,9 +668,9 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     }
     // Output columns in the builder's order, each a row of a projection.
     const int64_t columns = kvHeads * (group + 2) * d;
-    std::vector<float> out(size_t(columns * in));
+    std::vector<T> out(size_t(columns * in));
     int64_t column = 0;
-    auto place = [&](const std::vector<float> &from, int64_t row) {
+    auto place = [&](const std::vector<T> &from, int64_t row) {
       for (int64_t i = 0; i < in; ++i)
         out[size_t(i * columns + column)] = from[size_t(row * in + i)];
       ++column;
@@ -542,7 +700,7 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       return norm(get(at + "self_attn." + rest.str(), {n * d}));
     case plan::QK_NORM_PER_HEAD: {
       if (type == "stablelm") {
-        std::vector<float> all;
+        std::vector<T> all;
         for (int64_t i = 0; i < n; ++i) {
           auto one =
               get(at + "self_attn." + (query ? "q_layernorm" : "k_layernorm") +
@@ -568,8 +726,8 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       auto fused = get(at + "mlp.gate_up_proj.weight", {2 * ffn, h});
       if (!fused)
         return fused.takeError();
-      std::vector<float> half(fused->begin() + (gate ? 0 : ffn * h),
-                              fused->begin() + (gate ? ffn * h : 2 * ffn * h));
+      std::vector<T> half(fused->begin() + (gate ? 0 : ffn * h),
+                          fused->begin() + (gate ? ffn * h : 2 * ffn * h));
       return transposed(half, ffn, h);
     }
     return linearT(at + (gate ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"),
@@ -585,7 +743,7 @@ llvm::Expected<std::vector<float>> planner::parameterFromCheckpoint(
     llvm::StringRef param, llvm::ArrayRef<int64_t> shape,
     std::vector<std::string> &used) {
   llvm::Expected<std::vector<float>> values =
-      lookup(checkpoint, model, param, shape, used);
+      lookup<float>(checkpoint, model, param, shape, used);
   if (!values)
     return values.takeError();
   int64_t elements = 1;
@@ -597,4 +755,30 @@ llvm::Expected<std::vector<float>> planner::parameterFromCheckpoint(
                            " values where the model has " +
                            llvm::Twine(elements));
   return values;
+}
+
+llvm::Expected<std::vector<int64_t>>
+planner::parameterSources(const HfCheckpoint &checkpoint,
+                          const plan::ModelSpec &model, llvm::StringRef param,
+                          llvm::ArrayRef<int64_t> shape) {
+  std::vector<std::string> used;
+  llvm::Expected<std::vector<int64_t>> indices =
+      lookup<int64_t>(checkpoint, model, param, shape, used);
+  if (!indices)
+    return indices.takeError();
+  int64_t elements = 1;
+  for (int64_t n : shape)
+    elements *= n;
+  if (int64_t(indices->size()) != elements)
+    return checkpointError("parameter '" + param + "': the checkpoint gives " +
+                           llvm::Twine(indices->size()) +
+                           " values where the model has " +
+                           llvm::Twine(elements));
+  return indices;
+}
+
+bool planner::storedAsOnePlus(const plan::ModelSpec &model,
+                              llvm::StringRef param) {
+  return llvm::StringRef(model.hf_model_type()).starts_with("gemma") &&
+         param.ends_with("norm.weight");
 }

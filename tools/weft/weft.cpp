@@ -625,6 +625,8 @@ int runTrain(MLIRContext &context);
 bool trainCommandSelected();
 bool planCommandSelected();
 bool calibrateCommandSelected();
+bool exportCommandSelected();
+int runExport(MLIRContext &context);
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
@@ -654,6 +656,8 @@ int main(int argc, char **argv) {
     return runCalibrate();
   if (trainCommandSelected())
     return runTrain(context);
+  if (exportCommandSelected())
+    return runExport(context);
   cl::PrintHelpMessage();
   return 1;
 }

@@ -47,6 +47,17 @@ public:
   std::vector<float> read(llvm::StringRef name) const;
   /// Every tensor's name, sorted.
   std::vector<std::string> names() const;
+  /// The index of the tensor's first element among all the checkpoint's,
+  /// the tensors laid end to end in names() order.
+  int64_t firstIndex(llvm::StringRef name) const;
+  /// All the checkpoint's elements, in names() order.
+  int64_t totalElements() const { return total; }
+
+  /// Writes `values` (totalElements() of them, in names() order) into
+  /// `directory` as this checkpoint is laid out: the same files (and index),
+  /// each tensor in its dtype (rounded to nearest even from f32).
+  llvm::Error writeLike(llvm::ArrayRef<float> values,
+                        llvm::StringRef directory) const;
 
 private:
   struct Tensor {
@@ -54,9 +65,13 @@ private:
     std::string dtype;
     llvm::SmallVector<int64_t, 4> shape;
     uint64_t begin, end;
+    int64_t first = 0;
   };
   std::vector<std::shared_ptr<llvm::MemoryBuffer>> files;
+  std::vector<std::string> paths;
+  std::string index;
   llvm::StringMap<Tensor> tensors;
+  int64_t total = 0;
 };
 
 /// The values of the built model's parameter `param` (of `shape`, as
@@ -69,6 +84,18 @@ parameterFromCheckpoint(const HfCheckpoint &checkpoint,
                         const plan::ModelSpec &model, llvm::StringRef param,
                         llvm::ArrayRef<int64_t> shape,
                         std::vector<std::string> &used);
+
+/// Where each of the parameter's elements comes from: its index among the
+/// checkpoint's elements (HfCheckpoint::firstIndex), by the same layout as
+/// parameterFromCheckpoint, so that trained values go back to the tensors
+/// they came from (weft export-checkpoint).
+llvm::Expected<std::vector<int64_t>>
+parameterSources(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
+                 llvm::StringRef param, llvm::ArrayRef<int64_t> shape);
+
+/// Whether the parameter's values are the checkpoint's plus one (Gemma's
+/// norms, which scale by 1 + w).
+bool storedAsOnePlus(const plan::ModelSpec &model, llvm::StringRef param);
 
 /// Whether checkpoints of the model's family are read (LLaMA's names:
 /// LLaMA, Mistral, Qwen2 and 3, Gemma 1 to 3, OLMo 1 to 3, Granite,
