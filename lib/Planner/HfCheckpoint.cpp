@@ -235,7 +235,9 @@ static uint16_t toHalf(float value) {
     if (magnitude < 0x33000000u)
       return sign;
     const uint32_t mantissa = (magnitude & 0x7fffff) | 0x800000;
-    const int shift = 126 - int(magnitude >> 23) + 13 + 1;
+    // The value is M 2^(e - 150), M the 24-bit mantissa: M 2^(e - 126) of
+    // the half's 2^-24.
+    const int shift = 126 - int(magnitude >> 23);
     uint32_t half = mantissa >> shift;
     const uint32_t rest = mantissa & ((1u << shift) - 1),
                    midpoint = 1u << (shift - 1);

@@ -13,10 +13,13 @@
 #include "weft/Planner/HfConfig.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 using namespace weft;
@@ -105,6 +108,89 @@ TEST(HfCheckpoint, DamagedFilesAreRefused) {
             std::string::npos);
   llvm::sys::fs::remove(path);
   llvm::sys::fs::remove(truncated);
+}
+
+// writeLike rounds into each tensor's dtype to nearest even: IEEE half's
+// subnormals and overflow, bfloat16's ties; read back, the values are those
+// roundings.
+TEST(HfCheckpoint, WritesInEachDtype) {
+  uint16_t zeros[6] = {};
+  std::string path = writeFile(
+      R"({"h": {"dtype": "F16", "shape": [6], "data_offsets": [0, 12]},
+          "b": {"dtype": "BF16", "shape": [3], "data_offsets": [12, 18]}})",
+      bytesOf(zeros, 12) + bytesOf(zeros, 6));
+  llvm::Expected<HfCheckpoint> checkpoint = HfCheckpoint::open(path);
+  ASSERT_TRUE(bool(checkpoint)) << llvm::toString(checkpoint.takeError());
+  // names() order: "b" then "h".
+  std::vector<float> values = {1.00390625f, 1.01171875f, -3.0f, 1.5f, 65504.0f,
+                               70000.0f,    1e-7f,       0.1f,  -0.0f};
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("weft-ckpt-out", dir));
+  ASSERT_FALSE(bool(checkpoint->writeLike(values, dir)));
+  llvm::SmallString<128> written(dir);
+  llvm::sys::path::append(written, llvm::sys::path::filename(path));
+  llvm::Expected<HfCheckpoint> back = HfCheckpoint::open(written);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  // bfloat16 keeps 8 bits: 1 + 2^-8 ties to 1, 1 + 3 * 2^-8 ties to
+  // 1 + 2^-6.
+  EXPECT_EQ(back->read("b"), (std::vector<float>{1.0f, 1.015625f, -3.0f}));
+  // Half: 65504 is its largest, 70000 overflows, 1e-7 is 2^-23 (two of
+  // its smallest subnormal), 0.1 is 1638 / 16384.
+  std::vector<float> half = back->read("h");
+  EXPECT_EQ(half[0], 1.5f);
+  EXPECT_EQ(half[1], 65504.0f);
+  EXPECT_TRUE(std::isinf(half[2]) && half[2] > 0);
+  EXPECT_EQ(half[3], std::ldexp(1.0f, -23));
+  EXPECT_EQ(half[4], 1638.0f / 16384.0f);
+  EXPECT_TRUE(half[5] == 0.0f && std::signbit(half[5]));
+  llvm::sys::fs::remove(written);
+  llvm::sys::fs::remove(dir);
+  llvm::sys::fs::remove(path);
+}
+
+// A sweep of magnitudes from half's subnormals past its largest: each value
+// written as F16 reads back as x rounded to its quantum (11 significant
+// bits, none finer than 2^-24) with ties to even, or infinity past 65520.
+TEST(HfCheckpoint, HalfRoundingSweep) {
+  std::vector<float> values;
+  for (int e = -27; e <= 17; ++e)
+    for (int k = 0; k < 64; ++k)
+      values.push_back((k % 2 ? -1.0f : 1.0f) *
+                       std::ldexp(1.0f + float(k) / 64.0f + 1.0f / 4096.0f, e));
+  values.push_back(std::ldexp(1.0f + 1.0f / 2048.0f, 0)); // a tie: to 1
+  values.push_back(std::ldexp(1.0f + 3.0f / 2048.0f, 0)); // a tie: up
+  const size_t n = values.size();
+  std::string zeros(n * 2, '\0');
+  std::string path = writeFile(
+      "{\"h\": {\"dtype\": \"F16\", \"shape\": [" + std::to_string(n) +
+          "], \"data_offsets\": [0, " + std::to_string(2 * n) + "]}}",
+      zeros);
+  llvm::Expected<HfCheckpoint> checkpoint = HfCheckpoint::open(path);
+  ASSERT_TRUE(bool(checkpoint)) << llvm::toString(checkpoint.takeError());
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("weft-ckpt-sweep", dir));
+  ASSERT_FALSE(bool(checkpoint->writeLike(values, dir)));
+  llvm::SmallString<128> written(dir);
+  llvm::sys::path::append(written, llvm::sys::path::filename(path));
+  llvm::Expected<HfCheckpoint> back = HfCheckpoint::open(written);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  std::vector<float> got = back->read("h");
+  for (size_t i = 0; i < n; ++i) {
+    const double x = values[i];
+    double want;
+    if (std::fabs(x) >= 65520.0) {
+      want = std::copysign(INFINITY, x);
+    } else {
+      int e;
+      std::frexp(x, &e);
+      const double quantum = std::ldexp(1.0, std::max(e - 11, -24));
+      want = std::nearbyint(x / quantum) * quantum;
+    }
+    EXPECT_EQ(double(got[i]), want) << "value " << x;
+  }
+  llvm::sys::fs::remove(written);
+  llvm::sys::fs::remove(dir);
+  llvm::sys::fs::remove(path);
 }
 
 // Q, K and V rows of two KV heads of two query heads each (head_dim 1) go
