@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "weft/Planner/HfConfig.h"
+#include "weft/Planner/Model.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -80,8 +81,10 @@ const Family kFamilies[] = {
     {"falcon", Mlp::Plain, true, "gelu", Window::EveryLayer, 0, 2048},
     {"opt", Mlp::Plain, true, "relu"},
     // BLOOM's ALiBi has no position table, so no context in its config:
-    // its 2,048 training tokens (BigScience 2022).
-    {"bloom", Mlp::Plain, true, "gelu", Window::EveryLayer, 0, 2048},
+    // its 2,048 training tokens (BigScience 2022). Its bloom_gelu_forward
+    // is tanh's approximation.
+    {"bloom", Mlp::Plain, true, "gelu_pytorch_tanh", Window::EveryLayer, 0,
+     2048},
     {"mpt", Mlp::Plain, true, "gelu"},
     {"starcoder2", Mlp::Plain, true, "gelu_pytorch_tanh"},
     {"gpt_bigcode", Mlp::Plain, true, "gelu_pytorch_tanh"},
@@ -535,6 +538,10 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
                          "(SwiGLU) and GELU (GeGLU) gates");
   } else {
     spec.set_ffn_kind(plan::FFN_GELU);
+    // transformers' "gelu" is the exact (erf) GELU, GPT-NeoX's, Falcon's
+    // and MPT's; gelu_new, gelu_fast and gelu_pytorch_tanh are tanh's.
+    if (act == "gelu" || act == "gelu_python")
+      spec.set_ffn_activation(planner::kExactGelu);
     if (act == "relu")
       spec.set_ffn_activation("ReLU");
     else if (!gelu)

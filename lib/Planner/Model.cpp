@@ -900,7 +900,10 @@ Value TransformerBuilder::block(Value x, int64_t index,
     else
       activated = GeluOp::create(
           b, loc, up,
-          GeluApproximationAttr::get(b.getContext(), GeluApproximation::tanh));
+          GeluApproximationAttr::get(b.getContext(),
+                                     model.ffn_activation() == kExactGelu
+                                         ? GeluApproximation::erf
+                                         : GeluApproximation::tanh));
   } else {
     Value gate = linear(normed2, ffn, prefix + ".mlp_gate", false);
     Value up = linear(normed2, ffn, prefix + ".mlp_up", false);

@@ -8,6 +8,7 @@
 
 #include "weft/Plan/Plan.h"
 #include "weft/Planner/Cluster.h"
+#include "weft/Planner/Model.h"
 
 #include "google/protobuf/util/json_util.h"
 #include "llvm/ADT/StringExtras.h"
@@ -684,7 +685,8 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "(GPT-J, GPT-NeoX, Falcon, Phi): the exported launchers build "
         "sequential blocks; run Weft's own program (weft compile / weft "
         "train)");
-  if (!m.ffn_activation().empty())
+  // (Megatron-LM's GELU is the exact one.)
+  if (!m.ffn_activation().empty() && m.ffn_activation() != kExactGelu)
     return llvm::createStringError(
         "the model's MLP applies " + m.ffn_activation() +
         " between its two matrices: the exported launchers know GELU and "

@@ -46,6 +46,11 @@ bool hasLearnedPositions(const plan::ModelSpec &model);
 /// with a bias for GELU models, RMSNorm for gated ones).
 plan::NormKind normKind(const plan::ModelSpec &model);
 
+/// ModelSpec.ffn_activation of an ungated MLP whose GELU is the exact (erf)
+/// one (transformers' "gelu": GPT-NeoX's, Falcon's, MPT's; Megatron-LM's
+/// F.gelu); an empty one is tanh's approximation (GPT-2's gelu_new).
+inline constexpr const char *kExactGelu = "GELU (erf)";
+
 /// Whether the model's linear layers have biases (GELU models', unless the
 /// spec says none).
 bool hasLinearBiases(const plan::ModelSpec &model);

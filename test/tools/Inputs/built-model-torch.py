@@ -8,7 +8,7 @@ weights file: the logits of tokens.npy, written as a .npy.
         [--attention-scale=S] [--softcap=C] [--logit-softcap=C] [--no-qk-norm]
         [--residual-scale=S] [--logit-divisor=D] [--interleaved] [--alibi]
         [--layer-norm] [--logit-scale=S] [--clip-qkv=C] [--post-norms]
-        [--qk-norm=whole|per-head]
+        [--qk-norm=whole|per-head] [--gelu=exact]
 
 The weights are read from the module (each weft.parameter's name, shape and
 range of MODEL.weights), the norm's kind, the MLP's, the biases and a tied
@@ -44,7 +44,8 @@ LayerNorm, with the scale and the bias the module has (Cohere's and MPT's a
 scale alone, OLMo's neither); without it a norm without a bias is RMSNorm.
 --logit-scale: the logits times it (Cohere's logit_scale). --clip-qkv: the
 QKV projection clamped to [-C, C] (OLMo's and MPT's clip_qkv).
---post-norms: OLMo 2's block as transformers' Olmo2DecoderLayer writes it,
+--gelu=exact: an ungated MLP's GELU is the exact (erf) one, transformers'
+"gelu" (GPT-NeoX's, Falcon's, MPT's), not tanh's. --post-norms: OLMo 2's block as transformers' Olmo2DecoderLayer writes it,
 x + post_attention_layernorm(attn(x)) and then h + post_feedforward_layernorm
 (mlp(h)), no norm before either branch. --qk-norm=whole: OLMo 2's
 Olmo2Attention, q_norm(q_proj(x)) and k_norm(k_proj(x)) over every head's
@@ -222,7 +223,11 @@ while f"layers.{layer}.qkv.weight" in params:
     elif gated:
         act = torch.nn.functional.silu(linear(mlp_in, p + ".mlp_gate")) * linear(mlp_in, p + ".mlp_up")
     else:
-        act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_up"), approximate="tanh")
+        # transformers' "gelu" (GPT-NeoX, Falcon, MPT) is the exact one;
+        # gelu_new and gelu_pytorch_tanh (GPT-2, GPT-J, BLOOM) tanh's.
+        exact = "--gelu=exact" in flags
+        act = torch.nn.functional.gelu(linear(mlp_in, p + ".mlp_up"),
+                                       approximate="none" if exact else "tanh")
     branch = linear(act, p + ".mlp_down")
     if post_norms or p + ".mlp_post_norm.weight" in params:
         branch = norm(branch, p + ".mlp_post_norm")
