@@ -804,11 +804,13 @@ llvm::Expected<OwningOpRef<ModuleOp>> driver::buildModelWithWeights(
     for (const std::string &name : checkpoint->names()) {
       llvm::StringRef tensor(name);
       // Tied output layers saved anyway, and older checkpoints' rotary
-      // inv_freq buffers and GPT-2's causal masks (attn.bias,
-      // attn.masked_bias), are not weights.
+      // inv_freq buffers and GPT-2's and GPT-NeoX's causal masks
+      // (attn.bias, attention.masked_bias), are not weights.
       if (read.count(name) || tensor.ends_with("rotary_emb.inv_freq") ||
           tensor.ends_with(".attn.bias") ||
           tensor.ends_with(".attn.masked_bias") ||
+          tensor.ends_with(".attention.bias") ||
+          tensor.ends_with(".attention.masked_bias") ||
           (tensor == "lm_head.weight" && model.tied_embeddings()))
         continue;
       left.push_back(name);

@@ -43,13 +43,23 @@ static llvm::Error checkpointError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
+/// The bytes of one element of a safetensors dtype (0: not one Weft reads).
+/// Integer and boolean tensors (a checkpoint's mask buffers) are read for
+/// their bounds and copied by an export; weights are floating-point.
 static int64_t dtypeBytes(llvm::StringRef dtype) {
   return llvm::StringSwitch<int64_t>(dtype)
       .Case("F32", 4)
       .Case("F16", 2)
       .Case("BF16", 2)
       .Case("F64", 8)
+      .Cases({"BOOL", "U8", "I8"}, 1)
+      .Cases({"U16", "I16"}, 2)
+      .Cases({"U32", "I32"}, 4)
+      .Cases({"U64", "I64"}, 8)
       .Default(0);
+}
+static bool isFloatDtype(llvm::StringRef dtype) {
+  return dtype == "F32" || dtype == "F16" || dtype == "BF16" || dtype == "F64";
 }
 
 /// One safetensors file's tensors into `tensors` (file index `index`).
@@ -95,7 +105,8 @@ static llvm::Error readHeader(
       return fail("lacks its dtype, shape or two data_offsets");
     if (!dtypeBytes(*dtype))
       return fail("is " + *dtype +
-                  ": Weft reads F32, F16, BF16 and F64 checkpoints");
+                  ": Weft reads F32, F16, BF16 and F64 weights (and integer "
+                  "or boolean buffers)");
     llvm::SmallVector<int64_t, 4> dims;
     int64_t elements = 1;
     for (const llvm::json::Value &dim : *shape) {
@@ -297,6 +308,12 @@ llvm::Error HfCheckpoint::writeLike(llvm::ArrayRef<float> values,
     stream << text;
     for (const std::string *name : mine) {
       const Tensor &tensor = tensors.find(*name)->second;
+      if (!isFloatDtype(tensor.dtype)) {
+        // Buffers, not weights: their bytes as they were.
+        stream.write(files[tensor.file]->getBufferStart() + tensor.begin,
+                     size_t(tensor.end - tensor.begin));
+        continue;
+      }
       const int64_t n =
           int64_t(tensor.end - tensor.begin) / dtypeBytes(tensor.dtype);
       for (int64_t i = 0; i < n; ++i) {
@@ -388,6 +405,13 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
       double d;
       std::memcpy(&d, at, 8);
       values[i] = float(d);
+    } else if (!isFloatDtype(tensor.dtype)) {
+      // An integer or boolean buffer's elements, little-endian.
+      int64_t v = 0;
+      std::memcpy(&v, at, size_t(width));
+      if (tensor.dtype[0] == 'I' && width < 8 && (v >> (8 * width - 1)) & 1)
+        v -= int64_t(1) << (8 * width);
+      values[i] = float(v);
     } else {
       uint16_t h;
       std::memcpy(&h, at, 2);
@@ -406,10 +430,10 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
 // transformers' names for the builder's parameters
 //===----------------------------------------------------------------------===//
 
-static const char *const kLlamaNamed[] = {
-    "llama",   "mistral",     "qwen2",    "qwen3", "gemma",
-    "gemma2",  "gemma3_text", "olmo",     "olmo2", "olmo3",
-    "granite", "cohere",      "stablelm", "phi3",  "gpt2"};
+static const char *const kReadFamilies[] = {
+    "llama",       "mistral", "qwen2", "qwen3",    "gemma",   "gemma2",
+    "gemma3_text", "olmo",    "olmo2", "olmo3",    "granite", "cohere",
+    "stablelm",    "phi3",    "gpt2",  "gpt_neox", "bloom",   "falcon"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -418,16 +442,20 @@ llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
         "--checkpoint reads the weights of a model read from a Hugging Face "
         "config.json (give --model DIR or CONFIG.json), not of a preset or "
         "of the gpt / llama builders");
-  if (llvm::is_contained(kLlamaNamed, type))
+  if (llvm::is_contained(kReadFamilies, type))
     return llvm::Error::success();
   std::string known;
-  for (const char *name : kLlamaNamed)
+  for (const char *name : kReadFamilies)
     known += (known.empty() ? "" : ", ") + std::string(name);
   return checkpointError("--checkpoint does not read '" + type +
                          "' checkpoints yet (their tensors are named and laid "
                          "out otherwise); it reads " +
                          known +
                          "; export the model to ONNX for weft import instead");
+}
+
+bool HfCheckpoint::isWeight(llvm::StringRef name) const {
+  return isFloatDtype(tensors.find(name)->second.dtype);
 }
 
 /// A tensor's values as T: f32 values, or (T = int64_t) each element's
@@ -484,6 +512,8 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       return fail("the checkpoint has no tensor '" + name + "'");
     if (checkpoint.shape(name) != want)
       return fail("'" + name + "' has another shape than the config gives");
+    if (!checkpoint.isWeight(name))
+      return fail("'" + name + "' is not floating-point: not a weight");
     used.push_back(name);
     return readAs<T>(checkpoint, name);
   };
@@ -493,7 +523,7 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     std::string name = prefix + "wpe.weight";
     if (!checkpoint.has(name) || checkpoint.shape(name).size() != 2 ||
         checkpoint.shape(name)[1] != h || shape.empty() ||
-        checkpoint.shape(name)[0] < shape[0])
+        checkpoint.shape(name)[0] < shape[0] || !checkpoint.isWeight(name))
       return fail("the checkpoint has no position table '" + name + "' of " +
                   llvm::Twine(shape.empty() ? 0 : shape[0]) + " rows or more");
     used.push_back(name);
@@ -547,6 +577,99 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   return fail("no tensor of the checkpoint is known to be it");
 }
 
+/// GPT-NeoX's, BLOOM's and Falcon's names: one query_key_value projection
+/// whose rows are grouped by KV head as the builder's columns are ([heads,
+/// 3, head_dim] for GPT-NeoX, BLOOM and Falcon without multi-query;
+/// [heads + 2, head_dim] for Falcon-7B's one KV head; [kv_heads, group + 2,
+/// head_dim] for Falcon's new decoder architecture), so it is transposed
+/// as it is; nn.Linear weights otherwise.
+template <typename T>
+static llvm::Expected<std::vector<T>>
+lookupFused(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
+            llvm::StringRef param, std::vector<std::string> &used) {
+  const llvm::StringRef type = model.hf_model_type();
+  const int64_t h = model.hidden(), heads = model.heads(),
+                kvHeads = model.kv_heads(), d = headDim(model),
+                ffn = model.ffn_hidden(), vocab = model.vocab();
+  auto fail = [&](const llvm::Twine &why) {
+    return checkpointError("parameter '" + param + "': " + why);
+  };
+  const bool neox = type == "gpt_neox";
+  // GPT-NeoX's under gpt_neox.; BLOOM's and Falcon's under transformer.
+  // (a bare BloomModel's without).
+  const std::string prefix =
+      neox ? "gpt_neox."
+           : (checkpoint.has("word_embeddings.weight") ? "" : "transformer.");
+  auto get =
+      [&](const std::string &name,
+          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<T>> {
+    if (!checkpoint.has(name))
+      return fail("the checkpoint has no tensor '" + name + "'");
+    if (checkpoint.shape(name) != want)
+      return fail("'" + name + "' has another shape than the config gives");
+    if (!checkpoint.isWeight(name))
+      return fail("'" + name + "' is not floating-point: not a weight");
+    used.push_back(name);
+    return readAs<T>(checkpoint, name);
+  };
+  auto linearT = [&](const std::string &name, int64_t out,
+                     int64_t in) -> llvm::Expected<std::vector<T>> {
+    auto values = get(name, {out, in});
+    if (!values)
+      return values.takeError();
+    return transposed(*values, out, in);
+  };
+  if (param == "embedding.weight")
+    return get(prefix + (neox ? "embed_in.weight" : "word_embeddings.weight"),
+               {vocab, h});
+  if (param == "embedding_norm.weight" || param == "embedding_norm.bias")
+    return get(prefix + "word_embeddings_layernorm." +
+                   param.rsplit('.').second.str(),
+               {h});
+  if (param == "final_norm.weight" || param == "final_norm.bias")
+    return get(prefix + (neox ? "final_layer_norm." : "ln_f.") +
+                   param.rsplit('.').second.str(),
+               {h});
+  if (param == "output.weight")
+    return linearT(neox ? "embed_out.weight" : "lm_head.weight", vocab, h);
+  llvm::StringRef rest = param;
+  int64_t layer = -1;
+  if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
+      !rest.consume_front("."))
+    return fail("no tensor of the checkpoint is known to be it");
+  const std::string at =
+      prefix + (neox ? "layers." : "h.") + std::to_string(layer) + ".";
+  const std::string attention = neox ? "attention." : "self_attention.";
+  const std::string kind = rest.rsplit('.').second.str(); // weight or bias
+  // Falcon's new decoder architecture norms each branch (ln_attn, ln_mlp);
+  // the others name them input_layernorm and post_attention_layernorm.
+  const bool falconTwo =
+      type == "falcon" && checkpoint.has(at + "ln_attn.weight");
+  if (rest.starts_with("attn_norm."))
+    return get(at + (falconTwo ? "ln_attn." : "input_layernorm.") + kind, {h});
+  if (rest.starts_with("mlp_norm."))
+    return get(
+        at + (falconTwo ? "ln_mlp." : "post_attention_layernorm.") + kind, {h});
+  const int64_t width = (heads + 2 * kvHeads) * d;
+  if (rest == "qkv.weight")
+    return linearT(at + attention + "query_key_value.weight", width, h);
+  if (rest == "qkv.bias")
+    return get(at + attention + "query_key_value.bias", {width});
+  if (rest == "attn_out.weight")
+    return linearT(at + attention + "dense.weight", h, heads * d);
+  if (rest == "attn_out.bias")
+    return get(at + attention + "dense.bias", {h});
+  if (rest == "mlp_up.weight")
+    return linearT(at + "mlp.dense_h_to_4h.weight", ffn, h);
+  if (rest == "mlp_up.bias")
+    return get(at + "mlp.dense_h_to_4h.bias", {ffn});
+  if (rest == "mlp_down.weight")
+    return linearT(at + "mlp.dense_4h_to_h.weight", h, ffn);
+  if (rest == "mlp_down.bias")
+    return get(at + "mlp.dense_4h_to_h.bias", {h});
+  return fail("no tensor of the checkpoint is known to be it");
+}
+
 template <typename T>
 static llvm::Expected<std::vector<T>>
 lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
@@ -554,6 +677,9 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
        std::vector<std::string> &used) {
   if (model.hf_model_type() == "gpt2")
     return lookupGpt2<T>(checkpoint, model, param, shape, used);
+  if (llvm::is_contained({"gpt_neox", "bloom", "falcon"},
+                         llvm::StringRef(model.hf_model_type())))
+    return lookupFused<T>(checkpoint, model, param, used);
 
   const llvm::StringRef type = model.hf_model_type();
   const bool gemma = type.starts_with("gemma");
@@ -580,6 +706,8 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       return fail("'" + name + "' is " + text(checkpoint.shape(name)) +
                   " where the config gives " + text(want));
     }
+    if (!checkpoint.isWeight(name))
+      return fail("'" + name + "' is not floating-point: not a weight");
     used.push_back(name);
     return readAs<T>(checkpoint, name);
   };

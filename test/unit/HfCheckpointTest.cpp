@@ -87,8 +87,8 @@ TEST(HfCheckpoint, DamagedFilesAreRefused) {
     EXPECT_NE(error.find(why), std::string::npos) << error;
   };
   refused("{not json", "its header is not JSON");
-  refused(R"({"a": {"dtype": "I8", "shape": [8], "data_offsets": [0, 8]}})",
-          "is I8: Weft reads F32, F16, BF16 and F64 checkpoints");
+  refused(R"({"a": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}})",
+          "is C64: Weft reads F32, F16, BF16 and F64 weights");
   refused(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 16]}})",
           "has data_offsets outside the file's 8 bytes of data");
   refused(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})",

@@ -37,10 +37,14 @@ public:
   /// A `.safetensors` file, a `model.safetensors.index.json`, or a directory
   /// holding either. Errors name the file and what is wrong in it (a header
   /// that is not JSON, offsets outside the file, a dtype other than F32,
-  /// F16, BF16 or F64, a shape whose size disagrees with its bytes).
+  /// F16, BF16, F64 or an integer or boolean one, a shape whose size
+  /// disagrees with its bytes).
   static llvm::Expected<HfCheckpoint> open(llvm::StringRef path);
 
   bool has(llvm::StringRef name) const { return tensors.count(name); }
+  /// Whether the tensor (which must exist) is floating-point: a weight,
+  /// not an integer or boolean buffer.
+  bool isWeight(llvm::StringRef name) const;
   /// The tensor's shape (it must exist).
   llvm::ArrayRef<int64_t> shape(llvm::StringRef name) const;
   /// The tensor's values, converted to f32 (it must exist).
@@ -99,7 +103,8 @@ bool storedAsOnePlus(const plan::ModelSpec &model, llvm::StringRef param);
 
 /// Whether checkpoints of the model's family are read (LLaMA's names:
 /// LLaMA, Mistral, Qwen2 and 3, Gemma 1 to 3, OLMo 1 to 3, Granite,
-/// Cohere, StableLM, Phi-3; and GPT-2's), and if not, why.
+/// Cohere, StableLM, Phi-3; GPT-2's; GPT-NeoX's, BLOOM's and Falcon's fused
+/// query_key_value), and if not, why.
 llvm::Error checkpointFamilySupported(const plan::ModelSpec &model);
 
 } // namespace weft::planner

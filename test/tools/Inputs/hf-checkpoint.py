@@ -7,7 +7,8 @@ transformers computes them.
     hf-checkpoint.py logits CONFIG.json DIR TOKENS.npy OUT.npy
 
 `write` draws random weights under transformers' names and shapes for the
-config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3, gpt2) and
+config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3, gpt2,
+gpt_neox, bloom, falcon) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
 out, --extra adds one the model does not have.
@@ -21,7 +22,8 @@ times 1 + w, its embeddings times sqrt(hidden), GELU-tanh gating), Qwen3's
 per-head q_norm and k_norm, OLMo 2's norms after each branch and its q_norm
 and k_norm over the whole projections; GPT-2's Conv1D blocks, learned
 positions and tied head (its checkpoint with the attn.bias mask buffers
-older transformers saved).
+older transformers saved); GPT-NeoX's, BLOOM's and Falcon-7B's fused
+query_key_value (GPT-NeoX's with its BOOL attention.bias buffers).
 """
 
 import json
@@ -39,11 +41,18 @@ mode, config_path, directory = args[:3]
 config = json.load(open(config_path))
 kind = config["model_type"]
 gpt2 = kind == "gpt2"
+fused = kind in ("gpt_neox", "bloom", "falcon")
 if gpt2:
     # GPT2Config's keys.
     config.update(hidden_size=config["n_embd"], num_attention_heads=config["n_head"],
                   num_hidden_layers=config["n_layer"],
                   intermediate_size=config.get("n_inner") or 4 * config["n_embd"])
+if kind == "bloom":
+    config.update(num_attention_heads=config["n_head"], num_hidden_layers=config["n_layer"])
+if kind in ("bloom", "falcon"):
+    config.setdefault("intermediate_size", 4 * config["hidden_size"])
+if kind == "falcon" and config.get("multi_query", True):
+    config["num_key_value_heads"] = 1
 h = config["hidden_size"]
 heads = config["num_attention_heads"]
 kv = config.get("num_key_value_heads", heads)
@@ -51,8 +60,9 @@ d = config.get("head_dim") or h // heads
 ffn = config["intermediate_size"]
 vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
-tied = config.get("tie_word_embeddings", kind in ("gemma", "gpt2"))
-eps = config.get("layer_norm_epsilon", 1e-5) if gpt2 else config.get("rms_norm_eps", 1e-6)
+tied = config.get("tie_word_embeddings", kind in ("gemma", "gpt2", "bloom", "falcon"))
+eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", 1e-5)) \
+    if gpt2 or fused else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
 gemma = kind == "gemma"
 
@@ -80,9 +90,45 @@ def gpt2_shapes():
     return out
 
 
+def fused_shapes():
+    """GPT-NeoX's (under gpt_neox., embed_out apart, with the causal-mask
+    buffers older checkpoints saved), BLOOM's and Falcon's (under
+    transformer.): one query_key_value of [heads, 3, d] rows (Falcon-7B's
+    [heads + 2, d], one KV head), LayerNorms with biases."""
+    neox = kind == "gpt_neox"
+    t = "gpt_neox." if neox else "transformer."
+    biased = kind != "falcon" or config.get("bias", False)
+    out = {t + ("embed_in.weight" if neox else "word_embeddings.weight"): (vocab, h)}
+    final = t + ("final_layer_norm." if neox else "ln_f.")
+    out[final + "weight"] = out[final + "bias"] = (h,)
+    if kind == "bloom":
+        out[t + "word_embeddings_layernorm.weight"] = (h,)
+        out[t + "word_embeddings_layernorm.bias"] = (h,)
+    if not tied:
+        out["embed_out.weight" if neox else "lm_head.weight"] = (vocab, h)
+    attention = "attention." if neox else "self_attention."
+    for i in range(layers):
+        p = t + ("layers.%d." if neox else "h.%d.") % i
+        norms = ["input_layernorm"] + ([] if kind == "falcon" else ["post_attention_layernorm"])
+        for norm in norms:
+            out[p + norm + ".weight"] = out[p + norm + ".bias"] = (h,)
+        linears = [(attention + "query_key_value", (heads + 2 * kv) * d, h),
+                   (attention + "dense", h, h), ("mlp.dense_h_to_4h", ffn, h),
+                   ("mlp.dense_4h_to_h", h, ffn)]
+        for name, rows, cols in linears:
+            out[p + name + ".weight"] = (rows, cols)
+            if biased:
+                out[p + name + ".bias"] = (rows,)
+        if neox:
+            out[p + "attention.bias"] = ("BOOL", (1, 1, 16, 16))
+    return out
+
+
 def shapes():
     if gpt2:
         return gpt2_shapes()
+    if fused:
+        return fused_shapes()
     out = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,)}
     if not tied:
         out["lm_head.weight"] = (vocab, h)
@@ -132,8 +178,9 @@ def encode(values, dtype):
 def write_file(path, tensors, dtype):
     header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
     for name, values in tensors.items():
-        blob = encode(values, dtype)
-        header[name] = {"dtype": DTYPES[dtype][0], "shape": list(values.shape),
+        mask = values.dtype == bool
+        blob = values.astype(np.uint8).tobytes() if mask else encode(values, dtype)
+        header[name] = {"dtype": "BOOL" if mask else DTYPES[dtype][0], "shape": list(values.shape),
                         "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)
@@ -149,12 +196,17 @@ def write_file(path, tensors, dtype):
 def write():
     rng = np.random.default_rng(int(flags.get("seed", "0")))
     tensors = {}
+    buffers = {}
     for name, shape in shapes().items():
-        if len(shape) == 1 and ("norm" in name or ".ln_" in name) and name.endswith("weight"):
+        if shape[0] == "BOOL":
+            buffers[name] = np.tril(np.ones(shape[1], dtype=bool))
+            continue
+        if len(shape) == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
             base = 0.0 if gemma else 1.0
             tensors[name] = base + 0.1 * rng.standard_normal(shape)
         else:
             tensors[name] = 0.08 * rng.standard_normal(shape)
+    tensors.update(buffers)
     if "drop" in flags:
         del tensors[flags["drop"]]
     if "extra" in flags:
@@ -190,6 +242,8 @@ def read_checkpoint():
                 continue
             begin, end = info["data_offsets"]
             blob = raw[8 + n + begin:8 + n + end]
+            if info["dtype"] == "BOOL":
+                continue
             if info["dtype"] == "BF16":
                 values = (np.frombuffer(blob, np.uint16).astype(np.uint32) << 16).view(np.float32)
             else:
@@ -224,11 +278,94 @@ def gpt2_logits(w, tokens):
     return ln(x, t + "ln_f") @ w[t + "wte.weight"].T
 
 
+def fused_logits(w, tokens):
+    """GPTNeoXForCausalLM's (parallel residual: x + attn(ln1 x) + mlp(ln2 x),
+    rotary on rotary_pct of each head, exact GELU), BloomForCausalLM's (ALiBi
+    of build_alibi_tensor, the embeddings' LayerNorm, sequential, tanh GELU)
+    and Falcon-7B's (one KV head, x + attn(ln x) + mlp(ln x), exact GELU)
+    forwards."""
+    b, s = tokens.shape
+    neox = kind == "gpt_neox"
+    t = "gpt_neox." if neox else "transformer."
+    attention = "attention." if neox else "self_attention."
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (h,), w[name + ".weight"], w[name + ".bias"], eps)
+
+    def linear(x, name):
+        out = x @ w[name + ".weight"].T
+        return out + w[name + ".bias"] if name + ".bias" in w else out
+
+    def rotate(x, rotated, base):
+        inv = 1.0 / base ** (torch.arange(0, rotated, 2, dtype=torch.float64) / rotated)
+        freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+        emb = torch.cat([freqs, freqs], -1)
+        part, rest = x[..., :rotated], x[..., rotated:]
+        half = torch.cat([-part[..., rotated // 2:], part[..., :rotated // 2]], -1)
+        return torch.cat([part * emb.cos() + half * emb.sin(), rest], -1)
+
+    def slopes(n):
+        p = 2 ** math.floor(math.log2(n))
+        base = 2 ** (-(2 ** -(math.log2(p) - 3)))
+        out = [base ** i for i in range(1, p + 1)]
+        if p != n:
+            extra = 2 ** (-(2 ** -(math.log2(2 * p) - 3)))
+            out += [extra ** i for i in range(1, 1 + 2 * min(p, n - p), 2)]
+        return torch.tensor(out, dtype=torch.float64)
+
+    x = w[t + ("embed_in.weight" if neox else "word_embeddings.weight")][tokens]
+    if kind == "bloom":
+        x = ln(x, t + "word_embeddings_layernorm")
+    for i in range(layers):
+        p = t + ("layers.%d." if neox else "h.%d.") % i
+        hin = ln(x, p + "input_layernorm")
+        qkv = linear(hin, p + attention + "query_key_value")
+        if kv == heads:
+            qkv = qkv.view(b, s, heads, 3, d)
+            q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+        else:
+            qkv = qkv.view(b, s, heads + 2, d)
+            q, k, v = qkv[:, :, :heads], qkv[:, :, heads:heads + 1], qkv[:, :, heads + 1:]
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if kind != "bloom":
+            rotated = int(d * config.get("rotary_pct", 0.25)) if neox else d
+            base = config.get("rotary_emb_base", 10000.0) if neox else config.get("rope_theta", 10000.0)
+            q, k = rotate(q, rotated, base), rotate(k, rotated, base)
+        k = k.expand(b, heads, s, d)
+        v = v.expand(b, heads, s, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        if kind == "bloom":
+            scores = scores + slopes(heads)[:, None, None] * torch.arange(s, dtype=torch.float64)
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
+        attn = linear(attended, p + attention + "dense")
+
+        def mlp(y):
+            up = linear(y, p + "mlp.dense_h_to_4h")
+            act = torch.nn.functional.gelu(up, approximate="tanh" if kind == "bloom" else "none")
+            return linear(act, p + "mlp.dense_4h_to_h")
+
+        if kind == "bloom":
+            x = x + attn
+            x = x + mlp(ln(x, p + "post_attention_layernorm"))
+        elif neox:
+            x = x + attn + mlp(ln(x, p + "post_attention_layernorm"))
+        else:
+            x = x + attn + mlp(hin)
+    x = ln(x, t + ("final_layer_norm" if neox else "ln_f"))
+    if tied:
+        head = w[t + "word_embeddings.weight"]
+    else:
+        head = w["embed_out.weight" if neox else "lm_head.weight"]
+    return x @ head.T
+
+
 def logits():
     w = read_checkpoint()
     tokens = torch.from_numpy(np.load(args[3]))
-    if gpt2:
-        np.save(args[4], gpt2_logits(w, tokens).float().numpy())
+    if gpt2 or fused:
+        out = gpt2_logits(w, tokens) if gpt2 else fused_logits(w, tokens)
+        np.save(args[4], out.float().numpy())
         return
     b, s = tokens.shape
 
