@@ -431,9 +431,10 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
 //===----------------------------------------------------------------------===//
 
 static const char *const kReadFamilies[] = {
-    "llama",       "mistral", "qwen2", "qwen3",    "gemma",   "gemma2",
-    "gemma3_text", "olmo",    "olmo2", "olmo3",    "granite", "cohere",
-    "stablelm",    "phi3",    "gpt2",  "gpt_neox", "bloom",   "falcon"};
+    "llama",    "mistral",     "qwen2",    "qwen3", "gemma",
+    "gemma2",   "gemma3_text", "olmo",     "olmo2", "olmo3",
+    "granite",  "cohere",      "stablelm", "phi3",  "gpt2",
+    "gpt_neox", "bloom",       "falcon",   "opt",   "starcoder2"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -683,6 +684,23 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
 
   const llvm::StringRef type = model.hf_model_type();
   const bool gemma = type.starts_with("gemma");
+  // LLaMA's names, and the two families that differ in a few: OPT's
+  // (model.decoder., out_proj, the norms before attention and the MLP
+  // named self_attn_layer_norm and final_layer_norm, fc1 and fc2, a
+  // position table whose rows start at 2) and StarCoder2's (c_fc, c_proj).
+  const bool opt = type == "opt";
+  const std::string top = opt ? "model.decoder." : "model.";
+  const std::string attnNorm =
+      opt ? "self_attn_layer_norm." : "input_layernorm.";
+  const std::string mlpNorm =
+      opt ? "final_layer_norm." : "post_attention_layernorm.";
+  const std::string outProj = opt ? "self_attn.out_proj." : "self_attn.o_proj.";
+  const std::string upProj = opt                    ? "fc1."
+                             : type == "starcoder2" ? "mlp.c_fc."
+                                                    : "mlp.up_proj.";
+  const std::string downProj = opt                    ? "fc2."
+                               : type == "starcoder2" ? "mlp.c_proj."
+                                                      : "mlp.down_proj.";
   const int64_t h = model.hidden(), heads = model.heads(),
                 kvHeads = model.kv_heads(), d = headDim(model),
                 group = heads / std::max<int64_t>(kvHeads, 1),
@@ -728,11 +746,26 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     return transposed(*values, out, in);
   };
   if (param == "embedding.weight")
-    return get("model.embed_tokens.weight", {vocab, h});
+    return get(top + "embed_tokens.weight", {vocab, h});
+  if (param == "position_embedding.weight" && opt) {
+    // OPTLearnedPositionalEmbedding reads row p + 2 for position p.
+    const std::string name = top + "embed_positions.weight";
+    if (!checkpoint.has(name) || checkpoint.shape(name).size() != 2 ||
+        checkpoint.shape(name)[1] != h || shape.empty() ||
+        checkpoint.shape(name)[0] < shape[0] + 2 || !checkpoint.isWeight(name))
+      return fail("the checkpoint has no position table '" + name + "' of " +
+                  llvm::Twine(shape.empty() ? 2 : shape[0] + 2) +
+                  " rows or more");
+    used.push_back(name);
+    std::vector<T> table = readAs<T>(checkpoint, name);
+    return std::vector<T>(table.begin() + 2 * h,
+                          table.begin() + (shape[0] + 2) * h);
+  }
   if (param == "final_norm.weight")
-    return norm(get("model.norm.weight", {h}));
+    return norm(
+        get(top + (opt ? "final_layer_norm.weight" : "norm.weight"), {h}));
   if (param == "final_norm.bias")
-    return get("model.norm.bias", {h});
+    return get(top + (opt ? "final_layer_norm.bias" : "norm.bias"), {h});
   if (param == "output.weight")
     return linearT("lm_head.weight", vocab, h);
   if (param == "output.bias")
@@ -742,18 +775,18 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
       !rest.consume_front("."))
     return fail("no tensor of the checkpoint is known to be it");
-  const std::string at = "model.layers." + std::to_string(layer) + ".";
+  const std::string at = top + "layers." + std::to_string(layer) + ".";
   const bool gemmaSandwich = type == "gemma2" || type == "gemma3_text";
   if (rest == "attn_norm.weight")
-    return norm(get(at + "input_layernorm.weight", {h}));
+    return norm(get(at + attnNorm + "weight", {h}));
   if (rest == "attn_norm.bias")
-    return get(at + "input_layernorm.bias", {h});
+    return get(at + attnNorm + "bias", {h});
   if (rest == "mlp_norm.weight")
     return norm(get(at + (gemmaSandwich ? "pre_feedforward_layernorm.weight"
-                                        : "post_attention_layernorm.weight"),
+                                        : mlpNorm + "weight"),
                     {h}));
   if (rest == "mlp_norm.bias")
-    return get(at + "post_attention_layernorm.bias", {h});
+    return get(at + mlpNorm + "bias", {h});
   if (rest == "attn_post_norm.weight")
     return norm(get(at + "post_attention_layernorm.weight", {h}));
   if (rest == "mlp_post_norm.weight")
@@ -816,9 +849,9 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     return out;
   }
   if (rest == "attn_out.weight")
-    return linearT(at + "self_attn.o_proj.weight", h, heads * d);
+    return linearT(at + outProj + "weight", h, heads * d);
   if (rest == "attn_out.bias")
-    return get(at + "self_attn.o_proj.bias", {h});
+    return get(at + outProj + "bias", {h});
   // QK norms: one weight of head_dim (Qwen3, Gemma 3), of the projection's
   // width (OLMo 2), or one per head (Cohere's [heads, head_dim], StableLM's
   // q_layernorm.norms.i).
@@ -860,11 +893,16 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
                           fused->begin() + (gate ? ffn * h : 2 * ffn * h));
       return transposed(half, ffn, h);
     }
-    return linearT(at + (gate ? "mlp.gate_proj.weight" : "mlp.up_proj.weight"),
+    return linearT(at + (gate ? std::string("mlp.gate_proj.") : upProj) +
+                       "weight",
                    ffn, h);
   }
   if (rest == "mlp_down.weight")
-    return linearT(at + "mlp.down_proj.weight", h, ffn);
+    return linearT(at + downProj + "weight", h, ffn);
+  if (rest == "mlp_up.bias")
+    return get(at + upProj + "bias", {ffn});
+  if (rest == "mlp_down.bias")
+    return get(at + downProj + "bias", {h});
   return fail("no tensor of the checkpoint is known to be it");
 }
 

@@ -8,7 +8,7 @@ transformers computes them.
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3, gpt2,
-gpt_neox, bloom, falcon) and
+gpt_neox, bloom, falcon, opt, starcoder2) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
 out, --extra adds one the model does not have.
@@ -23,7 +23,9 @@ per-head q_norm and k_norm, OLMo 2's norms after each branch and its q_norm
 and k_norm over the whole projections; GPT-2's Conv1D blocks, learned
 positions and tied head (its checkpoint with the attn.bias mask buffers
 older transformers saved); GPT-NeoX's, BLOOM's and Falcon-7B's fused
-query_key_value (GPT-NeoX's with its BOOL attention.bias buffers).
+query_key_value (GPT-NeoX's with its BOOL attention.bias buffers); OPT's
+and StarCoder2's LayerNorm blocks with every linear biased (OPT's position
+table read from row 2).
 """
 
 import json
@@ -42,6 +44,9 @@ config = json.load(open(config_path))
 kind = config["model_type"]
 gpt2 = kind == "gpt2"
 fused = kind in ("gpt_neox", "bloom", "falcon")
+layer_normed = kind in ("opt", "starcoder2")
+if kind == "opt":
+    config["intermediate_size"] = config["ffn_dim"]
 if gpt2:
     # GPT2Config's keys.
     config.update(hidden_size=config["n_embd"], num_attention_heads=config["n_head"],
@@ -60,9 +65,10 @@ d = config.get("head_dim") or h // heads
 ffn = config["intermediate_size"]
 vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
-tied = config.get("tie_word_embeddings", kind in ("gemma", "gpt2", "bloom", "falcon"))
-eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", 1e-5)) \
-    if gpt2 or fused else config.get("rms_norm_eps", 1e-6)
+tied = config.get("tie_word_embeddings",
+                  kind in ("gemma", "gpt2", "bloom", "falcon", "opt", "starcoder2"))
+eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon", 1e-5))) \
+    if gpt2 or fused or layer_normed else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
 gemma = kind == "gemma"
 
@@ -124,11 +130,40 @@ def fused_shapes():
     return out
 
 
+def layer_normed_shapes():
+    """OPT's (model.decoder., out_proj, self_attn_layer_norm and each
+    layer's final_layer_norm, fc1, fc2, a position table of context + 2
+    rows) and StarCoder2's (LLaMA's names, LayerNorms with biases, c_fc and
+    c_proj): every linear biased."""
+    opt = kind == "opt"
+    t = "model.decoder." if opt else "model."
+    out = {t + "embed_tokens.weight": (vocab, h)}
+    final = t + ("final_layer_norm." if opt else "norm.")
+    out[final + "weight"] = out[final + "bias"] = (h,)
+    if opt:
+        out[t + "embed_positions.weight"] = (config["max_position_embeddings"] + 2, h)
+    for i in range(layers):
+        p = t + "layers.%d." % i
+        for norm in (("self_attn_layer_norm", "final_layer_norm") if opt
+                     else ("input_layernorm", "post_attention_layernorm")):
+            out[p + norm + ".weight"] = out[p + norm + ".bias"] = (h,)
+        linears = [("self_attn.q_proj", heads * d, h), ("self_attn.k_proj", kv * d, h),
+                   ("self_attn.v_proj", kv * d, h),
+                   ("self_attn.out_proj" if opt else "self_attn.o_proj", h, heads * d),
+                   ("fc1" if opt else "mlp.c_fc", ffn, h), ("fc2" if opt else "mlp.c_proj", h, ffn)]
+        for name, rows, cols in linears:
+            out[p + name + ".weight"] = (rows, cols)
+            out[p + name + ".bias"] = (rows,)
+    return out
+
+
 def shapes():
     if gpt2:
         return gpt2_shapes()
     if fused:
         return fused_shapes()
+    if layer_normed:
+        return layer_normed_shapes()
     out = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,)}
     if not tied:
         out["lm_head.weight"] = (vocab, h)
@@ -360,11 +395,59 @@ def fused_logits(w, tokens):
     return x @ head.T
 
 
+def layer_normed_logits(w, tokens):
+    """OPTForCausalLM's (learned positions read at p + 2, ReLU) and
+    Starcoder2ForCausalLM's (rotate_half rotary, grouped KV heads, tanh
+    GELU) forwards: pre-norm LayerNorm blocks, every linear biased, the
+    tied head."""
+    b, s = tokens.shape
+    opt = kind == "opt"
+    t = "model.decoder." if opt else "model."
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (h,), w[name + ".weight"], w[name + ".bias"], eps)
+
+    def linear(x, name):
+        return x @ w[name + ".weight"].T + w[name + ".bias"]
+
+    def rotate(x):
+        inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+        emb = torch.cat([freqs, freqs], -1)
+        half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+        return x * emb.cos() + half * emb.sin()
+
+    x = w[t + "embed_tokens.weight"][tokens]
+    if opt:
+        x = x + w[t + "embed_positions.weight"][2:s + 2]
+    for i in range(layers):
+        p = t + "layers.%d." % i
+        hin = ln(x, p + ("self_attn_layer_norm" if opt else "input_layernorm"))
+        q = linear(hin, p + "self_attn.q_proj").view(b, s, heads, d).transpose(1, 2)
+        k = linear(hin, p + "self_attn.k_proj").view(b, s, kv, d).transpose(1, 2)
+        v = linear(hin, p + "self_attn.v_proj").view(b, s, kv, d).transpose(1, 2)
+        if not opt:
+            q, k = rotate(q), rotate(k)
+        k = k[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
+        v = v[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
+        x = x + linear(attended, p + ("self_attn.out_proj" if opt else "self_attn.o_proj"))
+        m = ln(x, p + ("final_layer_norm" if opt else "post_attention_layernorm"))
+        up = linear(m, p + ("fc1" if opt else "mlp.c_fc"))
+        act = torch.relu(up) if opt else torch.nn.functional.gelu(up, approximate="tanh")
+        x = x + linear(act, p + ("fc2" if opt else "mlp.c_proj"))
+    x = ln(x, t + ("final_layer_norm" if opt else "norm"))
+    return x @ w[t + "embed_tokens.weight"].T
+
+
 def logits():
     w = read_checkpoint()
     tokens = torch.from_numpy(np.load(args[3]))
-    if gpt2 or fused:
-        out = gpt2_logits(w, tokens) if gpt2 else fused_logits(w, tokens)
+    if gpt2 or fused or layer_normed:
+        out = gpt2_logits(w, tokens) if gpt2 else \
+            fused_logits(w, tokens) if fused else layer_normed_logits(w, tokens)
         np.save(args[4], out.float().numpy())
         return
     b, s = tokens.shape
