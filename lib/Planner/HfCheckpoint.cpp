@@ -431,10 +431,10 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
 //===----------------------------------------------------------------------===//
 
 static const char *const kReadFamilies[] = {
-    "llama",    "mistral",     "qwen2",    "qwen3", "gemma",
-    "gemma2",   "gemma3_text", "olmo",     "olmo2", "olmo3",
-    "granite",  "cohere",      "stablelm", "phi3",  "gpt2",
-    "gpt_neox", "bloom",       "falcon",   "opt",   "starcoder2"};
+    "llama",       "mistral",    "qwen2", "qwen3",    "gemma",   "gemma2",
+    "gemma3_text", "olmo",       "olmo2", "olmo3",    "granite", "cohere",
+    "stablelm",    "phi3",       "gpt2",  "gpt_neox", "bloom",   "falcon",
+    "opt",         "starcoder2", "gptj",  "phi",      "mpt",     "gpt_bigcode"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -671,6 +671,90 @@ lookupFused(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   return fail("no tensor of the checkpoint is known to be it");
 }
 
+/// Where a family's checkpoint has the builder's parameters: LLaMA's names
+/// by default (under model.), and the few each other family differs in.
+namespace {
+struct Names {
+  std::string top = "model.";
+  std::string layers = "layers.";
+  std::string embed = "embed_tokens.weight";
+  /// A learned position table, whose row `p + positionOffset` is position p.
+  std::string positions;
+  int64_t positionOffset = 0;
+  std::string finalNorm = "norm.";
+  /// Q, K and V apart (q_proj, k_proj, v_proj under it), or fused into one
+  /// projection of [q; k; v] rows.
+  std::string attention = "self_attn.";
+  std::string fusedQkv = "self_attn.qkv_proj.";
+  std::string attnNorm = "input_layernorm.";
+  std::string mlpNorm = "post_attention_layernorm.";
+  std::string outProj = "self_attn.o_proj.";
+  std::string upProj = "mlp.up_proj.";
+  std::string downProj = "mlp.down_proj.";
+};
+} // namespace
+
+static Names namesOf(llvm::StringRef type) {
+  Names n;
+  if (type == "opt") {
+    // model.decoder.; the norms before attention and the MLP are
+    // self_attn_layer_norm and (each layer's) final_layer_norm; a position
+    // table of context + 2 rows.
+    n.top = "model.decoder.";
+    n.positions = "embed_positions.weight";
+    n.positionOffset = 2;
+    n.finalNorm = "final_layer_norm.";
+    n.attnNorm = "self_attn_layer_norm.";
+    n.mlpNorm = "final_layer_norm.";
+    n.outProj = "self_attn.out_proj.";
+    n.upProj = "fc1.";
+    n.downProj = "fc2.";
+  } else if (type == "starcoder2") {
+    n.upProj = "mlp.c_fc.";
+    n.downProj = "mlp.c_proj.";
+  } else if (type == "gptj") {
+    n.top = "transformer.";
+    n.layers = "h.";
+    n.embed = "wte.weight";
+    n.finalNorm = "ln_f.";
+    n.attention = "attn.";
+    n.attnNorm = "ln_1.";
+    n.outProj = "attn.out_proj.";
+    n.upProj = "mlp.fc_in.";
+    n.downProj = "mlp.fc_out.";
+  } else if (type == "phi") {
+    n.finalNorm = "final_layernorm.";
+    n.outProj = "self_attn.dense.";
+    n.upProj = "mlp.fc1.";
+    n.downProj = "mlp.fc2.";
+  } else if (type == "mpt") {
+    n.top = "transformer.";
+    n.layers = "blocks.";
+    n.embed = "wte.weight";
+    n.positions = "wpe.weight";
+    n.finalNorm = "norm_f.";
+    n.fusedQkv = "attn.Wqkv.";
+    n.attnNorm = "norm_1.";
+    n.mlpNorm = "norm_2.";
+    n.outProj = "attn.out_proj.";
+    n.upProj = "ffn.up_proj.";
+    n.downProj = "ffn.down_proj.";
+  } else if (type == "gpt_bigcode") {
+    n.top = "transformer.";
+    n.layers = "h.";
+    n.embed = "wte.weight";
+    n.positions = "wpe.weight";
+    n.finalNorm = "ln_f.";
+    n.fusedQkv = "attn.c_attn.";
+    n.attnNorm = "ln_1.";
+    n.mlpNorm = "ln_2.";
+    n.outProj = "attn.c_proj.";
+    n.upProj = "mlp.c_fc.";
+    n.downProj = "mlp.c_proj.";
+  }
+  return n;
+}
+
 template <typename T>
 static llvm::Expected<std::vector<T>>
 lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
@@ -684,23 +768,8 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
 
   const llvm::StringRef type = model.hf_model_type();
   const bool gemma = type.starts_with("gemma");
-  // LLaMA's names, and the two families that differ in a few: OPT's
-  // (model.decoder., out_proj, the norms before attention and the MLP
-  // named self_attn_layer_norm and final_layer_norm, fc1 and fc2, a
-  // position table whose rows start at 2) and StarCoder2's (c_fc, c_proj).
-  const bool opt = type == "opt";
-  const std::string top = opt ? "model.decoder." : "model.";
-  const std::string attnNorm =
-      opt ? "self_attn_layer_norm." : "input_layernorm.";
-  const std::string mlpNorm =
-      opt ? "final_layer_norm." : "post_attention_layernorm.";
-  const std::string outProj = opt ? "self_attn.out_proj." : "self_attn.o_proj.";
-  const std::string upProj = opt                    ? "fc1."
-                             : type == "starcoder2" ? "mlp.c_fc."
-                                                    : "mlp.up_proj.";
-  const std::string downProj = opt                    ? "fc2."
-                               : type == "starcoder2" ? "mlp.c_proj."
-                                                      : "mlp.down_proj.";
+  const Names names = namesOf(type);
+  const std::string &top = names.top;
   const int64_t h = model.hidden(), heads = model.heads(),
                 kvHeads = model.kv_heads(), d = headDim(model),
                 group = heads / std::max<int64_t>(kvHeads, 1),
@@ -746,26 +815,27 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     return transposed(*values, out, in);
   };
   if (param == "embedding.weight")
-    return get(top + "embed_tokens.weight", {vocab, h});
-  if (param == "position_embedding.weight" && opt) {
-    // OPTLearnedPositionalEmbedding reads row p + 2 for position p.
-    const std::string name = top + "embed_positions.weight";
+    return get(top + names.embed, {vocab, h});
+  if (param == "position_embedding.weight" && !names.positions.empty()) {
+    // The rows of the built sequence's positions (OPT's
+    // OPTLearnedPositionalEmbedding reads row p + 2 for position p).
+    const std::string name = top + names.positions;
+    const int64_t offset = names.positionOffset,
+                  rows = shape.empty() ? 0 : shape[0];
     if (!checkpoint.has(name) || checkpoint.shape(name).size() != 2 ||
-        checkpoint.shape(name)[1] != h || shape.empty() ||
-        checkpoint.shape(name)[0] < shape[0] + 2 || !checkpoint.isWeight(name))
+        checkpoint.shape(name)[1] != h ||
+        checkpoint.shape(name)[0] < rows + offset || !checkpoint.isWeight(name))
       return fail("the checkpoint has no position table '" + name + "' of " +
-                  llvm::Twine(shape.empty() ? 2 : shape[0] + 2) +
-                  " rows or more");
+                  llvm::Twine(rows + offset) + " rows or more");
     used.push_back(name);
     std::vector<T> table = readAs<T>(checkpoint, name);
-    return std::vector<T>(table.begin() + 2 * h,
-                          table.begin() + (shape[0] + 2) * h);
+    return std::vector<T>(table.begin() + offset * h,
+                          table.begin() + (rows + offset) * h);
   }
   if (param == "final_norm.weight")
-    return norm(
-        get(top + (opt ? "final_layer_norm.weight" : "norm.weight"), {h}));
+    return norm(get(top + names.finalNorm + "weight", {h}));
   if (param == "final_norm.bias")
-    return get(top + (opt ? "final_layer_norm.bias" : "norm.bias"), {h});
+    return get(top + names.finalNorm + "bias", {h});
   if (param == "output.weight")
     return linearT("lm_head.weight", vocab, h);
   if (param == "output.bias")
@@ -775,18 +845,18 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
       !rest.consume_front("."))
     return fail("no tensor of the checkpoint is known to be it");
-  const std::string at = top + "layers." + std::to_string(layer) + ".";
+  const std::string at = top + names.layers + std::to_string(layer) + ".";
   const bool gemmaSandwich = type == "gemma2" || type == "gemma3_text";
   if (rest == "attn_norm.weight")
-    return norm(get(at + attnNorm + "weight", {h}));
+    return norm(get(at + names.attnNorm + "weight", {h}));
   if (rest == "attn_norm.bias")
-    return get(at + attnNorm + "bias", {h});
+    return get(at + names.attnNorm + "bias", {h});
   if (rest == "mlp_norm.weight")
     return norm(get(at + (gemmaSandwich ? "pre_feedforward_layernorm.weight"
-                                        : mlpNorm + "weight"),
+                                        : names.mlpNorm + "weight"),
                     {h}));
   if (rest == "mlp_norm.bias")
-    return get(at + mlpNorm + "bias", {h});
+    return get(at + names.mlpNorm + "bias", {h});
   if (rest == "attn_post_norm.weight")
     return norm(get(at + "post_attention_layernorm.weight", {h}));
   if (rest == "mlp_post_norm.weight")
@@ -798,17 +868,17 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     const int64_t in = bias ? 1 : h;
     auto rows = [&](llvm::StringRef which,
                     int64_t count) -> llvm::Expected<std::vector<T>> {
-      std::string name = at + "self_attn." + which.str() + "_proj." +
+      std::string name = at + names.attention + which.str() + "_proj." +
                          (bias ? "bias" : "weight");
       if (bias)
         return get(name, {count});
       return get(name, {count, in});
     };
     std::vector<T> q, k, v;
-    if (checkpoint.has(at + "self_attn.qkv_proj.weight")) {
+    if (checkpoint.has(at + names.fusedQkv + "weight")) {
       const int64_t total = (heads + 2 * kvHeads) * d;
-      auto fused = bias ? get(at + "self_attn.qkv_proj.bias", {total})
-                        : get(at + "self_attn.qkv_proj.weight", {total, h});
+      auto fused = bias ? get(at + names.fusedQkv + "bias", {total})
+                        : get(at + names.fusedQkv + "weight", {total, h});
       if (!fused)
         return fused.takeError();
       auto begin = fused->begin();
@@ -849,9 +919,9 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     return out;
   }
   if (rest == "attn_out.weight")
-    return linearT(at + outProj + "weight", h, heads * d);
+    return linearT(at + names.outProj + "weight", h, heads * d);
   if (rest == "attn_out.bias")
-    return get(at + outProj + "bias", {h});
+    return get(at + names.outProj + "bias", {h});
   // QK norms: one weight of head_dim (Qwen3, Gemma 3), of the projection's
   // width (OLMo 2), or one per head (Cohere's [heads, head_dim], StableLM's
   // q_layernorm.norms.i).
@@ -893,16 +963,16 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
                           fused->begin() + (gate ? ffn * h : 2 * ffn * h));
       return transposed(half, ffn, h);
     }
-    return linearT(at + (gate ? std::string("mlp.gate_proj.") : upProj) +
+    return linearT(at + (gate ? std::string("mlp.gate_proj.") : names.upProj) +
                        "weight",
                    ffn, h);
   }
   if (rest == "mlp_down.weight")
-    return linearT(at + downProj + "weight", h, ffn);
+    return linearT(at + names.downProj + "weight", h, ffn);
   if (rest == "mlp_up.bias")
-    return get(at + upProj + "bias", {ffn});
+    return get(at + names.upProj + "bias", {ffn});
   if (rest == "mlp_down.bias")
-    return get(at + downProj + "bias", {h});
+    return get(at + names.downProj + "bias", {h});
   return fail("no tensor of the checkpoint is known to be it");
 }
 

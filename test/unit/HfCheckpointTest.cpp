@@ -193,6 +193,21 @@ TEST(HfCheckpoint, HalfRoundingSweep) {
   llvm::sys::fs::remove(path);
 }
 
+// Every family the config reader builds has its checkpoint's names.
+TEST(HfCheckpoint, EveryConfigFamilyIsRead) {
+  for (const std::string &type : hfModelTypes()) {
+    plan::ModelSpec spec;
+    spec.set_hf_model_type(type);
+    llvm::Error error = checkpointFamilySupported(spec);
+    EXPECT_FALSE(bool(error)) << type;
+    llvm::consumeError(std::move(error));
+  }
+  plan::ModelSpec preset;
+  llvm::Error error = checkpointFamilySupported(preset);
+  EXPECT_TRUE(bool(error));
+  llvm::consumeError(std::move(error));
+}
+
 // Q, K and V rows of two KV heads of two query heads each (head_dim 1) go
 // into the fused projection's columns as [q0 q1 k0 v0 q2 q3 k1 v1], each
 // column the transposed row.

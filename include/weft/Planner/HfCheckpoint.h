@@ -101,9 +101,9 @@ parameterSources(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
 /// norms, which scale by 1 + w).
 bool storedAsOnePlus(const plan::ModelSpec &model, llvm::StringRef param);
 
-/// Whether checkpoints of the model's family are read (LLaMA's names:
-/// LLaMA, Mistral, Qwen2 and 3, Gemma 1 to 3, OLMo 1 to 3, Granite,
-/// Cohere, StableLM, Phi-3; GPT-2's; GPT-NeoX's, BLOOM's and Falcon's fused
+/// Whether checkpoints of the model's family are read (every family the
+/// config reader builds: LLaMA's names and the few each other family
+/// differs in; GPT-2's Conv1D; GPT-NeoX's, BLOOM's and Falcon's fused
 /// query_key_value), and if not, why.
 llvm::Error checkpointFamilySupported(const plan::ModelSpec &model);
 

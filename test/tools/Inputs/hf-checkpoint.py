@@ -8,7 +8,7 @@ transformers computes them.
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3, gpt2,
-gpt_neox, bloom, falcon, opt, starcoder2) and
+gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
 out, --extra adds one the model does not have.
@@ -45,6 +45,17 @@ kind = config["model_type"]
 gpt2 = kind == "gpt2"
 fused = kind in ("gpt_neox", "bloom", "falcon")
 layer_normed = kind in ("opt", "starcoder2")
+other = kind in ("gptj", "phi", "mpt", "gpt_bigcode")
+if kind in ("gptj", "gpt_bigcode"):
+    config.update(hidden_size=config["n_embd"], num_attention_heads=config["n_head"],
+                  num_hidden_layers=config["n_layer"],
+                  intermediate_size=config.get("n_inner") or 4 * config["n_embd"])
+if kind == "gpt_bigcode" and config.get("multi_query", True):
+    config["num_key_value_heads"] = 1
+if kind == "mpt":
+    config.update(hidden_size=config["d_model"], num_attention_heads=config["n_heads"],
+                  num_hidden_layers=config["n_layers"],
+                  intermediate_size=config.get("expansion_ratio", 4) * config["d_model"])
 if kind == "opt":
     config["intermediate_size"] = config["ffn_dim"]
 if gpt2:
@@ -66,9 +77,10 @@ ffn = config["intermediate_size"]
 vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
 tied = config.get("tie_word_embeddings",
-                  kind in ("gemma", "gpt2", "bloom", "falcon", "opt", "starcoder2"))
+                  kind in ("gemma", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
+                           "gpt_bigcode"))
 eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon", 1e-5))) \
-    if gpt2 or fused or layer_normed else config.get("rms_norm_eps", 1e-6)
+    if gpt2 or fused or layer_normed or other else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
 gemma = kind == "gemma"
 
@@ -157,7 +169,60 @@ def layer_normed_shapes():
     return out
 
 
+def other_shapes():
+    """GPT-J's (transformer.h., q/k/v/out_proj without biases, fc_in,
+    fc_out, one ln_1, lm_head with a bias), Phi's (LLaMA's names, dense,
+    fc1, fc2, final_layernorm, biases everywhere, lm_head's too), MPT's
+    (transformer.blocks., Wqkv of [q; k; v] rows, norm_1, norm_2 without
+    biases, ffn.up_proj, ffn.down_proj, norm_f) and GPT-BigCode's (GPT-2's
+    names as nn.Linear, c_attn of [q; k; v] rows with one KV head)."""
+    out = {}
+    if kind == "gptj":
+        t, at = "transformer.", "transformer.h.%d."
+        out[t + "wte.weight"] = (vocab, h)
+        out[t + "ln_f.weight"] = out[t + "ln_f.bias"] = (h,)
+        out["lm_head.weight"], out["lm_head.bias"] = (vocab, h), (vocab,)
+        layer = [("ln_1.weight", (h,)), ("ln_1.bias", (h,))] + \
+            [("attn.%s_proj.weight" % n, (h, h)) for n in ("q", "k", "v", "out")] + \
+            [("mlp.fc_in.weight", (ffn, h)), ("mlp.fc_in.bias", (ffn,)),
+             ("mlp.fc_out.weight", (h, ffn)), ("mlp.fc_out.bias", (h,))]
+    elif kind == "phi":
+        t, at = "model.", "model.layers.%d."
+        out[t + "embed_tokens.weight"] = (vocab, h)
+        out[t + "final_layernorm.weight"] = out[t + "final_layernorm.bias"] = (h,)
+        out["lm_head.weight"], out["lm_head.bias"] = (vocab, h), (vocab,)
+        layer = [("input_layernorm.weight", (h,)), ("input_layernorm.bias", (h,))]
+        for name, rows, cols in (("self_attn.q_proj", h, h), ("self_attn.k_proj", h, h),
+                                 ("self_attn.v_proj", h, h), ("self_attn.dense", h, h),
+                                 ("mlp.fc1", ffn, h), ("mlp.fc2", h, ffn)):
+            layer += [(name + ".weight", (rows, cols)), (name + ".bias", (rows,))]
+    elif kind == "mpt":
+        t, at = "transformer.", "transformer.blocks.%d."
+        out[t + "wte.weight"] = (vocab, h)
+        out[t + "norm_f.weight"] = (h,)
+        layer = [("norm_1.weight", (h,)), ("attn.Wqkv.weight", (3 * h, h)),
+                 ("attn.out_proj.weight", (h, h)), ("norm_2.weight", (h,)),
+                 ("ffn.up_proj.weight", (ffn, h)), ("ffn.down_proj.weight", (h, ffn))]
+    else:
+        t, at = "transformer.", "transformer.h.%d."
+        out[t + "wte.weight"] = (vocab, h)
+        out[t + "wpe.weight"] = (config["n_positions"], h)
+        out[t + "ln_f.weight"] = out[t + "ln_f.bias"] = (h,)
+        layer = []
+        for norm in ("ln_1", "ln_2"):
+            layer += [(norm + ".weight", (h,)), (norm + ".bias", (h,))]
+        for name, rows, cols in (("attn.c_attn", h + 2 * kv * d, h), ("attn.c_proj", h, h),
+                                 ("mlp.c_fc", ffn, h), ("mlp.c_proj", h, ffn)):
+            layer += [(name + ".weight", (rows, cols)), (name + ".bias", (rows,))]
+    for i in range(layers):
+        for name, shape in layer:
+            out[at % i + name] = shape
+    return out
+
+
 def shapes():
+    if other:
+        return other_shapes()
     if gpt2:
         return gpt2_shapes()
     if fused:
@@ -442,9 +507,102 @@ def layer_normed_logits(w, tokens):
     return x @ w[t + "embed_tokens.weight"].T
 
 
+def other_logits(w, tokens):
+    """GPTJForCausalLM's (x + attn(ln_1 x) + mlp(ln_1 x), rotate_every_two
+    on rotary_dim features, gelu_new, lm_head's bias), PhiForCausalLM's (the
+    same block with rotate_half on partial_rotary_factor of each head),
+    MptForCausalLM's (sequential, ALiBi slopes 2^-8k/n on the keys'
+    positions, exact GELU, no biases) and GPTBigCodeForCausalLM's (GPT-2's
+    block with one KV head, tanh GELU) forwards."""
+    b, s = tokens.shape
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (h,), w[name + ".weight"], w.get(name + ".bias"), eps)
+
+    def linear(x, name):
+        out = x @ w[name + ".weight"].T
+        return out + w[name + ".bias"] if name + ".bias" in w else out
+
+    def rotary(x, rotated, pairs):
+        inv = 1.0 / config.get("rope_theta", 10000.0) ** \
+            (torch.arange(0, rotated, 2, dtype=torch.float64) / rotated)
+        freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+        part, rest = x[..., :rotated], x[..., rotated:]
+        if pairs:
+            emb = torch.repeat_interleave(freqs, 2, dim=-1)
+            turned = torch.stack((-part[..., 1::2], part[..., ::2]), dim=-1).flatten(-2)
+        else:
+            emb = torch.cat([freqs, freqs], -1)
+            turned = torch.cat([-part[..., rotated // 2:], part[..., :rotated // 2]], -1)
+        return torch.cat([part * emb.cos() + turned * emb.sin(), rest], -1)
+
+    def attend(q, k, v, bias=None):
+        q, k, v = q.view(b, s, heads, d), k.view(b, s, kv, d), v.view(b, s, kv, d)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if kind == "gptj":
+            q, k = rotary(q, config["rotary_dim"], True), rotary(k, config["rotary_dim"], True)
+        elif kind == "phi":
+            rotated = int(d * config.get("partial_rotary_factor", 0.5))
+            q, k = rotary(q, rotated, False), rotary(k, rotated, False)
+        k, v = k.expand(b, heads, s, d), v.expand(b, heads, s, d)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
+
+    gelu_new = lambda y: torch.nn.functional.gelu(y, approximate="tanh")
+    if kind in ("gptj", "phi"):
+        t = "transformer." if kind == "gptj" else "model."
+        x = w[t + ("wte.weight" if kind == "gptj" else "embed_tokens.weight")][tokens]
+        for i in range(layers):
+            if kind == "gptj":
+                p = t + "h.%d." % i
+                hin = ln(x, p + "ln_1")
+                qkv = [linear(hin, p + "attn.%s_proj" % n) for n in "qkv"]
+                attn = linear(attend(*qkv), p + "attn.out_proj")
+                mlp = linear(gelu_new(linear(hin, p + "mlp.fc_in")), p + "mlp.fc_out")
+            else:
+                p = t + "layers.%d." % i
+                hin = ln(x, p + "input_layernorm")
+                qkv = [linear(hin, p + "self_attn.%s_proj" % n) for n in "qkv"]
+                attn = linear(attend(*qkv), p + "self_attn.dense")
+                mlp = linear(gelu_new(linear(hin, p + "mlp.fc1")), p + "mlp.fc2")
+            x = x + attn + mlp
+        x = ln(x, t + ("ln_f" if kind == "gptj" else "final_layernorm"))
+        return linear(x, "lm_head")
+    t = "transformer."
+    x = w[t + "wte.weight"][tokens]
+    if kind == "gpt_bigcode":
+        x = x + w[t + "wpe.weight"][:s]
+    slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / heads) for i in range(heads)],
+                          dtype=torch.float64)
+    for i in range(layers):
+        if kind == "mpt":
+            p = t + "blocks.%d." % i
+            q, k, v = linear(ln(x, p + "norm_1"), p + "attn.Wqkv").chunk(3, -1)
+            # MPT's build_attn_bias: each key's distance from the last
+            # position, times -slope... as a row's constant it is the same
+            # softmax as slope times the key's position.
+            bias = slopes[:, None, None] * (torch.arange(s, dtype=torch.float64) - (s - 1))
+            x = x + linear(attend(q, k, v, bias), p + "attn.out_proj")
+            up = linear(ln(x, p + "norm_2"), p + "ffn.up_proj")
+            x = x + linear(torch.nn.functional.gelu(up), p + "ffn.down_proj")
+        else:
+            p = t + "h.%d." % i
+            q, k, v = linear(ln(x, p + "ln_1"), p + "attn.c_attn").split([h, kv * d, kv * d], -1)
+            x = x + linear(attend(q, k, v), p + "attn.c_proj")
+            x = x + linear(gelu_new(linear(ln(x, p + "ln_2"), p + "mlp.c_fc")), p + "mlp.c_proj")
+    x = ln(x, t + ("norm_f" if kind == "mpt" else "ln_f"))
+    return x @ w[t + "wte.weight"].T
+
+
 def logits():
     w = read_checkpoint()
     tokens = torch.from_numpy(np.load(args[3]))
+    if other:
+        np.save(args[4], other_logits(w, tokens).float().numpy())
+        return
     if gpt2 or fused or layer_normed:
         out = gpt2_logits(w, tokens) if gpt2 else \
             fused_logits(w, tokens) if fused else layer_normed_logits(w, tokens)
