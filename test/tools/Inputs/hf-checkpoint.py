@@ -7,7 +7,7 @@ transformers computes them.
     hf-checkpoint.py logits CONFIG.json DIR TOKENS.npy OUT.npy
 
 `write` draws random weights under transformers' names and shapes for the
-config's model_type (llama, mistral, qwen2, qwen3, gemma, olmo2, phi3, gpt2,
+config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, gpt2,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
@@ -19,7 +19,9 @@ writes these families: separate q, k and v projections (Phi-3's fused
 qkv_proj and gate_up_proj split as its forward splits them), rotate_half
 rotary, repeat_kv, causal softmax at 1 / sqrt(head_dim), RMSNorm (Gemma's
 times 1 + w, its embeddings times sqrt(hidden), GELU-tanh gating), Qwen3's
-per-head q_norm and k_norm, OLMo 2's norms after each branch and its q_norm
+per-head q_norm and k_norm, Gemma 2's (norms before and after each branch,
+soft-capped scores and logits, query_pre_attn_scalar, a window on even
+layers), OLMo 2's norms after each branch and its q_norm
 and k_norm over the whole projections; GPT-2's Conv1D blocks, learned
 positions and tied head (its checkpoint with the attn.bias mask buffers
 older transformers saved); GPT-NeoX's, BLOOM's and Falcon-7B's fused
@@ -77,12 +79,12 @@ ffn = config["intermediate_size"]
 vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
 tied = config.get("tie_word_embeddings",
-                  kind in ("gemma", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
+                  kind in ("gemma", "gemma2", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
                            "gpt_bigcode"))
 eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon", 1e-5))) \
     if gpt2 or fused or layer_normed or other else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
-gemma = kind == "gemma"
+gemma = kind in ("gemma", "gemma2")
 
 
 def gpt2_shapes():
@@ -237,8 +239,11 @@ def shapes():
         if kind != "olmo2":
             out[p + "input_layernorm.weight"] = (h,)
         out[p + "post_attention_layernorm.weight"] = (h,)
-        if kind == "olmo2":
+        if kind in ("olmo2", "gemma2"):
             out[p + "post_feedforward_layernorm.weight"] = (h,)
+        if kind == "gemma2":
+            out[p + "pre_feedforward_layernorm.weight"] = (h,)
+        if kind == "olmo2":
             out[p + "self_attn.q_norm.weight"] = (heads * d,)
             out[p + "self_attn.k_norm.weight"] = (kv * d,)
         if kind == "qwen3":
@@ -645,13 +650,25 @@ def logits():
         q, k, v = rotate(q.transpose(1, 2)), rotate(k.transpose(1, 2)), v.view(b, s, kv, d).transpose(1, 2)
         k = k[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
         v = v[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
-        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        scale = config.get("query_pre_attn_scalar", d) ** -0.5
+        scores = q @ k.transpose(-1, -2) * scale
+        hidden_keys = torch.ones(s, s, dtype=torch.bool).triu(1)
+        if kind == "gemma2":
+            # Gemma 2's soft-capped scores; its even layers slide (a key
+            # i - j >= sliding_window behind is hidden).
+            cap = config["attn_logit_softcapping"]
+            scores = cap * torch.tanh(scores / cap)
+            if i % 2 == 0:
+                hidden_keys |= torch.ones(s, s, dtype=torch.bool).tril(-config["sliding_window"])
+        scores = scores.masked_fill(hidden_keys, float("-inf"))
         attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
         out = linear(attended, p + "self_attn.o_proj")
         if kind == "olmo2":
             x = x + rms(out, w[p + "post_attention_layernorm.weight"])
             m = x
+        elif kind == "gemma2":
+            x = x + rms(out, w[p + "post_attention_layernorm.weight"])
+            m = rms(x, w[p + "pre_feedforward_layernorm.weight"])
         else:
             x = x + out
             m = rms(x, w[p + "post_attention_layernorm.weight"])
@@ -662,10 +679,15 @@ def logits():
         act = torch.nn.functional.gelu(gate, approximate="tanh") if gemma \
             else torch.nn.functional.silu(gate)
         down = linear(act * up, p + "mlp.down_proj")
-        x = x + (rms(down, w[p + "post_feedforward_layernorm.weight"]) if kind == "olmo2" else down)
+        x = x + (rms(down, w[p + "post_feedforward_layernorm.weight"])
+                 if kind in ("olmo2", "gemma2") else down)
     x = rms(x, w["model.norm.weight"])
     head = w["model.embed_tokens.weight"] if tied else w["lm_head.weight"]
-    np.save(args[4], (x @ head.T).float().numpy())
+    out = x @ head.T
+    if kind == "gemma2":
+        cap = config["final_logit_softcapping"]
+        out = cap * torch.tanh(out / cap)
+    np.save(args[4], out.float().numpy())
 
 
 write() if mode == "write" else logits()
