@@ -392,6 +392,13 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
                : ", queries and keys normed per head");
   if (model->rotary_interleaved())
     os << ", rotary on adjacent pairs";
+  if (!model->rope_scaling().type().empty())
+    os << llvm::format(", rope scaling %s x%g",
+                       model->rope_scaling().type().c_str(),
+                       model->rope_scaling().factor());
+  if (model->rope_local_theta() > 0)
+    os << llvm::format(", local layers' rotary base %g",
+                       model->rope_local_theta());
   if (model->embedding_scale() > 0)
     os << llvm::format(", embeddings times %g", model->embedding_scale());
   if (model->embedding_norm())

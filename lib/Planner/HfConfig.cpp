@@ -592,6 +592,49 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
         return configError(parameters.error);
     }
     spec.set_rope_theta(theta && *theta > 0 ? *theta : 10000.0);
+    // Gemma 3's local layers turn at rope_local_base_freq, unscaled.
+    if (type == "gemma3_text")
+      spec.set_rope_local_theta(
+          fields.number("rope_local_base_freq").value_or(10000.0));
+    // rope_scaling (rope_parameters since transformers 4.56): the
+    // frequencies the model computes with at every position.
+    for (const char *key : {"rope_scaling", "rope_parameters"}) {
+      const json::Object *rope = fields.nested(key);
+      if (!rope)
+        continue;
+      Fields scaling(*rope, file, where + key + ".");
+      std::optional<std::string> kind = scaling.string("rope_type");
+      if (!kind)
+        kind = scaling.string("type");
+      if (!kind || *kind == "default")
+        continue;
+      plan::RopeScaling &out = *spec.mutable_rope_scaling();
+      out.set_type(*kind);
+      out.set_factor(scaling.number("factor").value_or(1.0));
+      out.set_low_freq_factor(scaling.number("low_freq_factor").value_or(1.0));
+      out.set_high_freq_factor(
+          scaling.number("high_freq_factor").value_or(4.0));
+      out.set_original_context(
+          scaling.integer({"original_max_position_embeddings"})
+              .value_or(
+                  fields.integer({"max_position_embeddings"}).value_or(0)));
+      out.set_beta_fast(scaling.number("beta_fast").value_or(32.0));
+      out.set_beta_slow(scaling.number("beta_slow").value_or(1.0));
+      out.set_attention_factor(
+          scaling.number("attention_factor").value_or(0.0));
+      out.set_no_truncate(!scaling.boolean("truncate").value_or(true));
+      if (!scaling.error.empty())
+        return configError(scaling.error);
+      if (out.factor() <= 0 ||
+          (*kind == "llama3" &&
+           (out.high_freq_factor() <= out.low_freq_factor() ||
+            out.original_context() <= 0)))
+        return configError(file + ": \"" + where + key +
+                           "\" has a factor that is not positive, or llama3 "
+                           "frequency factors or context that do not make "
+                           "a range");
+      break;
+    }
   }
   // Attention and MLP in parallel: GPT-J's and Phi's always, GPT-NeoX's
   // use_parallel_residual, Falcon's parallel_attn (or its new decoder

@@ -17,6 +17,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -583,6 +584,72 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
 // The model as IR
 //===----------------------------------------------------------------------===//
 
+double planner::rotaryFrequency(const plan::ModelSpec &model, int64_t i,
+                                int64_t rotated) {
+  const double base = model.rope_theta();
+  const double plain = 1.0 / std::pow(base, double(2 * i) / double(rotated));
+  const plan::RopeScaling &rope = model.rope_scaling();
+  const double factor = rope.factor() > 0 ? rope.factor() : 1.0;
+  if (rope.type() == "linear")
+    return plain / factor;
+  if (rope.type() == "llama3") {
+    // transformers' _compute_llama3_parameters: wavelengths longer than the
+    // trained context over low_freq_factor are interpolated (divided by
+    // factor), shorter than over high_freq_factor kept, blended between.
+    const double context = double(rope.original_context());
+    const double wavelength = 2 * M_PI / plain;
+    const double lowWavelength = context / rope.low_freq_factor();
+    const double highWavelength = context / rope.high_freq_factor();
+    if (wavelength > lowWavelength)
+      return plain / factor;
+    if (wavelength < highWavelength)
+      return plain;
+    const double smooth = (context / wavelength - rope.low_freq_factor()) /
+                          (rope.high_freq_factor() - rope.low_freq_factor());
+    return (1 - smooth) * plain / factor + smooth * plain;
+  }
+  if (rope.type() == "yarn") {
+    // _compute_yarn_parameters: a linear ramp, over the dimensions between
+    // those that turn beta_fast and beta_slow times in the trained context,
+    // from extrapolated (plain) to interpolated (plain / factor)
+    // frequencies.
+    const double dim = double(rotated);
+    const double context = double(rope.original_context());
+    auto correction = [&](double rotations) {
+      return dim * std::log(context / (rotations * 2 * M_PI)) /
+             (2 * std::log(base));
+    };
+    double low = correction(rope.beta_fast()),
+           high = correction(rope.beta_slow());
+    if (!rope.no_truncate()) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high)
+      high += 0.001;
+    const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+    const double extrapolation = 1 - ramp;
+    return plain / factor * (1 - extrapolation) + plain * extrapolation;
+  }
+  return plain;
+}
+
+double planner::rotaryScale(const plan::ModelSpec &model) {
+  const plan::RopeScaling &rope = model.rope_scaling();
+  if (rope.type() != "yarn")
+    return 1.0;
+  if (rope.attention_factor() > 0)
+    return rope.attention_factor();
+  return rope.factor() <= 1 ? 1.0 : 0.1 * std::log(rope.factor()) + 1.0;
+}
+
+bool planner::ropeScalingBuilt(const plan::ModelSpec &model) {
+  const std::string &type = model.rope_scaling().type();
+  return type.empty() || type == "linear" || type == "llama3" || type == "yarn";
+}
+
 namespace {
 /// Builds the global (unpartitioned) ops of a transformer in f32.
 class TransformerBuilder {
@@ -676,11 +743,15 @@ public:
   /// twice (the halves of a head turn by the same angles; with
   /// rotary_interleaved, each pair of adjacent features, as GPT-J's
   /// duplicate_interleave has them).
-  std::pair<Value, Value> rotaryTables(int64_t seq, int64_t rotated) {
+  std::pair<Value, Value> rotaryTables(int64_t seq, int64_t rotated,
+                                       bool local) {
     std::vector<float> inverse(rotated);
     for (int64_t i = 0; i < rotated / 2; ++i) {
-      float frequency = float(
-          1.0 / std::pow(model.rope_theta(), double(2 * i) / double(rotated)));
+      // Gemma 3's local (windowed) layers turn at their own base, unscaled.
+      float frequency =
+          local ? float(1.0 / std::pow(model.rope_local_theta(),
+                                       double(2 * i) / double(rotated)))
+                : float(rotaryFrequency(model, i, rotated));
       if (model.rotary_interleaved())
         inverse[2 * i] = inverse[2 * i + 1] = frequency;
       else
@@ -694,7 +765,14 @@ public:
         IotaOp::create(b, loc, type({1, 1, seq, 1}), b.getI64IntegerAttr(2));
     Value angles = MulOp::create(b, loc, type({1, 1, seq, rotated}), positions,
                                  frequencies);
-    return {CosOp::create(b, loc, angles), SinOp::create(b, loc, angles)};
+    Value cos = CosOp::create(b, loc, angles),
+          sin = SinOp::create(b, loc, angles);
+    // YaRN scales cos and sin by its attention factor.
+    if (double scale = local ? 1.0 : rotaryScale(model); scale != 1.0) {
+      cos = MulOp::create(b, loc, cos, scalar(float(scale)));
+      sin = MulOp::create(b, loc, sin, scalar(float(scale)));
+    }
+    return {cos, sin};
   }
   /// Features start, start + step, ... before limit of the last dimension.
   Value slice(Value x, int64_t start, int64_t limit, int64_t step = 1) {
@@ -840,7 +918,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // Positions as LLaMA's (and GPT-NeoX's, on part of each head) rotary
   // embedding gives them to queries and keys.
   if (int64_t rotated = rotatedFeatures()) {
-    auto [cos, sin] = rotaryTables(seq, rotated);
+    auto [cos, sin] =
+        rotaryTables(seq, rotated, window > 0 && model.rope_local_theta() > 0);
     q = rotate(q, cos, sin, rotated);
     k = rotate(k, cos, sin, rotated);
   }

@@ -657,6 +657,30 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "(RMSNorm with SwiGLU, LayerNorm with a bias with GELU: StableLM's, "
         "Cohere's, OLMo's and MPT's differ); run Weft's own program (weft "
         "compile / weft train)");
+  if (const plan::RopeScaling &rope = m.rope_scaling(); !rope.type().empty()) {
+    const bool megatronLlama3 =
+        rope.type() == "llama3" && rope.low_freq_factor() == 1 &&
+        rope.high_freq_factor() == 4 && rope.original_context() == 8192;
+    const bool megatronLinear =
+        rope.type() == "linear" && rope.factor() == std::round(rope.factor());
+    // torchtitan's llama3 flavors scale as Llama 3.1 does, by 8.
+    const bool titanLlama3 = megatronLlama3 && rope.factor() == 8;
+    if (!(framework == "megatron" && (megatronLlama3 || megatronLinear)) &&
+        !(framework == "torchtitan" && titanLlama3))
+      return llvm::createStringError(
+          "the model's rotary frequencies are scaled (rope_scaling '" +
+          rope.type() +
+          "'), which the launcher does not set as the config does: Megatron-LM "
+          "sets Llama 3.1's (low and high frequency factors 1 and 4, 8,192 "
+          "tokens) and an integer linear interpolation, torchtitan's llama3 "
+          "flavors Llama 3.1's by 8; run Weft's own program (weft compile / "
+          "weft train)");
+  }
+  if (m.rope_local_theta() > 0)
+    return llvm::createStringError(
+        "the model's local layers turn at a rotary base of their own (Gemma "
+        "3's rope_local_base_freq): the exported launchers use one; run "
+        "Weft's own program (weft compile / weft train)");
   if (m.qkv_clip() > 0)
     return llvm::createStringError(
         "the model clamps its QKV projection (OLMo's and MPT's clip_qkv): the "
@@ -730,6 +754,16 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     if (m.rope_theta() > 0)
       shape.push_back(llvm::formatv("--rotary-base {0}",
                                     llvm::format("%.0f", m.rope_theta())));
+    // Llama 3.1's scaling (Megatron-LM applies it with 1, 4 and 8,192
+    // fixed), and linear interpolation.
+    if (m.rope_scaling().type() == "llama3")
+      shape.push_back(
+          llvm::formatv("--use-rope-scaling --rope-scaling-factor {0}",
+                        llvm::format("%g", m.rope_scaling().factor())));
+    if (m.rope_scaling().type() == "linear")
+      shape.push_back(
+          llvm::formatv("--rotary-seq-len-interpolation-factor {0}",
+                        llvm::format("%g", m.rope_scaling().factor())));
     if (m.qkv_bias() && swiglu)
       shape.push_back("--add-qkv-bias");
     if (m.qk_norm())

@@ -318,6 +318,16 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
       "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}})");
   EXPECT_EQ(spec.seq_len(), 8192);
   EXPECT_FALSE(spec.tied_embeddings());
+  // Its llama3 scaling with transformers' defaults for the frequency
+  // factors it leaves out (1 and 4): at head_dim 16 and base 10,000 the
+  // highest frequency (a wavelength of 2 pi) is kept, the lowest (2 pi x
+  // 10^3.5, past 8,192) divided by 8.
+  EXPECT_EQ(spec.rope_scaling().type(), "llama3");
+  EXPECT_EQ(spec.rope_scaling().original_context(), 8192);
+  EXPECT_DOUBLE_EQ(rotaryFrequency(spec, 0, 16), 1.0);
+  EXPECT_DOUBLE_EQ(rotaryFrequency(spec, 7, 16),
+                   std::pow(10000.0, -14.0 / 16) / 8);
+  EXPECT_TRUE(ropeScalingBuilt(spec));
   // Phi-3's long-context configs keep the original length beside a
   // longrope scaling.
   plan::ModelSpec phi3 = read(R"({"model_type": "phi3", "hidden_size": 3072,
@@ -328,6 +338,9 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
       "sliding_window": 262144})");
   EXPECT_EQ(phi3.seq_len(), 4096);
   EXPECT_EQ(phi3.ffn_kind(), plan::FFN_SWIGLU);
+  // (LongRoPE's per-dimension factors are not built: weft import says so.)
+  EXPECT_EQ(phi3.rope_scaling().type(), "longrope");
+  EXPECT_FALSE(ropeScalingBuilt(phi3));
   EXPECT_NEAR(parameterCount(phi3) / 1e9, 3.82, 0.02);
   EXPECT_EQ(spec.ffn_kind(), plan::FFN_SWIGLU);
   std::string nested = error(R"({"model_type": "llama", "hidden_size": 64,

@@ -46,6 +46,15 @@ bool hasLearnedPositions(const plan::ModelSpec &model);
 /// with a bias for GELU models, RMSNorm for gated ones).
 plan::NormKind normKind(const plan::ModelSpec &model);
 
+/// The rotary embedding's i-th inverse frequency (of `rotated` features
+/// turned), with the model's rope_scaling applied (linear, llama3, yarn).
+double rotaryFrequency(const plan::ModelSpec &model, int64_t i,
+                       int64_t rotated);
+/// The factor cos and sin are scaled by (YaRN's attention factor; else 1).
+double rotaryScale(const plan::ModelSpec &model);
+/// Whether the model's rope_scaling (if any) is one the builder builds.
+bool ropeScalingBuilt(const plan::ModelSpec &model);
+
 /// ModelSpec.ffn_activation of an ungated MLP whose GELU is the exact (erf)
 /// one (transformers' "gelu": GPT-NeoX's, Falcon's, MPT's; Megatron-LM's
 /// F.gelu); an empty one is tanh's approximation (GPT-2's gelu_new).

@@ -17,7 +17,7 @@ out, --extra adds one the model does not have.
 computes the logits of TOKENS.npy in float64 as transformers' modeling code
 writes these families: separate q, k and v projections (Phi-3's fused
 qkv_proj and gate_up_proj split as its forward splits them), rotate_half
-rotary, repeat_kv, causal softmax at 1 / sqrt(head_dim), RMSNorm (Gemma's
+rotary (its rope_scaling's frequencies: linear, llama3, yarn), repeat_kv, causal softmax at 1 / sqrt(head_dim), RMSNorm (Gemma's
 times 1 + w, its embeddings times sqrt(hidden), GELU-tanh gating), Qwen3's
 per-head q_norm and k_norm, Gemma 2's (norms before and after each branch,
 soft-capped scores and logits, query_pre_attn_scalar, a window on even
@@ -602,6 +602,44 @@ def other_logits(w, tokens):
     return x @ w[t + "wte.weight"].T
 
 
+def rope_frequencies(dim):
+    """The inverse frequencies and the cos / sin scale of transformers'
+    ROPE_INIT_FUNCTIONS for the config's rope_scaling: default, linear
+    (_compute_linear_scaling_rope_parameters), llama3
+    (_compute_llama3_parameters), yarn (_compute_yarn_parameters)."""
+    inv = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    rs = config.get("rope_scaling") or {}
+    kind_ = rs.get("rope_type", rs.get("type", "default"))
+    if kind_ == "linear":
+        return inv / rs["factor"], 1.0
+    if kind_ == "llama3":
+        factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        llama = torch.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * llama / factor + smooth * llama
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        return torch.where(medium, smoothed, llama), 1.0
+    if kind_ == "yarn":
+        factor = rs["factor"]
+        old = rs.get("original_max_position_embeddings") or config["max_position_embeddings"]
+        fast, slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+        scale = rs.get("attention_factor") or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+
+        def correction(rotations):
+            return (dim * math.log(old / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+        low, high = math.floor(correction(fast)), math.ceil(correction(slow))
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        extrapolation = 1 - ramp
+        return inv / factor * (1 - extrapolation) + inv * extrapolation, scale
+    return inv, 1.0
+
+
 def logits():
     w = read_checkpoint()
     tokens = torch.from_numpy(np.load(args[3]))
@@ -620,11 +658,11 @@ def logits():
         return y * (1.0 + weight) if gemma else y * weight
 
     def rotate(x):
-        inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        inv, scale = rope_frequencies(d)
         freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
         emb = torch.cat([freqs, freqs], -1)
         half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
-        return x * emb.cos() + half * emb.sin()
+        return x * emb.cos() * scale + half * emb.sin() * scale
 
     def linear(x, name):
         out = x @ w[name + ".weight"].T
