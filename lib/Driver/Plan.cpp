@@ -423,6 +423,11 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << ", no linear biases";
   if (model->no_attention_bias())
     os << ", no attention biases";
+  if (model->qkv_bias() && !hasLinearBiases(*model))
+    os << (model->attention_output_bias() ? ", attention biases"
+                                          : ", QKV biases");
+  if (model->mlp_bias())
+    os << ", MLP biases";
   if (model->output_bias())
     os << ", output bias";
   if (model->qkv_clip() > 0)

@@ -489,6 +489,84 @@ static std::vector<T> transposed(const std::vector<T> &values, int64_t rows,
   return out;
 }
 
+namespace {
+/// Reads one of the builder's parameters from a checkpoint: its tensors by
+/// name, checked against the shapes the config gives, as T (values, or
+/// their indices for planner::parameterSources); `used` collects the
+/// tensors read, and every error names the parameter.
+template <typename T> class ParameterReader {
+public:
+  ParameterReader(const HfCheckpoint &checkpoint, llvm::StringRef param,
+                  std::vector<std::string> &used)
+      : checkpoint(checkpoint), param(param), used(used) {}
+
+  llvm::Error fail(const llvm::Twine &why) const {
+    return checkpointError("parameter '" + param + "': " + why);
+  }
+  /// The tensor `name`, of the shape `want`.
+  llvm::Expected<std::vector<T>> get(const std::string &name,
+                                     llvm::ArrayRef<int64_t> want) const {
+    if (!checkpoint.has(name))
+      return fail("the checkpoint has no tensor '" + name + "'");
+    if (checkpoint.shape(name) != want)
+      return fail("'" + name + "' is " + shapeText(checkpoint.shape(name)) +
+                  " where the config gives " + shapeText(want));
+    if (!checkpoint.isWeight(name))
+      return fail("'" + name + "' is not floating-point: not a weight");
+    used.push_back(name);
+    return readAs<T>(checkpoint, name);
+  }
+  /// An nn.Linear weight `name` ([out, in]) as the builder's [in, out].
+  llvm::Expected<std::vector<T>> linearT(const std::string &name, int64_t out,
+                                         int64_t in) const {
+    auto values = get(name, {out, in});
+    if (!values)
+      return values.takeError();
+    return transposed(*values, out, in);
+  }
+  /// The first `rows` rows of [`offset` + rows or more, width] position
+  /// table `name` from row `offset` on.
+  llvm::Expected<std::vector<T>> positions(const std::string &name,
+                                           int64_t rows, int64_t width,
+                                           int64_t offset = 0) const {
+    if (!checkpoint.has(name) || checkpoint.shape(name).size() != 2 ||
+        checkpoint.shape(name)[1] != width ||
+        checkpoint.shape(name)[0] < rows + offset || !checkpoint.isWeight(name))
+      return fail("the checkpoint has no position table '" + name + "' of " +
+                  llvm::Twine(rows + offset) + " rows or more");
+    used.push_back(name);
+    std::vector<T> table = readAs<T>(checkpoint, name);
+    return std::vector<T>(table.begin() + offset * width,
+                          table.begin() + (rows + offset) * width);
+  }
+  /// A layer's parameter ("layers.N.rest"): N, and `rest` the name within
+  /// the layer.
+  llvm::Expected<int64_t> layer(llvm::StringRef &rest) const {
+    rest = param;
+    int64_t index = -1;
+    if (!rest.consume_front("layers.") || rest.consumeInteger(10, index) ||
+        !rest.consume_front("."))
+      return unknown();
+    return index;
+  }
+  llvm::Error unknown() const {
+    return fail("no tensor of the checkpoint is known to be it");
+  }
+
+private:
+  static std::string shapeText(llvm::ArrayRef<int64_t> shape) {
+    std::string out;
+    for (int64_t n : shape)
+      out += (out.empty() ? "" : " x ") + std::to_string(n);
+    return "[" + out + "]";
+  }
+
+  const HfCheckpoint &checkpoint;
+  llvm::StringRef param;
+  std::vector<std::string> &used;
+};
+} // namespace
+
 /// GPT-2's names (GPT2LMHeadModel's, under "transformer.", or GPT2Model's
 /// bare): Conv1D weights already [in, out]; c_attn's columns [q | k | v],
 /// each heads x head_dim, regrouped per head; the position table's first
@@ -500,48 +578,26 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
            std::vector<std::string> &used) {
   const int64_t h = model.hidden(), heads = model.heads(), d = headDim(model),
                 ffn = model.ffn_hidden(), vocab = model.vocab();
-  auto fail = [&](const llvm::Twine &why) {
-    return checkpointError("parameter '" + param + "': " + why);
-  };
+  const ParameterReader<T> reader(checkpoint, param, used);
   const std::string prefix =
       checkpoint.has("transformer.wte.weight") ? "transformer." : "";
-  auto get =
-      [&](const std::string &suffix,
-          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<T>> {
-    std::string name = prefix + suffix;
-    if (!checkpoint.has(name))
-      return fail("the checkpoint has no tensor '" + name + "'");
-    if (checkpoint.shape(name) != want)
-      return fail("'" + name + "' has another shape than the config gives");
-    if (!checkpoint.isWeight(name))
-      return fail("'" + name + "' is not floating-point: not a weight");
-    used.push_back(name);
-    return readAs<T>(checkpoint, name);
+  auto get = [&](const std::string &suffix, llvm::ArrayRef<int64_t> want) {
+    return reader.get(prefix + suffix, want);
   };
   if (param == "embedding.weight")
     return get("wte.weight", {vocab, h});
-  if (param == "position_embedding.weight") {
-    std::string name = prefix + "wpe.weight";
-    if (!checkpoint.has(name) || checkpoint.shape(name).size() != 2 ||
-        checkpoint.shape(name)[1] != h || shape.empty() ||
-        checkpoint.shape(name)[0] < shape[0] || !checkpoint.isWeight(name))
-      return fail("the checkpoint has no position table '" + name + "' of " +
-                  llvm::Twine(shape.empty() ? 0 : shape[0]) + " rows or more");
-    used.push_back(name);
-    std::vector<T> table = readAs<T>(checkpoint, name);
-    table.resize(size_t(shape[0] * h));
-    return table;
-  }
+  if (param == "position_embedding.weight")
+    return reader.positions(prefix + "wpe.weight", shape.empty() ? 0 : shape[0],
+                            h);
   if (param == "final_norm.weight")
     return get("ln_f.weight", {h});
   if (param == "final_norm.bias")
     return get("ln_f.bias", {h});
-  llvm::StringRef rest = param;
-  int64_t layer = -1;
-  if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
-      !rest.consume_front("."))
-    return fail("no tensor of the checkpoint is known to be it");
-  const std::string at = "h." + std::to_string(layer) + ".";
+  llvm::StringRef rest;
+  llvm::Expected<int64_t> layer = reader.layer(rest);
+  if (!layer)
+    return layer.takeError();
+  const std::string at = "h." + std::to_string(*layer) + ".";
   if (rest == "attn_norm.weight" || rest == "attn_norm.bias")
     return get(at + "ln_1." + rest.rsplit('.').second.str(), {h});
   if (rest == "mlp_norm.weight" || rest == "mlp_norm.bias")
@@ -575,7 +631,7 @@ lookupGpt2(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
                 (*fused)[size_t(i * width + part * heads * d + g * d + j)];
     return out;
   }
-  return fail("no tensor of the checkpoint is known to be it");
+  return reader.unknown();
 }
 
 /// GPT-NeoX's, BLOOM's and Falcon's names: one query_key_value projection
@@ -592,54 +648,34 @@ lookupFused(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   const int64_t h = model.hidden(), heads = model.heads(),
                 kvHeads = model.kv_heads(), d = headDim(model),
                 ffn = model.ffn_hidden(), vocab = model.vocab();
-  auto fail = [&](const llvm::Twine &why) {
-    return checkpointError("parameter '" + param + "': " + why);
-  };
+  const ParameterReader<T> reader(checkpoint, param, used);
   const bool neox = type == "gpt_neox";
   // GPT-NeoX's under gpt_neox.; BLOOM's and Falcon's under transformer.
   // (a bare BloomModel's without).
   const std::string prefix =
       neox ? "gpt_neox."
            : (checkpoint.has("word_embeddings.weight") ? "" : "transformer.");
-  auto get =
-      [&](const std::string &name,
-          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<T>> {
-    if (!checkpoint.has(name))
-      return fail("the checkpoint has no tensor '" + name + "'");
-    if (checkpoint.shape(name) != want)
-      return fail("'" + name + "' has another shape than the config gives");
-    if (!checkpoint.isWeight(name))
-      return fail("'" + name + "' is not floating-point: not a weight");
-    used.push_back(name);
-    return readAs<T>(checkpoint, name);
-  };
-  auto linearT = [&](const std::string &name, int64_t out,
-                     int64_t in) -> llvm::Expected<std::vector<T>> {
-    auto values = get(name, {out, in});
-    if (!values)
-      return values.takeError();
-    return transposed(*values, out, in);
-  };
   if (param == "embedding.weight")
-    return get(prefix + (neox ? "embed_in.weight" : "word_embeddings.weight"),
-               {vocab, h});
+    return reader.get(prefix +
+                          (neox ? "embed_in.weight" : "word_embeddings.weight"),
+                      {vocab, h});
   if (param == "embedding_norm.weight" || param == "embedding_norm.bias")
-    return get(prefix + "word_embeddings_layernorm." +
-                   param.rsplit('.').second.str(),
-               {h});
+    return reader.get(prefix + "word_embeddings_layernorm." +
+                          param.rsplit('.').second.str(),
+                      {h});
   if (param == "final_norm.weight" || param == "final_norm.bias")
-    return get(prefix + (neox ? "final_layer_norm." : "ln_f.") +
-                   param.rsplit('.').second.str(),
-               {h});
+    return reader.get(prefix + (neox ? "final_layer_norm." : "ln_f.") +
+                          param.rsplit('.').second.str(),
+                      {h});
   if (param == "output.weight")
-    return linearT(neox ? "embed_out.weight" : "lm_head.weight", vocab, h);
-  llvm::StringRef rest = param;
-  int64_t layer = -1;
-  if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
-      !rest.consume_front("."))
-    return fail("no tensor of the checkpoint is known to be it");
+    return reader.linearT(neox ? "embed_out.weight" : "lm_head.weight", vocab,
+                          h);
+  llvm::StringRef rest;
+  llvm::Expected<int64_t> layer = reader.layer(rest);
+  if (!layer)
+    return layer.takeError();
   const std::string at =
-      prefix + (neox ? "layers." : "h.") + std::to_string(layer) + ".";
+      prefix + (neox ? "layers." : "h.") + std::to_string(*layer) + ".";
   const std::string attention = neox ? "attention." : "self_attention.";
   const std::string kind = rest.rsplit('.').second.str(); // weight or bias
   // Falcon's new decoder architecture norms each branch (ln_attn, ln_mlp);
@@ -647,28 +683,29 @@ lookupFused(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   const bool falconTwo =
       type == "falcon" && checkpoint.has(at + "ln_attn.weight");
   if (rest.starts_with("attn_norm."))
-    return get(at + (falconTwo ? "ln_attn." : "input_layernorm.") + kind, {h});
+    return reader.get(at + (falconTwo ? "ln_attn." : "input_layernorm.") + kind,
+                      {h});
   if (rest.starts_with("mlp_norm."))
-    return get(
+    return reader.get(
         at + (falconTwo ? "ln_mlp." : "post_attention_layernorm.") + kind, {h});
   const int64_t width = (heads + 2 * kvHeads) * d;
   if (rest == "qkv.weight")
-    return linearT(at + attention + "query_key_value.weight", width, h);
+    return reader.linearT(at + attention + "query_key_value.weight", width, h);
   if (rest == "qkv.bias")
-    return get(at + attention + "query_key_value.bias", {width});
+    return reader.get(at + attention + "query_key_value.bias", {width});
   if (rest == "attn_out.weight")
-    return linearT(at + attention + "dense.weight", h, heads * d);
+    return reader.linearT(at + attention + "dense.weight", h, heads * d);
   if (rest == "attn_out.bias")
-    return get(at + attention + "dense.bias", {h});
+    return reader.get(at + attention + "dense.bias", {h});
   if (rest == "mlp_up.weight")
-    return linearT(at + "mlp.dense_h_to_4h.weight", ffn, h);
+    return reader.linearT(at + "mlp.dense_h_to_4h.weight", ffn, h);
   if (rest == "mlp_up.bias")
-    return get(at + "mlp.dense_h_to_4h.bias", {ffn});
+    return reader.get(at + "mlp.dense_h_to_4h.bias", {ffn});
   if (rest == "mlp_down.weight")
-    return linearT(at + "mlp.dense_4h_to_h.weight", h, ffn);
+    return reader.linearT(at + "mlp.dense_4h_to_h.weight", h, ffn);
   if (rest == "mlp_down.bias")
-    return get(at + "mlp.dense_4h_to_h.bias", {h});
-  return fail("no tensor of the checkpoint is known to be it");
+    return reader.get(at + "mlp.dense_4h_to_h.bias", {h});
+  return reader.unknown();
 }
 
 /// Where a family's checkpoint has the builder's parameters: LLaMA's names
@@ -774,30 +811,7 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
                 kvHeads = model.kv_heads(), d = headDim(model),
                 group = heads / std::max<int64_t>(kvHeads, 1),
                 ffn = model.ffn_hidden(), vocab = model.vocab();
-  auto fail = [&](const llvm::Twine &why) {
-    return checkpointError("parameter '" + param + "': " + why);
-  };
-  // A tensor of the checkpoint, of the shape given.
-  auto get =
-      [&](const std::string &name,
-          llvm::ArrayRef<int64_t> want) -> llvm::Expected<std::vector<T>> {
-    if (!checkpoint.has(name))
-      return fail("the checkpoint has no tensor '" + name + "'");
-    if (checkpoint.shape(name) != want) {
-      auto text = [](llvm::ArrayRef<int64_t> s) {
-        std::string out;
-        for (int64_t n : s)
-          out += (out.empty() ? "" : " x ") + std::to_string(n);
-        return "[" + out + "]";
-      };
-      return fail("'" + name + "' is " + text(checkpoint.shape(name)) +
-                  " where the config gives " + text(want));
-    }
-    if (!checkpoint.isWeight(name))
-      return fail("'" + name + "' is not floating-point: not a weight");
-    used.push_back(name);
-    return readAs<T>(checkpoint, name);
-  };
+  const ParameterReader<T> reader(checkpoint, param, used);
   // Gemma's norms scale by 1 + w.
   auto norm = [&](llvm::Expected<std::vector<T>> values)
       -> llvm::Expected<std::vector<T>> {
@@ -807,60 +821,42 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
           v += 1.0f;
     return values;
   };
-  auto linearT = [&](const std::string &name, int64_t out,
-                     int64_t in) -> llvm::Expected<std::vector<T>> {
-    auto values = get(name, {out, in});
-    if (!values)
-      return values.takeError();
-    return transposed(*values, out, in);
-  };
   if (param == "embedding.weight")
-    return get(top + names.embed, {vocab, h});
-  if (param == "position_embedding.weight" && !names.positions.empty()) {
-    // The rows of the built sequence's positions (OPT's
-    // OPTLearnedPositionalEmbedding reads row p + 2 for position p).
-    const std::string name = top + names.positions;
-    const int64_t offset = names.positionOffset,
-                  rows = shape.empty() ? 0 : shape[0];
-    if (!checkpoint.has(name) || checkpoint.shape(name).size() != 2 ||
-        checkpoint.shape(name)[1] != h ||
-        checkpoint.shape(name)[0] < rows + offset || !checkpoint.isWeight(name))
-      return fail("the checkpoint has no position table '" + name + "' of " +
-                  llvm::Twine(rows + offset) + " rows or more");
-    used.push_back(name);
-    std::vector<T> table = readAs<T>(checkpoint, name);
-    return std::vector<T>(table.begin() + offset * h,
-                          table.begin() + (rows + offset) * h);
-  }
+    return reader.get(top + names.embed, {vocab, h});
+  // The rows of the built sequence's positions (OPT's
+  // OPTLearnedPositionalEmbedding reads row p + 2 for position p).
+  if (param == "position_embedding.weight" && !names.positions.empty())
+    return reader.positions(top + names.positions, shape.empty() ? 0 : shape[0],
+                            h, names.positionOffset);
   if (param == "final_norm.weight")
-    return norm(get(top + names.finalNorm + "weight", {h}));
+    return norm(reader.get(top + names.finalNorm + "weight", {h}));
   if (param == "final_norm.bias")
-    return get(top + names.finalNorm + "bias", {h});
+    return reader.get(top + names.finalNorm + "bias", {h});
   if (param == "output.weight")
-    return linearT("lm_head.weight", vocab, h);
+    return reader.linearT("lm_head.weight", vocab, h);
   if (param == "output.bias")
-    return get("lm_head.bias", {vocab});
-  llvm::StringRef rest = param;
-  int64_t layer = -1;
-  if (!rest.consume_front("layers.") || rest.consumeInteger(10, layer) ||
-      !rest.consume_front("."))
-    return fail("no tensor of the checkpoint is known to be it");
-  const std::string at = top + names.layers + std::to_string(layer) + ".";
+    return reader.get("lm_head.bias", {vocab});
+  llvm::StringRef rest;
+  llvm::Expected<int64_t> layer = reader.layer(rest);
+  if (!layer)
+    return layer.takeError();
+  const std::string at = top + names.layers + std::to_string(*layer) + ".";
   const bool gemmaSandwich = type == "gemma2" || type == "gemma3_text";
   if (rest == "attn_norm.weight")
-    return norm(get(at + names.attnNorm + "weight", {h}));
+    return norm(reader.get(at + names.attnNorm + "weight", {h}));
   if (rest == "attn_norm.bias")
-    return get(at + names.attnNorm + "bias", {h});
+    return reader.get(at + names.attnNorm + "bias", {h});
   if (rest == "mlp_norm.weight")
-    return norm(get(at + (gemmaSandwich ? "pre_feedforward_layernorm.weight"
-                                        : names.mlpNorm + "weight"),
-                    {h}));
+    return norm(
+        reader.get(at + (gemmaSandwich ? "pre_feedforward_layernorm.weight"
+                                       : names.mlpNorm + "weight"),
+                   {h}));
   if (rest == "mlp_norm.bias")
-    return get(at + names.mlpNorm + "bias", {h});
+    return reader.get(at + names.mlpNorm + "bias", {h});
   if (rest == "attn_post_norm.weight")
-    return norm(get(at + "post_attention_layernorm.weight", {h}));
+    return norm(reader.get(at + "post_attention_layernorm.weight", {h}));
   if (rest == "mlp_post_norm.weight")
-    return norm(get(at + "post_feedforward_layernorm.weight", {h}));
+    return norm(reader.get(at + "post_feedforward_layernorm.weight", {h}));
   // Q, K and V: separate projections, or Phi-3's fused qkv_proj ([q; k;
   // v] rows); grouped by KV head into the builder's columns.
   if (rest == "qkv.weight" || rest == "qkv.bias") {
@@ -871,14 +867,15 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       std::string name = at + names.attention + which.str() + "_proj." +
                          (bias ? "bias" : "weight");
       if (bias)
-        return get(name, {count});
-      return get(name, {count, in});
+        return reader.get(name, {count});
+      return reader.get(name, {count, in});
     };
     std::vector<T> q, k, v;
     if (checkpoint.has(at + names.fusedQkv + "weight")) {
       const int64_t total = (heads + 2 * kvHeads) * d;
-      auto fused = bias ? get(at + names.fusedQkv + "bias", {total})
-                        : get(at + names.fusedQkv + "weight", {total, h});
+      auto fused = bias
+                       ? reader.get(at + names.fusedQkv + "bias", {total})
+                       : reader.get(at + names.fusedQkv + "weight", {total, h});
       if (!fused)
         return fused.takeError();
       auto begin = fused->begin();
@@ -919,9 +916,9 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     return out;
   }
   if (rest == "attn_out.weight")
-    return linearT(at + names.outProj + "weight", h, heads * d);
+    return reader.linearT(at + names.outProj + "weight", h, heads * d);
   if (rest == "attn_out.bias")
-    return get(at + names.outProj + "bias", {h});
+    return reader.get(at + names.outProj + "bias", {h});
   // QK norms: one weight of head_dim (Qwen3, Gemma 3), of the projection's
   // width (OLMo 2), or one per head (Cohere's [heads, head_dim], StableLM's
   // q_layernorm.norms.i).
@@ -930,25 +927,25 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     const int64_t n = query ? heads : kvHeads;
     switch (model.qk_norm_layout()) {
     case plan::QK_NORM_WHOLE:
-      return norm(get(at + "self_attn." + rest.str(), {n * d}));
+      return norm(reader.get(at + "self_attn." + rest.str(), {n * d}));
     case plan::QK_NORM_PER_HEAD: {
       if (type == "stablelm") {
         std::vector<T> all;
         for (int64_t i = 0; i < n; ++i) {
-          auto one =
-              get(at + "self_attn." + (query ? "q_layernorm" : "k_layernorm") +
-                      ".norms." + std::to_string(i) + ".weight",
-                  {d});
+          auto one = reader.get(at + "self_attn." +
+                                    (query ? "q_layernorm" : "k_layernorm") +
+                                    ".norms." + std::to_string(i) + ".weight",
+                                {d});
           if (!one)
             return one.takeError();
           all.insert(all.end(), one->begin(), one->end());
         }
         return all;
       }
-      return get(at + "self_attn." + rest.str(), {n, d});
+      return reader.get(at + "self_attn." + rest.str(), {n, d});
     }
     default:
-      return norm(get(at + "self_attn." + rest.str(), {d}));
+      return norm(reader.get(at + "self_attn." + rest.str(), {d}));
     }
   }
   // The MLP: gate and up (Phi-3's fused gate_up_proj, [gate; up] rows),
@@ -956,24 +953,26 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   if (rest == "mlp_gate.weight" || rest == "mlp_up.weight") {
     const bool gate = rest == "mlp_gate.weight";
     if (checkpoint.has(at + "mlp.gate_up_proj.weight")) {
-      auto fused = get(at + "mlp.gate_up_proj.weight", {2 * ffn, h});
+      auto fused = reader.get(at + "mlp.gate_up_proj.weight", {2 * ffn, h});
       if (!fused)
         return fused.takeError();
       std::vector<T> half(fused->begin() + (gate ? 0 : ffn * h),
                           fused->begin() + (gate ? ffn * h : 2 * ffn * h));
       return transposed(half, ffn, h);
     }
-    return linearT(at + (gate ? std::string("mlp.gate_proj.") : names.upProj) +
-                       "weight",
-                   ffn, h);
+    return reader.linearT(
+        at + (gate ? std::string("mlp.gate_proj.") : names.upProj) + "weight",
+        ffn, h);
   }
   if (rest == "mlp_down.weight")
-    return linearT(at + names.downProj + "weight", h, ffn);
+    return reader.linearT(at + names.downProj + "weight", h, ffn);
+  if (rest == "mlp_gate.bias")
+    return reader.get(at + "mlp.gate_proj.bias", {ffn});
   if (rest == "mlp_up.bias")
-    return get(at + names.upProj + "bias", {ffn});
+    return reader.get(at + names.upProj + "bias", {ffn});
   if (rest == "mlp_down.bias")
-    return get(at + names.downProj + "bias", {h});
-  return fail("no tensor of the checkpoint is known to be it");
+    return reader.get(at + names.downProj + "bias", {h});
+  return reader.unknown();
 }
 
 llvm::Expected<std::vector<float>> planner::parameterFromCheckpoint(

@@ -182,6 +182,23 @@ public:
     const json::Value *value = object.get(key);
     return value ? value->getAsArray() : nullptr;
   }
+  /// A list of finite numbers.
+  std::optional<std::vector<double>> numbers(const char *key) {
+    const json::Value *value = object.get(key);
+    if (!value || value->getAsNull())
+      return std::nullopt;
+    std::vector<double> out;
+    if (const json::Array *list = value->getAsArray())
+      for (const json::Value &item : *list)
+        if (std::optional<double> d = item.getAsNumber();
+            d && std::isfinite(*d))
+          out.push_back(*d);
+    if (!value->getAsArray() || out.size() != value->getAsArray()->size()) {
+      fail(key, "is not a list of numbers");
+      return std::nullopt;
+    }
+    return out;
+  }
   bool has(const char *key) const {
     const json::Value *value = object.get(key);
     return value && !value->getAsNull();
@@ -606,8 +623,14 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       std::optional<std::string> kind = scaling.string("rope_type");
       if (!kind)
         kind = scaling.string("type");
-      if (!kind || *kind == "default")
+      // Qwen2-VL's mrope turns text tokens as the default embedding does
+      // (their temporal, height and width positions are one; transformers
+      // reads it as "default").
+      if (!kind || *kind == "default" || *kind == "mrope")
         continue;
+      // Phi-3's first long-context configs call LongRoPE "su".
+      if (*kind == "su")
+        kind = "longrope";
       plan::RopeScaling &out = *spec.mutable_rope_scaling();
       out.set_type(*kind);
       out.set_factor(scaling.number("factor").value_or(1.0));
@@ -623,6 +646,48 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       out.set_attention_factor(
           scaling.number("attention_factor").value_or(0.0));
       out.set_no_truncate(!scaling.boolean("truncate").value_or(true));
+      const std::optional<int64_t> maxPositions =
+          fields.integer({"max_position_embeddings"});
+      // Dynamic NTK measures a sequence against max_position_embeddings.
+      if (*kind == "dynamic")
+        out.set_original_context(maxPositions.value_or(0));
+      if (*kind == "longrope") {
+        // Phi-3 keeps the trained length beside rope_scaling (transformers
+        // 5 inside it); where it is given, the factor is how far
+        // max_position_embeddings extends it.
+        std::optional<int64_t> original =
+            fields.integer({"original_max_position_embeddings"});
+        if (!original)
+          original = scaling.integer({"original_max_position_embeddings"});
+        if (original && *original > 0) {
+          out.set_original_context(*original);
+          if (maxPositions && *maxPositions > 0)
+            out.set_factor(double(*maxPositions) / double(*original));
+        }
+        std::optional<std::vector<double>> shortFactor =
+            scaling.numbers("short_factor");
+        std::optional<std::vector<double>> longFactor =
+            scaling.numbers("long_factor");
+        if (scaling.error.empty() && (!shortFactor || !longFactor))
+          scaling.fail("short_factor", "and long_factor are both needed by "
+                                       "longrope");
+        for (auto [key, list] : {std::pair{"short_factor", &shortFactor},
+                                 std::pair{"long_factor", &longFactor}}) {
+          if (!*list)
+            continue;
+          for (double f : **list)
+            if (f <= 0) {
+              scaling.fail(key, "has a factor that is not positive");
+              break;
+            }
+        }
+        if (shortFactor)
+          out.mutable_short_factor()->Add(shortFactor->begin(),
+                                          shortFactor->end());
+        if (longFactor)
+          out.mutable_long_factor()->Add(longFactor->begin(),
+                                         longFactor->end());
+      }
       if (!scaling.error.empty())
         return configError(scaling.error);
       if (out.factor() <= 0 ||
@@ -675,13 +740,42 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     // GPT-J and Cohere turn pairs of adjacent features
     // (rotate_every_two; Cohere's rotate_half interleaves).
     spec.set_rotary_interleaved(type == "gptj" || type == "cohere");
+    // LongRoPE's factors: one per pair of rotated features, or one for all
+    // (as torch broadcasts it).
+    const int64_t rotated = int64_t(
+        double(spec.head_dim() > 0 ? spec.head_dim() : *hidden / *heads) *
+        (spec.rotary_percent() > 0 ? double(spec.rotary_percent()) : 1.0));
+    const plan::RopeScaling &rope = spec.rope_scaling();
+    for (auto [key, list] : {std::pair{"short_factor", &rope.short_factor()},
+                             std::pair{"long_factor", &rope.long_factor()}})
+      if (list->size() > 1 && list->size() != rotated / 2)
+        return configError(
+            file + ": \"" + where +
+            (fields.nested("rope_scaling") ? "rope_scaling."
+                                           : "rope_parameters.") +
+            key + "\" has " + llvm::Twine(list->size()) +
+            " factors where the rotary embedding turns " +
+            llvm::Twine(rotated / 2) +
+            " pairs of features: give one per pair, or one for all");
   }
-  // QKV biases in a model whose other linears have none: Qwen2's always,
-  // LLaMA's attention_bias, StableLM's use_qkv_bias.
-  if (family->mlp == Mlp::Gated)
-    spec.set_qkv_bias(type == "qwen2" ||
-                      fields.boolean("attention_bias").value_or(false) ||
-                      fields.boolean("use_qkv_bias").value_or(false));
+  // Biases in a gated model, whose linears have none by default: Qwen2's
+  // on Q, K and V always, StableLM's use_qkv_bias there; the
+  // attention_bias of LLaMA, Qwen3, Gemma, OLMo, Cohere and Granite on
+  // all four projections (their o_proj too); LLaMA's and Granite's
+  // mlp_bias on the MLP's three.
+  if (family->mlp == Mlp::Gated) {
+    const bool attentionBias =
+        llvm::is_contained({"llama", "qwen3", "gemma", "gemma2", "gemma3_text",
+                            "olmo", "olmo2", "olmo3", "cohere", "granite"},
+                           llvm::StringRef(type)) &&
+        fields.boolean("attention_bias").value_or(false);
+    spec.set_qkv_bias(
+        type == "qwen2" || attentionBias ||
+        (type == "stablelm" && fields.boolean("use_qkv_bias").value_or(false)));
+    spec.set_attention_output_bias(attentionBias);
+    spec.set_mlp_bias((type == "llama" || type == "granite") &&
+                      fields.boolean("mlp_bias").value_or(false));
+  }
   for (const char *key :
        {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"})
     if (std::optional<double> epsilon = fields.number(key)) {

@@ -283,12 +283,15 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   double out = valueWidth * h;
   double ffn = model.ffn_hidden();
   double mlp = isGelu(model) ? 2 * h * ffn : 3 * h * ffn;
-  // The linears' biases (GPT's; GPT-J's MLP's alone), or Qwen2's QKV
-  // biases alone.
+  // The linears' biases (GPT's; GPT-J's MLP's alone), or a gated model's:
+  // Qwen2's QKV biases alone, LLaMA's attention_bias (the output
+  // projection's too) and mlp_bias.
   double attentionBiases = model.no_attention_bias() ? 0 : qkvWidth + h;
-  double biases = hasLinearBiases(model) ? attentionBiases + ffn + h
-                  : model.qkv_bias()     ? qkvWidth
-                                         : 0;
+  double biases = hasLinearBiases(model)
+                      ? attentionBiases + ffn + h
+                      : (model.qkv_bias() ? qkvWidth : 0) +
+                            (model.attention_output_bias() ? h : 0) +
+                            (model.mlp_bias() ? 2 * ffn + h : 0);
   // Two norms (four with Gemma's, one for a parallel block's two branches
   // where they share it, two after the branches with OLMo 2's), and the QK
   // norms where they lie.
@@ -585,13 +588,28 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
 //===----------------------------------------------------------------------===//
 
 double planner::rotaryFrequency(const plan::ModelSpec &model, int64_t i,
-                                int64_t rotated) {
-  const double base = model.rope_theta();
-  const double plain = 1.0 / std::pow(base, double(2 * i) / double(rotated));
+                                int64_t rotated, int64_t seq) {
+  double base = model.rope_theta();
   const plan::RopeScaling &rope = model.rope_scaling();
   const double factor = rope.factor() > 0 ? rope.factor() : 1.0;
+  const double exponent = double(2 * i) / double(rotated);
+  // _compute_dynamic_ntk_parameters: past the context, the base raised by
+  // (factor seq / context - (factor - 1))^(rotated / (rotated - 2)).
+  if (rope.type() == "dynamic" && rotated > 2 && rope.original_context() > 0 &&
+      seq > rope.original_context())
+    base *= std::pow(factor * double(seq) / double(rope.original_context()) -
+                         (factor - 1),
+                     double(rotated) / double(rotated - 2));
+  const double plain = 1.0 / std::pow(base, exponent);
   if (rope.type() == "linear")
     return plain / factor;
+  // _compute_longrope_parameters: each frequency divided by its factor, the
+  // long ones for a sequence beyond the trained context.
+  if (rope.type() == "longrope") {
+    const auto &divisors = seq > rope.original_context() ? rope.long_factor()
+                                                         : rope.short_factor();
+    return i < divisors.size() && divisors[i] > 0 ? plain / divisors[i] : plain;
+  }
   if (rope.type() == "llama3") {
     // transformers' _compute_llama3_parameters: wavelengths longer than the
     // trained context over low_freq_factor are interpolated (divided by
@@ -638,16 +656,25 @@ double planner::rotaryFrequency(const plan::ModelSpec &model, int64_t i,
 
 double planner::rotaryScale(const plan::ModelSpec &model) {
   const plan::RopeScaling &rope = model.rope_scaling();
-  if (rope.type() != "yarn")
+  if (rope.type() != "yarn" && rope.type() != "longrope")
     return 1.0;
   if (rope.attention_factor() > 0)
     return rope.attention_factor();
-  return rope.factor() <= 1 ? 1.0 : 0.1 * std::log(rope.factor()) + 1.0;
+  if (rope.factor() <= 1)
+    return 1.0;
+  if (rope.type() == "longrope")
+    return rope.original_context() > 1
+               ? std::sqrt(1 + std::log(rope.factor()) /
+                                   std::log(double(rope.original_context())))
+               : 1.0;
+  return 0.1 * std::log(rope.factor()) + 1.0;
 }
 
 bool planner::ropeScalingBuilt(const plan::ModelSpec &model) {
   const std::string &type = model.rope_scaling().type();
-  return type.empty() || type == "linear" || type == "llama3" || type == "yarn";
+  return llvm::is_contained(
+      {"", "linear", "llama3", "yarn", "longrope", "dynamic"},
+      llvm::StringRef(type));
 }
 
 namespace {
@@ -751,7 +778,7 @@ public:
       float frequency =
           local ? float(1.0 / std::pow(model.rope_local_theta(),
                                        double(2 * i) / double(rotated)))
-                : float(rotaryFrequency(model, i, rotated));
+                : float(rotaryFrequency(model, i, rotated, seq));
       if (model.rotary_interleaved())
         inverse[2 * i] = inverse[2 * i + 1] = frequency;
       else
@@ -767,7 +794,7 @@ public:
                                  frequencies);
     Value cos = CosOp::create(b, loc, angles),
           sin = SinOp::create(b, loc, angles);
-    // YaRN scales cos and sin by its attention factor.
+    // YaRN and LongRoPE scale cos and sin by their attention factor.
     if (double scale = local ? 1.0 : rotaryScale(model); scale != 1.0) {
       cos = MulOp::create(b, loc, cos, scalar(float(scale)));
       sin = MulOp::create(b, loc, sin, scalar(float(scale)));
@@ -948,7 +975,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
       window > 0 ? b.getI64IntegerAttr(window) : IntegerAttr());
   Value merged =
       reshape(transpose(attended, {0, 2, 1, 3}), {batch, seq, heads * d});
-  Value projected = linear(merged, h, prefix + ".attn_out", attentionBiases);
+  Value projected = linear(merged, h, prefix + ".attn_out",
+                           attentionBiases || model.attention_output_bias());
   // Gemma 2 and 3 norm each branch's output too, before the residual adds;
   // OLMo 2 only there.
   if (model.sandwich_norms() || model.post_norms())
@@ -984,8 +1012,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
                                          ? GeluApproximation::erf
                                          : GeluApproximation::tanh));
   } else {
-    Value gate = linear(normed2, ffn, prefix + ".mlp_gate", false);
-    Value up = linear(normed2, ffn, prefix + ".mlp_up", false);
+    Value gate = linear(normed2, ffn, prefix + ".mlp_gate", model.mlp_bias());
+    Value up = linear(normed2, ffn, prefix + ".mlp_up", model.mlp_bias());
     Value act = model.ffn_kind() == plan::FFN_GEGLU
                     ? Value(GeluOp::create(
                           b, loc, gate,
@@ -994,8 +1022,8 @@ Value TransformerBuilder::block(Value x, int64_t index,
                     : Value(SiluOp::create(b, loc, gate));
     activated = MulOp::create(b, loc, act, up);
   }
-  Value down =
-      linear(activated, h, prefix + ".mlp_down", hasLinearBiases(model));
+  Value down = linear(activated, h, prefix + ".mlp_down",
+                      hasLinearBiases(model) || model.mlp_bias());
   if (model.sandwich_norms() || model.post_norms())
     down = norm(down, prefix + ".mlp_post_norm");
   if (model.residual_scale() > 0)

@@ -692,6 +692,12 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "kind has them (MPT's no_bias, Falcon's bias: false): the exported "
         "GELU launchers build biases; run Weft's own program (weft compile "
         "/ weft train)");
+  if (m.attention_output_bias() || m.mlp_bias())
+    return llvm::createStringError(
+        "the model's attention output projection or gated MLP has biases "
+        "(LLaMA's attention_bias, mlp_bias): the exported launchers bias "
+        "Q, K and V alone (--add-qkv-bias); run Weft's own program (weft "
+        "compile / weft train)");
   if (m.no_attention_bias() || m.output_bias())
     return llvm::createStringError(
         "the model's attention projections have no biases where its MLP's "

@@ -324,8 +324,8 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
   // 10^3.5, past 8,192) divided by 8.
   EXPECT_EQ(spec.rope_scaling().type(), "llama3");
   EXPECT_EQ(spec.rope_scaling().original_context(), 8192);
-  EXPECT_DOUBLE_EQ(rotaryFrequency(spec, 0, 16), 1.0);
-  EXPECT_DOUBLE_EQ(rotaryFrequency(spec, 7, 16),
+  EXPECT_DOUBLE_EQ(rotaryFrequency(spec, 0, 16, 4096), 1.0);
+  EXPECT_DOUBLE_EQ(rotaryFrequency(spec, 7, 16, 4096),
                    std::pow(10000.0, -14.0 / 16) / 8);
   EXPECT_TRUE(ropeScalingBuilt(spec));
   // Phi-3's long-context configs keep the original length beside a
@@ -338,9 +338,17 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
       "sliding_window": 262144})");
   EXPECT_EQ(phi3.seq_len(), 4096);
   EXPECT_EQ(phi3.ffn_kind(), plan::FFN_SWIGLU);
-  // (LongRoPE's per-dimension factors are not built: weft import says so.)
+  // LongRoPE: the factor is how far max_position_embeddings extends the
+  // trained context (32), cos and sin scaled by sqrt(1 + ln 32 / ln 4096)
+  // (transformers' _compute_longrope_parameters); one short and one long
+  // factor apply to every frequency, as torch broadcasts them.
   EXPECT_EQ(phi3.rope_scaling().type(), "longrope");
-  EXPECT_FALSE(ropeScalingBuilt(phi3));
+  EXPECT_TRUE(ropeScalingBuilt(phi3));
+  EXPECT_DOUBLE_EQ(phi3.rope_scaling().factor(), 32.0);
+  EXPECT_EQ(phi3.rope_scaling().original_context(), 4096);
+  EXPECT_NEAR(rotaryScale(phi3), 1.1902380714238083, 1e-12);
+  EXPECT_DOUBLE_EQ(rotaryFrequency(phi3, 3, 96, 4096),
+                   std::pow(10000.0, -6.0 / 96));
   EXPECT_NEAR(parameterCount(phi3) / 1e9, 3.82, 0.02);
   EXPECT_EQ(spec.ffn_kind(), plan::FFN_SWIGLU);
   std::string nested = error(R"({"model_type": "llama", "hidden_size": 64,
@@ -351,6 +359,43 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
                   "an integer"),
       std::string::npos)
       << nested;
+  // Phi-3's factors: the short ones within the trained context, the long
+  // ones beyond it; "su" is LongRoPE's first name.
+  plan::ModelSpec su = read(R"({"model_type": "phi3", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "max_position_embeddings": 64, "original_max_position_embeddings": 16,
+      "rope_scaling": {"type": "su", "short_factor": [1, 1, 1, 1, 1, 1, 2, 4],
+      "long_factor": [1, 1, 2, 2, 4, 4, 8, 16]}})");
+  EXPECT_EQ(su.rope_scaling().type(), "longrope");
+  EXPECT_DOUBLE_EQ(rotaryFrequency(su, 7, 16, 16),
+                   std::pow(10000.0, -14.0 / 16) / 4);
+  EXPECT_DOUBLE_EQ(rotaryFrequency(su, 7, 16, 17),
+                   std::pow(10000.0, -14.0 / 16) / 16);
+  EXPECT_NEAR(rotaryScale(su), std::sqrt(1 + std::log(4.0) / std::log(16.0)),
+              1e-12);
+  std::string pairs = error(R"({"model_type": "phi3", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "rope_scaling": {"type": "longrope", "short_factor": [1, 2],
+      "long_factor": [1, 2]}})");
+  EXPECT_NE(pairs.find("\"rope_scaling.short_factor\" has 2 factors where "
+                       "the rotary embedding turns 8 pairs"),
+            std::string::npos)
+      << pairs;
+  std::string missing = error(R"({"model_type": "phi3", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "rope_scaling": {"type": "longrope", "short_factor": [1]}})");
+  EXPECT_NE(missing.find("both needed"), std::string::npos) << missing;
+  // Dynamic NTK: the plain frequencies within max_position_embeddings; past
+  // it the base times (2 x 32 / 16 - 1)^(16 / 14).
+  plan::ModelSpec ntk = read(R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "max_position_embeddings": 16, "rope_scaling": {"type": "dynamic",
+      "factor": 2.0}})");
+  EXPECT_TRUE(ropeScalingBuilt(ntk));
+  EXPECT_DOUBLE_EQ(rotaryFrequency(ntk, 5, 16, 16),
+                   std::pow(10000.0, -10.0 / 16));
+  EXPECT_NEAR(rotaryFrequency(ntk, 5, 16, 32),
+              std::pow(10000.0 * std::pow(3.0, 16.0 / 14), -10.0 / 16), 1e-15);
   std::string act = error(R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4,
       "n_layer": 2, "vocab_size": 100, "activation_function": "tanh"})");
   EXPECT_NE(act.find("'tanh'"), std::string::npos) << act;
@@ -394,6 +439,30 @@ TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
   EXPECT_EQ(llama.rope_theta(), 1e4);
   EXPECT_EQ(llama.norm_epsilon(), 0);
   EXPECT_FALSE(llama.qkv_bias());
+  // LLaMA's attention_bias biases o_proj as well as Q, K and V, mlp_bias
+  // the MLP's three: 2 x (3 x 64 + 64 + 2 x 256 + 64) more parameters
+  // (intermediate_size 256). Qwen2's biases stop at Q, K and V; Mistral has
+  // no attention_bias to read.
+  const char *biased = R"({"model_type": "%s", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100,
+      "intermediate_size": 256, "attention_bias": true, "mlp_bias": true})";
+  char text[512];
+  snprintf(text, sizeof(text), biased, "llama");
+  plan::ModelSpec llamaBiased = read(text);
+  EXPECT_TRUE(llamaBiased.qkv_bias());
+  EXPECT_TRUE(llamaBiased.attention_output_bias());
+  EXPECT_TRUE(llamaBiased.mlp_bias());
+  llama.set_ffn_hidden(256);
+  EXPECT_EQ(parameterCount(llamaBiased) - parameterCount(llama),
+            2 * (3 * 64 + 64 + 2 * 256 + 64));
+  snprintf(text, sizeof(text), biased, "qwen2");
+  plan::ModelSpec qwenBiased = read(text);
+  EXPECT_TRUE(qwenBiased.qkv_bias());
+  EXPECT_FALSE(qwenBiased.attention_output_bias() || qwenBiased.mlp_bias());
+  snprintf(text, sizeof(text), biased, "mistral");
+  plan::ModelSpec mistral = read(text);
+  EXPECT_FALSE(mistral.qkv_bias() || mistral.attention_output_bias() ||
+               mistral.mlp_bias());
   // GPT-J: parallel, rotary on rotary_dim 64 of heads of 256.
   plan::ModelSpec gptj = read(R"({"model_type": "gptj", "n_embd": 4096,
       "n_head": 16, "n_layer": 28, "rotary_dim": 64, "n_positions": 2048,

@@ -341,10 +341,12 @@ static int runBuildModel(MLIRContext &context,
   // A rope scaling the builder does not build changes every position's
   // frequencies: say so rather than compute another model quietly.
   if (!weft::planner::ropeScalingBuilt(*spec))
-    llvm::errs() << "weft import: note: the config's rope_scaling '"
-                 << spec->rope_scaling().type()
-                 << "' is not built (linear, llama3 and yarn are): the "
-                    "model's rotary frequencies are the unscaled ones\n";
+    llvm::errs()
+        << "weft import: note: the config's rope_scaling '"
+        << spec->rope_scaling().type()
+        << "' is not built (linear, llama3, yarn, longrope and dynamic "
+           "are): the "
+           "model's rotary frequencies are the unscaled ones\n";
   auto module = weft::driver::buildModelWithWeights(
       context, *spec, batch, seq, seedOpt, weights, checkpointPath);
   if (!module)

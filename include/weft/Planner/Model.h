@@ -47,10 +47,14 @@ bool hasLearnedPositions(const plan::ModelSpec &model);
 plan::NormKind normKind(const plan::ModelSpec &model);
 
 /// The rotary embedding's i-th inverse frequency (of `rotated` features
-/// turned), with the model's rope_scaling applied (linear, llama3, yarn).
-double rotaryFrequency(const plan::ModelSpec &model, int64_t i,
-                       int64_t rotated);
-/// The factor cos and sin are scaled by (YaRN's attention factor; else 1).
+/// turned) in a sequence of `seq` positions, with the model's rope_scaling
+/// applied (linear, llama3, yarn, longrope, dynamic; the last two depend
+/// on whether `seq` is beyond the trained context, as transformers'
+/// longrope_frequency_update and dynamic_frequency_update have it).
+double rotaryFrequency(const plan::ModelSpec &model, int64_t i, int64_t rotated,
+                       int64_t seq);
+/// The factor cos and sin are scaled by (YaRN's and LongRoPE's attention
+/// factor; else 1).
 double rotaryScale(const plan::ModelSpec &model);
 /// Whether the model's rope_scaling (if any) is one the builder builds.
 bool ropeScalingBuilt(const plan::ModelSpec &model);

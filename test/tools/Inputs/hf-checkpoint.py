@@ -17,7 +17,8 @@ out, --extra adds one the model does not have.
 computes the logits of TOKENS.npy in float64 as transformers' modeling code
 writes these families: separate q, k and v projections (Phi-3's fused
 qkv_proj and gate_up_proj split as its forward splits them), rotate_half
-rotary (its rope_scaling's frequencies: linear, llama3, yarn), repeat_kv, causal softmax at 1 / sqrt(head_dim), RMSNorm (Gemma's
+rotary (its rope_scaling's frequencies: linear, llama3, yarn, longrope,
+dynamic), LLaMA's attention_bias and mlp_bias, repeat_kv, causal softmax at 1 / sqrt(head_dim), RMSNorm (Gemma's
 times 1 + w, its embeddings times sqrt(hidden), GELU-tanh gating), Qwen3's
 per-head q_norm and k_norm, Gemma 2's (norms before and after each branch,
 soft-capped scores and logits, query_pre_attn_scalar, a window on even
@@ -258,10 +259,17 @@ def shapes():
             out[p + "self_attn.v_proj.weight"] = (kv * d, h)
             out[p + "mlp.gate_proj.weight"] = (ffn, h)
             out[p + "mlp.up_proj.weight"] = (ffn, h)
-        if kind == "qwen2":
+        # Qwen2's QKV biases; LLaMA's attention_bias on all four
+        # projections, its mlp_bias on the MLP's three.
+        if kind == "qwen2" or config.get("attention_bias"):
             out[p + "self_attn.q_proj.bias"] = (heads * d,)
             out[p + "self_attn.k_proj.bias"] = (kv * d,)
             out[p + "self_attn.v_proj.bias"] = (kv * d,)
+        if config.get("attention_bias"):
+            out[p + "self_attn.o_proj.bias"] = (h,)
+        if config.get("mlp_bias"):
+            out[p + "mlp.gate_proj.bias"] = out[p + "mlp.up_proj.bias"] = (ffn,)
+            out[p + "mlp.down_proj.bias"] = (h,)
         out[p + "self_attn.o_proj.weight"] = (h, heads * d)
         out[p + "mlp.down_proj.weight"] = (h, ffn)
     return out
@@ -602,14 +610,37 @@ def other_logits(w, tokens):
     return x @ w[t + "wte.weight"].T
 
 
-def rope_frequencies(dim):
+def rope_frequencies(dim, seq):
     """The inverse frequencies and the cos / sin scale of transformers'
-    ROPE_INIT_FUNCTIONS for the config's rope_scaling: default, linear
-    (_compute_linear_scaling_rope_parameters), llama3
-    (_compute_llama3_parameters), yarn (_compute_yarn_parameters)."""
-    inv = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    ROPE_INIT_FUNCTIONS for the config's rope_scaling, as the rotary
+    embedding's forward uses them for a sequence of `seq` positions: default,
+    linear (_compute_linear_scaling_rope_parameters), llama3
+    (_compute_llama3_parameters), yarn (_compute_yarn_parameters), longrope
+    (_compute_longrope_parameters; longrope_frequency_update picks the long
+    factors past the original context), dynamic
+    (_compute_dynamic_ntk_parameters at seq_len = seq past
+    max_position_embeddings)."""
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
+    inv = 1.0 / theta ** exponents
     rs = config.get("rope_scaling") or {}
     kind_ = rs.get("rope_type", rs.get("type", "default"))
+    if kind_ in ("longrope", "su"):
+        if "original_max_position_embeddings" in config:
+            old = config["original_max_position_embeddings"]
+            factor = config["max_position_embeddings"] / old
+        else:
+            old, factor = config["max_position_embeddings"], rs.get("factor", 1.0)
+        scale = rs.get("attention_factor")
+        if scale is None:
+            scale = math.sqrt(1 + math.log(factor) / math.log(old)) if factor > 1 else 1.0
+        ext = torch.tensor(rs["long_factor"] if seq > old else rs["short_factor"],
+                           dtype=torch.float64)
+        return 1.0 / (ext * theta ** exponents), scale
+    if kind_ == "dynamic":
+        most = config["max_position_embeddings"]
+        length = seq if seq > most else most
+        base = theta * ((rs["factor"] * length / most) - (rs["factor"] - 1)) ** (dim / (dim - 2))
+        return 1.0 / base ** exponents, 1.0
     if kind_ == "linear":
         return inv / rs["factor"], 1.0
     if kind_ == "llama3":
@@ -658,7 +689,7 @@ def logits():
         return y * (1.0 + weight) if gemma else y * weight
 
     def rotate(x):
-        inv, scale = rope_frequencies(d)
+        inv, scale = rope_frequencies(d, s)
         freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
         emb = torch.cat([freqs, freqs], -1)
         half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
