@@ -396,6 +396,9 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
     os << llvm::format(", rope scaling %s x%g",
                        model->rope_scaling().type().c_str(),
                        model->rope_scaling().factor());
+  if (model->nope_layers_size() > 0)
+    os << ", no rotary on " << model->nope_layers_size() << " of "
+       << model->layers() << " layers";
   if (model->rope_local_theta() > 0)
     os << llvm::format(", local layers' rotary base %g",
                        model->rope_local_theta());

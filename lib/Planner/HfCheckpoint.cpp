@@ -431,10 +431,11 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
 //===----------------------------------------------------------------------===//
 
 static const char *const kReadFamilies[] = {
-    "llama",       "mistral",    "qwen2", "qwen3",    "gemma",   "gemma2",
-    "gemma3_text", "olmo",       "olmo2", "olmo3",    "granite", "cohere",
-    "stablelm",    "phi3",       "gpt2",  "gpt_neox", "bloom",   "falcon",
-    "opt",         "starcoder2", "gptj",  "phi",      "mpt",     "gpt_bigcode"};
+    "llama",       "mistral",    "qwen2",  "qwen3",    "gemma",   "gemma2",
+    "gemma3_text", "olmo",       "olmo2",  "olmo3",    "granite", "cohere",
+    "stablelm",    "phi3",       "gpt2",   "gpt_neox", "bloom",   "falcon",
+    "opt",         "starcoder2", "gptj",   "phi",      "mpt",     "gpt_bigcode",
+    "glm",         "glm4",       "smollm3"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -725,6 +726,9 @@ struct Names {
   std::string fusedQkv = "self_attn.qkv_proj.";
   std::string attnNorm = "input_layernorm.";
   std::string mlpNorm = "post_attention_layernorm.";
+  /// The norms after each branch (Gemma 2's and 3's, OLMo 2's, GLM-4's).
+  std::string attnPostNorm = "post_attention_layernorm.";
+  std::string mlpPostNorm = "post_feedforward_layernorm.";
   std::string outProj = "self_attn.o_proj.";
   std::string upProj = "mlp.up_proj.";
   std::string downProj = "mlp.down_proj.";
@@ -746,6 +750,11 @@ static Names namesOf(llvm::StringRef type) {
     n.outProj = "self_attn.out_proj.";
     n.upProj = "fc1.";
     n.downProj = "fc2.";
+  } else if (type == "gemma2" || type == "gemma3_text") {
+    n.mlpNorm = "pre_feedforward_layernorm.";
+  } else if (type == "glm4") {
+    n.attnPostNorm = "post_self_attn_layernorm.";
+    n.mlpPostNorm = "post_mlp_layernorm.";
   } else if (type == "starcoder2") {
     n.upProj = "mlp.c_fc.";
     n.downProj = "mlp.c_proj.";
@@ -841,22 +850,18 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   if (!layer)
     return layer.takeError();
   const std::string at = top + names.layers + std::to_string(*layer) + ".";
-  const bool gemmaSandwich = type == "gemma2" || type == "gemma3_text";
   if (rest == "attn_norm.weight")
     return norm(reader.get(at + names.attnNorm + "weight", {h}));
   if (rest == "attn_norm.bias")
     return reader.get(at + names.attnNorm + "bias", {h});
   if (rest == "mlp_norm.weight")
-    return norm(
-        reader.get(at + (gemmaSandwich ? "pre_feedforward_layernorm.weight"
-                                       : names.mlpNorm + "weight"),
-                   {h}));
+    return norm(reader.get(at + names.mlpNorm + "weight", {h}));
   if (rest == "mlp_norm.bias")
     return reader.get(at + names.mlpNorm + "bias", {h});
   if (rest == "attn_post_norm.weight")
-    return norm(reader.get(at + "post_attention_layernorm.weight", {h}));
+    return norm(reader.get(at + names.attnPostNorm + "weight", {h}));
   if (rest == "mlp_post_norm.weight")
-    return norm(reader.get(at + "post_feedforward_layernorm.weight", {h}));
+    return norm(reader.get(at + names.mlpPostNorm + "weight", {h}));
   // Q, K and V: separate projections, or Phi-3's fused qkv_proj ([q; k;
   // v] rows); grouped by KV head into the builder's columns.
   if (rest == "qkv.weight" || rest == "qkv.bias") {

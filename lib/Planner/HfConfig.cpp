@@ -63,6 +63,9 @@ const Family kFamilies[] = {
     {"qwen2", Mlp::Gated, false, "silu", Window::Qwen},
     {"qwen3", Mlp::Gated, false, "silu", Window::Qwen},
     {"phi3", Mlp::Gated, false, "silu"},
+    {"glm", Mlp::Gated, false, "silu"},
+    {"glm4", Mlp::Gated, false, "silu"},
+    {"smollm3", Mlp::Gated, true, "silu"},
     {"olmo", Mlp::Gated, false, "silu"},
     {"olmo2", Mlp::Gated, false, "silu"},
     {"olmo3", Mlp::Gated, false, "silu", Window::Olmo3},
@@ -417,11 +420,10 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (type == "gemma3" && config != top)
     type = "gemma3_text";
   // Model types whose language model is another family's, as transformers
-  // builds it: Qwen2-VL's (QKV biases and all), InternLM2's and SmolLM3's
-  // LLaMA blocks.
+  // builds it: Qwen2-VL's (QKV biases and all), InternLM2's LLaMA blocks.
   for (auto [alias, family] :
        {std::pair{"qwen2_vl", "qwen2"}, std::pair{"qwen2_5_vl", "qwen2"},
-        std::pair{"internlm2", "llama"}, std::pair{"smollm3", "llama"}})
+        std::pair{"internlm2", "llama"}})
     if (type == alias)
       type = family;
 
@@ -729,7 +731,7 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       share = fields.number("partial_rotary_factor");
     if (!share && type == "gpt_neox")
       share = 0.25;
-    if (!share && type == "phi")
+    if (!share && (type == "phi" || type == "glm" || type == "glm4"))
       share = 0.5;
     if (std::optional<int64_t> dims = fields.integer({"rotary_dim"});
         !share && dims && *dims > 0)
@@ -737,9 +739,10 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
               double(spec.head_dim() > 0 ? spec.head_dim() * *heads : *hidden);
     if (share && *share > 0 && *share < 1)
       spec.set_rotary_percent(float(*share));
-    // GPT-J and Cohere turn pairs of adjacent features
-    // (rotate_every_two; Cohere's rotate_half interleaves).
-    spec.set_rotary_interleaved(type == "gptj" || type == "cohere");
+    // GPT-J, Cohere and GLM turn pairs of adjacent features
+    // (rotate_every_two; Cohere's and GLM's rotate_half interleave).
+    spec.set_rotary_interleaved(type == "gptj" || type == "cohere" ||
+                                type == "glm" || type == "glm4");
     // LongRoPE's factors: one per pair of rotated features, or one for all
     // (as torch broadcasts it).
     const int64_t rotated = int64_t(
@@ -766,15 +769,20 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (family->mlp == Mlp::Gated) {
     const bool attentionBias =
         llvm::is_contained({"llama", "qwen3", "gemma", "gemma2", "gemma3_text",
-                            "olmo", "olmo2", "olmo3", "cohere", "granite"},
+                            "olmo", "olmo2", "olmo3", "cohere", "granite",
+                            "smollm3"},
                            llvm::StringRef(type)) &&
         fields.boolean("attention_bias").value_or(false);
+    // GLM's attention_bias (true by default) leaves its o_proj without.
+    const bool glm = type == "glm" || type == "glm4";
     spec.set_qkv_bias(
         type == "qwen2" || attentionBias ||
+        (glm && fields.boolean("attention_bias").value_or(true)) ||
         (type == "stablelm" && fields.boolean("use_qkv_bias").value_or(false)));
     spec.set_attention_output_bias(attentionBias);
-    spec.set_mlp_bias((type == "llama" || type == "granite") &&
-                      fields.boolean("mlp_bias").value_or(false));
+    spec.set_mlp_bias(
+        (type == "llama" || type == "granite" || type == "smollm3") &&
+        fields.boolean("mlp_bias").value_or(false));
   }
   for (const char *key :
        {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"})
@@ -791,7 +799,8 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   // scaled by query_pre_attn_scalar^-1/2, Gemma 2's logits soft-capped.
   if (type == "gemma" || type == "gemma2" || type == "gemma3_text")
     spec.set_embedding_scale(std::sqrt(float(spec.hidden())));
-  if (type == "gemma2" || type == "gemma3_text")
+  // GLM-4-0414's post_self_attn_layernorm and post_mlp_layernorm as well.
+  if (type == "gemma2" || type == "gemma3_text" || type == "glm4")
     spec.set_sandwich_norms(true);
   // BLOOM norms the embeddings before the first block.
   spec.set_embedding_norm(type == "bloom");
@@ -868,6 +877,24 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   spec.set_hf_model_type(type);
   // OLMo 2 and 3 norm each branch's output, not its input.
   spec.set_post_norms(olmo2);
+  // SmolLM3's NoPE layers: a 0 in no_rope_layers (one flag per layer), or
+  // every no_rope_layer_interval-th layer (4) where the list is absent.
+  if (type == "smollm3" && spec.rope_theta() > 0) {
+    std::optional<std::vector<double>> flags = fields.numbers("no_rope_layers");
+    const int64_t interval =
+        fields.integer({"no_rope_layer_interval"}).value_or(4);
+    if (flags && int64_t(flags->size()) < spec.layers())
+      return configError(file + ": \"" + where + "no_rope_layers\" has " +
+                         llvm::Twine(flags->size()) + " flags for " +
+                         llvm::Twine(spec.layers()) +
+                         " layers: give one per layer (1: rotary, 0: none)");
+    if (!flags && interval <= 0)
+      return configError(file + ": \"" + where +
+                         "no_rope_layer_interval\" is not positive");
+    for (int64_t i = 0; i < spec.layers(); ++i)
+      if (flags ? (*flags)[size_t(i)] == 0 : (i + 1) % interval == 0)
+        spec.add_nope_layers(i);
+  }
   // GPT-J's attention projections have no biases (its MLP's have); its
   // and Phi's lm_head has one.
   spec.set_no_attention_bias(type == "gptj");

@@ -943,8 +943,10 @@ Value TransformerBuilder::block(Value x, int64_t index,
     k = perHead(k, kvHeads, prefix + ".k_norm");
   }
   // Positions as LLaMA's (and GPT-NeoX's, on part of each head) rotary
-  // embedding gives them to queries and keys.
-  if (int64_t rotated = rotatedFeatures()) {
+  // embedding gives them to queries and keys; none on SmolLM3's NoPE
+  // layers.
+  if (int64_t rotated = rotatedFeatures();
+      rotated && !llvm::is_contained(model.nope_layers(), index)) {
     auto [cos, sin] =
         rotaryTables(seq, rotated, window > 0 && model.rope_local_theta() > 0);
     q = rotate(q, cos, sin, rotated);

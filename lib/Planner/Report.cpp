@@ -676,6 +676,12 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
           "flavors Llama 3.1's by 8; run Weft's own program (weft compile / "
           "weft train)");
   }
+  if (m.nope_layers_size() > 0)
+    return llvm::createStringError(
+        "the model's attention turns no rotary embedding on " +
+        std::to_string(m.nope_layers_size()) +
+        " of its layers (SmolLM3's NoPE layers): the exported launchers turn "
+        "every layer; run Weft's own program (weft compile / weft train)");
   if (m.rope_local_theta() > 0)
     return llvm::createStringError(
         "the model's local layers turn at a rotary base of their own (Gemma "

@@ -416,6 +416,62 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
       << kv;
 }
 
+TEST(HfConfig, Glm) {
+  // THUDM/glm-4-9b-chat-hf: rotary on adjacent pairs of half of each head,
+  // Q, K and V biased (attention_bias), o_proj not; 9.40 B parameters.
+  plan::ModelSpec glm = read(R"({"model_type": "glm", "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+      "num_hidden_layers": 40, "intermediate_size": 13696,
+      "vocab_size": 151552, "max_position_embeddings": 131072,
+      "partial_rotary_factor": 0.5, "rms_norm_eps": 1.5625e-07,
+      "attention_bias": true, "rope_theta": 10000.0,
+      "tie_word_embeddings": false})");
+  EXPECT_TRUE(glm.qkv_bias());
+  EXPECT_FALSE(glm.attention_output_bias());
+  EXPECT_FLOAT_EQ(glm.rotary_percent(), 0.5f);
+  EXPECT_TRUE(glm.rotary_interleaved());
+  EXPECT_FALSE(glm.sandwich_norms());
+  EXPECT_EQ(int64_t(parameterCount(glm)), 9399951360);
+  // GLM-4-0414: the same with a norm after each branch as well (two more
+  // per layer), and the class's defaults (partial rotary 0.5, biases).
+  plan::ModelSpec glm4 = read(R"({"model_type": "glm4", "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+      "num_hidden_layers": 40, "intermediate_size": 13696,
+      "vocab_size": 151552, "max_position_embeddings": 32768,
+      "tie_word_embeddings": false})");
+  EXPECT_TRUE(glm4.sandwich_norms());
+  EXPECT_TRUE(glm4.qkv_bias());
+  EXPECT_FLOAT_EQ(glm4.rotary_percent(), 0.5f);
+  EXPECT_EQ(int64_t(parameterCount(glm4) - parameterCount(glm)), 40 * 2 * 4096);
+}
+
+TEST(HfConfig, SmolLM3NoPELayers) {
+  // HuggingFaceTB/SmolLM3-3B's shape: every fourth layer without rotary
+  // (no_rope_layer_interval's default), embeddings tied by default.
+  plan::ModelSpec smol = read(R"({"model_type": "smollm3", "hidden_size": 2048,
+      "num_attention_heads": 16, "num_key_value_heads": 4,
+      "num_hidden_layers": 36, "intermediate_size": 11008,
+      "vocab_size": 128256, "max_position_embeddings": 65536,
+      "rope_theta": 5000000.0})");
+  ASSERT_EQ(smol.nope_layers_size(), 9);
+  EXPECT_EQ(smol.nope_layers(0), 3);
+  EXPECT_EQ(smol.nope_layers(8), 35);
+  EXPECT_TRUE(smol.tied_embeddings());
+  EXPECT_NEAR(parameterCount(smol) / 1e9, 3.08, 0.01);
+  // The list, where given, is the model's: 1 turns, 0 does not.
+  plan::ModelSpec listed = read(R"({"model_type": "smollm3", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 3, "vocab_size": 100,
+      "no_rope_layers": [0, 1, 0]})");
+  ASSERT_EQ(listed.nope_layers_size(), 2);
+  EXPECT_EQ(listed.nope_layers(1), 2);
+  std::string bad = error(R"({"model_type": "smollm3", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 3, "vocab_size": 100,
+      "no_rope_layers": [1, "no", 1]})");
+  EXPECT_NE(bad.find("\"no_rope_layers\" is not a list of numbers"),
+            std::string::npos)
+      << bad;
+}
+
 TEST(HfConfig, RotaryBiasesAndParallelBlocks) {
   // Qwen2: QKV biases always, its rope_theta and RMSNorm epsilon.
   plan::ModelSpec qwen = read(R"({"model_type": "qwen2", "hidden_size": 64,

@@ -7,7 +7,8 @@ transformers computes them.
     hf-checkpoint.py logits CONFIG.json DIR TOKENS.npy OUT.npy
 
 `write` draws random weights under transformers' names and shapes for the
-config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, gpt2,
+config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, glm, glm4,
+smollm3, gpt2,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
@@ -28,7 +29,9 @@ positions and tied head (its checkpoint with the attn.bias mask buffers
 older transformers saved); GPT-NeoX's, BLOOM's and Falcon-7B's fused
 query_key_value (GPT-NeoX's with its BOOL attention.bias buffers); OPT's
 and StarCoder2's LayerNorm blocks with every linear biased (OPT's position
-table read from row 2).
+table read from row 2); GLM's and GLM-4's (partial rotary on adjacent pairs,
+QKV biases, fused gate_up_proj; GLM-4's norms after each branch too);
+SmolLM3's (LLaMA's, without the rotary embedding on its NoPE layers).
 """
 
 import json
@@ -80,12 +83,13 @@ ffn = config["intermediate_size"]
 vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
 tied = config.get("tie_word_embeddings",
-                  kind in ("gemma", "gemma2", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
+                  kind in ("gemma", "gemma2", "smollm3", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
                            "gpt_bigcode"))
 eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon", 1e-5))) \
     if gpt2 or fused or layer_normed or other else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
 gemma = kind in ("gemma", "gemma2")
+glm = kind in ("glm", "glm4")
 
 
 def gpt2_shapes():
@@ -250,22 +254,28 @@ def shapes():
         if kind == "qwen3":
             out[p + "self_attn.q_norm.weight"] = (d,)
             out[p + "self_attn.k_norm.weight"] = (d,)
+        if kind == "glm4":
+            out[p + "post_self_attn_layernorm.weight"] = (h,)
+            out[p + "post_mlp_layernorm.weight"] = (h,)
         if kind == "phi3":
             out[p + "self_attn.qkv_proj.weight"] = ((heads + 2 * kv) * d, h)
-            out[p + "mlp.gate_up_proj.weight"] = (2 * ffn, h)
         else:
             out[p + "self_attn.q_proj.weight"] = (heads * d, h)
             out[p + "self_attn.k_proj.weight"] = (kv * d, h)
             out[p + "self_attn.v_proj.weight"] = (kv * d, h)
+        if kind in ("phi3", "glm", "glm4"):
+            out[p + "mlp.gate_up_proj.weight"] = (2 * ffn, h)
+        else:
             out[p + "mlp.gate_proj.weight"] = (ffn, h)
             out[p + "mlp.up_proj.weight"] = (ffn, h)
-        # Qwen2's QKV biases; LLaMA's attention_bias on all four
-        # projections, its mlp_bias on the MLP's three.
-        if kind == "qwen2" or config.get("attention_bias"):
+        # Qwen2's and GLM's QKV biases (GLM's attention_bias is true by
+        # default); LLaMA's attention_bias on all four projections, its
+        # mlp_bias on the MLP's three.
+        if kind == "qwen2" or config.get("attention_bias", glm):
             out[p + "self_attn.q_proj.bias"] = (heads * d,)
             out[p + "self_attn.k_proj.bias"] = (kv * d,)
             out[p + "self_attn.v_proj.bias"] = (kv * d,)
-        if config.get("attention_bias"):
+        if config.get("attention_bias") and not glm:
             out[p + "self_attn.o_proj.bias"] = (h,)
         if config.get("mlp_bias"):
             out[p + "mlp.gate_proj.bias"] = out[p + "mlp.up_proj.bias"] = (ffn,)
@@ -610,6 +620,17 @@ def other_logits(w, tokens):
     return x @ w[t + "wte.weight"].T
 
 
+def rope_layer(i):
+    """Whether layer i turns the rotary embedding: SmolLM3's use_rope, a 1 in
+    no_rope_layers, or not every no_rope_layer_interval-th layer."""
+    if kind != "smollm3":
+        return True
+    flags = config.get("no_rope_layers")
+    if flags is not None:
+        return bool(flags[i])
+    return (i + 1) % config.get("no_rope_layer_interval", 4) != 0
+
+
 def rope_frequencies(dim, seq):
     """The inverse frequencies and the cos / sin scale of transformers'
     ROPE_INIT_FUNCTIONS for the config's rope_scaling, as the rotary
@@ -688,7 +709,21 @@ def logits():
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         return y * (1.0 + weight) if gemma else y * weight
 
+    def rotate_glm(x):
+        # GLM's: the first partial_rotary_factor of each head, each pair of
+        # adjacent features turned (cos and sin repeat_interleave'd).
+        r = int(d * config.get("partial_rotary_factor", 0.5))
+        inv, scale = rope_frequencies(r, s)
+        freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+        cos = freqs.cos().repeat_interleave(2, -1) * scale
+        sin = freqs.sin().repeat_interleave(2, -1) * scale
+        xr, xp = x[..., :r], x[..., r:]
+        turned = torch.stack((-xr[..., 1::2], xr[..., 0::2]), -1).flatten(-2)
+        return torch.cat([xr * cos + turned * sin, xp], -1)
+
     def rotate(x):
+        if glm:
+            return rotate_glm(x)
         inv, scale = rope_frequencies(d, s)
         freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
         emb = torch.cat([freqs, freqs], -1)
@@ -716,7 +751,9 @@ def logits():
         k = k.view(b, s, kv, d)
         if kind == "qwen3":
             q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
-        q, k, v = rotate(q.transpose(1, 2)), rotate(k.transpose(1, 2)), v.view(b, s, kv, d).transpose(1, 2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(b, s, kv, d).transpose(1, 2)
+        if rope_layer(i):
+            q, k = rotate(q), rotate(k)
         k = k[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
         v = v[:, :, None].expand(b, kv, heads // kv, s, d).reshape(b, heads, s, d)
         scale = config.get("query_pre_attn_scalar", d) ** -0.5
@@ -732,7 +769,10 @@ def logits():
         scores = scores.masked_fill(hidden_keys, float("-inf"))
         attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
         out = linear(attended, p + "self_attn.o_proj")
-        if kind == "olmo2":
+        if kind == "glm4":
+            x = x + rms(out, w[p + "post_self_attn_layernorm.weight"])
+            m = rms(x, w[p + "post_attention_layernorm.weight"])
+        elif kind == "olmo2":
             x = x + rms(out, w[p + "post_attention_layernorm.weight"])
             m = x
         elif kind == "gemma2":
@@ -741,13 +781,15 @@ def logits():
         else:
             x = x + out
             m = rms(x, w[p + "post_attention_layernorm.weight"])
-        if kind == "phi3":
+        if kind in ("phi3", "glm", "glm4"):
             gate, up = linear(m, p + "mlp.gate_up_proj").chunk(2, -1)
         else:
             gate, up = linear(m, p + "mlp.gate_proj"), linear(m, p + "mlp.up_proj")
         act = torch.nn.functional.gelu(gate, approximate="tanh") if gemma \
             else torch.nn.functional.silu(gate)
         down = linear(act * up, p + "mlp.down_proj")
+        if kind == "glm4":
+            down = rms(down, w[p + "post_mlp_layernorm.weight"])
         x = x + (rms(down, w[p + "post_feedforward_layernorm.weight"])
                  if kind in ("olmo2", "gemma2") else down)
     x = rms(x, w["model.norm.weight"])
