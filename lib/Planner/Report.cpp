@@ -571,6 +571,13 @@ const char *planner::exportRestriction(const plan::Plan &p,
   return nullptr;
 }
 
+/// Llama 3.1's rope_scaling (llama3: low and high frequency factors 1 and
+/// 4 over 8,192 tokens), which Megatron-LM's --use-rope-scaling fixes.
+static bool llama31Scaling(const plan::RopeScaling &rope) {
+  return rope.type() == "llama3" && rope.low_freq_factor() == 1 &&
+         rope.high_freq_factor() == 4 && rope.original_context() == 8192;
+}
+
 llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                                                 const plan::Plan &p,
                                                 llvm::StringRef framework) {
@@ -658,9 +665,7 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "Cohere's, OLMo's and MPT's differ); run Weft's own program (weft "
         "compile / weft train)");
   if (const plan::RopeScaling &rope = m.rope_scaling(); !rope.type().empty()) {
-    const bool megatronLlama3 =
-        rope.type() == "llama3" && rope.low_freq_factor() == 1 &&
-        rope.high_freq_factor() == 4 && rope.original_context() == 8192;
+    const bool megatronLlama3 = llama31Scaling(rope);
     const bool megatronLinear =
         rope.type() == "linear" && rope.factor() == std::round(rope.factor());
     // torchtitan's llama3 flavors scale as Llama 3.1 does, by 8.
@@ -880,7 +885,12 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     os << "# torchtitan job config for: " << describePlan(p) << "\n";
     // torchtitan builds its models by flavor (torchtitan/models/llama3:
     // 8B, 70B, 405B, each dim, layers, heads, KV heads and the FFN its
-    // multipliers give, at rope_theta 500,000 and Llama 3's vocabulary).
+    // multipliers give, at rope_theta 500,000 and Llama 3's vocabulary),
+    // every one with Llama 3.1's rope scaling by 8 (RoPEScalingArgs'
+    // defaults): a config without it (Llama 3.0's) is not the flavor.
+    const bool titanRope =
+        m.hf_model_type().empty() ||
+        (llama31Scaling(m.rope_scaling()) && m.rope_scaling().factor() == 8);
     const char *flavor = nullptr;
     for (auto [name, layers, hidden, heads, ffn] :
          {std::tuple{"8B", 32, 4096, 32, 14336},
@@ -889,14 +899,15 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
       if (swiglu && m.layers() == layers && m.hidden() == hidden &&
           m.heads() == heads && m.kv_heads() == 8 && m.ffn_hidden() == ffn &&
           m.vocab() == 128256 && m.head_dim() == 0 && !m.tied_embeddings() &&
-          (m.rope_theta() == 0 || m.rope_theta() == 5e5))
+          (m.rope_theta() == 0 || m.rope_theta() == 5e5) && titanRope)
         flavor = name;
     if (flavor)
       os << "[model]\nname = \"llama3\"\nflavor = \"" << flavor << "\"\n\n";
     else
       os << llvm::formatv(
           "# [model]: torchtitan has no flavor of this model ({0} layers, "
-          "dim {1}, {2} heads, {3} KV heads, FFN {4}, vocabulary {5}{6}{7}): "
+          "dim {1}, {2} heads, {3} KV heads, FFN {4}, vocabulary "
+          "{5}{6}{7}{8}): "
           "register one with its model's flavors\n",
           m.layers(), m.hidden(), m.heads(), m.kv_heads(), m.ffn_hidden(),
           m.vocab(),
@@ -905,7 +916,10 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
                               llvm::format("%.0f", m.rope_theta()))
                     .str()
               : std::string(),
-          swiglu ? "" : ", a GELU MLP: torchtitan's llama3 is SwiGLU");
+          swiglu ? "" : ", a GELU MLP: torchtitan's llama3 is SwiGLU",
+          titanRope ? ""
+                    : ", rotary frequencies without Llama 3.1's scaling by 8, "
+                      "which torchtitan's llama3 flavors apply");
     os << "[training]\nlocal_batch_size = "
        << tr.global_batch() / p.dp() << "\nglobal_batch_size = "
        << tr.global_batch() << "\nseq_len = " << tr.seq_len()
