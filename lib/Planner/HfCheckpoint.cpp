@@ -431,11 +431,12 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
 //===----------------------------------------------------------------------===//
 
 static const char *const kReadFamilies[] = {
-    "llama",       "mistral",    "qwen2",  "qwen3",    "gemma",   "gemma2",
-    "gemma3_text", "olmo",       "olmo2",  "olmo3",    "granite", "cohere",
-    "stablelm",    "phi3",       "gpt2",   "gpt_neox", "bloom",   "falcon",
-    "opt",         "starcoder2", "gptj",   "phi",      "mpt",     "gpt_bigcode",
-    "glm",         "glm4",       "smollm3"};
+    "llama",    "mistral",     "qwen2",    "qwen3",       "gemma",
+    "gemma2",   "gemma3_text", "olmo",     "olmo2",       "olmo3",
+    "granite",  "cohere",      "stablelm", "phi3",        "gpt2",
+    "gpt_neox", "bloom",       "falcon",   "opt",         "starcoder2",
+    "gptj",     "phi",         "mpt",      "gpt_bigcode", "glm",
+    "glm4",     "smollm3",     "internlm2"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -730,8 +731,13 @@ struct Names {
   std::string attnPostNorm = "post_attention_layernorm.";
   std::string mlpPostNorm = "post_feedforward_layernorm.";
   std::string outProj = "self_attn.o_proj.";
+  std::string gateProj = "mlp.gate_proj.";
   std::string upProj = "mlp.up_proj.";
   std::string downProj = "mlp.down_proj.";
+  std::string head = "lm_head.";
+  /// The fused QKV projection's rows already grouped by KV head as the
+  /// builder's columns are (InternLM2's wqkv), not [q; k; v].
+  bool qkvGrouped = false;
 };
 } // namespace
 
@@ -752,6 +758,20 @@ static Names namesOf(llvm::StringRef type) {
     n.downProj = "fc2.";
   } else if (type == "gemma2" || type == "gemma3_text") {
     n.mlpNorm = "pre_feedforward_layernorm.";
+  } else if (type == "internlm2") {
+    // InternLM2's own names (its trust_remote_code modeling): one wqkv
+    // whose rows are [kv_heads, group + 2, head_dim], feed_forward's w1
+    // (gate), w3 (up) and w2 (down), and the head as output.
+    n.embed = "tok_embeddings.weight";
+    n.fusedQkv = "attention.wqkv.";
+    n.qkvGrouped = true;
+    n.attnNorm = "attention_norm.";
+    n.mlpNorm = "ffn_norm.";
+    n.outProj = "attention.wo.";
+    n.gateProj = "feed_forward.w1.";
+    n.upProj = "feed_forward.w3.";
+    n.downProj = "feed_forward.w2.";
+    n.head = "output.";
   } else if (type == "glm4") {
     n.attnPostNorm = "post_self_attn_layernorm.";
     n.mlpPostNorm = "post_mlp_layernorm.";
@@ -842,9 +862,9 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   if (param == "final_norm.bias")
     return reader.get(top + names.finalNorm + "bias", {h});
   if (param == "output.weight")
-    return reader.linearT("lm_head.weight", vocab, h);
+    return reader.linearT(names.head + "weight", vocab, h);
   if (param == "output.bias")
-    return reader.get("lm_head.bias", {vocab});
+    return reader.get(names.head + "bias", {vocab});
   llvm::StringRef rest;
   llvm::Expected<int64_t> layer = reader.layer(rest);
   if (!layer)
@@ -863,7 +883,13 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
   if (rest == "mlp_post_norm.weight")
     return norm(reader.get(at + names.mlpPostNorm + "weight", {h}));
   // Q, K and V: separate projections, or Phi-3's fused qkv_proj ([q; k;
-  // v] rows); grouped by KV head into the builder's columns.
+  // v] rows); grouped by KV head into the builder's columns. InternLM2's
+  // wqkv has them so already.
+  const int64_t qkvWidth = (heads + 2 * kvHeads) * d;
+  if (names.qkvGrouped && rest == "qkv.weight")
+    return reader.linearT(at + names.fusedQkv + "weight", qkvWidth, h);
+  if (names.qkvGrouped && rest == "qkv.bias")
+    return reader.get(at + names.fusedQkv + "bias", {qkvWidth});
   if (rest == "qkv.weight" || rest == "qkv.bias") {
     const bool bias = rest == "qkv.bias";
     const int64_t in = bias ? 1 : h;
@@ -877,10 +903,9 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     };
     std::vector<T> q, k, v;
     if (checkpoint.has(at + names.fusedQkv + "weight")) {
-      const int64_t total = (heads + 2 * kvHeads) * d;
-      auto fused = bias
-                       ? reader.get(at + names.fusedQkv + "bias", {total})
-                       : reader.get(at + names.fusedQkv + "weight", {total, h});
+      auto fused =
+          bias ? reader.get(at + names.fusedQkv + "bias", {qkvWidth})
+               : reader.get(at + names.fusedQkv + "weight", {qkvWidth, h});
       if (!fused)
         return fused.takeError();
       auto begin = fused->begin();
@@ -966,13 +991,12 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
       return transposed(half, ffn, h);
     }
     return reader.linearT(
-        at + (gate ? std::string("mlp.gate_proj.") : names.upProj) + "weight",
-        ffn, h);
+        at + (gate ? names.gateProj : names.upProj) + "weight", ffn, h);
   }
   if (rest == "mlp_down.weight")
     return reader.linearT(at + names.downProj + "weight", h, ffn);
   if (rest == "mlp_gate.bias")
-    return reader.get(at + "mlp.gate_proj.bias", {ffn});
+    return reader.get(at + names.gateProj + "bias", {ffn});
   if (rest == "mlp_up.bias")
     return reader.get(at + names.upProj + "bias", {ffn});
   if (rest == "mlp_down.bias")

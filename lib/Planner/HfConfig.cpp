@@ -420,7 +420,9 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (type == "gemma3" && config != top)
     type = "gemma3_text";
   // Model types whose language model is another family's, as transformers
-  // builds it: Qwen2-VL's (QKV biases and all), InternLM2's LLaMA blocks.
+  // builds it: Qwen2-VL's (QKV biases and all), InternLM2's LLaMA blocks
+  // (under its own checkpoint names, kept in hf_model_type).
+  const std::string hfType = type == "internlm2" ? type : std::string();
   for (auto [alias, family] :
        {std::pair{"qwen2_vl", "qwen2"}, std::pair{"qwen2_5_vl", "qwen2"},
         std::pair{"internlm2", "llama"}})
@@ -874,7 +876,13 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   }
   if (olmo2)
     spec.set_qk_norm_layout(plan::QK_NORM_WHOLE);
-  spec.set_hf_model_type(type);
+  spec.set_hf_model_type(hfType.empty() ? type : hfType);
+  // InternLM2's bias (true by default) on its wqkv and wo.
+  if (hfType == "internlm2") {
+    const bool bias = fields.boolean("bias").value_or(true);
+    spec.set_qkv_bias(bias);
+    spec.set_attention_output_bias(bias);
+  }
   // OLMo 2 and 3 norm each branch's output, not its input.
   spec.set_post_norms(olmo2);
   // SmolLM3's NoPE layers: a 0 in no_rope_layers (one flag per layer), or

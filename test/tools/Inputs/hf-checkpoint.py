@@ -8,7 +8,7 @@ transformers computes them.
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, glm, glm4,
-smollm3, gpt2,
+smollm3, internlm2, gpt2,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
@@ -31,7 +31,8 @@ query_key_value (GPT-NeoX's with its BOOL attention.bias buffers); OPT's
 and StarCoder2's LayerNorm blocks with every linear biased (OPT's position
 table read from row 2); GLM's and GLM-4's (partial rotary on adjacent pairs,
 QKV biases, fused gate_up_proj; GLM-4's norms after each branch too);
-SmolLM3's (LLaMA's, without the rotary embedding on its NoPE layers).
+SmolLM3's (LLaMA's, without the rotary embedding on its NoPE layers);
+InternLM2's (its remote code's names and grouped wqkv, read into LLaMA's).
 """
 
 import json
@@ -227,7 +228,57 @@ def other_shapes():
     return out
 
 
+def internlm2_shapes():
+    """InternLM2's (its remote code's names): tok_embeddings, attention.wqkv
+    of [kv_heads, group + 2, head_dim] rows, attention.wo (both biased with
+    its bias, true by default), feed_forward.w1 / w3 / w2, attention_norm,
+    ffn_norm and the head as output."""
+    rows = (heads + 2 * kv) * d
+    out = {"model.tok_embeddings.weight": (vocab, h), "model.norm.weight": (h,),
+           "output.weight": (vocab, h)}
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        out[p + "attention_norm.weight"] = out[p + "ffn_norm.weight"] = (h,)
+        out[p + "attention.wqkv.weight"] = (rows, h)
+        out[p + "attention.wo.weight"] = (h, heads * d)
+        if config.get("bias", True):
+            out[p + "attention.wqkv.bias"] = (rows,)
+            out[p + "attention.wo.bias"] = (h,)
+        out[p + "feed_forward.w1.weight"] = out[p + "feed_forward.w3.weight"] = (ffn, h)
+        out[p + "feed_forward.w2.weight"] = (h, ffn)
+    return out
+
+
+def internlm2_as_llama(w):
+    """InternLM2's tensors under LLaMA's names: its wqkv split as its
+    attention's rearrange('b q (h gs d) -> b q h gs d', gs=2 + group) splits
+    the projection (the group's queries, then its key, then its value)."""
+    group = heads // kv
+    out = {"model.embed_tokens.weight": w["model.tok_embeddings.weight"],
+           "model.norm.weight": w["model.norm.weight"], "lm_head.weight": w["output.weight"]}
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        out[p + "input_layernorm.weight"] = w[p + "attention_norm.weight"]
+        out[p + "post_attention_layernorm.weight"] = w[p + "ffn_norm.weight"]
+        for suffix in ("weight", "bias"):
+            fused = w.get(p + "attention.wqkv." + suffix)
+            if fused is None:
+                continue
+            rest = tuple(fused.shape[1:])
+            t = fused.reshape((kv, group + 2, d) + rest)
+            out[p + "self_attn.q_proj." + suffix] = t[:, :group].reshape((heads * d,) + rest)
+            out[p + "self_attn.k_proj." + suffix] = t[:, -2].reshape((kv * d,) + rest)
+            out[p + "self_attn.v_proj." + suffix] = t[:, -1].reshape((kv * d,) + rest)
+            if p + "attention.wo." + suffix in w:
+                out[p + "self_attn.o_proj." + suffix] = w[p + "attention.wo." + suffix]
+        for ours, theirs in (("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")):
+            out[p + "mlp.%s.weight" % ours] = w[p + "feed_forward.%s.weight" % theirs]
+    return out
+
+
 def shapes():
+    if kind == "internlm2":
+        return internlm2_shapes()
     if other:
         return other_shapes()
     if gpt2:
@@ -694,6 +745,8 @@ def rope_frequencies(dim, seq):
 
 def logits():
     w = read_checkpoint()
+    if kind == "internlm2":
+        w = internlm2_as_llama(w)
     tokens = torch.from_numpy(np.load(args[3]))
     if other:
         np.save(args[4], other_logits(w, tokens).float().numpy())
