@@ -431,12 +431,12 @@ std::vector<float> HfCheckpoint::read(llvm::StringRef name) const {
 //===----------------------------------------------------------------------===//
 
 static const char *const kReadFamilies[] = {
-    "llama",    "mistral",     "qwen2",    "qwen3",       "gemma",
-    "gemma2",   "gemma3_text", "olmo",     "olmo2",       "olmo3",
-    "granite",  "cohere",      "stablelm", "phi3",        "gpt2",
-    "gpt_neox", "bloom",       "falcon",   "opt",         "starcoder2",
-    "gptj",     "phi",         "mpt",      "gpt_bigcode", "glm",
-    "glm4",     "smollm3",     "internlm2"};
+    "llama",    "mistral",     "qwen2",     "qwen3",       "gemma",
+    "gemma2",   "gemma3_text", "olmo",      "olmo2",       "olmo3",
+    "granite",  "cohere",      "stablelm",  "phi3",        "gpt2",
+    "gpt_neox", "bloom",       "falcon",    "opt",         "starcoder2",
+    "gptj",     "phi",         "mpt",       "gpt_bigcode", "glm",
+    "glm4",     "smollm3",     "internlm2", "seed_oss"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();

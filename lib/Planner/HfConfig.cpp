@@ -66,6 +66,7 @@ const Family kFamilies[] = {
     {"glm", Mlp::Gated, false, "silu"},
     {"glm4", Mlp::Gated, false, "silu"},
     {"smollm3", Mlp::Gated, true, "silu"},
+    {"seed_oss", Mlp::Gated, false, "silu"},
     {"olmo", Mlp::Gated, false, "silu"},
     {"olmo2", Mlp::Gated, false, "silu"},
     {"olmo3", Mlp::Gated, false, "silu", Window::Olmo3},
@@ -782,17 +783,36 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
         (glm && fields.boolean("attention_bias").value_or(true)) ||
         (type == "stablelm" && fields.boolean("use_qkv_bias").value_or(false)));
     spec.set_attention_output_bias(attentionBias);
-    spec.set_mlp_bias(
-        (type == "llama" || type == "granite" || type == "smollm3") &&
-        fields.boolean("mlp_bias").value_or(false));
+    // Seed-OSS biases Q, K and V (attention_bias, true by default) and
+    // o_proj (attention_out_bias) apart.
+    if (type == "seed_oss") {
+      spec.set_qkv_bias(fields.boolean("attention_bias").value_or(true));
+      spec.set_attention_output_bias(
+          fields.boolean("attention_out_bias").value_or(false));
+    }
+    spec.set_mlp_bias((type == "llama" || type == "granite" ||
+                       type == "smollm3" || type == "seed_oss") &&
+                      fields.boolean("mlp_bias").value_or(false));
   }
+  // The norms' epsilon: the file's, else its config class's (1e-6 for
+  // LLaMA's and most of its kin, GLM's 1.5625e-7; 1e-5, the spec's
+  // default, for the others).
+  bool epsilonGiven = false;
   for (const char *key :
        {"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"})
     if (std::optional<double> epsilon = fields.number(key)) {
       if (*epsilon > 0 && *epsilon != 1e-5)
         spec.set_norm_epsilon(*epsilon);
+      epsilonGiven = true;
       break;
     }
+  if (!epsilonGiven && llvm::is_contained({"llama", "mistral", "qwen2", "qwen3",
+                                           "gemma", "gemma2", "gemma3_text",
+                                           "granite", "smollm3", "seed_oss"},
+                                          llvm::StringRef(type)))
+    spec.set_norm_epsilon(1e-6);
+  if (!epsilonGiven && (type == "glm" || type == "glm4"))
+    spec.set_norm_epsilon(1.5625e-7);
   if (std::optional<double> cap = fields.number("attn_logit_softcapping");
       cap && *cap > 0)
     spec.set_attention_softcap(float(*cap));

@@ -8,7 +8,7 @@ transformers computes them.
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, glm, glm4,
-smollm3, internlm2, gpt2,
+smollm3, internlm2, seed_oss, gpt2,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
@@ -32,7 +32,8 @@ and StarCoder2's LayerNorm blocks with every linear biased (OPT's position
 table read from row 2); GLM's and GLM-4's (partial rotary on adjacent pairs,
 QKV biases, fused gate_up_proj; GLM-4's norms after each branch too);
 SmolLM3's (LLaMA's, without the rotary embedding on its NoPE layers);
-InternLM2's (its remote code's names and grouped wqkv, read into LLaMA's).
+InternLM2's (its remote code's names and grouped wqkv, read into LLaMA's);
+Seed-OSS's (Q, K and V biased by attention_bias, o_proj by attention_out_bias).
 """
 
 import json
@@ -322,11 +323,13 @@ def shapes():
         # Qwen2's and GLM's QKV biases (GLM's attention_bias is true by
         # default); LLaMA's attention_bias on all four projections, its
         # mlp_bias on the MLP's three.
-        if kind == "qwen2" or config.get("attention_bias", glm):
+        seed = kind == "seed_oss"
+        if kind == "qwen2" or config.get("attention_bias", glm or seed):
             out[p + "self_attn.q_proj.bias"] = (heads * d,)
             out[p + "self_attn.k_proj.bias"] = (kv * d,)
             out[p + "self_attn.v_proj.bias"] = (kv * d,)
-        if config.get("attention_bias") and not glm:
+        if config.get("attention_out_bias") if seed else \
+                config.get("attention_bias") and not glm:
             out[p + "self_attn.o_proj.bias"] = (h,)
         if config.get("mlp_bias"):
             out[p + "mlp.gate_proj.bias"] = out[p + "mlp.up_proj.bias"] = (ffn,)
