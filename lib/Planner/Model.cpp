@@ -608,7 +608,10 @@ double planner::rotaryFrequency(const plan::ModelSpec &model, int64_t i,
   if (rope.type() == "longrope") {
     const auto &divisors = seq > rope.original_context() ? rope.long_factor()
                                                          : rope.short_factor();
-    return i < divisors.size() && divisors[i] > 0 ? plain / divisors[i] : plain;
+    // One factor for all of them, as torch broadcasts a list of one.
+    const int64_t at = divisors.size() == 1 ? 0 : i;
+    return at < divisors.size() && divisors[at] > 0 ? plain / divisors[at]
+                                                    : plain;
   }
   if (rope.type() == "llama3") {
     // transformers' _compute_llama3_parameters: wavelengths longer than the

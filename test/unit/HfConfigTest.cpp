@@ -349,6 +349,9 @@ TEST(HfConfig, RopeOriginalContextAndTypes) {
   EXPECT_NEAR(rotaryScale(phi3), 1.1902380714238083, 1e-12);
   EXPECT_DOUBLE_EQ(rotaryFrequency(phi3, 3, 96, 4096),
                    std::pow(10000.0, -6.0 / 96));
+  phi3.mutable_rope_scaling()->set_long_factor(0, 4.0);
+  EXPECT_DOUBLE_EQ(rotaryFrequency(phi3, 47, 96, 4097),
+                   std::pow(10000.0, -94.0 / 96) / 4);
   EXPECT_NEAR(parameterCount(phi3) / 1e9, 3.82, 0.02);
   EXPECT_EQ(spec.ffn_kind(), plan::FFN_SWIGLU);
   std::string nested = error(R"({"model_type": "llama", "hidden_size": 64,
