@@ -191,13 +191,13 @@ public:
     const json::Value *value = object.get(key);
     if (!value || value->getAsNull())
       return std::nullopt;
+    const json::Array *list = value->getAsArray();
     std::vector<double> out;
-    if (const json::Array *list = value->getAsArray())
-      for (const json::Value &item : *list)
-        if (std::optional<double> d = item.getAsNumber();
-            d && std::isfinite(*d))
-          out.push_back(*d);
-    if (!value->getAsArray() || out.size() != value->getAsArray()->size()) {
+    for (size_t i = 0; list && i < list->size(); ++i)
+      if (std::optional<double> d = (*list)[i].getAsNumber();
+          d && std::isfinite(*d))
+        out.push_back(*d);
+    if (!list || out.size() != list->size()) {
       fail(key, "is not a list of numbers");
       return std::nullopt;
     }
@@ -677,15 +677,9 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
           scaling.fail("short_factor", "and long_factor are both needed by "
                                        "longrope");
         for (auto [key, list] : {std::pair{"short_factor", &shortFactor},
-                                 std::pair{"long_factor", &longFactor}}) {
-          if (!*list)
-            continue;
-          for (double f : **list)
-            if (f <= 0) {
-              scaling.fail(key, "has a factor that is not positive");
-              break;
-            }
-        }
+                                 std::pair{"long_factor", &longFactor}})
+          if (*list && llvm::any_of(**list, [](double f) { return f <= 0; }))
+            scaling.fail(key, "has a factor that is not positive");
         if (shortFactor)
           out.mutable_short_factor()->Add(shortFactor->begin(),
                                           shortFactor->end());
@@ -748,9 +742,7 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
                                 type == "glm" || type == "glm4");
     // LongRoPE's factors: one per pair of rotated features, or one for all
     // (as torch broadcasts it).
-    const int64_t rotated = int64_t(
-        double(spec.head_dim() > 0 ? spec.head_dim() : *hidden / *heads) *
-        (spec.rotary_percent() > 0 ? double(spec.rotary_percent()) : 1.0));
+    const int64_t rotated = planner::rotatedFeatures(spec);
     const plan::RopeScaling &rope = spec.rope_scaling();
     for (auto [key, list] : {std::pair{"short_factor", &rope.short_factor()},
                              std::pair{"long_factor", &rope.long_factor()}})
@@ -789,6 +781,12 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       spec.set_qkv_bias(fields.boolean("attention_bias").value_or(true));
       spec.set_attention_output_bias(
           fields.boolean("attention_out_bias").value_or(false));
+    }
+    // InternLM2's bias (true by default) on its wqkv and wo.
+    if (hfType == "internlm2") {
+      const bool bias = fields.boolean("bias").value_or(true);
+      spec.set_qkv_bias(bias);
+      spec.set_attention_output_bias(bias);
     }
     spec.set_mlp_bias((type == "llama" || type == "granite" ||
                        type == "smollm3" || type == "seed_oss") &&
@@ -897,12 +895,6 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (olmo2)
     spec.set_qk_norm_layout(plan::QK_NORM_WHOLE);
   spec.set_hf_model_type(hfType.empty() ? type : hfType);
-  // InternLM2's bias (true by default) on its wqkv and wo.
-  if (hfType == "internlm2") {
-    const bool bias = fields.boolean("bias").value_or(true);
-    spec.set_qkv_bias(bias);
-    spec.set_attention_output_bias(bias);
-  }
   // OLMo 2 and 3 norm each branch's output, not its input.
   spec.set_post_norms(olmo2);
   // SmolLM3's NoPE layers: a 0 in no_rope_layers (one flag per layer), or

@@ -276,6 +276,15 @@ static std::pair<double, double> attentionWidths(const plan::ModelSpec &model) {
           values};
 }
 
+int64_t planner::rotatedFeatures(const plan::ModelSpec &model) {
+  if (model.rope_theta() <= 0)
+    return 0;
+  int64_t d = headDim(model);
+  if (model.rotary_percent() > 0 && model.rotary_percent() < 1)
+    d = int64_t(double(d) * model.rotary_percent());
+  return d - d % 2;
+}
+
 double planner::layerParameterCount(const plan::ModelSpec &model) {
   double h = model.hidden();
   auto [qkvWidth, valueWidth] = attentionWidths(model);
@@ -754,18 +763,6 @@ public:
   }
   bool gelu() const { return model.ffn_kind() == plan::FFN_GELU; }
 
-  /// The features of each head the rotary embedding turns (0 for a model
-  /// without one): all of them, or rotary_percent of them rounded down to
-  /// an even count (GPT-NeoX's rotary_ndims, Megatron-LM's rotary_dim).
-  int64_t rotatedFeatures() const {
-    if (model.rope_theta() <= 0)
-      return 0;
-    int64_t d = headDim(model);
-    if (model.rotary_percent() > 0 && model.rotary_percent() < 1)
-      d = int64_t(double(d) * model.rotary_percent());
-    return d - d % 2;
-  }
-
   /// The rotary tables of `seq` positions, cos and sin as [1, 1, seq,
   /// rotated], computed in the forward pass as Hugging Face's
   /// LlamaRotaryEmbedding does since transformers 4.38: the positions
@@ -948,7 +945,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
   // Positions as LLaMA's (and GPT-NeoX's, on part of each head) rotary
   // embedding gives them to queries and keys; none on SmolLM3's NoPE
   // layers.
-  if (int64_t rotated = rotatedFeatures();
+  if (int64_t rotated = planner::rotatedFeatures(model);
       rotated && !llvm::is_contained(model.nope_layers(), index)) {
     auto [cos, sin] =
         rotaryTables(seq, rotated, window > 0 && model.rope_local_theta() > 0);

@@ -33,6 +33,10 @@ llvm::Error validateModel(const plan::ModelSpec &model);
 
 /// Each head's query and key width: the spec's head_dim, or hidden / heads.
 int64_t headDim(const plan::ModelSpec &model);
+/// How many of each head's features the rotary embedding turns (0 without
+/// one): all of them, or rotary_percent of them rounded down to an even
+/// count (GPT-NeoX's rotary_ndims, Megatron-LM's rotary_dim).
+int64_t rotatedFeatures(const plan::ModelSpec &model);
 
 /// Each head's value width: the spec's value_head_dim, or headDim.
 int64_t valueHeadDim(const plan::ModelSpec &model);
