@@ -221,13 +221,13 @@ driver::resolveModelSpec(MLIRContext &context, const driver::PlanRequest &r) {
     spec.set_mixed_sliding_window(spec.sliding_window());
     spec.clear_sliding_window();
     spec.set_global_every(r.globalEvery);
-    spec.set_windowed_layers(spec.layers() - spec.layers() / r.globalEvery);
+    spec.clear_global_first();
   }
-  // A model of local and global layers (a preset's, or the flags') keeps
-  // every global_every-th layer global at any depth.
+  // A model of local and global layers (a preset's, a config's, or the
+  // flags') keeps every global_every-th layer global at any depth.
   if (spec.global_every() > 0)
-    spec.set_windowed_layers(spec.layers() -
-                             spec.layers() / spec.global_every());
+    spec.set_windowed_layers(planner::windowedLayerCount(
+        spec.layers(), spec.global_every(), spec.global_first()));
   if (!r.tied.empty()) {
     if (r.tied != "yes" && r.tied != "no" && r.tied != "true" &&
         r.tied != "false" && r.tied != "1" && r.tied != "0")
@@ -425,7 +425,8 @@ driver::planModel(MLIRContext &context, const PlanRequest &request) {
   if (model->no_linear_bias())
     os << ", no linear biases";
   if (model->no_attention_bias())
-    os << ", no attention biases";
+    os << (model->attention_output_bias() ? ", no QKV biases"
+                                          : ", no attention biases");
   if (model->qkv_bias() && !hasLinearBiases(*model))
     os << (model->attention_output_bias() ? ", attention biases"
                                           : ", QKV biases");

@@ -436,7 +436,7 @@ static const char *const kReadFamilies[] = {
     "granite",  "cohere",      "stablelm",  "phi3",        "gpt2",
     "gpt_neox", "bloom",       "falcon",    "opt",         "starcoder2",
     "gptj",     "phi",         "mpt",       "gpt_bigcode", "glm",
-    "glm4",     "smollm3",     "internlm2", "seed_oss"};
+    "glm4",     "smollm3",     "internlm2", "seed_oss",    "gpt_neo"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -805,6 +805,20 @@ static Names namesOf(llvm::StringRef type) {
     n.outProj = "attn.out_proj.";
     n.upProj = "ffn.up_proj.";
     n.downProj = "ffn.down_proj.";
+  } else if (type == "gpt_neo") {
+    // GPT-2's names with nn.Linear projections: q, k, v and out_proj
+    // under attn.attention.
+    n.top = "transformer.";
+    n.layers = "h.";
+    n.embed = "wte.weight";
+    n.positions = "wpe.weight";
+    n.finalNorm = "ln_f.";
+    n.attention = "attn.attention.";
+    n.attnNorm = "ln_1.";
+    n.mlpNorm = "ln_2.";
+    n.outProj = "attn.attention.out_proj.";
+    n.upProj = "mlp.c_fc.";
+    n.downProj = "mlp.c_proj.";
   } else if (type == "gpt_bigcode") {
     n.top = "transformer.";
     n.layers = "h.";

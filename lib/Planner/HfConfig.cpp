@@ -41,6 +41,7 @@ enum class Window {
   Alternating, ///< Gemma 2: even layers local, odd ones global
   Pattern,     ///< Gemma 3: sliding_window_pattern - 1 local, then a global
   Qwen,        ///< only with use_sliding_window, from max_window_layers on
+  Listed,      ///< GPT-Neo: attention_layers lists each layer's kind
   Olmo3,       ///< OLMo 3: three local, then a global (without layer_types)
 };
 
@@ -79,6 +80,7 @@ const Family kFamilies[] = {
      262208, 131072},
     {"gpt2", Mlp::Plain, true, "gelu_new"},
     {"gpt_neox", Mlp::Plain, false, "gelu"},
+    {"gpt_neo", Mlp::Plain, true, "gelu_new", Window::Listed},
     {"gptj", Mlp::Plain, false, "gelu_new"},
     // Falcon's rotary positions leave the context out of older configs:
     // the 2,048 tokens it trained at (Almazrouei et al. 2023).
@@ -251,60 +253,117 @@ std::optional<int64_t> contextLength(Fields &fields) {
 }
 
 /// The sliding window of each layer: none, every layer, or every
-/// global_every-th global among local ones.
+/// global_every-th global among local ones (counted from the first layer
+/// or ending at the every-th).
 llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
                        plan::ModelSpec &spec) {
-  std::optional<int64_t> window = fields.integer({"sliding_window"});
+  // GPT-Neo's local layers see window_size keys.
+  std::optional<int64_t> window =
+      fields.integer({"sliding_window", "window_size"});
   auto everyLayer = [&] {
     if (window && *window > 0)
       spec.set_sliding_window(*window);
   };
-  auto globalEvery = [&](int64_t every) {
+  auto globalEvery = [&](int64_t every, bool first = false) {
     if (!window || *window <= 0)
       return;
     spec.set_mixed_sliding_window(*window);
     spec.set_global_every(every);
-    spec.set_windowed_layers(layers - layers / every);
+    spec.set_global_first(first);
+    spec.set_windowed_layers(planner::windowedLayerCount(layers, every, first));
   };
-  // transformers 4.53 on: each layer's kind, listed.
-  if (const json::Array *kinds = fields.array("layer_types")) {
-    if (int64_t(kinds->size()) != layers)
-      return configError(fields.file + ": \"layer_types\" lists " +
-                         llvm::Twine(kinds->size()) + " layers of " +
-                         llvm::Twine(layers));
-    std::vector<bool> global;
-    for (const json::Value &kind : *kinds) {
+  // Each layer's kind, listed: transformers' layer_types (4.53 on: full or
+  // sliding attention), GPT-Neo's attention_layers (global or local), or
+  // its attention_types ([[kinds, repeats], ...]) that expand to them.
+  std::optional<std::vector<bool>> global;
+  std::string key = "layer_types";
+  auto kindsOf = [&](const json::Array &kinds, llvm::StringRef full,
+                     llvm::StringRef local) -> llvm::Error {
+    global.emplace();
+    for (const json::Value &kind : kinds) {
       std::optional<llvm::StringRef> name = kind.getAsString();
-      if (name == "full_attention")
-        global.push_back(true);
-      else if (name == "sliding_attention")
-        global.push_back(false);
-      else
-        return configError(
-            fields.file + ": \"layer_types\" has a layer of " +
-            (name ? "'" + name->str() + "'" : std::string("no name")) +
-            ": Weft plans full_attention and sliding_attention layers");
+      if (name == full || name == local) {
+        global->push_back(name == full);
+        continue;
+      }
+      return configError(
+          fields.file + ": \"" + fields.where + key + "\" has a layer of " +
+          (name ? "'" + name->str() + "'" : std::string("no name")) +
+          ": Weft plans " + full + " and " + local + " layers");
     }
-    if (llvm::all_of(global, [](bool g) { return g; }))
+    return llvm::Error::success();
+  };
+  if (const json::Array *kinds = fields.array("layer_types")) {
+    if (llvm::Error error =
+            kindsOf(*kinds, "full_attention", "sliding_attention"))
+      return error;
+  } else if (family.window == Window::Listed) {
+    json::Array expanded;
+    if (const json::Array *kinds = fields.array("attention_layers")) {
+      key = "attention_layers";
+      expanded = *kinds;
+    } else if (const json::Array *types = fields.array("attention_types")) {
+      key = "attention_types";
+      for (const json::Value &item : *types) {
+        const json::Array *pair = item.getAsArray();
+        const json::Array *kinds =
+            pair && pair->size() == 2 ? (*pair)[0].getAsArray() : nullptr;
+        std::optional<int64_t> repeats = pair && pair->size() == 2
+                                             ? (*pair)[1].getAsInteger()
+                                             : std::nullopt;
+        if (!kinds || !repeats || *repeats < 0 ||
+            int64_t(expanded.size()) + *repeats * int64_t(kinds->size()) >
+                Fields::kLimit)
+          return configError(fields.file + ": \"" + fields.where +
+                             "attention_types\" is not a list of [[kinds], "
+                             "repeats] pairs");
+        for (int64_t r = 0; r < *repeats; ++r)
+          for (const json::Value &kind : *kinds)
+            expanded.push_back(kind);
+      }
+    } else {
+      // GPTNeoConfig's default: global and local layers alternate.
+      for (int64_t i = 0; i < layers; ++i)
+        expanded.push_back(i % 2 ? "local" : "global");
+    }
+    if (llvm::Error error = kindsOf(expanded, "global", "local"))
+      return error;
+  }
+  if (global) {
+    if (int64_t(global->size()) != layers)
+      return configError(fields.file + ": \"" + fields.where + key +
+                         "\" lists " + llvm::Twine(global->size()) +
+                         " layers of " + llvm::Twine(layers));
+    auto isGlobal = [](bool g) { return g; };
+    if (llvm::all_of(*global, isGlobal))
       return llvm::Error::success();
     if (!window || *window <= 0)
-      return configError(fields.file +
-                         ": \"layer_types\" has sliding_attention layers but "
-                         "\"sliding_window\" gives no window");
-    if (llvm::none_of(global, [](bool g) { return g; })) {
+      return configError(fields.file + ": \"" + fields.where + key +
+                         "\" has windowed layers but no \"sliding_window\" "
+                         "(or \"window_size\") gives their window");
+    if (llvm::none_of(*global, isGlobal)) {
       everyLayer();
       return llvm::Error::success();
     }
-    int64_t every = llvm::find(global, true) - global.begin() + 1;
+    // Every N-th layer global: the N-th, 2N-th, ... (Gemma's), or the
+    // first, the (N+1)-th, ... (GPT-Neo's).
+    const int64_t first = llvm::find(*global, true) - global->begin();
+    const bool globalFirst = first == 0;
+    const int64_t every =
+        globalFirst ? std::find(global->begin() + 1, global->end(), true) -
+                          global->begin()
+                    : first + 1;
     for (int64_t i = 0; i < layers; ++i)
-      if (global[i] != ((i + 1) % every == 0))
+      if ((*global)[size_t(i)] !=
+          (globalFirst ? i % every == 0 : (i + 1) % every == 0))
         return configError(
-            fields.file + ": \"layer_types\" mixes full and sliding layers " +
-            "other than every N-th full (the first full one is layer " +
-            llvm::Twine(every - 1) + ", but layer " + llvm::Twine(i) +
-            " differs): Weft plans a window on every layer, or on all but " +
+            fields.file + ": \"" + fields.where + key +
+            "\" mixes full and windowed layers other than every N-th full "
+            "(the first full one is layer " +
+            llvm::Twine(first) + ", but layer " + llvm::Twine(i) +
+            " differs): Weft plans a window on every layer, or on all but "
             "every N-th (--sliding-window W --global-every N)");
-    globalEvery(every);
+    globalEvery(every, globalFirst);
     return llvm::Error::success();
   }
   switch (family.window) {
@@ -324,6 +383,8 @@ llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
   }
   case Window::Olmo3:
     globalEvery(4);
+    break;
+  case Window::Listed:
     break;
   case Window::Qwen: {
     if (!fields.boolean("use_sliding_window").value_or(false))
@@ -486,7 +547,7 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (!hidden)
     return hidden.takeError();
   llvm::Expected<int64_t> heads =
-      required({"num_attention_heads", "n_head", "n_heads"});
+      required({"num_attention_heads", "n_head", "n_heads", "num_heads"});
   if (!heads)
     return heads.takeError();
 
@@ -593,8 +654,8 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   // The rotary base (Megatron-LM's --rotary-base): each config class's
   // default where the file has none; no rotary embedding in the families of
   // learned positions or ALiBi.
-  bool rotary =
-      !llvm::is_contained({"gpt2", "opt", "bloom", "mpt", "gpt_bigcode"}, type);
+  bool rotary = !llvm::is_contained(
+      {"gpt2", "gpt_neo", "opt", "bloom", "mpt", "gpt_bigcode"}, type);
   // ALiBi: BLOOM's always, MPT's unless its attention config says not,
   // Falcon's where it says.
   bool alibi = type == "bloom" || (type == "mpt" && mptAlibi.value_or(true)) ||
@@ -917,7 +978,13 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   }
   // GPT-J's attention projections have no biases (its MLP's have); its
   // and Phi's lm_head has one.
-  spec.set_no_attention_bias(type == "gptj");
+  spec.set_no_attention_bias(type == "gptj" || type == "gpt_neo");
+  // GPT-Neo's out_proj alone has a bias, and its scores are not scaled
+  // (GPTNeoSelfAttention._attn: q k^T, no 1 / sqrt(head_dim)).
+  if (type == "gpt_neo") {
+    spec.set_attention_output_bias(true);
+    spec.set_attention_scale(1.0f);
+  }
   spec.set_output_bias(type == "gptj" || type == "phi");
   for (Fields *f : {&outer, &fields})
     if (!f->error.empty())

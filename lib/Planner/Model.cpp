@@ -285,6 +285,22 @@ int64_t planner::rotatedFeatures(const plan::ModelSpec &model) {
   return d - d % 2;
 }
 
+int64_t planner::layerWindow(const plan::ModelSpec &model, int64_t index) {
+  if (model.mixed_sliding_window() <= 0 || model.global_every() <= 0)
+    return model.sliding_window();
+  const int64_t every = model.global_every();
+  const bool global =
+      model.global_first() ? index % every == 0 : (index + 1) % every == 0;
+  return global ? 0 : model.mixed_sliding_window();
+}
+
+int64_t planner::windowedLayerCount(int64_t layers, int64_t every,
+                                    bool globalFirst) {
+  if (every <= 0)
+    return layers;
+  return layers - (globalFirst ? (layers + every - 1) / every : layers / every);
+}
+
 double planner::layerParameterCount(const plan::ModelSpec &model) {
   double h = model.hidden();
   auto [qkvWidth, valueWidth] = attentionWidths(model);
@@ -295,7 +311,11 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
   // The linears' biases (GPT's; GPT-J's MLP's alone), or a gated model's:
   // Qwen2's QKV biases alone, LLaMA's attention_bias (the output
   // projection's too) and mlp_bias.
-  double attentionBiases = model.no_attention_bias() ? 0 : qkvWidth + h;
+  // (GPT-Neo's attention biases its output projection alone.)
+  double attentionBiases = model.no_attention_bias()
+                               ? (model.qkv_bias() ? qkvWidth : 0) +
+                                     (model.attention_output_bias() ? h : 0)
+                               : qkvWidth + h;
   double biases = hasLinearBiases(model)
                       ? attentionBiases + ffn + h
                       : (model.qkv_bias() ? qkvWidth : 0) +
@@ -886,10 +906,7 @@ Value TransformerBuilder::block(Value x, int64_t index,
   const bool attentionBiases =
       hasLinearBiases(model) && !model.no_attention_bias();
   // The window, or none on a global layer among windowed ones.
-  int64_t window = model.sliding_window();
-  if (model.mixed_sliding_window() > 0 && model.global_every() > 0)
-    window =
-        (index + 1) % model.global_every() ? model.mixed_sliding_window() : 0;
+  const int64_t window = layerWindow(model, index);
   // Q, K and V from one GEMM whose columns are grouped by KV head
   // ([kv_heads, group + 2, head_dim], Megatron's layout): splitting the
   // columns over tensor-parallel ranks gives each rank whole heads.

@@ -293,6 +293,73 @@ TEST(HfConfig, LayerTypesPattern) {
   EXPECT_NE(chunked.find("'chunked_attention'"), std::string::npos) << chunked;
 }
 
+TEST(HfConfig, GptNeo) {
+  // EleutherAI/gpt-neo-125M: GPT-2's block with global and local (window
+  // 256) layers alternating from a global first, unscaled scores, no
+  // biases on q, k and v but one on out_proj; 125,198,592 parameters.
+  plan::ModelSpec neo = read(R"({"model_type": "gpt_neo",
+      "activation_function": "gelu_new", "attention_types":
+      [[["global", "local"], 6]], "hidden_size": 768,
+      "intermediate_size": null, "layer_norm_epsilon": 1e-05,
+      "max_position_embeddings": 2048, "num_heads": 12, "num_layers": 12,
+      "vocab_size": 50257, "window_size": 256})");
+  EXPECT_EQ(neo.mixed_sliding_window(), 256);
+  EXPECT_EQ(neo.global_every(), 2);
+  EXPECT_TRUE(neo.global_first());
+  EXPECT_EQ(neo.windowed_layers(), 6);
+  EXPECT_EQ(layerWindow(neo, 0), 0);
+  EXPECT_EQ(layerWindow(neo, 1), 256);
+  EXPECT_EQ(layerWindow(neo, 11), 256);
+  EXPECT_FLOAT_EQ(neo.attention_scale(), 1.0f);
+  EXPECT_TRUE(neo.no_attention_bias());
+  EXPECT_TRUE(neo.attention_output_bias());
+  EXPECT_TRUE(neo.tied_embeddings());
+  EXPECT_EQ(neo.rope_theta(), 0);
+  EXPECT_EQ(neo.ffn_hidden(), 4 * 768);
+  EXPECT_EQ(int64_t(parameterCount(neo)), 125198592);
+  // attention_layers, where given, is the list; a period of three with the
+  // first global leaves two of four windowed (layers 1 and 2).
+  plan::ModelSpec three = read(R"({"model_type": "gpt_neo",
+      "hidden_size": 64, "num_heads": 4, "num_layers": 4, "vocab_size": 100,
+      "window_size": 8, "attention_layers": ["global", "local", "local",
+      "global"]})");
+  EXPECT_EQ(three.global_every(), 3);
+  EXPECT_TRUE(three.global_first());
+  EXPECT_EQ(three.windowed_layers(), 2);
+  EXPECT_EQ(layerWindow(three, 3), 0);
+  EXPECT_EQ(windowedLayerCount(13, 2, true), 6);
+  EXPECT_EQ(windowedLayerCount(13, 2, false), 7);
+  // What is not every N-th global, a kind it does not build, a malformed
+  // list: errors naming the key.
+  std::string irregular = error(R"({"model_type": "gpt_neo",
+      "hidden_size": 64, "num_heads": 4, "num_layers": 5, "vocab_size": 100,
+      "window_size": 8, "attention_types": [[["global", "local"], 2],
+      [["local"], 1]]})");
+  EXPECT_NE(irregular.find("\"attention_types\" mixes full and windowed "
+                           "layers other than every N-th full"),
+            std::string::npos)
+      << irregular;
+  std::string sparse = error(R"({"model_type": "gpt_neo", "hidden_size": 64,
+      "num_heads": 4, "num_layers": 2, "vocab_size": 100, "window_size": 8,
+      "attention_layers": ["global", "sparse"]})");
+  EXPECT_NE(sparse.find("\"attention_layers\" has a layer of 'sparse': Weft "
+                        "plans global and local layers"),
+            std::string::npos)
+      << sparse;
+  std::string malformed = error(R"({"model_type": "gpt_neo",
+      "hidden_size": 64, "num_heads": 4, "num_layers": 2, "vocab_size": 100,
+      "window_size": 8, "attention_types": [["global", 2]]})");
+  EXPECT_NE(malformed.find("is not a list of [[kinds], repeats] pairs"),
+            std::string::npos)
+      << malformed;
+  std::string counted = error(R"({"model_type": "gpt_neo",
+      "hidden_size": 64, "num_heads": 4, "num_layers": 3, "vocab_size": 100,
+      "window_size": 8, "attention_types": [[["global", "local"], 1]]})");
+  EXPECT_NE(counted.find("\"attention_types\" lists 2 layers of 3"),
+            std::string::npos)
+      << counted;
+}
+
 TEST(HfConfig, QwenSlidingWindowLayers) {
   const char *base = R"({"model_type": "qwen2", "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 28, "vocab_size": 100,

@@ -37,6 +37,13 @@ int64_t headDim(const plan::ModelSpec &model);
 /// one): all of them, or rotary_percent of them rounded down to an even
 /// count (GPT-NeoX's rotary_ndims, Megatron-LM's rotary_dim).
 int64_t rotatedFeatures(const plan::ModelSpec &model);
+/// The sliding window of layer `index` (from 0): the model's window on
+/// every layer, or on all but its global layers (every global_every-th,
+/// counted from the first layer with global_first); 0 for full attention.
+int64_t layerWindow(const plan::ModelSpec &model, int64_t index);
+/// How many of `layers` layers are local where every `every`-th is global
+/// (the first among them with `globalFirst`, else the every-th).
+int64_t windowedLayerCount(int64_t layers, int64_t every, bool globalFirst);
 
 /// Each head's value width: the spec's value_head_dim, or headDim.
 int64_t valueHeadDim(const plan::ModelSpec &model);

@@ -8,7 +8,7 @@ transformers computes them.
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, glm, glm4,
-smollm3, internlm2, seed_oss, gpt2,
+smollm3, internlm2, seed_oss, gpt2, gpt_neo,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
@@ -53,7 +53,7 @@ kind = config["model_type"]
 gpt2 = kind == "gpt2"
 fused = kind in ("gpt_neox", "bloom", "falcon")
 layer_normed = kind in ("opt", "starcoder2")
-other = kind in ("gptj", "phi", "mpt", "gpt_bigcode")
+other = kind in ("gptj", "phi", "mpt", "gpt_bigcode", "gpt_neo")
 if kind in ("gptj", "gpt_bigcode"):
     config.update(hidden_size=config["n_embd"], num_attention_heads=config["n_head"],
                   num_hidden_layers=config["n_layer"],
@@ -66,6 +66,13 @@ if kind == "mpt":
                   intermediate_size=config.get("expansion_ratio", 4) * config["d_model"])
 if kind == "opt":
     config["intermediate_size"] = config["ffn_dim"]
+if kind == "gpt_neo":
+    # GPTNeoConfig's keys; attention_types expands to attention_layers.
+    config.update(num_attention_heads=config["num_heads"], num_hidden_layers=config["num_layers"],
+                  intermediate_size=config.get("intermediate_size") or 4 * config["hidden_size"])
+    if "attention_layers" not in config:
+        config["attention_layers"] = [k for kinds, n in config["attention_types"] for _ in range(n)
+                                      for k in kinds]
 if gpt2:
     # GPT2Config's keys.
     config.update(hidden_size=config["n_embd"], num_attention_heads=config["n_head"],
@@ -86,7 +93,7 @@ vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
 tied = config.get("tie_word_embeddings",
                   kind in ("gemma", "gemma2", "smollm3", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
-                           "gpt_bigcode"))
+                           "gpt_bigcode", "gpt_neo"))
 eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon", 1e-5))) \
     if gpt2 or fused or layer_normed or other else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
@@ -183,8 +190,11 @@ def other_shapes():
     fc_out, one ln_1, lm_head with a bias), Phi's (LLaMA's names, dense,
     fc1, fc2, final_layernorm, biases everywhere, lm_head's too), MPT's
     (transformer.blocks., Wqkv of [q; k; v] rows, norm_1, norm_2 without
-    biases, ffn.up_proj, ffn.down_proj, norm_f) and GPT-BigCode's (GPT-2's
-    names as nn.Linear, c_attn of [q; k; v] rows with one KV head)."""
+    biases, ffn.up_proj, ffn.down_proj, norm_f), GPT-BigCode's (GPT-2's
+    names as nn.Linear, c_attn of [q; k; v] rows with one KV head) and
+    GPT-Neo's (GPT-2's names, q/k/v_proj without biases and out_proj with
+    one under attn.attention, and the causal-mask and masked_bias buffers
+    its older checkpoints saved)."""
     out = {}
     if kind == "gptj":
         t, at = "transformer.", "transformer.h.%d."
@@ -212,6 +222,19 @@ def other_shapes():
         layer = [("norm_1.weight", (h,)), ("attn.Wqkv.weight", (3 * h, h)),
                  ("attn.out_proj.weight", (h, h)), ("norm_2.weight", (h,)),
                  ("ffn.up_proj.weight", (ffn, h)), ("ffn.down_proj.weight", (h, ffn))]
+    elif kind == "gpt_neo":
+        t, at = "transformer.", "transformer.h.%d."
+        out[t + "wte.weight"] = (vocab, h)
+        out[t + "wpe.weight"] = (config["max_position_embeddings"], h)
+        out[t + "ln_f.weight"] = out[t + "ln_f.bias"] = (h,)
+        positions = config["max_position_embeddings"]
+        layer = [("ln_1.weight", (h,)), ("ln_1.bias", (h,)), ("ln_2.weight", (h,)), ("ln_2.bias", (h,))] + \
+            [("attn.attention.%s_proj.weight" % n, (h, h)) for n in ("q", "k", "v", "out")] + \
+            [("attn.attention.out_proj.bias", (h,)),
+             ("attn.attention.bias", ("BOOL", (1, 1, positions, positions))),
+             ("attn.attention.masked_bias", ()),
+             ("mlp.c_fc.weight", (ffn, h)), ("mlp.c_fc.bias", (ffn,)),
+             ("mlp.c_proj.weight", (h, ffn)), ("mlp.c_proj.bias", (h,))]
     else:
         t, at = "transformer.", "transformer.h.%d."
         out[t + "wte.weight"] = (vocab, h)
@@ -375,8 +398,11 @@ def write():
     tensors = {}
     buffers = {}
     for name, shape in shapes().items():
-        if shape[0] == "BOOL":
+        if shape and shape[0] == "BOOL":
             buffers[name] = np.tril(np.ones(shape[1], dtype=bool))
+            continue
+        if not shape:  # GPT-Neo's masked_bias, a scalar buffer
+            buffers[name] = np.array(-1e9)
             continue
         if len(shape) == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
             base = 0.0 if gemma else 1.0
@@ -589,8 +615,10 @@ def other_logits(w, tokens):
     on rotary_dim features, gelu_new, lm_head's bias), PhiForCausalLM's (the
     same block with rotate_half on partial_rotary_factor of each head),
     MptForCausalLM's (sequential, ALiBi slopes 2^-8k/n on the keys'
-    positions, exact GELU, no biases) and GPTBigCodeForCausalLM's (GPT-2's
-    block with one KV head, tanh GELU) forwards."""
+    positions, exact GELU, no biases), GPTBigCodeForCausalLM's (GPT-2's
+    block with one KV head, tanh GELU) and GPTNeoForCausalLM's (GPT-2's
+    block, scores q k^T unscaled, its local layers' keys i - j < window_size)
+    forwards."""
     b, s = tokens.shape
 
     def ln(x, name):
@@ -613,7 +641,7 @@ def other_logits(w, tokens):
             turned = torch.cat([-part[..., rotated // 2:], part[..., :rotated // 2]], -1)
         return torch.cat([part * emb.cos() + turned * emb.sin(), rest], -1)
 
-    def attend(q, k, v, bias=None):
+    def attend(q, k, v, bias=None, scale=1 / math.sqrt(d), window=None):
         q, k, v = q.view(b, s, heads, d), k.view(b, s, kv, d), v.view(b, s, kv, d)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if kind == "gptj":
@@ -622,10 +650,13 @@ def other_logits(w, tokens):
             rotated = int(d * config.get("partial_rotary_factor", 0.5))
             q, k = rotary(q, rotated, False), rotary(k, rotated, False)
         k, v = k.expand(b, heads, s, d), v.expand(b, heads, s, d)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+        scores = q @ k.transpose(-1, -2) * scale
         if bias is not None:
             scores = scores + bias
-        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        hidden_keys = torch.ones(s, s, dtype=torch.bool).triu(1)
+        if window:
+            hidden_keys |= torch.ones(s, s, dtype=torch.bool).tril(-window)
+        scores = scores.masked_fill(hidden_keys, float("-inf"))
         return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
 
     gelu_new = lambda y: torch.nn.functional.gelu(y, approximate="tanh")
@@ -650,7 +681,7 @@ def other_logits(w, tokens):
         return linear(x, "lm_head")
     t = "transformer."
     x = w[t + "wte.weight"][tokens]
-    if kind == "gpt_bigcode":
+    if kind in ("gpt_bigcode", "gpt_neo"):
         x = x + w[t + "wpe.weight"][:s]
     slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / heads) for i in range(heads)],
                           dtype=torch.float64)
@@ -665,6 +696,14 @@ def other_logits(w, tokens):
             x = x + linear(attend(q, k, v, bias), p + "attn.out_proj")
             up = linear(ln(x, p + "norm_2"), p + "ffn.up_proj")
             x = x + linear(torch.nn.functional.gelu(up), p + "ffn.down_proj")
+        elif kind == "gpt_neo":
+            p = t + "h.%d." % i
+            hin = ln(x, p + "ln_1")
+            qkv = [linear(hin, p + "attn.attention.%s_proj" % n) for n in "qkv"]
+            local = config["attention_layers"][i] == "local"
+            attended = attend(*qkv, scale=1.0, window=config["window_size"] if local else None)
+            x = x + linear(attended, p + "attn.attention.out_proj")
+            x = x + linear(gelu_new(linear(ln(x, p + "ln_2"), p + "mlp.c_fc")), p + "mlp.c_proj")
         else:
             p = t + "h.%d." % i
             q, k, v = linear(ln(x, p + "ln_1"), p + "attn.c_attn").split([h, kv * d, kv * d], -1)
