@@ -14,8 +14,8 @@
 // undoes: linears are [in, out] (nn.Linear's weight is [out, in]); Q, K and
 // V are one projection whose columns are grouped by KV head ([kv_heads,
 // group + 2, head_dim]: the group's query heads, then the key, then the
-// value); Gemma's RMSNorm scales by 1 + w where the builder's scale is the
-// factor itself.
+// value); Gemma's RMSNorm (and Nemotron's LayerNorm1P) scales by 1 + w where
+// the builder's scale is the factor itself.
 //
 //===----------------------------------------------------------------------===//
 
@@ -436,7 +436,8 @@ static const char *const kReadFamilies[] = {
     "granite",  "cohere",      "stablelm",  "phi3",        "gpt2",
     "gpt_neox", "bloom",       "falcon",    "opt",         "starcoder2",
     "gptj",     "phi",         "mpt",       "gpt_bigcode", "glm",
-    "glm4",     "smollm3",     "internlm2", "seed_oss",    "gpt_neo"};
+    "glm4",     "smollm3",     "internlm2", "seed_oss",    "gpt_neo",
+    "nemotron"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();
@@ -847,7 +848,7 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
     return lookupFused<T>(checkpoint, model, param, used);
 
   const llvm::StringRef type = model.hf_model_type();
-  const bool gemma = type.starts_with("gemma");
+  const bool onePlus = storedAsOnePlus(model, "final_norm.weight");
   const Names names = namesOf(type);
   const std::string &top = names.top;
   const int64_t h = model.hidden(), heads = model.heads(),
@@ -855,11 +856,10 @@ lookup(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
                 group = heads / std::max<int64_t>(kvHeads, 1),
                 ffn = model.ffn_hidden(), vocab = model.vocab();
   const ParameterReader<T> reader(checkpoint, param, used);
-  // Gemma's norms scale by 1 + w.
   auto norm = [&](llvm::Expected<std::vector<T>> values)
       -> llvm::Expected<std::vector<T>> {
     if constexpr (std::is_same_v<T, float>)
-      if (values && gemma)
+      if (values && onePlus)
         for (float &v : *values)
           v += 1.0f;
     return values;
@@ -1059,6 +1059,8 @@ planner::parameterSources(const HfCheckpoint &checkpoint,
 
 bool planner::storedAsOnePlus(const plan::ModelSpec &model,
                               llvm::StringRef param) {
-  return llvm::StringRef(model.hf_model_type()).starts_with("gemma") &&
+  // Gemma's RMSNorms and Nemotron's LayerNorm1P scale by 1 + w.
+  llvm::StringRef type = model.hf_model_type();
+  return (type.starts_with("gemma") || type == "nemotron") &&
          param.ends_with("norm.weight");
 }

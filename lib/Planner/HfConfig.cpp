@@ -81,6 +81,7 @@ const Family kFamilies[] = {
     {"gpt2", Mlp::Plain, true, "gelu_new"},
     {"gpt_neox", Mlp::Plain, false, "gelu"},
     {"gpt_neo", Mlp::Plain, true, "gelu_new", Window::Listed},
+    {"nemotron", Mlp::Plain, false, "relu2"},
     {"gptj", Mlp::Plain, false, "gelu_new"},
     // Falcon's rotary positions leave the context out of older configs:
     // the 2,048 tokens it trained at (Almazrouei et al. 2023).
@@ -625,12 +626,15 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     // and MPT's; gelu_new, gelu_fast and gelu_pytorch_tanh are tanh's.
     if (act == "gelu" || act == "gelu_python")
       spec.set_ffn_activation(planner::kExactGelu);
+    // relu2: Nemotron's squared ReLU.
     if (act == "relu")
       spec.set_ffn_activation("ReLU");
+    else if (act == "relu2")
+      spec.set_ffn_activation(planner::kSquaredRelu);
     else if (!gelu)
       return configError(file + ": \"" + where + "activation\" '" + activation +
                          "' in " + type +
-                         "'s MLP: Weft builds GELU and ReLU "
+                         "'s MLP: Weft builds GELU, ReLU and squared ReLU "
                          "between its two matrices");
   }
 
@@ -789,7 +793,8 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       share = fields.number("partial_rotary_factor");
     if (!share && type == "gpt_neox")
       share = 0.25;
-    if (!share && (type == "phi" || type == "glm" || type == "glm4"))
+    if (!share && (type == "phi" || type == "glm" || type == "glm4" ||
+                   type == "nemotron"))
       share = 0.5;
     if (std::optional<int64_t> dims = fields.integer({"rotary_dim"});
         !share && dims && *dims > 0)
@@ -925,6 +930,15 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
     linearBiases = fields.boolean("use_bias").value_or(true);
   if (type == "opt")
     linearBiases = fields.boolean("enable_bias").value_or(true);
+  // Nemotron biases its attention's four projections (attention_bias) and
+  // its MLP's two (mlp_bias) apart, neither by default.
+  if (type == "nemotron") {
+    linearBiases = false;
+    const bool attentionBias = fields.boolean("attention_bias").value_or(false);
+    spec.set_qkv_bias(attentionBias);
+    spec.set_attention_output_bias(attentionBias);
+    spec.set_mlp_bias(fields.boolean("mlp_bias").value_or(false));
+  }
   if (family->mlp != Mlp::Gated && !linearBiases) {
     spec.set_no_linear_bias(true);
     if (type == "mpt")

@@ -183,6 +183,13 @@ llvm::Expected<plan::ModelSpec> planner::lookupPreset(llvm::StringRef name) {
     spec.set_source("preset");
     return spec;
   }
+  // A model file given where a preset's name goes: say where it goes.
+  if (name.ends_with(".mlir") || name.ends_with(".onnx"))
+    return llvm::createStringError(
+        "'" + name.str() +
+        "' is a model file, not a preset: give it as the first argument "
+        "(weft plan " +
+        name.str() + " --cluster ...), not with --model");
   return llvm::createStringError("unknown model preset '" + name.str() +
                                  "'; the presets are " +
                                  llvm::join(presetNames(), ", "));
@@ -316,11 +323,12 @@ double planner::layerParameterCount(const plan::ModelSpec &model) {
                                ? (model.qkv_bias() ? qkvWidth : 0) +
                                      (model.attention_output_bias() ? h : 0)
                                : qkvWidth + h;
-  double biases = hasLinearBiases(model)
-                      ? attentionBiases + ffn + h
-                      : (model.qkv_bias() ? qkvWidth : 0) +
-                            (model.attention_output_bias() ? h : 0) +
-                            (model.mlp_bias() ? 2 * ffn + h : 0);
+  double biases =
+      hasLinearBiases(model)
+          ? attentionBiases + ffn + h
+          : (model.qkv_bias() ? qkvWidth : 0) +
+                (model.attention_output_bias() ? h : 0) +
+                (model.mlp_bias() ? (isGelu(model) ? ffn : 2 * ffn) + h : 0);
   // Two norms (four with Gemma's, one for a parallel block's two branches
   // where they share it, two after the branches with OLMo 2's), and the QK
   // norms where they lie.
@@ -555,8 +563,18 @@ planner::extractModelSpec(ModuleOp module, llvm::StringRef source) {
           normed->getOperand(0) == first.getBody().getArgument(0))
         spec.set_parallel_block(true);
     }
-  if (kind == plan::FFN_GELU && activation && !isa<GeluOp>(activation))
-    spec.set_ffn_activation(isa<ReluOp>(activation) ? "ReLU" : "SiLU");
+  if (kind == plan::FFN_GELU && activation && !isa<GeluOp>(activation)) {
+    // A ReLU squared (its product with itself): Nemotron's.
+    const bool squared =
+        llvm::any_of(activation->getUsers(), [&](Operation *u) {
+          return isa<MulOp>(u) &&
+                 u->getOperand(0) == activation->getResult(0) &&
+                 u->getOperand(1) == activation->getResult(0);
+        });
+    spec.set_ffn_activation(!isa<ReluOp>(activation) ? "SiLU"
+                            : squared                ? kSquaredRelu
+                                                     : "ReLU");
+  }
   llvm::SmallDenseSet<int64_t> attentionWidths = {
       hidden, spec.heads() * headDim, spec.kv_heads() * headDim,
       (spec.heads() + 2 * spec.kv_heads()) * headDim};
@@ -1017,19 +1035,25 @@ Value TransformerBuilder::block(Value x, int64_t index,
   int64_t ffn = model.ffn_hidden();
   Value activated;
   if (gelu()) {
-    Value up = linear(normed2, ffn, prefix + ".mlp_up", hasLinearBiases(model));
-    // OPT's ReLU between the two matrices, as the spec names it.
-    if (model.ffn_activation() == "ReLU")
+    Value up = linear(normed2, ffn, prefix + ".mlp_up",
+                      hasLinearBiases(model) || model.mlp_bias());
+    // OPT's ReLU between the two matrices, as the spec names it;
+    // Nemotron's squared.
+    if (model.ffn_activation() == "ReLU" ||
+        model.ffn_activation() == kSquaredRelu) {
       activated = ReluOp::create(b, loc, up);
-    else if (model.ffn_activation() == "SiLU")
+      if (model.ffn_activation() == kSquaredRelu)
+        activated = MulOp::create(b, loc, activated, activated);
+    } else if (model.ffn_activation() == "SiLU") {
       activated = SiluOp::create(b, loc, up);
-    else
+    } else {
       activated = GeluOp::create(
           b, loc, up,
           GeluApproximationAttr::get(b.getContext(),
                                      model.ffn_activation() == kExactGelu
                                          ? GeluApproximation::erf
                                          : GeluApproximation::tanh));
+    }
   } else {
     Value gate = linear(normed2, ffn, prefix + ".mlp_gate", model.mlp_bias());
     Value up = linear(normed2, ffn, prefix + ".mlp_up", model.mlp_bias());

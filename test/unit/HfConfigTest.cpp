@@ -360,6 +360,43 @@ TEST(HfConfig, GptNeo) {
       << counted;
 }
 
+TEST(HfConfig, Nemotron) {
+  // nvidia/Nemotron-4-Minitron-4B's shape: a squared-ReLU MLP of two
+  // matrices, rotary on half of each 128-wide head, no biases, an untied
+  // head; 4.19 B parameters.
+  plan::ModelSpec minitron = read(R"({"model_type": "nemotron",
+      "hidden_size": 3072, "intermediate_size": 9216,
+      "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+      "num_hidden_layers": 32, "vocab_size": 256000,
+      "max_position_embeddings": 4096, "hidden_act": "relu2",
+      "norm_eps": 1e-05, "rope_theta": 10000})");
+  EXPECT_EQ(minitron.ffn_kind(), plan::FFN_GELU);
+  EXPECT_EQ(minitron.ffn_activation(), kSquaredRelu);
+  EXPECT_FLOAT_EQ(minitron.rotary_percent(), 0.5f);
+  EXPECT_FALSE(minitron.rotary_interleaved());
+  EXPECT_TRUE(minitron.no_linear_bias());
+  EXPECT_FALSE(minitron.qkv_bias());
+  EXPECT_FALSE(minitron.tied_embeddings());
+  EXPECT_EQ(minitron.norm(), plan::NORM_DEFAULT); // a GELU kind's LayerNorm
+  EXPECT_NEAR(parameterCount(minitron) / 1e9, 4.19, 0.005);
+  // attention_bias biases the four projections, mlp_bias the MLP's two.
+  plan::ModelSpec biased = read(R"({"model_type": "nemotron",
+      "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+      "num_hidden_layers": 1, "vocab_size": 100, "attention_bias": true,
+      "mlp_bias": true})");
+  plan::ModelSpec plain = read(R"({"model_type": "nemotron",
+      "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+      "num_hidden_layers": 1, "vocab_size": 100})");
+  EXPECT_EQ(int64_t(parameterCount(biased) - parameterCount(plain)),
+            3 * 64 + 64 + 96 + 64);
+  std::string unknown = error(R"({"model_type": "nemotron",
+      "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+      "vocab_size": 100, "hidden_act": "relu6"})");
+  EXPECT_NE(unknown.find("Weft builds GELU, ReLU and squared ReLU"),
+            std::string::npos)
+      << unknown;
+}
+
 TEST(HfConfig, QwenSlidingWindowLayers) {
   const char *base = R"({"model_type": "qwen2", "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 28, "vocab_size": 100,

@@ -98,7 +98,7 @@ parameterSources(const HfCheckpoint &checkpoint, const plan::ModelSpec &model,
                  llvm::StringRef param, llvm::ArrayRef<int64_t> shape);
 
 /// Whether the parameter's values are the checkpoint's plus one (Gemma's
-/// norms, which scale by 1 + w).
+/// and Nemotron's norms, which scale by 1 + w).
 bool storedAsOnePlus(const plan::ModelSpec &model, llvm::StringRef param);
 
 /// Whether checkpoints of the model's family are read (every family the

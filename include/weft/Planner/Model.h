@@ -74,6 +74,9 @@ bool ropeScalingBuilt(const plan::ModelSpec &model);
 /// one (transformers' "gelu": GPT-NeoX's, Falcon's, MPT's; Megatron-LM's
 /// F.gelu); an empty one is tanh's approximation (GPT-2's gelu_new).
 inline constexpr const char *kExactGelu = "GELU (erf)";
+/// The ffn_activation of Nemotron's MLP, relu(x)^2 (transformers' relu2,
+/// Megatron-LM's --squared-relu; So et al. 2021's Primer).
+inline constexpr const char *kSquaredRelu = "squared ReLU";
 
 /// Whether the model's linear layers have biases (GELU models', unless the
 /// spec says none).

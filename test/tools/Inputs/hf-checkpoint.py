@@ -5,14 +5,18 @@ transformers computes them.
     hf-checkpoint.py write CONFIG.json DIR [--dtype=f32|bf16|f16] [--shards=N]
         [--seed=S] [--drop=NAME] [--extra=NAME]
     hf-checkpoint.py logits CONFIG.json DIR TOKENS.npy OUT.npy
+    hf-checkpoint.py sgd-step CONFIG.json DIR DATA.npy AFTER --lr=LR --seq=S --batch=B
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, glm, glm4,
-smollm3, internlm2, seed_oss, gpt2, gpt_neo,
+smollm3, internlm2, seed_oss, gpt2, gpt_neo, nemotron,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
 out, --extra adds one the model does not have.
+
+`sgd-step` checks an export of one `weft train` SGD step (AFTER) against
+the step torch's autograd takes through the same forward.
 
 `logits` reads the checkpoint back with its own safetensors reader and
 computes the logits of TOKENS.npy in float64 as transformers' modeling code
@@ -52,7 +56,7 @@ config = json.load(open(config_path))
 kind = config["model_type"]
 gpt2 = kind == "gpt2"
 fused = kind in ("gpt_neox", "bloom", "falcon")
-layer_normed = kind in ("opt", "starcoder2")
+layer_normed = kind in ("opt", "starcoder2", "nemotron")
 other = kind in ("gptj", "phi", "mpt", "gpt_bigcode", "gpt_neo")
 if kind in ("gptj", "gpt_bigcode"):
     config.update(hidden_size=config["n_embd"], num_attention_heads=config["n_head"],
@@ -94,7 +98,8 @@ layers = config["num_hidden_layers"]
 tied = config.get("tie_word_embeddings",
                   kind in ("gemma", "gemma2", "smollm3", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
                            "gpt_bigcode", "gpt_neo"))
-eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon", 1e-5))) \
+eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon",
+                 config.get("norm_eps", 1e-5)))) \
     if gpt2 or fused or layer_normed or other else config.get("rms_norm_eps", 1e-6)
 theta = config.get("rope_theta", 10000.0)
 gemma = kind in ("gemma", "gemma2")
@@ -162,10 +167,15 @@ def layer_normed_shapes():
     """OPT's (model.decoder., out_proj, self_attn_layer_norm and each
     layer's final_layer_norm, fc1, fc2, a position table of context + 2
     rows) and StarCoder2's (LLaMA's names, LayerNorms with biases, c_fc and
-    c_proj): every linear biased."""
+    c_proj): every linear biased; Nemotron's (LLaMA's names, up_proj and
+    down_proj, biased by attention_bias and mlp_bias alone, an lm_head
+    unless tied)."""
     opt = kind == "opt"
+    nemotron = kind == "nemotron"
     t = "model.decoder." if opt else "model."
     out = {t + "embed_tokens.weight": (vocab, h)}
+    if not tied:
+        out["lm_head.weight"] = (vocab, h)
     final = t + ("final_layer_norm." if opt else "norm.")
     out[final + "weight"] = out[final + "bias"] = (h,)
     if opt:
@@ -178,10 +188,12 @@ def layer_normed_shapes():
         linears = [("self_attn.q_proj", heads * d, h), ("self_attn.k_proj", kv * d, h),
                    ("self_attn.v_proj", kv * d, h),
                    ("self_attn.out_proj" if opt else "self_attn.o_proj", h, heads * d),
-                   ("fc1" if opt else "mlp.c_fc", ffn, h), ("fc2" if opt else "mlp.c_proj", h, ffn)]
+                   ("fc1" if opt else "mlp.up_proj" if nemotron else "mlp.c_fc", ffn, h),
+                   ("fc2" if opt else "mlp.down_proj" if nemotron else "mlp.c_proj", h, ffn)]
         for name, rows, cols in linears:
             out[p + name + ".weight"] = (rows, cols)
-            out[p + name + ".bias"] = (rows,)
+            if not nemotron or config.get("mlp_bias" if "mlp." in name else "attention_bias"):
+                out[p + name + ".bias"] = (rows,)
     return out
 
 
@@ -405,7 +417,7 @@ def write():
             buffers[name] = np.array(-1e9)
             continue
         if len(shape) == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
-            base = 0.0 if gemma else 1.0
+            base = 0.0 if gemma or kind == "nemotron" else 1.0  # stored as w, applied as 1 + w
             tensors[name] = base + 0.1 * rng.standard_normal(shape)
         else:
             tensors[name] = 0.08 * rng.standard_normal(shape)
@@ -431,7 +443,7 @@ def write():
               open(os.path.join(directory, "model.safetensors.index.json"), "w"))
 
 
-def read_checkpoint():
+def read_checkpoint(directory=directory):
     index = os.path.join(directory, "model.safetensors.index.json")
     files = sorted(set(json.load(open(index))["weight_map"].values())) \
         if os.path.exists(index) else ["model.safetensors"]
@@ -567,23 +579,29 @@ def layer_normed_logits(w, tokens):
     """OPTForCausalLM's (learned positions read at p + 2, ReLU) and
     Starcoder2ForCausalLM's (rotate_half rotary, grouped KV heads, tanh
     GELU) forwards: pre-norm LayerNorm blocks, every linear biased, the
-    tied head."""
+    tied head; NemotronForCausalLM's (LayerNorm1P's weight + 1,
+    rotate_half on partial_rotary_factor of each head, squared ReLU)."""
     b, s = tokens.shape
     opt = kind == "opt"
+    nemotron = kind == "nemotron"
     t = "model.decoder." if opt else "model."
 
     def ln(x, name):
-        return torch.nn.functional.layer_norm(x, (h,), w[name + ".weight"], w[name + ".bias"], eps)
+        weight = w[name + ".weight"] + 1 if nemotron else w[name + ".weight"]
+        return torch.nn.functional.layer_norm(x, (h,), weight, w[name + ".bias"], eps)
 
     def linear(x, name):
-        return x @ w[name + ".weight"].T + w[name + ".bias"]
+        out = x @ w[name + ".weight"].T
+        return out + w[name + ".bias"] if name + ".bias" in w else out
 
     def rotate(x):
-        inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        r = int(d * config.get("partial_rotary_factor", 0.5)) if nemotron else d
+        inv = 1.0 / theta ** (torch.arange(0, r, 2, dtype=torch.float64) / r)
         freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
         emb = torch.cat([freqs, freqs], -1)
-        half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
-        return x * emb.cos() + half * emb.sin()
+        part, rest = x[..., :r], x[..., r:]
+        half = torch.cat([-part[..., r // 2:], part[..., :r // 2]], -1)
+        return torch.cat([part * emb.cos() + half * emb.sin(), rest], -1)
 
     x = w[t + "embed_tokens.weight"][tokens]
     if opt:
@@ -603,11 +621,13 @@ def layer_normed_logits(w, tokens):
         attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
         x = x + linear(attended, p + ("self_attn.out_proj" if opt else "self_attn.o_proj"))
         m = ln(x, p + ("final_layer_norm" if opt else "post_attention_layernorm"))
-        up = linear(m, p + ("fc1" if opt else "mlp.c_fc"))
-        act = torch.relu(up) if opt else torch.nn.functional.gelu(up, approximate="tanh")
-        x = x + linear(act, p + ("fc2" if opt else "mlp.c_proj"))
+        up = linear(m, p + ("fc1" if opt else "mlp.up_proj" if nemotron else "mlp.c_fc"))
+        act = torch.relu(up) if opt or config.get("hidden_act") == "relu" else \
+            torch.relu(up) ** 2 if nemotron else \
+            torch.nn.functional.gelu(up, approximate="tanh")
+        x = x + linear(act, p + ("fc2" if opt else "mlp.down_proj" if nemotron else "mlp.c_proj"))
     x = ln(x, t + ("final_layer_norm" if opt else "norm"))
-    return x @ w[t + "embed_tokens.weight"].T
+    return x @ w[t + "embed_tokens.weight" if tied else "lm_head.weight"].T
 
 
 def other_logits(w, tokens):
@@ -790,14 +810,49 @@ def logits():
     if kind == "internlm2":
         w = internlm2_as_llama(w)
     tokens = torch.from_numpy(np.load(args[3]))
+    np.save(args[4], forward(w, tokens).float().numpy())
+
+
+def sgd_step():
+    """One step of plain SGD (no momentum, decay or clipping) from the
+    checkpoint on the first --batch windows of --seq + 1 tokens of DATA.npy
+    (each window starting --seq after the last, as weft train reads them),
+    the mean next-token cross entropy; compares every tensor of AFTER (an
+    export of weft train's step) with the checkpoint's minus lr times its
+    gradient from torch's autograd, within 1e-5 of the tensor's largest
+    value."""
+    after_dir = args[4]
+    lr, seq, batch = float(flags["lr"]), int(flags["seq"]), int(flags["batch"])
+    w = read_checkpoint()
+    for tensor in w.values():
+        tensor.requires_grad_(True)
+    data = np.load(args[3]).astype(np.int64)
+    rows = torch.from_numpy(np.stack([data[i * seq:i * seq + seq + 1] for i in range(batch)]))
+    out = forward(w, rows[:, :seq])
+    loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), rows[:, 1:].reshape(-1))
+    loss.backward()
+    after = read_checkpoint(after_dir)
+    words, moved = ["sgd"], 0.0
+    for name, tensor in w.items():
+        if tensor.grad is None:
+            continue
+        want = tensor.detach() - lr * tensor.grad
+        moved = max(moved, float((lr * tensor.grad).abs().max()))
+        d = float((after[name] - want).abs().max())
+        if d > 1e-5 * max(1.0, float(tensor.detach().abs().max())):
+            words.append("DIFFER %s %g" % (name, d))
+    # A step too small to tell a wrong gradient from a right one proves nothing.
+    words.append("equal" if len(words) == 1 and moved > 1e-3 else "moved %g" % moved)
+    print(" ".join(words))
+
+
+def forward(w, tokens):
+    """The family's logits of `tokens` from the tensors `w`."""
     if other:
-        np.save(args[4], other_logits(w, tokens).float().numpy())
-        return
+        return other_logits(w, tokens)
     if gpt2 or fused or layer_normed:
-        out = gpt2_logits(w, tokens) if gpt2 else \
+        return gpt2_logits(w, tokens) if gpt2 else \
             fused_logits(w, tokens) if fused else layer_normed_logits(w, tokens)
-        np.save(args[4], out.float().numpy())
-        return
     b, s = tokens.shape
 
     def rms(x, weight):
@@ -893,7 +948,12 @@ def logits():
     if kind == "gemma2":
         cap = config["final_logit_softcapping"]
         out = cap * torch.tanh(out / cap)
-    np.save(args[4], out.float().numpy())
+    return out
 
 
-write() if mode == "write" else logits()
+if mode == "write":
+    write()
+elif mode == "sgd-step":
+    sgd_step()
+else:
+    logits()
