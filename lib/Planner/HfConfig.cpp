@@ -305,6 +305,9 @@ llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
       expanded = *kinds;
     } else if (const json::Array *types = fields.array("attention_types")) {
       key = "attention_types";
+      // Expanded no further than the layers (a count past them is an error
+      // below, whatever the repeats say).
+      int64_t listed = 0;
       for (const json::Value &item : *types) {
         const json::Array *pair = item.getAsArray();
         const json::Array *kinds =
@@ -312,15 +315,19 @@ llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
         std::optional<int64_t> repeats = pair && pair->size() == 2
                                              ? (*pair)[1].getAsInteger()
                                              : std::nullopt;
-        if (!kinds || !repeats || *repeats < 0 ||
-            int64_t(expanded.size()) + *repeats * int64_t(kinds->size()) >
-                Fields::kLimit)
+        if (!kinds || !repeats || *repeats < 0)
           return configError(fields.file + ": \"" + fields.where +
                              "attention_types\" is not a list of [[kinds], "
                              "repeats] pairs");
-        for (int64_t r = 0; r < *repeats; ++r)
-          for (const json::Value &kind : *kinds)
+        for (int64_t r = 0; r < *repeats && listed <= layers; ++r)
+          for (const json::Value &kind : *kinds) {
             expanded.push_back(kind);
+            ++listed;
+          }
+        if (*repeats > 0 && listed > layers)
+          return configError(fields.file + ": \"" + fields.where +
+                             "attention_types\" lists more than the " +
+                             llvm::Twine(layers) + " layers");
       }
     } else {
       // GPTNeoConfig's default: global and local layers alternate.
@@ -543,6 +550,13 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       required({"num_hidden_layers", "n_layer", "n_layers", "num_layers"});
   if (!layers)
     return layers.takeError();
+  // Per-layer lists (windows, NoPE layers) are read against the count:
+  // bound it first.
+  if (*layers > planner::kMaxLayers)
+    return configError(file + ": " + type + " config of " +
+                       llvm::Twine(*layers) +
+                       " layers: Weft plans models of at most " +
+                       llvm::Twine(planner::kMaxLayers));
   llvm::Expected<int64_t> hidden =
       required({"hidden_size", "n_embd", "d_model", "n_embed"});
   if (!hidden)

@@ -227,7 +227,7 @@ llvm::Error planner::validateModel(const plan::ModelSpec &model) {
   // Far beyond any model trained (a few hundred layers), and what the search
   // answers in seconds (4,096 layers on 1,024 GPUs: about 8 s; 100,000 took
   // minutes).
-  if (model.layers() > 4096 || model.hidden() > (1 << 20) ||
+  if (model.layers() > kMaxLayers || model.hidden() > (1 << 20) ||
       model.ffn_hidden() > (1 << 22) || model.vocab() > (1 << 24))
     return fail("sizes beyond any model Weft plans for (at most 4096 layers, "
                 "hidden 2^20, FFN 2^22, vocabulary 2^24; this one has " +

@@ -358,6 +358,14 @@ TEST(HfConfig, GptNeo) {
   EXPECT_NE(counted.find("\"attention_types\" lists 2 layers of 3"),
             std::string::npos)
       << counted;
+  // Repeats far past the layers are an error, not an expansion.
+  std::string many = error(R"({"model_type": "gpt_neo",
+      "hidden_size": 64, "num_heads": 4, "num_layers": 2, "vocab_size": 100,
+      "window_size": 8, "attention_types": [[["global", "local"],
+      4000000000000000000]]})");
+  EXPECT_NE(many.find("\"attention_types\" lists more than the 2 layers"),
+            std::string::npos)
+      << many;
 }
 
 TEST(HfConfig, Nemotron) {
@@ -577,6 +585,14 @@ TEST(HfConfig, SmolLM3NoPELayers) {
   EXPECT_NE(bad.find("\"no_rope_layers\" is not a list of numbers"),
             std::string::npos)
       << bad;
+  // A count past any model is refused before anything is listed per layer.
+  std::string deep = error(R"({"model_type": "smollm3", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 2000000000,
+      "vocab_size": 100})");
+  EXPECT_NE(deep.find("of 2000000000 layers: Weft plans models of at most "
+                      "4096"),
+            std::string::npos)
+      << deep;
 }
 
 TEST(HfConfig, RotaryBiasesAndParallelBlocks) {

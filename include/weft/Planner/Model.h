@@ -73,6 +73,9 @@ bool ropeScalingBuilt(const plan::ModelSpec &model);
 /// ModelSpec.ffn_activation of an ungated MLP whose GELU is the exact (erf)
 /// one (transformers' "gelu": GPT-NeoX's, Falcon's, MPT's; Megatron-LM's
 /// F.gelu); an empty one is tanh's approximation (GPT-2's gelu_new).
+/// The most layers a model Weft plans may have (validateModel's bound; the
+/// config reader refuses more before it lists anything per layer).
+inline constexpr int64_t kMaxLayers = 4096;
 inline constexpr const char *kExactGelu = "GELU (erf)";
 /// The ffn_activation of Nemotron's MLP, relu(x)^2 (transformers' relu2,
 /// Megatron-LM's --squared-relu; So et al. 2021's Primer).
