@@ -1059,8 +1059,5 @@ planner::parameterSources(const HfCheckpoint &checkpoint,
 
 bool planner::storedAsOnePlus(const plan::ModelSpec &model,
                               llvm::StringRef param) {
-  // Gemma's RMSNorms and Nemotron's LayerNorm1P scale by 1 + w.
-  llvm::StringRef type = model.hf_model_type();
-  return (type.starts_with("gemma") || type == "nemotron") &&
-         param.ends_with("norm.weight");
+  return model.norm_one_plus() && param.ends_with("norm.weight");
 }

@@ -899,6 +899,9 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   // scaled by query_pre_attn_scalar^-1/2, Gemma 2's logits soft-capped.
   if (type == "gemma" || type == "gemma2" || type == "gemma3_text")
     spec.set_embedding_scale(std::sqrt(float(spec.hidden())));
+  // Gemma's RMSNorms and Nemotron's LayerNorm1P scale by 1 + w.
+  spec.set_norm_one_plus(type == "gemma" || type == "gemma2" ||
+                         type == "gemma3_text" || type == "nemotron");
   // GLM-4-0414's post_self_attn_layernorm and post_mlp_layernorm as well.
   if (type == "gemma2" || type == "gemma3_text" || type == "glm4")
     spec.set_sandwich_norms(true);

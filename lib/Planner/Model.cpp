@@ -174,6 +174,7 @@ llvm::Expected<plan::ModelSpec> planner::lookupPreset(llvm::StringRef name) {
     for (const GemmaArithmetic &gemma : kGemma)
       if (llvm::StringRef(preset.name) == gemma.name) {
         spec.set_embedding_scale(std::sqrt(float(preset.hidden)));
+        spec.set_norm_one_plus(true);
         spec.set_sandwich_norms(true);
         spec.set_attention_scale(
             float(1.0 / std::sqrt(gemma.queryPreAttnScalar)));

@@ -697,16 +697,18 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "the model clamps its QKV projection (OLMo's and MPT's clip_qkv): the "
         "exported launchers do not; run Weft's own program (weft compile / "
         "weft train)");
-  if (m.no_linear_bias())
+  if (m.no_linear_bias() && framework != "megatron")
     return llvm::createStringError(
         "the model's linear layers have no biases where its GELU MLP's "
         "kind has them (MPT's no_bias, Falcon's bias: false): the exported "
-        "GELU launchers build biases; run Weft's own program (weft compile "
-        "/ weft train)");
+        "GELU launchers build biases, except Megatron-LM's "
+        "(--disable-bias-linear); run Weft's own program (weft compile / "
+        "weft train)");
   if (m.attention_output_bias() || m.mlp_bias())
     return llvm::createStringError(
-        "the model's attention output projection or gated MLP has biases "
-        "(LLaMA's attention_bias, mlp_bias): the exported launchers bias "
+        "the model's attention output projection or MLP has biases where "
+        "its other linears have none (LLaMA's and Nemotron's "
+        "attention_bias, mlp_bias): the exported launchers bias "
         "Q, K and V alone (--add-qkv-bias); run Weft's own program (weft "
         "compile / weft train)");
   if (m.no_attention_bias() || m.output_bias())
@@ -727,11 +729,21 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
         "sequential blocks; run Weft's own program (weft compile / weft "
         "train)");
   // (Megatron-LM's GELU is the exact one.)
-  if (!m.ffn_activation().empty() && m.ffn_activation() != kExactGelu)
+  // (Megatron-LM squares its ReLU with --squared-relu: Nemotron-4's.)
+  if (!m.ffn_activation().empty() && m.ffn_activation() != kExactGelu &&
+      !(framework == "megatron" && m.ffn_activation() == kSquaredRelu))
     return llvm::createStringError(
         "the model's MLP applies " + m.ffn_activation() +
         " between its two matrices: the exported launchers know GELU and "
-        "SwiGLU MLPs only");
+        "SwiGLU MLPs only (and Megatron-LM's --squared-relu)");
+  // Megatron-LM's --apply-layernorm-1p is LayerNorm's alone.
+  if (m.norm_one_plus() &&
+      (framework != "megatron" || normKind(m) != plan::NORM_LAYER))
+    return llvm::createStringError(
+        "the model's norms scale by 1 + w (Gemma's RMSNorm, Nemotron's "
+        "LayerNorm1P): the exported launchers hold the scale itself, except "
+        "Megatron-LM's LayerNorm (--apply-layernorm-1p); run Weft's own "
+        "program (weft compile / weft train)");
   // Megatron-Core divides its query groups over tp (and DeepSpeed's
   // Megatron and torchtitan their KV heads), with no repeat.
   if (int64_t ways = int64_t(p.tp()) * p.ulysses();
@@ -765,6 +777,16 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
             "--position-embedding-type rope \\\n";
     else if (m.rope_theta() > 0)
       os << "--position-embedding-type rope \\\n";
+    // Nemotron-4's: a squared ReLU, LayerNorm1P, no biases.
+    std::vector<std::string> gelu;
+    if (m.ffn_activation() == kSquaredRelu)
+      gelu.push_back("--squared-relu");
+    if (m.norm_one_plus())
+      gelu.push_back("--apply-layernorm-1p");
+    if (!swiglu && m.no_linear_bias())
+      gelu.push_back("--disable-bias-linear");
+    if (!gelu.empty())
+      os << llvm::join(gelu, " ") << " \\\n";
     // Megatron-LM's defaults are 10,000 and 1e-5: a model of another base
     // (Llama 3's 500,000) or epsilon (Qwen2.5's 1e-6) is another model.
     std::vector<std::string> shape;

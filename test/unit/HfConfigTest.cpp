@@ -386,6 +386,7 @@ TEST(HfConfig, Nemotron) {
   EXPECT_FALSE(minitron.qkv_bias());
   EXPECT_FALSE(minitron.tied_embeddings());
   EXPECT_EQ(minitron.norm(), plan::NORM_DEFAULT); // a GELU kind's LayerNorm
+  EXPECT_TRUE(minitron.norm_one_plus()); // LayerNorm1P
   EXPECT_NEAR(parameterCount(minitron) / 1e9, 4.19, 0.005);
   // attention_bias biases the four projections, mlp_bias the MLP's two.
   plan::ModelSpec biased = read(R"({"model_type": "nemotron",
@@ -691,6 +692,7 @@ TEST(HfConfig, GemmaArithmetic) {
       "hidden_activation": "gelu_pytorch_tanh"})");
   EXPECT_NEAR(gemma2.embedding_scale(), 67.882, 1e-3);
   EXPECT_TRUE(gemma2.sandwich_norms());
+  EXPECT_TRUE(gemma2.norm_one_plus());
   EXPECT_FLOAT_EQ(gemma2.attention_scale(), 1.0f / 12);
   EXPECT_FLOAT_EQ(gemma2.logit_softcap(), 30);
   EXPECT_FLOAT_EQ(gemma2.attention_softcap(), 50);
