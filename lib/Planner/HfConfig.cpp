@@ -42,7 +42,8 @@ enum class Window {
   Pattern,     ///< Gemma 3: sliding_window_pattern - 1 local, then a global
   Qwen,        ///< only with use_sliding_window, from max_window_layers on
   Listed,      ///< GPT-Neo: attention_layers lists each layer's kind
-  Olmo3,       ///< OLMo 3: three local, then a global (without layer_types)
+  Exaone, ///< EXAONE 4: every sliding_window_pattern-th full (4, or "LLLG")
+  Olmo3,  ///< OLMo 3: three local, then a global (without layer_types)
 };
 
 struct Family {
@@ -82,6 +83,7 @@ const Family kFamilies[] = {
     {"gpt_neox", Mlp::Plain, false, "gelu"},
     {"gpt_neo", Mlp::Plain, true, "gelu_new", Window::Listed},
     {"nemotron", Mlp::Plain, false, "relu2"},
+    {"exaone4", Mlp::Gated, false, "silu", Window::Exaone},
     {"gptj", Mlp::Plain, false, "gelu_new"},
     // Falcon's rotary positions leave the context out of older configs:
     // the 2,048 tokens it trained at (Almazrouei et al. 2023).
@@ -337,6 +339,37 @@ llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
     if (llvm::Error error = kindsOf(expanded, "global", "local"))
       return error;
   }
+  if (family.window == Window::Exaone && !global) {
+    // EXAONE 4: a window of 4,096 where the key is absent (none where it
+    // is null), every sliding_window_pattern-th layer full (4), or the
+    // pattern spelt in letters ("LLLG": L local, G global).
+    if (!fields.object.get("sliding_window"))
+      window = 4096;
+    if (window && *window > 0) {
+      key = "sliding_window_pattern";
+      global.emplace();
+      const json::Value *pattern = fields.object.get(key);
+      if (std::optional<llvm::StringRef> letters =
+              pattern ? pattern->getAsString() : std::nullopt) {
+        if (letters->empty() ||
+            letters->find_first_not_of("LG") != llvm::StringRef::npos)
+          return configError(fields.file + ": \"" + fields.where + key +
+                             "\" '" + *letters +
+                             "' is not a pattern of L (local) and G (global) "
+                             "layers");
+        for (int64_t i = 0; i < layers; ++i)
+          global->push_back((*letters)[size_t(i) % letters->size()] == 'G');
+      } else {
+        const int64_t every =
+            fields.integer({"sliding_window_pattern"}).value_or(4);
+        if (every <= 0)
+          return configError(fields.file + ": \"" + fields.where + key +
+                             "\" is not a positive count of layers");
+        for (int64_t i = 0; i < layers; ++i)
+          global->push_back((i + 1) % every == 0);
+      }
+    }
+  }
   if (global) {
     if (int64_t(global->size()) != layers)
       return configError(fields.file + ": \"" + fields.where + key +
@@ -393,6 +426,7 @@ llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
     globalEvery(4);
     break;
   case Window::Listed:
+  case Window::Exaone:
     break;
   case Window::Qwen: {
     if (!fields.boolean("use_sliding_window").value_or(false))
@@ -977,7 +1011,7 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   // StableLM's qk_layernorm, StableLM 2 12B's); the whole projection's
   // width at once (OLMo 2 and 3's q_norm and k_norm).
   const bool olmo2 = type == "olmo2" || type == "olmo3";
-  if (type == "qwen3" || type == "gemma3_text" || olmo2)
+  if (type == "qwen3" || type == "gemma3_text" || olmo2 || type == "exaone4")
     spec.set_qk_norm(true);
   if ((type == "cohere" && fields.boolean("use_qk_norm").value_or(false)) ||
       (type == "stablelm" && fields.boolean("qk_layernorm").value_or(false))) {
@@ -987,8 +1021,17 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   if (olmo2)
     spec.set_qk_norm_layout(plan::QK_NORM_WHOLE);
   spec.set_hf_model_type(hfType.empty() ? type : hfType);
-  // OLMo 2 and 3 norm each branch's output, not its input.
-  spec.set_post_norms(olmo2);
+  // OLMo 2 and 3 norm each branch's output, not its input; EXAONE 4 too.
+  spec.set_post_norms(olmo2 || type == "exaone4");
+  // EXAONE 4 with a window turns its global layers by no rotary embedding
+  // (Exaone4Attention: rotary where sliding_window is None or the layer
+  // slides).
+  if (type == "exaone4" && spec.rope_theta() > 0 &&
+      (!fields.object.get("sliding_window") ||
+       fields.integer({"sliding_window"}).value_or(0) > 0))
+    for (int64_t i = 0; i < spec.layers(); ++i)
+      if (planner::layerWindow(spec, i) == 0)
+        spec.add_nope_layers(i);
   // SmolLM3's NoPE layers: a 0 in no_rope_layers (one flag per layer), or
   // every no_rope_layer_interval-th layer (4) where the list is absent.
   if (type == "smollm3" && spec.rope_theta() > 0) {

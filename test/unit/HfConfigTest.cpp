@@ -406,6 +406,46 @@ TEST(HfConfig, Nemotron) {
       << unknown;
 }
 
+TEST(HfConfig, Exaone4) {
+  // EXAONE 4's hybrid attention: a window of 4,096 where the config has no
+  // sliding_window key, every fourth layer global and without rotary.
+  plan::ModelSpec hybrid = read(R"({"model_type": "exaone4",
+      "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8,
+      "intermediate_size": 96, "vocab_size": 100})");
+  EXPECT_EQ(hybrid.mixed_sliding_window(), 4096);
+  EXPECT_EQ(hybrid.global_every(), 4);
+  EXPECT_FALSE(hybrid.global_first());
+  ASSERT_EQ(hybrid.nope_layers_size(), 2);
+  EXPECT_EQ(hybrid.nope_layers(0), 3);
+  EXPECT_EQ(hybrid.nope_layers(1), 7);
+  EXPECT_TRUE(hybrid.post_norms());
+  EXPECT_TRUE(hybrid.qk_norm());
+  EXPECT_EQ(hybrid.qk_norm_layout(), plan::QK_NORM_SHARED);
+  EXPECT_FALSE(hybrid.tied_embeddings());
+  // Letters alone (without layer_types) spell the same pattern.
+  plan::ModelSpec letters = read(R"({"model_type": "exaone4",
+      "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8,
+      "intermediate_size": 96, "vocab_size": 100,
+      "sliding_window_pattern": "LLLG"})");
+  EXPECT_EQ(letters.SerializeAsString(), hybrid.SerializeAsString());
+  // A null window: every layer global, every layer turning.
+  plan::ModelSpec global = read(R"({"model_type": "exaone4",
+      "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 8,
+      "intermediate_size": 96, "vocab_size": 100, "sliding_window": null,
+      "layer_types": ["full_attention", "full_attention", "full_attention",
+      "full_attention", "full_attention", "full_attention",
+      "full_attention", "full_attention"]})");
+  EXPECT_EQ(global.mixed_sliding_window(), 0);
+  EXPECT_EQ(global.sliding_window(), 0);
+  EXPECT_EQ(global.nope_layers_size(), 0);
+  std::string zero = error(R"({"model_type": "exaone4", "hidden_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 8, "vocab_size": 100,
+      "sliding_window_pattern": 0})");
+  EXPECT_NE(zero.find("\"sliding_window_pattern\" is not a positive count"),
+            std::string::npos)
+      << zero;
+}
+
 TEST(HfConfig, QwenSlidingWindowLayers) {
   const char *base = R"({"model_type": "qwen2", "hidden_size": 64,
       "num_attention_heads": 4, "num_hidden_layers": 28, "vocab_size": 100,

@@ -9,7 +9,7 @@ transformers computes them.
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, glm, glm4,
-smollm3, internlm2, seed_oss, gpt2, gpt_neo, nemotron,
+smollm3, internlm2, seed_oss, exaone4, gpt2, gpt_neo, nemotron,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
@@ -328,17 +328,17 @@ def shapes():
         out["lm_head.weight"] = (vocab, h)
     for i in range(layers):
         p = "model.layers.%d." % i
-        if kind != "olmo2":
+        if kind not in ("olmo2", "exaone4"):
             out[p + "input_layernorm.weight"] = (h,)
         out[p + "post_attention_layernorm.weight"] = (h,)
-        if kind in ("olmo2", "gemma2"):
+        if kind in ("olmo2", "gemma2", "exaone4"):
             out[p + "post_feedforward_layernorm.weight"] = (h,)
         if kind == "gemma2":
             out[p + "pre_feedforward_layernorm.weight"] = (h,)
         if kind == "olmo2":
             out[p + "self_attn.q_norm.weight"] = (heads * d,)
             out[p + "self_attn.k_norm.weight"] = (kv * d,)
-        if kind == "qwen3":
+        if kind in ("qwen3", "exaone4"):
             out[p + "self_attn.q_norm.weight"] = (d,)
             out[p + "self_attn.k_norm.weight"] = (d,)
         if kind == "glm4":
@@ -733,9 +733,26 @@ def other_logits(w, tokens):
     return x @ w[t + "wte.weight"].T
 
 
+def exaone_sliding():
+    """EXAONE 4's window (sliding_window, 4096 where the key is absent, none
+    where null) and each layer's kind: layer_types, else every
+    sliding_window_pattern-th layer full (Exaone4Config.__post_init__)."""
+    window = config.get("sliding_window", 4096)
+    kinds = config.get("layer_types")
+    if kinds is None:
+        pattern = config.get("sliding_window_pattern", 4) if window is not None else 0
+        kinds = ["sliding_attention" if pattern and (i + 1) % pattern != 0 else "full_attention"
+                 for i in range(layers)]
+    return window, [k == "sliding_attention" for k in kinds]
+
+
 def rope_layer(i):
     """Whether layer i turns the rotary embedding: SmolLM3's use_rope, a 1 in
-    no_rope_layers, or not every no_rope_layer_interval-th layer."""
+    no_rope_layers, or not every no_rope_layer_interval-th layer; EXAONE 4's
+    sliding layers alone where it has a window (its global NoPE)."""
+    if kind == "exaone4":
+        window, sliding = exaone_sliding()
+        return window is None or sliding[i]
     if kind != "smollm3":
         return True
     flags = config.get("no_rope_layers")
@@ -889,7 +906,7 @@ def forward(w, tokens):
         x = x * math.sqrt(h)
     for i in range(layers):
         p = "model.layers.%d." % i
-        hin = x if kind == "olmo2" else rms(x, w[p + "input_layernorm.weight"])
+        hin = x if kind in ("olmo2", "exaone4") else rms(x, w[p + "input_layernorm.weight"])
         if kind == "phi3":
             qkv = linear(hin, p + "self_attn.qkv_proj")
             q, k, v = qkv.split([heads * d, kv * d, kv * d], -1)
@@ -899,7 +916,7 @@ def forward(w, tokens):
             q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
         q = q.view(b, s, heads, d)
         k = k.view(b, s, kv, d)
-        if kind == "qwen3":
+        if kind in ("qwen3", "exaone4"):
             q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.view(b, s, kv, d).transpose(1, 2)
         if rope_layer(i):
@@ -916,13 +933,17 @@ def forward(w, tokens):
             scores = cap * torch.tanh(scores / cap)
             if i % 2 == 0:
                 hidden_keys |= torch.ones(s, s, dtype=torch.bool).tril(-config["sliding_window"])
+        if kind == "exaone4":
+            window, sliding = exaone_sliding()
+            if window is not None and sliding[i]:
+                hidden_keys |= torch.ones(s, s, dtype=torch.bool).tril(-window)
         scores = scores.masked_fill(hidden_keys, float("-inf"))
         attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, heads * d)
         out = linear(attended, p + "self_attn.o_proj")
         if kind == "glm4":
             x = x + rms(out, w[p + "post_self_attn_layernorm.weight"])
             m = rms(x, w[p + "post_attention_layernorm.weight"])
-        elif kind == "olmo2":
+        elif kind in ("olmo2", "exaone4"):
             x = x + rms(out, w[p + "post_attention_layernorm.weight"])
             m = x
         elif kind == "gemma2":
@@ -941,7 +962,7 @@ def forward(w, tokens):
         if kind == "glm4":
             down = rms(down, w[p + "post_mlp_layernorm.weight"])
         x = x + (rms(down, w[p + "post_feedforward_layernorm.weight"])
-                 if kind in ("olmo2", "gemma2") else down)
+                 if kind in ("olmo2", "gemma2", "exaone4") else down)
     x = rms(x, w["model.norm.weight"])
     head = w["model.embed_tokens.weight"] if tied else w["lm_head.weight"]
     out = x @ head.T
