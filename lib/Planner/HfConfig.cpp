@@ -260,9 +260,10 @@ std::optional<int64_t> contextLength(Fields &fields) {
 /// or ending at the every-th).
 llvm::Error readWindow(Fields &fields, const Family &family, int64_t layers,
                        plan::ModelSpec &spec) {
+  std::optional<int64_t> window = fields.integer({"sliding_window"});
   // GPT-Neo's local layers see window_size keys.
-  std::optional<int64_t> window =
-      fields.integer({"sliding_window", "window_size"});
+  if (!window && family.window == Window::Listed)
+    window = fields.integer({"window_size"});
   auto everyLayer = [&] {
     if (window && *window > 0)
       spec.set_sliding_window(*window);
