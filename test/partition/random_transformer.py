@@ -32,9 +32,10 @@ class Writer:
     def param(self, name, shape, scale, indent):
         data = self.rng.standard_normal(shape).astype(np.float32) * scale
         v = self.value()
-        text = np.array2string(data, separator=", ", threshold=10**9,
-                               formatter={"float_kind": lambda x: "%.6e" % x})
-        text = text.replace("\n", "")
+        # MLIR's hex form of a dense literal: the f32 values exactly, and
+        # parsed as bytes (decimal literals cost weft's parser about 25k
+        # instructions per float, which made these tests parser-bound).
+        text = '"0x%s"' % data.astype("<f4").tobytes().hex().upper()
         self.lines.append('%s%s = weft.parameter "%s" : %s = dense<%s>' %
                           (indent, v, name, tensor_type(shape), text))
         return v
