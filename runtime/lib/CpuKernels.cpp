@@ -81,6 +81,38 @@ void forEachBroadcast(const Shape &out,
       });
 }
 
+/// Calls fn(outOffset, inputOffsets, length) for every run of `out` along
+/// its last dimension (one run of one element for a scalar), with the
+/// offsets where each input's run starts; each input steps through its run
+/// by its last stride. Runs are split over threads as forEachBroadcast's
+/// elements are, unless `serial`. Kernels loop over a run with the
+/// operation known, which the per-element callback of forEachBroadcast
+/// does not let the compiler see.
+template <size_t N, typename Fn>
+void forEachRow(const Shape &out,
+                const std::array<std::vector<int64_t>, N> &strides, Fn fn,
+                bool serial = false) {
+  int64_t rank = static_cast<int64_t>(out.size());
+  int64_t run = rank ? out.back() : 1;
+  if (run == 0)
+    return;
+  int64_t rows = numElements(out) / run;
+  parallelFor(rows, serial ? rows + 1 : std::max<int64_t>(1, kGrain / run),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t r = begin; r < end; ++r) {
+                  std::array<int64_t, N> offsets{};
+                  int64_t rest = r;
+                  for (int64_t d = rank - 2; d >= 0; --d) {
+                    int64_t index = rest % out[d];
+                    rest /= out[d];
+                    for (size_t k = 0; k < N; ++k)
+                      offsets[k] += strides[k][d] * index;
+                  }
+                  fn(r * run, offsets, run);
+                }
+              });
+}
+
 /// Copies `input` read through `strides` (one per output dimension, from
 /// element `base`) into a new tensor of `shape`: runs along the last
 /// dimension are copied whole when it is contiguous in the input.
@@ -171,23 +203,49 @@ HostTensor binary(BinaryKind kind, const HostTensor &lhs,
   ProfileScope profile("binary");
   Shape shape = *broadcastShape(lhs.shape, rhs.shape);
   HostTensor out = HostTensor::uninitialized(lhs.dtype, shape);
-  if (lhs.isFloat() && lhs.shape == rhs.shape) {
-    parallelFor(out.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        out.floats[i] =
-            roundTo(lhs.dtype, static_cast<float>(applyBinary(
-                                   kind, lhs.floats[i], rhs.floats[i], false)));
-    });
-    return out;
-  }
   std::array<std::vector<int64_t>, 2> strides{
       broadcastStrides(lhs.shape, shape), broadcastStrides(rhs.shape, shape)};
   if (lhs.isFloat()) {
-    forEachBroadcast<2>(shape, strides, [&](int64_t i, const auto &at) {
-      out.floats[i] = roundTo(
-          lhs.dtype, static_cast<float>(applyBinary(kind, lhs.floats[at[0]],
-                                                    rhs.floats[at[1]], false)));
-    });
+    // Computed in double and rounded to the element type, as applyBinary
+    // does, with the operation chosen once per call rather than per element.
+    int64_t sa = shape.empty() ? 0 : strides[0].back();
+    int64_t sb = shape.empty() ? 0 : strides[1].back();
+    DType dtype = lhs.dtype;
+    auto kernel = [&](auto op) {
+      forEachRow<2>(
+          shape, strides,
+          [&](int64_t o, const std::array<int64_t, 2> &at, int64_t n) {
+            const float *a = lhs.floats.data() + at[0];
+            const float *b = rhs.floats.data() + at[1];
+            float *y = out.floats.data() + o;
+            if (dtype == DType::F32) {
+              for (int64_t i = 0; i < n; ++i)
+                y[i] = static_cast<float>(op(a[i * sa], b[i * sb]));
+              return;
+            }
+            for (int64_t i = 0; i < n; ++i)
+              y[i] =
+                  roundTo(dtype, static_cast<float>(op(a[i * sa], b[i * sb])));
+          });
+    };
+    switch (kind) {
+    case BinaryKind::Add:
+      kernel([](double a, double b) { return a + b; });
+      break;
+    case BinaryKind::Sub:
+      kernel([](double a, double b) { return a - b; });
+      break;
+    case BinaryKind::Mul:
+      kernel([](double a, double b) { return a * b; });
+      break;
+    case BinaryKind::Div:
+      kernel([](double a, double b) { return a / b; });
+      break;
+    default:
+      kernel([kind](double a, double b) {
+        return applyBinary(kind, a, b, /*isInt=*/false);
+      });
+    }
   } else {
     forEachBroadcast<2>(shape, strides, [&](int64_t i, const auto &at) {
       int64_t a = lhs.ints[at[0]], b = rhs.ints[at[1]];
@@ -382,20 +440,43 @@ HostTensor reduce(ReduceKind kind, const HostTensor &input,
         },
         /*serial=*/true);
   }
-  forEachBroadcast<1>(
-      input.shape, strides,
-      [&](int64_t i, const auto &at) {
-        double x = input.at(i);
-        if (kind == ReduceKind::Max)
-          sums[at[0]] = std::isnan(x) ? x : std::max(sums[at[0]], x);
-        else if (kind == ReduceKind::LogSumExp)
-          sums[at[0]] += std::isinf(maxima[at[0]]) && maxima[at[0]] < 0
-                             ? 0.0
-                             : std::exp(x - maxima[at[0]]);
-        else
-          sums[at[0]] += x;
-      },
-      /*serial=*/true);
+  if (kind != ReduceKind::Max && kind != ReduceKind::LogSumExp &&
+      input.isFloat()) {
+    // Sums, row by row in the order of the elements (the same additions
+    // as the general loop below, so the same result to the bit).
+    int64_t step = input.shape.empty() ? 0 : strides[0].back();
+    forEachRow<1>(
+        input.shape, strides,
+        [&](int64_t o, const std::array<int64_t, 1> &at, int64_t n) {
+          const float *x = input.floats.data() + o;
+          double *sum = sums.data() + at[0];
+          if (step == 0) {
+            double total = *sum;
+            for (int64_t i = 0; i < n; ++i)
+              total += x[i];
+            *sum = total;
+            return;
+          }
+          for (int64_t i = 0; i < n; ++i)
+            sum[i * step] += x[i];
+        },
+        /*serial=*/true);
+  } else {
+    forEachBroadcast<1>(
+        input.shape, strides,
+        [&](int64_t i, const auto &at) {
+          double x = input.at(i);
+          if (kind == ReduceKind::Max)
+            sums[at[0]] = std::isnan(x) ? x : std::max(sums[at[0]], x);
+          else if (kind == ReduceKind::LogSumExp)
+            sums[at[0]] += std::isinf(maxima[at[0]]) && maxima[at[0]] < 0
+                               ? 0.0
+                               : std::exp(x - maxima[at[0]]);
+          else
+            sums[at[0]] += x;
+        },
+        /*serial=*/true);
+  }
   int64_t count = 1;
   for (int64_t axis : axes)
     count *= input.shape[axis];
