@@ -18,7 +18,11 @@ namespace weft::rt {
 /// there are at least two chunks of `grain` iterations; otherwise inline.
 /// Iterations must be independent.
 template <typename Fn> void parallelFor(int64_t n, int64_t grain, Fn fn) {
-  int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // glibc answers hardware_concurrency() by reading
+  // /sys/devices/system/cpu/online: three system calls, once per kernel
+  // call until it was asked once per process.
+  static const int64_t cores =
+      std::max(1u, std::thread::hardware_concurrency());
   int64_t threads = std::min<int64_t>(cores, n / std::max<int64_t>(grain, 1));
   if (threads <= 1) {
     fn(int64_t(0), n);
