@@ -147,6 +147,7 @@ void weft::registerWeftPipelines() {
 LogicalResult weft::buildEvaluationStep(MLIRContext &context, ModuleOp module,
                                         const TrainingStepOptions &options) {
   PassManager pm(&context);
+  pm.enableVerifier(options.verifyEachPass);
   // A model that computes its own loss gives it up, with its labels input.
   pm.addPass(createWeftLiftModelLoss());
   // How each input is filled, while the model's function still has only
@@ -190,6 +191,7 @@ LogicalResult weft::buildTrainingStep(MLIRContext &context, ModuleOp module,
     return module.emitError("the model has no function to train");
   type = func.getFunctionType();
   PassManager pm(&context);
+  pm.enableVerifier(options.verifyEachPass);
   // KV heads fewer than the plan's head split are repeated before the step
   // is differentiated: the backward then reads the copy a rank holds, which
   // its forward keeps, instead of every KV head (3-D tensor parallelism
@@ -227,6 +229,7 @@ LogicalResult weft::buildPartitionedStep(MLIRContext &context, ModuleOp module,
   const bool pipelined = plan.pp() > 1;
   {
     PassManager pm(&context);
+    pm.enableVerifier(options.verifyEachPass);
     // ZeRO: the gradients are reduce-scattered and each rank updates its
     // block (the optimizer step below); ZeRO-3 stores the weights in blocks.
     if (partitioned)
@@ -261,6 +264,7 @@ LogicalResult weft::buildPartitionedStep(MLIRContext &context, ModuleOp module,
   }
   // The optimizer step, as IR: run once per step on the summed gradients.
   PassManager pm(&context);
+  pm.enableVerifier(options.verifyEachPass);
   WeftBuildOptimizerOptions rule = options.optimizer;
   rule.skipNonFinite = options.scaleLoss;
   // Partitioned, each rank updates its blocks on the mesh (with pipeline

@@ -21,6 +21,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
@@ -330,10 +331,14 @@ RankProgramBuilder::buildTrainingStep(const plan::Plan &plan, int64_t layers,
   options.optimizer.freeze = training.freeze();
   // The planner counts the step; it feeds it no data.
   options.assignFeeds = false;
+  // Verified once, at the end (weft train and weft compile verify the same
+  // passes after each).
+  options.verifyEachPass = false;
   FunctionType type;
   if (failed(weft::buildTrainingStep(context, *module, cut, options, type)) ||
       failed(weft::buildPartitionedStep(context, *module, cut,
-                                        /*partitioned=*/true, options))) {
+                                        /*partitioned=*/true, options)) ||
+      failed(mlir::verify(*module))) {
     if (error.empty())
       error = "the training step cannot be built";
     return nullptr;

@@ -131,6 +131,10 @@ struct TrainingStepOptions {
   /// skipNonFinite follow the plan and scaleLoss). Its `freeze` also keeps
   /// the frozen parameters out of the backward (-weft-differentiate).
   WeftBuildOptimizerOptions optimizer;
+  /// Whether the IR is verified after each pass (MLIR's default) or only
+  /// by the caller, at the end: the planner builds a step for each plan it
+  /// counts and verifies the result once.
+  bool verifyEachPass = true;
 };
 
 /// The forward and its loss as a training step computes them, before the
