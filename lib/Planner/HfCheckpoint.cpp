@@ -437,7 +437,7 @@ static const char *const kReadFamilies[] = {
     "gpt_neox", "bloom",       "falcon",    "opt",         "starcoder2",
     "gptj",     "phi",         "mpt",       "gpt_bigcode", "glm",
     "glm4",     "smollm3",     "internlm2", "seed_oss",    "gpt_neo",
-    "nemotron", "exaone4"};
+    "nemotron", "exaone4",     "ernie4_5"};
 
 llvm::Error planner::checkpointFamilySupported(const plan::ModelSpec &model) {
   llvm::StringRef type = model.hf_model_type();

@@ -84,6 +84,7 @@ const Family kFamilies[] = {
     {"gpt_neo", Mlp::Plain, true, "gelu_new", Window::Listed},
     {"nemotron", Mlp::Plain, false, "relu2"},
     {"exaone4", Mlp::Gated, false, "silu", Window::Exaone},
+    {"ernie4_5", Mlp::Gated, true, "silu"},
     {"gptj", Mlp::Plain, false, "gelu_new"},
     // Falcon's rotary positions leave the context out of older configs:
     // the 2,048 tokens it trained at (Almazrouei et al. 2023).
@@ -639,6 +640,9 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
   else if (type == "gemma" && !fields.has("head_dim") &&
            *hidden != 256 * *heads)
     spec.set_head_dim(256); // GemmaConfig's default
+  else if (type == "ernie4_5" && !fields.object.get("head_dim") &&
+           *hidden != 128 * *heads)
+    spec.set_head_dim(128); // Ernie4_5Config's (null: hidden / heads)
 
   // The MLP's width: its own key, MPT's ratio, else 4 x hidden.
   std::optional<int64_t> ffn = fields.integer(
@@ -727,7 +731,10 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       if (!parameters.error.empty())
         return configError(parameters.error);
     }
-    spec.set_rope_theta(theta && *theta > 0 ? *theta : 10000.0);
+    // Ernie4_5Config's default_theta is 500,000.
+    spec.set_rope_theta(theta && *theta > 0  ? *theta
+                        : type == "ernie4_5" ? 500000.0
+                                             : 10000.0);
     // Gemma 3's local layers turn at rope_local_base_freq, unscaled.
     if (type == "gemma3_text")
       spec.set_rope_local_theta(
@@ -851,10 +858,12 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
               double(spec.head_dim() > 0 ? spec.head_dim() * *heads : *hidden);
     if (share && *share > 0 && *share < 1)
       spec.set_rotary_percent(float(*share));
-    // GPT-J, Cohere and GLM turn pairs of adjacent features
-    // (rotate_every_two; Cohere's and GLM's rotate_half interleave).
+    // GPT-J, Cohere, GLM and ERNIE 4.5 turn pairs of adjacent features
+    // (rotate_every_two; Cohere's and GLM's rotate_half interleave, and
+    // ERNIE 4.5 uses GLM's with cos and sin repeated per pair).
     spec.set_rotary_interleaved(type == "gptj" || type == "cohere" ||
-                                type == "glm" || type == "glm4");
+                                type == "glm" || type == "glm4" ||
+                                type == "ernie4_5");
     // LongRoPE's factors: one per pair of rotated features, or one for all
     // (as torch broadcasts it).
     const int64_t rotated = planner::rotatedFeatures(spec);
@@ -897,15 +906,23 @@ planner::modelFromHfConfigText(llvm::StringRef text, llvm::StringRef file) {
       spec.set_attention_output_bias(
           fields.boolean("attention_out_bias").value_or(false));
     }
+    // ERNIE 4.5's use_bias on all seven projections (none by default).
+    if (type == "ernie4_5") {
+      const bool bias = fields.boolean("use_bias").value_or(false);
+      spec.set_qkv_bias(bias);
+      spec.set_attention_output_bias(bias);
+      spec.set_mlp_bias(bias);
+    }
     // InternLM2's bias (true by default) on its wqkv and wo.
     if (hfType == "internlm2") {
       const bool bias = fields.boolean("bias").value_or(true);
       spec.set_qkv_bias(bias);
       spec.set_attention_output_bias(bias);
     }
-    spec.set_mlp_bias((type == "llama" || type == "granite" ||
-                       type == "smollm3" || type == "seed_oss") &&
-                      fields.boolean("mlp_bias").value_or(false));
+    if (type != "ernie4_5")
+      spec.set_mlp_bias((type == "llama" || type == "granite" ||
+                         type == "smollm3" || type == "seed_oss") &&
+                        fields.boolean("mlp_bias").value_or(false));
   }
   // The norms' epsilon: the file's, else its config class's (1e-6 for
   // LLaMA's and most of its kin, GLM's 1.5625e-7; 1e-5, the spec's

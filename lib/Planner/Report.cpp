@@ -810,6 +810,10 @@ llvm::Expected<std::string> planner::exportPlan(const CostModel &model,
     if (m.rotary_percent() > 0)
       shape.push_back(llvm::formatv("--rotary-percent {0}",
                                     llvm::format("%g", m.rotary_percent())));
+    // GPT-J's, GLM's, Cohere's and ERNIE 4.5's rotary turns adjacent pairs;
+    // Megatron-Core refuses it with its fused rotary kernel.
+    if (m.rotary_interleaved())
+      shape.push_back("--rotary-interleaved --no-rope-fusion");
     if (m.norm_epsilon() > 0)
       shape.push_back(llvm::formatv("--norm-epsilon {0}",
                                     llvm::format("%g", m.norm_epsilon())));

@@ -406,6 +406,45 @@ TEST(HfConfig, Nemotron) {
       << unknown;
 }
 
+TEST(HfConfig, Ernie45) {
+  // baidu/ERNIE-4.5-0.3B-PT's shape with the keys its config class fills
+  // in left out: head_dim 128 (not hidden / heads = 64), rope_theta
+  // 500,000, a tied head, no biases; 360,748,032 parameters (0.36 B).
+  plan::ModelSpec ernie = read(R"({"model_type": "ernie4_5",
+      "hidden_size": 1024, "intermediate_size": 3072,
+      "num_attention_heads": 16, "num_key_value_heads": 2,
+      "num_hidden_layers": 18, "vocab_size": 103424,
+      "max_position_embeddings": 131072, "rms_norm_eps": 1e-05})");
+  EXPECT_EQ(ernie.ffn_kind(), plan::FFN_SWIGLU);
+  EXPECT_EQ(ernie.head_dim(), 128);
+  EXPECT_DOUBLE_EQ(ernie.rope_theta(), 500000.0);
+  EXPECT_TRUE(ernie.rotary_interleaved());
+  EXPECT_FLOAT_EQ(ernie.rotary_percent(), 0.0f); // the whole head
+  EXPECT_TRUE(ernie.tied_embeddings());
+  EXPECT_FALSE(ernie.qkv_bias());
+  EXPECT_FALSE(ernie.mlp_bias());
+  EXPECT_EQ(int64_t(parameterCount(ernie)), 360748032);
+  // use_bias biases all seven projections.
+  plan::ModelSpec biased = read(R"({"model_type": "ernie4_5",
+      "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 1,
+      "vocab_size": 100, "use_bias": true})");
+  plan::ModelSpec plain = read(R"({"model_type": "ernie4_5",
+      "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 1,
+      "vocab_size": 100})");
+  EXPECT_TRUE(biased.qkv_bias());
+  EXPECT_TRUE(biased.attention_output_bias());
+  EXPECT_TRUE(biased.mlp_bias());
+  EXPECT_EQ(int64_t(parameterCount(biased) - parameterCount(plain)),
+            4 * 32 + 2 * 2 * 32 + 64 + 2 * 96 + 64);
+  // A null head_dim is hidden / heads.
+  plan::ModelSpec natural = read(R"({"model_type": "ernie4_5",
+      "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+      "vocab_size": 100, "head_dim": null})");
+  EXPECT_EQ(natural.head_dim(), 0);
+}
+
 TEST(HfConfig, Exaone4) {
   // EXAONE 4's hybrid attention: a window of 4,096 where the config has no
   // sliding_window key, every fourth layer global and without rotary.

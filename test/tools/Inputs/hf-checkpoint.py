@@ -9,7 +9,7 @@ transformers computes them.
 
 `write` draws random weights under transformers' names and shapes for the
 config's model_type (llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, glm, glm4,
-smollm3, internlm2, seed_oss, exaone4, gpt2, gpt_neo, nemotron,
+smollm3, internlm2, seed_oss, exaone4, ernie4_5, gpt2, gpt_neo, nemotron,
 gpt_neox, bloom, falcon, opt, starcoder2, gptj, phi, mpt, gpt_bigcode) and
 writes them as safetensors (model.safetensors, or N shards with a
 model.safetensors.index.json), in the dtype given; --drop leaves a tensor
@@ -37,7 +37,10 @@ table read from row 2); GLM's and GLM-4's (partial rotary on adjacent pairs,
 QKV biases, fused gate_up_proj; GLM-4's norms after each branch too);
 SmolLM3's (LLaMA's, without the rotary embedding on its NoPE layers);
 InternLM2's (its remote code's names and grouped wqkv, read into LLaMA's);
-Seed-OSS's (Q, K and V biased by attention_bias, o_proj by attention_out_bias).
+Seed-OSS's (Q, K and V biased by attention_bias, o_proj by attention_out_bias);
+ERNIE 4.5's (GLM's adjacent-pair rotary on the whole head, use_bias on all
+seven projections, head_dim 128, rope_theta 500,000 and a tied head where the
+config leaves them out).
 """
 
 import json
@@ -91,17 +94,18 @@ if kind == "falcon" and config.get("multi_query", True):
 h = config["hidden_size"]
 heads = config["num_attention_heads"]
 kv = config.get("num_key_value_heads", heads)
-d = config.get("head_dim") or h // heads
+ernie = kind == "ernie4_5"
+d = config.get("head_dim", 128 if ernie else None) or h // heads
 ffn = config["intermediate_size"]
 vocab = config["vocab_size"]
 layers = config["num_hidden_layers"]
 tied = config.get("tie_word_embeddings",
                   kind in ("gemma", "gemma2", "smollm3", "gpt2", "bloom", "falcon", "opt", "starcoder2", "mpt",
-                           "gpt_bigcode", "gpt_neo"))
+                           "gpt_bigcode", "gpt_neo", "ernie4_5"))
 eps = config.get("layer_norm_epsilon", config.get("layer_norm_eps", config.get("norm_epsilon",
                  config.get("norm_eps", 1e-5)))) \
-    if gpt2 or fused or layer_normed or other else config.get("rms_norm_eps", 1e-6)
-theta = config.get("rope_theta", 10000.0)
+    if gpt2 or fused or layer_normed or other else config.get("rms_norm_eps", 1e-5 if ernie else 1e-6)
+theta = config.get("rope_theta", 500000.0 if ernie else 10000.0)
 gemma = kind in ("gemma", "gemma2")
 glm = kind in ("glm", "glm4")
 
@@ -366,7 +370,11 @@ def shapes():
         if config.get("attention_out_bias") if seed else \
                 config.get("attention_bias") and not glm:
             out[p + "self_attn.o_proj.bias"] = (h,)
-        if config.get("mlp_bias"):
+        if ernie and config.get("use_bias"):
+            out[p + "self_attn.q_proj.bias"] = (heads * d,)
+            out[p + "self_attn.k_proj.bias"] = out[p + "self_attn.v_proj.bias"] = (kv * d,)
+            out[p + "self_attn.o_proj.bias"] = (h,)
+        if config.get("mlp_bias") or (ernie and config.get("use_bias")):
             out[p + "mlp.gate_proj.bias"] = out[p + "mlp.up_proj.bias"] = (ffn,)
             out[p + "mlp.down_proj.bias"] = (h,)
         out[p + "self_attn.o_proj.weight"] = (h, heads * d)
@@ -878,8 +886,9 @@ def forward(w, tokens):
 
     def rotate_glm(x):
         # GLM's: the first partial_rotary_factor of each head, each pair of
-        # adjacent features turned (cos and sin repeat_interleave'd).
-        r = int(d * config.get("partial_rotary_factor", 0.5))
+        # adjacent features turned (cos and sin repeat_interleave'd);
+        # ERNIE 4.5's the same on the whole head.
+        r = d if ernie else int(d * config.get("partial_rotary_factor", 0.5))
         inv, scale = rope_frequencies(r, s)
         freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
         cos = freqs.cos().repeat_interleave(2, -1) * scale
@@ -889,7 +898,7 @@ def forward(w, tokens):
         return torch.cat([xr * cos + turned * sin, xp], -1)
 
     def rotate(x):
-        if glm:
+        if glm or ernie:
             return rotate_glm(x)
         inv, scale = rope_frequencies(d, s)
         freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
